@@ -351,6 +351,10 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
+/* ---- autotune cache (public) ---- */
+/* (owned by the autotune work) */
+/* ---- end autotune cache (public) ---- */
+
 /* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
 QKDEF int qk_cuda_device_count(void);
@@ -360,3 +364,58 @@ QKDEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err
 }
 #endif
 #endif /* QK_H */
+
+/* ======================================================================================== */
+/*                                    IMPLEMENTATION                                        */
+/* ======================================================================================== */
+#if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
+#define QK_IMPLEMENTATION_DONE
+
+/* ---- implementation: includes and config ---- */
+
+/* ---- implementation: errors ---- */
+
+/* ---- implementation: feature maps ---- */
+
+/* ---- implementation: map spec parser ---- */
+
+/* ---- implementation: CPU engine (states) ---- */
+
+/* ---- implementation: CPU engine (Gram) ---- */
+
+/* ---- implementation: npy / csv ---- */
+/* (owned by the npy/csv + CLI work) */
+/* ---- end npy / csv ---- */
+
+/* ---- implementation: device info, planner, VRAM estimator ---- */
+/* (owned by the GPU engine work) */
+/* ---- end planner ---- */
+
+/* ---- implementation: autotune cache ---- */
+/* (owned by the autotune work) */
+/* ---- end autotune cache ---- */
+
+/* ---- implementation: context and orchestration ---- */
+
+#endif /* QK_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the qk authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT
+NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT
+OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+*/
