@@ -359,6 +359,13 @@ QKDEF void qk_array_free(qk_array *a);
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
 QKDEF int qk_cuda_device_count(void);
 QKDEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
+/* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
+   qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to err. */
+QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                             char *err, size_t err_size);
+/* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
+QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
+                               double *out, char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
