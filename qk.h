@@ -418,6 +418,33 @@ QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, q
    nothing changed) or QK_ERROR_OUT_OF_MEMORY. A caller goes on whatever it returns. */
 QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry, qk_log_fn log,
                                     void *log_user);
+/* Times the candidate configurations for key (the GPU engine's tuning loop) and writes the
+   fastest to config (size bytes, non-empty) and its figure of merit, higher is better, to
+   *metric. Any result other than QK_OK makes qk_tune_choose fall back to the fixed table. */
+typedef qk_result (*qk_tune_measure_fn)(const qk_tune_key *key, char *config, size_t size,
+                                        double *metric, void *user);
+
+typedef struct qk_tune_request {
+    qk_tune_key key;
+    int mode;                   /* qk_ctx_desc.autotune: 0 cache, else measure and store; 1 measure
+                                   now and store (qk-gram --autotune); -1 fixed table (--no-autotune) */
+    const char *cache_dir;      /* qk_ctx_desc.cache_dir; NULL: qk_tune_cache_path's default */
+    const char *fixed_config;   /* the fixed per-architecture table's choice (required) */
+    qk_tune_measure_fn measure; /* NULL: no tuner in this build: the fixed table */
+    void *measure_user;
+    qk_log_fn log;              /* warnings (may be NULL) */
+    void *log_user;
+} qk_tune_request;
+
+/* The autotune policy in one place: picks the configuration for req->key, writes it to config
+   (config_size bytes; 64 hold any) and a label for qk_plan.config to label (may be NULL), the
+   source first so that truncation cuts the configuration, not where it came from:
+     "tuned (cache): <c>"  "tuned (measured): <c>"  "fixed (autotune off): <c>"
+     "fixed (autotune failed): <c>"  "fixed (no tuner): <c>"
+   Cache and tuning problems never fail it (they fall back with a warning); it returns
+   QK_ERROR_INVALID_ARGUMENT only for bad arguments (NULL req/config/fixed_config, bad key). */
+QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t config_size,
+                               char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
 /* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
@@ -1442,6 +1469,54 @@ QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry
     return qk__tune_warn(log, log_user, QK_ERROR_UNSUPPORTED, "autotune cache: not implemented on this platform; no cache");
 }
 #endif
+/* -- policy: cache, measure, fixed table -- */
+static void qk__tune_pick(char *config, size_t config_size, char *label, size_t label_size,
+                          const char *source, const char *chosen) {
+    snprintf(config, config_size, "%s", chosen);
+    if (label && label_size) snprintf(label, label_size, "%s: %s", source, chosen);
+}
+
+QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t config_size,
+                               char *label, size_t label_size) {
+    char path[QK__TUNE_PATH_MAX];
+    qk_tune_entry e;
+    qk_result r;
+    int have_path;
+    if (!req || !config || config_size == 0 || !req->fixed_config)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune: req, config or fixed_config is NULL");
+    memset(&e, 0, sizeof e);
+    if ((r = qk__tune_key_norm(&req->key, &e.key)) != QK_OK) return r;
+    if (req->mode < 0) {
+        qk__tune_pick(config, config_size, label, label_size, "fixed (autotune off)", req->fixed_config);
+        return QK_OK;
+    }
+    if (!req->measure) {
+        qk__tune_pick(config, config_size, label, label_size, "fixed (no tuner)", req->fixed_config);
+        return QK_OK;
+    }
+    have_path = qk_tune_cache_path(req->cache_dir, path, sizeof path) == QK_OK;
+    if (!have_path)
+        qk__tune_warn(req->log, req->log_user, QK_ERROR_IO, "%s; tuning without a cache", qk_last_error());
+    if (have_path && req->mode == 0 &&
+        qk_tune_cache_lookup(path, &e.key, &e, req->log, req->log_user) == QK_OK) {
+        qk__tune_pick(config, config_size, label, label_size, "tuned (cache)", e.config);
+        return QK_OK;
+    }
+    memset(e.config, 0, sizeof e.config);
+    e.metric = 0;
+    r = req->measure(&e.key, e.config, sizeof e.config, &e.metric, req->measure_user);
+    if (r != QK_OK || !memchr(e.config, 0, sizeof e.config) || !e.config[0] || !(e.metric - e.metric == 0.0)) {
+        if (r == QK_OK) qk__fail(QK_ERROR_INVALID_ARGUMENT, "the tuner returned an empty configuration or a non-finite metric");
+        qk__tune_warn(req->log, req->log_user, QK_ERROR_IO, "autotune failed (%s); using the fixed table: %s",
+                      qk_last_error(), req->fixed_config);
+        qk__tune_pick(config, config_size, label, label_size, "fixed (autotune failed)", req->fixed_config);
+        return QK_OK;
+    }
+    e.timestamp = 0;
+    if (have_path) (void)qk_tune_cache_store(path, &e, req->log, req->log_user);  /* warns itself */
+    qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
+    return QK_OK;
+}
 /* ---- end autotune cache ---- */
 
 /* ---- implementation: context and orchestration ---- */

@@ -415,6 +415,7 @@ static void test_bad_files(void) {
     {
         size_t depth = 200000;
         char *deep = (char *)malloc(2 * depth + 64);
+        if (!deep) exit(1);
         len = (size_t)sprintf(deep, "{\"schema\": 1, \"entries\": [], \"x\": ");
         memset(deep + len, '[', depth);
         memset(deep + len + depth, ']', depth);
@@ -425,6 +426,7 @@ static void test_bad_files(void) {
     {   /* larger than QK_TUNE_CACHE_MAX_BYTES (valid JSON all the same) */
         size_t big = (size_t)QK_TUNE_CACHE_MAX_BYTES + 10;
         char *huge = (char *)malloc(big + 64);
+        if (!huge) exit(1);
         memset(huge, ' ', big);
         strcpy(huge + big, "{\"schema\": 1, \"entries\": []}");
         check_bad(path, huge, strlen(huge), "larger than", 1);
@@ -708,6 +710,102 @@ static void test_locale(void) {
     setlocale(LC_NUMERIC, "C");
 }
 
+/* ---- the policy: qk_tune_choose with a fake tuner ---- */
+typedef struct { int calls; int fail; int bad_metric; } fake_tuner;
+static qk_result fake_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user) {
+    fake_tuner *ft = (fake_tuner *)user;
+    ft->calls++;
+    if (ft->fail) return QK_ERROR_CUDA;
+    snprintf(config, size, "m%d-q%d", ft->calls, key->n_qubits);
+    *metric = ft->bad_metric ? strtod("inf", NULL) : 10.0 + ft->calls;
+    return QK_OK;
+}
+
+static void test_choose(void) {
+    qk_tune_request rq;
+    fake_tuner ft = {0, 0, 0};
+    logbook lb = {0, ""};
+    char dir[400], path[600], cfg[64], label[64], want[64];
+    qk_tune_entry got;
+    memset(&rq, 0, sizeof rq);
+    mkpath(dir, sizeof dir, "choose/cache");
+    snprintf(path, sizeof path, "%s/autotune.json", dir);
+    qk_tune_key_init(&rq.key, "GPU X", 9, 0, 12080, NULL, QK_PATH_REAL, QK_PRECISION_FP32, 10);
+    rq.cache_dir = dir;
+    rq.fixed_config = "tm=64,tn=64";
+    rq.measure = fake_measure;
+    rq.measure_user = &ft;
+    rq.log = on_log;
+    rq.log_user = &lb;
+    /* off: the table, no tuning, no file */
+    rq.mode = -1;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "tm=64,tn=64") && !strcmp(label, "fixed (autotune off): tm=64,tn=64") && ft.calls == 0);
+    CHECK(access(path, F_OK) != 0);
+    /* default: measured once and stored, then from the cache */
+    rq.mode = 0;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "m1-q10") && !strcmp(label, "tuned (measured): m1-q10") && ft.calls == 1);
+    CHECK(qk_tune_cache_lookup(path, &rq.key, &got, on_log, &lb) == QK_OK && !strcmp(got.config, "m1-q10") && got.metric == 11.0);
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "m1-q10") && !strcmp(label, "tuned (cache): m1-q10") && ft.calls == 1);
+    /* a different key misses and is measured */
+    rq.key.n_qubits = 11;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, NULL, 0) == QK_OK && !strcmp(cfg, "m2-q11") && ft.calls == 2);
+    rq.key.n_qubits = 10;
+    /* force: measured again although cached, and the cache updated */
+    rq.mode = 1;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "m3-q10") && !strcmp(label, "tuned (measured): m3-q10") && ft.calls == 3);
+    CHECK(qk_tune_cache_lookup(path, &rq.key, &got, on_log, &lb) == QK_OK && !strcmp(got.config, "m3-q10"));
+    CHECK(lb.warns == 0);
+    /* the tuner fails or returns nonsense: the table, a warning, the cache unchanged */
+    ft.fail = 1;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "tm=64,tn=64") && !strcmp(label, "fixed (autotune failed): tm=64,tn=64") && lb.warns == 1);
+    ft.fail = 0;
+    ft.bad_metric = 1;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "tm=64,tn=64") && lb.warns == 2);
+    ft.bad_metric = 0;
+    CHECK(qk_tune_cache_lookup(path, &rq.key, &got, on_log, &lb) == QK_OK && !strcmp(got.config, "m3-q10"));
+    /* no tuner in this build */
+    rq.mode = 0;
+    rq.measure = NULL;
+    rq.key.n_qubits = 12;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    CHECK(!strcmp(cfg, "tm=64,tn=64") && !strcmp(label, "fixed (no tuner): tm=64,tn=64") && lb.warns == 2);
+    rq.measure = fake_measure;
+    /* an unwritable cache: measured, used, a warning; never a failure */
+    snprintf(dir, sizeof dir, "%s/plain-file/cache", g_dir);
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK);
+    snprintf(want, sizeof want, "m%d-q12", ft.calls);
+    CHECK(!strcmp(cfg, want) && !strncmp(label, "tuned (measured): ", 18) && lb.warns >= 3);
+    /* a corrupt cache: measured and rewritten */
+    rq.cache_dir = "";  /* the default: QK_CACHE_DIR */
+    mkpath(dir, sizeof dir, "choose/env");
+    setenv("QK_CACHE_DIR", dir, 1);
+    mkdir(dir, 0777);
+    snprintf(path, sizeof path, "%s/autotune.json", dir);
+    write_text(path, "{\"schema\": 1, \"entries\": [", 25);
+    lb.warns = 0;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK && !strncmp(label, "tuned (measured): ", 18));
+    CHECK(lb.warns == 2);  /* the lookup and the store each say they ignore the file */
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK && !strncmp(label, "tuned (cache): ", 15));
+    unsetenv("QK_CACHE_DIR");
+    /* a short label buffer keeps the source */
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, 16) == QK_OK && !strcmp(label, "tuned (cache): "));
+    /* bad arguments */
+    CHECK(qk_tune_choose(NULL, cfg, sizeof cfg, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
+    CHECK(qk_tune_choose(&rq, NULL, sizeof cfg, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
+    CHECK(qk_tune_choose(&rq, cfg, 0, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
+    rq.fixed_config = NULL;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
+    rq.fixed_config = "x";
+    rq.key.n_qubits = 0;
+    CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
+}
+
 int main(void) {
     const char *s = getenv("QK_TEST_SEED");
     char cmd[300];
@@ -726,6 +824,7 @@ int main(void) {
     test_args();
     test_eviction();
     test_locale();
+    test_choose();
     if (!g_fail) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
