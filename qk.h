@@ -471,31 +471,6 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
 #define QK_IMPLEMENTATION_DONE
 
 /* ---- implementation: includes and config ---- */
-/* TEMPORARY SHIM (autotune branch): stands in for the lead's config/errors sections until they
-   land on main; this commit is reverted before the branch is merged. */
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#ifndef QK_MALLOC
-#define QK_MALLOC(sz) malloc(sz)
-#define QK_REALLOC(p, sz) realloc(p, sz)
-#define QK_FREE(p) free(p)
-#endif
-#if defined(__cplusplus)
-#define QK__TLS thread_local
-#else
-#define QK__TLS _Thread_local
-#endif
-static QK__TLS char qk__err_detail[512];
-static qk_result qk__fail(qk_result r, const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(qk__err_detail, sizeof qk__err_detail, fmt, ap);
-    va_end(ap);
-    return r;
-}
-QKDEF const char *qk_last_error(void) { return qk__err_detail; }
 
 /* ---- implementation: errors ---- */
 
