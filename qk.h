@@ -391,7 +391,556 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
 /* ---- implementation: CPU engine (Gram) ---- */
 
 /* ---- implementation: npy / csv ---- */
-/* (owned by the npy/csv + CLI work) */
+/* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
+   length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
+   ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
+   stdio and POSIX (or Win32) calls below are used: fdopen/fileno would need _POSIX_C_SOURCE under
+   strict -std=c11, open/write/fsync from <unistd.h> do not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#ifdef _WIN32
+#include <io.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <process.h>
+#include <windows.h>
+#else
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+/* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
+   length field from turning into a huge allocation. */
+#define QK__NPY_MAX_HEADER (1u << 20)
+
+static int qk__host_little(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+typedef struct qk__npy_header {
+    char descr[32];
+    int fortran;
+    int ndim;
+    int64_t shape[4];   /* first 4 dims; ndim counts them all */
+    int have_descr, have_fortran, have_shape;
+} qk__npy_header;
+
+static const char *qk__npy_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A Python string literal in single or double quotes (no escapes: numpy never writes any). */
+static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t size) {
+    char q;
+    size_t n = 0;
+    if (p >= e || (*p != '\'' && *p != '"')) return NULL;
+    q = *p++;
+    while (p < e && *p != q) {
+        if (n + 1 < size) buf[n++] = *p;
+        p++;
+    }
+    if (p >= e) return NULL;
+    buf[n] = 0;
+    return p + 1;
+}
+
+static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
+    const char *p = h, *e = h + len;
+    memset(o, 0, sizeof(*o));
+    p = qk__npy_ws(p, e);
+    if (p >= e || *p != '{')
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): %.60s", path, h);
+    p++;
+    for (;;) {
+        char key[32];
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == '}') break;
+        p = qk__npy_str(p, e, key, sizeof(key));
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): %.80s", path, h);
+        p = qk__npy_ws(p, e);
+        if (p >= e || *p != ':')
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, key);
+        p = qk__npy_ws(p + 1, e);
+        if (strcmp(key, "descr") == 0) {
+            if (p < e && *p == '[')
+                return qk__fail(QK_ERROR_FORMAT, "%s: structured dtypes are not supported (qk reads plain float/int arrays)", path);
+            p = qk__npy_str(p, e, o->descr, sizeof(o->descr));
+            if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('descr' is not a string)", path);
+            o->have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (e - p >= 4 && memcmp(p, "True", 4) == 0) { o->fortran = 1; p += 4; }
+            else if (e - p >= 5 && memcmp(p, "False", 5) == 0) { o->fortran = 0; p += 5; }
+            else return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('fortran_order' is not True or False)", path);
+            o->have_fortran = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            if (p >= e || *p != '(')
+                return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('shape' is not a tuple)", path);
+            p++;
+            for (;;) {
+                int64_t v = 0;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ')') { p++; break; }
+                if (p >= e || *p < '0' || *p > '9')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' entry)", path);
+                while (p < e && *p >= '0' && *p <= '9') {
+                    if (v > (INT64_MAX - 9) / 10)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: .npy shape entry overflows 64 bits", path);
+                    v = v * 10 + (*p++ - '0');
+                }
+                if (p < e && *p == 'L') p++;   /* Python 2 long literal */
+                if (o->ndim < 4) o->shape[o->ndim] = v;
+                o->ndim++;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ',') p++;
+                else if (p >= e || *p != ')')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' tuple)", path);
+            }
+            o->have_shape = 1;
+        } else {
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, key);
+        }
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == ',') { p++; continue; }
+        if (p < e && *p == '}') break;
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected ',' or '}')", path);
+    }
+    if (!o->have_descr || !o->have_fortran || !o->have_shape)
+        return qk__fail(QK_ERROR_FORMAT, "%s: .npy header lacks '%s'", path,
+                        !o->have_descr ? "descr" : !o->have_fortran ? "fortran_order" : "shape");
+    return QK_OK;
+}
+
+/* Converts n items of the file's dtype, already in buf, to doubles in place. 4-byte items are
+   widened from the last to the first so that no item is overwritten before it is read. */
+static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size, int swap) {
+    int64_t i;
+    int k;
+    if (size == 8) {
+        for (i = 0; i < n; i++) {
+            unsigned char t[8];
+            double d;
+            memcpy(t, buf + 8 * i, 8);
+            if (swap) for (k = 0; k < 4; k++) { unsigned char c = t[k]; t[k] = t[7 - k]; t[7 - k] = c; }
+            if (kind == 'f') memcpy(&d, t, 8);
+            else { int64_t v; memcpy(&v, t, 8); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    } else {
+        for (i = n; i-- > 0;) {
+            unsigned char t[4];
+            double d;
+            memcpy(t, buf + 4 * i, 4);
+            if (swap) { unsigned char c = t[0]; t[0] = t[3]; t[3] = c; c = t[1]; t[1] = t[2]; t[2] = c; }
+            if (kind == 'f') { float v; memcpy(&v, t, 4); d = (double)v; }
+            else { int32_t v; memcpy(&v, t, 4); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    }
+}
+
+QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
+    unsigned char pre[12];
+    unsigned char *data = NULL;
+    char *hdr = NULL;
+    FILE *f;
+    size_t got, hlen, nbytes;
+    qk__npy_header h;
+    qk_result r;
+    int major, minor, size, swap;
+    char order, kind;
+    int64_t rows, cols, count;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
+    f = fopen(path, "rb");
+    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    got = fread(pre, 1, 10, f);
+    if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
+        goto fail;
+    }
+    if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+    major = pre[6];
+    minor = pre[7];
+    if (major == 1) {
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
+    } else if (major == 2 || major == 3) {
+        if (fread(pre + 10, 1, 2, f) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+    } else {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
+        goto fail;
+    }
+    if (hlen == 0 || hlen > QK__NPY_MAX_HEADER) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
+        goto fail;
+    }
+    hdr = (char *)QK_MALLOC(hlen + 1);
+    if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
+    got = fread(hdr, 1, hlen, f);
+    if (got < hlen) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
+        goto fail;
+    }
+    hdr[hlen] = 0;
+    r = qk__npy_parse_header(path, hdr, hlen, &h);
+    if (r != QK_OK) goto fail;
+
+    order = h.descr[0];
+    kind = h.descr[1];
+    size = h.descr[2] - '0';
+    if (strchr(h.descr, 'O')) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, h.descr);
+        goto fail;
+    }
+    if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, h.descr);
+        goto fail;
+    }
+    if (h.fortran) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array is in Fortran order; qk reads C-order arrays only "
+                     "(save np.ascontiguousarray(a) instead)", path);
+        goto fail;
+    }
+    if (h.ndim < 1 || h.ndim > 2) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
+        goto fail;
+    }
+    rows = h.shape[0];
+    cols = h.ndim == 2 ? h.shape[1] : 1;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape (%lld, %lld) is too large", path, (long long)rows, (long long)cols);
+        goto fail;
+    }
+    count = rows * cols;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
+        goto fail;
+    }
+    /* One element at least, so that an empty array still has a non-NULL data pointer. */
+    data = (unsigned char *)QK_MALLOC((size_t)(count > 0 ? count : 1) * 8);
+    if (!data) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
+        goto fail;
+    }
+    nbytes = (size_t)count * (size_t)size;
+    got = fread(data, 1, nbytes, f);
+    if (ferror(f)) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if (got < nbytes) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lu of %lu bytes for shape (%lld, %lld) of %s", path,
+                     (unsigned long)got, (unsigned long)nbytes, (long long)rows, (long long)cols, h.descr);
+        goto fail;
+    }
+    if (fgetc(f) != EOF) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape (%lld, %lld) of %s needs", path,
+                     (long long)rows, (long long)cols, h.descr);
+        goto fail;
+    }
+    fclose(f);
+    swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
+    qk__npy_to_double(data, count, kind, size, swap);
+    QK_FREE(hdr);
+    out->data = (double *)(void *)data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = h.ndim;
+    return QK_OK;
+fail:
+    fclose(f);
+    if (hdr) QK_FREE(hdr);
+    if (data) QK_FREE(data);
+    return r;
+}
+
+#ifdef _WIN32
+#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
+#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
+#define QK__FSYNC(fd) _commit(fd)
+#define QK__CLOSE(fd) _close(fd)
+#define QK__GETPID() ((long)_getpid())
+#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
+#else
+#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
+#define QK__WRITE(fd, b, n) write((fd), (b), (n))
+#define QK__FSYNC(fd) fsync(fd)
+#define QK__CLOSE(fd) close(fd)
+#define QK__GETPID() ((long)getpid())
+#define QK__RENAME(a, b) rename((a), (b))
+#endif
+
+/* Writes all n bytes; retries short writes and EINTR. */
+static int qk__write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = (const unsigned char *)buf;
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        long w = (long)QK__WRITE(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    char hdr[192];
+    char *tmp;
+    size_t plen, itemsize, nbytes, total;
+    int len, fd = -1, i, err;
+    int64_t count;
+    const char *what;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
+    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
+    if (dtype != QK_F32 && dtype != QK_F64)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: dtype %d is neither QK_F32 nor QK_F64", (int)dtype);
+    if (rows < 0 || cols < 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
+    itemsize = dtype == QK_F32 ? 4 : 8;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: shape (%lld, %lld) is too large", (long long)rows, (long long)cols);
+    count = cols > 0 ? rows * cols : rows;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: %lld elements do not fit in memory", (long long)count);
+    if (!data && count > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
+    nbytes = (size_t)count * itemsize;
+
+    /* Native byte order: the data is written as it lies in memory. */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    if (cols > 0)
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows, (long long)cols);
+    else
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows);
+    /* numpy pads the header with spaces and a final '\n' so that the data starts on a 64-byte
+       boundary (memory-mapped readers rely on the alignment). */
+    total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
+    memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
+    hdr[total - 1] = '\n';
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+
+    plen = strlen(path);
+    tmp = (char *)QK_MALLOC(plen + 48);
+    if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_npy_write: out of memory");
+    /* O_EXCL makes the temporary name ours even when another thread or process writes the same
+       path: a taken name is skipped, never shared. */
+    for (i = 0; i < 1000; i++) {
+        snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
+        fd = QK__OPEN_TMP(tmp);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': creating '%s' failed: %s", path, tmp, strerror(errno));
+        QK_FREE(tmp);
+        return r;
+    }
+    what = "write";
+    if (qk__write_all(fd, hdr, total) != 0 || qk__write_all(fd, data, nbytes) != 0) goto fail;
+    what = "fsync";
+    if (QK__FSYNC(fd) != 0) goto fail;
+    what = "close";
+    err = QK__CLOSE(fd);
+    fd = -1;
+    if (err != 0) goto fail;
+    what = "rename";
+    if (QK__RENAME(tmp, path) != 0) goto fail;
+#ifndef _WIN32
+    {
+        /* The rename is durable once the directory entry is on disk; best effort (some file
+           systems refuse fsync on a directory). */
+        const char *slash = strrchr(path, '/');
+        int dfd;
+        if (slash) {
+            size_t dl = slash == path ? 1 : (size_t)(slash - path);
+            memcpy(tmp, path, dl);
+            tmp[dl] = 0;
+            dfd = open(tmp, O_RDONLY);
+        } else {
+            dfd = open(".", O_RDONLY);
+        }
+        if (dfd >= 0) { (void)fsync(dfd); (void)close(dfd); }
+    }
+#endif
+    QK_FREE(tmp);
+    return QK_OK;
+fail:
+    {
+        int e = errno;
+        qk_result r;
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        (void)remove(tmp);
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", path, what, strerror(e));
+        QK_FREE(tmp);
+        return r;
+    }
+}
+
+/* Reads a whole file into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, char **out, size_t *out_len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    for (;;) {
+        size_t got;
+        if (cap - len < 4096 + 1) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nb = (char *)QK_MALLOC(ncap);
+            if (!nb) {
+                fclose(f);
+                if (buf) QK_FREE(buf);
+                return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
+            }
+            if (buf) { memcpy(nb, buf, len); QK_FREE(buf); }
+            buf = nb;
+            cap = ncap;
+        }
+        got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
+    }
+    fclose(f);
+    buf[len] = 0;
+    *out = buf;
+    *out_len = len;
+    return QK_OK;
+}
+
+/* One CSV field as a number: surrounding blanks allowed, nothing else. */
+static int qk__csv_number(const char *s, const char *e, double *v) {
+    char tmp[80];
+    char *end;
+    size_t n;
+    while (s < e && (*s == ' ' || *s == '\t')) s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    n = (size_t)(e - s);
+    if (n == 0 || n >= sizeof(tmp)) return 0;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    *v = strtod(tmp, &end);
+    return end == tmp + n;
+}
+
+/* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
+static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
+                              int64_t *rows_out, int64_t *cols_out) {
+    const char *p = text, *end = text + len;
+    int64_t line = 0, rows = 0, cols = -1, cols_line = 0, k = 0;
+    int first = 1;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
+    while (p < end) {
+        const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
+        int64_t c = 0;
+        int numeric = 1;
+        if (!e) e = end;
+        p = e + 1;
+        line++;
+        if (e > s && e[-1] == '\r') e--;
+        for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
+        if (q == e || *q == '#') continue;   /* blank or comment line */
+        if (first) {
+            /* The first line is a header when any of its fields is not a number. */
+            const char *f = s;
+            for (;;) {
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                double v;
+                if (!fe) fe = e;
+                if (!qk__csv_number(f, fe, &v)) { numeric = 0; break; }
+                if (fe == e) break;
+                f = fe + 1;
+            }
+            first = 0;
+            if (!numeric) continue;
+        }
+        {
+            const char *f = s;
+            for (;;) {
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                double v;
+                if (!fe) fe = e;
+                c++;
+                if (!qk__csv_number(f, fe, &v)) {
+                    const char *a = f, *b = fe;
+                    while (a < b && (*a == ' ' || *a == '\t')) a++;
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", path,
+                                        (long long)line, (long long)c);
+                    return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%.*s' is not a number", path,
+                                    (long long)line, (long long)c, (int)(b - a > 40 ? 40 : b - a), a);
+                }
+                /* The counting pass has checked every row's length, so the fill pass fits. */
+                if (data) data[k++] = v;
+                if (fe == e) break;
+                f = fe + 1;
+            }
+        }
+        if (cols < 0) { cols = c; cols_line = line; }
+        else if (c != cols)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", path,
+                            (long long)line, (long long)c, (long long)cols_line, (long long)cols);
+        rows++;
+    }
+    if (rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = rows;
+    *cols_out = cols;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    char *text;
+    size_t len;
+    int64_t rows = 0, cols = 0;
+    double *data;
+    qk_result r;
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
+    r = qk__read_file(path, &text, &len);
+    if (r != QK_OK) return r;
+    r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
+    if (r != QK_OK) { QK_FREE(text); return r; }
+    if ((uint64_t)rows > (uint64_t)(SIZE_MAX / 8) / (uint64_t)cols) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld x %lld values do not fit in memory", path, (long long)rows, (long long)cols);
+    }
+    data = (double *)QK_MALLOC((size_t)rows * (size_t)cols * sizeof(double));
+    if (!data) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld x %lld values", path, (long long)rows, (long long)cols);
+    }
+    r = qk__csv_scan(path, text, len, data, &rows, &cols);
+    QK_FREE(text);
+    if (r != QK_OK) { QK_FREE(data); return r; }
+    out->data = data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = 2;
+    return QK_OK;
+}
+
+QKDEF void qk_array_free(qk_array *a) {
+    if (!a) return;
+    if (a->data) QK_FREE(a->data);
+    a->data = NULL;
+    a->rows = a->cols = 0;
+    a->ndim = 0;
+}
 /* ---- end npy / csv ---- */
 
 /* ---- implementation: device info, planner, VRAM estimator ---- */
