@@ -268,7 +268,7 @@ static int run_case(qk_ctx *ctx, const char *name, const fixture *f)
         if (!f->sre) snprintf(st, sizeof st, "-");
         else if (es < 0.0) snprintf(st, sizeof st, "error");
         else snprintf(st, sizeof st, "%.2e", es);
-        printf("%s %-32s q=%-2d %-8s states %-8s K(X,X) %.2e  K(X,Y) %.2e\n", ok ? "ok  " : "FAIL",
+        printf("%s %-30s q=%-2d %-18s states %-8s K(X,X) %.2e  K(X,Y) %.2e\n", ok ? "ok  " : "FAIL",
                name, f->q, qk_map_class_string(map->cls), st, exx, exy);
     }
     if (!ok && f->source) printf("     spec: %s\n     source: %s\n", f->spec, f->source);
