@@ -2312,8 +2312,8 @@ static qk_result qk__csv_scan(const char *path, const char *text, size_t len, do
 }
 
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
-    char *text;
-    size_t len;
+    char *text = NULL;
+    size_t len = 0;
     int64_t rows = 0, cols = 0;
     double *data;
     qk_result r;

@@ -88,6 +88,14 @@ static int fail(qk_result r, const char *fmt, ...) {
     return EXIT_FAILURE;
 }
 
+/* The parser's detail says "column N" (1-based): show the spec with a caret under it. */
+static void show_spec_column(const char *spec) {
+    const char *c = strstr(qk_last_error(), "column ");
+    int col;
+    if (!c || sscanf(c + 7, "%d", &col) != 1 || col < 1 || col > (int)strlen(spec) + 1) return;
+    fprintf(stderr, "    %s\n    %*s^\n", spec, col - 1, "");
+}
+
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -203,7 +211,7 @@ static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, q
     buf = (char *)malloc((size_t)(n > 0 ? n : 0) + 1);
     if (buf) {
         qk_plan_describe(&plan, buf, (size_t)n + 1);
-        printf("plan: %s%s", buf, n > 0 && buf[n - 1] == '\n' ? "" : "\n");
+        printf("%s%s", buf, n > 0 && buf[n - 1] == '\n' ? "" : "\n");
         free(buf);
     }
 }
@@ -342,7 +350,7 @@ static int gram_main(const options *o) {
     if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
 
     r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", o->map); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", o->map); show_spec_column(o->map); goto done; }
     if (o->weights) {
         if (!known_type(o->weights)) { fail(QK_OK, "--weights '%s' is neither .npy nor .csv", o->weights); goto done; }
         r = read_array(o->weights, &W);
@@ -548,7 +556,7 @@ static int demo_main(const options *o) {
     }
 
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", spec); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", spec); show_spec_column(spec); goto done; }
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
