@@ -2098,46 +2098,16 @@ static int qk__write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
-                             int64_t cols) {
-    char hdr[192];
+/* Writes a then b to path atomically: a temporary file in the same directory (so that rename
+   stays within one file system), fsync, rename over path. On any error the temporary file is
+   removed and path is left as it was. Also for other writers of this header (cache files). */
+static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
     char *tmp;
-    size_t plen, itemsize, nbytes, total;
-    int len, fd = -1, i, err;
-    int64_t count;
+    size_t plen;
+    int fd = -1, i, err;
     const char *what;
 
-    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
-    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
-    if (dtype != QK_F32 && dtype != QK_F64)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: dtype %d is neither QK_F32 nor QK_F64", (int)dtype);
-    if (rows < 0 || cols < 0)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
-    itemsize = dtype == QK_F32 ? 4 : 8;
-    if (cols > 0 && rows > INT64_MAX / 8 / cols)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: shape (%lld, %lld) is too large", (long long)rows, (long long)cols);
-    count = cols > 0 ? rows * cols : rows;
-    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: %lld elements do not fit in memory", (long long)count);
-    if (!data && count > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
-    nbytes = (size_t)count * itemsize;
-
-    /* Native byte order: the data is written as it lies in memory. */
-    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
-    if (cols > 0)
-        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows, (long long)cols);
-    else
-        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
-                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows);
-    /* numpy pads the header with spaces and a final '\n' so that the data starts on a 64-byte
-       boundary (memory-mapped readers rely on the alignment). */
-    total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
-    memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
-    hdr[total - 1] = '\n';
-    hdr[8] = (char)((total - 10) & 0xff);
-    hdr[9] = (char)((total - 10) >> 8);
-
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "write: path is NULL");
     plen = strlen(path);
     tmp = (char *)QK_MALLOC(plen + 48);
     if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_npy_write: out of memory");
@@ -2154,7 +2124,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
         return r;
     }
     what = "write";
-    if (qk__write_all(fd, hdr, total) != 0 || qk__write_all(fd, data, nbytes) != 0) goto fail;
+    if (qk__write_all(fd, a, na) != 0 || (nb > 0 && qk__write_all(fd, b, nb) != 0)) goto fail;
     what = "fsync";
     if (QK__FSYNC(fd) != 0) goto fail;
     what = "close";
@@ -2192,6 +2162,47 @@ fail:
         QK_FREE(tmp);
         return r;
     }
+}
+
+QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    char hdr[192];
+    size_t itemsize, nbytes, total;
+    int len;
+    int64_t count;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
+    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
+    if (dtype != QK_F32 && dtype != QK_F64)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: dtype %d is neither QK_F32 nor QK_F64", (int)dtype);
+    if (rows < 0 || cols < 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
+    itemsize = dtype == QK_F32 ? 4 : 8;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: shape (%lld, %lld) is too large", (long long)rows, (long long)cols);
+    count = cols > 0 ? rows * cols : rows;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: %lld elements do not fit in memory", (long long)count);
+    if (!data && count > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
+    nbytes = (size_t)count * itemsize;
+
+    /* Native byte order: the data is written as it lies in memory. */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    if (cols > 0)
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows, (long long)cols);
+    else
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows);
+    /* numpy pads the header with spaces and a final '\n' so that the data starts on a 64-byte
+       boundary (memory-mapped readers rely on the alignment). */
+    total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
+    memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
+    hdr[total - 1] = '\n';
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+
+    return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
 /* Reads a whole file into a NUL-terminated buffer. */
