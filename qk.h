@@ -1251,18 +1251,16 @@ static void qk__g1(double *re, double *im, int64_t D, int q,
                    double ur2, double ui2, double ur3, double ui3)
 {
     /* [a0'; a1'] = [[u0 u1]; [u2 u3]] [a0; a1] on qubit q */
-    int64_t bit = (int64_t)1 << q, i;
-    for (i = 0; i < D; i++) {
-        if (i & bit) continue;
-        {
-            int64_t j = i | bit;
+    int64_t bit = (int64_t)1 << q, i0, i;
+    for (i0 = 0; i0 < D; i0 += 2 * bit)
+        for (i = i0; i < i0 + bit; i++) {
+            int64_t j = i + bit;
             double ar = re[i], ai = im[i], br = re[j], bi = im[j];
             re[i] = ur0 * ar - ui0 * ai + ur1 * br - ui1 * bi;
             im[i] = ur0 * ai + ui0 * ar + ur1 * bi + ui1 * br;
             re[j] = ur2 * ar - ui2 * ai + ur3 * br - ui3 * bi;
             im[j] = ur2 * ai + ui2 * ar + ur3 * bi + ui3 * br;
         }
-    }
 }
 
 /* multiply amplitude i by (cr + i ci) when (i & mask) == want */
@@ -1347,9 +1345,27 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
     } else {
         re[0] = 1.0;
     }
-    QK__UNUSED(i);
     qk_map_angles(m, x, theta);
-    for (k = first; k < m->n_ops; k++) qk__apply(&m->ops[k], theta[k], x, re, im, q);
+    for (k = first; k < m->n_ops; k++) {
+        const qk_op *o = &m->ops[k];
+        /* CNOT(a,b) P(t)_b CNOT(a,b) (every zz pair) is the phase e^{it} where bits a and b
+           differ: one pass instead of three */
+        if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
+            o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) {
+            int64_t ba = (int64_t)1 << o->q0, bb = (int64_t)1 << o->q1;
+            double c = cos(theta[k + 1]), s = sin(theta[k + 1]);
+            for (i = 0; i < D; i++) {
+                if (((i & ba) != 0) != ((i & bb) != 0)) {
+                    double ar = re[i], ai = im[i];
+                    re[i] = c * ar - s * ai;
+                    im[i] = c * ai + s * ar;
+                }
+            }
+            k += 2;
+            continue;
+        }
+        qk__apply(o, theta[k], x, re, im, q);
+    }
 }
 
 /* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
@@ -1537,6 +1553,60 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
     }
 }
 
+/* The micro-kernels use GCC/Clang vector extensions (QK__NJ doubles = one zmm / two ymm); other
+   compilers get the plain loops. GCC in ISO C mode (-std=c11) does not contract a*b+c into an FMA;
+   the attribute turns contraction on for these two functions only (2x on the dev machine). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
+#define QK__VEC 1
+typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
+#if defined(__GNUC__) && !defined(__clang__)
+#define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define QK__CONTRACT
+#endif
+#define QK__LD8(v, p) memcpy(&(v), (p), sizeof(qk__v8))
+#define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+
+QK__CONTRACT
+static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
+                           int64_t dc, double *accr, double *acci)
+{
+    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0}, i0 = {0}, i1 = {0}, i2 = {0}, i3 = {0};
+    const double *a0r = ar[0], *a1r = ar[1], *a2r = ar[2], *a3r = ar[3];
+    const double *a0i = ai[0], *a1i = ai[1], *a2i = ai[2], *a3i = ai[3];
+    int64_t d;
+    for (d = 0; d < dc; d++) {
+        qk__v8 br, bi;
+        double x;
+        QK__LD8(br, bp + d * 2 * QK__NJ);
+        QK__LD8(bi, bp + d * 2 * QK__NJ + QK__NJ);
+        x = a0r[d]; r0 += x * br; i0 += x * bi;
+        x = a0i[d]; r0 += x * bi; i0 -= x * br;
+        x = a1r[d]; r1 += x * br; i1 += x * bi;
+        x = a1i[d]; r1 += x * bi; i1 -= x * br;
+        x = a2r[d]; r2 += x * br; i2 += x * bi;
+        x = a2i[d]; r2 += x * bi; i2 -= x * br;
+        x = a3r[d]; r3 += x * br; i3 += x * bi;
+        x = a3i[d]; r3 += x * bi; i3 -= x * br;
+    }
+    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
+    QK__ADD8(acci, i0); QK__ADD8(acci + QK__T, i1); QK__ADD8(acci + 2 * QK__T, i2); QK__ADD8(acci + 3 * QK__T, i3);
+}
+
+QK__CONTRACT
+static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, double *accr)
+{
+    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0};
+    const double *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3];
+    int64_t d;
+    for (d = 0; d < dc; d++) {
+        qk__v8 b;
+        QK__LD8(b, bp + d * QK__NJ);
+        r0 += a0[d] * b; r1 += a1[d] * b; r2 += a2[d] * b; r3 += a3[d] * b;
+    }
+    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
+}
+#else
 static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
                            int64_t dc, double *accr, double *acci)
 {
@@ -1576,6 +1646,7 @@ static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, d
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
 }
+#endif
 
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
 static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
