@@ -3358,25 +3358,13 @@ static int qk__tune_mkdirs(char *dir) {
     return S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
 }
 
-static int qk__tune_write_all(int fd, const char *p, size_t n) {
-    while (n) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) return 0;
-        p += w;
-        n -= (size_t)w;
-    }
-    return 1;
-}
-
 QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry, qk_log_fn log,
                                     void *log_user) {
-    char pbuf[QK__TUNE_PATH_MAX], dir[QK__TUNE_PATH_MAX], lockp[QK__TUNE_PATH_MAX + 8];
-    char tmp[QK__TUNE_PATH_MAX + 32], why[256];
+    char pbuf[QK__TUNE_PATH_MAX], dir[QK__TUNE_PATH_MAX], lockp[QK__TUNE_PATH_MAX + 8], why[256];
     qk_tune_entry e, *v = NULL;
     qk__tbuf b;
     const char *slash;
-    int n = 0, i, err_no, lfd, fd, newest;
+    int n = 0, i, err_no, lfd, newest;
     size_t pl;
     qk_result r;
     if (!entry) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune cache: entry is NULL");
@@ -3461,27 +3449,10 @@ QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry
     }
     QK_FREE(v);
 
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | QK__O_CLOEXEC, 0666);
-    r = QK_OK;
-    if (fd < 0) {
-        r = qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot write %s: %s; no cache", tmp,
-                          strerror(errno));
-    } else {
-        int ok = qk__tune_write_all(fd, b.p, b.len) && fsync(fd) == 0;
-        int e1 = errno;
-        if (close(fd) != 0 && ok) { ok = 0; e1 = errno; }
-        if (ok && rename(tmp, path) != 0) { ok = 0; e1 = errno; }
-        if (!ok) {
-            unlink(tmp);
-            r = qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot write %s: %s; not updated", path,
-                              strerror(e1));
-        } else {
-            /* Make the rename itself durable; best effort (some file systems refuse). */
-            int dfd = open(dir, O_RDONLY | QK__O_CLOEXEC);
-            if (dfd >= 0) { (void)fsync(dfd); close(dfd); }
-        }
-    }
+    /* temporary file in the same directory, fsync, rename, fsync of the directory (npy section) */
+    r = qk__write_file_atomic(path, b.p, b.len, NULL, 0);
+    if (r == QK_ERROR_IO)
+        r = qk__tune_warn(log, log_user, r, "autotune cache: %s; not updated", qk_last_error());
     QK_FREE(b.p);
     close(lfd);  /* releases the lock */
     return r;
