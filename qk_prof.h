@@ -226,6 +226,9 @@ QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add);
 /* Statistics of CPU (gpu = 0) or GPU (gpu = 1) zones named name; -1 when none recorded. */
 QK_PROF_DEF int qk_prof_zone_stats(const char *name, int gpu, qk_prof_stats *out);
 QK_PROF_DEF void qk_prof_get_summary(qk_prof_summary *out);
+/* A GPU stream (of the calling thread's current device): resolved zones, busy time (union of
+   the zones' intervals) and the wall time it is a share of; -1 when the stream was not seen. */
+QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy_ns, double *wall_ns);
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f);
 QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path);
 QK_PROF_DEF const char *qk_prof_last_error(void);
@@ -1864,6 +1867,27 @@ QK_PROF_DEF void qk_prof_get_summary(qk_prof_summary *out)
     qk__prof_model_free(&m);
 }
 
+QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy_ns, double *wall_ns)
+{
+    qk__prof_model m;
+    int k, device = 0, rc = -1;
+#ifdef QK_PROF_CUDA
+    if (cudaGetDevice(&device) != cudaSuccess) { cudaGetLastError(); device = 0; }
+#endif
+    if (qk__prof_model_build(&m) != 0) return -1;
+    for (k = 0; k < m.n_lanes; k++) {
+        if (qk__prof_g.lanes[k].stream == stream && qk__prof_g.lanes[k].device == device) {
+            if (zones) *zones = m.lanes[k].zones;
+            if (busy_ns) *busy_ns = m.lanes[k].busy;
+            if (wall_ns) *wall_ns = m.wall;
+            rc = 0;
+        }
+    }
+    if (rc) qk__prof_seterr("qk_prof_stream_stats: stream %p not seen on device %d", stream, device);
+    qk__prof_model_free(&m);
+    return rc;
+}
+
 /* ---- implementation: writers ---- */
 static const char *qk__prof_dir_name(int d)
 {
@@ -1910,7 +1934,7 @@ static void qk__prof_json_num(FILE *f, double v)
 {
     if (v != v || v > 1e300 || v < -1e300) fputs("null", f);
     else if (v == (double)(int64_t)v && fabs(v) < 9e15) fprintf(f, "%lld", (long long)v);
-    else fprintf(f, "%.9g", v);
+    else fprintf(f, "%.17g", v);
 }
 
 static const char *qk__prof_bytes(double b, char *buf, size_t n)
@@ -1923,6 +1947,23 @@ static const char *qk__prof_bytes(double b, char *buf, size_t n)
     return buf;
 }
 
+/* A name in a text column: control characters shown as \n, \t, \xNN; padded or cut to w. */
+static void qk__prof_text_name(FILE *f, const char *s, int w)
+{
+    char buf[256];
+    int o = 0;
+    for (; s && *s && o < w && o < (int)sizeof buf - 5; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') { buf[o++] = '\\'; buf[o++] = 'n'; }
+        else if (c == '\t') { buf[o++] = '\\'; buf[o++] = 't'; }
+        else if (c < 0x20 || c == 0x7f) o += snprintf(buf + o, sizeof buf - (size_t)o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (o > w) o = w;
+    buf[o] = 0;
+    fprintf(f, "%-*s", w, buf);
+}
+
 static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int w)
 {
     int i;
@@ -1930,7 +1971,8 @@ static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *r
             "min us", "max us", "std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
-        fprintf(f, "%-*.*s %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n", w, w, r->name,
+        qk__prof_text_name(f, r->name, w);
+        fprintf(f, " %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n",
                 (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0,
                 r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
     }
@@ -1976,9 +2018,12 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
             for (i = 0; i < m->n_gpu; i++) { tp[m->n_cpu + i].name = m->gpu[i].name; tp[m->n_cpu + i].gpu = 1; tp[m->n_cpu + i].total = m->gpu[i].total; }
             qsort(tp, (size_t)nt, sizeof *tp, qk__prof_top_cmp);
             fprintf(f, "\nTop %d bottlenecks (total time; nested zones overlap their parents)\n", top < nt ? top : nt);
-            for (i = 0; i < nt && i < top; i++)
-                fprintf(f, "%3d. %s  %-*.*s %13.3f ms %7.1f %% of wall\n", i + 1, tp[i].gpu ? "GPU" : "CPU", w, w,
-                        tp[i].name, tp[i].total * 1e-6, m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            for (i = 0; i < nt && i < top; i++) {
+                fprintf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
+                qk__prof_text_name(f, tp[i].name, w);
+                fprintf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
+                        m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            }
             QK_PROF_FREE(tp);
         }
     }
@@ -1987,7 +2032,8 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         fprintf(f, "\n%-*s %-8s %12s %12s %7s  %s\n", w, "Memory (tracked)", "kind", "current", "peak", "allocs", "dtype shape");
         for (i = 0; i < qk__prof_g.n_mnames; i++) {
             const qk__prof_mname *mn = &qk__prof_g.mnames[i];
-            fprintf(f, "%-*.*s %-8s %12s %12s %7llu  %s %s\n", w, w, mn->name, qk__prof_kind_name(mn->kind),
+            qk__prof_text_name(f, mn->name, w);
+            fprintf(f, " %-8s %12s %12s %7llu  %s %s\n", qk__prof_kind_name(mn->kind),
                     qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2),
                     (unsigned long long)mn->allocs, mn->dtype, mn->shape);
         }
@@ -2003,12 +2049,13 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
             const qk__prof_snap *s = &qk__prof_g.snaps[i];
             double tms = (double)(int64_t)(s->t - m->t0) * m->npt * 1e-6;
             char b3[32], b4[32];
+            qk__prof_text_name(f, s->label, w);
             if (s->is_pool)
-                fprintf(f, "%-*.*s %10.3f pool reserved %s (high %s), used %s (high %s)\n", w, w, s->label, tms,
+                fprintf(f, " %10.3f pool reserved %s (high %s), used %s (high %s)\n", tms,
                         qk__prof_bytes(s->pool_reserved, b1, sizeof b1), qk__prof_bytes(s->pool_reserved_high, b2, sizeof b2),
                         qk__prof_bytes(s->pool_used, b3, sizeof b3), qk__prof_bytes(s->pool_used_high, b4, sizeof b4));
             else
-                fprintf(f, "%-*.*s %10.3f %14s %14s %14s %14s\n", w, w, s->label, tms,
+                fprintf(f, " %10.3f %14s %14s %14s %14s\n", tms,
                         s->dev_total >= 0 ? qk__prof_bytes(s->dev_total - s->dev_free, b1, sizeof b1) : "-",
                         s->dev_total >= 0 ? qk__prof_bytes(s->dev_total, b2, sizeof b2) : "-",
                         qk__prof_bytes(s->host_tracked, b3, sizeof b3), qk__prof_bytes(s->device_tracked, b4, sizeof b4));
@@ -2036,7 +2083,8 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         fprintf(f, "\n%-*s %9s %14s %14s %14s\n", w, "Counters", "updates", "total / last", "min", "max");
         for (i = 0; i < m->n_ctr; i++) {
             const qk__prof_crow *c = &m->ctr[i];
-            fprintf(f, "%-*.*s %9llu %14.6g %14.6g %14.6g\n", w, w, c->name, (unsigned long long)c->n,
+            qk__prof_text_name(f, c->name, w);
+            fprintf(f, " %9llu %14.6g %14.6g %14.6g\n", (unsigned long long)c->n,
                     c->add ? c->sum : c->last, c->min, c->max);
         }
     }
