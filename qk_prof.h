@@ -318,7 +318,7 @@ struct qk__prof_scope_guard {
 #else /* !QK_PROF_ENABLE: nothing that generates code; sizeof marks arguments used */
 #define QK_PROF_ENABLED 0
 #define QK_PROF_U_(x) ((void)sizeof(x))
-#define QK_PROF_INIT(desc) qk__prof_nop_p((const void *)(desc))
+#define QK_PROF_INIT(desc) QK_PROF_ZERO_(desc)
 #define QK_PROF_SHUTDOWN() ((void)0)
 #define QK_PROF_BEGIN(name) QK_PROF_U_(name)
 #define QK_PROF_END(name) QK_PROF_U_(name)
@@ -340,12 +340,18 @@ struct qk__prof_scope_guard {
 #define QK_PROF_MEMPOOL(label, pool) (QK_PROF_U_(label), QK_PROF_U_(pool))
 #define QK_PROF_COUNTER(name, value) (QK_PROF_U_(name), QK_PROF_U_(value))
 #define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
-#define QK_PROF_REPORT(path) qk__prof_nop_p((const void *)(path))
-#define QK_PROF_WRITE_JSON(path) qk__prof_nop_p((const void *)(path))
-#define QK_PROF_WRITE_TRACE(path) qk__prof_nop_p((const void *)(path))
-#define QK_PROF_WRITE_HTML(path) qk__prof_nop_p((const void *)(path))
-/* A call whose value may be used or ignored without a warning; inlined to nothing. */
-static inline int qk__prof_nop_p(const void *p) { (void)p; return 0; }
+#define QK_PROF_REPORT(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_JSON(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_TRACE(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
+/* The value 0, usable as a statement without an unused-value warning, and no code even at
+   -O0 where the compiler has statement expressions; elsewhere an inline function. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QK_PROF_ZERO_(x) __extension__({ QK_PROF_U_(x); 0; })
+#else
+#define QK_PROF_ZERO_(x) qk__prof_zero((const void *)(x))
+static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
+#endif
 #endif /* QK_PROF_ENABLE */
 
 #ifdef __cplusplus
@@ -1929,6 +1935,20 @@ static void qk__prof_html_str(FILE *f, const char *s)
     }
 }
 
+/* A label cut to at most max bytes (on a UTF-8 character boundary), with an ellipsis. */
+static void qk__prof_html_label(FILE *f, const char *s, size_t max)
+{
+    char buf[256];
+    size_t n = s ? strlen(s) : 0;
+    if (n <= max || max >= sizeof buf) { qk__prof_html_str(f, s); return; }
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    qk__prof_html_str(f, buf);
+    fputs("&#8230;", f);
+}
+
 /* JSON has no NaN/Inf: such values become null. */
 static void qk__prof_json_num(FILE *f, double v)
 {
@@ -2387,7 +2407,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
             for (i = 0; i < n; i++, y += 22) {
                 double w = maxt > 0 ? (W - LW - 140) * rows[i].total / maxt : 0;
                 fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s ", LW - 6, y + 15, k ? "GPU" : "CPU");
-                qk__prof_html_str(f, rows[i].name);
+                qk__prof_html_label(f, rows[i].name, 28);
                 fprintf(f, "</text><rect class=\"%s\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/>"
                            "<text x=\"%.1f\" y=\"%d\">%.3f ms</text>\n", k ? "gpu" : "cpu", LW, y + 3, w < 1 ? 1.0 : w,
                         LW + (w < 1 ? 1.0 : w) + 6, y + 15, rows[i].total * 1e-6);
@@ -2415,7 +2435,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
                 double fr = m->wall > 0 ? busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
                 fputs("<text x=\"214\" y=\"", f);
                 fprintf(f, "%d\" text-anchor=\"end\">CPU ", y + 15);
-                qk__prof_html_str(f, t->name);
+                qk__prof_html_label(f, t->name, 28);
                 fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
                            "<rect class=\"cpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
                         LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
@@ -2425,7 +2445,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
         for (k = 0; k < m->n_lanes; k++, y += 22) {
             double fr = m->wall > 0 ? m->lanes[k].busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, y + 15, m->lanes[k].device);
-            qk__prof_html_str(f, m->lanes[k].name);
+            qk__prof_html_label(f, m->lanes[k].name, 24);
             fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
                        "<rect class=\"gpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
                     LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
@@ -2443,7 +2463,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
             size_t n, e;
             if (!(t = m->threads[i])) continue;
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", LW - 6, li * 22 + 15);
-            qk__prof_html_str(f, t->name);
+            qk__prof_html_label(f, t->name, 30);
             fputs("</text>\n", f);
             n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
             for (e = 0; e < n && boxes < 20000; e++) {
@@ -2460,7 +2480,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
         }
         for (k = 0; k < m->n_lanes; k++, li++) {
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, li * 22 + 15, m->lanes[k].device);
-            qk__prof_html_str(f, m->lanes[k].name);
+            qk__prof_html_label(f, m->lanes[k].name, 24);
             fputs("</text>\n", f);
             for (t = qk__prof_g.threads; t; t = t->next) {
                 size_t r;
