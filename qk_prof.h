@@ -504,6 +504,7 @@ typedef struct qk__prof_thread {
     qk__prof_cstat *cstats;     /* [QK_PROF_MAX_SITES], on first counter */
     qk__prof_gthread *gpu;
     struct qk__prof_thread *next;
+    struct qk__prof_thread *next_free;
     qk__prof_frame stack[QK_PROF_MAX_DEPTH];
 } qk__prof_thread;
 
@@ -549,6 +550,7 @@ typedef struct qk__prof_state {
     uint32_t n_sites;
     qk_prof_site other_site;
     qk__prof_thread *threads;
+    qk__prof_thread *free_threads; /* of threads that exited: reused by new threads */
     int n_threads;
     uint64_t dropped_threads, gpu_ignored;
     qk__prof_lane lanes[QK_PROF_MAX_LANES];
@@ -578,6 +580,8 @@ static __thread qk__prof_thread *qk__prof_tls;
 static __thread char qk__prof_err[256];
 /* Threads beyond QK_PROF_MAX_THREADS (or that could not allocate) write here: fixed arrays, no
    chunks, so every event is a counted drop and nothing is ever out of bounds. */
+static pthread_key_t qk__prof_key;
+static pthread_once_t qk__prof_key_once = PTHREAD_ONCE_INIT;
 static qk__prof_thread qk__prof_dummy;
 static qk__prof_stat qk__prof_dummy_stats[QK_PROF_MAX_SITES];
 
@@ -721,12 +725,57 @@ QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc)
     return rc;
 }
 
+/* A thread that exits hands its buffers to the next new thread: codes that start threads per
+   step reuse a few lanes instead of filling QK_PROF_MAX_THREADS. Their zones never overlap in
+   time, so sharing a lane (and its statistics) is exact. */
+#ifdef QK_PROF_CUDA
+static void qk__prof_ev_put(qk__prof_gthread *g, cudaEvent_t e);
+#endif
+
+static void qk__prof_thread_exit(void *p)
+{
+    qk__prof_thread *t = (qk__prof_thread *)p;
+    if (!t || t == &qk__prof_dummy) return;
+    pthread_mutex_lock(&qk__prof_mu);
+    t->next_free = qk__prof_g.free_threads;
+    qk__prof_g.free_threads = t;
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+static void qk__prof_key_make(void) { pthread_key_create(&qk__prof_key, qk__prof_thread_exit); }
+
 static qk__prof_thread *qk__prof_register_thread(void)
 {
     qk__prof_thread *t = NULL;
+    pthread_once(&qk__prof_key_once, qk__prof_key_make);
     pthread_mutex_lock(&qk__prof_mu);
     if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
-    if (qk__prof_g.n_threads < QK_PROF_MAX_THREADS) {
+    if (qk__prof_g.free_threads) {
+        t = qk__prof_g.free_threads;
+        qk__prof_g.free_threads = t->next_free;
+        if (t->depth) t->unbalanced += (uint64_t)(t->depth > 0 ? t->depth : 0); /* left open at exit */
+        t->depth = 0;
+#ifdef QK_PROF_CUDA
+        if (t->gpu) { /* GPU zones left open: close them empty so their lanes drain */
+            qk__prof_gthread *g = t->gpu;
+            int d;
+            pthread_mutex_lock(&g->mu);
+            for (d = 0; d < g->depth && d < QK_PROF_MAX_DEPTH; d++) {
+                if (g->stack[d].lanec >= 0) {
+                    qk__prof_lanec *L = &g->lanes[g->stack[d].lanec];
+                    qk__prof_gz *z = &L->q[(L->head + (int)(g->stack[d].seq - L->head_seq)) % L->cap];
+                    qk__prof_ev_put(g, z->e1);
+                    z->e1 = z->e0;
+                    z->ended = 1;
+                }
+                t->unbalanced++;
+            }
+            g->depth = 0;
+            pthread_mutex_unlock(&g->mu);
+        }
+#endif
+        snprintf(t->name, sizeof t->name, "thread %d", t->index);
+    } else if (qk__prof_g.n_threads < QK_PROF_MAX_THREADS) {
         t = (qk__prof_thread *)qk__prof_calloc(1, sizeof *t);
         if (t) {
             t->stats = (qk__prof_stat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *t->stats);
@@ -752,6 +801,7 @@ static qk__prof_thread *qk__prof_register_thread(void)
     }
     pthread_mutex_unlock(&qk__prof_mu);
     qk__prof_tls = t;
+    pthread_setspecific(qk__prof_key, t);
     return t;
 }
 
@@ -1513,6 +1563,8 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     memset(qk__prof_dummy_stats, 0, sizeof qk__prof_dummy_stats);
     pthread_mutex_unlock(&qk__prof_mu);
     qk__prof_tls = NULL; /* other threads must have exited (see Thread safety) */
+    pthread_once(&qk__prof_key_once, qk__prof_key_make);
+    pthread_setspecific(qk__prof_key, NULL);
 }
 
 /* ---- implementation: report model ---- */

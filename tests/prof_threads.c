@@ -16,6 +16,8 @@ static int failures;
 
 
 
+static pthread_barrier_t all_started;
+
 static void *worker(void *arg)
 {
     int id = (int)(intptr_t)arg, i;
@@ -23,6 +25,8 @@ static void *worker(void *arg)
     char name[32];
     snprintf(name, sizeof name, "worker %d", id);
     QK_PROF_THREAD_NAME(name);
+    /* all eight alive at once: an exited thread's lane is reused by the next new thread */
+    pthread_barrier_wait(&all_started);
     for (i = 0; i < NZ; i++) {
         QK_PROF_BEGIN("work");
         sink += (unsigned)i;
@@ -41,8 +45,19 @@ static void run(void)
 {
     pthread_t th[NT];
     int i;
+    pthread_barrier_init(&all_started, NULL, NT);
     for (i = 0; i < NT; i++) pthread_create(&th[i], NULL, worker, (void *)(intptr_t)i);
     for (i = 0; i < NT; i++) pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&all_started);
+}
+
+static void *short_lived(void *arg)
+{
+    int i;
+    (void)arg;
+    for (i = 0; i < 10; i++) { QK_PROF_BEGIN("short"); QK_PROF_END("short"); }
+    QK_PROF_BEGIN("left open at exit"); /* counted as unbalanced when the lane is reused */
+    return NULL;
 }
 
 int main(void)
@@ -52,6 +67,7 @@ int main(void)
     qk_prof_desc d;
     const uint64_t per_thread = NZ + NZ / 10 + NZ / 1000; /* zones + inner zones + counter events */
     uint64_t kept;
+    int i;
 
     run();
     CHECK(qk_prof_zone_stats("work", 0, &st) == 0 && st.calls == (uint64_t)NT * NZ);
@@ -76,6 +92,19 @@ int main(void)
     CHECK(s.dropped_events == NT * (per_thread - kept));
     fprintf(stderr, "small buffers: %llu events kept, %llu dropped\n", (unsigned long long)s.events,
             (unsigned long long)s.dropped_events);
+    qk_prof_shutdown();
+
+    /* 500 threads one after another (more than QK_PROF_MAX_THREADS): one lane, reused. */
+    for (i = 0; i < 500; i++) {
+        pthread_t th;
+        pthread_create(&th, NULL, short_lived, NULL);
+        pthread_join(th, NULL);
+    }
+    CHECK(qk_prof_zone_stats("short", 0, &st) == 0 && st.calls == 5000);
+    qk_prof_get_summary(&s);
+    CHECK(s.threads <= 2 && s.dropped_threads == 0);
+    CHECK(s.unbalanced == 499); /* every reuse finds the previous thread's open zone */
+    fprintf(stderr, "500 sequential threads: %d lane(s)\n", s.threads);
     qk_prof_shutdown();
     if (failures) { fprintf(stderr, "%d failure(s)\n", failures); return 1; }
     fprintf(stderr, "prof_threads: ok\n");
