@@ -167,6 +167,9 @@ typedef struct qk_prof_desc {
     size_t gpu_records_per_thread; /* resolved GPU zones kept per thread for traces; default 65536 */
     int gpu_queue;              /* open + unresolved GPU zones per (thread, stream); default 2048 */
     int top_n;                  /* rows in the bottleneck table; default 10 */
+    int preallocate;            /* 1: a thread's whole event buffer is allocated and touched when
+                                   it first records, so no zone ever meets a page fault (about
+                                   6 MiB a thread by default); 0 (default): chunk by chunk */
     /* Injected clock (tests): returns ticks; ns_per_tick converts (default 1.0). */
     uint64_t (*clock)(void *user);
     void *clock_user;
@@ -426,16 +429,18 @@ typedef struct qk__prof_cstat { /* counter */
     int add;
 } qk__prof_cstat;
 
-typedef struct qk__prof_ev {    /* one zone or counter event, for traces */
+typedef struct qk__prof_ev {    /* one zone or counter event: traces, and zone statistics */
     uint64_t t0, t1;            /* ticks; counters keep their value's bits in t1 */
-    uint32_t site;
-    uint16_t depth;
-    uint16_t kind;              /* 0 zone, 1 counter set, 2 counter add */
+    uint64_t meta;              /* site | depth << 32 | kind << 48 (kind: 0 zone, 1 set, 2 add) */
 } qk__prof_ev;
+#define QK__PROF_META(site, depth, kind) ((uint64_t)(site) | (uint64_t)(depth) << 32 | (uint64_t)(kind) << 48)
+#define QK__PROF_SITE(e) ((uint32_t)(e)->meta)
+#define QK__PROF_DEPTH(e) ((int)(((e)->meta >> 32) & 0xffff))
+#define QK__PROF_KIND(e) ((int)((e)->meta >> 48))
 
 typedef struct qk__prof_frame {
-    qk_prof_site *site;
-    uint32_t id;
+    const char *name;           /* the site's, to check END's name with one load */
+    uint64_t id;
     uint64_t t0;
 } qk__prof_frame;
 
@@ -495,12 +500,13 @@ typedef struct qk__prof_thread {
     char name[64];
     int depth;
     uint64_t last_tick;
-    qk__prof_ev *cur, *end;
+    qk__prof_ev *cur, *end;     /* cur is published with release order after each event */
     qk__prof_ev **chunks;
-    size_t n_chunks, max_chunks;
-    size_t count;               /* events written; published with release order */
+    size_t n_chunks, n_alloc, max_chunks; /* chunks in use, allocated, allowed */
     uint64_t dropped, unbalanced, mismatched, too_deep;
-    qk__prof_stat *stats;       /* [QK_PROF_MAX_SITES] */
+    qk__prof_stat *stats;       /* [QK_PROF_MAX_SITES]: zones whose events were dropped; the
+                                   kept ones are summed from the events at report time, which
+                                   keeps the fast path to two clock reads and four stores */
     qk__prof_cstat *cstats;     /* [QK_PROF_MAX_SITES], on first counter */
     qk__prof_gthread *gpu;
     struct qk__prof_thread *next;
@@ -541,6 +547,7 @@ enum { QK__PROF_MEM_HOST = 0, QK__PROF_MEM_PINNED, QK__PROF_MEM_DEVICE, QK__PROF
 
 typedef struct qk__prof_state {
     int ready;
+    int clock_mode;             /* 0 rdtsc, 1 CLOCK_MONOTONIC, 2 injected */
     qk_prof_desc desc;
     int use_tsc;
     uint64_t t_origin;          /* ticks at init */
@@ -643,13 +650,14 @@ static uint64_t qk__prof_mono_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* One load and one predicted branch decide the clock: clock_mode is 0 for rdtsc, 1 for
+   CLOCK_MONOTONIC, 2 for an injected clock. */
 static inline uint64_t qk__prof_now(void)
 {
-    if (QK__PROF_UNLIKELY(qk__prof_g.desc.clock != NULL))
-        return qk__prof_g.desc.clock(qk__prof_g.desc.clock_user);
 #if QK__PROF_HAVE_TSC
-    if (QK__PROF_LIKELY(qk__prof_g.use_tsc)) return __rdtsc();
+    if (QK__PROF_LIKELY(qk__prof_g.clock_mode == 0)) return __rdtsc();
 #endif
+    if (qk__prof_g.clock_mode == 2) return qk__prof_g.desc.clock(qk__prof_g.desc.clock_user);
     return qk__prof_mono_ns();
 }
 
@@ -698,6 +706,7 @@ static void qk__prof_init_locked(const qk_prof_desc *desc)
     if (d.clock_ns_per_tick <= 0) d.clock_ns_per_tick = 1.0;
     qk__prof_g.desc = d;
     qk__prof_g.use_tsc = !d.clock && qk__prof_tsc_invariant();
+    qk__prof_g.clock_mode = d.clock ? 2 : qk__prof_g.use_tsc ? 0 : 1;
     QK__PROF_MONO(&qk__prof_g.ts_origin);
     qk__prof_g.t_origin = qk__prof_now();
     qk__prof_g.ns_per_tick = 1.0;
@@ -788,6 +797,14 @@ static qk__prof_thread *qk__prof_register_thread(void)
                 t = NULL;
             }
         }
+        if (t && qk__prof_g.desc.preallocate) {
+            while (t->n_alloc < t->max_chunks) {
+                qk__prof_ev *c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
+                if (!c) break;
+                memset(c, 0, QK__PROF_CHUNK * sizeof *c); /* touch every page now */
+                t->chunks[t->n_alloc++] = c;
+            }
+        }
         if (t) {
             t->index = qk__prof_g.n_threads++;
             snprintf(t->name, sizeof t->name, "thread %d", t->index);
@@ -858,36 +875,54 @@ static inline void qk__prof_stat_add(qk__prof_stat *s, uint64_t d)
     s->s2 += x * x;
 }
 
-/* Slow path: the current chunk is full; start the next or count a drop. */
-static void qk__prof_push_slow(qk__prof_thread *t, const qk__prof_ev *ev)
+/* Slow path: the current chunk is full; start the next, or count a drop (returns 0). */
+static int qk__prof_push_slow(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint64_t meta)
 {
     qk__prof_ev *c;
-    if (t->n_chunks >= t->max_chunks) { t->dropped++; return; }
-    c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
-    if (!c) { t->dropped++; return; }
-    t->chunks[t->n_chunks] = c;
+    if (t->n_chunks >= t->max_chunks) { t->dropped++; return 0; }
+    if (t->n_chunks < t->n_alloc) {
+        c = t->chunks[t->n_chunks];
+    } else {
+        c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
+        if (!c) { t->dropped++; return 0; }
+        t->chunks[t->n_chunks] = c;
+        t->n_alloc++;
+    }
     __atomic_store_n(&t->n_chunks, t->n_chunks + 1, __ATOMIC_RELEASE);
-    t->cur = c;
+    c->t0 = t0;
+    c->t1 = t1;
+    c->meta = meta;
     t->end = c + QK__PROF_CHUNK;
-    *t->cur++ = *ev;
-    __atomic_store_n(&t->count, t->count + 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&t->cur, c + 1, __ATOMIC_RELEASE);
+    return 1;
 }
 
-static inline void qk__prof_push(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint32_t id, int depth, int kind)
+/* Returns 1 when the event was kept. */
+static inline int qk__prof_push(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint64_t meta)
 {
-    if (QK__PROF_LIKELY(t->cur < t->end)) {
-        qk__prof_ev *e = t->cur++;
+    qk__prof_ev *e = t->cur;
+    if (QK__PROF_LIKELY(e < t->end)) {
         e->t0 = t0;
         e->t1 = t1;
-        e->site = id;
-        e->depth = (uint16_t)depth;
-        e->kind = (uint16_t)kind;
-        __atomic_store_n(&t->count, t->count + 1, __ATOMIC_RELEASE);
-    } else {
-        qk__prof_ev e;
-        e.t0 = t0; e.t1 = t1; e.site = id; e.depth = (uint16_t)depth; e.kind = (uint16_t)kind;
-        qk__prof_push_slow(t, &e);
+        e->meta = meta;
+        __atomic_store_n(&t->cur, e + 1, __ATOMIC_RELEASE);
+        return 1;
     }
+    return qk__prof_push_slow(t, t0, t1, meta);
+}
+
+/* Events a thread has published: from cur and the chunk it lies in (cur is stored after
+   n_chunks, so a reader that sees a new cur sees its chunk). */
+static size_t qk__prof_count(qk__prof_thread *t)
+{
+    uintptr_t cur = (uintptr_t)__atomic_load_n(&t->cur, __ATOMIC_ACQUIRE);
+    size_t nch = __atomic_load_n(&t->n_chunks, __ATOMIC_ACQUIRE), k;
+    for (k = nch; k-- > 0 && k + 2 >= nch;) {
+        uintptr_t c0 = (uintptr_t)t->chunks[k];
+        if (cur >= c0 && cur <= c0 + QK__PROF_CHUNK * sizeof(qk__prof_ev))
+            return k * QK__PROF_CHUNK + (size_t)(cur - c0) / sizeof(qk__prof_ev);
+    }
+    return 0;
 }
 
 QK_PROF_DEF void qk_prof_begin(qk_prof_site *site)
@@ -900,7 +935,7 @@ QK_PROF_DEF void qk_prof_begin(qk_prof_site *site)
 #endif
     if (QK__PROF_LIKELY((unsigned)d < QK_PROF_MAX_DEPTH)) {
         qk__prof_frame *f = &t->stack[d];
-        f->site = site;
+        f->name = site->name;
         f->id = id;
         f->t0 = qk__prof_now(); /* last, so the bookkeeping above is not in the zone */
     } else {
@@ -924,11 +959,12 @@ QK_PROF_DEF void qk_prof_end(const char *name)
     d = --t->depth;
     if (QK__PROF_UNLIKELY((unsigned)d >= QK_PROF_MAX_DEPTH)) return; /* counted at begin */
     f = &t->stack[d];
-    if (QK__PROF_UNLIKELY(f->site->name != name) && (!name || !f->site->name || strcmp(f->site->name, name) != 0))
+    if (QK__PROF_UNLIKELY(f->name != name) && (!name || !f->name || strcmp(f->name, name) != 0))
         t->mismatched++;
-    qk__prof_stat_add(&t->stats[f->id], t1 - f->t0);
-    t->last_tick = t1;
-    qk__prof_push(t, f->t0, t1, f->id, d, 0);
+    if (QK__PROF_UNLIKELY(!qk__prof_push(t, f->t0, t1, QK__PROF_META(f->id, d, 0)))) {
+        qk__prof_stat_add(&t->stats[f->id], t1 - f->t0);
+        t->last_tick = t1;
+    }
 }
 
 QK_PROF_DEF qk_prof_site *qk_prof_scope_begin(qk_prof_site *site)
@@ -964,7 +1000,7 @@ QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add)
     c->add = add;
     t->last_tick = now;
     memcpy(&bits, &value, sizeof bits);
-    qk__prof_push(t, now, bits, id, 0, add ? 2 : 1);
+    qk__prof_push(t, now, bits, QK__PROF_META(id, 0, add ? 2 : 1));
 }
 
 /* ---- implementation: memory tracking ---- */
@@ -1517,7 +1553,7 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     for (t = qk__prof_g.threads; t; t = n) {
         size_t c;
         n = t->next;
-        for (c = 0; c < t->n_chunks; c++) QK_PROF_FREE(t->chunks[c]);
+        for (c = 0; c < t->n_alloc; c++) QK_PROF_FREE(t->chunks[c]);
         QK_PROF_FREE(t->chunks);
         QK_PROF_FREE(t->stats);
         QK_PROF_FREE(t->cstats);
@@ -1712,6 +1748,7 @@ static int qk__prof_model_build(qk__prof_model *m)
     uint32_t ns, i;
     int k, nt = 0;
     double end = 0;
+    qk__prof_stat *tmp;
     memset(m, 0, sizeof *m);
     qk_prof_gpu_collect(1);
     pthread_mutex_lock(&qk__prof_mu);
@@ -1726,7 +1763,9 @@ static int qk__prof_model_build(qk__prof_model *m)
     m->gpu = (qk__prof_row *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *m->gpu);
     m->ctr = (qk__prof_crow *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *m->ctr);
     m->threads = (qk__prof_thread **)qk__prof_calloc((size_t)qk__prof_g.n_threads + 1, sizeof *m->threads);
-    if (!m->cpu || !m->gpu || !m->ctr || !m->threads) {
+    tmp = (qk__prof_stat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *tmp);
+    if (!m->cpu || !m->gpu || !m->ctr || !m->threads || !tmp) {
+        QK_PROF_FREE(tmp);
         pthread_mutex_unlock(&qk__prof_mu);
         qk__prof_model_free(m);
         qk__prof_seterr("qk_prof: out of memory building the report");
@@ -1761,7 +1800,20 @@ static int qk__prof_model_build(qk__prof_model *m)
     m->n_lanes = qk__prof_g.n_lanes;
     for (t = qk__prof_g.threads; t; t = t->next) {
         qk__prof_gthread *g = __atomic_load_n(&t->gpu, __ATOMIC_ACQUIRE);
-        m->sum.events += __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+        size_t ne = qk__prof_count(t), e;
+        /* zone statistics: the dropped zones' running sums plus the kept events */
+        memcpy(tmp, t->stats, QK_PROF_MAX_SITES * sizeof *tmp);
+        for (e = 0; e < ne; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            uint64_t last = ev->t0;
+            if (QK__PROF_KIND(ev) == 0) {
+                qk__prof_stat_add(&tmp[QK__PROF_SITE(ev) % QK_PROF_MAX_SITES], ev->t1 - ev->t0);
+                last = ev->t1;
+            }
+            if (last - m->t0 < (uint64_t)1 << 62 && (double)(int64_t)(last - m->t0) * m->npt > end)
+                end = (double)(int64_t)(last - m->t0) * m->npt;
+        }
+        m->sum.events += ne;
         m->sum.dropped_events += t->dropped;
         m->sum.unbalanced += t->unbalanced;
         m->sum.mismatched += t->mismatched;
@@ -1771,7 +1823,7 @@ static int qk__prof_model_build(qk__prof_model *m)
             if (e > end) end = e;
         }
         for (i = 0; i < QK_PROF_MAX_SITES; i++) {
-            if (t->stats[i].n) qk__prof_row_add(&m->cpu[i], &t->stats[i], m->npt);
+            if (tmp[i].n) qk__prof_row_add(&m->cpu[i], &tmp[i], m->npt);
             if (t->cstats && t->cstats[i].n) {
                 qk__prof_crow *c = &m->ctr[i];
                 const qk__prof_cstat *s = &t->cstats[i];
@@ -1850,6 +1902,7 @@ static int qk__prof_model_build(qk__prof_model *m)
             m->n_ctr = o;
         }
     }
+    QK_PROF_FREE(tmp);
     pthread_mutex_unlock(&qk__prof_mu);
     /* Stream utilization: union of the resolved zones' intervals per lane. */
     for (k = 0; k < m->n_lanes; k++) {
@@ -2339,15 +2392,15 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
         }
     }
     for (t = qk__prof_g.threads; t; t = t->next) {
-        size_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE), e;
+        size_t n = qk__prof_count(t), e;
         for (e = 0; e < n; e++) {
             const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-            if (ev->kind) { nce++; continue; }
+            if (QK__PROF_KIND(ev)) { nce++; continue; }
             QK__PROF_SEP();
             fputs("{\"ph\":\"X\",\"cat\":\"cpu\",\"name\":", f);
-            qk__prof_json_str(f, qk__prof_site_name(ev->site));
+            qk__prof_json_str(f, qk__prof_site_name(QK__PROF_SITE(ev)));
             fprintf(f, ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d}}", t->index + 1,
-                    (double)(int64_t)(ev->t0 - m->t0) * m->npt * 1e-3, (double)(ev->t1 - ev->t0) * m->npt * 1e-3, ev->depth);
+                    (double)(int64_t)(ev->t0 - m->t0) * m->npt * 1e-3, (double)(ev->t1 - ev->t0) * m->npt * 1e-3, QK__PROF_DEPTH(ev));
         }
         if (t->gpu) {
             qk__prof_gthread *g = t->gpu;
@@ -2373,11 +2426,11 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
     if (nce) ce = (qk__prof_cev *)QK_PROF_MALLOC(nce * sizeof *ce);
     if (ce) {
         for (t = qk__prof_g.threads; t; t = t->next) {
-            size_t n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE), e;
+            size_t n = qk__prof_count(t), e;
             for (e = 0; e < n && ci < nce; e++) {
                 const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-                if (!ev->kind) continue;
-                ce[ci].site = ev->site; ce[ci].kind = ev->kind; ce[ci].t = ev->t0;
+                if (!QK__PROF_KIND(ev)) continue;
+                ce[ci].site = QK__PROF_SITE(ev); ce[ci].kind = QK__PROF_KIND(ev); ce[ci].t = ev->t0;
                 memcpy(&ce[ci].v, &ev->t1, sizeof ce[ci].v);
                 ci++;
             }
@@ -2478,10 +2531,10 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
             double busy = 0;
             size_t n, e;
             if (!(t = m->threads[i])) continue;
-            n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+            n = qk__prof_count(t);
             for (e = 0; e < n; e++) {
                 const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-                if (!ev->kind && ev->depth == 0) busy += (double)(ev->t1 - ev->t0) * m->npt;
+                if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) == 0) busy += (double)(ev->t1 - ev->t0) * m->npt;
             }
             {
                 double fr = m->wall > 0 ? busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
@@ -2517,15 +2570,15 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
             fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", LW - 6, li * 22 + 15);
             qk__prof_html_label(f, t->name, 30);
             fputs("</text>\n", f);
-            n = __atomic_load_n(&t->count, __ATOMIC_ACQUIRE);
+            n = qk__prof_count(t);
             for (e = 0; e < n && boxes < 20000; e++) {
                 const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
                 double x0, w;
-                if (ev->kind || ev->depth > 1) continue;
+                if (QK__PROF_KIND(ev) || QK__PROF_DEPTH(ev) > 1) continue;
                 x0 = LW + sx * (double)(int64_t)(ev->t0 - m->t0) * m->npt;
                 w = sx * (double)(ev->t1 - ev->t0) * m->npt;
                 fprintf(f, "<rect class=\"cpu\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" opacity=\"%s\"/>\n", x0,
-                        li * 22 + 3 + (ev->depth ? 8 : 0), w < 0.5 ? 0.5 : w, ev->depth ? 8 : 16, ev->depth ? "0.6" : "1");
+                        li * 22 + 3 + (QK__PROF_DEPTH(ev) ? 8 : 0), w < 0.5 ? 0.5 : w, QK__PROF_DEPTH(ev) ? 8 : 16, QK__PROF_DEPTH(ev) ? "0.6" : "1");
                 boxes++;
             }
             li++;
