@@ -3,14 +3,16 @@
 #include "qk_prof.h"
 
 #include <stdio.h>
+#include <string.h>
 
 int main(void)
 {
     double a[4] = { 1, 2, 3, 4 }, s = 0;
     void *stream = NULL;
     const char *path = "/nonexistent/never-written.json";
-    qk_prof_desc d = { 0, 0, 0, 0, NULL, NULL, 0 }; /* the types stay in the disabled build */
+    qk_prof_desc d; /* the types stay in the disabled build */
     int i, rc = 0;
+    memset(&d, 0, sizeof d);
     rc |= QK_PROF_INIT(&d);
     QK_PROF_THREAD_NAME("main");
     QK_PROF_BEGIN("all");
