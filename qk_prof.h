@@ -1289,12 +1289,18 @@ static qk__prof_gthread *qk__prof_gpu_thread(qk__prof_thread *t)
        on the host timeline (the only synchronization the profiler makes outside reports). */
     pthread_mutex_lock(&qk__prof_mu);
     if (!qk__prof_g.base_ev[g->device]) {
+        /* On a private non-blocking stream: no implicit wait for the caller's work (as the
+           legacy default stream would make) and nothing recorded into the caller's streams. */
         cudaEvent_t base;
-        if (cudaEventCreate(&base) == cudaSuccess) {
-            cudaEventRecord(base, 0);
-            cudaEventSynchronize(base);
-            qk__prof_g.base_tick[g->device] = qk__prof_now();
-            qk__prof_g.base_ev[g->device] = (void *)base;
+        cudaStream_t bs;
+        if (cudaStreamCreateWithFlags(&bs, cudaStreamNonBlocking) == cudaSuccess) {
+            if (cudaEventCreate(&base) == cudaSuccess) {
+                cudaEventRecord(base, bs);
+                cudaEventSynchronize(base);
+                qk__prof_g.base_tick[g->device] = qk__prof_now();
+                qk__prof_g.base_ev[g->device] = (void *)base;
+            }
+            cudaStreamDestroy(bs);
         }
         cudaGetLastError();
     }
@@ -1371,13 +1377,22 @@ static void qk__prof_gpu_resolve(qk__prof_gthread *g, int wait)
     g->since_resolve = 0;
 }
 
-static int qk__prof_lanec_get(qk__prof_gthread *g, void *stream)
+static int qk__prof_lanec_find(qk__prof_gthread *g, void *stream)
 {
-    int i, lane;
-    qk__prof_lanec *L;
+    int i;
     for (i = 0; i < g->n_lanes; i++)
         if (g->lanes[i].stream == stream) return i;
-    lane = qk__prof_lane_id(stream, g->device);
+    return -1;
+}
+
+/* Lock order: the global lock before a thread's GPU lock, never the reverse. So the lane id of
+   a new stream is looked up (global lock) before the caller takes g->mu; only the owning thread
+   adds lanes, so the search is stable in between. */
+static int qk__prof_lanec_get(qk__prof_gthread *g, void *stream, int lane)
+{
+    int i;
+    qk__prof_lanec *L;
+    if ((i = qk__prof_lanec_find(g, stream)) >= 0) return i;
     if (lane < 0) return -1;
     if (qk__prof_grow((void **)&g->lanes, &g->cap_lanes, g->n_lanes + 1, sizeof *L) != 0) return -1;
     L = &g->lanes[g->n_lanes];
@@ -1404,9 +1419,10 @@ static void qk__prof_gpu_begin_x(qk_prof_site *site, void *stream)
 #endif
     if (!g) { t->dropped++; return; }
 #ifdef QK_PROF_CUDA
-    pthread_mutex_lock(&g->mu);
     {
-        int li = qk__prof_lanec_get(g, stream), d = g->depth++;
+        int lane = qk__prof_lanec_find(g, stream) >= 0 ? 0 : qk__prof_lane_id(stream, g->device);
+        pthread_mutex_lock(&g->mu);
+        int li = qk__prof_lanec_get(g, stream, lane), d = g->depth++;
         qk__prof_lanec *L;
         qk__prof_gz *z;
         if ((unsigned)d >= QK_PROF_MAX_DEPTH) { t->too_deep++; goto out; }
@@ -1909,19 +1925,21 @@ static int qk__prof_model_build(qk__prof_model *m)
         size_t cnt = 0, o = 0, r, j;
         double *iv, cs = 0, ce = -1;
         for (t = qk__prof_g.threads; t; t = t->next)
-            if (t->gpu) cnt += t->gpu->n_recs;
+            if (t->gpu) cnt += __atomic_load_n(&t->gpu->n_recs, __ATOMIC_ACQUIRE);
         if (!cnt) continue;
-        iv = (double *)QK_PROF_MALLOC(cnt * 2 * sizeof *iv);
+        iv = (double *)QK_PROF_MALLOC((cnt + 1024) * 2 * sizeof *iv);
         if (!iv) continue;
         for (t = qk__prof_g.threads; t; t = t->next) {
             qk__prof_gthread *g = t->gpu;
             if (!g) continue;
-            for (r = 0; r < g->n_recs; r++)
+            pthread_mutex_lock(&g->mu); /* the owner may be growing recs */
+            for (r = 0; r < g->n_recs && o < cnt + 1024; r++)
                 if (g->recs[r].lane == k) {
                     iv[2 * o] = qk__prof_gabs(m, &g->recs[r]);
                     iv[2 * o + 1] = iv[2 * o] + g->recs[r].dur_ns;
                     o++;
                 }
+            pthread_mutex_unlock(&g->mu);
         }
         qsort(iv, o, 2 * sizeof *iv, qk__prof_dcmp);
         m->lanes[k].zones = o;
@@ -2590,6 +2608,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
             for (t = qk__prof_g.threads; t; t = t->next) {
                 size_t r;
                 if (!t->gpu) continue;
+                pthread_mutex_lock(&t->gpu->mu);
                 for (r = 0; r < t->gpu->n_recs && boxes < 20000; r++) {
                     const qk__prof_grec *gr = &t->gpu->recs[r];
                     double x0, w;
@@ -2600,6 +2619,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
                             x0, li * 22 + 3, w < 0.5 ? 0.5 : w);
                     boxes++;
                 }
+                pthread_mutex_unlock(&t->gpu->mu);
             }
         }
         fprintf(f, "<text x=\"%d\" y=\"%d\">0</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f ms</text>\n</svg>\n",
