@@ -459,7 +459,7 @@ typedef struct qk__prof_gz {    /* a GPU zone from begin to resolution */
     uint32_t id;
     cudaEvent_t e0, e1;
     uint64_t bytes;
-    uint8_t dir, pinned, ended, pad;
+    uint8_t dir, pinned, ended, done;
     uint16_t depth;
 } qk__prof_gz;
 
@@ -471,7 +471,9 @@ typedef struct qk__prof_lanec { /* one (thread, stream) pair */
     cudaEvent_t prev;           /* e0 of the last resolved zone (or the base event) */
     double prev_ms;             /* its time after the device's base event */
     int64_t head_seq;           /* sequence number of the zone at head */
-    int64_t ended_seq;          /* sequence number of the zone whose e1 was recorded last, -1 none */
+    int64_t *ends;              /* ring (cap) of zones in the order their e1 was recorded */
+    int e_head, e_count;
+    int next_resolve;           /* e_count that triggers the next pass from END */
 } qk__prof_lanec;
 
 typedef struct qk__prof_gopen { int lanec; int64_t seq; } qk__prof_gopen;
@@ -491,7 +493,6 @@ typedef struct qk__prof_gthread {
     int n_pool, cap_pool;
     qk__prof_gopen stack[QK_PROF_MAX_DEPTH];
     int depth;
-    int since_resolve;
 #endif
 } qk__prof_gthread;
 
@@ -776,6 +777,7 @@ static qk__prof_thread *qk__prof_register_thread(void)
                     qk__prof_ev_put(g, z->e1);
                     z->e1 = z->e0;
                     z->ended = 1;
+                    L->ends[(L->e_head + L->e_count++) % L->cap] = g->stack[d].seq;
                 }
                 t->unbalanced++;
             }
@@ -1326,31 +1328,43 @@ static void qk__prof_ev_put(qk__prof_gthread *g, cudaEvent_t e)
     g->pool[g->n_pool++] = e;
 }
 
-/* Resolves finished zones at the head of one lane, in begin order: start from the previous
-   zone's e0 (chained, so float milliseconds never grow large), duration from the zone's own
-   pair. Completion is monotone along a stream: if the newest ended zone's e1 is done, every
-   ended zone before it is too, so a burst resolves with one query. */
+/* Resolves finished zones of one lane. Completion is monotone in the order the zones' e1 were
+   recorded on the stream (the ends ring), so a binary search with O(log n) cudaEventQuery calls
+   finds every finished zone; then the head of the lane (begin order) is resolved while done:
+   start from the previous zone's e0 (chained, so the float milliseconds of
+   cudaEventElapsedTime never grow large), duration from the zone's own pair. */
+#define QK__PROF_ZONE(L, seq) (&(L)->q[((L)->head + (int)((seq) - (L)->head_seq)) % (L)->cap])
+static int qk__prof_ev_done(cudaEvent_t e, int wait)
+{
+    cudaError_t r = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return 0;
+    if (r != cudaSuccess) cudaGetLastError(); /* a failed event counts as done: never block on it */
+    return 1;
+}
+
 static void qk__prof_lane_resolve(qk__prof_gthread *g, qk__prof_lanec *L, int wait)
 {
-    int all_done = 0;
+    int lo = -1, hi = L->e_count, k;
+    if (hi > 0) {
+        if (qk__prof_ev_done(QK__PROF_ZONE(L, L->ends[(L->e_head + hi - 1) % L->cap])->e1, wait)) {
+            lo = hi - 1;
+        } else {
+            hi--;
+            while (hi - lo > 1) {
+                int mid = (lo + hi) / 2;
+                if (qk__prof_ev_done(QK__PROF_ZONE(L, L->ends[(L->e_head + mid) % L->cap])->e1, 0)) lo = mid;
+                else hi = mid;
+            }
+        }
+        for (k = 0; k <= lo; k++) QK__PROF_ZONE(L, L->ends[(L->e_head + k) % L->cap])->done = 1;
+        L->e_head = (L->e_head + lo + 1) % L->cap;
+        L->e_count -= lo + 1;
+    }
     while (L->count > 0) {
         qk__prof_gz *z = &L->q[L->head];
         float a = 0, b = 0;
         double start_ms;
-        if (!z->ended) break;
-        if (!all_done) {
-            if (L->ended_seq >= L->head_seq) {
-                qk__prof_gz *tail = &L->q[(L->head + (int)(L->ended_seq - L->head_seq)) % L->cap];
-                cudaError_t e = wait ? cudaEventSynchronize(tail->e1) : cudaEventQuery(tail->e1);
-                if (e == cudaSuccess) all_done = 1;
-                else if (e != cudaErrorNotReady) { cudaGetLastError(); all_done = 1; }
-            }
-            if (!all_done) {
-                cudaError_t e = cudaEventQuery(z->e1);
-                if (e == cudaErrorNotReady) break;
-                if (e != cudaSuccess) cudaGetLastError();
-            }
-        }
+        if (!z->done) break;
         if (cudaEventElapsedTime(&a, L->prev, z->e0) != cudaSuccess ||
             cudaEventElapsedTime(&b, z->e0, z->e1) != cudaSuccess) {
             cudaGetLastError(); /* an event failed (e.g. recorded in a capture): skip the zone */
@@ -1374,7 +1388,6 @@ static void qk__prof_gpu_resolve(qk__prof_gthread *g, int wait)
 {
     int i;
     for (i = 0; i < g->n_lanes; i++) qk__prof_lane_resolve(g, &g->lanes[i], wait);
-    g->since_resolve = 0;
 }
 
 static int qk__prof_lanec_find(qk__prof_gthread *g, void *stream)
@@ -1398,13 +1411,14 @@ static int qk__prof_lanec_get(qk__prof_gthread *g, void *stream, int lane)
     L = &g->lanes[g->n_lanes];
     memset(L, 0, sizeof *L);
     L->q = (qk__prof_gz *)qk__prof_calloc((size_t)qk__prof_g.desc.gpu_queue, sizeof *L->q);
-    if (!L->q) return -1;
+    L->ends = (int64_t *)qk__prof_calloc((size_t)qk__prof_g.desc.gpu_queue, sizeof *L->ends);
+    if (!L->q || !L->ends) { QK_PROF_FREE(L->q); QK_PROF_FREE(L->ends); return -1; }
     L->stream = stream;
     L->lane = lane;
     L->cap = qk__prof_g.desc.gpu_queue;
     L->prev = (cudaEvent_t)qk__prof_g.base_ev[g->device];
     L->prev_ms = 0;
-    L->ended_seq = -1;
+    L->next_resolve = L->cap / 4 > 1 ? L->cap / 4 : 1;
     return g->n_lanes++;
 }
 #endif /* QK_PROF_CUDA */
@@ -1497,10 +1511,14 @@ static void qk__prof_gpu_end_x(const char *name, void *stream, uint64_t bytes, i
         z->bytes = bytes;
         z->dir = (uint8_t)dir;
         z->pinned = (uint8_t)pinned;
-        L->ended_seq = g->stack[d].seq;
+        L->ends[(L->e_head + L->e_count++) % L->cap] = g->stack[d].seq;
         t->last_tick = qk__prof_now();
-        /* Resolve now and then without waiting, so the pool and queues stay small. */
-        if (++g->since_resolve >= 256) qk__prof_gpu_resolve(g, 0);
+        /* Resolve without waiting each time another quarter of the lane's queue has ended:
+           a few queries per pass; while the GPU is far behind, passes stay that far apart. */
+        if (L->e_count >= L->next_resolve) {
+            qk__prof_lane_resolve(g, L, 0);
+            L->next_resolve = L->e_count + (L->cap / 4 > 1 ? L->cap / 4 : 1);
+        }
     }
 out:
     pthread_mutex_unlock(&g->mu);
@@ -1586,6 +1604,7 @@ QK_PROF_DEF void qk_prof_shutdown(void)
                 }
                 if (L->prev != (cudaEvent_t)qk__prof_g.base_ev[g->device]) cudaEventDestroy(L->prev);
                 QK_PROF_FREE(L->q);
+                QK_PROF_FREE(L->ends);
             }
             for (k = 0; k < g->n_pool; k++) cudaEventDestroy(g->pool[k]);
             QK_PROF_FREE(g->pool);
@@ -2136,6 +2155,7 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
     char b1[32], b2[32];
     for (i = 0; i < m->n_cpu; i++) if ((int)strlen(m->cpu[i].name) > w) w = (int)strlen(m->cpu[i].name);
     for (i = 0; i < m->n_gpu; i++) if ((int)strlen(m->gpu[i].name) > w) w = (int)strlen(m->gpu[i].name);
+    for (k = 0; k < m->n_lanes; k++) if ((int)strlen(m->lanes[k].name) + 8 > w) w = (int)strlen(m->lanes[k].name) + 8;
     if (w > 48) w = 48;
     fprintf(f, "qk_prof report: wall %.3f ms, clock %s (%.4f ns/tick), %d thread%s, %d GPU stream%s\n",
             m->wall * 1e-6, m->sum.clock, m->npt, m->sum.threads, m->sum.threads == 1 ? "" : "s",

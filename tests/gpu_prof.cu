@@ -2,8 +2,10 @@
 //  - zone durations agree with independent event pairs recorded inside each zone;
 //  - streams are separate lanes; busy time = union of the zones (checked against the test's
 //    own events); nested zones on one stream;
-//  - no synchronization per zone: 1000 zones are recorded behind a 300 ms kernel that is still
-//    running afterwards (an independent event after them is not ready);
+//  - no synchronization per zone: 100 zones (each around an empty kernel) are recorded behind a
+//    300 ms kernel that is still running afterwards (an independent event after them is not
+//    ready). 100, not 1000: the device's command queue itself blocks the host at about a
+//    thousand commands (seen on an H200: 1000 zones + kernels took the kernel's 300 ms);
 //  - transfers: direction, pinned vs pageable, bytes; memory tracking of device and pinned
 //    buffers; device snapshot and memory-pool statistics;
 //  - a full zone queue drops zones and counts them, and never corrupts the rest.
@@ -126,7 +128,7 @@ int main(int argc, char **argv)
         spin<<<1, 1, 0, s1>>>(300000000LL);
         QK_PROF_GPU_END("long", s1);
         double t0 = now_s();
-        for (int i = 0; i < 1000; i++) {
+        for (int i = 0; i < 100; i++) {
             QK_PROF_GPU_BEGIN("behind", s1);
             empty<<<1, 1, 0, s1>>>();
             QK_PROF_GPU_END("behind", s1);
@@ -135,13 +137,13 @@ int main(int argc, char **argv)
         double t1 = now_s();
         CU(cudaEventRecord(after, s1));
         cudaError_t q = cudaEventQuery(after);
-        fprintf(stderr, "1000 zones behind a 300 ms kernel: %.2f ms host time, kernel still running: %s\n",
+        fprintf(stderr, "100 zones behind a 300 ms kernel: %.2f ms host time, kernel still running: %s\n",
                 (t1 - t0) * 1e3, q == cudaErrorNotReady ? "yes" : "no");
         CHECK(q == cudaErrorNotReady);
-        CHECK(t1 - t0 < 0.25);
+        CHECK(t1 - t0 < 0.05);
         qk_prof_summary s;
         CU(cudaEventSynchronize(after));
-        CHECK(qk_prof_zone_stats("behind", 1, &st) == 0 && st.calls == 1000);
+        CHECK(qk_prof_zone_stats("behind", 1, &st) == 0 && st.calls == 100);
         CHECK(qk_prof_zone_stats("long", 1, &st) == 0 && st.min_ns >= 299e6);
         qk_prof_get_summary(&s);
         CHECK(s.dropped_gpu == 0 && s.gpu_pending == 0 && s.lanes == 2);
