@@ -15,6 +15,7 @@
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #define QK_PROF_CUDA
+#define QK_PROF_NVTX /* the same names in Nsight Systems; costs about 2 ns with no tool attached */
 #include "qk_prof.h"
 
 #include <cuda_runtime.h>
