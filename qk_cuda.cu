@@ -31,3 +31,15 @@ extern "C" qk_result qk_cuda_device_query(int device, qk_device_info *info, char
     cudaMemGetInfo(&info->free_bytes, &info->total_bytes);
     return QK_OK;
 }
+
+extern "C" qk_result qk_cuda_gram(const qk_plan *, const qk_map *, const qk_gram_desc *, char *err, size_t err_size)
+{
+    if (err) snprintf(err, err_size, "the CUDA Gram engine is not built yet");
+    return QK_ERROR_UNSUPPORTED;
+}
+
+extern "C" qk_result qk_cuda_states(const qk_map *, const double *, int64_t, qk_precision, double *, char *err, size_t err_size)
+{
+    if (err) snprintf(err, err_size, "the CUDA state engine is not built yet");
+    return QK_ERROR_UNSUPPORTED;
+}
