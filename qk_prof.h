@@ -638,10 +638,17 @@ static void qk__prof_copy(char *dst, size_t size, const char *src)
 }
 
 /* ---- implementation: clock ---- */
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+/* A strict -std=c99/c11 TU whose system headers came before this one (so the feature macro at
+   the top came too late) hides clock_gettime. glibc and musl always define it, with clockid_t
+   an int and CLOCK_MONOTONIC 1 (the Linux ABI): declare it here. */
+extern int clock_gettime(int clock_id, struct timespec *ts);
+#define CLOCK_MONOTONIC 1
+#endif
 #ifdef CLOCK_MONOTONIC
 #define QK__PROF_MONO(ts) clock_gettime(CLOCK_MONOTONIC, ts)
-#else /* clock_gettime hidden by a strict standard mode: C11's wall clock (not monotonic) */
-#define QK__PROF_MONO(ts) timespec_get(ts, TIME_UTC)
+#else
+#error "qk_prof.h: clock_gettime(CLOCK_MONOTONIC) is hidden: define _POSIX_C_SOURCE 200809L before any #include"
 #endif
 
 static uint64_t qk__prof_mono_ns(void)
