@@ -2156,6 +2156,20 @@ static int qk__prof_top_cmp(const void *a, const void *b)
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
+/* CPU and GPU rows together, largest total first; *n gets the count (caller frees). */
+static qk__prof_top *qk__prof_tops(const qk__prof_model *m, int *n)
+{
+    int i, nt = m->n_cpu + m->n_gpu;
+    qk__prof_top *tp = (qk__prof_top *)QK_PROF_MALLOC((size_t)(nt ? nt : 1) * sizeof *tp);
+    *n = 0;
+    if (!tp) return NULL;
+    for (i = 0; i < m->n_cpu; i++) { tp[i].name = m->cpu[i].name; tp[i].gpu = 0; tp[i].total = m->cpu[i].total; }
+    for (i = 0; i < m->n_gpu; i++) { tp[m->n_cpu + i].name = m->gpu[i].name; tp[m->n_cpu + i].gpu = 1; tp[m->n_cpu + i].total = m->gpu[i].total; }
+    qsort(tp, (size_t)nt, sizeof *tp, qk__prof_top_cmp);
+    *n = nt < qk__prof_g.desc.top_n ? nt : qk__prof_g.desc.top_n;
+    return tp;
+}
+
 static void qk__prof_write_text(FILE *f, qk__prof_model *m)
 {
     int i, w = 24, k;
@@ -2181,14 +2195,11 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         }
     }
     {
-        int nt = m->n_cpu + m->n_gpu, top = qk__prof_g.desc.top_n;
-        qk__prof_top *tp = (qk__prof_top *)QK_PROF_MALLOC((size_t)(nt ? nt : 1) * sizeof *tp);
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
         if (tp) {
-            for (i = 0; i < m->n_cpu; i++) { tp[i].name = m->cpu[i].name; tp[i].gpu = 0; tp[i].total = m->cpu[i].total; }
-            for (i = 0; i < m->n_gpu; i++) { tp[m->n_cpu + i].name = m->gpu[i].name; tp[m->n_cpu + i].gpu = 1; tp[m->n_cpu + i].total = m->gpu[i].total; }
-            qsort(tp, (size_t)nt, sizeof *tp, qk__prof_top_cmp);
-            fprintf(f, "\nTop %d bottlenecks (total time; nested zones overlap their parents)\n", top < nt ? top : nt);
-            for (i = 0; i < nt && i < top; i++) {
+            fprintf(f, "\nTop %d bottlenecks (total time; nested zones overlap their parents)\n", nt);
+            for (i = 0; i < nt; i++) {
                 fprintf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
                 qk__prof_text_name(f, tp[i].name, w);
                 fprintf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
@@ -2307,6 +2318,22 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
             (unsigned long long)s->gpu_ignored, (unsigned long long)s->gpu_pending);
     qk__prof_json_rows(f, "cpu_zones", m->cpu, m->n_cpu, m->wall);
     qk__prof_json_rows(f, "gpu_zones", m->gpu, m->n_gpu, m->wall);
+    {
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
+        fputs(",\n\"top\":[", f);
+        for (i = 0; tp && i < nt; i++) {
+            fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
+            qk__prof_json_str(f, tp[i].name);
+            fprintf(f, ",\"gpu\":%s,\"total_ns\":", tp[i].gpu ? "true" : "false");
+            qk__prof_json_num(f, tp[i].total);
+            fputs(",\"pct_wall\":", f);
+            qk__prof_json_num(f, m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            fputc('}', f);
+        }
+        fputs("]", f);
+        QK_PROF_FREE(tp);
+    }
     fputs(",\n\"streams\":[", f);
     for (k = 0; k < m->n_lanes; k++) {
         const qk__prof_lrow *l = &m->lanes[k];
@@ -2682,6 +2709,19 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
                 LW, H + 20, LW + 60, H + 20);
     }
     pthread_mutex_unlock(&qk__prof_mu);
+    {
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
+        fputs("<h2>Top bottlenecks</h2>\n<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>% of wall</th></tr>\n", f);
+        for (i = 0; tp && i < nt; i++) {
+            fputs("<tr><td>", f);
+            qk__prof_html_str(f, tp[i].name);
+            fprintf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f</td></tr>\n", tp[i].gpu ? "GPU" : "CPU", tp[i].total * 1e-6,
+                    m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+        }
+        fputs("</table>\n", f);
+        QK_PROF_FREE(tp);
+    }
     qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
     if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
     if (m->n_lanes) {

@@ -38,6 +38,10 @@ def main():
             check(close(z["std_ns"], statistics.pstdev(durs), rel=1e-7), "%r std %s vs %s" % (name, z["std_ns"], statistics.pstdev(durs)))
             check(close(z["pct_wall"], 100 * z["total_ns"] / rep["wall_ns"]), "%r pct" % name)
         check(zones["inner"]["sites"] == 2, "inner merges two call sites")
+        top = rep["top"]
+        want = sorted(rep["cpu_zones"], key=lambda z: -z["total_ns"])[:10]
+        check([t["name"] for t in top] == [z["name"] for z in want] and top[0]["gpu"] is False,
+              "top list = zones by total, largest first")
         ctr = {c["name"]: c for c in rep["counters"]}
         check(close(ctr["tiles"]["sum"], sched["tiles"]) and ctr["tiles"]["kind"] == "add", "tiles counter sum")
         check(close(ctr["temp"]["last"], sched["temp_last"]) and ctr["temp"]["kind"] == "set", "temp counter last")
@@ -123,6 +127,7 @@ def main():
         p.feed(h)
         check(p.err == 0 and not p.stack, "HTML tags balance (%d errors, open %s)" % (p.err, p.stack[-3:]))
         check(p.svgs >= 3, "HTML has the SVG charts (%d)" % p.svgs)
+        check("Top bottlenecks" in h, "HTML has the top-N table")
     if fails:
         print("%d failure(s)" % len(fails))
         return 1
