@@ -7,7 +7,6 @@ import os, subprocess, sys, tempfile
 
 def sections(obj, objcopy, nm, tmp):
     out = {}
-    heads = subprocess.run(["objdump", "-h", obj], capture_output=True, text=True).stdout if False else None
     for sec in (".text", ".rodata", ".data", ".bss"):
         b = os.path.join(tmp, "sec.bin")
         if os.path.exists(b):
@@ -36,7 +35,8 @@ def main():
     fails = 0
     with tempfile.TemporaryDirectory() as tmp:
         for cc in compilers:
-            is_cxx = any(x in os.path.basename(cc[0]) for x in ("++", "cpp", "cxx"))
+            # the compiler may come behind a launcher (ccache): look at every word
+            is_cxx = any(x in os.path.basename(w) for w in cc for x in ("++", "clang++", "cxx")) or "-std=c++17" in cc
             lang = ["-x", "c++"] if is_cxx else ["-x", "c"]
             for opt in ("-O0", "-O2"):
                 objs = {}
