@@ -76,4 +76,5 @@ def main():
             return check(t, min_gpu)
     return check(a[0], min_gpu)
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())
