@@ -27,7 +27,10 @@
 
    Configuration macros (define before the implementation include)
    ---------------------------------------------------------------
-     QK_IMPLEMENTATION    expand the implementation in this translation unit
+     QK_IMPLEMENTATION    expand the implementation in this translation unit (this also
+                          expands qk_prof.h's implementation: do not define
+                          QK_PROF_IMPLEMENTATION in another file of the same program)
+     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md)
      QK_STATIC            make every function static (private to that translation unit)
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
      QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
@@ -469,6 +472,17 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
 /* ======================================================================================== */
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
+
+/* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
+/* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
+   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). */
+#if defined(QK_CUDA) && QK_CUDA && !defined(QK_PROF_CUDA)
+#define QK_PROF_CUDA
+#endif
+#ifndef QK_PROF_IMPLEMENTATION
+#define QK_PROF_IMPLEMENTATION
+#endif
+#include "qk_prof.h"
 
 /* ---- implementation: includes and config ---- */
 #include <math.h>
@@ -1588,7 +1602,9 @@ static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_pa
     if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
     memset(&j, 0, sizeof j);
     j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = stride;
+    QK_PROF_BEGIN("states");
     qk__parallel(n_threads < n ? n_threads : (int)n, qk__states_work, &j);
+    QK_PROF_END("states");
     if (j.oom) { QK_FREE(out); qk__set_error("states: out of host memory"); return NULL; }
     return out;
 }
@@ -1838,10 +1854,12 @@ static void qk__gram_work(void *p, int thread)
     acci = accr + QK__T * QK__T;
     kt = acci + QK__T * QK__T;
     panel = kt + QK__T * QK__T;
+    if (thread > 0) QK_PROF_THREAD_NAME("qk cpu worker");
     while ((t = QK__FETCH_ADD(&j->next, 1)) < j->n_tiles) {
         int64_t ti, tj, i0, j0, m, n, a, b;
         int diag;
         if (QK__LOAD(&j->cancel) || QK__LOAD(&j->oom)) break;
+        QK_PROF_BEGIN("gram tile");
         qk__tile_of(j, t, &ti, &tj);
         i0 = ti * QK__T; j0 = tj * QK__T;
         m = j->na - i0 < QK__T ? j->na - i0 : QK__T;
@@ -1871,6 +1889,8 @@ static void qk__gram_work(void *p, int thread)
                     if (j->symmetric && !diag) qk__store(j->out, j->dt, (j0 + b) * j->ld + i0 + a, v);
                 }
         }
+        QK_PROF_END("gram tile");
+        QK_PROF_COUNT("tiles", 1);
         QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
         if (thread == 0 && j->progress) {
             if (j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
@@ -3685,12 +3705,17 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     return (int)len;
 }
 
-QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
+static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
-    qk_result r = qk__check_gram(ctx, map, desc);
+    qk_result r;
+    QK_PROF_BEGIN("validate");
+    r = qk__check_gram(ctx, map, desc);
+    QK_PROF_END("validate");
     if (r != QK_OK) return r;
+    QK_PROF_BEGIN("plan");
     r = qk_plan_make(ctx, map, desc, &plan);
+    QK_PROF_END("plan");
     if (r != QK_OK) return r;
     if (plan.backend == QK_BACKEND_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
@@ -3703,6 +3728,15 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
 #endif
     }
     return qk__cpu_gram(&plan, map, desc);
+}
+
+QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_result r;
+    QK_PROF_BEGIN("qk_gram");
+    r = qk__gram(ctx, map, desc);
+    QK_PROF_END("qk_gram");
+    return r;
 }
 
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out)
