@@ -240,8 +240,10 @@ typedef struct qk_ctx_desc {
     int n_threads;          /* CPU engine threads; default: all online cores */
     int cuda_device;        /* CUDA device ordinal; default 0 */
     double vram_fraction;   /* share of free device memory the planner may use; default 0.85 */
-    int autotune;           /* 0 default (on), 1 on, -1 off (fixed per-architecture table) */
-    const char *cache_dir;  /* autotune cache directory; default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
+    int autotune;           /* 0 default: cached configuration, tuned and stored on a miss; 1: tune
+                               now and store (qk-gram --autotune); -1 off: the fixed
+                               per-architecture table (docs/autotune.md) */
+    const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
     qk_allocator allocator; /* default: QK_MALLOC / QK_FREE */
@@ -299,6 +301,7 @@ typedef struct qk_device_info {
     char name[128];
     int cc_major, cc_minor;
     int sm_count;
+    int driver_version;         /* cudaDriverGetVersion(), e.g. 13000 */
     size_t total_bytes, free_bytes;
     size_t smem_per_block_optin;
     size_t l2_bytes;
@@ -323,7 +326,7 @@ typedef struct qk_plan {
     int n_streams;
     size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
     size_t bytes_budget;        /* vram_fraction * free (GPU) */
-    char config[64];            /* kernel configuration used and where it came from */
+    char config[96];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
 
@@ -3541,7 +3544,8 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 
 /* ---- implementation: context and orchestration ---- */
 struct qk_ctx {
-    qk_ctx_desc desc;           /* resolved */
+    qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
+    char cache_dir[1024];
     qk_device_info dev;         /* present == 0 on the CPU engine */
 };
 
@@ -3572,11 +3576,17 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: allocator needs both alloc and free");
     d.n_threads = qk__def_i(d.n_threads, qk__ncores());
     d.vram_fraction = qk__def_d(d.vram_fraction, 0.85);
-    d.autotune = qk__def_i(d.autotune, 1);
+    if (d.autotune < -1 || d.autotune > 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: autotune must be -1, 0 or 1 (got %d)", d.autotune);
+    if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
     ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
     if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
     memset(ctx, 0, sizeof *ctx);
     ctx->desc = d;
+    if (d.cache_dir) {
+        snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", d.cache_dir);
+        ctx->desc.cache_dir = ctx->cache_dir;
+    }
     if (d.device != QK_DEVICE_CPU) {
 #if defined(QK_CUDA) && QK_CUDA
         int n = qk_cuda_device_count();

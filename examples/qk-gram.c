@@ -52,6 +52,11 @@ static const char *usage_text =
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
+    "  --autotune        GPU: time the kernel configurations now and store the best in the cache\n"
+    "  --no-autotune     GPU: use the fixed per-architecture table (default: the cached choice,\n"
+    "                    tuned on a miss; docs/autotune.md)\n"
+    "  --cache-dir DIR   autotune cache directory (default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk,\n"
+    "                    ~/.cache/qk)\n"
     "  --profile FILE    profiler report (text tables; \"-\" = stdout) of qk's pipeline\n"
     "  --trace FILE      Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
     "  --html FILE       self-contained HTML profiler report\n"
@@ -64,6 +69,8 @@ static const char *usage_text =
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
     const char *profile, *trace, *html;   /* profiler outputs (builds with QK_PROF_ENABLE) */
+    const char *cache_dir;                /* autotune cache directory */
+    int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
     int threads, quiet, demo;
@@ -306,9 +313,11 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--version") == 0) { printf("qk-gram %s\n", QK_VERSION_STRING); exit(0); }
         if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
         if (strcmp(name, "--demo") == 0) { o->demo = 1; continue; }
+        if (strcmp(name, "--autotune") == 0) { o->autotune = 1; continue; }
+        if (strcmp(name, "--no-autotune") == 0) { o->autotune = -1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
-            strcmp(name, "--threads") && strcmp(name, "--data") && strcmp(name, "--profile") &&
+            strcmp(name, "--threads") && strcmp(name, "--data") && strcmp(name, "--profile") && strcmp(name, "--cache-dir") &&
             strcmp(name, "--trace") && strcmp(name, "--html"))
             die_usage("unknown option '%s'", name);
         if (eq) v = eq + 1;
@@ -321,6 +330,7 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--weights")) o->weights = v;
         else if (!strcmp(name, "--data")) o->data = v;
         else if (!strcmp(name, "--profile")) o->profile = v;
+        else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
         else if (!strcmp(name, "--trace")) o->trace = v;
         else if (!strcmp(name, "--html")) o->html = v;
         else if (!strcmp(name, "--device")) o->device = parse_device(v);
@@ -389,6 +399,8 @@ static int gram_main(const options *o) {
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
     r = qk_ctx_create(&cd, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
@@ -577,6 +589,8 @@ static int demo_main(const options *o) {
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
     r = qk_ctx_create(&cd, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
