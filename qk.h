@@ -1619,9 +1619,10 @@ static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_pa
    QK__DC so a packed panel (QK__DC * 2 * QK__NJ doubles = 32 KiB) stays in L1/L2 for 16+ qubits.
    Measured on the 2-core dev machine (docs/benchmarks.md). */
 #define QK__T 64
-#define QK__NI 4
+#define QK__NI 6
 #define QK__NJ 8
 #define QK__DC 256
+#define QK__TR (((QK__T + QK__NI - 1) / QK__NI) * QK__NI)   /* tile rows padded to NI */
 
 typedef struct qk__gram_job {
     qk_path path;
@@ -1679,47 +1680,46 @@ typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
 #define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
 
 QK__CONTRACT
-static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
-                           int64_t dc, double *accr, double *acci)
+static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
-    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0}, i0 = {0}, i1 = {0}, i2 = {0}, i3 = {0};
-    const double *a0r = ar[0], *a1r = ar[1], *a2r = ar[2], *a3r = ar[3];
-    const double *a0i = ai[0], *a1i = ai[1], *a2i = ai[2], *a3i = ai[3];
+    qk__v8 r[QK__NI], im[QK__NI];
+    int a;
     int64_t d;
+    qk__v8 z;
+    memset(&z, 0, sizeof z);
+    for (a = 0; a < QK__NI; a++) { r[a] = z; im[a] = z; }
     for (d = 0; d < dc; d++) {
         qk__v8 br, bi;
-        double x;
+        const double *x = ap + d * 2 * QK__NI;
         QK__LD8(br, bp + d * 2 * QK__NJ);
         QK__LD8(bi, bp + d * 2 * QK__NJ + QK__NJ);
-        x = a0r[d]; r0 += x * br; i0 += x * bi;
-        x = a0i[d]; r0 += x * bi; i0 -= x * br;
-        x = a1r[d]; r1 += x * br; i1 += x * bi;
-        x = a1i[d]; r1 += x * bi; i1 -= x * br;
-        x = a2r[d]; r2 += x * br; i2 += x * bi;
-        x = a2i[d]; r2 += x * bi; i2 -= x * br;
-        x = a3r[d]; r3 += x * br; i3 += x * bi;
-        x = a3i[d]; r3 += x * bi; i3 -= x * br;
+        for (a = 0; a < QK__NI; a++) {
+            r[a] += x[a] * br; im[a] += x[a] * bi;
+            r[a] += x[QK__NI + a] * bi; im[a] -= x[QK__NI + a] * br;
+        }
     }
-    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
-    QK__ADD8(acci, i0); QK__ADD8(acci + QK__T, i1); QK__ADD8(acci + 2 * QK__T, i2); QK__ADD8(acci + 3 * QK__T, i3);
+    for (a = 0; a < QK__NI; a++) { QK__ADD8(accr + a * QK__T, r[a]); QK__ADD8(acci + a * QK__T, im[a]); }
 }
 
 QK__CONTRACT
-static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, double *accr)
+static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *accr)
 {
-    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0};
-    const double *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3];
+    qk__v8 r[QK__NI];
+    int a;
     int64_t d;
+    qk__v8 z;
+    memset(&z, 0, sizeof z);
+    for (a = 0; a < QK__NI; a++) r[a] = z;
     for (d = 0; d < dc; d++) {
         qk__v8 b;
+        const double *x = ap + d * QK__NI;
         QK__LD8(b, bp + d * QK__NJ);
-        r0 += a0[d] * b; r1 += a1[d] * b; r2 += a2[d] * b; r3 += a3[d] * b;
+        for (a = 0; a < QK__NI; a++) r[a] += x[a] * b;
     }
-    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
+    for (a = 0; a < QK__NI; a++) QK__ADD8(accr + a * QK__T, r[a]);
 }
 #else
-static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
-                           int64_t dc, double *accr, double *acci)
+static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
     double r[QK__NI][QK__NJ], im[QK__NI][QK__NJ];
     int a, b;
@@ -1727,9 +1727,9 @@ static void qk__mk_complex(const double *const *ar, const double *const *ai, con
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) { r[a][b] = 0; im[a][b] = 0; }
     for (d = 0; d < dc; d++) {
-        const double *br = bp + d * 2 * QK__NJ, *bi = br + QK__NJ;
+        const double *br = bp + d * 2 * QK__NJ, *bi = br + QK__NJ, *x = ap + d * 2 * QK__NI;
         for (a = 0; a < QK__NI; a++) {
-            double xr = ar[a][d], xi = ai[a][d];
+            double xr = x[a], xi = x[QK__NI + a];
             for (b = 0; b < QK__NJ; b++) {
                 r[a][b] += xr * br[b] + xi * bi[b];
                 im[a][b] += xr * bi[b] - xi * br[b];
@@ -1740,7 +1740,7 @@ static void qk__mk_complex(const double *const *ar, const double *const *ai, con
         for (b = 0; b < QK__NJ; b++) { accr[a * QK__T + b] += r[a][b]; acci[a * QK__T + b] += im[a][b]; }
 }
 
-static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, double *accr)
+static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *accr)
 {
     double r[QK__NI][QK__NJ];
     int a, b;
@@ -1748,11 +1748,9 @@ static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, d
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) r[a][b] = 0;
     for (d = 0; d < dc; d++) {
-        const double *br = bp + d * QK__NJ;
-        for (a = 0; a < QK__NI; a++) {
-            double xr = ar[a][d];
-            for (b = 0; b < QK__NJ; b++) r[a][b] += xr * br[b];
-        }
+        const double *br = bp + d * QK__NJ, *x = ap + d * QK__NI;
+        for (a = 0; a < QK__NI; a++)
+            for (b = 0; b < QK__NJ; b++) r[a][b] += x[a] * br[b];
     }
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
@@ -1761,7 +1759,7 @@ static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, d
 
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
 static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
-                            double *accr, double *acci, double *panel, double *kt)
+                            double *accr, double *acci, double *panel, double *apack, double *kt)
 {
     int64_t a, b;
     if (j->path == QK_PATH_ANALYTIC) {
@@ -1786,10 +1784,26 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
     {
         int cplx = j->path == QK_PATH_COMPLEX;
         int64_t D = j->D, d0, jp, ip, c;
-        for (a = 0; a < m; a++)
+        for (a = 0; a < QK__TR; a++)
             for (b = 0; b < QK__T; b++) { accr[a * QK__T + b] = 0; acci[a * QK__T + b] = 0; }
         for (d0 = 0; d0 < D; d0 += QK__DC) {
             int64_t dc = D - d0 < QK__DC ? D - d0 : QK__DC;
+            int w = cplx ? 2 : 1;
+            /* pack the tile's rows: groups of NI rows, [d][re NI | im NI]; rows past m are zero */
+            for (ip = 0; ip < m; ip += QK__NI) {
+                double *dst = apack + ip * dc * w;
+                for (c = 0; c < QK__NI; c++) {
+                    int64_t d;
+                    if (ip + c < m) {
+                        const double *sr = j->A + (i0 + ip + c) * j->stride + d0, *si = sr + D;
+                        for (d = 0; d < dc; d++) dst[d * w * QK__NI + c] = sr[d];
+                        if (cplx) for (d = 0; d < dc; d++) dst[d * 2 * QK__NI + QK__NI + c] = si[d];
+                    } else {
+                        for (d = 0; d < dc; d++) dst[d * w * QK__NI + c] = 0;
+                        if (cplx) for (d = 0; d < dc; d++) dst[d * 2 * QK__NI + QK__NI + c] = 0;
+                    }
+                }
+            }
             for (jp = 0; jp < n; jp += QK__NJ) {
                 /* pack columns jp..jp+NJ (zero past n) */
                 for (c = 0; c < QK__NJ; c++) {
@@ -1805,29 +1819,9 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
                     }
                 }
                 for (ip = 0; ip < m; ip += QK__NI) {
-                    const double *ar[QK__NI], *ai[QK__NI];
-                    for (c = 0; c < QK__NI; c++) {
-                        int64_t row = ip + c < m ? ip + c : m - 1;   /* duplicate the last row; discarded */
-                        ar[c] = j->A + (i0 + row) * j->stride + d0;
-                        ai[c] = ar[c] + D;
-                    }
-                    if (ip + QK__NI <= m) {
-                        if (cplx) qk__mk_complex(ar, ai, panel, dc, accr + ip * QK__T + jp, acci + ip * QK__T + jp);
-                        else qk__mk_real(ar, panel, dc, accr + ip * QK__T + jp);
-                    } else {
-                        /* ragged rows: accumulate into scratch rows past m (the tile has QK__T rows) */
-                        double tr[QK__NI * QK__T], ti[QK__NI * QK__T];
-                        int64_t rr;
-                        memset(tr, 0, sizeof tr);
-                        memset(ti, 0, sizeof ti);
-                        if (cplx) qk__mk_complex(ar, ai, panel, dc, tr, ti);
-                        else qk__mk_real(ar, panel, dc, tr);
-                        for (rr = 0; ip + rr < m; rr++)
-                            for (c = 0; c < QK__NJ; c++) {
-                                accr[(ip + rr) * QK__T + jp + c] += tr[rr * QK__T + c];
-                                acci[(ip + rr) * QK__T + jp + c] += ti[rr * QK__T + c];
-                            }
-                    }
+                    const double *ap = apack + ip * dc * w;
+                    if (cplx) qk__mk_complex(ap, panel, dc, accr + ip * QK__T + jp, acci + ip * QK__T + jp);
+                    else qk__mk_real(ap, panel, dc, accr + ip * QK__T + jp);
                 }
             }
         }
@@ -1849,14 +1843,18 @@ static void qk__gram_work(void *p, int thread)
 {
     qk__gram_job *j = (qk__gram_job *)p;
     size_t esz = j->dt == QK_F32 ? 4 : 8;
-    double *accr = (double *)qk__malloc(sizeof(double) * QK__T * QK__T * 3 + sizeof(double) * QK__DC * 2 * QK__NJ);
+    /* accr, acci: QK__TR x QK__T (rows padded to a multiple of QK__NI); kt: QK__T x QK__T;
+       panel: QK__DC x 2 x QK__NJ; apack: QK__TR x QK__DC x 2 */
+    double *accr = (double *)qk__malloc(sizeof(double) * ((size_t)QK__TR * QK__T * 2 + QK__T * QK__T +
+                                                          QK__DC * 2 * QK__NJ + (size_t)QK__TR * QK__DC * 2));
     void *cb = j->output == QK_OUTPUT_CALLBACK ? qk__malloc(esz * QK__T * QK__T) : NULL;
-    double *acci, *kt, *panel;
+    double *acci, *kt, *panel, *apack;
     int64_t t;
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
-    acci = accr + QK__T * QK__T;
-    kt = acci + QK__T * QK__T;
+    acci = accr + QK__TR * QK__T;
+    kt = acci + QK__TR * QK__T;
     panel = kt + QK__T * QK__T;
+    apack = panel + QK__DC * 2 * QK__NJ;
     if (thread > 0) QK_PROF_THREAD_NAME("qk cpu worker");
     while ((t = QK__FETCH_ADD(&j->next, 1)) < j->n_tiles) {
         int64_t ti, tj, i0, j0, m, n, a, b;
@@ -1868,7 +1866,7 @@ static void qk__gram_work(void *p, int thread)
         m = j->na - i0 < QK__T ? j->na - i0 : QK__T;
         n = j->nb - j0 < QK__T ? j->nb - j0 : QK__T;
         diag = j->symmetric && ti == tj;
-        qk__tile_values(j, i0, j0, m, n, accr, acci, panel, kt);
+        qk__tile_values(j, i0, j0, m, n, accr, acci, panel, apack, kt);
         if (diag) /* one value per unordered pair: K is exactly symmetric */
             for (a = 0; a < m; a++)
                 for (b = 0; b < a; b++) kt[a * QK__T + b] = kt[b * QK__T + a];
