@@ -320,6 +320,9 @@ typedef struct qk_plan {
     int n_streams;
     size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
     size_t bytes_budget;        /* vram_fraction * free (GPU) */
+    int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
+                                   mirror into later rows; K(X,X) then computes half the pairs) */
+    int use_blas;               /* GPU: cuBLAS GEMM + fused |.|^2 epilogue instead of the fused kernel */
     char config[64];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
@@ -366,6 +369,19 @@ QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gr
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
 QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                double *out, char *err, size_t err_size);
+/* Stream-pool figures of the last qk_cuda_gram on this process: per-stream busy time (sum of the
+   intervals its operations ran, from events) and the wall time from the first to the last event.
+   Stream 0 computes (states, Gram), stream 1 copies K to the host. */
+typedef struct qk_cuda_stats {
+    int n_streams;
+    int n_slabs;
+    double busy_ms[4];
+    double wall_ms;             /* first event (after the x upload was queued) to the last */
+    double states_ms;           /* bulk state construction (0 when states are built in tiles) */
+    double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
+    double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
+} qk_cuda_stats;
+QKDEF qk_cuda_stats qk_cuda_last_stats(void);
 
 #ifdef __cplusplus
 }
