@@ -136,8 +136,8 @@ struct qk__pass {
 /* ---- small complex helpers ---- */
 template <typename T> struct qk__cx { T x, y; };
 template <typename T> struct qk__vec2;
-template <> struct qk__vec2<float> { typedef float2 t; };
-template <> struct qk__vec2<double> { typedef double2 t; };
+template <> struct qk__vec2<float> { typedef float2 t; typedef float4 t4; };
+template <> struct qk__vec2<double> { typedef double2 t; typedef double2 t4; };
 
 __device__ __forceinline__ void qk__sincos(float a, float *s, float *c) { sincosf(a, s, c); }
 __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
@@ -214,26 +214,27 @@ __global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, do
     inv[s] = 1.0 / sqrt(acc);
 }
 
-__device__ __forceinline__ int64_t qk__pdep(int r, const qk__pass &p)
+/* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
+__device__ __forceinline__ uint32_t qk__pdep(uint32_t r, const qk__pass &p)
 {
-    int64_t g = r & ((1 << p.a) - 1);
-    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= (int64_t)1 << p.pos[i];
+    uint32_t g = r & ((1u << p.a) - 1);
+    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= 1u << p.pos[i];
     return g;
 }
 
 template <typename T>
-__device__ __forceinline__ T qk__phase(int64_t g, const T *__restrict__ cf, int q)
+__device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int q)
 {
     T ph = cf[0];
-    int64_t m = g;
+    uint32_t m = g;
     while (m) {
-        int j = __ffsll(m) - 1;
+        int j = __ffs(m) - 1;
         m &= m - 1;
         ph += cf[1 + j];
-        int64_t lo = g & (((int64_t)1 << j) - 1);
+        uint32_t lo = g & ((1u << j) - 1);
         const T *dj = cf + 1 + q + j;
         while (lo) {
-            int i = __ffsll(lo) - 1;
+            int i = __ffs(lo) - 1;
             lo &= lo - 1;
             ph += dj[i * q];
         }
@@ -260,14 +261,19 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
     const int64_t s = (blk / nchunks) * spb + ls;
     const bool active = s < n;
     C *a = (C *)qk__smem + (size_t)ls * N;
+    /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
+       and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
+    const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
+    const int TBL = (1 << bl) + (1 << bh) + (bh << bl);
+    T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
     const int64_t D = (int64_t)1 << q;
-    int64_t fixed = 0;
-    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= (int64_t)1 << p.npos[i];
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
     const T *ps = params + (active ? s : 0) * (int64_t)P;
 
     if (active) {
         for (int r = lt; r < N; r += tps) {
-            int64_t g = fixed | qk__pdep(r, p);
+            uint32_t g = fixed | qk__pdep(r, p);
             C v;
             if (p.first) {
                 if (amp_x) {
@@ -286,6 +292,31 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
     __syncthreads();
     for (int ii = p.i0; ii < p.i1; ++ii) {
         qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_DIAG) {
+            /* Tables first: the quadratic phase of 2^L amplitudes costs 2^bl + 2^bh full
+               evaluations plus bh * 2^bl pair sums, then ~bh/2 shared loads per amplitude with
+               no divergence (a warp shares hi). The direct sum per amplitude diverged on the
+               popcount and cost ~5x more at 16 qubits (qk-bench zz16 states). */
+            if (active) {
+                const T *cf = ps + in_.off;
+                T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                const T qf = qk__phase<T>(fixed, cf, q);
+                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
+                for (int e = lt; e < (bh << bl); e += tps) {
+                    int j = e >> bl, lo = e & ((1 << bl) - 1);
+                    const T *dj = cf + 1 + q + p.pos[bl + j];
+                    T acc = 0;
+                    while (lo) {
+                        int i = __ffs(lo) - 1;
+                        lo &= lo - 1;
+                        acc += dj[p.pos[i] * q];
+                    }
+                    Et[e] = acc;
+                }
+            }
+            __syncthreads();
+        }
         if (active) {
             if (in_.kind == QK__I_GATE) {
                 const T *m = ps + in_.off;
@@ -314,10 +345,12 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
                     }
                 }
             } else { /* DIAG */
-                const T *cf = ps + in_.off;
+                const T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
                 for (int r = lt; r < N; r += tps) {
-                    int64_t g = fixed | qk__pdep(r, p);
-                    T ph = qk__phase<T>(g, cf, q), sn, cs;
+                    const int lo = r & ((1 << bl) - 1), hi = r >> bl;
+                    T ph = TL[lo] + TH[hi], sn, cs;
+                    for (int j = 0; j < bh; ++j)
+                        if ((hi >> j) & 1) ph += Et[(j << bl) | lo];
                     qk__sincos(ph, &sn, &cs);
                     C v = a[r], y;
                     y.x = v.x * cs - v.y * sn;
@@ -330,7 +363,7 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
     }
     if (active) {
         for (int r = lt; r < N; r += tps) {
-            int64_t g = fixed | qk__pdep(r, p);
+            uint32_t g = fixed | qk__pdep(r, p);
             if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
             else ((C *)out)[s * D + g] = a[r];
         }
@@ -389,8 +422,34 @@ __global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__r
 template <typename OutT, int BM, int BN, int NT>
 __device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col0, int m, int nn,
                                                OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout,
-                                               int64_t doff, int tri)
+                                               int64_t doff, int tri, int vec)
 {
+    /* 16-byte stores where the whole tile is inside K and off the diagonal, and the caller
+       checked alignment (ld a multiple of the vector, 16-byte aligned bases): the 4-qubit
+       Gram is bound by these writes. */
+    const int VW = 16 / sizeof(OutT);
+    if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+        typedef typename qk__vec2<OutT>::t4 V;
+        for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+            int r = idx / (BN / VW), c = (idx % (BN / VW)) * VW;
+            V v;
+            OutT *pv = (OutT *)&v;
+#pragma unroll
+            for (int k = 0; k < VW; ++k) pv[k] = Cs[r * (BN + 1) + c + k];
+            *(V *)(out + (int64_t)(row0 + r) * ld + col0 + c) = v;
+        }
+        if (mout) {
+            for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+                int c = idx / (BM / VW), r = (idx % (BM / VW)) * VW;
+                V v;
+                OutT *pv = (OutT *)&v;
+#pragma unroll
+                for (int k = 0; k < VW; ++k) pv[k] = Cs[(r + k) * (BN + 1) + c];
+                *(V *)(mout + (int64_t)(col0 + c) * ld + row0 + r) = v;
+            }
+        }
+        return;
+    }
     for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
         int r = idx / BN, c = idx % BN;
         int gi = row0 + r, gj = col0 + c;
@@ -410,7 +469,7 @@ __device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col
 template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
-           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri)
+           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec)
 {
     const int NT = (BM / TM) * (BN / TN);
     const int W = CPLX ? 2 : 1; /* T values per amplitude */
@@ -487,14 +546,14 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
             Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)v;
         }
     __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri);
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
 /* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
 template <typename T, typename OutT, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
-                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri)
+                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec)
 {
     const int NT = (BM / TM) * (BN / TN);
     const int BK = 8;
@@ -547,14 +606,14 @@ qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, in
 #pragma unroll
         for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
     __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri);
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. */
 template <typename T, bool CPLX, typename OutT>
 __global__ void __launch_bounds__(256)
 qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri)
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec)
 {
     const int BM = 32, BN = 32;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
@@ -564,7 +623,7 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
         int r = idx / BN, c = idx % BN;
         int gi = row0 + r, gj = col0 + c;
         T v = 0;
-        if (gi < m && gj < nn) {
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
             if (CPLX) {
                 typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
                 v = z.x * z.x + z.y * z.y;
@@ -576,7 +635,7 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
         Cs[r * (BN + 1) + c] = (OutT)v;
     }
     __syncthreads();
-    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri);
+    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
 /* complex double state -> interleaved doubles (qk_cuda_states) */
@@ -857,6 +916,7 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         QK_LAUNCH_CK("invnorm");
     }
     const int np = (int)pg.passes.size();
+    const double *ampx = pg.has_amp ? dx : nullptr;
     for (int pi = 0; pi < np; ++pi) {
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;
@@ -867,7 +927,8 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         if (np > 1) spb = 1;
         const int64_t nchunks = (int64_t)1 << (q - p.L);
         const int64_t groups = (n + spb - 1) / spb;
-        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>);
+        const int bl = std::min(p.L, 7), bh = p.L - bl;
+        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * ((1 << bl) + (1 << bh) + (bh << bl)) * sizeof(T);
         /* ping-pong so that the last pass writes out; multi-pass in-place would race between
            blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
            chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
@@ -879,12 +940,12 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
             auto kf = qk__k_pass<T, true>;
             QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     dx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
+                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
         } else {
             auto kf = qk__k_pass<T, false>;
             QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
             kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     dx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
+                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
         }
         QK_LAUNCH_CK("pass");
         (void)D;
@@ -896,20 +957,31 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
 /*                                  HOST: Gram launchers                                    */
 /* ======================================================================================== */
 
-/* Tile shapes of the fused kernel, per (precision, real/complex). 256 threads each.
-   complex fp32: 128 x 64 tile, 8 x 4 complex per thread (64 accumulators: 2 blocks / SM);
-   real fp32: 128 x 128, 8 x 8; fp64: 64 x 64, 4 x 4 (the accumulators double in size). */
-template <typename T, bool CPLX> struct qk__cfg;
-template <> struct qk__cfg<float, true> { enum { BM = 128, BN = 64, BK = 8, TM = 8, TN = 4 }; };
-template <> struct qk__cfg<float, false> { enum { BM = 128, BN = 128, BK = 8, TM = 8, TN = 8 }; };
-template <> struct qk__cfg<double, true> { enum { BM = 64, BN = 64, BK = 8, TM = 4, TN = 4 }; };
-template <> struct qk__cfg<double, false> { enum { BM = 64, BN = 64, BK = 8, TM = 4, TN = 4 }; };
-
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_gram(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
-                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
+template <typename OutT>
+static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 {
-    typedef qk__cfg<T, CPLX> C;
+    const int VW = 16 / sizeof(OutT);
+    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
+}
+
+/* Tile shapes of the fused kernel, 256 threads each.
+   complex fp32: 128 x 64 tile, 8 x 4 complex per thread (64 accumulators, ~120 registers:
+   2 blocks / SM); real fp32: 128 x 128, 8 x 8; fp64: 64 x 64, 4 x 4 (accumulators twice the
+   size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
+   64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
+   the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
+template <int BM_, int BN_, int BK_, int TM_, int TN_> struct qk__tiles { enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ }; };
+template <typename T, bool CPLX> struct qk__cfg;
+template <> struct qk__cfg<float, true> { typedef qk__tiles<128, 64, 8, 8, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
+template <> struct qk__cfg<float, false> { typedef qk__tiles<128, 128, 8, 8, 8> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
+template <> struct qk__cfg<double, true> { typedef qk__tiles<64, 64, 8, 4, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
+template <> struct qk__cfg<double, false> { typedef qk__tiles<64, 64, 8, 4, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
+
+template <typename T, bool CPLX, typename OutT, typename C>
+static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
     const int NT = (C::BM / C::TM) * (C::BN / C::TN);
     size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
     size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
@@ -920,11 +992,20 @@ static qk_result qk__launch_gram(const void *A, const void *B, int64_t m, int64_
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
         dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
         const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
-        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, out + r0 * ld, ld,
-                                   mout ? mout + r0 : nullptr, doff - r0, tri);
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld));
         QK_LAUNCH_CK("gram");
     }
     return QK_OK;
+}
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_gram(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (D <= 32)
+        return qk__launch_gram_cfg<T, CPLX, OutT, typename qk__cfg<T, CPLX>::small>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    return qk__launch_gram_cfg<T, CPLX, OutT, typename qk__cfg<T, CPLX>::big>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
 }
 
 template <typename T, typename OutT>
@@ -940,44 +1021,83 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
         dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
-        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, out + r0 * ld, ld,
-                                   mout ? mout + r0 : nullptr, doff - r0, tri);
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld));
         QK_LAUNCH_CK("gram_product");
     }
     return QK_OK;
 }
 
-/* cuBLAS: C (m x nn row-major) = conj(A) B^T, i.e. column-major nn x m = B^H A (the conjugate of
-   <a_i|b_j>; |.|^2 does not care), then the epilogue. */
+/* cuBLAS: C (m x nn row-major, ldc = nn) holds <b_j|a_i> (the conjugate of <a_i|b_j>; |.|^2
+   does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
+   the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
+   and the rest a GEMM; then the fused epilogue. mode 2: CGEMM3M (Gauss: 3 real products instead
+   of 4) for complex fp32. */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_blas(cublasHandle_t h, const void *A, const void *B, int64_t m, int64_t nn, int D,
+static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
                                  cudaStream_t st, qk__err *E)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
-    if (CPLX) {
-        if (sizeof(T) == 4) {
-            cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
-            QK_BLAS_CK(cublasCgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)nn, (int)m, D, &one, (const cuComplex *)B, D,
-                                   (const cuComplex *)A, D, &zero, (cuComplex *)Cw, (int)nn));
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    int64_t c0 = 0; /* first column done by GEMM */
+    if (tri && doff == 0 && m <= nn) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasCherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuComplex *)A, D, &zero,
+                                       (cuComplex *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasZherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuDoubleComplex *)A, D,
+                                       &zero, (cuDoubleComplex *)Cw, (int)nn));
+            }
         } else {
-            cuDoubleComplex one = make_cuDoubleComplex(1, 0), zero = make_cuDoubleComplex(0, 0);
-            QK_BLAS_CK(cublasZgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)nn, (int)m, D, &one, (const cuDoubleComplex *)B, D,
-                                   (const cuDoubleComplex *)A, D, &zero, (cuDoubleComplex *)Cw, (int)nn));
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const float *)A, D, &zero,
+                                       (float *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const double *)A, D, &zero,
+                                       (double *)Cw, (int)nn));
+            }
         }
-    } else {
-        if (sizeof(T) == 4) {
-            float one = 1, zero = 0;
-            QK_BLAS_CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nn, (int)m, D, &one, (const float *)B, D,
-                                   (const float *)A, D, &zero, (float *)Cw, (int)nn));
+        c0 = m;
+    }
+    const int64_t gn = nn - c0;
+    const void *Bg = (const char *)B + c0 * D * es;
+    void *Cg = (char *)Cw + c0 * es;
+    if (gn > 0) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
+                if (mode == 2)
+                    QK_BLAS_CK(cublasCgemm3m(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                             (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+                else
+                    QK_BLAS_CK(cublasCgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                           (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+            } else {
+                cuDoubleComplex one = make_cuDoubleComplex(1, 0), zero = make_cuDoubleComplex(0, 0);
+                QK_BLAS_CK(cublasZgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuDoubleComplex *)Bg, D,
+                                       (const cuDoubleComplex *)A, D, &zero, (cuDoubleComplex *)Cg, (int)nn));
+            }
         } else {
-            double one = 1, zero = 0;
-            QK_BLAS_CK(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)nn, (int)m, D, &one, (const double *)B, D,
-                                   (const double *)A, D, &zero, (double *)Cw, (int)nn));
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const float *)Bg, D,
+                                       (const float *)A, D, &zero, (float *)Cg, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const double *)Bg, D,
+                                       (const double *)A, D, &zero, (double *)Cg, (int)nn));
+            }
         }
     }
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
-    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri);
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                        qk__vec_ok(out, mout, ld));
     QK_LAUNCH_CK("epilogue");
     return QK_OK;
 }
@@ -1014,6 +1134,7 @@ struct qk__job_state {
     void *Cw = nullptr;                  /* cuBLAS workspace */
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
+    void *registered = nullptr;          /* caller's host buffer, page-locked for this job */
 };
 
 static void qk__job_free(qk__job_state *J)
@@ -1035,6 +1156,7 @@ static void qk__job_free(qk__job_state *J)
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas) cublasDestroy(J->blas);
+    if (J->registered) cudaHostUnregister(J->registered);
     cudaGetLastError();
 }
 
@@ -1102,6 +1224,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
     }
 
     const bool bulk = state_tile >= std::max(nx, ny);
+    if (!bulk) slab_rows = std::min(slab_rows, state_tile); /* a slab's states are one tile */
     const int64_t tA = bulk ? nx : state_tile, tB = bulk ? ny : state_tile;
     QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
     if (sym && bulk) J->SB = J->SA;
@@ -1129,6 +1252,19 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             cudaPointerAttributes at;
             if (cudaPointerGetAttributes(&at, ds->out) == cudaSuccess && at.type == cudaMemoryTypeHost) pinned_out = true;
             cudaGetLastError();
+            /* A large pageable buffer: page-lock it for the job so that slabs go D2H straight
+               into it. Copying out of pinned staging with host threads ran at ~12 GB/s on the
+               H200 machine (qk-bench e2e8, pageable), a quarter of PCIe. QK_CUDA_REGISTER=0
+               keeps the staging path. */
+            const size_t obytes = (size_t)((nx - 1) * ld + ny) * sizeof(OutT);
+            const char *ev = getenv("QK_CUDA_REGISTER");
+            if (!pinned_out && obytes >= ((size_t)64 << 20) && !(ev && ev[0] == '0')) {
+                if (cudaHostRegister(ds->out, obytes, cudaHostRegisterDefault) == cudaSuccess) {
+                    J->registered = ds->out;
+                    pinned_out = true;
+                }
+                cudaGetLastError();
+            }
         }
         if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
@@ -1167,7 +1303,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             /* the workspace holds slab_rows x tB */
             for (int64_t c0 = 0; c0 < nn; c0 += tB) {
                 int64_t cn = std::min(tB, nn - c0);
-                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, J->Cw,
+                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, J->Cw,
                                                         o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E)));
             }
             return QK_OK;

@@ -131,7 +131,8 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    row.engine = blas ? "cublas+epilogue" : "fused";
+    row.engine = blas == 2 ? "cublas3m" : blas ? "cublas" : "fused";
+    if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
     row.busy0 = median(b0); row.busy1 = median(b1);
     rows.push_back(row);
@@ -172,7 +173,8 @@ int main(int argc, char **argv)
         std::vector<double> x((size_t)c.n * c.q);
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, c.n, false, false);
-        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.q <= 8 ? 4096 : 2048, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.q <= 8 ? 4096 : c.q <= 12 ? 2048 : 1024, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, c.q <= 8 ? 4096 : c.q <= 12 ? 2048 : 1024, false, false);
     }
     if (has("hea12")) {
         BMap b; build_hea(b, 12, 2, rng);
@@ -183,20 +185,23 @@ int main(int argc, char **argv)
     }
     if (has("host8") || has("e2e8")) {
         BMap b; build_zz(b, 8, 2);
-        for (int blas = 0; blas < 2; ++blas) {
+        const int blas = getenv("QK_BENCH_HOST_BLAS") ? atoi(getenv("QK_BENCH_HOST_BLAS")) : 2;
+        for (int staged = 0; staged < 2; ++staged) {
+            if (staged) setenv("QK_CUDA_REGISTER", "0", 1); else unsetenv("QK_CUDA_REGISTER");
             if (has("host8")) {
                 std::vector<double> x((size_t)32768 * 8);
                 for (auto &v : x) v = u(rng) * 2 * M_PI;
-                run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 2048, true, false);
+                if (!staged) run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 2048, true, false);
                 run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 2048, false, false);
             }
             if (has("e2e8")) {
                 std::vector<double> x((size_t)20000 * 8);
                 for (auto &v : x) v = u(rng) * 2 * M_PI;
-                run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 1024, true, true);
+                if (!staged) run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 1024, true, true);
                 run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 1024, false, true);
             }
         }
+        unsetenv("QK_CUDA_REGISTER");
     }
     if (json) {
         FILE *f = fopen(json, "w");
