@@ -395,23 +395,2077 @@ QKDEF qk_cuda_stats qk_cuda_last_stats(void);
 #define QK_IMPLEMENTATION_DONE
 
 /* ---- implementation: includes and config ---- */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ctype.h>
+#include <errno.h>
+
+#ifndef QK_ASSERT
+#include <assert.h>
+#define QK_ASSERT(c) assert(c)
+#endif
+
+#if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
+/* caller's allocator */
+#elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
+#define QK_MALLOC(sz) malloc(sz)
+#define QK_REALLOC(p, sz) realloc(p, sz)
+#define QK_FREE(p) free(p)
+#else
+#error "qk.h: define all of QK_MALLOC, QK_REALLOC and QK_FREE, or none"
+#endif
+
+#if defined(__cplusplus)
+#define QK__TLS thread_local
+#elif defined(_MSC_VER)
+#define QK__TLS __declspec(thread)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define QK__TLS _Thread_local
+#else
+#define QK__TLS __thread
+#endif
+
+#if !defined(QK_NO_THREADS) && (defined(_WIN32) || !(defined(__GNUC__) || defined(__clang__)))
+#define QK_NO_THREADS /* the CPU engine's thread pool needs pthreads and GCC/Clang atomics */
+#endif
+#ifndef QK_NO_THREADS
+#include <pthread.h>
+#include <unistd.h>
+#endif
+
+#define QK__PI 3.14159265358979323846
+#define QK__UNUSED(x) ((void)(x))
+
+static int qk__def_i(int v, int d) { return v ? v : d; }
+static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
+
+static void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
+static void *qk__calloc(size_t count, size_t size)
+{
+    void *p;
+    if (size && count > (size_t)-1 / size) return NULL;
+    p = qk__malloc(count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
 
 /* ---- implementation: errors ---- */
+static QK__TLS char qk__errbuf[512];
+
+static void qk__set_errorv(const char *fmt, va_list ap)
+{
+    vsnprintf(qk__errbuf, sizeof qk__errbuf, fmt, ap);
+}
+
+static void qk__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qk__set_errorv(fmt, ap);
+    va_end(ap);
+}
+
+/* Sets the detail message and returns r: `return qk__fail(QK_ERROR_SHAPE, "...", ...);` */
+static qk_result qk__fail(qk_result r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qk__set_errorv(fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+QKDEF const char *qk_result_string(qk_result r)
+{
+    switch (r) {
+    case QK_OK: return "ok";
+    case QK_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case QK_ERROR_NON_FINITE: return "non-finite input";
+    case QK_ERROR_SHAPE: return "shape mismatch";
+    case QK_ERROR_PARSE: return "map spec parse error";
+    case QK_ERROR_TOO_MANY_QUBITS: return "too many qubits";
+    case QK_ERROR_ZERO_NORM: return "zero norm";
+    case QK_ERROR_BAD_DATA: return "data outside the map's domain";
+    case QK_ERROR_OUT_OF_MEMORY: return "out of host memory";
+    case QK_ERROR_IO: return "I/O error";
+    case QK_ERROR_FORMAT: return "malformed file";
+    case QK_ERROR_NO_DEVICE: return "no CUDA device";
+    case QK_ERROR_CUDA: return "CUDA error";
+    case QK_ERROR_DEVICE_OUT_OF_MEMORY: return "out of device memory";
+    case QK_ERROR_CANCELLED: return "cancelled";
+    case QK_ERROR_UNSUPPORTED: return "unsupported";
+    default: return "unknown qk_result";
+    }
+}
+
+QKDEF const char *qk_last_error(void) { return qk__errbuf; }
+
 
 /* ---- implementation: feature maps ---- */
+typedef struct qk__ops {
+    qk_op *ops;
+    int n, cap;
+    int oom;
+} qk__ops;
+
+static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
+{
+    if (l->oom) return;
+    if (l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 32;
+        qk_op *p = (qk_op *)QK_REALLOC(l->ops, (size_t)cap * sizeof(qk_op));
+        if (!p) { l->oom = 1; return; }
+        l->ops = p;
+        l->cap = cap;
+    }
+    l->ops[l->n].kind = kind;
+    l->ops[l->n].q0 = q0;
+    l->ops[l->n].q1 = q1;
+    l->ops[l->n].angle = a;
+    l->n++;
+}
+
+static qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset)
+{
+    qk_angle a;
+    a.kind = kind; a.x0 = x0; a.x1 = x1; a.w = w; a.scale = scale; a.offset = offset;
+    return a;
+}
+static qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
+
+static int qk__op_arity(qk_op_kind k)
+{
+    return (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) ? 2 : (k == QK_OP_AMPLITUDE ? 0 : 1);
+}
+static int qk__op_has_angle(qk_op_kind k)
+{
+    return k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_RZZ;
+}
+
+/* Entangling pairs of rep r for a pattern (Qiskit's get_entangler_map for 2-qubit blocks). */
+static int qk__pairs(qk_entanglement ent, int q, int rep, int (*pairs)[2], int max)
+{
+    int n = 0, i, j;
+#define QK__PAIR(a, b) do { if (n < max) { pairs[n][0] = (a); pairs[n][1] = (b); } n++; } while (0)
+    if (q < 2) return 0;
+    switch (ent) {
+    case QK_ENT_LINEAR:
+        for (i = 0; i + 1 < q; i++) QK__PAIR(i, i + 1);
+        break;
+    case QK_ENT_REVERSE_LINEAR:
+        for (i = q - 2; i >= 0; i--) QK__PAIR(i, i + 1);
+        break;
+    case QK_ENT_CIRCULAR:
+        if (q > 2) QK__PAIR(q - 1, 0);
+        for (i = 0; i + 1 < q; i++) QK__PAIR(i, i + 1);
+        break;
+    case QK_ENT_PAIRWISE:
+        for (i = 0; i + 1 < q; i += 2) QK__PAIR(i, i + 1);
+        for (i = 1; i + 1 < q; i += 2) QK__PAIR(i, i + 1);
+        break;
+    case QK_ENT_SCA: {
+        /* shifted circular alternating: the circular list rotated by rep, pairs flipped on odd
+           reps. The zz blocks are diagonal and commute, so only the set of pairs changes states. */
+        int c = (q > 2) ? q : q - 1, k;
+        for (k = 0; k < c; k++) {
+            int idx = ((k - rep) % c + c) % c, a, b;
+            if (q > 2) { a = idx == 0 ? q - 1 : idx - 1; b = idx == 0 ? 0 : idx; }
+            else { a = idx; b = idx + 1; }
+            if (rep % 2 == 1) QK__PAIR(b, a); else QK__PAIR(a, b);
+        }
+        break;
+    }
+    case QK_ENT_FULL:
+    case QK_ENT_DEFAULT:
+    default:
+        for (i = 0; i < q; i++)
+            for (j = i + 1; j < q; j++) QK__PAIR(i, j);
+        break;
+    }
+#undef QK__PAIR
+    return n;
+}
+
+static qk_map_class qk__classify(const qk_op *ops, int n)
+{
+    int i, entangled = 0, real = 1;
+    for (i = 0; i < n; i++) {
+        switch (ops[i].kind) {
+        case QK_OP_CNOT: case QK_OP_CZ: case QK_OP_RZZ: case QK_OP_AMPLITUDE: entangled = 1; break;
+        default: break;
+        }
+        switch (ops[i].kind) {
+        case QK_OP_H: case QK_OP_X: case QK_OP_Z: case QK_OP_RY: case QK_OP_CNOT: case QK_OP_CZ:
+        case QK_OP_AMPLITUDE: case QK_OP_BASIS: break;
+        default: real = 0; break;
+        }
+    }
+    if (!entangled) return QK_CLASS_PRODUCT;
+    return real ? QK_CLASS_REAL : QK_CLASS_COMPLEX;
+}
+
+QKDEF const char *qk_map_class_string(qk_map_class c)
+{
+    switch (c) {
+    case QK_CLASS_PRODUCT: return "product (analytic)";
+    case QK_CLASS_REAL: return "real";
+    case QK_CLASS_COMPLEX: return "complex";
+    default: return "?";
+    }
+}
+
+static qk_result qk__validate_ops(const qk_op *ops, int n_ops, int q, int d, int nw)
+{
+    int i;
+    for (i = 0; i < n_ops; i++) {
+        const qk_op *o = &ops[i];
+        int ar;
+        if (o->kind < QK_OP_H || o->kind >= QK_OP_KIND_COUNT_)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: unknown op kind %d", i, (int)o->kind);
+        ar = qk__op_arity(o->kind);
+        if (o->kind == QK_OP_AMPLITUDE) {
+            if (i != 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: amplitude encoding must be the first op", i);
+            if (q < 31 && (int64_t)d > ((int64_t)1 << q))
+                return qk__fail(QK_ERROR_SHAPE, "amplitude encoding of %d features needs at least %d qubits, map has %d", d, (int)ceil(log2((double)d)), q);
+            continue;
+        }
+        if (ar >= 1 && (o->q0 < 0 || o->q0 >= q))
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: qubit %d out of range [0, %d)", i, o->q0, q);
+        if (ar == 2 && (o->q1 < 0 || o->q1 >= q || o->q1 == o->q0))
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: second qubit %d invalid (range [0, %d), distinct from %d)", i, o->q1, q, o->q0);
+        if (o->kind == QK_OP_BASIS) {
+            if (o->angle.x0 < 0 || o->angle.x0 >= d)
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: basis feature x%d out of range [0, %d)", i, o->angle.x0, d);
+            continue;
+        }
+        if (!qk__op_has_angle(o->kind)) continue;
+        if (!isfinite(o->angle.scale) || !isfinite(o->angle.offset))
+            return qk__fail(QK_ERROR_NON_FINITE, "op %d: angle scale/offset not finite", i);
+        switch (o->angle.kind) {
+        case QK_ARG_CONST: break;
+        case QK_ARG_X:
+            if (o->angle.x0 < 0 || o->angle.x0 >= d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d out of range [0, %d)", i, o->angle.x0, d);
+            break;
+        case QK_ARG_XX: case QK_ARG_PIXX:
+            if (o->angle.x0 < 0 || o->angle.x0 >= d || o->angle.x1 < 0 || o->angle.x1 >= d)
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d or x%d out of range [0, %d)", i, o->angle.x0, o->angle.x1, d);
+            break;
+        case QK_ARG_WX:
+            if (o->angle.x0 < 0 || o->angle.x0 >= d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d out of range [0, %d)", i, o->angle.x0, d);
+            /* fall through */
+        case QK_ARG_W:
+            if (o->angle.w < 0 || o->angle.w >= nw) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: weight w%d out of range [0, %d)", i, o->angle.w, nw);
+            break;
+        default:
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: unknown angle kind %d", i, (int)o->angle.kind);
+        }
+    }
+    return QK_OK;
+}
+
+QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
+{
+    qk_map_desc d;
+    qk__ops l;
+    qk_map *m;
+    qk_result r;
+    int q, i, j, rep, nw = 0;
+    if (!desc_in || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_make: NULL %s", desc_in ? "out" : "desc");
+    *out = NULL;
+    d = *desc_in;
+    memset(&l, 0, sizeof l);
+    d.type = d.type ? d.type : QK_MAP_ZZ;
+    if (d.n_features <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_features must be > 0 (got %d)", d.n_features);
+    if (d.n_qubits < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_qubits must be >= 0 (got %d)", d.n_qubits);
+    if (d.reps < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: reps must be >= 0 (got %d)", d.reps);
+    if (d.type == QK_MAP_AMPLITUDE) {
+        int need = 0;
+        while (need < 62 && ((int64_t)1 << need) < (int64_t)d.n_features) need++;
+        if (need == 0) need = 1;
+        d.n_qubits = qk__def_i(d.n_qubits, need);
+        if (d.n_qubits < need) return qk__fail(QK_ERROR_SHAPE, "amplitude: %d features need at least %d qubits (qubits=%d)", d.n_features, need, d.n_qubits);
+    } else if (d.type == QK_MAP_CUSTOM) {
+        if (d.n_qubits <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_qubits must be > 0");
+    } else {
+        d.n_qubits = qk__def_i(d.n_qubits, d.n_features);
+        if (d.type != QK_MAP_HEA && d.n_qubits != d.n_features)
+            return qk__fail(QK_ERROR_SHAPE, "map: this map uses one qubit per feature (qubits=%d, features=%d)", d.n_qubits, d.n_features);
+    }
+    q = d.n_qubits;
+    if (q > QK_MAX_PRODUCT_QUBITS) return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits exceed QK_MAX_PRODUCT_QUBITS (%d)", q, QK_MAX_PRODUCT_QUBITS);
+    d.alpha = qk__def_d(d.alpha, 2.0);
+    if (!isfinite(d.alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
+    d.ent = d.ent ? d.ent : QK_ENT_FULL;
+    if (d.ent < QK_ENT_FULL || d.ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d.ent);
+
+    switch (d.type) {
+    case QK_MAP_ZZ: {
+        d.reps = qk__def_i(d.reps, 2);
+        for (rep = 0; rep < d.reps; rep++) {
+            int np = qk__pairs(d.ent, q, rep, NULL, 0), k;
+            int (*pairs)[2] = (int (*)[2])qk__malloc(sizeof(int[2]) * (size_t)(np > 0 ? np : 1));
+            if (!pairs) { l.oom = 1; break; }
+            qk__pairs(d.ent, q, rep, pairs, np);
+            for (i = 0; i < q; i++) qk__push(&l, QK_OP_H, i, 0, qk__noang());
+            for (i = 0; i < q; i++) qk__push(&l, QK_OP_P, i, 0, qk__ang(QK_ARG_X, i, 0, 0, d.alpha, 0.0));
+            for (k = 0; k < np; k++) {
+                int a = pairs[k][0], b = pairs[k][1];
+                qk__push(&l, QK_OP_CNOT, a, b, qk__noang());
+                qk__push(&l, QK_OP_P, b, 0, qk__ang(QK_ARG_PIXX, a, b, 0, d.alpha, 0.0));
+                qk__push(&l, QK_OP_CNOT, a, b, qk__noang());
+            }
+            QK_FREE(pairs);
+        }
+        break;
+    }
+    case QK_MAP_IQP:
+        d.reps = qk__def_i(d.reps, 1);
+        for (rep = 0; rep < d.reps; rep++) {
+            for (i = 0; i < q; i++) qk__push(&l, QK_OP_H, i, 0, qk__noang());
+            for (i = 0; i < q; i++) qk__push(&l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+            for (i = 0; i < q; i++)
+                for (j = i + 1; j < q; j++) qk__push(&l, QK_OP_RZZ, i, j, qk__ang(QK_ARG_XX, i, j, 0, 1.0, 0.0));
+        }
+        break;
+    case QK_MAP_ANGLE: {
+        qk_op_kind k;
+        char rot = d.rot ? (char)tolower((unsigned char)d.rot) : 'x';
+        if (rot != 'x' && rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "angle: rotation must be x, y or z (got '%c')", d.rot);
+        d.rot = rot;
+        k = rot == 'x' ? QK_OP_RX : rot == 'y' ? QK_OP_RY : QK_OP_RZ;
+        for (i = 0; i < q; i++) qk__push(&l, k, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+        break;
+    }
+    case QK_MAP_AMPLITUDE:
+        qk__push(&l, QK_OP_AMPLITUDE, 0, 0, qk__noang());
+        break;
+    case QK_MAP_BASIS:
+        for (i = 0; i < q; i++) qk__push(&l, QK_OP_BASIS, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+        break;
+    case QK_MAP_HEA: {
+        char rot = d.rot ? (char)tolower((unsigned char)d.rot) : 'y';
+        int per;
+        if (rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: rot must be y or yz (got '%c')", d.rot);
+        d.rot = rot;
+        d.reps = qk__def_i(d.reps, 2);
+        if (d.cnot != 0 && d.cnot != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: cnot must be 0 (CZ ring) or 1 (CNOT ring)");
+        per = rot == 'y' ? 1 : 2;
+        nw = d.reps * q * per;
+        for (rep = 0; rep < d.reps; rep++) {
+            for (i = 0; i < q; i++) {
+                int w0 = per * (rep * q + i);
+                qk__push(&l, QK_OP_RY, i, 0, qk__ang(QK_ARG_WX, i % d.n_features, 0, w0, 1.0, 0.0));
+                if (per == 2) qk__push(&l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_WX, i % d.n_features, 0, w0 + 1, 1.0, 0.0));
+            }
+            if (q == 2) qk__push(&l, d.cnot ? QK_OP_CNOT : QK_OP_CZ, 0, 1, qk__noang());
+            if (q >= 3)
+                for (i = 0; i < q; i++) qk__push(&l, d.cnot ? QK_OP_CNOT : QK_OP_CZ, i, (i + 1) % q, qk__noang());
+        }
+        break;
+    }
+    case QK_MAP_CUSTOM:
+        if (d.n_ops < 0 || (d.n_ops > 0 && !d.ops)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: ops is NULL or n_ops < 0");
+        if (d.n_weights < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_weights < 0");
+        nw = d.n_weights;
+        for (i = 0; i < d.n_ops; i++) qk__push(&l, d.ops[i].kind, d.ops[i].q0, d.ops[i].q1, d.ops[i].angle);
+        break;
+    default:
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown type %d", (int)d.type);
+    }
+    if (l.oom) { QK_FREE(l.ops); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory building the op list"); }
+    r = qk__validate_ops(l.ops, l.n, q, d.n_features, nw);
+    if (r != QK_OK) { QK_FREE(l.ops); return r; }
+    m = (qk_map *)qk__calloc(1, sizeof *m);
+    if (!m) { QK_FREE(l.ops); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
+    m->type = d.type;
+    m->n_qubits = q;
+    m->n_features = d.n_features;
+    m->n_weights = nw;
+    m->n_ops = l.n;
+    m->ops = l.ops;
+    m->cls = qk__classify(l.ops, l.n);
+    if (m->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS) {
+        qk_map_free(m);
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits with entangling ops exceed the state limit of %d qubits (only product maps go beyond)", q, QK_MAX_STATE_QUBITS);
+    }
+    m->weights = (double *)qk__malloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
+    if (!m->weights) { qk_map_free(m); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
+    for (i = 0; i < nw; i++) m->weights[i] = 1.0;
+    d.ops = NULL;
+    d.n_ops = l.n;
+    d.n_weights = nw;
+    m->desc = d;
+    *out = m;
+    return QK_OK;
+}
+
+QKDEF void qk_map_free(qk_map *map)
+{
+    if (!map) return;
+    QK_FREE(map->ops);
+    QK_FREE(map->weights);
+    QK_FREE(map);
+}
+
+QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n)
+{
+    int i;
+    if (!map) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_set_weights: map is NULL");
+    if (n != map->n_weights) return qk__fail(QK_ERROR_SHAPE, "map takes %d weights, got %d", map->n_weights, n);
+    if (n > 0 && !w) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_set_weights: w is NULL");
+    for (i = 0; i < n; i++)
+        if (!isfinite(w[i])) return qk__fail(QK_ERROR_NON_FINITE, "weight w%d is %s", i, isnan(w[i]) ? "NaN" : "Inf");
+    if (n > 0) memcpy(map->weights, w, sizeof(double) * (size_t)n);
+    return QK_OK;
+}
+
+static double qk__angle(const qk_angle *a, const double *x, const double *w)
+{
+    double f;
+    switch (a->kind) {
+    case QK_ARG_X: f = x[a->x0]; break;
+    case QK_ARG_XX: f = x[a->x0] * x[a->x1]; break;
+    case QK_ARG_PIXX: f = (QK__PI - x[a->x0]) * (QK__PI - x[a->x1]); break;
+    case QK_ARG_W: f = w[a->w]; break;
+    case QK_ARG_WX: f = w[a->w] * x[a->x0]; break;
+    case QK_ARG_CONST: default: f = 0.0; break;
+    }
+    return a->scale * f + a->offset;
+}
+
+QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
+{
+    int i;
+    for (i = 0; i < map->n_ops; i++)
+        theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
+}
+
+QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
+{
+    int64_t i;
+    int j, d, basis = 0, amp = 0, k;
+    if (!name) name = "X";
+    if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
+    if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
+    d = map->n_features;
+    for (k = 0; k < map->n_ops; k++) {
+        if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
+        if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
+    }
+    for (i = 0; i < n; i++) {
+        const double *row = x + i * d;
+        double ss = 0.0;
+        for (j = 0; j < d; j++) {
+            double v = row[j];
+            if (!isfinite(v))
+                return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld][%d] is %s", name, (long long)i, j, isnan(v) ? "NaN" : "Inf");
+            ss += v * v;
+        }
+        if (basis) {
+            for (k = 0; k < map->n_ops; k++) {
+                if (map->ops[k].kind != QK_OP_BASIS) continue;
+                j = map->ops[k].angle.x0;
+                if (row[j] != 0.0 && row[j] != 1.0)
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %g: basis encoding needs 0 or 1", name, (long long)i, j, row[j]);
+            }
+        }
+        if (amp && !(ss > 0.0 && isfinite(ss)))
+            return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares %g)", name, (long long)i, ss);
+    }
+    return QK_OK;
+}
+
 
 /* ---- implementation: map spec parser ---- */
+/* Grammar (docs/maps.md):
+     spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
+     param  := key '=' value
+     ops    := { gate '(' int [',' int] [',' angle] ')' [';'] }
+     angle  := number | [number '*'] factor [('+'|'-') number]
+     factor := xI | wI | xI '*' xJ | wK '*' xI | '(' 'pi' '-' xI ')' '*' '(' 'pi' '-' xJ ')'
+     number := [-] (decimal | 'pi')
+   Errors name the column (1-based) of the offending token. */
+typedef struct qk__parser {
+    const char *s;
+    const char *p;
+} qk__parser;
+
+static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
+static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
+
+static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
+{
+    char msg[256];
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
+    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", ps->s, qk__col(ps), msg);
+}
+
+static int qk__accept(qk__parser *ps, char c)
+{
+    qk__ws(ps);
+    if (*ps->p == c) { ps->p++; return 1; }
+    return 0;
+}
+
+/* identifier [a-z_][a-z0-9_]* (lower-cased into buf) */
+static int qk__ident(qk__parser *ps, char *buf, size_t size)
+{
+    size_t n = 0;
+    qk__ws(ps);
+    if (!isalpha((unsigned char)*ps->p) && *ps->p != '_') return 0;
+    while (isalnum((unsigned char)*ps->p) || *ps->p == '_') {
+        if (n + 1 < size) buf[n++] = (char)tolower((unsigned char)*ps->p);
+        ps->p++;
+    }
+    buf[n] = 0;
+    return 1;
+}
+
+static int qk__number(qk__parser *ps, double *v)
+{
+    const char *start;
+    char *end;
+    int neg = 0;
+    qk__ws(ps);
+    start = ps->p;
+    if (*ps->p == '-' || *ps->p == '+') { neg = *ps->p == '-'; ps->p++; qk__ws(ps); }
+    if ((ps->p[0] == 'p' || ps->p[0] == 'P') && (ps->p[1] == 'i' || ps->p[1] == 'I') && !isalnum((unsigned char)ps->p[2])) {
+        ps->p += 2;
+        *v = neg ? -QK__PI : QK__PI;
+        return 1;
+    }
+    if (!isdigit((unsigned char)*ps->p) && *ps->p != '.') { ps->p = start; return 0; }
+    errno = 0;
+    *v = strtod(ps->p, &end);
+    if (end == ps->p || errno == ERANGE) { ps->p = start; return 0; }
+    ps->p = end;
+    if (neg) *v = -*v;
+    return 1;
+}
+
+static int qk__int(qk__parser *ps, int *v)
+{
+    long x;
+    char *end;
+    qk__ws(ps);
+    if (!isdigit((unsigned char)*ps->p)) return 0;
+    errno = 0;
+    x = strtol(ps->p, &end, 10);
+    if (errno == ERANGE || x > 1000000000L) return 0;
+    ps->p = end;
+    *v = (int)x;
+    return 1;
+}
+
+/* 'x' or 'w' followed by an index */
+static int qk__var(qk__parser *ps, char which, int *idx)
+{
+    const char *start;
+    qk__ws(ps);
+    start = ps->p;
+    if (tolower((unsigned char)*ps->p) != which) return 0;
+    ps->p++;
+    if (!isdigit((unsigned char)*ps->p)) { ps->p = start; return 0; }
+    if (!qk__int(ps, idx)) { ps->p = start; return 0; }
+    return 1;
+}
+
+/* '(' 'pi' '-' xI ')' */
+static int qk__pi_minus(qk__parser *ps, int *idx)
+{
+    const char *start = ps->p;
+    char id[8];
+    if (!qk__accept(ps, '(')) return 0;
+    if (!qk__ident(ps, id, sizeof id) || strcmp(id, "pi") != 0) { ps->p = start; return 0; }
+    if (!qk__accept(ps, '-') || !qk__var(ps, 'x', idx) || !qk__accept(ps, ')')) { ps->p = start; return 0; }
+    return 1;
+}
+
+static qk_result qk__angle_expr(qk__parser *ps, qk_angle *a)
+{
+    double num = 0.0;
+    int have_num, i0, i1;
+    const char *save;
+    *a = qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0);
+    qk__ws(ps);
+    save = ps->p;
+    /* leading "-x0" means scale -1 */
+    if (*ps->p == '-' && (tolower((unsigned char)ps->p[1]) == 'x' || tolower((unsigned char)ps->p[1]) == 'w' || ps->p[1] == '(')) {
+        ps->p++;
+        a->scale = -1.0;
+        have_num = 0;
+    } else {
+        have_num = qk__number(ps, &num);
+    }
+    if (have_num) {
+        if (!qk__accept(ps, '*')) {           /* a plain number */
+            a->offset = num;
+            return QK_OK;
+        }
+        a->scale = num;
+    }
+    save = ps->p;
+    qk__ws(ps);
+    if (qk__var(ps, 'x', &i0)) {
+        if (qk__accept(ps, '*')) {
+            if (!qk__var(ps, 'x', &i1)) return qk__perr(ps, "expected a feature xJ after '*'", NULL);
+            a->kind = QK_ARG_XX; a->x0 = i0; a->x1 = i1;
+        } else {
+            a->kind = QK_ARG_X; a->x0 = i0;
+        }
+    } else if (qk__var(ps, 'w', &i0)) {
+        if (qk__accept(ps, '*')) {
+            if (!qk__var(ps, 'x', &i1)) return qk__perr(ps, "expected a feature xI after 'wK*'", NULL);
+            a->kind = QK_ARG_WX; a->w = i0; a->x0 = i1;
+        } else {
+            a->kind = QK_ARG_W; a->w = i0;
+        }
+    } else if (qk__pi_minus(ps, &i0)) {
+        if (!qk__accept(ps, '*') || !qk__pi_minus(ps, &i1)) return qk__perr(ps, "expected '*(pi-xJ)' after '(pi-xI)'", NULL);
+        a->kind = QK_ARG_PIXX; a->x0 = i0; a->x1 = i1;
+    } else {
+        ps->p = save;
+        qk__ws(ps);
+        return qk__perr(ps, "expected an angle: a number, xI, wI, xI*xJ, wK*xI or (pi-xI)*(pi-xJ)", NULL);
+    }
+    qk__ws(ps);
+    if (*ps->p == '+' || *ps->p == '-') {
+        int neg = *ps->p == '-';
+        ps->p++;
+        if (!qk__number(ps, &num)) return qk__perr(ps, "expected a number after '+' or '-'", NULL);
+        a->offset = neg ? -num : num;
+    }
+    return QK_OK;
+}
+
+typedef struct qk__gate_name { const char *name; qk_op_kind kind; } qk__gate_name;
+static const qk__gate_name qk__gates[] = {
+    {"h", QK_OP_H}, {"x", QK_OP_X}, {"y", QK_OP_Y}, {"z", QK_OP_Z},
+    {"rx", QK_OP_RX}, {"ry", QK_OP_RY}, {"rz", QK_OP_RZ}, {"p", QK_OP_P},
+    {"cx", QK_OP_CNOT}, {"cnot", QK_OP_CNOT}, {"cz", QK_OP_CZ}, {"rzz", QK_OP_RZZ},
+};
+
+static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
+{
+    for (;;) {
+        char name[16];
+        const char *at;
+        size_t g;
+        qk_op_kind kind = (qk_op_kind)0;
+        int q0 = 0, q1 = 0, ar;
+        qk_angle a = qk__noang();
+        qk_result r;
+        while (qk__accept(ps, ';')) {}
+        qk__ws(ps);
+        if (*ps->p == ')' || *ps->p == 0) return QK_OK;
+        at = ps->p;
+        if (!qk__ident(ps, name, sizeof name)) return qk__perr(ps, "expected a gate name", NULL);
+        for (g = 0; g < sizeof qk__gates / sizeof qk__gates[0]; g++)
+            if (strcmp(name, qk__gates[g].name) == 0) kind = qk__gates[g].kind;
+        if (!kind) { ps->p = at; return qk__perr(ps, "unknown gate '%s' (h x y z rx ry rz p cx cnot cz rzz)", name); }
+        ar = qk__op_arity(kind);
+        if (!qk__accept(ps, '(')) return qk__perr(ps, "expected '(' after gate '%s'", name);
+        if (!qk__int(ps, &q0)) return qk__perr(ps, "expected a qubit index", NULL);
+        if (ar == 2) {
+            if (!qk__accept(ps, ',') || !qk__int(ps, &q1)) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
+        }
+        if (qk__op_has_angle(kind)) {
+            if (!qk__accept(ps, ',')) return qk__perr(ps, "expected ', angle' (gate '%s' takes an angle)", name);
+            r = qk__angle_expr(ps, &a);
+            if (r != QK_OK) return r;
+        }
+        if (!qk__accept(ps, ')')) return qk__perr(ps, "expected ')' to close gate '%s'", name);
+        qk__push(l, kind, q0, q1, a);
+        if (l->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory");
+    }
+}
+
+QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
+{
+    qk__parser ps;
+    qk_map_desc d;
+    qk__ops l;
+    char name[32], key[32], val[32];
+    qk_result r;
+    int has_ops = 0;
+    if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: out is NULL");
+    *out = NULL;
+    if (!spec) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: spec is NULL");
+    memset(&d, 0, sizeof d);
+    memset(&l, 0, sizeof l);
+    ps.s = ps.p = spec;
+    d.n_features = n_features;
+    if (!qk__ident(&ps, name, sizeof name)) return qk__perr(&ps, "expected a map name (zz, iqp, angle, amplitude, basis, hea, circuit)", NULL);
+    if (!strcmp(name, "zz")) d.type = QK_MAP_ZZ;
+    else if (!strcmp(name, "iqp")) d.type = QK_MAP_IQP;
+    else if (!strcmp(name, "angle")) d.type = QK_MAP_ANGLE;
+    else if (!strcmp(name, "amplitude") || !strcmp(name, "amp")) d.type = QK_MAP_AMPLITUDE;
+    else if (!strcmp(name, "basis")) d.type = QK_MAP_BASIS;
+    else if (!strcmp(name, "hea")) d.type = QK_MAP_HEA;
+    else if (!strcmp(name, "circuit")) d.type = QK_MAP_CUSTOM;
+    else { ps.p = spec; qk__ws(&ps); return qk__perr(&ps, "unknown map '%s' (zz, iqp, angle, amplitude, basis, hea, circuit)", name); }
+    if (qk__accept(&ps, '(')) {
+        if (!qk__accept(&ps, ')')) {
+            for (;;) {
+                const char *kat, *vat;
+                double num;
+                int iv;
+                qk__ws(&ps);
+                if (d.type == QK_MAP_CUSTOM && *ps.p == ':') { ps.p++; has_ops = 1; break; }
+                kat = ps.p;
+                if (!qk__ident(&ps, key, sizeof key)) return qk__perr(&ps, "expected a parameter name", NULL);
+                if (!qk__accept(&ps, '=')) return qk__perr(&ps, "expected '=' after '%s'", key);
+                qk__ws(&ps);
+                vat = ps.p;
+#define QK__BADKEY() do { ps.p = kat; return qk__perr(&ps, "unknown parameter '%s' for this map", key); } while (0)
+#define QK__INTVAL(dst) do { if (!qk__int(&ps, &iv)) { ps.p = vat; return qk__perr(&ps, "'%s' needs a non-negative integer", key); } dst = iv; } while (0)
+                if (!strcmp(key, "qubits")) {
+                    QK__INTVAL(d.n_qubits);
+                    if (d.n_qubits <= 0) { ps.p = vat; return qk__perr(&ps, "qubits must be > 0", NULL); }
+                } else if (!strcmp(key, "reps") || !strcmp(key, "layers") || !strcmp(key, "n_repeats")) {
+                    if (d.type != QK_MAP_ZZ && d.type != QK_MAP_IQP && d.type != QK_MAP_HEA) QK__BADKEY();
+                    QK__INTVAL(d.reps);
+                    if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
+                } else if (!strcmp(key, "alpha")) {
+                    if (d.type != QK_MAP_ZZ) QK__BADKEY();
+                    if (!qk__number(&ps, &num) || num == 0.0) { ps.p = vat; return qk__perr(&ps, "alpha needs a non-zero number", NULL); }
+                    d.alpha = num;
+                } else if (!strcmp(key, "features")) {
+                    if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
+                    QK__INTVAL(iv);
+                    if (iv != n_features) { ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", spec, qk__col(&ps), iv, n_features); }
+                } else if (!strcmp(key, "weights")) {
+                    if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
+                    QK__INTVAL(d.n_weights);
+                } else if (!strcmp(key, "ent")) {
+                    if (!qk__ident(&ps, val, sizeof val)) { ps.p = vat; return qk__perr(&ps, "ent needs a name", NULL); }
+                    if (d.type == QK_MAP_ZZ) {
+                        if (!strcmp(val, "full")) d.ent = QK_ENT_FULL;
+                        else if (!strcmp(val, "linear")) d.ent = QK_ENT_LINEAR;
+                        else if (!strcmp(val, "reverse_linear")) d.ent = QK_ENT_REVERSE_LINEAR;
+                        else if (!strcmp(val, "circular")) d.ent = QK_ENT_CIRCULAR;
+                        else if (!strcmp(val, "pairwise")) d.ent = QK_ENT_PAIRWISE;
+                        else if (!strcmp(val, "sca")) d.ent = QK_ENT_SCA;
+                        else { ps.p = vat; return qk__perr(&ps, "unknown entanglement '%s' (full, linear, reverse_linear, circular, pairwise, sca)", val); }
+                    } else if (d.type == QK_MAP_HEA) {
+                        if (!strcmp(val, "cz")) d.cnot = 0;
+                        else if (!strcmp(val, "cnot") || !strcmp(val, "cx")) d.cnot = 1;
+                        else { ps.p = vat; return qk__perr(&ps, "unknown hea ring '%s' (cz, cnot)", val); }
+                    } else QK__BADKEY();
+                } else if (!strcmp(key, "rot")) {
+                    if (!qk__ident(&ps, val, sizeof val)) { ps.p = vat; return qk__perr(&ps, "rot needs a name", NULL); }
+                    if (d.type == QK_MAP_ANGLE && (!strcmp(val, "x") || !strcmp(val, "y") || !strcmp(val, "z"))) d.rot = val[0];
+                    else if (d.type == QK_MAP_HEA && !strcmp(val, "y")) d.rot = 'y';
+                    else if (d.type == QK_MAP_HEA && !strcmp(val, "yz")) d.rot = 'z';
+                    else if (d.type == QK_MAP_ANGLE || d.type == QK_MAP_HEA) { ps.p = vat; return qk__perr(&ps, d.type == QK_MAP_ANGLE ? "rot must be x, y or z (got '%s')" : "rot must be y or yz (got '%s')", val); }
+                    else QK__BADKEY();
+                } else {
+                    QK__BADKEY();
+                }
+#undef QK__BADKEY
+#undef QK__INTVAL
+                if (qk__accept(&ps, ',')) continue;
+                qk__ws(&ps);
+                if (d.type == QK_MAP_CUSTOM && *ps.p == ':') { ps.p++; has_ops = 1; break; }
+                if (*ps.p == ')') break;
+                return qk__perr(&ps, "expected ',' or ')'", NULL);
+            }
+            if (has_ops) {
+                r = qk__parse_ops(&ps, &l);
+                if (r != QK_OK) { QK_FREE(l.ops); return r; }
+            }
+            if (!qk__accept(&ps, ')')) { QK_FREE(l.ops); return qk__perr(&ps, "expected ')'", NULL); }
+        }
+    }
+    qk__ws(&ps);
+    if (*ps.p) { QK_FREE(l.ops); return qk__perr(&ps, "unexpected text after the map", NULL); }
+    if (d.type == QK_MAP_CUSTOM) {
+        if (!d.n_qubits) { QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", spec); }
+        d.ops = l.ops;
+        d.n_ops = l.n;
+    }
+    r = qk_map_make(&d, out);
+    QK_FREE(l.ops);
+    return r;
+}
+
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
+{
+    char off[40] = "";
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%.17g", a->offset);
+    if (a->offset != 0.0) snprintf(off, sizeof off, "%+.17g", a->offset);
+    switch (a->kind) {
+    case QK_ARG_X: return snprintf(buf, size, "%.17g*x%d%s", a->scale, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%.17g*x%d*x%d%s", a->scale, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%.17g*(pi-x%d)*(pi-x%d)%s", a->scale, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%.17g*w%d%s", a->scale, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%.17g*w%d*x%d%s", a->scale, a->w, a->x0, off);
+    default: return snprintf(buf, size, "0");
+    }
+}
+
+/* snprintf-like appender that keeps counting past the end of the buffer */
+static void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
+{
+    va_list ap;
+    int n;
+    va_start(ap, fmt);
+    n = vsnprintf(*len < size ? buf + *len : NULL, *len < size ? size - *len : 0, fmt, ap);
+    va_end(ap);
+    if (n > 0) *len += (size_t)n;
+}
+
+QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
+{
+    static const char *ents[] = {"full", "full", "linear", "reverse_linear", "circular", "pairwise", "sca"};
+    size_t len = 0;
+    const qk_map_desc *d;
+    int i;
+    if (size && buf) buf[0] = 0;
+    if (!m) return 0;
+    if (!buf) size = 0;
+    d = &m->desc;
+    switch (m->type) {
+    case QK_MAP_ZZ: qk__cat(buf, size, &len, "zz(reps=%d,alpha=%.17g,ent=%s)", d->reps, d->alpha, ents[d->ent]); break;
+    case QK_MAP_IQP: qk__cat(buf, size, &len, "iqp(reps=%d)", d->reps); break;
+    case QK_MAP_ANGLE: qk__cat(buf, size, &len, "angle(rot=%c)", d->rot); break;
+    case QK_MAP_AMPLITUDE: qk__cat(buf, size, &len, "amplitude(qubits=%d)", m->n_qubits); break;
+    case QK_MAP_BASIS: qk__cat(buf, size, &len, "basis"); break;
+    case QK_MAP_HEA: qk__cat(buf, size, &len, "hea(qubits=%d,layers=%d,rot=%s,ent=%s)", m->n_qubits, d->reps, d->rot == 'z' ? "yz" : "y", d->cnot ? "cnot" : "cz"); break;
+    default:
+        qk__cat(buf, size, &len, "circuit(qubits=%d,weights=%d:", m->n_qubits, m->n_weights);
+        for (i = 0; i < m->n_ops; i++) {
+            const qk_op *o = &m->ops[i];
+            size_t g;
+            const char *nm = "?";
+            char ang[160];
+            for (g = 0; g < sizeof qk__gates / sizeof qk__gates[0]; g++)
+                if (qk__gates[g].kind == o->kind) { nm = qk__gates[g].name; break; }
+            if (o->kind == QK_OP_AMPLITUDE || o->kind == QK_OP_BASIS) nm = "?"; /* not expressible */
+            qk__cat(buf, size, &len, " %s(%d", nm, o->q0);
+            if (qk__op_arity(o->kind) == 2) qk__cat(buf, size, &len, ",%d", o->q1);
+            if (qk__op_has_angle(o->kind)) { qk__fmt_angle(&o->angle, ang, sizeof ang); qk__cat(buf, size, &len, ",%s", ang); }
+            qk__cat(buf, size, &len, ")");
+        }
+        qk__cat(buf, size, &len, ")");
+        break;
+    }
+    return (int)len;
+}
+
 
 /* ---- implementation: CPU engine (states) ---- */
+/* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
+   is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
+   O(n * ops * 2^q), small next to the O(n^2 * 2^q) Gram. */
+static void qk__g1(double *re, double *im, int64_t D, int q,
+                   double ur0, double ui0, double ur1, double ui1,
+                   double ur2, double ui2, double ur3, double ui3)
+{
+    /* [a0'; a1'] = [[u0 u1]; [u2 u3]] [a0; a1] on qubit q */
+    int64_t bit = (int64_t)1 << q, i0, i;
+    for (i0 = 0; i0 < D; i0 += 2 * bit)
+        for (i = i0; i < i0 + bit; i++) {
+            int64_t j = i + bit;
+            double ar = re[i], ai = im[i], br = re[j], bi = im[j];
+            re[i] = ur0 * ar - ui0 * ai + ur1 * br - ui1 * bi;
+            im[i] = ur0 * ai + ui0 * ar + ur1 * bi + ui1 * br;
+            re[j] = ur2 * ar - ui2 * ai + ur3 * br - ui3 * bi;
+            im[j] = ur2 * ai + ui2 * ar + ur3 * bi + ui3 * br;
+        }
+}
+
+/* multiply amplitude i by (cr + i ci) when (i & mask) == want */
+static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t want, double cr, double ci)
+{
+    int64_t i;
+    for (i = 0; i < D; i++) {
+        if ((i & mask) == want) {
+            double ar = re[i], ai = im[i];
+            re[i] = cr * ar - ci * ai;
+            im[i] = cr * ai + ci * ar;
+        }
+    }
+}
+
+/* Applies op o with angle t to the state (re, im) of q qubits; x is the sample (for BASIS). */
+static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
+{
+    int64_t D = (int64_t)1 << q, i;
+    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    switch (o->kind) {
+    case QK_OP_H: qk__g1(re, im, D, o->q0, h, 0, h, 0, h, 0, -h, 0); break;
+    case QK_OP_X: qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0); break;
+    case QK_OP_Y: qk__g1(re, im, D, o->q0, 0, 0, 0, -1, 0, 1, 0, 0); break;
+    case QK_OP_Z: qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, -1, 0); break;
+    case QK_OP_RX: qk__g1(re, im, D, o->q0, c, 0, 0, -s, 0, -s, c, 0); break;
+    case QK_OP_RY: qk__g1(re, im, D, o->q0, c, 0, -s, 0, s, 0, c, 0); break;
+    case QK_OP_RZ:
+        qk__phase(re, im, D, (int64_t)1 << o->q0, 0, c, -s);
+        qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, c, s);
+        break;
+    case QK_OP_P: qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, cos(t), sin(t)); break;
+    case QK_OP_CZ: {
+        int64_t m = ((int64_t)1 << o->q0) | ((int64_t)1 << o->q1);
+        qk__phase(re, im, D, m, m, -1, 0);
+        break;
+    }
+    case QK_OP_RZZ: {
+        /* e^{-it/2} where the two bits agree, e^{+it/2} where they differ */
+        int64_t b0 = (int64_t)1 << o->q0, b1 = (int64_t)1 << o->q1;
+        for (i = 0; i < D; i++) {
+            int odd = ((i & b0) != 0) != ((i & b1) != 0);
+            double ci = odd ? s : -s, ar = re[i], ai = im[i];
+            re[i] = c * ar - ci * ai;
+            im[i] = c * ai + ci * ar;
+        }
+        break;
+    }
+    case QK_OP_CNOT: {
+        int64_t bc = (int64_t)1 << o->q0, bt = (int64_t)1 << o->q1;
+        for (i = 0; i < D; i++) {
+            if ((i & bc) && !(i & bt)) {
+                int64_t j = i | bt;
+                double tr = re[i], ti = im[i];
+                re[i] = re[j]; im[i] = im[j];
+                re[j] = tr; im[j] = ti;
+            }
+        }
+        break;
+    }
+    case QK_OP_BASIS:
+        if (x[o->angle.x0] == 1.0) qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0);
+        break;
+    default: break; /* AMPLITUDE handled by the caller */
+    }
+}
+
+/* One state into re/im (2^q each). theta: scratch of n_ops. Data already validated. */
+static void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta)
+{
+    int q = m->n_qubits, k;
+    int64_t D = (int64_t)1 << q, i;
+    int first = 0;
+    memset(re, 0, sizeof(double) * (size_t)D);
+    memset(im, 0, sizeof(double) * (size_t)D);
+    if (m->n_ops > 0 && m->ops[0].kind == QK_OP_AMPLITUDE) {
+        double ss = 0.0, inv;
+        for (k = 0; k < m->n_features; k++) ss += x[k] * x[k];
+        inv = 1.0 / sqrt(ss);
+        for (k = 0; k < m->n_features; k++) re[k] = x[k] * inv;
+        first = 1;
+    } else {
+        re[0] = 1.0;
+    }
+    qk_map_angles(m, x, theta);
+    for (k = first; k < m->n_ops; k++) {
+        const qk_op *o = &m->ops[k];
+        /* CNOT(a,b) P(t)_b CNOT(a,b) (every zz pair) is the phase e^{it} where bits a and b
+           differ: one pass instead of three */
+        if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
+            o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) {
+            int64_t ba = (int64_t)1 << o->q0, bb = (int64_t)1 << o->q1;
+            double c = cos(theta[k + 1]), s = sin(theta[k + 1]);
+            for (i = 0; i < D; i++) {
+                if (((i & ba) != 0) != ((i & bb) != 0)) {
+                    double ar = re[i], ai = im[i];
+                    re[i] = c * ar - s * ai;
+                    im[i] = c * ai + s * ar;
+                }
+            }
+            k += 2;
+            continue;
+        }
+        qk__apply(o, theta[k], x, re, im, q);
+    }
+}
+
+/* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
+   |0>. out: q * 4 doubles (re0, re1, im0, im1) per qubit. */
+static void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
+{
+    int q = m->n_qubits, k;
+    for (k = 0; k < q; k++) { out[4 * k] = 1; out[4 * k + 1] = 0; out[4 * k + 2] = 0; out[4 * k + 3] = 0; }
+    qk_map_angles(m, x, theta);
+    for (k = 0; k < m->n_ops; k++) {
+        const qk_op *o = &m->ops[k];
+        double *v = out + 4 * o->q0;
+        qk_op local = *o;
+        local.q0 = 0;
+        qk__apply(&local, theta[k], x, v, v + 2, 1);
+    }
+}
+
 
 /* ---- implementation: CPU engine (Gram) ---- */
+/* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
+typedef void (*qk__work_fn)(void *ctx, int thread);
+typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
+
+#ifndef QK_NO_THREADS
+static void *qk__pool_main(void *p)
+{
+    qk__pool_arg *a = (qk__pool_arg *)p;
+    a->fn(a->ctx, a->thread);
+    return NULL;
+}
+#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
+#define QK__LOAD(p) (*(p))
+#define QK__STORE(p, v) (*(p) = (v))
+#endif
+
+static int qk__ncores(void)
+{
+#ifndef QK_NO_THREADS
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n > 256 ? 256 : n) : 1;
+#else
+    return 1;
+#endif
+}
+
+/* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller. If a thread cannot be
+   started, the threads that did start (and the caller) still drain the shared work. */
+static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
+{
+#ifndef QK_NO_THREADS
+    pthread_t th[256];
+    qk__pool_arg args[256];
+    int i, started = 0;
+    if (n_threads > 256) n_threads = 256;
+    for (i = 1; i < n_threads; i++) {
+        args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
+        if (pthread_create(&th[i], NULL, qk__pool_main, &args[i]) != 0) break;
+        started = i;
+    }
+    fn(ctx, 0);
+    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
+#else
+    QK__UNUSED(n_threads);
+    fn(ctx, 0);
+#endif
+}
+
+/* ---- states for many samples, in the CPU engine's layout ---- */
+/* complex: row r = [re(D) | im(D)]; real: row r = [re(D)]; product: row r = q * 4 doubles */
+typedef struct qk__states_job {
+    const qk_map *map;
+    const double *x;
+    int64_t n;
+    qk_path path;
+    double *out;
+    int64_t stride;
+    int64_t next;
+    int oom;
+} qk__states_job;
+
+static void qk__states_work(void *p, int thread)
+{
+    qk__states_job *j = (qk__states_job *)p;
+    const qk_map *m = j->map;
+    int q = m->n_qubits;
+    int64_t D = (j->path == QK_PATH_ANALYTIC) ? 0 : ((int64_t)1 << q), r;
+    double *theta = (double *)qk__malloc(sizeof(double) * (size_t)(m->n_ops + 1));
+    double *im = NULL;
+    QK__UNUSED(thread);
+    if (j->path == QK_PATH_REAL) im = (double *)qk__malloc(sizeof(double) * (size_t)D);
+    if (!theta || (j->path == QK_PATH_REAL && !im)) { QK__STORE(&j->oom, 1); QK_FREE(theta); QK_FREE(im); return; }
+    while ((r = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const double *x = j->x + r * m->n_features;
+        double *row = j->out + r * j->stride;
+        if (QK__LOAD(&j->oom)) break;
+        if (j->path == QK_PATH_ANALYTIC) qk__product1(m, x, row, theta);
+        else if (j->path == QK_PATH_REAL) qk__state1(m, x, row, im, theta);   /* im stays 0 */
+        else qk__state1(m, x, row, row + D, theta);
+    }
+    QK_FREE(theta);
+    QK_FREE(im);
+}
+
+static qk_path qk__path_of(const qk_map *m)
+{
+    return m->cls == QK_CLASS_PRODUCT ? QK_PATH_ANALYTIC : m->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
+}
+
+static int64_t qk__row_len(const qk_map *m, qk_path path)
+{
+    int64_t D = (int64_t)1 << (m->n_qubits > 62 ? 0 : m->n_qubits);
+    return path == QK_PATH_ANALYTIC ? 4 * (int64_t)m->n_qubits : path == QK_PATH_REAL ? D : 2 * D;
+}
+
+/* Builds n rows; returns NULL (and sets the error) when memory runs out. */
+static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads)
+{
+    qk__states_job j;
+    int64_t stride = qk__row_len(m, path);
+    double *out;
+    if ((double)n * (double)stride * 8.0 > 9.0e18) { qk__set_error("states: %lld x %lld doubles overflow", (long long)n, (long long)stride); return NULL; }
+    out = (double *)qk__malloc(sizeof(double) * (size_t)(n * stride));
+    if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
+    memset(&j, 0, sizeof j);
+    j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = stride;
+    qk__parallel(n_threads < n ? n_threads : (int)n, qk__states_work, &j);
+    if (j.oom) { QK_FREE(out); qk__set_error("states: out of host memory"); return NULL; }
+    return out;
+}
+
+/* ---- blocked Gram ---- */
+/* Tiles of QK__T x QK__T pairs; inside a tile, micro-kernels of QK__NI rows x QK__NJ columns with
+   the column panel packed [d][re NJ | im NJ] so the inner loop is NJ-wide FMAs (one zmm with
+   AVX-512, two ymm with AVX2), the row values broadcast. The d range is split into chunks of
+   QK__DC so a packed panel (QK__DC * 2 * QK__NJ doubles = 32 KiB) stays in L1/L2 for 16+ qubits.
+   Measured on the 2-core dev machine (docs/benchmarks.md). */
+#define QK__T 64
+#define QK__NI 4
+#define QK__NJ 8
+#define QK__DC 256
+
+typedef struct qk__gram_job {
+    qk_path path;
+    const double *A, *B;        /* states (B == A when symmetric) */
+    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
+    int symmetric;
+    qk_dtype dt;
+    void *out;
+    int64_t ld;
+    qk_output output;
+    qk_tile_fn tile_fn;
+    void *tile_user;
+    qk_progress_fn progress;
+    void *progress_user;
+    int64_t tiles_i, tiles_j, n_tiles;
+    int64_t next;
+    int64_t pairs_done, pairs_total;
+    int cancel;                 /* 1: cancelled by a callback */
+    int oom;
+#ifndef QK_NO_THREADS
+    pthread_mutex_t cb_lock;
+#endif
+} qk__gram_job;
+
+/* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
+static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
+{
+    if (!j->symmetric) { *ti = t / j->tiles_j; *tj = t % j->tiles_j; return; }
+    {
+        int64_t T = j->tiles_i, i = 0, rowlen = T;
+        /* rows have T, T-1, ... tiles; the count is small enough for a closed form */
+        double a = (double)(2 * T + 1), disc = a * a - 8.0 * (double)t;
+        i = (int64_t)floor((a - sqrt(disc > 0 ? disc : 0)) / 2.0);
+        if (i < 0) i = 0;
+        while (i > 0 && i * T - i * (i - 1) / 2 > t) i--;
+        while ((i + 1) * T - (i + 1) * i / 2 <= t) i++;
+        rowlen = i * T - i * (i - 1) / 2;
+        *ti = i;
+        *tj = i + (t - rowlen);
+    }
+}
+
+/* The micro-kernels use GCC/Clang vector extensions (QK__NJ doubles = one zmm / two ymm); other
+   compilers get the plain loops. GCC in ISO C mode (-std=c11) does not contract a*b+c into an FMA;
+   the attribute turns contraction on for these two functions only (2x on the dev machine). */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
+#define QK__VEC 1
+typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
+#if defined(__GNUC__) && !defined(__clang__)
+#define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define QK__CONTRACT
+#endif
+#define QK__LD8(v, p) memcpy(&(v), (p), sizeof(qk__v8))
+#define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+
+QK__CONTRACT
+static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
+                           int64_t dc, double *accr, double *acci)
+{
+    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0}, i0 = {0}, i1 = {0}, i2 = {0}, i3 = {0};
+    const double *a0r = ar[0], *a1r = ar[1], *a2r = ar[2], *a3r = ar[3];
+    const double *a0i = ai[0], *a1i = ai[1], *a2i = ai[2], *a3i = ai[3];
+    int64_t d;
+    for (d = 0; d < dc; d++) {
+        qk__v8 br, bi;
+        double x;
+        QK__LD8(br, bp + d * 2 * QK__NJ);
+        QK__LD8(bi, bp + d * 2 * QK__NJ + QK__NJ);
+        x = a0r[d]; r0 += x * br; i0 += x * bi;
+        x = a0i[d]; r0 += x * bi; i0 -= x * br;
+        x = a1r[d]; r1 += x * br; i1 += x * bi;
+        x = a1i[d]; r1 += x * bi; i1 -= x * br;
+        x = a2r[d]; r2 += x * br; i2 += x * bi;
+        x = a2i[d]; r2 += x * bi; i2 -= x * br;
+        x = a3r[d]; r3 += x * br; i3 += x * bi;
+        x = a3i[d]; r3 += x * bi; i3 -= x * br;
+    }
+    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
+    QK__ADD8(acci, i0); QK__ADD8(acci + QK__T, i1); QK__ADD8(acci + 2 * QK__T, i2); QK__ADD8(acci + 3 * QK__T, i3);
+}
+
+QK__CONTRACT
+static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, double *accr)
+{
+    qk__v8 r0 = {0}, r1 = {0}, r2 = {0}, r3 = {0};
+    const double *a0 = ar[0], *a1 = ar[1], *a2 = ar[2], *a3 = ar[3];
+    int64_t d;
+    for (d = 0; d < dc; d++) {
+        qk__v8 b;
+        QK__LD8(b, bp + d * QK__NJ);
+        r0 += a0[d] * b; r1 += a1[d] * b; r2 += a2[d] * b; r3 += a3[d] * b;
+    }
+    QK__ADD8(accr, r0); QK__ADD8(accr + QK__T, r1); QK__ADD8(accr + 2 * QK__T, r2); QK__ADD8(accr + 3 * QK__T, r3);
+}
+#else
+static void qk__mk_complex(const double *const *ar, const double *const *ai, const double *bp,
+                           int64_t dc, double *accr, double *acci)
+{
+    double r[QK__NI][QK__NJ], im[QK__NI][QK__NJ];
+    int a, b;
+    int64_t d;
+    for (a = 0; a < QK__NI; a++)
+        for (b = 0; b < QK__NJ; b++) { r[a][b] = 0; im[a][b] = 0; }
+    for (d = 0; d < dc; d++) {
+        const double *br = bp + d * 2 * QK__NJ, *bi = br + QK__NJ;
+        for (a = 0; a < QK__NI; a++) {
+            double xr = ar[a][d], xi = ai[a][d];
+            for (b = 0; b < QK__NJ; b++) {
+                r[a][b] += xr * br[b] + xi * bi[b];
+                im[a][b] += xr * bi[b] - xi * br[b];
+            }
+        }
+    }
+    for (a = 0; a < QK__NI; a++)
+        for (b = 0; b < QK__NJ; b++) { accr[a * QK__T + b] += r[a][b]; acci[a * QK__T + b] += im[a][b]; }
+}
+
+static void qk__mk_real(const double *const *ar, const double *bp, int64_t dc, double *accr)
+{
+    double r[QK__NI][QK__NJ];
+    int a, b;
+    int64_t d;
+    for (a = 0; a < QK__NI; a++)
+        for (b = 0; b < QK__NJ; b++) r[a][b] = 0;
+    for (d = 0; d < dc; d++) {
+        const double *br = bp + d * QK__NJ;
+        for (a = 0; a < QK__NI; a++) {
+            double xr = ar[a][d];
+            for (b = 0; b < QK__NJ; b++) r[a][b] += xr * br[b];
+        }
+    }
+    for (a = 0; a < QK__NI; a++)
+        for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
+}
+#endif
+
+/* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
+static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
+                            double *accr, double *acci, double *panel, double *kt)
+{
+    int64_t a, b;
+    if (j->path == QK_PATH_ANALYTIC) {
+        int64_t q = j->D, k;
+        for (a = 0; a < m; a++) {
+            const double *u = j->A + (i0 + a) * j->stride;
+            for (b = 0; b < n; b++) {
+                const double *v = j->B + (j0 + b) * j->stride;
+                double prod = 1.0;
+                for (k = 0; k < q; k++) {
+                    const double *x = u + 4 * k, *y = v + 4 * k;
+                    /* conj(x) . y with x = (re0, re1, im0, im1) */
+                    double re = x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
+                    double im = x[0] * y[2] + x[1] * y[3] - x[2] * y[0] - x[3] * y[1];
+                    prod *= re * re + im * im;
+                }
+                kt[a * QK__T + b] = prod;
+            }
+        }
+        return;
+    }
+    {
+        int cplx = j->path == QK_PATH_COMPLEX;
+        int64_t D = j->D, d0, jp, ip, c;
+        for (a = 0; a < m; a++)
+            for (b = 0; b < QK__T; b++) { accr[a * QK__T + b] = 0; acci[a * QK__T + b] = 0; }
+        for (d0 = 0; d0 < D; d0 += QK__DC) {
+            int64_t dc = D - d0 < QK__DC ? D - d0 : QK__DC;
+            for (jp = 0; jp < n; jp += QK__NJ) {
+                /* pack columns jp..jp+NJ (zero past n) */
+                for (c = 0; c < QK__NJ; c++) {
+                    int64_t col = jp + c, d;
+                    if (col < n) {
+                        const double *br = j->B + (j0 + col) * j->stride + d0;
+                        const double *bi = br + D;
+                        if (cplx) for (d = 0; d < dc; d++) { panel[d * 2 * QK__NJ + c] = br[d]; panel[d * 2 * QK__NJ + QK__NJ + c] = bi[d]; }
+                        else for (d = 0; d < dc; d++) panel[d * QK__NJ + c] = br[d];
+                    } else {
+                        if (cplx) for (d = 0; d < dc; d++) { panel[d * 2 * QK__NJ + c] = 0; panel[d * 2 * QK__NJ + QK__NJ + c] = 0; }
+                        else for (d = 0; d < dc; d++) panel[d * QK__NJ + c] = 0;
+                    }
+                }
+                for (ip = 0; ip < m; ip += QK__NI) {
+                    const double *ar[QK__NI], *ai[QK__NI];
+                    for (c = 0; c < QK__NI; c++) {
+                        int64_t row = ip + c < m ? ip + c : m - 1;   /* duplicate the last row; discarded */
+                        ar[c] = j->A + (i0 + row) * j->stride + d0;
+                        ai[c] = ar[c] + D;
+                    }
+                    if (ip + QK__NI <= m) {
+                        if (cplx) qk__mk_complex(ar, ai, panel, dc, accr + ip * QK__T + jp, acci + ip * QK__T + jp);
+                        else qk__mk_real(ar, panel, dc, accr + ip * QK__T + jp);
+                    } else {
+                        /* ragged rows: accumulate into scratch rows past m (the tile has QK__T rows) */
+                        double tr[QK__NI * QK__T], ti[QK__NI * QK__T];
+                        int64_t rr;
+                        memset(tr, 0, sizeof tr);
+                        memset(ti, 0, sizeof ti);
+                        if (cplx) qk__mk_complex(ar, ai, panel, dc, tr, ti);
+                        else qk__mk_real(ar, panel, dc, tr);
+                        for (rr = 0; ip + rr < m; rr++)
+                            for (c = 0; c < QK__NJ; c++) {
+                                accr[(ip + rr) * QK__T + jp + c] += tr[rr * QK__T + c];
+                                acci[(ip + rr) * QK__T + jp + c] += ti[rr * QK__T + c];
+                            }
+                    }
+                }
+            }
+        }
+        for (a = 0; a < m; a++)
+            for (b = 0; b < n; b++) {
+                double re = accr[a * QK__T + b], im = cplx ? acci[a * QK__T + b] : 0.0;
+                kt[a * QK__T + b] = re * re + im * im;
+            }
+    }
+}
+
+static void qk__store(void *out, qk_dtype dt, int64_t idx, double v)
+{
+    if (dt == QK_F32) ((float *)out)[idx] = (float)v;
+    else ((double *)out)[idx] = v;
+}
+
+static void qk__gram_work(void *p, int thread)
+{
+    qk__gram_job *j = (qk__gram_job *)p;
+    size_t esz = j->dt == QK_F32 ? 4 : 8;
+    double *accr = (double *)qk__malloc(sizeof(double) * QK__T * QK__T * 3 + sizeof(double) * QK__DC * 2 * QK__NJ);
+    void *cb = j->output == QK_OUTPUT_CALLBACK ? qk__malloc(esz * QK__T * QK__T) : NULL;
+    double *acci, *kt, *panel;
+    int64_t t;
+    if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
+    acci = accr + QK__T * QK__T;
+    kt = acci + QK__T * QK__T;
+    panel = kt + QK__T * QK__T;
+    while ((t = QK__FETCH_ADD(&j->next, 1)) < j->n_tiles) {
+        int64_t ti, tj, i0, j0, m, n, a, b;
+        int diag;
+        if (QK__LOAD(&j->cancel) || QK__LOAD(&j->oom)) break;
+        qk__tile_of(j, t, &ti, &tj);
+        i0 = ti * QK__T; j0 = tj * QK__T;
+        m = j->na - i0 < QK__T ? j->na - i0 : QK__T;
+        n = j->nb - j0 < QK__T ? j->nb - j0 : QK__T;
+        diag = j->symmetric && ti == tj;
+        qk__tile_values(j, i0, j0, m, n, accr, acci, panel, kt);
+        if (diag) /* one value per unordered pair: K is exactly symmetric */
+            for (a = 0; a < m; a++)
+                for (b = 0; b < a; b++) kt[a * QK__T + b] = kt[b * QK__T + a];
+        if (j->output == QK_OUTPUT_CALLBACK) {
+            int stop;
+            for (a = 0; a < m; a++)
+                for (b = 0; b < n; b++) qk__store(cb, j->dt, a * n + b, kt[a * QK__T + b]);
+#ifndef QK_NO_THREADS
+            pthread_mutex_lock(&j->cb_lock);
+#endif
+            stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0, j0, m, n, cb, n, j->tile_user);
+#ifndef QK_NO_THREADS
+            pthread_mutex_unlock(&j->cb_lock);
+#endif
+            if (stop) QK__STORE(&j->cancel, 1);
+        } else {
+            for (a = 0; a < m; a++)
+                for (b = 0; b < n; b++) {
+                    double v = kt[a * QK__T + b];
+                    qk__store(j->out, j->dt, (i0 + a) * j->ld + j0 + b, v);
+                    if (j->symmetric && !diag) qk__store(j->out, j->dt, (j0 + b) * j->ld + i0 + a, v);
+                }
+        }
+        QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
+        if (thread == 0 && j->progress) {
+            if (j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
+        }
+    }
+    QK_FREE(accr);
+    QK_FREE(cb);
+}
+
+/* The CPU engine's Gram; desc validated, plan made. */
+static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__gram_job j;
+    qk_path path = plan->path;
+    int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    double *A = NULL, *B = NULL;
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    memset(&j, 0, sizeof j);
+    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
+    if (!A) return QK_ERROR_OUT_OF_MEMORY;
+    if (desc->y) {
+        B = qk__cpu_states(map, desc->y, desc->n_y, path, nt);
+        if (!B) { QK_FREE(A); return QK_ERROR_OUT_OF_MEMORY; }
+    }
+    j.path = path;
+    j.A = A;
+    j.B = B ? B : A;
+    j.na = desc->n_x;
+    j.nb = nb;
+    j.stride = qk__row_len(map, path);
+    j.D = path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits);
+    j.symmetric = desc->y == NULL;
+    j.dt = plan->out_dtype;
+    j.out = desc->out;
+    j.ld = desc->ld_out ? desc->ld_out : nb;
+    j.output = desc->output;
+    j.tile_fn = desc->tile_fn;
+    j.tile_user = desc->tile_user;
+    j.progress = desc->progress;
+    j.progress_user = desc->progress_user;
+    j.tiles_i = (j.na + QK__T - 1) / QK__T;
+    j.tiles_j = (j.nb + QK__T - 1) / QK__T;
+    j.n_tiles = j.symmetric ? j.tiles_i * (j.tiles_i + 1) / 2 : j.tiles_i * j.tiles_j;
+    j.pairs_total = j.na * j.nb;
+#ifndef QK_NO_THREADS
+    pthread_mutex_init(&j.cb_lock, NULL);
+#endif
+    qk__parallel((int64_t)nt < j.n_tiles ? nt : (int)j.n_tiles, qk__gram_work, &j);
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&j.cb_lock);
+#endif
+    QK_FREE(A);
+    QK_FREE(B);
+    if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
+    if (j.cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j.pairs_done, (long long)j.pairs_total);
+    if (desc->progress) desc->progress(j.pairs_total, j.pairs_total, desc->progress_user);
+    return QK_OK;
+}
+
+/* CPU plan: the engine keeps all states in host memory. */
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    qk_path path = qk__path_of(map);
+    int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    QK__UNUSED(info);
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CPU;
+    p->path = path;
+    p->precision = QK_PRECISION_FP64;
+    p->out_dtype = desc->out_dtype ? desc->out_dtype : (desc->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64);
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = desc->n_x;
+    p->n_y = nb;
+    p->symmetric = desc->y == NULL;
+    p->n_threads = qk__ncores();
+    p->bulk_states = 1;
+    p->state_tile = 0;
+    p->tile_m = p->tile_n = QK__T;
+    p->n_streams = 0;
+    p->bytes_states = (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
+    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0));
+    p->bytes_total = p->bytes_states;
+    snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
+    snprintf(p->device_name, sizeof p->device_name, "CPU");
+    return QK_OK;
+}
+
 
 /* ---- implementation: npy / csv ---- */
-/* (owned by the npy/csv + CLI work) */
+/* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
+   length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
+   ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
+   stdio and POSIX (or Win32) calls below are used: fdopen/fileno would need _POSIX_C_SOURCE under
+   strict -std=c11, open/write/fsync from <unistd.h> do not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#ifdef _WIN32
+#include <io.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <process.h>
+#include <windows.h>
+#else
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+/* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
+   length field from turning into a huge allocation. */
+#define QK__NPY_MAX_HEADER (1u << 20)
+
+static int qk__host_little(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+typedef struct qk__npy_header {
+    char descr[32];
+    int fortran;
+    int ndim;
+    int64_t shape[4];   /* first 4 dims; ndim counts them all */
+    int have_descr, have_fortran, have_shape;
+} qk__npy_header;
+
+static const char *qk__npy_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A Python string literal in single or double quotes (no escapes: numpy never writes any). */
+static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t size) {
+    char q;
+    size_t n = 0;
+    if (p >= e || (*p != '\'' && *p != '"')) return NULL;
+    q = *p++;
+    while (p < e && *p != q) {
+        if (n + 1 < size) buf[n++] = *p;
+        p++;
+    }
+    if (p >= e) return NULL;
+    buf[n] = 0;
+    return p + 1;
+}
+
+static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
+    const char *p = h, *e = h + len;
+    memset(o, 0, sizeof(*o));
+    p = qk__npy_ws(p, e);
+    if (p >= e || *p != '{')
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): %.60s", path, h);
+    p++;
+    for (;;) {
+        char key[32];
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == '}') break;
+        p = qk__npy_str(p, e, key, sizeof(key));
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): %.80s", path, h);
+        p = qk__npy_ws(p, e);
+        if (p >= e || *p != ':')
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, key);
+        p = qk__npy_ws(p + 1, e);
+        if (strcmp(key, "descr") == 0) {
+            if (p < e && *p == '[')
+                return qk__fail(QK_ERROR_FORMAT, "%s: structured dtypes are not supported (qk reads plain float/int arrays)", path);
+            p = qk__npy_str(p, e, o->descr, sizeof(o->descr));
+            if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('descr' is not a string)", path);
+            o->have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (e - p >= 4 && memcmp(p, "True", 4) == 0) { o->fortran = 1; p += 4; }
+            else if (e - p >= 5 && memcmp(p, "False", 5) == 0) { o->fortran = 0; p += 5; }
+            else return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('fortran_order' is not True or False)", path);
+            o->have_fortran = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            if (p >= e || *p != '(')
+                return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('shape' is not a tuple)", path);
+            p++;
+            for (;;) {
+                int64_t v = 0;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ')') { p++; break; }
+                if (p >= e || *p < '0' || *p > '9')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' entry)", path);
+                while (p < e && *p >= '0' && *p <= '9') {
+                    if (v > (INT64_MAX - 9) / 10)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: .npy shape entry overflows 64 bits", path);
+                    v = v * 10 + (*p++ - '0');
+                }
+                if (p < e && *p == 'L') p++;   /* Python 2 long literal */
+                if (o->ndim < 4) o->shape[o->ndim] = v;
+                o->ndim++;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ',') p++;
+                else if (p >= e || *p != ')')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' tuple)", path);
+            }
+            o->have_shape = 1;
+        } else {
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, key);
+        }
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == ',') { p++; continue; }
+        if (p < e && *p == '}') break;
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected ',' or '}')", path);
+    }
+    if (!o->have_descr || !o->have_fortran || !o->have_shape)
+        return qk__fail(QK_ERROR_FORMAT, "%s: .npy header lacks '%s'", path,
+                        !o->have_descr ? "descr" : !o->have_fortran ? "fortran_order" : "shape");
+    return QK_OK;
+}
+
+/* Converts n items of the file's dtype, already in buf, to doubles in place. 4-byte items are
+   widened from the last to the first so that no item is overwritten before it is read. */
+static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size, int swap) {
+    int64_t i;
+    int k;
+    if (size == 8) {
+        for (i = 0; i < n; i++) {
+            unsigned char t[8];
+            double d;
+            memcpy(t, buf + 8 * i, 8);
+            if (swap) for (k = 0; k < 4; k++) { unsigned char c = t[k]; t[k] = t[7 - k]; t[7 - k] = c; }
+            if (kind == 'f') memcpy(&d, t, 8);
+            else { int64_t v; memcpy(&v, t, 8); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    } else {
+        for (i = n; i-- > 0;) {
+            unsigned char t[4];
+            double d;
+            memcpy(t, buf + 4 * i, 4);
+            if (swap) { unsigned char c = t[0]; t[0] = t[3]; t[3] = c; c = t[1]; t[1] = t[2]; t[2] = c; }
+            if (kind == 'f') { float v; memcpy(&v, t, 4); d = (double)v; }
+            else { int32_t v; memcpy(&v, t, 4); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    }
+}
+
+QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
+    unsigned char pre[12];
+    unsigned char *data = NULL;
+    char *hdr = NULL;
+    FILE *f;
+    size_t got, hlen, nbytes;
+    qk__npy_header h;
+    qk_result r;
+    int major, minor, size, swap;
+    char order, kind;
+    int64_t rows, cols, count;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
+    f = fopen(path, "rb");
+    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    got = fread(pre, 1, 10, f);
+    if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
+        goto fail;
+    }
+    if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+    major = pre[6];
+    minor = pre[7];
+    if (major == 1) {
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
+    } else if (major == 2 || major == 3) {
+        if (fread(pre + 10, 1, 2, f) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+    } else {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
+        goto fail;
+    }
+    if (hlen == 0 || hlen > QK__NPY_MAX_HEADER) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
+        goto fail;
+    }
+    hdr = (char *)QK_MALLOC(hlen + 1);
+    if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
+    got = fread(hdr, 1, hlen, f);
+    if (got < hlen) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
+        goto fail;
+    }
+    hdr[hlen] = 0;
+    r = qk__npy_parse_header(path, hdr, hlen, &h);
+    if (r != QK_OK) goto fail;
+
+    order = h.descr[0];
+    kind = h.descr[1];
+    size = h.descr[2] - '0';
+    if (strchr(h.descr, 'O')) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, h.descr);
+        goto fail;
+    }
+    if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, h.descr);
+        goto fail;
+    }
+    if (h.fortran) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array is in Fortran order; qk reads C-order arrays only "
+                     "(save np.ascontiguousarray(a) instead)", path);
+        goto fail;
+    }
+    if (h.ndim < 1 || h.ndim > 2) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
+        goto fail;
+    }
+    rows = h.shape[0];
+    cols = h.ndim == 2 ? h.shape[1] : 1;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape (%lld, %lld) is too large", path, (long long)rows, (long long)cols);
+        goto fail;
+    }
+    count = rows * cols;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
+        goto fail;
+    }
+    /* One element at least, so that an empty array still has a non-NULL data pointer. */
+    data = (unsigned char *)QK_MALLOC((size_t)(count > 0 ? count : 1) * 8);
+    if (!data) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
+        goto fail;
+    }
+    nbytes = (size_t)count * (size_t)size;
+    got = fread(data, 1, nbytes, f);
+    if (ferror(f)) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if (got < nbytes) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lu of %lu bytes for shape (%lld, %lld) of %s", path,
+                     (unsigned long)got, (unsigned long)nbytes, (long long)rows, (long long)cols, h.descr);
+        goto fail;
+    }
+    if (fgetc(f) != EOF) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape (%lld, %lld) of %s needs", path,
+                     (long long)rows, (long long)cols, h.descr);
+        goto fail;
+    }
+    fclose(f);
+    swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
+    qk__npy_to_double(data, count, kind, size, swap);
+    QK_FREE(hdr);
+    out->data = (double *)(void *)data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = h.ndim;
+    return QK_OK;
+fail:
+    fclose(f);
+    if (hdr) QK_FREE(hdr);
+    if (data) QK_FREE(data);
+    return r;
+}
+
+#ifdef _WIN32
+#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
+#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
+#define QK__FSYNC(fd) _commit(fd)
+#define QK__CLOSE(fd) _close(fd)
+#define QK__GETPID() ((long)_getpid())
+#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
+#else
+#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
+#define QK__WRITE(fd, b, n) write((fd), (b), (n))
+#define QK__FSYNC(fd) fsync(fd)
+#define QK__CLOSE(fd) close(fd)
+#define QK__GETPID() ((long)getpid())
+#define QK__RENAME(a, b) rename((a), (b))
+#endif
+
+/* Writes all n bytes; retries short writes and EINTR. */
+static int qk__write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = (const unsigned char *)buf;
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        long w = (long)QK__WRITE(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Writes a then b to path atomically: a temporary file in the same directory (so that rename
+   stays within one file system), fsync, rename over path. On any error the temporary file is
+   removed and path is left as it was. Also for other writers of this header (cache files). */
+static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+    char *tmp;
+    size_t plen;
+    int fd = -1, i, err;
+    const char *what;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "write: path is NULL");
+    plen = strlen(path);
+    tmp = (char *)QK_MALLOC(plen + 48);
+    if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_npy_write: out of memory");
+    /* O_EXCL makes the temporary name ours even when another thread or process writes the same
+       path: a taken name is skipped, never shared. */
+    for (i = 0; i < 1000; i++) {
+        snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
+        fd = QK__OPEN_TMP(tmp);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': creating '%s' failed: %s", path, tmp, strerror(errno));
+        QK_FREE(tmp);
+        return r;
+    }
+    what = "write";
+    if (qk__write_all(fd, a, na) != 0 || (nb > 0 && qk__write_all(fd, b, nb) != 0)) goto fail;
+    what = "fsync";
+    if (QK__FSYNC(fd) != 0) goto fail;
+    what = "close";
+    err = QK__CLOSE(fd);
+    fd = -1;
+    if (err != 0) goto fail;
+    what = "rename";
+    if (QK__RENAME(tmp, path) != 0) goto fail;
+#ifndef _WIN32
+    {
+        /* The rename is durable once the directory entry is on disk; best effort (some file
+           systems refuse fsync on a directory). */
+        const char *slash = strrchr(path, '/');
+        int dfd;
+        if (slash) {
+            size_t dl = slash == path ? 1 : (size_t)(slash - path);
+            memcpy(tmp, path, dl);
+            tmp[dl] = 0;
+            dfd = open(tmp, O_RDONLY);
+        } else {
+            dfd = open(".", O_RDONLY);
+        }
+        if (dfd >= 0) { (void)fsync(dfd); (void)close(dfd); }
+    }
+#endif
+    QK_FREE(tmp);
+    return QK_OK;
+fail:
+    {
+        int e = errno;
+        qk_result r;
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        (void)remove(tmp);
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", path, what, strerror(e));
+        QK_FREE(tmp);
+        return r;
+    }
+}
+
+QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    char hdr[192];
+    size_t itemsize, nbytes, total;
+    int len;
+    int64_t count;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
+    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
+    if (dtype != QK_F32 && dtype != QK_F64)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: dtype %d is neither QK_F32 nor QK_F64", (int)dtype);
+    if (rows < 0 || cols < 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
+    itemsize = dtype == QK_F32 ? 4 : 8;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: shape (%lld, %lld) is too large", (long long)rows, (long long)cols);
+    count = cols > 0 ? rows * cols : rows;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: %lld elements do not fit in memory", (long long)count);
+    if (!data && count > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
+    nbytes = (size_t)count * itemsize;
+
+    /* Native byte order: the data is written as it lies in memory. */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    if (cols > 0)
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows, (long long)cols);
+    else
+        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
+                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows);
+    /* numpy pads the header with spaces and a final '\n' so that the data starts on a 64-byte
+       boundary (memory-mapped readers rely on the alignment). */
+    total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
+    memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
+    hdr[total - 1] = '\n';
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+
+    return qk__write_file_atomic(path, hdr, total, data, nbytes);
+}
+
+/* Reads a whole file into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, char **out, size_t *out_len) {
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    for (;;) {
+        size_t got;
+        if (cap - len < 4096 + 1) {
+            size_t ncap = cap ? cap * 2 : 65536;
+            char *nb = (char *)QK_MALLOC(ncap);
+            if (!nb) {
+                fclose(f);
+                if (buf) QK_FREE(buf);
+                return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
+            }
+            if (buf) { memcpy(nb, buf, len); QK_FREE(buf); }
+            buf = nb;
+            cap = ncap;
+        }
+        got = fread(buf + len, 1, cap - len - 1, f);
+        len += got;
+        if (got == 0) break;
+    }
+    if (ferror(f)) {
+        int e = errno;
+        fclose(f);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
+    }
+    fclose(f);
+    buf[len] = 0;
+    *out = buf;
+    *out_len = len;
+    return QK_OK;
+}
+
+/* One CSV field as a number: surrounding blanks allowed, nothing else. */
+static int qk__csv_number(const char *s, const char *e, double *v) {
+    char tmp[80];
+    char *end;
+    size_t n;
+    while (s < e && (*s == ' ' || *s == '\t')) s++;
+    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
+    n = (size_t)(e - s);
+    if (n == 0 || n >= sizeof(tmp)) return 0;
+    memcpy(tmp, s, n);
+    tmp[n] = 0;
+    *v = strtod(tmp, &end);
+    return end == tmp + n;
+}
+
+/* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
+static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
+                              int64_t *rows_out, int64_t *cols_out) {
+    const char *p = text, *end = text + len;
+    int64_t line = 0, rows = 0, cols = -1, cols_line = 0, k = 0;
+    int first = 1;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
+    while (p < end) {
+        const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
+        int64_t c = 0;
+        int numeric = 1;
+        if (!e) e = end;
+        p = e + 1;
+        line++;
+        if (e > s && e[-1] == '\r') e--;
+        for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
+        if (q == e || *q == '#') continue;   /* blank or comment line */
+        if (first) {
+            /* The first line is a header when any of its fields is not a number. */
+            const char *f = s;
+            for (;;) {
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                double v;
+                if (!fe) fe = e;
+                if (!qk__csv_number(f, fe, &v)) { numeric = 0; break; }
+                if (fe == e) break;
+                f = fe + 1;
+            }
+            first = 0;
+            if (!numeric) continue;
+        }
+        {
+            const char *f = s;
+            for (;;) {
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                double v;
+                if (!fe) fe = e;
+                c++;
+                if (!qk__csv_number(f, fe, &v)) {
+                    const char *a = f, *b = fe;
+                    while (a < b && (*a == ' ' || *a == '\t')) a++;
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", path,
+                                        (long long)line, (long long)c);
+                    return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%.*s' is not a number", path,
+                                    (long long)line, (long long)c, (int)(b - a > 40 ? 40 : b - a), a);
+                }
+                /* The counting pass has checked every row's length, so the fill pass fits. */
+                if (data) data[k++] = v;
+                if (fe == e) break;
+                f = fe + 1;
+            }
+        }
+        if (cols < 0) { cols = c; cols_line = line; }
+        else if (c != cols)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", path,
+                            (long long)line, (long long)c, (long long)cols_line, (long long)cols);
+        rows++;
+    }
+    if (rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = rows;
+    *cols_out = cols;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    char *text = NULL;
+    size_t len = 0;
+    int64_t rows = 0, cols = 0;
+    double *data;
+    qk_result r;
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
+    r = qk__read_file(path, &text, &len);
+    if (r != QK_OK) return r;
+    r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
+    if (r != QK_OK) { QK_FREE(text); return r; }
+    if ((uint64_t)rows > (uint64_t)(SIZE_MAX / 8) / (uint64_t)cols) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld x %lld values do not fit in memory", path, (long long)rows, (long long)cols);
+    }
+    data = (double *)QK_MALLOC((size_t)rows * (size_t)cols * sizeof(double));
+    if (!data) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld x %lld values", path, (long long)rows, (long long)cols);
+    }
+    r = qk__csv_scan(path, text, len, data, &rows, &cols);
+    QK_FREE(text);
+    if (r != QK_OK) { QK_FREE(data); return r; }
+    out->data = data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = 2;
+    return QK_OK;
+}
+
+QKDEF void qk_array_free(qk_array *a) {
+    if (!a) return;
+    if (a->data) QK_FREE(a->data);
+    a->data = NULL;
+    a->rows = a->cols = 0;
+    a->ndim = 0;
+}
 /* ---- end npy / csv ---- */
 
 /* ---- implementation: device info, planner, VRAM estimator ---- */
 /* (owned by the GPU engine work) */
+/* Stub until the GPU engine lands: the CPU plan when no device is present. */
+QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
+                                   const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    QK__UNUSED(vram_fraction);
+    if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
+    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    return qk__fail(QK_ERROR_UNSUPPORTED, "GPU planner not built yet");
+}
+
+QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits, qk_precision precision)
+{
+    QK__UNUSED(info); QK__UNUSED(vram_fraction); QK__UNUSED(n_qubits); QK__UNUSED(precision);
+    return 0;
+}
+
 /* ---- end planner ---- */
 
 /* ---- implementation: autotune cache ---- */
@@ -419,6 +2473,216 @@ QKDEF qk_cuda_stats qk_cuda_last_stats(void);
 /* ---- end autotune cache ---- */
 
 /* ---- implementation: context and orchestration ---- */
+struct qk_ctx {
+    qk_ctx_desc desc;           /* resolved */
+    qk_device_info dev;         /* present == 0 on the CPU engine */
+};
+
+static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    if (!ctx || !ctx->desc.log) return;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ctx->desc.log(lvl, msg, ctx->desc.log_user);
+}
+
+QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
+{
+    qk_ctx_desc d;
+    qk_ctx *ctx;
+    if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: out is NULL");
+    *out = NULL;
+    if (desc_in) d = *desc_in; else memset(&d, 0, sizeof d);
+    if (d.device < QK_DEVICE_AUTO || d.device > QK_DEVICE_CUDA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: unknown device %d", (int)d.device);
+    if (d.n_threads < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: n_threads must be >= 0 (got %d)", d.n_threads);
+    if (d.cuda_device < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cuda_device must be >= 0");
+    if (d.vram_fraction < 0.0 || d.vram_fraction > 1.0 || d.vram_fraction != d.vram_fraction)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: vram_fraction must be in (0, 1] (got %g)", d.vram_fraction);
+    if ((d.allocator.alloc == NULL) != (d.allocator.free == NULL))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: allocator needs both alloc and free");
+    d.n_threads = qk__def_i(d.n_threads, qk__ncores());
+    d.vram_fraction = qk__def_d(d.vram_fraction, 0.85);
+    d.autotune = qk__def_i(d.autotune, 1);
+    ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
+    if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
+    memset(ctx, 0, sizeof *ctx);
+    ctx->desc = d;
+    if (d.device != QK_DEVICE_CPU) {
+#if defined(QK_CUDA) && QK_CUDA
+        int n = qk_cuda_device_count();
+        char err[256] = "";
+        if (n > d.cuda_device && qk_cuda_device_query(d.cuda_device, &ctx->dev, err, sizeof err) == QK_OK) {
+            ctx->desc.device = QK_DEVICE_CUDA;
+        } else if (d.device == QK_DEVICE_CUDA) {
+            qk_ctx_destroy(ctx);
+            if (n <= 0) return qk__fail(QK_ERROR_NO_DEVICE, "device cuda requested but no CUDA device is present");
+            return qk__fail(QK_ERROR_NO_DEVICE, "CUDA device %d unavailable (%d present)%s%s", d.cuda_device, n, err[0] ? ": " : "", err);
+        } else {
+            memset(&ctx->dev, 0, sizeof ctx->dev);
+            ctx->desc.device = QK_DEVICE_CPU;
+            qk__log(ctx, QK_LOG_INFO, "no CUDA device found; using the CPU engine");
+        }
+#else
+        if (d.device == QK_DEVICE_CUDA) {
+            qk_ctx_destroy(ctx);
+            return qk__fail(QK_ERROR_NO_DEVICE, "device cuda requested but this build has no CUDA engine (compile qk_cuda.cu and define QK_CUDA=1)");
+        }
+        ctx->desc.device = QK_DEVICE_CPU;
+        qk__log(ctx, QK_LOG_INFO, "built without the CUDA engine; using the CPU engine");
+#endif
+    }
+    *out = ctx;
+    return QK_OK;
+}
+
+QKDEF void qk_ctx_destroy(qk_ctx *ctx)
+{
+    if (!ctx) return;
+    if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
+    else QK_FREE(ctx);
+}
+
+QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
+{
+    qk_ctx_desc d;
+    if (ctx) return ctx->desc;
+    memset(&d, 0, sizeof d);
+    return d;
+}
+
+/* Checks everything about a Gram request that does not depend on the engine. */
+static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
+{
+    int64_t cols;
+    qk_result r;
+    if (!ctx) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ctx is NULL");
+    if (!map) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: map is NULL");
+    if (!d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: desc is NULL");
+    if (!d->x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: x is NULL");
+    if (d->n_x <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: n_x must be > 0 (got %lld)", (long long)d->n_x);
+    if (d->y && d->n_y <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: n_y must be > 0 (got %lld)", (long long)d->n_y);
+    if (d->output < QK_OUTPUT_HOST || d->output > QK_OUTPUT_CALLBACK) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown output mode %d", (int)d->output);
+    if (d->output == QK_OUTPUT_CALLBACK && !d->tile_fn) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output CALLBACK needs tile_fn");
+    if (d->output != QK_OUTPUT_CALLBACK && !d->out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
+    if (d->output == QK_OUTPUT_DEVICE && ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram: output DEVICE needs the CUDA engine (context runs on the CPU)");
+    if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
+    if (d->precision < QK_PRECISION_DEFAULT || d->precision > QK_PRECISION_FP64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
+    cols = d->y ? d->n_y : d->n_x;
+    if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
+    if (map->cls != QK_CLASS_PRODUCT && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    r = qk_map_check_data(map, d->x, d->n_x, "X");
+    if (r != QK_OK) return r;
+    if (d->y) {
+        r = qk_map_check_data(map, d->y, d->n_y, "Y");
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
+}
+
+QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_result r;
+    if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_make: out is NULL");
+    if (!ctx || !map || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_make: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
+    if (ctx->desc.device == QK_DEVICE_CUDA) {
+#if defined(QK_CUDA) && QK_CUDA
+        char err[256] = "";
+        qk_device_info info;
+        r = qk_cuda_device_query(ctx->desc.cuda_device, &info, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "%s", err);
+        r = qk_plan_for_device(&info, ctx->desc.vram_fraction, map, desc, out);
+#else
+        r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
+#endif
+    } else {
+        r = qk__plan_cpu(&ctx->dev, map, desc, out);
+        out->n_threads = ctx->desc.n_threads;
+    }
+    return r;
+}
+
+static const char *qk__path_name(qk_path p)
+{
+    return p == QK_PATH_ANALYTIC ? "analytic (product map)" : p == QK_PATH_REAL ? "real statevector" : "complex statevector";
+}
+
+QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
+{
+    size_t len = 0;
+    if (buf && size) buf[0] = 0;
+    if (!buf) size = 0;
+    if (!p) return 0;
+    qk__cat(buf, size, &len, "plan: %s on %s, path %s, %d qubits\n",
+            p->backend == QK_BACKEND_CUDA ? "CUDA engine" : "CPU engine", p->device_name,
+            qk__path_name(p->path), p->n_qubits);
+    qk__cat(buf, size, &len, "  K(%s): %lld x %lld%s, output %s %s, precision %s\n",
+            p->symmetric ? "X,X" : "X,Y", (long long)p->n_x, (long long)p->n_y,
+            p->symmetric ? " (upper triangle computed, mirrored)" : "",
+            p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" : "host buffer",
+            p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
+    qk__cat(buf, size, &len, "  states: %s, %.3f GB; K: %.3f GB; tiles %lld x %lld",
+            p->bulk_states ? "all resident" : "state tiles", (double)p->bytes_states * 1e-9,
+            (double)p->bytes_out * 1e-9, (long long)p->tile_m, (long long)p->tile_n);
+    if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
+    else {
+        if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
+        qk__cat(buf, size, &len, ", %d streams\n  device memory: %.3f GB planned of %.3f GB budget (staging %.3f GB, workspace %.3f GB)",
+                p->n_streams, (double)p->bytes_total * 1e-9, (double)p->bytes_budget * 1e-9,
+                (double)p->bytes_staging * 1e-9, (double)p->bytes_workspace * 1e-9);
+    }
+    qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
+    return (int)len;
+}
+
+QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_plan plan;
+    qk_result r = qk__check_gram(ctx, map, desc);
+    if (r != QK_OK) return r;
+    r = qk_plan_make(ctx, map, desc, &plan);
+    if (r != QK_OK) return r;
+    if (plan.backend == QK_BACKEND_CUDA) {
+#if defined(QK_CUDA) && QK_CUDA
+        char err[512] = "";
+        r = qk_cuda_gram(&plan, map, desc, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "%s", err[0] ? err : qk_result_string(r));
+        return QK_OK;
+#else
+        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
+#endif
+    }
+    return qk__cpu_gram(&plan, map, desc);
+}
+
+QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out)
+{
+    qk_result r;
+    double *s;
+    int64_t D, i, k;
+    qk_path path;
+    if (!ctx || !map || !x || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_states: NULL %s", !ctx ? "ctx" : !map ? "map" : !x ? "x" : "out");
+    if (map->n_qubits > QK_MAX_STATE_QUBITS) return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_states: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    r = qk_map_check_data(map, x, n, "X");
+    if (r != QK_OK) return r;
+    path = map->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
+    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads);
+    if (!s) return QK_ERROR_OUT_OF_MEMORY;
+    D = (int64_t)1 << map->n_qubits;
+    for (i = 0; i < n; i++) {
+        const double *row = s + i * qk__row_len(map, path);
+        for (k = 0; k < D; k++) {
+            out[2 * (i * D + k)] = row[k];
+            out[2 * (i * D + k) + 1] = path == QK_PATH_REAL ? 0.0 : row[D + k];
+        }
+    }
+    QK_FREE(s);
+    return QK_OK;
+}
+
 
 #endif /* QK_IMPLEMENTATION */
 

@@ -1,0 +1,228 @@
+#!/usr/bin/env python3
+"""qk-gram end to end: K against an independent numpy statevector computation, --demo accuracy,
+and every bad input (non-zero exit, a message that says what and where, no output file).
+
+usage: test_cli.py PATH/TO/qk-gram     (meson passes it; exit 77 = skip when numpy is missing)
+
+The reference is written here from the circuit definition (Qiskit's ZZFeatureMap), not from qk:
+per rep, H on every qubit, P(alpha x_i) on qubit i, and for each pair (i, j) of the pattern
+CX(i,j) P(alpha (pi - x_i)(pi - x_j)) on j CX(i,j). Qubit 0 is the least significant bit. The
+CX-P-CX sandwich multiplies the basis state by e^{i t} exactly when bit_i XOR bit_j is 1, which is
+how it is applied below. Tolerances: 1e-10 (fp64), 1e-5 absolute (fp32 output).
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy is not installed: skipping the qk-gram tests")
+    sys.exit(77)
+
+EXE = os.path.abspath(sys.argv[1])
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def zz_states(X, reps=2, alpha=2.0, pairs=None):
+    n, q = X.shape
+    dim = 1 << q
+    idx = np.arange(dim)
+    bit = [(idx >> k) & 1 for k in range(q)]
+    if pairs is None:
+        pairs = [(i, j) for i in range(q) for j in range(i + 1, q)]
+    S = np.empty((n, dim), complex)
+    for s in range(n):
+        x = X[s]
+        psi = np.zeros(dim, complex)
+        psi[0] = 1.0
+        for _ in range(reps):
+            for k in range(q):
+                lo = idx[bit[k] == 0]
+                hi = lo | (1 << k)
+                a, b = psi[lo].copy(), psi[hi].copy()
+                psi[lo] = (a + b) / np.sqrt(2.0)
+                psi[hi] = (a - b) / np.sqrt(2.0)
+            for k in range(q):
+                psi = psi * np.where(bit[k] == 1, np.exp(1j * alpha * x[k]), 1.0)
+            for i, j in pairs:
+                t = alpha * (np.pi - x[i]) * (np.pi - x[j])
+                psi = psi * np.where((bit[i] ^ bit[j]) == 1, np.exp(1j * t), 1.0)
+        S[s] = psi
+    return S
+
+
+def kernel(SA, SB):
+    return np.abs(SA.conj() @ SB.T) ** 2
+
+
+# Under a sanitizer build a leak (or any report) exits 23, never the 1 that an expected error gives.
+ENV = dict(os.environ)
+for var in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
+    ENV[var] = (ENV[var] + ":" if ENV.get(var) else "") + "exitcode=23"
+
+
+def run(*args):
+    return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120, env=ENV)
+
+
+def leftovers(d):
+    return sorted(f for f in os.listdir(d) if ".tmp." in f)
+
+
+rng = np.random.default_rng()
+seed = int(rng.integers(2**31))
+rng = np.random.default_rng(seed)
+print("seed", seed)
+
+with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
+    P = lambda name: os.path.join(d, name)
+    nx, ny, nf = 13, 7, 4       # sizes that are not multiples of any tile
+    X = rng.uniform(0, np.pi, (nx, nf))
+    Y = rng.uniform(0, np.pi, (ny, nf))
+    np.save(P("X.npy"), X)
+    np.save(P("Y.npy"), Y)
+    SX, SY = zz_states(X), zz_states(Y)
+    KXX, KXY = kernel(SX, SX), kernel(SX, SY)
+
+    # ---- K(X, X), fp64 ----
+    r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("K.npy"))
+    check(r.returncode == 0, "K(X,X) exits 0: " + r.stderr)
+    if r.returncode == 0:
+        K = np.load(P("K.npy"))
+        check(K.dtype == np.float64 and K.shape == (nx, nx), "K(X,X) dtype/shape %s %s" % (K.dtype, K.shape))
+        err = np.max(np.abs(K - KXX))
+        check(err <= 1e-10, "K(X,X) vs numpy: max abs err %.3g > 1e-10" % err)
+        check("pairs" in r.stdout and "Gpairs/s" in r.stdout, "summary printed: " + r.stdout)
+        check("plan" in r.stdout, "plan printed")
+        check("\r" not in r.stderr, "no progress bar when stderr is not a terminal")
+
+    # ---- K(X, Y) from CSV (with a header), fp32 output, linear entanglement ----
+    with open(P("Y.csv"), "w") as f:
+        f.write("a,b,c,d\n")
+        for row in Y:
+            f.write(",".join("%.17g" % v for v in row) + "\n")
+    r = run("--map", "zz(reps=2,ent=linear)", "--x", P("X.npy"), "--y", P("Y.csv"), "--out", P("Kxy.npy"),
+            "--precision", "fp32", "--device", "cpu", "--threads", "2")
+    check(r.returncode == 0, "K(X,Y) csv exits 0: " + r.stderr)
+    if r.returncode == 0:
+        K = np.load(P("Kxy.npy"))
+        lin = [(i, i + 1) for i in range(nf - 1)]
+        ref = kernel(zz_states(X, pairs=lin), zz_states(Y, pairs=lin))
+        check(K.dtype == np.float32 and K.shape == (nx, ny), "K(X,Y) dtype/shape %s %s" % (K.dtype, K.shape))
+        err = np.max(np.abs(K - ref))
+        check(err <= 1e-5, "K(X,Y) linear fp32 vs numpy: max abs err %.3g > 1e-5" % err)
+
+    # ---- inputs in other dtypes / byte orders / header versions give the same K ----
+    Xf = X.astype(">f8")
+    with open(P("Xbe.npy"), "wb") as f:
+        np.lib.format.write_array(f, Xf, version=(3, 0))
+    r = run("--map", "zz(reps=2)", "--x", P("Xbe.npy"), "--y", P("Y.npy"), "--out", P("Kbe.npy"), "--quiet")
+    check(r.returncode == 0, "big-endian v3 input exits 0: " + r.stderr)
+    check(r.stdout == "", "--quiet prints nothing: " + r.stdout)
+    if r.returncode == 0:
+        err = np.max(np.abs(np.load(P("Kbe.npy")) - KXY))
+        check(err <= 1e-10, "K(X,Y) from big-endian X: max abs err %.3g" % err)
+
+    # ---- --demo ----
+    r = run("--demo")
+    m = re.search(r"test accuracy: ([0-9.]+)", r.stdout)
+    check(r.returncode == 0 and m is not None, "--demo runs and prints an accuracy: " + r.stdout + r.stderr)
+    if m:
+        check(float(m.group(1)) >= 0.8, "--demo accuracy %s >= 0.8" % m.group(1))
+    r = run("--demo", "--data", P("nowhere"))
+    check(r.returncode != 0 and "iris.csv" in r.stderr, "--demo with a wrong --data fails clearly: " + r.stderr)
+
+    r = run("--help")
+    check(r.returncode == 0 and "--map" in r.stdout and "--demo" in r.stdout, "--help")
+
+    # ---- bad inputs: non-zero exit, a message that says where, no output file ----
+    def bad(name, args, want, out="bad.npy", code=1):
+        outp = P(out) if not os.path.isabs(out) else out
+        r = run(*args, "--out", outp)
+        check(r.returncode == code, "%s: exit %d (want %d); stderr: %s" % (name, r.returncode, code, r.stderr))
+        for w in want:
+            check(w in r.stderr, "%s: message lacks %r: %s" % (name, w, r.stderr))
+        check(not os.path.exists(outp), "%s: output file exists" % name)
+        check(leftovers(d) == [], "%s: temporary files left: %s" % (name, leftovers(d)))
+
+    Xn = X.copy()
+    bi, bj = int(rng.integers(nx)), int(rng.integers(nf))
+    Xn[bi, bj] = np.nan
+    np.save(P("Xnan.npy"), Xn)
+    bad("NaN in X", ["--map", "zz", "--x", P("Xnan.npy")], ["X[%d][%d]" % (bi, bj), "NaN"])
+    Xi = X.copy()
+    Xi[bi, bj] = -np.inf
+    np.savetxt(P("Xinf.csv"), Xi, delimiter=",")
+    bad("Inf in X (csv)", ["--map", "zz", "--x", P("Xinf.csv")], ["X[%d][%d]" % (bi, bj), "Inf"])
+    Yn = Y.copy()
+    Yn[2, 1] = np.nan
+    np.save(P("Ynan.npy"), Yn)
+    bad("NaN in Y", ["--map", "zz", "--x", P("X.npy"), "--y", P("Ynan.npy")], ["Y[2][1]"])
+
+    np.save(P("Y3.npy"), Y[:, :3])
+    bad("feature count mismatch", ["--map", "zz", "--x", P("X.npy"), "--y", P("Y3.npy")],
+        ["feature count mismatch", "4", "3"])
+
+    bad("bad spec (unknown value)", ["--map", "zz(reps=2,ent=bogus)", "--x", P("X.npy")], ["bogus", "column 15"])
+    bad("bad spec (unknown map)", ["--map", "zzz(reps=2)", "--x", P("X.npy")], ["zzz", "column 1"])
+    r = run("--map", "zz(reps=2,ent=bogus)", "--x", P("X.npy"), "--out", P("bad.npy"))
+    lines = r.stderr.splitlines()
+    caret = [i for i, l in enumerate(lines) if l.strip() == "^"]
+    check(len(caret) == 1 and caret[0] > 0 and lines[caret[0] - 1][lines[caret[0]].index("^")] == "b",
+          "caret points at the bad token: %r" % r.stderr)
+
+    bad("missing input", ["--map", "zz", "--x", P("missing.npy")], ["missing.npy"])
+    bad("missing Y", ["--map", "zz", "--x", P("X.npy"), "--y", P("missing.csv")], ["missing.csv"])
+    bad("unknown input type", ["--map", "zz", "--x", P("X.txt")], ["neither .npy nor .csv"])
+    bad("unwritable output (no such dir)", ["--map", "zz", "--x", P("X.npy")], ["does not exist"],
+        out=P("no/such/dir/K.npy"))
+    if os.geteuid() != 0:   # root writes anywhere
+        os.mkdir(P("ro"), 0o555)
+        bad("unwritable output (read-only dir)", ["--map", "zz", "--x", P("X.npy")], ["not writable"],
+            out=P("ro/K.npy"))
+    os.mkdir(P("adir.npy"))
+    r = run("--map", "zz", "--x", P("X.npy"), "--out", P("adir.npy"))
+    check(r.returncode == 1 and "directory" in r.stderr, "--out is a directory: " + r.stderr)
+
+    A = rng.uniform(-1, 1, (6, 4))
+    zr = int(rng.integers(6))
+    A[zr] = 0.0
+    np.save(P("A.npy"), A)
+    bad("zero-norm amplitude row", ["--map", "amplitude", "--x", P("A.npy")], ["row %d" % zr, "norm"])
+
+    with open(P("F.npy"), "wb") as f:
+        np.lib.format.write_array(f, np.asfortranarray(X))
+    bad("Fortran-order input", ["--map", "zz", "--x", P("F.npy")], ["Fortran"])
+    np.save(P("X1d.npy"), X[:, 0])
+    bad("1-D input", ["--map", "zz", "--x", P("X1d.npy")], ["1-D"])
+    with open(P("trunc.npy"), "wb") as f:
+        f.write(open(P("X.npy"), "rb").read()[:-3])
+    bad("truncated input", ["--map", "zz", "--x", P("trunc.npy")], ["truncated"])
+    bad("wrong weight count", ["--map", "hea(layers=1)", "--x", P("X.npy"), "--weights", P("Y.npy")], ["weights"])
+
+    # A failing run leaves an existing output file exactly as it was.
+    np.save(P("keep.npy"), KXX)
+    before = open(P("keep.npy"), "rb").read()
+    r = run("--map", "zz", "--x", P("Xnan.npy"), "--out", P("keep.npy"))
+    check(r.returncode == 1 and open(P("keep.npy"), "rb").read() == before, "failed run keeps the old output")
+
+    # Command-line errors exit 2.
+    bad("unknown option", ["--map", "zz", "--x", P("X.npy"), "--frobnicate"], ["--frobnicate"], code=2)
+    bad("bad --device", ["--map", "zz", "--x", P("X.npy"), "--device", "tpu"], ["tpu"], code=2)
+    bad("bad --threads", ["--map", "zz", "--x", P("X.npy"), "--threads", "0"], ["--threads"], code=2)
+    r = run("--map", "zz", "--x", P("X.npy"))
+    check(r.returncode == 2 and "--out" in r.stderr, "missing --out exits 2: " + r.stderr)
+
+if failures:
+    print("test_cli: %d checks FAILED (seed %d)" % (len(failures), seed))
+    sys.exit(1)
+print("test_cli: all checks passed")
