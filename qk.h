@@ -322,7 +322,10 @@ typedef struct qk_plan {
     size_t bytes_budget;        /* vram_fraction * free (GPU) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
-    int use_blas;               /* GPU: cuBLAS GEMM + fused |.|^2 epilogue instead of the fused kernel */
+    int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
+                                   the fused kernel; 2 the same with CGEMM3M (complex fp32) */
+    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..4
+                                   64x64, 128x64, 64x128, 128x128 tiles (qk_cuda_tune_gram) */
     char config[64];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
@@ -369,6 +372,15 @@ QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gr
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
 QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                double *out, char *err, size_t err_size);
+/* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
+   x_i / ||x_i||, zero-padded to 2^n_qubits, cast to the precision (real float or double),
+   written to out_dev (n x 2^n_qubits, device). Batches of `batch` rows (default 64) go H2D
+   double-buffered on one stream while the normalize/pad/cast kernel runs on another; x is
+   read in place when it is pinned, else staged through pinned buffers. Rows must have a
+   non-zero finite norm (qk_map_check_data); seconds, when not NULL, gets the wall time of the
+   pipeline (first H2D to last kernel, events). */
+QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                         void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
 /* Stream-pool figures of the last qk_cuda_gram on this process: per-stream busy time (sum of the
    intervals its operations ran, from events) and the wall time from the first to the last event.
    Stream 0 computes (states, Gram), stream 1 copies K to the host. */
@@ -382,6 +394,20 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
 } qk_cuda_stats;
 QKDEF qk_cuda_stats qk_cuda_last_stats(void);
+/* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
+   every candidate (fused tile configurations 1..4, cuBLAS, and CGEMM3M for complex fp32) on n
+   random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
+   the median of reps). best is the index of the fastest candidate; apply it to a plan with
+   use_blas = blas[best], kernel_cfg = cfg[best]. */
+typedef struct qk_cuda_tune_result {
+    int n;                      /* candidates timed */
+    int blas[8], cfg[8];
+    double ms[8];               /* median milliseconds per K(X,X) of n_samples */
+    int best;
+    int64_t n_samples;
+} qk_cuda_tune_result;
+QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                  char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
@@ -2587,7 +2613,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
-    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 ? "64x64 t4x4" : "128x64 t8x4");
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
     return QK_OK;
 }
 

@@ -638,6 +638,28 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
     qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
+/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
+                                                       T *__restrict__ out)
+{
+    __shared__ double red[256];
+    const int64_t r = blockIdx.x;
+    if (r >= rows) return;
+    const double *xr = x + r * d;
+    double acc = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double inv = 1.0 / sqrt(red[0]);
+    T *o = out + r * D;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
+}
+
 /* complex double state -> interleaved doubles (qk_cuda_states) */
 template <typename T>
 __global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
@@ -972,12 +994,6 @@ static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
    64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
    the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
 template <int BM_, int BN_, int BK_, int TM_, int TN_> struct qk__tiles { enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ }; };
-template <typename T, bool CPLX> struct qk__cfg;
-template <> struct qk__cfg<float, true> { typedef qk__tiles<128, 64, 8, 8, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
-template <> struct qk__cfg<float, false> { typedef qk__tiles<128, 128, 8, 8, 8> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
-template <> struct qk__cfg<double, true> { typedef qk__tiles<64, 64, 8, 4, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
-template <> struct qk__cfg<double, false> { typedef qk__tiles<64, 64, 8, 4, 4> big; typedef qk__tiles<64, 64, 8, 4, 4> small; };
-
 template <typename T, bool CPLX, typename OutT, typename C>
 static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                      OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -999,13 +1015,20 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     return QK_OK;
 }
 
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
+   autotuner (qk_cuda_tune_gram) times these on the real shape. */
+#define QK__N_FUSED_CFG 4
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_gram(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (D <= 32)
-        return qk__launch_gram_cfg<T, CPLX, OutT, typename qk__cfg<T, CPLX>::small>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    return qk__launch_gram_cfg<T, CPLX, OutT, typename qk__cfg<T, CPLX>::big>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    if (cfg == 0) cfg = D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
+    switch (cfg) {
+    case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    }
 }
 
 template <typename T, typename OutT>
@@ -1308,7 +1331,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             }
             return QK_OK;
         }
-        return qk__launch_gram<T, CPLX, OutT>(A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
+        return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
     };
 
     if (bulk) {
@@ -1558,3 +1581,176 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
 }
 
 extern "C" qk_cuda_stats qk_cuda_last_stats(void) { return qk__last_stats; }
+
+/* ---- amplitude encoding from host data ---- */
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    if (batch <= 0) batch = 64;
+    if (batch > n) batch = n > 0 ? n : 1;
+    const int64_t D = (int64_t)1 << n_qubits;
+    const size_t rowb = (size_t)d * sizeof(double);
+    struct R {
+        cudaStream_t cp = nullptr, ks = nullptr;
+        double *dbuf[2] = {nullptr, nullptr};
+        double *stage[2] = {nullptr, nullptr};
+        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+        ~R() {
+            if (cp) cudaStreamSynchronize(cp);
+            if (ks) cudaStreamSynchronize(ks);
+            for (int i = 0; i < 2; ++i) {
+                cudaFree(dbuf[i]);
+                if (stage[i]) cudaFreeHost(stage[i]);
+                if (h2d[i]) cudaEventDestroy(h2d[i]);
+                if (kdone[i]) cudaEventDestroy(kdone[i]);
+            }
+            if (t0) cudaEventDestroy(t0);
+            if (t1) cudaEventDestroy(t1);
+            if (cp) cudaStreamDestroy(cp);
+            if (ks) cudaStreamDestroy(ks);
+            cudaGetLastError();
+        }
+    } R;
+    cudaPointerAttributes at;
+    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
+    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
+        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
+        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
+        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
+    }
+    QK_CK(cudaEventCreate(&R.t0));
+    QK_CK(cudaEventCreate(&R.t1));
+    QK_CK(cudaEventRecord(R.t0, R.cp));
+    const int64_t nb = (n + batch - 1) / batch;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int i = (int)(b & 1);
+        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
+        /* buffer i is free once the kernel of batch b-2 is done */
+        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
+        const double *src = x + r0 * d;
+        if (!pinned) {
+            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
+            memcpy(R.stage[i], src, rows * rowb);
+            src = R.stage[i];
+        }
+        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
+        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
+        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
+        if (precision == QK_PRECISION_FP64)
+            qk__k_amp_encode<double><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (double *)out_dev + r0 * D);
+        else
+            qk__k_amp_encode<float><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (float *)out_dev + r0 * D);
+        QK_LAUNCH_CK("amp_encode");
+        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
+    }
+    QK_CK(cudaEventRecord(R.t1, R.ks));
+    QK_CK(cudaEventSynchronize(R.t1));
+    if (seconds) {
+        float ms = 0;
+        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
+        *seconds = ms * 1e-3;
+    }
+    return QK_OK;
+}
+
+/* ---- autotune ---- */
+__global__ void qk__k_fill_random(float *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (float)h * (2.0f / 4294967296.0f) - 1.0f;
+}
+__global__ void qk__k_fill_random_d(double *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (double)h * (2.0 / 4294967296.0) - 1.0;
+}
+
+struct qk__tune_ws {
+    void *S = nullptr, *K = nullptr, *Cw = nullptr;
+    cublasHandle_t h = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~qk__tune_ws() {
+        cudaFree(S); cudaFree(K); cudaFree(Cw);
+        if (h) cublasDestroy(h);
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaGetLastError();
+    }
+};
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
+{
+    const int D = 1 << pl->n_qubits;
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    qk__tune_ws w;
+    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
+    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
+    QK_CK(cudaMalloc(&w.Cw, (size_t)n * n * es));
+    QK_BLAS_CK(cublasCreate(&w.h));
+    QK_CK(cudaEventCreate(&w.e0));
+    QK_CK(cudaEventCreate(&w.e1));
+    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
+    if (sizeof(T) == 4) qk__k_fill_random<<<(unsigned)((cnt + 255) / 256), 256>>>((float *)w.S, cnt, 12345u);
+    else qk__k_fill_random_d<<<(unsigned)((cnt + 255) / 256), 256>>>((double *)w.S, cnt, 12345u);
+    QK_LAUNCH_CK("fill_random");
+    res->n = 0;
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
+    OutT *K = (OutT *)w.K;
+    for (int c = 0; c < res->n; ++c) {
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            QK_CK(cudaEventRecord(w.e0, 0));
+            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
+            QK_CK(cudaEventRecord(w.e1, 0));
+            QK_CK(cudaEventSynchronize(w.e1));
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
+            if (r > 0) t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        res->ms[c] = t[t.size() / 2];
+    }
+    res->best = 0;
+    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                       char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
+    memset(res, 0, sizeof *res);
+    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
+    int64_t n = n_samples > 0 ? n_samples : 4096;
+    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
+    if (reps < 1) reps = 3;
+    res->n_samples = n;
+    const bool real = plan->path == QK_PATH_REAL, p64 = plan->precision == QK_PRECISION_FP64, o64 = plan->out_dtype == QK_F64;
+    if (p64) {
+        if (real) return o64 ? qk__tune<double, false, double>(plan, n, reps, res, E) : qk__tune<double, false, float>(plan, n, reps, res, E);
+        return o64 ? qk__tune<double, true, double>(plan, n, reps, res, E) : qk__tune<double, true, float>(plan, n, reps, res, E);
+    }
+    if (real) return o64 ? qk__tune<float, false, double>(plan, n, reps, res, E) : qk__tune<float, false, float>(plan, n, reps, res, E);
+    return o64 ? qk__tune<float, true, double>(plan, n, reps, res, E) : qk__tune<float, true, float>(plan, n, reps, res, E);
+}

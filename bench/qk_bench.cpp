@@ -16,6 +16,7 @@
 #include <random>
 #include <string>
 #include <vector>
+#define QK_IMPLEMENTATION
 #include "qk.h"
 
 static qk_op mk(qk_op_kind k, int a, int b, qk_arg_kind ak, int x0, int x1, double scale, int w)
@@ -67,15 +68,16 @@ static void build_hea(BMap &b, int q, int layers, std::mt19937_64 &rng)
     b.finish(q, q, QK_CLASS_REAL);
 }
 
-static qk_plan plan_for(const qk_map &m, int64_t n, qk_output out, int blas, int64_t slab)
+static qk_device_info g_info;
+
+/* The planner's plan for the real device; blas < 0 keeps its engine choice, slab <= 0 its slab. */
+static qk_plan plan_for(const qk_map &m, const qk_gram_desc &g, int blas, int64_t slab, int cfg)
 {
     qk_plan p;
-    memset(&p, 0, sizeof p);
-    p.backend = QK_BACKEND_CUDA;
-    p.path = m.cls == QK_CLASS_REAL ? QK_PATH_REAL : m.cls == QK_CLASS_PRODUCT ? QK_PATH_ANALYTIC : QK_PATH_COMPLEX;
-    p.precision = QK_PRECISION_FP32; p.out_dtype = QK_F32; p.output = out;
-    p.n_qubits = m.n_qubits; p.n_x = n; p.n_y = n; p.symmetric = 1;
-    p.bulk_states = 1; p.tile_m = slab; p.k_resident = 1; p.use_blas = blas; p.n_streams = 2;
+    if (qk_plan_for_device(&g_info, 0.85, &m, &g, &p) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(1); }
+    if (blas >= 0) p.use_blas = blas;
+    if (slab > 0) p.tile_m = slab;
+    p.kernel_cfg = cfg;
     return p;
 }
 
@@ -97,7 +99,6 @@ static int reps = 3;
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
                     int64_t slab, bool pinned_host, bool e2e)
 {
-    qk_plan p = plan_for(m, n, out, blas, slab);
     void *buf = nullptr;
     size_t bytes = (size_t)n * n * sizeof(float);
     if (out == QK_OUTPUT_DEVICE) { if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("%s: no memory\n", name); return 1; } }
@@ -106,6 +107,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
+    qk_plan p = plan_for(m, g, blas, slab, 0);
     std::vector<double> gm, sm, om, em, b0, b1;
     char err[256] = "";
     for (int r = 0; r < reps + 1; ++r) {
@@ -131,7 +133,8 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    row.engine = blas == 2 ? "cublas3m" : blas ? "cublas" : "fused";
+    row.engine = p.use_blas == 2 ? "cublas3m" : p.use_blas ? "cublas" : "fused";
+    if (blas < 0) row.engine += "(planned)";
     if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
     row.busy0 = median(b0); row.busy1 = median(b1);
@@ -151,7 +154,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
 int main(int argc, char **argv)
 {
     const char *json = nullptr, *commit_file = nullptr;
-    std::string cases = "zz4,zz8,zz12,zz16,hea12,host8,e2e8";
+    std::string cases = "zz4,zz8,zz12,zz16,hea12,host8,e2e8,amp16,tune";
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit_file = argv[++i];
@@ -159,9 +162,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     }
     if (qk_cuda_device_count() <= 0) { printf("qk-bench: no CUDA device\n"); return 77; }
-    qk_device_info info;
+    qk_device_info &info = g_info;
     char err[256];
     qk_cuda_device_query(0, &info, err, sizeof err);
+    std::vector<std::string> tune_rows;
     std::mt19937_64 rng(1234);
     std::uniform_real_distribution<double> u(0, 1);
     auto has = [&](const char *c) { return ("," + cases + ",").find(std::string(",") + c + ",") != std::string::npos; };
@@ -172,36 +176,92 @@ int main(int argc, char **argv)
         BMap b; build_zz(b, c.q, 2);
         std::vector<double> x((size_t)c.n * c.q);
         for (auto &v : x) v = u(rng) * 2 * M_PI;
-        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, c.n, false, false);
-        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.q <= 8 ? 4096 : c.q <= 12 ? 2048 : 1024, false, false);
-        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, c.q <= 8 ? 4096 : c.q <= 12 ? 2048 : 1024, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 6 ? 0 : 1, c.q >= 6 ? c.n : 0, false, false);
+        if (c.q >= 6) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
     }
     if (has("hea12")) {
         BMap b; build_hea(b, 12, 2, rng);
         std::vector<double> x((size_t)16384 * 12);
         for (auto &v : x) v = u(rng) * M_PI;
+        run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, -1, 0, false, false);
         run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, 0, 16384, false, false);
-        run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, 1, 2048, false, false);
     }
     if (has("host8") || has("e2e8")) {
         BMap b; build_zz(b, 8, 2);
-        const int blas = getenv("QK_BENCH_HOST_BLAS") ? atoi(getenv("QK_BENCH_HOST_BLAS")) : 2;
+        const int blas = -1;
         for (int staged = 0; staged < 2; ++staged) {
             if (staged) setenv("QK_CUDA_REGISTER", "0", 1); else unsetenv("QK_CUDA_REGISTER");
             if (has("host8")) {
                 std::vector<double> x((size_t)32768 * 8);
                 for (auto &v : x) v = u(rng) * 2 * M_PI;
-                if (!staged) run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 2048, true, false);
-                run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 2048, false, false);
+                if (!staged) run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, true, false);
+                run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, false, false);
             }
             if (has("e2e8")) {
                 std::vector<double> x((size_t)20000 * 8);
                 for (auto &v : x) v = u(rng) * 2 * M_PI;
-                if (!staged) run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 1024, true, true);
-                run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 1024, false, true);
+                if (!staged) run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, true, true);
+                run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, false, true);
             }
         }
         unsetenv("QK_CUDA_REGISTER");
+    }
+    if (has("amp16")) {
+        /* amplitude encoding from host float64, 16 qubits, batch 64 (pinned source, as the peer) */
+        const int64_t n = 4096; const int d = 65536;
+        double *x = nullptr;
+        cudaMallocHost((void **)&x, (size_t)n * d * sizeof(double));
+        for (int64_t i = 0; i < n * d; ++i) x[i] = u(rng);
+        void *dout = nullptr;
+        cudaMalloc(&dout, (size_t)n * d * sizeof(float));
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            double sec = 0;
+            if (qk_cuda_amplitude_encode(x, n, d, 16, QK_PRECISION_FP32, dout, 64, &sec, err, sizeof err) != QK_OK) { printf("amp16: %s\n", err); break; }
+            if (r) t.push_back(sec);
+        }
+        double sec = median(t);
+        printf("amp16 encode host f64 pinned, batch 64: %.3f ms for %lld vectors: %.0f vectors/s (%.1f GB/s H2D)\n", sec * 1e3,
+               (long long)n, n / sec, n * (double)d * 8 / sec * 1e-9);
+        Row row;
+        row.name = "amp16"; row.map = "amplitude"; row.q = 16; row.n = n; row.output = "device"; row.engine = "encode batch 64";
+        row.gram_ms = 0; row.states_ms = sec * 1e3; row.output_ms = 0; row.e2e_ms = sec * 1e3; row.busy0 = row.busy1 = 0;
+        rows.push_back(row);
+        cudaFree(dout);
+        cudaFreeHost(x);
+    }
+    if (has("tune")) {
+        /* autotune sweep: every candidate on the real shape (n capped at 8192 for q >= 12) */
+        struct TC { const char *name; int q; int64_t n; bool hea; } tc[] = {
+            {"zz4", 4, 32768, false}, {"zz6", 6, 32768, false}, {"zz8", 8, 32768, false}, {"zz12", 12, 8192, false},
+            {"zz16", 16, 2048, false}, {"hea12", 12, 8192, true}};
+        for (auto &c : tc) {
+            BMap b;
+            if (c.hea) build_hea(b, c.q, 2, rng); else build_zz(b, c.q, 2);
+            double dummy = 0;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = &dummy; g.n_x = c.n; g.out = &dummy; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP32;
+            qk_plan p = plan_for(b.m, g, -1, 0, 0);
+            qk_cuda_tune_result tr;
+            if (qk_cuda_tune_gram(&p, c.n, reps, &tr, err, sizeof err) != QK_OK) { printf("tune %s: %s\n", c.name, err); continue; }
+            int fixed = -1;
+            for (int i = 0; i < tr.n; ++i)
+                if ((p.use_blas && tr.blas[i] == 1) || (!p.use_blas && tr.blas[i] == 0 && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
+            char line[512];
+            int len = snprintf(line, sizeof line, "{\"case\": \"%s\", \"n\": %lld, \"best\": %d, \"fixed\": %d, \"candidates\": [", c.name,
+                               (long long)tr.n_samples, tr.best, fixed);
+            printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
+            for (int i = 0; i < tr.n; ++i) {
+                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : "128x128";
+                printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
+                len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
+            }
+            printf("\n");
+            snprintf(line + len, sizeof line - len, "]}");
+            tune_rows.push_back(line);
+        }
     }
     if (json) {
         FILE *f = fopen(json, "w");
@@ -226,6 +286,8 @@ int main(int argc, char **argv)
                     pairs / r.gram_ms / 1e6, r.output_ms, pairs / r.output_ms / 1e6, r.states_ms,
                     r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, i + 1 < rows.size() ? "," : "");
         }
+        fprintf(f, " ],\n \"tune\": [\n");
+        for (size_t i = 0; i < tune_rows.size(); ++i) fprintf(f, "  %s%s\n", tune_rows[i].c_str(), i + 1 < tune_rows.size() ? "," : "");
         fprintf(f, " ]\n}\n");
         fclose(f);
     }

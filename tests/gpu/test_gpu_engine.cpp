@@ -490,6 +490,46 @@ static void api_tests()
     qk_ctx_destroy(gpu);
 }
 
+/* ---- amplitude encoding from host data ---- */
+static void amp_encode_tests()
+{
+    for (int pinned = 0; pinned < 2; ++pinned)
+        for (int p64 = 0; p64 < 2; ++p64) {
+            const int64_t n = 150; const int d = 37, q = 6; const int64_t D = 64;
+            double *x = nullptr;
+            std::vector<double> xv;
+            if (pinned) cudaMallocHost((void **)&x, n * d * sizeof(double));
+            else { xv.resize(n * d); x = xv.data(); }
+            for (int64_t i = 0; i < n * d; ++i) x[i] = urand(-1, 1);
+            const size_t es = p64 ? 8 : 4;
+            void *dout = nullptr;
+            cudaMalloc(&dout, n * D * es);
+            cudaMemset(dout, 0xff, n * D * es); /* NaN poison */
+            char err[256] = "";
+            double sec = 0;
+            qk_result r = qk_cuda_amplitude_encode(x, n, d, q, p64 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, dout, 16, &sec, err, sizeof err);
+            CHECK(r == QK_OK, "amplitude_encode: %d %s", (int)r, err);
+            std::vector<unsigned char> h(n * D * es);
+            cudaMemcpy(h.data(), dout, h.size(), cudaMemcpyDeviceToHost);
+            double maxerr = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                double nrm = 0;
+                for (int k = 0; k < d; ++k) nrm += x[i * d + k] * x[i * d + k];
+                nrm = sqrt(nrm);
+                for (int64_t k = 0; k < D; ++k) {
+                    double ref = k < d ? x[i * d + k] / nrm : 0.0;
+                    double v = p64 ? ((double *)h.data())[i * D + k] : ((float *)h.data())[i * D + k];
+                    double e = fabs(v - ref);
+                    if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
+                }
+            }
+            CHECK(maxerr <= (p64 ? 1e-15 : 1e-7), "amplitude_encode pinned=%d fp64=%d: max err %.3g", pinned, p64, maxerr);
+            cudaFree(dout);
+            if (pinned) cudaFreeHost(x);
+        }
+    printf("amplitude_encode %s\n", g_fail ? "FAILED" : "ok");
+}
+
 int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
@@ -497,6 +537,7 @@ int main(int argc, char **argv)
     g_rng.seed(seed);
     printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
+    amp_encode_tests();
     api_tests();
     for (int q = 1; q <= qmax; ++q) {
         bool thorough = q <= 9 || q == 13 || q == 14;
