@@ -2490,9 +2490,10 @@ QKDEF void qk_array_free(qk_array *a) {
                        once; cuBLAS writes the complex Gram, then the epilogue reads it back)
      q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
      q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
-   so cuBLAS from q = QK__BLAS_MIN_QUBITS on (compute-bound: cuBLAS runs the FP32 pipes near
-   peak, our SIMT tile does not). */
-#define QK__BLAS_MIN_QUBITS 6
+   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
+   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
+   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
+#define QK__BLAS_MIN_QUBITS 7
 #define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
 
 /* Per-sample parameter count of qk_cuda.cu's compiled program (mirrors qk__compile there):
@@ -2584,8 +2585,11 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
        a quarter of the budget holds in cuBLAS workspace. Host/callback: ~256 MB of K per slab,
        so the D2H of one overlaps the compute of the next. */
-    if (desc->output == QK_OUTPUT_DEVICE) slab = nx;
-    else {
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        /* cuBLAS: four or more slabs, so the |.|^2 epilogue of one (memory-bound) runs under
+           the GEMM of the next (compute-bound) on a second stream */
+        slab = p->use_blas && nx >= 8192 ? ((nx / 4 + 255) / 256) * 256 : nx;
+    } else {
         slab = (int64_t)(256.0 * 1048576.0 / ((double)ny * ob));
         if (slab < 64) slab = 64;
         if (slab > nx) slab = nx;
@@ -2593,8 +2597,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     if (!p->bulk_states && slab > tile) slab = tile;
     if (p->use_blas) {
         int64_t cols = p->bulk_states ? ny : tile;
-        while (slab > 64 && (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
-        p->bytes_workspace = (size_t)((double)slab * (double)cols * es);
+        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
     }
     p->tile_m = slab;
     p->tile_n = p->bulk_states ? ny : tile;

@@ -464,16 +464,35 @@ __device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col
     }
 }
 
+/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
+   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
+   so no block is launched for a tile under the diagonal (half the grid; each empty block
+   still cost a launch slot: zz 4 qubits, qk-bench). */
+__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
+{
+    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
+    const int64_t L = blockIdx.x, T = tgrid;
+    const double b = 2.0 * (double)T + 1.0;
+    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
+    if (i < 0) i = 0;
+    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
+    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
+    ty = (int)i;
+    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
+}
+
 /* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
    or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
 template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
-           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec)
+           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
     const int NT = (BM / TM) * (BN / TN);
     const int W = CPLX ? 2 : 1; /* T values per amplitude */
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
     if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
     extern __shared__ __align__(16) unsigned char qk__smem[];
     T *As = (T *)qk__smem;               /* [BK][BM][W] */
@@ -553,11 +572,13 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
 template <typename T, typename OutT, int BM, int BN, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
-                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec)
+                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
     const int NT = (BM / TM) * (BN / TN);
     const int BK = 8;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
     if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
     extern __shared__ __align__(16) unsigned char qk__smem[];
     T *As = (T *)qk__smem;          /* [BK][BM][4] */
@@ -613,10 +634,12 @@ qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, in
 template <typename T, bool CPLX, typename OutT>
 __global__ void __launch_bounds__(256)
 qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri, int vec)
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
     const int BM = 32, BN = 32;
-    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
     if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
     __shared__ OutT Cs[BM * (BN + 1)];
     for (int idx = threadIdx.x; idx < BM * BN; idx += 256) {
@@ -1007,9 +1030,15 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
         dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
+        int tg = 0;
+        if (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) {
+            const int64_t Tx = grid.x, Ty = grid.y;
+            tg = (int)Tx;
+            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+        }
         const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
         OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld));
+        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
         QK_LAUNCH_CK("gram");
     }
     return QK_OK;
@@ -1044,8 +1073,14 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
         dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
+        int tg = 0;
+        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
+            const int64_t Tx = grid.x, Ty = grid.y;
+            tg = (int)Tx;
+            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+        }
         OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld));
+        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
         QK_LAUNCH_CK("gram_product");
     }
     return QK_OK;
@@ -1059,7 +1094,7 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
-                                 cudaStream_t st, qk__err *E)
+                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
@@ -1118,9 +1153,22 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
             }
         }
     }
+    /* the epilogue (memory-bound) may run on its own stream, under the next slab's GEMM
+       (compute-bound): zz 8 qubits spends ~10% of its time here */
+    if (est && gemm_done) {
+        QK_CK(cudaEventRecord(gemm_done, st));
+        QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
+        st = est;
+    }
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
+    int tg = 0;
+    if (tri && doff == 0 && nn >= m) {
+        const int64_t Tx = grid.x, Ty = grid.y;
+        tg = (int)Tx;
+        grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    }
     qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld));
+                                                        qk__vec_ok(out, mout, ld), tg);
     QK_LAUNCH_CK("epilogue");
     return QK_OK;
 }
@@ -1154,7 +1202,10 @@ struct qk__job_state {
     void *SA = nullptr, *SB = nullptr;   /* states (or qubit vectors) */
     qk__build_ws ws;
     void *Kd = nullptr;                  /* device K (resident) or slab ring */
-    void *Cw = nullptr;                  /* cuBLAS workspace */
+    void *Cw[2] = {nullptr, nullptr};    /* cuBLAS workspace ring (slab s uses Cw[s & 1]) */
+    cudaStream_t est = nullptr;          /* epilogue stream (cuBLAS path) */
+    cudaEvent_t gemm_done = nullptr, ep_done[2] = {nullptr, nullptr};
+    int64_t n_blas = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
     void *registered = nullptr;          /* caller's host buffer, page-locked for this job */
@@ -1169,7 +1220,11 @@ static void qk__job_free(qk__job_state *J)
     cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
     cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
     if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
-    cudaFree(J->Cw);
+    if (J->est) cudaStreamSynchronize(J->est);
+    cudaFree(J->Cw[0]); cudaFree(J->Cw[1]);
+    if (J->gemm_done) cudaEventDestroy(J->gemm_done);
+    for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
+    if (J->est) cudaStreamDestroy(J->est);
     for (int i = 0; i < 2; ++i) {
         if (J->stage[i]) cudaFreeHost(J->stage[i]);
         if (J->slab_done[i]) cudaEventDestroy(J->slab_done[i]);
@@ -1260,7 +1315,13 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
     }
     if (use_blas) {
         QK_BLAS_CK(cublasCreate(&J->blas));
-        QK_CK(cudaMalloc(&J->Cw, (size_t)slab_rows * tB * es));
+        QK_CK(cudaMalloc(&J->Cw[0], (size_t)slab_rows * tB * es));
+        if ((nx + slab_rows - 1) / slab_rows > 1) {
+            QK_CK(cudaMalloc(&J->Cw[1], (size_t)slab_rows * tB * es));
+            QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+            QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
+            for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
+        }
     }
 
     /* output target */
@@ -1326,8 +1387,14 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             /* the workspace holds slab_rows x tB */
             for (int64_t c0 = 0; c0 < nn; c0 += tB) {
                 int64_t cn = std::min(tB, nn - c0);
-                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, J->Cw,
-                                                        o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E)));
+                const int k = (int)(J->n_blas & 1);
+                void *cw = J->Cw[J->est ? k : 0];
+                if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+                                                        o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E,
+                                                        J->est, J->gemm_done)));
+                if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
+                J->n_blas++;
             }
             return QK_OK;
         }
@@ -1376,9 +1443,13 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
                 QK_TRY(gram(A, B, m, nn, slab_base + j0, ldk, mo, j0 - i0, mirror_ok && j0 == i0));
             }
         }
+        if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
+            QK_CK(cudaEventRecord(J->ep_done[0], J->est));
+            QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
+        }
         QK_TRY(qk__mark(J, 0, 1));
         if (!dev_out) {
-            QK_CK(cudaEventRecord(J->slab_done[buf], cs));
+            QK_CK(cudaEventRecord(J->slab_done[buf], J->est ? J->est : cs));
             /* before reusing staging[buf] its previous slab (s-2) was copied out on the host
                below (previous iterations), so D2H may go ahead */
             QK_CK(cudaStreamWaitEvent(xs, J->slab_done[buf], 0));
@@ -1419,6 +1490,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         }
     }
     QK_TRY(rc);
+    if (J->est) QK_CK(cudaStreamSynchronize(J->est));
     QK_CK(cudaStreamSynchronize(cs));
     QK_CK(cudaStreamSynchronize(xs));
     /* busy intervals per stream */

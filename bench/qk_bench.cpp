@@ -135,12 +135,13 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
     row.engine = p.use_blas == 2 ? "cublas3m" : p.use_blas ? "cublas" : "fused";
     if (blas < 0) row.engine += "(planned)";
+    row.engine += " slab=" + std::to_string((long long)p.tile_m);
     if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
     row.busy0 = median(b0); row.busy1 = median(b1);
     rows.push_back(row);
     double pairs = (double)n * n;
-    printf("%-22s q=%2d n=%6lld %-13s %-15s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms | diag err %.1e\n",
+    printf("%-6s q=%2d n=%6lld %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms | diag err %.1e\n",
            name, m.n_qubits, (long long)n, row.output.c_str(), row.engine.c_str(), row.gram_ms, pairs / row.gram_ms / 1e6,
            row.output_ms, pairs / row.output_ms / 1e6, row.states_ms, n / row.states_ms * 1e3, row.e2e_ms, dmax);
     fflush(stdout);
@@ -177,8 +178,9 @@ int main(int argc, char **argv)
         std::vector<double> x((size_t)c.n * c.q);
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
-        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 6 ? 0 : 1, c.q >= 6 ? c.n : 0, false, false);
-        if (c.q >= 6) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
+        if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
+        if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
     }
     if (has("hea12")) {
         BMap b; build_hea(b, 12, 2, rng);
