@@ -324,8 +324,9 @@ typedef struct qk_plan {
                                    mirror into later rows; K(X,X) then computes half the pairs) */
     int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
                                    the fused kernel; 2 the same with CGEMM3M (complex fp32) */
-    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..4
-                                   64x64, 128x64, 64x128, 128x128 tiles (qk_cuda_tune_gram) */
+    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..5
+                                   64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
+                                   stores (qk_cuda_tune_gram) */
     char config[64];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
@@ -2586,9 +2587,9 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
        a quarter of the budget holds in cuBLAS workspace. Host/callback: ~256 MB of K per slab,
        so the D2H of one overlaps the compute of the next. */
     if (desc->output == QK_OUTPUT_DEVICE) {
-        /* cuBLAS: four or more slabs, so the |.|^2 epilogue of one (memory-bound) runs under
-           the GEMM of the next (compute-bound) on a second stream */
-        slab = p->use_blas && nx >= 8192 ? ((nx / 4 + 255) / 256) * 256 : nx;
+        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
+           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
+        slab = nx;
     } else {
         slab = (int64_t)(256.0 * 1048576.0 / ((double)ny * ob));
         if (slab < 64) slab = 64;

@@ -97,7 +97,7 @@ static std::vector<Row> rows;
 static int reps = 3;
 
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
-                    int64_t slab, bool pinned_host, bool e2e)
+                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0)
 {
     void *buf = nullptr;
     size_t bytes = (size_t)n * n * sizeof(float);
@@ -107,7 +107,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
-    qk_plan p = plan_for(m, g, blas, slab, 0);
+    qk_plan p = plan_for(m, g, blas, slab, cfg);
     std::vector<double> gm, sm, om, em, b0, b1;
     char err[256] = "";
     for (int r = 0; r < reps + 1; ++r) {
@@ -136,6 +136,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.engine = p.use_blas == 2 ? "cublas3m" : p.use_blas ? "cublas" : "fused";
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
+    if (cfg) row.engine += " cfg=" + std::to_string(cfg);
     if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
     row.busy0 = median(b0); row.busy1 = median(b1);
@@ -179,6 +180,7 @@ int main(int argc, char **argv)
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
+        if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 5);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
     }
@@ -256,7 +258,7 @@ int main(int argc, char **argv)
                                (long long)tr.n_samples, tr.best, fixed);
             printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
             for (int i = 0; i < tr.n; ++i) {
-                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : "128x128";
+                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : tr.cfg[i] == 4 ? "128x128" : "64x64direct";
                 printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
                 len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
             }

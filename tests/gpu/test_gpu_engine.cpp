@@ -261,6 +261,7 @@ static std::vector<double> rand_x(const TMap &t, int64_t n)
     return x;
 }
 
+static int g_cfg = 0; /* fused kernel configuration under test (0: the fixed table) */
 static qk_plan make_plan(const TMap &t, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od, qk_output out)
 {
     qk_plan p;
@@ -279,6 +280,7 @@ static qk_plan make_plan(const TMap &t, int64_t nx, int64_t ny, bool sym, qk_pre
     p.tile_m = 1024;
     p.k_resident = 1;
     p.n_streams = 2;
+    p.kernel_cfg = g_cfg;
     return p;
 }
 
@@ -400,6 +402,15 @@ static void run_map(const TMap &t, bool thorough)
     if (q >= 7 && t.cls != QK_CLASS_PRODUCT)
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 1024, 0, 1, 0, "sym fp32 fused");
     if (!thorough) return;
+    /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
+       register-store paths) */
+    if (t.cls != QK_CLASS_PRODUCT)
+        for (g_cfg = 1; g_cfg <= 5; ++g_cfg) {
+            char what[64];
+            snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
+        }
+    g_cfg = 0;
     /* outputs, slabs, state tiles, residency, the cuBLAS path */
     const int64_t sl = nx > 40 ? 50 : 2, tl = nx > 40 ? 40 : 2;
     check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, sl, 0, 1, 1, "sym device slabs");
