@@ -2497,8 +2497,9 @@ QKDEF void qk_array_free(qk_array *a) {
 #define QK__BLAS_MIN_QUBITS 7
 #define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
 
-/* Per-sample parameter count of qk_cuda.cu's compiled program (mirrors qk__compile there):
-   8 per one-qubit gate, 1 + q + q*q per run of diagonal ops. */
+/* Per-sample parameter count of qk_cuda.cu's compiled program (an upper bound of qk__compile
+   there, which folds leading one-qubit gates into 4 values per qubit):
+   8 per one-qubit gate, 1 + q + q*q per run of diagonal ops, 4 per qubit. */
 static int64_t qk__cuda_params(const qk_map *m)
 {
     int64_t gates = 0, runs = 0, q = m->n_qubits;
@@ -2519,7 +2520,7 @@ static int64_t qk__cuda_params(const qk_map *m)
         in_diag = 0;
         if (k != QK_OP_CNOT) gates++;
     }
-    return 8 * gates + runs * (1 + q + q * q) + 1;
+    return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
 }
 
 /* Device bytes per state: the state itself and its build scratch. */
@@ -2644,7 +2645,7 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
     if (!info || !info->present || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
     budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
     D = ldexp(1.0, n_qubits);
-    per = 2.0 * D * t + (16.0 * q + 2.0 * (1 + q + q * q) + 1) * t + 8.0 + 8.0 * q + (n_qubits > QK__PASS_QUBITS ? 2.0 * D * t : 0.0);
+    per = 2.0 * D * t + (20.0 * q + 2.0 * (1 + q + q * q) + 1) * t + 8.0 + 8.0 * q + (n_qubits > QK__PASS_QUBITS ? 2.0 * D * t : 0.0);
     return (int64_t)floor(0.5 * budget / per);
 }
 

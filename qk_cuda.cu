@@ -131,6 +131,7 @@ struct qk__pass {
     int a;              /* pos[i] == i for i < a */
     int i0, i1;         /* instructions [i0, i1) */
     int first;          /* 1: start from |0> (or the amplitude data) instead of loading */
+    int fold;           /* first pass: offset of the q folded qubit 2-vectors in the params, or -1 */
 };
 
 /* ---- small complex helpers ---- */
@@ -164,6 +165,25 @@ __device__ double qk__theta(const qk__dangle *ang, int op, const double *x, cons
 /*                                        KERNELS                                           */
 /* ======================================================================================== */
 
+/* 2x2 matrix of a one-qubit gate: m00 re, im, m01 re, im, m10 re, im, m11 re, im. */
+__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk__dangle *ang, int op, double *m)
+{
+    const double R = 0.70710678118654752440;
+    double c = cos(0.5 * t), sn = sin(0.5 * t);
+    for (int i = 0; i < 8; ++i) m[i] = 0;
+    switch (kind) {
+    case QK_OP_H: m[0] = R; m[2] = R; m[4] = R; m[6] = -R; break;
+    case QK_OP_X: m[2] = 1; m[4] = 1; break;
+    case QK_OP_Y: m[3] = -1; m[5] = 1; break;
+    case QK_OP_RX: m[0] = c; m[3] = -sn; m[5] = -sn; m[6] = c; break;
+    case QK_OP_RY: m[0] = c; m[2] = -sn; m[4] = sn; m[6] = c; break;
+    case QK_OP_BASIS:
+        if (xs[ang[op].x0] > 0.5) { m[2] = 1; m[4] = 1; } else { m[0] = 1; m[6] = 1; }
+        break;
+    default: m[0] = 1; m[6] = 1;
+    }
+}
+
 /* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
 template <typename T>
 __global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
@@ -183,22 +203,21 @@ __global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const q
             for (int c = jb.c0; c < jb.c1; ++c) v += con[c].m * qk__theta(ang, con[c].op, xs, w) + con[c].k;
             v -= TWO_PI * floor(v / TWO_PI);
             ps[jb.out] = (T)v;
-        } else {
-            double m[8] = {0, 0, 0, 0, 0, 0, 0, 0}; /* m00 re,im, m01, m10, m11 */
-            double t = qk__theta(ang, jb.op, xs, w);
-            double c = cos(0.5 * t), sn = sin(0.5 * t);
-            const double R = 0.70710678118654752440;
-            switch (op_kind[jb.op]) {
-            case QK_OP_H: m[0] = R; m[2] = R; m[4] = R; m[6] = -R; break;
-            case QK_OP_X: m[2] = 1; m[4] = 1; break;
-            case QK_OP_Y: m[3] = -1; m[5] = 1; break;
-            case QK_OP_RX: m[0] = c; m[3] = -sn; m[5] = -sn; m[6] = c; break;
-            case QK_OP_RY: m[0] = c; m[2] = -sn; m[4] = sn; m[6] = c; break;
-            case QK_OP_BASIS:
-                if (xs[ang[jb.op].x0] > 0.5) { m[2] = 1; m[4] = 1; } else { m[0] = 1; m[6] = 1; }
-                break;
-            default: m[0] = 1; m[6] = 1;
+        } else if (jb.kind == 2) {
+            /* a folded qubit: its leading one-qubit gates applied to |0> */
+            double u0r = 1, u0i = 0, u1r = 0, u1i = 0, m[8];
+            for (int c = jb.c0; c < jb.c1; ++c) {
+                qk__gate_matrix(op_kind[con[c].op], qk__theta(ang, con[c].op, xs, w), xs, ang, con[c].op, m);
+                double a0r = m[0] * u0r - m[1] * u0i + m[2] * u1r - m[3] * u1i;
+                double a0i = m[0] * u0i + m[1] * u0r + m[2] * u1i + m[3] * u1r;
+                double a1r = m[4] * u0r - m[5] * u0i + m[6] * u1r - m[7] * u1i;
+                double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
+                u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
             }
+            ps[jb.out] = (T)u0r; ps[jb.out + 1] = (T)u0i; ps[jb.out + 2] = (T)u1r; ps[jb.out + 3] = (T)u1i;
+        } else {
+            double m[8];
+            qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
             for (int i = 0; i < 8; ++i) ps[jb.out + i] = (T)m[i];
         }
     }
@@ -212,6 +231,15 @@ __global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, do
     double acc = 0.0;
     for (int k = 0; k < d; ++k) acc += x[s * d + k] * x[s * d + k];
     inv[s] = 1.0 / sqrt(acc);
+}
+
+/* Shared table space per state (T values): the DIAG phase tables, or the folded start's two
+   complex tables. */
+__host__ __device__ inline int qk__tbl_size(int L)
+{
+    const int bl = L < 7 ? L : 7, bh = L - bl;
+    const int ph = (1 << bl) + (1 << bh) + (bh << bl), fo = 2 * ((1 << bl) + (1 << bh));
+    return ph > fo ? ph : fo;
 }
 
 /* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
@@ -264,18 +292,50 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
     /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
        and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
     const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
-    const int TBL = (1 << bl) + (1 << bh) + (bh << bl);
+    const int TBL = qk__tbl_size(p.L);
     T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
     const int64_t D = (int64_t)1 << q;
     uint32_t fixed = 0;
     for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
     const T *ps = params + (active ? s : 0) * (int64_t)P;
 
+    if (p.first && p.fold >= 0) {
+        /* The folded leading gates make the start a product state: amplitude(g) =
+           prod_k u_k[bit k of g] = TL[lo] * TH[hi] * F (F over the block's fixed bits). */
+        if (active) {
+            const T *u = ps + p.fold;
+            C *TL = (C *)tb, *TH = TL + (1 << bl);
+            for (int e = lt; e < (1 << bl) + (1 << bh); e += tps) {
+                const bool lo = e < (1 << bl);
+                const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
+                T ar = 1, ai = 0;
+                for (int i = 0; i < nb; ++i) {
+                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2;
+                    T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+                if (!lo)
+                    for (int i = 0; i < q - p.L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) TL[v] = z; else TH[v] = z;
+            }
+        }
+        __syncthreads();
+    }
     if (active) {
         for (int r = lt; r < N; r += tps) {
             uint32_t g = fixed | qk__pdep(r, p);
             C v;
-            if (p.first) {
+            if (p.first && p.fold >= 0) {
+                const C *TL = (const C *)tb, *TH = TL + (1 << bl);
+                C l = TL[r & ((1 << bl) - 1)], h = TH[r >> bl];
+                v.x = l.x * h.x - l.y * h.y;
+                v.y = l.x * h.y + l.y * h.x;
+            } else if (p.first) {
                 if (amp_x) {
                     v.x = (g < amp_d) ? (T)(amp_x[s * amp_d + g] * amp_inv[s]) : (T)0;
                     v.y = 0;
@@ -830,9 +890,39 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         P += (int)db.slot.size();
         in_diag = false;
     };
+    /* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold
+       them into a per-sample product start state (a 2-vector per qubit, built by the prep
+       kernel). zz's first H layer disappears this way: 16 qubits take 2 passes instead of 3. */
+    std::vector<char> folded(std::max(1, map->n_ops), 0);
+    std::vector<std::vector<int>> fold_ops(q);
+    bool any_fold = false;
+    {
+        uint32_t touched = 0;
+        bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
+        for (int i = 0; i < map->n_ops && !amp; ++i) {
+            const qk_op &o = map->ops[i];
+            int k = o.kind;
+            bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
+            if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+            if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
+            if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+        }
+    }
+    int fold_off = -1;
+    if (any_fold) {
+        fold_off = P;
+        for (int b = 0; b < q; ++b) {
+            qk__job j = {2, -1, P + 4 * b, (int)pg->con.size(), 0};
+            for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
+            j.c1 = (int)pg->con.size();
+            pg->jobs.push_back(j);
+        }
+        P += 4 * q;
+    }
     for (int i = 0; i < map->n_ops; ++i) {
         const qk_op &o = map->ops[i];
         int k = o.kind;
+        if (folded[i]) continue;
         if (k == QK_OP_AMPLITUDE) {
             if (i != 0) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "amplitude op must come first");
             pg->has_amp = 1;
@@ -878,6 +968,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     memset(&cur, 0, sizeof cur);
     cur.i0 = 0;
     cur.first = 1;
+    cur.fold = fold_off;
     auto close = [&](int i1) {
         /* fill with the lowest qubits (coalescing) */
         for (int b = 0; b < q && __builtin_popcount(S) < L; ++b) S |= 1u << b;
@@ -909,6 +1000,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         memset(&cur, 0, sizeof cur);
         cur.i0 = ii;
         cur.first = 0;
+        cur.fold = -1;
         S = need;
     }
     close((int)pg->instr.size());
@@ -994,8 +1086,7 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         if (np > 1) spb = 1;
         const int64_t nchunks = (int64_t)1 << (q - p.L);
         const int64_t groups = (n + spb - 1) / spb;
-        const int bl = std::min(p.L, 7), bh = p.L - bl;
-        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * ((1 << bl) + (1 << bh) + (bh << bl)) * sizeof(T);
+        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
         /* ping-pong so that the last pass writes out; multi-pass in-place would race between
            blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
            chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
