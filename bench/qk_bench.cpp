@@ -287,7 +287,7 @@ int main(int argc, char **argv)
                        "\"gram_ms\": %.4f, \"gram_Gpairs_s\": %.4f, \"output_ms\": %.4f, \"output_Gpairs_s\": %.4f, "
                        "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f}%s\n",
                     r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.output.c_str(), r.engine.c_str(), r.gram_ms,
-                    pairs / r.gram_ms / 1e6, r.output_ms, pairs / r.output_ms / 1e6, r.states_ms,
+                    r.gram_ms > 0 ? pairs / r.gram_ms / 1e6 : 0.0, r.output_ms, r.output_ms > 0 ? pairs / r.output_ms / 1e6 : 0.0, r.states_ms,
                     r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, i + 1 < rows.size() ? "," : "");
         }
         fprintf(f, " ],\n \"tune\": [\n");
