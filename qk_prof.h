@@ -1,4 +1,2854 @@
-/* qk_prof.h — placeholder; the profiler lands with its issue. */
+/* qk_prof.h — an embeddable CPU + GPU profiler: zones, GPU zones, memory, transfers, counters,
+   text / JSON / Chrome-trace / HTML reports, NVTX. Part of qk; usable on its own.
+
+   A single-file (stb-style) C library. In ONE C or C++ file of your program write
+
+       #define QK_PROF_ENABLE
+       #define QK_PROF_IMPLEMENTATION      (QK_IMPLEMENTATION of qk.h implies it)
+       #include "qk_prof.h"
+
+   and include "qk_prof.h" (with QK_PROF_ENABLE defined the same way) everywhere else. Without
+   QK_PROF_ENABLE every QK_PROF_* macro expands to nothing that generates code (the disabled
+   build is checked by tests/prof_codegen.py: same object code with and without the macros),
+   the implementation compiles to nothing, and the types stay, so instrumented code builds
+   either way. Use the macros, not the qk_prof_* functions, in code that must build both ways.
+
+   Zones
+   -----
+     QK_PROF_BEGIN("name"); ... QK_PROF_END("name");      CPU zone; nests per thread
+     QK_PROF_SCOPE("name");                              zone to the end of the enclosing scope
+                                                         (C++, or C with GCC/Clang)
+     QK_PROF_FUNC();                                     QK_PROF_SCOPE(__func__)
+     QK_PROF_GPU_BEGIN("name", stream); ...              GPU zone: timed by CUDA events on that
+     QK_PROF_GPU_END("name", stream);                    stream, resolved later (no sync per zone)
+     QK_PROF_MEMCPY(dst, src, bytes, kind, stream)       cudaMemcpyAsync as a GPU zone that also
+                                                         logs bytes, direction, pinned/pageable;
+                                                         returns the cudaError_t
+     QK_PROF_TRANSFER("name", dir, bytes, pinned, s)     log a transfer you timed yourself
+     QK_PROF_THREAD_NAME("name"), QK_PROF_STREAM_NAME(stream, "name")   lane names in traces
+     QK_PROF_GPU_COLLECT()                               resolve finished GPU zones now (never
+                                                         waits); reports call it with waiting
+   Names are string literals: each call site keeps a static record (qk_prof_site). Zones with
+   the same name at several sites are one row in reports. QK_PROF_END's name is checked against
+   the open zone; a mismatch is counted (summary.mismatched), the open zone is closed anyway.
+
+   Memory, counters
+   ----------------
+     QK_PROF_TRACK("name", ptr, bytes) / QK_PROF_UNTRACK(ptr)     current and peak per name and
+     QK_PROF_TRACK_SHAPE("name", ptr, bytes, "f32", ndim, shape)  per kind (host, pinned, device,
+                                                                  managed: asked of CUDA when
+                                                                  QK_PROF_CUDA, else host)
+     QK_PROF_MEM_SNAPSHOT("label")          device free/total (cudaMemGetInfo) + tracked totals
+     QK_PROF_MEMPOOL("label", pool)         cudaMemPool_t reserved/used current and high
+     QK_PROF_COUNTER("name", value)         set a named series;  QK_PROF_COUNT("name", delta) adds
+
+   Output (each returns 0, or -1 with qk_prof_last_error(); 0 and nothing when disabled)
+   ------
+     QK_PROF_REPORT(path)        text tables: zones (calls, total, %, mean, min, max, std; CPU and
+                                 GPU), streams (utilization = union of busy intervals / wall),
+                                 top-N bottlenecks, memory, transfers, counters; path "-" = stdout
+     QK_PROF_WRITE_JSON(path)    the same as JSON
+     QK_PROF_WRITE_TRACE(path)   Chrome trace-event JSON (Perfetto, chrome://tracing): one lane per
+                                 host thread (pid 1) and per GPU stream (pid 2 + device)
+     QK_PROF_WRITE_HTML(path)    self-contained HTML (inline SVG; no network, no script)
+   Files are written to path.tmp and renamed, so a reader never sees a half-written file.
+
+   Configuration macros
+   --------------------
+     QK_PROF_ENABLE          turn the profiler on (in every TU that uses the macros)
+     QK_PROF_IMPLEMENTATION  expand the implementation here (needs QK_PROF_ENABLE to emit code)
+     QK_PROF_CUDA            implementation: GPU zones, transfers, device memory through the CUDA
+                             runtime (include path to cuda_runtime_api.h; link cudart). Without
+                             it the GPU macros are accepted and counted as ignored.
+     QK_PROF_NVTX            implementation: every zone is also an NVTX range (nvtx3 headers from
+                             the CUDA toolkit, header-only), so Nsight Systems shows the names
+     QK_PROF_NO_RDTSC        use clock_gettime(CLOCK_MONOTONIC) even where rdtsc is invariant
+     QK_PROF_STATIC          private (static) functions in the implementation TU
+     QK_PROF_MALLOC(sz) / QK_PROF_REALLOC(p, sz) / QK_PROF_FREE(p)   allocator, all or none
+     QK_PROF_MAX_SITES       call sites (default 1024; more go to one "(other sites)" row)
+     QK_PROF_MAX_DEPTH       nesting depth per thread (default 64; deeper zones are counted only)
+     QK_PROF_MAX_THREADS     recording threads (default 256; later threads are counted, dropped)
+     QK_PROF_MAX_LANES       GPU streams (default 64)
+
+   Clock
+   -----
+   x86-64 with an invariant TSC: rdtsc, calibrated against CLOCK_MONOTONIC over the whole run
+   (at least 20 ms, spun at report time for shorter runs). Elsewhere CLOCK_MONOTONIC. A clock can
+   be injected for tests (qk_prof_desc.clock). GPU times come from CUDA events: durations from
+   the zone's own event pair; placement on the host timeline from one base event per device,
+   synchronized once when the device is first seen, chained zone to zone on each stream.
+
+   Thread safety
+   -------------
+   Zones, counters, tracking and transfers may be recorded from any number of threads at once
+   (CPU zones touch only the calling thread's buffers; no lock on that path; GPU zones take the
+   calling thread's own uncontended lock). Events beyond a thread's buffer are dropped and
+   counted; statistics stay exact. Reports may be written while other threads record, but zones
+   ending meanwhile may be missing. qk_prof_init / qk_prof_shutdown are not thread-safe: call
+   them while no other thread records. GPU zones of one thread must stay on one CUDA device
+   (one host thread per device is the usual multi-GPU pattern). Do not open GPU zones on a stream
+   that is being captured into a CUDA graph; put them around the graph launch.
+
+   License: MIT (end of file).
+*/
 #ifndef QK_PROF_H
 #define QK_PROF_H
+
+/* The implementation needs clock_gettime: in a strict -std=c99/c11 TU ask for POSIX (plus the
+   glibc defaults) before the first system header. Where other headers came first, it falls
+   back to C11 timespec_get (see "clock" in the implementation). */
+#if defined(QK_PROF_IMPLEMENTATION) && defined(QK_PROF_ENABLE) && !defined(_GNU_SOURCE) && \
+    !defined(_DEFAULT_SOURCE) && !defined(_POSIX_C_SOURCE) && !defined(_XOPEN_SOURCE)
+#define _DEFAULT_SOURCE 1
 #endif
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#ifndef QK_PROF_DEF
+#ifdef QK_PROF_STATIC
+#define QK_PROF_DEF static
+#else
+#define QK_PROF_DEF extern
+#endif
+#endif
+
+#ifndef QK_PROF_MAX_SITES
+#define QK_PROF_MAX_SITES 1024
+#endif
+#ifndef QK_PROF_MAX_DEPTH
+#define QK_PROF_MAX_DEPTH 64
+#endif
+#ifndef QK_PROF_MAX_THREADS
+#define QK_PROF_MAX_THREADS 256
+#endif
+#ifndef QK_PROF_MAX_LANES
+#define QK_PROF_MAX_LANES 64
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- types (present in every build) ---- */
+typedef enum qk_prof_site_kind {
+    QK_PROF_SITE_CPU = 0,
+    QK_PROF_SITE_GPU,
+    QK_PROF_SITE_COUNTER
+} qk_prof_site_kind;
+
+/* One per call site, static, zero-initialised apart from the constant fields. */
+typedef struct qk_prof_site {
+    const char *name;
+    const char *file;
+    int line;
+    int kind;               /* qk_prof_site_kind */
+    uint32_t id;            /* 0 until first use; then an index into per-thread tables */
+} qk_prof_site;
+
+typedef enum qk_prof_dir {
+    QK_PROF_DIR_NONE = 0,
+    QK_PROF_H2D,
+    QK_PROF_D2H,
+    QK_PROF_D2D,
+    QK_PROF_H2H
+} qk_prof_dir;
+
+typedef enum qk_prof_format {
+    QK_PROF_TEXT = 1,
+    QK_PROF_JSON,
+    QK_PROF_TRACE,
+    QK_PROF_HTML
+} qk_prof_format;
+
+typedef struct qk_prof_desc {
+    size_t events_per_thread;   /* zone/counter events kept per thread for traces; default 262144 */
+    size_t gpu_records_per_thread; /* resolved GPU zones kept per thread for traces; default 65536 */
+    int gpu_queue;              /* open + unresolved GPU zones per (thread, stream); default 2048 */
+    int top_n;                  /* rows in the bottleneck table; default 10 */
+    int preallocate;            /* 1: a thread's whole event buffer is allocated and touched when
+                                   it first records, so no zone ever meets a page fault (about
+                                   6 MiB a thread by default); 0 (default): chunk by chunk */
+    /* Injected clock (tests): returns ticks; ns_per_tick converts (default 1.0). */
+    uint64_t (*clock)(void *user);
+    void *clock_user;
+    double clock_ns_per_tick;
+} qk_prof_desc;
+
+/* Statistics of one zone name (all sites and threads), in nanoseconds. std is the population
+   standard deviation. */
+typedef struct qk_prof_stats {
+    uint64_t calls;
+    double total_ns, mean_ns, min_ns, max_ns, std_ns;
+} qk_prof_stats;
+
+typedef struct qk_prof_summary {
+    double wall_ns;             /* first to last recorded activity */
+    int threads;                /* threads that recorded */
+    int lanes;                  /* GPU streams seen */
+    uint64_t events;            /* CPU zone + counter events kept for traces */
+    uint64_t dropped_events;    /* not kept (buffer full); statistics still count them */
+    uint64_t dropped_gpu;       /* GPU zones not recorded (queue full, event creation failed) */
+    uint64_t dropped_gpu_records; /* GPU zones resolved into statistics but not kept for traces */
+    uint64_t dropped_threads;   /* zones on threads beyond QK_PROF_MAX_THREADS */
+    uint64_t unbalanced;        /* END without an open zone */
+    uint64_t mismatched;        /* END whose name differs from the open zone's */
+    uint64_t too_deep;          /* zones deeper than QK_PROF_MAX_DEPTH (counted, not timed) */
+    uint64_t gpu_ignored;       /* GPU macros in a build without QK_PROF_CUDA */
+    uint64_t gpu_pending;       /* GPU zones not yet resolved */
+    double host_current, host_peak;     /* tracked bytes: host (pageable + pinned) */
+    double device_current, device_peak; /* tracked bytes: device + managed */
+    const char *clock;          /* "rdtsc", "clock_gettime", "injected" */
+    double ns_per_tick;
+} qk_prof_summary;
+
+/* ---- functions (defined only where QK_PROF_ENABLE and QK_PROF_IMPLEMENTATION are) ---- */
+QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc); /* optional, before the first zone */
+QK_PROF_DEF void qk_prof_shutdown(void);                /* frees everything; init may follow */
+QK_PROF_DEF void qk_prof_begin(qk_prof_site *site);
+QK_PROF_DEF void qk_prof_end(const char *name);
+QK_PROF_DEF qk_prof_site *qk_prof_scope_begin(qk_prof_site *site);
+QK_PROF_DEF void qk_prof_scope_end(qk_prof_site **site);
+QK_PROF_DEF void qk_prof_thread_name(const char *name);
+QK_PROF_DEF void qk_prof_gpu_begin(qk_prof_site *site, void *stream);
+QK_PROF_DEF void qk_prof_gpu_end(const char *name, void *stream);
+QK_PROF_DEF void qk_prof_stream_name(void *stream, const char *name);
+QK_PROF_DEF int qk_prof_gpu_collect(int wait);
+/* kind is a cudaMemcpyKind; returns a cudaError_t (or -1 without QK_PROF_CUDA). */
+QK_PROF_DEF int qk_prof_memcpy(qk_prof_site *site, void *dst, const void *src, size_t bytes,
+                               int kind, void *stream);
+QK_PROF_DEF void qk_prof_transfer(const char *name, qk_prof_dir dir, size_t bytes, int pinned,
+                                  double seconds);
+QK_PROF_DEF void qk_prof_track(const char *name, const void *ptr, size_t bytes, const char *dtype,
+                               int ndim, const int64_t *shape);
+QK_PROF_DEF void qk_prof_untrack(const void *ptr);
+QK_PROF_DEF void qk_prof_mem_snapshot(const char *label);
+QK_PROF_DEF void qk_prof_mempool(const char *label, void *pool);
+QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add);
+/* Statistics of CPU (gpu = 0) or GPU (gpu = 1) zones named name; -1 when none recorded. */
+QK_PROF_DEF int qk_prof_zone_stats(const char *name, int gpu, qk_prof_stats *out);
+QK_PROF_DEF void qk_prof_get_summary(qk_prof_summary *out);
+/* A GPU stream (of the calling thread's current device): resolved zones, busy time (union of
+   the zones' intervals) and the wall time it is a share of; -1 when the stream was not seen. */
+QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy_ns, double *wall_ns);
+QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f);
+QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path);
+QK_PROF_DEF const char *qk_prof_last_error(void);
+
+/* ---- macros ---- */
+#define QK_PROF_CAT_(a, b) a##b
+#define QK_PROF_CAT(a, b) QK_PROF_CAT_(a, b)
+
+#ifdef QK_PROF_ENABLE
+#define QK_PROF_ENABLED 1
+#define QK_PROF_SITE_(var, name, kind) \
+    static qk_prof_site var = { name, __FILE__, __LINE__, kind, 0 }
+#define QK_PROF_INIT(desc) qk_prof_init(desc)
+#define QK_PROF_SHUTDOWN() qk_prof_shutdown()
+#define QK_PROF_BEGIN(name) \
+    do { QK_PROF_SITE_(qk__prof_site_, name, QK_PROF_SITE_CPU); qk_prof_begin(&qk__prof_site_); } while (0)
+#define QK_PROF_END(name) qk_prof_end(name)
+#define QK_PROF_THREAD_NAME(name) qk_prof_thread_name(name)
+#define QK_PROF_GPU_BEGIN(name, stream) \
+    do { QK_PROF_SITE_(qk__prof_site_, name, QK_PROF_SITE_GPU); \
+         qk_prof_gpu_begin(&qk__prof_site_, (void *)(stream)); } while (0)
+#define QK_PROF_GPU_END(name, stream) qk_prof_gpu_end(name, (void *)(stream))
+#define QK_PROF_STREAM_NAME(stream, name) qk_prof_stream_name((void *)(stream), name)
+#define QK_PROF_GPU_COLLECT() ((void)qk_prof_gpu_collect(0))
+#if defined(__cplusplus)
+/* The site's static record lives in the lambda-free block scope of the call site. */
+#define QK_PROF_MEMCPY(dst, src, bytes, kind, stream) \
+    ([&]() { QK_PROF_SITE_(qk__prof_site_, "memcpy", QK_PROF_SITE_GPU); \
+        return (cudaError_t)qk_prof_memcpy(&qk__prof_site_, (void *)(dst), (const void *)(src), \
+                                           (bytes), (int)(kind), (void *)(stream)); }())
+#elif defined(__GNUC__)
+#define QK_PROF_MEMCPY(dst, src, bytes, kind, stream) \
+    __extension__({ QK_PROF_SITE_(qk__prof_site_, "memcpy", QK_PROF_SITE_GPU); \
+        (cudaError_t)qk_prof_memcpy(&qk__prof_site_, (void *)(dst), (const void *)(src), \
+                                    (bytes), (int)(kind), (void *)(stream)); })
+#endif
+#define QK_PROF_TRANSFER(name, dir, bytes, pinned, seconds) \
+    qk_prof_transfer(name, dir, bytes, pinned, seconds)
+#define QK_PROF_TRACK(name, ptr, bytes) qk_prof_track(name, (const void *)(ptr), bytes, NULL, 0, NULL)
+#define QK_PROF_TRACK_SHAPE(name, ptr, bytes, dtype, ndim, shape) \
+    qk_prof_track(name, (const void *)(ptr), bytes, dtype, ndim, shape)
+#define QK_PROF_UNTRACK(ptr) qk_prof_untrack((const void *)(ptr))
+#define QK_PROF_MEM_SNAPSHOT(label) qk_prof_mem_snapshot(label)
+#define QK_PROF_MEMPOOL(label, pool) qk_prof_mempool(label, (void *)(pool))
+#define QK_PROF_COUNTER(name, value) \
+    do { QK_PROF_SITE_(qk__prof_site_, name, QK_PROF_SITE_COUNTER); \
+         qk_prof_counter(&qk__prof_site_, (double)(value), 0); } while (0)
+#define QK_PROF_COUNT(name, delta) \
+    do { QK_PROF_SITE_(qk__prof_site_, name, QK_PROF_SITE_COUNTER); \
+         qk_prof_counter(&qk__prof_site_, (double)(delta), 1); } while (0)
+#define QK_PROF_REPORT(path) qk_prof_write_file(QK_PROF_TEXT, path)
+#define QK_PROF_WRITE_JSON(path) qk_prof_write_file(QK_PROF_JSON, path)
+#define QK_PROF_WRITE_TRACE(path) qk_prof_write_file(QK_PROF_TRACE, path)
+#define QK_PROF_WRITE_HTML(path) qk_prof_write_file(QK_PROF_HTML, path)
+
+#if defined(__cplusplus)
+struct qk__prof_scope_guard {
+    qk_prof_site *s;
+    explicit qk__prof_scope_guard(qk_prof_site *site) : s(qk_prof_scope_begin(site)) {}
+    ~qk__prof_scope_guard() { qk_prof_scope_end(&s); }
+    qk__prof_scope_guard(const qk__prof_scope_guard &) = delete;
+    qk__prof_scope_guard &operator=(const qk__prof_scope_guard &) = delete;
+};
+#define QK_PROF_SCOPE(name) \
+    QK_PROF_SITE_(QK_PROF_CAT(qk__prof_ssite_, __LINE__), name, QK_PROF_SITE_CPU); \
+    qk__prof_scope_guard QK_PROF_CAT(qk__prof_scope_, __LINE__)(&QK_PROF_CAT(qk__prof_ssite_, __LINE__))
+#elif defined(__GNUC__)
+#define QK_PROF_SCOPE(name) \
+    QK_PROF_SITE_(QK_PROF_CAT(qk__prof_ssite_, __LINE__), name, QK_PROF_SITE_CPU); \
+    qk_prof_site *QK_PROF_CAT(qk__prof_scope_, __LINE__) __attribute__((cleanup(qk_prof_scope_end), unused)) = \
+        qk_prof_scope_begin(&QK_PROF_CAT(qk__prof_ssite_, __LINE__))
+#endif
+/* __func__ is not a literal: the site is named once, at its first use. */
+#if defined(__cplusplus)
+#define QK_PROF_FUNC() \
+    static qk_prof_site QK_PROF_CAT(qk__prof_ssite_, __LINE__) = { 0, __FILE__, __LINE__, QK_PROF_SITE_CPU, 0 }; \
+    QK_PROF_CAT(qk__prof_ssite_, __LINE__).name = __func__; \
+    qk__prof_scope_guard QK_PROF_CAT(qk__prof_scope_, __LINE__)(&QK_PROF_CAT(qk__prof_ssite_, __LINE__))
+#elif defined(__GNUC__)
+#define QK_PROF_FUNC() \
+    static qk_prof_site QK_PROF_CAT(qk__prof_ssite_, __LINE__) = { 0, __FILE__, __LINE__, QK_PROF_SITE_CPU, 0 }; \
+    QK_PROF_CAT(qk__prof_ssite_, __LINE__).name = __func__; \
+    qk_prof_site *QK_PROF_CAT(qk__prof_scope_, __LINE__) __attribute__((cleanup(qk_prof_scope_end), unused)) = \
+        qk_prof_scope_begin(&QK_PROF_CAT(qk__prof_ssite_, __LINE__))
+#endif
+
+#else /* !QK_PROF_ENABLE: nothing that generates code; sizeof marks arguments used */
+#define QK_PROF_ENABLED 0
+#define QK_PROF_U_(x) ((void)sizeof(x))
+#define QK_PROF_INIT(desc) QK_PROF_ZERO_(desc)
+#define QK_PROF_SHUTDOWN() ((void)0)
+#define QK_PROF_BEGIN(name) QK_PROF_U_(name)
+#define QK_PROF_END(name) QK_PROF_U_(name)
+#define QK_PROF_SCOPE(name) QK_PROF_U_(name)
+#define QK_PROF_FUNC() ((void)0)
+#define QK_PROF_THREAD_NAME(name) QK_PROF_U_(name)
+#define QK_PROF_GPU_BEGIN(name, stream) (QK_PROF_U_(name), QK_PROF_U_(stream))
+#define QK_PROF_GPU_END(name, stream) (QK_PROF_U_(name), QK_PROF_U_(stream))
+#define QK_PROF_STREAM_NAME(stream, name) (QK_PROF_U_(stream), QK_PROF_U_(name))
+#define QK_PROF_GPU_COLLECT() ((void)0)
+#define QK_PROF_MEMCPY(dst, src, bytes, kind, stream) cudaMemcpyAsync(dst, src, bytes, kind, stream)
+#define QK_PROF_TRANSFER(name, dir, bytes, pinned, seconds) \
+    (QK_PROF_U_(name), QK_PROF_U_(dir), QK_PROF_U_(bytes), QK_PROF_U_(pinned), QK_PROF_U_(seconds))
+#define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
+#define QK_PROF_TRACK_SHAPE(name, ptr, bytes, dtype, ndim, shape) \
+    (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes), QK_PROF_U_(dtype), QK_PROF_U_(ndim), QK_PROF_U_(shape))
+#define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
+#define QK_PROF_MEM_SNAPSHOT(label) QK_PROF_U_(label)
+#define QK_PROF_MEMPOOL(label, pool) (QK_PROF_U_(label), QK_PROF_U_(pool))
+#define QK_PROF_COUNTER(name, value) (QK_PROF_U_(name), QK_PROF_U_(value))
+#define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
+#define QK_PROF_REPORT(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_JSON(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_TRACE(path) QK_PROF_ZERO_(path)
+#define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
+/* The value 0, usable as a statement without an unused-value warning, and no code even at
+   -O0 where the compiler has statement expressions; elsewhere an inline function. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QK_PROF_ZERO_(x) __extension__({ QK_PROF_U_(x); 0; })
+#else
+#define QK_PROF_ZERO_(x) qk__prof_zero((const void *)(x))
+static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
+#endif
+#endif /* QK_PROF_ENABLE */
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QK_PROF_H */
+
+/* ======================================================================================== */
+/*                                    IMPLEMENTATION                                        */
+/* ======================================================================================== */
+#if defined(QK_PROF_IMPLEMENTATION) && defined(QK_PROF_ENABLE) && !defined(QK_PROF_IMPLEMENTATION_DONE)
+#define QK_PROF_IMPLEMENTATION_DONE
+
+/* ---- implementation: includes and config ---- */
+#if !defined(__GNUC__) && !defined(__clang__)
+#error "qk_prof.h: the implementation needs GCC or Clang (atomics builtins, __thread)"
+#endif
+#if defined(_WIN32)
+#error "qk_prof.h: the implementation supports POSIX systems (Linux, macOS) only for now"
+#endif
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(QK_PROF_NO_RDTSC)
+#include <cpuid.h>
+#include <x86intrin.h>
+#define QK__PROF_HAVE_TSC 1
+#else
+#define QK__PROF_HAVE_TSC 0
+#endif
+#ifdef QK_PROF_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#ifdef QK_PROF_NVTX
+#include <nvtx3/nvToolsExt.h>
+#endif
+
+#if defined(QK_PROF_MALLOC) && defined(QK_PROF_REALLOC) && defined(QK_PROF_FREE)
+#elif !defined(QK_PROF_MALLOC) && !defined(QK_PROF_REALLOC) && !defined(QK_PROF_FREE)
+#define QK_PROF_MALLOC(sz) malloc(sz)
+#define QK_PROF_REALLOC(p, sz) realloc(p, sz)
+#define QK_PROF_FREE(p) free(p)
+#else
+#error "qk_prof.h: define all of QK_PROF_MALLOC, QK_PROF_REALLOC and QK_PROF_FREE, or none"
+#endif
+
+#define QK__PROF_LIKELY(x) __builtin_expect(!!(x), 1)
+#define QK__PROF_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define QK__PROF_OTHER_SITE (QK_PROF_MAX_SITES - 1) /* sites beyond the table share this row */
+#define QK__PROF_CHUNK 4096                         /* events per buffer chunk */
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- implementation: state ---- */
+/* Running statistics of one site on one thread. Sums are of (d - shift), shift the first
+   duration, so the variance does not cancel catastrophically for long, steady zones. */
+typedef struct qk__prof_stat {
+    uint64_t n, total, min, max, shift;
+    double s1, s2;
+} qk__prof_stat;
+
+typedef struct qk__prof_cstat { /* counter */
+    uint64_t n;
+    double sum, last, min, max;
+    int add;
+} qk__prof_cstat;
+
+typedef struct qk__prof_ev {    /* one zone or counter event: traces, and zone statistics */
+    uint64_t t0, t1;            /* ticks; counters keep their value's bits in t1 */
+    uint64_t meta;              /* site | depth << 32 | kind << 48 (kind: 0 zone, 1 set, 2 add) */
+} qk__prof_ev;
+#define QK__PROF_META(site, depth, kind) ((uint64_t)(site) | (uint64_t)(depth) << 32 | (uint64_t)(kind) << 48)
+#define QK__PROF_SITE(e) ((uint32_t)(e)->meta)
+#define QK__PROF_DEPTH(e) ((int)(((e)->meta >> 32) & 0xffff))
+#define QK__PROF_KIND(e) ((int)((e)->meta >> 48))
+
+typedef struct qk__prof_frame {
+    const char *name;           /* the site's, to check END's name with one load */
+    uint64_t id;
+    uint64_t t0;
+} qk__prof_frame;
+
+typedef struct qk__prof_grec {  /* a resolved GPU zone, for traces */
+    double start_ns, dur_ns;    /* start relative to the device's base event */
+    uint64_t bytes;
+    uint32_t site;
+    uint16_t lane;
+    uint8_t dir, pinned;
+    uint16_t depth;
+} qk__prof_grec;
+
+#ifdef QK_PROF_CUDA
+typedef struct qk__prof_gz {    /* a GPU zone from begin to resolution */
+    qk_prof_site *site;
+    uint32_t id;
+    cudaEvent_t e0, e1;
+    uint64_t bytes;
+    uint8_t dir, pinned, ended, done;
+    uint16_t depth;
+} qk__prof_gz;
+
+typedef struct qk__prof_lanec { /* one (thread, stream) pair */
+    void *stream;
+    int lane;
+    qk__prof_gz *q;             /* ring in begin order */
+    int cap, head, count;
+    cudaEvent_t prev;           /* e0 of the last resolved zone (or the base event) */
+    double prev_ms;             /* its time after the device's base event */
+    int64_t head_seq;           /* sequence number of the zone at head */
+    int64_t *ends;              /* ring (cap) of zones in the order their e1 was recorded */
+    int e_head, e_count;
+    int next_resolve;           /* e_count that triggers the next pass from END */
+} qk__prof_lanec;
+
+typedef struct qk__prof_gopen { int lanec; int64_t seq; } qk__prof_gopen;
+#endif
+
+typedef struct qk__prof_gthread {
+    pthread_mutex_t mu;
+    int device;
+    qk__prof_stat *stats;       /* [QK_PROF_MAX_SITES] */
+    qk__prof_grec *recs;
+    size_t n_recs, cap_recs;
+    uint64_t dropped, dropped_recs, pending;
+#ifdef QK_PROF_CUDA
+    qk__prof_lanec *lanes;
+    int n_lanes, cap_lanes;
+    cudaEvent_t *pool;
+    int n_pool, cap_pool;
+    qk__prof_gopen stack[QK_PROF_MAX_DEPTH];
+    int depth;
+#endif
+} qk__prof_gthread;
+
+typedef struct qk__prof_thread {
+    int index;
+    char name[64];
+    int depth;
+    uint64_t last_tick;
+    qk__prof_ev *cur, *end;     /* cur is published with release order after each event */
+    qk__prof_ev **chunks;
+    size_t n_chunks, n_alloc, max_chunks; /* chunks in use, allocated, allowed */
+    uint64_t dropped, unbalanced, mismatched, too_deep;
+    qk__prof_stat *stats;       /* [QK_PROF_MAX_SITES]: zones whose events were dropped; the
+                                   kept ones are summed from the events at report time, which
+                                   keeps the fast path to two clock reads and four stores */
+    qk__prof_cstat *cstats;     /* [QK_PROF_MAX_SITES], on first counter */
+    qk__prof_gthread *gpu;
+    struct qk__prof_thread *next;
+    struct qk__prof_thread *next_free;
+    qk__prof_frame stack[QK_PROF_MAX_DEPTH];
+} qk__prof_thread;
+
+typedef struct qk__prof_lane {
+    void *stream;
+    int device;
+    char name[64];
+} qk__prof_lane;
+
+typedef struct qk__prof_alloc { const void *ptr; size_t bytes; int name; int kind; } qk__prof_alloc;
+typedef struct qk__prof_mname {
+    char name[64];
+    char dtype[16];
+    char shape[48];
+    int kind;
+    double current, peak;
+    uint64_t allocs;
+} qk__prof_mname;
+typedef struct qk__prof_mpoint { uint64_t t; double host, device; } qk__prof_mpoint;
+typedef struct qk__prof_snap {
+    uint64_t t;
+    char label[48];
+    double dev_free, dev_total, host_tracked, device_tracked;
+    double pool_reserved, pool_reserved_high, pool_used, pool_used_high;
+    int is_pool;
+} qk__prof_snap;
+typedef struct qk__prof_xfer {
+    char name[48];
+    int dir, pinned;
+    double bytes, seconds;
+} qk__prof_xfer;
+
+enum { QK__PROF_MEM_HOST = 0, QK__PROF_MEM_PINNED, QK__PROF_MEM_DEVICE, QK__PROF_MEM_MANAGED, QK__PROF_MEM_KINDS };
+
+typedef struct qk__prof_state {
+    int ready;
+    int clock_mode;             /* 0 rdtsc, 1 CLOCK_MONOTONIC, 2 injected */
+    qk_prof_desc desc;
+    int use_tsc;
+    uint64_t t_origin;          /* ticks at init */
+    struct timespec ts_origin;  /* CLOCK_MONOTONIC at init (TSC calibration) */
+    double ns_per_tick;
+    qk_prof_site *sites[QK_PROF_MAX_SITES];
+    uint32_t n_sites;
+    qk_prof_site other_site;
+    qk__prof_thread *threads;
+    qk__prof_thread *free_threads; /* of threads that exited: reused by new threads */
+    int n_threads;
+    uint64_t dropped_threads, gpu_ignored;
+    qk__prof_lane lanes[QK_PROF_MAX_LANES];
+    int n_lanes;
+    /* per device: base event (host-aligned once), as void* to keep this struct CUDA-free */
+    void *base_ev[16];
+    uint64_t base_tick[16];
+    /* memory */
+    qk__prof_alloc *allocs;
+    size_t cap_allocs, n_allocs, n_tomb;
+    qk__prof_mname *mnames;
+    int n_mnames, cap_mnames;
+    double mem_cur[QK__PROF_MEM_KINDS], mem_peak[QK__PROF_MEM_KINDS];
+    qk__prof_mpoint *mseries;
+    size_t n_mseries, cap_mseries;
+    uint64_t dropped_mpoints;
+    qk__prof_snap *snaps;
+    int n_snaps, cap_snaps;
+    qk__prof_xfer *xfers;
+    int n_xfers, cap_xfers;
+    uint64_t last_tick_other;   /* last tick of memory/transfer activity */
+} qk__prof_state;
+
+static qk__prof_state qk__prof_g;
+static pthread_mutex_t qk__prof_mu = PTHREAD_MUTEX_INITIALIZER;
+static __thread qk__prof_thread *qk__prof_tls;
+static __thread char qk__prof_err[256];
+/* Threads beyond QK_PROF_MAX_THREADS (or that could not allocate) write here: fixed arrays, no
+   chunks, so every event is a counted drop and nothing is ever out of bounds. */
+static pthread_key_t qk__prof_key;
+static pthread_once_t qk__prof_key_once = PTHREAD_ONCE_INIT;
+static qk__prof_thread qk__prof_dummy;
+static qk__prof_stat qk__prof_dummy_stats[QK_PROF_MAX_SITES];
+
+static void qk__prof_seterr(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(qk__prof_err, sizeof qk__prof_err, fmt, ap);
+    va_end(ap);
+}
+
+QK_PROF_DEF const char *qk_prof_last_error(void) { return qk__prof_err; }
+
+static void *qk__prof_calloc(size_t n, size_t size)
+{
+    void *p;
+    size_t bytes;
+    if (size && n > (size_t)-1 / size) return NULL;
+    bytes = n * size;
+    p = QK_PROF_MALLOC(bytes > 0 ? bytes : 1);
+    if (p) memset(p, 0, bytes);
+    return p;
+}
+
+/* Grow *p (elements of size) to hold at least need; 0 on success. */
+static int qk__prof_grow(void **p, int *cap, int need, size_t size)
+{
+    int nc;
+    void *np;
+    if (need <= *cap) return 0;
+    nc = *cap ? *cap * 2 : 16;
+    while (nc < need) nc *= 2;
+    np = QK_PROF_REALLOC(*p, (size_t)nc * size);
+    if (!np) return -1;
+    *p = np;
+    *cap = nc;
+    return 0;
+}
+
+static void qk__prof_copy(char *dst, size_t size, const char *src)
+{
+    size_t n = src ? strlen(src) : 0;
+    if (n >= size) n = size - 1;
+    if (n) memcpy(dst, src, n);
+    dst[n] = 0;
+}
+
+/* ---- implementation: clock ---- */
+#if !defined(CLOCK_MONOTONIC) && defined(__linux__)
+/* A strict -std=c99/c11 TU whose system headers came before this one (so the feature macro at
+   the top came too late) hides clock_gettime. glibc and musl always define it, with clockid_t
+   an int and CLOCK_MONOTONIC 1 (the Linux ABI): declare it here. */
+extern int clock_gettime(int clock_id, struct timespec *ts);
+#define CLOCK_MONOTONIC 1
+#endif
+#ifdef CLOCK_MONOTONIC
+#define QK__PROF_MONO(ts) clock_gettime(CLOCK_MONOTONIC, ts)
+#else
+#error "qk_prof.h: clock_gettime(CLOCK_MONOTONIC) is hidden: define _POSIX_C_SOURCE 200809L before any #include"
+#endif
+
+static uint64_t qk__prof_mono_ns(void)
+{
+    struct timespec ts;
+    QK__PROF_MONO(&ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+/* One load and one predicted branch decide the clock: clock_mode is 0 for rdtsc, 1 for
+   CLOCK_MONOTONIC, 2 for an injected clock. */
+static inline uint64_t qk__prof_now(void)
+{
+#if QK__PROF_HAVE_TSC
+    if (QK__PROF_LIKELY(qk__prof_g.clock_mode == 0)) return __rdtsc();
+#endif
+    if (qk__prof_g.clock_mode == 2) return qk__prof_g.desc.clock(qk__prof_g.desc.clock_user);
+    return qk__prof_mono_ns();
+}
+
+static int qk__prof_tsc_invariant(void)
+{
+#if QK__PROF_HAVE_TSC
+    unsigned a, b, c, d;
+    if (!__get_cpuid(0x80000000u, &a, &b, &c, &d) || a < 0x80000007u) return 0;
+    __get_cpuid(0x80000007u, &a, &b, &c, &d);
+    return (d >> 8) & 1; /* invariant TSC: constant rate in all power states */
+#else
+    return 0;
+#endif
+}
+
+/* Ticks to ns over the whole run: the longer the span, the better the rate. Spins until at
+   least 20 ms have passed since init, so very short runs still get a usable rate. */
+static void qk__prof_calibrate(void)
+{
+    if (qk__prof_g.desc.clock) {
+        qk__prof_g.ns_per_tick = qk__prof_g.desc.clock_ns_per_tick > 0 ? qk__prof_g.desc.clock_ns_per_tick : 1.0;
+        return;
+    }
+    if (!qk__prof_g.use_tsc) { qk__prof_g.ns_per_tick = 1.0; return; }
+    {
+        uint64_t ns0 = (uint64_t)qk__prof_g.ts_origin.tv_sec * 1000000000u + (uint64_t)qk__prof_g.ts_origin.tv_nsec;
+        uint64_t ns1, t1;
+        do {
+            ns1 = qk__prof_mono_ns();
+            t1 = qk__prof_now();
+        } while (ns1 - ns0 < 20000000u);
+        qk__prof_g.ns_per_tick = (double)(ns1 - ns0) / (double)(t1 - qk__prof_g.t_origin);
+    }
+}
+
+/* ---- implementation: init, threads, sites ---- */
+static void qk__prof_init_locked(const qk_prof_desc *desc)
+{
+    qk_prof_desc d;
+    memset(&d, 0, sizeof d);
+    if (desc) d = *desc;
+    if (!d.events_per_thread) d.events_per_thread = 262144;
+    if (!d.gpu_records_per_thread) d.gpu_records_per_thread = 65536;
+    if (d.gpu_queue <= 0) d.gpu_queue = 2048;
+    if (d.top_n <= 0) d.top_n = 10;
+    if (d.clock_ns_per_tick <= 0) d.clock_ns_per_tick = 1.0;
+    qk__prof_g.desc = d;
+    qk__prof_g.use_tsc = !d.clock && qk__prof_tsc_invariant();
+    qk__prof_g.clock_mode = d.clock ? 2 : qk__prof_g.use_tsc ? 0 : 1;
+    QK__PROF_MONO(&qk__prof_g.ts_origin);
+    qk__prof_g.t_origin = qk__prof_now();
+    qk__prof_g.ns_per_tick = 1.0;
+    qk__prof_g.other_site.name = "(other sites)";
+    qk__prof_g.other_site.file = "";
+    qk__prof_g.other_site.id = QK__PROF_OTHER_SITE;
+    qk__prof_g.sites[QK__PROF_OTHER_SITE] = &qk__prof_g.other_site;
+    qk__prof_g.n_sites = 1; /* id 0 means "not registered" */
+    qk__prof_dummy.stats = qk__prof_dummy_stats;
+    qk__prof_dummy.index = -1;
+    qk__prof_g.ready = 1;
+}
+
+QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc)
+{
+    int rc = 0;
+    pthread_mutex_lock(&qk__prof_mu);
+    if (qk__prof_g.ready && qk__prof_g.n_threads > 0) {
+        qk__prof_seterr("qk_prof_init: zones were already recorded; call qk_prof_shutdown first");
+        rc = -1;
+    } else {
+        qk__prof_init_locked(desc);
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    return rc;
+}
+
+/* A thread that exits hands its buffers to the next new thread: codes that start threads per
+   step reuse a few lanes instead of filling QK_PROF_MAX_THREADS. Their zones never overlap in
+   time, so sharing a lane (and its statistics) is exact. */
+#ifdef QK_PROF_CUDA
+static void qk__prof_ev_put(qk__prof_gthread *g, cudaEvent_t e);
+#endif
+
+static void qk__prof_thread_exit(void *p)
+{
+    qk__prof_thread *t = (qk__prof_thread *)p;
+    if (!t || t == &qk__prof_dummy) return;
+    pthread_mutex_lock(&qk__prof_mu);
+    t->next_free = qk__prof_g.free_threads;
+    qk__prof_g.free_threads = t;
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+static void qk__prof_key_make(void) { pthread_key_create(&qk__prof_key, qk__prof_thread_exit); }
+
+static qk__prof_thread *qk__prof_register_thread(void)
+{
+    qk__prof_thread *t = NULL;
+    pthread_once(&qk__prof_key_once, qk__prof_key_make);
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    if (qk__prof_g.free_threads) {
+        t = qk__prof_g.free_threads;
+        qk__prof_g.free_threads = t->next_free;
+        if (t->depth) t->unbalanced += (uint64_t)(t->depth > 0 ? t->depth : 0); /* left open at exit */
+        t->depth = 0;
+#ifdef QK_PROF_CUDA
+        if (t->gpu) { /* GPU zones left open: close them empty so their lanes drain */
+            qk__prof_gthread *g = t->gpu;
+            int d;
+            pthread_mutex_lock(&g->mu);
+            for (d = 0; d < g->depth && d < QK_PROF_MAX_DEPTH; d++) {
+                if (g->stack[d].lanec >= 0) {
+                    qk__prof_lanec *L = &g->lanes[g->stack[d].lanec];
+                    qk__prof_gz *z = &L->q[(L->head + (int)(g->stack[d].seq - L->head_seq)) % L->cap];
+                    qk__prof_ev_put(g, z->e1);
+                    z->e1 = z->e0;
+                    z->ended = 1;
+                    L->ends[(L->e_head + L->e_count++) % L->cap] = g->stack[d].seq;
+                }
+                t->unbalanced++;
+            }
+            g->depth = 0;
+            pthread_mutex_unlock(&g->mu);
+        }
+#endif
+        snprintf(t->name, sizeof t->name, "thread %d", t->index);
+    } else if (qk__prof_g.n_threads < QK_PROF_MAX_THREADS) {
+        t = (qk__prof_thread *)qk__prof_calloc(1, sizeof *t);
+        if (t) {
+            t->stats = (qk__prof_stat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *t->stats);
+            t->max_chunks = (qk__prof_g.desc.events_per_thread + QK__PROF_CHUNK - 1) / QK__PROF_CHUNK;
+            t->chunks = (qk__prof_ev **)qk__prof_calloc(t->max_chunks, sizeof *t->chunks);
+            if (!t->stats || !t->chunks) {
+                QK_PROF_FREE(t->stats);
+                QK_PROF_FREE(t->chunks);
+                QK_PROF_FREE(t);
+                t = NULL;
+            }
+        }
+        if (t && qk__prof_g.desc.preallocate) {
+            while (t->n_alloc < t->max_chunks) {
+                qk__prof_ev *c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
+                if (!c) break;
+                memset(c, 0, QK__PROF_CHUNK * sizeof *c); /* touch every page now */
+                t->chunks[t->n_alloc++] = c;
+            }
+        }
+        if (t) {
+            t->index = qk__prof_g.n_threads++;
+            snprintf(t->name, sizeof t->name, "thread %d", t->index);
+            t->next = qk__prof_g.threads;
+            qk__prof_g.threads = t;
+        }
+    }
+    if (!t) {
+        qk__prof_g.dropped_threads++;
+        t = &qk__prof_dummy;
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    qk__prof_tls = t;
+    pthread_setspecific(qk__prof_key, t);
+    return t;
+}
+
+static inline qk__prof_thread *qk__prof_thread_get(void)
+{
+    qk__prof_thread *t = qk__prof_tls;
+    return QK__PROF_LIKELY(t != NULL) ? t : qk__prof_register_thread();
+}
+
+static uint32_t qk__prof_site_register(qk_prof_site *site)
+{
+    uint32_t id;
+    pthread_mutex_lock(&qk__prof_mu);
+    id = __atomic_load_n(&site->id, __ATOMIC_ACQUIRE);
+    if (!id) {
+        if (qk__prof_g.n_sites < QK__PROF_OTHER_SITE) {
+            id = qk__prof_g.n_sites++;
+            qk__prof_g.sites[id] = site;
+        } else {
+            id = QK__PROF_OTHER_SITE;
+        }
+        __atomic_store_n(&site->id, id, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    return id;
+}
+
+static inline uint32_t qk__prof_site_id(qk_prof_site *site)
+{
+    uint32_t id = __atomic_load_n(&site->id, __ATOMIC_ACQUIRE);
+    return QK__PROF_LIKELY(id != 0) ? id : qk__prof_site_register(site);
+}
+
+QK_PROF_DEF void qk_prof_thread_name(const char *name)
+{
+    qk__prof_thread *t = qk__prof_thread_get();
+    if (t != &qk__prof_dummy) qk__prof_copy(t->name, sizeof t->name, name);
+}
+
+/* ---- implementation: CPU zones ---- */
+static inline void qk__prof_stat_add(qk__prof_stat *s, uint64_t d)
+{
+    double x;
+    if (QK__PROF_UNLIKELY(s->n == 0)) {
+        s->shift = s->min = s->max = d;
+    } else {
+        if (d < s->min) s->min = d;
+        if (d > s->max) s->max = d;
+    }
+    s->n++;
+    s->total += d;
+    x = (double)(int64_t)(d - s->shift);
+    s->s1 += x;
+    s->s2 += x * x;
+}
+
+/* Slow path: the current chunk is full; start the next, or count a drop (returns 0). */
+static int qk__prof_push_slow(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint64_t meta)
+{
+    qk__prof_ev *c;
+    if (t->n_chunks >= t->max_chunks) { t->dropped++; return 0; }
+    if (t->n_chunks < t->n_alloc) {
+        c = t->chunks[t->n_chunks];
+    } else {
+        c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
+        if (!c) { t->dropped++; return 0; }
+        t->chunks[t->n_chunks] = c;
+        t->n_alloc++;
+    }
+    __atomic_store_n(&t->n_chunks, t->n_chunks + 1, __ATOMIC_RELEASE);
+    c->t0 = t0;
+    c->t1 = t1;
+    c->meta = meta;
+    t->end = c + QK__PROF_CHUNK;
+    __atomic_store_n(&t->cur, c + 1, __ATOMIC_RELEASE);
+    return 1;
+}
+
+/* Returns 1 when the event was kept. */
+static inline int qk__prof_push(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint64_t meta)
+{
+    qk__prof_ev *e = t->cur;
+    if (QK__PROF_LIKELY(e < t->end)) {
+        e->t0 = t0;
+        e->t1 = t1;
+        e->meta = meta;
+        __atomic_store_n(&t->cur, e + 1, __ATOMIC_RELEASE);
+        return 1;
+    }
+    return qk__prof_push_slow(t, t0, t1, meta);
+}
+
+/* Events a thread has published: from cur and the chunk it lies in (cur is stored after
+   n_chunks, so a reader that sees a new cur sees its chunk). */
+static size_t qk__prof_count(qk__prof_thread *t)
+{
+    uintptr_t cur = (uintptr_t)__atomic_load_n(&t->cur, __ATOMIC_ACQUIRE);
+    size_t nch = __atomic_load_n(&t->n_chunks, __ATOMIC_ACQUIRE), k;
+    for (k = nch; k-- > 0 && k + 2 >= nch;) {
+        uintptr_t c0 = (uintptr_t)t->chunks[k];
+        if (cur >= c0 && cur <= c0 + QK__PROF_CHUNK * sizeof(qk__prof_ev))
+            return k * QK__PROF_CHUNK + (size_t)(cur - c0) / sizeof(qk__prof_ev);
+    }
+    return 0;
+}
+
+QK_PROF_DEF void qk_prof_begin(qk_prof_site *site)
+{
+    qk__prof_thread *t = qk__prof_thread_get();
+    uint32_t id = qk__prof_site_id(site);
+    int d = t->depth++;
+#ifdef QK_PROF_NVTX
+    nvtxRangePushA(site->name);
+#endif
+    if (QK__PROF_LIKELY((unsigned)d < QK_PROF_MAX_DEPTH)) {
+        qk__prof_frame *f = &t->stack[d];
+        f->name = site->name;
+        f->id = id;
+        f->t0 = qk__prof_now(); /* last, so the bookkeeping above is not in the zone */
+    } else {
+        t->too_deep++;
+    }
+}
+
+QK_PROF_DEF void qk_prof_end(const char *name)
+{
+    uint64_t t1 = qk__prof_now(); /* first, for the same reason */
+    qk__prof_thread *t = qk__prof_tls;
+    qk__prof_frame *f;
+    int d;
+#ifdef QK_PROF_NVTX
+    nvtxRangePop();
+#endif
+    if (QK__PROF_UNLIKELY(!t || t->depth <= 0)) {
+        if (t) t->unbalanced++;
+        return;
+    }
+    d = --t->depth;
+    if (QK__PROF_UNLIKELY((unsigned)d >= QK_PROF_MAX_DEPTH)) return; /* counted at begin */
+    f = &t->stack[d];
+    if (QK__PROF_UNLIKELY(f->name != name) && (!name || !f->name || strcmp(f->name, name) != 0))
+        t->mismatched++;
+    if (QK__PROF_UNLIKELY(!qk__prof_push(t, f->t0, t1, QK__PROF_META(f->id, d, 0)))) {
+        qk__prof_stat_add(&t->stats[f->id], t1 - f->t0);
+        t->last_tick = t1;
+    }
+}
+
+QK_PROF_DEF qk_prof_site *qk_prof_scope_begin(qk_prof_site *site)
+{
+    qk_prof_begin(site);
+    return site;
+}
+
+QK_PROF_DEF void qk_prof_scope_end(qk_prof_site **site)
+{
+    qk_prof_end((*site)->name);
+}
+
+/* ---- implementation: counters ---- */
+QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add)
+{
+    qk__prof_thread *t = qk__prof_thread_get();
+    uint32_t id = qk__prof_site_id(site);
+    uint64_t now = qk__prof_now(), bits;
+    qk__prof_cstat *c;
+    if (QK__PROF_UNLIKELY(!t->cstats)) {
+        if (t == &qk__prof_dummy) { t->dropped++; return; }
+        t->cstats = (qk__prof_cstat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *t->cstats);
+        if (!t->cstats) { t->dropped++; return; }
+    }
+    c = &t->cstats[id];
+    if (c->n == 0) { c->min = c->max = value; }
+    if (value < c->min) c->min = value;
+    if (value > c->max) c->max = value;
+    c->n++;
+    c->sum += value;
+    c->last = value;
+    c->add = add;
+    t->last_tick = now;
+    memcpy(&bits, &value, sizeof bits);
+    qk__prof_push(t, now, bits, QK__PROF_META(id, 0, add ? 2 : 1));
+}
+
+/* ---- implementation: memory tracking ---- */
+static size_t qk__prof_hash(const void *p)
+{
+    uint64_t x = (uint64_t)(uintptr_t)p;
+    x ^= x >> 33; x *= 0xff51afd7ed558ccdull; x ^= x >> 33;
+    return (size_t)x;
+}
+
+#define QK__PROF_TOMB ((const void *)(uintptr_t)1)
+
+static int qk__prof_alloc_rehash(size_t cap)
+{
+    qk__prof_alloc *old = qk__prof_g.allocs, *na;
+    size_t oc = qk__prof_g.cap_allocs, i;
+    na = (qk__prof_alloc *)qk__prof_calloc(cap, sizeof *na);
+    if (!na) return -1;
+    for (i = 0; i < oc; i++) {
+        if (old[i].ptr && old[i].ptr != QK__PROF_TOMB) {
+            size_t j = qk__prof_hash(old[i].ptr) & (cap - 1);
+            while (na[j].ptr) j = (j + 1) & (cap - 1);
+            na[j] = old[i];
+        }
+    }
+    QK_PROF_FREE(old);
+    qk__prof_g.allocs = na;
+    qk__prof_g.cap_allocs = cap;
+    qk__prof_g.n_tomb = 0;
+    return 0;
+}
+
+static void qk__prof_mem_point(uint64_t now)
+{
+    qk__prof_mpoint *p;
+    if (qk__prof_g.n_mseries == qk__prof_g.cap_mseries) {
+        size_t nc = qk__prof_g.cap_mseries ? qk__prof_g.cap_mseries * 2 : 256;
+        void *np;
+        if (nc > 65536) { qk__prof_g.dropped_mpoints++; return; }
+        np = QK_PROF_REALLOC(qk__prof_g.mseries, nc * sizeof *p);
+        if (!np) { qk__prof_g.dropped_mpoints++; return; }
+        qk__prof_g.mseries = (qk__prof_mpoint *)np;
+        qk__prof_g.cap_mseries = nc;
+    }
+    p = &qk__prof_g.mseries[qk__prof_g.n_mseries++];
+    p->t = now;
+    p->host = qk__prof_g.mem_cur[QK__PROF_MEM_HOST] + qk__prof_g.mem_cur[QK__PROF_MEM_PINNED];
+    p->device = qk__prof_g.mem_cur[QK__PROF_MEM_DEVICE] + qk__prof_g.mem_cur[QK__PROF_MEM_MANAGED];
+}
+
+static int qk__prof_mem_kind(const void *ptr)
+{
+#ifdef QK_PROF_CUDA
+    struct cudaPointerAttributes a;
+    if (cudaPointerGetAttributes(&a, ptr) != cudaSuccess) { cudaGetLastError(); return QK__PROF_MEM_HOST; }
+    if (a.type == cudaMemoryTypeDevice) return QK__PROF_MEM_DEVICE;
+    if (a.type == cudaMemoryTypeManaged) return QK__PROF_MEM_MANAGED;
+    if (a.type == cudaMemoryTypeHost) return QK__PROF_MEM_PINNED;
+#else
+    (void)ptr;
+#endif
+    return QK__PROF_MEM_HOST;
+}
+
+QK_PROF_DEF void qk_prof_track(const char *name, const void *ptr, size_t bytes, const char *dtype,
+                               int ndim, const int64_t *shape)
+{
+    int kind, ni;
+    size_t j;
+    uint64_t now;
+    qk__prof_mname *mn;
+    if (!ptr) return;
+    kind = qk__prof_mem_kind(ptr); /* outside the lock: may call into CUDA */
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    now = qk__prof_now();
+    if ((qk__prof_g.n_allocs + qk__prof_g.n_tomb + 1) * 2 > qk__prof_g.cap_allocs &&
+        qk__prof_alloc_rehash(qk__prof_g.cap_allocs ? qk__prof_g.cap_allocs * 2 : 64) != 0)
+        goto out;
+    for (ni = 0; ni < qk__prof_g.n_mnames; ni++)
+        if (qk__prof_g.mnames[ni].kind == kind && strncmp(qk__prof_g.mnames[ni].name, name ? name : "", 63) == 0) break;
+    if (ni == qk__prof_g.n_mnames) {
+        if (qk__prof_grow((void **)&qk__prof_g.mnames, &qk__prof_g.cap_mnames, ni + 1, sizeof *mn) != 0) goto out;
+        mn = &qk__prof_g.mnames[ni];
+        memset(mn, 0, sizeof *mn);
+        qk__prof_copy(mn->name, sizeof mn->name, name ? name : "");
+        mn->kind = kind;
+        qk__prof_g.n_mnames++;
+    }
+    mn = &qk__prof_g.mnames[ni];
+    if (dtype) qk__prof_copy(mn->dtype, sizeof mn->dtype, dtype);
+    if (shape && ndim > 0) {
+        int k, o = 0;
+        for (k = 0; k < ndim && o < (int)sizeof mn->shape - 1; k++)
+            o += snprintf(mn->shape + o, sizeof mn->shape - (size_t)o, k ? "x%lld" : "%lld", (long long)shape[k]);
+    }
+    j = qk__prof_hash(ptr) & (qk__prof_g.cap_allocs - 1);
+    while (qk__prof_g.allocs[j].ptr && qk__prof_g.allocs[j].ptr != ptr) j = (j + 1) & (qk__prof_g.cap_allocs - 1);
+    if (qk__prof_g.allocs[j].ptr == ptr) { /* re-tracked without untrack: replace */
+        qk__prof_alloc *a = &qk__prof_g.allocs[j];
+        qk__prof_g.mnames[a->name].current -= (double)a->bytes;
+        qk__prof_g.mem_cur[a->kind] -= (double)a->bytes;
+    } else {
+        qk__prof_g.n_allocs++;
+    }
+    qk__prof_g.allocs[j].ptr = ptr;
+    qk__prof_g.allocs[j].bytes = bytes;
+    qk__prof_g.allocs[j].name = ni;
+    qk__prof_g.allocs[j].kind = kind;
+    mn->current += (double)bytes;
+    mn->allocs++;
+    if (mn->current > mn->peak) mn->peak = mn->current;
+    qk__prof_g.mem_cur[kind] += (double)bytes;
+    if (qk__prof_g.mem_cur[kind] > qk__prof_g.mem_peak[kind]) qk__prof_g.mem_peak[kind] = qk__prof_g.mem_cur[kind];
+    qk__prof_mem_point(now);
+    qk__prof_g.last_tick_other = now;
+out:
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+QK_PROF_DEF void qk_prof_untrack(const void *ptr)
+{
+    size_t j, cap;
+    if (!ptr) return;
+    pthread_mutex_lock(&qk__prof_mu);
+    cap = qk__prof_g.cap_allocs;
+    if (cap) {
+        j = qk__prof_hash(ptr) & (cap - 1);
+        while (qk__prof_g.allocs[j].ptr && qk__prof_g.allocs[j].ptr != ptr) j = (j + 1) & (cap - 1);
+        if (qk__prof_g.allocs[j].ptr == ptr) {
+            qk__prof_alloc *a = &qk__prof_g.allocs[j];
+            uint64_t now = qk__prof_now();
+            qk__prof_g.mnames[a->name].current -= (double)a->bytes;
+            qk__prof_g.mem_cur[a->kind] -= (double)a->bytes;
+            a->ptr = QK__PROF_TOMB;
+            qk__prof_g.n_allocs--;
+            qk__prof_g.n_tomb++;
+            qk__prof_mem_point(now);
+            qk__prof_g.last_tick_other = now;
+        }
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+static void qk__prof_add_snap(const qk__prof_snap *s)
+{
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    if (qk__prof_grow((void **)&qk__prof_g.snaps, &qk__prof_g.cap_snaps, qk__prof_g.n_snaps + 1, sizeof *s) == 0) {
+        qk__prof_snap *d = &qk__prof_g.snaps[qk__prof_g.n_snaps++];
+        *d = *s;
+        d->t = qk__prof_now();
+        d->host_tracked = qk__prof_g.mem_cur[QK__PROF_MEM_HOST] + qk__prof_g.mem_cur[QK__PROF_MEM_PINNED];
+        d->device_tracked = qk__prof_g.mem_cur[QK__PROF_MEM_DEVICE] + qk__prof_g.mem_cur[QK__PROF_MEM_MANAGED];
+        qk__prof_g.last_tick_other = d->t;
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+QK_PROF_DEF void qk_prof_mem_snapshot(const char *label)
+{
+    qk__prof_snap s;
+    memset(&s, 0, sizeof s);
+    qk__prof_copy(s.label, sizeof s.label, label);
+    s.dev_free = s.dev_total = -1;
+#ifdef QK_PROF_CUDA
+    {
+        size_t fr = 0, to = 0;
+        if (cudaMemGetInfo(&fr, &to) == cudaSuccess) { s.dev_free = (double)fr; s.dev_total = (double)to; }
+        else cudaGetLastError();
+    }
+#endif
+    qk__prof_add_snap(&s);
+}
+
+QK_PROF_DEF void qk_prof_mempool(const char *label, void *pool)
+{
+    qk__prof_snap s;
+    memset(&s, 0, sizeof s);
+    qk__prof_copy(s.label, sizeof s.label, label);
+    s.dev_free = s.dev_total = -1;
+    s.is_pool = 1;
+#ifdef QK_PROF_CUDA
+    {
+        cudaMemPool_t p = (cudaMemPool_t)pool;
+        unsigned long long v[4] = { 0, 0, 0, 0 };
+        if (cudaMemPoolGetAttribute(p, cudaMemPoolAttrReservedMemCurrent, &v[0]) != cudaSuccess ||
+            cudaMemPoolGetAttribute(p, cudaMemPoolAttrReservedMemHigh, &v[1]) != cudaSuccess ||
+            cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemCurrent, &v[2]) != cudaSuccess ||
+            cudaMemPoolGetAttribute(p, cudaMemPoolAttrUsedMemHigh, &v[3]) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        s.pool_reserved = (double)v[0]; s.pool_reserved_high = (double)v[1];
+        s.pool_used = (double)v[2]; s.pool_used_high = (double)v[3];
+    }
+#else
+    (void)pool;
+    return;
+#endif
+    qk__prof_add_snap(&s);
+}
+
+static void qk__prof_add_xfer(const char *name, int dir, int pinned, double bytes, double seconds)
+{
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    if (qk__prof_grow((void **)&qk__prof_g.xfers, &qk__prof_g.cap_xfers, qk__prof_g.n_xfers + 1, sizeof(qk__prof_xfer)) == 0) {
+        qk__prof_xfer *x = &qk__prof_g.xfers[qk__prof_g.n_xfers++];
+        qk__prof_copy(x->name, sizeof x->name, name);
+        x->dir = dir; x->pinned = pinned; x->bytes = bytes; x->seconds = seconds;
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+QK_PROF_DEF void qk_prof_transfer(const char *name, qk_prof_dir dir, size_t bytes, int pinned, double seconds)
+{
+    qk__prof_add_xfer(name, (int)dir, pinned ? 1 : 0, (double)bytes, seconds);
+}
+
+/* ---- implementation: GPU zones ---- */
+static int qk__prof_lane_id(void *stream, int device)
+{
+    int i, id = -1;
+    pthread_mutex_lock(&qk__prof_mu);
+    for (i = 0; i < qk__prof_g.n_lanes; i++)
+        if (qk__prof_g.lanes[i].stream == stream && qk__prof_g.lanes[i].device == device) { id = i; break; }
+    if (id < 0 && qk__prof_g.n_lanes < QK_PROF_MAX_LANES) {
+        qk__prof_lane *l = &qk__prof_g.lanes[id = qk__prof_g.n_lanes++];
+        l->stream = stream;
+        l->device = device;
+        if (stream) snprintf(l->name, sizeof l->name, "stream %d", id);
+        else snprintf(l->name, sizeof l->name, "default stream");
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    return id;
+}
+
+QK_PROF_DEF void qk_prof_stream_name(void *stream, const char *name)
+{
+    int device = 0, id;
+#ifdef QK_PROF_CUDA
+    if (cudaGetDevice(&device) != cudaSuccess) { cudaGetLastError(); device = 0; }
+#endif
+    id = qk__prof_lane_id(stream, device);
+    if (id < 0) return;
+    pthread_mutex_lock(&qk__prof_mu);
+    qk__prof_copy(qk__prof_g.lanes[id].name, sizeof qk__prof_g.lanes[id].name, name);
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+__attribute__((unused)) static void qk__prof_grec_add(qk__prof_gthread *g, uint32_t id, int lane, double start_ns, double dur_ns,
+                              uint64_t bytes, int dir, int pinned, int depth)
+{
+    qk__prof_grec *r;
+    uint64_t d = dur_ns > 0 ? (uint64_t)(dur_ns + 0.5) : 0;
+    qk__prof_stat_add(&g->stats[id], d);
+    if (g->n_recs == g->cap_recs) {
+        size_t nc = g->cap_recs ? g->cap_recs * 2 : 1024;
+        void *np;
+        if (nc > qk__prof_g.desc.gpu_records_per_thread) nc = qk__prof_g.desc.gpu_records_per_thread;
+        if (nc <= g->n_recs || !(np = QK_PROF_REALLOC(g->recs, nc * sizeof *r))) { g->dropped_recs++; return; }
+        g->recs = (qk__prof_grec *)np;
+        g->cap_recs = nc;
+    }
+    r = &g->recs[g->n_recs];
+    r->start_ns = start_ns; r->dur_ns = dur_ns; r->bytes = bytes; r->site = id; r->lane = (uint16_t)lane;
+    r->dir = (uint8_t)dir; r->pinned = (uint8_t)pinned; r->depth = (uint16_t)depth;
+    __atomic_store_n(&g->n_recs, g->n_recs + 1, __ATOMIC_RELEASE);
+}
+
+static qk__prof_gthread *qk__prof_gpu_thread(qk__prof_thread *t)
+{
+    qk__prof_gthread *g;
+    if (QK__PROF_LIKELY(t->gpu != NULL)) return t->gpu;
+    if (t == &qk__prof_dummy) return NULL;
+    g = (qk__prof_gthread *)qk__prof_calloc(1, sizeof *g);
+    if (!g) return NULL;
+    g->stats = (qk__prof_stat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *g->stats);
+    if (!g->stats) { QK_PROF_FREE(g); return NULL; }
+    pthread_mutex_init(&g->mu, NULL);
+#ifdef QK_PROF_CUDA
+    if (cudaGetDevice(&g->device) != cudaSuccess) { cudaGetLastError(); g->device = 0; }
+    if (g->device < 0 || g->device >= 16) g->device = 0;
+    /* The base event of this device: recorded and waited for once, so GPU times can be placed
+       on the host timeline (the only synchronization the profiler makes outside reports). */
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.base_ev[g->device]) {
+        /* On a private non-blocking stream: no implicit wait for the caller's work (as the
+           legacy default stream would make) and nothing recorded into the caller's streams. */
+        cudaEvent_t base;
+        cudaStream_t bs;
+        if (cudaStreamCreateWithFlags(&bs, cudaStreamNonBlocking) == cudaSuccess) {
+            if (cudaEventCreate(&base) == cudaSuccess) {
+                cudaEventRecord(base, bs);
+                cudaEventSynchronize(base);
+                qk__prof_g.base_tick[g->device] = qk__prof_now();
+                qk__prof_g.base_ev[g->device] = (void *)base;
+            }
+            cudaStreamDestroy(bs);
+        }
+        cudaGetLastError();
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+#endif
+    __atomic_store_n(&t->gpu, g, __ATOMIC_RELEASE);
+    return g;
+}
+
+#ifdef QK_PROF_CUDA
+static cudaEvent_t qk__prof_ev_get(qk__prof_gthread *g)
+{
+    cudaEvent_t e = NULL;
+    if (g->n_pool > 0) return g->pool[--g->n_pool];
+    if (cudaEventCreate(&e) != cudaSuccess) { cudaGetLastError(); return NULL; }
+    return e;
+}
+
+static void qk__prof_ev_put(qk__prof_gthread *g, cudaEvent_t e)
+{
+    if (!e) return;
+    if (qk__prof_grow((void **)&g->pool, &g->cap_pool, g->n_pool + 1, sizeof e) != 0) { cudaEventDestroy(e); return; }
+    g->pool[g->n_pool++] = e;
+}
+
+/* Resolves finished zones of one lane. Completion is monotone in the order the zones' e1 were
+   recorded on the stream (the ends ring), so a binary search with O(log n) cudaEventQuery calls
+   finds every finished zone; then the head of the lane (begin order) is resolved while done:
+   start from the previous zone's e0 (chained, so the float milliseconds of
+   cudaEventElapsedTime never grow large), duration from the zone's own pair. */
+#define QK__PROF_ZONE(L, seq) (&(L)->q[((L)->head + (int)((seq) - (L)->head_seq)) % (L)->cap])
+static int qk__prof_ev_done(cudaEvent_t e, int wait)
+{
+    cudaError_t r = wait ? cudaEventSynchronize(e) : cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return 0;
+    if (r != cudaSuccess) cudaGetLastError(); /* a failed event counts as done: never block on it */
+    return 1;
+}
+
+static void qk__prof_lane_resolve(qk__prof_gthread *g, qk__prof_lanec *L, int wait)
+{
+    int lo = -1, hi = L->e_count, k;
+    if (hi > 0) {
+        if (qk__prof_ev_done(QK__PROF_ZONE(L, L->ends[(L->e_head + hi - 1) % L->cap])->e1, wait)) {
+            lo = hi - 1;
+        } else {
+            hi--;
+            while (hi - lo > 1) {
+                int mid = (lo + hi) / 2;
+                if (qk__prof_ev_done(QK__PROF_ZONE(L, L->ends[(L->e_head + mid) % L->cap])->e1, 0)) lo = mid;
+                else hi = mid;
+            }
+        }
+        for (k = 0; k <= lo; k++) QK__PROF_ZONE(L, L->ends[(L->e_head + k) % L->cap])->done = 1;
+        L->e_head = (L->e_head + lo + 1) % L->cap;
+        L->e_count -= lo + 1;
+    }
+    while (L->count > 0) {
+        qk__prof_gz *z = &L->q[L->head];
+        float a = 0, b = 0;
+        double start_ms;
+        if (!z->done) break;
+        if (cudaEventElapsedTime(&a, L->prev, z->e0) != cudaSuccess ||
+            cudaEventElapsedTime(&b, z->e0, z->e1) != cudaSuccess) {
+            cudaGetLastError(); /* an event failed (e.g. recorded in a capture): skip the zone */
+            a = 0; b = -1;
+        }
+        start_ms = L->prev_ms + (double)a;
+        if (b >= 0)
+            qk__prof_grec_add(g, z->id, L->lane, start_ms * 1e6, (double)b * 1e6, z->bytes, z->dir, z->pinned, z->depth);
+        if (L->prev != (cudaEvent_t)qk__prof_g.base_ev[g->device]) qk__prof_ev_put(g, L->prev);
+        L->prev = z->e0;
+        L->prev_ms = start_ms;
+        if (z->e1 != z->e0) qk__prof_ev_put(g, z->e1);
+        L->head = (L->head + 1) % L->cap;
+        L->head_seq++;
+        L->count--;
+        g->pending--;
+    }
+}
+
+static void qk__prof_gpu_resolve(qk__prof_gthread *g, int wait)
+{
+    int i;
+    for (i = 0; i < g->n_lanes; i++) qk__prof_lane_resolve(g, &g->lanes[i], wait);
+}
+
+static int qk__prof_lanec_find(qk__prof_gthread *g, void *stream)
+{
+    int i;
+    for (i = 0; i < g->n_lanes; i++)
+        if (g->lanes[i].stream == stream) return i;
+    return -1;
+}
+
+/* Lock order: the global lock before a thread's GPU lock, never the reverse. So the lane id of
+   a new stream is looked up (global lock) before the caller takes g->mu; only the owning thread
+   adds lanes, so the search is stable in between. */
+static int qk__prof_lanec_get(qk__prof_gthread *g, void *stream, int lane)
+{
+    int i;
+    qk__prof_lanec *L;
+    if ((i = qk__prof_lanec_find(g, stream)) >= 0) return i;
+    if (lane < 0) return -1;
+    if (qk__prof_grow((void **)&g->lanes, &g->cap_lanes, g->n_lanes + 1, sizeof *L) != 0) return -1;
+    L = &g->lanes[g->n_lanes];
+    memset(L, 0, sizeof *L);
+    L->q = (qk__prof_gz *)qk__prof_calloc((size_t)qk__prof_g.desc.gpu_queue, sizeof *L->q);
+    L->ends = (int64_t *)qk__prof_calloc((size_t)qk__prof_g.desc.gpu_queue, sizeof *L->ends);
+    if (!L->q || !L->ends) { QK_PROF_FREE(L->q); QK_PROF_FREE(L->ends); return -1; }
+    L->stream = stream;
+    L->lane = lane;
+    L->cap = qk__prof_g.desc.gpu_queue;
+    L->prev = (cudaEvent_t)qk__prof_g.base_ev[g->device];
+    L->prev_ms = 0;
+    L->next_resolve = L->cap / 4 > 1 ? L->cap / 4 : 1;
+    return g->n_lanes++;
+}
+#endif /* QK_PROF_CUDA */
+
+static void qk__prof_gpu_begin_x(qk_prof_site *site, void *stream)
+{
+    qk__prof_thread *t = qk__prof_thread_get();
+    qk__prof_gthread *g = qk__prof_gpu_thread(t);
+    uint32_t id = qk__prof_site_id(site);
+#ifdef QK_PROF_NVTX
+    nvtxRangePushA(site->name);
+#endif
+    if (!g) { t->dropped++; return; }
+#ifdef QK_PROF_CUDA
+    {
+        int lane = qk__prof_lanec_find(g, stream) >= 0 ? 0 : qk__prof_lane_id(stream, g->device);
+        pthread_mutex_lock(&g->mu);
+        int li = qk__prof_lanec_get(g, stream, lane), d = g->depth++;
+        qk__prof_lanec *L;
+        qk__prof_gz *z;
+        if ((unsigned)d >= QK_PROF_MAX_DEPTH) { t->too_deep++; goto out; }
+        g->stack[d].lanec = -1;
+        if (li < 0) { g->dropped++; goto out; }
+        L = &g->lanes[li];
+        if (L->count == L->cap) qk__prof_lane_resolve(g, L, 0);
+        if (L->count == L->cap) { g->dropped++; goto out; }
+        z = &L->q[(L->head + L->count) % L->cap];
+        memset(z, 0, sizeof *z);
+        z->e0 = qk__prof_ev_get(g);
+        z->e1 = qk__prof_ev_get(g);
+        if (!z->e0 || !z->e1) {
+            qk__prof_ev_put(g, z->e0);
+            qk__prof_ev_put(g, z->e1);
+            g->dropped++;
+            goto out;
+        }
+        z->site = site;
+        z->id = id;
+        z->depth = (uint16_t)d;
+        if (cudaEventRecord(z->e0, (cudaStream_t)stream) != cudaSuccess) {
+            cudaGetLastError();
+            qk__prof_ev_put(g, z->e0);
+            qk__prof_ev_put(g, z->e1);
+            g->dropped++;
+            goto out;
+        }
+        L->count++;
+        g->pending++;
+        g->stack[d].lanec = li;
+        g->stack[d].seq = L->head_seq + L->count - 1;
+    }
+out:
+    pthread_mutex_unlock(&g->mu);
+#else
+    (void)stream; (void)id;
+    pthread_mutex_lock(&qk__prof_mu);
+    qk__prof_g.gpu_ignored++;
+    pthread_mutex_unlock(&qk__prof_mu);
+#endif
+}
+
+static void qk__prof_gpu_end_x(const char *name, void *stream, uint64_t bytes, int dir, int pinned)
+{
+    qk__prof_thread *t = qk__prof_tls;
+    qk__prof_gthread *g = t ? t->gpu : NULL;
+#ifdef QK_PROF_NVTX
+    nvtxRangePop();
+#endif
+    (void)stream;
+    if (!g) { if (t) t->unbalanced++; return; }
+#ifdef QK_PROF_CUDA
+    pthread_mutex_lock(&g->mu);
+    if (g->depth <= 0) { t->unbalanced++; goto out; }
+    {
+        int d = --g->depth, li;
+        qk__prof_lanec *L;
+        qk__prof_gz *z;
+        if ((unsigned)d >= QK_PROF_MAX_DEPTH || g->stack[d].lanec < 0) goto out; /* begin was dropped */
+        li = g->stack[d].lanec;
+        L = &g->lanes[li];
+        /* An open zone cannot resolve (it has no e1), so it is still in the ring. */
+        z = &L->q[(L->head + (int)(g->stack[d].seq - L->head_seq)) % L->cap];
+        if (z->site->name != name && (!name || strcmp(z->site->name, name) != 0)) t->mismatched++;
+        /* e1 goes on the zone's own stream, so completion stays monotone along the lane. */
+        if (cudaEventRecord(z->e1, (cudaStream_t)L->stream) != cudaSuccess) {
+            cudaGetLastError();
+            z->e1 = z->e0; /* resolves as zero length rather than corrupting the lane */
+        }
+        z->ended = 1;
+        z->bytes = bytes;
+        z->dir = (uint8_t)dir;
+        z->pinned = (uint8_t)pinned;
+        L->ends[(L->e_head + L->e_count++) % L->cap] = g->stack[d].seq;
+        t->last_tick = qk__prof_now();
+        /* Resolve without waiting each time another quarter of the lane's queue has ended:
+           a few queries per pass; while the GPU is far behind, passes stay that far apart. */
+        if (L->e_count >= L->next_resolve) {
+            qk__prof_lane_resolve(g, L, 0);
+            L->next_resolve = L->e_count + (L->cap / 4 > 1 ? L->cap / 4 : 1);
+        }
+    }
+out:
+    pthread_mutex_unlock(&g->mu);
+#else
+    (void)name; (void)bytes; (void)dir; (void)pinned;
+#endif
+}
+
+QK_PROF_DEF void qk_prof_gpu_begin(qk_prof_site *site, void *stream) { qk__prof_gpu_begin_x(site, stream); }
+QK_PROF_DEF void qk_prof_gpu_end(const char *name, void *stream) { qk__prof_gpu_end_x(name, stream, 0, 0, 0); }
+
+QK_PROF_DEF int qk_prof_gpu_collect(int wait)
+{
+#ifdef QK_PROF_CUDA
+    qk__prof_thread *t;
+    pthread_mutex_lock(&qk__prof_mu);
+    t = qk__prof_g.threads;
+    pthread_mutex_unlock(&qk__prof_mu);
+    for (; t; t = t->next) {
+        qk__prof_gthread *g = __atomic_load_n(&t->gpu, __ATOMIC_ACQUIRE);
+        if (!g) continue;
+        pthread_mutex_lock(&g->mu);
+        qk__prof_gpu_resolve(g, wait);
+        pthread_mutex_unlock(&g->mu);
+    }
+#else
+    (void)wait;
+#endif
+    return 0;
+}
+
+QK_PROF_DEF int qk_prof_memcpy(qk_prof_site *site, void *dst, const void *src, size_t bytes, int kind, void *stream)
+{
+#ifdef QK_PROF_CUDA
+    int dir = QK_PROF_DIR_NONE, pinned = 0, kd, ks;
+    cudaError_t err;
+    kd = qk__prof_mem_kind(dst);
+    ks = qk__prof_mem_kind(src);
+    {
+        int dd = kd == QK__PROF_MEM_DEVICE || kd == QK__PROF_MEM_MANAGED;
+        int sd = ks == QK__PROF_MEM_DEVICE || ks == QK__PROF_MEM_MANAGED;
+        if (kind == cudaMemcpyHostToDevice || (kind == cudaMemcpyDefault && dd && !sd)) dir = QK_PROF_H2D;
+        else if (kind == cudaMemcpyDeviceToHost || (kind == cudaMemcpyDefault && !dd && sd)) dir = QK_PROF_D2H;
+        else if (kind == cudaMemcpyDeviceToDevice || (kind == cudaMemcpyDefault && dd && sd)) dir = QK_PROF_D2D;
+        else dir = QK_PROF_H2H;
+        if (dir == QK_PROF_H2D) pinned = ks == QK__PROF_MEM_PINNED;
+        else if (dir == QK_PROF_D2H) pinned = kd == QK__PROF_MEM_PINNED;
+        else if (dir == QK_PROF_H2H) pinned = ks == QK__PROF_MEM_PINNED && kd == QK__PROF_MEM_PINNED;
+    }
+    qk__prof_gpu_begin_x(site, stream);
+    err = cudaMemcpyAsync(dst, src, bytes, (enum cudaMemcpyKind)kind, (cudaStream_t)stream);
+    qk__prof_gpu_end_x(site->name, stream, (uint64_t)bytes, dir, pinned);
+    return (int)err;
+#else
+    (void)site; (void)dst; (void)src; (void)bytes; (void)kind; (void)stream;
+    return -1;
+#endif
+}
+
+/* ---- implementation: shutdown ---- */
+QK_PROF_DEF void qk_prof_shutdown(void)
+{
+    qk__prof_thread *t, *n;
+    uint32_t i;
+    pthread_mutex_lock(&qk__prof_mu);
+    for (t = qk__prof_g.threads; t; t = n) {
+        size_t c;
+        n = t->next;
+        for (c = 0; c < t->n_alloc; c++) QK_PROF_FREE(t->chunks[c]);
+        QK_PROF_FREE(t->chunks);
+        QK_PROF_FREE(t->stats);
+        QK_PROF_FREE(t->cstats);
+        if (t->gpu) {
+            qk__prof_gthread *g = t->gpu;
+#ifdef QK_PROF_CUDA
+            int l, k;
+            for (l = 0; l < g->n_lanes; l++) {
+                qk__prof_lanec *L = &g->lanes[l];
+                for (k = 0; k < L->count; k++) {
+                    qk__prof_gz *z = &L->q[(L->head + k) % L->cap];
+                    cudaEventDestroy(z->e0);
+                    if (z->e1 != z->e0) cudaEventDestroy(z->e1);
+                }
+                if (L->prev != (cudaEvent_t)qk__prof_g.base_ev[g->device]) cudaEventDestroy(L->prev);
+                QK_PROF_FREE(L->q);
+                QK_PROF_FREE(L->ends);
+            }
+            for (k = 0; k < g->n_pool; k++) cudaEventDestroy(g->pool[k]);
+            QK_PROF_FREE(g->pool);
+            QK_PROF_FREE(g->lanes);
+#endif
+            pthread_mutex_destroy(&g->mu);
+            QK_PROF_FREE(g->stats);
+            QK_PROF_FREE(g->recs);
+            QK_PROF_FREE(g);
+        }
+        QK_PROF_FREE(t);
+    }
+#ifdef QK_PROF_CUDA
+    for (i = 0; i < 16; i++)
+        if (qk__prof_g.base_ev[i]) cudaEventDestroy((cudaEvent_t)qk__prof_g.base_ev[i]);
+    cudaGetLastError();
+#endif
+    for (i = 1; i < qk__prof_g.n_sites; i++)
+        if (qk__prof_g.sites[i]) qk__prof_g.sites[i]->id = 0;
+    QK_PROF_FREE(qk__prof_g.allocs);
+    QK_PROF_FREE(qk__prof_g.mnames);
+    QK_PROF_FREE(qk__prof_g.mseries);
+    QK_PROF_FREE(qk__prof_g.snaps);
+    QK_PROF_FREE(qk__prof_g.xfers);
+    memset(&qk__prof_g, 0, sizeof qk__prof_g);
+    memset(&qk__prof_dummy, 0, sizeof qk__prof_dummy);
+    memset(qk__prof_dummy_stats, 0, sizeof qk__prof_dummy_stats);
+    pthread_mutex_unlock(&qk__prof_mu);
+    qk__prof_tls = NULL; /* other threads must have exited (see Thread safety) */
+    pthread_once(&qk__prof_key_once, qk__prof_key_make);
+    pthread_setspecific(qk__prof_key, NULL);
+}
+
+/* ---- implementation: report model ---- */
+typedef struct qk__prof_row {
+    const char *name;
+    int sites;
+    uint64_t n;
+    double total, min, max, mean, m2;
+} qk__prof_row;
+
+typedef struct qk__prof_crow {
+    const char *name;
+    uint64_t n;
+    double sum, last, min, max;
+    int add;
+} qk__prof_crow;
+
+typedef struct qk__prof_lrow {
+    const char *name;
+    int device, id;
+    uint64_t zones;
+    double busy, first, last;
+} qk__prof_lrow;
+
+typedef struct qk__prof_xrow {
+    int dir, pinned;
+    uint64_t count;
+    double bytes, seconds, min_gbps, max_gbps;
+} qk__prof_xrow;
+
+typedef struct qk__prof_model {
+    double npt;                 /* ns per tick */
+    uint64_t t0;                /* origin tick */
+    double wall;                /* ns */
+    double base_ns[16];         /* device base events on the host timeline, ns from origin */
+    qk__prof_row *cpu, *gpu;
+    int n_cpu, n_gpu;
+    qk__prof_crow *ctr;
+    int n_ctr;
+    qk__prof_lrow lanes[QK_PROF_MAX_LANES];
+    int n_lanes;
+    qk__prof_xrow xr[5][2];
+    qk_prof_summary sum;
+    qk__prof_thread **threads;  /* by index */
+    int n_threads;
+} qk__prof_model;
+
+static void qk__prof_row_add(qk__prof_row *r, const qk__prof_stat *s, double f)
+{
+    double nb, mb, m2b, delta, n;
+    if (!s->n) return;
+    nb = (double)s->n;
+    mb = f * ((double)s->shift + s->s1 / nb);
+    m2b = f * f * (s->s2 - s->s1 * s->s1 / nb);
+    if (m2b < 0) m2b = 0;
+    if (r->n == 0) {
+        r->mean = mb; r->m2 = m2b; r->min = f * (double)s->min; r->max = f * (double)s->max;
+    } else {
+        n = (double)r->n + nb;
+        delta = mb - r->mean;
+        r->m2 += m2b + delta * delta * (double)r->n * nb / n;
+        r->mean += delta * nb / n;
+        if (f * (double)s->min < r->min) r->min = f * (double)s->min;
+        if (f * (double)s->max > r->max) r->max = f * (double)s->max;
+    }
+    r->n += s->n;
+    r->total += f * (double)s->total;
+}
+
+static int qk__prof_row_cmp_name(const void *a, const void *b)
+{
+    return strcmp(((const qk__prof_row *)a)->name, ((const qk__prof_row *)b)->name);
+}
+
+static int qk__prof_row_cmp_total(const void *a, const void *b)
+{
+    double x = ((const qk__prof_row *)a)->total, y = ((const qk__prof_row *)b)->total;
+    if (x != y) return x < y ? 1 : -1;
+    return strcmp(((const qk__prof_row *)a)->name, ((const qk__prof_row *)b)->name);
+}
+
+/* Per-site rows merged by name; n_sites rows in, distinct names out (sorted by total). */
+static int qk__prof_rows_merge(qk__prof_row *rows, int n)
+{
+    int i, o = 0;
+    if (n <= 0) return 0;
+    qsort(rows, (size_t)n, sizeof *rows, qk__prof_row_cmp_name);
+    for (i = 0; i < n; i++) {
+        if (o > 0 && strcmp(rows[o - 1].name, rows[i].name) == 0) {
+            qk__prof_row *r = &rows[o - 1];
+            qk__prof_stat s; /* re-merge through the stat form: exact n, total, min, max */
+            double nb = (double)rows[i].n, delta = rows[i].mean - r->mean, nn = (double)r->n + nb;
+            (void)s;
+            r->m2 += rows[i].m2 + delta * delta * (double)r->n * nb / nn;
+            r->mean += delta * nb / nn;
+            if (rows[i].min < r->min) r->min = rows[i].min;
+            if (rows[i].max > r->max) r->max = rows[i].max;
+            r->n += rows[i].n;
+            r->total += rows[i].total;
+            r->sites++;
+        } else {
+            rows[o++] = rows[i];
+        }
+    }
+    for (i = 0; i < o; i++) if (rows[i].n) rows[i].mean = rows[i].total / (double)rows[i].n;
+    qsort(rows, (size_t)o, sizeof *rows, qk__prof_row_cmp_total);
+    return o;
+}
+
+static double qk__prof_std(const qk__prof_row *r)
+{
+    return r->n ? sqrt(r->m2 / (double)r->n) : 0.0;
+}
+
+static int qk__prof_dcmp(const void *a, const void *b)
+{
+    double x = ((const double *)a)[0], y = ((const double *)b)[0];
+    return x < y ? -1 : x > y;
+}
+
+static const char *qk__prof_site_name(uint32_t id)
+{
+    qk_prof_site *s = id < QK_PROF_MAX_SITES ? qk__prof_g.sites[id] : NULL;
+    return s && s->name ? s->name : "(unnamed)";
+}
+
+static void qk__prof_model_free(qk__prof_model *m)
+{
+    QK_PROF_FREE(m->cpu);
+    QK_PROF_FREE(m->gpu);
+    QK_PROF_FREE(m->ctr);
+    QK_PROF_FREE(m->threads);
+    memset(m, 0, sizeof *m);
+}
+
+static double qk__prof_gabs(const qk__prof_model *m, const qk__prof_grec *r)
+{
+    int dev = qk__prof_g.lanes[r->lane].device;
+    return m->base_ns[dev >= 0 && dev < 16 ? dev : 0] + r->start_ns;
+}
+
+static int qk__prof_model_build(qk__prof_model *m)
+{
+    qk__prof_thread *t;
+    uint32_t ns, i;
+    int k, nt = 0;
+    double end = 0;
+    qk__prof_stat *tmp;
+    memset(m, 0, sizeof *m);
+    qk_prof_gpu_collect(1);
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    qk__prof_calibrate();
+    m->npt = qk__prof_g.ns_per_tick;
+    m->t0 = qk__prof_g.t_origin;
+    for (k = 0; k < 16; k++)
+        m->base_ns[k] = qk__prof_g.base_ev[k] ? (double)(int64_t)(qk__prof_g.base_tick[k] - m->t0) * m->npt : 0;
+    ns = qk__prof_g.n_sites;
+    m->cpu = (qk__prof_row *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *m->cpu);
+    m->gpu = (qk__prof_row *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *m->gpu);
+    m->ctr = (qk__prof_crow *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *m->ctr);
+    m->threads = (qk__prof_thread **)qk__prof_calloc((size_t)qk__prof_g.n_threads + 1, sizeof *m->threads);
+    tmp = (qk__prof_stat *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *tmp);
+    if (!m->cpu || !m->gpu || !m->ctr || !m->threads || !tmp) {
+        QK_PROF_FREE(tmp);
+        pthread_mutex_unlock(&qk__prof_mu);
+        qk__prof_model_free(m);
+        qk__prof_seterr("qk_prof: out of memory building the report");
+        return -1;
+    }
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        if (t->index >= 0 && t->index < qk__prof_g.n_threads) m->threads[t->index] = t;
+        nt++;
+    }
+    m->n_threads = qk__prof_g.n_threads;
+    m->sum.threads = nt;
+    m->sum.lanes = qk__prof_g.n_lanes;
+    m->sum.clock = qk__prof_g.desc.clock ? "injected" : qk__prof_g.use_tsc ? "rdtsc" : "clock_gettime";
+    m->sum.ns_per_tick = m->npt;
+    m->sum.dropped_threads = qk__prof_g.dropped_threads;
+    m->sum.gpu_ignored = qk__prof_g.gpu_ignored;
+    m->sum.dropped_events = qk__prof_dummy.dropped;
+    m->sum.host_current = qk__prof_g.mem_cur[QK__PROF_MEM_HOST] + qk__prof_g.mem_cur[QK__PROF_MEM_PINNED];
+    m->sum.device_current = qk__prof_g.mem_cur[QK__PROF_MEM_DEVICE] + qk__prof_g.mem_cur[QK__PROF_MEM_MANAGED];
+    m->sum.host_peak = qk__prof_g.mem_peak[QK__PROF_MEM_HOST] + qk__prof_g.mem_peak[QK__PROF_MEM_PINNED];
+    m->sum.device_peak = qk__prof_g.mem_peak[QK__PROF_MEM_DEVICE] + qk__prof_g.mem_peak[QK__PROF_MEM_MANAGED];
+    if (qk__prof_g.last_tick_other) end = (double)(int64_t)(qk__prof_g.last_tick_other - m->t0) * m->npt;
+    for (i = 0; i < QK_PROF_MAX_SITES; i++) {
+        m->cpu[i].name = m->gpu[i].name = m->ctr[i].name = qk__prof_site_name(i);
+        m->cpu[i].sites = m->gpu[i].sites = 1;
+    }
+    for (k = 0; k < qk__prof_g.n_lanes; k++) {
+        m->lanes[k].name = qk__prof_g.lanes[k].name;
+        m->lanes[k].device = qk__prof_g.lanes[k].device;
+        m->lanes[k].id = k;
+    }
+    m->n_lanes = qk__prof_g.n_lanes;
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        qk__prof_gthread *g = __atomic_load_n(&t->gpu, __ATOMIC_ACQUIRE);
+        size_t ne = qk__prof_count(t), e;
+        /* zone statistics: the dropped zones' running sums plus the kept events */
+        memcpy(tmp, t->stats, QK_PROF_MAX_SITES * sizeof *tmp);
+        for (e = 0; e < ne; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            uint64_t last = ev->t0;
+            if (QK__PROF_KIND(ev) == 0) {
+                qk__prof_stat_add(&tmp[QK__PROF_SITE(ev) % QK_PROF_MAX_SITES], ev->t1 - ev->t0);
+                last = ev->t1;
+            }
+            if (last - m->t0 < (uint64_t)1 << 62 && (double)(int64_t)(last - m->t0) * m->npt > end)
+                end = (double)(int64_t)(last - m->t0) * m->npt;
+        }
+        m->sum.events += ne;
+        m->sum.dropped_events += t->dropped;
+        m->sum.unbalanced += t->unbalanced;
+        m->sum.mismatched += t->mismatched;
+        m->sum.too_deep += t->too_deep;
+        if (t->last_tick) {
+            double e = (double)(int64_t)(t->last_tick - m->t0) * m->npt;
+            if (e > end) end = e;
+        }
+        for (i = 0; i < QK_PROF_MAX_SITES; i++) {
+            if (tmp[i].n) qk__prof_row_add(&m->cpu[i], &tmp[i], m->npt);
+            if (t->cstats && t->cstats[i].n) {
+                qk__prof_crow *c = &m->ctr[i];
+                const qk__prof_cstat *s = &t->cstats[i];
+                if (!c->n || s->min < c->min) c->min = s->min;
+                if (!c->n || s->max > c->max) c->max = s->max;
+                c->n += s->n;
+                c->sum += s->sum;
+                c->last = s->last;
+                c->add = s->add;
+            }
+        }
+        if (g) {
+            size_t r, nr = __atomic_load_n(&g->n_recs, __ATOMIC_ACQUIRE);
+            pthread_mutex_lock(&g->mu);
+            m->sum.dropped_gpu += g->dropped;
+            m->sum.dropped_gpu_records += g->dropped_recs;
+            m->sum.gpu_pending += g->pending;
+            for (i = 0; i < QK_PROF_MAX_SITES; i++)
+                if (g->stats[i].n) qk__prof_row_add(&m->gpu[i], &g->stats[i], 1.0);
+            for (r = 0; r < nr; r++) {
+                const qk__prof_grec *gr = &g->recs[r];
+                double a = qk__prof_gabs(m, gr), b = a + gr->dur_ns;
+                if (b > end) end = b;
+                if (gr->dir && gr->bytes && gr->dir < 5) {
+                    qk__prof_xrow *x = &m->xr[gr->dir][gr->pinned ? 1 : 0];
+                    double gbps = gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0;
+                    if (!x->count || gbps < x->min_gbps) x->min_gbps = gbps;
+                    if (!x->count || gbps > x->max_gbps) x->max_gbps = gbps;
+                    x->count++;
+                    x->bytes += (double)gr->bytes;
+                    x->seconds += gr->dur_ns * 1e-9;
+                }
+            }
+            pthread_mutex_unlock(&g->mu);
+        }
+    }
+    for (k = 0; k < qk__prof_g.n_xfers; k++) {
+        const qk__prof_xfer *xf = &qk__prof_g.xfers[k];
+        if (xf->dir > 0 && xf->dir < 5) {
+            qk__prof_xrow *x = &m->xr[xf->dir][xf->pinned ? 1 : 0];
+            double gbps = xf->seconds > 0 ? xf->bytes / xf->seconds * 1e-9 : 0;
+            if (!x->count || gbps < x->min_gbps) x->min_gbps = gbps;
+            if (!x->count || gbps > x->max_gbps) x->max_gbps = gbps;
+            x->count++;
+            x->bytes += xf->bytes;
+            x->seconds += xf->seconds;
+        }
+    }
+    for (k = 1; k < 5; k++) { m->xr[k][0].dir = m->xr[k][1].dir = k; m->xr[k][1].pinned = 1; }
+    /* Rows: only sites that recorded, then merged by name. */
+    {
+        int nc = 0, ng = 0, nk = 0;
+        for (i = 1; i < QK_PROF_MAX_SITES; i++) {
+            if (i >= ns && i != QK__PROF_OTHER_SITE) continue;
+            if (m->cpu[i].n) m->cpu[nc++] = m->cpu[i];
+            if (m->gpu[i].n) m->gpu[ng++] = m->gpu[i];
+            if (m->ctr[i].n) m->ctr[nk++] = m->ctr[i];
+        }
+        m->n_cpu = qk__prof_rows_merge(m->cpu, nc);
+        m->n_gpu = qk__prof_rows_merge(m->gpu, ng);
+        /* counters with one name at several sites: fold */
+        {
+            int a, b, o = 0;
+            for (a = 0; a < nk; a++) {
+                for (b = 0; b < o; b++) if (strcmp(m->ctr[b].name, m->ctr[a].name) == 0) break;
+                if (b < o) {
+                    if (m->ctr[a].min < m->ctr[b].min) m->ctr[b].min = m->ctr[a].min;
+                    if (m->ctr[a].max > m->ctr[b].max) m->ctr[b].max = m->ctr[a].max;
+                    m->ctr[b].n += m->ctr[a].n;
+                    m->ctr[b].sum += m->ctr[a].sum;
+                    m->ctr[b].last = m->ctr[a].last;
+                } else {
+                    m->ctr[o++] = m->ctr[a];
+                }
+            }
+            m->n_ctr = o;
+        }
+    }
+    QK_PROF_FREE(tmp);
+    pthread_mutex_unlock(&qk__prof_mu);
+    /* Stream utilization: union of the resolved zones' intervals per lane. */
+    for (k = 0; k < m->n_lanes; k++) {
+        size_t cnt = 0, o = 0, r, j;
+        double *iv, cs = 0, ce = -1;
+        for (t = qk__prof_g.threads; t; t = t->next)
+            if (t->gpu) cnt += __atomic_load_n(&t->gpu->n_recs, __ATOMIC_ACQUIRE);
+        if (!cnt) continue;
+        iv = (double *)QK_PROF_MALLOC((cnt + 1024) * 2 * sizeof *iv);
+        if (!iv) continue;
+        for (t = qk__prof_g.threads; t; t = t->next) {
+            qk__prof_gthread *g = t->gpu;
+            if (!g) continue;
+            pthread_mutex_lock(&g->mu); /* the owner may be growing recs */
+            for (r = 0; r < g->n_recs && o < cnt + 1024; r++)
+                if (g->recs[r].lane == k) {
+                    iv[2 * o] = qk__prof_gabs(m, &g->recs[r]);
+                    iv[2 * o + 1] = iv[2 * o] + g->recs[r].dur_ns;
+                    o++;
+                }
+            pthread_mutex_unlock(&g->mu);
+        }
+        qsort(iv, o, 2 * sizeof *iv, qk__prof_dcmp);
+        m->lanes[k].zones = o;
+        for (j = 0; j < o; j++) {
+            if (j == 0) m->lanes[k].first = iv[0];
+            if (iv[2 * j + 1] > m->lanes[k].last) m->lanes[k].last = iv[2 * j + 1];
+            if (iv[2 * j] > ce) {
+                if (ce > cs) m->lanes[k].busy += ce - cs;
+                cs = iv[2 * j];
+                ce = iv[2 * j + 1];
+            } else if (iv[2 * j + 1] > ce) {
+                ce = iv[2 * j + 1];
+            }
+        }
+        if (ce > cs) m->lanes[k].busy += ce - cs;
+        QK_PROF_FREE(iv);
+    }
+    m->wall = end > 0 ? end : 0;
+    m->sum.wall_ns = m->wall;
+    return 0;
+}
+
+QK_PROF_DEF int qk_prof_zone_stats(const char *name, int gpu, qk_prof_stats *out)
+{
+    qk__prof_model m;
+    int i, rc = -1, n;
+    qk__prof_row *rows;
+    if (qk__prof_model_build(&m) != 0) return -1;
+    rows = gpu ? m.gpu : m.cpu;
+    n = gpu ? m.n_gpu : m.n_cpu;
+    for (i = 0; i < n; i++) {
+        if (strcmp(rows[i].name, name) == 0) {
+            out->calls = rows[i].n;
+            out->total_ns = rows[i].total;
+            out->mean_ns = rows[i].mean;
+            out->min_ns = rows[i].min;
+            out->max_ns = rows[i].max;
+            out->std_ns = qk__prof_std(&rows[i]);
+            rc = 0;
+            break;
+        }
+    }
+    if (rc) qk__prof_seterr("qk_prof_zone_stats: no %s zone named \"%s\"", gpu ? "GPU" : "CPU", name);
+    qk__prof_model_free(&m);
+    return rc;
+}
+
+QK_PROF_DEF void qk_prof_get_summary(qk_prof_summary *out)
+{
+    qk__prof_model m;
+    memset(out, 0, sizeof *out);
+    if (qk__prof_model_build(&m) != 0) return;
+    *out = m.sum;
+    qk__prof_model_free(&m);
+}
+
+QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy_ns, double *wall_ns)
+{
+    qk__prof_model m;
+    int k, device = 0, rc = -1;
+#ifdef QK_PROF_CUDA
+    if (cudaGetDevice(&device) != cudaSuccess) { cudaGetLastError(); device = 0; }
+#endif
+    if (qk__prof_model_build(&m) != 0) return -1;
+    for (k = 0; k < m.n_lanes; k++) {
+        if (qk__prof_g.lanes[k].stream == stream && qk__prof_g.lanes[k].device == device) {
+            if (zones) *zones = m.lanes[k].zones;
+            if (busy_ns) *busy_ns = m.lanes[k].busy;
+            if (wall_ns) *wall_ns = m.wall;
+            rc = 0;
+        }
+    }
+    if (rc) qk__prof_seterr("qk_prof_stream_stats: stream %p not seen on device %d", stream, device);
+    qk__prof_model_free(&m);
+    return rc;
+}
+
+/* ---- implementation: writers ---- */
+static const char *qk__prof_dir_name(int d)
+{
+    static const char *n[5] = { "none", "H2D", "D2H", "D2D", "H2H" };
+    return d >= 0 && d < 5 ? n[d] : "?";
+}
+
+static const char *qk__prof_kind_name(int k)
+{
+    static const char *n[4] = { "host", "pinned", "device", "managed" };
+    return k >= 0 && k < 4 ? n[k] : "?";
+}
+
+static void qk__prof_json_str(FILE *f, const char *s)
+{
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') { fputc('\\', f); fputc((int)c, f); }
+        else if (c == '\n') fputs("\\n", f);
+        else if (c == '\t') fputs("\\t", f);
+        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else fputc((int)c, f);
+    }
+    fputc('"', f);
+}
+
+static void qk__prof_html_str(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* A label cut to at most max bytes (on a UTF-8 character boundary), with an ellipsis. */
+static void qk__prof_html_label(FILE *f, const char *s, size_t max)
+{
+    char buf[256];
+    size_t n = s ? strlen(s) : 0;
+    if (n <= max || max >= sizeof buf) { qk__prof_html_str(f, s); return; }
+    n = max;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+    qk__prof_html_str(f, buf);
+    fputs("&#8230;", f);
+}
+
+/* JSON has no NaN/Inf: such values become null. */
+static void qk__prof_json_num(FILE *f, double v)
+{
+    if (v != v || v > 1e300 || v < -1e300) fputs("null", f);
+    else if (v == (double)(int64_t)v && fabs(v) < 9e15) fprintf(f, "%lld", (long long)v);
+    else fprintf(f, "%.17g", v);
+}
+
+static const char *qk__prof_bytes(double b, char *buf, size_t n)
+{
+    const char *u[5] = { "B", "KiB", "MiB", "GiB", "TiB" };
+    int i = 0;
+    while (fabs(b) >= 1024 && i < 4) { b /= 1024; i++; }
+    if (i == 0) snprintf(buf, n, "%.0f B", b);
+    else snprintf(buf, n, "%.2f %s", b, u[i]);
+    return buf;
+}
+
+/* A name in a text column: control characters shown as \n, \t, \xNN; padded or cut to w. */
+static void qk__prof_text_name(FILE *f, const char *s, int w)
+{
+    char buf[256];
+    int o = 0;
+    for (; s && *s && o < w && o < (int)sizeof buf - 5; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '\n') { buf[o++] = '\\'; buf[o++] = 'n'; }
+        else if (c == '\t') { buf[o++] = '\\'; buf[o++] = 't'; }
+        else if (c < 0x20 || c == 0x7f) o += snprintf(buf + o, sizeof buf - (size_t)o, "\\x%02x", c);
+        else buf[o++] = (char)c;
+    }
+    if (o > w) o = w;
+    buf[o] = 0;
+    fprintf(f, "%-*s", w, buf);
+}
+
+static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int w)
+{
+    int i;
+    fprintf(f, "\n%-*s %9s %13s %7s %12s %12s %12s %12s\n", w, title, "calls", "total ms", "%", "mean us",
+            "min us", "max us", "std us");
+    for (i = 0; i < n; i++) {
+        const qk__prof_row *r = &rows[i];
+        qk__prof_text_name(f, r->name, w);
+        fprintf(f, " %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n",
+                (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0,
+                r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
+    }
+    if (!n) fprintf(f, "(none)\n");
+}
+
+typedef struct qk__prof_top { const char *name; int gpu; double total; } qk__prof_top;
+
+static int qk__prof_top_cmp(const void *a, const void *b)
+{
+    double x = ((const qk__prof_top *)a)->total, y = ((const qk__prof_top *)b)->total;
+    return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* CPU and GPU rows together, largest total first; *n gets the count (caller frees). */
+static qk__prof_top *qk__prof_tops(const qk__prof_model *m, int *n)
+{
+    int i, nt = m->n_cpu + m->n_gpu;
+    qk__prof_top *tp = (qk__prof_top *)QK_PROF_MALLOC((size_t)(nt ? nt : 1) * sizeof *tp);
+    *n = 0;
+    if (!tp) return NULL;
+    for (i = 0; i < m->n_cpu; i++) { tp[i].name = m->cpu[i].name; tp[i].gpu = 0; tp[i].total = m->cpu[i].total; }
+    for (i = 0; i < m->n_gpu; i++) { tp[m->n_cpu + i].name = m->gpu[i].name; tp[m->n_cpu + i].gpu = 1; tp[m->n_cpu + i].total = m->gpu[i].total; }
+    qsort(tp, (size_t)nt, sizeof *tp, qk__prof_top_cmp);
+    *n = nt < qk__prof_g.desc.top_n ? nt : qk__prof_g.desc.top_n;
+    return tp;
+}
+
+static void qk__prof_write_text(FILE *f, qk__prof_model *m)
+{
+    int i, w = 24, k;
+    char b1[32], b2[32];
+    for (i = 0; i < m->n_cpu; i++) if ((int)strlen(m->cpu[i].name) > w) w = (int)strlen(m->cpu[i].name);
+    for (i = 0; i < m->n_gpu; i++) if ((int)strlen(m->gpu[i].name) > w) w = (int)strlen(m->gpu[i].name);
+    for (k = 0; k < m->n_lanes; k++) if ((int)strlen(m->lanes[k].name) + 8 > w) w = (int)strlen(m->lanes[k].name) + 8;
+    if (w > 48) w = 48;
+    fprintf(f, "qk_prof report: wall %.3f ms, clock %s (%.4f ns/tick), %d thread%s, %d GPU stream%s\n",
+            m->wall * 1e-6, m->sum.clock, m->npt, m->sum.threads, m->sum.threads == 1 ? "" : "s",
+            m->n_lanes, m->n_lanes == 1 ? "" : "s");
+    qk__prof_text_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, w);
+    if (m->n_gpu || m->n_lanes) {
+        qk__prof_text_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, w);
+        fprintf(f, "\n%-*s %9s %13s %7s %9s\n", w, "GPU streams", "zones", "busy ms", "wall %", "active %");
+        for (k = 0; k < m->n_lanes; k++) {
+            const qk__prof_lrow *l = &m->lanes[k];
+            double span = l->last - l->first;
+            char nm[96];
+            snprintf(nm, sizeof nm, "%s (GPU %d)", l->name, l->device);
+            fprintf(f, "%-*.*s %9llu %13.3f %7.1f %9.1f\n", w, w, nm, (unsigned long long)l->zones, l->busy * 1e-6,
+                    m->wall > 0 ? 100.0 * l->busy / m->wall : 0.0, span > 0 ? 100.0 * l->busy / span : 0.0);
+        }
+    }
+    {
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
+        if (tp) {
+            fprintf(f, "\nTop %d bottlenecks (total time; nested zones overlap their parents)\n", nt);
+            for (i = 0; i < nt; i++) {
+                fprintf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
+                qk__prof_text_name(f, tp[i].name, w);
+                fprintf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
+                        m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            }
+            QK_PROF_FREE(tp);
+        }
+    }
+    pthread_mutex_lock(&qk__prof_mu);
+    if (qk__prof_g.n_mnames) {
+        fprintf(f, "\n%-*s %-8s %12s %12s %7s  %s\n", w, "Memory (tracked)", "kind", "current", "peak", "allocs", "dtype shape");
+        for (i = 0; i < qk__prof_g.n_mnames; i++) {
+            const qk__prof_mname *mn = &qk__prof_g.mnames[i];
+            qk__prof_text_name(f, mn->name, w);
+            fprintf(f, " %-8s %12s %12s %7llu  %s %s\n", qk__prof_kind_name(mn->kind),
+                    qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2),
+                    (unsigned long long)mn->allocs, mn->dtype, mn->shape);
+        }
+        for (k = 0; k < QK__PROF_MEM_KINDS; k++)
+            if (qk__prof_g.mem_peak[k] > 0)
+                fprintf(f, "%-*s %-8s %12s %12s\n", w, "  total", qk__prof_kind_name(k),
+                        qk__prof_bytes(qk__prof_g.mem_cur[k], b1, sizeof b1), qk__prof_bytes(qk__prof_g.mem_peak[k], b2, sizeof b2));
+    }
+    if (qk__prof_g.n_snaps) {
+        fprintf(f, "\n%-*s %10s %14s %14s %14s %14s\n", w, "Memory snapshots", "t ms", "device used", "device total",
+                "tracked host", "tracked dev");
+        for (i = 0; i < qk__prof_g.n_snaps; i++) {
+            const qk__prof_snap *s = &qk__prof_g.snaps[i];
+            double tms = (double)(int64_t)(s->t - m->t0) * m->npt * 1e-6;
+            char b3[32], b4[32];
+            qk__prof_text_name(f, s->label, w);
+            if (s->is_pool)
+                fprintf(f, " %10.3f pool reserved %s (high %s), used %s (high %s)\n", tms,
+                        qk__prof_bytes(s->pool_reserved, b1, sizeof b1), qk__prof_bytes(s->pool_reserved_high, b2, sizeof b2),
+                        qk__prof_bytes(s->pool_used, b3, sizeof b3), qk__prof_bytes(s->pool_used_high, b4, sizeof b4));
+            else
+                fprintf(f, " %10.3f %14s %14s %14s %14s\n", tms,
+                        s->dev_total >= 0 ? qk__prof_bytes(s->dev_total - s->dev_free, b1, sizeof b1) : "-",
+                        s->dev_total >= 0 ? qk__prof_bytes(s->dev_total, b2, sizeof b2) : "-",
+                        qk__prof_bytes(s->host_tracked, b3, sizeof b3), qk__prof_bytes(s->device_tracked, b4, sizeof b4));
+        }
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    {
+        int any = 0, p;
+        for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
+        if (any) {
+            fprintf(f, "\n%-*s %-9s %8s %12s %12s %10s %10s %10s\n", w, "Transfers", "memory", "count", "bytes",
+                    "time ms", "GB/s", "min GB/s", "max GB/s");
+            for (k = 1; k < 5; k++)
+                for (p = 0; p < 2; p++) {
+                    const qk__prof_xrow *x = &m->xr[k][p];
+                    if (!x->count) continue;
+                    fprintf(f, "%-*s %-9s %8llu %12s %12.3f %10.2f %10.2f %10.2f\n", w, qk__prof_dir_name(k),
+                            k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable", (unsigned long long)x->count,
+                            qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
+                            x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0, x->min_gbps, x->max_gbps);
+                }
+        }
+    }
+    if (m->n_ctr) {
+        fprintf(f, "\n%-*s %9s %14s %14s %14s\n", w, "Counters", "updates", "total / last", "min", "max");
+        for (i = 0; i < m->n_ctr; i++) {
+            const qk__prof_crow *c = &m->ctr[i];
+            qk__prof_text_name(f, c->name, w);
+            fprintf(f, " %9llu %14.6g %14.6g %14.6g\n", (unsigned long long)c->n,
+                    c->add ? c->sum : c->last, c->min, c->max);
+        }
+    }
+    if (m->sum.dropped_events || m->sum.dropped_gpu || m->sum.dropped_gpu_records || m->sum.dropped_threads ||
+        m->sum.unbalanced || m->sum.mismatched || m->sum.too_deep || m->sum.gpu_ignored || m->sum.gpu_pending)
+        fprintf(f, "\nNotes: dropped events %llu (statistics still exact), GPU zones dropped %llu, GPU trace records "
+                   "dropped %llu, threads over the limit %llu, unbalanced END %llu, mismatched END %llu, too deep %llu, "
+                   "GPU zones ignored (no QK_PROF_CUDA) %llu, GPU zones still open %llu\n",
+                (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
+                (unsigned long long)m->sum.dropped_gpu_records, (unsigned long long)m->sum.dropped_threads,
+                (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched,
+                (unsigned long long)m->sum.too_deep, (unsigned long long)m->sum.gpu_ignored,
+                (unsigned long long)m->sum.gpu_pending);
+}
+
+static void qk__prof_json_rows(FILE *f, const char *key, const qk__prof_row *rows, int n, double wall)
+{
+    int i;
+    fprintf(f, ",\n\"%s\":[", key);
+    for (i = 0; i < n; i++) {
+        const qk__prof_row *r = &rows[i];
+        fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, r->name);
+        fprintf(f, ",\"sites\":%d,\"calls\":%llu,\"total_ns\":", r->sites, (unsigned long long)r->n);
+        qk__prof_json_num(f, r->total);
+        fputs(",\"pct_wall\":", f); qk__prof_json_num(f, wall > 0 ? 100.0 * r->total / wall : 0.0);
+        fputs(",\"mean_ns\":", f); qk__prof_json_num(f, r->mean);
+        fputs(",\"min_ns\":", f); qk__prof_json_num(f, r->min);
+        fputs(",\"max_ns\":", f); qk__prof_json_num(f, r->max);
+        fputs(",\"std_ns\":", f); qk__prof_json_num(f, qk__prof_std(r));
+        fputc('}', f);
+    }
+    fputs("]", f);
+}
+
+static void qk__prof_write_json(FILE *f, qk__prof_model *m)
+{
+    int i, k, p;
+    const qk_prof_summary *s = &m->sum;
+    fputs("{\"generator\":\"qk_prof\",\"version\":1,\"clock\":", f);
+    qk__prof_json_str(f, s->clock);
+    fputs(",\"ns_per_tick\":", f); qk__prof_json_num(f, m->npt);
+    fputs(",\"wall_ns\":", f); qk__prof_json_num(f, m->wall);
+    fprintf(f, ",\"threads\":%d,\"streams\":%d", s->threads, m->n_lanes);
+    fprintf(f, ",\n\"dropped\":{\"events\":%llu,\"gpu_zones\":%llu,\"gpu_records\":%llu,\"threads\":%llu,"
+               "\"unbalanced\":%llu,\"mismatched\":%llu,\"too_deep\":%llu,\"gpu_ignored\":%llu,\"gpu_pending\":%llu}",
+            (unsigned long long)s->dropped_events, (unsigned long long)s->dropped_gpu,
+            (unsigned long long)s->dropped_gpu_records, (unsigned long long)s->dropped_threads,
+            (unsigned long long)s->unbalanced, (unsigned long long)s->mismatched, (unsigned long long)s->too_deep,
+            (unsigned long long)s->gpu_ignored, (unsigned long long)s->gpu_pending);
+    qk__prof_json_rows(f, "cpu_zones", m->cpu, m->n_cpu, m->wall);
+    qk__prof_json_rows(f, "gpu_zones", m->gpu, m->n_gpu, m->wall);
+    {
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
+        fputs(",\n\"top\":[", f);
+        for (i = 0; tp && i < nt; i++) {
+            fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
+            qk__prof_json_str(f, tp[i].name);
+            fprintf(f, ",\"gpu\":%s,\"total_ns\":", tp[i].gpu ? "true" : "false");
+            qk__prof_json_num(f, tp[i].total);
+            fputs(",\"pct_wall\":", f);
+            qk__prof_json_num(f, m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            fputc('}', f);
+        }
+        fputs("]", f);
+        QK_PROF_FREE(tp);
+    }
+    fputs(",\n\"streams\":[", f);
+    for (k = 0; k < m->n_lanes; k++) {
+        const qk__prof_lrow *l = &m->lanes[k];
+        fputs(k ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, l->name);
+        fprintf(f, ",\"device\":%d,\"zones\":%llu,\"busy_ns\":", l->device, (unsigned long long)l->zones);
+        qk__prof_json_num(f, l->busy);
+        fputs(",\"util_wall\":", f); qk__prof_json_num(f, m->wall > 0 ? l->busy / m->wall : 0.0);
+        fputs(",\"util_active\":", f); qk__prof_json_num(f, l->last > l->first ? l->busy / (l->last - l->first) : 0.0);
+        fputc('}', f);
+    }
+    fputs("],\n\"transfers\":[", f);
+    for (k = 1, i = 0; k < 5; k++)
+        for (p = 0; p < 2; p++) {
+            const qk__prof_xrow *x = &m->xr[k][p];
+            if (!x->count) continue;
+            fprintf(f, "%s\n {\"dir\":\"%s\",\"pinned\":%s,\"count\":%llu,\"bytes\":", i++ ? "," : "",
+                    qk__prof_dir_name(k), p ? "true" : "false", (unsigned long long)x->count);
+            qk__prof_json_num(f, x->bytes);
+            fputs(",\"seconds\":", f); qk__prof_json_num(f, x->seconds);
+            fputs(",\"gbps\":", f); qk__prof_json_num(f, x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0);
+            fputs(",\"min_gbps\":", f); qk__prof_json_num(f, x->min_gbps);
+            fputs(",\"max_gbps\":", f); qk__prof_json_num(f, x->max_gbps);
+            fputc('}', f);
+        }
+    fputs("],\n\"counters\":[", f);
+    for (i = 0; i < m->n_ctr; i++) {
+        const qk__prof_crow *c = &m->ctr[i];
+        fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, c->name);
+        fprintf(f, ",\"kind\":\"%s\",\"updates\":%llu,\"sum\":", c->add ? "add" : "set", (unsigned long long)c->n);
+        qk__prof_json_num(f, c->sum);
+        fputs(",\"last\":", f); qk__prof_json_num(f, c->last);
+        fputs(",\"min\":", f); qk__prof_json_num(f, c->min);
+        fputs(",\"max\":", f); qk__prof_json_num(f, c->max);
+        fputc('}', f);
+    }
+    pthread_mutex_lock(&qk__prof_mu);
+    fputs("],\n\"memory\":{\"kinds\":{", f);
+    for (k = 0; k < QK__PROF_MEM_KINDS; k++) {
+        fprintf(f, "%s\"%s\":{\"current\":", k ? "," : "", qk__prof_kind_name(k));
+        qk__prof_json_num(f, qk__prof_g.mem_cur[k]);
+        fputs(",\"peak\":", f); qk__prof_json_num(f, qk__prof_g.mem_peak[k]);
+        fputc('}', f);
+    }
+    fputs("},\n \"names\":[", f);
+    for (i = 0; i < qk__prof_g.n_mnames; i++) {
+        const qk__prof_mname *mn = &qk__prof_g.mnames[i];
+        fputs(i ? ",\n  {\"name\":" : "\n  {\"name\":", f);
+        qk__prof_json_str(f, mn->name);
+        fprintf(f, ",\"kind\":\"%s\",\"allocs\":%llu,\"current\":", qk__prof_kind_name(mn->kind), (unsigned long long)mn->allocs);
+        qk__prof_json_num(f, mn->current);
+        fputs(",\"peak\":", f); qk__prof_json_num(f, mn->peak);
+        fputs(",\"dtype\":", f); qk__prof_json_str(f, mn->dtype);
+        fputs(",\"shape\":", f); qk__prof_json_str(f, mn->shape);
+        fputc('}', f);
+    }
+    fputs("],\n \"snapshots\":[", f);
+    for (i = 0; i < qk__prof_g.n_snaps; i++) {
+        const qk__prof_snap *s2 = &qk__prof_g.snaps[i];
+        fputs(i ? ",\n  {\"label\":" : "\n  {\"label\":", f);
+        qk__prof_json_str(f, s2->label);
+        fputs(",\"t_ns\":", f); qk__prof_json_num(f, (double)(int64_t)(s2->t - m->t0) * m->npt);
+        if (s2->is_pool) {
+            fputs(",\"pool_reserved\":", f); qk__prof_json_num(f, s2->pool_reserved);
+            fputs(",\"pool_reserved_high\":", f); qk__prof_json_num(f, s2->pool_reserved_high);
+            fputs(",\"pool_used\":", f); qk__prof_json_num(f, s2->pool_used);
+            fputs(",\"pool_used_high\":", f); qk__prof_json_num(f, s2->pool_used_high);
+        } else {
+            fputs(",\"device_free\":", f); qk__prof_json_num(f, s2->dev_free);
+            fputs(",\"device_total\":", f); qk__prof_json_num(f, s2->dev_total);
+            fputs(",\"tracked_host\":", f); qk__prof_json_num(f, s2->host_tracked);
+            fputs(",\"tracked_device\":", f); qk__prof_json_num(f, s2->device_tracked);
+        }
+        fputc('}', f);
+    }
+    fputs("]}}\n", f);
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+/* Counter events of all threads, sorted by (site, time): "add" counters become running sums. */
+typedef struct qk__prof_cev { uint32_t site; int kind; uint64_t t; double v; } qk__prof_cev;
+
+static int qk__prof_cev_cmp(const void *a, const void *b)
+{
+    const qk__prof_cev *x = (const qk__prof_cev *)a, *y = (const qk__prof_cev *)b;
+    int c = strcmp(qk__prof_site_name(x->site), qk__prof_site_name(y->site));
+    if (c) return c;
+    return x->t < y->t ? -1 : x->t > y->t;
+}
+
+static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
+{
+    int i, k, first = 1;
+    qk__prof_thread *t;
+    size_t nce = 0, ci = 0;
+    qk__prof_cev *ce = NULL;
+#define QK__PROF_SEP() (fputs(first ? "\n" : ",\n", f), first = 0)
+    fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"qk_prof\"},\"traceEvents\":[", f);
+    QK__PROF_SEP();
+    fputs("{\"ph\":\"M\",\"pid\":1,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"host\"}}", f);
+    QK__PROF_SEP();
+    fputs("{\"ph\":\"M\",\"pid\":1,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":0}}", f);
+    for (i = 0; i < m->n_threads; i++) {
+        if (!m->threads[i]) continue;
+        QK__PROF_SEP();
+        fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", i + 1);
+        qk__prof_json_str(f, m->threads[i]->name);
+        fputs("}}", f);
+        QK__PROF_SEP();
+        fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%d}}", i + 1, i);
+    }
+    {
+        int seen[16] = { 0 };
+        for (k = 0; k < m->n_lanes; k++) {
+            int dv = m->lanes[k].device & 15;
+            if (!seen[dv]) {
+                seen[dv] = 1;
+                QK__PROF_SEP();
+                fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"GPU %d\"}}", 2 + dv, dv);
+                QK__PROF_SEP();
+                fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}", 2 + dv, 1 + dv);
+            }
+            QK__PROF_SEP();
+            fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", 2 + dv, k + 1);
+            qk__prof_json_str(f, m->lanes[k].name);
+            fputs("}}", f);
+        }
+    }
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        size_t n = qk__prof_count(t), e;
+        for (e = 0; e < n; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (QK__PROF_KIND(ev)) { nce++; continue; }
+            QK__PROF_SEP();
+            fputs("{\"ph\":\"X\",\"cat\":\"cpu\",\"name\":", f);
+            qk__prof_json_str(f, qk__prof_site_name(QK__PROF_SITE(ev)));
+            fprintf(f, ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d}}", t->index + 1,
+                    (double)(int64_t)(ev->t0 - m->t0) * m->npt * 1e-3, (double)(ev->t1 - ev->t0) * m->npt * 1e-3, QK__PROF_DEPTH(ev));
+        }
+        if (t->gpu) {
+            qk__prof_gthread *g = t->gpu;
+            size_t r;
+            pthread_mutex_lock(&g->mu);
+            for (r = 0; r < g->n_recs; r++) {
+                const qk__prof_grec *gr = &g->recs[r];
+                QK__PROF_SEP();
+                fputs("{\"ph\":\"X\",\"cat\":\"gpu\",\"name\":", f);
+                qk__prof_json_str(f, qk__prof_site_name(gr->site));
+                fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d,\"thread\":%d",
+                        2 + (qk__prof_g.lanes[gr->lane].device & 15), gr->lane + 1, qk__prof_gabs(m, gr) * 1e-3,
+                        gr->dur_ns * 1e-3, gr->depth, t->index + 1);
+                if (gr->dir)
+                    fprintf(f, ",\"bytes\":%llu,\"dir\":\"%s\",\"pinned\":%s,\"GB/s\":%.3f", (unsigned long long)gr->bytes,
+                            qk__prof_dir_name(gr->dir), gr->pinned ? "true" : "false",
+                            gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0.0);
+                fputs("}}", f);
+            }
+            pthread_mutex_unlock(&g->mu);
+        }
+    }
+    if (nce) ce = (qk__prof_cev *)QK_PROF_MALLOC(nce * sizeof *ce);
+    if (ce) {
+        for (t = qk__prof_g.threads; t; t = t->next) {
+            size_t n = qk__prof_count(t), e;
+            for (e = 0; e < n && ci < nce; e++) {
+                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+                if (!QK__PROF_KIND(ev)) continue;
+                ce[ci].site = QK__PROF_SITE(ev); ce[ci].kind = QK__PROF_KIND(ev); ce[ci].t = ev->t0;
+                memcpy(&ce[ci].v, &ev->t1, sizeof ce[ci].v);
+                ci++;
+            }
+        }
+        qsort(ce, ci, sizeof *ce, qk__prof_cev_cmp);
+        {
+            size_t e;
+            double run = 0;
+            for (e = 0; e < ci; e++) {
+                if (e == 0 || strcmp(qk__prof_site_name(ce[e].site), qk__prof_site_name(ce[e - 1].site)) != 0) run = 0;
+                run = ce[e].kind == 2 ? run + ce[e].v : ce[e].v;
+                QK__PROF_SEP();
+                fputs("{\"ph\":\"C\",\"pid\":1,\"name\":", f);
+                qk__prof_json_str(f, qk__prof_site_name(ce[e].site));
+                fprintf(f, ",\"ts\":%.3f,\"args\":{\"value\":", (double)(int64_t)(ce[e].t - m->t0) * m->npt * 1e-3);
+                qk__prof_json_num(f, run);
+                fputs("}}", f);
+            }
+        }
+        QK_PROF_FREE(ce);
+    }
+    pthread_mutex_lock(&qk__prof_mu);
+    for (ci = 0; ci < qk__prof_g.n_mseries; ci++) {
+        const qk__prof_mpoint *p = &qk__prof_g.mseries[ci];
+        QK__PROF_SEP();
+        fprintf(f, "{\"ph\":\"C\",\"pid\":1,\"name\":\"tracked memory\",\"ts\":%.3f,\"args\":{\"host\":",
+                (double)(int64_t)(p->t - m->t0) * m->npt * 1e-3);
+        qk__prof_json_num(f, p->host);
+        fputs(",\"device\":", f);
+        qk__prof_json_num(f, p->device);
+        fputs("}}", f);
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    fputs("\n]}\n", f);
+#undef QK__PROF_SEP
+}
+
+/* ---- implementation: HTML report ---- */
+static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall)
+{
+    int i;
+    fprintf(f, "<h2>%s</h2>\n<table><tr><th>name</th><th>calls</th><th>total ms</th><th>%%</th><th>mean us</th>"
+               "<th>min us</th><th>max us</th><th>std us</th></tr>\n", title);
+    for (i = 0; i < n; i++) {
+        const qk__prof_row *r = &rows[i];
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, r->name);
+        fprintf(f, "</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n",
+                (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0, r->mean * 1e-3,
+                r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
+    }
+    fputs("</table>\n", f);
+}
+
+static void qk__prof_write_html(FILE *f, qk__prof_model *m)
+{
+    int i, k, nbar = 0;
+    const int W = 960, LW = 220;
+    double maxt = 0;
+    qk__prof_thread *t;
+    fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qk_prof report</title>\n<style>\n"
+          "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}\n"
+          "table{border-collapse:collapse;margin:8px 0 16px}td,th{padding:2px 10px;border-bottom:1px solid #ddd;"
+          "text-align:right}td:first-child,th:first-child{text-align:left}h2{margin-top:28px;font-size:17px}\n"
+          "svg text{font:12px sans-serif}.cpu{fill:#4e79a7}.gpu{fill:#59a14f}.xfer{fill:#f28e2b}\n"
+          "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
+    fprintf(f, "<p>wall %.3f ms &middot; clock %s &middot; %d host thread%s &middot; %d GPU stream%s</p>\n", m->wall * 1e-6,
+            m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s", m->n_lanes, m->n_lanes == 1 ? "" : "s");
+    /* Chart 1: total time per zone, CPU and GPU, largest first. */
+    for (i = 0; i < m->n_cpu; i++) if (m->cpu[i].total > maxt) maxt = m->cpu[i].total;
+    for (i = 0; i < m->n_gpu; i++) if (m->gpu[i].total > maxt) maxt = m->gpu[i].total;
+    {
+        int nc = m->n_cpu < 20 ? m->n_cpu : 20, ng = m->n_gpu < 20 ? m->n_gpu : 20, y = 0;
+        nbar = nc + ng;
+        fprintf(f, "<h2>Time per zone</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n", W, nbar * 22 + 10);
+        for (k = 0; k < 2; k++) {
+            const qk__prof_row *rows = k ? m->gpu : m->cpu;
+            int n = k ? ng : nc;
+            for (i = 0; i < n; i++, y += 22) {
+                double w = maxt > 0 ? (W - LW - 140) * rows[i].total / maxt : 0;
+                fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s ", LW - 6, y + 15, k ? "GPU" : "CPU");
+                qk__prof_html_label(f, rows[i].name, 28);
+                fprintf(f, "</text><rect class=\"%s\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/>"
+                           "<text x=\"%.1f\" y=\"%d\">%.3f ms</text>\n", k ? "gpu" : "cpu", LW, y + 3, w < 1 ? 1.0 : w,
+                        LW + (w < 1 ? 1.0 : w) + 6, y + 15, rows[i].total * 1e-6);
+            }
+        }
+        fputs("</svg>\n", f);
+    }
+    /* Chart 2: CPU vs GPU busy share of the wall (threads: top-level zones; streams: union). */
+    {
+        int rows = 0, y = 0;
+        for (i = 0; i < m->n_threads; i++) rows += m->threads[i] != NULL;
+        rows += m->n_lanes;
+        fprintf(f, "<h2>CPU vs GPU: busy share of wall time</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n",
+                W, rows * 22 + 10);
+        for (i = 0; i < m->n_threads; i++) {
+            double busy = 0;
+            size_t n, e;
+            if (!(t = m->threads[i])) continue;
+            n = qk__prof_count(t);
+            for (e = 0; e < n; e++) {
+                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+                if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) == 0) busy += (double)(ev->t1 - ev->t0) * m->npt;
+            }
+            {
+                double fr = m->wall > 0 ? busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
+                fputs("<text x=\"214\" y=\"", f);
+                fprintf(f, "%d\" text-anchor=\"end\">CPU ", y + 15);
+                qk__prof_html_label(f, t->name, 28);
+                fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
+                           "<rect class=\"cpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
+                        LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
+            }
+            y += 22;
+        }
+        for (k = 0; k < m->n_lanes; k++, y += 22) {
+            double fr = m->wall > 0 ? m->lanes[k].busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, y + 15, m->lanes[k].device);
+            qk__prof_html_label(f, m->lanes[k].name, 24);
+            fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
+                       "<rect class=\"gpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
+                    LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
+        }
+        fputs("</svg>\n", f);
+    }
+    /* Chart 3: timeline, one lane per thread and stream (top-level zones; at most 20000 boxes). */
+    {
+        int lanes = 0, li = 0, boxes = 0;
+        double sx = m->wall > 0 ? (W - LW) / m->wall : 0;
+        for (i = 0; i < m->n_threads; i++) lanes += m->threads[i] != NULL;
+        lanes += m->n_lanes;
+        fprintf(f, "<h2>Timeline</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n", W, lanes * 22 + 24);
+        for (i = 0; i < m->n_threads; i++) {
+            size_t n, e;
+            if (!(t = m->threads[i])) continue;
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", LW - 6, li * 22 + 15);
+            qk__prof_html_label(f, t->name, 30);
+            fputs("</text>\n", f);
+            n = qk__prof_count(t);
+            for (e = 0; e < n && boxes < 20000; e++) {
+                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+                double x0, w;
+                if (QK__PROF_KIND(ev) || QK__PROF_DEPTH(ev) > 1) continue;
+                x0 = LW + sx * (double)(int64_t)(ev->t0 - m->t0) * m->npt;
+                w = sx * (double)(ev->t1 - ev->t0) * m->npt;
+                fprintf(f, "<rect class=\"cpu\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" opacity=\"%s\"/>\n", x0,
+                        li * 22 + 3 + (QK__PROF_DEPTH(ev) ? 8 : 0), w < 0.5 ? 0.5 : w, QK__PROF_DEPTH(ev) ? 8 : 16, QK__PROF_DEPTH(ev) ? "0.6" : "1");
+                boxes++;
+            }
+            li++;
+        }
+        for (k = 0; k < m->n_lanes; k++, li++) {
+            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, li * 22 + 15, m->lanes[k].device);
+            qk__prof_html_label(f, m->lanes[k].name, 24);
+            fputs("</text>\n", f);
+            for (t = qk__prof_g.threads; t; t = t->next) {
+                size_t r;
+                if (!t->gpu) continue;
+                pthread_mutex_lock(&t->gpu->mu);
+                for (r = 0; r < t->gpu->n_recs && boxes < 20000; r++) {
+                    const qk__prof_grec *gr = &t->gpu->recs[r];
+                    double x0, w;
+                    if (gr->lane != k) continue;
+                    x0 = LW + sx * qk__prof_gabs(m, gr);
+                    w = sx * gr->dur_ns;
+                    fprintf(f, "<rect class=\"%s\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"16\"/>\n", gr->dir ? "xfer" : "gpu",
+                            x0, li * 22 + 3, w < 0.5 ? 0.5 : w);
+                    boxes++;
+                }
+                pthread_mutex_unlock(&t->gpu->mu);
+            }
+        }
+        fprintf(f, "<text x=\"%d\" y=\"%d\">0</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f ms</text>\n</svg>\n",
+                LW, lanes * 22 + 18, W - 2, lanes * 22 + 18, m->wall * 1e-6);
+    }
+    /* Chart 4: tracked memory over time. */
+    pthread_mutex_lock(&qk__prof_mu);
+    if (qk__prof_g.n_mseries) {
+        const int H = 200;
+        double mx = 1, sx = m->wall > 0 ? (W - LW) / m->wall : 0;
+        size_t p;
+        char b1[32];
+        for (p = 0; p < qk__prof_g.n_mseries; p++) {
+            if (qk__prof_g.mseries[p].host > mx) mx = qk__prof_g.mseries[p].host;
+            if (qk__prof_g.mseries[p].device > mx) mx = qk__prof_g.mseries[p].device;
+        }
+        fprintf(f, "<h2>Tracked memory over time</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
+                   "<rect x=\"%d\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", W, H + 30, LW, W - LW, H);
+        for (k = 0; k < 2; k++) {
+            double prev = 0;
+            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%d,%d", k ? "#59a14f" : "#4e79a7", LW, H);
+            for (p = 0; p < qk__prof_g.n_mseries; p++) {
+                const qk__prof_mpoint *q = &qk__prof_g.mseries[p];
+                double x = LW + sx * (double)(int64_t)(q->t - m->t0) * m->npt, v = k ? q->device : q->host;
+                fprintf(f, " %.1f,%.1f %.1f,%.1f", x, H - H * prev / mx, x, H - H * v / mx);
+                prev = v;
+            }
+            fprintf(f, " %d,%.1f\"/>\n", W, H - H * prev / mx);
+        }
+        fprintf(f, "<text x=\"%d\" y=\"14\" text-anchor=\"end\">%s</text>", LW - 6, qk__prof_bytes(mx, b1, sizeof b1));
+        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>", LW - 6, H);
+        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#4e79a7\">host</text><text x=\"%d\" y=\"%d\" fill=\"#59a14f\">device</text>\n</svg>\n",
+                LW, H + 20, LW + 60, H + 20);
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    {
+        int nt;
+        qk__prof_top *tp = qk__prof_tops(m, &nt);
+        fputs("<h2>Top bottlenecks</h2>\n<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>% of wall</th></tr>\n", f);
+        for (i = 0; tp && i < nt; i++) {
+            fputs("<tr><td>", f);
+            qk__prof_html_str(f, tp[i].name);
+            fprintf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f</td></tr>\n", tp[i].gpu ? "GPU" : "CPU", tp[i].total * 1e-6,
+                    m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+        }
+        fputs("</table>\n", f);
+        QK_PROF_FREE(tp);
+    }
+    qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
+    if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
+    if (m->n_lanes) {
+        fputs("<h2>GPU streams</h2>\n<table><tr><th>stream</th><th>device</th><th>zones</th><th>busy ms</th><th>wall %</th><th>active %</th></tr>\n", f);
+        for (k = 0; k < m->n_lanes; k++) {
+            const qk__prof_lrow *l = &m->lanes[k];
+            fputs("<tr><td>", f);
+            qk__prof_html_str(f, l->name);
+            fprintf(f, "</td><td>%d</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.1f</td></tr>\n", l->device,
+                    (unsigned long long)l->zones, l->busy * 1e-6, m->wall > 0 ? 100 * l->busy / m->wall : 0.0,
+                    l->last > l->first ? 100 * l->busy / (l->last - l->first) : 0.0);
+        }
+        fputs("</table>\n", f);
+    }
+    {
+        int p, any = 0;
+        char b1[32];
+        for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
+        if (any) {
+            fputs("<h2>Transfers</h2>\n<table><tr><th>direction</th><th>memory</th><th>count</th><th>bytes</th><th>time ms</th><th>GB/s</th></tr>\n", f);
+            for (k = 1; k < 5; k++)
+                for (p = 0; p < 2; p++) {
+                    const qk__prof_xrow *x = &m->xr[k][p];
+                    if (!x->count) continue;
+                    fprintf(f, "<tr><td>%s</td><td>%s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
+                            qk__prof_dir_name(k), k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable",
+                            (unsigned long long)x->count, qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
+                            x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0);
+                }
+            fputs("</table>\n", f);
+        }
+    }
+    pthread_mutex_lock(&qk__prof_mu);
+    if (qk__prof_g.n_mnames) {
+        char b1[32], b2[32];
+        fputs("<h2>Memory (tracked)</h2>\n<table><tr><th>name</th><th>kind</th><th>current</th><th>peak</th><th>allocs</th><th>dtype</th><th>shape</th></tr>\n", f);
+        for (i = 0; i < qk__prof_g.n_mnames; i++) {
+            const qk__prof_mname *mn = &qk__prof_g.mnames[i];
+            fputs("<tr><td>", f);
+            qk__prof_html_str(f, mn->name);
+            fprintf(f, "</td><td>%s</td><td>%s</td><td>%s</td><td>%llu</td><td>", qk__prof_kind_name(mn->kind),
+                    qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2), (unsigned long long)mn->allocs);
+            qk__prof_html_str(f, mn->dtype);
+            fputs("</td><td>", f);
+            qk__prof_html_str(f, mn->shape);
+            fputs("</td></tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+    if (m->n_ctr) {
+        fputs("<h2>Counters</h2>\n<table><tr><th>name</th><th>updates</th><th>total / last</th><th>min</th><th>max</th></tr>\n", f);
+        for (i = 0; i < m->n_ctr; i++) {
+            fputs("<tr><td>", f);
+            qk__prof_html_str(f, m->ctr[i].name);
+            fprintf(f, "</td><td>%llu</td><td>%.6g</td><td>%.6g</td><td>%.6g</td></tr>\n", (unsigned long long)m->ctr[i].n,
+                    m->ctr[i].add ? m->ctr[i].sum : m->ctr[i].last, m->ctr[i].min, m->ctr[i].max);
+        }
+        fputs("</table>\n", f);
+    }
+    fprintf(f, "<p>dropped events %llu, GPU zones dropped %llu, unbalanced %llu, mismatched %llu</p>\n</body></html>\n",
+            (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
+            (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched);
+}
+
+QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
+{
+    qk__prof_model m;
+    if (!f) { qk__prof_seterr("qk_prof_write: no file"); return -1; }
+    if (qk__prof_model_build(&m) != 0) return -1;
+    switch (fmt) {
+    case QK_PROF_TEXT: qk__prof_write_text(f, &m); break;
+    case QK_PROF_JSON: qk__prof_write_json(f, &m); break;
+    case QK_PROF_TRACE: qk__prof_write_trace(f, &m); break;
+    case QK_PROF_HTML: qk__prof_write_html(f, &m); break;
+    default:
+        qk__prof_model_free(&m);
+        qk__prof_seterr("qk_prof_write: unknown format %d", (int)fmt);
+        return -1;
+    }
+    qk__prof_model_free(&m);
+    if (ferror(f)) { qk__prof_seterr("qk_prof_write: write error"); return -1; }
+    return 0;
+}
+
+QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
+{
+    char tmp[4096];
+    FILE *f;
+    int rc;
+    if (!path || !*path) { qk__prof_seterr("qk_prof_write_file: no path"); return -1; }
+    if (strcmp(path, "-") == 0) { rc = qk_prof_write(fmt, stdout); fflush(stdout); return rc; }
+    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
+        qk__prof_seterr("qk_prof_write_file: path too long");
+        return -1;
+    }
+    f = fopen(tmp, "w");
+    if (!f) { qk__prof_seterr("qk_prof_write_file: cannot open %s: %s", tmp, strerror(errno)); return -1; }
+    rc = qk_prof_write(fmt, f);
+    if (fclose(f) != 0 && rc == 0) { qk__prof_seterr("qk_prof_write_file: cannot write %s: %s", tmp, strerror(errno)); rc = -1; }
+    if (rc == 0 && rename(tmp, path) != 0) { qk__prof_seterr("qk_prof_write_file: cannot rename to %s: %s", path, strerror(errno)); rc = -1; }
+    if (rc != 0) remove(tmp);
+    return rc;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* QK_PROF_IMPLEMENTATION */
+
+/*
+MIT License
+
+Copyright (c) 2026 the qk authors
+
+Permission is hereby granted, free of charge, to any person obtaining a copy of this software and
+associated documentation files (the "Software"), to deal in the Software without restriction,
+including without limitation the rights to use, copy, modify, merge, publish, distribute,
+sublicense, and/or sell copies of the Software, and to permit persons to whom the Software is
+furnished to do so, subject to the following conditions:
+
+The above copyright notice and this permission notice shall be included in all copies or
+substantial portions of the Software.
+
+THE SOFTWARE IS PROVIDED "AS IS", WITHOUT WARRANTY OF ANY KIND, EXPRESS OR IMPLIED, INCLUDING BUT
+NOT LIMITED TO THE WARRANTIES OF MERCHANTABILITY, FITNESS FOR A PARTICULAR PURPOSE AND
+NONINFRINGEMENT. IN NO EVENT SHALL THE AUTHORS OR COPYRIGHT HOLDERS BE LIABLE FOR ANY CLAIM,
+DAMAGES OR OTHER LIABILITY, WHETHER IN AN ACTION OF CONTRACT, TORT OR OTHERWISE, ARISING FROM, OUT
+OF OR IN CONNECTION WITH THE SOFTWARE OR THE USE OR OTHER DEALINGS IN THE SOFTWARE.
+*/

@@ -52,6 +52,14 @@ static const char *usage_text =
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
+    "  --autotune        GPU: time the kernel configurations now and store the best in the cache\n"
+    "  --no-autotune     GPU: use the fixed per-architecture table (default: the cached choice,\n"
+    "                    tuned on a miss; docs/autotune.md)\n"
+    "  --cache-dir DIR   autotune cache directory (default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk,\n"
+    "                    ~/.cache/qk)\n"
+    "  --profile FILE    profiler report (text tables; \"-\" = stdout) of qk's pipeline\n"
+    "  --trace FILE      Chrome trace-event JSON (Perfetto, chrome://tracing)\n"
+    "  --html FILE       self-contained HTML profiler report\n"
     "  --demo            Iris demo: zz kernel + kernel ridge classifier, prints test accuracy\n"
     "  --data DIR        directory holding iris.csv for --demo\n"
     "  --help, --version\n"
@@ -60,6 +68,9 @@ static const char *usage_text =
 
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
+    const char *profile, *trace, *html;   /* profiler outputs (builds with QK_PROF_ENABLE) */
+    const char *cache_dir;                /* autotune cache directory */
+    int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
     int threads, quiet, demo;
@@ -85,6 +96,15 @@ static int fail(qk_result r, const char *fmt, ...) {
     va_end(ap);
     if (r != QK_OK) fprintf(stderr, ": %s", detail && *detail ? detail : qk_result_string(r));
     fprintf(stderr, "\n");
+    return EXIT_FAILURE;
+}
+
+static int prof_fail(const char *what, const char *path) {
+#ifdef QK_PROF_ENABLE
+    fprintf(stderr, "qk-gram: error: cannot write the %s '%s': %s\n", what, path, qk_prof_last_error());
+#else
+    fprintf(stderr, "qk-gram: error: cannot write the %s '%s'\n", what, path);
+#endif
     return EXIT_FAILURE;
 }
 
@@ -293,9 +313,12 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--version") == 0) { printf("qk-gram %s\n", QK_VERSION_STRING); exit(0); }
         if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
         if (strcmp(name, "--demo") == 0) { o->demo = 1; continue; }
+        if (strcmp(name, "--autotune") == 0) { o->autotune = 1; continue; }
+        if (strcmp(name, "--no-autotune") == 0) { o->autotune = -1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
-            strcmp(name, "--threads") && strcmp(name, "--data"))
+            strcmp(name, "--threads") && strcmp(name, "--data") && strcmp(name, "--profile") && strcmp(name, "--cache-dir") &&
+            strcmp(name, "--trace") && strcmp(name, "--html"))
             die_usage("unknown option '%s'", name);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -306,6 +329,10 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--weights")) o->weights = v;
         else if (!strcmp(name, "--data")) o->data = v;
+        else if (!strcmp(name, "--profile")) o->profile = v;
+        else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
+        else if (!strcmp(name, "--trace")) o->trace = v;
+        else if (!strcmp(name, "--html")) o->html = v;
         else if (!strcmp(name, "--device")) o->device = parse_device(v);
         else if (!strcmp(name, "--precision")) o->precision = parse_precision(v);
         else {
@@ -372,6 +399,8 @@ static int gram_main(const options *o) {
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
     r = qk_ctx_create(&cd, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
@@ -560,6 +589,8 @@ static int demo_main(const options *o) {
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
     r = qk_ctx_create(&cd, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
@@ -639,5 +670,14 @@ int main(int argc, char **argv) {
         return EXIT_USAGE;
     }
     parse_args(argc, argv, &o);
-    return o.demo ? demo_main(&o) : gram_main(&o);
+    if ((o.profile || o.trace || o.html) && !QK_PROF_ENABLED)
+        die_usage("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)");
+    {
+        int rc = o.demo ? demo_main(&o) : gram_main(&o);
+        /* profiler outputs are written whatever the outcome: a failed run's profile is useful too */
+        if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
+        if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
+        if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
+        return rc;
+    }
 }

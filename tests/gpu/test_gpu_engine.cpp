@@ -479,6 +479,7 @@ static void api_tests()
     qk_ctx_desc cd;
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
+    cd.autotune = -1; /* the fixed table here; the autotune part below tunes into a temp cache */
     qk_ctx *cpu = nullptr, *gpu = nullptr;
     CHECK(qk_ctx_create(&cd, &cpu) == QK_OK, "cpu ctx: %s", qk_last_error());
     cd.device = QK_DEVICE_CUDA;
@@ -496,6 +497,44 @@ static void api_tests()
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32, QK_OUTPUT_HOST, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, mm.bin);
         printf("api %-32s %s\n", mm.spec, g_fail == before ? "ok" : "FAILED");
+    }
+    /* autotune: measure and store into a fresh cache directory, then a second context reads it */
+    char dir[] = "/tmp/qk-gpu-test-XXXXXX";
+    if (mkdtemp(dir)) {
+        qk_ctx *t1 = nullptr, *t2 = nullptr;
+        qk_ctx_desc td = cd;
+        td.device = QK_DEVICE_CUDA;
+        td.autotune = 1;
+        td.cache_dir = dir;
+        CHECK(qk_ctx_create(&td, &t1) == QK_OK, "tune ctx: %s", qk_last_error());
+        td.autotune = 0;
+        CHECK(qk_ctx_create(&td, &t2) == QK_OK, "tune ctx 2: %s", qk_last_error());
+        qk_map *m = nullptr;
+        if (t1 && t2 && qk_map_parse("zz(reps=2)", 7, &m) == QK_OK) {
+            std::vector<double> x(300 * 7);
+            for (auto &v : x) v = urand(0, 2 * M_PI);
+            std::vector<float> k1(300 * 300, NAN), k2(300 * 300, NAN);
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = x.data(); g.n_x = 300; g.out = k1.data(); g.out_dtype = QK_F32;
+            qk_plan p1, p2;
+            CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0, "autotune measure: '%s'", p1.config);
+            CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 &&
+                  p2.use_blas == p1.use_blas && p2.kernel_cfg == p1.kernel_cfg, "autotune cache: '%s' vs '%s'", p2.config, p1.config);
+            CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned gram: %s", qk_last_error());
+            g.out = k2.data();
+            CHECK(qk_gram(cpu, m, &g) == QK_OK, "cpu gram: %s", qk_last_error());
+            double e = 0;
+            for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
+            CHECK(e < 5e-4, "tuned gram vs cpu: max err %.3g", e);
+            printf("autotune: %s\n", p1.config);
+        }
+        if (m) qk_map_free(m);
+        qk_ctx_destroy(t1);
+        qk_ctx_destroy(t2);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) printf("could not remove %s\n", dir);
     }
     qk_ctx_destroy(cpu);
     qk_ctx_destroy(gpu);

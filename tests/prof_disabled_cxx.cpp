@@ -1,0 +1,2 @@
+// The disabled-build test compiled as C++.
+#include "prof_disabled.c"

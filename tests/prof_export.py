@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""Runs tests/prof_stats with an output directory, then checks what it wrote, independently:
+report.json statistics against the drawn durations (python statistics), trace.json structure
+(ph X/M/C, lanes, nesting, counter running sums, names round-tripped), the buffer-full trace,
+report.txt tables, and HTML escaping. Usage: prof_export.py PROF_STATS_EXE"""
+import html.parser, json, math, os, statistics, subprocess, sys, tempfile
+
+fails = []
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+def close(a, b, rel=1e-9, abs_=1e-6):
+    return abs(a - b) <= abs_ + rel * abs(b)
+
+def main():
+    exe = sys.argv[1]
+    with tempfile.TemporaryDirectory() as d:
+        r = subprocess.run([exe, d], capture_output=True, text=True)
+        sys.stderr.write(r.stderr)
+        check(r.returncode == 0, "prof_stats exited %d" % r.returncode)
+        sched = json.load(open(os.path.join(d, "schedule.json")))
+        npt = sched["ns_per_tick"]
+        weird = sched["weird"]
+        rep = json.load(open(os.path.join(d, "report.json")))
+        zones = {z["name"]: z for z in rep["cpu_zones"]}
+        for name in ("outer", "inner", weird):
+            durs = [x * npt for x in sched[name]]
+            z = zones.get(name)
+            check(z is not None, "zone %r in report.json" % name)
+            if not z:
+                continue
+            check(z["calls"] == len(durs), "%r calls %s != %d" % (name, z["calls"], len(durs)))
+            check(close(z["total_ns"], math.fsum(durs)), "%r total" % name)
+            check(close(z["min_ns"], min(durs)) and close(z["max_ns"], max(durs)), "%r min/max" % name)
+            check(close(z["mean_ns"], statistics.fmean(durs)), "%r mean" % name)
+            check(close(z["std_ns"], statistics.pstdev(durs), rel=1e-7), "%r std %s vs %s" % (name, z["std_ns"], statistics.pstdev(durs)))
+            check(close(z["pct_wall"], 100 * z["total_ns"] / rep["wall_ns"]), "%r pct" % name)
+        check(zones["inner"]["sites"] == 2, "inner merges two call sites")
+        top = rep["top"]
+        want = sorted(rep["cpu_zones"], key=lambda z: -z["total_ns"])[:10]
+        check([t["name"] for t in top] == [z["name"] for z in want] and top[0]["gpu"] is False,
+              "top list = zones by total, largest first")
+        ctr = {c["name"]: c for c in rep["counters"]}
+        check(close(ctr["tiles"]["sum"], sched["tiles"]) and ctr["tiles"]["kind"] == "add", "tiles counter sum")
+        check(close(ctr["temp"]["last"], sched["temp_last"]) and ctr["temp"]["kind"] == "set", "temp counter last")
+        mem = rep["memory"]["kinds"]["host"]
+        check(mem["current"] == sched["host_current"] and mem["peak"] == sched["host_peak"], "memory current/peak %s" % mem)
+        xf = {(x["dir"], x["pinned"]): x for x in rep["transfers"]}
+        h2d = xf.get(("H2D", True))
+        check(h2d is not None and h2d["count"] == 2 and close(h2d["gbps"], 1.5e9 / 0.2 / 1e9), "H2D pinned GB/s")
+        check(h2d is not None and close(h2d["min_gbps"], 5.0) and close(h2d["max_gbps"], 10.0), "H2D min/max GB/s")
+        check(("D2H", False) in xf and close(xf[("D2H", False)]["gbps"], 2.0), "D2H pageable GB/s")
+        check(rep["dropped"]["mismatched"] == 1 and rep["dropped"]["unbalanced"] >= 1, "mismatch/unbalanced counts")
+
+        tr = json.load(open(os.path.join(d, "trace.json")))
+        ev = tr["traceEvents"]
+        check(all(e["ph"] in ("X", "M", "C") for e in ev), "only X/M/C events")
+        xs = [e for e in ev if e["ph"] == "X"]
+        for e in xs:
+            ok = all(isinstance(e.get(k), (int, float)) for k in ("ts", "dur", "pid", "tid")) and e["dur"] >= 0
+            if not ok:
+                check(False, "X event fields %r" % e)
+                break
+        names = {}
+        for e in xs:
+            names[e["name"]] = names.get(e["name"], 0) + 1
+        for name in ("outer", "inner", weird):
+            check(names.get(name) == len(sched[name]), "trace X count for %r: %s vs %d" % (name, names.get(name), len(sched[name])))
+        tids = {e["tid"] for e in xs}
+        tnames = {e["tid"]: e["args"]["name"] for e in ev if e["ph"] == "M" and e["name"] == "thread_name"}
+        check(tids <= set(tnames), "every lane has a thread_name")
+        check('main "thread"' in tnames.values(), "thread name round-trips with its quotes")
+        # nesting: each depth-1 zone lies inside a depth-0 zone of the same lane
+        tops = sorted((e["ts"], e["ts"] + e["dur"]) for e in xs if e["args"]["depth"] == 0)
+        import bisect
+        starts = [a for a, _ in tops]
+        bad = 0
+        for e in xs:
+            if e["args"]["depth"] != 1:
+                continue
+            i = bisect.bisect_right(starts, e["ts"] + 5e-3) - 1
+            if i < 0 or not (tops[i][0] - 5e-3 <= e["ts"] and e["ts"] + e["dur"] <= tops[i][1] + 5e-3):  # ts, dur in us with 3 decimals
+                bad += 1
+        check(bad == 0, "%d nested zones outside their parent" % bad)
+        check(sum(1 for e in xs if e["args"]["depth"] == 1) == len(sched["inner"]) + len(sched[weird]),
+              "depth-1 zones = inner + weird")
+        cs = [e for e in ev if e["ph"] == "C" and e["name"] == "tiles"]
+        check(cs and close(cs[-1]["args"]["value"], sched["tiles"]) and all(
+            cs[i]["ts"] <= cs[i + 1]["ts"] for i in range(len(cs) - 1)), "tiles counter running sum in trace")
+        check(any(e["ph"] == "C" and e["name"] == "tracked memory" for e in ev), "memory counter track")
+
+        full = json.load(open(os.path.join(d, "full.json")))
+        check(sum(1 for e in full["traceEvents"] if e["ph"] == "X") == 8192, "buffer-full trace keeps exactly 8192 events")
+
+        txt = open(os.path.join(d, "report.txt")).read()
+        for key in ("CPU zones", "Top ", "Memory (tracked)", "Transfers", "Counters", "outer", "inner"):
+            check(key in txt, "report.txt has %r" % key)
+        check(all(len(l) < 400 for l in txt.splitlines()), "report.txt lines are bounded")
+        check("\\ttab\\nnewli" in txt, "control characters are escaped in report.txt")
+
+        h = open(os.path.join(d, "report.html")).read()
+        check("<tag>" not in h and "&lt;tag&gt;" in h, "HTML escapes < and >")
+        check("&quot;" in h and "&amp;" in h, "HTML escapes quotes and &")
+        check("http://" not in h.replace("http://www.w3.org/2000/svg", "") and "https://" not in h, "HTML has no network reference")
+        check("<script" not in h, "HTML has no script")
+        class P(html.parser.HTMLParser):
+            def __init__(s):
+                super().__init__()
+                s.stack, s.err, s.svgs = [], 0, 0
+            def handle_starttag(s, tag, attrs):
+                if tag == "svg":
+                    s.svgs += 1
+                if tag not in ("meta", "rect", "polyline", "br"):
+                    s.stack.append(tag)
+            def handle_startendtag(s, tag, attrs):
+                pass
+            def handle_endtag(s, tag):
+                if tag in ("rect", "polyline"):
+                    return
+                if not s.stack or s.stack[-1] != tag:
+                    s.err += 1
+                else:
+                    s.stack.pop()
+        p = P()
+        p.feed(h)
+        check(p.err == 0 and not p.stack, "HTML tags balance (%d errors, open %s)" % (p.err, p.stack[-3:]))
+        check(p.svgs >= 3, "HTML has the SVG charts (%d)" % p.svgs)
+        check("Top bottlenecks" in h, "HTML has the top-N table")
+    if fails:
+        print("%d failure(s)" % len(fails))
+        return 1
+    print("prof_export: ok")
+    return 0
+
+sys.exit(main())

@@ -1,0 +1,50 @@
+#!/usr/bin/env python3
+"""qk-gram --profile/--trace/--html: qk's own pipeline zones reach the report, the Chrome trace
+and the HTML file. The trace is validated by prof_trace_check.check; the number of "gram tile"
+zones must equal the tiles of the CPU plan (n=200, 64x64 tiles, symmetric: 4*5/2 = 10).
+Usage: test_cli_profile.py QK_GRAM. Skips (77) without numpy."""
+import json, os, subprocess, sys, tempfile
+
+try:
+    import numpy as np
+except ImportError:
+    sys.exit(77)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import prof_trace_check
+
+exe = sys.argv[1]
+fails = []
+with tempfile.TemporaryDirectory() as d:
+    x = os.path.join(d, "x.npy")
+    np.save(x, np.random.default_rng().uniform(0, 3, size=(200, 5)))
+    rep, tr, html = (os.path.join(d, f) for f in ("rep.txt", "trace.json", "rep.html"))
+    p = subprocess.run([exe, "--map", "zz(reps=1)", "--x", x, "--out", os.path.join(d, "K.npy"), "--threads", "2",
+                        "--profile", rep, "--trace", tr, "--html", html], capture_output=True, text=True)
+    if p.returncode != 0:
+        print(p.stdout, p.stderr)
+        sys.exit(1)
+    text = open(rep).read()
+    for zone in ("qk_gram", "validate", "plan", "states", "gram tile"):
+        if zone not in text:
+            fails.append(f"zone {zone!r} missing from the report")
+    if prof_trace_check.check(tr, 0):
+        fails.append("trace structure check failed")
+    ev = json.load(open(tr))["traceEvents"]
+    tiles = [e for e in ev if e.get("ph") == "X" and e.get("name") == "gram tile"]
+    if len(tiles) != 10:
+        fails.append(f"{len(tiles)} 'gram tile' zones in the trace, the plan has 10 tiles")
+    top = [e for e in ev if e.get("ph") == "X" and e.get("name") == "qk_gram"]
+    if len(top) != 1 or any(t["ts"] < top[0]["ts"] - 1 or t["ts"] + t["dur"] > top[0]["ts"] + top[0]["dur"] + 1 for t in tiles):
+        fails.append("tiles do not lie inside the one qk_gram zone")
+    h = open(html).read()
+    if "<svg" not in h or "gram tile" not in h:
+        fails.append("HTML report lacks the chart or the zone")
+    # a bad path: clear error, non-zero exit
+    p = subprocess.run([exe, "--map", "zz", "--x", x, "--out", os.path.join(d, "K2.npy"), "--trace",
+                        os.path.join(d, "no", "such", "dir", "t.json")], capture_output=True, text=True)
+    if p.returncode == 0 or "trace" not in p.stderr:
+        fails.append(f"unwritable trace path: exit {p.returncode}, stderr {p.stderr!r}")
+for f in fails:
+    print("FAIL", f)
+print("ok" if not fails else f"{len(fails)} failures")
+sys.exit(1 if fails else 0)
