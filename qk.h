@@ -330,9 +330,9 @@ typedef struct qk_plan {
                                    mirror into later rows; K(X,X) then computes half the pairs) */
     int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
                                    the fused kernel; 2 the same with CGEMM3M (complex fp32) */
-    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..5
+    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..6
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
-                                   stores (qk_cuda_tune_gram) */
+                                   stores, 64x64 with k-steps of 16 (qk_cuda_tune_gram) */
     char config[96];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
@@ -2790,7 +2790,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     req.log = log;
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 2 && c >= 0 && c <= 5 &&
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 2 && c >= 0 && c <= 6 &&
         !(b == 2 && (plan->path != QK_PATH_COMPLEX || plan->precision != QK_PRECISION_FP32))) {
         plan->use_blas = b;
         plan->kernel_cfg = c;

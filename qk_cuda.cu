@@ -140,7 +140,13 @@ template <typename T> struct qk__vec2;
 template <> struct qk__vec2<float> { typedef float2 t; typedef float4 t4; };
 template <> struct qk__vec2<double> { typedef double2 t; typedef double2 t4; };
 
-__device__ __forceinline__ void qk__sincos(float a, float *s, float *c) { sincosf(a, s, c); }
+/* float: reduce to [-pi, pi] (the phase sum is up to ~10^3 rad), then the hardware sincos
+   (|error| < 1e-6 there, under the float state's own rounding) */
+__device__ __forceinline__ void qk__sincos(float a, float *s, float *c)
+{
+    a -= 6.28318530717958647692f * rintf(a * 0.15915494309189533577f);
+    __sincosf(a, s, c);
+}
 __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
 
 __device__ double qk__theta(const qk__dangle *ang, int op, const double *x, const double *w)
@@ -270,6 +276,59 @@ __device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int
     return ph;
 }
 
+/* G one-qubit gates on distinct in-chunk bits applied in one sweep: each thread takes the 2^G
+   amplitudes that differ in those bits into registers, applies the gates in program order and
+   stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
+template <typename T, int G>
+__device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
+                                               const T *const *ms)
+{
+    typedef qk__cx<T> C;
+    T m[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m[g][i] = ms[g][i];
+    int srt[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) srt[g] = bits[g];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int j = 0; j + 1 < G - i; ++j)
+            if (srt[j] > srt[j + 1]) { int tmp = srt[j]; srt[j] = srt[j + 1]; srt[j + 1] = tmp; }
+    for (int t = lt; t < (N >> G); t += tps) {
+        int base = t;
+#pragma unroll
+        for (int g = 0; g < G; ++g) base = ((base >> srt[g]) << (srt[g] + 1)) | (base & ((1 << srt[g]) - 1));
+        C v[1 << G];
+        int idx[1 << G];
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) {
+            int i = base;
+#pragma unroll
+            for (int g = 0; g < G; ++g) if ((k >> g) & 1) i |= 1 << bits[g];
+            idx[k] = i;
+            v[k] = a[i];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int k = 0; k < (1 << G); ++k) {
+                if ((k >> g) & 1) continue;
+                C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
+                y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
+                y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
+                y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
+                y1.y = m[g][4] * x0.y + m[g][5] * x0.x + m[g][6] * x1.y + m[g][7] * x1.x;
+                v[k] = y0;
+                v[k | (1 << g)] = y1;
+            }
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
+    }
+}
+
 /* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
    Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
    part only (real maps). */
@@ -377,7 +436,24 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
             }
             __syncthreads();
         }
-        if (active) {
+        int G = 1;
+        qk__instr g2 = in_, g3 = in_;
+        if (in_.kind == QK__I_GATE && ii + 1 < p.i1) {
+            g2 = prog[ii + 1];
+            if (g2.kind == QK__I_GATE && g2.b0 != in_.b0) {
+                G = 2;
+                if (ii + 2 < p.i1) {
+                    g3 = prog[ii + 2];
+                    if (g3.kind == QK__I_GATE && g3.b0 != in_.b0 && g3.b0 != g2.b0) G = 3;
+                }
+            }
+        }
+        if (active && G > 1) {
+            const int bits[3] = {in_.b0, g2.b0, g3.b0};
+            const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
+            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
+            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
+        } else if (active) {
             if (in_.kind == QK__I_GATE) {
                 const T *m = ps + in_.off;
                 T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
@@ -420,6 +496,7 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
             }
         }
         __syncthreads();
+        ii += G - 1;
     }
     if (active) {
         for (int r = lt; r < N; r += tps) {
@@ -1162,7 +1239,7 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
 
 /* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
    autotuner (qk_cuda_tune_gram) times these on the real shape. */
-#define QK__N_FUSED_CFG 5
+#define QK__N_FUSED_CFG 6
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -1173,6 +1250,7 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }
 }

@@ -180,7 +180,7 @@ int main(int argc, char **argv)
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
-        if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 5);
+        if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 6);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
     }
@@ -258,7 +258,7 @@ int main(int argc, char **argv)
                                (long long)tr.n_samples, tr.best, fixed);
             printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
             for (int i = 0; i < tr.n; ++i) {
-                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : tr.cfg[i] == 4 ? "128x128" : "64x64direct";
+                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : tr.cfg[i] == 4 ? "128x128" : tr.cfg[i] == 5 ? "64x64direct" : "64x64k16";
                 printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
                 len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
             }

@@ -405,7 +405,7 @@ static void run_map(const TMap &t, bool thorough)
     /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
        register-store paths) */
     if (t.cls != QK_CLASS_PRODUCT)
-        for (g_cfg = 1; g_cfg <= 5; ++g_cfg) {
+        for (g_cfg = 1; g_cfg <= 6; ++g_cfg) {
             char what[64];
             snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
