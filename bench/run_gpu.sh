@@ -18,5 +18,5 @@ L=$OUT/log.txt
   timeout 150 $B/tests/test_gpu_engine $QMAX > $OUT/test_gpu.log 2>&1; echo "test rc $?"; grep -E "FAIL|checks" $OUT/test_gpu.log | head -40
   [ -f bench/commit.txt ] && cat bench/commit.txt
   timeout 150 $B/bench/qk-bench --json $OUT/bench.json --commit bench/commit.txt --cases $CASES; echo "bench rc $?"
-  if [ -f .peer/torch_qk.py ]; then timeout 100 python3 .peer/torch_qk.py --json $OUT/peer.json 2>&1 | tail -8; fi
+  if [ -f .peer/torch_qk.py ]; then timeout 100 python3 .peer/torch_qk.py --json $OUT/peer.json 2>&1 | tail -8; python3 bench/qk_bench_report.py $OUT/bench.json $OUT/peer.json; fi
 } 2>&1 | tee $L
