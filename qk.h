@@ -2767,7 +2767,6 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
     return QK_OK;
 }
-#endif
 
 static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
                               void *log_user, qk_plan *plan)
@@ -2783,10 +2782,8 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     req.mode = mode;
     req.cache_dir = cache_dir;
     req.fixed_config = fixed;
-#if defined(QK_CUDA) && QK_CUDA
     req.measure = qk__cuda_measure;
     req.measure_user = plan;
-#endif
     req.log = log;
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
@@ -2797,6 +2794,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     }
     snprintf(plan->config, sizeof plan->config, "%s", label);
 }
+#endif /* QK_CUDA */
 
 /* Largest n such that K(X,X) of n samples keeps all its states resident (bulk) on the device,
    for a zz-like map of n_qubits (scratch counted as for a map with one gate layer and two
