@@ -326,6 +326,13 @@ typedef struct qk_plan {
     int n_streams;
     size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
     size_t bytes_budget;        /* vram_fraction * free (GPU) */
+    int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
+                                   mirror into later rows; K(X,X) then computes half the pairs) */
+    int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
+                                   the fused kernel; 2 the same with CGEMM3M (complex fp32) */
+    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..6
+                                   64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
+                                   stores, 64x64 with k-steps of 16 (qk_cuda_tune_gram) */
     char config[96];            /* kernel configuration used and where it came from */
     char device_name[128];
 } qk_plan;
@@ -464,6 +471,42 @@ QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gr
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
 QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                double *out, char *err, size_t err_size);
+/* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
+   x_i / ||x_i||, zero-padded to 2^n_qubits, cast to the precision (real float or double),
+   written to out_dev (n x 2^n_qubits, device). Batches of `batch` rows (default 64) go H2D
+   double-buffered on one stream while the normalize/pad/cast kernel runs on another; x is
+   read in place when it is pinned, else staged through pinned buffers. Rows must have a
+   non-zero finite norm (qk_map_check_data); seconds, when not NULL, gets the wall time of the
+   pipeline (first H2D to last kernel, events). */
+QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                         void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
+/* Stream-pool figures of the last qk_cuda_gram on this process: per-stream busy time (sum of the
+   intervals its operations ran, from events) and the wall time from the first to the last event.
+   Stream 0 computes (states, Gram), stream 1 copies K to the host. */
+typedef struct qk_cuda_stats {
+    int n_streams;
+    int n_slabs;
+    double busy_ms[4];
+    double wall_ms;             /* first event (after the x upload was queued) to the last */
+    double states_ms;           /* bulk state construction (0 when states are built in tiles) */
+    double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
+    double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
+} qk_cuda_stats;
+QKDEF qk_cuda_stats qk_cuda_last_stats(void);
+/* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
+   every candidate (fused tile configurations 1..4, cuBLAS, and CGEMM3M for complex fp32) on n
+   random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
+   the median of reps). best is the index of the fastest candidate; apply it to a plan with
+   use_blas = blas[best], kernel_cfg = cfg[best]. */
+typedef struct qk_cuda_tune_result {
+    int n;                      /* candidates timed */
+    int blas[8], cfg[8];
+    double ms[8];               /* median milliseconds per K(X,X) of n_samples */
+    int best;
+    int64_t n_samples;
+} qk_cuda_tune_result;
+QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                  char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
@@ -2546,21 +2589,223 @@ QKDEF void qk_array_free(qk_array *a) {
 /* ---- end npy / csv ---- */
 
 /* ---- implementation: device info, planner, VRAM estimator ---- */
-/* (owned by the GPU engine work) */
-/* Stub until the GPU engine lands: the CPU plan when no device is present. */
+/* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
+     states      (n_x + n_y) x row bytes (bulk) or two state tiles
+     scratch     per built state: its per-sample parameters (gate matrices and the dense
+                 quadratic phase forms of qk_cuda.cu's program) and, for programs of more than
+                 one pass (q > 13), a second state buffer
+     K           host/callback output: all of K resident when it fits (symmetric slabs mirror
+                 into later rows: half the pairs), else a ring of two slabs (full rows)
+     workspace   cuBLAS path: one slab of <a|b> in complex (or real) T
+   Staging (two pinned host slabs) is host memory, reported but not charged to the device.
+   Engine choice (fused SIMT kernel vs cuBLAS + fused epilogue), measured on an H200 with
+   qk-bench, K(X,X) fp32, zz reps=2 (bench/results/2026-11-21-h200.json):
+     q = 4  n = 32768: fused 399 Gpairs/s, cuBLAS 205 (write-bound: the fused kernel writes K
+                       once; cuBLAS writes the complex Gram, then the epilogue reads it back)
+     q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
+     q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
+   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
+   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
+   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
+#define QK__BLAS_MIN_QUBITS 7
+#define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
+
+/* Per-sample parameter count of qk_cuda.cu's compiled program (an upper bound of qk__compile
+   there, which folds leading one-qubit gates into 4 values per qubit):
+   8 per one-qubit gate, 1 + q + q*q per run of diagonal ops, 4 per qubit. */
+static int64_t qk__cuda_params(const qk_map *m)
+{
+    int64_t gates = 0, runs = 0, q = m->n_qubits;
+    int i, in_diag = 0;
+    for (i = 0; i < m->n_ops; i++) {
+        qk_op_kind k = m->ops[i].kind;
+        int diag = k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_CZ || k == QK_OP_RZZ;
+        if (k == QK_OP_CNOT && i + 2 < m->n_ops) {
+            const qk_op *a = &m->ops[i + 1], *b = &m->ops[i + 2];
+            if ((a->kind == QK_OP_Z || a->kind == QK_OP_RZ || a->kind == QK_OP_P) && a->q0 == m->ops[i].q1 &&
+                b->kind == QK_OP_CNOT && b->q0 == m->ops[i].q0 && b->q1 == m->ops[i].q1) {
+                diag = 1;
+                i += 2;
+            }
+        }
+        if (k == QK_OP_AMPLITUDE) continue;
+        if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
+        in_diag = 0;
+        if (k != QK_OP_CNOT) gates++;
+    }
+    return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
+}
+
+/* Device bytes per state: the state itself and its build scratch. */
+static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
+{
+    double D = ldexp(1.0, m->n_qubits > 62 ? 62 : m->n_qubits);
+    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * m->n_qubits * (double)t; *scratch = 0; return; }
+    *state = D * (double)t * (path == QK_PATH_REAL ? 1.0 : 2.0);
+    *scratch = (double)qk__cuda_params(m) * (double)t + 8.0 /* 1/||x|| */ + (m->n_qubits > QK__PASS_QUBITS ? D * 2.0 * (double)t : 0.0);
+    *scratch += (double)m->n_features * 8.0; /* x on the device */
+}
+
+static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                               const qk_gram_desc *desc, qk_plan *p)
+{
+    const qk_path path = qk__path_of(map);
+    const int sym = desc->y == NULL;
+    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
+    const qk_precision prec = desc->precision ? desc->precision : QK_PRECISION_FP32;
+    const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
+    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
+    const double ob = od == QK_F64 ? 8.0 : 4.0;
+    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    double st, sc, es, need;
+    int64_t slab, tile;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->path = path;
+    p->precision = prec;
+    p->out_dtype = od;
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = nx;
+    p->n_y = ny;
+    p->symmetric = sym;
+    p->n_streams = 2;
+    p->bytes_budget = (size_t)budget;
+    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
+    if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    qk__cuda_state_bytes(map, path, t, &st, &sc);
+    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
+
+    /* states: bulk when all of them (and their scratch) take at most half the budget */
+    need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
+    if (need <= 0.5 * budget) {
+        p->bulk_states = 1;
+        p->state_tile = 0;
+        tile = nx > ny ? nx : ny;
+        p->bytes_states = (size_t)need;
+    } else {
+        /* two tiles (A and B) with scratch in half the budget, a power of two */
+        tile = 1;
+        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc) <= 0.5 * budget) tile *= 2;
+        if ((double)tile * (2.0 * st + sc) > 0.5 * budget)
+            return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: one %d-qubit state (%.3g GB with scratch) exceeds the device budget %.3g GB",
+                            map->n_qubits, (2.0 * st + sc) * 1e-9, budget * 1e-9);
+        p->bulk_states = 0;
+        p->state_tile = tile;
+        p->bytes_states = (size_t)((double)tile * (2.0 * st + sc));
+    }
+
+    /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
+       a quarter of the budget holds in cuBLAS workspace. Host/callback: ~256 MB of K per slab,
+       so the D2H of one overlaps the compute of the next. */
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
+           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
+        slab = nx;
+    } else {
+        slab = (int64_t)(256.0 * 1048576.0 / ((double)ny * ob));
+        if (slab < 64) slab = 64;
+        if (slab > nx) slab = nx;
+    }
+    if (!p->bulk_states && slab > tile) slab = tile;
+    if (p->use_blas) {
+        int64_t cols = p->bulk_states ? ny : tile;
+        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
+    }
+    p->tile_m = slab;
+    p->tile_n = p->bulk_states ? ny : tile;
+
+    /* K on the device (host/callback outputs) */
+    if (desc->output != QK_OUTPUT_DEVICE) {
+        double left = budget - (double)p->bytes_states - (double)p->bytes_workspace;
+        double full = (double)nx * (double)ny * ob;
+        p->k_resident = full <= left;
+        p->bytes_out = (size_t)(p->k_resident ? full : 2.0 * (double)slab * (double)ny * ob);
+        p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
+    }
+    p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
+    if ((double)p->bytes_total > budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
+                        (double)p->bytes_total * 1e-9, budget * 1e-9);
+    if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
+    return QK_OK;
+}
+
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
-    QK__UNUSED(vram_fraction);
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
+    if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: vram_fraction must be in (0, 1] (got %g)", vram_fraction);
+    if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
-    return qk__fail(QK_ERROR_UNSUPPORTED, "GPU planner not built yet");
+    return qk__plan_cuda(info, vram_fraction, map, desc, out);
 }
 
-QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits, qk_precision precision)
+/* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
+   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
+   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
+   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+#if defined(QK_CUDA) && QK_CUDA
+static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
 {
-    QK__UNUSED(info); QK__UNUSED(vram_fraction); QK__UNUSED(n_qubits); QK__UNUSED(precision);
-    return 0;
+    const qk_plan *plan = (const qk_plan *)user;
+    qk_cuda_tune_result res;
+    char err[256] = "";
+    int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
+    qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    if (r != QK_OK) return qk__fail(r, "%s", err);
+    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
+    return QK_OK;
+}
+
+static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                              void *log_user, qk_plan *plan)
+{
+    qk_tune_request req;
+    char fixed[32], chosen[64], label[96];
+    int b = plan->use_blas, c = plan->kernel_cfg;
+    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
+    memset(&req, 0, sizeof req);
+    qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
+                     plan->precision, plan->n_qubits);
+    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    req.mode = mode;
+    req.cache_dir = cache_dir;
+    req.fixed_config = fixed;
+    req.measure = qk__cuda_measure;
+    req.measure_user = plan;
+    req.log = log;
+    req.log_user = log_user;
+    if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 2 && c >= 0 && c <= 6 &&
+        !(b == 2 && (plan->path != QK_PATH_COMPLEX || plan->precision != QK_PRECISION_FP32))) {
+        plan->use_blas = b;
+        plan->kernel_cfg = c;
+    }
+    snprintf(plan->config, sizeof plan->config, "%s", label);
+}
+#endif /* QK_CUDA */
+
+/* Largest n such that K(X,X) of n samples keeps all its states resident (bulk) on the device,
+   for a zz-like map of n_qubits (scratch counted as for a map with one gate layer and two
+   phase runs); K itself is not counted (it may go out in slabs). */
+QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
+                             qk_precision precision)
+{
+    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, D, per, budget;
+    if (!info || !info->present || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
+    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    D = ldexp(1.0, n_qubits);
+    per = 2.0 * D * t + (20.0 * q + 2.0 * (1 + q + q * q) + 1) * t + 8.0 + 8.0 * q + (n_qubits > QK__PASS_QUBITS ? 2.0 * D * t : 0.0);
+    return (int64_t)floor(0.5 * budget / per);
 }
 
 /* ---- end planner ---- */
@@ -3670,6 +3915,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk_cuda_device_query(ctx->desc.cuda_device, &info, err, sizeof err);
         if (r != QK_OK) return qk__fail(r, "%s", err);
         r = qk_plan_for_device(&info, ctx->desc.vram_fraction, map, desc, out);
+        if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
 #else
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif

@@ -1,8 +1,1731 @@
-/* qk_cuda.cu — the CUDA engine of qk (placeholder: device query only; kernels follow). */
+/* qk_cuda.cu — the CUDA engine of qk: state construction, fused Gram kernels, the pipeline.
+
+   Design
+   ------
+   A feature map (qk_map) is compiled on the host into a small device program:
+
+     GATE  a 2x2 matrix on one qubit (H, X, Y, RX, RY, basis-X); the matrix of every GATE is
+           evaluated once per sample by a prep kernel (in double, then rounded to the precision)
+     CNOT  a permutation on two qubits
+     DIAG  a run of diagonal ops (Z, RZ, P, CZ, RZZ, and CNOT(c,t) P(t) CNOT(c,t) which is the
+           diagonal e^{i theta (b_c xor b_t)}) folded into one quadratic phase form
+              phase(b) = c0 + sum_i c_i b_i + sum_{i<j} d_ij b_i b_j
+           whose coefficients the prep kernel sums per sample in double and reduces mod 2 pi
+           (so the float32 phase sum stays small: its ulp, not the angles, sets the error).
+           A zz layer of q(q-1)/2 CNOT-P-CNOT triples is thus one pass over the amplitudes.
+
+   States are built in shared memory: a pass loads 2^L amplitudes of a state (the amplitudes
+   whose indices vary over L chosen qubits, the others fixed per block), applies every op of
+   the program that touches only those qubits, and stores once. For q <= L (L = 13: 64 KB of
+   complex64 or 128 KB of complex128, inside Hopper's 227 KB opt-in) the whole circuit is one
+   pass that starts from |0> in shared memory: one global write per state. Larger states (up to
+   30 qubits) take several passes; the scheduler packs ops greedily into passes and always keeps
+   the low qubits in the set so that global accesses stay coalesced. Small states (2^q < 512)
+   share a block, so a 4-qubit state does not leave a block of 8 threads alone on an SM.
+
+   Gram: K[i][j] = |<a_i|b_j>|^2 (real maps: <a_i|b_j>^2 over real amplitudes). Two engines:
+     fused   a register-tiled SIMT kernel: <a|b> accumulated in registers, |.|^2 and the store
+             in its epilogue; tiles staged through shared memory so that both the tile and its
+             mirror (symmetric K) are written with coalesced rows. No complex matrix in memory.
+     blas    cuBLAS GEMM (C/Z/S/D) into a slab workspace, then a fused |.|^2 + mirror epilogue.
+   The planner picks one by qubit count (see qk__plan_cuda in qk.h for the measured reason).
+   Symmetric K(X,X) computes only tiles with j >= i and writes both halves: each entry of K is
+   written exactly once (the mirror writes only j > i).
+
+   Product maps (no entangling op) never build states: per sample and qubit a 2-vector, and
+   K[i][j] = prod_k |<u_k(x_i)|u_k(y_j)>|^2 (the analytic kernel).
+
+   Output: K is produced in slabs of rows. K to the caller's device buffer: slabs straight into
+   it. K to the host: when all of K fits the device budget it is kept resident (symmetric slabs
+   mirror into later rows, so slab s is complete once slabs 0..s have run); each slab is copied
+   D2H on a second stream while the next slab computes: straight into the caller's buffer when
+   it is pinned, else into double-buffered pinned staging that host threads copy out. The tile
+   callback gets the staged slab. One synchronization per slab on the host side, none on the
+   compute stream. When device memory runs out, the job is retried with smaller slabs and state
+   tiles before it fails.
+
+   Errors: every CUDA call goes through QK_CK, which records the expression, file and line in
+   the caller's err buffer and returns a qk_result; every launch is followed by QK_LAUNCH_CK. */
 #include <cuda_runtime.h>
+#include <cublas_v2.h>
+#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <stdint.h>
+#include <thread>
+#include <vector>
+#include <algorithm>
 #include "qk.h"
+
+/* ---- errors ---- */
+struct qk__err {
+    char *buf;
+    size_t size;
+};
+
+static qk_result qk__cuda_fail(qk__err *e, cudaError_t c, const char *expr, int line)
+{
+    qk_result r = (c == cudaErrorMemoryAllocation) ? QK_ERROR_DEVICE_OUT_OF_MEMORY : QK_ERROR_CUDA;
+    if (e && e->buf && e->size)
+        snprintf(e->buf, e->size, "%s at qk_cuda.cu:%d: %s", expr, line, cudaGetErrorString(c));
+    cudaGetLastError(); /* clear a sticky-free error so the next call starts clean */
+    return r;
+}
+
+static qk_result qk__blas_fail(qk__err *e, cublasStatus_t s, const char *expr, int line)
+{
+    qk_result r = (s == CUBLAS_STATUS_ALLOC_FAILED) ? QK_ERROR_DEVICE_OUT_OF_MEMORY : QK_ERROR_CUDA;
+    if (e && e->buf && e->size) snprintf(e->buf, e->size, "%s at qk_cuda.cu:%d: cublas status %d", expr, line, (int)s);
+    return r;
+}
+
+static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
+{
+    if (e && e->buf && e->size) snprintf(e->buf, e->size, "%s", msg);
+    return r;
+}
+
+#define QK_CK(expr) do { cudaError_t c_ = (expr); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, #expr, __LINE__); } while (0)
+#define QK_BLAS_CK(expr) do { cublasStatus_t s_ = (expr); if (s_ != CUBLAS_STATUS_SUCCESS) return qk__blas_fail(E, s_, #expr, __LINE__); } while (0)
+#define QK_LAUNCH_CK(name) QK_CK(cudaGetLastError())
+#define QK_TRY(expr) do { qk_result r_ = (expr); if (r_ != QK_OK) return r_; } while (0)
+
+/* ---- device program ---- */
+enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
+
+/* Angle of one op, as qk_map_angles() defines it. */
+struct qk__dangle {
+    int kind, x0, x1, w;
+    double scale, offset;
+};
+
+struct qk__instr {
+    int kind;
+    int q0, q1;         /* global qubits (GATE: q0; CNOT: control q0, target q1) */
+    int b0, b1;         /* the same as bits of the in-chunk index (filled per pass) */
+    int off;            /* GATE: offset of its 8 values (2x2 complex) in the sample's params;
+                           DIAG: offset of its 1 + q + q*q coefficients */
+};
+
+/* A param job: one GATE matrix or one phase coefficient of a sample. */
+struct qk__job {
+    int kind;           /* 0: gate matrix, 1: coefficient */
+    int op;             /* gate: op index */
+    int out;            /* offset in the sample's params */
+    int c0, c1;         /* coefficient: contributions [c0, c1) */
+};
+
+struct qk__contrib {
+    int op;             /* -1: constant */
+    double m, k;        /* value (m * theta(op) + k) */
+};
+
+static const int QK__LMAX = 13;
+#define QK__MAXQ 30
+
+struct qk__pass {
+    int L;              /* qubits in the chunk */
+    int pos[QK__MAXQ];  /* in-chunk bit r -> global qubit (ascending) */
+    int npos[QK__MAXQ]; /* the q - L qubits fixed per block (ascending) */
+    int a;              /* pos[i] == i for i < a */
+    int i0, i1;         /* instructions [i0, i1) */
+    int first;          /* 1: start from |0> (or the amplitude data) instead of loading */
+    int fold;           /* first pass: offset of the q folded qubit 2-vectors in the params, or -1 */
+};
+
+/* ---- small complex helpers ---- */
+template <typename T> struct qk__cx { T x, y; };
+template <typename T> struct qk__vec2;
+template <> struct qk__vec2<float> { typedef float2 t; typedef float4 t4; };
+template <> struct qk__vec2<double> { typedef double2 t; typedef double2 t4; };
+
+/* float: reduce to [-pi, pi] (the phase sum is up to ~10^3 rad), then the hardware sincos
+   (|error| < 1e-6 there, under the float state's own rounding) */
+__device__ __forceinline__ void qk__sincos(float a, float *s, float *c)
+{
+    a -= 6.28318530717958647692f * rintf(a * 0.15915494309189533577f);
+    __sincosf(a, s, c);
+}
+__device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
+
+__device__ double qk__theta(const qk__dangle *ang, int op, const double *x, const double *w)
+{
+    if (op < 0) return 0.0;
+    qk__dangle a = ang[op];
+    double f = 0.0;
+    const double PI = 3.14159265358979323846;
+    switch (a.kind) {
+    case QK_ARG_CONST: f = 0.0; break;
+    case QK_ARG_X: f = x[a.x0]; break;
+    case QK_ARG_XX: f = x[a.x0] * x[a.x1]; break;
+    case QK_ARG_PIXX: f = (PI - x[a.x0]) * (PI - x[a.x1]); break;
+    case QK_ARG_W: f = w[a.w]; break;
+    case QK_ARG_WX: f = w[a.w] * x[a.x0]; break;
+    default: f = 0.0;
+    }
+    return a.scale * f + a.offset;
+}
+
+/* ======================================================================================== */
+/*                                        KERNELS                                           */
+/* ======================================================================================== */
+
+/* 2x2 matrix of a one-qubit gate: m00 re, im, m01 re, im, m10 re, im, m11 re, im. */
+__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk__dangle *ang, int op, double *m)
+{
+    const double R = 0.70710678118654752440;
+    double c = cos(0.5 * t), sn = sin(0.5 * t);
+    for (int i = 0; i < 8; ++i) m[i] = 0;
+    switch (kind) {
+    case QK_OP_H: m[0] = R; m[2] = R; m[4] = R; m[6] = -R; break;
+    case QK_OP_X: m[2] = 1; m[4] = 1; break;
+    case QK_OP_Y: m[3] = -1; m[5] = 1; break;
+    case QK_OP_RX: m[0] = c; m[3] = -sn; m[5] = -sn; m[6] = c; break;
+    case QK_OP_RY: m[0] = c; m[2] = -sn; m[4] = sn; m[6] = c; break;
+    case QK_OP_BASIS:
+        if (xs[ang[op].x0] > 0.5) { m[2] = 1; m[4] = 1; } else { m[0] = 1; m[6] = 1; }
+        break;
+    default: m[0] = 1; m[6] = 1;
+    }
+}
+
+/* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
+template <typename T>
+__global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
+                           const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
+                           const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                           T *__restrict__ params, int P)
+{
+    int64_t s = blockIdx.x;
+    if (s >= n) return;
+    const double *xs = x + s * d;
+    T *ps = params + s * (int64_t)P;
+    const double TWO_PI = 6.283185307179586476925;
+    for (int j = threadIdx.x; j < n_jobs; j += blockDim.x) {
+        qk__job jb = jobs[j];
+        if (jb.kind == 1) {
+            double v = 0.0;
+            for (int c = jb.c0; c < jb.c1; ++c) v += con[c].m * qk__theta(ang, con[c].op, xs, w) + con[c].k;
+            v -= TWO_PI * floor(v / TWO_PI);
+            ps[jb.out] = (T)v;
+        } else if (jb.kind == 2) {
+            /* a folded qubit: its leading one-qubit gates applied to |0> */
+            double u0r = 1, u0i = 0, u1r = 0, u1i = 0, m[8];
+            for (int c = jb.c0; c < jb.c1; ++c) {
+                qk__gate_matrix(op_kind[con[c].op], qk__theta(ang, con[c].op, xs, w), xs, ang, con[c].op, m);
+                double a0r = m[0] * u0r - m[1] * u0i + m[2] * u1r - m[3] * u1i;
+                double a0i = m[0] * u0i + m[1] * u0r + m[2] * u1i + m[3] * u1r;
+                double a1r = m[4] * u0r - m[5] * u0i + m[6] * u1r - m[7] * u1i;
+                double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
+                u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
+            }
+            ps[jb.out] = (T)u0r; ps[jb.out + 1] = (T)u0i; ps[jb.out + 2] = (T)u1r; ps[jb.out + 3] = (T)u1i;
+        } else {
+            double m[8];
+            qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
+            for (int i = 0; i < 8; ++i) ps[jb.out + i] = (T)m[i];
+        }
+    }
+}
+
+/* 1 / ||x||_2 per sample for amplitude encoding (the host validated non-zero norms). */
+__global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, double *__restrict__ inv)
+{
+    int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (s >= n) return;
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) acc += x[s * d + k] * x[s * d + k];
+    inv[s] = 1.0 / sqrt(acc);
+}
+
+/* Shared table space per state (T values): the DIAG phase tables, or the folded start's two
+   complex tables. */
+__host__ __device__ inline int qk__tbl_size(int L)
+{
+    const int bl = L < 7 ? L : 7, bh = L - bl;
+    const int ph = (1 << bl) + (1 << bh) + (bh << bl), fo = 2 * ((1 << bl) + (1 << bh));
+    return ph > fo ? ph : fo;
+}
+
+/* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
+__device__ __forceinline__ uint32_t qk__pdep(uint32_t r, const qk__pass &p)
+{
+    uint32_t g = r & ((1u << p.a) - 1);
+    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= 1u << p.pos[i];
+    return g;
+}
+
+template <typename T>
+__device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int q)
+{
+    T ph = cf[0];
+    uint32_t m = g;
+    while (m) {
+        int j = __ffs(m) - 1;
+        m &= m - 1;
+        ph += cf[1 + j];
+        uint32_t lo = g & ((1u << j) - 1);
+        const T *dj = cf + 1 + q + j;
+        while (lo) {
+            int i = __ffs(lo) - 1;
+            lo &= lo - 1;
+            ph += dj[i * q];
+        }
+    }
+    return ph;
+}
+
+/* G one-qubit gates on distinct in-chunk bits applied in one sweep: each thread takes the 2^G
+   amplitudes that differ in those bits into registers, applies the gates in program order and
+   stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
+template <typename T, int G>
+__device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
+                                               const T *const *ms)
+{
+    typedef qk__cx<T> C;
+    T m[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m[g][i] = ms[g][i];
+    int srt[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) srt[g] = bits[g];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int j = 0; j + 1 < G - i; ++j)
+            if (srt[j] > srt[j + 1]) { int tmp = srt[j]; srt[j] = srt[j + 1]; srt[j + 1] = tmp; }
+    for (int t = lt; t < (N >> G); t += tps) {
+        int base = t;
+#pragma unroll
+        for (int g = 0; g < G; ++g) base = ((base >> srt[g]) << (srt[g] + 1)) | (base & ((1 << srt[g]) - 1));
+        C v[1 << G];
+        int idx[1 << G];
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) {
+            int i = base;
+#pragma unroll
+            for (int g = 0; g < G; ++g) if ((k >> g) & 1) i |= 1 << bits[g];
+            idx[k] = i;
+            v[k] = a[i];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int k = 0; k < (1 << G); ++k) {
+                if ((k >> g) & 1) continue;
+                C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
+                y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
+                y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
+                y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
+                y1.y = m[g][4] * x0.y + m[g][5] * x0.x + m[g][6] * x1.y + m[g][7] * x1.x;
+                v[k] = y0;
+                v[k | (1 << g)] = y1;
+            }
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
+    }
+}
+
+/* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
+   Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
+   part only (real maps). */
+template <typename T, bool OUT_REAL>
+__global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q,
+                           const T *__restrict__ params, int P, int64_t n,
+                           const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
+{
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    typedef qk__cx<T> C;
+    const int N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int ls = threadIdx.x / tps, lt = threadIdx.x % tps;
+    const int64_t blk = blockIdx.x;
+    const int64_t chunk = blk % nchunks;
+    const int64_t s = (blk / nchunks) * spb + ls;
+    const bool active = s < n;
+    C *a = (C *)qk__smem + (size_t)ls * N;
+    /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
+       and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
+    const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
+    const int TBL = qk__tbl_size(p.L);
+    T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
+    const int64_t D = (int64_t)1 << q;
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
+    const T *ps = params + (active ? s : 0) * (int64_t)P;
+
+    if (p.first && p.fold >= 0) {
+        /* The folded leading gates make the start a product state: amplitude(g) =
+           prod_k u_k[bit k of g] = TL[lo] * TH[hi] * F (F over the block's fixed bits). */
+        if (active) {
+            const T *u = ps + p.fold;
+            C *TL = (C *)tb, *TH = TL + (1 << bl);
+            for (int e = lt; e < (1 << bl) + (1 << bh); e += tps) {
+                const bool lo = e < (1 << bl);
+                const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
+                T ar = 1, ai = 0;
+                for (int i = 0; i < nb; ++i) {
+                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2;
+                    T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+                if (!lo)
+                    for (int i = 0; i < q - p.L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) TL[v] = z; else TH[v] = z;
+            }
+        }
+        __syncthreads();
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            C v;
+            if (p.first && p.fold >= 0) {
+                const C *TL = (const C *)tb, *TH = TL + (1 << bl);
+                C l = TL[r & ((1 << bl) - 1)], h = TH[r >> bl];
+                v.x = l.x * h.x - l.y * h.y;
+                v.y = l.x * h.y + l.y * h.x;
+            } else if (p.first) {
+                if (amp_x) {
+                    v.x = (g < amp_d) ? (T)(amp_x[s * amp_d + g] * amp_inv[s]) : (T)0;
+                    v.y = 0;
+                } else {
+                    v.x = (g == 0) ? (T)1 : (T)0;
+                    v.y = 0;
+                }
+            } else {
+                v = in[s * D + g];
+            }
+            a[r] = v;
+        }
+    }
+    __syncthreads();
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_DIAG) {
+            /* Tables first: the quadratic phase of 2^L amplitudes costs 2^bl + 2^bh full
+               evaluations plus bh * 2^bl pair sums, then ~bh/2 shared loads per amplitude with
+               no divergence (a warp shares hi). The direct sum per amplitude diverged on the
+               popcount and cost ~5x more at 16 qubits (qk-bench zz16 states). */
+            if (active) {
+                const T *cf = ps + in_.off;
+                T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                const T qf = qk__phase<T>(fixed, cf, q);
+                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
+                for (int e = lt; e < (bh << bl); e += tps) {
+                    int j = e >> bl, lo = e & ((1 << bl) - 1);
+                    const T *dj = cf + 1 + q + p.pos[bl + j];
+                    T acc = 0;
+                    while (lo) {
+                        int i = __ffs(lo) - 1;
+                        lo &= lo - 1;
+                        acc += dj[p.pos[i] * q];
+                    }
+                    Et[e] = acc;
+                }
+            }
+            __syncthreads();
+        }
+        int G = 1;
+        qk__instr g2 = in_, g3 = in_;
+        if (in_.kind == QK__I_GATE && ii + 1 < p.i1) {
+            g2 = prog[ii + 1];
+            if (g2.kind == QK__I_GATE && g2.b0 != in_.b0) {
+                G = 2;
+                if (ii + 2 < p.i1) {
+                    g3 = prog[ii + 2];
+                    if (g3.kind == QK__I_GATE && g3.b0 != in_.b0 && g3.b0 != g2.b0) G = 3;
+                }
+            }
+        }
+        if (active && G > 1) {
+            const int bits[3] = {in_.b0, g2.b0, g3.b0};
+            const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
+            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
+            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
+        } else if (active) {
+            if (in_.kind == QK__I_GATE) {
+                const T *m = ps + in_.off;
+                T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
+                int b = in_.b0;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> b) << (b + 1)) | (t & ((1 << b) - 1));
+                    int i1 = i0 | (1 << b);
+                    C x0 = a[i0], x1 = a[i1], y0, y1;
+                    y0.x = m00r * x0.x - m00i * x0.y + m01r * x1.x - m01i * x1.y;
+                    y0.y = m00r * x0.y + m00i * x0.x + m01r * x1.y + m01i * x1.x;
+                    y1.x = m10r * x0.x - m10i * x0.y + m11r * x1.x - m11i * x1.y;
+                    y1.y = m10r * x0.y + m10i * x0.x + m11r * x1.y + m11i * x1.x;
+                    a[i0] = y0;
+                    a[i1] = y1;
+                }
+            } else if (in_.kind == QK__I_CNOT) {
+                int bc = in_.b0, bt = in_.b1;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> bt) << (bt + 1)) | (t & ((1 << bt) - 1));
+                    if ((i0 >> bc) & 1) {
+                        int i1 = i0 | (1 << bt);
+                        C tmp = a[i0];
+                        a[i0] = a[i1];
+                        a[i1] = tmp;
+                    }
+                }
+            } else { /* DIAG */
+                const T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                for (int r = lt; r < N; r += tps) {
+                    const int lo = r & ((1 << bl) - 1), hi = r >> bl;
+                    T ph = TL[lo] + TH[hi], sn, cs;
+                    for (int j = 0; j < bh; ++j)
+                        if ((hi >> j) & 1) ph += Et[(j << bl) | lo];
+                    qk__sincos(ph, &sn, &cs);
+                    C v = a[r], y;
+                    y.x = v.x * cs - v.y * sn;
+                    y.y = v.x * sn + v.y * cs;
+                    a[r] = y;
+                }
+            }
+        }
+        __syncthreads();
+        ii += G - 1;
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
+            else ((C *)out)[s * D + g] = a[r];
+        }
+    }
+}
+
+/* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
+template <typename T>
+__global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
+                                    const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
+                                    const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                                    T *__restrict__ u)
+{
+    int64_t id = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (id >= n * q) return;
+    int64_t s = id / q;
+    int k = (int)(id % q);
+    const double *xs = x + s * d;
+    double a0r = 1, a0i = 0, a1r = 0, a1i = 0;
+    const double R = 0.70710678118654752440, PI = 3.14159265358979323846;
+    for (int o = qoff[k]; o < qoff[k + 1]; ++o) {
+        int op = qops[o];
+        double t = qk__theta(ang, op, xs, w);
+        double c = cos(0.5 * t), sn = sin(0.5 * t);
+        double b0r = a0r, b0i = a0i, b1r = a1r, b1i = a1i;
+        switch (op_kind[op]) {
+        case QK_OP_H: a0r = R * (b0r + b1r); a0i = R * (b0i + b1i); a1r = R * (b0r - b1r); a1i = R * (b0i - b1i); break;
+        case QK_OP_X: a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; break;
+        case QK_OP_Y: a0r = b1i; a0i = -b1r; a1r = -b0i; a1i = b0r; break; /* (-i b1, i b0) */
+        case QK_OP_Z: a1r = -b1r; a1i = -b1i; break;
+        case QK_OP_RX: /* (c b0 - i s b1, -i s b0 + c b1) */
+            a0r = c * b0r + sn * b1i; a0i = c * b0i - sn * b1r;
+            a1r = sn * b0i + c * b1r; a1i = -sn * b0r + c * b1i; break;
+        case QK_OP_RY: a0r = c * b0r - sn * b1r; a0i = c * b0i - sn * b1i; a1r = sn * b0r + c * b1r; a1i = sn * b0i + c * b1i; break;
+        case QK_OP_RZ: /* e^{-it/2} b0, e^{it/2} b1 */
+            a0r = c * b0r + sn * b0i; a0i = c * b0i - sn * b0r;
+            a1r = c * b1r - sn * b1i; a1i = c * b1i + sn * b1r; break;
+        case QK_OP_P: { double cp = cos(t), sp = sin(t); a1r = cp * b1r - sp * b1i; a1i = cp * b1i + sp * b1r; } break;
+        case QK_OP_BASIS:
+            if (xs[ang[op].x0] > 0.5) { a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; }
+            break;
+        default: break;
+        }
+        (void)PI;
+    }
+    T *o = u + (s * q + k) * 4;
+    o[0] = (T)a0r; o[1] = (T)a0i; o[2] = (T)a1r; o[3] = (T)a1i;
+}
+
+/* Writes a BM x BN tile staged in shared memory (Cs, row stride BN + 1) to K and, for a
+   symmetric or off-diagonal block, its mirror. Rows r of the tile are rows row0 + r of the
+   block, columns c are col0 + c; doff = (global column of block col 0) - (global row of block
+   row 0). tri: write direct only where col >= row and mirror only where col > row (globally),
+   so every entry of K is written once. Rows of both the tile and the mirror are stored by
+   consecutive threads (coalesced). */
+template <typename OutT, int BM, int BN, int NT>
+__device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col0, int m, int nn,
+                                               OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout,
+                                               int64_t doff, int tri, int vec)
+{
+    /* 16-byte stores where the whole tile is inside K and off the diagonal, and the caller
+       checked alignment (ld a multiple of the vector, 16-byte aligned bases): the 4-qubit
+       Gram is bound by these writes. */
+    const int VW = 16 / sizeof(OutT);
+    if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+        typedef typename qk__vec2<OutT>::t4 V;
+        for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+            int r = idx / (BN / VW), c = (idx % (BN / VW)) * VW;
+            V v;
+            OutT *pv = (OutT *)&v;
+#pragma unroll
+            for (int k = 0; k < VW; ++k) pv[k] = Cs[r * (BN + 1) + c + k];
+            *(V *)(out + (int64_t)(row0 + r) * ld + col0 + c) = v;
+        }
+        if (mout) {
+            for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+                int c = idx / (BM / VW), r = (idx % (BM / VW)) * VW;
+                V v;
+                OutT *pv = (OutT *)&v;
+#pragma unroll
+                for (int k = 0; k < VW; ++k) pv[k] = Cs[(r + k) * (BN + 1) + c];
+                *(V *)(mout + (int64_t)(col0 + c) * ld + row0 + r) = v;
+            }
+        }
+        return;
+    }
+    for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+        int r = idx / BN, c = idx % BN;
+        int gi = row0 + r, gj = col0 + c;
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) out[(int64_t)gi * ld + gj] = Cs[r * (BN + 1) + c];
+    }
+    if (mout) {
+        for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+            int c = idx / BM, r = idx % BM;
+            int gi = row0 + r, gj = col0 + c;
+            if (gi < m && gj < nn && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = Cs[r * (BN + 1) + c];
+        }
+    }
+}
+
+/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
+   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
+   so no block is launched for a tile under the diagonal (half the grid; each empty block
+   still cost a launch slot: zz 4 qubits, qk-bench). */
+__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
+{
+    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
+    const int64_t L = blockIdx.x, T = tgrid;
+    const double b = 2.0 * (double)T + 1.0;
+    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
+    if (i < 0) i = 0;
+    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
+    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
+    ty = (int)i;
+    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
+}
+
+/* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
+   or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
+template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
+           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    const int NT = (BM / TM) * (BN / TN);
+    const int W = CPLX ? 2 : 1; /* T values per amplitude */
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    T *As = (T *)qk__smem;               /* [BK][BM][W] */
+    T *Bs = As + BK * BM * W;            /* [BK][BN][W] */
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    T accr[TM][TN], acci[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) { accr[i][j] = 0; acci[i][j] = 0; }
+
+    for (int k0 = 0; k0 < D; k0 += BK) {
+        /* load: element e = (row, k) with k fastest: a row's BK amplitudes are contiguous */
+        for (int e = threadIdx.x; e < BM * BK; e += NT) {
+            int r = e / BK, k = e % BK;
+            int gr = row0 + r, gk = k0 + k;
+            T vr = 0, vi = 0;
+            if (gr < m && gk < D) {
+                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)A)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
+                else vr = A[(int64_t)gr * D + gk];
+            }
+            As[(k * BM + r) * W] = vr;
+            if (CPLX) As[(k * BM + r) * W + 1] = vi;
+        }
+        for (int e = threadIdx.x; e < BN * BK; e += NT) {
+            int r = e / BK, k = e % BK;
+            int gr = col0 + r, gk = k0 + k;
+            T vr = 0, vi = 0;
+            if (gr < nn && gk < D) {
+                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)B)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
+                else vr = B[(int64_t)gr * D + gk];
+            }
+            Bs[(k * BN + r) * W] = vr;
+            if (CPLX) Bs[(k * BN + r) * W + 1] = vi;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            T ar[TM], ai[TM], br[TN], bi[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                ar[i] = As[(k * BM + ty * TM + i) * W];
+                ai[i] = CPLX ? As[(k * BM + ty * TM + i) * W + 1] : (T)0;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                br[j] = Bs[(k * BN + tx * TN + j) * W];
+                bi[j] = CPLX ? Bs[(k * BN + tx * TN + j) * W + 1] : (T)0;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    accr[i][j] = fma(ar[i], br[j], accr[i][j]);
+                    if (CPLX) {
+                        accr[i][j] = fma(ai[i], bi[j], accr[i][j]);
+                        acci[i][j] = fma(ar[i], bi[j], acci[i][j]);
+                        acci[i][j] = fma(-ai[i], br[j], acci[i][j]);
+                    }
+                }
+        }
+        __syncthreads();
+    }
+    if (DIRECT && TM == 4 && TN == 4 && sizeof(OutT) == 4 && vec && row0 + BM <= m && col0 + BN <= nn &&
+        (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+        /* Interior tile above the diagonal: each thread's 4 x 4 block goes out as four 16-byte
+           rows, and its transpose as four 16-byte rows of the mirror (two lanes fill a 32-byte
+           sector), straight from registers: no staging, no barrier (block-uniform branch). */
+        float v[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                v[i][j] = (float)(CPLX ? accr[i % TM][j % TN] * accr[i % TM][j % TN] + acci[i % TM][j % TN] * acci[i % TM][j % TN]
+                                       : accr[i % TM][j % TN] * accr[i % TM][j % TN]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            *(float4 *)(out + (int64_t)(row0 + ty * 4 + i) * ld + col0 + tx * 4) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
+        if (mout) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *(float4 *)(mout + (int64_t)(col0 + tx * 4 + j) * ld + row0 + ty * 4) = make_float4(v[0][j], v[1][j], v[2][j], v[3][j]);
+        }
+        return;
+    }
+    OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1], reuses the operand buffers */
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            T v = CPLX ? accr[i][j] * accr[i][j] + acci[i][j] * acci[i][j] : accr[i][j] * accr[i][j];
+            Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)v;
+        }
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
+template <typename T, typename OutT, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
+                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    const int NT = (BM / TM) * (BN / TN);
+    const int BK = 8;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    T *As = (T *)qk__smem;          /* [BK][BM][4] */
+    T *Bs = As + BK * BM * 4;
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 1;
+    for (int k0 = 0; k0 < q; k0 += BK) {
+        for (int e = threadIdx.x; e < BM * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = row0 + r, gk = k0 + k;
+            /* padding qubits are |0>: overlap 1, a neutral factor */
+            T v = (gr < m && gk < q) ? UA[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            As[(k * BM + r) * 4 + c] = v;
+        }
+        for (int e = threadIdx.x; e < BN * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = col0 + r, gk = k0 + k;
+            T v = (gr < nn && gk < q) ? UB[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            Bs[(k * BN + r) * 4 + c] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const T *a = As + (k * BM + ty * TM + i) * 4;
+                T a0r = a[0], a0i = a[1], a1r = a[2], a1i = a[3];
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const T *b = Bs + (k * BN + tx * TN + j) * 4;
+                    T re = a0r * b[0] + a0i * b[1] + a1r * b[2] + a1i * b[3];
+                    T im = a0r * b[1] - a0i * b[0] + a1r * b[3] - a1i * b[2];
+                    acc[i][j] *= re * re + im * im;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    OutT *Cs = (OutT *)qk__smem;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. */
+template <typename T, bool CPLX, typename OutT>
+__global__ void __launch_bounds__(256)
+qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    const int BM = 32, BN = 32;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    __shared__ OutT Cs[BM * (BN + 1)];
+    for (int idx = threadIdx.x; idx < BM * BN; idx += 256) {
+        int r = idx / BN, c = idx % BN;
+        int gi = row0 + r, gj = col0 + c;
+        T v = 0;
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
+            if (CPLX) {
+                typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
+                v = z.x * z.x + z.y * z.y;
+            } else {
+                T z = Cm[(int64_t)gi * ldc + gj];
+                v = z * z;
+            }
+        }
+        Cs[r * (BN + 1) + c] = (OutT)v;
+    }
+    __syncthreads();
+    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
+                                                       T *__restrict__ out)
+{
+    __shared__ double red[256];
+    const int64_t r = blockIdx.x;
+    if (r >= rows) return;
+    const double *xr = x + r * d;
+    double acc = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const double inv = 1.0 / sqrt(red[0]);
+    T *o = out + r * D;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
+}
+
+/* complex double state -> interleaved doubles (qk_cuda_states) */
+template <typename T>
+__global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    out[2 * i] = (double)in[i].x;
+    out[2 * i + 1] = (double)in[i].y;
+}
+
+/* ======================================================================================== */
+/*                                 HOST: program compiler                                   */
+/* ======================================================================================== */
+
+struct qk__prog {
+    int q, n_ops, d, n_weights;
+    int real_out;
+    int has_amp;
+    std::vector<qk__dangle> ang;
+    std::vector<int> op_kind;
+    std::vector<qk__instr> instr;
+    std::vector<qk__job> jobs;
+    std::vector<qk__contrib> con;
+    std::vector<qk__pass> passes;
+    int P; /* params per sample */
+    /* product maps */
+    std::vector<int> qops, qoff;
+};
+
+static bool qk__is_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+
+/* Adds one quadratic-form contribution: value (m*theta(op)+k) * f(b) with f by type. */
+struct qk__diag_builder {
+    int q;
+    /* slot -> contributions; slot 0 = c0, 1+i = c_i, 1+q+i*q+j = d_ij (i<j) */
+    std::vector<std::vector<qk__contrib>> slot;
+    void init(int q_) { q = q_; slot.assign(1 + q + q * q, std::vector<qk__contrib>()); }
+    void add(int s, int op, double m, double k) { qk__contrib c = {op, m, k}; slot[s].push_back(c); }
+    void bit(int a, int op, double m, double k) { add(1 + a, op, m, k); }
+    void cnst(int op, double m, double k) { add(0, op, m, k); }
+    void pair(int a, int b, int op, double m, double k) { if (a > b) std::swap(a, b); add(1 + q + a * q + b, op, m, k); }
+    void xr(int a, int b, int op, double m, double k) { bit(a, op, m, k); bit(b, op, m, k); pair(a, b, op, -2 * m, -2 * k); }
+};
+
+static void qk__diag_op1(qk__diag_builder &db, const qk_op &o, int oi, int qbit_xor_with)
+{
+    const double PI = 3.14159265358979323846;
+    /* qbit_xor_with >= 0: the op sits between CNOT(c, t) pairs: its bit becomes b_c xor b_t */
+    int t = o.q0;
+    switch (o.kind) {
+    case QK_OP_Z:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, -1, 0, PI); else db.bit(t, -1, 0, PI);
+        break;
+    case QK_OP_P:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
+        break;
+    case QK_OP_RZ:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
+        db.cnst(oi, -0.5, 0);
+        break;
+    default: break;
+    }
+}
+
+static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
+{
+    const int q = map->n_qubits;
+    pg->q = q;
+    pg->n_ops = map->n_ops;
+    pg->d = map->n_features;
+    pg->n_weights = map->n_weights;
+    pg->real_out = map->cls == QK_CLASS_REAL;
+    pg->has_amp = 0;
+    pg->ang.resize(std::max(1, map->n_ops));
+    pg->op_kind.resize(std::max(1, map->n_ops));
+    for (int i = 0; i < map->n_ops; ++i) {
+        const qk_op &o = map->ops[i];
+        qk__dangle a = {(int)o.angle.kind, o.angle.x0, o.angle.x1, o.angle.w, o.angle.scale, o.angle.offset};
+        pg->ang[i] = a;
+        pg->op_kind[i] = (int)o.kind;
+    }
+    /* product maps: per-qubit op lists */
+    pg->qoff.assign(q + 1, 0);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        std::vector<std::vector<int>> per(q);
+        for (int i = 0; i < map->n_ops; ++i) {
+            int k = map->ops[i].kind;
+            if (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ || k == QK_OP_AMPLITUDE)
+                return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "product map with an entangling or amplitude op");
+            per[map->ops[i].q0].push_back(i);
+        }
+        pg->qops.clear();
+        for (int k = 0; k < q; ++k) {
+            pg->qoff[k] = (int)pg->qops.size();
+            pg->qops.insert(pg->qops.end(), per[k].begin(), per[k].end());
+        }
+        pg->qoff[q] = (int)pg->qops.size();
+        if (pg->qops.empty()) pg->qops.push_back(0);
+    }
+    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+
+    /* instructions */
+    pg->instr.clear();
+    pg->jobs.clear();
+    pg->con.clear();
+    int P = 0;
+    qk__diag_builder db;
+    bool in_diag = false;
+    auto flush_diag = [&]() {
+        if (!in_diag) return;
+        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P};
+        pg->instr.push_back(ins);
+        for (size_t s = 0; s < db.slot.size(); ++s) {
+            qk__job j;
+            j.kind = 1;
+            j.op = -1;
+            j.out = P + (int)s;
+            j.c0 = (int)pg->con.size();
+            for (auto &c : db.slot[s]) pg->con.push_back(c);
+            j.c1 = (int)pg->con.size();
+            pg->jobs.push_back(j);
+        }
+        P += (int)db.slot.size();
+        in_diag = false;
+    };
+    /* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold
+       them into a per-sample product start state (a 2-vector per qubit, built by the prep
+       kernel). zz's first H layer disappears this way: 16 qubits take 2 passes instead of 3. */
+    std::vector<char> folded(std::max(1, map->n_ops), 0);
+    std::vector<std::vector<int>> fold_ops(q);
+    bool any_fold = false;
+    {
+        uint32_t touched = 0;
+        bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
+        for (int i = 0; i < map->n_ops && !amp; ++i) {
+            const qk_op &o = map->ops[i];
+            int k = o.kind;
+            bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
+            if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+            if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
+            if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+        }
+    }
+    int fold_off = -1;
+    if (any_fold) {
+        fold_off = P;
+        for (int b = 0; b < q; ++b) {
+            qk__job j = {2, -1, P + 4 * b, (int)pg->con.size(), 0};
+            for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
+            j.c1 = (int)pg->con.size();
+            pg->jobs.push_back(j);
+        }
+        P += 4 * q;
+    }
+    for (int i = 0; i < map->n_ops; ++i) {
+        const qk_op &o = map->ops[i];
+        int k = o.kind;
+        if (folded[i]) continue;
+        if (k == QK_OP_AMPLITUDE) {
+            if (i != 0) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "amplitude op must come first");
+            pg->has_amp = 1;
+            continue;
+        }
+        /* CNOT(c,t) D(t) CNOT(c,t) with D one diagonal one-qubit op: a parity phase */
+        if (k == QK_OP_CNOT && i + 2 < map->n_ops) {
+            const qk_op &m = map->ops[i + 1], &e = map->ops[i + 2];
+            if (qk__is_diag1(m.kind) && m.q0 == o.q1 && e.kind == QK_OP_CNOT && e.q0 == o.q0 && e.q1 == o.q1) {
+                if (!in_diag) { db.init(q); in_diag = true; }
+                qk__diag_op1(db, m, i + 1, o.q0);
+                i += 2;
+                continue;
+            }
+        }
+        if (qk__is_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
+            if (!in_diag) { db.init(q); in_diag = true; }
+            if (k == QK_OP_CZ) db.pair(o.q0, o.q1, -1, 0, 3.14159265358979323846);
+            else if (k == QK_OP_RZZ) { db.xr(o.q0, o.q1, i, 1, 0); db.cnst(i, -0.5, 0); }
+            else qk__diag_op1(db, o, i, -1);
+            continue;
+        }
+        flush_diag();
+        if (k == QK_OP_CNOT) {
+            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0};
+            pg->instr.push_back(ins);
+        } else {
+            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P};
+            pg->instr.push_back(ins);
+            qk__job j = {0, i, P, 0, 0};
+            pg->jobs.push_back(j);
+            P += 8;
+        }
+    }
+    flush_diag();
+    pg->P = std::max(P, 1);
+
+    /* passes */
+    pg->passes.clear();
+    const int L = std::min(q, QK__LMAX);
+    uint32_t S = 0;
+    qk__pass cur;
+    memset(&cur, 0, sizeof cur);
+    cur.i0 = 0;
+    cur.first = 1;
+    cur.fold = fold_off;
+    auto close = [&](int i1) {
+        /* fill with the lowest qubits (coalescing) */
+        for (int b = 0; b < q && __builtin_popcount(S) < L; ++b) S |= 1u << b;
+        cur.L = L;
+        int np = 0, nn = 0;
+        for (int b = 0; b < q; ++b) {
+            if (S >> b & 1) cur.pos[np++] = b; else cur.npos[nn++] = b;
+        }
+        cur.a = 0;
+        while (cur.a < L && cur.pos[cur.a] == cur.a) cur.a++;
+        cur.i1 = i1;
+        for (int ii = cur.i0; ii < i1; ++ii) {
+            qk__instr &in_ = pg->instr[ii];
+            for (int r = 0; r < L; ++r) {
+                if (cur.pos[r] == in_.q0) in_.b0 = r;
+                if (cur.pos[r] == in_.q1) in_.b1 = r;
+            }
+        }
+        pg->passes.push_back(cur);
+    };
+    for (int ii = 0; ii < (int)pg->instr.size(); ++ii) {
+        const qk__instr &in_ = pg->instr[ii];
+        uint32_t need = 0;
+        if (in_.kind == QK__I_GATE) need = 1u << in_.q0;
+        else if (in_.kind == QK__I_CNOT) need = (1u << in_.q0) | (1u << in_.q1);
+        if ((S | need) == S) continue;
+        if (__builtin_popcount(S | need) <= L) { S |= need; continue; }
+        close(ii);
+        memset(&cur, 0, sizeof cur);
+        cur.i0 = ii;
+        cur.first = 0;
+        cur.fold = -1;
+        S = need;
+    }
+    close((int)pg->instr.size());
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/*                                  HOST: device buffers                                    */
+/* ======================================================================================== */
+
+struct qk__dprog {
+    qk__dangle *ang = nullptr;
+    int *op_kind = nullptr;
+    qk__instr *instr = nullptr;
+    qk__job *jobs = nullptr;
+    qk__contrib *con = nullptr;
+    double *w = nullptr;
+    int *qops = nullptr, *qoff = nullptr;
+};
+
+template <typename V>
+static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
+{
+    size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
+    QK_CK(cudaMalloc((void **)d, bytes));
+    if (!v.empty()) QK_CK(cudaMemcpy(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice));
+    return QK_OK;
+}
+
+static void qk__dprog_free(qk__dprog *d)
+{
+    cudaFree(d->ang); cudaFree(d->op_kind); cudaFree(d->instr); cudaFree(d->jobs);
+    cudaFree(d->con); cudaFree(d->w); cudaFree(d->qops); cudaFree(d->qoff);
+    *d = qk__dprog();
+}
+
+static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E)
+{
+    QK_TRY(qk__upload(pg.ang, &d->ang, E));
+    QK_TRY(qk__upload(pg.op_kind, &d->op_kind, E));
+    QK_TRY(qk__upload(pg.instr, &d->instr, E));
+    QK_TRY(qk__upload(pg.jobs, &d->jobs, E));
+    QK_TRY(qk__upload(pg.con, &d->con, E));
+    std::vector<double> w(map->weights, map->weights + map->n_weights);
+    QK_TRY(qk__upload(w, &d->w, E));
+    QK_TRY(qk__upload(pg.qops, &d->qops, E));
+    QK_TRY(qk__upload(pg.qoff, &d->qoff, E));
+    return QK_OK;
+}
+
+/* Builds n states (x already on the device) into out: complex T or, real_out, T.
+   Scratch: params (n * P), a ping-pong state buffer for multi-pass programs (n * 2^q complex),
+   inverse norms. All from the caller's workspace. */
+struct qk__build_ws {
+    void *params = nullptr;
+    void *tmp = nullptr;       /* multi-pass: complex states */
+    double *inv = nullptr;
+};
+
+template <typename T>
+static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
+                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
+{
+    if (n <= 0) return QK_OK;
+    const int q = pg.q;
+    const int64_t D = (int64_t)1 << q;
+    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
+                                                pg.d, dp.w, (T *)ws.params, pg.P);
+    QK_LAUNCH_CK("prep");
+    if (pg.has_amp) {
+        qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, pg.d, ws.inv);
+        QK_LAUNCH_CK("invnorm");
+    }
+    const int np = (int)pg.passes.size();
+    const double *ampx = pg.has_amp ? dx : nullptr;
+    for (int pi = 0; pi < np; ++pi) {
+        const qk__pass &p = pg.passes[pi];
+        const int N = 1 << p.L;
+        /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
+           small states share a block so that blocks have at least 128 threads. */
+        int tps = std::max(1, std::min(256, N / 2));
+        int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
+        if (np > 1) spb = 1;
+        const int64_t nchunks = (int64_t)1 << (q - p.L);
+        const int64_t groups = (n + spb - 1) / spb;
+        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+        /* ping-pong so that the last pass writes out; multi-pass in-place would race between
+           blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
+           chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
+        const bool last = pi == np - 1;
+        const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
+        void *o = last ? out : ws.tmp;
+        bool oreal = last && out_real;
+        if (oreal) {
+            auto kf = qk__k_pass<T, true>;
+            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
+                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
+        } else {
+            auto kf = qk__k_pass<T, false>;
+            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
+                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
+        }
+        QK_LAUNCH_CK("pass");
+        (void)D;
+    }
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/*                                  HOST: Gram launchers                                    */
+/* ======================================================================================== */
+
+/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
+template <typename OutT>
+static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
+{
+    const int VW = 16 / sizeof(OutT);
+    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
+}
+
+/* Tile shapes of the fused kernel, 256 threads each.
+   complex fp32: 128 x 64 tile, 8 x 4 complex per thread (64 accumulators, ~120 registers:
+   2 blocks / SM); real fp32: 128 x 128, 8 x 8; fp64: 64 x 64, 4 x 4 (accumulators twice the
+   size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
+   64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
+   the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
+template <int BM_, int BN_, int BK_, int TM_, int TN_, bool DIRECT_ = false> struct qk__tiles {
+    enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ };
+    static const bool DIRECT = DIRECT_;
+};
+template <typename T, bool CPLX, typename OutT, typename C>
+static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int NT = (C::BM / C::TM) * (C::BN / C::TN);
+    size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
+    size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
+    size_t smem = std::max(op, ep);
+    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN, C::DIRECT>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
+        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
+        dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
+        int tg = 0;
+        if (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) {
+            const int64_t Tx = grid.x, Ty = grid.y;
+            tg = (int)Tx;
+            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+        }
+        const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("gram");
+    }
+    return QK_OK;
+}
+
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
+   autotuner (qk_cuda_tune_gram) times these on the real shape. */
+#define QK__N_FUSED_CFG 6
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (cfg == 0) cfg = D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
+    switch (cfg) {
+    case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    }
+}
+
+template <typename T, typename OutT>
+static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t nn, int q, OutT *out, int64_t ld,
+                                    OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = 64, BN = 64, TM = 4, TN = 4, NT = 256;
+    size_t op = (size_t)8 * (BM + BN) * 4 * sizeof(T);
+    size_t ep = (size_t)BM * (BN + 1) * sizeof(OutT);
+    size_t smem = std::max(op, ep);
+    auto kf = qk__k_gram_product<T, OutT, BM, BN, TM, TN>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
+        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
+        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
+        int tg = 0;
+        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
+            const int64_t Tx = grid.x, Ty = grid.y;
+            tg = (int)Tx;
+            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+        }
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("gram_product");
+    }
+    return QK_OK;
+}
+
+/* cuBLAS: C (m x nn row-major, ldc = nn) holds <b_j|a_i> (the conjugate of <a_i|b_j>; |.|^2
+   does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
+   the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
+   and the rest a GEMM; then the fused epilogue. mode 2: CGEMM3M (Gauss: 3 real products instead
+   of 4) for complex fp32. */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+                                 void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
+                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
+{
+    QK_BLAS_CK(cublasSetStream(h, st));
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    int64_t c0 = 0; /* first column done by GEMM */
+    if (tri && doff == 0 && m <= nn) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasCherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuComplex *)A, D, &zero,
+                                       (cuComplex *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasZherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuDoubleComplex *)A, D,
+                                       &zero, (cuDoubleComplex *)Cw, (int)nn));
+            }
+        } else {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const float *)A, D, &zero,
+                                       (float *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const double *)A, D, &zero,
+                                       (double *)Cw, (int)nn));
+            }
+        }
+        c0 = m;
+    }
+    const int64_t gn = nn - c0;
+    const void *Bg = (const char *)B + c0 * D * es;
+    void *Cg = (char *)Cw + c0 * es;
+    if (gn > 0) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
+                if (mode == 2)
+                    QK_BLAS_CK(cublasCgemm3m(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                             (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+                else
+                    QK_BLAS_CK(cublasCgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                           (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+            } else {
+                cuDoubleComplex one = make_cuDoubleComplex(1, 0), zero = make_cuDoubleComplex(0, 0);
+                QK_BLAS_CK(cublasZgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuDoubleComplex *)Bg, D,
+                                       (const cuDoubleComplex *)A, D, &zero, (cuDoubleComplex *)Cg, (int)nn));
+            }
+        } else {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const float *)Bg, D,
+                                       (const float *)A, D, &zero, (float *)Cg, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const double *)Bg, D,
+                                       (const double *)A, D, &zero, (double *)Cg, (int)nn));
+            }
+        }
+    }
+    /* the epilogue (memory-bound) may run on its own stream, under the next slab's GEMM
+       (compute-bound): zz 8 qubits spends ~10% of its time here */
+    if (est && gemm_done) {
+        QK_CK(cudaEventRecord(gemm_done, st));
+        QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
+        st = est;
+    }
+    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
+    int tg = 0;
+    if (tri && doff == 0 && nn >= m) {
+        const int64_t Tx = grid.x, Ty = grid.y;
+        tg = (int)Tx;
+        grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    }
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                        qk__vec_ok(out, mout, ld), tg);
+    QK_LAUNCH_CK("epilogue");
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/*                                 HOST: the Gram pipeline                                  */
+/* ======================================================================================== */
+
+/* Stream pool: a compute and a copy stream; events around each operation give the per-stream
+   busy intervals (summed after the final synchronization). */
+struct qk__pool {
+    cudaStream_t st[2] = {nullptr, nullptr};
+    cudaEvent_t t0 = nullptr;
+    std::vector<cudaEvent_t> ev;   /* pairs (begin, end) */
+    std::vector<int> ev_stream;
+    std::vector<int> ev_tag;       /* 0 states, 1 slab compute, 2 copy */
+};
+
+static qk_cuda_stats qk__last_stats;
+
+struct qk__job_state {
+    qk__err *E;
+    const qk_plan *plan;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk__prog pg;
+    qk__dprog dp;
+    qk__pool pool;
+    cublasHandle_t blas = nullptr;
+    double *dx = nullptr, *dy = nullptr;
+    void *SA = nullptr, *SB = nullptr;   /* states (or qubit vectors) */
+    qk__build_ws ws;
+    void *Kd = nullptr;                  /* device K (resident) or slab ring */
+    void *Cw[2] = {nullptr, nullptr};    /* cuBLAS workspace ring (slab s uses Cw[s & 1]) */
+    cudaStream_t est = nullptr;          /* epilogue stream (cuBLAS path) */
+    cudaEvent_t gemm_done = nullptr, ep_done[2] = {nullptr, nullptr};
+    int64_t n_blas = 0;
+    void *stage[2] = {nullptr, nullptr}; /* pinned staging */
+    cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
+    void *registered = nullptr;          /* caller's host buffer, page-locked for this job */
+};
+
+static void qk__job_free(qk__job_state *J)
+{
+    if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
+    if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
+    qk__dprog_free(&J->dp);
+    cudaFree(J->dx); cudaFree(J->dy);
+    cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
+    cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
+    if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
+    if (J->est) cudaStreamSynchronize(J->est);
+    cudaFree(J->Cw[0]); cudaFree(J->Cw[1]);
+    if (J->gemm_done) cudaEventDestroy(J->gemm_done);
+    for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
+    if (J->est) cudaStreamDestroy(J->est);
+    for (int i = 0; i < 2; ++i) {
+        if (J->stage[i]) cudaFreeHost(J->stage[i]);
+        if (J->slab_done[i]) cudaEventDestroy(J->slab_done[i]);
+        if (J->copy_done[i]) cudaEventDestroy(J->copy_done[i]);
+        if (J->pool.st[i]) cudaStreamDestroy(J->pool.st[i]);
+    }
+    for (auto e : J->pool.ev) cudaEventDestroy(e);
+    if (J->pool.t0) cudaEventDestroy(J->pool.t0);
+    if (J->blas) cublasDestroy(J->blas);
+    if (J->registered) cudaHostUnregister(J->registered);
+    cudaGetLastError();
+}
+
+static qk_result qk__mark(qk__job_state *J, int s, int tag)
+{
+    qk__err *E = J->E;
+    cudaEvent_t e;
+    QK_CK(cudaEventCreate(&e));
+    J->pool.ev.push_back(e);
+    J->pool.ev_stream.push_back(s);
+    J->pool.ev_tag.push_back(tag);
+    QK_CK(cudaEventRecord(e, J->pool.st[s]));
+    return QK_OK;
+}
+
+/* Host copy of a staged slab into the caller's buffer with a few threads (pageable memory:
+   one core copies ~10 GB/s, PCIe delivers ~50). */
+static void qk__host_copy(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int64_t rows, int64_t cols,
+                          size_t es)
+{
+    int nt = (int)std::min<int64_t>(8, std::max<int64_t>(1, rows * cols * (int64_t)es / (4 << 20)));
+    unsigned hc = std::thread::hardware_concurrency();
+    if (hc && (unsigned)nt > hc) nt = (int)hc;
+    auto work = [&](int t) {
+        int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
+        for (int64_t r = r0; r < r1; ++r)
+            memcpy((char *)dst + r * ld_dst * es, (const char *)src + r * ld_src * es, (size_t)cols * es);
+    };
+    if (nt == 1) { work(0); return; }
+    std::vector<std::thread> th;
+    for (int t = 1; t < nt; ++t) th.emplace_back(work, t);
+    work(0);
+    for (auto &t : th) t.join();
+}
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state_tile, int k_resident)
+{
+    qk__err *E = J->E;
+    const qk_plan *pl = J->plan;
+    const qk_gram_desc *ds = J->desc;
+    const qk_map *map = J->map;
+    const bool sym = ds->y == nullptr;
+    const int64_t nx = ds->n_x, ny = sym ? ds->n_x : ds->n_y;
+    const int q = map->n_qubits;
+    const bool analytic = pl->path == QK_PATH_ANALYTIC;
+    const int64_t D = analytic ? 0 : ((int64_t)1 << q);
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    const size_t per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
+    const bool use_blas = pl->use_blas && !analytic;
+    const int64_t ld = ds->ld_out > 0 ? ds->ld_out : ny;
+
+    for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
+    QK_CK(cudaEventCreate(&J->pool.t0));
+    cudaStream_t cs = J->pool.st[0], xs = J->pool.st[1];
+    QK_CK(cudaEventRecord(J->pool.t0, cs));
+    QK_TRY(qk__compile(map, &J->pg, E));
+    QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
+    const int d = map->n_features;
+    QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+    QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+    if (!sym) {
+        QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+        QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+    }
+
+    const bool bulk = state_tile >= std::max(nx, ny);
+    if (!bulk) slab_rows = std::min(slab_rows, state_tile); /* a slab's states are one tile */
+    const int64_t tA = bulk ? nx : state_tile, tB = bulk ? ny : state_tile;
+    QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
+    if (sym && bulk) J->SB = J->SA;
+    else QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+    if (!analytic) {
+        int64_t tmax = std::max(tA, tB);
+        QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
+        if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
+        if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
+    }
+    if (use_blas) {
+        QK_BLAS_CK(cublasCreate(&J->blas));
+        QK_CK(cudaMalloc(&J->Cw[0], (size_t)slab_rows * tB * es));
+        if ((nx + slab_rows - 1) / slab_rows > 1) {
+            QK_CK(cudaMalloc(&J->Cw[1], (size_t)slab_rows * tB * es));
+            QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+            QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
+            for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
+        }
+    }
+
+    /* output target */
+    OutT *Kout = nullptr;
+    int64_t kld = ld;
+    const bool dev_out = ds->output == QK_OUTPUT_DEVICE;
+    bool pinned_out = false;
+    if (dev_out) {
+        Kout = (OutT *)ds->out;
+    } else {
+        if (ds->output == QK_OUTPUT_HOST) {
+            cudaPointerAttributes at;
+            if (cudaPointerGetAttributes(&at, ds->out) == cudaSuccess && at.type == cudaMemoryTypeHost) pinned_out = true;
+            cudaGetLastError();
+            /* A large pageable buffer: page-lock it for the job so that slabs go D2H straight
+               into it. Copying out of pinned staging with host threads ran at ~12 GB/s on the
+               H200 machine (qk-bench e2e8, pageable), a quarter of PCIe. QK_CUDA_REGISTER=0
+               keeps the staging path. */
+            const size_t obytes = (size_t)((nx - 1) * ld + ny) * sizeof(OutT);
+            const char *ev = getenv("QK_CUDA_REGISTER");
+            if (!pinned_out && obytes >= ((size_t)64 << 20) && !(ev && ev[0] == '0')) {
+                if (cudaHostRegister(ds->out, obytes, cudaHostRegisterDefault) == cudaSuccess) {
+                    J->registered = ds->out;
+                    pinned_out = true;
+                }
+                cudaGetLastError();
+            }
+        }
+        if (k_resident) {
+            QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
+            Kout = (OutT *)J->Kd;
+            kld = ny;
+        } else {
+            QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
+            kld = ny;
+        }
+        if (!pinned_out)
+            for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], (size_t)slab_rows * ny * sizeof(OutT)));
+    }
+    for (int i = 0; i < 2; ++i) {
+        QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
+        QK_CK(cudaEventCreateWithFlags(&J->copy_done[i], cudaEventDisableTiming));
+    }
+    /* symmetric with a ring of slabs (K not resident): full rows, no mirror (2x the flops, but
+       K never has to fit). */
+    const bool mirror_ok = sym && (dev_out || k_resident);
+
+    auto build = [&](const double *dsrc, int64_t r0, int64_t cnt, void *dst) -> qk_result {
+        if (analytic) {
+            int64_t tot = cnt * q;
+            qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, cs>>>(
+                J->dp.qops, J->dp.qoff, q, J->dp.ang, J->dp.op_kind, dsrc + r0 * d, cnt, d, J->dp.w, (T *)dst);
+            QK_LAUNCH_CK("qubit_vectors");
+            return QK_OK;
+        }
+        return qk__build_states<T>(J->pg, J->dp, dsrc + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
+    };
+    auto gram = [&](const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff,
+                    int tri) -> qk_result {
+        if (m <= 0 || nn <= 0) return QK_OK;
+        if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
+        if (use_blas) {
+            /* the workspace holds slab_rows x tB */
+            for (int64_t c0 = 0; c0 < nn; c0 += tB) {
+                int64_t cn = std::min(tB, nn - c0);
+                const int k = (int)(J->n_blas & 1);
+                void *cw = J->Cw[J->est ? k : 0];
+                if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+                                                        o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E,
+                                                        J->est, J->gemm_done)));
+                if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
+                J->n_blas++;
+            }
+            return QK_OK;
+        }
+        return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
+    };
+
+    if (bulk) {
+        QK_TRY(qk__mark(J, 0, 0));
+        QK_TRY(build(J->dx, 0, nx, J->SA));
+        if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
+        QK_TRY(qk__mark(J, 0, 0));
+    }
+    const int64_t n_slabs = (nx + slab_rows - 1) / slab_rows;
+    const int64_t total_pairs = nx * ny;
+    int64_t done_pairs = 0;
+    qk_result rc = QK_OK;
+    for (int64_t s = 0; s < n_slabs && rc == QK_OK; ++s) {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int buf = (int)(s & 1);
+        OutT *slab_base; /* where row i0 of K lives on the device */
+        if (dev_out) slab_base = Kout + i0 * ld;
+        else if (k_resident) slab_base = Kout + i0 * kld;
+        else {
+            /* ring slot buf must have been copied out (slab s-2) */
+            if (s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[buf], 0));
+            slab_base = (OutT *)J->Kd + (int64_t)buf * slab_rows * ny;
+        }
+        const int64_t ldk = dev_out ? ld : kld;
+        OutT *kbase = dev_out ? Kout : (k_resident ? Kout : nullptr);
+        QK_TRY(qk__mark(J, 0, 1));
+        const void *A;
+        if (bulk) A = (const char *)J->SA + i0 * per_state;
+        else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
+        const int64_t jstart = mirror_ok ? i0 : 0;
+        if (bulk) {
+            const void *B = (const char *)J->SB + jstart * per_state;
+            OutT *mo = (mirror_ok) ? kbase + jstart * ldk + i0 : nullptr;
+            QK_TRY(gram(A, B, m, ny - jstart, slab_base + jstart, ldk, mo, jstart - i0, mirror_ok));
+        } else {
+            for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
+                int64_t nn = std::min(state_tile, ny - j0);
+                const void *B;
+                if (sym && j0 == i0) B = A;
+                else { QK_TRY(build(sym ? J->dx : J->dy, j0, nn, J->SB)); B = J->SB; }
+                OutT *mo = mirror_ok ? kbase + j0 * ldk + i0 : nullptr;
+                QK_TRY(gram(A, B, m, nn, slab_base + j0, ldk, mo, j0 - i0, mirror_ok && j0 == i0));
+            }
+        }
+        if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
+            QK_CK(cudaEventRecord(J->ep_done[0], J->est));
+            QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
+        }
+        QK_TRY(qk__mark(J, 0, 1));
+        if (!dev_out) {
+            QK_CK(cudaEventRecord(J->slab_done[buf], J->est ? J->est : cs));
+            /* before reusing staging[buf] its previous slab (s-2) was copied out on the host
+               below (previous iterations), so D2H may go ahead */
+            QK_CK(cudaStreamWaitEvent(xs, J->slab_done[buf], 0));
+            QK_TRY(qk__mark(J, 1, 2));
+            const size_t rowb = (size_t)ny * sizeof(OutT);
+            if (pinned_out)
+                QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld, (size_t)ld * sizeof(OutT), slab_base, (size_t)ldk * sizeof(OutT),
+                                        rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
+            else
+                QK_CK(cudaMemcpy2DAsync(J->stage[buf], rowb, slab_base, (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
+                                        cudaMemcpyDeviceToHost, xs));
+            QK_TRY(qk__mark(J, 1, 2));
+            QK_CK(cudaEventRecord(J->copy_done[buf], xs));
+        }
+        /* host side: deliver slab s-1 while slab s copies */
+        auto deliver = [&](int64_t ss) -> qk_result {
+            const int b = (int)(ss & 1);
+            const int64_t a0 = ss * slab_rows, mm = std::min(slab_rows, nx - a0);
+            QK_CK(cudaEventSynchronize(J->copy_done[b]));
+            if (ds->output == QK_OUTPUT_HOST && !pinned_out)
+                qk__host_copy((OutT *)ds->out + a0 * ld, ld, J->stage[b], ny, mm, ny, sizeof(OutT));
+            else if (ds->output == QK_OUTPUT_CALLBACK) {
+                int64_t j0 = sym ? a0 : 0;
+                if (ds->tile_fn(a0, j0, mm, ny - j0, (const OutT *)J->stage[b] + j0, ny, ds->tile_user))
+                    return qk__fail_msg(E, QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+            }
+            done_pairs += mm * ny;
+            if (ds->progress && ds->progress(done_pairs, total_pairs, ds->progress_user))
+                return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
+            return QK_OK;
+        };
+        if (!dev_out && s >= 1) rc = deliver(s - 1);
+        if (rc == QK_OK && !dev_out && s == n_slabs - 1) rc = deliver(s);
+        if (dev_out) {
+            done_pairs += m * ny;
+            if (ds->progress && ds->progress(done_pairs, total_pairs, ds->progress_user))
+                rc = qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
+        }
+    }
+    QK_TRY(rc);
+    if (J->est) QK_CK(cudaStreamSynchronize(J->est));
+    QK_CK(cudaStreamSynchronize(cs));
+    QK_CK(cudaStreamSynchronize(xs));
+    /* busy intervals per stream */
+    qk_cuda_stats st;
+    memset(&st, 0, sizeof st);
+    st.n_streams = 2;
+    st.n_slabs = (int)n_slabs;
+    int first_slab = -1, last_slab = -1, last_any = -1;
+    float last_any_ms = -1;
+    for (size_t i = 0; i + 1 < J->pool.ev.size(); i += 2) {
+        float ms = 0, e1 = 0;
+        QK_CK(cudaEventElapsedTime(&ms, J->pool.ev[i], J->pool.ev[i + 1]));
+        st.busy_ms[J->pool.ev_stream[i]] += ms;
+        if (J->pool.ev_tag[i] == 0) st.states_ms += ms;
+        if (J->pool.ev_tag[i] == 1) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
+        QK_CK(cudaEventElapsedTime(&e1, J->pool.t0, J->pool.ev[i + 1]));
+        if (e1 > last_any_ms) { last_any_ms = e1; last_any = (int)i + 1; }
+    }
+    st.wall_ms = last_any_ms;
+    if (first_slab >= 0) {
+        float g = 0, o = 0;
+        QK_CK(cudaEventElapsedTime(&g, J->pool.ev[first_slab], J->pool.ev[last_slab]));
+        QK_CK(cudaEventElapsedTime(&o, J->pool.ev[first_slab], J->pool.ev[last_any]));
+        st.gram_ms = g;
+        st.output_ms = std::max(g, o);
+    }
+    qk__last_stats = st;
+    return QK_OK;
+}
+
+template <typename T, bool CPLX>
+static qk_result qk__gram_out(qk__job_state *J, int64_t slab, int64_t tile, int res)
+{
+    if (J->plan->out_dtype == QK_F64) return qk__gram_run<T, CPLX, double>(J, slab, tile, res);
+    return qk__gram_run<T, CPLX, float>(J, slab, tile, res);
+}
+
+/* ======================================================================================== */
+/*                                    extern "C" surface                                    */
+/* ======================================================================================== */
 
 extern "C" int qk_cuda_device_count(void)
 {
@@ -17,29 +1740,285 @@ extern "C" qk_result qk_cuda_device_query(int device, qk_device_info *info, char
     cudaError_t e = cudaGetDeviceProperties(&p, device);
     if (e != cudaSuccess) {
         if (err) snprintf(err, err_size, "cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
         return QK_ERROR_NO_DEVICE;
     }
     memset(info, 0, sizeof *info);
     info->present = 1;
-    snprintf(info->name, sizeof info->name, "%s", p.name);
+    memcpy(info->name, p.name, std::min(sizeof info->name, sizeof p.name) - 1);
     info->cc_major = p.major;
     info->cc_minor = p.minor;
     info->sm_count = p.multiProcessorCount;
     info->smem_per_block_optin = p.sharedMemPerBlockOptin;
     info->l2_bytes = (size_t)p.l2CacheSize;
-    cudaSetDevice(device);
-    cudaMemGetInfo(&info->free_bytes, &info->total_bytes);
+    if (cudaDriverGetVersion(&info->driver_version) != cudaSuccess) { cudaGetLastError(); info->driver_version = 0; }
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&info->free_bytes, &info->total_bytes);
+    if (e != cudaSuccess) {
+        if (err) snprintf(err, err_size, "cudaMemGetInfo on device %d: %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return QK_ERROR_CUDA;
+    }
     return QK_OK;
 }
 
-extern "C" qk_result qk_cuda_gram(const qk_plan *, const qk_map *, const qk_gram_desc *, char *err, size_t err_size)
+extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, char *err,
+                                  size_t err_size)
 {
-    if (err) snprintf(err, err_size, "the CUDA Gram engine is not built yet");
-    return QK_ERROR_UNSUPPORTED;
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !map || !desc || !desc->x) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: NULL argument");
+    if (desc->output == QK_OUTPUT_CALLBACK && !desc->tile_fn)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: callback output without tile_fn");
+    if (desc->output != QK_OUTPUT_CALLBACK && !desc->out)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: out is NULL");
+    if (plan->path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_gram: too many qubits for a state vector");
+    int64_t slab = plan->tile_m > 0 ? plan->tile_m : 1024;
+    int64_t tile = plan->state_tile > 0 && !plan->bulk_states ? plan->state_tile : INT64_MAX;
+    int res = plan->k_resident;
+    const bool real = plan->path == QK_PATH_REAL;
+    const bool p64 = plan->precision == QK_PRECISION_FP64;
+    /* Out of device memory: halve the slab and state tile, then give up K residency, and retry
+       from scratch (nothing has reached the caller's output before a slab completes; a host
+       output may be partly written, which the result code says). */
+    for (int attempt = 0;; ++attempt) {
+        qk__job_state J;
+        J.E = E;
+        J.plan = plan;
+        J.map = map;
+        J.desc = desc;
+        qk_result r;
+        if (p64) r = real ? qk__gram_out<double, false>(&J, slab, tile, res) : qk__gram_out<double, true>(&J, slab, tile, res);
+        else r = real ? qk__gram_out<float, false>(&J, slab, tile, res) : qk__gram_out<float, true>(&J, slab, tile, res);
+        qk__job_free(&J);
+        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY) return r;
+        if (res && !(desc->output == QK_OUTPUT_DEVICE)) { res = 0; continue; }
+        if (slab > 64) { slab /= 2; continue; }
+        if (tile == INT64_MAX) tile = 1 << 14;
+        if (tile > 64) { tile /= 2; slab = std::min(slab, tile); continue; }
+        return r;
+    }
 }
 
-extern "C" qk_result qk_cuda_states(const qk_map *, const double *, int64_t, qk_precision, double *, char *err, size_t err_size)
+extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision, double *out,
+                                    char *err, size_t err_size)
 {
-    if (err) snprintf(err, err_size, "the CUDA state engine is not built yet");
-    return QK_ERROR_UNSUPPORTED;
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!map || (!x && n > 0) || (!out && n > 0)) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_states: NULL argument");
+    if (map->n_qubits > QK_MAX_STATE_QUBITS) return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_states: too many qubits");
+    if (n == 0) return QK_OK;
+    qk__prog pg;
+    qk_map m2 = *map;
+    if (m2.cls == QK_CLASS_PRODUCT) m2.cls = QK_CLASS_COMPLEX; /* build the state vector anyway */
+    QK_TRY(qk__compile(&m2, &pg, E));
+    pg.real_out = 0;
+    qk__dprog dp;
+    qk__build_ws ws;
+    double *dx = nullptr, *dout = nullptr;
+    void *st = nullptr;
+    const int64_t D = (int64_t)1 << map->n_qubits;
+    const bool p64 = precision == QK_PRECISION_FP64;
+    const size_t cx = p64 ? 16 : 8, T = p64 ? 8 : 4;
+    auto run = [&]() -> qk_result {
+        QK_TRY(qk__dprog_make(pg, map, &dp, E));
+        QK_CK(cudaMalloc((void **)&dx, std::max<size_t>(1, (size_t)n * map->n_features * sizeof(double))));
+        QK_CK(cudaMemcpy(dx, x, (size_t)n * map->n_features * sizeof(double), cudaMemcpyHostToDevice));
+        QK_CK(cudaMalloc(&ws.params, (size_t)n * pg.P * T));
+        if (pg.passes.size() > 1) QK_CK(cudaMalloc(&ws.tmp, (size_t)n * D * cx));
+        if (pg.has_amp) QK_CK(cudaMalloc((void **)&ws.inv, (size_t)n * sizeof(double)));
+        QK_CK(cudaMalloc(&st, (size_t)n * D * cx));
+        QK_CK(cudaMalloc((void **)&dout, (size_t)n * D * 2 * sizeof(double)));
+        if (p64) {
+            QK_TRY(qk__build_states<double>(pg, dp, dx, n, ws, st, false, 0, E));
+            qk__k_widen<double><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<double> *)st, dout, n * D);
+        } else {
+            QK_TRY(qk__build_states<float>(pg, dp, dx, n, ws, st, false, 0, E));
+            qk__k_widen<float><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<float> *)st, dout, n * D);
+        }
+        QK_LAUNCH_CK("widen");
+        QK_CK(cudaMemcpy(out, dout, (size_t)n * D * 2 * sizeof(double), cudaMemcpyDeviceToHost));
+        return QK_OK;
+    };
+    qk_result r = run();
+    qk__dprog_free(&dp);
+    cudaFree(dx); cudaFree(dout); cudaFree(st);
+    cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
+    return r;
+}
+
+extern "C" qk_cuda_stats qk_cuda_last_stats(void) { return qk__last_stats; }
+
+/* ---- amplitude encoding from host data ---- */
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    if (batch <= 0) batch = 64;
+    if (batch > n) batch = n > 0 ? n : 1;
+    const int64_t D = (int64_t)1 << n_qubits;
+    const size_t rowb = (size_t)d * sizeof(double);
+    struct R {
+        cudaStream_t cp = nullptr, ks = nullptr;
+        double *dbuf[2] = {nullptr, nullptr};
+        double *stage[2] = {nullptr, nullptr};
+        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+        ~R() {
+            if (cp) cudaStreamSynchronize(cp);
+            if (ks) cudaStreamSynchronize(ks);
+            for (int i = 0; i < 2; ++i) {
+                cudaFree(dbuf[i]);
+                if (stage[i]) cudaFreeHost(stage[i]);
+                if (h2d[i]) cudaEventDestroy(h2d[i]);
+                if (kdone[i]) cudaEventDestroy(kdone[i]);
+            }
+            if (t0) cudaEventDestroy(t0);
+            if (t1) cudaEventDestroy(t1);
+            if (cp) cudaStreamDestroy(cp);
+            if (ks) cudaStreamDestroy(ks);
+            cudaGetLastError();
+        }
+    } R;
+    cudaPointerAttributes at;
+    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
+    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
+        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
+        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
+        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
+    }
+    QK_CK(cudaEventCreate(&R.t0));
+    QK_CK(cudaEventCreate(&R.t1));
+    QK_CK(cudaEventRecord(R.t0, R.cp));
+    const int64_t nb = (n + batch - 1) / batch;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int i = (int)(b & 1);
+        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
+        /* buffer i is free once the kernel of batch b-2 is done */
+        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
+        const double *src = x + r0 * d;
+        if (!pinned) {
+            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
+            memcpy(R.stage[i], src, rows * rowb);
+            src = R.stage[i];
+        }
+        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
+        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
+        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
+        if (precision == QK_PRECISION_FP64)
+            qk__k_amp_encode<double><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (double *)out_dev + r0 * D);
+        else
+            qk__k_amp_encode<float><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (float *)out_dev + r0 * D);
+        QK_LAUNCH_CK("amp_encode");
+        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
+    }
+    QK_CK(cudaEventRecord(R.t1, R.ks));
+    QK_CK(cudaEventSynchronize(R.t1));
+    if (seconds) {
+        float ms = 0;
+        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
+        *seconds = ms * 1e-3;
+    }
+    return QK_OK;
+}
+
+/* ---- autotune ---- */
+__global__ void qk__k_fill_random(float *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (float)h * (2.0f / 4294967296.0f) - 1.0f;
+}
+__global__ void qk__k_fill_random_d(double *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (double)h * (2.0 / 4294967296.0) - 1.0;
+}
+
+struct qk__tune_ws {
+    void *S = nullptr, *K = nullptr, *Cw = nullptr;
+    cublasHandle_t h = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~qk__tune_ws() {
+        cudaFree(S); cudaFree(K); cudaFree(Cw);
+        if (h) cublasDestroy(h);
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaGetLastError();
+    }
+};
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
+{
+    const int D = 1 << pl->n_qubits;
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    qk__tune_ws w;
+    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
+    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
+    QK_CK(cudaMalloc(&w.Cw, (size_t)n * n * es));
+    QK_BLAS_CK(cublasCreate(&w.h));
+    QK_CK(cudaEventCreate(&w.e0));
+    QK_CK(cudaEventCreate(&w.e1));
+    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
+    if (sizeof(T) == 4) qk__k_fill_random<<<(unsigned)((cnt + 255) / 256), 256>>>((float *)w.S, cnt, 12345u);
+    else qk__k_fill_random_d<<<(unsigned)((cnt + 255) / 256), 256>>>((double *)w.S, cnt, 12345u);
+    QK_LAUNCH_CK("fill_random");
+    res->n = 0;
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
+    OutT *K = (OutT *)w.K;
+    for (int c = 0; c < res->n; ++c) {
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            QK_CK(cudaEventRecord(w.e0, 0));
+            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
+            QK_CK(cudaEventRecord(w.e1, 0));
+            QK_CK(cudaEventSynchronize(w.e1));
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
+            if (r > 0) t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        res->ms[c] = t[t.size() / 2];
+    }
+    res->best = 0;
+    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                       char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
+    memset(res, 0, sizeof *res);
+    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
+    int64_t n = n_samples > 0 ? n_samples : 4096;
+    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
+    if (reps < 1) reps = 3;
+    res->n_samples = n;
+    const bool real = plan->path == QK_PATH_REAL, p64 = plan->precision == QK_PRECISION_FP64, o64 = plan->out_dtype == QK_F64;
+    if (p64) {
+        if (real) return o64 ? qk__tune<double, false, double>(plan, n, reps, res, E) : qk__tune<double, false, float>(plan, n, reps, res, E);
+        return o64 ? qk__tune<double, true, double>(plan, n, reps, res, E) : qk__tune<double, true, float>(plan, n, reps, res, E);
+    }
+    if (real) return o64 ? qk__tune<float, false, double>(plan, n, reps, res, E) : qk__tune<float, false, float>(plan, n, reps, res, E);
+    return o64 ? qk__tune<float, true, double>(plan, n, reps, res, E) : qk__tune<float, true, float>(plan, n, reps, res, E);
 }

@@ -1,0 +1,299 @@
+/* qk-bench: the GPU engine's cases of issue 3, timed with CUDA events (warm-up, median).
+
+   Usage: qk-bench [--json out.json] [--commit FILE] [--cases a,b,...] [--reps N]
+   Each case runs qk_cuda_gram end to end; the engine's own events split the time into state
+   construction (stats.states_ms), the Gram (first slab start to last slab end: gram_ms) and
+   the output (to the last D2H: output_ms). Gpairs/s counts all n*n entries of K (as the peer
+   does), although K(X,X) computes half of them. bench/qk_bench_report.py joins this JSON with
+   the peer's (run in the same job) and prints the table with ratios and ceilings. */
+#include <cuda_runtime.h>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+#define QK_IMPLEMENTATION
+#include "qk.h"
+
+static qk_op mk(qk_op_kind k, int a, int b, qk_arg_kind ak, int x0, int x1, double scale, int w)
+{
+    qk_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = k; o.q0 = a; o.q1 = b;
+    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.scale = scale; o.angle.w = w;
+    return o;
+}
+
+struct BMap {
+    std::vector<qk_op> ops;
+    std::vector<double> w;
+    qk_map m;
+    void finish(int q, int d, qk_map_class c) {
+        memset(&m, 0, sizeof m);
+        m.type = QK_MAP_CUSTOM; m.cls = c; m.n_qubits = q; m.n_features = d;
+        m.n_ops = (int)ops.size(); m.ops = ops.data(); m.n_weights = (int)w.size(); m.weights = w.data();
+    }
+};
+
+/* Qiskit ZZFeatureMap, full entanglement, alpha = 2 (the peer's zz) */
+static void build_zz(BMap &b, int q, int reps)
+{
+    for (int r = 0; r < reps; ++r) {
+        for (int i = 0; i < q; ++i) b.ops.push_back(mk(QK_OP_H, i, -1, QK_ARG_CONST, 0, 0, 1, 0));
+        for (int i = 0; i < q; ++i) b.ops.push_back(mk(QK_OP_P, i, -1, QK_ARG_X, i, 0, 2, 0));
+        for (int i = 0; i < q; ++i)
+            for (int j = i + 1; j < q; ++j) {
+                b.ops.push_back(mk(QK_OP_CNOT, i, j, QK_ARG_CONST, 0, 0, 1, 0));
+                b.ops.push_back(mk(QK_OP_P, j, -1, QK_ARG_PIXX, i, j, 2, 0));
+                b.ops.push_back(mk(QK_OP_CNOT, i, j, QK_ARG_CONST, 0, 0, 1, 0));
+            }
+    }
+    b.finish(q, q, QK_CLASS_COMPLEX);
+}
+/* the peer's hea: per layer RY(w_lk x_k) on every qubit, then a CZ ring */
+static void build_hea(BMap &b, int q, int layers, std::mt19937_64 &rng)
+{
+    std::uniform_real_distribution<double> u(0, 1);
+    for (int l = 0; l < layers; ++l) {
+        for (int k = 0; k < q; ++k) {
+            b.ops.push_back(mk(QK_OP_RY, k, -1, QK_ARG_WX, k, 0, 1, (int)b.w.size()));
+            b.w.push_back(u(rng));
+        }
+        for (int k = 0; k < q; ++k) b.ops.push_back(mk(QK_OP_CZ, k, (k + 1) % q, QK_ARG_CONST, 0, 0, 1, 0));
+    }
+    b.finish(q, q, QK_CLASS_REAL);
+}
+
+static qk_device_info g_info;
+
+/* The planner's plan for the real device; blas < 0 keeps its engine choice, slab <= 0 its slab. */
+static qk_plan plan_for(const qk_map &m, const qk_gram_desc &g, int blas, int64_t slab, int cfg)
+{
+    qk_plan p;
+    if (qk_plan_for_device(&g_info, 0.85, &m, &g, &p) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(1); }
+    if (blas >= 0) p.use_blas = blas;
+    if (slab > 0) p.tile_m = slab;
+    p.kernel_cfg = cfg;
+    return p;
+}
+
+static double median(std::vector<double> v)
+{
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0 : v[v.size() / 2];
+}
+
+struct Row {
+    std::string name, map, output, engine;
+    int q; int64_t n;
+    double gram_ms, states_ms, output_ms, e2e_ms, busy0, busy1;
+};
+
+static std::vector<Row> rows;
+static int reps = 3;
+
+static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
+                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0)
+{
+    void *buf = nullptr;
+    size_t bytes = (size_t)n * n * sizeof(float);
+    if (out == QK_OUTPUT_DEVICE) { if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("%s: no memory\n", name); return 1; } }
+    else if (pinned_host) { if (cudaMallocHost(&buf, bytes) != cudaSuccess) { printf("%s: no pinned memory\n", name); return 1; } }
+    else { buf = malloc(bytes); memset(buf, 0, bytes); }
+    qk_gram_desc g;
+    memset(&g, 0, sizeof g);
+    g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
+    qk_plan p = plan_for(m, g, blas, slab, cfg);
+    std::vector<double> gm, sm, om, em, b0, b1;
+    char err[256] = "";
+    for (int r = 0; r < reps + 1; ++r) {
+        auto t0 = std::chrono::steady_clock::now();
+        qk_result rc = qk_cuda_gram(&p, &m, &g, err, sizeof err);
+        auto t1 = std::chrono::steady_clock::now();
+        if (rc != QK_OK) { printf("%s: qk_cuda_gram -> %d: %s\n", name, (int)rc, err); return 1; }
+        if (r == 0) continue; /* warm-up */
+        qk_cuda_stats st = qk_cuda_last_stats();
+        gm.push_back(st.gram_ms); sm.push_back(st.states_ms); om.push_back(st.output_ms);
+        em.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+        b0.push_back(st.busy_ms[0]); b1.push_back(st.busy_ms[1]);
+    }
+    /* sanity: K[i][i] = 1 for a few i */
+    double dmax = 0;
+    for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 7)) {
+        float v;
+        if (out == QK_OUTPUT_DEVICE) cudaMemcpy(&v, (float *)buf + i * n + i, 4, cudaMemcpyDeviceToHost);
+        else v = ((float *)buf)[i * n + i];
+        dmax = std::max(dmax, (double)fabsf(v - 1.0f));
+    }
+    Row row;
+    row.name = name; row.q = m.n_qubits; row.n = n;
+    row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
+    row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
+    row.engine = p.use_blas == 2 ? "cublas3m" : p.use_blas ? "cublas" : "fused";
+    if (blas < 0) row.engine += "(planned)";
+    row.engine += " slab=" + std::to_string((long long)p.tile_m);
+    if (cfg) row.engine += " cfg=" + std::to_string(cfg);
+    if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
+    row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
+    row.busy0 = median(b0); row.busy1 = median(b1);
+    rows.push_back(row);
+    double pairs = (double)n * n;
+    printf("%-6s q=%2d n=%6lld %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms | diag err %.1e\n",
+           name, m.n_qubits, (long long)n, row.output.c_str(), row.engine.c_str(), row.gram_ms, pairs / row.gram_ms / 1e6,
+           row.output_ms, pairs / row.output_ms / 1e6, row.states_ms, n / row.states_ms * 1e3, row.e2e_ms, dmax);
+    fflush(stdout);
+    (void)e2e;
+    if (out == QK_OUTPUT_DEVICE) cudaFree(buf);
+    else if (pinned_host) cudaFreeHost(buf);
+    else free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *json = nullptr, *commit_file = nullptr;
+    std::string cases = "zz4,zz8,zz12,zz16,hea12,host8,e2e8,amp16,tune";
+    for (int i = 1; i < argc; ++i) {
+        if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
+        else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit_file = argv[++i];
+        else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+    }
+    if (qk_cuda_device_count() <= 0) { printf("qk-bench: no CUDA device\n"); return 77; }
+    qk_device_info &info = g_info;
+    char err[256];
+    qk_cuda_device_query(0, &info, err, sizeof err);
+    std::vector<std::string> tune_rows;
+    std::mt19937_64 rng(1234);
+    std::uniform_real_distribution<double> u(0, 1);
+    auto has = [&](const char *c) { return ("," + cases + ",").find(std::string(",") + c + ",") != std::string::npos; };
+    struct ZZ { const char *name; int q; int64_t n; };
+    ZZ zz[] = {{"zz4", 4, 32768}, {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}};
+    for (auto &c : zz) {
+        if (!has(c.name)) continue;
+        BMap b; build_zz(b, c.q, 2);
+        std::vector<double> x((size_t)c.n * c.q);
+        for (auto &v : x) v = u(rng) * 2 * M_PI;
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
+        run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
+        if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 6);
+        if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
+        if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
+    }
+    if (has("hea12")) {
+        BMap b; build_hea(b, 12, 2, rng);
+        std::vector<double> x((size_t)16384 * 12);
+        for (auto &v : x) v = u(rng) * M_PI;
+        run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, -1, 0, false, false);
+        run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, 0, 16384, false, false);
+    }
+    if (has("host8") || has("e2e8")) {
+        BMap b; build_zz(b, 8, 2);
+        const int blas = -1;
+        for (int staged = 0; staged < 2; ++staged) {
+            if (staged) setenv("QK_CUDA_REGISTER", "0", 1); else unsetenv("QK_CUDA_REGISTER");
+            if (has("host8")) {
+                std::vector<double> x((size_t)32768 * 8);
+                for (auto &v : x) v = u(rng) * 2 * M_PI;
+                if (!staged) run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, true, false);
+                run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, false, false);
+            }
+            if (has("e2e8")) {
+                std::vector<double> x((size_t)20000 * 8);
+                for (auto &v : x) v = u(rng) * 2 * M_PI;
+                if (!staged) run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, true, true);
+                run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, false, true);
+            }
+        }
+        unsetenv("QK_CUDA_REGISTER");
+    }
+    if (has("amp16")) {
+        /* amplitude encoding from host float64, 16 qubits, batch 64 (pinned source, as the peer) */
+        const int64_t n = 4096; const int d = 65536;
+        double *x = nullptr;
+        cudaMallocHost((void **)&x, (size_t)n * d * sizeof(double));
+        for (int64_t i = 0; i < n * d; ++i) x[i] = u(rng);
+        void *dout = nullptr;
+        cudaMalloc(&dout, (size_t)n * d * sizeof(float));
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            double sec = 0;
+            if (qk_cuda_amplitude_encode(x, n, d, 16, QK_PRECISION_FP32, dout, 64, &sec, err, sizeof err) != QK_OK) { printf("amp16: %s\n", err); break; }
+            if (r) t.push_back(sec);
+        }
+        double sec = median(t);
+        printf("amp16 encode host f64 pinned, batch 64: %.3f ms for %lld vectors: %.0f vectors/s (%.1f GB/s H2D)\n", sec * 1e3,
+               (long long)n, n / sec, n * (double)d * 8 / sec * 1e-9);
+        Row row;
+        row.name = "amp16"; row.map = "amplitude"; row.q = 16; row.n = n; row.output = "device"; row.engine = "encode batch 64";
+        row.gram_ms = 0; row.states_ms = sec * 1e3; row.output_ms = 0; row.e2e_ms = sec * 1e3; row.busy0 = row.busy1 = 0;
+        rows.push_back(row);
+        cudaFree(dout);
+        cudaFreeHost(x);
+    }
+    if (has("tune")) {
+        /* autotune sweep: every candidate on the real shape (n capped at 8192 for q >= 12) */
+        struct TC { const char *name; int q; int64_t n; bool hea; } tc[] = {
+            {"zz4", 4, 32768, false}, {"zz6", 6, 32768, false}, {"zz8", 8, 32768, false}, {"zz12", 12, 8192, false},
+            {"zz16", 16, 2048, false}, {"hea12", 12, 8192, true}};
+        for (auto &c : tc) {
+            BMap b;
+            if (c.hea) build_hea(b, c.q, 2, rng); else build_zz(b, c.q, 2);
+            double dummy = 0;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = &dummy; g.n_x = c.n; g.out = &dummy; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP32;
+            qk_plan p = plan_for(b.m, g, -1, 0, 0);
+            qk_cuda_tune_result tr;
+            if (qk_cuda_tune_gram(&p, c.n, reps, &tr, err, sizeof err) != QK_OK) { printf("tune %s: %s\n", c.name, err); continue; }
+            int fixed = -1;
+            for (int i = 0; i < tr.n; ++i)
+                if ((p.use_blas && tr.blas[i] == 1) || (!p.use_blas && tr.blas[i] == 0 && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
+            char line[512];
+            int len = snprintf(line, sizeof line, "{\"case\": \"%s\", \"n\": %lld, \"best\": %d, \"fixed\": %d, \"candidates\": [", c.name,
+                               (long long)tr.n_samples, tr.best, fixed);
+            printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
+            for (int i = 0; i < tr.n; ++i) {
+                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : tr.cfg[i] == 4 ? "128x128" : tr.cfg[i] == 5 ? "64x64direct" : "64x64k16";
+                printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
+                len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
+            }
+            printf("\n");
+            snprintf(line + len, sizeof line - len, "]}");
+            tune_rows.push_back(line);
+        }
+    }
+    if (json) {
+        FILE *f = fopen(json, "w");
+        if (!f) { printf("cannot write %s\n", json); return 1; }
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        char commit[64] = "unknown";
+        if (commit_file) {
+            FILE *c = fopen(commit_file, "r");
+            if (c) { if (fscanf(c, "%63s", commit) != 1) strcpy(commit, "unknown"); fclose(c); }
+        }
+        fprintf(f, "{\n \"gpu\": \"%s\", \"cc\": \"%d.%d\", \"sms\": %d, \"cuda_driver\": %d, \"cuda_runtime\": %d,\n \"commit\": \"%s\",\n \"rows\": [\n",
+                info.name, info.cc_major, info.cc_minor, info.sm_count, drv, rt, commit);
+        for (size_t i = 0; i < rows.size(); ++i) {
+            const Row &r = rows[i];
+            double pairs = (double)r.n * r.n;
+            fprintf(f, "  {\"case\": \"%s\", \"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"output\": \"%s\", \"engine\": \"%s\", "
+                       "\"gram_ms\": %.4f, \"gram_Gpairs_s\": %.4f, \"output_ms\": %.4f, \"output_Gpairs_s\": %.4f, "
+                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f}%s\n",
+                    r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.output.c_str(), r.engine.c_str(), r.gram_ms,
+                    r.gram_ms > 0 ? pairs / r.gram_ms / 1e6 : 0.0, r.output_ms, r.output_ms > 0 ? pairs / r.output_ms / 1e6 : 0.0, r.states_ms,
+                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, i + 1 < rows.size() ? "," : "");
+        }
+        fprintf(f, " ],\n \"tune\": [\n");
+        for (size_t i = 0; i < tune_rows.size(); ++i) fprintf(f, "  %s%s\n", tune_rows[i].c_str(), i + 1 < tune_rows.size() ? "," : "");
+        fprintf(f, " ]\n}\n");
+        fclose(f);
+    }
+    return 0;
+}

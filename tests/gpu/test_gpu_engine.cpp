@@ -1,0 +1,613 @@
+/* GPU engine tests: states and Gram from qk_cuda.cu against an independent float64 reference.
+
+   The reference here simulates every op gate by gate (dense 2x2 and CNOT permutations, no
+   diagonal folding, no passes) from angles evaluated in double, so it shares nothing with the
+   engine but the map IR. Every run draws fresh random inputs (seed printed, QK_TEST_SEED to
+   replay), poisons the outputs with NaN first and checks every element.
+
+   Tolerances (|got - ref| <= abs + rel * |ref|):
+     fp64: states 1e-10, K 1e-10 + 1e-9 |ref|
+     fp32: states 2e-5 * (1 + q/4), K 1e-4 * (1 + q/4) + 2^-24 * 2^q / 4 + 1e-4 |ref|
+           (float rounding in the amplitudes grows with the passes and the phase sum; a float
+           sum of 2^q products drifts by a fraction of 2^q ulps of 1 on the diagonal: 4e-3 at
+           q = 19 (fused kernel), 9.4e-3 at q = 20 (cuBLAS, the peer's engine too); the
+           bound is a few times the error seen, and a wrong index or sign gives errors ~1)
+   A second part runs the public API end to end: qk_gram on a CUDA context (planner included)
+   against qk_gram on a CPU context, for the built-in maps from spec strings.
+   Exit 77 (meson: skipped) when no CUDA device exists. */
+#include <complex>
+#include <vector>
+#include <random>
+#include <string>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <cuda_runtime.h>
+#define QK_IMPLEMENTATION
+#include "qk.h"
+
+typedef std::complex<double> cd;
+static int g_fail = 0, g_checks = 0;
+static std::mt19937_64 g_rng;
+static double urand(double a, double b) { return std::uniform_real_distribution<double>(a, b)(g_rng); }
+
+#define CHECK(cond, ...) do { ++g_checks; if (!(cond)) { ++g_fail; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+
+/* ---- maps built by hand from the documented conventions ---- */
+struct TMap {
+    std::string name;
+    std::vector<qk_op> ops;
+    std::vector<double> w;
+    int q, d;
+    qk_map_class cls;
+    qk_map m;
+    void finish() {
+        memset(&m, 0, sizeof m);
+        m.type = QK_MAP_CUSTOM;
+        m.cls = cls;
+        m.n_qubits = q;
+        m.n_features = d;
+        m.n_weights = (int)w.size();
+        m.n_ops = (int)ops.size();
+        m.ops = ops.data();
+        m.weights = w.data();
+    }
+};
+
+static qk_op op1(qk_op_kind k, int q0, qk_arg_kind ak = QK_ARG_CONST, int x0 = 0, int x1 = 0, double scale = 1, double off = 0, int w = 0)
+{
+    qk_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = k; o.q0 = q0; o.q1 = -1;
+    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.scale = scale; o.angle.offset = off; o.angle.w = w;
+    return o;
+}
+static qk_op op2(qk_op_kind k, int a, int b, qk_arg_kind ak = QK_ARG_CONST, int x0 = 0, int x1 = 0, double scale = 1)
+{
+    qk_op o = op1(k, a, ak, x0, x1, scale);
+    o.q1 = b;
+    return o;
+}
+
+static TMap map_zz(int q, int reps, bool full)
+{
+    TMap t; t.name = full ? "zz" : "zz-linear"; t.q = q; t.d = q; t.cls = q > 1 ? QK_CLASS_COMPLEX : QK_CLASS_PRODUCT;
+    for (int r = 0; r < reps; ++r) {
+        for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_H, i));
+        for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_P, i, QK_ARG_X, i, 0, 2.0));
+        for (int i = 0; i < q; ++i)
+            for (int j = i + 1; j < q; ++j) {
+                if (!full && j != i + 1) continue;
+                t.ops.push_back(op2(QK_OP_CNOT, i, j));
+                t.ops.push_back(op1(QK_OP_P, j, QK_ARG_PIXX, i, j, 2.0));
+                t.ops.push_back(op2(QK_OP_CNOT, i, j));
+            }
+    }
+    t.finish();
+    return t;
+}
+static TMap map_iqp(int q)
+{
+    TMap t; t.name = "iqp"; t.q = q; t.d = q; t.cls = q > 1 ? QK_CLASS_COMPLEX : QK_CLASS_PRODUCT;
+    for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_H, i));
+    for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_RZ, i, QK_ARG_X, i));
+    for (int i = 0; i < q; ++i)
+        for (int j = i + 1; j < q; ++j) t.ops.push_back(op2(QK_OP_RZZ, i, j, QK_ARG_XX, i, j));
+    t.finish();
+    return t;
+}
+static TMap map_angle(int q, char rot)
+{
+    TMap t; t.name = std::string("angle-") + rot; t.q = q; t.d = q; t.cls = QK_CLASS_PRODUCT;
+    for (int i = 0; i < q; ++i) t.ops.push_back(op1(rot == 'x' ? QK_OP_RX : rot == 'y' ? QK_OP_RY : QK_OP_RZ, i, QK_ARG_X, i));
+    t.finish();
+    return t;
+}
+static TMap map_amp(int q)
+{
+    TMap t; t.name = "amplitude"; t.q = q; t.d = (1 << q) - (q > 1 ? 1 : 0); /* padding exercised */
+    t.cls = QK_CLASS_REAL;
+    t.ops.push_back(op1(QK_OP_AMPLITUDE, 0));
+    t.finish();
+    return t;
+}
+static TMap map_basis(int q)
+{
+    TMap t; t.name = "basis"; t.q = q; t.d = q; t.cls = QK_CLASS_PRODUCT;
+    for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_BASIS, i, QK_ARG_X, i));
+    t.finish();
+    return t;
+}
+static TMap map_hea(int q, int layers, char rot, bool cnot)
+{
+    TMap t; t.name = std::string("hea-") + rot + (cnot ? "-cnot" : "-cz"); t.q = q; t.d = q;
+    t.cls = q == 1 ? QK_CLASS_PRODUCT : (rot == 'y' ? QK_CLASS_REAL : QK_CLASS_COMPLEX);
+    for (int l = 0; l < layers; ++l) {
+        for (int i = 0; i < q; ++i) {
+            t.ops.push_back(op1(QK_OP_RY, i, QK_ARG_WX, i, 0, 1, 0, (int)t.w.size()));
+            t.w.push_back(urand(0.3, 1.5));
+            if (rot == 'z') {
+                t.ops.push_back(op1(QK_OP_RZ, i, QK_ARG_WX, i, 0, 1, 0, (int)t.w.size()));
+                t.w.push_back(urand(0.3, 1.5));
+            }
+        }
+        if (q > 1)
+            for (int i = 0; i < q; ++i) {
+                int j = (i + 1) % q;
+                if (q == 2 && i == 1) break;
+                t.ops.push_back(op2(cnot ? QK_OP_CNOT : QK_OP_CZ, i, j));
+            }
+    }
+    t.finish();
+    return t;
+}
+/* Every op kind and angle kind, in an order that defeats the diagonal folding half the time. */
+static TMap map_mix(int q)
+{
+    TMap t; t.name = "mix"; t.q = q; t.d = q + 1; t.cls = q > 1 ? QK_CLASS_COMPLEX : QK_CLASS_PRODUCT;
+    t.w = {0.7, -1.3};
+    for (int i = 0; i < q; ++i) {
+        t.ops.push_back(op1(QK_OP_H, i));
+        t.ops.push_back(op1(QK_OP_RX, i, QK_ARG_X, i, 0, 0.8, 0.1));
+        t.ops.push_back(op1(QK_OP_RY, i, QK_ARG_XX, i, i + 1, -0.5, 0.3));
+        t.ops.push_back(op1(QK_OP_Y, i));
+    }
+    for (int i = 0; i + 1 < q; ++i) {
+        t.ops.push_back(op2(QK_OP_CNOT, i + 1, i));
+        t.ops.push_back(op1(QK_OP_RZ, i, QK_ARG_W, 0, 0, 1.1, 0, 0));
+        t.ops.push_back(op2(QK_OP_CNOT, i + 1, i));
+        t.ops.push_back(op2(QK_OP_CZ, i, q - 1));
+        t.ops.push_back(op1(QK_OP_Z, i));
+        t.ops.push_back(op1(QK_OP_X, i + 1));
+        int zb = q - 1 - i == i ? (i + 1) % q : q - 1 - i;
+        t.ops.push_back(op2(QK_OP_RZZ, zb, i, QK_ARG_PIXX, i, zb, 0.4));
+        t.ops.push_back(op1(QK_OP_P, i, QK_ARG_WX, i + 1, 0, 0.9, -0.2, 1));
+        if (q > 2) t.ops.push_back(op2(QK_OP_CNOT, i, (i + 2) % q));
+    }
+    for (int i = 0; i < q; ++i) t.ops.push_back(op1(QK_OP_RX, i, QK_ARG_CONST, 0, 0, 1, 0.77 * i));
+    t.finish();
+    return t;
+}
+
+/* ---- float64 reference ---- */
+static double ref_theta(const qk_angle &a, const double *x, const std::vector<double> &w)
+{
+    double f = 0;
+    switch (a.kind) {
+    case QK_ARG_CONST: f = 0; break;
+    case QK_ARG_X: f = x[a.x0]; break;
+    case QK_ARG_XX: f = x[a.x0] * x[a.x1]; break;
+    case QK_ARG_PIXX: f = (M_PI - x[a.x0]) * (M_PI - x[a.x1]); break;
+    case QK_ARG_W: f = w[a.w]; break;
+    case QK_ARG_WX: f = w[a.w] * x[a.x0]; break;
+    default: break;
+    }
+    return a.scale * f + a.offset;
+}
+
+static void ref_state(const TMap &t, const double *x, cd *psi)
+{
+    const size_t D = (size_t)1 << t.q;
+    for (size_t i = 0; i < D; ++i) psi[i] = 0;
+    psi[0] = 1;
+    const cd I(0, 1);
+    for (const qk_op &o : t.ops) {
+        double th = ref_theta(o.angle, x, t.w);
+        double c = cos(th / 2), s = sin(th / 2);
+        cd m[4];
+        bool one = true;
+        switch (o.kind) {
+        case QK_OP_AMPLITUDE: {
+            double nrm = 0;
+            for (int k = 0; k < t.d; ++k) nrm += x[k] * x[k];
+            nrm = sqrt(nrm);
+            for (size_t i = 0; i < D; ++i) psi[i] = (int)i < t.d ? x[i] / nrm : 0.0;
+            one = false;
+        } break;
+        case QK_OP_H: m[0] = m[1] = m[2] = M_SQRT1_2; m[3] = -M_SQRT1_2; break;
+        case QK_OP_X: m[0] = 0; m[1] = 1; m[2] = 1; m[3] = 0; break;
+        case QK_OP_Y: m[0] = 0; m[1] = -I; m[2] = I; m[3] = 0; break;
+        case QK_OP_Z: m[0] = 1; m[1] = 0; m[2] = 0; m[3] = -1; break;
+        case QK_OP_RX: m[0] = c; m[1] = -I * s; m[2] = -I * s; m[3] = c; break;
+        case QK_OP_RY: m[0] = c; m[1] = -s; m[2] = s; m[3] = c; break;
+        case QK_OP_RZ: m[0] = std::exp(-I * (th / 2)); m[1] = 0; m[2] = 0; m[3] = std::exp(I * (th / 2)); break;
+        case QK_OP_P: m[0] = 1; m[1] = 0; m[2] = 0; m[3] = std::exp(I * th); break;
+        case QK_OP_BASIS:
+            if (x[o.angle.x0] == 1.0) { m[0] = 0; m[1] = 1; m[2] = 1; m[3] = 0; } else { m[0] = 1; m[1] = 0; m[2] = 0; m[3] = 1; }
+            break;
+        case QK_OP_CNOT:
+            one = false;
+            for (size_t i = 0; i < D; ++i)
+                if ((i >> o.q0 & 1) && !(i >> o.q1 & 1)) std::swap(psi[i], psi[i | ((size_t)1 << o.q1)]);
+            break;
+        case QK_OP_CZ:
+            one = false;
+            for (size_t i = 0; i < D; ++i) if ((i >> o.q0 & 1) && (i >> o.q1 & 1)) psi[i] = -psi[i];
+            break;
+        case QK_OP_RZZ:
+            one = false;
+            {
+                const cd ep = std::exp(-I * (th / 2)), em = std::exp(I * (th / 2)); /* Z(x)Z = +1, -1 */
+                for (size_t i = 0; i < D; ++i) psi[i] *= ((i >> o.q0 & 1) ^ (i >> o.q1 & 1)) ? em : ep;
+            }
+            break;
+        default: one = false;
+        }
+        if (!one) continue;
+        size_t b = (size_t)1 << o.q0;
+        for (size_t i = 0; i < D; ++i) {
+            if (i & b) continue;
+            cd a0 = psi[i], a1 = psi[i | b];
+            psi[i] = m[0] * a0 + m[1] * a1;
+            psi[i | b] = m[2] * a0 + m[3] * a1;
+        }
+    }
+}
+
+static std::vector<double> rand_x(const TMap &t, int64_t n)
+{
+    std::vector<double> x((size_t)n * t.d);
+    for (int64_t s = 0; s < n; ++s)
+        for (int k = 0; k < t.d; ++k) {
+            double v;
+            if (t.name == "basis") v = (g_rng() & 1) ? 1.0 : 0.0;
+            else if (t.name == "amplitude") v = urand(-1, 1);
+            else v = urand(0, 2 * M_PI);
+            x[(size_t)s * t.d + k] = v;
+        }
+    if (t.name == "amplitude" && n > 0) x[0] = 0.0; /* a zero component (not a zero row) */
+    return x;
+}
+
+static int g_cfg = 0; /* fused kernel configuration under test (0: the fixed table) */
+static qk_plan make_plan(const TMap &t, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od, qk_output out)
+{
+    qk_plan p;
+    memset(&p, 0, sizeof p);
+    p.backend = QK_BACKEND_CUDA;
+    p.path = t.cls == QK_CLASS_PRODUCT ? QK_PATH_ANALYTIC : t.cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
+    p.precision = prec;
+    p.out_dtype = od;
+    p.output = out;
+    p.n_qubits = t.q;
+    p.n_x = nx;
+    p.n_y = ny;
+    p.symmetric = sym;
+    p.bulk_states = 1;
+    p.state_tile = 0;
+    p.tile_m = 1024;
+    p.k_resident = 1;
+    p.n_streams = 2;
+    p.kernel_cfg = g_cfg;
+    return p;
+}
+
+struct CbRec { std::vector<double> K; int64_t ny; int is64; int calls; bool sym; int bad; };
+static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
+{
+    CbRec *r = (CbRec *)user;
+    r->calls++;
+    if (r->sym && j0 < i0) r->bad++;
+    for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) {
+            double v = r->is64 ? ((const double *)tile)[i * ld + j] : ((const float *)tile)[i * ld + j];
+            r->K[(size_t)(i0 + i) * r->ny + j0 + j] = v;
+            if (r->sym) r->K[(size_t)(j0 + j) * r->ny + i0 + i] = v;
+        }
+    return 0;
+}
+
+/* Runs one Gram configuration and compares every entry. */
+static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vector<cd> &SB, const std::vector<double> &xa,
+                       const std::vector<double> &xb, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od,
+                       qk_output out, int use_blas, int64_t slab, int64_t state_tile, int resident, int64_t ld_extra,
+                       const char *what)
+{
+    const size_t D = (size_t)1 << std::min(t.q, 30);
+    std::vector<double> ref((size_t)nx * ny);
+    for (int64_t i = 0; i < nx; ++i)
+        for (int64_t j = 0; j < ny; ++j) {
+            cd acc = 0;
+            for (size_t k = 0; k < D; ++k) acc += std::conj(SA[i * D + k]) * (sym ? SA : SB)[j * D + k];
+            ref[(size_t)i * ny + j] = std::norm(acc);
+        }
+    qk_plan p = make_plan(t, nx, ny, sym, prec, od, out);
+    p.use_blas = use_blas < 0 ? t.q >= 7 : use_blas;
+    p.tile_m = slab;
+    if (state_tile > 0) { p.bulk_states = 0; p.state_tile = state_tile; }
+    p.k_resident = resident;
+    const int64_t ld = ny + ld_extra;
+    const size_t es = od == QK_F64 ? 8 : 4;
+    std::vector<unsigned char> host((size_t)nx * ld * es);
+    /* poison: NaN everywhere (padding included, which must stay NaN) */
+    for (size_t i = 0; i < host.size() / es; ++i) {
+        if (es == 8) ((double *)host.data())[i] = NAN; else ((float *)host.data())[i] = NAN;
+    }
+    qk_gram_desc g;
+    memset(&g, 0, sizeof g);
+    g.x = xa.data(); g.n_x = nx;
+    g.y = sym ? nullptr : xb.data(); g.n_y = sym ? 0 : ny;
+    g.ld_out = ld; g.out_dtype = od; g.output = out; g.precision = prec;
+    void *dptr = nullptr;
+    CbRec cb;
+    cb.K.assign((size_t)nx * ny, NAN); cb.ny = ny; cb.is64 = es == 8; cb.calls = 0; cb.sym = sym; cb.bad = 0;
+    if (out == QK_OUTPUT_DEVICE) {
+        cudaMalloc(&dptr, host.size());
+        cudaMemcpy(dptr, host.data(), host.size(), cudaMemcpyHostToDevice);
+        g.out = dptr;
+    } else if (out == QK_OUTPUT_CALLBACK) {
+        g.tile_fn = tile_cb; g.tile_user = &cb;
+    } else g.out = host.data();
+    char err[256] = "";
+    qk_result r = qk_cuda_gram(&p, &t.m, &g, err, sizeof err);
+    CHECK(r == QK_OK, "%s q=%d %s: qk_cuda_gram -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
+    if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
+    if (out == QK_OUTPUT_DEVICE) { cudaMemcpy(host.data(), dptr, host.size(), cudaMemcpyDeviceToHost); cudaFree(dptr); }
+    const double qf = 1 + t.q / 4.0;
+    const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4;
+    const double trel = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-9 : 1e-4;
+    double maxerr = 0;
+    int64_t bad = 0, pad_bad = 0;
+    for (int64_t i = 0; i < nx; ++i) {
+        for (int64_t j = 0; j < ld; ++j) {
+            double v;
+            if (out == QK_OUTPUT_CALLBACK) { if (j >= ny) continue; v = cb.K[(size_t)i * ny + j]; }
+            else v = es == 8 ? ((double *)host.data())[i * ld + j] : ((float *)host.data())[i * ld + j];
+            if (j >= ny) { if (!std::isnan(v)) pad_bad++; continue; }
+            double rv = ref[(size_t)i * ny + j];
+            double e = fabs(v - rv);
+            if (!(e <= tabs + trel * fabs(rv))) { if (bad < 3) printf("  K[%lld][%lld] = %.9g ref %.9g\n", (long long)i, (long long)j, v, rv); bad++; }
+            if (e > maxerr || std::isnan(e)) maxerr = std::isnan(e) ? INFINITY : e;
+        }
+    }
+    CHECK(bad == 0, "%s q=%d %s: %lld of %lld entries off (max err %.3g, tol %.1g + %.1g|ref|)", t.name.c_str(), t.q, what,
+          (long long)bad, (long long)(nx * ny), maxerr, tabs, trel);
+    CHECK(pad_bad == 0, "%s q=%d %s: %lld padding entries (ld > n) written", t.name.c_str(), t.q, what, (long long)pad_bad);
+    if (out == QK_OUTPUT_CALLBACK) CHECK(cb.calls > 0 && cb.bad == 0, "%s q=%d %s: callback tiles %d, %d below diagonal", t.name.c_str(), t.q, what, cb.calls, cb.bad);
+}
+
+static void run_map(const TMap &t, bool thorough)
+{
+    const int q = t.q;
+    const size_t D = (size_t)1 << q;
+    /* sizes: not multiples of any tile (64, 128, slabs) */
+    int64_t nx = q <= 8 ? 133 : q <= 12 ? 37 : q <= 16 ? 9 : 3;
+    int64_t ny = q <= 8 ? 70 : q <= 12 ? 21 : q <= 16 ? 5 : 2;
+    std::vector<double> xa = rand_x(t, nx), xb = rand_x(t, ny);
+    std::vector<cd> SA(nx * D), SB(ny * D);
+    for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
+    for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
+
+    /* states, both precisions */
+    for (int pi = 0; pi < 2; ++pi) {
+        qk_precision prec = pi ? QK_PRECISION_FP64 : QK_PRECISION_FP32;
+        std::vector<double> got(nx * D * 2, NAN);
+        char err[256] = "";
+        qk_result r = qk_cuda_states(&t.m, xa.data(), nx, prec, got.data(), err, sizeof err);
+        CHECK(r == QK_OK, "%s q=%d states: %d %s", t.name.c_str(), q, (int)r, err);
+        double tol = pi ? 1e-10 : 2e-5 * (1 + q / 4.0), maxerr = 0;
+        for (size_t i = 0; i < nx * D; ++i) {
+            double e = std::abs(cd(got[2 * i], got[2 * i + 1]) - SA[i]);
+            if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
+        }
+        CHECK(maxerr <= tol, "%s q=%d states %s: max err %.3g > %.1g", t.name.c_str(), q, pi ? "fp64" : "fp32", maxerr, tol);
+    }
+    /* Gram: symmetric and rectangular, both precisions, host output */
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "sym fp32");
+    check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, -1, 1024, 0, 1, 3, "rect fp32 ld+3");
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "sym fp64");
+    check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "rect fp64");
+    if (q >= 7 && t.cls != QK_CLASS_PRODUCT)
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 1024, 0, 1, 0, "sym fp32 fused");
+    if (!thorough) return;
+    /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
+       register-store paths) */
+    if (t.cls != QK_CLASS_PRODUCT)
+        for (g_cfg = 1; g_cfg <= 6; ++g_cfg) {
+            char what[64];
+            snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
+        }
+    g_cfg = 0;
+    /* outputs, slabs, state tiles, residency, the cuBLAS path */
+    const int64_t sl = nx > 40 ? 50 : 2, tl = nx > 40 ? 40 : 2;
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, sl, 0, 1, 1, "sym device slabs");
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_CALLBACK, 0, sl, 0, 1, 0, "sym callback");
+    check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_CALLBACK, 0, sl, 0, 0, 0, "rect callback ring f64out");
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, sl, tl, 0, 2, "sym tiles ring");
+    check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, sl, tl, 1, 0, "sym tiles resident");
+    check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_DEVICE, 0, sl, tl, 1, 0, "rect tiles device fp64");
+    if (t.cls != QK_CLASS_PRODUCT) {
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 1, sl, 0, 1, 0, "sym blas");
+        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 1, sl, tl, 1, 0, "rect blas tiles fp64");
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 1, sl, tl, 1, 0, "sym blas tiles device");
+    }
+}
+
+/* ---- public API: CUDA context vs CPU context ---- */
+static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t nx, int64_t ny, qk_precision prec,
+                     qk_output out, bool binary)
+{
+    qk_map *m = nullptr;
+    qk_result r = qk_map_parse(spec, d, &m);
+    CHECK(r == QK_OK, "api %s: qk_map_parse -> %d %s", spec, (int)r, qk_last_error());
+    if (r != QK_OK) return;
+    std::vector<double> x((size_t)nx * d), y((size_t)ny * d);
+    for (auto &v : x) v = binary ? (double)(g_rng() & 1) : urand(-0.5, 2 * M_PI);
+    for (auto &v : y) v = binary ? (double)(g_rng() & 1) : urand(-0.5, 2 * M_PI);
+    if (!binary) { x[0] = 1.0; y[0] = 1.0; } /* amplitude: no zero rows */
+    for (int sym = 0; sym < 2; ++sym) {
+        const int64_t cols = sym ? nx : ny;
+        std::vector<double> ref((size_t)nx * cols, NAN), got((size_t)nx * cols, NAN);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = nx;
+        if (!sym) { g.y = y.data(); g.n_y = ny; }
+        g.out_dtype = QK_F64;
+        g.out = ref.data();
+        r = qk_gram(cpu, m, &g);
+        CHECK(r == QK_OK, "api %s: cpu qk_gram -> %d %s", spec, (int)r, qk_last_error());
+        g.precision = prec;
+        void *dptr = nullptr;
+        if (out == QK_OUTPUT_DEVICE) { cudaMalloc(&dptr, got.size() * 8); cudaMemset(dptr, 0xff, got.size() * 8); g.out = dptr; }
+        else g.out = got.data();
+        g.output = out;
+        qk_plan plan;
+        r = qk_plan_make(gpu, m, &g, &plan);
+        CHECK(r == QK_OK && plan.backend == QK_BACKEND_CUDA, "api %s: plan -> %d backend %d", spec, (int)r, (int)plan.backend);
+        r = qk_gram(gpu, m, &g);
+        CHECK(r == QK_OK, "api %s: cuda qk_gram -> %d %s", spec, (int)r, qk_last_error());
+        if (dptr) { cudaMemcpy(got.data(), dptr, got.size() * 8, cudaMemcpyDeviceToHost); cudaFree(dptr); }
+        const double tabs = prec == QK_PRECISION_FP64 ? 1e-10 : 1e-4 * (1 + m->n_qubits / 4.0) + ldexp(1.0, m->n_qubits - 24) / 4;
+        int64_t bad = 0;
+        double maxerr = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+            double e = fabs(got[i] - ref[i]);
+            if (!(e <= tabs + 1e-6 * fabs(ref[i]))) bad++;
+            if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
+        }
+        CHECK(bad == 0, "api %s %s %s out=%d: %lld of %zu off, max err %.3g (plan: %s)", spec, sym ? "K(X,X)" : "K(X,Y)",
+              prec == QK_PRECISION_FP64 ? "fp64" : "fp32", (int)out, (long long)bad, got.size(), maxerr, plan.config);
+    }
+    qk_map_free(m);
+}
+
+static void api_tests()
+{
+    qk_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.autotune = -1; /* the fixed table here; the autotune part below tunes into a temp cache */
+    qk_ctx *cpu = nullptr, *gpu = nullptr;
+    CHECK(qk_ctx_create(&cd, &cpu) == QK_OK, "cpu ctx: %s", qk_last_error());
+    cd.device = QK_DEVICE_CUDA;
+    CHECK(qk_ctx_create(&cd, &gpu) == QK_OK, "cuda ctx: %s", qk_last_error());
+    if (!cpu || !gpu) return;
+    struct { const char *spec; int d; bool bin; } maps[] = {
+        {"zz(reps=2,ent=full)", 5, false}, {"zz(reps=1,ent=linear)", 7, false}, {"zz(reps=2,ent=circular)", 9, false},
+        {"zz(reps=2,ent=sca)", 6, false}, {"iqp(reps=2)", 6, false}, {"angle(rot=y)", 11, false}, {"amplitude", 37, false},
+        {"basis", 10, true}, {"hea(layers=2,rot=y,ent=cz)", 8, false}, {"hea(layers=3,rot=yz,ent=cnot)", 7, false},
+        {"zz(reps=2)", 14, false}, {"angle(rot=x)", 300, false},
+    };
+    for (auto &mm : maps) {
+        int before = g_fail;
+        int64_t nx = mm.d >= 14 ? 45 : 301, ny = mm.d >= 14 ? 23 : 77;
+        api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32, QK_OUTPUT_HOST, mm.bin);
+        api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, mm.bin);
+        printf("api %-32s %s\n", mm.spec, g_fail == before ? "ok" : "FAILED");
+    }
+    /* autotune: measure and store into a fresh cache directory, then a second context reads it */
+    char dir[] = "/tmp/qk-gpu-test-XXXXXX";
+    if (mkdtemp(dir)) {
+        qk_ctx *t1 = nullptr, *t2 = nullptr;
+        qk_ctx_desc td = cd;
+        td.device = QK_DEVICE_CUDA;
+        td.autotune = 1;
+        td.cache_dir = dir;
+        CHECK(qk_ctx_create(&td, &t1) == QK_OK, "tune ctx: %s", qk_last_error());
+        td.autotune = 0;
+        CHECK(qk_ctx_create(&td, &t2) == QK_OK, "tune ctx 2: %s", qk_last_error());
+        qk_map *m = nullptr;
+        if (t1 && t2 && qk_map_parse("zz(reps=2)", 7, &m) == QK_OK) {
+            std::vector<double> x(300 * 7);
+            for (auto &v : x) v = urand(0, 2 * M_PI);
+            std::vector<float> k1(300 * 300, NAN), k2(300 * 300, NAN);
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = x.data(); g.n_x = 300; g.out = k1.data(); g.out_dtype = QK_F32;
+            qk_plan p1, p2;
+            CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0, "autotune measure: '%s'", p1.config);
+            CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 &&
+                  p2.use_blas == p1.use_blas && p2.kernel_cfg == p1.kernel_cfg, "autotune cache: '%s' vs '%s'", p2.config, p1.config);
+            CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned gram: %s", qk_last_error());
+            g.out = k2.data();
+            CHECK(qk_gram(cpu, m, &g) == QK_OK, "cpu gram: %s", qk_last_error());
+            double e = 0;
+            for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
+            CHECK(e < 5e-4, "tuned gram vs cpu: max err %.3g", e);
+            printf("autotune: %s\n", p1.config);
+        }
+        if (m) qk_map_free(m);
+        qk_ctx_destroy(t1);
+        qk_ctx_destroy(t2);
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dir);
+        if (system(cmd) != 0) printf("could not remove %s\n", dir);
+    }
+    qk_ctx_destroy(cpu);
+    qk_ctx_destroy(gpu);
+}
+
+/* ---- amplitude encoding from host data ---- */
+static void amp_encode_tests()
+{
+    for (int pinned = 0; pinned < 2; ++pinned)
+        for (int p64 = 0; p64 < 2; ++p64) {
+            const int64_t n = 150; const int d = 37, q = 6; const int64_t D = 64;
+            double *x = nullptr;
+            std::vector<double> xv;
+            if (pinned) cudaMallocHost((void **)&x, n * d * sizeof(double));
+            else { xv.resize(n * d); x = xv.data(); }
+            for (int64_t i = 0; i < n * d; ++i) x[i] = urand(-1, 1);
+            const size_t es = p64 ? 8 : 4;
+            void *dout = nullptr;
+            cudaMalloc(&dout, n * D * es);
+            cudaMemset(dout, 0xff, n * D * es); /* NaN poison */
+            char err[256] = "";
+            double sec = 0;
+            qk_result r = qk_cuda_amplitude_encode(x, n, d, q, p64 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, dout, 16, &sec, err, sizeof err);
+            CHECK(r == QK_OK, "amplitude_encode: %d %s", (int)r, err);
+            std::vector<unsigned char> h(n * D * es);
+            cudaMemcpy(h.data(), dout, h.size(), cudaMemcpyDeviceToHost);
+            double maxerr = 0;
+            for (int64_t i = 0; i < n; ++i) {
+                double nrm = 0;
+                for (int k = 0; k < d; ++k) nrm += x[i * d + k] * x[i * d + k];
+                nrm = sqrt(nrm);
+                for (int64_t k = 0; k < D; ++k) {
+                    double ref = k < d ? x[i * d + k] / nrm : 0.0;
+                    double v = p64 ? ((double *)h.data())[i * D + k] : ((float *)h.data())[i * D + k];
+                    double e = fabs(v - ref);
+                    if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
+                }
+            }
+            CHECK(maxerr <= (p64 ? 1e-15 : 1e-7), "amplitude_encode pinned=%d fp64=%d: max err %.3g", pinned, p64, maxerr);
+            cudaFree(dout);
+            if (pinned) cudaFreeHost(x);
+        }
+    printf("amplitude_encode %s\n", g_fail ? "FAILED" : "ok");
+}
+
+int main(int argc, char **argv)
+{
+    if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
+    unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), 0, 10) : (unsigned long long)time(0);
+    g_rng.seed(seed);
+    printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
+    int qmax = argc > 1 ? atoi(argv[1]) : 20;
+    amp_encode_tests();
+    if (argc <= 2 || atoi(argv[2]) != 0) api_tests(); /* argv[2] = 0: skip (racecheck runs) */
+    for (int q = 1; q <= qmax; ++q) {
+        bool thorough = q <= 9 || q == 13 || q == 14;
+        std::vector<TMap> maps;
+        maps.push_back(map_zz(q, 2, q <= 14));
+        maps.push_back(map_iqp(q));
+        maps.push_back(map_angle(q, "xyz"[q % 3]));
+        if (q <= 16) maps.push_back(map_amp(q));
+        maps.push_back(map_basis(q));
+        maps.push_back(map_hea(q, 2, 'y', false));
+        maps.push_back(map_hea(q, 2, 'z', q % 2 == 1));
+        if (q >= 2) maps.push_back(map_mix(q));
+        for (auto &t : maps) {
+            t.finish();
+            int before = g_fail;
+            run_map(t, thorough);
+            printf("%-12s q=%2d %s\n", t.name.c_str(), q, g_fail == before ? "ok" : "FAILED");
+            fflush(stdout);
+        }
+    }
+    printf("%d checks, %d failed\n", g_checks, g_fail);
+    return g_fail ? 1 : 0;
+}
