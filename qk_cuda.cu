@@ -57,6 +57,9 @@
 #include <vector>
 #include <algorithm>
 #include "qk.h"
+/* Profiler zones (qk_prof.h): they compile to nothing unless this file is built with
+   -DQK_PROF_ENABLE (meson builds a second library, qk_cuda_prof, that way for qk-gram). */
+#include "qk_prof.h"
 
 /* ---- errors ---- */
 struct qk__err {
@@ -1412,6 +1415,9 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
     cudaFree(J->dx); cudaFree(J->dy);
+    if (J->SA) QK_PROF_UNTRACK(J->SA);
+    if (J->SB && J->SB != J->SA) QK_PROF_UNTRACK(J->SB);
+    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK_PROF_UNTRACK(J->Kd);
     cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
     cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
     if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
@@ -1485,6 +1491,8 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
     for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
     QK_CK(cudaEventCreate(&J->pool.t0));
     cudaStream_t cs = J->pool.st[0], xs = J->pool.st[1];
+    QK_PROF_STREAM_NAME(cs, "qk compute");
+    QK_PROF_STREAM_NAME(xs, "qk copy");
     QK_CK(cudaEventRecord(J->pool.t0, cs));
     QK_TRY(qk__compile(map, &J->pg, E));
     QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
@@ -1500,8 +1508,12 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
     if (!bulk) slab_rows = std::min(slab_rows, state_tile); /* a slab's states are one tile */
     const int64_t tA = bulk ? nx : state_tile, tB = bulk ? ny : state_tile;
     QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
+    QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
     if (sym && bulk) J->SB = J->SA;
-    else QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+    else {
+        QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+        QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
+    }
     if (!analytic) {
         int64_t tmax = std::max(tA, tB);
         QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
@@ -1514,6 +1526,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         if ((nx + slab_rows - 1) / slab_rows > 1) {
             QK_CK(cudaMalloc(&J->Cw[1], (size_t)slab_rows * tB * es));
             QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+            QK_PROF_STREAM_NAME(J->est, "qk epilogue");
             QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
             for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
         }
@@ -1547,10 +1560,12 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         }
         if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
+            QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
             Kout = (OutT *)J->Kd;
             kld = ny;
         } else {
             QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
+            QK_PROF_TRACK("qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
             kld = ny;
         }
         if (!pinned_out)
@@ -1598,8 +1613,10 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
 
     if (bulk) {
         QK_TRY(qk__mark(J, 0, 0));
+        QK_PROF_GPU_BEGIN("qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
+        QK_PROF_GPU_END("qk states", cs);
         QK_TRY(qk__mark(J, 0, 0));
     }
     const int64_t n_slabs = (nx + slab_rows - 1) / slab_rows;
@@ -1620,6 +1637,8 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         const int64_t ldk = dev_out ? ld : kld;
         OutT *kbase = dev_out ? Kout : (k_resident ? Kout : nullptr);
         QK_TRY(qk__mark(J, 0, 1));
+        QK_PROF_GPU_BEGIN("qk gram slab", cs);
+        QK_PROF_COUNT("qk slabs", 1);
         const void *A;
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
@@ -1642,6 +1661,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             QK_CK(cudaEventRecord(J->ep_done[0], J->est));
             QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
         }
+        QK_PROF_GPU_END("qk gram slab", cs);
         QK_TRY(qk__mark(J, 0, 1));
         if (!dev_out) {
             QK_CK(cudaEventRecord(J->slab_done[buf], J->est ? J->est : cs));
@@ -1649,13 +1669,16 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
                below (previous iterations), so D2H may go ahead */
             QK_CK(cudaStreamWaitEvent(xs, J->slab_done[buf], 0));
             QK_TRY(qk__mark(J, 1, 2));
+            QK_PROF_GPU_BEGIN("qk D2H slab", xs);
             const size_t rowb = (size_t)ny * sizeof(OutT);
+            QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
             if (pinned_out)
                 QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld, (size_t)ld * sizeof(OutT), slab_base, (size_t)ldk * sizeof(OutT),
                                         rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
             else
                 QK_CK(cudaMemcpy2DAsync(J->stage[buf], rowb, slab_base, (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                         cudaMemcpyDeviceToHost, xs));
+            QK_PROF_GPU_END("qk D2H slab", xs);
             QK_TRY(qk__mark(J, 1, 2));
             QK_CK(cudaEventRecord(J->copy_done[buf], xs));
         }
