@@ -71,6 +71,10 @@ for var in ("ASAN_OPTIONS", "LSAN_OPTIONS", "UBSAN_OPTIONS"):
 
 
 def run(*args):
+    # the checks compare with an exact fp64 reference: they run on the CPU engine unless the call
+    # names a device (one check below runs --device auto, the GPU where one exists)
+    if "--device" not in args:
+        args = args + ("--device", "cpu")
     return subprocess.run([EXE, *args], capture_output=True, text=True, timeout=120, env=ENV)
 
 
@@ -85,6 +89,7 @@ print("seed", seed)
 
 with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
     P = lambda name: os.path.join(d, name)
+    ENV["QK_CACHE_DIR"] = d     # GPU autotune writes its cache here, not into the user's home
     nx, ny, nf = 13, 7, 4       # sizes that are not multiples of any tile
     X = rng.uniform(0, np.pi, (nx, nf))
     Y = rng.uniform(0, np.pi, (ny, nf))
@@ -101,6 +106,13 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
         check(K.dtype == np.float64 and K.shape == (nx, nx), "K(X,X) dtype/shape %s %s" % (K.dtype, K.shape))
         err = np.max(np.abs(K - KXX))
         check(err <= 1e-10, "K(X,X) vs numpy: max abs err %.3g > 1e-10" % err)
+    # ---- the same through --device auto (the CUDA engine where a GPU exists), fp64 ----
+    r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("Ka.npy"), "--device", "auto", "--precision", "fp64")
+    check(r.returncode == 0, "K(X,X) --device auto exits 0: " + r.stderr)
+    if r.returncode == 0:
+        Ka = np.load(P("Ka.npy"))
+        err = np.max(np.abs(Ka - KXX)) if Ka.shape == KXX.shape else float("inf")
+        check(Ka.dtype == np.float64 and err <= 1e-9, "K(X,X) --device auto fp64 vs numpy: %s, max abs err %.3g" % (Ka.dtype, err))
         check("pairs" in r.stdout and "Gpairs/s" in r.stdout, "summary printed: " + r.stdout)
         check("plan" in r.stdout, "plan printed")
         check("\r" not in r.stderr, "no progress bar when stderr is not a terminal")

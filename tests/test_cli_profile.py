@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """qk-gram --profile/--trace/--html: qk's own pipeline zones reach the report, the Chrome trace
 and the HTML file. The trace is validated by prof_trace_check.check; the number of "gram tile"
-zones must equal the tiles of the CPU plan (n=200, 64x64 tiles, symmetric: 4*5/2 = 10).
+zones must equal the tiles of the CPU plan (n=200, 64x64 tiles, symmetric: 4*5/2 = 10); the run
+names --device cpu so the CPU plan holds on machines with a GPU too (the GPU zones are checked
+by bench/run_gpu_final.sh on the GPU machine).
 Usage: test_cli_profile.py QK_GRAM. Skips (77) without numpy."""
 import json, os, subprocess, sys, tempfile
 
@@ -18,7 +20,7 @@ with tempfile.TemporaryDirectory() as d:
     x = os.path.join(d, "x.npy")
     np.save(x, np.random.default_rng().uniform(0, 3, size=(200, 5)))
     rep, tr, html = (os.path.join(d, f) for f in ("rep.txt", "trace.json", "rep.html"))
-    p = subprocess.run([exe, "--map", "zz(reps=1)", "--x", x, "--out", os.path.join(d, "K.npy"), "--threads", "2",
+    p = subprocess.run([exe, "--map", "zz(reps=1)", "--x", x, "--out", os.path.join(d, "K.npy"), "--threads", "2", "--device", "cpu",
                         "--profile", rep, "--trace", tr, "--html", html], capture_output=True, text=True)
     if p.returncode != 0:
         print(p.stdout, p.stderr)
