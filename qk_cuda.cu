@@ -109,8 +109,6 @@ struct qk__instr {
     int b0, b1;         /* the same as bits of the in-chunk index (filled per pass) */
     int off;            /* GATE: offset of its 8 values (2x2 complex) in the sample's params;
                            DIAG: offset of its 1 + q + q*q coefficients */
-    int h;              /* GATE: 1 for H, applied as a multiply-free butterfly (x0 + x1, x0 - x1)
-                           with the 1/sqrt(2) folded into one scale per sweep */
 };
 
 /* A param job: one GATE matrix or one phase coefficient of a sample. */
@@ -286,7 +284,7 @@ __device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int
    stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
 template <typename T, int G>
 __device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
-                                               const T *const *ms, int hmask)
+                                               const T *const *ms)
 {
     typedef qk__cx<T> C;
     T m[G][8];
@@ -322,13 +320,6 @@ __device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int 
             for (int k = 0; k < (1 << G); ++k) {
                 if ((k >> g) & 1) continue;
                 C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
-                if ((hmask >> g) & 1) { /* H: butterfly now, its 1/sqrt(2) in the scale below */
-                    y0.x = x0.x + x1.x; y0.y = x0.y + x1.y;
-                    y1.x = x0.x - x1.x; y1.y = x0.y - x1.y;
-                    v[k] = y0;
-                    v[k | (1 << g)] = y1;
-                    continue;
-                }
                 y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
                 y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
                 y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
@@ -336,12 +327,6 @@ __device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int 
                 v[k] = y0;
                 v[k | (1 << g)] = y1;
             }
-        if (hmask) {
-            /* (1/sqrt 2)^(number of H in the group) */
-            const T sc = (__popc(hmask) == 1) ? (T)0.70710678118654752440 : (__popc(hmask) == 2) ? (T)0.5 : (T)0.35355339059327376220;
-#pragma unroll
-            for (int k = 0; k < (1 << G); ++k) { v[k].x *= sc; v[k].y *= sc; }
-        }
 #pragma unroll
         for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
     }
@@ -469,23 +454,10 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
         if (active && G > 1) {
             const int bits[3] = {in_.b0, g2.b0, g3.b0};
             const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
-            const int hmask = in_.h | (g2.h << 1) | (G == 3 ? g3.h << 2 : 0);
-            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms, hmask);
-            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms, hmask);
+            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
+            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
         } else if (active) {
-            if (in_.kind == QK__I_GATE && in_.h) {
-                const T h = (T)0.70710678118654752440;
-                int b = in_.b0;
-                for (int t = lt; t < N / 2; t += tps) {
-                    int i0 = ((t >> b) << (b + 1)) | (t & ((1 << b) - 1));
-                    int i1 = i0 | (1 << b);
-                    C x0 = a[i0], x1 = a[i1], y0, y1;
-                    y0.x = (x0.x + x1.x) * h; y0.y = (x0.y + x1.y) * h;
-                    y1.x = (x0.x - x1.x) * h; y1.y = (x0.y - x1.y) * h;
-                    a[i0] = y0;
-                    a[i1] = y1;
-                }
-            } else if (in_.kind == QK__I_GATE) {
+            if (in_.kind == QK__I_GATE) {
                 const T *m = ps + in_.off;
                 T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
                 int b = in_.b0;
@@ -983,7 +955,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     bool in_diag = false;
     auto flush_diag = [&]() {
         if (!in_diag) return;
-        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P, 0};
+        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P};
         pg->instr.push_back(ins);
         for (size_t s = 0; s < db.slot.size(); ++s) {
             qk__job j;
@@ -1055,10 +1027,10 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         }
         flush_diag();
         if (k == QK_OP_CNOT) {
-            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0, 0};
+            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0};
             pg->instr.push_back(ins);
         } else {
-            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P, k == QK_OP_H ? 1 : 0};
+            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P};
             pg->instr.push_back(ins);
             qk__job j = {0, i, P, 0, 0};
             pg->jobs.push_back(j);
