@@ -344,12 +344,22 @@ static void parse_args(int argc, char **argv, options *o) {
     }
 }
 
+/* The context from the command line: device, threads, autotune mode and cache. */
+static qk_result make_ctx(const options *o, qk_ctx **ctx) {
+    qk_ctx_desc cd;
+    memset(&cd, 0, sizeof cd);
+    cd.device = o->device;
+    cd.n_threads = o->threads;
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
+    return qk_ctx_create(&cd, ctx);
+}
+
 /* ---- the main job ---- */
 static int gram_main(const options *o) {
     qk_array X, Y, W;
     qk_map *map = NULL;
     qk_ctx *ctx = NULL;
-    qk_ctx_desc cd;
     qk_gram_desc gd;
     qk_result r;
     void *K = NULL;
@@ -396,12 +406,7 @@ static int gram_main(const options *o) {
         if (r != QK_OK) { fail(r, "bad data in '%s'", o->y); goto done; }
     }
 
-    memset(&cd, 0, sizeof cd);
-    cd.device = o->device;
-    cd.n_threads = o->threads;
-    cd.autotune = o->autotune;
-    cd.cache_dir = o->cache_dir;
-    r = qk_ctx_create(&cd, &ctx);
+    r = make_ctx(o, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
     memset(&gd, 0, sizeof gd);
@@ -513,7 +518,6 @@ static int demo_main(const options *o) {
     qk_array data;
     qk_map *map = NULL;
     qk_ctx *ctx = NULL;
-    qk_ctx_desc cd;
     qk_gram_desc gd;
     qk_result r;
     int rc = EXIT_FAILURE, n, n_tr = 0, n_te = 0, i, j, c, correct = 0;
@@ -586,12 +590,7 @@ static int demo_main(const options *o) {
 
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
     if (r != QK_OK) { fail(r, "--map '%s'", spec); show_spec_column(spec); goto done; }
-    memset(&cd, 0, sizeof cd);
-    cd.device = o->device;
-    cd.n_threads = o->threads;
-    cd.autotune = o->autotune;
-    cd.cache_dir = o->cache_dir;
-    r = qk_ctx_create(&cd, &ctx);
+    r = make_ctx(o, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
     printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", path);
