@@ -38,6 +38,9 @@
                           allocator for host memory (all three or none); a runtime allocator
                           can also be set in qk_ctx_desc
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
+     QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
+     QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
+                          bounds of the autotune cache file (docs/autotune.md)
 
    Thread safety
    -------------
