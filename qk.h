@@ -263,14 +263,18 @@ QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 typedef enum qk_dtype { QK_DTYPE_DEFAULT = 0, QK_F32, QK_F64 } qk_dtype;
 
 typedef enum qk_output {
-    QK_OUTPUT_HOST = 0,     /* out is a host buffer (default) */
+    QK_OUTPUT_HOST = 0,     /* out is a host buffer (default): pinned or pageable, fresh or reused */
     QK_OUTPUT_DEVICE,       /* out is a CUDA device pointer (GPU engine only) */
-    QK_OUTPUT_CALLBACK      /* tiles are handed to tile_fn; out unused */
+    QK_OUTPUT_CALLBACK,     /* square tiles are handed to tile_fn; out unused */
+    QK_OUTPUT_NPY           /* K is streamed into the .npy file out_path; out unused */
 } qk_output;
 
 /* A finished tile: rows [i0, i0+m) x cols [j0, j0+n) of K, row-major with leading dimension ld,
-   on the host, in the output dtype. For symmetric K(X,X) only tiles with j0 >= i0 are delivered
-   (the caller mirrors). Return non-zero to cancel (qk_gram then returns QK_ERROR_CANCELLED). */
+   on the host, in the output dtype. Tiles are square (plan.tile_m on a side, smaller at the
+   right and bottom edges) and every tile is delivered once; for symmetric K(X,X) only tiles
+   with j0 >= i0 are delivered (diagonal tiles whole; the caller mirrors the others). The pointer
+   is valid during the call only. Calls come from one thread at a time, in no promised order.
+   Return non-zero to cancel (qk_gram then returns QK_ERROR_CANCELLED). */
 typedef int (*qk_tile_fn)(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile,
                           int64_t ld, void *user);
 /* Progress: done of total pairs; return non-zero to cancel. */
@@ -290,6 +294,12 @@ typedef struct qk_gram_desc {
     qk_precision precision; /* default per engine (see qk_precision) */
     qk_progress_fn progress;
     void *progress_user;
+    /* QK_OUTPUT_NPY: K goes to the .npy file out_path (float32 or float64 as out_dtype) while it
+       is computed; K is never whole in host memory. The file is written as a temporary file in
+       the same directory (out_path.tmp.<pid>.<k>), synced and renamed over out_path when K is
+       complete; on any error or cancel the temporary file is removed and out_path is untouched. */
+    const char *out_path;
+    int no_sync;            /* QK_OUTPUT_NPY: 1 skips the final fdatasync (not durable); default 0 */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -327,6 +337,11 @@ typedef struct qk_plan {
     int64_t state_tile;         /* states per tile when not bulk (power of two) */
     int64_t tile_m, tile_n;     /* K tile shape */
     int n_streams;
+    int64_t slab_rows;          /* host-side delivery (host copy, tile callback, NPY stream): rows
+                                   of K per step; the tile callback's tiles are slab_rows square
+                                   on the GPU engine, tile_m square on the CPU engine */
+    int host_pinned;            /* GPU, HOST output: the caller's buffer is page-locked, so slabs
+                                   go D2H straight into it; else through pinned staging */
     size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
     size_t bytes_budget;        /* vram_fraction * free (GPU) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
@@ -467,10 +482,36 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
 QKDEF int qk_cuda_device_count(void);
 QKDEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
+/* Where the GPU engine hands finished rows of K on the host (every output but DEVICE and a
+   pinned HOST buffer): rows [i0, i0 + m) x all columns, row-major with leading dimension ld, in
+   the output dtype, in row order, from the thread that called qk_cuda_gram; the pointer is
+   valid during the call. Returns QK_OK, or a qk_result that stops the job (with the detail set
+   by the callee: qk_cuda_gram then leaves err empty and returns that result). */
+typedef qk_result (*qk_rows_fn)(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user);
+/* Stream-pool figures of one qk_cuda_gram: per-stream busy time (sum of the intervals its
+   operations ran, from events) and the wall time from the first to the last event. Stream 0
+   computes (states, Gram), stream 1 copies K to the host. */
+typedef struct qk_cuda_stats {
+    int n_streams;
+    int n_slabs;
+    double busy_ms[4];
+    double wall_ms;             /* first event (after the x upload was queued) to the last */
+    double states_ms;           /* bulk state construction (0 when states are built in tiles) */
+    double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
+    double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
+    double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
+} qk_cuda_stats;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
-   qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to err. */
+   qk_gram). rows receives the host-side slabs (see qk_rows_fn; NULL only for DEVICE or pinned
+   HOST output); stats (may be NULL) gets the job's figures. On failure writes a detail
+   ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to err. */
 QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                             qk_rows_fn rows, void *rows_user, qk_cuda_stats *stats,
                              char *err, size_t err_size);
+/* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
+QKDEF int qk_cuda_host_pinned(const void *p);
+/* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
+QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
 QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                double *out, char *err, size_t err_size);
@@ -483,19 +524,6 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
    pipeline (first H2D to last kernel, events). */
 QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
                                          void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
-/* Stream-pool figures of the last qk_cuda_gram on this process: per-stream busy time (sum of the
-   intervals its operations ran, from events) and the wall time from the first to the last event.
-   Stream 0 computes (states, Gram), stream 1 copies K to the host. */
-typedef struct qk_cuda_stats {
-    int n_streams;
-    int n_slabs;
-    double busy_ms[4];
-    double wall_ms;             /* first event (after the x upload was queued) to the last */
-    double states_ms;           /* bulk state construction (0 when states are built in tiles) */
-    double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
-    double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
-} qk_cuda_stats;
-QKDEF qk_cuda_stats qk_cuda_last_stats(void);
 /* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
    every candidate (fused tile configurations 1..4, cuBLAS, and CGEMM3M for complex fp32) on n
    random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
@@ -1684,6 +1712,10 @@ typedef struct qk__gram_job {
     qk_progress_fn progress;
     void *progress_user;
     int64_t tiles_i, tiles_j, n_tiles;
+    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
+       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
+       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
+    int64_t ti_begin, ti_end, row_base, mirror_end;
     int64_t next;
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
@@ -1696,7 +1728,15 @@ typedef struct qk__gram_job {
 /* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
 static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
 {
-    if (!j->symmetric) { *ti = t / j->tiles_j; *tj = t % j->tiles_j; return; }
+    if (!j->symmetric) { *ti = j->ti_begin + t / j->tiles_j; *tj = t % j->tiles_j; return; }
+    if (j->ti_begin > 0 || j->ti_end < j->tiles_i) {
+        /* a slab: a few tile rows, walked */
+        int64_t i = j->ti_begin;
+        while (t >= j->tiles_j - i) { t -= j->tiles_j - i; i++; }
+        *ti = i;
+        *tj = i + t;
+        return;
+    }
     {
         int64_t T = j->tiles_i, i = 0, rowlen = T;
         /* rows have T, T-1, ... tiles; the count is small enough for a closed form */
@@ -1929,11 +1969,13 @@ static void qk__gram_work(void *p, int thread)
 #endif
             if (stop) QK__STORE(&j->cancel, 1);
         } else {
+            int mirror = j->symmetric && !diag && j0 < j->mirror_end;
+            int64_t r0 = i0 - j->row_base;
             for (a = 0; a < m; a++)
                 for (b = 0; b < n; b++) {
                     double v = kt[a * QK__T + b];
-                    qk__store(j->out, j->dt, (i0 + a) * j->ld + j0 + b, v);
-                    if (j->symmetric && !diag) qk__store(j->out, j->dt, (j0 + b) * j->ld + i0 + a, v);
+                    qk__store(j->out, j->dt, (r0 + a) * j->ld + j0 + b, v);
+                    if (mirror) qk__store(j->out, j->dt, (j0 - j->row_base + b) * j->ld + i0 + a, v);
                 }
         }
         QK_PROF_END("gram tile");
@@ -1947,6 +1989,14 @@ static void qk__gram_work(void *p, int thread)
     QK_FREE(cb);
 }
 
+/* The tiles of the job (all of K, or one slab) on the engine's threads. */
+static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
+{
+    qk__parallel((int64_t)nt < j->n_tiles ? nt : (int)j->n_tiles, qk__gram_work, j);
+}
+
+static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt);
+
 /* The CPU engine's Gram; desc validated, plan made. */
 static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
@@ -1955,6 +2005,7 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r = QK_OK;
     memset(&j, 0, sizeof j);
     A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
@@ -1981,16 +2032,22 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     j.tiles_i = (j.na + QK__T - 1) / QK__T;
     j.tiles_j = (j.nb + QK__T - 1) / QK__T;
     j.n_tiles = j.symmetric ? j.tiles_i * (j.tiles_i + 1) / 2 : j.tiles_i * j.tiles_j;
+    j.ti_begin = 0;
+    j.ti_end = j.tiles_i;
+    j.row_base = 0;
+    j.mirror_end = INT64_MAX;
     j.pairs_total = j.na * j.nb;
 #ifndef QK_NO_THREADS
     pthread_mutex_init(&j.cb_lock, NULL);
 #endif
-    qk__parallel((int64_t)nt < j.n_tiles ? nt : (int)j.n_tiles, qk__gram_work, &j);
+    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, &j, nt);
+    else qk__cpu_run_tiles(&j, nt);
 #ifndef QK_NO_THREADS
     pthread_mutex_destroy(&j.cb_lock);
 #endif
     QK_FREE(A);
     QK_FREE(B);
+    if (r != QK_OK) return r;
     if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
     if (j.cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j.pairs_done, (long long)j.pairs_total);
     if (desc->progress) desc->progress(j.pairs_total, j.pairs_total, desc->progress_user);
@@ -1998,6 +2055,10 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
 }
 
 /* CPU plan: the engine keeps all states in host memory. */
+#ifndef QK_CPU_SLAB_BYTES
+#define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
+#endif
+#define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
 static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
 {
     qk_path path = qk__path_of(map);
@@ -2021,6 +2082,17 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
     p->bytes_states = (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
     p->bytes_out = (size_t)((double)desc->n_x * (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0));
     p->bytes_total = p->bytes_states;
+    if (desc->output == QK_OUTPUT_NPY) {
+        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
+           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
+           taller slabs mean fewer, larger writes */
+        double rb = (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0);
+        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        if (sr < QK__T) sr = QK__T;
+        if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
+        p->slab_rows = sr;
+        p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
+    }
     snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
     snprintf(p->device_name, sizeof p->device_name, "CPU");
     return QK_OK;
@@ -2328,21 +2400,17 @@ static int qk__write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
-/* Writes a then b to path atomically: a temporary file in the same directory (so that rename
-   stays within one file system), fsync, rename over path. On any error the temporary file is
-   removed and path is left as it was. Also for other writers of this header (cache files). */
-static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
-    char *tmp;
-    size_t plen;
-    int fd = -1, i, err;
-    const char *what;
-
-    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "write: path is NULL");
-    plen = strlen(path);
-    tmp = (char *)QK_MALLOC(plen + 48);
-    if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_npy_write: out of memory");
-    /* O_EXCL makes the temporary name ours even when another thread or process writes the same
-       path: a taken name is skipped, never shared. */
+/* Creates a temporary file next to path (same directory, so that rename stays within one file
+   system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
+   ours even when another thread or process writes the same path: a taken name is skipped, never
+   shared. */
+static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
+    size_t plen = strlen(path);
+    char *tmp = (char *)QK_MALLOC(plen + 48);
+    int fd = -1, i;
+    *tmp_out = NULL;
+    *fd_out = -1;
+    if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "cannot write '%s': out of memory", path);
     for (i = 0; i < 1000; i++) {
         snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
         fd = QK__OPEN_TMP(tmp);
@@ -2353,6 +2421,45 @@ static qk_result qk__write_file_atomic(const char *path, const void *a, size_t n
         QK_FREE(tmp);
         return r;
     }
+    *tmp_out = tmp;
+    *fd_out = fd;
+    return QK_OK;
+}
+
+/* After a rename: the new name is durable once the directory entry is on disk. Best effort
+   (some file systems refuse fsync on a directory). */
+static void qk__sync_dir(const char *path) {
+#ifndef _WIN32
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    int dfd;
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        if (dl >= sizeof dir) return;
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+        dfd = open(dir, O_RDONLY);
+    } else {
+        dfd = open(".", O_RDONLY);
+    }
+    if (dfd >= 0) { (void)fsync(dfd); (void)close(dfd); }
+#else
+    QK__UNUSED(path);
+#endif
+}
+
+/* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
+   over path. On any error the temporary file is removed and path is left as it was. Also for
+   other writers of this header (cache files). */
+static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+    char *tmp;
+    int fd, err;
+    const char *what;
+    qk_result r0;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "write: path is NULL");
+    r0 = qk__open_tmp(path, &tmp, &fd);
+    if (r0 != QK_OK) return r0;
     what = "write";
     if (qk__write_all(fd, a, na) != 0 || (nb > 0 && qk__write_all(fd, b, nb) != 0)) goto fail;
     what = "fsync";
@@ -2363,23 +2470,7 @@ static qk_result qk__write_file_atomic(const char *path, const void *a, size_t n
     if (err != 0) goto fail;
     what = "rename";
     if (QK__RENAME(tmp, path) != 0) goto fail;
-#ifndef _WIN32
-    {
-        /* The rename is durable once the directory entry is on disk; best effort (some file
-           systems refuse fsync on a directory). */
-        const char *slash = strrchr(path, '/');
-        int dfd;
-        if (slash) {
-            size_t dl = slash == path ? 1 : (size_t)(slash - path);
-            memcpy(tmp, path, dl);
-            tmp[dl] = 0;
-            dfd = open(tmp, O_RDONLY);
-        } else {
-            dfd = open(".", O_RDONLY);
-        }
-        if (dfd >= 0) { (void)fsync(dfd); (void)close(dfd); }
-    }
-#endif
+    qk__sync_dir(path);
     QK_FREE(tmp);
     return QK_OK;
 fail:
@@ -2394,44 +2485,58 @@ fail:
     }
 }
 
-QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
-                             int64_t cols) {
-    char hdr[192];
-    size_t itemsize, nbytes, total;
-    int len;
-    int64_t count;
-
-    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
-    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
-    if (dtype != QK_F32 && dtype != QK_F64)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: dtype %d is neither QK_F32 nor QK_F64", (int)dtype);
-    if (rows < 0 || cols < 0)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: negative shape (%lld, %lld)", (long long)rows, (long long)cols);
-    itemsize = dtype == QK_F32 ? 4 : 8;
-    if (cols > 0 && rows > INT64_MAX / 8 / cols)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: shape (%lld, %lld) is too large", (long long)rows, (long long)cols);
-    count = cols > 0 ? rows * cols : rows;
-    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: %lld elements do not fit in memory", (long long)count);
-    if (!data && count > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
-    nbytes = (size_t)count * itemsize;
-
+/* The .npy header of a C-order float32/float64 array (cols == 0: 1-D) into hdr; returns its
+   length, a multiple of 64 (numpy pads with spaces and a final '\n' so that the data starts on
+   a 64-byte boundary: memory-mapped readers rely on the alignment). */
+static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
+    int itemsize = dtype == QK_F32 ? 4 : 8, len;
+    size_t total;
     /* Native byte order: the data is written as it lies in memory. */
     memcpy(hdr, "\x93NUMPY\x01\x00", 8);
     if (cols > 0)
-        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows, (long long)cols);
+        len = snprintf(hdr + 10, 192 - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       qk__host_little() ? '<' : '>', itemsize, (long long)rows, (long long)cols);
     else
-        len = snprintf(hdr + 10, sizeof(hdr) - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
-                       qk__host_little() ? '<' : '>', (int)itemsize, (long long)rows);
-    /* numpy pads the header with spaces and a final '\n' so that the data starts on a 64-byte
-       boundary (memory-mapped readers rely on the alignment). */
+        len = snprintf(hdr + 10, 192 - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
+                       qk__host_little() ? '<' : '>', itemsize, (long long)rows);
     total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
     memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
     hdr[total - 1] = '\n';
     hdr[8] = (char)((total - 10) & 0xff);
     hdr[9] = (char)((total - 10) >> 8);
+    return total;
+}
 
+/* Checks a 2-D (cols > 0) or 1-D (cols == 0) shape of float32/float64 and returns its bytes. */
+static qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
+    size_t itemsize;
+    int64_t count;
+    if (dtype != QK_F32 && dtype != QK_F64)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: dtype %d is neither QK_F32 nor QK_F64", who, (int)dtype);
+    if (rows < 0 || cols < 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: negative shape (%lld, %lld)", who, (long long)rows, (long long)cols);
+    itemsize = dtype == QK_F32 ? 4 : 8;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: shape (%lld, %lld) is too large", who, (long long)rows, (long long)cols);
+    count = cols > 0 ? rows * cols : rows;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: %lld elements do not fit in memory", who, (long long)count);
+    *nbytes = (size_t)count * itemsize;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    char hdr[192];
+    size_t nbytes = 0, total;
+    qk_result r;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
+    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
+    r = qk__npy_shape_bytes("qk_npy_write", dtype, rows, cols, &nbytes);
+    if (r != QK_OK) return r;
+    if (!data && nbytes > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
+    total = qk__npy_make_header(hdr, dtype, rows, cols);
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
@@ -2591,6 +2696,321 @@ QKDEF void qk_array_free(qk_array *a) {
 }
 /* ---- end npy / csv ---- */
 
+/* ---- implementation: streaming .npy writer ---- */
+/* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
+   temporary next to the target (qk__open_tmp), rows and row segments are written at their
+   offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread
+   runs fsync whenever QK__NPYW_SYNC_BYTES more have been written, so that the disk writes back
+   while the engines compute (the kernel's own writeback starts only at dirty_background_ratio,
+   10% of RAM: on a 128 GB machine a 6 GB K would otherwise be written back only by the final
+   sync, after the compute). qk__npyw_abort removes the temporary file; the target is never
+   touched before the rename. One thread writes (lseek + write: POSIX.1, declared under strict
+   -std=c99 too). */
+#define QK__NPYW_SYNC_BYTES ((uint64_t)64 << 20)
+
+typedef struct qk__npyw {
+    int fd;
+    char *tmp;              /* temporary name (QK_MALLOC) */
+    const char *path;
+    size_t es, hdr;
+    int64_t rows, cols;
+    int no_sync;
+    uint64_t written;
+#ifndef QK_NO_THREADS
+    pthread_t syncer;
+    int syncer_on, stop, sync_errno;
+    uint64_t dirty;         /* bytes written since the syncer last started an fsync */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+} qk__npyw;
+
+#ifndef QK_NO_THREADS
+static void *qk__npyw_syncer(void *p)
+{
+    qk__npyw *w = (qk__npyw *)p;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stop) break;
+        w->dirty = 0;
+        pthread_mutex_unlock(&w->mu);
+        if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
+        pthread_mutex_lock(&w->mu);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+#endif
+
+static void qk__npyw_stop_syncer(qk__npyw *w)
+{
+#ifndef QK_NO_THREADS
+    if (!w->syncer_on) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->syncer, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->syncer_on = 0;
+#else
+    QK__UNUSED(w);
+#endif
+}
+
+/* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer. */
+static void qk__npyw_abort(qk__npyw *w)
+{
+    qk__npyw_stop_syncer(w);
+    if (w->fd >= 0) (void)QK__CLOSE(w->fd);
+    w->fd = -1;
+    if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
+}
+
+static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync)
+{
+    char hdr[192];
+    size_t nbytes = 0;
+    qk_result r;
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    if (!path || !path[0]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output NPY needs out_path");
+#ifdef _WIN32
+    return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram: output NPY is POSIX only in this version");
+#else
+    r = qk__npy_shape_bytes("qk_gram", dt, rows, cols, &nbytes);
+    if (r != QK_OK) return r;
+    if (sizeof(off_t) < 8 && nbytes > ((size_t)1 << 30))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram: K of %.3g GB needs 64-bit file offsets (build with -D_FILE_OFFSET_BITS=64)", (double)nbytes * 1e-9);
+    w->path = path;
+    w->es = dt == QK_F32 ? 4 : 8;
+    w->rows = rows;
+    w->cols = cols;
+    w->no_sync = no_sync;
+    w->hdr = qk__npy_make_header(hdr, dt, rows, cols);
+    r = qk__open_tmp(path, &w->tmp, &w->fd);
+    if (r != QK_OK) return r;
+    if (qk__write_all(w->fd, hdr, w->hdr) != 0) {
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s", path, strerror(errno));
+        qk__npyw_abort(w);
+        return r;
+    }
+#ifndef QK_NO_THREADS
+    if (!no_sync && pthread_mutex_init(&w->mu, NULL) == 0) {
+        if (pthread_cond_init(&w->cv, NULL) == 0) {
+            if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
+            else pthread_cond_destroy(&w->cv);
+        }
+        if (!w->syncer_on) pthread_mutex_destroy(&w->mu);
+    }
+#endif
+    return QK_OK;
+#endif
+}
+
+/* n bytes of K's data at byte offset off (from the start of the data). */
+static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+{
+    if (lseek(w->fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(w->fd, buf, n) != 0) {
+        int e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot write '%s': writing %.3g MB at byte %llu failed: %s%s", w->path,
+                        (double)n * 1e-6, (unsigned long long)(w->hdr + off), strerror(e),
+                        e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
+    }
+    w->written += n;
+#ifndef QK_NO_THREADS
+    if (w->syncer_on) {
+        pthread_mutex_lock(&w->mu);
+        w->dirty += n;
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_signal(&w->cv);
+        pthread_mutex_unlock(&w->mu);
+    }
+#endif
+    return QK_OK;
+}
+
+/* K[i0 + a][j0 .. j0 + n) = src[a * ld ..] for a < m (elements of the output dtype). */
+static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
+{
+    const char *p = (const char *)src;
+    int64_t a;
+    if (j0 == 0 && n == w->cols && ld == w->cols)
+        return qk__npyw_at(w, (uint64_t)i0 * (uint64_t)w->cols * w->es, p, (size_t)(m * n) * w->es);
+    for (a = 0; a < m; a++) {
+        qk_result r = qk__npyw_at(w, ((uint64_t)(i0 + a) * (uint64_t)w->cols + (uint64_t)j0) * w->es,
+                                  p + (size_t)(a * ld) * w->es, (size_t)n * w->es);
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
+}
+
+/* Every byte of K written: sync (unless no_sync), rename over the target, sync the directory. */
+static qk_result qk__npyw_commit(qk__npyw *w)
+{
+    const char *what = "fsync";
+    int e = 0;
+    qk__npyw_stop_syncer(w);
+#ifndef QK_NO_THREADS
+    e = w->sync_errno;
+#endif
+    if (w->written != (uint64_t)w->rows * (uint64_t)w->cols * w->es) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes of K were written (internal error)", w->path,
+                               (unsigned long long)w->written, (unsigned long long)((uint64_t)w->rows * (uint64_t)w->cols * w->es));
+        qk__npyw_abort(w);
+        return r;
+    }
+    if (!e && !w->no_sync && QK__FSYNC(w->fd) != 0) e = errno;
+    if (!e) {
+        what = "close";
+        if (QK__CLOSE(w->fd) != 0) e = errno;
+        w->fd = -1;
+    }
+    if (!e) {
+        what = "rename";
+        if (QK__RENAME(w->tmp, w->path) != 0) e = errno;
+    }
+    if (e) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", w->path, what, strerror(e));
+        qk__npyw_abort(w);
+        return r;
+    }
+    if (!w->no_sync) qk__sync_dir(w->path);
+    QK_FREE(w->tmp);
+    w->tmp = NULL;
+    return QK_OK;
+}
+/* ---- end streaming .npy writer ---- */
+
+/* ---- implementation: CPU engine, streamed output ---- */
+/* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
+   strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
+   blocks of 64, one write per row of K). */
+static qk_result qk__cpu_write_strips(qk__npyw *w, const char *U, int64_t ld, int64_t rb, int64_t m, char *tb)
+{
+    const size_t es = w->es;
+    int64_t c0, c, a;
+    for (c0 = rb + m; c0 < w->cols; c0 += 64) {
+        int64_t nc = w->cols - c0 < 64 ? w->cols - c0 : 64;
+        for (a = 0; a < m; a++)
+            for (c = 0; c < nc; c++) memcpy(tb + (size_t)(c * m + a) * es, U + (size_t)(a * ld + c0 + c) * es, es);
+        for (c = 0; c < nc; c++) {
+            qk_result r = qk__npyw_at(w, ((uint64_t)(c0 + c) * (uint64_t)w->cols + (uint64_t)rb) * es, tb + (size_t)(c * m) * es, (size_t)m * es);
+            if (r != QK_OK) return r;
+        }
+    }
+    return QK_OK;
+}
+
+/* One slab of streamed output: rows [rb, rb + m) of K in U (ld = columns). Symmetric: each
+   row from column rb on (the part left of rb came with earlier slabs' strips), then the strips
+   below the slab. */
+typedef struct qk__slab_write {
+    qk__npyw *w;
+    const char *U;
+    int64_t rb, m;
+    int symmetric;
+    char *tb;
+    qk_result r;
+    char err[512];
+} qk__slab_write;
+
+static void *qk__slab_write_main(void *p)
+{
+    qk__slab_write *s = (qk__slab_write *)p;
+    qk__npyw *w = s->w;
+    if (!s->symmetric) s->r = qk__npyw_rows(w, s->rb, 0, s->m, w->cols, s->U, w->cols);
+    else {
+        s->r = qk__npyw_rows(w, s->rb, s->rb, s->m, w->cols - s->rb, s->U + (size_t)s->rb * w->es, w->cols);
+        if (s->r == QK_OK) s->r = qk__cpu_write_strips(w, s->U, w->cols, s->rb, s->m, s->tb);
+    }
+    if (s->r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf); /* the detail is thread-local */
+    return NULL;
+}
+
+/* Streamed output (QK_OUTPUT_NPY): slabs of plan->slab_rows rows computed into one of two slab
+   buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
+   pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
+   buffers, not K. */
+static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt)
+{
+    qk__npyw w;
+    qk__slab_write sw[2];
+    char *U[2] = {NULL, NULL}, *tb = NULL;
+    const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
+    const int64_t SR = plan->slab_rows > 0 ? plan->slab_rows : QK__T, nb = j->nb;
+    int64_t rb, s;
+    int pending = -1;   /* index of the slab buffer being written, or -1 */
+    qk_result r;
+#ifndef QK_NO_THREADS
+    pthread_t wt;
+#endif
+    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, j->na, nb, desc->no_sync);
+    if (r != QK_OK) return r;
+    U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
+    U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
+    tb = (char *)qk__malloc((size_t)SR * 64 * es);
+    if (!U[0] || !U[1] || !tb) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: cannot allocate two slabs of %lld x %lld for the streamed output", (long long)SR, (long long)nb);
+        goto done;
+    }
+    for (s = 0, rb = 0; rb < j->na; rb += SR, s++) {
+        int b = (int)(s & 1);
+        qk__slab_write *cur = &sw[b];
+        const int64_t m = j->na - rb < SR ? j->na - rb : SR;
+        j->out = U[b];
+        j->ld = nb;
+        j->row_base = rb;
+        j->mirror_end = rb + m;
+        j->ti_begin = rb / QK__T;
+        j->ti_end = (rb + m + QK__T - 1) / QK__T;
+        j->n_tiles = 0;
+        {
+            int64_t t;
+            for (t = j->ti_begin; t < j->ti_end; t++) j->n_tiles += j->symmetric ? j->tiles_j - t : j->tiles_j;
+        }
+        j->next = 0;
+        QK_PROF_BEGIN("gram slab");
+        qk__cpu_run_tiles(j, nt);
+        QK_PROF_END("gram slab");
+        if (pending >= 0) { /* the previous slab's writer */
+#ifndef QK_NO_THREADS
+            pthread_join(wt, NULL);
+#endif
+            if (sw[pending].r != QK_OK) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
+            pending = -1;
+        }
+        if (j->oom || j->cancel) break;
+        memset(cur, 0, sizeof *cur);
+        cur->w = &w; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = j->symmetric; cur->tb = tb;
+#ifndef QK_NO_THREADS
+        if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
+#endif
+        qk__slab_write_main(cur);
+        if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
+    }
+    if (pending >= 0) {
+#ifndef QK_NO_THREADS
+        pthread_join(wt, NULL);
+#endif
+        if (sw[pending].r != QK_OK) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
+        pending = -1;
+    }
+    if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
+    if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
+    QK_PROF_BEGIN("npy commit");
+    r = qk__npyw_commit(&w);
+    QK_PROF_END("npy commit");
+done:
+    if (r != QK_OK) qk__npyw_abort(&w);
+    QK_FREE(U[0]);
+    QK_FREE(U[1]);
+    QK_FREE(tb);
+    return r;
+}
+
+
 /* ---- implementation: device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
@@ -2720,6 +3140,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
     p->tile_m = slab;
     p->tile_n = p->bulk_states ? ny : tile;
+    p->slab_rows = desc->output == QK_OUTPUT_DEVICE ? 0 : slab;
 
     /* K on the device (host/callback outputs) */
     if (desc->output != QK_OUTPUT_DEVICE) {
@@ -3793,6 +4214,7 @@ struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];
     qk_device_info dev;         /* present == 0 on the CPU engine */
+    qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
 };
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
@@ -3868,6 +4290,14 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
     else QK_FREE(ctx);
 }
 
+QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)
+{
+    qk_cuda_stats st;
+    if (ctx) return ctx->cuda_stats;
+    memset(&st, 0, sizeof st);
+    return st;
+}
+
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
 {
     qk_ctx_desc d;
@@ -3887,13 +4317,15 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if (!d->x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: x is NULL");
     if (d->n_x <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: n_x must be > 0 (got %lld)", (long long)d->n_x);
     if (d->y && d->n_y <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: n_y must be > 0 (got %lld)", (long long)d->n_y);
-    if (d->output < QK_OUTPUT_HOST || d->output > QK_OUTPUT_CALLBACK) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown output mode %d", (int)d->output);
+    if (d->output < QK_OUTPUT_HOST || d->output > QK_OUTPUT_NPY) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown output mode %d", (int)d->output);
     if (d->output == QK_OUTPUT_CALLBACK && !d->tile_fn) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output CALLBACK needs tile_fn");
-    if (d->output != QK_OUTPUT_CALLBACK && !d->out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
+    if (d->output == QK_OUTPUT_NPY && (!d->out_path || !d->out_path[0])) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output NPY needs out_path");
+    if ((d->output == QK_OUTPUT_HOST || d->output == QK_OUTPUT_DEVICE) && !d->out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
     if (d->output == QK_OUTPUT_DEVICE && ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram: output DEVICE needs the CUDA engine (context runs on the CPU)");
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if (d->precision < QK_PRECISION_DEFAULT || d->precision > QK_PRECISION_FP64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
     cols = d->y ? d->n_y : d->n_x;
+    if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
     if (map->cls != QK_CLASS_PRODUCT && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
@@ -3919,6 +4351,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         if (r != QK_OK) return qk__fail(r, "%s", err);
         r = qk_plan_for_device(&info, ctx->desc.vram_fraction, map, desc, out);
         if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
+        if (r == QK_OK && desc->output == QK_OUTPUT_HOST && desc->out) out->host_pinned = qk_cuda_host_pinned(desc->out);
 #else
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
@@ -3946,11 +4379,14 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     qk__cat(buf, size, &len, "  K(%s): %lld x %lld%s, output %s %s, precision %s\n",
             p->symmetric ? "X,X" : "X,Y", (long long)p->n_x, (long long)p->n_y,
             p->symmetric ? " (upper triangle computed, mirrored)" : "",
-            p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" : "host buffer",
+            p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
+            p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
     qk__cat(buf, size, &len, "  states: %s, %.3f GB; K: %.3f GB; tiles %lld x %lld",
             p->bulk_states ? "all resident" : "state tiles", (double)p->bytes_states * 1e-9,
             (double)p->bytes_out * 1e-9, (long long)p->tile_m, (long long)p->tile_n);
+    if (p->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE)
+        qk__cat(buf, size, &len, ", slabs of %lld rows (%.3f GB of host staging)", (long long)p->slab_rows, (double)p->bytes_staging * 1e-9);
     if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
     else {
         if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
@@ -3961,6 +4397,102 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     return (int)len;
 }
+
+/* ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
+   about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
+   page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The
+   copy of slab s runs while the GPU computes and copies slab s + 1. */
+#if defined(QK_CUDA) && QK_CUDA
+typedef struct qk__deliver {
+    const qk_gram_desc *desc;
+    qk__npyw *w;
+    int64_t cols;
+    size_t es;
+    int n_threads;
+    /* the slab being copied */
+    char *dst;
+    const char *src;
+    int64_t rows, ld_dst, ld_src, chunk, next;
+} qk__deliver;
+
+static void qk__deliver_copy_work(void *p, int thread)
+{
+    qk__deliver *d = (qk__deliver *)p;
+    int64_t c, r;
+    QK__UNUSED(thread);
+    while ((c = QK__FETCH_ADD(&d->next, 1)) * d->chunk < d->rows) {
+        int64_t r1 = (c + 1) * d->chunk < d->rows ? (c + 1) * d->chunk : d->rows;
+        for (r = c * d->chunk; r < r1; r++)
+            memcpy(d->dst + (size_t)(r * d->ld_dst) * d->es, d->src + (size_t)(r * d->ld_src) * d->es, (size_t)d->cols * d->es);
+    }
+}
+
+static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
+{
+    qk__deliver *d = (qk__deliver *)user;
+    const qk_gram_desc *g = d->desc;
+    if (g->output == QK_OUTPUT_NPY) return qk__npyw_rows(d->w, i0, 0, m, d->cols, rows, ld);
+    if (g->output == QK_OUTPUT_CALLBACK) {
+        /* square tiles of the slab's height; symmetric: the diagonal tile and those right of it */
+        int64_t j0;
+        for (j0 = g->y ? 0 : i0; j0 < d->cols; j0 += m) {
+            int64_t n = d->cols - j0 < m ? d->cols - j0 : m;
+            if (g->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, g->tile_user))
+                return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+        }
+        return QK_OK;
+    }
+    {
+        int64_t bytes = m * d->cols * (int64_t)d->es;
+        int nt = d->n_threads;
+        d->dst = (char *)g->out + (size_t)(i0 * d->ld_dst) * d->es;
+        d->src = (const char *)rows;
+        d->rows = m;
+        d->ld_src = ld;
+        d->chunk = (int64_t)((4u << 20) / ((size_t)d->cols * d->es)) + 1;   /* ~4 MB per work item */
+        d->next = 0;
+        if ((int64_t)nt > bytes / (8 << 20) + 1) nt = (int)(bytes / (8 << 20) + 1);
+        QK_PROF_BEGIN("host copy-out");
+        qk__parallel(nt, qk__deliver_copy_work, d);
+        QK_PROF_END("host copy-out");
+    }
+    return QK_OK;
+}
+
+/* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
+   for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
+static qk_result qk__cuda_run(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, int n_threads,
+                              qk_cuda_stats *stats)
+{
+    char err[512] = "";
+    qk__npyw w;
+    qk__deliver d;
+    qk_result r;
+    memset(&w, 0, sizeof w);
+    w.fd = -1;
+    memset(&d, 0, sizeof d);
+    d.desc = desc;
+    d.w = &w;
+    d.cols = plan->n_y;
+    d.es = plan->out_dtype == QK_F32 ? 4 : 8;
+    d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
+    d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
+    if (desc->output == QK_OUTPUT_NPY) {
+        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync);
+        if (r != QK_OK) return r;
+    }
+    r = qk_cuda_gram(plan, map, desc, qk__deliver_rows, &d, stats, err, sizeof err);
+    if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
+    if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
+        QK_PROF_BEGIN("npy commit");
+        r = qk__npyw_commit(&w);
+        QK_PROF_END("npy commit");
+    }
+    if (r != QK_OK) qk__npyw_abort(&w);
+    return r;
+}
+#endif
 
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
@@ -3976,10 +4508,8 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
     if (r != QK_OK) return r;
     if (plan.backend == QK_BACKEND_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
-        char err[512] = "";
-        r = qk_cuda_gram(&plan, map, desc, err, sizeof err);
-        if (r != QK_OK) return qk__fail(r, "%s", err[0] ? err : qk_result_string(r));
-        return QK_OK;
+        memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
+        return qk__cuda_run(&plan, map, desc, ctx->desc.n_threads, &ctx->cuda_stats);
 #else
         return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif

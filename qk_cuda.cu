@@ -53,7 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <stdint.h>
-#include <thread>
+#include <chrono>
 #include <vector>
 #include <algorithm>
 #include "qk.h"
@@ -1377,21 +1377,29 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
    busy intervals (summed after the final synchronization). */
+enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY };
+static double qk__host_ms(void)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 struct qk__pool {
     cudaStream_t st[2] = {nullptr, nullptr};
     cudaEvent_t t0 = nullptr;
     std::vector<cudaEvent_t> ev;   /* pairs (begin, end) */
     std::vector<int> ev_stream;
-    std::vector<int> ev_tag;       /* 0 states, 1 slab compute, 2 copy */
+    std::vector<qk__ev_tag> ev_tag;
 };
-
-static qk_cuda_stats qk__last_stats;
 
 struct qk__job_state {
     qk__err *E;
     const qk_plan *plan;
     const qk_map *map;
     const qk_gram_desc *desc;
+    qk_rows_fn rows;                     /* host-side slabs (staged outputs) */
+    void *rows_user;
+    qk_cuda_stats *stats;
+    int64_t *delivered;                  /* slabs handed to rows (a retry after one would
+                                            deliver rows twice) */
     qk__prog pg;
     qk__dprog dp;
     qk__pool pool;
@@ -1406,7 +1414,6 @@ struct qk__job_state {
     int64_t n_blas = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
-    void *registered = nullptr;          /* caller's host buffer, page-locked for this job */
 };
 
 static void qk__job_free(qk__job_state *J)
@@ -1435,11 +1442,10 @@ static void qk__job_free(qk__job_state *J)
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas) cublasDestroy(J->blas);
-    if (J->registered) cudaHostUnregister(J->registered);
     cudaGetLastError();
 }
 
-static qk_result qk__mark(qk__job_state *J, int s, int tag)
+static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
 {
     qk__err *E = J->E;
     cudaEvent_t e;
@@ -1449,26 +1455,6 @@ static qk_result qk__mark(qk__job_state *J, int s, int tag)
     J->pool.ev_tag.push_back(tag);
     QK_CK(cudaEventRecord(e, J->pool.st[s]));
     return QK_OK;
-}
-
-/* Host copy of a staged slab into the caller's buffer with a few threads (pageable memory:
-   one core copies ~10 GB/s, PCIe delivers ~50). */
-static void qk__host_copy(void *dst, int64_t ld_dst, const void *src, int64_t ld_src, int64_t rows, int64_t cols,
-                          size_t es)
-{
-    int nt = (int)std::min<int64_t>(8, std::max<int64_t>(1, rows * cols * (int64_t)es / (4 << 20)));
-    unsigned hc = std::thread::hardware_concurrency();
-    if (hc && (unsigned)nt > hc) nt = (int)hc;
-    auto work = [&](int t) {
-        int64_t r0 = rows * t / nt, r1 = rows * (t + 1) / nt;
-        for (int64_t r = r0; r < r1; ++r)
-            memcpy((char *)dst + r * ld_dst * es, (const char *)src + r * ld_src * es, (size_t)cols * es);
-    };
-    if (nt == 1) { work(0); return; }
-    std::vector<std::thread> th;
-    for (int t = 1; t < nt; ++t) th.emplace_back(work, t);
-    work(0);
-    for (auto &t : th) t.join();
 }
 
 template <typename T, bool CPLX, typename OutT>
@@ -1532,32 +1518,19 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         }
     }
 
-    /* output target */
+    /* output target: the caller's device buffer, the caller's pinned host buffer (D2H straight
+       into it), or pinned staging handed to J->rows (pageable host buffer, tile callback, .npy
+       stream: qk.h's delivery). The plan said which (host_pinned); pageable buffers are no
+       longer page-locked for the job: registering fresh memory faults in every page on one
+       thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it saves. */
     OutT *Kout = nullptr;
     int64_t kld = ld;
     const bool dev_out = ds->output == QK_OUTPUT_DEVICE;
-    bool pinned_out = false;
+    const bool pinned_out = ds->output == QK_OUTPUT_HOST && pl->host_pinned;
+    if (!dev_out && !pinned_out && !J->rows) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
     if (dev_out) {
         Kout = (OutT *)ds->out;
     } else {
-        if (ds->output == QK_OUTPUT_HOST) {
-            cudaPointerAttributes at;
-            if (cudaPointerGetAttributes(&at, ds->out) == cudaSuccess && at.type == cudaMemoryTypeHost) pinned_out = true;
-            cudaGetLastError();
-            /* A large pageable buffer: page-lock it for the job so that slabs go D2H straight
-               into it. Copying out of pinned staging with host threads ran at ~12 GB/s on the
-               H200 machine (qk-bench e2e8, pageable), a quarter of PCIe. QK_CUDA_REGISTER=0
-               keeps the staging path. */
-            const size_t obytes = (size_t)((nx - 1) * ld + ny) * sizeof(OutT);
-            const char *ev = getenv("QK_CUDA_REGISTER");
-            if (!pinned_out && obytes >= ((size_t)64 << 20) && !(ev && ev[0] == '0')) {
-                if (cudaHostRegister(ds->out, obytes, cudaHostRegisterDefault) == cudaSuccess) {
-                    J->registered = ds->out;
-                    pinned_out = true;
-                }
-                cudaGetLastError();
-            }
-        }
         if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
             QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
@@ -1612,16 +1585,17 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
     };
 
     if (bulk) {
-        QK_TRY(qk__mark(J, 0, 0));
+        QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         QK_PROF_GPU_BEGIN("qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
         QK_PROF_GPU_END("qk states", cs);
-        QK_TRY(qk__mark(J, 0, 0));
+        QK_TRY(qk__mark(J, 0, QK__EV_STATES));
     }
     const int64_t n_slabs = (nx + slab_rows - 1) / slab_rows;
     const int64_t total_pairs = nx * ny;
     int64_t done_pairs = 0;
+    double deliver_ms = 0;
     qk_result rc = QK_OK;
     for (int64_t s = 0; s < n_slabs && rc == QK_OK; ++s) {
         const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
@@ -1636,7 +1610,7 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         }
         const int64_t ldk = dev_out ? ld : kld;
         OutT *kbase = dev_out ? Kout : (k_resident ? Kout : nullptr);
-        QK_TRY(qk__mark(J, 0, 1));
+        QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
         QK_PROF_GPU_BEGIN("qk gram slab", cs);
         QK_PROF_COUNT("qk slabs", 1);
         const void *A;
@@ -1662,13 +1636,13 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
         }
         QK_PROF_GPU_END("qk gram slab", cs);
-        QK_TRY(qk__mark(J, 0, 1));
+        QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
         if (!dev_out) {
             QK_CK(cudaEventRecord(J->slab_done[buf], J->est ? J->est : cs));
             /* before reusing staging[buf] its previous slab (s-2) was copied out on the host
                below (previous iterations), so D2H may go ahead */
             QK_CK(cudaStreamWaitEvent(xs, J->slab_done[buf], 0));
-            QK_TRY(qk__mark(J, 1, 2));
+            QK_TRY(qk__mark(J, 1, QK__EV_COPY));
             QK_PROF_GPU_BEGIN("qk D2H slab", xs);
             const size_t rowb = (size_t)ny * sizeof(OutT);
             QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
@@ -1679,20 +1653,21 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
                 QK_CK(cudaMemcpy2DAsync(J->stage[buf], rowb, slab_base, (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                         cudaMemcpyDeviceToHost, xs));
             QK_PROF_GPU_END("qk D2H slab", xs);
-            QK_TRY(qk__mark(J, 1, 2));
+            QK_TRY(qk__mark(J, 1, QK__EV_COPY));
             QK_CK(cudaEventRecord(J->copy_done[buf], xs));
         }
-        /* host side: deliver slab s-1 while slab s copies */
+        /* host side: deliver slab s-1 while slab s computes and copies */
         auto deliver = [&](int64_t ss) -> qk_result {
             const int b = (int)(ss & 1);
             const int64_t a0 = ss * slab_rows, mm = std::min(slab_rows, nx - a0);
             QK_CK(cudaEventSynchronize(J->copy_done[b]));
-            if (ds->output == QK_OUTPUT_HOST && !pinned_out)
-                qk__host_copy((OutT *)ds->out + a0 * ld, ld, J->stage[b], ny, mm, ny, sizeof(OutT));
-            else if (ds->output == QK_OUTPUT_CALLBACK) {
-                int64_t j0 = sym ? a0 : 0;
-                if (ds->tile_fn(a0, j0, mm, ny - j0, (const OutT *)J->stage[b] + j0, ny, ds->tile_user))
-                    return qk__fail_msg(E, QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+            if (!pinned_out) {
+                /* the callee sets qk's detail message; err stays empty */
+                const double h0 = qk__host_ms();
+                const qk_result r = J->rows(a0, mm, J->stage[b], ny, J->rows_user);
+                deliver_ms += qk__host_ms() - h0;
+                ++*J->delivered;
+                if (r != QK_OK) return r;
             }
             done_pairs += mm * ny;
             if (ds->progress && ds->progress(done_pairs, total_pairs, ds->progress_user))
@@ -1722,8 +1697,8 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         float ms = 0, e1 = 0;
         QK_CK(cudaEventElapsedTime(&ms, J->pool.ev[i], J->pool.ev[i + 1]));
         st.busy_ms[J->pool.ev_stream[i]] += ms;
-        if (J->pool.ev_tag[i] == 0) st.states_ms += ms;
-        if (J->pool.ev_tag[i] == 1) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
+        if (J->pool.ev_tag[i] == QK__EV_STATES) st.states_ms += ms;
+        if (J->pool.ev_tag[i] == QK__EV_SLAB) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
         QK_CK(cudaEventElapsedTime(&e1, J->pool.t0, J->pool.ev[i + 1]));
         if (e1 > last_any_ms) { last_any_ms = e1; last_any = (int)i + 1; }
     }
@@ -1735,7 +1710,8 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         st.gram_ms = g;
         st.output_ms = std::max(g, o);
     }
-    qk__last_stats = st;
+    st.deliver_ms = deliver_ms;
+    if (J->stats) *J->stats = st;
     return QK_OK;
 }
 
@@ -1785,21 +1761,28 @@ extern "C" qk_result qk_cuda_device_query(int device, qk_device_info *info, char
     return QK_OK;
 }
 
-extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, char *err,
-                                  size_t err_size)
+extern "C" int qk_cuda_host_pinned(const void *p)
+{
+    cudaPointerAttributes at;
+    int pinned = p && cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    return pinned;
+}
+
+extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk_rows_fn rows,
+                                  void *rows_user, qk_cuda_stats *stats, char *err, size_t err_size)
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
     if (!plan || !map || !desc || !desc->x) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: NULL argument");
-    if (desc->output == QK_OUTPUT_CALLBACK && !desc->tile_fn)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: callback output without tile_fn");
-    if (desc->output != QK_OUTPUT_CALLBACK && !desc->out)
+    if ((desc->output == QK_OUTPUT_DEVICE || desc->output == QK_OUTPUT_HOST) && !desc->out)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: out is NULL");
     if (plan->path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_gram: too many qubits for a state vector");
     int64_t slab = plan->tile_m > 0 ? plan->tile_m : 1024;
     int64_t tile = plan->state_tile > 0 && !plan->bulk_states ? plan->state_tile : INT64_MAX;
     int res = plan->k_resident;
+    int64_t delivered = 0;
     const bool real = plan->path == QK_PATH_REAL;
     const bool p64 = plan->precision == QK_PRECISION_FP64;
     /* Out of device memory: halve the slab and state tile, then give up K residency, and retry
@@ -1811,11 +1794,15 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.plan = plan;
         J.map = map;
         J.desc = desc;
+        J.rows = rows;
+        J.rows_user = rows_user;
+        J.stats = stats;
+        J.delivered = &delivered;
         qk_result r;
         if (p64) r = real ? qk__gram_out<double, false>(&J, slab, tile, res) : qk__gram_out<double, true>(&J, slab, tile, res);
         else r = real ? qk__gram_out<float, false>(&J, slab, tile, res) : qk__gram_out<float, true>(&J, slab, tile, res);
         qk__job_free(&J);
-        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY) return r;
+        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0) return r;
         if (res && !(desc->output == QK_OUTPUT_DEVICE)) { res = 0; continue; }
         if (slab > 64) { slab /= 2; continue; }
         if (tile == INT64_MAX) tile = 1 << 14;
@@ -1871,7 +1858,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     return r;
 }
 
-extern "C" qk_cuda_stats qk_cuda_last_stats(void) { return qk__last_stats; }
 
 /* ---- amplitude encoding from host data ---- */
 extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,

@@ -97,26 +97,27 @@ static std::vector<Row> rows;
 static int reps = 3;
 
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
-                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0)
+                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0, bool fresh = false)
 {
     void *buf = nullptr;
     size_t bytes = (size_t)n * n * sizeof(float);
     if (out == QK_OUTPUT_DEVICE) { if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("%s: no memory\n", name); return 1; } }
     else if (pinned_host) { if (cudaMallocHost(&buf, bytes) != cudaSuccess) { printf("%s: no pinned memory\n", name); return 1; } }
-    else { buf = malloc(bytes); memset(buf, 0, bytes); }
+    else { buf = malloc(bytes); if (!fresh) memset(buf, 0, bytes); }
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
     qk_plan p = plan_for(m, g, blas, slab, cfg);
+    p.host_pinned = out == QK_OUTPUT_HOST && pinned_host;
     std::vector<double> gm, sm, om, em, b0, b1;
-    char err[256] = "";
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
-        qk_result rc = qk_cuda_gram(&p, &m, &g, err, sizeof err);
+        qk_cuda_stats st;
+        if (fresh) { free(buf); buf = malloc(bytes); g.out = buf; } /* untouched pages, as a new buffer */
+        qk_result rc = qk__cuda_run(&p, &m, &g, 0, &st);
         auto t1 = std::chrono::steady_clock::now();
-        if (rc != QK_OK) { printf("%s: qk_cuda_gram -> %d: %s\n", name, (int)rc, err); return 1; }
+        if (rc != QK_OK) { printf("%s: qk__cuda_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
         if (r == 0) continue; /* warm-up */
-        qk_cuda_stats st = qk_cuda_last_stats();
         gm.push_back(st.gram_ms); sm.push_back(st.states_ms); om.push_back(st.output_ms);
         em.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
         b0.push_back(st.busy_ms[0]); b1.push_back(st.busy_ms[1]);
@@ -137,7 +138,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
     if (cfg) row.engine += " cfg=" + std::to_string(cfg);
-    if (out == QK_OUTPUT_HOST && !pinned_host && getenv("QK_CUDA_REGISTER") && getenv("QK_CUDA_REGISTER")[0] == '0') row.output += "-staged";
+    if (out == QK_OUTPUT_HOST && !pinned_host && fresh) row.output += "-fresh";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
     row.busy0 = median(b0); row.busy1 = median(b1);
     rows.push_back(row);
@@ -191,25 +192,32 @@ int main(int argc, char **argv)
         run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, -1, 0, false, false);
         run_case("hea12", b.m, x, 16384, QK_OUTPUT_DEVICE, 0, 16384, false, false);
     }
-    if (has("host8") || has("e2e8")) {
+    if (has("host8") || has("e2e8") || has("e2e6")) {
         BMap b; build_zz(b, 8, 2);
         const int blas = -1;
-        for (int staged = 0; staged < 2; ++staged) {
-            if (staged) setenv("QK_CUDA_REGISTER", "0", 1); else unsetenv("QK_CUDA_REGISTER");
-            if (has("host8")) {
-                std::vector<double> x((size_t)32768 * 8);
-                for (auto &v : x) v = u(rng) * 2 * M_PI;
-                if (!staged) run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, true, false);
-                run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, false, false);
-            }
-            if (has("e2e8")) {
-                std::vector<double> x((size_t)20000 * 8);
-                for (auto &v : x) v = u(rng) * 2 * M_PI;
-                if (!staged) run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, true, true);
-                run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, false, true);
-            }
+        /* pinned, pageable (touched: a reused buffer), pageable fresh (untouched pages) */
+        if (has("host8")) {
+            std::vector<double> x((size_t)32768 * 8);
+            for (auto &v : x) v = u(rng) * 2 * M_PI;
+            run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, true, false);
+            run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, false, false);
+            run_case("host8", b.m, x, 32768, QK_OUTPUT_HOST, blas, 0, false, false, 0, true);
         }
-        unsetenv("QK_CUDA_REGISTER");
+        if (has("e2e8")) {
+            std::vector<double> x((size_t)20000 * 8);
+            for (auto &v : x) v = u(rng) * 2 * M_PI;
+            run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, true, true);
+            run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, false, true);
+            run_case("e2e8", b.m, x, 20000, QK_OUTPUT_HOST, blas, 0, false, true, 0, true);
+        }
+        if (has("e2e6")) { /* 6 q n = 40000: 6.4 GB of K */
+            BMap b6; build_zz(b6, 6, 2);
+            std::vector<double> x((size_t)40000 * 6);
+            for (auto &v : x) v = u(rng) * 2 * M_PI;
+            run_case("e2e6", b6.m, x, 40000, QK_OUTPUT_HOST, blas, 0, true, true);
+            run_case("e2e6", b6.m, x, 40000, QK_OUTPUT_HOST, blas, 0, false, true);
+            run_case("e2e6", b6.m, x, 40000, QK_OUTPUT_HOST, blas, 0, false, true, 0, true);
+        }
     }
     if (has("amp16")) {
         /* amplitude encoding from host float64, 16 qubits, batch 64 (pinned source, as the peer) */

@@ -7,7 +7,8 @@
    .npy file atomically (all or nothing). --demo trains a quantum-kernel classifier on the Iris
    data shipped in examples/data and prints its test accuracy. docs/cli.md has the details.
 
-   Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line. */
+   Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143
+   stopped by SIGINT / SIGTERM. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, isatty, access under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
@@ -20,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -52,6 +54,7 @@ static const char *usage_text =
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
+    "  --progress        progress lines on stderr every 5 s (for logs; a terminal gets a bar)\n"
     "  --autotune        GPU: time the kernel configurations now and store the best in the cache\n"
     "  --no-autotune     GPU: use the fixed per-architecture table (default: the cached choice,\n"
     "                    tuned on a miss; docs/autotune.md)\n"
@@ -64,7 +67,8 @@ static const char *usage_text =
     "  --data DIR        directory holding iris.csv for --demo\n"
     "  --help, --version\n"
     "\n"
-    "Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line.\n";
+    "Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line,\n"
+    "130 / 143 stopped by SIGINT / SIGTERM (the old output, if any, is left as it was).\n";
 
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
@@ -73,7 +77,7 @@ typedef struct options {
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
-    int threads, quiet, demo;
+    int threads, quiet, demo, progress;
 } options;
 
 static void die_usage(const char *fmt, ...) {
@@ -177,28 +181,53 @@ static int check_output_path(const char *out) {
 }
 
 /* ---- progress bar ---- */
-/* Drawn on stderr only when it is a terminal and the job has run for a while (short jobs print
-   nothing). The engine may call back from several threads: a try-lock skips concurrent draws. */
+/* Progress on stderr. On a terminal: a bar with pairs/s, GB written and the time left, redrawn
+   every 0.1 s once the job has run 0.5 s (short jobs print nothing). --progress (or stderr not
+   a terminal with --progress): one line every 5 s, for logs. The time left is shown once 1 s
+   and 1% of the work have passed since the first pairs were done (start-up, planning and the
+   state construction are not a rate), so the first estimate is not a wild guess. The engine
+   may call back from several threads: a try-lock skips concurrent draws. */
 typedef struct progress {
-    int enabled;
-    double t0, last;
+    int mode;                   /* 0 off, 1 terminal bar, 2 log lines */
+    double t0, last, t_first;
+    int64_t done_first;
+    double bytes_per_pair;
     int drawn;
     atomic_flag busy;
 } progress;
 
+/* SIGINT / SIGTERM: the handler only records the signal; the progress callback then cancels the
+   Gram, qk removes its temporary output file, and main exits 128 + signal. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
 static int progress_cb(int64_t done, int64_t total, void *user) {
     progress *p = (progress *)user;
-    double t, frac, eta;
-    int i, w = 40, fill;
-    if (!p->enabled || atomic_flag_test_and_set(&p->busy)) return 0;
+    double t, frac, rate, el;
+    char eta[32];
+    int i, w = 30, fill;
+    if (stop_signal) return 1;
+    if (p->mode == 0 || atomic_flag_test_and_set(&p->busy)) return 0;
     t = now_s();
-    if ((t - p->t0 > 0.5 && t - p->last > 0.1) || (done >= total && p->drawn)) {
+    if (done > 0 && p->t_first == 0) { p->t_first = t; p->done_first = done; }
+    el = t - p->t0;
+    if ((p->mode == 1 && el > 0.5 && t - p->last > 0.1) || (p->mode == 2 && t - p->last >= 5.0) || (done >= total && p->drawn)) {
         frac = total > 0 ? (double)done / (double)total : 1.0;
-        eta = frac > 0 ? (t - p->t0) * (1.0 - frac) / frac : 0.0;
-        fill = (int)(frac * w + 0.5);
-        fprintf(stderr, "\r[");
-        for (i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
-        fprintf(stderr, "] %5.1f%%  %.1f s elapsed, %.1f s left  ", 100.0 * frac, t - p->t0, eta);
+        rate = p->t_first > 0 && t > p->t_first ? (double)(done - p->done_first) / (t - p->t_first) : 0.0;
+        if (done >= total) snprintf(eta, sizeof eta, "done");
+        else if (rate > 0 && t - p->t_first >= 1.0 && frac >= 0.01)
+            snprintf(eta, sizeof eta, "%.0f s left", (double)(total - done) / rate);
+        else snprintf(eta, sizeof eta, "estimating");
+        if (p->mode == 1) {
+            fill = (int)(frac * w + 0.5);
+            fprintf(stderr, "\r[");
+            for (i = 0; i < w; i++) fputc(i < fill ? '#' : '.', stderr);
+            fprintf(stderr, "] %5.1f%%  %.3g Gpairs/s  %.2f GB  %.1f s, %s   ", 100.0 * frac, rate * 1e-9,
+                    (double)done * p->bytes_per_pair * 1e-9, el, eta);
+        } else {
+            fprintf(stderr, "qk-gram: progress %.1f%%, %lld of %lld pairs, %.3g Gpairs/s, %.2f GB, %.1f s, %s\n", 100.0 * frac,
+                    (long long)done, (long long)total, rate * 1e-9, (double)done * p->bytes_per_pair * 1e-9, el, eta);
+        }
         fflush(stderr);
         p->last = t;
         p->drawn = 1;
@@ -208,7 +237,7 @@ static int progress_cb(int64_t done, int64_t total, void *user) {
 }
 
 static void progress_end(progress *p) {
-    if (p->drawn) fprintf(stderr, "\n");
+    if (p->drawn && p->mode == 1) fprintf(stderr, "\n");
 }
 
 static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, qk_plan *plan_out, int quiet) {
@@ -236,47 +265,49 @@ static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, q
     }
 }
 
-/* Runs one Gram into a freshly allocated buffer of the plan's output dtype; prints errors. */
-static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet, qk_dtype *dtype,
-                    void **out, double *seconds) {
+/* Runs one Gram streamed into the .npy file `path` (qk writes a temporary file next to it and
+   renames it when K is complete; K is never whole in memory); prints errors. SIGINT / SIGTERM
+   during the run cancel it: the temporary file is removed and the old `path` stays. */
+static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const options *o, qk_dtype *dtype,
+                    double *seconds) {
     qk_plan plan;
     progress prog;
-    int64_t n_cols = gd->y ? gd->n_y : gd->n_x;
-    size_t esize, bytes;
     double t0;
     qk_result r;
+    struct sigaction sa, old_int, old_term;
 
-    print_plan(ctx, map, gd, &plan, quiet);
+    gd->output = QK_OUTPUT_NPY;
+    gd->out_path = o->out;
+    print_plan(ctx, map, gd, &plan, o->quiet);
     if (gd->out_dtype == QK_DTYPE_DEFAULT)
         gd->out_dtype = plan.out_dtype != QK_DTYPE_DEFAULT ? plan.out_dtype
                       : gd->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64;
-    esize = gd->out_dtype == QK_F32 ? 4 : 8;
-    if ((uint64_t)gd->n_x > (uint64_t)SIZE_MAX / esize / (uint64_t)n_cols)
-        return fail(QK_OK, "K of %lld x %lld does not fit in memory", (long long)gd->n_x, (long long)n_cols);
-    bytes = (size_t)gd->n_x * (size_t)n_cols * esize;
-    *out = malloc(bytes);
-    if (!*out)
-        return fail(QK_OK, "K of %lld x %lld (%s) needs %.3g GB of host memory, which malloc refused",
-                    (long long)gd->n_x, (long long)n_cols, esize == 4 ? "float32" : "float64", (double)bytes / 1e9);
-    gd->out = *out;
-    gd->ld_out = n_cols;
 
     memset(&prog, 0, sizeof prog);
     atomic_flag_clear(&prog.busy);
-    prog.enabled = !quiet && isatty(2);
+    prog.mode = o->quiet ? 0 : o->progress ? 2 : isatty(2) ? 1 : 0;
+    if (o->progress && isatty(2) && !o->quiet) prog.mode = 1;
     prog.t0 = now_s();
+    prog.bytes_per_pair = gd->out_dtype == QK_F32 ? 4.0 : 8.0;
     gd->progress = progress_cb;
     gd->progress_user = &prog;
 
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
     t0 = now_s();
     r = qk_gram(ctx, map, gd);
     *seconds = now_s() - t0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     progress_end(&prog);
-    if (r != QK_OK) {
-        free(*out);
-        *out = NULL;
-        return fail(r, "Gram failed");
+    if (r == QK_ERROR_CANCELLED && stop_signal) {
+        fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)", o->out);
+        return 128 + (int)stop_signal;
     }
+    if (r != QK_OK) return fail(r, "Gram failed");
     *dtype = gd->out_dtype;
     return EXIT_SUCCESS;
 }
@@ -313,6 +344,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--version") == 0) { printf("qk-gram %s\n", QK_VERSION_STRING); exit(0); }
         if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
         if (strcmp(name, "--demo") == 0) { o->demo = 1; continue; }
+        if (strcmp(name, "--progress") == 0) { o->progress = 1; continue; }
         if (strcmp(name, "--autotune") == 0) { o->autotune = 1; continue; }
         if (strcmp(name, "--no-autotune") == 0) { o->autotune = -1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
@@ -362,7 +394,6 @@ static int gram_main(const options *o) {
     qk_ctx *ctx = NULL;
     qk_gram_desc gd;
     qk_result r;
-    void *K = NULL;
     qk_dtype dtype = QK_F64;
     double secs = 0;
     int rc = EXIT_FAILURE, have_y = o->y != NULL;
@@ -418,11 +449,11 @@ static int gram_main(const options *o) {
     if (!o->quiet)
         printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
                have_y ? o->y : "", have_y ? "" : ", K = K(X, X) (symmetric)");
-    if (run_gram(ctx, map, &gd, o->quiet, &dtype, &K, &secs) != EXIT_SUCCESS) goto done;
+    rc = run_gram(ctx, map, &gd, o, &dtype, &secs);
+    if (rc != EXIT_SUCCESS) goto done;
+    rc = EXIT_FAILURE;
 
     n_cols = have_y ? Y.rows : X.rows;
-    r = qk_npy_write(o->out, K, dtype, X.rows, n_cols);
-    if (r != QK_OK) { fail(r, "cannot write K"); goto done; }
     /* Gpairs/s counts every entry of K, as docs/benchmarks.md and the peers do; the symmetric
        K(X, X) computes the i <= j entries only and mirrors the rest (said in the line). */
     pairs = X.rows * n_cols;
@@ -432,7 +463,6 @@ static int gram_main(const options *o) {
                have_y ? "" : " (i <= j computed, mirrored)", secs, secs > 0 ? (double)pairs / secs * 1e-9 : 0.0);
     rc = EXIT_SUCCESS;
 done:
-    free(K);
     qk_ctx_destroy(ctx);
     qk_map_free(map);
     qk_array_free(&X);
@@ -506,6 +536,22 @@ static FILE *open_demo_data(const options *o, char *path, size_t size) {
 
 enum { IRIS_FEATURES = 4, IRIS_CLASSES = 3 };
 
+/* One float64 Gram of the demo into a fresh buffer (*out, freed by the caller). */
+static int demo_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet, double **out, double *seconds) {
+    int64_t cols = gd->y ? gd->n_y : gd->n_x;
+    double t0;
+    qk_result r;
+    print_plan(ctx, map, gd, NULL, quiet);
+    *out = (double *)malloc(sizeof(double) * (size_t)(gd->n_x * cols));
+    if (!*out) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory");
+    gd->out = *out;
+    t0 = now_s();
+    r = qk_gram(ctx, map, gd);
+    *seconds = now_s() - t0;
+    if (r != QK_OK) return fail(r, "Gram failed");
+    return EXIT_SUCCESS;
+}
+
 static int demo_main(const options *o) {
     static const char *class_names[IRIS_CLASSES] = {"setosa", "versicolor", "virginica"};
     /* alpha = 0.5 instead of Qiskit's 2: with features in [0, pi], alpha = 2 spreads the states so
@@ -524,8 +570,6 @@ static int demo_main(const options *o) {
     int rc = EXIT_FAILURE, n, n_tr = 0, n_te = 0, i, j, c, correct = 0;
     int *idx = NULL, *tr = NULL, *te = NULL, confusion[IRIS_CLASSES][IRIS_CLASSES];
     double *xtr = NULL, *xte = NULL, *ktr = NULL, *kte = NULL, *alpha = NULL, lo[IRIS_FEATURES], hi[IRIS_FEATURES];
-    void *out = NULL;
-    qk_dtype dtype;
     double s_tr = 0, s_te = 0;
 
     memset(&data, 0, sizeof data);
@@ -604,8 +648,7 @@ static int demo_main(const options *o) {
     gd.n_x = n_tr;
     gd.out_dtype = QK_F64;
     gd.precision = o->precision;
-    if (run_gram(ctx, map, &gd, o->quiet, &dtype, &out, &s_tr) != EXIT_SUCCESS) goto done;
-    ktr = (double *)out;
+    if (demo_gram(ctx, map, &gd, o->quiet, &ktr, &s_tr) != EXIT_SUCCESS) goto done;
     memset(&gd, 0, sizeof gd);
     gd.x = xte;
     gd.n_x = n_te;
@@ -613,8 +656,7 @@ static int demo_main(const options *o) {
     gd.n_y = n_tr;
     gd.out_dtype = QK_F64;
     gd.precision = o->precision;
-    if (run_gram(ctx, map, &gd, 1, &dtype, &out, &s_te) != EXIT_SUCCESS) goto done;
-    kte = (double *)out;
+    if (demo_gram(ctx, map, &gd, 1, &kte, &s_te) != EXIT_SUCCESS) goto done;
     printf("kernels: K_train %d x %d in %.4f s, K_test %d x %d in %.4f s\n", n_tr, n_tr, s_tr, n_te, n_tr, s_te);
 
     /* Kernel ridge regression, one-vs-rest: (K_train + ridge I) A = Y with Y[i][c] = +1 for the

@@ -340,9 +340,11 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     } else if (out == QK_OUTPUT_CALLBACK) {
         g.tile_fn = tile_cb; g.tile_user = &cb;
     } else g.out = host.data();
-    char err[256] = "";
-    qk_result r = qk_cuda_gram(&p, &t.m, &g, err, sizeof err);
-    CHECK(r == QK_OK, "%s q=%d %s: qk_cuda_gram -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
+    char err[640] = "";
+    if (out == QK_OUTPUT_HOST) p.host_pinned = qk_cuda_host_pinned(g.out);
+    qk_result r = qk__cuda_run(&p, &t.m, &g, 0, NULL);
+    if (r != QK_OK) snprintf(err, sizeof err, "%s", qk_last_error());
+    CHECK(r == QK_OK, "%s q=%d %s: qk__cuda_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
     if (out == QK_OUTPUT_DEVICE) { cudaMemcpy(host.data(), dptr, host.size(), cudaMemcpyDeviceToHost); cudaFree(dptr); }
     const double qf = 1 + t.q / 4.0;
@@ -580,6 +582,118 @@ static void amp_encode_tests()
     printf("amplitude_encode %s\n", g_fail ? "FAILED" : "ok");
 }
 
+/* ---- streamed output (.npy), pageable and fresh host buffers, square callback tiles ---- */
+/* The same K through every host-side output of a CUDA context: pinned buffer (the reference),
+   touched pageable buffer, fresh (never touched) buffer, the .npy stream and the tile callback
+   must agree bitwise (one plan, the same kernels); slabs forced small so that many slabs pass. */
+struct TileRec { std::vector<float> K; int64_t ny; int calls, bad, nonsq; bool sym; int64_t side; };
+static int tile_rec(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
+{
+    TileRec *r = (TileRec *)user;
+    r->calls++;
+    if (r->sym && j0 < i0) r->bad++;
+    if (m != r->side && i0 + m != (int64_t)(r->K.size() / r->ny)) r->nonsq++;
+    if (n != m && j0 + n != r->ny) r->nonsq++;
+    for (int64_t a = 0; a < m; ++a)
+        for (int64_t b = 0; b < n; ++b) {
+            float v = ((const float *)tile)[a * ld + b];
+            r->K[(size_t)(i0 + a) * r->ny + j0 + b] = v;
+            if (r->sym && i0 != j0) r->K[(size_t)(j0 + b) * r->ny + i0 + a] = v;
+        }
+    return 0;
+}
+
+static int cancel_after(int64_t done, int64_t total, void *user)
+{
+    (void)total;
+    return done > 0 && ++*(int *)user >= 2;
+}
+
+static void stream_tests(qk_ctx *gpu)
+{
+    const char *specs[] = {"zz(reps=2)", "hea(layers=2)", "angle(rot=y)"};
+    const int d = 6;
+    for (const char *spec : specs) {
+        qk_map *m = nullptr;
+        CHECK(qk_map_parse(spec, d, &m) == QK_OK, "stream %s: parse", spec);
+        if (!m) continue;
+        for (int sym = 1; sym >= 0; --sym) {
+            const int64_t nx = 1000 + (int64_t)(g_rng() % 77), ny = sym ? nx : 457;
+            std::vector<double> x((size_t)nx * d), y((size_t)ny * d);
+            for (auto &v : x) v = urand(0, 2 * M_PI);
+            for (auto &v : y) v = urand(0, 2 * M_PI);
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = x.data(); g.n_x = nx;
+            if (!sym) { g.y = y.data(); g.n_y = ny; }
+            g.precision = QK_PRECISION_FP32; g.out_dtype = QK_F32;
+            qk_plan p;
+            CHECK(qk_plan_make(gpu, m, &g, &p) == QK_OK, "stream %s: plan: %s", spec, qk_last_error());
+            p.tile_m = p.slab_rows = 128; /* many slabs */
+            p.k_resident = sym;          /* the symmetric mirror on the device */
+            const size_t bytes = (size_t)nx * ny * 4;
+            float *pin = nullptr;
+            cudaMallocHost((void **)&pin, bytes);
+            for (size_t i = 0; i < (size_t)nx * ny; ++i) pin[i] = NAN;
+            g.out = pin; g.output = QK_OUTPUT_HOST; p.host_pinned = 1;
+            qk_result r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_OK, "stream %s: pinned -> %d %s", spec, (int)r, qk_last_error());
+            int64_t nan = 0;
+            for (size_t i = 0; i < (size_t)nx * ny; ++i) nan += std::isnan(pin[i]);
+            CHECK(nan == 0, "stream %s: pinned K has %lld unwritten entries", spec, (long long)nan);
+            /* touched pageable */
+            std::vector<float> pg((size_t)nx * ny, NAN);
+            g.out = pg.data(); p.host_pinned = 0;
+            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_OK && memcmp(pg.data(), pin, bytes) == 0, "stream %s %s: pageable K differs from pinned K", spec, sym ? "XX" : "XY");
+            /* fresh pageable */
+            float *fr = (float *)malloc(bytes);
+            g.out = fr;
+            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_OK && memcmp(fr, pin, bytes) == 0, "stream %s %s: fresh-buffer K differs from pinned K", spec, sym ? "XX" : "XY");
+            free(fr);
+            /* .npy stream */
+            char path[256];
+            snprintf(path, sizeof path, "/tmp/qk_gpu_stream_%d.npy", (int)getpid());
+            g.out = nullptr; g.output = QK_OUTPUT_NPY; g.out_path = path;
+            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_OK, "stream %s: npy -> %d %s", spec, (int)r, qk_last_error());
+            qk_array a;
+            memset(&a, 0, sizeof a);
+            if (r == QK_OK && qk_npy_read(path, &a) == QK_OK) {
+                int64_t diff = 0;
+                for (size_t i = 0; i < (size_t)nx * ny; ++i) diff += a.data[i] != (double)pin[i];
+                CHECK(a.rows == nx && a.cols == ny && diff == 0, "stream %s %s: .npy K differs from pinned K in %lld entries", spec, sym ? "XX" : "XY", (long long)diff);
+                qk_array_free(&a);
+            } else CHECK(false, "stream %s: cannot read the streamed .npy: %s", spec, qk_last_error());
+            /* cancelled stream: no temp file, the old file intact */
+            int calls = 0;
+            g.progress = cancel_after; g.progress_user = &calls;
+            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_ERROR_CANCELLED, "stream %s: cancel -> %d", spec, (int)r);
+            char cmd[600];
+            snprintf(cmd, sizeof cmd, "ls %s.tmp.* >/dev/null 2>&1", path);
+            CHECK(system(cmd) != 0, "stream %s: a temporary file was left behind after a cancel", spec);
+            memset(&a, 0, sizeof a);
+            CHECK(qk_npy_read(path, &a) == QK_OK && a.rows == nx, "stream %s: the old output was damaged by a cancelled run", spec);
+            qk_array_free(&a);
+            remove(path);
+            g.progress = nullptr;
+            /* square tiles through the callback */
+            TileRec tr;
+            tr.K.assign((size_t)nx * ny, NAN); tr.ny = ny; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = sym; tr.side = p.slab_rows;
+            g.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
+            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            CHECK(r == QK_OK && tr.bad == 0 && tr.nonsq == 0 && memcmp(tr.K.data(), pin, bytes) == 0,
+                  "stream %s %s: callback tiles: rc %d, %d calls, %d below the diagonal, %d not square, K %s", spec, sym ? "XX" : "XY",
+                  (int)r, tr.calls, tr.bad, tr.nonsq, memcmp(tr.K.data(), pin, bytes) ? "differs" : "equal");
+            cudaFreeHost(pin);
+        }
+        printf("stream %-14s ok\n", spec);
+        qk_map_free(m);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
@@ -589,6 +703,16 @@ int main(int argc, char **argv)
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
     amp_encode_tests();
     if (argc <= 2 || atoi(argv[2]) != 0) api_tests(); /* argv[2] = 0: skip (racecheck runs) */
+    {
+        qk_ctx *gpu = nullptr;
+        qk_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CUDA;
+        cd.autotune = -1;
+        if (qk_ctx_create(&cd, &gpu) == QK_OK) stream_tests(gpu);
+        else CHECK(false, "cuda context: %s", qk_last_error());
+        qk_ctx_destroy(gpu);
+    }
     for (int q = 1; q <= qmax; ++q) {
         bool thorough = q <= 9 || q == 13 || q == 14;
         std::vector<TMap> maps;
