@@ -3121,14 +3121,17 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
 
     /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
-       a quarter of the budget holds in cuBLAS workspace. Host/callback: ~256 MB of K per slab,
-       so the D2H of one overlaps the compute of the next. */
+       a quarter of the budget holds in cuBLAS workspace. Host outputs: ~64 MB of K per slab, so
+       the D2H of one overlaps the compute of the next and the host-side delivery of the one
+       before; the two pinned staging slabs cost little to allocate (cudaMallocHost pins about
+       5 GB/s on the H200 machine: 2 x 256 MB slabs cost ~0.2 s per call in the first streamed
+       run, bench/results/2026-11-23-h200-stream-a-bench.json, e2e8 pageable). */
     if (desc->output == QK_OUTPUT_DEVICE) {
         /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
            ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
         slab = nx;
     } else {
-        slab = (int64_t)(256.0 * 1048576.0 / ((double)ny * ob));
+        slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
         if (slab < 64) slab = 64;
         if (slab > nx) slab = nx;
     }

@@ -90,7 +90,7 @@ static double median(std::vector<double> v)
 struct Row {
     std::string name, map, output, engine;
     int q; int64_t n;
-    double gram_ms, states_ms, output_ms, e2e_ms, busy0, busy1;
+    double gram_ms, states_ms, output_ms, e2e_ms, busy0, busy1, deliver_ms;
 };
 
 static std::vector<Row> rows;
@@ -109,7 +109,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
     qk_plan p = plan_for(m, g, blas, slab, cfg);
     p.host_pinned = out == QK_OUTPUT_HOST && pinned_host;
-    std::vector<double> gm, sm, om, em, b0, b1;
+    std::vector<double> gm, sm, om, em, b0, b1, dm;
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
         qk_cuda_stats st;
@@ -120,7 +120,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
         if (r == 0) continue; /* warm-up */
         gm.push_back(st.gram_ms); sm.push_back(st.states_ms); om.push_back(st.output_ms);
         em.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
-        b0.push_back(st.busy_ms[0]); b1.push_back(st.busy_ms[1]);
+        b0.push_back(st.busy_ms[0]); b1.push_back(st.busy_ms[1]); dm.push_back(st.deliver_ms);
     }
     /* sanity: K[i][i] = 1 for a few i */
     double dmax = 0;
@@ -140,12 +140,12 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     if (cfg) row.engine += " cfg=" + std::to_string(cfg);
     if (out == QK_OUTPUT_HOST && !pinned_host && fresh) row.output += "-fresh";
     row.gram_ms = median(gm); row.states_ms = median(sm); row.output_ms = median(om); row.e2e_ms = median(em);
-    row.busy0 = median(b0); row.busy1 = median(b1);
+    row.busy0 = median(b0); row.busy1 = median(b1); row.deliver_ms = median(dm);
     rows.push_back(row);
     double pairs = (double)n * n;
-    printf("%-6s q=%2d n=%6lld %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms | diag err %.1e\n",
+    printf("%-6s q=%2d n=%6lld %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms (host delivery %.2f ms) | diag err %.1e\n",
            name, m.n_qubits, (long long)n, row.output.c_str(), row.engine.c_str(), row.gram_ms, pairs / row.gram_ms / 1e6,
-           row.output_ms, pairs / row.output_ms / 1e6, row.states_ms, n / row.states_ms * 1e3, row.e2e_ms, dmax);
+           row.output_ms, pairs / row.output_ms / 1e6, row.states_ms, n / row.states_ms * 1e3, row.e2e_ms, row.deliver_ms, dmax);
     fflush(stdout);
     (void)e2e;
     if (out == QK_OUTPUT_DEVICE) cudaFree(buf);
@@ -238,7 +238,7 @@ int main(int argc, char **argv)
                (long long)n, n / sec, n * (double)d * 8 / sec * 1e-9);
         Row row;
         row.name = "amp16"; row.map = "amplitude"; row.q = 16; row.n = n; row.output = "device"; row.engine = "encode batch 64";
-        row.gram_ms = 0; row.states_ms = sec * 1e3; row.output_ms = 0; row.e2e_ms = sec * 1e3; row.busy0 = row.busy1 = 0;
+        row.gram_ms = 0; row.states_ms = sec * 1e3; row.output_ms = 0; row.e2e_ms = sec * 1e3; row.busy0 = row.busy1 = 0; row.deliver_ms = 0;
         rows.push_back(row);
         cudaFree(dout);
         cudaFreeHost(x);
@@ -293,10 +293,10 @@ int main(int argc, char **argv)
             double pairs = (double)r.n * r.n;
             fprintf(f, "  {\"case\": \"%s\", \"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"output\": \"%s\", \"engine\": \"%s\", "
                        "\"gram_ms\": %.4f, \"gram_Gpairs_s\": %.4f, \"output_ms\": %.4f, \"output_Gpairs_s\": %.4f, "
-                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f}%s\n",
+                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f, \"host_delivery_ms\": %.3f}%s\n",
                     r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.output.c_str(), r.engine.c_str(), r.gram_ms,
                     r.gram_ms > 0 ? pairs / r.gram_ms / 1e6 : 0.0, r.output_ms, r.output_ms > 0 ? pairs / r.output_ms / 1e6 : 0.0, r.states_ms,
-                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, i + 1 < rows.size() ? "," : "");
+                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, r.deliver_ms, i + 1 < rows.size() ? "," : "");
         }
         fprintf(f, " ],\n \"tune\": [\n");
         for (size_t i = 0; i < tune_rows.size(); ++i) fprintf(f, "  %s%s\n", tune_rows[i].c_str(), i + 1 < tune_rows.size() ? "," : "");
