@@ -1925,6 +1925,21 @@ static void qk__store(void *out, qk_dtype dt, int64_t idx, double v)
     else ((double *)out)[idx] = v;
 }
 
+/* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
+   after each tile, and the streamed output's writer thread while it writes (qk.h's CPU
+   streaming), so that a cancel is seen while the writer is the bottleneck too. */
+static void qk__job_poll(qk__gram_job *j)
+{
+    if (!j->progress) return;
+#ifndef QK_NO_THREADS
+    if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
+#endif
+    if (j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&j->cb_lock);
+#endif
+}
+
 static void qk__gram_work(void *p, int thread)
 {
     qk__gram_job *j = (qk__gram_job *)p;
@@ -1981,9 +1996,7 @@ static void qk__gram_work(void *p, int thread)
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
         QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
-        if (thread == 0 && j->progress) {
-            if (j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
-        }
+        if (thread == 0) qk__job_poll(j);
     }
     QK_FREE(accr);
     QK_FREE(cb);
@@ -2704,9 +2717,13 @@ QKDEF void qk_array_free(qk_array *a) {
    while the engines compute (the kernel's own writeback starts only at dirty_background_ratio,
    10% of RAM: on a 128 GB machine a 6 GB K would otherwise be written back only by the final
    sync, after the compute). qk__npyw_abort removes the temporary file; the target is never
-   touched before the rename. One thread writes (lseek + write: POSIX.1, declared under strict
-   -std=c99 too). */
-#define QK__NPYW_SYNC_BYTES ((uint64_t)64 << 20)
+   touched before the rename. The writer waits while more than QK__NPYW_MAX_DIRTY bytes are
+   written but not yet synced: the page cache then never holds more than that of K, a sync in
+   flight is short (a cancel stops within a fraction of a second: the abort truncates the file,
+   which waits for pages under writeback), and the final sync has little left. One thread
+   writes (lseek + write: POSIX.1, declared under strict -std=c99 too). */
+#define QK__NPYW_SYNC_BYTES ((uint64_t)16 << 20)
+#define QK__NPYW_MAX_DIRTY ((uint64_t)64 << 20)
 
 typedef struct qk__npyw {
     int fd;
@@ -2716,10 +2733,12 @@ typedef struct qk__npyw {
     int64_t rows, cols;
     int no_sync;
     uint64_t written;
+    int *cancel;            /* optional: a job's cancel flag, read before each write */
 #ifndef QK_NO_THREADS
     pthread_t syncer;
     int syncer_on, stop, sync_errno;
     uint64_t dirty;         /* bytes written since the syncer last started an fsync */
+    uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
     pthread_mutex_t mu;
     pthread_cond_t cv;
 #endif
@@ -2731,12 +2750,16 @@ static void *qk__npyw_syncer(void *p)
     qk__npyw *w = (qk__npyw *)p;
     pthread_mutex_lock(&w->mu);
     for (;;) {
+        uint64_t upto;
         while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
         if (w->stop) break;
         w->dirty = 0;
+        upto = w->written_mt;
         pthread_mutex_unlock(&w->mu);
         if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
         pthread_mutex_lock(&w->mu);
+        w->synced = upto;
+        pthread_cond_broadcast(&w->cv);
     }
     pthread_mutex_unlock(&w->mu);
     return NULL;
@@ -2760,16 +2783,26 @@ static void qk__npyw_stop_syncer(qk__npyw *w)
 #endif
 }
 
-/* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer. */
+/* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
+   The file is first truncated (its dirty pages dropped), so that a sync in flight, and the
+   abort, take milliseconds rather than the time to write back what was written. */
 static void qk__npyw_abort(qk__npyw *w)
 {
+    if (w->tmp) {
+        int t = open(w->tmp, O_WRONLY | O_TRUNC);
+        if (t >= 0) (void)QK__CLOSE(t);
+    }
     qk__npyw_stop_syncer(w);
     if (w->fd >= 0) (void)QK__CLOSE(w->fd);
     w->fd = -1;
     if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
 }
 
-static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync)
+/* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
+   commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
+   job runs they would be random I/O in flight, which a cancel must wait for). */
+static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
+                               int syncer)
 {
     char hdr[192];
     size_t nbytes = 0;
@@ -2798,7 +2831,7 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
         return r;
     }
 #ifndef QK_NO_THREADS
-    if (!no_sync && pthread_mutex_init(&w->mu, NULL) == 0) {
+    if (!no_sync && syncer && pthread_mutex_init(&w->mu, NULL) == 0) {
         if (pthread_cond_init(&w->cv, NULL) == 0) {
             if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
             else pthread_cond_destroy(&w->cv);
@@ -2813,6 +2846,7 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
 /* n bytes of K's data at byte offset off (from the start of the data). */
 static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
 {
+    if (w->cancel && QK__LOAD(w->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
     if (lseek(w->fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(w->fd, buf, n) != 0) {
         int e = errno;
         return qk__fail(QK_ERROR_IO, "cannot write '%s': writing %.3g MB at byte %llu failed: %s%s", w->path,
@@ -2824,7 +2858,11 @@ static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t 
     if (w->syncer_on) {
         pthread_mutex_lock(&w->mu);
         w->dirty += n;
-        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_signal(&w->cv);
+        w->written_mt = w->written;
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
+        /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
+        while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
+            pthread_cond_wait(&w->cv, &w->mu);
         pthread_mutex_unlock(&w->mu);
     }
 #endif
@@ -2887,11 +2925,13 @@ static qk_result qk__npyw_commit(qk__npyw *w)
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
    blocks of 64, one write per row of K). */
-static qk_result qk__cpu_write_strips(qk__npyw *w, const char *U, int64_t ld, int64_t rb, int64_t m, char *tb)
+static qk_result qk__cpu_write_strips(qk__npyw *w, const char *U, int64_t ld, int64_t rb, int64_t m, char *tb,
+                                       qk__gram_job *job)
 {
     const size_t es = w->es;
     int64_t c0, c, a;
     for (c0 = rb + m; c0 < w->cols; c0 += 64) {
+        qk__job_poll(job);
         int64_t nc = w->cols - c0 < 64 ? w->cols - c0 : 64;
         for (a = 0; a < m; a++)
             for (c = 0; c < nc; c++) memcpy(tb + (size_t)(c * m + a) * es, U + (size_t)(a * ld + c0 + c) * es, es);
@@ -2908,6 +2948,7 @@ static qk_result qk__cpu_write_strips(qk__npyw *w, const char *U, int64_t ld, in
    below the slab. */
 typedef struct qk__slab_write {
     qk__npyw *w;
+    qk__gram_job *job;
     const char *U;
     int64_t rb, m;
     int symmetric;
@@ -2923,7 +2964,7 @@ static void *qk__slab_write_main(void *p)
     if (!s->symmetric) s->r = qk__npyw_rows(w, s->rb, 0, s->m, w->cols, s->U, w->cols);
     else {
         s->r = qk__npyw_rows(w, s->rb, s->rb, s->m, w->cols - s->rb, s->U + (size_t)s->rb * w->es, w->cols);
-        if (s->r == QK_OK) s->r = qk__cpu_write_strips(w, s->U, w->cols, s->rb, s->m, s->tb);
+        if (s->r == QK_OK) s->r = qk__cpu_write_strips(w, s->U, w->cols, s->rb, s->m, s->tb, s->job);
     }
     if (s->r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf); /* the detail is thread-local */
     return NULL;
@@ -2946,8 +2987,9 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
 #ifndef QK_NO_THREADS
     pthread_t wt;
 #endif
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, j->na, nb, desc->no_sync);
+    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, j->na, nb, desc->no_sync, !j->symmetric);
     if (r != QK_OK) return r;
+    w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     tb = (char *)qk__malloc((size_t)SR * 64 * es);
@@ -2978,12 +3020,12 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
 #ifndef QK_NO_THREADS
             pthread_join(wt, NULL);
 #endif
-            if (sw[pending].r != QK_OK) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
+            if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
             pending = -1;
         }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = j->symmetric; cur->tb = tb;
+        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = j->symmetric; cur->tb = tb;
 #ifndef QK_NO_THREADS
         if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
 #endif
@@ -2994,7 +3036,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
 #ifndef QK_NO_THREADS
         pthread_join(wt, NULL);
 #endif
-        if (sw[pending].r != QK_OK) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
+        if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
@@ -4482,7 +4524,7 @@ static qk_result qk__cuda_run(const qk_plan *plan, const qk_map *map, const qk_g
     d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
     d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
     if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync);
+        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
         if (r != QK_OK) return r;
     }
     r = qk_cuda_gram(plan, map, desc, qk__deliver_rows, &d, stats, err, sizeof err);

@@ -55,6 +55,7 @@ static const char *usage_text =
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
     "  --progress        progress lines on stderr every 5 s (for logs; a terminal gets a bar)\n"
+    "  --no-sync         do not fsync K.npy (faster on slow disks; K may be lost in a crash)\n"
     "  --autotune        GPU: time the kernel configurations now and store the best in the cache\n"
     "  --no-autotune     GPU: use the fixed per-architecture table (default: the cached choice,\n"
     "                    tuned on a miss; docs/autotune.md)\n"
@@ -77,7 +78,7 @@ typedef struct options {
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
-    int threads, quiet, demo, progress;
+    int threads, quiet, demo, progress, no_sync;
 } options;
 
 static void die_usage(const char *fmt, ...) {
@@ -211,7 +212,7 @@ static int progress_cb(int64_t done, int64_t total, void *user) {
     t = now_s();
     if (done > 0 && p->t_first == 0) { p->t_first = t; p->done_first = done; }
     el = t - p->t0;
-    if ((p->mode == 1 && el > 0.5 && t - p->last > 0.1) || (p->mode == 2 && t - p->last >= 5.0) || (done >= total && p->drawn)) {
+    if ((p->mode == 1 && el > 0.5 && t - p->last > 0.1) || (p->mode == 2 && t - p->last >= 5.0) || (done >= total && (p->drawn || p->mode == 2))) {
         frac = total > 0 ? (double)done / (double)total : 1.0;
         rate = p->t_first > 0 && t > p->t_first ? (double)(done - p->done_first) / (t - p->t_first) : 0.0;
         if (done >= total) snprintf(eta, sizeof eta, "done");
@@ -278,6 +279,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 
     gd->output = QK_OUTPUT_NPY;
     gd->out_path = o->out;
+    gd->no_sync = o->no_sync;
     print_plan(ctx, map, gd, &plan, o->quiet);
     if (gd->out_dtype == QK_DTYPE_DEFAULT)
         gd->out_dtype = plan.out_dtype != QK_DTYPE_DEFAULT ? plan.out_dtype
@@ -345,6 +347,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
         if (strcmp(name, "--demo") == 0) { o->demo = 1; continue; }
         if (strcmp(name, "--progress") == 0) { o->progress = 1; continue; }
+        if (strcmp(name, "--no-sync") == 0) { o->no_sync = 1; continue; }
         if (strcmp(name, "--autotune") == 0) { o->autotune = 1; continue; }
         if (strcmp(name, "--no-autotune") == 0) { o->autotune = -1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""qk-gram's streamed output, end to end on the CPU engine: K is written into K.npy while it is
+computed, so a SIGINT / SIGTERM mid-run exits 130 / 143 within a second, removes the temporary
+file and leaves the previous K.npy as it was; a full file system (a 2 MB tmpfs in a user
+namespace, where unshare allows it) is a clear error with no file left; peak RSS stays O(slab)
+for a K of 1.6 GB (n = 20000, float32); --progress writes log lines.
+
+usage: test_cli_stream.py PATH/TO/qk-gram   (exit 77 = skip when numpy is missing)"""
+import os, resource, shutil, signal, subprocess, sys, tempfile, time
+
+try:
+    import numpy as np
+except ImportError:
+    print("numpy is not installed: skipping")
+    sys.exit(77)
+
+EXE = os.path.abspath(sys.argv[1])
+failures = []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what)
+    if not cond:
+        failures.append(what)
+
+
+def temps(d):
+    return [f for f in os.listdir(d) if ".tmp." in f]
+
+
+with tempfile.TemporaryDirectory() as d:
+    P = lambda f: os.path.join(d, f)
+    rng = np.random.default_rng()
+    free_gb = shutil.disk_usage(d).free / 1e9
+
+    # ---- SIGINT / SIGTERM during the compute ----
+    np.save(P("x.npy"), rng.uniform(0, 6.28, (20000, 6)))
+    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
+        with open(P("K.npy"), "wb") as f:
+            f.write(b"previous K")
+        p = subprocess.Popen([EXE, "--map", "zz(reps=2)", "--x", P("x.npy"), "--out", P("K.npy"), "--device", "cpu",
+                              "--precision", "fp32", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(1.0)
+        if p.poll() is not None:
+            check(False, "%s: the job ended before the signal (too fast to test): rc %d" % (sig.name, p.returncode))
+            continue
+        t0 = time.perf_counter()
+        p.send_signal(sig)
+        try:
+            out, err = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, err = p.communicate()
+        dt = time.perf_counter() - t0
+        check(p.returncode == code, "%s: exit %d (got %s): %s" % (sig.name, code, p.returncode, err.strip()))
+        check(dt < 1.0, "%s: stopped %.2f s after the signal (< 1 s)" % (sig.name, dt))
+        check(temps(d) == [], "%s: no temporary file left (%s)" % (sig.name, temps(d)))
+        check(open(P("K.npy"), "rb").read() == b"previous K", "%s: the previous K.npy is untouched" % sig.name)
+
+    # ---- peak RSS O(slab): K of 1.6 GB (float32, n = 20000) streamed on the CPU engine ----
+    if free_gb < 4:
+        print("skip: RSS case needs 4 GB of free disk (have %.1f GB)" % free_gb)
+    else:
+        np.save(P("xa.npy"), rng.uniform(0, 3.14, (20000, 4)))
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        t0 = time.perf_counter()
+        r = subprocess.run([EXE, "--map", "angle(rot=y)", "--x", P("xa.npy"), "--out", P("Ka.npy"), "--device", "cpu",
+                            "--precision", "fp32", "--progress"], capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        rss_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024.0
+        check(r.returncode == 0, "n=20000 streamed: exit 0: " + r.stderr[-300:])
+        check(rss_mb < 400, "n=20000 (K 1.6 GB): peak RSS %.0f MB < 400 MB (%.1f s)" % (rss_mb, wall))
+        check("qk-gram: progress 100.0%" in r.stderr, "--progress writes a final log line: " + r.stderr[-200:])
+        if r.returncode == 0:
+            K = np.load(P("Ka.npy"), mmap_mode="r")
+            X = np.load(P("xa.npy"))
+            i, j = rng.integers(0, 20000, 50), rng.integers(0, 20000, 50)
+            ref = np.prod(np.cos((X[i] - X[j]) / 2.0) ** 2, axis=1)   # RY product states: |<u|v>|^2 = cos^2(dx/2)
+            check(K.shape == (20000, 20000) and K.dtype == np.float32, "K shape and dtype")
+            check(np.abs(np.asarray(K[i, j]) - ref).max() < 1e-5, "K entries equal the analytic angle kernel")
+            check(np.array_equal(np.asarray(K[i, j]), np.asarray(K[j, i])), "K symmetric")
+            del K
+            os.remove(P("Ka.npy"))
+        print("peak RSS %.0f MB, wall %.2f s, K 1.6 GB" % (rss_mb, wall))
+
+    # ---- a full file system: clear error, nothing left ----
+    have_unshare = shutil.which("unshare") and subprocess.run(
+        ["unshare", "-Urm", "true"], capture_output=True).returncode == 0
+    if not have_unshare:
+        print("skip: ENOSPC case needs unshare -Urm (user namespaces)")
+    else:
+        os.mkdir(P("small"))
+        np.save(P("x1.npy"), rng.uniform(0, 6.28, (1500, 4)))
+        script = 'mount -t tmpfs -o size=2m tmpfs "$1" && "$2" --map "zz(reps=2)" --x "$3" --out "$1/K.npy" --device cpu; rc=$?; ls -A "$1"; exit $rc'
+        r = subprocess.run(["unshare", "-Urm", "sh", "-c", script, "sh", P("small"), EXE, P("x1.npy")],
+                           capture_output=True, text=True)
+        check(r.returncode == 1, "full file system: exit 1 (got %d)" % r.returncode)
+        check("No space left on device" in r.stderr and "K.npy" in r.stderr, "full file system: clear message: " + r.stderr.strip()[-300:])
+        check(r.stdout.strip().splitlines()[-1:] != ["K.npy"] and ".tmp." not in r.stdout,
+              "full file system: no file left in the tmpfs: " + repr(r.stdout[-200:]))
+
+if failures:
+    print("%d failures" % len(failures))
+    sys.exit(1)
+print("all ok")
