@@ -501,13 +501,24 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
 } qk_cuda_stats;
+/* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
+typedef struct qk_cuda_io {
+    qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */
+    void *rows_user;
+    void *stage[2];             /* two pinned slabs of stage_bytes owned by the caller (a context
+                                   keeps them across calls); NULL or too small: the engine
+                                   allocates its own for the call (cudaMallocHost pins ~5 GB/s) */
+    size_t stage_bytes;
+    qk_cuda_stats *stats;       /* may be NULL */
+} qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
-   qk_gram). rows receives the host-side slabs (see qk_rows_fn; NULL only for DEVICE or pinned
-   HOST output); stats (may be NULL) gets the job's figures. On failure writes a detail
-   ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to err. */
+   qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
+   err. */
 QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                             qk_rows_fn rows, void *rows_user, qk_cuda_stats *stats,
-                             char *err, size_t err_size);
+                             const qk_cuda_io *io, char *err, size_t err_size);
+/* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
+QKDEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
+QKDEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QKDEF int qk_cuda_host_pinned(const void *p);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
@@ -4260,6 +4271,8 @@ struct qk_ctx {
     char cache_dir[1024];
     qk_device_info dev;         /* present == 0 on the CPU engine */
     qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
+    void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
+    size_t stage_bytes;
 };
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
@@ -4331,6 +4344,10 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
+#if defined(QK_CUDA) && QK_CUDA
+    qk_cuda_host_free(ctx->stage[0]);
+    qk_cuda_host_free(ctx->stage[1]);
+#endif
     if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
     else QK_FREE(ctx);
 }
@@ -4507,13 +4524,15 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
 
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-static qk_result qk__cuda_run(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, int n_threads,
+static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
                               qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__npyw w;
     qk__deliver d;
+    qk_cuda_io io;
     qk_result r;
+    const int n_threads = ctx ? ctx->desc.n_threads : 0;
     memset(&w, 0, sizeof w);
     w.fd = -1;
     memset(&d, 0, sizeof d);
@@ -4527,7 +4546,31 @@ static qk_result qk__cuda_run(const qk_plan *plan, const qk_map *map, const qk_g
         r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
         if (r != QK_OK) return r;
     }
-    r = qk_cuda_gram(plan, map, desc, qk__deliver_rows, &d, stats, err, sizeof err);
+    memset(&io, 0, sizeof io);
+    io.rows = qk__deliver_rows;
+    io.rows_user = &d;
+    io.stats = stats;
+    if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
+        /* the context's pinned staging, grown to this plan's slab (a failure here only means the
+           engine allocates its own) */
+        size_t need = (size_t)(plan->slab_rows > 0 ? plan->slab_rows : plan->n_x) * (size_t)plan->n_y * d.es;
+        if (ctx->stage_bytes < need) {
+            qk_cuda_host_free(ctx->stage[0]);
+            qk_cuda_host_free(ctx->stage[1]);
+            ctx->stage[0] = ctx->stage[1] = NULL;
+            ctx->stage_bytes = 0;
+            if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK &&
+                qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
+                ctx->stage_bytes = need;
+            err[0] = 0;
+        }
+        if (ctx->stage_bytes >= need) {
+            io.stage[0] = ctx->stage[0];
+            io.stage[1] = ctx->stage[1];
+            io.stage_bytes = ctx->stage_bytes;
+        }
+    }
+    r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
     if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
         QK_PROF_BEGIN("npy commit");
@@ -4554,7 +4597,7 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
     if (plan.backend == QK_BACKEND_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
         memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
-        return qk__cuda_run(&plan, map, desc, ctx->desc.n_threads, &ctx->cuda_stats);
+        return qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
 #else
         return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif

@@ -1397,6 +1397,8 @@ struct qk__job_state {
     const qk_gram_desc *desc;
     qk_rows_fn rows;                     /* host-side slabs (staged outputs) */
     void *rows_user;
+    void *io_stage[2];                   /* the caller's pinned staging (may be NULL) */
+    size_t io_stage_bytes;
     qk_cuda_stats *stats;
     int64_t *delivered;                  /* slabs handed to rows (a retry after one would
                                             deliver rows twice) */
@@ -1413,6 +1415,7 @@ struct qk__job_state {
     cudaEvent_t gemm_done = nullptr, ep_done[2] = {nullptr, nullptr};
     int64_t n_blas = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
+    bool own_stage = false;              /* allocated for this job (else the caller's) */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
@@ -1434,7 +1437,7 @@ static void qk__job_free(qk__job_state *J)
     for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
     if (J->est) cudaStreamDestroy(J->est);
     for (int i = 0; i < 2; ++i) {
-        if (J->stage[i]) cudaFreeHost(J->stage[i]);
+        if (J->stage[i] && J->own_stage) cudaFreeHost(J->stage[i]);
         if (J->slab_done[i]) cudaEventDestroy(J->slab_done[i]);
         if (J->copy_done[i]) cudaEventDestroy(J->copy_done[i]);
         if (J->pool.st[i]) cudaStreamDestroy(J->pool.st[i]);
@@ -1542,7 +1545,16 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
             kld = ny;
         }
         if (!pinned_out)
-            for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], (size_t)slab_rows * ny * sizeof(OutT)));
+        {
+            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
+            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= sb) {
+                J->stage[0] = J->io_stage[0];
+                J->stage[1] = J->io_stage[1];
+            } else {
+                J->own_stage = true;
+                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], sb));
+            }
+        }
     }
     for (int i = 0; i < 2; ++i) {
         QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
@@ -1769,8 +1781,23 @@ extern "C" int qk_cuda_host_pinned(const void *p)
     return pinned;
 }
 
-extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk_rows_fn rows,
-                                  void *rows_user, qk_cuda_stats *stats, char *err, size_t err_size)
+extern "C" qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    *p = nullptr;
+    QK_CK(cudaMallocHost(p, bytes ? bytes : 1));
+    return QK_OK;
+}
+
+extern "C" void qk_cuda_host_free(void *p)
+{
+    if (p) cudaFreeHost(p);
+    cudaGetLastError();
+}
+
+extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
+                                  char *err, size_t err_size)
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
@@ -1794,9 +1821,11 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.plan = plan;
         J.map = map;
         J.desc = desc;
-        J.rows = rows;
-        J.rows_user = rows_user;
-        J.stats = stats;
+        J.rows = io ? io->rows : nullptr;
+        J.rows_user = io ? io->rows_user : nullptr;
+        J.stats = io ? io->stats : nullptr;
+        for (int i = 0; i < 2; ++i) J.io_stage[i] = io ? io->stage[i] : nullptr;
+        J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;
         qk_result r;
         if (p64) r = real ? qk__gram_out<double, false>(&J, slab, tile, res) : qk__gram_out<double, true>(&J, slab, tile, res);

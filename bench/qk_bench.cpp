@@ -95,6 +95,7 @@ struct Row {
 
 static std::vector<Row> rows;
 static int reps = 3;
+static qk_ctx *g_ctx = nullptr; /* keeps the pinned staging across calls, as a user's context does */
 
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
                     int64_t slab, bool pinned_host, bool e2e, int cfg = 0, bool fresh = false)
@@ -114,7 +115,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
         auto t0 = std::chrono::steady_clock::now();
         qk_cuda_stats st;
         if (fresh) { free(buf); buf = malloc(bytes); g.out = buf; } /* untouched pages, as a new buffer */
-        qk_result rc = qk__cuda_run(&p, &m, &g, 0, &st);
+        qk_result rc = qk__cuda_run(g_ctx, &p, &m, &g, &st);
         auto t1 = std::chrono::steady_clock::now();
         if (rc != QK_OK) { printf("%s: qk__cuda_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
         if (r == 0) continue; /* warm-up */
@@ -165,6 +166,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     }
     if (qk_cuda_device_count() <= 0) { printf("qk-bench: no CUDA device\n"); return 77; }
+    {
+        qk_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CUDA;
+        cd.autotune = -1;
+        if (qk_ctx_create(&cd, &g_ctx) != QK_OK) { printf("qk-bench: %s\n", qk_last_error()); return 1; }
+    }
     qk_device_info &info = g_info;
     char err[256];
     qk_cuda_device_query(0, &info, err, sizeof err);

@@ -342,7 +342,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     } else g.out = host.data();
     char err[640] = "";
     if (out == QK_OUTPUT_HOST) p.host_pinned = qk_cuda_host_pinned(g.out);
-    qk_result r = qk__cuda_run(&p, &t.m, &g, 0, NULL);
+    qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
     if (r != QK_OK) snprintf(err, sizeof err, "%s", qk_last_error());
     CHECK(r == QK_OK, "%s q=%d %s: qk__cuda_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
@@ -636,7 +636,7 @@ static void stream_tests(qk_ctx *gpu)
             cudaMallocHost((void **)&pin, bytes);
             for (size_t i = 0; i < (size_t)nx * ny; ++i) pin[i] = NAN;
             g.out = pin; g.output = QK_OUTPUT_HOST; p.host_pinned = 1;
-            qk_result r = qk__cuda_run(&p, m, &g, 0, NULL);
+            qk_result r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: pinned -> %d %s", spec, (int)r, qk_last_error());
             int64_t nan = 0;
             for (size_t i = 0; i < (size_t)nx * ny; ++i) nan += std::isnan(pin[i]);
@@ -644,19 +644,19 @@ static void stream_tests(qk_ctx *gpu)
             /* touched pageable */
             std::vector<float> pg((size_t)nx * ny, NAN);
             g.out = pg.data(); p.host_pinned = 0;
-            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(pg.data(), pin, bytes) == 0, "stream %s %s: pageable K differs from pinned K", spec, sym ? "XX" : "XY");
             /* fresh pageable */
             float *fr = (float *)malloc(bytes);
             g.out = fr;
-            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(fr, pin, bytes) == 0, "stream %s %s: fresh-buffer K differs from pinned K", spec, sym ? "XX" : "XY");
             free(fr);
             /* .npy stream */
             char path[256];
             snprintf(path, sizeof path, "/tmp/qk_gpu_stream_%d.npy", (int)getpid());
             g.out = nullptr; g.output = QK_OUTPUT_NPY; g.out_path = path;
-            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: npy -> %d %s", spec, (int)r, qk_last_error());
             qk_array a;
             memset(&a, 0, sizeof a);
@@ -669,7 +669,7 @@ static void stream_tests(qk_ctx *gpu)
             /* cancelled stream: no temp file, the old file intact */
             int calls = 0;
             g.progress = cancel_after; g.progress_user = &calls;
-            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_ERROR_CANCELLED, "stream %s: cancel -> %d", spec, (int)r);
             char cmd[600];
             snprintf(cmd, sizeof cmd, "ls %s.tmp.* >/dev/null 2>&1", path);
@@ -683,7 +683,7 @@ static void stream_tests(qk_ctx *gpu)
             TileRec tr;
             tr.K.assign((size_t)nx * ny, NAN); tr.ny = ny; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = sym; tr.side = p.slab_rows;
             g.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
-            r = qk__cuda_run(&p, m, &g, 0, NULL);
+            r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && tr.bad == 0 && tr.nonsq == 0 && memcmp(tr.K.data(), pin, bytes) == 0,
                   "stream %s %s: callback tiles: rc %d, %d calls, %d below the diagonal, %d not square, K %s", spec, sym ? "XX" : "XY",
                   (int)r, tr.calls, tr.bad, tr.nonsq, memcmp(tr.K.data(), pin, bytes) ? "differs" : "equal");
