@@ -1610,14 +1610,112 @@ static int qk__ncores(void)
 #endif
 }
 
-/* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller. If a thread cannot be
-   started, the threads that did start (and the caller) still drain the shared work. */
+/* A context's pool of worker threads, started once (on its first qk_gram) and reused by every
+   parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
+   (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
+   qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
+   pool when there is one, else starts threads for the step. */
+#ifndef QK_NO_THREADS
+typedef struct qk__tpool qk__tpool;
+typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
+struct qk__tpool {
+    int n_workers, quit, want, busy;
+    unsigned gen;
+    qk__work_fn fn;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t th[255];
+    qk__tpool_worker w[255];
+};
+
+static void *qk__tpool_main(void *p)
+{
+    qk__tpool_worker *w = (qk__tpool_worker *)p;
+    qk__tpool *t = w->pool;
+    unsigned seen = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
+        if (t->quit) break;
+        seen = t->gen;
+        if (w->index < t->want) {
+            qk__work_fn fn = t->fn;
+            void *arg = t->arg;
+            pthread_mutex_unlock(&t->mu);
+            fn(arg, w->index);
+            pthread_mutex_lock(&t->mu);
+            if (--t->busy == 0) pthread_cond_signal(&t->done);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Starts up to n - 1 workers (the caller is thread 0); fewer when threads cannot be started. */
+static qk_result qk__tpool_start(qk__tpool *t, int n)
+{
+    int i;
+    memset(t, 0, sizeof *t);
+    if (pthread_mutex_init(&t->mu, NULL) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (pthread_cond_init(&t->go, NULL) != 0) { pthread_mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
+    if (pthread_cond_init(&t->done, NULL) != 0) {
+        pthread_cond_destroy(&t->go);
+        pthread_mutex_destroy(&t->mu);
+        return QK_ERROR_OUT_OF_MEMORY;
+    }
+    if (n > 256) n = 256;
+    for (i = 1; i < n; i++) {
+        t->w[i - 1].pool = t;
+        t->w[i - 1].index = i;
+        if (pthread_create(&t->th[i - 1], NULL, qk__tpool_main, &t->w[i - 1]) != 0) break;
+        t->n_workers = i;
+    }
+    return QK_OK;
+}
+
+static void qk__tpool_stop(qk__tpool *t)
+{
+    int i;
+    pthread_mutex_lock(&t->mu);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (i = 0; i < t->n_workers; i++) pthread_join(t->th[i], NULL);
+    pthread_cond_destroy(&t->done);
+    pthread_cond_destroy(&t->go);
+    pthread_mutex_destroy(&t->mu);
+}
+
+static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
+{
+    pthread_mutex_lock(&t->mu);
+    t->fn = fn;
+    t->arg = arg;
+    t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
+    t->busy = t->want - 1;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    fn(arg, 0);
+    pthread_mutex_lock(&t->mu);
+    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static QK__TLS qk__tpool *qk__cur_pool;
+#endif
+
+/* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
+   when there is one, else on threads started for the step. If a thread cannot be started, the
+   threads that did start (and the caller) still drain the shared work. */
 static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 {
 #ifndef QK_NO_THREADS
     pthread_t th[256];
     qk__pool_arg args[256];
     int i, started = 0;
+    if (qk__cur_pool && n_threads > 1) { qk__tpool_run(qk__cur_pool, n_threads, fn, ctx); return; }
     if (n_threads > 256) n_threads = 256;
     for (i = 1; i < n_threads; i++) {
         args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
@@ -2007,7 +2105,7 @@ static void qk__gram_work(void *p, int thread)
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
         QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
-        if (thread == 0) qk__job_poll(j);
+        qk__job_poll(j); /* any thread: with a warm pool, thread 0 may run few tiles */
     }
     QK_FREE(accr);
     QK_FREE(cb);
@@ -4273,6 +4371,9 @@ struct qk_ctx {
     qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
     void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
     size_t stage_bytes;
+#ifndef QK_NO_THREADS
+    qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
+#endif
 };
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
@@ -4344,6 +4445,13 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
+#ifndef QK_NO_THREADS
+    if (ctx->pool) {
+        qk__tpool_stop(ctx->pool);
+        if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
+        else QK_FREE(ctx->pool);
+    }
+#endif
 #if defined(QK_CUDA) && QK_CUDA
     qk_cuda_host_free(ctx->stage[0]);
     qk_cuda_host_free(ctx->stage[1]);
@@ -4478,6 +4586,34 @@ typedef struct qk__deliver {
     int64_t rows, ld_dst, ld_src, chunk, next;
 } qk__deliver;
 
+/* A copy into memory that will not be read soon (the caller's K): non-temporal stores where
+   SSE2 exists, so the destination's lines are not read first (a plain copy moves 3 bytes per
+   byte: read source, read destination line, write it back). */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
+#include <emmintrin.h>
+static void qk__copy_stream(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, n);
+    _mm_sfence();
+}
+#else
+#define qk__copy_stream(d, s, n) memcpy((d), (s), (n))
+#endif
+
 static void qk__deliver_copy_work(void *p, int thread)
 {
     qk__deliver *d = (qk__deliver *)p;
@@ -4485,8 +4621,12 @@ static void qk__deliver_copy_work(void *p, int thread)
     QK__UNUSED(thread);
     while ((c = QK__FETCH_ADD(&d->next, 1)) * d->chunk < d->rows) {
         int64_t r1 = (c + 1) * d->chunk < d->rows ? (c + 1) * d->chunk : d->rows;
-        for (r = c * d->chunk; r < r1; r++)
-            memcpy(d->dst + (size_t)(r * d->ld_dst) * d->es, d->src + (size_t)(r * d->ld_src) * d->es, (size_t)d->cols * d->es);
+        if (d->ld_dst == d->cols && d->ld_src == d->cols)
+            qk__copy_stream(d->dst + (size_t)(c * d->chunk * d->ld_dst) * d->es, d->src + (size_t)(c * d->chunk * d->ld_src) * d->es,
+                            (size_t)((r1 - c * d->chunk) * d->cols) * d->es);
+        else
+            for (r = c * d->chunk; r < r1; r++)
+                qk__copy_stream(d->dst + (size_t)(r * d->ld_dst) * d->es, d->src + (size_t)(r * d->ld_src) * d->es, (size_t)d->cols * d->es);
     }
 }
 
@@ -4608,9 +4748,23 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_result r;
+#ifndef QK_NO_THREADS
+    qk__tpool *outer = qk__cur_pool;
+    if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
+        /* the context's pool, started once; without it every step starts its own threads */
+        qk__tpool *t = (qk__tpool *)(ctx->desc.allocator.alloc ? ctx->desc.allocator.alloc(sizeof *t, ctx->desc.allocator.user)
+                                                                : qk__malloc(sizeof *t));
+        if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
+        else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
+    }
+    if (ctx) qk__cur_pool = ctx->pool;
+#endif
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
+#ifndef QK_NO_THREADS
+    qk__cur_pool = outer;
+#endif
     return r;
 }
 
