@@ -2104,7 +2104,7 @@ static void qk__gram_work(void *p, int thread)
         }
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
-        QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
+        (void)QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
         qk__job_poll(j); /* any thread: with a warm pool, thread 0 may run few tiles */
     }
     QK_FREE(accr);
@@ -2932,6 +2932,7 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
     w->cols = cols;
     w->no_sync = no_sync;
     w->hdr = qk__npy_make_header(hdr, dt, rows, cols);
+    QK__UNUSED(syncer);
     r = qk__open_tmp(path, &w->tmp, &w->fd);
     if (r != QK_OK) return r;
     if (qk__write_all(w->fd, hdr, w->hdr) != 0) {
