@@ -27,10 +27,10 @@
 
    Configuration macros (define before the implementation include)
    ---------------------------------------------------------------
-     QK_IMPLEMENTATION    expand the implementation in this translation unit (this also
-                          expands qk_prof.h's implementation: do not define
-                          QK_PROF_IMPLEMENTATION in another file of the same program)
-     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md)
+     QK_IMPLEMENTATION    expand the implementation in this translation unit
+     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md); needs
+                          qk_prof.h beside qk.h, and QK_PROF_IMPLEMENTATION (rule below)
+     QK_PROF_IMPLEMENTATION  expand qk_prof.h's implementation (rule below)
      QK_STATIC            make every function static (private to that translation unit)
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
      QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
@@ -39,8 +39,27 @@
                           can also be set in qk_ctx_desc
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
+     QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
+                          CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
                           bounds of the autotune cache file (docs/autotune.md)
+
+   The profiler (qk_prof.h) and the two implementation defines
+   ------------------------------------------------------------
+   qk.h works alone: copy it without qk_prof.h for the CPU engine. Its implementation includes
+   "qk_prof.h" when QK_PROF_ENABLE is defined (it must then be found) or, without it, when the
+   compiler finds the file (__has_include), so QK_PROF_* macros used by the program stay
+   available as no-ops; when it is absent qk defines its own zone macros as no-ops.
+   The rule: each header's implementation is expanded by its own define, and when qk records its
+   own zones (QK_PROF_ENABLE where QK_IMPLEMENTATION is defined) both go in the same file, before
+   the include:
+       #define QK_PROF_ENABLE           (or -DQK_PROF_ENABLE for the whole program)
+       #define QK_IMPLEMENTATION
+       #define QK_PROF_IMPLEMENTATION   (this file and no other)
+       #include "qk.h"
+   QK_IMPLEMENTATION with QK_PROF_ENABLE but without QK_PROF_IMPLEMENTATION is a compile-time
+   #error, and so is QK_PROF_IMPLEMENTATION (with QK_PROF_ENABLE) in a file that includes qk.h
+   without QK_IMPLEMENTATION: the profiler's implementation is never expanded twice.
 
    Thread safety
    -------------
@@ -59,6 +78,12 @@
 */
 #ifndef QK_H
 #define QK_H
+
+/* The rule for the two implementation defines (documentation block above): qk_prof.h's
+   implementation goes in the file that defines QK_IMPLEMENTATION, and only there. */
+#if defined(QK_PROF_ENABLE) && defined(QK_PROF_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION)
+#error "qk.h: QK_PROF_IMPLEMENTATION belongs in the file that defines QK_IMPLEMENTATION (define both there, before the first include of qk.h; qk.h, 'The profiler and the two implementation defines')"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -392,7 +417,9 @@ QKDEF void qk_array_free(qk_array *a);
    detail message (qk_last_error). The calls are thread-safe and process-safe: a store holds an
    advisory lock (flock on <path>.lock) around read-merge-write and replaces the file atomically
    (temporary file, fsync, rename), so readers take no lock and never see a torn file.
-   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). */
+   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). The cache is compiled
+   only where something can be tuned: with QK_CUDA (the engine) or QK_TUNE_CACHE; in a CPU-only
+   build qk_tune_key_init works and the other calls return QK_ERROR_UNSUPPORTED. */
 
 #define QK_TUNE_SCHEMA 1    /* the "schema" value written and read by this version */
 
@@ -563,14 +590,37 @@ QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int re
 
 /* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
-   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). */
+   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
+   for the two implementation defines is in the documentation block at the top. */
+#if defined(QK_PROF_ENABLE)
+#if !defined(QK_PROF_IMPLEMENTATION)
+#error "qk.h: QK_PROF_ENABLE with QK_IMPLEMENTATION: define QK_PROF_IMPLEMENTATION in this file too, before including qk.h, and in no other file (qk.h, 'The profiler and the two implementation defines')"
+#endif
 #if defined(QK_CUDA) && QK_CUDA && !defined(QK_PROF_CUDA)
 #define QK_PROF_CUDA
 #endif
-#ifndef QK_PROF_IMPLEMENTATION
-#define QK_PROF_IMPLEMENTATION
-#endif
 #include "qk_prof.h"
+#elif defined(QK_PROF_H)
+/* qk_prof.h already included: its disabled macros serve */
+#elif defined(__has_include)
+#if __has_include("qk_prof.h")
+#include "qk_prof.h"
+#endif
+#endif
+#if !defined(QK_PROF_ENABLE) && !defined(QK_PROF_H)
+/* qk.h alone (no qk_prof.h): the zone macros qk uses compile to nothing. The replacement lists
+   are qk_prof.h's disabled ones, token for token, so a later include of qk_prof.h redefines them
+   identically (no warning). */
+#define QK_PROF_ENABLED 0
+#define QK_PROF_U_(x) ((void)sizeof(x))
+#define QK_PROF_BEGIN(name) QK_PROF_U_(name)
+#define QK_PROF_END(name) QK_PROF_U_(name)
+#define QK_PROF_THREAD_NAME(name) QK_PROF_U_(name)
+#define QK_PROF_COUNTER(name, value) (QK_PROF_U_(name), QK_PROF_U_(value))
+#define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
+#define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
+#define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
+#endif
 
 /* ---- implementation: includes and config ---- */
 #include <math.h>
@@ -3298,13 +3348,74 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
    escapes), at most QK_TUNE_CACHE_MAX_BYTES, nested at most QK__TJ_MAX_DEPTH deep, with the
    schema and every entry valid, before any entry is used. Unknown keys are skipped so that a
    later schema-1 writer may add fields. Numbers are written and read with '.' whatever the C
-   locale says (a host program may have called setlocale). */
+   locale says (a host program may have called setlocale).
+   Only programs that can tune carry this code: it is compiled where the CUDA engine is
+   (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
+#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+#define QK__TUNE_ON 1
+#else
+#define QK__TUNE_ON 0
+#endif
 #ifndef QK_TUNE_CACHE_MAX_ENTRIES
 #define QK_TUNE_CACHE_MAX_ENTRIES 4096  /* ~300 bytes each: about 1 MiB of typical file */
 #endif
 #ifndef QK_TUNE_CACHE_MAX_BYTES
 #define QK_TUNE_CACHE_MAX_BYTES (8 << 20) /* above the largest file the writer can produce */
 #endif
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
+   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
+static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0], cp, min;
+    size_t len, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
+    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0u) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
+   so that every string the cache writes is valid JSON and compares the same after a reload. */
+static void qk__tune_copy(char *dst, size_t cap, const char *src) {
+    size_t n = 0, i = 0;
+    if (src) {
+        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
+        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
+    }
+    memset(dst + n, 0, cap - n);
+    while (i < n) {
+        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
+        if (k == 0) { dst[i] = '?'; k = 1; }
+        i += k;
+    }
+}
+
+QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
+                            int driver_version, const char *kernel, qk_path path,
+                            qk_precision precision, int n_qubits) {
+    if (!key) return;
+    memset(key, 0, sizeof *key);
+    qk__tune_copy(key->device, sizeof key->device, device_name);
+    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
+    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
+    key->cc_major = cc_major;
+    key->cc_minor = cc_minor;
+    key->driver_version = driver_version;
+    key->path = path;
+    key->precision = precision;
+    key->n_qubits = n_qubits;
+}
+
+#if QK__TUNE_ON
 #define QK__TJ_MAX_DEPTH 32
 #define QK__TUNE_PATH_MAX 4096
 
@@ -3342,41 +3453,6 @@ static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const cha
     return qk__fail(r, "%s", msg);
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
-   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
-static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0], cp, min;
-    size_t len, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
-    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xC0u) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
-   so that every string the cache writes is valid JSON and compares the same after a reload. */
-static void qk__tune_copy(char *dst, size_t cap, const char *src) {
-    size_t n = 0, i = 0;
-    if (src) {
-        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
-        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
-    }
-    memset(dst + n, 0, cap - n);
-    while (i < n) {
-        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
-        if (k == 0) { dst[i] = '?'; k = 1; }
-        i += k;
-    }
-}
-
 static int qk__tune_key_eq(const qk_tune_key *a, const qk_tune_key *b) {
     return a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
            a->driver_version == b->driver_version && a->path == b->path &&
@@ -3411,22 +3487,6 @@ static qk_result qk__tune_key_norm(const qk_tune_key *in, qk_tune_key *k) {
     k->precision = in->precision;
     k->n_qubits = in->n_qubits;
     return QK_OK;
-}
-
-QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
-                            int driver_version, const char *kernel, qk_path path,
-                            qk_precision precision, int n_qubits) {
-    if (!key) return;
-    memset(key, 0, sizeof *key);
-    qk__tune_copy(key->device, sizeof key->device, device_name);
-    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
-    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
-    key->cc_major = cc_major;
-    key->cc_minor = cc_minor;
-    key->driver_version = driver_version;
-    key->path = path;
-    key->precision = precision;
-    key->n_qubits = n_qubits;
 }
 
 /* -- JSON reader. Syntax errors stop it (bad, why); schema problems (sem, sem_why) are noted
@@ -4263,6 +4323,29 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
+    (void)dir_override;
+    if (buf && size) buf[0] = 0;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, qk_tune_entry *out,
+                                     qk_log_fn log, void *log_user) {
+    (void)path; (void)key; (void)out; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry, qk_log_fn log,
+                                    void *log_user) {
+    (void)path; (void)entry; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t config_size,
+                               char *label, size_t label_size) {
+    (void)req; (void)config; (void)config_size; (void)label; (void)label_size;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+#endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
 /* ---- implementation: context and orchestration ---- */

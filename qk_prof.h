@@ -4,10 +4,13 @@
    A single-file (stb-style) C library. In ONE C or C++ file of your program write
 
        #define QK_PROF_ENABLE
-       #define QK_PROF_IMPLEMENTATION      (QK_IMPLEMENTATION of qk.h implies it)
+       #define QK_PROF_IMPLEMENTATION
        #include "qk_prof.h"
 
-   and include "qk_prof.h" (with QK_PROF_ENABLE defined the same way) everywhere else. Without
+   and include "qk_prof.h" (with QK_PROF_ENABLE defined the same way) everywhere else. In a
+   program that also uses qk.h with QK_PROF_ENABLE, QK_PROF_IMPLEMENTATION goes in the file that
+   defines QK_IMPLEMENTATION and in no other (qk.h's rule; a file that includes qk.h and defines
+   QK_PROF_IMPLEMENTATION without QK_IMPLEMENTATION is a compile-time #error). Without
    QK_PROF_ENABLE every QK_PROF_* macro expands to nothing that generates code (the disabled
    build is checked by tests/prof_codegen.py: same object code with and without the macros),
    the implementation compiles to nothing, and the types stay, so instrumented code builds
@@ -367,6 +370,9 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 /* ======================================================================================== */
 #if defined(QK_PROF_IMPLEMENTATION) && defined(QK_PROF_ENABLE) && !defined(QK_PROF_IMPLEMENTATION_DONE)
 #define QK_PROF_IMPLEMENTATION_DONE
+#if defined(QK_H) && !defined(QK_IMPLEMENTATION)
+#error "qk_prof.h: QK_PROF_IMPLEMENTATION belongs in the file that defines QK_IMPLEMENTATION (qk.h's rule for the two implementation defines)"
+#endif
 
 /* ---- implementation: includes and config ---- */
 #if !defined(__GNUC__) && !defined(__clang__)
