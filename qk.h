@@ -3721,13 +3721,105 @@ static int qk__tj_skip(qk__tj *j) {
     }
 }
 
-/* Field names of an entry, in the order the writer writes them. */
+/* Field names of an entry, in the order the writer writes them (QK__TF_* index them). */
 static const char *const qk__tune_fields[] = {
     "device", "cc_major", "cc_minor", "driver", "qk", "kernel", "path", "precision", "qubits",
     "config", "metric", "timestamp"};
-#define QK__TUNE_NFIELDS 12
+enum {
+    QK__TF_DEVICE, QK__TF_CC_MAJOR, QK__TF_CC_MINOR, QK__TF_DRIVER, QK__TF_QK, QK__TF_KERNEL,
+    QK__TF_PATH, QK__TF_PRECISION, QK__TF_QUBITS, QK__TF_CONFIG, QK__TF_METRIC, QK__TF_TIMESTAMP,
+    QK__TUNE_NFIELDS
+};
 
-/* One entry object into *e; *valid = 0 when it breaks the schema (noted in j->sem_why). */
+/* The string value of field f into *e. 0 on a syntax error; *ok = 0 when it breaks the schema
+   (noted in j->sem_why). */
+static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    char sval[128];
+    int fits, k;
+    if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
+    if (!fits) {
+        qk__tj_sem(j, index, "string too long or holding NUL:", name);
+        *ok = 0;
+        return 1;
+    }
+    switch (f) {
+    case QK__TF_DEVICE:
+        qk__tune_copy(e->key.device, sizeof e->key.device, sval);
+        break;
+    case QK__TF_CONFIG:
+        if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); *ok = 0; }
+        else qk__tune_copy(e->config, sizeof e->config, sval);
+        break;
+    case QK__TF_QK:
+    case QK__TF_KERNEL: {
+        char *dst = f == QK__TF_QK ? e->key.qk_version : e->key.kernel;
+        size_t cap = f == QK__TF_QK ? sizeof e->key.qk_version : sizeof e->key.kernel;
+        if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); *ok = 0; }
+        else qk__tune_copy(dst, cap, sval);
+        break;
+    }
+    case QK__TF_PATH:
+        for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
+        if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); *ok = 0; }
+        else e->key.path = (qk_path)k;
+        break;
+    default: /* QK__TF_PRECISION */
+        for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
+        else e->key.precision = (qk_precision)k;
+        break;
+    }
+    return 1;
+}
+
+/* The number value of field f into *e (as qk__tj_field_str). */
+static int qk__tj_field_num(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    double d = 0;
+    int64_t iv = 0;
+    int isi = 0;
+    if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
+    if (f == QK__TF_METRIC) {
+        if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); *ok = 0; }
+        e->metric = d;
+    } else if (!isi) {
+        qk__tj_sem(j, index, "not an integer:", name);
+        *ok = 0;
+    } else if (f == QK__TF_TIMESTAMP) {
+        e->timestamp = iv;
+    } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
+               (f == QK__TF_QUBITS && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
+        qk__tj_sem(j, index, "out of range:", name);
+        *ok = 0;
+    } else if (f == QK__TF_CC_MAJOR) e->key.cc_major = (int)iv;
+    else if (f == QK__TF_CC_MINOR) e->key.cc_minor = (int)iv;
+    else if (f == QK__TF_DRIVER) e->key.driver_version = (int)iv;
+    else e->key.n_qubits = (int)iv;
+    return 1;
+}
+
+/* The value of member name (fits: the name was read whole) of entry index: a known field once
+   and of its type, or an unknown key, skipped (a field of a later writer). 0 on a syntax error. */
+static int qk__tj_field(qk__tj *j, int index, const char *name, int fits, unsigned *seen, qk_tune_entry *e,
+                        int *ok) {
+    int f, is_str;
+    for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
+        if (strcmp(name, qk__tune_fields[f]) == 0) break;
+    qk__tj_ws(j);
+    if (!fits || f == QK__TUNE_NFIELDS) return qk__tj_skip(j);
+    is_str = f == QK__TF_DEVICE || f == QK__TF_QK || f == QK__TF_KERNEL || f == QK__TF_PATH ||
+             f == QK__TF_PRECISION || f == QK__TF_CONFIG;
+    if (*seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); *ok = 0; }
+    *seen |= 1u << f;
+    if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
+        qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
+        *ok = 0;
+        return qk__tj_skip(j);
+    }
+    return is_str ? qk__tj_field_str(j, index, f, name, e, ok) : qk__tj_field_num(j, index, f, name, e, ok);
+}
+
+/* One entry object (j->p at '{') into *e; *valid = 0 when it breaks the schema. 0 on a syntax
+   error. */
 static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     unsigned seen = 0;
     int f, ok = 1;
@@ -3738,67 +3830,10 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     qk__tj_ws(j);
     if (j->p < j->end && *j->p == '}') j->p++;
     else for (;;) {
-        char name[16], sval[128];
-        int fits, isi = 0;
-        double d = 0;
-        int64_t iv = 0;
+        char name[16];
+        int fits;
         if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
-        for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
-            if (strcmp(name, qk__tune_fields[f]) == 0) break;
-        qk__tj_ws(j);
-        if (!fits || f == QK__TUNE_NFIELDS) {
-            if (!qk__tj_skip(j)) return 0;       /* a field of a later writer: ignored */
-        } else {
-            int is_str = f == 0 || f == 4 || f == 5 || f == 6 || f == 7 || f == 9;
-            if (seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); ok = 0; }
-            seen |= 1u << f;
-            if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
-                qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
-                ok = 0;
-                if (!qk__tj_skip(j)) return 0;
-            } else if (is_str) {
-                if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
-                if (!fits) { qk__tj_sem(j, index, "string too long or holding NUL:", name); ok = 0; }
-                else if (f == 0) qk__tune_copy(e->key.device, sizeof e->key.device, sval);
-                else if (f == 9) {
-                    if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); ok = 0; }
-                    else qk__tune_copy(e->config, sizeof e->config, sval);
-                } else if (f == 4 || f == 5) {
-                    size_t cap = f == 4 ? sizeof e->key.qk_version : sizeof e->key.kernel;
-                    if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); ok = 0; }
-                    else qk__tune_copy(f == 4 ? e->key.qk_version : e->key.kernel, cap, sval);
-                } else if (f == 6) {
-                    int k;
-                    for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
-                    if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); ok = 0; }
-                    else e->key.path = (qk_path)k;
-                } else {
-                    int k;
-                    for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
-                    if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); ok = 0; }
-                    else e->key.precision = (qk_precision)k;
-                }
-            } else {
-                if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
-                if (f == 10) {
-                    if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); ok = 0; }
-                    e->metric = d;
-                } else if (!isi) {
-                    qk__tj_sem(j, index, "not an integer:", name); ok = 0;
-                } else if (f == 11) {
-                    e->timestamp = iv;
-                } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
-                           (f == 8 && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
-                    qk__tj_sem(j, index, "out of range:", name); ok = 0;
-                } else {
-                    int v = (int)iv;
-                    if (f == 1) e->key.cc_major = v;
-                    else if (f == 2) e->key.cc_minor = v;
-                    else if (f == 3) e->key.driver_version = v;
-                    else e->key.n_qubits = v;
-                }
-            }
-        }
+        if (!qk__tj_field(j, index, name, fits, &seen, e, &ok)) return 0;
         qk__tj_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; break; }
@@ -3815,6 +3850,100 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     return 1;
 }
 
+/* Appends *e to the entries (*v: n of cap, QK_MALLOC'ed); beyond QK_TUNE_CACHE_MAX_ENTRIES
+   entries are dropped. 0 when out of memory. */
+static int qk__tune_push(qk_tune_entry **v, int *n, int *cap, const qk_tune_entry *e) {
+    if (*n >= QK_TUNE_CACHE_MAX_ENTRIES) return 1;
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        qk_tune_entry *nv;
+        if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
+        nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
+        if (!nv) return 0;
+        if (*n) memcpy(nv, *v, (size_t)*n * sizeof *nv);
+        QK_FREE(*v);
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = *e;
+    return 1;
+}
+
+/* The "entries" array (j->p at '['): every element validated, the valid entries appended.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_entries(qk__tj *j, qk_tune_entry **v, int *n, int *cap) {
+    qk_tune_entry e;
+    int index = 0, valid;
+    j->depth++;
+    j->p++; /* '[' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == ']') j->p++;
+    else for (;;) {
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == '{') {
+            if (!qk__tj_entry(j, index, &e, &valid)) return 0;
+            if (valid && !qk__tune_push(v, n, cap, &e)) return -1;
+        } else {
+            qk__tj_sem(j, -1, "not an object:", "entries[]");
+            if (!qk__tj_skip(j)) return 0;
+        }
+        index++;
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == ']') { j->p++; break; }
+        return qk__tj_err(j, "expected ',' or ']'");
+    }
+    j->depth--;
+    return 1;
+}
+
+/* What the root object said about itself. */
+typedef struct qk__tj_root {
+    int have_schema, schema_int, have_entries;
+    int64_t schema;
+} qk__tj_root;
+
+/* The root object's members (j->p at '{'): "schema", "entries" (into *v), others skipped.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_root_members(qk__tj *j, qk__tj_root *rt, qk_tune_entry **v, int *n, int *cap) {
+    j->depth = 1;
+    j->p++; /* '{' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+    for (;;) {
+        char name[16];
+        int fits;
+        if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
+        qk__tj_ws(j);
+        if (fits && strcmp(name, "schema") == 0) {
+            double d;
+            if (rt->have_schema) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_schema = 1;
+            if (j->p < j->end && (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) {
+                if (!qk__tj_num(j, &d, &rt->schema, &rt->schema_int)) return 0;
+            } else if (!qk__tj_skip(j)) return 0;
+        } else if (fits && strcmp(name, "entries") == 0) {
+            if (rt->have_entries) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_entries = 1;
+            if (j->p >= j->end || *j->p != '[') {
+                qk__tj_sem(j, -1, "not an array:", name);
+                if (!qk__tj_skip(j)) return 0;
+            } else {
+                int r = qk__tj_entries(j, v, n, cap);
+                if (r <= 0) return r;
+            }
+        } else {
+            if (fits && strcmp(name, "qk") == 0 && (j->p >= j->end || *j->p != '"'))
+                qk__tj_sem(j, -1, "not a string:", name);
+            if (!qk__tj_skip(j)) return 0;
+        }
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+        return qk__tj_err(j, "expected ',' or '}'");
+    }
+}
+
 /* Parses a cache file's text (len bytes, no terminator needed). QK_OK: *out (QK_MALLOC'ed, NULL
    when *n_out is 0) holds the entries, at most QK_TUNE_CACHE_MAX_ENTRIES (later ones are
    validated and dropped). QK_ERROR_FORMAT: why says what is wrong (corrupt / not a qk cache /
@@ -3822,12 +3951,13 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
 static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **out, int *n_out,
                                 char *why, size_t why_size) {
     qk__tj j;
-    qk_tune_entry *v = NULL, e;
-    int n = 0, cap = 0, have_schema = 0, have_entries = 0, schema_int = 0, not_object = 0;
-    int64_t schema = 0;
+    qk__tj_root rt;
+    qk_tune_entry *v = NULL;
+    int n = 0, cap = 0, not_object = 0, r = 1;
     *out = NULL;
     *n_out = 0;
     memset(&j, 0, sizeof j);
+    memset(&rt, 0, sizeof rt);
     j.s = j.p = (const unsigned char *)text;
     j.end = j.s + len;
     if (len > (size_t)QK_TUNE_CACHE_MAX_BYTES) {
@@ -3843,77 +3973,11 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
         not_object = 1;
         qk__tj_skip(&j);
     } else {
-        j.depth = 1;
-        j.p++;
-        qk__tj_ws(&j);
-        if (j.p < j.end && *j.p == '}') j.p++;
-        else for (;;) {
-            char name[16];
-            int fits;
-            if (!qk__tj_str(&j, name, sizeof name, &fits) || !qk__tj_expect(&j, ':', "expected ':'")) break;
-            qk__tj_ws(&j);
-            if (fits && strcmp(name, "schema") == 0) {
-                double d;
-                if (have_schema) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_schema = 1;
-                if (j.p < j.end && (*j.p == '-' || (*j.p >= '0' && *j.p <= '9'))) {
-                    if (!qk__tj_num(&j, &d, &schema, &schema_int)) break;
-                } else if (!qk__tj_skip(&j)) break;
-            } else if (fits && strcmp(name, "entries") == 0) {
-                if (have_entries) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_entries = 1;
-                if (j.p >= j.end || *j.p != '[') {
-                    qk__tj_sem(&j, -1, "not an array:", name);
-                    if (!qk__tj_skip(&j)) break;
-                } else {
-                    int index = 0, valid;
-                    j.depth++;
-                    j.p++;
-                    qk__tj_ws(&j);
-                    if (j.p < j.end && *j.p == ']') j.p++;
-                    else for (;;) {
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == '{') {
-                            if (!qk__tj_entry(&j, index, &e, &valid)) break;
-                            if (valid && n < QK_TUNE_CACHE_MAX_ENTRIES) {
-                                if (n == cap) {
-                                    int nc = cap ? cap * 2 : 16;
-                                    qk_tune_entry *nv;
-                                    if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
-                                    nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
-                                    if (!nv) { QK_FREE(v); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory"); }
-                                    if (n) memcpy(nv, v, (size_t)n * sizeof *nv);
-                                    QK_FREE(v);
-                                    v = nv;
-                                    cap = nc;
-                                }
-                                v[n++] = e;
-                            }
-                        } else {
-                            qk__tj_sem(&j, -1, "not an object:", "entries[]");
-                            if (!qk__tj_skip(&j)) break;
-                        }
-                        index++;
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-                        if (j.p < j.end && *j.p == ']') { j.p++; break; }
-                        qk__tj_err(&j, "expected ',' or ']'");
-                        break;
-                    }
-                    if (j.bad) break;
-                    j.depth--;
-                }
-            } else {
-                if (fits && strcmp(name, "qk") == 0 && (j.p >= j.end || *j.p != '"'))
-                    qk__tj_sem(&j, -1, "not a string:", name);
-                if (!qk__tj_skip(&j)) break;
-            }
-            qk__tj_ws(&j);
-            if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-            if (j.p < j.end && *j.p == '}') { j.p++; break; }
-            qk__tj_err(&j, "expected ',' or '}'");
-            break;
-        }
+        r = qk__tj_root_members(&j, &rt, &v, &n, &cap);
+    }
+    if (r < 0) {
+        QK_FREE(v);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory");
     }
     if (!j.bad) {
         qk__tj_ws(&j);
@@ -3921,13 +3985,13 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
     }
     if (j.bad) snprintf(why, why_size, "corrupt or truncated (%s)", j.why);
     else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
-    else if (!have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
-    else if (!schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
-    else if (schema > QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (schema != QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (!have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
+    else if (!rt.have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
+    else if (!rt.schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
+    else if (rt.schema > QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (rt.schema != QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (!rt.have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
     else if (j.sem) snprintf(why, why_size, "corrupt (%s)", j.sem_why);
     else {
         *out = v;
