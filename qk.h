@@ -4576,8 +4576,18 @@ static const char *qk__path_name(qk_path p)
     return p == QK_PATH_ANALYTIC ? "analytic (product map)" : p == QK_PATH_REAL ? "real statevector" : "complex statevector";
 }
 
+/* bytes as GB with three decimals and a '.' whatever the C locale (integer arithmetic: a host
+   program's setlocale cannot turn it into "0,433"). */
+static const char *qk__gb3(size_t bytes, char *buf, size_t n)
+{
+    unsigned long long mb = ((unsigned long long)bytes + 500000ull) / 1000000ull;
+    snprintf(buf, n, "%llu.%03llu", mb / 1000ull, mb % 1000ull);
+    return buf;
+}
+
 QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
 {
+    char g1[32], g2[32], g3[32], g4[32];
     size_t len = 0;
     if (buf && size) buf[0] = 0;
     if (!buf) size = 0;
@@ -4591,17 +4601,18 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
-    qk__cat(buf, size, &len, "  states: %s, %.3f GB; K: %.3f GB; tiles %lld x %lld",
-            p->bulk_states ? "all resident" : "state tiles", (double)p->bytes_states * 1e-9,
-            (double)p->bytes_out * 1e-9, (long long)p->tile_m, (long long)p->tile_n);
+    qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
+            p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
+            qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
     if (p->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE)
-        qk__cat(buf, size, &len, ", slabs of %lld rows (%.3f GB of host staging)", (long long)p->slab_rows, (double)p->bytes_staging * 1e-9);
+        qk__cat(buf, size, &len, ", slabs of %lld rows (%s GB of host staging)", (long long)p->slab_rows,
+                qk__gb3(p->bytes_staging, g1, sizeof g1));
     if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
     else {
         if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
-        qk__cat(buf, size, &len, ", %d streams\n  device memory: %.3f GB planned of %.3f GB budget (staging %.3f GB, workspace %.3f GB)",
-                p->n_streams, (double)p->bytes_total * 1e-9, (double)p->bytes_budget * 1e-9,
-                (double)p->bytes_staging * 1e-9, (double)p->bytes_workspace * 1e-9);
+        qk__cat(buf, size, &len, ", %d streams\n  device memory: %s GB planned of %s GB budget (staging %s GB, workspace %s GB)",
+                p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
+                qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     return (int)len;
