@@ -59,7 +59,8 @@
        #include "qk.h"
    QK_IMPLEMENTATION with QK_PROF_ENABLE but without QK_PROF_IMPLEMENTATION is a compile-time
    #error, and so is QK_PROF_IMPLEMENTATION (with QK_PROF_ENABLE) in a file that includes qk.h
-   without QK_IMPLEMENTATION: the profiler's implementation is never expanded twice.
+   without QK_IMPLEMENTATION (whichever header comes first). A file that includes only
+   qk_prof.h cannot be checked: there the rule is yours to keep (else: multiple definitions).
 
    Thread safety
    -------------
