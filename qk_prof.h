@@ -2752,8 +2752,20 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
 
 static double qk__prof_pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
 
+/* A duration in the unit that suits it, 4 significant digits: "12.35 ms", "870 ns". */
+static const char *qk__prof_time(double ns, char *buf, size_t n)
+{
+    double a = ns < 0 ? -ns : ns;
+    if (a >= 1e9) qk__prof_spf(buf, n, "%.4g s", ns * 1e-9);
+    else if (a >= 1e6) qk__prof_spf(buf, n, "%.4g ms", ns * 1e-6);
+    else if (a >= 1e3) qk__prof_spf(buf, n, "%.4g us", ns * 1e-3);
+    else qk__prof_spf(buf, n, "%.4g ns", ns);
+    return buf;
+}
+
 static void qk__prof_html_head(FILE *f, const qk__prof_model *m)
 {
+    char t1[32];
     fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>qk_prof report</title>\n<style>\n"
           "body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}\n"
@@ -2770,8 +2782,8 @@ static void qk__prof_html_head(FILE *f, const qk__prof_model *m)
           ".d1{fill-opacity:.8}.d2{fill-opacity:.65}.d3{fill-opacity:.5}.dn{fill-opacity:.4}\n"
           "rect.box{stroke:#fff;stroke-width:.5}\n"
           "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
-    qk__prof_pf(f, "<p>wall %.3f ms &middot; clock %s &middot; %d host thread%s", m->wall * 1e-6, m->sum.clock,
-                m->sum.threads, m->sum.threads == 1 ? "" : "s");
+    qk__prof_pf(f, "<p>wall %s &middot; clock %s &middot; %d host thread%s", qk__prof_time(m->wall, t1, sizeof t1),
+                m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s");
     if (m->n_lanes) qk__prof_pf(f, " &middot; %d GPU stream%s", m->n_lanes, m->n_lanes == 1 ? "" : "s");
     fputs("</p>\n<p class=\"note\">Wall time runs from the profiler's start to the last recorded activity. "
           "Hover a bar or a box for its numbers.</p>\n", f);
@@ -2807,12 +2819,12 @@ static void qk__prof_html_zone_bars(FILE *f, const qk__prof_model *m)
         int n = k ? m->n_gpu : m->n_cpu;
         for (i = 0; i < n && i < 20; i++) {
             const qk__prof_row *r = &rows[i];
-            char val[48], tip[512];
-            qk__prof_spf(val, sizeof val, "%.3f ms", r->total * 1e-6);
-            qk__prof_spf(tip, sizeof tip, "%s zone %.200s: %llu call%s, total %.3f ms, mean %.3f us, min %.3f us, "
-                         "max %.3f us, %.1f %% of wall", k ? "GPU" : "CPU", r->name, (unsigned long long)r->n,
-                         r->n == 1 ? "" : "s", r->total * 1e-6, r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3,
-                         qk__prof_pct(r->total, m->wall));
+            char val[48], tip[512], t1[32], t2[32], t3[32];
+            qk__prof_time(r->total, val, sizeof val);
+            qk__prof_spf(tip, sizeof tip, "%s zone %.200s: %llu call%s, total %s, mean %s, min %s, max %s, "
+                         "%.1f %% of wall", k ? "GPU" : "CPU", r->name, (unsigned long long)r->n, r->n == 1 ? "" : "s",
+                         val, qk__prof_time(r->mean, t1, sizeof t1), qk__prof_time(r->min, t2, sizeof t2),
+                         qk__prof_time(r->max, t3, sizeof t3), qk__prof_pct(r->total, m->wall));
             qk__prof_html_bar(f, k ? "GPU" : "CPU", r->name, k ? "gpu" : "cpu", qk__prof_pct(r->total, maxt), val, tip);
         }
     }
@@ -2843,23 +2855,24 @@ static void qk__prof_html_busy(FILE *f, const qk__prof_model *m)
     for (i = 0; i < m->n_threads; i++) {
         qk__prof_thread *t = m->threads[i];
         double busy, pct;
-        char val[32], tip[256];
+        char val[32], tip[256], t1[32], t2[32];
         if (!t) continue;
         busy = qk__prof_thread_busy(m, t);
         pct = qk__prof_pct(busy, m->wall);
         qk__prof_spf(val, sizeof val, "%.1f %%", pct);
-        qk__prof_spf(tip, sizeof tip, "thread %.64s: busy %.3f ms of %.3f ms wall", t->name, busy * 1e-6, m->wall * 1e-6);
+        qk__prof_spf(tip, sizeof tip, "thread %.64s: busy %s of %s wall", t->name, qk__prof_time(busy, t1, sizeof t1),
+                     qk__prof_time(m->wall, t2, sizeof t2));
         qk__prof_html_bar(f, "CPU", t->name, "cpu", pct, val, tip);
     }
     for (k = 0; k < m->n_lanes; k++) {
         const qk__prof_lrow *l = &m->lanes[k];
         double pct = qk__prof_pct(l->busy, m->wall);
-        char kind[24], val[32], tip[256];
+        char kind[24], val[32], tip[256], t1[32], t2[32];
         qk__prof_spf(kind, sizeof kind, "GPU %d", l->device);
         qk__prof_spf(val, sizeof val, "%.1f %%", pct);
-        qk__prof_spf(tip, sizeof tip, "GPU %d stream %.64s: %llu zones, busy %.3f ms of %.3f ms wall, %.1f %% of its "
-                     "active span", l->device, l->name, (unsigned long long)l->zones, l->busy * 1e-6, m->wall * 1e-6,
-                     l->last > l->first ? 100 * l->busy / (l->last - l->first) : 0.0);
+        qk__prof_spf(tip, sizeof tip, "GPU %d stream %.64s: %llu zones, busy %s of %s wall, %.1f %% of its active span",
+                     l->device, l->name, (unsigned long long)l->zones, qk__prof_time(l->busy, t1, sizeof t1),
+                     qk__prof_time(m->wall, t2, sizeof t2), qk__prof_pct(l->busy, l->last - l->first));
         qk__prof_html_bar(f, kind, l->name, "gpu", pct, val, tip);
     }
     fputs("</div>\n", f);
@@ -2871,11 +2884,13 @@ static void qk__prof_html_box(FILE *f, const qk__prof_model *m, const char *cls,
 {
     double x = qk__prof_pct(start, m->wall), w = qk__prof_pct(dur, m->wall);
     static const char *const dcls[4] = { "", " d1", " d2", " d3" };
+    char t1[32], t2[32];
     qk__prof_pf(f, "<rect class=\"box %s%s\" x=\"%.4f%%\" y=\"%d\" width=\"%.4f%%\" height=\"%d\"><title>", cls,
                 depth < 4 ? dcls[depth] : " dn", x, 1 + depth * QK__PROF_HTML_LANE, w < 0.05 ? 0.05 : w,
                 QK__PROF_HTML_LANE - 2);
     qk__prof_html_str(f, name);
-    qk__prof_pf(f, ": %.3f ms at %.3f ms, depth %d%s</title></rect>\n", dur * 1e-6, start * 1e-6, depth, extra);
+    qk__prof_pf(f, ": %s at %s, depth %d%s</title></rect>\n", qk__prof_time(dur, t1, sizeof t1),
+                qk__prof_time(start, t2, sizeof t2), depth, extra);
 }
 
 /* The label cell and the opening of a lane group's SVG (lanes lanes high). */
@@ -2957,10 +2972,13 @@ static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
     }
     /* time axis */
     fputs("<div></div><svg height=\"18\">", f);
-    for (tick = 0; tick <= 4; tick++)
+    for (tick = 0; tick <= 4; tick++) {
+        char t1[32];
         qk__prof_pf(f, "<rect class=\"track\" x=\"%d%%\" y=\"0\" width=\"1\" height=\"4\"/>"
-                       "<text x=\"%d%%\" y=\"15\" text-anchor=\"%s\">%.3f ms</text>",
-                    tick * 25, tick * 25, tick == 0 ? "start" : tick == 4 ? "end" : "middle", m->wall * 1e-6 * tick / 4);
+                       "<text x=\"%d%%\" y=\"15\" text-anchor=\"%s\">%s</text>",
+                    tick * 25, tick * 25, tick == 0 ? "start" : tick == 4 ? "end" : "middle",
+                    qk__prof_time(m->wall * tick / 4, t1, sizeof t1));
+    }
     fputs("</svg>\n</div>\n", f);
     if (skipped || deep)
         qk__prof_pf(f, "<p class=\"note\">Not drawn: %d zone%s beyond the first %d boxes, %d zone%s nested deeper than "
