@@ -17,15 +17,15 @@ import glob, os, re, subprocess, sys, tempfile
 FLAGS = ["-Wall", "-Wextra", "-Werror", "-Wpedantic", "-fsyntax-only"]
 LOOKS_LIKE_C = re.compile(r"^\s*#\s*(include|define)\b|\bqk_\w+\s*\(.*\)\s*;", re.M)
 FENCE = re.compile(r"^```([^\n`]*)\n(.*?)^```[ \t]*$", re.S | re.M)
-CONTEXT = re.compile(r"<!--\s*snippet-context:(.*?)-->\s*$", re.S)
+CONTEXT = re.compile(r"<!--\s*snippet-context:(.*)-->$", re.S)
 
 
 def blocks(path):
     text = open(path, encoding="utf-8").read()
     for m in FENCE.finditer(text):
         line = text.count("\n", 0, m.start()) + 1
-        before = text[:m.start()]
-        ctx = CONTEXT.search(before)
+        before = text[:m.start()].rstrip()
+        ctx = CONTEXT.match(before[before.rfind("<!--"):]) if before.endswith("-->") else None
         yield line, m.group(1).strip().split(), m.group(2), ctx.group(1) if ctx else ""
 
 
