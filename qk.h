@@ -27,10 +27,10 @@
 
    Configuration macros (define before the implementation include)
    ---------------------------------------------------------------
-     QK_IMPLEMENTATION    expand the implementation in this translation unit (this also
-                          expands qk_prof.h's implementation: do not define
-                          QK_PROF_IMPLEMENTATION in another file of the same program)
-     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md)
+     QK_IMPLEMENTATION    expand the implementation in this translation unit
+     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md); needs
+                          qk_prof.h beside qk.h, and QK_PROF_IMPLEMENTATION (rule below)
+     QK_PROF_IMPLEMENTATION  expand qk_prof.h's implementation (rule below)
      QK_STATIC            make every function static (private to that translation unit)
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
      QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
@@ -39,8 +39,28 @@
                           can also be set in qk_ctx_desc
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
+     QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
+                          CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
                           bounds of the autotune cache file (docs/autotune.md)
+
+   The profiler (qk_prof.h) and the two implementation defines
+   ------------------------------------------------------------
+   qk.h works alone: copy it without qk_prof.h for the CPU engine. Its implementation includes
+   "qk_prof.h" when QK_PROF_ENABLE is defined (it must then be found) or, without it, when the
+   compiler finds the file (__has_include), so QK_PROF_* macros used by the program stay
+   available as no-ops; when it is absent qk defines its own zone macros as no-ops.
+   The rule: each header's implementation is expanded by its own define, and when qk records its
+   own zones (QK_PROF_ENABLE where QK_IMPLEMENTATION is defined) both go in the same file, before
+   the include:
+       #define QK_PROF_ENABLE           (or -DQK_PROF_ENABLE for the whole program)
+       #define QK_IMPLEMENTATION
+       #define QK_PROF_IMPLEMENTATION   (this file and no other)
+       #include "qk.h"
+   QK_IMPLEMENTATION with QK_PROF_ENABLE but without QK_PROF_IMPLEMENTATION is a compile-time
+   #error, and so is QK_PROF_IMPLEMENTATION (with QK_PROF_ENABLE) in a file that includes qk.h
+   without QK_IMPLEMENTATION (whichever header comes first). A file that includes only
+   qk_prof.h cannot be checked: there the rule is yours to keep (else: multiple definitions).
 
    Thread safety
    -------------
@@ -59,6 +79,12 @@
 */
 #ifndef QK_H
 #define QK_H
+
+/* The rule for the two implementation defines (documentation block above): qk_prof.h's
+   implementation goes in the file that defines QK_IMPLEMENTATION, and only there. */
+#if defined(QK_PROF_ENABLE) && defined(QK_PROF_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION)
+#error "qk.h: QK_PROF_IMPLEMENTATION belongs in the file that defines QK_IMPLEMENTATION (define both there, before the first include of qk.h; qk.h, 'The profiler and the two implementation defines')"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -392,7 +418,9 @@ QKDEF void qk_array_free(qk_array *a);
    detail message (qk_last_error). The calls are thread-safe and process-safe: a store holds an
    advisory lock (flock on <path>.lock) around read-merge-write and replaces the file atomically
    (temporary file, fsync, rename), so readers take no lock and never see a torn file.
-   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). */
+   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). The cache is compiled
+   only where something can be tuned: with QK_CUDA (the engine) or QK_TUNE_CACHE; in a CPU-only
+   build qk_tune_key_init works and the other calls return QK_ERROR_UNSUPPORTED. */
 
 #define QK_TUNE_SCHEMA 1    /* the "schema" value written and read by this version */
 
@@ -563,14 +591,37 @@ QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int re
 
 /* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
-   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). */
+   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
+   for the two implementation defines is in the documentation block at the top. */
+#if defined(QK_PROF_ENABLE)
+#if !defined(QK_PROF_IMPLEMENTATION)
+#error "qk.h: QK_PROF_ENABLE with QK_IMPLEMENTATION: define QK_PROF_IMPLEMENTATION in this file too, before including qk.h, and in no other file (qk.h, 'The profiler and the two implementation defines')"
+#endif
 #if defined(QK_CUDA) && QK_CUDA && !defined(QK_PROF_CUDA)
 #define QK_PROF_CUDA
 #endif
-#ifndef QK_PROF_IMPLEMENTATION
-#define QK_PROF_IMPLEMENTATION
-#endif
 #include "qk_prof.h"
+#elif defined(QK_PROF_H)
+/* qk_prof.h already included: its disabled macros serve */
+#elif defined(__has_include)
+#if __has_include("qk_prof.h")
+#include "qk_prof.h"
+#endif
+#endif
+#if !defined(QK_PROF_ENABLE) && !defined(QK_PROF_H)
+/* qk.h alone (no qk_prof.h): the zone macros qk uses compile to nothing. The replacement lists
+   are qk_prof.h's disabled ones, token for token, so a later include of qk_prof.h redefines them
+   identically (no warning). */
+#define QK_PROF_ENABLED 0
+#define QK_PROF_U_(x) ((void)sizeof(x))
+#define QK_PROF_BEGIN(name) QK_PROF_U_(name)
+#define QK_PROF_END(name) QK_PROF_U_(name)
+#define QK_PROF_THREAD_NAME(name) QK_PROF_U_(name)
+#define QK_PROF_COUNTER(name, value) (QK_PROF_U_(name), QK_PROF_U_(value))
+#define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
+#define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
+#define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
+#endif
 
 /* ---- implementation: includes and config ---- */
 #include <math.h>
@@ -3397,13 +3448,74 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
    escapes), at most QK_TUNE_CACHE_MAX_BYTES, nested at most QK__TJ_MAX_DEPTH deep, with the
    schema and every entry valid, before any entry is used. Unknown keys are skipped so that a
    later schema-1 writer may add fields. Numbers are written and read with '.' whatever the C
-   locale says (a host program may have called setlocale). */
+   locale says (a host program may have called setlocale).
+   Only programs that can tune carry this code: it is compiled where the CUDA engine is
+   (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
+#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+#define QK__TUNE_ON 1
+#else
+#define QK__TUNE_ON 0
+#endif
 #ifndef QK_TUNE_CACHE_MAX_ENTRIES
 #define QK_TUNE_CACHE_MAX_ENTRIES 4096  /* ~300 bytes each: about 1 MiB of typical file */
 #endif
 #ifndef QK_TUNE_CACHE_MAX_BYTES
 #define QK_TUNE_CACHE_MAX_BYTES (8 << 20) /* above the largest file the writer can produce */
 #endif
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
+   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
+static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0], cp, min;
+    size_t len, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
+    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0u) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
+   so that every string the cache writes is valid JSON and compares the same after a reload. */
+static void qk__tune_copy(char *dst, size_t cap, const char *src) {
+    size_t n = 0, i = 0;
+    if (src) {
+        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
+        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
+    }
+    memset(dst + n, 0, cap - n);
+    while (i < n) {
+        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
+        if (k == 0) { dst[i] = '?'; k = 1; }
+        i += k;
+    }
+}
+
+QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
+                            int driver_version, const char *kernel, qk_path path,
+                            qk_precision precision, int n_qubits) {
+    if (!key) return;
+    memset(key, 0, sizeof *key);
+    qk__tune_copy(key->device, sizeof key->device, device_name);
+    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
+    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
+    key->cc_major = cc_major;
+    key->cc_minor = cc_minor;
+    key->driver_version = driver_version;
+    key->path = path;
+    key->precision = precision;
+    key->n_qubits = n_qubits;
+}
+
+#if QK__TUNE_ON
 #define QK__TJ_MAX_DEPTH 32
 #define QK__TUNE_PATH_MAX 4096
 
@@ -3441,41 +3553,6 @@ static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const cha
     return qk__fail(r, "%s", msg);
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
-   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
-static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0], cp, min;
-    size_t len, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
-    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xC0u) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
-   so that every string the cache writes is valid JSON and compares the same after a reload. */
-static void qk__tune_copy(char *dst, size_t cap, const char *src) {
-    size_t n = 0, i = 0;
-    if (src) {
-        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
-        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
-    }
-    memset(dst + n, 0, cap - n);
-    while (i < n) {
-        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
-        if (k == 0) { dst[i] = '?'; k = 1; }
-        i += k;
-    }
-}
-
 static int qk__tune_key_eq(const qk_tune_key *a, const qk_tune_key *b) {
     return a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
            a->driver_version == b->driver_version && a->path == b->path &&
@@ -3510,22 +3587,6 @@ static qk_result qk__tune_key_norm(const qk_tune_key *in, qk_tune_key *k) {
     k->precision = in->precision;
     k->n_qubits = in->n_qubits;
     return QK_OK;
-}
-
-QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
-                            int driver_version, const char *kernel, qk_path path,
-                            qk_precision precision, int n_qubits) {
-    if (!key) return;
-    memset(key, 0, sizeof *key);
-    qk__tune_copy(key->device, sizeof key->device, device_name);
-    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
-    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
-    key->cc_major = cc_major;
-    key->cc_minor = cc_minor;
-    key->driver_version = driver_version;
-    key->path = path;
-    key->precision = precision;
-    key->n_qubits = n_qubits;
 }
 
 /* -- JSON reader. Syntax errors stop it (bad, why); schema problems (sem, sem_why) are noted
@@ -3760,13 +3821,105 @@ static int qk__tj_skip(qk__tj *j) {
     }
 }
 
-/* Field names of an entry, in the order the writer writes them. */
+/* Field names of an entry, in the order the writer writes them (QK__TF_* index them). */
 static const char *const qk__tune_fields[] = {
     "device", "cc_major", "cc_minor", "driver", "qk", "kernel", "path", "precision", "qubits",
     "config", "metric", "timestamp"};
-#define QK__TUNE_NFIELDS 12
+enum {
+    QK__TF_DEVICE, QK__TF_CC_MAJOR, QK__TF_CC_MINOR, QK__TF_DRIVER, QK__TF_QK, QK__TF_KERNEL,
+    QK__TF_PATH, QK__TF_PRECISION, QK__TF_QUBITS, QK__TF_CONFIG, QK__TF_METRIC, QK__TF_TIMESTAMP,
+    QK__TUNE_NFIELDS
+};
 
-/* One entry object into *e; *valid = 0 when it breaks the schema (noted in j->sem_why). */
+/* The string value of field f into *e. 0 on a syntax error; *ok = 0 when it breaks the schema
+   (noted in j->sem_why). */
+static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    char sval[128];
+    int fits, k;
+    if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
+    if (!fits) {
+        qk__tj_sem(j, index, "string too long or holding NUL:", name);
+        *ok = 0;
+        return 1;
+    }
+    switch (f) {
+    case QK__TF_DEVICE:
+        qk__tune_copy(e->key.device, sizeof e->key.device, sval);
+        break;
+    case QK__TF_CONFIG:
+        if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); *ok = 0; }
+        else qk__tune_copy(e->config, sizeof e->config, sval);
+        break;
+    case QK__TF_QK:
+    case QK__TF_KERNEL: {
+        char *dst = f == QK__TF_QK ? e->key.qk_version : e->key.kernel;
+        size_t cap = f == QK__TF_QK ? sizeof e->key.qk_version : sizeof e->key.kernel;
+        if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); *ok = 0; }
+        else qk__tune_copy(dst, cap, sval);
+        break;
+    }
+    case QK__TF_PATH:
+        for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
+        if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); *ok = 0; }
+        else e->key.path = (qk_path)k;
+        break;
+    default: /* QK__TF_PRECISION */
+        for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
+        else e->key.precision = (qk_precision)k;
+        break;
+    }
+    return 1;
+}
+
+/* The number value of field f into *e (as qk__tj_field_str). */
+static int qk__tj_field_num(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    double d = 0;
+    int64_t iv = 0;
+    int isi = 0;
+    if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
+    if (f == QK__TF_METRIC) {
+        if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); *ok = 0; }
+        e->metric = d;
+    } else if (!isi) {
+        qk__tj_sem(j, index, "not an integer:", name);
+        *ok = 0;
+    } else if (f == QK__TF_TIMESTAMP) {
+        e->timestamp = iv;
+    } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
+               (f == QK__TF_QUBITS && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
+        qk__tj_sem(j, index, "out of range:", name);
+        *ok = 0;
+    } else if (f == QK__TF_CC_MAJOR) e->key.cc_major = (int)iv;
+    else if (f == QK__TF_CC_MINOR) e->key.cc_minor = (int)iv;
+    else if (f == QK__TF_DRIVER) e->key.driver_version = (int)iv;
+    else e->key.n_qubits = (int)iv;
+    return 1;
+}
+
+/* The value of member name (fits: the name was read whole) of entry index: a known field once
+   and of its type, or an unknown key, skipped (a field of a later writer). 0 on a syntax error. */
+static int qk__tj_field(qk__tj *j, int index, const char *name, int fits, unsigned *seen, qk_tune_entry *e,
+                        int *ok) {
+    int f, is_str;
+    for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
+        if (strcmp(name, qk__tune_fields[f]) == 0) break;
+    qk__tj_ws(j);
+    if (!fits || f == QK__TUNE_NFIELDS) return qk__tj_skip(j);
+    is_str = f == QK__TF_DEVICE || f == QK__TF_QK || f == QK__TF_KERNEL || f == QK__TF_PATH ||
+             f == QK__TF_PRECISION || f == QK__TF_CONFIG;
+    if (*seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); *ok = 0; }
+    *seen |= 1u << f;
+    if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
+        qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
+        *ok = 0;
+        return qk__tj_skip(j);
+    }
+    return is_str ? qk__tj_field_str(j, index, f, name, e, ok) : qk__tj_field_num(j, index, f, name, e, ok);
+}
+
+/* One entry object (j->p at '{') into *e; *valid = 0 when it breaks the schema. 0 on a syntax
+   error. */
 static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     unsigned seen = 0;
     int f, ok = 1;
@@ -3777,67 +3930,10 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     qk__tj_ws(j);
     if (j->p < j->end && *j->p == '}') j->p++;
     else for (;;) {
-        char name[16], sval[128];
-        int fits, isi = 0;
-        double d = 0;
-        int64_t iv = 0;
+        char name[16];
+        int fits;
         if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
-        for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
-            if (strcmp(name, qk__tune_fields[f]) == 0) break;
-        qk__tj_ws(j);
-        if (!fits || f == QK__TUNE_NFIELDS) {
-            if (!qk__tj_skip(j)) return 0;       /* a field of a later writer: ignored */
-        } else {
-            int is_str = f == 0 || f == 4 || f == 5 || f == 6 || f == 7 || f == 9;
-            if (seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); ok = 0; }
-            seen |= 1u << f;
-            if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
-                qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
-                ok = 0;
-                if (!qk__tj_skip(j)) return 0;
-            } else if (is_str) {
-                if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
-                if (!fits) { qk__tj_sem(j, index, "string too long or holding NUL:", name); ok = 0; }
-                else if (f == 0) qk__tune_copy(e->key.device, sizeof e->key.device, sval);
-                else if (f == 9) {
-                    if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); ok = 0; }
-                    else qk__tune_copy(e->config, sizeof e->config, sval);
-                } else if (f == 4 || f == 5) {
-                    size_t cap = f == 4 ? sizeof e->key.qk_version : sizeof e->key.kernel;
-                    if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); ok = 0; }
-                    else qk__tune_copy(f == 4 ? e->key.qk_version : e->key.kernel, cap, sval);
-                } else if (f == 6) {
-                    int k;
-                    for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
-                    if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); ok = 0; }
-                    else e->key.path = (qk_path)k;
-                } else {
-                    int k;
-                    for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
-                    if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); ok = 0; }
-                    else e->key.precision = (qk_precision)k;
-                }
-            } else {
-                if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
-                if (f == 10) {
-                    if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); ok = 0; }
-                    e->metric = d;
-                } else if (!isi) {
-                    qk__tj_sem(j, index, "not an integer:", name); ok = 0;
-                } else if (f == 11) {
-                    e->timestamp = iv;
-                } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
-                           (f == 8 && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
-                    qk__tj_sem(j, index, "out of range:", name); ok = 0;
-                } else {
-                    int v = (int)iv;
-                    if (f == 1) e->key.cc_major = v;
-                    else if (f == 2) e->key.cc_minor = v;
-                    else if (f == 3) e->key.driver_version = v;
-                    else e->key.n_qubits = v;
-                }
-            }
-        }
+        if (!qk__tj_field(j, index, name, fits, &seen, e, &ok)) return 0;
         qk__tj_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; break; }
@@ -3854,6 +3950,100 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     return 1;
 }
 
+/* Appends *e to the entries (*v: n of cap, QK_MALLOC'ed); beyond QK_TUNE_CACHE_MAX_ENTRIES
+   entries are dropped. 0 when out of memory. */
+static int qk__tune_push(qk_tune_entry **v, int *n, int *cap, const qk_tune_entry *e) {
+    if (*n >= QK_TUNE_CACHE_MAX_ENTRIES) return 1;
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        qk_tune_entry *nv;
+        if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
+        nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
+        if (!nv) return 0;
+        if (*n) memcpy(nv, *v, (size_t)*n * sizeof *nv);
+        QK_FREE(*v);
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = *e;
+    return 1;
+}
+
+/* The "entries" array (j->p at '['): every element validated, the valid entries appended.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_entries(qk__tj *j, qk_tune_entry **v, int *n, int *cap) {
+    qk_tune_entry e;
+    int index = 0, valid;
+    j->depth++;
+    j->p++; /* '[' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == ']') j->p++;
+    else for (;;) {
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == '{') {
+            if (!qk__tj_entry(j, index, &e, &valid)) return 0;
+            if (valid && !qk__tune_push(v, n, cap, &e)) return -1;
+        } else {
+            qk__tj_sem(j, -1, "not an object:", "entries[]");
+            if (!qk__tj_skip(j)) return 0;
+        }
+        index++;
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == ']') { j->p++; break; }
+        return qk__tj_err(j, "expected ',' or ']'");
+    }
+    j->depth--;
+    return 1;
+}
+
+/* What the root object said about itself. */
+typedef struct qk__tj_root {
+    int have_schema, schema_int, have_entries;
+    int64_t schema;
+} qk__tj_root;
+
+/* The root object's members (j->p at '{'): "schema", "entries" (into *v), others skipped.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_root_members(qk__tj *j, qk__tj_root *rt, qk_tune_entry **v, int *n, int *cap) {
+    j->depth = 1;
+    j->p++; /* '{' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+    for (;;) {
+        char name[16];
+        int fits;
+        if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
+        qk__tj_ws(j);
+        if (fits && strcmp(name, "schema") == 0) {
+            double d;
+            if (rt->have_schema) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_schema = 1;
+            if (j->p < j->end && (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) {
+                if (!qk__tj_num(j, &d, &rt->schema, &rt->schema_int)) return 0;
+            } else if (!qk__tj_skip(j)) return 0;
+        } else if (fits && strcmp(name, "entries") == 0) {
+            if (rt->have_entries) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_entries = 1;
+            if (j->p >= j->end || *j->p != '[') {
+                qk__tj_sem(j, -1, "not an array:", name);
+                if (!qk__tj_skip(j)) return 0;
+            } else {
+                int r = qk__tj_entries(j, v, n, cap);
+                if (r <= 0) return r;
+            }
+        } else {
+            if (fits && strcmp(name, "qk") == 0 && (j->p >= j->end || *j->p != '"'))
+                qk__tj_sem(j, -1, "not a string:", name);
+            if (!qk__tj_skip(j)) return 0;
+        }
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+        return qk__tj_err(j, "expected ',' or '}'");
+    }
+}
+
 /* Parses a cache file's text (len bytes, no terminator needed). QK_OK: *out (QK_MALLOC'ed, NULL
    when *n_out is 0) holds the entries, at most QK_TUNE_CACHE_MAX_ENTRIES (later ones are
    validated and dropped). QK_ERROR_FORMAT: why says what is wrong (corrupt / not a qk cache /
@@ -3861,12 +4051,13 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
 static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **out, int *n_out,
                                 char *why, size_t why_size) {
     qk__tj j;
-    qk_tune_entry *v = NULL, e;
-    int n = 0, cap = 0, have_schema = 0, have_entries = 0, schema_int = 0, not_object = 0;
-    int64_t schema = 0;
+    qk__tj_root rt;
+    qk_tune_entry *v = NULL;
+    int n = 0, cap = 0, not_object = 0, r = 1;
     *out = NULL;
     *n_out = 0;
     memset(&j, 0, sizeof j);
+    memset(&rt, 0, sizeof rt);
     j.s = j.p = (const unsigned char *)text;
     j.end = j.s + len;
     if (len > (size_t)QK_TUNE_CACHE_MAX_BYTES) {
@@ -3882,77 +4073,11 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
         not_object = 1;
         qk__tj_skip(&j);
     } else {
-        j.depth = 1;
-        j.p++;
-        qk__tj_ws(&j);
-        if (j.p < j.end && *j.p == '}') j.p++;
-        else for (;;) {
-            char name[16];
-            int fits;
-            if (!qk__tj_str(&j, name, sizeof name, &fits) || !qk__tj_expect(&j, ':', "expected ':'")) break;
-            qk__tj_ws(&j);
-            if (fits && strcmp(name, "schema") == 0) {
-                double d;
-                if (have_schema) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_schema = 1;
-                if (j.p < j.end && (*j.p == '-' || (*j.p >= '0' && *j.p <= '9'))) {
-                    if (!qk__tj_num(&j, &d, &schema, &schema_int)) break;
-                } else if (!qk__tj_skip(&j)) break;
-            } else if (fits && strcmp(name, "entries") == 0) {
-                if (have_entries) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_entries = 1;
-                if (j.p >= j.end || *j.p != '[') {
-                    qk__tj_sem(&j, -1, "not an array:", name);
-                    if (!qk__tj_skip(&j)) break;
-                } else {
-                    int index = 0, valid;
-                    j.depth++;
-                    j.p++;
-                    qk__tj_ws(&j);
-                    if (j.p < j.end && *j.p == ']') j.p++;
-                    else for (;;) {
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == '{') {
-                            if (!qk__tj_entry(&j, index, &e, &valid)) break;
-                            if (valid && n < QK_TUNE_CACHE_MAX_ENTRIES) {
-                                if (n == cap) {
-                                    int nc = cap ? cap * 2 : 16;
-                                    qk_tune_entry *nv;
-                                    if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
-                                    nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
-                                    if (!nv) { QK_FREE(v); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory"); }
-                                    if (n) memcpy(nv, v, (size_t)n * sizeof *nv);
-                                    QK_FREE(v);
-                                    v = nv;
-                                    cap = nc;
-                                }
-                                v[n++] = e;
-                            }
-                        } else {
-                            qk__tj_sem(&j, -1, "not an object:", "entries[]");
-                            if (!qk__tj_skip(&j)) break;
-                        }
-                        index++;
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-                        if (j.p < j.end && *j.p == ']') { j.p++; break; }
-                        qk__tj_err(&j, "expected ',' or ']'");
-                        break;
-                    }
-                    if (j.bad) break;
-                    j.depth--;
-                }
-            } else {
-                if (fits && strcmp(name, "qk") == 0 && (j.p >= j.end || *j.p != '"'))
-                    qk__tj_sem(&j, -1, "not a string:", name);
-                if (!qk__tj_skip(&j)) break;
-            }
-            qk__tj_ws(&j);
-            if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-            if (j.p < j.end && *j.p == '}') { j.p++; break; }
-            qk__tj_err(&j, "expected ',' or '}'");
-            break;
-        }
+        r = qk__tj_root_members(&j, &rt, &v, &n, &cap);
+    }
+    if (r < 0) {
+        QK_FREE(v);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory");
     }
     if (!j.bad) {
         qk__tj_ws(&j);
@@ -3960,13 +4085,13 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
     }
     if (j.bad) snprintf(why, why_size, "corrupt or truncated (%s)", j.why);
     else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
-    else if (!have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
-    else if (!schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
-    else if (schema > QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (schema != QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (!have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
+    else if (!rt.have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
+    else if (!rt.schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
+    else if (rt.schema > QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (rt.schema != QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (!rt.have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
     else if (j.sem) snprintf(why, why_size, "corrupt (%s)", j.sem_why);
     else {
         *out = v;
@@ -4362,6 +4487,29 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
+    (void)dir_override;
+    if (buf && size) buf[0] = 0;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, qk_tune_entry *out,
+                                     qk_log_fn log, void *log_user) {
+    (void)path; (void)key; (void)out; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry, qk_log_fn log,
+                                    void *log_user) {
+    (void)path; (void)entry; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t config_size,
+                               char *label, size_t label_size) {
+    (void)req; (void)config; (void)config_size; (void)label; (void)label_size;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+#endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
 /* ---- implementation: context and orchestration ---- */
@@ -4538,8 +4686,18 @@ static const char *qk__path_name(qk_path p)
     return p == QK_PATH_ANALYTIC ? "analytic (product map)" : p == QK_PATH_REAL ? "real statevector" : "complex statevector";
 }
 
+/* bytes as GB with three decimals and a '.' whatever the C locale (integer arithmetic: a host
+   program's setlocale cannot turn it into "0,433"). */
+static const char *qk__gb3(size_t bytes, char *buf, size_t n)
+{
+    unsigned long long mb = ((unsigned long long)bytes + 500000ull) / 1000000ull;
+    snprintf(buf, n, "%llu.%03llu", mb / 1000ull, mb % 1000ull);
+    return buf;
+}
+
 QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
 {
+    char g1[32], g2[32], g3[32], g4[32];
     size_t len = 0;
     if (buf && size) buf[0] = 0;
     if (!buf) size = 0;
@@ -4553,17 +4711,18 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
-    qk__cat(buf, size, &len, "  states: %s, %.3f GB; K: %.3f GB; tiles %lld x %lld",
-            p->bulk_states ? "all resident" : "state tiles", (double)p->bytes_states * 1e-9,
-            (double)p->bytes_out * 1e-9, (long long)p->tile_m, (long long)p->tile_n);
+    qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
+            p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
+            qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
     if (p->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE)
-        qk__cat(buf, size, &len, ", slabs of %lld rows (%.3f GB of host staging)", (long long)p->slab_rows, (double)p->bytes_staging * 1e-9);
+        qk__cat(buf, size, &len, ", slabs of %lld rows (%s GB of host staging)", (long long)p->slab_rows,
+                qk__gb3(p->bytes_staging, g1, sizeof g1));
     if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
     else {
         if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
-        qk__cat(buf, size, &len, ", %d streams\n  device memory: %.3f GB planned of %.3f GB budget (staging %.3f GB, workspace %.3f GB)",
-                p->n_streams, (double)p->bytes_total * 1e-9, (double)p->bytes_budget * 1e-9,
-                (double)p->bytes_staging * 1e-9, (double)p->bytes_workspace * 1e-9);
+        qk__cat(buf, size, &len, ", %d streams\n  device memory: %s GB planned of %s GB budget (staging %s GB, workspace %s GB)",
+                p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
+                qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     return (int)len;

@@ -11,6 +11,7 @@
    stopped by SIGINT / SIGTERM. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, isatty, access under strict -std=c11 */
 #define QK_IMPLEMENTATION
+#define QK_PROF_IMPLEMENTATION    /* with -DQK_PROF_ENABLE: the profiler's implementation, here (qk.h's rule) */
 #include "qk.h"
 
 #include <ctype.h>
