@@ -3200,6 +3200,9 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }
+    /* a last word from the progress callback before the file replaces the old one (the polls
+       during the job are try-locks and may have missed the last tiles) */
+    if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
     QK_PROF_BEGIN("npy commit");

@@ -44,7 +44,7 @@ int main(void)
         printf("setup: %s\n", qk_last_error());
         return 1;
     }
-    g.x = X; g.n_x = 2; g.out = K;
+    g.x = X; g.n_x = 2; g.out = K; g.out_dtype = QK_F64; /* the GPU engine's default is float32 */
     if (qk_gram(ctx, map, &g) != QK_OK) { printf("qk_gram: %s\n", qk_last_error()); return 1; }
     printf("%.12f %.12f cuda=%d\n", K[0], K[3], (int)QK_CUDA_BUILD);
     qk_map_free(map);
