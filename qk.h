@@ -2111,6 +2111,7 @@ static void qk__gram_work(void *p, int thread)
     void *cb = j->output == QK_OUTPUT_CALLBACK ? qk__malloc(esz * QK__T * QK__T) : NULL;
     double *acci, *kt, *panel, *apack;
     int64_t t;
+    unsigned polls = 0;
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
     acci = accr + QK__TR * QK__T;
     kt = acci + QK__TR * QK__T;
@@ -2156,7 +2157,9 @@ static void qk__gram_work(void *p, int thread)
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
         (void)QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
-        qk__job_poll(j); /* any thread: with a warm pool, thread 0 may run few tiles */
+        /* thread 0 after each tile, the others after every 8th (with a warm pool thread 0 may
+           run few tiles): about one poll per tile time, as many as one thread would make */
+        if (thread == 0 || (++polls & 7) == 0) qk__job_poll(j);
     }
     QK_FREE(accr);
     QK_FREE(cb);
