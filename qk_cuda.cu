@@ -61,6 +61,50 @@
    -DQK_PROF_ENABLE (meson builds a second library, qk_cuda_prof, that way for qk-gram). */
 #include "qk_prof.h"
 
+/* ---- fault injection (tests) ---- */
+/* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
+   cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
+   if out of memory; 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
+   so that a test can fail each one of a job in turn (tests/gpu/test_gpu_engine.cpp). A test
+   hook: not for concurrent use. The macros below route this file's calls through it. */
+static int qk__fault_at = 0, qk__fault_seen = 0;
+static bool qk__fault_hit(void)
+{
+    ++qk__fault_seen;
+    if (qk__fault_at > 0 && --qk__fault_at == 0) return true;
+    return false;
+}
+template <typename P> static cudaError_t qk__t_malloc(P **p, size_t n)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaMalloc((void **)p, n);
+}
+template <typename P> static cudaError_t qk__t_malloc_host(P **p, size_t n)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaMallocHost((void **)p, n);
+}
+static cudaError_t qk__t_stream(cudaStream_t *s, unsigned f)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaStreamCreateWithFlags(s, f);
+}
+static cudaError_t qk__t_event(cudaEvent_t *e) { return qk__fault_hit() ? cudaErrorMemoryAllocation : cudaEventCreate(e); }
+static cudaError_t qk__t_event_flags(cudaEvent_t *e, unsigned f)
+{
+    return qk__fault_hit() ? cudaErrorMemoryAllocation : cudaEventCreateWithFlags(e, f);
+}
+static cublasStatus_t qk__t_blas(cublasHandle_t *h) { return qk__fault_hit() ? CUBLAS_STATUS_ALLOC_FAILED : cublasCreate_v2(h); }
+#define cudaMalloc(p, n) qk__t_malloc((p), (n))
+#define cudaMallocHost(p, n) qk__t_malloc_host((p), (n))
+#define cudaStreamCreateWithFlags(s, f) qk__t_stream((s), (f))
+#define cudaEventCreate(e) qk__t_event((e))
+#define cudaEventCreateWithFlags(e, f) qk__t_event_flags((e), (f))
+#undef cublasCreate /* cublas_v2.h: cublasCreate_v2 */
+#define cublasCreate(h) qk__t_blas((h))
+extern "C" void qk_cuda_test_fail_alloc(int k) { qk__fault_at = k > 0 ? k : 0; }
+extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
+
 /* ---- errors ---- */
 struct qk__err {
     char *buf;
