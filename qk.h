@@ -550,7 +550,8 @@ QKDEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QKDEF int qk_cuda_host_pinned(const void *p);
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
-   (0: off); the count of acquisitions so far. Not for concurrent use. */
+   (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
+   concurrent use. */
 QKDEF void qk_cuda_test_fail_alloc(int k);
 QKDEF int qk_cuda_test_alloc_count(void);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */

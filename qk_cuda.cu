@@ -64,14 +64,18 @@
 /* ---- fault injection (tests) ---- */
 /* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
    cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
-   if out of memory; 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
+   if out of memory (k < 0: the -k-th and every later one, so retries fail too); 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
    so that a test can fail each one of a job in turn (tests/gpu/test_gpu_engine.cpp). A test
    hook: not for concurrent use. The macros below route this file's calls through it. */
 static int qk__fault_at = 0, qk__fault_seen = 0;
+static bool qk__fault_persist = false;
 static bool qk__fault_hit(void)
 {
     ++qk__fault_seen;
-    if (qk__fault_at > 0 && --qk__fault_at == 0) return true;
+    if (qk__fault_at > 0 && --qk__fault_at == 0) {
+        if (qk__fault_persist) qk__fault_at = 1; /* and every later one */
+        return true;
+    }
     return false;
 }
 template <typename P> static cudaError_t qk__t_malloc(P **p, size_t n)
@@ -102,7 +106,11 @@ static cublasStatus_t qk__t_blas(cublasHandle_t *h) { return qk__fault_hit() ? C
 #define cudaEventCreateWithFlags(e, f) qk__t_event_flags((e), (f))
 #undef cublasCreate /* cublas_v2.h: cublasCreate_v2 */
 #define cublasCreate(h) qk__t_blas((h))
-extern "C" void qk_cuda_test_fail_alloc(int k) { qk__fault_at = k > 0 ? k : 0; }
+extern "C" void qk_cuda_test_fail_alloc(int k)
+{
+    qk__fault_persist = k < 0;
+    qk__fault_at = k < 0 ? -k : k;
+}
 extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
 
 /* ---- errors ---- */

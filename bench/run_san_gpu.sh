@@ -9,6 +9,6 @@ B=${B:-/tmp/bs}; QS=${QS:-3,8,14}; TOOLS=${TOOLS:-memcheck initcheck racecheck s
 [ -x $B/tests/test_gpu_engine ] || { rm -rf $B; meson setup $B . -Dgpu_arch=90 >/dev/null && ninja -C $B >$OUT/build.log 2>&1; }
 for t in $TOOLS; do
   extra=""; [ $t = memcheck ] && extra="--leak-check full"
-  timeout ${TLIM:-200} compute-sanitizer --tool $t $extra --error-exitcode 9 $B/tests/test_gpu_engine 14 0 $QS > $OUT/san-$t.log 2>&1
+  QK_TEST_UNDER_SANITIZER=1 timeout ${TLIM:-200} compute-sanitizer --tool $t $extra --error-exitcode 9 $B/tests/test_gpu_engine 14 0 $QS > $OUT/san-$t.log 2>&1
   echo "$t rc $? : $(grep -E 'ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' $OUT/san-$t.log | tr '\n' ' ') $(grep -E 'checks, ' $OUT/san-$t.log)"
 done

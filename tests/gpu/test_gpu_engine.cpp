@@ -747,7 +747,10 @@ static void fault_tests(qk_ctx *gpu)
         CHECK(run(ref) == QK_OK, "fault %s out=%d: counting run", c.spec, (int)c.out);
         const int n_alloc = qk_cuda_test_alloc_count() - c0;
         int ok = 0, failed = 0;
-        for (int k = 1; k <= n_alloc; ++k) {
+        /* k > 0: the k-th acquisition fails once (the engine retries); k < 0: it and every later
+           one fail (the retries fail too: a clean error) */
+        for (int kk = 1; kk <= 2 * n_alloc; ++kk) {
+            const int k = kk <= n_alloc ? kk : -(kk - n_alloc);
             if (c.out == QK_OUTPUT_NPY) { FILE *f = fopen(path, "wb"); if (f) { fputs("old", f); fclose(f); } }
             std::fill(got.begin(), got.end(), NAN);
             qk_cuda_test_fail_alloc(k);
@@ -780,17 +783,20 @@ static void fault_tests(qk_ctx *gpu)
                 CHECK(system(cmd) != 0, "fault npy k=%d: a temporary file was left behind", k);
             }
         }
-        printf("fault %-14s out=%d: %d acquisitions, each failed in turn: %d recovered, %d clean errors\n", c.spec, (int)c.out,
-               n_alloc, ok, failed);
-        CHECK(n_alloc >= 5, "fault %s: only %d acquisitions counted", c.spec, n_alloc);
+        printf("fault %-14s out=%d: %d acquisitions, each failed in turn, once and for good: %d succeeded, %d clean errors\n",
+               c.spec, (int)c.out, n_alloc, ok, failed);
+        CHECK(n_alloc >= 5 && failed >= n_alloc / 2, "fault %s: %d acquisitions counted, %d clean errors", c.spec, n_alloc, failed);
         remove(path);
         if (dbuf) cudaFree(dbuf);
         qk_map_free(m);
     }
     cudaDeviceSynchronize();
     cudaMemGetInfo(&free1, &total);
-    CHECK(free1 + ((size_t)8 << 20) >= free0, "fault: device memory not returned: %.1f MB less free after the fault runs",
-          ((double)free0 - (double)free1) / 1048576.0);
+    /* (under compute-sanitizer its own shadow allocations move the free figure; its leak check
+       is the test there: bench/run_san_gpu.sh sets QK_TEST_UNDER_SANITIZER) */
+    if (!getenv("QK_TEST_UNDER_SANITIZER"))
+        CHECK(free1 + ((size_t)8 << 20) >= free0, "fault: device memory not returned: %.1f MB less free after the fault runs",
+              ((double)free0 - (double)free1) / 1048576.0);
 }
 
 int main(int argc, char **argv)
