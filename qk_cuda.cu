@@ -1555,6 +1555,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     OutT *Kdev = nullptr;                /* the caller's device buffer or the resident K */
     int64_t done_pairs = 0;
     double deliver_ms = 0;
+    bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
+    double enc_ms = 0;
 
     qk__pipe(qk__job_state *job, int64_t slab, int64_t tile, int resident)
         : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
@@ -1583,6 +1585,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
            but K never has to fit; GPU flops are cheap next to the PCIe and disk time of such a K) */
         mirror = sym && (dev_out || k_resident);
         ldk = dev_out ? ld_out : ny;
+        /* a map that is only an amplitude encoding, all states at once: its states are x / ||x||
+           padded, which the streaming encoder (qk_cuda_amplitude_encode: pinned double-buffered
+           H2D overlapped with the normalize kernel, at the PCIe bound) writes straight into the
+           state buffers; X itself never has to be whole on the device */
+        stream_amp = bulk && !analytic && !CPLX && map->n_ops == 1 && map->ops[0].kind == QK_OP_AMPLITUDE;
     }
 
     qk_result alloc()
@@ -1596,9 +1603,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_CK(cudaEventRecord(J->pool.t0, cs));
         QK_TRY(qk__compile(map, &J->pg, E));
         QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
-        QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
-        QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
-        if (!sym) {
+        if (!stream_amp) {
+            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+            QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+        }
+        if (!sym && !stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
@@ -1609,7 +1618,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
             QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
         }
-        if (!analytic) {
+        if (!analytic && !stream_amp) {
             int64_t tmax = std::max(tA, tB);
             QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
             if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
@@ -1693,6 +1702,18 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result states()
     {
         if (!bulk) return QK_OK;
+        if (stream_amp) { /* synchronous: the compute stream's kernels come after it */
+            double sec = 0, sec2 = 0;
+            char msg[256] = "";
+            qk_result r = qk_cuda_amplitude_encode(ds->x, nx, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32,
+                                                   J->SA, 64, &sec, msg, sizeof msg);
+            if (r == QK_OK && !sym)
+                r = qk_cuda_amplitude_encode(ds->y, ny, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, J->SB, 64,
+                                             &sec2, msg, sizeof msg);
+            if (r != QK_OK) return qk__fail_msg(E, r, msg);
+            enc_ms = (sec + sec2) * 1e3;
+            return QK_OK;
+        }
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         QK_PROF_GPU_BEGIN("qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
@@ -1818,6 +1839,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             st.output_ms = std::max(g, o);
         }
         st.deliver_ms = deliver_ms;
+        st.states_ms += enc_ms;
         if (J->stats) *J->stats = st;
         return QK_OK;
     }
