@@ -431,27 +431,27 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     if (path && outo != Py_None) { PyErr_SetString(PyExc_ValueError, "give out or out_path, not both"); goto fail; }
     nx = PyArray_DIM(x, 0);
     ny = y ? PyArray_DIM(y, 0) : nx;
-    if (outo != Py_None) {
+    if (outo != Py_None) {     /* the caller's array (borrowed: out stays NULL) */
+        PyArrayObject *o;
         npy_intp isz;
         if (!PyArray_Check(outo)) { PyErr_SetString(PyExc_TypeError, "out must be a numpy array"); goto fail; }
-        out = (PyArrayObject *)outo;
-        if ((PyArray_TYPE(out) != NPY_DOUBLE && PyArray_TYPE(out) != NPY_FLOAT) || !PyArray_ISNOTSWAPPED(out)) {
+        o = (PyArrayObject *)outo;
+        if ((PyArray_TYPE(o) != NPY_DOUBLE && PyArray_TYPE(o) != NPY_FLOAT) || !PyArray_ISNOTSWAPPED(o)) {
             PyErr_SetString(PyExc_TypeError, "out must be a native float32 or float64 array");
             goto fail;
         }
-        if (PyArray_NDIM(out) != 2 || PyArray_DIM(out, 0) != nx || PyArray_DIM(out, 1) != ny) {
+        if (PyArray_NDIM(o) != 2 || PyArray_DIM(o, 0) != nx || PyArray_DIM(o, 1) != ny) {
             PyErr_Format(PyExc_ValueError, "out must have shape (%lld, %lld)", (long long)nx, (long long)ny);
             goto fail;
         }
-        if (!PyArray_ISWRITEABLE(out)) { PyErr_SetString(PyExc_ValueError, "out is read-only"); goto fail; }
-        isz = PyArray_ITEMSIZE(out);
-        if (!PyArray_ISALIGNED(out) || (ny > 1 && PyArray_STRIDE(out, 1) != isz) ||
-            (nx > 1 && (PyArray_STRIDE(out, 0) < ny * isz || PyArray_STRIDE(out, 0) % isz != 0))) {
+        if (!PyArray_ISWRITEABLE(o)) { PyErr_SetString(PyExc_ValueError, "out is read-only"); goto fail; }
+        isz = PyArray_ITEMSIZE(o);
+        if (!PyArray_ISALIGNED(o) || (ny > 1 && PyArray_STRIDE(o, 1) != isz) ||
+            (nx > 1 && (PyArray_STRIDE(o, 0) < ny * isz || PyArray_STRIDE(o, 0) % isz != 0))) {
             PyErr_SetString(PyExc_ValueError, "out's rows must be contiguous and in order (column stride = item size, row stride >= columns)");
             goto fail;
         }
-        if (nx > 1) ld = PyArray_STRIDE(out, 0) / isz;
-        out = NULL;     /* the caller's array: referenced through outo */
+        if (nx > 1) ld = PyArray_STRIDE(o, 0) / isz;
     }
     ctx = qkpy_ctx_take(device, threads);
     if (!ctx) {
