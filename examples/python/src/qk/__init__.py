@@ -307,18 +307,19 @@ class Kernel:
         return FeatureMap._wrap(_resolve_map(self.map, n_features, self.weights))
 
     def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> np.ndarray:
-        """K(X, Y) as a float64 array (K(X, X) when Y is None or is X)."""
-        same = Y is None or Y is X
-        if not same and isinstance(X, np.ndarray) and isinstance(Y, np.ndarray):
-            same = (X.shape == Y.shape and X.dtype == Y.dtype and X.strides == Y.strides
-                    and X.__array_interface__["data"][0] == Y.__array_interface__["data"][0])
-        K = gram(X, None if same else Y, map=self.map, weights=self.weights, device=self.device,
+        """K(X, Y) as a float64 array; K(X, X), symmetric and computed once per pair, when Y is None
+        or holds the same samples as X (scikit-learn's fit passes X twice)."""
+        Xa = _as_data(X, "X")
+        Ya = None if Y is None or Y is X else _as_data(Y, "Y")
+        if Ya is not None and Ya.shape == Xa.shape and (Ya is Xa or np.array_equal(Xa, Ya)):
+            Ya = None
+        K = gram(Xa, Ya, map=self.map, weights=self.weights, device=self.device,
                  precision=self.precision, threads=self.threads)
         return K if K.dtype == np.float64 else K.astype(np.float64)
 
     def evaluate(self, x_vec: npt.ArrayLike, y_vec: Optional[npt.ArrayLike] = None) -> np.ndarray:
-        """qiskit-machine-learning's ``evaluate``: the kernel matrix of x_vec (and y_vec), where
-        a 1-D vector is one sample."""
+        """qiskit-machine-learning's ``evaluate``: the kernel matrix of x_vec (and y_vec), where a
+        1-D vector is one sample; y_vec equal to x_vec gives the symmetric K(x_vec, x_vec)."""
         xv = np.asanyarray(x_vec)
         if xv.ndim == 1:
             xv = xv.reshape(1, -1)
@@ -331,5 +332,5 @@ class Kernel:
 
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
-                         if k == "map" or v != Kernel().get_params()[k])
+                         if k == "map" or (v is not None and not (k == "device" and v == "auto")))
         return f"Kernel({args})"
