@@ -1,6 +1,8 @@
 """qk.gram, qk.FeatureMap, qk.Kernel: values (an independent numpy statevector; the qk-gram CLI),
 inputs of every dtype and stride, out= arrays / memmaps / .npy paths, the documented exceptions,
-the GIL released. Needs numpy only (tests/python/run.py skips the file without it)."""
+the GIL released. Needs numpy only (tests/python/run.py skips the file without it). The CPU
+engine's semantics are tested with device="cpu" (a GPU machine's "auto" is the GPU engine, fp32
+by default); test_cuda_engine_equals_cpu checks the GPU engine where there is one."""
 import copy
 import os
 import pickle
@@ -10,10 +12,13 @@ import threading
 import time
 import unittest
 
+import functools
+
 import numpy as np
 
 import qk
 
+gram = functools.partial(qk.gram, device="cpu")
 RNG = np.random.default_rng(20261123)
 
 
@@ -79,12 +84,12 @@ def test_zz_equals_independent_statevector():
     X, Y = rand(23, 4), rand(9, 4)
     SX = np.array([zz_state(x) for x in X])
     SY = np.array([zz_state(y) for y in Y])
-    K = qk.gram(X)
+    K = gram(X)
     assert K.dtype == np.float64 and K.shape == (23, 23)
     np.testing.assert_allclose(K, ref_gram(SX), atol=1e-12, rtol=0)
     np.testing.assert_array_equal(K, K.T)
-    np.testing.assert_allclose(qk.gram(X, Y), ref_gram(SX, SY), atol=1e-12, rtol=0)
-    K1 = qk.gram(X, map="zz(reps=1,alpha=0.5,ent=linear)")
+    np.testing.assert_allclose(gram(X, Y), ref_gram(SX, SY), atol=1e-12, rtol=0)
+    K1 = gram(X, map="zz(reps=1,alpha=0.5,ent=linear)")
     S1 = np.array([zz_state(x, 1, 0.5, [(0, 1), (1, 2), (2, 3)]) for x in X])
     np.testing.assert_allclose(K1, ref_gram(S1), atol=1e-12, rtol=0)
 
@@ -122,31 +127,31 @@ def test_values_equal_qk_gram_cli():
     X, Y = rand(70, 5), rand(33, 5)
     for spec in ["zz(reps=2)", "iqp(reps=2)", "angle(rot=y)", "amplitude", "zz(reps=1,ent=circular)"]:
         K_cli = _qk_gram_cli({"map": spec, "x": X})
-        np.testing.assert_allclose(qk.gram(X, map=spec), K_cli, atol=1e-15, rtol=0)
+        np.testing.assert_allclose(gram(X, map=spec), K_cli, atol=1e-15, rtol=0)
         K_cli = _qk_gram_cli({"map": spec, "x": X, "y": Y})
-        np.testing.assert_allclose(qk.gram(X, Y, map=spec), K_cli, atol=1e-15, rtol=0)
+        np.testing.assert_allclose(gram(X, Y, map=spec), K_cli, atol=1e-15, rtol=0)
     w = RNG.uniform(-1, 1, 20)
     K_cli = _qk_gram_cli({"map": "hea(layers=2,rot=yz)", "x": X, "weights": w})
-    np.testing.assert_allclose(qk.gram(X, map="hea(layers=2,rot=yz)", weights=w), K_cli, atol=1e-15, rtol=0)
+    np.testing.assert_allclose(gram(X, map="hea(layers=2,rot=yz)", weights=w), K_cli, atol=1e-15, rtol=0)
 
 
 # ---- inputs: dtypes, strides, copies ----
 def test_inputs_any_dtype_and_stride():
     X = rand(40, 3)
-    K = qk.gram(X)
-    np.testing.assert_array_equal(qk.gram(np.asfortranarray(X)), K)
-    np.testing.assert_array_equal(qk.gram(X.tolist()), K)
+    K = gram(X)
+    np.testing.assert_array_equal(gram(np.asfortranarray(X)), K)
+    np.testing.assert_array_equal(gram(X.tolist()), K)
     big = np.zeros((80, 7))
     big[::2, 1:7:2] = X
     view = big[::2, 1:7:2]                       # strided in both axes
     assert not view.flags.c_contiguous
-    np.testing.assert_array_equal(qk.gram(view), K)
-    np.testing.assert_array_equal(qk.gram(X.astype(">f8")), K)    # big-endian
+    np.testing.assert_array_equal(gram(view), K)
+    np.testing.assert_array_equal(gram(X.astype(">f8")), K)    # big-endian
     X32 = X.astype(np.float32)
-    np.testing.assert_array_equal(qk.gram(X32), qk.gram(X32.astype(np.float64)))
+    np.testing.assert_array_equal(gram(X32), gram(X32.astype(np.float64)))
     Xi = RNG.integers(0, 2, (10, 4))
-    np.testing.assert_array_equal(qk.gram(Xi, map="basis"), qk.gram(Xi.astype(float), map="basis"))
-    np.testing.assert_array_equal(qk.gram(Xi.astype(bool), map="basis"), qk.gram(Xi.astype(float), map="basis"))
+    np.testing.assert_array_equal(gram(Xi, map="basis"), gram(Xi.astype(float), map="basis"))
+    np.testing.assert_array_equal(gram(Xi.astype(bool), map="basis"), gram(Xi.astype(float), map="basis"))
 
 
 def test_c_contiguous_float64_is_not_copied():
@@ -156,26 +161,26 @@ def test_c_contiguous_float64_is_not_copied():
     mm = np.memmap(mm_path, dtype=np.float64, mode="w+", shape=(10, 3))
     mm[:] = X
     assert qk._as_data(mm, "X") is mm            # a memmap is used in place too
-    np.testing.assert_array_equal(qk.gram(mm), qk.gram(X))
+    np.testing.assert_array_equal(gram(mm), gram(X))
     assert qk._as_data(X.astype(np.float32), "X").dtype == np.float64
 
 
 def test_kernel_symmetric_when_Y_is_X():
     X = rand(30, 4)
-    k = qk.Kernel("zz(reps=2)")
+    k = qk.Kernel("zz(reps=2)", device="cpu")
     K = k(X, X)
-    np.testing.assert_array_equal(K, qk.gram(X))               # the symmetric path: exactly K(X, X)
+    np.testing.assert_array_equal(K, gram(X))               # the symmetric path: exactly K(X, X)
     np.testing.assert_array_equal(K, K.T)
     np.testing.assert_allclose(k(X, X.copy()), K, atol=1e-14)   # K(X, Y) path, same values
-    np.testing.assert_array_equal(k.evaluate(X[0]), qk.gram(X[:1]))
-    np.testing.assert_array_equal(k.evaluate(X[0], X[1:4]), qk.gram(X[:1], X[1:4]))
+    np.testing.assert_array_equal(k.evaluate(X[0]), gram(X[:1]))
+    np.testing.assert_array_equal(k.evaluate(X[0], X[1:4]), gram(X[:1], X[1:4]))
 
 
 def test_threads_and_precision():
     X = rand(150, 6)
-    K = qk.gram(X)
-    np.testing.assert_array_equal(qk.gram(X, threads=1), K)
-    np.testing.assert_array_equal(qk.gram(X, threads=3), K)
+    K = gram(X)
+    np.testing.assert_array_equal(gram(X, threads=1), K)
+    np.testing.assert_array_equal(gram(X, threads=3), K)
     np.testing.assert_array_equal(qk.gram(X, device="cpu", precision="fp64"), K)
     K32 = qk.gram(X, device="cpu", precision="fp32")
     assert K32.dtype == np.float32
@@ -185,58 +190,58 @@ def test_threads_and_precision():
 # ---- out= ----
 def test_out_array_memmap_and_row_stride():
     X, Y = rand(37, 4), rand(21, 4)
-    K = qk.gram(X, Y)
+    K = gram(X, Y)
     out = np.full((37, 21), -1.0)
-    r = qk.gram(X, Y, out=out)
+    r = gram(X, Y, out=out)
     assert r is out
     np.testing.assert_array_equal(out, K)
     wide = np.full((37, 30), -7.0, dtype=np.float32)             # a slice of a wider array: ld_out
-    r = qk.gram(X, Y, out=wide[:, 4:25])
+    r = gram(X, Y, out=wide[:, 4:25])
     np.testing.assert_allclose(wide[:, 4:25], K, atol=1e-6)
     assert (wide[:, :4] == -7).all() and (wide[:, 25:] == -7).all()
     with tempfile.TemporaryDirectory() as d:
         mm = np.memmap(os.path.join(d, "K.dat"), dtype=np.float64, mode="w+", shape=(37, 37))
-        qk.gram(X, out=mm)
+        gram(X, out=mm)
         mm.flush()
-        np.testing.assert_array_equal(np.fromfile(os.path.join(d, "K.dat")).reshape(37, 37), qk.gram(X))
+        np.testing.assert_array_equal(np.fromfile(os.path.join(d, "K.dat")).reshape(37, 37), gram(X))
         del mm
 
 
 def test_out_npy_path():
     X = rand(90, 5)
-    K = qk.gram(X)
+    K = gram(X)
     with tempfile.TemporaryDirectory() as d:
         p = os.path.join(d, "K.npy")
-        r = qk.gram(X, out=p)
+        r = gram(X, out=p)
         assert isinstance(r, np.memmap) and not r.flags.writeable
         np.testing.assert_array_equal(r, K)
         np.testing.assert_array_equal(np.load(p), K)
         del r
         from pathlib import Path
-        r = qk.gram(X, X[:13], out=Path(d) / "KY.npy", precision="fp32")
+        r = gram(X, X[:13], out=Path(d) / "KY.npy", precision="fp32")
         assert r.dtype == np.float32 and r.shape == (90, 13)
-        np.testing.assert_allclose(r, qk.gram(X, X[:13]), atol=1e-6)
+        np.testing.assert_allclose(r, gram(X, X[:13]), atol=1e-6)
         del r
         bad = os.path.join(d, "no-such-dir", "K.npy")
-        raises(RuntimeError, qk.gram, X, out=bad)
+        raises(RuntimeError, gram, X, out=bad)
         assert sorted(os.listdir(d)) == ["K.npy", "KY.npy"]       # nothing half-written left
-        raises(ValueError, qk.gram, np.full((3, 5), np.nan), out=os.path.join(d, "nan.npy"))
+        raises(ValueError, gram, np.full((3, 5), np.nan), out=os.path.join(d, "nan.npy"))
         assert sorted(os.listdir(d)) == ["K.npy", "KY.npy"]
 
 
 def test_out_errors():
     X = rand(8, 3)
-    raises(ValueError, qk.gram, X, out=np.zeros((8, 7)), match="shape")
-    raises(TypeError, qk.gram, X, out=np.zeros((8, 8), dtype=np.int64), match="float32 or float64")
+    raises(ValueError, gram, X, out=np.zeros((8, 7)), match="shape")
+    raises(TypeError, gram, X, out=np.zeros((8, 8), dtype=np.int64), match="float32 or float64")
     ro = np.zeros((8, 8))
     ro.flags.writeable = False
-    raises(ValueError, qk.gram, X, out=ro, match="read-only")
-    raises(ValueError, qk.gram, X, out=np.zeros((8, 8)).T.copy().T, match="contiguous")   # Fortran order
-    raises(ValueError, qk.gram, X, out=np.zeros((8, 16))[:, ::2], match="contiguous")
+    raises(ValueError, gram, X, out=ro, match="read-only")
+    raises(ValueError, gram, X, out=np.zeros((8, 8)).T.copy().T, match="contiguous")   # Fortran order
+    raises(ValueError, gram, X, out=np.zeros((8, 16))[:, ::2], match="contiguous")
     buf = np.full((8, 8), 0.5)
-    raises(ValueError, qk.gram, buf.reshape(-1)[:24].reshape(8, 3), out=buf, match="overlaps X")  # X used in place
-    qk.gram(buf[:, :3], out=buf)     # a strided X is copied first: no overlap then
-    raises(TypeError, qk.gram, X, out=[[0.0] * 8] * 8)
+    raises(ValueError, gram, buf.reshape(-1)[:24].reshape(8, 3), out=buf, match="overlaps X")  # X used in place
+    gram(buf[:, :3], out=buf)     # a strided X is copied first: no overlap then
+    raises(TypeError, gram, X, out=[[0.0] * 8] * 8)
 
 
 # ---- the documented exceptions ----
@@ -245,47 +250,47 @@ def test_bad_inputs_raise_documented_exceptions():
     for bad, where in [(np.nan, "NaN"), (np.inf, "Inf")]:
         Xb = X.copy()
         Xb[4, 1] = bad
-        raises(ValueError, qk.gram, Xb, match=f"X[4][1] is {where}")
-        raises(ValueError, qk.gram, X, Xb, match=f"Y[4][1] is {where}")
-    raises(ValueError, qk.gram, X, rand(4, 2), match="features")
-    raises(ValueError, qk.gram, X[0], match="2-D")
-    raises(ValueError, qk.gram, X.reshape(1, 6, 3), match="2-D")
-    raises(ValueError, qk.gram, np.zeros((0, 3)), match="n_x")
-    raises(TypeError, qk.gram, np.array([["a", "b"], ["c", "d"]]), match="real numbers")
-    raises(TypeError, qk.gram, X.astype(complex), match="real numbers")
-    raises(TypeError, qk.gram, np.array([[1.0, None]], dtype=object), match="real numbers")
-    raises(ValueError, qk.gram, X, map="zz(rep=2)", match="unknown parameter")
-    raises(ValueError, qk.gram, X, map="nosuchmap", match="nosuchmap")
-    raises(TypeError, qk.gram, X, map=42)
-    raises(ValueError, qk.gram, X, map=qk.FeatureMap("zz", 4), match="features")
+        raises(ValueError, gram, Xb, match=f"X[4][1] is {where}")
+        raises(ValueError, gram, X, Xb, match=f"Y[4][1] is {where}")
+    raises(ValueError, gram, X, rand(4, 2), match="features")
+    raises(ValueError, gram, X[0], match="2-D")
+    raises(ValueError, gram, X.reshape(1, 6, 3), match="2-D")
+    raises(ValueError, gram, np.zeros((0, 3)), match="n_x")
+    raises(TypeError, gram, np.array([["a", "b"], ["c", "d"]]), match="real numbers")
+    raises(TypeError, gram, X.astype(complex), match="real numbers")
+    raises(TypeError, gram, np.array([[1.0, None]], dtype=object), match="real numbers")
+    raises(ValueError, gram, X, map="zz(rep=2)", match="unknown parameter")
+    raises(ValueError, gram, X, map="nosuchmap", match="nosuchmap")
+    raises(TypeError, gram, X, map=42)
+    raises(ValueError, gram, X, map=qk.FeatureMap("zz", 4), match="features")
     raises(ValueError, qk.gram, X, device="tpu", match="device")
-    raises(ValueError, qk.gram, X, precision="fp16", match="precision")
-    raises(ValueError, qk.gram, X, threads=0, match="threads")
-    raises(ValueError, qk.gram, rand(2, 31), map="zz", match="qubits")
-    raises(ValueError, qk.gram, np.zeros((2, 4)), map="amplitude", match="norm")
-    raises(ValueError, qk.gram, np.full((2, 3), 0.5), map="basis")
+    raises(ValueError, gram, X, precision="fp16", match="precision")
+    raises(ValueError, gram, X, threads=0, match="threads")
+    raises(ValueError, gram, rand(2, 31), map="zz", match="qubits")
+    raises(ValueError, gram, np.zeros((2, 4)), map="amplitude", match="norm")
+    raises(ValueError, gram, np.full((2, 3), 0.5), map="basis")
     if not qk.engine()["cuda_devices"]:
         raises(RuntimeError, qk.gram, X, device="cuda", match="cuda")
 
 
 def test_wrong_weights():
     X = rand(5, 3)
-    raises(ValueError, qk.gram, X, map="hea(layers=2)", weights=np.ones(5), match="weights")    # takes 6
-    raises(ValueError, qk.gram, X, map="hea(layers=2)", weights=[1, 2, 3, np.nan, 5, 6], match="NaN")
-    raises(ValueError, qk.gram, X, map="zz", weights=[1.0], match="weights")                  # zz has none
-    raises(TypeError, qk.gram, X, map="hea(layers=2)", weights=["a"] * 6)
-    raises(ValueError, qk.gram, X, map="hea(layers=2)", weights=np.ones((2, 3)), match="1-D")
+    raises(ValueError, gram, X, map="hea(layers=2)", weights=np.ones(5), match="weights")    # takes 6
+    raises(ValueError, gram, X, map="hea(layers=2)", weights=[1, 2, 3, np.nan, 5, 6], match="NaN")
+    raises(ValueError, gram, X, map="zz", weights=[1.0], match="weights")                  # zz has none
+    raises(TypeError, gram, X, map="hea(layers=2)", weights=["a"] * 6)
+    raises(ValueError, gram, X, map="hea(layers=2)", weights=np.ones((2, 3)), match="1-D")
     w = RNG.uniform(-2, 2, 6)
     fm = qk.FeatureMap("hea(layers=2)", 3, weights=w)
     np.testing.assert_array_equal(fm.weights, w)
-    np.testing.assert_array_equal(qk.gram(X, map=fm), qk.gram(X, map="hea(layers=2)", weights=w))
-    assert not np.array_equal(qk.gram(X, map=fm), qk.gram(X, map="hea(layers=2)"))           # default 1.0
+    np.testing.assert_array_equal(gram(X, map=fm), gram(X, map="hea(layers=2)", weights=w))
+    assert not np.array_equal(gram(X, map=fm), gram(X, map="hea(layers=2)"))           # default 1.0
 
 
 def test_memory_error():
     # K of 300000^2 float64 values (720 GB) cannot be allocated: MemoryError, not a crash
     X = np.zeros((300000, 1))
-    raises(MemoryError, qk.gram, X, map="angle")
+    raises(MemoryError, gram, X, map="angle")
 
 
 # ---- FeatureMap ----
@@ -324,7 +329,7 @@ def test_kernel_params_protocol():
 def test_gil_released_during_compute():
     X = rand(2500, 8)
     done = []
-    t = threading.Thread(target=lambda: done.append(qk.gram(X, threads=1)))
+    t = threading.Thread(target=lambda: done.append(gram(X, threads=1)))     # CPU: about 1 s
     t0 = time.perf_counter()
     t.start()
     spins = 0
@@ -337,3 +342,27 @@ def test_gil_released_during_compute():
     # with the GIL held the main thread would not run at all while qk computes (1 or 2 spins)
     assert elapsed > 0.1, f"the job took {elapsed:.3f} s: too short to tell"
     assert spins >= 20, (spins, elapsed)
+
+
+# ---- the GPU engine, where the package has it and a device is present ----
+def test_cuda_engine_equals_cpu():
+    if not qk.engine()["cuda_devices"]:
+        raise unittest.SkipTest(f"no CUDA device ({qk.engine()})")
+    X, Y = rand(300, 6), rand(70, 6)
+    for spec in ["zz(reps=2)", "iqp", "angle(rot=y)", "amplitude", "hea(layers=2)"]:
+        K = gram(X, map=spec)
+        K64 = qk.gram(X, map=spec, device="cuda", precision="fp64")
+        assert K64.dtype == np.float64
+        np.testing.assert_allclose(K64, K, atol=1e-12, rtol=0)
+        K32 = qk.gram(X, Y, map=spec, device="cuda")             # the GPU engine's default: fp32
+        assert K32.dtype == np.float32
+        np.testing.assert_allclose(K32, gram(X, Y, map=spec), atol=2e-5, rtol=0)
+        assert qk.gram(X, map=spec).dtype == np.float32          # auto picks the GPU here
+    out = np.full((300, 80), -1.0)
+    qk.gram(X, Y, out=out[:, 5:75], device="cuda", precision="fp64")
+    np.testing.assert_allclose(out[:, 5:75], gram(X, Y), atol=1e-12)
+    assert (out[:, :5] == -1).all() and (out[:, 75:] == -1).all()
+    with tempfile.TemporaryDirectory() as d:
+        r = qk.gram(X, out=os.path.join(d, "K.npy"), device="cuda", precision="fp64")
+        np.testing.assert_allclose(r, gram(X), atol=1e-12)
+        del r

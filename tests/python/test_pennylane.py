@@ -41,9 +41,9 @@ def test_iqp_embedding_kernel():
         X, Y = RNG.uniform(-np.pi, np.pi, (9, 3)), RNG.uniform(0, np.pi, (5, 3))
         SX = _states(qml.IQPEmbedding, X, n_repeats=reps)
         SY = _states(qml.IQPEmbedding, Y, n_repeats=reps)
-        np.testing.assert_allclose(qk.gram(X, map=f"iqp(reps={reps})"), _kernel(SX, SX), atol=TOL, rtol=0)
-        np.testing.assert_allclose(qk.gram(X, Y, map=f"iqp(reps={reps})"), _kernel(SX, SY), atol=TOL, rtol=0)
-        np.testing.assert_allclose(qk.Kernel(f"iqp(reps={reps})")(X, Y), _kernel(SX, SY), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.gram(X, map=f"iqp(reps={reps})", precision="fp64"), _kernel(SX, SX), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.gram(X, Y, map=f"iqp(reps={reps})", precision="fp64"), _kernel(SX, SY), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.Kernel(f"iqp(reps={reps})", precision="fp64")(X, Y), _kernel(SX, SY), atol=TOL, rtol=0)
         ours = qk.FeatureMap(f"iqp(reps={reps})", 3).statevector(X)
         np.testing.assert_allclose(_reverse_bits(ours, 3), SX, atol=TOL)
 
@@ -55,7 +55,7 @@ def test_angle_embedding_kernel():
         SY = _states(qml.AngleEmbedding, Y, rotation=rot)
         spec = f"angle(rot={rot.lower()})"
         assert qk.FeatureMap(spec, 4).kind == "product"            # the analytic kernel: no states
-        np.testing.assert_allclose(qk.gram(X, map=spec), _kernel(SX, SX), atol=TOL, rtol=0)
-        np.testing.assert_allclose(qk.gram(X, Y, map=spec), _kernel(SX, SY), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.gram(X, map=spec, precision="fp64"), _kernel(SX, SX), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.gram(X, Y, map=spec, precision="fp64"), _kernel(SX, SY), atol=TOL, rtol=0)
         ours = qk.FeatureMap(spec, 4).statevector(X)
         np.testing.assert_allclose(_reverse_bits(ours, 4), SX, atol=TOL)

@@ -44,19 +44,19 @@ def test_evaluate_equals_fidelity_statevector_kernel():
         fmap = zz_feature_map(d, reps=reps, entanglement=ent)
         ref = _fidelity_kernel(fmap)
         X, Y = RNG.uniform(-np.pi, 2 * np.pi, (n, d)), RNG.uniform(0, np.pi, (m, d))
-        ours = qk.Kernel(f"zz(reps={reps},ent={ent})")
+        ours = qk.Kernel(f"zz(reps={reps},ent={ent})", precision="fp64")
         np.testing.assert_allclose(ours.evaluate(X), ref.evaluate(X), atol=TOL, rtol=0)
         np.testing.assert_allclose(ours.evaluate(X, Y), ref.evaluate(X, Y), atol=TOL, rtol=0)
         np.testing.assert_allclose(ours.evaluate(X[2]), ref.evaluate(X[2]), atol=TOL, rtol=0)
         # the circuit itself as the map: a drop-in for the same feature_map argument
-        np.testing.assert_allclose(qk.Kernel(fmap).evaluate(X, Y), ref.evaluate(X, Y), atol=TOL, rtol=0)
+        np.testing.assert_allclose(qk.Kernel(fmap, precision="fp64").evaluate(X, Y), ref.evaluate(X, Y), atol=TOL, rtol=0)
 
 
 def test_evaluate_equals_qiskit_for_a_pauli_feature_map():
     fmap = PauliFeatureMap(3, reps=2, paulis=["Z", "ZZ"], alpha=1.3)
     ref = _fidelity_kernel(fmap)
     X = RNG.uniform(0, np.pi, (9, 3))
-    np.testing.assert_allclose(qk.Kernel(fmap).evaluate(X), ref.evaluate(X), atol=TOL, rtol=0)
+    np.testing.assert_allclose(qk.Kernel(fmap, precision="fp64").evaluate(X), ref.evaluate(X), atol=TOL, rtol=0)
 
 
 def test_from_qiskit_zz_equals_builtin_zz():
@@ -67,12 +67,12 @@ def test_from_qiskit_zz_equals_builtin_zz():
                 fm = qk.FeatureMap.from_qiskit(circ)
                 assert (fm.n_qubits, fm.n_features, fm.kind) == (5, 5, "complex")
                 spec = f"zz(reps={reps},ent={ent})"
-                np.testing.assert_allclose(qk.gram(X, map=fm), qk.gram(X, map=spec), atol=1e-12, rtol=0)
-                np.testing.assert_allclose(qk.gram(X, Y, map=fm), qk.gram(X, Y, map=spec), atol=1e-12, rtol=0)
+                np.testing.assert_allclose(qk.gram(X, map=fm, precision="fp64"), qk.gram(X, map=spec, precision="fp64"), atol=1e-12, rtol=0)
+                np.testing.assert_allclose(qk.gram(X, Y, map=fm, precision="fp64"), qk.gram(X, Y, map=spec, precision="fp64"), atol=1e-12, rtol=0)
     # alpha
     fm = qk.FeatureMap.from_qiskit(zz_feature_map(3, reps=2, alpha=0.7))
     X3 = X[:, :3]
-    np.testing.assert_allclose(qk.gram(X3, map=fm), qk.gram(X3, map="zz(reps=2,alpha=0.7)"), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(qk.gram(X3, map=fm, precision="fp64"), qk.gram(X3, map="zz(reps=2,alpha=0.7)", precision="fp64"), atol=1e-12, rtol=0)
 
 
 def test_statevector_equals_qiskit_for_every_gate_and_angle_form():

@@ -401,6 +401,10 @@ static void qkpy_ctx_clear(void)
 }
 
 /* ---- gram ---- */
+/* Wall time of the last qk_gram call made by gram() (bench/python_cpu.py: the wrapper's own cost
+   is the call's time minus this). */
+static double qkpy_last_gram_s;
+
 static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"map", "x", "y", "out", "device", "precision", "threads", "out_path", NULL};
@@ -494,7 +498,9 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     cancel.thread = PyThread_get_thread_ident();
     cancel.last = qkpy_now();
     cancel.ts = PyEval_SaveThread();
+    qkpy_last_gram_s = qkpy_now();
     r = qk_gram(ctx, map->map, &g);
+    qkpy_last_gram_s = qkpy_now() - qkpy_last_gram_s;
     PyEval_RestoreThread(cancel.ts);
     qkpy_ctx_give(ctx, device, threads);
     if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
@@ -525,11 +531,18 @@ static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
 #endif
 }
 
+static PyObject *qkpy_last_gram_seconds(PyObject *mod, PyObject *noargs)
+{
+    (void)mod; (void)noargs;
+    return PyFloat_FromDouble(qkpy_last_gram_s);
+}
+
 static PyMethodDef qkpy_methods[] = {
     {"gram", (PyCFunction)(void (*)(void))qkpy_gram, METH_VARARGS | METH_KEYWORDS,
      "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None): qk_gram into out\n"
      "(or a new array; returned) or into the .npy file out_path (QK_OUTPUT_NPY; returns None)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
+    {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {NULL, NULL, 0, NULL}
 };
 
