@@ -366,3 +366,30 @@ def test_cuda_engine_equals_cpu():
         r = qk.gram(X, out=os.path.join(d, "K.npy"), device="cuda", precision="fp64")
         np.testing.assert_allclose(r, gram(X), atol=1e-12)
         del r
+
+
+def test_forked_child_computes():
+    # a forked child (multiprocessing's fork start method, joblib) must not reuse the parent's
+    # cached qk context: its thread pool did not survive the fork, and waiting for it would hang
+    if not hasattr(os, "fork"):
+        raise unittest.SkipTest("no fork on this platform")
+    X = rand(200, 6)
+    K = gram(X, threads=2)                       # the parent now holds a context with a pool
+    pid = os.fork()
+    if pid == 0:                                 # child: exit status 0 when K matches
+        code = 2
+        try:
+            code = 0 if np.array_equal(gram(X, threads=2), K) else 1
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 60
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            raise AssertionError("the forked child hung in qk.gram")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status

@@ -419,6 +419,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     qkpy_cancel cancel;
     qk_result r = QK_OK;
     int64_t nx, ny, ld = 0;
+    double t0;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOiiiO&:gram", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &outo,
                                      &device, &precision, &threads, PyUnicode_FSConverter, &path)) return NULL;
@@ -498,10 +499,11 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     cancel.thread = PyThread_get_thread_ident();
     cancel.last = qkpy_now();
     cancel.ts = PyEval_SaveThread();
-    qkpy_last_gram_s = qkpy_now();
+    t0 = qkpy_now();
     r = qk_gram(ctx, map->map, &g);
-    qkpy_last_gram_s = qkpy_now() - qkpy_last_gram_s;
+    t0 = qkpy_now() - t0;
     PyEval_RestoreThread(cancel.ts);
+    qkpy_last_gram_s = t0;                  /* written with the GIL held */
     qkpy_ctx_give(ctx, device, threads);
     if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
     if (r != QK_OK) { qkpy_raise(r); goto fail; }
