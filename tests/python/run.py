@@ -42,7 +42,7 @@ def main() -> int:
                     self.passed += 1
 
         c = Count()
-        rc = pytest.main(["-q", "-rs", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", path], plugins=[c])
+        rc = pytest.main(["-q", "-s", "-rs", "-p", "no:cacheprovider", "-W", "ignore::DeprecationWarning", path], plugins=[c])
         if rc == 0 and c.passed == 0:
             return SKIP
         return 0 if rc == 0 else 1
