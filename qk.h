@@ -3346,6 +3346,15 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         slab = nx;
     } else {
         slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+        /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
+           complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
+           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
+           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
+        if (path != QK_PATH_ANALYTIC) {
+            double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
+            double cap = 25e-3 * 50e12 / (per_pair * (double)ny);
+            if ((double)slab > cap) slab = (int64_t)cap;
+        }
         if (slab < 64) slab = 64;
         if (slab > nx) slab = nx;
     }
