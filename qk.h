@@ -223,23 +223,48 @@ typedef struct qk_map {
     qk_map_desc desc;       /* resolved desc (ops pointer cleared) */
 } qk_map;
 
+/* Resource bounds of a map, checked by qk_map_make (and qk_map_parse) before anything is
+   allocated, so that a typo such as reps=100000000 is an error, not minutes of allocation.
+   An entangling built-in map (zz, iqp, hea of 2 or more qubits, amplitude) is also refused
+   beyond QK_MAX_STATE_QUBITS before its op list is built. Define them before including qk.h,
+   the same in every translation unit, to change them. */
+#ifndef QK_MAX_REPS
+#define QK_MAX_REPS 1024            /* reps / layers / n_repeats of a built-in map */
+#endif
+#ifndef QK_MAX_OPS
+#define QK_MAX_OPS (1 << 20)        /* ops of any map (zz of 30 qubits, full: 768 reps) */
+#endif
+#ifndef QK_MAX_WEIGHTS
+#define QK_MAX_WEIGHTS (1 << 20)    /* trainable weights of any map */
+#endif
+/* Largest |angle| (radians) qk_map_check_data lets through; beyond it (or at a non-finite
+   angle) the data is refused: a phase of 1e300 rad has no meaningful value mod 2 pi, and sums
+   of such angles in the GPU engine's folded phases could overflow. */
+#define QK_MAX_ABS_ANGLE 1e300
+
 QKDEF qk_result qk_map_make(const qk_map_desc *desc, qk_map **out);
 /* Spec string (the CLI's --map): "zz(reps=2,ent=linear)", "iqp", "angle(rot=y)", "amplitude",
    "basis", "hea(layers=2,rot=y,ent=cz)", "circuit(qubits=2: h(0) rz(0, 2*x0) cx(0,1) ...)".
-   docs/maps.md has the grammar. n_features comes from the data. Errors name the column. */
+   docs/maps.md has the grammar. n_features comes from the data. Errors name the column (and,
+   for an unknown parameter, list the map's parameters). Numbers are read in C syntax ('.' is
+   the decimal point) whatever the program's locale. */
 QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out);
 QKDEF void qk_map_free(qk_map *map);
 /* Copies n weights (n must equal map->n_weights; all finite). */
 QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n);
 /* Writes a spec string that qk_map_parse() turns back into the same map (including custom
-   circuits). Returns the length it needs (like snprintf). */
+   circuits), numbers in C syntax whatever the locale. Returns the length it needs (like
+   snprintf). */
 QKDEF int qk_map_spec(const qk_map *map, char *buf, size_t size);
 QKDEF const char *qk_map_class_string(qk_map_class c);
 
 /* Evaluate every op's angle for one sample (n_ops values; ops with no angle get 0). */
 QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
-/* Checks x (n rows of map->n_features) for the map: finite, basis 0/1, amplitude non-zero norm.
-   The detail message names the first bad row and column. */
+/* Checks x (n rows of map->n_features) for the map: every value finite; basis features 0 or 1;
+   every op's angle (theta = scale * f(x, w) + offset, with the map's current weights) finite
+   and at most QK_MAX_ABS_ANGLE in magnitude (finite but huge features can overflow it);
+   amplitude rows with a sum of squares that neither overflows nor underflows (below DBL_MIN it
+   loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
 /* ---- context ---- */
@@ -740,6 +765,141 @@ QKDEF const char *qk_last_error(void) { return qk__errbuf; }
 
 
 /* ---- implementation: feature maps ---- */
+#include <float.h>
+
+/* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
+   makes strtod expect "0,5" and printf write it: qk reads and writes '.' all the same. Reading:
+   qk__num_len scans a C-syntax number ([+-] digits [. digits] [(e|E) [+-] digits], or inf /
+   infinity / nan where allowed), whose '.' is then replaced by the locale's decimal point and
+   handed to strtod, which rounds correctly (any length: long numbers go through the heap).
+   Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
+   printing 1.5 (snprintf is reentrant where localeconv is not). */
+typedef struct qk__radix { char s[8]; size_t n; } qk__radix;
+
+static void qk__radix_init(qk__radix *r)
+{
+    char b[32];
+    int n = snprintf(b, sizeof b, "%.1f", 1.5);
+    r->s[0] = '.';
+    r->n = 1;
+    /* "1" + decimal point + "5" */
+    if (n >= 3 && b[0] == '1' && b[n - 1] == '5' && (size_t)(n - 2) < sizeof r->s) {
+        memcpy(r->s, b + 1, (size_t)(n - 2));
+        r->n = (size_t)(n - 2);
+    }
+}
+
+/* %.*g of v with '.' as the decimal point, into buf; returns buf. */
+static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
+{
+    qk__radix rx;
+    char tmp[64], *dp;
+    size_t n;
+    qk__radix_init(&rx);
+    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (!(rx.n == 1 && rx.s[0] == '.') && (dp = strstr(tmp, rx.s)) != NULL) {
+        *dp = '.';
+        memmove(dp + 1, dp + rx.n, strlen(dp + rx.n) + 1);
+    }
+    n = strlen(tmp);
+    if (size) {
+        if (n >= size) n = size - 1;
+        memcpy(buf, tmp, n);
+        buf[n] = 0;
+    }
+    return buf;
+}
+
+static int qk__ci_eq(const char *s, size_t n, const char *word)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!word[i] || tolower((unsigned char)s[i]) != word[i]) return 0;
+    return word[n] == 0;
+}
+
+/* Length of the C-syntax number at the start of s (n bytes), 0 when there is none. special:
+   also inf, infinity, nan (any case, after an optional sign). */
+static size_t qk__num_len(const char *s, size_t n, int special)
+{
+    size_t i = 0, digits = 0, k;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    if (special) {
+        static const char *words[] = {"infinity", "inf", "nan"};
+        for (k = 0; k < 3; k++) {
+            size_t wl = strlen(words[k]);
+            if (n - i >= wl && qk__ci_eq(s + i, wl, words[k]) && (n - i == wl || !isalnum((unsigned char)s[i + wl])))
+                return i + wl;
+        }
+    }
+    while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    }
+    if (!digits) return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < n && (s[j] == '+' || s[j] == '-')) j++;
+        if (j < n && isdigit((unsigned char)s[j])) {
+            while (j < n && isdigit((unsigned char)s[j])) j++;
+            i = j;
+        }
+    }
+    return i;
+}
+
+/* Converts the n bytes at s, a whole qk__num_len token, to *v (an out-of-range value becomes
+   +-Inf, as strtod makes it). Returns 1, or 0 when out of memory (a token over 255 bytes). */
+static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
+{
+    char small[256], *buf = small, *end;
+    size_t i, k = 0, need = n + (rx->n - 1) + 1;
+    if (need > sizeof small) {
+        buf = (char *)QK_MALLOC(need);
+        if (!buf) return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (s[i] == '.') { memcpy(buf + k, rx->s, rx->n); k += rx->n; }
+        else buf[k++] = s[i];
+    }
+    buf[k] = 0;
+    *v = strtod(buf, &end);
+    if (buf != small) QK_FREE(buf);
+    return 1;
+}
+
+/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
+   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
+   "..."). Returns buf. */
+static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+{
+    size_t i, k = 0;
+    int cut = 0;
+    if (!size) return buf;
+    for (i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        size_t el;
+        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
+        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
+        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
+        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
+        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
+        memcpy(buf + k, e, el);
+        k += el;
+    }
+    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
+    buf[k] = 0;
+    return buf;
+}
+
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
+static double qk__angle(const qk_angle *a, const double *x, const double *w);
+
 typedef struct qk__ops {
     qk_op *ops;
     int n, cap;
@@ -901,6 +1061,50 @@ static qk_result qk__validate_ops(const qk_op *ops, int n_ops, int q, int d, int
     return QK_OK;
 }
 
+/* The resource bounds (QK_MAX_REPS, QK_MAX_OPS, QK_MAX_WEIGHTS, the state-qubit limit of
+   entangling built-ins), checked on the resolved desc before anything is allocated. The op
+   count is computed the way the builders below push ops (q <= QK_MAX_STATE_QUBITS keeps the
+   pair counting cheap). */
+static qk_result qk__map_bounds(const qk_map_desc *d)
+{
+    static const char *names[] = {"?", "zz", "iqp", "angle", "amplitude", "basis", "hea", "circuit"};
+    const char *nm = names[(int)d->type >= 0 && (int)d->type <= QK_MAP_CUSTOM ? (int)d->type : 0];
+    int q = d->n_qubits, rep;
+    int64_t ops = 0, nw = 0;
+    int reps = d->reps ? d->reps : (d->type == QK_MAP_IQP ? 1 : 2);
+    int entangling = d->type == QK_MAP_AMPLITUDE ||
+                     (q >= 2 && (d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA));
+    if (entangling && q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %s of %d qubits exceeds the state limit of %d qubits "
+                        "(QK_MAX_STATE_QUBITS; only product maps go beyond)", nm, q, QK_MAX_STATE_QUBITS);
+    if ((d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA) && reps > QK_MAX_REPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s with %s=%d exceeds QK_MAX_REPS (%d)", nm,
+                        d->type == QK_MAP_HEA ? "layers" : "reps", reps, QK_MAX_REPS);
+    switch (d->type) {
+    case QK_MAP_ZZ:
+        for (rep = 0; rep < reps; rep++) ops += 2 * (int64_t)q + 3 * (int64_t)qk__pairs(d->ent, q, rep, NULL, 0);
+        break;
+    case QK_MAP_IQP: ops = (int64_t)reps * (2 * (int64_t)q + (int64_t)q * (q - 1) / 2); break;
+    case QK_MAP_ANGLE: case QK_MAP_BASIS: ops = q; break;
+    case QK_MAP_AMPLITUDE: ops = 1; break;
+    case QK_MAP_HEA: {
+        int per = (d->rot == 'z' || d->rot == 'Z') ? 2 : 1;
+        ops = (int64_t)reps * ((int64_t)per * q + (q == 2 ? 1 : q >= 3 ? q : 0));
+        nw = (int64_t)reps * q * per;
+        break;
+    }
+    case QK_MAP_CUSTOM: ops = d->n_ops; nw = d->n_weights; break;
+    default: break;
+    }
+    if (ops > QK_MAX_OPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s of %d qubits would have %lld ops, more than QK_MAX_OPS (%d)",
+                        nm, q, (long long)ops, (int)QK_MAX_OPS);
+    if (nw > QK_MAX_WEIGHTS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s would have %lld weights, more than QK_MAX_WEIGHTS (%d)",
+                        nm, (long long)nw, (int)QK_MAX_WEIGHTS);
+    return QK_OK;
+}
+
 QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
 {
     qk_map_desc d;
@@ -935,6 +1139,8 @@ QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
     if (!isfinite(d.alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
     d.ent = d.ent ? d.ent : QK_ENT_FULL;
     if (d.ent < QK_ENT_FULL || d.ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d.ent);
+    r = qk__map_bounds(&d);
+    if (r != QK_OK) return r;
 
     switch (d.type) {
     case QK_MAP_ZZ: {
@@ -1078,10 +1284,43 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
         theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
 }
 
+static const char *qk__op_name(qk_op_kind k)
+{
+    static const char *names[] = {"?", "h", "x", "y", "z", "rx", "ry", "rz", "p", "cx", "cz", "rzz", "amplitude", "basis"};
+    return (int)k > 0 && (int)k < QK_OP_KIND_COUNT_ ? names[k] : "?";
+}
+
+/* "x3 = X[17][3] = 1e+300" for each feature (and weight) an angle reads, into buf. */
+static void qk__angle_inputs(const qk_angle *a, const double *row, const double *w, const char *name, int64_t i,
+                             char *buf, size_t size)
+{
+    char v0[40], v1[40];
+    buf[0] = 0;
+    switch (a->kind) {
+    case QK_ARG_X:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_XX: case QK_ARG_PIXX:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s, x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0,
+                 qk__fmt_g(v0, sizeof v0, row[a->x0], 6), a->x1, name, (long long)i, a->x1, qk__fmt_g(v1, sizeof v1, row[a->x1], 6));
+        break;
+    case QK_ARG_WX:
+        snprintf(buf, size, "w%d = %s, x%d = %s[%lld][%d] = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6), a->x0, name,
+                 (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_W:
+        snprintf(buf, size, "w%d = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6));
+        break;
+    default:
+        snprintf(buf, size, "constants only");
+        break;
+    }
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
-    int j, d, basis = 0, amp = 0, k;
+    int j, d, basis = 0, amp = 0, angles = 0, k;
     if (!name) name = "X";
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
@@ -1089,10 +1328,12 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     for (k = 0; k < map->n_ops; k++) {
         if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
+        if (qk__op_has_angle(map->ops[k].kind)) angles = 1;
     }
     for (i = 0; i < n; i++) {
         const double *row = x + i * d;
         double ss = 0.0;
+        char v0[40];
         for (j = 0; j < d; j++) {
             double v = row[j];
             if (!isfinite(v))
@@ -1104,11 +1345,49 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
                 if (map->ops[k].kind != QK_OP_BASIS) continue;
                 j = map->ops[k].angle.x0;
                 if (row[j] != 0.0 && row[j] != 1.0)
-                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %g: basis encoding needs 0 or 1", name, (long long)i, j, row[j]);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %s: basis encoding needs 0 or 1", name, (long long)i, j,
+                                    qk__fmt_g(v0, sizeof v0, row[j], 6));
             }
         }
-        if (amp && !(ss > 0.0 && isfinite(ss)))
-            return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares %g)", name, (long long)i, ss);
+        if (amp) {
+            /* The engines normalise with 1/sqrt(sum of squares): it must be a normal, finite
+               double, or the amplitudes come out Inf, NaN or imprecise. */
+            if (!isfinite(ss)) {
+                for (j = 1, k = 0; j < d; j++) if (fabs(row[j]) > fabs(row[k])) k = j;
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares overflows (%s[%lld][%d] = %s); "
+                                "scale the row (the state is the same)", name, (long long)i, name, (long long)i, k,
+                                qk__fmt_g(v0, sizeof v0, row[k], 6));
+            }
+            if (ss == 0.0) {
+                for (j = 0; j < d && row[j] == 0.0; j++) {}
+                if (j == d)
+                    return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares 0)",
+                                    name, (long long)i);
+            }
+            if (ss < DBL_MIN)
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares underflows (%s, below "
+                                "DBL_MIN: the normalised amplitudes would be wrong); scale the row (the state is the same)",
+                                name, (long long)i, qk__fmt_g(v0, sizeof v0, ss, 6));
+        }
+        if (angles) {
+            /* Finite features can still make an angle overflow ((pi - 1e300)^2 is Inf): the
+               state would be NaN and so would K. */
+            for (k = 0; k < map->n_ops; k++) {
+                const qk_op *o = &map->ops[k];
+                double t;
+                if (!qk__op_has_angle(o->kind)) continue;
+                t = qk__angle(&o->angle, row, map->weights);
+                if (!(fabs(t) <= QK_MAX_ABS_ANGLE)) {
+                    char in[200], ex[160], q1[16] = "";
+                    qk__angle_inputs(&o->angle, row, map->weights, name, i, in, sizeof in);
+                    qk__fmt_angle(&o->angle, ex, sizeof ex);
+                    if (qk__op_arity(o->kind) == 2) snprintf(q1, sizeof q1, ",%d", o->q1);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s row %lld: op %d, %s(%d%s, %s), has angle %s with %s: angles must be "
+                                    "finite and at most %g rad; scale the features", name, (long long)i, k,
+                                    qk__op_name(o->kind), o->q0, q1, ex, qk__fmt_g(v0, sizeof v0, t, 6), in, QK_MAX_ABS_ANGLE);
+                }
+            }
+        }
     }
     return QK_OK;
 }
@@ -1126,16 +1405,25 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 typedef struct qk__parser {
     const char *s;
     const char *p;
+    qk__radix rx;       /* the locale's decimal point (numbers are read in C syntax) */
+    int oom;            /* a long number could not be copied: the error is out of memory */
 } qk__parser;
 
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
+/* The spec as a message quotes it: escaped, at most 120 bytes. */
+static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
+{
+    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+}
+
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
 {
-    char msg[256];
-    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
-    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", ps->s, qk__col(ps), msg);
+    char msg[256], es[200];
+    if (ps->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory reading a number");
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");   /* arg: an identifier or a message of ours */
+    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", qk__spec_esc(ps, es, sizeof es), qk__col(ps), msg);
 }
 
 static int qk__accept(qk__parser *ps, char c)
@@ -1162,7 +1450,7 @@ static int qk__ident(qk__parser *ps, char *buf, size_t size)
 static int qk__number(qk__parser *ps, double *v)
 {
     const char *start;
-    char *end;
+    size_t n;
     int neg = 0;
     qk__ws(ps);
     start = ps->p;
@@ -1172,25 +1460,30 @@ static int qk__number(qk__parser *ps, double *v)
         *v = neg ? -QK__PI : QK__PI;
         return 1;
     }
-    if (!isdigit((unsigned char)*ps->p) && *ps->p != '.') { ps->p = start; return 0; }
-    errno = 0;
-    *v = strtod(ps->p, &end);
-    if (end == ps->p || errno == ERANGE) { ps->p = start; return 0; }
-    ps->p = end;
+    if (*ps->p == '+' || *ps->p == '-') { ps->p = start; return 0; }   /* one sign only */
+    n = qk__num_len(ps->p, (size_t)-1, 0);   /* no bound needed: the scan stops at the NUL */
+    if (!n) { ps->p = start; return 0; }
+    if (!qk__strtod_c(ps->p, n, &ps->rx, v)) { ps->oom = 1; ps->p = start; return 0; }
+    if (isinf(*v)) { ps->p = start; return 0; }   /* out of range */
+    ps->p += n;
     if (neg) *v = -*v;
     return 1;
 }
 
+/* A non-negative decimal integer: 1 read (into *v), 0 none (nothing consumed), -1 larger than
+   INT_MAX (nothing consumed). Locale-free by construction. */
 static int qk__int(qk__parser *ps, int *v)
 {
-    long x;
-    char *end;
+    const char *p;
+    int64_t x = 0;
     qk__ws(ps);
-    if (!isdigit((unsigned char)*ps->p)) return 0;
-    errno = 0;
-    x = strtol(ps->p, &end, 10);
-    if (errno == ERANGE || x > 1000000000L) return 0;
-    ps->p = end;
+    p = ps->p;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) {
+        x = x * 10 + (*p++ - '0');
+        if (x > 0x7fffffff) return -1;
+    }
+    ps->p = p;
     *v = (int)x;
     return 1;
 }
@@ -1204,7 +1497,7 @@ static int qk__var(qk__parser *ps, char which, int *idx)
     if (tolower((unsigned char)*ps->p) != which) return 0;
     ps->p++;
     if (!isdigit((unsigned char)*ps->p)) { ps->p = start; return 0; }
-    if (!qk__int(ps, idx)) { ps->p = start; return 0; }
+    if (qk__int(ps, idx) != 1) { ps->p = start; return 0; }
     return 1;
 }
 
@@ -1303,9 +1596,9 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
         if (!kind) { ps->p = at; return qk__perr(ps, "unknown gate '%s' (h x y z rx ry rz p cx cnot cz rzz)", name); }
         ar = qk__op_arity(kind);
         if (!qk__accept(ps, '(')) return qk__perr(ps, "expected '(' after gate '%s'", name);
-        if (!qk__int(ps, &q0)) return qk__perr(ps, "expected a qubit index", NULL);
+        if (qk__int(ps, &q0) != 1) return qk__perr(ps, "expected a qubit index", NULL);
         if (ar == 2) {
-            if (!qk__accept(ps, ',') || !qk__int(ps, &q1)) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
+            if (!qk__accept(ps, ',') || qk__int(ps, &q1) != 1) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
         }
         if (qk__op_has_angle(kind)) {
             if (!qk__accept(ps, ',')) return qk__perr(ps, "expected ', angle' (gate '%s' takes an angle)", name);
@@ -1313,8 +1606,29 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
             if (r != QK_OK) return r;
         }
         if (!qk__accept(ps, ')')) return qk__perr(ps, "expected ')' to close gate '%s'", name);
+        if (l->n >= QK_MAX_OPS) {
+            char lim[16];
+            snprintf(lim, sizeof lim, "%d", (int)QK_MAX_OPS);
+            ps->p = at;
+            return qk__perr(ps, "more than QK_MAX_OPS (%s) gates", lim);
+        }
         qk__push(l, kind, q0, q1, a);
         if (l->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory");
+    }
+}
+
+/* The parameters a map's spec takes (for the message about an unknown one). */
+static const char *qk__map_params(qk_map_type t)
+{
+    switch (t) {
+    case QK_MAP_ZZ: return "reps, alpha, ent, qubits";
+    case QK_MAP_IQP: return "reps (or n_repeats), qubits";
+    case QK_MAP_ANGLE: return "rot, qubits";
+    case QK_MAP_AMPLITUDE: return "qubits";
+    case QK_MAP_BASIS: return "qubits";
+    case QK_MAP_HEA: return "layers (or reps), rot, ent, qubits";
+    case QK_MAP_CUSTOM: return "qubits, features, weights, then ':' and the gates";
+    default: return "?";
     }
 }
 
@@ -1332,6 +1646,8 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     memset(&d, 0, sizeof d);
     memset(&l, 0, sizeof l);
     ps.s = ps.p = spec;
+    ps.oom = 0;
+    qk__radix_init(&ps.rx);
     d.n_features = n_features;
     if (!qk__ident(&ps, name, sizeof name)) return qk__perr(&ps, "expected a map name (zz, iqp, angle, amplitude, basis, hea, circuit)", NULL);
     if (!strcmp(name, "zz")) d.type = QK_MAP_ZZ;
@@ -1355,14 +1671,20 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 if (!qk__accept(&ps, '=')) return qk__perr(&ps, "expected '=' after '%s'", key);
                 qk__ws(&ps);
                 vat = ps.p;
-#define QK__BADKEY() do { ps.p = kat; return qk__perr(&ps, "unknown parameter '%s' for this map", key); } while (0)
-#define QK__INTVAL(dst) do { if (!qk__int(&ps, &iv)) { ps.p = vat; return qk__perr(&ps, "'%s' needs a non-negative integer", key); } dst = iv; } while (0)
+#define QK__BADKEY() do { char m_[160]; ps.p = kat; \
+                snprintf(m_, sizeof m_, "unknown parameter '%s' for %s (its parameters: %s)", key, name, qk__map_params(d.type)); \
+                return qk__perr(&ps, "%s", m_); } while (0)
+#define QK__INTVAL(dst, max) do { char m_[128]; int g_ = qk__int(&ps, &iv); ps.p = g_ == 1 ? ps.p : vat; \
+                if (g_ == 0) return qk__perr(&ps, "'%s' needs a non-negative integer", key); \
+                if (g_ < 0 || iv > (max)) { snprintf(m_, sizeof m_, "'%s' is larger than its maximum, %s (%d)", key, #max, (int)(max)); \
+                    ps.p = vat; return qk__perr(&ps, "%s", m_); } \
+                dst = iv; } while (0)
                 if (!strcmp(key, "qubits")) {
-                    QK__INTVAL(d.n_qubits);
+                    QK__INTVAL(d.n_qubits, QK_MAX_PRODUCT_QUBITS);
                     if (d.n_qubits <= 0) { ps.p = vat; return qk__perr(&ps, "qubits must be > 0", NULL); }
                 } else if (!strcmp(key, "reps") || !strcmp(key, "layers") || !strcmp(key, "n_repeats")) {
                     if (d.type != QK_MAP_ZZ && d.type != QK_MAP_IQP && d.type != QK_MAP_HEA) QK__BADKEY();
-                    QK__INTVAL(d.reps);
+                    QK__INTVAL(d.reps, QK_MAX_REPS);
                     if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
                 } else if (!strcmp(key, "alpha")) {
                     if (d.type != QK_MAP_ZZ) QK__BADKEY();
@@ -1370,11 +1692,11 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                     d.alpha = num;
                 } else if (!strcmp(key, "features")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(iv);
-                    if (iv != n_features) { ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", spec, qk__col(&ps), iv, n_features); }
+                    QK__INTVAL(iv, 0x7fffffff);
+                    if (iv != n_features) { char es_[200]; ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", qk__spec_esc(&ps, es_, sizeof es_), qk__col(&ps), iv, n_features); }
                 } else if (!strcmp(key, "weights")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(d.n_weights);
+                    QK__INTVAL(d.n_weights, QK_MAX_WEIGHTS);
                 } else if (!strcmp(key, "ent")) {
                     if (!qk__ident(&ps, val, sizeof val)) { ps.p = vat; return qk__perr(&ps, "ent needs a name", NULL); }
                     if (d.type == QK_MAP_ZZ) {
@@ -1418,7 +1740,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     qk__ws(&ps);
     if (*ps.p) { QK_FREE(l.ops); return qk__perr(&ps, "unexpected text after the map", NULL); }
     if (d.type == QK_MAP_CUSTOM) {
-        if (!d.n_qubits) { QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", spec); }
+        if (!d.n_qubits) { char es_[200]; QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", qk__spec_esc(&ps, es_, sizeof es_)); }
         d.ops = l.ops;
         d.n_ops = l.n;
     }
@@ -1429,15 +1751,19 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
 {
-    char off[40] = "";
-    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%.17g", a->offset);
-    if (a->offset != 0.0) snprintf(off, sizeof off, "%+.17g", a->offset);
+    char off[40] = "", sc[40];
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
+    if (a->offset != 0.0) {
+        off[0] = '+';
+        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
+    }
+    qk__fmt_g(sc, sizeof sc, a->scale, 17);
     switch (a->kind) {
-    case QK_ARG_X: return snprintf(buf, size, "%.17g*x%d%s", a->scale, a->x0, off);
-    case QK_ARG_XX: return snprintf(buf, size, "%.17g*x%d*x%d%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_PIXX: return snprintf(buf, size, "%.17g*(pi-x%d)*(pi-x%d)%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_W: return snprintf(buf, size, "%.17g*w%d%s", a->scale, a->w, off);
-    case QK_ARG_WX: return snprintf(buf, size, "%.17g*w%d*x%d%s", a->scale, a->w, a->x0, off);
+    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
     default: return snprintf(buf, size, "0");
     }
 }
@@ -1464,7 +1790,11 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
     if (!buf) size = 0;
     d = &m->desc;
     switch (m->type) {
-    case QK_MAP_ZZ: qk__cat(buf, size, &len, "zz(reps=%d,alpha=%.17g,ent=%s)", d->reps, d->alpha, ents[d->ent]); break;
+    case QK_MAP_ZZ: {
+        char al[40];
+        qk__cat(buf, size, &len, "zz(reps=%d,alpha=%s,ent=%s)", d->reps, qk__fmt_g(al, sizeof al, d->alpha, 17), ents[d->ent]);
+        break;
+    }
     case QK_MAP_IQP: qk__cat(buf, size, &len, "iqp(reps=%d)", d->reps); break;
     case QK_MAP_ANGLE: qk__cat(buf, size, &len, "angle(rot=%c)", d->rot); break;
     case QK_MAP_AMPLITUDE: qk__cat(buf, size, &len, "amplitude(qubits=%d)", m->n_qubits); break;
