@@ -423,13 +423,28 @@ typedef struct qk_array {
     int ndim;
 } qk_array;
 
+/* The readers (qk_npy_read, qk_csv_read) read regular files only: a FIFO, a device or a
+   directory is refused before it is read (a FIFO would block, /dev/zero never ends). Nothing is
+   allocated beyond what the file holds: a .npy header is checked against the file size first.
+   On error *out is left untouched and the message quotes file content escaped and truncated. */
+#ifndef QK_CSV_MAX_BYTES
+#define QK_CSV_MAX_BYTES ((int64_t)1 << 34)     /* largest .csv file read (16 GiB; it is read whole) */
+#endif
+#ifndef QK_CSV_MAX_LINE
+#define QK_CSV_MAX_LINE ((int64_t)1 << 24)      /* longest .csv line (16 MiB) */
+#endif
+
 /* Reads .npy version 1-3, dtype <f4/<f8 (and >f4/>f8, <i4/<i8), C order, 1-D or 2-D. */
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out);
 /* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy of float32 or float64 atomically: a temporary
    file in the same directory, then rename. No partial file on any error. */
 QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
                              int64_t cols);
-/* Reads numeric CSV (comma, optional header line skipped when not numeric). */
+/* Reads numeric CSV: comma-separated numbers in C syntax ('.' decimals, in any locale), one row
+   per line; '#' comment and blank lines skipped; an optional header line, which is a line with
+   no field that starts like a number, names every column (an unnamed first column, pandas'
+   index, is refused). Any control byte (NUL included) is an error naming its line, as is a
+   field that is not a number (line and column). The full rules: docs/cli.md. */
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
@@ -2674,19 +2689,20 @@ static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t s
 static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
     const char *p = h, *e = h + len;
     memset(o, 0, sizeof(*o));
+    char ex[200];
     p = qk__npy_ws(p, e);
     if (p >= e || *p != '{')
-        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): %.60s", path, h);
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 60));
     p++;
     for (;;) {
         char key[32];
         p = qk__npy_ws(p, e);
         if (p < e && *p == '}') break;
         p = qk__npy_str(p, e, key, sizeof(key));
-        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): %.80s", path, h);
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 80));
         p = qk__npy_ws(p, e);
         if (p >= e || *p != ':')
-            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         p = qk__npy_ws(p + 1, e);
         if (strcmp(key, "descr") == 0) {
             if (p < e && *p == '[')
@@ -2724,7 +2740,7 @@ static qk_result qk__npy_parse_header(const char *path, const char *h, size_t le
             }
             o->have_shape = 1;
         } else {
-            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         }
         p = qk__npy_ws(p, e);
         if (p < e && *p == ',') { p++; continue; }
@@ -2765,12 +2781,93 @@ static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size
     }
 }
 
+/* ---- reading files: regular files only ---- */
+/* The readers open a path only when it names a regular file: a FIFO would block in open() until
+   a writer comes (forever), a device such as /dev/zero never ends, a directory is no data. The
+   path is stat()ed first, so that a device is never even opened, then opened without blocking
+   and fstat()ed again (the check that counts, free of races). The size from fstat bounds every
+   allocation: nothing is allocated for data the file does not hold. */
+#ifdef _WIN32
+typedef struct _stati64 qk__stat_t;
+#define QK__STAT(p, st) _stati64((p), (st))
+#define QK__FSTAT(fd, st) _fstati64((fd), (st))
+#define QK__OPEN_RD(p) _open((p), _O_RDONLY | _O_BINARY)
+#define QK__READ(fd, b, n) _read((fd), (b), (unsigned)(n))
+#define QK__RCLOSE(fd) _close(fd)
+#define QK__S_ISREG(m) (((m) & _S_IFMT) == _S_IFREG)
+#define QK__S_ISDIR(m) (((m) & _S_IFMT) == _S_IFDIR)
+#define QK__S_ISFIFO(m) 0
+#define QK__S_ISCHR(m) (((m) & _S_IFMT) == _S_IFCHR)
+#else
+typedef struct stat qk__stat_t;
+#define QK__STAT(p, st) stat((p), (st))
+#define QK__FSTAT(fd, st) fstat((fd), (st))
+#define QK__OPEN_RD(p) open((p), O_RDONLY | O_NONBLOCK | O_NOCTTY)
+#define QK__READ(fd, b, n) read((fd), (b), (n))
+#define QK__RCLOSE(fd) close(fd)
+#define QK__S_ISREG(m) S_ISREG(m)
+#define QK__S_ISDIR(m) S_ISDIR(m)
+#define QK__S_ISFIFO(m) S_ISFIFO(m)
+#define QK__S_ISCHR(m) S_ISCHR(m)
+#endif
+
+static qk_result qk__not_regular(const char *path, unsigned mode) {
+    const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+}
+
+/* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
+static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
+    qk__stat_t st;
+    int fd;
+    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
+    fd = QK__OPEN_RD(path);
+    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (QK__FSTAT(fd, &st) != 0) {
+        int e = errno;
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_IO, "cannot read '%s': fstat: %s", path, strerror(e));
+    }
+    if (!QK__S_ISREG(st.st_mode)) { QK__RCLOSE(fd); return qk__not_regular(path, (unsigned)st.st_mode); }
+    *fd_out = fd;
+    *size_out = (int64_t)st.st_size;
+    return QK_OK;
+}
+
+/* Reads up to n bytes (fewer only at the end of the file); retries EINTR and short reads.
+   Returns the count, or -1 with errno set. */
+static int64_t qk__read_full(int fd, void *buf, size_t n) {
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30);
+        long k = (long)QK__READ(fd, p + got, chunk);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
+static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h) {
+    if (h->ndim == 1) snprintf(buf, size, "(%lld,)", (long long)h->shape[0]);
+    else if (h->ndim == 2) snprintf(buf, size, "(%lld, %lld)", (long long)h->shape[0], (long long)h->shape[1]);
+    else snprintf(buf, size, "(%d dimensions)", h->ndim);
+    return buf;
+}
+
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     unsigned char pre[12];
     unsigned char *data = NULL;
-    char *hdr = NULL;
-    FILE *f;
-    size_t got, hlen, nbytes;
+    char *hdr = NULL, shp[64], dsc[48];
+    int fd = -1;
+    size_t hlen, nbytes, plen;
+    int64_t got, fsize = 0, avail;
     qk__npy_header h;
     qk_result r;
     int major, minor, size, swap;
@@ -2778,9 +2875,10 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     int64_t rows, cols, count;
 
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
-    f = fopen(path, "rb");
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    got = fread(pre, 1, 10, f);
+    r = qk__open_regular(path, &fd, &fsize);
+    if (r != QK_OK) return r;
+    got = qk__read_full(fd, pre, 10);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
     if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
         goto fail;
@@ -2788,11 +2886,13 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
     major = pre[6];
     minor = pre[7];
+    plen = 10;
     if (major == 1) {
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
     } else if (major == 2 || major == 3) {
-        if (fread(pre + 10, 1, 2, f) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        if (qk__read_full(fd, pre + 10, 2) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+        plen = 12;
     } else {
         r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
         goto fail;
@@ -2801,10 +2901,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
         goto fail;
     }
+    if (fsize < (int64_t)(plen + hlen)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lld of %lu bytes)", path,
+                     (long long)(fsize > (int64_t)plen ? fsize - (int64_t)plen : 0), (unsigned long)hlen);
+        goto fail;
+    }
     hdr = (char *)QK_MALLOC(hlen + 1);
     if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
-    got = fread(hdr, 1, hlen, f);
-    if (got < hlen) {
+    got = qk__read_full(fd, hdr, hlen);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < hlen) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
         goto fail;
     }
@@ -2812,15 +2918,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     r = qk__npy_parse_header(path, hdr, hlen, &h);
     if (r != QK_OK) goto fail;
 
+    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
     kind = h.descr[1];
     size = h.descr[2] - '0';
     if (strchr(h.descr, 'O')) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
         goto fail;
     }
     if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, dsc);
         goto fail;
     }
     if (h.fortran) {
@@ -2832,13 +2939,29 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
         goto fail;
     }
+    qk__shape_str(shp, sizeof shp, &h);
     rows = h.shape[0];
     cols = h.ndim == 2 ? h.shape[1] : 1;
     if (cols > 0 && rows > INT64_MAX / 8 / cols) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: shape (%lld, %lld) is too large", path, (long long)rows, (long long)cols);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
         goto fail;
     }
     count = rows * cols;
+    nbytes = (size_t)((uint64_t)count * (uint64_t)size);
+    /* The file size must match the header before anything is allocated for the data: a
+       200-byte file that claims 48 GB is refused here, not by malloc (or worse, under
+       overcommit, after a 48 GB allocation). */
+    avail = fsize - (int64_t)(plen + hlen);
+    if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path,
+                     (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+        goto fail;
+    }
+    if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
+                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+        goto fail;
+    }
     if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
         goto fail;
@@ -2849,20 +2972,21 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
         goto fail;
     }
-    nbytes = (size_t)count * (size_t)size;
-    got = fread(data, 1, nbytes, f);
-    if (ferror(f)) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
-    if (got < nbytes) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lu of %lu bytes for shape (%lld, %lld) of %s", path,
-                     (unsigned long)got, (unsigned long)nbytes, (long long)rows, (long long)cols, h.descr);
+    got = qk__read_full(fd, data, nbytes);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < nbytes) {   /* the file shrank while it was read */
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %lu bytes for shape %s of %s", path,
+                     (long long)got, (unsigned long)nbytes, shp, dsc);
         goto fail;
     }
-    if (fgetc(f) != EOF) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape (%lld, %lld) of %s needs", path,
-                     (long long)rows, (long long)cols, h.descr);
-        goto fail;
+    {
+        unsigned char extra;
+        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
+            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+            goto fail;
+        }
     }
-    fclose(f);
+    QK__RCLOSE(fd);
     swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
     qk__npy_to_double(data, count, kind, size, swap);
     QK_FREE(hdr);
@@ -2872,7 +2996,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     out->ndim = h.ndim;
     return QK_OK;
 fail:
-    fclose(f);
+    QK__RCLOSE(fd);
     if (hdr) QK_FREE(hdr);
     if (data) QK_FREE(data);
     return r;
@@ -3051,120 +3175,201 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
-/* Reads a whole file into a NUL-terminated buffer. */
-static qk_result qk__read_file(const char *path, char **out, size_t *out_len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    for (;;) {
-        size_t got;
-        if (cap - len < 4096 + 1) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = (char *)QK_MALLOC(ncap);
-            if (!nb) {
-                fclose(f);
-                if (buf) QK_FREE(buf);
-                return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
-            }
-            if (buf) { memcpy(nb, buf, len); QK_FREE(buf); }
-            buf = nb;
-            cap = ncap;
-        }
-        got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
+/* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
+    int fd;
+    int64_t size, got;
+    char *buf;
+    unsigned char extra;
+    qk_result r = qk__open_regular(path, &fd, &size);
+    if (r != QK_OK) return r;
+    if (size > max) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_FORMAT, "%s: %lld bytes, more than %s (%lld) allows", path, (long long)size, macro, (long long)max);
     }
-    if (ferror(f)) {
+    if ((uint64_t)size >= (uint64_t)SIZE_MAX) { QK__RCLOSE(fd); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: too large for memory", path); }
+    buf = (char *)QK_MALLOC((size_t)size + 1);
+    if (!buf) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for its %lld bytes", path, (long long)size);
+    }
+    got = qk__read_full(fd, buf, (size_t)size);
+    if (got >= 0 && qk__read_full(fd, &extra, 1) != 0) {
+        QK__RCLOSE(fd);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: the file grew while it was read", path);
+    }
+    if (got < 0) {
         int e = errno;
-        fclose(f);
+        QK__RCLOSE(fd);
         QK_FREE(buf);
         return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
     }
-    fclose(f);
-    buf[len] = 0;
+    QK__RCLOSE(fd);
+    buf[got] = 0;
     *out = buf;
-    *out_len = len;
+    *out_len = (size_t)got;
     return QK_OK;
 }
 
-/* One CSV field as a number: surrounding blanks allowed, nothing else. */
-static int qk__csv_number(const char *s, const char *e, double *v) {
-    char tmp[80];
-    char *end;
+/* ---- CSV ---- */
+/* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
+   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
+   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
+   other line is a header only when no field of it starts like a number (empty fields do not
+   count); a header must name every column (an empty first name is how pandas' to_csv marks its
+   index column: refused with that advice, since the index would be read as a feature) and as
+   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   naming its line: a CSV file is text. A data field that is not a number is an error naming
+   line and column, with a hint when the line holds ';' or tabs (another separator). */
+
+/* A field with blanks (space, tab) trimmed. */
+static void qk__csv_trim(const char **s, const char **e) {
+    while (*s < *e && (**s == ' ' || **s == '\t')) (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
+}
+
+/* Starts like a number: a header line has no such field. */
+static int qk__csv_numeric_like(const char *s, const char *e) {
     size_t n;
-    while (s < e && (*s == ' ' || *s == '\t')) s++;
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
-    n = (size_t)(e - s);
-    if (n == 0 || n >= sizeof(tmp)) return 0;
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    *v = strtod(tmp, &end);
-    return end == tmp + n;
+    qk__csv_trim(&s, &e);
+    n = qk__num_len(s, (size_t)(e - s), 1);
+    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+}
+
+typedef struct qk__csv_scan_state {
+    const char *path;
+    qk__radix rx;
+    double *data;           /* NULL: count only */
+    int64_t rows, cols, cols_line, header_cols, header_line, k;
+} qk__csv_scan_state;
+
+/* One data line: every field a number. */
+static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *e, int64_t line, int first) {
+    const char *f = s;
+    int64_t col = 0;
+    char ex[200];
+    for (;;) {
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        size_t n;
+        double v;
+        if (!fe) fe = e;
+        b = fe;
+        col++;
+        qk__csv_trim(&a, &b);
+        if (a == b)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
+        n = qk__num_len(a, (size_t)(b - a), 1);
+        if (n != (size_t)(b - a)) {
+            const char *hint = "";
+            if (memchr(s, ';', (size_t)(e - s)))
+                hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
+                       "semicolon-separated files are not supported)";
+            else if (memchr(a, '\t', (size_t)(b - a)))
+                hint = " (the field holds a tab: qk reads comma-separated values, not tab-separated ones)";
+            else if (memchr(a, ' ', (size_t)(b - a)))
+                hint = " (the field holds a space: qk reads comma-separated values)";
+            else if (first)
+                hint = " (a header line must have no field that starts like a number)";
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
+                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+        }
+        if (!qk__strtod_c(a, n, &c->rx, &v))
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
+                            (long long)line, (unsigned long)n);
+        if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+        /* The counting pass has checked every row's length, so the fill pass fits. */
+        if (c->data) c->data[c->k++] = v;
+        if (fe == e) break;
+        f = fe + 1;
+    }
+    if (c->cols < 0 && c->header_cols >= 0 && col != c->header_cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, the header (line %lld) names %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->header_line, (long long)c->header_cols);
+    if (c->cols < 0) { c->cols = col; c->cols_line = line; }
+    else if (col != c->cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->cols_line, (long long)c->cols);
+    c->rows++;
+    return QK_OK;
 }
 
 /* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
 static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
                               int64_t *rows_out, int64_t *cols_out) {
     const char *p = text, *end = text + len;
-    int64_t line = 0, rows = 0, cols = -1, cols_line = 0, k = 0;
+    int64_t line = 0;
     int first = 1;
+    qk__csv_scan_state c;
+    qk_result r;
+    memset(&c, 0, sizeof c);
+    c.path = path;
+    c.data = data;
+    c.cols = c.header_cols = -1;
+    qk__radix_init(&c.rx);
     if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
     while (p < end) {
         const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
-        int64_t c = 0;
-        int numeric = 1;
         if (!e) e = end;
         p = e + 1;
         line++;
+        if ((int64_t)(e - s) > (int64_t)QK_CSV_MAX_LINE)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld is longer than QK_CSV_MAX_LINE (%lld bytes): not a CSV file of samples?",
+                            path, (long long)line, (long long)QK_CSV_MAX_LINE);
+        for (q = s; q < e; q++) {
+            unsigned char ch = (unsigned char)*q;
+            if ((ch < 0x20 && ch != '\t' && !(ch == '\r' && q == e - 1)) || ch == 0x7f)
+                return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, byte %lld (file offset %lld): control byte %s; a CSV file is "
+                                "text (a binary file?%s)", path, (long long)line, (long long)(q - s + 1), (long long)(q - text),
+                                ch == 0 ? "\\0" : ch == '\r' ? "\\r" : ch == 0x7f ? "\\x7f" : ch == 0x0c ? "\\f" : "below 0x20",
+                                ch == '\r' ? " or old Mac line ends: qk reads \\n or \\r\\n" : "");
+        }
         if (e > s && e[-1] == '\r') e--;
         for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
         if (q == e || *q == '#') continue;   /* blank or comment line */
         if (first) {
-            /* The first line is a header when any of its fields is not a number. */
             const char *f = s;
-            for (;;) {
-                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
-                if (!fe) fe = e;
-                if (!qk__csv_number(f, fe, &v)) { numeric = 0; break; }
-                if (fe == e) break;
-                f = fe + 1;
-            }
+            int numeric = 0;
+            int64_t col = 0;
             first = 0;
-            if (!numeric) continue;
-        }
-        {
-            const char *f = s;
             for (;;) {
                 const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
                 if (!fe) fe = e;
-                c++;
-                if (!qk__csv_number(f, fe, &v)) {
-                    const char *a = f, *b = fe;
-                    while (a < b && (*a == ' ' || *a == '\t')) a++;
-                    if (a == b)
-                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", path,
-                                        (long long)line, (long long)c);
-                    return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%.*s' is not a number", path,
-                                    (long long)line, (long long)c, (int)(b - a > 40 ? 40 : b - a), a);
-                }
-                /* The counting pass has checked every row's length, so the fill pass fits. */
-                if (data) data[k++] = v;
+                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
                 if (fe == e) break;
                 f = fe + 1;
             }
+            if (!numeric) {   /* the header: every column named */
+                f = s;
+                for (;;) {
+                    const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+                    if (!fe) fe = e;
+                    b = fe;
+                    col++;
+                    qk__csv_trim(&a, &b);
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
+                                        (long long)line, (long long)col,
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
+                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                    if (fe == e) break;
+                    f = fe + 1;
+                }
+                c.header_cols = col;
+                c.header_line = line;
+                continue;
+            }
+            r = qk__csv_line(&c, s, e, line, 1);
+        } else {
+            r = qk__csv_line(&c, s, e, line, 0);
         }
-        if (cols < 0) { cols = c; cols_line = line; }
-        else if (c != cols)
-            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", path,
-                            (long long)line, (long long)c, (long long)cols_line, (long long)cols);
-        rows++;
+        if (r != QK_OK) return r;
     }
-    if (rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
-    *rows_out = rows;
-    *cols_out = cols;
+    if (c.rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = c.rows;
+    *cols_out = c.cols;
     return QK_OK;
 }
 
@@ -3175,7 +3380,7 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     double *data;
     qk_result r;
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
-    r = qk__read_file(path, &text, &len);
+    r = qk__read_file(path, (int64_t)QK_CSV_MAX_BYTES, "QK_CSV_MAX_BYTES", &text, &len);
     if (r != QK_OK) return r;
     r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
     if (r != QK_OK) { QK_FREE(text); return r; }
