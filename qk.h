@@ -789,18 +789,20 @@ QKDEF const char *qk_last_error(void) { return qk__errbuf; }
    handed to strtod, which rounds correctly (any length: long numbers go through the heap).
    Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
    printing 1.5 (snprintf is reentrant where localeconv is not). */
-typedef struct qk__radix { char s[8]; size_t n; } qk__radix;
+typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
 
 static void qk__radix_init(qk__radix *r)
 {
     char b[32];
     int n = snprintf(b, sizeof b, "%.1f", 1.5);
     r->s[0] = '.';
+    r->s[1] = 0;
     r->n = 1;
     /* "1" + decimal point + "5" */
     if (n >= 3 && b[0] == '1' && b[n - 1] == '5' && (size_t)(n - 2) < sizeof r->s) {
         memcpy(r->s, b + 1, (size_t)(n - 2));
         r->n = (size_t)(n - 2);
+        r->s[r->n] = 0;
     }
 }
 
