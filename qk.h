@@ -1334,10 +1334,34 @@ static void qk__angle_inputs(const qk_angle *a, const double *row, const double 
     }
 }
 
+/* 1 when no op's angle can exceed QK_MAX_ABS_ANGLE for features of magnitude at most xmax
+   (a bound: |scale| |f| + |offset| with |f| bounded per kind; weights are the map's). */
+static int qk__angles_bounded(const qk_map *map, double xmax)
+{
+    int k;
+    for (k = 0; k < map->n_ops; k++) {
+        const qk_angle *a = &map->ops[k].angle;
+        double f, w;
+        if (!qk__op_has_angle(map->ops[k].kind)) continue;
+        w = (a->kind == QK_ARG_W || a->kind == QK_ARG_WX) ? fabs(map->weights[a->w]) : 0.0;
+        switch (a->kind) {
+        case QK_ARG_X: f = xmax; break;
+        case QK_ARG_XX: f = xmax * xmax; break;
+        case QK_ARG_PIXX: f = (QK__PI + xmax) * (QK__PI + xmax); break;
+        case QK_ARG_W: f = w; break;
+        case QK_ARG_WX: f = w * xmax; break;
+        default: f = 0.0; break;
+        }
+        if (!(fabs(a->scale) * f + fabs(a->offset) <= 0.5 * QK_MAX_ABS_ANGLE)) return 0;
+    }
+    return 1;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
     int j, d, basis = 0, amp = 0, angles = 0, k;
+    double xmax = 0.0;
     if (!name) name = "X";
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
@@ -1356,6 +1380,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
             if (!isfinite(v))
                 return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld][%d] is %s", name, (long long)i, j, isnan(v) ? "NaN" : "Inf");
             ss += v * v;
+            if (fabs(v) > xmax) xmax = fabs(v);
         }
         if (basis) {
             for (k = 0; k < map->n_ops; k++) {
@@ -1386,9 +1411,14 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
                                 "DBL_MIN: the normalised amplitudes would be wrong); scale the row (the state is the same)",
                                 name, (long long)i, qk__fmt_g(v0, sizeof v0, ss, 6));
         }
-        if (angles) {
-            /* Finite features can still make an angle overflow ((pi - 1e300)^2 is Inf): the
-               state would be NaN and so would K. */
+    }
+    /* Finite features can still make an angle overflow ((pi - 1e300)^2 is Inf): the state
+       would be NaN and so would K. A bound from the largest |x| clears ordinary data with
+       O(ops) work; only when it does not are the angles evaluated row by row. */
+    if (angles && !qk__angles_bounded(map, xmax)) {
+        for (i = 0; i < n; i++) {
+            const double *row = x + i * d;
+            char v0[40];
             for (k = 0; k < map->n_ops; k++) {
                 const qk_op *o = &map->ops[k];
                 double t;
