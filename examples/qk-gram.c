@@ -158,11 +158,13 @@ static qk_result read_array(const char *path, qk_array *a) {
 /* Reads a 2-D sample matrix; prints the error itself. */
 static int read_samples(const char *what, const char *path, qk_array *a) {
     qk_result r;
+    long long rows, cols;
     if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, path);
     r = read_array(path, a);
     if (r != QK_OK) return fail(r, "cannot read %s", what);
     /* The shape is taken before qk_array_free zeroes it (the message used to say (0,)). */
-    long long rows = (long long)a->rows, cols = (long long)a->cols;
+    rows = (long long)a->rows;
+    cols = (long long)a->cols;
     if (a->ndim != 2) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' is 1-D (shape (%lld,)); samples must be 2-D (n_samples, n_features) "
