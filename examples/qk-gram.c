@@ -126,10 +126,13 @@ static int prof_fail(const char *what, const char *path) {
     return EXIT_FAILURE;
 }
 
-/* The parser's detail says "column N" (1-based): show the spec with a caret under it. */
+/* The parser's detail says "column N" (1-based): show the spec with a caret under it (not for a
+   spec with control or non-ASCII bytes: the message has it escaped, the caret would not align). */
 static void show_spec_column(const char *spec) {
-    const char *c = strstr(qk_last_error(), "column ");
+    const char *c = strstr(qk_last_error(), "column "), *p;
     int col;
+    for (p = spec; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) return;
     if (quiet_msgs || !c || sscanf(c + 7, "%d", &col) != 1 || col < 1 || col > (int)strlen(spec) + 1) return;
     fprintf(stderr, "    %s\n    %*s^\n", spec, col - 1, "");
 }
