@@ -223,23 +223,48 @@ typedef struct qk_map {
     qk_map_desc desc;       /* resolved desc (ops pointer cleared) */
 } qk_map;
 
+/* Resource bounds of a map, checked by qk_map_make (and qk_map_parse) before anything is
+   allocated, so that a typo such as reps=100000000 is an error, not minutes of allocation.
+   An entangling built-in map (zz, iqp, hea of 2 or more qubits, amplitude) is also refused
+   beyond QK_MAX_STATE_QUBITS before its op list is built. Define them before including qk.h,
+   the same in every translation unit, to change them. */
+#ifndef QK_MAX_REPS
+#define QK_MAX_REPS 1024            /* reps / layers / n_repeats of a built-in map */
+#endif
+#ifndef QK_MAX_OPS
+#define QK_MAX_OPS (1 << 20)        /* ops of any map (zz of 30 qubits, full: 768 reps) */
+#endif
+#ifndef QK_MAX_WEIGHTS
+#define QK_MAX_WEIGHTS (1 << 20)    /* trainable weights of any map */
+#endif
+/* Largest |angle| (radians) qk_map_check_data lets through; beyond it (or at a non-finite
+   angle) the data is refused: a phase of 1e300 rad has no meaningful value mod 2 pi, and sums
+   of such angles in the GPU engine's folded phases could overflow. */
+#define QK_MAX_ABS_ANGLE 1e300
+
 QKDEF qk_result qk_map_make(const qk_map_desc *desc, qk_map **out);
 /* Spec string (the CLI's --map): "zz(reps=2,ent=linear)", "iqp", "angle(rot=y)", "amplitude",
    "basis", "hea(layers=2,rot=y,ent=cz)", "circuit(qubits=2: h(0) rz(0, 2*x0) cx(0,1) ...)".
-   docs/maps.md has the grammar. n_features comes from the data. Errors name the column. */
+   docs/maps.md has the grammar. n_features comes from the data. Errors name the column (and,
+   for an unknown parameter, list the map's parameters). Numbers are read in C syntax ('.' is
+   the decimal point) whatever the program's locale. */
 QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out);
 QKDEF void qk_map_free(qk_map *map);
 /* Copies n weights (n must equal map->n_weights; all finite). */
 QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n);
 /* Writes a spec string that qk_map_parse() turns back into the same map (including custom
-   circuits). Returns the length it needs (like snprintf). */
+   circuits), numbers in C syntax whatever the locale. Returns the length it needs (like
+   snprintf). */
 QKDEF int qk_map_spec(const qk_map *map, char *buf, size_t size);
 QKDEF const char *qk_map_class_string(qk_map_class c);
 
 /* Evaluate every op's angle for one sample (n_ops values; ops with no angle get 0). */
 QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
-/* Checks x (n rows of map->n_features) for the map: finite, basis 0/1, amplitude non-zero norm.
-   The detail message names the first bad row and column. */
+/* Checks x (n rows of map->n_features) for the map: every value finite; basis features 0 or 1;
+   every op's angle (theta = scale * f(x, w) + offset, with the map's current weights) finite
+   and at most QK_MAX_ABS_ANGLE in magnitude (finite but huge features can overflow it);
+   amplitude rows with a sum of squares that neither overflows nor underflows (below DBL_MIN it
+   loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
 /* ---- context ---- */
@@ -398,13 +423,28 @@ typedef struct qk_array {
     int ndim;
 } qk_array;
 
+/* The readers (qk_npy_read, qk_csv_read) read regular files only: a FIFO, a device or a
+   directory is refused before it is read (a FIFO would block, /dev/zero never ends). Nothing is
+   allocated beyond what the file holds: a .npy header is checked against the file size first.
+   On error *out is left untouched and the message quotes file content escaped and truncated. */
+#ifndef QK_CSV_MAX_BYTES
+#define QK_CSV_MAX_BYTES ((int64_t)1 << 34)     /* largest .csv file read (16 GiB; it is read whole) */
+#endif
+#ifndef QK_CSV_MAX_LINE
+#define QK_CSV_MAX_LINE ((int64_t)1 << 24)      /* longest .csv line (16 MiB) */
+#endif
+
 /* Reads .npy version 1-3, dtype <f4/<f8 (and >f4/>f8, <i4/<i8), C order, 1-D or 2-D. */
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out);
 /* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy of float32 or float64 atomically: a temporary
    file in the same directory, then rename. No partial file on any error. */
 QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
                              int64_t cols);
-/* Reads numeric CSV (comma, optional header line skipped when not numeric). */
+/* Reads numeric CSV: comma-separated numbers in C syntax ('.' decimals, in any locale), one row
+   per line; '#' comment and blank lines skipped; an optional header line, which is a line with
+   no field that starts like a number, names every column (an unnamed first column, pandas'
+   index, is refused). Any control byte (NUL included) is an error naming its line, as is a
+   field that is not a number (line and column). The full rules: docs/cli.md. */
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
@@ -740,6 +780,143 @@ QKDEF const char *qk_last_error(void) { return qk__errbuf; }
 
 
 /* ---- implementation: feature maps ---- */
+#include <float.h>
+
+/* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
+   makes strtod expect "0,5" and printf write it: qk reads and writes '.' all the same. Reading:
+   qk__num_len scans a C-syntax number ([+-] digits [. digits] [(e|E) [+-] digits], or inf /
+   infinity / nan where allowed), whose '.' is then replaced by the locale's decimal point and
+   handed to strtod, which rounds correctly (any length: long numbers go through the heap).
+   Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
+   printing 1.5 (snprintf is reentrant where localeconv is not). */
+typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
+
+static void qk__radix_init(qk__radix *r)
+{
+    char b[32];
+    int n = snprintf(b, sizeof b, "%.1f", 1.5);
+    r->s[0] = '.';
+    r->s[1] = 0;
+    r->n = 1;
+    /* "1" + decimal point + "5" */
+    if (n >= 3 && b[0] == '1' && b[n - 1] == '5' && (size_t)(n - 2) < sizeof r->s) {
+        memcpy(r->s, b + 1, (size_t)(n - 2));
+        r->n = (size_t)(n - 2);
+        r->s[r->n] = 0;
+    }
+}
+
+/* %.*g of v with '.' as the decimal point, into buf; returns buf. */
+static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
+{
+    qk__radix rx;
+    char tmp[64], *dp;
+    size_t n;
+    qk__radix_init(&rx);
+    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (!(rx.n == 1 && rx.s[0] == '.') && (dp = strstr(tmp, rx.s)) != NULL) {
+        *dp = '.';
+        memmove(dp + 1, dp + rx.n, strlen(dp + rx.n) + 1);
+    }
+    n = strlen(tmp);
+    if (size) {
+        if (n >= size) n = size - 1;
+        memcpy(buf, tmp, n);
+        buf[n] = 0;
+    }
+    return buf;
+}
+
+static int qk__ci_eq(const char *s, size_t n, const char *word)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!word[i] || tolower((unsigned char)s[i]) != word[i]) return 0;
+    return word[n] == 0;
+}
+
+/* Length of the C-syntax number at the start of s (n bytes), 0 when there is none. special:
+   also inf, infinity, nan (any case, after an optional sign). */
+static size_t qk__num_len(const char *s, size_t n, int special)
+{
+    size_t i = 0, digits = 0, k;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    if (special) {
+        static const char *words[] = {"infinity", "inf", "nan"};
+        for (k = 0; k < 3; k++) {
+            size_t wl = strlen(words[k]);
+            if (n - i >= wl && qk__ci_eq(s + i, wl, words[k]) && (n - i == wl || !isalnum((unsigned char)s[i + wl])))
+                return i + wl;
+        }
+    }
+    while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    }
+    if (!digits) return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < n && (s[j] == '+' || s[j] == '-')) j++;
+        if (j < n && isdigit((unsigned char)s[j])) {
+            while (j < n && isdigit((unsigned char)s[j])) j++;
+            i = j;
+        }
+    }
+    return i;
+}
+
+/* Converts the n bytes at s, a whole qk__num_len token, to *v (an out-of-range value becomes
+   +-Inf, as strtod makes it). Returns 1, or 0 when out of memory (a token over 255 bytes). */
+static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
+{
+    char small[256], *buf = small, *end;
+    size_t i, k = 0, need = n + (rx->n - 1) + 1;
+    if (need > sizeof small) {
+        buf = (char *)QK_MALLOC(need);
+        if (!buf) return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (s[i] == '.') { memcpy(buf + k, rx->s, rx->n); k += rx->n; }
+        else buf[k++] = s[i];
+    }
+    buf[k] = 0;
+    *v = strtod(buf, &end);
+    if (buf != small) QK_FREE(buf);
+    return 1;
+}
+
+/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
+   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
+   "..."). Returns buf. */
+static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+{
+    size_t i, k = 0;
+    int cut = 0;
+    if (!size) return buf;
+    for (i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        size_t el;
+        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
+        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
+        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
+        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
+        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
+        memcpy(buf + k, e, el);
+        k += el;
+    }
+    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
+    buf[k] = 0;
+    return buf;
+}
+
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
+static double qk__angle(const qk_angle *a, const double *x, const double *w);
+
 typedef struct qk__ops {
     qk_op *ops;
     int n, cap;
@@ -901,6 +1078,50 @@ static qk_result qk__validate_ops(const qk_op *ops, int n_ops, int q, int d, int
     return QK_OK;
 }
 
+/* The resource bounds (QK_MAX_REPS, QK_MAX_OPS, QK_MAX_WEIGHTS, the state-qubit limit of
+   entangling built-ins), checked on the resolved desc before anything is allocated. The op
+   count is computed the way the builders below push ops (q <= QK_MAX_STATE_QUBITS keeps the
+   pair counting cheap). */
+static qk_result qk__map_bounds(const qk_map_desc *d)
+{
+    static const char *names[] = {"?", "zz", "iqp", "angle", "amplitude", "basis", "hea", "circuit"};
+    const char *nm = names[(int)d->type >= 0 && (int)d->type <= QK_MAP_CUSTOM ? (int)d->type : 0];
+    int q = d->n_qubits, rep;
+    int64_t ops = 0, nw = 0;
+    int reps = d->reps ? d->reps : (d->type == QK_MAP_IQP ? 1 : 2);
+    int entangling = d->type == QK_MAP_AMPLITUDE ||
+                     (q >= 2 && (d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA));
+    if (entangling && q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %s of %d qubits exceeds the state limit of %d qubits "
+                        "(QK_MAX_STATE_QUBITS; only product maps go beyond)", nm, q, QK_MAX_STATE_QUBITS);
+    if ((d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA) && reps > QK_MAX_REPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s with %s=%d exceeds QK_MAX_REPS (%d)", nm,
+                        d->type == QK_MAP_HEA ? "layers" : "reps", reps, QK_MAX_REPS);
+    switch (d->type) {
+    case QK_MAP_ZZ:
+        for (rep = 0; rep < reps; rep++) ops += 2 * (int64_t)q + 3 * (int64_t)qk__pairs(d->ent, q, rep, NULL, 0);
+        break;
+    case QK_MAP_IQP: ops = (int64_t)reps * (2 * (int64_t)q + (int64_t)q * (q - 1) / 2); break;
+    case QK_MAP_ANGLE: case QK_MAP_BASIS: ops = q; break;
+    case QK_MAP_AMPLITUDE: ops = 1; break;
+    case QK_MAP_HEA: {
+        int per = (d->rot == 'z' || d->rot == 'Z') ? 2 : 1;
+        ops = (int64_t)reps * ((int64_t)per * q + (q == 2 ? 1 : q >= 3 ? q : 0));
+        nw = (int64_t)reps * q * per;
+        break;
+    }
+    case QK_MAP_CUSTOM: ops = d->n_ops; nw = d->n_weights; break;
+    default: break;
+    }
+    if (ops > QK_MAX_OPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s of %d qubits would have %lld ops, more than QK_MAX_OPS (%d)",
+                        nm, q, (long long)ops, (int)QK_MAX_OPS);
+    if (nw > QK_MAX_WEIGHTS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s would have %lld weights, more than QK_MAX_WEIGHTS (%d)",
+                        nm, (long long)nw, (int)QK_MAX_WEIGHTS);
+    return QK_OK;
+}
+
 QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
 {
     qk_map_desc d;
@@ -935,6 +1156,8 @@ QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
     if (!isfinite(d.alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
     d.ent = d.ent ? d.ent : QK_ENT_FULL;
     if (d.ent < QK_ENT_FULL || d.ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d.ent);
+    r = qk__map_bounds(&d);
+    if (r != QK_OK) return r;
 
     switch (d.type) {
     case QK_MAP_ZZ: {
@@ -1078,10 +1301,67 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
         theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
 }
 
+static const char *qk__op_name(qk_op_kind k)
+{
+    static const char *names[] = {"?", "h", "x", "y", "z", "rx", "ry", "rz", "p", "cx", "cz", "rzz", "amplitude", "basis"};
+    return (int)k > 0 && (int)k < QK_OP_KIND_COUNT_ ? names[k] : "?";
+}
+
+/* "x3 = X[17][3] = 1e+300" for each feature (and weight) an angle reads, into buf. */
+static void qk__angle_inputs(const qk_angle *a, const double *row, const double *w, const char *name, int64_t i,
+                             char *buf, size_t size)
+{
+    char v0[40], v1[40];
+    buf[0] = 0;
+    switch (a->kind) {
+    case QK_ARG_X:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_XX: case QK_ARG_PIXX:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s, x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0,
+                 qk__fmt_g(v0, sizeof v0, row[a->x0], 6), a->x1, name, (long long)i, a->x1, qk__fmt_g(v1, sizeof v1, row[a->x1], 6));
+        break;
+    case QK_ARG_WX:
+        snprintf(buf, size, "w%d = %s, x%d = %s[%lld][%d] = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6), a->x0, name,
+                 (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_W:
+        snprintf(buf, size, "w%d = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6));
+        break;
+    default:
+        snprintf(buf, size, "constants only");
+        break;
+    }
+}
+
+/* 1 when no op's angle can exceed QK_MAX_ABS_ANGLE for features of magnitude at most xmax
+   (a bound: |scale| |f| + |offset| with |f| bounded per kind; weights are the map's). */
+static int qk__angles_bounded(const qk_map *map, double xmax)
+{
+    int k;
+    for (k = 0; k < map->n_ops; k++) {
+        const qk_angle *a = &map->ops[k].angle;
+        double f, w;
+        if (!qk__op_has_angle(map->ops[k].kind)) continue;
+        w = (a->kind == QK_ARG_W || a->kind == QK_ARG_WX) ? fabs(map->weights[a->w]) : 0.0;
+        switch (a->kind) {
+        case QK_ARG_X: f = xmax; break;
+        case QK_ARG_XX: f = xmax * xmax; break;
+        case QK_ARG_PIXX: f = (QK__PI + xmax) * (QK__PI + xmax); break;
+        case QK_ARG_W: f = w; break;
+        case QK_ARG_WX: f = w * xmax; break;
+        default: f = 0.0; break;
+        }
+        if (!(fabs(a->scale) * f + fabs(a->offset) <= 0.5 * QK_MAX_ABS_ANGLE)) return 0;
+    }
+    return 1;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
-    int j, d, basis = 0, amp = 0, k;
+    int j, d, basis = 0, amp = 0, angles = 0, k;
+    double xmax = 0.0;
     if (!name) name = "X";
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
@@ -1089,26 +1369,72 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     for (k = 0; k < map->n_ops; k++) {
         if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
+        if (qk__op_has_angle(map->ops[k].kind)) angles = 1;
     }
     for (i = 0; i < n; i++) {
         const double *row = x + i * d;
         double ss = 0.0;
+        char v0[40];
         for (j = 0; j < d; j++) {
             double v = row[j];
             if (!isfinite(v))
                 return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld][%d] is %s", name, (long long)i, j, isnan(v) ? "NaN" : "Inf");
             ss += v * v;
+            if (fabs(v) > xmax) xmax = fabs(v);
         }
         if (basis) {
             for (k = 0; k < map->n_ops; k++) {
                 if (map->ops[k].kind != QK_OP_BASIS) continue;
                 j = map->ops[k].angle.x0;
                 if (row[j] != 0.0 && row[j] != 1.0)
-                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %g: basis encoding needs 0 or 1", name, (long long)i, j, row[j]);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %s: basis encoding needs 0 or 1", name, (long long)i, j,
+                                    qk__fmt_g(v0, sizeof v0, row[j], 6));
             }
         }
-        if (amp && !(ss > 0.0 && isfinite(ss)))
-            return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares %g)", name, (long long)i, ss);
+        if (amp) {
+            /* The engines normalise with 1/sqrt(sum of squares): it must be a normal, finite
+               double, or the amplitudes come out Inf, NaN or imprecise. */
+            if (!isfinite(ss)) {
+                for (j = 1, k = 0; j < d; j++) if (fabs(row[j]) > fabs(row[k])) k = j;
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares overflows (%s[%lld][%d] = %s); "
+                                "scale the row (the state is the same)", name, (long long)i, name, (long long)i, k,
+                                qk__fmt_g(v0, sizeof v0, row[k], 6));
+            }
+            if (ss == 0.0) {
+                for (j = 0; j < d && row[j] == 0.0; j++) {}
+                if (j == d)
+                    return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares 0)",
+                                    name, (long long)i);
+            }
+            if (ss < DBL_MIN)
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares underflows (%s, below "
+                                "DBL_MIN: the normalised amplitudes would be wrong); scale the row (the state is the same)",
+                                name, (long long)i, qk__fmt_g(v0, sizeof v0, ss, 6));
+        }
+    }
+    /* Finite features can still make an angle overflow ((pi - 1e300)^2 is Inf): the state
+       would be NaN and so would K. A bound from the largest |x| clears ordinary data with
+       O(ops) work; only when it does not are the angles evaluated row by row. */
+    if (angles && !qk__angles_bounded(map, xmax)) {
+        for (i = 0; i < n; i++) {
+            const double *row = x + i * d;
+            char v0[40];
+            for (k = 0; k < map->n_ops; k++) {
+                const qk_op *o = &map->ops[k];
+                double t;
+                if (!qk__op_has_angle(o->kind)) continue;
+                t = qk__angle(&o->angle, row, map->weights);
+                if (!(fabs(t) <= QK_MAX_ABS_ANGLE)) {
+                    char in[200], ex[160], q1[16] = "";
+                    qk__angle_inputs(&o->angle, row, map->weights, name, i, in, sizeof in);
+                    qk__fmt_angle(&o->angle, ex, sizeof ex);
+                    if (qk__op_arity(o->kind) == 2) snprintf(q1, sizeof q1, ",%d", o->q1);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s row %lld: op %d, %s(%d%s, %s), has angle %s with %s: angles must be "
+                                    "finite and at most %g rad; scale the features", name, (long long)i, k,
+                                    qk__op_name(o->kind), o->q0, q1, ex, qk__fmt_g(v0, sizeof v0, t, 6), in, QK_MAX_ABS_ANGLE);
+                }
+            }
+        }
     }
     return QK_OK;
 }
@@ -1126,16 +1452,25 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 typedef struct qk__parser {
     const char *s;
     const char *p;
+    qk__radix rx;       /* the locale's decimal point (numbers are read in C syntax) */
+    int oom;            /* a long number could not be copied: the error is out of memory */
 } qk__parser;
 
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
+/* The spec as a message quotes it: escaped, at most 120 bytes. */
+static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
+{
+    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+}
+
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
 {
-    char msg[256];
-    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
-    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", ps->s, qk__col(ps), msg);
+    char msg[256], es[200];
+    if (ps->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory reading a number");
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");   /* arg: an identifier or a message of ours */
+    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", qk__spec_esc(ps, es, sizeof es), qk__col(ps), msg);
 }
 
 static int qk__accept(qk__parser *ps, char c)
@@ -1162,7 +1497,7 @@ static int qk__ident(qk__parser *ps, char *buf, size_t size)
 static int qk__number(qk__parser *ps, double *v)
 {
     const char *start;
-    char *end;
+    size_t n;
     int neg = 0;
     qk__ws(ps);
     start = ps->p;
@@ -1172,25 +1507,30 @@ static int qk__number(qk__parser *ps, double *v)
         *v = neg ? -QK__PI : QK__PI;
         return 1;
     }
-    if (!isdigit((unsigned char)*ps->p) && *ps->p != '.') { ps->p = start; return 0; }
-    errno = 0;
-    *v = strtod(ps->p, &end);
-    if (end == ps->p || errno == ERANGE) { ps->p = start; return 0; }
-    ps->p = end;
+    if (*ps->p == '+' || *ps->p == '-') { ps->p = start; return 0; }   /* one sign only */
+    n = qk__num_len(ps->p, (size_t)-1, 0);   /* no bound needed: the scan stops at the NUL */
+    if (!n) { ps->p = start; return 0; }
+    if (!qk__strtod_c(ps->p, n, &ps->rx, v)) { ps->oom = 1; ps->p = start; return 0; }
+    if (isinf(*v)) { ps->p = start; return 0; }   /* out of range */
+    ps->p += n;
     if (neg) *v = -*v;
     return 1;
 }
 
+/* A non-negative decimal integer: 1 read (into *v), 0 none (nothing consumed), -1 larger than
+   INT_MAX (nothing consumed). Locale-free by construction. */
 static int qk__int(qk__parser *ps, int *v)
 {
-    long x;
-    char *end;
+    const char *p;
+    int64_t x = 0;
     qk__ws(ps);
-    if (!isdigit((unsigned char)*ps->p)) return 0;
-    errno = 0;
-    x = strtol(ps->p, &end, 10);
-    if (errno == ERANGE || x > 1000000000L) return 0;
-    ps->p = end;
+    p = ps->p;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) {
+        x = x * 10 + (*p++ - '0');
+        if (x > 0x7fffffff) return -1;
+    }
+    ps->p = p;
     *v = (int)x;
     return 1;
 }
@@ -1204,7 +1544,7 @@ static int qk__var(qk__parser *ps, char which, int *idx)
     if (tolower((unsigned char)*ps->p) != which) return 0;
     ps->p++;
     if (!isdigit((unsigned char)*ps->p)) { ps->p = start; return 0; }
-    if (!qk__int(ps, idx)) { ps->p = start; return 0; }
+    if (qk__int(ps, idx) != 1) { ps->p = start; return 0; }
     return 1;
 }
 
@@ -1303,9 +1643,9 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
         if (!kind) { ps->p = at; return qk__perr(ps, "unknown gate '%s' (h x y z rx ry rz p cx cnot cz rzz)", name); }
         ar = qk__op_arity(kind);
         if (!qk__accept(ps, '(')) return qk__perr(ps, "expected '(' after gate '%s'", name);
-        if (!qk__int(ps, &q0)) return qk__perr(ps, "expected a qubit index", NULL);
+        if (qk__int(ps, &q0) != 1) return qk__perr(ps, "expected a qubit index", NULL);
         if (ar == 2) {
-            if (!qk__accept(ps, ',') || !qk__int(ps, &q1)) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
+            if (!qk__accept(ps, ',') || qk__int(ps, &q1) != 1) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
         }
         if (qk__op_has_angle(kind)) {
             if (!qk__accept(ps, ',')) return qk__perr(ps, "expected ', angle' (gate '%s' takes an angle)", name);
@@ -1313,8 +1653,29 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
             if (r != QK_OK) return r;
         }
         if (!qk__accept(ps, ')')) return qk__perr(ps, "expected ')' to close gate '%s'", name);
+        if (l->n >= QK_MAX_OPS) {
+            char lim[16];
+            snprintf(lim, sizeof lim, "%d", (int)QK_MAX_OPS);
+            ps->p = at;
+            return qk__perr(ps, "more than QK_MAX_OPS (%s) gates", lim);
+        }
         qk__push(l, kind, q0, q1, a);
         if (l->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory");
+    }
+}
+
+/* The parameters a map's spec takes (for the message about an unknown one). */
+static const char *qk__map_params(qk_map_type t)
+{
+    switch (t) {
+    case QK_MAP_ZZ: return "reps, alpha, ent, qubits";
+    case QK_MAP_IQP: return "reps (or n_repeats), qubits";
+    case QK_MAP_ANGLE: return "rot, qubits";
+    case QK_MAP_AMPLITUDE: return "qubits";
+    case QK_MAP_BASIS: return "qubits";
+    case QK_MAP_HEA: return "layers (or reps), rot, ent, qubits";
+    case QK_MAP_CUSTOM: return "qubits, features, weights, then ':' and the gates";
+    default: return "?";
     }
 }
 
@@ -1332,6 +1693,8 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     memset(&d, 0, sizeof d);
     memset(&l, 0, sizeof l);
     ps.s = ps.p = spec;
+    ps.oom = 0;
+    qk__radix_init(&ps.rx);
     d.n_features = n_features;
     if (!qk__ident(&ps, name, sizeof name)) return qk__perr(&ps, "expected a map name (zz, iqp, angle, amplitude, basis, hea, circuit)", NULL);
     if (!strcmp(name, "zz")) d.type = QK_MAP_ZZ;
@@ -1355,14 +1718,20 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 if (!qk__accept(&ps, '=')) return qk__perr(&ps, "expected '=' after '%s'", key);
                 qk__ws(&ps);
                 vat = ps.p;
-#define QK__BADKEY() do { ps.p = kat; return qk__perr(&ps, "unknown parameter '%s' for this map", key); } while (0)
-#define QK__INTVAL(dst) do { if (!qk__int(&ps, &iv)) { ps.p = vat; return qk__perr(&ps, "'%s' needs a non-negative integer", key); } dst = iv; } while (0)
+#define QK__BADKEY() do { char m_[160]; ps.p = kat; \
+                snprintf(m_, sizeof m_, "unknown parameter '%s' for %s (its parameters: %s)", key, name, qk__map_params(d.type)); \
+                return qk__perr(&ps, "%s", m_); } while (0)
+#define QK__INTVAL(dst, max) do { char m_[128]; int g_ = qk__int(&ps, &iv); ps.p = g_ == 1 ? ps.p : vat; \
+                if (g_ == 0) return qk__perr(&ps, "'%s' needs a non-negative integer", key); \
+                if (g_ < 0 || iv > (max)) { snprintf(m_, sizeof m_, "'%s' is larger than its maximum, %s (%d)", key, #max, (int)(max)); \
+                    ps.p = vat; return qk__perr(&ps, "%s", m_); } \
+                dst = iv; } while (0)
                 if (!strcmp(key, "qubits")) {
-                    QK__INTVAL(d.n_qubits);
+                    QK__INTVAL(d.n_qubits, QK_MAX_PRODUCT_QUBITS);
                     if (d.n_qubits <= 0) { ps.p = vat; return qk__perr(&ps, "qubits must be > 0", NULL); }
                 } else if (!strcmp(key, "reps") || !strcmp(key, "layers") || !strcmp(key, "n_repeats")) {
                     if (d.type != QK_MAP_ZZ && d.type != QK_MAP_IQP && d.type != QK_MAP_HEA) QK__BADKEY();
-                    QK__INTVAL(d.reps);
+                    QK__INTVAL(d.reps, QK_MAX_REPS);
                     if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
                 } else if (!strcmp(key, "alpha")) {
                     if (d.type != QK_MAP_ZZ) QK__BADKEY();
@@ -1370,11 +1739,11 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                     d.alpha = num;
                 } else if (!strcmp(key, "features")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(iv);
-                    if (iv != n_features) { ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", spec, qk__col(&ps), iv, n_features); }
+                    QK__INTVAL(iv, 0x7fffffff);
+                    if (iv != n_features) { char es_[200]; ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", qk__spec_esc(&ps, es_, sizeof es_), qk__col(&ps), iv, n_features); }
                 } else if (!strcmp(key, "weights")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(d.n_weights);
+                    QK__INTVAL(d.n_weights, QK_MAX_WEIGHTS);
                 } else if (!strcmp(key, "ent")) {
                     if (!qk__ident(&ps, val, sizeof val)) { ps.p = vat; return qk__perr(&ps, "ent needs a name", NULL); }
                     if (d.type == QK_MAP_ZZ) {
@@ -1418,7 +1787,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     qk__ws(&ps);
     if (*ps.p) { QK_FREE(l.ops); return qk__perr(&ps, "unexpected text after the map", NULL); }
     if (d.type == QK_MAP_CUSTOM) {
-        if (!d.n_qubits) { QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", spec); }
+        if (!d.n_qubits) { char es_[200]; QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", qk__spec_esc(&ps, es_, sizeof es_)); }
         d.ops = l.ops;
         d.n_ops = l.n;
     }
@@ -1429,15 +1798,19 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
 {
-    char off[40] = "";
-    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%.17g", a->offset);
-    if (a->offset != 0.0) snprintf(off, sizeof off, "%+.17g", a->offset);
+    char off[40] = "", sc[40];
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
+    if (a->offset != 0.0) {
+        off[0] = '+';
+        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
+    }
+    qk__fmt_g(sc, sizeof sc, a->scale, 17);
     switch (a->kind) {
-    case QK_ARG_X: return snprintf(buf, size, "%.17g*x%d%s", a->scale, a->x0, off);
-    case QK_ARG_XX: return snprintf(buf, size, "%.17g*x%d*x%d%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_PIXX: return snprintf(buf, size, "%.17g*(pi-x%d)*(pi-x%d)%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_W: return snprintf(buf, size, "%.17g*w%d%s", a->scale, a->w, off);
-    case QK_ARG_WX: return snprintf(buf, size, "%.17g*w%d*x%d%s", a->scale, a->w, a->x0, off);
+    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
     default: return snprintf(buf, size, "0");
     }
 }
@@ -1464,7 +1837,11 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
     if (!buf) size = 0;
     d = &m->desc;
     switch (m->type) {
-    case QK_MAP_ZZ: qk__cat(buf, size, &len, "zz(reps=%d,alpha=%.17g,ent=%s)", d->reps, d->alpha, ents[d->ent]); break;
+    case QK_MAP_ZZ: {
+        char al[40];
+        qk__cat(buf, size, &len, "zz(reps=%d,alpha=%s,ent=%s)", d->reps, qk__fmt_g(al, sizeof al, d->alpha, 17), ents[d->ent]);
+        break;
+    }
     case QK_MAP_IQP: qk__cat(buf, size, &len, "iqp(reps=%d)", d->reps); break;
     case QK_MAP_ANGLE: qk__cat(buf, size, &len, "angle(rot=%c)", d->rot); break;
     case QK_MAP_AMPLITUDE: qk__cat(buf, size, &len, "amplitude(qubits=%d)", m->n_qubits); break;
@@ -2344,19 +2721,20 @@ static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t s
 static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
     const char *p = h, *e = h + len;
     memset(o, 0, sizeof(*o));
+    char ex[200];
     p = qk__npy_ws(p, e);
     if (p >= e || *p != '{')
-        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): %.60s", path, h);
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 60));
     p++;
     for (;;) {
         char key[32];
         p = qk__npy_ws(p, e);
         if (p < e && *p == '}') break;
         p = qk__npy_str(p, e, key, sizeof(key));
-        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): %.80s", path, h);
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 80));
         p = qk__npy_ws(p, e);
         if (p >= e || *p != ':')
-            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         p = qk__npy_ws(p + 1, e);
         if (strcmp(key, "descr") == 0) {
             if (p < e && *p == '[')
@@ -2394,7 +2772,7 @@ static qk_result qk__npy_parse_header(const char *path, const char *h, size_t le
             }
             o->have_shape = 1;
         } else {
-            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         }
         p = qk__npy_ws(p, e);
         if (p < e && *p == ',') { p++; continue; }
@@ -2435,12 +2813,93 @@ static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size
     }
 }
 
+/* ---- reading files: regular files only ---- */
+/* The readers open a path only when it names a regular file: a FIFO would block in open() until
+   a writer comes (forever), a device such as /dev/zero never ends, a directory is no data. The
+   path is stat()ed first, so that a device is never even opened, then opened without blocking
+   and fstat()ed again (the check that counts, free of races). The size from fstat bounds every
+   allocation: nothing is allocated for data the file does not hold. */
+#ifdef _WIN32
+typedef struct _stati64 qk__stat_t;
+#define QK__STAT(p, st) _stati64((p), (st))
+#define QK__FSTAT(fd, st) _fstati64((fd), (st))
+#define QK__OPEN_RD(p) _open((p), _O_RDONLY | _O_BINARY)
+#define QK__READ(fd, b, n) _read((fd), (b), (unsigned)(n))
+#define QK__RCLOSE(fd) _close(fd)
+#define QK__S_ISREG(m) (((m) & _S_IFMT) == _S_IFREG)
+#define QK__S_ISDIR(m) (((m) & _S_IFMT) == _S_IFDIR)
+#define QK__S_ISFIFO(m) 0
+#define QK__S_ISCHR(m) (((m) & _S_IFMT) == _S_IFCHR)
+#else
+typedef struct stat qk__stat_t;
+#define QK__STAT(p, st) stat((p), (st))
+#define QK__FSTAT(fd, st) fstat((fd), (st))
+#define QK__OPEN_RD(p) open((p), O_RDONLY | O_NONBLOCK | O_NOCTTY)
+#define QK__READ(fd, b, n) read((fd), (b), (n))
+#define QK__RCLOSE(fd) close(fd)
+#define QK__S_ISREG(m) S_ISREG(m)
+#define QK__S_ISDIR(m) S_ISDIR(m)
+#define QK__S_ISFIFO(m) S_ISFIFO(m)
+#define QK__S_ISCHR(m) S_ISCHR(m)
+#endif
+
+static qk_result qk__not_regular(const char *path, unsigned mode) {
+    const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+}
+
+/* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
+static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
+    qk__stat_t st;
+    int fd;
+    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
+    fd = QK__OPEN_RD(path);
+    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (QK__FSTAT(fd, &st) != 0) {
+        int e = errno;
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_IO, "cannot read '%s': fstat: %s", path, strerror(e));
+    }
+    if (!QK__S_ISREG(st.st_mode)) { QK__RCLOSE(fd); return qk__not_regular(path, (unsigned)st.st_mode); }
+    *fd_out = fd;
+    *size_out = (int64_t)st.st_size;
+    return QK_OK;
+}
+
+/* Reads up to n bytes (fewer only at the end of the file); retries EINTR and short reads.
+   Returns the count, or -1 with errno set. */
+static int64_t qk__read_full(int fd, void *buf, size_t n) {
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30);
+        long k = (long)QK__READ(fd, p + got, chunk);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
+static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h) {
+    if (h->ndim == 1) snprintf(buf, size, "(%lld,)", (long long)h->shape[0]);
+    else if (h->ndim == 2) snprintf(buf, size, "(%lld, %lld)", (long long)h->shape[0], (long long)h->shape[1]);
+    else snprintf(buf, size, "(%d dimensions)", h->ndim);
+    return buf;
+}
+
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     unsigned char pre[12];
     unsigned char *data = NULL;
-    char *hdr = NULL;
-    FILE *f;
-    size_t got, hlen, nbytes;
+    char *hdr = NULL, shp[64], dsc[48];
+    int fd = -1;
+    size_t hlen, nbytes, plen;
+    int64_t got, fsize = 0, avail;
     qk__npy_header h;
     qk_result r;
     int major, minor, size, swap;
@@ -2448,9 +2907,10 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     int64_t rows, cols, count;
 
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
-    f = fopen(path, "rb");
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    got = fread(pre, 1, 10, f);
+    r = qk__open_regular(path, &fd, &fsize);
+    if (r != QK_OK) return r;
+    got = qk__read_full(fd, pre, 10);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
     if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
         goto fail;
@@ -2458,11 +2918,13 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
     major = pre[6];
     minor = pre[7];
+    plen = 10;
     if (major == 1) {
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
     } else if (major == 2 || major == 3) {
-        if (fread(pre + 10, 1, 2, f) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        if (qk__read_full(fd, pre + 10, 2) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+        plen = 12;
     } else {
         r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
         goto fail;
@@ -2471,10 +2933,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
         goto fail;
     }
+    if (fsize < (int64_t)(plen + hlen)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lld of %lu bytes)", path,
+                     (long long)(fsize > (int64_t)plen ? fsize - (int64_t)plen : 0), (unsigned long)hlen);
+        goto fail;
+    }
     hdr = (char *)QK_MALLOC(hlen + 1);
     if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
-    got = fread(hdr, 1, hlen, f);
-    if (got < hlen) {
+    got = qk__read_full(fd, hdr, hlen);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < hlen) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
         goto fail;
     }
@@ -2482,15 +2950,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     r = qk__npy_parse_header(path, hdr, hlen, &h);
     if (r != QK_OK) goto fail;
 
+    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
     kind = h.descr[1];
     size = h.descr[2] - '0';
     if (strchr(h.descr, 'O')) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
         goto fail;
     }
     if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, dsc);
         goto fail;
     }
     if (h.fortran) {
@@ -2502,13 +2971,29 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
         goto fail;
     }
+    qk__shape_str(shp, sizeof shp, &h);
     rows = h.shape[0];
     cols = h.ndim == 2 ? h.shape[1] : 1;
     if (cols > 0 && rows > INT64_MAX / 8 / cols) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: shape (%lld, %lld) is too large", path, (long long)rows, (long long)cols);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
         goto fail;
     }
     count = rows * cols;
+    nbytes = (size_t)((uint64_t)count * (uint64_t)size);
+    /* The file size must match the header before anything is allocated for the data: a
+       200-byte file that claims 48 GB is refused here, not by malloc (or worse, under
+       overcommit, after a 48 GB allocation). */
+    avail = fsize - (int64_t)(plen + hlen);
+    if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path,
+                     (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+        goto fail;
+    }
+    if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
+                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+        goto fail;
+    }
     if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
         goto fail;
@@ -2519,20 +3004,21 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
         goto fail;
     }
-    nbytes = (size_t)count * (size_t)size;
-    got = fread(data, 1, nbytes, f);
-    if (ferror(f)) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
-    if (got < nbytes) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lu of %lu bytes for shape (%lld, %lld) of %s", path,
-                     (unsigned long)got, (unsigned long)nbytes, (long long)rows, (long long)cols, h.descr);
+    got = qk__read_full(fd, data, nbytes);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < nbytes) {   /* the file shrank while it was read */
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %lu bytes for shape %s of %s", path,
+                     (long long)got, (unsigned long)nbytes, shp, dsc);
         goto fail;
     }
-    if (fgetc(f) != EOF) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape (%lld, %lld) of %s needs", path,
-                     (long long)rows, (long long)cols, h.descr);
-        goto fail;
+    {
+        unsigned char extra;
+        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
+            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+            goto fail;
+        }
     }
-    fclose(f);
+    QK__RCLOSE(fd);
     swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
     qk__npy_to_double(data, count, kind, size, swap);
     QK_FREE(hdr);
@@ -2542,7 +3028,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     out->ndim = h.ndim;
     return QK_OK;
 fail:
-    fclose(f);
+    QK__RCLOSE(fd);
     if (hdr) QK_FREE(hdr);
     if (data) QK_FREE(data);
     return r;
@@ -2721,120 +3207,201 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
-/* Reads a whole file into a NUL-terminated buffer. */
-static qk_result qk__read_file(const char *path, char **out, size_t *out_len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    for (;;) {
-        size_t got;
-        if (cap - len < 4096 + 1) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = (char *)QK_MALLOC(ncap);
-            if (!nb) {
-                fclose(f);
-                if (buf) QK_FREE(buf);
-                return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
-            }
-            if (buf) { memcpy(nb, buf, len); QK_FREE(buf); }
-            buf = nb;
-            cap = ncap;
-        }
-        got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
+/* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
+    int fd;
+    int64_t size, got;
+    char *buf;
+    unsigned char extra;
+    qk_result r = qk__open_regular(path, &fd, &size);
+    if (r != QK_OK) return r;
+    if (size > max) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_FORMAT, "%s: %lld bytes, more than %s (%lld) allows", path, (long long)size, macro, (long long)max);
     }
-    if (ferror(f)) {
+    if ((uint64_t)size >= (uint64_t)SIZE_MAX) { QK__RCLOSE(fd); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: too large for memory", path); }
+    buf = (char *)QK_MALLOC((size_t)size + 1);
+    if (!buf) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for its %lld bytes", path, (long long)size);
+    }
+    got = qk__read_full(fd, buf, (size_t)size);
+    if (got >= 0 && qk__read_full(fd, &extra, 1) != 0) {
+        QK__RCLOSE(fd);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: the file grew while it was read", path);
+    }
+    if (got < 0) {
         int e = errno;
-        fclose(f);
+        QK__RCLOSE(fd);
         QK_FREE(buf);
         return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
     }
-    fclose(f);
-    buf[len] = 0;
+    QK__RCLOSE(fd);
+    buf[got] = 0;
     *out = buf;
-    *out_len = len;
+    *out_len = (size_t)got;
     return QK_OK;
 }
 
-/* One CSV field as a number: surrounding blanks allowed, nothing else. */
-static int qk__csv_number(const char *s, const char *e, double *v) {
-    char tmp[80];
-    char *end;
+/* ---- CSV ---- */
+/* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
+   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
+   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
+   other line is a header only when no field of it starts like a number (empty fields do not
+   count); a header must name every column (an empty first name is how pandas' to_csv marks its
+   index column: refused with that advice, since the index would be read as a feature) and as
+   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   naming its line: a CSV file is text. A data field that is not a number is an error naming
+   line and column, with a hint when the line holds ';' or tabs (another separator). */
+
+/* A field with blanks (space, tab) trimmed. */
+static void qk__csv_trim(const char **s, const char **e) {
+    while (*s < *e && (**s == ' ' || **s == '\t')) (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
+}
+
+/* Starts like a number: a header line has no such field. */
+static int qk__csv_numeric_like(const char *s, const char *e) {
     size_t n;
-    while (s < e && (*s == ' ' || *s == '\t')) s++;
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
-    n = (size_t)(e - s);
-    if (n == 0 || n >= sizeof(tmp)) return 0;
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    *v = strtod(tmp, &end);
-    return end == tmp + n;
+    qk__csv_trim(&s, &e);
+    n = qk__num_len(s, (size_t)(e - s), 1);
+    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+}
+
+typedef struct qk__csv_scan_state {
+    const char *path;
+    qk__radix rx;
+    double *data;           /* NULL: count only */
+    int64_t rows, cols, cols_line, header_cols, header_line, k;
+} qk__csv_scan_state;
+
+/* One data line: every field a number. */
+static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *e, int64_t line, int first) {
+    const char *f = s;
+    int64_t col = 0;
+    char ex[200];
+    for (;;) {
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        size_t n;
+        double v;
+        if (!fe) fe = e;
+        b = fe;
+        col++;
+        qk__csv_trim(&a, &b);
+        if (a == b)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
+        n = qk__num_len(a, (size_t)(b - a), 1);
+        if (n != (size_t)(b - a)) {
+            const char *hint = "";
+            if (memchr(s, ';', (size_t)(e - s)))
+                hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
+                       "semicolon-separated files are not supported)";
+            else if (memchr(a, '\t', (size_t)(b - a)))
+                hint = " (the field holds a tab: qk reads comma-separated values, not tab-separated ones)";
+            else if (memchr(a, ' ', (size_t)(b - a)))
+                hint = " (the field holds a space: qk reads comma-separated values)";
+            else if (first)
+                hint = " (a header line must have no field that starts like a number)";
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
+                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+        }
+        if (!qk__strtod_c(a, n, &c->rx, &v))
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
+                            (long long)line, (unsigned long)n);
+        if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+        /* The counting pass has checked every row's length, so the fill pass fits. */
+        if (c->data) c->data[c->k++] = v;
+        if (fe == e) break;
+        f = fe + 1;
+    }
+    if (c->cols < 0 && c->header_cols >= 0 && col != c->header_cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, the header (line %lld) names %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->header_line, (long long)c->header_cols);
+    if (c->cols < 0) { c->cols = col; c->cols_line = line; }
+    else if (col != c->cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->cols_line, (long long)c->cols);
+    c->rows++;
+    return QK_OK;
 }
 
 /* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
 static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
                               int64_t *rows_out, int64_t *cols_out) {
     const char *p = text, *end = text + len;
-    int64_t line = 0, rows = 0, cols = -1, cols_line = 0, k = 0;
+    int64_t line = 0;
     int first = 1;
+    qk__csv_scan_state c;
+    qk_result r;
+    memset(&c, 0, sizeof c);
+    c.path = path;
+    c.data = data;
+    c.cols = c.header_cols = -1;
+    qk__radix_init(&c.rx);
     if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
     while (p < end) {
         const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
-        int64_t c = 0;
-        int numeric = 1;
         if (!e) e = end;
         p = e + 1;
         line++;
+        if ((int64_t)(e - s) > (int64_t)QK_CSV_MAX_LINE)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld is longer than QK_CSV_MAX_LINE (%lld bytes): not a CSV file of samples?",
+                            path, (long long)line, (long long)QK_CSV_MAX_LINE);
+        for (q = s; q < e; q++) {
+            unsigned char ch = (unsigned char)*q;
+            if ((ch < 0x20 && ch != '\t' && !(ch == '\r' && q == e - 1)) || ch == 0x7f)
+                return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, byte %lld (file offset %lld): control byte %s; a CSV file is "
+                                "text (a binary file?%s)", path, (long long)line, (long long)(q - s + 1), (long long)(q - text),
+                                ch == 0 ? "\\0" : ch == '\r' ? "\\r" : ch == 0x7f ? "\\x7f" : ch == 0x0c ? "\\f" : "below 0x20",
+                                ch == '\r' ? " or old Mac line ends: qk reads \\n or \\r\\n" : "");
+        }
         if (e > s && e[-1] == '\r') e--;
         for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
         if (q == e || *q == '#') continue;   /* blank or comment line */
         if (first) {
-            /* The first line is a header when any of its fields is not a number. */
             const char *f = s;
-            for (;;) {
-                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
-                if (!fe) fe = e;
-                if (!qk__csv_number(f, fe, &v)) { numeric = 0; break; }
-                if (fe == e) break;
-                f = fe + 1;
-            }
+            int numeric = 0;
+            int64_t col = 0;
             first = 0;
-            if (!numeric) continue;
-        }
-        {
-            const char *f = s;
             for (;;) {
                 const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
                 if (!fe) fe = e;
-                c++;
-                if (!qk__csv_number(f, fe, &v)) {
-                    const char *a = f, *b = fe;
-                    while (a < b && (*a == ' ' || *a == '\t')) a++;
-                    if (a == b)
-                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", path,
-                                        (long long)line, (long long)c);
-                    return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%.*s' is not a number", path,
-                                    (long long)line, (long long)c, (int)(b - a > 40 ? 40 : b - a), a);
-                }
-                /* The counting pass has checked every row's length, so the fill pass fits. */
-                if (data) data[k++] = v;
+                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
                 if (fe == e) break;
                 f = fe + 1;
             }
+            if (!numeric) {   /* the header: every column named */
+                f = s;
+                for (;;) {
+                    const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+                    if (!fe) fe = e;
+                    b = fe;
+                    col++;
+                    qk__csv_trim(&a, &b);
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
+                                        (long long)line, (long long)col,
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
+                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                    if (fe == e) break;
+                    f = fe + 1;
+                }
+                c.header_cols = col;
+                c.header_line = line;
+                continue;
+            }
+            r = qk__csv_line(&c, s, e, line, 1);
+        } else {
+            r = qk__csv_line(&c, s, e, line, 0);
         }
-        if (cols < 0) { cols = c; cols_line = line; }
-        else if (c != cols)
-            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", path,
-                            (long long)line, (long long)c, (long long)cols_line, (long long)cols);
-        rows++;
+        if (r != QK_OK) return r;
     }
-    if (rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
-    *rows_out = rows;
-    *cols_out = cols;
+    if (c.rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = c.rows;
+    *cols_out = c.cols;
     return QK_OK;
 }
 
@@ -2845,7 +3412,7 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     double *data;
     qk_result r;
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
-    r = qk__read_file(path, &text, &len);
+    r = qk__read_file(path, (int64_t)QK_CSV_MAX_BYTES, "QK_CSV_MAX_BYTES", &text, &len);
     if (r != QK_OK) return r;
     r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
     if (r != QK_OK) { QK_FREE(text); return r; }
