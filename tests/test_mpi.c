@@ -12,6 +12,7 @@
    QK_MPI_SLAB_BYTES is tiny here, so that each rank's band takes many slabs (3 to 13 rows).
    Usage: mpirun -n R test_mpi DIR (DIR: an empty scratch directory every rank sees). */
 #define _POSIX_C_SOURCE 200809L
+#include "qk.h"   /* a plain include first: QK_MPI may come with a later one */
 #define QK_MPI
 #define QK_MPI_SLAB_BYTES 4096
 #define QK_IMPLEMENTATION
