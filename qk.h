@@ -3623,20 +3623,74 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     return r;
 }
 
-/* Rows [r0, r1) of K, slab by slab. Another rank's failure notice stops it (returning QK_OK:
-   that rank's result is the job's). */
+/* One computed slab, rows [a, a + h) in U (a row holds columns a .. n for symmetric K, all
+   columns else), to the file: the rows, and for symmetric K the strip below the slab,
+   K[c][a .. a + h) = K[a .. a + h)[c], transposed through tb 64 rows of K at a time. */
+typedef struct qk__mpi_slab {
+    qk__mpi_band *b;
+    const char *U;
+    char *tb;
+    int64_t a, h;
+    qk_result r;
+    char err[sizeof qk__errbuf];
+} qk__mpi_slab;
+
+static void *qk__mpi_slab_write(void *p)
+{
+    qk__mpi_slab *s = (qk__mpi_slab *)p;
+    qk__mpi_band *b = s->b;
+    const int64_t n = b->n, a = s->a, h = s->h, bnd = a + h;
+    const size_t es = b->es;
+    int64_t i, c, c0;
+    qk_result r = QK_OK;
+    QK_PROF_BEGIN("mpi write");
+    if (!b->symmetric) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)b->cols * es, s->U, (size_t)(h * b->cols) * es);
+    else {
+        const int64_t w = n - a;
+        for (i = 0; i < h && r == QK_OK; i++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)a) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
+        for (c0 = bnd; c0 < n && r == QK_OK; c0 += 64) {
+            int64_t nc = n - c0 < 64 ? n - c0 : 64;
+            for (i = 0; i < h; i++)
+                for (c = 0; c < nc; c++)
+                    memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + (c0 - a) + c) * es, es);
+            for (c = 0; c < nc && r == QK_OK; c++)
+                r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
+        }
+    }
+    QK_PROF_END("mpi write");
+    s->r = r;
+    if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
+    return NULL;
+}
+
+/* Rows [r0, r1) of K, slab by slab. NPY: two slab buffers; a writer thread writes slab s while
+   the engine computes slab s + 1, when MPI allows MPI-IO from a second thread (the library
+   provides MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the
+   failure check between slabs runs after the writer is joined); else the slab is written, then
+   the next computed. Another rank's failure notice stops it (returning QK_OK: that rank's
+   result is the job's). */
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t n = b->n, cols = b->cols, d = b->map->n_features;
     const size_t es = b->es;
     const double *X = b->desc->x, *Y = b->desc->y;
-    int64_t S = (int64_t)(QK_MPI_SLAB_BYTES / ((size_t)cols * es)), a, bnd;
-    char *U = NULL, *tb = NULL;
+    int64_t S = (int64_t)(QK_MPI_SLAB_BYTES / ((size_t)cols * es)), a, bnd, k;
+    char *U[2] = {NULL, NULL}, *tb = NULL;
+    qk__mpi_slab sw;
     qk_result r = QK_OK;
+    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE;
+#ifndef QK_NO_THREADS
+    pthread_t wt;
+    MPI_Query_thread(&level);
+    threaded = level >= MPI_THREAD_SERIALIZED;
+#endif
+    memset(&sw, 0, sizeof sw);
     if (S < 1) S = 1;
     if (S >= 64) S = S / 64 * 64;   /* whole tiles of the CPU engine */
     if (S > r1 - r0) S = r1 - r0;
+    if (threaded && npy && S >= 128 && S > (r1 - r0 + 1) / 2) S = ((r1 - r0 + 1) / 2 + 63) / 64 * 64;   /* two slabs: overlap */
     for (b->total = 0, a = r0; a < r1; a = bnd) {
         int64_t h;
         bnd = r1 - a < S ? r1 : a + S;
@@ -3644,52 +3698,55 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         b->total += b->symmetric ? h * h + 2 * h * (n - bnd) : h * cols;
     }
     if (npy && r1 > r0) {
-        U = (char *)qk__malloc((size_t)S * (size_t)cols * es);
+        U[0] = (char *)qk__malloc((size_t)S * (size_t)cols * es);
+        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)cols * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
-        if (!U || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate a slab of %lld x %lld (QK_MPI_SLAB_BYTES)", (long long)S, (long long)cols);
+        if (!U[0] || !U[1] || (b->symmetric && !tb)) {
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d slabs of %lld x %lld (QK_MPI_SLAB_BYTES)", threaded ? 2 : 1, (long long)S, (long long)cols);
             goto done;
         }
     }
-    for (a = r0; a < r1; a = bnd) {
-        int64_t h, i, c, c0;
+    for (k = 0, a = r0; a < r1; a = bnd, k++) {
+        char *u = U[k & 1];
+        int64_t h;
         bnd = r1 - a < S ? r1 : a + S;
         h = bnd - a;
-        if (qk__mpi_remote_failed(b->m)) break;
+        if (!pending && qk__mpi_remote_failed(b->m)) break;
         QK_PROF_BEGIN("mpi slab");
         if (b->symmetric) {
             const int64_t w = n - a;   /* the slab's row: columns a .. n */
-            r = qk__mpi_sub(b, X + a * d, h, NULL, 0, U, w, a, a, 1);
-            if (r == QK_OK && bnd < n) r = qk__mpi_sub(b, X + a * d, h, X + bnd * d, n - bnd, U ? U + (size_t)h * es : NULL, w, a, bnd, 2);
-            QK_PROF_END("mpi slab");
-            if (r != QK_OK) break;
-            if (!npy) continue;
-            QK_PROF_BEGIN("mpi write");
-            for (i = 0; i < h && r == QK_OK; i++)
-                r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)a) * es, U + (size_t)(i * w) * es, (size_t)w * es);
-            /* the strip below the slab: K[c][a .. bnd) = K[a .. bnd)[c], 64 rows of K at a time */
-            for (c0 = bnd; c0 < n && r == QK_OK; c0 += 64) {
-                int64_t nc = n - c0 < 64 ? n - c0 : 64;
-                for (i = 0; i < h; i++)
-                    for (c = 0; c < nc; c++)
-                        memcpy(tb + (size_t)(c * h + i) * es, U + (size_t)(i * w + (c0 - a) + c) * es, es);
-                for (c = 0; c < nc && r == QK_OK; c++)
-                    r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + c) * (uint64_t)n + (uint64_t)a) * es, tb + (size_t)(c * h) * es, (size_t)h * es);
-            }
-            QK_PROF_END("mpi write");
+            r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
+            if (r == QK_OK && bnd < n) r = qk__mpi_sub(b, X + a * d, h, X + bnd * d, n - bnd, u ? u + (size_t)h * es : NULL, w, a, bnd, 2);
         } else {
-            r = qk__mpi_sub(b, X + a * d, h, Y, cols, U, cols, a, 0, 1);
-            QK_PROF_END("mpi slab");
-            if (r != QK_OK) break;
-            if (!npy) continue;
-            QK_PROF_BEGIN("mpi write");
-            r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)cols * es, U, (size_t)(h * cols) * es);
-            QK_PROF_END("mpi write");
+            r = qk__mpi_sub(b, X + a * d, h, Y, cols, u, cols, a, 0, 1);
+        }
+        QK_PROF_END("mpi slab");
+        if (pending) {   /* the previous slab's writer */
+#ifndef QK_NO_THREADS
+            pthread_join(wt, NULL);
+#endif
+            pending = 0;
+            if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); break; }
         }
         if (r != QK_OK) break;
+        if (!npy) continue;
+        if (qk__mpi_remote_failed(b->m)) break;
+        sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.r = QK_OK;
+#ifndef QK_NO_THREADS
+        if (threaded && pthread_create(&wt, NULL, qk__mpi_slab_write, &sw) == 0) { pending = 1; continue; }
+#endif
+        qk__mpi_slab_write(&sw);
+        if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); break; }
+    }
+    if (pending) {
+#ifndef QK_NO_THREADS
+        pthread_join(wt, NULL);
+#endif
+        if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
-    QK_FREE(U);
+    if (U[1] != U[0]) QK_FREE(U[1]);
+    QK_FREE(U[0]);
     QK_FREE(tb);
     return r;
 }

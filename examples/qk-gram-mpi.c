@@ -366,8 +366,9 @@ done:
 
 int main(int argc, char **argv) {
     options o;
-    int rc;
-    MPI_Init(&argc, &argv);
+    int rc, provided = 0;
+    /* SERIALIZED: qk_gram_mpi writes each slab from a second thread while the next is computed */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
     MPI_Comm_size(MPI_COMM_WORLD, &g_size);
     if (argc == 1) {

@@ -10,7 +10,8 @@
      names the failing rank, the output directory holds no new file (no temporary file either)
      and an old file at out_path is left as it was.
    QK_MPI_SLAB_BYTES is tiny here, so that each rank's band takes many slabs (3 to 13 rows).
-   Usage: mpirun -n R test_mpi DIR (DIR: an empty scratch directory every rank sees). */
+   Usage: mpirun -n R test_mpi DIR [single|serialized|multiple] (DIR: an empty scratch directory
+   every rank sees; the MPI thread level to ask for, default single). */
 #define _POSIX_C_SOURCE 200809L
 #include "qk.h"   /* a plain include first: QK_MPI may come with a later one */
 #define QK_MPI
@@ -319,13 +320,16 @@ int main(int argc, char **argv) {
         {"iqp", 3, 23, 61, QK_F32},                   /* K(X,Y), wider than tall */
         {"zz", 2, 2, 0, QK_F64},                      /* fewer rows than ranks */
     };
-    int i, k, idx = 0;
-    MPI_Init(&argc, &argv);
+    int i, k, idx = 0, want = MPI_THREAD_SINGLE, got = 0;
+    /* argv[2]: the thread level asked for: qk_gram_mpi writes from a second thread from
+       MPI_THREAD_SERIALIZED on, and inline below it (both are run by test_mpi.py) */
+    if (argc > 2) want = !strcmp(argv[2], "multiple") ? MPI_THREAD_MULTIPLE : !strcmp(argv[2], "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, want, &got);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
     MPI_Comm_size(MPI_COMM_WORLD, &size_);
     if (argc > 1 && !strcmp(argv[1], "--probe")) { MPI_Finalize(); return 0; }
-    if (argc != 2) {
-        if (rank_ == 0) fprintf(stderr, "usage: mpirun -n R test_mpi DIR\n");
+    if (argc != 2 && argc != 3) {
+        if (rank_ == 0) fprintf(stderr, "usage: mpirun -n R test_mpi DIR [single|serialized|multiple]\n");
         MPI_Finalize();
         return 2;
     }
@@ -345,7 +349,9 @@ int main(int argc, char **argv) {
     {
         int total = 0;
         MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
-        if (rank_ == 0) printf("test_mpi: %d ranks: %s (%d failures)\n", size_, total ? "FAILED" : "ok", total);
+        if (rank_ == 0)
+            printf("test_mpi: %d ranks, thread level %d asked, %d provided (writer thread %s): %s (%d failures)\n", size_, want, got,
+                   got >= MPI_THREAD_SERIALIZED ? "on" : "off", total ? "FAILED" : "ok", total);
         MPI_Finalize();
         return total ? 1 : 0;
     }
