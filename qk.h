@@ -46,7 +46,8 @@
      QK_MPI               declare and build qk_gram_mpi(), K over the ranks of an MPI
                           communicator (qk.h includes <mpi.h>; compile with mpicc or Meson's
                           mpi dependency; docs/scale.md)
-     QK_MPI_SLAB_BYTES    host bytes of qk_gram_mpi's slab buffer per rank (default 512 MB)
+     QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
+                          (default 512 MB)
 
    The profiler (qk_prof.h) and the two implementation defines
    ------------------------------------------------------------
@@ -652,7 +653,11 @@ extern "C" {
    X (and Y) data and the same desc apart from the callbacks; each rank's ctx picks its engine:
    the CPU, or the rank's GPU through ctx's cuda_device). The rows of K are dealt to the ranks by
    qk_schedule_make (balanced by pair count); each rank computes its band with qk_gram on
-   sub-problems, slab by slab (QK_MPI_SLAB_BYTES of host memory). On the CPU engine the result is
+   sub-problems, block by block (two buffers of QK_MPI_BLOCK_BYTES of host memory; a writer
+   thread writes one while the next is computed when MPI provides MPI_THREAD_SERIALIZED or
+   more: then no other thread of the program may call MPI during the call, unless MPI runs
+   MPI_THREAD_MULTIPLE; callbacks are called as qk_gram calls them, never inside an MPI call).
+   On the CPU engine the result is
    bitwise the K of one qk_gram: every entry comes from the same states and the same kernel, in
    the same orientation (<x_i|x_j> for i <= j; the lower triangle is written as the mirror).
    Outputs (desc->output):
@@ -668,7 +673,7 @@ extern "C" {
                          tiles only, diagonal tiles whole, as qk_gram).
    HOST and DEVICE output return QK_ERROR_UNSUPPORTED. desc->progress reports this rank's entries
    of K (done of this rank's total); a non-zero return cancels the whole job. Any rank's failure
-   (bad data, I/O, cancel, a GPU error) stops the others at their next slab, and every rank
+   (bad data, I/O, cancel, a GPU error) stops the others at their next block, and every rank
    returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
@@ -3430,15 +3435,15 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 
 #if defined(QK_MPI)
 /* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the
-   data), the rows are dealt by qk_schedule_make, and each rank runs its band slab by slab: for
-   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangle K(X[a:b], X[b:n])
-   (the same orientation as qk_gram's upper-triangle tiles, so the same bits), into a host slab
-   that goes to the file as rows (columns a .. n) and, transposed, as the strip below the slab
-   (rows b .. n, columns a .. b). Between slabs a rank looks (MPI_Iprobe) for a failure notice
+   data), the rows are dealt by qk_schedule_make, and each rank runs its band in blocks: for
+   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangles
+   K(X[a:b], X[c:c+w]) for c >= b (the same orientation as qk_gram's upper-triangle tiles, so the
+   same bits), each into a host buffer that goes to the file as row pieces and, transposed, as
+   the mirror below the diagonal. Between blocks a rank looks (MPI_Iprobe) for a failure notice
    from another rank and stops; failures are announced with non-blocking sends and every phase
    ends in qk__mpi_decide, a collective that hands every rank the first failing rank's result. */
-#ifndef QK_MPI_SLAB_BYTES
-#define QK_MPI_SLAB_BYTES ((size_t)512 << 20)
+#ifndef QK_MPI_BLOCK_BYTES
+#define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
 #endif
 #define QK__MPI_TAG_FAIL 7117
 
@@ -3623,40 +3628,39 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     return r;
 }
 
-/* One computed slab, rows [a, a + h) in U (a row holds columns a .. n for symmetric K, all
-   columns else), to the file: the rows, and for symmetric K the strip below the slab,
-   K[c][a .. a + h) = K[a .. a + h)[c], transposed through tb 64 rows of K at a time. */
-typedef struct qk__mpi_slab {
+/* One computed block, K[a .. a + h)[c0 .. c0 + w) in U (ld w), to the file: its rows, and for
+   symmetric K off the diagonal its mirror K[c][a .. a + h) for c in [c0, c0 + w), transposed
+   through tb 64 rows of K at a time. */
+typedef struct qk__mpi_block {
     qk__mpi_band *b;
     const char *U;
     char *tb;
-    int64_t a, h;
+    int64_t a, h, c0, w;
+    int mirror;
     qk_result r;
     char err[sizeof qk__errbuf];
-} qk__mpi_slab;
+} qk__mpi_block;
 
-static void *qk__mpi_slab_write(void *p)
+static void *qk__mpi_block_write(void *p)
 {
-    qk__mpi_slab *s = (qk__mpi_slab *)p;
+    qk__mpi_block *s = (qk__mpi_block *)p;
     qk__mpi_band *b = s->b;
-    const int64_t n = b->n, a = s->a, h = s->h, bnd = a + h;
+    const int64_t n = b->cols, a = s->a, h = s->h, c0 = s->c0, w = s->w;
     const size_t es = b->es;
-    int64_t i, c, c0;
+    int64_t i, c, k;
     qk_result r = QK_OK;
     QK_PROF_BEGIN("mpi write");
-    if (!b->symmetric) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)b->cols * es, s->U, (size_t)(h * b->cols) * es);
-    else {
-        const int64_t w = n - a;
+    if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
+    else
         for (i = 0; i < h && r == QK_OK; i++)
-            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)a) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
-        for (c0 = bnd; c0 < n && r == QK_OK; c0 += 64) {
-            int64_t nc = n - c0 < 64 ? n - c0 : 64;
-            for (i = 0; i < h; i++)
-                for (c = 0; c < nc; c++)
-                    memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + (c0 - a) + c) * es, es);
-            for (c = 0; c < nc && r == QK_OK; c++)
-                r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
-        }
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)c0) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
+    for (k = 0; s->mirror && k < w && r == QK_OK; k += 64) {
+        int64_t nc = w - k < 64 ? w - k : 64;
+        for (i = 0; i < h; i++)
+            for (c = 0; c < nc; c++)
+                memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + k + c) * es, es);
+        for (c = 0; c < nc && r == QK_OK; c++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
     QK_PROF_END("mpi write");
     s->r = r;
@@ -3664,79 +3668,95 @@ static void *qk__mpi_slab_write(void *p)
     return NULL;
 }
 
-/* Rows [r0, r1) of K, slab by slab. NPY: two slab buffers; a writer thread writes slab s while
-   the engine computes slab s + 1, when MPI allows MPI-IO from a second thread (the library
-   provides MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the
-   failure check between slabs runs after the writer is joined); else the slab is written, then
-   the next computed. Another rank's failure notice stops it (returning QK_OK: that rank's
-   result is the job's). */
+/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+   columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
+   the budget so that the file writes of a block's rows (C elements) and of its mirror (S
+   elements) are both long, and each block builds only S + C states. The diagonal block of a
+   slab is a symmetric sub-job. NPY: two block buffers; a writer thread writes block k while the
+   engine computes block k + 1, when MPI allows MPI-IO from a second thread (the library provides
+   MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
+   check between blocks runs after the writer is joined); else each block is written before the
+   next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
+   is the job's). */
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
-    const int64_t n = b->n, cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es;
-    const double *X = b->desc->x, *Y = b->desc->y;
-    int64_t S = (int64_t)(QK_MPI_SLAB_BYTES / ((size_t)cols * es)), a, bnd, k;
+    const int64_t cols = b->cols, d = b->map->n_features;
+    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
-    qk__mpi_slab sw;
+    qk__mpi_block sw;
     qk_result r = QK_OK;
-    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE;
+    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
 #ifndef QK_NO_THREADS
     pthread_t wt;
     MPI_Query_thread(&level);
     threaded = level >= MPI_THREAD_SERIALIZED;
 #endif
     memset(&sw, 0, sizeof sw);
+    if (r1 <= r0) return QK_OK;
+    S = (int64_t)sqrt((double)(budget / es));
+    if (S >= 64) S = S / 64 * 64;        /* whole tiles of the CPU engine */
     if (S < 1) S = 1;
-    if (S >= 64) S = S / 64 * 64;   /* whole tiles of the CPU engine */
     if (S > r1 - r0) S = r1 - r0;
-    if (threaded && npy && S >= 128 && S > (r1 - r0 + 1) / 2) S = ((r1 - r0 + 1) / 2 + 63) / 64 * 64;   /* two slabs: overlap */
+    C = (int64_t)(budget / es) / S;
+    if (C >= 64) C = C / 64 * 64;
+    if (C < S) C = S;                    /* the symmetric diagonal block fits */
+    if (C > cols) C = cols;
     for (b->total = 0, a = r0; a < r1; a = bnd) {
         int64_t h;
         bnd = r1 - a < S ? r1 : a + S;
         h = bnd - a;
-        b->total += b->symmetric ? h * h + 2 * h * (n - bnd) : h * cols;
+        b->total += b->symmetric ? h * h + 2 * h * (cols - bnd) : h * cols;
     }
-    if (npy && r1 > r0) {
-        U[0] = (char *)qk__malloc((size_t)S * (size_t)cols * es);
-        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)cols * es) : U[0];
+    if (npy) {
+        U[0] = (char *)qk__malloc((size_t)S * (size_t)C * es);
+        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
         if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d slabs of %lld x %lld (QK_MPI_SLAB_BYTES)", threaded ? 2 : 1, (long long)S, (long long)cols);
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
             goto done;
         }
     }
-    for (k = 0, a = r0; a < r1; a = bnd, k++) {
-        char *u = U[k & 1];
+    for (a = r0; a < r1 && !stop; a = bnd) {
         int64_t h;
         bnd = r1 - a < S ? r1 : a + S;
         h = bnd - a;
-        if (!pending && qk__mpi_remote_failed(b->m)) break;
-        QK_PROF_BEGIN("mpi slab");
-        if (b->symmetric) {
-            const int64_t w = n - a;   /* the slab's row: columns a .. n */
-            r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
-            if (r == QK_OK && bnd < n) r = qk__mpi_sub(b, X + a * d, h, X + bnd * d, n - bnd, u ? u + (size_t)h * es : NULL, w, a, bnd, 2);
-        } else {
-            r = qk__mpi_sub(b, X + a * d, h, Y, cols, u, cols, a, 0, 1);
-        }
-        QK_PROF_END("mpi slab");
-        if (pending) {   /* the previous slab's writer */
+        /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
+        for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
+            char *u = U[k & 1];
+            const int diag = b->symmetric && c0 == a;
+            const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            QK_PROF_BEGIN("mpi block");
+            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
+            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            QK_PROF_END("mpi block");
+            if (pending) {   /* the previous block's writer */
 #ifndef QK_NO_THREADS
-            pthread_join(wt, NULL);
+                pthread_join(wt, NULL);
 #endif
-            pending = 0;
-            if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); break; }
-        }
-        if (r != QK_OK) break;
-        if (!npy) continue;
-        if (qk__mpi_remote_failed(b->m)) break;
-        sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.r = QK_OK;
+                pending = 0;
+                if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+            }
+            if (r != QK_OK) { stop = 1; break; }
+            if (npy) {
+                if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+                sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
+                sw.mirror = b->symmetric && !diag;
+                sw.r = QK_OK;
 #ifndef QK_NO_THREADS
-        if (threaded && pthread_create(&wt, NULL, qk__mpi_slab_write, &sw) == 0) { pending = 1; continue; }
+                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
+                else
 #endif
-        qk__mpi_slab_write(&sw);
-        if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); break; }
+                {
+                    qk__mpi_block_write(&sw);
+                    if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+                }
+            }
+            c0 += w;
+        }
     }
     if (pending) {
 #ifndef QK_NO_THREADS

@@ -9,13 +9,13 @@
      directory and an unsupported output mode on all: every rank returns the error, the detail
      names the failing rank, the output directory holds no new file (no temporary file either)
      and an old file at out_path is left as it was.
-   QK_MPI_SLAB_BYTES is tiny here, so that each rank's band takes many slabs (3 to 13 rows).
+   QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32).
    Usage: mpirun -n R test_mpi DIR [single|serialized|multiple] (DIR: an empty scratch directory
    every rank sees; the MPI thread level to ask for, default single). */
 #define _POSIX_C_SOURCE 200809L
 #include "qk.h"   /* a plain include first: QK_MPI may come with a later one */
 #define QK_MPI
-#define QK_MPI_SLAB_BYTES 4096
+#define QK_MPI_BLOCK_BYTES 4096
 #define QK_IMPLEMENTATION
 #include "qk.h"
 
