@@ -3625,6 +3625,11 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     b->dj = dj;
     r = qk_gram(b->ctx, b->map, &g);
     b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
+        return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
+                        b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
+                        b->desc->output == QK_OUTPUT_NPY ? "; '" : "", b->desc->output == QK_OUTPUT_NPY ? b->path : "",
+                        b->desc->output == QK_OUTPUT_NPY ? "' was not written" : "");
     return r;
 }
 

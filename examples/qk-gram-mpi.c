@@ -256,6 +256,11 @@ static int run(const options *o) {
         if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", o->weights, map->n_weights); goto done; }
     }
 
+    /* the data suits the map (every rank has the same data: the same answer everywhere) */
+    r = qk_map_check_data(map, X.data, X.rows, "X");
+    if (r != QK_OK) { fail(0, r, "bad data in '%s'", o->x); goto done; }
+    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", o->y); goto done; }
+
     /* the context: threads shared by the ranks of a node, GPU by node-local rank */
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &node_rank);

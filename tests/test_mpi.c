@@ -295,6 +295,8 @@ static void check_failure(int how, int bad, qk_result expect, int idx) {
         CHECK(strstr(qk_last_error(), "disagree on the data X") != NULL, "failure %d (%s): the detail '%s' does not say so", idx, names[how], qk_last_error());
     else if (size_ > 1)
         CHECK(strncmp(qk_last_error(), want, strlen(want)) == 0, "failure %d (%s): the detail '%s' does not start with '%s'", idx, names[how], qk_last_error(), want);
+    if (how == F_PROGRESS || how == F_TILE)
+        CHECK(strstr(qk_last_error(), "cancelled by a") != NULL, "failure %d (%s): the detail '%s' does not say cancelled", idx, names[how], qk_last_error());
     ok = all_ranks(r == expect);
     if (rank_ == 0 && ok) {
         size_t len = 0;
