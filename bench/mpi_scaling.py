@@ -44,7 +44,8 @@ def main():
     qk_gram_mpi = os.path.join(a.build, "examples", "qk-gram-mpi")
     res = {"device": a.device, "mpirun": ver.strip().splitlines()[0] if ver.strip() else "?", "rows": [],
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
-           "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()}
+           "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+           "loadavg_start": os.getloadavg()[0], "cores": os.cpu_count()}
     for case in a.cases.split(","):
         m = re.match(r"zz(\d+):(\d+)$", case)
         f, n = int(m.group(1)), int(m.group(2))
@@ -92,6 +93,7 @@ def main():
         if not a.keep:
             os.remove(ref)
         os.remove(xp)
+    res["loadavg_end"] = os.getloadavg()[0]
     if a.json:
         with open(a.json, "w") as fh:
             json.dump(res, fh, indent=1)
