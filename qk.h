@@ -48,6 +48,8 @@
                           mpi dependency; docs/scale.md)
      QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
                           (default 512 MB)
+     QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
+                          (default 256 MB; none with no_sync)
 
    The profiler (qk_prof.h) and the two implementation defines
    ------------------------------------------------------------
@@ -3446,6 +3448,14 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 #define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
 #endif
 #define QK__MPI_TAG_FAIL 7117
+/* The writer thread syncs the file every QK_MPI_SYNC_BYTES it wrote, as the streaming .npy
+   writer's syncer does (and for the same reason: the kernel starts writing back only at
+   dirty_background_ratio, so without it a K smaller than a tenth of RAM reaches the disk only
+   in the final sync, after the compute); the compute goes on meanwhile. */
+#ifndef QK_MPI_SYNC_BYTES
+#define QK_MPI_SYNC_BYTES ((uint64_t)256 << 20)
+#endif
+#define QK__MPI_SYNC_BYTES ((uint64_t)(QK_MPI_SYNC_BYTES))
 
 static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d); /* orchestration */
 
@@ -3551,6 +3561,8 @@ typedef struct qk__mpi_band {
     MPI_File fh;            /* NPY: this rank's handle on the temporary file */
     const char *path;
     uint64_t hdr, written;
+    uint64_t synced;        /* written bytes at the last periodic sync */
+    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
@@ -3667,6 +3679,10 @@ static void *qk__mpi_block_write(void *p)
         for (c = 0; c < nc && r == QK_OK; c++)
             r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+        if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
+        b->synced = b->written;
+    }
     QK_PROF_END("mpi write");
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
@@ -3699,6 +3715,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
     MPI_Query_thread(&level);
     threaded = level >= MPI_THREAD_SERIALIZED;
 #endif
+    b->sync_often = threaded && npy && !b->desc->no_sync;
     memset(&sw, 0, sizeof sw);
     if (r1 <= r0) return QK_OK;
     S = (int64_t)sqrt((double)(budget / es));

@@ -16,6 +16,7 @@
 #include "qk.h"   /* a plain include first: QK_MPI may come with a later one */
 #define QK_MPI
 #define QK_MPI_BLOCK_BYTES 4096
+#define QK_MPI_SYNC_BYTES 8192   /* the writer thread's periodic sync runs too */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 
