@@ -43,6 +43,11 @@
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
                           bounds of the autotune cache file (docs/autotune.md)
+     QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
+                          bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
+                          anything is allocated (the same in every translation unit)
+     QK_CSV_MAX_BYTES / QK_CSV_MAX_LINE
+                          bounds of qk_csv_read (16 GiB file, 16 MiB line)
 
    The profiler (qk_prof.h) and the two implementation defines
    ------------------------------------------------------------
