@@ -50,6 +50,11 @@
                           (default 512 MB)
      QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
                           (default 256 MB; none with no_sync)
+     QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
+                          bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
+                          anything is allocated (the same in every translation unit)
+     QK_CSV_MAX_BYTES / QK_CSV_MAX_LINE
+                          bounds of qk_csv_read (16 GiB file, 16 MiB line)
 
    The profiler (qk_prof.h) and the two implementation defines
    ------------------------------------------------------------
