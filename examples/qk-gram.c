@@ -50,8 +50,10 @@ static const char *usage_text =
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"
     "                    either complete or absent\n"
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
-    "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64);\n"
-    "                    default: fp64 on the CPU engine, fp32 on the GPU engine\n"
+    "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64), or the\n"
+    "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
+    "                    docs/precision.md); default: fp64 on the CPU engine, fp32 on the GPU\n"
+    "                    engine; the CPU engine computes in fp64 whatever is asked\n"
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
@@ -326,7 +328,10 @@ static qk_device parse_device(const char *s) {
 static qk_precision parse_precision(const char *s) {
     if (strcmp(s, "fp32") == 0 || strcmp(s, "float32") == 0) return QK_PRECISION_FP32;
     if (strcmp(s, "fp64") == 0 || strcmp(s, "float64") == 0) return QK_PRECISION_FP64;
-    die_usage("--precision '%s': expected fp32 or fp64", s);
+    if (strcmp(s, "tf32") == 0) return QK_PRECISION_TF32;
+    if (strcmp(s, "fp32x3") == 0) return QK_PRECISION_FP32X3;
+    if (strcmp(s, "fp16") == 0) return QK_PRECISION_FP16;
+    die_usage("--precision '%s': expected fp32, fp64, tf32, fp32x3 or fp16", s);
     return QK_PRECISION_DEFAULT;
 }
 
