@@ -3464,6 +3464,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
+    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
