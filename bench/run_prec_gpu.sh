@@ -28,7 +28,7 @@ PEER_CASES=${PEER_CASES:-zz:8:32768,zz:12:16384,zz:16:4096,hea:12:16384}
     timeout 120 compute-sanitizer --tool memcheck --leak-check full $B/tests/test_gpu_engine 7 0 >$OUT/memcheck.log 2>&1
     echo "memcheck (q<=7) rc $?"; tail -2 $OUT/memcheck.log
   fi
-  timeout ${BENCH_TIMEOUT:-240} $B/bench/qk-bench --json $OUT/bench.json --cases $CASES >$OUT/bench.log 2>&1; echo "bench rc $?"
+  timeout ${BENCH_TIMEOUT:-240} $B/bench/qk-bench --json $OUT/bench.json --commit bench/commit.txt --cases $CASES >$OUT/bench.log 2>&1; echo "bench rc $?"
   cat $OUT/bench.log
   if [ -n "$MAIN_TREE" ] && [ -x /tmp/bm/examples/qk-gram ]; then
     python3 -c "
