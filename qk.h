@@ -250,7 +250,7 @@ typedef enum qk_device {
 } qk_device;
 
 /* Precision of the GPU Gram. Every mode builds the states in float (FP64: double); the modes
-   after FP64 run the inner products on the tensor cores from 7 qubits on (below, the FP32
+   after FP64 run the inner products on the tensor cores from 6 qubits on (below, the FP32
    kernel, which is at least as accurate, is faster: plan.config says so). Each mode's error
    against float64 and its tested bound are in docs/precision.md. The CPU engine accepts every
    mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
@@ -3281,8 +3281,12 @@ done:
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
    swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
    |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
-   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one. */
-#define QK__TC_MIN_QUBITS 7
+   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
+   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
+   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
+   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
+   (fp32: fused 399 Gpairs/s, cuBLAS 205). */
+#define QK__TC_MIN_QUBITS 6
 #define QK__TC_MAX_QUBITS 24            /* qk_cuda.cu's limit (int leading dimensions of 4W) */
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
 static int qk__tc_mode(qk_precision p)

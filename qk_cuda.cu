@@ -897,9 +897,10 @@ __device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
 
 /* n values of rows of W (interleaved complex or real states) into an operand of the real-form
    products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
-   a . rot(b) = Im <a|b>. SPLIT (FP32X3): row r becomes four blocks [hi hi lo hi] of W, hi the
+   a . rot(b) = Im <a|b>. SPLIT (FP32X3): row r becomes four blocks [hi lo hi hi] of W, hi the
    TF32 rounding of v and lo that of v - hi (exact in fp32), so that the first three blocks of
-   a row of A against the last three of a row of B sum hi*hi + hi*lo + lo*hi in one GEMM.
+   a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
+   hi*lo + lo*hi + hi*hi in one GEMM (why this order: qk__tc_products).
    Otherwise out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept). */
 template <typename T, typename O, bool SPLIT>
 __global__ void __launch_bounds__(256)
@@ -911,7 +912,7 @@ qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scal
             const float hi = qk__tf32_rna((float)v), lo = qk__tf32_rna((float)v - hi);
             const int64_t r = e / W, k = e - r * W;
             float *o = (float *)out + r * 4 * W + k;
-            o[0] = hi; o[W] = hi; o[2 * W] = lo; o[3 * W] = hi;
+            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
         } else out[e] = qk__cvt(v * scale, (O *)nullptr);
     }
 }
@@ -1388,10 +1389,16 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
    triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
    to the right (8 blocks: 56% of the square instead of HERK's 50%).
      3 TF32    operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
-     4 FP32X3  operands split hi + lo (both TF32) and laid out [hi hi lo hi]: one TF32 GEMM of
+     4 FP32X3  operands split hi + lo (both TF32) and laid out [hi lo hi hi]: one TF32 GEMM of
                K = 3W over rows of A (blocks 0..2) and rows of B (blocks 1..3) sums
-               hi*hi + hi*lo + lo*hi; the dropped lo*lo and the remainder of lo are 2^-22
-               relative: fp32-level error
+               hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
+               relative. The order matters: the tensor cores round the fp32 accumulator toward
+               zero after every MMA (k = 8 for TF32), so a term added to a large partial sum
+               costs up to an ulp of it; cuBLAS's k loop runs in order, so the small products go
+               in while the sum is still small and only hi*hi (K = W) builds it up. With hi*hi
+               first the K error was 5-7x fp32's (zz 12 qubits: 2.0e-4, fp32 2.8e-5; run a of
+               bench/results/2026-11-23-h200-precision-*); docs/precision.md has the figures
+               of this order
      5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
                rate); alpha = 1/s^2 (exact) undoes the scale

@@ -216,7 +216,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
         /* below the planner's tensor-core threshold the plan takes the fp32 fused kernel: name
            the tensor-core engine to measure it there */
         static const int tcb[6] = {0, 0, 0, 3, 4, 5};
-        const int blas = md.blas < 0 && m.n_qubits < 7 && md.p != QK_PRECISION_FP32 && md.p != QK_PRECISION_FP64 ? tcb[md.p] : md.blas;
+        const int blas = md.blas < 0 && m.n_qubits < 6 && md.p != QK_PRECISION_FP32 && md.p != QK_PRECISION_FP64 ? tcb[md.p] : md.blas;
         void *buf = nullptr;
         if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, blas, 0, false, false, 0, false, md.p, &buf) != 0 || !buf) continue;
         sample_rows(buf, n, md.p == QK_PRECISION_FP64 ? 8 : 4, R, rv, dv);

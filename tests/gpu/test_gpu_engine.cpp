@@ -453,7 +453,7 @@ static void run_map(const TMap &t, bool thorough)
     check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "rect fp64");
     if (q >= 7 && t.cls != QK_CLASS_PRODUCT)
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 1024, 0, 1, 0, "sym fp32 fused");
-    /* the tensor-core engines at every qubit count (the planner takes them from 7 qubits on) */
+    /* the tensor-core engines at every qubit count (the planner takes them from 6 qubits on) */
     static const struct { qk_precision p; int b; const char *sym, *rect; } tcm[] = {
         {QK_PRECISION_TF32, 3, "sym tf32", "rect tf32 ld+3"}, {QK_PRECISION_FP32X3, 4, "sym fp32x3", "rect fp32x3 ld+3"},
         {QK_PRECISION_FP16, 5, "sym fp16", "rect fp16 ld+3"}, {QK_PRECISION_FP16, 6, "sym bf16", "rect bf16 ld+3"}};
