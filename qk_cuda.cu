@@ -1781,9 +1781,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         }
         if (use_blas) {
             QK_BLAS_CK(cublasCreate(&J->blas));
-            QK_CK(cudaMalloc(&J->Cw[0], qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D)));
+            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
             if (n_slabs > 1) {
-                QK_CK(cudaMalloc(&J->Cw[1], qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D)));
+                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
                 QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK_PROF_STREAM_NAME(J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
@@ -2323,7 +2323,7 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
     qk__tune_ws w;
     QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
     QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D)));
+    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
     QK_BLAS_CK(cublasCreate(&w.h));
     QK_CK(cudaEventCreate(&w.e0));
     QK_CK(cudaEventCreate(&w.e1));

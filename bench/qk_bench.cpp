@@ -230,6 +230,12 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
         printf("   -> %s %s: max |K - K_fp64| %.3e (%lld sampled rows), max |K_ii - 1| %.3e\n", name, row.precision.c_str(), me, (long long)R, de);
         fflush(stdout);
     }
+    /* K to pinned host memory (slabs: the columns' operands are converted once per slab) */
+    if (!f64 && m.n_qubits == 8) {
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32);
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32X3);
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_TF32);
+    }
 }
 
 /* Raw cuBLAS rates on this GPU for the compute types the precision modes could use, square

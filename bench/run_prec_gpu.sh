@@ -23,10 +23,10 @@ PEER_CASES=${PEER_CASES:-zz:8:32768,zz:12:16384,zz:16:4096,hea:12:16384}
   [ -n "$MAIN_TREE" ] && tail -1 $OUT/build-main.log
   timeout ${TEST_TIMEOUT:-240} $B/tests/test_gpu_engine $QMAX >$OUT/test_gpu.log 2>&1; echo "gpu suite (q<=$QMAX) rc $?"
   grep -E "FAIL|checks|tensor-core|fp32 engine|autotune" $OUT/test_gpu.log | head -40
-  sed -n '/^largest/,/^err /p' $OUT/test_gpu.log | grep -v "^err "
+  grep "^errq" $OUT/test_gpu.log
   if [ "${SAN:-0}" = 1 ]; then
-    timeout 120 compute-sanitizer --tool memcheck --leak-check full $B/tests/test_gpu_engine 7 0 >$OUT/memcheck.log 2>&1
-    echo "memcheck (q<=7) rc $?"; tail -2 $OUT/memcheck.log
+    timeout 150 compute-sanitizer --tool memcheck --leak-check full $B/tests/test_gpu_engine 8 0 3,8 >$OUT/memcheck.log 2>&1
+    echo "memcheck (q = 3, 8; tensor-core blocks) rc $?"; tail -2 $OUT/memcheck.log
   fi
   timeout ${BENCH_TIMEOUT:-240} $B/bench/qk-bench --json $OUT/bench.json --commit bench/commit.txt --cases $CASES >$OUT/bench.log 2>&1; echo "bench rc $?"
   cat $OUT/bench.log

@@ -330,6 +330,18 @@ static void record_err(const char *engine, int q, const std::string &map, double
     double &v = g_errtab[engine][q][map];
     if (!(e <= v)) v = e;
 }
+static void print_errq(int q) /* one line per qubit count as the run goes (a cut-off run keeps them) */
+{
+    printf("errq %2d", q);
+    for (auto &eng : g_errtab) {
+        auto it = eng.second.find(q);
+        if (it == eng.second.end()) continue;
+        double m = 0;
+        for (auto &me : it->second) m = std::max(m, me.second);
+        printf("  %s %.2g", eng.first.c_str(), m);
+    }
+    printf("\n");
+}
 static void print_errtab()
 {
     printf("\nlargest |K - K_fp64| per engine and qubits (max over the maps; per map family below)\n");
@@ -989,6 +1001,7 @@ int main(int argc, char **argv)
             printf("%-12s q=%2d %s\n", t.name.c_str(), q, g_fail == before ? "ok" : "FAILED");
             fflush(stdout);
         }
+        print_errq(q);
     }
     print_errtab();
     printf("%d checks, %d failed\n", g_checks, g_fail);
