@@ -260,9 +260,9 @@ typedef enum qk_precision {
     QK_PRECISION_FP64,          /* double throughout */
     QK_PRECISION_TF32,          /* GPU: one TF32 tensor-core product (operands rounded to 11
                                    significant bits, fp32 accumulation): K error ~1e-3 */
-    QK_PRECISION_FP32X3,        /* GPU: FP32 accuracy on the TF32 tensor cores: every amplitude
-                                   split into a TF32 high part and a TF32 remainder, three
-                                   products hi*hi + hi*lo + lo*hi summed in one GEMM */
+    QK_PRECISION_FP32X3,        /* GPU: fp32-level accuracy on the tensor cores: every amplitude
+                                   (scaled) split into an fp16 high part and an fp16 remainder,
+                                   three products lo*hi + hi*lo + hi*hi, fp32 accumulation */
     QK_PRECISION_FP16           /* GPU: fp16 operands (scaled by a power of two, so no amplitude
                                    underflows), fp32 accumulation: K error ~1e-3, the fastest */
 } qk_precision;
@@ -389,7 +389,7 @@ typedef struct qk_plan {
                                    the fused kernel; 2 the same with CGEMM3M (complex fp32); the
                                    tensor-core engines (real form of the complex product, blocks
                                    of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
-                                   TF32 split), 5 FP16, 6 BF16 (measurement only: no precision
+                                   fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
                                    selects it), 7 FP64 real form (DGEMM) */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..6
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
@@ -3306,14 +3306,14 @@ static int qk__blas_ok(qk_precision p, qk_path path, int mode)
    step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
    engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
    for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
-   and BF16 W halves, FP32X3 four blocks [hi hi lo hi] of W floats; FP64 real form the rotated
+   and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
    columns only (W doubles). */
 static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
 {
     double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
     if (mode < 3) return c;
     if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
-    per = mode == 4 ? 16.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
     return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
 }
 

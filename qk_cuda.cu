@@ -894,24 +894,26 @@ __device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna
 __device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
 __device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
 __device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
+__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
 
 /* n values of rows of W (interleaved complex or real states) into an operand of the real-form
    products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
-   a . rot(b) = Im <a|b>. SPLIT (FP32X3): row r becomes four blocks [hi lo hi hi] of W, hi the
-   TF32 rounding of v and lo that of v - hi (exact in fp32), so that the first three blocks of
-   a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
-   hi*lo + lo*hi + hi*hi in one GEMM (why this order: qk__tc_products).
-   Otherwise out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept). */
+   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
+   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
+   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
+   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
+   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
 template <typename T, typename O, bool SPLIT>
 __global__ void __launch_bounds__(256)
 qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
 {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
-        if (SPLIT) {
-            const float hi = qk__tf32_rna((float)v), lo = qk__tf32_rna((float)v - hi);
+        if constexpr (SPLIT) {
+            const float sv = (float)(v * scale);
+            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
             const int64_t r = e / W, k = e - r * W;
-            float *o = (float *)out + r * 4 * W + k;
+            O *o = out + r * 4 * W + k;
             o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
         } else out[e] = qk__cvt(v * scale, (O *)nullptr);
     }
@@ -1389,16 +1391,21 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
    triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
    to the right (8 blocks: 56% of the square instead of HERK's 50%).
      3 TF32    operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
-     4 FP32X3  operands split hi + lo (both TF32) and laid out [hi lo hi hi]: one TF32 GEMM of
-               K = 3W over rows of A (blocks 0..2) and rows of B (blocks 1..3) sums
-               hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
-               relative. The order matters: the tensor cores round the fp32 accumulator toward
-               zero after every MMA (k = 8 for TF32), so a term added to a large partial sum
-               costs up to an ulp of it; cuBLAS's k loop runs in order, so the small products go
-               in while the sum is still small and only hi*hi (K = W) builds it up. With hi*hi
-               first the K error was 5-7x fp32's (zz 12 qubits: 2.0e-4, fp32 2.8e-5; run a of
-               bench/results/2026-11-23-h200-precision-*); docs/precision.md has the figures
-               of this order
+     4 FP32X3  operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
+               out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
+               sum hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
+               relative (lo of amplitudes below 2^-3 s is subnormal: 2^-25 s absolute, 1e-7 of
+               K at most). Accuracy is set by the accumulation, not the split: the tensor cores
+               round the fp32 accumulator toward zero after every MMA, so each term added to a
+               large partial sum costs up to an ulp of it, a bias that grows with the length of
+               the sum. So (i) the small products go first, while the sum is small (cuBLAS's k
+               loop runs in order), and (ii) hi*hi is summed in chunks of K (2, or 4 from
+               W = 2048 on), each chunk's GEMM adding the previous chunks' C through its beta = 1
+               epilogue (round to nearest). Measured (zz 12 qubits, K error): TF32 split with
+               hi*hi first 2.0e-4, small products first 1.35e-4, fp32's own 2.8e-5 (runs a and
+               b of bench/results/2026-11-23-h200-precision-*; docs/precision.md: this scheme).
+               FP16 rather than TF32 halves: twice the rate, half the operand bytes, an MMA of
+               k = 16 (half the roundings of TF32's k = 8)
      5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
                rate); alpha = 1/s^2 (exact) undoes the scale
@@ -1414,7 +1421,7 @@ static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
     if (mode < 3) return c;
     if (mode == 7) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
-    const size_t per = mode == 4 ? 16 * W : mode == 3 ? 4 * W : 2 * W;
+    const size_t per = mode == 4 ? 8 * W : mode == 3 ? 4 * W : 2 * W;
     return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
 }
 
@@ -1435,13 +1442,16 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
     T *Cre = (T *)Cw, *Cim = Cre + m * nn;
     char *ops = (char *)Cw + ((size_t)m * nn * (CPLX ? 2 : 1) * sizeof(T) + 255) / 256 * 256;
-    const size_t vb = mode == 4 || mode == 3 ? 4 : mode == 7 ? 8 : 2; /* bytes per operand value */
-    const int64_t ld = mode == 4 ? 4 * W : W, K = mode == 4 ? 3 * W : W, offb = mode == 4 ? W : 0;
-    const float s16 = mode == 5 || mode == 6 ? ldexpf(1.0f, q / 2) : 1.0f;
-    const cudaDataType_t ty = mode == 7 ? CUDA_R_64F : mode == 5 ? CUDA_R_16F : mode == 6 ? CUDA_R_16BF : CUDA_R_32F;
+    const size_t vb = mode == 3 ? 4 : mode == 7 ? 8 : 2; /* bytes per operand value */
+    const int64_t ld = mode == 4 ? 4 * W : W, offb = mode == 4 ? W : 0;
+    /* FP32X3: the hi*hi block (the last W of K) in nck chunks, the first chunk with the small products */
+    const int nck = mode == 4 ? (W >= 2048 ? 4 : 2) : 1;
+    const int64_t Wc = mode == 4 ? W / nck : W, K0 = mode == 4 ? 2 * W + Wc : W;
+    const float s16 = mode >= 4 && mode <= 6 ? ldexpf(1.0f, q / 2) : 1.0f;
+    const cudaDataType_t ty = mode == 7 ? CUDA_R_64F : mode == 4 || mode == 5 ? CUDA_R_16F : mode == 6 ? CUDA_R_16BF : CUDA_R_32F;
     const cudaDataType_t cty = mode == 7 ? CUDA_R_64F : CUDA_R_32F;
-    const cublasComputeType_t ct = mode == 7 ? CUBLAS_COMPUTE_64F : mode == 3 || mode == 4 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-    const float a32 = 1.0f / (s16 * s16), b32 = 0.0f;
+    const cublasComputeType_t ct = mode == 7 ? CUBLAS_COMPUTE_64F : mode == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float a32 = 1.0f / (s16 * s16), b32 = 0.0f, one32 = 1.0f;
     const double a64 = 1.0, b64 = 0.0;
 
     /* operands: rows of B (xb), rotated rows of B (xr), rows of A (xa) */
@@ -1451,7 +1461,7 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
         if (n <= 0) return QK_OK;
         switch (mode) {
         case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
-        case 4: qk__k_tc_operand<float, float, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+        case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
         case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
         case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
         default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
@@ -1470,12 +1480,14 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
         if (same) xa = xb;
         else { QK_TRY(conv(A, m, 0, p)); xa = p; }
     }
-    /* C rows [r0, r1) x columns [c0, nn) of one plane: column-major (nn x m) = op^T A */
-    auto gemm = [&](const void *bop, int64_t r0, int64_t r1, int64_t c0, T *C) -> qk_result {
-        const void *bp = (const char *)bop + (size_t)(c0 * ld + offb) * vb;
-        const void *ap = (const char *)xa + (size_t)(r0 * ld) * vb;
-        const void *al = f64 ? (const void *)&a64 : (const void *)&a32, *be = f64 ? (const void *)&b64 : (const void *)&b32;
-        QK_BLAS_CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)(nn - c0), (int)(r1 - r0), (int)K, al, bp, ty, (int)ld, ap, ty,
+    /* C rows [r0, r1) x columns [c0, nn) of one plane: column-major (nn x m) = op^T A, over
+       k in [k0, k0 + kk) of the operand windows; acc adds C (beta = 1) */
+    auto gemm = [&](const void *bop, int64_t r0, int64_t r1, int64_t c0, T *C, int64_t k0, int64_t kk, bool acc) -> qk_result {
+        const void *bp = (const char *)bop + (size_t)(c0 * ld + offb + k0) * vb;
+        const void *ap = (const char *)xa + (size_t)(r0 * ld + k0) * vb;
+        const void *al = f64 ? (const void *)&a64 : (const void *)&a32;
+        const void *be = f64 ? (const void *)&b64 : acc ? (const void *)&one32 : (const void *)&b32;
+        QK_BLAS_CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)(nn - c0), (int)(r1 - r0), (int)kk, al, bp, ty, (int)ld, ap, ty,
                                 (int)ld, be, C + r0 * nn + c0, cty, (int)nn, ct, CUBLAS_GEMM_DEFAULT));
         return QK_OK;
     };
@@ -1483,8 +1495,12 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     const int64_t bs = trap ? std::max<int64_t>(512, ((m + 7) / 8 + 255) / 256 * 256) : m;
     for (int64_t r0 = 0; r0 < m; r0 += bs) {
         const int64_t r1 = std::min(m, r0 + bs), c0 = trap ? r0 : 0;
-        QK_TRY(gemm(xb, r0, r1, c0, Cre));
-        if (CPLX) QK_TRY(gemm(xr, r0, r1, c0, Cim));
+        for (int pl = 0; pl < (CPLX ? 2 : 1); ++pl) {
+            const void *bop = pl ? xr : xb;
+            T *C = pl ? Cim : Cre;
+            QK_TRY(gemm(bop, r0, r1, c0, C, 0, K0, false));
+            for (int j = 1; j < nck; ++j) QK_TRY(gemm(bop, r0, r1, c0, C, 2 * W + j * Wc, Wc, true));
+        }
     }
     return QK_OK;
 }

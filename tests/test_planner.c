@@ -60,7 +60,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
 {
     static const qk_precision tc[3] = {QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
     static const int mode[3] = {3, 4, 5};
-    static const double vbytes[3] = {4.0, 16.0, 2.0}; /* operand bytes per real value (FP32X3: 4 blocks) */
+    static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
     int c, i, q, b;
     for (c = 0; c < 3; ++c) {
