@@ -286,11 +286,24 @@ typedef enum qk_device {
     QK_DEVICE_CUDA
 } qk_device;
 
+/* Precision of the GPU Gram. Every mode builds the states in float (FP64: double); the modes
+   after FP64 run the inner products on the tensor cores from 6 qubits on (below, the FP32
+   kernel, which is at least as accurate, is faster: plan.config says so). Each mode's error
+   against float64 and its tested bound are in docs/precision.md. The CPU engine accepts every
+   mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
 typedef enum qk_precision {
     QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, FP32 on the GPU engine */
     QK_PRECISION_FP32,          /* float states and accumulation (GPU); CPU computes in fp64 */
-    QK_PRECISION_FP64
+    QK_PRECISION_FP64,          /* double throughout */
+    QK_PRECISION_TF32,          /* GPU: one TF32 tensor-core product (operands rounded to 11
+                                   significant bits, fp32 accumulation): K error ~1e-3 */
+    QK_PRECISION_FP32X3,        /* GPU: fp32-level accuracy on the tensor cores: every amplitude
+                                   (scaled) split into an fp16 high part and an fp16 remainder,
+                                   three products lo*hi + hi*lo + hi*hi, fp32 accumulation */
+    QK_PRECISION_FP16           /* GPU: fp16 operands (scaled by a power of two, so no amplitude
+                                   underflows), fp32 accumulation: K error ~1e-3, the fastest */
 } qk_precision;
+#define QK_PRECISION_COUNT 6    /* number of qk_precision values (DEFAULT included) */
 
 typedef enum qk_log_level { QK_LOG_INFO = 1, QK_LOG_WARN, QK_LOG_ERROR } qk_log_level;
 typedef void (*qk_log_fn)(qk_log_level level, const char *msg, void *user);
@@ -350,7 +363,7 @@ typedef struct qk_gram_desc {
     int64_t n_y;
     void *out;              /* n_x x n_y (n_x x n_x) row-major, leading dimension ld_out */
     int64_t ld_out;         /* default: number of columns */
-    qk_dtype out_dtype;     /* default F64 (CPU) / F32 when precision is FP32 */
+    qk_dtype out_dtype;     /* default F64 (CPU) / F32 when precision is FP32, TF32, FP32X3 or FP16 */
     qk_output output;       /* default HOST */
     qk_tile_fn tile_fn;     /* for QK_OUTPUT_CALLBACK */
     void *tile_user;
@@ -410,7 +423,11 @@ typedef struct qk_plan {
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
     int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
-                                   the fused kernel; 2 the same with CGEMM3M (complex fp32) */
+                                   the fused kernel; 2 the same with CGEMM3M (complex fp32); the
+                                   tensor-core engines (real form of the complex product, blocks
+                                   of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
+                                   fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
+                                   selects it), 7 FP64 real form (DGEMM) */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..6
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16 (qk_cuda_tune_gram) */
@@ -670,14 +687,15 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
 QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
                                          void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
 /* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
-   every candidate (fused tile configurations 1..4, cuBLAS, and CGEMM3M for complex fp32) on n
+   every candidate (fused tile configurations 1..6, cuBLAS, CGEMM3M for complex fp32, and the
+   tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
    random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
    the median of reps). best is the index of the fastest candidate; apply it to a plan with
    use_blas = blas[best], kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[8], cfg[8];
-    double ms[8];               /* median milliseconds per K(X,X) of n_samples */
+    int blas[12], cfg[12];
+    double ms[12];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;
 } qk_cuda_tune_result;
@@ -878,6 +896,15 @@ QKDEF const char *qk_result_string(qk_result r)
 }
 
 QKDEF const char *qk_last_error(void) { return qk__errbuf; }
+
+/* Precision names (plan text; the autotune cache has its own copy) and the modes whose output
+   is float32 by default: all but DEFAULT and FP64. */
+static const char *qk__prec_name(qk_precision p)
+{
+    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16"};
+    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? names[p] : "?";
+}
+static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64; }
 
 
 /* ---- implementation: feature maps ---- */
@@ -2727,7 +2754,7 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
     p->backend = QK_BACKEND_CPU;
     p->path = path;
     p->precision = QK_PRECISION_FP64;
-    p->out_dtype = desc->out_dtype ? desc->out_dtype : (desc->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64);
+    p->out_dtype = desc->out_dtype ? desc->out_dtype : (qk__prec_f32(desc->precision) ? QK_F32 : QK_F64);
     p->output = desc->output;
     p->n_qubits = map->n_qubits;
     p->n_x = desc->n_x;
@@ -2752,7 +2779,10 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
         p->slab_rows = sr;
         p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
     }
-    snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
+                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
+    else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
     snprintf(p->device_name, sizeof p->device_name, "CPU");
     return QK_OK;
 }
@@ -4553,6 +4583,46 @@ done:
 #define QK__BLAS_MIN_QUBITS 7
 #define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
 
+/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+   real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
+   swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
+   |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
+   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
+   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
+   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
+   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
+   (fp32: fused 399 Gpairs/s, cuBLAS 205). */
+#define QK__TC_MIN_QUBITS 6
+#define QK__TC_MAX_QUBITS 24            /* qk_cuda.cu's limit (int leading dimensions of 4W) */
+#define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
+static int qk__tc_mode(qk_precision p)
+{
+    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : 0;
+}
+/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
+   plans keep their engines (0..2) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+{
+    if (mode == 0 || mode == 1) return 1;
+    if (p == QK_PRECISION_FP64) return mode == 7;
+    if (mode == 2) return path == QK_PATH_COMPLEX;
+    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+}
+/* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
+   step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
+   engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
+   for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
+   and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
+   columns only (W doubles). */
+static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+{
+    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
+    if (mode < 3) return c;
+    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+}
+
 /* Per-sample parameter count of qk_cuda.cu's compiled program (an upper bound of qk__compile
    there, which folds leading one-qubit gates into 4 values per qubit):
    8 per one-qubit gate, 1 + q + q*q per run of diagonal ops, 4 per qubit. */
@@ -4602,6 +4672,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
     double st, sc, es, need;
     int64_t slab, tile;
+    int tc_fallback = 0;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CUDA;
     p->path = path;
@@ -4619,6 +4690,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
+        p->use_blas = map->n_qubits < QK__TC_MIN_QUBITS ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
+        if (p->use_blas == 1) tc_fallback = 2;
+    }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
 
     /* states: bulk when all of them (and their scratch) take at most half the budget */
@@ -4665,7 +4740,23 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         if (slab > nx) slab = nx;
     }
     if (!p->bulk_states && slab > tile) slab = tile;
-    if (p->use_blas) {
+    if (p->use_blas >= 3) {
+        /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
+           slots when there are several slabs); when even 64 rows do not (the columns' operands
+           alone), the fp32 cuBLAS engine, more accurate and without operand copies */
+        const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
+        int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+            s2 = (s2 + 1) / 2;
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+            tc_fallback = 1;
+            p->use_blas = 1;
+        } else {
+            slab = s2;
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+        }
+    }
+    if (p->use_blas && p->use_blas < 3) {
         int64_t cols = p->bulk_states ? ny : tile;
         while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
@@ -4683,11 +4774,23 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
+    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (p->use_blas >= 3)
+        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
+                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
+    else if (tc_fallback)
+        snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
+                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
+        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
+                 map->n_qubits <= 5 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4",
+                 qk__prec_name(prec), QK__TC_MIN_QUBITS);
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
     return QK_OK;
 }
@@ -4741,8 +4844,12 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     req.log = log;
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 2 && c >= 0 && c <= 6 &&
-        !(b == 2 && (plan->path != QK_PATH_COMPLEX || plan->precision != QK_PRECISION_FP32))) {
+    /* a tensor-core engine only where the planner counted its operands (not where they did not
+       fit: the planner fell back to use_blas 1) */
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 6 &&
+        qk__blas_ok(plan->precision, plan->path, b) &&
+        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= QK__TC_MIN_QUBITS) &&
+        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
         plan->use_blas = b;
         plan->kernel_cfg = c;
     }
@@ -4866,7 +4973,7 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
-static const char *const qk__tune_prec_names[] = {"default", "fp32", "fp64"};
+static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
@@ -4898,7 +5005,7 @@ static qk_result qk__tune_key_norm(const qk_tune_key *in, qk_tune_key *k) {
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune cache: key.kernel is not NUL-terminated");
     if ((int)in->path < (int)QK_PATH_ANALYTIC || (int)in->path > (int)QK_PATH_COMPLEX)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune cache: key.path is %d", (int)in->path);
-    if ((int)in->precision < (int)QK_PRECISION_DEFAULT || (int)in->precision > (int)QK_PRECISION_FP64)
+    if ((int)in->precision < (int)QK_PRECISION_DEFAULT || (int)in->precision >= QK_PRECISION_COUNT)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune cache: key.precision is %d", (int)in->precision);
     if (in->n_qubits < 1 || in->n_qubits > QK_MAX_PRODUCT_QUBITS)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "autotune cache: key.n_qubits is %d", in->n_qubits);
@@ -5190,8 +5297,8 @@ static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tu
         else e->key.path = (qk_path)k;
         break;
     default: /* QK__TF_PRECISION */
-        for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
-        if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
+        for (k = 0; k < QK_PRECISION_COUNT && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        if (k >= QK_PRECISION_COUNT) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
         else e->key.precision = (qk_precision)k;
         break;
     }
@@ -5968,7 +6075,7 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if ((d->output == QK_OUTPUT_HOST || d->output == QK_OUTPUT_DEVICE) && !d->out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
     if (d->output == QK_OUTPUT_DEVICE && ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram: output DEVICE needs the CUDA engine (context runs on the CPU)");
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
-    if (d->precision < QK_PRECISION_DEFAULT || d->precision > QK_PRECISION_FP64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
+    if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
@@ -6036,7 +6143,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->symmetric ? " (upper triangle computed, mirrored)" : "",
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
-            p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
+            p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
     qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
             p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
             qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);

@@ -7,6 +7,7 @@
    does), although K(X,X) computes half of them. bench/qk_bench_report.py joins this JSON with
    the peer's (run in the same job) and prints the table with ratios and ceilings. */
 #include <cuda_runtime.h>
+#include <cublas_v2.h>
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -88,26 +89,37 @@ static double median(std::vector<double> v)
 }
 
 struct Row {
-    std::string name, map, output, engine;
+    std::string name, map, output, engine, precision;
     int q; int64_t n;
     double gram_ms, states_ms, output_ms, e2e_ms, busy0, busy1, deliver_ms;
+    double max_err = -1, diag_err = -1; /* prec cases: vs an fp64 K (-1: not measured) */
 };
 
 static std::vector<Row> rows;
+static std::vector<std::string> g_probe_rows;
 static int reps = 3;
 static qk_ctx *g_ctx = nullptr; /* keeps the pinned staging across calls, as a user's context does */
 
+static const char *prec_name(qk_precision p)
+{
+    return p == QK_PRECISION_FP64 ? "fp64" : p == QK_PRECISION_TF32 ? "tf32" : p == QK_PRECISION_FP32X3 ? "fp32x3" : p == QK_PRECISION_FP16 ? "fp16" : "fp32";
+}
+
+/* keep (device output only): the K buffer is handed back instead of freed */
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
-                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0, bool fresh = false)
+                    int64_t slab, bool pinned_host, bool e2e, int cfg = 0, bool fresh = false,
+                    qk_precision prec = QK_PRECISION_FP32, void **keep = nullptr)
 {
     void *buf = nullptr;
-    size_t bytes = (size_t)n * n * sizeof(float);
+    const qk_dtype od = prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
+    const size_t esz = od == QK_F64 ? 8 : 4;
+    size_t bytes = (size_t)n * n * esz;
     if (out == QK_OUTPUT_DEVICE) { if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("%s: no memory\n", name); return 1; } }
     else if (pinned_host) { if (cudaMallocHost(&buf, bytes) != cudaSuccess) { printf("%s: no pinned memory\n", name); return 1; } }
     else { buf = malloc(bytes); if (!fresh) memset(buf, 0, bytes); }
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
-    g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = QK_F32; g.output = out; g.precision = QK_PRECISION_FP32;
+    g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = od; g.output = out; g.precision = prec;
     qk_plan p = plan_for(m, g, blas, slab, cfg);
     p.host_pinned = out == QK_OUTPUT_HOST && pinned_host;
     std::vector<double> gm, sm, om, em, b0, b1, dm;
@@ -126,16 +138,21 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     /* sanity: K[i][i] = 1 for a few i */
     double dmax = 0;
     for (int64_t i = 0; i < n; i += std::max<int64_t>(1, n / 7)) {
-        float v;
-        if (out == QK_OUTPUT_DEVICE) cudaMemcpy(&v, (float *)buf + i * n + i, 4, cudaMemcpyDeviceToHost);
-        else v = ((float *)buf)[i * n + i];
-        dmax = std::max(dmax, (double)fabsf(v - 1.0f));
+        double v = 0;
+        float f = 0;
+        if (out == QK_OUTPUT_DEVICE) {
+            if (esz == 8) cudaMemcpy(&v, (double *)buf + i * n + i, 8, cudaMemcpyDeviceToHost);
+            else { cudaMemcpy(&f, (float *)buf + i * n + i, 4, cudaMemcpyDeviceToHost); v = f; }
+        } else v = esz == 8 ? ((double *)buf)[i * n + i] : ((float *)buf)[i * n + i];
+        dmax = std::max(dmax, fabs(v - 1.0));
     }
     Row row;
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    row.engine = p.use_blas == 2 ? "cublas3m" : p.use_blas ? "cublas" : "fused";
+    static const char *const engines[8] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform"};
+    row.engine = engines[p.use_blas >= 0 && p.use_blas <= 7 ? p.use_blas : 0];
+    row.precision = prec_name(prec);
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
     if (cfg) row.engine += " cfg=" + std::to_string(cfg);
@@ -144,15 +161,179 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.busy0 = median(b0); row.busy1 = median(b1); row.deliver_ms = median(dm);
     rows.push_back(row);
     double pairs = (double)n * n;
-    printf("%-6s q=%2d n=%6lld %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms (host delivery %.2f ms) | diag err %.1e\n",
-           name, m.n_qubits, (long long)n, row.output.c_str(), row.engine.c_str(), row.gram_ms, pairs / row.gram_ms / 1e6,
+    printf("%-6s q=%2d n=%6lld %-6s %-13s %-26s gram %9.3f ms %8.2f Gpairs/s | out %9.3f ms %7.2f Gpairs/s | states %8.3f ms %10.0f /s | e2e %8.2f ms (host delivery %.2f ms) | diag err %.1e\n",
+           name, m.n_qubits, (long long)n, row.precision.c_str(), row.output.c_str(), row.engine.c_str(), row.gram_ms, pairs / row.gram_ms / 1e6,
            row.output_ms, pairs / row.output_ms / 1e6, row.states_ms, n / row.states_ms * 1e3, row.e2e_ms, row.deliver_ms, dmax);
     fflush(stdout);
     (void)e2e;
-    if (out == QK_OUTPUT_DEVICE) cudaFree(buf);
+    if (keep && out == QK_OUTPUT_DEVICE) *keep = buf;
+    else if (out == QK_OUTPUT_DEVICE) cudaFree(buf);
     else if (pinned_host) cudaFreeHost(buf);
     else free(buf);
     return 0;
+}
+
+/* ---- precision modes (issue 12, docs/precision.md) ----
+   Per case, K(X,X) to the device in every mode (run_case: warm-up, median), each compared with
+   an fp64 K of the same samples from the GPU engine (fp64 cuBLAS ZHERK/DSYRK, itself checked
+   against the CPU engine by the GPU suite): max_err over 512 evenly spaced rows (all their
+   columns), diag_err = max |K_ii - 1| over the whole diagonal. */
+static void sample_rows(const void *K, int64_t n, size_t esz, int64_t R, std::vector<double> &rowv, std::vector<double> &diag)
+{
+    std::vector<unsigned char> tmp((size_t)n * esz);
+    rowv.assign((size_t)R * n, 0);
+    for (int64_t i = 0; i < R; ++i) {
+        const int64_t r = i * n / R;
+        cudaMemcpy(tmp.data(), (const char *)K + (size_t)r * n * esz, (size_t)n * esz, cudaMemcpyDeviceToHost);
+        for (int64_t j = 0; j < n; ++j) rowv[(size_t)i * n + j] = esz == 8 ? ((double *)tmp.data())[j] : ((float *)tmp.data())[j];
+    }
+    std::vector<unsigned char> d((size_t)n * esz);
+    cudaMemcpy2D(d.data(), esz, K, (size_t)(n + 1) * esz, esz, (size_t)n, cudaMemcpyDeviceToHost);
+    diag.resize((size_t)n);
+    for (int64_t i = 0; i < n; ++i) diag[(size_t)i] = esz == 8 ? ((double *)d.data())[i] : ((float *)d.data())[i];
+}
+
+static void prec_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, bool f64)
+{
+    /* the fp64 reference */
+    void *kref = nullptr;
+    if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return; }
+    qk_gram_desc g;
+    memset(&g, 0, sizeof g);
+    g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
+    qk_plan p = plan_for(m, g, -1, 0, 0);
+    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    const int64_t R = std::min<int64_t>(n, 512);
+    std::vector<double> rref, dref, rv, dv;
+    sample_rows(kref, n, 8, R, rref, dref);
+    cudaFree(kref);
+    struct M { qk_precision p; int blas; } modes32[] = {
+        {QK_PRECISION_FP32, -1}, {QK_PRECISION_FP32X3, -1}, {QK_PRECISION_TF32, -1}, {QK_PRECISION_FP16, -1}, {QK_PRECISION_FP16, 6}};
+    struct M modes64[] = {{QK_PRECISION_FP64, -1}, {QK_PRECISION_FP64, 7}};
+    const int nm = f64 ? 2 : 5;
+    for (int k = 0; k < nm; ++k) {
+        const M &md = f64 ? modes64[k] : modes32[k];
+        /* below the planner's tensor-core threshold the plan takes the fp32 fused kernel: name
+           the tensor-core engine to measure it there */
+        static const int tcb[6] = {0, 0, 0, 3, 4, 5};
+        const int blas = md.blas < 0 && m.n_qubits < 6 && md.p != QK_PRECISION_FP32 && md.p != QK_PRECISION_FP64 ? tcb[md.p] : md.blas;
+        void *buf = nullptr;
+        if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, blas, 0, false, false, 0, false, md.p, &buf) != 0 || !buf) continue;
+        sample_rows(buf, n, md.p == QK_PRECISION_FP64 ? 8 : 4, R, rv, dv);
+        cudaFree(buf);
+        double me = 0, de = 0;
+        for (size_t i = 0; i < rv.size(); ++i) { double e = fabs(rv[i] - rref[i]); if (!(e <= me)) me = std::isnan(e) ? INFINITY : e; }
+        for (size_t i = 0; i < dv.size(); ++i) { double e = fabs(dv[i] - 1.0); if (!(e <= de)) de = std::isnan(e) ? INFINITY : e; }
+        Row &row = rows.back();
+        if (md.blas == 6) row.precision = "bf16";
+        row.max_err = me; row.diag_err = de;
+        printf("   -> %s %s: max |K - K_fp64| %.3e (%lld sampled rows), max |K_ii - 1| %.3e\n", name, row.precision.c_str(), me, (long long)R, de);
+        fflush(stdout);
+    }
+    /* K to pinned host memory (slabs: the columns' operands are converted once per slab) */
+    if (!f64 && m.n_qubits == 8) {
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32);
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32X3);
+        run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_TF32);
+    }
+}
+
+/* Raw cuBLAS rates on this GPU for the compute types the precision modes could use, square
+   8192^3 (status printed: an unsupported type says so). Answers issue 12's questions: do the
+   emulated types run, and pay, on Hopper; do ZGEMM/ZHERK use the FP64 tensor cores. */
+static void probe()
+{
+    const int N = 8192;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { printf("probe: no cublas\n"); return; }
+    void *A = nullptr, *B = nullptr, *C = nullptr;
+    const size_t bytes = (size_t)N * N * 16;
+    if (cudaMalloc(&A, bytes) != cudaSuccess || cudaMalloc(&B, bytes) != cudaSuccess || cudaMalloc(&C, bytes) != cudaSuccess) {
+        printf("probe: no memory\n"); return;
+    }
+    /* finite operands in (-1, 1) in the probe's format (never time on zeros or NaNs) */
+    auto fill = [&](cudaDataType_t t) {
+        uint64_t r = 0x9e3779b97f4a7c15ull;
+        const size_t cnt = (size_t)N * N * (t == CUDA_C_64F || t == CUDA_C_32F ? 2 : 1);
+        std::vector<unsigned char> hv(bytes);
+        for (size_t i = 0; i < cnt; ++i) {
+            r ^= r << 13; r ^= r >> 7; r ^= r << 17; /* xorshift64 */
+            const double v = (double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+            const unsigned sg = v < 0, m = (unsigned)(r & 0x3ff);
+            if (t == CUDA_R_16F) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 14u << 10 | m);           /* [0.5, 1) */
+            else if (t == CUDA_R_16BF) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 126u << 7 | (m & 0x7f)); /* [0.5, 1) */
+            else if (t == CUDA_R_64F || t == CUDA_C_64F) ((double *)hv.data())[i] = v;
+            else ((float *)hv.data())[i] = (float)v;
+        }
+        cudaMemcpy(A, hv.data(), bytes, cudaMemcpyHostToDevice);
+        cudaMemcpy(B, hv.data(), bytes, cudaMemcpyHostToDevice);
+    };
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    struct P { const char *name; int kind; cudaDataType_t t; cublasComputeType_t ct; int strategy; double flops_per; };
+    const double n3 = (double)N * N * N;
+    P ps[] = {
+        {"sgemm fp32", 0, CUDA_R_32F, CUBLAS_COMPUTE_32F, 0, 2},
+        {"sgemm tf32", 0, CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 0, 2},
+        {"sgemm bf16x9 (default strategy)", 0, CUDA_R_32F, CUBLAS_COMPUTE_32F_EMULATED_16BFX9, 0, 2},
+        {"sgemm bf16x9 (eager)", 0, CUDA_R_32F, CUBLAS_COMPUTE_32F_EMULATED_16BFX9, 2, 2},
+        {"hgemm fp16 in, fp32 acc", 0, CUDA_R_16F, CUBLAS_COMPUTE_32F, 0, 2},
+        {"bf16 in, fp32 acc", 0, CUDA_R_16BF, CUBLAS_COMPUTE_32F, 0, 2},
+        {"dgemm fp64", 0, CUDA_R_64F, CUBLAS_COMPUTE_64F, 0, 2},
+        {"dgemm fixedpoint (default strategy)", 0, CUDA_R_64F, CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT, 0, 2},
+        {"dgemm fixedpoint (eager)", 0, CUDA_R_64F, CUBLAS_COMPUTE_64F_EMULATED_FIXEDPOINT, 2, 2},
+        {"zgemm", 1, CUDA_C_64F, CUBLAS_COMPUTE_64F, 0, 8},
+        {"zherk (lower, half)", 2, CUDA_C_64F, CUBLAS_COMPUTE_64F, 0, 4},
+        {"cgemm fp32", 3, CUDA_C_32F, CUBLAS_COMPUTE_32F, 0, 8},
+        {"cherk fp32 (lower, half)", 4, CUDA_C_32F, CUBLAS_COMPUTE_32F, 0, 4},
+    };
+    cudaDataType_t filled = CUDA_R_8I;
+    for (auto &pp : ps) {
+        if (pp.t != filled) { fill(pp.t); filled = pp.t; }
+        cublasSetEmulationStrategy(h, pp.strategy ? CUBLAS_EMULATION_STRATEGY_EAGER : CUBLAS_EMULATION_STRATEGY_DEFAULT);
+        std::vector<double> t;
+        cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+        for (int r = 0; r < 4 && st == CUBLAS_STATUS_SUCCESS; ++r) {
+            cudaEventRecord(e0, 0);
+            if (pp.kind == 0) {
+                const float a32 = 1, b32 = 0;
+                const double a64 = 1, b64 = 0;
+                const bool d = pp.t == CUDA_R_64F;
+                st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, d ? (const void *)&a64 : (const void *)&a32, A, pp.t, N, B, pp.t, N,
+                                  d ? (const void *)&b64 : (const void *)&b32, C, d ? CUDA_R_64F : CUDA_R_32F, N, pp.ct, CUBLAS_GEMM_DEFAULT);
+            } else if (pp.kind == 1) {
+                cuDoubleComplex one = make_cuDoubleComplex(1, 0), zero = make_cuDoubleComplex(0, 0);
+                st = cublasZgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, N, N, N, &one, (cuDoubleComplex *)A, N, (cuDoubleComplex *)B, N, &zero, (cuDoubleComplex *)C, N);
+            } else if (pp.kind == 2) {
+                double one = 1, zero = 0;
+                st = cublasZherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, N, N, &one, (cuDoubleComplex *)A, N, &zero, (cuDoubleComplex *)C, N);
+            } else if (pp.kind == 3) {
+                cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
+                st = cublasCgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, N, N, N, &one, (cuComplex *)A, N, (cuComplex *)B, N, &zero, (cuComplex *)C, N);
+            } else {
+                float one = 1, zero = 0;
+                st = cublasCherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, N, N, &one, (cuComplex *)A, N, &zero, (cuComplex *)C, N);
+            }
+            cudaEventRecord(e1, 0);
+            cudaEventSynchronize(e1);
+            float ms = 0;
+            cudaEventElapsedTime(&ms, e0, e1);
+            if (r > 0) t.push_back(ms);
+        }
+        cudaError_t ce = cudaGetLastError();
+        if (st != CUBLAS_STATUS_SUCCESS || ce != cudaSuccess) {
+            printf("probe %-36s status %d (%s)\n", pp.name, (int)st, cudaGetErrorString(ce));
+            continue;
+        }
+        const double ms = median(t);
+        printf("probe %-36s %9.3f ms %8.1f TFLOP/s\n", pp.name, ms, pp.flops_per * n3 / (ms * 1e9));
+        char line[256];
+        snprintf(line, sizeof line, "{\"probe\": \"%s\", \"n\": %d, \"ms\": %.4f, \"tflops\": %.2f}", pp.name, N, ms, pp.flops_per * n3 / (ms * 1e9));
+        g_probe_rows.push_back(line);
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(A); cudaFree(B); cudaFree(C);
+    cublasDestroy(h);
 }
 
 int main(int argc, char **argv)
@@ -293,6 +474,20 @@ int main(int argc, char **argv)
             tune_rows.push_back(line);
         }
     }
+    {   /* precision modes: prec runs them all, prec6 / prec8 / prec12 / prec16 / prechea12 / prec64 one each */
+        struct PC { const char *name; int q; int64_t n; bool hea, f64; } pc[] = {
+            {"prec6", 6, 32768, false, false}, {"prec8", 8, 32768, false, false}, {"prec12", 12, 16384, false, false}, {"prec16", 16, 4096, false, false},
+            {"prechea12", 12, 16384, true, false}, {"prec64", 8, 16384, false, true}};
+        for (auto &c : pc) {
+            if (!has(c.name) && !has("prec")) continue;
+            BMap b;
+            if (c.hea) build_hea(b, c.q, 2, rng); else build_zz(b, c.q, 2);
+            std::vector<double> x((size_t)c.n * c.q);
+            for (auto &v : x) v = u(rng) * (c.hea ? M_PI : 2 * M_PI);
+            prec_case(c.name, b.m, x, c.n, c.f64);
+        }
+    }
+    if (has("probe")) probe();
     if (json) {
         FILE *f = fopen(json, "w");
         if (!f) { printf("cannot write %s\n", json); return 1; }
@@ -309,15 +504,19 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < rows.size(); ++i) {
             const Row &r = rows[i];
             double pairs = (double)r.n * r.n;
-            fprintf(f, "  {\"case\": \"%s\", \"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"output\": \"%s\", \"engine\": \"%s\", "
+            char errs[96] = "";
+            if (r.max_err >= 0) snprintf(errs, sizeof errs, ", \"max_err\": %.3e, \"diag_err\": %.3e", r.max_err, r.diag_err);
+            fprintf(f, "  {\"case\": \"%s\", \"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"precision\": \"%s\", \"output\": \"%s\", \"engine\": \"%s\", "
                        "\"gram_ms\": %.4f, \"gram_Gpairs_s\": %.4f, \"output_ms\": %.4f, \"output_Gpairs_s\": %.4f, "
-                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f, \"host_delivery_ms\": %.3f}%s\n",
-                    r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.output.c_str(), r.engine.c_str(), r.gram_ms,
+                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f, \"host_delivery_ms\": %.3f%s}%s\n",
+                    r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.precision.c_str(), r.output.c_str(), r.engine.c_str(), r.gram_ms,
                     r.gram_ms > 0 ? pairs / r.gram_ms / 1e6 : 0.0, r.output_ms, r.output_ms > 0 ? pairs / r.output_ms / 1e6 : 0.0, r.states_ms,
-                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, r.deliver_ms, i + 1 < rows.size() ? "," : "");
+                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, r.deliver_ms, errs, i + 1 < rows.size() ? "," : "");
         }
         fprintf(f, " ],\n \"tune\": [\n");
         for (size_t i = 0; i < tune_rows.size(); ++i) fprintf(f, "  %s%s\n", tune_rows[i].c_str(), i + 1 < tune_rows.size() ? "," : "");
+        fprintf(f, " ],\n \"probe\": [\n");
+        for (size_t i = 0; i < g_probe_rows.size(); ++i) fprintf(f, "  %s%s\n", g_probe_rows[i].c_str(), i + 1 < g_probe_rows.size() ? "," : "");
         fprintf(f, " ]\n}\n");
         fclose(f);
     }

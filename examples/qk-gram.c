@@ -51,8 +51,10 @@ static const char *usage_text =
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"
     "                    either complete or absent\n"
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
-    "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64);\n"
-    "                    default: fp64 on the CPU engine, fp32 on the GPU engine\n"
+    "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64), or the\n"
+    "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
+    "                    docs/precision.md); default: fp64 on the CPU engine, fp32 on the GPU\n"
+    "                    engine; the CPU engine computes in fp64 whatever is asked\n"
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
@@ -427,7 +429,10 @@ static int parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--precision")) {
             if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
             else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
-            else return usage_error("--precision '%s': expected fp32 or fp64", v);
+            else if (!strcmp(v, "tf32")) o->precision = QK_PRECISION_TF32;
+            else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
+            else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
+            else return usage_error("--precision '%s': expected fp32, fp64, tf32, fp32x3 or fp16", v);
         } else {   /* --threads: digits only (no sign, blanks or locale forms), 1..4096 */
             const char *c = v;
             long t = 0;

@@ -59,7 +59,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         FZ_CHECK(valid_str(e->key.kernel, sizeof e->key.kernel) && e->key.kernel[0]);
         FZ_CHECK(valid_str(e->config, sizeof e->config) && e->config[0]);
         FZ_CHECK(e->key.path >= QK_PATH_ANALYTIC && e->key.path <= QK_PATH_COMPLEX);
-        FZ_CHECK((int)e->key.precision >= 0 && (int)e->key.precision <= 2);
+        FZ_CHECK((int)e->key.precision >= 0 && (int)e->key.precision < QK_PRECISION_COUNT);
         FZ_CHECK(e->key.n_qubits >= 1 && e->key.n_qubits <= QK_MAX_PRODUCT_QUBITS);
         FZ_CHECK(e->metric - e->metric == 0.0);
     }

@@ -133,6 +133,20 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
         err = np.max(np.abs(K - ref))
         check(err <= 1e-5, "K(X,Y) linear fp32 vs numpy: max abs err %.3g > 1e-5" % err)
 
+    # ---- the tensor-core precision names on the CPU engine: computed in fp64, float32 out, said so ----
+    for prec in ("tf32", "fp32x3", "fp16"):
+        r = run("--map", "zz(reps=2,ent=linear)", "--x", P("X.npy"), "--y", P("Y.csv"), "--out", P("Kp.npy"),
+                "--precision", prec, "--device", "cpu", "--threads", "2")
+        check(r.returncode == 0, "--precision %s on the CPU engine exits 0: %s" % (prec, r.stderr))
+        if r.returncode == 0:
+            Kp = np.load(P("Kp.npy"))
+            check(Kp.dtype == np.float32 and np.array_equal(Kp, np.load(P("Kxy.npy"))),
+                  "--precision %s on the CPU engine: float32 K equal to fp32's" % prec)
+            check("computes in fp64" in r.stdout, "--precision %s: the plan says the CPU engine computes in fp64: %s" % (prec, r.stdout))
+    r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("Kbad.npy"), "--precision", "bf17")
+    check(r.returncode == 2 and "fp32x3" in r.stderr and not os.path.exists(P("Kbad.npy")),
+          "--precision bf17: usage error naming the modes (rc %d): %s" % (r.returncode, r.stderr))
+
     # ---- inputs in other dtypes / byte orders / header versions give the same K ----
     Xf = X.astype(">f8")
     with open(P("Xbe.npy"), "wb") as f:

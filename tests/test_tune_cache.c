@@ -120,7 +120,7 @@ static void rnd_entry(qk_tune_entry *e, int i) {
     if (rndi(2)) snprintf(e->key.qk_version, sizeof e->key.qk_version, "%d.%d.%d", rndi(3), rndi(20), rndi(9));
     snprintf(e->key.kernel, sizeof e->key.kernel, "%s", kernels[rndi(4)]);
     e->key.path = (qk_path)(1 + rndi(3));
-    e->key.precision = (qk_precision)rndi(3);
+    e->key.precision = (qk_precision)rndi(QK_PRECISION_COUNT);
     e->key.n_qubits = 1 + rndi(rndi(2) ? 30 : QK_MAX_PRODUCT_QUBITS);
     rnd_text(e->config, 60);
     if (!e->config[0]) strcpy(e->config, "c");
@@ -246,7 +246,7 @@ static void test_round_trip(void) {
             case 4: strcpy(k.qk_version, "9.9.9"); break;
             case 5: strcpy(k.kernel, !strcmp(k.kernel, "other") ? "other2" : "other"); break;
             case 6: k.path = (qk_path)(1 + (int)k.path % 3); break;
-            case 7: k.precision = (qk_precision)(((int)k.precision + 1) % 3); break;
+            case 7: k.precision = (qk_precision)(((int)k.precision + 1) % QK_PRECISION_COUNT); break;
             default: k.n_qubits = k.n_qubits % QK_MAX_PRODUCT_QUBITS + 1; break;
             }
             got = poison;
@@ -606,7 +606,7 @@ static void test_args(void) {
     bad = e; bad.key.path = (qk_path)0;  CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     CHECK(qk_tune_cache_lookup(path, &bad.key, &got, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     bad = e; bad.key.path = (qk_path)4;  CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
-    bad = e; bad.key.precision = (qk_precision)3; CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
+    bad = e; bad.key.precision = (qk_precision)QK_PRECISION_COUNT; CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     bad = e; bad.key.n_qubits = 0; CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     bad = e; bad.key.n_qubits = QK_MAX_PRODUCT_QUBITS + 1; CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     bad = e; memset(bad.key.device, 'a', sizeof bad.key.device); CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);

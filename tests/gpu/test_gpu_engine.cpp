@@ -12,8 +12,14 @@
            sum of 2^q products drifts by a fraction of 2^q ulps of 1 on the diagonal: 4e-3 at
            q = 19 (fused kernel), 9.4e-3 at q = 20 (cuBLAS, the peer's engine too); the
            bound is a few times the error seen, and a wrong index or sign gives errors ~1)
+     tensor-core engines (plan.use_blas 3..6): the fp32 tolerance (the states are the same
+           float states) plus the bound of the operand rounding, op_bound() below:
+           2 sqrt(2) e_p, e_p the relative error of one product of rounded operands
+           (2u + u^2: u = 2^-11 TF32 and FP16, 2^-8 BF16; FP32X3 3 * 2^-22)
+     fp64 real form (use_blas 7): as fp64
    A second part runs the public API end to end: qk_gram on a CUDA context (planner included)
-   against qk_gram on a CPU context, for the built-in maps from spec strings.
+   against qk_gram on a CPU context, for the built-in maps from spec strings. The largest error
+   seen per engine, map and qubit count is printed as a table at the end (docs/precision.md).
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <complex>
 #include <vector>
@@ -24,6 +30,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <map>
 #include <cuda_runtime.h>
 #define QK_IMPLEMENTATION
 #include "qk.h"
@@ -299,6 +306,59 @@ static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *til
     return 0;
 }
 
+/* K error bound from rounding the operands of tensor-core engine `blas` (0 for the others):
+   Re and Im of <a|b> each carry at most e_p sum |a_k||b_k| <= e_p (unit states, Cauchy-Schwarz),
+   so |K - K'| <= 2 |<a|b>| |delta| + |delta|^2 <= 2 sqrt(2) e_p (+ e_p^2). */
+static double op_bound(int blas)
+{
+    const double u = blas == 3 || blas == 5 ? ldexp(1.0, -11) : blas == 6 ? ldexp(1.0, -8) : 0.0;
+    const double ep = blas == 4 ? 3.0 * ldexp(1.0, -22) : 2.0 * u + u * u;
+    return blas >= 3 && blas <= 6 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0;
+}
+static const char *engine_name(qk_precision prec, int blas)
+{
+    if (prec == QK_PRECISION_FP64) return "fp64";
+    switch (blas) {
+    case 3: return "tf32"; case 4: return "fp32x3"; case 5: return "fp16"; case 6: return "bf16";
+    default: return "fp32";
+    }
+}
+/* largest |K - ref| per (engine, qubits, map family) */
+static std::map<std::string, std::map<int, std::map<std::string, double>>> g_errtab;
+static void record_err(const char *engine, int q, const std::string &map, double e)
+{
+    double &v = g_errtab[engine][q][map];
+    if (!(e <= v)) v = e;
+}
+static void print_errq(int q) /* one line per qubit count as the run goes (a cut-off run keeps them) */
+{
+    printf("errq %2d", q);
+    for (auto &eng : g_errtab) {
+        auto it = eng.second.find(q);
+        if (it == eng.second.end()) continue;
+        double m = 0;
+        for (auto &me : it->second) m = std::max(m, me.second);
+        printf("  %s %.2g", eng.first.c_str(), m);
+    }
+    printf("\n");
+}
+static void print_errtab()
+{
+    printf("\nlargest |K - K_fp64| per engine and qubits (max over the maps; per map family below)\n");
+    for (auto &eng : g_errtab) {
+        printf("%-7s", eng.first.c_str());
+        for (auto &qe : eng.second) {
+            double m = 0;
+            for (auto &me : qe.second) m = std::max(m, me.second);
+            printf(" q%d %.2g", qe.first, m);
+        }
+        printf("\n");
+    }
+    for (auto &eng : g_errtab)
+        for (auto &qe : eng.second)
+            for (auto &me : qe.second) printf("err %s %d %s %.3g\n", eng.first.c_str(), qe.first, me.first.c_str(), me.second);
+}
+
 /* Runs one Gram configuration and compares every entry. */
 static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vector<cd> &SB, const std::vector<double> &xa,
                        const std::vector<double> &xb, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od,
@@ -348,7 +408,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
     if (out == QK_OUTPUT_DEVICE) { cudaMemcpy(host.data(), dptr, host.size(), cudaMemcpyDeviceToHost); cudaFree(dptr); }
     const double qf = 1 + t.q / 4.0;
-    const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4;
+    const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4 + op_bound(p.use_blas);
     const double trel = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-9 : 1e-4;
     double maxerr = 0;
     int64_t bad = 0, pad_bad = 0;
@@ -366,6 +426,8 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     }
     CHECK(bad == 0, "%s q=%d %s: %lld of %lld entries off (max err %.3g, tol %.1g + %.1g|ref|)", t.name.c_str(), t.q, what,
           (long long)bad, (long long)(nx * ny), maxerr, tabs, trel);
+    if (t.cls != QK_CLASS_PRODUCT && (prec != QK_PRECISION_FP64 || od == QK_F64))
+        record_err(engine_name(prec, p.use_blas), t.q, t.name, maxerr);
     CHECK(pad_bad == 0, "%s q=%d %s: %lld padding entries (ld > n) written", t.name.c_str(), t.q, what, (long long)pad_bad);
     if (out == QK_OUTPUT_CALLBACK) CHECK(cb.calls > 0 && cb.bad == 0, "%s q=%d %s: callback tiles %d, %d below diagonal", t.name.c_str(), t.q, what, cb.calls, cb.bad);
 }
@@ -403,6 +465,18 @@ static void run_map(const TMap &t, bool thorough)
     check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "rect fp64");
     if (q >= 7 && t.cls != QK_CLASS_PRODUCT)
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 1024, 0, 1, 0, "sym fp32 fused");
+    /* the tensor-core engines at every qubit count (the planner takes them from 6 qubits on) */
+    static const struct { qk_precision p; int b; const char *sym, *rect; } tcm[] = {
+        {QK_PRECISION_TF32, 3, "sym tf32", "rect tf32 ld+3"}, {QK_PRECISION_FP32X3, 4, "sym fp32x3", "rect fp32x3 ld+3"},
+        {QK_PRECISION_FP16, 5, "sym fp16", "rect fp16 ld+3"}, {QK_PRECISION_FP16, 6, "sym bf16", "rect bf16 ld+3"}};
+    if (t.cls != QK_CLASS_PRODUCT && q >= 2) {
+        for (auto &c : tcm) {
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 0, c.sym);
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, c.rect);
+        }
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "sym fp64 real form");
+        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "rect fp64 real form");
+    }
     if (!thorough) return;
     /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
        register-store paths) */
@@ -425,7 +499,75 @@ static void run_map(const TMap &t, bool thorough)
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 1, sl, 0, 1, 0, "sym blas");
         check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 1, sl, tl, 1, 0, "rect blas tiles fp64");
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 1, sl, tl, 1, 0, "sym blas tiles device");
+        if (q >= 2) {
+            /* tensor-core engines through slabs (the workspace ring), state tiles, device output */
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 4, sl, 0, 1, 1, "sym fp32x3 device slabs");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_TF32, QK_F32, QK_OUTPUT_HOST, 3, sl, tl, 1, 0, "sym tf32 tiles resident");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP16, QK_F32, QK_OUTPUT_HOST, 5, sl, tl, 0, 2, "sym fp16 tiles ring");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32X3, QK_F64, QK_OUTPUT_CALLBACK, 4, sl, tl, 1, 0, "rect fp32x3 tiles callback f64out");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_DEVICE, 7, sl, tl, 1, 0, "sym fp64 real form tiles device");
+        }
     }
+}
+
+/* Tensor-core engines on diagonal blocks of several row blocks (qk__tc_products covers the upper
+   triangle of an m x m block with blocks of at least 512 rows): m = 1100 and 700-row slabs, on a
+   complex and a real map. */
+static void tc_block_tests()
+{
+    for (int real = 0; real < 2; ++real) {
+        TMap t = real ? map_hea(7, 2, 'y', false) : map_zz(7, 2, true);
+        t.finish();
+        const size_t D = (size_t)1 << t.q;
+        const int64_t nx = 1100, ny = 300;
+        std::vector<double> xa = rand_x(t, nx), xb = rand_x(t, ny);
+        std::vector<cd> SA(nx * D), SB(ny * D);
+        for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
+        for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
+        const int before = g_fail;
+        static const struct { qk_precision p; int b; } tcm[] = {
+            {QK_PRECISION_TF32, 3}, {QK_PRECISION_FP32X3, 4}, {QK_PRECISION_FP16, 5}, {QK_PRECISION_FP64, 7}};
+        for (auto &c : tcm) {
+            const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
+        }
+        printf("tensor-core blocks %-10s %s\n", t.name.c_str(), g_fail == before ? "ok" : "FAILED");
+    }
+}
+
+/* FP32 through the public API is the FP32 engine of before (the fixed table's fused kernel or
+   cuBLAS HERK/SYRK): bitwise the same K as a plan that names that engine. */
+static void fp32_same_tests(qk_ctx *gpu)
+{
+    const char *specs[] = {"zz(reps=2)", "zz(reps=2)", "hea(layers=2)"};
+    const int dims[] = {5, 8, 9};
+    for (int i = 0; i < 3; ++i) {
+        qk_map *m = nullptr;
+        CHECK(qk_map_parse(specs[i], dims[i], &m) == QK_OK, "fp32 same: parse");
+        if (!m) continue;
+        const int64_t n = 501;
+        std::vector<double> x((size_t)n * dims[i]);
+        for (auto &v : x) v = urand(0, 2 * M_PI);
+        std::vector<float> k1((size_t)n * n, NAN), k2((size_t)n * n, NAN);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = n; g.out = k1.data(); g.precision = QK_PRECISION_FP32; g.out_dtype = QK_F32;
+        CHECK(qk_gram(gpu, m, &g) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
+        qk_plan p;
+        memset(&p, 0, sizeof p);
+        p.backend = QK_BACKEND_CUDA; p.path = m->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
+        p.precision = QK_PRECISION_FP32; p.out_dtype = QK_F32; p.output = QK_OUTPUT_HOST; p.n_qubits = dims[i];
+        p.n_x = n; p.n_y = n; p.symmetric = 1; p.bulk_states = 1; p.tile_m = n; p.k_resident = 1; p.n_streams = 2;
+        p.use_blas = dims[i] >= 7;
+        g.out = k2.data();
+        CHECK(qk__cuda_run(NULL, &p, m, &g, NULL) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
+        CHECK(memcmp(k1.data(), k2.data(), k1.size() * 4) == 0, "fp32 same %s q=%d: K differs from the fp32 engine's (blas %d)",
+              specs[i], dims[i], p.use_blas);
+        qk_map_free(m);
+    }
+    printf("fp32 engine unchanged %s\n", g_fail ? "FAILED" : "ok");
 }
 
 /* ---- public API: CUDA context vs CPU context ---- */
@@ -462,7 +604,7 @@ static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t 
         r = qk_gram(gpu, m, &g);
         CHECK(r == QK_OK, "api %s: cuda qk_gram -> %d %s", spec, (int)r, qk_last_error());
         if (dptr) { cudaMemcpy(got.data(), dptr, got.size() * 8, cudaMemcpyDeviceToHost); cudaFree(dptr); }
-        const double tabs = prec == QK_PRECISION_FP64 ? 1e-10 : 1e-4 * (1 + m->n_qubits / 4.0) + ldexp(1.0, m->n_qubits - 24) / 4;
+        const double tabs = prec == QK_PRECISION_FP64 ? 1e-10 : 1e-4 * (1 + m->n_qubits / 4.0) + ldexp(1.0, m->n_qubits - 24) / 4 + op_bound(plan.use_blas);
         int64_t bad = 0;
         double maxerr = 0;
         for (size_t i = 0; i < got.size(); ++i) {
@@ -471,7 +613,8 @@ static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t 
             if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
         }
         CHECK(bad == 0, "api %s %s %s out=%d: %lld of %zu off, max err %.3g (plan: %s)", spec, sym ? "K(X,X)" : "K(X,Y)",
-              prec == QK_PRECISION_FP64 ? "fp64" : "fp32", (int)out, (long long)bad, got.size(), maxerr, plan.config);
+              engine_name(prec, plan.use_blas), (int)out, (long long)bad, got.size(), maxerr, plan.config);
+        CHECK(plan.precision == prec, "api %s: plan precision %d, asked %d", spec, (int)plan.precision, (int)prec);
     }
     qk_map_free(m);
 }
@@ -498,6 +641,9 @@ static void api_tests()
         int64_t nx = mm.d >= 14 ? 45 : 301, ny = mm.d >= 14 ? 23 : 77;
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32, QK_OUTPUT_HOST, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, mm.bin);
+        api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_TF32, QK_OUTPUT_HOST, mm.bin);
+        api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32X3, QK_OUTPUT_DEVICE, mm.bin);
+        api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP16, QK_OUTPUT_HOST, mm.bin);
         printf("api %-32s %s\n", mm.spec, g_fail == before ? "ok" : "FAILED");
     }
     /* autotune: measure and store into a fresh cache directory, then a second context reads it */
@@ -530,6 +676,19 @@ static void api_tests()
             for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
             CHECK(e < 5e-4, "tuned gram vs cpu: max err %.3g", e);
             printf("autotune: %s\n", p1.config);
+            /* a tensor-core precision: its own cache key; the engine chosen is one the precision
+               admits (fp32 engines or its own), and K holds the mode's bound */
+            g.precision = QK_PRECISION_TF32;
+            g.out = k1.data();
+            CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0 &&
+                  (p1.use_blas <= 3) && p1.precision == QK_PRECISION_TF32, "autotune tf32: blas %d '%s'", p1.use_blas, p1.config);
+            CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 && p2.use_blas == p1.use_blas,
+                  "autotune tf32 cache: '%s'", p2.config);
+            CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned tf32 gram: %s", qk_last_error());
+            e = 0;
+            for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
+            CHECK(e < 5e-4 + op_bound(p2.use_blas), "tuned tf32 gram vs cpu: max err %.3g", e);
+            printf("autotune tf32: %s (blas %d)\n", p1.config, p1.use_blas);
         }
         if (m) qk_map_free(m);
         qk_ctx_destroy(t1);
@@ -814,10 +973,11 @@ int main(int argc, char **argv)
         memset(&cd, 0, sizeof cd);
         cd.device = QK_DEVICE_CUDA;
         cd.autotune = -1;
-        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(gpu); }
+        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(gpu); fp32_same_tests(gpu); }
         else CHECK(false, "cuda context: %s", qk_last_error());
         qk_ctx_destroy(gpu);
     }
+    tc_block_tests();
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
@@ -841,7 +1001,9 @@ int main(int argc, char **argv)
             printf("%-12s q=%2d %s\n", t.name.c_str(), q, g_fail == before ? "ok" : "FAILED");
             fflush(stdout);
         }
+        print_errq(q);
     }
+    print_errtab();
     printf("%d checks, %d failed\n", g_checks, g_fail);
     return g_fail ? 1 : 0;
 }
