@@ -51,6 +51,8 @@ static const char *usage_text =
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
     "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64);\n"
     "                    default: fp64 on the CPU engine, fp32 on the GPU engine\n"
+    "  --path P          auto (default), mps (matrix product states, local maps, any qubit\n"
+    "                    count: docs/mps.md) or statevector\n"
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
@@ -78,6 +80,7 @@ typedef struct options {
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
+    qk_path path;                         /* --path: DEFAULT (auto), MPS, COMPLEX (statevector) */
     int threads, quiet, demo, progress, no_sync;
 } options;
 
@@ -353,7 +356,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
             strcmp(name, "--threads") && strcmp(name, "--data") && strcmp(name, "--profile") && strcmp(name, "--cache-dir") &&
-            strcmp(name, "--trace") && strcmp(name, "--html"))
+            strcmp(name, "--trace") && strcmp(name, "--html") && strcmp(name, "--path"))
             die_usage("unknown option '%s'", name);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -370,6 +373,10 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--html")) o->html = v;
         else if (!strcmp(name, "--device")) o->device = parse_device(v);
         else if (!strcmp(name, "--precision")) o->precision = parse_precision(v);
+        else if (!strcmp(name, "--path")) {
+            if (strcmp(v, "auto") && strcmp(v, "mps") && strcmp(v, "statevector")) die_usage("--path '%s': expected auto, mps or statevector", v);
+            o->path = !strcmp(v, "mps") ? QK_PATH_MPS : !strcmp(v, "statevector") ? QK_PATH_COMPLEX : QK_PATH_DEFAULT;
+        }
         else {
             char *end;
             long t = strtol(v, &end, 10);
@@ -449,6 +456,7 @@ static int gram_main(const options *o) {
     gd.y = have_y ? Y.data : NULL;
     gd.n_y = have_y ? Y.rows : 0;
     gd.precision = o->precision;
+    gd.path = o->path;
     if (!o->quiet)
         printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
                have_y ? o->y : "", have_y ? "" : ", K = K(X, X) (symmetric)");
