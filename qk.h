@@ -19,6 +19,9 @@
      REAL     every op keeps amplitudes real (H, X, Z, RY, CZ, CNOT, amplitude, basis): a real
               Gram, a quarter of the complex arithmetic.
      COMPLEX  everything else: complex Gram.
+   Entangled maps run on statevectors up to QK_MAX_STATE_QUBITS; local ones (zz linear/circular,
+   hea rings, ...) also on matrix product states of their exact bond bound, any qubit count (path
+   MPS, CPU engine; chosen beyond 30 qubits and where cheaper; docs/mps.md).
 
    Conventions (docs/maps.md): qubit 0 is the least significant bit of the basis index (Qiskit's
    order); feature i drives qubit i. Gate matrices are Qiskit's / PennyLane's:
@@ -3862,12 +3865,66 @@ static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const doub
    QK__NJ column samples (vectors B): T = E B (vector x vector), E' = A^H T (scalar x vector).
    E: dl x dl, T: dl x 2dr, E': dr x dr vectors of [QK__NJ re | QK__NJ im]. */
 #if defined(QK__VEC)
+/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, 8
+   complex vectors of T (16 zmm) over l', 4 of E' over (l, a). Against the generic loop below, one
+   thread of the 2-core dev machine (bench/mps_bench.c, CPU seconds): zz linear reps=2, 100 qubits,
+   n = 512: 1.41 -> 0.94 s; zz circular reps=2 (bond 16), 40 qubits, n = 128: 2.15 -> 1.76 s. */
+QK__CONTRACT
+static void qk__mps_site4(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k0, kk, la, r, r0;
+    for (l = 0; l < dl; l++)
+        for (k0 = 0; k0 < n2; k0 += 8) {
+            qk__v8 tr[8], ti[8];
+            memset(tr, 0, sizeof tr);
+            memset(ti, 0, sizeof ti);
+            for (lp = 0; lp < dl; lp++) {
+                qk__v8 er, ei;
+                const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ;
+                QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
+                QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
+                for (kk = 0; kk < 8; kk++) {
+                    qk__v8 br, bi;
+                    QK__LD8(br, bb + kk * 2 * QK__NJ); QK__LD8(bi, bb + kk * 2 * QK__NJ + QK__NJ);
+                    tr[kk] += er * br; tr[kk] -= ei * bi;
+                    ti[kk] += er * bi; ti[kk] += ei * br;
+                }
+            }
+            for (kk = 0; kk < 8; kk++) {
+                double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
+                memcpy(t, &tr[kk], sizeof tr[kk]); memcpy(t + QK__NJ, &ti[kk], sizeof ti[kk]);
+            }
+        }
+    for (r = 0; r < dr; r++)
+        for (r0 = 0; r0 < dr; r0 += 4) {
+            qk__v8 xr[4], xi[4];
+            memset(xr, 0, sizeof xr);
+            memset(xi, 0, sizeof xi);
+            for (la = 0; la < 2 * dl; la++) {
+                const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+                const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ;
+                for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */
+                    qk__v8 vr, vi;
+                    QK__LD8(vr, t + kk * 2 * QK__NJ); QK__LD8(vi, t + kk * 2 * QK__NJ + QK__NJ);
+                    xr[kk] += cr * vr; xr[kk] += ci * vi;
+                    xi[kk] += cr * vi; xi[kk] -= ci * vr;
+                }
+            }
+            for (kk = 0; kk < 4; kk++) {
+                double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
+                memcpy(e, &xr[kk], sizeof xr[kk]); memcpy(e + QK__NJ, &xi[kk], sizeof xi[kk]);
+            }
+        }
+}
+
 QK__CONTRACT
 static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
     const int n2 = 2 * dr;
     int l, lp, k, la, r, rp;
     qk__v8 z;
+    if (dr % 4 == 0) { qk__mps_site4(A, B, dl, dr, E, T, En); return; }
     memset(&z, 0, sizeof z);
     for (l = 0; l < dl; l++) {
         double *t = T + (size_t)l * n2 * 2 * QK__NJ;
@@ -4008,11 +4065,14 @@ static double qk__host_ram(void)
 }
 
 /* The MPS path's cost against the statevector's, per pair, in the CPU engine's measured time per
-   flop: the blocked statevector Gram runs near the FMA peak, the transfer-matrix chain slower
-   per flop (short vectors, loads): QK__MPS_FLOP_RATIO, from bench/mps_bench.c on the 2-core dev
-   machine (bench/results/2026-11-23-mps-cpu.json). */
+   flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
+   (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
+   dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
+   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.022, q = 10 0.070 / 0.046,
+   q = 11 0.081 / 0.097, q = 12 0.091 / 0.224; MPS time per flop is 1.9, 1.8, 1.7, 1.5 times the
+   statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
 #ifndef QK__MPS_FLOP_RATIO
-#define QK__MPS_FLOP_RATIO 4.0
+#define QK__MPS_FLOP_RATIO 1.7
 #endif
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): MPS when asked

@@ -200,6 +200,10 @@ static void families(qk_ctx *ctx)
                 "p(3, x3) y(4) x(5) cx(0,1) cz(2,3) rzz(4,5, x4*x5) cx(1,2) rzz(3,4, x1) cz(5,4) "
                 "rx(2, x2) ry(3, x5) h(4) rzz(0,2, x0*x2) cx(3,1) z(0) cx(2,4) p(4, (pi-x2)*(pi-x4)) cx(2,4) "
                 "cx(5,3) rz(5, x5) cz(0,1) rzz(1,3, 0.3))", 6, 25, 7);
+    /* long-range gates (spans up to 11 sites) through the MPO of the general path */
+    family(ctx, "circuit(qubits=12: h(0) h(3) h(5) h(11) ry(7, x7) rx(9, x9) cx(0,11) rzz(3,8, x3*x8) cz(5,10) "
+                "p(10, x10) cx(9,2) rzz(11,1, x1) h(6) cx(7,4) rz(4, x4))", 12, 13, 5);
+    family(ctx, "zz(reps=2,ent=linear)", 6, 1, 1);   /* one sample */
     /* iqp is all-to-all: small enough for MPS at 5 qubits (forced), and right */
     family(ctx, "iqp(reps=2)", 5, 17, 6);
     /* q = 20 against the statevector, n small */
