@@ -4323,9 +4323,9 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
     /* the MPS path runs on the CPU engine in this version: asked for, or an entangled map beyond
-       the statevector (qk__mps_plan decides whether it can take it) */
-    if (map->cls != QK_CLASS_PRODUCT &&
-        (desc->path == QK_PATH_MPS || (desc->path == QK_PATH_DEFAULT && map->n_qubits > QK_MAX_STATE_QUBITS))) {
+       the statevector (qk__mps_plan decides whether it can take it, and rejects bad paths) */
+    if (desc->path == QK_PATH_MPS || (int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT && map->n_qubits > QK_MAX_STATE_QUBITS)) {
         if (desc->output == QK_OUTPUT_DEVICE)
             return qk__fail(QK_ERROR_UNSUPPORTED, "plan: the MPS path runs on the CPU engine in this version: output DEVICE is not available (use HOST, CALLBACK or NPY)");
         return qk__plan_cpu(info, map, desc, out);

@@ -510,6 +510,15 @@ static void planning(qk_ctx *ctx)
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_UNSUPPORTED, "MPS with DEVICE output must fail");
         d.output = QK_OUTPUT_HOST;
         qk_map_free(m);
+        /* the same errors as on the CPU: MPS forced on a product map, an unknown path */
+        m = parse("angle", 8);
+        d.path = QK_PATH_MPS;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "product"),
+              "gpu present, angle forced mps: %s", qk_last_error());
+        d.path = (qk_path)7;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_INVALID_ARGUMENT, "gpu present, unknown path");
+        d.path = QK_PATH_DEFAULT;
+        qk_map_free(m);
     }
 }
 
