@@ -4068,8 +4068,8 @@ static double qk__host_ram(void)
    flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
    (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
    dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
-   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.022, q = 10 0.070 / 0.046,
-   q = 11 0.081 / 0.097, q = 12 0.091 / 0.224; MPS time per flop is 1.9, 1.8, 1.7, 1.5 times the
+   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.023, q = 10 0.066 / 0.046,
+   q = 11 0.075 / 0.095, q = 12 0.087 / 0.215; MPS time per flop is 1.8, 1.7, 1.6, 1.5 times the
    statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
 #ifndef QK__MPS_FLOP_RATIO
 #define QK__MPS_FLOP_RATIO 1.7
