@@ -30,10 +30,10 @@
 
    Configuration macros (define before the implementation include)
    ---------------------------------------------------------------
-     QK_IMPLEMENTATION    expand the implementation in this translation unit (this also
-                          expands qk_prof.h's implementation: do not define
-                          QK_PROF_IMPLEMENTATION in another file of the same program)
-     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md)
+     QK_IMPLEMENTATION    expand the implementation in this translation unit
+     QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md); needs
+                          qk_prof.h beside qk.h, and QK_PROF_IMPLEMENTATION (rule below)
+     QK_PROF_IMPLEMENTATION  expand qk_prof.h's implementation (rule below)
      QK_STATIC            make every function static (private to that translation unit)
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
      QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
@@ -42,8 +42,35 @@
                           can also be set in qk_ctx_desc
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
+     QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
+                          CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
                           bounds of the autotune cache file (docs/autotune.md)
+     QK_MPI               declare and build qk_gram_mpi(), K over the ranks of an MPI
+                          communicator (qk.h includes <mpi.h>; compile with mpicc or Meson's
+                          mpi dependency; docs/scale.md)
+     QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
+                          (default 512 MB)
+     QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
+                          (default 256 MB; none with no_sync)
+
+   The profiler (qk_prof.h) and the two implementation defines
+   ------------------------------------------------------------
+   qk.h works alone: copy it without qk_prof.h for the CPU engine. Its implementation includes
+   "qk_prof.h" when QK_PROF_ENABLE is defined (it must then be found) or, without it, when the
+   compiler finds the file (__has_include), so QK_PROF_* macros used by the program stay
+   available as no-ops; when it is absent qk defines its own zone macros as no-ops.
+   The rule: each header's implementation is expanded by its own define, and when qk records its
+   own zones (QK_PROF_ENABLE where QK_IMPLEMENTATION is defined) both go in the same file, before
+   the include:
+       #define QK_PROF_ENABLE           (or -DQK_PROF_ENABLE for the whole program)
+       #define QK_IMPLEMENTATION
+       #define QK_PROF_IMPLEMENTATION   (this file and no other)
+       #include "qk.h"
+   QK_IMPLEMENTATION with QK_PROF_ENABLE but without QK_PROF_IMPLEMENTATION is a compile-time
+   #error, and so is QK_PROF_IMPLEMENTATION (with QK_PROF_ENABLE) in a file that includes qk.h
+   without QK_IMPLEMENTATION (whichever header comes first). A file that includes only
+   qk_prof.h cannot be checked: there the rule is yours to keep (else: multiple definitions).
 
    Thread safety
    -------------
@@ -62,6 +89,12 @@
 */
 #ifndef QK_H
 #define QK_H
+
+/* The rule for the two implementation defines (documentation block above): qk_prof.h's
+   implementation goes in the file that defines QK_IMPLEMENTATION, and only there. */
+#if defined(QK_PROF_ENABLE) && defined(QK_PROF_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION)
+#error "qk.h: QK_PROF_IMPLEMENTATION belongs in the file that defines QK_IMPLEMENTATION (define both there, before the first include of qk.h; qk.h, 'The profiler and the two implementation defines')"
+#endif
 
 #include <stddef.h>
 #include <stdint.h>
@@ -206,23 +239,48 @@ typedef struct qk_map {
     qk_map_desc desc;       /* resolved desc (ops pointer cleared) */
 } qk_map;
 
+/* Resource bounds of a map, checked by qk_map_make (and qk_map_parse) before anything is
+   allocated, so that a typo such as reps=100000000 is an error, not minutes of allocation.
+   An entangling built-in map (zz, iqp, hea of 2 or more qubits, amplitude) is also refused
+   beyond QK_MAX_STATE_QUBITS before its op list is built. Define them before including qk.h,
+   the same in every translation unit, to change them. */
+#ifndef QK_MAX_REPS
+#define QK_MAX_REPS 1024            /* reps / layers / n_repeats of a built-in map */
+#endif
+#ifndef QK_MAX_OPS
+#define QK_MAX_OPS (1 << 20)        /* ops of any map (zz of 30 qubits, full: 768 reps) */
+#endif
+#ifndef QK_MAX_WEIGHTS
+#define QK_MAX_WEIGHTS (1 << 20)    /* trainable weights of any map */
+#endif
+/* Largest |angle| (radians) qk_map_check_data lets through; beyond it (or at a non-finite
+   angle) the data is refused: a phase of 1e300 rad has no meaningful value mod 2 pi, and sums
+   of such angles in the GPU engine's folded phases could overflow. */
+#define QK_MAX_ABS_ANGLE 1e300
+
 QKDEF qk_result qk_map_make(const qk_map_desc *desc, qk_map **out);
 /* Spec string (the CLI's --map): "zz(reps=2,ent=linear)", "iqp", "angle(rot=y)", "amplitude",
    "basis", "hea(layers=2,rot=y,ent=cz)", "circuit(qubits=2: h(0) rz(0, 2*x0) cx(0,1) ...)".
-   docs/maps.md has the grammar. n_features comes from the data. Errors name the column. */
+   docs/maps.md has the grammar. n_features comes from the data. Errors name the column (and,
+   for an unknown parameter, list the map's parameters). Numbers are read in C syntax ('.' is
+   the decimal point) whatever the program's locale. */
 QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out);
 QKDEF void qk_map_free(qk_map *map);
 /* Copies n weights (n must equal map->n_weights; all finite). */
 QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n);
 /* Writes a spec string that qk_map_parse() turns back into the same map (including custom
-   circuits). Returns the length it needs (like snprintf). */
+   circuits), numbers in C syntax whatever the locale. Returns the length it needs (like
+   snprintf). */
 QKDEF int qk_map_spec(const qk_map *map, char *buf, size_t size);
 QKDEF const char *qk_map_class_string(qk_map_class c);
 
 /* Evaluate every op's angle for one sample (n_ops values; ops with no angle get 0). */
 QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
-/* Checks x (n rows of map->n_features) for the map: finite, basis 0/1, amplitude non-zero norm.
-   The detail message names the first bad row and column. */
+/* Checks x (n rows of map->n_features) for the map: every value finite; basis features 0 or 1;
+   every op's angle (theta = scale * f(x, w) + offset, with the map's current weights) finite
+   and at most QK_MAX_ABS_ANGLE in magnitude (finite but huge features can overflow it);
+   amplitude rows with a sum of squares that neither overflows nor underflows (below DBL_MIN it
+   loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
 /* ---- context ---- */
@@ -396,13 +454,28 @@ typedef struct qk_array {
     int ndim;
 } qk_array;
 
+/* The readers (qk_npy_read, qk_csv_read) read regular files only: a FIFO, a device or a
+   directory is refused before it is read (a FIFO would block, /dev/zero never ends). Nothing is
+   allocated beyond what the file holds: a .npy header is checked against the file size first.
+   On error *out is left untouched and the message quotes file content escaped and truncated. */
+#ifndef QK_CSV_MAX_BYTES
+#define QK_CSV_MAX_BYTES ((int64_t)1 << 34)     /* largest .csv file read (16 GiB; it is read whole) */
+#endif
+#ifndef QK_CSV_MAX_LINE
+#define QK_CSV_MAX_LINE ((int64_t)1 << 24)      /* longest .csv line (16 MiB) */
+#endif
+
 /* Reads .npy version 1-3, dtype <f4/<f8 (and >f4/>f8, <i4/<i8), C order, 1-D or 2-D. */
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out);
 /* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy of float32 or float64 atomically: a temporary
    file in the same directory, then rename. No partial file on any error. */
 QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
                              int64_t cols);
-/* Reads numeric CSV (comma, optional header line skipped when not numeric). */
+/* Reads numeric CSV: comma-separated numbers in C syntax ('.' decimals, in any locale), one row
+   per line; '#' comment and blank lines skipped; an optional header line, which is a line with
+   no field that starts like a number, names every column (an unnamed first column, pandas'
+   index, is refused). Any control byte (NUL included) is an error naming its line, as is a
+   field that is not a number (line and column). The full rules: docs/cli.md. */
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
@@ -416,7 +489,9 @@ QKDEF void qk_array_free(qk_array *a);
    detail message (qk_last_error). The calls are thread-safe and process-safe: a store holds an
    advisory lock (flock on <path>.lock) around read-merge-write and replaces the file atomically
    (temporary file, fsync, rename), so readers take no lock and never see a torn file.
-   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). */
+   POSIX only; elsewhere the calls return QK_ERROR_UNSUPPORTED (no cache). The cache is compiled
+   only where something can be tuned: with QK_CUDA (the engine) or QK_TUNE_CACHE; in a CPU-only
+   build qk_tune_key_init works and the other calls return QK_ERROR_UNSUPPORTED. */
 
 #define QK_TUNE_SCHEMA 1    /* the "schema" value written and read by this version */
 
@@ -502,6 +577,55 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                                char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
+/* ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
+/* A static split of K's pairs over n_workers workers, balanced by pair count (optionally
+   weighted by each worker's speed). Each worker owns a band of whole rows [row0[w], row0[w+1]):
+   for K(X,Y) one item, rows x all columns; for symmetric K(X,X) the band's part of the upper
+   triangle as two items, the diagonal block (a symmetric sub-job: only j >= i computed, then
+   mirrored) and the rectangle right of it (whose mirror, below the diagonal, the worker writes
+   too). Pure arithmetic, no device and no MPI: qk_gram_mpi deals the ranks with it, and a caller
+   with several GPUs per rank deals ranks x GPUs workers (worker = rank * gpus + gpu).
+   Balance: the cuts are the aligned rows closest to the weighted share of the pairs; each of a
+   worker's two cuts is off by at most align / 2 rows, so with equal weights the imbalance
+   (slowest worker's pairs over the mean) is at most 1 + align * n_cols * n_workers / pairs_total
+   (1 + 2 align n_workers / n_x for K(X,X)): <= 1.03 with the auto alignment whenever it is > 1;
+   1.006 for n = 10^6 on 64 workers (tests/test_mpi_schedule.c checks <= 1.05). */
+typedef struct qk_work_item {
+    int worker;
+    int64_t i0, i1;         /* rows [i0, i1) of K */
+    int64_t j0, j1;         /* columns [j0, j1) of K */
+    int symmetric;          /* 1: the diagonal block K(X[i0:i1], X[i0:i1]) (j0 == i0, j1 == i1) */
+    int64_t pairs;          /* pairs it computes: h (h + 1) / 2 for a symmetric block of h rows,
+                               rows x columns otherwise */
+} qk_work_item;
+
+typedef struct qk_schedule_desc {
+    int64_t n_x;            /* rows of K (required, > 0) */
+    int64_t n_y;            /* columns of K(X,Y); 0: symmetric K(X,X) */
+    int n_workers;          /* required, > 0 */
+    const double *weights;  /* n_workers relative speeds (finite, > 0; e.g. SM counts); NULL: equal */
+    int64_t align;          /* cuts at multiples of align rows (n_x is always a cut); default 0 =
+                               auto: the largest power of two <= 64 with n_x >= 64 align n_workers */
+} qk_schedule_desc;
+
+typedef struct qk_schedule {
+    int n_workers;
+    int n_items;
+    qk_work_item *items;    /* grouped by worker, in worker order (a worker with no rows has none) */
+    int *first;             /* n_workers + 1: worker w's items are items[first[w] .. first[w + 1]) */
+    int64_t *row0;          /* n_workers + 1 cuts: worker w owns rows [row0[w], row0[w + 1]) */
+    int64_t *pairs;         /* n_workers: pairs each worker computes */
+    int64_t pairs_total;    /* pairs computed in all (n_x (n_x + 1) / 2 symmetric, n_x n_y else) */
+    int64_t align;          /* resolved */
+    double imbalance;       /* max over workers of (pairs / normalised weight) / (pairs_total /
+                               n_workers): 1 is perfect */
+} qk_schedule;
+
+/* Fills *out (its arrays in one allocation: free with qk_schedule_free). */
+QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out);
+QKDEF void qk_schedule_free(qk_schedule *s);
+/* ---- end work schedule ---- */
+
 /* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
 QKDEF int qk_cuda_device_count(void);
@@ -545,6 +669,11 @@ QKDEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err
 QKDEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QKDEF int qk_cuda_host_pinned(const void *p);
+/* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
+   (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
+   concurrent use. */
+QKDEF void qk_cuda_test_fail_alloc(int k);
+QKDEF int qk_cuda_test_alloc_count(void);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
@@ -579,6 +708,46 @@ QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int re
 #endif
 #endif /* QK_H */
 
+/* ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+#if defined(QK_MPI) && !defined(QK_H_MPI)
+#define QK_H_MPI
+#include <mpi.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* K over the ranks of comm (collective: every rank of comm calls it, with the same map, the same
+   X (and Y) data and the same desc apart from the callbacks; each rank's ctx picks its engine:
+   the CPU, or the rank's GPU through ctx's cuda_device). The rows of K are dealt to the ranks by
+   qk_schedule_make (balanced by pair count); each rank computes its band with qk_gram on
+   sub-problems, block by block (two buffers of QK_MPI_BLOCK_BYTES of host memory; a writer
+   thread writes one while the next is computed when MPI provides MPI_THREAD_SERIALIZED or
+   more: then no other thread of the program may call MPI during the call, unless MPI runs
+   MPI_THREAD_MULTIPLE; callbacks are called as qk_gram calls them, never inside an MPI call).
+   On the CPU engine the result is
+   bitwise the K of one qk_gram: every entry comes from the same states and the same kernel, in
+   the same orientation (<x_i|x_j> for i <= j; the lower triangle is written as the mirror).
+   Outputs (desc->output):
+     QK_OUTPUT_NPY       one .npy file, out_path, on a file system every rank sees: rank 0
+                         creates a temporary file next to it (out_path.tmp.<pid>.<k>) and writes
+                         the header; every rank writes its rows, and the mirror of its upper-
+                         triangle part, at their offsets with MPI-IO (independent
+                         MPI_File_write_at on a per-rank handle); after every rank has synced
+                         (unless no_sync) and closed, rank 0 renames it over out_path. On any
+                         rank's failure no file is left and out_path is untouched.
+     QK_OUTPUT_CALLBACK  each rank's tile_fn gets the tiles of its own band, in K's coordinates
+                         (square tiles, each delivered once on one rank; symmetric: j0 >= i0
+                         tiles only, diagonal tiles whole, as qk_gram).
+   HOST and DEVICE output return QK_ERROR_UNSUPPORTED. desc->progress reports this rank's entries
+   of K (done of this rank's total); a non-zero return cancels the whole job. Any rank's failure
+   (bad data, I/O, cancel, a GPU error) stops the others at their next block, and every rank
+   returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
+   every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
+#ifdef __cplusplus
+}
+#endif
+#endif /* QK_MPI */
+
 /* ======================================================================================== */
 /*                                    IMPLEMENTATION                                        */
 /* ======================================================================================== */
@@ -587,14 +756,37 @@ QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int re
 
 /* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
-   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). */
+   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
+   for the two implementation defines is in the documentation block at the top. */
+#if defined(QK_PROF_ENABLE)
+#if !defined(QK_PROF_IMPLEMENTATION)
+#error "qk.h: QK_PROF_ENABLE with QK_IMPLEMENTATION: define QK_PROF_IMPLEMENTATION in this file too, before including qk.h, and in no other file (qk.h, 'The profiler and the two implementation defines')"
+#endif
 #if defined(QK_CUDA) && QK_CUDA && !defined(QK_PROF_CUDA)
 #define QK_PROF_CUDA
 #endif
-#ifndef QK_PROF_IMPLEMENTATION
-#define QK_PROF_IMPLEMENTATION
-#endif
 #include "qk_prof.h"
+#elif defined(QK_PROF_H)
+/* qk_prof.h already included: its disabled macros serve */
+#elif defined(__has_include)
+#if __has_include("qk_prof.h")
+#include "qk_prof.h"
+#endif
+#endif
+#if !defined(QK_PROF_ENABLE) && !defined(QK_PROF_H)
+/* qk.h alone (no qk_prof.h): the zone macros qk uses compile to nothing. The replacement lists
+   are qk_prof.h's disabled ones, token for token, so a later include of qk_prof.h redefines them
+   identically (no warning). */
+#define QK_PROF_ENABLED 0
+#define QK_PROF_U_(x) ((void)sizeof(x))
+#define QK_PROF_BEGIN(name) QK_PROF_U_(name)
+#define QK_PROF_END(name) QK_PROF_U_(name)
+#define QK_PROF_THREAD_NAME(name) QK_PROF_U_(name)
+#define QK_PROF_COUNTER(name, value) (QK_PROF_U_(name), QK_PROF_U_(value))
+#define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
+#define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
+#define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
+#endif
 
 /* ---- implementation: includes and config ---- */
 #include <math.h>
@@ -708,6 +900,143 @@ QKDEF const char *qk_last_error(void) { return qk__errbuf; }
 
 
 /* ---- implementation: feature maps ---- */
+#include <float.h>
+
+/* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
+   makes strtod expect "0,5" and printf write it: qk reads and writes '.' all the same. Reading:
+   qk__num_len scans a C-syntax number ([+-] digits [. digits] [(e|E) [+-] digits], or inf /
+   infinity / nan where allowed), whose '.' is then replaced by the locale's decimal point and
+   handed to strtod, which rounds correctly (any length: long numbers go through the heap).
+   Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
+   printing 1.5 (snprintf is reentrant where localeconv is not). */
+typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
+
+static void qk__radix_init(qk__radix *r)
+{
+    char b[32];
+    int n = snprintf(b, sizeof b, "%.1f", 1.5);
+    r->s[0] = '.';
+    r->s[1] = 0;
+    r->n = 1;
+    /* "1" + decimal point + "5" */
+    if (n >= 3 && b[0] == '1' && b[n - 1] == '5' && (size_t)(n - 2) < sizeof r->s) {
+        memcpy(r->s, b + 1, (size_t)(n - 2));
+        r->n = (size_t)(n - 2);
+        r->s[r->n] = 0;
+    }
+}
+
+/* %.*g of v with '.' as the decimal point, into buf; returns buf. */
+static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
+{
+    qk__radix rx;
+    char tmp[64], *dp;
+    size_t n;
+    qk__radix_init(&rx);
+    snprintf(tmp, sizeof tmp, "%.*g", prec, v);
+    if (!(rx.n == 1 && rx.s[0] == '.') && (dp = strstr(tmp, rx.s)) != NULL) {
+        *dp = '.';
+        memmove(dp + 1, dp + rx.n, strlen(dp + rx.n) + 1);
+    }
+    n = strlen(tmp);
+    if (size) {
+        if (n >= size) n = size - 1;
+        memcpy(buf, tmp, n);
+        buf[n] = 0;
+    }
+    return buf;
+}
+
+static int qk__ci_eq(const char *s, size_t n, const char *word)
+{
+    size_t i;
+    for (i = 0; i < n; i++)
+        if (!word[i] || tolower((unsigned char)s[i]) != word[i]) return 0;
+    return word[n] == 0;
+}
+
+/* Length of the C-syntax number at the start of s (n bytes), 0 when there is none. special:
+   also inf, infinity, nan (any case, after an optional sign). */
+static size_t qk__num_len(const char *s, size_t n, int special)
+{
+    size_t i = 0, digits = 0, k;
+    if (i < n && (s[i] == '+' || s[i] == '-')) i++;
+    if (special) {
+        static const char *words[] = {"infinity", "inf", "nan"};
+        for (k = 0; k < 3; k++) {
+            size_t wl = strlen(words[k]);
+            if (n - i >= wl && qk__ci_eq(s + i, wl, words[k]) && (n - i == wl || !isalnum((unsigned char)s[i + wl])))
+                return i + wl;
+        }
+    }
+    while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    if (i < n && s[i] == '.') {
+        i++;
+        while (i < n && isdigit((unsigned char)s[i])) { i++; digits++; }
+    }
+    if (!digits) return 0;
+    if (i < n && (s[i] == 'e' || s[i] == 'E')) {
+        size_t j = i + 1;
+        if (j < n && (s[j] == '+' || s[j] == '-')) j++;
+        if (j < n && isdigit((unsigned char)s[j])) {
+            while (j < n && isdigit((unsigned char)s[j])) j++;
+            i = j;
+        }
+    }
+    return i;
+}
+
+/* Converts the n bytes at s, a whole qk__num_len token, to *v (an out-of-range value becomes
+   +-Inf, as strtod makes it). Returns 1, or 0 when out of memory (a token over 255 bytes). */
+static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
+{
+    char small[256], *buf = small, *end;
+    size_t i, k = 0, need = n + (rx->n - 1) + 1;
+    if (need > sizeof small) {
+        buf = (char *)QK_MALLOC(need);
+        if (!buf) return 0;
+    }
+    for (i = 0; i < n; i++) {
+        if (s[i] == '.') { memcpy(buf + k, rx->s, rx->n); k += rx->n; }
+        else buf[k++] = s[i];
+    }
+    buf[k] = 0;
+    *v = strtod(buf, &end);
+    if (buf != small) QK_FREE(buf);
+    return 1;
+}
+
+/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
+   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
+   "..."). Returns buf. */
+static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+{
+    size_t i, k = 0;
+    int cut = 0;
+    if (!size) return buf;
+    for (i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        size_t el;
+        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
+        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
+        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
+        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
+        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
+        memcpy(buf + k, e, el);
+        k += el;
+    }
+    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
+    buf[k] = 0;
+    return buf;
+}
+
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
+static double qk__angle(const qk_angle *a, const double *x, const double *w);
+
 typedef struct qk__ops {
     qk_op *ops;
     int n, cap;
@@ -869,6 +1198,53 @@ static qk_result qk__validate_ops(const qk_op *ops, int n_ops, int q, int d, int
     return QK_OK;
 }
 
+/* The resource bounds (QK_MAX_REPS, QK_MAX_OPS, QK_MAX_WEIGHTS, the state-qubit limit of
+   entangling built-ins), checked on the resolved desc before anything is allocated. The op
+   count is computed the way the builders below push ops (q <= QK_MAX_STATE_QUBITS keeps the
+   pair counting cheap). */
+static qk_result qk__map_bounds(const qk_map_desc *d)
+{
+    static const char *names[] = {"?", "zz", "iqp", "angle", "amplitude", "basis", "hea", "circuit"};
+    const char *nm = names[(int)d->type >= 0 && (int)d->type <= QK_MAP_CUSTOM ? (int)d->type : 0];
+    int q = d->n_qubits, rep;
+    int64_t ops = 0, nw = 0;
+    int reps = d->reps ? d->reps : (d->type == QK_MAP_IQP ? 1 : 2);
+    int entangling = d->type == QK_MAP_AMPLITUDE ||
+                     (q >= 2 && (d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA));
+    /* zz with a local pattern and hea rings may take the MPS path beyond the statevector (their
+       bound is checked once the ops are built); all-to-all and dense maps never can */
+    int local = (d->type == QK_MAP_ZZ && d->ent != QK_ENT_FULL) || d->type == QK_MAP_HEA;
+    if (entangling && q > QK_MAX_STATE_QUBITS && !local)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %s of %d qubits exceeds the state limit of %d qubits "
+                        "(QK_MAX_STATE_QUBITS; beyond, only product maps and local maps on the MPS path: docs/mps.md)", nm, q, QK_MAX_STATE_QUBITS);
+    if ((d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA) && reps > QK_MAX_REPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s with %s=%d exceeds QK_MAX_REPS (%d)", nm,
+                        d->type == QK_MAP_HEA ? "layers" : "reps", reps, QK_MAX_REPS);
+    switch (d->type) {
+    case QK_MAP_ZZ:
+        for (rep = 0; rep < reps; rep++) ops += 2 * (int64_t)q + 3 * (int64_t)qk__pairs(d->ent, q, rep, NULL, 0);
+        break;
+    case QK_MAP_IQP: ops = (int64_t)reps * (2 * (int64_t)q + (int64_t)q * (q - 1) / 2); break;
+    case QK_MAP_ANGLE: case QK_MAP_BASIS: ops = q; break;
+    case QK_MAP_AMPLITUDE: ops = 1; break;
+    case QK_MAP_HEA: {
+        int per = (d->rot == 'z' || d->rot == 'Z') ? 2 : 1;
+        ops = (int64_t)reps * ((int64_t)per * q + (q == 2 ? 1 : q >= 3 ? q : 0));
+        nw = (int64_t)reps * q * per;
+        break;
+    }
+    case QK_MAP_CUSTOM: ops = d->n_ops; nw = d->n_weights; break;
+    default: break;
+    }
+    if (ops > QK_MAX_OPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s of %d qubits would have %lld ops, more than QK_MAX_OPS (%d)",
+                        nm, q, (long long)ops, (int)QK_MAX_OPS);
+    if (nw > QK_MAX_WEIGHTS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s would have %lld weights, more than QK_MAX_WEIGHTS (%d)",
+                        nm, (long long)nw, (int)QK_MAX_WEIGHTS);
+    return QK_OK;
+}
+
 static int qk__mps_bond_of(const qk_map *m);   /* MPS engine */
 
 QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
@@ -905,6 +1281,8 @@ QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
     if (!isfinite(d.alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
     d.ent = d.ent ? d.ent : QK_ENT_FULL;
     if (d.ent < QK_ENT_FULL || d.ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d.ent);
+    r = qk__map_bounds(&d);
+    if (r != QK_OK) return r;
 
     switch (d.type) {
     case QK_MAP_ZZ: {
@@ -1053,10 +1431,67 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
         theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
 }
 
+static const char *qk__op_name(qk_op_kind k)
+{
+    static const char *names[] = {"?", "h", "x", "y", "z", "rx", "ry", "rz", "p", "cx", "cz", "rzz", "amplitude", "basis"};
+    return (int)k > 0 && (int)k < QK_OP_KIND_COUNT_ ? names[k] : "?";
+}
+
+/* "x3 = X[17][3] = 1e+300" for each feature (and weight) an angle reads, into buf. */
+static void qk__angle_inputs(const qk_angle *a, const double *row, const double *w, const char *name, int64_t i,
+                             char *buf, size_t size)
+{
+    char v0[40], v1[40];
+    buf[0] = 0;
+    switch (a->kind) {
+    case QK_ARG_X:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_XX: case QK_ARG_PIXX:
+        snprintf(buf, size, "x%d = %s[%lld][%d] = %s, x%d = %s[%lld][%d] = %s", a->x0, name, (long long)i, a->x0,
+                 qk__fmt_g(v0, sizeof v0, row[a->x0], 6), a->x1, name, (long long)i, a->x1, qk__fmt_g(v1, sizeof v1, row[a->x1], 6));
+        break;
+    case QK_ARG_WX:
+        snprintf(buf, size, "w%d = %s, x%d = %s[%lld][%d] = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6), a->x0, name,
+                 (long long)i, a->x0, qk__fmt_g(v0, sizeof v0, row[a->x0], 6));
+        break;
+    case QK_ARG_W:
+        snprintf(buf, size, "w%d = %s", a->w, qk__fmt_g(v1, sizeof v1, w[a->w], 6));
+        break;
+    default:
+        snprintf(buf, size, "constants only");
+        break;
+    }
+}
+
+/* 1 when no op's angle can exceed QK_MAX_ABS_ANGLE for features of magnitude at most xmax
+   (a bound: |scale| |f| + |offset| with |f| bounded per kind; weights are the map's). */
+static int qk__angles_bounded(const qk_map *map, double xmax)
+{
+    int k;
+    for (k = 0; k < map->n_ops; k++) {
+        const qk_angle *a = &map->ops[k].angle;
+        double f, w;
+        if (!qk__op_has_angle(map->ops[k].kind)) continue;
+        w = (a->kind == QK_ARG_W || a->kind == QK_ARG_WX) ? fabs(map->weights[a->w]) : 0.0;
+        switch (a->kind) {
+        case QK_ARG_X: f = xmax; break;
+        case QK_ARG_XX: f = xmax * xmax; break;
+        case QK_ARG_PIXX: f = (QK__PI + xmax) * (QK__PI + xmax); break;
+        case QK_ARG_W: f = w; break;
+        case QK_ARG_WX: f = w * xmax; break;
+        default: f = 0.0; break;
+        }
+        if (!(fabs(a->scale) * f + fabs(a->offset) <= 0.5 * QK_MAX_ABS_ANGLE)) return 0;
+    }
+    return 1;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
-    int j, d, basis = 0, amp = 0, k;
+    int j, d, basis = 0, amp = 0, angles = 0, k;
+    double xmax = 0.0;
     if (!name) name = "X";
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
@@ -1064,26 +1499,72 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     for (k = 0; k < map->n_ops; k++) {
         if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
+        if (qk__op_has_angle(map->ops[k].kind)) angles = 1;
     }
     for (i = 0; i < n; i++) {
         const double *row = x + i * d;
         double ss = 0.0;
+        char v0[40];
         for (j = 0; j < d; j++) {
             double v = row[j];
             if (!isfinite(v))
                 return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld][%d] is %s", name, (long long)i, j, isnan(v) ? "NaN" : "Inf");
             ss += v * v;
+            if (fabs(v) > xmax) xmax = fabs(v);
         }
         if (basis) {
             for (k = 0; k < map->n_ops; k++) {
                 if (map->ops[k].kind != QK_OP_BASIS) continue;
                 j = map->ops[k].angle.x0;
                 if (row[j] != 0.0 && row[j] != 1.0)
-                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %g: basis encoding needs 0 or 1", name, (long long)i, j, row[j]);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld][%d] = %s: basis encoding needs 0 or 1", name, (long long)i, j,
+                                    qk__fmt_g(v0, sizeof v0, row[j], 6));
             }
         }
-        if (amp && !(ss > 0.0 && isfinite(ss)))
-            return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares %g)", name, (long long)i, ss);
+        if (amp) {
+            /* The engines normalise with 1/sqrt(sum of squares): it must be a normal, finite
+               double, or the amplitudes come out Inf, NaN or imprecise. */
+            if (!isfinite(ss)) {
+                for (j = 1, k = 0; j < d; j++) if (fabs(row[j]) > fabs(row[k])) k = j;
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares overflows (%s[%lld][%d] = %s); "
+                                "scale the row (the state is the same)", name, (long long)i, name, (long long)i, k,
+                                qk__fmt_g(v0, sizeof v0, row[k], 6));
+            }
+            if (ss == 0.0) {
+                for (j = 0; j < d && row[j] == 0.0; j++) {}
+                if (j == d)
+                    return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding needs a finite non-zero norm (sum of squares 0)",
+                                    name, (long long)i);
+            }
+            if (ss < DBL_MIN)
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s row %lld: amplitude encoding: the sum of squares underflows (%s, below "
+                                "DBL_MIN: the normalised amplitudes would be wrong); scale the row (the state is the same)",
+                                name, (long long)i, qk__fmt_g(v0, sizeof v0, ss, 6));
+        }
+    }
+    /* Finite features can still make an angle overflow ((pi - 1e300)^2 is Inf): the state
+       would be NaN and so would K. A bound from the largest |x| clears ordinary data with
+       O(ops) work; only when it does not are the angles evaluated row by row. */
+    if (angles && !qk__angles_bounded(map, xmax)) {
+        for (i = 0; i < n; i++) {
+            const double *row = x + i * d;
+            char v0[40];
+            for (k = 0; k < map->n_ops; k++) {
+                const qk_op *o = &map->ops[k];
+                double t;
+                if (!qk__op_has_angle(o->kind)) continue;
+                t = qk__angle(&o->angle, row, map->weights);
+                if (!(fabs(t) <= QK_MAX_ABS_ANGLE)) {
+                    char in[200], ex[160], q1[16] = "";
+                    qk__angle_inputs(&o->angle, row, map->weights, name, i, in, sizeof in);
+                    qk__fmt_angle(&o->angle, ex, sizeof ex);
+                    if (qk__op_arity(o->kind) == 2) snprintf(q1, sizeof q1, ",%d", o->q1);
+                    return qk__fail(QK_ERROR_BAD_DATA, "%s row %lld: op %d, %s(%d%s, %s), has angle %s with %s: angles must be "
+                                    "finite and at most %g rad; scale the features", name, (long long)i, k,
+                                    qk__op_name(o->kind), o->q0, q1, ex, qk__fmt_g(v0, sizeof v0, t, 6), in, QK_MAX_ABS_ANGLE);
+                }
+            }
+        }
     }
     return QK_OK;
 }
@@ -1101,16 +1582,25 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 typedef struct qk__parser {
     const char *s;
     const char *p;
+    qk__radix rx;       /* the locale's decimal point (numbers are read in C syntax) */
+    int oom;            /* a long number could not be copied: the error is out of memory */
 } qk__parser;
 
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
+/* The spec as a message quotes it: escaped, at most 120 bytes. */
+static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
+{
+    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+}
+
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
 {
-    char msg[256];
-    snprintf(msg, sizeof msg, fmt, arg ? arg : "");
-    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", ps->s, qk__col(ps), msg);
+    char msg[256], es[200];
+    if (ps->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory reading a number");
+    snprintf(msg, sizeof msg, fmt, arg ? arg : "");   /* arg: an identifier or a message of ours */
+    return qk__fail(QK_ERROR_PARSE, "map spec \"%s\", column %d: %s", qk__spec_esc(ps, es, sizeof es), qk__col(ps), msg);
 }
 
 static int qk__accept(qk__parser *ps, char c)
@@ -1137,7 +1627,7 @@ static int qk__ident(qk__parser *ps, char *buf, size_t size)
 static int qk__number(qk__parser *ps, double *v)
 {
     const char *start;
-    char *end;
+    size_t n;
     int neg = 0;
     qk__ws(ps);
     start = ps->p;
@@ -1147,25 +1637,30 @@ static int qk__number(qk__parser *ps, double *v)
         *v = neg ? -QK__PI : QK__PI;
         return 1;
     }
-    if (!isdigit((unsigned char)*ps->p) && *ps->p != '.') { ps->p = start; return 0; }
-    errno = 0;
-    *v = strtod(ps->p, &end);
-    if (end == ps->p || errno == ERANGE) { ps->p = start; return 0; }
-    ps->p = end;
+    if (*ps->p == '+' || *ps->p == '-') { ps->p = start; return 0; }   /* one sign only */
+    n = qk__num_len(ps->p, (size_t)-1, 0);   /* no bound needed: the scan stops at the NUL */
+    if (!n) { ps->p = start; return 0; }
+    if (!qk__strtod_c(ps->p, n, &ps->rx, v)) { ps->oom = 1; ps->p = start; return 0; }
+    if (isinf(*v)) { ps->p = start; return 0; }   /* out of range */
+    ps->p += n;
     if (neg) *v = -*v;
     return 1;
 }
 
+/* A non-negative decimal integer: 1 read (into *v), 0 none (nothing consumed), -1 larger than
+   INT_MAX (nothing consumed). Locale-free by construction. */
 static int qk__int(qk__parser *ps, int *v)
 {
-    long x;
-    char *end;
+    const char *p;
+    int64_t x = 0;
     qk__ws(ps);
-    if (!isdigit((unsigned char)*ps->p)) return 0;
-    errno = 0;
-    x = strtol(ps->p, &end, 10);
-    if (errno == ERANGE || x > 1000000000L) return 0;
-    ps->p = end;
+    p = ps->p;
+    if (!isdigit((unsigned char)*p)) return 0;
+    while (isdigit((unsigned char)*p)) {
+        x = x * 10 + (*p++ - '0');
+        if (x > 0x7fffffff) return -1;
+    }
+    ps->p = p;
     *v = (int)x;
     return 1;
 }
@@ -1179,7 +1674,7 @@ static int qk__var(qk__parser *ps, char which, int *idx)
     if (tolower((unsigned char)*ps->p) != which) return 0;
     ps->p++;
     if (!isdigit((unsigned char)*ps->p)) { ps->p = start; return 0; }
-    if (!qk__int(ps, idx)) { ps->p = start; return 0; }
+    if (qk__int(ps, idx) != 1) { ps->p = start; return 0; }
     return 1;
 }
 
@@ -1278,9 +1773,9 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
         if (!kind) { ps->p = at; return qk__perr(ps, "unknown gate '%s' (h x y z rx ry rz p cx cnot cz rzz)", name); }
         ar = qk__op_arity(kind);
         if (!qk__accept(ps, '(')) return qk__perr(ps, "expected '(' after gate '%s'", name);
-        if (!qk__int(ps, &q0)) return qk__perr(ps, "expected a qubit index", NULL);
+        if (qk__int(ps, &q0) != 1) return qk__perr(ps, "expected a qubit index", NULL);
         if (ar == 2) {
-            if (!qk__accept(ps, ',') || !qk__int(ps, &q1)) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
+            if (!qk__accept(ps, ',') || qk__int(ps, &q1) != 1) return qk__perr(ps, "expected ', qubit' (gate '%s' takes two qubits)", name);
         }
         if (qk__op_has_angle(kind)) {
             if (!qk__accept(ps, ',')) return qk__perr(ps, "expected ', angle' (gate '%s' takes an angle)", name);
@@ -1288,8 +1783,29 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
             if (r != QK_OK) return r;
         }
         if (!qk__accept(ps, ')')) return qk__perr(ps, "expected ')' to close gate '%s'", name);
+        if (l->n >= QK_MAX_OPS) {
+            char lim[16];
+            snprintf(lim, sizeof lim, "%d", (int)QK_MAX_OPS);
+            ps->p = at;
+            return qk__perr(ps, "more than QK_MAX_OPS (%s) gates", lim);
+        }
         qk__push(l, kind, q0, q1, a);
         if (l->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map spec: out of memory");
+    }
+}
+
+/* The parameters a map's spec takes (for the message about an unknown one). */
+static const char *qk__map_params(qk_map_type t)
+{
+    switch (t) {
+    case QK_MAP_ZZ: return "reps, alpha, ent, qubits";
+    case QK_MAP_IQP: return "reps (or n_repeats), qubits";
+    case QK_MAP_ANGLE: return "rot, qubits";
+    case QK_MAP_AMPLITUDE: return "qubits";
+    case QK_MAP_BASIS: return "qubits";
+    case QK_MAP_HEA: return "layers (or reps), rot, ent, qubits";
+    case QK_MAP_CUSTOM: return "qubits, features, weights, then ':' and the gates";
+    default: return "?";
     }
 }
 
@@ -1307,6 +1823,8 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     memset(&d, 0, sizeof d);
     memset(&l, 0, sizeof l);
     ps.s = ps.p = spec;
+    ps.oom = 0;
+    qk__radix_init(&ps.rx);
     d.n_features = n_features;
     if (!qk__ident(&ps, name, sizeof name)) return qk__perr(&ps, "expected a map name (zz, iqp, angle, amplitude, basis, hea, circuit)", NULL);
     if (!strcmp(name, "zz")) d.type = QK_MAP_ZZ;
@@ -1330,14 +1848,20 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 if (!qk__accept(&ps, '=')) return qk__perr(&ps, "expected '=' after '%s'", key);
                 qk__ws(&ps);
                 vat = ps.p;
-#define QK__BADKEY() do { ps.p = kat; return qk__perr(&ps, "unknown parameter '%s' for this map", key); } while (0)
-#define QK__INTVAL(dst) do { if (!qk__int(&ps, &iv)) { ps.p = vat; return qk__perr(&ps, "'%s' needs a non-negative integer", key); } dst = iv; } while (0)
+#define QK__BADKEY() do { char m_[160]; ps.p = kat; \
+                snprintf(m_, sizeof m_, "unknown parameter '%s' for %s (its parameters: %s)", key, name, qk__map_params(d.type)); \
+                return qk__perr(&ps, "%s", m_); } while (0)
+#define QK__INTVAL(dst, max) do { char m_[128]; int g_ = qk__int(&ps, &iv); ps.p = g_ == 1 ? ps.p : vat; \
+                if (g_ == 0) return qk__perr(&ps, "'%s' needs a non-negative integer", key); \
+                if (g_ < 0 || iv > (max)) { snprintf(m_, sizeof m_, "'%s' is larger than its maximum, %s (%d)", key, #max, (int)(max)); \
+                    ps.p = vat; return qk__perr(&ps, "%s", m_); } \
+                dst = iv; } while (0)
                 if (!strcmp(key, "qubits")) {
-                    QK__INTVAL(d.n_qubits);
+                    QK__INTVAL(d.n_qubits, QK_MAX_PRODUCT_QUBITS);
                     if (d.n_qubits <= 0) { ps.p = vat; return qk__perr(&ps, "qubits must be > 0", NULL); }
                 } else if (!strcmp(key, "reps") || !strcmp(key, "layers") || !strcmp(key, "n_repeats")) {
                     if (d.type != QK_MAP_ZZ && d.type != QK_MAP_IQP && d.type != QK_MAP_HEA) QK__BADKEY();
-                    QK__INTVAL(d.reps);
+                    QK__INTVAL(d.reps, QK_MAX_REPS);
                     if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
                 } else if (!strcmp(key, "alpha")) {
                     if (d.type != QK_MAP_ZZ) QK__BADKEY();
@@ -1345,11 +1869,11 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                     d.alpha = num;
                 } else if (!strcmp(key, "features")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(iv);
-                    if (iv != n_features) { ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", spec, qk__col(&ps), iv, n_features); }
+                    QK__INTVAL(iv, 0x7fffffff);
+                    if (iv != n_features) { char es_[200]; ps.p = vat; return qk__fail(QK_ERROR_SHAPE, "map spec \"%s\", column %d: circuit declares %d features, the data has %d", qk__spec_esc(&ps, es_, sizeof es_), qk__col(&ps), iv, n_features); }
                 } else if (!strcmp(key, "weights")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
-                    QK__INTVAL(d.n_weights);
+                    QK__INTVAL(d.n_weights, QK_MAX_WEIGHTS);
                 } else if (!strcmp(key, "ent")) {
                     if (!qk__ident(&ps, val, sizeof val)) { ps.p = vat; return qk__perr(&ps, "ent needs a name", NULL); }
                     if (d.type == QK_MAP_ZZ) {
@@ -1393,7 +1917,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     qk__ws(&ps);
     if (*ps.p) { QK_FREE(l.ops); return qk__perr(&ps, "unexpected text after the map", NULL); }
     if (d.type == QK_MAP_CUSTOM) {
-        if (!d.n_qubits) { QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", spec); }
+        if (!d.n_qubits) { char es_[200]; QK_FREE(l.ops); return qk__fail(QK_ERROR_PARSE, "map spec \"%s\": circuit needs qubits=N", qk__spec_esc(&ps, es_, sizeof es_)); }
         d.ops = l.ops;
         d.n_ops = l.n;
     }
@@ -1404,15 +1928,19 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
 {
-    char off[40] = "";
-    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%.17g", a->offset);
-    if (a->offset != 0.0) snprintf(off, sizeof off, "%+.17g", a->offset);
+    char off[40] = "", sc[40];
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
+    if (a->offset != 0.0) {
+        off[0] = '+';
+        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
+    }
+    qk__fmt_g(sc, sizeof sc, a->scale, 17);
     switch (a->kind) {
-    case QK_ARG_X: return snprintf(buf, size, "%.17g*x%d%s", a->scale, a->x0, off);
-    case QK_ARG_XX: return snprintf(buf, size, "%.17g*x%d*x%d%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_PIXX: return snprintf(buf, size, "%.17g*(pi-x%d)*(pi-x%d)%s", a->scale, a->x0, a->x1, off);
-    case QK_ARG_W: return snprintf(buf, size, "%.17g*w%d%s", a->scale, a->w, off);
-    case QK_ARG_WX: return snprintf(buf, size, "%.17g*w%d*x%d%s", a->scale, a->w, a->x0, off);
+    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
     default: return snprintf(buf, size, "0");
     }
 }
@@ -1439,7 +1967,11 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
     if (!buf) size = 0;
     d = &m->desc;
     switch (m->type) {
-    case QK_MAP_ZZ: qk__cat(buf, size, &len, "zz(reps=%d,alpha=%.17g,ent=%s)", d->reps, d->alpha, ents[d->ent]); break;
+    case QK_MAP_ZZ: {
+        char al[40];
+        qk__cat(buf, size, &len, "zz(reps=%d,alpha=%s,ent=%s)", d->reps, qk__fmt_g(al, sizeof al, d->alpha, 17), ents[d->ent]);
+        break;
+    }
     case QK_MAP_IQP: qk__cat(buf, size, &len, "iqp(reps=%d)", d->reps); break;
     case QK_MAP_ANGLE: qk__cat(buf, size, &len, "angle(rot=%c)", d->rot); break;
     case QK_MAP_AMPLITUDE: qk__cat(buf, size, &len, "amplitude(qubits=%d)", m->n_qubits); break;
@@ -2096,6 +2628,7 @@ static void qk__gram_work(void *p, int thread)
     void *cb = j->output == QK_OUTPUT_CALLBACK ? qk__malloc(esz * QK__T * QK__T) : NULL;
     double *acci, *kt, *panel, *apack;
     int64_t t;
+    unsigned polls = 0;
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
     acci = accr + QK__TR * QK__T;
     kt = acci + QK__TR * QK__T;
@@ -2141,7 +2674,9 @@ static void qk__gram_work(void *p, int thread)
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
         (void)QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
-        qk__job_poll(j); /* any thread: with a warm pool, thread 0 may run few tiles */
+        /* thread 0 after each tile, the others after every 8th (with a warm pool thread 0 may
+           run few tiles): about one poll per tile time, as many as one thread would make */
+        if (thread == 0 || (++polls & 7) == 0) qk__job_poll(j);
     }
     QK_FREE(accr);
     QK_FREE(cb);
@@ -2339,19 +2874,20 @@ static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t s
 static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
     const char *p = h, *e = h + len;
     memset(o, 0, sizeof(*o));
+    char ex[200];
     p = qk__npy_ws(p, e);
     if (p >= e || *p != '{')
-        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): %.60s", path, h);
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 60));
     p++;
     for (;;) {
         char key[32];
         p = qk__npy_ws(p, e);
         if (p < e && *p == '}') break;
         p = qk__npy_str(p, e, key, sizeof(key));
-        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): %.80s", path, h);
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 80));
         p = qk__npy_ws(p, e);
         if (p >= e || *p != ':')
-            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         p = qk__npy_ws(p + 1, e);
         if (strcmp(key, "descr") == 0) {
             if (p < e && *p == '[')
@@ -2389,7 +2925,7 @@ static qk_result qk__npy_parse_header(const char *path, const char *h, size_t le
             }
             o->have_shape = 1;
         } else {
-            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, key);
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
         }
         p = qk__npy_ws(p, e);
         if (p < e && *p == ',') { p++; continue; }
@@ -2430,12 +2966,93 @@ static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size
     }
 }
 
+/* ---- reading files: regular files only ---- */
+/* The readers open a path only when it names a regular file: a FIFO would block in open() until
+   a writer comes (forever), a device such as /dev/zero never ends, a directory is no data. The
+   path is stat()ed first, so that a device is never even opened, then opened without blocking
+   and fstat()ed again (the check that counts, free of races). The size from fstat bounds every
+   allocation: nothing is allocated for data the file does not hold. */
+#ifdef _WIN32
+typedef struct _stati64 qk__stat_t;
+#define QK__STAT(p, st) _stati64((p), (st))
+#define QK__FSTAT(fd, st) _fstati64((fd), (st))
+#define QK__OPEN_RD(p) _open((p), _O_RDONLY | _O_BINARY)
+#define QK__READ(fd, b, n) _read((fd), (b), (unsigned)(n))
+#define QK__RCLOSE(fd) _close(fd)
+#define QK__S_ISREG(m) (((m) & _S_IFMT) == _S_IFREG)
+#define QK__S_ISDIR(m) (((m) & _S_IFMT) == _S_IFDIR)
+#define QK__S_ISFIFO(m) 0
+#define QK__S_ISCHR(m) (((m) & _S_IFMT) == _S_IFCHR)
+#else
+typedef struct stat qk__stat_t;
+#define QK__STAT(p, st) stat((p), (st))
+#define QK__FSTAT(fd, st) fstat((fd), (st))
+#define QK__OPEN_RD(p) open((p), O_RDONLY | O_NONBLOCK | O_NOCTTY)
+#define QK__READ(fd, b, n) read((fd), (b), (n))
+#define QK__RCLOSE(fd) close(fd)
+#define QK__S_ISREG(m) S_ISREG(m)
+#define QK__S_ISDIR(m) S_ISDIR(m)
+#define QK__S_ISFIFO(m) S_ISFIFO(m)
+#define QK__S_ISCHR(m) S_ISCHR(m)
+#endif
+
+static qk_result qk__not_regular(const char *path, unsigned mode) {
+    const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+}
+
+/* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
+static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
+    qk__stat_t st;
+    int fd;
+    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
+    fd = QK__OPEN_RD(path);
+    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (QK__FSTAT(fd, &st) != 0) {
+        int e = errno;
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_IO, "cannot read '%s': fstat: %s", path, strerror(e));
+    }
+    if (!QK__S_ISREG(st.st_mode)) { QK__RCLOSE(fd); return qk__not_regular(path, (unsigned)st.st_mode); }
+    *fd_out = fd;
+    *size_out = (int64_t)st.st_size;
+    return QK_OK;
+}
+
+/* Reads up to n bytes (fewer only at the end of the file); retries EINTR and short reads.
+   Returns the count, or -1 with errno set. */
+static int64_t qk__read_full(int fd, void *buf, size_t n) {
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30);
+        long k = (long)QK__READ(fd, p + got, chunk);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
+static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h) {
+    if (h->ndim == 1) snprintf(buf, size, "(%lld,)", (long long)h->shape[0]);
+    else if (h->ndim == 2) snprintf(buf, size, "(%lld, %lld)", (long long)h->shape[0], (long long)h->shape[1]);
+    else snprintf(buf, size, "(%d dimensions)", h->ndim);
+    return buf;
+}
+
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     unsigned char pre[12];
     unsigned char *data = NULL;
-    char *hdr = NULL;
-    FILE *f;
-    size_t got, hlen, nbytes;
+    char *hdr = NULL, shp[64], dsc[48];
+    int fd = -1;
+    size_t hlen, nbytes, plen;
+    int64_t got, fsize = 0, avail;
     qk__npy_header h;
     qk_result r;
     int major, minor, size, swap;
@@ -2443,9 +3060,10 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     int64_t rows, cols, count;
 
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
-    f = fopen(path, "rb");
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    got = fread(pre, 1, 10, f);
+    r = qk__open_regular(path, &fd, &fsize);
+    if (r != QK_OK) return r;
+    got = qk__read_full(fd, pre, 10);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
     if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
         goto fail;
@@ -2453,11 +3071,13 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
     major = pre[6];
     minor = pre[7];
+    plen = 10;
     if (major == 1) {
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
     } else if (major == 2 || major == 3) {
-        if (fread(pre + 10, 1, 2, f) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        if (qk__read_full(fd, pre + 10, 2) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
         hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+        plen = 12;
     } else {
         r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
         goto fail;
@@ -2466,10 +3086,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
         goto fail;
     }
+    if (fsize < (int64_t)(plen + hlen)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lld of %lu bytes)", path,
+                     (long long)(fsize > (int64_t)plen ? fsize - (int64_t)plen : 0), (unsigned long)hlen);
+        goto fail;
+    }
     hdr = (char *)QK_MALLOC(hlen + 1);
     if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
-    got = fread(hdr, 1, hlen, f);
-    if (got < hlen) {
+    got = qk__read_full(fd, hdr, hlen);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < hlen) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
         goto fail;
     }
@@ -2477,15 +3103,16 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     r = qk__npy_parse_header(path, hdr, hlen, &h);
     if (r != QK_OK) goto fail;
 
+    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
     kind = h.descr[1];
     size = h.descr[2] - '0';
     if (strchr(h.descr, 'O')) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
         goto fail;
     }
     if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, h.descr);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, dsc);
         goto fail;
     }
     if (h.fortran) {
@@ -2497,13 +3124,29 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
         goto fail;
     }
+    qk__shape_str(shp, sizeof shp, &h);
     rows = h.shape[0];
     cols = h.ndim == 2 ? h.shape[1] : 1;
     if (cols > 0 && rows > INT64_MAX / 8 / cols) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: shape (%lld, %lld) is too large", path, (long long)rows, (long long)cols);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
         goto fail;
     }
     count = rows * cols;
+    nbytes = (size_t)((uint64_t)count * (uint64_t)size);
+    /* The file size must match the header before anything is allocated for the data: a
+       200-byte file that claims 48 GB is refused here, not by malloc (or worse, under
+       overcommit, after a 48 GB allocation). */
+    avail = fsize - (int64_t)(plen + hlen);
+    if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path,
+                     (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+        goto fail;
+    }
+    if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
+                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+        goto fail;
+    }
     if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
         goto fail;
@@ -2514,20 +3157,21 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
         goto fail;
     }
-    nbytes = (size_t)count * (size_t)size;
-    got = fread(data, 1, nbytes, f);
-    if (ferror(f)) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
-    if (got < nbytes) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lu of %lu bytes for shape (%lld, %lld) of %s", path,
-                     (unsigned long)got, (unsigned long)nbytes, (long long)rows, (long long)cols, h.descr);
+    got = qk__read_full(fd, data, nbytes);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < nbytes) {   /* the file shrank while it was read */
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %lu bytes for shape %s of %s", path,
+                     (long long)got, (unsigned long)nbytes, shp, dsc);
         goto fail;
     }
-    if (fgetc(f) != EOF) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape (%lld, %lld) of %s needs", path,
-                     (long long)rows, (long long)cols, h.descr);
-        goto fail;
+    {
+        unsigned char extra;
+        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
+            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+            goto fail;
+        }
     }
-    fclose(f);
+    QK__RCLOSE(fd);
     swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
     qk__npy_to_double(data, count, kind, size, swap);
     QK_FREE(hdr);
@@ -2537,7 +3181,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     out->ndim = h.ndim;
     return QK_OK;
 fail:
-    fclose(f);
+    QK__RCLOSE(fd);
     if (hdr) QK_FREE(hdr);
     if (data) QK_FREE(data);
     return r;
@@ -2716,120 +3360,201 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
-/* Reads a whole file into a NUL-terminated buffer. */
-static qk_result qk__read_file(const char *path, char **out, size_t *out_len) {
-    FILE *f = fopen(path, "rb");
-    char *buf = NULL;
-    size_t len = 0, cap = 0;
-    if (!f) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
-    for (;;) {
-        size_t got;
-        if (cap - len < 4096 + 1) {
-            size_t ncap = cap ? cap * 2 : 65536;
-            char *nb = (char *)QK_MALLOC(ncap);
-            if (!nb) {
-                fclose(f);
-                if (buf) QK_FREE(buf);
-                return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory reading the file", path);
-            }
-            if (buf) { memcpy(nb, buf, len); QK_FREE(buf); }
-            buf = nb;
-            cap = ncap;
-        }
-        got = fread(buf + len, 1, cap - len - 1, f);
-        len += got;
-        if (got == 0) break;
+/* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
+    int fd;
+    int64_t size, got;
+    char *buf;
+    unsigned char extra;
+    qk_result r = qk__open_regular(path, &fd, &size);
+    if (r != QK_OK) return r;
+    if (size > max) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_FORMAT, "%s: %lld bytes, more than %s (%lld) allows", path, (long long)size, macro, (long long)max);
     }
-    if (ferror(f)) {
+    if ((uint64_t)size >= (uint64_t)SIZE_MAX) { QK__RCLOSE(fd); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: too large for memory", path); }
+    buf = (char *)QK_MALLOC((size_t)size + 1);
+    if (!buf) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for its %lld bytes", path, (long long)size);
+    }
+    got = qk__read_full(fd, buf, (size_t)size);
+    if (got >= 0 && qk__read_full(fd, &extra, 1) != 0) {
+        QK__RCLOSE(fd);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: the file grew while it was read", path);
+    }
+    if (got < 0) {
         int e = errno;
-        fclose(f);
+        QK__RCLOSE(fd);
         QK_FREE(buf);
         return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
     }
-    fclose(f);
-    buf[len] = 0;
+    QK__RCLOSE(fd);
+    buf[got] = 0;
     *out = buf;
-    *out_len = len;
+    *out_len = (size_t)got;
     return QK_OK;
 }
 
-/* One CSV field as a number: surrounding blanks allowed, nothing else. */
-static int qk__csv_number(const char *s, const char *e, double *v) {
-    char tmp[80];
-    char *end;
+/* ---- CSV ---- */
+/* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
+   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
+   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
+   other line is a header only when no field of it starts like a number (empty fields do not
+   count); a header must name every column (an empty first name is how pandas' to_csv marks its
+   index column: refused with that advice, since the index would be read as a feature) and as
+   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   naming its line: a CSV file is text. A data field that is not a number is an error naming
+   line and column, with a hint when the line holds ';' or tabs (another separator). */
+
+/* A field with blanks (space, tab) trimmed. */
+static void qk__csv_trim(const char **s, const char **e) {
+    while (*s < *e && (**s == ' ' || **s == '\t')) (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
+}
+
+/* Starts like a number: a header line has no such field. */
+static int qk__csv_numeric_like(const char *s, const char *e) {
     size_t n;
-    while (s < e && (*s == ' ' || *s == '\t')) s++;
-    while (e > s && (e[-1] == ' ' || e[-1] == '\t')) e--;
-    n = (size_t)(e - s);
-    if (n == 0 || n >= sizeof(tmp)) return 0;
-    memcpy(tmp, s, n);
-    tmp[n] = 0;
-    *v = strtod(tmp, &end);
-    return end == tmp + n;
+    qk__csv_trim(&s, &e);
+    n = qk__num_len(s, (size_t)(e - s), 1);
+    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+}
+
+typedef struct qk__csv_scan_state {
+    const char *path;
+    qk__radix rx;
+    double *data;           /* NULL: count only */
+    int64_t rows, cols, cols_line, header_cols, header_line, k;
+} qk__csv_scan_state;
+
+/* One data line: every field a number. */
+static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *e, int64_t line, int first) {
+    const char *f = s;
+    int64_t col = 0;
+    char ex[200];
+    for (;;) {
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        size_t n;
+        double v;
+        if (!fe) fe = e;
+        b = fe;
+        col++;
+        qk__csv_trim(&a, &b);
+        if (a == b)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
+        n = qk__num_len(a, (size_t)(b - a), 1);
+        if (n != (size_t)(b - a)) {
+            const char *hint = "";
+            if (memchr(s, ';', (size_t)(e - s)))
+                hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
+                       "semicolon-separated files are not supported)";
+            else if (memchr(a, '\t', (size_t)(b - a)))
+                hint = " (the field holds a tab: qk reads comma-separated values, not tab-separated ones)";
+            else if (memchr(a, ' ', (size_t)(b - a)))
+                hint = " (the field holds a space: qk reads comma-separated values)";
+            else if (first)
+                hint = " (a header line must have no field that starts like a number)";
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
+                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+        }
+        if (!qk__strtod_c(a, n, &c->rx, &v))
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
+                            (long long)line, (unsigned long)n);
+        if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+        /* The counting pass has checked every row's length, so the fill pass fits. */
+        if (c->data) c->data[c->k++] = v;
+        if (fe == e) break;
+        f = fe + 1;
+    }
+    if (c->cols < 0 && c->header_cols >= 0 && col != c->header_cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, the header (line %lld) names %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->header_line, (long long)c->header_cols);
+    if (c->cols < 0) { c->cols = col; c->cols_line = line; }
+    else if (col != c->cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->cols_line, (long long)c->cols);
+    c->rows++;
+    return QK_OK;
 }
 
 /* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
 static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
                               int64_t *rows_out, int64_t *cols_out) {
     const char *p = text, *end = text + len;
-    int64_t line = 0, rows = 0, cols = -1, cols_line = 0, k = 0;
+    int64_t line = 0;
     int first = 1;
+    qk__csv_scan_state c;
+    qk_result r;
+    memset(&c, 0, sizeof c);
+    c.path = path;
+    c.data = data;
+    c.cols = c.header_cols = -1;
+    qk__radix_init(&c.rx);
     if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
     while (p < end) {
         const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
-        int64_t c = 0;
-        int numeric = 1;
         if (!e) e = end;
         p = e + 1;
         line++;
+        if ((int64_t)(e - s) > (int64_t)QK_CSV_MAX_LINE)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld is longer than QK_CSV_MAX_LINE (%lld bytes): not a CSV file of samples?",
+                            path, (long long)line, (long long)QK_CSV_MAX_LINE);
+        for (q = s; q < e; q++) {
+            unsigned char ch = (unsigned char)*q;
+            if ((ch < 0x20 && ch != '\t' && !(ch == '\r' && q == e - 1)) || ch == 0x7f)
+                return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, byte %lld (file offset %lld): control byte %s; a CSV file is "
+                                "text (a binary file?%s)", path, (long long)line, (long long)(q - s + 1), (long long)(q - text),
+                                ch == 0 ? "\\0" : ch == '\r' ? "\\r" : ch == 0x7f ? "\\x7f" : ch == 0x0c ? "\\f" : "below 0x20",
+                                ch == '\r' ? " or old Mac line ends: qk reads \\n or \\r\\n" : "");
+        }
         if (e > s && e[-1] == '\r') e--;
         for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
         if (q == e || *q == '#') continue;   /* blank or comment line */
         if (first) {
-            /* The first line is a header when any of its fields is not a number. */
             const char *f = s;
-            for (;;) {
-                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
-                if (!fe) fe = e;
-                if (!qk__csv_number(f, fe, &v)) { numeric = 0; break; }
-                if (fe == e) break;
-                f = fe + 1;
-            }
+            int numeric = 0;
+            int64_t col = 0;
             first = 0;
-            if (!numeric) continue;
-        }
-        {
-            const char *f = s;
             for (;;) {
                 const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
-                double v;
                 if (!fe) fe = e;
-                c++;
-                if (!qk__csv_number(f, fe, &v)) {
-                    const char *a = f, *b = fe;
-                    while (a < b && (*a == ' ' || *a == '\t')) a++;
-                    if (a == b)
-                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", path,
-                                        (long long)line, (long long)c);
-                    return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%.*s' is not a number", path,
-                                    (long long)line, (long long)c, (int)(b - a > 40 ? 40 : b - a), a);
-                }
-                /* The counting pass has checked every row's length, so the fill pass fits. */
-                if (data) data[k++] = v;
+                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
                 if (fe == e) break;
                 f = fe + 1;
             }
+            if (!numeric) {   /* the header: every column named */
+                f = s;
+                for (;;) {
+                    const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+                    if (!fe) fe = e;
+                    b = fe;
+                    col++;
+                    qk__csv_trim(&a, &b);
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
+                                        (long long)line, (long long)col,
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
+                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                    if (fe == e) break;
+                    f = fe + 1;
+                }
+                c.header_cols = col;
+                c.header_line = line;
+                continue;
+            }
+            r = qk__csv_line(&c, s, e, line, 1);
+        } else {
+            r = qk__csv_line(&c, s, e, line, 0);
         }
-        if (cols < 0) { cols = c; cols_line = line; }
-        else if (c != cols)
-            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", path,
-                            (long long)line, (long long)c, (long long)cols_line, (long long)cols);
-        rows++;
+        if (r != QK_OK) return r;
     }
-    if (rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
-    *rows_out = rows;
-    *cols_out = cols;
+    if (c.rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = c.rows;
+    *cols_out = c.cols;
     return QK_OK;
 }
 
@@ -2840,7 +3565,7 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     double *data;
     qk_result r;
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
-    r = qk__read_file(path, &text, &len);
+    r = qk__read_file(path, (int64_t)QK_CSV_MAX_BYTES, "QK_CSV_MAX_BYTES", &text, &len);
     if (r != QK_OK) return r;
     r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
     if (r != QK_OK) { QK_FREE(text); return r; }
@@ -3203,6 +3928,9 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }
+    /* a last word from the progress callback before the file replaces the old one (the polls
+       during the job are try-locks and may have missed the last tiles) */
+    if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
     QK_PROF_BEGIN("npy commit");
@@ -3216,6 +3944,645 @@ done:
     return r;
 }
 
+
+/* ---- implementation: work schedule and MPI ---- */
+/* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
+   K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
+   is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */
+static int64_t qk__sched_pairs_before(int64_t r, int64_t n, int64_t n_y)
+{
+    return n_y > 0 ? r * n_y : r * n - r * (r - 1) / 2;
+}
+
+QKDEF void qk_schedule_free(qk_schedule *s)
+{
+    if (!s) return;
+    QK_FREE(s->items);   /* the one allocation holding every array */
+    memset(s, 0, sizeof *s);
+}
+
+QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
+{
+    qk_schedule s;
+    int64_t n, ny, align, total;
+    int W, w, k;
+    double wsum = 0.0, acc = 0.0, worst = 0.0;
+    size_t bytes;
+    char *mem;
+    if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: desc is NULL");
+    n = desc->n_x;
+    ny = desc->n_y;
+    W = desc->n_workers;
+    if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: n_x must be > 0 (got %lld)", (long long)n);
+    if (ny < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: n_y must be >= 0 (got %lld)", (long long)ny);
+    if (W <= 0 || W > (1 << 24)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: n_workers must be in [1, 2^24] (got %d)", W);
+    if (desc->align < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: align must be >= 0 (got %lld)", (long long)desc->align);
+    if (ny > 0 ? n > INT64_MAX / 4 / ny : n > ((int64_t)1 << 31))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: K of %lld x %lld is too large", (long long)n, (long long)(ny ? ny : n));
+    for (w = 0; w < W; w++) {
+        double v = desc->weights ? desc->weights[w] : 1.0;
+        if (!(v > 0.0) || !isfinite(v))
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_schedule_make: weights[%d] = %g (weights must be finite and > 0)", w, v);
+        wsum += v;
+    }
+    align = desc->align;
+    if (align == 0)
+        for (align = 64; align > 1 && n < 64 * align * (int64_t)W; align /= 2) {}
+    total = qk__sched_pairs_before(n, n, ny);
+
+    memset(&s, 0, sizeof s);
+    bytes = sizeof(qk_work_item) * 2 * (size_t)W + sizeof(int64_t) * (2 * (size_t)W + 1) + sizeof(int) * ((size_t)W + 1);
+    mem = (char *)qk__malloc(bytes);
+    if (!mem) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_schedule_make: out of memory (%d workers)", W);
+    s.items = (qk_work_item *)(void *)mem;
+    s.row0 = (int64_t *)(void *)(mem + sizeof(qk_work_item) * 2 * (size_t)W);
+    s.pairs = s.row0 + W + 1;
+    s.first = (int *)(void *)(s.pairs + W);
+    s.n_workers = W;
+    s.align = align;
+    s.pairs_total = total;
+
+    s.row0[0] = 0;
+    s.row0[W] = n;
+    for (k = 1; k < W; k++) {
+        double T, r, disc;
+        int64_t lo, c[3], best;
+        int i;
+        acc += desc->weights ? desc->weights[k - 1] : 1.0;
+        T = (double)total * (acc / wsum);
+        if (ny > 0) r = T / (double)ny;
+        else {
+            disc = (2.0 * (double)n + 1.0) * (2.0 * (double)n + 1.0) - 8.0 * T;
+            r = ((2.0 * (double)n + 1.0) - sqrt(disc > 0.0 ? disc : 0.0)) / 2.0;
+        }
+        if (r < 0.0) r = 0.0;
+        if (r > (double)n) r = (double)n;
+        lo = (int64_t)(r / (double)align) * align;
+        c[0] = lo - align; c[1] = lo; c[2] = lo + align;
+        best = -1;
+        for (i = 0; i < 3; i++) {
+            int64_t v = c[i] < s.row0[k - 1] ? s.row0[k - 1] : c[i] > n ? n : c[i];
+            if (best < 0 || fabs((double)qk__sched_pairs_before(v, n, ny) - T) < fabs((double)qk__sched_pairs_before(best, n, ny) - T))
+                best = v;
+        }
+        s.row0[k] = best;
+    }
+
+    for (w = 0; w < W; w++) {
+        int64_t a = s.row0[w], b = s.row0[w + 1], h = b - a;
+        double omega = (desc->weights ? desc->weights[w] : 1.0) / (wsum / (double)W), t;
+        s.first[w] = s.n_items;
+        s.pairs[w] = 0;
+        if (h > 0) {
+            qk_work_item *it = &s.items[s.n_items++];
+            it->worker = w;
+            it->i0 = a; it->i1 = b;
+            if (ny > 0) { it->j0 = 0; it->j1 = ny; it->symmetric = 0; it->pairs = h * ny; }
+            else { it->j0 = a; it->j1 = b; it->symmetric = 1; it->pairs = h * (h + 1) / 2; }
+            s.pairs[w] += it->pairs;
+            if (ny == 0 && b < n) {
+                it = &s.items[s.n_items++];
+                it->worker = w;
+                it->i0 = a; it->i1 = b; it->j0 = b; it->j1 = n; it->symmetric = 0;
+                it->pairs = h * (n - b);
+                s.pairs[w] += it->pairs;
+            }
+        }
+        t = (double)s.pairs[w] / omega;
+        if (t > worst) worst = t;
+    }
+    s.first[W] = s.n_items;
+    s.imbalance = worst / ((double)total / (double)W);
+    *out = s;
+    return QK_OK;
+}
+
+#if defined(QK_MPI)
+/* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the
+   data), the rows are dealt by qk_schedule_make, and each rank runs its band in blocks: for
+   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangles
+   K(X[a:b], X[c:c+w]) for c >= b (the same orientation as qk_gram's upper-triangle tiles, so the
+   same bits), each into a host buffer that goes to the file as row pieces and, transposed, as
+   the mirror below the diagonal. Between blocks a rank looks (MPI_Iprobe) for a failure notice
+   from another rank and stops; failures are announced with non-blocking sends and every phase
+   ends in qk__mpi_decide, a collective that hands every rank the first failing rank's result. */
+#ifndef QK_MPI_BLOCK_BYTES
+#define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
+#endif
+#define QK__MPI_TAG_FAIL 7117
+/* The writer thread syncs the file every QK_MPI_SYNC_BYTES it wrote, as the streaming .npy
+   writer's syncer does (and for the same reason: the kernel starts writing back only at
+   dirty_background_ratio, so without it a K smaller than a tenth of RAM reaches the disk only
+   in the final sync, after the compute); the compute goes on meanwhile. */
+#ifndef QK_MPI_SYNC_BYTES
+#define QK_MPI_SYNC_BYTES ((uint64_t)256 << 20)
+#endif
+#define QK__MPI_SYNC_BYTES ((uint64_t)(QK_MPI_SYNC_BYTES))
+
+static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d); /* orchestration */
+
+typedef struct qk__mpi {
+    MPI_Comm comm;          /* a duplicate of the caller's: our messages never meet theirs */
+    int rank, size;
+    int announced;          /* this rank sent its failure notice */
+    int fail_code;          /* the notice's payload (alive until the sends complete) */
+    int n_reqs;
+    MPI_Request *reqs;      /* size - 1 sends */
+} qk__mpi;
+
+/* Tells every other rank that this one failed (non-blocking; qk__mpi_decide completes it). */
+static void qk__mpi_announce(qk__mpi *m, qk_result r)
+{
+    int k;
+    if (m->announced || !m->reqs) return;
+    m->fail_code = (int)r;
+    m->n_reqs = 0;
+    for (k = 0; k < m->size; k++)
+        if (k != m->rank) MPI_Isend(&m->fail_code, 1, MPI_INT, k, QK__MPI_TAG_FAIL, m->comm, &m->reqs[m->n_reqs++]);
+    m->announced = 1;
+}
+
+static int qk__mpi_remote_failed(qk__mpi *m)
+{
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, &flag, MPI_STATUS_IGNORE);
+    return flag;
+}
+
+/* Collective. r is this rank's result (its detail in qk_last_error). Returns QK_OK when every
+   rank succeeded, else on every rank the lowest failing rank's result and detail. Receives the
+   failure notices sent so far, so that none is left pending. */
+static qk_result qk__mpi_decide(qk__mpi *m, qk_result r)
+{
+    int key = r != QK_OK ? m->rank : m->size, first = m->size, ann = 0, k;
+    struct { int code; char msg[sizeof qk__errbuf]; } e;
+    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, m->comm);
+    MPI_Allreduce(&m->announced, &ann, 1, MPI_INT, MPI_SUM, m->comm);
+    for (k = 0; k < ann - m->announced; k++) {
+        int c;
+        MPI_Recv(&c, 1, MPI_INT, MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, MPI_STATUS_IGNORE);
+    }
+    if (m->announced) MPI_Waitall(m->n_reqs, m->reqs, MPI_STATUSES_IGNORE);
+    m->announced = 0;
+    m->n_reqs = 0;
+    if (first >= m->size) return QK_OK;
+    memset(&e, 0, sizeof e);
+    if (m->rank == first) {
+        e.code = (int)r;
+        snprintf(e.msg, sizeof e.msg, "%s", qk__errbuf);
+    }
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, m->comm);
+    if (m->size == 1) return qk__fail((qk_result)e.code, "%s", e.msg);
+    return qk__fail((qk_result)e.code, "rank %d of %d: %s", first, m->size, e.msg);
+}
+
+/* 64-bit FNV-1a over 8-byte words (the ranks compare their inputs with it) */
+static uint64_t qk__hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, c + i, 8);
+        h = (h ^ v) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t qk__hash_map(const qk_map *m)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    int v[4], i;
+    v[0] = (int)m->type; v[1] = m->n_qubits; v[2] = m->n_features; v[3] = m->n_ops;
+    h = qk__hash(h, v, sizeof v);
+    for (i = 0; i < m->n_ops; i++) {   /* field by field: struct padding is not data */
+        const qk_op *o = &m->ops[i];
+        int f[7];
+        double g[2];
+        f[0] = (int)o->kind; f[1] = o->q0; f[2] = o->q1; f[3] = (int)o->angle.kind;
+        f[4] = o->angle.x0; f[5] = o->angle.x1; f[6] = o->angle.w;
+        g[0] = o->angle.scale; g[1] = o->angle.offset;
+        h = qk__hash(h, f, sizeof f);
+        h = qk__hash(h, g, sizeof g);
+    }
+    if (m->n_weights > 0 && m->weights) h = qk__hash(h, m->weights, sizeof(double) * (size_t)m->n_weights);
+    return h;
+}
+
+/* One rank's band of rows. */
+typedef struct qk__mpi_band {
+    qk__mpi *m;
+    qk_ctx *ctx;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_dtype dt;
+    size_t es;
+    int64_t n, cols;        /* K is n x cols */
+    int symmetric;
+    MPI_File fh;            /* NPY: this rank's handle on the temporary file */
+    const char *path;
+    uint64_t hdr, written;
+    uint64_t synced;        /* written bytes at the last periodic sync */
+    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int64_t done, total;    /* this rank's entries of K, for the progress callback */
+    int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
+    int64_t di, dj;         /* the running sub-job's origin in K */
+} qk__mpi_band;
+
+static int qk__mpi_progress(int64_t done, int64_t total, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    QK__UNUSED(total);
+    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
+}
+
+static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    return b->desc->tile_fn(i0 + b->di, j0 + b->dj, m, n, tile, ld, b->desc->tile_user);
+}
+
+/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB) */
+static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, size_t n)
+{
+    while (n > 0) {
+        int c = n > ((size_t)1 << 30) ? (1 << 30) : (int)n, got = 0, e, len = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        MPI_Status st;
+        e = MPI_File_write_at(b->fh, (MPI_Offset)off, p, c, MPI_BYTE, &st);
+        if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+        if (e != MPI_SUCCESS || got != c) {
+            if (e != MPI_SUCCESS) MPI_Error_string(e, msg, &len);
+            else len = snprintf(msg, sizeof msg, "%d of %d bytes written", got, c);
+            msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
+            return qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_write_at of %.3g MB at byte %llu failed: %s",
+                            b->path, (double)c * 1e-6, (unsigned long long)off, msg);
+        }
+        off += (uint64_t)c;
+        p += c;
+        n -= (size_t)c;
+        b->written += (uint64_t)c;
+    }
+    return QK_OK;
+}
+
+/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
+   else through the caller's tile callback. scale: entries of K per computed pair. */
+static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
+                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
+{
+    qk_gram_desc g;
+    qk_result r;
+    memset(&g, 0, sizeof g);
+    g.x = x;
+    g.n_x = nx;
+    g.y = y;
+    g.n_y = y ? ny : 0;
+    g.precision = b->desc->precision;
+    g.path = b->desc->path;
+    g.out_dtype = b->dt;
+    if (b->desc->output == QK_OUTPUT_NPY) {
+        g.output = QK_OUTPUT_HOST;
+        g.out = out;
+        g.ld_out = ld;
+    } else {
+        g.output = QK_OUTPUT_CALLBACK;
+        g.tile_fn = qk__mpi_tile;
+        g.tile_user = b;
+    }
+    if (b->desc->progress) {
+        g.progress = qk__mpi_progress;
+        g.progress_user = b;
+    }
+    b->scale = scale;
+    b->di = di;
+    b->dj = dj;
+    r = qk_gram(b->ctx, b->map, &g);
+    b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
+        return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
+                        b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
+                        b->desc->output == QK_OUTPUT_NPY ? "; '" : "", b->desc->output == QK_OUTPUT_NPY ? b->path : "",
+                        b->desc->output == QK_OUTPUT_NPY ? "' was not written" : "");
+    return r;
+}
+
+/* One computed block, K[a .. a + h)[c0 .. c0 + w) in U (ld w), to the file: its rows, and for
+   symmetric K off the diagonal its mirror K[c][a .. a + h) for c in [c0, c0 + w), transposed
+   through tb 64 rows of K at a time. */
+typedef struct qk__mpi_block {
+    qk__mpi_band *b;
+    const char *U;
+    char *tb;
+    int64_t a, h, c0, w;
+    int mirror;
+    qk_result r;
+    char err[sizeof qk__errbuf];
+} qk__mpi_block;
+
+static void *qk__mpi_block_write(void *p)
+{
+    qk__mpi_block *s = (qk__mpi_block *)p;
+    qk__mpi_band *b = s->b;
+    const int64_t n = b->cols, a = s->a, h = s->h, c0 = s->c0, w = s->w;
+    const size_t es = b->es;
+    int64_t i, c, k;
+    qk_result r = QK_OK;
+    QK_PROF_BEGIN("mpi write");
+    if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
+    else
+        for (i = 0; i < h && r == QK_OK; i++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)c0) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
+    for (k = 0; s->mirror && k < w && r == QK_OK; k += 64) {
+        int64_t nc = w - k < 64 ? w - k : 64;
+        for (i = 0; i < h; i++)
+            for (c = 0; c < nc; c++)
+                memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + k + c) * es, es);
+        for (c = 0; c < nc && r == QK_OK; c++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
+    }
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+        if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
+        b->synced = b->written;
+    }
+    QK_PROF_END("mpi write");
+    s->r = r;
+    if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
+    return NULL;
+}
+
+/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+   columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
+   the budget so that the file writes of a block's rows (C elements) and of its mirror (S
+   elements) are both long, and each block builds only S + C states. The diagonal block of a
+   slab is a symmetric sub-job. NPY: two block buffers; a writer thread writes block k while the
+   engine computes block k + 1, when MPI allows MPI-IO from a second thread (the library provides
+   MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
+   check between blocks runs after the writer is joined); else each block is written before the
+   next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
+   is the job's). */
+static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
+{
+    const int npy = b->desc->output == QK_OUTPUT_NPY;
+    const int64_t cols = b->cols, d = b->map->n_features;
+    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    int64_t S, C, a, bnd, c0, k = 0;
+    char *U[2] = {NULL, NULL}, *tb = NULL;
+    qk__mpi_block sw;
+    qk_result r = QK_OK;
+    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
+#ifndef QK_NO_THREADS
+    pthread_t wt;
+    MPI_Query_thread(&level);
+    threaded = level >= MPI_THREAD_SERIALIZED;
+#endif
+    b->sync_often = threaded && npy && !b->desc->no_sync;
+    memset(&sw, 0, sizeof sw);
+    if (r1 <= r0) return QK_OK;
+    S = (int64_t)sqrt((double)(budget / es));
+    if (S >= 64) S = S / 64 * 64;        /* whole tiles of the CPU engine */
+    if (S < 1) S = 1;
+    if (S > r1 - r0) S = r1 - r0;
+    C = (int64_t)(budget / es) / S;
+    if (C >= 64) C = C / 64 * 64;
+    if (C < S) C = S;                    /* the symmetric diagonal block fits */
+    if (C > cols) C = cols;
+    for (b->total = 0, a = r0; a < r1; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        b->total += b->symmetric ? h * h + 2 * h * (cols - bnd) : h * cols;
+    }
+    if (npy) {
+        U[0] = (char *)qk__malloc((size_t)S * (size_t)C * es);
+        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
+        tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
+        if (!U[0] || !U[1] || (b->symmetric && !tb)) {
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            goto done;
+        }
+    }
+    for (a = r0; a < r1 && !stop; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
+        for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
+            char *u = U[k & 1];
+            const int diag = b->symmetric && c0 == a;
+            const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            QK_PROF_BEGIN("mpi block");
+            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
+            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            QK_PROF_END("mpi block");
+            if (pending) {   /* the previous block's writer */
+#ifndef QK_NO_THREADS
+                pthread_join(wt, NULL);
+#endif
+                pending = 0;
+                if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+            }
+            if (r != QK_OK) { stop = 1; break; }
+            if (npy) {
+                if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+                sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
+                sw.mirror = b->symmetric && !diag;
+                sw.r = QK_OK;
+#ifndef QK_NO_THREADS
+                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
+                else
+#endif
+                {
+                    qk__mpi_block_write(&sw);
+                    if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+                }
+            }
+            c0 += w;
+        }
+    }
+    if (pending) {
+#ifndef QK_NO_THREADS
+        pthread_join(wt, NULL);
+#endif
+        if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
+    }
+done:
+    if (U[1] != U[0]) QK_FREE(U[1]);
+    QK_FREE(U[0]);
+    QK_FREE(tb);
+    return r;
+}
+
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
+{
+    static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
+                                        "out_dtype", "precision", "no_sync", "the map", "the data X",
+                                        "the data Y", "out_path"};
+    qk__mpi m;
+    qk__mpi_band b;
+    qk_schedule sch;
+    qk_schedule_desc sd;
+    qk_result r = QK_OK, rc;
+    int inited = 0, finalized = 0, k, npy, opened = 0;
+    int64_t sig[11], lo[11], hi[11];
+    char *tmp = NULL;
+    char hdr[192];
+    MPI_File fh = MPI_FILE_NULL;
+
+    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: MPI is %s", finalized ? "finalized" : "not initialized (call MPI_Init first)");
+    memset(&m, 0, sizeof m);
+    memset(&b, 0, sizeof b);
+    memset(&sch, 0, sizeof sch);
+    MPI_Comm_dup(comm, &m.comm);
+    MPI_Comm_rank(m.comm, &m.rank);
+    MPI_Comm_size(m.comm, &m.size);
+    m.reqs = (MPI_Request *)qk__malloc(sizeof(MPI_Request) * (size_t)m.size);
+
+    /* 1. every rank checks the request (data included) */
+    if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
+    if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
+                     desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+
+    /* 2. the ranks agree on the job (else every rank fails the same way: no collective needed) */
+    npy = desc->output == QK_OUTPUT_NPY;
+    b.dt = desc->out_dtype ? desc->out_dtype
+         : (desc->precision == QK_PRECISION_FP32 || (desc->precision == QK_PRECISION_DEFAULT && qk_ctx_query(ctx).device == QK_DEVICE_CUDA)) ? QK_F32 : QK_F64;
+    sig[0] = desc->n_x;
+    sig[1] = desc->y ? desc->n_y : -1;
+    sig[2] = map->n_features;
+    sig[3] = (int64_t)desc->output;
+    sig[4] = (int64_t)b.dt;
+    sig[5] = (int64_t)desc->precision;
+    sig[6] = npy ? desc->no_sync != 0 : 0;
+    {
+        uint64_t h[4];
+        h[0] = qk__hash_map(map);
+        h[1] = qk__hash(0xcbf29ce484222325ull, desc->x, sizeof(double) * (size_t)(desc->n_x * map->n_features));
+        h[2] = desc->y ? qk__hash(0xcbf29ce484222325ull, desc->y, sizeof(double) * (size_t)(desc->n_y * map->n_features)) : 0;
+        h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
+        for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
+    }
+    MPI_Allreduce(sig, lo, 11, MPI_INT64_T, MPI_MIN, m.comm);
+    MPI_Allreduce(sig, hi, 11, MPI_INT64_T, MPI_MAX, m.comm);
+    for (k = 0; k < 11; k++)
+        if (lo[k] != hi[k]) {
+            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: the ranks disagree on %s (every rank passes the same map, X, Y and desc%s)",
+                          sig_names[k], k == 4 ? "; set out_dtype when the ranks run different engines" : "");
+            goto done;
+        }
+
+    /* 3. the rows of this rank */
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : 0;
+    sd.n_workers = m.size;
+    r = qk_schedule_make(&sd, &sch);
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+    b.m = &m;
+    b.ctx = ctx;
+    b.map = map;
+    b.desc = desc;
+    b.es = b.dt == QK_F32 ? 4 : 8;
+    b.n = desc->n_x;
+    b.cols = desc->y ? desc->n_y : desc->n_x;
+    b.symmetric = desc->y == NULL;
+    b.path = npy ? desc->out_path : NULL;
+
+    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    if (npy) {
+        size_t nbytes = 0;
+        int len = 0;
+        r = QK_OK;
+        if (m.rank == 0) {
+            int fd = -1;
+            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
+            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
+            if (fd >= 0) (void)QK__CLOSE(fd);
+            if (tmp) len = (int)strlen(tmp);
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
+        if (m.rank != 0) {
+            tmp = (char *)qk__malloc((size_t)len + 1);
+            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
+        {
+            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
+            char msg[MPI_MAX_ERROR_STRING + 1];
+            if (e == MPI_SUCCESS) opened = 1;
+            else {
+                MPI_Error_string(e, msg, &elen);
+                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                             desc->out_path, tmp, msg);
+            }
+        }
+        b.fh = fh;
+        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
+        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+    }
+
+    /* 5. compute and write this rank's band */
+    r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
+    if (r != QK_OK) qk__mpi_announce(&m, r);
+    rc = qk__mpi_decide(&m, r);
+
+    /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
+    if (npy) {
+        uint64_t all = 0;
+        r = QK_OK;
+        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+        opened = 0;
+        if (rc == QK_OK) {
+            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
+            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
+            rc = qk__mpi_decide(&m, r);
+        }
+        if (rc == QK_OK) {
+            r = QK_OK;
+            if (m.rank == 0) {
+                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
+                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
+            }
+            rc = qk__mpi_decide(&m, r);
+        }
+    }
+done:
+    if (opened) MPI_File_close(&fh);
+    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
+    QK_FREE(tmp);
+    qk_schedule_free(&sch);
+    if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
+    QK_FREE(m.reqs);
+    return rc;
+}
+#endif /* QK_MPI */
+/* ---- end work schedule and MPI ---- */
 
 /* ---- implementation: MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
@@ -4282,6 +5649,15 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         slab = nx;
     } else {
         slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+        /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
+           complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
+           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
+           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
+        if (path != QK_PATH_ANALYTIC) {
+            double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
+            double cap = 25e-3 * 50e12 / (per_pair * (double)ny);
+            if ((double)slab > cap) slab = (int64_t)cap;
+        }
         if (slab < 64) slab = 64;
         if (slab > nx) slab = nx;
     }
@@ -4403,13 +5779,74 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
    escapes), at most QK_TUNE_CACHE_MAX_BYTES, nested at most QK__TJ_MAX_DEPTH deep, with the
    schema and every entry valid, before any entry is used. Unknown keys are skipped so that a
    later schema-1 writer may add fields. Numbers are written and read with '.' whatever the C
-   locale says (a host program may have called setlocale). */
+   locale says (a host program may have called setlocale).
+   Only programs that can tune carry this code: it is compiled where the CUDA engine is
+   (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
+#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+#define QK__TUNE_ON 1
+#else
+#define QK__TUNE_ON 0
+#endif
 #ifndef QK_TUNE_CACHE_MAX_ENTRIES
 #define QK_TUNE_CACHE_MAX_ENTRIES 4096  /* ~300 bytes each: about 1 MiB of typical file */
 #endif
 #ifndef QK_TUNE_CACHE_MAX_BYTES
 #define QK_TUNE_CACHE_MAX_BYTES (8 << 20) /* above the largest file the writer can produce */
 #endif
+
+/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
+   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
+static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
+    unsigned c = s[0], cp, min;
+    size_t len, i;
+    if (c < 0x80) return 1;
+    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
+    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
+    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
+    else return 0;
+    if (n < len) return 0;
+    for (i = 1; i < len; i++) {
+        if ((s[i] & 0xC0u) != 0x80) return 0;
+        cp = (cp << 6) | (s[i] & 0x3Fu);
+    }
+    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
+    return len;
+}
+
+/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
+   so that every string the cache writes is valid JSON and compares the same after a reload. */
+static void qk__tune_copy(char *dst, size_t cap, const char *src) {
+    size_t n = 0, i = 0;
+    if (src) {
+        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
+        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
+    }
+    memset(dst + n, 0, cap - n);
+    while (i < n) {
+        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
+        if (k == 0) { dst[i] = '?'; k = 1; }
+        i += k;
+    }
+}
+
+QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
+                            int driver_version, const char *kernel, qk_path path,
+                            qk_precision precision, int n_qubits) {
+    if (!key) return;
+    memset(key, 0, sizeof *key);
+    qk__tune_copy(key->device, sizeof key->device, device_name);
+    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
+    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
+    key->cc_major = cc_major;
+    key->cc_minor = cc_minor;
+    key->driver_version = driver_version;
+    key->path = path;
+    key->precision = precision;
+    key->n_qubits = n_qubits;
+}
+
+#if QK__TUNE_ON
 #define QK__TJ_MAX_DEPTH 32
 #define QK__TUNE_PATH_MAX 4096
 
@@ -4447,41 +5884,6 @@ static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const cha
     return qk__fail(r, "%s", msg);
 }
 
-/* Length of the valid UTF-8 sequence at s (n bytes available), 0 when invalid (overlong forms,
-   surrogates and code points above U+10FFFF are invalid, as RFC 3629 says). */
-static size_t qk__utf8_seq(const unsigned char *s, size_t n) {
-    unsigned c = s[0], cp, min;
-    size_t len, i;
-    if (c < 0x80) return 1;
-    if (c >= 0xC2 && c <= 0xDF) { len = 2; cp = c & 0x1Fu; min = 0x80; }
-    else if ((c & 0xF0u) == 0xE0) { len = 3; cp = c & 0x0Fu; min = 0x800; }
-    else if (c >= 0xF0 && c <= 0xF4) { len = 4; cp = c & 0x07u; min = 0x10000; }
-    else return 0;
-    if (n < len) return 0;
-    for (i = 1; i < len; i++) {
-        if ((s[i] & 0xC0u) != 0x80) return 0;
-        cp = (cp << 6) | (s[i] & 0x3Fu);
-    }
-    if (cp < min || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return len;
-}
-
-/* Copies src into dst[cap] (truncating), then replaces bytes that are not valid UTF-8 by '?',
-   so that every string the cache writes is valid JSON and compares the same after a reload. */
-static void qk__tune_copy(char *dst, size_t cap, const char *src) {
-    size_t n = 0, i = 0;
-    if (src) {
-        /* byte by byte: src may be shorter than cap (a literal), so no memcpy of cap - 1 */
-        for (; n + 1 < cap && src[n]; n++) dst[n] = src[n];
-    }
-    memset(dst + n, 0, cap - n);
-    while (i < n) {
-        size_t k = qk__utf8_seq((const unsigned char *)dst + i, n - i);
-        if (k == 0) { dst[i] = '?'; k = 1; }
-        i += k;
-    }
-}
-
 static int qk__tune_key_eq(const qk_tune_key *a, const qk_tune_key *b) {
     return a->cc_major == b->cc_major && a->cc_minor == b->cc_minor &&
            a->driver_version == b->driver_version && a->path == b->path &&
@@ -4516,22 +5918,6 @@ static qk_result qk__tune_key_norm(const qk_tune_key *in, qk_tune_key *k) {
     k->precision = in->precision;
     k->n_qubits = in->n_qubits;
     return QK_OK;
-}
-
-QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_major, int cc_minor,
-                            int driver_version, const char *kernel, qk_path path,
-                            qk_precision precision, int n_qubits) {
-    if (!key) return;
-    memset(key, 0, sizeof *key);
-    qk__tune_copy(key->device, sizeof key->device, device_name);
-    qk__tune_copy(key->qk_version, sizeof key->qk_version, QK_VERSION_STRING);
-    qk__tune_copy(key->kernel, sizeof key->kernel, kernel && kernel[0] ? kernel : "gram");
-    key->cc_major = cc_major;
-    key->cc_minor = cc_minor;
-    key->driver_version = driver_version;
-    key->path = path;
-    key->precision = precision;
-    key->n_qubits = n_qubits;
 }
 
 /* -- JSON reader. Syntax errors stop it (bad, why); schema problems (sem, sem_why) are noted
@@ -4766,13 +6152,105 @@ static int qk__tj_skip(qk__tj *j) {
     }
 }
 
-/* Field names of an entry, in the order the writer writes them. */
+/* Field names of an entry, in the order the writer writes them (QK__TF_* index them). */
 static const char *const qk__tune_fields[] = {
     "device", "cc_major", "cc_minor", "driver", "qk", "kernel", "path", "precision", "qubits",
     "config", "metric", "timestamp"};
-#define QK__TUNE_NFIELDS 12
+enum {
+    QK__TF_DEVICE, QK__TF_CC_MAJOR, QK__TF_CC_MINOR, QK__TF_DRIVER, QK__TF_QK, QK__TF_KERNEL,
+    QK__TF_PATH, QK__TF_PRECISION, QK__TF_QUBITS, QK__TF_CONFIG, QK__TF_METRIC, QK__TF_TIMESTAMP,
+    QK__TUNE_NFIELDS
+};
 
-/* One entry object into *e; *valid = 0 when it breaks the schema (noted in j->sem_why). */
+/* The string value of field f into *e. 0 on a syntax error; *ok = 0 when it breaks the schema
+   (noted in j->sem_why). */
+static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    char sval[128];
+    int fits, k;
+    if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
+    if (!fits) {
+        qk__tj_sem(j, index, "string too long or holding NUL:", name);
+        *ok = 0;
+        return 1;
+    }
+    switch (f) {
+    case QK__TF_DEVICE:
+        qk__tune_copy(e->key.device, sizeof e->key.device, sval);
+        break;
+    case QK__TF_CONFIG:
+        if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); *ok = 0; }
+        else qk__tune_copy(e->config, sizeof e->config, sval);
+        break;
+    case QK__TF_QK:
+    case QK__TF_KERNEL: {
+        char *dst = f == QK__TF_QK ? e->key.qk_version : e->key.kernel;
+        size_t cap = f == QK__TF_QK ? sizeof e->key.qk_version : sizeof e->key.kernel;
+        if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); *ok = 0; }
+        else qk__tune_copy(dst, cap, sval);
+        break;
+    }
+    case QK__TF_PATH:
+        for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
+        if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); *ok = 0; }
+        else e->key.path = (qk_path)k;
+        break;
+    default: /* QK__TF_PRECISION */
+        for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
+        else e->key.precision = (qk_precision)k;
+        break;
+    }
+    return 1;
+}
+
+/* The number value of field f into *e (as qk__tj_field_str). */
+static int qk__tj_field_num(qk__tj *j, int index, int f, const char *name, qk_tune_entry *e, int *ok) {
+    double d = 0;
+    int64_t iv = 0;
+    int isi = 0;
+    if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
+    if (f == QK__TF_METRIC) {
+        if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); *ok = 0; }
+        e->metric = d;
+    } else if (!isi) {
+        qk__tj_sem(j, index, "not an integer:", name);
+        *ok = 0;
+    } else if (f == QK__TF_TIMESTAMP) {
+        e->timestamp = iv;
+    } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
+               (f == QK__TF_QUBITS && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
+        qk__tj_sem(j, index, "out of range:", name);
+        *ok = 0;
+    } else if (f == QK__TF_CC_MAJOR) e->key.cc_major = (int)iv;
+    else if (f == QK__TF_CC_MINOR) e->key.cc_minor = (int)iv;
+    else if (f == QK__TF_DRIVER) e->key.driver_version = (int)iv;
+    else e->key.n_qubits = (int)iv;
+    return 1;
+}
+
+/* The value of member name (fits: the name was read whole) of entry index: a known field once
+   and of its type, or an unknown key, skipped (a field of a later writer). 0 on a syntax error. */
+static int qk__tj_field(qk__tj *j, int index, const char *name, int fits, unsigned *seen, qk_tune_entry *e,
+                        int *ok) {
+    int f, is_str;
+    for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
+        if (strcmp(name, qk__tune_fields[f]) == 0) break;
+    qk__tj_ws(j);
+    if (!fits || f == QK__TUNE_NFIELDS) return qk__tj_skip(j);
+    is_str = f == QK__TF_DEVICE || f == QK__TF_QK || f == QK__TF_KERNEL || f == QK__TF_PATH ||
+             f == QK__TF_PRECISION || f == QK__TF_CONFIG;
+    if (*seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); *ok = 0; }
+    *seen |= 1u << f;
+    if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
+        qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
+        *ok = 0;
+        return qk__tj_skip(j);
+    }
+    return is_str ? qk__tj_field_str(j, index, f, name, e, ok) : qk__tj_field_num(j, index, f, name, e, ok);
+}
+
+/* One entry object (j->p at '{') into *e; *valid = 0 when it breaks the schema. 0 on a syntax
+   error. */
 static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     unsigned seen = 0;
     int f, ok = 1;
@@ -4783,67 +6261,10 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     qk__tj_ws(j);
     if (j->p < j->end && *j->p == '}') j->p++;
     else for (;;) {
-        char name[16], sval[128];
-        int fits, isi = 0;
-        double d = 0;
-        int64_t iv = 0;
+        char name[16];
+        int fits;
         if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
-        for (f = 0; fits && f < QK__TUNE_NFIELDS; f++)
-            if (strcmp(name, qk__tune_fields[f]) == 0) break;
-        qk__tj_ws(j);
-        if (!fits || f == QK__TUNE_NFIELDS) {
-            if (!qk__tj_skip(j)) return 0;       /* a field of a later writer: ignored */
-        } else {
-            int is_str = f == 0 || f == 4 || f == 5 || f == 6 || f == 7 || f == 9;
-            if (seen & (1u << f)) { qk__tj_sem(j, index, "duplicate field", name); ok = 0; }
-            seen |= 1u << f;
-            if (j->p < j->end && (is_str ? *j->p != '"' : !(*j->p == '-' || (*j->p >= '0' && *j->p <= '9')))) {
-                qk__tj_sem(j, index, is_str ? "not a string:" : "not a number:", name);
-                ok = 0;
-                if (!qk__tj_skip(j)) return 0;
-            } else if (is_str) {
-                if (!qk__tj_str(j, sval, sizeof sval, &fits)) return 0;
-                if (!fits) { qk__tj_sem(j, index, "string too long or holding NUL:", name); ok = 0; }
-                else if (f == 0) qk__tune_copy(e->key.device, sizeof e->key.device, sval);
-                else if (f == 9) {
-                    if (strlen(sval) >= sizeof e->config || !sval[0]) { qk__tj_sem(j, index, "bad length:", name); ok = 0; }
-                    else qk__tune_copy(e->config, sizeof e->config, sval);
-                } else if (f == 4 || f == 5) {
-                    size_t cap = f == 4 ? sizeof e->key.qk_version : sizeof e->key.kernel;
-                    if (strlen(sval) >= cap) { qk__tj_sem(j, index, "too long:", name); ok = 0; }
-                    else qk__tune_copy(f == 4 ? e->key.qk_version : e->key.kernel, cap, sval);
-                } else if (f == 6) {
-                    int k;
-                    for (k = 1; k <= 3 && strcmp(sval, qk__tune_path_names[k]) != 0; k++) {}
-                    if (k > 3) { qk__tj_sem(j, index, "unknown path", sval); ok = 0; }
-                    else e->key.path = (qk_path)k;
-                } else {
-                    int k;
-                    for (k = 0; k <= 2 && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
-                    if (k > 2) { qk__tj_sem(j, index, "unknown precision", sval); ok = 0; }
-                    else e->key.precision = (qk_precision)k;
-                }
-            } else {
-                if (!qk__tj_num(j, &d, &iv, &isi)) return 0;
-                if (f == 10) {
-                    if (!(d - d == 0.0)) { qk__tj_sem(j, index, "not finite:", name); ok = 0; }
-                    e->metric = d;
-                } else if (!isi) {
-                    qk__tj_sem(j, index, "not an integer:", name); ok = 0;
-                } else if (f == 11) {
-                    e->timestamp = iv;
-                } else if (iv < -2147483647 - 1 || iv > 2147483647 ||
-                           (f == 8 && (iv < 1 || iv > QK_MAX_PRODUCT_QUBITS))) {
-                    qk__tj_sem(j, index, "out of range:", name); ok = 0;
-                } else {
-                    int v = (int)iv;
-                    if (f == 1) e->key.cc_major = v;
-                    else if (f == 2) e->key.cc_minor = v;
-                    else if (f == 3) e->key.driver_version = v;
-                    else e->key.n_qubits = v;
-                }
-            }
-        }
+        if (!qk__tj_field(j, index, name, fits, &seen, e, &ok)) return 0;
         qk__tj_ws(j);
         if (j->p < j->end && *j->p == ',') { j->p++; continue; }
         if (j->p < j->end && *j->p == '}') { j->p++; break; }
@@ -4860,6 +6281,100 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
     return 1;
 }
 
+/* Appends *e to the entries (*v: n of cap, QK_MALLOC'ed); beyond QK_TUNE_CACHE_MAX_ENTRIES
+   entries are dropped. 0 when out of memory. */
+static int qk__tune_push(qk_tune_entry **v, int *n, int *cap, const qk_tune_entry *e) {
+    if (*n >= QK_TUNE_CACHE_MAX_ENTRIES) return 1;
+    if (*n == *cap) {
+        int nc = *cap ? *cap * 2 : 16;
+        qk_tune_entry *nv;
+        if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
+        nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
+        if (!nv) return 0;
+        if (*n) memcpy(nv, *v, (size_t)*n * sizeof *nv);
+        QK_FREE(*v);
+        *v = nv;
+        *cap = nc;
+    }
+    (*v)[(*n)++] = *e;
+    return 1;
+}
+
+/* The "entries" array (j->p at '['): every element validated, the valid entries appended.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_entries(qk__tj *j, qk_tune_entry **v, int *n, int *cap) {
+    qk_tune_entry e;
+    int index = 0, valid;
+    j->depth++;
+    j->p++; /* '[' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == ']') j->p++;
+    else for (;;) {
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == '{') {
+            if (!qk__tj_entry(j, index, &e, &valid)) return 0;
+            if (valid && !qk__tune_push(v, n, cap, &e)) return -1;
+        } else {
+            qk__tj_sem(j, -1, "not an object:", "entries[]");
+            if (!qk__tj_skip(j)) return 0;
+        }
+        index++;
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == ']') { j->p++; break; }
+        return qk__tj_err(j, "expected ',' or ']'");
+    }
+    j->depth--;
+    return 1;
+}
+
+/* What the root object said about itself. */
+typedef struct qk__tj_root {
+    int have_schema, schema_int, have_entries;
+    int64_t schema;
+} qk__tj_root;
+
+/* The root object's members (j->p at '{'): "schema", "entries" (into *v), others skipped.
+   1; 0 on a syntax error; -1 when out of memory. */
+static int qk__tj_root_members(qk__tj *j, qk__tj_root *rt, qk_tune_entry **v, int *n, int *cap) {
+    j->depth = 1;
+    j->p++; /* '{' */
+    qk__tj_ws(j);
+    if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+    for (;;) {
+        char name[16];
+        int fits;
+        if (!qk__tj_str(j, name, sizeof name, &fits) || !qk__tj_expect(j, ':', "expected ':'")) return 0;
+        qk__tj_ws(j);
+        if (fits && strcmp(name, "schema") == 0) {
+            double d;
+            if (rt->have_schema) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_schema = 1;
+            if (j->p < j->end && (*j->p == '-' || (*j->p >= '0' && *j->p <= '9'))) {
+                if (!qk__tj_num(j, &d, &rt->schema, &rt->schema_int)) return 0;
+            } else if (!qk__tj_skip(j)) return 0;
+        } else if (fits && strcmp(name, "entries") == 0) {
+            if (rt->have_entries) qk__tj_sem(j, -1, "duplicate key", name);
+            rt->have_entries = 1;
+            if (j->p >= j->end || *j->p != '[') {
+                qk__tj_sem(j, -1, "not an array:", name);
+                if (!qk__tj_skip(j)) return 0;
+            } else {
+                int r = qk__tj_entries(j, v, n, cap);
+                if (r <= 0) return r;
+            }
+        } else {
+            if (fits && strcmp(name, "qk") == 0 && (j->p >= j->end || *j->p != '"'))
+                qk__tj_sem(j, -1, "not a string:", name);
+            if (!qk__tj_skip(j)) return 0;
+        }
+        qk__tj_ws(j);
+        if (j->p < j->end && *j->p == ',') { j->p++; continue; }
+        if (j->p < j->end && *j->p == '}') { j->p++; return 1; }
+        return qk__tj_err(j, "expected ',' or '}'");
+    }
+}
+
 /* Parses a cache file's text (len bytes, no terminator needed). QK_OK: *out (QK_MALLOC'ed, NULL
    when *n_out is 0) holds the entries, at most QK_TUNE_CACHE_MAX_ENTRIES (later ones are
    validated and dropped). QK_ERROR_FORMAT: why says what is wrong (corrupt / not a qk cache /
@@ -4867,12 +6382,13 @@ static int qk__tj_entry(qk__tj *j, int index, qk_tune_entry *e, int *valid) {
 static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **out, int *n_out,
                                 char *why, size_t why_size) {
     qk__tj j;
-    qk_tune_entry *v = NULL, e;
-    int n = 0, cap = 0, have_schema = 0, have_entries = 0, schema_int = 0, not_object = 0;
-    int64_t schema = 0;
+    qk__tj_root rt;
+    qk_tune_entry *v = NULL;
+    int n = 0, cap = 0, not_object = 0, r = 1;
     *out = NULL;
     *n_out = 0;
     memset(&j, 0, sizeof j);
+    memset(&rt, 0, sizeof rt);
     j.s = j.p = (const unsigned char *)text;
     j.end = j.s + len;
     if (len > (size_t)QK_TUNE_CACHE_MAX_BYTES) {
@@ -4888,77 +6404,11 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
         not_object = 1;
         qk__tj_skip(&j);
     } else {
-        j.depth = 1;
-        j.p++;
-        qk__tj_ws(&j);
-        if (j.p < j.end && *j.p == '}') j.p++;
-        else for (;;) {
-            char name[16];
-            int fits;
-            if (!qk__tj_str(&j, name, sizeof name, &fits) || !qk__tj_expect(&j, ':', "expected ':'")) break;
-            qk__tj_ws(&j);
-            if (fits && strcmp(name, "schema") == 0) {
-                double d;
-                if (have_schema) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_schema = 1;
-                if (j.p < j.end && (*j.p == '-' || (*j.p >= '0' && *j.p <= '9'))) {
-                    if (!qk__tj_num(&j, &d, &schema, &schema_int)) break;
-                } else if (!qk__tj_skip(&j)) break;
-            } else if (fits && strcmp(name, "entries") == 0) {
-                if (have_entries) qk__tj_sem(&j, -1, "duplicate key", name);
-                have_entries = 1;
-                if (j.p >= j.end || *j.p != '[') {
-                    qk__tj_sem(&j, -1, "not an array:", name);
-                    if (!qk__tj_skip(&j)) break;
-                } else {
-                    int index = 0, valid;
-                    j.depth++;
-                    j.p++;
-                    qk__tj_ws(&j);
-                    if (j.p < j.end && *j.p == ']') j.p++;
-                    else for (;;) {
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == '{') {
-                            if (!qk__tj_entry(&j, index, &e, &valid)) break;
-                            if (valid && n < QK_TUNE_CACHE_MAX_ENTRIES) {
-                                if (n == cap) {
-                                    int nc = cap ? cap * 2 : 16;
-                                    qk_tune_entry *nv;
-                                    if (nc > QK_TUNE_CACHE_MAX_ENTRIES) nc = QK_TUNE_CACHE_MAX_ENTRIES;
-                                    nv = (qk_tune_entry *)QK_MALLOC((size_t)nc * sizeof *nv);
-                                    if (!nv) { QK_FREE(v); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory"); }
-                                    if (n) memcpy(nv, v, (size_t)n * sizeof *nv);
-                                    QK_FREE(v);
-                                    v = nv;
-                                    cap = nc;
-                                }
-                                v[n++] = e;
-                            }
-                        } else {
-                            qk__tj_sem(&j, -1, "not an object:", "entries[]");
-                            if (!qk__tj_skip(&j)) break;
-                        }
-                        index++;
-                        qk__tj_ws(&j);
-                        if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-                        if (j.p < j.end && *j.p == ']') { j.p++; break; }
-                        qk__tj_err(&j, "expected ',' or ']'");
-                        break;
-                    }
-                    if (j.bad) break;
-                    j.depth--;
-                }
-            } else {
-                if (fits && strcmp(name, "qk") == 0 && (j.p >= j.end || *j.p != '"'))
-                    qk__tj_sem(&j, -1, "not a string:", name);
-                if (!qk__tj_skip(&j)) break;
-            }
-            qk__tj_ws(&j);
-            if (j.p < j.end && *j.p == ',') { j.p++; continue; }
-            if (j.p < j.end && *j.p == '}') { j.p++; break; }
-            qk__tj_err(&j, "expected ',' or '}'");
-            break;
-        }
+        r = qk__tj_root_members(&j, &rt, &v, &n, &cap);
+    }
+    if (r < 0) {
+        QK_FREE(v);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "autotune cache: out of memory");
     }
     if (!j.bad) {
         qk__tj_ws(&j);
@@ -4966,13 +6416,13 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
     }
     if (j.bad) snprintf(why, why_size, "corrupt or truncated (%s)", j.why);
     else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
-    else if (!have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
-    else if (!schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
-    else if (schema > QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (schema != QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)schema, QK_TUNE_SCHEMA);
-    else if (!have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
+    else if (!rt.have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
+    else if (!rt.schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
+    else if (rt.schema > QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (rt.schema != QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
+    else if (!rt.have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
     else if (j.sem) snprintf(why, why_size, "corrupt (%s)", j.sem_why);
     else {
         *out = v;
@@ -5368,6 +6818,29 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
+    (void)dir_override;
+    if (buf && size) buf[0] = 0;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, qk_tune_entry *out,
+                                     qk_log_fn log, void *log_user) {
+    (void)path; (void)key; (void)out; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry, qk_log_fn log,
+                                    void *log_user) {
+    (void)path; (void)entry; (void)log; (void)log_user;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t config_size,
+                               char *label, size_t label_size) {
+    (void)req; (void)config; (void)config_size; (void)label; (void)label_size;
+    return qk__fail(QK_ERROR_UNSUPPORTED, QK__TUNE_OFF_MSG);
+}
+#endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
 /* ---- implementation: context and orchestration ---- */
@@ -5548,8 +7021,18 @@ static const char *qk__path_name(qk_path p)
            p == QK_PATH_MPS ? "mps (matrix product states)" : "complex statevector";
 }
 
+/* bytes as GB with three decimals and a '.' whatever the C locale (integer arithmetic: a host
+   program's setlocale cannot turn it into "0,433"). */
+static const char *qk__gb3(size_t bytes, char *buf, size_t n)
+{
+    unsigned long long mb = ((unsigned long long)bytes + 500000ull) / 1000000ull;
+    snprintf(buf, n, "%llu.%03llu", mb / 1000ull, mb % 1000ull);
+    return buf;
+}
+
 QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
 {
+    char g1[32], g2[32], g3[32], g4[32];
     size_t len = 0;
     if (buf && size) buf[0] = 0;
     if (!buf) size = 0;
@@ -5563,20 +7046,21 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", p->precision == QK_PRECISION_FP32 ? "fp32" : "fp64");
-    if (p->path == QK_PATH_MPS)
-        qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %.3g flops per pair\n",
-                p->mps_bond, p->mps_span, p->mps_pair_flops);
-    qk__cat(buf, size, &len, "  states: %s, %.3f GB; K: %.3f GB; tiles %lld x %lld",
-            p->bulk_states ? "all resident" : "state tiles", (double)p->bytes_states * 1e-9,
-            (double)p->bytes_out * 1e-9, (long long)p->tile_m, (long long)p->tile_n);
+    if (p->path == QK_PATH_MPS)   /* integers only: the description is locale-free */
+        qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
+                p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
+    qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
+            p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
+            qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
     if (p->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE)
-        qk__cat(buf, size, &len, ", slabs of %lld rows (%.3f GB of host staging)", (long long)p->slab_rows, (double)p->bytes_staging * 1e-9);
+        qk__cat(buf, size, &len, ", slabs of %lld rows (%s GB of host staging)", (long long)p->slab_rows,
+                qk__gb3(p->bytes_staging, g1, sizeof g1));
     if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
     else {
         if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
-        qk__cat(buf, size, &len, ", %d streams\n  device memory: %.3f GB planned of %.3f GB budget (staging %.3f GB, workspace %.3f GB)",
-                p->n_streams, (double)p->bytes_total * 1e-9, (double)p->bytes_budget * 1e-9,
-                (double)p->bytes_staging * 1e-9, (double)p->bytes_workspace * 1e-9);
+        qk__cat(buf, size, &len, ", %d streams\n  device memory: %s GB planned of %s GB budget (staging %s GB, workspace %s GB)",
+                p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
+                qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     return (int)len;

@@ -39,8 +39,8 @@
    it. K to the host: when all of K fits the device budget it is kept resident (symmetric slabs
    mirror into later rows, so slab s is complete once slabs 0..s have run); each slab is copied
    D2H on a second stream while the next slab computes: straight into the caller's buffer when
-   it is pinned, else into double-buffered pinned staging that host threads copy out. The tile
-   callback gets the staged slab. One synchronization per slab on the host side, none on the
+   it is pinned, else into double-buffered pinned staging that qk.h's delivery hands on (a
+   parallel copy into a pageable buffer, square tiles to the callback, the .npy stream). One synchronization per slab on the host side, none on the
    compute stream. When device memory runs out, the job is retried with smaller slabs and state
    tiles before it fails.
 
@@ -54,12 +54,65 @@
 #include <string.h>
 #include <stdint.h>
 #include <chrono>
+#include <thread>
 #include <vector>
 #include <algorithm>
 #include "qk.h"
 /* Profiler zones (qk_prof.h): they compile to nothing unless this file is built with
    -DQK_PROF_ENABLE (meson builds a second library, qk_cuda_prof, that way for qk-gram). */
 #include "qk_prof.h"
+
+/* ---- fault injection (tests) ---- */
+/* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
+   cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
+   if out of memory (k < 0: the -k-th and every later one, so retries fail too); 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
+   so that a test can fail each one of a job in turn (tests/gpu/test_gpu_engine.cpp). A test
+   hook: not for concurrent use. The macros below route this file's calls through it. */
+static int qk__fault_at = 0, qk__fault_seen = 0;
+static bool qk__fault_persist = false;
+static bool qk__fault_hit(void)
+{
+    ++qk__fault_seen;
+    if (qk__fault_at > 0 && --qk__fault_at == 0) {
+        if (qk__fault_persist) qk__fault_at = 1; /* and every later one */
+        return true;
+    }
+    return false;
+}
+template <typename P> static cudaError_t qk__t_malloc(P **p, size_t n)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaMalloc((void **)p, n);
+}
+template <typename P> static cudaError_t qk__t_malloc_host(P **p, size_t n)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaMallocHost((void **)p, n);
+}
+static cudaError_t qk__t_stream(cudaStream_t *s, unsigned f)
+{
+    if (qk__fault_hit()) return cudaErrorMemoryAllocation;
+    return cudaStreamCreateWithFlags(s, f);
+}
+static cudaError_t qk__t_event(cudaEvent_t *e) { return qk__fault_hit() ? cudaErrorMemoryAllocation : cudaEventCreate(e); }
+static cudaError_t qk__t_event_flags(cudaEvent_t *e, unsigned f)
+{
+    return qk__fault_hit() ? cudaErrorMemoryAllocation : cudaEventCreateWithFlags(e, f);
+}
+static cublasStatus_t qk__t_blas(cublasHandle_t *h) { return qk__fault_hit() ? CUBLAS_STATUS_ALLOC_FAILED : cublasCreate_v2(h); }
+#define cudaMalloc(p, n) qk__t_malloc((p), (n))
+#define cudaMallocHost(p, n) qk__t_malloc_host((p), (n))
+#define cudaStreamCreateWithFlags(s, f) qk__t_stream((s), (f))
+#define cudaEventCreate(e) qk__t_event((e))
+#define cudaEventCreateWithFlags(e, f) qk__t_event_flags((e), (f))
+#undef cublasCreate /* cublas_v2.h: cublasCreate_v2 */
+#define cublasCreate(h) qk__t_blas((h))
+extern "C" void qk_cuda_test_fail_alloc(int k)
+{
+    qk__fault_persist = k < 0;
+    qk__fault_at = k < 0 ? -k : k;
+}
+extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
 
 /* ---- errors ---- */
 struct qk__err {
@@ -1460,92 +1513,149 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
     return QK_OK;
 }
 
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state_tile, int k_resident)
+/* Per-qubit 2-vectors of product-map samples (the analytic path's "states"). */
+template <typename T>
+static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
+                                          cudaStream_t st, qk__err *E)
 {
-    qk__err *E = J->E;
-    const qk_plan *pl = J->plan;
-    const qk_gram_desc *ds = J->desc;
-    const qk_map *map = J->map;
-    const bool sym = ds->y == nullptr;
-    const int64_t nx = ds->n_x, ny = sym ? ds->n_x : ds->n_y;
-    const int q = map->n_qubits;
-    const bool analytic = pl->path == QK_PATH_ANALYTIC;
-    const int64_t D = analytic ? 0 : ((int64_t)1 << q);
-    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const size_t per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
-    const bool use_blas = pl->use_blas && !analytic;
-    const int64_t ld = ds->ld_out > 0 ? ds->ld_out : ny;
+    const int64_t tot = n * q;
+    if (tot <= 0) return QK_OK;
+    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
+                                                                          dp.w, out);
+    QK_LAUNCH_CK("qubit_vectors");
+    return QK_OK;
+}
 
-    for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
-    QK_CK(cudaEventCreate(&J->pool.t0));
-    cudaStream_t cs = J->pool.st[0], xs = J->pool.st[1];
-    QK_PROF_STREAM_NAME(cs, "qk compute");
-    QK_PROF_STREAM_NAME(xs, "qk copy");
-    QK_CK(cudaEventRecord(J->pool.t0, cs));
-    QK_TRY(qk__compile(map, &J->pg, E));
-    QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
-    const int d = map->n_features;
-    QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
-    QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
-    if (!sym) {
-        QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
-        QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+/* One Gram job on the device, read top to bottom (qk__pipe::run):
+     alloc     streams, the compiled program, X (and Y) on the device, state buffers and their
+               build scratch, the cuBLAS handle and workspace ring
+     output    where K's rows live on the device (the caller's buffer, K resident, or a ring of
+               two slabs) and on the host (the caller's pinned buffer, or pinned staging)
+     states    bulk state construction (else each slab builds its state tiles)
+     slab      slab s of K on the compute stream (upper triangle + mirror where K is whole on
+               the device, full rows in the slab ring)
+     ship      its D2H on the copy stream (host outputs)
+     deliver   on the host: wait for a shipped slab, hand it to io->rows, report progress; slab
+               s-1 is delivered while slab s computes and ships
+     stats     per-stream busy time and phase times from the events
+   Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
+   slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
+   state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
+template <typename T, bool CPLX, typename OutT> struct qk__pipe {
+    qk__job_state *J;
+    qk__err *E;
+    const qk_plan *pl;
+    const qk_gram_desc *ds;
+    const qk_map *map;
+    bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    int q, d;
+    int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
+    size_t es, per_state;
+    int k_resident;
+    cudaStream_t cs = nullptr, xs = nullptr;
+    OutT *Kdev = nullptr;                /* the caller's device buffer or the resident K */
+    int64_t done_pairs = 0;
+    double deliver_ms = 0;
+    bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
+    double enc_ms = 0;
+
+    qk__pipe(qk__job_state *job, int64_t slab, int64_t tile, int resident)
+        : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
+    {
+        sym = ds->y == nullptr;
+        nx = ds->n_x;
+        ny = sym ? ds->n_x : ds->n_y;
+        q = map->n_qubits;
+        d = map->n_features;
+        analytic = pl->path == QK_PATH_ANALYTIC;
+        D = analytic ? 0 : ((int64_t)1 << q);
+        es = CPLX ? 2 * sizeof(T) : sizeof(T);
+        per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
+        use_blas = pl->use_blas && !analytic;
+        ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
+        state_tile = tile;
+        bulk = state_tile >= std::max(nx, ny);
+        slab_rows = bulk ? slab : std::min(slab, state_tile); /* a slab's states are one tile */
+        tA = bulk ? nx : state_tile;
+        tB = bulk ? ny : state_tile;
+        n_slabs = (nx + slab_rows - 1) / slab_rows;
+        k_resident = resident;
+        dev_out = ds->output == QK_OUTPUT_DEVICE;
+        pinned_out = ds->output == QK_OUTPUT_HOST && pl->host_pinned;
+        /* symmetric with a ring of slabs (K not resident): full rows, no mirror (2x the flops,
+           but K never has to fit; GPU flops are cheap next to the PCIe and disk time of such a K) */
+        mirror = sym && (dev_out || k_resident);
+        ldk = dev_out ? ld_out : ny;
+        /* a map that is only an amplitude encoding, all states at once: its states are x / ||x||
+           padded, which the streaming encoder (qk_cuda_amplitude_encode: pinned double-buffered
+           H2D overlapped with the normalize kernel, at the PCIe bound) writes straight into the
+           state buffers; X itself never has to be whole on the device */
+        stream_amp = bulk && !analytic && !CPLX && map->n_ops == 1 && map->ops[0].kind == QK_OP_AMPLITUDE;
     }
 
-    const bool bulk = state_tile >= std::max(nx, ny);
-    if (!bulk) slab_rows = std::min(slab_rows, state_tile); /* a slab's states are one tile */
-    const int64_t tA = bulk ? nx : state_tile, tB = bulk ? ny : state_tile;
-    QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
-    QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
-    if (sym && bulk) J->SB = J->SA;
-    else {
-        QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
-        QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
-    }
-    if (!analytic) {
-        int64_t tmax = std::max(tA, tB);
-        QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
-        if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
-        if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
-    }
-    if (use_blas) {
-        QK_BLAS_CK(cublasCreate(&J->blas));
-        QK_CK(cudaMalloc(&J->Cw[0], (size_t)slab_rows * tB * es));
-        if ((nx + slab_rows - 1) / slab_rows > 1) {
-            QK_CK(cudaMalloc(&J->Cw[1], (size_t)slab_rows * tB * es));
-            QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
-            QK_PROF_STREAM_NAME(J->est, "qk epilogue");
-            QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
-            for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
+    qk_result alloc()
+    {
+        for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
+        QK_CK(cudaEventCreate(&J->pool.t0));
+        cs = J->pool.st[0];
+        xs = J->pool.st[1];
+        QK_PROF_STREAM_NAME(cs, "qk compute");
+        QK_PROF_STREAM_NAME(xs, "qk copy");
+        QK_CK(cudaEventRecord(J->pool.t0, cs));
+        QK_TRY(qk__compile(map, &J->pg, E));
+        QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
+        if (!stream_amp) {
+            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+            QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
+        if (!sym && !stream_amp) {
+            QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+        }
+        QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
+        QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
+        if (sym && bulk) J->SB = J->SA;
+        else {
+            QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+            QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
+        }
+        if (!analytic && !stream_amp) {
+            int64_t tmax = std::max(tA, tB);
+            QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
+            if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
+            if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
+        }
+        if (use_blas) {
+            QK_BLAS_CK(cublasCreate(&J->blas));
+            QK_CK(cudaMalloc(&J->Cw[0], (size_t)slab_rows * tB * es));
+            if (n_slabs > 1) {
+                QK_CK(cudaMalloc(&J->Cw[1], (size_t)slab_rows * tB * es));
+                QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+                QK_PROF_STREAM_NAME(J->est, "qk epilogue");
+                QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
+                for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
+            }
+        }
+        return QK_OK;
     }
 
-    /* output target: the caller's device buffer, the caller's pinned host buffer (D2H straight
-       into it), or pinned staging handed to J->rows (pageable host buffer, tile callback, .npy
-       stream: qk.h's delivery). The plan said which (host_pinned); pageable buffers are no
-       longer page-locked for the job: registering fresh memory faults in every page on one
-       thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it saves. */
-    OutT *Kout = nullptr;
-    int64_t kld = ld;
-    const bool dev_out = ds->output == QK_OUTPUT_DEVICE;
-    const bool pinned_out = ds->output == QK_OUTPUT_HOST && pl->host_pinned;
-    if (!dev_out && !pinned_out && !J->rows) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
-    if (dev_out) {
-        Kout = (OutT *)ds->out;
-    } else {
-        if (k_resident) {
+    /* Pageable buffers are not page-locked for the job: registering fresh memory faults in every
+       page on one thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it
+       saves; qk.h's delivery copies on all cores. */
+    qk_result output()
+    {
+        if (!dev_out && !pinned_out && !J->rows)
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
+        if (dev_out) Kdev = (OutT *)ds->out;
+        else if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
             QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
-            Kout = (OutT *)J->Kd;
-            kld = ny;
+            Kdev = (OutT *)J->Kd;
         } else {
             QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
             QK_PROF_TRACK("qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
-            kld = ny;
         }
-        if (!pinned_out)
-        {
+        if (!dev_out && !pinned_out) {
             const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
             if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= sb) {
                 J->stage[0] = J->io_stage[0];
@@ -1555,92 +1665,97 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
                 for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], sb));
             }
         }
-    }
-    for (int i = 0; i < 2; ++i) {
-        QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
-        QK_CK(cudaEventCreateWithFlags(&J->copy_done[i], cudaEventDisableTiming));
-    }
-    /* symmetric with a ring of slabs (K not resident): full rows, no mirror (2x the flops, but
-       K never has to fit). */
-    const bool mirror_ok = sym && (dev_out || k_resident);
-
-    auto build = [&](const double *dsrc, int64_t r0, int64_t cnt, void *dst) -> qk_result {
-        if (analytic) {
-            int64_t tot = cnt * q;
-            qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, cs>>>(
-                J->dp.qops, J->dp.qoff, q, J->dp.ang, J->dp.op_kind, dsrc + r0 * d, cnt, d, J->dp.w, (T *)dst);
-            QK_LAUNCH_CK("qubit_vectors");
-            return QK_OK;
+        for (int i = 0; i < 2; ++i) {
+            QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
+            QK_CK(cudaEventCreateWithFlags(&J->copy_done[i], cudaEventDisableTiming));
         }
-        return qk__build_states<T>(J->pg, J->dp, dsrc + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
-    };
-    auto gram = [&](const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff,
-                    int tri) -> qk_result {
+        return QK_OK;
+    }
+
+    /* states (or per-qubit vectors) of rows [r0, r0 + cnt) of src into dst */
+    qk_result build(const double *src, int64_t r0, int64_t cnt, void *dst)
+    {
+        if (analytic) return qk__launch_qubit_vectors<T>(J->dp, q, src + r0 * d, cnt, d, (T *)dst, cs, E);
+        return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
+    }
+
+    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given */
+    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
+    {
         if (m <= 0 || nn <= 0) return QK_OK;
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
-        if (use_blas) {
-            /* the workspace holds slab_rows x tB */
-            for (int64_t c0 = 0; c0 < nn; c0 += tB) {
-                int64_t cn = std::min(tB, nn - c0);
-                const int k = (int)(J->n_blas & 1);
-                void *cw = J->Cw[J->est ? k : 0];
-                if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
-                QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
-                                                        o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E,
-                                                        J->est, J->gemm_done)));
-                if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
-                J->n_blas++;
-            }
+        if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
+        /* the workspace holds slab_rows x tB */
+        for (int64_t c0 = 0; c0 < nn; c0 += tB) {
+            int64_t cn = std::min(tB, nn - c0);
+            const int k = (int)(J->n_blas & 1);
+            void *cw = J->Cw[J->est ? k : 0];
+            if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+                                                    o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
+                                                    J->gemm_done)));
+            if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
+            J->n_blas++;
+        }
+        return QK_OK;
+    }
+
+    qk_result states()
+    {
+        if (!bulk) return QK_OK;
+        if (stream_amp) { /* synchronous: the compute stream's kernels come after it */
+            double sec = 0, sec2 = 0;
+            char msg[256] = "";
+            qk_result r = qk_cuda_amplitude_encode(ds->x, nx, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32,
+                                                   J->SA, 64, &sec, msg, sizeof msg);
+            if (r == QK_OK && !sym)
+                r = qk_cuda_amplitude_encode(ds->y, ny, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, J->SB, 64,
+                                             &sec2, msg, sizeof msg);
+            if (r != QK_OK) return qk__fail_msg(E, r, msg);
+            enc_ms = (sec + sec2) * 1e3;
             return QK_OK;
         }
-        return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
-    };
-
-    if (bulk) {
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         QK_PROF_GPU_BEGIN("qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
         QK_PROF_GPU_END("qk states", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
+        return QK_OK;
     }
-    const int64_t n_slabs = (nx + slab_rows - 1) / slab_rows;
-    const int64_t total_pairs = nx * ny;
-    int64_t done_pairs = 0;
-    double deliver_ms = 0;
-    qk_result rc = QK_OK;
-    for (int64_t s = 0; s < n_slabs && rc == QK_OK; ++s) {
+
+    /* where row i0 of slab s lives on the device */
+    OutT *rows_of(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows;
+        if (Kdev) return Kdev + i0 * ldk;
+        return (OutT *)J->Kd + (s & 1) * slab_rows * ny;
+    }
+
+    qk_result slab(int64_t s)
+    {
         const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
-        const int buf = (int)(s & 1);
-        OutT *slab_base; /* where row i0 of K lives on the device */
-        if (dev_out) slab_base = Kout + i0 * ld;
-        else if (k_resident) slab_base = Kout + i0 * kld;
-        else {
-            /* ring slot buf must have been copied out (slab s-2) */
-            if (s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[buf], 0));
-            slab_base = (OutT *)J->Kd + (int64_t)buf * slab_rows * ny;
-        }
-        const int64_t ldk = dev_out ? ld : kld;
-        OutT *kbase = dev_out ? Kout : (k_resident ? Kout : nullptr);
+        if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
+        OutT *base = rows_of(s);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
         QK_PROF_GPU_BEGIN("qk gram slab", cs);
         QK_PROF_COUNT("qk slabs", 1);
         const void *A;
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
-        const int64_t jstart = mirror_ok ? i0 : 0;
+        const int64_t jstart = mirror ? i0 : 0;
         if (bulk) {
             const void *B = (const char *)J->SB + jstart * per_state;
-            OutT *mo = (mirror_ok) ? kbase + jstart * ldk + i0 : nullptr;
-            QK_TRY(gram(A, B, m, ny - jstart, slab_base + jstart, ldk, mo, jstart - i0, mirror_ok));
+            OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
+            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror));
         } else {
             for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
                 int64_t nn = std::min(state_tile, ny - j0);
                 const void *B;
                 if (sym && j0 == i0) B = A;
                 else { QK_TRY(build(sym ? J->dx : J->dy, j0, nn, J->SB)); B = J->SB; }
-                OutT *mo = mirror_ok ? kbase + j0 * ldk + i0 : nullptr;
-                QK_TRY(gram(A, B, m, nn, slab_base + j0, ldk, mo, j0 - i0, mirror_ok && j0 == i0));
+                OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
+                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
             }
         }
         if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
@@ -1649,89 +1764,112 @@ static qk_result qk__gram_run(qk__job_state *J, int64_t slab_rows, int64_t state
         }
         QK_PROF_GPU_END("qk gram slab", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
-        if (!dev_out) {
-            QK_CK(cudaEventRecord(J->slab_done[buf], J->est ? J->est : cs));
-            /* before reusing staging[buf] its previous slab (s-2) was copied out on the host
-               below (previous iterations), so D2H may go ahead */
-            QK_CK(cudaStreamWaitEvent(xs, J->slab_done[buf], 0));
-            QK_TRY(qk__mark(J, 1, QK__EV_COPY));
-            QK_PROF_GPU_BEGIN("qk D2H slab", xs);
-            const size_t rowb = (size_t)ny * sizeof(OutT);
-            QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
-            if (pinned_out)
-                QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld, (size_t)ld * sizeof(OutT), slab_base, (size_t)ldk * sizeof(OutT),
-                                        rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
-            else
-                QK_CK(cudaMemcpy2DAsync(J->stage[buf], rowb, slab_base, (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
-                                        cudaMemcpyDeviceToHost, xs));
-            QK_PROF_GPU_END("qk D2H slab", xs);
-            QK_TRY(qk__mark(J, 1, QK__EV_COPY));
-            QK_CK(cudaEventRecord(J->copy_done[buf], xs));
-        }
-        /* host side: deliver slab s-1 while slab s computes and copies */
-        auto deliver = [&](int64_t ss) -> qk_result {
-            const int b = (int)(ss & 1);
-            const int64_t a0 = ss * slab_rows, mm = std::min(slab_rows, nx - a0);
-            QK_CK(cudaEventSynchronize(J->copy_done[b]));
-            if (!pinned_out) {
-                /* the callee sets qk's detail message; err stays empty */
-                const double h0 = qk__host_ms();
-                const qk_result r = J->rows(a0, mm, J->stage[b], ny, J->rows_user);
-                deliver_ms += qk__host_ms() - h0;
-                ++*J->delivered;
-                if (r != QK_OK) return r;
-            }
-            done_pairs += mm * ny;
-            if (ds->progress && ds->progress(done_pairs, total_pairs, ds->progress_user))
-                return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
-            return QK_OK;
-        };
-        if (!dev_out && s >= 1) rc = deliver(s - 1);
-        if (rc == QK_OK && !dev_out && s == n_slabs - 1) rc = deliver(s);
-        if (dev_out) {
-            done_pairs += m * ny;
-            if (ds->progress && ds->progress(done_pairs, total_pairs, ds->progress_user))
-                rc = qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
-        }
+        return QK_OK;
     }
-    QK_TRY(rc);
-    if (J->est) QK_CK(cudaStreamSynchronize(J->est));
-    QK_CK(cudaStreamSynchronize(cs));
-    QK_CK(cudaStreamSynchronize(xs));
-    /* busy intervals per stream */
-    qk_cuda_stats st;
-    memset(&st, 0, sizeof st);
-    st.n_streams = 2;
-    st.n_slabs = (int)n_slabs;
-    int first_slab = -1, last_slab = -1, last_any = -1;
-    float last_any_ms = -1;
-    for (size_t i = 0; i + 1 < J->pool.ev.size(); i += 2) {
-        float ms = 0, e1 = 0;
-        QK_CK(cudaEventElapsedTime(&ms, J->pool.ev[i], J->pool.ev[i + 1]));
-        st.busy_ms[J->pool.ev_stream[i]] += ms;
-        if (J->pool.ev_tag[i] == QK__EV_STATES) st.states_ms += ms;
-        if (J->pool.ev_tag[i] == QK__EV_SLAB) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
-        QK_CK(cudaEventElapsedTime(&e1, J->pool.t0, J->pool.ev[i + 1]));
-        if (e1 > last_any_ms) { last_any_ms = e1; last_any = (int)i + 1; }
-    }
-    st.wall_ms = last_any_ms;
-    if (first_slab >= 0) {
-        float g = 0, o = 0;
-        QK_CK(cudaEventElapsedTime(&g, J->pool.ev[first_slab], J->pool.ev[last_slab]));
-        QK_CK(cudaEventElapsedTime(&o, J->pool.ev[first_slab], J->pool.ev[last_any]));
-        st.gram_ms = g;
-        st.output_ms = std::max(g, o);
-    }
-    st.deliver_ms = deliver_ms;
-    if (J->stats) *J->stats = st;
-    return QK_OK;
-}
 
+    qk_result ship(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int b = (int)(s & 1);
+        const size_t rowb = (size_t)ny * sizeof(OutT);
+        QK_CK(cudaEventRecord(J->slab_done[b], J->est ? J->est : cs));
+        /* staging[b]'s previous slab (s-2) was delivered on the host before slab s was queued */
+        QK_CK(cudaStreamWaitEvent(xs, J->slab_done[b], 0));
+        QK_TRY(qk__mark(J, 1, QK__EV_COPY));
+        QK_PROF_GPU_BEGIN("qk D2H slab", xs);
+        QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
+        if (pinned_out)
+            QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld_out, (size_t)ld_out * sizeof(OutT), rows_of(s),
+                                    (size_t)ldk * sizeof(OutT), rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
+        else
+            QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
+                                    cudaMemcpyDeviceToHost, xs));
+        QK_PROF_GPU_END("qk D2H slab", xs);
+        QK_TRY(qk__mark(J, 1, QK__EV_COPY));
+        QK_CK(cudaEventRecord(J->copy_done[b], xs));
+        return QK_OK;
+    }
+
+    qk_result progress(int64_t m)
+    {
+        done_pairs += m * ny;
+        if (ds->progress && ds->progress(done_pairs, nx * ny, ds->progress_user))
+            return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
+        return QK_OK;
+    }
+
+    qk_result deliver(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int b = (int)(s & 1);
+        QK_CK(cudaEventSynchronize(J->copy_done[b]));
+        if (!pinned_out) {
+            /* the callee sets qk's detail message; err stays empty */
+            const double h0 = qk__host_ms();
+            const qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            deliver_ms += qk__host_ms() - h0;
+            ++*J->delivered;
+            if (r != QK_OK) return r;
+        }
+        return progress(m);
+    }
+
+    qk_result stats()
+    {
+        qk_cuda_stats st;
+        memset(&st, 0, sizeof st);
+        st.n_streams = 2;
+        st.n_slabs = (int)n_slabs;
+        int first_slab = -1, last_slab = -1, last_any = -1;
+        float last_any_ms = -1;
+        for (size_t i = 0; i + 1 < J->pool.ev.size(); i += 2) {
+            float ms = 0, e1 = 0;
+            QK_CK(cudaEventElapsedTime(&ms, J->pool.ev[i], J->pool.ev[i + 1]));
+            st.busy_ms[J->pool.ev_stream[i]] += ms;
+            if (J->pool.ev_tag[i] == QK__EV_STATES) st.states_ms += ms;
+            if (J->pool.ev_tag[i] == QK__EV_SLAB) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
+            QK_CK(cudaEventElapsedTime(&e1, J->pool.t0, J->pool.ev[i + 1]));
+            if (e1 > last_any_ms) { last_any_ms = e1; last_any = (int)i + 1; }
+        }
+        st.wall_ms = last_any_ms;
+        if (first_slab >= 0) {
+            float g = 0, o = 0;
+            QK_CK(cudaEventElapsedTime(&g, J->pool.ev[first_slab], J->pool.ev[last_slab]));
+            QK_CK(cudaEventElapsedTime(&o, J->pool.ev[first_slab], J->pool.ev[last_any]));
+            st.gram_ms = g;
+            st.output_ms = std::max(g, o);
+        }
+        st.deliver_ms = deliver_ms;
+        st.states_ms += enc_ms;
+        if (J->stats) *J->stats = st;
+        return QK_OK;
+    }
+
+    qk_result run()
+    {
+        QK_TRY(alloc());
+        QK_TRY(output());
+        QK_TRY(states());
+        for (int64_t s = 0; s < n_slabs; ++s) {
+            QK_TRY(slab(s));
+            if (dev_out) { QK_TRY(progress(std::min(slab_rows, nx - s * slab_rows))); continue; }
+            QK_TRY(ship(s));
+            if (s >= 1) QK_TRY(deliver(s - 1)); /* while slab s computes and ships */
+        }
+        if (!dev_out) QK_TRY(deliver(n_slabs - 1));
+        if (J->est) QK_CK(cudaStreamSynchronize(J->est));
+        QK_CK(cudaStreamSynchronize(cs));
+        QK_CK(cudaStreamSynchronize(xs));
+        return stats();
+    }
+};
+
+/* the output dtype's instance of the pipeline */
 template <typename T, bool CPLX>
 static qk_result qk__gram_out(qk__job_state *J, int64_t slab, int64_t tile, int res)
 {
-    if (J->plan->out_dtype == QK_F64) return qk__gram_run<T, CPLX, double>(J, slab, tile, res);
-    return qk__gram_run<T, CPLX, float>(J, slab, tile, res);
+    if (J->plan->out_dtype == QK_F64) return qk__pipe<T, CPLX, double>(J, slab, tile, res).run();
+    return qk__pipe<T, CPLX, float>(J, slab, tile, res).run();
 }
 
 /* ======================================================================================== */
@@ -1889,6 +2027,24 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
 
 
 /* ---- amplitude encoding from host data ---- */
+/* A large host copy on several threads (pageable source into pinned staging): one core copies
+   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
+   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
+static void qk__par_memcpy(void *dst, const void *src, size_t n)
+{
+    const size_t part = (size_t)8 << 20;
+    int nt = (int)std::min<size_t>(8, (n + part - 1) / part);
+    if (nt <= 1) { memcpy(dst, src, n); return; }
+    std::vector<std::thread> th;
+    for (int t = 1; t < nt; ++t)
+        th.emplace_back([=] {
+            size_t a = n * t / nt, b = n * (t + 1) / nt;
+            memcpy((char *)dst + a, (const char *)src + a, b - a);
+        });
+    memcpy(dst, src, n / nt);
+    for (auto &x : th) x.join();
+}
+
 extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
                                               void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
 {
@@ -1944,7 +2100,7 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
         const double *src = x + r0 * d;
         if (!pinned) {
             if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
-            memcpy(R.stage[i], src, rows * rowb);
+            qk__par_memcpy(R.stage[i], src, rows * rowb);
             src = R.stage[i];
         }
         QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));

@@ -4,10 +4,13 @@
    A single-file (stb-style) C library. In ONE C or C++ file of your program write
 
        #define QK_PROF_ENABLE
-       #define QK_PROF_IMPLEMENTATION      (QK_IMPLEMENTATION of qk.h implies it)
+       #define QK_PROF_IMPLEMENTATION
        #include "qk_prof.h"
 
-   and include "qk_prof.h" (with QK_PROF_ENABLE defined the same way) everywhere else. Without
+   and include "qk_prof.h" (with QK_PROF_ENABLE defined the same way) everywhere else. In a
+   program that also uses qk.h with QK_PROF_ENABLE, QK_PROF_IMPLEMENTATION goes in the file that
+   defines QK_IMPLEMENTATION and in no other (qk.h's rule; a file that includes qk.h and defines
+   QK_PROF_IMPLEMENTATION without QK_IMPLEMENTATION is a compile-time #error). Without
    QK_PROF_ENABLE every QK_PROF_* macro expands to nothing that generates code (the disabled
    build is checked by tests/prof_codegen.py: same object code with and without the macros),
    the implementation compiles to nothing, and the types stay, so instrumented code builds
@@ -89,6 +92,26 @@
    (one host thread per device is the usual multi-GPU pattern). Do not open GPU zones on a stream
    that is being captured into a CUDA graph; put them around the graph launch.
 
+   Contents (grep for a tag to jump to its section)
+   --------
+     >>types     public types: sites, desc, stats, summary
+     >>api       qk_prof_* functions (prefer the macros)
+     >>macros    QK_PROF_* macros, enabled and disabled forms
+     >>config    implementation: includes, allocator, limits
+     >>state     per-thread buffers, GPU queues, global state
+     >>clock     rdtsc / clock_gettime and calibration
+     >>threads   init, thread registration, call sites
+     >>zones     CPU zones (the hot path)
+     >>counters  counters          >>memory  memory tracking, snapshots, pools
+     >>gpu       GPU zones: CUDA events, resolution, memcpy
+     >>shutdown  freeing everything
+     >>model     the report model: rows, streams, transfers; statistics queries
+     >>writers   locale-free printf and escaping for every output
+     >>text      text report       >>json  JSON report      >>trace  Chrome trace
+     >>html      HTML report, a function per chart
+     >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
+     >>license
+
    License: MIT (end of file).
 */
 #ifndef QK_PROF_H
@@ -131,7 +154,7 @@
 extern "C" {
 #endif
 
-/* ---- types (present in every build) ---- */
+/* >>types ---- types (present in every build) ---- */
 typedef enum qk_prof_site_kind {
     QK_PROF_SITE_CPU = 0,
     QK_PROF_SITE_GPU,
@@ -203,7 +226,7 @@ typedef struct qk_prof_summary {
     double ns_per_tick;
 } qk_prof_summary;
 
-/* ---- functions (defined only where QK_PROF_ENABLE and QK_PROF_IMPLEMENTATION are) ---- */
+/* >>api ---- functions (defined only where QK_PROF_ENABLE and QK_PROF_IMPLEMENTATION are) ---- */
 QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc); /* optional, before the first zone */
 QK_PROF_DEF void qk_prof_shutdown(void);                /* frees everything; init may follow */
 QK_PROF_DEF void qk_prof_begin(qk_prof_site *site);
@@ -236,7 +259,7 @@ QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f);
 QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path);
 QK_PROF_DEF const char *qk_prof_last_error(void);
 
-/* ---- macros ---- */
+/* >>macros ---- macros (enabled and disabled forms) ---- */
 #define QK_PROF_CAT_(a, b) a##b
 #define QK_PROF_CAT(a, b) QK_PROF_CAT_(a, b)
 
@@ -367,8 +390,11 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 /* ======================================================================================== */
 #if defined(QK_PROF_IMPLEMENTATION) && defined(QK_PROF_ENABLE) && !defined(QK_PROF_IMPLEMENTATION_DONE)
 #define QK_PROF_IMPLEMENTATION_DONE
+#if defined(QK_H) && !defined(QK_IMPLEMENTATION)
+#error "qk_prof.h: QK_PROF_IMPLEMENTATION belongs in the file that defines QK_IMPLEMENTATION (qk.h's rule for the two implementation defines)"
+#endif
 
-/* ---- implementation: includes and config ---- */
+/* >>config ---- implementation: includes and config ---- */
 #if !defined(__GNUC__) && !defined(__clang__)
 #error "qk_prof.h: the implementation needs GCC or Clang (atomics builtins, __thread)"
 #endif
@@ -415,7 +441,7 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 extern "C" {
 #endif
 
-/* ---- implementation: state ---- */
+/* >>state ---- implementation: state ---- */
 /* Running statistics of one site on one thread. Sums are of (d - shift), shift the first
    duration, so the variance does not cancel catastrophically for long, steady zones. */
 typedef struct qk__prof_stat {
@@ -637,7 +663,7 @@ static void qk__prof_copy(char *dst, size_t size, const char *src)
     dst[n] = 0;
 }
 
-/* ---- implementation: clock ---- */
+/* >>clock ---- implementation: clock ---- */
 #if !defined(CLOCK_MONOTONIC) && defined(__linux__)
 /* A strict -std=c99/c11 TU whose system headers came before this one (so the feature macro at
    the top came too late) hides clock_gettime. glibc and musl always define it, with clockid_t
@@ -701,7 +727,7 @@ static void qk__prof_calibrate(void)
     }
 }
 
-/* ---- implementation: init, threads, sites ---- */
+/* >>threads ---- implementation: init, threads, sites ---- */
 static void qk__prof_init_locked(const qk_prof_desc *desc)
 {
     qk_prof_desc d;
@@ -867,7 +893,7 @@ QK_PROF_DEF void qk_prof_thread_name(const char *name)
     if (t != &qk__prof_dummy) qk__prof_copy(t->name, sizeof t->name, name);
 }
 
-/* ---- implementation: CPU zones ---- */
+/* >>zones ---- implementation: CPU zones ---- */
 static inline void qk__prof_stat_add(qk__prof_stat *s, uint64_t d)
 {
     double x;
@@ -987,7 +1013,7 @@ QK_PROF_DEF void qk_prof_scope_end(qk_prof_site **site)
     qk_prof_end((*site)->name);
 }
 
-/* ---- implementation: counters ---- */
+/* >>counters ---- implementation: counters ---- */
 QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add)
 {
     qk__prof_thread *t = qk__prof_thread_get();
@@ -1012,7 +1038,7 @@ QK_PROF_DEF void qk_prof_counter(qk_prof_site *site, double value, int add)
     qk__prof_push(t, now, bits, QK__PROF_META(id, 0, add ? 2 : 1));
 }
 
-/* ---- implementation: memory tracking ---- */
+/* >>memory ---- implementation: memory tracking ---- */
 static size_t qk__prof_hash(const void *p)
 {
     uint64_t x = (uint64_t)(uintptr_t)p;
@@ -1230,7 +1256,7 @@ QK_PROF_DEF void qk_prof_transfer(const char *name, qk_prof_dir dir, size_t byte
     qk__prof_add_xfer(name, (int)dir, pinned ? 1 : 0, (double)bytes, seconds);
 }
 
-/* ---- implementation: GPU zones ---- */
+/* >>gpu ---- implementation: GPU zones ---- */
 static int qk__prof_lane_id(void *stream, int device)
 {
     int i, id = -1;
@@ -1585,7 +1611,7 @@ QK_PROF_DEF int qk_prof_memcpy(qk_prof_site *site, void *dst, const void *src, s
 #endif
 }
 
-/* ---- implementation: shutdown ---- */
+/* >>shutdown ---- implementation: shutdown ---- */
 QK_PROF_DEF void qk_prof_shutdown(void)
 {
     qk__prof_thread *t, *n;
@@ -1645,7 +1671,7 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     pthread_setspecific(qk__prof_key, NULL);
 }
 
-/* ---- implementation: report model ---- */
+/* >>model ---- implementation: report model and statistics queries ---- */
 typedef struct qk__prof_row {
     const char *name;
     int sites;
@@ -2043,7 +2069,178 @@ QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy
     return rc;
 }
 
-/* ---- implementation: writers ---- */
+/* >>writers ---- implementation: writers (locale-free printf, escaping) ---- */
+/* Numbers in every output are written with '.' as the decimal point, whatever locale the host
+   program chose (after setlocale(LC_ALL, "de_DE.UTF-8") printf writes 0,5: invalid JSON, a
+   garbled HTML). The writers print through qk__prof_pf / qk__prof_spf, printf with the same
+   format checking: each conversion is formatted alone by snprintf, and in a floating-point one
+   the bytes that no C-locale number holds (the locale's decimal point, one or more bytes) become
+   one '.', the field width kept. Integers need nothing (no grouping without the ' flag). */
+typedef struct qk__prof_sink {
+    FILE *f;                /* a file, or */
+    char *buf;              /* a buffer of cap bytes (snprintf's contract) */
+    size_t cap, len;
+} qk__prof_sink;
+
+static void qk__prof_put(qk__prof_sink *k, const char *s, size_t n)
+{
+    if (k->f) {
+        fwrite(s, 1, n, k->f);
+    } else if (k->cap) {
+        size_t room = k->len + 1 < k->cap ? k->cap - 1 - k->len : 0, m = n < room ? n : room;
+        if (m) memcpy(k->buf + k->len, s, m);
+        if (k->len + m < k->cap) k->buf[k->len + m] = 0;
+    }
+    k->len += n;
+}
+
+/* A formatted floating-point field s (n bytes) in the C locale's form; returns its length. */
+static size_t qk__prof_cnum(char *s, size_t n, size_t cap, int width, int left)
+{
+    size_t i, o = 0;
+    int in_dp = 0;
+    for (i = 0; i < n; i++) {
+        char c = s[i];
+        if ((c >= '0' && c <= '9') || (c != 0 && strchr("+- eEinfaINFA", c))) {
+            s[o++] = c;
+            in_dp = 0;
+        } else if (!in_dp) {
+            s[o++] = '.';
+            in_dp = 1;
+        }
+    }
+    if (width > 0 && o < (size_t)width && (size_t)width < cap) {  /* a multi-byte point left it short */
+        size_t pad = (size_t)width - o;
+        if (left) memset(s + o, ' ', pad);
+        else { memmove(s + pad, s, o); memset(s, ' ', pad); }
+        o = (size_t)width;
+    }
+    return o;
+}
+
+static void qk__prof_vout(qk__prof_sink *k, const char *fmt, va_list ap)
+{
+    while (*fmt) {
+        char spec[48], num[160];
+        const char *p = fmt;
+        size_t sl = 0;
+        int width = -1, left = 0, longs = 0, size_t_arg = 0, long_double = 0, n = 0;
+        char conv;
+        if (*p != '%') {
+            size_t m = strcspn(p, "%");
+            qk__prof_put(k, p, m);
+            fmt = p + m;
+            continue;
+        }
+        if (p[1] == '%') {
+            qk__prof_put(k, "%", 1);
+            fmt = p + 2;
+            continue;
+        }
+        spec[sl++] = *p++;
+        while (*p && strchr("-+ #0", *p) && sl < 8) { if (*p == '-') left = 1; spec[sl++] = *p++; }
+        if (*p == '*') {
+            width = va_arg(ap, int);
+            sl += (size_t)snprintf(spec + sl, sizeof spec - sl, "%d", width); /* a negative one: '-' */
+            if (width < 0) { left = 1; width = -width; }
+            p++;
+        } else {
+            for (; *p >= '0' && *p <= '9' && sl < 16; p++) { width = (width < 0 ? 0 : width * 10) + (*p - '0'); spec[sl++] = *p; }
+        }
+        if (*p == '.') {
+            spec[sl++] = *p++;
+            if (*p == '*') { sl += (size_t)snprintf(spec + sl, sizeof spec - sl, "%d", va_arg(ap, int)); p++; }
+            else while (*p >= '0' && *p <= '9' && sl < 32) spec[sl++] = *p++;
+        }
+        for (; *p && strchr("hlzL", *p) && sl < 40; p++) {
+            if (*p == 'l') longs++;
+            else if (*p == 'z') size_t_arg = 1;
+            else if (*p == 'L') long_double = 1;
+            spec[sl++] = *p;
+        }
+        conv = *p;
+        if (!conv) break;
+        spec[sl++] = conv;
+        spec[sl] = 0;
+        fmt = p + 1;
+        switch (conv) {
+        case 'd': case 'i':
+            if (longs >= 2) n = snprintf(num, sizeof num, spec, va_arg(ap, long long));
+            else if (longs == 1) n = snprintf(num, sizeof num, spec, va_arg(ap, long));
+            else if (size_t_arg) n = snprintf(num, sizeof num, spec, (size_t)va_arg(ap, size_t));
+            else n = snprintf(num, sizeof num, spec, va_arg(ap, int));
+            break;
+        case 'u': case 'x': case 'X': case 'o':
+            if (longs >= 2) n = snprintf(num, sizeof num, spec, va_arg(ap, unsigned long long));
+            else if (longs == 1) n = snprintf(num, sizeof num, spec, va_arg(ap, unsigned long));
+            else if (size_t_arg) n = snprintf(num, sizeof num, spec, va_arg(ap, size_t));
+            else n = snprintf(num, sizeof num, spec, va_arg(ap, unsigned));
+            break;
+        case 'f': case 'F': case 'e': case 'E': case 'g': case 'G': case 'a': case 'A':
+            if (long_double) n = snprintf(num, sizeof num, spec, va_arg(ap, long double));
+            else n = snprintf(num, sizeof num, spec, va_arg(ap, double));
+            if (n > 0) n = (int)qk__prof_cnum(num, (size_t)n < sizeof num ? (size_t)n : sizeof num - 1, sizeof num, width, left);
+            break;
+        case 'c':
+            n = snprintf(num, sizeof num, spec, va_arg(ap, int));
+            break;
+        case 'p':
+            n = snprintf(num, sizeof num, spec, va_arg(ap, void *));
+            break;
+        case 's': {
+            const char *s = va_arg(ap, const char *);
+            if (k->f) { int w = fprintf(k->f, spec, s); k->len += w > 0 ? (size_t)w : 0; }
+            else {
+                size_t room = k->len < k->cap ? k->cap - k->len : 0;
+                int w = snprintf(room ? k->buf + k->len : NULL, room, spec, s);
+                k->len += w > 0 ? (size_t)w : 0;
+            }
+            continue;
+        }
+        default: /* not used by the writers */
+            qk__prof_put(k, spec, sl);
+            continue;
+        }
+        if (n > 0) qk__prof_put(k, num, (size_t)n < sizeof num ? (size_t)n : sizeof num - 1);
+    }
+}
+
+__attribute__((format(printf, 2, 3))) static void qk__prof_pf(FILE *f, const char *fmt, ...)
+{
+    char buf[1024];
+    qk__prof_sink k;
+    va_list ap, ap2;
+    memset(&k, 0, sizeof k);
+    k.buf = buf;               /* into a buffer first: one fwrite per call */
+    k.cap = sizeof buf;
+    va_start(ap, fmt);
+    va_copy(ap2, ap);
+    qk__prof_vout(&k, fmt, ap);
+    if (k.len < sizeof buf) {
+        fwrite(buf, 1, k.len, f);
+    } else {                   /* longer than the buffer: again, straight to the file */
+        memset(&k, 0, sizeof k);
+        k.f = f;
+        qk__prof_vout(&k, fmt, ap2);
+    }
+    va_end(ap2);
+    va_end(ap);
+}
+
+__attribute__((format(printf, 3, 4))) static int qk__prof_spf(char *buf, size_t n, const char *fmt, ...)
+{
+    qk__prof_sink k;
+    va_list ap;
+    memset(&k, 0, sizeof k);
+    k.buf = buf;
+    k.cap = n;
+    if (n) buf[0] = 0;
+    va_start(ap, fmt);
+    qk__prof_vout(&k, fmt, ap);
+    va_end(ap);
+    return (int)k.len;
+}
+
 static const char *qk__prof_dir_name(int d)
 {
     static const char *n[5] = { "none", "H2D", "D2H", "D2D", "H2H" };
@@ -2064,7 +2261,7 @@ static void qk__prof_json_str(FILE *f, const char *s)
         if (c == '"' || c == '\\') { fputc('\\', f); fputc((int)c, f); }
         else if (c == '\n') fputs("\\n", f);
         else if (c == '\t') fputs("\\t", f);
-        else if (c < 0x20 || c == 0x7f) fprintf(f, "\\u%04x", c);
+        else if (c < 0x20 || c == 0x7f) qk__prof_pf(f, "\\u%04x", c);
         else fputc((int)c, f);
     }
     fputc('"', f);
@@ -2102,8 +2299,8 @@ static void qk__prof_html_label(FILE *f, const char *s, size_t max)
 static void qk__prof_json_num(FILE *f, double v)
 {
     if (v != v || v > 1e300 || v < -1e300) fputs("null", f);
-    else if (v == (double)(int64_t)v && fabs(v) < 9e15) fprintf(f, "%lld", (long long)v);
-    else fprintf(f, "%.17g", v);
+    else if (v == (double)(int64_t)v && fabs(v) < 9e15) qk__prof_pf(f, "%lld", (long long)v);
+    else qk__prof_pf(f, "%.17g", v);
 }
 
 static const char *qk__prof_bytes(double b, char *buf, size_t n)
@@ -2111,11 +2308,12 @@ static const char *qk__prof_bytes(double b, char *buf, size_t n)
     const char *u[5] = { "B", "KiB", "MiB", "GiB", "TiB" };
     int i = 0;
     while (fabs(b) >= 1024 && i < 4) { b /= 1024; i++; }
-    if (i == 0) snprintf(buf, n, "%.0f B", b);
-    else snprintf(buf, n, "%.2f %s", b, u[i]);
+    if (i == 0) qk__prof_spf(buf, n, "%.0f B", b);
+    else qk__prof_spf(buf, n, "%.2f %s", b, u[i]);
     return buf;
 }
 
+/* >>text ---- implementation: text report ---- */
 /* A name in a text column: control characters shown as \n, \t, \xNN; padded or cut to w. */
 static void qk__prof_text_name(FILE *f, const char *s, int w)
 {
@@ -2130,22 +2328,22 @@ static void qk__prof_text_name(FILE *f, const char *s, int w)
     }
     if (o > w) o = w;
     buf[o] = 0;
-    fprintf(f, "%-*s", w, buf);
+    qk__prof_pf(f, "%-*s", w, buf);
 }
 
 static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int w)
 {
     int i;
-    fprintf(f, "\n%-*s %9s %13s %7s %12s %12s %12s %12s\n", w, title, "calls", "total ms", "%", "mean us",
+    qk__prof_pf(f, "\n%-*s %9s %13s %7s %12s %12s %12s %12s\n", w, title, "calls", "total ms", "%", "mean us",
             "min us", "max us", "std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         qk__prof_text_name(f, r->name, w);
-        fprintf(f, " %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n",
+        qk__prof_pf(f, " %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n",
                 (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0,
                 r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
     }
-    if (!n) fprintf(f, "(none)\n");
+    if (!n) qk__prof_pf(f, "(none)\n");
 }
 
 typedef struct qk__prof_top { const char *name; int gpu; double total; } qk__prof_top;
@@ -2178,19 +2376,19 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
     for (i = 0; i < m->n_gpu; i++) if ((int)strlen(m->gpu[i].name) > w) w = (int)strlen(m->gpu[i].name);
     for (k = 0; k < m->n_lanes; k++) if ((int)strlen(m->lanes[k].name) + 8 > w) w = (int)strlen(m->lanes[k].name) + 8;
     if (w > 48) w = 48;
-    fprintf(f, "qk_prof report: wall %.3f ms, clock %s (%.4f ns/tick), %d thread%s, %d GPU stream%s\n",
+    qk__prof_pf(f, "qk_prof report: wall %.3f ms, clock %s (%.4f ns/tick), %d thread%s, %d GPU stream%s\n",
             m->wall * 1e-6, m->sum.clock, m->npt, m->sum.threads, m->sum.threads == 1 ? "" : "s",
             m->n_lanes, m->n_lanes == 1 ? "" : "s");
     qk__prof_text_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, w);
     if (m->n_gpu || m->n_lanes) {
         qk__prof_text_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, w);
-        fprintf(f, "\n%-*s %9s %13s %7s %9s\n", w, "GPU streams", "zones", "busy ms", "wall %", "active %");
+        qk__prof_pf(f, "\n%-*s %9s %13s %7s %9s\n", w, "GPU streams", "zones", "busy ms", "wall %", "active %");
         for (k = 0; k < m->n_lanes; k++) {
             const qk__prof_lrow *l = &m->lanes[k];
             double span = l->last - l->first;
             char nm[96];
             snprintf(nm, sizeof nm, "%s (GPU %d)", l->name, l->device);
-            fprintf(f, "%-*.*s %9llu %13.3f %7.1f %9.1f\n", w, w, nm, (unsigned long long)l->zones, l->busy * 1e-6,
+            qk__prof_pf(f, "%-*.*s %9llu %13.3f %7.1f %9.1f\n", w, w, nm, (unsigned long long)l->zones, l->busy * 1e-6,
                     m->wall > 0 ? 100.0 * l->busy / m->wall : 0.0, span > 0 ? 100.0 * l->busy / span : 0.0);
         }
     }
@@ -2198,11 +2396,12 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         int nt;
         qk__prof_top *tp = qk__prof_tops(m, &nt);
         if (tp) {
-            fprintf(f, "\nTop %d bottlenecks (total time; nested zones overlap their parents)\n", nt);
+            qk__prof_pf(f, "\nTop %d bottlenecks (total time summed over calls and threads, as a share of wall time: "
+                           "nested zones count in their parents, a zone on several threads at once can exceed 100 %%)\n", nt);
             for (i = 0; i < nt; i++) {
-                fprintf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
+                qk__prof_pf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
                 qk__prof_text_name(f, tp[i].name, w);
-                fprintf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
+                qk__prof_pf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
                         m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
             }
             QK_PROF_FREE(tp);
@@ -2210,21 +2409,21 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
     }
     pthread_mutex_lock(&qk__prof_mu);
     if (qk__prof_g.n_mnames) {
-        fprintf(f, "\n%-*s %-8s %12s %12s %7s  %s\n", w, "Memory (tracked)", "kind", "current", "peak", "allocs", "dtype shape");
+        qk__prof_pf(f, "\n%-*s %-8s %12s %12s %7s  %s\n", w, "Memory (tracked)", "kind", "current", "peak", "allocs", "dtype shape");
         for (i = 0; i < qk__prof_g.n_mnames; i++) {
             const qk__prof_mname *mn = &qk__prof_g.mnames[i];
             qk__prof_text_name(f, mn->name, w);
-            fprintf(f, " %-8s %12s %12s %7llu  %s %s\n", qk__prof_kind_name(mn->kind),
+            qk__prof_pf(f, " %-8s %12s %12s %7llu  %s %s\n", qk__prof_kind_name(mn->kind),
                     qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2),
                     (unsigned long long)mn->allocs, mn->dtype, mn->shape);
         }
         for (k = 0; k < QK__PROF_MEM_KINDS; k++)
             if (qk__prof_g.mem_peak[k] > 0)
-                fprintf(f, "%-*s %-8s %12s %12s\n", w, "  total", qk__prof_kind_name(k),
+                qk__prof_pf(f, "%-*s %-8s %12s %12s\n", w, "  total", qk__prof_kind_name(k),
                         qk__prof_bytes(qk__prof_g.mem_cur[k], b1, sizeof b1), qk__prof_bytes(qk__prof_g.mem_peak[k], b2, sizeof b2));
     }
     if (qk__prof_g.n_snaps) {
-        fprintf(f, "\n%-*s %10s %14s %14s %14s %14s\n", w, "Memory snapshots", "t ms", "device used", "device total",
+        qk__prof_pf(f, "\n%-*s %10s %14s %14s %14s %14s\n", w, "Memory snapshots", "t ms", "device used", "device total",
                 "tracked host", "tracked dev");
         for (i = 0; i < qk__prof_g.n_snaps; i++) {
             const qk__prof_snap *s = &qk__prof_g.snaps[i];
@@ -2232,11 +2431,11 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
             char b3[32], b4[32];
             qk__prof_text_name(f, s->label, w);
             if (s->is_pool)
-                fprintf(f, " %10.3f pool reserved %s (high %s), used %s (high %s)\n", tms,
+                qk__prof_pf(f, " %10.3f pool reserved %s (high %s), used %s (high %s)\n", tms,
                         qk__prof_bytes(s->pool_reserved, b1, sizeof b1), qk__prof_bytes(s->pool_reserved_high, b2, sizeof b2),
                         qk__prof_bytes(s->pool_used, b3, sizeof b3), qk__prof_bytes(s->pool_used_high, b4, sizeof b4));
             else
-                fprintf(f, " %10.3f %14s %14s %14s %14s\n", tms,
+                qk__prof_pf(f, " %10.3f %14s %14s %14s %14s\n", tms,
                         s->dev_total >= 0 ? qk__prof_bytes(s->dev_total - s->dev_free, b1, sizeof b1) : "-",
                         s->dev_total >= 0 ? qk__prof_bytes(s->dev_total, b2, sizeof b2) : "-",
                         qk__prof_bytes(s->host_tracked, b3, sizeof b3), qk__prof_bytes(s->device_tracked, b4, sizeof b4));
@@ -2247,13 +2446,13 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         int any = 0, p;
         for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
         if (any) {
-            fprintf(f, "\n%-*s %-9s %8s %12s %12s %10s %10s %10s\n", w, "Transfers", "memory", "count", "bytes",
+            qk__prof_pf(f, "\n%-*s %-9s %8s %12s %12s %10s %10s %10s\n", w, "Transfers", "memory", "count", "bytes",
                     "time ms", "GB/s", "min GB/s", "max GB/s");
             for (k = 1; k < 5; k++)
                 for (p = 0; p < 2; p++) {
                     const qk__prof_xrow *x = &m->xr[k][p];
                     if (!x->count) continue;
-                    fprintf(f, "%-*s %-9s %8llu %12s %12.3f %10.2f %10.2f %10.2f\n", w, qk__prof_dir_name(k),
+                    qk__prof_pf(f, "%-*s %-9s %8llu %12s %12.3f %10.2f %10.2f %10.2f\n", w, qk__prof_dir_name(k),
                             k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable", (unsigned long long)x->count,
                             qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
                             x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0, x->min_gbps, x->max_gbps);
@@ -2261,17 +2460,17 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
         }
     }
     if (m->n_ctr) {
-        fprintf(f, "\n%-*s %9s %14s %14s %14s\n", w, "Counters", "updates", "total / last", "min", "max");
+        qk__prof_pf(f, "\n%-*s %9s %14s %14s %14s\n", w, "Counters", "updates", "total / last", "min", "max");
         for (i = 0; i < m->n_ctr; i++) {
             const qk__prof_crow *c = &m->ctr[i];
             qk__prof_text_name(f, c->name, w);
-            fprintf(f, " %9llu %14.6g %14.6g %14.6g\n", (unsigned long long)c->n,
+            qk__prof_pf(f, " %9llu %14.6g %14.6g %14.6g\n", (unsigned long long)c->n,
                     c->add ? c->sum : c->last, c->min, c->max);
         }
     }
     if (m->sum.dropped_events || m->sum.dropped_gpu || m->sum.dropped_gpu_records || m->sum.dropped_threads ||
         m->sum.unbalanced || m->sum.mismatched || m->sum.too_deep || m->sum.gpu_ignored || m->sum.gpu_pending)
-        fprintf(f, "\nNotes: dropped events %llu (statistics still exact), GPU zones dropped %llu, GPU trace records "
+        qk__prof_pf(f, "\nNotes: dropped events %llu (statistics still exact), GPU zones dropped %llu, GPU trace records "
                    "dropped %llu, threads over the limit %llu, unbalanced END %llu, mismatched END %llu, too deep %llu, "
                    "GPU zones ignored (no QK_PROF_CUDA) %llu, GPU zones still open %llu\n",
                 (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
@@ -2281,15 +2480,16 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
                 (unsigned long long)m->sum.gpu_pending);
 }
 
+/* >>json ---- implementation: JSON report ---- */
 static void qk__prof_json_rows(FILE *f, const char *key, const qk__prof_row *rows, int n, double wall)
 {
     int i;
-    fprintf(f, ",\n\"%s\":[", key);
+    qk__prof_pf(f, ",\n\"%s\":[", key);
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
         qk__prof_json_str(f, r->name);
-        fprintf(f, ",\"sites\":%d,\"calls\":%llu,\"total_ns\":", r->sites, (unsigned long long)r->n);
+        qk__prof_pf(f, ",\"sites\":%d,\"calls\":%llu,\"total_ns\":", r->sites, (unsigned long long)r->n);
         qk__prof_json_num(f, r->total);
         fputs(",\"pct_wall\":", f); qk__prof_json_num(f, wall > 0 ? 100.0 * r->total / wall : 0.0);
         fputs(",\"mean_ns\":", f); qk__prof_json_num(f, r->mean);
@@ -2305,12 +2505,12 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
 {
     int i, k, p;
     const qk_prof_summary *s = &m->sum;
-    fputs("{\"generator\":\"qk_prof\",\"version\":1,\"clock\":", f);
+    fputs("{\"generator\":\"qk_prof\",\"version\":2,\"clock\":", f);
     qk__prof_json_str(f, s->clock);
     fputs(",\"ns_per_tick\":", f); qk__prof_json_num(f, m->npt);
     fputs(",\"wall_ns\":", f); qk__prof_json_num(f, m->wall);
-    fprintf(f, ",\"threads\":%d,\"streams\":%d", s->threads, m->n_lanes);
-    fprintf(f, ",\n\"dropped\":{\"events\":%llu,\"gpu_zones\":%llu,\"gpu_records\":%llu,\"threads\":%llu,"
+    qk__prof_pf(f, ",\"threads\":%d,\"n_streams\":%d", s->threads, m->n_lanes);
+    qk__prof_pf(f, ",\n\"dropped\":{\"events\":%llu,\"gpu_zones\":%llu,\"gpu_records\":%llu,\"threads\":%llu,"
                "\"unbalanced\":%llu,\"mismatched\":%llu,\"too_deep\":%llu,\"gpu_ignored\":%llu,\"gpu_pending\":%llu}",
             (unsigned long long)s->dropped_events, (unsigned long long)s->dropped_gpu,
             (unsigned long long)s->dropped_gpu_records, (unsigned long long)s->dropped_threads,
@@ -2325,7 +2525,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         for (i = 0; tp && i < nt; i++) {
             fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
             qk__prof_json_str(f, tp[i].name);
-            fprintf(f, ",\"gpu\":%s,\"total_ns\":", tp[i].gpu ? "true" : "false");
+            qk__prof_pf(f, ",\"gpu\":%s,\"total_ns\":", tp[i].gpu ? "true" : "false");
             qk__prof_json_num(f, tp[i].total);
             fputs(",\"pct_wall\":", f);
             qk__prof_json_num(f, m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
@@ -2339,7 +2539,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         const qk__prof_lrow *l = &m->lanes[k];
         fputs(k ? ",\n {\"name\":" : "\n {\"name\":", f);
         qk__prof_json_str(f, l->name);
-        fprintf(f, ",\"device\":%d,\"zones\":%llu,\"busy_ns\":", l->device, (unsigned long long)l->zones);
+        qk__prof_pf(f, ",\"device\":%d,\"zones\":%llu,\"busy_ns\":", l->device, (unsigned long long)l->zones);
         qk__prof_json_num(f, l->busy);
         fputs(",\"util_wall\":", f); qk__prof_json_num(f, m->wall > 0 ? l->busy / m->wall : 0.0);
         fputs(",\"util_active\":", f); qk__prof_json_num(f, l->last > l->first ? l->busy / (l->last - l->first) : 0.0);
@@ -2350,7 +2550,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         for (p = 0; p < 2; p++) {
             const qk__prof_xrow *x = &m->xr[k][p];
             if (!x->count) continue;
-            fprintf(f, "%s\n {\"dir\":\"%s\",\"pinned\":%s,\"count\":%llu,\"bytes\":", i++ ? "," : "",
+            qk__prof_pf(f, "%s\n {\"dir\":\"%s\",\"pinned\":%s,\"count\":%llu,\"bytes\":", i++ ? "," : "",
                     qk__prof_dir_name(k), p ? "true" : "false", (unsigned long long)x->count);
             qk__prof_json_num(f, x->bytes);
             fputs(",\"seconds\":", f); qk__prof_json_num(f, x->seconds);
@@ -2364,7 +2564,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         const qk__prof_crow *c = &m->ctr[i];
         fputs(i ? ",\n {\"name\":" : "\n {\"name\":", f);
         qk__prof_json_str(f, c->name);
-        fprintf(f, ",\"kind\":\"%s\",\"updates\":%llu,\"sum\":", c->add ? "add" : "set", (unsigned long long)c->n);
+        qk__prof_pf(f, ",\"kind\":\"%s\",\"updates\":%llu,\"sum\":", c->add ? "add" : "set", (unsigned long long)c->n);
         qk__prof_json_num(f, c->sum);
         fputs(",\"last\":", f); qk__prof_json_num(f, c->last);
         fputs(",\"min\":", f); qk__prof_json_num(f, c->min);
@@ -2374,7 +2574,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
     pthread_mutex_lock(&qk__prof_mu);
     fputs("],\n\"memory\":{\"kinds\":{", f);
     for (k = 0; k < QK__PROF_MEM_KINDS; k++) {
-        fprintf(f, "%s\"%s\":{\"current\":", k ? "," : "", qk__prof_kind_name(k));
+        qk__prof_pf(f, "%s\"%s\":{\"current\":", k ? "," : "", qk__prof_kind_name(k));
         qk__prof_json_num(f, qk__prof_g.mem_cur[k]);
         fputs(",\"peak\":", f); qk__prof_json_num(f, qk__prof_g.mem_peak[k]);
         fputc('}', f);
@@ -2384,7 +2584,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         const qk__prof_mname *mn = &qk__prof_g.mnames[i];
         fputs(i ? ",\n  {\"name\":" : "\n  {\"name\":", f);
         qk__prof_json_str(f, mn->name);
-        fprintf(f, ",\"kind\":\"%s\",\"allocs\":%llu,\"current\":", qk__prof_kind_name(mn->kind), (unsigned long long)mn->allocs);
+        qk__prof_pf(f, ",\"kind\":\"%s\",\"allocs\":%llu,\"current\":", qk__prof_kind_name(mn->kind), (unsigned long long)mn->allocs);
         qk__prof_json_num(f, mn->current);
         fputs(",\"peak\":", f); qk__prof_json_num(f, mn->peak);
         fputs(",\"dtype\":", f); qk__prof_json_str(f, mn->dtype);
@@ -2414,6 +2614,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
     pthread_mutex_unlock(&qk__prof_mu);
 }
 
+/* >>trace ---- implementation: Chrome trace ---- */
 /* Counter events of all threads, sorted by (site, time): "add" counters become running sums. */
 typedef struct qk__prof_cev { uint32_t site; int kind; uint64_t t; double v; } qk__prof_cev;
 
@@ -2440,11 +2641,11 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
     for (i = 0; i < m->n_threads; i++) {
         if (!m->threads[i]) continue;
         QK__PROF_SEP();
-        fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", i + 1);
+        qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", i + 1);
         qk__prof_json_str(f, m->threads[i]->name);
         fputs("}}", f);
         QK__PROF_SEP();
-        fprintf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%d}}", i + 1, i);
+        qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%d,\"name\":\"thread_sort_index\",\"args\":{\"sort_index\":%d}}", i + 1, i);
     }
     {
         int seen[16] = { 0 };
@@ -2453,12 +2654,12 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
             if (!seen[dv]) {
                 seen[dv] = 1;
                 QK__PROF_SEP();
-                fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"GPU %d\"}}", 2 + dv, dv);
+                qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"GPU %d\"}}", 2 + dv, dv);
                 QK__PROF_SEP();
-                fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}", 2 + dv, 1 + dv);
+                qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_sort_index\",\"args\":{\"sort_index\":%d}}", 2 + dv, 1 + dv);
             }
             QK__PROF_SEP();
-            fprintf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", 2 + dv, k + 1);
+            qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%d,\"name\":\"thread_name\",\"args\":{\"name\":", 2 + dv, k + 1);
             qk__prof_json_str(f, m->lanes[k].name);
             fputs("}}", f);
         }
@@ -2471,7 +2672,7 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
             QK__PROF_SEP();
             fputs("{\"ph\":\"X\",\"cat\":\"cpu\",\"name\":", f);
             qk__prof_json_str(f, qk__prof_site_name(QK__PROF_SITE(ev)));
-            fprintf(f, ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d}}", t->index + 1,
+            qk__prof_pf(f, ",\"pid\":1,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d}}", t->index + 1,
                     (double)(int64_t)(ev->t0 - m->t0) * m->npt * 1e-3, (double)(ev->t1 - ev->t0) * m->npt * 1e-3, QK__PROF_DEPTH(ev));
         }
         if (t->gpu) {
@@ -2483,11 +2684,11 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
                 QK__PROF_SEP();
                 fputs("{\"ph\":\"X\",\"cat\":\"gpu\",\"name\":", f);
                 qk__prof_json_str(f, qk__prof_site_name(gr->site));
-                fprintf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d,\"thread\":%d",
+                qk__prof_pf(f, ",\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"depth\":%d,\"thread\":%d",
                         2 + (qk__prof_g.lanes[gr->lane].device & 15), gr->lane + 1, qk__prof_gabs(m, gr) * 1e-3,
                         gr->dur_ns * 1e-3, gr->depth, t->index + 1);
                 if (gr->dir)
-                    fprintf(f, ",\"bytes\":%llu,\"dir\":\"%s\",\"pinned\":%s,\"GB/s\":%.3f", (unsigned long long)gr->bytes,
+                    qk__prof_pf(f, ",\"bytes\":%llu,\"dir\":\"%s\",\"pinned\":%s,\"GB/s\":%.3f", (unsigned long long)gr->bytes,
                             qk__prof_dir_name(gr->dir), gr->pinned ? "true" : "false",
                             gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0.0);
                 fputs("}}", f);
@@ -2517,7 +2718,7 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
                 QK__PROF_SEP();
                 fputs("{\"ph\":\"C\",\"pid\":1,\"name\":", f);
                 qk__prof_json_str(f, qk__prof_site_name(ce[e].site));
-                fprintf(f, ",\"ts\":%.3f,\"args\":{\"value\":", (double)(int64_t)(ce[e].t - m->t0) * m->npt * 1e-3);
+                qk__prof_pf(f, ",\"ts\":%.3f,\"args\":{\"value\":", (double)(int64_t)(ce[e].t - m->t0) * m->npt * 1e-3);
                 qk__prof_json_num(f, run);
                 fputs("}}", f);
             }
@@ -2528,7 +2729,7 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
     for (ci = 0; ci < qk__prof_g.n_mseries; ci++) {
         const qk__prof_mpoint *p = &qk__prof_g.mseries[ci];
         QK__PROF_SEP();
-        fprintf(f, "{\"ph\":\"C\",\"pid\":1,\"name\":\"tracked memory\",\"ts\":%.3f,\"args\":{\"host\":",
+        qk__prof_pf(f, "{\"ph\":\"C\",\"pid\":1,\"name\":\"tracked memory\",\"ts\":%.3f,\"args\":{\"host\":",
                 (double)(int64_t)(p->t - m->t0) * m->npt * 1e-3);
         qk__prof_json_num(f, p->host);
         fputs(",\"device\":", f);
@@ -2540,230 +2741,363 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
 #undef QK__PROF_SEP
 }
 
-/* ---- implementation: HTML report ---- */
+/* >>html ---- implementation: HTML report ---- */
+/* One self-contained page (no script, no network): a function per chart, then the tables.
+   Charts are as wide as the window: bars and boxes are placed in percent of the plot width, the
+   labels sit in a column of their own, so text keeps its size. Every bar and box carries a
+   tooltip (an SVG <title>). */
+#define QK__PROF_HTML_MAX_BOXES 20000  /* timeline boxes drawn; the trace has every zone */
+#define QK__PROF_HTML_MAX_DEPTH 12     /* timeline lanes per thread or stream */
+#define QK__PROF_HTML_LANE 14          /* px per timeline lane */
+
+static double qk__prof_pct(double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; }
+
+/* A duration in the unit that suits it, 4 significant digits: "12.35 ms", "870 ns". */
+static const char *qk__prof_time(double ns, char *buf, size_t n)
+{
+    double a = ns < 0 ? -ns : ns;
+    if (a >= 1e9) qk__prof_spf(buf, n, "%.4g s", ns * 1e-9);
+    else if (a >= 1e6) qk__prof_spf(buf, n, "%.4g ms", ns * 1e-6);
+    else if (a >= 1e3) qk__prof_spf(buf, n, "%.4g us", ns * 1e-3);
+    else qk__prof_spf(buf, n, "%.4g ns", ns);
+    return buf;
+}
+
+static void qk__prof_html_head(FILE *f, const qk__prof_model *m)
+{
+    char t1[32];
+    fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\">"
+          "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>qk_prof report</title>\n<style>\n"
+          "body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#222;background:#fff}\n"
+          "h1{font-size:20px;margin:0 0 4px}h2{margin:28px 0 4px;font-size:17px}\n"
+          "p.note{color:#555;font-size:13px;margin:0 0 8px;max-width:72em}\n"
+          "table{border-collapse:collapse;margin:8px 0 16px}td,th{padding:2px 10px;border-bottom:1px solid #ddd;"
+          "text-align:right}td:first-child,th:first-child{text-align:left}\n"
+          ".chart{display:grid;grid-template-columns:minmax(9em, 18em) minmax(0, 1fr) 7em;gap:3px 8px;align-items:center}\n"
+          ".tl{display:grid;grid-template-columns:minmax(9em, 18em) minmax(0, 1fr);gap:4px 8px;align-items:start}\n"
+          ".lbl{text-align:right;white-space:nowrap;overflow:hidden;text-overflow:ellipsis;font-size:12px}\n"
+          ".lbl small{color:#777}.val{font-size:12px;white-space:nowrap}\n"
+          "svg{display:block;width:100%}svg text{font:11px sans-serif;fill:#555}\n"
+          ".cpu{fill:#4e79a7}.gpu{fill:#59a14f}.xfer{fill:#f28e2b}.bg{fill:#f3f3f3}.track{fill:#e8e8e8}\n"
+          ".d1{fill-opacity:.8}.d2{fill-opacity:.65}.d3{fill-opacity:.5}.dn{fill-opacity:.4}\n"
+          "rect.box{stroke:#fff;stroke-width:.5}\n"
+          "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
+    qk__prof_pf(f, "<p>wall %s &middot; clock %s &middot; %d host thread%s", qk__prof_time(m->wall, t1, sizeof t1),
+                m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s");
+    if (m->n_lanes) qk__prof_pf(f, " &middot; %d GPU stream%s", m->n_lanes, m->n_lanes == 1 ? "" : "s");
+    fputs("</p>\n<p class=\"note\">Wall time runs from the profiler's start to the last recorded activity. "
+          "Hover a bar or a box for its numbers.</p>\n", f);
+}
+
+/* One row of a bar chart: label, a bar of pct percent (0..100) with a tooltip, a value. */
+static void qk__prof_html_bar(FILE *f, const char *kind, const char *name, const char *cls, double pct,
+                              const char *value, const char *tip)
+{
+    double w = pct < 0 ? 0 : pct > 100 ? 100 : pct;
+    fputs("<div class=\"lbl\" title=\"", f);
+    qk__prof_html_str(f, name);
+    qk__prof_pf(f, "\">%s ", kind);
+    qk__prof_html_label(f, name, 64);
+    qk__prof_pf(f, "</div><svg height=\"18\"><rect class=\"track\" x=\"0\" y=\"2\" width=\"100%%\" height=\"14\"/>"
+                   "<rect class=\"%s\" x=\"0\" y=\"2\" width=\"%.3f%%\" height=\"14\"><title>", cls, w > 0 && w < 0.2 ? 0.2 : w);
+    qk__prof_html_str(f, tip);
+    qk__prof_pf(f, "</title></rect></svg><div class=\"val\">%s</div>\n", value);
+}
+
+/* Chart: total time per zone name, CPU and GPU, the 20 largest of each. */
+static void qk__prof_html_zone_bars(FILE *f, const qk__prof_model *m)
+{
+    double maxt = 0;
+    int i, k;
+    for (i = 0; i < m->n_cpu; i++) if (m->cpu[i].total > maxt) maxt = m->cpu[i].total;
+    for (i = 0; i < m->n_gpu; i++) if (m->gpu[i].total > maxt) maxt = m->gpu[i].total;
+    fputs("<h2>Time per zone</h2>\n<p class=\"note\">Total time of each zone name, summed over its calls and "
+          "threads (GPU zones: device time). A zone's time includes the zones nested in it. Bars are relative to "
+          "the largest total.</p>\n<div class=\"chart\">\n", f);
+    for (k = 0; k < 2; k++) {
+        const qk__prof_row *rows = k ? m->gpu : m->cpu;
+        int n = k ? m->n_gpu : m->n_cpu;
+        for (i = 0; i < n && i < 20; i++) {
+            const qk__prof_row *r = &rows[i];
+            char val[48], tip[512], t1[32], t2[32], t3[32];
+            qk__prof_time(r->total, val, sizeof val);
+            qk__prof_spf(tip, sizeof tip, "%s zone %.200s: %llu call%s, total %s, mean %s, min %s, max %s, "
+                         "%.1f %% of wall", k ? "GPU" : "CPU", r->name, (unsigned long long)r->n, r->n == 1 ? "" : "s",
+                         val, qk__prof_time(r->mean, t1, sizeof t1), qk__prof_time(r->min, t2, sizeof t2),
+                         qk__prof_time(r->max, t3, sizeof t3), qk__prof_pct(r->total, m->wall));
+            qk__prof_html_bar(f, k ? "GPU" : "CPU", r->name, k ? "gpu" : "cpu", qk__prof_pct(r->total, maxt), val, tip);
+        }
+    }
+    fputs("</div>\n", f);
+}
+
+/* A thread's busy time: its top-level zones (kept events). */
+static double qk__prof_thread_busy(const qk__prof_model *m, qk__prof_thread *t)
+{
+    double busy = 0;
+    size_t n = qk__prof_count(t), e;
+    for (e = 0; e < n; e++) {
+        const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+        if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) == 0) busy += (double)(ev->t1 - ev->t0) * m->npt;
+    }
+    return busy;
+}
+
+/* Chart: busy share of the wall time per host thread and, where there is a GPU, per stream. */
+static void qk__prof_html_busy(FILE *f, const qk__prof_model *m)
+{
+    int i, k;
+    if (m->n_lanes) fputs("<h2>CPU vs GPU: busy share of wall time</h2>\n", f);
+    else fputs("<h2>Busy share of wall time per thread</h2>\n", f);
+    fputs("<p class=\"note\">A host thread is busy inside its top-level zones; a GPU stream while any of its zones "
+          "runs (the union of their intervals). Each bar is a share of the wall time, at most 100 %.</p>\n"
+          "<div class=\"chart\">\n", f);
+    for (i = 0; i < m->n_threads; i++) {
+        qk__prof_thread *t = m->threads[i];
+        double busy, pct;
+        char val[32], tip[256], t1[32], t2[32];
+        if (!t) continue;
+        busy = qk__prof_thread_busy(m, t);
+        pct = qk__prof_pct(busy, m->wall);
+        qk__prof_spf(val, sizeof val, "%.1f %%", pct);
+        qk__prof_spf(tip, sizeof tip, "thread %.64s: busy %s of %s wall", t->name, qk__prof_time(busy, t1, sizeof t1),
+                     qk__prof_time(m->wall, t2, sizeof t2));
+        qk__prof_html_bar(f, "CPU", t->name, "cpu", pct, val, tip);
+    }
+    for (k = 0; k < m->n_lanes; k++) {
+        const qk__prof_lrow *l = &m->lanes[k];
+        double pct = qk__prof_pct(l->busy, m->wall);
+        char kind[24], val[32], tip[256], t1[32], t2[32];
+        qk__prof_spf(kind, sizeof kind, "GPU %d", l->device);
+        qk__prof_spf(val, sizeof val, "%.1f %%", pct);
+        qk__prof_spf(tip, sizeof tip, "GPU %d stream %.64s: %llu zones, busy %s of %s wall, %.1f %% of its active span",
+                     l->device, l->name, (unsigned long long)l->zones, qk__prof_time(l->busy, t1, sizeof t1),
+                     qk__prof_time(m->wall, t2, sizeof t2), qk__prof_pct(l->busy, l->last - l->first));
+        qk__prof_html_bar(f, kind, l->name, "gpu", pct, val, tip);
+    }
+    fputs("</div>\n", f);
+}
+
+/* One timeline box: start and duration in ns from the origin, on lane depth. */
+static void qk__prof_html_box(FILE *f, const qk__prof_model *m, const char *cls, int depth, double start,
+                              double dur, const char *name, const char *extra)
+{
+    double x = qk__prof_pct(start, m->wall), w = qk__prof_pct(dur, m->wall);
+    static const char *const dcls[4] = { "", " d1", " d2", " d3" };
+    char t1[32], t2[32];
+    qk__prof_pf(f, "<rect class=\"box %s%s\" x=\"%.4f%%\" y=\"%d\" width=\"%.4f%%\" height=\"%d\"><title>", cls,
+                depth < 4 ? dcls[depth] : " dn", x, 1 + depth * QK__PROF_HTML_LANE, w < 0.05 ? 0.05 : w,
+                QK__PROF_HTML_LANE - 2);
+    qk__prof_html_str(f, name);
+    qk__prof_pf(f, ": %s at %s, depth %d%s</title></rect>\n", qk__prof_time(dur, t1, sizeof t1),
+                qk__prof_time(start, t2, sizeof t2), depth, extra);
+}
+
+/* The label cell and the opening of a lane group's SVG (lanes lanes high). */
+static void qk__prof_html_lanes_open(FILE *f, const char *kind, const char *name, int lanes)
+{
+    fputs("<div class=\"lbl\" title=\"", f);
+    qk__prof_html_str(f, name);
+    qk__prof_pf(f, "\">%s ", kind);
+    qk__prof_html_label(f, name, 64);
+    if (lanes > 1) qk__prof_pf(f, "<br><small>%d levels of nesting</small>", lanes);
+    qk__prof_pf(f, "</div><svg height=\"%d\"><rect class=\"bg\" x=\"0\" y=\"0\" width=\"100%%\" height=\"%d\"/>\n",
+                lanes * QK__PROF_HTML_LANE + 1, lanes * QK__PROF_HTML_LANE + 1);
+}
+
+/* Chart: the timeline. One group per host thread and per GPU stream, one lane per nesting depth
+   (a zone sits under the zone it is nested in); at most QK__PROF_HTML_MAX_BOXES boxes. */
+static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
+{
+    int i, k, boxes = 0, skipped = 0, deep = 0, tick;
+    qk__prof_thread *t;
+    fputs("<h2>Timeline</h2>\n<p class=\"note\">One row per host thread and per GPU stream, one lane per nesting "
+          "depth: a zone is drawn under the zone it is nested in.</p>\n<div class=\"tl\">\n", f);
+    for (i = 0; i < m->n_threads; i++) {
+        size_t n, e;
+        int maxd = 0, lanes;
+        if (!(t = m->threads[i])) continue;
+        n = qk__prof_count(t);
+        for (e = 0; e < n; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) > maxd) maxd = QK__PROF_DEPTH(ev);
+        }
+        lanes = maxd + 1 < QK__PROF_HTML_MAX_DEPTH ? maxd + 1 : QK__PROF_HTML_MAX_DEPTH;
+        qk__prof_html_lanes_open(f, "", t->name, lanes);
+        for (e = 0; e < n; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (QK__PROF_KIND(ev)) continue;
+            if (QK__PROF_DEPTH(ev) >= lanes) { deep++; continue; }
+            if (boxes >= QK__PROF_HTML_MAX_BOXES) { skipped++; continue; }
+            qk__prof_html_box(f, m, "cpu", QK__PROF_DEPTH(ev), (double)(int64_t)(ev->t0 - m->t0) * m->npt,
+                              (double)(ev->t1 - ev->t0) * m->npt, qk__prof_site_name(QK__PROF_SITE(ev)), "");
+            boxes++;
+        }
+        fputs("</svg>\n", f);
+    }
+    for (k = 0; k < m->n_lanes; k++) {
+        int maxd = 0, lanes;
+        char kind[24];
+        for (t = qk__prof_g.threads; t; t = t->next) {
+            size_t r;
+            if (!t->gpu) continue;
+            pthread_mutex_lock(&t->gpu->mu);
+            for (r = 0; r < t->gpu->n_recs; r++)
+                if (t->gpu->recs[r].lane == k && t->gpu->recs[r].depth > maxd) maxd = t->gpu->recs[r].depth;
+            pthread_mutex_unlock(&t->gpu->mu);
+        }
+        lanes = maxd + 1 < QK__PROF_HTML_MAX_DEPTH ? maxd + 1 : QK__PROF_HTML_MAX_DEPTH;
+        qk__prof_spf(kind, sizeof kind, "GPU %d", m->lanes[k].device);
+        qk__prof_html_lanes_open(f, kind, m->lanes[k].name, lanes);
+        for (t = qk__prof_g.threads; t; t = t->next) {
+            size_t r;
+            if (!t->gpu) continue;
+            pthread_mutex_lock(&t->gpu->mu);
+            for (r = 0; r < t->gpu->n_recs; r++) {
+                const qk__prof_grec *gr = &t->gpu->recs[r];
+                char extra[96] = "";
+                if (gr->lane != k) continue;
+                if (gr->depth >= lanes) { deep++; continue; }
+                if (boxes >= QK__PROF_HTML_MAX_BOXES) { skipped++; continue; }
+                if (gr->dir)
+                    qk__prof_spf(extra, sizeof extra, ", %s %llu bytes, %.2f GB/s", qk__prof_dir_name(gr->dir),
+                                 (unsigned long long)gr->bytes, gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0.0);
+                qk__prof_html_box(f, m, gr->dir ? "xfer" : "gpu", gr->depth, qk__prof_gabs(m, gr), gr->dur_ns,
+                                  qk__prof_site_name(gr->site), extra);
+                boxes++;
+            }
+            pthread_mutex_unlock(&t->gpu->mu);
+        }
+        fputs("</svg>\n", f);
+    }
+    /* time axis */
+    fputs("<div></div><svg height=\"18\">", f);
+    for (tick = 0; tick <= 4; tick++) {
+        char t1[32];
+        qk__prof_pf(f, "<rect class=\"track\" x=\"%d%%\" y=\"0\" width=\"1\" height=\"4\"/>"
+                       "<text x=\"%d%%\" y=\"15\" text-anchor=\"%s\">%s</text>",
+                    tick * 25, tick * 25, tick == 0 ? "start" : tick == 4 ? "end" : "middle",
+                    qk__prof_time(m->wall * tick / 4, t1, sizeof t1));
+    }
+    fputs("</svg>\n</div>\n", f);
+    if (skipped || deep)
+        qk__prof_pf(f, "<p class=\"note\">Not drawn: %d zone%s beyond the first %d boxes, %d zone%s nested deeper than "
+                       "%d levels (the trace has every zone).</p>\n", skipped, skipped == 1 ? "" : "s",
+                    QK__PROF_HTML_MAX_BOXES, deep, deep == 1 ? "" : "s", QK__PROF_HTML_MAX_DEPTH);
+}
+
+/* Chart: tracked memory over time, host and device (holds qk__prof_mu). */
+static void qk__prof_html_memory(FILE *f, const qk__prof_model *m)
+{
+    const int H = 160;
+    double mx = 1;
+    size_t p;
+    int k;
+    char b1[32];
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.n_mseries) { pthread_mutex_unlock(&qk__prof_mu); return; }
+    for (p = 0; p < qk__prof_g.n_mseries; p++) {
+        if (qk__prof_g.mseries[p].host > mx) mx = qk__prof_g.mseries[p].host;
+        if (qk__prof_g.mseries[p].device > mx) mx = qk__prof_g.mseries[p].device;
+    }
+    qk__prof_pf(f, "<h2>Tracked memory over time</h2>\n<p class=\"note\">Bytes tracked with QK_PROF_TRACK, "
+                   "<span style=\"color:#4e79a7\">host</span> and <span style=\"color:#59a14f\">device</span>, "
+                   "from 0 to the peak (%s).</p>\n<div class=\"tl\"><div class=\"lbl\" style=\"height:%dpx;display:flex;"
+                   "flex-direction:column;justify-content:space-between\"><span>%s</span><span>0</span></div>"
+                   "<svg height=\"%d\" viewBox=\"0 0 1000 %d\" preserveAspectRatio=\"none\">"
+                   "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"1000\" height=\"%d\"/>\n",
+                qk__prof_bytes(mx, b1, sizeof b1), H, b1, H, H, H);
+    for (k = 0; k < 2; k++) {
+        double prev = 0;
+        qk__prof_pf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" vector-effect=\"non-scaling-stroke\" "
+                       "points=\"0 %d", k ? "#59a14f" : "#4e79a7", H);
+        for (p = 0; p < qk__prof_g.n_mseries; p++) {
+            const qk__prof_mpoint *q = &qk__prof_g.mseries[p];
+            double x = 10 * qk__prof_pct((double)(int64_t)(q->t - m->t0) * m->npt, m->wall), v = k ? q->device : q->host;
+            qk__prof_pf(f, " %.1f %.1f %.1f %.1f", x, H - (H - 2) * prev / mx, x, H - (H - 2) * v / mx);
+            prev = v;
+        }
+        qk__prof_pf(f, " 1000 %.1f\"><title>%s</title></polyline>\n", H - (H - 2) * prev / mx, k ? "device" : "host");
+    }
+    fputs("</svg></div>\n", f);
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
 static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall)
 {
     int i;
-    fprintf(f, "<h2>%s</h2>\n<table><tr><th>name</th><th>calls</th><th>total ms</th><th>%%</th><th>mean us</th>"
-               "<th>min us</th><th>max us</th><th>std us</th></tr>\n", title);
+    qk__prof_pf(f, "<h2>%s</h2>\n<table><tr><th>name</th><th>calls</th><th>total ms</th><th>%% of wall</th>"
+                   "<th>mean us</th><th>min us</th><th>max us</th><th>std us</th></tr>\n", title);
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         fputs("<tr><td>", f);
         qk__prof_html_str(f, r->name);
-        fprintf(f, "</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n",
-                (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0, r->mean * 1e-3,
-                r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
+        qk__prof_pf(f, "</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n",
+                    (unsigned long long)r->n, r->total * 1e-6, qk__prof_pct(r->total, wall), r->mean * 1e-3,
+                    r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
     }
     fputs("</table>\n", f);
 }
 
-static void qk__prof_write_html(FILE *f, qk__prof_model *m)
+/* The tables: bottlenecks, zones, streams, transfers, memory, counters, notes. */
+static void qk__prof_html_tables(FILE *f, const qk__prof_model *m)
 {
-    int i, k, nbar = 0;
-    const int W = 960, LW = 220;
-    double maxt = 0;
-    qk__prof_thread *t;
-    fputs("<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>qk_prof report</title>\n<style>\n"
-          "body{font:14px/1.4 system-ui,sans-serif;margin:24px;color:#222;background:#fff}\n"
-          "table{border-collapse:collapse;margin:8px 0 16px}td,th{padding:2px 10px;border-bottom:1px solid #ddd;"
-          "text-align:right}td:first-child,th:first-child{text-align:left}h2{margin-top:28px;font-size:17px}\n"
-          "svg text{font:12px sans-serif}.cpu{fill:#4e79a7}.gpu{fill:#59a14f}.xfer{fill:#f28e2b}\n"
-          "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
-    fprintf(f, "<p>wall %.3f ms &middot; clock %s &middot; %d host thread%s &middot; %d GPU stream%s</p>\n", m->wall * 1e-6,
-            m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s", m->n_lanes, m->n_lanes == 1 ? "" : "s");
-    /* Chart 1: total time per zone, CPU and GPU, largest first. */
-    for (i = 0; i < m->n_cpu; i++) if (m->cpu[i].total > maxt) maxt = m->cpu[i].total;
-    for (i = 0; i < m->n_gpu; i++) if (m->gpu[i].total > maxt) maxt = m->gpu[i].total;
-    {
-        int nc = m->n_cpu < 20 ? m->n_cpu : 20, ng = m->n_gpu < 20 ? m->n_gpu : 20, y = 0;
-        nbar = nc + ng;
-        fprintf(f, "<h2>Time per zone</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n", W, nbar * 22 + 10);
-        for (k = 0; k < 2; k++) {
-            const qk__prof_row *rows = k ? m->gpu : m->cpu;
-            int n = k ? ng : nc;
-            for (i = 0; i < n; i++, y += 22) {
-                double w = maxt > 0 ? (W - LW - 140) * rows[i].total / maxt : 0;
-                fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s ", LW - 6, y + 15, k ? "GPU" : "CPU");
-                qk__prof_html_label(f, rows[i].name, 28);
-                fprintf(f, "</text><rect class=\"%s\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/>"
-                           "<text x=\"%.1f\" y=\"%d\">%.3f ms</text>\n", k ? "gpu" : "cpu", LW, y + 3, w < 1 ? 1.0 : w,
-                        LW + (w < 1 ? 1.0 : w) + 6, y + 15, rows[i].total * 1e-6);
-            }
-        }
-        fputs("</svg>\n", f);
+    int i, k, nt, p, any = 0;
+    char b1[32], b2[32];
+    qk__prof_top *tp = qk__prof_tops(m, &nt);
+    fputs("<h2>Top bottlenecks</h2>\n<p class=\"note\">Total time = the zone's time summed over all its calls on all "
+          "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several threads at once "
+          "(4 threads for the whole run: 400 %); nested zones also count in their parents.</p>\n"
+          "<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>total / wall</th></tr>\n", f);
+    for (i = 0; tp && i < nt; i++) {
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, tp[i].name);
+        qk__prof_pf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f %%</td></tr>\n", tp[i].gpu ? "GPU" : "CPU",
+                    tp[i].total * 1e-6, qk__prof_pct(tp[i].total, m->wall));
     }
-    /* Chart 2: CPU vs GPU busy share of the wall (threads: top-level zones; streams: union). */
-    {
-        int rows = 0, y = 0;
-        for (i = 0; i < m->n_threads; i++) rows += m->threads[i] != NULL;
-        rows += m->n_lanes;
-        fprintf(f, "<h2>CPU vs GPU: busy share of wall time</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n",
-                W, rows * 22 + 10);
-        for (i = 0; i < m->n_threads; i++) {
-            double busy = 0;
-            size_t n, e;
-            if (!(t = m->threads[i])) continue;
-            n = qk__prof_count(t);
-            for (e = 0; e < n; e++) {
-                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-                if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) == 0) busy += (double)(ev->t1 - ev->t0) * m->npt;
-            }
-            {
-                double fr = m->wall > 0 ? busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
-                fputs("<text x=\"214\" y=\"", f);
-                fprintf(f, "%d\" text-anchor=\"end\">CPU ", y + 15);
-                qk__prof_html_label(f, t->name, 28);
-                fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
-                           "<rect class=\"cpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
-                        LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
-            }
-            y += 22;
-        }
-        for (k = 0; k < m->n_lanes; k++, y += 22) {
-            double fr = m->wall > 0 ? m->lanes[k].busy / m->wall : 0, w = (W - LW - 140) * (fr > 1 ? 1 : fr);
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, y + 15, m->lanes[k].device);
-            qk__prof_html_label(f, m->lanes[k].name, 24);
-            fprintf(f, "</text><rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"16\" fill=\"#eee\"/>"
-                       "<rect class=\"gpu\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"16\"/><text x=\"%d\" y=\"%d\">%.1f %%</text>\n",
-                    LW, y + 3, W - LW - 140, LW, y + 3, w, W - 134, y + 15, 100 * fr);
-        }
-        fputs("</svg>\n", f);
-    }
-    /* Chart 3: timeline, one lane per thread and stream (top-level zones; at most 20000 boxes). */
-    {
-        int lanes = 0, li = 0, boxes = 0;
-        double sx = m->wall > 0 ? (W - LW) / m->wall : 0;
-        for (i = 0; i < m->n_threads; i++) lanes += m->threads[i] != NULL;
-        lanes += m->n_lanes;
-        fprintf(f, "<h2>Timeline</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n", W, lanes * 22 + 24);
-        for (i = 0; i < m->n_threads; i++) {
-            size_t n, e;
-            if (!(t = m->threads[i])) continue;
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", LW - 6, li * 22 + 15);
-            qk__prof_html_label(f, t->name, 30);
-            fputs("</text>\n", f);
-            n = qk__prof_count(t);
-            for (e = 0; e < n && boxes < 20000; e++) {
-                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-                double x0, w;
-                if (QK__PROF_KIND(ev) || QK__PROF_DEPTH(ev) > 1) continue;
-                x0 = LW + sx * (double)(int64_t)(ev->t0 - m->t0) * m->npt;
-                w = sx * (double)(ev->t1 - ev->t0) * m->npt;
-                fprintf(f, "<rect class=\"cpu\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"%d\" opacity=\"%s\"/>\n", x0,
-                        li * 22 + 3 + (QK__PROF_DEPTH(ev) ? 8 : 0), w < 0.5 ? 0.5 : w, QK__PROF_DEPTH(ev) ? 8 : 16, QK__PROF_DEPTH(ev) ? "0.6" : "1");
-                boxes++;
-            }
-            li++;
-        }
-        for (k = 0; k < m->n_lanes; k++, li++) {
-            fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">GPU %d ", LW - 6, li * 22 + 15, m->lanes[k].device);
-            qk__prof_html_label(f, m->lanes[k].name, 24);
-            fputs("</text>\n", f);
-            for (t = qk__prof_g.threads; t; t = t->next) {
-                size_t r;
-                if (!t->gpu) continue;
-                pthread_mutex_lock(&t->gpu->mu);
-                for (r = 0; r < t->gpu->n_recs && boxes < 20000; r++) {
-                    const qk__prof_grec *gr = &t->gpu->recs[r];
-                    double x0, w;
-                    if (gr->lane != k) continue;
-                    x0 = LW + sx * qk__prof_gabs(m, gr);
-                    w = sx * gr->dur_ns;
-                    fprintf(f, "<rect class=\"%s\" x=\"%.1f\" y=\"%d\" width=\"%.2f\" height=\"16\"/>\n", gr->dir ? "xfer" : "gpu",
-                            x0, li * 22 + 3, w < 0.5 ? 0.5 : w);
-                    boxes++;
-                }
-                pthread_mutex_unlock(&t->gpu->mu);
-            }
-        }
-        fprintf(f, "<text x=\"%d\" y=\"%d\">0</text><text x=\"%d\" y=\"%d\" text-anchor=\"end\">%.3f ms</text>\n</svg>\n",
-                LW, lanes * 22 + 18, W - 2, lanes * 22 + 18, m->wall * 1e-6);
-    }
-    /* Chart 4: tracked memory over time. */
-    pthread_mutex_lock(&qk__prof_mu);
-    if (qk__prof_g.n_mseries) {
-        const int H = 200;
-        double mx = 1, sx = m->wall > 0 ? (W - LW) / m->wall : 0;
-        size_t p;
-        char b1[32];
-        for (p = 0; p < qk__prof_g.n_mseries; p++) {
-            if (qk__prof_g.mseries[p].host > mx) mx = qk__prof_g.mseries[p].host;
-            if (qk__prof_g.mseries[p].device > mx) mx = qk__prof_g.mseries[p].device;
-        }
-        fprintf(f, "<h2>Tracked memory over time</h2>\n<svg width=\"%d\" height=\"%d\" xmlns=\"http://www.w3.org/2000/svg\">\n"
-                   "<rect x=\"%d\" y=\"0\" width=\"%d\" height=\"%d\" fill=\"#fafafa\" stroke=\"#ccc\"/>\n", W, H + 30, LW, W - LW, H);
-        for (k = 0; k < 2; k++) {
-            double prev = 0;
-            fprintf(f, "<polyline fill=\"none\" stroke=\"%s\" stroke-width=\"2\" points=\"%d,%d", k ? "#59a14f" : "#4e79a7", LW, H);
-            for (p = 0; p < qk__prof_g.n_mseries; p++) {
-                const qk__prof_mpoint *q = &qk__prof_g.mseries[p];
-                double x = LW + sx * (double)(int64_t)(q->t - m->t0) * m->npt, v = k ? q->device : q->host;
-                fprintf(f, " %.1f,%.1f %.1f,%.1f", x, H - H * prev / mx, x, H - H * v / mx);
-                prev = v;
-            }
-            fprintf(f, " %d,%.1f\"/>\n", W, H - H * prev / mx);
-        }
-        fprintf(f, "<text x=\"%d\" y=\"14\" text-anchor=\"end\">%s</text>", LW - 6, qk__prof_bytes(mx, b1, sizeof b1));
-        fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">0</text>", LW - 6, H);
-        fprintf(f, "<text x=\"%d\" y=\"%d\" fill=\"#4e79a7\">host</text><text x=\"%d\" y=\"%d\" fill=\"#59a14f\">device</text>\n</svg>\n",
-                LW, H + 20, LW + 60, H + 20);
-    }
-    pthread_mutex_unlock(&qk__prof_mu);
-    {
-        int nt;
-        qk__prof_top *tp = qk__prof_tops(m, &nt);
-        fputs("<h2>Top bottlenecks</h2>\n<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>% of wall</th></tr>\n", f);
-        for (i = 0; tp && i < nt; i++) {
-            fputs("<tr><td>", f);
-            qk__prof_html_str(f, tp[i].name);
-            fprintf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f</td></tr>\n", tp[i].gpu ? "GPU" : "CPU", tp[i].total * 1e-6,
-                    m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
-        }
-        fputs("</table>\n", f);
-        QK_PROF_FREE(tp);
-    }
+    fputs("</table>\n", f);
+    QK_PROF_FREE(tp);
     qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
     if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
     if (m->n_lanes) {
-        fputs("<h2>GPU streams</h2>\n<table><tr><th>stream</th><th>device</th><th>zones</th><th>busy ms</th><th>wall %</th><th>active %</th></tr>\n", f);
+        fputs("<h2>GPU streams</h2>\n<table><tr><th>stream</th><th>device</th><th>zones</th><th>busy ms</th>"
+              "<th>busy / wall</th><th>busy / active span</th></tr>\n", f);
         for (k = 0; k < m->n_lanes; k++) {
             const qk__prof_lrow *l = &m->lanes[k];
             fputs("<tr><td>", f);
             qk__prof_html_str(f, l->name);
-            fprintf(f, "</td><td>%d</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.1f</td></tr>\n", l->device,
-                    (unsigned long long)l->zones, l->busy * 1e-6, m->wall > 0 ? 100 * l->busy / m->wall : 0.0,
-                    l->last > l->first ? 100 * l->busy / (l->last - l->first) : 0.0);
+            qk__prof_pf(f, "</td><td>%d</td><td>%llu</td><td>%.3f</td><td>%.1f %%</td><td>%.1f %%</td></tr>\n", l->device,
+                        (unsigned long long)l->zones, l->busy * 1e-6, qk__prof_pct(l->busy, m->wall),
+                        qk__prof_pct(l->busy, l->last - l->first));
         }
         fputs("</table>\n", f);
     }
-    {
-        int p, any = 0;
-        char b1[32];
-        for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
-        if (any) {
-            fputs("<h2>Transfers</h2>\n<table><tr><th>direction</th><th>memory</th><th>count</th><th>bytes</th><th>time ms</th><th>GB/s</th></tr>\n", f);
-            for (k = 1; k < 5; k++)
-                for (p = 0; p < 2; p++) {
-                    const qk__prof_xrow *x = &m->xr[k][p];
-                    if (!x->count) continue;
-                    fprintf(f, "<tr><td>%s</td><td>%s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
+    for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
+    if (any) {
+        fputs("<h2>Transfers</h2>\n<table><tr><th>direction</th><th>memory</th><th>count</th><th>bytes</th>"
+              "<th>time ms</th><th>GB/s</th></tr>\n", f);
+        for (k = 1; k < 5; k++)
+            for (p = 0; p < 2; p++) {
+                const qk__prof_xrow *x = &m->xr[k][p];
+                if (!x->count) continue;
+                qk__prof_pf(f, "<tr><td>%s</td><td>%s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
                             qk__prof_dir_name(k), k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable",
                             (unsigned long long)x->count, qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
                             x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0);
-                }
-            fputs("</table>\n", f);
-        }
+            }
+        fputs("</table>\n", f);
     }
     pthread_mutex_lock(&qk__prof_mu);
     if (qk__prof_g.n_mnames) {
-        char b1[32], b2[32];
-        fputs("<h2>Memory (tracked)</h2>\n<table><tr><th>name</th><th>kind</th><th>current</th><th>peak</th><th>allocs</th><th>dtype</th><th>shape</th></tr>\n", f);
+        fputs("<h2>Memory (tracked)</h2>\n<table><tr><th>name</th><th>kind</th><th>current</th><th>peak</th>"
+              "<th>allocs</th><th>dtype</th><th>shape</th></tr>\n", f);
         for (i = 0; i < qk__prof_g.n_mnames; i++) {
             const qk__prof_mname *mn = &qk__prof_g.mnames[i];
             fputs("<tr><td>", f);
             qk__prof_html_str(f, mn->name);
-            fprintf(f, "</td><td>%s</td><td>%s</td><td>%s</td><td>%llu</td><td>", qk__prof_kind_name(mn->kind),
-                    qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2), (unsigned long long)mn->allocs);
+            qk__prof_pf(f, "</td><td>%s</td><td>%s</td><td>%s</td><td>%llu</td><td>", qk__prof_kind_name(mn->kind),
+                        qk__prof_bytes(mn->current, b1, sizeof b1), qk__prof_bytes(mn->peak, b2, sizeof b2),
+                        (unsigned long long)mn->allocs);
             qk__prof_html_str(f, mn->dtype);
             fputs("</td><td>", f);
             qk__prof_html_str(f, mn->shape);
@@ -2773,20 +3107,34 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     }
     pthread_mutex_unlock(&qk__prof_mu);
     if (m->n_ctr) {
-        fputs("<h2>Counters</h2>\n<table><tr><th>name</th><th>updates</th><th>total / last</th><th>min</th><th>max</th></tr>\n", f);
+        fputs("<h2>Counters</h2>\n<table><tr><th>name</th><th>updates</th><th>total / last</th><th>min</th>"
+              "<th>max</th></tr>\n", f);
         for (i = 0; i < m->n_ctr; i++) {
             fputs("<tr><td>", f);
             qk__prof_html_str(f, m->ctr[i].name);
-            fprintf(f, "</td><td>%llu</td><td>%.6g</td><td>%.6g</td><td>%.6g</td></tr>\n", (unsigned long long)m->ctr[i].n,
-                    m->ctr[i].add ? m->ctr[i].sum : m->ctr[i].last, m->ctr[i].min, m->ctr[i].max);
+            qk__prof_pf(f, "</td><td>%llu</td><td>%.6g</td><td>%.6g</td><td>%.6g</td></tr>\n", (unsigned long long)m->ctr[i].n,
+                        m->ctr[i].add ? m->ctr[i].sum : m->ctr[i].last, m->ctr[i].min, m->ctr[i].max);
         }
         fputs("</table>\n", f);
     }
-    fprintf(f, "<p>dropped events %llu, GPU zones dropped %llu, unbalanced %llu, mismatched %llu</p>\n</body></html>\n",
-            (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
-            (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched);
+    qk__prof_pf(f, "<p class=\"note\">Dropped events %llu (statistics still exact), GPU zones dropped %llu, "
+                   "unbalanced END %llu, mismatched END %llu.</p>\n",
+                (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
+                (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched);
 }
 
+static void qk__prof_write_html(FILE *f, qk__prof_model *m)
+{
+    qk__prof_html_head(f, m);
+    qk__prof_html_zone_bars(f, m);
+    qk__prof_html_busy(f, m);
+    qk__prof_html_timeline(f, m);
+    qk__prof_html_memory(f, m);
+    qk__prof_html_tables(f, m);
+    fputs("</body></html>\n", f);
+}
+
+/* >>output ---- implementation: qk_prof_write, qk_prof_write_file ---- */
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
 {
     qk__prof_model m;
@@ -2832,7 +3180,7 @@ QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
 #endif
 #endif /* QK_PROF_IMPLEMENTATION */
 
-/*
+/* >>license
 MIT License
 
 Copyright (c) 2026 the qk authors

@@ -249,6 +249,16 @@ int main(int argc, char **argv)
         row.gram_ms = 0; row.states_ms = sec * 1e3; row.output_ms = 0; row.e2e_ms = sec * 1e3; row.busy0 = row.busy1 = 0; row.deliver_ms = 0;
         rows.push_back(row);
         cudaFree(dout);
+        /* the whole K(X,X) from host float64 X through qk_gram (the encoder feeds the Gram: issue
+           11 item 3), K on the device; pageable X as a user's numpy array is */
+        {
+            qk_map *am = nullptr;
+            if (qk_map_parse("amplitude", d, &am) == QK_OK) {
+                std::vector<double> xp(x, x + (size_t)n * d);
+                run_case("amp16g", *am, xp, n, QK_OUTPUT_DEVICE, -1, 0, false, true);
+                qk_map_free(am);
+            }
+        }
         cudaFreeHost(x);
     }
     if (has("tune")) {

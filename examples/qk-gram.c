@@ -10,7 +10,9 @@
    Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143
    stopped by SIGINT / SIGTERM. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, isatty, access under strict -std=c11 */
+#define _XOPEN_SOURCE 700         /* realpath */
 #define QK_IMPLEMENTATION
+#define QK_PROF_IMPLEMENTATION    /* with -DQK_PROF_ENABLE: the profiler's implementation, here (qk.h's rule) */
 #include "qk.h"
 
 #include <ctype.h>
@@ -84,20 +86,31 @@ typedef struct options {
     int threads, quiet, demo, progress, no_sync;
 } options;
 
-static void die_usage(const char *fmt, ...) {
+/* Where messages go: stdout / stderr, or nowhere (the fuzz targets in tests/ set quiet_msgs). */
+static int quiet_msgs = 0;
+
+/* Prints "qk-gram: <message>" and the --help hint; returns EXIT_USAGE. */
+static int usage_error(const char *fmt, ...) {
     va_list ap;
+    if (quiet_msgs) return EXIT_USAGE;
     fprintf(stderr, "qk-gram: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n(qk-gram --help shows the options)\n");
-    exit(EXIT_USAGE);
+    return EXIT_USAGE;
+}
+
+/* usage_error, then exit (demo_main's check; parse_args and check_args never exit). */
+static void die_usage(const char *fmt, const char *arg) {
+    exit(usage_error(fmt, arg));
 }
 
 /* Prints "qk-gram: error: <what>: <qk detail>" and returns EXIT_FAILURE. */
 static int fail(qk_result r, const char *fmt, ...) {
     va_list ap;
     const char *detail = qk_last_error();
+    if (quiet_msgs) return EXIT_FAILURE;
     fprintf(stderr, "qk-gram: error: ");
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
@@ -116,11 +129,14 @@ static int prof_fail(const char *what, const char *path) {
     return EXIT_FAILURE;
 }
 
-/* The parser's detail says "column N" (1-based): show the spec with a caret under it. */
+/* The parser's detail says "column N" (1-based): show the spec with a caret under it (not for a
+   spec with control or non-ASCII bytes: the message has it escaped, the caret would not align). */
 static void show_spec_column(const char *spec) {
-    const char *c = strstr(qk_last_error(), "column ");
+    const char *c = strstr(qk_last_error(), "column "), *p;
     int col;
-    if (!c || sscanf(c + 7, "%d", &col) != 1 || col < 1 || col > (int)strlen(spec) + 1) return;
+    for (p = spec; *p; p++)
+        if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) return;
+    if (quiet_msgs || !c || sscanf(c + 7, "%d", &col) != 1 || col < 1 || col > (int)strlen(spec) + 1) return;
     fprintf(stderr, "    %s\n    %*s^\n", spec, col - 1, "");
 }
 
@@ -148,19 +164,50 @@ static qk_result read_array(const char *path, qk_array *a) {
 /* Reads a 2-D sample matrix; prints the error itself. */
 static int read_samples(const char *what, const char *path, qk_array *a) {
     qk_result r;
+    long long rows, cols;
     if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, path);
     r = read_array(path, a);
     if (r != QK_OK) return fail(r, "cannot read %s", what);
+    /* The shape is taken before qk_array_free zeroes it (the message used to say (0,)). */
+    rows = (long long)a->rows;
+    cols = (long long)a->cols;
     if (a->ndim != 2) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' is 1-D (shape (%lld,)); samples must be 2-D (n_samples, n_features) "
-                    "(for one feature, save x.reshape(-1, 1))", what, path, (long long)a->rows);
+                    "(for one feature, save x.reshape(-1, 1))", what, path, rows);
     }
-    if (a->rows < 1 || a->cols < 1) {
+    if (rows < 1 || cols < 1) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' has shape (%lld, %lld); it needs at least one sample and one feature",
-                    what, path, (long long)a->rows, (long long)a->cols);
+                    what, path, rows, cols);
     }
+    return EXIT_SUCCESS;
+}
+
+/* Reads --weights into the map (all values of the file in row-major order; their count must be
+   the map's); without --weights, notes that every weight is 1.0. Prints the error itself. */
+static int read_weights(const char *path, qk_map *map, int quiet) {
+    qk_array W;
+    qk_result r;
+    int64_t n;
+    if (!path) {
+        if (map->n_weights > 0 && !quiet && !quiet_msgs)
+            printf("note: the map has %d trainable weights; none given (--weights), so all are 1.0\n", map->n_weights);
+        return EXIT_SUCCESS;
+    }
+    memset(&W, 0, sizeof W);
+    if (!known_type(path)) return fail(QK_OK, "--weights '%s' is neither .npy nor .csv", path);
+    r = read_array(path, &W);
+    if (r != QK_OK) return fail(r, "cannot read --weights");
+    n = W.rows * W.cols;
+    if (n != map->n_weights) {
+        fail(QK_OK, "--weights '%s' holds %lld values, the map has %d weights", path, (long long)n, map->n_weights);
+        qk_array_free(&W);
+        return EXIT_FAILURE;
+    }
+    r = qk_map_set_weights(map, W.data, (int)n);
+    qk_array_free(&W);
+    if (r != QK_OK) return fail(r, "--weights '%s'", path);
     return EXIT_SUCCESS;
 }
 
@@ -171,7 +218,6 @@ static int check_output_path(const char *out) {
     char dir[4096];
     const char *slash = strrchr(out, '/');
     size_t dl = slash ? (slash == out ? 1 : (size_t)(slash - out)) : 1;
-    if (!ends_with(out, ".npy")) return fail(QK_OK, "--out '%s': the output must be a .npy file", out);
     if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) return fail(QK_OK, "--out '%s' is a directory", out);
     if (dl >= sizeof dir) return fail(QK_OK, "--out '%s': path too long", out);
     if (slash) memcpy(dir, out, dl);
@@ -317,50 +363,55 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     return EXIT_SUCCESS;
 }
 
-static qk_device parse_device(const char *s) {
-    if (strcmp(s, "auto") == 0) return QK_DEVICE_AUTO;
-    if (strcmp(s, "cpu") == 0) return QK_DEVICE_CPU;
-    if (strcmp(s, "cuda") == 0 || strcmp(s, "gpu") == 0) return QK_DEVICE_CUDA;
-    die_usage("--device '%s': expected auto, cpu or cuda", s);
-    return QK_DEVICE_AUTO;
-}
+/* ---- command line ---- */
+/* parse_args and check_args never exit: they return -1 to go on, or the exit status to end with
+   (0 after --help / --version, EXIT_USAGE for a bad command line, the message printed), so
+   that tests/fuzz_qk_gram_args.c can call them. */
 
-static qk_precision parse_precision(const char *s) {
-    if (strcmp(s, "fp32") == 0 || strcmp(s, "float32") == 0) return QK_PRECISION_FP32;
-    if (strcmp(s, "fp64") == 0 || strcmp(s, "float64") == 0) return QK_PRECISION_FP64;
-    die_usage("--precision '%s': expected fp32 or fp64", s);
-    return QK_PRECISION_DEFAULT;
-}
+/* Options that take a value; given twice is an error (a second --x meant as --y would silently
+   compute another K). */
+static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
+                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path"};
+enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
-static void parse_args(int argc, char **argv, options *o) {
-    int i;
+static int parse_args(int argc, char **argv, options *o) {
+    int i, k, seen[N_VALUE_OPTIONS];
     memset(o, 0, sizeof *o);
+    memset(seen, 0, sizeof seen);
     for (i = 1; i < argc; i++) {
         const char *a = argv[i], *v = NULL, *eq;
         char name[32];
         size_t nl;
-        if (strncmp(a, "--", 2) != 0) die_usage("unexpected argument '%s'", a);
+        if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) return usage_error("unexpected argument '%s'", a);
         eq = strchr(a, '=');
         nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) die_usage("unknown option '%s'", a);
+        if (nl >= sizeof name) return usage_error("unknown option '%s'", a);
         memcpy(name, a, nl);
         name[nl] = 0;
-        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) { fputs(usage_text, stdout); exit(0); }
-        if (strcmp(name, "--version") == 0) { printf("qk-gram %s\n", QK_VERSION_STRING); exit(0); }
-        if (strcmp(name, "--quiet") == 0) { o->quiet = 1; continue; }
-        if (strcmp(name, "--demo") == 0) { o->demo = 1; continue; }
-        if (strcmp(name, "--progress") == 0) { o->progress = 1; continue; }
-        if (strcmp(name, "--no-sync") == 0) { o->no_sync = 1; continue; }
-        if (strcmp(name, "--autotune") == 0) { o->autotune = 1; continue; }
-        if (strcmp(name, "--no-autotune") == 0) { o->autotune = -1; continue; }
-        if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
-            strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
-            strcmp(name, "--threads") && strcmp(name, "--data") && strcmp(name, "--profile") && strcmp(name, "--cache-dir") &&
-            strcmp(name, "--trace") && strcmp(name, "--html") && strcmp(name, "--path"))
-            die_usage("unknown option '%s'", name);
+        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+            if (!quiet_msgs) fputs(usage_text, stdout);
+            return 0;
+        }
+        if (strcmp(name, "--version") == 0) {
+            if (!quiet_msgs) printf("qk-gram %s\n", QK_VERSION_STRING);
+            return 0;
+        }
+        for (k = 0; k < N_VALUE_OPTIONS && strcmp(name, value_options[k]) != 0; k++) {}
+        if (k == N_VALUE_OPTIONS) {
+            if (eq) return usage_error("option %s takes no value", name);
+            if (strcmp(name, "--quiet") == 0) o->quiet = 1;
+            else if (strcmp(name, "--demo") == 0) o->demo = 1;
+            else if (strcmp(name, "--progress") == 0) o->progress = 1;
+            else if (strcmp(name, "--no-sync") == 0) o->no_sync = 1;
+            else if (strcmp(name, "--autotune") == 0) o->autotune = 1;
+            else if (strcmp(name, "--no-autotune") == 0) o->autotune = -1;
+            else return usage_error("unknown option '%s'", name);
+            continue;
+        }
+        if (seen[k]++) return usage_error("option %s is given twice", name);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
-        else die_usage("option %s needs a value", name);
+        else return usage_error("option %s needs a value", name);
         if (!strcmp(name, "--map")) o->map = v;
         else if (!strcmp(name, "--x")) o->x = v;
         else if (!strcmp(name, "--y")) o->y = v;
@@ -371,19 +422,101 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
         else if (!strcmp(name, "--trace")) o->trace = v;
         else if (!strcmp(name, "--html")) o->html = v;
-        else if (!strcmp(name, "--device")) o->device = parse_device(v);
-        else if (!strcmp(name, "--precision")) o->precision = parse_precision(v);
-        else if (!strcmp(name, "--path")) {
-            if (strcmp(v, "auto") && strcmp(v, "mps") && strcmp(v, "statevector")) die_usage("--path '%s': expected auto, mps or statevector", v);
-            o->path = !strcmp(v, "mps") ? QK_PATH_MPS : !strcmp(v, "statevector") ? QK_PATH_COMPLEX : QK_PATH_DEFAULT;
-        }
-        else {
-            char *end;
-            long t = strtol(v, &end, 10);
-            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", v);
+        else if (!strcmp(name, "--device")) {
+            if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
+            else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
+            else return usage_error("--device '%s': expected auto, cpu or cuda", v);
+        } else if (!strcmp(name, "--precision")) {
+            if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
+            else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
+            else return usage_error("--precision '%s': expected fp32 or fp64", v);
+        } else if (!strcmp(name, "--path")) {
+            if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
+            else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
+            else if (!strcmp(v, "statevector")) o->path = QK_PATH_COMPLEX;
+            else return usage_error("--path '%s': expected auto, mps or statevector", v);
+        } else {   /* --threads: digits only (no sign, blanks or locale forms), 1..4096 */
+            const char *c = v;
+            long t = 0;
+            while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
+            if (*v == 0 || *c || t < 1 || t > 4096) return usage_error("--threads '%s': expected a count from 1 to 4096", v);
             o->threads = (int)t;
         }
     }
+    return -1;
+}
+
+/* The canonical name of a path for comparisons: realpath of the file, or of its directory plus
+   its name when it does not exist yet. Empty when neither resolves. */
+static void canonical_path(const char *path, char *buf, size_t size) {
+    char dir[4096], *r;
+    const char *slash = strrchr(path, '/');
+    buf[0] = 0;
+    r = realpath(path, NULL);
+    if (r) {
+        snprintf(buf, size, "%s", r);
+        free(r);
+        return;
+    }
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        if (dl >= sizeof dir) return;
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+    } else {
+        snprintf(dir, sizeof dir, ".");
+    }
+    r = realpath(dir, NULL);
+    if (r) {
+        snprintf(buf, size, "%s/%s", r, slash ? slash + 1 : path);
+        free(r);
+    }
+}
+
+/* 1 when a and b name the same file: the same device and inode (hard links, symlinks, "./x"),
+   or, for files that do not exist yet, the same canonical path. */
+static int same_file(const char *a, const char *b) {
+    struct stat sa, sb;
+    char ca[4200], cb[4200];
+    int ea = stat(a, &sa) == 0, eb = stat(b, &sb) == 0;
+    if (ea && eb) return sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+    if (ea != eb) return 0;
+    if (strcmp(a, b) == 0) return 1;
+    canonical_path(a, ca, sizeof ca);
+    canonical_path(b, cb, sizeof cb);
+    return ca[0] && strcmp(ca, cb) == 0;
+}
+
+/* What the mode needs, and outputs that would overwrite an input or each other. */
+static int check_args(const options *o) {
+    const char *in[3], *in_name[3] = {"--x", "--y", "--weights"};
+    const char *outp[4], *out_name[4] = {"--out", "--profile", "--trace", "--html"};
+    int i, j;
+    if (o->demo) {
+        if (o->x || o->y || o->out || o->weights) return usage_error("--demo takes no --x, --y, --out or --weights", NULL);
+    } else {
+        if (!o->map) return usage_error("--map is required (e.g. --map 'zz(reps=2)')", NULL);
+        if (!o->x) return usage_error("--x is required", NULL);
+        if (!o->out) return usage_error("--out is required", NULL);
+        if (o->data) return usage_error("--data goes with --demo", NULL);
+        if (!ends_with(o->out, ".npy")) return usage_error("--out '%s': the output must be a .npy file", o->out);
+    }
+    if ((o->profile || o->trace || o->html) && !QK_PROF_ENABLED)
+        return usage_error("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)", NULL);
+    in[0] = o->x; in[1] = o->y; in[2] = o->weights;
+    outp[0] = o->out; outp[1] = o->profile && strcmp(o->profile, "-") ? o->profile : NULL; outp[2] = o->trace; outp[3] = o->html;
+    for (i = 0; i < 4; i++) {
+        if (!outp[i]) continue;
+        for (j = 0; j < 3; j++)
+            if (in[j] && same_file(outp[i], in[j]))
+                return usage_error("%s '%s' and %s '%s' are the same file: the output would overwrite the input",
+                                   out_name[i], outp[i], in_name[j], in[j]);
+        for (j = 0; j < i; j++)
+            if (outp[j] && same_file(outp[i], outp[j]))
+                return usage_error("%s '%s' and %s '%s' are the same file", out_name[j], outp[j], out_name[i], outp[i]);
+    }
+    return -1;
 }
 
 /* The context from the command line: device, threads, autotune mode and cache. */
@@ -399,7 +532,7 @@ static qk_result make_ctx(const options *o, qk_ctx **ctx) {
 
 /* ---- the main job ---- */
 static int gram_main(const options *o) {
-    qk_array X, Y, W;
+    qk_array X, Y;
     qk_map *map = NULL;
     qk_ctx *ctx = NULL;
     qk_gram_desc gd;
@@ -411,11 +544,7 @@ static int gram_main(const options *o) {
 
     memset(&X, 0, sizeof X);
     memset(&Y, 0, sizeof Y);
-    memset(&W, 0, sizeof W);
-    if (!o->map) die_usage("--map is required (e.g. --map 'zz(reps=2)')");
-    if (!o->x) die_usage("--x is required");
-    if (!o->out) die_usage("--out is required");
-    if (o->data) die_usage("--data goes with --demo");
+    /* check_args has seen --map, --x and --out given, --out a .npy and no input */
     if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
 
     if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
@@ -429,16 +558,7 @@ static int gram_main(const options *o) {
 
     r = qk_map_parse(o->map, (int)X.cols, &map);
     if (r != QK_OK) { fail(r, "--map '%s'", o->map); show_spec_column(o->map); goto done; }
-    if (o->weights) {
-        if (!known_type(o->weights)) { fail(QK_OK, "--weights '%s' is neither .npy nor .csv", o->weights); goto done; }
-        r = read_array(o->weights, &W);
-        if (r != QK_OK) { fail(r, "cannot read --weights"); goto done; }
-        if (W.rows * W.cols > 0x7fffffff) { fail(QK_OK, "--weights: too many values"); goto done; }
-        r = qk_map_set_weights(map, W.data, (int)(W.rows * W.cols));
-        if (r != QK_OK) { fail(r, "--weights '%s' (the map has %d weights)", o->weights, map->n_weights); goto done; }
-    } else if (map->n_weights > 0 && !o->quiet) {
-        printf("note: the map has %d trainable weights; none given (--weights), so all are 1.0\n", map->n_weights);
-    }
+    if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
     /* Validate the data before allocating K: the detail names the row and column. */
     r = qk_map_check_data(map, X.data, X.rows, "X");
     if (r != QK_OK) { fail(r, "bad data in '%s'", o->x); goto done; }
@@ -478,7 +598,6 @@ done:
     qk_map_free(map);
     qk_array_free(&X);
     qk_array_free(&Y);
-    qk_array_free(&W);
     return rc;
 }
 
@@ -585,7 +704,7 @@ static int demo_main(const options *o) {
 
     memset(&data, 0, sizeof data);
     memset(confusion, 0, sizeof confusion);
-    if (o->x || o->y || o->out || o->weights) die_usage("--demo takes no --x, --y, --out or --weights");
+    if (o->x || o->y || o->out || o->weights) die_usage("--demo takes no --x, --y, --out or --weights", NULL);
     if (!(f = open_demo_data(o, path, sizeof path))) return EXIT_FAILURE;
     fclose(f);
     r = qk_csv_read(path, &data);
@@ -716,15 +835,17 @@ done:
     return rc;
 }
 
+#ifndef QK_GRAM_NO_MAIN   /* tests/fuzz_qk_gram_args.c includes this file for its parser */
 int main(int argc, char **argv) {
     options o;
+    int pa;
     if (argc == 1) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
     }
-    parse_args(argc, argv, &o);
-    if ((o.profile || o.trace || o.html) && !QK_PROF_ENABLED)
-        die_usage("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)");
+    /* --help and --version end here, before any qk call (no CUDA initialisation) */
+    if ((pa = parse_args(argc, argv, &o)) >= 0) return pa;
+    if ((pa = check_args(&o)) >= 0) return pa;
     {
         int rc = o.demo ? demo_main(&o) : gram_main(&o);
         /* profiler outputs are written whatever the outcome: a failed run's profile is useful too */
@@ -734,3 +855,4 @@ int main(int argc, char **argv) {
         return rc;
     }
 }
+#endif

@@ -3,7 +3,7 @@
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #include "qk_prof.h"
-#include "qk_prof.h" // a second expansion (qk.h's QK_IMPLEMENTATION includes it again): guarded
+#include "qk_prof.h" // a second include: guarded
 
 #include <cstring>
 #include <stdexcept>

@@ -2,14 +2,26 @@
 """Runs tests/prof_stats with an output directory, then checks what it wrote, independently:
 report.json statistics against the drawn durations (python statistics), trace.json structure
 (ph X/M/C, lanes, nesting, counter running sums, names round-tripped), the buffer-full trace,
-report.txt tables, and HTML escaping. Usage: prof_export.py PROF_STATS_EXE"""
-import html.parser, json, math, os, statistics, subprocess, sys, tempfile
+report.txt tables, HTML escaping and the HTML timeline (a lane per nesting depth holding the
+trace's zones of that depth, a tooltip on every bar and box, no fixed width, honest headers).
+Every JSON object is checked for duplicate keys. Usage: prof_export.py PROF_STATS_EXE"""
+import html.parser, json, math, os, re, statistics, subprocess, sys, tempfile
 
 fails = []
 def check(cond, what):
     if not cond:
         fails.append(what)
         print("FAIL:", what)
+
+def load(path):
+    """json.load that fails the test on a duplicate key (json keeps the last value silently)."""
+    def no_dups(pairs):
+        keys = [k for k, _ in pairs]
+        dup = sorted({k for k in keys if keys.count(k) > 1})
+        check(not dup, "%s: duplicate keys %s in one object" % (os.path.basename(path), dup))
+        return dict(pairs)
+    with open(path) as f:
+        return json.load(f, object_pairs_hook=no_dups)
 
 def close(a, b, rel=1e-9, abs_=1e-6):
     return abs(a - b) <= abs_ + rel * abs(b)
@@ -20,10 +32,10 @@ def main():
         r = subprocess.run([exe, d], capture_output=True, text=True)
         sys.stderr.write(r.stderr)
         check(r.returncode == 0, "prof_stats exited %d" % r.returncode)
-        sched = json.load(open(os.path.join(d, "schedule.json")))
+        sched = load(os.path.join(d, "schedule.json"))
         npt = sched["ns_per_tick"]
         weird = sched["weird"]
-        rep = json.load(open(os.path.join(d, "report.json")))
+        rep = load(os.path.join(d, "report.json"))
         zones = {z["name"]: z for z in rep["cpu_zones"]}
         for name in ("outer", "inner", weird):
             durs = [x * npt for x in sched[name]]
@@ -54,7 +66,7 @@ def main():
         check(("D2H", False) in xf and close(xf[("D2H", False)]["gbps"], 2.0), "D2H pageable GB/s")
         check(rep["dropped"]["mismatched"] == 1 and rep["dropped"]["unbalanced"] >= 1, "mismatch/unbalanced counts")
 
-        tr = json.load(open(os.path.join(d, "trace.json")))
+        tr = load(os.path.join(d, "trace.json"))
         ev = tr["traceEvents"]
         check(all(e["ph"] in ("X", "M", "C") for e in ev), "only X/M/C events")
         xs = [e for e in ev if e["ph"] == "X"]
@@ -91,7 +103,7 @@ def main():
             cs[i]["ts"] <= cs[i + 1]["ts"] for i in range(len(cs) - 1)), "tiles counter running sum in trace")
         check(any(e["ph"] == "C" and e["name"] == "tracked memory" for e in ev), "memory counter track")
 
-        full = json.load(open(os.path.join(d, "full.json")))
+        full = load(os.path.join(d, "full.json"))
         check(sum(1 for e in full["traceEvents"] if e["ph"] == "X") == 8192, "buffer-full trace keeps exactly 8192 events")
 
         txt = open(os.path.join(d, "report.txt")).read()
@@ -128,6 +140,53 @@ def main():
         check(p.err == 0 and not p.stack, "HTML tags balance (%d errors, open %s)" % (p.err, p.stack[-3:]))
         check(p.svgs >= 3, "HTML has the SVG charts (%d)" % p.svgs)
         check("Top bottlenecks" in h, "HTML has the top-N table")
+        check("exceeds 100 %" in h, "HTML explains why a total can exceed 100 % of wall")
+        check("CPU vs GPU" not in h and "Busy share of wall time per thread" in h,
+              "HTML says 'CPU vs GPU' only where there is a GPU")
+        check(not re.search(r'<svg[^>]*\swidth="\d', h) and "svg{display:block;width:100%}" in h,
+              "HTML charts have no fixed pixel width (responsive)")
+        class T(html.parser.HTMLParser):
+            """Timeline boxes (rect.box: lane y, tooltip) and bars, with their <title> tooltips."""
+            def __init__(s):
+                super().__init__()
+                s.boxes, s.bars, s.cur, s.in_title = [], [], None, False
+            def handle_starttag(s, tag, attrs):
+                a = dict(attrs)
+                if tag == "rect" and "box" in a.get("class", "").split():
+                    s.cur = {"y": float(a["y"]), "title": ""}
+                    s.boxes.append(s.cur)
+                elif tag == "rect" and a.get("class") in ("cpu", "gpu", "xfer"):
+                    s.cur = {"title": ""}
+                    s.bars.append(s.cur)
+                elif tag == "title" and s.cur is not None:
+                    s.in_title = True
+            def handle_endtag(s, tag):
+                if tag == "title":
+                    s.in_title = False
+                elif tag == "rect":
+                    s.cur = None
+            def handle_data(s, data):
+                if s.in_title and s.cur is not None:
+                    s.cur["title"] += data
+        t = T()
+        t.feed(h)
+        check(t.boxes and all(b["title"] for b in t.boxes) and t.bars and all(b["title"] for b in t.bars),
+              "every timeline box and bar has a tooltip (%d boxes, %d bars)" % (len(t.boxes), len(t.bars)))
+        by_depth = {}
+        for e in xs:
+            if e["cat"] == "cpu":
+                by_depth[e["args"]["depth"]] = by_depth.get(e["args"]["depth"], 0) + 1
+        lanes = {}
+        for b in t.boxes:
+            m = re.search(r"depth (\d+)$", b["title"])
+            d_ = int(m.group(1)) if m else -1
+            lanes.setdefault(d_, set()).add(b["y"])
+            by_depth[d_] = by_depth.get(d_, 0) - 1
+        check(len(lanes) >= 2 and all(len(v) == 1 for v in lanes.values()) and
+              len({min(v) for v in lanes.values()}) == len(lanes),
+              "timeline: one lane per nesting depth (%s)" % {k: sorted(v) for k, v in lanes.items()})
+        check(lanes.get(0) and lanes.get(1) and min(lanes[1]) > min(lanes[0]), "timeline: nested zones under their parents")
+        check(all(v == 0 for v in by_depth.values()), "timeline boxes per depth = the trace's zones per depth (%s)" % by_depth)
     if fails:
         print("%d failure(s)" % len(fails))
         return 1

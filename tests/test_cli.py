@@ -227,7 +227,64 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
     r = run("--map", "zz", "--x", P("Xnan.npy"), "--out", P("keep.npy"))
     check(r.returncode == 1 and open(P("keep.npy"), "rb").read() == before, "failed run keeps the old output")
 
+    # ---- issue 14 / 16: inputs that used to be misread, hang, or be overwritten ----
+    np.save(P("X04.npy"), np.zeros((0, 4)))
+    bad("(0, 4) input", ["--map", "zz", "--x", P("X04.npy")], ["shape (0, 4)"])
+    np.save(P("X50.npy"), np.zeros((5, 0)))
+    bad("(5, 0) input", ["--map", "zz", "--x", P("X50.npy")], ["shape (5, 0)"])
+    np.save(P("X12.npy"), np.arange(12.0))
+    bad("1-D input names its shape", ["--map", "zz", "--x", P("X12.npy")], ["shape (12,)"])
+    Xh = X.copy()
+    Xh[3] = 1e300
+    np.save(P("Xhuge.npy"), Xh)
+    bad("finite but huge features", ["--map", "zz", "--x", P("Xhuge.npy")], ["X row 3", "op ", "1e+300"])
+    with open(P("nul.csv"), "wb") as f:
+        f.write(b"1,\x00 2\n3,4\n")
+    bad("NUL byte in a CSV", ["--map", "zz", "--x", P("nul.csv")], ["line 1", "control byte"])
+    with open(P("empty1.csv"), "w") as f:
+        f.write(",2\n3,4\n")
+    bad("empty first field", ["--map", "zz", "--x", P("empty1.csv")], ["line 1, column 1: empty field"])
+    with open(P("pandas.csv"), "w") as f:   # what DataFrame.to_csv writes with its default index=True
+        f.write(",a,b\n0,0.5,1.5\n1,2.5,0.25\n")
+    bad("pandas index column", ["--map", "zz", "--x", P("pandas.csv")], ["index=False"])
+    with open(P("semi.csv"), "w") as f:     # a German Excel export: ';' between fields, ',' decimals
+        f.write("5,1;3,5\n4,9;3,0\n")
+    bad("semicolon CSV", ["--map", "zz", "--x", P("semi.csv")], ["line 1", "';'"])
+    with open(P("semi2.csv"), "w") as f:
+        f.write("1;2\n3;4\n")
+    bad("semicolon CSV, integers", ["--map", "zz", "--x", P("semi2.csv")], ["line 1", "';'"])
+    os.mkfifo(P("fifo.csv"))
+    bad("FIFO input (open used to block forever)", ["--map", "zz", "--x", P("fifo.csv")], ["FIFO"])
+    bad("huge reps (found by fuzzing qk_map_parse)", ["--map", "iqp(reps=75555550)", "--x", P("X.npy")], ["QK_MAX_REPS"])
+    bad("reps=2000000000 is an integer", ["--map", "iqp(reps=2000000000)", "--x", P("X.npy")], ["maximum"])
+    bad("unknown parameter lists the map's", ["--map", "zz(rep=2)", "--x", P("X.npy")], ["'rep'", "reps, alpha, ent, qubits"])
+    # --out naming an input: refused (exit 2), the input untouched
+    before = open(P("X.npy"), "rb").read()
+    os.link(P("X.npy"), P("Xlink.npy"))
+    os.symlink(P("X.npy"), P("Xsym.npy"))
+    for out, why in ((P("X.npy"), "same path"), (os.path.join(d, ".", "X.npy"), "./ path"), (P("Xlink.npy"), "hard link"),
+                     (P("Xsym.npy"), "symlink")):
+        r = run("--map", "zz", "--x", P("X.npy"), "--out", out)
+        check(r.returncode == 2 and "same file" in r.stderr, "--out = --x (%s): exit %d, %s" % (why, r.returncode, r.stderr))
+        check(open(P("X.npy"), "rb").read() == before, "--out = --x (%s): X.npy overwritten" % why)
+    r = run("--map", "zz", "--x", P("X.npy"), "--y", P("Y.npy"), "--out", P("Y.npy"))
+    check(r.returncode == 2 and "--y" in r.stderr, "--out = --y refused: " + r.stderr)
+    check(leftovers(d) == [], "no temporary file after the refusals")
+    os.remove(P("Xlink.npy"))
+    os.remove(P("Xsym.npy"))
+
+    # docs/cli.md documents every option that --help lists
+    r = run("--help")
+    opts = sorted(set(re.findall(r"(--[a-z][a-z-]*)", r.stdout)))
+    doc = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "docs", "cli.md")).read()
+    check(len(opts) >= 20, "--help lists the options: %s" % opts)
+    for o in opts:
+        check(("`%s" % o) in doc, "docs/cli.md does not document %s" % o)
+
     # Command-line errors exit 2.
+    bad("--out K.csv (docs: 2 = bad command line)", ["--map", "zz", "--x", P("X.npy")], [".npy"], out="K.csv", code=2)
+    bad("option given twice", ["--map", "zz", "--x", P("X.npy"), "--x", P("Y.npy")], ["twice"], code=2)
+    bad("value for a flag", ["--map", "zz", "--x", P("X.npy"), "--quiet=yes"], ["no value"], code=2)
     bad("unknown option", ["--map", "zz", "--x", P("X.npy"), "--frobnicate"], ["--frobnicate"], code=2)
     bad("bad --device", ["--map", "zz", "--x", P("X.npy"), "--device", "tpu"], ["tpu"], code=2)
     bad("bad --threads", ["--map", "zz", "--x", P("X.npy"), "--threads", "0"], ["--threads"], code=2)

@@ -492,9 +492,26 @@ static void planning(qk_ctx *ctx)
     qk_map_free(m);
     /* beyond 30 qubits, non-local maps are refused when made, naming the bound */
     m = NULL;
-    CHECK(qk_map_parse("zz(ent=full)", 40, &m) == QK_ERROR_TOO_MANY_QUBITS && m == NULL && strstr(qk_last_error(), "QK_MPS_MAX_BOND"),
-          "zz full 40: %s", qk_last_error());
-    CHECK(qk_map_parse("zz(reps=7,ent=linear)", 40, &m) == QK_ERROR_TOO_MANY_QUBITS, "zz reps 7 at 40 qubits");
+    CHECK(qk_map_parse("zz(ent=full)", 40, &m) == QK_ERROR_TOO_MANY_QUBITS && m == NULL && strstr(qk_last_error(), "MPS path"),
+          "zz full 40: %s", qk_last_error());   /* all-to-all: refused before its ops are built */
+    CHECK(qk_map_parse("zz(reps=7,ent=linear)", 40, &m) == QK_ERROR_TOO_MANY_QUBITS && strstr(qk_last_error(), "QK_MPS_MAX_BOND"),
+          "zz reps 7 at 40 qubits: %s", qk_last_error());   /* local but bond 128: refused with its bound */
+    {   /* long-range gates beyond 30 qubits: blocks {0, 39} (no data) and {5, 20, 21}, so K is the
+           3-qubit kernel of the second block, by the statevector */
+        qk_map *blk = parse("circuit(qubits=3: h(0) cx(0,1) rzz(1,2, 2*x1) ry(2, x2))", 3);
+        double *x40 = rand_data(9, 40, 0.0, 3.0), x3[27], *K40, *K3;
+        qk_result r;
+        int a;
+        m = parse("circuit(qubits=40: h(0) h(5) cx(0,39) cx(5,20) rzz(20,21, 2*x20) ry(21, x21))", 40);
+        for (a = 0; a < 9; a++) { x3[3 * a] = x40[a * 40 + 5]; x3[3 * a + 1] = x40[a * 40 + 20]; x3[3 * a + 2] = x40[a * 40 + 21]; }
+        K40 = gram_path(ctx, m, x40, 9, NULL, 0, QK_PATH_DEFAULT, &r, &p);
+        K3 = gram_path(ctx, blk, x3, 9, NULL, 0, QK_PATH_COMPLEX, &r, NULL);
+        CHECK(K40 && K3 && p.path == QK_PATH_MPS && p.mps_span >= 15 && max_diff(K40, K3, 81) <= 1e-12,
+              "40 qubits, long-range gates: MPS vs the 3-qubit block: path %d span %d diff %.3g", (int)p.path, p.mps_span, K40 && K3 ? max_diff(K40, K3, 81) : -1.0);
+        free(K40); free(K3); free(x40);
+        qk_map_free(m); qk_map_free(blk);
+        m = NULL;
+    }
     CHECK(qk_map_parse("hea(layers=2)", 200, &m) == QK_OK, "hea 200 qubits: %s", qk_last_error());
     qk_map_free(m);
     /* a CUDA device injected: the MPS path is planned on the CPU engine; not for DEVICE output */

@@ -3,6 +3,19 @@
    byte here (independently of the writer); malformed files; writes that must fail without
    leaving a file behind. Exact comparisons (a round trip does no arithmetic). */
 #define _POSIX_C_SOURCE 200809L
+#include <stdlib.h>
+#include <stddef.h>
+/* Every host allocation of qk goes through t_malloc: a test can check that a reader refused a
+   file before it allocated what the file's header claims. */
+static size_t g_alloc_max = 0;
+static void *t_malloc(size_t n) { if (n > g_alloc_max) g_alloc_max = n; return malloc(n); }
+static void *t_realloc(void *p, size_t n) { if (n > g_alloc_max) g_alloc_max = n; return realloc(p, n); }
+#define QK_MALLOC(sz) t_malloc(sz)
+#define QK_REALLOC(p, sz) t_realloc(p, sz)
+#define QK_FREE(p) free(p)
+/* Small CSV bounds, so that the tests can reach them (the defaults are 16 GiB and 16 MiB). */
+#define QK_CSV_MAX_BYTES 65536
+#define QK_CSV_MAX_LINE 8192
 #define QK_IMPLEMENTATION
 #include "qk.h"
 
@@ -12,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -359,7 +373,8 @@ static void csv_ok(const char *what, const char *text, int64_t rows, int64_t col
               a.data[i], want[i]);
     qk_array_free(&a);
 }
-static void csv_bad(const char *what, const char *text, const char *sub) {
+#define csv_bad(what, ...) csv_bad2(what, __VA_ARGS__, NULL)
+static void csv_bad2(const char *what, const char *text, const char *sub, const char *sub2, ...) {
     qk_array a;
     qk_result r;
     write_bytes(tpath("t.csv"), text, strlen(text));
@@ -367,7 +382,9 @@ static void csv_bad(const char *what, const char *text, const char *sub) {
     r = qk_csv_read(tpath("t.csv"), &a);
     CHECK(r == QK_ERROR_FORMAT, "%s: %s", what, qk_result_string(r));
     CHECK(strstr(qk_last_error(), sub) != NULL, "%s: detail '%s' lacks '%s'", what, qk_last_error(), sub);
+    if (sub2) CHECK(strstr(qk_last_error(), sub2) != NULL, "%s: detail '%s' lacks '%s'", what, qk_last_error(), sub2);
     CHECK(a.rows == -3, "%s: output touched", what);
+    if (r == QK_OK) qk_array_free(&a);
 }
 
 static void test_csv(void) {
@@ -405,6 +422,155 @@ static void test_csv(void) {
     }
 }
 
+static int printable(const char *s) {
+    for (; *s; s++)
+        if ((unsigned char)*s < 0x20 || (unsigned char)*s >= 0x7f) return 0;
+    return 1;
+}
+
+/* Issue 14: a header that claims more data than the file holds is refused before the data is
+   allocated (it used to malloc the claimed 48 GB first); damaged header bytes are quoted
+   escaped (they used to reach the terminal raw). */
+static void test_npy_hardening(void) {
+    buf b = {0};
+    size_t i;
+    npy_header(&b, 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3000000000), }");
+    for (i = 0; i < 72; i++) put(&b, "\0", 1);
+    g_alloc_max = 0;
+    bad_case("header claims 48 GB, file has 72 bytes", b.p, b.n, QK_ERROR_FORMAT, "truncated data: 72 of 48000000000 bytes");
+    CHECK(g_alloc_max < 4096, "%lu bytes allocated for a file of %lu", (unsigned long)g_alloc_max, (unsigned long)b.n);
+    free(b.p);
+    memset(&b, 0, sizeof b);
+    npy_header(&b, 3, "{'descr': '>i4', 'fortran_order': False, 'shape': (100000000,), }");
+    g_alloc_max = 0;
+    bad_case("1-D header claims 400 MB", b.p, b.n, QK_ERROR_FORMAT, "shape (100000000,)");
+    CHECK(g_alloc_max < 4096, "%lu bytes allocated", (unsigned long)g_alloc_max);
+    free(b.p);
+    /* damaged header bytes: escape sequences (ESC, CSI), a NUL, bytes >= 0x80 */
+    {
+        static const char *dicts[] = {
+            "{'\x1b\x9b" "31m': '<f8', 'fortran_order': False, 'shape': (1,), }",
+            "\x1b]0;title\x07{'descr': '<f8'}",
+            "{'descr' \x01\xff 'x'}",
+            "{'descr': '\x1b[2J<f8', 'fortran_order': False, 'shape': (1,), }",
+        };
+        for (i = 0; i < sizeof dicts / sizeof dicts[0]; i++) {
+            qk_array a;
+            qk_result r;
+            memset(&b, 0, sizeof b);
+            npy_header(&b, 1, dicts[i]);
+            put(&b, "\0\0\0\0\0\0\0\0", 8);
+            write_bytes(tpath("dmg.npy"), b.p, b.n);
+            r = qk_npy_read(tpath("dmg.npy"), &a);
+            CHECK(r == QK_ERROR_FORMAT, "damaged header %lu: %s", (unsigned long)i, qk_result_string(r));
+            CHECK(printable(qk_last_error()), "damaged header %lu: raw bytes in '%s'", (unsigned long)i, qk_last_error());
+            CHECK(i != 0 || strstr(qk_last_error(), "\\x1b\\x9b31m") != NULL, "escaped key: %s", qk_last_error());
+            CHECK(i != 3 || strstr(qk_last_error(), "\\x1b[2J<f8") != NULL, "escaped descr: %s", qk_last_error());
+            free(b.p);
+        }
+    }
+}
+
+/* FIFOs, devices and directories are refused at once (a FIFO used to block open() forever,
+   /dev/zero linked as z.csv to be read without limit). main's alarm turns a hang into a failure. */
+static void test_not_regular(void) {
+    static const char *exts[] = {"npy", "csv"};
+    int k;
+    for (k = 0; k < 2; k++) {
+        char p[600];
+        qk_array a;
+        qk_result r;
+        snprintf(p, sizeof p, "%s/fifo.%s", dir, exts[k]);
+        CHECK(mkfifo(p, 0600) == 0, "mkfifo %s", p);
+        a.rows = -5;
+        r = k ? qk_csv_read(p, &a) : qk_npy_read(p, &a);
+        CHECK(r == QK_ERROR_IO && strstr(qk_last_error(), "FIFO") && a.rows == -5, "FIFO .%s: %s (%s)", exts[k],
+              qk_result_string(r), qk_last_error());
+        remove(p);
+        if (file_exists("/dev/zero")) {
+            snprintf(p, sizeof p, "%s/z.%s", dir, exts[k]);
+            CHECK(symlink("/dev/zero", p) == 0, "symlink %s", p);
+            r = k ? qk_csv_read(p, &a) : qk_npy_read(p, &a);
+            CHECK(r == QK_ERROR_IO && strstr(qk_last_error(), "character device"), "/dev/zero as .%s: %s", exts[k], qk_last_error());
+            remove(p);
+        }
+        snprintf(p, sizeof p, "%s/d.%s", dir, exts[k]);
+        CHECK(mkdir(p, 0700) == 0, "mkdir %s", p);
+        r = k ? qk_csv_read(p, &a) : qk_npy_read(p, &a);
+        CHECK(r == QK_ERROR_IO && strstr(qk_last_error(), "directory"), "directory .%s: %s", exts[k], qk_last_error());
+        rmdir(p);
+    }
+}
+
+static void csv_bad_n(const char *what, const char *text, size_t n, const char *sub, const char *sub2) {
+    qk_array a;
+    qk_result r;
+    write_bytes(tpath("t.csv"), text, n);
+    a.data = NULL; a.rows = -3;
+    r = qk_csv_read(tpath("t.csv"), &a);
+    CHECK(r == QK_ERROR_FORMAT, "%s: %s", what, qk_result_string(r));
+    CHECK(strstr(qk_last_error(), sub) != NULL, "%s: detail '%s' lacks '%s'", what, qk_last_error(), sub);
+    if (sub2) CHECK(strstr(qk_last_error(), sub2) != NULL, "%s: detail '%s' lacks '%s'", what, qk_last_error(), sub2);
+    CHECK(printable(qk_last_error()), "%s: raw bytes in '%s'", what, qk_last_error());
+    CHECK(a.rows == -3, "%s: output touched", what);
+    if (r == QK_OK) qk_array_free(&a);
+}
+
+/* Issue 14 and 16: the CSV reader never drops data silently, reads numbers of any length and
+   says what is wrong with a semicolon, tab or pandas file. */
+static void test_csv_hardening(void) {
+    static const char nul1[] = "1,\0 2\n3,4\n", nul2[] = "1,2\n3,\0 4\n";
+    char text[70000];
+    size_t i;
+    csv_bad_n("NUL in the first line (it used to be a header, dropped)", nul1, sizeof nul1 - 1, "line 1", "control byte \\0");
+    csv_bad_n("NUL in a data line", nul2, sizeof nul2 - 1, "line 2, byte 3", "\\0");
+    csv_bad("escape byte", "x\x1by\n1\n", "line 1, byte 2");
+    csv_bad("DEL byte", "1,2\n3,\x7f\n", "line 2");
+    csv_bad("old Mac line ends", "1,2\r3,4\r", "\\r");
+    csv_bad("empty first field (it used to make a header)", ",2\n3,4\n", "line 1, column 1: empty field");
+    csv_bad("pandas index column", ",a,b\n0,1.5,2.5\n1,3,4\n", "to_csv");
+    csv_bad("unnamed header column", "a,,b\n1,2,3\n", "line 1 (the header), column 2 has no name");
+    csv_bad("header names fewer columns", "a,b\n1,2,3\n", "line 2 has 3 columns, the header (line 1) names 2");
+    csv_bad("semicolons (German Excel)", "1;2\n3;4\n", "line 1, column 1", "';'");
+    csv_bad("semicolons and decimal commas", "a;b\n5,1;3,5\n", "line 2, column 2: '1;3'", "semicolon");
+    csv_bad("tabs", "1\t2\n3\t4\n", "line 1, column 1", "tab");
+    csv_bad("a header field that starts like a number", "x1,2nd\n1,2\n", "line 1, column 1: 'x1'", "header");
+    csv_bad("out of range", "1,1e999\n", "line 1, column 2: '1e999' is out of range");
+    csv_bad("hex is not C-syntax decimal", "0x10\n", "'0x10' is not a number");
+    {
+        const double w[] = {NAN, NAN, 1, 2};
+        csv_ok("nan,nan is data, not a header", "nan,nan\n1,2\n", 2, 2, w);
+    }
+    {
+        const double w[] = {1, 2};
+        csv_ok("a header field like inf_rate is a name", "inf_rate,b\n1,2\n", 1, 2, w);
+    }
+    /* numbers of any length (it used to be "is not a number" beyond ~80 characters) */
+    {
+        double w[3];
+        size_t n = 0;
+        n += (size_t)snprintf(text + n, sizeof text - n, "0.");
+        for (i = 0; i < 400; i++) text[n++] = '3';
+        text[n++] = ',';
+        text[n++] = '1';
+        for (i = 0; i < 400; i++) text[n++] = '0';
+        n += (size_t)snprintf(text + n, sizeof text - n, "e-400,0.");
+        for (i = 0; i < 398; i++) text[n++] = '0';
+        n += (size_t)snprintf(text + n, sizeof text - n, "1\n");
+        w[0] = 1.0 / 3.0;   /* the double nearest 0.333...3 (400 digits) is the one nearest 1/3 */
+        w[1] = 1.0;
+        w[2] = 0.0;         /* 1e-399 rounds to zero */
+        csv_ok("400-digit numbers", text, 1, 3, w);
+    }
+    /* the bounds (QK_CSV_MAX_LINE and QK_CSV_MAX_BYTES, made small above) */
+    memset(text, '1', 9000);
+    memcpy(text + 9000, "\n", 2);
+    csv_bad("line over QK_CSV_MAX_LINE", text, "line 1 is longer than QK_CSV_MAX_LINE");
+    for (i = 0; i + 2 < 66000; i += 2) memcpy(text + i, "1\n", 2);
+    text[i] = 0;
+    csv_bad("file over QK_CSV_MAX_BYTES", text, "QK_CSV_MAX_BYTES");
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -419,6 +585,10 @@ int main(void) {
     test_malformed();
     test_write_errors();
     test_csv();
+    alarm(60);   /* a reader that blocks (a FIFO) fails the test instead of hanging it */
+    test_npy_hardening();
+    test_not_regular();
+    test_csv_hardening();
 
     if (failures == 0) {
         /* Clean up only on success, so a failure leaves its files to look at. */

@@ -1,0 +1,336 @@
+"""qk: quantum-kernel Gram matrices, K[i, j] = |<psi(x_i)|psi(y_j)>|^2, on CPU and GPU.
+
+The Python face of qk.h (and its CUDA engine, where the package was built with nvcc): numpy in,
+numpy out, the C library's speed and none of its C.
+
+    >>> import numpy as np, qk
+    >>> X = np.random.default_rng(0).uniform(0, np.pi, (100, 4))
+    >>> K = qk.gram(X, map="zz(reps=2)")                  # K(X, X), float64 on the CPU
+    >>> from sklearn.svm import SVC
+    >>> clf = SVC(kernel=qk.Kernel("zz(reps=2)"))         # or kernel="precomputed" with K
+
+- ``gram(X, Y=None, map=..., ...)``: the Gram matrix as a numpy array, into ``out=`` (an array
+  or ``np.memmap``) or streamed into a ``.npy`` file (``out="K.npy"``).
+- ``FeatureMap(spec, n_features)``: a map from a spec string (docs/maps.md) or, with
+  ``FeatureMap.from_qiskit(circuit)``, from a Qiskit circuit; ``.statevector(x)``.
+- ``Kernel(map, ...)``: a scikit-learn kernel (``SVC(kernel=qk.Kernel(...))``, clones in
+  ``GridSearchCV``) with qiskit-machine-learning's ``evaluate(x_vec, y_vec)``.
+
+Errors from qk become ``ValueError`` (bad input: NaN, shapes, map spec, weights), ``MemoryError``
+(host or device memory) or ``RuntimeError`` (the rest), carrying qk's detail message; a
+non-numeric dtype is a ``TypeError``. The GIL is released while qk computes and Ctrl-C stops a
+running Gram (``KeyboardInterrupt``). docs/python.md has the whole story.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, Optional, Sequence, Union
+
+import numpy as np
+import numpy.typing as npt
+
+from . import _qk
+
+__all__ = ["gram", "FeatureMap", "Kernel", "engine", "__version__"]
+__version__: str = _qk.engine()["version"]
+
+_DEVICES = {"auto": _qk.QK_DEVICE_AUTO, "cpu": _qk.QK_DEVICE_CPU, "cuda": _qk.QK_DEVICE_CUDA,
+            "gpu": _qk.QK_DEVICE_CUDA}
+_PRECISIONS = {None: _qk.QK_PRECISION_DEFAULT, "fp32": _qk.QK_PRECISION_FP32,
+               "fp64": _qk.QK_PRECISION_FP64}
+
+MapLike = Union[str, "FeatureMap", Any]   # a spec string, a FeatureMap or a Qiskit QuantumCircuit
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+def engine() -> Dict[str, Any]:
+    """What this build and machine offer: ``{'version', 'cuda_engine', 'cuda_devices'}``.
+
+    ``cuda_engine`` is True when the package was built with the CUDA engine (nvcc was found);
+    ``cuda_devices`` counts the CUDA devices it sees now.
+    """
+    return _qk.engine()
+
+
+# ---- argument conversion ----
+def _as_data(a: npt.ArrayLike, name: str) -> np.ndarray:
+    """A 2-D C-contiguous, aligned, native float64 array; copies only when a is not one already."""
+    arr = np.asanyarray(a)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"{name} must hold real numbers (float64, float32, integer or bool), not dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise ValueError(f"{name} must be 2-D (n_samples, n_features), got shape {arr.shape}"
+                         + (f"; use {name}.reshape(1, -1) for one sample" if arr.ndim == 1 else ""))
+    return np.require(arr, dtype=np.float64, requirements=["C", "A"])
+
+
+def _as_weights(w: Optional[npt.ArrayLike]) -> Optional[np.ndarray]:
+    if w is None:
+        return None
+    arr = np.asarray(w)
+    if arr.dtype.kind not in "biuf":
+        raise TypeError(f"weights must hold real numbers, not dtype {arr.dtype}")
+    if arr.ndim > 1:
+        raise ValueError(f"weights must be 1-D, got shape {arr.shape}")
+    return np.ascontiguousarray(arr.ravel(), dtype=np.float64)
+
+
+def _option(table: Dict[Any, int], value: Any, name: str) -> int:
+    key = value.lower() if isinstance(value, str) else value
+    if key not in table:
+        names = ", ".join(repr(k) for k in table)
+        raise ValueError(f"{name} must be one of {names} (got {value!r})")
+    return table[key]
+
+
+def _threads(threads: Optional[int]) -> int:
+    if threads is None:
+        return 0
+    if isinstance(threads, bool) or not isinstance(threads, (int, np.integer)) or threads < 1:
+        raise ValueError(f"threads must be a positive integer or None (got {threads!r})")
+    return int(threads)
+
+
+def _is_qiskit_circuit(obj: Any) -> bool:
+    return type(obj).__module__.startswith("qiskit") and hasattr(obj, "num_qubits") and hasattr(obj, "data")
+
+
+# ---- FeatureMap ----
+class FeatureMap:
+    """A quantum feature map: a qk map (docs/maps.md) for samples of ``n_features`` features.
+
+    ``FeatureMap("zz(reps=2,ent=linear)", 4)`` parses a spec string (the CLI's ``--map``):
+    ``zz`` (Qiskit ZZFeatureMap), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
+    (AngleEmbedding), ``amplitude``, ``basis``, ``hea(layers=L)`` (trainable) or
+    ``circuit(qubits=Q: h(0) rz(0, 2*x0) cx(0,1) ...)``. ``weights`` sets trainable weights
+    (maps with ``n_weights > 0``; default 1.0 each). ``FeatureMap.from_qiskit(circuit)`` converts a
+    Qiskit circuit. A FeatureMap is immutable; ``with_weights`` returns a new one.
+    """
+
+    __slots__ = ("_map",)
+
+    def __init__(self, spec: str, n_features: int, weights: Optional[npt.ArrayLike] = None) -> None:
+        if not isinstance(spec, str):
+            raise TypeError(f"spec must be a str (got {type(spec).__name__}); for a Qiskit circuit use FeatureMap.from_qiskit")
+        if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)):
+            raise TypeError(f"n_features must be an int (got {n_features!r})")
+        self._map = _qk.Map(spec, int(n_features), _as_weights(weights))
+
+    @classmethod
+    def _wrap(cls, m: "_qk.Map") -> "FeatureMap":
+        fm = cls.__new__(cls)
+        fm._map = m
+        return fm
+
+    @classmethod
+    def from_qiskit(cls, circuit: Any, weights: Optional[Sequence[Any]] = None,
+                    weight_values: Optional[npt.ArrayLike] = None) -> "FeatureMap":
+        """A qk map from a Qiskit ``QuantumCircuit`` whose parameters are the data.
+
+        ZZFeatureMap / zz_feature_map, PauliFeatureMap with Z and ZZ terms, and any circuit of
+        ``h x y z rx ry rz p cx cz rzz`` gates (composite gates are unrolled; barriers are
+        skipped) whose angles have the forms qk supports: ``a*x_i + b``, ``a*x_i*x_j + b``,
+        ``a*(pi - x_i)*(pi - x_j) + b``, ``a*w_k + b``, ``a*w_k*x_i + b`` or a constant. Feature i
+        is the i-th data parameter in ``circuit.parameters`` order (the order Qiskit binds a
+        sample in, as qiskit-machine-learning does). ``weights`` names the parameters that are
+        trainable weights instead of data (a ParameterVector or a sequence of Parameters), with
+        ``weight_values`` their values (default 1.0). Anything else raises ``ValueError`` naming
+        the gate or the expression. The state equals Qiskit's up to a global phase
+        (``rz`` and ``p`` differ by one), so kernels are equal.
+        """
+        from ._qiskit import circuit_to_ops
+        nq, nf, nw, ops = circuit_to_ops(circuit, weights)
+        return cls._wrap(_qk.Map.from_ops(nq, nf, nw, ops, _as_weights(weight_values)))
+
+    @property
+    def n_qubits(self) -> int:
+        """Number of qubits."""
+        return self._map.n_qubits
+
+    @property
+    def n_features(self) -> int:
+        """Number of features a sample has."""
+        return self._map.n_features
+
+    @property
+    def n_weights(self) -> int:
+        """Number of trainable weights (0 for data-only maps)."""
+        return self._map.n_weights
+
+    @property
+    def kind(self) -> str:
+        """``'product'`` (analytic kernel, no states), ``'real'`` (real amplitudes) or ``'complex'``."""
+        return self._map.kind
+
+    @property
+    def spec(self) -> str:
+        """A spec string that parses back into this map (custom circuits included)."""
+        return self._map.spec
+
+    @property
+    def weights(self) -> np.ndarray:
+        """A copy of the trainable weights (float64, ``n_weights`` values)."""
+        return self._map.weights
+
+    def with_weights(self, weights: npt.ArrayLike) -> "FeatureMap":
+        """The same map with other weights (``n_weights`` finite values)."""
+        return FeatureMap(self.spec, self.n_features, weights)
+
+    def statevector(self, x: npt.ArrayLike, threads: Optional[int] = None) -> np.ndarray:
+        """The states psi(x) as complex128: shape ``(2**n_qubits,)`` for one sample (1-D x),
+        ``(n, 2**n_qubits)`` for n samples. Qubit 0 is the least significant bit of the index
+        (Qiskit's order; reverse the bits for PennyLane's ``qml.state()``)."""
+        arr = np.asanyarray(x)
+        one = arr.ndim == 1
+        X = _as_data(arr.reshape(1, -1) if one else arr, "x")
+        S = self._map.states(X, _threads(threads))
+        return S[0] if one else S
+
+    def __reduce__(self):
+        return (FeatureMap, (self.spec, self.n_features, self.weights if self.n_weights else None))
+
+    def __repr__(self) -> str:
+        w = f", weights={self.weights.tolist()!r}" if self.n_weights else ""
+        return f"FeatureMap({self.spec!r}, n_features={self.n_features}{w})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, FeatureMap):
+            return NotImplemented
+        return (self.spec, self.n_features) == (other.spec, other.n_features) and \
+            np.array_equal(self.weights, other.weights)
+
+    def __hash__(self) -> int:
+        return hash((self.spec, self.n_features, self.weights.tobytes()))
+
+
+def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]) -> "_qk.Map":
+    if isinstance(map, str):
+        return _qk.Map(map, n_features, _as_weights(weights))
+    if isinstance(map, FeatureMap):
+        if map.n_features != n_features:
+            raise ValueError(f"X has {n_features} features, the map takes {map.n_features}")
+        return map._map if weights is None else map.with_weights(weights)._map
+    if _is_qiskit_circuit(map):
+        fm = FeatureMap.from_qiskit(map, weight_values=None)
+        if fm.n_features != n_features:
+            raise ValueError(f"X has {n_features} features, the circuit has {fm.n_features} parameters")
+        return fm._map if weights is None else fm.with_weights(weights)._map
+    raise TypeError(f"map must be a spec string, a qk.FeatureMap or a Qiskit QuantumCircuit (got {type(map).__name__})")
+
+
+# ---- gram ----
+def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
+         weights: Optional[npt.ArrayLike] = None, device: str = "auto", precision: Optional[str] = None,
+         out: Union[None, np.ndarray, PathLike] = None, threads: Optional[int] = None) -> np.ndarray:
+    """The Gram matrix K[i, j] = |<psi(X[i])|psi(Y[j])>|^2 (Y=None: K(X, X), symmetric).
+
+    X, Y: (n, d) arrays of real numbers, any dtype that converts to float64 and any strides;
+        a C-contiguous float64 array is used in place, anything else is converted once.
+    map: a spec string (docs/maps.md; ``d`` comes from X), a ``FeatureMap`` or a Qiskit circuit.
+    weights: the map's trainable weights (``hea``, circuits with ``w`` parameters).
+    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``.
+    precision: None (the engine's default: fp64 on the CPU, fp32 on the GPU), ``"fp32"``, ``"fp64"``.
+    out: None (a new array), a preallocated (n, m) float32/float64 array or ``np.memmap`` whose
+        rows are contiguous (a slice ``K[:, :m]`` of a wider array works), or a path: K is then
+        streamed into a ``.npy`` file (never whole in memory; written atomically) and returned as a
+        read-only ``np.memmap`` of that file.
+    threads: CPU engine threads (default: all cores).
+
+    Returns K: float64 by default on the CPU engine, float32 where the precision (or the GPU
+    engine's default) is fp32; ``out``'s dtype when out is an array (and out itself).
+    Raises ValueError (NaN/Inf, shapes, bad spec or weights), TypeError (non-numeric data),
+    MemoryError, RuntimeError (no CUDA device for ``device="cuda"``, I/O, ...), KeyboardInterrupt
+    on Ctrl-C (an ``out`` given by the caller is then partly written).
+    """
+    Xa = _as_data(X, "X")
+    Ya = None if Y is None else _as_data(Y, "Y")
+    if Ya is not None and Ya.shape[1] != Xa.shape[1]:
+        raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
+    m = _resolve_map(map, Xa.shape[1], weights)
+    dev = _option(_DEVICES, device, "device")
+    prec = _option(_PRECISIONS, precision, "precision")
+    nt = _threads(threads)
+    if out is None:
+        return _qk.gram(m, Xa, Ya, None, dev, prec, nt)
+    if isinstance(out, np.ndarray):
+        for A, name in ((Xa, "X"), (Ya, "Y")):
+            if A is not None and np.may_share_memory(out, A):
+                raise ValueError(f"out overlaps {name}")
+        return _qk.gram(m, Xa, Ya, out, dev, prec, nt)
+    if isinstance(out, (str, bytes, os.PathLike)):
+        path = os.fspath(out)
+        _qk.gram(m, Xa, Ya, None, dev, prec, nt, out_path=path)
+        return np.load(path, mmap_mode="r")
+    raise TypeError(f"out must be None, a numpy array or a path (got {type(out).__name__})")
+
+
+# ---- Kernel ----
+class Kernel:
+    """A quantum kernel for scikit-learn and a drop-in for qiskit-machine-learning's kernels.
+
+    ``SVC(kernel=qk.Kernel("zz(reps=2)"))`` calls ``K(X, Y)``; fitting passes X twice and gets
+    the symmetric K(X, X) (half the work). ``get_params`` / ``set_params`` make it clone in
+    ``GridSearchCV`` (``param_grid={"kernel__map": ["zz(reps=1)", "zz(reps=2)"]}``).
+    ``evaluate(x_vec, y_vec=None)`` has the semantics of qiskit-machine-learning's
+    ``FidelityStatevectorKernel.evaluate`` (exact fidelities, 1-D inputs are one sample); the
+    symmetric matrix is not projected onto the PSD cone (a fidelity Gram is PSD already).
+
+    map: a spec string, a ``FeatureMap`` or a Qiskit ``QuantumCircuit`` (``ZZFeatureMap(4)``);
+    weights, device, precision, threads: as in ``qk.gram``.
+    """
+
+    def __init__(self, map: MapLike = "zz(reps=2)", weights: Optional[npt.ArrayLike] = None,
+                 device: str = "auto", precision: Optional[str] = None, threads: Optional[int] = None) -> None:
+        # stored as given (scikit-learn's clone checks that the constructor keeps them as is)
+        self.map = map
+        self.weights = weights
+        self.device = device
+        self.precision = precision
+        self.threads = threads
+
+    def get_params(self, deep: bool = True) -> Dict[str, Any]:
+        """The constructor's arguments (scikit-learn's estimator protocol)."""
+        return {"map": self.map, "weights": self.weights, "device": self.device,
+                "precision": self.precision, "threads": self.threads}
+
+    def set_params(self, **params: Any) -> "Kernel":
+        """Sets constructor arguments by name; returns self."""
+        valid = self.get_params()
+        for k, v in params.items():
+            if k not in valid:
+                raise ValueError(f"invalid parameter {k!r} for Kernel; valid: {sorted(valid)}")
+            setattr(self, k, v)
+        return self
+
+    def feature_map(self, n_features: int) -> FeatureMap:
+        """The FeatureMap this kernel uses for samples of ``n_features`` features."""
+        return FeatureMap._wrap(_resolve_map(self.map, n_features, self.weights))
+
+    def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> np.ndarray:
+        """K(X, Y) as a float64 array; K(X, X), symmetric and computed once per pair, when Y is None
+        or holds the same samples as X (scikit-learn's fit passes X twice)."""
+        Xa = _as_data(X, "X")
+        Ya = None if Y is None or Y is X else _as_data(Y, "Y")
+        if Ya is not None and Ya.shape == Xa.shape and (Ya is Xa or np.array_equal(Xa, Ya)):
+            Ya = None
+        K = gram(Xa, Ya, map=self.map, weights=self.weights, device=self.device,
+                 precision=self.precision, threads=self.threads)
+        return K if K.dtype == np.float64 else K.astype(np.float64)
+
+    def evaluate(self, x_vec: npt.ArrayLike, y_vec: Optional[npt.ArrayLike] = None) -> np.ndarray:
+        """qiskit-machine-learning's ``evaluate``: the kernel matrix of x_vec (and y_vec), where a
+        1-D vector is one sample; y_vec equal to x_vec gives the symmetric K(x_vec, x_vec)."""
+        xv = np.asanyarray(x_vec)
+        if xv.ndim == 1:
+            xv = xv.reshape(1, -1)
+        yv = None
+        if y_vec is not None:
+            yv = np.asanyarray(y_vec)
+            if yv.ndim == 1:
+                yv = yv.reshape(1, -1)
+        return self(xv, yv)
+
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.get_params().items()
+                         if k == "map" or (v is not None and not (k == "device" and v == "auto")))
+        return f"Kernel({args})"

@@ -1,0 +1,578 @@
+/* _qk.c — the CPython extension of the qk package: a thin layer over qk.h.
+
+   Everything qk does lives in qk.h (and the CUDA engine, qk_cuda.cu, where Meson built it); this
+   file only converts between Python objects and qk's structs, so C, the CLI and Python agree.
+   The pure-Python part (qk/__init__.py) validates and converts arguments, then calls:
+
+     _qk.Map(spec, n_features, weights=None)        qk_map_parse (+ qk_map_set_weights)
+     _qk.Map.from_ops(n_qubits, n_features, n_weights, ops, weights=None)
+                                                    qk_map_make (QK_MAP_CUSTOM)
+     Map.n_qubits / n_features / n_weights / kind / spec / weights / ops
+     Map.states(x, threads)                         qk_states (complex128, n x 2^q)
+     _qk.gram(map, x, y, out, device, precision, threads, out_path)
+                                                    qk_gram into out (host, f32/f64) or into
+                                                    the .npy file out_path (QK_OUTPUT_NPY)
+     _qk.engine()                                   what this build and machine offer
+
+   x and y reach gram() as C-contiguous, aligned, native float64 arrays (checked here again, so a
+   direct caller cannot crash the process); out is a 2-D float32/float64 array whose rows are
+   contiguous (any row stride: qk's ld_out). The GIL is released while qk computes. qk's progress
+   callback, on the calling thread, takes the GIL back at most every QKPY_SIGNAL_CHECK_S seconds to
+   run Python's signal handlers (PyErr_CheckSignals): Ctrl-C raises KeyboardInterrupt there, the
+   callback cancels, qk_gram returns QK_ERROR_CANCELLED and the exception propagates. qk's errors
+   become ValueError (bad input), MemoryError (out of host or device memory) or RuntimeError (the
+   rest), with qk_last_error()'s detail message. */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#define NPY_NO_DEPRECATED_API NPY_1_7_API_VERSION
+#include <numpy/arrayobject.h>
+
+#define QK_IMPLEMENTATION
+#include "qk.h"
+
+#include <string.h>
+#if defined(_WIN32)
+#include <windows.h>
+#else
+#include <time.h>
+#include <unistd.h>
+#endif
+
+/* How often the progress callback looks for pending signals: 10 ms keeps Ctrl-C well under the
+   100 ms target (docs/python.md) while the GIL is taken back at most 100 times a second. */
+#define QKPY_SIGNAL_CHECK_S 0.010
+
+/* ---- errors ---- */
+static PyObject *qkpy_exception_for(qk_result r)
+{
+    switch (r) {
+    case QK_ERROR_INVALID_ARGUMENT: case QK_ERROR_NON_FINITE: case QK_ERROR_SHAPE: case QK_ERROR_PARSE:
+    case QK_ERROR_TOO_MANY_QUBITS: case QK_ERROR_ZERO_NORM: case QK_ERROR_BAD_DATA:
+        return PyExc_ValueError;
+    case QK_ERROR_OUT_OF_MEMORY: case QK_ERROR_DEVICE_OUT_OF_MEMORY:
+        return PyExc_MemoryError;
+    default:
+        return PyExc_RuntimeError;
+    }
+}
+
+/* Raises the Python exception for a qk_result, with qk's detail message; returns NULL. */
+static PyObject *qkpy_raise(qk_result r)
+{
+    const char *detail = qk_last_error();
+    PyErr_Format(qkpy_exception_for(r), "%s%s%s", qk_result_string(r), detail[0] ? ": " : "", detail);
+    return NULL;
+}
+
+static double qkpy_now(void)
+{
+#if defined(_WIN32)
+    return (double)GetTickCount64() * 1e-3;
+#else
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+#endif
+}
+
+/* ---- Map ---- */
+typedef struct {
+    PyObject_HEAD
+    qk_map *map;
+} qkpy_Map;
+
+/* Copies a 1-D sequence of floats into a new double buffer (*n values); NULL with an exception set. */
+static double *qkpy_doubles(PyObject *seq, Py_ssize_t *n)
+{
+    PyArrayObject *a = (PyArrayObject *)PyArray_FROMANY(seq, NPY_DOUBLE, 0, 1, NPY_ARRAY_IN_ARRAY);
+    double *out;
+    if (!a) return NULL;
+    *n = PyArray_SIZE(a);
+    out = (double *)PyMem_Malloc(sizeof(double) * (size_t)(*n > 0 ? *n : 1));
+    if (!out) { Py_DECREF(a); PyErr_NoMemory(); return NULL; }
+    if (*n > 0) memcpy(out, PyArray_DATA(a), sizeof(double) * (size_t)*n);
+    Py_DECREF(a);
+    return out;
+}
+
+static int qkpy_set_weights(qk_map *m, PyObject *weights)
+{
+    Py_ssize_t n;
+    double *w;
+    qk_result r;
+    if (weights == NULL || weights == Py_None) return 0;
+    w = qkpy_doubles(weights, &n);
+    if (!w) return -1;
+    if (n > INT32_MAX) { PyMem_Free(w); PyErr_SetString(PyExc_ValueError, "too many weights"); return -1; }
+    r = qk_map_set_weights(m, w, (int)n);
+    PyMem_Free(w);
+    if (r != QK_OK) { qkpy_raise(r); return -1; }
+    return 0;
+}
+
+static PyObject *qkpy_map_wrap(PyTypeObject *type, qk_map *m)
+{
+    qkpy_Map *self = (qkpy_Map *)type->tp_alloc(type, 0);
+    if (!self) { qk_map_free(m); return NULL; }
+    self->map = m;
+    return (PyObject *)self;
+}
+
+static PyObject *qkpy_Map_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"spec", "n_features", "weights", NULL};
+    const char *spec;
+    int n_features;
+    PyObject *weights = Py_None;
+    qk_map *m = NULL;
+    qk_result r;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "si|O:Map", kwlist, &spec, &n_features, &weights)) return NULL;
+    r = qk_map_parse(spec, n_features, &m);
+    if (r != QK_OK) return qkpy_raise(r);
+    if (qkpy_set_weights(m, weights) < 0) { qk_map_free(m); return NULL; }
+    return qkpy_map_wrap(type, m);
+}
+
+/* ops: a sequence of 9-tuples (op_kind, q0, q1, arg_kind, x0, x1, w, scale, offset), the fields
+   of qk_op / qk_angle with the QK_OP_* / QK_ARG_* values exported by this module. */
+static PyObject *qkpy_Map_from_ops(PyObject *cls, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"n_qubits", "n_features", "n_weights", "ops", "weights", NULL};
+    int nq, nf, nw;
+    PyObject *ops_obj, *weights = Py_None, *seq;
+    qk_map_desc d;
+    qk_op *ops;
+    qk_map *m = NULL;
+    qk_result r;
+    Py_ssize_t i, n;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "iiiO|O:from_ops", kwlist, &nq, &nf, &nw, &ops_obj, &weights)) return NULL;
+    seq = PySequence_Fast(ops_obj, "ops must be a sequence of tuples");
+    if (!seq) return NULL;
+    n = PySequence_Fast_GET_SIZE(seq);
+    if (n > INT32_MAX) { Py_DECREF(seq); PyErr_SetString(PyExc_ValueError, "too many ops"); return NULL; }
+    ops = (qk_op *)PyMem_Malloc(sizeof(qk_op) * (size_t)(n > 0 ? n : 1));
+    if (!ops) { Py_DECREF(seq); return PyErr_NoMemory(); }
+    memset(ops, 0, sizeof(qk_op) * (size_t)(n > 0 ? n : 1));
+    for (i = 0; i < n; i++) {
+        int kind, q0, q1, ak, x0, x1, w;
+        double scale, offset;
+        if (!PyArg_ParseTuple(PySequence_Fast_GET_ITEM(seq, i), "iiiiiiidd;each op is (kind, q0, q1, arg_kind, x0, x1, w, scale, offset)",
+                              &kind, &q0, &q1, &ak, &x0, &x1, &w, &scale, &offset)) {
+            PyMem_Free(ops); Py_DECREF(seq); return NULL;
+        }
+        ops[i].kind = (qk_op_kind)kind; ops[i].q0 = q0; ops[i].q1 = q1;
+        ops[i].angle.kind = (qk_arg_kind)ak; ops[i].angle.x0 = x0; ops[i].angle.x1 = x1; ops[i].angle.w = w;
+        ops[i].angle.scale = scale; ops[i].angle.offset = offset;
+    }
+    Py_DECREF(seq);
+    memset(&d, 0, sizeof d);
+    d.type = QK_MAP_CUSTOM;
+    d.n_features = nf;
+    d.n_qubits = nq;
+    d.ops = ops;
+    d.n_ops = (int)n;
+    d.n_weights = nw;
+    r = qk_map_make(&d, &m);
+    PyMem_Free(ops);
+    if (r != QK_OK) return qkpy_raise(r);
+    if (qkpy_set_weights(m, weights) < 0) { qk_map_free(m); return NULL; }
+    return qkpy_map_wrap((PyTypeObject *)cls, m);
+}
+
+static void qkpy_Map_dealloc(qkpy_Map *self)
+{
+    qk_map_free(self->map);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *qkpy_Map_get_n_qubits(qkpy_Map *self, void *c) { (void)c; return PyLong_FromLong(self->map->n_qubits); }
+static PyObject *qkpy_Map_get_n_features(qkpy_Map *self, void *c) { (void)c; return PyLong_FromLong(self->map->n_features); }
+static PyObject *qkpy_Map_get_n_weights(qkpy_Map *self, void *c) { (void)c; return PyLong_FromLong(self->map->n_weights); }
+static PyObject *qkpy_Map_get_kind(qkpy_Map *self, void *c)
+{
+    (void)c;
+    return PyUnicode_FromString(self->map->cls == QK_CLASS_PRODUCT ? "product" : self->map->cls == QK_CLASS_REAL ? "real" : "complex");
+}
+
+static PyObject *qkpy_Map_get_spec(qkpy_Map *self, void *c)
+{
+    int len = qk_map_spec(self->map, NULL, 0);
+    char *buf;
+    PyObject *s;
+    (void)c;
+    buf = (char *)PyMem_Malloc((size_t)len + 1);
+    if (!buf) return PyErr_NoMemory();
+    qk_map_spec(self->map, buf, (size_t)len + 1);
+    s = PyUnicode_FromString(buf);
+    PyMem_Free(buf);
+    return s;
+}
+
+static PyObject *qkpy_Map_get_weights(qkpy_Map *self, void *c)
+{
+    npy_intp n = self->map->n_weights;
+    PyObject *a = PyArray_SimpleNew(1, &n, NPY_DOUBLE);
+    (void)c;
+    if (a && n > 0) memcpy(PyArray_DATA((PyArrayObject *)a), self->map->weights, sizeof(double) * (size_t)n);
+    return a;
+}
+
+static PyObject *qkpy_Map_get_ops(qkpy_Map *self, void *c)
+{
+    PyObject *list = PyList_New(self->map->n_ops);
+    int i;
+    (void)c;
+    if (!list) return NULL;
+    for (i = 0; i < self->map->n_ops; i++) {
+        const qk_op *o = &self->map->ops[i];
+        PyObject *t = Py_BuildValue("(iiiiiiidd)", (int)o->kind, o->q0, o->q1, (int)o->angle.kind, o->angle.x0,
+                                    o->angle.x1, o->angle.w, o->angle.scale, o->angle.offset);
+        if (!t) { Py_DECREF(list); return NULL; }
+        PyList_SET_ITEM(list, i, t);
+    }
+    return list;
+}
+
+/* The input arrays of gram() / states(): 2-D, C-contiguous, aligned, native float64. */
+static int qkpy_check_in(PyObject *o, const char *name, int n_features)
+{
+    PyArrayObject *a;
+    if (!PyArray_Check(o)) { PyErr_Format(PyExc_TypeError, "%s must be a numpy array", name); return -1; }
+    a = (PyArrayObject *)o;
+    if (PyArray_TYPE(a) != NPY_DOUBLE || !PyArray_ISNOTSWAPPED(a) || !PyArray_IS_C_CONTIGUOUS(a) || !PyArray_ISALIGNED(a)) {
+        PyErr_Format(PyExc_TypeError, "%s must be a C-contiguous, aligned, native float64 array", name);
+        return -1;
+    }
+    if (PyArray_NDIM(a) != 2) { PyErr_Format(PyExc_ValueError, "%s must be 2-D (got %d dimensions)", name, PyArray_NDIM(a)); return -1; }
+    if (PyArray_DIM(a, 1) != n_features) {
+        PyErr_Format(PyExc_ValueError, "%s has %zd features per row, the map takes %d", name, (Py_ssize_t)PyArray_DIM(a, 1), n_features);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *qkpy_Map_states(qkpy_Map *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"x", "threads", NULL};
+    PyObject *xo;
+    int threads = 0;
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_result r;
+    PyArrayObject *x;
+    PyObject *out;
+    npy_intp dims[2];
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O|i:states", kwlist, &xo, &threads)) return NULL;
+    if (qkpy_check_in(xo, "x", self->map->n_features) < 0) return NULL;
+    x = (PyArrayObject *)xo;
+    if (self->map->n_qubits > QK_MAX_STATE_QUBITS) {
+        PyErr_Format(PyExc_ValueError, "too many qubits: %d qubits exceed the state limit %d", self->map->n_qubits, QK_MAX_STATE_QUBITS);
+        return NULL;
+    }
+    dims[0] = PyArray_DIM(x, 0);
+    dims[1] = (npy_intp)1 << self->map->n_qubits;
+    if (dims[0] > 0 && (double)dims[0] * (double)dims[1] * 16.0 > 9.0e18) return PyErr_NoMemory();
+    out = PyArray_SimpleNew(2, dims, NPY_COMPLEX128);
+    if (!out) return NULL;
+    if (dims[0] == 0) return out;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = threads;
+    Py_BEGIN_ALLOW_THREADS
+    r = qk_ctx_create(&cd, &ctx);
+    if (r == QK_OK) r = qk_states(ctx, self->map, (const double *)PyArray_DATA(x), dims[0], (double *)PyArray_DATA((PyArrayObject *)out));
+    qk_ctx_destroy(ctx);
+    Py_END_ALLOW_THREADS
+    if (r != QK_OK) { Py_DECREF(out); return qkpy_raise(r); }
+    return out;
+}
+
+static PyGetSetDef qkpy_Map_getset[] = {
+    {"n_qubits", (getter)qkpy_Map_get_n_qubits, NULL, "number of qubits", NULL},
+    {"n_features", (getter)qkpy_Map_get_n_features, NULL, "number of features per sample", NULL},
+    {"n_weights", (getter)qkpy_Map_get_n_weights, NULL, "number of trainable weights", NULL},
+    {"kind", (getter)qkpy_Map_get_kind, NULL, "'product', 'real' or 'complex' (qk_map_class)", NULL},
+    {"spec", (getter)qkpy_Map_get_spec, NULL, "spec string that parses back into this map (qk_map_spec)", NULL},
+    {"weights", (getter)qkpy_Map_get_weights, NULL, "a copy of the weights (float64)", NULL},
+    {"ops", (getter)qkpy_Map_get_ops, NULL, "the op list as (kind, q0, q1, arg_kind, x0, x1, w, scale, offset) tuples", NULL},
+    {NULL, NULL, NULL, NULL, NULL}
+};
+
+static PyMethodDef qkpy_Map_methods[] = {
+    {"from_ops", (PyCFunction)(void (*)(void))qkpy_Map_from_ops, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     "from_ops(n_qubits, n_features, n_weights, ops, weights=None): a custom map (qk_map_make)"},
+    {"states", (PyCFunction)(void (*)(void))qkpy_Map_states, METH_VARARGS | METH_KEYWORDS,
+     "states(x, threads=0): complex128 states of the rows of x (qk_states)"},
+    {NULL, NULL, 0, NULL}
+};
+
+static PyTypeObject qkpy_MapType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "qk._qk.Map",
+    .tp_basicsize = sizeof(qkpy_Map),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A qk feature map (qk_map): immutable once built",
+    .tp_new = qkpy_Map_new,
+    .tp_dealloc = (destructor)qkpy_Map_dealloc,
+    .tp_getset = qkpy_Map_getset,
+    .tp_methods = qkpy_Map_methods,
+};
+
+/* ---- gram ---- */
+typedef struct {
+    PyThreadState *ts;          /* the calling thread's state while the GIL is released */
+    unsigned long thread;       /* the calling thread: only it may take the GIL back here */
+    double last;                /* when signals were last checked */
+    int interrupted;            /* a signal handler raised: cancel */
+} qkpy_cancel;
+
+static int qkpy_progress(int64_t done, int64_t total, void *user)
+{
+    qkpy_cancel *c = (qkpy_cancel *)user;
+    double now;
+    (void)done; (void)total;
+    if (c->interrupted || PyThread_get_thread_ident() != c->thread) return c->interrupted;
+    now = qkpy_now();
+    if (now - c->last < QKPY_SIGNAL_CHECK_S) return 0;
+    c->last = now;
+    PyEval_RestoreThread(c->ts);
+    if (PyErr_CheckSignals() < 0) c->interrupted = 1;
+    c->ts = PyEval_SaveThread();
+    return c->interrupted;
+}
+
+/* ---- contexts ---- */
+/* qk contexts are kept between calls (a context owns the CPU engine's thread pool and, on the
+   GPU engine, pinned staging: both cost more to set up than a small Gram). A call takes a free
+   context of its (device, threads) from this cache, or makes one, and puts it back afterwards;
+   the GIL guards the cache, so concurrent calls from Python threads use different contexts. A
+   forked child forgets the parent's contexts (their threads did not survive the fork). */
+#define QKPY_CTX_CACHE 4
+typedef struct { qk_ctx *ctx; int device, threads; } qkpy_ctx_slot;
+static qkpy_ctx_slot qkpy_ctx_cache[QKPY_CTX_CACHE];
+static long qkpy_ctx_pid;
+
+static long qkpy_pid(void)
+{
+#if defined(_WIN32)
+    return (long)GetCurrentProcessId();
+#else
+    return (long)getpid();
+#endif
+}
+
+/* Called with the GIL held: a cached context of (device, threads), or NULL. */
+static qk_ctx *qkpy_ctx_take(int device, int threads)
+{
+    int i;
+    if (qkpy_ctx_pid != qkpy_pid()) {
+        memset(qkpy_ctx_cache, 0, sizeof qkpy_ctx_cache);   /* a fork: not ours to free */
+        qkpy_ctx_pid = qkpy_pid();
+    }
+    for (i = 0; i < QKPY_CTX_CACHE; i++)
+        if (qkpy_ctx_cache[i].ctx && qkpy_ctx_cache[i].device == device && qkpy_ctx_cache[i].threads == threads) {
+            qk_ctx *c = qkpy_ctx_cache[i].ctx;
+            qkpy_ctx_cache[i].ctx = NULL;
+            return c;
+        }
+    return NULL;
+}
+
+/* Called with the GIL held (the context is destroyed when the cache is full). */
+static void qkpy_ctx_give(qk_ctx *ctx, int device, int threads)
+{
+    int i;
+    if (!ctx) return;
+    for (i = 0; i < QKPY_CTX_CACHE; i++)
+        if (!qkpy_ctx_cache[i].ctx) {
+            qkpy_ctx_cache[i].ctx = ctx; qkpy_ctx_cache[i].device = device; qkpy_ctx_cache[i].threads = threads;
+            return;
+        }
+    Py_BEGIN_ALLOW_THREADS
+    qk_ctx_destroy(ctx);
+    Py_END_ALLOW_THREADS
+}
+
+static void qkpy_ctx_clear(void)
+{
+    int i;
+    if (qkpy_ctx_pid != qkpy_pid()) return;
+    for (i = 0; i < QKPY_CTX_CACHE; i++) { qk_ctx_destroy(qkpy_ctx_cache[i].ctx); qkpy_ctx_cache[i].ctx = NULL; }
+}
+
+/* ---- gram ---- */
+/* Wall time of the last qk_gram call made by gram() (bench/python_cpu.py: the wrapper's own cost
+   is the call's time minus this). */
+static double qkpy_last_gram_s;
+
+static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"map", "x", "y", "out", "device", "precision", "threads", "out_path", NULL};
+    PyObject *mapo, *xo, *yo = Py_None, *outo = Py_None, *path = NULL;
+    int device = 0, precision = 0, threads = 0;
+    qkpy_Map *map;
+    PyArrayObject *x, *y = NULL, *out = NULL;
+    qk_ctx_desc cd;
+    qk_ctx *ctx;
+    qk_gram_desc g;
+    qk_dtype dt;
+    qkpy_cancel cancel;
+    qk_result r = QK_OK;
+    int64_t nx, ny, ld = 0;
+    double t0;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOiiiO&:gram", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &outo,
+                                     &device, &precision, &threads, PyUnicode_FSConverter, &path)) return NULL;
+    map = (qkpy_Map *)mapo;
+    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) goto fail;
+    x = (PyArrayObject *)xo;
+    if (yo != Py_None) {
+        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) goto fail;
+        y = (PyArrayObject *)yo;
+    }
+    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
+    if (precision < QK_PRECISION_DEFAULT || precision > QK_PRECISION_FP64) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (threads < 0) { PyErr_Format(PyExc_ValueError, "threads must be >= 1 (got %d)", threads); goto fail; }
+    if (path && outo != Py_None) { PyErr_SetString(PyExc_ValueError, "give out or out_path, not both"); goto fail; }
+    nx = PyArray_DIM(x, 0);
+    ny = y ? PyArray_DIM(y, 0) : nx;
+    if (outo != Py_None) {     /* the caller's array (borrowed: out stays NULL) */
+        PyArrayObject *o;
+        npy_intp isz;
+        if (!PyArray_Check(outo)) { PyErr_SetString(PyExc_TypeError, "out must be a numpy array"); goto fail; }
+        o = (PyArrayObject *)outo;
+        if ((PyArray_TYPE(o) != NPY_DOUBLE && PyArray_TYPE(o) != NPY_FLOAT) || !PyArray_ISNOTSWAPPED(o)) {
+            PyErr_SetString(PyExc_TypeError, "out must be a native float32 or float64 array");
+            goto fail;
+        }
+        if (PyArray_NDIM(o) != 2 || PyArray_DIM(o, 0) != nx || PyArray_DIM(o, 1) != ny) {
+            PyErr_Format(PyExc_ValueError, "out must have shape (%lld, %lld)", (long long)nx, (long long)ny);
+            goto fail;
+        }
+        if (!PyArray_ISWRITEABLE(o)) { PyErr_SetString(PyExc_ValueError, "out is read-only"); goto fail; }
+        isz = PyArray_ITEMSIZE(o);
+        if (!PyArray_ISALIGNED(o) || (ny > 1 && PyArray_STRIDE(o, 1) != isz) ||
+            (nx > 1 && (PyArray_STRIDE(o, 0) < ny * isz || PyArray_STRIDE(o, 0) % isz != 0))) {
+            PyErr_SetString(PyExc_ValueError, "out's rows must be contiguous and in order (column stride = item size, row stride >= columns)");
+            goto fail;
+        }
+        if (nx > 1) ld = PyArray_STRIDE(o, 0) / isz;
+    }
+    ctx = qkpy_ctx_take(device, threads);
+    if (!ctx) {
+        memset(&cd, 0, sizeof cd);
+        cd.device = (qk_device)device;
+        cd.n_threads = threads;
+        Py_BEGIN_ALLOW_THREADS
+        r = qk_ctx_create(&cd, &ctx);
+        Py_END_ALLOW_THREADS
+        if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    }
+    /* the output dtype qk's planner picks (docs/api.md): fp64 on the CPU engine, fp32 on the GPU
+       engine, unless the precision says otherwise; the caller's out decides for itself */
+    dt = precision == QK_PRECISION_FP64 ? QK_F64 : precision == QK_PRECISION_FP32 ? QK_F32
+         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    memset(&g, 0, sizeof g);
+    if (outo != Py_None) {
+        dt = PyArray_TYPE((PyArrayObject *)outo) == NPY_FLOAT ? QK_F32 : QK_F64;
+        g.out = PyArray_DATA((PyArrayObject *)outo);
+    } else if (path) {
+        g.output = QK_OUTPUT_NPY;
+        g.out_path = PyBytes_AS_STRING(path);
+    } else {
+        npy_intp dims[2];
+        dims[0] = (npy_intp)nx; dims[1] = (npy_intp)ny;
+        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
+        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
+        g.out = PyArray_DATA(out);
+    }
+    g.x = (const double *)PyArray_DATA(x);
+    g.n_x = nx;
+    g.y = y ? (const double *)PyArray_DATA(y) : NULL;
+    g.n_y = y ? ny : 0;
+    g.ld_out = ld;
+    g.out_dtype = dt;
+    g.precision = (qk_precision)precision;
+    g.progress = qkpy_progress;
+    g.progress_user = &cancel;
+    memset(&cancel, 0, sizeof cancel);
+    cancel.thread = PyThread_get_thread_ident();
+    cancel.last = qkpy_now();
+    cancel.ts = PyEval_SaveThread();
+    t0 = qkpy_now();
+    r = qk_gram(ctx, map->map, &g);
+    t0 = qkpy_now() - t0;
+    PyEval_RestoreThread(cancel.ts);
+    qkpy_last_gram_s = t0;                  /* written with the GIL held */
+    qkpy_ctx_give(ctx, device, threads);
+    if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
+    if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    Py_XDECREF(path);
+    if (outo != Py_None) { Py_INCREF(outo); return outo; }
+    if (out) return (PyObject *)out;
+    Py_RETURN_NONE;                         /* out_path: the file is written */
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(path);
+    return NULL;
+}
+
+/* ---- engine ---- */
+static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
+{
+    int devices = 0;
+    (void)mod; (void)noargs;
+#if defined(QK_CUDA) && QK_CUDA
+    Py_BEGIN_ALLOW_THREADS
+    devices = qk_cuda_device_count();
+    Py_END_ALLOW_THREADS
+    if (devices < 0) devices = 0;
+    return Py_BuildValue("{s:s,s:O,s:i}", "version", QK_VERSION_STRING, "cuda_engine", Py_True, "cuda_devices", devices);
+#else
+    return Py_BuildValue("{s:s,s:O,s:i}", "version", QK_VERSION_STRING, "cuda_engine", Py_False, "cuda_devices", devices);
+#endif
+}
+
+static PyObject *qkpy_last_gram_seconds(PyObject *mod, PyObject *noargs)
+{
+    (void)mod; (void)noargs;
+    return PyFloat_FromDouble(qkpy_last_gram_s);
+}
+
+static PyMethodDef qkpy_methods[] = {
+    {"gram", (PyCFunction)(void (*)(void))qkpy_gram, METH_VARARGS | METH_KEYWORDS,
+     "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None): qk_gram into out\n"
+     "(or a new array; returned) or into the .npy file out_path (QK_OUTPUT_NPY; returns None)"},
+    {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
+    {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
+    {NULL, NULL, 0, NULL}
+};
+
+static struct PyModuleDef qkpy_module = {
+    PyModuleDef_HEAD_INIT, "_qk", "qk's extension module (qk.h); use the qk package", -1, qkpy_methods,
+    NULL, NULL, NULL, NULL
+};
+
+PyMODINIT_FUNC PyInit__qk(void)
+{
+    PyObject *m;
+    import_array();
+    if (PyType_Ready(&qkpy_MapType) < 0) return NULL;
+    qkpy_ctx_pid = qkpy_pid();
+    if (Py_AtExit(qkpy_ctx_clear) < 0) { /* no slot left: the contexts are left to the OS at exit */ }
+    m = PyModule_Create(&qkpy_module);
+    if (!m) return NULL;
+    Py_INCREF(&qkpy_MapType);
+    if (PyModule_AddObject(m, "Map", (PyObject *)&qkpy_MapType) < 0) { Py_DECREF(&qkpy_MapType); Py_DECREF(m); return NULL; }
+#define QKPY_CONST(name) if (PyModule_AddIntConstant(m, #name, name) < 0) { Py_DECREF(m); return NULL; }
+    QKPY_CONST(QK_OP_H) QKPY_CONST(QK_OP_X) QKPY_CONST(QK_OP_Y) QKPY_CONST(QK_OP_Z)
+    QKPY_CONST(QK_OP_RX) QKPY_CONST(QK_OP_RY) QKPY_CONST(QK_OP_RZ) QKPY_CONST(QK_OP_P)
+    QKPY_CONST(QK_OP_CNOT) QKPY_CONST(QK_OP_CZ) QKPY_CONST(QK_OP_RZZ)
+    QKPY_CONST(QK_ARG_CONST) QKPY_CONST(QK_ARG_X) QKPY_CONST(QK_ARG_XX) QKPY_CONST(QK_ARG_PIXX)
+    QKPY_CONST(QK_ARG_W) QKPY_CONST(QK_ARG_WX)
+    QKPY_CONST(QK_DEVICE_AUTO) QKPY_CONST(QK_DEVICE_CPU) QKPY_CONST(QK_DEVICE_CUDA)
+    QKPY_CONST(QK_PRECISION_DEFAULT) QKPY_CONST(QK_PRECISION_FP32) QKPY_CONST(QK_PRECISION_FP64)
+    QKPY_CONST(QK_MAX_STATE_QUBITS)
+#undef QKPY_CONST
+    return m;
+}

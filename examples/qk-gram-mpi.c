@@ -1,0 +1,388 @@
+/* qk-gram-mpi — qk-gram's main job over the ranks of an MPI job.
+
+     mpirun -n R qk-gram-mpi --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]
+
+   Rank 0 reads X (and Y) and broadcasts them; every rank computes its band of rows of K
+   (qk_gram_mpi: rows dealt by pair count) on the CPU engine or, with --device cuda / auto in a
+   CUDA build, on GPU (node-local rank mod GPUs of the node), and writes it into the one .npy
+   file with MPI-IO. The file appears (renamed from a temporary file by rank 0) only when every
+   rank succeeded; on any rank's failure no file is left and every rank exits 1. The output
+   directory must be on a file system every rank sees. docs/scale.md has the details.
+
+   Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 stopped by SIGINT / SIGTERM. */
+#define _POSIX_C_SOURCE 200809L   /* clock_gettime, sigaction, access under strict -std=c11 */
+#define QK_MPI
+#define QK_IMPLEMENTATION
+#include "qk.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#define EXIT_USAGE 2
+
+static const char *usage_text =
+    "usage: mpirun -n R qk-gram-mpi --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]\n"
+    "\n"
+    "qk-gram over MPI ranks: K[i][j] = |<psi(x_i)|psi(y_j)>|^2, rows dealt to the ranks by pair\n"
+    "count, written into one .npy file with MPI-IO (complete or absent).\n"
+    "\n"
+    "  --map SPEC        feature map (docs/maps.md), e.g. 'zz(reps=2)'\n"
+    "  --x FILE          samples (.npy or .csv), read by rank 0\n"
+    "  --y FILE          second sample set: K = K(X, Y) (default K(X, X))\n"
+    "  --out FILE        output .npy, on a file system every rank sees\n"
+    "  --device D        cpu (default), cuda, auto; a GPU build gives rank r of a node GPU\n"
+    "                    r mod (GPUs of the node)\n"
+    "  --precision P     fp32 or fp64 (output float32 / float64; default fp64 on the CPU,\n"
+    "                    fp32 on the GPU)\n"
+    "  --weights FILE    trainable weights of the map\n"
+    "  --threads N       CPU engine threads per rank (default: cores / ranks on the node)\n"
+    "  --no-sync         skip the final sync of the file (faster, not durable)\n"
+    "  --quiet           print errors only\n"
+    "  --autotune, --no-autotune, --cache-dir DIR   as qk-gram (GPU)\n"
+    "  --help, --version\n";
+
+typedef struct options {
+    const char *map, *x, *y, *out, *weights, *cache_dir;
+    qk_device device;
+    qk_precision precision;
+    int threads, quiet, no_sync, autotune;
+} options;
+
+static int g_rank = 0, g_size = 1;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static void die_usage(const char *fmt, ...) {
+    va_list ap;
+    if (g_rank == 0) {
+        fprintf(stderr, "qk-gram-mpi: ");
+        va_start(ap, fmt);
+        vfprintf(stderr, fmt, ap);
+        va_end(ap);
+        fprintf(stderr, "\n(qk-gram-mpi --help shows the options)\n");
+    }
+    MPI_Finalize();
+    exit(EXIT_USAGE);
+}
+
+/* Prints "qk-gram-mpi: error: <what>: <qk detail>" (rank 0 only: every rank has the same error,
+   unless `mine` says that this rank's own error is meant) and returns EXIT_FAILURE. */
+static int fail(int mine, qk_result r, const char *fmt, ...) {
+    va_list ap;
+    if (g_rank != 0 && !mine) return EXIT_FAILURE;
+    fprintf(stderr, "qk-gram-mpi: error: ");
+    if (mine && g_size > 1) fprintf(stderr, "rank %d: ", g_rank);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    if (r != QK_OK) fprintf(stderr, ": %s", *qk_last_error() ? qk_last_error() : qk_result_string(r));
+    fprintf(stderr, "\n");
+    return EXIT_FAILURE;
+}
+
+/* 1 on every rank when any rank passes a non-zero flag */
+static int any(int flag) {
+    int all = 0;
+    MPI_Allreduce(&flag, &all, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    return all;
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), m = strlen(suffix), i;
+    if (n < m) return 0;
+    for (i = 0; i < m; i++)
+        if (tolower((unsigned char)s[n - m + i]) != suffix[i]) return 0;
+    return 1;
+}
+
+/* Rank 0 reads a .npy / .csv array (2-D samples when `samples`); every rank gets it. */
+static int read_bcast(const char *what, const char *path, int samples, qk_array *a) {
+    int bad = 0;
+    int64_t shape[3] = {0, 0, 0}, off;
+    memset(a, 0, sizeof *a);
+    if (g_rank == 0) {
+        qk_result r = QK_ERROR_FORMAT;
+        if (!ends_with(path, ".npy") && !ends_with(path, ".csv")) bad = fail(0, QK_OK, "%s: '%s' is neither .npy nor .csv", what, path);
+        else if ((r = ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a)) != QK_OK) bad = fail(0, r, "cannot read %s", what);
+        else if (samples && (a->ndim != 2 || a->rows < 1 || a->cols < 1))
+            bad = fail(0, QK_OK, "%s: '%s' must be 2-D (n_samples, n_features) with at least one of each", what, path);
+        shape[0] = a->rows;
+        shape[1] = a->cols;
+        shape[2] = a->ndim;
+    }
+    if (any(bad)) { qk_array_free(a); return EXIT_FAILURE; }
+    MPI_Bcast(shape, 3, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank != 0) {
+        a->rows = shape[0];
+        a->cols = shape[1];
+        a->ndim = (int)shape[2];
+        a->data = (double *)malloc(sizeof(double) * (size_t)(a->rows * a->cols > 0 ? a->rows * a->cols : 1));
+        bad = a->data == NULL;
+    }
+    if (any(bad)) { qk_array_free(a); return fail(bad, QK_ERROR_OUT_OF_MEMORY, "%s: out of memory", what); }
+    for (off = 0; off < a->rows * a->cols; off += 1 << 26) {   /* MPI counts are int */
+        int64_t c = a->rows * a->cols - off < (1 << 26) ? a->rows * a->cols - off : (1 << 26);
+        MPI_Bcast(a->data + off, (int)c, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    return EXIT_SUCCESS;
+}
+
+/* As qk-gram: the output must be a .npy in an existing, writable directory (rank 0 checks). */
+static int check_output_path(const char *out) {
+    struct stat st;
+    char dir[4096];
+    const char *slash = strrchr(out, '/');
+    size_t dl = slash ? (slash == out ? 1 : (size_t)(slash - out)) : 1;
+    if (!ends_with(out, ".npy")) return fail(0, QK_OK, "--out '%s': the output must be a .npy file", out);
+    if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) return fail(0, QK_OK, "--out '%s' is a directory", out);
+    if (dl >= sizeof dir) return fail(0, QK_OK, "--out '%s': path too long", out);
+    if (slash) memcpy(dir, out, dl);
+    else dir[0] = '.';
+    dir[dl] = 0;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) return fail(0, QK_OK, "--out '%s': directory '%s' does not exist", out, dir);
+    if (access(dir, W_OK) != 0) return fail(0, QK_OK, "--out '%s': directory '%s' is not writable: %s", out, dir, strerror(errno));
+    return EXIT_SUCCESS;
+}
+
+static void parse_args(int argc, char **argv, options *o) {
+    int i;
+    memset(o, 0, sizeof *o);
+    o->device = QK_DEVICE_CPU;
+    for (i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = NULL, *eq;
+        char name[32];
+        size_t nl;
+        if (strncmp(a, "--", 2) != 0) die_usage("unexpected argument '%s'", a);
+        eq = strchr(a, '=');
+        nl = eq ? (size_t)(eq - a) : strlen(a);
+        if (nl >= sizeof name) die_usage("unknown option '%s'", a);
+        memcpy(name, a, nl);
+        name[nl] = 0;
+        if (!strcmp(name, "--help")) { if (g_rank == 0) fputs(usage_text, stdout); MPI_Finalize(); exit(0); }
+        if (!strcmp(name, "--version")) { if (g_rank == 0) printf("qk-gram-mpi %s\n", QK_VERSION_STRING); MPI_Finalize(); exit(0); }
+        if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
+        if (!strcmp(name, "--no-sync")) { o->no_sync = 1; continue; }
+        if (!strcmp(name, "--autotune")) { o->autotune = 1; continue; }
+        if (!strcmp(name, "--no-autotune")) { o->autotune = -1; continue; }
+        if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
+            strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
+            strcmp(name, "--threads") && strcmp(name, "--cache-dir"))
+            die_usage("unknown option '%s'", name);
+        if (eq) v = eq + 1;
+        else if (i + 1 < argc) v = argv[++i];
+        else die_usage("option %s needs a value", name);
+        if (!strcmp(name, "--map")) o->map = v;
+        else if (!strcmp(name, "--x")) o->x = v;
+        else if (!strcmp(name, "--y")) o->y = v;
+        else if (!strcmp(name, "--out")) o->out = v;
+        else if (!strcmp(name, "--weights")) o->weights = v;
+        else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
+        else if (!strcmp(name, "--device")) {
+            if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
+            else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
+            else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
+            else die_usage("--device '%s': expected auto, cpu or cuda", v);
+        } else if (!strcmp(name, "--precision")) {
+            if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
+            else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
+            else die_usage("--precision '%s': expected fp32 or fp64", v);
+        } else {
+            char *end;
+            long t = strtol(v, &end, 10);
+            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", v);
+            o->threads = (int)t;
+        }
+    }
+    if (!o->map) die_usage("--map is required (e.g. --map 'zz(reps=2)')");
+    if (!o->x) die_usage("--x is required");
+    if (!o->out) die_usage("--out is required");
+}
+
+/* SIGINT / SIGTERM: the progress callback cancels; qk_gram_mpi then stops every rank and
+   removes the temporary file. */
+static volatile sig_atomic_t stop_signal = 0;
+static void on_stop_signal(int sig) { stop_signal = sig; }
+
+typedef struct rank_clock { double t0, t_done; } rank_clock;
+
+static int progress_cb(int64_t done, int64_t total, void *user) {
+    rank_clock *c = (rank_clock *)user;
+    if (done >= total && c->t_done == 0) c->t_done = now_s();
+    return stop_signal != 0;
+}
+
+static int run(const options *o) {
+    qk_array X, Y, W;
+    qk_map *map = NULL;
+    qk_ctx *ctx = NULL;
+    qk_ctx_desc cd;
+    qk_gram_desc gd;
+    qk_result r;
+    MPI_Comm node;
+    int node_rank = 0, node_size = 1, rc = EXIT_FAILURE, bad = 0, dev = -1;
+    rank_clock clk;
+    double secs, *t_all = NULL;
+    struct sigaction sa, old_int, old_term;
+
+    memset(&X, 0, sizeof X);
+    memset(&Y, 0, sizeof Y);
+    memset(&W, 0, sizeof W);
+    if (any(g_rank == 0 && check_output_path(o->out) != EXIT_SUCCESS)) return EXIT_FAILURE;
+    if (read_bcast("X", o->x, 1, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (o->y && read_bcast("Y", o->y, 1, &Y) != EXIT_SUCCESS) goto done;
+    if (o->weights && read_bcast("--weights", o->weights, 0, &W) != EXIT_SUCCESS) goto done;
+    if (o->y && Y.cols != X.cols) {
+        fail(0, QK_OK, "feature count mismatch: X has %lld features, Y has %lld", (long long)X.cols, (long long)Y.cols);
+        goto done;
+    }
+    if (X.cols > 0x7fffffff) { fail(0, QK_OK, "X has too many features"); goto done; }
+    /* every rank parses the same spec: the same error everywhere, printed once */
+    r = qk_map_parse(o->map, (int)X.cols, &map);
+    if (r != QK_OK) { fail(0, r, "--map '%s'", o->map); goto done; }
+    if (o->weights) {
+        r = W.rows * W.cols > 0x7fffffff ? QK_ERROR_INVALID_ARGUMENT : qk_map_set_weights(map, W.data, (int)(W.rows * W.cols));
+        if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", o->weights, map->n_weights); goto done; }
+    }
+
+    /* the data suits the map (every rank has the same data: the same answer everywhere) */
+    r = qk_map_check_data(map, X.data, X.rows, "X");
+    if (r != QK_OK) { fail(0, r, "bad data in '%s'", o->x); goto done; }
+    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", o->y); goto done; }
+
+    /* the context: threads shared by the ranks of a node, GPU by node-local rank */
+    MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+    MPI_Comm_rank(node, &node_rank);
+    MPI_Comm_size(node, &node_size);
+    MPI_Comm_free(&node);
+    memset(&cd, 0, sizeof cd);
+    cd.device = o->device;
+    cd.n_threads = o->threads;
+    if (!cd.n_threads) {
+        long nc = sysconf(_SC_NPROCESSORS_ONLN);
+        cd.n_threads = nc / node_size > 1 ? (int)(nc / node_size) : 1;
+    }
+    cd.autotune = o->autotune;
+    cd.cache_dir = o->cache_dir;
+#if defined(QK_CUDA) && QK_CUDA
+    if (o->device != QK_DEVICE_CPU) {
+        int n = qk_cuda_device_count();
+        if (n > 0) cd.cuda_device = dev = node_rank % n;
+    }
+#endif
+    r = qk_ctx_create(&cd, &ctx);
+    bad = r != QK_OK;
+    if (bad) fail(1, r, "cannot create the qk context");
+    if (any(bad)) goto done;
+
+    memset(&gd, 0, sizeof gd);
+    gd.x = X.data;
+    gd.n_x = X.rows;
+    gd.y = o->y ? Y.data : NULL;
+    gd.n_y = o->y ? Y.rows : 0;
+    gd.precision = o->precision;
+    /* qk_gram_mpi's default, made explicit for the summary line */
+    gd.out_dtype = o->precision == QK_PRECISION_FP32 ||
+                   (o->precision == QK_PRECISION_DEFAULT && qk_ctx_query(ctx).device == QK_DEVICE_CUDA) ? QK_F32 : QK_F64;
+    gd.output = QK_OUTPUT_NPY;
+    gd.out_path = o->out;
+    gd.no_sync = o->no_sync;
+    gd.progress = progress_cb;
+    gd.progress_user = &clk;
+    if (!o->quiet && g_rank == 0) {
+        char spec[512];
+        qk_map_spec(map, spec, sizeof spec);
+        printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
+        printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
+               o->y ? o->y : "", o->y ? "" : ", K = K(X, X) (symmetric)");
+        printf("ranks: %d, %s engine, %d threads per rank\n", g_size,
+               qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? "CUDA" : "CPU", qk_ctx_query(ctx).n_threads);
+        fflush(stdout);
+    }
+
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    MPI_Barrier(MPI_COMM_WORLD);
+    memset(&clk, 0, sizeof clk);
+    clk.t0 = now_s();
+    r = qk_gram_mpi(ctx, map, &gd, MPI_COMM_WORLD);
+    secs = now_s() - clk.t0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    {
+        int sig = stop_signal, any_sig = 0;
+        MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+        if (r == QK_ERROR_CANCELLED && any_sig) {
+            if (g_rank == 0) fprintf(stderr, "qk-gram-mpi: stopped by %s; '%s' was not written\n", any_sig == SIGINT ? "SIGINT" : "SIGTERM", o->out);
+            rc = 128 + any_sig;
+            goto done;
+        }
+    }
+    if (r != QK_OK) { fail(0, r, "Gram failed"); goto done; }
+
+    /* when each rank finished its band: the balance of the split */
+    if (g_rank == 0) t_all = (double *)malloc(sizeof(double) * 2 * (size_t)g_size);
+    {
+        double mine[2];
+        mine[0] = clk.t_done > 0 ? clk.t_done - clk.t0 : secs;
+        mine[1] = (double)dev;
+        MPI_Gather(mine, 2, MPI_DOUBLE, t_all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    }
+    if (!o->quiet && g_rank == 0 && t_all) {
+        int64_t cols = o->y ? Y.rows : X.rows;
+        double mean = 0, mx = 0;
+        int k;
+        for (k = 0; k < g_size; k++) {
+            mean += t_all[2 * k] / g_size;
+            if (t_all[2 * k] > mx) mx = t_all[2 * k];
+        }
+        printf("ranks' bands done after (s):");
+        for (k = 0; k < g_size; k++) printf(" %.3f", t_all[2 * k]);
+        printf("  (slowest / mean %.3f)\n", mean > 0 ? mx / mean : 1.0);
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s on %d ranks, %.3g Gpairs/s\n", (long long)X.rows,
+               (long long)cols, gd.out_dtype == QK_F32 ? "float32" : "float64",
+               o->out, (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
+               secs > 0 ? (double)(X.rows * cols) / secs * 1e-9 : 0.0);
+    }
+    rc = EXIT_SUCCESS;
+done:
+    free(t_all);
+    qk_ctx_destroy(ctx);
+    qk_map_free(map);
+    qk_array_free(&X);
+    qk_array_free(&Y);
+    qk_array_free(&W);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    options o;
+    int rc, provided = 0;
+    /* SERIALIZED: qk_gram_mpi writes each slab from a second thread while the next is computed */
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+    MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &g_size);
+    if (argc == 1) {
+        if (g_rank == 0) fputs(usage_text, stderr);
+        MPI_Finalize();
+        return EXIT_USAGE;
+    }
+    parse_args(argc, argv, &o);
+    rc = run(&o);
+    MPI_Finalize();
+    return rc;
+}

@@ -1,0 +1,141 @@
+"""qk against Qiskit: Kernel.evaluate equals qiskit-machine-learning's FidelityStatevectorKernel at
+1e-10 (fp64) on random data; FeatureMap.from_qiskit(ZZFeatureMap(...)) equals the built-in zz
+map; converted circuits of every supported gate and angle form give Qiskit's statevector (up to
+a global phase); unsupported gates and angles are errors that name them. Skips without qiskit
+(.ci/run installs it); the qiskit-machine-learning comparisons skip without that package.
+Sizes are small: Qiskit's kernel is slow and CI has 2 cores."""
+import math
+import unittest
+import warnings
+
+import numpy as np
+
+import qk
+
+try:
+    import qiskit
+    from qiskit.circuit import ParameterVector, QuantumCircuit
+    from qiskit.circuit.library import PauliFeatureMap, ZZFeatureMap, zz_feature_map
+    from qiskit.quantum_info import Statevector
+except ImportError as e:
+    raise unittest.SkipTest(f"qiskit is not installed ({e}): pip install qiskit qiskit-machine-learning")
+
+warnings.filterwarnings("ignore", category=DeprecationWarning)   # ZZFeatureMap / PauliFeatureMap classes (Qiskit >= 2.1)
+RNG = np.random.default_rng(11)
+TOL = 1e-10
+
+
+def _fidelity_kernel(circuit):
+    try:
+        from qiskit_machine_learning.kernels import FidelityStatevectorKernel
+    except ImportError as e:
+        raise unittest.SkipTest(f"qiskit-machine-learning is not installed ({e})")
+    return FidelityStatevectorKernel(feature_map=circuit)
+
+
+def _assert_same_state(a, b):
+    # equal up to a global phase: |<a|b>| = 1 and the same amplitudes' magnitudes
+    np.testing.assert_allclose(abs(np.vdot(a, b)), 1.0, atol=TOL)
+    np.testing.assert_allclose(np.abs(a), np.abs(b), atol=TOL)
+
+
+def test_evaluate_equals_fidelity_statevector_kernel():
+    for d, reps, ent, n, m in [(3, 2, "full", 12, 7), (4, 2, "linear", 10, 6), (5, 1, "circular", 8, 5)]:
+        fmap = zz_feature_map(d, reps=reps, entanglement=ent)
+        ref = _fidelity_kernel(fmap)
+        X, Y = RNG.uniform(-np.pi, 2 * np.pi, (n, d)), RNG.uniform(0, np.pi, (m, d))
+        ours = qk.Kernel(f"zz(reps={reps},ent={ent})", precision="fp64")
+        np.testing.assert_allclose(ours.evaluate(X), ref.evaluate(X), atol=TOL, rtol=0)
+        np.testing.assert_allclose(ours.evaluate(X, Y), ref.evaluate(X, Y), atol=TOL, rtol=0)
+        np.testing.assert_allclose(ours.evaluate(X[2]), ref.evaluate(X[2]), atol=TOL, rtol=0)
+        # the circuit itself as the map: a drop-in for the same feature_map argument
+        np.testing.assert_allclose(qk.Kernel(fmap, precision="fp64").evaluate(X, Y), ref.evaluate(X, Y), atol=TOL, rtol=0)
+
+
+def test_evaluate_equals_qiskit_for_a_pauli_feature_map():
+    fmap = PauliFeatureMap(3, reps=2, paulis=["Z", "ZZ"], alpha=1.3)
+    ref = _fidelity_kernel(fmap)
+    X = RNG.uniform(0, np.pi, (9, 3))
+    np.testing.assert_allclose(qk.Kernel(fmap, precision="fp64").evaluate(X), ref.evaluate(X), atol=TOL, rtol=0)
+
+
+def test_from_qiskit_zz_equals_builtin_zz():
+    X, Y = RNG.uniform(-1, 4, (40, 5)), RNG.uniform(-1, 4, (17, 5))
+    for reps in (1, 2, 3):
+        for ent in ("full", "linear", "reverse_linear", "circular", "pairwise", "sca"):
+            for circ in (ZZFeatureMap(5, reps=reps, entanglement=ent), zz_feature_map(5, reps=reps, entanglement=ent)):
+                fm = qk.FeatureMap.from_qiskit(circ)
+                assert (fm.n_qubits, fm.n_features, fm.kind) == (5, 5, "complex")
+                spec = f"zz(reps={reps},ent={ent})"
+                np.testing.assert_allclose(qk.gram(X, map=fm, precision="fp64"), qk.gram(X, map=spec, precision="fp64"), atol=1e-12, rtol=0)
+                np.testing.assert_allclose(qk.gram(X, Y, map=fm, precision="fp64"), qk.gram(X, Y, map=spec, precision="fp64"), atol=1e-12, rtol=0)
+    # alpha
+    fm = qk.FeatureMap.from_qiskit(zz_feature_map(3, reps=2, alpha=0.7))
+    X3 = X[:, :3]
+    np.testing.assert_allclose(qk.gram(X3, map=fm, precision="fp64"), qk.gram(X3, map="zz(reps=2,alpha=0.7)", precision="fp64"), atol=1e-12, rtol=0)
+
+
+def test_statevector_equals_qiskit_for_every_gate_and_angle_form():
+    x = ParameterVector("x", 3)
+    w = ParameterVector("w", 2)
+    qc = QuantumCircuit(3)
+    qc.h(0); qc.x(1); qc.y(2); qc.z(0)
+    qc.rx(0.5 * x[0] + 0.1, 1)
+    qc.ry(x[1] * x[2], 2)                          # a product of two features
+    qc.rz(-1.5 * x[2], 0)
+    qc.p(2 * (math.pi - x[0]) * (math.pi - x[2]), 1)
+    qc.cx(0, 1); qc.cz(1, 2)
+    qc.rzz(x[1] - 0.3, 0, 2)
+    qc.barrier()
+    qc.ry(w[0], 0)                                 # a trainable weight
+    qc.rx(w[1] * x[0], 2)                          # weight times feature
+    qc.rz(0.25, 1)                                 # a constant
+    qc.p(x[0] * x[0], 2)                           # x_i * x_i
+    qc.sx(1); qc.s(0); qc.rxx(0.5 * x[1], 0, 2)   # composite gates, unrolled into supported ones
+    qc.crx(x[2], 1, 0)
+    fm = qk.FeatureMap.from_qiskit(qc, weights=w, weight_values=[0.3, -1.1])
+    assert (fm.n_qubits, fm.n_features, fm.n_weights, fm.kind) == (3, 3, 2, "complex")
+    np.testing.assert_array_equal(fm.weights, [0.3, -1.1])
+    again = qk.FeatureMap(fm.spec, 3, weights=fm.weights)          # the spec round-trips
+    for xv in RNG.uniform(-2, 2, (4, 3)):
+        bound = qc.assign_parameters({**dict(zip(x, xv)), **dict(zip(w, [0.3, -1.1]))})
+        ref = Statevector(bound).data
+        _assert_same_state(fm.statevector(xv), ref)
+        _assert_same_state(again.statevector(xv), ref)
+    # data parameters follow circuit.parameters order (Qiskit's binding order), here by name
+    a, b = qiskit.circuit.Parameter("b_second"), qiskit.circuit.Parameter("a_first")
+    qc2 = QuantumCircuit(2)
+    qc2.h([0, 1]); qc2.rz(a, 0); qc2.rz(3 * b, 1); qc2.cx(0, 1)
+    fm2 = qk.FeatureMap.from_qiskit(qc2)
+    xv = np.array([0.4, 1.9])
+    _assert_same_state(fm2.statevector(xv), Statevector(qc2.assign_parameters(xv)).data)
+
+
+def test_from_qiskit_errors_name_the_gate_or_expression():
+    x = ParameterVector("x", 2)
+    qc = QuantumCircuit(2)
+    qc.rz(x[0], 0); qc.u(x[1], 0, 0, 1)
+    _raises(ValueError, "gate 'u' on qubits [1] is not supported", qk.FeatureMap.from_qiskit, qc)
+    qc = QuantumCircuit(2)
+    qc.rz(x[1], 1); qc.cu(x[0], 0.1, 0.2, 0.3, 0, 1)   # unrolls into a 'u' gate: named with its parent
+    _raises(ValueError, "gate 'u' on qubits [1] (inside 'cu') is not supported", qk.FeatureMap.from_qiskit, qc)
+    qc = QuantumCircuit(2)
+    qc.rz(x[0].sin(), 0); qc.rz(x[1], 1)
+    _raises(ValueError, "sin", qk.FeatureMap.from_qiskit, qc)
+    qc = QuantumCircuit(2)
+    qc.rz(x[0] + x[1], 0)
+    _raises(ValueError, "x[0] + x[1]", qk.FeatureMap.from_qiskit, qc)
+    qc = QuantumCircuit(2, 2)
+    qc.rz(x[0], 0); qc.rz(x[1], 1); qc.measure(0, 0)
+    _raises(ValueError, "measure", qk.FeatureMap.from_qiskit, qc)
+    _raises(ValueError, "no data parameters", qk.FeatureMap.from_qiskit, QuantumCircuit(2))
+    _raises(TypeError, "QuantumCircuit", qk.FeatureMap.from_qiskit, "zz")
+
+
+def _raises(exc, text, fn, *args):
+    try:
+        fn(*args)
+    except exc as e:
+        assert text in str(e), f"{str(e)!r} lacks {text!r}"
+        return
+    raise AssertionError(f"{exc.__name__} not raised")
