@@ -19,6 +19,9 @@
      REAL     every op keeps amplitudes real (H, X, Z, RY, CZ, CNOT, amplitude, basis): a real
               Gram, a quarter of the complex arithmetic.
      COMPLEX  everything else: complex Gram.
+   Entangled maps run on statevectors up to QK_MAX_STATE_QUBITS; local ones (zz linear/circular,
+   hea rings, ...) also on matrix product states of their exact bond bound, any qubit count (path
+   MPS, CPU engine; chosen beyond 30 qubits and where cheaper; docs/mps.md).
 
    Conventions (docs/maps.md): qubit 0 is the least significant bit of the basis index (Qiskit's
    order); feature i drives qubit i. Gate matrices are Qiskit's / PennyLane's:
@@ -108,8 +111,14 @@
 
 /* Largest state (in qubits) the statevector engines build; product maps have no such limit. */
 #define QK_MAX_STATE_QUBITS 30
-/* Largest qubit count of any map (product maps evaluated analytically). */
+/* Largest qubit count of any map (product maps evaluated analytically; entangled maps beyond
+   QK_MAX_STATE_QUBITS on the MPS path). */
 #define QK_MAX_PRODUCT_QUBITS 4096
+/* Largest bond dimension of the MPS path (docs/mps.md): an entangled map is MPS-able when the exact
+   bond bound of its circuit is at most this. Define before including qk.h to change it. */
+#ifndef QK_MPS_MAX_BOND
+#define QK_MPS_MAX_BOND 64
+#endif
 
 #ifndef QKDEF
 #ifdef QK_STATIC
@@ -336,6 +345,14 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
 /* ---- Gram ---- */
+/* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
+     ANALYTIC  product maps: per-qubit overlaps, no states
+     REAL      real statevectors (2^q doubles per sample), real Gram
+     COMPLEX   complex statevectors, complex Gram
+     MPS       matrix product states of the exact bond bound, transfer-matrix overlaps (CPU
+               engine; docs/mps.md): entangled maps with local gates, any qubit count */
+typedef enum qk_path { QK_PATH_DEFAULT = 0, QK_PATH_ANALYTIC = 1, QK_PATH_REAL, QK_PATH_COMPLEX, QK_PATH_MPS } qk_path;
+
 typedef enum qk_dtype { QK_DTYPE_DEFAULT = 0, QK_F32, QK_F64 } qk_dtype;
 
 typedef enum qk_output {
@@ -376,6 +393,11 @@ typedef struct qk_gram_desc {
        complete; on any error or cancel the temporary file is removed and out_path is untouched. */
     const char *out_path;
     int no_sync;            /* QK_OUTPUT_NPY: 1 skips the final fdatasync (not durable); default 0 */
+    qk_path path;           /* default (0): the planner picks statevector or MPS (docs/mps.md);
+                               QK_PATH_MPS forces MPS (an error where the map is a product or its bond
+                               bound exceeds QK_MPS_MAX_BOND); REAL or COMPLEX forces the statevector
+                               (the map's class decides real or complex). Product maps always take
+                               ANALYTIC. */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -397,7 +419,6 @@ typedef struct qk_device_info {
 } qk_device_info;
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
-typedef enum qk_path { QK_PATH_ANALYTIC = 1, QK_PATH_REAL, QK_PATH_COMPLEX } qk_path;
 
 typedef struct qk_plan {
     qk_backend backend;
@@ -433,6 +454,9 @@ typedef struct qk_plan {
                                    stores, 64x64 with k-steps of 16 (qk_cuda_tune_gram) */
     char config[96];            /* kernel configuration used and where it came from */
     char device_name[128];
+    int mps_bond;               /* MPS: the largest bond dimension (exact bound from the circuit) */
+    int mps_span;               /* MPS: the most sites a two-qubit gate spans in the chosen order */
+    double mps_pair_flops;      /* MPS: real flops per overlap <psi(x)|psi(y)> */
 } qk_plan;
 
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -1219,9 +1243,12 @@ static qk_result qk__map_bounds(const qk_map_desc *d)
     int reps = d->reps ? d->reps : (d->type == QK_MAP_IQP ? 1 : 2);
     int entangling = d->type == QK_MAP_AMPLITUDE ||
                      (q >= 2 && (d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA));
-    if (entangling && q > QK_MAX_STATE_QUBITS)
+    /* zz with a local pattern and hea rings may take the MPS path beyond the statevector (their
+       bound is checked once the ops are built); all-to-all and dense maps never can */
+    int local = (d->type == QK_MAP_ZZ && d->ent != QK_ENT_FULL) || d->type == QK_MAP_HEA;
+    if (entangling && q > QK_MAX_STATE_QUBITS && !local)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %s of %d qubits exceeds the state limit of %d qubits "
-                        "(QK_MAX_STATE_QUBITS; only product maps go beyond)", nm, q, QK_MAX_STATE_QUBITS);
+                        "(QK_MAX_STATE_QUBITS; beyond, only product maps and local maps on the MPS path: docs/mps.md)", nm, q, QK_MAX_STATE_QUBITS);
     if ((d->type == QK_MAP_ZZ || d->type == QK_MAP_IQP || d->type == QK_MAP_HEA) && reps > QK_MAX_REPS)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: %s with %s=%d exceeds QK_MAX_REPS (%d)", nm,
                         d->type == QK_MAP_HEA ? "layers" : "reps", reps, QK_MAX_REPS);
@@ -1249,6 +1276,8 @@ static qk_result qk__map_bounds(const qk_map_desc *d)
                         nm, (long long)nw, (int)QK_MAX_WEIGHTS);
     return QK_OK;
 }
+
+static int qk__mps_bond_of(const qk_map *m);   /* MPS engine */
 
 QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
 {
@@ -1374,8 +1403,13 @@ QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
     m->ops = l.ops;
     m->cls = qk__classify(l.ops, l.n);
     if (m->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS) {
-        qk_map_free(m);
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits with entangling ops exceed the state limit of %d qubits (only product maps go beyond)", q, QK_MAX_STATE_QUBITS);
+        int chi = qk__mps_bond_of(m);   /* beyond the statevector: MPS-able maps only */
+        if (chi > QK_MPS_MAX_BOND) {
+            qk_map_free(m);
+            return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits with entangling ops exceed the state limit of %d qubits, and the "
+                            "map's bond dimension bound (%s%d) exceeds QK_MPS_MAX_BOND = %d for the MPS path (docs/mps.md)",
+                            q, QK_MAX_STATE_QUBITS, chi >= (1 << 30) ? ">= " : "", chi, QK_MPS_MAX_BOND);
+        }
     }
     m->weights = (double *)qk__malloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
     if (!m->weights) { qk_map_free(m); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
@@ -2390,10 +2424,14 @@ typedef struct qk__gram_job {
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
     int oom;
+    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
+    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
 #ifndef QK_NO_THREADS
     pthread_mutex_t cb_lock;
 #endif
 } qk__gram_job;
+
+static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
 
 /* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
 static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
@@ -2517,6 +2555,7 @@ static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *
 static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
                             double *accr, double *acci, double *panel, double *apack, double *kt)
 {
+    if (j->path == QK_PATH_MPS) { qk__mps_tile(j, i0, j0, m, n, apack + (size_t)QK__TR * QK__DC * 2, kt); return; }
     int64_t a, b;
     if (j->path == QK_PATH_ANALYTIC) {
         int64_t q = j->D, k;
@@ -2617,7 +2656,7 @@ static void qk__gram_work(void *p, int thread)
     /* accr, acci: QK__TR x QK__T (rows padded to a multiple of QK__NI); kt: QK__T x QK__T;
        panel: QK__DC x 2 x QK__NJ; apack: QK__TR x QK__DC x 2 */
     double *accr = (double *)qk__malloc(sizeof(double) * ((size_t)QK__TR * QK__T * 2 + QK__T * QK__T +
-                                                          QK__DC * 2 * QK__NJ + (size_t)QK__TR * QK__DC * 2));
+                                                          QK__DC * 2 * QK__NJ + (size_t)QK__TR * QK__DC * 2 + j->scratch));
     void *cb = j->output == QK_OUTPUT_CALLBACK ? qk__malloc(esz * QK__T * QK__T) : NULL;
     double *acci, *kt, *panel, *apack;
     int64_t t;
@@ -2683,29 +2722,27 @@ static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
 
 static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt);
 
-/* The CPU engine's Gram; desc validated, plan made. */
-static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path: the tiles,
+   all of K or streamed (NPY), with callbacks, progress and cancel. stride: doubles per state row;
+   D: complex/real dimension, analytic: qubits; mps, scratch: the MPS engine's program and
+   per-thread scratch (QK_PATH_MPS). */
+static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                                  int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     qk__gram_job j;
-    qk_path path = plan->path;
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
-    double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = QK_OK;
     memset(&j, 0, sizeof j);
-    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
-    if (!A) return QK_ERROR_OUT_OF_MEMORY;
-    if (desc->y) {
-        B = qk__cpu_states(map, desc->y, desc->n_y, path, nt);
-        if (!B) { QK_FREE(A); return QK_ERROR_OUT_OF_MEMORY; }
-    }
-    j.path = path;
+    j.path = plan->path;
     j.A = A;
-    j.B = B ? B : A;
+    j.B = B;
     j.na = desc->n_x;
     j.nb = nb;
-    j.stride = qk__row_len(map, path);
-    j.D = path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits);
+    j.stride = stride;
+    j.D = D;
+    j.mps = mps;
+    j.scratch = scratch;
     j.symmetric = desc->y == NULL;
     j.dt = plan->out_dtype;
     j.out = desc->out;
@@ -2731,8 +2768,6 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
 #ifndef QK_NO_THREADS
     pthread_mutex_destroy(&j.cb_lock);
 #endif
-    QK_FREE(A);
-    QK_FREE(B);
     if (r != QK_OK) return r;
     if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
     if (j.cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j.pairs_done, (long long)j.pairs_total);
@@ -2740,11 +2775,32 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     return QK_OK;
 }
 
+/* The CPU engine's Gram; desc validated, plan made. */
+static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_path path = plan->path;
+    double *A = NULL, *B = NULL;
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r;
+    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
+    if (!A) return QK_ERROR_OUT_OF_MEMORY;
+    if (desc->y) {
+        B = qk__cpu_states(map, desc->y, desc->n_y, path, nt);
+        if (!B) { QK_FREE(A); return QK_ERROR_OUT_OF_MEMORY; }
+    }
+    r = qk__cpu_gram_run(plan, desc, A, B ? B : A, qk__row_len(map, path),
+                         path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    QK_FREE(A);
+    QK_FREE(B);
+    return r;
+}
+
 /* CPU plan: the engine keeps all states in host memory. */
 #ifndef QK_CPU_SLAB_BYTES
 #define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
 #endif
 #define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
+static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
 static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
 {
     qk_path path = qk__path_of(map);
@@ -2765,7 +2821,8 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
     p->state_tile = 0;
     p->tile_m = p->tile_n = QK__T;
     p->n_streams = 0;
-    p->bytes_states = (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
+    p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
+                      : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
     p->bytes_out = (size_t)((double)desc->n_x * (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0));
     p->bytes_total = p->bytes_states;
     if (desc->output == QK_OUTPUT_NPY) {
@@ -2784,7 +2841,7 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
                  QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
     else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
     snprintf(p->device_name, sizeof p->device_name, "CPU");
-    return QK_OK;
+    return qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
 }
 
 
@@ -4220,6 +4277,7 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     g.y = y;
     g.n_y = y ? ny : 0;
     g.precision = b->desc->precision;
+    g.path = b->desc->path;
     g.out_dtype = b->dt;
     if (b->desc->output == QK_OUTPUT_NPY) {
         g.output = QK_OUTPUT_HOST;
@@ -4561,6 +4619,950 @@ done:
 #endif /* QK_MPI */
 /* ---- end work schedule and MPI ---- */
 
+/* ---- implementation: MPS engine ---- */
+/* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
+   is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
+   is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
+
+   Bond bound. Across the bond between sites b-1 and b, the Schmidt rank of the state is at most
+     - 2^min(b, q-b) (the smaller side's dimension), and
+     - the product, over the circuit, of the operator Schmidt ranks of the gates crossing the bond:
+       every two-qubit op of qk (CNOT, CZ, RZZ, and zz's CX-P-CX) has rank 2, and a run of
+       consecutive diagonal ops (Z, RZ, P, CZ, RZZ, CX-D-CX) is one diagonal operator whose rank
+       across the bond is at most 2^min(|L|, |R|), L and R the distinct qubits of its crossing pairs
+       on each side. Any other op (H, X, Y, RX, RY, basis, a lone CNOT) ends the run.
+   qk__mps_analyze walks the ops once and records, after every two-qubit step, this bound for each
+   bond the step crosses (the "running" bound); the last values are the bond dimensions the MPS
+   keeps. zz(reps=r, ent=linear) gets 2^r, circular 4^r, hea rings 4^layers (capped at the ends).
+   Orders: the qubits in their own order ("natural") or folded, 0, q-1, 1, q-2, ... , which puts
+   every ring pair at most two sites apart; the cheaper (sum of chi^3 over sites) is used.
+
+   Building (exact). Every two-qubit op is a sum of two products, sum_t P_t (x) G_t, with P_t the
+   projector on |t> of its first qubit: CNOT (G = I, X), CZ (I, Z), RZZ and CX-D-CX (diagonal). It
+   is applied as an MPO of bond 2: the projector site, the sites between (identity on a doubled
+   bond) and the other site; no factorization. Where a bond then exceeds its running bound (never
+   for zz linear reps 1, at the chain's ends for reps 2), the sites touched since the last
+   compression are swept: Householder QR left to right (left-orthonormal sites), then column-
+   pivoted Householder QR of each site's conjugate transpose right to left, keeping the running
+   bound's number of columns. With the sites outside the swept range orthonormal, the part dropped
+   is the trailing block of the pivoted QR, zero in exact arithmetic because the bound is a
+   theorem: what is dropped is rounding (its norm is measured, qk__mps_build's *discarded: about
+   1e-15). Nothing else is ever truncated. Precision: fp64 throughout.
+
+   Storage. The tensors of QK__NJ (8) samples are interleaved by lane: site s of group g is
+   [l][a][r] entries of 8 real parts then 8 imaginary parts, with the bond dimensions of the bound
+   (zero-padded where a sample's own rank is lower), so one pass of the contraction computes 8
+   overlaps with vector FMAs. Overlap of row sample i with a column group: E = 1;
+   per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
+   K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
+   progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
+#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
+#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+
+enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
+
+typedef struct qk__mps_step {
+    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
+    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
+    int s0, s1;
+    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
+    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
+    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
+} qk__mps_step;
+
+typedef struct qk__mps_prog {
+    int q, n_steps, folded, span, dense;
+    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
+    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
+    int *order;         /* q: site -> qubit */
+    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
+    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
+    int64_t group;      /* doubles per group of QK__NJ samples */
+    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
+    qk__mps_step *steps;
+    int *bounds;
+    int64_t n_bounds;
+} qk__mps_prog;
+
+static void qk__mps_prog_free(qk__mps_prog *p)
+{
+    if (!p) return;
+    QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
+    memset(p, 0, sizeof *p);
+}
+
+static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+
+/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
+static int qk__mps_parity_at(const qk_map *m, int k)
+{
+    const qk_op *o = &m->ops[k];
+    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
+           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
+}
+
+static int qk__mps_add_set(int *set, int *n, int qb)
+{
+    int i;
+    if (*n > QK__MPS_SET) return 0;                 /* already "many" */
+    for (i = 0; i < *n; i++) if (set[i] == qb) return 0;
+    if (*n < QK__MPS_SET) set[*n] = qb;
+    (*n)++;
+    return 1;
+}
+
+/* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
+   soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
+static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
+{
+    const int q = m->n_qubits;
+    int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
+    int64_t nb = 0, nb_cap = 0, e;
+    int k, s, b, run = 0, stopped = 0;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->folded = folded;
+    p->chi = 1;
+    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    p->D = (int *)qk__calloc((size_t)q + 1, sizeof(int));
+    p->off = (int64_t *)qk__calloc((size_t)q + 1, sizeof(int64_t));
+    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step) * (size_t)(m->n_ops > 0 ? m->n_ops : 1));
+    pos = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    base = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    runid = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    cap = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    sets = (int *)qk__calloc((size_t)(q + 1) * (2 * QK__MPS_SET + 2), sizeof(int));
+    if (!p->order || !p->D || !p->off || !p->steps || !pos || !base || !runid || !cap || !sets) goto oom;
+    cur = p->D;
+    for (s = 0; s < q; s++) {
+        p->order[s] = !folded ? s : (s % 2 == 0 ? s / 2 : q - 1 - s / 2);
+        pos[p->order[s]] = s;
+    }
+    for (b = 0; b <= q; b++) {
+        int small = b < q - b ? b : q - b;
+        cur[b] = 1; base[b] = 1; runid[b] = -1;
+        cap[b] = small >= 30 ? QK__MPS_SAT : 1 << small;
+    }
+    for (k = 0; k < m->n_ops && !stopped; k++) {
+        const qk_op *o = &m->ops[k];
+        qk__mps_step *st = &p->steps[p->n_steps];
+        int diag;
+        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
+        if (qk__op_arity(o->kind) == 1) {
+            st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
+            if (!qk__mps_diag1(o->kind)) run++;
+            p->n_steps++;
+            continue;
+        }
+        st->kind = 2;
+        st->op = k;
+        if (qk__mps_parity_at(m, k)) { st->gate = QK__MPS_PARITY; st->op = k + 1; k += 2; }
+        else st->gate = o->kind == QK_OP_CNOT ? QK__MPS_CNOT : o->kind == QK_OP_CZ ? QK__MPS_CZ : QK__MPS_RZZ;
+        st->s0 = pos[o->q0] < pos[o->q1] ? pos[o->q0] : pos[o->q1];
+        st->s1 = pos[o->q0] < pos[o->q1] ? pos[o->q1] : pos[o->q0];
+        st->proj_left = pos[o->q0] == st->s0;
+        if (st->s1 - st->s0 > p->span) p->span = st->s1 - st->s0;
+        diag = st->gate != QK__MPS_CNOT;
+        if (!diag) run++;
+        if (nb + (st->s1 - st->s0) > nb_cap) {
+            int64_t nc = nb_cap ? 2 * nb_cap : 1024;
+            int *nbp;
+            while (nc < nb + (st->s1 - st->s0)) nc *= 2;
+            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            if (!nbp) goto oom;
+            p->bounds = nbp;
+            nb_cap = nc;
+        }
+        st->b = nb;
+        for (b = st->s0 + 1; b <= st->s1; b++) {
+            if (diag) {
+                int *sl = sets + (size_t)b * (2 * QK__MPS_SET + 2), *nl = sl + 2 * QK__MPS_SET, *nr = nl + 1;
+                int sh;
+                if (runid[b] != run) { base[b] = cur[b]; *nl = 0; *nr = 0; runid[b] = run; }
+                qk__mps_add_set(sl, nl, p->order[st->s0]);
+                qk__mps_add_set(sl + QK__MPS_SET, nr, p->order[st->s1]);
+                sh = *nl < *nr ? *nl : *nr;
+                cur[b] = (sh >= 30 || (int64_t)base[b] << sh >= cap[b]) ? cap[b] : base[b] << sh;
+            } else {
+                cur[b] = (int64_t)cur[b] * 2 >= cap[b] ? cap[b] : cur[b] * 2;
+                runid[b] = -1;
+            }
+            p->bounds[nb++] = cur[b];
+            if (cur[b] > p->chi) { p->chi = cur[b]; p->chi_bond = b; }
+            if (cur[b] > limit) stopped = 1;
+        }
+        if (!diag) run++;
+        p->n_steps++;
+    }
+    p->n_bounds = nb;
+    /* lane layout and cost (meaningful when the walk finished) */
+    p->D[0] = p->D[q] = 1;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    return QK_OK;
+oom:
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    qk__mps_prog_free(p);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory analysing the map");
+}
+
+/* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
+   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. */
+static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p)
+{
+    qk__mps_prog f;
+    qk_result r = qk__mps_analyze(m, 0, QK_MPS_MAX_BOND, p);
+    if (r != QK_OK || p->dense || m->n_qubits < 3) return r;
+    r = qk__mps_analyze(m, 1, QK_MPS_MAX_BOND, &f);
+    if (r != QK_OK) { qk__mps_prog_free(p); return r; }
+    if (f.chi <= QK_MPS_MAX_BOND &&
+        (p->chi > QK_MPS_MAX_BOND || f.pair_flops < p->pair_flops || (f.pair_flops == p->pair_flops && f.span < p->span))) {
+        qk__mps_prog_free(p);
+        *p = f;
+    } else {
+        qk__mps_prog_free(&f);
+    }
+    return QK_OK;
+}
+
+/* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
+   Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
+static int qk__mps_bond_of(const qk_map *m)
+{
+    qk__mps_prog p;
+    int chi;
+    if (qk__mps_prog_make(m, &p) != QK_OK) return QK__MPS_SAT;
+    chi = p.dense ? QK__MPS_SAT : p.chi;
+    qk__mps_prog_free(&p);
+    return chi;
+}
+
+/* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
+#define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
+#define QK__IM(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld)) + 1]
+
+/* Householder QR of X (m x n), k <= min(m, n) steps. pivot: each step first swaps in the column of
+   largest remaining norm (perm[j] = the original column now at j). On return R is X's upper k rows
+   (zero below the diagonal), Q (m x k) has orthonormal columns, X P = Q R + (trailing block).
+   Returns the trailing block's Frobenius norm: what keeping k columns drops. V: m x k scratch. */
+static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, double *Q, double *V, double *beta)
+{
+    int i, j, c;
+    double tail = 0;
+    for (j = 0; j < n; j++) perm[j] = j;
+    for (j = 0; j < k; j++) {
+        double nrm2 = 0, nrm, xr, xi, ax, pr, pim, *v = V + 2 * (size_t)j * (size_t)m;
+        if (pivot) {
+            int best = j;
+            double bn = -1;
+            for (c = j; c < n; c++) {
+                double s2 = 0;
+                for (i = j; i < m; i++) s2 += QK__RE(X, m, i, c) * QK__RE(X, m, i, c) + QK__IM(X, m, i, c) * QK__IM(X, m, i, c);
+                if (s2 > bn) { bn = s2; best = c; }
+            }
+            if (best != j) {
+                int t = perm[j]; perm[j] = perm[best]; perm[best] = t;
+                for (i = 0; i < m; i++) {
+                    double tr = QK__RE(X, m, i, j), ti = QK__IM(X, m, i, j);
+                    QK__RE(X, m, i, j) = QK__RE(X, m, i, best); QK__IM(X, m, i, j) = QK__IM(X, m, i, best);
+                    QK__RE(X, m, i, best) = tr; QK__IM(X, m, i, best) = ti;
+                }
+            }
+        }
+        for (i = j; i < m; i++) nrm2 += QK__RE(X, m, i, j) * QK__RE(X, m, i, j) + QK__IM(X, m, i, j) * QK__IM(X, m, i, j);
+        memset(v, 0, sizeof(double) * 2 * (size_t)m);
+        if (nrm2 == 0) { beta[j] = 0; continue; }
+        nrm = sqrt(nrm2);
+        xr = QK__RE(X, m, j, j); xi = QK__IM(X, m, j, j);
+        ax = sqrt(xr * xr + xi * xi);
+        pr = ax > 0 ? xr / ax : 1.0; pim = ax > 0 ? xi / ax : 0.0;
+        /* H = I - beta v v^H maps x to alpha e_j, alpha = -phase(x_j) ||x|| */
+        v[2 * j] = xr + pr * nrm; v[2 * j + 1] = xi + pim * nrm;
+        for (i = j + 1; i < m; i++) { v[2 * i] = QK__RE(X, m, i, j); v[2 * i + 1] = QK__IM(X, m, i, j); }
+        beta[j] = 1.0 / (nrm * (nrm + ax));
+        for (c = j + 1; c < n; c++) {
+            double wr = 0, wi = 0;
+            for (i = j; i < m; i++) { /* w = v^H x_c */
+                wr += v[2 * i] * QK__RE(X, m, i, c) + v[2 * i + 1] * QK__IM(X, m, i, c);
+                wi += v[2 * i] * QK__IM(X, m, i, c) - v[2 * i + 1] * QK__RE(X, m, i, c);
+            }
+            wr *= beta[j]; wi *= beta[j];
+            for (i = j; i < m; i++) {
+                QK__RE(X, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+                QK__IM(X, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+            }
+        }
+        QK__RE(X, m, j, j) = -pr * nrm; QK__IM(X, m, j, j) = -pim * nrm;
+        for (i = j + 1; i < m; i++) { QK__RE(X, m, i, j) = 0; QK__IM(X, m, i, j) = 0; }
+    }
+    for (c = k; c < n; c++)
+        for (i = k; i < m; i++) tail += QK__RE(X, m, i, c) * QK__RE(X, m, i, c) + QK__IM(X, m, i, c) * QK__IM(X, m, i, c);
+    /* Q = H_0 ... H_{k-1} [I_k; 0] */
+    memset(Q, 0, sizeof(double) * 2 * (size_t)m * (size_t)k);
+    for (j = 0; j < k; j++) QK__RE(Q, m, j, j) = 1;
+    for (j = k - 1; j >= 0; j--) {
+        const double *v = V + 2 * (size_t)j * (size_t)m;
+        if (beta[j] == 0) continue;
+        for (c = j; c < k; c++) {   /* columns < j of H_{j+1..} e are zero in rows >= j */
+            double wr = 0, wi = 0;
+            for (i = j; i < m; i++) {
+                wr += v[2 * i] * QK__RE(Q, m, i, c) + v[2 * i + 1] * QK__IM(Q, m, i, c);
+                wi += v[2 * i] * QK__IM(Q, m, i, c) - v[2 * i + 1] * QK__RE(Q, m, i, c);
+            }
+            wr *= beta[j]; wi *= beta[j];
+            for (i = j; i < m; i++) {
+                QK__RE(Q, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+                QK__IM(Q, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+            }
+        }
+    }
+    return sqrt(tail);
+}
+
+/* ---- building one sample's MPS ---- */
+/* Work space of one thread: site s holds [dim[s]][2][dim[s+1]] complex, row-major, in a slot of
+   capacity 2D[s] x 2 x 2D[s+1] (a bond at most doubles before it is compressed back to its bound). */
+typedef struct qk__mps_work {
+    double *buf, *tmp, *X, *Q, *V, *beta, *theta;
+    int64_t *slot;      /* q: offset of site s in buf */
+    int *dim, *bound, *perm;
+    int lo, hi;         /* sites not known orthonormal since the last compression (lo < 0: none) */
+    double discarded;   /* largest norm dropped by a compression (rounding) */
+} qk__mps_work;
+
+static void qk__mps_work_free(qk__mps_work *w)
+{
+    if (!w) return;
+    QK_FREE(w->buf); QK_FREE(w->tmp); QK_FREE(w->X); QK_FREE(w->Q); QK_FREE(w->V); QK_FREE(w->beta);
+    QK_FREE(w->theta); QK_FREE(w->slot); QK_FREE(w->dim); QK_FREE(w->bound); QK_FREE(w->perm);
+    memset(w, 0, sizeof *w);
+}
+
+static int qk__mps_work_init(qk__mps_work *w, const qk__mps_prog *p, const qk_map *m)
+{
+    int q = p->q, s, dmax = 1;
+    int64_t tot = 0, smax = 0;
+    size_t mn;
+    memset(w, 0, sizeof *w);
+    w->slot = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)q);
+    w->dim = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    w->bound = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    w->theta = (double *)qk__malloc(sizeof(double) * (size_t)(m->n_ops + 1));
+    if (!w->slot || !w->dim || !w->bound || !w->theta) return 0;
+    for (s = 0; s < q; s++) {
+        int64_t c = (int64_t)2 * p->D[s] * 2 * 2 * p->D[s + 1] * 2;   /* doubles */
+        w->slot[s] = tot;
+        tot += c;
+        if (c > smax) smax = c;
+    }
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    /* QR operands: at most (2 * 2dmax) x (2dmax) complex */
+    mn = (size_t)4 * dmax * 2 * dmax;
+    w->buf = (double *)qk__malloc(sizeof(double) * (size_t)tot);
+    w->tmp = (double *)qk__malloc(sizeof(double) * (size_t)smax);
+    w->X = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->Q = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->V = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->beta = (double *)qk__malloc(sizeof(double) * (size_t)(4 * dmax + 1));
+    w->perm = (int *)qk__malloc(sizeof(int) * (size_t)(4 * dmax + 1));
+    return w->buf && w->tmp && w->X && w->Q && w->V && w->beta && w->perm;
+}
+
+#define QK__SITE(w, s) ((w)->buf + (w)->slot[s])
+
+/* A[l][a][r] <- sum_b U[a][b] A[l][b][r]; U row-major complex (8 doubles) */
+static void qk__mps_apply1(double *A, int dl, int dr, const double *U)
+{
+    int l, r;
+    for (l = 0; l < dl; l++)
+        for (r = 0; r < dr; r++) {
+            double *a0 = A + 2 * ((size_t)(l * 2) * dr + r), *a1 = A + 2 * ((size_t)(l * 2 + 1) * dr + r);
+            double r0 = a0[0], i0 = a0[1], r1 = a1[0], i1 = a1[1];
+            a0[0] = U[0] * r0 - U[1] * i0 + U[2] * r1 - U[3] * i1;
+            a0[1] = U[0] * i0 + U[1] * r0 + U[2] * i1 + U[3] * r1;
+            a1[0] = U[4] * r0 - U[5] * i0 + U[6] * r1 - U[7] * i1;
+            a1[1] = U[4] * i0 + U[5] * r0 + U[6] * i1 + U[7] * r1;
+        }
+}
+
+/* The one-qubit matrix of op o at angle t (qk__apply's conventions); 0: identity (skip). */
+static int qk__mps_u1(const qk_op *o, double t, const double *x, double *U)
+{
+    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    memset(U, 0, sizeof(double) * 8);
+    switch (o->kind) {
+    case QK_OP_H: U[0] = h; U[2] = h; U[4] = h; U[6] = -h; break;
+    case QK_OP_X: U[2] = 1; U[4] = 1; break;
+    case QK_OP_Y: U[3] = -1; U[5] = 1; break;
+    case QK_OP_Z: U[0] = 1; U[6] = -1; break;
+    case QK_OP_RX: U[0] = c; U[3] = -s; U[5] = -s; U[6] = c; break;
+    case QK_OP_RY: U[0] = c; U[2] = -s; U[4] = s; U[6] = c; break;
+    case QK_OP_RZ: U[0] = c; U[1] = -s; U[6] = c; U[7] = s; break;
+    case QK_OP_P: U[0] = 1; U[6] = cos(t); U[7] = sin(t); break;
+    case QK_OP_BASIS:
+        if (x[o->angle.x0] != 1.0) return 0;
+        U[2] = 1; U[4] = 1;
+        break;
+    default: return 0;
+    }
+    return 1;
+}
+
+/* The two-qubit step as sum_t P_t (x) G_t (P_t on the op's q0): G[t] row-major complex 2x2. */
+static void qk__mps_g2(const qk__mps_prog *p, const qk_map *m, const qk__mps_step *st, const double *theta, double G[2][8])
+{
+    double d0r = 1, d0i = 0, d1r = 1, d1i = 0;
+    QK__UNUSED(p);
+    memset(G, 0, sizeof(double) * 16);
+    switch (st->gate) {
+    case QK__MPS_CNOT:  /* I, X */
+        G[0][0] = 1; G[0][6] = 1; G[1][2] = 1; G[1][4] = 1;
+        return;
+    case QK__MPS_CZ:    /* I, Z */
+        G[0][0] = 1; G[0][6] = 1; G[1][0] = 1; G[1][6] = -1;
+        return;
+    case QK__MPS_RZZ: { /* e^{-it/2} where the bits agree, e^{it/2} where they differ */
+        double c = cos(0.5 * theta[st->op]), s = sin(0.5 * theta[st->op]);
+        G[0][0] = c; G[0][1] = -s; G[0][6] = c; G[0][7] = s;
+        G[1][0] = c; G[1][1] = s; G[1][6] = c; G[1][7] = -s;
+        return;
+    }
+    case QK__MPS_PARITY: default: {
+        /* CX(a,b) D(b) CX(a,b), D = diag(d0, d1): diag(d0, d1) on b where a = 0, diag(d1, d0) where a = 1 */
+        const qk_op *o = &m->ops[st->op];
+        double t = theta[st->op], c = cos(0.5 * t), s = sin(0.5 * t);
+        if (o->kind == QK_OP_P) { d1r = cos(t); d1i = sin(t); }
+        else if (o->kind == QK_OP_RZ) { d0r = c; d0i = -s; d1r = c; d1i = s; }
+        else { d1r = -1; } /* Z */
+        G[0][0] = d0r; G[0][1] = d0i; G[0][6] = d1r; G[0][7] = d1i;
+        G[1][0] = d1r; G[1][1] = d1i; G[1][6] = d0r; G[1][7] = d0i;
+        return;
+    }
+    }
+}
+
+/* Applies sum_t P_t (x) G_t to sites s0 < s1 as an MPO of bond 2 (bonds s0+1 .. s1 double). */
+static void qk__mps_apply2(qk__mps_work *w, const qk__mps_step *st, double G[2][8])
+{
+    int s, l, a, b, r, t;
+    for (s = st->s0; s <= st->s1; s++) {
+        int dl = w->dim[s], dr = w->dim[s + 1];
+        double *A = QK__SITE(w, s), *T = w->tmp;
+        int nl = s == st->s0 ? dl : 2 * dl, nr = s == st->s1 ? dr : 2 * dr;
+        memset(T, 0, sizeof(double) * 2 * (size_t)nl * 2 * (size_t)nr);
+        for (t = 0; t < 2; t++) {
+            const int end = s == st->s0 || s == st->s1;
+            const int proj = end && ((s == st->s0) == (st->proj_left != 0));
+            const int lo = s == st->s0 ? 0 : t * dl, ro = s == st->s1 ? 0 : t * dr;
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (r = 0; r < dr; r++) {
+                        double *o = T + 2 * (((size_t)(lo + l) * 2 + a) * nr + ro + r), vr = 0, vi = 0;
+                        if (!end || proj) {
+                            if (end && a != t) continue;
+                            vr = A[2 * (((size_t)l * 2 + a) * dr + r)];
+                            vi = A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
+                        } else {
+                            for (b = 0; b < 2; b++) {
+                                double gr = G[t][2 * (a * 2 + b)], gi = G[t][2 * (a * 2 + b) + 1];
+                                double xr = A[2 * (((size_t)l * 2 + b) * dr + r)], xi = A[2 * (((size_t)l * 2 + b) * dr + r) + 1];
+                                vr += gr * xr - gi * xi;
+                                vi += gr * xi + gi * xr;
+                            }
+                        }
+                        o[0] = vr; o[1] = vi;
+                    }
+        }
+        memcpy(A, T, sizeof(double) * 2 * (size_t)nl * 2 * (size_t)nr);
+    }
+    for (b = st->s0 + 1; b <= st->s1; b++) w->dim[b] *= 2;
+}
+
+/* Site s left-orthonormal by QR; R moves into site s+1 (the bond may shrink to min(2 dl, dr)). */
+static void qk__mps_qr_right(qk__mps_work *w, int s)
+{
+    int dl = w->dim[s], dr = w->dim[s + 1], d2 = w->dim[s + 2], m = 2 * dl, n = dr, k = m < n ? m : n;
+    int i, c, t, a, r;
+    double *A = QK__SITE(w, s), *B = QK__SITE(w, s + 1), *X = w->X, *Q = w->Q;
+    for (i = 0; i < m; i++)
+        for (c = 0; c < n; c++) { QK__RE(X, m, i, c) = A[2 * ((size_t)i * n + c)]; QK__IM(X, m, i, c) = A[2 * ((size_t)i * n + c) + 1]; }
+    qk__mps_qr(X, m, n, k, 0, w->perm, Q, w->V, w->beta);
+    for (i = 0; i < m; i++)
+        for (t = 0; t < k; t++) { A[2 * ((size_t)i * k + t)] = QK__RE(Q, m, i, t); A[2 * ((size_t)i * k + t) + 1] = QK__IM(Q, m, i, t); }
+    /* B'[t][a][r] = sum_{c >= t} R[t][c] B[c][a][r] */
+    memset(w->tmp, 0, sizeof(double) * 2 * (size_t)k * 2 * (size_t)d2);
+    for (t = 0; t < k; t++)
+        for (c = t; c < n; c++) {
+            double rr = QK__RE(X, m, t, c), ri = QK__IM(X, m, t, c);
+            const double *src = B + 2 * (size_t)c * 2 * d2;
+            double *dst = w->tmp + 2 * (size_t)t * 2 * d2;
+            if (rr == 0 && ri == 0) continue;
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < d2; r++) {
+                    size_t e = 2 * ((size_t)a * d2 + r);
+                    dst[e] += rr * src[e] - ri * src[e + 1];
+                    dst[e + 1] += rr * src[e + 1] + ri * src[e];
+                }
+        }
+    memcpy(B, w->tmp, sizeof(double) * 2 * (size_t)k * 2 * (size_t)d2);
+    w->dim[s + 1] = k;
+}
+
+/* Site s right-orthonormal by a pivoted QR of its conjugate transpose, keeping at most kmax rows;
+   the factor moves into site s-1. Returns the norm dropped (zero but for rounding when kmax is
+   at least the bond's Schmidt rank and the sites right of s are right-orthonormal). */
+static double qk__mps_trunc_left(qk__mps_work *w, int s, int kmax)
+{
+    int dl = w->dim[s], dr = w->dim[s + 1], d0 = w->dim[s - 1], m = 2 * dr, n = dl, k, i, j, t, l;
+    double *A = QK__SITE(w, s), *P = QK__SITE(w, s - 1), *X = w->X, *Q = w->Q, disc;
+    k = m < n ? m : n;
+    if (kmax < k) k = kmax;
+    /* X = M^H, M = A as dl x 2dr row-major: X column-major is A's storage, conjugated */
+    for (i = 0; i < 2 * m * n; i += 2) { X[i] = A[i]; X[i + 1] = -A[i + 1]; }
+    disc = qk__mps_qr(X, m, n, k, 1, w->perm, Q, w->V, w->beta);
+    /* A'[t][c] = conj(Q[c][t]) */
+    for (t = 0; t < k; t++)
+        for (i = 0; i < m; i++) { A[2 * ((size_t)t * m + i)] = QK__RE(Q, m, i, t); A[2 * ((size_t)t * m + i) + 1] = -QK__IM(Q, m, i, t); }
+    /* W[perm[j]][t] = conj(R[t][j]); P'[(l', a)][t] = sum_l P[(l', a)][l] W[l][t] */
+    memset(w->tmp, 0, sizeof(double) * 2 * (size_t)d0 * 2 * (size_t)k);
+    for (j = 0; j < n; j++) {
+        int pl = w->perm[j];
+        for (t = 0; t < k && t <= j; t++) {
+            double wr = QK__RE(X, m, t, j), wi = -QK__IM(X, m, t, j);
+            if (wr == 0 && wi == 0) continue;
+            for (l = 0; l < 2 * d0; l++) {
+                const double *src = P + 2 * ((size_t)l * n + pl);
+                double *dst = w->tmp + 2 * ((size_t)l * k + t);
+                dst[0] += src[0] * wr - src[1] * wi;
+                dst[1] += src[0] * wi + src[1] * wr;
+            }
+        }
+    }
+    memcpy(P, w->tmp, sizeof(double) * 2 * (size_t)d0 * 2 * (size_t)k);
+    w->dim[s] = k;
+    return disc;
+}
+
+/* The sites lo..hi back to canonical form with every bond within its running bound: left-
+   orthonormal up to hi by QR, then right to left by truncating pivoted QR; the center ends at lo. */
+static void qk__mps_compress(qk__mps_work *w)
+{
+    int s;
+    for (s = w->lo; s < w->hi; s++) qk__mps_qr_right(w, s);
+    for (s = w->hi; s > w->lo; s--) {
+        double d = qk__mps_trunc_left(w, s, w->bound[s]);
+        if (d > w->discarded) w->discarded = d;
+    }
+    w->hi = w->lo;
+}
+
+/* One sample's MPS into lane `lane` of group `out` (zero-filled beforehand). */
+static void qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane)
+{
+    int q = p->q, s, k, b, l, a, r;
+    for (s = 0; s <= q; s++) { w->dim[s] = 1; w->bound[s] = 1; }
+    for (s = 0; s < q; s++) { double *A = QK__SITE(w, s); A[0] = 1; A[1] = 0; A[2] = 0; A[3] = 0; }
+    w->lo = w->hi = -1;
+    qk_map_angles(m, x, w->theta);
+    for (k = 0; k < p->n_steps; k++) {
+        const qk__mps_step *st = &p->steps[k];
+        if (st->kind == 1) {
+            double U[8];
+            if (qk__mps_u1(&m->ops[st->op], w->theta[st->op], x, U))
+                qk__mps_apply1(QK__SITE(w, st->s0), w->dim[st->s0], w->dim[st->s0 + 1], U);
+        } else {
+            double G[2][8];
+            int over = 0;
+            qk__mps_g2(p, m, st, w->theta, G);
+            qk__mps_apply2(w, st, G);
+            if (w->lo < 0) { w->lo = st->s0; w->hi = st->s1; }
+            else { if (st->s0 < w->lo) w->lo = st->s0; if (st->s1 > w->hi) w->hi = st->s1; }
+            for (b = st->s0 + 1; b <= st->s1; b++) {
+                w->bound[b] = p->bounds[st->b + (b - st->s0 - 1)];
+                if (w->dim[b] > w->bound[b]) over = 1;
+            }
+            if (over) qk__mps_compress(w);
+        }
+    }
+    for (s = 0; s < q; s++) {
+        const double *A = QK__SITE(w, s);
+        int dl = w->dim[s], dr = w->dim[s + 1], Dr = p->D[s + 1];
+        double *o = out + p->off[s] + lane;
+        QK_ASSERT(dl <= p->D[s] && dr <= Dr);
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    size_t e = ((size_t)l * 2 + a) * Dr + r;
+                    o[e * 2 * QK__NJ] = A[2 * (((size_t)l * 2 + a) * dr + r)];
+                    o[e * 2 * QK__NJ + QK__NJ] = A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
+                }
+    }
+}
+
+/* ---- states of many samples (lane layout), on the engine's threads ---- */
+typedef struct qk__mps_build_job {
+    const qk__mps_prog *p;
+    const qk_map *m;
+    const double *x;
+    int64_t n, groups, next;
+    double *out;
+    int oom;
+    double discarded[256];
+} qk__mps_build_job;
+
+static void qk__mps_build_work(void *arg, int thread)
+{
+    qk__mps_build_job *j = (qk__mps_build_job *)arg;
+    qk__mps_work w;
+    int64_t g;
+    if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
+    while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
+        int lane;
+        if (QK__LOAD(&j->oom)) break;
+        for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++)
+            qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane);
+    }
+    if (thread < 256) j->discarded[thread] = w.discarded;
+    qk__mps_work_free(&w);
+}
+
+/* The MPS of n samples in the lane layout (groups of QK__NJ, the last zero-padded); NULL with the
+   error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped. */
+static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                              double *discarded)
+{
+    qk__mps_build_job j;
+    double *out;
+    int t;
+    memset(&j, 0, sizeof j);
+    j.groups = (n + QK__NJ - 1) / QK__NJ;
+    if ((double)j.groups * (double)p->group * 8.0 > 9.0e18) { qk__set_error("mps: %lld states overflow", (long long)n); return NULL; }
+    out = (double *)qk__calloc((size_t)(j.groups * p->group), sizeof(double));
+    if (!out) {
+        qk__set_error("mps: cannot allocate %.3g GB of host memory for %lld MPS", (double)j.groups * (double)p->group * 8e-9, (long long)n);
+        return NULL;
+    }
+    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out;
+    if (n_threads > 256) n_threads = 256;
+    QK_PROF_BEGIN("mps states");
+    qk__parallel((int64_t)n_threads < j.groups ? n_threads : (int)j.groups, qk__mps_build_work, &j);
+    QK_PROF_END("mps states");
+    if (j.oom) { QK_FREE(out); qk__set_error("mps: out of host memory for the build work space"); return NULL; }
+    if (discarded) {
+        *discarded = 0;
+        for (t = 0; t < 256; t++) if (j.discarded[t] > *discarded) *discarded = j.discarded[t];
+    }
+    return out;
+}
+
+/* ---- overlaps: a tile of K by transfer matrices ---- */
+/* Per site, for one row sample (scalars A at stride 2 * QK__NJ, lane `lane`) against a group of
+   QK__NJ column samples (vectors B): T = E B (vector x vector), E' = A^H T (scalar x vector).
+   E: dl x dl, T: dl x 2dr, E': dr x dr vectors of [QK__NJ re | QK__NJ im]. */
+#if defined(QK__VEC)
+/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, 8
+   complex vectors of T (16 zmm) over l', 4 of E' over (l, a). Against the generic loop below, one
+   thread of the 2-core dev machine (bench/mps_bench.c, CPU seconds): zz linear reps=2, 100 qubits,
+   n = 512: 1.41 -> 0.94 s; zz circular reps=2 (bond 16), 40 qubits, n = 128: 2.15 -> 1.76 s. */
+QK__CONTRACT
+static void qk__mps_site4(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k0, kk, la, r, r0;
+    for (l = 0; l < dl; l++)
+        for (k0 = 0; k0 < n2; k0 += 8) {
+            qk__v8 tr[8], ti[8];
+            memset(tr, 0, sizeof tr);
+            memset(ti, 0, sizeof ti);
+            for (lp = 0; lp < dl; lp++) {
+                qk__v8 er, ei;
+                const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ;
+                QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
+                QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
+                for (kk = 0; kk < 8; kk++) {
+                    qk__v8 br, bi;
+                    QK__LD8(br, bb + kk * 2 * QK__NJ); QK__LD8(bi, bb + kk * 2 * QK__NJ + QK__NJ);
+                    tr[kk] += er * br; tr[kk] -= ei * bi;
+                    ti[kk] += er * bi; ti[kk] += ei * br;
+                }
+            }
+            for (kk = 0; kk < 8; kk++) {
+                double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
+                memcpy(t, &tr[kk], sizeof tr[kk]); memcpy(t + QK__NJ, &ti[kk], sizeof ti[kk]);
+            }
+        }
+    for (r = 0; r < dr; r++)
+        for (r0 = 0; r0 < dr; r0 += 4) {
+            qk__v8 xr[4], xi[4];
+            memset(xr, 0, sizeof xr);
+            memset(xi, 0, sizeof xi);
+            for (la = 0; la < 2 * dl; la++) {
+                const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+                const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ;
+                for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */
+                    qk__v8 vr, vi;
+                    QK__LD8(vr, t + kk * 2 * QK__NJ); QK__LD8(vi, t + kk * 2 * QK__NJ + QK__NJ);
+                    xr[kk] += cr * vr; xr[kk] += ci * vi;
+                    xi[kk] += cr * vi; xi[kk] -= ci * vr;
+                }
+            }
+            for (kk = 0; kk < 4; kk++) {
+                double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
+                memcpy(e, &xr[kk], sizeof xr[kk]); memcpy(e + QK__NJ, &xi[kk], sizeof xi[kk]);
+            }
+        }
+}
+
+QK__CONTRACT
+static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k, la, r, rp;
+    qk__v8 z;
+    if (dr % 4 == 0) { qk__mps_site4(A, B, dl, dr, E, T, En); return; }
+    memset(&z, 0, sizeof z);
+    for (l = 0; l < dl; l++) {
+        double *t = T + (size_t)l * n2 * 2 * QK__NJ;
+        for (k = 0; k < n2; k++) { memcpy(t + k * 2 * QK__NJ, &z, sizeof z); memcpy(t + k * 2 * QK__NJ + QK__NJ, &z, sizeof z); }
+        for (lp = 0; lp < dl; lp++) {
+            qk__v8 er, ei;
+            const double *bb = B + (size_t)lp * n2 * 2 * QK__NJ;
+            QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
+            QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
+            for (k = 0; k < n2; k++) {
+                qk__v8 br, bi, tr, ti;
+                QK__LD8(br, bb + k * 2 * QK__NJ); QK__LD8(bi, bb + k * 2 * QK__NJ + QK__NJ);
+                QK__LD8(tr, t + k * 2 * QK__NJ); QK__LD8(ti, t + k * 2 * QK__NJ + QK__NJ);
+                tr += er * br; tr -= ei * bi;
+                ti += er * bi; ti += ei * br;
+                memcpy(t + k * 2 * QK__NJ, &tr, sizeof tr); memcpy(t + k * 2 * QK__NJ + QK__NJ, &ti, sizeof ti);
+            }
+        }
+    }
+    for (k = 0; k < dr * dr; k++) { memcpy(En + k * 2 * QK__NJ, &z, sizeof z); memcpy(En + k * 2 * QK__NJ + QK__NJ, &z, sizeof z); }
+    for (la = 0; la < 2 * dl; la++)
+        for (r = 0; r < dr; r++) {
+            const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+            const double *t = T + (size_t)la * dr * 2 * QK__NJ;
+            double *e = En + (size_t)r * dr * 2 * QK__NJ;
+            if (cr == 0 && ci == 0) continue;   /* padding */
+            for (rp = 0; rp < dr; rp++) {  /* e += conj(c) t */
+                qk__v8 tr, ti, xr, xi;
+                QK__LD8(tr, t + rp * 2 * QK__NJ); QK__LD8(ti, t + rp * 2 * QK__NJ + QK__NJ);
+                QK__LD8(xr, e + rp * 2 * QK__NJ); QK__LD8(xi, e + rp * 2 * QK__NJ + QK__NJ);
+                xr += cr * tr; xr += ci * ti;
+                xi += cr * ti; xi -= ci * tr;
+                memcpy(e + rp * 2 * QK__NJ, &xr, sizeof xr); memcpy(e + rp * 2 * QK__NJ + QK__NJ, &xi, sizeof xi);
+            }
+        }
+}
+#else
+static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k, la, r, rp, v;
+    memset(T, 0, sizeof(double) * (size_t)dl * n2 * 2 * QK__NJ);
+    for (l = 0; l < dl; l++)
+        for (lp = 0; lp < dl; lp++) {
+            const double *e = E + ((size_t)l * dl + lp) * 2 * QK__NJ, *bb = B + (size_t)lp * n2 * 2 * QK__NJ;
+            double *t = T + (size_t)l * n2 * 2 * QK__NJ;
+            for (k = 0; k < n2; k++)
+                for (v = 0; v < QK__NJ; v++) {
+                    double er = e[v], ei = e[QK__NJ + v], br = bb[k * 2 * QK__NJ + v], bi = bb[k * 2 * QK__NJ + QK__NJ + v];
+                    t[k * 2 * QK__NJ + v] += er * br - ei * bi;
+                    t[k * 2 * QK__NJ + QK__NJ + v] += er * bi + ei * br;
+                }
+        }
+    memset(En, 0, sizeof(double) * (size_t)dr * dr * 2 * QK__NJ);
+    for (la = 0; la < 2 * dl; la++)
+        for (r = 0; r < dr; r++) {
+            const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+            const double *t = T + (size_t)la * dr * 2 * QK__NJ;
+            double *e = En + (size_t)r * dr * 2 * QK__NJ;
+            if (cr == 0 && ci == 0) continue;
+            for (rp = 0; rp < dr; rp++)
+                for (v = 0; v < QK__NJ; v++) {
+                    double tr = t[rp * 2 * QK__NJ + v], ti = t[rp * 2 * QK__NJ + QK__NJ + v];
+                    e[rp * 2 * QK__NJ + v] += cr * tr + ci * ti;
+                    e[rp * 2 * QK__NJ + QK__NJ + v] += cr * ti - ci * tr;
+                }
+        }
+}
+#endif
+
+/* Rows of a tile sharing each column group's site block (kept in L1 while they pass it). */
+static int qk__mps_rows(const qk__mps_prog *p)
+{
+    int s, dmax = 1;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    return dmax <= 8 ? 8 : dmax <= 16 ? 4 : 1;
+}
+
+/* Per-thread scratch (doubles) of qk__mps_tile. */
+static size_t qk__mps_scratch(const qk__mps_prog *p)
+{
+    int s, dmax = 1;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    return ((size_t)2 * qk__mps_rows(p) * dmax * dmax + (size_t)2 * dmax * dmax) * 2 * QK__NJ;
+}
+
+/* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (ld QK__T); j->A, j->B in the lane layout
+   (j0 is a multiple of QK__T, so column groups are whole). Symmetric diagonal tiles skip the
+   column groups wholly below the diagonal (qk__gram_work mirrors them). */
+static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt)
+{
+    const qk__mps_prog *p = (const qk__mps_prog *)j->mps;
+    const int R = qk__mps_rows(p), q = p->q;
+    const int diag = j->symmetric && i0 == j0;
+    int dmax = 1, s, rr, v;
+    int64_t cb, rb;
+    double *E0, *E1, *T;
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    E0 = scratch;
+    E1 = E0 + (size_t)R * dmax * dmax * 2 * QK__NJ;
+    T = E1 + (size_t)R * dmax * dmax * 2 * QK__NJ;
+    for (cb = 0; cb < n; cb += QK__NJ) {
+        const double *Bg = j->B + ((j0 + cb) / QK__NJ) * p->group;
+        for (rb = 0; rb < m; rb += R) {
+            const int nr = m - rb < R ? (int)(m - rb) : R;
+            const size_t es = (size_t)dmax * dmax * 2 * QK__NJ;
+            double *Ec = E0, *En = E1, *sw;
+            if (diag && cb + QK__NJ - 1 < rb) continue;
+            for (rr = 0; rr < nr; rr++) {   /* E = 1 */
+                memset(Ec + rr * es, 0, sizeof(double) * 2 * QK__NJ);
+                for (v = 0; v < QK__NJ; v++) Ec[rr * es + v] = 1.0;
+            }
+            for (s = 0; s < q; s++)
+                for (rr = 0; rr < nr; rr++) {
+                    const int64_t i = i0 + rb + rr;
+                    const double *A = j->A + (i / QK__NJ) * p->group + p->off[s] + (i % QK__NJ);
+                    qk__mps_site(A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
+                    if (rr == nr - 1) { sw = Ec; Ec = En; En = sw; }
+                }
+            for (rr = 0; rr < nr; rr++)
+                for (v = 0; v < QK__NJ && cb + v < n; v++) {
+                    double re = Ec[rr * es + v], im = Ec[rr * es + QK__NJ + v];
+                    kt[(rb + rr) * QK__T + cb + v] = re * re + im * im;
+                }
+        }
+    }
+}
+
+/* ---- planning and running ---- */
+/* Host memory (bytes) where the system says, else 0 (unknown). */
+static double qk__host_ram(void)
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long pages = sysconf(_SC_PHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && ps > 0) return (double)pages * (double)ps;
+#endif
+    return 0.0;
+}
+
+/* The MPS path's cost against the statevector's, per pair, in the CPU engine's measured time per
+   flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
+   (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
+   dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
+   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.023, q = 10 0.066 / 0.046,
+   q = 11 0.075 / 0.095, q = 12 0.087 / 0.215; MPS time per flop is 1.8, 1.7, 1.6, 1.5 times the
+   statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
+#ifndef QK__MPS_FLOP_RATIO
+#define QK__MPS_FLOP_RATIO 1.7
+#endif
+
+/* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): MPS when asked
+   for, or (default) when the map is entangled, MPS-able and the statevector is impossible
+   (q > QK_MAX_STATE_QUBITS), would not fit in half the host memory, or costs more per pair:
+     statevector  8 * 2^q flops per pair (complex; real maps 2 * 2^q)
+     MPS          QK__MPS_FLOP_RATIO * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})
+   Errors: a forced MPS on a product, dense or too-entangled map; a statevector beyond 30 qubits. */
+static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    const qk_path req = desc->path;
+    const int q = map->n_qubits;
+    qk__mps_prog prog;
+    qk_result r;
+    int use = 0, ok;
+    if ((int)req < (int)QK_PATH_DEFAULT || (int)req > (int)QK_PATH_MPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown path %d", (int)req);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        if (req == QK_PATH_MPS)
+            return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: the map is a product state (no entangling op): it takes the analytic path");
+        return QK_OK;
+    }
+    if (req != QK_PATH_DEFAULT && req != QK_PATH_MPS) {
+        if (q > QK_MAX_STATE_QUBITS)
+            return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
+        return QK_OK;
+    }
+    r = qk__mps_prog_make(map, &prog);
+    if (r != QK_OK) return r;
+    ok = !prog.dense && prog.chi <= QK_MPS_MAX_BOND;
+    if (!ok) {
+        char why[160];
+        if (prog.dense) snprintf(why, sizeof why, "amplitude encoding makes a dense state (no MPS)");
+        else snprintf(why, sizeof why, "its bond dimension bound reaches %s%d at bond %d (qubit order %s), beyond QK_MPS_MAX_BOND = %d: "
+                      "the gates are not local enough", prog.chi >= QK__MPS_SAT ? ">= " : "", prog.chi, prog.chi_bond,
+                      prog.folded ? "folded" : "natural", QK_MPS_MAX_BOND);
+        qk__mps_prog_free(&prog);
+        if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: %s", why);
+        if (q > QK_MAX_STATE_QUBITS)
+            return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%d qubits exceed the statevector limit %d, and the MPS path cannot take this map: %s",
+                            q, QK_MAX_STATE_QUBITS, why);
+        return QK_OK;
+    }
+    if (req == QK_PATH_MPS || q > QK_MAX_STATE_QUBITS) use = 1;
+    else {
+        const double sv = (map->cls == QK_CLASS_REAL ? 2.0 : 8.0) * ldexp(1.0, q);
+        const double ram = qk__host_ram();
+        use = QK__MPS_FLOP_RATIO * prog.pair_flops < sv || (ram > 0 && (double)p->bytes_states > 0.5 * ram);
+    }
+    if (use) {
+        const int64_t gx = (desc->n_x + QK__NJ - 1) / QK__NJ, gy = desc->y ? (desc->n_y + QK__NJ - 1) / QK__NJ : 0;
+        p->path = QK_PATH_MPS;
+        p->bytes_states = (size_t)((double)(gx + gy) * (double)prog.group * 8.0);
+        p->bytes_total = p->bytes_states;
+        p->mps_bond = prog.chi;
+        p->mps_span = prog.span;
+        p->mps_pair_flops = prog.pair_flops;
+        snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
+                 prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
+    }
+    qk__mps_prog_free(&prog);
+    return QK_OK;
+}
+
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
+   engine's tiles with qk__mps_tile. */
+static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__mps_prog prog;
+    double *A = NULL, *B = NULL;
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r = qk__mps_prog_make(map, &prog);
+    if (r != QK_OK) return r;
+    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(&prog);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL);
+    if (A && desc->y) B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL);
+    if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
+    else r = qk__cpu_gram_run(plan, desc, A, B ? B : A, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    QK_FREE(A);
+    QK_FREE(B);
+    qk__mps_prog_free(&prog);
+    return r;
+}
+/* ---- end MPS engine ---- */
+
 /* ---- implementation: device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
@@ -4804,6 +5806,14 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
     if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    /* the MPS path runs on the CPU engine in this version: asked for, or an entangled map beyond
+       the statevector (qk__mps_plan decides whether it can take it, and rejects bad paths) */
+    if (desc->path == QK_PATH_MPS || (int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT && map->n_qubits > QK_MAX_STATE_QUBITS)) {
+        if (desc->output == QK_OUTPUT_DEVICE)
+            return qk__fail(QK_ERROR_UNSUPPORTED, "plan: the MPS path runs on the CPU engine in this version: output DEVICE is not available (use HOST, CALLBACK or NPY)");
+        return qk__plan_cpu(info, map, desc, out);
+    }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
 }
 
@@ -6079,8 +7089,6 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
-    if (map->cls != QK_CLASS_PRODUCT && map->n_qubits > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     r = qk_map_check_data(map, d->x, d->n_x, "X");
     if (r != QK_OK) return r;
     if (d->y) {
@@ -6102,6 +7110,11 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk_cuda_device_query(ctx->desc.cuda_device, &info, err, sizeof err);
         if (r != QK_OK) return qk__fail(r, "%s", err);
         r = qk_plan_for_device(&info, ctx->desc.vram_fraction, map, desc, out);
+        if (r == QK_OK && out->backend == QK_BACKEND_CPU) {   /* the MPS path (CPU engine) */
+            out->n_threads = ctx->desc.n_threads;
+            qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the CPU engine (%d threads) in this version", out->n_threads);
+            return QK_OK;
+        }
         if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
         if (r == QK_OK && desc->output == QK_OUTPUT_HOST && desc->out) out->host_pinned = qk_cuda_host_pinned(desc->out);
 #else
@@ -6116,7 +7129,8 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
 
 static const char *qk__path_name(qk_path p)
 {
-    return p == QK_PATH_ANALYTIC ? "analytic (product map)" : p == QK_PATH_REAL ? "real statevector" : "complex statevector";
+    return p == QK_PATH_ANALYTIC ? "analytic (product map)" : p == QK_PATH_REAL ? "real statevector" :
+           p == QK_PATH_MPS ? "mps (matrix product states)" : "complex statevector";
 }
 
 /* bytes as GB with three decimals and a '.' whatever the C locale (integer arithmetic: a host
@@ -6144,6 +7158,9 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
+    if (p->path == QK_PATH_MPS)   /* integers only: the description is locale-free */
+        qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
+                p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
     qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
             p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
             qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
@@ -6335,6 +7352,7 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
         return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
     }
+    if (plan.path == QK_PATH_MPS) return qk__mps_gram(&plan, map, desc);
     return qk__cpu_gram(&plan, map, desc);
 }
 

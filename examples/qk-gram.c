@@ -55,6 +55,8 @@ static const char *usage_text =
     "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
     "                    docs/precision.md); default: fp64 on the CPU engine, fp32 on the GPU\n"
     "                    engine; the CPU engine computes in fp64 whatever is asked\n"
+    "  --path P          auto (default), mps (matrix product states, local maps, any qubit\n"
+    "                    count: docs/mps.md) or statevector\n"
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
     "  --threads N       CPU engine threads (default: all cores)\n"
     "  --quiet           print errors only\n"
@@ -82,6 +84,7 @@ typedef struct options {
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
+    qk_path path;                         /* --path: DEFAULT (auto), MPS, COMPLEX (statevector) */
     int threads, quiet, demo, progress, no_sync;
 } options;
 
@@ -370,7 +373,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 /* Options that take a value; given twice is an error (a second --x meant as --y would silently
    compute another K). */
 static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
-                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir"};
+                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path"};
 enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -433,6 +436,11 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
             else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
             else return usage_error("--precision '%s': expected fp32, fp64, tf32, fp32x3 or fp16", v);
+        } else if (!strcmp(name, "--path")) {
+            if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
+            else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
+            else if (!strcmp(v, "statevector")) o->path = QK_PATH_COMPLEX;
+            else return usage_error("--path '%s': expected auto, mps or statevector", v);
         } else {   /* --threads: digits only (no sign, blanks or locale forms), 1..4096 */
             const char *c = v;
             long t = 0;
@@ -573,6 +581,7 @@ static int gram_main(const options *o) {
     gd.y = have_y ? Y.data : NULL;
     gd.n_y = have_y ? Y.rows : 0;
     gd.precision = o->precision;
+    gd.path = o->path;
     if (!o->quiet)
         printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
                have_y ? o->y : "", have_y ? "" : ", K = K(X, X) (symmetric)");

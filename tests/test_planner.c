@@ -197,7 +197,7 @@ int main(void)
     CHECK(qk_map_parse("zz(reps=2)", 16, &zz16) == QK_OK, "parse zz16");
     CHECK(qk_map_parse("angle(rot=y)", 40, &angle) == QK_OK, "parse angle");
     CHECK(qk_map_parse("hea(layers=2,rot=y)", 12, &hea) == QK_OK, "parse hea");
-    qk_map_parse("zz(reps=1,ent=linear)", 31, &zz31); /* may be refused already by the parser */
+    qk_map_parse("zz(reps=1,ent=linear)", 31, &zz31); /* local: made (MPS path) */
     if (fails) return 1;
 
     {   /* no device: the CPU plan */
@@ -253,7 +253,15 @@ int main(void)
         CHECK(qk_max_samples(d, 0.4, 16, QK_PRECISION_FP32) < ms16 && qk_max_samples(d, 0.85, 16, QK_PRECISION_FP64) < ms16, "%s: fraction/precision", d->name);
         /* errors */
         g = gdesc(10, 0, QK_OUTPUT_HOST);
-        if (zz31) CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_ERROR_TOO_MANY_QUBITS, "%s: 31 qubits must fail", d->name);
+        if (zz31) {
+            /* beyond the statevector: a local map takes the MPS path (CPU engine, docs/mps.md);
+               the statevector, forced, must fail */
+            CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_OK && p.backend == QK_BACKEND_CPU && p.path == QK_PATH_MPS,
+                  "%s: 31 qubits zz linear: MPS on the CPU (%s)", d->name, qk_last_error());
+            g.path = QK_PATH_COMPLEX;
+            CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_ERROR_TOO_MANY_QUBITS, "%s: 31 qubits statevector must fail", d->name);
+            g.path = QK_PATH_DEFAULT;
+        }
         CHECK(qk_plan_for_device(d, 1.5, zz8, &g, &p) == QK_ERROR_INVALID_ARGUMENT, "%s: fraction 1.5 must fail", d->name);
     }
     {   /* a 30-qubit state with scratch does not fit a 24 GB card */

@@ -1,0 +1,170 @@
+/* qk MPS path benchmark (CPU engine, docs/mps.md): K(X,X) on the MPS path against the statevector
+   path where both run (zz reps=2 linear, q = 12, 16, 20), and the MPS path alone at 100, 165 and 784
+   qubits. Prints JSON. Each case: wall and CPU seconds (median of reps; CPU time = user + system
+   of the process, less sensitive to other jobs on a shared machine), the MPS build time, overlaps
+   computed (n(n+1)/2 for K(X,X)), overlaps/s, flops per overlap and the planner's choice for the
+   case. The load average at the start and end is recorded: on a shared 2-core machine the wall
+   figures move with it.
+
+   usage: mps_bench [--threads N] [--quick] */
+#define _POSIX_C_SOURCE 200809L
+#define QK_IMPLEMENTATION
+#include "qk.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <sys/resource.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static double cpu_now(void)
+{
+    struct rusage u;
+    getrusage(RUSAGE_SELF, &u);
+    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
+}
+static double loadavg(void)
+{
+    double l = -1;
+    FILE *f = fopen("/proc/loadavg", "r");
+    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
+    return l;
+}
+static void cpu_model(char *buf, size_t size)
+{
+    char line[256];
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    snprintf(buf, size, "unknown");
+    if (!f) return;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+            char *v = strchr(line, ':') + 2, *e = strchr(v, '\n');
+            if (e) *e = 0;
+            snprintf(buf, size, "%s", v);
+            break;
+        }
+    fclose(f);
+}
+static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+static int g_threads = 0, g_first = 1;
+static const char *g_label;   /* printed instead of a long spec */
+static unsigned long long g_s = 12345;
+
+static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
+{
+    double *x = (double *)malloc(sizeof(double) * (size_t)(n * q)), *K = (double *)malloc(sizeof(double) * (size_t)(n * n));
+    double tw[16], tc[16], tb = 0, disc = 0;
+    qk_map *m = NULL;
+    qk_ctx *ctx = NULL;
+    qk_ctx_desc cd;
+    qk_gram_desc d;
+    qk_plan plan, autoplan;
+    qk_path chosen;
+    int64_t i, ov = n * (n + 1) / 2;
+    int r;
+    if (!x || !K) { fprintf(stderr, "out of memory\n"); exit(1); }
+    for (i = 0; i < n * q; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = g_threads;
+    if (qk_map_parse(spec, q, &m) || qk_ctx_create(&cd, &ctx)) { fprintf(stderr, "%s\n", qk_last_error()); exit(1); }
+    memset(&d, 0, sizeof d);
+    d.x = x; d.n_x = n; d.out = K; d.out_dtype = QK_F64;
+    if (qk_plan_make(ctx, m, &d, &autoplan) != QK_OK) { fprintf(stderr, "plan: %s\n", qk_last_error()); exit(1); }
+    chosen = autoplan.path;
+    d.path = path;
+    if (qk_plan_make(ctx, m, &d, &plan) != QK_OK) { fprintf(stderr, "plan: %s\n", qk_last_error()); exit(1); }
+    if (plan.path == QK_PATH_MPS) {   /* the build alone (the Gram includes it) */
+        qk__mps_prog p;
+        double *S, t0 = now();
+        if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
+        S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc);
+        tb = now() - t0;
+        free(S);
+        qk__mps_prog_free(&p);
+    }
+    for (r = 0; r < reps; r++) {
+        double t0 = now(), c0 = cpu_now();
+        if (qk_gram(ctx, m, &d) != QK_OK) { fprintf(stderr, "gram: %s\n", qk_last_error()); exit(1); }
+        tw[r] = now() - t0;
+        tc[r] = cpu_now() - c0;
+    }
+    qsort(tw, (size_t)reps, sizeof(double), cmp);
+    qsort(tc, (size_t)reps, sizeof(double), cmp);
+    printf("%s    {\"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"path\": \"%s\", \"auto_path\": \"%s\", \"threads\": %d, \"reps\": %d,\n"
+           "     \"wall_s\": %.4f, \"cpu_s\": %.4f, \"mps_build_s\": %.4f, \"overlaps\": %lld, \"overlaps_per_s\": %.1f, \"overlaps_per_cpu_s\": %.1f,\n"
+           "     \"flops_per_overlap\": %.4g, \"bond\": %d, \"discarded_norm\": %.3g}",
+           g_first ? "" : ",\n", g_label ? g_label : spec, q, (long long)n, plan.path == QK_PATH_MPS ? "mps" : "statevector",
+           chosen == QK_PATH_MPS ? "mps" : "statevector", plan.n_threads, reps, tw[reps / 2], tc[reps / 2], tb, (long long)ov,
+           (double)ov / tw[reps / 2], (double)ov / tc[reps / 2],
+           plan.path == QK_PATH_MPS ? plan.mps_pair_flops : (plan.path == QK_PATH_REAL ? 2.0 : 8.0) * ldexp(1.0, q),
+           plan.mps_bond, disc);
+    fflush(stdout);
+    g_first = 0;
+    qk_ctx_destroy(ctx);
+    qk_map_free(m);
+    free(x);
+    free(K);
+}
+
+int main(int argc, char **argv)
+{
+    int i, quick = 0;
+    char cpu[128];
+    for (i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) g_threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else { fprintf(stderr, "usage: mps_bench [--threads N] [--quick]\n"); return 2; }
+    }
+    cpu_model(cpu, sizeof cpu);
+    printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"cores\": %d, \"load_avg_start\": %.2f, \"cases\": [\n", cpu, qk__ncores(), loadavg());
+    /* both paths: zz reps=2 linear (bond 4) */
+    one("zz(reps=2,ent=linear)", 12, 512, QK_PATH_MPS, 3);
+    one("zz(reps=2,ent=linear)", 12, 512, QK_PATH_COMPLEX, 3);
+    one("zz(reps=2,ent=linear)", 16, 256, QK_PATH_MPS, 3);
+    one("zz(reps=2,ent=linear)", 16, 256, QK_PATH_COMPLEX, 3);
+    one("zz(reps=2,ent=linear)", 20, 96, QK_PATH_MPS, 3);
+    if (!quick) one("zz(reps=2,ent=linear)", 20, 96, QK_PATH_COMPLEX, 1);
+    /* the crossover region (one thread: CPU seconds; QK__MPS_FLOP_RATIO in qk.h) */
+    {
+        int q, t = g_threads;
+        g_threads = 1;
+        for (q = 9; q <= 12; q++) {
+            one("zz(reps=2,ent=linear)", q, 512, QK_PATH_MPS, 5);
+            one("zz(reps=2,ent=linear)", q, 512, QK_PATH_COMPLEX, 5);
+        }
+        g_threads = t;
+    }
+    /* MPS only */
+    one("zz(reps=2,ent=linear)", 100, 512, QK_PATH_MPS, 3);    /* issue 13's CPU target: <= 3 s */
+    one("zz(reps=2,ent=linear)", 165, 400, QK_PATH_MPS, 3);    /* the SC'24 feature count */
+    one("zz(reps=1,ent=linear)", 784, 200, QK_PATH_MPS, 1);    /* cuTN-QSVM's size, bond 2 */
+    one("zz(reps=2,ent=linear)", 784, 200, QK_PATH_MPS, 1);    /* bond 4 */
+    if (!quick) one("zz(reps=2,ent=circular)", 100, 256, QK_PATH_MPS, 1);   /* bond 16 */
+    {   /* cuTN-QSVM's circuit (Tim-Li/cuTN-QSVM benchmark/banchmark_qsvm_tnsm-mpi_mgpu.py, make_bsp):
+           H, RZ(x_q) RY(x_q) on every qubit, a CX ladder, RZ(x_q); their 8-GPU run: 784 qubits, 1000
+           samples, every unordered pair */
+        const int q = 784;
+        size_t cap = 64 * (size_t)q + 64, len = 0;
+        char *spec = (char *)malloc(cap);
+        int k;
+        len += (size_t)snprintf(spec + len, cap - len, "circuit(qubits=%d:", q);
+        for (k = 0; k < q; k++) len += (size_t)snprintf(spec + len, cap - len, " h(%d)", k);
+        for (k = 0; k < q; k++) len += (size_t)snprintf(spec + len, cap - len, " rz(%d,x%d) ry(%d,x%d)", k, k, k, k);
+        for (k = 0; k + 1 < q; k++) len += (size_t)snprintf(spec + len, cap - len, " cx(%d,%d)", k, k + 1);
+        for (k = 0; k < q; k++) len += (size_t)snprintf(spec + len, cap - len, " rz(%d,x%d)", k, k);
+        snprintf(spec + len, cap - len, ")");
+        g_label = "cutn-qsvm make_bsp";
+        one(spec, q, quick ? 200 : 1000, QK_PATH_MPS, 1);
+        g_label = NULL;
+        free(spec);
+    }
+    printf("\n], \"load_avg_end\": %.2f}\n", loadavg());
+    return 0;
+}
