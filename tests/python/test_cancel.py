@@ -90,7 +90,7 @@ def test_cancel_leaks_nothing_and_qk_stays_usable():
     # K is 5000^2 float64 = 200 MB (numpy reports its buffers to tracemalloc): none may stay
     assert after - before < 1 << 20, (before, after)
     Xs = X[:50]
-    S = qk.FeatureMap("zz(reps=2)", 9).statevector(Xs)
+    S = qk.FeatureMap("zz(reps=2)", X.shape[1]).statevector(Xs)
     np.testing.assert_allclose(qk.gram(Xs, device="cpu"), np.abs(S.conj() @ S.T) ** 2, atol=1e-12)
 
 
