@@ -296,10 +296,10 @@ typedef enum qk_device {
 } qk_device;
 
 /* Precision of the GPU Gram. Every mode builds the states in float (FP64: double); the modes
-   after FP64 run the inner products on the tensor cores from 6 qubits on (FP32X3 from 7;
-   below, the FP32 kernel, which is at least as accurate, is faster: plan.config says so). Each mode's error
-   against float64 and its tested bound are in docs/precision.md. The CPU engine accepts every
-   mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
+   after FP64 run the inner products on the tensor cores from 6 qubits on (FP32X3 from 7; below,
+   the FP32 kernel, at least as accurate, is faster: plan.config says so) up to 24. Each mode's
+   error against float64 and its tested bound are in docs/precision.md. The CPU engine accepts
+   every mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
 typedef enum qk_precision {
     QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, FP32 on the GPU engine */
     QK_PRECISION_FP32,          /* float states and accumulation (GPU); CPU computes in fp64 */
