@@ -296,10 +296,10 @@ typedef enum qk_device {
 } qk_device;
 
 /* Precision of the GPU Gram. Every mode builds the states in float (FP64: double); the modes
-   after FP64 run the inner products on the tensor cores from 6 qubits on (below, the FP32
-   kernel, which is at least as accurate, is faster: plan.config says so). Each mode's error
-   against float64 and its tested bound are in docs/precision.md. The CPU engine accepts every
-   mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
+   after FP64 run the inner products on the tensor cores from 6 qubits on (FP32X3 from 7; below,
+   the FP32 kernel, at least as accurate, is faster: plan.config says so) up to 24. Each mode's
+   error against float64 and its tested bound are in docs/precision.md. The CPU engine accepts
+   every mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
 typedef enum qk_precision {
     QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, FP32 on the GPU engine */
     QK_PRECISION_FP32,          /* float states and accumulation (GPU); CPU computes in fp64 */
@@ -5593,8 +5593,11 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
    Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
    at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
-   (fp32: fused 399 Gpairs/s, cuBLAS 205). */
+   (fp32: fused 399 Gpairs/s, cuBLAS 205). FP32X3 sums hi*hi in chunks (a pass over C each):
+   at 6 qubits 116 Gpairs/s against the fused kernel's 121, at 8 qubits 87.6 against cuBLAS
+   fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
 #define QK__TC_MIN_QUBITS 6
+static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_MAX_QUBITS 24            /* qk_cuda.cu's limit (int leading dimensions of 4W) */
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
 static int qk__tc_mode(qk_precision p)
@@ -5693,7 +5696,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
     if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->use_blas = map->n_qubits < QK__TC_MIN_QUBITS ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
+        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
         if (p->use_blas == 1) tc_fallback = 2;
     }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
@@ -5792,7 +5795,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  map->n_qubits <= 5 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4",
-                 qk__prec_name(prec), QK__TC_MIN_QUBITS);
+                 qk__prec_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
     return QK_OK;
 }
@@ -5858,7 +5861,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
        fit: the planner fell back to use_blas 1) */
     if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 6 &&
         qk__blas_ok(plan->precision, plan->path, b) &&
-        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= QK__TC_MIN_QUBITS) &&
+        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
         plan->use_blas = b;
         plan->kernel_cfg = c;

@@ -27,7 +27,9 @@
      fused   a register-tiled SIMT kernel: <a|b> accumulated in registers, |.|^2 and the store
              in its epilogue; tiles staged through shared memory so that both the tile and its
              mirror (symmetric K) are written with coalesced rows. No complex matrix in memory.
-     blas    cuBLAS GEMM (C/Z/S/D) into a slab workspace, then a fused |.|^2 + mirror epilogue.
+     blas    cuBLAS GEMM (C/Z/S/D) into a slab workspace, then a fused |.|^2 + mirror epilogue;
+             for the tensor-core precision modes (TF32, FP32X3, FP16) real-form GEMMs of
+             converted operands into Re and Im planes, the same epilogue (qk__tc_products).
    The planner picks one by qubit count (see qk__plan_cuda in qk.h for the measured reason).
    Symmetric K(X,X) computes only tiles with j >= i and writes both halves: each entry of K is
    written exactly once (the mirror writes only j > i).
@@ -1395,17 +1397,17 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
                out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
                sum hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
                relative (lo of amplitudes below 2^-3 s is subnormal: 2^-25 s absolute, 1e-7 of
-               K at most). Accuracy is set by the accumulation, not the split: the tensor cores
-               round the fp32 accumulator toward zero after every MMA, so each term added to a
-               large partial sum costs up to an ulp of it, a bias that grows with the length of
-               the sum. So (i) the small products go first, while the sum is small (cuBLAS's k
-               loop runs in order), and (ii) hi*hi is summed in chunks of K (2, or 4 from
-               W = 2048 on), each chunk's GEMM adding the previous chunks' C through its beta = 1
-               epilogue (round to nearest). Measured (zz 12 qubits, K error): TF32 split with
-               hi*hi first 2.0e-4, small products first 1.35e-4, fp32's own 2.8e-5 (runs a and
-               b of bench/results/2026-11-23-h200-precision-*; docs/precision.md: this scheme).
-               FP16 rather than TF32 halves: twice the rate, half the operand bytes, an MMA of
-               k = 16 (half the roundings of TF32's k = 8)
+               K at most). Accuracy is set by the accumulation, not the split: the tensor cores'
+               fp32 accumulation is not round-to-nearest, and the measured error fits up to an
+               ulp of the partial sum lost per MMA step, which grows with the length of the sum
+               (on the diagonal, a sum of positive terms, it does not cancel). So (i) the small
+               products go first, while the sum is small (cuBLAS's k loop runs in order), and
+               (ii) hi*hi is summed in chunks of K (2, or 4 from W = 2048 on), each chunk's GEMM
+               adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
+               Measured (zz 12 qubits, n = 16384, K error): TF32 split, hi*hi first 2.0e-4;
+               small products first 1.35e-4; this scheme 3.9e-5; fp32's own 2.8e-5 (runs a, b, c
+               of bench/results/2026-11-23-h200-precision-*). fp16 halves rather than TF32: twice
+               the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
      5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
                rate); alpha = 1/s^2 (exact) undoes the scale

@@ -24,7 +24,7 @@ static const char *fz_token(int i) {
     static const char *const t[] = {"", "--map", "--x", "--y", "--out", "--device", "--precision", "--weights", "--threads",
                                     "--data", "--profile", "--trace", "--html", "--cache-dir", "--quiet", "--demo",
                                     "--progress", "--no-sync", "--autotune", "--no-autotune", "--help", "--version", "-h",
-                                    "=", "cpu", "cuda", "auto", "fp32", "fp64", "4096", "4097", "0", "K.npy", "K.csv",
+                                    "=", "cpu", "cuda", "auto", "fp32", "fp64", "tf32", "fp32x3", "fp16", "4096", "4097", "0", "K.npy", "K.csv",
                                     "X.npy", "./X.npy", "-", "/", NULL};
     return i < (int)(sizeof t / sizeof t[0]) ? t[i] : NULL;
 }
@@ -74,7 +74,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     FZ_CHECK(rc == -1 || rc == 0 || rc == EXIT_USAGE);
     if (rc == -1) {
         FZ_CHECK(o.device >= QK_DEVICE_AUTO && o.device <= QK_DEVICE_CUDA);
-        FZ_CHECK(o.precision >= QK_PRECISION_DEFAULT && o.precision <= QK_PRECISION_FP64);
+        FZ_CHECK(o.precision >= QK_PRECISION_DEFAULT && (int)o.precision < QK_PRECISION_COUNT);
         FZ_CHECK(o.threads >= 0 && o.threads <= 4096 && o.autotune >= -1 && o.autotune <= 1);
         FZ_CHECK(from_args(o.map, argv, argc) && from_args(o.x, argv, argc) && from_args(o.y, argv, argc));
         FZ_CHECK(from_args(o.out, argv, argc) && from_args(o.weights, argv, argc) && from_args(o.data, argv, argc));

@@ -96,6 +96,16 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.use_blas == 0 && strstr(p.config, "do not pay"),
                   "%s zz4 %s: blas %d config '%s'", d->name, qk__prec_name(tc[i]), p.use_blas, p.config);
+            /* 6 qubits: TF32 and FP16 on the tensor cores, FP32X3 (chunked) not yet */
+            {
+                qk_map *z6 = NULL;
+                g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
+                g.precision = tc[i];
+                CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
+                      p.use_blas == (tc[i] == QK_PRECISION_FP32X3 ? 0 : mode[i]), "%s zz6 %s: blas %d '%s'", d->name,
+                      qk__prec_name(tc[i]), p.use_blas, p.config);
+                qk_map_free(z6);
+            }
             /* real path, product path */
             g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
