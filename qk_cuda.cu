@@ -1924,7 +1924,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
                 int64_t nn = std::min(state_tile, ny - j0);
                 const void *B;
-                if (sym && j0 == i0) B = A;
+                if (sym && j0 == i0 && nn <= m) B = A; /* A holds only the slab's m rows */
                 else { QK_TRY(build(sym ? J->dx : J->dy, j0, nn, J->SB)); B = J->SB; }
                 OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
                 QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
