@@ -449,9 +449,11 @@ typedef struct qk_plan {
                                    of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
                                    fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
                                    selects it), 7 FP64 real form (DGEMM) */
-    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..6
+    int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..7
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
-                                   stores, 64x64 with k-steps of 16 (qk_cuda_tune_gram) */
+                                   stores, 64x64 with k-steps of 16, the persistent few-qubit
+                                   kernel (complex fp32, q <= 5; the table's choice there)
+                                   (qk_cuda_tune_gram) */
     char config[96];            /* kernel configuration used and where it came from */
     char device_name[128];
     int mps_bond;               /* MPS: the largest bond dimension (exact bound from the circuit) */
@@ -5792,11 +5794,17 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
                  qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
-    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
-        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
-                 map->n_qubits <= 5 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4",
-                 qk__prec_name(prec), qk__tc_min_qubits(prec));
-    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
+    else {
+        /* the engine's fixed table (qk__launch_gram): the persistent few-qubit kernel for complex
+           fp32 states with float K and q <= 5, else 64x64 tiles for q <= 5 and fp64 */
+        const int f32 = prec != QK_PRECISION_FP64;
+        const char *tiles = f32 && path == QK_PATH_COMPLEX && od == QK_F32 && map->n_qubits <= 5 ? "persistent t8x4"
+                          : map->n_qubits <= 5 || !f32 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4";
+        if (qk__tc_mode(prec))
+            snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
+                     tiles, qk__prec_name(prec), qk__tc_min_qubits(prec));
+        else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", tiles);
+    }
     return QK_OK;
 }
 
@@ -5859,7 +5867,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
        fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 6 &&
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 7 &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {

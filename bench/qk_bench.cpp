@@ -362,7 +362,8 @@ int main(int argc, char **argv)
     std::uniform_real_distribution<double> u(0, 1);
     auto has = [&](const char *c) { return ("," + cases + ",").find(std::string(",") + c + ",") != std::string::npos; };
     struct ZZ { const char *name; int q; int64_t n; };
-    ZZ zz[] = {{"zz4", 4, 32768}, {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}};
+    ZZ zz[] = {{"zz2", 2, 32768}, {"zz3", 3, 32768}, {"zz4", 4, 32768}, {"zz5", 5, 32768}, {"zz6", 6, 32768},
+               {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}};
     for (auto &c : zz) {
         if (!has(c.name)) continue;
         BMap b; build_zz(b, c.q, 2);
@@ -371,6 +372,7 @@ int main(int argc, char **argv)
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
         if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 6);
+        if (c.q < 6) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 1); /* the 64x64 tile the persistent kernel replaced */
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
     }

@@ -481,7 +481,7 @@ static void run_map(const TMap &t, bool thorough)
     /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
        register-store paths) */
     if (t.cls != QK_CLASS_PRODUCT)
-        for (g_cfg = 1; g_cfg <= 6; ++g_cfg) {
+        for (g_cfg = 1; g_cfg <= 7; ++g_cfg) {
             char what[64];
             snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
@@ -534,6 +534,35 @@ static void tc_block_tests()
             check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
         }
         printf("tensor-core blocks %-10s %s\n", t.name.c_str(), g_fail == before ? "ok" : "FAILED");
+    }
+}
+
+/* The persistent few-qubit kernel (fused configuration 7, the fixed table's choice for complex
+   fp32 at q <= 5) on sizes with full interior 128 x 128 tiles (its 16-byte store and mirror
+   paths: ld a multiple of 4) and partial ones (n = 645: 5 full tiles and 5 rows; ld = n + 3 =
+   648), square and rectangular, device and host slabs (slab rows not a multiple of 128: doff). */
+static void small_kernel_tests()
+{
+    for (int q = 2; q <= 5; ++q) {
+        TMap t = map_zz(q, 2, true);
+        t.finish();
+        const size_t D = (size_t)1 << t.q;
+        const int64_t nx = 645, ny = 391;
+        std::vector<double> xa = rand_x(t, nx), xb = rand_x(t, ny);
+        std::vector<cd> SA(nx * D), SB(ny * D);
+        for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
+        for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
+        const int before = g_fail;
+        g_cfg = 7;
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "small sym device ld+3");
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 0, "small sym device ld=n");
+        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 1, "small rect device");
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 1, 3, "small sym slabs 300");
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 0, 0, "small sym ring");
+        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, "small rect f64out (falls back)");
+        g_cfg = 0;
+        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "fixed table sym device");
+        printf("persistent few-qubit kernel %-10s %s\n", t.name.c_str(), g_fail == before ? "ok" : "FAILED");
     }
 }
 
@@ -978,6 +1007,7 @@ int main(int argc, char **argv)
         qk_ctx_destroy(gpu);
     }
     tc_block_tests();
+    small_kernel_tests();
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
