@@ -47,7 +47,31 @@
    tiles before it fails.
 
    Errors: every CUDA call goes through QK_CK, which records the expression, file and line in
-   the caller's err buffer and returns a qk_result; every launch is followed by QK_LAUNCH_CK. */
+   the caller's err buffer and returns a qk_result; every kernel is launched by its named
+   launcher (qk__launch_<kernel>, in the kernel's section), which checks the launch with
+   QK_LAUNCH_CK("<kernel>"): the detail message names the kernel.
+
+   Layout: one section per operation (llm.c's layout): its kernels, then their launchers (grid
+   and shared-memory math, stream, launch check), then its host driver; the pipeline that
+   strings them into a Gram job, then the extern "C" surface. Contents below. */
+
+/* Contents (grep for the tag: each operation's kernels, launchers and launch checks are one
+   section, as in llm.c)
+     >>common     the device program's structs, complex helpers, qk__theta, the float/double
+                  dispatcher (qk__dispatch), the triangular grid (qk__tri_grid, qk__tile_of),
+                  the staged tile store shared by the Gram kernels
+     >>compile    qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes;
+                  qk__dprog: the program on the device
+     >>states     prep, pass and qubit-vector kernels; qk__build_states
+     >>widen      states widened to interleaved doubles (qk_cuda_states)
+     >>product    the analytic Gram of product maps
+     >>gram       the fused SIMT Gram kernel, its tile configurations
+     >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
+     >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
+     >>tune       the autotuner (qk_cuda_tune_gram)
+     >>pipeline   the Gram job: streams and events, job state, qk__pipe's steps
+     >>api        the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...)
+   Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -148,10 +172,14 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
 
 #define QK_CK(expr) do { cudaError_t c_ = (expr); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, #expr, __LINE__); } while (0)
 #define QK_BLAS_CK(expr) do { cublasStatus_t s_ = (expr); if (s_ != CUBLAS_STATUS_SUCCESS) return qk__blas_fail(E, s_, #expr, __LINE__); } while (0)
-#define QK_LAUNCH_CK(name) QK_CK(cudaGetLastError())
+/* After every launch, in the kernel's named launcher: the kernel's name goes into the message. */
+#define QK_LAUNCH_CK(kernel) do { cudaError_t c_ = cudaGetLastError(); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, "launch of " kernel, __LINE__); } while (0)
 #define QK_TRY(expr) do { qk_result r_ = (expr); if (r_ != QK_OK) return r_; } while (0)
 
-/* ---- device program ---- */
+/* ======================================================================================== */
+/* >>common     the device program, complex helpers, dispatch, tiles                        */
+/* ======================================================================================== */
+
 enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
 
 /* Angle of one op, as qk_map_angles() defines it. */
@@ -227,8 +255,384 @@ __device__ double qk__theta(const qk__dangle *ang, int op, const double *x, cons
     return a.scale * f + a.offset;
 }
 
+/* The one float/double dispatcher: f(qk__types<T, CPLX, OutT>()) with T = double where f64
+   (else float), CPLX = cplx and OutT = double where out64 (else float). The plan's precision,
+   path and output dtype select one instance of a templated step this way. */
+template <typename T_, bool CPLX_, typename OutT_> struct qk__types {
+    typedef T_ T;
+    typedef OutT_ OutT;
+    static const bool CPLX = CPLX_;
+};
+template <typename F> static qk_result qk__dispatch(bool f64, bool cplx, bool out64, F &&f)
+{
+    if (f64) {
+        if (cplx) return out64 ? f(qk__types<double, true, double>()) : f(qk__types<double, true, float>());
+        return out64 ? f(qk__types<double, false, double>()) : f(qk__types<double, false, float>());
+    }
+    if (cplx) return out64 ? f(qk__types<float, true, double>()) : f(qk__types<float, true, float>());
+    return out64 ? f(qk__types<float, false, double>()) : f(qk__types<float, false, float>());
+}
+
+/* The triangular grid of a diagonal block of K(X,X) in square tiles: grid (Tx, Ty) becomes a
+   1-D grid over the tiles on or above the diagonal (row r of the tile grid holds Tx - r of
+   them); returns Tx, the kernels' tgrid, which qk__tile_of inverts on the device. */
+static int qk__tri_grid(dim3 *grid)
+{
+    const int64_t Tx = grid->x, Ty = grid->y;
+    *grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    return (int)Tx;
+}
+
+/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
+   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
+   so no block is launched for a tile under the diagonal (half the grid; each empty block
+   still cost a launch slot: zz 4 qubits, qk-bench). */
+__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
+{
+    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
+    const int64_t L = blockIdx.x, T = tgrid;
+    const double b = 2.0 * (double)T + 1.0;
+    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
+    if (i < 0) i = 0;
+    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
+    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
+    ty = (int)i;
+    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
+}
+
+/* Writes a BM x BN tile staged in shared memory (Cs, row stride BN + 1) to K and, for a
+   symmetric or off-diagonal block, its mirror. Rows r of the tile are rows row0 + r of the
+   block, columns c are col0 + c; doff = (global column of block col 0) - (global row of block
+   row 0). tri: write direct only where col >= row and mirror only where col > row (globally),
+   so every entry of K is written once. Rows of both the tile and the mirror are stored by
+   consecutive threads (coalesced). */
+template <typename OutT, int BM, int BN, int NT>
+__device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col0, int m, int nn,
+                                               OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout,
+                                               int64_t doff, int tri, int vec)
+{
+    /* 16-byte stores where the whole tile is inside K and off the diagonal, and the caller
+       checked alignment (ld a multiple of the vector, 16-byte aligned bases): the 4-qubit
+       Gram is bound by these writes. */
+    const int VW = 16 / sizeof(OutT);
+    if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+        typedef typename qk__vec2<OutT>::t4 V;
+        for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+            int r = idx / (BN / VW), c = (idx % (BN / VW)) * VW;
+            V v;
+            OutT *pv = (OutT *)&v;
+#pragma unroll
+            for (int k = 0; k < VW; ++k) pv[k] = Cs[r * (BN + 1) + c + k];
+            *(V *)(out + (int64_t)(row0 + r) * ld + col0 + c) = v;
+        }
+        if (mout) {
+            for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
+                int c = idx / (BM / VW), r = (idx % (BM / VW)) * VW;
+                V v;
+                OutT *pv = (OutT *)&v;
+#pragma unroll
+                for (int k = 0; k < VW; ++k) pv[k] = Cs[(r + k) * (BN + 1) + c];
+                *(V *)(mout + (int64_t)(col0 + c) * ld + row0 + r) = v;
+            }
+        }
+        return;
+    }
+    for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+        int r = idx / BN, c = idx % BN;
+        int gi = row0 + r, gj = col0 + c;
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) out[(int64_t)gi * ld + gj] = Cs[r * (BN + 1) + c];
+    }
+    if (mout) {
+        for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+            int c = idx / BM, r = idx % BM;
+            int gi = row0 + r, gj = col0 + c;
+            if (gi < m && gj < nn && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = Cs[r * (BN + 1) + c];
+        }
+    }
+}
+
+/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
+template <typename OutT>
+static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
+{
+    const int VW = 16 / sizeof(OutT);
+    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
+}
+
 /* ======================================================================================== */
-/*                                        KERNELS                                           */
+/* >>compile    the program compiler: a qk_map -> the device program, and its upload        */
+/* ======================================================================================== */
+
+struct qk__prog {
+    int q, n_ops, d, n_weights;
+    int real_out;
+    int has_amp;
+    std::vector<qk__dangle> ang;
+    std::vector<int> op_kind;
+    std::vector<qk__instr> instr;
+    std::vector<qk__job> jobs;
+    std::vector<qk__contrib> con;
+    std::vector<qk__pass> passes;
+    int P; /* params per sample */
+    /* product maps */
+    std::vector<int> qops, qoff;
+};
+
+static bool qk__is_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+
+/* Adds one quadratic-form contribution: value (m*theta(op)+k) * f(b) with f by type. */
+struct qk__diag_builder {
+    int q;
+    /* slot -> contributions; slot 0 = c0, 1+i = c_i, 1+q+i*q+j = d_ij (i<j) */
+    std::vector<std::vector<qk__contrib>> slot;
+    void init(int q_) { q = q_; slot.assign(1 + q + q * q, std::vector<qk__contrib>()); }
+    void add(int s, int op, double m, double k) { qk__contrib c = {op, m, k}; slot[s].push_back(c); }
+    void bit(int a, int op, double m, double k) { add(1 + a, op, m, k); }
+    void cnst(int op, double m, double k) { add(0, op, m, k); }
+    void pair(int a, int b, int op, double m, double k) { if (a > b) std::swap(a, b); add(1 + q + a * q + b, op, m, k); }
+    void xr(int a, int b, int op, double m, double k) { bit(a, op, m, k); bit(b, op, m, k); pair(a, b, op, -2 * m, -2 * k); }
+};
+
+static void qk__diag_op1(qk__diag_builder &db, const qk_op &o, int oi, int qbit_xor_with)
+{
+    const double PI = 3.14159265358979323846;
+    /* qbit_xor_with >= 0: the op sits between CNOT(c, t) pairs: its bit becomes b_c xor b_t */
+    int t = o.q0;
+    switch (o.kind) {
+    case QK_OP_Z:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, -1, 0, PI); else db.bit(t, -1, 0, PI);
+        break;
+    case QK_OP_P:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
+        break;
+    case QK_OP_RZ:
+        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
+        db.cnst(oi, -0.5, 0);
+        break;
+    default: break;
+    }
+}
+
+static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
+{
+    const int q = map->n_qubits;
+    pg->q = q;
+    pg->n_ops = map->n_ops;
+    pg->d = map->n_features;
+    pg->n_weights = map->n_weights;
+    pg->real_out = map->cls == QK_CLASS_REAL;
+    pg->has_amp = 0;
+    pg->ang.resize(std::max(1, map->n_ops));
+    pg->op_kind.resize(std::max(1, map->n_ops));
+    for (int i = 0; i < map->n_ops; ++i) {
+        const qk_op &o = map->ops[i];
+        qk__dangle a = {(int)o.angle.kind, o.angle.x0, o.angle.x1, o.angle.w, o.angle.scale, o.angle.offset};
+        pg->ang[i] = a;
+        pg->op_kind[i] = (int)o.kind;
+    }
+    /* product maps: per-qubit op lists */
+    pg->qoff.assign(q + 1, 0);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        std::vector<std::vector<int>> per(q);
+        for (int i = 0; i < map->n_ops; ++i) {
+            int k = map->ops[i].kind;
+            if (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ || k == QK_OP_AMPLITUDE)
+                return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "product map with an entangling or amplitude op");
+            per[map->ops[i].q0].push_back(i);
+        }
+        pg->qops.clear();
+        for (int k = 0; k < q; ++k) {
+            pg->qoff[k] = (int)pg->qops.size();
+            pg->qops.insert(pg->qops.end(), per[k].begin(), per[k].end());
+        }
+        pg->qoff[q] = (int)pg->qops.size();
+        if (pg->qops.empty()) pg->qops.push_back(0);
+    }
+    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+
+    /* instructions */
+    pg->instr.clear();
+    pg->jobs.clear();
+    pg->con.clear();
+    int P = 0;
+    qk__diag_builder db;
+    bool in_diag = false;
+    auto flush_diag = [&]() {
+        if (!in_diag) return;
+        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P};
+        pg->instr.push_back(ins);
+        for (size_t s = 0; s < db.slot.size(); ++s) {
+            qk__job j;
+            j.kind = 1;
+            j.op = -1;
+            j.out = P + (int)s;
+            j.c0 = (int)pg->con.size();
+            for (auto &c : db.slot[s]) pg->con.push_back(c);
+            j.c1 = (int)pg->con.size();
+            pg->jobs.push_back(j);
+        }
+        P += (int)db.slot.size();
+        in_diag = false;
+    };
+    /* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold
+       them into a per-sample product start state (a 2-vector per qubit, built by the prep
+       kernel). zz's first H layer disappears this way: 16 qubits take 2 passes instead of 3. */
+    std::vector<char> folded(std::max(1, map->n_ops), 0);
+    std::vector<std::vector<int>> fold_ops(q);
+    bool any_fold = false;
+    {
+        uint32_t touched = 0;
+        bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
+        for (int i = 0; i < map->n_ops && !amp; ++i) {
+            const qk_op &o = map->ops[i];
+            int k = o.kind;
+            bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
+            if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+            if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
+            if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+        }
+    }
+    int fold_off = -1;
+    if (any_fold) {
+        fold_off = P;
+        for (int b = 0; b < q; ++b) {
+            qk__job j = {2, -1, P + 4 * b, (int)pg->con.size(), 0};
+            for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
+            j.c1 = (int)pg->con.size();
+            pg->jobs.push_back(j);
+        }
+        P += 4 * q;
+    }
+    for (int i = 0; i < map->n_ops; ++i) {
+        const qk_op &o = map->ops[i];
+        int k = o.kind;
+        if (folded[i]) continue;
+        if (k == QK_OP_AMPLITUDE) {
+            if (i != 0) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "amplitude op must come first");
+            pg->has_amp = 1;
+            continue;
+        }
+        /* CNOT(c,t) D(t) CNOT(c,t) with D one diagonal one-qubit op: a parity phase */
+        if (k == QK_OP_CNOT && i + 2 < map->n_ops) {
+            const qk_op &m = map->ops[i + 1], &e = map->ops[i + 2];
+            if (qk__is_diag1(m.kind) && m.q0 == o.q1 && e.kind == QK_OP_CNOT && e.q0 == o.q0 && e.q1 == o.q1) {
+                if (!in_diag) { db.init(q); in_diag = true; }
+                qk__diag_op1(db, m, i + 1, o.q0);
+                i += 2;
+                continue;
+            }
+        }
+        if (qk__is_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
+            if (!in_diag) { db.init(q); in_diag = true; }
+            if (k == QK_OP_CZ) db.pair(o.q0, o.q1, -1, 0, 3.14159265358979323846);
+            else if (k == QK_OP_RZZ) { db.xr(o.q0, o.q1, i, 1, 0); db.cnst(i, -0.5, 0); }
+            else qk__diag_op1(db, o, i, -1);
+            continue;
+        }
+        flush_diag();
+        if (k == QK_OP_CNOT) {
+            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0};
+            pg->instr.push_back(ins);
+        } else {
+            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P};
+            pg->instr.push_back(ins);
+            qk__job j = {0, i, P, 0, 0};
+            pg->jobs.push_back(j);
+            P += 8;
+        }
+    }
+    flush_diag();
+    pg->P = std::max(P, 1);
+
+    /* passes */
+    pg->passes.clear();
+    const int L = std::min(q, QK__LMAX);
+    uint32_t S = 0;
+    qk__pass cur;
+    memset(&cur, 0, sizeof cur);
+    cur.i0 = 0;
+    cur.first = 1;
+    cur.fold = fold_off;
+    auto close = [&](int i1) {
+        /* fill with the lowest qubits (coalescing) */
+        for (int b = 0; b < q && __builtin_popcount(S) < L; ++b) S |= 1u << b;
+        cur.L = L;
+        int np = 0, nn = 0;
+        for (int b = 0; b < q; ++b) {
+            if (S >> b & 1) cur.pos[np++] = b; else cur.npos[nn++] = b;
+        }
+        cur.a = 0;
+        while (cur.a < L && cur.pos[cur.a] == cur.a) cur.a++;
+        cur.i1 = i1;
+        for (int ii = cur.i0; ii < i1; ++ii) {
+            qk__instr &in_ = pg->instr[ii];
+            for (int r = 0; r < L; ++r) {
+                if (cur.pos[r] == in_.q0) in_.b0 = r;
+                if (cur.pos[r] == in_.q1) in_.b1 = r;
+            }
+        }
+        pg->passes.push_back(cur);
+    };
+    for (int ii = 0; ii < (int)pg->instr.size(); ++ii) {
+        const qk__instr &in_ = pg->instr[ii];
+        uint32_t need = 0;
+        if (in_.kind == QK__I_GATE) need = 1u << in_.q0;
+        else if (in_.kind == QK__I_CNOT) need = (1u << in_.q0) | (1u << in_.q1);
+        if ((S | need) == S) continue;
+        if (__builtin_popcount(S | need) <= L) { S |= need; continue; }
+        close(ii);
+        memset(&cur, 0, sizeof cur);
+        cur.i0 = ii;
+        cur.first = 0;
+        cur.fold = -1;
+        S = need;
+    }
+    close((int)pg->instr.size());
+    return QK_OK;
+}
+
+struct qk__dprog {
+    qk__dangle *ang = nullptr;
+    int *op_kind = nullptr;
+    qk__instr *instr = nullptr;
+    qk__job *jobs = nullptr;
+    qk__contrib *con = nullptr;
+    double *w = nullptr;
+    int *qops = nullptr, *qoff = nullptr;
+};
+
+template <typename V>
+static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
+{
+    size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
+    QK_CK(cudaMalloc((void **)d, bytes));
+    if (!v.empty()) QK_CK(cudaMemcpy(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice));
+    return QK_OK;
+}
+
+static void qk__dprog_free(qk__dprog *d)
+{
+    cudaFree(d->ang); cudaFree(d->op_kind); cudaFree(d->instr); cudaFree(d->jobs);
+    cudaFree(d->con); cudaFree(d->w); cudaFree(d->qops); cudaFree(d->qoff);
+    *d = qk__dprog();
+}
+
+static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E)
+{
+    QK_TRY(qk__upload(pg.ang, &d->ang, E));
+    QK_TRY(qk__upload(pg.op_kind, &d->op_kind, E));
+    QK_TRY(qk__upload(pg.instr, &d->instr, E));
+    QK_TRY(qk__upload(pg.jobs, &d->jobs, E));
+    QK_TRY(qk__upload(pg.con, &d->con, E));
+    std::vector<double> w(map->weights, map->weights + map->n_weights);
+    QK_TRY(qk__upload(w, &d->w, E));
+    QK_TRY(qk__upload(pg.qops, &d->qops, E));
+    QK_TRY(qk__upload(pg.qoff, &d->qoff, E));
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>states     state construction: prep, pass, qubit vectors                               */
 /* ======================================================================================== */
 
 /* 2x2 matrix of a one-qubit gate: m00 re, im, m01 re, im, m10 re, im, m11 re, im. */
@@ -610,73 +1014,209 @@ __global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__r
     o[0] = (T)a0r; o[1] = (T)a0i; o[2] = (T)a1r; o[3] = (T)a1i;
 }
 
-/* Writes a BM x BN tile staged in shared memory (Cs, row stride BN + 1) to K and, for a
-   symmetric or off-diagonal block, its mirror. Rows r of the tile are rows row0 + r of the
-   block, columns c are col0 + c; doff = (global column of block col 0) - (global row of block
-   row 0). tri: write direct only where col >= row and mirror only where col > row (globally),
-   so every entry of K is written once. Rows of both the tile and the mirror are stored by
-   consecutive threads (coalesced). */
-template <typename OutT, int BM, int BN, int NT>
-__device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col0, int m, int nn,
-                                               OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout,
-                                               int64_t doff, int tri, int vec)
+/* Build scratch of qk__build_states: params (n * P), a state buffer for multi-pass programs
+   (n * 2^q complex), inverse norms. All from the caller's workspace. */
+struct qk__build_ws {
+    void *params = nullptr;
+    void *tmp = nullptr;       /* multi-pass: complex states */
+    double *inv = nullptr;
+};
+
+/* qk__k_prep: one block of 128 threads per sample. */
+template <typename T>
+static qk_result qk__launch_prep(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n, T *params,
+                                 cudaStream_t st, qk__err *E)
 {
-    /* 16-byte stores where the whole tile is inside K and off the diagonal, and the caller
-       checked alignment (ld a multiple of the vector, 16-byte aligned bases): the 4-qubit
-       Gram is bound by these writes. */
-    const int VW = 16 / sizeof(OutT);
-    if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
-        typedef typename qk__vec2<OutT>::t4 V;
-        for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
-            int r = idx / (BN / VW), c = (idx % (BN / VW)) * VW;
-            V v;
-            OutT *pv = (OutT *)&v;
-#pragma unroll
-            for (int k = 0; k < VW; ++k) pv[k] = Cs[r * (BN + 1) + c + k];
-            *(V *)(out + (int64_t)(row0 + r) * ld + col0 + c) = v;
-        }
-        if (mout) {
-            for (int idx = threadIdx.x; idx < BM * BN / VW; idx += NT) {
-                int c = idx / (BM / VW), r = (idx % (BM / VW)) * VW;
-                V v;
-                OutT *pv = (OutT *)&v;
-#pragma unroll
-                for (int k = 0; k < VW; ++k) pv[k] = Cs[(r + k) * (BN + 1) + c];
-                *(V *)(mout + (int64_t)(col0 + c) * ld + row0 + r) = v;
-            }
-        }
-        return;
-    }
-    for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
-        int r = idx / BN, c = idx % BN;
-        int gi = row0 + r, gj = col0 + c;
-        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) out[(int64_t)gi * ld + gj] = Cs[r * (BN + 1) + c];
-    }
-    if (mout) {
-        for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
-            int c = idx / BM, r = idx % BM;
-            int gi = row0 + r, gj = col0 + c;
-            if (gi < m && gj < nn && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = Cs[r * (BN + 1) + c];
-        }
-    }
+    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
+                                                pg.d, dp.w, params, pg.P);
+    QK_LAUNCH_CK("qk__k_prep");
+    return QK_OK;
 }
 
-/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
-   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
-   so no block is launched for a tile under the diagonal (half the grid; each empty block
-   still cost a launch slot: zz 4 qubits, qk-bench). */
-__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
+/* qk__k_invnorm: one thread per sample. */
+static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *inv, cudaStream_t st, qk__err *E)
 {
-    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
-    const int64_t L = blockIdx.x, T = tgrid;
-    const double b = 2.0 * (double)T + 1.0;
-    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
-    if (i < 0) i = 0;
-    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
-    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
-    ty = (int)i;
-    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
+    qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, d, inv);
+    QK_LAUNCH_CK("qk__k_invnorm");
+    return QK_OK;
 }
+
+/* qk__k_pass: spb states of tps threads per block, one block per (state group, chunk); shared
+   memory holds the spb chunks of 2^L amplitudes and their phase tables. */
+template <typename T>
+static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
+                                 const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
+                                 cudaStream_t st, qk__err *E)
+{
+    const int q = pg.q, N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int64_t groups = (n + spb - 1) / spb;
+    const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps);
+    QK_LAUNCH_CK("qk__k_pass");
+    return QK_OK;
+}
+
+/* Builds n states (x already on the device) into out: complex T or, out_real, T. */
+template <typename T>
+static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
+                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
+{
+    if (n <= 0) return QK_OK;
+    QK_TRY(qk__launch_prep<T>(pg, dp, dx, n, (T *)ws.params, st, E));
+    if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
+    const int np = (int)pg.passes.size();
+    const double *ampx = pg.has_amp ? dx : nullptr;
+    for (int pi = 0; pi < np; ++pi) {
+        const qk__pass &p = pg.passes[pi];
+        const int N = 1 << p.L;
+        /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
+           small states share a block so that blocks have at least 128 threads. */
+        int tps = std::max(1, std::min(256, N / 2));
+        int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
+        if (np > 1) spb = 1;
+        /* ping-pong so that the last pass writes out; multi-pass in-place would race between
+           blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
+           chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
+        const bool last = pi == np - 1;
+        const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
+        void *o = last ? out : ws.tmp;
+        QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
+    }
+    return QK_OK;
+}
+
+/* qk__k_qubit_vectors: per-qubit 2-vectors of product-map samples (the analytic path's
+   "states"), one thread per (sample, qubit). */
+template <typename T>
+static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
+                                          cudaStream_t st, qk__err *E)
+{
+    const int64_t tot = n * q;
+    if (tot <= 0) return QK_OK;
+    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
+                                                                          dp.w, out);
+    QK_LAUNCH_CK("qk__k_qubit_vectors");
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>widen      states widened to interleaved doubles (qk_cuda_states)                      */
+/* ======================================================================================== */
+
+/* complex double state -> interleaved doubles (qk_cuda_states) */
+template <typename T>
+__global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    out[2 * i] = (double)in[i].x;
+    out[2 * i + 1] = (double)in[i].y;
+}
+
+template <typename T>
+static qk_result qk__launch_widen(const qk__cx<T> *in, double *out, int64_t count, cudaStream_t st, qk__err *E)
+{
+    qk__k_widen<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(in, out, count);
+    QK_LAUNCH_CK("qk__k_widen");
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>product    the analytic Gram of product maps                                           */
+/* ======================================================================================== */
+
+/* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
+template <typename T, typename OutT, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
+                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    const int NT = (BM / TM) * (BN / TN);
+    const int BK = 8;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    T *As = (T *)qk__smem;          /* [BK][BM][4] */
+    T *Bs = As + BK * BM * 4;
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 1;
+    for (int k0 = 0; k0 < q; k0 += BK) {
+        for (int e = threadIdx.x; e < BM * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = row0 + r, gk = k0 + k;
+            /* padding qubits are |0>: overlap 1, a neutral factor */
+            T v = (gr < m && gk < q) ? UA[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            As[(k * BM + r) * 4 + c] = v;
+        }
+        for (int e = threadIdx.x; e < BN * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = col0 + r, gk = k0 + k;
+            T v = (gr < nn && gk < q) ? UB[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            Bs[(k * BN + r) * 4 + c] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const T *a = As + (k * BM + ty * TM + i) * 4;
+                T a0r = a[0], a0i = a[1], a1r = a[2], a1i = a[3];
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const T *b = Bs + (k * BN + tx * TN + j) * 4;
+                    T re = a0r * b[0] + a0i * b[1] + a1r * b[2] + a1i * b[3];
+                    T im = a0r * b[1] - a0i * b[0] + a1r * b[3] - a1i * b[2];
+                    acc[i][j] *= re * re + im * im;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    OutT *Cs = (OutT *)qk__smem;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* qk__k_gram_product: 64 x 64 tiles of 4 x 4 per thread, in bands of at most 65535 tile rows
+   (grid.y); a diagonal block of K(X,X) gets the triangular grid. */
+template <typename T, typename OutT>
+static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t nn, int q, OutT *out, int64_t ld,
+                                    OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = 64, BN = 64, TM = 4, TN = 4, NT = 256;
+    size_t op = (size_t)8 * (BM + BN) * 4 * sizeof(T);
+    size_t ep = (size_t)BM * (BN + 1) * sizeof(OutT);
+    size_t smem = std::max(op, ep);
+    auto kf = qk__k_gram_product<T, OutT, BM, BN, TM, TN>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
+        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
+        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
+        const int tg = (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) ? qk__tri_grid(&grid) : 0;
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("qk__k_gram_product");
+    }
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>gram       the fused Gram kernel (SIMT, register tiles)                                */
+/* ======================================================================================== */
 
 /* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
    or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
@@ -787,67 +1327,59 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
-template <typename T, typename OutT, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
-                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+/* Tile shapes of the fused kernel, 256 threads each.
+   complex fp32: 128 x 64 tile, 8 x 4 complex per thread (64 accumulators, ~120 registers:
+   2 blocks / SM); real fp32: 128 x 128, 8 x 8; fp64: 64 x 64, 4 x 4 (accumulators twice the
+   size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
+   64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
+   the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
+template <int BM_, int BN_, int BK_, int TM_, int TN_, bool DIRECT_ = false> struct qk__tiles {
+    enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ };
+    static const bool DIRECT = DIRECT_;
+};
+template <typename T, bool CPLX, typename OutT, typename C>
+static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const int NT = (BM / TM) * (BN / TN);
-    const int BK = 8;
-    int tyi, txi;
-    qk__tile_of(tgrid, tyi, txi);
-    const int row0 = tyi * BM, col0 = txi * BN;
-    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    T *As = (T *)qk__smem;          /* [BK][BM][4] */
-    T *Bs = As + BK * BM * 4;
-    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-    T acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 1;
-    for (int k0 = 0; k0 < q; k0 += BK) {
-        for (int e = threadIdx.x; e < BM * BK * 4; e += NT) {
-            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
-            int gr = row0 + r, gk = k0 + k;
-            /* padding qubits are |0>: overlap 1, a neutral factor */
-            T v = (gr < m && gk < q) ? UA[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
-            As[(k * BM + r) * 4 + c] = v;
-        }
-        for (int e = threadIdx.x; e < BN * BK * 4; e += NT) {
-            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
-            int gr = col0 + r, gk = k0 + k;
-            T v = (gr < nn && gk < q) ? UB[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
-            Bs[(k * BN + r) * 4 + c] = v;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < BK; ++k) {
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                const T *a = As + (k * BM + ty * TM + i) * 4;
-                T a0r = a[0], a0i = a[1], a1r = a[2], a1i = a[3];
-#pragma unroll
-                for (int j = 0; j < TN; ++j) {
-                    const T *b = Bs + (k * BN + tx * TN + j) * 4;
-                    T re = a0r * b[0] + a0i * b[1] + a1r * b[2] + a1i * b[3];
-                    T im = a0r * b[1] - a0i * b[0] + a1r * b[3] - a1i * b[2];
-                    acc[i][j] *= re * re + im * im;
-                }
-            }
-        }
-        __syncthreads();
+    const int NT = (C::BM / C::TM) * (C::BN / C::TN);
+    size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
+    size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
+    size_t smem = std::max(op, ep);
+    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN, C::DIRECT>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
+        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
+        dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
+        const int tg = (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) ? qk__tri_grid(&grid) : 0;
+        const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("qk__k_gram");
     }
-    OutT *Cs = (OutT *)qk__smem;
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
-    __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+    return QK_OK;
 }
+
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
+   autotuner (qk_cuda_tune_gram) times these on the real shape. */
+#define QK__N_FUSED_CFG 6
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (cfg == 0) cfg = D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
+    switch (cfg) {
+    case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    }
+}
+
+/* ======================================================================================== */
+/* >>blas       cuBLAS and the tensor-core engines, and their |.|^2 epilogue                */
+/* ======================================================================================== */
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
    interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
@@ -885,500 +1417,17 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
     qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Tensor-core operands (qk__tc_products). x rounded to TF32 (10 stored mantissa bits) to
-   nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x: a carry into the exponent
-   is the right result). */
-__device__ __forceinline__ float qk__tf32_rna(float x)
-{
-    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-}
-__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
-__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
-__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
-__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
-
-/* n values of rows of W (interleaved complex or real states) into an operand of the real-form
-   products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
-   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
-   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
-   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
-   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
-   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
-template <typename T, typename O, bool SPLIT>
-__global__ void __launch_bounds__(256)
-qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
-{
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
-        if constexpr (SPLIT) {
-            const float sv = (float)(v * scale);
-            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
-            const int64_t r = e / W, k = e - r * W;
-            O *o = out + r * 4 * W + k;
-            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
-        } else out[e] = qk__cvt(v * scale, (O *)nullptr);
-    }
-}
-
-/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
-template <typename T>
-__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
-                                                       T *__restrict__ out)
-{
-    __shared__ double red[256];
-    const int64_t r = blockIdx.x;
-    if (r >= rows) return;
-    const double *xr = x + r * d;
-    double acc = 0;
-    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const double inv = 1.0 / sqrt(red[0]);
-    T *o = out + r * D;
-    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
-}
-
-/* complex double state -> interleaved doubles (qk_cuda_states) */
-template <typename T>
-__global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    out[2 * i] = (double)in[i].x;
-    out[2 * i + 1] = (double)in[i].y;
-}
-
-/* ======================================================================================== */
-/*                                 HOST: program compiler                                   */
-/* ======================================================================================== */
-
-struct qk__prog {
-    int q, n_ops, d, n_weights;
-    int real_out;
-    int has_amp;
-    std::vector<qk__dangle> ang;
-    std::vector<int> op_kind;
-    std::vector<qk__instr> instr;
-    std::vector<qk__job> jobs;
-    std::vector<qk__contrib> con;
-    std::vector<qk__pass> passes;
-    int P; /* params per sample */
-    /* product maps */
-    std::vector<int> qops, qoff;
-};
-
-static bool qk__is_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Adds one quadratic-form contribution: value (m*theta(op)+k) * f(b) with f by type. */
-struct qk__diag_builder {
-    int q;
-    /* slot -> contributions; slot 0 = c0, 1+i = c_i, 1+q+i*q+j = d_ij (i<j) */
-    std::vector<std::vector<qk__contrib>> slot;
-    void init(int q_) { q = q_; slot.assign(1 + q + q * q, std::vector<qk__contrib>()); }
-    void add(int s, int op, double m, double k) { qk__contrib c = {op, m, k}; slot[s].push_back(c); }
-    void bit(int a, int op, double m, double k) { add(1 + a, op, m, k); }
-    void cnst(int op, double m, double k) { add(0, op, m, k); }
-    void pair(int a, int b, int op, double m, double k) { if (a > b) std::swap(a, b); add(1 + q + a * q + b, op, m, k); }
-    void xr(int a, int b, int op, double m, double k) { bit(a, op, m, k); bit(b, op, m, k); pair(a, b, op, -2 * m, -2 * k); }
-};
-
-static void qk__diag_op1(qk__diag_builder &db, const qk_op &o, int oi, int qbit_xor_with)
-{
-    const double PI = 3.14159265358979323846;
-    /* qbit_xor_with >= 0: the op sits between CNOT(c, t) pairs: its bit becomes b_c xor b_t */
-    int t = o.q0;
-    switch (o.kind) {
-    case QK_OP_Z:
-        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, -1, 0, PI); else db.bit(t, -1, 0, PI);
-        break;
-    case QK_OP_P:
-        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
-        break;
-    case QK_OP_RZ:
-        if (qbit_xor_with >= 0) db.xr(qbit_xor_with, t, oi, 1, 0); else db.bit(t, oi, 1, 0);
-        db.cnst(oi, -0.5, 0);
-        break;
-    default: break;
-    }
-}
-
-static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
-{
-    const int q = map->n_qubits;
-    pg->q = q;
-    pg->n_ops = map->n_ops;
-    pg->d = map->n_features;
-    pg->n_weights = map->n_weights;
-    pg->real_out = map->cls == QK_CLASS_REAL;
-    pg->has_amp = 0;
-    pg->ang.resize(std::max(1, map->n_ops));
-    pg->op_kind.resize(std::max(1, map->n_ops));
-    for (int i = 0; i < map->n_ops; ++i) {
-        const qk_op &o = map->ops[i];
-        qk__dangle a = {(int)o.angle.kind, o.angle.x0, o.angle.x1, o.angle.w, o.angle.scale, o.angle.offset};
-        pg->ang[i] = a;
-        pg->op_kind[i] = (int)o.kind;
-    }
-    /* product maps: per-qubit op lists */
-    pg->qoff.assign(q + 1, 0);
-    if (map->cls == QK_CLASS_PRODUCT) {
-        std::vector<std::vector<int>> per(q);
-        for (int i = 0; i < map->n_ops; ++i) {
-            int k = map->ops[i].kind;
-            if (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ || k == QK_OP_AMPLITUDE)
-                return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "product map with an entangling or amplitude op");
-            per[map->ops[i].q0].push_back(i);
-        }
-        pg->qops.clear();
-        for (int k = 0; k < q; ++k) {
-            pg->qoff[k] = (int)pg->qops.size();
-            pg->qops.insert(pg->qops.end(), per[k].begin(), per[k].end());
-        }
-        pg->qoff[q] = (int)pg->qops.size();
-        if (pg->qops.empty()) pg->qops.push_back(0);
-    }
-    if (q > QK__MAXQ) return QK_OK; /* analytic only */
-
-    /* instructions */
-    pg->instr.clear();
-    pg->jobs.clear();
-    pg->con.clear();
-    int P = 0;
-    qk__diag_builder db;
-    bool in_diag = false;
-    auto flush_diag = [&]() {
-        if (!in_diag) return;
-        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P};
-        pg->instr.push_back(ins);
-        for (size_t s = 0; s < db.slot.size(); ++s) {
-            qk__job j;
-            j.kind = 1;
-            j.op = -1;
-            j.out = P + (int)s;
-            j.c0 = (int)pg->con.size();
-            for (auto &c : db.slot[s]) pg->con.push_back(c);
-            j.c1 = (int)pg->con.size();
-            pg->jobs.push_back(j);
-        }
-        P += (int)db.slot.size();
-        in_diag = false;
-    };
-    /* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold
-       them into a per-sample product start state (a 2-vector per qubit, built by the prep
-       kernel). zz's first H layer disappears this way: 16 qubits take 2 passes instead of 3. */
-    std::vector<char> folded(std::max(1, map->n_ops), 0);
-    std::vector<std::vector<int>> fold_ops(q);
-    bool any_fold = false;
-    {
-        uint32_t touched = 0;
-        bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
-        for (int i = 0; i < map->n_ops && !amp; ++i) {
-            const qk_op &o = map->ops[i];
-            int k = o.kind;
-            bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
-            if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
-            if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
-            if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
-        }
-    }
-    int fold_off = -1;
-    if (any_fold) {
-        fold_off = P;
-        for (int b = 0; b < q; ++b) {
-            qk__job j = {2, -1, P + 4 * b, (int)pg->con.size(), 0};
-            for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
-            j.c1 = (int)pg->con.size();
-            pg->jobs.push_back(j);
-        }
-        P += 4 * q;
-    }
-    for (int i = 0; i < map->n_ops; ++i) {
-        const qk_op &o = map->ops[i];
-        int k = o.kind;
-        if (folded[i]) continue;
-        if (k == QK_OP_AMPLITUDE) {
-            if (i != 0) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "amplitude op must come first");
-            pg->has_amp = 1;
-            continue;
-        }
-        /* CNOT(c,t) D(t) CNOT(c,t) with D one diagonal one-qubit op: a parity phase */
-        if (k == QK_OP_CNOT && i + 2 < map->n_ops) {
-            const qk_op &m = map->ops[i + 1], &e = map->ops[i + 2];
-            if (qk__is_diag1(m.kind) && m.q0 == o.q1 && e.kind == QK_OP_CNOT && e.q0 == o.q0 && e.q1 == o.q1) {
-                if (!in_diag) { db.init(q); in_diag = true; }
-                qk__diag_op1(db, m, i + 1, o.q0);
-                i += 2;
-                continue;
-            }
-        }
-        if (qk__is_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
-            if (!in_diag) { db.init(q); in_diag = true; }
-            if (k == QK_OP_CZ) db.pair(o.q0, o.q1, -1, 0, 3.14159265358979323846);
-            else if (k == QK_OP_RZZ) { db.xr(o.q0, o.q1, i, 1, 0); db.cnst(i, -0.5, 0); }
-            else qk__diag_op1(db, o, i, -1);
-            continue;
-        }
-        flush_diag();
-        if (k == QK_OP_CNOT) {
-            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0};
-            pg->instr.push_back(ins);
-        } else {
-            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P};
-            pg->instr.push_back(ins);
-            qk__job j = {0, i, P, 0, 0};
-            pg->jobs.push_back(j);
-            P += 8;
-        }
-    }
-    flush_diag();
-    pg->P = std::max(P, 1);
-
-    /* passes */
-    pg->passes.clear();
-    const int L = std::min(q, QK__LMAX);
-    uint32_t S = 0;
-    qk__pass cur;
-    memset(&cur, 0, sizeof cur);
-    cur.i0 = 0;
-    cur.first = 1;
-    cur.fold = fold_off;
-    auto close = [&](int i1) {
-        /* fill with the lowest qubits (coalescing) */
-        for (int b = 0; b < q && __builtin_popcount(S) < L; ++b) S |= 1u << b;
-        cur.L = L;
-        int np = 0, nn = 0;
-        for (int b = 0; b < q; ++b) {
-            if (S >> b & 1) cur.pos[np++] = b; else cur.npos[nn++] = b;
-        }
-        cur.a = 0;
-        while (cur.a < L && cur.pos[cur.a] == cur.a) cur.a++;
-        cur.i1 = i1;
-        for (int ii = cur.i0; ii < i1; ++ii) {
-            qk__instr &in_ = pg->instr[ii];
-            for (int r = 0; r < L; ++r) {
-                if (cur.pos[r] == in_.q0) in_.b0 = r;
-                if (cur.pos[r] == in_.q1) in_.b1 = r;
-            }
-        }
-        pg->passes.push_back(cur);
-    };
-    for (int ii = 0; ii < (int)pg->instr.size(); ++ii) {
-        const qk__instr &in_ = pg->instr[ii];
-        uint32_t need = 0;
-        if (in_.kind == QK__I_GATE) need = 1u << in_.q0;
-        else if (in_.kind == QK__I_CNOT) need = (1u << in_.q0) | (1u << in_.q1);
-        if ((S | need) == S) continue;
-        if (__builtin_popcount(S | need) <= L) { S |= need; continue; }
-        close(ii);
-        memset(&cur, 0, sizeof cur);
-        cur.i0 = ii;
-        cur.first = 0;
-        cur.fold = -1;
-        S = need;
-    }
-    close((int)pg->instr.size());
-    return QK_OK;
-}
-
-/* ======================================================================================== */
-/*                                  HOST: device buffers                                    */
-/* ======================================================================================== */
-
-struct qk__dprog {
-    qk__dangle *ang = nullptr;
-    int *op_kind = nullptr;
-    qk__instr *instr = nullptr;
-    qk__job *jobs = nullptr;
-    qk__contrib *con = nullptr;
-    double *w = nullptr;
-    int *qops = nullptr, *qoff = nullptr;
-};
-
-template <typename V>
-static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
-{
-    size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
-    QK_CK(cudaMalloc((void **)d, bytes));
-    if (!v.empty()) QK_CK(cudaMemcpy(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice));
-    return QK_OK;
-}
-
-static void qk__dprog_free(qk__dprog *d)
-{
-    cudaFree(d->ang); cudaFree(d->op_kind); cudaFree(d->instr); cudaFree(d->jobs);
-    cudaFree(d->con); cudaFree(d->w); cudaFree(d->qops); cudaFree(d->qoff);
-    *d = qk__dprog();
-}
-
-static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E)
-{
-    QK_TRY(qk__upload(pg.ang, &d->ang, E));
-    QK_TRY(qk__upload(pg.op_kind, &d->op_kind, E));
-    QK_TRY(qk__upload(pg.instr, &d->instr, E));
-    QK_TRY(qk__upload(pg.jobs, &d->jobs, E));
-    QK_TRY(qk__upload(pg.con, &d->con, E));
-    std::vector<double> w(map->weights, map->weights + map->n_weights);
-    QK_TRY(qk__upload(w, &d->w, E));
-    QK_TRY(qk__upload(pg.qops, &d->qops, E));
-    QK_TRY(qk__upload(pg.qoff, &d->qoff, E));
-    return QK_OK;
-}
-
-/* Builds n states (x already on the device) into out: complex T or, real_out, T.
-   Scratch: params (n * P), a ping-pong state buffer for multi-pass programs (n * 2^q complex),
-   inverse norms. All from the caller's workspace. */
-struct qk__build_ws {
-    void *params = nullptr;
-    void *tmp = nullptr;       /* multi-pass: complex states */
-    double *inv = nullptr;
-};
-
-template <typename T>
-static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
-                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
-{
-    if (n <= 0) return QK_OK;
-    const int q = pg.q;
-    const int64_t D = (int64_t)1 << q;
-    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
-                                                pg.d, dp.w, (T *)ws.params, pg.P);
-    QK_LAUNCH_CK("prep");
-    if (pg.has_amp) {
-        qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, pg.d, ws.inv);
-        QK_LAUNCH_CK("invnorm");
-    }
-    const int np = (int)pg.passes.size();
-    const double *ampx = pg.has_amp ? dx : nullptr;
-    for (int pi = 0; pi < np; ++pi) {
-        const qk__pass &p = pg.passes[pi];
-        const int N = 1 << p.L;
-        /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
-           small states share a block so that blocks have at least 128 threads. */
-        int tps = std::max(1, std::min(256, N / 2));
-        int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
-        if (np > 1) spb = 1;
-        const int64_t nchunks = (int64_t)1 << (q - p.L);
-        const int64_t groups = (n + spb - 1) / spb;
-        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
-        /* ping-pong so that the last pass writes out; multi-pass in-place would race between
-           blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
-           chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
-        const bool last = pi == np - 1;
-        const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
-        void *o = last ? out : ws.tmp;
-        bool oreal = last && out_real;
-        if (oreal) {
-            auto kf = qk__k_pass<T, true>;
-            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
-        } else {
-            auto kf = qk__k_pass<T, false>;
-            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
-        }
-        QK_LAUNCH_CK("pass");
-        (void)D;
-    }
-    return QK_OK;
-}
-
-/* ======================================================================================== */
-/*                                  HOST: Gram launchers                                    */
-/* ======================================================================================== */
-
-/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
-template <typename OutT>
-static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
-{
-    const int VW = 16 / sizeof(OutT);
-    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
-}
-
-/* Tile shapes of the fused kernel, 256 threads each.
-   complex fp32: 128 x 64 tile, 8 x 4 complex per thread (64 accumulators, ~120 registers:
-   2 blocks / SM); real fp32: 128 x 128, 8 x 8; fp64: 64 x 64, 4 x 4 (accumulators twice the
-   size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
-   64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
-   the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
-template <int BM_, int BN_, int BK_, int TM_, int TN_, bool DIRECT_ = false> struct qk__tiles {
-    enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ };
-    static const bool DIRECT = DIRECT_;
-};
-template <typename T, bool CPLX, typename OutT, typename C>
-static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
-                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    const int NT = (C::BM / C::TM) * (C::BN / C::TN);
-    size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
-    size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
-    size_t smem = std::max(op, ep);
-    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN, C::DIRECT>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
-        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
-        dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
-        int tg = 0;
-        if (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) {
-            const int64_t Tx = grid.x, Ty = grid.y;
-            tg = (int)Tx;
-            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
-        }
-        const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
-        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
-        QK_LAUNCH_CK("gram");
-    }
-    return QK_OK;
-}
-
-/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
-   autotuner (qk_cuda_tune_gram) times these on the real shape. */
-#define QK__N_FUSED_CFG 6
+/* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
-                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
+                                     int tri, int64_t plane, cudaStream_t st, qk__err *E)
 {
-    if (cfg == 0) cfg = D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
-    switch (cfg) {
-    case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    }
-}
-
-template <typename T, typename OutT>
-static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t nn, int q, OutT *out, int64_t ld,
-                                    OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    const int BM = 64, BN = 64, TM = 4, TN = 4, NT = 256;
-    size_t op = (size_t)8 * (BM + BN) * 4 * sizeof(T);
-    size_t ep = (size_t)BM * (BN + 1) * sizeof(OutT);
-    size_t smem = std::max(op, ep);
-    auto kf = qk__k_gram_product<T, OutT, BM, BN, TM, TN>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
-        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
-        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
-        int tg = 0;
-        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
-            const int64_t Tx = grid.x, Ty = grid.y;
-            tg = (int)Tx;
-            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
-        }
-        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
-        QK_LAUNCH_CK("gram_product");
-    }
+    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                        qk__vec_ok(out, mout, ld), tg, plane);
+    QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
 }
 
@@ -1415,6 +1464,61 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
      7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
+/* Tensor-core operands (qk__tc_products). x rounded to TF32 (10 stored mantissa bits) to
+   nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x: a carry into the exponent
+   is the right result). */
+__device__ __forceinline__ float qk__tf32_rna(float x)
+{
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
+__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
+__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
+__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
+
+/* n values of rows of W (interleaved complex or real states) into an operand of the real-form
+   products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
+   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
+   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
+   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
+   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
+   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
+template <typename T, typename O, bool SPLIT>
+__global__ void __launch_bounds__(256)
+qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
+        if constexpr (SPLIT) {
+            const float sv = (float)(v * scale);
+            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
+            const int64_t r = e / W, k = e - r * W;
+            O *o = out + r * 4 * W + k;
+            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
+        } else out[e] = qk__cvt(v * scale, (O *)nullptr);
+    }
+}
+
+/* qk__k_tc_operand for engine mode (3..7): rows x W values of src into dst, a grid-stride loop
+   of at most 2^20 blocks. */
+static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
+                                       cudaStream_t st, qk__err *E)
+{
+    const int64_t n = rows * W;
+    const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
+    if (n <= 0) return QK_OK;
+    switch (mode) {
+    case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+    case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
+    default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
+    }
+    QK_LAUNCH_CK("qk__k_tc_operand");
+    return QK_OK;
+}
+
 template <typename T, bool CPLX>
 static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
 {
@@ -1458,18 +1562,7 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
 
     /* operands: rows of B (xb), rotated rows of B (xr), rows of A (xa) */
     auto conv = [&](const void *src, int64_t rows, int rot, void *dst) -> qk_result {
-        const int64_t n = rows * W;
-        const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
-        if (n <= 0) return QK_OK;
-        switch (mode) {
-        case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
-        case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-        case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-        case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
-        default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
-        }
-        QK_LAUNCH_CK("tc_operand");
-        return QK_OK;
+        return qk__launch_tc_operand(mode, src, rows, W, rot, s16, dst, st, E);
     };
     const void *xa, *xb, *xr = nullptr;
     char *p = ops;
@@ -1583,21 +1676,244 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
         QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
         st = est;
     }
-    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
-    int tg = 0;
-    if (tri && doff == 0 && nn >= m) {
-        const int64_t Tx = grid.x, Ty = grid.y;
-        tg = (int)Tx;
-        grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, st, E);
+}
+
+/* ======================================================================================== */
+/* >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)                */
+/* ======================================================================================== */
+
+/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
+                                                       T *__restrict__ out)
+{
+    __shared__ double red[256];
+    const int64_t r = blockIdx.x;
+    if (r >= rows) return;
+    const double *xr = x + r * d;
+    double acc = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
     }
-    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld), tg, tc && CPLX ? m * nn : 0);
-    QK_LAUNCH_CK("epilogue");
+    const double inv = 1.0 / sqrt(red[0]);
+    T *o = out + r * D;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
+}
+
+/* qk__k_amp_encode: one block of 256 threads per row. */
+template <typename T>
+static qk_result qk__launch_amp_encode(const double *x, int64_t rows, int d, int64_t D, T *out, cudaStream_t st, qk__err *E)
+{
+    qk__k_amp_encode<T><<<(unsigned)rows, 256, 0, st>>>(x, rows, d, D, out);
+    QK_LAUNCH_CK("qk__k_amp_encode");
+    return QK_OK;
+}
+
+/* A large host copy on several threads (pageable source into pinned staging): one core copies
+   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
+   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
+static void qk__par_memcpy(void *dst, const void *src, size_t n)
+{
+    const size_t part = (size_t)8 << 20;
+    int nt = (int)std::min<size_t>(8, (n + part - 1) / part);
+    if (nt <= 1) { memcpy(dst, src, n); return; }
+    std::vector<std::thread> th;
+    for (int t = 1; t < nt; ++t)
+        th.emplace_back([=] {
+            size_t a = n * t / nt, b = n * (t + 1) / nt;
+            memcpy((char *)dst + a, (const char *)src + a, b - a);
+        });
+    memcpy(dst, src, n / nt);
+    for (auto &x : th) x.join();
+}
+
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    if (batch <= 0) batch = 64;
+    if (batch > n) batch = n > 0 ? n : 1;
+    const int64_t D = (int64_t)1 << n_qubits;
+    const size_t rowb = (size_t)d * sizeof(double);
+    struct R {
+        cudaStream_t cp = nullptr, ks = nullptr;
+        double *dbuf[2] = {nullptr, nullptr};
+        double *stage[2] = {nullptr, nullptr};
+        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+        ~R() {
+            if (cp) cudaStreamSynchronize(cp);
+            if (ks) cudaStreamSynchronize(ks);
+            for (int i = 0; i < 2; ++i) {
+                cudaFree(dbuf[i]);
+                if (stage[i]) cudaFreeHost(stage[i]);
+                if (h2d[i]) cudaEventDestroy(h2d[i]);
+                if (kdone[i]) cudaEventDestroy(kdone[i]);
+            }
+            if (t0) cudaEventDestroy(t0);
+            if (t1) cudaEventDestroy(t1);
+            if (cp) cudaStreamDestroy(cp);
+            if (ks) cudaStreamDestroy(ks);
+            cudaGetLastError();
+        }
+    } R;
+    cudaPointerAttributes at;
+    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
+    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
+        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
+        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
+        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
+    }
+    QK_CK(cudaEventCreate(&R.t0));
+    QK_CK(cudaEventCreate(&R.t1));
+    QK_CK(cudaEventRecord(R.t0, R.cp));
+    const int64_t nb = (n + batch - 1) / batch;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int i = (int)(b & 1);
+        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
+        /* buffer i is free once the kernel of batch b-2 is done */
+        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
+        const double *src = x + r0 * d;
+        if (!pinned) {
+            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
+            qk__par_memcpy(R.stage[i], src, rows * rowb);
+            src = R.stage[i];
+        }
+        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
+        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
+        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
+        QK_TRY(qk__dispatch(precision == QK_PRECISION_FP64, false, false, [&](auto ty) {
+            typedef typename decltype(ty)::T T;
+            return qk__launch_amp_encode<T>(R.dbuf[i], rows, d, D, (T *)out_dev + r0 * D, R.ks, E);
+        }));
+        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
+    }
+    QK_CK(cudaEventRecord(R.t1, R.ks));
+    QK_CK(cudaEventSynchronize(R.t1));
+    if (seconds) {
+        float ms = 0;
+        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
+        *seconds = ms * 1e-3;
+    }
     return QK_OK;
 }
 
 /* ======================================================================================== */
-/*                                 HOST: the Gram pipeline                                  */
+/* >>tune       the autotuner (qk_cuda_tune_gram)                                           */
+/* ======================================================================================== */
+
+/* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
+template <typename T>
+__global__ void qk__k_fill_random(T *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (T)h * ((T)2 / (T)4294967296.0) - (T)1;
+}
+
+template <typename T>
+static qk_result qk__launch_fill_random(T *p, int64_t count, uint32_t seed, cudaStream_t st, qk__err *E)
+{
+    qk__k_fill_random<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(p, count, seed);
+    QK_LAUNCH_CK("qk__k_fill_random");
+    return QK_OK;
+}
+
+struct qk__tune_ws {
+    void *S = nullptr, *K = nullptr, *Cw = nullptr;
+    cublasHandle_t h = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~qk__tune_ws() {
+        cudaFree(S); cudaFree(K); cudaFree(Cw);
+        if (h) cublasDestroy(h);
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaGetLastError();
+    }
+};
+
+/* the tensor-core engine of a precision (qk.h's qk__tc_mode; FP64: its real form) */
+static int qk__tc_mode_of(qk_precision p)
+{
+    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : p == QK_PRECISION_FP64 ? 7 : 0;
+}
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
+{
+    const int D = 1 << pl->n_qubits;
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode_of(pl->precision) : 0;
+    qk__tune_ws w;
+    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
+    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
+    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
+    QK_BLAS_CK(cublasCreate(&w.h));
+    QK_CK(cudaEventCreate(&w.e0));
+    QK_CK(cudaEventCreate(&w.e1));
+    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
+    QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
+    res->n = 0;
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
+    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
+    OutT *K = (OutT *)w.K;
+    for (int c = 0; c < res->n; ++c) {
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            QK_CK(cudaEventRecord(w.e0, 0));
+            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
+            QK_CK(cudaEventRecord(w.e1, 0));
+            QK_CK(cudaEventSynchronize(w.e1));
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
+            if (r > 0) t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        res->ms[c] = t[t.size() / 2];
+    }
+    res->best = 0;
+    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                       char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
+    memset(res, 0, sizeof *res);
+    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
+    int64_t n = n_samples > 0 ? n_samples : 4096;
+    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
+    if (reps < 1) reps = 3;
+    res->n_samples = n;
+    return qk__dispatch(plan->precision == QK_PRECISION_FP64, plan->path != QK_PATH_REAL, plan->out_dtype == QK_F64,
+                        [&](auto ty) {
+                            typedef decltype(ty) Ty;
+                            return qk__tune<typename Ty::T, Ty::CPLX, typename Ty::OutT>(plan, n, reps, res, E);
+                        });
+}
+
+/* ======================================================================================== */
+/* >>pipeline   the Gram pipeline: streams, job state, qk__pipe                             */
 /* ======================================================================================== */
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
@@ -1682,19 +1998,6 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
     J->pool.ev_stream.push_back(s);
     J->pool.ev_tag.push_back(tag);
     QK_CK(cudaEventRecord(e, J->pool.st[s]));
-    return QK_OK;
-}
-
-/* Per-qubit 2-vectors of product-map samples (the analytic path's "states"). */
-template <typename T>
-static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
-                                          cudaStream_t st, qk__err *E)
-{
-    const int64_t tot = n * q;
-    if (tot <= 0) return QK_OK;
-    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
-                                                                          dp.w, out);
-    QK_LAUNCH_CK("qubit_vectors");
     return QK_OK;
 }
 
@@ -2036,16 +2339,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     }
 };
 
-/* the output dtype's instance of the pipeline */
-template <typename T, bool CPLX>
-static qk_result qk__gram_out(qk__job_state *J, int64_t slab, int64_t tile, int res)
-{
-    if (J->plan->out_dtype == QK_F64) return qk__pipe<T, CPLX, double>(J, slab, tile, res).run();
-    return qk__pipe<T, CPLX, float>(J, slab, tile, res).run();
-}
-
 /* ======================================================================================== */
-/*                                    extern "C" surface                                    */
+/* >>api        the extern "C" surface used by qk.h                                         */
 /* ======================================================================================== */
 
 extern "C" int qk_cuda_device_count(void)
@@ -2138,8 +2433,10 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;
         qk_result r;
-        if (p64) r = real ? qk__gram_out<double, false>(&J, slab, tile, res) : qk__gram_out<double, true>(&J, slab, tile, res);
-        else r = real ? qk__gram_out<float, false>(&J, slab, tile, res) : qk__gram_out<float, true>(&J, slab, tile, res);
+        r = qk__dispatch(p64, !real, plan->out_dtype == QK_F64, [&](auto ty) {
+            typedef decltype(ty) Ty;
+            return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J, slab, tile, res).run();
+        });
         qk__job_free(&J);
         if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0) return r;
         if (res && !(desc->output == QK_OUTPUT_DEVICE)) { res = 0; continue; }
@@ -2179,14 +2476,11 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
         if (pg.has_amp) QK_CK(cudaMalloc((void **)&ws.inv, (size_t)n * sizeof(double)));
         QK_CK(cudaMalloc(&st, (size_t)n * D * cx));
         QK_CK(cudaMalloc((void **)&dout, (size_t)n * D * 2 * sizeof(double)));
-        if (p64) {
-            QK_TRY(qk__build_states<double>(pg, dp, dx, n, ws, st, false, 0, E));
-            qk__k_widen<double><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<double> *)st, dout, n * D);
-        } else {
-            QK_TRY(qk__build_states<float>(pg, dp, dx, n, ws, st, false, 0, E));
-            qk__k_widen<float><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<float> *)st, dout, n * D);
-        }
-        QK_LAUNCH_CK("widen");
+        QK_TRY(qk__dispatch(p64, false, false, [&](auto ty) {
+            typedef typename decltype(ty)::T Tv;
+            QK_TRY(qk__build_states<Tv>(pg, dp, dx, n, ws, st, false, 0, E));
+            return qk__launch_widen<Tv>((const qk__cx<Tv> *)st, dout, n * D, 0, E);
+        }));
         QK_CK(cudaMemcpy(out, dout, (size_t)n * D * 2 * sizeof(double), cudaMemcpyDeviceToHost));
         return QK_OK;
     };
@@ -2195,204 +2489,4 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     cudaFree(dx); cudaFree(dout); cudaFree(st);
     cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
     return r;
-}
-
-
-/* ---- amplitude encoding from host data ---- */
-/* A large host copy on several threads (pageable source into pinned staging): one core copies
-   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
-   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
-static void qk__par_memcpy(void *dst, const void *src, size_t n)
-{
-    const size_t part = (size_t)8 << 20;
-    int nt = (int)std::min<size_t>(8, (n + part - 1) / part);
-    if (nt <= 1) { memcpy(dst, src, n); return; }
-    std::vector<std::thread> th;
-    for (int t = 1; t < nt; ++t)
-        th.emplace_back([=] {
-            size_t a = n * t / nt, b = n * (t + 1) / nt;
-            memcpy((char *)dst + a, (const char *)src + a, b - a);
-        });
-    memcpy(dst, src, n / nt);
-    for (auto &x : th) x.join();
-}
-
-extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
-{
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
-    if (batch <= 0) batch = 64;
-    if (batch > n) batch = n > 0 ? n : 1;
-    const int64_t D = (int64_t)1 << n_qubits;
-    const size_t rowb = (size_t)d * sizeof(double);
-    struct R {
-        cudaStream_t cp = nullptr, ks = nullptr;
-        double *dbuf[2] = {nullptr, nullptr};
-        double *stage[2] = {nullptr, nullptr};
-        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
-        ~R() {
-            if (cp) cudaStreamSynchronize(cp);
-            if (ks) cudaStreamSynchronize(ks);
-            for (int i = 0; i < 2; ++i) {
-                cudaFree(dbuf[i]);
-                if (stage[i]) cudaFreeHost(stage[i]);
-                if (h2d[i]) cudaEventDestroy(h2d[i]);
-                if (kdone[i]) cudaEventDestroy(kdone[i]);
-            }
-            if (t0) cudaEventDestroy(t0);
-            if (t1) cudaEventDestroy(t1);
-            if (cp) cudaStreamDestroy(cp);
-            if (ks) cudaStreamDestroy(ks);
-            cudaGetLastError();
-        }
-    } R;
-    cudaPointerAttributes at;
-    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
-    cudaGetLastError();
-    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; ++i) {
-        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
-        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
-        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
-        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
-    }
-    QK_CK(cudaEventCreate(&R.t0));
-    QK_CK(cudaEventCreate(&R.t1));
-    QK_CK(cudaEventRecord(R.t0, R.cp));
-    const int64_t nb = (n + batch - 1) / batch;
-    for (int64_t b = 0; b < nb; ++b) {
-        const int i = (int)(b & 1);
-        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
-        /* buffer i is free once the kernel of batch b-2 is done */
-        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
-        const double *src = x + r0 * d;
-        if (!pinned) {
-            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
-            qk__par_memcpy(R.stage[i], src, rows * rowb);
-            src = R.stage[i];
-        }
-        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
-        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
-        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
-        if (precision == QK_PRECISION_FP64)
-            qk__k_amp_encode<double><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (double *)out_dev + r0 * D);
-        else
-            qk__k_amp_encode<float><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (float *)out_dev + r0 * D);
-        QK_LAUNCH_CK("amp_encode");
-        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
-    }
-    QK_CK(cudaEventRecord(R.t1, R.ks));
-    QK_CK(cudaEventSynchronize(R.t1));
-    if (seconds) {
-        float ms = 0;
-        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
-        *seconds = ms * 1e-3;
-    }
-    return QK_OK;
-}
-
-/* ---- autotune ---- */
-__global__ void qk__k_fill_random(float *p, int64_t count, uint32_t seed)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
-    p[i] = (float)h * (2.0f / 4294967296.0f) - 1.0f;
-}
-__global__ void qk__k_fill_random_d(double *p, int64_t count, uint32_t seed)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
-    p[i] = (double)h * (2.0 / 4294967296.0) - 1.0;
-}
-
-struct qk__tune_ws {
-    void *S = nullptr, *K = nullptr, *Cw = nullptr;
-    cublasHandle_t h = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    ~qk__tune_ws() {
-        cudaFree(S); cudaFree(K); cudaFree(Cw);
-        if (h) cublasDestroy(h);
-        if (e0) cudaEventDestroy(e0);
-        if (e1) cudaEventDestroy(e1);
-        cudaGetLastError();
-    }
-};
-
-/* the tensor-core engine of a precision (qk.h's qk__tc_mode; FP64: its real form) */
-static int qk__tc_mode_of(qk_precision p)
-{
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : p == QK_PRECISION_FP64 ? 7 : 0;
-}
-
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
-{
-    const int D = 1 << pl->n_qubits;
-    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode_of(pl->precision) : 0;
-    qk__tune_ws w;
-    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
-    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
-    QK_BLAS_CK(cublasCreate(&w.h));
-    QK_CK(cudaEventCreate(&w.e0));
-    QK_CK(cudaEventCreate(&w.e1));
-    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
-    if (sizeof(T) == 4) qk__k_fill_random<<<(unsigned)((cnt + 255) / 256), 256>>>((float *)w.S, cnt, 12345u);
-    else qk__k_fill_random_d<<<(unsigned)((cnt + 255) / 256), 256>>>((double *)w.S, cnt, 12345u);
-    QK_LAUNCH_CK("fill_random");
-    res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
-    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
-    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
-    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
-    OutT *K = (OutT *)w.K;
-    for (int c = 0; c < res->n; ++c) {
-        std::vector<double> t;
-        for (int r = 0; r < reps + 1; ++r) {
-            QK_CK(cudaEventRecord(w.e0, 0));
-            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
-            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
-            QK_CK(cudaEventRecord(w.e1, 0));
-            QK_CK(cudaEventSynchronize(w.e1));
-            float ms = 0;
-            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
-            if (r > 0) t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        res->ms[c] = t[t.size() / 2];
-    }
-    res->best = 0;
-    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
-    return QK_OK;
-}
-
-extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
-                                       char *err, size_t err_size)
-{
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
-    memset(res, 0, sizeof *res);
-    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
-        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
-    int64_t n = n_samples > 0 ? n_samples : 4096;
-    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
-    if (reps < 1) reps = 3;
-    res->n_samples = n;
-    const bool real = plan->path == QK_PATH_REAL, p64 = plan->precision == QK_PRECISION_FP64, o64 = plan->out_dtype == QK_F64;
-    if (p64) {
-        if (real) return o64 ? qk__tune<double, false, double>(plan, n, reps, res, E) : qk__tune<double, false, float>(plan, n, reps, res, E);
-        return o64 ? qk__tune<double, true, double>(plan, n, reps, res, E) : qk__tune<double, true, float>(plan, n, reps, res, E);
-    }
-    if (real) return o64 ? qk__tune<float, false, double>(plan, n, reps, res, E) : qk__tune<float, false, float>(plan, n, reps, res, E);
-    return o64 ? qk__tune<float, true, double>(plan, n, reps, res, E) : qk__tune<float, true, float>(plan, n, reps, res, E);
 }
