@@ -34,12 +34,16 @@
      QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md); needs
                           qk_prof.h beside qk.h, and QK_PROF_IMPLEMENTATION (rule below)
      QK_PROF_IMPLEMENTATION  expand qk_prof.h's implementation (rule below)
-     QK_STATIC            make every function static (private to that translation unit)
+     QK_STATIC            make every function static (private to that translation unit); the
+                          CUDA engine's entry points (qk_cuda_*, QK_CUDA_DEF) stay extern, so
+                          QK_STATIC with QK_CUDA=1 links against qk_cuda.cu
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
-     QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
+     QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
+                          writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
                           allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc
+                          can also be set in qk_ctx_desc (it serves the context and its thread
+                          pool; everything else uses these macros: docs/api.md)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
@@ -334,7 +338,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
+                               maps, readers, writers and the CPU engine's per-call scratch (its
+                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
 } qk_ctx_desc;
 
 typedef struct qk_ctx qk_ctx;
@@ -649,9 +655,14 @@ QKDEF void qk_schedule_free(qk_schedule *s);
 /* ---- end work schedule ---- */
 
 /* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
-/* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
-QKDEF int qk_cuda_device_count(void);
-QKDEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
+/* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. Declared with
+   QK_CUDA_DEF, always extern (qk_cuda.cu defines them in its own translation unit), so that
+   QK_STATIC, which makes qk.h's own functions static, still links with the engine. */
+#ifndef QK_CUDA_DEF
+#define QK_CUDA_DEF extern
+#endif
+QK_CUDA_DEF int qk_cuda_device_count(void);
+QK_CUDA_DEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
 /* Where the GPU engine hands finished rows of K on the host (every output but DEVICE and a
    pinned HOST buffer): rows [i0, i0 + m) x all columns, row-major with leading dimension ld, in
    the output dtype, in row order, from the thread that called qk_cuda_gram; the pointer is
@@ -684,23 +695,23 @@ typedef struct qk_cuda_io {
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
    err. */
-QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                             const qk_cuda_io *io, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                                   const qk_cuda_io *io, char *err, size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
-QKDEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
-QKDEF void qk_cuda_host_free(void *p);
+QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
+QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
-QKDEF int qk_cuda_host_pinned(const void *p);
+QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
    (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
    concurrent use. */
-QKDEF void qk_cuda_test_fail_alloc(int k);
-QKDEF int qk_cuda_test_alloc_count(void);
+QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
+QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
-QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
-                               double *out, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
+                                     double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
    x_i / ||x_i||, zero-padded to 2^n_qubits, cast to the precision (real float or double),
    written to out_dev (n x 2^n_qubits, device). Batches of `batch` rows (default 64) go H2D
@@ -708,8 +719,8 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
    read in place when it is pinned, else staged through pinned buffers. Rows must have a
    non-zero finite norm (qk_map_check_data); seconds, when not NULL, gets the wall time of the
    pipeline (first H2D to last kernel, events). */
-QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                         void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                               void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
 /* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
    every candidate (fused tile configurations 1..6, cuBLAS, CGEMM3M for complex fp32, and the
    tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
@@ -723,8 +734,8 @@ typedef struct qk_cuda_tune_result {
     int best;
     int64_t n_samples;
 } qk_cuda_tune_result;
-QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
-                                  char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                        char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
@@ -3798,6 +3809,7 @@ static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, i
 {
     const char *p = (const char *)src;
     int64_t a;
+    QK_ASSERT(i0 >= 0 && j0 >= 0 && i0 + m <= w->rows && j0 + n <= w->cols && ld >= n); /* inside K */
     if (j0 == 0 && n == w->cols && ld == w->cols)
         return qk__npyw_at(w, (uint64_t)i0 * (uint64_t)w->cols * w->es, p, (size_t)(m * n) * w->es);
     for (a = 0; a < m; a++) {
@@ -4063,6 +4075,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
                 best = v;
         }
         s.row0[k] = best;
+        QK_ASSERT(s.row0[k] >= s.row0[k - 1] && s.row0[k] <= n); /* bands ascend inside [0, n] */
     }
 
     for (w = 0; w < W; w++) {
@@ -4089,6 +4102,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
         if (t > worst) worst = t;
     }
     s.first[W] = s.n_items;
+    QK_ASSERT(s.n_items <= 2 * W); /* the items array holds two per worker */
     s.imbalance = worst / ((double)total / (double)W);
     *out = s;
     return QK_OK;
