@@ -107,6 +107,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h> /* cos, sin of the shared one-qubit matrices (qk__u1) */
 
 #define QK_VERSION_MAJOR 0
 #define QK_VERSION_MINOR 1
@@ -291,6 +292,67 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
    amplitude rows with a sum of squares that neither overflows nor underflows (below DBL_MIN it
    loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
+
+/* ---- >>meaning: the map's meaning, one definition for both engines ---- */
+/* Small inline helpers that the CPU engine (qk.h) and the GPU engine (qk_cuda.cu, where QK__HD
+   is __host__ __device__) both call, so that the CPU oracle and the GPU cannot drift: an op's
+   angle, the 2x2 matrix of a one-qubit op, the BASIS op's bit, and the layout of a product
+   map's per-qubit 2-vectors. Private (qk__), declared here because qk_cuda.cu includes qk.h
+   without QK_IMPLEMENTATION. */
+#if defined(__CUDACC__)
+#define QK__HD __host__ __device__
+#else
+#define QK__HD
+#endif
+
+/* theta = scale * f(x, w) + offset, f by the angle's kind (qk_map_angles, docs/maps.md). */
+static QK__HD inline double qk__angle_value(const qk_angle *a, const double *x, const double *w)
+{
+    double f;
+    switch (a->kind) {
+    case QK_ARG_X: f = x[a->x0]; break;
+    case QK_ARG_XX: f = x[a->x0] * x[a->x1]; break;
+    case QK_ARG_PIXX: f = (3.14159265358979323846 - x[a->x0]) * (3.14159265358979323846 - x[a->x1]); break;
+    case QK_ARG_W: f = w[a->w]; break;
+    case QK_ARG_WX: f = w[a->w] * x[a->x0]; break;
+    case QK_ARG_CONST: default: f = 0.0; break;
+    }
+    return a->scale * f + a->offset;
+}
+
+/* The BASIS op flips its qubit where its feature is 1 (qk_map_check_data admits 0 or 1 only). */
+static QK__HD inline int qk__basis_one(double feature) { return feature > 0.5; }
+
+/* The 2x2 matrix of a one-qubit op of kind `kind` at angle t (conventions at the top of this
+   file), m = (m00 re, m00 im, m01 re, m01 im, m10 re, m10 im, m11 re, m11 im); basis_one: a
+   BASIS op's qk__basis_one. Returns 0, with m the identity, where the op acts as the identity
+   (BASIS on a 0) or is no one-qubit op. */
+static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
+{
+    const double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    int i;
+    for (i = 0; i < 8; ++i) m[i] = 0;
+    switch (kind) {
+    case QK_OP_H: m[0] = h; m[2] = h; m[4] = h; m[6] = -h; return 1;
+    case QK_OP_X: m[2] = 1; m[4] = 1; return 1;
+    case QK_OP_Y: m[3] = -1; m[5] = 1; return 1;
+    case QK_OP_Z: m[0] = 1; m[6] = -1; return 1;
+    case QK_OP_RX: m[0] = c; m[3] = -s; m[5] = -s; m[6] = c; return 1;
+    case QK_OP_RY: m[0] = c; m[2] = -s; m[4] = s; m[6] = c; return 1;
+    case QK_OP_RZ: m[0] = c; m[1] = -s; m[6] = c; m[7] = s; return 1;
+    case QK_OP_P: m[0] = 1; m[6] = cos(t); m[7] = sin(t); return 1;
+    case QK_OP_BASIS: if (basis_one) { m[2] = 1; m[4] = 1; return 1; } break;
+    default: break;
+    }
+    m[0] = 1; m[6] = 1;
+    return 0;
+}
+
+/* A product map's per-qubit 2-vector u = u0 |0> + u1 |1> (its one-qubit ops applied to |0>), as
+   4 values (double on the CPU, the precision on the GPU): qubit k of row s at 4 * (s * q + k),
+   in this order. */
+enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
+/* ---- end meaning ---- */
 
 /* ---- context ---- */
 typedef enum qk_device {
@@ -1078,7 +1140,6 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
 }
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
-static double qk__angle(const qk_angle *a, const double *x, const double *w);
 
 typedef struct qk__ops {
     qk_op *ops;
@@ -1453,25 +1514,11 @@ QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n)
     return QK_OK;
 }
 
-static double qk__angle(const qk_angle *a, const double *x, const double *w)
-{
-    double f;
-    switch (a->kind) {
-    case QK_ARG_X: f = x[a->x0]; break;
-    case QK_ARG_XX: f = x[a->x0] * x[a->x1]; break;
-    case QK_ARG_PIXX: f = (QK__PI - x[a->x0]) * (QK__PI - x[a->x1]); break;
-    case QK_ARG_W: f = w[a->w]; break;
-    case QK_ARG_WX: f = w[a->w] * x[a->x0]; break;
-    case QK_ARG_CONST: default: f = 0.0; break;
-    }
-    return a->scale * f + a->offset;
-}
-
 QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
 {
     int i;
     for (i = 0; i < map->n_ops; i++)
-        theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
+        theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle_value(&map->ops[i].angle, x, map->weights) : 0.0;
 }
 
 static const char *qk__op_name(qk_op_kind k)
@@ -1596,7 +1643,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
                 const qk_op *o = &map->ops[k];
                 double t;
                 if (!qk__op_has_angle(o->kind)) continue;
-                t = qk__angle(&o->angle, row, map->weights);
+                t = qk__angle_value(&o->angle, row, map->weights);
                 if (!(fabs(t) <= QK_MAX_ABS_ANGLE)) {
                     char in[200], ex[160], q1[16] = "";
                     qk__angle_inputs(&o->angle, row, map->weights, name, i, in, sizeof in);
@@ -2080,14 +2127,13 @@ static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t w
 static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
 {
     int64_t D = (int64_t)1 << q, i;
-    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    double c = cos(0.5 * t), s = sin(0.5 * t), m[8];
     switch (o->kind) {
-    case QK_OP_H: qk__g1(re, im, D, o->q0, h, 0, h, 0, h, 0, -h, 0); break;
-    case QK_OP_X: qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0); break;
-    case QK_OP_Y: qk__g1(re, im, D, o->q0, 0, 0, 0, -1, 0, 1, 0, 0); break;
+    case QK_OP_H: case QK_OP_X: case QK_OP_Y: case QK_OP_RX: case QK_OP_RY:
+        qk__u1(o->kind, t, 0, m);
+        qk__g1(re, im, D, o->q0, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
+        break;
     case QK_OP_Z: qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, -1, 0); break;
-    case QK_OP_RX: qk__g1(re, im, D, o->q0, c, 0, 0, -s, 0, -s, c, 0); break;
-    case QK_OP_RY: qk__g1(re, im, D, o->q0, c, 0, -s, 0, s, 0, c, 0); break;
     case QK_OP_RZ:
         qk__phase(re, im, D, (int64_t)1 << o->q0, 0, c, -s);
         qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, c, s);
@@ -2122,7 +2168,8 @@ static void qk__apply(const qk_op *o, double t, const double *x, double *re, dou
         break;
     }
     case QK_OP_BASIS:
-        if (x[o->angle.x0] == 1.0) qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0);
+        if (qk__u1(o->kind, t, qk__basis_one(x[o->angle.x0]), m))
+            qk__g1(re, im, D, o->q0, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
         break;
     default: break; /* AMPLITUDE handled by the caller */
     }
@@ -2169,18 +2216,23 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
 }
 
 /* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
-   |0>. out: q * 4 doubles (re0, re1, im0, im1) per qubit. */
+   |0>. out: q * 4 doubles per qubit in the shared layout (QK__QV_*). */
 static void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
 {
     int q = m->n_qubits, k;
-    for (k = 0; k < q; k++) { out[4 * k] = 1; out[4 * k + 1] = 0; out[4 * k + 2] = 0; out[4 * k + 3] = 0; }
+    for (k = 0; k < q; k++) {
+        double *v = out + 4 * k;
+        v[QK__QV_RE0] = 1; v[QK__QV_IM0] = 0; v[QK__QV_RE1] = 0; v[QK__QV_IM1] = 0;
+    }
     qk_map_angles(m, x, theta);
     for (k = 0; k < m->n_ops; k++) {
         const qk_op *o = &m->ops[k];
-        double *v = out + 4 * o->q0;
+        double *v = out + 4 * o->q0, re[2], im[2];
         qk_op local = *o;
         local.q0 = 0;
-        qk__apply(&local, theta[k], x, v, v + 2, 1);
+        re[0] = v[QK__QV_RE0]; re[1] = v[QK__QV_RE1]; im[0] = v[QK__QV_IM0]; im[1] = v[QK__QV_IM1];
+        qk__apply(&local, theta[k], x, re, im, 1);
+        v[QK__QV_RE0] = re[0]; v[QK__QV_RE1] = re[1]; v[QK__QV_IM0] = im[0]; v[QK__QV_IM1] = im[1];
     }
 }
 
@@ -2577,9 +2629,11 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
                 double prod = 1.0;
                 for (k = 0; k < q; k++) {
                     const double *x = u + 4 * k, *y = v + 4 * k;
-                    /* conj(x) . y with x = (re0, re1, im0, im1) */
-                    double re = x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
-                    double im = x[0] * y[2] + x[1] * y[3] - x[2] * y[0] - x[3] * y[1];
+                    /* conj(x) . y (layout QK__QV_*) */
+                    double re = x[QK__QV_RE0] * y[QK__QV_RE0] + x[QK__QV_RE1] * y[QK__QV_RE1] +
+                                x[QK__QV_IM0] * y[QK__QV_IM0] + x[QK__QV_IM1] * y[QK__QV_IM1];
+                    double im = x[QK__QV_RE0] * y[QK__QV_IM0] + x[QK__QV_RE1] * y[QK__QV_IM1] -
+                                x[QK__QV_IM0] * y[QK__QV_RE0] - x[QK__QV_IM1] * y[QK__QV_RE1];
                     prod *= re * re + im * im;
                 }
                 kt[a * QK__T + b] = prod;
@@ -5006,27 +5060,10 @@ static void qk__mps_apply1(double *A, int dl, int dr, const double *U)
         }
 }
 
-/* The one-qubit matrix of op o at angle t (qk__apply's conventions); 0: identity (skip). */
+/* The one-qubit matrix of op o at angle t (qk__u1); 0: identity (skip). */
 static int qk__mps_u1(const qk_op *o, double t, const double *x, double *U)
 {
-    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
-    memset(U, 0, sizeof(double) * 8);
-    switch (o->kind) {
-    case QK_OP_H: U[0] = h; U[2] = h; U[4] = h; U[6] = -h; break;
-    case QK_OP_X: U[2] = 1; U[4] = 1; break;
-    case QK_OP_Y: U[3] = -1; U[5] = 1; break;
-    case QK_OP_Z: U[0] = 1; U[6] = -1; break;
-    case QK_OP_RX: U[0] = c; U[3] = -s; U[5] = -s; U[6] = c; break;
-    case QK_OP_RY: U[0] = c; U[2] = -s; U[4] = s; U[6] = c; break;
-    case QK_OP_RZ: U[0] = c; U[1] = -s; U[6] = c; U[7] = s; break;
-    case QK_OP_P: U[0] = 1; U[6] = cos(t); U[7] = sin(t); break;
-    case QK_OP_BASIS:
-        if (x[o->angle.x0] != 1.0) return 0;
-        U[2] = 1; U[4] = 1;
-        break;
-    default: return 0;
-    }
-    return 1;
+    return qk__u1(o->kind, t, o->kind == QK_OP_BASIS && qk__basis_one(x[o->angle.x0]), U);
 }
 
 /* The two-qubit step as sum_t P_t (x) G_t (P_t on the op's q0): G[t] row-major complex 2x2. */

@@ -182,12 +182,6 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
 
 enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
 
-/* Angle of one op, as qk_map_angles() defines it. */
-struct qk__dangle {
-    int kind, x0, x1, w;
-    double scale, offset;
-};
-
 struct qk__instr {
     int kind;
     int q0, q1;         /* global qubits (GATE: q0; CNOT: control q0, target q1) */
@@ -237,22 +231,11 @@ __device__ __forceinline__ void qk__sincos(float a, float *s, float *c)
 }
 __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
 
-__device__ double qk__theta(const qk__dangle *ang, int op, const double *x, const double *w)
+/* Angle of op `op` of a sample (qk__angle_value, shared with the CPU engine); -1: none, 0. */
+__device__ double qk__theta(const qk_angle *ang, int op, const double *x, const double *w)
 {
     if (op < 0) return 0.0;
-    qk__dangle a = ang[op];
-    double f = 0.0;
-    const double PI = 3.14159265358979323846;
-    switch (a.kind) {
-    case QK_ARG_CONST: f = 0.0; break;
-    case QK_ARG_X: f = x[a.x0]; break;
-    case QK_ARG_XX: f = x[a.x0] * x[a.x1]; break;
-    case QK_ARG_PIXX: f = (PI - x[a.x0]) * (PI - x[a.x1]); break;
-    case QK_ARG_W: f = w[a.w]; break;
-    case QK_ARG_WX: f = w[a.w] * x[a.x0]; break;
-    default: f = 0.0;
-    }
-    return a.scale * f + a.offset;
+    return qk__angle_value(&ang[op], x, w);
 }
 
 /* The one float/double dispatcher: f(qk__types<T, CPLX, OutT>()) with T = double where f64
@@ -367,7 +350,7 @@ struct qk__prog {
     int q, n_ops, d, n_weights;
     int real_out;
     int has_amp;
-    std::vector<qk__dangle> ang;
+    std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
     std::vector<qk__job> jobs;
@@ -426,8 +409,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     pg->op_kind.resize(std::max(1, map->n_ops));
     for (int i = 0; i < map->n_ops; ++i) {
         const qk_op &o = map->ops[i];
-        qk__dangle a = {(int)o.angle.kind, o.angle.x0, o.angle.x1, o.angle.w, o.angle.scale, o.angle.offset};
-        pg->ang[i] = a;
+        pg->ang[i] = o.angle;
         pg->op_kind[i] = (int)o.kind;
     }
     /* product maps: per-qubit op lists */
@@ -592,7 +574,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
 }
 
 struct qk__dprog {
-    qk__dangle *ang = nullptr;
+    qk_angle *ang = nullptr;
     int *op_kind = nullptr;
     qk__instr *instr = nullptr;
     qk__job *jobs = nullptr;
@@ -635,29 +617,17 @@ static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog
 /* >>states     state construction: prep, pass, qubit vectors                               */
 /* ======================================================================================== */
 
-/* 2x2 matrix of a one-qubit gate: m00 re, im, m01 re, im, m10 re, im, m11 re, im. */
-__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk__dangle *ang, int op, double *m)
+/* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
+   m10 re, im, m11 re, im; the identity for BASIS on a 0. */
+__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk_angle *ang, int op, double *m)
 {
-    const double R = 0.70710678118654752440;
-    double c = cos(0.5 * t), sn = sin(0.5 * t);
-    for (int i = 0; i < 8; ++i) m[i] = 0;
-    switch (kind) {
-    case QK_OP_H: m[0] = R; m[2] = R; m[4] = R; m[6] = -R; break;
-    case QK_OP_X: m[2] = 1; m[4] = 1; break;
-    case QK_OP_Y: m[3] = -1; m[5] = 1; break;
-    case QK_OP_RX: m[0] = c; m[3] = -sn; m[5] = -sn; m[6] = c; break;
-    case QK_OP_RY: m[0] = c; m[2] = -sn; m[4] = sn; m[6] = c; break;
-    case QK_OP_BASIS:
-        if (xs[ang[op].x0] > 0.5) { m[2] = 1; m[4] = 1; } else { m[0] = 1; m[6] = 1; }
-        break;
-    default: m[0] = 1; m[6] = 1;
-    }
+    qk__u1(kind, t, kind == QK_OP_BASIS && qk__basis_one(xs[ang[op].x0]), m);
 }
 
 /* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
 template <typename T>
 __global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
-                           const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
+                           const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
                            const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
                            T *__restrict__ params, int P)
 {
@@ -684,7 +654,8 @@ __global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const q
                 double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
                 u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
             }
-            ps[jb.out] = (T)u0r; ps[jb.out + 1] = (T)u0i; ps[jb.out + 2] = (T)u1r; ps[jb.out + 3] = (T)u1i;
+            ps[jb.out + QK__QV_RE0] = (T)u0r; ps[jb.out + QK__QV_IM0] = (T)u0i;
+            ps[jb.out + QK__QV_RE1] = (T)u1r; ps[jb.out + QK__QV_IM1] = (T)u1i;
         } else {
             double m[8];
             qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
@@ -833,7 +804,7 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
                 const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
                 T ar = 1, ai = 0;
                 for (int i = 0; i < nb; ++i) {
-                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2;
+                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2; /* QK__QV_RE0 or _RE1 */
                     T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
                     ar = br; ai = bi;
                 }
@@ -974,7 +945,7 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
 /* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
 template <typename T>
 __global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
-                                    const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
+                                    const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
                                     const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
                                     T *__restrict__ u)
 {
@@ -1010,8 +981,8 @@ __global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__r
         }
         (void)PI;
     }
-    T *o = u + (s * q + k) * 4;
-    o[0] = (T)a0r; o[1] = (T)a0i; o[2] = (T)a1r; o[3] = (T)a1i;
+    T *o = u + (s * q + k) * 4; /* the shared layout (QK__QV_*) */
+    o[QK__QV_RE0] = (T)a0r; o[QK__QV_IM0] = (T)a0i; o[QK__QV_RE1] = (T)a1r; o[QK__QV_IM1] = (T)a1i;
 }
 
 /* Build scratch of qk__build_states: params (n * P), a state buffer for multi-pass programs
@@ -1170,12 +1141,12 @@ qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, in
 #pragma unroll
             for (int i = 0; i < TM; ++i) {
                 const T *a = As + (k * BM + ty * TM + i) * 4;
-                T a0r = a[0], a0i = a[1], a1r = a[2], a1i = a[3];
+                T a0r = a[QK__QV_RE0], a0i = a[QK__QV_IM0], a1r = a[QK__QV_RE1], a1i = a[QK__QV_IM1];
 #pragma unroll
                 for (int j = 0; j < TN; ++j) {
                     const T *b = Bs + (k * BN + tx * TN + j) * 4;
-                    T re = a0r * b[0] + a0i * b[1] + a1r * b[2] + a1i * b[3];
-                    T im = a0r * b[1] - a0i * b[0] + a1r * b[3] - a1i * b[2];
+                    T re = a0r * b[QK__QV_RE0] + a0i * b[QK__QV_IM0] + a1r * b[QK__QV_RE1] + a1i * b[QK__QV_IM1];
+                    T im = a0r * b[QK__QV_IM0] - a0i * b[QK__QV_RE0] + a1r * b[QK__QV_IM1] - a1i * b[QK__QV_RE1];
                     acc[i][j] *= re * re + im * im;
                 }
             }
