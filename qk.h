@@ -94,6 +94,29 @@
    never exits, aborts or prints unless a log callback is set. On error the caller's output is
    left untouched, unless a function documents otherwise.
 
+   Contents (grep for the tag; the declarations first, then the implementation)
+   ------------------------------------------------------------------------------
+     >>results      qk_result, error strings, the detail message
+     >>maps         feature maps: ops, angles, built-ins, the spec parser's entry points
+     >>meaning      the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout)
+     >>context      qk_ctx and its desc (device, threads, allocator, log)
+     >>gram         qk_gram and its desc (outputs, precision, path, progress)
+     >>plan         device info, qk_plan, the planner and the VRAM estimator
+     >>npy          arrays, .npy and .csv
+     >>tune         the autotune cache
+     >>schedule     the work schedule (K dealt to MPI ranks x GPUs)
+     >>cuda         the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu)
+     >>mpi          qk_gram_mpi (QK_MPI)
+     >>prof_impl    qk's own profiler zones        >>config      includes, config macros
+     >>errors       results, the detail message    >>maps_impl   maps, angles, data checks
+     >>parser       the map spec parser            >>cpu_states  CPU engine: states
+     >>cpu_gram     CPU engine: thread pool, blocked Gram
+     >>npy_impl     .npy / .csv readers, writers   >>npy_stream  the streaming .npy writer
+     >>cpu_stream   CPU engine, streamed output    >>schedule_impl  schedule and MPI
+     >>mps          the MPS engine                 >>planner     planner, VRAM estimator, autotune
+     >>tune_impl    the autotune cache (JSON)      >>ctx         context and orchestration (qk_gram)
+     >>delivery     the GPU engine's host-side slabs to the caller's output
+
    License: MIT (end of file).
 */
 #ifndef QK_H
@@ -137,7 +160,7 @@
 extern "C" {
 #endif
 
-/* ---- results ---- */
+/* >>results ---- results ---- */
 typedef enum qk_result {
     QK_OK = 0,
     QK_ERROR_INVALID_ARGUMENT,   /* NULL pointer, bad size, bad option value */
@@ -162,7 +185,7 @@ QKDEF const char *qk_result_string(qk_result r);
 /* Detail message of the last error on this thread ("" when none). */
 QKDEF const char *qk_last_error(void);
 
-/* ---- feature maps ---- */
+/* >>maps ---- feature maps ---- */
 typedef enum qk_op_kind {
     QK_OP_H = 1, QK_OP_X, QK_OP_Y, QK_OP_Z,
     QK_OP_RX, QK_OP_RY, QK_OP_RZ, QK_OP_P,     /* one qubit (q0), angle */
@@ -293,7 +316,7 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
    loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
-/* ---- >>meaning: the map's meaning, one definition for both engines ---- */
+/* >>meaning ---- the map's meaning, one definition for both engines ---- */
 /* Small inline helpers that the CPU engine (qk.h) and the GPU engine (qk_cuda.cu, where QK__HD
    is __host__ __device__) both call, so that the CPU oracle and the GPU cannot drift: an op's
    angle, the 2x2 matrix of a one-qubit op, the BASIS op's bit, and the layout of a product
@@ -354,7 +377,7 @@ static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
 enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 /* ---- end meaning ---- */
 
-/* ---- context ---- */
+/* >>context ---- context ---- */
 typedef enum qk_device {
     QK_DEVICE_AUTO = 0,     /* CUDA when a device and the engine exist, else CPU (logged) */
     QK_DEVICE_CPU,
@@ -412,7 +435,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
-/* ---- Gram ---- */
+/* >>gram ---- Gram ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
      ANALYTIC  product maps: per-qubit overlaps, no states
      REAL      real statevectors (2^q doubles per sample), real Gram
@@ -474,7 +497,7 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
-/* ---- device info, planner, VRAM estimator ---- */
+/* >>plan ---- device info, planner, VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
     char name[128];
@@ -537,7 +560,7 @@ QKDEF int qk_plan_describe(const qk_plan *plan, char *buf, size_t size);
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision);
 
-/* ---- arrays, .npy and .csv ---- */
+/* >>npy ---- arrays, .npy and .csv ---- */
 typedef struct qk_array {
     double *data;       /* row-major, converted to double */
     int64_t rows, cols; /* a 1-D array is rows x 1 */
@@ -569,7 +592,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
-/* ---- autotune cache (public) ---- */
+/* >>tune ---- autotune cache (public) ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user
    (docs/autotune.md). The cache never makes its caller fail: a missing file or key is a miss; a
@@ -667,7 +690,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                                char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
-/* ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
+/* >>schedule ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
 /* A static split of K's pairs over n_workers workers, balanced by pair count (optionally
    weighted by each worker's speed). Each worker owns a band of whole rows [row0[w], row0[w+1]):
    for K(X,Y) one item, rows x all columns; for symmetric K(X,X) the band's part of the upper
@@ -716,7 +739,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 QKDEF void qk_schedule_free(qk_schedule *s);
 /* ---- end work schedule ---- */
 
-/* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
+/* >>cuda ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. Declared with
    QK_CUDA_DEF, always extern (qk_cuda.cu defines them in its own translation unit), so that
    QK_STATIC, which makes qk.h's own functions static, still links with the engine. */
@@ -804,7 +827,7 @@ QK_CUDA_DEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, 
 #endif
 #endif /* QK_H */
 
-/* ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+/* >>mpi ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
 #if defined(QK_MPI) && !defined(QK_H_MPI)
 #define QK_H_MPI
 #include <mpi.h>
@@ -850,7 +873,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
-/* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
+/* >>prof_impl ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
    counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
    for the two implementation defines is in the documentation block at the top. */
@@ -884,7 +907,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
 #endif
 
-/* ---- implementation: includes and config ---- */
+/* >>config ---- implementation: includes and config ---- */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -943,7 +966,7 @@ static void *qk__calloc(size_t count, size_t size)
 }
 
 
-/* ---- implementation: errors ---- */
+/* >>errors ---- implementation: errors ---- */
 static QK__TLS char qk__errbuf[512];
 
 static void qk__set_errorv(const char *fmt, va_list ap)
@@ -1004,7 +1027,7 @@ static const char *qk__prec_name(qk_precision p)
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64; }
 
 
-/* ---- implementation: feature maps ---- */
+/* >>maps_impl ---- implementation: feature maps ---- */
 #include <float.h>
 
 /* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
@@ -1660,7 +1683,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 }
 
 
-/* ---- implementation: map spec parser ---- */
+/* >>parser ---- implementation: map spec parser ---- */
 /* Grammar (docs/maps.md):
      spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
      param  := key '=' value
@@ -2089,7 +2112,7 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 }
 
 
-/* ---- implementation: CPU engine (states) ---- */
+/* >>cpu_states ---- implementation: CPU engine (states) ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
    O(n * ops * 2^q), small next to the O(n^2 * 2^q) Gram. */
@@ -2237,7 +2260,7 @@ static void qk__product1(const qk_map *m, const double *x, double *out, double *
 }
 
 
-/* ---- implementation: CPU engine (Gram) ---- */
+/* >>cpu_gram ---- implementation: CPU engine (Gram) ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
 typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
@@ -2910,7 +2933,7 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
 }
 
 
-/* ---- implementation: npy / csv ---- */
+/* >>npy_impl ---- implementation: npy / csv ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
@@ -3697,7 +3720,7 @@ QKDEF void qk_array_free(qk_array *a) {
 }
 /* ---- end npy / csv ---- */
 
-/* ---- implementation: streaming .npy writer ---- */
+/* >>npy_stream ---- implementation: streaming .npy writer ---- */
 /* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
    temporary next to the target (qk__open_tmp), rows and row segments are written at their
    offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread
@@ -3911,7 +3934,7 @@ static qk_result qk__npyw_commit(qk__npyw *w)
 }
 /* ---- end streaming .npy writer ---- */
 
-/* ---- implementation: CPU engine, streamed output ---- */
+/* >>cpu_stream ---- implementation: CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
    blocks of 64, one write per row of K). */
@@ -4046,7 +4069,7 @@ done:
 }
 
 
-/* ---- implementation: work schedule and MPI ---- */
+/* >>schedule_impl ---- implementation: work schedule and MPI ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
    is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */
@@ -4687,7 +4710,7 @@ done:
 #endif /* QK_MPI */
 /* ---- end work schedule and MPI ---- */
 
-/* ---- implementation: MPS engine ---- */
+/* >>mps ---- implementation: MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
    is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
@@ -5614,7 +5637,7 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
 }
 /* ---- end MPS engine ---- */
 
-/* ---- implementation: device info, planner, VRAM estimator ---- */
+/* >>planner ---- implementation: device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
      scratch     per built state: its per-sample parameters (gate matrices and the dense
@@ -5705,14 +5728,24 @@ static int64_t qk__cuda_params(const qk_map *m)
     return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
 }
 
-/* Device bytes per state: the state itself and its build scratch. */
+/* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
+   *state, the state itself (analytic: its q qubit 2-vectors), and *scratch, its build scratch
+   (params values of the compiled program, 1/||x||, the multi-pass state buffer beyond
+   QK__PASS_QUBITS, the sample's n_features doubles on the device). qk__plan_cuda and
+   qk_max_samples both count with it. */
+static void qk__vram_per_state(int q, int n_features, double params, qk_path path, double t, double *state, double *scratch)
+{
+    double D = ldexp(1.0, q > 62 ? 62 : q);
+    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * q * t; *scratch = 0; return; }
+    *state = D * t * (path == QK_PATH_REAL ? 1.0 : 2.0);
+    *scratch = params * t + 8.0 /* 1/||x|| */ + (q > QK__PASS_QUBITS ? D * 2.0 * t : 0.0);
+    *scratch += (double)n_features * 8.0; /* x on the device */
+}
+
+/* Device bytes per state of map m (qk__vram_per_state with its compiled program's params). */
 static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
 {
-    double D = ldexp(1.0, m->n_qubits > 62 ? 62 : m->n_qubits);
-    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * m->n_qubits * (double)t; *scratch = 0; return; }
-    *state = D * (double)t * (path == QK_PATH_REAL ? 1.0 : 2.0);
-    *scratch = (double)qk__cuda_params(m) * (double)t + 8.0 /* 1/||x|| */ + (m->n_qubits > QK__PASS_QUBITS ? D * 2.0 * (double)t : 0.0);
-    *scratch += (double)m->n_features * 8.0; /* x on the device */
+    qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
 }
 
 static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
@@ -5927,17 +5960,17 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision)
 {
-    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, D, per, budget;
+    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
     if (!info || !info->present || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
     budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
-    D = ldexp(1.0, n_qubits);
-    per = 2.0 * D * t + (20.0 * q + 2.0 * (1 + q + q * q) + 1) * t + 8.0 + 8.0 * q + (n_qubits > QK__PASS_QUBITS ? 2.0 * D * t : 0.0);
-    return (int64_t)floor(0.5 * budget / per);
+    /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
+    qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
+    return (int64_t)floor(0.5 * budget / (st + sc)); /* integers below 2^53: exact in any order */
 }
 
 /* ---- end planner ---- */
 
-/* ---- implementation: autotune cache ---- */
+/* >>tune_impl ---- implementation: autotune cache ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
    It is shared by processes and users' tools and may be damaged, truncated or written by someone
@@ -7009,7 +7042,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
-/* ---- implementation: context and orchestration ---- */
+/* >>ctx ---- implementation: context and orchestration ---- */
 struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];
@@ -7232,7 +7265,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     return (int)len;
 }
 
-/* ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* >>delivery ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
 /* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
    about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
    page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The

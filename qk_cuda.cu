@@ -192,10 +192,10 @@ struct qk__instr {
 
 /* A param job: one GATE matrix or one phase coefficient of a sample. */
 struct qk__job {
-    int kind;           /* 0: gate matrix, 1: coefficient */
+    int kind;           /* 0: gate matrix, 1: phase coefficient, 2: a folded qubit's 2-vector */
     int op;             /* gate: op index */
     int out;            /* offset in the sample's params */
-    int c0, c1;         /* coefficient: contributions [c0, c1) */
+    int c0, c1;         /* coefficient, folded qubit: contributions [c0, c1) */
 };
 
 struct qk__contrib {
@@ -347,8 +347,7 @@ static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 /* ======================================================================================== */
 
 struct qk__prog {
-    int q, n_ops, d, n_weights;
-    int real_out;
+    int q, d;
     int has_amp;
     std::vector<qk_angle> ang;
     std::vector<int> op_kind;
@@ -400,10 +399,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
 {
     const int q = map->n_qubits;
     pg->q = q;
-    pg->n_ops = map->n_ops;
     pg->d = map->n_features;
-    pg->n_weights = map->n_weights;
-    pg->real_out = map->cls == QK_CLASS_REAL;
     pg->has_amp = 0;
     pg->ang.resize(std::max(1, map->n_ops));
     pg->op_kind.resize(std::max(1, map->n_ops));
@@ -1049,9 +1045,8 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         int tps = std::max(1, std::min(256, N / 2));
         int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
         if (np > 1) spb = 1;
-        /* ping-pong so that the last pass writes out; multi-pass in-place would race between
-           blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
-           chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
+        /* multi-pass programs run in place on tmp (the chunks of one pass are disjoint: no block
+           reads amplitudes another block of the same pass writes); the last pass writes out */
         const bool last = pi == np - 1;
         const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
         void *o = last ? out : ws.tmp;
@@ -2430,7 +2425,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     qk_map m2 = *map;
     if (m2.cls == QK_CLASS_PRODUCT) m2.cls = QK_CLASS_COMPLEX; /* build the state vector anyway */
     QK_TRY(qk__compile(&m2, &pg, E));
-    pg.real_out = 0;
     qk__dprog dp;
     qk__build_ws ws;
     double *dx = nullptr, *dout = nullptr;

@@ -12,9 +12,9 @@
 #if defined(QK_CUDA) && QK_CUDA
 typedef void (*qk_test_fn)(void);
 static const qk_test_fn engine[] = {
-    (qk_test_fn)qk_cuda_device_count, (qk_test_fn)qk_cuda_device_query, (qk_test_fn)qk_cuda_gram,
-    (qk_test_fn)qk_cuda_host_alloc, (qk_test_fn)qk_cuda_host_free, (qk_test_fn)qk_cuda_host_pinned,
-    (qk_test_fn)qk_cuda_test_fail_alloc, (qk_test_fn)qk_cuda_test_alloc_count, (qk_test_fn)qk_cuda_states,
+    (qk_test_fn)qk_cuda_device_count,     (qk_test_fn)qk_cuda_device_query,     (qk_test_fn)qk_cuda_gram,
+    (qk_test_fn)qk_cuda_host_alloc,       (qk_test_fn)qk_cuda_host_free,        (qk_test_fn)qk_cuda_host_pinned,
+    (qk_test_fn)qk_cuda_test_fail_alloc,  (qk_test_fn)qk_cuda_test_alloc_count, (qk_test_fn)qk_cuda_states,
     (qk_test_fn)qk_cuda_amplitude_encode, (qk_test_fn)qk_cuda_tune_gram};
 #endif
 
@@ -48,7 +48,10 @@ int main(void)
         s = s * 1664525u + 1013904223u;
         x[i] = (double)(s >> 8) / 16777216.0 * 3.0;
     }
-    if (qk_map_parse("zz(reps=2)", 3, &m) != QK_OK) { printf("parse: %s\n", qk_last_error()); return 1; }
+    if (qk_map_parse("zz(reps=2)", 3, &m) != QK_OK) {
+        printf("parse: %s\n", qk_last_error());
+        return 1;
+    }
     if (gram_of(QK_DEVICE_AUTO, m, x, N, ka) != 0 || gram_of(QK_DEVICE_CPU, m, x, N, kc) != 0) {
         printf("qk_gram: %s\n", qk_last_error());
         qk_map_free(m);
