@@ -23,6 +23,13 @@
    hea rings, ...) also on matrix product states of their exact bond bound, any qubit count (path
    MPS, CPU engine; chosen beyond 30 qubits and where cheaper; docs/mps.md).
 
+   Data flow: qk_gram validates the data, the planner (>>planner) decides the whole job in a
+   qk_plan (engine, path, precision, tiles and slabs, states bulk or tiled, K resident or in a
+   ring, host staging, the kernel configuration), and an engine executes it: the CPU engine here
+   or the GPU engine in qk_cuda.cu (qk_cuda_gram), which reads the plan's fields and the numbers
+   it shares with the planner (>>engine). Both engines evaluate a map through the same helpers
+   (>>meaning), so the CPU engine is the GPU engine's oracle (docs/api.md, docs/gpu.md).
+
    Conventions (docs/maps.md): qubit 0 is the least significant bit of the basis index (Qiskit's
    order); feature i drives qubit i. Gate matrices are Qiskit's / PennyLane's:
      RX(t) = [[c, -is], [-is, c]], RY(t) = [[c, -s], [s, c]], c = cos(t/2), s = sin(t/2)
@@ -101,6 +108,8 @@
      >>meaning      the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout)
      >>context      qk_ctx and its desc (device, threads, allocator, log)
      >>gram         qk_gram and its desc (outputs, precision, path, progress)
+     >>engine       numbers the planner and the GPU engine share (pass qubits, the fused
+                    kernel's configurations and fixed table, the tensor-core engines)
      >>plan         device info, qk_plan, the planner and the VRAM estimator
      >>npy          arrays, .npy and .csv
      >>tune         the autotune cache
@@ -496,6 +505,47 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
 /* States of n samples: out holds n * 2^q complex values, interleaved (re, im) doubles, the layout
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
+
+/* >>engine ---- what the planner and the GPU engine share ---- */
+/* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
+   both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
+   kernel it will run, the engine executes what the plan says.
+     QK__PASS_QUBITS    qubits of one state pass in shared memory (2^13 complex128: 128 KB of
+                        Hopper's 227 KB opt-in); larger states take several passes and a state
+                        buffer (qk_cuda.cu's pass scheduler, the planner's VRAM estimator)
+     QK__N_FUSED_CFG    fused Gram kernel configurations, qk_plan.kernel_cfg 1..QK__N_FUSED_CFG
+                        (0: the fixed table, qk__fused_cfg_fixed)
+     QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
+                        the FP32X3 operands, 4W, stay far from 2^31) */
+#define QK__PASS_QUBITS 13
+#define QK__N_FUSED_CFG 6
+#define QK__TC_MAX_QUBITS 24
+
+/* The fixed table: the fused configuration for a q-qubit state without autotune: 64x64 t4x4
+   for small states (2^q <= 32 are write-bound: fewer registers, more blocks in flight) and for
+   fp64 (accumulators twice the size), else 128x64 t8x4 (complex) or 128x128 t8x8 (real). */
+static inline int qk__fused_cfg_fixed(int q, int f64, int cplx) { return q <= 5 || f64 ? 1 : cplx ? 2 : 4; }
+/* The tile shape of fused configuration cfg (1..QK__N_FUSED_CFG), as plans name it. */
+static inline const char *qk__fused_cfg_name(int cfg)
+{
+    switch (cfg) {
+    case 1: return "64x64 t4x4";
+    case 2: return "128x64 t8x4";
+    case 3: return "64x128 t4x8";
+    case 4: return "128x128 t8x8";
+    case 5: return "64x64 t4x4 direct";
+    case 6: return "64x64 k16 t4x4";
+    default: return "?";
+    }
+}
+/* The tensor-core engine (qk_plan.use_blas) of a precision: 3 TF32, 4 FP32X3, 5 FP16, FP64's real
+   form 7 (fp64_real_form), else 0. */
+static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
+{
+    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5
+         : p == QK_PRECISION_FP64 && fp64_real_form ? 7 : 0;
+}
+/* ---- end engine ---- */
 
 /* >>plan ---- device info, planner, VRAM estimator ---- */
 typedef struct qk_device_info {
@@ -5657,7 +5707,6 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
    (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
 #define QK__BLAS_MIN_QUBITS 7
-#define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
 
 /* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
@@ -5672,12 +5721,8 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
-#define QK__TC_MAX_QUBITS 24            /* qk_cuda.cu's limit (int leading dimensions of 4W) */
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-static int qk__tc_mode(qk_precision p)
-{
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : 0;
-}
+static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
    plans keep their engines (0..2) only, so their results stay what they were. */
 static int qk__blas_ok(qk_precision p, qk_path path, int mode)
@@ -5878,9 +5923,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
-                 map->n_qubits <= 5 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4",
+                 qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL)),
                  qk__prec_name(prec), qk__tc_min_qubits(prec));
-    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", map->n_qubits <= 5 || prec == QK_PRECISION_FP64 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4");
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
+                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL)));
     return QK_OK;
 }
 
@@ -5943,7 +5989,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
        fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 6 &&
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {

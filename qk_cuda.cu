@@ -203,7 +203,7 @@ struct qk__contrib {
     double m, k;        /* value (m * theta(op) + k) */
 };
 
-static const int QK__LMAX = 13;
+static const int QK__LMAX = QK__PASS_QUBITS; /* qk.h's >>engine: the planner counts with it */
 #define QK__MAXQ 30
 
 struct qk__pass {
@@ -1325,14 +1325,18 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     return QK_OK;
 }
 
-/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
+   qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
    autotuner (qk_cuda_tune_gram) times these on the real shape. */
-#define QK__N_FUSED_CFG 6
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (cfg == 0) cfg = D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
+    if (cfg == 0) {
+        int q = 0;
+        while ((1 << q) < D) ++q;
+        cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX);
+    }
     switch (cfg) {
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
@@ -1497,7 +1501,6 @@ static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
     return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
 }
 
-#define QK__TC_MAX_QUBITS 24 /* int leading dimensions of the FP32X3 operands (4W) stay far from 2^31 */
 
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
@@ -1811,18 +1814,13 @@ struct qk__tune_ws {
     }
 };
 
-/* the tensor-core engine of a precision (qk.h's qk__tc_mode; FP64: its real form) */
-static int qk__tc_mode_of(qk_precision p)
-{
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : p == QK_PRECISION_FP64 ? 7 : 0;
-}
 
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
 {
     const int D = 1 << pl->n_qubits;
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode_of(pl->precision) : 0;
+    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
     qk__tune_ws w;
     QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
     QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
