@@ -23,6 +23,13 @@
    hea rings, ...) also on matrix product states of their exact bond bound, any qubit count (path
    MPS, CPU engine; chosen beyond 30 qubits and where cheaper; docs/mps.md).
 
+   Data flow: qk_gram validates the data, the planner (>>planner) decides the whole job in a
+   qk_plan (engine, path, precision, tiles and slabs, states bulk or tiled, K resident or in a
+   ring, host staging, the kernel configuration), and an engine executes it: the CPU engine here
+   or the GPU engine in qk_cuda.cu (qk_cuda_gram), which reads the plan's fields and the numbers
+   it shares with the planner (>>engine). Both engines evaluate a map through the same helpers
+   (>>meaning), so the CPU engine is the GPU engine's oracle (docs/api.md, docs/gpu.md).
+
    Conventions (docs/maps.md): qubit 0 is the least significant bit of the basis index (Qiskit's
    order); feature i drives qubit i. Gate matrices are Qiskit's / PennyLane's:
      RX(t) = [[c, -is], [-is, c]], RY(t) = [[c, -s], [s, c]], c = cos(t/2), s = sin(t/2)
@@ -34,12 +41,16 @@
      QK_PROF_ENABLE       record qk's own profiler zones (qk_prof.h; docs/profiler.md); needs
                           qk_prof.h beside qk.h, and QK_PROF_IMPLEMENTATION (rule below)
      QK_PROF_IMPLEMENTATION  expand qk_prof.h's implementation (rule below)
-     QK_STATIC            make every function static (private to that translation unit)
+     QK_STATIC            make every function static (private to that translation unit); the
+                          CUDA engine's entry points (qk_cuda_*, QK_CUDA_DEF) stay extern, so
+                          QK_STATIC with QK_CUDA=1 links against qk_cuda.cu
      QK_CUDA              1: the CUDA engine (qk_cuda.cu) is linked
-     QK_ASSERT(c)         internal assertions (default: assert from <assert.h>)
+     QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
+                          writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
                           allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc
+                          can also be set in qk_ctx_desc (it serves the context and its thread
+                          pool; everything else uses these macros: docs/api.md)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
@@ -90,6 +101,31 @@
    never exits, aborts or prints unless a log callback is set. On error the caller's output is
    left untouched, unless a function documents otherwise.
 
+   Contents (grep for the tag; the declarations first, then the implementation)
+   ------------------------------------------------------------------------------
+     >>results      qk_result, error strings, the detail message
+     >>maps         feature maps: ops, angles, built-ins, the spec parser's entry points
+     >>meaning      the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout)
+     >>context      qk_ctx and its desc (device, threads, allocator, log)
+     >>gram         qk_gram and its desc (outputs, precision, path, progress)
+     >>engine       numbers the planner and the GPU engine share (pass qubits, the fused
+                    kernel's configurations and fixed table, the tensor-core engines)
+     >>plan         device info, qk_plan, the planner and the VRAM estimator
+     >>npy          arrays, .npy and .csv
+     >>tune         the autotune cache
+     >>schedule     the work schedule (K dealt to MPI ranks x GPUs)
+     >>cuda         the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu)
+     >>mpi          qk_gram_mpi (QK_MPI)
+     >>prof_impl    qk's own profiler zones        >>config      includes, config macros
+     >>errors       results, the detail message    >>maps_impl   maps, angles, data checks
+     >>parser       the map spec parser            >>cpu_states  CPU engine: states
+     >>cpu_gram     CPU engine: thread pool, blocked Gram
+     >>npy_impl     .npy / .csv readers, writers   >>npy_stream  the streaming .npy writer
+     >>cpu_stream   CPU engine, streamed output    >>schedule_impl  schedule and MPI
+     >>mps          the MPS engine                 >>planner     planner, VRAM estimator, autotune
+     >>tune_impl    the autotune cache (JSON)      >>ctx         context and orchestration (qk_gram)
+     >>delivery     the GPU engine's host-side slabs to the caller's output
+
    License: MIT (end of file).
 */
 #ifndef QK_H
@@ -103,6 +139,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <math.h> /* cos, sin of the shared one-qubit matrices (qk__u1) */
 
 #define QK_VERSION_MAJOR 0
 #define QK_VERSION_MINOR 1
@@ -132,7 +169,7 @@
 extern "C" {
 #endif
 
-/* ---- results ---- */
+/* >>results ---- results ---- */
 typedef enum qk_result {
     QK_OK = 0,
     QK_ERROR_INVALID_ARGUMENT,   /* NULL pointer, bad size, bad option value */
@@ -157,7 +194,7 @@ QKDEF const char *qk_result_string(qk_result r);
 /* Detail message of the last error on this thread ("" when none). */
 QKDEF const char *qk_last_error(void);
 
-/* ---- feature maps ---- */
+/* >>maps ---- feature maps ---- */
 typedef enum qk_op_kind {
     QK_OP_H = 1, QK_OP_X, QK_OP_Y, QK_OP_Z,
     QK_OP_RX, QK_OP_RY, QK_OP_RZ, QK_OP_P,     /* one qubit (q0), angle */
@@ -288,7 +325,68 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
    loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
-/* ---- context ---- */
+/* >>meaning ---- the map's meaning, one definition for both engines ---- */
+/* Small inline helpers that the CPU engine (qk.h) and the GPU engine (qk_cuda.cu, where QK__HD
+   is __host__ __device__) both call, so that the CPU oracle and the GPU cannot drift: an op's
+   angle, the 2x2 matrix of a one-qubit op, the BASIS op's bit, and the layout of a product
+   map's per-qubit 2-vectors. Private (qk__), declared here because qk_cuda.cu includes qk.h
+   without QK_IMPLEMENTATION. */
+#if defined(__CUDACC__)
+#define QK__HD __host__ __device__
+#else
+#define QK__HD
+#endif
+
+/* theta = scale * f(x, w) + offset, f by the angle's kind (qk_map_angles, docs/maps.md). */
+static QK__HD inline double qk__angle_value(const qk_angle *a, const double *x, const double *w)
+{
+    double f;
+    switch (a->kind) {
+    case QK_ARG_X: f = x[a->x0]; break;
+    case QK_ARG_XX: f = x[a->x0] * x[a->x1]; break;
+    case QK_ARG_PIXX: f = (3.14159265358979323846 - x[a->x0]) * (3.14159265358979323846 - x[a->x1]); break;
+    case QK_ARG_W: f = w[a->w]; break;
+    case QK_ARG_WX: f = w[a->w] * x[a->x0]; break;
+    case QK_ARG_CONST: default: f = 0.0; break;
+    }
+    return a->scale * f + a->offset;
+}
+
+/* The BASIS op flips its qubit where its feature is 1 (qk_map_check_data admits 0 or 1 only). */
+static QK__HD inline int qk__basis_one(double feature) { return feature > 0.5; }
+
+/* The 2x2 matrix of a one-qubit op of kind `kind` at angle t (conventions at the top of this
+   file), m = (m00 re, m00 im, m01 re, m01 im, m10 re, m10 im, m11 re, m11 im); basis_one: a
+   BASIS op's qk__basis_one. Returns 0, with m the identity, where the op acts as the identity
+   (BASIS on a 0) or is no one-qubit op. */
+static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
+{
+    const double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    int i;
+    for (i = 0; i < 8; ++i) m[i] = 0;
+    switch (kind) {
+    case QK_OP_H: m[0] = h; m[2] = h; m[4] = h; m[6] = -h; return 1;
+    case QK_OP_X: m[2] = 1; m[4] = 1; return 1;
+    case QK_OP_Y: m[3] = -1; m[5] = 1; return 1;
+    case QK_OP_Z: m[0] = 1; m[6] = -1; return 1;
+    case QK_OP_RX: m[0] = c; m[3] = -s; m[5] = -s; m[6] = c; return 1;
+    case QK_OP_RY: m[0] = c; m[2] = -s; m[4] = s; m[6] = c; return 1;
+    case QK_OP_RZ: m[0] = c; m[1] = -s; m[6] = c; m[7] = s; return 1;
+    case QK_OP_P: m[0] = 1; m[6] = cos(t); m[7] = sin(t); return 1;
+    case QK_OP_BASIS: if (basis_one) { m[2] = 1; m[4] = 1; return 1; } break;
+    default: break;
+    }
+    m[0] = 1; m[6] = 1;
+    return 0;
+}
+
+/* A product map's per-qubit 2-vector u = u0 |0> + u1 |1> (its one-qubit ops applied to |0>), as
+   4 values (double on the CPU, the precision on the GPU): qubit k of row s at 4 * (s * q + k),
+   in this order. */
+enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
+/* ---- end meaning ---- */
+
+/* >>context ---- context ---- */
 typedef enum qk_device {
     QK_DEVICE_AUTO = 0,     /* CUDA when a device and the engine exist, else CPU (logged) */
     QK_DEVICE_CPU,
@@ -334,7 +432,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
+                               maps, readers, writers and the CPU engine's per-call scratch (its
+                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
 } qk_ctx_desc;
 
 typedef struct qk_ctx qk_ctx;
@@ -344,7 +444,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
-/* ---- Gram ---- */
+/* >>gram ---- Gram ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
      ANALYTIC  product maps: per-qubit overlaps, no states
      REAL      real statevectors (2^q doubles per sample), real Gram
@@ -406,7 +506,54 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
-/* ---- device info, planner, VRAM estimator ---- */
+/* >>engine ---- what the planner and the GPU engine share ---- */
+/* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
+   both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
+   kernel it will run, the engine executes what the plan says.
+     QK__PASS_QUBITS    qubits of one state pass in shared memory (2^13 complex128: 128 KB of
+                        Hopper's 227 KB opt-in); larger states take several passes and a state
+                        buffer (qk_cuda.cu's pass scheduler, the planner's VRAM estimator)
+     QK__N_FUSED_CFG    fused Gram kernel configurations, qk_plan.kernel_cfg 1..QK__N_FUSED_CFG
+                        (0: the fixed table, qk__fused_cfg_fixed)
+     QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
+                        the FP32X3 operands, 4W, stay far from 2^31) */
+#define QK__PASS_QUBITS 13
+#define QK__N_FUSED_CFG 7
+#define QK__TC_MAX_QUBITS 24
+
+/* The fixed table: the fused configuration for a q-qubit state without autotune: the persistent
+   few-qubit kernel for complex fp32 states with float K up to 5 qubits (1.1x to 1.4x the 64x64
+   tile on an H200, docs/benchmarks.md), 64x64 t4x4 for the other small states (2^q <= 32:
+   fewer registers, more blocks in flight) and for fp64 (accumulators twice the size), else
+   128x64 t8x4 (complex) or 128x128 t8x8 (real). */
+static inline int qk__fused_cfg_fixed(int q, int f64, int cplx, int f32out)
+{
+    return q <= 5 && !f64 && cplx && f32out ? 7 : q <= 5 || f64 ? 1 : cplx ? 2 : 4;
+}
+/* The tile shape of fused configuration cfg (1..QK__N_FUSED_CFG), as plans name it. */
+static inline const char *qk__fused_cfg_name(int cfg)
+{
+    switch (cfg) {
+    case 1: return "64x64 t4x4";
+    case 2: return "128x64 t8x4";
+    case 3: return "64x128 t4x8";
+    case 4: return "128x128 t8x8";
+    case 5: return "64x64 t4x4 direct";
+    case 6: return "64x64 k16 t4x4";
+    case 7: return "persistent t8x4";
+    default: return "?";
+    }
+}
+/* The tensor-core engine (qk_plan.use_blas) of a precision: 3 TF32, 4 FP32X3, 5 FP16, FP64's real
+   form 7 (fp64_real_form), else 0. */
+static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
+{
+    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5
+         : p == QK_PRECISION_FP64 && fp64_real_form ? 7 : 0;
+}
+/* ---- end engine ---- */
+
+/* >>plan ---- device info, planner, VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
     char name[128];
@@ -471,7 +618,7 @@ QKDEF int qk_plan_describe(const qk_plan *plan, char *buf, size_t size);
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision);
 
-/* ---- arrays, .npy and .csv ---- */
+/* >>npy ---- arrays, .npy and .csv ---- */
 typedef struct qk_array {
     double *data;       /* row-major, converted to double */
     int64_t rows, cols; /* a 1-D array is rows x 1 */
@@ -503,7 +650,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
-/* ---- autotune cache (public) ---- */
+/* >>tune ---- autotune cache (public) ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user
    (docs/autotune.md). The cache never makes its caller fail: a missing file or key is a miss; a
@@ -601,7 +748,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                                char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
-/* ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
+/* >>schedule ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
 /* A static split of K's pairs over n_workers workers, balanced by pair count (optionally
    weighted by each worker's speed). Each worker owns a band of whole rows [row0[w], row0[w+1]):
    for K(X,Y) one item, rows x all columns; for symmetric K(X,X) the band's part of the upper
@@ -650,10 +797,15 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 QKDEF void qk_schedule_free(qk_schedule *s);
 /* ---- end work schedule ---- */
 
-/* ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
-/* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. */
-QKDEF int qk_cuda_device_count(void);
-QKDEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
+/* >>cuda ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
+/* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. Declared with
+   QK_CUDA_DEF, always extern (qk_cuda.cu defines them in its own translation unit), so that
+   QK_STATIC, which makes qk.h's own functions static, still links with the engine. */
+#ifndef QK_CUDA_DEF
+#define QK_CUDA_DEF extern
+#endif
+QK_CUDA_DEF int qk_cuda_device_count(void);
+QK_CUDA_DEF qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size);
 /* Where the GPU engine hands finished rows of K on the host (every output but DEVICE and a
    pinned HOST buffer): rows [i0, i0 + m) x all columns, row-major with leading dimension ld, in
    the output dtype, in row order, from the thread that called qk_cuda_gram; the pointer is
@@ -686,23 +838,23 @@ typedef struct qk_cuda_io {
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
    err. */
-QKDEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                             const qk_cuda_io *io, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                                   const qk_cuda_io *io, char *err, size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
-QKDEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
-QKDEF void qk_cuda_host_free(void *p);
+QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
+QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
-QKDEF int qk_cuda_host_pinned(const void *p);
+QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
    (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
    concurrent use. */
-QKDEF void qk_cuda_test_fail_alloc(int k);
-QKDEF int qk_cuda_test_alloc_count(void);
+QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
+QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
-QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
-                               double *out, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
+                                     double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
    x_i / ||x_i||, zero-padded to 2^n_qubits, cast to the precision (real float or double),
    written to out_dev (n x 2^n_qubits, device). Batches of `batch` rows (default 64) go H2D
@@ -710,8 +862,8 @@ QKDEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk
    read in place when it is pinned, else staged through pinned buffers. Rows must have a
    non-zero finite norm (qk_map_check_data); seconds, when not NULL, gets the wall time of the
    pipeline (first H2D to last kernel, events). */
-QKDEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                         void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                               void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size);
 /* Autotune of the Gram kernel for a plan's shape (path, precision, qubits, output dtype): times
    every candidate (fused tile configurations 1..6, cuBLAS, CGEMM3M for complex fp32, and the
    tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
@@ -725,15 +877,15 @@ typedef struct qk_cuda_tune_result {
     int best;
     int64_t n_samples;
 } qk_cuda_tune_result;
-QKDEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
-                                  char *err, size_t err_size);
+QK_CUDA_DEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                        char *err, size_t err_size);
 
 #ifdef __cplusplus
 }
 #endif
 #endif /* QK_H */
 
-/* ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+/* >>mpi ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
 #if defined(QK_MPI) && !defined(QK_H_MPI)
 #define QK_H_MPI
 #include <mpi.h>
@@ -779,7 +931,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
-/* ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
+/* >>prof_impl ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
    counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
    for the two implementation defines is in the documentation block at the top. */
@@ -813,7 +965,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
 #endif
 
-/* ---- implementation: includes and config ---- */
+/* >>config ---- implementation: includes and config ---- */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -872,7 +1024,7 @@ static void *qk__calloc(size_t count, size_t size)
 }
 
 
-/* ---- implementation: errors ---- */
+/* >>errors ---- implementation: errors ---- */
 static QK__TLS char qk__errbuf[512];
 
 static void qk__set_errorv(const char *fmt, va_list ap)
@@ -933,7 +1085,7 @@ static const char *qk__prec_name(qk_precision p)
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64; }
 
 
-/* ---- implementation: feature maps ---- */
+/* >>maps_impl ---- implementation: feature maps ---- */
 #include <float.h>
 
 /* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
@@ -1069,7 +1221,6 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
 }
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
-static double qk__angle(const qk_angle *a, const double *x, const double *w);
 
 typedef struct qk__ops {
     qk_op *ops;
@@ -1444,25 +1595,11 @@ QKDEF qk_result qk_map_set_weights(qk_map *map, const double *w, int n)
     return QK_OK;
 }
 
-static double qk__angle(const qk_angle *a, const double *x, const double *w)
-{
-    double f;
-    switch (a->kind) {
-    case QK_ARG_X: f = x[a->x0]; break;
-    case QK_ARG_XX: f = x[a->x0] * x[a->x1]; break;
-    case QK_ARG_PIXX: f = (QK__PI - x[a->x0]) * (QK__PI - x[a->x1]); break;
-    case QK_ARG_W: f = w[a->w]; break;
-    case QK_ARG_WX: f = w[a->w] * x[a->x0]; break;
-    case QK_ARG_CONST: default: f = 0.0; break;
-    }
-    return a->scale * f + a->offset;
-}
-
 QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta)
 {
     int i;
     for (i = 0; i < map->n_ops; i++)
-        theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle(&map->ops[i].angle, x, map->weights) : 0.0;
+        theta[i] = qk__op_has_angle(map->ops[i].kind) ? qk__angle_value(&map->ops[i].angle, x, map->weights) : 0.0;
 }
 
 static const char *qk__op_name(qk_op_kind k)
@@ -1587,7 +1724,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
                 const qk_op *o = &map->ops[k];
                 double t;
                 if (!qk__op_has_angle(o->kind)) continue;
-                t = qk__angle(&o->angle, row, map->weights);
+                t = qk__angle_value(&o->angle, row, map->weights);
                 if (!(fabs(t) <= QK_MAX_ABS_ANGLE)) {
                     char in[200], ex[160], q1[16] = "";
                     qk__angle_inputs(&o->angle, row, map->weights, name, i, in, sizeof in);
@@ -1604,7 +1741,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 }
 
 
-/* ---- implementation: map spec parser ---- */
+/* >>parser ---- implementation: map spec parser ---- */
 /* Grammar (docs/maps.md):
      spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
      param  := key '=' value
@@ -2033,7 +2170,7 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 }
 
 
-/* ---- implementation: CPU engine (states) ---- */
+/* >>cpu_states ---- implementation: CPU engine (states) ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
    O(n * ops * 2^q), small next to the O(n^2 * 2^q) Gram. */
@@ -2071,14 +2208,13 @@ static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t w
 static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
 {
     int64_t D = (int64_t)1 << q, i;
-    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
+    double c = cos(0.5 * t), s = sin(0.5 * t), m[8];
     switch (o->kind) {
-    case QK_OP_H: qk__g1(re, im, D, o->q0, h, 0, h, 0, h, 0, -h, 0); break;
-    case QK_OP_X: qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0); break;
-    case QK_OP_Y: qk__g1(re, im, D, o->q0, 0, 0, 0, -1, 0, 1, 0, 0); break;
+    case QK_OP_H: case QK_OP_X: case QK_OP_Y: case QK_OP_RX: case QK_OP_RY:
+        qk__u1(o->kind, t, 0, m);
+        qk__g1(re, im, D, o->q0, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
+        break;
     case QK_OP_Z: qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, -1, 0); break;
-    case QK_OP_RX: qk__g1(re, im, D, o->q0, c, 0, 0, -s, 0, -s, c, 0); break;
-    case QK_OP_RY: qk__g1(re, im, D, o->q0, c, 0, -s, 0, s, 0, c, 0); break;
     case QK_OP_RZ:
         qk__phase(re, im, D, (int64_t)1 << o->q0, 0, c, -s);
         qk__phase(re, im, D, (int64_t)1 << o->q0, (int64_t)1 << o->q0, c, s);
@@ -2113,7 +2249,8 @@ static void qk__apply(const qk_op *o, double t, const double *x, double *re, dou
         break;
     }
     case QK_OP_BASIS:
-        if (x[o->angle.x0] == 1.0) qk__g1(re, im, D, o->q0, 0, 0, 1, 0, 1, 0, 0, 0);
+        if (qk__u1(o->kind, t, qk__basis_one(x[o->angle.x0]), m))
+            qk__g1(re, im, D, o->q0, m[0], m[1], m[2], m[3], m[4], m[5], m[6], m[7]);
         break;
     default: break; /* AMPLITUDE handled by the caller */
     }
@@ -2160,23 +2297,28 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
 }
 
 /* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
-   |0>. out: q * 4 doubles (re0, re1, im0, im1) per qubit. */
+   |0>. out: q * 4 doubles per qubit in the shared layout (QK__QV_*). */
 static void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
 {
     int q = m->n_qubits, k;
-    for (k = 0; k < q; k++) { out[4 * k] = 1; out[4 * k + 1] = 0; out[4 * k + 2] = 0; out[4 * k + 3] = 0; }
+    for (k = 0; k < q; k++) {
+        double *v = out + 4 * k;
+        v[QK__QV_RE0] = 1; v[QK__QV_IM0] = 0; v[QK__QV_RE1] = 0; v[QK__QV_IM1] = 0;
+    }
     qk_map_angles(m, x, theta);
     for (k = 0; k < m->n_ops; k++) {
         const qk_op *o = &m->ops[k];
-        double *v = out + 4 * o->q0;
+        double *v = out + 4 * o->q0, re[2], im[2];
         qk_op local = *o;
         local.q0 = 0;
-        qk__apply(&local, theta[k], x, v, v + 2, 1);
+        re[0] = v[QK__QV_RE0]; re[1] = v[QK__QV_RE1]; im[0] = v[QK__QV_IM0]; im[1] = v[QK__QV_IM1];
+        qk__apply(&local, theta[k], x, re, im, 1);
+        v[QK__QV_RE0] = re[0]; v[QK__QV_RE1] = re[1]; v[QK__QV_IM0] = im[0]; v[QK__QV_IM1] = im[1];
     }
 }
 
 
-/* ---- implementation: CPU engine (Gram) ---- */
+/* >>cpu_gram ---- implementation: CPU engine (Gram) ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
 typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
@@ -2568,9 +2710,11 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
                 double prod = 1.0;
                 for (k = 0; k < q; k++) {
                     const double *x = u + 4 * k, *y = v + 4 * k;
-                    /* conj(x) . y with x = (re0, re1, im0, im1) */
-                    double re = x[0] * y[0] + x[1] * y[1] + x[2] * y[2] + x[3] * y[3];
-                    double im = x[0] * y[2] + x[1] * y[3] - x[2] * y[0] - x[3] * y[1];
+                    /* conj(x) . y (layout QK__QV_*) */
+                    double re = x[QK__QV_RE0] * y[QK__QV_RE0] + x[QK__QV_RE1] * y[QK__QV_RE1] +
+                                x[QK__QV_IM0] * y[QK__QV_IM0] + x[QK__QV_IM1] * y[QK__QV_IM1];
+                    double im = x[QK__QV_RE0] * y[QK__QV_IM0] + x[QK__QV_RE1] * y[QK__QV_IM1] -
+                                x[QK__QV_IM0] * y[QK__QV_RE0] - x[QK__QV_IM1] * y[QK__QV_RE1];
                     prod *= re * re + im * im;
                 }
                 kt[a * QK__T + b] = prod;
@@ -2847,7 +2991,7 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
 }
 
 
-/* ---- implementation: npy / csv ---- */
+/* >>npy_impl ---- implementation: npy / csv ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
@@ -3634,7 +3778,7 @@ QKDEF void qk_array_free(qk_array *a) {
 }
 /* ---- end npy / csv ---- */
 
-/* ---- implementation: streaming .npy writer ---- */
+/* >>npy_stream ---- implementation: streaming .npy writer ---- */
 /* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
    temporary next to the target (qk__open_tmp), rows and row segments are written at their
    offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread
@@ -3800,6 +3944,7 @@ static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, i
 {
     const char *p = (const char *)src;
     int64_t a;
+    QK_ASSERT(i0 >= 0 && j0 >= 0 && i0 + m <= w->rows && j0 + n <= w->cols && ld >= n); /* inside K */
     if (j0 == 0 && n == w->cols && ld == w->cols)
         return qk__npyw_at(w, (uint64_t)i0 * (uint64_t)w->cols * w->es, p, (size_t)(m * n) * w->es);
     for (a = 0; a < m; a++) {
@@ -3847,7 +3992,7 @@ static qk_result qk__npyw_commit(qk__npyw *w)
 }
 /* ---- end streaming .npy writer ---- */
 
-/* ---- implementation: CPU engine, streamed output ---- */
+/* >>cpu_stream ---- implementation: CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
    blocks of 64, one write per row of K). */
@@ -3982,7 +4127,7 @@ done:
 }
 
 
-/* ---- implementation: work schedule and MPI ---- */
+/* >>schedule_impl ---- implementation: work schedule and MPI ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
    is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */
@@ -4065,6 +4210,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
                 best = v;
         }
         s.row0[k] = best;
+        QK_ASSERT(s.row0[k] >= s.row0[k - 1] && s.row0[k] <= n); /* bands ascend inside [0, n] */
     }
 
     for (w = 0; w < W; w++) {
@@ -4091,6 +4237,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
         if (t > worst) worst = t;
     }
     s.first[W] = s.n_items;
+    QK_ASSERT(s.n_items <= 2 * W); /* the items array holds two per worker */
     s.imbalance = worst / ((double)total / (double)W);
     *out = s;
     return QK_OK;
@@ -4621,7 +4768,7 @@ done:
 #endif /* QK_MPI */
 /* ---- end work schedule and MPI ---- */
 
-/* ---- implementation: MPS engine ---- */
+/* >>mps ---- implementation: MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
    is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
@@ -4994,27 +5141,10 @@ static void qk__mps_apply1(double *A, int dl, int dr, const double *U)
         }
 }
 
-/* The one-qubit matrix of op o at angle t (qk__apply's conventions); 0: identity (skip). */
+/* The one-qubit matrix of op o at angle t (qk__u1); 0: identity (skip). */
 static int qk__mps_u1(const qk_op *o, double t, const double *x, double *U)
 {
-    double c = cos(0.5 * t), s = sin(0.5 * t), h = 0.70710678118654752440;
-    memset(U, 0, sizeof(double) * 8);
-    switch (o->kind) {
-    case QK_OP_H: U[0] = h; U[2] = h; U[4] = h; U[6] = -h; break;
-    case QK_OP_X: U[2] = 1; U[4] = 1; break;
-    case QK_OP_Y: U[3] = -1; U[5] = 1; break;
-    case QK_OP_Z: U[0] = 1; U[6] = -1; break;
-    case QK_OP_RX: U[0] = c; U[3] = -s; U[5] = -s; U[6] = c; break;
-    case QK_OP_RY: U[0] = c; U[2] = -s; U[4] = s; U[6] = c; break;
-    case QK_OP_RZ: U[0] = c; U[1] = -s; U[6] = c; U[7] = s; break;
-    case QK_OP_P: U[0] = 1; U[6] = cos(t); U[7] = sin(t); break;
-    case QK_OP_BASIS:
-        if (x[o->angle.x0] != 1.0) return 0;
-        U[2] = 1; U[4] = 1;
-        break;
-    default: return 0;
-    }
-    return 1;
+    return qk__u1(o->kind, t, o->kind == QK_OP_BASIS && qk__basis_one(x[o->angle.x0]), U);
 }
 
 /* The two-qubit step as sum_t P_t (x) G_t (P_t on the op's q0): G[t] row-major complex 2x2. */
@@ -5565,7 +5695,7 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
 }
 /* ---- end MPS engine ---- */
 
-/* ---- implementation: device info, planner, VRAM estimator ---- */
+/* >>planner ---- implementation: device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
      scratch     per built state: its per-sample parameters (gate matrices and the dense
@@ -5585,7 +5715,6 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
    (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
 #define QK__BLAS_MIN_QUBITS 7
-#define QK__PASS_QUBITS 13              /* qk_cuda.cu's QK__LMAX: larger states take passes */
 
 /* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
@@ -5600,12 +5729,8 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
-#define QK__TC_MAX_QUBITS 24            /* qk_cuda.cu's limit (int leading dimensions of 4W) */
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-static int qk__tc_mode(qk_precision p)
-{
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : 0;
-}
+static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
    plans keep their engines (0..2) only, so their results stay what they were. */
 static int qk__blas_ok(qk_precision p, qk_path path, int mode)
@@ -5656,14 +5781,24 @@ static int64_t qk__cuda_params(const qk_map *m)
     return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
 }
 
-/* Device bytes per state: the state itself and its build scratch. */
+/* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
+   *state, the state itself (analytic: its q qubit 2-vectors), and *scratch, its build scratch
+   (params values of the compiled program, 1/||x||, the multi-pass state buffer beyond
+   QK__PASS_QUBITS, the sample's n_features doubles on the device). qk__plan_cuda and
+   qk_max_samples both count with it. */
+static void qk__vram_per_state(int q, int n_features, double params, qk_path path, double t, double *state, double *scratch)
+{
+    double D = ldexp(1.0, q > 62 ? 62 : q);
+    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * q * t; *scratch = 0; return; }
+    *state = D * t * (path == QK_PATH_REAL ? 1.0 : 2.0);
+    *scratch = params * t + 8.0 /* 1/||x|| */ + (q > QK__PASS_QUBITS ? D * 2.0 * t : 0.0);
+    *scratch += (double)n_features * 8.0; /* x on the device */
+}
+
+/* Device bytes per state of map m (qk__vram_per_state with its compiled program's params). */
 static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
 {
-    double D = ldexp(1.0, m->n_qubits > 62 ? 62 : m->n_qubits);
-    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * m->n_qubits * (double)t; *scratch = 0; return; }
-    *state = D * (double)t * (path == QK_PATH_REAL ? 1.0 : 2.0);
-    *scratch = (double)qk__cuda_params(m) * (double)t + 8.0 /* 1/||x|| */ + (m->n_qubits > QK__PASS_QUBITS ? D * 2.0 * (double)t : 0.0);
-    *scratch += (double)m->n_features * 8.0; /* x on the device */
+    qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
 }
 
 static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
@@ -5794,17 +5929,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
                  qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
-    else {
-        /* the engine's fixed table (qk__launch_gram): the persistent few-qubit kernel for complex
-           fp32 states with float K and q <= 5, else 64x64 tiles for q <= 5 and fp64 */
-        const int f32 = prec != QK_PRECISION_FP64;
-        const char *tiles = f32 && path == QK_PATH_COMPLEX && od == QK_F32 && map->n_qubits <= 5 ? "persistent t8x4"
-                          : map->n_qubits <= 5 || !f32 ? "64x64 t4x4" : path == QK_PATH_REAL ? "128x128 t8x8" : "128x64 t8x4";
-        if (qk__tc_mode(prec))
-            snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
-                     tiles, qk__prec_name(prec), qk__tc_min_qubits(prec));
-        else snprintf(p->config, sizeof p->config, "fused %s (fixed table)", tiles);
-    }
+    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
+        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
+                 qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
+                 qk__prec_name(prec), qk__tc_min_qubits(prec));
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
+                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
     return QK_OK;
 }
 
@@ -5867,7 +5997,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
        fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= 7 &&
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
@@ -5884,17 +6014,17 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision)
 {
-    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, D, per, budget;
+    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
     if (!info || !info->present || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
     budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
-    D = ldexp(1.0, n_qubits);
-    per = 2.0 * D * t + (20.0 * q + 2.0 * (1 + q + q * q) + 1) * t + 8.0 + 8.0 * q + (n_qubits > QK__PASS_QUBITS ? 2.0 * D * t : 0.0);
-    return (int64_t)floor(0.5 * budget / per);
+    /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
+    qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
+    return (int64_t)floor(0.5 * budget / (st + sc)); /* integers below 2^53: exact in any order */
 }
 
 /* ---- end planner ---- */
 
-/* ---- implementation: autotune cache ---- */
+/* >>tune_impl ---- implementation: autotune cache ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
    It is shared by processes and users' tools and may be damaged, truncated or written by someone
@@ -6966,7 +7096,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
-/* ---- implementation: context and orchestration ---- */
+/* >>ctx ---- implementation: context and orchestration ---- */
 struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];
@@ -7189,7 +7319,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     return (int)len;
 }
 
-/* ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* >>delivery ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
 /* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
    about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
    page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The

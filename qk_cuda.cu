@@ -47,7 +47,32 @@
    tiles before it fails.
 
    Errors: every CUDA call goes through QK_CK, which records the expression, file and line in
-   the caller's err buffer and returns a qk_result; every launch is followed by QK_LAUNCH_CK. */
+   the caller's err buffer and returns a qk_result; every kernel is launched by its named
+   launcher (qk__launch_<kernel>, in the kernel's section), which checks the launch with
+   QK_LAUNCH_CK("<kernel>"): the detail message names the kernel.
+
+   Layout: one section per operation (llm.c's layout): its kernels, then their launchers (grid
+   and shared-memory math, stream, launch check), then its host driver; the pipeline that
+   strings them into a Gram job, then the extern "C" surface. Contents below. */
+
+/* Contents (grep for the tag: each operation's kernels, launchers and launch checks are one
+   section, as in llm.c)
+     >>common     the device program's structs, complex helpers, qk__theta, the float/double
+                  dispatcher (qk__dispatch), the triangular grid (qk__tri_grid, qk__tile_of),
+                  the staged tile store shared by the Gram kernels
+     >>compile    qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes;
+                  qk__dprog: the program on the device
+     >>states     prep, pass and qubit-vector kernels; qk__build_states
+     >>widen      states widened to interleaved doubles (qk_cuda_states)
+     >>product    the analytic Gram of product maps
+     >>gram       the fused SIMT Gram kernel, its tile configurations
+     >>small      the persistent few-qubit Gram kernel (fused configuration 7)
+     >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
+     >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
+     >>tune       the autotuner (qk_cuda_tune_gram)
+     >>pipeline   the Gram job: streams and events, job state, qk__pipe's steps
+     >>api        the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...)
+   Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -148,17 +173,15 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
 
 #define QK_CK(expr) do { cudaError_t c_ = (expr); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, #expr, __LINE__); } while (0)
 #define QK_BLAS_CK(expr) do { cublasStatus_t s_ = (expr); if (s_ != CUBLAS_STATUS_SUCCESS) return qk__blas_fail(E, s_, #expr, __LINE__); } while (0)
-#define QK_LAUNCH_CK(name) QK_CK(cudaGetLastError())
+/* After every launch, in the kernel's named launcher: the kernel's name goes into the message. */
+#define QK_LAUNCH_CK(kernel) do { cudaError_t c_ = cudaGetLastError(); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, "launch of " kernel, __LINE__); } while (0)
 #define QK_TRY(expr) do { qk_result r_ = (expr); if (r_ != QK_OK) return r_; } while (0)
 
-/* ---- device program ---- */
-enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
+/* ======================================================================================== */
+/* >>common     the device program, complex helpers, dispatch, tiles                        */
+/* ======================================================================================== */
 
-/* Angle of one op, as qk_map_angles() defines it. */
-struct qk__dangle {
-    int kind, x0, x1, w;
-    double scale, offset;
-};
+enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
 
 struct qk__instr {
     int kind;
@@ -170,10 +193,10 @@ struct qk__instr {
 
 /* A param job: one GATE matrix or one phase coefficient of a sample. */
 struct qk__job {
-    int kind;           /* 0: gate matrix, 1: coefficient */
+    int kind;           /* 0: gate matrix, 1: phase coefficient, 2: a folded qubit's 2-vector */
     int op;             /* gate: op index */
     int out;            /* offset in the sample's params */
-    int c0, c1;         /* coefficient: contributions [c0, c1) */
+    int c0, c1;         /* coefficient, folded qubit: contributions [c0, c1) */
 };
 
 struct qk__contrib {
@@ -181,7 +204,7 @@ struct qk__contrib {
     double m, k;        /* value (m * theta(op) + k) */
 };
 
-static const int QK__LMAX = 13;
+static const int QK__LMAX = QK__PASS_QUBITS; /* qk.h's >>engine: the planner counts with it */
 #define QK__MAXQ 30
 
 struct qk__pass {
@@ -209,405 +232,60 @@ __device__ __forceinline__ void qk__sincos(float a, float *s, float *c)
 }
 __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
 
-__device__ double qk__theta(const qk__dangle *ang, int op, const double *x, const double *w)
+/* Angle of op `op` of a sample (qk__angle_value, shared with the CPU engine); -1: none, 0. */
+__device__ double qk__theta(const qk_angle *ang, int op, const double *x, const double *w)
 {
     if (op < 0) return 0.0;
-    qk__dangle a = ang[op];
-    double f = 0.0;
-    const double PI = 3.14159265358979323846;
-    switch (a.kind) {
-    case QK_ARG_CONST: f = 0.0; break;
-    case QK_ARG_X: f = x[a.x0]; break;
-    case QK_ARG_XX: f = x[a.x0] * x[a.x1]; break;
-    case QK_ARG_PIXX: f = (PI - x[a.x0]) * (PI - x[a.x1]); break;
-    case QK_ARG_W: f = w[a.w]; break;
-    case QK_ARG_WX: f = w[a.w] * x[a.x0]; break;
-    default: f = 0.0;
-    }
-    return a.scale * f + a.offset;
+    return qk__angle_value(&ang[op], x, w);
 }
 
-/* ======================================================================================== */
-/*                                        KERNELS                                           */
-/* ======================================================================================== */
-
-/* 2x2 matrix of a one-qubit gate: m00 re, im, m01 re, im, m10 re, im, m11 re, im. */
-__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk__dangle *ang, int op, double *m)
+/* The one float/double dispatcher: f(qk__types<T, CPLX, OutT>()) with T = double where f64
+   (else float), CPLX = cplx and OutT = double where out64 (else float). The plan's precision,
+   path and output dtype select one instance of a templated step this way. */
+template <typename T_, bool CPLX_, typename OutT_> struct qk__types {
+    typedef T_ T;
+    typedef OutT_ OutT;
+    static const bool CPLX = CPLX_;
+};
+template <typename F> static qk_result qk__dispatch(bool f64, bool cplx, bool out64, F &&f)
 {
-    const double R = 0.70710678118654752440;
-    double c = cos(0.5 * t), sn = sin(0.5 * t);
-    for (int i = 0; i < 8; ++i) m[i] = 0;
-    switch (kind) {
-    case QK_OP_H: m[0] = R; m[2] = R; m[4] = R; m[6] = -R; break;
-    case QK_OP_X: m[2] = 1; m[4] = 1; break;
-    case QK_OP_Y: m[3] = -1; m[5] = 1; break;
-    case QK_OP_RX: m[0] = c; m[3] = -sn; m[5] = -sn; m[6] = c; break;
-    case QK_OP_RY: m[0] = c; m[2] = -sn; m[4] = sn; m[6] = c; break;
-    case QK_OP_BASIS:
-        if (xs[ang[op].x0] > 0.5) { m[2] = 1; m[4] = 1; } else { m[0] = 1; m[6] = 1; }
-        break;
-    default: m[0] = 1; m[6] = 1;
+    if (f64) {
+        if (cplx) return out64 ? f(qk__types<double, true, double>()) : f(qk__types<double, true, float>());
+        return out64 ? f(qk__types<double, false, double>()) : f(qk__types<double, false, float>());
     }
+    if (cplx) return out64 ? f(qk__types<float, true, double>()) : f(qk__types<float, true, float>());
+    return out64 ? f(qk__types<float, false, double>()) : f(qk__types<float, false, float>());
 }
 
-/* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
-template <typename T>
-__global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
-                           const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
-                           const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
-                           T *__restrict__ params, int P)
+/* The triangular grid of a diagonal block of K(X,X) in square tiles: grid (Tx, Ty) becomes a
+   1-D grid over the tiles on or above the diagonal (row r of the tile grid holds Tx - r of
+   them); returns Tx, the kernels' tgrid, which qk__tile_of inverts on the device. */
+static int qk__tri_grid(dim3 *grid)
 {
-    int64_t s = blockIdx.x;
-    if (s >= n) return;
-    const double *xs = x + s * d;
-    T *ps = params + s * (int64_t)P;
-    const double TWO_PI = 6.283185307179586476925;
-    for (int j = threadIdx.x; j < n_jobs; j += blockDim.x) {
-        qk__job jb = jobs[j];
-        if (jb.kind == 1) {
-            double v = 0.0;
-            for (int c = jb.c0; c < jb.c1; ++c) v += con[c].m * qk__theta(ang, con[c].op, xs, w) + con[c].k;
-            v -= TWO_PI * floor(v / TWO_PI);
-            ps[jb.out] = (T)v;
-        } else if (jb.kind == 2) {
-            /* a folded qubit: its leading one-qubit gates applied to |0> */
-            double u0r = 1, u0i = 0, u1r = 0, u1i = 0, m[8];
-            for (int c = jb.c0; c < jb.c1; ++c) {
-                qk__gate_matrix(op_kind[con[c].op], qk__theta(ang, con[c].op, xs, w), xs, ang, con[c].op, m);
-                double a0r = m[0] * u0r - m[1] * u0i + m[2] * u1r - m[3] * u1i;
-                double a0i = m[0] * u0i + m[1] * u0r + m[2] * u1i + m[3] * u1r;
-                double a1r = m[4] * u0r - m[5] * u0i + m[6] * u1r - m[7] * u1i;
-                double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
-                u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
-            }
-            ps[jb.out] = (T)u0r; ps[jb.out + 1] = (T)u0i; ps[jb.out + 2] = (T)u1r; ps[jb.out + 3] = (T)u1i;
-        } else {
-            double m[8];
-            qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
-            for (int i = 0; i < 8; ++i) ps[jb.out + i] = (T)m[i];
-        }
-    }
+    const int64_t Tx = grid->x, Ty = grid->y;
+    *grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    return (int)Tx;
 }
 
-/* 1 / ||x||_2 per sample for amplitude encoding (the host validated non-zero norms). */
-__global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, double *__restrict__ inv)
+/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
+   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
+   so no block is launched for a tile under the diagonal (half the grid; each empty block
+   still cost a launch slot: zz 4 qubits, qk-bench). */
+/* Tile L of the triangle (row r of a grid with T tile columns holding T - r tiles) -> (ty, tx). */
+__device__ __forceinline__ void qk__tri_tile(int64_t L, int64_t T, int &ty, int &tx)
 {
-    int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (s >= n) return;
-    double acc = 0.0;
-    for (int k = 0; k < d; ++k) acc += x[s * d + k] * x[s * d + k];
-    inv[s] = 1.0 / sqrt(acc);
+    const double b = 2.0 * (double)T + 1.0;
+    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
+    if (i < 0) i = 0;
+    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
+    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
+    ty = (int)i;
+    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
 }
-
-/* Shared table space per state (T values): the DIAG phase tables, or the folded start's two
-   complex tables. */
-__host__ __device__ inline int qk__tbl_size(int L)
+__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
 {
-    const int bl = L < 7 ? L : 7, bh = L - bl;
-    const int ph = (1 << bl) + (1 << bh) + (bh << bl), fo = 2 * ((1 << bl) + (1 << bh));
-    return ph > fo ? ph : fo;
-}
-
-/* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
-__device__ __forceinline__ uint32_t qk__pdep(uint32_t r, const qk__pass &p)
-{
-    uint32_t g = r & ((1u << p.a) - 1);
-    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= 1u << p.pos[i];
-    return g;
-}
-
-template <typename T>
-__device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int q)
-{
-    T ph = cf[0];
-    uint32_t m = g;
-    while (m) {
-        int j = __ffs(m) - 1;
-        m &= m - 1;
-        ph += cf[1 + j];
-        uint32_t lo = g & ((1u << j) - 1);
-        const T *dj = cf + 1 + q + j;
-        while (lo) {
-            int i = __ffs(lo) - 1;
-            lo &= lo - 1;
-            ph += dj[i * q];
-        }
-    }
-    return ph;
-}
-
-/* G one-qubit gates on distinct in-chunk bits applied in one sweep: each thread takes the 2^G
-   amplitudes that differ in those bits into registers, applies the gates in program order and
-   stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
-template <typename T, int G>
-__device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
-                                               const T *const *ms)
-{
-    typedef qk__cx<T> C;
-    T m[G][8];
-#pragma unroll
-    for (int g = 0; g < G; ++g)
-#pragma unroll
-        for (int i = 0; i < 8; ++i) m[g][i] = ms[g][i];
-    int srt[G];
-#pragma unroll
-    for (int g = 0; g < G; ++g) srt[g] = bits[g];
-#pragma unroll
-    for (int i = 0; i < G; ++i)
-#pragma unroll
-        for (int j = 0; j + 1 < G - i; ++j)
-            if (srt[j] > srt[j + 1]) { int tmp = srt[j]; srt[j] = srt[j + 1]; srt[j + 1] = tmp; }
-    for (int t = lt; t < (N >> G); t += tps) {
-        int base = t;
-#pragma unroll
-        for (int g = 0; g < G; ++g) base = ((base >> srt[g]) << (srt[g] + 1)) | (base & ((1 << srt[g]) - 1));
-        C v[1 << G];
-        int idx[1 << G];
-#pragma unroll
-        for (int k = 0; k < (1 << G); ++k) {
-            int i = base;
-#pragma unroll
-            for (int g = 0; g < G; ++g) if ((k >> g) & 1) i |= 1 << bits[g];
-            idx[k] = i;
-            v[k] = a[i];
-        }
-#pragma unroll
-        for (int g = 0; g < G; ++g)
-#pragma unroll
-            for (int k = 0; k < (1 << G); ++k) {
-                if ((k >> g) & 1) continue;
-                C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
-                y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
-                y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
-                y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
-                y1.y = m[g][4] * x0.y + m[g][5] * x0.x + m[g][6] * x1.y + m[g][7] * x1.x;
-                v[k] = y0;
-                v[k | (1 << g)] = y1;
-            }
-#pragma unroll
-        for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
-    }
-}
-
-/* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
-   Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
-   part only (real maps). */
-template <typename T, bool OUT_REAL>
-__global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q,
-                           const T *__restrict__ params, int P, int64_t n,
-                           const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
-                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
-{
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    typedef qk__cx<T> C;
-    const int N = 1 << p.L;
-    const int64_t nchunks = (int64_t)1 << (q - p.L);
-    const int ls = threadIdx.x / tps, lt = threadIdx.x % tps;
-    const int64_t blk = blockIdx.x;
-    const int64_t chunk = blk % nchunks;
-    const int64_t s = (blk / nchunks) * spb + ls;
-    const bool active = s < n;
-    C *a = (C *)qk__smem + (size_t)ls * N;
-    /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
-       and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
-    const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
-    const int TBL = qk__tbl_size(p.L);
-    T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
-    const int64_t D = (int64_t)1 << q;
-    uint32_t fixed = 0;
-    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
-    const T *ps = params + (active ? s : 0) * (int64_t)P;
-
-    if (p.first && p.fold >= 0) {
-        /* The folded leading gates make the start a product state: amplitude(g) =
-           prod_k u_k[bit k of g] = TL[lo] * TH[hi] * F (F over the block's fixed bits). */
-        if (active) {
-            const T *u = ps + p.fold;
-            C *TL = (C *)tb, *TH = TL + (1 << bl);
-            for (int e = lt; e < (1 << bl) + (1 << bh); e += tps) {
-                const bool lo = e < (1 << bl);
-                const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
-                T ar = 1, ai = 0;
-                for (int i = 0; i < nb; ++i) {
-                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2;
-                    T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
-                    ar = br; ai = bi;
-                }
-                if (!lo)
-                    for (int i = 0; i < q - p.L; ++i) {
-                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
-                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
-                        ar = br; ai = bi;
-                    }
-                C z; z.x = ar; z.y = ai;
-                if (lo) TL[v] = z; else TH[v] = z;
-            }
-        }
-        __syncthreads();
-    }
-    if (active) {
-        for (int r = lt; r < N; r += tps) {
-            uint32_t g = fixed | qk__pdep(r, p);
-            C v;
-            if (p.first && p.fold >= 0) {
-                const C *TL = (const C *)tb, *TH = TL + (1 << bl);
-                C l = TL[r & ((1 << bl) - 1)], h = TH[r >> bl];
-                v.x = l.x * h.x - l.y * h.y;
-                v.y = l.x * h.y + l.y * h.x;
-            } else if (p.first) {
-                if (amp_x) {
-                    v.x = (g < amp_d) ? (T)(amp_x[s * amp_d + g] * amp_inv[s]) : (T)0;
-                    v.y = 0;
-                } else {
-                    v.x = (g == 0) ? (T)1 : (T)0;
-                    v.y = 0;
-                }
-            } else {
-                v = in[s * D + g];
-            }
-            a[r] = v;
-        }
-    }
-    __syncthreads();
-    for (int ii = p.i0; ii < p.i1; ++ii) {
-        qk__instr in_ = prog[ii];
-        if (in_.kind == QK__I_DIAG) {
-            /* Tables first: the quadratic phase of 2^L amplitudes costs 2^bl + 2^bh full
-               evaluations plus bh * 2^bl pair sums, then ~bh/2 shared loads per amplitude with
-               no divergence (a warp shares hi). The direct sum per amplitude diverged on the
-               popcount and cost ~5x more at 16 qubits (qk-bench zz16 states). */
-            if (active) {
-                const T *cf = ps + in_.off;
-                T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
-                const T qf = qk__phase<T>(fixed, cf, q);
-                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
-                for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
-                for (int e = lt; e < (bh << bl); e += tps) {
-                    int j = e >> bl, lo = e & ((1 << bl) - 1);
-                    const T *dj = cf + 1 + q + p.pos[bl + j];
-                    T acc = 0;
-                    while (lo) {
-                        int i = __ffs(lo) - 1;
-                        lo &= lo - 1;
-                        acc += dj[p.pos[i] * q];
-                    }
-                    Et[e] = acc;
-                }
-            }
-            __syncthreads();
-        }
-        int G = 1;
-        qk__instr g2 = in_, g3 = in_;
-        if (in_.kind == QK__I_GATE && ii + 1 < p.i1) {
-            g2 = prog[ii + 1];
-            if (g2.kind == QK__I_GATE && g2.b0 != in_.b0) {
-                G = 2;
-                if (ii + 2 < p.i1) {
-                    g3 = prog[ii + 2];
-                    if (g3.kind == QK__I_GATE && g3.b0 != in_.b0 && g3.b0 != g2.b0) G = 3;
-                }
-            }
-        }
-        if (active && G > 1) {
-            const int bits[3] = {in_.b0, g2.b0, g3.b0};
-            const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
-            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
-            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
-        } else if (active) {
-            if (in_.kind == QK__I_GATE) {
-                const T *m = ps + in_.off;
-                T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
-                int b = in_.b0;
-                for (int t = lt; t < N / 2; t += tps) {
-                    int i0 = ((t >> b) << (b + 1)) | (t & ((1 << b) - 1));
-                    int i1 = i0 | (1 << b);
-                    C x0 = a[i0], x1 = a[i1], y0, y1;
-                    y0.x = m00r * x0.x - m00i * x0.y + m01r * x1.x - m01i * x1.y;
-                    y0.y = m00r * x0.y + m00i * x0.x + m01r * x1.y + m01i * x1.x;
-                    y1.x = m10r * x0.x - m10i * x0.y + m11r * x1.x - m11i * x1.y;
-                    y1.y = m10r * x0.y + m10i * x0.x + m11r * x1.y + m11i * x1.x;
-                    a[i0] = y0;
-                    a[i1] = y1;
-                }
-            } else if (in_.kind == QK__I_CNOT) {
-                int bc = in_.b0, bt = in_.b1;
-                for (int t = lt; t < N / 2; t += tps) {
-                    int i0 = ((t >> bt) << (bt + 1)) | (t & ((1 << bt) - 1));
-                    if ((i0 >> bc) & 1) {
-                        int i1 = i0 | (1 << bt);
-                        C tmp = a[i0];
-                        a[i0] = a[i1];
-                        a[i1] = tmp;
-                    }
-                }
-            } else { /* DIAG */
-                const T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
-                for (int r = lt; r < N; r += tps) {
-                    const int lo = r & ((1 << bl) - 1), hi = r >> bl;
-                    T ph = TL[lo] + TH[hi], sn, cs;
-                    for (int j = 0; j < bh; ++j)
-                        if ((hi >> j) & 1) ph += Et[(j << bl) | lo];
-                    qk__sincos(ph, &sn, &cs);
-                    C v = a[r], y;
-                    y.x = v.x * cs - v.y * sn;
-                    y.y = v.x * sn + v.y * cs;
-                    a[r] = y;
-                }
-            }
-        }
-        __syncthreads();
-        ii += G - 1;
-    }
-    if (active) {
-        for (int r = lt; r < N; r += tps) {
-            uint32_t g = fixed | qk__pdep(r, p);
-            if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
-            else ((C *)out)[s * D + g] = a[r];
-        }
-    }
-}
-
-/* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
-template <typename T>
-__global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
-                                    const qk__dangle *__restrict__ ang, const int *__restrict__ op_kind,
-                                    const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
-                                    T *__restrict__ u)
-{
-    int64_t id = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (id >= n * q) return;
-    int64_t s = id / q;
-    int k = (int)(id % q);
-    const double *xs = x + s * d;
-    double a0r = 1, a0i = 0, a1r = 0, a1i = 0;
-    const double R = 0.70710678118654752440, PI = 3.14159265358979323846;
-    for (int o = qoff[k]; o < qoff[k + 1]; ++o) {
-        int op = qops[o];
-        double t = qk__theta(ang, op, xs, w);
-        double c = cos(0.5 * t), sn = sin(0.5 * t);
-        double b0r = a0r, b0i = a0i, b1r = a1r, b1i = a1i;
-        switch (op_kind[op]) {
-        case QK_OP_H: a0r = R * (b0r + b1r); a0i = R * (b0i + b1i); a1r = R * (b0r - b1r); a1i = R * (b0i - b1i); break;
-        case QK_OP_X: a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; break;
-        case QK_OP_Y: a0r = b1i; a0i = -b1r; a1r = -b0i; a1i = b0r; break; /* (-i b1, i b0) */
-        case QK_OP_Z: a1r = -b1r; a1i = -b1i; break;
-        case QK_OP_RX: /* (c b0 - i s b1, -i s b0 + c b1) */
-            a0r = c * b0r + sn * b1i; a0i = c * b0i - sn * b1r;
-            a1r = sn * b0i + c * b1r; a1i = -sn * b0r + c * b1i; break;
-        case QK_OP_RY: a0r = c * b0r - sn * b1r; a0i = c * b0i - sn * b1i; a1r = sn * b0r + c * b1r; a1i = sn * b0i + c * b1i; break;
-        case QK_OP_RZ: /* e^{-it/2} b0, e^{it/2} b1 */
-            a0r = c * b0r + sn * b0i; a0i = c * b0i - sn * b0r;
-            a1r = c * b1r - sn * b1i; a1i = c * b1i + sn * b1r; break;
-        case QK_OP_P: { double cp = cos(t), sp = sin(t); a1r = cp * b1r - sp * b1i; a1i = cp * b1i + sp * b1r; } break;
-        case QK_OP_BASIS:
-            if (xs[ang[op].x0] > 0.5) { a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; }
-            break;
-        default: break;
-        }
-        (void)PI;
-    }
-    T *o = u + (s * q + k) * 4;
-    o[0] = (T)a0r; o[1] = (T)a0i; o[2] = (T)a1r; o[3] = (T)a1i;
+    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
+    qk__tri_tile(blockIdx.x, tgrid, ty, tx);
 }
 
 /* Writes a BM x BN tile staged in shared memory (Cs, row stride BN + 1) to K and, for a
@@ -661,307 +339,22 @@ __device__ __forceinline__ void qk__store_tile(const OutT *Cs, int row0, int col
     }
 }
 
-/* Block -> tile. tgrid > 0 (square tiles, a diagonal block of K(X,X)): a 1-D grid over the
-   tiles with column >= row of a tile grid with tgrid columns, row r holding tgrid - r tiles,
-   so no block is launched for a tile under the diagonal (half the grid; each empty block
-   still cost a launch slot: zz 4 qubits, qk-bench). */
-__device__ __forceinline__ void qk__tile_of(int tgrid, int &ty, int &tx)
+/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
+template <typename OutT>
+static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 {
-    if (tgrid == 0) { ty = blockIdx.y; tx = blockIdx.x; return; }
-    const int64_t L = blockIdx.x, T = tgrid;
-    const double b = 2.0 * (double)T + 1.0;
-    int64_t i = (int64_t)floor((b - sqrt(b * b - 8.0 * (double)L)) * 0.5);
-    if (i < 0) i = 0;
-    while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
-    while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
-    ty = (int)i;
-    tx = (int)(i + (L - (i * T - i * (i - 1) / 2)));
-}
-
-/* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
-   or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
-template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
-           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
-{
-    const int NT = (BM / TM) * (BN / TN);
-    const int W = CPLX ? 2 : 1; /* T values per amplitude */
-    int tyi, txi;
-    qk__tile_of(tgrid, tyi, txi);
-    const int row0 = tyi * BM, col0 = txi * BN;
-    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    T *As = (T *)qk__smem;               /* [BK][BM][W] */
-    T *Bs = As + BK * BM * W;            /* [BK][BN][W] */
-    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-    T accr[TM][TN], acci[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) { accr[i][j] = 0; acci[i][j] = 0; }
-
-    for (int k0 = 0; k0 < D; k0 += BK) {
-        /* load: element e = (row, k) with k fastest: a row's BK amplitudes are contiguous */
-        for (int e = threadIdx.x; e < BM * BK; e += NT) {
-            int r = e / BK, k = e % BK;
-            int gr = row0 + r, gk = k0 + k;
-            T vr = 0, vi = 0;
-            if (gr < m && gk < D) {
-                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)A)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
-                else vr = A[(int64_t)gr * D + gk];
-            }
-            As[(k * BM + r) * W] = vr;
-            if (CPLX) As[(k * BM + r) * W + 1] = vi;
-        }
-        for (int e = threadIdx.x; e < BN * BK; e += NT) {
-            int r = e / BK, k = e % BK;
-            int gr = col0 + r, gk = k0 + k;
-            T vr = 0, vi = 0;
-            if (gr < nn && gk < D) {
-                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)B)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
-                else vr = B[(int64_t)gr * D + gk];
-            }
-            Bs[(k * BN + r) * W] = vr;
-            if (CPLX) Bs[(k * BN + r) * W + 1] = vi;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < BK; ++k) {
-            T ar[TM], ai[TM], br[TN], bi[TN];
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                ar[i] = As[(k * BM + ty * TM + i) * W];
-                ai[i] = CPLX ? As[(k * BM + ty * TM + i) * W + 1] : (T)0;
-            }
-#pragma unroll
-            for (int j = 0; j < TN; ++j) {
-                br[j] = Bs[(k * BN + tx * TN + j) * W];
-                bi[j] = CPLX ? Bs[(k * BN + tx * TN + j) * W + 1] : (T)0;
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) {
-                    accr[i][j] = fma(ar[i], br[j], accr[i][j]);
-                    if (CPLX) {
-                        accr[i][j] = fma(ai[i], bi[j], accr[i][j]);
-                        acci[i][j] = fma(ar[i], bi[j], acci[i][j]);
-                        acci[i][j] = fma(-ai[i], br[j], acci[i][j]);
-                    }
-                }
-        }
-        __syncthreads();
-    }
-    if (DIRECT && TM == 4 && TN == 4 && sizeof(OutT) == 4 && vec && row0 + BM <= m && col0 + BN <= nn &&
-        (!tri || (int64_t)col0 + doff >= row0 + BM)) {
-        /* Interior tile above the diagonal: each thread's 4 x 4 block goes out as four 16-byte
-           rows, and its transpose as four 16-byte rows of the mirror (two lanes fill a 32-byte
-           sector), straight from registers: no staging, no barrier (block-uniform branch). */
-        float v[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                v[i][j] = (float)(CPLX ? accr[i % TM][j % TN] * accr[i % TM][j % TN] + acci[i % TM][j % TN] * acci[i % TM][j % TN]
-                                       : accr[i % TM][j % TN] * accr[i % TM][j % TN]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            *(float4 *)(out + (int64_t)(row0 + ty * 4 + i) * ld + col0 + tx * 4) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
-        if (mout) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                *(float4 *)(mout + (int64_t)(col0 + tx * 4 + j) * ld + row0 + ty * 4) = make_float4(v[0][j], v[1][j], v[2][j], v[3][j]);
-        }
-        return;
-    }
-    OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1], reuses the operand buffers */
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) {
-            T v = CPLX ? accr[i][j] * accr[i][j] + acci[i][j] * acci[i][j] : accr[i][j] * accr[i][j];
-            Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)v;
-        }
-    __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
-}
-
-/* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
-template <typename T, typename OutT, int BM, int BN, int TM, int TN>
-__global__ void __launch_bounds__((BM / TM) * (BN / TN))
-qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
-                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
-{
-    const int NT = (BM / TM) * (BN / TN);
-    const int BK = 8;
-    int tyi, txi;
-    qk__tile_of(tgrid, tyi, txi);
-    const int row0 = tyi * BM, col0 = txi * BN;
-    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    T *As = (T *)qk__smem;          /* [BK][BM][4] */
-    T *Bs = As + BK * BM * 4;
-    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
-    T acc[TM][TN];
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) acc[i][j] = 1;
-    for (int k0 = 0; k0 < q; k0 += BK) {
-        for (int e = threadIdx.x; e < BM * BK * 4; e += NT) {
-            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
-            int gr = row0 + r, gk = k0 + k;
-            /* padding qubits are |0>: overlap 1, a neutral factor */
-            T v = (gr < m && gk < q) ? UA[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
-            As[(k * BM + r) * 4 + c] = v;
-        }
-        for (int e = threadIdx.x; e < BN * BK * 4; e += NT) {
-            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
-            int gr = col0 + r, gk = k0 + k;
-            T v = (gr < nn && gk < q) ? UB[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
-            Bs[(k * BN + r) * 4 + c] = v;
-        }
-        __syncthreads();
-#pragma unroll
-        for (int k = 0; k < BK; ++k) {
-#pragma unroll
-            for (int i = 0; i < TM; ++i) {
-                const T *a = As + (k * BM + ty * TM + i) * 4;
-                T a0r = a[0], a0i = a[1], a1r = a[2], a1i = a[3];
-#pragma unroll
-                for (int j = 0; j < TN; ++j) {
-                    const T *b = Bs + (k * BN + tx * TN + j) * 4;
-                    T re = a0r * b[0] + a0i * b[1] + a1r * b[2] + a1i * b[3];
-                    T im = a0r * b[1] - a0i * b[0] + a1r * b[3] - a1i * b[2];
-                    acc[i][j] *= re * re + im * im;
-                }
-            }
-        }
-        __syncthreads();
-    }
-    OutT *Cs = (OutT *)qk__smem;
-#pragma unroll
-    for (int i = 0; i < TM; ++i)
-#pragma unroll
-        for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
-    __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
-}
-
-/* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
-   interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
-   values later, by an imaginary plane. */
-template <typename T, bool CPLX, typename OutT>
-__global__ void __launch_bounds__(256)
-qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane)
-{
-    const int BM = 32, BN = 32;
-    int tyi, txi;
-    qk__tile_of(tgrid, tyi, txi);
-    const int row0 = tyi * BM, col0 = txi * BN;
-    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
-    __shared__ OutT Cs[BM * (BN + 1)];
-    for (int idx = threadIdx.x; idx < BM * BN; idx += 256) {
-        int r = idx / BN, c = idx % BN;
-        int gi = row0 + r, gj = col0 + c;
-        T v = 0;
-        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
-            if (CPLX && plane) {
-                const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
-                v = zr * zr + zi * zi;
-            } else if (CPLX) {
-                typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
-                v = z.x * z.x + z.y * z.y;
-            } else {
-                T z = Cm[(int64_t)gi * ldc + gj];
-                v = z * z;
-            }
-        }
-        Cs[r * (BN + 1) + c] = (OutT)v;
-    }
-    __syncthreads();
-    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
-}
-
-/* Tensor-core operands (qk__tc_products). x rounded to TF32 (10 stored mantissa bits) to
-   nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x: a carry into the exponent
-   is the right result). */
-__device__ __forceinline__ float qk__tf32_rna(float x)
-{
-    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-}
-__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
-__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
-__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
-__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
-
-/* n values of rows of W (interleaved complex or real states) into an operand of the real-form
-   products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
-   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
-   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
-   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
-   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
-   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
-template <typename T, typename O, bool SPLIT>
-__global__ void __launch_bounds__(256)
-qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
-{
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
-        if constexpr (SPLIT) {
-            const float sv = (float)(v * scale);
-            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
-            const int64_t r = e / W, k = e - r * W;
-            O *o = out + r * 4 * W + k;
-            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
-        } else out[e] = qk__cvt(v * scale, (O *)nullptr);
-    }
-}
-
-/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
-template <typename T>
-__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
-                                                       T *__restrict__ out)
-{
-    __shared__ double red[256];
-    const int64_t r = blockIdx.x;
-    if (r >= rows) return;
-    const double *xr = x + r * d;
-    double acc = 0;
-    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const double inv = 1.0 / sqrt(red[0]);
-    T *o = out + r * D;
-    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
-}
-
-/* complex double state -> interleaved doubles (qk_cuda_states) */
-template <typename T>
-__global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    out[2 * i] = (double)in[i].x;
-    out[2 * i + 1] = (double)in[i].y;
+    const int VW = 16 / sizeof(OutT);
+    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
 }
 
 /* ======================================================================================== */
-/*                                 HOST: program compiler                                   */
+/* >>compile    the program compiler: a qk_map -> the device program, and its upload        */
 /* ======================================================================================== */
 
 struct qk__prog {
-    int q, n_ops, d, n_weights;
-    int real_out;
+    int q, d;
     int has_amp;
-    std::vector<qk__dangle> ang;
+    std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
     std::vector<qk__job> jobs;
@@ -1011,17 +404,13 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
 {
     const int q = map->n_qubits;
     pg->q = q;
-    pg->n_ops = map->n_ops;
     pg->d = map->n_features;
-    pg->n_weights = map->n_weights;
-    pg->real_out = map->cls == QK_CLASS_REAL;
     pg->has_amp = 0;
     pg->ang.resize(std::max(1, map->n_ops));
     pg->op_kind.resize(std::max(1, map->n_ops));
     for (int i = 0; i < map->n_ops; ++i) {
         const qk_op &o = map->ops[i];
-        qk__dangle a = {(int)o.angle.kind, o.angle.x0, o.angle.x1, o.angle.w, o.angle.scale, o.angle.offset};
-        pg->ang[i] = a;
+        pg->ang[i] = o.angle;
         pg->op_kind[i] = (int)o.kind;
     }
     /* product maps: per-qubit op lists */
@@ -1185,12 +574,8 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     return QK_OK;
 }
 
-/* ======================================================================================== */
-/*                                  HOST: device buffers                                    */
-/* ======================================================================================== */
-
 struct qk__dprog {
-    qk__dangle *ang = nullptr;
+    qk_angle *ang = nullptr;
     int *op_kind = nullptr;
     qk__instr *instr = nullptr;
     qk__job *jobs = nullptr;
@@ -1229,29 +614,432 @@ static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog
     return QK_OK;
 }
 
-/* Builds n states (x already on the device) into out: complex T or, real_out, T.
-   Scratch: params (n * P), a ping-pong state buffer for multi-pass programs (n * 2^q complex),
-   inverse norms. All from the caller's workspace. */
+/* ======================================================================================== */
+/* >>states     state construction: prep, pass, qubit vectors                               */
+/* ======================================================================================== */
+
+/* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
+   m10 re, im, m11 re, im; the identity for BASIS on a 0. */
+__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk_angle *ang, int op, double *m)
+{
+    qk__u1(kind, t, kind == QK_OP_BASIS && qk__basis_one(xs[ang[op].x0]), m);
+}
+
+/* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
+template <typename T>
+__global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
+                           const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
+                           const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                           T *__restrict__ params, int P)
+{
+    int64_t s = blockIdx.x;
+    if (s >= n) return;
+    const double *xs = x + s * d;
+    T *ps = params + s * (int64_t)P;
+    const double TWO_PI = 6.283185307179586476925;
+    for (int j = threadIdx.x; j < n_jobs; j += blockDim.x) {
+        qk__job jb = jobs[j];
+        if (jb.kind == 1) {
+            double v = 0.0;
+            for (int c = jb.c0; c < jb.c1; ++c) v += con[c].m * qk__theta(ang, con[c].op, xs, w) + con[c].k;
+            v -= TWO_PI * floor(v / TWO_PI);
+            ps[jb.out] = (T)v;
+        } else if (jb.kind == 2) {
+            /* a folded qubit: its leading one-qubit gates applied to |0> */
+            double u0r = 1, u0i = 0, u1r = 0, u1i = 0, m[8];
+            for (int c = jb.c0; c < jb.c1; ++c) {
+                qk__gate_matrix(op_kind[con[c].op], qk__theta(ang, con[c].op, xs, w), xs, ang, con[c].op, m);
+                double a0r = m[0] * u0r - m[1] * u0i + m[2] * u1r - m[3] * u1i;
+                double a0i = m[0] * u0i + m[1] * u0r + m[2] * u1i + m[3] * u1r;
+                double a1r = m[4] * u0r - m[5] * u0i + m[6] * u1r - m[7] * u1i;
+                double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
+                u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
+            }
+            ps[jb.out + QK__QV_RE0] = (T)u0r; ps[jb.out + QK__QV_IM0] = (T)u0i;
+            ps[jb.out + QK__QV_RE1] = (T)u1r; ps[jb.out + QK__QV_IM1] = (T)u1i;
+        } else {
+            double m[8];
+            qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
+            for (int i = 0; i < 8; ++i) ps[jb.out + i] = (T)m[i];
+        }
+    }
+}
+
+/* 1 / ||x||_2 per sample for amplitude encoding (the host validated non-zero norms). */
+__global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, double *__restrict__ inv)
+{
+    int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (s >= n) return;
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) acc += x[s * d + k] * x[s * d + k];
+    inv[s] = 1.0 / sqrt(acc);
+}
+
+/* Shared table space per state (T values): the DIAG phase tables, or the folded start's two
+   complex tables. */
+__host__ __device__ inline int qk__tbl_size(int L)
+{
+    const int bl = L < 7 ? L : 7, bh = L - bl;
+    const int ph = (1 << bl) + (1 << bh) + (bh << bl), fo = 2 * ((1 << bl) + (1 << bh));
+    return ph > fo ? ph : fo;
+}
+
+/* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
+__device__ __forceinline__ uint32_t qk__pdep(uint32_t r, const qk__pass &p)
+{
+    uint32_t g = r & ((1u << p.a) - 1);
+    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= 1u << p.pos[i];
+    return g;
+}
+
+template <typename T>
+__device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int q)
+{
+    T ph = cf[0];
+    uint32_t m = g;
+    while (m) {
+        int j = __ffs(m) - 1;
+        m &= m - 1;
+        ph += cf[1 + j];
+        uint32_t lo = g & ((1u << j) - 1);
+        const T *dj = cf + 1 + q + j;
+        while (lo) {
+            int i = __ffs(lo) - 1;
+            lo &= lo - 1;
+            ph += dj[i * q];
+        }
+    }
+    return ph;
+}
+
+/* G one-qubit gates on distinct in-chunk bits applied in one sweep: each thread takes the 2^G
+   amplitudes that differ in those bits into registers, applies the gates in program order and
+   stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
+template <typename T, int G>
+__device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
+                                               const T *const *ms)
+{
+    typedef qk__cx<T> C;
+    T m[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m[g][i] = ms[g][i];
+    int srt[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) srt[g] = bits[g];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int j = 0; j + 1 < G - i; ++j)
+            if (srt[j] > srt[j + 1]) { int tmp = srt[j]; srt[j] = srt[j + 1]; srt[j + 1] = tmp; }
+    for (int t = lt; t < (N >> G); t += tps) {
+        int base = t;
+#pragma unroll
+        for (int g = 0; g < G; ++g) base = ((base >> srt[g]) << (srt[g] + 1)) | (base & ((1 << srt[g]) - 1));
+        C v[1 << G];
+        int idx[1 << G];
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) {
+            int i = base;
+#pragma unroll
+            for (int g = 0; g < G; ++g) if ((k >> g) & 1) i |= 1 << bits[g];
+            idx[k] = i;
+            v[k] = a[i];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int k = 0; k < (1 << G); ++k) {
+                if ((k >> g) & 1) continue;
+                C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
+                y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
+                y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
+                y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
+                y1.y = m[g][4] * x0.y + m[g][5] * x0.x + m[g][6] * x1.y + m[g][7] * x1.x;
+                v[k] = y0;
+                v[k | (1 << g)] = y1;
+            }
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
+    }
+}
+
+/* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
+   Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
+   part only (real maps). */
+template <typename T, bool OUT_REAL>
+__global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q,
+                           const T *__restrict__ params, int P, int64_t n,
+                           const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
+{
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    typedef qk__cx<T> C;
+    const int N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int ls = threadIdx.x / tps, lt = threadIdx.x % tps;
+    const int64_t blk = blockIdx.x;
+    const int64_t chunk = blk % nchunks;
+    const int64_t s = (blk / nchunks) * spb + ls;
+    const bool active = s < n;
+    C *a = (C *)qk__smem + (size_t)ls * N;
+    /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
+       and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
+    const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
+    const int TBL = qk__tbl_size(p.L);
+    T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
+    const int64_t D = (int64_t)1 << q;
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
+    const T *ps = params + (active ? s : 0) * (int64_t)P;
+
+    if (p.first && p.fold >= 0) {
+        /* The folded leading gates make the start a product state: amplitude(g) =
+           prod_k u_k[bit k of g] = TL[lo] * TH[hi] * F (F over the block's fixed bits). */
+        if (active) {
+            const T *u = ps + p.fold;
+            C *TL = (C *)tb, *TH = TL + (1 << bl);
+            for (int e = lt; e < (1 << bl) + (1 << bh); e += tps) {
+                const bool lo = e < (1 << bl);
+                const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
+                T ar = 1, ai = 0;
+                for (int i = 0; i < nb; ++i) {
+                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2; /* QK__QV_RE0 or _RE1 */
+                    T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+                if (!lo)
+                    for (int i = 0; i < q - p.L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) TL[v] = z; else TH[v] = z;
+            }
+        }
+        __syncthreads();
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            C v;
+            if (p.first && p.fold >= 0) {
+                const C *TL = (const C *)tb, *TH = TL + (1 << bl);
+                C l = TL[r & ((1 << bl) - 1)], h = TH[r >> bl];
+                v.x = l.x * h.x - l.y * h.y;
+                v.y = l.x * h.y + l.y * h.x;
+            } else if (p.first) {
+                if (amp_x) {
+                    v.x = (g < amp_d) ? (T)(amp_x[s * amp_d + g] * amp_inv[s]) : (T)0;
+                    v.y = 0;
+                } else {
+                    v.x = (g == 0) ? (T)1 : (T)0;
+                    v.y = 0;
+                }
+            } else {
+                v = in[s * D + g];
+            }
+            a[r] = v;
+        }
+    }
+    __syncthreads();
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_DIAG) {
+            /* Tables first: the quadratic phase of 2^L amplitudes costs 2^bl + 2^bh full
+               evaluations plus bh * 2^bl pair sums, then ~bh/2 shared loads per amplitude with
+               no divergence (a warp shares hi). The direct sum per amplitude diverged on the
+               popcount and cost ~5x more at 16 qubits (qk-bench zz16 states). */
+            if (active) {
+                const T *cf = ps + in_.off;
+                T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                const T qf = qk__phase<T>(fixed, cf, q);
+                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
+                for (int e = lt; e < (bh << bl); e += tps) {
+                    int j = e >> bl, lo = e & ((1 << bl) - 1);
+                    const T *dj = cf + 1 + q + p.pos[bl + j];
+                    T acc = 0;
+                    while (lo) {
+                        int i = __ffs(lo) - 1;
+                        lo &= lo - 1;
+                        acc += dj[p.pos[i] * q];
+                    }
+                    Et[e] = acc;
+                }
+            }
+            __syncthreads();
+        }
+        int G = 1;
+        qk__instr g2 = in_, g3 = in_;
+        if (in_.kind == QK__I_GATE && ii + 1 < p.i1) {
+            g2 = prog[ii + 1];
+            if (g2.kind == QK__I_GATE && g2.b0 != in_.b0) {
+                G = 2;
+                if (ii + 2 < p.i1) {
+                    g3 = prog[ii + 2];
+                    if (g3.kind == QK__I_GATE && g3.b0 != in_.b0 && g3.b0 != g2.b0) G = 3;
+                }
+            }
+        }
+        if (active && G > 1) {
+            const int bits[3] = {in_.b0, g2.b0, g3.b0};
+            const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
+            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
+            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
+        } else if (active) {
+            if (in_.kind == QK__I_GATE) {
+                const T *m = ps + in_.off;
+                T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
+                int b = in_.b0;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> b) << (b + 1)) | (t & ((1 << b) - 1));
+                    int i1 = i0 | (1 << b);
+                    C x0 = a[i0], x1 = a[i1], y0, y1;
+                    y0.x = m00r * x0.x - m00i * x0.y + m01r * x1.x - m01i * x1.y;
+                    y0.y = m00r * x0.y + m00i * x0.x + m01r * x1.y + m01i * x1.x;
+                    y1.x = m10r * x0.x - m10i * x0.y + m11r * x1.x - m11i * x1.y;
+                    y1.y = m10r * x0.y + m10i * x0.x + m11r * x1.y + m11i * x1.x;
+                    a[i0] = y0;
+                    a[i1] = y1;
+                }
+            } else if (in_.kind == QK__I_CNOT) {
+                int bc = in_.b0, bt = in_.b1;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> bt) << (bt + 1)) | (t & ((1 << bt) - 1));
+                    if ((i0 >> bc) & 1) {
+                        int i1 = i0 | (1 << bt);
+                        C tmp = a[i0];
+                        a[i0] = a[i1];
+                        a[i1] = tmp;
+                    }
+                }
+            } else { /* DIAG */
+                const T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                for (int r = lt; r < N; r += tps) {
+                    const int lo = r & ((1 << bl) - 1), hi = r >> bl;
+                    T ph = TL[lo] + TH[hi], sn, cs;
+                    for (int j = 0; j < bh; ++j)
+                        if ((hi >> j) & 1) ph += Et[(j << bl) | lo];
+                    qk__sincos(ph, &sn, &cs);
+                    C v = a[r], y;
+                    y.x = v.x * cs - v.y * sn;
+                    y.y = v.x * sn + v.y * cs;
+                    a[r] = y;
+                }
+            }
+        }
+        __syncthreads();
+        ii += G - 1;
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
+            else ((C *)out)[s * D + g] = a[r];
+        }
+    }
+}
+
+/* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
+template <typename T>
+__global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
+                                    const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
+                                    const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                                    T *__restrict__ u)
+{
+    int64_t id = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (id >= n * q) return;
+    int64_t s = id / q;
+    int k = (int)(id % q);
+    const double *xs = x + s * d;
+    double a0r = 1, a0i = 0, a1r = 0, a1i = 0;
+    const double R = 0.70710678118654752440, PI = 3.14159265358979323846;
+    for (int o = qoff[k]; o < qoff[k + 1]; ++o) {
+        int op = qops[o];
+        double t = qk__theta(ang, op, xs, w);
+        double c = cos(0.5 * t), sn = sin(0.5 * t);
+        double b0r = a0r, b0i = a0i, b1r = a1r, b1i = a1i;
+        switch (op_kind[op]) {
+        case QK_OP_H: a0r = R * (b0r + b1r); a0i = R * (b0i + b1i); a1r = R * (b0r - b1r); a1i = R * (b0i - b1i); break;
+        case QK_OP_X: a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; break;
+        case QK_OP_Y: a0r = b1i; a0i = -b1r; a1r = -b0i; a1i = b0r; break; /* (-i b1, i b0) */
+        case QK_OP_Z: a1r = -b1r; a1i = -b1i; break;
+        case QK_OP_RX: /* (c b0 - i s b1, -i s b0 + c b1) */
+            a0r = c * b0r + sn * b1i; a0i = c * b0i - sn * b1r;
+            a1r = sn * b0i + c * b1r; a1i = -sn * b0r + c * b1i; break;
+        case QK_OP_RY: a0r = c * b0r - sn * b1r; a0i = c * b0i - sn * b1i; a1r = sn * b0r + c * b1r; a1i = sn * b0i + c * b1i; break;
+        case QK_OP_RZ: /* e^{-it/2} b0, e^{it/2} b1 */
+            a0r = c * b0r + sn * b0i; a0i = c * b0i - sn * b0r;
+            a1r = c * b1r - sn * b1i; a1i = c * b1i + sn * b1r; break;
+        case QK_OP_P: { double cp = cos(t), sp = sin(t); a1r = cp * b1r - sp * b1i; a1i = cp * b1i + sp * b1r; } break;
+        case QK_OP_BASIS:
+            if (xs[ang[op].x0] > 0.5) { a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; }
+            break;
+        default: break;
+        }
+        (void)PI;
+    }
+    T *o = u + (s * q + k) * 4; /* the shared layout (QK__QV_*) */
+    o[QK__QV_RE0] = (T)a0r; o[QK__QV_IM0] = (T)a0i; o[QK__QV_RE1] = (T)a1r; o[QK__QV_IM1] = (T)a1i;
+}
+
+/* Build scratch of qk__build_states: params (n * P), a state buffer for multi-pass programs
+   (n * 2^q complex), inverse norms. All from the caller's workspace. */
 struct qk__build_ws {
     void *params = nullptr;
     void *tmp = nullptr;       /* multi-pass: complex states */
     double *inv = nullptr;
 };
 
+/* qk__k_prep: one block of 128 threads per sample. */
+template <typename T>
+static qk_result qk__launch_prep(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n, T *params,
+                                 cudaStream_t st, qk__err *E)
+{
+    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
+                                                pg.d, dp.w, params, pg.P);
+    QK_LAUNCH_CK("qk__k_prep");
+    return QK_OK;
+}
+
+/* qk__k_invnorm: one thread per sample. */
+static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *inv, cudaStream_t st, qk__err *E)
+{
+    qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, d, inv);
+    QK_LAUNCH_CK("qk__k_invnorm");
+    return QK_OK;
+}
+
+/* qk__k_pass: spb states of tps threads per block, one block per (state group, chunk); shared
+   memory holds the spb chunks of 2^L amplitudes and their phase tables. */
+template <typename T>
+static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
+                                 const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
+                                 cudaStream_t st, qk__err *E)
+{
+    const int q = pg.q, N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int64_t groups = (n + spb - 1) / spb;
+    const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps);
+    QK_LAUNCH_CK("qk__k_pass");
+    return QK_OK;
+}
+
+/* Builds n states (x already on the device) into out: complex T or, out_real, T. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
                                   qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
 {
     if (n <= 0) return QK_OK;
-    const int q = pg.q;
-    const int64_t D = (int64_t)1 << q;
-    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
-                                                pg.d, dp.w, (T *)ws.params, pg.P);
-    QK_LAUNCH_CK("prep");
-    if (pg.has_amp) {
-        qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, pg.d, ws.inv);
-        QK_LAUNCH_CK("invnorm");
-    }
+    QK_TRY(qk__launch_prep<T>(pg, dp, dx, n, (T *)ws.params, st, E));
+    if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
     const double *ampx = pg.has_amp ? dx : nullptr;
     for (int pi = 0; pi < np; ++pi) {
@@ -1262,43 +1050,252 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         int tps = std::max(1, std::min(256, N / 2));
         int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
         if (np > 1) spb = 1;
-        const int64_t nchunks = (int64_t)1 << (q - p.L);
-        const int64_t groups = (n + spb - 1) / spb;
-        const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
-        /* ping-pong so that the last pass writes out; multi-pass in-place would race between
-           blocks of a pass (a chunk reads amplitudes another chunk of the same pass writes? no:
-           chunks of one pass are disjoint, so in place is safe), so passes run in place on tmp */
+        /* multi-pass programs run in place on tmp (the chunks of one pass are disjoint: no block
+           reads amplitudes another block of the same pass writes); the last pass writes out */
         const bool last = pi == np - 1;
         const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
         void *o = last ? out : ws.tmp;
-        bool oreal = last && out_real;
-        if (oreal) {
-            auto kf = qk__k_pass<T, true>;
-            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
-        } else {
-            auto kf = qk__k_pass<T, false>;
-            QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-            kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n,
-                                                                     ampx, ws.inv, pg.has_amp ? pg.d : 0, in, o, spb, tps);
+        QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
+    }
+    return QK_OK;
+}
+
+/* qk__k_qubit_vectors: per-qubit 2-vectors of product-map samples (the analytic path's
+   "states"), one thread per (sample, qubit). */
+template <typename T>
+static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
+                                          cudaStream_t st, qk__err *E)
+{
+    const int64_t tot = n * q;
+    if (tot <= 0) return QK_OK;
+    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
+                                                                          dp.w, out);
+    QK_LAUNCH_CK("qk__k_qubit_vectors");
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>widen      states widened to interleaved doubles (qk_cuda_states)                      */
+/* ======================================================================================== */
+
+/* complex double state -> interleaved doubles (qk_cuda_states) */
+template <typename T>
+__global__ void qk__k_widen(const qk__cx<T> *__restrict__ in, double *__restrict__ out, int64_t count)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    out[2 * i] = (double)in[i].x;
+    out[2 * i + 1] = (double)in[i].y;
+}
+
+template <typename T>
+static qk_result qk__launch_widen(const qk__cx<T> *in, double *out, int64_t count, cudaStream_t st, qk__err *E)
+{
+    qk__k_widen<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(in, out, count);
+    QK_LAUNCH_CK("qk__k_widen");
+    return QK_OK;
+}
+
+/* ======================================================================================== */
+/* >>product    the analytic Gram of product maps                                           */
+/* ======================================================================================== */
+
+/* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
+template <typename T, typename OutT, int BM, int BN, int TM, int TN>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+qk__k_gram_product(const T *__restrict__ UA, const T *__restrict__ UB, int m, int nn, int q,
+                   OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    const int NT = (BM / TM) * (BN / TN);
+    const int BK = 8;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    T *As = (T *)qk__smem;          /* [BK][BM][4] */
+    T *Bs = As + BK * BM * 4;
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    T acc[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) acc[i][j] = 1;
+    for (int k0 = 0; k0 < q; k0 += BK) {
+        for (int e = threadIdx.x; e < BM * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = row0 + r, gk = k0 + k;
+            /* padding qubits are |0>: overlap 1, a neutral factor */
+            T v = (gr < m && gk < q) ? UA[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            As[(k * BM + r) * 4 + c] = v;
         }
-        QK_LAUNCH_CK("pass");
-        (void)D;
+        for (int e = threadIdx.x; e < BN * BK * 4; e += NT) {
+            int r = e / (BK * 4), k = (e / 4) % BK, c = e % 4;
+            int gr = col0 + r, gk = k0 + k;
+            T v = (gr < nn && gk < q) ? UB[((int64_t)gr * q + gk) * 4 + c] : (T)(c == 0);
+            Bs[(k * BN + r) * 4 + c] = v;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                const T *a = As + (k * BM + ty * TM + i) * 4;
+                T a0r = a[QK__QV_RE0], a0i = a[QK__QV_IM0], a1r = a[QK__QV_RE1], a1i = a[QK__QV_IM1];
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    const T *b = Bs + (k * BN + tx * TN + j) * 4;
+                    T re = a0r * b[QK__QV_RE0] + a0i * b[QK__QV_IM0] + a1r * b[QK__QV_RE1] + a1i * b[QK__QV_IM1];
+                    T im = a0r * b[QK__QV_IM0] - a0i * b[QK__QV_RE0] + a1r * b[QK__QV_IM1] - a1i * b[QK__QV_RE1];
+                    acc[i][j] *= re * re + im * im;
+                }
+            }
+        }
+        __syncthreads();
+    }
+    OutT *Cs = (OutT *)qk__smem;
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)acc[i][j];
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* qk__k_gram_product: 64 x 64 tiles of 4 x 4 per thread, in bands of at most 65535 tile rows
+   (grid.y); a diagonal block of K(X,X) gets the triangular grid. */
+template <typename T, typename OutT>
+static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t nn, int q, OutT *out, int64_t ld,
+                                    OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = 64, BN = 64, TM = 4, TN = 4, NT = 256;
+    size_t op = (size_t)8 * (BM + BN) * 4 * sizeof(T);
+    size_t ep = (size_t)BM * (BN + 1) * sizeof(OutT);
+    size_t smem = std::max(op, ep);
+    auto kf = qk__k_gram_product<T, OutT, BM, BN, TM, TN>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
+        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
+        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
+        const int tg = (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) ? qk__tri_grid(&grid) : 0;
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("qk__k_gram_product");
     }
     return QK_OK;
 }
 
 /* ======================================================================================== */
-/*                                  HOST: Gram launchers                                    */
+/* >>gram       the fused Gram kernel (SIMT, register tiles)                                */
 /* ======================================================================================== */
 
-/* 16-byte stores are legal when both bases are 16-byte aligned and ld keeps rows aligned. */
-template <typename OutT>
-static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
+/* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
+   or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
+template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
+__global__ void __launch_bounds__((BM / TM) * (BN / TN))
+qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
+           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
-    const int VW = 16 / sizeof(OutT);
-    return ld % VW == 0 && ((uintptr_t)out % 16) == 0 && (!mout || ((uintptr_t)mout % 16) == 0);
+    const int NT = (BM / TM) * (BN / TN);
+    const int W = CPLX ? 2 : 1; /* T values per amplitude */
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    T *As = (T *)qk__smem;               /* [BK][BM][W] */
+    T *Bs = As + BK * BM * W;            /* [BK][BN][W] */
+    const int tx = threadIdx.x % (BN / TN), ty = threadIdx.x / (BN / TN);
+    T accr[TM][TN], acci[TM][TN];
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) { accr[i][j] = 0; acci[i][j] = 0; }
+
+    for (int k0 = 0; k0 < D; k0 += BK) {
+        /* load: element e = (row, k) with k fastest: a row's BK amplitudes are contiguous */
+        for (int e = threadIdx.x; e < BM * BK; e += NT) {
+            int r = e / BK, k = e % BK;
+            int gr = row0 + r, gk = k0 + k;
+            T vr = 0, vi = 0;
+            if (gr < m && gk < D) {
+                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)A)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
+                else vr = A[(int64_t)gr * D + gk];
+            }
+            As[(k * BM + r) * W] = vr;
+            if (CPLX) As[(k * BM + r) * W + 1] = vi;
+        }
+        for (int e = threadIdx.x; e < BN * BK; e += NT) {
+            int r = e / BK, k = e % BK;
+            int gr = col0 + r, gk = k0 + k;
+            T vr = 0, vi = 0;
+            if (gr < nn && gk < D) {
+                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)B)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
+                else vr = B[(int64_t)gr * D + gk];
+            }
+            Bs[(k * BN + r) * W] = vr;
+            if (CPLX) Bs[(k * BN + r) * W + 1] = vi;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < BK; ++k) {
+            T ar[TM], ai[TM], br[TN], bi[TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i) {
+                ar[i] = As[(k * BM + ty * TM + i) * W];
+                ai[i] = CPLX ? As[(k * BM + ty * TM + i) * W + 1] : (T)0;
+            }
+#pragma unroll
+            for (int j = 0; j < TN; ++j) {
+                br[j] = Bs[(k * BN + tx * TN + j) * W];
+                bi[j] = CPLX ? Bs[(k * BN + tx * TN + j) * W + 1] : (T)0;
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) {
+                    accr[i][j] = fma(ar[i], br[j], accr[i][j]);
+                    if (CPLX) {
+                        accr[i][j] = fma(ai[i], bi[j], accr[i][j]);
+                        acci[i][j] = fma(ar[i], bi[j], acci[i][j]);
+                        acci[i][j] = fma(-ai[i], br[j], acci[i][j]);
+                    }
+                }
+        }
+        __syncthreads();
+    }
+    if (DIRECT && TM == 4 && TN == 4 && sizeof(OutT) == 4 && vec && row0 + BM <= m && col0 + BN <= nn &&
+        (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+        /* Interior tile above the diagonal: each thread's 4 x 4 block goes out as four 16-byte
+           rows, and its transpose as four 16-byte rows of the mirror (two lanes fill a 32-byte
+           sector), straight from registers: no staging, no barrier (block-uniform branch). */
+        float v[4][4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                v[i][j] = (float)(CPLX ? accr[i % TM][j % TN] * accr[i % TM][j % TN] + acci[i % TM][j % TN] * acci[i % TM][j % TN]
+                                       : accr[i % TM][j % TN] * accr[i % TM][j % TN]);
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            *(float4 *)(out + (int64_t)(row0 + ty * 4 + i) * ld + col0 + tx * 4) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
+        if (mout) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                *(float4 *)(mout + (int64_t)(col0 + tx * 4 + j) * ld + row0 + ty * 4) = make_float4(v[0][j], v[1][j], v[2][j], v[3][j]);
+        }
+        return;
+    }
+    OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1], reuses the operand buffers */
+#pragma unroll
+    for (int i = 0; i < TM; ++i)
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            T v = CPLX ? accr[i][j] * accr[i][j] + acci[i][j] * acci[i][j] : accr[i][j] * accr[i][j];
+            Cs[(ty * TM + i) * (BN + 1) + tx * TN + j] = (OutT)v;
+        }
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
 /* Tile shapes of the fused kernel, 256 threads each.
@@ -1324,35 +1321,208 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
         dim3 grid((unsigned)((nn + C::BN - 1) / C::BN), (unsigned)((mm + C::BM - 1) / C::BM));
-        int tg = 0;
-        if (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) {
-            const int64_t Tx = grid.x, Ty = grid.y;
-            tg = (int)Tx;
-            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
-        }
+        const int tg = (tri && doff == 0 && r0 == 0 && mm == m && C::BM == C::BN && nn >= mm) ? qk__tri_grid(&grid) : 0;
         const T *Ar = (const T *)A + r0 * (int64_t)D * (CPLX ? 2 : 1);
         OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
         kf<<<grid, NT, smem, st>>>(Ar, (const T *)B, (int)mm, (int)nn, D, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
-        QK_LAUNCH_CK("gram");
+        QK_LAUNCH_CK("qk__k_gram");
     }
     return QK_OK;
 }
 
-/* Fused-kernel configurations by index (qk_plan.kernel_cfg; 0 = the fixed table above). The
-   autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
-   kernel (>>small; complex fp32 with float K, D <= 32: the default there), else as 1. */
-#define QK__N_FUSED_CFG 7
+/* >>small ---- the few-qubit Gram: a persistent kernel ---- */
+/* K of states of D <= 32 complex64 amplitudes (q <= 5) is bound by the issue rate of the FP32
+   pipe and by the 4 bytes a pair written, not by loads: one tile's operands are D * 128 * 8
+   bytes. This kernel keeps one 512-thread block per SM alive over many tiles (persistent, grid-
+   stride over the tile list, the triangle's tiles only for a symmetric block), holds the whole
+   inner dimension in shared memory, prefetches the next tile's operands into registers while it
+   computes this one, and writes each tile and its mirror as full 16-byte rows / 32-byte sectors
+   from a staged copy. Thread (tx, ty) owns rows ty + 16 i and columns tx + 32 j (strided: B reads
+   are consecutive per lane, A reads a broadcast). Measured against the 64 x 64 fused tile on an
+   H200 (zz 4 qubits, n = 32768, K on the device: 462 against 379 Gpairs/s; bench/small_gram_probe.cu
+   times the candidates against the write floor; docs/benchmarks.md). Semantics of out / mout /
+   doff / tri are those of qk__k_gram. */
+#define QK__SMALL_BM 128
+#define QK__SMALL_TM 8
+#define QK__SMALL_TN 4
+#define QK__SMALL_NT ((QK__SMALL_BM / QK__SMALL_TM) * (QK__SMALL_BM / QK__SMALL_TN))
+#define QK__SMALL_CS (QK__SMALL_BM + 4) /* staged tile row stride (floats): 16-byte rows, mirror reads conflict-free */
+
+template <int D>
+__global__ void __launch_bounds__(QK__SMALL_NT, 1)
+qk__k_gram_small(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
+                 int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
+{
+    constexpr int BM = QK__SMALL_BM, BN = QK__SMALL_BM, TM = QK__SMALL_TM, TN = QK__SMALL_TN, NT = QK__SMALL_NT;
+    constexpr int TX = BN / TN, TY = BM / TM, CS = QK__SMALL_CS;
+    constexpr int EA = (BM * D + NT - 1) / NT, EB = (BN * D + NT - 1) / NT;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    float2 (*As)[BM + 1] = (float2 (*)[BM + 1])qk__smem;
+    float2 (*Bs)[BN + 1] = (float2 (*)[BN + 1])(qk__smem + sizeof(float2) * D * (BM + 1));
+    float (*Cs)[CS] = (float (*)[CS])(qk__smem + sizeof(float2) * D * (BM + 1 + BN + 1));
+    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
+    float2 ra[EA], rb[EB];
+    auto tile = [&](int64_t L, int &r0, int &c0) {
+        int a, b;
+        if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
+        else {
+            a = (int)(L / tx_tiles);
+            b = (int)(L % tx_tiles);
+        }
+        r0 = a * BM;
+        c0 = b * BN;
+    };
+    auto fetch = [&](int64_t L) {
+        int r0, c0;
+        tile(L, r0, c0);
+#pragma unroll
+        for (int u = 0; u < EA; ++u) {
+            const int e = threadIdx.x + u * NT, r = e / D, k = e % D;
+            ra[u] = (e < BM * D && r0 + r < m) ? A[(int64_t)(r0 + r) * D + k] : make_float2(0.f, 0.f);
+        }
+#pragma unroll
+        for (int u = 0; u < EB; ++u) {
+            const int e = threadIdx.x + u * NT, r = e / D, k = e % D;
+            rb[u] = (e < BN * D && c0 + r < nn) ? B[(int64_t)(c0 + r) * D + k] : make_float2(0.f, 0.f);
+        }
+    };
+    int64_t L = blockIdx.x;
+    if (L >= ntiles) return;
+    fetch(L);
+    for (; L < ntiles; L += gridDim.x) {
+        int row0, col0;
+        tile(L, row0, col0);
+#pragma unroll
+        for (int u = 0; u < EA; ++u) {
+            const int e = threadIdx.x + u * NT;
+            if (e < BM * D) As[e % D][e / D] = ra[u];
+        }
+#pragma unroll
+        for (int u = 0; u < EB; ++u) {
+            const int e = threadIdx.x + u * NT;
+            if (e < BN * D) Bs[e % D][e / D] = rb[u];
+        }
+        __syncthreads();
+        const bool below = tri && (int64_t)col0 + BN - 1 + doff < row0; /* whole tile under the diagonal */
+        if (L + gridDim.x < ntiles) fetch(L + gridDim.x);
+        if (!below) {
+            float cr[TM][TN], ci[TM][TN];
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) { cr[i][j] = 0.f; ci[i][j] = 0.f; }
+#pragma unroll
+            for (int k = 0; k < D; ++k) {
+                float2 av[TM], bv[TN];
+#pragma unroll
+                for (int i = 0; i < TM; ++i) av[i] = As[k][ty + TY * i];
+#pragma unroll
+                for (int j = 0; j < TN; ++j) bv[j] = Bs[k][tx + TX * j];
+#pragma unroll
+                for (int i = 0; i < TM; ++i)
+#pragma unroll
+                    for (int j = 0; j < TN; ++j) {
+                        cr[i][j] = fmaf(av[i].x, bv[j].x, cr[i][j]);
+                        cr[i][j] = fmaf(av[i].y, bv[j].y, cr[i][j]);
+                        ci[i][j] = fmaf(av[i].x, bv[j].y, ci[i][j]);
+                        ci[i][j] = fmaf(-av[i].y, bv[j].x, ci[i][j]);
+                    }
+            }
+#pragma unroll
+            for (int i = 0; i < TM; ++i)
+#pragma unroll
+                for (int j = 0; j < TN; ++j) Cs[ty + TY * i][tx + TX * j] = cr[i][j] * cr[i][j] + ci[i][j] * ci[i][j];
+        }
+        __syncthreads();
+        if (below) continue; /* block-uniform */
+        if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
+            for (int idx = threadIdx.x; idx < BM * BN / 4; idx += NT) {
+                const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
+                __stcs((float4 *)(out + (int64_t)(row0 + r) * ld + col0 + c), *(const float4 *)&Cs[r][c]);
+            }
+            if (mout) {
+                /* lane pairs fill 32-byte sectors of the mirror: rows r and r + 4 of one column; a
+                   warp's 16 columns and the pair's 4-row offset (4 * CS = 16 banks) meet each bank once */
+                for (int idx = threadIdx.x; idx < BM * BN / 4; idx += NT) {
+                    const int p = idx >> 1, c = p % BN, r = (p / BN) * 8 + (idx & 1) * 4;
+                    __stcs((float4 *)(mout + (int64_t)(col0 + c) * ld + row0 + r),
+                           make_float4(Cs[r][c], Cs[r + 1][c], Cs[r + 2][c], Cs[r + 3][c]));
+                }
+            }
+        } else {
+            for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+                const int r = idx / BN, c = idx % BN, gi = row0 + r, gj = col0 + c;
+                if (gi < m && gj < nn && (!tri || gj + doff >= gi)) out[(int64_t)gi * ld + gj] = Cs[r][c];
+            }
+            if (mout) {
+                for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
+                    const int c = idx / BM, r = idx % BM, gi = row0 + r, gj = col0 + c;
+                    if (gi < m && gj < nn && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = Cs[r][c];
+                }
+            }
+        }
+    }
+}
+
+template <int D>
+static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
+                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = QK__SMALL_BM;
+    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
+    auto kf = qk__k_gram_small<D>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int dev = 0, sms = 0, per = 0;
+    QK_CK(cudaGetDevice(&dev));
+    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__SMALL_NT, smem));
+    if (per < 1) per = 1;
+    const int64_t Tx = (nn + BM - 1) / BM;
+    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0;
+    const int64_t ntiles = (int64_t)tiles.x * tiles.y;   /* the triangle's tiles, or the rectangle's */
+    if (ntiles <= 0) return QK_OK;
+    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
+    kf<<<(unsigned)grid, QK__SMALL_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld),
+                                                  (int)Tx, tg, ntiles);
+    QK_LAUNCH_CK("qk__k_gram_small");
+    return QK_OK;
+}
+
+/* The few-qubit kernel for complex fp32 states with float K and D <= 32; anything else is
+   QK_ERROR_UNSUPPORTED (qk__launch_gram falls back to the tiled kernel). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
-                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E);
+                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4) return QK_ERROR_UNSUPPORTED;
+    const float2 *a = (const float2 *)A, *b = (const float2 *)B;
+    float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
+    switch (D) {
+    case 2: return qk__launch_small_d<2>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 4: return qk__launch_small_d<4>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 8: return qk__launch_small_d<8>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 16: return qk__launch_small_d<16>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 32: return qk__launch_small_d<32>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    default: return QK_ERROR_UNSUPPORTED;
+    }
+}
+
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
+   qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
+   autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
+   kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const bool small = sizeof(T) == 4 && CPLX && sizeof(OutT) == 4 && D <= 32;
-    if (cfg == 0) cfg = small ? 7 : D <= 32 ? 1 : (sizeof(T) == 8 ? 1 : (CPLX ? 2 : 4));
+    if (cfg == 0) {
+        int q = 0;
+        while ((1 << q) < D) ++q;
+        cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
+    }
     if (cfg == 7) {
-        if (small) return qk__launch_small<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+        if (sizeof(T) == 4 && CPLX && sizeof(OutT) == 4 && D <= 32) return qk__launch_small<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
         cfg = 1;
     }
     switch (cfg) {
@@ -1365,29 +1535,57 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     }
 }
 
-template <typename T, typename OutT>
-static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t nn, int q, OutT *out, int64_t ld,
-                                    OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+/* ======================================================================================== */
+/* >>blas       cuBLAS and the tensor-core engines, and their |.|^2 epilogue                */
+/* ======================================================================================== */
+
+/* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
+   interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
+   values later, by an imaginary plane. */
+template <typename T, bool CPLX, typename OutT>
+__global__ void __launch_bounds__(256)
+qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane)
 {
-    const int BM = 64, BN = 64, TM = 4, TN = 4, NT = 256;
-    size_t op = (size_t)8 * (BM + BN) * 4 * sizeof(T);
-    size_t ep = (size_t)BM * (BN + 1) * sizeof(OutT);
-    size_t smem = std::max(op, ep);
-    auto kf = qk__k_gram_product<T, OutT, BM, BN, TM, TN>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) {
-        int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
-        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
-        int tg = 0;
-        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
-            const int64_t Tx = grid.x, Ty = grid.y;
-            tg = (int)Tx;
-            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    const int BM = 32, BN = 32;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    __shared__ OutT Cs[BM * (BN + 1)];
+    for (int idx = threadIdx.x; idx < BM * BN; idx += 256) {
+        int r = idx / BN, c = idx % BN;
+        int gi = row0 + r, gj = col0 + c;
+        T v = 0;
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
+            if (CPLX && plane) {
+                const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
+                v = zr * zr + zi * zi;
+            } else if (CPLX) {
+                typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
+                v = z.x * z.x + z.y * z.y;
+            } else {
+                T z = Cm[(int64_t)gi * ldc + gj];
+                v = z * z;
+            }
         }
-        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(UA + r0 * q * 4, UB, (int)mm, (int)nn, q, o, ld, mo, doff - r0, tri, qk__vec_ok(o, mo, ld), tg);
-        QK_LAUNCH_CK("gram_product");
+        Cs[r * (BN + 1) + c] = (OutT)v;
     }
+    __syncthreads();
+    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
+                                     int tri, int64_t plane, cudaStream_t st, qk__err *E)
+{
+    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                        qk__vec_ok(out, mout, ld), tg, plane);
+    QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
 }
 
@@ -1424,6 +1622,61 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
      7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
+/* Tensor-core operands (qk__tc_products). x rounded to TF32 (10 stored mantissa bits) to
+   nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x: a carry into the exponent
+   is the right result). */
+__device__ __forceinline__ float qk__tf32_rna(float x)
+{
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
+__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
+__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
+__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
+
+/* n values of rows of W (interleaved complex or real states) into an operand of the real-form
+   products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
+   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
+   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
+   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
+   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
+   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
+template <typename T, typename O, bool SPLIT>
+__global__ void __launch_bounds__(256)
+qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
+        if constexpr (SPLIT) {
+            const float sv = (float)(v * scale);
+            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
+            const int64_t r = e / W, k = e - r * W;
+            O *o = out + r * 4 * W + k;
+            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
+        } else out[e] = qk__cvt(v * scale, (O *)nullptr);
+    }
+}
+
+/* qk__k_tc_operand for engine mode (3..7): rows x W values of src into dst, a grid-stride loop
+   of at most 2^20 blocks. */
+static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
+                                       cudaStream_t st, qk__err *E)
+{
+    const int64_t n = rows * W;
+    const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
+    if (n <= 0) return QK_OK;
+    switch (mode) {
+    case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+    case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
+    default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
+    }
+    QK_LAUNCH_CK("qk__k_tc_operand");
+    return QK_OK;
+}
+
 template <typename T, bool CPLX>
 static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
 {
@@ -1436,7 +1689,6 @@ static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
     return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
 }
 
-#define QK__TC_MAX_QUBITS 24 /* int leading dimensions of the FP32X3 operands (4W) stay far from 2^31 */
 
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
@@ -1467,18 +1719,7 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
 
     /* operands: rows of B (xb), rotated rows of B (xr), rows of A (xa) */
     auto conv = [&](const void *src, int64_t rows, int rot, void *dst) -> qk_result {
-        const int64_t n = rows * W;
-        const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
-        if (n <= 0) return QK_OK;
-        switch (mode) {
-        case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
-        case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-        case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-        case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
-        default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
-        }
-        QK_LAUNCH_CK("tc_operand");
-        return QK_OK;
+        return qk__launch_tc_operand(mode, src, rows, W, rot, s16, dst, st, E);
     };
     const void *xa, *xb, *xr = nullptr;
     char *p = ops;
@@ -1592,21 +1833,239 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
         QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
         st = est;
     }
-    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
-    int tg = 0;
-    if (tri && doff == 0 && nn >= m) {
-        const int64_t Tx = grid.x, Ty = grid.y;
-        tg = (int)Tx;
-        grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, st, E);
+}
+
+/* ======================================================================================== */
+/* >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)                */
+/* ======================================================================================== */
+
+/* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict__ x, int64_t rows, int d, int64_t D,
+                                                       T *__restrict__ out)
+{
+    __shared__ double red[256];
+    const int64_t r = blockIdx.x;
+    if (r >= rows) return;
+    const double *xr = x + r * d;
+    double acc = 0;
+    for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
     }
-    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld), tg, tc && CPLX ? m * nn : 0);
-    QK_LAUNCH_CK("epilogue");
+    const double inv = 1.0 / sqrt(red[0]);
+    T *o = out + r * D;
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
+}
+
+/* qk__k_amp_encode: one block of 256 threads per row. */
+template <typename T>
+static qk_result qk__launch_amp_encode(const double *x, int64_t rows, int d, int64_t D, T *out, cudaStream_t st, qk__err *E)
+{
+    qk__k_amp_encode<T><<<(unsigned)rows, 256, 0, st>>>(x, rows, d, D, out);
+    QK_LAUNCH_CK("qk__k_amp_encode");
+    return QK_OK;
+}
+
+/* A large host copy on several threads (pageable source into pinned staging): one core copies
+   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
+   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
+static void qk__par_memcpy(void *dst, const void *src, size_t n)
+{
+    const size_t part = (size_t)8 << 20;
+    int nt = (int)std::min<size_t>(8, (n + part - 1) / part);
+    if (nt <= 1) { memcpy(dst, src, n); return; }
+    std::vector<std::thread> th;
+    for (int t = 1; t < nt; ++t)
+        th.emplace_back([=] {
+            size_t a = n * t / nt, b = n * (t + 1) / nt;
+            memcpy((char *)dst + a, (const char *)src + a, b - a);
+        });
+    memcpy(dst, src, n / nt);
+    for (auto &x : th) x.join();
+}
+
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    if (batch <= 0) batch = 64;
+    if (batch > n) batch = n > 0 ? n : 1;
+    const int64_t D = (int64_t)1 << n_qubits;
+    const size_t rowb = (size_t)d * sizeof(double);
+    struct R {
+        cudaStream_t cp = nullptr, ks = nullptr;
+        double *dbuf[2] = {nullptr, nullptr};
+        double *stage[2] = {nullptr, nullptr};
+        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+        ~R() {
+            if (cp) cudaStreamSynchronize(cp);
+            if (ks) cudaStreamSynchronize(ks);
+            for (int i = 0; i < 2; ++i) {
+                cudaFree(dbuf[i]);
+                if (stage[i]) cudaFreeHost(stage[i]);
+                if (h2d[i]) cudaEventDestroy(h2d[i]);
+                if (kdone[i]) cudaEventDestroy(kdone[i]);
+            }
+            if (t0) cudaEventDestroy(t0);
+            if (t1) cudaEventDestroy(t1);
+            if (cp) cudaStreamDestroy(cp);
+            if (ks) cudaStreamDestroy(ks);
+            cudaGetLastError();
+        }
+    } R;
+    cudaPointerAttributes at;
+    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
+    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; ++i) {
+        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
+        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
+        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
+        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
+    }
+    QK_CK(cudaEventCreate(&R.t0));
+    QK_CK(cudaEventCreate(&R.t1));
+    QK_CK(cudaEventRecord(R.t0, R.cp));
+    const int64_t nb = (n + batch - 1) / batch;
+    for (int64_t b = 0; b < nb; ++b) {
+        const int i = (int)(b & 1);
+        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
+        /* buffer i is free once the kernel of batch b-2 is done */
+        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
+        const double *src = x + r0 * d;
+        if (!pinned) {
+            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
+            qk__par_memcpy(R.stage[i], src, rows * rowb);
+            src = R.stage[i];
+        }
+        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
+        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
+        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
+        QK_TRY(qk__dispatch(precision == QK_PRECISION_FP64, false, false, [&](auto ty) {
+            typedef typename decltype(ty)::T T;
+            return qk__launch_amp_encode<T>(R.dbuf[i], rows, d, D, (T *)out_dev + r0 * D, R.ks, E);
+        }));
+        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
+    }
+    QK_CK(cudaEventRecord(R.t1, R.ks));
+    QK_CK(cudaEventSynchronize(R.t1));
+    if (seconds) {
+        float ms = 0;
+        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
+        *seconds = ms * 1e-3;
+    }
     return QK_OK;
 }
 
 /* ======================================================================================== */
-/*                                 HOST: the Gram pipeline                                  */
+/* >>tune       the autotuner (qk_cuda_tune_gram)                                           */
+/* ======================================================================================== */
+
+/* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
+template <typename T>
+__global__ void qk__k_fill_random(T *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (T)h * ((T)2 / (T)4294967296.0) - (T)1;
+}
+
+template <typename T>
+static qk_result qk__launch_fill_random(T *p, int64_t count, uint32_t seed, cudaStream_t st, qk__err *E)
+{
+    qk__k_fill_random<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(p, count, seed);
+    QK_LAUNCH_CK("qk__k_fill_random");
+    return QK_OK;
+}
+
+struct qk__tune_ws {
+    void *S = nullptr, *K = nullptr, *Cw = nullptr;
+    cublasHandle_t h = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~qk__tune_ws() {
+        cudaFree(S); cudaFree(K); cudaFree(Cw);
+        if (h) cublasDestroy(h);
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaGetLastError();
+    }
+};
+
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
+{
+    const int D = 1 << pl->n_qubits;
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
+    qk__tune_ws w;
+    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
+    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
+    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
+    QK_BLAS_CK(cublasCreate(&w.h));
+    QK_CK(cudaEventCreate(&w.e0));
+    QK_CK(cudaEventCreate(&w.e1));
+    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
+    QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
+    res->n = 0;
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
+    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
+    OutT *K = (OutT *)w.K;
+    for (int c = 0; c < res->n; ++c) {
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            QK_CK(cudaEventRecord(w.e0, 0));
+            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
+            QK_CK(cudaEventRecord(w.e1, 0));
+            QK_CK(cudaEventSynchronize(w.e1));
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
+            if (r > 0) t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        res->ms[c] = t[t.size() / 2];
+    }
+    res->best = 0;
+    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                       char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
+    memset(res, 0, sizeof *res);
+    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
+    int64_t n = n_samples > 0 ? n_samples : 4096;
+    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
+    if (reps < 1) reps = 3;
+    res->n_samples = n;
+    return qk__dispatch(plan->precision == QK_PRECISION_FP64, plan->path != QK_PATH_REAL, plan->out_dtype == QK_F64,
+                        [&](auto ty) {
+                            typedef decltype(ty) Ty;
+                            return qk__tune<typename Ty::T, Ty::CPLX, typename Ty::OutT>(plan, n, reps, res, E);
+                        });
+}
+
+/* ======================================================================================== */
+/* >>pipeline   the Gram pipeline: streams, job state, qk__pipe                             */
 /* ======================================================================================== */
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
@@ -1691,19 +2150,6 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
     J->pool.ev_stream.push_back(s);
     J->pool.ev_tag.push_back(tag);
     QK_CK(cudaEventRecord(e, J->pool.st[s]));
-    return QK_OK;
-}
-
-/* Per-qubit 2-vectors of product-map samples (the analytic path's "states"). */
-template <typename T>
-static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
-                                          cudaStream_t st, qk__err *E)
-{
-    const int64_t tot = n * q;
-    if (tot <= 0) return QK_OK;
-    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
-                                                                          dp.w, out);
-    QK_LAUNCH_CK("qubit_vectors");
     return QK_OK;
 }
 
@@ -2045,16 +2491,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     }
 };
 
-/* the output dtype's instance of the pipeline */
-template <typename T, bool CPLX>
-static qk_result qk__gram_out(qk__job_state *J, int64_t slab, int64_t tile, int res)
-{
-    if (J->plan->out_dtype == QK_F64) return qk__pipe<T, CPLX, double>(J, slab, tile, res).run();
-    return qk__pipe<T, CPLX, float>(J, slab, tile, res).run();
-}
-
 /* ======================================================================================== */
-/*                                    extern "C" surface                                    */
+/* >>api        the extern "C" surface used by qk.h                                         */
 /* ======================================================================================== */
 
 extern "C" int qk_cuda_device_count(void)
@@ -2147,8 +2585,10 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;
         qk_result r;
-        if (p64) r = real ? qk__gram_out<double, false>(&J, slab, tile, res) : qk__gram_out<double, true>(&J, slab, tile, res);
-        else r = real ? qk__gram_out<float, false>(&J, slab, tile, res) : qk__gram_out<float, true>(&J, slab, tile, res);
+        r = qk__dispatch(p64, !real, plan->out_dtype == QK_F64, [&](auto ty) {
+            typedef decltype(ty) Ty;
+            return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J, slab, tile, res).run();
+        });
         qk__job_free(&J);
         if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0) return r;
         if (res && !(desc->output == QK_OUTPUT_DEVICE)) { res = 0; continue; }
@@ -2171,7 +2611,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     qk_map m2 = *map;
     if (m2.cls == QK_CLASS_PRODUCT) m2.cls = QK_CLASS_COMPLEX; /* build the state vector anyway */
     QK_TRY(qk__compile(&m2, &pg, E));
-    pg.real_out = 0;
     qk__dprog dp;
     qk__build_ws ws;
     double *dx = nullptr, *dout = nullptr;
@@ -2188,14 +2627,11 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
         if (pg.has_amp) QK_CK(cudaMalloc((void **)&ws.inv, (size_t)n * sizeof(double)));
         QK_CK(cudaMalloc(&st, (size_t)n * D * cx));
         QK_CK(cudaMalloc((void **)&dout, (size_t)n * D * 2 * sizeof(double)));
-        if (p64) {
-            QK_TRY(qk__build_states<double>(pg, dp, dx, n, ws, st, false, 0, E));
-            qk__k_widen<double><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<double> *)st, dout, n * D);
-        } else {
-            QK_TRY(qk__build_states<float>(pg, dp, dx, n, ws, st, false, 0, E));
-            qk__k_widen<float><<<(unsigned)((n * D + 255) / 256), 256>>>((const qk__cx<float> *)st, dout, n * D);
-        }
-        QK_LAUNCH_CK("widen");
+        QK_TRY(qk__dispatch(p64, false, false, [&](auto ty) {
+            typedef typename decltype(ty)::T Tv;
+            QK_TRY(qk__build_states<Tv>(pg, dp, dx, n, ws, st, false, 0, E));
+            return qk__launch_widen<Tv>((const qk__cx<Tv> *)st, dout, n * D, 0, E);
+        }));
         QK_CK(cudaMemcpy(out, dout, (size_t)n * D * 2 * sizeof(double), cudaMemcpyDeviceToHost));
         return QK_OK;
     };
@@ -2204,390 +2640,4 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     cudaFree(dx); cudaFree(dout); cudaFree(st);
     cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
     return r;
-}
-
-
-/* ---- amplitude encoding from host data ---- */
-/* A large host copy on several threads (pageable source into pinned staging): one core copies
-   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
-   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
-static void qk__par_memcpy(void *dst, const void *src, size_t n)
-{
-    const size_t part = (size_t)8 << 20;
-    int nt = (int)std::min<size_t>(8, (n + part - 1) / part);
-    if (nt <= 1) { memcpy(dst, src, n); return; }
-    std::vector<std::thread> th;
-    for (int t = 1; t < nt; ++t)
-        th.emplace_back([=] {
-            size_t a = n * t / nt, b = n * (t + 1) / nt;
-            memcpy((char *)dst + a, (const char *)src + a, b - a);
-        });
-    memcpy(dst, src, n / nt);
-    for (auto &x : th) x.join();
-}
-
-extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
-{
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
-    if (batch <= 0) batch = 64;
-    if (batch > n) batch = n > 0 ? n : 1;
-    const int64_t D = (int64_t)1 << n_qubits;
-    const size_t rowb = (size_t)d * sizeof(double);
-    struct R {
-        cudaStream_t cp = nullptr, ks = nullptr;
-        double *dbuf[2] = {nullptr, nullptr};
-        double *stage[2] = {nullptr, nullptr};
-        cudaEvent_t h2d[2] = {nullptr, nullptr}, kdone[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
-        ~R() {
-            if (cp) cudaStreamSynchronize(cp);
-            if (ks) cudaStreamSynchronize(ks);
-            for (int i = 0; i < 2; ++i) {
-                cudaFree(dbuf[i]);
-                if (stage[i]) cudaFreeHost(stage[i]);
-                if (h2d[i]) cudaEventDestroy(h2d[i]);
-                if (kdone[i]) cudaEventDestroy(kdone[i]);
-            }
-            if (t0) cudaEventDestroy(t0);
-            if (t1) cudaEventDestroy(t1);
-            if (cp) cudaStreamDestroy(cp);
-            if (ks) cudaStreamDestroy(ks);
-            cudaGetLastError();
-        }
-    } R;
-    cudaPointerAttributes at;
-    bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
-    cudaGetLastError();
-    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; ++i) {
-        QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
-        if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
-        QK_CK(cudaEventCreateWithFlags(&R.h2d[i], cudaEventDisableTiming));
-        QK_CK(cudaEventCreateWithFlags(&R.kdone[i], cudaEventDisableTiming));
-    }
-    QK_CK(cudaEventCreate(&R.t0));
-    QK_CK(cudaEventCreate(&R.t1));
-    QK_CK(cudaEventRecord(R.t0, R.cp));
-    const int64_t nb = (n + batch - 1) / batch;
-    for (int64_t b = 0; b < nb; ++b) {
-        const int i = (int)(b & 1);
-        const int64_t r0 = b * batch, rows = std::min(batch, n - r0);
-        /* buffer i is free once the kernel of batch b-2 is done */
-        if (b >= 2) QK_CK(cudaStreamWaitEvent(R.cp, R.kdone[i], 0));
-        const double *src = x + r0 * d;
-        if (!pinned) {
-            if (b >= 2) QK_CK(cudaEventSynchronize(R.h2d[i])); /* staging i was read by batch b-2's copy */
-            qk__par_memcpy(R.stage[i], src, rows * rowb);
-            src = R.stage[i];
-        }
-        QK_CK(cudaMemcpyAsync(R.dbuf[i], src, rows * rowb, cudaMemcpyHostToDevice, R.cp));
-        QK_CK(cudaEventRecord(R.h2d[i], R.cp));
-        QK_CK(cudaStreamWaitEvent(R.ks, R.h2d[i], 0));
-        if (precision == QK_PRECISION_FP64)
-            qk__k_amp_encode<double><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (double *)out_dev + r0 * D);
-        else
-            qk__k_amp_encode<float><<<(unsigned)rows, 256, 0, R.ks>>>(R.dbuf[i], rows, d, D, (float *)out_dev + r0 * D);
-        QK_LAUNCH_CK("amp_encode");
-        QK_CK(cudaEventRecord(R.kdone[i], R.ks));
-    }
-    QK_CK(cudaEventRecord(R.t1, R.ks));
-    QK_CK(cudaEventSynchronize(R.t1));
-    if (seconds) {
-        float ms = 0;
-        QK_CK(cudaEventElapsedTime(&ms, R.t0, R.t1));
-        *seconds = ms * 1e-3;
-    }
-    return QK_OK;
-}
-
-/* ---- autotune ---- */
-__global__ void qk__k_fill_random(float *p, int64_t count, uint32_t seed)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
-    p[i] = (float)h * (2.0f / 4294967296.0f) - 1.0f;
-}
-__global__ void qk__k_fill_random_d(double *p, int64_t count, uint32_t seed)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
-    p[i] = (double)h * (2.0 / 4294967296.0) - 1.0;
-}
-
-struct qk__tune_ws {
-    void *S = nullptr, *K = nullptr, *Cw = nullptr;
-    cublasHandle_t h = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    ~qk__tune_ws() {
-        cudaFree(S); cudaFree(K); cudaFree(Cw);
-        if (h) cublasDestroy(h);
-        if (e0) cudaEventDestroy(e0);
-        if (e1) cudaEventDestroy(e1);
-        cudaGetLastError();
-    }
-};
-
-/* the tensor-core engine of a precision (qk.h's qk__tc_mode; FP64: its real form) */
-static int qk__tc_mode_of(qk_precision p)
-{
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5 : p == QK_PRECISION_FP64 ? 7 : 0;
-}
-
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
-{
-    const int D = 1 << pl->n_qubits;
-    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode_of(pl->precision) : 0;
-    qk__tune_ws w;
-    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
-    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
-    QK_BLAS_CK(cublasCreate(&w.h));
-    QK_CK(cudaEventCreate(&w.e0));
-    QK_CK(cudaEventCreate(&w.e1));
-    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
-    if (sizeof(T) == 4) qk__k_fill_random<<<(unsigned)((cnt + 255) / 256), 256>>>((float *)w.S, cnt, 12345u);
-    else qk__k_fill_random_d<<<(unsigned)((cnt + 255) / 256), 256>>>((double *)w.S, cnt, 12345u);
-    QK_LAUNCH_CK("fill_random");
-    res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
-    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
-    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
-    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
-    OutT *K = (OutT *)w.K;
-    for (int c = 0; c < res->n; ++c) {
-        std::vector<double> t;
-        for (int r = 0; r < reps + 1; ++r) {
-            QK_CK(cudaEventRecord(w.e0, 0));
-            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
-            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
-            QK_CK(cudaEventRecord(w.e1, 0));
-            QK_CK(cudaEventSynchronize(w.e1));
-            float ms = 0;
-            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
-            if (r > 0) t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        res->ms[c] = t[t.size() / 2];
-    }
-    res->best = 0;
-    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
-    return QK_OK;
-}
-
-extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
-                                       char *err, size_t err_size)
-{
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
-    memset(res, 0, sizeof *res);
-    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
-        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
-    int64_t n = n_samples > 0 ? n_samples : 4096;
-    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
-    if (reps < 1) reps = 3;
-    res->n_samples = n;
-    const bool real = plan->path == QK_PATH_REAL, p64 = plan->precision == QK_PRECISION_FP64, o64 = plan->out_dtype == QK_F64;
-    if (p64) {
-        if (real) return o64 ? qk__tune<double, false, double>(plan, n, reps, res, E) : qk__tune<double, false, float>(plan, n, reps, res, E);
-        return o64 ? qk__tune<double, true, double>(plan, n, reps, res, E) : qk__tune<double, true, float>(plan, n, reps, res, E);
-    }
-    if (real) return o64 ? qk__tune<float, false, double>(plan, n, reps, res, E) : qk__tune<float, false, float>(plan, n, reps, res, E);
-    return o64 ? qk__tune<float, true, double>(plan, n, reps, res, E) : qk__tune<float, true, float>(plan, n, reps, res, E);
-}
-
-/* ---- few-qubit Gram (>>small) ---- */
-/* K of states of D <= 32 complex64 amplitudes (q <= 5) is bound by the issue rate of the FP32
-   pipe and by the 4 bytes a pair written, not by loads: one tile's operands are D * 128 * 8
-   bytes. This kernel keeps one 512-thread block per SM alive over many tiles (persistent, grid-
-   stride over the tile list, the triangle's tiles only for a symmetric block), holds the whole
-   inner dimension in shared memory, prefetches the next tile's operands into registers while it
-   computes this one, and writes each tile and its mirror as full 16-byte rows / 32-byte sectors
-   from a staged copy. Thread (tx, ty) owns rows ty + 16 i and columns tx + 32 j (strided: B reads
-   are consecutive per lane, A reads a broadcast). Measured against the 64 x 64 fused tile on an
-   H200 (zz 4 qubits, n = 32768, K on the device: 462 against 379 Gpairs/s; bench/small_gram_probe.cu
-   times the candidates against the write floor; docs/benchmarks.md). Semantics of out / mout /
-   doff / tri are those of qk__k_gram. */
-#define QK__SMALL_BM 128
-#define QK__SMALL_TM 8
-#define QK__SMALL_TN 4
-#define QK__SMALL_NT ((QK__SMALL_BM / QK__SMALL_TM) * (QK__SMALL_BM / QK__SMALL_TN))
-#define QK__SMALL_CS (QK__SMALL_BM + 4) /* staged tile row stride (floats): 16-byte rows, mirror reads conflict-free */
-
-template <int D>
-__global__ void __launch_bounds__(QK__SMALL_NT, 1)
-qk__k_gram_small(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
-                 int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
-{
-    constexpr int BM = QK__SMALL_BM, BN = QK__SMALL_BM, TM = QK__SMALL_TM, TN = QK__SMALL_TN, NT = QK__SMALL_NT;
-    constexpr int TX = BN / TN, TY = BM / TM, CS = QK__SMALL_CS;
-    constexpr int EA = (BM * D + NT - 1) / NT, EB = (BN * D + NT - 1) / NT;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    float2 (*As)[BM + 1] = (float2 (*)[BM + 1])qk__smem;
-    float2 (*Bs)[BN + 1] = (float2 (*)[BN + 1])(qk__smem + sizeof(float2) * D * (BM + 1));
-    float (*Cs)[CS] = (float (*)[CS])(qk__smem + sizeof(float2) * D * (BM + 1 + BN + 1));
-    const int tx = threadIdx.x % TX, ty = threadIdx.x / TX;
-    float2 ra[EA], rb[EB];
-    auto tile = [&](int64_t L, int &r0, int &c0) {
-        int a, b;
-        if (tgrid > 0) {
-            const int64_t T = tgrid;
-            const double bb = 2.0 * (double)T + 1.0;
-            int64_t i = (int64_t)floor((bb - sqrt(bb * bb - 8.0 * (double)L)) * 0.5);
-            if (i < 0) i = 0;
-            while (i > 0 && i * T - i * (i - 1) / 2 > L) --i;
-            while ((i + 1) * T - (i + 1) * i / 2 <= L) ++i;
-            a = (int)i;
-            b = (int)(i + (L - (i * T - i * (i - 1) / 2)));
-        } else {
-            a = (int)(L / tx_tiles);
-            b = (int)(L % tx_tiles);
-        }
-        r0 = a * BM;
-        c0 = b * BN;
-    };
-    auto fetch = [&](int64_t L) {
-        int r0, c0;
-        tile(L, r0, c0);
-#pragma unroll
-        for (int u = 0; u < EA; ++u) {
-            const int e = threadIdx.x + u * NT, r = e / D, k = e % D;
-            ra[u] = (e < BM * D && r0 + r < m) ? A[(int64_t)(r0 + r) * D + k] : make_float2(0.f, 0.f);
-        }
-#pragma unroll
-        for (int u = 0; u < EB; ++u) {
-            const int e = threadIdx.x + u * NT, r = e / D, k = e % D;
-            rb[u] = (e < BN * D && c0 + r < nn) ? B[(int64_t)(c0 + r) * D + k] : make_float2(0.f, 0.f);
-        }
-    };
-    int64_t L = blockIdx.x;
-    if (L >= ntiles) return;
-    fetch(L);
-    for (; L < ntiles; L += gridDim.x) {
-        int row0, col0;
-        tile(L, row0, col0);
-#pragma unroll
-        for (int u = 0; u < EA; ++u) {
-            const int e = threadIdx.x + u * NT;
-            if (e < BM * D) As[e % D][e / D] = ra[u];
-        }
-#pragma unroll
-        for (int u = 0; u < EB; ++u) {
-            const int e = threadIdx.x + u * NT;
-            if (e < BN * D) Bs[e % D][e / D] = rb[u];
-        }
-        __syncthreads();
-        const bool below = tri && (int64_t)col0 + BN - 1 + doff < row0; /* whole tile under the diagonal */
-        if (L + gridDim.x < ntiles) fetch(L + gridDim.x);
-        if (!below) {
-            float cr[TM][TN], ci[TM][TN];
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) { cr[i][j] = 0.f; ci[i][j] = 0.f; }
-#pragma unroll
-            for (int k = 0; k < D; ++k) {
-                float2 av[TM], bv[TN];
-#pragma unroll
-                for (int i = 0; i < TM; ++i) av[i] = As[k][ty + TY * i];
-#pragma unroll
-                for (int j = 0; j < TN; ++j) bv[j] = Bs[k][tx + TX * j];
-#pragma unroll
-                for (int i = 0; i < TM; ++i)
-#pragma unroll
-                    for (int j = 0; j < TN; ++j) {
-                        cr[i][j] = fmaf(av[i].x, bv[j].x, cr[i][j]);
-                        cr[i][j] = fmaf(av[i].y, bv[j].y, cr[i][j]);
-                        ci[i][j] = fmaf(av[i].x, bv[j].y, ci[i][j]);
-                        ci[i][j] = fmaf(-av[i].y, bv[j].x, ci[i][j]);
-                    }
-            }
-#pragma unroll
-            for (int i = 0; i < TM; ++i)
-#pragma unroll
-                for (int j = 0; j < TN; ++j) Cs[ty + TY * i][tx + TX * j] = cr[i][j] * cr[i][j] + ci[i][j] * ci[i][j];
-        }
-        __syncthreads();
-        if (below) continue; /* block-uniform */
-        if (vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM)) {
-            for (int idx = threadIdx.x; idx < BM * BN / 4; idx += NT) {
-                const int r = idx / (BN / 4), c = (idx % (BN / 4)) * 4;
-                __stcs((float4 *)(out + (int64_t)(row0 + r) * ld + col0 + c), *(const float4 *)&Cs[r][c]);
-            }
-            if (mout) {
-                /* lane pairs fill 32-byte sectors of the mirror: rows r and r + 4 of one column; a
-                   warp's 16 columns and the pair's 4-row offset (4 * CS = 16 banks) meet each bank once */
-                for (int idx = threadIdx.x; idx < BM * BN / 4; idx += NT) {
-                    const int p = idx >> 1, c = p % BN, r = (p / BN) * 8 + (idx & 1) * 4;
-                    __stcs((float4 *)(mout + (int64_t)(col0 + c) * ld + row0 + r),
-                           make_float4(Cs[r][c], Cs[r + 1][c], Cs[r + 2][c], Cs[r + 3][c]));
-                }
-            }
-        } else {
-            for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
-                const int r = idx / BN, c = idx % BN, gi = row0 + r, gj = col0 + c;
-                if (gi < m && gj < nn && (!tri || gj + doff >= gi)) out[(int64_t)gi * ld + gj] = Cs[r][c];
-            }
-            if (mout) {
-                for (int idx = threadIdx.x; idx < BM * BN; idx += NT) {
-                    const int c = idx / BM, r = idx % BM, gi = row0 + r, gj = col0 + c;
-                    if (gi < m && gj < nn && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = Cs[r][c];
-                }
-            }
-        }
-    }
-}
-
-template <int D>
-static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
-                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    const int BM = QK__SMALL_BM;
-    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
-    auto kf = qk__k_gram_small<D>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int dev = 0, sms = 0, per = 0;
-    QK_CK(cudaGetDevice(&dev));
-    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__SMALL_NT, smem));
-    if (per < 1) per = 1;
-    const int64_t Ty = (m + BM - 1) / BM, Tx = (nn + BM - 1) / BM;
-    int tg = 0;
-    int64_t ntiles = Ty * Tx;
-    if (tri && doff == 0 && nn >= m) { tg = (int)Tx; ntiles = Ty * Tx - Ty * (Ty - 1) / 2; }
-    if (ntiles <= 0) return QK_OK;
-    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, QK__SMALL_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld),
-                                                  (int)Tx, tg, ntiles);
-    QK_LAUNCH_CK("gram_small");
-    return QK_OK;
-}
-
-/* The few-qubit kernel for complex fp32 states with float K and D <= 32; anything else is
-   QK_ERROR_UNSUPPORTED (qk__launch_gram falls back to the tiled kernel). */
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
-                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4) return QK_ERROR_UNSUPPORTED;
-    const float2 *a = (const float2 *)A, *b = (const float2 *)B;
-    float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
-    switch (D) {
-    case 2: return qk__launch_small_d<2>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 4: return qk__launch_small_d<4>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 8: return qk__launch_small_d<8>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 16: return qk__launch_small_d<16>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 32: return qk__launch_small_d<32>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    default: return QK_ERROR_UNSUPPORTED;
-    }
 }

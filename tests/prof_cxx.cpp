@@ -8,8 +8,7 @@
 #include <cstring>
 #include <stdexcept>
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+#include "qk_test.h"
 
 static uint64_t fake_now;
 static uint64_t fake_clock(void *) { return fake_now; }
@@ -54,7 +53,7 @@ int main()
     qk_prof_get_summary(&s);
     CHECK(s.unbalanced == 0 && s.mismatched == 0);
     qk_prof_shutdown();
-    if (failures) return 1;
+    if (qk_test_fails) return 1;
     std::fprintf(stderr, "prof_cxx: ok\n");
     return 0;
 }

@@ -13,8 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int fails = 0;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); fails++; } } while (0)
+#include "qk_test.h"
 
 static uint64_t fake_now = 1000;
 static uint64_t fake_clock(void *user) { (void)user; return fake_now; }
@@ -129,6 +128,6 @@ int main(int argc, char **argv)
         qk_map_free(map);
     }
     QK_PROF_SHUTDOWN();
-    if (fails) fprintf(stderr, "prof_locale: %d failure(s)\n", fails);
-    return fails ? 1 : 0;
+    if (qk_test_fails) fprintf(stderr, "prof_locale: %d failure(s)\n", qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

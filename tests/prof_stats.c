@@ -14,8 +14,7 @@
 static uint64_t fake_now;
 static uint64_t fake_clock(void *user) { (void)user; return fake_now; }
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+#include "qk_test.h"
 
 static uint64_t rng = 0;
 static uint64_t rnd(void) { rng ^= rng << 13; rng ^= rng >> 7; rng ^= rng << 17; return rng; }
@@ -240,7 +239,7 @@ int main(int argc, char **argv)
     }
     qk_prof_shutdown();
     free(outer.d); free(inner.d); free(weird.d);
-    if (failures) { fprintf(stderr, "%d failure(s)\n", failures); return 1; }
+    if (qk_test_fails) { fprintf(stderr, "%d failure(s)\n", qk_test_fails); return 1; }
     fprintf(stderr, "prof_stats: ok\n");
     return 0;
 }

@@ -11,8 +11,7 @@
 #define NT 8
 #define NZ 100000
 
-static int failures;
-#define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #c); failures++; } } while (0)
+#include "qk_test.h"
 
 
 
@@ -106,7 +105,7 @@ int main(void)
     CHECK(s.unbalanced == 499); /* every reuse finds the previous thread's open zone */
     fprintf(stderr, "500 sequential threads: %d lane(s)\n", s.threads);
     qk_prof_shutdown();
-    if (failures) { fprintf(stderr, "%d failure(s)\n", failures); return 1; }
+    if (qk_test_fails) { fprintf(stderr, "%d failure(s)\n", qk_test_fails); return 1; }
     fprintf(stderr, "prof_threads: ok\n");
     return 0;
 }

@@ -44,8 +44,7 @@ static void fi_free(void *p) {
 #include <string.h>
 #include <unistd.h>
 
-static int g_fail = 0;
-#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static char g_dir[256];
 static const char *tpath(const char *name) {
@@ -305,7 +304,7 @@ int main(void) {
     sweep("qk_gram, .npy output", job_gram_npy, tpath("K.npy"));
     sweep("qk_npy_write", job_npy_write, tpath("w.npy"));
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-    if (!g_fail && system(cmd) != 0) printf("could not remove %s\n", g_dir);
-    printf("test_alloc_fail: %s\n", g_fail ? "FAILED" : "all checks passed");
-    return g_fail ? 1 : 0;
+    if (!qk_test_fails && system(cmd) != 0) printf("could not remove %s\n", g_dir);
+    printf("test_alloc_fail: %s\n", qk_test_fails ? "FAILED" : "all checks passed");
+    return qk_test_fails ? 1 : 0;
 }

@@ -11,8 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-static int g_fail = 0, g_checks = 0;
-#define CHECK(c, ...) do { g_checks++; if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static unsigned long long g_rng;
 static double urand(void)
@@ -374,7 +373,7 @@ static void test_parser(void)
         qk_map_free(a); qk_map_free(b);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        qk_map *a = (qk_map *)&g_fail; /* must be reset to NULL */
+        qk_map *a = (qk_map *)&qk_test_fails; /* must be reset to NULL */
         char want[32];
         qk_result r = qk_map_parse(bad[i].spec, 2, &a);
         snprintf(want, sizeof want, "column %d:", bad[i].col);
@@ -497,6 +496,6 @@ int main(void)
     test_parser();
     test_bad_input();
     test_weights();
-    printf("%d checks, %d failures\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -21,8 +21,7 @@ static void *t_realloc(void *p, size_t n) { g_alloc_count++; if (n > g_alloc_max
 #include <string.h>
 #include <time.h>
 
-static int g_fail = 0, g_checks = 0;
-#define CHECK(c, ...) do { g_checks++; if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static void alloc_reset(void) { g_alloc_max = 0; g_alloc_count = 0; }
 static int has(const char *s, const char *sub) { return strstr(s, sub) != NULL; }
@@ -200,6 +199,6 @@ int main(void) {
     test_bounds();
     test_messages();
     test_angles();
-    printf("test_hardening: %d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("test_hardening: %d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -14,8 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static int g_fail = 0;
-#define CHECK(c, ...) do { if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static char g_dir[256];
 static const char *tpath(const char *name) {
@@ -116,6 +115,6 @@ int main(void) {
     test_readers();
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
     if (system(cmd) != 0) printf("could not remove %s\n", g_dir);
-    printf("test_locale: %s\n", g_fail ? "FAILED" : "all checks passed");
-    return g_fail ? 1 : 0;
+    printf("test_locale: %s\n", qk_test_fails ? "FAILED" : "all checks passed");
+    return qk_test_fails ? 1 : 0;
 }

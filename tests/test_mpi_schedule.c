@@ -15,9 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int failures;
-#define CHECK(c, ...) do { if (!(c)) { failures++; fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
+#include "qk_test.h"
 
 static void bad_args(void) {
     qk_schedule s;
@@ -198,6 +196,6 @@ int main(void) {
         qk_schedule_free(&s);
     }
 
-    printf("test_mpi_schedule: %s (%d failures)\n", failures ? "FAILED" : "ok", failures);
-    return failures ? 1 : 0;
+    printf("test_mpi_schedule: %s (%d failures)\n", qk_test_fails ? "FAILED" : "ok", qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -30,16 +30,7 @@ static void *t_realloc(void *p, size_t n) { if (n > g_alloc_max) g_alloc_max = n
 #include <time.h>
 #include <unistd.h>
 
-static int failures = 0;
-#define CHECK(c, ...)                                                     \
-    do {                                                                  \
-        if (!(c)) {                                                       \
-            failures++;                                                   \
-            fprintf(stderr, "FAIL %s:%d: %s: ", __FILE__, __LINE__, #c);  \
-            fprintf(stderr, __VA_ARGS__);                                 \
-            fprintf(stderr, "\n");                                        \
-        }                                                                 \
-    } while (0)
+#include "qk_test.h"
 
 static uint64_t rng_state;
 static uint64_t rnd64(void) {   /* splitmix64 */
@@ -590,7 +581,7 @@ int main(void) {
     test_not_regular();
     test_csv_hardening();
 
-    if (failures == 0) {
+    if (qk_test_fails == 0) {
         /* Clean up only on success, so a failure leaves its files to look at. */
         char cmd[600];
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
@@ -598,6 +589,6 @@ int main(void) {
         printf("test_npy: all checks passed\n");
         return 0;
     }
-    printf("test_npy: %d checks FAILED (files kept in %s)\n", failures, dir);
+    printf("test_npy: %d checks FAILED (files kept in %s)\n", qk_test_fails, dir);
     return 1;
 }

@@ -8,8 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
-static int fails = 0, checks = 0;
-#define CHECK(c, ...) do { ++checks; if (!(c)) { ++fails; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static qk_device_info card(const char *name, double gb)
 {
@@ -208,7 +207,7 @@ int main(void)
     CHECK(qk_map_parse("angle(rot=y)", 40, &angle) == QK_OK, "parse angle");
     CHECK(qk_map_parse("hea(layers=2,rot=y)", 12, &hea) == QK_OK, "parse hea");
     qk_map_parse("zz(reps=1,ent=linear)", 31, &zz31); /* local: made (MPS path) */
-    if (fails) return 1;
+    if (qk_test_fails) return 1;
 
     {   /* no device: the CPU plan */
         qk_device_info none;
@@ -286,6 +285,6 @@ int main(void)
     precision_modes(cards, zz8, zz4, zz16, hea, angle);
     qk_map_free(zz8); qk_map_free(zz4); qk_map_free(zz20); qk_map_free(zz16);
     qk_map_free(angle); qk_map_free(hea); if (zz31) qk_map_free(zz31);
-    printf("%d checks, %d failed\n", checks, fails);
-    return fails ? 1 : 0;
+    printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -19,8 +19,7 @@
 #include <sys/resource.h>
 #include <dirent.h>
 
-static int g_fail = 0, g_checks = 0;
-#define CHECK(c, ...) do { g_checks++; if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "qk_test.h"
 
 static unsigned long long g_rng;
 static double urand(void)
@@ -244,6 +243,6 @@ int main(void)
     bad_requests(ctx);
     qk_ctx_destroy(ctx);
     rmdir(g_dir);
-    printf("%d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

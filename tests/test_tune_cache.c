@@ -17,9 +17,8 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_fail;
-#define CHECK(c) do { if (!(c)) { g_fail++; fprintf(stderr, "%s:%d: CHECK(%s) failed (%s)\n", \
-                      __FILE__, __LINE__, #c, qk_last_error()); } } while (0)
+#define QK_TEST_DETAIL() qk_last_error()
+#include "qk_test.h"
 
 /* ---- helpers ---- */
 static uint64_t g_rng;
@@ -336,7 +335,7 @@ static void check_bad(const char *path, const char *text, size_t len, const char
     CHECK(lb.warns == 1 && strstr(lb.last, path) != NULL);
     CHECK(memcmp(&got, &poison, sizeof got) == 0);
     if (expect_in_msg && !strstr(lb.last, expect_in_msg)) {
-        g_fail++;
+        qk_test_fails++;
         fprintf(stderr, "message \"%s\" lacks \"%s\"\n", lb.last, expect_in_msg);
     }
     if (!and_store) return;
@@ -826,12 +825,12 @@ int main(void) {
     test_eviction();
     test_locale();
     test_choose();
-    if (!g_fail) {
+    if (!qk_test_fails) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
     } else {
         fprintf(stderr, "files kept in %s\n", g_dir);
     }
-    printf("test_tune_cache: %s (%d failed checks)\n", g_fail ? "FAIL" : "ok", g_fail);
-    return g_fail ? 1 : 0;
+    printf("test_tune_cache: %s (%d failed checks)\n", qk_test_fails ? "FAIL" : "ok", qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -36,11 +36,10 @@
 #include "qk.h"
 
 typedef std::complex<double> cd;
-static int g_fail = 0, g_checks = 0;
 static std::mt19937_64 g_rng;
 static double urand(double a, double b) { return std::uniform_real_distribution<double>(a, b)(g_rng); }
 
-#define CHECK(cond, ...) do { ++g_checks; if (!(cond)) { ++g_fail; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "../qk_test.h"
 
 /* ---- maps built by hand from the documented conventions ---- */
 struct TMap {
@@ -524,7 +523,7 @@ static void tc_block_tests()
         std::vector<cd> SA(nx * D), SB(ny * D);
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
-        const int before = g_fail;
+        const int before = qk_test_fails;
         static const struct { qk_precision p; int b; } tcm[] = {
             {QK_PRECISION_TF32, 3}, {QK_PRECISION_FP32X3, 4}, {QK_PRECISION_FP16, 5}, {QK_PRECISION_FP64, 7}};
         for (auto &c : tcm) {
@@ -533,7 +532,7 @@ static void tc_block_tests()
             check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
             check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
         }
-        printf("tensor-core blocks %-10s %s\n", t.name.c_str(), g_fail == before ? "ok" : "FAILED");
+        printf("tensor-core blocks %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
     }
 }
 
@@ -596,7 +595,7 @@ static void fp32_same_tests(qk_ctx *gpu)
               specs[i], dims[i], p.use_blas);
         qk_map_free(m);
     }
-    printf("fp32 engine unchanged %s\n", g_fail ? "FAILED" : "ok");
+    printf("fp32 engine unchanged %s\n", qk_test_fails ? "FAILED" : "ok");
 }
 
 /* ---- public API: CUDA context vs CPU context ---- */
@@ -666,14 +665,14 @@ static void api_tests()
         {"zz(reps=2)", 14, false}, {"angle(rot=x)", 300, false},
     };
     for (auto &mm : maps) {
-        int before = g_fail;
+        int before = qk_test_fails;
         int64_t nx = mm.d >= 14 ? 45 : 301, ny = mm.d >= 14 ? 23 : 77;
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32, QK_OUTPUT_HOST, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_TF32, QK_OUTPUT_HOST, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP32X3, QK_OUTPUT_DEVICE, mm.bin);
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP16, QK_OUTPUT_HOST, mm.bin);
-        printf("api %-32s %s\n", mm.spec, g_fail == before ? "ok" : "FAILED");
+        printf("api %-32s %s\n", mm.spec, qk_test_fails == before ? "ok" : "FAILED");
     }
     /* autotune: measure and store into a fresh cache directory, then a second context reads it */
     char dir[] = "/tmp/qk-gpu-test-XXXXXX";
@@ -767,7 +766,7 @@ static void amp_encode_tests()
             cudaFree(dout);
             if (pinned) cudaFreeHost(x);
         }
-    printf("amplitude_encode %s\n", g_fail ? "FAILED" : "ok");
+    printf("amplitude_encode %s\n", qk_test_fails ? "FAILED" : "ok");
 }
 
 /* ---- streamed output (.npy), pageable and fresh host buffers, square callback tiles ---- */
@@ -1026,14 +1025,14 @@ int main(int argc, char **argv)
         if (q >= 2) maps.push_back(map_mix(q));
         for (auto &t : maps) {
             t.finish();
-            int before = g_fail;
+            int before = qk_test_fails;
             run_map(t, thorough);
-            printf("%-12s q=%2d %s\n", t.name.c_str(), q, g_fail == before ? "ok" : "FAILED");
+            printf("%-12s q=%2d %s\n", t.name.c_str(), q, qk_test_fails == before ? "ok" : "FAILED");
             fflush(stdout);
         }
         print_errq(q);
     }
     print_errtab();
-    printf("%d checks, %d failed\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }
