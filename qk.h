@@ -301,7 +301,8 @@ typedef enum qk_device {
    error against float64 and its tested bound are in docs/precision.md. The CPU engine accepts
    every mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
 typedef enum qk_precision {
-    QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, FP32 on the GPU engine */
+    QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, AUTO on the GPU engine (FP32 with
+                                   the default tol: results as before) */
     QK_PRECISION_FP32,          /* float states and accumulation (GPU); CPU computes in fp64 */
     QK_PRECISION_FP64,          /* double throughout */
     QK_PRECISION_TF32,          /* GPU: one TF32 tensor-core product (operands rounded to 11
@@ -5908,7 +5909,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (p->use_blas >= 8)
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 && path == QK_PATH_COMPLEX ? "64x64 w32x32" : "128x128 w64x32");
+                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
     else if (p->use_blas >= 3)
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk__prec_name(prec), sym ? "triangle blocks" : "gemm");

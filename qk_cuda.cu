@@ -2455,7 +2455,8 @@ extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, i
    tensor cores' fp32 accumulation is not round-to-nearest and loses up to an ulp of the partial
    sum per step (docs/precision.md), so every QK__TCF_FLUSH stages the accumulators are added
    into a second set with ordinary (round-to-nearest) fp32 adds and cleared: a partial sum never
-   runs longer than a few dozen MMA steps. */
+   runs longer than a few dozen MMA steps (FP32X3 always runs 64 x 64 tiles: two sets of
+   accumulators). */
 #define QK__TCF_FLUSH 4
 
 /* logical k-word (0..7 of k-step ks) -> physical word of a 16-word group, for lane t = lane % 4:
@@ -2678,7 +2679,9 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
      1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's, but for FP32X3 complex)
      2   64 x  64 tiles, 4 warps of 32 x 32 (FP32X3 complex: two accumulator sets, 128 registers)
      3  128 x 128 tiles, 8 warps of 32 x 64
-   FP32X3 complex takes 2 whatever the configuration (1 and 3 would hold 256 accumulators). */
+   FP32X3 takes 2 whatever the configuration: its second accumulator set (the flush) and its hi
+   and lo fragments would not fit the registers at 64 x 32 or 32 x 64 per warp (complex: 256
+   accumulators). */
 template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN>
 static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn, float inv_s2,
                                     OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -2708,7 +2711,7 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (MODE == 4 && CPLX) cfg = 2;
+    if (MODE == 4) cfg = 2; /* two accumulator sets: 32 x 32 per warp keeps them in registers */
     if (cfg == 0) cfg = 1;
     switch (cfg) {
     case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
