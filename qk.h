@@ -399,7 +399,8 @@ typedef enum qk_device {
    error against float64 and its tested bound are in docs/precision.md. The CPU engine accepts
    every mode and computes in fp64; the output dtype defaults to float32 for every mode but FP64. */
 typedef enum qk_precision {
-    QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, FP32 on the GPU engine */
+    QK_PRECISION_DEFAULT = 0,   /* = FP64 on the CPU engine, AUTO on the GPU engine (FP32 with
+                                   the default tol: results as before) */
     QK_PRECISION_FP32,          /* float states and accumulation (GPU); CPU computes in fp64 */
     QK_PRECISION_FP64,          /* double throughout */
     QK_PRECISION_TF32,          /* GPU: one TF32 tensor-core product (operands rounded to 11
@@ -407,10 +408,22 @@ typedef enum qk_precision {
     QK_PRECISION_FP32X3,        /* GPU: fp32-level accuracy on the tensor cores: every amplitude
                                    (scaled) split into an fp16 high part and an fp16 remainder,
                                    three products lo*hi + hi*lo + hi*hi, fp32 accumulation */
-    QK_PRECISION_FP16           /* GPU: fp16 operands (scaled by a power of two, so no amplitude
+    QK_PRECISION_FP16,          /* GPU: fp16 operands (scaled by a power of two, so no amplitude
                                    underflows), fp32 accumulation: K error ~1e-3, the fastest */
+    QK_PRECISION_AUTO           /* the fastest mode whose stated error bound
+                                   (qk_precision_error_bound) meets qk_gram_desc.tol (default:
+                                   fp32's bound, so the GPU picks fp32). DEFAULT on the GPU engine
+                                   is AUTO; the CPU engine computes in fp64 (meets any tol) */
 } qk_precision;
-#define QK_PRECISION_COUNT 6    /* number of qk_precision values (DEFAULT included) */
+#define QK_PRECISION_COUNT 7    /* number of qk_precision values (DEFAULT included) */
+
+/* The stated bound of max |K - K_exact| over the entries of K (0 <= K <= 1) of the GPU engine in
+   mode p at n_qubits (docs/precision.md; the GPU suite holds every mode to it):
+       1e-4 (1 + q/4) + 2^(q-24) / 4 + 1e-4 + op(p)
+   the fp32 tolerance (float states, the drift of a float sum of 2^q products) plus op, the
+   operand rounding of a tensor-core mode: 2 sqrt(2) e_p + e_p^2, e_p = 2u + u^2 (u = 2^-11
+   TF32 and FP16) or 3 * 2^-22 (FP32X3); FP64 1e-10. DEFAULT, AUTO or a bad value: -1. */
+QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits);
 
 typedef enum qk_log_level { QK_LOG_INFO = 1, QK_LOG_WARN, QK_LOG_ERROR } qk_log_level;
 typedef void (*qk_log_fn)(qk_log_level level, const char *msg, void *user);
@@ -493,6 +506,9 @@ typedef struct qk_gram_desc {
        complete; on any error or cancel the temporary file is removed and out_path is untouched. */
     const char *out_path;
     int no_sync;            /* QK_OUTPUT_NPY: 1 skips the final fdatasync (not durable); default 0 */
+    double tol;             /* precision AUTO (and DEFAULT on the GPU engine): largest acceptable
+                               error bound of K (qk_precision_error_bound); default (0): fp32's
+                               bound at the map's qubit count, so the GPU keeps fp32 */
     qk_path path;           /* default (0): the planner picks statevector or MPS (docs/mps.md);
                                QK_PATH_MPS forces MPS (an error where the map is a product or its bond
                                bound exceeds QK_MPS_MAX_BOND); REAL or COMPLEX forces the statevector
@@ -595,13 +611,20 @@ typedef struct qk_plan {
                                    tensor-core engines (real form of the complex product, blocks
                                    of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
                                    fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
-                                   selects it), 7 FP64 real form (DGEMM) */
+                                   selects it), 7 FP64 real form (DGEMM); the fused tensor-core
+                                   kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
+                                   triangular tile grid): 8 TF32, 9 FP32X3, 10 FP16 */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..7
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16, the persistent few-qubit
                                    kernel (complex fp32, q <= 5; the table's choice there)
-                                   (qk_cuda_tune_gram) */
+                                   (qk_cuda_tune_gram); with use_blas 8..10: 1 128x128 (warps
+                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
     char config[96];            /* kernel configuration used and where it came from */
+    double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
+                                   engine: fp64's) */
+    double tol;                 /* the tolerance AUTO chose by (0: not AUTO) */
+    char precision_note[128];   /* which precision was computed and why (AUTO, CPU engine) */
     char device_name[128];
     int mps_bond;               /* MPS: the largest bond dimension (exact bound from the circuit) */
     int mps_span;               /* MPS: the most sites a two-qubit gate spans in the chosen order */
@@ -1079,10 +1102,12 @@ QKDEF const char *qk_last_error(void) { return qk__errbuf; }
    is float32 by default: all but DEFAULT and FP64. */
 static const char *qk__prec_name(qk_precision p)
 {
-    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16"};
+    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
     return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? names[p] : "?";
 }
-static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64; }
+static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
+/* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
+static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
 
 
 /* >>maps_impl ---- implementation: feature maps ---- */
@@ -2986,6 +3011,11 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
         snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
                  QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
     else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
+    p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
+    p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
+                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
     snprintf(p->device_name, sizeof p->device_name, "CPU");
     return qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
 }
@@ -4642,7 +4672,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     /* 2. the ranks agree on the job (else every rank fails the same way: no collective needed) */
     npy = desc->output == QK_OUTPUT_NPY;
     b.dt = desc->out_dtype ? desc->out_dtype
-         : (desc->precision == QK_PRECISION_FP32 || (desc->precision == QK_PRECISION_DEFAULT && qk_ctx_query(ctx).device == QK_DEVICE_CUDA)) ? QK_F32 : QK_F64;
+         : (qk__prec_f32(desc->precision) ||
+            ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
+             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
     sig[0] = desc->n_x;
     sig[1] = desc->y ? desc->n_y : -1;
     sig[2] = map->n_features;
@@ -5730,6 +5762,13 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
+/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
+   to this many qubits. Measured on an H200 (bench/results/2026-11-23-h200-tcfused-bench.json,
+   zz reps=2, K on the device): it is correct to its stated bounds but slower than the cuBLAS
+   engines at every size measured (8 q: tf32 106 vs 161 Gpairs/s, fp32x3 72 vs 87, fp16 189 vs
+   187; 12 q: tf32 7.3 vs 19.3), so the fixed table never picks it (0); the autotune still times
+   it per shape. */
+#define QK__TCF_MAX_QUBITS 0
 static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
    plans keep their engines (0..2) only, so their results stay what they were. */
@@ -5738,6 +5777,7 @@ static int qk__blas_ok(qk_precision p, qk_path path, int mode)
     if (mode == 0 || mode == 1) return 1;
     if (p == QK_PRECISION_FP64) return mode == 7;
     if (mode == 2) return path == QK_PATH_COMPLEX;
+    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
     return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
 }
 /* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
@@ -5753,6 +5793,17 @@ static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, doub
     if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
     per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
     return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+}
+
+/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+   qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
+   value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
+   whole k-stages (32 words; FP32X3 16). */
+static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+{
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
+    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
 
 /* Per-sample parameter count of qk_cuda.cu's compiled program (an upper bound of qk__compile
@@ -5801,13 +5852,65 @@ static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double
     qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
 }
 
+/* ---- precision: stated error bounds and the AUTO choice ---- */
+QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
+{
+    const double q = n_qubits, u = ldexp(1.0, -11);
+    double ep;
+    if (n_qubits < 0 || n_qubits > 62) return -1.0;
+    switch (p) {
+    case QK_PRECISION_FP64: return 1e-10;
+    case QK_PRECISION_FP32: ep = 0.0; break;
+    case QK_PRECISION_TF32:
+    case QK_PRECISION_FP16: ep = 2.0 * u + u * u; break;
+    case QK_PRECISION_FP32X3: ep = 3.0 * ldexp(1.0, -22); break;
+    default: return -1.0;
+    }
+    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
+}
+
+/* Speed order of the GPU modes, measured on the H200 (docs/precision.md, zz 8/12/16 q and hea
+   12 q: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever the tensor cores apply). A tensor-core mode
+   is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
+   not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
+static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+{
+    static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
+                                          QK_PRECISION_FP64};
+    /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
+       fp32's bound there drops the drift term */
+    const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
+    const double drift = ldexp(1.0, q - 24) / 4.0;
+    const double b32 = qk_precision_error_bound(QK_PRECISION_FP32, q) - (an ? drift : 0.0), t = tol > 0.0 ? tol : b32;
+    char g1[32], g2[32];
+    int i;
+    for (i = 0; i < 5; i++) {
+        const qk_precision m = order[i];
+        const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
+        const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (b > t) continue;
+        if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
+            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
+                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
+                     map->n_qubits);
+        return m;
+    }
+    if (note)
+        snprintf(note, size, "auto: fp64: no mode's error bound meets tol %s (fp64's is %s)", qk__fmt_g(g1, sizeof g1, t, 2),
+                 qk__fmt_g(g2, sizeof g2, qk_precision_error_bound(QK_PRECISION_FP64, q), 2));
+    return QK_PRECISION_FP64;
+}
+
 static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
                                const qk_gram_desc *desc, qk_plan *p)
 {
     const qk_path path = qk__path_of(map);
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
-    const qk_precision prec = desc->precision ? desc->precision : QK_PRECISION_FP32;
+    char note[128] = "";
+    const qk_precision prec = desc->precision && desc->precision != QK_PRECISION_AUTO
+                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, note, sizeof note);
     const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
     const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
     const double ob = od == QK_F64 ? 8.0 : 4.0;
@@ -5819,6 +5922,14 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     p->backend = QK_BACKEND_CUDA;
     p->path = path;
     p->precision = prec;
+    {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
+        const double drift = path == QK_PATH_ANALYTIC ? ldexp(1.0, (map->n_qubits > 62 ? 62 : map->n_qubits) - 24) / 4.0 : 0.0;
+        p->error_bound = qk_precision_error_bound(prec, map->n_qubits > 62 ? 62 : map->n_qubits) - (prec == QK_PRECISION_FP64 ? 0.0 : drift);
+        p->tol = desc->precision == QK_PRECISION_AUTO || desc->precision == QK_PRECISION_DEFAULT
+                     ? (desc->tol > 0.0 ? desc->tol : qk_precision_error_bound(QK_PRECISION_FP32, map->n_qubits > 62 ? 62 : map->n_qubits) - drift)
+                     : 0.0;
+    }
+    snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
     p->out_dtype = od;
     p->output = desc->output;
     p->n_qubits = map->n_qubits;
@@ -5898,6 +6009,17 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
             p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
+    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
+        /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
+           state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
+           of the two workspaces is counted, so the autotune may pick either */
+        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+                                     p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
+        if (fw <= QK__TC_WS_SHARE * budget) {
+            p->use_blas += 5;
+            if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
+        }
+    }
     if (p->use_blas && p->use_blas < 3) {
         int64_t cols = p->bulk_states ? ny : tile;
         while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
@@ -5922,6 +6044,9 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (p->use_blas >= 8)
+        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
+                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
     else if (p->use_blas >= 3)
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
@@ -5946,6 +6071,10 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: vram_fraction must be in (0, 1] (got %g)", vram_fraction);
     if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
+    if ((int)desc->precision < (int)QK_PRECISION_DEFAULT || (int)desc->precision >= QK_PRECISION_COUNT)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
+    if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
     /* the MPS path runs on the CPU engine in this version: asked for, or an entangled map beyond
        the statevector (qk__mps_plan decides whether it can take it, and rejects bad paths) */
@@ -5997,8 +6126,13 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
        fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 7 && c >= 0 && c <= QK__N_FUSED_CFG &&
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
+        /* the fused tensor-core kernel only where the planner counted its operands */
+        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                        (double)plan->bytes_workspace) &&
+        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
         !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
         plan->use_blas = b;
@@ -6124,7 +6258,7 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
-static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16"};
+static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
@@ -7227,6 +7361,7 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if (d->output == QK_OUTPUT_DEVICE && ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram: output DEVICE needs the CUDA engine (context runs on the CPU)");
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
+    if (!(d->tol >= 0.0 && d->tol <= 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: tol must be finite and >= 0 (got %g)", d->tol);
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
@@ -7299,6 +7434,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
+    if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
     if (p->path == QK_PATH_MPS)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
                 p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);

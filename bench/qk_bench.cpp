@@ -150,8 +150,9 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    static const char *const engines[8] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform"};
-    row.engine = engines[p.use_blas >= 0 && p.use_blas <= 7 ? p.use_blas : 0];
+    static const char *const engines[11] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
+                                            "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
+    row.engine = engines[p.use_blas >= 0 && p.use_blas <= 10 ? p.use_blas : 0];
     row.precision = prec_name(prec);
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
@@ -235,6 +236,44 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
         run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32);
         run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_FP32X3);
         run_case(name, m, x, n, QK_OUTPUT_HOST, -1, 0, true, false, 0, false, QK_PRECISION_TF32);
+    }
+}
+
+/* ---- the fused tensor-core kernel against the cuBLAS tensor-core engines (bench/run_tc_gpu.sh) ----
+   Per case, K(X,X) to the device: fp32 as planned, then fp32x3, tf32 and fp16 each on the cuBLAS
+   engine (use_blas 3..5) and on the fused kernel (8..10) in every configuration (cfg 0 = the
+   fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */
+static void tc_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n)
+{
+    void *kref = nullptr;
+    if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return; }
+    qk_gram_desc g;
+    memset(&g, 0, sizeof g);
+    g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
+    qk_plan p = plan_for(m, g, -1, 0, 0);
+    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    const int64_t R = std::min<int64_t>(n, 512);
+    std::vector<double> rref, dref, rv, dv;
+    sample_rows(kref, n, 8, R, rref, dref);
+    cudaFree(kref);
+    struct M { qk_precision p; int blas, cfg; } modes[] = {
+        {QK_PRECISION_FP32, -1, 0},
+        {QK_PRECISION_FP32X3, 4, 0}, {QK_PRECISION_FP32X3, 9, 0}, {QK_PRECISION_FP32X3, 9, 1}, {QK_PRECISION_FP32X3, 9, 2}, {QK_PRECISION_FP32X3, 9, 3},
+        {QK_PRECISION_TF32, 3, 0}, {QK_PRECISION_TF32, 8, 0}, {QK_PRECISION_TF32, 8, 2}, {QK_PRECISION_TF32, 8, 3},
+        {QK_PRECISION_FP16, 5, 0}, {QK_PRECISION_FP16, 10, 0}, {QK_PRECISION_FP16, 10, 2}, {QK_PRECISION_FP16, 10, 3}};
+    for (auto &md : modes) {
+        void *buf = nullptr;
+        if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, md.blas, 0, false, false, md.cfg, false, md.p, &buf) != 0 || !buf) continue;
+        sample_rows(buf, n, 4, R, rv, dv);
+        cudaFree(buf);
+        double me = 0, de = 0;
+        for (size_t i = 0; i < rv.size(); ++i) { double e = fabs(rv[i] - rref[i]); if (!(e <= me)) me = std::isnan(e) ? INFINITY : e; }
+        for (size_t i = 0; i < dv.size(); ++i) { double e = fabs(dv[i] - 1.0); if (!(e <= de)) de = std::isnan(e) ? INFINITY : e; }
+        Row &row = rows.back();
+        row.max_err = me; row.diag_err = de;
+        printf("   -> %s %s %s: max |K - K_fp64| %.3e (%lld sampled rows), max |K_ii - 1| %.3e (stated bound %.2e)\n", name,
+               row.precision.c_str(), row.engine.c_str(), me, (long long)R, de, qk_precision_error_bound(md.p, m.n_qubits));
+        fflush(stdout);
     }
 }
 
@@ -487,6 +526,18 @@ int main(int argc, char **argv)
             std::vector<double> x((size_t)c.n * c.q);
             for (auto &v : x) v = u(rng) * (c.hea ? M_PI : 2 * M_PI);
             prec_case(c.name, b.m, x, c.n, c.f64);
+        }
+    }
+    {   /* fused tensor-core kernel vs cuBLAS engines: tc runs them all, tc8 / tc12 / tc16 / tchea12 one each */
+        struct TC { const char *name; int q; int64_t n; bool hea; } tc[] = {
+            {"tc8", 8, 32768, false}, {"tc12", 12, 16384, false}, {"tc16", 16, 4096, false}, {"tchea12", 12, 16384, true}};
+        for (auto &c : tc) {
+            if (!has(c.name) && !has("tc")) continue;
+            BMap b;
+            if (c.hea) build_hea(b, c.q, 2, rng); else build_zz(b, c.q, 2);
+            std::vector<double> x((size_t)c.n * c.q);
+            for (auto &v : x) v = u(rng) * (c.hea ? M_PI : 2 * M_PI);
+            tc_case(c.name, b.m, x, c.n);
         }
     }
     if (has("probe")) probe();

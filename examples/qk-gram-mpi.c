@@ -41,7 +41,10 @@ static const char *usage_text =
     "  --device D        cpu (default), cuda, auto; a GPU build gives rank r of a node GPU\n"
     "                    r mod (GPUs of the node)\n"
     "  --precision P     fp32 or fp64 (output float32 / float64; default fp64 on the CPU,\n"
-    "                    fp32 on the GPU)\n"
+    "                    auto on the GPU), the GPU's tensor-core modes fp32x3, tf32, fp16, or\n"
+    "                    auto: the fastest mode whose error bound meets --tol (as qk-gram;\n"
+    "                    docs/precision.md); the CPU engine computes in fp64 whatever is asked\n"
+    "  --tol T           largest acceptable error bound of K for auto (default: fp32's)\n"
     "  --weights FILE    trainable weights of the map\n"
     "  --threads N       CPU engine threads per rank (default: cores / ranks on the node)\n"
     "  --no-sync         skip the final sync of the file (faster, not durable)\n"
@@ -53,6 +56,7 @@ typedef struct options {
     const char *map, *x, *y, *out, *weights, *cache_dir;
     qk_device device;
     qk_precision precision;
+    double tol;
     int threads, quiet, no_sync, autotune;
 } options;
 
@@ -178,7 +182,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (!strcmp(name, "--no-autotune")) { o->autotune = -1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
-            strcmp(name, "--threads") && strcmp(name, "--cache-dir"))
+            strcmp(name, "--threads") && strcmp(name, "--cache-dir") && strcmp(name, "--tol"))
             die_usage("unknown option '%s'", name);
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -197,7 +201,16 @@ static void parse_args(int argc, char **argv, options *o) {
         } else if (!strcmp(name, "--precision")) {
             if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
             else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
-            else die_usage("--precision '%s': expected fp32 or fp64", v);
+            else if (!strcmp(v, "tf32")) o->precision = QK_PRECISION_TF32;
+            else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
+            else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
+            else if (!strcmp(v, "auto")) o->precision = QK_PRECISION_AUTO;
+            else die_usage("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", v);
+        } else if (!strcmp(name, "--tol")) {
+            char *end;
+            double t = strtod(v, &end);
+            if (*v == 0 || *end || !(t > 0.0 && t <= 1.0)) die_usage("--tol '%s': expected a number in (0, 1]", v);
+            o->tol = t;
         } else {
             char *end;
             long t = strtol(v, &end, 10);
@@ -292,9 +305,12 @@ static int run(const options *o) {
     gd.y = o->y ? Y.data : NULL;
     gd.n_y = o->y ? Y.rows : 0;
     gd.precision = o->precision;
-    /* qk_gram_mpi's default, made explicit for the summary line */
-    gd.out_dtype = o->precision == QK_PRECISION_FP32 ||
-                   (o->precision == QK_PRECISION_DEFAULT && qk_ctx_query(ctx).device == QK_DEVICE_CUDA) ? QK_F32 : QK_F64;
+    gd.tol = o->tol;
+    /* the output dtype, made explicit for the summary line: float32 for fp32 and the tensor-core
+       modes, and for auto / the default on the GPU */
+    gd.out_dtype = (o->precision != QK_PRECISION_DEFAULT && o->precision != QK_PRECISION_AUTO && o->precision != QK_PRECISION_FP64) ||
+                   ((o->precision == QK_PRECISION_DEFAULT || o->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA)
+                   ? QK_F32 : QK_F64;
     gd.output = QK_OUTPUT_NPY;
     gd.out_path = o->out;
     gd.no_sync = o->no_sync;

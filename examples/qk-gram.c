@@ -53,8 +53,12 @@ static const char *usage_text =
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
     "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64), or the\n"
     "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
-    "                    docs/precision.md); default: fp64 on the CPU engine, fp32 on the GPU\n"
-    "                    engine; the CPU engine computes in fp64 whatever is asked\n"
+    "                    docs/precision.md), or auto: the fastest mode whose stated error bound\n"
+    "                    meets --tol; default: fp64 on the CPU engine, auto on the GPU engine\n"
+    "                    (fp32 unless --tol says otherwise); the CPU engine computes in fp64\n"
+    "                    whatever is asked; the plan says which mode and why\n"
+    "  --tol T           largest acceptable error bound of K for --precision auto (default:\n"
+    "                    fp32's bound at the map's qubit count, so the GPU keeps fp32)\n"
     "  --path P          auto (default), mps (matrix product states, local maps, any qubit\n"
     "                    count: docs/mps.md) or statevector\n"
     "  --weights FILE    trainable weights of the map (.npy or .csv, all values in order)\n"
@@ -84,6 +88,7 @@ typedef struct options {
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
     qk_device device;
     qk_precision precision;
+    double tol;                           /* --tol (0: the default) */
     qk_path path;                         /* --path: DEFAULT (auto), MPS, COMPLEX (statevector) */
     int threads, quiet, demo, progress, no_sync;
 } options;
@@ -373,7 +378,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 /* Options that take a value; given twice is an error (a second --x meant as --y would silently
    compute another K). */
 static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
-                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path"};
+                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path", "--tol"};
 enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -435,7 +440,13 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (!strcmp(v, "tf32")) o->precision = QK_PRECISION_TF32;
             else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
             else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
-            else return usage_error("--precision '%s': expected fp32, fp64, tf32, fp32x3 or fp16", v);
+            else if (!strcmp(v, "auto")) o->precision = QK_PRECISION_AUTO;
+            else return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", v);
+        } else if (!strcmp(name, "--tol")) {   /* C syntax: qk-gram never calls setlocale */
+            char *end = NULL;
+            double t = strtod(v, &end);
+            if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return usage_error("--tol '%s': expected a number in (0, 1]", v);
+            o->tol = t;
         } else if (!strcmp(name, "--path")) {
             if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
             else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
@@ -449,6 +460,8 @@ static int parse_args(int argc, char **argv, options *o) {
             o->threads = (int)t;
         }
     }
+    if (o->tol > 0.0 && o->precision != QK_PRECISION_AUTO && o->precision != QK_PRECISION_DEFAULT)
+        return usage_error("--tol applies to --precision auto (and the default), not to an explicit mode");
     return -1;
 }
 
@@ -581,6 +594,7 @@ static int gram_main(const options *o) {
     gd.y = have_y ? Y.data : NULL;
     gd.n_y = have_y ? Y.rows : 0;
     gd.precision = o->precision;
+    gd.tol = o->tol;
     gd.path = o->path;
     if (!o->quiet)
         printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
@@ -783,6 +797,7 @@ static int demo_main(const options *o) {
     gd.n_x = n_tr;
     gd.out_dtype = QK_F64;
     gd.precision = o->precision;
+    gd.tol = o->tol;
     if (demo_gram(ctx, map, &gd, o->quiet, &ktr, &s_tr) != EXIT_SUCCESS) goto done;
     memset(&gd, 0, sizeof gd);
     gd.x = xte;
@@ -791,6 +806,7 @@ static int demo_main(const options *o) {
     gd.n_y = n_tr;
     gd.out_dtype = QK_F64;
     gd.precision = o->precision;
+    gd.tol = o->tol;
     if (demo_gram(ctx, map, &gd, 1, &kte, &s_te) != EXIT_SUCCESS) goto done;
     printf("kernels: K_train %d x %d in %.4f s, K_test %d x %d in %.4f s\n", n_tr, n_tr, s_tr, n_te, n_tr, s_te);
 

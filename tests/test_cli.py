@@ -143,6 +143,18 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
             check(Kp.dtype == np.float32 and np.array_equal(Kp, np.load(P("Kxy.npy"))),
                   "--precision %s on the CPU engine: float32 K equal to fp32's" % prec)
             check("computes in fp64" in r.stdout, "--precision %s: the plan says the CPU engine computes in fp64: %s" % (prec, r.stdout))
+    # ---- --precision auto --tol: the CPU engine computes in fp64 (meets any tol), float64 as the default ----
+    r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("Kauto.npy"), "--device", "cpu", "--precision", "auto", "--tol", "1e-3")
+    check(r.returncode == 0, "--precision auto --tol 1e-3 on the CPU engine exits 0: %s" % r.stderr)
+    if r.returncode == 0:
+        Kauto = np.load(P("Kauto.npy"))
+        check(Kauto.dtype == np.float64 and np.max(np.abs(Kauto - KXX)) <= 1e-10, "--precision auto on the CPU: fp64 K")
+        check("auto" in r.stdout and "computes in fp64" in r.stdout, "--precision auto: the plan says why: %s" % r.stdout)
+    for bad in (["--precision", "fp32", "--tol", "1e-3"], ["--precision", "auto", "--tol", "abc"], ["--precision", "auto", "--tol", "0"],
+                ["--precision", "auto", "--tol", "2"]):
+        r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("Kbad.npy"), "--device", "cpu", *bad)
+        check(r.returncode == 2 and "--tol" in r.stderr and not os.path.exists(P("Kbad.npy")),
+              "%s: usage error (rc %d): %s" % (" ".join(bad), r.returncode, r.stderr))
     r = run("--map", "zz(reps=2)", "--x", P("X.npy"), "--out", P("Kbad.npy"), "--precision", "bf17")
     check(r.returncode == 2 and "fp32x3" in r.stderr and not os.path.exists(P("Kbad.npy")),
           "--precision bf17: usage error naming the modes (rc %d): %s" % (r.returncode, r.stderr))

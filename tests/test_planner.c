@@ -6,6 +6,7 @@
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include <stdio.h>
+#include <math.h>
 #include <string.h>
 
 #include "qk_test.h"
@@ -58,7 +59,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                             const qk_map *hea, const qk_map *angle)
 {
     static const qk_precision tc[3] = {QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
-    static const int mode[3] = {3, 4, 5};
+    static const int mode[3] = {3, 4, 5}; /* the cuBLAS engines; the fused tensor-core kernel is mode + 5 */
     static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
     int c, i, q, b;
@@ -74,19 +75,25 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk__prec_name(tc[i]), qk_last_error());
             invariants(&p, d, 0.85, "zz8 tensor cores");
-            CHECK(p.use_blas == mode[i] && p.precision == tc[i] && p.out_dtype == QK_F32, "%s zz8 %s: blas %d precision %d dtype %d",
+            /* 8 qubits: the fused tensor-core kernel (fixed table up to QK__TCF_MAX_QUBITS) */
+            CHECK(p.use_blas == mode[i] + 5 && p.precision == tc[i] && p.out_dtype == QK_F32, "%s zz8 %s: blas %d precision %d dtype %d",
                   d->name, qk__prec_name(tc[i]), p.use_blas, (int)p.precision, (int)p.out_dtype);
-            /* the workspace holds the complex slab (as fp32's) plus the operands: at least the
-               columns and the rotated columns */
+            /* the workspace holds the cuBLAS engine's (the autotune may pick it: the complex slab,
+               as fp32's, plus the operands, at least the columns and the rotated columns) and the
+               fused kernel's (every state's operand words) */
+            CHECK((double)p.bytes_workspace >= qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) &&
+                  qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) >= 32768.0 * W * vbytes[i] / (tc[i] == QK_PRECISION_FP32X3 ? 2.0 : 1.0),
+                  "%s zz8 %s: fused operands not counted (%zu)", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
             CHECK((double)p.bytes_workspace >= (double)p.tile_m * 32768.0 * 8.0 + 2.0 * 32768.0 * W * vbytes[i],
                   "%s zz8 %s: workspace %zu too small for the operands", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
             CHECK(p.bytes_workspace > p32.bytes_workspace, "%s zz8 %s: operands not counted", d->name, qk__prec_name(tc[i]));
-            CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, qk__prec_name(tc[i])) && strstr(buf, "tensor cores"),
+            CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, qk__prec_name(tc[i])) && strstr(buf, "tensor cores") &&
+                  strstr(buf, "fused") && strstr(buf, "mma.sync"),
                   "%s zz8 %s: describe: %s", d->name, qk__prec_name(tc[i]), buf);
             /* K to the host: a ring of two slots, both counted */
             g = gdesc(32768, 0, QK_OUTPUT_HOST);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == mode[i], "%s zz8 host %s", d->name, qk__prec_name(tc[i]));
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == mode[i] + 5, "%s zz8 host %s", d->name, qk__prec_name(tc[i]));
             invariants(&p, d, 0.85, "zz8 host tensor cores");
             CHECK(p.tile_m < 32768 && (double)p.bytes_workspace >= 2.0 * qk__blas_ws(mode[i], 1, 8, 4.0, (double)p.tile_m, 32768.0),
                   "%s zz8 host %s: ring workspace %zu", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
@@ -101,11 +108,12 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                 g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
                 g.precision = tc[i];
                 CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
-                      p.use_blas == (tc[i] == QK_PRECISION_FP32X3 ? 0 : mode[i]), "%s zz6 %s: blas %d '%s'", d->name,
+                      p.use_blas == (tc[i] == QK_PRECISION_FP32X3 ? 0 : mode[i] + 5), "%s zz6 %s: blas %d '%s'", d->name,
                       qk__prec_name(tc[i]), p.use_blas, p.config);
                 qk_map_free(z6);
             }
-            /* real path, product path */
+            /* 12 qubits and more: the cuBLAS engine (long GEMMs) in the fixed table; real path,
+               product path */
             g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.path == QK_PATH_REAL && p.use_blas == mode[i], "%s hea %s: blas %d",
@@ -154,13 +162,13 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         qk_map_free(z25);
     }
     /* engines the autotune may apply per precision: never a less accurate one */
-    for (b = 0; b <= 7; ++b) {
+    for (b = 0; b <= 10; ++b) {
         CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_COMPLEX, b) == (b <= 2), "fp32 complex engine %d", b);
         CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_REAL, b) == (b <= 1), "fp32 real engine %d", b);
         CHECK(qk__blas_ok(QK_PRECISION_FP64, QK_PATH_COMPLEX, b) == (b <= 1 || b == 7), "fp64 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_TF32, QK_PATH_COMPLEX, b) == (b <= 3), "tf32 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP32X3, QK_PATH_COMPLEX, b) == (b <= 2 || b == 4), "fp32x3 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP16, QK_PATH_REAL, b) == (b <= 1 || b == 5), "fp16 real engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_TF32, QK_PATH_COMPLEX, b) == (b <= 3 || b == 8), "tf32 engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP32X3, QK_PATH_COMPLEX, b) == (b <= 2 || b == 4 || b == 9), "fp32x3 engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP16, QK_PATH_REAL, b) == (b <= 1 || b == 5 || b == 10), "fp16 real engine %d", b);
     }
     {   /* the CPU engine takes every mode and computes in fp64: float32 output equal to fp32's */
         qk_ctx *cpu = NULL;
@@ -177,7 +185,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         memset(&g, 0, sizeof g);
         g.x = x; g.n_x = 37; g.out = k32; g.precision = QK_PRECISION_FP32;
         CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK, "cpu fp32: %s", qk_last_error());
-        for (i = QK_PRECISION_TF32; i < QK_PRECISION_COUNT; ++i) {
+        for (i = QK_PRECISION_TF32; i <= QK_PRECISION_FP16; ++i) {
             memset(kt, 0xff, sizeof kt);
             g.out = kt; g.precision = (qk_precision)i;
             CHECK(cpu && qk_plan_make(cpu, zz4, &g, &p) == QK_OK && p.backend == QK_BACKEND_CPU && p.precision == QK_PRECISION_FP64 &&
@@ -185,10 +193,125 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                   "cpu plan %s: '%s'", qk__prec_name((qk_precision)i), p.config);
             CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK && memcmp(kt, k32, sizeof kt) == 0, "cpu %s: K differs from fp32's", qk__prec_name((qk_precision)i));
         }
+        {   /* AUTO on the CPU engine: fp64 (meets any tol), float64 out like the default, said so */
+            double k64[37 * 37], kd[37 * 37];
+            g.out = kd; g.precision = QK_PRECISION_DEFAULT; g.out_dtype = QK_DTYPE_DEFAULT;
+            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK, "cpu default: %s", qk_last_error());
+            g.out = k64; g.precision = QK_PRECISION_AUTO; g.tol = 1e-2;
+            CHECK(cpu && qk_plan_make(cpu, zz4, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP64 && p.out_dtype == QK_F64 &&
+                  strstr(p.precision_note, "auto") && strstr(p.precision_note, "computes in fp64") && p.error_bound == 1e-10,
+                  "cpu plan auto: '%s'", p.precision_note);
+            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK && memcmp(k64, kd, sizeof kd) == 0, "cpu auto: K differs from the default's");
+            g.tol = -1.0;
+            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_ERROR_INVALID_ARGUMENT, "tol -1 must fail");
+            g.tol = 0.0 / 0.0;
+            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_ERROR_INVALID_ARGUMENT, "tol NaN must fail");
+            g.tol = 0.0;
+            g.out = kt; g.out_dtype = QK_DTYPE_DEFAULT;
+        }
         g.precision = (qk_precision)QK_PRECISION_COUNT;
         CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_ERROR_INVALID_ARGUMENT, "unknown precision must fail");
         qk_ctx_destroy(cpu);
     }
+}
+
+/* --precision auto: the stated bounds (docs/precision.md) and the choice by tolerance, with
+   injected devices. The bound formula is recomputed here from its documented terms. */
+static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const qk_map *zz4, const qk_map *hea,
+                           const qk_map *angle)
+{
+    const double u = ldexp(1.0, -11), e16 = 2.0 * u + u * u, e3 = 3.0 * ldexp(1.0, -22);
+    qk_plan p;
+    qk_gram_desc g;
+    char buf[2048];
+    int q, c;
+    /* the bounds */
+    for (q = 1; q <= 30; ++q) {
+        const double b32 = 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, q - 24) / 4.0 + 1e-4;
+        CHECK(fabs(qk_precision_error_bound(QK_PRECISION_FP32, q) - b32) <= 1e-15, "fp32 bound q=%d", q);
+        CHECK(fabs(qk_precision_error_bound(QK_PRECISION_TF32, q) - (b32 + 2.0 * sqrt(2.0) * e16 + e16 * e16)) <= 1e-15, "tf32 bound q=%d", q);
+        CHECK(qk_precision_error_bound(QK_PRECISION_FP16, q) == qk_precision_error_bound(QK_PRECISION_TF32, q), "fp16 bound q=%d", q);
+        CHECK(fabs(qk_precision_error_bound(QK_PRECISION_FP32X3, q) - (b32 + 2.0 * sqrt(2.0) * e3 + e3 * e3)) <= 1e-15, "fp32x3 bound q=%d", q);
+        /* fp32x3's bound within 2x fp32's (issue 12) */
+        CHECK(qk_precision_error_bound(QK_PRECISION_FP32X3, q) <= 2.0 * b32, "fp32x3 bound q=%d above 2x fp32's", q);
+        CHECK(qk_precision_error_bound(QK_PRECISION_FP64, q) == 1e-10, "fp64 bound q=%d", q);
+    }
+    CHECK(qk_precision_error_bound(QK_PRECISION_AUTO, 8) < 0 && qk_precision_error_bound(QK_PRECISION_DEFAULT, 8) < 0 &&
+          qk_precision_error_bound((qk_precision)99, 8) < 0 && qk_precision_error_bound(QK_PRECISION_FP32, -1) < 0, "bound of no mode: -1");
+    for (c = 0; c < 3; ++c) {
+        const qk_device_info *d = &cards[c];
+        static const struct { qk_precision asked; double tol; qk_precision want; int blas; } zz8c[] = {
+            {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32, 1},     /* the GPU default: auto, fp32's bound: fp32 as before */
+            {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32, 1},
+            {QK_PRECISION_AUTO, 1e-3, QK_PRECISION_FP32X3, 9},     /* 1e-3: above fp32x3's 4.1e-4, under fp16's 3.2e-3 */
+            {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, 10},      /* the fastest, tf32's equal bound never wins */
+            {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, 10},   /* tol with the default precision: auto */
+            {QK_PRECISION_AUTO, 4.05e-4, QK_PRECISION_FP32, 1},    /* between fp32's 4.04e-4 and fp32x3's 4.06e-4 */
+            {QK_PRECISION_AUTO, 1e-6, QK_PRECISION_FP64, 1},       /* tighter than fp32: fp64 */
+            {QK_PRECISION_AUTO, 1e-12, QK_PRECISION_FP64, 1},      /* tighter than any: fp64, said so */
+            {QK_PRECISION_TF32, 0.0, QK_PRECISION_TF32, 8},        /* named modes are kept */
+        };
+        size_t i;
+        for (i = 0; i < sizeof zz8c / sizeof zz8c[0]; ++i) {
+            g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
+            g.precision = zz8c[i].asked;
+            g.tol = zz8c[i].tol;
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s auto %zu: %s", d->name, i, qk_last_error());
+            invariants(&p, d, 0.85, "zz8 auto");
+            CHECK(p.precision == zz8c[i].want && p.use_blas == zz8c[i].blas, "%s zz8 asked %s tol %g: %s blas %d (want %s blas %d) '%s'", d->name,
+                  qk__prec_name(zz8c[i].asked), zz8c[i].tol, qk__prec_name(p.precision), p.use_blas, qk__prec_name(zz8c[i].want),
+                  zz8c[i].blas, p.precision_note);
+            CHECK(p.out_dtype == (zz8c[i].want == QK_PRECISION_FP64 ? QK_F64 : QK_F32), "%s zz8 auto %zu: dtype %d", d->name, i, (int)p.out_dtype);
+            CHECK(p.error_bound == qk_precision_error_bound(p.precision, 8), "%s zz8 auto %zu: plan bound %g", d->name, i, p.error_bound);
+            if (zz8c[i].asked == QK_PRECISION_AUTO || zz8c[i].asked == QK_PRECISION_DEFAULT) {
+                /* the plan says which mode and why, numbers locale-free */
+                CHECK(strstr(p.precision_note, "auto: ") && strstr(p.precision_note, qk__prec_name(zz8c[i].want)) &&
+                      (zz8c[i].want == QK_PRECISION_FP64 || p.error_bound <= p.tol) && p.tol > 0,
+                      "%s zz8 auto %zu: note '%s' tol %g", d->name, i, p.precision_note, p.tol);
+                CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, "precision: auto: "), "%s auto %zu: describe: %s", d->name, i, buf);
+                if (zz8c[i].tol == 0.0) CHECK(strstr(p.precision_note, "default"), "%s auto %zu: default tol said: '%s'", d->name, i, p.precision_note);
+            } else CHECK(p.precision_note[0] == 0 && p.tol == 0.0, "%s named mode: no auto note '%s'", d->name, p.precision_note);
+        }
+        /* 4 qubits: the tensor cores do not apply: fp32 even with a loose tol; product maps too */
+        g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
+        g.precision = QK_PRECISION_AUTO;
+        g.tol = 1e-2;
+        CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.use_blas == 0,
+              "%s zz4 auto 1e-2: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+        CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.path == QK_PATH_ANALYTIC,
+              "%s angle auto 1e-2: %s", d->name, qk__prec_name(p.precision));
+        /* hea 12 qubits (real): fp16 on the cuBLAS engine (fixed table), fp32x3 at 1e-3 */
+        g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
+        g.precision = QK_PRECISION_AUTO;
+        g.tol = 1e-2;
+        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP16 && p.use_blas == 5,
+              "%s hea auto 1e-2: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+        g.tol = 1e-3;
+        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 && p.use_blas == 4,
+              "%s hea auto 1e-3: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+    }
+    /* 6 qubits: fp32x3 does not run on the tensor cores yet (from 7), so 1e-3 keeps fp32 */
+    {
+        qk_map *z6 = NULL, *z7 = NULL;
+        CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_map_parse("zz(reps=2)", 7, &z7) == QK_OK, "parse zz6/7");
+        g = gdesc(4096, 0, QK_OUTPUT_DEVICE);
+        g.precision = QK_PRECISION_AUTO;
+        g.tol = 1e-3;
+        CHECK(z6 && qk_plan_for_device(&cards[2], 0.85, z6, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32, "zz6 auto 1e-3: %s", qk__prec_name(p.precision));
+        CHECK(z7 && qk_plan_for_device(&cards[2], 0.85, z7, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3, "zz7 auto 1e-3: %s", qk__prec_name(p.precision));
+        qk_map_free(z6);
+        qk_map_free(z7);
+    }
+    /* bad tolerances and precisions */
+    g = gdesc(100, 0, QK_OUTPUT_DEVICE);
+    g.precision = QK_PRECISION_AUTO;
+    g.tol = -1e-3;
+    CHECK(qk_plan_for_device(&cards[0], 0.85, zz8, &g, &p) == QK_ERROR_INVALID_ARGUMENT, "tol < 0 must fail");
+    g.tol = 1.0 / 0.0;
+    CHECK(qk_plan_for_device(&cards[0], 0.85, zz8, &g, &p) == QK_ERROR_INVALID_ARGUMENT, "tol inf must fail");
+    g.tol = 0.0;
+    g.precision = (qk_precision)QK_PRECISION_COUNT;
+    CHECK(qk_plan_for_device(&cards[0], 0.85, zz8, &g, &p) == QK_ERROR_INVALID_ARGUMENT, "precision COUNT must fail");
 }
 
 int main(void)
@@ -283,6 +406,7 @@ int main(void)
         qk_map_free(z30);
     }
     precision_modes(cards, zz8, zz4, zz16, hea, angle);
+    auto_precision(cards, zz8, zz4, hea, angle);
     qk_map_free(zz8); qk_map_free(zz4); qk_map_free(zz20); qk_map_free(zz16);
     qk_map_free(angle); qk_map_free(hea); if (zz31) qk_map_free(zz31);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);

@@ -310,6 +310,7 @@ static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *til
    so |K - K'| <= 2 |<a|b>| |delta| + |delta|^2 <= 2 sqrt(2) e_p (+ e_p^2). */
 static double op_bound(int blas)
 {
+    if (blas >= 8 && blas <= 10) blas -= 5; /* the fused tensor-core kernel: the same operands */
     const double u = blas == 3 || blas == 5 ? ldexp(1.0, -11) : blas == 6 ? ldexp(1.0, -8) : 0.0;
     const double ep = blas == 4 ? 3.0 * ldexp(1.0, -22) : 2.0 * u + u * u;
     return blas >= 3 && blas <= 6 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0;
@@ -319,6 +320,7 @@ static const char *engine_name(qk_precision prec, int blas)
     if (prec == QK_PRECISION_FP64) return "fp64";
     switch (blas) {
     case 3: return "tf32"; case 4: return "fp32x3"; case 5: return "fp16"; case 6: return "bf16";
+    case 8: return "tf32-fused"; case 9: return "fp32x3-fused"; case 10: return "fp16-fused";
     default: return "fp32";
     }
 }
@@ -474,6 +476,22 @@ static void run_map(const TMap &t, bool thorough)
             check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, c.rect);
         }
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "sym fp64 real form");
+        /* the fused tensor-core kernel (use_blas 8..10) at every qubit count, every tile
+           configuration: K(X,X) (triangular grid, mirror) to the host and the device, K(X,Y)
+           with ld + 3 (scalar stores) */
+        static const struct { qk_precision p; int b; const char *name; } tcf[] = {
+            {QK_PRECISION_TF32, 8, "tf32"}, {QK_PRECISION_FP32X3, 9, "fp32x3"}, {QK_PRECISION_FP16, 10, "fp16"}};
+        for (auto &c : tcf)
+            for (g_cfg = 0; g_cfg <= 3; ++g_cfg) {
+                char w1[64], w2[64], w3[64];
+                snprintf(w1, sizeof w1, "sym %s fused cfg %d", c.name, g_cfg);
+                snprintf(w2, sizeof w2, "rect %s fused cfg %d ld+3", c.name, g_cfg);
+                snprintf(w3, sizeof w3, "sym %s fused cfg %d device", c.name, g_cfg);
+                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 0, w1);
+                check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, w2);
+                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_DEVICE, c.b, 1024, 0, 1, 0, w3);
+            }
+        g_cfg = 0;
         check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "rect fp64 real form");
     }
     if (!thorough) return;
@@ -505,6 +523,13 @@ static void run_map(const TMap &t, bool thorough)
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP16, QK_F32, QK_OUTPUT_HOST, 5, sl, tl, 0, 2, "sym fp16 tiles ring");
             check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32X3, QK_F64, QK_OUTPUT_CALLBACK, 4, sl, tl, 1, 0, "rect fp32x3 tiles callback f64out");
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_DEVICE, 7, sl, tl, 1, 0, "sym fp64 real form tiles device");
+            /* the fused tensor-core kernel through slabs (bulk operands converted once), state
+               tiles (converted per call), the ring, the callback, float64 output */
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_TF32, QK_F32, QK_OUTPUT_DEVICE, 8, sl, 0, 1, 1, "sym tf32 fused device slabs");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP16, QK_F32, QK_OUTPUT_HOST, 10, sl, tl, 1, 0, "sym fp16 fused tiles resident");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_HOST, 9, sl, tl, 0, 2, "sym fp32x3 fused tiles ring");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_TF32, QK_F64, QK_OUTPUT_CALLBACK, 8, sl, tl, 1, 0, "rect tf32 fused tiles callback f64out");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, sl, 0, 1, 0, "rect fp32x3 fused device slabs");
         }
     }
 }
@@ -525,13 +550,19 @@ static void tc_block_tests()
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
         const int before = qk_test_fails;
         static const struct { qk_precision p; int b; } tcm[] = {
-            {QK_PRECISION_TF32, 3}, {QK_PRECISION_FP32X3, 4}, {QK_PRECISION_FP16, 5}, {QK_PRECISION_FP64, 7}};
-        for (auto &c : tcm) {
-            const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
-            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");
-            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
-            check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
-        }
+            {QK_PRECISION_TF32, 3}, {QK_PRECISION_FP32X3, 4}, {QK_PRECISION_FP16, 5}, {QK_PRECISION_FP64, 7},
+            /* the fused tensor-core kernel: many tiles of the triangular grid (1100 rows: 9 tiles
+               of 128 a side), slabs of 700 rows (a diagonal block not at the origin: the full
+               grid with the below-diagonal tiles skipped), every configuration in turn */
+            {QK_PRECISION_TF32, 8}, {QK_PRECISION_FP32X3, 9}, {QK_PRECISION_FP16, 10}};
+        for (auto &c : tcm)
+            for (g_cfg = 0; g_cfg <= (c.b >= 8 ? 3 : 0); ++g_cfg) {
+                const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
+                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");
+                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
+                check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
+            }
+        g_cfg = 0;
         printf("tensor-core blocks %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
     }
 }
@@ -551,7 +582,7 @@ static void small_kernel_tests()
         std::vector<cd> SA(nx * D), SB(ny * D);
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
-        const int before = g_fail;
+        const int before = qk_test_fails;
         g_cfg = 7;
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "small sym device ld+3");
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 0, "small sym device ld=n");
@@ -561,7 +592,7 @@ static void small_kernel_tests()
         check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, "small rect f64out (falls back)");
         g_cfg = 0;
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "fixed table sym device");
-        printf("persistent few-qubit kernel %-10s %s\n", t.name.c_str(), g_fail == before ? "ok" : "FAILED");
+        printf("persistent few-qubit kernel %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
     }
 }
 
@@ -596,6 +627,41 @@ static void fp32_same_tests(qk_ctx *gpu)
         qk_map_free(m);
     }
     printf("fp32 engine unchanged %s\n", qk_test_fails ? "FAILED" : "ok");
+}
+
+/* ---- precision AUTO through the public API: the mode the planner names, K within its stated
+   bound (plan.error_bound, qk_precision_error_bound) against the CPU engine ---- */
+static void auto_tests(qk_ctx *cpu, qk_ctx *gpu)
+{
+    static const struct { const char *spec; int d; double tol; qk_precision want; } cs[] = {
+        {"zz(reps=2)", 8, 0.0, QK_PRECISION_FP32}, {"zz(reps=2)", 8, 1e-3, QK_PRECISION_FP32X3},
+        {"zz(reps=2)", 8, 1e-2, QK_PRECISION_FP16}, {"hea(layers=2)", 9, 1e-2, QK_PRECISION_FP16},
+        {"iqp", 7, 1e-3, QK_PRECISION_FP32X3}, {"zz(reps=1)", 12, 1e-2, QK_PRECISION_FP16}};
+    for (auto &c : cs) {
+        qk_map *m = nullptr;
+        if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "auto: parse %s", c.spec); continue; }
+        const int64_t n = c.d >= 12 ? 131 : 333;
+        std::vector<double> x((size_t)n * c.d), ref((size_t)n * n), got((size_t)n * n, NAN);
+        for (auto &v : x) v = urand(0, 2 * M_PI);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = n; g.out = ref.data(); g.out_dtype = QK_F64;
+        CHECK(qk_gram(cpu, m, &g) == QK_OK, "auto: cpu %s", qk_last_error());
+        g.out = got.data();
+        g.precision = QK_PRECISION_AUTO;
+        g.tol = c.tol;
+        qk_plan p;
+        CHECK(qk_plan_make(gpu, m, &g, &p) == QK_OK && p.precision == c.want && strstr(p.precision_note, "auto"),
+              "auto %s d=%d tol %g: %s '%s'", c.spec, c.d, c.tol, qk__prec_name(p.precision), p.precision_note);
+        CHECK(qk_gram(gpu, m, &g) == QK_OK, "auto %s: %s", c.spec, qk_last_error());
+        double e = 0;
+        for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]));
+        CHECK(e <= p.error_bound, "auto %s d=%d tol %g (%s, blas %d): max err %.3g > stated bound %.3g", c.spec, c.d, c.tol,
+              qk__prec_name(p.precision), p.use_blas, e, p.error_bound);
+        printf("auto %-14s d=%2d tol %-6g -> %-6s blas %2d: max err %.2g (bound %.2g)\n", c.spec, c.d, c.tol, qk__prec_name(p.precision),
+               p.use_blas, e, p.error_bound);
+        qk_map_free(m);
+    }
 }
 
 /* ---- public API: CUDA context vs CPU context ---- */
@@ -674,6 +740,7 @@ static void api_tests()
         api_case(cpu, gpu, mm.spec, mm.d, nx, ny, QK_PRECISION_FP16, QK_OUTPUT_HOST, mm.bin);
         printf("api %-32s %s\n", mm.spec, qk_test_fails == before ? "ok" : "FAILED");
     }
+    auto_tests(cpu, gpu);
     /* autotune: measure and store into a fresh cache directory, then a second context reads it */
     char dir[] = "/tmp/qk-gpu-test-XXXXXX";
     if (mkdtemp(dir)) {
@@ -709,7 +776,7 @@ static void api_tests()
             g.precision = QK_PRECISION_TF32;
             g.out = k1.data();
             CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0 &&
-                  (p1.use_blas <= 3) && p1.precision == QK_PRECISION_TF32, "autotune tf32: blas %d '%s'", p1.use_blas, p1.config);
+                  (p1.use_blas <= 3 || p1.use_blas == 8) && p1.precision == QK_PRECISION_TF32, "autotune tf32: blas %d '%s'", p1.use_blas, p1.config);
             CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 && p2.use_blas == p1.use_blas,
                   "autotune tf32 cache: '%s'", p2.config);
             CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned tf32 gram: %s", qk_last_error());

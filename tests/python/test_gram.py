@@ -185,6 +185,17 @@ def test_threads_and_precision():
     K32 = qk.gram(X, device="cpu", precision="fp32")
     assert K32.dtype == np.float32
     np.testing.assert_allclose(K32, K, atol=1e-6, rtol=0)
+    # every mode name runs on the CPU engine (computing in fp64); the tensor-core modes give
+    # float32 like fp32, auto the engine's default dtype
+    for mode in ("tf32", "fp32x3", "fp16"):
+        Km = qk.gram(X, device="cpu", precision=mode)
+        assert Km.dtype == np.float32
+        np.testing.assert_allclose(Km, K, atol=1e-6, rtol=0)
+    np.testing.assert_array_equal(qk.gram(X, device="cpu", precision="auto"), K)
+    np.testing.assert_array_equal(qk.gram(X, device="cpu", precision="auto", tol=1e-2), K)
+    raises(ValueError, qk.gram, X, device="cpu", precision="fp32", tol=1e-3, match="tol")
+    raises(ValueError, qk.gram, X, device="cpu", precision="auto", tol=0.0, match="tol")
+    raises(ValueError, qk.gram, X, device="cpu", precision="auto", tol=float("nan"), match="tol")
 
 
 # ---- out= ----
@@ -264,7 +275,7 @@ def test_bad_inputs_raise_documented_exceptions():
     raises(TypeError, gram, X, map=42)
     raises(ValueError, gram, X, map=qk.FeatureMap("zz", 4), match="features")
     raises(ValueError, qk.gram, X, device="tpu", match="device")
-    raises(ValueError, gram, X, precision="fp16", match="precision")
+    raises(ValueError, gram, X, precision="fp8", match="precision")
     raises(ValueError, gram, X, threads=0, match="threads")
     raises(ValueError, gram, rand(2, 31), map="zz", match="qubits")
     raises(ValueError, gram, np.zeros((2, 4)), map="amplitude", match="norm")

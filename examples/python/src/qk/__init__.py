@@ -37,7 +37,9 @@ __version__: str = _qk.engine()["version"]
 _DEVICES = {"auto": _qk.QK_DEVICE_AUTO, "cpu": _qk.QK_DEVICE_CPU, "cuda": _qk.QK_DEVICE_CUDA,
             "gpu": _qk.QK_DEVICE_CUDA}
 _PRECISIONS = {None: _qk.QK_PRECISION_DEFAULT, "fp32": _qk.QK_PRECISION_FP32,
-               "fp64": _qk.QK_PRECISION_FP64}
+               "fp64": _qk.QK_PRECISION_FP64, "tf32": _qk.QK_PRECISION_TF32,
+               "fp32x3": _qk.QK_PRECISION_FP32X3, "fp16": _qk.QK_PRECISION_FP16,
+               "auto": _qk.QK_PRECISION_AUTO}
 
 MapLike = Union[str, "FeatureMap", Any]   # a spec string, a FeatureMap or a Qiskit QuantumCircuit
 PathLike = Union[str, "os.PathLike[str]"]
@@ -221,7 +223,8 @@ def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]
 # ---- gram ----
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
          weights: Optional[npt.ArrayLike] = None, device: str = "auto", precision: Optional[str] = None,
-         out: Union[None, np.ndarray, PathLike] = None, threads: Optional[int] = None) -> np.ndarray:
+         out: Union[None, np.ndarray, PathLike] = None, threads: Optional[int] = None,
+         tol: Optional[float] = None) -> np.ndarray:
     """The Gram matrix K[i, j] = |<psi(X[i])|psi(Y[j])>|^2 (Y=None: K(X, X), symmetric).
 
     X, Y: (n, d) arrays of real numbers, any dtype that converts to float64 and any strides;
@@ -229,7 +232,12 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
     map: a spec string (docs/maps.md; ``d`` comes from X), a ``FeatureMap`` or a Qiskit circuit.
     weights: the map's trainable weights (``hea``, circuits with ``w`` parameters).
     device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``.
-    precision: None (the engine's default: fp64 on the CPU, fp32 on the GPU), ``"fp32"``, ``"fp64"``.
+    precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which is fp32
+        unless ``tol`` says otherwise), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
+        ``"fp32x3"`` (fp32 accuracy), ``"tf32"``, ``"fp16"`` (~1e-3), or ``"auto"``: the fastest mode
+        whose stated error bound meets ``tol`` (docs/precision.md). The CPU engine accepts every
+        mode and computes in fp64.
+    tol: the largest acceptable error bound of K for ``"auto"`` (default: fp32's bound).
     out: None (a new array), a preallocated (n, m) float32/float64 array or ``np.memmap`` whose
         rows are contiguous (a slice ``K[:, :m]`` of a wider array works), or a path: K is then
         streamed into a ``.npy`` file (never whole in memory; written atomically) and returned as a
@@ -250,16 +258,23 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
     dev = _option(_DEVICES, device, "device")
     prec = _option(_PRECISIONS, precision, "precision")
     nt = _threads(threads)
+    if tol is not None:
+        tol = float(tol)
+        if not (0.0 < tol <= 1.0):
+            raise ValueError(f"tol must be in (0, 1] (got {tol})")
+        if prec not in (_qk.QK_PRECISION_AUTO, _qk.QK_PRECISION_DEFAULT):
+            raise ValueError("tol applies to precision='auto' (and the default), not to an explicit mode")
+    tl = 0.0 if tol is None else tol
     if out is None:
-        return _qk.gram(m, Xa, Ya, None, dev, prec, nt)
+        return _qk.gram(m, Xa, Ya, None, dev, prec, nt, tol=tl)
     if isinstance(out, np.ndarray):
         for A, name in ((Xa, "X"), (Ya, "Y")):
             if A is not None and np.may_share_memory(out, A):
                 raise ValueError(f"out overlaps {name}")
-        return _qk.gram(m, Xa, Ya, out, dev, prec, nt)
+        return _qk.gram(m, Xa, Ya, out, dev, prec, nt, tol=tl)
     if isinstance(out, (str, bytes, os.PathLike)):
         path = os.fspath(out)
-        _qk.gram(m, Xa, Ya, None, dev, prec, nt, out_path=path)
+        _qk.gram(m, Xa, Ya, None, dev, prec, nt, out_path=path, tol=tl)
         return np.load(path, mmap_mode="r")
     raise TypeError(f"out must be None, a numpy array or a path (got {type(out).__name__})")
 

@@ -407,9 +407,10 @@ static double qkpy_last_gram_s;
 
 static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"map", "x", "y", "out", "device", "precision", "threads", "out_path", NULL};
+    static char *kwlist[] = {"map", "x", "y", "out", "device", "precision", "threads", "out_path", "tol", NULL};
     PyObject *mapo, *xo, *yo = Py_None, *outo = Py_None, *path = NULL;
     int device = 0, precision = 0, threads = 0;
+    double tol = 0.0;
     qkpy_Map *map;
     PyArrayObject *x, *y = NULL, *out = NULL;
     qk_ctx_desc cd;
@@ -421,8 +422,8 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     int64_t nx, ny, ld = 0;
     double t0;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOiiiO&:gram", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &outo,
-                                     &device, &precision, &threads, PyUnicode_FSConverter, &path)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOiiiO&d:gram", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &outo,
+                                     &device, &precision, &threads, PyUnicode_FSConverter, &path, &tol)) return NULL;
     map = (qkpy_Map *)mapo;
     if (qkpy_check_in(xo, "X", map->map->n_features) < 0) goto fail;
     x = (PyArrayObject *)xo;
@@ -431,7 +432,8 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
         y = (PyArrayObject *)yo;
     }
     if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
-    if (precision < QK_PRECISION_DEFAULT || precision > QK_PRECISION_FP64) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (!(tol >= 0.0 && tol <= 1.0)) { PyErr_Format(PyExc_ValueError, "tol must be in [0, 1] (got %g)", tol); goto fail; }
     if (threads < 0) { PyErr_Format(PyExc_ValueError, "threads must be >= 1 (got %d)", threads); goto fail; }
     if (path && outo != Py_None) { PyErr_SetString(PyExc_ValueError, "give out or out_path, not both"); goto fail; }
     nx = PyArray_DIM(x, 0);
@@ -470,7 +472,8 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     }
     /* the output dtype qk's planner picks (docs/api.md): fp64 on the CPU engine, fp32 on the GPU
        engine, unless the precision says otherwise; the caller's out decides for itself */
-    dt = precision == QK_PRECISION_FP64 ? QK_F64 : precision == QK_PRECISION_FP32 ? QK_F32
+    dt = precision == QK_PRECISION_FP64 ? QK_F64
+         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32 /* fp32 and the tensor-core modes */
          : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
     memset(&g, 0, sizeof g);
     if (outo != Py_None) {
@@ -493,6 +496,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     g.ld_out = ld;
     g.out_dtype = dt;
     g.precision = (qk_precision)precision;
+    g.tol = tol;
     g.progress = qkpy_progress;
     g.progress_user = &cancel;
     memset(&cancel, 0, sizeof cancel);
@@ -541,7 +545,7 @@ static PyObject *qkpy_last_gram_seconds(PyObject *mod, PyObject *noargs)
 
 static PyMethodDef qkpy_methods[] = {
     {"gram", (PyCFunction)(void (*)(void))qkpy_gram, METH_VARARGS | METH_KEYWORDS,
-     "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None): qk_gram into out\n"
+     "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None, tol=0.0): qk_gram into out\n"
      "(or a new array; returned) or into the .npy file out_path (QK_OUTPUT_NPY; returns None)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
@@ -572,6 +576,7 @@ PyMODINIT_FUNC PyInit__qk(void)
     QKPY_CONST(QK_ARG_W) QKPY_CONST(QK_ARG_WX)
     QKPY_CONST(QK_DEVICE_AUTO) QKPY_CONST(QK_DEVICE_CPU) QKPY_CONST(QK_DEVICE_CUDA)
     QKPY_CONST(QK_PRECISION_DEFAULT) QKPY_CONST(QK_PRECISION_FP32) QKPY_CONST(QK_PRECISION_FP64)
+    QKPY_CONST(QK_PRECISION_TF32) QKPY_CONST(QK_PRECISION_FP32X3) QKPY_CONST(QK_PRECISION_FP16) QKPY_CONST(QK_PRECISION_AUTO)
     QKPY_CONST(QK_MAX_STATE_QUBITS)
 #undef QKPY_CONST
     return m;
