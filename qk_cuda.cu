@@ -2396,3 +2396,26 @@ extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, i
     if (real) return o64 ? qk__tune<float, false, double>(plan, n, reps, res, E) : qk__tune<float, false, float>(plan, n, reps, res, E);
     return o64 ? qk__tune<float, true, double>(plan, n, reps, res, E) : qk__tune<float, true, float>(plan, n, reps, res, E);
 }
+
+/* ======================================================================================== */
+/*                          several GPUs in one process (qk.h, extern "C")                  */
+/* ======================================================================================== */
+/* qk.h drives one host thread per GPU of a context (docs/api.md, "Several GPUs"); each thread
+   makes its GPU current with this, then runs qk_cuda_gram on its parts of K. */
+extern "C" qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size)
+{
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        if (err && err_size) snprintf(err, err_size, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
+        cudaGetLastError();
+        return QK_ERROR_NO_DEVICE;
+    }
+    return QK_OK;
+}
+
+/* A monotonic clock in seconds (qk.h compiles as strict C99, where clock_gettime is hidden): when
+   each GPU's thread finished its share (qk_ctx_device_seconds). */
+extern "C" double qk_cuda_wtime(void)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
