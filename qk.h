@@ -7956,6 +7956,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 #endif
     }
     QK__UNUSED(err);
+    QK__UNUSED(started);
 #ifndef QK_NO_THREADS
     for (k = 0; k < n; k++)
         if (started[k]) pthread_join(th[k], NULL);
