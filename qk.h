@@ -64,6 +64,9 @@
                           (default 512 MB)
      QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
                           (default 256 MB; none with no_sync)
+     QK_MGPU_MIN_PAIRS    a qk_gram on a context of several GPUs is dealt to as many GPUs as get
+                          at least this many pairs each (default 2^25: ~1 ms of a GPU at 8 qubits;
+                          below, one GPU: thread and per-GPU set-up would cost more than it saves)
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)
@@ -434,10 +437,22 @@ typedef struct qk_allocator {
     void *user;
 } qk_allocator;
 
+/* The most CUDA devices one context drives (qk_ctx_desc.n_cuda_devices, qk_plan.devices). */
+#define QK_MAX_DEVICES 16
+
 typedef struct qk_ctx_desc {
     qk_device device;       /* default AUTO */
     int n_threads;          /* CPU engine threads; default: all online cores */
-    int cuda_device;        /* CUDA device ordinal; default 0 */
+    int cuda_device;        /* one CUDA device ordinal, used alone when non-zero and n_cuda_devices
+                               is 0, or when n_cuda_devices is 1 and cuda_devices is NULL */
+    /* The GPUs of the context (docs/api.md, "Several GPUs"). n_cuda_devices = 0 (default): every
+       visible device (at most QK_MAX_DEVICES) when cuda_device is 0, else cuda_device alone;
+       n > 0: cuda_devices[0 .. n) (distinct ordinals; NULL: cuda_device alone when n is 1, else
+       ordinals 0 .. n-1). A qk_gram of at least QK_MGPU_MIN_PAIRS pairs per GPU is dealt to the
+       GPUs (rows balanced by pair count, one host thread per GPU); smaller ones run on the first.
+       qk_ctx_query gives the resolved list (cuda_devices points into the context). */
+    const int *cuda_devices;
+    int n_cuda_devices;
     double vram_fraction;   /* share of free device memory the planner may use; default 0.85 */
     int autotune;           /* 0 default: cached configuration, tuned and stored on a miss; 1: tune
                                now and store (qk-gram --autotune); -1 off: the fixed
@@ -514,6 +529,15 @@ typedef struct qk_gram_desc {
                                bound exceeds QK_MPS_MAX_BOND); REAL or COMPLEX forces the statevector
                                (the map's class decides real or complex). Product maps always take
                                ANALYTIC. */
+    /* QK_OUTPUT_DEVICE with a plan on several GPUs (qk_plan.n_devices > 1): one device buffer
+       per GPU, out_devices[k] on plan.devices[k], holding rows [plan.dev_row0[k],
+       plan.dev_row0[k + 1]) of K with leading dimension ld_out (default: columns of K); for
+       K(X,Y) whole rows; for K(X,X) the columns from the band's first row on (its diagonal
+       block whole, and the part right of it: K[i][j] for j >= dev_row0[k]); the columns left of
+       the band are the mirror of other GPUs' parts (K[i][j] = K[j][i]) and are not written.
+       Plan first (qk_plan_make) to size them. NULL with several GPUs is an error; with one,
+       out_devices[0] (when set) is used as out. Default NULL. */
+    void *const *out_devices;
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -629,12 +653,36 @@ typedef struct qk_plan {
     int mps_bond;               /* MPS: the largest bond dimension (exact bound from the circuit) */
     int mps_span;               /* MPS: the most sites a two-qubit gate spans in the chosen order */
     double mps_pair_flops;      /* MPS: real flops per overlap <psi(x)|psi(y)> */
+    /* Devices (GPU engine): the job is dealt to n_devices GPUs (1: a single-GPU plan, the
+       fields above describe it; > 1: they describe the whole job planned for devices[0], and
+       each GPU plans its own parts when it runs). Device k computes rows [dev_row0[k],
+       dev_row0[k + 1]) of K (qk_schedule_make, balanced by pair count, weighted by SM count):
+       for K(X,Y) rows x all columns; for K(X,X) the band's diagonal block (symmetric) and the
+       rectangle right of it, whose mirror below the diagonal it writes too. */
+    int n_devices;
+    int devices[QK_MAX_DEVICES];        /* CUDA ordinals */
+    int64_t dev_row0[QK_MAX_DEVICES + 1];
+    int64_t dev_pairs[QK_MAX_DEVICES];  /* pairs each computes (<x_i|x_j> evaluations) */
+    double dev_imbalance;               /* slowest share over the mean (qk_schedule.imbalance) */
+    int dev_full_rows;          /* K(X,X) to HOST or NPY where the host's bytes bind, not the
+                                   flops (fewer than QK__MGPU_FULL_ROWS_FLOPS flops per byte of
+                                   K: complex maps up to 12 qubits, real up to 14, in fp32):
+                                   each GPU computes whole rows K(X[a:b], X) (its band's part
+                                   below the diagonal again, ~2x its flops) instead of mirroring
+                                   a rectangle on the host (a transposition and short writes) */
 } qk_plan;
 
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+/* The planner for a list of n devices (infos[k] is CUDA ordinal ordinals[k]; NULL ordinals:
+   0 .. n-1), as qk_plan_make plans a context of several GPUs: the whole job planned for infos[0],
+   then, when every device gets at least QK_MGPU_MIN_PAIRS pairs, its rows dealt to as many of
+   the devices (fewer when the job is smaller: n_devices = 1 below 2 QK_MGPU_MIN_PAIRS pairs).
+   Injected infos test the split without a GPU. */
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* Human-readable plan, snprintf-like. */
 QKDEF int qk_plan_describe(const qk_plan *plan, char *buf, size_t size);
 /* Largest n such that K(X,X) of n samples keeps all states resident on the device. */
@@ -873,8 +921,18 @@ QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
    concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
 QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
-/* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine). */
+/* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
+   several GPUs those of the first). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
+/* Per GPU of the last qk_gram on ctx: seconds[k] from the job's start to the moment GPU k
+   (plan.devices[k]) finished its share, k < the returned count (plan.n_devices; 0 when it ran
+   on the CPU engine); at most max values are written. The load balance is max / mean. */
+QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max);
+/* Makes ordinal the calling thread's current CUDA device (cudaSetDevice); the GPU engine runs
+   on the current device. */
+QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size);
+/* A monotonic clock, seconds (std::chrono::steady_clock). */
+QK_CUDA_DEF double qk_cuda_wtime(void);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
@@ -3943,22 +4001,24 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
 #endif
 }
 
-/* n bytes of K's data at byte offset off (from the start of the data). */
-static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+/* n bytes of K's data at byte offset off (from the start of the data), through fd: w->fd, or
+   (several GPUs) a thread's own descriptor of the temporary file (its own file offset); the
+   byte counts are then shared: w->written is added atomically, the syncer's under w->mu. */
+static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
 {
     if (w->cancel && QK__LOAD(w->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
-    if (lseek(w->fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(w->fd, buf, n) != 0) {
+    if (lseek(fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(fd, buf, n) != 0) {
         int e = errno;
         return qk__fail(QK_ERROR_IO, "cannot write '%s': writing %.3g MB at byte %llu failed: %s%s", w->path,
                         (double)n * 1e-6, (unsigned long long)(w->hdr + off), strerror(e),
                         e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
     }
-    w->written += n;
+    (void)QK__FETCH_ADD(&w->written, (uint64_t)n);
 #ifndef QK_NO_THREADS
     if (w->syncer_on) {
         pthread_mutex_lock(&w->mu);
         w->dirty += n;
-        w->written_mt = w->written;
+        w->written_mt += n;
         if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
         /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
         while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
@@ -3967,6 +4027,11 @@ static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t 
     }
 #endif
     return QK_OK;
+}
+
+static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+{
+    return qk__npyw_at_fd(w, w->fd, off, buf, n);
 }
 
 /* K[i0 + a][j0 .. j0 + n) = src[a * ld ..] for a < m (elements of the output dtype). */
@@ -6063,8 +6128,108 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     return QK_OK;
 }
 
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+
+/* A plan's device fields for one device (or the CPU engine: n_devices 0). */
+static void qk__plan_one_device(qk_plan *p, int ordinal)
+{
+    memset(p->devices, 0, sizeof p->devices);
+    memset(p->dev_row0, 0, sizeof p->dev_row0);
+    memset(p->dev_pairs, 0, sizeof p->dev_pairs);
+    p->n_devices = p->backend == QK_BACKEND_CUDA ? 1 : 0;
+    p->devices[0] = ordinal;
+    p->dev_row0[1] = p->n_x;
+    p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
+    p->dev_imbalance = 1.0;
+    p->dev_full_rows = 0;
+}
+
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    if (r == QK_OK) qk__plan_one_device(out, 0);
+    return r;
+}
+
+#ifndef QK_MGPU_MIN_PAIRS
+#define QK_MGPU_MIN_PAIRS ((int64_t)1 << 25)
+#endif
+/* Full rows (qk_plan.dev_full_rows) below this many flops per byte of K: a GPU does ~50e12
+   flops/s (FP32 cores), a host thread transposes and writes ~5e9 bytes/s, so the mirror costs
+   more than recomputing when a pair's flops / its bytes < 1e4. */
+#define QK__MGPU_FULL_ROWS_FLOPS 1e4
+
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_schedule_desc sd;
+    qk_schedule sch;
+    double w[QK_MAX_DEVICES];
+    int k, use, same = 1, full;
+    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    qk_result r;
+    if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
+    for (k = 0; k < n; k++) {
+        int j;
+        if (!infos[k].present) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: infos[%d] is not a present device", k);
+        if (ordinals && ordinals[k] < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: ordinals[%d] = %d", k, ordinals[k]);
+        for (j = 0; ordinals && j < k; j++)
+            if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
+    }
+    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    if (r != QK_OK) return r;
+    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* MPS: the CPU engine */
+    out->devices[0] = ordinals ? ordinals[0] : 0;
+    total = out->dev_pairs[0];
+    full = desc->y == NULL && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY) &&
+           (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
+           QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
+    for (use = n; use > 1 && total / use < minp; use--) {}
+    if (use < 2) return QK_OK;
+    for (k = 0; k < use; k++) {
+        w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
+        if (w[k] != w[0]) same = 0;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : full ? desc->n_x : 0;
+    sd.n_workers = use;
+    sd.weights = same ? NULL : w;
+    r = qk_schedule_make(&sd, &sch);
+    if (r != QK_OK) return r;
+    out->n_devices = use;
+    out->dev_full_rows = full;
+    for (k = 0; k < use; k++) {
+        out->devices[k] = ordinals ? ordinals[k] : k;
+        out->dev_row0[k] = sch.row0[k];
+        out->dev_pairs[k] = sch.pairs[k];
+    }
+    out->dev_row0[use] = sch.row0[use];
+    out->dev_imbalance = sch.imbalance;
+    qk_schedule_free(&sch);
+    return QK_OK;
+}
+
+/* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
+   columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
+   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
+   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
+static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
+{
+    const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
+    int n = 0;
+    if (b <= a) return 0;
+    if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
+    part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
+    if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
+    return n;
+}
+
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
     if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
@@ -7238,6 +7403,13 @@ struct qk_ctx {
     qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
     void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
     size_t stage_bytes;
+    int n_dev;                  /* GPUs of the context (0 on the CPU engine); dev is dev_info[0] */
+    int dev_ord[QK_MAX_DEVICES];
+    qk_device_info dev_info[QK_MAX_DEVICES];
+    void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
+    size_t dstage_bytes[QK_MAX_DEVICES];
+    int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
+    double dev_seconds[QK_MAX_DEVICES];
 #ifndef QK_NO_THREADS
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
 #endif
@@ -7271,6 +7443,17 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     d.n_threads = qk__def_i(d.n_threads, qk__ncores());
     d.vram_fraction = qk__def_d(d.vram_fraction, 0.85);
     if (d.autotune < -1 || d.autotune > 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: autotune must be -1, 0 or 1 (got %d)", d.autotune);
+    if (d.n_cuda_devices < 0 || d.n_cuda_devices > QK_MAX_DEVICES)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: n_cuda_devices must be in [0, %d] (got %d)", QK_MAX_DEVICES, d.n_cuda_devices);
+    if (d.cuda_devices && d.n_cuda_devices > 0) {
+        int i, j;
+        for (i = 0; i < d.n_cuda_devices; i++) {
+            if (d.cuda_devices[i] < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cuda_devices[%d] = %d (ordinals are >= 0)", i, d.cuda_devices[i]);
+            for (j = 0; j < i; j++)
+                if (d.cuda_devices[j] == d.cuda_devices[i])
+                    return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: CUDA device %d is listed twice in cuda_devices", d.cuda_devices[i]);
+        }
+    }
     if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
     ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
@@ -7281,16 +7464,37 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
         snprintf(ctx->cache_dir, sizeof ctx->cache_dir, "%s", d.cache_dir);
         ctx->desc.cache_dir = ctx->cache_dir;
     }
+    ctx->desc.cuda_devices = NULL;
+    ctx->desc.n_cuda_devices = 0;
     if (d.device != QK_DEVICE_CPU) {
 #if defined(QK_CUDA) && QK_CUDA
-        int n = qk_cuda_device_count();
+        int n = qk_cuda_device_count(), nl, i, bad = -1;
         char err[256] = "";
-        if (n > d.cuda_device && qk_cuda_device_query(d.cuda_device, &ctx->dev, err, sizeof err) == QK_OK) {
+        /* the device list (qk_ctx_desc.n_cuda_devices) */
+        if (d.n_cuda_devices > 0) {
+            nl = d.n_cuda_devices;
+            for (i = 0; i < nl; i++) ctx->dev_ord[i] = d.cuda_devices ? d.cuda_devices[i] : nl == 1 ? d.cuda_device : i;
+        } else if (d.cuda_device != 0 || n <= 1) {
+            nl = 1;
+            ctx->dev_ord[0] = d.cuda_device;
+        } else {
+            nl = n < QK_MAX_DEVICES ? n : QK_MAX_DEVICES;
+            for (i = 0; i < nl; i++) ctx->dev_ord[i] = i;
+        }
+        for (i = 0; i < nl && bad < 0; i++)
+            if (ctx->dev_ord[i] >= n || qk_cuda_device_query(ctx->dev_ord[i], &ctx->dev_info[i], err, sizeof err) != QK_OK) bad = ctx->dev_ord[i];
+        if (bad < 0 && nl > 1 && qk_cuda_set_device(ctx->dev_ord[0], err, sizeof err) != QK_OK) bad = ctx->dev_ord[0];
+        if (bad < 0) {
+            ctx->n_dev = nl;
+            ctx->dev = ctx->dev_info[0];
             ctx->desc.device = QK_DEVICE_CUDA;
+            ctx->desc.cuda_device = ctx->dev_ord[0];
+            ctx->desc.cuda_devices = ctx->dev_ord;
+            ctx->desc.n_cuda_devices = nl;
         } else if (d.device == QK_DEVICE_CUDA) {
             qk_ctx_destroy(ctx);
             if (n <= 0) return qk__fail(QK_ERROR_NO_DEVICE, "device cuda requested but no CUDA device is present");
-            return qk__fail(QK_ERROR_NO_DEVICE, "CUDA device %d unavailable (%d present)%s%s", d.cuda_device, n, err[0] ? ": " : "", err);
+            return qk__fail(QK_ERROR_NO_DEVICE, "CUDA device %d unavailable (%d present)%s%s", bad, n, err[0] ? ": " : "", err);
         } else {
             memset(&ctx->dev, 0, sizeof ctx->dev);
             ctx->desc.device = QK_DEVICE_CPU;
@@ -7320,8 +7524,15 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
     }
 #endif
 #if defined(QK_CUDA) && QK_CUDA
-    qk_cuda_host_free(ctx->stage[0]);
-    qk_cuda_host_free(ctx->stage[1]);
+    {
+        int k;
+        qk_cuda_host_free(ctx->stage[0]);
+        qk_cuda_host_free(ctx->stage[1]);
+        for (k = 0; k < QK_MAX_DEVICES; k++) {
+            qk_cuda_host_free(ctx->dstage[k][0]);
+            qk_cuda_host_free(ctx->dstage[k][1]);
+        }
+    }
 #endif
     if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
     else QK_FREE(ctx);
@@ -7333,6 +7544,14 @@ QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)
     if (ctx) return ctx->cuda_stats;
     memset(&st, 0, sizeof st);
     return st;
+}
+
+QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max)
+{
+    int k;
+    if (!ctx) return 0;
+    for (k = 0; seconds && k < ctx->n_dev_last && k < max; k++) seconds[k] = ctx->dev_seconds[k];
+    return ctx->n_dev_last;
 }
 
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
@@ -7357,7 +7576,8 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if (d->output < QK_OUTPUT_HOST || d->output > QK_OUTPUT_NPY) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown output mode %d", (int)d->output);
     if (d->output == QK_OUTPUT_CALLBACK && !d->tile_fn) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output CALLBACK needs tile_fn");
     if (d->output == QK_OUTPUT_NPY && (!d->out_path || !d->out_path[0])) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output NPY needs out_path");
-    if ((d->output == QK_OUTPUT_HOST || d->output == QK_OUTPUT_DEVICE) && !d->out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
+    if ((d->output == QK_OUTPUT_HOST || d->output == QK_OUTPUT_DEVICE) && !d->out && !(d->output == QK_OUTPUT_DEVICE && d->out_devices))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
     if (d->output == QK_OUTPUT_DEVICE && ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram: output DEVICE needs the CUDA engine (context runs on the CPU)");
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
@@ -7382,10 +7602,15 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
     if (ctx->desc.device == QK_DEVICE_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
         char err[256] = "";
-        qk_device_info info;
-        r = qk_cuda_device_query(ctx->desc.cuda_device, &info, err, sizeof err);
-        if (r != QK_OK) return qk__fail(r, "%s", err);
-        r = qk_plan_for_device(&info, ctx->desc.vram_fraction, map, desc, out);
+        qk_device_info info, infos[QK_MAX_DEVICES];
+        int k;
+        /* every GPU's free memory now; the first queried last (the query makes it current) */
+        for (k = ctx->n_dev - 1; k >= 0; k--) {
+            r = qk_cuda_device_query(ctx->dev_ord[k], &infos[k], err, sizeof err);
+            if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", ctx->dev_ord[k], err);
+        }
+        info = infos[0];
+        r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
         if (r == QK_OK && out->backend == QK_BACKEND_CPU) {   /* the MPS path (CPU engine) */
             out->n_threads = ctx->desc.n_threads;
             qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the CPU engine (%d threads) in this version", out->n_threads);
@@ -7452,6 +7677,23 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
+    if (p->n_devices > 1) {   /* integers only (locale-free) */
+        int k;
+        int64_t tot = 0, worst;
+        for (k = 0; k < p->n_devices; k++) tot += p->dev_pairs[k];
+        worst = (int64_t)(p->dev_imbalance * 10000.0 + 0.5);
+        qk__cat(buf, size, &len, "  devices: %d GPUs, one host thread each, rows dealt by pair count (slowest share %lld.%04lld x the mean)%s\n",
+                p->n_devices, (long long)(worst / 10000), (long long)(worst % 10000),
+                !p->symmetric ? "" : p->dev_full_rows ? "; each: whole rows (the host's bytes bind: no mirror on the host)"
+                                                       : "; each: its diagonal block (symmetric) + the rectangle right of it, mirrored");
+        for (k = 0; k < p->n_devices; k++) {
+            int64_t pc = tot > 0 ? (int64_t)((double)p->dev_pairs[k] * 10000.0 / (double)tot + 0.5) : 0, part[2][3];
+            int np = qk__mgpu_parts(p, k, part);
+            qk__cat(buf, size, &len, "    GPU %d: rows [%lld, %lld), %lld pairs (%lld.%02lld %%), %d part%s\n", p->devices[k],
+                    (long long)p->dev_row0[k], (long long)p->dev_row0[k + 1], (long long)p->dev_pairs[k],
+                    (long long)(pc / 100), (long long)(pc % 100), np, np == 1 ? "" : "s");
+        }
+    }
     return (int)len;
 }
 
@@ -7609,6 +7851,419 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 }
 #endif
 
+/* ---- several GPUs in one process ---- */
+/* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU makes its
+   GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
+   all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
+   of it), each part planned for that GPU's free memory. Parts go to the output at their offsets
+   in K, and no element is written by two threads (a band's rows from its first row on, and the
+   mirror of its rectangle: rows below the band, the band's columns):
+     HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
+               into it when it is pinned, else slab rows copied from pinned staging); the
+               rectangle's mirror is then transposed on the host from the buffer itself
+     DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
+     CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
+     NPY       one temporary file; each thread writes through its own descriptor, the row
+               pieces of its slabs and the mirror (64 columns transposed per step); the
+               writer's syncer, commit and abort are the one-GPU path's
+   The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
+   reads before each slab and each write; the job then returns that failure, naming the GPU, and
+   NPY leaves no file. Times: qk_ctx_device_seconds. */
+#if defined(QK_CUDA) && QK_CUDA
+static int qk__mgpu_test_fail = -1;  /* tests: this ordinal's thread fails before its last part */
+
+typedef struct qk__mgpu {
+    qk_ctx *ctx;
+    const qk_plan *plan;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk__npyw *w;
+    int64_t cols, ld;
+    size_t es;
+    int cancel;                 /* the first failure sets it; every thread stops */
+    int64_t done, total;        /* entries of K delivered (progress), under mu */
+    double t0;
+#ifndef QK_NO_THREADS
+    pthread_mutex_t mu;         /* the caller's callbacks one at a time; the first failure */
+#endif
+    qk_result r;                /* the first failure and its detail */
+    char err[sizeof qk__errbuf];
+} qk__mgpu;
+
+typedef struct qk__mgpu_dev {
+    qk__mgpu *g;
+    int k, ord;
+    int fd;                     /* NPY: this thread's descriptor of the temporary file */
+    char *tb;                   /* mirror transposition buffer (64 columns x slab rows) */
+    size_t tb_bytes;
+    int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
+    int diag, mirror;
+    int64_t last;               /* the part's progress reported so far */
+    qk_cuda_stats stats;
+    double seconds;
+} qk__mgpu_dev;
+
+static void qk__mgpu_lock(qk__mgpu *g)
+{
+#ifndef QK_NO_THREADS
+    pthread_mutex_lock(&g->mu);
+#else
+    QK__UNUSED(g);
+#endif
+}
+
+static void qk__mgpu_unlock(qk__mgpu *g)
+{
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&g->mu);
+#else
+    QK__UNUSED(g);
+#endif
+}
+
+/* Records a failure (the first one wins; a thread stopped by the flag does not count) and stops
+   every thread. user: the caller's callback cancelled (no device named). */
+static void qk__mgpu_fail(qk__mgpu *g, int ord, qk_result r, const char *detail, int user)
+{
+    qk__mgpu_lock(g);
+    if (g->r == QK_OK && !(r == QK_ERROR_CANCELLED && !user && QK__LOAD(&g->cancel))) {
+        g->r = r;
+        if (user) snprintf(g->err, sizeof g->err, "%s", detail);
+        else snprintf(g->err, sizeof g->err, "CUDA device %d: %s", ord, detail);
+    }
+    QK__STORE(&g->cancel, 1);
+    qk__mgpu_unlock(g);
+}
+
+static int qk__mgpu_progress(int64_t done, int64_t total, void *user)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)user;
+    qk__mgpu *g = v->g;
+    int stop = 0;
+    QK__UNUSED(total);
+    if (QK__LOAD(&g->cancel)) return 1;
+    if (g->desc->progress) {
+        int64_t add = (done - v->last) * (v->mirror ? 2 : 1);
+        v->last = done;
+        qk__mgpu_lock(g);
+        g->done += add;
+        stop = g->desc->progress(g->done, g->total, g->desc->progress_user);
+        qk__mgpu_unlock(g);
+        if (stop) {
+            qk__mgpu_fail(g, v->ord, QK_ERROR_CANCELLED, "progress callback cancelled the Gram", 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The mirror of m rows of the running rectangle (src, ld) to the file: K[dj + c][gi .. gi + m). */
+static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, const char *src, int64_t ld)
+{
+    qk__mgpu *g = v->g;
+    const size_t es = g->es;
+    int64_t c0, c, a;
+    if ((size_t)m * 64 * es > v->tb_bytes) {
+        QK_FREE(v->tb);
+        v->tb_bytes = 0;
+        v->tb = (char *)qk__malloc((size_t)m * 64 * es);
+        if (!v->tb) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "out of memory (a %lld x 64 transposition buffer)", (long long)m);
+        v->tb_bytes = (size_t)m * 64 * es;
+    }
+    for (c0 = 0; c0 < v->w; c0 += 64) {
+        const int64_t nc = v->w - c0 < 64 ? v->w - c0 : 64;
+        if (es == 4)
+            for (a = 0; a < m; a++) {
+                const float *s = (const float *)(const void *)(src + (size_t)(a * ld + c0) * es);
+                float *t = (float *)(void *)v->tb;
+                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
+            }
+        else
+            for (a = 0; a < m; a++) {
+                const double *s = (const double *)(const void *)(src + (size_t)(a * ld + c0) * es);
+                double *t = (double *)(void *)v->tb;
+                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
+            }
+        for (c = 0; c < nc; c++) {
+            qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(v->dj + c0 + c) * (uint64_t)g->cols + (uint64_t)gi) * es,
+                                         v->tb + (size_t)(c * m) * es, (size_t)m * es);
+            if (r != QK_OK) return r;
+        }
+    }
+    return QK_OK;
+}
+
+/* The mirror of the finished rectangle in the caller's host buffer: K[dj + c][di + a] =
+   K[di + a][dj + c], in 64 x 64 blocks. */
+static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
+{
+    qk__mgpu *g = v->g;
+    char *K = (char *)g->desc->out;
+    const int64_t ld = g->ld;
+    int64_t a0, c0, a, c;
+    for (c0 = 0; c0 < v->w; c0 += 64) {
+        const int64_t c1 = v->w - c0 < 64 ? v->w : c0 + 64;
+        if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+        for (a0 = 0; a0 < v->h; a0 += 64) {
+            const int64_t a1 = v->h - a0 < 64 ? v->h : a0 + 64;
+            if (g->es == 4) {
+                float *k = (float *)(void *)K;
+                for (c = c0; c < c1; c++)
+                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
+            } else {
+                double *k = (double *)(void *)K;
+                for (c = c0; c < c1; c++)
+                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
+            }
+        }
+    }
+    return QK_OK;
+}
+
+/* The engine's host-side slab rows [i0, i0 + m) of the running part to the caller's output. */
+static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)user;
+    qk__mgpu *g = v->g;
+    const qk_gram_desc *desc = g->desc;
+    const size_t es = g->es;
+    const char *src = (const char *)rows;
+    const int64_t gi = v->di + i0;
+    int64_t a;
+    if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+    if (desc->output == QK_OUTPUT_HOST) {
+        for (a = 0; a < m; a++)
+            qk__copy_stream((char *)desc->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+        return QK_OK;
+    }
+    if (desc->output == QK_OUTPUT_CALLBACK) {
+        int64_t j0;
+        int stop = 0;
+        qk__mgpu_lock(g);
+        for (j0 = v->diag ? i0 : 0; j0 < v->w && !stop; j0 += m) {
+            const int64_t n = v->w - j0 < m ? v->w - j0 : m;
+            stop = desc->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, desc->tile_user);
+        }
+        qk__mgpu_unlock(g);
+        if (stop) {
+            qk__mgpu_fail(g, v->ord, QK_ERROR_CANCELLED, "tile callback cancelled the Gram", 1);
+            return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+        }
+        return QK_OK;
+    }
+    for (a = 0; a < m; a++) {
+        qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(gi + a) * (uint64_t)g->cols + (uint64_t)v->dj) * es,
+                                     src + (size_t)(a * ld) * es, (size_t)v->w * es);
+        if (r != QK_OK) return r;
+    }
+    return v->mirror ? qk__mgpu_mirror_npy(v, gi, m, src, ld) : QK_OK;
+}
+
+/* One GPU's share: its parts in order, each planned for the GPU's free memory now. */
+static void *qk__mgpu_main(void *p)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)p;
+    qk__mgpu *g = v->g;
+    qk_ctx *ctx = g->ctx;
+    const qk_plan *plan = g->plan;
+    const qk_gram_desc *desc = g->desc;
+    const int64_t a = plan->dev_row0[v->k], b = plan->dev_row0[v->k + 1], d = g->map->n_features;
+    const int sym = desc->y == NULL;
+    const double *Y = sym ? desc->x : desc->y;
+    int64_t part[2][3];         /* columns [j0, j1) of each part, and whether it is a diagonal block */
+    const int n_parts = qk__mgpu_parts(plan, v->k, part);
+    int i;
+    char err[512] = "", nm[32];
+    qk_result r;
+    snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
+    QK_PROF_THREAD_NAME(nm);
+    QK_PROF_BEGIN("qk gpu share");
+    r = qk_cuda_set_device(v->ord, err, sizeof err);
+    if (r != QK_OK) qk__mgpu_fail(g, v->ord, r, err, 0);
+    for (i = 0; i < n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+        qk_gram_desc sd;
+        qk_plan sp;
+        qk_device_info info;
+        qk_cuda_io io;
+        const int64_t j0 = part[i][0], j1 = part[i][1];
+        const int diag = (int)part[i][2];
+        err[0] = 0;
+        if (qk__mgpu_test_fail == v->ord && i == n_parts - 1) {
+            r = QK_ERROR_CUDA;
+            qk__mgpu_fail(g, v->ord, r, "an injected failure (test) before its last part", 0);
+            break;
+        }
+        memset(&sd, 0, sizeof sd);
+        sd.x = desc->x + a * d;
+        sd.n_x = b - a;
+        sd.y = diag ? NULL : Y + j0 * d;
+        sd.n_y = diag ? 0 : j1 - j0;
+        sd.precision = plan->precision;
+        sd.out_dtype = plan->out_dtype;
+        sd.path = desc->path;
+        sd.output = desc->output;
+        sd.tile_fn = desc->tile_fn;
+        sd.tile_user = desc->tile_user;
+        sd.out_path = desc->out_path;
+        sd.no_sync = 1;
+        sd.progress = qk__mgpu_progress;
+        sd.progress_user = v;
+        if (desc->output == QK_OUTPUT_HOST) {
+            sd.out = (char *)desc->out + (size_t)(a * g->ld + j0) * g->es;
+            sd.ld_out = g->ld;
+        } else if (desc->output == QK_OUTPUT_DEVICE) {
+            sd.out = (char *)desc->out_devices[v->k] + (size_t)j0 * g->es;
+            sd.ld_out = g->ld;
+        }
+        r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
+        if (r == QK_OK) {
+            r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
+            if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
+            if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);
+        }
+        if (r != QK_OK) { qk__mgpu_fail(g, v->ord, r, err, 0); break; }
+        /* the configuration qk_plan_make chose (cached: tuned already when the GPUs are alike) */
+        qk__plan_autotune(&info, ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
+        if (desc->output == QK_OUTPUT_HOST) sp.host_pinned = qk_cuda_host_pinned(sd.out);
+        memset(&io, 0, sizeof io);
+        io.rows = qk__mgpu_rows;
+        io.rows_user = v;
+        io.stats = &v->stats;
+        if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
+            size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
+            if (ctx->dstage_bytes[v->k] < need) {
+                char e2[256];
+                qk_cuda_host_free(ctx->dstage[v->k][0]);
+                qk_cuda_host_free(ctx->dstage[v->k][1]);
+                ctx->dstage[v->k][0] = ctx->dstage[v->k][1] = NULL;
+                ctx->dstage_bytes[v->k] = 0;
+                if (qk_cuda_host_alloc(need, &ctx->dstage[v->k][0], e2, sizeof e2) == QK_OK &&
+                    qk_cuda_host_alloc(need, &ctx->dstage[v->k][1], e2, sizeof e2) == QK_OK)
+                    ctx->dstage_bytes[v->k] = need;
+            }
+            if (ctx->dstage_bytes[v->k] >= need) {
+                io.stage[0] = ctx->dstage[v->k][0];
+                io.stage[1] = ctx->dstage[v->k][1];
+                io.stage_bytes = ctx->dstage_bytes[v->k];
+            }
+        }
+        v->di = a;
+        v->dj = j0;
+        v->h = b - a;
+        v->w = j1 - j0;
+        v->diag = diag;
+        v->mirror = sym && !diag && !plan->dev_full_rows;
+        v->last = 0;
+        err[0] = 0;
+        r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
+        if (r == QK_OK && desc->output == QK_OUTPUT_HOST && v->mirror) r = qk__mgpu_mirror_host(v);
+        if (r != QK_OK) {
+            if (!err[0]) snprintf(err, sizeof err, "%s", qk__errbuf);
+            qk__mgpu_fail(g, v->ord, r, err, 0);
+        }
+    }
+    v->seconds = qk_cuda_wtime() - g->t0;
+    QK_PROF_END("qk gpu share");
+    return NULL;
+}
+
+static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__mgpu g;
+    qk__npyw w;
+    qk__mgpu_dev v[QK_MAX_DEVICES];
+    const int n = plan->n_devices;
+    int k, started[QK_MAX_DEVICES];
+    qk_result r = QK_OK;
+    char err[256];
+#ifndef QK_NO_THREADS
+    pthread_t th[QK_MAX_DEVICES];
+#endif
+    if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        if (!desc->out_devices)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output DEVICE on %d GPUs needs desc->out_devices (one buffer per GPU, "
+                            "rows plan.dev_row0[k] .. dev_row0[k+1] from qk_plan_make), or a context of one GPU (n_cuda_devices = 1)", n);
+        for (k = 0; k < n; k++)
+            if (!desc->out_devices[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out_devices[%d] (CUDA device %d) is NULL", k, plan->devices[k]);
+    }
+    memset(&g, 0, sizeof g);
+    memset(&w, 0, sizeof w);
+    memset(v, 0, sizeof v);
+    w.fd = -1;
+    g.ctx = ctx;
+    g.plan = plan;
+    g.map = map;
+    g.desc = desc;
+    g.w = &w;
+    g.cols = plan->n_y;
+    g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
+    g.es = plan->out_dtype == QK_F32 ? 4 : 8;
+    g.total = plan->n_x * plan->n_y;
+#ifndef QK_NO_THREADS
+    if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
+#endif
+    if (desc->output == QK_OUTPUT_NPY) {
+        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
+        w.cancel = &g.cancel;
+    }
+    for (k = 0; k < n; k++) {
+        v[k].g = &g;
+        v[k].k = k;
+        v[k].ord = plan->devices[k];
+        v[k].fd = -1;
+        started[k] = 0;
+        if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
+            v[k].fd = open(w.tmp, O_WRONLY);
+            if (v[k].fd < 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", desc->out_path, w.tmp, strerror(errno));
+        }
+    }
+    g.t0 = qk_cuda_wtime();
+    for (k = 0; k < n && r == QK_OK; k++) {
+#ifndef QK_NO_THREADS
+        if (pthread_create(&th[k], NULL, qk__mgpu_main, &v[k]) == 0) { started[k] = 1; continue; }
+        snprintf(err, sizeof err, "cannot start its host thread");
+        qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
+        break;
+#else
+        qk__mgpu_main(&v[k]);   /* one after the other */
+#endif
+    }
+    QK__UNUSED(err);
+    QK__UNUSED(started);
+#ifndef QK_NO_THREADS
+    for (k = 0; k < n; k++)
+        if (started[k]) pthread_join(th[k], NULL);
+#endif
+    if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
+    for (k = 0; k < n; k++) {
+        if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
+        QK_FREE(v[k].tb);
+    }
+    if (desc->output == QK_OUTPUT_NPY) {
+        if (r == QK_OK) {
+            QK_PROF_BEGIN("npy commit");
+            r = qk__npyw_commit(&w);
+            QK_PROF_END("npy commit");
+        }
+        if (r != QK_OK) qk__npyw_abort(&w);
+    }
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&g.mu);
+#endif
+    ctx->cuda_stats = v[0].stats;
+    ctx->n_dev_last = n;
+    for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
+    {   /* later calls on this thread run on the context's first GPU, as with one */
+        char e2[64];
+        (void)qk_cuda_set_device(plan->devices[0], e2, sizeof e2);
+    }
+    return r;
+}
+#endif /* QK_CUDA */
+/* ---- end several GPUs ---- */
+
+
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
@@ -7624,7 +8279,20 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
     if (plan.backend == QK_BACKEND_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
         memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
-        return qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
+        ctx->n_dev_last = 0;
+        if (plan.n_devices > 1) return qk__mgpu_run(ctx, &plan, map, desc);
+        if (desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
+            qk_gram_desc d1 = *desc;
+            d1.out = desc->out_devices[0];
+            return qk__cuda_run(ctx, &plan, map, &d1, &ctx->cuda_stats);
+        }
+        {
+            double t0 = qk_cuda_wtime();
+            r = qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
+            ctx->n_dev_last = 1;
+            ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
+            return r;
+        }
 #else
         return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif

@@ -68,6 +68,7 @@
      >>gram       the fused SIMT Gram kernel, its tile configurations
      >>small      the persistent few-qubit Gram kernel (fused configuration 7)
      >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
+     >>devices    device selection and a clock for qk.h's several-GPU driver
      >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
      >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
      >>tune       the autotuner (qk_cuda_tune_gram)
@@ -3059,4 +3060,25 @@ static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D,
     if ((size_t)n * G.ldw * 4 > ws_bytes) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: workspace too small for the fused tensor-core engine");
     QK_TRY(qk__tcf_convert(G, S, n, (uint32_t *)ws, 0, E));
     return qk__launch_tcf<CPLX, OutT>(G, cfg, (const uint32_t *)ws, (const uint32_t *)ws, n, n, K, n, K, 0, 1, 0, E);
+}
+
+/* >>devices ---- several GPUs in one process (qk.h, extern "C") ---- */
+/* qk.h drives one host thread per GPU of a context (docs/api.md, "Several GPUs"); each thread
+   makes its GPU current with this, then runs qk_cuda_gram on its parts of K. */
+extern "C" qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size)
+{
+    cudaError_t e = cudaSetDevice(ordinal);
+    if (e != cudaSuccess) {
+        if (err && err_size) snprintf(err, err_size, "cudaSetDevice(%d): %s", ordinal, cudaGetErrorString(e));
+        cudaGetLastError();
+        return QK_ERROR_NO_DEVICE;
+    }
+    return QK_OK;
+}
+
+/* A monotonic clock in seconds (qk.h compiles as strict C99, where clock_gettime is hidden): when
+   each GPU's thread finished its share (qk_ctx_device_seconds). */
+extern "C" double qk_cuda_wtime(void)
+{
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }

@@ -390,6 +390,7 @@ int main(int argc, char **argv)
         qk_ctx_desc cd;
         memset(&cd, 0, sizeof cd);
         cd.device = QK_DEVICE_CUDA;
+        cd.n_cuda_devices = 1;   /* device 0 alone: qk-bench measures one GPU (qk-mgpu-bench: several) */
         cd.autotune = -1;
         if (qk_ctx_create(&cd, &g_ctx) != QK_OK) { printf("qk-bench: %s\n", qk_last_error()); return 1; }
     }

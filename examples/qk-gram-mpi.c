@@ -291,7 +291,11 @@ static int run(const options *o) {
 #if defined(QK_CUDA) && QK_CUDA
     if (o->device != QK_DEVICE_CPU) {
         int n = qk_cuda_device_count();
-        if (n > 0) cd.cuda_device = dev = node_rank % n;
+        if (n > 0) {
+            /* exactly this GPU (a context's default is every visible GPU) */
+            cd.cuda_device = dev = node_rank % n;
+            cd.n_cuda_devices = 1;
+        }
     }
 #endif
     r = qk_ctx_create(&cd, &ctx);

@@ -51,6 +51,9 @@ static const char *usage_text =
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"
     "                    either complete or absent\n"
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
+    "  --gpus LIST       CUDA devices to use: all (default: every visible GPU; a job of at\n"
+    "                    least 2^25 pairs per GPU is dealt to them), or ordinals such as 0,1;\n"
+    "                    one ordinal runs on that GPU alone (docs/cli.md)\n"
     "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64), or the\n"
     "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
     "                    docs/precision.md), or auto: the fastest mode whose stated error bound\n"
@@ -91,6 +94,7 @@ typedef struct options {
     double tol;                           /* --tol (0: the default) */
     qk_path path;                         /* --path: DEFAULT (auto), MPS, COMPLEX (statevector) */
     int threads, quiet, demo, progress, no_sync;
+    int gpus[QK_MAX_DEVICES], n_gpus;     /* --gpus: ordinals (n_gpus 0: all, the default) */
 } options;
 
 /* Where messages go: stdout / stderr, or nowhere (the fuzz targets in tests/ set quiet_msgs). */
@@ -378,7 +382,8 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 /* Options that take a value; given twice is an error (a second --x meant as --y would silently
    compute another K). */
 static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
-                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path", "--tol"};
+                                            "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path", "--tol",
+                                            "--gpus"};
 enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -447,6 +452,24 @@ static int parse_args(int argc, char **argv, options *o) {
             double t = strtod(v, &end);
             if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return usage_error("--tol '%s': expected a number in (0, 1]", v);
             o->tol = t;
+        } else if (!strcmp(name, "--gpus")) {
+            /* "all", or distinct ordinals 0..4095 separated by commas (digits only) */
+            const char *c = v;
+            if (!strcmp(v, "all")) continue;
+            for (;;) {
+                long t = 0;
+                const char *d0 = c;
+                int j;
+                while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
+                if (c == d0 || t > 4095 || (*c && *c != ','))
+                    return usage_error("--gpus '%s': expected all or CUDA device ordinals such as 0,1", v);
+                for (j = 0; j < o->n_gpus; j++)
+                    if (o->gpus[j] == (int)t) return usage_error("--gpus '%s': a device is listed twice", v);
+                if (o->n_gpus == QK_MAX_DEVICES) return usage_error("--gpus '%s': at most %d devices", v, QK_MAX_DEVICES);
+                o->gpus[o->n_gpus++] = (int)t;
+                if (!*c) break;
+                c++;
+            }
         } else if (!strcmp(name, "--path")) {
             if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
             else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
@@ -543,6 +566,10 @@ static qk_result make_ctx(const options *o, qk_ctx **ctx) {
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
     cd.n_threads = o->threads;
+    if (o->n_gpus > 0) {   /* --gpus 0,1 (default, and --gpus all: every visible device) */
+        cd.cuda_devices = o->gpus;
+        cd.n_cuda_devices = o->n_gpus;
+    }
     cd.autotune = o->autotune;
     cd.cache_dir = o->cache_dir;
     return qk_ctx_create(&cd, ctx);
