@@ -482,6 +482,42 @@ static void test_weights(void)
     qk_ctx_destroy(ctx);
 }
 
+/* The CPU state builder folds a run of diagonal ops (Z, RZ, P, CZ, RZZ, zz pairs) into one
+   table pass from QK__DIAG_MIN_QUBITS on: the state equals the op-by-op application of every
+   op (qk__apply, no folding) on fresh random data, to 1e-13, for every map family with
+   diagonal runs and a custom circuit mixing all of them, just below, at and above the threshold. */
+static void test_diag_fold(void)
+{
+    const char *specs[] = {"zz(reps=2)", "zz(reps=2,ent=linear)", "zz(reps=1,ent=circular,alpha=1.7)", "iqp(reps=2)",
+                           "circuit(qubits=12: h(0) h(3) h(7) h(11) rz(0, x0) p(1, 2*(pi-x0)*(pi-x2)) cz(1,2) z(5) "
+                           "rzz(0,11, -1.5*x1) cx(3,4) p(4, x3) cx(3,4) rz(11, x2*x3) cz(0,11) h(2) h(5))"};
+    int si, q;
+    for (si = 0; si < 5; si++)
+        for (q = QK__DIAG_MIN_QUBITS - 1; q <= QK__DIAG_MIN_QUBITS + 1; q++) {
+            qk_map *m = NULL;
+            int64_t D = (int64_t)1 << q, i;
+            double *x, *re, *im, *r2, *i2, *th, e = 0.0;
+            int k, d = si == 4 ? 4 : q;
+            if (si == 4 && q != QK__DIAG_MIN_QUBITS) continue;
+            if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "diag fold: parse %s: %s", specs[si], qk_last_error()); continue; }
+            x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
+            re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
+            r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
+            th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
+            qk__state1(m, x, re, im, th);
+            r2[0] = 1.0;
+            qk_map_angles(m, x, th);
+            for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
+            for (i = 0; i < D; i++) {
+                double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
+                if (!(a <= e)) e = a;
+            }
+            CHECK(e <= 1e-13, "diag fold %s q=%d: max |state - op-by-op| = %.3g", specs[si], q, e);
+            qk_map_free(m);
+            free(x); free(re); free(im); free(r2); free(i2); free(th);
+        }
+}
+
 int main(void)
 {
     const char *seed = getenv("QK_TEST_SEED");
@@ -496,6 +532,7 @@ int main(void)
     test_parser();
     test_bad_input();
     test_weights();
+    test_diag_fold();
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;
 }
