@@ -463,6 +463,11 @@ typedef struct qk_ctx_desc {
     qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
                                maps, readers, writers and the CPU engine's per-call scratch (its
                                worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
+    size_t host_memory;     /* CPU engine: host bytes its plans may use (states, streamed-output
+                               slabs, per-thread scratch; not K in the caller's buffer); when all
+                               states do not fit, they are built in blocks (state tiles). Default
+                               0: 85% of the available memory at each plan (Linux: MemAvailable,
+                               bounded by a cgroup v2 memory.max; elsewhere sysconf) */
 } qk_ctx_desc;
 
 typedef struct qk_ctx qk_ctx;
@@ -603,6 +608,9 @@ typedef struct qk_device_info {
     size_t total_bytes, free_bytes;
     size_t smem_per_block_optin;
     size_t l2_bytes;
+    size_t host_budget_bytes;   /* CPU engine (present == 0, and the MPS path): host memory its
+                                   plan may use; 0: 85% of the host's available memory, read at
+                                   plan time (qk_ctx_desc.host_memory sets it for a context) */
 } qk_device_info;
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
@@ -618,7 +626,8 @@ typedef struct qk_plan {
     int symmetric;
     int n_threads;              /* CPU engine */
     int bulk_states;            /* 1: all states resident at once; 0: state tiles */
-    int64_t state_tile;         /* states per tile when not bulk (power of two) */
+    int64_t state_tile;         /* states per tile when not bulk (GPU: a power of two; CPU: rows
+                                   of K per block, two blocks of states resident) */
     int64_t tile_m, tile_n;     /* K tile shape */
     int n_streams;
     int64_t slab_rows;          /* host-side delivery (host copy, tile callback, NPY stream): rows
@@ -627,7 +636,9 @@ typedef struct qk_plan {
     int host_pinned;            /* GPU, HOST output: the caller's buffer is page-locked, so slabs
                                    go D2H straight into it; else through pinned staging */
     size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
-    size_t bytes_budget;        /* vram_fraction * free (GPU) */
+    size_t bytes_budget;        /* vram_fraction * free (GPU); the host budget (CPU) */
+    size_t bytes_host_avail;    /* CPU: the host's available memory read at plan time (0: the
+                                   budget was given: qk_device_info.host_budget_bytes) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
     int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
@@ -685,7 +696,10 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* Human-readable plan, snprintf-like. */
 QKDEF int qk_plan_describe(const qk_plan *plan, char *buf, size_t size);
-/* Largest n such that K(X,X) of n samples keeps all states resident on the device. */
+/* Largest n such that K(X,X) of n samples keeps all states resident on the device, or, for
+   info->present == 0, in the CPU engine's host budget (info->host_budget_bytes, or 85% of the
+   available host memory; vram_fraction and precision are ignored: the CPU computes in fp64).
+   Beyond it the engines build the states in tiles. */
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision);
 
@@ -2743,21 +2757,29 @@ static int64_t qk__row_len(const qk_map *m, qk_path path)
     return path == QK_PATH_ANALYTIC ? 4 * (int64_t)m->n_qubits : path == QK_PATH_REAL ? D : 2 * D;
 }
 
+/* Builds n rows into out (n x qk__row_len doubles); 0, or -1 (error set) when the builders'
+   scratch cannot be allocated. */
+static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out)
+{
+    qk__states_job j;
+    memset(&j, 0, sizeof j);
+    j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = qk__row_len(m, path);
+    QK_PROF_BEGIN("states");
+    qk__parallel(n_threads < n ? n_threads : (int)n, qk__states_work, &j);
+    QK_PROF_END("states");
+    if (j.oom) { qk__set_error("states: out of host memory"); return -1; }
+    return 0;
+}
+
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. */
 static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads)
 {
-    qk__states_job j;
     int64_t stride = qk__row_len(m, path);
     double *out;
     if ((double)n * (double)stride * 8.0 > 9.0e18) { qk__set_error("states: %lld x %lld doubles overflow", (long long)n, (long long)stride); return NULL; }
     out = (double *)qk__malloc(sizeof(double) * (size_t)(n * stride));
     if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
-    memset(&j, 0, sizeof j);
-    j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = stride;
-    QK_PROF_BEGIN("states");
-    qk__parallel(n_threads < n ? n_threads : (int)n, qk__states_work, &j);
-    QK_PROF_END("states");
-    if (j.oom) { QK_FREE(out); qk__set_error("states: out of host memory"); return NULL; }
+    if (qk__cpu_states_into(m, x, n, path, n_threads, out) != 0) { QK_FREE(out); return NULL; }
     return out;
 }
 
@@ -2791,6 +2813,13 @@ typedef struct qk__gram_job {
        with row_base subtracted from the row index; symmetric tiles are mirrored into out only
        where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
     int64_t ti_begin, ti_end, row_base, mirror_end;
+    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
+       states; i_base, j_base: the block's first row and column in K (the callback's
+       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
+       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
+    int64_t i_base, j_base;
+    void *mirror_out;
+    int twice;
     int64_t next;
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
@@ -3061,7 +3090,7 @@ static void qk__gram_work(void *p, int thread)
 #ifndef QK_NO_THREADS
             pthread_mutex_lock(&j->cb_lock);
 #endif
-            stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0, j0, m, n, cb, n, j->tile_user);
+            stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0 + j->i_base, j0 + j->j_base, m, n, cb, n, j->tile_user);
 #ifndef QK_NO_THREADS
             pthread_mutex_unlock(&j->cb_lock);
 #endif
@@ -3075,10 +3104,13 @@ static void qk__gram_work(void *p, int thread)
                     qk__store(j->out, j->dt, (r0 + a) * j->ld + j0 + b, v);
                     if (mirror) qk__store(j->out, j->dt, (j0 - j->row_base + b) * j->ld + i0 + a, v);
                 }
+            if (j->mirror_out)
+                for (b = 0; b < n; b++)
+                    for (a = 0; a < m; a++) qk__store(j->mirror_out, j->dt, (j0 + b) * j->ld + i0 + a, kt[a * QK__T + b]);
         }
         QK_PROF_END("gram tile");
         QK_PROF_COUNT("tiles", 1);
-        (void)QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) ? m * n : 2 * m * n);
+        (void)QK__FETCH_ADD(&j->pairs_done, (diag || !j->symmetric) && !j->twice ? m * n : 2 * m * n);
         /* thread 0 after each tile, the others after every 8th (with a warm pool thread 0 may
            run few tiles): about one poll per tile time, as many as one thread would make */
         if (thread == 0 || (++polls & 7) == 0) qk__job_poll(j);
@@ -3093,7 +3125,131 @@ static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
     qk__parallel((int64_t)nt < j->n_tiles ? nt : (int)j->n_tiles, qk__gram_work, j);
 }
 
-static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt);
+/* State tiles (plan->bulk_states == 0): the states of R samples at a time (R =
+   plan->state_tile), two blocks resident: A holds the block of X rows [i0, i0 + R), B one block
+   of columns (X's for K(X,X), Y's for K(X,Y)); K goes block by block. Each pair is computed by
+   the same tile arithmetic as with all states resident (the row's state conjugated, the same
+   d-chunk order), so K is bitwise the all-resident K. Cost: the column blocks' states are built
+   again for every row block (n^2 / 2R state builds for K(X,X)). */
+typedef struct qk__cpu_tiles {
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_path path;
+    int64_t R;
+    double *A, *B;
+} qk__cpu_tiles;
+
+/* Row block [i0, i0 + m) of K with state tiles. out: where K[i0][0] goes (leading dimension
+   j->ld), or NULL (tile callback); kbase: K itself (the off-diagonal blocks of K(X,X) are
+   mirrored into it), or NULL when out is a slab of these rows only (the streamed output's
+   writer writes the mirror). */
+static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
+                                   char *kbase, int nt)
+{
+    const qk_gram_desc *desc = t->desc;
+    const int sym = desc->y == NULL, nf = t->map->n_features;
+    const int64_t nb = sym ? desc->n_x : desc->n_y;
+    const size_t es = j->dt == QK_F32 ? 4 : 8;
+    int64_t c0;
+    if (qk__cpu_states_into(t->map, desc->x + i0 * nf, m, t->path, nt, t->A) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    qk__job_poll(j);
+    for (c0 = sym ? i0 : 0; c0 < nb && !QK__LOAD(&j->cancel) && !QK__LOAD(&j->oom); c0 += t->R) {
+        const int64_t n = nb - c0 < t->R ? nb - c0 : t->R;
+        const int diag = sym && c0 == i0;
+        if (!diag) {
+            if (qk__cpu_states_into(t->map, (sym ? desc->x : desc->y) + c0 * nf, n, t->path, nt, t->B) != 0)
+                return QK_ERROR_OUT_OF_MEMORY;
+            qk__job_poll(j);
+            if (QK__LOAD(&j->cancel)) break;
+        }
+        j->A = t->A;
+        j->B = diag ? t->A : t->B;
+        j->na = m;
+        j->nb = n;
+        j->symmetric = diag;
+        j->twice = sym && !diag;
+        j->tiles_i = (m + QK__T - 1) / QK__T;
+        j->tiles_j = (n + QK__T - 1) / QK__T;
+        j->n_tiles = diag ? j->tiles_i * (j->tiles_i + 1) / 2 : j->tiles_i * j->tiles_j;
+        j->ti_begin = 0;
+        j->ti_end = j->tiles_i;
+        j->row_base = 0;
+        j->mirror_end = INT64_MAX;
+        j->i_base = i0;
+        j->j_base = c0;
+        j->out = out ? out + (size_t)c0 * es : NULL;
+        j->mirror_out = out && kbase && sym && !diag ? kbase + ((size_t)c0 * (size_t)j->ld + (size_t)i0) * es : NULL;
+        j->next = 0;
+        QK_PROF_BEGIN("gram block");
+        qk__cpu_run_tiles(j, nt);
+        QK_PROF_END("gram block");
+    }
+    return QK_OK;
+}
+
+static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
+                                  const qk__cpu_tiles *tl);
+
+/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
+static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
+{
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r = QK_OK;
+#ifndef QK_NO_THREADS
+    pthread_mutex_init(&j->cb_lock, NULL);
+#endif
+    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
+    else if (tl) {
+        const size_t es = j->dt == QK_F32 ? 4 : 8;
+        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
+        int64_t i0;
+        for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
+            r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
+                                  K ? K + (size_t)i0 * (size_t)j->ld * es : NULL, K, nt);
+    } else qk__cpu_run_tiles(j, nt);
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&j->cb_lock);
+#endif
+    if (r != QK_OK) return r;
+    if (j->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
+    if (j->cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j->pairs_done, (long long)j->pairs_total);
+    if (desc->progress) desc->progress(j->pairs_total, j->pairs_total, desc->progress_user);
+    return QK_OK;
+}
+
+/* The job for all of K from the states A and B (B == A for K(X,X)). */
+static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+{
+    int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    memset(j, 0, sizeof *j);
+    j->path = plan->path;
+    j->A = A;
+    j->B = B;
+    j->na = desc->n_x;
+    j->nb = nb;
+    j->stride = stride;
+    j->D = D;
+    j->mps = mps;
+    j->scratch = scratch;
+    j->symmetric = desc->y == NULL;
+    j->dt = plan->out_dtype;
+    j->out = desc->out;
+    j->ld = desc->ld_out ? desc->ld_out : nb;
+    j->output = desc->output;
+    j->tile_fn = desc->tile_fn;
+    j->tile_user = desc->tile_user;
+    j->progress = desc->progress;
+    j->progress_user = desc->progress_user;
+    j->tiles_i = (j->na + QK__T - 1) / QK__T;
+    j->tiles_j = (j->nb + QK__T - 1) / QK__T;
+    j->n_tiles = j->symmetric ? j->tiles_i * (j->tiles_i + 1) / 2 : j->tiles_i * j->tiles_j;
+    j->ti_begin = 0;
+    j->ti_end = j->tiles_i;
+    j->row_base = 0;
+    j->mirror_end = INT64_MAX;
+    j->pairs_total = j->na * j->nb;
+}
 
 /* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path: the tiles,
    all of K or streamed (NPY), with callbacks, progress and cancel. stride: doubles per state row;
@@ -3103,49 +3259,39 @@ static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc,
                                   int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     qk__gram_job j;
-    int64_t nb = desc->y ? desc->n_y : desc->n_x;
-    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = QK_OK;
-    memset(&j, 0, sizeof j);
-    j.path = plan->path;
-    j.A = A;
-    j.B = B;
-    j.na = desc->n_x;
-    j.nb = nb;
-    j.stride = stride;
-    j.D = D;
-    j.mps = mps;
-    j.scratch = scratch;
-    j.symmetric = desc->y == NULL;
-    j.dt = plan->out_dtype;
-    j.out = desc->out;
-    j.ld = desc->ld_out ? desc->ld_out : nb;
-    j.output = desc->output;
-    j.tile_fn = desc->tile_fn;
-    j.tile_user = desc->tile_user;
-    j.progress = desc->progress;
-    j.progress_user = desc->progress_user;
-    j.tiles_i = (j.na + QK__T - 1) / QK__T;
-    j.tiles_j = (j.nb + QK__T - 1) / QK__T;
-    j.n_tiles = j.symmetric ? j.tiles_i * (j.tiles_i + 1) / 2 : j.tiles_i * j.tiles_j;
-    j.ti_begin = 0;
-    j.ti_end = j.tiles_i;
-    j.row_base = 0;
-    j.mirror_end = INT64_MAX;
-    j.pairs_total = j.na * j.nb;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j.cb_lock, NULL);
-#endif
-    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, &j, nt);
-    else qk__cpu_run_tiles(&j, nt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j.cb_lock);
-#endif
-    if (r != QK_OK) return r;
-    if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
-    if (j.cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j.pairs_done, (long long)j.pairs_total);
-    if (desc->progress) desc->progress(j.pairs_total, j.pairs_total, desc->progress_user);
-    return QK_OK;
+    qk__cpu_job_init(&j, plan, desc, A, B, stride, D, mps, scratch);
+    return qk__cpu_gram_exec(plan, desc, &j, NULL);
+}
+
+/* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
+static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__cpu_tiles t;
+    qk__gram_job j;
+    const qk_path path = plan->path;
+    const int64_t stride = qk__row_len(map, path), nb = desc->y ? desc->n_y : desc->n_x;
+    const int64_t R = plan->state_tile;
+    qk_result r;
+    if (R < 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "gram: a plan with state tiles of %lld samples", (long long)R);
+    memset(&t, 0, sizeof t);
+    t.map = map;
+    t.desc = desc;
+    t.path = path;
+    t.R = R;
+    if ((double)R * (double)stride * 8.0 > 9.0e18) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: %lld x %lld doubles overflow", (long long)R, (long long)stride);
+    t.A = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
+    if (t.A && (desc->y || R < nb)) t.B = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
+    if (!t.A || ((desc->y || R < nb) && !t.B)) {
+        QK_FREE(t.A);
+        QK_FREE(t.B);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
+                        (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
+    }
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    QK_FREE(t.A);
+    QK_FREE(t.B);
+    return r;
 }
 
 /* The CPU engine's Gram; desc validated, plan made. */
@@ -3155,6 +3301,7 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r;
+    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
     A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (desc->y) {
@@ -3168,17 +3315,81 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
-/* CPU plan: the engine keeps all states in host memory. */
+/* CPU plan: all states in host memory when they fit the host budget, else state tiles. */
 #ifndef QK_CPU_SLAB_BYTES
 #define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
 #endif
 #define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
+#define QK__HOST_SHARE 0.85     /* share of the available host memory the CPU engine plans with */
 static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+
+/* Available host memory in bytes, 0 when unknown: Linux's MemAvailable (free memory and the
+   page cache the kernel can drop), bounded by the cgroup v2 limit (memory.max - memory.current)
+   where the process runs in one (containers, batch jobs); elsewhere sysconf's available pages. */
+static double qk__host_avail(void)
+{
+    double avail = 0.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (double)kb * 1024.0; break; }
+        fclose(f);
+    }
+    if (avail > 0) {
+        unsigned long long mx = 0, cur = 0;
+        int ok = 0;
+        f = fopen("/sys/fs/cgroup/memory.max", "r");   /* "max" (no limit) does not scan */
+        if (f) { ok = fscanf(f, "%llu", &mx) == 1; fclose(f); }
+        f = ok ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
+        if (f) {
+            if (fscanf(f, "%llu", &cur) == 1 && mx > cur && (double)(mx - cur) < avail) avail = (double)(mx - cur);
+            fclose(f);
+        }
+        return avail;
+    }
+#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGESIZE)
+    {
+        long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && ps > 0) return (double)pages * (double)ps;
+    }
+#endif
+    return 0.0;
+}
+
+/* Host bytes of the CPU engine's per-thread scratch: the Gram tile buffers of qk__gram_work
+   (and a callback tile) and the state builders' angles and, real path, imaginary half. */
+static double qk__cpu_scratch(const qk_map *map, qk_path path, double es, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + es * QK__T * QK__T;
+    double build = 8.0 * (map->n_ops + 1) + (path == QK_PATH_REAL ? 8.0 * ldexp(1.0, map->n_qubits) : 0.0);
+    return (double)(nt > 0 ? nt : 1) * (tile + build);
+}
+
+/* The same for qk_max_samples: a complex map of q qubits and a few hundred ops, float64 K. */
+static double qk__cpu_scratch_q(int q, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + 8.0 * QK__T * QK__T;
+    return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
+}
+
+/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
+static double qk__host_budget(const qk_device_info *info, double *avail)
+{
+    *avail = 0.0;
+    if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
+    *avail = qk__host_avail();
+    return QK__HOST_SHARE * *avail;
+}
+
+/* nt: the engine's threads (their scratch is counted). */
+static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
 {
     qk_path path = qk__path_of(map);
-    int64_t nb = desc->y ? desc->n_y : desc->n_x;
-    QK__UNUSED(info);
+    const int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    double avail, budget, row, es, all, scratch, staging = 0.0;
+    qk_result r;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CPU;
     p->path = path;
@@ -3189,25 +3400,27 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
     p->n_x = desc->n_x;
     p->n_y = nb;
     p->symmetric = desc->y == NULL;
-    p->n_threads = qk__ncores();
+    p->n_threads = nt > 0 ? nt : 1;
     p->bulk_states = 1;
     p->state_tile = 0;
     p->tile_m = p->tile_n = QK__T;
     p->n_streams = 0;
+    es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
     p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
                       : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
-    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0));
+    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
     p->bytes_total = p->bytes_states;
     if (desc->output == QK_OUTPUT_NPY) {
         /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
            O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
            taller slabs mean fewer, larger writes */
-        double rb = (double)nb * (p->out_dtype == QK_F32 ? 4.0 : 8.0);
+        double rb = (double)nb * es;
         int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
         if (sr < QK__T) sr = QK__T;
         if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
         p->slab_rows = sr;
         p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
+        staging = (double)p->bytes_staging + (double)sr * 64.0 * es; /* and the strips' buffer */
     }
     if (desc->precision && desc->precision != QK_PRECISION_FP64)
         snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
@@ -3219,7 +3432,49 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
         snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
                  qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
     snprintf(p->device_name, sizeof p->device_name, "CPU");
-    return qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    budget = qk__host_budget(info, &avail);
+    p->bytes_budget = (size_t)budget;
+    p->bytes_host_avail = (size_t)avail;
+    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    if (r != QK_OK || p->path == QK_PATH_MPS) return r;
+
+    /* statevector and analytic paths: all states resident when they fit the host budget with
+       the scratch and the streamed output's slabs; else state tiles, two blocks of R samples
+       (R a multiple of the tile side from QK__T on), and the streamed output's slabs one row
+       block each. An unknown budget (no /proc/meminfo, no sysconf) plans all resident. */
+    row = (double)qk__row_len(map, path) * 8.0;
+    all = (double)p->bytes_states;
+    scratch = qk__cpu_scratch(map, path, es, p->n_threads);
+    p->bytes_workspace = (size_t)scratch;
+    p->bytes_total = (size_t)(all + scratch + (double)p->bytes_staging);
+    if (budget <= 0 || all + scratch + staging <= budget) return QK_OK;
+    {
+        const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
+        const int64_t most = desc->n_x > nb ? desc->n_x : nb;
+        double fit = (budget - scratch) / per;
+        int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
+        if (R < 1)
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "
+                            "of scratch for %d threads), the host budget is %.0f bytes (%.3g GB%s)", map->n_qubits,
+                            per + scratch, (per + scratch) * 1e-9, scratch, p->n_threads, budget, budget * 1e-9,
+                            avail > 0 ? ": 85% of the available memory" : ": qk_ctx_desc.host_memory");
+        if (R > QK__T) R = R / QK__T * QK__T;
+        p->bulk_states = 0;
+        p->state_tile = R;
+        p->tile_m = p->tile_n = R < QK__T ? R : QK__T;
+        p->bytes_states = (size_t)(2.0 * (double)R * row);
+        if (desc->output == QK_OUTPUT_NPY) {
+            p->slab_rows = R;
+            p->bytes_staging = (size_t)(2.0 * (double)R * (double)nb * es);
+        }
+        p->bytes_total = (size_t)((double)p->bytes_states + scratch + (double)p->bytes_staging);
+    }
+    return QK_OK;
+}
+
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
 }
 
 
@@ -4284,20 +4539,23 @@ static void *qk__slab_write_main(void *p)
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
    buffers, not K. */
-static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt)
+static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
+                                  const qk__cpu_tiles *tl)
 {
     qk__npyw w;
     qk__slab_write sw[2];
     char *U[2] = {NULL, NULL}, *tb = NULL;
     const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
-    const int64_t SR = plan->slab_rows > 0 ? plan->slab_rows : QK__T, nb = j->nb;
+    /* state tiles: a slab is one row block (its tiles move j's fields: keep K's shape here) */
+    const int64_t SR = tl ? tl->R : plan->slab_rows > 0 ? plan->slab_rows : QK__T, nb = j->nb, na = j->na;
+    const int sym = j->symmetric;
     int64_t rb, s;
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
 #ifndef QK_NO_THREADS
     pthread_t wt;
 #endif
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, j->na, nb, desc->no_sync, !j->symmetric);
+    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
     if (r != QK_OK) return r;
     w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
@@ -4307,25 +4565,31 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: cannot allocate two slabs of %lld x %lld for the streamed output", (long long)SR, (long long)nb);
         goto done;
     }
-    for (s = 0, rb = 0; rb < j->na; rb += SR, s++) {
+    for (s = 0, rb = 0; rb < na; rb += SR, s++) {
         int b = (int)(s & 1);
         qk__slab_write *cur = &sw[b];
-        const int64_t m = j->na - rb < SR ? j->na - rb : SR;
-        j->out = U[b];
-        j->ld = nb;
-        j->row_base = rb;
-        j->mirror_end = rb + m;
-        j->ti_begin = rb / QK__T;
-        j->ti_end = (rb + m + QK__T - 1) / QK__T;
-        j->n_tiles = 0;
-        {
-            int64_t t;
-            for (t = j->ti_begin; t < j->ti_end; t++) j->n_tiles += j->symmetric ? j->tiles_j - t : j->tiles_j;
+        const int64_t m = na - rb < SR ? na - rb : SR;
+        qk_result rr = QK_OK;
+        if (tl) {
+            j->ld = nb;
+            rr = qk__cpu_row_block(tl, j, rb, m, U[b], NULL, nt);
+        } else {
+            j->out = U[b];
+            j->ld = nb;
+            j->row_base = rb;
+            j->mirror_end = rb + m;
+            j->ti_begin = rb / QK__T;
+            j->ti_end = (rb + m + QK__T - 1) / QK__T;
+            j->n_tiles = 0;
+            {
+                int64_t t;
+                for (t = j->ti_begin; t < j->ti_end; t++) j->n_tiles += j->symmetric ? j->tiles_j - t : j->tiles_j;
+            }
+            j->next = 0;
+            QK_PROF_BEGIN("gram slab");
+            qk__cpu_run_tiles(j, nt);
+            QK_PROF_END("gram slab");
         }
-        j->next = 0;
-        QK_PROF_BEGIN("gram slab");
-        qk__cpu_run_tiles(j, nt);
-        QK_PROF_END("gram slab");
         if (pending >= 0) { /* the previous slab's writer */
 #ifndef QK_NO_THREADS
             pthread_join(wt, NULL);
@@ -4333,9 +4597,10 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
             if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
             pending = -1;
         }
+        if (rr != QK_OK) { r = rr; goto done; }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = j->symmetric; cur->tb = tb;
+        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
 #ifndef QK_NO_THREADS
         if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
 #endif
@@ -6458,7 +6723,14 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
                              qk_precision precision)
 {
     double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
-    if (!info || !info->present || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
+    if (!info || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
+    if (!info->present) {
+        /* the CPU plan's bulk test (qk__plan_cpu_nt) for a complex map of one gate layer: the
+           states (fp64 complex, 16 x 2^q bytes each) and the scratch of every core's thread */
+        double avail, b = qk__host_budget(info, &avail), scr = qk__cpu_scratch_q(n_qubits, qk__ncores());
+        double per = 16.0 * ldexp(1.0, n_qubits);
+        return b > scr ? (int64_t)floor((b - scr) / per) : 0;
+    }
     budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
     /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
     qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
@@ -7653,6 +7925,7 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
         qk__log(ctx, QK_LOG_INFO, "built without the CUDA engine; using the CPU engine");
 #endif
     }
+    ctx->dev.host_budget_bytes = d.host_memory;   /* the CPU engine's plans (0: read at plan time) */
     *out = ctx;
     return QK_OK;
 }
@@ -7753,6 +8026,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
             r = qk_cuda_device_query(ctx->dev_ord[k], &infos[k], err, sizeof err);
             if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", ctx->dev_ord[k], err);
         }
+        for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
         r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
         if (r == QK_OK && out->backend == QK_BACKEND_CPU) {   /* the MPS path (CPU engine) */
@@ -7766,8 +8040,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
     } else {
-        r = qk__plan_cpu(&ctx->dev, map, desc, out);
-        out->n_threads = ctx->desc.n_threads;
+        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out);
     }
     return r;
 }
@@ -7807,14 +8080,27 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     if (p->path == QK_PATH_MPS)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
                 p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
-    qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
-            p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
-            qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
+    if (p->backend == QK_BACKEND_CPU && !p->bulk_states)
+        qk__cat(buf, size, &len, "  states: tiled, blocks of %lld samples (two resident), %s GB; K: %s GB; tiles %lld x %lld",
+                (long long)p->state_tile, qk__gb3(p->bytes_states, g1, sizeof g1), qk__gb3(p->bytes_out, g2, sizeof g2),
+                (long long)p->tile_m, (long long)p->tile_n);
+    else
+        qk__cat(buf, size, &len, "  states: %s, %s GB; K: %s GB; tiles %lld x %lld",
+                p->bulk_states ? "all resident" : "state tiles", qk__gb3(p->bytes_states, g1, sizeof g1),
+                qk__gb3(p->bytes_out, g2, sizeof g2), (long long)p->tile_m, (long long)p->tile_n);
     if (p->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE)
         qk__cat(buf, size, &len, ", slabs of %lld rows (%s GB of host staging)", (long long)p->slab_rows,
                 qk__gb3(p->bytes_staging, g1, sizeof g1));
-    if (p->backend == QK_BACKEND_CPU) qk__cat(buf, size, &len, ", %d threads", p->n_threads);
-    else {
+    if (p->backend == QK_BACKEND_CPU) {
+        qk__cat(buf, size, &len, ", %d threads", p->n_threads);
+        if (p->bytes_budget && p->path != QK_PATH_MPS) {
+            qk__cat(buf, size, &len, "\n  host memory: %s GB planned (states, slabs, scratch; K %s) of %s GB budget",
+                    qk__gb3(p->bytes_total, g1, sizeof g1), p->output == QK_OUTPUT_HOST ? "in the caller's buffer" : "not held",
+                    qk__gb3(p->bytes_budget, g2, sizeof g2));
+            if (p->bytes_host_avail) qk__cat(buf, size, &len, " (85%% of %s GB available)", qk__gb3(p->bytes_host_avail, g3, sizeof g3));
+            else qk__cat(buf, size, &len, " (given)");
+        }
+    } else {
         if (!p->bulk_states) qk__cat(buf, size, &len, ", state tile %lld", (long long)p->state_tile);
         qk__cat(buf, size, &len, ", %d streams\n  device memory: %s GB planned of %s GB budget (staging %s GB, workspace %s GB)",
                 p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),

@@ -93,6 +93,102 @@
    -DQK_PROF_ENABLE (meson builds a second library, qk_cuda_prof, that way for qk-gram). */
 #include "qk_prof.h"
 
+/* ---- cuBLAS, opened on first use ---- */
+/* cuBLAS is opened with dlopen when the engine first creates a cuBLAS handle, not linked: a
+   program linked with -lcublas maps and relocates libcublas and libcublasLt (about 600 MB of
+   libraries) at start, so `qk-gram --version` took 200 MB of RSS and every CPU-only run paid it
+   (issue 16); now they take a few MB. The table holds the functions this file calls; the macros
+   after it send every call through the table (cublasCreate_v2 opens the library first). The
+   library is the toolkit's SONAME (libcublas.so.<CUBLAS_VER_MAJOR>, which brings libcublasLt),
+   found the way the dynamic loader finds libraries (LD_LIBRARY_PATH, ld.so.cache, the program's
+   RUNPATH), then in QK_CUBLAS_DIR when that is defined. Define QK_CUBLAS_LINKED to call cuBLAS
+   directly instead (and link -lcublas, or cuBLAS's static library). docs/vendoring.md. */
+#ifndef QK_CUBLAS_LINKED
+#include <dlfcn.h>
+#include <mutex>
+#define QK__CUBLAS_STR2(x) #x
+#define QK__CUBLAS_STR(x) QK__CUBLAS_STR2(x)
+#define QK__CUBLAS_SONAME "libcublas.so." QK__CUBLAS_STR(CUBLAS_VER_MAJOR)
+/* cublasGemmEx has a C++ overload in cublas_api.h (cudaDataType compute type): name the type */
+typedef cublasStatus_t (*qk__cublas_gemmex_fn)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                               const void *, const void *, cudaDataType, int, const void *, cudaDataType,
+                                               int, const void *, void *, cudaDataType, int, cublasComputeType_t,
+                                               cublasGemmAlgo_t);
+#define QK__CUBLAS_FNS(X)                                                                                    \
+    X(cublasCreate_v2, decltype(&::cublasCreate_v2)) X(cublasDestroy_v2, decltype(&::cublasDestroy_v2))     \
+    X(cublasSetStream_v2, decltype(&::cublasSetStream_v2)) X(cublasGemmEx, qk__cublas_gemmex_fn)            \
+    X(cublasCgemm_v2, decltype(&::cublasCgemm_v2)) X(cublasCgemm3m, decltype(&::cublasCgemm3m))             \
+    X(cublasZgemm_v2, decltype(&::cublasZgemm_v2)) X(cublasSgemm_v2, decltype(&::cublasSgemm_v2))           \
+    X(cublasDgemm_v2, decltype(&::cublasDgemm_v2)) X(cublasCherk_v2, decltype(&::cublasCherk_v2))           \
+    X(cublasZherk_v2, decltype(&::cublasZherk_v2)) X(cublasSsyrk_v2, decltype(&::cublasSsyrk_v2))           \
+    X(cublasDsyrk_v2, decltype(&::cublasDsyrk_v2))
+struct qk__cublas_table {
+#define QK__CUBLAS_FIELD(f, T) T f;
+    QK__CUBLAS_FNS(QK__CUBLAS_FIELD)
+#undef QK__CUBLAS_FIELD
+};
+static qk__cublas_table qk__cublas;
+static char qk__cublas_err[512];
+static bool qk__cublas_ok = false;
+static std::once_flag qk__cublas_once;
+
+static void qk__cublas_open()
+{
+    const char *e;
+    void *h = dlopen(QK__CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(qk__cublas_err, sizeof qk__cublas_err, "%s", (e = dlerror()) ? e : "dlopen failed");
+#ifdef QK_CUBLAS_DIR
+        h = dlopen(QK_CUBLAS_DIR "/" QK__CUBLAS_SONAME, RTLD_NOW | RTLD_LOCAL);
+#endif
+    }
+    if (!h) {
+        char why[400];
+        snprintf(why, sizeof why, "%s", qk__cublas_err);
+        snprintf(qk__cublas_err, sizeof qk__cublas_err,
+                 "cannot load cuBLAS (%s, CUDA %d) for the GPU engine: %s; install it or add its directory to LD_LIBRARY_PATH",
+                 QK__CUBLAS_SONAME, CUBLAS_VER_MAJOR, why);
+        return;
+    }
+#define QK__CUBLAS_SYM(f, T)                                                                                  \
+    if (!(qk__cublas.f = (T)dlsym(h, #f))) {                                                                 \
+        snprintf(qk__cublas_err, sizeof qk__cublas_err, "cuBLAS (%s) has no %s: an older cuBLAS than the headers", \
+                 QK__CUBLAS_SONAME, #f);                                                                     \
+        return;                                                                                               \
+    }
+    QK__CUBLAS_FNS(QK__CUBLAS_SYM)
+#undef QK__CUBLAS_SYM
+    qk__cublas_err[0] = 0;
+    qk__cublas_ok = true;   /* the handle stays open for the process */
+}
+
+/* cublasCreate through the table, opening the library once (thread-safe); a library that does
+   not open is CUBLAS_STATUS_NOT_INITIALIZED, with qk__cublas_err saying why. */
+static cublasStatus_t qk__cublas_create(cublasHandle_t *h)
+{
+    std::call_once(qk__cublas_once, qk__cublas_open);
+    if (!qk__cublas_ok) return CUBLAS_STATUS_NOT_INITIALIZED;
+    return qk__cublas.cublasCreate_v2(h);
+}
+static const char *qk__cublas_detail(void) { return qk__cublas_err; }
+#define cublasCreate_v2 qk__cublas_create
+#define cublasDestroy_v2 qk__cublas.cublasDestroy_v2
+#define cublasSetStream_v2 qk__cublas.cublasSetStream_v2
+#define cublasGemmEx qk__cublas.cublasGemmEx
+#define cublasCgemm_v2 qk__cublas.cublasCgemm_v2
+#define cublasCgemm3m qk__cublas.cublasCgemm3m
+#define cublasZgemm_v2 qk__cublas.cublasZgemm_v2
+#define cublasSgemm_v2 qk__cublas.cublasSgemm_v2
+#define cublasDgemm_v2 qk__cublas.cublasDgemm_v2
+#define cublasCherk_v2 qk__cublas.cublasCherk_v2
+#define cublasZherk_v2 qk__cublas.cublasZherk_v2
+#define cublasSsyrk_v2 qk__cublas.cublasSsyrk_v2
+#define cublasDsyrk_v2 qk__cublas.cublasDsyrk_v2
+#else
+static const char *qk__cublas_detail(void) { return ""; }
+#endif /* QK_CUBLAS_LINKED */
+/* ---- end cuBLAS ---- */
+
 /* ---- fault injection (tests) ---- */
 /* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
    cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
@@ -163,7 +259,8 @@ static qk_result qk__cuda_fail(qk__err *e, cudaError_t c, const char *expr, int 
 static qk_result qk__blas_fail(qk__err *e, cublasStatus_t s, const char *expr, int line)
 {
     qk_result r = (s == CUBLAS_STATUS_ALLOC_FAILED) ? QK_ERROR_DEVICE_OUT_OF_MEMORY : QK_ERROR_CUDA;
-    if (e && e->buf && e->size) snprintf(e->buf, e->size, "%s at qk_cuda.cu:%d: cublas status %d", expr, line, (int)s);
+    if (e && e->buf && e->size)
+        snprintf(e->buf, e->size, "%s at qk_cuda.cu:%d: cublas status %d%s%s", expr, line, (int)s, qk__cublas_detail()[0] ? ": " : "", qk__cublas_detail());
     return r;
 }
 

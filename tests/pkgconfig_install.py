@@ -98,8 +98,9 @@ def main():
             else:
                 check("-DQK_CUDA=1" in flags and "-lqk_cuda" in flags and "-lstdc++" in flags,
                       "qk-cuda: -DQK_CUDA=1, -lqk_cuda, -lstdc++")
-                check(any("cudart" in f for f in flags) and any("cublas" in f for f in flags),
-                      "qk-cuda: the CUDA runtime and cuBLAS")
+                # cuBLAS is opened with dlopen on first use (qk_cuda.cu), not linked
+                check(any("cudart" in f for f in flags) and "-ldl" in flags and not any("cublas" in f for f in flags),
+                      "qk-cuda: the CUDA runtime and -ldl, no cuBLAS")
             libdirs = sorted({os.path.dirname(f) for f in flags if f.endswith(".so") and os.path.isabs(f)})
             renv = dict(os.environ, LD_LIBRARY_PATH=":".join(libdirs + [os.environ.get("LD_LIBRARY_PATH", "")]))
             for lang, comp, src in (("C", cc, src_c), ("C++", cxx, src_cpp)):
