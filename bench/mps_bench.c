@@ -84,7 +84,7 @@ static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
         qk__mps_prog p;
         double *S, t0 = now();
         if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
-        S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc);
+        S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc, NULL);
         tb = now() - t0;
         free(S);
         qk__mps_prog_free(&p);
