@@ -4854,6 +4854,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
     int s;
     int64_t k, e;
     p->exact_chi = p->chi;
+    if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
     p->max_bond = max_bond;
     p->cutoff = cutoff;
     if (max_bond <= 0 || p->dense) return;
@@ -5747,7 +5748,7 @@ static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, dou
     if (r != QK_OK) return r;
     ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
     if (!ok) {
-        char why[160];
+        char why[224];
         if (prog->dense) snprintf(why, sizeof why, "amplitude encoding makes a dense state (no MPS)");
         else snprintf(why, sizeof why, "its bond dimension bound reaches %s%d at bond %d (qubit order %s), beyond QK_MPS_MAX_BOND = %d: "
                       "the gates are not local enough (mps_max_bond truncates)", prog->chi >= QK__MPS_SAT ? ">= " : "", prog->chi, prog->chi_bond,
@@ -6177,8 +6178,8 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
     /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
        plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
-    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS ||
-        (map->cls != QK_CLASS_PRODUCT && (desc->path == QK_PATH_DEFAULT || desc->path == QK_PATH_MPS))) {
+    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT)) {
         qk__mps_prog prog;
         qk_result rs = QK_ERROR_UNSUPPORTED, r;
         int use = 0;
