@@ -543,6 +543,15 @@ typedef struct qk_gram_desc {
        Plan first (qk_plan_make) to size them. NULL with several GPUs is an error; with one,
        out_devices[0] (when set) is used as out. Default NULL. */
     void *const *out_devices;
+    /* MPS path, truncation on request (docs/mps.md; exact when both are 0, the default): */
+    int mps_max_bond;       /* 0: exact; 1..QK_MPS_MAX_BOND: keep at most this many Schmidt values
+                               per bond (SVD truncation; the planner's bond and cost use it) */
+    double mps_cutoff;      /* 0: none; in (0, 1): at each truncation also drop the smallest Schmidt
+                               values while their share of the weight stays <= mps_cutoff */
+    double *mps_discarded;  /* NULL, or n_x (+ n_y for K(X,Y)) doubles: per sample (X then Y) eps_i,
+                               a bound on the infidelity 1 - |<psi_i|psi~_i>|^2 of its truncated
+                               state (0 when nothing was dropped or the path is not MPS); then
+                               |K_ij - K~_ij| <= sqrt(eps_i) + sqrt(eps_j) */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -661,7 +670,8 @@ typedef struct qk_plan {
     double tol;                 /* the tolerance AUTO chose by (0: not AUTO) */
     char precision_note[128];   /* which precision was computed and why (AUTO, CPU engine) */
     char device_name[128];
-    int mps_bond;               /* MPS: the largest bond dimension (exact bound from the circuit) */
+    int mps_bond;               /* MPS: the largest bond dimension kept (the exact bound from the
+                                   circuit, or mps_max_bond where that is lower) */
     int mps_span;               /* MPS: the most sites a two-qubit gate spans in the chosen order */
     double mps_pair_flops;      /* MPS: real flops per overlap <psi(x)|psi(y)> */
     /* Devices (GPU engine): the job is dealt to n_devices GPUs (1: a single-GPU plan, the
@@ -681,6 +691,9 @@ typedef struct qk_plan {
                                    each GPU computes whole rows K(X[a:b], X) (its band's part
                                    below the diagonal again, ~2x its flops) instead of mirroring
                                    a rectangle on the host (a transposition and short writes) */
+    int mps_exact_bond;         /* MPS: the exact bound from the circuit */
+    int mps_truncate;           /* MPS: 1 when mps_max_bond or mps_cutoff asks for truncation (K then
+                                   within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
 } qk_plan;
 
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -702,6 +715,10 @@ QKDEF int qk_plan_describe(const qk_plan *plan, char *buf, size_t size);
    Beyond it the engines build the states in tiles. */
 QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
                              qk_precision precision);
+/* The same for the MPS path on the GPU (any qubit count): the largest n whose MPS of `map` (bond
+   capped at max_bond when > 0) take at most half the budget; 0 when the map has no MPS. */
+QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                 qk_precision precision, int max_bond);
 
 /* >>npy ---- arrays, .npy and .csv ---- */
 typedef struct qk_array {
@@ -925,6 +942,20 @@ typedef struct qk_cuda_io {
    err. */
 QK_CUDA_DEF qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
                                    const qk_cuda_io *io, char *err, size_t err_size);
+/* The MPS path on the GPU (docs/mps.md): qk.h builds every sample's MPS on the host and hands
+   over the site tensors padded to bond chi on both sides, as interleaved (re, im) doubles in the
+   layout [site][entry][sample], entry (l * 2 + a) * chi + r of A[l][a][r]; b NULL for K(X,X).
+   K goes out as qk_cuda_gram's does (io->rows for host outputs, desc->out for DEVICE), computed
+   in plan->precision (FP64 and FP32X3: double, else float) and written in plan->out_dtype. */
+typedef struct qk_cuda_mps {
+    int n_sites, chi;
+    const double *a;            /* n_a samples */
+    int64_t n_a;
+    const double *b;            /* n_b samples, or NULL */
+    int64_t n_b;
+} qk_cuda_mps;
+QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *desc, const qk_cuda_mps *mps,
+                                       const qk_cuda_io *io, char *err, size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
@@ -5337,6 +5368,9 @@ typedef struct qk__mps_prog {
     qk__mps_step *steps;
     int *bounds;
     int64_t n_bounds;
+    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
+    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
+    double cutoff;
 } qk__mps_prog;
 
 static void qk__mps_prog_free(qk__mps_prog *p)
@@ -5468,15 +5502,44 @@ oom:
     return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory analysing the map");
 }
 
+/* Truncation: every bound capped at max_bond (the exact bound stays in exact_chi); the lane
+   layout and the cost follow the capped bonds. */
+static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
+{
+    int s;
+    int64_t k, e;
+    p->exact_chi = p->chi;
+    if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
+    p->max_bond = max_bond;
+    p->cutoff = cutoff;
+    if (max_bond <= 0 || p->dense) return;
+    for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
+    if (p->chi > max_bond) p->chi = max_bond;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < p->q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[p->q] = e;
+    p->group = e;
+}
+
 /* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
-   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. */
-static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p)
+   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
+   bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
+static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
 {
     qk__mps_prog f;
-    qk_result r = qk__mps_analyze(m, 0, QK_MPS_MAX_BOND, p);
-    if (r != QK_OK || p->dense || m->n_qubits < 3) return r;
-    r = qk__mps_analyze(m, 1, QK_MPS_MAX_BOND, &f);
+    const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
+    qk_result r = qk__mps_analyze(m, 0, limit, p);
+    if (r != QK_OK) return r;
+    qk__mps_cap(p, max_bond, cutoff);
+    if (p->dense || m->n_qubits < 3) return r;
+    r = qk__mps_analyze(m, 1, limit, &f);
     if (r != QK_OK) { qk__mps_prog_free(p); return r; }
+    qk__mps_cap(&f, max_bond, cutoff);
     if (f.chi <= QK_MPS_MAX_BOND &&
         (p->chi > QK_MPS_MAX_BOND || f.pair_flops < p->pair_flops || (f.pair_flops == p->pair_flops && f.span < p->span))) {
         qk__mps_prog_free(p);
@@ -5486,6 +5549,8 @@ static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p)
     }
     return QK_OK;
 }
+
+static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
 
 /* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
    Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
@@ -5590,6 +5655,11 @@ typedef struct qk__mps_work {
     int *dim, *bound, *perm;
     int lo, hi;         /* sites not known orthonormal since the last compression (lo < 0: none) */
     double discarded;   /* largest norm dropped by a compression (rounding) */
+    int trunc;          /* truncation (prog max_bond / cutoff): SVD steps instead of exact ones */
+    double cutoff;
+    double angle;       /* this sample: sum over truncations of asin(sqrt(w_k)), w_k the share of
+                           the weight dropped (the Fubini-Study distance it moved, at most) */
+    double norm2;       /* this sample: the norm^2 left, prod (1 - w_k) */
 } qk__mps_work;
 
 static void qk__mps_work_free(qk__mps_work *w)
@@ -5627,6 +5697,8 @@ static int qk__mps_work_init(qk__mps_work *w, const qk__mps_prog *p, const qk_ma
     w->V = (double *)qk__malloc(sizeof(double) * 2 * mn);
     w->beta = (double *)qk__malloc(sizeof(double) * (size_t)(4 * dmax + 1));
     w->perm = (int *)qk__malloc(sizeof(int) * (size_t)(4 * dmax + 1));
+    w->trunc = p->max_bond > 0 || p->cutoff > 0;
+    w->cutoff = p->cutoff;
     return w->buf && w->tmp && w->X && w->Q && w->V && w->beta && w->perm;
 }
 
@@ -5788,23 +5860,160 @@ static double qk__mps_trunc_left(qk__mps_work *w, int s, int kmax)
     return disc;
 }
 
+/* ---- truncation (qk_gram_desc.mps_max_bond / mps_cutoff) ---- */
+/* Eigen-decomposition of the Hermitian n x n matrix G (row-major complex, destroyed) by cyclic
+   Jacobi rotations: G's diagonal ends as the eigenvalues, V (row-major) holds the eigenvectors as
+   columns. A rotation on (p, q) is J = diag(1, e^{-i phi}) [[c, s], [-s, c]], phi the phase of
+   G[p][q]: J^H G J has a zero (p, q) entry (the real Jacobi rotation of the phase-rotated block). */
+static void qk__mps_jacobi(double *G, double *V, int n)
+{
+    int sweep, p, q, k;
+    memset(V, 0, sizeof(double) * 2 * (size_t)n * (size_t)n);
+    for (p = 0; p < n; p++) V[2 * ((size_t)p * n + p)] = 1;
+    for (sweep = 0; sweep < 64; sweep++) {
+        double off = 0, dg = 0;
+        for (p = 0; p < n; p++) {
+            dg += G[2 * ((size_t)p * n + p)] * G[2 * ((size_t)p * n + p)];
+            for (q = p + 1; q < n; q++) off += G[2 * ((size_t)p * n + q)] * G[2 * ((size_t)p * n + q)] + G[2 * ((size_t)p * n + q) + 1] * G[2 * ((size_t)p * n + q) + 1];
+        }
+        if (off == 0 || off <= 1e-32 * dg) break;
+        for (p = 0; p < n; p++)
+            for (q = p + 1; q < n; q++) {
+                double hr = G[2 * ((size_t)p * n + q)], hi = G[2 * ((size_t)p * n + q) + 1], h = sqrt(hr * hr + hi * hi);
+                double app, aqq, zeta, t, c, sn, er, ei;
+                if (h == 0) continue;
+                app = G[2 * ((size_t)p * n + p)]; aqq = G[2 * ((size_t)q * n + q)];
+                zeta = (aqq - app) / (2 * h);
+                t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
+                c = 1 / sqrt(1 + t * t); sn = t * c;
+                er = hr / h; ei = hi / h;   /* e^{i phi} */
+                for (k = 0; k < n; k++) {   /* G <- G J, V <- V J: col p = c p - s e^{-i phi} q, col q = s p + c e^{-i phi} q */
+                    double *gp = G + 2 * ((size_t)k * n + p), *gq = G + 2 * ((size_t)k * n + q);
+                    double *vp = V + 2 * ((size_t)k * n + p), *vq = V + 2 * ((size_t)k * n + q);
+                    double xr = er * gq[0] + ei * gq[1], xi = er * gq[1] - ei * gq[0];   /* e^{-i phi} gq */
+                    double yr = er * vq[0] + ei * vq[1], yi = er * vq[1] - ei * vq[0];
+                    double pr = gp[0], pi = gp[1], ur = vp[0], ui = vp[1];
+                    gp[0] = c * pr - sn * xr; gp[1] = c * pi - sn * xi;
+                    gq[0] = sn * pr + c * xr; gq[1] = sn * pi + c * xi;
+                    vp[0] = c * ur - sn * yr; vp[1] = c * ui - sn * yi;
+                    vq[0] = sn * ur + c * yr; vq[1] = sn * ui + c * yi;
+                }
+                for (k = 0; k < n; k++) {   /* G <- J^H G: row p = c p - s e^{i phi} q, row q = s p + c e^{i phi} q */
+                    double *gp = G + 2 * ((size_t)p * n + k), *gq = G + 2 * ((size_t)q * n + k);
+                    double xr = er * gq[0] - ei * gq[1], xi = er * gq[1] + ei * gq[0];   /* e^{i phi} gq */
+                    double pr = gp[0], pi = gp[1];
+                    gp[0] = c * pr - sn * xr; gp[1] = c * pi - sn * xi;
+                    gq[0] = sn * pr + c * xr; gq[1] = sn * pi + c * xi;
+                }
+                G[2 * ((size_t)p * n + q)] = G[2 * ((size_t)p * n + q) + 1] = 0;
+                G[2 * ((size_t)q * n + p)] = G[2 * ((size_t)q * n + p) + 1] = 0;
+                G[2 * ((size_t)p * n + p) + 1] = G[2 * ((size_t)q * n + q) + 1] = 0;
+            }
+    }
+}
+
+/* A truncating step at the bond between sites s-1 and s, site s the orthogonality center (sites
+   left of it left-orthonormal, right of it right-orthonormal): with M = site s (dl x 2dr), the
+   Schmidt values squared are the eigenvalues of M M^H; the bond keeps the eigenvectors U_k of the
+   k largest (k <= kmax, and fewer while the dropped share stays <= cutoff): M <- U_k^H M, site
+   s-1 <- site s-1 U_k, the orthogonal projection of the state on the kept Schmidt vectors (the
+   best rank-k approximation). Then site s is made right-orthonormal (qk__mps_trunc_left, which
+   drops nothing more). Returns the dropped share of the weight, sum of dropped / sum of all. */
+static double qk__mps_trunc_svd(qk__mps_work *w, int s, int kmax)
+{
+    const int dl = w->dim[s], dr = w->dim[s + 1], d0 = w->dim[s - 1], n2 = 2 * dr;
+    double *A = QK__SITE(w, s), *P = QK__SITE(w, s - 1), *G = w->X, *V = w->Q, *ev = w->beta, *M2 = w->V;
+    int *idx = w->perm, p, q, c, k, t, l;
+    double tot = 0, drop = 0;
+    for (p = 0; p < dl; p++)   /* G = M M^H */
+        for (q = p; q < dl; q++) {
+            double gr = 0, gi = 0;
+            for (c = 0; c < n2; c++) {
+                double ar = A[2 * ((size_t)p * n2 + c)], ai = A[2 * ((size_t)p * n2 + c) + 1];
+                double br = A[2 * ((size_t)q * n2 + c)], bi = A[2 * ((size_t)q * n2 + c) + 1];
+                gr += ar * br + ai * bi;
+                gi += ai * br - ar * bi;
+            }
+            G[2 * ((size_t)p * dl + q)] = gr; G[2 * ((size_t)p * dl + q) + 1] = gi;
+            G[2 * ((size_t)q * dl + p)] = gr; G[2 * ((size_t)q * dl + p) + 1] = -gi;
+        }
+    qk__mps_jacobi(G, V, dl);
+    for (p = 0; p < dl; p++) {   /* eigenvalues, largest first (insertion sort: dl <= 2 QK_MPS_MAX_BOND) */
+        double v = G[2 * ((size_t)p * dl + p)];
+        ev[p] = v > 0 ? v : 0;
+        tot += ev[p];
+        for (q = p; q > 0 && ev[idx[q - 1]] < v; q--) idx[q] = idx[q - 1];
+        idx[q] = p;
+    }
+    k = dl < n2 ? dl : n2;
+    if (kmax > 0 && kmax < k) k = kmax;
+    for (t = k; t < dl; t++) drop += ev[idx[t]];
+    while (k > 1 && w->cutoff > 0 && drop + ev[idx[k - 1]] <= w->cutoff * tot) drop += ev[idx[--k]];
+    /* M2 = U_k^H M (k x 2dr), then site s <- M2 */
+    for (t = 0; t < k; t++)
+        for (c = 0; c < n2; c++) {
+            double xr = 0, xi = 0;
+            for (l = 0; l < dl; l++) {
+                double ur = V[2 * ((size_t)l * dl + idx[t])], ui = V[2 * ((size_t)l * dl + idx[t]) + 1];
+                double ar = A[2 * ((size_t)l * n2 + c)], ai = A[2 * ((size_t)l * n2 + c) + 1];
+                xr += ur * ar + ui * ai;
+                xi += ur * ai - ui * ar;
+            }
+            M2[2 * ((size_t)t * n2 + c)] = xr; M2[2 * ((size_t)t * n2 + c) + 1] = xi;
+        }
+    memcpy(A, M2, sizeof(double) * 2 * (size_t)k * (size_t)n2);
+    /* site s-1 [(l', a)][l] <- sum_l P[(l', a)][l] U[l][t] */
+    for (p = 0; p < 2 * d0; p++)
+        for (t = 0; t < k; t++) {
+            double xr = 0, xi = 0;
+            for (l = 0; l < dl; l++) {
+                double ur = V[2 * ((size_t)l * dl + idx[t])], ui = V[2 * ((size_t)l * dl + idx[t]) + 1];
+                double ar = P[2 * ((size_t)p * dl + l)], ai = P[2 * ((size_t)p * dl + l) + 1];
+                xr += ar * ur - ai * ui;
+                xi += ar * ui + ai * ur;
+            }
+            w->tmp[2 * ((size_t)p * k + t)] = xr; w->tmp[2 * ((size_t)p * k + t) + 1] = xi;
+        }
+    memcpy(P, w->tmp, sizeof(double) * 2 * (size_t)(2 * d0) * (size_t)k);
+    w->dim[s] = k;
+    (void)qk__mps_trunc_left(w, s, k);
+    return tot > 0 ? drop / tot : 0.0;
+}
+
 /* The sites lo..hi back to canonical form with every bond within its running bound: left-
-   orthonormal up to hi by QR, then right to left by truncating pivoted QR; the center ends at lo. */
+   orthonormal up to hi by QR, then right to left by truncating pivoted QR (exact) or by the SVD
+   step (truncation: each drop is a projection, recorded in angle and norm2); the center ends at lo. */
 static void qk__mps_compress(qk__mps_work *w)
 {
     int s;
     for (s = w->lo; s < w->hi; s++) qk__mps_qr_right(w, s);
     for (s = w->hi; s > w->lo; s--) {
-        double d = qk__mps_trunc_left(w, s, w->bound[s]);
-        if (d > w->discarded) w->discarded = d;
+        if (w->trunc) {
+            double wk = qk__mps_trunc_svd(w, s, w->bound[s]);
+            if (wk > 0) {
+                w->angle += asin(sqrt(wk < 1 ? wk : 1.0));
+                w->norm2 *= 1 - wk;
+            }
+        } else {
+            double d = qk__mps_trunc_left(w, s, w->bound[s]);
+            if (d > w->discarded) w->discarded = d;
+        }
     }
     w->hi = w->lo;
 }
 
-/* One sample's MPS into lane `lane` of group `out` (zero-filled beforehand). */
-static void qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane)
+/* One sample's MPS into lane `lane` of group `out` (zero-filled beforehand). Returns eps, the
+   bound on the infidelity 1 - |<psi|psi~>|^2 of the truncated (renormalised) state: the
+   truncations are projections, each moving the state by the angle asin(sqrt(w_k)) at most, and
+   the gates are unitary, so the angle to the exact state is at most theta = sum_k asin(sqrt(w_k))
+   (the triangle inequality of the Fubini-Study distance) and eps = sin^2(min(theta, pi/2)).
+   Exact builds return 0. */
+static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane)
 {
     int q = p->q, s, k, b, l, a, r;
+    double scale = 1.0;
+    w->angle = 0;
+    w->norm2 = 1;
     for (s = 0; s <= q; s++) { w->dim[s] = 1; w->bound[s] = 1; }
     for (s = 0; s < q; s++) { double *A = QK__SITE(w, s); A[0] = 1; A[1] = 0; A[2] = 0; A[3] = 0; }
     w->lo = w->hi = -1;
@@ -5829,8 +6038,10 @@ static void qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double 
             if (over) qk__mps_compress(w);
         }
     }
+    if (w->trunc && w->norm2 > 0 && w->norm2 < 1) scale = 1.0 / sqrt(w->norm2);   /* renormalise (site 0) */
     for (s = 0; s < q; s++) {
         const double *A = QK__SITE(w, s);
+        const double f = s == 0 ? scale : 1.0;
         int dl = w->dim[s], dr = w->dim[s + 1], Dr = p->D[s + 1];
         double *o = out + p->off[s] + lane;
         QK_ASSERT(dl <= p->D[s] && dr <= Dr);
@@ -5838,10 +6049,12 @@ static void qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double 
             for (a = 0; a < 2; a++)
                 for (r = 0; r < dr; r++) {
                     size_t e = ((size_t)l * 2 + a) * Dr + r;
-                    o[e * 2 * QK__NJ] = A[2 * (((size_t)l * 2 + a) * dr + r)];
-                    o[e * 2 * QK__NJ + QK__NJ] = A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
+                    o[e * 2 * QK__NJ] = f * A[2 * (((size_t)l * 2 + a) * dr + r)];
+                    o[e * 2 * QK__NJ + QK__NJ] = f * A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
                 }
     }
+    if (w->angle <= 0) return 0.0;
+    return w->angle >= 1.5707963267948966 ? 1.0 : sin(w->angle) * sin(w->angle);
 }
 
 /* ---- states of many samples (lane layout), on the engine's threads ---- */
@@ -5851,6 +6064,7 @@ typedef struct qk__mps_build_job {
     const double *x;
     int64_t n, groups, next;
     double *out;
+    double *eps;        /* NULL or n: per sample, qk__mps_build1's eps */
     int oom;
     double discarded[256];
 } qk__mps_build_job;
@@ -5864,17 +6078,20 @@ static void qk__mps_build_work(void *arg, int thread)
     while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
         int lane;
         if (QK__LOAD(&j->oom)) break;
-        for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++)
-            qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane);
+        for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
+            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane);
+            if (j->eps) j->eps[g * QK__NJ + lane] = e;
+        }
     }
     if (thread < 256) j->discarded[thread] = w.discarded;
     qk__mps_work_free(&w);
 }
 
 /* The MPS of n samples in the lane layout (groups of QK__NJ, the last zero-padded); NULL with the
-   error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped. */
+   error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped;
+   eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). */
 static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded)
+                              double *discarded, double *eps)
 {
     qk__mps_build_job j;
     double *out;
@@ -5887,7 +6104,7 @@ static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const doub
         qk__set_error("mps: cannot allocate %.3g GB of host memory for %lld MPS", (double)j.groups * (double)p->group * 8e-9, (long long)n);
         return NULL;
     }
-    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out;
+    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out; j.eps = eps;
     if (n_threads > 256) n_threads = 256;
     QK_PROF_BEGIN("mps states");
     qk__parallel((int64_t)n_threads < j.groups ? n_threads : (int)j.groups, qk__mps_build_work, &j);
@@ -6115,19 +6332,44 @@ static double qk__host_ram(void)
 #define QK__MPS_FLOP_RATIO 1.7
 #endif
 
-/* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): MPS when asked
-   for, or (default) when the map is entangled, MPS-able and the statevector is impossible
-   (q > QK_MAX_STATE_QUBITS), would not fit in half the host memory, or costs more per pair:
+/* The MPS path's cost against the statevector's on the GPU engine: the statevector Gram runs on
+   cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
+   (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
+   third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
+   bench/run_mpsgpu_gpu.sh measures the crossover (zz reps=2 linear, docs/benchmarks.md). */
+#ifndef QK__MPS_GPU_FLOP_RATIO
+#define QK__MPS_GPU_FLOP_RATIO 4.0
+#endif
+
+/* The path choice for an entangled map, shared by the CPU and GPU planners: MPS when asked for,
+   or (default) when the map is entangled, MPS-able and the statevector is impossible
+   (q > QK_MAX_STATE_QUBITS, or sv_ok == 0: it does not fit), would not fit in half the memory
+   (sv_big), or costs more per pair:
      statevector  8 * 2^q flops per pair (complex; real maps 2 * 2^q)
-     MPS          QK__MPS_FLOP_RATIO * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})
+     MPS          ratio * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})  (bonds capped at mps_max_bond)
+   *use = 1: the MPS path, prog filled (the caller frees it); 0: the statevector, prog empty.
    Errors: a forced MPS on a product, dense or too-entangled map; a statevector beyond 30 qubits. */
-static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
+{
+    if (d->mps_max_bond < 0 || d->mps_max_bond > QK_MPS_MAX_BOND)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_max_bond must be 0 (exact) or 1..%d (QK_MPS_MAX_BOND), got %d",
+                        QK_MPS_MAX_BOND, d->mps_max_bond);
+    if (!(d->mps_cutoff >= 0.0 && d->mps_cutoff < 1.0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_cutoff must be 0 (none) or in (0, 1), got %g", d->mps_cutoff);
+    return QK_OK;
+}
+
+static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
+                                qk__mps_prog *prog, int *use)
 {
     const qk_path req = desc->path;
     const int q = map->n_qubits;
-    qk__mps_prog prog;
     qk_result r;
-    int use = 0, ok;
+    int ok;
+    *use = 0;
+    memset(prog, 0, sizeof *prog);
+    r = qk__mps_check_trunc(desc);
+    if (r != QK_OK) return r;
     if ((int)req < (int)QK_PATH_DEFAULT || (int)req > (int)QK_PATH_MPS)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown path %d", (int)req);
     if (map->cls == QK_CLASS_PRODUCT) {
@@ -6140,41 +6382,166 @@ static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_pl
             return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
         return QK_OK;
     }
-    r = qk__mps_prog_make(map, &prog);
+    r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, prog);
     if (r != QK_OK) return r;
-    ok = !prog.dense && prog.chi <= QK_MPS_MAX_BOND;
+    ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
     if (!ok) {
-        char why[160];
-        if (prog.dense) snprintf(why, sizeof why, "amplitude encoding makes a dense state (no MPS)");
+        char why[224];
+        if (prog->dense) snprintf(why, sizeof why, "amplitude encoding makes a dense state (no MPS)");
         else snprintf(why, sizeof why, "its bond dimension bound reaches %s%d at bond %d (qubit order %s), beyond QK_MPS_MAX_BOND = %d: "
-                      "the gates are not local enough", prog.chi >= QK__MPS_SAT ? ">= " : "", prog.chi, prog.chi_bond,
-                      prog.folded ? "folded" : "natural", QK_MPS_MAX_BOND);
-        qk__mps_prog_free(&prog);
+                      "the gates are not local enough (mps_max_bond truncates)", prog->chi >= QK__MPS_SAT ? ">= " : "", prog->chi, prog->chi_bond,
+                      prog->folded ? "folded" : "natural", QK_MPS_MAX_BOND);
+        qk__mps_prog_free(prog);
         if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: %s", why);
         if (q > QK_MAX_STATE_QUBITS)
             return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%d qubits exceed the statevector limit %d, and the MPS path cannot take this map: %s",
                             q, QK_MAX_STATE_QUBITS, why);
         return QK_OK;
     }
-    if (req == QK_PATH_MPS || q > QK_MAX_STATE_QUBITS) use = 1;
+    if (req == QK_PATH_MPS || q > QK_MAX_STATE_QUBITS || !sv_ok || sv_big) *use = 1;
     else {
         const double sv = (map->cls == QK_CLASS_REAL ? 2.0 : 8.0) * ldexp(1.0, q);
-        const double ram = qk__host_ram();
-        use = QK__MPS_FLOP_RATIO * prog.pair_flops < sv || (ram > 0 && (double)p->bytes_states > 0.5 * ram);
+        *use = ratio * prog->pair_flops < sv;
     }
-    if (use) {
+    if (!*use) qk__mps_prog_free(prog);
+    return QK_OK;
+}
+
+/* The plan's MPS fields from a program. */
+static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
+{
+    p->path = QK_PATH_MPS;
+    p->mps_bond = prog->chi;
+    p->mps_exact_bond = prog->exact_chi;
+    p->mps_truncate = prog->max_bond > 0 || prog->cutoff > 0;
+    p->mps_span = prog->span;
+    p->mps_pair_flops = prog->pair_flops;
+}
+
+/* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
+   with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
+static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    qk__mps_prog prog;
+    const double ram = qk__host_ram();
+    int use = 0;
+    qk_result r = qk__mps_decide(map, desc, QK__MPS_FLOP_RATIO, 1, ram > 0 && (double)p->bytes_states > 0.5 * ram, &prog, &use);
+    if (r != QK_OK || !use) return r;
+    {
         const int64_t gx = (desc->n_x + QK__NJ - 1) / QK__NJ, gy = desc->y ? (desc->n_y + QK__NJ - 1) / QK__NJ : 0;
-        p->path = QK_PATH_MPS;
+        qk__mps_plan_fields(&prog, p);
         p->bytes_states = (size_t)((double)(gx + gy) * (double)prog.group * 8.0);
         p->bytes_total = p->bytes_states;
-        p->mps_bond = prog.chi;
-        p->mps_span = prog.span;
-        p->mps_pair_flops = prog.pair_flops;
         snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
                  prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
     }
     qk__mps_prog_free(&prog);
     return QK_OK;
+}
+
+/* The bond the GPU engine stores and contracts (qk_cuda.cu): 2 or 4 for its register kernel,
+   else the bond itself (its warp kernel). */
+static int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
+
+/* Device bytes of one sample's MPS on the GPU engine: q sites of 2 chi^2 complex values. */
+static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
+{
+    const int c = qk__mps_gpu_chi(chi);
+    return (double)q * 2.0 * c * c * 2.0 * (d64 ? 8.0 : 4.0);
+}
+
+/* The GPU plan of the MPS path (prog from qk__mps_decide). Device memory, all counted:
+     MPS      (n_x + n_y) samples x q sites x 2 chi^2 complex, in the compute precision
+     K        DEVICE output: the caller's; host outputs: all of K resident when K(X,X) fits beside
+              the MPS (the pairs j >= i, mirrored), else a ring of two slabs of full rows
+   Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
+   (twice the fp32 device bytes) and the builder's lane layout. */
+static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+{
+    const int sym = desc->y == NULL;
+    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
+    const qk_precision prec = desc->precision ? desc->precision : QK_PRECISION_FP32;
+    const int d64 = prec == QK_PRECISION_FP64 || prec == QK_PRECISION_FP32X3;
+    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
+    const double ob = od == QK_F64 ? 8.0 : 4.0;
+    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    const int chi = qk__mps_gpu_chi(prog->chi);
+    const double st = (double)(nx + (sym ? 0 : ny)) * qk__mps_gpu_sample_bytes(prog->q, prog->chi, d64);
+    double kb = 0;
+    int64_t slab, cap;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->precision = prec;
+    p->out_dtype = od;
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = nx;
+    p->n_y = ny;
+    p->symmetric = sym;
+    p->n_streams = 2;
+    p->bulk_states = 1;
+    p->tile_m = 8;
+    p->tile_n = 32;
+    p->bytes_budget = (size_t)budget;
+    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
+    qk__mps_plan_fields(prog, p);
+    if (chi > 4) {
+        const double smem = 3.0 * chi * chi * 2.0 * (d64 ? 8.0 : 4.0);
+        if (info->smem_per_block_optin && smem > (double)info->smem_per_block_optin)
+            return qk__fail(QK_ERROR_UNSUPPORTED, "path mps on the GPU: bond %d in %s needs %.0f bytes of shared memory per pair, the device allows %zu per block "
+                            "(ask fp32, or mps_max_bond to truncate)", chi, d64 ? "fp64" : "fp32", smem, info->smem_per_block_optin);
+    }
+    /* slabs: ~64 MB of K, and at most ~25 ms of work (the register kernel at an estimated 10 T
+       counted flops/s) so that progress and cancel come often; whole blocks of 32 rows */
+    slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+    cap = (int64_t)(25e-3 * 1e13 / (prog->pair_flops * (double)ny));
+    if (slab > cap) slab = cap;
+    slab = slab / 32 * 32;
+    if (slab < 32) slab = 32;
+    if (slab > nx) slab = nx;
+    p->slab_rows = slab;
+    if (desc->output == QK_OUTPUT_DEVICE) kb = 0;
+    else {
+        const double whole = (double)nx * (double)ny * ob;
+        p->k_resident = sym && st + whole <= budget;
+        kb = p->k_resident ? whole : 2.0 * (double)slab * (double)ny * ob;
+        p->bytes_staging = (size_t)((double)slab * (double)ny * ob);
+    }
+    p->bytes_states = (size_t)st;
+    p->bytes_out = (size_t)kb;
+    p->bytes_total = (size_t)(st + kb);
+    if (st + kb > budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: the MPS path needs %.3g GB of device memory (MPS %.3g GB, K %.3g GB), budget %.3g GB",
+                        (st + kb) * 1e-9, st * 1e-9, kb * 1e-9, budget * 1e-9);
+    if (chi <= 4)
+        snprintf(p->config, sizeof p->config, "mps gpu %s order, register kernel chi %d, 8x32 pairs/block, %s%s",
+                 prog->folded ? "folded" : "natural", chi, d64 ? "fp64" : "fp32",
+                 prec != QK_PRECISION_FP64 && prec != QK_PRECISION_FP32 ? " (closest)" : "");
+    else
+        snprintf(p->config, sizeof p->config, "mps gpu %s order, warp per pair, chi %d, %s%s",
+                 prog->folded ? "folded" : "natural", chi, d64 ? "fp64" : "fp32",
+                 prec != QK_PRECISION_FP64 && prec != QK_PRECISION_FP32 ? " (closest)" : "");
+    return QK_OK;
+}
+
+/* VRAM estimator of the MPS path: the largest n such that K(X,X) of n samples of `map` keeps its
+   MPS resident on the device within half the budget (as qk_max_samples for statevectors), at the
+   bond the map needs (max_bond > 0: capped). 0 when the map has no MPS. */
+QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                 qk_precision precision, int max_bond)
+{
+    qk__mps_prog prog;
+    double budget, per;
+    int chi;
+    if (!info || !info->present || !map || max_bond < 0 || max_bond > QK_MPS_MAX_BOND) return 0;
+    if (qk__mps_prog_make_t(map, max_bond, 0.0, &prog) != QK_OK) return 0;
+    chi = prog.dense ? QK__MPS_SAT : prog.chi;
+    qk__mps_prog_free(&prog);
+    if (chi > QK_MPS_MAX_BOND) return 0;
+    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    per = qk__mps_gpu_sample_bytes(map->n_qubits, chi, precision == QK_PRECISION_FP64 || precision == QK_PRECISION_FP32X3);
+    return (int64_t)floor(0.5 * budget / per);
 }
 
 /* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
@@ -6184,14 +6551,14 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
     qk__mps_prog prog;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = qk__mps_prog_make(map, &prog);
+    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
     if (r != QK_OK) return r;
     if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
         qk__mps_prog_free(&prog);
         return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
     }
-    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL);
-    if (A && desc->y) B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL);
+    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
     if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
     else r = qk__cpu_gram_run(plan, desc, A, B ? B : A, prog.group, 0, &prog, qk__mps_scratch(&prog));
     QK_FREE(A);
@@ -6590,8 +6957,9 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     }
     r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
     if (r != QK_OK) return r;
-    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* MPS: the CPU engine */
+    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
     out->devices[0] = ordinals ? ordinals[0] : 0;
+    if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
     total = out->dev_pairs[0];
     full = desc->y == NULL && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY) &&
            (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
@@ -6650,13 +7018,22 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
     if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
     if (!info->present) return qk__plan_cpu(info, map, desc, out);
-    /* the MPS path runs on the CPU engine in this version: asked for, or an entangled map beyond
-       the statevector (qk__mps_plan decides whether it can take it, and rejects bad paths) */
-    if (desc->path == QK_PATH_MPS || (int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS ||
-        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT && map->n_qubits > QK_MAX_STATE_QUBITS)) {
-        if (desc->output == QK_OUTPUT_DEVICE)
-            return qk__fail(QK_ERROR_UNSUPPORTED, "plan: the MPS path runs on the CPU engine in this version: output DEVICE is not available (use HOST, CALLBACK or NPY)");
-        return qk__plan_cpu(info, map, desc, out);
+    /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
+       plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
+    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT)) {
+        qk__mps_prog prog;
+        qk_result rs = QK_ERROR_UNSUPPORTED, r;
+        int use = 0;
+        if (desc->path == QK_PATH_DEFAULT && map->n_qubits <= QK_MAX_STATE_QUBITS)
+            rs = qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__mps_decide(map, desc, QK__MPS_GPU_FLOP_RATIO, rs == QK_OK, 0, &prog, &use);
+        if (r != QK_OK) return r;
+        if (!use)   /* the statevector plan, or its error again (with its detail) */
+            return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
+        qk__mps_prog_free(&prog);
+        return r;
     }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
 }
@@ -7992,6 +8369,8 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if (d->y && d->n_y <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: n_y must be > 0 (got %lld)", (long long)d->n_y);
     if (d->output < QK_OUTPUT_HOST || d->output > QK_OUTPUT_NPY) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown output mode %d", (int)d->output);
     if (d->output == QK_OUTPUT_CALLBACK && !d->tile_fn) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output CALLBACK needs tile_fn");
+    r = qk__mps_check_trunc(d);
+    if (r != QK_OK) return r;
     if (d->output == QK_OUTPUT_NPY && (!d->out_path || !d->out_path[0])) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output NPY needs out_path");
     if ((d->output == QK_OUTPUT_HOST || d->output == QK_OUTPUT_DEVICE) && !d->out && !(d->output == QK_OUTPUT_DEVICE && d->out_devices))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out is NULL");
@@ -8029,9 +8408,10 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
         r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
-        if (r == QK_OK && out->backend == QK_BACKEND_CPU) {   /* the MPS path (CPU engine) */
+        if (r == QK_OK && out->path == QK_PATH_MPS) {   /* the MPS path: its own kernels, no autotune */
             out->n_threads = ctx->desc.n_threads;
-            qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the CPU engine (%d threads) in this version", out->n_threads);
+            qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the GPU (%s; bond %d; the MPS are built on %d host threads)",
+                    out->config, out->mps_bond, out->n_threads);
             return QK_OK;
         }
         if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
@@ -8077,9 +8457,13 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
     if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
-    if (p->path == QK_PATH_MPS)   /* integers only: the description is locale-free */
+    if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
                 p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
+    else if (p->path == QK_PATH_MPS)
+        qk__cat(buf, size, &len, "  mps: bond dimension <= %d (truncated; exact bound %d), gates span <= %d sites, %lld flops per pair; "
+                "|K - K_exact| <= sqrt(eps_i) + sqrt(eps_j), eps per sample in mps_discarded\n",
+                p->mps_bond, p->mps_exact_bond, p->mps_span, (long long)p->mps_pair_flops);
     if (p->backend == QK_BACKEND_CPU && !p->bulk_states)
         qk__cat(buf, size, &len, "  states: tiled, blocks of %lld samples (two resident), %s GB; K: %s GB; tiles %lld x %lld",
                 (long long)p->state_tile, qk__gb3(p->bytes_states, g1, sizeof g1), qk__gb3(p->bytes_out, g2, sizeof g2),
@@ -8221,6 +8605,98 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
     return QK_OK;
 }
 
+/* The MPS path on the GPU: the MPS of X (and Y) built on the host (qk__mps_states, the engine's
+   threads), repacked for qk_cuda_mps_gram: [site][entry][sample] complex, each site padded to
+   chi x 2 x chi (qk__mps_gpu_chi), one site per work item. */
+typedef struct qk__mps_pack_job {
+    const qk__mps_prog *p;
+    const double *src;      /* lane layout (qk__mps_states) */
+    double *dst;
+    int64_t n, next;
+    int chi;
+} qk__mps_pack_job;
+
+static void qk__mps_pack_work(void *arg, int thread)
+{
+    qk__mps_pack_job *j = (qk__mps_pack_job *)arg;
+    const int c = j->chi, E = 2 * c * c;
+    int64_t s;
+    QK__UNUSED(thread);
+    while ((s = QK__FETCH_ADD(&j->next, 1)) < j->p->q) {
+        const int dl = j->p->D[s], dr = j->p->D[s + 1];
+        double *site = j->dst + (size_t)s * (size_t)E * (size_t)j->n * 2;
+        int64_t i;
+        int l, a, r;
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    const size_t se = ((size_t)l * 2 + a) * (size_t)dr + (size_t)r;   /* lane layout entry */
+                    double *o = site + (((size_t)l * 2 + a) * (size_t)c + (size_t)r) * (size_t)j->n * 2;
+                    for (i = 0; i < j->n; i++) {
+                        const double *g = j->src + (i / QK__NJ) * j->p->group + j->p->off[s] + se * 2 * QK__NJ + (i % QK__NJ);
+                        o[2 * i] = g[0];
+                        o[2 * i + 1] = g[QK__NJ];
+                    }
+                }
+    }
+}
+
+/* n samples' MPS packed for the GPU (NULL with the error set when memory runs out); eps: n
+   per-sample truncation bounds, or NULL. */
+static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int nt, int chi, double *eps)
+{
+    qk__mps_pack_job j;
+    double *lanes = qk__mps_states(p, m, x, n, nt, NULL, eps), *out;
+    const double vals = (double)p->q * 2.0 * chi * chi * (double)n * 2.0;
+    if (!lanes) return NULL;
+    out = vals * 8.0 < 9.0e18 ? (double *)qk__calloc((size_t)vals, sizeof(double)) : NULL;
+    if (!out) {
+        QK_FREE(lanes);
+        qk__set_error("mps: cannot allocate %.3g GB of host memory to pack %lld MPS for the GPU", vals * 8e-9, (long long)n);
+        return NULL;
+    }
+    memset(&j, 0, sizeof j);
+    j.p = p; j.src = lanes; j.dst = out; j.n = n; j.chi = chi;
+    qk__parallel(nt < p->q ? nt : p->q, qk__mps_pack_work, &j);
+    QK_FREE(lanes);
+    return out;
+}
+
+static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
+                              int nt, char *err, size_t err_size)
+{
+    qk__mps_prog prog;
+    qk_cuda_mps m;
+    double *A = NULL, *B = NULL;
+    int chi;
+    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    if (r != QK_OK) return r;
+    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(&prog);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    chi = qk__mps_gpu_chi(prog.chi);
+    QK_PROF_BEGIN("mps states");
+    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    QK_PROF_END("mps states");
+    if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
+    else {
+        memset(&m, 0, sizeof m);
+        m.n_sites = prog.q;
+        m.chi = chi;
+        m.a = A;
+        m.n_a = desc->n_x;
+        m.b = B;
+        m.n_b = desc->y ? desc->n_y : 0;
+        r = qk_cuda_mps_gram(plan, desc, &m, io, err, err_size);
+    }
+    QK_FREE(A);
+    QK_FREE(B);
+    qk__mps_prog_free(&prog);
+    return r;
+}
+
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
 static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
@@ -8269,7 +8745,11 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
             io.stage_bytes = ctx->stage_bytes;
         }
     }
-    r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
+    if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+    } else {
+        r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
+    }
     if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
     if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
         QK_PROF_BEGIN("npy commit");
@@ -8708,6 +9188,8 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
     if (r != QK_OK) return r;
     if (plan.backend == QK_BACKEND_CUDA) {
 #if defined(QK_CUDA) && QK_CUDA
+        if (desc->mps_discarded && plan.path != QK_PATH_MPS)
+            memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
         memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
         ctx->n_dev_last = 0;
         if (plan.n_devices > 1) return qk__mgpu_run(ctx, &plan, map, desc);
@@ -8728,6 +9210,7 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 #endif
     }
     if (plan.path == QK_PATH_MPS) return qk__mps_gram(&plan, map, desc);
+    if (desc->mps_discarded) memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
     return qk__cpu_gram(&plan, map, desc);
 }
 

@@ -95,7 +95,7 @@ static double state_error(qk_ctx *ctx, const qk_map *m, const double *x, int64_t
     double *sv = (double *)malloc(sizeof(double) * (size_t)(2 * D * n)), *mps, err = 0;
     double vr[128], vi[128], wr[128], wi[128];
     if (qk__mps_prog_make(m, &p) != QK_OK || qk_states(ctx, m, x, n, sv) != QK_OK) { printf("state_error: %s\n", qk_last_error()); exit(2); }
-    mps = qk__mps_states(&p, m, x, n, 2, discarded);
+    mps = qk__mps_states(&p, m, x, n, 2, discarded, NULL);
     if (!mps) { printf("mps states: %s\n", qk_last_error()); exit(2); }
     for (i = 0; i < n; i++) {
         const double *g = mps + (i / QK__NJ) * p.group;
@@ -513,18 +513,63 @@ static void planning(qk_ctx *ctx)
     }
     CHECK(qk_map_parse("hea(layers=2)", 200, &m) == QK_OK, "hea 200 qubits: %s", qk_last_error());
     qk_map_free(m);
-    /* a CUDA device injected: the MPS path is planned on the CPU engine; not for DEVICE output */
+    /* a CUDA device injected: the MPS path is planned on the GPU engine (qk_cuda.cu's MPS kernels),
+       its device memory counted (the padded MPS in the compute precision, K resident or slabs) */
     {
         qk_device_info info;
+        char buf[2048];
+        int64_t nmax;
         memset(&info, 0, sizeof info);
         info.present = 1; info.free_bytes = info.total_bytes = (size_t)80 << 30; info.cc_major = 9;
+        info.smem_per_block_optin = 227 << 10;
         snprintf(info.name, sizeof info.name, "injected");
         m = parse("zz(reps=2,ent=linear)", 64);
-        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CPU && p.path == QK_PATH_MPS,
-              "gpu present, 64 qubits: %s", qk_last_error());
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS &&
+              p.mps_bond == 4 && p.precision == QK_PRECISION_FP32 && strstr(p.config, "register kernel chi 4"),
+              "gpu present, 64 qubits: %s (backend %d path %d config %s)", qk_last_error(), (int)p.backend, (int)p.path, p.config);
+        CHECK(p.bytes_states == (size_t)((double)d.n_x * 64 * 2 * 16 * 2 * 4) && p.k_resident == 1 &&
+              p.bytes_total == p.bytes_states + p.bytes_out, "gpu MPS bytes: states %zu resident %d", p.bytes_states, p.k_resident);
+        qk_plan_describe(&p, buf, sizeof buf);
+        CHECK(strstr(buf, "path mps") != NULL, "gpu MPS plan description: %s", buf);
         d.output = QK_OUTPUT_DEVICE;
-        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_UNSUPPORTED, "MPS with DEVICE output must fail");
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS && p.bytes_out == 0,
+              "MPS with DEVICE output on the GPU: %s", qk_last_error());
         d.output = QK_OUTPUT_HOST;
+        d.precision = QK_PRECISION_FP64;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.bytes_states == (size_t)((double)d.n_x * 64 * 2 * 16 * 2 * 8),
+              "gpu MPS fp64 bytes %zu", p.bytes_states);
+        d.precision = QK_PRECISION_DEFAULT;
+        /* too little device memory: a clear error */
+        info.free_bytes = 1000;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_DEVICE_OUT_OF_MEMORY && strstr(qk_last_error(), "MPS"),
+              "gpu MPS out of memory: %s", qk_last_error());
+        info.free_bytes = (size_t)80 << 30;
+        /* VRAM estimator: half the budget over the padded MPS of one sample */
+        nmax = qk_max_samples_mps(&info, 0.5, m, QK_PRECISION_FP32, 0);
+        CHECK(nmax == (int64_t)floor(0.25 * (double)((size_t)80 << 30) / (64.0 * 2 * 16 * 2 * 4)), "qk_max_samples_mps %lld", (long long)nmax);
+        CHECK(qk_max_samples_mps(&info, 0.5, m, QK_PRECISION_FP32, 2) == (int64_t)floor(0.25 * (double)((size_t)80 << 30) / (64.0 * 2 * 4 * 2 * 4)),
+              "qk_max_samples_mps with max_bond 2");
+        qk_map_free(m);
+        /* below 31 qubits the cheaper path on the GPU: statevector at 8 qubits, MPS at 24 */
+        m = parse("zz(reps=2,ent=linear)", 8);
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_COMPLEX,
+              "gpu 8 qubits: path %d", (int)p.path);
+        d.path = QK_PATH_MPS;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS, "gpu 8 qubits forced mps: %s", qk_last_error());
+        d.path = QK_PATH_DEFAULT;
+        qk_map_free(m);
+        m = parse("zz(reps=2,ent=linear)", 24);
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS,
+              "gpu 24 qubits: path %d", (int)p.path);
+        qk_map_free(m);
+        /* bond 16: the warp kernel; its shared memory checked against the device */
+        m = parse("zz(reps=2,ent=circular)", 40);
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS && strstr(p.config, "warp per pair, chi 16"),
+              "gpu bond 16: %s", p.config);
+        info.smem_per_block_optin = 4096;
+        CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "shared memory"),
+              "gpu bond 16 without the shared memory: %s", qk_last_error());
+        info.smem_per_block_optin = 227 << 10;
         qk_map_free(m);
         /* the same errors as on the CPU: MPS forced on a product map, an unknown path */
         m = parse("angle", 8);
@@ -553,6 +598,148 @@ static void threads_agree(void)
     qk_ctx_destroy(c1); qk_ctx_destroy(c2);
 }
 
+/* Truncation on request (mps_max_bond / mps_cutoff, docs/mps.md): every pair within the stated
+   bound |K_ij - K~_ij| <= sqrt(eps_i) + sqrt(eps_j) of the exact K (statevector engine), eps from
+   mps_discarded; the truncation really drops something (some eps > 0, K~ != K); unit diagonal
+   (renormalised states); eps == 0 and K exact when max_bond >= the exact bound; clear errors. */
+static double *gram_trunc(qk_ctx *ctx, const qk_map *m, const double *x, int64_t nx, const double *y, int64_t ny,
+                          int max_bond, double cutoff, double *eps, qk_result *res, qk_plan *plan)
+{
+    int64_t cols = y ? ny : nx, i;
+    double *K = (double *)malloc(sizeof(double) * (size_t)(nx * cols));
+    qk_gram_desc d;
+    for (i = 0; i < nx * cols; i++) K[i] = NAN;
+    for (i = 0; i < nx + (y ? ny : 0); i++) eps[i] = NAN;
+    memset(&d, 0, sizeof d);
+    d.x = x; d.n_x = nx; d.y = y; d.n_y = ny; d.out = K; d.out_dtype = QK_F64; d.path = QK_PATH_MPS;
+    d.mps_max_bond = max_bond; d.mps_cutoff = cutoff; d.mps_discarded = eps;
+    if (plan && qk_plan_make(ctx, m, &d, plan) != QK_OK) { *res = QK_ERROR_INVALID_ARGUMENT; free(K); return NULL; }
+    *res = qk_gram(ctx, m, &d);
+    if (*res != QK_OK) { free(K); return NULL; }
+    return K;
+}
+
+static void trunc_case(qk_ctx *ctx, const char *spec, int q, int max_bond, double cutoff, int must_drop)
+{
+    qk_map *m = parse(spec, q);
+    const int64_t nx = 9, ny = 5;
+    double *x = rand_data(nx, q, 0, 6.283), *y = rand_data(ny, q, 0, 6.283);
+    double eps[20], worst = 0, moved = 0, emax = 0;
+    qk_result r;
+    qk_plan plan;
+    double *Ke = gram_path(ctx, m, x, nx, NULL, 0, QK_PATH_COMPLEX, &r, NULL);
+    double *Kt = gram_trunc(ctx, m, x, nx, NULL, 0, max_bond, cutoff, eps, &r, &plan);
+    double *Kxy = gram_path(ctx, m, x, nx, y, ny, QK_PATH_COMPLEX, &r, NULL);
+    double *Ktxy;
+    double eps2[20];
+    int64_t i, j;
+    CHECK(Ke && Kt && Kxy, "%s q=%d max_bond %d cutoff %g: %s", spec, q, max_bond, cutoff, qk_last_error());
+    if (!Ke || !Kt || !Kxy) goto out;
+    CHECK(plan.path == QK_PATH_MPS && plan.mps_truncate == 1 && plan.mps_bond <= (max_bond ? max_bond : plan.mps_exact_bond),
+          "%s: plan path %d truncate %d bond %d (exact %d)", spec, (int)plan.path, plan.mps_truncate, plan.mps_bond, plan.mps_exact_bond);
+    for (i = 0; i < nx; i++) {
+        CHECK(eps[i] >= 0 && eps[i] <= 1, "%s: eps[%lld] = %g", spec, (long long)i, eps[i]);
+        if (eps[i] > emax) emax = eps[i];
+        CHECK(fabs(Kt[i * nx + i] - 1) <= 1e-10, "%s: truncated K diagonal %.3e (states not renormalised)", spec, Kt[i * nx + i]);
+        for (j = 0; j < nx; j++) {
+            double b = sqrt(eps[i]) + sqrt(eps[j]) + 1e-10, e = fabs(Kt[i * nx + j] - Ke[i * nx + j]);
+            if (e - b > worst) worst = e - b;
+            if (e > moved) moved = e;
+            CHECK(e <= b, "%s q=%d max_bond %d: |K~ - K|[%lld][%lld] = %.3e > bound %.3e", spec, q, max_bond, (long long)i, (long long)j, e, b);
+        }
+    }
+    if (must_drop) {
+        CHECK(emax > 1e-8, "%s q=%d max_bond %d cutoff %g: nothing dropped (max eps %.3e)", spec, q, max_bond, cutoff, emax);
+        CHECK(moved > 1e-9, "%s: truncated K equals the exact K (max diff %.3e)", spec, moved);
+    }
+    Ktxy = gram_trunc(ctx, m, x, nx, y, ny, max_bond, cutoff, eps2, &r, NULL);
+    CHECK(Ktxy != NULL, "%s K(X,Y) truncated: %s", spec, qk_last_error());
+    if (Ktxy) {
+        for (i = 0; i < nx; i++) CHECK(eps2[i] == eps[i], "%s: eps of X differs between K(X,X) and K(X,Y)", spec);
+        for (i = 0; i < nx; i++)
+            for (j = 0; j < ny; j++) {
+                double b = sqrt(eps2[i]) + sqrt(eps2[nx + j]) + 1e-10, e = fabs(Ktxy[i * ny + j] - Kxy[i * ny + j]);
+                CHECK(e <= b, "%s K(X,Y): |K~ - K|[%lld][%lld] = %.3e > bound %.3e", spec, (long long)i, (long long)j, e, b);
+            }
+        free(Ktxy);
+    }
+    printf("  %-34s q=%2d max_bond %2d cutoff %-6g: bond %2d (exact %2d), max eps %.2e, max |K~-K| %.2e\n", spec, q, max_bond, cutoff,
+           plan.mps_bond, plan.mps_exact_bond, emax, moved);
+out:
+    free(Ke); free(Kt); free(Kxy); free(x); free(y);
+    qk_map_free(m);
+}
+
+static void truncation(qk_ctx *ctx)
+{
+    qk_map *m;
+    double *x, *Ke, *Kt, eps[40];
+    qk_result r;
+    qk_plan plan;
+    int64_t i;
+    trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 4, 0, 1);
+    trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 2, 0, 1);
+    trunc_case(ctx, "zz(reps=3,ent=linear)", 11, 4, 0, 1);
+    trunc_case(ctx, "zz(reps=2,ent=sca)", 9, 3, 0, 1);
+    trunc_case(ctx, "hea(layers=2)", 10, 4, 0, 1);
+    trunc_case(ctx, "zz(reps=2,ent=full)", 8, 4, 0, 1);     /* exact bound 16, all-to-all gates */
+    trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 0, 1e-3, 0);
+    trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 8, 1e-4, 1);
+    /* max_bond at or above the exact bound: nothing is truncated, eps exactly 0, K exact */
+    m = parse("zz(reps=2,ent=linear)", 12);
+    x = rand_data(11, 12, 0, 6.283);
+    Ke = gram_path(ctx, m, x, 11, NULL, 0, QK_PATH_COMPLEX, &r, NULL);
+    Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 4, 0, eps, &r, &plan);
+    CHECK(Ke && Kt, "max_bond = bound: %s", qk_last_error());
+    if (Ke && Kt) {
+        CHECK(plan.mps_truncate == 0 && plan.mps_bond == 4, "max_bond = bound: plan truncate %d bond %d", plan.mps_truncate, plan.mps_bond);
+        for (i = 0; i < 11; i++) CHECK(eps[i] == 0, "max_bond = bound: eps[%lld] = %g", (long long)i, eps[i]);
+        CHECK(max_diff(Ke, Kt, 121) <= 1e-12, "max_bond = bound: K differs by %.3e", max_diff(Ke, Kt, 121));
+    }
+    free(Kt);
+    Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 64, 0, eps, &r, NULL);
+    CHECK(Kt && max_diff(Ke, Kt, 121) <= 1e-12 && eps[3] == 0, "max_bond 64 > bound: K or eps not exact");
+    free(Kt);
+    /* an exact run reports zeros too */
+    Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 0, 0, eps, &r, NULL);
+    CHECK(Kt && eps[0] == 0 && eps[10] == 0, "exact run: eps not zero");
+    free(Kt);
+    /* invalid requests */
+    {
+        const int bad_bond[] = {-1, QK_MPS_MAX_BOND + 1};
+        const double bad_cut[] = {-0.1, 1.0, 2.0, NAN};
+        int k;
+        for (k = 0; k < 2; k++) {
+            Kt = gram_trunc(ctx, m, x, 11, NULL, 0, bad_bond[k], 0, eps, &r, NULL);
+            CHECK(!Kt && r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "mps_max_bond"), "max_bond %d: %d %s", bad_bond[k], (int)r, qk_last_error());
+            free(Kt);
+        }
+        for (k = 0; k < 4; k++) {
+            Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 0, bad_cut[k], eps, &r, NULL);
+            CHECK(!Kt && r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "mps_cutoff"), "cutoff %g: %d %s", bad_cut[k], (int)r, qk_last_error());
+            free(Kt);
+        }
+    }
+    free(Ke); free(x);
+    qk_map_free(m);
+    /* the plan states the bound */
+    {
+        qk_gram_desc d;
+        char buf[2048];
+        m = parse("zz(reps=2,ent=circular)", 40);
+        x = rand_data(4, 40, 0, 6.283);
+        memset(&d, 0, sizeof d);
+        d.x = x; d.n_x = 4; d.out = eps; d.out_dtype = QK_F64; d.mps_max_bond = 4;
+        r = qk_plan_make(ctx, m, &d, &plan);
+        CHECK(r == QK_OK && plan.path == QK_PATH_MPS && plan.mps_bond == 4 && plan.mps_exact_bond == 16, "plan with max_bond: %d bond %d exact %d",
+              (int)r, plan.mps_bond, plan.mps_exact_bond);
+        qk_plan_describe(&plan, buf, sizeof buf);
+        CHECK(strstr(buf, "truncated; exact bound 16") && strstr(buf, "sqrt(eps_i) + sqrt(eps_j)"), "plan description: %s", buf);
+        free(x);
+        qk_map_free(m);
+    }
+}
+
 #define SECTION(call) do { double t0_ = now(); call; printf("%-16s %.2f s\n", #call, now() - t0_); } while (0)
 
 int main(void)
@@ -569,6 +756,7 @@ int main(void)
     SECTION(outputs(ctx));
     SECTION(planning(ctx));
     SECTION(threads_agree());
+    SECTION(truncation(ctx));
     qk_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;

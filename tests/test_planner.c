@@ -156,6 +156,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         qk_plan p;
         qk_gram_desc g = gdesc(8, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_TF32;
+        g.path = QK_PATH_COMPLEX;   /* the statevector (the planner would take MPS for this local map) */
         CHECK(qk_map_parse("zz(reps=1,ent=linear)", 25, &z25) == QK_OK, "parse zz25");
         CHECK(z25 && qk_plan_for_device(&cards[2], 0.85, z25, &g, &p) == QK_OK && p.use_blas == 1 && strstr(p.config, "24 qubits"),
               "zz25 tf32: blas %d '%s'", p.use_blas, p.config);
@@ -365,12 +366,14 @@ int main(void)
         CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.path == QK_PATH_REAL, "%s hea: real path", d->name);
         /* 20 qubits, n = 200000: states (1.6 TB) in tiles, K (160 GB) not resident */
         g = gdesc(200000, 0, QK_OUTPUT_CALLBACK);
+        g.path = QK_PATH_COMPLEX;   /* the statevector's tiles (MPS would be the planner's choice) */
         CHECK(qk_plan_for_device(d, 0.85, zz20, &g, &p) == QK_OK, "%s zz20: %s", d->name, qk_last_error());
         invariants(&p, d, 0.85, "zz20 callback");
         CHECK(!p.bulk_states && !p.k_resident, "%s zz20: bulk %d resident %d", d->name, p.bulk_states, p.k_resident);
         CHECK((double)p.state_tile * 2 * 8.0 * (1 << 20) <= 0.5 * 0.85 * d->free_bytes, "%s zz20: tile %lld too big", d->name, (long long)p.state_tile);
         /* a smaller fraction never plans more */
         g = gdesc(200000, 0, QK_OUTPUT_CALLBACK);
+        g.path = QK_PATH_COMPLEX;
         CHECK(qk_plan_for_device(d, 0.3, zz20, &g, &p) == QK_OK, "%s zz20 0.3: %s", d->name, qk_last_error());
         invariants(&p, d, 0.3, "zz20 fraction 0.3");
         /* qk_max_samples agrees with the bulk decision (zz reps=2 is the map it assumes) */
@@ -386,10 +389,10 @@ int main(void)
         /* errors */
         g = gdesc(10, 0, QK_OUTPUT_HOST);
         if (zz31) {
-            /* beyond the statevector: a local map takes the MPS path (CPU engine, docs/mps.md);
+            /* beyond the statevector: a local map takes the MPS path (GPU engine, docs/mps.md);
                the statevector, forced, must fail */
-            CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_OK && p.backend == QK_BACKEND_CPU && p.path == QK_PATH_MPS,
-                  "%s: 31 qubits zz linear: MPS on the CPU (%s)", d->name, qk_last_error());
+            CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS,
+                  "%s: 31 qubits zz linear: MPS on the GPU (%s)", d->name, qk_last_error());
             g.path = QK_PATH_COMPLEX;
             CHECK(qk_plan_for_device(d, 0.85, zz31, &g, &p) == QK_ERROR_TOO_MANY_QUBITS, "%s: 31 qubits statevector must fail", d->name);
             g.path = QK_PATH_DEFAULT;
@@ -400,6 +403,7 @@ int main(void)
         qk_map *z30 = NULL;
         qk_plan p;
         qk_gram_desc g = gdesc(10, 0, QK_OUTPUT_HOST);
+        g.path = QK_PATH_COMPLEX;   /* the statevector (MPS would fit anywhere) */
         CHECK(qk_map_parse("zz(reps=1,ent=linear)", 30, &z30) == QK_OK, "parse zz30");
         CHECK(qk_plan_for_device(&cards[0], 0.85, z30, &g, &p) == QK_ERROR_DEVICE_OUT_OF_MEMORY, "24 GB, 30 qubits: must not fit");
         CHECK(qk_plan_for_device(&cards[2], 0.85, z30, &g, &p) == QK_OK && !p.bulk_states && p.state_tile >= 1 && p.state_tile <= 2, "141 GB, 30 qubits: one or two states per tile");
