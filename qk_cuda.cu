@@ -69,6 +69,7 @@
      >>small      the persistent few-qubit Gram kernel (fused configuration 7)
      >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
      >>devices    device selection and a clock for qk.h's several-GPU driver
+     >>mps        the MPS path: batched transfer-matrix contraction of padded site tensors
      >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
      >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
      >>tune       the autotuner (qk_cuda_tune_gram)
@@ -3180,7 +3181,7 @@ extern "C" double qk_cuda_wtime(void)
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/* ---- MPS engine (docs/mps.md) ---- */
+/* >>mps ---- the MPS engine (docs/mps.md) ---- */
 /* K on the MPS path. qk.h builds every sample's MPS on the host (its exact builder, or the
    truncating one) and hands the site tensors over, padded to a bond of chi on both sides:
    site s of sample i is A[l][a][r] (l, r < chi, a < 2), entry e = (l * 2 + a) * chi + r, and the
