@@ -144,8 +144,8 @@ static void qk__cublas_open()
 #endif
     }
     if (!h) {
-        char why[400];
-        snprintf(why, sizeof why, "%s", qk__cublas_err);
+        char why[300];   /* the loader's reason, cut to leave room for the rest of the message */
+        snprintf(why, sizeof why, "%.299s", qk__cublas_err);
         snprintf(qk__cublas_err, sizeof qk__cublas_err,
                  "cannot load cuBLAS (%s, CUDA %d) for the GPU engine: %s; install it or add its directory to LD_LIBRARY_PATH",
                  QK__CUBLAS_SONAME, CUBLAS_VER_MAJOR, why);

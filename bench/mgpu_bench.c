@@ -34,7 +34,7 @@ int main(int argc, char **argv)
     qk_map *map = NULL;
     qk_gram_desc g;
     qk_plan plan;
-    double *x, t[64], sec[QK_MAX_DEVICES], best_sec[QK_MAX_DEVICES], med, mean = 0, mx = 0;
+    double *x, t[64], sec[QK_MAX_DEVICES] = {0}, best_sec[QK_MAX_DEVICES], med, mean = 0, mx = 0;
     void *dev[QK_MAX_DEVICES];
     void *host = NULL;
     char buf[4096];
