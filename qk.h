@@ -2538,7 +2538,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
         int k1 = k, nd = 0;
         /* a run of diagonal ops with at least three passes' worth: one table pass (above) */
         int angled = 0;
-        while (k1 < m->n_ops && qk__diag_len(m, k1)) {
+        while (q >= QK__DIAG_MIN_QUBITS && k1 < m->n_ops && qk__diag_len(m, k1)) {
             angled |= m->ops[k1].kind != QK_OP_Z && m->ops[k1].kind != QK_OP_CZ; /* Z, CZ alone: exact -1 op by op */
             k1 += qk__diag_len(m, k1);
             nd++;
