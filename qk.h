@@ -67,6 +67,12 @@
      QK_MGPU_MIN_PAIRS    a qk_gram on a context of several GPUs is dealt to as many GPUs as get
                           at least this many pairs each (default 2^25: ~1 ms of a GPU at 8 qubits;
                           below, one GPU: thread and per-GPU set-up would cost more than it saves)
+     QK_MGPU_HOST_BOUND_SPLIT
+                          1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
+                          than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
+                          too, each computing whole rows; default 0: it runs on the first GPU,
+                          which the host already cannot keep up with (2 H200s, zz 8 qubits:
+                          .npy 0.98x one GPU, the disk binds; host buffer 0.32x)
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)
@@ -6936,6 +6942,9 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
    flops/s (FP32 cores), a host thread transposes and writes ~5e9 bytes/s, so the mirror costs
    more than recomputing when a pair's flops / its bytes < 1e4. */
 #define QK__MGPU_FULL_ROWS_FLOPS 1e4
+#ifndef QK_MGPU_HOST_BOUND_SPLIT
+#define QK_MGPU_HOST_BOUND_SPLIT 0
+#endif
 
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
@@ -6965,7 +6974,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
            (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
            QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
     for (use = n; use > 1 && total / use < minp; use--) {}
-    if (use < 2) return QK_OK;
+    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
     for (k = 0; k < use; k++) {
         w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
         if (w[k] != w[0]) same = 0;

@@ -11,6 +11,7 @@
    - a job below QK_MGPU_MIN_PAIRS per GPU stays on one GPU; qk_plan_describe names every GPU's
      rows; bad device lists are refused. */
 #define QK_MGPU_MIN_PAIRS 1   /* small K splits too (the default keeps jobs below ~2^25 pairs per GPU on one) */
+#define QK_MGPU_HOST_BOUND_SPLIT 1   /* the whole-rows split is tested (off by default) */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include <stdio.h>

@@ -63,6 +63,21 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
     static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
     int c, i, q, b;
+    {   /* two GPUs (QK_MGPU_HOST_BOUND_SPLIT off, the default): K on the devices is dealt to
+           both, a host-bound K(X,X) (8 qubits to a .npy file or a host buffer) runs on the first */
+        qk_device_info two[2];
+        qk_plan p;
+        qk_gram_desc g = gdesc(65536, 0, QK_OUTPUT_DEVICE);
+        two[0] = cards[2]; two[1] = cards[2];
+        CHECK(qk_plan_for_devices(two, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 2 && !p.dev_full_rows,
+              "2 GPUs zz8 device: %d devices", p.n_devices);
+        g = gdesc(65536, 0, QK_OUTPUT_NPY);
+        CHECK(qk_plan_for_devices(two, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices <= 1, "2 GPUs zz8 npy: %d devices", p.n_devices);
+        g = gdesc(65536, 0, QK_OUTPUT_HOST);
+        CHECK(qk_plan_for_devices(two, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices <= 1, "2 GPUs zz8 host: %d devices", p.n_devices);
+        g = gdesc(65536, 4099, QK_OUTPUT_HOST);
+        CHECK(qk_plan_for_devices(two, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 2, "2 GPUs zz8 K(X,Y) host: %d devices", p.n_devices);
+    }
     for (c = 0; c < 3; ++c) {
         const qk_device_info *d = &cards[c];
         qk_plan p, p32;

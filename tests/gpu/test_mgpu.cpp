@@ -25,6 +25,7 @@
 #include <unistd.h>
 #include <cuda_runtime.h>
 #define QK_MGPU_MIN_PAIRS 1   /* small K is dealt to both GPUs too */
+#define QK_MGPU_HOST_BOUND_SPLIT 1   /* the whole-rows split is tested (off by default) */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 
