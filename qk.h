@@ -6456,6 +6456,28 @@ static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
     return (double)q * 2.0 * c * c * 2.0 * (d64 ? 8.0 : 4.0);
 }
 
+
+/* The job's fields of a GPU plan (both paths): output, sizes, symmetry, two streams. */
+static void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
+{
+    p->out_dtype = od;
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = nx;
+    p->n_y = ny;
+    p->symmetric = sym;
+    p->n_streams = 2;
+}
+/* A zeroed CUDA plan with the job's fields. */
+static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_precision prec, qk_dtype od, int64_t nx,
+                         int64_t ny, int sym)
+{
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->precision = prec;
+    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
+}
+
 /* The GPU plan of the MPS path (prog from qk__mps_decide). Device memory, all counted:
      MPS      (n_x + n_y) samples x q sites x 2 chi^2 complex, in the compute precision
      K        DEVICE output: the caller's; host outputs: all of K resident when K(X,X) fits beside
@@ -6476,16 +6498,7 @@ static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fract
     const double st = (double)(nx + (sym ? 0 : ny)) * qk__mps_gpu_sample_bytes(prog->q, prog->chi, d64);
     double kb = 0;
     int64_t slab, cap;
-    memset(p, 0, sizeof *p);
-    p->backend = QK_BACKEND_CUDA;
-    p->precision = prec;
-    p->out_dtype = od;
-    p->output = desc->output;
-    p->n_qubits = map->n_qubits;
-    p->n_x = nx;
-    p->n_y = ny;
-    p->symmetric = sym;
-    p->n_streams = 2;
+    qk__plan_job(p, map, desc, prec, od, nx, ny, sym);
     p->bulk_states = 1;
     p->tile_m = 8;
     p->tile_n = 32;
@@ -6777,13 +6790,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                      : 0.0;
     }
     snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
-    p->out_dtype = od;
-    p->output = desc->output;
-    p->n_qubits = map->n_qubits;
-    p->n_x = nx;
-    p->n_y = ny;
-    p->symmetric = sym;
-    p->n_streams = 2;
+    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
     p->bytes_budget = (size_t)budget;
     snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
     if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)

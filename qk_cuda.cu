@@ -1289,6 +1289,26 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
 /* >>gram       the fused Gram kernel (SIMT, register tiles)                                */
 /* ======================================================================================== */
 
+/* One k-step of a fused Gram operand into shared memory: R states from row r0 (of rows) and BK
+   amplitudes from k0, element (row, k) read with k fastest (a row's BK amplitudes are
+   contiguous), stored k-major as S[(k * R + row) * W (+1 for Im)]; zeros past the ends. */
+template <typename T, bool CPLX, int R, int BK, int NT>
+__device__ __forceinline__ void qk__gram_stage(const T *__restrict__ X, int rows, int r0, int k0, int D, T *S)
+{
+    const int W = CPLX ? 2 : 1;
+    for (int e = threadIdx.x; e < R * BK; e += NT) {
+        int r = e / BK, k = e % BK;
+        int gr = r0 + r, gk = k0 + k;
+        T vr = 0, vi = 0;
+        if (gr < rows && gk < D) {
+            if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)X)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
+            else vr = X[(int64_t)gr * D + gk];
+        }
+        S[(k * R + r) * W] = vr;
+        if (CPLX) S[(k * R + r) * W + 1] = vi;
+    }
+}
+
 /* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
    or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
 template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
@@ -1314,28 +1334,8 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
 
     for (int k0 = 0; k0 < D; k0 += BK) {
         /* load: element e = (row, k) with k fastest: a row's BK amplitudes are contiguous */
-        for (int e = threadIdx.x; e < BM * BK; e += NT) {
-            int r = e / BK, k = e % BK;
-            int gr = row0 + r, gk = k0 + k;
-            T vr = 0, vi = 0;
-            if (gr < m && gk < D) {
-                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)A)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
-                else vr = A[(int64_t)gr * D + gk];
-            }
-            As[(k * BM + r) * W] = vr;
-            if (CPLX) As[(k * BM + r) * W + 1] = vi;
-        }
-        for (int e = threadIdx.x; e < BN * BK; e += NT) {
-            int r = e / BK, k = e % BK;
-            int gr = col0 + r, gk = k0 + k;
-            T vr = 0, vi = 0;
-            if (gr < nn && gk < D) {
-                if (CPLX) { typename qk__vec2<T>::t v = ((const typename qk__vec2<T>::t *)B)[(int64_t)gr * D + gk]; vr = v.x; vi = v.y; }
-                else vr = B[(int64_t)gr * D + gk];
-            }
-            Bs[(k * BN + r) * W] = vr;
-            if (CPLX) Bs[(k * BN + r) * W + 1] = vi;
-        }
+        qk__gram_stage<T, CPLX, BM, BK, NT>(A, m, row0, k0, D, As);
+        qk__gram_stage<T, CPLX, BN, BK, NT>(B, nn, col0, k0, D, Bs);
         __syncthreads();
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
