@@ -576,10 +576,17 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
      QK__N_FUSED_CFG    fused Gram kernel configurations, qk_plan.kernel_cfg 1..QK__N_FUSED_CFG
                         (0: the fixed table, qk__fused_cfg_fixed)
      QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
-                        the FP32X3 operands, 4W, stay far from 2^31) */
+                        the FP32X3 operands, 4W, stay far from 2^31)
+     QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
+                        modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
+                        the tensor cores' truncating fp32 adds, an error that grows with 2^q (H200,
+                        zz-linear: 0.0019 at 16 qubits, 0.0068 at 18, 0.021 at 20, past the fp32
+                        state bound). FP32X3 flushes into round-to-nearest sums every
+                        QK__TCF_FLUSH stages; flushing the others spills registers. */
 #define QK__PASS_QUBITS 13
 #define QK__N_FUSED_CFG 7
 #define QK__TC_MAX_QUBITS 24
+#define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
 /* The fixed table: the fused configuration for a q-qubit state without autotune: the persistent
    few-qubit kernel for complex fp32 states with float K up to 5 qubits (1.1x to 1.4x the 64x64
@@ -7099,6 +7106,7 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
         !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
                                plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
                         (double)plan->bytes_workspace) &&
+        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
         !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
         !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {

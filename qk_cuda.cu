@@ -289,6 +289,7 @@ struct qk__instr {
     int b0, b1;         /* the same as bits of the in-chunk index (filled per pass) */
     int off;            /* GATE: offset of its 8 values (2x2 complex) in the sample's params;
                            DIAG: offset of its 1 + q + q*q coefficients */
+    int h;              /* GATE: 1 where it is a Hadamard (the structured pass needs no matrix) */
 };
 
 /* A param job: one GATE matrix or one phase coefficient of a sample. */
@@ -542,7 +543,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     bool in_diag = false;
     auto flush_diag = [&]() {
         if (!in_diag) return;
-        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P};
+        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P, 0};
         pg->instr.push_back(ins);
         for (size_t s = 0; s < db.slot.size(); ++s) {
             qk__job j;
@@ -614,10 +615,10 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         }
         flush_diag();
         if (k == QK_OP_CNOT) {
-            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0};
+            qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0, 0};
             pg->instr.push_back(ins);
         } else {
-            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P};
+            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P, k == QK_OP_H};
             pg->instr.push_back(ins);
             qk__job j = {0, i, P, 0, 0};
             pg->jobs.push_back(j);
@@ -865,11 +866,16 @@ __device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int 
     }
 }
 
+/* The pass descriptor is a __grid_constant__ parameter: its pos / npos arrays are indexed with
+   run-time values (qk__pdep, the phase tables), which on a by-value parameter compiles to a
+   compare-and-select over every element (~60 instructions per access; Nsight Compute's source
+   counters on the structured pass: 35% of its instructions). As a grid constant they are one
+   constant-bank load. */
 /* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
    Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
    part only (real maps). */
 template <typename T, bool OUT_REAL>
-__global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q,
+__global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q,
                            const T *__restrict__ params, int P, int64_t n,
                            const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
                            const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
@@ -1043,6 +1049,270 @@ __global__ void qk__k_pass(qk__pass p, const qk__instr *__restrict__ prog, int q
     }
 }
 
+/* The structured pass: a pass of QK__PASS_QUBITS in-chunk qubits whose program is DIAG phases
+   and Hadamards only (zz, iqp and their entanglement variants: every pass of them). The generic
+   pass above spends ~360 instructions per amplitude there (16 qubits, Nsight Compute: issue
+   bound, a 2x2 complex matrix per gate, sweeps through shared memory); this one keeps each
+   thread's R = 2^RB amplitudes in registers:
+   - the runs of Hadamards between phases are a Walsh-Hadamard transform over their bits: add /
+     subtract butterflies on the register bits, one scale (1/sqrt 2)^m, and a transpose through
+     shared memory (swizzled: no bank conflicts) to bring the next bits into registers; the
+     chunk's 13 bits take 3 register layouts, 2 transposes;
+   - a phase is base(thread) + sum_{j in k} e_j + sum_{j<j' in k} d_jj' over the set register
+     bits j of register slot k: base and e_j once per thread from the quadratic form's
+     coefficients, then a handful of adds per amplitude (k is a compile-time index).
+   Layout rb0: register bit j of thread t is in-chunk bit rb0 + j; the thread's bits fill the
+   others in order. Layouts rb0 >= 5 put in-chunk bits 0..4 on the lanes of a warp (coalesced
+   global loads and stores when those are global bits 0..4, as the compiler's fill makes them).
+   One state chunk per block, 2^(L - RB) threads; the host sends other passes to qk__k_pass. */
+template <int RB> struct qk__wht_layouts;
+template <> struct qk__wht_layouts<5> { static constexpr int n = 3; __device__ static int at(int i) { return i == 0 ? 8 : i == 1 ? 0 : 5; } };
+template <> struct qk__wht_layouts<4> { static constexpr int n = 4; __device__ static int at(int i) { return i == 0 ? 9 : (i - 1) * 4; } };
+
+__device__ __forceinline__ uint32_t qk__wht_tpart(uint32_t t, int rb0, int RB)
+{
+    return (t & ((1u << rb0) - 1)) | ((t >> rb0) << (rb0 + RB));
+}
+__device__ __forceinline__ uint32_t qk__wht_swz(uint32_t r) { return r ^ ((r >> 5) & 31); }
+/* T values of the structured pass's tables: the phase tables (at most 13 + 1 + 16 + 32 + 5 * 16
+   + 5 * 16 + 5 * 32 for RB 4 or 5), then the fold's 16 + 32 + 1 complex */
+#define QK__WHT_TBL 448
+
+template <typename T, int RB, bool OUT_REAL>
+__global__ void __launch_bounds__(1 << (QK__PASS_QUBITS - RB))
+qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q, const T *__restrict__ params, int P,
+               const qk__cx<T> *__restrict__ in, void *__restrict__ out)
+{
+    constexpr int L = QK__PASS_QUBITS, R = 1 << RB;
+    typedef qk__cx<T> C;
+    typedef typename qk__vec2<T>::t V2;
+    typedef qk__wht_layouts<RB> LY;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    C *sh = (C *)qk__smem;
+    T *tb = (T *)(sh + (1 << L)); /* the phase tables, then the fold's */
+    constexpr int NHI = L - RB - 4; /* thread bits 0..3 index the "lo" tables, the others "hi" */
+    const uint32_t t = threadIdx.x;
+    const int64_t nchunks = (int64_t)1 << (q - L);
+    const int64_t s = blockIdx.x / nchunks, chunk = blockIdx.x % nchunks;
+    const int64_t D = (int64_t)1 << q;
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
+    const T *ps = params + s * (int64_t)P;
+    int cur = LY::at(0);
+    C v[R];
+
+    /* start: the folded product state, |0>, or the previous pass's amplitudes */
+    {
+        const uint32_t tp = qk__wht_tpart(t, cur, RB), gt = fixed | qk__pdep(tp, p);
+        if (p.first && p.fold >= 0) {
+            /* prod over qubits of u_Q[bit]: the thread's factor from block tables (fixed bits,
+               thread bits 0..3, thread bits 4..), then a product tree over the register bits
+               (2 complex products per amplitude) */
+            const T *u = ps + p.fold;
+            C *UL = (C *)(tb + QK__WHT_TBL), *UH = UL + 16, *UF = UH + (1 << NHI);
+            if (t < 16 + (1u << NHI) + 1) {
+                const bool lo = t < 16, hi = !lo && t < 16 + (1u << NHI);
+                const uint32_t e = lo ? t : t - 16;
+                T ar = 1, ai = 0;
+                if (lo || hi)
+                    for (int i = 0; i < (lo ? 4 : NHI); ++i) {
+                        const int b = lo ? i : 4 + i, ib = b < cur ? b : b + RB;
+                        const T *uk = u + 4 * p.pos[ib] + ((e >> i) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                else
+                    for (int i = 0; i < q - L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) UL[e] = z; else if (hi) UH[e] = z; else UF[0] = z;
+            }
+            __syncthreads();
+            C a = UF[0], l = UL[t & 15], h = UH[t >> 4], m;
+            m.x = a.x * l.x - a.y * l.y; m.y = a.x * l.y + a.y * l.x;
+            v[0].x = m.x * h.x - m.y * h.y; v[0].y = m.x * h.y + m.y * h.x;
+            /* constant trip counts throughout: an inner bound of 1 << j kept the loops rolled
+               and made v[] dynamically indexed (a compare-and-select over all 32 registers per
+               access: 35% of the pass's instructions, Nsight Compute source counters) */
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                const T *u0 = u + 4 * p.pos[cur + j], *u1 = u0 + 2;
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+                    if (k >= (1 << j)) continue;
+                    C a = v[k], b, c;
+                    b.x = a.x * u1[0] - a.y * u1[1]; b.y = a.x * u1[1] + a.y * u1[0];
+                    c.x = a.x * u0[0] - a.y * u0[1]; c.y = a.x * u0[1] + a.y * u0[0];
+                    v[k | (1 << j)] = b;
+                    v[k] = c;
+                }
+            }
+        } else {
+            uint32_t gb[RB];
+#pragma unroll
+            for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+                uint32_t g = gt;
+#pragma unroll
+                for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+                if (p.first) { v[k].x = g == 0 ? (T)1 : (T)0; v[k].y = 0; }
+                else { const V2 w = ((const V2 *)in)[s * D + g]; v[k].x = w.x; v[k].y = w.y; }
+            }
+        }
+    }
+
+    /* moves the amplitudes to layout nw through shared memory */
+    auto transpose = [&](int nw) {
+        const uint32_t to = qk__wht_tpart(t, cur, RB), tn = qk__wht_tpart(t, nw, RB);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < R; ++k) sh[qk__wht_swz(to | ((uint32_t)k << cur))] = v[k];
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[k] = sh[qk__wht_swz(tn | ((uint32_t)k << nw))];
+        cur = nw;
+    };
+    /* the pending Hadamards (a mask of in-chunk bits; H H = I) as one transform */
+    auto flush = [&](uint32_t pend) {
+        const int m = __popc(pend);
+        while (pend) {
+            uint32_t rm = ((1u << RB) - 1) << cur;
+            if (!(pend & rm)) {
+                int best = cur, bc = 0;
+                for (int i = 0; i < LY::n; ++i) {
+                    int c = __popc(pend & (((1u << RB) - 1) << LY::at(i)));
+                    if (c > bc) { bc = c; best = LY::at(i); }
+                }
+                transpose(best);
+                rm = ((1u << RB) - 1) << cur;
+            }
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                if (!((pend >> (cur + j)) & 1)) continue;
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+                    if ((k >> j) & 1) continue;
+                    C a = v[k], b = v[k | (1 << j)];
+                    v[k].x = a.x + b.x; v[k].y = a.y + b.y;
+                    v[k | (1 << j)].x = a.x - b.x; v[k | (1 << j)].y = a.y - b.y;
+                }
+            }
+            pend &= ~rm;
+        }
+        if (m) {
+            const T sc = (T)ldexp((m & 1) ? 0.70710678118654752440 : 1.0, -(m >> 1));
+#pragma unroll
+            for (int k = 0; k < R; ++k) { v[k].x *= sc; v[k].y *= sc; }
+        }
+    };
+
+    uint32_t pend = 0;
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        const qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_GATE) { pend ^= 1u << in_.b0; continue; }
+        flush(pend);
+        pend = 0;
+        /* DIAG: phase(g) = cf[0] + sum_{i set} cf[1+i] + sum_{i<j set} cf[1+q+i*q+j] */
+        const T *cf = ps + in_.off;
+        /* base and e_j from block tables, no per-thread loops over set bits (they diverged and
+           cost ~40% of the pass). Thread bit b is in-chunk bit ib(b) (b < cur ? b : b + RB),
+           global qubit pos[ib(b)]; W[r]: in-chunk bit r's linear coefficient plus its pairs with
+           the fixed bits; TLo / THi: the phase of thread bits 0..3 / 4.. (W and their pairs);
+           Y[i][lo]: pairs of thread bit 4+i with bits 0..3; G[j][lo] / H[j][hi]: pairs of
+           register bit j with thread bits 0..3 / 4... */
+        T *W = tb, *Pf = W + L, *TLo = Pf + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16,
+          *H = G + RB * 16;
+        auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
+        auto tq = [&](int b) { return p.pos[b < cur ? b : b + RB]; }; /* thread bit -> qubit */
+        __syncthreads(); /* the previous DIAG's readers are done */
+        if (t < L) {
+            const int Q = p.pos[t];
+            T acc = cf[1 + Q];
+            for (int i = 0; i < q - L; ++i) if ((fixed >> p.npos[i]) & 1) acc += dq(p.npos[i], Q);
+            W[t] = acc;
+        } else if (t == L) Pf[0] = qk__phase<T>(fixed, cf, q);
+        __syncthreads();
+        {
+            int e = (int)t;
+            T acc = 0;
+            if (e < 16) {
+                for (int b = 0; b < 4; ++b) {
+                    if (!((e >> b) & 1)) continue;
+                    acc += W[b < cur ? b : b + RB];
+                    for (int b2 = 0; b2 < b; ++b2) if ((e >> b2) & 1) acc += dq(tq(b2), tq(b));
+                }
+                TLo[e] = acc;
+            } else if ((e -= 16) < (1 << NHI)) {
+                for (int i = 0; i < NHI; ++i) {
+                    if (!((e >> i) & 1)) continue;
+                    acc += W[4 + i < cur ? 4 + i : 4 + i + RB];
+                    for (int i2 = 0; i2 < i; ++i2) if ((e >> i2) & 1) acc += dq(tq(4 + i2), tq(4 + i));
+                }
+                THi[e] = acc;
+            } else if ((e -= 1 << NHI) < NHI * 16) {
+                const int i = e >> 4, lo = e & 15;
+                for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), tq(4 + i));
+                Y[e] = acc;
+            } else if ((e -= NHI * 16) < RB * 16) {
+                const int j = e >> 4, lo = e & 15;
+                for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), p.pos[cur + j]);
+                G[e] = acc;
+            } else if ((e -= RB * 16) < RB << NHI) {
+                const int j = e >> NHI, hi = e & ((1 << NHI) - 1);
+                for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), p.pos[cur + j]);
+                H[e] = acc;
+            }
+        }
+        __syncthreads();
+        const uint32_t tl = t & 15, th = t >> 4;
+        T base = Pf[0] + TLo[tl] + THi[th];
+#pragma unroll
+        for (int i = 0; i < NHI; ++i) base += ((th >> i) & 1) ? Y[i * 16 + tl] : (T)0;
+        T e[RB], dd[RB][RB];
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+            e[j] = W[cur + j] + G[j * 16 + tl] + H[(j << NHI) + th];
+#pragma unroll
+            for (int jj = 0; jj < RB; ++jj) if (jj < j) dd[jj][j] = cf[1 + q + p.pos[cur + jj] * q + p.pos[cur + j]];
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            T ph = base, sn, cs;
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                if (!((k >> j) & 1)) continue;
+                ph += e[j];
+#pragma unroll
+                for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
+            }
+            qk__sincos(ph, &sn, &cs);
+            C a = v[k];
+            v[k].x = a.x * cs - a.y * sn;
+            v[k].y = a.x * sn + a.y * cs;
+        }
+    }
+    flush(pend);
+
+    /* store from a layout with in-chunk bits 0..4 on the lanes */
+    if (cur < 5) transpose(LY::at(0));
+    const uint32_t gt = fixed | qk__pdep(qk__wht_tpart(t, cur, RB), p);
+    uint32_t gb[RB];
+#pragma unroll
+    for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        uint32_t g = gt;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+        if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
+        else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
+    }
+}
+
 /* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
 template <typename T>
 __global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
@@ -1132,6 +1402,37 @@ static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk
     return QK_OK;
 }
 
+/* A pass qk__k_pass_wht runs: a full chunk (L = QK__PASS_QUBITS) whose instructions are DIAG
+   phases and Hadamards only, starting from the folded product, |0> or the previous pass (not
+   from amplitude data). */
+static bool qk__pass_is_wht(const qk__pass &p, const qk__prog &pg)
+{
+    if (p.L != QK__LMAX || (p.first && pg.has_amp)) return false;
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        const qk__instr &in_ = pg.instr[ii];
+        if (in_.kind == QK__I_CNOT || (in_.kind == QK__I_GATE && !in_.h)) return false;
+    }
+    return true;
+}
+
+/* qk__k_pass_wht: one block of 2^(L - RB) threads per (state, chunk); RB = 5 register bits for
+   float, 4 for double (the same 64 registers of amplitudes); shared memory holds one chunk. */
+template <typename T>
+static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n,
+                                     const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real,
+                                     cudaStream_t st, qk__err *E)
+{
+    constexpr int RB = sizeof(T) == 4 ? 5 : 4;
+    const int q = pg.q;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const size_t smem = ((size_t)1 << p.L) * sizeof(qk__cx<T>) + (QK__WHT_TBL + 2 * 64) * sizeof(T);
+    auto kf = out_real ? qk__k_pass_wht<T, RB, true> : qk__k_pass_wht<T, RB, false>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kf<<<(unsigned)(n * nchunks), 1u << (p.L - RB), smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, in, out);
+    QK_LAUNCH_CK("qk__k_pass_wht");
+    return QK_OK;
+}
+
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
@@ -1155,7 +1456,8 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         const bool last = pi == np - 1;
         const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
         void *o = last ? out : ws.tmp;
-        QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
+        if (qk__pass_is_wht(p, pg)) QK_TRY(qk__launch_pass_wht<T>(p, pg, dp, n, ws, in, o, last && out_real, st, E));
+        else QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
     }
     return QK_OK;
 }
@@ -2796,6 +3098,8 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
    runs longer than a few dozen MMA steps (FP32X3 always runs 64 x 64 tiles: two sets of
    accumulators). */
 #define QK__TCF_FLUSH 4
+#define QK__TCF_STR2(x) #x
+#define QK__TCF_STR(x) QK__TCF_STR2(x)
 
 /* logical k-word (0..7 of k-step ks) -> physical word of a 16-word group, for lane t = lane % 4:
    k-word t + 4h of step ks is word 4t + 2ks + h (see above) */
@@ -3101,6 +3405,10 @@ template <bool CPLX, typename OutT>
 static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
                                 int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
+    if (G.mode != 4 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
+                            QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
+                            "use the cuBLAS engine or fp32x3)");
     switch (G.mode) {
     case 3: return qk__launch_tcf_mode<3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_tcf_mode<4, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);

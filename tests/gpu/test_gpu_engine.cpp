@@ -481,7 +481,25 @@ static void run_map(const TMap &t, bool thorough)
            with ld + 3 (scalar stores) */
         static const struct { qk_precision p; int b; const char *name; } tcf[] = {
             {QK_PRECISION_TF32, 8, "tf32"}, {QK_PRECISION_FP32X3, 9, "fp32x3"}, {QK_PRECISION_FP16, 10, "fp16"}};
-        for (auto &c : tcf)
+        for (auto &c : tcf) {
+            if (c.b != 9 && q > QK__TCF_NOFLUSH_MAX_QUBITS) {
+                /* past its limit the kernel refuses (a clear error, K untouched) */
+                qk_plan p = make_plan(t, nx, nx, true, c.p, QK_F32, QK_OUTPUT_HOST);
+                p.use_blas = c.b;
+                p.tile_m = 1024;
+                p.k_resident = 1;
+                std::vector<float> K((size_t)nx * nx, 7.0f);
+                qk_gram_desc g;
+                memset(&g, 0, sizeof g);
+                g.x = xa.data(); g.n_x = nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = QK_OUTPUT_HOST; g.precision = c.p;
+                qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
+                bool untouched = true;
+                for (float v : K) untouched = untouched && v == 7.0f;
+                CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "at most") && untouched,
+                      "%s q=%d %s fused past %d qubits: -> %d (%s), K %s", t.name.c_str(), q, c.name,
+                      QK__TCF_NOFLUSH_MAX_QUBITS, (int)r, qk_last_error(), untouched ? "untouched" : "written");
+                continue;
+            }
             for (g_cfg = 0; g_cfg <= 3; ++g_cfg) {
                 char w1[64], w2[64], w3[64];
                 snprintf(w1, sizeof w1, "sym %s fused cfg %d", c.name, g_cfg);
@@ -491,6 +509,7 @@ static void run_map(const TMap &t, bool thorough)
                 check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, w2);
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_DEVICE, c.b, 1024, 0, 1, 0, w3);
             }
+        }
         g_cfg = 0;
         check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "rect fp64 real form");
     }
