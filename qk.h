@@ -7798,6 +7798,23 @@ static int qk__tj_root_members(qk__tj *j, qk__tj_root *rt, qk_tune_entry **v, in
     }
 }
 
+/* The verdict on a whole file once read (not_object: its root is not an object): 1 when it is a
+   cache of this schema with no error; else 0, and why says the first thing wrong, syntax first. */
+static int qk__tj_verdict(const qk__tj *j, const qk__tj_root *rt, int not_object, char *why, size_t why_size) {
+    if (j->bad) snprintf(why, why_size, "corrupt or truncated (%s)", j->why);
+    else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
+    else if (!rt->have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
+    else if (!rt->schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
+    else if (rt->schema > QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt->schema, QK_TUNE_SCHEMA);
+    else if (rt->schema != QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt->schema, QK_TUNE_SCHEMA);
+    else if (!rt->have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
+    else if (j->sem) snprintf(why, why_size, "corrupt (%s)", j->sem_why);
+    else return 1;
+    return 0;
+}
+
 /* Parses a cache file's text (len bytes, no terminator needed). QK_OK: *out (QK_MALLOC'ed, NULL
    when *n_out is 0) holds the entries, at most QK_TUNE_CACHE_MAX_ENTRIES (later ones are
    validated and dropped). QK_ERROR_FORMAT: why says what is wrong (corrupt / not a qk cache /
@@ -7837,23 +7854,13 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
         qk__tj_ws(&j);
         if (j.p != j.end) qk__tj_err(&j, "trailing characters");
     }
-    if (j.bad) snprintf(why, why_size, "corrupt or truncated (%s)", j.why);
-    else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
-    else if (!rt.have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
-    else if (!rt.schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
-    else if (rt.schema > QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
-    else if (rt.schema != QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
-    else if (!rt.have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
-    else if (j.sem) snprintf(why, why_size, "corrupt (%s)", j.sem_why);
-    else {
-        *out = v;
-        *n_out = n;
-        return QK_OK;
+    if (!qk__tj_verdict(&j, &rt, not_object, why, why_size)) {
+        QK_FREE(v);
+        return QK_ERROR_FORMAT;
     }
-    QK_FREE(v);
-    return QK_ERROR_FORMAT;
+    *out = v;
+    *n_out = n;
+    return QK_OK;
 }
 
 /* -- JSON writer -- */
