@@ -3048,11 +3048,23 @@ static void qk__prof_html_memory(FILE *f, const qk__prof_model *m)
     pthread_mutex_unlock(&qk__prof_mu);
 }
 
+/* A table's title, a note (or NULL) and its header row; cols: the column names, '|' between. */
+static void qk__prof_html_table_open(FILE *f, const char *title, const char *note, const char *cols)
+{
+    qk__prof_pf(f, "<h2>%s</h2>\n", title);
+    if (note) qk__prof_pf(f, "<p class=\"note\">%s</p>\n", note);
+    fputs("<table><tr><th>", f);
+    for (; *cols; cols++) {
+        if (*cols == '|') fputs("</th><th>", f);
+        else fputc(*cols, f);
+    }
+    fputs("</th></tr>\n", f);
+}
+
 static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall)
 {
     int i;
-    qk__prof_pf(f, "<h2>%s</h2>\n<table><tr><th>name</th><th>calls</th><th>total ms</th><th>%% of wall</th>"
-                   "<th>mean us</th><th>min us</th><th>max us</th><th>std us</th></tr>\n", title);
+    qk__prof_html_table_open(f, title, NULL, "name|calls|total ms|% of wall|mean us|min us|max us|std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         fputs("<tr><td>", f);
@@ -3069,10 +3081,10 @@ static void qk__prof_html_bottlenecks(FILE *f, const qk__prof_model *m)
 {
     int i, nt;
     qk__prof_top *tp = qk__prof_tops(m, &nt);
-    fputs("<h2>Top bottlenecks</h2>\n<p class=\"note\">Total time = the zone's time summed over all its calls on all "
-          "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several threads at once "
-          "(4 threads for the whole run: 400 %); nested zones also count in their parents.</p>\n"
-          "<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>total / wall</th></tr>\n", f);
+    qk__prof_html_table_open(f, "Top bottlenecks", "Total time = the zone's time summed over all its calls on all "
+                             "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several "
+                             "threads at once (4 threads for the whole run: 400 %); nested zones also count in their "
+                             "parents.", "zone|kind|total ms|total / wall");
     for (i = 0; tp && i < nt; i++) {
         fputs("<tr><td>", f);
         qk__prof_html_str(f, tp[i].name);
@@ -3088,8 +3100,7 @@ static void qk__prof_html_streams(FILE *f, const qk__prof_model *m)
 {
     int k;
     if (!m->n_lanes) return;
-    fputs("<h2>GPU streams</h2>\n<table><tr><th>stream</th><th>device</th><th>zones</th><th>busy ms</th>"
-          "<th>busy / wall</th><th>busy / active span</th></tr>\n", f);
+    qk__prof_html_table_open(f, "GPU streams", NULL, "stream|device|zones|busy ms|busy / wall|busy / active span");
     for (k = 0; k < m->n_lanes; k++) {
         const qk__prof_lrow *l = &m->lanes[k];
         fputs("<tr><td>", f);
@@ -3108,8 +3119,7 @@ static void qk__prof_html_transfers(FILE *f, const qk__prof_model *m)
     char b1[32];
     for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
     if (!any) return;
-    fputs("<h2>Transfers</h2>\n<table><tr><th>direction</th><th>memory</th><th>count</th><th>bytes</th>"
-          "<th>time ms</th><th>GB/s</th></tr>\n", f);
+    qk__prof_html_table_open(f, "Transfers", NULL, "direction|memory|count|bytes|time ms|GB/s");
     for (k = 1; k < 5; k++)
         for (p = 0; p < 2; p++) {
             const qk__prof_xrow *x = &m->xr[k][p];
@@ -3129,8 +3139,7 @@ static void qk__prof_html_memory_table(FILE *f)
     char b1[32], b2[32];
     pthread_mutex_lock(&qk__prof_mu);
     if (qk__prof_g.n_mnames) {
-        fputs("<h2>Memory (tracked)</h2>\n<table><tr><th>name</th><th>kind</th><th>current</th><th>peak</th>"
-              "<th>allocs</th><th>dtype</th><th>shape</th></tr>\n", f);
+        qk__prof_html_table_open(f, "Memory (tracked)", NULL, "name|kind|current|peak|allocs|dtype|shape");
         for (i = 0; i < qk__prof_g.n_mnames; i++) {
             const qk__prof_mname *mn = &qk__prof_g.mnames[i];
             fputs("<tr><td>", f);
@@ -3153,8 +3162,7 @@ static void qk__prof_html_counters(FILE *f, const qk__prof_model *m)
 {
     int i;
     if (!m->n_ctr) return;
-    fputs("<h2>Counters</h2>\n<table><tr><th>name</th><th>updates</th><th>total / last</th><th>min</th>"
-          "<th>max</th></tr>\n", f);
+    qk__prof_html_table_open(f, "Counters", NULL, "name|updates|total / last|min|max");
     for (i = 0; i < m->n_ctr; i++) {
         fputs("<tr><td>", f);
         qk__prof_html_str(f, m->ctr[i].name);
