@@ -1573,129 +1573,162 @@ static qk_result qk__map_bounds(const qk_map_desc *d)
 
 static int qk__mps_bond_of(const qk_map *m);   /* MPS engine */
 
-QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
+/* Fills the desc's defaults (type, qubits, alpha, entanglement) and checks its shape and
+   resource bounds: everything a builder may rely on. */
+static qk_result qk__map_resolve(qk_map_desc *d)
 {
-    qk_map_desc d;
-    qk__ops l;
-    qk_map *m;
-    qk_result r;
-    int q, i, j, rep, nw = 0;
-    if (!desc_in || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_make: NULL %s", desc_in ? "out" : "desc");
-    *out = NULL;
-    d = *desc_in;
-    memset(&l, 0, sizeof l);
-    d.type = d.type ? d.type : QK_MAP_ZZ;
-    if (d.n_features <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_features must be > 0 (got %d)", d.n_features);
-    if (d.n_qubits < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_qubits must be >= 0 (got %d)", d.n_qubits);
-    if (d.reps < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: reps must be >= 0 (got %d)", d.reps);
-    if (d.type == QK_MAP_AMPLITUDE) {
+    d->type = d->type ? d->type : QK_MAP_ZZ;
+    if (d->n_features <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_features must be > 0 (got %d)", d->n_features);
+    if (d->n_qubits < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: n_qubits must be >= 0 (got %d)", d->n_qubits);
+    if (d->reps < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: reps must be >= 0 (got %d)", d->reps);
+    if (d->type == QK_MAP_AMPLITUDE) {
         int need = 0;
-        while (need < 62 && ((int64_t)1 << need) < (int64_t)d.n_features) need++;
+        while (need < 62 && ((int64_t)1 << need) < (int64_t)d->n_features) need++;
         if (need == 0) need = 1;
-        d.n_qubits = qk__def_i(d.n_qubits, need);
-        if (d.n_qubits < need) return qk__fail(QK_ERROR_SHAPE, "amplitude: %d features need at least %d qubits (qubits=%d)", d.n_features, need, d.n_qubits);
-    } else if (d.type == QK_MAP_CUSTOM) {
-        if (d.n_qubits <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_qubits must be > 0");
+        d->n_qubits = qk__def_i(d->n_qubits, need);
+        if (d->n_qubits < need) return qk__fail(QK_ERROR_SHAPE, "amplitude: %d features need at least %d qubits (qubits=%d)", d->n_features, need, d->n_qubits);
+    } else if (d->type == QK_MAP_CUSTOM) {
+        if (d->n_qubits <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_qubits must be > 0");
     } else {
-        d.n_qubits = qk__def_i(d.n_qubits, d.n_features);
-        if (d.type != QK_MAP_HEA && d.n_qubits != d.n_features)
-            return qk__fail(QK_ERROR_SHAPE, "map: this map uses one qubit per feature (qubits=%d, features=%d)", d.n_qubits, d.n_features);
+        d->n_qubits = qk__def_i(d->n_qubits, d->n_features);
+        if (d->type != QK_MAP_HEA && d->n_qubits != d->n_features)
+            return qk__fail(QK_ERROR_SHAPE, "map: this map uses one qubit per feature (qubits=%d, features=%d)", d->n_qubits, d->n_features);
     }
-    q = d.n_qubits;
-    if (q > QK_MAX_PRODUCT_QUBITS) return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits exceed QK_MAX_PRODUCT_QUBITS (%d)", q, QK_MAX_PRODUCT_QUBITS);
-    d.alpha = qk__def_d(d.alpha, 2.0);
-    if (!isfinite(d.alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
-    d.ent = d.ent ? d.ent : QK_ENT_FULL;
-    if (d.ent < QK_ENT_FULL || d.ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d.ent);
-    r = qk__map_bounds(&d);
-    if (r != QK_OK) return r;
+    if (d->n_qubits > QK_MAX_PRODUCT_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "map: %d qubits exceed QK_MAX_PRODUCT_QUBITS (%d)", d->n_qubits, QK_MAX_PRODUCT_QUBITS);
+    d->alpha = qk__def_d(d->alpha, 2.0);
+    if (!isfinite(d->alpha)) return qk__fail(QK_ERROR_NON_FINITE, "zz: alpha is not finite");
+    d->ent = d->ent ? d->ent : QK_ENT_FULL;
+    if (d->ent < QK_ENT_FULL || d->ent > QK_ENT_SCA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown entanglement %d", (int)d->ent);
+    return qk__map_bounds(d);
+}
 
-    switch (d.type) {
-    case QK_MAP_ZZ: {
-        d.reps = qk__def_i(d.reps, 2);
-        for (rep = 0; rep < d.reps; rep++) {
-            int np = qk__pairs(d.ent, q, rep, NULL, 0), k;
-            int (*pairs)[2] = (int (*)[2])qk__malloc(sizeof(int[2]) * (size_t)(np > 0 ? np : 1));
-            if (!pairs) { l.oom = 1; break; }
-            qk__pairs(d.ent, q, rep, pairs, np);
-            for (i = 0; i < q; i++) qk__push(&l, QK_OP_H, i, 0, qk__noang());
-            for (i = 0; i < q; i++) qk__push(&l, QK_OP_P, i, 0, qk__ang(QK_ARG_X, i, 0, 0, d.alpha, 0.0));
-            for (k = 0; k < np; k++) {
-                int a = pairs[k][0], b = pairs[k][1];
-                qk__push(&l, QK_OP_CNOT, a, b, qk__noang());
-                qk__push(&l, QK_OP_P, b, 0, qk__ang(QK_ARG_PIXX, a, b, 0, d.alpha, 0.0));
-                qk__push(&l, QK_OP_CNOT, a, b, qk__noang());
-            }
-            QK_FREE(pairs);
+/* The builders, one per map type: each takes the resolved desc (and fills the defaults that are
+   its own: reps, rot), pushes the op list into *l (l->oom on a failed allocation) and sets *nw,
+   the number of weights. */
+
+/* Qiskit ZZFeatureMap: per rep, H and P(alpha x_i) on every qubit, then CNOT,
+   P(alpha (pi - x_a)(pi - x_b)), CNOT on each pair of the entanglement pattern. */
+static qk_result qk__map_zz(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    int q = d->n_qubits, rep, i, k;
+    d->reps = qk__def_i(d->reps, 2);
+    *nw = 0;
+    for (rep = 0; rep < d->reps; rep++) {
+        int np = qk__pairs(d->ent, q, rep, NULL, 0);
+        int (*pairs)[2] = (int (*)[2])qk__malloc(sizeof(int[2]) * (size_t)(np > 0 ? np : 1));
+        if (!pairs) { l->oom = 1; break; }
+        qk__pairs(d->ent, q, rep, pairs, np);
+        for (i = 0; i < q; i++) qk__push(l, QK_OP_H, i, 0, qk__noang());
+        for (i = 0; i < q; i++) qk__push(l, QK_OP_P, i, 0, qk__ang(QK_ARG_X, i, 0, 0, d->alpha, 0.0));
+        for (k = 0; k < np; k++) {
+            int a = pairs[k][0], b = pairs[k][1];
+            qk__push(l, QK_OP_CNOT, a, b, qk__noang());
+            qk__push(l, QK_OP_P, b, 0, qk__ang(QK_ARG_PIXX, a, b, 0, d->alpha, 0.0));
+            qk__push(l, QK_OP_CNOT, a, b, qk__noang());
         }
-        break;
+        QK_FREE(pairs);
     }
-    case QK_MAP_IQP:
-        d.reps = qk__def_i(d.reps, 1);
-        for (rep = 0; rep < d.reps; rep++) {
-            for (i = 0; i < q; i++) qk__push(&l, QK_OP_H, i, 0, qk__noang());
-            for (i = 0; i < q; i++) qk__push(&l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
-            for (i = 0; i < q; i++)
-                for (j = i + 1; j < q; j++) qk__push(&l, QK_OP_RZZ, i, j, qk__ang(QK_ARG_XX, i, j, 0, 1.0, 0.0));
+    return QK_OK;
+}
+
+/* PennyLane IQPEmbedding: per rep, H and RZ(x_i) on every qubit, RZZ(x_i x_j) on every pair. */
+static qk_result qk__map_iqp(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    int q = d->n_qubits, rep, i, j;
+    d->reps = qk__def_i(d->reps, 1);
+    *nw = 0;
+    for (rep = 0; rep < d->reps; rep++) {
+        for (i = 0; i < q; i++) qk__push(l, QK_OP_H, i, 0, qk__noang());
+        for (i = 0; i < q; i++) qk__push(l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+        for (i = 0; i < q; i++)
+            for (j = i + 1; j < q; j++) qk__push(l, QK_OP_RZZ, i, j, qk__ang(QK_ARG_XX, i, j, 0, 1.0, 0.0));
+    }
+    return QK_OK;
+}
+
+/* PennyLane AngleEmbedding: R_rot(x_i) on qubit i. */
+static qk_result qk__map_angle(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    qk_op_kind k;
+    char rot = d->rot ? (char)tolower((unsigned char)d->rot) : 'x';
+    int i;
+    if (rot != 'x' && rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "angle: rotation must be x, y or z (got '%c')", d->rot);
+    d->rot = rot;
+    *nw = 0;
+    k = rot == 'x' ? QK_OP_RX : rot == 'y' ? QK_OP_RY : QK_OP_RZ;
+    for (i = 0; i < d->n_qubits; i++) qk__push(l, k, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+    return QK_OK;
+}
+
+/* PennyLane AmplitudeEmbedding: one op that loads the normalised, zero-padded features. */
+static qk_result qk__map_amplitude(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    (void)d;
+    *nw = 0;
+    qk__push(l, QK_OP_AMPLITUDE, 0, 0, qk__noang());
+    return QK_OK;
+}
+
+/* PennyLane BasisEmbedding: qubit i flipped where feature i is 1. */
+static qk_result qk__map_basis(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    int i;
+    *nw = 0;
+    for (i = 0; i < d->n_qubits; i++) qk__push(l, QK_OP_BASIS, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
+    return QK_OK;
+}
+
+/* Hardware-efficient ansatz with data re-uploading: per layer, RY(w x) (then RZ(w x) for rot z)
+   on every qubit, then a CZ (or CNOT) ring. */
+static qk_result qk__map_hea(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    char rot = d->rot ? (char)tolower((unsigned char)d->rot) : 'y';
+    int q = d->n_qubits, per, rep, i;
+    if (rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: rot must be y or yz (got '%c')", d->rot);
+    d->rot = rot;
+    d->reps = qk__def_i(d->reps, 2);
+    if (d->cnot != 0 && d->cnot != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: cnot must be 0 (CZ ring) or 1 (CNOT ring)");
+    per = rot == 'y' ? 1 : 2;
+    *nw = d->reps * q * per;
+    for (rep = 0; rep < d->reps; rep++) {
+        for (i = 0; i < q; i++) {
+            int w0 = per * (rep * q + i);
+            qk__push(l, QK_OP_RY, i, 0, qk__ang(QK_ARG_WX, i % d->n_features, 0, w0, 1.0, 0.0));
+            if (per == 2) qk__push(l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_WX, i % d->n_features, 0, w0 + 1, 1.0, 0.0));
         }
-        break;
-    case QK_MAP_ANGLE: {
-        qk_op_kind k;
-        char rot = d.rot ? (char)tolower((unsigned char)d.rot) : 'x';
-        if (rot != 'x' && rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "angle: rotation must be x, y or z (got '%c')", d.rot);
-        d.rot = rot;
-        k = rot == 'x' ? QK_OP_RX : rot == 'y' ? QK_OP_RY : QK_OP_RZ;
-        for (i = 0; i < q; i++) qk__push(&l, k, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
-        break;
+        if (q == 2) qk__push(l, d->cnot ? QK_OP_CNOT : QK_OP_CZ, 0, 1, qk__noang());
+        if (q >= 3)
+            for (i = 0; i < q; i++) qk__push(l, d->cnot ? QK_OP_CNOT : QK_OP_CZ, i, (i + 1) % q, qk__noang());
     }
-    case QK_MAP_AMPLITUDE:
-        qk__push(&l, QK_OP_AMPLITUDE, 0, 0, qk__noang());
-        break;
-    case QK_MAP_BASIS:
-        for (i = 0; i < q; i++) qk__push(&l, QK_OP_BASIS, i, 0, qk__ang(QK_ARG_X, i, 0, 0, 1.0, 0.0));
-        break;
-    case QK_MAP_HEA: {
-        char rot = d.rot ? (char)tolower((unsigned char)d.rot) : 'y';
-        int per;
-        if (rot != 'y' && rot != 'z') return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: rot must be y or yz (got '%c')", d.rot);
-        d.rot = rot;
-        d.reps = qk__def_i(d.reps, 2);
-        if (d.cnot != 0 && d.cnot != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "hea: cnot must be 0 (CZ ring) or 1 (CNOT ring)");
-        per = rot == 'y' ? 1 : 2;
-        nw = d.reps * q * per;
-        for (rep = 0; rep < d.reps; rep++) {
-            for (i = 0; i < q; i++) {
-                int w0 = per * (rep * q + i);
-                qk__push(&l, QK_OP_RY, i, 0, qk__ang(QK_ARG_WX, i % d.n_features, 0, w0, 1.0, 0.0));
-                if (per == 2) qk__push(&l, QK_OP_RZ, i, 0, qk__ang(QK_ARG_WX, i % d.n_features, 0, w0 + 1, 1.0, 0.0));
-            }
-            if (q == 2) qk__push(&l, d.cnot ? QK_OP_CNOT : QK_OP_CZ, 0, 1, qk__noang());
-            if (q >= 3)
-                for (i = 0; i < q; i++) qk__push(&l, d.cnot ? QK_OP_CNOT : QK_OP_CZ, i, (i + 1) % q, qk__noang());
-        }
-        break;
-    }
-    case QK_MAP_CUSTOM:
-        if (d.n_ops < 0 || (d.n_ops > 0 && !d.ops)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: ops is NULL or n_ops < 0");
-        if (d.n_weights < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_weights < 0");
-        nw = d.n_weights;
-        for (i = 0; i < d.n_ops; i++) qk__push(&l, d.ops[i].kind, d.ops[i].q0, d.ops[i].q1, d.ops[i].angle);
-        break;
-    default:
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown type %d", (int)d.type);
-    }
-    if (l.oom) { QK_FREE(l.ops); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory building the op list"); }
-    r = qk__validate_ops(l.ops, l.n, q, d.n_features, nw);
-    if (r != QK_OK) { QK_FREE(l.ops); return r; }
-    m = (qk_map *)qk__calloc(1, sizeof *m);
-    if (!m) { QK_FREE(l.ops); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
-    m->type = d.type;
+    return QK_OK;
+}
+
+/* The caller's op list, copied (qk__validate_ops checks it afterwards). */
+static qk_result qk__map_custom(qk_map_desc *d, qk__ops *l, int *nw)
+{
+    int i;
+    if (d->n_ops < 0 || (d->n_ops > 0 && !d->ops)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: ops is NULL or n_ops < 0");
+    if (d->n_weights < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "custom map: n_weights < 0");
+    *nw = d->n_weights;
+    for (i = 0; i < d->n_ops; i++) qk__push(l, d->ops[i].kind, d->ops[i].q0, d->ops[i].q1, d->ops[i].angle);
+    return QK_OK;
+}
+
+/* The map that takes over the validated op list l->ops (freed here on failure): its class, the
+   MPS bound of an entangled map beyond the statevector, nw weights of 1, the resolved desc. */
+static qk_result qk__map_new(qk_map_desc *d, qk__ops *l, int nw, qk_map **out)
+{
+    int q = d->n_qubits, i;
+    qk_map *m = (qk_map *)qk__calloc(1, sizeof *m);
+    if (!m) { QK_FREE(l->ops); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
+    m->type = d->type;
     m->n_qubits = q;
-    m->n_features = d.n_features;
+    m->n_features = d->n_features;
     m->n_weights = nw;
-    m->n_ops = l.n;
-    m->ops = l.ops;
-    m->cls = qk__classify(l.ops, l.n);
+    m->n_ops = l->n;
+    m->ops = l->ops;
+    m->cls = qk__classify(l->ops, l->n);
     if (m->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS) {
         int chi = qk__mps_bond_of(m);   /* beyond the statevector: MPS-able maps only */
         if (chi > QK_MPS_MAX_BOND) {
@@ -1708,12 +1741,41 @@ QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
     m->weights = (double *)qk__malloc(sizeof(double) * (size_t)(nw > 0 ? nw : 1));
     if (!m->weights) { qk_map_free(m); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory"); }
     for (i = 0; i < nw; i++) m->weights[i] = 1.0;
-    d.ops = NULL;
-    d.n_ops = l.n;
-    d.n_weights = nw;
-    m->desc = d;
+    d->ops = NULL;
+    d->n_ops = l->n;
+    d->n_weights = nw;
+    m->desc = *d;
     *out = m;
     return QK_OK;
+}
+
+/* Resolves and checks the desc, builds the op list with the type's builder, validates it, then
+   makes the map (class, MPS bound, weights). */
+QKDEF qk_result qk_map_make(const qk_map_desc *desc_in, qk_map **out)
+{
+    qk_map_desc d;
+    qk__ops l;
+    qk_result r;
+    int nw = 0;
+    if (!desc_in || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_make: NULL %s", desc_in ? "out" : "desc");
+    *out = NULL;
+    d = *desc_in;
+    memset(&l, 0, sizeof l);
+    if ((r = qk__map_resolve(&d)) != QK_OK) return r;
+    switch (d.type) {
+    case QK_MAP_ZZ: r = qk__map_zz(&d, &l, &nw); break;
+    case QK_MAP_IQP: r = qk__map_iqp(&d, &l, &nw); break;
+    case QK_MAP_ANGLE: r = qk__map_angle(&d, &l, &nw); break;
+    case QK_MAP_AMPLITUDE: r = qk__map_amplitude(&d, &l, &nw); break;
+    case QK_MAP_BASIS: r = qk__map_basis(&d, &l, &nw); break;
+    case QK_MAP_HEA: r = qk__map_hea(&d, &l, &nw); break;
+    case QK_MAP_CUSTOM: r = qk__map_custom(&d, &l, &nw); break;
+    default: return qk__fail(QK_ERROR_INVALID_ARGUMENT, "map: unknown type %d", (int)d.type);
+    }
+    if (r == QK_OK && l.oom) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "map: out of memory building the op list");
+    if (r == QK_OK) r = qk__validate_ops(l.ops, l.n, d.n_qubits, d.n_features, nw);
+    if (r != QK_OK) { QK_FREE(l.ops); return r; }
+    return qk__map_new(&d, &l, nw, out);
 }
 
 QKDEF void qk_map_free(qk_map *map)
@@ -7744,6 +7806,23 @@ static int qk__tj_root_members(qk__tj *j, qk__tj_root *rt, qk_tune_entry **v, in
     }
 }
 
+/* The verdict on a whole file once read (not_object: its root is not an object): 1 when it is a
+   cache of this schema with no error; else 0, and why says the first thing wrong, syntax first. */
+static int qk__tj_verdict(const qk__tj *j, const qk__tj_root *rt, int not_object, char *why, size_t why_size) {
+    if (j->bad) snprintf(why, why_size, "corrupt or truncated (%s)", j->why);
+    else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
+    else if (!rt->have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
+    else if (!rt->schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
+    else if (rt->schema > QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt->schema, QK_TUNE_SCHEMA);
+    else if (rt->schema != QK_TUNE_SCHEMA)
+        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt->schema, QK_TUNE_SCHEMA);
+    else if (!rt->have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
+    else if (j->sem) snprintf(why, why_size, "corrupt (%s)", j->sem_why);
+    else return 1;
+    return 0;
+}
+
 /* Parses a cache file's text (len bytes, no terminator needed). QK_OK: *out (QK_MALLOC'ed, NULL
    when *n_out is 0) holds the entries, at most QK_TUNE_CACHE_MAX_ENTRIES (later ones are
    validated and dropped). QK_ERROR_FORMAT: why says what is wrong (corrupt / not a qk cache /
@@ -7783,23 +7862,13 @@ static qk_result qk__tune_parse(const char *text, size_t len, qk_tune_entry **ou
         qk__tj_ws(&j);
         if (j.p != j.end) qk__tj_err(&j, "trailing characters");
     }
-    if (j.bad) snprintf(why, why_size, "corrupt or truncated (%s)", j.why);
-    else if (not_object) snprintf(why, why_size, "not a qk autotune cache (not a JSON object)");
-    else if (!rt.have_schema) snprintf(why, why_size, "not a qk autotune cache (no \"schema\")");
-    else if (!rt.schema_int) snprintf(why, why_size, "not a qk autotune cache (\"schema\" is not an integer)");
-    else if (rt.schema > QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "written by a newer qk (schema %lld; this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
-    else if (rt.schema != QK_TUNE_SCHEMA)
-        snprintf(why, why_size, "unknown schema %lld (this qk reads %d)", (long long)rt.schema, QK_TUNE_SCHEMA);
-    else if (!rt.have_entries) snprintf(why, why_size, "not a qk autotune cache (no \"entries\")");
-    else if (j.sem) snprintf(why, why_size, "corrupt (%s)", j.sem_why);
-    else {
-        *out = v;
-        *n_out = n;
-        return QK_OK;
+    if (!qk__tj_verdict(&j, &rt, not_object, why, why_size)) {
+        QK_FREE(v);
+        return QK_ERROR_FORMAT;
     }
-    QK_FREE(v);
-    return QK_ERROR_FORMAT;
+    *out = v;
+    *n_out = n;
+    return QK_OK;
 }
 
 /* -- JSON writer -- */

@@ -108,7 +108,7 @@
      >>model     the report model: rows, streams, transfers; statistics queries
      >>writers   locale-free printf and escaping for every output
      >>text      text report       >>json  JSON report      >>trace  Chrome trace
-     >>html      HTML report, a function per chart
+     >>html      HTML report, a function per chart and per table
      >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
      >>license
 
@@ -2893,9 +2893,11 @@ static void qk__prof_html_box(FILE *f, const qk__prof_model *m, const char *cls,
                 qk__prof_time(start, t2, sizeof t2), depth, extra);
 }
 
-/* The label cell and the opening of a lane group's SVG (lanes lanes high). */
-static void qk__prof_html_lanes_open(FILE *f, const char *kind, const char *name, int lanes)
+/* The label cell and the opening of a lane group's SVG: one lane per nesting depth up to maxd,
+   at most QK__PROF_HTML_MAX_DEPTH. Returns the number of lanes. */
+static int qk__prof_html_lanes_open(FILE *f, const char *kind, const char *name, int maxd)
 {
+    int lanes = maxd + 1 < QK__PROF_HTML_MAX_DEPTH ? maxd + 1 : QK__PROF_HTML_MAX_DEPTH;
     fputs("<div class=\"lbl\" title=\"", f);
     qk__prof_html_str(f, name);
     qk__prof_pf(f, "\">%s ", kind);
@@ -2903,74 +2905,83 @@ static void qk__prof_html_lanes_open(FILE *f, const char *kind, const char *name
     if (lanes > 1) qk__prof_pf(f, "<br><small>%d levels of nesting</small>", lanes);
     qk__prof_pf(f, "</div><svg height=\"%d\"><rect class=\"bg\" x=\"0\" y=\"0\" width=\"100%%\" height=\"%d\"/>\n",
                 lanes * QK__PROF_HTML_LANE + 1, lanes * QK__PROF_HTML_LANE + 1);
+    return lanes;
 }
 
-/* Chart: the timeline. One group per host thread and per GPU stream, one lane per nesting depth
-   (a zone sits under the zone it is nested in); at most QK__PROF_HTML_MAX_BOXES boxes. */
-static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
+/* The timeline's box budget, shared by its lane groups: boxes drawn, zones left out because the
+   budget was spent (skipped) or because they sit deeper than the lanes (deep). */
+typedef struct qk__prof_html_tl {
+    int boxes, skipped, deep;
+} qk__prof_html_tl;
+
+/* Whether the timeline draws a zone at depth (counting what it leaves out). */
+static int qk__prof_html_tl_take(qk__prof_html_tl *tl, int depth, int lanes)
 {
-    int i, k, boxes = 0, skipped = 0, deep = 0, tick;
+    if (depth >= lanes) { tl->deep++; return 0; }
+    if (tl->boxes >= QK__PROF_HTML_MAX_BOXES) { tl->skipped++; return 0; }
+    tl->boxes++;
+    return 1;
+}
+
+/* Timeline: one host thread's lane group, its kept zones. */
+static void qk__prof_html_thread_lanes(FILE *f, const qk__prof_model *m, qk__prof_thread *t, qk__prof_html_tl *tl)
+{
+    size_t n = qk__prof_count(t), e;
+    int maxd = 0, lanes;
+    for (e = 0; e < n; e++) {
+        const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+        if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) > maxd) maxd = QK__PROF_DEPTH(ev);
+    }
+    lanes = qk__prof_html_lanes_open(f, "", t->name, maxd);
+    for (e = 0; e < n; e++) {
+        const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+        if (QK__PROF_KIND(ev) || !qk__prof_html_tl_take(tl, QK__PROF_DEPTH(ev), lanes)) continue;
+        qk__prof_html_box(f, m, "cpu", QK__PROF_DEPTH(ev), (double)(int64_t)(ev->t0 - m->t0) * m->npt,
+                          (double)(ev->t1 - ev->t0) * m->npt, qk__prof_site_name(QK__PROF_SITE(ev)), "");
+    }
+    fputs("</svg>\n", f);
+}
+
+/* Timeline: GPU stream k's lane group, the resolved zones of every thread on it (transfers with
+   their bytes and rate). */
+static void qk__prof_html_stream_lanes(FILE *f, const qk__prof_model *m, int k, qk__prof_html_tl *tl)
+{
     qk__prof_thread *t;
-    fputs("<h2>Timeline</h2>\n<p class=\"note\">One row per host thread and per GPU stream, one lane per nesting "
-          "depth: a zone is drawn under the zone it is nested in.</p>\n<div class=\"tl\">\n", f);
-    for (i = 0; i < m->n_threads; i++) {
-        size_t n, e;
-        int maxd = 0, lanes;
-        if (!(t = m->threads[i])) continue;
-        n = qk__prof_count(t);
-        for (e = 0; e < n; e++) {
-            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-            if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) > maxd) maxd = QK__PROF_DEPTH(ev);
-        }
-        lanes = maxd + 1 < QK__PROF_HTML_MAX_DEPTH ? maxd + 1 : QK__PROF_HTML_MAX_DEPTH;
-        qk__prof_html_lanes_open(f, "", t->name, lanes);
-        for (e = 0; e < n; e++) {
-            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
-            if (QK__PROF_KIND(ev)) continue;
-            if (QK__PROF_DEPTH(ev) >= lanes) { deep++; continue; }
-            if (boxes >= QK__PROF_HTML_MAX_BOXES) { skipped++; continue; }
-            qk__prof_html_box(f, m, "cpu", QK__PROF_DEPTH(ev), (double)(int64_t)(ev->t0 - m->t0) * m->npt,
-                              (double)(ev->t1 - ev->t0) * m->npt, qk__prof_site_name(QK__PROF_SITE(ev)), "");
-            boxes++;
-        }
-        fputs("</svg>\n", f);
+    int maxd = 0, lanes;
+    char kind[24];
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        size_t r;
+        if (!t->gpu) continue;
+        pthread_mutex_lock(&t->gpu->mu);
+        for (r = 0; r < t->gpu->n_recs; r++)
+            if (t->gpu->recs[r].lane == k && t->gpu->recs[r].depth > maxd) maxd = t->gpu->recs[r].depth;
+        pthread_mutex_unlock(&t->gpu->mu);
     }
-    for (k = 0; k < m->n_lanes; k++) {
-        int maxd = 0, lanes;
-        char kind[24];
-        for (t = qk__prof_g.threads; t; t = t->next) {
-            size_t r;
-            if (!t->gpu) continue;
-            pthread_mutex_lock(&t->gpu->mu);
-            for (r = 0; r < t->gpu->n_recs; r++)
-                if (t->gpu->recs[r].lane == k && t->gpu->recs[r].depth > maxd) maxd = t->gpu->recs[r].depth;
-            pthread_mutex_unlock(&t->gpu->mu);
+    qk__prof_spf(kind, sizeof kind, "GPU %d", m->lanes[k].device);
+    lanes = qk__prof_html_lanes_open(f, kind, m->lanes[k].name, maxd);
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        size_t r;
+        if (!t->gpu) continue;
+        pthread_mutex_lock(&t->gpu->mu);
+        for (r = 0; r < t->gpu->n_recs; r++) {
+            const qk__prof_grec *gr = &t->gpu->recs[r];
+            char extra[96] = "";
+            if (gr->lane != k || !qk__prof_html_tl_take(tl, gr->depth, lanes)) continue;
+            if (gr->dir)
+                qk__prof_spf(extra, sizeof extra, ", %s %llu bytes, %.2f GB/s", qk__prof_dir_name(gr->dir),
+                             (unsigned long long)gr->bytes, gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0.0);
+            qk__prof_html_box(f, m, gr->dir ? "xfer" : "gpu", gr->depth, qk__prof_gabs(m, gr), gr->dur_ns,
+                              qk__prof_site_name(gr->site), extra);
         }
-        lanes = maxd + 1 < QK__PROF_HTML_MAX_DEPTH ? maxd + 1 : QK__PROF_HTML_MAX_DEPTH;
-        qk__prof_spf(kind, sizeof kind, "GPU %d", m->lanes[k].device);
-        qk__prof_html_lanes_open(f, kind, m->lanes[k].name, lanes);
-        for (t = qk__prof_g.threads; t; t = t->next) {
-            size_t r;
-            if (!t->gpu) continue;
-            pthread_mutex_lock(&t->gpu->mu);
-            for (r = 0; r < t->gpu->n_recs; r++) {
-                const qk__prof_grec *gr = &t->gpu->recs[r];
-                char extra[96] = "";
-                if (gr->lane != k) continue;
-                if (gr->depth >= lanes) { deep++; continue; }
-                if (boxes >= QK__PROF_HTML_MAX_BOXES) { skipped++; continue; }
-                if (gr->dir)
-                    qk__prof_spf(extra, sizeof extra, ", %s %llu bytes, %.2f GB/s", qk__prof_dir_name(gr->dir),
-                                 (unsigned long long)gr->bytes, gr->dur_ns > 0 ? (double)gr->bytes / gr->dur_ns : 0.0);
-                qk__prof_html_box(f, m, gr->dir ? "xfer" : "gpu", gr->depth, qk__prof_gabs(m, gr), gr->dur_ns,
-                                  qk__prof_site_name(gr->site), extra);
-                boxes++;
-            }
-            pthread_mutex_unlock(&t->gpu->mu);
-        }
-        fputs("</svg>\n", f);
+        pthread_mutex_unlock(&t->gpu->mu);
     }
-    /* time axis */
+    fputs("</svg>\n", f);
+}
+
+/* Timeline: the time axis (five ticks over the wall time) and a note on the zones not drawn. */
+static void qk__prof_html_time_axis(FILE *f, const qk__prof_model *m, const qk__prof_html_tl *tl)
+{
+    int tick;
     fputs("<div></div><svg height=\"18\">", f);
     for (tick = 0; tick <= 4; tick++) {
         char t1[32];
@@ -2980,10 +2991,24 @@ static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
                     qk__prof_time(m->wall * tick / 4, t1, sizeof t1));
     }
     fputs("</svg>\n</div>\n", f);
-    if (skipped || deep)
+    if (tl->skipped || tl->deep)
         qk__prof_pf(f, "<p class=\"note\">Not drawn: %d zone%s beyond the first %d boxes, %d zone%s nested deeper than "
-                       "%d levels (the trace has every zone).</p>\n", skipped, skipped == 1 ? "" : "s",
-                    QK__PROF_HTML_MAX_BOXES, deep, deep == 1 ? "" : "s", QK__PROF_HTML_MAX_DEPTH);
+                       "%d levels (the trace has every zone).</p>\n", tl->skipped, tl->skipped == 1 ? "" : "s",
+                    QK__PROF_HTML_MAX_BOXES, tl->deep, tl->deep == 1 ? "" : "s", QK__PROF_HTML_MAX_DEPTH);
+}
+
+/* Chart: the timeline. One group per host thread and per GPU stream, one lane per nesting depth
+   (a zone sits under the zone it is nested in); at most QK__PROF_HTML_MAX_BOXES boxes. */
+static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
+{
+    qk__prof_html_tl tl = {0, 0, 0};
+    int i, k;
+    fputs("<h2>Timeline</h2>\n<p class=\"note\">One row per host thread and per GPU stream, one lane per nesting "
+          "depth: a zone is drawn under the zone it is nested in.</p>\n<div class=\"tl\">\n", f);
+    for (i = 0; i < m->n_threads; i++)
+        if (m->threads[i]) qk__prof_html_thread_lanes(f, m, m->threads[i], &tl);
+    for (k = 0; k < m->n_lanes; k++) qk__prof_html_stream_lanes(f, m, k, &tl);
+    qk__prof_html_time_axis(f, m, &tl);
 }
 
 /* Chart: tracked memory over time, host and device (holds qk__prof_mu). */
@@ -3023,11 +3048,23 @@ static void qk__prof_html_memory(FILE *f, const qk__prof_model *m)
     pthread_mutex_unlock(&qk__prof_mu);
 }
 
+/* A table's title, a note (or NULL) and its header row; cols: the column names, '|' between. */
+static void qk__prof_html_table_open(FILE *f, const char *title, const char *note, const char *cols)
+{
+    qk__prof_pf(f, "<h2>%s</h2>\n", title);
+    if (note) qk__prof_pf(f, "<p class=\"note\">%s</p>\n", note);
+    fputs("<table><tr><th>", f);
+    for (; *cols; cols++) {
+        if (*cols == '|') fputs("</th><th>", f);
+        else fputc(*cols, f);
+    }
+    fputs("</th></tr>\n", f);
+}
+
 static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall)
 {
     int i;
-    qk__prof_pf(f, "<h2>%s</h2>\n<table><tr><th>name</th><th>calls</th><th>total ms</th><th>%% of wall</th>"
-                   "<th>mean us</th><th>min us</th><th>max us</th><th>std us</th></tr>\n", title);
+    qk__prof_html_table_open(f, title, NULL, "name|calls|total ms|% of wall|mean us|min us|max us|std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         fputs("<tr><td>", f);
@@ -3039,16 +3076,15 @@ static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *r
     fputs("</table>\n", f);
 }
 
-/* The tables: bottlenecks, zones, streams, transfers, memory, counters, notes. */
-static void qk__prof_html_tables(FILE *f, const qk__prof_model *m)
+/* Table: the top bottlenecks (the largest zone totals, CPU and GPU). */
+static void qk__prof_html_bottlenecks(FILE *f, const qk__prof_model *m)
 {
-    int i, k, nt, p, any = 0;
-    char b1[32], b2[32];
+    int i, nt;
     qk__prof_top *tp = qk__prof_tops(m, &nt);
-    fputs("<h2>Top bottlenecks</h2>\n<p class=\"note\">Total time = the zone's time summed over all its calls on all "
-          "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several threads at once "
-          "(4 threads for the whole run: 400 %); nested zones also count in their parents.</p>\n"
-          "<table><tr><th>zone</th><th>kind</th><th>total ms</th><th>total / wall</th></tr>\n", f);
+    qk__prof_html_table_open(f, "Top bottlenecks", "Total time = the zone's time summed over all its calls on all "
+                             "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several "
+                             "threads at once (4 threads for the whole run: 400 %); nested zones also count in their "
+                             "parents.", "zone|kind|total ms|total / wall");
     for (i = 0; tp && i < nt; i++) {
         fputs("<tr><td>", f);
         qk__prof_html_str(f, tp[i].name);
@@ -3057,40 +3093,53 @@ static void qk__prof_html_tables(FILE *f, const qk__prof_model *m)
     }
     fputs("</table>\n", f);
     QK_PROF_FREE(tp);
-    qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
-    if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
-    if (m->n_lanes) {
-        fputs("<h2>GPU streams</h2>\n<table><tr><th>stream</th><th>device</th><th>zones</th><th>busy ms</th>"
-              "<th>busy / wall</th><th>busy / active span</th></tr>\n", f);
-        for (k = 0; k < m->n_lanes; k++) {
-            const qk__prof_lrow *l = &m->lanes[k];
-            fputs("<tr><td>", f);
-            qk__prof_html_str(f, l->name);
-            qk__prof_pf(f, "</td><td>%d</td><td>%llu</td><td>%.3f</td><td>%.1f %%</td><td>%.1f %%</td></tr>\n", l->device,
-                        (unsigned long long)l->zones, l->busy * 1e-6, qk__prof_pct(l->busy, m->wall),
-                        qk__prof_pct(l->busy, l->last - l->first));
-        }
-        fputs("</table>\n", f);
+}
+
+/* Table: the GPU streams (zones, busy time), where there are any. */
+static void qk__prof_html_streams(FILE *f, const qk__prof_model *m)
+{
+    int k;
+    if (!m->n_lanes) return;
+    qk__prof_html_table_open(f, "GPU streams", NULL, "stream|device|zones|busy ms|busy / wall|busy / active span");
+    for (k = 0; k < m->n_lanes; k++) {
+        const qk__prof_lrow *l = &m->lanes[k];
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, l->name);
+        qk__prof_pf(f, "</td><td>%d</td><td>%llu</td><td>%.3f</td><td>%.1f %%</td><td>%.1f %%</td></tr>\n", l->device,
+                    (unsigned long long)l->zones, l->busy * 1e-6, qk__prof_pct(l->busy, m->wall),
+                    qk__prof_pct(l->busy, l->last - l->first));
     }
+    fputs("</table>\n", f);
+}
+
+/* Table: transfers per direction and memory kind, where there are any. */
+static void qk__prof_html_transfers(FILE *f, const qk__prof_model *m)
+{
+    int k, p, any = 0;
+    char b1[32];
     for (k = 1; k < 5; k++) for (p = 0; p < 2; p++) any |= m->xr[k][p].count > 0;
-    if (any) {
-        fputs("<h2>Transfers</h2>\n<table><tr><th>direction</th><th>memory</th><th>count</th><th>bytes</th>"
-              "<th>time ms</th><th>GB/s</th></tr>\n", f);
-        for (k = 1; k < 5; k++)
-            for (p = 0; p < 2; p++) {
-                const qk__prof_xrow *x = &m->xr[k][p];
-                if (!x->count) continue;
-                qk__prof_pf(f, "<tr><td>%s</td><td>%s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
-                            qk__prof_dir_name(k), k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable",
-                            (unsigned long long)x->count, qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
-                            x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0);
-            }
-        fputs("</table>\n", f);
-    }
+    if (!any) return;
+    qk__prof_html_table_open(f, "Transfers", NULL, "direction|memory|count|bytes|time ms|GB/s");
+    for (k = 1; k < 5; k++)
+        for (p = 0; p < 2; p++) {
+            const qk__prof_xrow *x = &m->xr[k][p];
+            if (!x->count) continue;
+            qk__prof_pf(f, "<tr><td>%s</td><td>%s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
+                        qk__prof_dir_name(k), k == QK_PROF_D2D ? "device" : p ? "pinned" : "pageable",
+                        (unsigned long long)x->count, qk__prof_bytes(x->bytes, b1, sizeof b1), x->seconds * 1e3,
+                        x->seconds > 0 ? x->bytes / x->seconds * 1e-9 : 0.0);
+        }
+    fputs("</table>\n", f);
+}
+
+/* Table: tracked memory per name, where any was tracked (holds qk__prof_mu). */
+static void qk__prof_html_memory_table(FILE *f)
+{
+    int i;
+    char b1[32], b2[32];
     pthread_mutex_lock(&qk__prof_mu);
     if (qk__prof_g.n_mnames) {
-        fputs("<h2>Memory (tracked)</h2>\n<table><tr><th>name</th><th>kind</th><th>current</th><th>peak</th>"
-              "<th>allocs</th><th>dtype</th><th>shape</th></tr>\n", f);
+        qk__prof_html_table_open(f, "Memory (tracked)", NULL, "name|kind|current|peak|allocs|dtype|shape");
         for (i = 0; i < qk__prof_g.n_mnames; i++) {
             const qk__prof_mname *mn = &qk__prof_g.mnames[i];
             fputs("<tr><td>", f);
@@ -3106,23 +3155,33 @@ static void qk__prof_html_tables(FILE *f, const qk__prof_model *m)
         fputs("</table>\n", f);
     }
     pthread_mutex_unlock(&qk__prof_mu);
-    if (m->n_ctr) {
-        fputs("<h2>Counters</h2>\n<table><tr><th>name</th><th>updates</th><th>total / last</th><th>min</th>"
-              "<th>max</th></tr>\n", f);
-        for (i = 0; i < m->n_ctr; i++) {
-            fputs("<tr><td>", f);
-            qk__prof_html_str(f, m->ctr[i].name);
-            qk__prof_pf(f, "</td><td>%llu</td><td>%.6g</td><td>%.6g</td><td>%.6g</td></tr>\n", (unsigned long long)m->ctr[i].n,
-                        m->ctr[i].add ? m->ctr[i].sum : m->ctr[i].last, m->ctr[i].min, m->ctr[i].max);
-        }
-        fputs("</table>\n", f);
+}
+
+/* Table: counters, where there are any. */
+static void qk__prof_html_counters(FILE *f, const qk__prof_model *m)
+{
+    int i;
+    if (!m->n_ctr) return;
+    qk__prof_html_table_open(f, "Counters", NULL, "name|updates|total / last|min|max");
+    for (i = 0; i < m->n_ctr; i++) {
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, m->ctr[i].name);
+        qk__prof_pf(f, "</td><td>%llu</td><td>%.6g</td><td>%.6g</td><td>%.6g</td></tr>\n", (unsigned long long)m->ctr[i].n,
+                    m->ctr[i].add ? m->ctr[i].sum : m->ctr[i].last, m->ctr[i].min, m->ctr[i].max);
     }
+    fputs("</table>\n", f);
+}
+
+/* The closing note: what the profiler dropped or found unbalanced. */
+static void qk__prof_html_notes(FILE *f, const qk__prof_model *m)
+{
     qk__prof_pf(f, "<p class=\"note\">Dropped events %llu (statistics still exact), GPU zones dropped %llu, "
                    "unbalanced END %llu, mismatched END %llu.</p>\n",
                 (unsigned long long)m->sum.dropped_events, (unsigned long long)m->sum.dropped_gpu,
                 (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched);
 }
 
+/* The report, top to bottom: the header, the charts, the tables, the notes. */
 static void qk__prof_write_html(FILE *f, qk__prof_model *m)
 {
     qk__prof_html_head(f, m);
@@ -3130,7 +3189,14 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     qk__prof_html_busy(f, m);
     qk__prof_html_timeline(f, m);
     qk__prof_html_memory(f, m);
-    qk__prof_html_tables(f, m);
+    qk__prof_html_bottlenecks(f, m);
+    qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
+    if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
+    qk__prof_html_streams(f, m);
+    qk__prof_html_transfers(f, m);
+    qk__prof_html_memory_table(f);
+    qk__prof_html_counters(f, m);
+    qk__prof_html_notes(f, m);
     fputs("</body></html>\n", f);
 }
 

@@ -712,6 +712,107 @@ static FILE *open_demo_data(const options *o, char *path, size_t size) {
 
 enum { IRIS_FEATURES = 4, IRIS_CLASSES = 3 };
 
+static const double demo_ridge = 0.1;   /* the numpy study in demo_main: 0.01..0.1 all work */
+static const double demo_train_share = 0.7;
+
+/* The demo from the data to the predictions; demo_free releases it. */
+typedef struct demo {
+    char path[1024];        /* iris.csv */
+    qk_array data;          /* rows of IRIS_FEATURES features and the class */
+    int n, n_tr, n_te;
+    int *tr, *te;           /* rows of the training and the test samples */
+    double *xtr, *xte;      /* their features, scaled to [0, pi] */
+    double *ktr, *kte;      /* K(X_train, X_train) (then its Cholesky factor), K(X_test, X_train) */
+    double s_tr, s_te;      /* seconds per Gram */
+    double *alpha;          /* ridge coefficients: IRIS_CLASSES columns of n_tr */
+    int confusion[IRIS_CLASSES][IRIS_CLASSES], correct;
+} demo;
+
+static int demo_class(const demo *dm, int row) { return (int)dm->data.data[row * 5 + 4]; }
+
+static void demo_free(demo *dm) {
+    free(dm->tr);
+    free(dm->te);
+    free(dm->xtr);
+    free(dm->xte);
+    free(dm->ktr);
+    free(dm->kte);
+    free(dm->alpha);
+    qk_array_free(&dm->data);
+}
+
+/* Load: iris.csv, checked for 4 feature columns, a class column and classes 0, 1, 2. */
+static int demo_load(const options *o, demo *dm) {
+    FILE *f;
+    qk_result r;
+    int i;
+    if (!(f = open_demo_data(o, dm->path, sizeof dm->path))) return EXIT_FAILURE;
+    fclose(f);
+    r = qk_csv_read(dm->path, &dm->data);
+    if (r != QK_OK) return fail(r, "cannot read the demo data");
+    dm->n = (int)dm->data.rows;
+    if (dm->data.cols != IRIS_FEATURES + 1 || dm->n < 3 * IRIS_CLASSES)
+        return fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", dm->path,
+                    (long long)dm->data.cols);
+    for (i = 0; i < dm->n; i++) {
+        double y = dm->data.data[i * 5 + 4];
+        if (!(y == 0 || y == 1 || y == 2)) return fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", dm->path, i + 1, y);
+    }
+    return EXIT_SUCCESS;
+}
+
+/* Split: stratified, each class shuffled with the fixed seed, the first 70% train. */
+static int demo_split(demo *dm) {
+    int n = dm->n, c, i;
+    int *idx = (int *)malloc(sizeof(int) * (size_t)n);
+    dm->tr = (int *)malloc(sizeof(int) * (size_t)n);
+    dm->te = (int *)malloc(sizeof(int) * (size_t)n);
+    if (!idx || !dm->tr || !dm->te) { free(idx); return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory"); }
+    for (c = 0; c < IRIS_CLASSES; c++) {
+        int m = 0, k;
+        for (i = 0; i < n; i++)
+            if (demo_class(dm, i) == c) idx[m++] = i;
+        for (i = m - 1; i > 0; i--) {
+            int t, s = (int)(splitmix64() % (uint64_t)(i + 1));
+            t = idx[i]; idx[i] = idx[s]; idx[s] = t;
+        }
+        k = (int)(demo_train_share * m + 0.5);
+        for (i = 0; i < m; i++) {
+            if (i < k) dm->tr[dm->n_tr++] = idx[i];
+            else dm->te[dm->n_te++] = idx[i];
+        }
+    }
+    free(idx);
+    if (dm->n_tr == 0 || dm->n_te == 0) return fail(QK_OK, "%s: too few samples to split", dm->path);
+    return EXIT_SUCCESS;
+}
+
+/* Scale: features to [0, pi] with the training set's min and max (test samples may fall slightly
+   outside: the test set must not inform the scaling). */
+static int demo_scale(demo *dm) {
+    const double *x = dm->data.data;
+    double lo[IRIS_FEATURES], hi[IRIS_FEATURES];
+    int i, j;
+    for (j = 0; j < IRIS_FEATURES; j++) {
+        lo[j] = hi[j] = x[dm->tr[0] * 5 + j];
+        for (i = 1; i < dm->n_tr; i++) {
+            double v = x[dm->tr[i] * 5 + j];
+            if (v < lo[j]) lo[j] = v;
+            if (v > hi[j]) hi[j] = v;
+        }
+        if (hi[j] <= lo[j]) hi[j] = lo[j] + 1;
+    }
+    dm->xtr = (double *)malloc(sizeof(double) * (size_t)dm->n_tr * IRIS_FEATURES);
+    dm->xte = (double *)malloc(sizeof(double) * (size_t)dm->n_te * IRIS_FEATURES);
+    if (!dm->xtr || !dm->xte) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory");
+    for (i = 0; i < dm->n_tr + dm->n_te; i++) {
+        int s = i < dm->n_tr ? dm->tr[i] : dm->te[i - dm->n_tr];
+        double *dst = i < dm->n_tr ? dm->xtr + (size_t)i * IRIS_FEATURES : dm->xte + (size_t)(i - dm->n_tr) * IRIS_FEATURES;
+        for (j = 0; j < IRIS_FEATURES; j++) dst[j] = (x[s * 5 + j] - lo[j]) / (hi[j] - lo[j]) * DEMO_PI;
+    }
+    return EXIT_SUCCESS;
+}
+
 /* One float64 Gram of the demo into a fresh buffer (*out, freed by the caller). */
 static int demo_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet, double **out, double *seconds) {
     int64_t cols = gd->y ? gd->n_y : gd->n_x;
@@ -728,158 +829,108 @@ static int demo_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet
     return EXIT_SUCCESS;
 }
 
-static int demo_main(const options *o) {
+/* The desc of the demo's Gram K(x, y) (K(x, x) when y is NULL), float64. */
+static qk_gram_desc demo_desc(const options *o, const double *x, int n_x, const double *y, int n_y) {
+    qk_gram_desc gd;
+    memset(&gd, 0, sizeof gd);
+    gd.x = x;
+    gd.n_x = n_x;
+    gd.y = y;
+    gd.n_y = n_y;
+    gd.out_dtype = QK_F64;
+    gd.precision = o->precision;
+    gd.tol = o->tol;
+    return gd;
+}
+
+/* The kernels: K_train = K(X_train, X_train), K_test = K(X_test, X_train), in float64. */
+static int demo_kernels(qk_ctx *ctx, const qk_map *map, const options *o, demo *dm) {
+    qk_gram_desc gd = demo_desc(o, dm->xtr, dm->n_tr, NULL, 0);
+    if (demo_gram(ctx, map, &gd, o->quiet, &dm->ktr, &dm->s_tr) != EXIT_SUCCESS) return EXIT_FAILURE;
+    gd = demo_desc(o, dm->xte, dm->n_te, dm->xtr, dm->n_tr);
+    if (demo_gram(ctx, map, &gd, 1, &dm->kte, &dm->s_te) != EXIT_SUCCESS) return EXIT_FAILURE;
+    printf("kernels: K_train %d x %d in %.4f s, K_test %d x %d in %.4f s\n", dm->n_tr, dm->n_tr, dm->s_tr, dm->n_te,
+           dm->n_tr, dm->s_te);
+    return EXIT_SUCCESS;
+}
+
+/* Train: kernel ridge regression one-vs-rest, (K_train + ridge I) A = Y with Y[i][c] = +1 for
+   the sample's class and -1 otherwise (K_train becomes its Cholesky factor). */
+static int demo_train(demo *dm) {
+    int n_tr = dm->n_tr, i, c;
+    for (i = 0; i < n_tr; i++) dm->ktr[(size_t)i * n_tr + i] += demo_ridge;
+    if (!cholesky(dm->ktr, n_tr)) return fail(QK_OK, "K_train + %g I is not positive definite", demo_ridge);
+    dm->alpha = (double *)malloc(sizeof(double) * (size_t)n_tr * IRIS_CLASSES);
+    if (!dm->alpha) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory");
+    for (c = 0; c < IRIS_CLASSES; c++) {
+        double *a = dm->alpha + (size_t)c * n_tr;
+        for (i = 0; i < n_tr; i++) a[i] = demo_class(dm, dm->tr[i]) == c ? 1.0 : -1.0;
+        cholesky_solve(dm->ktr, n_tr, a);
+    }
+    return EXIT_SUCCESS;
+}
+
+/* Evaluate: each test sample's predicted class is argmax_c (K_test A)[., c]; the confusion
+   matrix and the number correct. */
+static void demo_evaluate(demo *dm) {
+    int n_tr = dm->n_tr, i, j, c;
+    for (i = 0; i < dm->n_te; i++) {
+        int truth = demo_class(dm, dm->te[i]), best = 0;
+        double best_score = -HUGE_VAL;
+        for (c = 0; c < IRIS_CLASSES; c++) {
+            double s = 0;
+            for (j = 0; j < n_tr; j++) s += dm->kte[(size_t)i * n_tr + j] * dm->alpha[(size_t)c * n_tr + j];
+            if (s > best_score) { best_score = s; best = c; }
+        }
+        dm->confusion[truth][best]++;
+        dm->correct += best == truth;
+    }
+}
+
+/* Report: the classifier, the confusion matrix, the test accuracy. */
+static void demo_report(const demo *dm) {
     static const char *class_names[IRIS_CLASSES] = {"setosa", "versicolor", "virginica"};
+    int c, j;
+    printf("classifier: kernel ridge one-vs-rest (ridge %g, Cholesky)\n", demo_ridge);
+    printf("confusion (rows: true, columns: predicted):\n");
+    for (c = 0; c < IRIS_CLASSES; c++) {
+        printf("  %-10s", class_names[c]);
+        for (j = 0; j < IRIS_CLASSES; j++) printf(" %3d", dm->confusion[c][j]);
+        printf("\n");
+    }
+    printf("test accuracy: %.4f (%d/%d)\n", (double)dm->correct / dm->n_te, dm->correct, dm->n_te);
+}
+
+/* --demo: load, split, scale; the kernels; train, evaluate, report. */
+static int demo_main(const options *o) {
     /* alpha = 0.5 instead of Qiskit's 2: with features in [0, pi], alpha = 2 spreads the states so
        far apart that K is close to the identity and ridge regression overfits (test accuracy 0.78
-       with numpy on this split design; 0.93-0.95 with alpha = 0.5). */
+       with numpy on this split design; 0.93-0.95 with alpha = 0.5; ridge 0.01..0.1 all work). */
     const char *spec = o->map ? o->map : "zz(reps=2,alpha=0.5)";
-    const double ridge = 0.1;   /* same numpy study: 0.01..0.1 all work */
-    const double train_share = 0.7;
-    char path[1024];
-    FILE *f;
-    qk_array data;
+    demo dm;
     qk_map *map = NULL;
     qk_ctx *ctx = NULL;
-    qk_gram_desc gd;
     qk_result r;
-    int rc = EXIT_FAILURE, n, n_tr = 0, n_te = 0, i, j, c, correct = 0;
-    int *idx = NULL, *tr = NULL, *te = NULL, confusion[IRIS_CLASSES][IRIS_CLASSES];
-    double *xtr = NULL, *xte = NULL, *ktr = NULL, *kte = NULL, *alpha = NULL, lo[IRIS_FEATURES], hi[IRIS_FEATURES];
-    double s_tr = 0, s_te = 0;
-
-    memset(&data, 0, sizeof data);
-    memset(confusion, 0, sizeof confusion);
+    int rc = EXIT_FAILURE;
+    memset(&dm, 0, sizeof dm);
     if (o->x || o->y || o->out || o->weights) die_usage("--demo takes no --x, --y, --out or --weights", NULL);
-    if (!(f = open_demo_data(o, path, sizeof path))) return EXIT_FAILURE;
-    fclose(f);
-    r = qk_csv_read(path, &data);
-    if (r != QK_OK) return fail(r, "cannot read the demo data");
-    n = (int)data.rows;
-    if (data.cols != IRIS_FEATURES + 1 || n < 3 * IRIS_CLASSES) {
-        fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", path, (long long)data.cols);
+    if (demo_load(o, &dm) != EXIT_SUCCESS || demo_split(&dm) != EXIT_SUCCESS || demo_scale(&dm) != EXIT_SUCCESS)
         goto done;
-    }
-    for (i = 0; i < n; i++) {
-        double y = data.data[i * 5 + 4];
-        if (!(y == 0 || y == 1 || y == 2)) {
-            fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", path, i + 1, y);
-            goto done;
-        }
-    }
-
-    /* Stratified split: shuffle each class with the fixed seed, the first 70% train. */
-    idx = (int *)malloc(sizeof(int) * (size_t)n);
-    tr = (int *)malloc(sizeof(int) * (size_t)n);
-    te = (int *)malloc(sizeof(int) * (size_t)n);
-    if (!idx || !tr || !te) { fail(QK_ERROR_OUT_OF_MEMORY, "out of memory"); goto done; }
-    for (c = 0; c < IRIS_CLASSES; c++) {
-        int m = 0, k;
-        for (i = 0; i < n; i++)
-            if ((int)data.data[i * 5 + 4] == c) idx[m++] = i;
-        for (i = m - 1; i > 0; i--) {
-            int t, s = (int)(splitmix64() % (uint64_t)(i + 1));
-            t = idx[i]; idx[i] = idx[s]; idx[s] = t;
-        }
-        k = (int)(train_share * m + 0.5);
-        for (i = 0; i < m; i++) {
-            if (i < k) tr[n_tr++] = idx[i];
-            else te[n_te++] = idx[i];
-        }
-    }
-    if (n_tr == 0 || n_te == 0) { fail(QK_OK, "%s: too few samples to split", path); goto done; }
-
-    /* Features scaled to [0, pi] with the training set's min and max (test samples may fall
-       slightly outside: the test set must not inform the scaling). */
-    for (j = 0; j < IRIS_FEATURES; j++) {
-        lo[j] = hi[j] = data.data[tr[0] * 5 + j];
-        for (i = 1; i < n_tr; i++) {
-            double v = data.data[tr[i] * 5 + j];
-            if (v < lo[j]) lo[j] = v;
-            if (v > hi[j]) hi[j] = v;
-        }
-        if (hi[j] <= lo[j]) hi[j] = lo[j] + 1;
-    }
-    xtr = (double *)malloc(sizeof(double) * (size_t)n_tr * IRIS_FEATURES);
-    xte = (double *)malloc(sizeof(double) * (size_t)n_te * IRIS_FEATURES);
-    if (!xtr || !xte) { fail(QK_ERROR_OUT_OF_MEMORY, "out of memory"); goto done; }
-    for (i = 0; i < n_tr + n_te; i++) {
-        int s = i < n_tr ? tr[i] : te[i - n_tr];
-        double *dst = i < n_tr ? xtr + (size_t)i * IRIS_FEATURES : xte + (size_t)(i - n_tr) * IRIS_FEATURES;
-        for (j = 0; j < IRIS_FEATURES; j++) dst[j] = (data.data[s * 5 + j] - lo[j]) / (hi[j] - lo[j]) * DEMO_PI;
-    }
-
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
     if (r != QK_OK) { fail(r, "--map '%s'", spec); show_spec_column(spec); goto done; }
     r = make_ctx(o, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
-
-    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", path);
+    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", dm.path);
     printf("data: %d samples, %d features scaled to [0, pi], %d classes; stratified split (seed 2026): "
-           "%d train / %d test\n", n, IRIS_FEATURES, IRIS_CLASSES, n_tr, n_te);
-
-    /* K_train = K(X_train, X_train), K_test = K(X_test, X_train), in float64. */
-    memset(&gd, 0, sizeof gd);
-    gd.x = xtr;
-    gd.n_x = n_tr;
-    gd.out_dtype = QK_F64;
-    gd.precision = o->precision;
-    gd.tol = o->tol;
-    if (demo_gram(ctx, map, &gd, o->quiet, &ktr, &s_tr) != EXIT_SUCCESS) goto done;
-    memset(&gd, 0, sizeof gd);
-    gd.x = xte;
-    gd.n_x = n_te;
-    gd.y = xtr;
-    gd.n_y = n_tr;
-    gd.out_dtype = QK_F64;
-    gd.precision = o->precision;
-    gd.tol = o->tol;
-    if (demo_gram(ctx, map, &gd, 1, &kte, &s_te) != EXIT_SUCCESS) goto done;
-    printf("kernels: K_train %d x %d in %.4f s, K_test %d x %d in %.4f s\n", n_tr, n_tr, s_tr, n_te, n_tr, s_te);
-
-    /* Kernel ridge regression, one-vs-rest: (K_train + ridge I) A = Y with Y[i][c] = +1 for the
-       sample's class and -1 otherwise; predict argmax_c (K_test A)[., c]. */
-    for (i = 0; i < n_tr; i++) ktr[(size_t)i * n_tr + i] += ridge;
-    if (!cholesky(ktr, n_tr)) { fail(QK_OK, "K_train + %g I is not positive definite", ridge); goto done; }
-    alpha = (double *)malloc(sizeof(double) * (size_t)n_tr * IRIS_CLASSES);
-    if (!alpha) { fail(QK_ERROR_OUT_OF_MEMORY, "out of memory"); goto done; }
-    for (c = 0; c < IRIS_CLASSES; c++) {
-        double *a = alpha + (size_t)c * n_tr;
-        for (i = 0; i < n_tr; i++) a[i] = (int)data.data[tr[i] * 5 + 4] == c ? 1.0 : -1.0;
-        cholesky_solve(ktr, n_tr, a);
-    }
-    for (i = 0; i < n_te; i++) {
-        int truth = (int)data.data[te[i] * 5 + 4], best = 0;
-        double best_score = -HUGE_VAL;
-        for (c = 0; c < IRIS_CLASSES; c++) {
-            double s = 0;
-            for (j = 0; j < n_tr; j++) s += kte[(size_t)i * n_tr + j] * alpha[(size_t)c * n_tr + j];
-            if (s > best_score) { best_score = s; best = c; }
-        }
-        confusion[truth][best]++;
-        correct += best == truth;
-    }
-    printf("classifier: kernel ridge one-vs-rest (ridge %g, Cholesky)\n", ridge);
-    printf("confusion (rows: true, columns: predicted):\n");
-    for (c = 0; c < IRIS_CLASSES; c++) {
-        printf("  %-10s", class_names[c]);
-        for (j = 0; j < IRIS_CLASSES; j++) printf(" %3d", confusion[c][j]);
-        printf("\n");
-    }
-    printf("test accuracy: %.4f (%d/%d)\n", (double)correct / n_te, correct, n_te);
+           "%d train / %d test\n", dm.n, IRIS_FEATURES, IRIS_CLASSES, dm.n_tr, dm.n_te);
+    if (demo_kernels(ctx, map, o, &dm) != EXIT_SUCCESS || demo_train(&dm) != EXIT_SUCCESS) goto done;
+    demo_evaluate(&dm);
+    demo_report(&dm);
     rc = EXIT_SUCCESS;
 done:
-    free(idx);
-    free(tr);
-    free(te);
-    free(xtr);
-    free(xte);
-    free(ktr);
-    free(kte);
-    free(alpha);
+    demo_free(&dm);
     qk_ctx_destroy(ctx);
     qk_map_free(map);
-    qk_array_free(&data);
     return rc;
 }
 
