@@ -95,7 +95,7 @@ static double state_error(qk_ctx *ctx, const qk_map *m, const double *x, int64_t
     double *sv = (double *)malloc(sizeof(double) * (size_t)(2 * D * n)), *mps, err = 0;
     double vr[128], vi[128], wr[128], wi[128];
     if (qk__mps_prog_make(m, &p) != QK_OK || qk_states(ctx, m, x, n, sv) != QK_OK) { printf("state_error: %s\n", qk_last_error()); exit(2); }
-    mps = qk__mps_states(&p, m, x, n, 2, discarded, NULL);
+    mps = qk__mps_states(&p, m, x, n, 2, discarded, NULL, NULL);
     if (!mps) { printf("mps states: %s\n", qk_last_error()); exit(2); }
     for (i = 0; i < n; i++) {
         const double *g = mps + (i / QK__NJ) * p.group;
