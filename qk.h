@@ -3111,8 +3111,9 @@ static void qk__store(void *out, qk_dtype dt, int64_t idx, double v)
 }
 
 /* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
-   after each tile, and the streamed output's writer thread while it writes (qk.h's CPU
-   streaming), so that a cancel is seen while the writer is the bottleneck too. */
+   after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
+   writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
+   are built or the writer is the bottleneck too. */
 static void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
