@@ -2589,9 +2589,28 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
     }
 }
 
+/* ---- cancel while states are built ---- */
+/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
+   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
+   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
+   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
+   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
+   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
+   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
+#define QK__POLL_WORK ((int64_t)1 << 21)
+#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
+struct qk__gram_job;
+typedef struct qk__poll {
+    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
+    int64_t work, every;
+} qk__poll;
+static void qk__poll_init(qk__poll *p, struct qk__gram_job *job, int thread);
+static int qk__poll_tick(qk__poll *p, int64_t work);
+
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
-   Data already validated. */
-static void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta)
+   Data already validated. poll (may be NULL): a tick per op; on a cancel the state is left
+   half built (the caller discards it). */
+static void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll)
 {
     int q = m->n_qubits, k;
     int64_t D = (int64_t)1 << q, i;
@@ -2621,6 +2640,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
         if (nd >= 3 && q >= QK__DIAG_MIN_QUBITS && angled) {
             qk__diag_run(m, k, k1, theta, re, im, q, theta + m->n_ops + 1);
             k = k1 - 1;
+            if (poll && qk__poll_tick(poll, 2 * D)) return;
             continue;
         }
         /* CNOT(a,b) P(t)_b CNOT(a,b) (every zz pair) is the phase e^{it} where bits a and b
@@ -2637,9 +2657,11 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
                 }
             }
             k += 2;
+            if (poll && qk__poll_tick(poll, D)) return;
             continue;
         }
         qk__apply(o, theta[k], x, re, im, q);
+        if (poll && qk__poll_tick(poll, D)) return;
     }
 }
 
@@ -2827,6 +2849,7 @@ typedef struct qk__states_job {
     int64_t stride;
     int64_t next;
     int oom;
+    struct qk__gram_job *job;   /* NULL, or the job whose progress and cancel to poll */
 } qk__states_job;
 
 static void qk__states_work(void *p, int thread)
@@ -2837,16 +2860,25 @@ static void qk__states_work(void *p, int thread)
     int64_t D = (j->path == QK_PATH_ANALYTIC) ? 0 : ((int64_t)1 << q), r;
     double *theta = (double *)qk__malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
     double *im = NULL;
-    QK__UNUSED(thread);
+    qk__poll poll;
+    qk__poll_init(&poll, j->job, thread);
     if (j->path == QK_PATH_REAL) im = (double *)qk__malloc(sizeof(double) * (size_t)D);
     if (!theta || (j->path == QK_PATH_REAL && !im)) { QK__STORE(&j->oom, 1); QK_FREE(theta); QK_FREE(im); return; }
     while ((r = QK__FETCH_ADD(&j->next, 1)) < j->n) {
         const double *x = j->x + r * m->n_features;
         double *row = j->out + r * j->stride;
         if (QK__LOAD(&j->oom)) break;
-        if (j->path == QK_PATH_ANALYTIC) qk__product1(m, x, row, theta);
-        else if (j->path == QK_PATH_REAL) qk__state1(m, x, row, im, theta);   /* im stays 0 */
-        else qk__state1(m, x, row, row + D, theta);
+        if (j->path == QK_PATH_ANALYTIC) {
+            qk__product1(m, x, row, theta);
+            if (qk__poll_tick(&poll, 16 * ((int64_t)m->n_ops + 1))) break;   /* ~1 ns per unit, as amplitudes */
+        } else {
+            /* a tick per op from 2^14 amplitudes (a pass: ~10 us and up); below, one per sample
+               (per-op ticks cost 30% at 10 qubits, 2-core dev machine, zz reps=2) */
+            qk__poll *pp = q >= QK__POLL_OP_QUBITS ? &poll : NULL;
+            if (j->path == QK_PATH_REAL) qk__state1(m, x, row, im, theta, pp);   /* im stays 0 */
+            else qk__state1(m, x, row, row + D, theta, pp);
+            if (qk__poll_tick(&poll, pp ? D : D * ((int64_t)m->n_ops + 1))) break;
+        }
     }
     QK_FREE(theta);
     QK_FREE(im);
@@ -2864,12 +2896,15 @@ static int64_t qk__row_len(const qk_map *m, qk_path path)
 }
 
 /* Builds n rows into out (n x qk__row_len doubles); 0, or -1 (error set) when the builders'
-   scratch cannot be allocated. */
-static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out)
+   scratch cannot be allocated. job (may be NULL): the job whose progress callback is polled
+   meanwhile; where it cancels, the builders stop and out is left half built (the caller sees
+   job->cancel and discards it). */
+static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out,
+                               struct qk__gram_job *job)
 {
     qk__states_job j;
     memset(&j, 0, sizeof j);
-    j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = qk__row_len(m, path);
+    j.map = m; j.x = x; j.n = n; j.path = path; j.out = out; j.stride = qk__row_len(m, path); j.job = job;
     QK_PROF_BEGIN("states");
     qk__parallel(n_threads < n ? n_threads : (int)n, qk__states_work, &j);
     QK_PROF_END("states");
@@ -2877,15 +2912,17 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
     return 0;
 }
 
-/* Builds n rows; returns NULL (and sets the error) when memory runs out. */
-static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads)
+/* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
+   qk__cpu_states_into (a cancelled job's rows are half built). */
+static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+                              struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
     double *out;
     if ((double)n * (double)stride * 8.0 > 9.0e18) { qk__set_error("states: %lld x %lld doubles overflow", (long long)n, (long long)stride); return NULL; }
     out = (double *)qk__malloc(sizeof(double) * (size_t)(n * stride));
     if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
-    if (qk__cpu_states_into(m, x, n, path, n_threads, out) != 0) { QK_FREE(out); return NULL; }
+    if (qk__cpu_states_into(m, x, n, path, n_threads, out, job) != 0) { QK_FREE(out); return NULL; }
     return out;
 }
 
@@ -3143,18 +3180,40 @@ static void qk__store(void *out, qk_dtype dt, int64_t idx, double v)
 }
 
 /* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
-   after each tile, and the streamed output's writer thread while it writes (qk.h's CPU
-   streaming), so that a cancel is seen while the writer is the bottleneck too. */
+   after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
+   writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
+   are built or the writer is the bottleneck too. */
 static void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
 #ifndef QK_NO_THREADS
     if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
 #endif
-    if (j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
+    /* once cancelled, no more calls (another thread may have polled since this one looked) */
+    if (!QK__LOAD(&j->cancel) && j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
 #ifndef QK_NO_THREADS
     pthread_mutex_unlock(&j->cb_lock);
 #endif
+}
+
+/* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
+static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
+{
+    p->job = job;
+    p->work = 0;
+    p->every = thread == 0 ? QK__POLL_WORK : 8 * QK__POLL_WORK;
+}
+
+/* Counts work; polls when enough has been done since the last poll. 1: the job is cancelled. */
+static int qk__poll_tick(qk__poll *p, int64_t work)
+{
+    if (!p->job) return 0;
+    p->work += work;
+    if (p->work >= p->every) {
+        p->work = 0;
+        qk__job_poll(p->job);
+    }
+    return QK__LOAD(&p->job->cancel) != 0;
 }
 
 static void qk__gram_work(void *p, int thread)
@@ -3257,13 +3316,13 @@ static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int6
     const int64_t nb = sym ? desc->n_x : desc->n_y;
     const size_t es = j->dt == QK_F32 ? 4 : 8;
     int64_t c0;
-    if (qk__cpu_states_into(t->map, desc->x + i0 * nf, m, t->path, nt, t->A) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (qk__cpu_states_into(t->map, desc->x + i0 * nf, m, t->path, nt, t->A, j) != 0) return QK_ERROR_OUT_OF_MEMORY;
     qk__job_poll(j);
     for (c0 = sym ? i0 : 0; c0 < nb && !QK__LOAD(&j->cancel) && !QK__LOAD(&j->oom); c0 += t->R) {
         const int64_t n = nb - c0 < t->R ? nb - c0 : t->R;
         const int diag = sym && c0 == i0;
         if (!diag) {
-            if (qk__cpu_states_into(t->map, (sym ? desc->x : desc->y) + c0 * nf, n, t->path, nt, t->B) != 0)
+            if (qk__cpu_states_into(t->map, (sym ? desc->x : desc->y) + c0 * nf, n, t->path, nt, t->B, j) != 0)
                 return QK_ERROR_OUT_OF_MEMORY;
             qk__job_poll(j);
             if (QK__LOAD(&j->cancel)) break;
@@ -3301,9 +3360,6 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 {
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = QK_OK;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j->cb_lock, NULL);
-#endif
     if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
     else if (tl) {
         const size_t es = j->dt == QK_F32 ? 4 : 8;
@@ -3313,9 +3369,6 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
             r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
                                   K ? K + (size_t)i0 * (size_t)j->ld * es : NULL, K, nt);
     } else qk__cpu_run_tiles(j, nt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j->cb_lock);
-#endif
     if (r != QK_OK) return r;
     if (j->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
     if (j->cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j->pairs_done, (long long)j->pairs_total);
@@ -3323,7 +3376,8 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
     return QK_OK;
 }
 
-/* The job for all of K from the states A and B (B == A for K(X,X)). */
+/* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
+   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
 static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
                              int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
@@ -3355,18 +3409,40 @@ static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
+#ifndef QK_NO_THREADS
+    pthread_mutex_init(&j->cb_lock, NULL);
+#endif
 }
 
-/* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path: the tiles,
-   all of K or streamed (NPY), with callbacks, progress and cancel. stride: doubles per state row;
-   D: complex/real dimension, analytic: qubits; mps, scratch: the MPS engine's program and
-   per-thread scratch (QK_PATH_MPS). */
-static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                                  int64_t stride, int64_t D, const void *mps, size_t scratch)
+static void qk__cpu_job_free(qk__gram_job *j)
 {
-    qk__gram_job j;
-    qk__cpu_job_init(&j, plan, desc, A, B, stride, D, mps, scratch);
-    return qk__cpu_gram_exec(plan, desc, &j, NULL);
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&j->cb_lock);
+#else
+    QK__UNUSED(j);
+#endif
+}
+
+/* A job cancelled while its states were built, before any of K (bulk states, MPS). */
+static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
+{
+    return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback while the states were built (0 of %lld pairs; the output was not written)",
+                    (long long)j->pairs_total);
+}
+
+/* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path, built with
+   j (qk__cpu_job_init with no states) polled: the tiles, all of K or streamed (NPY), with
+   callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
+   NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
+   before Y's states. */
+static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+{
+    if (!A) return QK_ERROR_OUT_OF_MEMORY;
+    if (j->cancel) return qk__cpu_states_cancelled(j);
+    if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
+    j->A = A;
+    j->B = B ? B : A;
+    return qk__cpu_gram_exec(plan, desc, j, NULL);
 }
 
 /* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
@@ -3395,6 +3471,7 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
     }
     qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
     r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    qk__cpu_job_free(&j);
     QK_FREE(t.A);
     QK_FREE(t.B);
     return r;
@@ -3406,16 +3483,15 @@ static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_g
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk__gram_job j;
     qk_result r;
     if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
-    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt);
-    if (!A) return QK_ERROR_OUT_OF_MEMORY;
-    if (desc->y) {
-        B = qk__cpu_states(map, desc->y, desc->n_y, path, nt);
-        if (!B) { QK_FREE(A); return QK_ERROR_OUT_OF_MEMORY; }
-    }
-    r = qk__cpu_gram_run(plan, desc, A, B ? B : A, qk__row_len(map, path),
-                         path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
+                     path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
+    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
     return r;
@@ -6082,8 +6158,11 @@ static void qk__mps_compress(qk__mps_work *w)
    truncations are projections, each moving the state by the angle asin(sqrt(w_k)) at most, and
    the gates are unitary, so the angle to the exact state is at most theta = sum_k asin(sqrt(w_k))
    (the triangle inequality of the Fubini-Study distance) and eps = sin^2(min(theta, pi/2)).
-   Exact builds return 0. */
-static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane)
+   Exact builds return 0. poll (may be NULL): a tick per step, counting (2c)^3 flops per site a
+   two-site gate or a compression sweeps (c: the largest bond it meets); on a cancel the build
+   stops half way (the caller discards it). */
+static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane,
+                             qk__poll *poll)
 {
     int q = p->q, s, k, b, l, a, r;
     double scale = 1.0;
@@ -6095,13 +6174,15 @@ static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const doubl
     qk_map_angles(m, x, w->theta);
     for (k = 0; k < p->n_steps; k++) {
         const qk__mps_step *st = &p->steps[k];
+        int64_t work;
         if (st->kind == 1) {
             double U[8];
             if (qk__mps_u1(&m->ops[st->op], w->theta[st->op], x, U))
                 qk__mps_apply1(QK__SITE(w, st->s0), w->dim[st->s0], w->dim[st->s0 + 1], U);
+            work = 8 * (int64_t)w->dim[st->s0] * w->dim[st->s0 + 1];
         } else {
             double G[2][8];
-            int over = 0;
+            int over = 0, c = 1, sites = st->s1 - st->s0 + 1;
             qk__mps_g2(p, m, st, w->theta, G);
             qk__mps_apply2(w, st, G);
             if (w->lo < 0) { w->lo = st->s0; w->hi = st->s1; }
@@ -6110,8 +6191,14 @@ static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const doubl
                 w->bound[b] = p->bounds[st->b + (b - st->s0 - 1)];
                 if (w->dim[b] > w->bound[b]) over = 1;
             }
+            if (poll) {
+                for (b = st->s0; b <= st->s1 + 1; b++) if (w->dim[b] > c) c = w->dim[b];
+                if (over) sites += w->hi - w->lo + 1;
+            }
             if (over) qk__mps_compress(w);
+            work = 8 * (int64_t)sites * c * c * c;
         }
+        if (poll && qk__poll_tick(poll, work)) return 0.0;
     }
     if (w->trunc && w->norm2 > 0 && w->norm2 < 1) scale = 1.0 / sqrt(w->norm2);   /* renormalise (site 0) */
     for (s = 0; s < q; s++) {
@@ -6142,19 +6229,24 @@ typedef struct qk__mps_build_job {
     double *eps;        /* NULL or n: per sample, qk__mps_build1's eps */
     int oom;
     double discarded[256];
+    struct qk__gram_job *job;   /* NULL, or the job whose progress and cancel to poll */
 } qk__mps_build_job;
 
 static void qk__mps_build_work(void *arg, int thread)
 {
     qk__mps_build_job *j = (qk__mps_build_job *)arg;
     qk__mps_work w;
+    qk__poll poll;
     int64_t g;
+    qk__poll_init(&poll, j->job, thread);
     if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
     while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
         int lane;
-        if (QK__LOAD(&j->oom)) break;
+        if (QK__LOAD(&j->oom) || qk__poll_tick(&poll, j->p->group)) break;
+        memset(j->out + g * j->p->group, 0, sizeof(double) * (size_t)j->p->group);   /* its padding stays zero */
         for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
-            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane);
+            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
+                                      j->job ? &poll : NULL);
             if (j->eps) j->eps[g * QK__NJ + lane] = e;
         }
     }
@@ -6164,9 +6256,10 @@ static void qk__mps_build_work(void *arg, int thread)
 
 /* The MPS of n samples in the lane layout (groups of QK__NJ, the last zero-padded); NULL with the
    error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped;
-   eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). */
+   eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
+   NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
 static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps)
+                              double *discarded, double *eps, struct qk__gram_job *job)
 {
     qk__mps_build_job j;
     double *out;
@@ -6174,12 +6267,13 @@ static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const doub
     memset(&j, 0, sizeof j);
     j.groups = (n + QK__NJ - 1) / QK__NJ;
     if ((double)j.groups * (double)p->group * 8.0 > 9.0e18) { qk__set_error("mps: %lld states overflow", (long long)n); return NULL; }
-    out = (double *)qk__calloc((size_t)(j.groups * p->group), sizeof(double));
+    /* each group is zeroed by its builder (not here: ~0.5 s per GB on one thread, and no poll) */
+    out = (double *)qk__malloc(sizeof(double) * (size_t)(j.groups * p->group));
     if (!out) {
         qk__set_error("mps: cannot allocate %.3g GB of host memory for %lld MPS", (double)j.groups * (double)p->group * 8e-9, (long long)n);
         return NULL;
     }
-    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out; j.eps = eps;
+    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out; j.eps = eps; j.job = job;
     if (n_threads > 256) n_threads = 256;
     QK_PROF_BEGIN("mps states");
     qk__parallel((int64_t)n_threads < j.groups ? n_threads : (int)j.groups, qk__mps_build_work, &j);
@@ -6637,6 +6731,7 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
 static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk__mps_prog prog;
+    qk__gram_job j;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
@@ -6645,10 +6740,12 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
         qk__mps_prog_free(&prog);
         return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
     }
-    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded);
-    if (A && desc->y) B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
-    if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
-    else r = qk__cpu_gram_run(plan, desc, A, B ? B : A, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
+    if (A && desc->y && !j.cancel)
+        B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
     qk__mps_prog_free(&prog);
@@ -8739,7 +8836,7 @@ static void qk__mps_pack_work(void *arg, int thread)
 static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int nt, int chi, double *eps)
 {
     qk__mps_pack_job j;
-    double *lanes = qk__mps_states(p, m, x, n, nt, NULL, eps), *out;
+    double *lanes = qk__mps_states(p, m, x, n, nt, NULL, eps, NULL), *out;
     const double vals = (double)p->q * 2.0 * chi * chi * (double)n * 2.0;
     if (!lanes) return NULL;
     out = vals * 8.0 < 9.0e18 ? (double *)qk__calloc((size_t)vals, sizeof(double)) : NULL;
@@ -9341,7 +9438,7 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
     r = qk_map_check_data(map, x, n, "X");
     if (r != QK_OK) return r;
     path = map->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
-    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads);
+    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads, NULL);
     if (!s) return QK_ERROR_OUT_OF_MEMORY;
     D = (int64_t)1 << map->n_qubits;
     for (i = 0; i < n; i++) {

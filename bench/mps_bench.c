@@ -85,7 +85,7 @@ static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
         qk__mps_prog p;
         double *S, t0 = now();
         if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
-        S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc, NULL);
+        S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc, NULL, NULL);
         tb = now() - t0;
         free(S);
         qk__mps_prog_free(&p);
@@ -161,7 +161,7 @@ static void one_gpu(const char *spec, int q, int64_t n, qk_path path, qk_precisi
         qk__mps_prog p;
         double *S, t0 = now();
         if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
-        S = qk__mps_states(&p, m, x, n, qk__ncores(), NULL, NULL);
+        S = qk__mps_states(&p, m, x, n, qk__ncores(), NULL, NULL, NULL);
         tb = now() - t0;
         free(S);
         qk__mps_prog_free(&p);

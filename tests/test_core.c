@@ -2,12 +2,16 @@
    input. Every comparison is against an independent computation made here (naive loops over
    states, a Walsh-Hadamard + diagonal-phase construction of ZZ states), on fresh random inputs
    (seed printed; QK_TEST_SEED=... reproduces a run). */
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  /* mallopt (M_PERTURB) */
+#endif
 #include <string.h>
 #include <time.h>
 
@@ -314,6 +318,98 @@ static void test_outputs(void)
     qk_ctx_destroy(ctx);
 }
 
+/* A cancel while the states are built: with 18 qubits and 48 samples the states are nearly all
+   the work (each a few passes over 2^18 amplitudes, K one 48 x 48 tile), and the engine polls the
+   progress callback while it builds them, so a callback that cancels at its first call stops
+   the job in a small fraction of the uncancelled time (before the fix the first call came after
+   every state was built). Bounds: a quarter of the uncancelled run's wall time and of its CPU
+   time (all threads: the latency is a poll interval, a few ms of work, plus the unwind). The
+   CPU time holds on a loaded machine; the wall time is compared with an uncancelled run just
+   before, best of three pairs, as one scheduling hiccup on a shared 2-core machine is not the
+   engine's. Nothing of K is written, the detail says when it came, the callback is not called
+   again once it cancelled, and qk stays usable. */
+static double now_s(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+/* Meson runs the tests with MALLOC_PERTURB_ set: glibc then fills every allocation, here tens to
+   hundreds of MB of states, byte by byte, a cost of the harness as large as the cancel latency
+   measured; the timed calls turn it off (mallopt) and back on. */
+static void perturb(int on)
+{
+#if defined(__GLIBC__) && defined(M_PERTURB)
+    const char *e = getenv("MALLOC_PERTURB_");
+    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
+#else
+    (void)on;
+#endif
+}
+static int cancel_first(int64_t done, int64_t total, void *user)
+{
+    (void)done; (void)total;
+    ++*(int *)user;
+    return 1;
+}
+/* qk_gram; wall and process CPU seconds in t[0], t[1] */
+static qk_result timed_gram(qk_ctx *ctx, const qk_map *m, const qk_gram_desc *d, double t[2])
+{
+    double w = now_s(CLOCK_MONOTONIC), c = now_s(CLOCK_PROCESS_CPUTIME_ID);
+    qk_result r = qk_gram(ctx, m, d);
+    t[0] = now_s(CLOCK_MONOTONIC) - w;
+    t[1] = now_s(CLOCK_PROCESS_CPUTIME_ID) - c;
+    return r;
+}
+
+static void test_cancel_states(void)
+{
+    const int q = 18;
+    const int64_t n = 48, ny = 5;
+    qk_ctx *ctx = cpu_ctx(2);
+    qk_map *m = parse("zz(reps=2)", q);
+    double *x = rand_data(n + ny, q, 0, 3), *K = (double *)malloc(sizeof(double) * (size_t)(n * n));
+    qk_gram_desc d;
+    double full[2], cut[2], best[2] = {1e30, 1e30};
+    int64_t i;
+    int try_, calls = 0, untouched = 1;
+    memset(&d, 0, sizeof d);
+    d.x = x; d.n_x = n; d.out = K; d.progress_user = &calls;
+    perturb(0);
+    for (try_ = 0; try_ < 3 && (best[0] >= 0.25 || best[1] >= 0.25); try_++) {
+        qk_result r;
+        d.progress = NULL;
+        CHECK(timed_gram(ctx, m, &d, full) == QK_OK, "zz %d qubits, n %lld: %s", q, (long long)n, qk_last_error());
+        for (i = 0; i < n * n; i++) K[i] = -7.0;
+        d.progress = cancel_first;
+        calls = 0;
+        r = timed_gram(ctx, m, &d, cut);
+        CHECK(r == QK_ERROR_CANCELLED && strstr(qk_last_error(), "while the states were built") != NULL,
+              "cancel while building states: %d, %s", (int)r, qk_last_error());
+        CHECK(calls == 1, "the progress callback was called %d times, want 1 (it cancelled at the first)", calls);
+        for (i = 0; i < n * n; i++) if (K[i] != -7.0) untouched = 0;
+        printf("cancel while building states: %.1f ms, %.1f ms CPU (uncancelled %.1f ms, %.1f ms CPU)\n",
+               cut[0] * 1e3, cut[1] * 1e3, full[0] * 1e3, full[1] * 1e3);
+        if (cut[0] / full[0] < best[0]) best[0] = cut[0] / full[0];
+        if (cut[1] / full[1] < best[1]) best[1] = cut[1] / full[1];
+    }
+    CHECK(best[0] < 0.25 && best[1] < 0.25, "cancelled after %.0f%% of the uncancelled wall time, %.0f%% of its CPU time: the state build does not poll",
+          100 * best[0], 100 * best[1]);
+    CHECK(untouched, "a job cancelled while its states were built wrote K");
+    /* K(X,Y): X's and Y's states, the same */
+    d.y = x + n * q; d.n_y = ny;
+    calls = 0;
+    CHECK(timed_gram(ctx, m, &d, cut) == QK_ERROR_CANCELLED && calls == 1, "K(X,Y) cancel while building states: %s", qk_last_error());
+    CHECK(cut[1] < 0.25 * full[1], "K(X,Y) cancelled after %.3f s CPU (uncancelled K(X,X) %.3f s)", cut[1], full[1]);
+    /* still usable: a small job completes */
+    d.y = NULL; d.n_x = 3; d.progress = NULL;
+    CHECK(qk_gram(ctx, m, &d) == QK_OK, "after a cancel: %s", qk_last_error());
+    free(x); free(K);
+    perturb(1);
+    qk_map_free(m);
+    qk_ctx_destroy(ctx);
+}
+
 /* ---- parser ---- */
 static int same_map(const qk_map *a, const qk_map *b)
 {
@@ -504,7 +600,7 @@ static void test_diag_fold(void)
             re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
             r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
             th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
-            qk__state1(m, x, re, im, th);
+            qk__state1(m, x, re, im, th, NULL);
             r2[0] = 1.0;
             qk_map_angles(m, x, th);
             for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
@@ -529,6 +625,7 @@ int main(void)
     test_block_of_union();
     test_analytic();
     test_outputs();
+    test_cancel_states();
     test_parser();
     test_bad_input();
     test_weights();

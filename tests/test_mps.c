@@ -10,6 +10,9 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  /* mallopt (M_PERTURB) */
+#endif
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,7 +98,7 @@ static double state_error(qk_ctx *ctx, const qk_map *m, const double *x, int64_t
     double *sv = (double *)malloc(sizeof(double) * (size_t)(2 * D * n)), *mps, err = 0;
     double vr[128], vi[128], wr[128], wi[128];
     if (qk__mps_prog_make(m, &p) != QK_OK || qk_states(ctx, m, x, n, sv) != QK_OK) { printf("state_error: %s\n", qk_last_error()); exit(2); }
-    mps = qk__mps_states(&p, m, x, n, 2, discarded, NULL);
+    mps = qk__mps_states(&p, m, x, n, 2, discarded, NULL, NULL);
     if (!mps) { printf("mps states: %s\n", qk_last_error()); exit(2); }
     for (i = 0; i < n; i++) {
         const double *g = mps + (i / QK__NJ) * p.group;
@@ -740,6 +743,92 @@ static void truncation(qk_ctx *ctx)
     }
 }
 
+/* A cancel while the MPS are built: 60-qubit linear zz, K(X,Y) of 4000 samples against one, so
+   that building the 4001 MPS is nearly all the work. The engine polls the progress callback
+   while it builds, so a callback that cancels at its first call stops the job in a small
+   fraction of the uncancelled time (before, the first call came after every MPS was built).
+   Bounds: a quarter of the uncancelled run's wall time and of its CPU time (all threads; the
+   latency is a poll interval, a few ms of work, plus the unwind). The CPU time holds on a loaded
+   machine; the wall time is compared with an uncancelled run just before, best of three pairs.
+   K is not written, the callback is not called again, and a later job runs. */
+static double cpu_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+/* Meson runs the tests with MALLOC_PERTURB_ set: glibc then fills every allocation, here tens to
+   hundreds of MB of states, byte by byte, a cost of the harness as large as the cancel latency
+   measured; the timed calls turn it off (mallopt) and back on. */
+static void perturb(int on)
+{
+#if defined(__GLIBC__) && defined(M_PERTURB)
+    const char *e = getenv("MALLOC_PERTURB_");
+    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
+#else
+    (void)on;
+#endif
+}
+static int cancel_first(int64_t done, int64_t total, void *user)
+{
+    (void)done; (void)total;
+    ++*(int *)user;
+    return 1;
+}
+/* qk_gram; wall and process CPU seconds in t[0], t[1] */
+static qk_result timed_gram(qk_ctx *ctx, const qk_map *m, const qk_gram_desc *d, double t[2])
+{
+    double w = now(), c = cpu_now();
+    qk_result r = qk_gram(ctx, m, d);
+    t[0] = now() - w;
+    t[1] = cpu_now() - c;
+    return r;
+}
+
+static void cancel_while_building(void)
+{
+    const int q = 60;
+    const int64_t n = 4000;
+    qk_ctx *ctx = cpu_ctx(2);
+    qk_map *m = parse("zz(reps=2,ent=linear)", q);
+    double *x = rand_data(n + 1, q, 0.0, 3.0), *K = (double *)malloc(sizeof(double) * (size_t)n), KX[9];
+    qk_gram_desc d;
+    qk_plan plan;
+    double full[2], cut[2], best[2] = {1e30, 1e30};
+    int64_t i;
+    int try_, calls = 0, untouched = 1;
+    memset(&d, 0, sizeof d);
+    d.x = x; d.n_x = n; d.y = x + n * q; d.n_y = 1; d.out = K; d.progress_user = &calls;
+    CHECK(qk_plan_make(ctx, m, &d, &plan) == QK_OK && plan.path == QK_PATH_MPS, "cancel case: the MPS path (%s)", qk_last_error());
+    perturb(0);
+    for (try_ = 0; try_ < 3 && (best[0] >= 0.25 || best[1] >= 0.25); try_++) {
+        qk_result r;
+        d.progress = NULL;
+        CHECK(timed_gram(ctx, m, &d, full) == QK_OK, "linear zz %d qubits, %lld samples: %s", q, (long long)n, qk_last_error());
+        for (i = 0; i < n; i++) K[i] = -7.0;
+        d.progress = cancel_first;
+        calls = 0;
+        r = timed_gram(ctx, m, &d, cut);
+        CHECK(r == QK_ERROR_CANCELLED && calls == 1 && strstr(qk_last_error(), "while the states were built") != NULL,
+              "MPS: cancel while building: %d, %d calls, %s", (int)r, calls, qk_last_error());
+        for (i = 0; i < n; i++) if (K[i] != -7.0) untouched = 0;
+        printf("MPS: cancel while building %.1f ms, %.1f ms CPU (uncancelled %.1f ms, %.1f ms CPU)\n",
+               cut[0] * 1e3, cut[1] * 1e3, full[0] * 1e3, full[1] * 1e3);
+        if (cut[0] / full[0] < best[0]) best[0] = cut[0] / full[0];
+        if (cut[1] / full[1] < best[1]) best[1] = cut[1] / full[1];
+    }
+    CHECK(best[0] < 0.25 && best[1] < 0.25, "MPS: cancelled after %.0f%% of the uncancelled wall time, %.0f%% of its CPU time: the MPS build does not poll",
+          100 * best[0], 100 * best[1]);
+    CHECK(untouched, "MPS: a job cancelled while its MPS were built wrote K");
+    memset(&d, 0, sizeof d);
+    d.x = x; d.n_x = 3; d.out = KX; d.path = QK_PATH_MPS;
+    CHECK(qk_gram(ctx, m, &d) == QK_OK && fabs(KX[0] - 1.0) < 1e-12, "MPS after a cancel: %s", qk_last_error());
+    free(x); free(K);
+    perturb(1);
+    qk_map_free(m);
+    qk_ctx_destroy(ctx);
+}
+
 #define SECTION(call) do { double t0_ = now(); call; printf("%-16s %.2f s\n", #call, now() - t0_); } while (0)
 
 int main(void)
@@ -756,6 +845,7 @@ int main(void)
     SECTION(outputs(ctx));
     SECTION(planning(ctx));
     SECTION(threads_agree());
+    SECTION(cancel_while_building());
     SECTION(truncation(ctx));
     qk_ctx_destroy(ctx);
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
