@@ -501,92 +501,88 @@ static void qk__diag_op1(qk__diag_builder &db, const qk_op &o, int oi, int qbit_
     }
 }
 
-static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
+/* qk__compile's steps, in order: the product path's per-qubit op lists, the folded start, the
+   instructions (GATE / CNOT / DIAG runs with their param jobs), the passes. */
+
+/* Product maps: per-qubit op lists (qops, qoff) for the analytic kernel. */
+static qk_result qk__compile_product(const qk_map *map, qk__prog *pg, qk__err *E)
 {
     const int q = map->n_qubits;
-    pg->q = q;
-    pg->d = map->n_features;
-    pg->has_amp = 0;
-    pg->ang.resize(std::max(1, map->n_ops));
-    pg->op_kind.resize(std::max(1, map->n_ops));
-    for (int i = 0; i < map->n_ops; ++i) {
-        const qk_op &o = map->ops[i];
-        pg->ang[i] = o.angle;
-        pg->op_kind[i] = (int)o.kind;
-    }
-    /* product maps: per-qubit op lists */
     pg->qoff.assign(q + 1, 0);
-    if (map->cls == QK_CLASS_PRODUCT) {
-        std::vector<std::vector<int>> per(q);
-        for (int i = 0; i < map->n_ops; ++i) {
-            int k = map->ops[i].kind;
-            if (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ || k == QK_OP_AMPLITUDE)
-                return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "product map with an entangling or amplitude op");
-            per[map->ops[i].q0].push_back(i);
-        }
-        pg->qops.clear();
-        for (int k = 0; k < q; ++k) {
-            pg->qoff[k] = (int)pg->qops.size();
-            pg->qops.insert(pg->qops.end(), per[k].begin(), per[k].end());
-        }
-        pg->qoff[q] = (int)pg->qops.size();
-        if (pg->qops.empty()) pg->qops.push_back(0);
+    if (map->cls != QK_CLASS_PRODUCT) return QK_OK;
+    std::vector<std::vector<int>> per(q);
+    for (int i = 0; i < map->n_ops; ++i) {
+        int k = map->ops[i].kind;
+        if (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ || k == QK_OP_AMPLITUDE)
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "product map with an entangling or amplitude op");
+        per[map->ops[i].q0].push_back(i);
     }
-    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+    pg->qops.clear();
+    for (int k = 0; k < q; ++k) {
+        pg->qoff[k] = (int)pg->qops.size();
+        pg->qops.insert(pg->qops.end(), per[k].begin(), per[k].end());
+    }
+    pg->qoff[q] = (int)pg->qops.size();
+    if (pg->qops.empty()) pg->qops.push_back(0);
+    return QK_OK;
+}
 
-    /* instructions */
-    pg->instr.clear();
-    pg->jobs.clear();
-    pg->con.clear();
-    int P = 0;
+/* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold them
+   into a per-sample product start state (a 2-vector per qubit, built by the prep kernel). zz's
+   first H layer disappears this way: 16 qubits take 2 passes instead of 3. Marks the folded ops;
+   returns the offset of the q 2-vectors in the params (*P grows by 4q), or -1. */
+static int qk__compile_fold(const qk_map *map, qk__prog *pg, std::vector<char> &folded, int *P)
+{
+    const int q = map->n_qubits;
+    std::vector<std::vector<int>> fold_ops(q);
+    bool any_fold = false;
+    uint32_t touched = 0;
+    bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
+    for (int i = 0; i < map->n_ops && !amp; ++i) {
+        const qk_op &o = map->ops[i];
+        int k = o.kind;
+        bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
+        if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+        if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
+        if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+    }
+    if (!any_fold) return -1;
+    const int fold_off = *P;
+    for (int b = 0; b < q; ++b) {
+        qk__job j = {2, -1, *P + 4 * b, (int)pg->con.size(), 0};
+        for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
+        j.c1 = (int)pg->con.size();
+        pg->jobs.push_back(j);
+    }
+    *P += 4 * q;
+    return fold_off;
+}
+
+/* The instructions: every run of diagonal ops (and CX P CX parity patterns) becomes one DIAG
+   with its 1 + q + q*q coefficient jobs; other one-qubit gates a GATE with its matrix job; CNOT
+   stays. *P counts the params per sample. */
+static qk_result qk__compile_instr(const qk_map *map, qk__prog *pg, const std::vector<char> &folded, int *P, qk__err *E)
+{
+    const int q = map->n_qubits;
     qk__diag_builder db;
     bool in_diag = false;
     auto flush_diag = [&]() {
         if (!in_diag) return;
-        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, P, 0};
+        qk__instr ins = {QK__I_DIAG, -1, -1, 0, 0, *P, 0};
         pg->instr.push_back(ins);
         for (size_t s = 0; s < db.slot.size(); ++s) {
             qk__job j;
             j.kind = 1;
             j.op = -1;
-            j.out = P + (int)s;
+            j.out = *P + (int)s;
             j.c0 = (int)pg->con.size();
             for (auto &c : db.slot[s]) pg->con.push_back(c);
             j.c1 = (int)pg->con.size();
             pg->jobs.push_back(j);
         }
-        P += (int)db.slot.size();
+        *P += (int)db.slot.size();
         in_diag = false;
     };
-    /* Leading one-qubit gates on qubits nothing else has touched yet act on |0> alone: fold
-       them into a per-sample product start state (a 2-vector per qubit, built by the prep
-       kernel). zz's first H layer disappears this way: 16 qubits take 2 passes instead of 3. */
-    std::vector<char> folded(std::max(1, map->n_ops), 0);
-    std::vector<std::vector<int>> fold_ops(q);
-    bool any_fold = false;
-    {
-        uint32_t touched = 0;
-        bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
-        for (int i = 0; i < map->n_ops && !amp; ++i) {
-            const qk_op &o = map->ops[i];
-            int k = o.kind;
-            bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
-            if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
-            if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
-            if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
-        }
-    }
-    int fold_off = -1;
-    if (any_fold) {
-        fold_off = P;
-        for (int b = 0; b < q; ++b) {
-            qk__job j = {2, -1, P + 4 * b, (int)pg->con.size(), 0};
-            for (int op : fold_ops[b]) { qk__contrib c = {op, 0, 0}; pg->con.push_back(c); }
-            j.c1 = (int)pg->con.size();
-            pg->jobs.push_back(j);
-        }
-        P += 4 * q;
-    }
     for (int i = 0; i < map->n_ops; ++i) {
         const qk_op &o = map->ops[i];
         int k = o.kind;
@@ -618,17 +614,21 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
             qk__instr ins = {QK__I_CNOT, o.q0, o.q1, 0, 0, 0, 0};
             pg->instr.push_back(ins);
         } else {
-            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, P, k == QK_OP_H};
+            qk__instr ins = {QK__I_GATE, o.q0, -1, 0, 0, *P, k == QK_OP_H};
             pg->instr.push_back(ins);
-            qk__job j = {0, i, P, 0, 0};
+            qk__job j = {0, i, *P, 0, 0};
             pg->jobs.push_back(j);
-            P += 8;
+            *P += 8;
         }
     }
     flush_diag();
-    pg->P = std::max(P, 1);
+    return QK_OK;
+}
 
-    /* passes */
+/* The passes: instructions packed greedily into passes of at most QK__LMAX qubits, each filled
+   with the lowest qubits (coalesced global accesses); the first starts from the folded state. */
+static void qk__compile_passes(qk__prog *pg, int q, int fold_off)
+{
     pg->passes.clear();
     const int L = std::min(q, QK__LMAX);
     uint32_t S = 0;
@@ -638,7 +638,6 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     cur.first = 1;
     cur.fold = fold_off;
     auto close = [&](int i1) {
-        /* fill with the lowest qubits (coalescing) */
         for (int b = 0; b < q && __builtin_popcount(S) < L; ++b) S |= 1u << b;
         cur.L = L;
         int np = 0, nn = 0;
@@ -672,6 +671,31 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         S = need;
     }
     close((int)pg->instr.size());
+}
+
+static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
+{
+    const int q = map->n_qubits;
+    pg->q = q;
+    pg->d = map->n_features;
+    pg->has_amp = 0;
+    pg->ang.resize(std::max(1, map->n_ops));
+    pg->op_kind.resize(std::max(1, map->n_ops));
+    for (int i = 0; i < map->n_ops; ++i) {
+        pg->ang[i] = map->ops[i].angle;
+        pg->op_kind[i] = (int)map->ops[i].kind;
+    }
+    QK_TRY(qk__compile_product(map, pg, E));
+    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+    pg->instr.clear();
+    pg->jobs.clear();
+    pg->con.clear();
+    int P = 0;
+    std::vector<char> folded(std::max(1, map->n_ops), 0);
+    const int fold_off = qk__compile_fold(map, pg, folded, &P);
+    QK_TRY(qk__compile_instr(map, pg, folded, &P, E));
+    pg->P = std::max(P, 1);
+    qk__compile_passes(pg, q, fold_off);
     return QK_OK;
 }
 
