@@ -1098,6 +1098,25 @@ __device__ __forceinline__ uint32_t qk__wht_tpart(uint32_t t, int rb0, int RB)
     return (t & ((1u << rb0) - 1)) | ((t >> rb0) << (rb0 + RB));
 }
 __device__ __forceinline__ uint32_t qk__wht_swz(uint32_t r) { return r ^ ((r >> 5) & 31); }
+/* The global amplitude index of register slot k of thread t in layout cur: the thread's part
+   (fixed bits and its in-chunk bits) or the qubits of the set register bits (k is a
+   compile-time index at every use: the selection folds away). */
+template <int RB> struct qk__wht_gidx {
+    uint32_t gt, gb[RB];
+    __device__ __forceinline__ qk__wht_gidx(const qk__pass &p, uint32_t fixed, uint32_t t, int cur)
+    {
+        gt = fixed | qk__pdep(qk__wht_tpart(t, cur, RB), p);
+#pragma unroll
+        for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+    }
+    __device__ __forceinline__ uint32_t operator()(int k) const
+    {
+        uint32_t g = gt;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+        return g;
+    }
+};
 /* T values of the structured pass's tables: the phase tables (at most 13 + 1 + 16 + 32 + 5 * 16
    + 5 * 16 + 5 * 32 for RB 4 or 5), then the fold's 16 + 32 + 1 complex */
 #define QK__WHT_TBL 448
@@ -1127,7 +1146,6 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
 
     /* start: the folded product state, |0>, or the previous pass's amplitudes */
     {
-        const uint32_t tp = qk__wht_tpart(t, cur, RB), gt = fixed | qk__pdep(tp, p);
         if (p.first && p.fold >= 0) {
             /* prod over qubits of u_Q[bit]: the thread's factor from block tables (fixed bits,
                thread bits 0..3, thread bits 4..), then a product tree over the register bits
@@ -1175,14 +1193,10 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
                 }
             }
         } else {
-            uint32_t gb[RB];
-#pragma unroll
-            for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+            const qk__wht_gidx<RB> gi(p, fixed, t, cur);
 #pragma unroll
             for (int k = 0; k < R; ++k) {
-                uint32_t g = gt;
-#pragma unroll
-                for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+                const uint32_t g = gi(k);
                 if (p.first) { v[k].x = g == 0 ? (T)1 : (T)0; v[k].y = 0; }
                 else { const V2 w = ((const V2 *)in)[s * D + g]; v[k].x = w.x; v[k].y = w.y; }
             }
@@ -1323,15 +1337,10 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
 
     /* store from a layout with in-chunk bits 0..4 on the lanes */
     if (cur < 5) transpose(LY::at(0));
-    const uint32_t gt = fixed | qk__pdep(qk__wht_tpart(t, cur, RB), p);
-    uint32_t gb[RB];
-#pragma unroll
-    for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+    const qk__wht_gidx<RB> gi(p, fixed, t, cur);
 #pragma unroll
     for (int k = 0; k < R; ++k) {
-        uint32_t g = gt;
-#pragma unroll
-        for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+        const uint32_t g = gi(k);
         if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
         else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
     }

@@ -5,13 +5,11 @@
 #define _POSIX_C_SOURCE 200809L  /* clock_gettime under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
+#include "qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__GLIBC__)
-#include <malloc.h>  /* mallopt (M_PERTURB) */
-#endif
 #include <string.h>
 #include <time.h>
 
@@ -328,39 +326,6 @@ static void test_outputs(void)
    before, best of three pairs, as one scheduling hiccup on a shared 2-core machine is not the
    engine's. Nothing of K is written, the detail says when it came, the callback is not called
    again once it cancelled, and qk stays usable. */
-static double now_s(clockid_t clk)
-{
-    struct timespec t;
-    clock_gettime(clk, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-/* Meson runs the tests with MALLOC_PERTURB_ set: glibc then fills every allocation, here tens to
-   hundreds of MB of states, byte by byte, a cost of the harness as large as the cancel latency
-   measured; the timed calls turn it off (mallopt) and back on. */
-static void perturb(int on)
-{
-#if defined(__GLIBC__) && defined(M_PERTURB)
-    const char *e = getenv("MALLOC_PERTURB_");
-    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
-#else
-    (void)on;
-#endif
-}
-static int cancel_first(int64_t done, int64_t total, void *user)
-{
-    (void)done; (void)total;
-    ++*(int *)user;
-    return 1;
-}
-/* qk_gram; wall and process CPU seconds in t[0], t[1] */
-static qk_result timed_gram(qk_ctx *ctx, const qk_map *m, const qk_gram_desc *d, double t[2])
-{
-    double w = now_s(CLOCK_MONOTONIC), c = now_s(CLOCK_PROCESS_CPUTIME_ID);
-    qk_result r = qk_gram(ctx, m, d);
-    t[0] = now_s(CLOCK_MONOTONIC) - w;
-    t[1] = now_s(CLOCK_PROCESS_CPUTIME_ID) - c;
-    return r;
-}
 
 static void test_cancel_states(void)
 {
@@ -375,15 +340,15 @@ static void test_cancel_states(void)
     int try_, calls = 0, untouched = 1;
     memset(&d, 0, sizeof d);
     d.x = x; d.n_x = n; d.out = K; d.progress_user = &calls;
-    perturb(0);
+    qk_test_perturb(0);
     for (try_ = 0; try_ < 3 && (best[0] >= 0.25 || best[1] >= 0.25); try_++) {
         qk_result r;
         d.progress = NULL;
-        CHECK(timed_gram(ctx, m, &d, full) == QK_OK, "zz %d qubits, n %lld: %s", q, (long long)n, qk_last_error());
+        CHECK(qk_test_timed_gram(ctx, m, &d, full) == QK_OK, "zz %d qubits, n %lld: %s", q, (long long)n, qk_last_error());
         for (i = 0; i < n * n; i++) K[i] = -7.0;
-        d.progress = cancel_first;
+        d.progress = qk_test_cancel_first;
         calls = 0;
-        r = timed_gram(ctx, m, &d, cut);
+        r = qk_test_timed_gram(ctx, m, &d, cut);
         CHECK(r == QK_ERROR_CANCELLED && strstr(qk_last_error(), "while the states were built") != NULL,
               "cancel while building states: %d, %s", (int)r, qk_last_error());
         CHECK(calls == 1, "the progress callback was called %d times, want 1 (it cancelled at the first)", calls);
@@ -399,13 +364,13 @@ static void test_cancel_states(void)
     /* K(X,Y): X's and Y's states, the same */
     d.y = x + n * q; d.n_y = ny;
     calls = 0;
-    CHECK(timed_gram(ctx, m, &d, cut) == QK_ERROR_CANCELLED && calls == 1, "K(X,Y) cancel while building states: %s", qk_last_error());
+    CHECK(qk_test_timed_gram(ctx, m, &d, cut) == QK_ERROR_CANCELLED && calls == 1, "K(X,Y) cancel while building states: %s", qk_last_error());
     CHECK(cut[1] < 0.25 * full[1], "K(X,Y) cancelled after %.3f s CPU (uncancelled K(X,X) %.3f s)", cut[1], full[1]);
     /* still usable: a small job completes */
     d.y = NULL; d.n_x = 3; d.progress = NULL;
     CHECK(qk_gram(ctx, m, &d) == QK_OK, "after a cancel: %s", qk_last_error());
     free(x); free(K);
-    perturb(1);
+    qk_test_perturb(1);
     qk_map_free(m);
     qk_ctx_destroy(ctx);
 }

@@ -11,13 +11,11 @@
 #define _POSIX_C_SOURCE 200809L  /* mkdtemp under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
+#include "qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__GLIBC__)
-#include <malloc.h>  /* mallopt (M_PERTURB) */
-#endif
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -234,39 +232,6 @@ static int cancel_at(int64_t done, int64_t total, void *user)
    time (all threads; the latency is a poll interval, a few ms of work, plus the unwind). The CPU
    time holds on a loaded machine; the wall time is compared with an uncancelled run just before,
    best of three pairs. The streamed output leaves no file, not even a temporary one. */
-static double now_s(clockid_t clk)
-{
-    struct timespec t;
-    clock_gettime(clk, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-/* Meson runs the tests with MALLOC_PERTURB_ set: glibc then fills every allocation, here tens to
-   hundreds of MB of states, byte by byte, a cost of the harness as large as the cancel latency
-   measured; the timed calls turn it off (mallopt) and back on. */
-static void perturb(int on)
-{
-#if defined(__GLIBC__) && defined(M_PERTURB)
-    const char *e = getenv("MALLOC_PERTURB_");
-    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
-#else
-    (void)on;
-#endif
-}
-static int cancel_first(int64_t done, int64_t total, void *user)
-{
-    (void)done; (void)total;
-    ++*(int *)user;
-    return 1;
-}
-/* qk_gram; wall and process CPU seconds in t[0], t[1] */
-static qk_result timed_gram(qk_ctx *c, const qk_map *m, const qk_gram_desc *g, double t[2])
-{
-    double w = now_s(CLOCK_MONOTONIC), cpu = now_s(CLOCK_PROCESS_CPUTIME_ID);
-    qk_result r = qk_gram(c, m, g);
-    t[0] = now_s(CLOCK_MONOTONIC) - w;
-    t[1] = now_s(CLOCK_PROCESS_CPUTIME_ID) - cpu;
-    return r;
-}
 /* a context whose budget plans blocks of R for g */
 static qk_ctx *tiled_ctx(const qk_map *m, const qk_gram_desc *g, int nt, int64_t R)
 {
@@ -300,17 +265,17 @@ static void cancel_while_building(void)
     snprintf(path, sizeof path, "%s/K.npy", sub);
     CHECK(mkdir(sub, 0700) == 0, "mkdir %s", sub);
     gn = g;
-    gn.out = NULL; gn.output = QK_OUTPUT_NPY; gn.out_path = path; gn.progress = cancel_first;
+    gn.out = NULL; gn.output = QK_OUTPUT_NPY; gn.out_path = path; gn.progress = qk_test_cancel_first;
     c = tiled_ctx(m, &g, nt, R);
     cn = tiled_ctx(m, &gn, nt, R);
-    perturb(0);
+    qk_test_perturb(0);
     for (i = 0; i < 3 && (best[0] >= 0.2 || best[1] >= 0.2 || bestn[0] >= 0.2 || bestn[1] >= 0.2); i++) {
         qk_result r;
         g.progress = NULL;
-        CHECK(timed_gram(c, m, &g, full) == QK_OK, "tiled zz %d qubits: %s", q, qk_last_error());
-        g.progress = cancel_first;
+        CHECK(qk_test_timed_gram(c, m, &g, full) == QK_OK, "tiled zz %d qubits: %s", q, qk_last_error());
+        g.progress = qk_test_cancel_first;
         calls = 0;
-        r = timed_gram(c, m, &g, cut);
+        r = qk_test_timed_gram(c, m, &g, cut);
         CHECK(r == QK_ERROR_CANCELLED && calls == 1 && strstr(qk_last_error(), "cancelled by a callback") != NULL,
               "tiled: cancel while building: %d, %d calls, %s", (int)r, calls, qk_last_error());
         printf("tiled states: cancel while building %.1f ms, %.1f ms CPU (uncancelled %.1f ms, %.1f ms CPU)\n",
@@ -318,7 +283,7 @@ static void cancel_while_building(void)
         if (cut[0] / full[0] < best[0]) best[0] = cut[0] / full[0];
         if (cut[1] / full[1] < best[1]) best[1] = cut[1] / full[1];
         calls = 0;
-        r = timed_gram(cn, m, &gn, cut);
+        r = qk_test_timed_gram(cn, m, &gn, cut);
         CHECK(r == QK_ERROR_CANCELLED && calls == 1, "tiled npy: cancel while building: %d, %d calls, %s", (int)r, calls, qk_last_error());
         if (cut[0] / full[0] < bestn[0]) bestn[0] = cut[0] / full[0];
         if (cut[1] / full[1] < bestn[1]) bestn[1] = cut[1] / full[1];
@@ -329,7 +294,7 @@ static void cancel_while_building(void)
     CHECK(rmdir(sub) == 0, "tiled npy: files left after a cancel in %s", sub);
     qk_ctx_destroy(c);
     qk_ctx_destroy(cn);
-    perturb(1);
+    qk_test_perturb(1);
     qk_map_free(m);
     free(x);
 }

@@ -6,13 +6,11 @@
    and clear errors. Fresh random data each run (seed printed; QK_TEST_SEED=... reproduces it). */
 #define QK_IMPLEMENTATION
 #include "qk.h"
+#include "qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if defined(__GLIBC__)
-#include <malloc.h>  /* mallopt (M_PERTURB) */
-#endif
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
@@ -751,39 +749,6 @@ static void truncation(qk_ctx *ctx)
    latency is a poll interval, a few ms of work, plus the unwind). The CPU time holds on a loaded
    machine; the wall time is compared with an uncancelled run just before, best of three pairs.
    K is not written, the callback is not called again, and a later job runs. */
-static double cpu_now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-/* Meson runs the tests with MALLOC_PERTURB_ set: glibc then fills every allocation, here tens to
-   hundreds of MB of states, byte by byte, a cost of the harness as large as the cancel latency
-   measured; the timed calls turn it off (mallopt) and back on. */
-static void perturb(int on)
-{
-#if defined(__GLIBC__) && defined(M_PERTURB)
-    const char *e = getenv("MALLOC_PERTURB_");
-    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
-#else
-    (void)on;
-#endif
-}
-static int cancel_first(int64_t done, int64_t total, void *user)
-{
-    (void)done; (void)total;
-    ++*(int *)user;
-    return 1;
-}
-/* qk_gram; wall and process CPU seconds in t[0], t[1] */
-static qk_result timed_gram(qk_ctx *ctx, const qk_map *m, const qk_gram_desc *d, double t[2])
-{
-    double w = now(), c = cpu_now();
-    qk_result r = qk_gram(ctx, m, d);
-    t[0] = now() - w;
-    t[1] = cpu_now() - c;
-    return r;
-}
 
 static void cancel_while_building(void)
 {
@@ -800,15 +765,15 @@ static void cancel_while_building(void)
     memset(&d, 0, sizeof d);
     d.x = x; d.n_x = n; d.y = x + n * q; d.n_y = 1; d.out = K; d.progress_user = &calls;
     CHECK(qk_plan_make(ctx, m, &d, &plan) == QK_OK && plan.path == QK_PATH_MPS, "cancel case: the MPS path (%s)", qk_last_error());
-    perturb(0);
+    qk_test_perturb(0);
     for (try_ = 0; try_ < 3 && (best[0] >= 0.25 || best[1] >= 0.25); try_++) {
         qk_result r;
         d.progress = NULL;
-        CHECK(timed_gram(ctx, m, &d, full) == QK_OK, "linear zz %d qubits, %lld samples: %s", q, (long long)n, qk_last_error());
+        CHECK(qk_test_timed_gram(ctx, m, &d, full) == QK_OK, "linear zz %d qubits, %lld samples: %s", q, (long long)n, qk_last_error());
         for (i = 0; i < n; i++) K[i] = -7.0;
-        d.progress = cancel_first;
+        d.progress = qk_test_cancel_first;
         calls = 0;
-        r = timed_gram(ctx, m, &d, cut);
+        r = qk_test_timed_gram(ctx, m, &d, cut);
         CHECK(r == QK_ERROR_CANCELLED && calls == 1 && strstr(qk_last_error(), "while the states were built") != NULL,
               "MPS: cancel while building: %d, %d calls, %s", (int)r, calls, qk_last_error());
         for (i = 0; i < n; i++) if (K[i] != -7.0) untouched = 0;
@@ -824,7 +789,7 @@ static void cancel_while_building(void)
     d.x = x; d.n_x = 3; d.out = KX; d.path = QK_PATH_MPS;
     CHECK(qk_gram(ctx, m, &d) == QK_OK && fabs(KX[0] - 1.0) < 1e-12, "MPS after a cancel: %s", qk_last_error());
     free(x); free(K);
-    perturb(1);
+    qk_test_perturb(1);
     qk_map_free(m);
     qk_ctx_destroy(ctx);
 }
