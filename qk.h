@@ -2459,6 +2459,71 @@ static void qk__apply(const qk_op *o, double t, const double *x, double *re, dou
     }
 }
 
+/* ---- Hadamard runs: H on a set M of distinct qubits as one Walsh-Hadamard transform ----
+   H^(x)M = 2^(-|M|/2) times add/subtract butterflies over the bits of M: 2 flops per amplitude
+   and bit on the split (re, im) arrays, where the gate-by-gate path takes a general 2x2 complex
+   matrix (14); the bits below QK__WHT_BLOCK go block by block in cache, with the scale, the
+   others one pass each. A fresh |0> (the map's first ops, zz's and iqp's first layer) becomes
+   the uniform superposition over M directly. */
+#define QK__WHT_BLOCK 10
+/* The run of H ops on distinct qubits at op k: its length, the qubits in *mask. */
+static int qk__hrun(const qk_map *m, int k, int64_t *mask)
+{
+    int n = 0;
+    int64_t M = 0;
+    while (k + n < m->n_ops && m->ops[k + n].kind == QK_OP_H && !((M >> m->ops[k + n].q0) & 1)) {
+        M |= (int64_t)1 << m->ops[k + n].q0;
+        n++;
+    }
+    *mask = M;
+    return n;
+}
+static double qk__wht_scale(int64_t M)
+{
+    int m = 0;
+    for (; M; M &= M - 1) m++;
+    return ldexp(m & 1 ? 0.70710678118654752440 : 1.0, -(m >> 1));
+}
+/* unnormalised butterflies on bit `bit` over amplitudes [lo, hi) */
+static void qk__wht_bit(double *re, double *im, int64_t lo, int64_t hi, int64_t bit)
+{
+    int64_t i0, i;
+    for (i0 = lo; i0 < hi; i0 += 2 * bit)
+        for (i = i0; i < i0 + bit; i++) {
+            double ar = re[i], br = re[i + bit], ai = im[i], bi = im[i + bit];
+            re[i] = ar + br; re[i + bit] = ar - br;
+            im[i] = ai + bi; im[i + bit] = ai - bi;
+        }
+}
+static void qk__wht(double *re, double *im, int q, int64_t M)
+{
+    const int64_t D = (int64_t)1 << q, bs = (int64_t)1 << (q < QK__WHT_BLOCK ? q : QK__WHT_BLOCK);
+    const double sc = qk__wht_scale(M);
+    int64_t b0, i, bit;
+    if (M & (bs - 1)) {
+        for (b0 = 0; b0 < D; b0 += bs) {
+            for (bit = 1; bit < bs; bit <<= 1)
+                if (M & bit) qk__wht_bit(re, im, b0, b0 + bs, bit);
+            for (i = b0; i < b0 + bs; i++) { re[i] *= sc; im[i] *= sc; }
+        }
+    } else {
+        for (i = 0; i < D; i++) { re[i] *= sc; im[i] *= sc; }
+    }
+    for (bit = bs; bit < D; bit <<= 1)
+        if (M & bit) qk__wht_bit(re, im, 0, D, bit);
+}
+/* H on the qubits of M applied to |0>: 2^(-|M|/2) at every index inside M */
+static void qk__wht_fresh(double *re, int64_t M)
+{
+    const double sc = qk__wht_scale(M);
+    int64_t s = M;
+    for (;;) {
+        re[s] = sc;
+        if (!s) break;
+        s = (s - 1) & M;
+    }
+}
+
 /* ---- diagonal runs: a run of diagonal ops as one quadratic phase, applied by tables ----
    Z, RZ, P, CZ, RZZ and the zz pair CNOT(a,b) P(t)_b CNOT(a,b) are diagonal; a run of them is
    the phase e^{i f(b)} of the basis index b with
@@ -2630,8 +2695,19 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
     for (k = first; k < m->n_ops; k++) {
         const qk_op *o = &m->ops[k];
         int k1 = k, nd = 0;
+        int64_t hm;
         /* a run of diagonal ops with at least three passes' worth: one table pass (above) */
         int angled = 0;
+        /* a run of Hadamards on distinct qubits: one transform (above); on the fresh |0> (op 0,
+           re[0] = 1, the rest 0) the superposition it makes */
+        int nh = qk__hrun(m, k, &hm);
+        if (nh >= 2) {
+            if (k == 0) qk__wht_fresh(re, hm);
+            else qk__wht(re, im, q, hm);
+            k += nh - 1;
+            if (poll && qk__poll_tick(poll, (int64_t)nh * D / 4)) return;
+            continue;
+        }
         while (q >= QK__DIAG_MIN_QUBITS && k1 < m->n_ops && qk__diag_len(m, k1)) {
             angled |= m->ops[k1].kind != QK_OP_Z && m->ops[k1].kind != QK_OP_CZ; /* Z, CZ alone: exact -1 op by op */
             k1 += qk__diag_len(m, k1);
