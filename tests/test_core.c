@@ -579,6 +579,48 @@ static void test_diag_fold(void)
         }
 }
 
+/* The CPU state builder applies a run of Hadamards on distinct qubits as one Walsh-Hadamard
+   transform (a fresh |0> directly as the superposition): the state equals the op-by-op
+   application (qk__apply, a 2x2 matrix per H) to 1e-13, on fresh random data, for runs at the
+   start (fresh, partial masks), in the middle of other gates, of high qubits only (no bit under
+   the cache block: the separate scale pass), broken by a repeated qubit (h(3) h(3) is the
+   identity, two runs), below the block size (4 qubits) and above it. */
+static void test_h_runs(void)
+{
+    const char *specs[] = {
+        "circuit(qubits=12: h(1) h(4) h(10) ry(0, x0) ry(11, x1) rz(5, x2) h(10) h(11) cz(0,11) h(0) h(3) h(3) h(11) h(10) "
+        "h(2) ry(4, x3) h(4) h(0) h(11) h(1) h(5) h(6) h(7) h(8) h(9) rz(7, x0*x1) h(7) h(7))",
+        "circuit(qubits=4: h(0) h(1) h(2) h(3) rz(2, x0) cz(0,3) h(3) h(1) ry(0, x1) h(0) h(2) h(3))",
+        "circuit(qubits=13: ry(12, x0) h(12) h(11) h(10) rz(3, x1) h(0) h(12) cz(2,12) h(5) h(6))",
+        "zz(reps=3,ent=linear)"};
+    int si;
+    for (si = 0; si < 4; si++) {
+        qk_map *m = NULL;
+        int q, d = si == 3 ? 11 : 4;
+        int64_t D, i;
+        double *x, *re, *im, *r2, *i2, *th, e = 0.0;
+        int k;
+        if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "h runs: parse %s: %s", specs[si], qk_last_error()); continue; }
+        q = m->n_qubits;
+        D = (int64_t)1 << q;
+        x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
+        re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
+        r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
+        th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
+        qk__state1(m, x, re, im, th, NULL);
+        r2[0] = 1.0;
+        qk_map_angles(m, x, th);
+        for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
+        for (i = 0; i < D; i++) {
+            double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
+            if (!(a <= e)) e = a;
+        }
+        CHECK(e <= 1e-13, "h runs %s: max |state - op-by-op| = %.3g", specs[si], e);
+        qk_map_free(m);
+        free(x); free(re); free(im); free(r2); free(i2); free(th);
+    }
+}
+
 int main(void)
 {
     const char *seed = getenv("QK_TEST_SEED");
@@ -595,6 +637,7 @@ int main(void)
     test_bad_input();
     test_weights();
     test_diag_fold();
+    test_h_runs();
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;
 }
