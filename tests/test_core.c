@@ -543,6 +543,30 @@ static void test_weights(void)
     qk_ctx_destroy(ctx);
 }
 
+/* max |state - op-by-op| of sample x: qk__state1 (diagonal runs and Hadamard runs folded)
+   against qk__apply op by op, nothing folded */
+static double state_vs_op_by_op(const qk_map *m, const double *x)
+{
+    const int q = m->n_qubits;
+    const int64_t D = (int64_t)1 << q;
+    double *re = (double *)malloc(sizeof(double) * (size_t)D), *im = (double *)malloc(sizeof(double) * (size_t)D);
+    double *r2 = (double *)calloc((size_t)D, sizeof(double)), *i2 = (double *)calloc((size_t)D, sizeof(double));
+    double *th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
+    double e = 0.0;
+    int64_t i;
+    int k;
+    qk__state1(m, x, re, im, th, NULL);
+    r2[0] = 1.0;
+    qk_map_angles(m, x, th);
+    for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
+    for (i = 0; i < D; i++) {
+        double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
+        if (!(a <= e)) e = a;
+    }
+    free(re); free(im); free(r2); free(i2); free(th);
+    return e;
+}
+
 /* The CPU state builder folds a run of diagonal ops (Z, RZ, P, CZ, RZZ, zz pairs) into one
    table pass from QK__DIAG_MIN_QUBITS on: the state equals the op-by-op application of every
    op (qk__apply, no folding) on fresh random data, to 1e-13, for every map family with
@@ -556,26 +580,15 @@ static void test_diag_fold(void)
     for (si = 0; si < 5; si++)
         for (q = QK__DIAG_MIN_QUBITS - 1; q <= QK__DIAG_MIN_QUBITS + 1; q++) {
             qk_map *m = NULL;
-            int64_t D = (int64_t)1 << q, i;
-            double *x, *re, *im, *r2, *i2, *th, e = 0.0;
-            int k, d = si == 4 ? 4 : q;
+            double *x, e;
+            int d = si == 4 ? 4 : q;
             if (si == 4 && q != QK__DIAG_MIN_QUBITS) continue;
             if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "diag fold: parse %s: %s", specs[si], qk_last_error()); continue; }
             x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
-            re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
-            r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
-            th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
-            qk__state1(m, x, re, im, th, NULL);
-            r2[0] = 1.0;
-            qk_map_angles(m, x, th);
-            for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
-            for (i = 0; i < D; i++) {
-                double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
-                if (!(a <= e)) e = a;
-            }
+            e = state_vs_op_by_op(m, x);
             CHECK(e <= 1e-13, "diag fold %s q=%d: max |state - op-by-op| = %.3g", specs[si], q, e);
             qk_map_free(m);
-            free(x); free(re); free(im); free(r2); free(i2); free(th);
+            free(x);
         }
 }
 
@@ -596,28 +609,14 @@ static void test_h_runs(void)
     int si;
     for (si = 0; si < 4; si++) {
         qk_map *m = NULL;
-        int q, d = si == 3 ? 11 : 4;
-        int64_t D, i;
-        double *x, *re, *im, *r2, *i2, *th, e = 0.0;
-        int k;
+        int d = si == 3 ? 11 : 4;
+        double *x, e;
         if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "h runs: parse %s: %s", specs[si], qk_last_error()); continue; }
-        q = m->n_qubits;
-        D = (int64_t)1 << q;
         x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
-        re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
-        r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
-        th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
-        qk__state1(m, x, re, im, th, NULL);
-        r2[0] = 1.0;
-        qk_map_angles(m, x, th);
-        for (k = 0; k < m->n_ops; k++) qk__apply(&m->ops[k], th[k], x, r2, i2, q);
-        for (i = 0; i < D; i++) {
-            double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
-            if (!(a <= e)) e = a;
-        }
+        e = state_vs_op_by_op(m, x);
         CHECK(e <= 1e-13, "h runs %s: max |state - op-by-op| = %.3g", specs[si], e);
         qk_map_free(m);
-        free(x); free(re); free(im); free(r2); free(i2); free(th);
+        free(x);
     }
 }
 
