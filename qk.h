@@ -2381,8 +2381,18 @@ static void qk__g1(double *re, double *im, int64_t D, int q,
                    double ur0, double ui0, double ur1, double ui1,
                    double ur2, double ui2, double ur3, double ui3)
 {
-    /* [a0'; a1'] = [[u0 u1]; [u2 u3]] [a0; a1] on qubit q */
+    /* [a0'; a1'] = [[u0 u1]; [u2 u3]] [a0; a1] on qubit q; im NULL: a real state and a real
+       matrix (H, X, RY, BASIS; the imaginary parts are 0 and stay 0) */
     int64_t bit = (int64_t)1 << q, i0, i;
+    if (!im) {
+        for (i0 = 0; i0 < D; i0 += 2 * bit)
+            for (i = i0; i < i0 + bit; i++) {
+                double ar = re[i], br = re[i + bit];
+                re[i] = ur0 * ar + ur1 * br;
+                re[i + bit] = ur2 * ar + ur3 * br;
+            }
+        return;
+    }
     for (i0 = 0; i0 < D; i0 += 2 * bit)
         for (i = i0; i < i0 + bit; i++) {
             int64_t j = i + bit;
@@ -2394,10 +2404,14 @@ static void qk__g1(double *re, double *im, int64_t D, int q,
         }
 }
 
-/* multiply amplitude i by (cr + i ci) when (i & mask) == want */
+/* multiply amplitude i by (cr + i ci) when (i & mask) == want; im NULL: a real state, ci 0 */
 static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t want, double cr, double ci)
 {
     int64_t i;
+    if (!im) {
+        for (i = 0; i < D; i++) if ((i & mask) == want) re[i] *= cr;
+        return;
+    }
     for (i = 0; i < D; i++) {
         if ((i & mask) == want) {
             double ar = re[i], ai = im[i];
@@ -2407,7 +2421,15 @@ static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t w
     }
 }
 
-/* Applies op o with angle t to the state (re, im) of q qubits; x is the sample (for BASIS). */
+/* Ops with real matrices (a real state stays real): the CPU builder skips the imaginary parts
+   until the first other op (hea(rot=y) never has one: half the flops of its states). */
+static int qk__real_op(qk_op_kind k)
+{
+    return k == QK_OP_H || k == QK_OP_X || k == QK_OP_RY || k == QK_OP_Z || k == QK_OP_CZ || k == QK_OP_CNOT || k == QK_OP_BASIS;
+}
+
+/* Applies op o with angle t to the state (re, im) of q qubits; x is the sample (for BASIS).
+   im NULL: the state is real and o one of the real ops (qk__real_op), which leave it real. */
 static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
 {
     int64_t D = (int64_t)1 << q, i;
@@ -2444,9 +2466,10 @@ static void qk__apply(const qk_op *o, double t, const double *x, double *re, dou
         for (i = 0; i < D; i++) {
             if ((i & bc) && !(i & bt)) {
                 int64_t j = i | bt;
-                double tr = re[i], ti = im[i];
-                re[i] = re[j]; im[i] = im[j];
-                re[j] = tr; im[j] = ti;
+                double tr = re[i];
+                re[i] = re[j];
+                re[j] = tr;
+                if (im) { tr = im[i]; im[i] = im[j]; im[j] = tr; }
             }
         }
         break;
@@ -2484,10 +2507,18 @@ static double qk__wht_scale(int64_t M)
     for (; M; M &= M - 1) m++;
     return ldexp(m & 1 ? 0.70710678118654752440 : 1.0, -(m >> 1));
 }
-/* unnormalised butterflies on bit `bit` over amplitudes [lo, hi) */
+/* unnormalised butterflies on bit `bit` over amplitudes [lo, hi); im NULL: a real state */
 static void qk__wht_bit(double *re, double *im, int64_t lo, int64_t hi, int64_t bit)
 {
     int64_t i0, i;
+    if (!im) {
+        for (i0 = lo; i0 < hi; i0 += 2 * bit)
+            for (i = i0; i < i0 + bit; i++) {
+                double ar = re[i], br = re[i + bit];
+                re[i] = ar + br; re[i + bit] = ar - br;
+            }
+        return;
+    }
     for (i0 = lo; i0 < hi; i0 += 2 * bit)
         for (i = i0; i < i0 + bit; i++) {
             double ar = re[i], br = re[i + bit], ai = im[i], bi = im[i + bit];
@@ -2504,10 +2535,10 @@ static void qk__wht(double *re, double *im, int q, int64_t M)
         for (b0 = 0; b0 < D; b0 += bs) {
             for (bit = 1; bit < bs; bit <<= 1)
                 if (M & bit) qk__wht_bit(re, im, b0, b0 + bs, bit);
-            for (i = b0; i < b0 + bs; i++) { re[i] *= sc; im[i] *= sc; }
+            for (i = b0; i < b0 + bs; i++) { re[i] *= sc; if (im) im[i] *= sc; }
         }
     } else {
-        for (i = 0; i < D; i++) { re[i] *= sc; im[i] *= sc; }
+        for (i = 0; i < D; i++) { re[i] *= sc; if (im) im[i] *= sc; }
     }
     for (bit = bs; bit < D; bit <<= 1)
         if (M & bit) qk__wht_bit(re, im, 0, D, bit);
@@ -2679,7 +2710,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
 {
     int q = m->n_qubits, k;
     int64_t D = (int64_t)1 << q, i;
-    int first = 0;
+    int first = 0, cplx = 0; /* cplx: some op made the state complex (before: im is all 0) */
     memset(re, 0, sizeof(double) * (size_t)D);
     memset(im, 0, sizeof(double) * (size_t)D);
     if (m->n_ops > 0 && m->ops[0].kind == QK_OP_AMPLITUDE) {
@@ -2696,6 +2727,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
         const qk_op *o = &m->ops[k];
         int k1 = k, nd = 0;
         int64_t hm;
+        double *imc = cplx ? im : NULL; /* the imaginary parts, where they are not all 0 */
         /* a run of diagonal ops with at least three passes' worth: one table pass (above) */
         int angled = 0;
         /* a run of Hadamards on distinct qubits: one transform (above); on the fresh |0> (op 0,
@@ -2703,7 +2735,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
         int nh = qk__hrun(m, k, &hm);
         if (nh >= 2) {
             if (k == 0) qk__wht_fresh(re, hm);
-            else qk__wht(re, im, q, hm);
+            else qk__wht(re, imc, q, hm);
             k += nh - 1;
             if (poll && qk__poll_tick(poll, (int64_t)nh * D / 4)) return;
             continue;
@@ -2714,6 +2746,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
             nd++;
         }
         if (nd >= 3 && q >= QK__DIAG_MIN_QUBITS && angled) {
+            cplx = 1;
             qk__diag_run(m, k, k1, theta, re, im, q, theta + m->n_ops + 1);
             k = k1 - 1;
             if (poll && qk__poll_tick(poll, 2 * D)) return;
@@ -2725,6 +2758,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
             o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) {
             int64_t ba = (int64_t)1 << o->q0, bb = (int64_t)1 << o->q1;
             double c = cos(theta[k + 1]), s = sin(theta[k + 1]);
+            cplx = 1;
             for (i = 0; i < D; i++) {
                 if (((i & ba) != 0) != ((i & bb) != 0)) {
                     double ar = re[i], ai = im[i];
@@ -2736,7 +2770,8 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
             if (poll && qk__poll_tick(poll, D)) return;
             continue;
         }
-        qk__apply(o, theta[k], x, re, im, q);
+        if (!qk__real_op(o->kind)) cplx = 1;
+        qk__apply(o, theta[k], x, re, cplx ? im : NULL, q);
         if (poll && qk__poll_tick(poll, D)) return;
     }
 }
