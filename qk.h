@@ -2404,16 +2404,39 @@ static void qk__g1(double *re, double *im, int64_t D, int q,
         }
 }
 
-/* multiply amplitude i by (cr + i ci) when (i & mask) == want; im NULL: a real state, ci 0 */
+/* The j-th index (of D >> popcount(mask)) whose mask bits equal want: j with a zero inserted
+   at each mask bit (ascending), then want. Ops on one or two qubits visit only their quarter or
+   half of the state this way, without a test per amplitude. */
+static int64_t qk__masked_index(int64_t j, int64_t mask, int64_t want)
+{
+    int64_t m = mask;
+    while (m) {
+        const int64_t low = m & -m;
+        j = ((j & ~(low - 1)) << 1) | (j & (low - 1));
+        m &= m - 1;
+    }
+    return j | want;
+}
+static int qk__popcount64(int64_t m)
+{
+    int n = 0;
+    for (; m; m &= m - 1) n++;
+    return n;
+}
+
+/* multiply amplitude i by (cr + i ci) when (i & mask) == want; im NULL: a real state, ci 0.
+   The matching indices come in contiguous runs as long as the lowest mask bit's value. */
 static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t want, double cr, double ci)
 {
-    int64_t i;
-    if (!im) {
-        for (i = 0; i < D; i++) if ((i & mask) == want) re[i] *= cr;
-        return;
-    }
-    for (i = 0; i < D; i++) {
-        if ((i & mask) == want) {
+    const int64_t n = D >> qk__popcount64(mask), run = mask & -mask;
+    int64_t j, i;
+    for (j = 0; j < n; j += run) {
+        const int64_t i0 = qk__masked_index(j, mask, want);
+        if (!im) {
+            for (i = i0; i < i0 + run; i++) re[i] *= cr;
+            continue;
+        }
+        for (i = i0; i < i0 + run; i++) {
             double ar = re[i], ai = im[i];
             re[i] = cr * ar - ci * ai;
             im[i] = cr * ai + ci * ar;
@@ -2462,14 +2485,16 @@ static void qk__apply(const qk_op *o, double t, const double *x, double *re, dou
         break;
     }
     case QK_OP_CNOT: {
-        int64_t bc = (int64_t)1 << o->q0, bt = (int64_t)1 << o->q1;
-        for (i = 0; i < D; i++) {
-            if ((i & bc) && !(i & bt)) {
-                int64_t j = i | bt;
+        /* swap the amplitudes with the control set: target clear <-> target set, in runs of
+           contiguous indices (qk__phase) */
+        int64_t bc = (int64_t)1 << o->q0, bt = (int64_t)1 << o->q1, n = D >> 2, run = bc < bt ? bc : bt, j;
+        for (j = 0; j < n; j += run) {
+            const int64_t a0 = qk__masked_index(j, bc | bt, bc);
+            for (i = a0; i < a0 + run; i++) {
                 double tr = re[i];
-                re[i] = re[j];
-                re[j] = tr;
-                if (im) { tr = im[i]; im[i] = im[j]; im[j] = tr; }
+                re[i] = re[i | bt];
+                re[i | bt] = tr;
+                if (im) { tr = im[i]; im[i] = im[i | bt]; im[i | bt] = tr; }
             }
         }
         break;

@@ -620,6 +620,81 @@ static void test_h_runs(void)
     }
 }
 
+/* Independent of qk__apply (whose Z / CZ / RZ / P / CNOT walk their quarter or half of the
+   state in runs): one op by its definition, a test per amplitude. */
+static void naive_op(const qk_op *o, double t, double *re, double *im, int q)
+{
+    const int64_t D = (int64_t)1 << q, b0 = (int64_t)1 << o->q0, b1 = o->q1 >= 0 ? (int64_t)1 << o->q1 : 0;
+    const double c = cos(0.5 * t), sn = sin(0.5 * t), r = sqrt(0.5);
+    int64_t i;
+    for (i = 0; i < D; i++) {
+        double pr = 1, pi = 0, ar, ai, br, bi;
+        switch (o->kind) {
+        case QK_OP_Z: if (i & b0) pr = -1; break;
+        case QK_OP_CZ: if ((i & b0) && (i & b1)) pr = -1; break;
+        case QK_OP_RZ: pr = c; pi = (i & b0) ? sn : -sn; break;
+        case QK_OP_P: if (i & b0) { pr = cos(t); pi = sin(t); } break;
+        case QK_OP_CNOT:
+            if ((i & b0) && !(i & b1)) {
+                ar = re[i]; ai = im[i]; re[i] = re[i | b1]; im[i] = im[i | b1]; re[i | b1] = ar; im[i | b1] = ai;
+            }
+            continue;
+        case QK_OP_H: case QK_OP_RY: case QK_OP_RX:
+            if (i & b0) continue;
+            ar = re[i]; ai = im[i]; br = re[i | b0]; bi = im[i | b0];
+            if (o->kind == QK_OP_H) {
+                re[i] = r * (ar + br); im[i] = r * (ai + bi); re[i | b0] = r * (ar - br); im[i | b0] = r * (ai - bi);
+            } else if (o->kind == QK_OP_RY) {
+                re[i] = c * ar - sn * br; im[i] = c * ai - sn * bi; re[i | b0] = sn * ar + c * br; im[i | b0] = sn * ai + c * bi;
+            } else { /* RX: (c a - i s b, -i s a + c b) */
+                re[i] = c * ar + sn * bi; im[i] = c * ai - sn * br; re[i | b0] = sn * ai + c * br; im[i | b0] = -sn * ar + c * bi;
+            }
+            continue;
+        default: continue;
+        }
+        ar = re[i]; ai = im[i];
+        re[i] = pr * ar - pi * ai;
+        im[i] = pr * ai + pi * ar;
+    }
+}
+
+/* The state builder against naive_op for circuits of every op it walks in runs (Z, CZ, RZ, P,
+   CNOT with the control above and below the target, on low and high qubits), from a spread
+   state (every amplitude non-zero), starting real (the builder skips the imaginary parts until
+   the first complex op) and turning complex, on fresh random data, to 1e-13. */
+static void test_ops_naive(void)
+{
+    const char *specs[] = {
+        "circuit(qubits=11: h(0) h(1) h(2) h(3) h(4) h(5) h(6) h(7) h(8) h(9) h(10) ry(0, x0) ry(10, x1) h(5) cz(0,10) cz(7,8) z(3) z(0) cx(9,2) cx(1,6) cx(10,0) ry(4, x2) cz(1,2) "
+        "rz(6, x3) p(0, x1) p(9, x2) cx(3,8) cx(8,3) cz(0,1) rz(10, x0*x2) rx(2, x1) z(10) cx(0,1) h(3) h(7))",
+        "circuit(qubits=3: h(0) h(1) ry(2, x0) cx(2,0) cz(0,2) z(1) rz(1, x1) cx(0,2) p(2, x2) cz(1,2))"};
+    int si;
+    for (si = 0; si < 2; si++) {
+        qk_map *m = NULL;
+        double *x, *re, *im, *r2, *i2, *th, e = 0.0;
+        int64_t D, i;
+        int k, q;
+        if (qk_map_parse(specs[si], 4, &m) != QK_OK) { CHECK(0, "ops naive: parse %s: %s", specs[si], qk_last_error()); continue; }
+        q = m->n_qubits;
+        D = (int64_t)1 << q;
+        x = rand_data(1, 4, 0.0, 2 * 3.14159265358979);
+        re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
+        r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
+        th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
+        qk__state1(m, x, re, im, th, NULL);
+        qk_map_angles(m, x, th);
+        r2[0] = 1.0;
+        for (k = 0; k < m->n_ops; k++) naive_op(&m->ops[k], th[k], r2, i2, q);
+        for (i = 0; i < D; i++) {
+            double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
+            if (!(a <= e)) e = a;
+        }
+        CHECK(e <= 1e-13, "ops vs naive %s: max |state - naive| = %.3g", specs[si], e);
+        qk_map_free(m);
+        free(x); free(re); free(im); free(r2); free(i2); free(th);
+    }
+}
+
 int main(void)
 {
     const char *seed = getenv("QK_TEST_SEED");
@@ -637,6 +712,7 @@ int main(void)
     test_weights();
     test_diag_fold();
     test_h_runs();
+    test_ops_naive();
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;
 }
