@@ -2428,7 +2428,7 @@ static int qk__popcount64(int64_t m)
    The matching indices come in contiguous runs as long as the lowest mask bit's value. */
 static void qk__phase(double *re, double *im, int64_t D, int64_t mask, int64_t want, double cr, double ci)
 {
-    const int64_t n = D >> qk__popcount64(mask), run = mask & -mask;
+    const int64_t n = D >> qk__popcount64(mask), run = mask ? mask & -mask : D; /* mask 0: every amplitude */
     int64_t j, i;
     for (j = 0; j < n; j += run) {
         const int64_t i0 = qk__masked_index(j, mask, want);
