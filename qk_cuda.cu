@@ -67,6 +67,7 @@
      >>product    the analytic Gram of product maps
      >>gram       the fused SIMT Gram kernel, its tile configurations
      >>small      the persistent few-qubit Gram kernel (fused configuration 7)
+     >>smalltc    its tensor-core form, 3xTF32 (fused configuration 8)
      >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
      >>devices    device selection and a clock for qk.h's several-GPU driver
      >>mps        the MPS path: batched transfer-matrix contraction of padded site tensors
@@ -332,6 +333,29 @@ __device__ __forceinline__ void qk__sincos(float a, float *s, float *c)
     __sincosf(a, s, c);
 }
 __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sincos(a, s, c); }
+
+/* ---- tensor-core and cp.async helpers (sm_80+) ---- */
+/* Tensor-core operands (qk__tc_products, the few-qubit tensor-core kernel): x rounded to TF32
+   (10 stored mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x:
+   a carry into the exponent is the right result). */
+__device__ __forceinline__ float qk__tf32_rna(float x)
+{
+    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
+}
+__device__ __forceinline__ void qk__mma_tf32(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* 16 bytes global -> shared without registers; bytes < 16 zero-fills the rest (past a last row) */
+__device__ __forceinline__ void qk__cp16(void *smem, const void *g, int bytes)
+{
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void qk__cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N> __device__ __forceinline__ void qk__cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* Angle of op `op` of a sample (qk__angle_value, shared with the CPU engine); -1: none, 0. */
 __device__ double qk__theta(const qk_angle *ang, int op, const double *x, const double *w)
@@ -1943,10 +1967,211 @@ static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64
     }
 }
 
+/* >>smalltc ---- the few-qubit Gram on the tensor cores: 3xTF32 (fused configuration 8) ---- */
+/* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
+   qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores with fp32
+   accuracy: every operand is split into x = hi + lo (hi = x rounded to TF32, lo = the rest,
+   rounded to TF32) and a product is lo*hi + hi*lo + hi*hi (the lo*lo term, 2^-22 relative, is
+   dropped), each an mma.sync m16n8k8 with fp32 accumulation. The complex product takes no
+   planes: the k slots t and t + 4 of lane t are the (re, im) of one amplitude, so one MMA gives
+   Re <a|b> and, with B's pair turned to (im, -re) in registers, a second gives Im <a|b> (as in
+   >>tcf). No conversion pass: the split happens on the fragment, from fp32 states in shared memory.
+
+   Layout: 512 threads (16 warps, 4 x 4 warps of 32 x 32 pairs) per 128 x 128 tile, one block
+   per SM, persistent over the tile list (the triangle's tiles for a symmetric block, as >>small).
+   Both operands' rows (D <= 32: the whole inner dimension) reach shared memory by cp.async,
+   double-buffered: the next tile's rows load while this tile computes (D = 64: one buffer, the
+   227 KB limit). Rows are S words apart, S = 8 or 24 mod 32, so the 8-byte fragment loads of a
+   half-warp (rows g = 0..3, amplitudes t = 0..3) hit distinct banks. The epilogue takes |.|^2
+   in registers and writes the tile (8-byte rows of 4 lanes: 32-byte sectors) and its mirror
+   (scalar, 8 lanes of one column make a sector) straight from the accumulators; the stores
+   drain while the next tile computes. Accumulation: at most 3 * D / 4 = 48 MMA steps into one
+   set of fp32 accumulators (the truncating adds of >>tcf's note cost less than an fp32 ulp per
+   step here; the suite and qk-bench measure the error against the CPU engine and fp64).
+   Semantics of out / mout / doff / tri are those of qk__k_gram. */
+#define QK__STC_BM 128
+#define QK__STC_NT 512
+
+/* shared-memory row stride (words) of D amplitudes, and the bytes of the operand buffers */
+__host__ __device__ constexpr int qk__stc_stride(int D) { return 2 * D + ((2 * D) % 32 == 8 || (2 * D) % 32 == 24 ? 0 : 8); }
+__host__ __device__ constexpr int qk__stc_stages(int D) { return D <= 32 ? 2 : 1; }
+__host__ __device__ constexpr size_t qk__stc_smem(int D) { return (size_t)qk__stc_stages(D) * 2 * QK__STC_BM * qk__stc_stride(D) * 4; }
+
+/* x -> (hi, lo) as TF32 words */
+__device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &lo)
+{
+    const float h = qk__tf32_rna(x);
+    hi = __float_as_uint(h);
+    lo = __float_as_uint(qk__tf32_rna(x - h));
+}
+
+template <int D>
+__global__ void __launch_bounds__(QK__STC_NT, 1)
+qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
+                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
+{
+    constexpr int BM = QK__STC_BM, NT = QK__STC_NT, S = qk__stc_stride(D), ST = qk__stc_stages(D);
+    constexpr int KS = D / 4, CH = D / 2, BUF = 2 * BM * S; /* k-steps, 16-byte chunks a row, words a buffer */
+    static_assert(D >= 4 && D <= 64, "the few-qubit tensor-core kernel: 2 to 6 qubits");
+    extern __shared__ __align__(16) float qk__stc_sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wr = (warp >> 2) * 32, wc = (warp & 3) * 32;
+    auto tile = [&](int64_t L, int &r0, int &c0) {
+        int a, b;
+        if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
+        else {
+            a = (int)(L / tx_tiles);
+            b = (int)(L % tx_tiles);
+        }
+        r0 = a * BM;
+        c0 = b * BM;
+    };
+    /* the rows of tile L into buffer buf: A rows, then B rows (zero past m / nn) */
+    auto issue = [&](int64_t L, int buf) {
+        int r0, c0;
+        tile(L, r0, c0);
+        float *s = qk__stc_sm + buf * BUF;
+        for (int e = threadIdx.x; e < 2 * BM * CH; e += NT) {
+            const int op = e / (BM * CH), r = (e / CH) % BM, c = e % CH;
+            const int gr = (op ? c0 : r0) + r, lim = op ? nn : m;
+            const float2 *src = (op ? B : A) + (int64_t)(gr < lim ? gr : lim - 1) * D + 2 * c;
+            qk__cp16(s + (op * BM + r) * S + 4 * c, src, gr < lim ? 16 : 0);
+        }
+        qk__cp_commit();
+    };
+    int64_t L = blockIdx.x;
+    if (L >= ntiles) return;
+    if (ST == 2) issue(L, 0);
+    for (int buf = 0; L < ntiles; L += gridDim.x, buf ^= (ST - 1)) {
+        if (ST == 2) {
+            if (L + gridDim.x < ntiles) issue(L + gridDim.x, buf ^ 1);
+            else qk__cp_commit(); /* an empty group: wait_group 1 below then means this tile's */
+            qk__cp_wait<1>();
+        } else {
+            issue(L, 0);
+            qk__cp_wait<0>();
+        }
+        __syncthreads();
+        int row0, col0;
+        tile(L, row0, col0);
+        if (!(tri && (int64_t)col0 + BM - 1 + doff < row0)) { /* block-uniform: a tile under the diagonal is skipped */
+            const float *sa = qk__stc_sm + buf * BUF + wr * S, *sb = qk__stc_sm + buf * BUF + (BM + wc) * S;
+            float cr[2][4][4], ci[2][4][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                const int kw = 2 * (4 * ks + t);
+                uint32_t ah[2][4], al[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const float2 u0 = *(const float2 *)(sa + (16 * i + g) * S + kw);
+                    const float2 u1 = *(const float2 *)(sa + (16 * i + g + 8) * S + kw);
+                    qk__tf32_split(u0.x, ah[i][0], al[i][0]);
+                    qk__tf32_split(u1.x, ah[i][1], al[i][1]);
+                    qk__tf32_split(u0.y, ah[i][2], al[i][2]);
+                    qk__tf32_split(u1.y, ah[i][3], al[i][3]);
+                }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    const float2 v = *(const float2 *)(sb + (8 * j + g) * S + kw);
+                    uint32_t bh[2], bl[2], rh[2], rl[2];
+                    qk__tf32_split(v.x, bh[0], bl[0]);
+                    qk__tf32_split(v.y, bh[1], bl[1]);
+                    rh[0] = bh[1]; rh[1] = bh[0] ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                    rl[0] = bl[1]; rl[1] = bl[0] ^ 0x80000000u;
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        qk__mma_tf32(cr[i][j], al[i], bh);
+                        qk__mma_tf32(ci[i][j], al[i], rh);
+                        qk__mma_tf32(cr[i][j], ah[i], bl);
+                        qk__mma_tf32(ci[i][j], ah[i], rl);
+                        qk__mma_tf32(cr[i][j], ah[i], bh);
+                        qk__mma_tf32(ci[i][j], ah[i], rh);
+                    }
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int gi = row0 + wr + 16 * i + 8 * h + g, gj = col0 + wc + 8 * j + 2 * t;
+                        const float k0 = cr[i][j][2 * h] * cr[i][j][2 * h] + ci[i][j][2 * h] * ci[i][j][2 * h];
+                        const float k1 = cr[i][j][2 * h + 1] * cr[i][j][2 * h + 1] + ci[i][j][2 * h + 1] * ci[i][j][2 * h + 1];
+                        const bool in0 = gi < m && gj < nn, in1 = gi < m && gj + 1 < nn;
+                        const bool ok0 = in0 && (!tri || gj + doff >= gi), ok1 = in1 && (!tri || gj + 1 + doff >= gi);
+                        float *o = out + (int64_t)gi * ld + gj;
+                        if (vec && ok0 && ok1) __stcs((float2 *)o, make_float2(k0, k1));
+                        else {
+                            if (ok0) o[0] = k0;
+                            if (ok1) o[1] = k1;
+                        }
+                        if (mout) {
+                            if (in0 && (!tri || gj + doff > gi)) __stcs(mout + (int64_t)gj * ld + gi, k0);
+                            if (in1 && (!tri || gj + 1 + doff > gi)) __stcs(mout + (int64_t)(gj + 1) * ld + gi, k1);
+                        }
+                    }
+        }
+        __syncthreads(); /* this buffer is refilled by the issue two tiles on (one, single-buffered) */
+    }
+}
+
+template <int D>
+static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
+                                       float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = QK__STC_BM;
+    const size_t smem = qk__stc_smem(D);
+    auto kf = qk__k_gram_small_tc<D>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int dev = 0, sms = 0, per = 0;
+    QK_CK(cudaGetDevice(&dev));
+    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__STC_NT, smem));
+    if (per < 1) per = 1;
+    const int64_t Tx = (nn + BM - 1) / BM;
+    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0;
+    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
+    if (ntiles <= 0) return QK_OK;
+    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
+    kf<<<(unsigned)grid, QK__STC_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
+    QK_LAUNCH_CK("qk__k_gram_small_tc");
+    return QK_OK;
+}
+
+/* The few-qubit tensor-core kernel for complex fp32 states with float K, 4 <= D <= 64 and
+   16-byte aligned operands (cp.async); anything else is QK_ERROR_UNSUPPORTED (the caller falls
+   back to the persistent SIMT kernel, then the tiled one). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4 || ((uintptr_t)A | (uintptr_t)B) % 16 != 0) return QK_ERROR_UNSUPPORTED;
+    const float2 *a = (const float2 *)A, *b = (const float2 *)B;
+    float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
+    switch (D) {
+    case 4: return qk__launch_small_tc_d<4>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 8: return qk__launch_small_tc_d<8>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 16: return qk__launch_small_tc_d<16>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 32: return qk__launch_small_tc_d<32>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 64: return qk__launch_small_tc_d<64>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    default: return QK_ERROR_UNSUPPORTED;
+    }
+}
+
 /* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
    qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
    autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
-   kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1). */
+   kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1); 8 its
+   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -1955,6 +2180,11 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
         int q = 0;
         while ((1 << q) < D) ++q;
         cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
+    }
+    if (cfg == 8) {
+        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+        if (r != QK_ERROR_UNSUPPORTED) return r;
+        cfg = 7;
     }
     if (cfg == 7) {
         if (sizeof(T) == 4 && CPLX && sizeof(OutT) == 4 && D <= 32) return qk__launch_small<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
@@ -2057,13 +2287,6 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
      7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
-/* Tensor-core operands (qk__tc_products). x rounded to TF32 (10 stored mantissa bits) to
-   nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x: a carry into the exponent
-   is the right result). */
-__device__ __forceinline__ float qk__tf32_rna(float x)
-{
-    return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
-}
 __device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
 __device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
 __device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
@@ -3138,12 +3361,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
    k-word t + 4h of step ks is word 4t + 2ks + h (see above) */
 __host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * t + 2 * ks + h; }
 
-__device__ __forceinline__ void qk__mma_tf32(float *c, const uint32_t *a, const uint32_t *b)
-{
-    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 __device__ __forceinline__ void qk__mma_f16(float *c, const uint32_t *a, const uint32_t *b)
 {
     asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -3169,13 +3386,6 @@ template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, u
 }
 __device__ __forceinline__ uint32_t qk__u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
 
-__device__ __forceinline__ void qk__cp16(void *smem, const void *g, int bytes)
-{
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(g), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void qk__cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N> __device__ __forceinline__ void qk__cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
 /* Operand words of rows of W floats (interleaved complex or real states): ldp words per row and
    part (zero-padded); FP32X3 writes two parts per row (hi, then lo). */

@@ -243,7 +243,10 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
    Per case, K(X,X) to the device: fp32 as planned, then fp32x3, tf32 and fp16 each on the cuBLAS
    engine (use_blas 3..5) and on the fused kernel (8..10) in every configuration (cfg 0 = the
    fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */
-static void tc_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n)
+struct Mode { qk_precision p; int blas, cfg; };
+
+/* K(X,X) to the device in each mode, each against an fp64 K of the same samples */
+static void modes_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, const std::vector<Mode> &modes)
 {
     void *kref = nullptr;
     if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return; }
@@ -256,11 +259,6 @@ static void tc_case(const char *name, const qk_map &m, const std::vector<double>
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);
     cudaFree(kref);
-    struct M { qk_precision p; int blas, cfg; } modes[] = {
-        {QK_PRECISION_FP32, -1, 0},
-        {QK_PRECISION_FP32X3, 4, 0}, {QK_PRECISION_FP32X3, 9, 0}, {QK_PRECISION_FP32X3, 9, 1}, {QK_PRECISION_FP32X3, 9, 2}, {QK_PRECISION_FP32X3, 9, 3},
-        {QK_PRECISION_TF32, 3, 0}, {QK_PRECISION_TF32, 8, 0}, {QK_PRECISION_TF32, 8, 2}, {QK_PRECISION_TF32, 8, 3},
-        {QK_PRECISION_FP16, 5, 0}, {QK_PRECISION_FP16, 10, 0}, {QK_PRECISION_FP16, 10, 2}, {QK_PRECISION_FP16, 10, 3}};
     for (auto &md : modes) {
         void *buf = nullptr;
         if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, md.blas, 0, false, false, md.cfg, false, md.p, &buf) != 0 || !buf) continue;
@@ -275,6 +273,45 @@ static void tc_case(const char *name, const qk_map &m, const std::vector<double>
                row.precision.c_str(), row.engine.c_str(), me, (long long)R, de, qk_precision_error_bound(md.p, m.n_qubits));
         fflush(stdout);
     }
+}
+
+static void tc_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n)
+{
+    modes_case(name, m, x, n,
+               {{QK_PRECISION_FP32, -1, 0},
+                {QK_PRECISION_FP32X3, 4, 0}, {QK_PRECISION_FP32X3, 9, 0}, {QK_PRECISION_FP32X3, 9, 1}, {QK_PRECISION_FP32X3, 9, 2}, {QK_PRECISION_FP32X3, 9, 3},
+                {QK_PRECISION_TF32, 3, 0}, {QK_PRECISION_TF32, 8, 0}, {QK_PRECISION_TF32, 8, 2}, {QK_PRECISION_TF32, 8, 3},
+                {QK_PRECISION_FP16, 5, 0}, {QK_PRECISION_FP16, 10, 0}, {QK_PRECISION_FP16, 10, 2}, {QK_PRECISION_FP16, 10, 3}});
+}
+
+/* The write floor of an n x n float K in this job: cudaMemsetAsync of the n*n*4 bytes, median of
+   5 after a warm-up (Gpairs/s = n*n / t). */
+static void write_floor(int64_t n)
+{
+    void *buf = nullptr;
+    const size_t bytes = (size_t)n * n * 4;
+    if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("write floor: no memory\n"); return; }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    std::vector<double> ms;
+    for (int r = 0; r < 6; ++r) {
+        cudaEventRecord(e0);
+        cudaMemsetAsync(buf, 0x3f, bytes);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        if (r) ms.push_back(t);
+    }
+    const double t = median(ms);
+    printf("write floor n=%lld: cudaMemset of %.2f GB %.3f ms = %.0f GB/s = %.0f Gpairs/s\n", (long long)n, bytes / 1e9, t,
+           bytes / (t * 1e6), (double)n * n / (t * 1e6));
+    char line[160];
+    snprintf(line, sizeof line, "{\"probe\": \"write floor (cudaMemset)\", \"n\": %lld, \"ms\": %.4f, \"Gpairs_s\": %.1f}", (long long)n, t,
+             (double)n * n / (t * 1e6));
+    g_probe_rows.push_back(line);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(buf);
 }
 
 /* Raw cuBLAS rates on this GPU for the compute types the precision modes could use, square
@@ -416,6 +453,22 @@ int main(int argc, char **argv)
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
     }
+    if (has("small")) {
+        /* the few-qubit kernels, zz reps=2 at 2..6 qubits, n = 32768, K(X,X) on the device: the
+           plan's choice, the persistent SIMT kernel (7), its tensor-core form (8) and the 64x64
+           tile (1), each against an fp64 K; the write floor in the same job */
+        write_floor(32768);
+        for (int q = 2; q <= 6; ++q) {
+            BMap b; build_zz(b, q, 2);
+            std::vector<double> x((size_t)32768 * q);
+            for (auto &v : x) v = u(rng) * 2 * M_PI;
+            char name[16];
+            snprintf(name, sizeof name, "small%d", q);
+            std::vector<Mode> md = {{QK_PRECISION_FP32, -1, 0}, {QK_PRECISION_FP32, 0, 8}, {QK_PRECISION_FP32, 0, 1}};
+            if (q <= 5) md.push_back({QK_PRECISION_FP32, 0, 7});
+            modes_case(name, b.m, x, 32768, md);
+        }
+    }
     if (has("hea12")) {
         BMap b; build_hea(b, 12, 2, rng);
         std::vector<double> x((size_t)16384 * 12);
@@ -507,7 +560,7 @@ int main(int argc, char **argv)
                                (long long)tr.n_samples, tr.best, fixed);
             printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
             for (int i = 0; i < tr.n; ++i) {
-                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : tr.cfg[i] == 1 ? "64x64" : tr.cfg[i] == 2 ? "128x64" : tr.cfg[i] == 3 ? "64x128" : tr.cfg[i] == 4 ? "128x128" : tr.cfg[i] == 5 ? "64x64direct" : "64x64k16";
+                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : qk__fused_cfg_name(tr.cfg[i]);
                 printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
                 len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
             }

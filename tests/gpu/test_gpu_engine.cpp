@@ -517,7 +517,7 @@ static void run_map(const TMap &t, bool thorough)
     /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
        register-store paths) */
     if (t.cls != QK_CLASS_PRODUCT)
-        for (g_cfg = 1; g_cfg <= 7; ++g_cfg) {
+        for (g_cfg = 1; g_cfg <= QK__N_FUSED_CFG; ++g_cfg) {
             char what[64];
             snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
@@ -586,13 +586,14 @@ static void tc_block_tests()
     }
 }
 
-/* The persistent few-qubit kernel (fused configuration 7, the fixed table's choice for complex
-   fp32 at q <= 5) on sizes with full interior 128 x 128 tiles (its 16-byte store and mirror
-   paths: ld a multiple of 4) and partial ones (n = 645: 5 full tiles and 5 rows; ld = n + 3 =
-   648), square and rectangular, device and host slabs (slab rows not a multiple of 128: doff). */
+/* The persistent few-qubit kernels (fused configuration 7, SIMT, q <= 5; 8, tensor cores 3xTF32,
+   2 <= q <= 6; each the fixed table's choice somewhere) on sizes with full interior 128 x 128
+   tiles (the 16- and 8-byte store and mirror paths: ld a multiple of 4) and partial ones (n =
+   645: 5 full tiles and 5 rows; ld = n + 3 = 648), square and rectangular, device and host
+   slabs (slab rows not a multiple of 128: doff), and state tiles of 301 rows. */
 static void small_kernel_tests()
 {
-    for (int q = 2; q <= 5; ++q) {
+    for (int q = 2; q <= 6; ++q) {
         TMap t = map_zz(q, 2, true);
         t.finish();
         const size_t D = (size_t)1 << t.q;
@@ -602,16 +603,23 @@ static void small_kernel_tests()
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
         const int before = qk_test_fails;
-        g_cfg = 7;
-        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "small sym device ld+3");
-        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 0, "small sym device ld=n");
-        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 1, "small rect device");
-        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 1, 3, "small sym slabs 300");
-        check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 0, 0, "small sym ring");
-        check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, "small rect f64out (falls back)");
+        for (g_cfg = 7; g_cfg <= 8; ++g_cfg) {
+            if (g_cfg == 7 && q > 5) continue;
+            char w[7][64];
+            static const char *what[7] = {"sym device ld+3", "sym device ld=n", "rect device", "sym slabs 300",
+                                          "sym ring", "rect f64out (falls back)", "sym state tiles 301"};
+            for (int k = 0; k < 7; ++k) snprintf(w[k], sizeof w[k], "small cfg %d %s", g_cfg, what[k]);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, w[0]);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 0, w[1]);
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 1, w[2]);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 1, 3, w[3]);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 0, 0, w[4]);
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, w[5]);
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 2048, 301, 1, 0, w[6]);
+        }
         g_cfg = 0;
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "fixed table sym device");
-        printf("persistent few-qubit kernel %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
+        printf("persistent few-qubit kernels %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
     }
 }
 
@@ -1079,6 +1087,11 @@ int main(int argc, char **argv)
     g_rng.seed(seed);
     printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
+    if (getenv("QK_TEST_ONLY") && !strcmp(getenv("QK_TEST_ONLY"), "small")) { /* the sanitizer runs of the few-qubit kernels */
+        small_kernel_tests();
+        printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+        return qk_test_fails ? 1 : 0;
+    }
     amp_encode_tests();
     if (argc <= 2 || atoi(argv[2]) != 0) api_tests(); /* argv[2] = 0: skip (racecheck runs) */
     {

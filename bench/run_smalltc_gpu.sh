@@ -1,0 +1,24 @@
+#!/bin/bash
+# The few-qubit tensor-core kernel (fused configuration 8, issue 11 item 1) on one GPU: build; the
+# few-qubit kernel tests and the GPU suite at 1..9 qubits against the CPU engine; memcheck,
+# racecheck and initcheck over the few-qubit tests; qk-bench's small cases (2..6 qubits, n=32768,
+# the write floor, each configuration against an fp64 K) and zz4; the PyTorch peer at 4 and 6
+# qubits in the same job. One log under $OUT; run from the repo root with COMMIT set.
+set -o pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+{
+  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; echo "commit $COMMIT"
+  B=/tmp/bs
+  meson setup $B . -Dgpu_arch=90 -Dpython=disabled -Dprofiler=false >/dev/null &&
+    ninja -C $B bench/qk-bench tests/test_gpu_engine examples/qk-gram >$OUT/build.log 2>&1; echo "build rc $?"
+  QK_TEST_SEED=$RANDOM timeout 150 $B/tests/test_gpu_engine 9 0 > $OUT/test_gpu.log 2>&1
+  echo "suite 1..9 rc $? : $(grep -E 'checks, ' $OUT/test_gpu.log)"; grep -E 'FAIL|few-qubit' $OUT/test_gpu.log | head -20
+  for t in ${SAN:-memcheck racecheck initcheck}; do
+    QK_TEST_ONLY=small QK_TEST_UNDER_SANITIZER=1 timeout 150 compute-sanitizer --tool $t --error-exitcode 9 \
+      $B/tests/test_gpu_engine > /tmp/san_$t.log 2>&1
+    echo "$t small rc $? : $(grep -E 'checks, |ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san_$t.log | tr '\n' ' ')"
+    grep -m3 -E 'Invalid|Race|Uninit' /tmp/san_$t.log
+  done
+  timeout 200 $B/bench/qk-bench --json $OUT/bench.json --cases ${CASES:-small,zz4} 2>&1 | grep -E "^(small|zz|write|   ->)"
+  timeout 120 python3 .peer/torch_qk.py --cases zz:4:32768,zz:6:32768 --json $OUT/peer.json 2>&1 | tail -3
+} 2>&1 | tee $OUT/smalltc.log
