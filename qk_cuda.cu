@@ -1977,25 +1977,29 @@ static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64
    Re <a|b> and, with B's pair turned to (im, -re) in registers, a second gives Im <a|b> (as in
    >>tcf). No conversion pass: the split happens on the fragment, from fp32 states in shared memory.
 
-   Layout: 512 threads (16 warps, 4 x 4 warps of 32 x 32 pairs) per 128 x 128 tile, one block
-   per SM, persistent over the tile list (the triangle's tiles for a symmetric block, as >>small).
-   Both operands' rows (D <= 32: the whole inner dimension) reach shared memory by cp.async,
-   double-buffered: the next tile's rows load while this tile computes (D = 64: one buffer, the
-   227 KB limit). Rows are S words apart, S = 8 or 24 mod 32, so the 8-byte fragment loads of a
-   half-warp (rows g = 0..3, amplitudes t = 0..3) hit distinct banks. The epilogue takes |.|^2
+   Layout: 64 x 64 tiles of 4 warps (2 x 2 warps of 32 x 32 pairs), persistent over the tile
+   list (the triangle's tiles for a symmetric block, as >>small), with up to 4 blocks per SM
+   (128 registers a thread) so that one block's MMAs run while another's stores issue (one
+   512-thread block of 128 x 128 tiles per SM ran its phases in lock step: H100, zz 4 qubits,
+   511 Gpairs/s; docs/benchmarks.md). Both operands' rows (the whole inner dimension) reach
+   shared memory by cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next
+   tile's rows load while this tile computes (D = 64: one buffer). Rows are S words apart,
+   S = 8 or 24 mod 32, so the 8-byte fragment loads of a half-warp (rows g = 0..3, amplitudes
+   t = 0..3) hit distinct banks. The epilogue takes |.|^2
    in registers and writes the tile (8-byte rows of 4 lanes: 32-byte sectors) and its mirror
-   (scalar, 8 lanes of one column make a sector) straight from the accumulators; the stores
-   drain while the next tile computes. Accumulation: at most 3 * D / 4 = 48 MMA steps into one
+   (8-byte column pairs after one shuffle; scalar in the tiles cut by the diagonal or K's edge)
+   straight from the accumulators. Accumulation: at most 3 * D / 4 = 48 MMA steps into one
    set of fp32 accumulators (the truncating adds of >>tcf's note cost less than an fp32 ulp per
    step here; the suite and qk-bench measure the error against the CPU engine and fp64).
    Semantics of out / mout / doff / tri are those of qk__k_gram. */
-#define QK__STC_BM 128
-#define QK__STC_NT 512
-
-/* shared-memory row stride (words) of D amplitudes, and the bytes of the operand buffers */
+/* shared-memory row stride (words) of D amplitudes; buffers (2: double-buffered) and bytes of
+   a BM-row tile's operands; warps (4 or 16) and blocks per SM the registers leave (128 each) */
 __host__ __device__ constexpr int qk__stc_stride(int D) { return 2 * D + ((2 * D) % 32 == 8 || (2 * D) % 32 == 24 ? 0 : 8); }
-__host__ __device__ constexpr int qk__stc_stages(int D) { return D <= 32 ? 2 : 1; }
-__host__ __device__ constexpr size_t qk__stc_smem(int D) { return (size_t)qk__stc_stages(D) * 2 * QK__STC_BM * qk__stc_stride(D) * 4; }
+__host__ __device__ constexpr int qk__stc_stages(int D, int BM) { return 2 * 2 * BM * qk__stc_stride(D) * 4 <= 80 * 1024 ? 2 : 1; }
+__host__ __device__ constexpr size_t qk__stc_smem(int D, int BM) { return (size_t)qk__stc_stages(D, BM) * 2 * BM * qk__stc_stride(D) * 4; }
+__host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (BM / 32) * 32; }
+
+#define QK__STC_BM 64 /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
 
 /* x -> (hi, lo) as TF32 words */
 __device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &lo)
@@ -2005,17 +2009,17 @@ __device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &
     lo = __float_as_uint(qk__tf32_rna(x - h));
 }
 
-template <int D>
-__global__ void __launch_bounds__(QK__STC_NT, 1)
+template <int D, int BM>
+__global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
 qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
                     int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
 {
-    constexpr int BM = QK__STC_BM, NT = QK__STC_NT, S = qk__stc_stride(D), ST = qk__stc_stages(D);
+    constexpr int NT = qk__stc_threads(BM), WPR = BM / 32, S = qk__stc_stride(D), ST = qk__stc_stages(D, BM);
     constexpr int KS = D / 4, CH = D / 2, BUF = 2 * BM * S; /* k-steps, 16-byte chunks a row, words a buffer */
     static_assert(D >= 4 && D <= 64, "the few-qubit tensor-core kernel: 2 to 6 qubits");
     extern __shared__ __align__(16) float qk__stc_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wr = (warp >> 2) * 32, wc = (warp & 3) * 32;
+    const int wr = (warp / WPR) * 32, wc = (warp % WPR) * 32;
     auto tile = [&](int64_t L, int &r0, int &c0) {
         int a, b;
         if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
@@ -2095,6 +2099,10 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                     }
                 }
             }
+            /* a tile inside K and off the diagonal (block-uniform) stores without guards, its
+               mirror as 8-byte column pairs: lanes g and g ^ 1 trade one value (rows g, g + 1
+               of column 2t go to the even lane, of column 2t + 1 to the odd one) */
+            const bool full = vec && row0 + BM <= m && col0 + BM <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM);
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
@@ -2104,9 +2112,19 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                         const int gi = row0 + wr + 16 * i + 8 * h + g, gj = col0 + wc + 8 * j + 2 * t;
                         const float k0 = cr[i][j][2 * h] * cr[i][j][2 * h] + ci[i][j][2 * h] * ci[i][j][2 * h];
                         const float k1 = cr[i][j][2 * h + 1] * cr[i][j][2 * h + 1] + ci[i][j][2 * h + 1] * ci[i][j][2 * h + 1];
+                        float *o = out + (int64_t)gi * ld + gj;
+                        if (full) {
+                            __stcs((float2 *)o, make_float2(k0, k1));
+                            if (mout) {
+                                const bool odd = g & 1;
+                                const float r = __shfl_xor_sync(0xffffffffu, odd ? k0 : k1, 4);
+                                if (!odd) __stcs((float2 *)(mout + (int64_t)gj * ld + gi), make_float2(k0, r));
+                                else __stcs((float2 *)(mout + (int64_t)(gj + 1) * ld + gi - 1), make_float2(r, k1));
+                            }
+                            continue;
+                        }
                         const bool in0 = gi < m && gj < nn, in1 = gi < m && gj + 1 < nn;
                         const bool ok0 = in0 && (!tri || gj + doff >= gi), ok1 = in1 && (!tri || gj + 1 + doff >= gi);
-                        float *o = out + (int64_t)gi * ld + gj;
                         if (vec && ok0 && ok1) __stcs((float2 *)o, make_float2(k0, k1));
                         else {
                             if (ok0) o[0] = k0;
@@ -2122,18 +2140,18 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     }
 }
 
-template <int D>
+template <int D, int BM>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const int BM = QK__STC_BM;
-    const size_t smem = qk__stc_smem(D);
-    auto kf = qk__k_gram_small_tc<D>;
+    const size_t smem = qk__stc_smem(D, BM);
+    const int NT = qk__stc_threads(BM);
+    auto kf = qk__k_gram_small_tc<D, BM>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__STC_NT, smem));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
     if (per < 1) per = 1;
     const int64_t Tx = (nn + BM - 1) / BM;
     dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
@@ -2141,7 +2159,7 @@ static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t
     const int64_t ntiles = (int64_t)tiles.x * tiles.y;
     if (ntiles <= 0) return QK_OK;
     const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, QK__STC_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri,
+    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri,
                                                 qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
     QK_LAUNCH_CK("qk__k_gram_small_tc");
     return QK_OK;
@@ -2158,11 +2176,11 @@ static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, in
     const float2 *a = (const float2 *)A, *b = (const float2 *)B;
     float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
     switch (D) {
-    case 4: return qk__launch_small_tc_d<4>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 8: return qk__launch_small_tc_d<8>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 16: return qk__launch_small_tc_d<16>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 32: return qk__launch_small_tc_d<32>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 64: return qk__launch_small_tc_d<64>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 4: return qk__launch_small_tc_d<4, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 8: return qk__launch_small_tc_d<8, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 16: return qk__launch_small_tc_d<16, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 32: return qk__launch_small_tc_d<32, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 64: return qk__launch_small_tc_d<64, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
     default: return QK_ERROR_UNSUPPORTED;
     }
 }
