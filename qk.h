@@ -584,7 +584,7 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
                         state bound). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
 #define QK__PASS_QUBITS 13
-#define QK__N_FUSED_CFG 8
+#define QK__N_FUSED_CFG 9
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
@@ -609,6 +609,7 @@ static inline const char *qk__fused_cfg_name(int cfg)
     case 6: return "64x64 k16 t4x4";
     case 7: return "persistent t8x4";
     case 8: return "persistent tc 3xtf32";
+    case 9: return "persistent tc 3xfp16";
     default: return "?";
     }
 }

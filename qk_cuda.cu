@@ -348,6 +348,12 @@ __device__ __forceinline__ void qk__mma_tf32(float *c, const uint32_t *a, const 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+__device__ __forceinline__ void qk__mma_f16(float *c, const uint32_t *a, const uint32_t *b)
+{
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
 /* 16 bytes global -> shared without registers; bytes < 16 zero-fills the rest (past a last row) */
 __device__ __forceinline__ void qk__cp16(void *smem, const void *g, int bytes)
 {
@@ -2001,6 +2007,17 @@ __host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (
 
 #define QK__STC_BM 64 /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
 
+/* v * s -> (hi, lo) as half2 words: hi = fp16(v s), lo = fp16(v s - hi) */
+__device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, uint32_t &lo)
+{
+    const float x = v.x * s, y = v.y * s;
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    hi = *(const uint32_t *)&h;
+    lo = *(const uint32_t *)&l;
+}
+
 /* x -> (hi, lo) as TF32 words */
 __device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &lo)
 {
@@ -2009,7 +2026,7 @@ __device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &
     lo = __float_as_uint(qk__tf32_rna(x - h));
 }
 
-template <int D, int BM>
+template <int D, int BM, bool F16>
 __global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
 qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
                     int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
@@ -2060,6 +2077,8 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
         tile(L, row0, col0);
         if (!(tri && (int64_t)col0 + BM - 1 + doff < row0)) { /* block-uniform: a tile under the diagonal is skipped */
             const float *sa = qk__stc_sm + buf * BUF + wr * S, *sb = qk__stc_sm + buf * BUF + (BM + wc) * S;
+            constexpr float sc = (float)(1 << (D >= 4 ? (D >= 16 ? (D >= 64 ? 3 : 2) : 1) : 0)); /* 2^floor(q/2) */
+            constexpr float isc2 = 1.0f / (sc * sc);
             float cr[2][4][4], ci[2][4][4];
 #pragma unroll
             for (int i = 0; i < 2; ++i)
@@ -2067,38 +2086,82 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
                     for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+            if constexpr (F16) {
+                /* m16n8k16: k slots 2t, 2t + 1 (one register) = (re, im) of amplitude 8 ks + t,
+                   slots 2t + 8, 2t + 9 = amplitude 8 ks + t + 4 (zero past D) */
 #pragma unroll
-            for (int ks = 0; ks < KS; ++ks) {
-                const int kw = 2 * (4 * ks + t);
-                uint32_t ah[2][4], al[2][4];
+                for (int ks = 0; ks < (D + 7) / 8; ++ks) {
+                    const int c0 = 8 * ks + t, c1 = c0 + 4;
+                    uint32_t ah[2][4], al[2][4];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const float2 u0 = *(const float2 *)(sa + (16 * i + g) * S + kw);
-                    const float2 u1 = *(const float2 *)(sa + (16 * i + g + 8) * S + kw);
-                    qk__tf32_split(u0.x, ah[i][0], al[i][0]);
-                    qk__tf32_split(u1.x, ah[i][1], al[i][1]);
-                    qk__tf32_split(u0.y, ah[i][2], al[i][2]);
-                    qk__tf32_split(u1.y, ah[i][3], al[i][3]);
-                }
+                    for (int i = 0; i < 2; ++i)
 #pragma unroll
-                for (int j = 0; j < 4; ++j) {
-                    const float2 v = *(const float2 *)(sb + (8 * j + g) * S + kw);
-                    uint32_t bh[2], bl[2], rh[2], rl[2];
-                    qk__tf32_split(v.x, bh[0], bl[0]);
-                    qk__tf32_split(v.y, bh[1], bl[1]);
-                    rh[0] = bh[1]; rh[1] = bh[0] ^ 0x80000000u; /* (re, im) -> (im, -re) */
-                    rl[0] = bl[1]; rl[1] = bl[0] ^ 0x80000000u;
+                        for (int r = 0; r < 4; ++r) {
+                            const int c = r < 2 ? c0 : c1;
+                            const float2 u = c < D ? *(const float2 *)(sa + (16 * i + g + 8 * (r & 1)) * S + 2 * c) : make_float2(0.f, 0.f);
+                            qk__f16_split(u, sc, ah[i][r], al[i][r]);
+                        }
 #pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        qk__mma_tf32(cr[i][j], al[i], bh);
-                        qk__mma_tf32(ci[i][j], al[i], rh);
-                        qk__mma_tf32(cr[i][j], ah[i], bl);
-                        qk__mma_tf32(ci[i][j], ah[i], rl);
-                        qk__mma_tf32(cr[i][j], ah[i], bh);
-                        qk__mma_tf32(ci[i][j], ah[i], rh);
+                    for (int j = 0; j < 4; ++j) {
+                        uint32_t bh[2], bl[2], rh[2], rl[2];
+#pragma unroll
+                        for (int r = 0; r < 2; ++r) {
+                            const int c = r ? c1 : c0;
+                            const float2 v = c < D ? *(const float2 *)(sb + (8 * j + g) * S + 2 * c) : make_float2(0.f, 0.f);
+                            qk__f16_split(v, sc, bh[r], bl[r]);
+                            rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                            rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                        }
+#pragma unroll
+                        for (int i = 0; i < 2; ++i) {
+                            qk__mma_f16(cr[i][j], al[i], bh);
+                            qk__mma_f16(ci[i][j], al[i], rh);
+                            qk__mma_f16(cr[i][j], ah[i], bl);
+                            qk__mma_f16(ci[i][j], ah[i], rl);
+                            qk__mma_f16(cr[i][j], ah[i], bh);
+                            qk__mma_f16(ci[i][j], ah[i], rh);
+                        }
                     }
                 }
-            }
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+#pragma unroll
+                        for (int v = 0; v < 4; ++v) { cr[i][j][v] *= isc2; ci[i][j][v] *= isc2; }
+            } else
+#pragma unroll
+                for (int ks = 0; ks < KS; ++ks) {
+                    const int kw = 2 * (4 * ks + t);
+                    uint32_t ah[2][4], al[2][4];
+    #pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const float2 u0 = *(const float2 *)(sa + (16 * i + g) * S + kw);
+                        const float2 u1 = *(const float2 *)(sa + (16 * i + g + 8) * S + kw);
+                        qk__tf32_split(u0.x, ah[i][0], al[i][0]);
+                        qk__tf32_split(u1.x, ah[i][1], al[i][1]);
+                        qk__tf32_split(u0.y, ah[i][2], al[i][2]);
+                        qk__tf32_split(u1.y, ah[i][3], al[i][3]);
+                    }
+    #pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float2 v = *(const float2 *)(sb + (8 * j + g) * S + kw);
+                        uint32_t bh[2], bl[2], rh[2], rl[2];
+                        qk__tf32_split(v.x, bh[0], bl[0]);
+                        qk__tf32_split(v.y, bh[1], bl[1]);
+                        rh[0] = bh[1]; rh[1] = bh[0] ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                        rl[0] = bl[1]; rl[1] = bl[0] ^ 0x80000000u;
+    #pragma unroll
+                        for (int i = 0; i < 2; ++i) {
+                            qk__mma_tf32(cr[i][j], al[i], bh);
+                            qk__mma_tf32(ci[i][j], al[i], rh);
+                            qk__mma_tf32(cr[i][j], ah[i], bl);
+                            qk__mma_tf32(ci[i][j], ah[i], rl);
+                            qk__mma_tf32(cr[i][j], ah[i], bh);
+                            qk__mma_tf32(ci[i][j], ah[i], rh);
+                        }
+                    }
+                }
             /* a tile inside K and off the diagonal (block-uniform) stores without guards, its
                mirror as 8-byte column pairs: lanes g and g ^ 1 trade one value (rows g, g + 1
                of column 2t go to the even lane, of column 2t + 1 to the odd one) */
@@ -2140,13 +2203,13 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     }
 }
 
-template <int D, int BM>
+template <int D, int BM, bool F16>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
     const size_t smem = qk__stc_smem(D, BM);
     const int NT = qk__stc_threads(BM);
-    auto kf = qk__k_gram_small_tc<D, BM>;
+    auto kf = qk__k_gram_small_tc<D, BM, F16>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
     QK_CK(cudaGetDevice(&dev));
@@ -2169,20 +2232,25 @@ static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t
    16-byte aligned operands (cp.async); anything else is QK_ERROR_UNSUPPORTED (the caller falls
    back to the persistent SIMT kernel, then the tiled one). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+static qk_result qk__launch_small_tc(bool f16, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                      OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
     if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4 || ((uintptr_t)A | (uintptr_t)B) % 16 != 0) return QK_ERROR_UNSUPPORTED;
     const float2 *a = (const float2 *)A, *b = (const float2 *)B;
     float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
+#define QK__STC_CASE(d)                                                                                 \
+    case d:                                                                                             \
+        return f16 ? qk__launch_small_tc_d<d, QK__STC_BM, true>(a, b, m, nn, o, ld, mo, doff, tri, st, E) \
+                   : qk__launch_small_tc_d<d, QK__STC_BM, false>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
     switch (D) {
-    case 4: return qk__launch_small_tc_d<4, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 8: return qk__launch_small_tc_d<8, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 16: return qk__launch_small_tc_d<16, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 32: return qk__launch_small_tc_d<32, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
-    case 64: return qk__launch_small_tc_d<64, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    QK__STC_CASE(4)
+    QK__STC_CASE(8)
+    QK__STC_CASE(16)
+    QK__STC_CASE(32)
+    QK__STC_CASE(64)
     default: return QK_ERROR_UNSUPPORTED;
     }
+#undef QK__STC_CASE
 }
 
 /* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
@@ -2199,8 +2267,8 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
         while ((1 << q) < D) ++q;
         cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
     }
-    if (cfg == 8) {
-        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    if (cfg == 8 || cfg == 9) {
+        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(cfg == 9, A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
         if (r != QK_ERROR_UNSUPPORTED) return r;
         cfg = 7;
     }
@@ -3379,12 +3447,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
    k-word t + 4h of step ks is word 4t + 2ks + h (see above) */
 __host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * t + 2 * ks + h; }
 
-__device__ __forceinline__ void qk__mma_f16(float *c, const uint32_t *a, const uint32_t *b)
-{
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
 template <int MODE> __device__ __forceinline__ void qk__mma(float *c, const uint32_t *a, const uint32_t *b)
 {
     if constexpr (MODE == 3) qk__mma_tf32(c, a, b);

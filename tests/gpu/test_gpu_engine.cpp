@@ -603,7 +603,7 @@ static void small_kernel_tests()
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
         const int before = qk_test_fails;
-        for (g_cfg = 7; g_cfg <= 8; ++g_cfg) {
+        for (g_cfg = 7; g_cfg <= 9; ++g_cfg) {
             if (g_cfg == 7 && q > 5) continue;
             char w[7][64];
             static const char *what[7] = {"sym device ld+3", "sym device ld=n", "rect device", "sym slabs 300",
