@@ -584,7 +584,7 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
                         state bound). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
 #define QK__PASS_QUBITS 13
-#define QK__N_FUSED_CFG 9
+#define QK__N_FUSED_CFG 8
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
@@ -608,8 +608,7 @@ static inline const char *qk__fused_cfg_name(int cfg)
     case 5: return "64x64 t4x4 direct";
     case 6: return "64x64 k16 t4x4";
     case 7: return "persistent t8x4";
-    case 8: return "persistent tc 3xtf32";
-    case 9: return "persistent tc 3xfp16";
+    case 8: return "persistent tc 3xfp16";
     default: return "?";
     }
 }
@@ -676,8 +675,8 @@ typedef struct qk_plan {
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..8
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16, the persistent few-qubit
-                                   kernel (complex fp32, q <= 5), its tensor-core form (3xTF32,
-                                   complex fp32, 2 <= q <= 6)
+                                   kernel (complex fp32, q <= 5), its tensor-core form (fp16
+                                   hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
                                    (qk_cuda_tune_gram); with use_blas 8..10: 1 128x128 (warps
                                    64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
     char config[96];            /* kernel configuration used and where it came from */

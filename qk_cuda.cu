@@ -67,7 +67,7 @@
      >>product    the analytic Gram of product maps
      >>gram       the fused SIMT Gram kernel, its tile configurations
      >>small      the persistent few-qubit Gram kernel (fused configuration 7)
-     >>smalltc    its tensor-core form, 3xTF32 (fused configuration 8)
+     >>smalltc    its tensor-core form, fp16 hi/lo splits (fused configuration 8)
      >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
      >>devices    device selection and a clock for qk.h's several-GPU driver
      >>mps        the MPS path: batched transfer-matrix contraction of padded site tensors
@@ -1973,39 +1973,68 @@ static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64
     }
 }
 
-/* >>smalltc ---- the few-qubit Gram on the tensor cores: 3xTF32 (fused configuration 8) ---- */
+/* >>smalltc ---- the few-qubit Gram on the tensor cores (fused configuration 8) ---- */
 /* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
-   qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores with fp32
-   accuracy: every operand is split into x = hi + lo (hi = x rounded to TF32, lo = the rest,
-   rounded to TF32) and a product is lo*hi + hi*lo + hi*hi (the lo*lo term, 2^-22 relative, is
-   dropped), each an mma.sync m16n8k8 with fp32 accumulation. The complex product takes no
-   planes: the k slots t and t + 4 of lane t are the (re, im) of one amplitude, so one MMA gives
-   Re <a|b> and, with B's pair turned to (im, -re) in registers, a second gives Im <a|b> (as in
-   >>tcf). No conversion pass: the split happens on the fragment, from fp32 states in shared memory.
+   qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores (mma.sync
+   m16n8k16, fp16 operands, fp32 accumulators) at fp32 accuracy: each amplitude, scaled by
+   s = 2^floor(q/2) (as >>tcf's FP16, so that small amplitudes stay normal), is split into
+   hi = fp16(s x) and lo = fp16(s x - hi), 22 significant bits, and a product is
+   lo*hi + hi*lo + hi*hi (lo*lo, 2^-22 relative, is dropped); the accumulators are scaled back by
+   1/s^2, exactly. The complex product takes no planes: one register holds the (re, im) of one
+   amplitude as the two k slots of a lane, so one MMA gives Re <a|b> and, with B's halves turned
+   to (im, -re), a second gives Im <a|b> (as in >>tcf). No conversion pass: the split happens on
+   the fragment, from the fp32 states in shared memory. (A first version split into TF32 halves
+   on m16n8k8: the same error, half the k per MMA, 0.8x to 0.75x the speed at 5 and 6 qubits.)
 
    Layout: 64 x 64 tiles of 4 warps (2 x 2 warps of 32 x 32 pairs), persistent over the tile
-   list (the triangle's tiles for a symmetric block, as >>small), with up to 4 blocks per SM
-   (128 registers a thread) so that one block's MMAs run while another's stores issue (one
-   512-thread block of 128 x 128 tiles per SM ran its phases in lock step: H100, zz 4 qubits,
-   511 Gpairs/s; docs/benchmarks.md). Both operands' rows (the whole inner dimension) reach
-   shared memory by cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next
-   tile's rows load while this tile computes (D = 64: one buffer). Rows are S words apart,
-   S = 8 or 24 mod 32, so the 8-byte fragment loads of a half-warp (rows g = 0..3, amplitudes
-   t = 0..3) hit distinct banks. The epilogue takes |.|^2
-   in registers and writes the tile (8-byte rows of 4 lanes: 32-byte sectors) and its mirror
-   (8-byte column pairs after one shuffle; scalar in the tiles cut by the diagonal or K's edge)
-   straight from the accumulators. Accumulation: at most 3 * D / 4 = 48 MMA steps into one
-   set of fp32 accumulators (the truncating adds of >>tcf's note cost less than an fp32 ulp per
-   step here; the suite and qk-bench measure the error against the CPU engine and fp64).
-   Semantics of out / mout / doff / tri are those of qk__k_gram. */
+   list, with up to 4 blocks per SM (128 registers a thread) so that one block's MMAs run while
+   another's stores issue (one 512-thread block of 128 x 128 tiles per SM ran its phases in lock
+   step). Tiles go in bands of QK__STC_BAND tile rows, column by column in a band (a symmetric
+   block's band starting at its diagonal): the tiles in flight at once then cover a block of K
+   about 1000 x 2000 entries, so both the tiles' rows and the mirror's are kilobytes long in
+   DRAM (row-major order over the triangle left the mirror's writes 256 bytes each, scattered
+   over all of K). Both operands' rows (the whole inner dimension) reach shared memory by
+   cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next tile's rows load
+   while this tile computes (D = 64: one buffer). Rows are S words apart, S = 8 or 24 mod 32, so
+   the 8-byte fragment loads of a half-warp (rows g = 0..3, amplitudes t = 0..3) hit distinct
+   banks. The epilogue takes |.|^2 in registers and writes the tile (8-byte rows of 4 lanes:
+   32-byte sectors) and its mirror (8-byte column pairs after one shuffle; scalar in the tiles
+   cut by the diagonal or K's edge) straight from the accumulators. Accumulation: at most
+   3 * D / 8 = 24 MMA steps into one set of fp32 accumulators (the truncating adds of >>tcf's
+   note cost less than an fp32 ulp per step here; the suite and qk-bench measure the error
+   against the CPU engine and fp64). Semantics of out / mout / doff / tri are those of qk__k_gram. */
+#define QK__STC_BM 64   /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
+#define QK__STC_BAND 16 /* tile rows a band */
+
 /* shared-memory row stride (words) of D amplitudes; buffers (2: double-buffered) and bytes of
-   a BM-row tile's operands; warps (4 or 16) and blocks per SM the registers leave (128 each) */
+   a BM-row tile's operands; threads of a block (4 warps at BM = 64) */
 __host__ __device__ constexpr int qk__stc_stride(int D) { return 2 * D + ((2 * D) % 32 == 8 || (2 * D) % 32 == 24 ? 0 : 8); }
 __host__ __device__ constexpr int qk__stc_stages(int D, int BM) { return 2 * 2 * BM * qk__stc_stride(D) * 4 <= 80 * 1024 ? 2 : 1; }
 __host__ __device__ constexpr size_t qk__stc_smem(int D, int BM) { return (size_t)qk__stc_stages(D, BM) * 2 * BM * qk__stc_stride(D) * 4; }
 __host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (BM / 32) * 32; }
 
-#define QK__STC_BM 64 /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
+/* The band order of a Ty x Tx tile grid: bands of G tile rows, column-major in a band; with sym
+   band r0 starts at column r0 (the tiles left of it are under the diagonal). A cursor walks it
+   for increasing L (amortised O(1) a tile); qk__stc_ntiles counts the tiles. */
+struct qk__band {
+    int Ty, Tx, G, sym, r0;
+    int64_t base; /* first L of band r0 */
+    __host__ __device__ int64_t count(int r) const { return (int64_t)(Ty - r < G ? Ty - r : G) * (Tx - (sym ? r : 0)); }
+    __device__ void at(int64_t L, int &a, int &b)
+    {
+        while (r0 + G < Ty && L >= base + count(r0)) { base += count(r0); r0 += G; }
+        const int rows = Ty - r0 < G ? Ty - r0 : G;
+        const int64_t l = L - base;
+        a = r0 + (int)(l % rows);
+        b = (sym ? r0 : 0) + (int)(l / rows);
+    }
+};
+static int64_t qk__stc_ntiles(const qk__band &bd)
+{
+    int64_t n = 0;
+    for (int r = 0; r < bd.Ty; r += bd.G) n += bd.count(r);
+    return n;
+}
 
 /* v * s -> (hi, lo) as half2 words: hi = fp16(v s), lo = fp16(v s - hi) */
 __device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, uint32_t &lo)
@@ -2018,39 +2047,21 @@ __device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, u
     lo = *(const uint32_t *)&l;
 }
 
-/* x -> (hi, lo) as TF32 words */
-__device__ __forceinline__ void qk__tf32_split(float x, uint32_t &hi, uint32_t &lo)
-{
-    const float h = qk__tf32_rna(x);
-    hi = __float_as_uint(h);
-    lo = __float_as_uint(qk__tf32_rna(x - h));
-}
-
-template <int D, int BM, bool F16>
+template <int D, int BM>
 __global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
 qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
-                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
+                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, qk__band bd, int64_t ntiles)
 {
     constexpr int NT = qk__stc_threads(BM), WPR = BM / 32, S = qk__stc_stride(D), ST = qk__stc_stages(D, BM);
-    constexpr int KS = D / 4, CH = D / 2, BUF = 2 * BM * S; /* k-steps, 16-byte chunks a row, words a buffer */
+    constexpr int CH = D / 2, BUF = 2 * BM * S; /* 16-byte chunks a row, words a buffer */
+    constexpr float sc = (float)(D >= 64 ? 8 : D >= 16 ? 4 : D >= 4 ? 2 : 1), isc2 = 1.0f / (sc * sc); /* 2^floor(q/2) */
     static_assert(D >= 4 && D <= 64, "the few-qubit tensor-core kernel: 2 to 6 qubits");
     extern __shared__ __align__(16) float qk__stc_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp / WPR) * 32, wc = (warp % WPR) * 32;
-    auto tile = [&](int64_t L, int &r0, int &c0) {
-        int a, b;
-        if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
-        else {
-            a = (int)(L / tx_tiles);
-            b = (int)(L % tx_tiles);
-        }
-        r0 = a * BM;
-        c0 = b * BM;
-    };
-    /* the rows of tile L into buffer buf: A rows, then B rows (zero past m / nn) */
-    auto issue = [&](int64_t L, int buf) {
-        int r0, c0;
-        tile(L, r0, c0);
+    qk__band cur = bd, nxt = bd; /* cursors of the computed and of the loading tile */
+    /* the rows of tile (r0, c0) into buffer buf: A rows, then B rows (zero past m / nn) */
+    auto issue = [&](int r0, int c0, int buf) {
         float *s = qk__stc_sm + buf * BUF;
         for (int e = threadIdx.x; e < 2 * BM * CH; e += NT) {
             const int op = e / (BM * CH), r = (e / CH) % BM, c = e % CH;
@@ -2062,23 +2073,28 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     };
     int64_t L = blockIdx.x;
     if (L >= ntiles) return;
-    if (ST == 2) issue(L, 0);
+    int a, b;
+    if (ST == 2) {
+        nxt.at(L, a, b);
+        issue(a * BM, b * BM, 0);
+    }
     for (int buf = 0; L < ntiles; L += gridDim.x, buf ^= (ST - 1)) {
         if (ST == 2) {
-            if (L + gridDim.x < ntiles) issue(L + gridDim.x, buf ^ 1);
-            else qk__cp_commit(); /* an empty group: wait_group 1 below then means this tile's */
+            if (L + gridDim.x < ntiles) {
+                nxt.at(L + gridDim.x, a, b);
+                issue(a * BM, b * BM, buf ^ 1);
+            } else qk__cp_commit(); /* an empty group: wait_group 1 below then means this tile's */
             qk__cp_wait<1>();
-        } else {
-            issue(L, 0);
+        }
+        cur.at(L, a, b);
+        const int row0 = a * BM, col0 = b * BM;
+        if (ST == 1) {
+            issue(row0, col0, 0);
             qk__cp_wait<0>();
         }
         __syncthreads();
-        int row0, col0;
-        tile(L, row0, col0);
         if (!(tri && (int64_t)col0 + BM - 1 + doff < row0)) { /* block-uniform: a tile under the diagonal is skipped */
             const float *sa = qk__stc_sm + buf * BUF + wr * S, *sb = qk__stc_sm + buf * BUF + (BM + wc) * S;
-            constexpr float sc = (float)(1 << (D >= 4 ? (D >= 16 ? (D >= 64 ? 3 : 2) : 1) : 0)); /* 2^floor(q/2) */
-            constexpr float isc2 = 1.0f / (sc * sc);
             float cr[2][4][4], ci[2][4][4];
 #pragma unroll
             for (int i = 0; i < 2; ++i)
@@ -2086,82 +2102,42 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
                     for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
-            if constexpr (F16) {
-                /* m16n8k16: k slots 2t, 2t + 1 (one register) = (re, im) of amplitude 8 ks + t,
-                   slots 2t + 8, 2t + 9 = amplitude 8 ks + t + 4 (zero past D) */
+            /* m16n8k16: k slots 2t, 2t + 1 (one register) = (re, im) of amplitude 8 ks + t, slots
+               2t + 8, 2t + 9 = amplitude 8 ks + t + 4 (zero past D) */
 #pragma unroll
-                for (int ks = 0; ks < (D + 7) / 8; ++ks) {
-                    const int c0 = 8 * ks + t, c1 = c0 + 4;
-                    uint32_t ah[2][4], al[2][4];
-#pragma unroll
-                    for (int i = 0; i < 2; ++i)
-#pragma unroll
-                        for (int r = 0; r < 4; ++r) {
-                            const int c = r < 2 ? c0 : c1;
-                            const float2 u = c < D ? *(const float2 *)(sa + (16 * i + g + 8 * (r & 1)) * S + 2 * c) : make_float2(0.f, 0.f);
-                            qk__f16_split(u, sc, ah[i][r], al[i][r]);
-                        }
-#pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        uint32_t bh[2], bl[2], rh[2], rl[2];
-#pragma unroll
-                        for (int r = 0; r < 2; ++r) {
-                            const int c = r ? c1 : c0;
-                            const float2 v = c < D ? *(const float2 *)(sb + (8 * j + g) * S + 2 * c) : make_float2(0.f, 0.f);
-                            qk__f16_split(v, sc, bh[r], bl[r]);
-                            rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
-                            rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
-                        }
-#pragma unroll
-                        for (int i = 0; i < 2; ++i) {
-                            qk__mma_f16(cr[i][j], al[i], bh);
-                            qk__mma_f16(ci[i][j], al[i], rh);
-                            qk__mma_f16(cr[i][j], ah[i], bl);
-                            qk__mma_f16(ci[i][j], ah[i], rl);
-                            qk__mma_f16(cr[i][j], ah[i], bh);
-                            qk__mma_f16(ci[i][j], ah[i], rh);
-                        }
-                    }
-                }
+            for (int ks = 0; ks < (D + 7) / 8; ++ks) {
+                const int c0 = 8 * ks + t, c1 = c0 + 4;
+                uint32_t ah[2][4], al[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; ++i)
 #pragma unroll
-                    for (int j = 0; j < 4; ++j)
-#pragma unroll
-                        for (int v = 0; v < 4; ++v) { cr[i][j][v] *= isc2; ci[i][j][v] *= isc2; }
-            } else
-#pragma unroll
-                for (int ks = 0; ks < KS; ++ks) {
-                    const int kw = 2 * (4 * ks + t);
-                    uint32_t ah[2][4], al[2][4];
-    #pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        const float2 u0 = *(const float2 *)(sa + (16 * i + g) * S + kw);
-                        const float2 u1 = *(const float2 *)(sa + (16 * i + g + 8) * S + kw);
-                        qk__tf32_split(u0.x, ah[i][0], al[i][0]);
-                        qk__tf32_split(u1.x, ah[i][1], al[i][1]);
-                        qk__tf32_split(u0.y, ah[i][2], al[i][2]);
-                        qk__tf32_split(u1.y, ah[i][3], al[i][3]);
+                    for (int r = 0; r < 4; ++r) { /* a0 (g, c0) a1 (g + 8, c0) a2 (g, c1) a3 (g + 8, c1) */
+                        const int c = r < 2 ? c0 : c1;
+                        const float2 u = c < D ? *(const float2 *)(sa + (16 * i + g + 8 * (r & 1)) * S + 2 * c) : make_float2(0.f, 0.f);
+                        qk__f16_split(u, sc, ah[i][r], al[i][r]);
                     }
-    #pragma unroll
-                    for (int j = 0; j < 4; ++j) {
-                        const float2 v = *(const float2 *)(sb + (8 * j + g) * S + kw);
-                        uint32_t bh[2], bl[2], rh[2], rl[2];
-                        qk__tf32_split(v.x, bh[0], bl[0]);
-                        qk__tf32_split(v.y, bh[1], bl[1]);
-                        rh[0] = bh[1]; rh[1] = bh[0] ^ 0x80000000u; /* (re, im) -> (im, -re) */
-                        rl[0] = bl[1]; rl[1] = bl[0] ^ 0x80000000u;
-    #pragma unroll
-                        for (int i = 0; i < 2; ++i) {
-                            qk__mma_tf32(cr[i][j], al[i], bh);
-                            qk__mma_tf32(ci[i][j], al[i], rh);
-                            qk__mma_tf32(cr[i][j], ah[i], bl);
-                            qk__mma_tf32(ci[i][j], ah[i], rl);
-                            qk__mma_tf32(cr[i][j], ah[i], bh);
-                            qk__mma_tf32(ci[i][j], ah[i], rh);
-                        }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t bh[2], bl[2], rh[2], rl[2];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) { /* b0 (c0, g) b1 (c1, g) */
+                        const int c = r ? c1 : c0;
+                        const float2 v = c < D ? *(const float2 *)(sb + (8 * j + g) * S + 2 * c) : make_float2(0.f, 0.f);
+                        qk__f16_split(v, sc, bh[r], bl[r]);
+                        rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                        rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                    }
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        qk__mma_f16(cr[i][j], al[i], bh);
+                        qk__mma_f16(ci[i][j], al[i], rh);
+                        qk__mma_f16(cr[i][j], ah[i], bl);
+                        qk__mma_f16(ci[i][j], ah[i], rl);
+                        qk__mma_f16(cr[i][j], ah[i], bh);
+                        qk__mma_f16(ci[i][j], ah[i], rh);
                     }
                 }
+            }
             /* a tile inside K and off the diagonal (block-uniform) stores without guards, its
                mirror as 8-byte column pairs: lanes g and g ^ 1 trade one value (rows g, g + 1
                of column 2t go to the even lane, of column 2t + 1 to the odd one) */
@@ -2173,8 +2149,9 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
                         const int gi = row0 + wr + 16 * i + 8 * h + g, gj = col0 + wc + 8 * j + 2 * t;
-                        const float k0 = cr[i][j][2 * h] * cr[i][j][2 * h] + ci[i][j][2 * h] * ci[i][j][2 * h];
-                        const float k1 = cr[i][j][2 * h + 1] * cr[i][j][2 * h + 1] + ci[i][j][2 * h + 1] * ci[i][j][2 * h + 1];
+                        const float r0 = cr[i][j][2 * h] * isc2, i0 = ci[i][j][2 * h] * isc2;
+                        const float r1 = cr[i][j][2 * h + 1] * isc2, i1 = ci[i][j][2 * h + 1] * isc2;
+                        const float k0 = r0 * r0 + i0 * i0, k1 = r1 * r1 + i1 * i1;
                         float *o = out + (int64_t)gi * ld + gj;
                         if (full) {
                             __stcs((float2 *)o, make_float2(k0, k1));
@@ -2203,27 +2180,30 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     }
 }
 
-template <int D, int BM, bool F16>
+template <int D, int BM>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
     const size_t smem = qk__stc_smem(D, BM);
     const int NT = qk__stc_threads(BM);
-    auto kf = qk__k_gram_small_tc<D, BM, F16>;
+    auto kf = qk__k_gram_small_tc<D, BM>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
     if (per < 1) per = 1;
-    const int64_t Tx = (nn + BM - 1) / BM;
-    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
-    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0;
-    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
+    qk__band bd;
+    bd.Ty = (int)((m + BM - 1) / BM);
+    bd.Tx = (int)((nn + BM - 1) / BM);
+    bd.G = QK__STC_BAND;
+    bd.sym = tri && doff == 0 && nn >= m; /* the triangle's tiles only (else the rectangle's, those under the diagonal skipped) */
+    bd.r0 = 0;
+    bd.base = 0;
+    const int64_t ntiles = qk__stc_ntiles(bd);
     if (ntiles <= 0) return QK_OK;
     const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
+    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), bd, ntiles);
     QK_LAUNCH_CK("qk__k_gram_small_tc");
     return QK_OK;
 }
@@ -2232,25 +2212,20 @@ static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t
    16-byte aligned operands (cp.async); anything else is QK_ERROR_UNSUPPORTED (the caller falls
    back to the persistent SIMT kernel, then the tiled one). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_small_tc(bool f16, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                      OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
     if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4 || ((uintptr_t)A | (uintptr_t)B) % 16 != 0) return QK_ERROR_UNSUPPORTED;
     const float2 *a = (const float2 *)A, *b = (const float2 *)B;
     float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
-#define QK__STC_CASE(d)                                                                                 \
-    case d:                                                                                             \
-        return f16 ? qk__launch_small_tc_d<d, QK__STC_BM, true>(a, b, m, nn, o, ld, mo, doff, tri, st, E) \
-                   : qk__launch_small_tc_d<d, QK__STC_BM, false>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
     switch (D) {
-    QK__STC_CASE(4)
-    QK__STC_CASE(8)
-    QK__STC_CASE(16)
-    QK__STC_CASE(32)
-    QK__STC_CASE(64)
+    case 4: return qk__launch_small_tc_d<4, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 8: return qk__launch_small_tc_d<8, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 16: return qk__launch_small_tc_d<16, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 32: return qk__launch_small_tc_d<32, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 64: return qk__launch_small_tc_d<64, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
     default: return QK_ERROR_UNSUPPORTED;
     }
-#undef QK__STC_CASE
 }
 
 /* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
@@ -2267,8 +2242,8 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
         while ((1 << q) < D) ++q;
         cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
     }
-    if (cfg == 8 || cfg == 9) {
-        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(cfg == 9, A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    if (cfg == 8) {
+        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
         if (r != QK_ERROR_UNSUPPORTED) return r;
         cfg = 7;
     }
