@@ -1989,52 +1989,29 @@ static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64
    Layout: 64 x 64 tiles of 4 warps (2 x 2 warps of 32 x 32 pairs), persistent over the tile
    list, with up to 4 blocks per SM (128 registers a thread) so that one block's MMAs run while
    another's stores issue (one 512-thread block of 128 x 128 tiles per SM ran its phases in lock
-   step). Tiles go in bands of QK__STC_BAND tile rows, column by column in a band (a symmetric
-   block's band starting at its diagonal): the tiles in flight at once then cover a block of K
-   about 1000 x 2000 entries, so both the tiles' rows and the mirror's are kilobytes long in
-   DRAM (row-major order over the triangle left the mirror's writes 256 bytes each, scattered
-   over all of K). Both operands' rows (the whole inner dimension) reach shared memory by
-   cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next tile's rows load
-   while this tile computes (D = 64: one buffer). Rows are S words apart, S = 8 or 24 mod 32, so
+   step). Tiles in the triangle's order, as >>small (bands of 16 tile rows, column by column,
+   for DRAM locality, ran at 0.95x). Both operands' rows (the whole inner dimension) reach
+   shared memory by cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next
+   tile's rows load while this tile computes (D = 64: one buffer). Rows are S words apart, S = 8 or 24 mod 32, so
    the 8-byte fragment loads of a half-warp (rows g = 0..3, amplitudes t = 0..3) hit distinct
-   banks. The epilogue takes |.|^2 in registers and writes the tile (8-byte rows of 4 lanes:
-   32-byte sectors) and its mirror (8-byte column pairs after one shuffle; scalar in the tiles
-   cut by the diagonal or K's edge) straight from the accumulators. Accumulation: at most
+   banks. The epilogue takes |.|^2 in registers, stages a tile inside K and off the diagonal in
+   the operand buffer just read, and writes it and its mirror as 16-byte pieces (tiles cut by
+   the diagonal or K's edge store from the fragments, with guards). Accumulation: at most
    3 * D / 8 = 24 MMA steps into one set of fp32 accumulators (the truncating adds of >>tcf's
    note cost less than an fp32 ulp per step here; the suite and qk-bench measure the error
    against the CPU engine and fp64). Semantics of out / mout / doff / tri are those of qk__k_gram. */
 #define QK__STC_BM 64   /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
-#define QK__STC_BAND 16 /* tile rows a band */
 
 /* shared-memory row stride (words) of D amplitudes; buffers (2: double-buffered) and bytes of
    a BM-row tile's operands; threads of a block (4 warps at BM = 64) */
 __host__ __device__ constexpr int qk__stc_stride(int D) { return 2 * D + ((2 * D) % 32 == 8 || (2 * D) % 32 == 24 ? 0 : 8); }
 __host__ __device__ constexpr int qk__stc_stages(int D, int BM) { return 2 * 2 * BM * qk__stc_stride(D) * 4 <= 80 * 1024 ? 2 : 1; }
-__host__ __device__ constexpr size_t qk__stc_smem(int D, int BM) { return (size_t)qk__stc_stages(D, BM) * 2 * BM * qk__stc_stride(D) * 4; }
-__host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (BM / 32) * 32; }
-
-/* The band order of a Ty x Tx tile grid: bands of G tile rows, column-major in a band; with sym
-   band r0 starts at column r0 (the tiles left of it are under the diagonal). A cursor walks it
-   for increasing L (amortised O(1) a tile); qk__stc_ntiles counts the tiles. */
-struct qk__band {
-    int Ty, Tx, G, sym, r0;
-    int64_t base; /* first L of band r0 */
-    __host__ __device__ int64_t count(int r) const { return (int64_t)(Ty - r < G ? Ty - r : G) * (Tx - (sym ? r : 0)); }
-    __device__ void at(int64_t L, int &a, int &b)
-    {
-        while (r0 + G < Ty && L >= base + count(r0)) { base += count(r0); r0 += G; }
-        const int rows = Ty - r0 < G ? Ty - r0 : G;
-        const int64_t l = L - base;
-        a = r0 + (int)(l % rows);
-        b = (sym ? r0 : 0) + (int)(l / rows);
-    }
-};
-static int64_t qk__stc_ntiles(const qk__band &bd)
+__host__ __device__ constexpr int qk__stc_buf(int D, int BM) /* words: the operands, or the staged tile (BM + 4 a row) */
 {
-    int64_t n = 0;
-    for (int r = 0; r < bd.Ty; r += bd.G) n += bd.count(r);
-    return n;
+    return 2 * BM * qk__stc_stride(D) > BM * (BM + 4) ? 2 * BM * qk__stc_stride(D) : BM * (BM + 4);
 }
+__host__ __device__ constexpr size_t qk__stc_smem(int D, int BM) { return (size_t)qk__stc_stages(D, BM) * qk__stc_buf(D, BM) * 4; }
+__host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (BM / 32) * 32; }
 
 /* v * s -> (hi, lo) as half2 words: hi = fp16(v s), lo = fp16(v s - hi) */
 __device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, uint32_t &lo)
@@ -2050,16 +2027,22 @@ __device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, u
 template <int D, int BM>
 __global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
 qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
-                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, qk__band bd, int64_t ntiles)
+                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
 {
     constexpr int NT = qk__stc_threads(BM), WPR = BM / 32, S = qk__stc_stride(D), ST = qk__stc_stages(D, BM);
-    constexpr int CH = D / 2, BUF = 2 * BM * S; /* 16-byte chunks a row, words a buffer */
+    constexpr int CH = D / 2, BUF = qk__stc_buf(D, BM), CS = BM + 4; /* 16-byte chunks a row, words a buffer, staged row */
     constexpr float sc = (float)(D >= 64 ? 8 : D >= 16 ? 4 : D >= 4 ? 2 : 1), isc2 = 1.0f / (sc * sc); /* 2^floor(q/2) */
     static_assert(D >= 4 && D <= 64, "the few-qubit tensor-core kernel: 2 to 6 qubits");
     extern __shared__ __align__(16) float qk__stc_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int wr = (warp / WPR) * 32, wc = (warp % WPR) * 32;
-    qk__band cur = bd, nxt = bd; /* cursors of the computed and of the loading tile */
+    auto tile = [&](int64_t L, int &a, int &b) {
+        if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
+        else {
+            a = (int)(L / tx_tiles);
+            b = (int)(L % tx_tiles);
+        }
+    };
     /* the rows of tile (r0, c0) into buffer buf: A rows, then B rows (zero past m / nn) */
     auto issue = [&](int r0, int c0, int buf) {
         float *s = qk__stc_sm + buf * BUF;
@@ -2075,18 +2058,18 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     if (L >= ntiles) return;
     int a, b;
     if (ST == 2) {
-        nxt.at(L, a, b);
+        tile(L, a, b);
         issue(a * BM, b * BM, 0);
     }
     for (int buf = 0; L < ntiles; L += gridDim.x, buf ^= (ST - 1)) {
         if (ST == 2) {
             if (L + gridDim.x < ntiles) {
-                nxt.at(L + gridDim.x, a, b);
+                tile(L + gridDim.x, a, b);
                 issue(a * BM, b * BM, buf ^ 1);
             } else qk__cp_commit(); /* an empty group: wait_group 1 below then means this tile's */
             qk__cp_wait<1>();
         }
-        cur.at(L, a, b);
+        tile(L, a, b);
         const int row0 = a * BM, col0 = b * BM;
         if (ST == 1) {
             issue(row0, col0, 0);
@@ -2138,31 +2121,28 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                     }
                 }
             }
-            /* a tile inside K and off the diagonal (block-uniform) stores without guards, its
-               mirror as 8-byte column pairs: lanes g and g ^ 1 trade one value (rows g, g + 1
-               of column 2t go to the even lane, of column 2t + 1 to the odd one) */
+            /* a tile inside K and off the diagonal (block-uniform) is staged in this buffer
+               (its operands are read) and written as 16-byte rows, its mirror as 16-byte column
+               pieces, two lanes a 32-byte sector (as >>small); other tiles store from the
+               fragments with guards */
             const bool full = vec && row0 + BM <= m && col0 + BM <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM);
+            float *cs = qk__stc_sm + buf * BUF;
+            if (full) __syncthreads();
 #pragma unroll
             for (int i = 0; i < 2; ++i)
 #pragma unroll
                 for (int j = 0; j < 4; ++j)
 #pragma unroll
                     for (int h = 0; h < 2; ++h) {
-                        const int gi = row0 + wr + 16 * i + 8 * h + g, gj = col0 + wc + 8 * j + 2 * t;
+                        const int li = wr + 16 * i + 8 * h + g, lj = wc + 8 * j + 2 * t, gi = row0 + li, gj = col0 + lj;
                         const float r0 = cr[i][j][2 * h] * isc2, i0 = ci[i][j][2 * h] * isc2;
                         const float r1 = cr[i][j][2 * h + 1] * isc2, i1 = ci[i][j][2 * h + 1] * isc2;
                         const float k0 = r0 * r0 + i0 * i0, k1 = r1 * r1 + i1 * i1;
-                        float *o = out + (int64_t)gi * ld + gj;
                         if (full) {
-                            __stcs((float2 *)o, make_float2(k0, k1));
-                            if (mout) {
-                                const bool odd = g & 1;
-                                const float r = __shfl_xor_sync(0xffffffffu, odd ? k0 : k1, 4);
-                                if (!odd) __stcs((float2 *)(mout + (int64_t)gj * ld + gi), make_float2(k0, r));
-                                else __stcs((float2 *)(mout + (int64_t)(gj + 1) * ld + gi - 1), make_float2(r, k1));
-                            }
+                            *(float2 *)(cs + li * CS + lj) = make_float2(k0, k1);
                             continue;
                         }
+                        float *o = out + (int64_t)gi * ld + gj;
                         const bool in0 = gi < m && gj < nn, in1 = gi < m && gj + 1 < nn;
                         const bool ok0 = in0 && (!tri || gj + doff >= gi), ok1 = in1 && (!tri || gj + 1 + doff >= gi);
                         if (vec && ok0 && ok1) __stcs((float2 *)o, make_float2(k0, k1));
@@ -2175,6 +2155,21 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                             if (in1 && (!tri || gj + 1 + doff > gi)) __stcs(mout + (int64_t)(gj + 1) * ld + gi, k1);
                         }
                     }
+            if (full) {
+                __syncthreads();
+                for (int idx = threadIdx.x; idx < BM * BM / 4; idx += NT) {
+                    const int r = idx / (BM / 4), c = (idx % (BM / 4)) * 4;
+                    __stcs((float4 *)(out + (int64_t)(row0 + r) * ld + col0 + c), *(const float4 *)(cs + r * CS + c));
+                }
+                if (mout)
+                    for (int idx = threadIdx.x; idx < BM * BM / 4; idx += NT) {
+                        /* lanes 2p, 2p + 1: rows r, r + 4 of column c (CS = 4 mod 32: a warp's 16
+                           columns and the two row offsets meet each bank once) */
+                        const int p = idx >> 1, c = p % BM, r = (p / BM) * 8 + (idx & 1) * 4;
+                        __stcs((float4 *)(mout + (int64_t)(col0 + c) * ld + row0 + r),
+                               make_float4(cs[r * CS + c], cs[(r + 1) * CS + c], cs[(r + 2) * CS + c], cs[(r + 3) * CS + c]));
+                    }
+            }
         }
         __syncthreads(); /* this buffer is refilled by the issue two tiles on (one, single-buffered) */
     }
@@ -2193,17 +2188,13 @@ static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
     if (per < 1) per = 1;
-    qk__band bd;
-    bd.Ty = (int)((m + BM - 1) / BM);
-    bd.Tx = (int)((nn + BM - 1) / BM);
-    bd.G = QK__STC_BAND;
-    bd.sym = tri && doff == 0 && nn >= m; /* the triangle's tiles only (else the rectangle's, those under the diagonal skipped) */
-    bd.r0 = 0;
-    bd.base = 0;
-    const int64_t ntiles = qk__stc_ntiles(bd);
+    const int64_t Tx = (nn + BM - 1) / BM;
+    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0; /* the triangle's tiles, or the rectangle's */
+    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
     if (ntiles <= 0) return QK_OK;
     const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), bd, ntiles);
+    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
     QK_LAUNCH_CK("qk__k_gram_small_tc");
     return QK_OK;
 }
