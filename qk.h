@@ -588,14 +588,16 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
-/* The fixed table: the fused configuration for a q-qubit state without autotune: the persistent
-   few-qubit kernel for complex fp32 states with float K up to 5 qubits (1.1x to 1.4x the 64x64
-   tile on an H200, docs/benchmarks.md), 64x64 t4x4 for the other small states (2^q <= 32:
-   fewer registers, more blocks in flight) and for fp64 (accumulators twice the size), else
-   128x64 t8x4 (complex) or 128x128 t8x8 (real). */
+/* The fixed table: the fused configuration for a q-qubit state without autotune: for complex
+   fp32 states with float K, the persistent few-qubit kernel on the tensor cores from 2 to 6
+   qubits (fp16 hi/lo splits at fp32 accuracy; 1.1x to 2.3x the SIMT persistent kernel on an
+   H200, docs/benchmarks.md) and the SIMT one at 1 qubit; 64x64 t4x4 for the other small states
+   (2^q <= 32: fewer registers, more blocks in flight) and for fp64 (accumulators twice the
+   size), else 128x64 t8x4 (complex) or 128x128 t8x8 (real). */
 static inline int qk__fused_cfg_fixed(int q, int f64, int cplx, int f32out)
 {
-    return q <= 5 && !f64 && cplx && f32out ? 7 : q <= 5 || f64 ? 1 : cplx ? 2 : 4;
+    if (!f64 && cplx && f32out && q <= 6) return q >= 2 ? 8 : 7;
+    return q <= 5 || f64 ? 1 : cplx ? 2 : 4;
 }
 /* The tile shape of fused configuration cfg (1..QK__N_FUSED_CFG), as plans name it. */
 static inline const char *qk__fused_cfg_name(int cfg)

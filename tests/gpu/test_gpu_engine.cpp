@@ -586,7 +586,7 @@ static void tc_block_tests()
     }
 }
 
-/* The persistent few-qubit kernels (fused configuration 7, SIMT, q <= 5; 8, tensor cores (fp16 splits),
+/* The persistent few-qubit kernels (fused configuration 7, SIMT, q <= 5; 8, tensor cores,
    2 <= q <= 6; each the fixed table's choice somewhere) on sizes with full interior 128 x 128
    tiles (the 16- and 8-byte store and mirror paths: ld a multiple of 4) and partial ones (n =
    645: 5 full tiles and 5 rows; ld = n + 3 = 648), square and rectangular, device and host
