@@ -19,6 +19,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
     echo "$t small rc $? : $(grep -E 'checks, |ERROR SUMMARY|RACECHECK SUMMARY' /tmp/san_$t.log | tr '\n' ' ')"
     grep -m3 -E 'Invalid|Race|Uninit' /tmp/san_$t.log
   done
-  timeout 200 $B/bench/qk-bench --json $OUT/bench.json --cases ${CASES:-small,zz4} 2>&1 | grep -E "^(small|zz|write|   ->)"
+  echo "$COMMIT" > /tmp/commit.txt
+  timeout 200 $B/bench/qk-bench --json $OUT/bench.json --commit /tmp/commit.txt --cases ${CASES:-small,zz4} 2>&1 | grep -E "^(small|zz|write|   ->)"
   timeout 120 python3 .peer/torch_qk.py --cases zz:2:32768,zz:4:32768,zz:6:32768 --json $OUT/peer.json 2>&1 | tail -3
 } 2>&1 | tee $OUT/smalltc.log
