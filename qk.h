@@ -713,6 +713,39 @@ typedef struct qk_plan {
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
 } qk_plan;
 
+/* Two of the planner's rules that the GPU engine applies while it runs, defined once here (the
+   VRAM estimator and qk_cuda.cu read them; the engine decides nothing else about the job):
+   qk__plan_mirror   K(X,X) computes the upper triangle and writes the mirror from the same tile
+                     when K lives on the device (device output, or K resident); a ring of slabs
+                     computes whole rows instead (twice the flops, K never has to fit)
+   qk__plan_shrink   out of device memory: the next smaller plan (K residency given up for a host
+                     output, then the slab halved down to 64 rows, then state tiles from 8192 rows
+                     halved down to 64); 0 when there is none. The engine retries with it from
+                     scratch (nothing reaches the caller before a slab completes). */
+static inline int qk__plan_mirror(const qk_plan *p)
+{
+    return p->symmetric && (p->output == QK_OUTPUT_DEVICE || p->k_resident);
+}
+static inline int qk__plan_shrink(qk_plan *p)
+{
+    const int64_t slab = p->tile_m > 0 ? p->tile_m : 1024;
+    int64_t tile = p->bulk_states || p->state_tile <= 0 ? ((int64_t)1 << 14) : p->state_tile;
+    if (p->k_resident && p->output != QK_OUTPUT_DEVICE) {
+        p->k_resident = 0;
+        return 1;
+    }
+    if (slab > 64) {
+        p->tile_m = slab / 2;
+        return 1;
+    }
+    if (tile <= 64) return 0;
+    tile /= 2;
+    p->bulk_states = 0;
+    p->state_tile = tile;
+    p->tile_m = slab < tile ? slab : tile;
+    return 1;
+}
+
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,

@@ -2905,12 +2905,13 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
     double enc_ms = 0;
 
-    qk__pipe(qk__job_state *job, int64_t slab, int64_t tile, int resident)
-        : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
+    explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
     {
-        sym = ds->y == nullptr;
-        nx = ds->n_x;
-        ny = sym ? ds->n_x : ds->n_y;
+        /* the job as the plan describes it (qk_cuda_gram checked it against the desc) */
+        sym = pl->symmetric != 0;
+        nx = pl->n_x;
+        ny = pl->n_y;
+        const int64_t slab = pl->tile_m > 0 ? pl->tile_m : 1024;
         q = map->n_qubits;
         d = map->n_features;
         analytic = pl->path == QK_PATH_ANALYTIC;
@@ -2919,18 +2920,16 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
         use_blas = pl->use_blas && pl->use_blas < QK__TCF_FIRST && !analytic;
         ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
-        state_tile = tile;
-        bulk = state_tile >= std::max(nx, ny);
+        state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
+        bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
         slab_rows = bulk ? slab : std::min(slab, state_tile); /* a slab's states are one tile */
         tA = bulk ? nx : state_tile;
         tB = bulk ? ny : state_tile;
         n_slabs = (nx + slab_rows - 1) / slab_rows;
-        k_resident = resident;
-        dev_out = ds->output == QK_OUTPUT_DEVICE;
-        pinned_out = ds->output == QK_OUTPUT_HOST && pl->host_pinned;
-        /* symmetric with a ring of slabs (K not resident): full rows, no mirror (2x the flops,
-           but K never has to fit; GPU flops are cheap next to the PCIe and disk time of such a K) */
-        mirror = sym && (dev_out || k_resident);
+        k_resident = pl->k_resident;
+        dev_out = pl->output == QK_OUTPUT_DEVICE;
+        pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
+        mirror = qk__plan_mirror(pl) != 0;
         ldk = dev_out ? ld_out : ny;
         /* a map that is only an amplitude encoding, all states at once: its states are x / ||x||
            padded, which the streaming encoder (qk_cuda_amplitude_encode: pinned double-buffered
@@ -3284,19 +3283,28 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: out is NULL");
     if (plan->path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_gram: too many qubits for a state vector");
-    int64_t slab = plan->tile_m > 0 ? plan->tile_m : 1024;
-    int64_t tile = plan->state_tile > 0 && !plan->bulk_states ? plan->state_tile : INT64_MAX;
-    int res = plan->k_resident;
+    /* the engine runs the job the plan was made for; a plan of another job is refused, not
+       re-derived from the desc */
+    if (plan->symmetric != (desc->y == nullptr) || plan->n_x != desc->n_x || plan->n_y != (desc->y ? desc->n_y : desc->n_x) ||
+        plan->output != desc->output) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "qk_cuda_gram: the plan was made for another job (plan: %lld x %lld%s, output %d; desc: %lld x %lld%s, output %d)",
+                 (long long)plan->n_x, (long long)plan->n_y, plan->symmetric ? " symmetric" : "", (int)plan->output,
+                 (long long)desc->n_x, (long long)(desc->y ? desc->n_y : desc->n_x), desc->y ? "" : " symmetric", (int)desc->output);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     int64_t delivered = 0;
-    const bool real = plan->path == QK_PATH_REAL;
-    const bool p64 = plan->precision == QK_PRECISION_FP64;
-    /* Out of device memory: halve the slab and state tile, then give up K residency, and retry
-       from scratch (nothing has reached the caller's output before a slab completes; a host
-       output may be partly written, which the result code says). */
-    for (int attempt = 0;; ++attempt) {
+    const bool real = P.path == QK_PATH_REAL;
+    const bool p64 = P.precision == QK_PRECISION_FP64;
+    /* Out of device memory: retry from scratch with the planner's next smaller plan (nothing has
+       reached the caller's output before a slab completes; a host output may be partly written,
+       which the result code says). */
+    for (;;) {
         qk__job_state J;
         J.E = E;
-        J.plan = plan;
+        J.plan = &P;
         J.map = map;
         J.desc = desc;
         J.rows = io ? io->rows : nullptr;
@@ -3306,17 +3314,12 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;
         qk_result r;
-        r = qk__dispatch(p64, !real, plan->out_dtype == QK_F64, [&](auto ty) {
+        r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {
             typedef decltype(ty) Ty;
-            return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J, slab, tile, res).run();
+            return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J).run();
         });
         qk__job_free(&J);
-        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0) return r;
-        if (res && !(desc->output == QK_OUTPUT_DEVICE)) { res = 0; continue; }
-        if (slab > 64) { slab /= 2; continue; }
-        if (tile == INT64_MAX) tile = 1 << 14;
-        if (tile > 64) { tile /= 2; slab = std::min(slab, tile); continue; }
-        return r;
+        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0 || !qk__plan_shrink(&P)) return r;
     }
 }
 

@@ -11,8 +11,8 @@ OUT=${OUT:-/tmp/out}; mkdir -p $OUT
   B=/tmp/bs
   meson setup $B . -Dgpu_arch=90 -Dpython=disabled -Dprofiler=false >/dev/null &&
     ninja -C $B bench/qk-bench tests/test_gpu_engine examples/qk-gram >$OUT/build.log 2>&1; echo "build rc $?"
-  QK_TEST_SEED=$RANDOM timeout 200 $B/tests/test_gpu_engine 9 > $OUT/test_gpu.log 2>&1
-  echo "suite 1..9 rc $? : $(grep -E 'checks, ' $OUT/test_gpu.log)"; grep -E 'FAIL|few-qubit' $OUT/test_gpu.log | head -20
+  QK_TEST_SEED=$RANDOM timeout 240 $B/tests/test_gpu_engine 20 1 ${QS:-1,2,3,4,5,6,7,8,9} > $OUT/test_gpu.log 2>&1
+  echo "suite ${QS:-1..9} rc $? : $(grep -E 'checks, ' $OUT/test_gpu.log)"; grep -E 'FAIL|few-qubit' $OUT/test_gpu.log | head -20
   for t in ${SAN:-memcheck racecheck initcheck}; do
     QK_TEST_ONLY=small QK_TEST_UNDER_SANITIZER=1 timeout 150 compute-sanitizer --tool $t --error-exitcode 9 \
       $B/tests/test_gpu_engine > /tmp/san_$t.log 2>&1

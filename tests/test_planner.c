@@ -425,6 +425,34 @@ int main(void)
         CHECK(qk_plan_for_device(&cards[2], 0.85, z30, &g, &p) == QK_OK && !p.bulk_states && p.state_tile >= 1 && p.state_tile <= 2, "141 GB, 30 qubits: one or two states per tile");
         qk_map_free(z30);
     }
+    {   /* the engine's out-of-memory retries: the planner's shrink sequence, from a resident K
+           to a host buffer with 1024-row slabs and bulk states: residency given up first, slabs
+           halved to 64, then state tiles 8192 .. 64 (slabs never taller than a tile), then none */
+        qk_plan p;
+        int steps = 0, ok = 1;
+        int64_t prev_slab = 1024, prev_tile = (int64_t)1 << 40;
+        memset(&p, 0, sizeof p);
+        p.symmetric = 1; p.output = QK_OUTPUT_HOST; p.k_resident = 1; p.bulk_states = 1; p.tile_m = 1024;
+        CHECK(qk__plan_mirror(&p), "shrink: K resident, symmetric: mirrored");
+        CHECK(qk__plan_shrink(&p) && !p.k_resident && p.tile_m == 1024 && p.bulk_states, "shrink 1: residency given up first");
+        CHECK(!qk__plan_mirror(&p), "shrink: a ring of host slabs computes whole rows (no mirror)");
+        while (qk__plan_shrink(&p)) {
+            const int64_t tile = p.bulk_states ? (int64_t)1 << 40 : p.state_tile;
+            ++steps;
+            ok &= (p.tile_m < prev_slab && tile == prev_tile) || (p.tile_m <= tile && tile < prev_tile && !p.bulk_states);
+            ok &= p.tile_m >= 64 && p.tile_m <= tile;
+            prev_slab = p.tile_m; prev_tile = tile;
+            if (steps > 100) break;
+        }
+        CHECK(ok && steps == 4 + 8 && p.tile_m == 64 && p.state_tile == 64 && !p.bulk_states,
+              "shrink: %d steps (4 slab halvings and 8 tiles, 8192 .. 64, expected), ending at slab %lld, tile %lld", steps,
+              (long long)p.tile_m, (long long)p.state_tile);
+        memset(&p, 0, sizeof p);
+        p.symmetric = 1; p.output = QK_OUTPUT_DEVICE; p.k_resident = 0; p.tile_m = 64; p.bulk_states = 0; p.state_tile = 64;
+        CHECK(qk__plan_mirror(&p) && !qk__plan_shrink(&p), "shrink: device output mirrors; slab and tile at 64: nothing left");
+        p.symmetric = 0;
+        CHECK(!qk__plan_mirror(&p), "shrink: K(X,Y) has no mirror");
+    }
     precision_modes(cards, zz8, zz4, zz16, hea, angle);
     auto_precision(cards, zz8, zz4, hea, angle);
     qk_map_free(zz8); qk_map_free(zz4); qk_map_free(zz20); qk_map_free(zz16);

@@ -623,6 +623,34 @@ static void small_kernel_tests()
     }
 }
 
+/* The engine runs the job its plan was made for: a desc of another size, symmetry or output is
+   refused with a clear error and K untouched (the engine no longer re-derives the job from the
+   desc). */
+static void plan_mismatch_tests()
+{
+    TMap t = map_zz(4, 2, true);
+    t.finish();
+    const int64_t n = 100;
+    std::vector<double> x = rand_x(t, n + 1), y = rand_x(t, 7);
+    std::vector<float> K((size_t)(n + 1) * (n + 1), 7.0f);
+    struct { int64_t nx; bool y; qk_output out; const char *what; } cs[] = {
+        {n + 1, false, QK_OUTPUT_HOST, "n_x"}, {n, true, QK_OUTPUT_HOST, "K(X,Y) desc, K(X,X) plan"},
+        {n, false, QK_OUTPUT_CALLBACK, "output"}};
+    for (auto &c : cs) {
+        qk_plan p = make_plan(t, n, n, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = c.nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = c.out; g.precision = QK_PRECISION_FP32;
+        if (c.y) { g.y = y.data(); g.n_y = 7; }
+        const qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
+        bool untouched = true;
+        for (float v : K) untouched = untouched && v == 7.0f;
+        CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "another job") && untouched,
+              "plan for another job (%s): -> %d (%s), K %s", c.what, (int)r, qk_last_error(), untouched ? "untouched" : "written");
+    }
+    printf("plan / desc mismatch refused\n");
+}
+
 /* FP32 through the public API is the FP32 engine of before (the fixed table's fused kernel or
    cuBLAS HERK/SYRK): bitwise the same K as a plan that names that engine. */
 static void fp32_same_tests(qk_ctx *gpu)
@@ -916,7 +944,7 @@ static void stream_tests(qk_ctx *gpu)
             float *pin = nullptr;
             cudaMallocHost((void **)&pin, bytes);
             for (size_t i = 0; i < (size_t)nx * ny; ++i) pin[i] = NAN;
-            g.out = pin; g.output = QK_OUTPUT_HOST; p.host_pinned = 1;
+            g.out = pin; g.output = p.output = QK_OUTPUT_HOST; p.host_pinned = 1;
             qk_result r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: pinned -> %d %s", spec, (int)r, qk_last_error());
             int64_t nan = 0;
@@ -936,7 +964,7 @@ static void stream_tests(qk_ctx *gpu)
             /* .npy stream */
             char path[256];
             snprintf(path, sizeof path, "/tmp/qk_gpu_stream_%d.npy", (int)getpid());
-            g.out = nullptr; g.output = QK_OUTPUT_NPY; g.out_path = path;
+            g.out = nullptr; g.output = p.output = QK_OUTPUT_NPY; g.out_path = path;
             r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: npy -> %d %s", spec, (int)r, qk_last_error());
             qk_array a;
@@ -963,7 +991,7 @@ static void stream_tests(qk_ctx *gpu)
             /* square tiles through the callback */
             TileRec tr;
             tr.K.assign((size_t)nx * ny, NAN); tr.ny = ny; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = sym; tr.side = p.slab_rows;
-            g.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
+            g.output = p.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
             r = qk__cuda_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && tr.bad == 0 && tr.nonsq == 0 && memcmp(tr.K.data(), pin, bytes) == 0,
                   "stream %s %s: callback tiles: rc %d, %d calls, %d below the diagonal, %d not square, K %s", spec, sym ? "XX" : "XY",
@@ -1106,6 +1134,7 @@ int main(int argc, char **argv)
     }
     tc_block_tests();
     small_kernel_tests();
+    plan_mismatch_tests();
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
