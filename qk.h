@@ -588,6 +588,34 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
+/* The per-sample parameter budget of the GPU engine's compiled program: 8 per one-qubit gate,
+   1 + q + q*q per run of diagonal ops, 4 per qubit. The planner's VRAM estimator counts with it
+   and qk_cuda.cu allocates it; its compiler (qk__compile, which folds leading one-qubit gates
+   into 4 values per qubit, so it needs at most this) checks that the program it compiled fits,
+   and fails the job with an internal error otherwise (every GPU suite job checks it). */
+static inline int64_t qk__cuda_params(const qk_map *m)
+{
+    int64_t gates = 0, runs = 0, q = m->n_qubits;
+    int i, in_diag = 0;
+    for (i = 0; i < m->n_ops; i++) {
+        qk_op_kind k = m->ops[i].kind;
+        int diag = k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_CZ || k == QK_OP_RZZ;
+        if (k == QK_OP_CNOT && i + 2 < m->n_ops) {
+            const qk_op *a = &m->ops[i + 1], *b = &m->ops[i + 2];
+            if ((a->kind == QK_OP_Z || a->kind == QK_OP_RZ || a->kind == QK_OP_P) && a->q0 == m->ops[i].q1 &&
+                b->kind == QK_OP_CNOT && b->q0 == m->ops[i].q0 && b->q1 == m->ops[i].q1) {
+                diag = 1;
+                i += 2;
+            }
+        }
+        if (k == QK_OP_AMPLITUDE) continue;
+        if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
+        in_diag = 0;
+        if (k != QK_OP_CNOT) gates++;
+    }
+    return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
+}
+
 /* The fixed table: the fused configuration for a q-qubit state without autotune: for complex
    fp32 states with float K, the persistent few-qubit kernel on the tensor cores from 2 to 6
    qubits (fp16 hi/lo splits at fp32 accuracy; 1.1x to 2.3x the SIMT persistent kernel on an
@@ -7003,32 +7031,6 @@ static double qk__tcf_ws(int eng, int cplx, int q, double rows)
     const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
     const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
     return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
-}
-
-/* Per-sample parameter count of qk_cuda.cu's compiled program (an upper bound of qk__compile
-   there, which folds leading one-qubit gates into 4 values per qubit):
-   8 per one-qubit gate, 1 + q + q*q per run of diagonal ops, 4 per qubit. */
-static int64_t qk__cuda_params(const qk_map *m)
-{
-    int64_t gates = 0, runs = 0, q = m->n_qubits;
-    int i, in_diag = 0;
-    for (i = 0; i < m->n_ops; i++) {
-        qk_op_kind k = m->ops[i].kind;
-        int diag = k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_CZ || k == QK_OP_RZZ;
-        if (k == QK_OP_CNOT && i + 2 < m->n_ops) {
-            const qk_op *a = &m->ops[i + 1], *b = &m->ops[i + 2];
-            if ((a->kind == QK_OP_Z || a->kind == QK_OP_RZ || a->kind == QK_OP_P) && a->q0 == m->ops[i].q1 &&
-                b->kind == QK_OP_CNOT && b->q0 == m->ops[i].q0 && b->q1 == m->ops[i].q1) {
-                diag = 1;
-                i += 2;
-            }
-        }
-        if (k == QK_OP_AMPLITUDE) continue;
-        if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
-        in_diag = 0;
-        if (k != QK_OP_CNOT) gates++;
-    }
-    return 8 * gates + runs * (1 + q + q * q) + 4 * q + 1;
 }
 
 /* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:

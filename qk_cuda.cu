@@ -2948,6 +2948,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_PROF_STREAM_NAME(xs, "qk copy");
         QK_CK(cudaEventRecord(J->pool.t0, cs));
         QK_TRY(qk__compile(map, &J->pg, E));
+        if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
+            return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
+                                                         "parameters than qk__cuda_params budgets (please report the map)");
         QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
         if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
