@@ -741,15 +741,25 @@ typedef struct qk_plan {
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
 } qk_plan;
 
-/* Two of the planner's rules that the GPU engine applies while it runs, defined once here (the
-   VRAM estimator and qk_cuda.cu read them; the engine decides nothing else about the job):
+/* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
+   GPU engine reads them, tests/test_planner.c checks them; the engine decides nothing else):
    qk__plan_mirror   K(X,X) computes the upper triangle and writes the mirror from the same tile
                      when K lives on the device (device output, or K resident); a ring of slabs
                      computes whole rows instead (twice the flops, K never has to fit)
    qk__plan_shrink   out of device memory: the next smaller plan (K residency given up for a host
                      output, then the slab halved down to 64 rows, then state tiles from 8192 rows
                      halved down to 64); 0 when there is none. The engine retries with it from
-                     scratch (nothing reaches the caller before a slab completes). */
+                     scratch (nothing reaches the caller before a slab completes).
+   qk__plan_stream_amp  a map that is only an amplitude encoding (real path), all states at
+                     once: the states are x / ||x|| padded, written straight into the state
+                     buffer by the streaming encoder (pinned double-buffered H2D overlapped with
+                     the normalize kernel); X itself never has to be whole on the device */
+static inline int qk__plan_stream_amp(const qk_plan *p, const qk_map *m)
+{
+    const int64_t most = p->n_x > p->n_y ? p->n_x : p->n_y;
+    return p->path == QK_PATH_REAL && m->n_ops == 1 && m->ops[0].kind == QK_OP_AMPLITUDE &&
+           (p->bulk_states || p->state_tile <= 0 || p->state_tile >= most);
+}
 static inline int qk__plan_mirror(const qk_plan *p)
 {
     return p->symmetric && (p->output == QK_OUTPUT_DEVICE || p->k_resident);

@@ -2931,11 +2931,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
         ldk = dev_out ? ld_out : ny;
-        /* a map that is only an amplitude encoding, all states at once: its states are x / ||x||
-           padded, which the streaming encoder (qk_cuda_amplitude_encode: pinned double-buffered
-           H2D overlapped with the normalize kernel, at the PCIe bound) writes straight into the
-           state buffers; X itself never has to be whole on the device */
-        stream_amp = bulk && !analytic && !CPLX && map->n_ops == 1 && map->ops[0].kind == QK_OP_AMPLITUDE;
+        /* the planner's rule (qk.h): a pure amplitude map's states come from the streaming
+           encoder (qk_cuda_amplitude_encode, at the PCIe bound) */
+        stream_amp = !CPLX && qk__plan_stream_amp(pl, map);
     }
 
     qk_result alloc()

@@ -453,6 +453,22 @@ int main(void)
         p.symmetric = 0;
         CHECK(!qk__plan_mirror(&p), "shrink: K(X,Y) has no mirror");
     }
+    {   /* the streaming amplitude encoder: a pure amplitude map with all states at once only */
+        qk_map *amp = NULL;
+        qk_plan p;
+        qk_gram_desc g = gdesc(5000, 0, QK_OUTPUT_HOST);
+        CHECK(qk_map_parse("amplitude", 256, &amp) == QK_OK, "parse amplitude: %s", qk_last_error());
+        if (amp) {
+            CHECK(qk_plan_for_device(&cards[2], 0.85, amp, &g, &p) == QK_OK && p.path == QK_PATH_REAL && p.bulk_states &&
+                  qk__plan_stream_amp(&p, amp), "amplitude, 5000 samples on the H200: bulk states from the streaming encoder");
+            p.bulk_states = 0; p.state_tile = 1024;
+            CHECK(!qk__plan_stream_amp(&p, amp), "amplitude in state tiles: the state program, not the encoder");
+            p.state_tile = 8192;
+            CHECK(qk__plan_stream_amp(&p, amp), "amplitude, a state tile of every sample: the encoder");
+            qk_map_free(amp);
+        }
+        CHECK(qk_plan_for_device(&cards[2], 0.85, zz8, &g, &p) == QK_OK && !qk__plan_stream_amp(&p, zz8), "zz: no encoder");
+    }
     precision_modes(cards, zz8, zz4, zz16, hea, angle);
     auto_precision(cards, zz8, zz4, hea, angle);
     qk_map_free(zz8); qk_map_free(zz4); qk_map_free(zz20); qk_map_free(zz16);
