@@ -577,6 +577,7 @@ static void tc_block_tests()
         for (auto &c : tcm)
             for (g_cfg = 0; g_cfg <= (c.b >= 8 ? 3 : 0); ++g_cfg) {
                 const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
+                if (getenv("QK_TEST_ONLY")) { printf("tc blocks %s engine %d cfg %d\n", t.name.c_str(), c.b, g_cfg); fflush(stdout); }
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
                 check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
@@ -1115,8 +1116,10 @@ int main(int argc, char **argv)
     g_rng.seed(seed);
     printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
-    if (getenv("QK_TEST_ONLY") && !strcmp(getenv("QK_TEST_ONLY"), "small")) { /* the sanitizer runs of the few-qubit kernels */
-        small_kernel_tests();
+    if (getenv("QK_TEST_ONLY")) { /* the sanitizer runs of one part: small (the few-qubit kernels), tcblocks */
+        if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
+        else CHECK(false, "QK_TEST_ONLY=%s: small or tcblocks", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
