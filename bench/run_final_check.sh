@@ -4,11 +4,11 @@
 # zz4 / zz8 / zz16. One log under $OUT; run from the repo root.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+. bench/gpu_env.sh
 {
-  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; echo "commit $COMMIT"
+  qk_gpu_header
   B=/tmp/bf
-  meson setup $B . -Dgpu_arch=90 -Dpython=disabled -Dprofiler=false >/dev/null &&
-    ninja -C $B bench/qk-bench tests/test_gpu_engine examples/qk-gram >$OUT/build.log 2>&1; echo "build rc $?"
+  qk_gpu_build $B bench/qk-bench tests/test_gpu_engine examples/qk-gram
   QK_TEST_SEED=$RANDOM timeout 120 $B/tests/test_gpu_engine 16 0 3,8,13,16 > $OUT/test_gpu.log 2>&1
   echo "suite rc $? : $(grep -E 'checks, ' $OUT/test_gpu.log)"; grep FAIL $OUT/test_gpu.log | head -5
   python3 -c "import numpy as np; np.save('/tmp/x16.npy', np.random.default_rng(3).random((6,16))*6.28)"

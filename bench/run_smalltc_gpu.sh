@@ -6,11 +6,11 @@
 # qubits in the same job. One log under $OUT; run from the repo root with COMMIT set.
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p $OUT
+. bench/gpu_env.sh
 {
-  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1; echo "commit $COMMIT"
+  qk_gpu_header
   B=/tmp/bs
-  meson setup $B . -Dgpu_arch=90 -Dpython=disabled -Dprofiler=false >/dev/null &&
-    ninja -C $B bench/qk-bench tests/test_gpu_engine examples/qk-gram >$OUT/build.log 2>&1; echo "build rc $?"
+  qk_gpu_build $B bench/qk-bench tests/test_gpu_engine examples/qk-gram
   QK_TEST_SEED=$RANDOM timeout 240 $B/tests/test_gpu_engine 20 1 ${QS:-1,2,3,4,5,6,7,8,9} > $OUT/test_gpu.log 2>&1
   echo "suite ${QS:-1..9} rc $? : $(grep -E 'checks, ' $OUT/test_gpu.log)"; grep -E 'FAIL|few-qubit' $OUT/test_gpu.log | head -20
   for t in ${SAN:-memcheck racecheck initcheck}; do
