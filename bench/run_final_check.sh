@@ -2,8 +2,6 @@
 # The session's last H200 check of main: the GPU suite at 3, 8, 13 and 16 qubits against the CPU
 # engine, memcheck and racecheck over a 16-qubit qk-gram job (the structured pass), qk-bench
 # zz4 / zz8 / zz16. One log under $OUT; run from the repo root.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 . bench/gpu_env.sh
 {
   qk_gpu_header

@@ -4,8 +4,6 @@
 # racecheck and initcheck over the few-qubit tests; qk-bench's small cases (2..6 qubits, n=32768,
 # the write floor, each configuration against an fp64 K) and zz4; the PyTorch peer at 2, 4 and 6
 # qubits in the same job. One log under $OUT; run from the repo root with COMMIT set.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p $OUT
 . bench/gpu_env.sh
 {
   qk_gpu_header
