@@ -1116,10 +1116,11 @@ int main(int argc, char **argv)
     g_rng.seed(seed);
     printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
-    if (getenv("QK_TEST_ONLY")) { /* the sanitizer runs of one part: small (the few-qubit kernels), tcblocks */
+    if (getenv("QK_TEST_ONLY")) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan */
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
-        else CHECK(false, "QK_TEST_ONLY=%s: small or tcblocks", getenv("QK_TEST_ONLY"));
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
+        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks or plan", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
