@@ -204,6 +204,7 @@ QKDEF const char *qk_result_string(qk_result r);
 QKDEF const char *qk_last_error(void);
 
 /* >>maps ---- feature maps ---- */
+/* clang-format off: the kinds in groups, one comment a group */
 typedef enum qk_op_kind {
     QK_OP_H = 1, QK_OP_X, QK_OP_Y, QK_OP_Z,
     QK_OP_RX, QK_OP_RY, QK_OP_RZ, QK_OP_P,     /* one qubit (q0), angle */
@@ -213,6 +214,7 @@ typedef enum qk_op_kind {
     QK_OP_BASIS,                                /* X on q0 when feature angle.x0 is 1 (must be 0 or 1) */
     QK_OP_KIND_COUNT_
 } qk_op_kind;
+/* clang-format on */
 
 /* An op's angle: theta = scale * f + offset, with f chosen by kind. */
 typedef enum qk_arg_kind {
