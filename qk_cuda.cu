@@ -27,6 +27,8 @@
      fused   a register-tiled SIMT kernel: <a|b> accumulated in registers, |.|^2 and the store
              in its epilogue; tiles staged through shared memory so that both the tile and its
              mirror (symmetric K) are written with coalesced rows. No complex matrix in memory.
+             At 2..6 qubits (complex fp32, float K) its persistent tensor-core form (>>smalltc):
+             the same epilogue, the inner products on mma.sync with fp16 hi/lo splits.
      blas    cuBLAS GEMM (C/Z/S/D) into a slab workspace, then a fused |.|^2 + mirror epilogue;
              for the tensor-core precision modes (TF32, FP32X3, FP16) real-form GEMMs of
              converted operands into Re and Im planes, the same epilogue (qk__tc_products).
