@@ -1,0 +1,122 @@
+/* >>config ---- implementation: includes and config ---- */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <ctype.h>
+#include <errno.h>
+
+#ifndef QK_ASSERT
+#include <assert.h>
+#define QK_ASSERT(c) assert(c)
+#endif
+
+#if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
+/* caller's allocator */
+#elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
+#define QK_MALLOC(sz) malloc(sz)
+#define QK_REALLOC(p, sz) realloc(p, sz)
+#define QK_FREE(p) free(p)
+#else
+#error "qk.h: define all of QK_MALLOC, QK_REALLOC and QK_FREE, or none"
+#endif
+
+#if defined(__cplusplus)
+#define QK__TLS thread_local
+#elif defined(_MSC_VER)
+#define QK__TLS __declspec(thread)
+#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
+#define QK__TLS _Thread_local
+#else
+#define QK__TLS __thread
+#endif
+
+#if !defined(QK_NO_THREADS) && (defined(_WIN32) || !(defined(__GNUC__) || defined(__clang__)))
+#define QK_NO_THREADS /* the CPU engine's thread pool needs pthreads and GCC/Clang atomics */
+#endif
+#ifndef QK_NO_THREADS
+#include <pthread.h>
+#include <unistd.h>
+#endif
+
+#define QK__PI 3.14159265358979323846
+#define QK__UNUSED(x) ((void)(x))
+
+static int qk__def_i(int v, int d) { return v ? v : d; }
+static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
+
+static void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
+static void *qk__calloc(size_t count, size_t size)
+{
+    void *p;
+    if (size && count > (size_t)-1 / size) return NULL;
+    p = qk__malloc(count * size);
+    if (p) memset(p, 0, count * size);
+    return p;
+}
+
+
+/* >>errors ---- implementation: errors ---- */
+static QK__TLS char qk__errbuf[512];
+
+static void qk__set_errorv(const char *fmt, va_list ap)
+{
+    vsnprintf(qk__errbuf, sizeof qk__errbuf, fmt, ap);
+}
+
+static void qk__set_error(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qk__set_errorv(fmt, ap);
+    va_end(ap);
+}
+
+/* Sets the detail message and returns r: `return qk__fail(QK_ERROR_SHAPE, "...", ...);` */
+static qk_result qk__fail(qk_result r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    qk__set_errorv(fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+QKDEF const char *qk_result_string(qk_result r)
+{
+    switch (r) {
+    case QK_OK: return "ok";
+    case QK_ERROR_INVALID_ARGUMENT: return "invalid argument";
+    case QK_ERROR_NON_FINITE: return "non-finite input";
+    case QK_ERROR_SHAPE: return "shape mismatch";
+    case QK_ERROR_PARSE: return "map spec parse error";
+    case QK_ERROR_TOO_MANY_QUBITS: return "too many qubits";
+    case QK_ERROR_ZERO_NORM: return "zero norm";
+    case QK_ERROR_BAD_DATA: return "data outside the map's domain";
+    case QK_ERROR_OUT_OF_MEMORY: return "out of host memory";
+    case QK_ERROR_IO: return "I/O error";
+    case QK_ERROR_FORMAT: return "malformed file";
+    case QK_ERROR_NO_DEVICE: return "no CUDA device";
+    case QK_ERROR_CUDA: return "CUDA error";
+    case QK_ERROR_DEVICE_OUT_OF_MEMORY: return "out of device memory";
+    case QK_ERROR_CANCELLED: return "cancelled";
+    case QK_ERROR_UNSUPPORTED: return "unsupported";
+    default: return "unknown qk_result";
+    }
+}
+
+QKDEF const char *qk_last_error(void) { return qk__errbuf; }
+
+/* Precision names (plan text; the autotune cache has its own copy) and the modes whose output
+   is float32 by default: all but DEFAULT and FP64. */
+static const char *qk__prec_name(qk_precision p)
+{
+    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
+    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? names[p] : "?";
+}
+static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
+/* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
+static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
+
+

@@ -1,0 +1,154 @@
+/* ======================================================================================== */
+/* >>api        the extern "C" surface used by qk.h                                         */
+/* ======================================================================================== */
+
+extern "C" int qk_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) { cudaGetLastError(); return 0; }
+    return n;
+}
+
+extern "C" qk_result qk_cuda_device_query(int device, qk_device_info *info, char *err, size_t err_size)
+{
+    cudaDeviceProp p;
+    cudaError_t e = cudaGetDeviceProperties(&p, device);
+    if (e != cudaSuccess) {
+        if (err) snprintf(err, err_size, "cudaGetDeviceProperties(%d): %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return QK_ERROR_NO_DEVICE;
+    }
+    memset(info, 0, sizeof *info);
+    info->present = 1;
+    memcpy(info->name, p.name, std::min(sizeof info->name, sizeof p.name) - 1);
+    info->cc_major = p.major;
+    info->cc_minor = p.minor;
+    info->sm_count = p.multiProcessorCount;
+    info->smem_per_block_optin = p.sharedMemPerBlockOptin;
+    info->l2_bytes = (size_t)p.l2CacheSize;
+    if (cudaDriverGetVersion(&info->driver_version) != cudaSuccess) { cudaGetLastError(); info->driver_version = 0; }
+    e = cudaSetDevice(device);
+    if (e == cudaSuccess) e = cudaMemGetInfo(&info->free_bytes, &info->total_bytes);
+    if (e != cudaSuccess) {
+        if (err) snprintf(err, err_size, "cudaMemGetInfo on device %d: %s", device, cudaGetErrorString(e));
+        cudaGetLastError();
+        return QK_ERROR_CUDA;
+    }
+    return QK_OK;
+}
+
+extern "C" int qk_cuda_host_pinned(const void *p)
+{
+    cudaPointerAttributes at;
+    int pinned = p && cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeHost;
+    cudaGetLastError();
+    return pinned;
+}
+
+extern "C" qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    *p = nullptr;
+    QK_CK(cudaMallocHost(p, bytes ? bytes : 1));
+    return QK_OK;
+}
+
+extern "C" void qk_cuda_host_free(void *p)
+{
+    if (p) cudaFreeHost(p);
+    cudaGetLastError();
+}
+
+extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
+                                  char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !map || !desc || !desc->x) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: NULL argument");
+    if ((desc->output == QK_OUTPUT_DEVICE || desc->output == QK_OUTPUT_HOST) && !desc->out)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: out is NULL");
+    if (plan->path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_gram: too many qubits for a state vector");
+    /* the engine runs the job the plan was made for; a plan of another job is refused, not
+       re-derived from the desc */
+    if (plan->symmetric != (desc->y == nullptr) || plan->n_x != desc->n_x || plan->n_y != (desc->y ? desc->n_y : desc->n_x) ||
+        plan->output != desc->output) {
+        char msg[256];
+        snprintf(msg, sizeof msg,
+                 "qk_cuda_gram: the plan was made for another job (plan: %lld x %lld%s, output %d; desc: %lld x %lld%s, output %d)",
+                 (long long)plan->n_x, (long long)plan->n_y, plan->symmetric ? " symmetric" : "", (int)plan->output,
+                 (long long)desc->n_x, (long long)(desc->y ? desc->n_y : desc->n_x), desc->y ? "" : " symmetric", (int)desc->output);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
+    int64_t delivered = 0;
+    const bool real = P.path == QK_PATH_REAL;
+    const bool p64 = P.precision == QK_PRECISION_FP64;
+    /* Out of device memory: retry from scratch with the planner's next smaller plan (nothing has
+       reached the caller's output before a slab completes; a host output may be partly written,
+       which the result code says). */
+    for (;;) {
+        qk__job_state J;
+        J.E = E;
+        J.plan = &P;
+        J.map = map;
+        J.desc = desc;
+        J.rows = io ? io->rows : nullptr;
+        J.rows_user = io ? io->rows_user : nullptr;
+        J.stats = io ? io->stats : nullptr;
+        for (int i = 0; i < 2; ++i) J.io_stage[i] = io ? io->stage[i] : nullptr;
+        J.io_stage_bytes = io ? io->stage_bytes : 0;
+        J.delivered = &delivered;
+        qk_result r;
+        r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {
+            typedef decltype(ty) Ty;
+            return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J).run();
+        });
+        qk__job_free(&J);
+        if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0 || !qk__plan_shrink(&P)) return r;
+    }
+}
+
+extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision, double *out,
+                                    char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!map || (!x && n > 0) || (!out && n > 0)) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_states: NULL argument");
+    if (map->n_qubits > QK_MAX_STATE_QUBITS) return qk__fail_msg(E, QK_ERROR_TOO_MANY_QUBITS, "qk_cuda_states: too many qubits");
+    if (n == 0) return QK_OK;
+    qk__prog pg;
+    qk_map m2 = *map;
+    if (m2.cls == QK_CLASS_PRODUCT) m2.cls = QK_CLASS_COMPLEX; /* build the state vector anyway */
+    QK_TRY(qk__compile(&m2, &pg, E));
+    qk__dprog dp;
+    qk__build_ws ws;
+    double *dx = nullptr, *dout = nullptr;
+    void *st = nullptr;
+    const int64_t D = (int64_t)1 << map->n_qubits;
+    const bool p64 = precision == QK_PRECISION_FP64;
+    const size_t cx = p64 ? 16 : 8, T = p64 ? 8 : 4;
+    auto run = [&]() -> qk_result {
+        QK_TRY(qk__dprog_make(pg, map, &dp, E));
+        QK_CK(cudaMalloc((void **)&dx, std::max<size_t>(1, (size_t)n * map->n_features * sizeof(double))));
+        QK_CK(cudaMemcpy(dx, x, (size_t)n * map->n_features * sizeof(double), cudaMemcpyHostToDevice));
+        QK_CK(cudaMalloc(&ws.params, (size_t)n * pg.P * T));
+        if (pg.passes.size() > 1) QK_CK(cudaMalloc(&ws.tmp, (size_t)n * D * cx));
+        if (pg.has_amp) QK_CK(cudaMalloc((void **)&ws.inv, (size_t)n * sizeof(double)));
+        QK_CK(cudaMalloc(&st, (size_t)n * D * cx));
+        QK_CK(cudaMalloc((void **)&dout, (size_t)n * D * 2 * sizeof(double)));
+        QK_TRY(qk__dispatch(p64, false, false, [&](auto ty) {
+            typedef typename decltype(ty)::T Tv;
+            QK_TRY(qk__build_states<Tv>(pg, dp, dx, n, ws, st, false, 0, E));
+            return qk__launch_widen<Tv>((const qk__cx<Tv> *)st, dout, n * D, 0, E);
+        }));
+        QK_CK(cudaMemcpy(out, dout, (size_t)n * D * 2 * sizeof(double), cudaMemcpyDeviceToHost));
+        return QK_OK;
+    };
+    qk_result r = run();
+    qk__dprog_free(&dp);
+    cudaFree(dx); cudaFree(dout); cudaFree(st);
+    cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
+    return r;
+}

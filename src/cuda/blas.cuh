@@ -1,0 +1,294 @@
+/* ======================================================================================== */
+/* >>blas       cuBLAS and the tensor-core engines, and their |.|^2 epilogue                */
+/* ======================================================================================== */
+
+/* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
+   interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
+   values later, by an imaginary plane. */
+template <typename T, bool CPLX, typename OutT>
+__global__ void __launch_bounds__(256)
+qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane)
+{
+    const int BM = 32, BN = 32;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    __shared__ OutT Cs[BM * (BN + 1)];
+    for (int idx = threadIdx.x; idx < BM * BN; idx += 256) {
+        int r = idx / BN, c = idx % BN;
+        int gi = row0 + r, gj = col0 + c;
+        T v = 0;
+        if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
+            if (CPLX && plane) {
+                const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
+                v = zr * zr + zi * zi;
+            } else if (CPLX) {
+                typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
+                v = z.x * z.x + z.y * z.y;
+            } else {
+                T z = Cm[(int64_t)gi * ldc + gj];
+                v = z * z;
+            }
+        }
+        Cs[r * (BN + 1) + c] = (OutT)v;
+    }
+    __syncthreads();
+    qk__store_tile<OutT, 32, 32, 256>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
+                                     int tri, int64_t plane, cudaStream_t st, qk__err *E)
+{
+    dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+                                                        qk__vec_ok(out, mout, ld), tg, plane);
+    QK_LAUNCH_CK("qk__k_epilogue");
+    return QK_OK;
+}
+
+/* ---- tensor-core engines (plan.use_blas 3..7) ----
+   The complex product in real form: a state row of D complex amplitudes is a real row of
+   W = 2D values (interleaved re, im), and
+       Re <a|b> = a . b,    Im <a|b> = a . rot(b),   rot(b) = (im, -re) pairs,
+   so two real GEMMs (K = W) give the Re and Im planes of the slab and the epilogue takes
+   Re^2 + Im^2 (real states: one GEMM, K = D). cuBLAS's complex routines on the tensor cores fall
+   short of this (CGEMM with TF32 reached 2.8x FP32 at 12 qubits, SGEMM-TF32 7.8x:
+   shared/PERFORMANCE.md), and HERK/SYRK have no tensor-core compute type, so the upper
+   triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
+   to the right (8 blocks: 56% of the square instead of HERK's 50%).
+     3 TF32    operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
+     4 FP32X3  operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
+               out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
+               sum hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
+               relative (lo of amplitudes below 2^-3 s is subnormal: 2^-25 s absolute, 1e-7 of
+               K at most). Accuracy is set by the accumulation, not the split: the tensor cores'
+               fp32 accumulation is not round-to-nearest, and the measured error fits up to an
+               ulp of the partial sum lost per MMA step, which grows with the length of the sum
+               (on the diagonal, a sum of positive terms, it does not cancel). So (i) the small
+               products go first, while the sum is small (cuBLAS's k loop runs in order), and
+               (ii) hi*hi is summed in chunks of K (2, or 4 from W = 2048 on), each chunk's GEMM
+               adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
+               Measured (zz 12 qubits, n = 16384, K error): TF32 split, hi*hi first 2.0e-4;
+               small products first 1.35e-4; this scheme 3.9e-5; fp32's own 2.8e-5 (runs a, b, c
+               of bench/results/2026-11-23-h200-precision-*). fp16 halves rather than TF32: twice
+               the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
+     5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
+               underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
+               rate); alpha = 1/s^2 (exact) undoes the scale
+     6 BF16    as 5 with bfloat16 (8 bits): measurement only, no precision selects it
+     7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
+   Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
+   the same rows (a diagonal block of K(X,X)) they are converted once. */
+__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
+__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
+__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
+
+/* n values of rows of W (interleaved complex or real states) into an operand of the real-form
+   products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
+   a . rot(b) = Im <a|b>; out[e] = scale * v rounded to O (TF32, FP16, BF16; double: kept).
+   SPLIT (FP32X3, O = fp16): row r becomes four blocks [hi lo hi hi] of W, hi = fp16(scale * v)
+   and lo = fp16(scale * v - hi) (the difference exact in fp32), so that the first three blocks
+   of a row of A (hi lo hi) against the last three of a row of B (lo hi hi) sum, in this order,
+   hi*lo + lo*hi + hi*hi (why this order: qk__tc_products). */
+template <typename T, typename O, bool SPLIT>
+__global__ void __launch_bounds__(256)
+qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scale, O *__restrict__ out)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const T v = rot ? ((e & 1) ? -in[e - 1] : in[e + 1]) : in[e];
+        if constexpr (SPLIT) {
+            const float sv = (float)(v * scale);
+            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
+            const int64_t r = e / W, k = e - r * W;
+            O *o = out + r * 4 * W + k;
+            o[0] = hi; o[W] = lo; o[2 * W] = hi; o[3 * W] = hi;
+        } else out[e] = qk__cvt(v * scale, (O *)nullptr);
+    }
+}
+
+/* qk__k_tc_operand for engine mode (3..7): rows x W values of src into dst, a grid-stride loop
+   of at most 2^20 blocks. */
+static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
+                                       cudaStream_t st, qk__err *E)
+{
+    const int64_t n = rows * W;
+    const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
+    if (n <= 0) return QK_OK;
+    switch (mode) {
+    case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+    case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
+    default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
+    }
+    QK_LAUNCH_CK("qk__k_tc_operand");
+    return QK_OK;
+}
+
+template <typename T, bool CPLX>
+static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
+{
+    /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes) */
+    const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
+    const size_t W = (size_t)D * (CPLX ? 2 : 1);
+    if (mode < 3) return c;
+    if (mode == 7) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
+    const size_t per = mode == 4 ? 8 * W : mode == 3 ? 4 * W : 2 * W;
+    return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
+}
+
+
+template <typename T, bool CPLX>
+static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+                                 void *Cw, bool trap, cudaStream_t st, qk__err *E)
+{
+    const bool f64 = sizeof(T) == 8;
+    if (f64 != (mode == 7) || mode < 3 || mode > 7)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: tensor-core engine (use_blas) does not match the precision");
+    int q = 0;
+    while (((int64_t)1 << q) < D) ++q;
+    if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
+    const int64_t W = CPLX ? 2 * (int64_t)D : D;
+    const bool same = A == B;
+    const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
+    T *Cre = (T *)Cw, *Cim = Cre + m * nn;
+    char *ops = (char *)Cw + ((size_t)m * nn * (CPLX ? 2 : 1) * sizeof(T) + 255) / 256 * 256;
+    const size_t vb = mode == 3 ? 4 : mode == 7 ? 8 : 2; /* bytes per operand value */
+    const int64_t ld = mode == 4 ? 4 * W : W, offb = mode == 4 ? W : 0;
+    /* FP32X3: the hi*hi block (the last W of K) in nck chunks, the first chunk with the small products */
+    const int nck = mode == 4 ? (W >= 2048 ? 4 : 2) : 1;
+    const int64_t Wc = mode == 4 ? W / nck : W, K0 = mode == 4 ? 2 * W + Wc : W;
+    const float s16 = mode >= 4 && mode <= 6 ? ldexpf(1.0f, q / 2) : 1.0f;
+    const cudaDataType_t ty = mode == 7 ? CUDA_R_64F : mode == 4 || mode == 5 ? CUDA_R_16F : mode == 6 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t cty = mode == 7 ? CUDA_R_64F : CUDA_R_32F;
+    const cublasComputeType_t ct = mode == 7 ? CUBLAS_COMPUTE_64F : mode == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float a32 = 1.0f / (s16 * s16), b32 = 0.0f, one32 = 1.0f;
+    const double a64 = 1.0, b64 = 0.0;
+
+    /* operands: rows of B (xb), rotated rows of B (xr), rows of A (xa) */
+    auto conv = [&](const void *src, int64_t rows, int rot, void *dst) -> qk_result {
+        return qk__launch_tc_operand(mode, src, rows, W, rot, s16, dst, st, E);
+    };
+    const void *xa, *xb, *xr = nullptr;
+    char *p = ops;
+    if (mode == 7) {
+        xa = A; xb = B;
+        if (CPLX) { QK_TRY(conv(B, nn, 1, p)); xr = p; }
+    } else {
+        QK_TRY(conv(B, rb, 0, p)); xb = p; p += (size_t)rb * ld * vb;
+        if (CPLX) { QK_TRY(conv(B, nn, 1, p)); xr = p; p += (size_t)nn * ld * vb; }
+        if (same) xa = xb;
+        else { QK_TRY(conv(A, m, 0, p)); xa = p; }
+    }
+    /* C rows [r0, r1) x columns [c0, nn) of one plane: column-major (nn x m) = op^T A, over
+       k in [k0, k0 + kk) of the operand windows; acc adds C (beta = 1) */
+    auto gemm = [&](const void *bop, int64_t r0, int64_t r1, int64_t c0, T *C, int64_t k0, int64_t kk, bool acc) -> qk_result {
+        const void *bp = (const char *)bop + (size_t)(c0 * ld + offb + k0) * vb;
+        const void *ap = (const char *)xa + (size_t)(r0 * ld + k0) * vb;
+        const void *al = f64 ? (const void *)&a64 : (const void *)&a32;
+        const void *be = f64 ? (const void *)&b64 : acc ? (const void *)&one32 : (const void *)&b32;
+        QK_BLAS_CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)(nn - c0), (int)(r1 - r0), (int)kk, al, bp, ty, (int)ld, ap, ty,
+                                (int)ld, be, C + r0 * nn + c0, cty, (int)nn, ct, CUBLAS_GEMM_DEFAULT));
+        return QK_OK;
+    };
+    /* blocks of rows from the diagonal: 8 of them (256-aligned, at least 512 rows) */
+    const int64_t bs = trap ? std::max<int64_t>(512, ((m + 7) / 8 + 255) / 256 * 256) : m;
+    for (int64_t r0 = 0; r0 < m; r0 += bs) {
+        const int64_t r1 = std::min(m, r0 + bs), c0 = trap ? r0 : 0;
+        for (int pl = 0; pl < (CPLX ? 2 : 1); ++pl) {
+            const void *bop = pl ? xr : xb;
+            T *C = pl ? Cim : Cre;
+            QK_TRY(gemm(bop, r0, r1, c0, C, 0, K0, false));
+            for (int j = 1; j < nck; ++j) QK_TRY(gemm(bop, r0, r1, c0, C, 2 * W + j * Wc, Wc, true));
+        }
+    }
+    return QK_OK;
+}
+
+/* cuBLAS: C (m x nn row-major, ldc = nn) holds <b_j|a_i> (the conjugate of <a_i|b_j>; |.|^2
+   does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
+   the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
+   and the rest a GEMM; then the fused epilogue. mode 2: CGEMM3M (Gauss: 3 real products instead
+   of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+                                 void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
+                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
+{
+    QK_BLAS_CK(cublasSetStream(h, st));
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    const bool tc = mode >= 3;
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
+    int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
+    if (!tc && tri && doff == 0 && m <= nn) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasCherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuComplex *)A, D, &zero,
+                                       (cuComplex *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasZherk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_C, (int)m, D, &one, (const cuDoubleComplex *)A, D,
+                                       &zero, (cuDoubleComplex *)Cw, (int)nn));
+            }
+        } else {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const float *)A, D, &zero,
+                                       (float *)Cw, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDsyrk(h, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_T, (int)m, D, &one, (const double *)A, D, &zero,
+                                       (double *)Cw, (int)nn));
+            }
+        }
+        c0 = m;
+    }
+    const int64_t gn = nn - c0;
+    const void *Bg = (const char *)B + c0 * D * es;
+    void *Cg = (char *)Cw + c0 * es;
+    if (gn > 0) {
+        if (CPLX) {
+            if (sizeof(T) == 4) {
+                cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
+                if (mode == 2)
+                    QK_BLAS_CK(cublasCgemm3m(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                             (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+                else
+                    QK_BLAS_CK(cublasCgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
+                                           (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
+            } else {
+                cuDoubleComplex one = make_cuDoubleComplex(1, 0), zero = make_cuDoubleComplex(0, 0);
+                QK_BLAS_CK(cublasZgemm(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuDoubleComplex *)Bg, D,
+                                       (const cuDoubleComplex *)A, D, &zero, (cuDoubleComplex *)Cg, (int)nn));
+            }
+        } else {
+            if (sizeof(T) == 4) {
+                float one = 1, zero = 0;
+                QK_BLAS_CK(cublasSgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const float *)Bg, D,
+                                       (const float *)A, D, &zero, (float *)Cg, (int)nn));
+            } else {
+                double one = 1, zero = 0;
+                QK_BLAS_CK(cublasDgemm(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const double *)Bg, D,
+                                       (const double *)A, D, &zero, (double *)Cg, (int)nn));
+            }
+        }
+    }
+    /* the epilogue (memory-bound) may run on its own stream, under the next slab's GEMM
+       (compute-bound): zz 8 qubits spends ~10% of its time here */
+    if (est && gemm_done) {
+        QK_CK(cudaEventRecord(gemm_done, st));
+        QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
+        st = est;
+    }
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, st, E);
+}
+

@@ -1,0 +1,438 @@
+/* ======================================================================================== */
+/* >>pipeline   the Gram pipeline: streams, job state, qk__pipe                             */
+/* ======================================================================================== */
+
+/* Stream pool: a compute and a copy stream; events around each operation give the per-stream
+   busy intervals (summed after the final synchronization). */
+enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY };
+static double qk__host_ms(void)
+{
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+struct qk__pool {
+    cudaStream_t st[2] = {nullptr, nullptr};
+    cudaEvent_t t0 = nullptr;
+    std::vector<cudaEvent_t> ev;   /* pairs (begin, end) */
+    std::vector<int> ev_stream;
+    std::vector<qk__ev_tag> ev_tag;
+};
+
+struct qk__job_state {
+    qk__err *E;
+    const qk_plan *plan;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_rows_fn rows;                     /* host-side slabs (staged outputs) */
+    void *rows_user;
+    void *io_stage[2];                   /* the caller's pinned staging (may be NULL) */
+    size_t io_stage_bytes;
+    qk_cuda_stats *stats;
+    int64_t *delivered;                  /* slabs handed to rows (a retry after one would
+                                            deliver rows twice) */
+    qk__prog pg;
+    qk__dprog dp;
+    qk__pool pool;
+    cublasHandle_t blas = nullptr;
+    double *dx = nullptr, *dy = nullptr;
+    void *SA = nullptr, *SB = nullptr;   /* states (or qubit vectors) */
+    qk__build_ws ws;
+    void *Kd = nullptr;                  /* device K (resident) or slab ring */
+    void *Cw[2] = {nullptr, nullptr};    /* cuBLAS workspace ring (slab s uses Cw[s & 1]) */
+    cudaStream_t est = nullptr;          /* epilogue stream (cuBLAS path) */
+    cudaEvent_t gemm_done = nullptr, ep_done[2] = {nullptr, nullptr};
+    int64_t n_blas = 0;
+    void *stage[2] = {nullptr, nullptr}; /* pinned staging */
+    bool own_stage = false;              /* allocated for this job (else the caller's) */
+    cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
+};
+
+static void qk__job_free(qk__job_state *J)
+{
+    if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
+    if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
+    qk__dprog_free(&J->dp);
+    cudaFree(J->dx); cudaFree(J->dy);
+    if (J->SA) QK_PROF_UNTRACK(J->SA);
+    if (J->SB && J->SB != J->SA) QK_PROF_UNTRACK(J->SB);
+    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK_PROF_UNTRACK(J->Kd);
+    cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
+    cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
+    if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
+    if (J->est) cudaStreamSynchronize(J->est);
+    cudaFree(J->Cw[0]); cudaFree(J->Cw[1]);
+    if (J->gemm_done) cudaEventDestroy(J->gemm_done);
+    for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
+    if (J->est) cudaStreamDestroy(J->est);
+    for (int i = 0; i < 2; ++i) {
+        if (J->stage[i] && J->own_stage) cudaFreeHost(J->stage[i]);
+        if (J->slab_done[i]) cudaEventDestroy(J->slab_done[i]);
+        if (J->copy_done[i]) cudaEventDestroy(J->copy_done[i]);
+        if (J->pool.st[i]) cudaStreamDestroy(J->pool.st[i]);
+    }
+    for (auto e : J->pool.ev) cudaEventDestroy(e);
+    if (J->pool.t0) cudaEventDestroy(J->pool.t0);
+    if (J->blas) cublasDestroy(J->blas);
+    cudaGetLastError();
+}
+
+static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
+{
+    qk__err *E = J->E;
+    cudaEvent_t e;
+    QK_CK(cudaEventCreate(&e));
+    J->pool.ev.push_back(e);
+    J->pool.ev_stream.push_back(s);
+    J->pool.ev_tag.push_back(tag);
+    QK_CK(cudaEventRecord(e, J->pool.st[s]));
+    return QK_OK;
+}
+
+/* One Gram job on the device, read top to bottom (qk__pipe::run):
+     alloc     streams, the compiled program, X (and Y) on the device, state buffers and their
+               build scratch, the cuBLAS handle and workspace ring
+     output    where K's rows live on the device (the caller's buffer, K resident, or a ring of
+               two slabs) and on the host (the caller's pinned buffer, or pinned staging)
+     states    bulk state construction (else each slab builds its state tiles)
+     slab      slab s of K on the compute stream (upper triangle + mirror where K is whole on
+               the device, full rows in the slab ring)
+     ship      its D2H on the copy stream (host outputs)
+     deliver   on the host: wait for a shipped slab, hand it to io->rows, report progress; slab
+               s-1 is delivered while slab s computes and ships
+     stats     per-stream busy time and phase times from the events
+   Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
+   slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
+   state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
+/* The fused tensor-core engines (plan.use_blas 8..10; their section is at the end of this file). */
+#define QK__TCF_FIRST 8
+#define QK__TCF_N_CFG 3
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
+                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E);
+
+template <typename T, bool CPLX, typename OutT> struct qk__pipe {
+    qk__job_state *J;
+    qk__err *E;
+    const qk_plan *pl;
+    const qk_gram_desc *ds;
+    const qk_map *map;
+    bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    int q, d;
+    int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
+    size_t es, per_state;
+    int k_resident;
+    cudaStream_t cs = nullptr, xs = nullptr;
+    OutT *Kdev = nullptr;                /* the caller's device buffer or the resident K */
+    int64_t done_pairs = 0;
+    double deliver_ms = 0;
+    bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
+    double enc_ms = 0;
+
+    explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
+    {
+        /* the job as the plan describes it (qk_cuda_gram checked it against the desc) */
+        sym = pl->symmetric != 0;
+        nx = pl->n_x;
+        ny = pl->n_y;
+        const int64_t slab = pl->tile_m > 0 ? pl->tile_m : 1024;
+        q = map->n_qubits;
+        d = map->n_features;
+        analytic = pl->path == QK_PATH_ANALYTIC;
+        D = analytic ? 0 : ((int64_t)1 << q);
+        es = CPLX ? 2 * sizeof(T) : sizeof(T);
+        per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
+        use_blas = pl->use_blas && pl->use_blas < QK__TCF_FIRST && !analytic;
+        ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
+        state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
+        bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
+        slab_rows = bulk ? slab : std::min(slab, state_tile); /* a slab's states are one tile */
+        tA = bulk ? nx : state_tile;
+        tB = bulk ? ny : state_tile;
+        n_slabs = (nx + slab_rows - 1) / slab_rows;
+        k_resident = pl->k_resident;
+        dev_out = pl->output == QK_OUTPUT_DEVICE;
+        pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
+        mirror = qk__plan_mirror(pl) != 0;
+        ldk = dev_out ? ld_out : ny;
+        /* the planner's rule (qk.h): a pure amplitude map's states come from the streaming
+           encoder (qk_cuda_amplitude_encode, at the PCIe bound) */
+        stream_amp = !CPLX && qk__plan_stream_amp(pl, map);
+    }
+
+    qk_result alloc()
+    {
+        for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
+        QK_CK(cudaEventCreate(&J->pool.t0));
+        cs = J->pool.st[0];
+        xs = J->pool.st[1];
+        QK_PROF_STREAM_NAME(cs, "qk compute");
+        QK_PROF_STREAM_NAME(xs, "qk copy");
+        QK_CK(cudaEventRecord(J->pool.t0, cs));
+        QK_TRY(qk__compile(map, &J->pg, E));
+        if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
+            return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
+                                                         "parameters than qk__cuda_params budgets (please report the map)");
+        QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
+        if (!stream_amp) {
+            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+            QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+        }
+        if (!sym && !stream_amp) {
+            QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+        }
+        QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
+        QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
+        if (sym && bulk) J->SB = J->SA;
+        else {
+            QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+            QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
+        }
+        if (!analytic && !stream_amp) {
+            int64_t tmax = std::max(tA, tB);
+            QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
+            if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
+            if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
+        }
+        if (use_blas) {
+            QK_BLAS_CK(cublasCreate(&J->blas));
+            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+            if (n_slabs > 1) {
+                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+                QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+                QK_PROF_STREAM_NAME(J->est, "qk epilogue");
+                QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
+                for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
+            }
+        }
+        return QK_OK;
+    }
+
+    /* Pageable buffers are not page-locked for the job: registering fresh memory faults in every
+       page on one thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it
+       saves; qk.h's delivery copies on all cores. */
+    qk_result output()
+    {
+        if (!dev_out && !pinned_out && !J->rows)
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
+        if (dev_out) Kdev = (OutT *)ds->out;
+        else if (k_resident) {
+            QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
+            QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
+            Kdev = (OutT *)J->Kd;
+        } else {
+            QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
+            QK_PROF_TRACK("qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
+        }
+        if (!dev_out && !pinned_out) {
+            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
+            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= sb) {
+                J->stage[0] = J->io_stage[0];
+                J->stage[1] = J->io_stage[1];
+            } else {
+                J->own_stage = true;
+                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], sb));
+            }
+        }
+        for (int i = 0; i < 2; ++i) {
+            QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
+            QK_CK(cudaEventCreateWithFlags(&J->copy_done[i], cudaEventDisableTiming));
+        }
+        return QK_OK;
+    }
+
+    /* states (or per-qubit vectors) of rows [r0, r0 + cnt) of src into dst */
+    qk_result build(const double *src, int64_t r0, int64_t cnt, void *dst)
+    {
+        if (analytic) return qk__launch_qubit_vectors<T>(J->dp, q, src + r0 * d, cnt, d, (T *)dst, cs, E);
+        return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
+    }
+
+    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given */
+    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
+    {
+        if (m <= 0 || nn <= 0) return QK_OK;
+        if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
+        if (pl->use_blas >= QK__TCF_FIRST)
+            return qk__gram_tcf<T, CPLX, OutT>(J, pl->use_blas, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
+        if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
+        /* the workspace holds slab_rows x tB */
+        for (int64_t c0 = 0; c0 < nn; c0 += tB) {
+            int64_t cn = std::min(tB, nn - c0);
+            const int k = (int)(J->n_blas & 1);
+            void *cw = J->Cw[J->est ? k : 0];
+            if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+                                                    o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
+                                                    J->gemm_done)));
+            if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
+            J->n_blas++;
+        }
+        return QK_OK;
+    }
+
+    qk_result states()
+    {
+        if (!bulk) return QK_OK;
+        if (stream_amp) { /* synchronous: the compute stream's kernels come after it */
+            double sec = 0, sec2 = 0;
+            char msg[256] = "";
+            qk_result r = qk_cuda_amplitude_encode(ds->x, nx, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32,
+                                                   J->SA, 64, &sec, msg, sizeof msg);
+            if (r == QK_OK && !sym)
+                r = qk_cuda_amplitude_encode(ds->y, ny, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, J->SB, 64,
+                                             &sec2, msg, sizeof msg);
+            if (r != QK_OK) return qk__fail_msg(E, r, msg);
+            enc_ms = (sec + sec2) * 1e3;
+            return QK_OK;
+        }
+        QK_TRY(qk__mark(J, 0, QK__EV_STATES));
+        QK_PROF_GPU_BEGIN("qk states", cs);
+        QK_TRY(build(J->dx, 0, nx, J->SA));
+        if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
+        QK_PROF_GPU_END("qk states", cs);
+        QK_TRY(qk__mark(J, 0, QK__EV_STATES));
+        return QK_OK;
+    }
+
+    /* where row i0 of slab s lives on the device */
+    OutT *rows_of(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows;
+        if (Kdev) return Kdev + i0 * ldk;
+        return (OutT *)J->Kd + (s & 1) * slab_rows * ny;
+    }
+
+    qk_result slab(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
+        OutT *base = rows_of(s);
+        QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
+        QK_PROF_GPU_BEGIN("qk gram slab", cs);
+        QK_PROF_COUNT("qk slabs", 1);
+        const void *A;
+        if (bulk) A = (const char *)J->SA + i0 * per_state;
+        else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
+        const int64_t jstart = mirror ? i0 : 0;
+        if (bulk) {
+            const void *B = (const char *)J->SB + jstart * per_state;
+            OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
+            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror));
+        } else {
+            for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
+                int64_t nn = std::min(state_tile, ny - j0);
+                const void *B;
+                if (sym && j0 == i0 && nn <= m) B = A; /* A holds only the slab's m rows */
+                else { QK_TRY(build(sym ? J->dx : J->dy, j0, nn, J->SB)); B = J->SB; }
+                OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
+                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
+            }
+        }
+        if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
+            QK_CK(cudaEventRecord(J->ep_done[0], J->est));
+            QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
+        }
+        QK_PROF_GPU_END("qk gram slab", cs);
+        QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
+        return QK_OK;
+    }
+
+    qk_result ship(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int b = (int)(s & 1);
+        const size_t rowb = (size_t)ny * sizeof(OutT);
+        QK_CK(cudaEventRecord(J->slab_done[b], J->est ? J->est : cs));
+        /* staging[b]'s previous slab (s-2) was delivered on the host before slab s was queued */
+        QK_CK(cudaStreamWaitEvent(xs, J->slab_done[b], 0));
+        QK_TRY(qk__mark(J, 1, QK__EV_COPY));
+        QK_PROF_GPU_BEGIN("qk D2H slab", xs);
+        QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
+        if (pinned_out)
+            QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld_out, (size_t)ld_out * sizeof(OutT), rows_of(s),
+                                    (size_t)ldk * sizeof(OutT), rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
+        else
+            QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
+                                    cudaMemcpyDeviceToHost, xs));
+        QK_PROF_GPU_END("qk D2H slab", xs);
+        QK_TRY(qk__mark(J, 1, QK__EV_COPY));
+        QK_CK(cudaEventRecord(J->copy_done[b], xs));
+        return QK_OK;
+    }
+
+    qk_result progress(int64_t m)
+    {
+        done_pairs += m * ny;
+        if (ds->progress && ds->progress(done_pairs, nx * ny, ds->progress_user))
+            return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
+        return QK_OK;
+    }
+
+    qk_result deliver(int64_t s)
+    {
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int b = (int)(s & 1);
+        QK_CK(cudaEventSynchronize(J->copy_done[b]));
+        if (!pinned_out) {
+            /* the callee sets qk's detail message; err stays empty */
+            const double h0 = qk__host_ms();
+            const qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            deliver_ms += qk__host_ms() - h0;
+            ++*J->delivered;
+            if (r != QK_OK) return r;
+        }
+        return progress(m);
+    }
+
+    qk_result stats()
+    {
+        qk_cuda_stats st;
+        memset(&st, 0, sizeof st);
+        st.n_streams = 2;
+        st.n_slabs = (int)n_slabs;
+        int first_slab = -1, last_slab = -1, last_any = -1;
+        float last_any_ms = -1;
+        for (size_t i = 0; i + 1 < J->pool.ev.size(); i += 2) {
+            float ms = 0, e1 = 0;
+            QK_CK(cudaEventElapsedTime(&ms, J->pool.ev[i], J->pool.ev[i + 1]));
+            st.busy_ms[J->pool.ev_stream[i]] += ms;
+            if (J->pool.ev_tag[i] == QK__EV_STATES) st.states_ms += ms;
+            if (J->pool.ev_tag[i] == QK__EV_SLAB) { if (first_slab < 0) first_slab = (int)i; last_slab = (int)i + 1; }
+            QK_CK(cudaEventElapsedTime(&e1, J->pool.t0, J->pool.ev[i + 1]));
+            if (e1 > last_any_ms) { last_any_ms = e1; last_any = (int)i + 1; }
+        }
+        st.wall_ms = last_any_ms;
+        if (first_slab >= 0) {
+            float g = 0, o = 0;
+            QK_CK(cudaEventElapsedTime(&g, J->pool.ev[first_slab], J->pool.ev[last_slab]));
+            QK_CK(cudaEventElapsedTime(&o, J->pool.ev[first_slab], J->pool.ev[last_any]));
+            st.gram_ms = g;
+            st.output_ms = std::max(g, o);
+        }
+        st.deliver_ms = deliver_ms;
+        st.states_ms += enc_ms;
+        if (J->stats) *J->stats = st;
+        return QK_OK;
+    }
+
+    qk_result run()
+    {
+        QK_TRY(alloc());
+        QK_TRY(output());
+        QK_TRY(states());
+        for (int64_t s = 0; s < n_slabs; ++s) {
+            QK_TRY(slab(s));
+            if (dev_out) { QK_TRY(progress(std::min(slab_rows, nx - s * slab_rows))); continue; }
+            QK_TRY(ship(s));
+            if (s >= 1) QK_TRY(deliver(s - 1)); /* while slab s computes and ships */
+        }
+        if (!dev_out) QK_TRY(deliver(n_slabs - 1));
+        if (J->est) QK_CK(cudaStreamSynchronize(J->est));
+        QK_CK(cudaStreamSynchronize(cs));
+        QK_CK(cudaStreamSynchronize(xs));
+        return stats();
+    }
+};
+

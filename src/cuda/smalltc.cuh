@@ -1,0 +1,279 @@
+/* >>smalltc ---- the few-qubit Gram on the tensor cores (fused configuration 8) ---- */
+/* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
+   qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores (mma.sync
+   m16n8k16, fp16 operands, fp32 accumulators) at fp32 accuracy: each amplitude, scaled by
+   s = 2^floor(q/2) (as >>tcf's FP16, so that small amplitudes stay normal), is split into
+   hi = fp16(s x) and lo = fp16(s x - hi), 22 significant bits, and a product is
+   lo*hi + hi*lo + hi*hi (lo*lo, 2^-22 relative, is dropped); the accumulators are scaled back by
+   1/s^2, exactly. The complex product takes no planes: one register holds the (re, im) of one
+   amplitude as the two k slots of a lane, so one MMA gives Re <a|b> and, with B's halves turned
+   to (im, -re), a second gives Im <a|b> (as in >>tcf). No conversion pass: the split happens on
+   the fragment, from the fp32 states in shared memory. (A first version split into TF32 halves
+   on m16n8k8: the same error, half the k per MMA, 0.8x to 0.75x the speed at 5 and 6 qubits.)
+
+   Layout: 64 x 64 tiles of 4 warps (2 x 2 warps of 32 x 32 pairs), persistent over the tile
+   list, with up to 4 blocks per SM (128 registers a thread) so that one block's MMAs run while
+   another's stores issue (one 512-thread block of 128 x 128 tiles per SM ran its phases in lock
+   step). Tiles in the triangle's order, as >>small (bands of 16 tile rows, column by column,
+   for DRAM locality, ran at 0.95x). Both operands' rows (the whole inner dimension) reach
+   shared memory by cp.async, double-buffered where two buffers fit in 80 KB (D <= 32): the next
+   tile's rows load while this tile computes (D = 64: one buffer). Rows are S words apart, S = 8 or 24 mod 32, so
+   the 8-byte fragment loads of a half-warp (rows g = 0..3, amplitudes t = 0..3) hit distinct
+   banks. The epilogue takes |.|^2 in registers, stages a tile inside K and off the diagonal in
+   the operand buffer just read, and writes it and its mirror as 16-byte pieces (tiles cut by
+   the diagonal or K's edge store from the fragments, with guards). Accumulation: at most
+   3 * D / 8 = 24 MMA steps into one set of fp32 accumulators (the truncating adds of >>tcf's
+   note cost less than an fp32 ulp per step here; the suite and qk-bench measure the error
+   against the CPU engine and fp64). Semantics of out / mout / doff / tri are those of qk__k_gram. */
+#define QK__STC_BM 64   /* tile side: 4 warps, up to 4 blocks per SM whose phases (MMA, stores) interleave */
+
+/* shared-memory row stride (words) of D amplitudes; buffers (2: double-buffered) and bytes of
+   a BM-row tile's operands; threads of a block (4 warps at BM = 64) */
+__host__ __device__ constexpr int qk__stc_stride(int D) { return 2 * D + ((2 * D) % 32 == 8 || (2 * D) % 32 == 24 ? 0 : 8); }
+__host__ __device__ constexpr int qk__stc_stages(int D, int BM) { return 2 * 2 * BM * qk__stc_stride(D) * 4 <= 80 * 1024 ? 2 : 1; }
+__host__ __device__ constexpr int qk__stc_buf(int D, int BM) /* words: the operands, or the staged tile (BM + 4 a row) */
+{
+    return 2 * BM * qk__stc_stride(D) > BM * (BM + 4) ? 2 * BM * qk__stc_stride(D) : BM * (BM + 4);
+}
+__host__ __device__ constexpr size_t qk__stc_smem(int D, int BM) { return (size_t)qk__stc_stages(D, BM) * qk__stc_buf(D, BM) * 4; }
+__host__ __device__ constexpr int qk__stc_threads(int BM) { return (BM / 32) * (BM / 32) * 32; }
+
+/* v * s -> (hi, lo) as half2 words: hi = fp16(v s), lo = fp16(v s - hi) */
+__device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, uint32_t &lo)
+{
+    const float x = v.x * s, y = v.y * s;
+    const __half2 h = __floats2half2_rn(x, y);
+    const float2 hf = __half22float2(h);
+    const __half2 l = __floats2half2_rn(x - hf.x, y - hf.y);
+    hi = *(const uint32_t *)&h;
+    lo = *(const uint32_t *)&l;
+}
+
+template <int D, int BM>
+__global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
+qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
+                    int64_t ld, float *__restrict__ mout, int64_t doff, int tri, int vec, int tx_tiles, int tgrid, int64_t ntiles)
+{
+    constexpr int NT = qk__stc_threads(BM), WPR = BM / 32, S = qk__stc_stride(D), ST = qk__stc_stages(D, BM);
+    constexpr int CH = D / 2, BUF = qk__stc_buf(D, BM), CS = BM + 4; /* 16-byte chunks a row, words a buffer, staged row */
+    constexpr float sc = (float)(D >= 64 ? 8 : D >= 16 ? 4 : D >= 4 ? 2 : 1), isc2 = 1.0f / (sc * sc); /* 2^floor(q/2) */
+    static_assert(D >= 4 && D <= 64, "the few-qubit tensor-core kernel: 2 to 6 qubits");
+    extern __shared__ __align__(16) float qk__stc_sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wr = (warp / WPR) * 32, wc = (warp % WPR) * 32;
+    auto tile = [&](int64_t L, int &a, int &b) {
+        if (tgrid > 0) qk__tri_tile(L, tgrid, a, b);
+        else {
+            a = (int)(L / tx_tiles);
+            b = (int)(L % tx_tiles);
+        }
+    };
+    /* the rows of tile (r0, c0) into buffer buf: A rows, then B rows (zero past m / nn) */
+    auto issue = [&](int r0, int c0, int buf) {
+        float *s = qk__stc_sm + buf * BUF;
+        for (int e = threadIdx.x; e < 2 * BM * CH; e += NT) {
+            const int op = e / (BM * CH), r = (e / CH) % BM, c = e % CH;
+            const int gr = (op ? c0 : r0) + r, lim = op ? nn : m;
+            const float2 *src = (op ? B : A) + (int64_t)(gr < lim ? gr : lim - 1) * D + 2 * c;
+            qk__cp16(s + (op * BM + r) * S + 4 * c, src, gr < lim ? 16 : 0);
+        }
+        qk__cp_commit();
+    };
+    int64_t L = blockIdx.x;
+    if (L >= ntiles) return;
+    int a, b;
+    if (ST == 2) {
+        tile(L, a, b);
+        issue(a * BM, b * BM, 0);
+    }
+    for (int buf = 0; L < ntiles; L += gridDim.x, buf ^= (ST - 1)) {
+        if (ST == 2) {
+            if (L + gridDim.x < ntiles) {
+                tile(L + gridDim.x, a, b);
+                issue(a * BM, b * BM, buf ^ 1);
+            } else qk__cp_commit(); /* an empty group: wait_group 1 below then means this tile's */
+            qk__cp_wait<1>();
+        }
+        tile(L, a, b);
+        const int row0 = a * BM, col0 = b * BM;
+        if (ST == 1) {
+            issue(row0, col0, 0);
+            qk__cp_wait<0>();
+        }
+        __syncthreads();
+        if (!(tri && (int64_t)col0 + BM - 1 + doff < row0)) { /* block-uniform: a tile under the diagonal is skipped */
+            const float *sa = qk__stc_sm + buf * BUF + wr * S, *sb = qk__stc_sm + buf * BUF + (BM + wc) * S;
+            float cr[2][4][4], ci[2][4][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+            /* m16n8k16: k slots 2t, 2t + 1 (one register) = (re, im) of amplitude 8 ks + t, slots
+               2t + 8, 2t + 9 = amplitude 8 ks + t + 4 (zero past D) */
+#pragma unroll
+            for (int ks = 0; ks < (D + 7) / 8; ++ks) {
+                const int c0 = 8 * ks + t, c1 = c0 + 4;
+                uint32_t ah[2][4], al[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) { /* a0 (g, c0) a1 (g + 8, c0) a2 (g, c1) a3 (g + 8, c1) */
+                        const int c = r < 2 ? c0 : c1;
+                        const float2 u = c < D ? *(const float2 *)(sa + (16 * i + g + 8 * (r & 1)) * S + 2 * c) : make_float2(0.f, 0.f);
+                        qk__f16_split(u, sc, ah[i][r], al[i][r]);
+                    }
+#pragma unroll
+                for (int j = 0; j < 4; ++j) {
+                    uint32_t bh[2], bl[2], rh[2], rl[2];
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) { /* b0 (c0, g) b1 (c1, g) */
+                        const int c = r ? c1 : c0;
+                        const float2 v = c < D ? *(const float2 *)(sb + (8 * j + g) * S + 2 * c) : make_float2(0.f, 0.f);
+                        qk__f16_split(v, sc, bh[r], bl[r]);
+                        rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                        rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                    }
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        qk__mma_f16(cr[i][j], al[i], bh);
+                        qk__mma_f16(ci[i][j], al[i], rh);
+                        qk__mma_f16(cr[i][j], ah[i], bl);
+                        qk__mma_f16(ci[i][j], ah[i], rl);
+                        qk__mma_f16(cr[i][j], ah[i], bh);
+                        qk__mma_f16(ci[i][j], ah[i], rh);
+                    }
+                }
+            }
+            /* a tile inside K and off the diagonal (block-uniform) is staged in this buffer
+               (its operands are read) and written as 16-byte rows, its mirror as 16-byte column
+               pieces, two lanes a 32-byte sector (as >>small); other tiles store from the
+               fragments with guards */
+            const bool full = vec && row0 + BM <= m && col0 + BM <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM);
+            float *cs = qk__stc_sm + buf * BUF;
+            if (full) __syncthreads();
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int j = 0; j < 4; ++j)
+#pragma unroll
+                    for (int h = 0; h < 2; ++h) {
+                        const int li = wr + 16 * i + 8 * h + g, lj = wc + 8 * j + 2 * t, gi = row0 + li, gj = col0 + lj;
+                        const float r0 = cr[i][j][2 * h] * isc2, i0 = ci[i][j][2 * h] * isc2;
+                        const float r1 = cr[i][j][2 * h + 1] * isc2, i1 = ci[i][j][2 * h + 1] * isc2;
+                        const float k0 = r0 * r0 + i0 * i0, k1 = r1 * r1 + i1 * i1;
+                        if (full) {
+                            *(float2 *)(cs + li * CS + lj) = make_float2(k0, k1);
+                            continue;
+                        }
+                        float *o = out + (int64_t)gi * ld + gj;
+                        const bool in0 = gi < m && gj < nn, in1 = gi < m && gj + 1 < nn;
+                        const bool ok0 = in0 && (!tri || gj + doff >= gi), ok1 = in1 && (!tri || gj + 1 + doff >= gi);
+                        if (vec && ok0 && ok1) __stcs((float2 *)o, make_float2(k0, k1));
+                        else {
+                            if (ok0) o[0] = k0;
+                            if (ok1) o[1] = k1;
+                        }
+                        if (mout) {
+                            if (in0 && (!tri || gj + doff > gi)) __stcs(mout + (int64_t)gj * ld + gi, k0);
+                            if (in1 && (!tri || gj + 1 + doff > gi)) __stcs(mout + (int64_t)(gj + 1) * ld + gi, k1);
+                        }
+                    }
+            if (full) {
+                __syncthreads();
+                for (int idx = threadIdx.x; idx < BM * BM / 4; idx += NT) {
+                    const int r = idx / (BM / 4), c = (idx % (BM / 4)) * 4;
+                    __stcs((float4 *)(out + (int64_t)(row0 + r) * ld + col0 + c), *(const float4 *)(cs + r * CS + c));
+                }
+                if (mout)
+                    for (int idx = threadIdx.x; idx < BM * BM / 4; idx += NT) {
+                        /* lanes 2p, 2p + 1: rows r, r + 4 of column c (CS = 4 mod 32: a warp's 16
+                           columns and the two row offsets meet each bank once) */
+                        const int p = idx >> 1, c = p % BM, r = (p / BM) * 8 + (idx & 1) * 4;
+                        __stcs((float4 *)(mout + (int64_t)(col0 + c) * ld + row0 + r),
+                               make_float4(cs[r * CS + c], cs[(r + 1) * CS + c], cs[(r + 2) * CS + c], cs[(r + 3) * CS + c]));
+                    }
+            }
+        }
+        __syncthreads(); /* this buffer is refilled by the issue two tiles on (one, single-buffered) */
+    }
+}
+
+template <int D, int BM>
+static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
+                                       float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const size_t smem = qk__stc_smem(D, BM);
+    const int NT = qk__stc_threads(BM);
+    auto kf = qk__k_gram_small_tc<D, BM>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int dev = 0, sms = 0, per = 0;
+    QK_CK(cudaGetDevice(&dev));
+    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
+    if (per < 1) per = 1;
+    const int64_t Tx = (nn + BM - 1) / BM;
+    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
+    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0; /* the triangle's tiles, or the rectangle's */
+    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
+    if (ntiles <= 0) return QK_OK;
+    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
+    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
+    QK_LAUNCH_CK("qk__k_gram_small_tc");
+    return QK_OK;
+}
+
+/* The few-qubit tensor-core kernel for complex fp32 states with float K, 4 <= D <= 64 and
+   16-byte aligned operands (cp.async); anything else is QK_ERROR_UNSUPPORTED (the caller falls
+   back to the persistent SIMT kernel, then the tiled one). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                     OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4 || ((uintptr_t)A | (uintptr_t)B) % 16 != 0) return QK_ERROR_UNSUPPORTED;
+    const float2 *a = (const float2 *)A, *b = (const float2 *)B;
+    float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
+    switch (D) {
+    case 4: return qk__launch_small_tc_d<4, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 8: return qk__launch_small_tc_d<8, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 16: return qk__launch_small_tc_d<16, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 32: return qk__launch_small_tc_d<32, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    case 64: return qk__launch_small_tc_d<64, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+    default: return QK_ERROR_UNSUPPORTED;
+    }
+}
+
+/* Fused-kernel configurations by index (qk_plan.kernel_cfg 1..QK__N_FUSED_CFG, named by qk.h's
+   qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
+   autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
+   kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1); 8 its
+   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
+                                 OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (cfg == 0) {
+        int q = 0;
+        while ((1 << q) < D) ++q;
+        cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
+    }
+    if (cfg == 8) {
+        const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+        if (r != QK_ERROR_UNSUPPORTED) return r;
+        cfg = 7;
+    }
+    if (cfg == 7) {
+        if (sizeof(T) == 4 && CPLX && sizeof(OutT) == 4 && D <= 32) return qk__launch_small<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+        cfg = 1;
+    }
+    switch (cfg) {
+    case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    }
+}
+

@@ -1,0 +1,770 @@
+/* ======================================================================================== */
+/* >>states     state construction: prep, pass, qubit vectors                               */
+/* ======================================================================================== */
+
+/* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
+   m10 re, im, m11 re, im; the identity for BASIS on a 0. */
+__device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk_angle *ang, int op, double *m)
+{
+    qk__u1(kind, t, kind == QK_OP_BASIS && qk__basis_one(xs[ang[op].x0]), m);
+}
+
+/* Per-sample parameters: gate matrices and phase coefficients (double math, stored as T). */
+template <typename T>
+__global__ void qk__k_prep(const qk__job *__restrict__ jobs, int n_jobs, const qk__contrib *__restrict__ con,
+                           const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
+                           const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                           T *__restrict__ params, int P)
+{
+    int64_t s = blockIdx.x;
+    if (s >= n) return;
+    const double *xs = x + s * d;
+    T *ps = params + s * (int64_t)P;
+    const double TWO_PI = 6.283185307179586476925;
+    for (int j = threadIdx.x; j < n_jobs; j += blockDim.x) {
+        qk__job jb = jobs[j];
+        if (jb.kind == 1) {
+            double v = 0.0;
+            for (int c = jb.c0; c < jb.c1; ++c) v += con[c].m * qk__theta(ang, con[c].op, xs, w) + con[c].k;
+            v -= TWO_PI * floor(v / TWO_PI);
+            ps[jb.out] = (T)v;
+        } else if (jb.kind == 2) {
+            /* a folded qubit: its leading one-qubit gates applied to |0> */
+            double u0r = 1, u0i = 0, u1r = 0, u1i = 0, m[8];
+            for (int c = jb.c0; c < jb.c1; ++c) {
+                qk__gate_matrix(op_kind[con[c].op], qk__theta(ang, con[c].op, xs, w), xs, ang, con[c].op, m);
+                double a0r = m[0] * u0r - m[1] * u0i + m[2] * u1r - m[3] * u1i;
+                double a0i = m[0] * u0i + m[1] * u0r + m[2] * u1i + m[3] * u1r;
+                double a1r = m[4] * u0r - m[5] * u0i + m[6] * u1r - m[7] * u1i;
+                double a1i = m[4] * u0i + m[5] * u0r + m[6] * u1i + m[7] * u1r;
+                u0r = a0r; u0i = a0i; u1r = a1r; u1i = a1i;
+            }
+            ps[jb.out + QK__QV_RE0] = (T)u0r; ps[jb.out + QK__QV_IM0] = (T)u0i;
+            ps[jb.out + QK__QV_RE1] = (T)u1r; ps[jb.out + QK__QV_IM1] = (T)u1i;
+        } else {
+            double m[8];
+            qk__gate_matrix(op_kind[jb.op], qk__theta(ang, jb.op, xs, w), xs, ang, jb.op, m);
+            for (int i = 0; i < 8; ++i) ps[jb.out + i] = (T)m[i];
+        }
+    }
+}
+
+/* 1 / ||x||_2 per sample for amplitude encoding (the host validated non-zero norms). */
+__global__ void qk__k_invnorm(const double *__restrict__ x, int64_t n, int d, double *__restrict__ inv)
+{
+    int64_t s = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (s >= n) return;
+    double acc = 0.0;
+    for (int k = 0; k < d; ++k) acc += x[s * d + k] * x[s * d + k];
+    inv[s] = 1.0 / sqrt(acc);
+}
+
+/* Shared table space per state (T values): the DIAG phase tables, or the folded start's two
+   complex tables. */
+__host__ __device__ inline int qk__tbl_size(int L)
+{
+    const int bl = L < 7 ? L : 7, bh = L - bl;
+    const int ph = (1 << bl) + (1 << bh) + (bh << bl), fo = 2 * ((1 << bl) + (1 << bh));
+    return ph > fo ? ph : fo;
+}
+
+/* In-chunk index -> amplitude index (q <= 30: 32-bit arithmetic throughout). */
+__device__ __forceinline__ uint32_t qk__pdep(uint32_t r, const qk__pass &p)
+{
+    uint32_t g = r & ((1u << p.a) - 1);
+    for (int i = p.a; i < p.L; ++i) if ((r >> i) & 1) g |= 1u << p.pos[i];
+    return g;
+}
+
+template <typename T>
+__device__ __forceinline__ T qk__phase(uint32_t g, const T *__restrict__ cf, int q)
+{
+    T ph = cf[0];
+    uint32_t m = g;
+    while (m) {
+        int j = __ffs(m) - 1;
+        m &= m - 1;
+        ph += cf[1 + j];
+        uint32_t lo = g & ((1u << j) - 1);
+        const T *dj = cf + 1 + q + j;
+        while (lo) {
+            int i = __ffs(lo) - 1;
+            lo &= lo - 1;
+            ph += dj[i * q];
+        }
+    }
+    return ph;
+}
+
+/* G one-qubit gates on distinct in-chunk bits applied in one sweep: each thread takes the 2^G
+   amplitudes that differ in those bits into registers, applies the gates in program order and
+   stores them back: one sweep and one barrier instead of G (zz: 13 H sweeps become 5). */
+template <typename T, int G>
+__device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int tps, const int *bits,
+                                               const T *const *ms)
+{
+    typedef qk__cx<T> C;
+    T m[G][8];
+#pragma unroll
+    for (int g = 0; g < G; ++g)
+#pragma unroll
+        for (int i = 0; i < 8; ++i) m[g][i] = ms[g][i];
+    int srt[G];
+#pragma unroll
+    for (int g = 0; g < G; ++g) srt[g] = bits[g];
+#pragma unroll
+    for (int i = 0; i < G; ++i)
+#pragma unroll
+        for (int j = 0; j + 1 < G - i; ++j)
+            if (srt[j] > srt[j + 1]) { int tmp = srt[j]; srt[j] = srt[j + 1]; srt[j + 1] = tmp; }
+    for (int t = lt; t < (N >> G); t += tps) {
+        int base = t;
+#pragma unroll
+        for (int g = 0; g < G; ++g) base = ((base >> srt[g]) << (srt[g] + 1)) | (base & ((1 << srt[g]) - 1));
+        C v[1 << G];
+        int idx[1 << G];
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) {
+            int i = base;
+#pragma unroll
+            for (int g = 0; g < G; ++g) if ((k >> g) & 1) i |= 1 << bits[g];
+            idx[k] = i;
+            v[k] = a[i];
+        }
+#pragma unroll
+        for (int g = 0; g < G; ++g)
+#pragma unroll
+            for (int k = 0; k < (1 << G); ++k) {
+                if ((k >> g) & 1) continue;
+                C x0 = v[k], x1 = v[k | (1 << g)], y0, y1;
+                y0.x = m[g][0] * x0.x - m[g][1] * x0.y + m[g][2] * x1.x - m[g][3] * x1.y;
+                y0.y = m[g][0] * x0.y + m[g][1] * x0.x + m[g][2] * x1.y + m[g][3] * x1.x;
+                y1.x = m[g][4] * x0.x - m[g][5] * x0.y + m[g][6] * x1.x - m[g][7] * x1.y;
+                y1.y = m[g][4] * x0.y + m[g][5] * x0.x + m[g][6] * x1.y + m[g][7] * x1.x;
+                v[k] = y0;
+                v[k | (1 << g)] = y1;
+            }
+#pragma unroll
+        for (int k = 0; k < (1 << G); ++k) a[idx[k]] = v[k];
+    }
+}
+
+/* The pass descriptor is a __grid_constant__ parameter: its pos / npos arrays are indexed with
+   run-time values (qk__pdep, the phase tables), which on a by-value parameter compiles to a
+   compare-and-select over every element (~60 instructions per access; Nsight Compute's source
+   counters on the structured pass: 35% of its instructions). As a grid constant they are one
+   constant-bank load. */
+/* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
+   Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
+   part only (real maps). */
+template <typename T, bool OUT_REAL>
+__global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q,
+                           const T *__restrict__ params, int P, int64_t n,
+                           const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
+{
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    typedef qk__cx<T> C;
+    const int N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int ls = threadIdx.x / tps, lt = threadIdx.x % tps;
+    const int64_t blk = blockIdx.x;
+    const int64_t chunk = blk % nchunks;
+    const int64_t s = (blk / nchunks) * spb + ls;
+    const bool active = s < n;
+    C *a = (C *)qk__smem + (size_t)ls * N;
+    /* phase tables of a DIAG, per state: bits of the in-chunk index r split into lo (bl bits)
+       and hi (bh bits); phase(r) = TL[lo] + TH[hi] + sum_{j in hi} E[j][lo] (see qk__diag) */
+    const int bl = p.L < 7 ? p.L : 7, bh = p.L - bl;
+    const int TBL = qk__tbl_size(p.L);
+    T *tb = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)ls * TBL;
+    const int64_t D = (int64_t)1 << q;
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
+    const T *ps = params + (active ? s : 0) * (int64_t)P;
+
+    if (p.first && p.fold >= 0) {
+        /* The folded leading gates make the start a product state: amplitude(g) =
+           prod_k u_k[bit k of g] = TL[lo] * TH[hi] * F (F over the block's fixed bits). */
+        if (active) {
+            const T *u = ps + p.fold;
+            C *TL = (C *)tb, *TH = TL + (1 << bl);
+            for (int e = lt; e < (1 << bl) + (1 << bh); e += tps) {
+                const bool lo = e < (1 << bl);
+                const int v = lo ? e : e - (1 << bl), i0 = lo ? 0 : bl, nb = lo ? bl : bh;
+                T ar = 1, ai = 0;
+                for (int i = 0; i < nb; ++i) {
+                    const T *uk = u + 4 * p.pos[i0 + i] + ((v >> i) & 1) * 2; /* QK__QV_RE0 or _RE1 */
+                    T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+                if (!lo)
+                    for (int i = 0; i < q - p.L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) TL[v] = z; else TH[v] = z;
+            }
+        }
+        __syncthreads();
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            C v;
+            if (p.first && p.fold >= 0) {
+                const C *TL = (const C *)tb, *TH = TL + (1 << bl);
+                C l = TL[r & ((1 << bl) - 1)], h = TH[r >> bl];
+                v.x = l.x * h.x - l.y * h.y;
+                v.y = l.x * h.y + l.y * h.x;
+            } else if (p.first) {
+                if (amp_x) {
+                    v.x = (g < amp_d) ? (T)(amp_x[s * amp_d + g] * amp_inv[s]) : (T)0;
+                    v.y = 0;
+                } else {
+                    v.x = (g == 0) ? (T)1 : (T)0;
+                    v.y = 0;
+                }
+            } else {
+                v = in[s * D + g];
+            }
+            a[r] = v;
+        }
+    }
+    __syncthreads();
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_DIAG) {
+            /* Tables first: the quadratic phase of 2^L amplitudes costs 2^bl + 2^bh full
+               evaluations plus bh * 2^bl pair sums, then ~bh/2 shared loads per amplitude with
+               no divergence (a warp shares hi). The direct sum per amplitude diverged on the
+               popcount and cost ~5x more at 16 qubits (qk-bench zz16 states). */
+            if (active) {
+                const T *cf = ps + in_.off;
+                T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                const T qf = qk__phase<T>(fixed, cf, q);
+                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
+                for (int e = lt; e < (bh << bl); e += tps) {
+                    int j = e >> bl, lo = e & ((1 << bl) - 1);
+                    const T *dj = cf + 1 + q + p.pos[bl + j];
+                    T acc = 0;
+                    while (lo) {
+                        int i = __ffs(lo) - 1;
+                        lo &= lo - 1;
+                        acc += dj[p.pos[i] * q];
+                    }
+                    Et[e] = acc;
+                }
+            }
+            __syncthreads();
+        }
+        int G = 1;
+        qk__instr g2 = in_, g3 = in_;
+        if (in_.kind == QK__I_GATE && ii + 1 < p.i1) {
+            g2 = prog[ii + 1];
+            if (g2.kind == QK__I_GATE && g2.b0 != in_.b0) {
+                G = 2;
+                if (ii + 2 < p.i1) {
+                    g3 = prog[ii + 2];
+                    if (g3.kind == QK__I_GATE && g3.b0 != in_.b0 && g3.b0 != g2.b0) G = 3;
+                }
+            }
+        }
+        if (active && G > 1) {
+            const int bits[3] = {in_.b0, g2.b0, g3.b0};
+            const T *ms[3] = {ps + in_.off, ps + g2.off, ps + g3.off};
+            if (G == 3) qk__gate_group<T, 3>(a, N, lt, tps, bits, ms);
+            else qk__gate_group<T, 2>(a, N, lt, tps, bits, ms);
+        } else if (active) {
+            if (in_.kind == QK__I_GATE) {
+                const T *m = ps + in_.off;
+                T m00r = m[0], m00i = m[1], m01r = m[2], m01i = m[3], m10r = m[4], m10i = m[5], m11r = m[6], m11i = m[7];
+                int b = in_.b0;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> b) << (b + 1)) | (t & ((1 << b) - 1));
+                    int i1 = i0 | (1 << b);
+                    C x0 = a[i0], x1 = a[i1], y0, y1;
+                    y0.x = m00r * x0.x - m00i * x0.y + m01r * x1.x - m01i * x1.y;
+                    y0.y = m00r * x0.y + m00i * x0.x + m01r * x1.y + m01i * x1.x;
+                    y1.x = m10r * x0.x - m10i * x0.y + m11r * x1.x - m11i * x1.y;
+                    y1.y = m10r * x0.y + m10i * x0.x + m11r * x1.y + m11i * x1.x;
+                    a[i0] = y0;
+                    a[i1] = y1;
+                }
+            } else if (in_.kind == QK__I_CNOT) {
+                int bc = in_.b0, bt = in_.b1;
+                for (int t = lt; t < N / 2; t += tps) {
+                    int i0 = ((t >> bt) << (bt + 1)) | (t & ((1 << bt) - 1));
+                    if ((i0 >> bc) & 1) {
+                        int i1 = i0 | (1 << bt);
+                        C tmp = a[i0];
+                        a[i0] = a[i1];
+                        a[i1] = tmp;
+                    }
+                }
+            } else { /* DIAG */
+                const T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
+                for (int r = lt; r < N; r += tps) {
+                    const int lo = r & ((1 << bl) - 1), hi = r >> bl;
+                    T ph = TL[lo] + TH[hi], sn, cs;
+                    for (int j = 0; j < bh; ++j)
+                        if ((hi >> j) & 1) ph += Et[(j << bl) | lo];
+                    qk__sincos(ph, &sn, &cs);
+                    C v = a[r], y;
+                    y.x = v.x * cs - v.y * sn;
+                    y.y = v.x * sn + v.y * cs;
+                    a[r] = y;
+                }
+            }
+        }
+        __syncthreads();
+        ii += G - 1;
+    }
+    if (active) {
+        for (int r = lt; r < N; r += tps) {
+            uint32_t g = fixed | qk__pdep(r, p);
+            if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
+            else ((C *)out)[s * D + g] = a[r];
+        }
+    }
+}
+
+/* The structured pass: a pass of QK__PASS_QUBITS in-chunk qubits whose program is DIAG phases
+   and Hadamards only (zz, iqp and their entanglement variants: every pass of them). The generic
+   pass above spends ~360 instructions per amplitude there (16 qubits, Nsight Compute: issue
+   bound, a 2x2 complex matrix per gate, sweeps through shared memory); this one keeps each
+   thread's R = 2^RB amplitudes in registers:
+   - the runs of Hadamards between phases are a Walsh-Hadamard transform over their bits: add /
+     subtract butterflies on the register bits, one scale (1/sqrt 2)^m, and a transpose through
+     shared memory (swizzled: no bank conflicts) to bring the next bits into registers; the
+     chunk's 13 bits take 3 register layouts, 2 transposes;
+   - a phase is base(thread) + sum_{j in k} e_j + sum_{j<j' in k} d_jj' over the set register
+     bits j of register slot k: base and e_j once per thread from the quadratic form's
+     coefficients, then a handful of adds per amplitude (k is a compile-time index).
+   Layout rb0: register bit j of thread t is in-chunk bit rb0 + j; the thread's bits fill the
+   others in order. Layouts rb0 >= 5 put in-chunk bits 0..4 on the lanes of a warp (coalesced
+   global loads and stores when those are global bits 0..4, as the compiler's fill makes them).
+   One state chunk per block, 2^(L - RB) threads; the host sends other passes to qk__k_pass. */
+template <int RB> struct qk__wht_layouts;
+template <> struct qk__wht_layouts<5> { static constexpr int n = 3; __device__ static int at(int i) { return i == 0 ? 8 : i == 1 ? 0 : 5; } };
+template <> struct qk__wht_layouts<4> { static constexpr int n = 4; __device__ static int at(int i) { return i == 0 ? 9 : (i - 1) * 4; } };
+
+__device__ __forceinline__ uint32_t qk__wht_tpart(uint32_t t, int rb0, int RB)
+{
+    return (t & ((1u << rb0) - 1)) | ((t >> rb0) << (rb0 + RB));
+}
+__device__ __forceinline__ uint32_t qk__wht_swz(uint32_t r) { return r ^ ((r >> 5) & 31); }
+/* The global amplitude index of register slot k of thread t in layout cur: the thread's part
+   (fixed bits and its in-chunk bits) or the qubits of the set register bits (k is a
+   compile-time index at every use: the selection folds away). */
+template <int RB> struct qk__wht_gidx {
+    uint32_t gt, gb[RB];
+    __device__ __forceinline__ qk__wht_gidx(const qk__pass &p, uint32_t fixed, uint32_t t, int cur)
+    {
+        gt = fixed | qk__pdep(qk__wht_tpart(t, cur, RB), p);
+#pragma unroll
+        for (int j = 0; j < RB; ++j) gb[j] = 1u << p.pos[cur + j];
+    }
+    __device__ __forceinline__ uint32_t operator()(int k) const
+    {
+        uint32_t g = gt;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) if ((k >> j) & 1) g |= gb[j];
+        return g;
+    }
+};
+/* T values of the structured pass's tables: the phase tables (at most 13 + 1 + 16 + 32 + 5 * 16
+   + 5 * 16 + 5 * 32 for RB 4 or 5), then the fold's 16 + 32 + 1 complex */
+#define QK__WHT_TBL 448
+
+template <typename T, int RB, bool OUT_REAL>
+__global__ void __launch_bounds__(1 << (QK__PASS_QUBITS - RB))
+qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q, const T *__restrict__ params, int P,
+               const qk__cx<T> *__restrict__ in, void *__restrict__ out)
+{
+    constexpr int L = QK__PASS_QUBITS, R = 1 << RB;
+    typedef qk__cx<T> C;
+    typedef typename qk__vec2<T>::t V2;
+    typedef qk__wht_layouts<RB> LY;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    C *sh = (C *)qk__smem;
+    T *tb = (T *)(sh + (1 << L)); /* the phase tables, then the fold's */
+    constexpr int NHI = L - RB - 4; /* thread bits 0..3 index the "lo" tables, the others "hi" */
+    const uint32_t t = threadIdx.x;
+    const int64_t nchunks = (int64_t)1 << (q - L);
+    const int64_t s = blockIdx.x / nchunks, chunk = blockIdx.x % nchunks;
+    const int64_t D = (int64_t)1 << q;
+    uint32_t fixed = 0;
+    for (int i = 0; i < q - L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
+    const T *ps = params + s * (int64_t)P;
+    int cur = LY::at(0);
+    C v[R];
+
+    /* start: the folded product state, |0>, or the previous pass's amplitudes */
+    {
+        if (p.first && p.fold >= 0) {
+            /* prod over qubits of u_Q[bit]: the thread's factor from block tables (fixed bits,
+               thread bits 0..3, thread bits 4..), then a product tree over the register bits
+               (2 complex products per amplitude) */
+            const T *u = ps + p.fold;
+            C *UL = (C *)(tb + QK__WHT_TBL), *UH = UL + 16, *UF = UH + (1 << NHI);
+            if (t < 16 + (1u << NHI) + 1) {
+                const bool lo = t < 16, hi = !lo && t < 16 + (1u << NHI);
+                const uint32_t e = lo ? t : t - 16;
+                T ar = 1, ai = 0;
+                if (lo || hi)
+                    for (int i = 0; i < (lo ? 4 : NHI); ++i) {
+                        const int b = lo ? i : 4 + i, ib = b < cur ? b : b + RB;
+                        const T *uk = u + 4 * p.pos[ib] + ((e >> i) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                else
+                    for (int i = 0; i < q - L; ++i) {
+                        const T *uk = u + 4 * p.npos[i] + ((fixed >> p.npos[i]) & 1) * 2;
+                        T br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                        ar = br; ai = bi;
+                    }
+                C z; z.x = ar; z.y = ai;
+                if (lo) UL[e] = z; else if (hi) UH[e] = z; else UF[0] = z;
+            }
+            __syncthreads();
+            C a = UF[0], l = UL[t & 15], h = UH[t >> 4], m;
+            m.x = a.x * l.x - a.y * l.y; m.y = a.x * l.y + a.y * l.x;
+            v[0].x = m.x * h.x - m.y * h.y; v[0].y = m.x * h.y + m.y * h.x;
+            /* constant trip counts throughout: an inner bound of 1 << j kept the loops rolled
+               and made v[] dynamically indexed (a compare-and-select over all 32 registers per
+               access: 35% of the pass's instructions, Nsight Compute source counters) */
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                const T *u0 = u + 4 * p.pos[cur + j], *u1 = u0 + 2;
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+                    if (k >= (1 << j)) continue;
+                    C a = v[k], b, c;
+                    b.x = a.x * u1[0] - a.y * u1[1]; b.y = a.x * u1[1] + a.y * u1[0];
+                    c.x = a.x * u0[0] - a.y * u0[1]; c.y = a.x * u0[1] + a.y * u0[0];
+                    v[k | (1 << j)] = b;
+                    v[k] = c;
+                }
+            }
+        } else {
+            const qk__wht_gidx<RB> gi(p, fixed, t, cur);
+#pragma unroll
+            for (int k = 0; k < R; ++k) {
+                const uint32_t g = gi(k);
+                if (p.first) { v[k].x = g == 0 ? (T)1 : (T)0; v[k].y = 0; }
+                else { const V2 w = ((const V2 *)in)[s * D + g]; v[k].x = w.x; v[k].y = w.y; }
+            }
+        }
+    }
+
+    /* moves the amplitudes to layout nw through shared memory */
+    auto transpose = [&](int nw) {
+        const uint32_t to = qk__wht_tpart(t, cur, RB), tn = qk__wht_tpart(t, nw, RB);
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < R; ++k) sh[qk__wht_swz(to | ((uint32_t)k << cur))] = v[k];
+        __syncthreads();
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[k] = sh[qk__wht_swz(tn | ((uint32_t)k << nw))];
+        cur = nw;
+    };
+    /* the pending Hadamards (a mask of in-chunk bits; H H = I) as one transform */
+    auto flush = [&](uint32_t pend) {
+        const int m = __popc(pend);
+        while (pend) {
+            uint32_t rm = ((1u << RB) - 1) << cur;
+            if (!(pend & rm)) {
+                int best = cur, bc = 0;
+                for (int i = 0; i < LY::n; ++i) {
+                    int c = __popc(pend & (((1u << RB) - 1) << LY::at(i)));
+                    if (c > bc) { bc = c; best = LY::at(i); }
+                }
+                transpose(best);
+                rm = ((1u << RB) - 1) << cur;
+            }
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                if (!((pend >> (cur + j)) & 1)) continue;
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+                    if ((k >> j) & 1) continue;
+                    C a = v[k], b = v[k | (1 << j)];
+                    v[k].x = a.x + b.x; v[k].y = a.y + b.y;
+                    v[k | (1 << j)].x = a.x - b.x; v[k | (1 << j)].y = a.y - b.y;
+                }
+            }
+            pend &= ~rm;
+        }
+        if (m) {
+            const T sc = (T)ldexp((m & 1) ? 0.70710678118654752440 : 1.0, -(m >> 1));
+#pragma unroll
+            for (int k = 0; k < R; ++k) { v[k].x *= sc; v[k].y *= sc; }
+        }
+    };
+
+    uint32_t pend = 0;
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        const qk__instr in_ = prog[ii];
+        if (in_.kind == QK__I_GATE) { pend ^= 1u << in_.b0; continue; }
+        flush(pend);
+        pend = 0;
+        /* DIAG: phase(g) = cf[0] + sum_{i set} cf[1+i] + sum_{i<j set} cf[1+q+i*q+j] */
+        const T *cf = ps + in_.off;
+        /* base and e_j from block tables, no per-thread loops over set bits (they diverged and
+           cost ~40% of the pass). Thread bit b is in-chunk bit ib(b) (b < cur ? b : b + RB),
+           global qubit pos[ib(b)]; W[r]: in-chunk bit r's linear coefficient plus its pairs with
+           the fixed bits; TLo / THi: the phase of thread bits 0..3 / 4.. (W and their pairs);
+           Y[i][lo]: pairs of thread bit 4+i with bits 0..3; G[j][lo] / H[j][hi]: pairs of
+           register bit j with thread bits 0..3 / 4... */
+        T *W = tb, *Pf = W + L, *TLo = Pf + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16,
+          *H = G + RB * 16;
+        auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
+        auto tq = [&](int b) { return p.pos[b < cur ? b : b + RB]; }; /* thread bit -> qubit */
+        __syncthreads(); /* the previous DIAG's readers are done */
+        if (t < L) {
+            const int Q = p.pos[t];
+            T acc = cf[1 + Q];
+            for (int i = 0; i < q - L; ++i) if ((fixed >> p.npos[i]) & 1) acc += dq(p.npos[i], Q);
+            W[t] = acc;
+        } else if (t == L) Pf[0] = qk__phase<T>(fixed, cf, q);
+        __syncthreads();
+        {
+            int e = (int)t;
+            T acc = 0;
+            if (e < 16) {
+                for (int b = 0; b < 4; ++b) {
+                    if (!((e >> b) & 1)) continue;
+                    acc += W[b < cur ? b : b + RB];
+                    for (int b2 = 0; b2 < b; ++b2) if ((e >> b2) & 1) acc += dq(tq(b2), tq(b));
+                }
+                TLo[e] = acc;
+            } else if ((e -= 16) < (1 << NHI)) {
+                for (int i = 0; i < NHI; ++i) {
+                    if (!((e >> i) & 1)) continue;
+                    acc += W[4 + i < cur ? 4 + i : 4 + i + RB];
+                    for (int i2 = 0; i2 < i; ++i2) if ((e >> i2) & 1) acc += dq(tq(4 + i2), tq(4 + i));
+                }
+                THi[e] = acc;
+            } else if ((e -= 1 << NHI) < NHI * 16) {
+                const int i = e >> 4, lo = e & 15;
+                for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), tq(4 + i));
+                Y[e] = acc;
+            } else if ((e -= NHI * 16) < RB * 16) {
+                const int j = e >> 4, lo = e & 15;
+                for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), p.pos[cur + j]);
+                G[e] = acc;
+            } else if ((e -= RB * 16) < RB << NHI) {
+                const int j = e >> NHI, hi = e & ((1 << NHI) - 1);
+                for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), p.pos[cur + j]);
+                H[e] = acc;
+            }
+        }
+        __syncthreads();
+        const uint32_t tl = t & 15, th = t >> 4;
+        T base = Pf[0] + TLo[tl] + THi[th];
+#pragma unroll
+        for (int i = 0; i < NHI; ++i) base += ((th >> i) & 1) ? Y[i * 16 + tl] : (T)0;
+        T e[RB], dd[RB][RB];
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+            e[j] = W[cur + j] + G[j * 16 + tl] + H[(j << NHI) + th];
+#pragma unroll
+            for (int jj = 0; jj < RB; ++jj) if (jj < j) dd[jj][j] = cf[1 + q + p.pos[cur + jj] * q + p.pos[cur + j]];
+        }
+#pragma unroll
+        for (int k = 0; k < R; ++k) {
+            T ph = base, sn, cs;
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                if (!((k >> j) & 1)) continue;
+                ph += e[j];
+#pragma unroll
+                for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
+            }
+            qk__sincos(ph, &sn, &cs);
+            C a = v[k];
+            v[k].x = a.x * cs - a.y * sn;
+            v[k].y = a.x * sn + a.y * cs;
+        }
+    }
+    flush(pend);
+
+    /* store from a layout with in-chunk bits 0..4 on the lanes */
+    if (cur < 5) transpose(LY::at(0));
+    const qk__wht_gidx<RB> gi(p, fixed, t, cur);
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        const uint32_t g = gi(k);
+        if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
+        else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
+    }
+}
+
+/* Product maps: per sample and qubit the 2-vector u_k = (ops on qubit k) |0>. */
+template <typename T>
+__global__ void qk__k_qubit_vectors(const int *__restrict__ qops, const int *__restrict__ qoff, int q,
+                                    const qk_angle *__restrict__ ang, const int *__restrict__ op_kind,
+                                    const double *__restrict__ x, int64_t n, int d, const double *__restrict__ w,
+                                    T *__restrict__ u)
+{
+    int64_t id = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (id >= n * q) return;
+    int64_t s = id / q;
+    int k = (int)(id % q);
+    const double *xs = x + s * d;
+    double a0r = 1, a0i = 0, a1r = 0, a1i = 0;
+    const double R = 0.70710678118654752440, PI = 3.14159265358979323846;
+    for (int o = qoff[k]; o < qoff[k + 1]; ++o) {
+        int op = qops[o];
+        double t = qk__theta(ang, op, xs, w);
+        double c = cos(0.5 * t), sn = sin(0.5 * t);
+        double b0r = a0r, b0i = a0i, b1r = a1r, b1i = a1i;
+        switch (op_kind[op]) {
+        case QK_OP_H: a0r = R * (b0r + b1r); a0i = R * (b0i + b1i); a1r = R * (b0r - b1r); a1i = R * (b0i - b1i); break;
+        case QK_OP_X: a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; break;
+        case QK_OP_Y: a0r = b1i; a0i = -b1r; a1r = -b0i; a1i = b0r; break; /* (-i b1, i b0) */
+        case QK_OP_Z: a1r = -b1r; a1i = -b1i; break;
+        case QK_OP_RX: /* (c b0 - i s b1, -i s b0 + c b1) */
+            a0r = c * b0r + sn * b1i; a0i = c * b0i - sn * b1r;
+            a1r = sn * b0i + c * b1r; a1i = -sn * b0r + c * b1i; break;
+        case QK_OP_RY: a0r = c * b0r - sn * b1r; a0i = c * b0i - sn * b1i; a1r = sn * b0r + c * b1r; a1i = sn * b0i + c * b1i; break;
+        case QK_OP_RZ: /* e^{-it/2} b0, e^{it/2} b1 */
+            a0r = c * b0r + sn * b0i; a0i = c * b0i - sn * b0r;
+            a1r = c * b1r - sn * b1i; a1i = c * b1i + sn * b1r; break;
+        case QK_OP_P: { double cp = cos(t), sp = sin(t); a1r = cp * b1r - sp * b1i; a1i = cp * b1i + sp * b1r; } break;
+        case QK_OP_BASIS:
+            if (xs[ang[op].x0] > 0.5) { a0r = b1r; a0i = b1i; a1r = b0r; a1i = b0i; }
+            break;
+        default: break;
+        }
+        (void)PI;
+    }
+    T *o = u + (s * q + k) * 4; /* the shared layout (QK__QV_*) */
+    o[QK__QV_RE0] = (T)a0r; o[QK__QV_IM0] = (T)a0i; o[QK__QV_RE1] = (T)a1r; o[QK__QV_IM1] = (T)a1i;
+}
+
+/* Build scratch of qk__build_states: params (n * P), a state buffer for multi-pass programs
+   (n * 2^q complex), inverse norms. All from the caller's workspace. */
+struct qk__build_ws {
+    void *params = nullptr;
+    void *tmp = nullptr;       /* multi-pass: complex states */
+    double *inv = nullptr;
+};
+
+/* qk__k_prep: one block of 128 threads per sample. */
+template <typename T>
+static qk_result qk__launch_prep(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n, T *params,
+                                 cudaStream_t st, qk__err *E)
+{
+    qk__k_prep<T><<<(unsigned)n, 128, 0, st>>>(dp.jobs, (int)pg.jobs.size(), dp.con, dp.ang, dp.op_kind, dx, n,
+                                                pg.d, dp.w, params, pg.P);
+    QK_LAUNCH_CK("qk__k_prep");
+    return QK_OK;
+}
+
+/* qk__k_invnorm: one thread per sample. */
+static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *inv, cudaStream_t st, qk__err *E)
+{
+    qk__k_invnorm<<<(unsigned)((n + 127) / 128), 128, 0, st>>>(dx, n, d, inv);
+    QK_LAUNCH_CK("qk__k_invnorm");
+    return QK_OK;
+}
+
+/* qk__k_pass: spb states of tps threads per block, one block per (state group, chunk); shared
+   memory holds the spb chunks of 2^L amplitudes and their phase tables. */
+template <typename T>
+static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
+                                 const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
+                                 cudaStream_t st, qk__err *E)
+{
+    const int q = pg.q, N = 1 << p.L;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const int64_t groups = (n + spb - 1) / spb;
+    const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps);
+    QK_LAUNCH_CK("qk__k_pass");
+    return QK_OK;
+}
+
+/* A pass qk__k_pass_wht runs: a full chunk (L = QK__PASS_QUBITS) whose instructions are DIAG
+   phases and Hadamards only, starting from the folded product, |0> or the previous pass (not
+   from amplitude data). */
+static bool qk__pass_is_wht(const qk__pass &p, const qk__prog &pg)
+{
+    if (p.L != QK__LMAX || (p.first && pg.has_amp)) return false;
+    for (int ii = p.i0; ii < p.i1; ++ii) {
+        const qk__instr &in_ = pg.instr[ii];
+        if (in_.kind == QK__I_CNOT || (in_.kind == QK__I_GATE && !in_.h)) return false;
+    }
+    return true;
+}
+
+/* qk__k_pass_wht: one block of 2^(L - RB) threads per (state, chunk); RB = 5 register bits for
+   float, 4 for double (the same 64 registers of amplitudes); shared memory holds one chunk. */
+template <typename T>
+static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n,
+                                     const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real,
+                                     cudaStream_t st, qk__err *E)
+{
+    constexpr int RB = sizeof(T) == 4 ? 5 : 4;
+    const int q = pg.q;
+    const int64_t nchunks = (int64_t)1 << (q - p.L);
+    const size_t smem = ((size_t)1 << p.L) * sizeof(qk__cx<T>) + (QK__WHT_TBL + 2 * 64) * sizeof(T);
+    auto kf = out_real ? qk__k_pass_wht<T, RB, true> : qk__k_pass_wht<T, RB, false>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    kf<<<(unsigned)(n * nchunks), 1u << (p.L - RB), smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, in, out);
+    QK_LAUNCH_CK("qk__k_pass_wht");
+    return QK_OK;
+}
+
+/* Builds n states (x already on the device) into out: complex T or, out_real, T. */
+template <typename T>
+static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
+                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
+{
+    if (n <= 0) return QK_OK;
+    QK_TRY(qk__launch_prep<T>(pg, dp, dx, n, (T *)ws.params, st, E));
+    if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
+    const int np = (int)pg.passes.size();
+    const double *ampx = pg.has_amp ? dx : nullptr;
+    for (int pi = 0; pi < np; ++pi) {
+        const qk__pass &p = pg.passes[pi];
+        const int N = 1 << p.L;
+        /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
+           small states share a block so that blocks have at least 128 threads. */
+        int tps = std::max(1, std::min(256, N / 2));
+        int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
+        if (np > 1) spb = 1;
+        /* multi-pass programs run in place on tmp (the chunks of one pass are disjoint: no block
+           reads amplitudes another block of the same pass writes); the last pass writes out */
+        const bool last = pi == np - 1;
+        const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
+        void *o = last ? out : ws.tmp;
+        if (qk__pass_is_wht(p, pg)) QK_TRY(qk__launch_pass_wht<T>(p, pg, dp, n, ws, in, o, last && out_real, st, E));
+        else QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
+    }
+    return QK_OK;
+}
+
+/* qk__k_qubit_vectors: per-qubit 2-vectors of product-map samples (the analytic path's
+   "states"), one thread per (sample, qubit). */
+template <typename T>
+static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const double *x, int64_t n, int d, T *out,
+                                          cudaStream_t st, qk__err *E)
+{
+    const int64_t tot = n * q;
+    if (tot <= 0) return QK_OK;
+    qk__k_qubit_vectors<T><<<(unsigned)((tot + 255) / 256), 256, 0, st>>>(dp.qops, dp.qoff, q, dp.ang, dp.op_kind, x, n, d,
+                                                                          dp.w, out);
+    QK_LAUNCH_CK("qk__k_qubit_vectors");
+    return QK_OK;
+}
+

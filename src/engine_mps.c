@@ -1,0 +1,1297 @@
+/* >>mps ---- implementation: MPS engine ---- */
+/* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
+   is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
+   is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
+
+   Bond bound. Across the bond between sites b-1 and b, the Schmidt rank of the state is at most
+     - 2^min(b, q-b) (the smaller side's dimension), and
+     - the product, over the circuit, of the operator Schmidt ranks of the gates crossing the bond:
+       every two-qubit op of qk (CNOT, CZ, RZZ, and zz's CX-P-CX) has rank 2, and a run of
+       consecutive diagonal ops (Z, RZ, P, CZ, RZZ, CX-D-CX) is one diagonal operator whose rank
+       across the bond is at most 2^min(|L|, |R|), L and R the distinct qubits of its crossing pairs
+       on each side. Any other op (H, X, Y, RX, RY, basis, a lone CNOT) ends the run.
+   qk__mps_analyze walks the ops once and records, after every two-qubit step, this bound for each
+   bond the step crosses (the "running" bound); the last values are the bond dimensions the MPS
+   keeps. zz(reps=r, ent=linear) gets 2^r, circular 4^r, hea rings 4^layers (capped at the ends).
+   Orders: the qubits in their own order ("natural") or folded, 0, q-1, 1, q-2, ... , which puts
+   every ring pair at most two sites apart; the cheaper (sum of chi^3 over sites) is used.
+
+   Building (exact). Every two-qubit op is a sum of two products, sum_t P_t (x) G_t, with P_t the
+   projector on |t> of its first qubit: CNOT (G = I, X), CZ (I, Z), RZZ and CX-D-CX (diagonal). It
+   is applied as an MPO of bond 2: the projector site, the sites between (identity on a doubled
+   bond) and the other site; no factorization. Where a bond then exceeds its running bound (never
+   for zz linear reps 1, at the chain's ends for reps 2), the sites touched since the last
+   compression are swept: Householder QR left to right (left-orthonormal sites), then column-
+   pivoted Householder QR of each site's conjugate transpose right to left, keeping the running
+   bound's number of columns. With the sites outside the swept range orthonormal, the part dropped
+   is the trailing block of the pivoted QR, zero in exact arithmetic because the bound is a
+   theorem: what is dropped is rounding (its norm is measured, qk__mps_build's *discarded: about
+   1e-15). Nothing else is ever truncated. Precision: fp64 throughout.
+
+   Storage. The tensors of QK__NJ (8) samples are interleaved by lane: site s of group g is
+   [l][a][r] entries of 8 real parts then 8 imaginary parts, with the bond dimensions of the bound
+   (zero-padded where a sample's own rank is lower), so one pass of the contraction computes 8
+   overlaps with vector FMAs. Overlap of row sample i with a column group: E = 1;
+   per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
+   K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
+   progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
+#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
+#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+
+enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
+
+typedef struct qk__mps_step {
+    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
+    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
+    int s0, s1;
+    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
+    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
+    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
+} qk__mps_step;
+
+typedef struct qk__mps_prog {
+    int q, n_steps, folded, span, dense;
+    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
+    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
+    int *order;         /* q: site -> qubit */
+    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
+    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
+    int64_t group;      /* doubles per group of QK__NJ samples */
+    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
+    qk__mps_step *steps;
+    int *bounds;
+    int64_t n_bounds;
+    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
+    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
+    double cutoff;
+} qk__mps_prog;
+
+static void qk__mps_prog_free(qk__mps_prog *p)
+{
+    if (!p) return;
+    QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
+    memset(p, 0, sizeof *p);
+}
+
+static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+
+/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
+static int qk__mps_parity_at(const qk_map *m, int k)
+{
+    const qk_op *o = &m->ops[k];
+    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
+           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
+}
+
+static int qk__mps_add_set(int *set, int *n, int qb)
+{
+    int i;
+    if (*n > QK__MPS_SET) return 0;                 /* already "many" */
+    for (i = 0; i < *n; i++) if (set[i] == qb) return 0;
+    if (*n < QK__MPS_SET) set[*n] = qb;
+    (*n)++;
+    return 1;
+}
+
+/* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
+   soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
+static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
+{
+    const int q = m->n_qubits;
+    int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
+    int64_t nb = 0, nb_cap = 0, e;
+    int k, s, b, run = 0, stopped = 0;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->folded = folded;
+    p->chi = 1;
+    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    p->D = (int *)qk__calloc((size_t)q + 1, sizeof(int));
+    p->off = (int64_t *)qk__calloc((size_t)q + 1, sizeof(int64_t));
+    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step) * (size_t)(m->n_ops > 0 ? m->n_ops : 1));
+    pos = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    base = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    runid = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    cap = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    sets = (int *)qk__calloc((size_t)(q + 1) * (2 * QK__MPS_SET + 2), sizeof(int));
+    if (!p->order || !p->D || !p->off || !p->steps || !pos || !base || !runid || !cap || !sets) goto oom;
+    cur = p->D;
+    for (s = 0; s < q; s++) {
+        p->order[s] = !folded ? s : (s % 2 == 0 ? s / 2 : q - 1 - s / 2);
+        pos[p->order[s]] = s;
+    }
+    for (b = 0; b <= q; b++) {
+        int small = b < q - b ? b : q - b;
+        cur[b] = 1; base[b] = 1; runid[b] = -1;
+        cap[b] = small >= 30 ? QK__MPS_SAT : 1 << small;
+    }
+    for (k = 0; k < m->n_ops && !stopped; k++) {
+        const qk_op *o = &m->ops[k];
+        qk__mps_step *st = &p->steps[p->n_steps];
+        int diag;
+        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
+        if (qk__op_arity(o->kind) == 1) {
+            st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
+            if (!qk__mps_diag1(o->kind)) run++;
+            p->n_steps++;
+            continue;
+        }
+        st->kind = 2;
+        st->op = k;
+        if (qk__mps_parity_at(m, k)) { st->gate = QK__MPS_PARITY; st->op = k + 1; k += 2; }
+        else st->gate = o->kind == QK_OP_CNOT ? QK__MPS_CNOT : o->kind == QK_OP_CZ ? QK__MPS_CZ : QK__MPS_RZZ;
+        st->s0 = pos[o->q0] < pos[o->q1] ? pos[o->q0] : pos[o->q1];
+        st->s1 = pos[o->q0] < pos[o->q1] ? pos[o->q1] : pos[o->q0];
+        st->proj_left = pos[o->q0] == st->s0;
+        if (st->s1 - st->s0 > p->span) p->span = st->s1 - st->s0;
+        diag = st->gate != QK__MPS_CNOT;
+        if (!diag) run++;
+        if (nb + (st->s1 - st->s0) > nb_cap) {
+            int64_t nc = nb_cap ? 2 * nb_cap : 1024;
+            int *nbp;
+            while (nc < nb + (st->s1 - st->s0)) nc *= 2;
+            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            if (!nbp) goto oom;
+            p->bounds = nbp;
+            nb_cap = nc;
+        }
+        st->b = nb;
+        for (b = st->s0 + 1; b <= st->s1; b++) {
+            if (diag) {
+                int *sl = sets + (size_t)b * (2 * QK__MPS_SET + 2), *nl = sl + 2 * QK__MPS_SET, *nr = nl + 1;
+                int sh;
+                if (runid[b] != run) { base[b] = cur[b]; *nl = 0; *nr = 0; runid[b] = run; }
+                qk__mps_add_set(sl, nl, p->order[st->s0]);
+                qk__mps_add_set(sl + QK__MPS_SET, nr, p->order[st->s1]);
+                sh = *nl < *nr ? *nl : *nr;
+                cur[b] = (sh >= 30 || (int64_t)base[b] << sh >= cap[b]) ? cap[b] : base[b] << sh;
+            } else {
+                cur[b] = (int64_t)cur[b] * 2 >= cap[b] ? cap[b] : cur[b] * 2;
+                runid[b] = -1;
+            }
+            p->bounds[nb++] = cur[b];
+            if (cur[b] > p->chi) { p->chi = cur[b]; p->chi_bond = b; }
+            if (cur[b] > limit) stopped = 1;
+        }
+        if (!diag) run++;
+        p->n_steps++;
+    }
+    p->n_bounds = nb;
+    /* lane layout and cost (meaningful when the walk finished) */
+    p->D[0] = p->D[q] = 1;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    return QK_OK;
+oom:
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    qk__mps_prog_free(p);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory analysing the map");
+}
+
+/* Truncation: every bound capped at max_bond (the exact bound stays in exact_chi); the lane
+   layout and the cost follow the capped bonds. */
+static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
+{
+    int s;
+    int64_t k, e;
+    p->exact_chi = p->chi;
+    if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
+    p->max_bond = max_bond;
+    p->cutoff = cutoff;
+    if (max_bond <= 0 || p->dense) return;
+    for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
+    if (p->chi > max_bond) p->chi = max_bond;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < p->q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[p->q] = e;
+    p->group = e;
+}
+
+/* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
+   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
+   bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
+static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
+{
+    qk__mps_prog f;
+    const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
+    qk_result r = qk__mps_analyze(m, 0, limit, p);
+    if (r != QK_OK) return r;
+    qk__mps_cap(p, max_bond, cutoff);
+    if (p->dense || m->n_qubits < 3) return r;
+    r = qk__mps_analyze(m, 1, limit, &f);
+    if (r != QK_OK) { qk__mps_prog_free(p); return r; }
+    qk__mps_cap(&f, max_bond, cutoff);
+    if (f.chi <= QK_MPS_MAX_BOND &&
+        (p->chi > QK_MPS_MAX_BOND || f.pair_flops < p->pair_flops || (f.pair_flops == p->pair_flops && f.span < p->span))) {
+        qk__mps_prog_free(p);
+        *p = f;
+    } else {
+        qk__mps_prog_free(&f);
+    }
+    return QK_OK;
+}
+
+static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
+
+/* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
+   Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
+static int qk__mps_bond_of(const qk_map *m)
+{
+    qk__mps_prog p;
+    int chi;
+    if (qk__mps_prog_make(m, &p) != QK_OK) return QK__MPS_SAT;
+    chi = p.dense ? QK__MPS_SAT : p.chi;
+    qk__mps_prog_free(&p);
+    return chi;
+}
+
+/* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
+#define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
+#define QK__IM(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld)) + 1]
+
+/* Householder QR of X (m x n), k <= min(m, n) steps. pivot: each step first swaps in the column of
+   largest remaining norm (perm[j] = the original column now at j). On return R is X's upper k rows
+   (zero below the diagonal), Q (m x k) has orthonormal columns, X P = Q R + (trailing block).
+   Returns the trailing block's Frobenius norm: what keeping k columns drops. V: m x k scratch. */
+static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, double *Q, double *V, double *beta)
+{
+    int i, j, c;
+    double tail = 0;
+    for (j = 0; j < n; j++) perm[j] = j;
+    for (j = 0; j < k; j++) {
+        double nrm2 = 0, nrm, xr, xi, ax, pr, pim, *v = V + 2 * (size_t)j * (size_t)m;
+        if (pivot) {
+            int best = j;
+            double bn = -1;
+            for (c = j; c < n; c++) {
+                double s2 = 0;
+                for (i = j; i < m; i++) s2 += QK__RE(X, m, i, c) * QK__RE(X, m, i, c) + QK__IM(X, m, i, c) * QK__IM(X, m, i, c);
+                if (s2 > bn) { bn = s2; best = c; }
+            }
+            if (best != j) {
+                int t = perm[j]; perm[j] = perm[best]; perm[best] = t;
+                for (i = 0; i < m; i++) {
+                    double tr = QK__RE(X, m, i, j), ti = QK__IM(X, m, i, j);
+                    QK__RE(X, m, i, j) = QK__RE(X, m, i, best); QK__IM(X, m, i, j) = QK__IM(X, m, i, best);
+                    QK__RE(X, m, i, best) = tr; QK__IM(X, m, i, best) = ti;
+                }
+            }
+        }
+        for (i = j; i < m; i++) nrm2 += QK__RE(X, m, i, j) * QK__RE(X, m, i, j) + QK__IM(X, m, i, j) * QK__IM(X, m, i, j);
+        memset(v, 0, sizeof(double) * 2 * (size_t)m);
+        if (nrm2 == 0) { beta[j] = 0; continue; }
+        nrm = sqrt(nrm2);
+        xr = QK__RE(X, m, j, j); xi = QK__IM(X, m, j, j);
+        ax = sqrt(xr * xr + xi * xi);
+        pr = ax > 0 ? xr / ax : 1.0; pim = ax > 0 ? xi / ax : 0.0;
+        /* H = I - beta v v^H maps x to alpha e_j, alpha = -phase(x_j) ||x|| */
+        v[2 * j] = xr + pr * nrm; v[2 * j + 1] = xi + pim * nrm;
+        for (i = j + 1; i < m; i++) { v[2 * i] = QK__RE(X, m, i, j); v[2 * i + 1] = QK__IM(X, m, i, j); }
+        beta[j] = 1.0 / (nrm * (nrm + ax));
+        for (c = j + 1; c < n; c++) {
+            double wr = 0, wi = 0;
+            for (i = j; i < m; i++) { /* w = v^H x_c */
+                wr += v[2 * i] * QK__RE(X, m, i, c) + v[2 * i + 1] * QK__IM(X, m, i, c);
+                wi += v[2 * i] * QK__IM(X, m, i, c) - v[2 * i + 1] * QK__RE(X, m, i, c);
+            }
+            wr *= beta[j]; wi *= beta[j];
+            for (i = j; i < m; i++) {
+                QK__RE(X, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+                QK__IM(X, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+            }
+        }
+        QK__RE(X, m, j, j) = -pr * nrm; QK__IM(X, m, j, j) = -pim * nrm;
+        for (i = j + 1; i < m; i++) { QK__RE(X, m, i, j) = 0; QK__IM(X, m, i, j) = 0; }
+    }
+    for (c = k; c < n; c++)
+        for (i = k; i < m; i++) tail += QK__RE(X, m, i, c) * QK__RE(X, m, i, c) + QK__IM(X, m, i, c) * QK__IM(X, m, i, c);
+    /* Q = H_0 ... H_{k-1} [I_k; 0] */
+    memset(Q, 0, sizeof(double) * 2 * (size_t)m * (size_t)k);
+    for (j = 0; j < k; j++) QK__RE(Q, m, j, j) = 1;
+    for (j = k - 1; j >= 0; j--) {
+        const double *v = V + 2 * (size_t)j * (size_t)m;
+        if (beta[j] == 0) continue;
+        for (c = j; c < k; c++) {   /* columns < j of H_{j+1..} e are zero in rows >= j */
+            double wr = 0, wi = 0;
+            for (i = j; i < m; i++) {
+                wr += v[2 * i] * QK__RE(Q, m, i, c) + v[2 * i + 1] * QK__IM(Q, m, i, c);
+                wi += v[2 * i] * QK__IM(Q, m, i, c) - v[2 * i + 1] * QK__RE(Q, m, i, c);
+            }
+            wr *= beta[j]; wi *= beta[j];
+            for (i = j; i < m; i++) {
+                QK__RE(Q, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+                QK__IM(Q, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+            }
+        }
+    }
+    return sqrt(tail);
+}
+
+/* ---- building one sample's MPS ---- */
+/* Work space of one thread: site s holds [dim[s]][2][dim[s+1]] complex, row-major, in a slot of
+   capacity 2D[s] x 2 x 2D[s+1] (a bond at most doubles before it is compressed back to its bound). */
+typedef struct qk__mps_work {
+    double *buf, *tmp, *X, *Q, *V, *beta, *theta;
+    int64_t *slot;      /* q: offset of site s in buf */
+    int *dim, *bound, *perm;
+    int lo, hi;         /* sites not known orthonormal since the last compression (lo < 0: none) */
+    double discarded;   /* largest norm dropped by a compression (rounding) */
+    int trunc;          /* truncation (prog max_bond / cutoff): SVD steps instead of exact ones */
+    double cutoff;
+    double angle;       /* this sample: sum over truncations of asin(sqrt(w_k)), w_k the share of
+                           the weight dropped (the Fubini-Study distance it moved, at most) */
+    double norm2;       /* this sample: the norm^2 left, prod (1 - w_k) */
+} qk__mps_work;
+
+static void qk__mps_work_free(qk__mps_work *w)
+{
+    if (!w) return;
+    QK_FREE(w->buf); QK_FREE(w->tmp); QK_FREE(w->X); QK_FREE(w->Q); QK_FREE(w->V); QK_FREE(w->beta);
+    QK_FREE(w->theta); QK_FREE(w->slot); QK_FREE(w->dim); QK_FREE(w->bound); QK_FREE(w->perm);
+    memset(w, 0, sizeof *w);
+}
+
+static int qk__mps_work_init(qk__mps_work *w, const qk__mps_prog *p, const qk_map *m)
+{
+    int q = p->q, s, dmax = 1;
+    int64_t tot = 0, smax = 0;
+    size_t mn;
+    memset(w, 0, sizeof *w);
+    w->slot = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)q);
+    w->dim = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    w->bound = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    w->theta = (double *)qk__malloc(sizeof(double) * (size_t)(m->n_ops + 1));
+    if (!w->slot || !w->dim || !w->bound || !w->theta) return 0;
+    for (s = 0; s < q; s++) {
+        int64_t c = (int64_t)2 * p->D[s] * 2 * 2 * p->D[s + 1] * 2;   /* doubles */
+        w->slot[s] = tot;
+        tot += c;
+        if (c > smax) smax = c;
+    }
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    /* QR operands: at most (2 * 2dmax) x (2dmax) complex */
+    mn = (size_t)4 * dmax * 2 * dmax;
+    w->buf = (double *)qk__malloc(sizeof(double) * (size_t)tot);
+    w->tmp = (double *)qk__malloc(sizeof(double) * (size_t)smax);
+    w->X = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->Q = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->V = (double *)qk__malloc(sizeof(double) * 2 * mn);
+    w->beta = (double *)qk__malloc(sizeof(double) * (size_t)(4 * dmax + 1));
+    w->perm = (int *)qk__malloc(sizeof(int) * (size_t)(4 * dmax + 1));
+    w->trunc = p->max_bond > 0 || p->cutoff > 0;
+    w->cutoff = p->cutoff;
+    return w->buf && w->tmp && w->X && w->Q && w->V && w->beta && w->perm;
+}
+
+#define QK__SITE(w, s) ((w)->buf + (w)->slot[s])
+
+/* A[l][a][r] <- sum_b U[a][b] A[l][b][r]; U row-major complex (8 doubles) */
+static void qk__mps_apply1(double *A, int dl, int dr, const double *U)
+{
+    int l, r;
+    for (l = 0; l < dl; l++)
+        for (r = 0; r < dr; r++) {
+            double *a0 = A + 2 * ((size_t)(l * 2) * dr + r), *a1 = A + 2 * ((size_t)(l * 2 + 1) * dr + r);
+            double r0 = a0[0], i0 = a0[1], r1 = a1[0], i1 = a1[1];
+            a0[0] = U[0] * r0 - U[1] * i0 + U[2] * r1 - U[3] * i1;
+            a0[1] = U[0] * i0 + U[1] * r0 + U[2] * i1 + U[3] * r1;
+            a1[0] = U[4] * r0 - U[5] * i0 + U[6] * r1 - U[7] * i1;
+            a1[1] = U[4] * i0 + U[5] * r0 + U[6] * i1 + U[7] * r1;
+        }
+}
+
+/* The one-qubit matrix of op o at angle t (qk__u1); 0: identity (skip). */
+static int qk__mps_u1(const qk_op *o, double t, const double *x, double *U)
+{
+    return qk__u1(o->kind, t, o->kind == QK_OP_BASIS && qk__basis_one(x[o->angle.x0]), U);
+}
+
+/* The two-qubit step as sum_t P_t (x) G_t (P_t on the op's q0): G[t] row-major complex 2x2. */
+static void qk__mps_g2(const qk__mps_prog *p, const qk_map *m, const qk__mps_step *st, const double *theta, double G[2][8])
+{
+    double d0r = 1, d0i = 0, d1r = 1, d1i = 0;
+    QK__UNUSED(p);
+    memset(G, 0, sizeof(double) * 16);
+    switch (st->gate) {
+    case QK__MPS_CNOT:  /* I, X */
+        G[0][0] = 1; G[0][6] = 1; G[1][2] = 1; G[1][4] = 1;
+        return;
+    case QK__MPS_CZ:    /* I, Z */
+        G[0][0] = 1; G[0][6] = 1; G[1][0] = 1; G[1][6] = -1;
+        return;
+    case QK__MPS_RZZ: { /* e^{-it/2} where the bits agree, e^{it/2} where they differ */
+        double c = cos(0.5 * theta[st->op]), s = sin(0.5 * theta[st->op]);
+        G[0][0] = c; G[0][1] = -s; G[0][6] = c; G[0][7] = s;
+        G[1][0] = c; G[1][1] = s; G[1][6] = c; G[1][7] = -s;
+        return;
+    }
+    case QK__MPS_PARITY: default: {
+        /* CX(a,b) D(b) CX(a,b), D = diag(d0, d1): diag(d0, d1) on b where a = 0, diag(d1, d0) where a = 1 */
+        const qk_op *o = &m->ops[st->op];
+        double t = theta[st->op], c = cos(0.5 * t), s = sin(0.5 * t);
+        if (o->kind == QK_OP_P) { d1r = cos(t); d1i = sin(t); }
+        else if (o->kind == QK_OP_RZ) { d0r = c; d0i = -s; d1r = c; d1i = s; }
+        else { d1r = -1; } /* Z */
+        G[0][0] = d0r; G[0][1] = d0i; G[0][6] = d1r; G[0][7] = d1i;
+        G[1][0] = d1r; G[1][1] = d1i; G[1][6] = d0r; G[1][7] = d0i;
+        return;
+    }
+    }
+}
+
+/* Applies sum_t P_t (x) G_t to sites s0 < s1 as an MPO of bond 2 (bonds s0+1 .. s1 double). */
+static void qk__mps_apply2(qk__mps_work *w, const qk__mps_step *st, double G[2][8])
+{
+    int s, l, a, b, r, t;
+    for (s = st->s0; s <= st->s1; s++) {
+        int dl = w->dim[s], dr = w->dim[s + 1];
+        double *A = QK__SITE(w, s), *T = w->tmp;
+        int nl = s == st->s0 ? dl : 2 * dl, nr = s == st->s1 ? dr : 2 * dr;
+        memset(T, 0, sizeof(double) * 2 * (size_t)nl * 2 * (size_t)nr);
+        for (t = 0; t < 2; t++) {
+            const int end = s == st->s0 || s == st->s1;
+            const int proj = end && ((s == st->s0) == (st->proj_left != 0));
+            const int lo = s == st->s0 ? 0 : t * dl, ro = s == st->s1 ? 0 : t * dr;
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (r = 0; r < dr; r++) {
+                        double *o = T + 2 * (((size_t)(lo + l) * 2 + a) * nr + ro + r), vr = 0, vi = 0;
+                        if (!end || proj) {
+                            if (end && a != t) continue;
+                            vr = A[2 * (((size_t)l * 2 + a) * dr + r)];
+                            vi = A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
+                        } else {
+                            for (b = 0; b < 2; b++) {
+                                double gr = G[t][2 * (a * 2 + b)], gi = G[t][2 * (a * 2 + b) + 1];
+                                double xr = A[2 * (((size_t)l * 2 + b) * dr + r)], xi = A[2 * (((size_t)l * 2 + b) * dr + r) + 1];
+                                vr += gr * xr - gi * xi;
+                                vi += gr * xi + gi * xr;
+                            }
+                        }
+                        o[0] = vr; o[1] = vi;
+                    }
+        }
+        memcpy(A, T, sizeof(double) * 2 * (size_t)nl * 2 * (size_t)nr);
+    }
+    for (b = st->s0 + 1; b <= st->s1; b++) w->dim[b] *= 2;
+}
+
+/* Site s left-orthonormal by QR; R moves into site s+1 (the bond may shrink to min(2 dl, dr)). */
+static void qk__mps_qr_right(qk__mps_work *w, int s)
+{
+    int dl = w->dim[s], dr = w->dim[s + 1], d2 = w->dim[s + 2], m = 2 * dl, n = dr, k = m < n ? m : n;
+    int i, c, t, a, r;
+    double *A = QK__SITE(w, s), *B = QK__SITE(w, s + 1), *X = w->X, *Q = w->Q;
+    for (i = 0; i < m; i++)
+        for (c = 0; c < n; c++) { QK__RE(X, m, i, c) = A[2 * ((size_t)i * n + c)]; QK__IM(X, m, i, c) = A[2 * ((size_t)i * n + c) + 1]; }
+    qk__mps_qr(X, m, n, k, 0, w->perm, Q, w->V, w->beta);
+    for (i = 0; i < m; i++)
+        for (t = 0; t < k; t++) { A[2 * ((size_t)i * k + t)] = QK__RE(Q, m, i, t); A[2 * ((size_t)i * k + t) + 1] = QK__IM(Q, m, i, t); }
+    /* B'[t][a][r] = sum_{c >= t} R[t][c] B[c][a][r] */
+    memset(w->tmp, 0, sizeof(double) * 2 * (size_t)k * 2 * (size_t)d2);
+    for (t = 0; t < k; t++)
+        for (c = t; c < n; c++) {
+            double rr = QK__RE(X, m, t, c), ri = QK__IM(X, m, t, c);
+            const double *src = B + 2 * (size_t)c * 2 * d2;
+            double *dst = w->tmp + 2 * (size_t)t * 2 * d2;
+            if (rr == 0 && ri == 0) continue;
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < d2; r++) {
+                    size_t e = 2 * ((size_t)a * d2 + r);
+                    dst[e] += rr * src[e] - ri * src[e + 1];
+                    dst[e + 1] += rr * src[e + 1] + ri * src[e];
+                }
+        }
+    memcpy(B, w->tmp, sizeof(double) * 2 * (size_t)k * 2 * (size_t)d2);
+    w->dim[s + 1] = k;
+}
+
+/* Site s right-orthonormal by a pivoted QR of its conjugate transpose, keeping at most kmax rows;
+   the factor moves into site s-1. Returns the norm dropped (zero but for rounding when kmax is
+   at least the bond's Schmidt rank and the sites right of s are right-orthonormal). */
+static double qk__mps_trunc_left(qk__mps_work *w, int s, int kmax)
+{
+    int dl = w->dim[s], dr = w->dim[s + 1], d0 = w->dim[s - 1], m = 2 * dr, n = dl, k, i, j, t, l;
+    double *A = QK__SITE(w, s), *P = QK__SITE(w, s - 1), *X = w->X, *Q = w->Q, disc;
+    k = m < n ? m : n;
+    if (kmax < k) k = kmax;
+    /* X = M^H, M = A as dl x 2dr row-major: X column-major is A's storage, conjugated */
+    for (i = 0; i < 2 * m * n; i += 2) { X[i] = A[i]; X[i + 1] = -A[i + 1]; }
+    disc = qk__mps_qr(X, m, n, k, 1, w->perm, Q, w->V, w->beta);
+    /* A'[t][c] = conj(Q[c][t]) */
+    for (t = 0; t < k; t++)
+        for (i = 0; i < m; i++) { A[2 * ((size_t)t * m + i)] = QK__RE(Q, m, i, t); A[2 * ((size_t)t * m + i) + 1] = -QK__IM(Q, m, i, t); }
+    /* W[perm[j]][t] = conj(R[t][j]); P'[(l', a)][t] = sum_l P[(l', a)][l] W[l][t] */
+    memset(w->tmp, 0, sizeof(double) * 2 * (size_t)d0 * 2 * (size_t)k);
+    for (j = 0; j < n; j++) {
+        int pl = w->perm[j];
+        for (t = 0; t < k && t <= j; t++) {
+            double wr = QK__RE(X, m, t, j), wi = -QK__IM(X, m, t, j);
+            if (wr == 0 && wi == 0) continue;
+            for (l = 0; l < 2 * d0; l++) {
+                const double *src = P + 2 * ((size_t)l * n + pl);
+                double *dst = w->tmp + 2 * ((size_t)l * k + t);
+                dst[0] += src[0] * wr - src[1] * wi;
+                dst[1] += src[0] * wi + src[1] * wr;
+            }
+        }
+    }
+    memcpy(P, w->tmp, sizeof(double) * 2 * (size_t)d0 * 2 * (size_t)k);
+    w->dim[s] = k;
+    return disc;
+}
+
+/* ---- truncation (qk_gram_desc.mps_max_bond / mps_cutoff) ---- */
+/* Eigen-decomposition of the Hermitian n x n matrix G (row-major complex, destroyed) by cyclic
+   Jacobi rotations: G's diagonal ends as the eigenvalues, V (row-major) holds the eigenvectors as
+   columns. A rotation on (p, q) is J = diag(1, e^{-i phi}) [[c, s], [-s, c]], phi the phase of
+   G[p][q]: J^H G J has a zero (p, q) entry (the real Jacobi rotation of the phase-rotated block). */
+static void qk__mps_jacobi(double *G, double *V, int n)
+{
+    int sweep, p, q, k;
+    memset(V, 0, sizeof(double) * 2 * (size_t)n * (size_t)n);
+    for (p = 0; p < n; p++) V[2 * ((size_t)p * n + p)] = 1;
+    for (sweep = 0; sweep < 64; sweep++) {
+        double off = 0, dg = 0;
+        for (p = 0; p < n; p++) {
+            dg += G[2 * ((size_t)p * n + p)] * G[2 * ((size_t)p * n + p)];
+            for (q = p + 1; q < n; q++) off += G[2 * ((size_t)p * n + q)] * G[2 * ((size_t)p * n + q)] + G[2 * ((size_t)p * n + q) + 1] * G[2 * ((size_t)p * n + q) + 1];
+        }
+        if (off == 0 || off <= 1e-32 * dg) break;
+        for (p = 0; p < n; p++)
+            for (q = p + 1; q < n; q++) {
+                double hr = G[2 * ((size_t)p * n + q)], hi = G[2 * ((size_t)p * n + q) + 1], h = sqrt(hr * hr + hi * hi);
+                double app, aqq, zeta, t, c, sn, er, ei;
+                if (h == 0) continue;
+                app = G[2 * ((size_t)p * n + p)]; aqq = G[2 * ((size_t)q * n + q)];
+                zeta = (aqq - app) / (2 * h);
+                t = (zeta >= 0 ? 1.0 : -1.0) / (fabs(zeta) + sqrt(1 + zeta * zeta));
+                c = 1 / sqrt(1 + t * t); sn = t * c;
+                er = hr / h; ei = hi / h;   /* e^{i phi} */
+                for (k = 0; k < n; k++) {   /* G <- G J, V <- V J: col p = c p - s e^{-i phi} q, col q = s p + c e^{-i phi} q */
+                    double *gp = G + 2 * ((size_t)k * n + p), *gq = G + 2 * ((size_t)k * n + q);
+                    double *vp = V + 2 * ((size_t)k * n + p), *vq = V + 2 * ((size_t)k * n + q);
+                    double xr = er * gq[0] + ei * gq[1], xi = er * gq[1] - ei * gq[0];   /* e^{-i phi} gq */
+                    double yr = er * vq[0] + ei * vq[1], yi = er * vq[1] - ei * vq[0];
+                    double pr = gp[0], pi = gp[1], ur = vp[0], ui = vp[1];
+                    gp[0] = c * pr - sn * xr; gp[1] = c * pi - sn * xi;
+                    gq[0] = sn * pr + c * xr; gq[1] = sn * pi + c * xi;
+                    vp[0] = c * ur - sn * yr; vp[1] = c * ui - sn * yi;
+                    vq[0] = sn * ur + c * yr; vq[1] = sn * ui + c * yi;
+                }
+                for (k = 0; k < n; k++) {   /* G <- J^H G: row p = c p - s e^{i phi} q, row q = s p + c e^{i phi} q */
+                    double *gp = G + 2 * ((size_t)p * n + k), *gq = G + 2 * ((size_t)q * n + k);
+                    double xr = er * gq[0] - ei * gq[1], xi = er * gq[1] + ei * gq[0];   /* e^{i phi} gq */
+                    double pr = gp[0], pi = gp[1];
+                    gp[0] = c * pr - sn * xr; gp[1] = c * pi - sn * xi;
+                    gq[0] = sn * pr + c * xr; gq[1] = sn * pi + c * xi;
+                }
+                G[2 * ((size_t)p * n + q)] = G[2 * ((size_t)p * n + q) + 1] = 0;
+                G[2 * ((size_t)q * n + p)] = G[2 * ((size_t)q * n + p) + 1] = 0;
+                G[2 * ((size_t)p * n + p) + 1] = G[2 * ((size_t)q * n + q) + 1] = 0;
+            }
+    }
+}
+
+/* A truncating step at the bond between sites s-1 and s, site s the orthogonality center (sites
+   left of it left-orthonormal, right of it right-orthonormal): with M = site s (dl x 2dr), the
+   Schmidt values squared are the eigenvalues of M M^H; the bond keeps the eigenvectors U_k of the
+   k largest (k <= kmax, and fewer while the dropped share stays <= cutoff): M <- U_k^H M, site
+   s-1 <- site s-1 U_k, the orthogonal projection of the state on the kept Schmidt vectors (the
+   best rank-k approximation). Then site s is made right-orthonormal (qk__mps_trunc_left, which
+   drops nothing more). Returns the dropped share of the weight, sum of dropped / sum of all. */
+static double qk__mps_trunc_svd(qk__mps_work *w, int s, int kmax)
+{
+    const int dl = w->dim[s], dr = w->dim[s + 1], d0 = w->dim[s - 1], n2 = 2 * dr;
+    double *A = QK__SITE(w, s), *P = QK__SITE(w, s - 1), *G = w->X, *V = w->Q, *ev = w->beta, *M2 = w->V;
+    int *idx = w->perm, p, q, c, k, t, l;
+    double tot = 0, drop = 0;
+    for (p = 0; p < dl; p++)   /* G = M M^H */
+        for (q = p; q < dl; q++) {
+            double gr = 0, gi = 0;
+            for (c = 0; c < n2; c++) {
+                double ar = A[2 * ((size_t)p * n2 + c)], ai = A[2 * ((size_t)p * n2 + c) + 1];
+                double br = A[2 * ((size_t)q * n2 + c)], bi = A[2 * ((size_t)q * n2 + c) + 1];
+                gr += ar * br + ai * bi;
+                gi += ai * br - ar * bi;
+            }
+            G[2 * ((size_t)p * dl + q)] = gr; G[2 * ((size_t)p * dl + q) + 1] = gi;
+            G[2 * ((size_t)q * dl + p)] = gr; G[2 * ((size_t)q * dl + p) + 1] = -gi;
+        }
+    qk__mps_jacobi(G, V, dl);
+    for (p = 0; p < dl; p++) {   /* eigenvalues, largest first (insertion sort: dl <= 2 QK_MPS_MAX_BOND) */
+        double v = G[2 * ((size_t)p * dl + p)];
+        ev[p] = v > 0 ? v : 0;
+        tot += ev[p];
+        for (q = p; q > 0 && ev[idx[q - 1]] < v; q--) idx[q] = idx[q - 1];
+        idx[q] = p;
+    }
+    k = dl < n2 ? dl : n2;
+    if (kmax > 0 && kmax < k) k = kmax;
+    for (t = k; t < dl; t++) drop += ev[idx[t]];
+    while (k > 1 && w->cutoff > 0 && drop + ev[idx[k - 1]] <= w->cutoff * tot) drop += ev[idx[--k]];
+    /* M2 = U_k^H M (k x 2dr), then site s <- M2 */
+    for (t = 0; t < k; t++)
+        for (c = 0; c < n2; c++) {
+            double xr = 0, xi = 0;
+            for (l = 0; l < dl; l++) {
+                double ur = V[2 * ((size_t)l * dl + idx[t])], ui = V[2 * ((size_t)l * dl + idx[t]) + 1];
+                double ar = A[2 * ((size_t)l * n2 + c)], ai = A[2 * ((size_t)l * n2 + c) + 1];
+                xr += ur * ar + ui * ai;
+                xi += ur * ai - ui * ar;
+            }
+            M2[2 * ((size_t)t * n2 + c)] = xr; M2[2 * ((size_t)t * n2 + c) + 1] = xi;
+        }
+    memcpy(A, M2, sizeof(double) * 2 * (size_t)k * (size_t)n2);
+    /* site s-1 [(l', a)][l] <- sum_l P[(l', a)][l] U[l][t] */
+    for (p = 0; p < 2 * d0; p++)
+        for (t = 0; t < k; t++) {
+            double xr = 0, xi = 0;
+            for (l = 0; l < dl; l++) {
+                double ur = V[2 * ((size_t)l * dl + idx[t])], ui = V[2 * ((size_t)l * dl + idx[t]) + 1];
+                double ar = P[2 * ((size_t)p * dl + l)], ai = P[2 * ((size_t)p * dl + l) + 1];
+                xr += ar * ur - ai * ui;
+                xi += ar * ui + ai * ur;
+            }
+            w->tmp[2 * ((size_t)p * k + t)] = xr; w->tmp[2 * ((size_t)p * k + t) + 1] = xi;
+        }
+    memcpy(P, w->tmp, sizeof(double) * 2 * (size_t)(2 * d0) * (size_t)k);
+    w->dim[s] = k;
+    (void)qk__mps_trunc_left(w, s, k);
+    return tot > 0 ? drop / tot : 0.0;
+}
+
+/* The sites lo..hi back to canonical form with every bond within its running bound: left-
+   orthonormal up to hi by QR, then right to left by truncating pivoted QR (exact) or by the SVD
+   step (truncation: each drop is a projection, recorded in angle and norm2); the center ends at lo. */
+static void qk__mps_compress(qk__mps_work *w)
+{
+    int s;
+    for (s = w->lo; s < w->hi; s++) qk__mps_qr_right(w, s);
+    for (s = w->hi; s > w->lo; s--) {
+        if (w->trunc) {
+            double wk = qk__mps_trunc_svd(w, s, w->bound[s]);
+            if (wk > 0) {
+                w->angle += asin(sqrt(wk < 1 ? wk : 1.0));
+                w->norm2 *= 1 - wk;
+            }
+        } else {
+            double d = qk__mps_trunc_left(w, s, w->bound[s]);
+            if (d > w->discarded) w->discarded = d;
+        }
+    }
+    w->hi = w->lo;
+}
+
+/* One sample's MPS into lane `lane` of group `out` (zero-filled beforehand). Returns eps, the
+   bound on the infidelity 1 - |<psi|psi~>|^2 of the truncated (renormalised) state: the
+   truncations are projections, each moving the state by the angle asin(sqrt(w_k)) at most, and
+   the gates are unitary, so the angle to the exact state is at most theta = sum_k asin(sqrt(w_k))
+   (the triangle inequality of the Fubini-Study distance) and eps = sin^2(min(theta, pi/2)).
+   Exact builds return 0. poll (may be NULL): a tick per step, counting (2c)^3 flops per site a
+   two-site gate or a compression sweeps (c: the largest bond it meets); on a cancel the build
+   stops half way (the caller discards it). */
+static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const double *x, qk__mps_work *w, double *out, int lane,
+                             qk__poll *poll)
+{
+    int q = p->q, s, k, b, l, a, r;
+    double scale = 1.0;
+    w->angle = 0;
+    w->norm2 = 1;
+    for (s = 0; s <= q; s++) { w->dim[s] = 1; w->bound[s] = 1; }
+    for (s = 0; s < q; s++) { double *A = QK__SITE(w, s); A[0] = 1; A[1] = 0; A[2] = 0; A[3] = 0; }
+    w->lo = w->hi = -1;
+    qk_map_angles(m, x, w->theta);
+    for (k = 0; k < p->n_steps; k++) {
+        const qk__mps_step *st = &p->steps[k];
+        int64_t work;
+        if (st->kind == 1) {
+            double U[8];
+            if (qk__mps_u1(&m->ops[st->op], w->theta[st->op], x, U))
+                qk__mps_apply1(QK__SITE(w, st->s0), w->dim[st->s0], w->dim[st->s0 + 1], U);
+            work = 8 * (int64_t)w->dim[st->s0] * w->dim[st->s0 + 1];
+        } else {
+            double G[2][8];
+            int over = 0, c = 1, sites = st->s1 - st->s0 + 1;
+            qk__mps_g2(p, m, st, w->theta, G);
+            qk__mps_apply2(w, st, G);
+            if (w->lo < 0) { w->lo = st->s0; w->hi = st->s1; }
+            else { if (st->s0 < w->lo) w->lo = st->s0; if (st->s1 > w->hi) w->hi = st->s1; }
+            for (b = st->s0 + 1; b <= st->s1; b++) {
+                w->bound[b] = p->bounds[st->b + (b - st->s0 - 1)];
+                if (w->dim[b] > w->bound[b]) over = 1;
+            }
+            if (poll) {
+                for (b = st->s0; b <= st->s1 + 1; b++) if (w->dim[b] > c) c = w->dim[b];
+                if (over) sites += w->hi - w->lo + 1;
+            }
+            if (over) qk__mps_compress(w);
+            work = 8 * (int64_t)sites * c * c * c;
+        }
+        if (poll && qk__poll_tick(poll, work)) return 0.0;
+    }
+    if (w->trunc && w->norm2 > 0 && w->norm2 < 1) scale = 1.0 / sqrt(w->norm2);   /* renormalise (site 0) */
+    for (s = 0; s < q; s++) {
+        const double *A = QK__SITE(w, s);
+        const double f = s == 0 ? scale : 1.0;
+        int dl = w->dim[s], dr = w->dim[s + 1], Dr = p->D[s + 1];
+        double *o = out + p->off[s] + lane;
+        QK_ASSERT(dl <= p->D[s] && dr <= Dr);
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    size_t e = ((size_t)l * 2 + a) * Dr + r;
+                    o[e * 2 * QK__NJ] = f * A[2 * (((size_t)l * 2 + a) * dr + r)];
+                    o[e * 2 * QK__NJ + QK__NJ] = f * A[2 * (((size_t)l * 2 + a) * dr + r) + 1];
+                }
+    }
+    if (w->angle <= 0) return 0.0;
+    return w->angle >= 1.5707963267948966 ? 1.0 : sin(w->angle) * sin(w->angle);
+}
+
+/* ---- states of many samples (lane layout), on the engine's threads ---- */
+typedef struct qk__mps_build_job {
+    const qk__mps_prog *p;
+    const qk_map *m;
+    const double *x;
+    int64_t n, groups, next;
+    double *out;
+    double *eps;        /* NULL or n: per sample, qk__mps_build1's eps */
+    int oom;
+    double discarded[256];
+    struct qk__gram_job *job;   /* NULL, or the job whose progress and cancel to poll */
+} qk__mps_build_job;
+
+static void qk__mps_build_work(void *arg, int thread)
+{
+    qk__mps_build_job *j = (qk__mps_build_job *)arg;
+    qk__mps_work w;
+    qk__poll poll;
+    int64_t g;
+    qk__poll_init(&poll, j->job, thread);
+    if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
+    while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
+        int lane;
+        if (QK__LOAD(&j->oom) || qk__poll_tick(&poll, j->p->group)) break;
+        memset(j->out + g * j->p->group, 0, sizeof(double) * (size_t)j->p->group);   /* its padding stays zero */
+        for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
+            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
+                                      j->job ? &poll : NULL);
+            if (j->eps) j->eps[g * QK__NJ + lane] = e;
+        }
+    }
+    if (thread < 256) j->discarded[thread] = w.discarded;
+    qk__mps_work_free(&w);
+}
+
+/* The MPS of n samples in the lane layout (groups of QK__NJ, the last zero-padded); NULL with the
+   error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped;
+   eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
+   NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
+static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                              double *discarded, double *eps, struct qk__gram_job *job)
+{
+    qk__mps_build_job j;
+    double *out;
+    int t;
+    memset(&j, 0, sizeof j);
+    j.groups = (n + QK__NJ - 1) / QK__NJ;
+    if ((double)j.groups * (double)p->group * 8.0 > 9.0e18) { qk__set_error("mps: %lld states overflow", (long long)n); return NULL; }
+    /* each group is zeroed by its builder (not here: ~0.5 s per GB on one thread, and no poll) */
+    out = (double *)qk__malloc(sizeof(double) * (size_t)(j.groups * p->group));
+    if (!out) {
+        qk__set_error("mps: cannot allocate %.3g GB of host memory for %lld MPS", (double)j.groups * (double)p->group * 8e-9, (long long)n);
+        return NULL;
+    }
+    j.p = p; j.m = m; j.x = x; j.n = n; j.out = out; j.eps = eps; j.job = job;
+    if (n_threads > 256) n_threads = 256;
+    QK_PROF_BEGIN("mps states");
+    qk__parallel((int64_t)n_threads < j.groups ? n_threads : (int)j.groups, qk__mps_build_work, &j);
+    QK_PROF_END("mps states");
+    if (j.oom) { QK_FREE(out); qk__set_error("mps: out of host memory for the build work space"); return NULL; }
+    if (discarded) {
+        *discarded = 0;
+        for (t = 0; t < 256; t++) if (j.discarded[t] > *discarded) *discarded = j.discarded[t];
+    }
+    return out;
+}
+
+/* ---- overlaps: a tile of K by transfer matrices ---- */
+/* Per site, for one row sample (scalars A at stride 2 * QK__NJ, lane `lane`) against a group of
+   QK__NJ column samples (vectors B): T = E B (vector x vector), E' = A^H T (scalar x vector).
+   E: dl x dl, T: dl x 2dr, E': dr x dr vectors of [QK__NJ re | QK__NJ im]. */
+#if defined(QK__VEC)
+/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, 8
+   complex vectors of T (16 zmm) over l', 4 of E' over (l, a). Against the generic loop below, one
+   thread of the 2-core dev machine (bench/mps_bench.c, CPU seconds): zz linear reps=2, 100 qubits,
+   n = 512: 1.41 -> 0.94 s; zz circular reps=2 (bond 16), 40 qubits, n = 128: 2.15 -> 1.76 s. */
+QK__CONTRACT
+static void qk__mps_site4(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k0, kk, la, r, r0;
+    for (l = 0; l < dl; l++)
+        for (k0 = 0; k0 < n2; k0 += 8) {
+            qk__v8 tr[8], ti[8];
+            memset(tr, 0, sizeof tr);
+            memset(ti, 0, sizeof ti);
+            for (lp = 0; lp < dl; lp++) {
+                qk__v8 er, ei;
+                const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ;
+                QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
+                QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
+                for (kk = 0; kk < 8; kk++) {
+                    qk__v8 br, bi;
+                    QK__LD8(br, bb + kk * 2 * QK__NJ); QK__LD8(bi, bb + kk * 2 * QK__NJ + QK__NJ);
+                    tr[kk] += er * br; tr[kk] -= ei * bi;
+                    ti[kk] += er * bi; ti[kk] += ei * br;
+                }
+            }
+            for (kk = 0; kk < 8; kk++) {
+                double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
+                memcpy(t, &tr[kk], sizeof tr[kk]); memcpy(t + QK__NJ, &ti[kk], sizeof ti[kk]);
+            }
+        }
+    for (r = 0; r < dr; r++)
+        for (r0 = 0; r0 < dr; r0 += 4) {
+            qk__v8 xr[4], xi[4];
+            memset(xr, 0, sizeof xr);
+            memset(xi, 0, sizeof xi);
+            for (la = 0; la < 2 * dl; la++) {
+                const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+                const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ;
+                for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */
+                    qk__v8 vr, vi;
+                    QK__LD8(vr, t + kk * 2 * QK__NJ); QK__LD8(vi, t + kk * 2 * QK__NJ + QK__NJ);
+                    xr[kk] += cr * vr; xr[kk] += ci * vi;
+                    xi[kk] += cr * vi; xi[kk] -= ci * vr;
+                }
+            }
+            for (kk = 0; kk < 4; kk++) {
+                double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
+                memcpy(e, &xr[kk], sizeof xr[kk]); memcpy(e + QK__NJ, &xi[kk], sizeof xi[kk]);
+            }
+        }
+}
+
+QK__CONTRACT
+static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k, la, r, rp;
+    qk__v8 z;
+    if (dr % 4 == 0) { qk__mps_site4(A, B, dl, dr, E, T, En); return; }
+    memset(&z, 0, sizeof z);
+    for (l = 0; l < dl; l++) {
+        double *t = T + (size_t)l * n2 * 2 * QK__NJ;
+        for (k = 0; k < n2; k++) { memcpy(t + k * 2 * QK__NJ, &z, sizeof z); memcpy(t + k * 2 * QK__NJ + QK__NJ, &z, sizeof z); }
+        for (lp = 0; lp < dl; lp++) {
+            qk__v8 er, ei;
+            const double *bb = B + (size_t)lp * n2 * 2 * QK__NJ;
+            QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
+            QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
+            for (k = 0; k < n2; k++) {
+                qk__v8 br, bi, tr, ti;
+                QK__LD8(br, bb + k * 2 * QK__NJ); QK__LD8(bi, bb + k * 2 * QK__NJ + QK__NJ);
+                QK__LD8(tr, t + k * 2 * QK__NJ); QK__LD8(ti, t + k * 2 * QK__NJ + QK__NJ);
+                tr += er * br; tr -= ei * bi;
+                ti += er * bi; ti += ei * br;
+                memcpy(t + k * 2 * QK__NJ, &tr, sizeof tr); memcpy(t + k * 2 * QK__NJ + QK__NJ, &ti, sizeof ti);
+            }
+        }
+    }
+    for (k = 0; k < dr * dr; k++) { memcpy(En + k * 2 * QK__NJ, &z, sizeof z); memcpy(En + k * 2 * QK__NJ + QK__NJ, &z, sizeof z); }
+    for (la = 0; la < 2 * dl; la++)
+        for (r = 0; r < dr; r++) {
+            const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+            const double *t = T + (size_t)la * dr * 2 * QK__NJ;
+            double *e = En + (size_t)r * dr * 2 * QK__NJ;
+            if (cr == 0 && ci == 0) continue;   /* padding */
+            for (rp = 0; rp < dr; rp++) {  /* e += conj(c) t */
+                qk__v8 tr, ti, xr, xi;
+                QK__LD8(tr, t + rp * 2 * QK__NJ); QK__LD8(ti, t + rp * 2 * QK__NJ + QK__NJ);
+                QK__LD8(xr, e + rp * 2 * QK__NJ); QK__LD8(xi, e + rp * 2 * QK__NJ + QK__NJ);
+                xr += cr * tr; xr += ci * ti;
+                xi += cr * ti; xi -= ci * tr;
+                memcpy(e + rp * 2 * QK__NJ, &xr, sizeof xr); memcpy(e + rp * 2 * QK__NJ + QK__NJ, &xi, sizeof xi);
+            }
+        }
+}
+#else
+static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+{
+    const int n2 = 2 * dr;
+    int l, lp, k, la, r, rp, v;
+    memset(T, 0, sizeof(double) * (size_t)dl * n2 * 2 * QK__NJ);
+    for (l = 0; l < dl; l++)
+        for (lp = 0; lp < dl; lp++) {
+            const double *e = E + ((size_t)l * dl + lp) * 2 * QK__NJ, *bb = B + (size_t)lp * n2 * 2 * QK__NJ;
+            double *t = T + (size_t)l * n2 * 2 * QK__NJ;
+            for (k = 0; k < n2; k++)
+                for (v = 0; v < QK__NJ; v++) {
+                    double er = e[v], ei = e[QK__NJ + v], br = bb[k * 2 * QK__NJ + v], bi = bb[k * 2 * QK__NJ + QK__NJ + v];
+                    t[k * 2 * QK__NJ + v] += er * br - ei * bi;
+                    t[k * 2 * QK__NJ + QK__NJ + v] += er * bi + ei * br;
+                }
+        }
+    memset(En, 0, sizeof(double) * (size_t)dr * dr * 2 * QK__NJ);
+    for (la = 0; la < 2 * dl; la++)
+        for (r = 0; r < dr; r++) {
+            const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
+            const double *t = T + (size_t)la * dr * 2 * QK__NJ;
+            double *e = En + (size_t)r * dr * 2 * QK__NJ;
+            if (cr == 0 && ci == 0) continue;
+            for (rp = 0; rp < dr; rp++)
+                for (v = 0; v < QK__NJ; v++) {
+                    double tr = t[rp * 2 * QK__NJ + v], ti = t[rp * 2 * QK__NJ + QK__NJ + v];
+                    e[rp * 2 * QK__NJ + v] += cr * tr + ci * ti;
+                    e[rp * 2 * QK__NJ + QK__NJ + v] += cr * ti - ci * tr;
+                }
+        }
+}
+#endif
+
+/* Rows of a tile sharing each column group's site block (kept in L1 while they pass it). */
+static int qk__mps_rows(const qk__mps_prog *p)
+{
+    int s, dmax = 1;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    return dmax <= 8 ? 8 : dmax <= 16 ? 4 : 1;
+}
+
+/* Per-thread scratch (doubles) of qk__mps_tile. */
+static size_t qk__mps_scratch(const qk__mps_prog *p)
+{
+    int s, dmax = 1;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    return ((size_t)2 * qk__mps_rows(p) * dmax * dmax + (size_t)2 * dmax * dmax) * 2 * QK__NJ;
+}
+
+/* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (ld QK__T); j->A, j->B in the lane layout
+   (j0 is a multiple of QK__T, so column groups are whole). Symmetric diagonal tiles skip the
+   column groups wholly below the diagonal (qk__gram_work mirrors them). */
+static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt)
+{
+    const qk__mps_prog *p = (const qk__mps_prog *)j->mps;
+    const int R = qk__mps_rows(p), q = p->q;
+    const int diag = j->symmetric && i0 == j0;
+    int dmax = 1, s, rr, v;
+    int64_t cb, rb;
+    double *E0, *E1, *T;
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    E0 = scratch;
+    E1 = E0 + (size_t)R * dmax * dmax * 2 * QK__NJ;
+    T = E1 + (size_t)R * dmax * dmax * 2 * QK__NJ;
+    for (cb = 0; cb < n; cb += QK__NJ) {
+        const double *Bg = j->B + ((j0 + cb) / QK__NJ) * p->group;
+        for (rb = 0; rb < m; rb += R) {
+            const int nr = m - rb < R ? (int)(m - rb) : R;
+            const size_t es = (size_t)dmax * dmax * 2 * QK__NJ;
+            double *Ec = E0, *En = E1, *sw;
+            if (diag && cb + QK__NJ - 1 < rb) continue;
+            for (rr = 0; rr < nr; rr++) {   /* E = 1 */
+                memset(Ec + rr * es, 0, sizeof(double) * 2 * QK__NJ);
+                for (v = 0; v < QK__NJ; v++) Ec[rr * es + v] = 1.0;
+            }
+            for (s = 0; s < q; s++)
+                for (rr = 0; rr < nr; rr++) {
+                    const int64_t i = i0 + rb + rr;
+                    const double *A = j->A + (i / QK__NJ) * p->group + p->off[s] + (i % QK__NJ);
+                    qk__mps_site(A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
+                    if (rr == nr - 1) { sw = Ec; Ec = En; En = sw; }
+                }
+            for (rr = 0; rr < nr; rr++)
+                for (v = 0; v < QK__NJ && cb + v < n; v++) {
+                    double re = Ec[rr * es + v], im = Ec[rr * es + QK__NJ + v];
+                    kt[(rb + rr) * QK__T + cb + v] = re * re + im * im;
+                }
+        }
+    }
+}
+
+/* ---- planning and running ---- */
+/* Host memory (bytes) where the system says, else 0 (unknown). */
+static double qk__host_ram(void)
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    long pages = sysconf(_SC_PHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && ps > 0) return (double)pages * (double)ps;
+#endif
+    return 0.0;
+}
+
+/* The MPS path's cost against the statevector's, per pair, in the CPU engine's measured time per
+   flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
+   (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
+   dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
+   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.023, q = 10 0.066 / 0.046,
+   q = 11 0.075 / 0.095, q = 12 0.087 / 0.215; MPS time per flop is 1.8, 1.7, 1.6, 1.5 times the
+   statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
+#ifndef QK__MPS_FLOP_RATIO
+#define QK__MPS_FLOP_RATIO 1.7
+#endif
+
+/* The MPS path's cost against the statevector's on the GPU engine: the statevector Gram runs on
+   cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
+   (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
+   third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
+   bench/run_mpsgpu_gpu.sh measures the crossover (zz reps=2 linear, docs/benchmarks.md). */
+#ifndef QK__MPS_GPU_FLOP_RATIO
+#define QK__MPS_GPU_FLOP_RATIO 4.0
+#endif
+
+/* The path choice for an entangled map, shared by the CPU and GPU planners: MPS when asked for,
+   or (default) when the map is entangled, MPS-able and the statevector is impossible
+   (q > QK_MAX_STATE_QUBITS, or sv_ok == 0: it does not fit), would not fit in half the memory
+   (sv_big), or costs more per pair:
+     statevector  8 * 2^q flops per pair (complex; real maps 2 * 2^q)
+     MPS          ratio * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})  (bonds capped at mps_max_bond)
+   *use = 1: the MPS path, prog filled (the caller frees it); 0: the statevector, prog empty.
+   Errors: a forced MPS on a product, dense or too-entangled map; a statevector beyond 30 qubits. */
+static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
+{
+    if (d->mps_max_bond < 0 || d->mps_max_bond > QK_MPS_MAX_BOND)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_max_bond must be 0 (exact) or 1..%d (QK_MPS_MAX_BOND), got %d",
+                        QK_MPS_MAX_BOND, d->mps_max_bond);
+    if (!(d->mps_cutoff >= 0.0 && d->mps_cutoff < 1.0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_cutoff must be 0 (none) or in (0, 1), got %g", d->mps_cutoff);
+    return QK_OK;
+}
+
+static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
+                                qk__mps_prog *prog, int *use)
+{
+    const qk_path req = desc->path;
+    const int q = map->n_qubits;
+    qk_result r;
+    int ok;
+    *use = 0;
+    memset(prog, 0, sizeof *prog);
+    r = qk__mps_check_trunc(desc);
+    if (r != QK_OK) return r;
+    if ((int)req < (int)QK_PATH_DEFAULT || (int)req > (int)QK_PATH_MPS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown path %d", (int)req);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        if (req == QK_PATH_MPS)
+            return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: the map is a product state (no entangling op): it takes the analytic path");
+        return QK_OK;
+    }
+    if (req != QK_PATH_DEFAULT && req != QK_PATH_MPS) {
+        if (q > QK_MAX_STATE_QUBITS)
+            return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
+        return QK_OK;
+    }
+    r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, prog);
+    if (r != QK_OK) return r;
+    ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
+    if (!ok) {
+        char why[224];
+        if (prog->dense) snprintf(why, sizeof why, "amplitude encoding makes a dense state (no MPS)");
+        else snprintf(why, sizeof why, "its bond dimension bound reaches %s%d at bond %d (qubit order %s), beyond QK_MPS_MAX_BOND = %d: "
+                      "the gates are not local enough (mps_max_bond truncates)", prog->chi >= QK__MPS_SAT ? ">= " : "", prog->chi, prog->chi_bond,
+                      prog->folded ? "folded" : "natural", QK_MPS_MAX_BOND);
+        qk__mps_prog_free(prog);
+        if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: %s", why);
+        if (q > QK_MAX_STATE_QUBITS)
+            return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%d qubits exceed the statevector limit %d, and the MPS path cannot take this map: %s",
+                            q, QK_MAX_STATE_QUBITS, why);
+        return QK_OK;
+    }
+    if (req == QK_PATH_MPS || q > QK_MAX_STATE_QUBITS || !sv_ok || sv_big) *use = 1;
+    else {
+        const double sv = (map->cls == QK_CLASS_REAL ? 2.0 : 8.0) * ldexp(1.0, q);
+        *use = ratio * prog->pair_flops < sv;
+    }
+    if (!*use) qk__mps_prog_free(prog);
+    return QK_OK;
+}
+
+/* The plan's MPS fields from a program. */
+static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
+{
+    p->path = QK_PATH_MPS;
+    p->mps_bond = prog->chi;
+    p->mps_exact_bond = prog->exact_chi;
+    p->mps_truncate = prog->max_bond > 0 || prog->cutoff > 0;
+    p->mps_span = prog->span;
+    p->mps_pair_flops = prog->pair_flops;
+}
+
+/* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
+   with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
+static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    qk__mps_prog prog;
+    const double ram = qk__host_ram();
+    int use = 0;
+    qk_result r = qk__mps_decide(map, desc, QK__MPS_FLOP_RATIO, 1, ram > 0 && (double)p->bytes_states > 0.5 * ram, &prog, &use);
+    if (r != QK_OK || !use) return r;
+    {
+        const int64_t gx = (desc->n_x + QK__NJ - 1) / QK__NJ, gy = desc->y ? (desc->n_y + QK__NJ - 1) / QK__NJ : 0;
+        qk__mps_plan_fields(&prog, p);
+        p->bytes_states = (size_t)((double)(gx + gy) * (double)prog.group * 8.0);
+        p->bytes_total = p->bytes_states;
+        snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
+                 prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
+    }
+    qk__mps_prog_free(&prog);
+    return QK_OK;
+}
+
+/* The bond the GPU engine stores and contracts (qk_cuda.cu): 2 or 4 for its register kernel,
+   else the bond itself (its warp kernel). */
+static int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
+
+/* Device bytes of one sample's MPS on the GPU engine: q sites of 2 chi^2 complex values. */
+static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
+{
+    const int c = qk__mps_gpu_chi(chi);
+    return (double)q * 2.0 * c * c * 2.0 * (d64 ? 8.0 : 4.0);
+}
+
+
+/* The job's fields of a GPU plan (both paths): output, sizes, symmetry, two streams. */
+static void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
+{
+    p->out_dtype = od;
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = nx;
+    p->n_y = ny;
+    p->symmetric = sym;
+    p->n_streams = 2;
+}
+/* A zeroed CUDA plan with the job's fields. */
+static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_precision prec, qk_dtype od, int64_t nx,
+                         int64_t ny, int sym)
+{
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->precision = prec;
+    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
+}
+
+/* The GPU plan of the MPS path (prog from qk__mps_decide). Device memory, all counted:
+     MPS      (n_x + n_y) samples x q sites x 2 chi^2 complex, in the compute precision
+     K        DEVICE output: the caller's; host outputs: all of K resident when K(X,X) fits beside
+              the MPS (the pairs j >= i, mirrored), else a ring of two slabs of full rows
+   Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
+   (twice the fp32 device bytes) and the builder's lane layout. */
+static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+{
+    const int sym = desc->y == NULL;
+    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
+    const qk_precision prec = desc->precision ? desc->precision : QK_PRECISION_FP32;
+    const int d64 = prec == QK_PRECISION_FP64 || prec == QK_PRECISION_FP32X3;
+    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
+    const double ob = od == QK_F64 ? 8.0 : 4.0;
+    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    const int chi = qk__mps_gpu_chi(prog->chi);
+    const double st = (double)(nx + (sym ? 0 : ny)) * qk__mps_gpu_sample_bytes(prog->q, prog->chi, d64);
+    double kb = 0;
+    int64_t slab, cap;
+    qk__plan_job(p, map, desc, prec, od, nx, ny, sym);
+    p->bulk_states = 1;
+    p->tile_m = 8;
+    p->tile_n = 32;
+    p->bytes_budget = (size_t)budget;
+    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
+    qk__mps_plan_fields(prog, p);
+    if (chi > 4) {
+        const double smem = 3.0 * chi * chi * 2.0 * (d64 ? 8.0 : 4.0);
+        if (info->smem_per_block_optin && smem > (double)info->smem_per_block_optin)
+            return qk__fail(QK_ERROR_UNSUPPORTED, "path mps on the GPU: bond %d in %s needs %.0f bytes of shared memory per pair, the device allows %zu per block "
+                            "(ask fp32, or mps_max_bond to truncate)", chi, d64 ? "fp64" : "fp32", smem, info->smem_per_block_optin);
+    }
+    /* slabs: ~64 MB of K, and at most ~25 ms of work (the register kernel at an estimated 10 T
+       counted flops/s) so that progress and cancel come often; whole blocks of 32 rows */
+    slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+    cap = (int64_t)(25e-3 * 1e13 / (prog->pair_flops * (double)ny));
+    if (slab > cap) slab = cap;
+    slab = slab / 32 * 32;
+    if (slab < 32) slab = 32;
+    if (slab > nx) slab = nx;
+    p->slab_rows = slab;
+    if (desc->output == QK_OUTPUT_DEVICE) kb = 0;
+    else {
+        const double whole = (double)nx * (double)ny * ob;
+        p->k_resident = sym && st + whole <= budget;
+        kb = p->k_resident ? whole : 2.0 * (double)slab * (double)ny * ob;
+        p->bytes_staging = (size_t)((double)slab * (double)ny * ob);
+    }
+    p->bytes_states = (size_t)st;
+    p->bytes_out = (size_t)kb;
+    p->bytes_total = (size_t)(st + kb);
+    if (st + kb > budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: the MPS path needs %.3g GB of device memory (MPS %.3g GB, K %.3g GB), budget %.3g GB",
+                        (st + kb) * 1e-9, st * 1e-9, kb * 1e-9, budget * 1e-9);
+    if (chi <= 4)
+        snprintf(p->config, sizeof p->config, "mps gpu %s order, register kernel chi %d, 8x32 pairs/block, %s%s",
+                 prog->folded ? "folded" : "natural", chi, d64 ? "fp64" : "fp32",
+                 prec != QK_PRECISION_FP64 && prec != QK_PRECISION_FP32 ? " (closest)" : "");
+    else
+        snprintf(p->config, sizeof p->config, "mps gpu %s order, warp per pair, chi %d, %s%s",
+                 prog->folded ? "folded" : "natural", chi, d64 ? "fp64" : "fp32",
+                 prec != QK_PRECISION_FP64 && prec != QK_PRECISION_FP32 ? " (closest)" : "");
+    return QK_OK;
+}
+
+/* VRAM estimator of the MPS path: the largest n such that K(X,X) of n samples of `map` keeps its
+   MPS resident on the device within half the budget (as qk_max_samples for statevectors), at the
+   bond the map needs (max_bond > 0: capped). 0 when the map has no MPS. */
+QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                 qk_precision precision, int max_bond)
+{
+    qk__mps_prog prog;
+    double budget, per;
+    int chi;
+    if (!info || !info->present || !map || max_bond < 0 || max_bond > QK_MPS_MAX_BOND) return 0;
+    if (qk__mps_prog_make_t(map, max_bond, 0.0, &prog) != QK_OK) return 0;
+    chi = prog.dense ? QK__MPS_SAT : prog.chi;
+    qk__mps_prog_free(&prog);
+    if (chi > QK_MPS_MAX_BOND) return 0;
+    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    per = qk__mps_gpu_sample_bytes(map->n_qubits, chi, precision == QK_PRECISION_FP64 || precision == QK_PRECISION_FP32X3);
+    return (int64_t)floor(0.5 * budget / per);
+}
+
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
+   engine's tiles with qk__mps_tile. */
+static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__mps_prog prog;
+    qk__gram_job j;
+    double *A = NULL, *B = NULL;
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    if (r != QK_OK) return r;
+    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(&prog);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
+    if (A && desc->y && !j.cancel)
+        B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    qk__cpu_job_free(&j);
+    QK_FREE(A);
+    QK_FREE(B);
+    qk__mps_prog_free(&prog);
+    return r;
+}
+/* ---- end MPS engine ---- */
+

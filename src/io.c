@@ -1,0 +1,787 @@
+/* >>npy_impl ---- implementation: npy / csv ---- */
+/* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
+   length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
+   ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
+   stdio and POSIX (or Win32) calls below are used: fdopen/fileno would need _POSIX_C_SOURCE under
+   strict -std=c11, open/write/fsync from <unistd.h> do not. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#ifdef _WIN32
+#include <io.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <process.h>
+#include <windows.h>
+#else
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#endif
+
+/* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
+   length field from turning into a huge allocation. */
+#define QK__NPY_MAX_HEADER (1u << 20)
+
+static int qk__host_little(void) {
+    const uint16_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+typedef struct qk__npy_header {
+    char descr[32];
+    int fortran;
+    int ndim;
+    int64_t shape[4];   /* first 4 dims; ndim counts them all */
+    int have_descr, have_fortran, have_shape;
+} qk__npy_header;
+
+static const char *qk__npy_ws(const char *p, const char *e) {
+    while (p < e && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
+
+/* A Python string literal in single or double quotes (no escapes: numpy never writes any). */
+static const char *qk__npy_str(const char *p, const char *e, char *buf, size_t size) {
+    char q;
+    size_t n = 0;
+    if (p >= e || (*p != '\'' && *p != '"')) return NULL;
+    q = *p++;
+    while (p < e && *p != q) {
+        if (n + 1 < size) buf[n++] = *p;
+        p++;
+    }
+    if (p >= e) return NULL;
+    buf[n] = 0;
+    return p + 1;
+}
+
+static qk_result qk__npy_parse_header(const char *path, const char *h, size_t len, qk__npy_header *o) {
+    const char *p = h, *e = h + len;
+    memset(o, 0, sizeof(*o));
+    char ex[200];
+    p = qk__npy_ws(p, e);
+    if (p >= e || *p != '{')
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no '{'): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 60));
+    p++;
+    for (;;) {
+        char key[32];
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == '}') break;
+        p = qk__npy_str(p, e, key, sizeof(key));
+        if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected a quoted key): \"%s\"", path, qk__esc(ex, sizeof ex, h, len, 80));
+        p = qk__npy_ws(p, e);
+        if (p >= e || *p != ':')
+            return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (no ':' after '%s')", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
+        p = qk__npy_ws(p + 1, e);
+        if (strcmp(key, "descr") == 0) {
+            if (p < e && *p == '[')
+                return qk__fail(QK_ERROR_FORMAT, "%s: structured dtypes are not supported (qk reads plain float/int arrays)", path);
+            p = qk__npy_str(p, e, o->descr, sizeof(o->descr));
+            if (!p) return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('descr' is not a string)", path);
+            o->have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (e - p >= 4 && memcmp(p, "True", 4) == 0) { o->fortran = 1; p += 4; }
+            else if (e - p >= 5 && memcmp(p, "False", 5) == 0) { o->fortran = 0; p += 5; }
+            else return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('fortran_order' is not True or False)", path);
+            o->have_fortran = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            if (p >= e || *p != '(')
+                return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header ('shape' is not a tuple)", path);
+            p++;
+            for (;;) {
+                int64_t v = 0;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ')') { p++; break; }
+                if (p >= e || *p < '0' || *p > '9')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' entry)", path);
+                while (p < e && *p >= '0' && *p <= '9') {
+                    if (v > (INT64_MAX - 9) / 10)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: .npy shape entry overflows 64 bits", path);
+                    v = v * 10 + (*p++ - '0');
+                }
+                if (p < e && *p == 'L') p++;   /* Python 2 long literal */
+                if (o->ndim < 4) o->shape[o->ndim] = v;
+                o->ndim++;
+                p = qk__npy_ws(p, e);
+                if (p < e && *p == ',') p++;
+                else if (p >= e || *p != ')')
+                    return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (bad 'shape' tuple)", path);
+            }
+            o->have_shape = 1;
+        } else {
+            return qk__fail(QK_ERROR_FORMAT, "%s: unexpected key '%s' in .npy header", path, qk__esc(ex, sizeof ex, key, strlen(key), 40));
+        }
+        p = qk__npy_ws(p, e);
+        if (p < e && *p == ',') { p++; continue; }
+        if (p < e && *p == '}') break;
+        return qk__fail(QK_ERROR_FORMAT, "%s: malformed .npy header (expected ',' or '}')", path);
+    }
+    if (!o->have_descr || !o->have_fortran || !o->have_shape)
+        return qk__fail(QK_ERROR_FORMAT, "%s: .npy header lacks '%s'", path,
+                        !o->have_descr ? "descr" : !o->have_fortran ? "fortran_order" : "shape");
+    return QK_OK;
+}
+
+/* Converts n items of the file's dtype, already in buf, to doubles in place. 4-byte items are
+   widened from the last to the first so that no item is overwritten before it is read. */
+static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size, int swap) {
+    int64_t i;
+    int k;
+    if (size == 8) {
+        for (i = 0; i < n; i++) {
+            unsigned char t[8];
+            double d;
+            memcpy(t, buf + 8 * i, 8);
+            if (swap) for (k = 0; k < 4; k++) { unsigned char c = t[k]; t[k] = t[7 - k]; t[7 - k] = c; }
+            if (kind == 'f') memcpy(&d, t, 8);
+            else { int64_t v; memcpy(&v, t, 8); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    } else {
+        for (i = n; i-- > 0;) {
+            unsigned char t[4];
+            double d;
+            memcpy(t, buf + 4 * i, 4);
+            if (swap) { unsigned char c = t[0]; t[0] = t[3]; t[3] = c; c = t[1]; t[1] = t[2]; t[2] = c; }
+            if (kind == 'f') { float v; memcpy(&v, t, 4); d = (double)v; }
+            else { int32_t v; memcpy(&v, t, 4); d = (double)v; }
+            memcpy(buf + 8 * i, &d, 8);
+        }
+    }
+}
+
+/* ---- reading files: regular files only ---- */
+/* The readers open a path only when it names a regular file: a FIFO would block in open() until
+   a writer comes (forever), a device such as /dev/zero never ends, a directory is no data. The
+   path is stat()ed first, so that a device is never even opened, then opened without blocking
+   and fstat()ed again (the check that counts, free of races). The size from fstat bounds every
+   allocation: nothing is allocated for data the file does not hold. */
+#ifdef _WIN32
+typedef struct _stati64 qk__stat_t;
+#define QK__STAT(p, st) _stati64((p), (st))
+#define QK__FSTAT(fd, st) _fstati64((fd), (st))
+#define QK__OPEN_RD(p) _open((p), _O_RDONLY | _O_BINARY)
+#define QK__READ(fd, b, n) _read((fd), (b), (unsigned)(n))
+#define QK__RCLOSE(fd) _close(fd)
+#define QK__S_ISREG(m) (((m) & _S_IFMT) == _S_IFREG)
+#define QK__S_ISDIR(m) (((m) & _S_IFMT) == _S_IFDIR)
+#define QK__S_ISFIFO(m) 0
+#define QK__S_ISCHR(m) (((m) & _S_IFMT) == _S_IFCHR)
+#else
+typedef struct stat qk__stat_t;
+#define QK__STAT(p, st) stat((p), (st))
+#define QK__FSTAT(fd, st) fstat((fd), (st))
+#define QK__OPEN_RD(p) open((p), O_RDONLY | O_NONBLOCK | O_NOCTTY)
+#define QK__READ(fd, b, n) read((fd), (b), (n))
+#define QK__RCLOSE(fd) close(fd)
+#define QK__S_ISREG(m) S_ISREG(m)
+#define QK__S_ISDIR(m) S_ISDIR(m)
+#define QK__S_ISFIFO(m) S_ISFIFO(m)
+#define QK__S_ISCHR(m) S_ISCHR(m)
+#endif
+
+static qk_result qk__not_regular(const char *path, unsigned mode) {
+    const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
+                     : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+}
+
+/* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
+static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
+    qk__stat_t st;
+    int fd;
+    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
+    fd = QK__OPEN_RD(path);
+    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (QK__FSTAT(fd, &st) != 0) {
+        int e = errno;
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_IO, "cannot read '%s': fstat: %s", path, strerror(e));
+    }
+    if (!QK__S_ISREG(st.st_mode)) { QK__RCLOSE(fd); return qk__not_regular(path, (unsigned)st.st_mode); }
+    *fd_out = fd;
+    *size_out = (int64_t)st.st_size;
+    return QK_OK;
+}
+
+/* Reads up to n bytes (fewer only at the end of the file); retries EINTR and short reads.
+   Returns the count, or -1 with errno set. */
+static int64_t qk__read_full(int fd, void *buf, size_t n) {
+    unsigned char *p = (unsigned char *)buf;
+    size_t got = 0;
+    while (got < n) {
+        size_t chunk = n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30);
+        long k = (long)QK__READ(fd, p + got, chunk);
+        if (k < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
+static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h) {
+    if (h->ndim == 1) snprintf(buf, size, "(%lld,)", (long long)h->shape[0]);
+    else if (h->ndim == 2) snprintf(buf, size, "(%lld, %lld)", (long long)h->shape[0], (long long)h->shape[1]);
+    else snprintf(buf, size, "(%d dimensions)", h->ndim);
+    return buf;
+}
+
+QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
+    unsigned char pre[12];
+    unsigned char *data = NULL;
+    char *hdr = NULL, shp[64], dsc[48];
+    int fd = -1;
+    size_t hlen, nbytes, plen;
+    int64_t got, fsize = 0, avail;
+    qk__npy_header h;
+    qk_result r;
+    int major, minor, size, swap;
+    char order, kind;
+    int64_t rows, cols, count;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
+    r = qk__open_regular(path, &fd, &fsize);
+    if (r != QK_OK) return r;
+    got = qk__read_full(fd, pre, 10);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if (got < 6 || memcmp(pre, "\x93NUMPY", 6) != 0) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: not a .npy file (no \\x93NUMPY magic)", path);
+        goto fail;
+    }
+    if (got < 10) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+    major = pre[6];
+    minor = pre[7];
+    plen = 10;
+    if (major == 1) {
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8);
+    } else if (major == 2 || major == 3) {
+        if (qk__read_full(fd, pre + 10, 2) != 2) { r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy preamble", path); goto fail; }
+        hlen = (size_t)pre[8] | ((size_t)pre[9] << 8) | ((size_t)pre[10] << 16) | ((size_t)pre[11] << 24);
+        plen = 12;
+    } else {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: .npy version %d.%d is not supported (qk reads 1.0, 2.0, 3.0)", path, major, minor);
+        goto fail;
+    }
+    if (hlen == 0 || hlen > QK__NPY_MAX_HEADER) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: implausible .npy header length %lu", path, (unsigned long)hlen);
+        goto fail;
+    }
+    if (fsize < (int64_t)(plen + hlen)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lld of %lu bytes)", path,
+                     (long long)(fsize > (int64_t)plen ? fsize - (int64_t)plen : 0), (unsigned long)hlen);
+        goto fail;
+    }
+    hdr = (char *)QK_MALLOC(hlen + 1);
+    if (!hdr) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for the .npy header", path); goto fail; }
+    got = qk__read_full(fd, hdr, hlen);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < hlen) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated .npy header (%lu of %lu bytes)", path, (unsigned long)got, (unsigned long)hlen);
+        goto fail;
+    }
+    hdr[hlen] = 0;
+    r = qk__npy_parse_header(path, hdr, hlen, &h);
+    if (r != QK_OK) goto fail;
+
+    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
+    order = h.descr[0];
+    kind = h.descr[1];
+    size = h.descr[2] - '0';
+    if (strchr(h.descr, 'O')) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
+        goto fail;
+    }
+    if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, dsc);
+        goto fail;
+    }
+    if (h.fortran) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array is in Fortran order; qk reads C-order arrays only "
+                     "(save np.ascontiguousarray(a) instead)", path);
+        goto fail;
+    }
+    if (h.ndim < 1 || h.ndim > 2) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the array has %d dimensions; qk reads 1-D or 2-D arrays", path, h.ndim);
+        goto fail;
+    }
+    qk__shape_str(shp, sizeof shp, &h);
+    rows = h.shape[0];
+    cols = h.ndim == 2 ? h.shape[1] : 1;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
+        goto fail;
+    }
+    count = rows * cols;
+    nbytes = (size_t)((uint64_t)count * (uint64_t)size);
+    /* The file size must match the header before anything is allocated for the data: a
+       200-byte file that claims 48 GB is refused here, not by malloc (or worse, under
+       overcommit, after a 48 GB allocation). */
+    avail = fsize - (int64_t)(plen + hlen);
+    if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path,
+                     (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+        goto fail;
+    }
+    if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
+                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+        goto fail;
+    }
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / 8)) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
+        goto fail;
+    }
+    /* One element at least, so that an empty array still has a non-NULL data pointer. */
+    data = (unsigned char *)QK_MALLOC((size_t)(count > 0 ? count : 1) * 8);
+    if (!data) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
+        goto fail;
+    }
+    got = qk__read_full(fd, data, nbytes);
+    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    if ((size_t)got < nbytes) {   /* the file shrank while it was read */
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %lu bytes for shape %s of %s", path,
+                     (long long)got, (unsigned long)nbytes, shp, dsc);
+        goto fail;
+    }
+    {
+        unsigned char extra;
+        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
+            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+            goto fail;
+        }
+    }
+    QK__RCLOSE(fd);
+    swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
+    qk__npy_to_double(data, count, kind, size, swap);
+    QK_FREE(hdr);
+    out->data = (double *)(void *)data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = h.ndim;
+    return QK_OK;
+fail:
+    QK__RCLOSE(fd);
+    if (hdr) QK_FREE(hdr);
+    if (data) QK_FREE(data);
+    return r;
+}
+
+#ifdef _WIN32
+#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
+#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
+#define QK__FSYNC(fd) _commit(fd)
+#define QK__CLOSE(fd) _close(fd)
+#define QK__GETPID() ((long)_getpid())
+#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
+#else
+#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
+#define QK__WRITE(fd, b, n) write((fd), (b), (n))
+#define QK__FSYNC(fd) fsync(fd)
+#define QK__CLOSE(fd) close(fd)
+#define QK__GETPID() ((long)getpid())
+#define QK__RENAME(a, b) rename((a), (b))
+#endif
+
+/* Writes all n bytes; retries short writes and EINTR. */
+static int qk__write_all(int fd, const void *buf, size_t n) {
+    const unsigned char *p = (const unsigned char *)buf;
+    while (n > 0) {
+        size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
+        long w = (long)QK__WRITE(fd, p, chunk);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return -1;
+        }
+        if (w == 0) { errno = EIO; return -1; }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Creates a temporary file next to path (same directory, so that rename stays within one file
+   system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
+   ours even when another thread or process writes the same path: a taken name is skipped, never
+   shared. */
+static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
+    size_t plen = strlen(path);
+    char *tmp = (char *)QK_MALLOC(plen + 48);
+    int fd = -1, i;
+    *tmp_out = NULL;
+    *fd_out = -1;
+    if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "cannot write '%s': out of memory", path);
+    for (i = 0; i < 1000; i++) {
+        snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
+        fd = QK__OPEN_TMP(tmp);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': creating '%s' failed: %s", path, tmp, strerror(errno));
+        QK_FREE(tmp);
+        return r;
+    }
+    *tmp_out = tmp;
+    *fd_out = fd;
+    return QK_OK;
+}
+
+/* After a rename: the new name is durable once the directory entry is on disk. Best effort
+   (some file systems refuse fsync on a directory). */
+static void qk__sync_dir(const char *path) {
+#ifndef _WIN32
+    const char *slash = strrchr(path, '/');
+    char dir[4096];
+    int dfd;
+    if (slash) {
+        size_t dl = slash == path ? 1 : (size_t)(slash - path);
+        if (dl >= sizeof dir) return;
+        memcpy(dir, path, dl);
+        dir[dl] = 0;
+        dfd = open(dir, O_RDONLY);
+    } else {
+        dfd = open(".", O_RDONLY);
+    }
+    if (dfd >= 0) { (void)fsync(dfd); (void)close(dfd); }
+#else
+    QK__UNUSED(path);
+#endif
+}
+
+/* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
+   over path. On any error the temporary file is removed and path is left as it was. Also for
+   other writers of this header (cache files). */
+static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+    char *tmp;
+    int fd, err;
+    const char *what;
+    qk_result r0;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "write: path is NULL");
+    r0 = qk__open_tmp(path, &tmp, &fd);
+    if (r0 != QK_OK) return r0;
+    what = "write";
+    if (qk__write_all(fd, a, na) != 0 || (nb > 0 && qk__write_all(fd, b, nb) != 0)) goto fail;
+    what = "fsync";
+    if (QK__FSYNC(fd) != 0) goto fail;
+    what = "close";
+    err = QK__CLOSE(fd);
+    fd = -1;
+    if (err != 0) goto fail;
+    what = "rename";
+    if (QK__RENAME(tmp, path) != 0) goto fail;
+    qk__sync_dir(path);
+    QK_FREE(tmp);
+    return QK_OK;
+fail:
+    {
+        int e = errno;
+        qk_result r;
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        (void)remove(tmp);
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", path, what, strerror(e));
+        QK_FREE(tmp);
+        return r;
+    }
+}
+
+/* The .npy header of a C-order float32/float64 array (cols == 0: 1-D) into hdr; returns its
+   length, a multiple of 64 (numpy pads with spaces and a final '\n' so that the data starts on
+   a 64-byte boundary: memory-mapped readers rely on the alignment). */
+static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
+    int itemsize = dtype == QK_F32 ? 4 : 8, len;
+    size_t total;
+    /* Native byte order: the data is written as it lies in memory. */
+    memcpy(hdr, "\x93NUMPY\x01\x00", 8);
+    if (cols > 0)
+        len = snprintf(hdr + 10, 192 - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                       qk__host_little() ? '<' : '>', itemsize, (long long)rows, (long long)cols);
+    else
+        len = snprintf(hdr + 10, 192 - 10, "{'descr': '%cf%d', 'fortran_order': False, 'shape': (%lld,), }",
+                       qk__host_little() ? '<' : '>', itemsize, (long long)rows);
+    total = ((size_t)(10 + len + 1) + 63) / 64 * 64;
+    memset(hdr + 10 + len, ' ', total - (size_t)(10 + len) - 1);
+    hdr[total - 1] = '\n';
+    hdr[8] = (char)((total - 10) & 0xff);
+    hdr[9] = (char)((total - 10) >> 8);
+    return total;
+}
+
+/* Checks a 2-D (cols > 0) or 1-D (cols == 0) shape of float32/float64 and returns its bytes. */
+static qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
+    size_t itemsize;
+    int64_t count;
+    if (dtype != QK_F32 && dtype != QK_F64)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: dtype %d is neither QK_F32 nor QK_F64", who, (int)dtype);
+    if (rows < 0 || cols < 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: negative shape (%lld, %lld)", who, (long long)rows, (long long)cols);
+    itemsize = dtype == QK_F32 ? 4 : 8;
+    if (cols > 0 && rows > INT64_MAX / 8 / cols)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: shape (%lld, %lld) is too large", who, (long long)rows, (long long)cols);
+    count = cols > 0 ? rows * cols : rows;
+    if ((uint64_t)count > (uint64_t)(SIZE_MAX / itemsize))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: %lld elements do not fit in memory", who, (long long)count);
+    *nbytes = (size_t)count * itemsize;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype, int64_t rows,
+                             int64_t cols) {
+    char hdr[192];
+    size_t nbytes = 0, total;
+    qk_result r;
+
+    if (!path) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: path is NULL");
+    if (dtype == QK_DTYPE_DEFAULT) dtype = QK_F64;
+    r = qk__npy_shape_bytes("qk_npy_write", dtype, rows, cols, &nbytes);
+    if (r != QK_OK) return r;
+    if (!data && nbytes > 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_write: data is NULL");
+    total = qk__npy_make_header(hdr, dtype, rows, cols);
+    return qk__write_file_atomic(path, hdr, total, data, nbytes);
+}
+
+/* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
+static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
+    int fd;
+    int64_t size, got;
+    char *buf;
+    unsigned char extra;
+    qk_result r = qk__open_regular(path, &fd, &size);
+    if (r != QK_OK) return r;
+    if (size > max) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_FORMAT, "%s: %lld bytes, more than %s (%lld) allows", path, (long long)size, macro, (long long)max);
+    }
+    if ((uint64_t)size >= (uint64_t)SIZE_MAX) { QK__RCLOSE(fd); return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: too large for memory", path); }
+    buf = (char *)QK_MALLOC((size_t)size + 1);
+    if (!buf) {
+        QK__RCLOSE(fd);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for its %lld bytes", path, (long long)size);
+    }
+    got = qk__read_full(fd, buf, (size_t)size);
+    if (got >= 0 && qk__read_full(fd, &extra, 1) != 0) {
+        QK__RCLOSE(fd);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: the file grew while it was read", path);
+    }
+    if (got < 0) {
+        int e = errno;
+        QK__RCLOSE(fd);
+        QK_FREE(buf);
+        return qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(e));
+    }
+    QK__RCLOSE(fd);
+    buf[got] = 0;
+    *out = buf;
+    *out_len = (size_t)got;
+    return QK_OK;
+}
+
+/* ---- CSV ---- */
+/* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
+   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
+   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
+   other line is a header only when no field of it starts like a number (empty fields do not
+   count); a header must name every column (an empty first name is how pandas' to_csv marks its
+   index column: refused with that advice, since the index would be read as a feature) and as
+   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   naming its line: a CSV file is text. A data field that is not a number is an error naming
+   line and column, with a hint when the line holds ';' or tabs (another separator). */
+
+/* A field with blanks (space, tab) trimmed. */
+static void qk__csv_trim(const char **s, const char **e) {
+    while (*s < *e && (**s == ' ' || **s == '\t')) (*s)++;
+    while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
+}
+
+/* Starts like a number: a header line has no such field. */
+static int qk__csv_numeric_like(const char *s, const char *e) {
+    size_t n;
+    qk__csv_trim(&s, &e);
+    n = qk__num_len(s, (size_t)(e - s), 1);
+    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+}
+
+typedef struct qk__csv_scan_state {
+    const char *path;
+    qk__radix rx;
+    double *data;           /* NULL: count only */
+    int64_t rows, cols, cols_line, header_cols, header_line, k;
+} qk__csv_scan_state;
+
+/* One data line: every field a number. */
+static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *e, int64_t line, int first) {
+    const char *f = s;
+    int64_t col = 0;
+    char ex[200];
+    for (;;) {
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        size_t n;
+        double v;
+        if (!fe) fe = e;
+        b = fe;
+        col++;
+        qk__csv_trim(&a, &b);
+        if (a == b)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
+        n = qk__num_len(a, (size_t)(b - a), 1);
+        if (n != (size_t)(b - a)) {
+            const char *hint = "";
+            if (memchr(s, ';', (size_t)(e - s)))
+                hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
+                       "semicolon-separated files are not supported)";
+            else if (memchr(a, '\t', (size_t)(b - a)))
+                hint = " (the field holds a tab: qk reads comma-separated values, not tab-separated ones)";
+            else if (memchr(a, ' ', (size_t)(b - a)))
+                hint = " (the field holds a space: qk reads comma-separated values)";
+            else if (first)
+                hint = " (a header line must have no field that starts like a number)";
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
+                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+        }
+        if (!qk__strtod_c(a, n, &c->rx, &v))
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
+                            (long long)line, (unsigned long)n);
+        if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+        /* The counting pass has checked every row's length, so the fill pass fits. */
+        if (c->data) c->data[c->k++] = v;
+        if (fe == e) break;
+        f = fe + 1;
+    }
+    if (c->cols < 0 && c->header_cols >= 0 && col != c->header_cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, the header (line %lld) names %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->header_line, (long long)c->header_cols);
+    if (c->cols < 0) { c->cols = col; c->cols_line = line; }
+    else if (col != c->cols)
+        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld has %lld columns, line %lld has %lld", c->path,
+                        (long long)line, (long long)col, (long long)c->cols_line, (long long)c->cols);
+    c->rows++;
+    return QK_OK;
+}
+
+/* Walks the text once; counts rows and columns when data is NULL, fills data otherwise. */
+static qk_result qk__csv_scan(const char *path, const char *text, size_t len, double *data,
+                              int64_t *rows_out, int64_t *cols_out) {
+    const char *p = text, *end = text + len;
+    int64_t line = 0;
+    int first = 1;
+    qk__csv_scan_state c;
+    qk_result r;
+    memset(&c, 0, sizeof c);
+    c.path = path;
+    c.data = data;
+    c.cols = c.header_cols = -1;
+    qk__radix_init(&c.rx);
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) p += 3;   /* UTF-8 byte order mark */
+    while (p < end) {
+        const char *s = p, *e = (const char *)memchr(p, '\n', (size_t)(end - p)), *q;
+        if (!e) e = end;
+        p = e + 1;
+        line++;
+        if ((int64_t)(e - s) > (int64_t)QK_CSV_MAX_LINE)
+            return qk__fail(QK_ERROR_FORMAT, "%s: line %lld is longer than QK_CSV_MAX_LINE (%lld bytes): not a CSV file of samples?",
+                            path, (long long)line, (long long)QK_CSV_MAX_LINE);
+        for (q = s; q < e; q++) {
+            unsigned char ch = (unsigned char)*q;
+            if ((ch < 0x20 && ch != '\t' && !(ch == '\r' && q == e - 1)) || ch == 0x7f)
+                return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, byte %lld (file offset %lld): control byte %s; a CSV file is "
+                                "text (a binary file?%s)", path, (long long)line, (long long)(q - s + 1), (long long)(q - text),
+                                ch == 0 ? "\\0" : ch == '\r' ? "\\r" : ch == 0x7f ? "\\x7f" : ch == 0x0c ? "\\f" : "below 0x20",
+                                ch == '\r' ? " or old Mac line ends: qk reads \\n or \\r\\n" : "");
+        }
+        if (e > s && e[-1] == '\r') e--;
+        for (q = s; q < e && (*q == ' ' || *q == '\t'); q++) {}
+        if (q == e || *q == '#') continue;   /* blank or comment line */
+        if (first) {
+            const char *f = s;
+            int numeric = 0;
+            int64_t col = 0;
+            first = 0;
+            for (;;) {
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                if (!fe) fe = e;
+                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
+                if (fe == e) break;
+                f = fe + 1;
+            }
+            if (!numeric) {   /* the header: every column named */
+                f = s;
+                for (;;) {
+                    const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+                    if (!fe) fe = e;
+                    b = fe;
+                    col++;
+                    qk__csv_trim(&a, &b);
+                    if (a == b)
+                        return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
+                                        (long long)line, (long long)col,
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
+                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                    if (fe == e) break;
+                    f = fe + 1;
+                }
+                c.header_cols = col;
+                c.header_line = line;
+                continue;
+            }
+            r = qk__csv_line(&c, s, e, line, 1);
+        } else {
+            r = qk__csv_line(&c, s, e, line, 0);
+        }
+        if (r != QK_OK) return r;
+    }
+    if (c.rows == 0) return qk__fail(QK_ERROR_FORMAT, "%s: no numeric rows", path);
+    *rows_out = c.rows;
+    *cols_out = c.cols;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    char *text = NULL;
+    size_t len = 0;
+    int64_t rows = 0, cols = 0;
+    double *data;
+    qk_result r;
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_csv_read: path and out must not be NULL");
+    r = qk__read_file(path, (int64_t)QK_CSV_MAX_BYTES, "QK_CSV_MAX_BYTES", &text, &len);
+    if (r != QK_OK) return r;
+    r = qk__csv_scan(path, text, len, NULL, &rows, &cols);
+    if (r != QK_OK) { QK_FREE(text); return r; }
+    if ((uint64_t)rows > (uint64_t)(SIZE_MAX / 8) / (uint64_t)cols) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld x %lld values do not fit in memory", path, (long long)rows, (long long)cols);
+    }
+    data = (double *)QK_MALLOC((size_t)rows * (size_t)cols * sizeof(double));
+    if (!data) {
+        QK_FREE(text);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld x %lld values", path, (long long)rows, (long long)cols);
+    }
+    r = qk__csv_scan(path, text, len, data, &rows, &cols);
+    QK_FREE(text);
+    if (r != QK_OK) { QK_FREE(data); return r; }
+    out->data = data;
+    out->rows = rows;
+    out->cols = cols;
+    out->ndim = 2;
+    return QK_OK;
+}
+
+QKDEF void qk_array_free(qk_array *a) {
+    if (!a) return;
+    if (a->data) QK_FREE(a->data);
+    a->data = NULL;
+    a->rows = a->cols = 0;
+    a->ndim = 0;
+}
+/* ---- end npy / csv ---- */
+

@@ -1,0 +1,520 @@
+/* >>planner ---- implementation: device info, planner, VRAM estimator ---- */
+/* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
+     states      (n_x + n_y) x row bytes (bulk) or two state tiles
+     scratch     per built state: its per-sample parameters (gate matrices and the dense
+                 quadratic phase forms of qk_cuda.cu's program) and, for programs of more than
+                 one pass (q > 13), a second state buffer
+     K           host/callback output: all of K resident when it fits (symmetric slabs mirror
+                 into later rows: half the pairs), else a ring of two slabs (full rows)
+     workspace   cuBLAS path: one slab of <a|b> in complex (or real) T
+   Staging (two pinned host slabs) is host memory, reported but not charged to the device.
+   Engine choice (fused SIMT kernel vs cuBLAS + fused epilogue), measured on an H200 with
+   qk-bench, K(X,X) fp32, zz reps=2 (bench/results/2026-11-21-h200.json):
+     q = 4  n = 32768: fused 399 Gpairs/s, cuBLAS 205 (write-bound: the fused kernel writes K
+                       once; cuBLAS writes the complex Gram, then the epilogue reads it back)
+     q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
+     q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
+   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
+   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
+   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
+#define QK__BLAS_MIN_QUBITS 7
+
+/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+   real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
+   swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
+   |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
+   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
+   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
+   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
+   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
+   (fp32: fused 399 Gpairs/s, cuBLAS 205). FP32X3 sums hi*hi in chunks (a pass over C each):
+   at 6 qubits 116 Gpairs/s against the fused kernel's 121, at 8 qubits 87.6 against cuBLAS
+   fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
+#define QK__TC_MIN_QUBITS 6
+static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
+#define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
+/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
+   to this many qubits. Measured on an H200 (bench/results/2026-11-23-h200-tcfused-bench.json,
+   zz reps=2, K on the device): it is correct to its stated bounds but slower than the cuBLAS
+   engines at every size measured (8 q: tf32 106 vs 161 Gpairs/s, fp32x3 72 vs 87, fp16 189 vs
+   187; 12 q: tf32 7.3 vs 19.3), so the fixed table never picks it (0); the autotune still times
+   it per shape. */
+#define QK__TCF_MAX_QUBITS 0
+static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
+/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
+   plans keep their engines (0..2) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+{
+    if (mode == 0 || mode == 1) return 1;
+    if (p == QK_PRECISION_FP64) return mode == 7;
+    if (mode == 2) return path == QK_PATH_COMPLEX;
+    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
+    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+}
+/* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
+   step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
+   engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
+   for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
+   and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
+   columns only (W doubles). */
+static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+{
+    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
+    if (mode < 3) return c;
+    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+}
+
+/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+   qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
+   value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
+   whole k-stages (32 words; FP32X3 16). */
+static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+{
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
+    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
+}
+
+/* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
+   *state, the state itself (analytic: its q qubit 2-vectors), and *scratch, its build scratch
+   (params values of the compiled program, 1/||x||, the multi-pass state buffer beyond
+   QK__PASS_QUBITS, the sample's n_features doubles on the device). qk__plan_cuda and
+   qk_max_samples both count with it. */
+static void qk__vram_per_state(int q, int n_features, double params, qk_path path, double t, double *state, double *scratch)
+{
+    double D = ldexp(1.0, q > 62 ? 62 : q);
+    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * q * t; *scratch = 0; return; }
+    *state = D * t * (path == QK_PATH_REAL ? 1.0 : 2.0);
+    *scratch = params * t + 8.0 /* 1/||x|| */ + (q > QK__PASS_QUBITS ? D * 2.0 * t : 0.0);
+    *scratch += (double)n_features * 8.0; /* x on the device */
+}
+
+/* Device bytes per state of map m (qk__vram_per_state with its compiled program's params). */
+static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
+{
+    qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
+}
+
+/* ---- precision: stated error bounds and the AUTO choice ---- */
+QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
+{
+    const double q = n_qubits, u = ldexp(1.0, -11);
+    double ep;
+    if (n_qubits < 0 || n_qubits > 62) return -1.0;
+    switch (p) {
+    case QK_PRECISION_FP64: return 1e-10;
+    case QK_PRECISION_FP32: ep = 0.0; break;
+    case QK_PRECISION_TF32:
+    case QK_PRECISION_FP16: ep = 2.0 * u + u * u; break;
+    case QK_PRECISION_FP32X3: ep = 3.0 * ldexp(1.0, -22); break;
+    default: return -1.0;
+    }
+    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
+}
+
+/* Speed order of the GPU modes, measured on the H200 (docs/precision.md, zz 8/12/16 q and hea
+   12 q: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever the tensor cores apply). A tensor-core mode
+   is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
+   not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
+static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+{
+    static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
+                                          QK_PRECISION_FP64};
+    /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
+       fp32's bound there drops the drift term */
+    const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
+    const double drift = ldexp(1.0, q - 24) / 4.0;
+    const double b32 = qk_precision_error_bound(QK_PRECISION_FP32, q) - (an ? drift : 0.0), t = tol > 0.0 ? tol : b32;
+    char g1[32], g2[32];
+    int i;
+    for (i = 0; i < 5; i++) {
+        const qk_precision m = order[i];
+        const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
+        const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (b > t) continue;
+        if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
+            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
+                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
+                     map->n_qubits);
+        return m;
+    }
+    if (note)
+        snprintf(note, size, "auto: fp64: no mode's error bound meets tol %s (fp64's is %s)", qk__fmt_g(g1, sizeof g1, t, 2),
+                 qk__fmt_g(g2, sizeof g2, qk_precision_error_bound(QK_PRECISION_FP64, q), 2));
+    return QK_PRECISION_FP64;
+}
+
+static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                               const qk_gram_desc *desc, qk_plan *p)
+{
+    const qk_path path = qk__path_of(map);
+    const int sym = desc->y == NULL;
+    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
+    char note[128] = "";
+    const qk_precision prec = desc->precision && desc->precision != QK_PRECISION_AUTO
+                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, note, sizeof note);
+    const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
+    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
+    const double ob = od == QK_F64 ? 8.0 : 4.0;
+    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    double st, sc, es, need;
+    int64_t slab, tile;
+    int tc_fallback = 0;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->path = path;
+    p->precision = prec;
+    {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
+        const double drift = path == QK_PATH_ANALYTIC ? ldexp(1.0, (map->n_qubits > 62 ? 62 : map->n_qubits) - 24) / 4.0 : 0.0;
+        p->error_bound = qk_precision_error_bound(prec, map->n_qubits > 62 ? 62 : map->n_qubits) - (prec == QK_PRECISION_FP64 ? 0.0 : drift);
+        p->tol = desc->precision == QK_PRECISION_AUTO || desc->precision == QK_PRECISION_DEFAULT
+                     ? (desc->tol > 0.0 ? desc->tol : qk_precision_error_bound(QK_PRECISION_FP32, map->n_qubits > 62 ? 62 : map->n_qubits) - drift)
+                     : 0.0;
+    }
+    snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
+    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
+    p->bytes_budget = (size_t)budget;
+    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
+    if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    qk__cuda_state_bytes(map, path, t, &st, &sc);
+    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
+        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
+        if (p->use_blas == 1) tc_fallback = 2;
+    }
+    es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
+
+    /* states: bulk when all of them (and their scratch) take at most half the budget */
+    need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
+    if (need <= 0.5 * budget) {
+        p->bulk_states = 1;
+        p->state_tile = 0;
+        tile = nx > ny ? nx : ny;
+        p->bytes_states = (size_t)need;
+    } else {
+        /* two tiles (A and B) with scratch in half the budget, a power of two */
+        tile = 1;
+        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc) <= 0.5 * budget) tile *= 2;
+        if ((double)tile * (2.0 * st + sc) > 0.5 * budget)
+            return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: one %d-qubit state (%.3g GB with scratch) exceeds the device budget %.3g GB",
+                            map->n_qubits, (2.0 * st + sc) * 1e-9, budget * 1e-9);
+        p->bulk_states = 0;
+        p->state_tile = tile;
+        p->bytes_states = (size_t)((double)tile * (2.0 * st + sc));
+    }
+
+    /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
+       a quarter of the budget holds in cuBLAS workspace. Host outputs: ~64 MB of K per slab, so
+       the D2H of one overlaps the compute of the next and the host-side delivery of the one
+       before; the two pinned staging slabs cost little to allocate (cudaMallocHost pins about
+       5 GB/s on the H200 machine: 2 x 256 MB slabs cost ~0.2 s per call in the first streamed
+       run, bench/results/2026-11-23-h200-stream-a-bench.json, e2e8 pageable). */
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
+           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
+        slab = nx;
+    } else {
+        slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+        /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
+           complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
+           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
+           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
+        if (path != QK_PATH_ANALYTIC) {
+            double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
+            double cap = 25e-3 * 50e12 / (per_pair * (double)ny);
+            if ((double)slab > cap) slab = (int64_t)cap;
+        }
+        if (slab < 64) slab = 64;
+        if (slab > nx) slab = nx;
+    }
+    if (!p->bulk_states && slab > tile) slab = tile;
+    if (p->use_blas >= 3) {
+        /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
+           slots when there are several slabs); when even 64 rows do not (the columns' operands
+           alone), the fp32 cuBLAS engine, more accurate and without operand copies */
+        const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
+        int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+            s2 = (s2 + 1) / 2;
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+            tc_fallback = 1;
+            p->use_blas = 1;
+        } else {
+            slab = s2;
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+        }
+    }
+    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
+        /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
+           state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
+           of the two workspaces is counted, so the autotune may pick either */
+        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+                                     p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
+        if (fw <= QK__TC_WS_SHARE * budget) {
+            p->use_blas += 5;
+            if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
+        }
+    }
+    if (p->use_blas && p->use_blas < 3) {
+        int64_t cols = p->bulk_states ? ny : tile;
+        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
+    }
+    p->tile_m = slab;
+    p->tile_n = p->bulk_states ? ny : tile;
+    p->slab_rows = desc->output == QK_OUTPUT_DEVICE ? 0 : slab;
+
+    /* K on the device (host/callback outputs) */
+    if (desc->output != QK_OUTPUT_DEVICE) {
+        double left = budget - (double)p->bytes_states - (double)p->bytes_workspace;
+        double full = (double)nx * (double)ny * ob;
+        p->k_resident = full <= left;
+        p->bytes_out = (size_t)(p->k_resident ? full : 2.0 * (double)slab * (double)ny * ob);
+        p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
+    }
+    p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
+    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
+    if ((double)p->bytes_total > budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
+                        (double)p->bytes_total * 1e-9, budget * 1e-9);
+    if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (p->use_blas >= 8)
+        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
+                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
+    else if (p->use_blas >= 3)
+        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
+                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
+    else if (tc_fallback)
+        snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
+                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
+    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
+        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
+                 qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
+                 qk__prec_name(prec), qk__tc_min_qubits(prec));
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
+                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    return QK_OK;
+}
+
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+
+/* A plan's device fields for one device (or the CPU engine: n_devices 0). */
+static void qk__plan_one_device(qk_plan *p, int ordinal)
+{
+    memset(p->devices, 0, sizeof p->devices);
+    memset(p->dev_row0, 0, sizeof p->dev_row0);
+    memset(p->dev_pairs, 0, sizeof p->dev_pairs);
+    p->n_devices = p->backend == QK_BACKEND_CUDA ? 1 : 0;
+    p->devices[0] = ordinal;
+    p->dev_row0[1] = p->n_x;
+    p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
+    p->dev_imbalance = 1.0;
+    p->dev_full_rows = 0;
+}
+
+QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
+                                   const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    if (r == QK_OK) qk__plan_one_device(out, 0);
+    return r;
+}
+
+#ifndef QK_MGPU_MIN_PAIRS
+#define QK_MGPU_MIN_PAIRS ((int64_t)1 << 25)
+#endif
+/* Full rows (qk_plan.dev_full_rows) below this many flops per byte of K: a GPU does ~50e12
+   flops/s (FP32 cores), a host thread transposes and writes ~5e9 bytes/s, so the mirror costs
+   more than recomputing when a pair's flops / its bytes < 1e4. */
+#define QK__MGPU_FULL_ROWS_FLOPS 1e4
+#ifndef QK_MGPU_HOST_BOUND_SPLIT
+#define QK_MGPU_HOST_BOUND_SPLIT 0
+#endif
+
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_schedule_desc sd;
+    qk_schedule sch;
+    double w[QK_MAX_DEVICES];
+    int k, use, same = 1, full;
+    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    qk_result r;
+    if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
+    for (k = 0; k < n; k++) {
+        int j;
+        if (!infos[k].present) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: infos[%d] is not a present device", k);
+        if (ordinals && ordinals[k] < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: ordinals[%d] = %d", k, ordinals[k]);
+        for (j = 0; ordinals && j < k; j++)
+            if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
+    }
+    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    if (r != QK_OK) return r;
+    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
+    out->devices[0] = ordinals ? ordinals[0] : 0;
+    if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
+    total = out->dev_pairs[0];
+    full = desc->y == NULL && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY) &&
+           (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
+           QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
+    for (use = n; use > 1 && total / use < minp; use--) {}
+    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
+    for (k = 0; k < use; k++) {
+        w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
+        if (w[k] != w[0]) same = 0;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : full ? desc->n_x : 0;
+    sd.n_workers = use;
+    sd.weights = same ? NULL : w;
+    r = qk_schedule_make(&sd, &sch);
+    if (r != QK_OK) return r;
+    out->n_devices = use;
+    out->dev_full_rows = full;
+    for (k = 0; k < use; k++) {
+        out->devices[k] = ordinals ? ordinals[k] : k;
+        out->dev_row0[k] = sch.row0[k];
+        out->dev_pairs[k] = sch.pairs[k];
+    }
+    out->dev_row0[use] = sch.row0[use];
+    out->dev_imbalance = sch.imbalance;
+    qk_schedule_free(&sch);
+    return QK_OK;
+}
+
+/* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
+   columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
+   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
+   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
+static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
+{
+    const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
+    int n = 0;
+    if (b <= a) return 0;
+    if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
+    part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
+    if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
+    return n;
+}
+
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
+    if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: vram_fraction must be in (0, 1] (got %g)", vram_fraction);
+    if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
+    if ((int)desc->precision < (int)QK_PRECISION_DEFAULT || (int)desc->precision >= QK_PRECISION_COUNT)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
+    if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
+       plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
+    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT)) {
+        qk__mps_prog prog;
+        qk_result rs = QK_ERROR_UNSUPPORTED, r;
+        int use = 0;
+        if (desc->path == QK_PATH_DEFAULT && map->n_qubits <= QK_MAX_STATE_QUBITS)
+            rs = qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__mps_decide(map, desc, QK__MPS_GPU_FLOP_RATIO, rs == QK_OK, 0, &prog, &use);
+        if (r != QK_OK) return r;
+        if (!use)   /* the statevector plan, or its error again (with its detail) */
+            return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
+        qk__mps_prog_free(&prog);
+        return r;
+    }
+    return qk__plan_cuda(info, vram_fraction, map, desc, out);
+}
+
+/* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
+   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
+   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
+   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+#if defined(QK_CUDA) && QK_CUDA
+static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
+{
+    const qk_plan *plan = (const qk_plan *)user;
+    qk_cuda_tune_result res;
+    char err[256] = "";
+    int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
+    qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    if (r != QK_OK) return qk__fail(r, "%s", err);
+    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
+    return QK_OK;
+}
+
+static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                              void *log_user, qk_plan *plan)
+{
+    qk_tune_request req;
+    char fixed[32], chosen[64], label[96];
+    int b = plan->use_blas, c = plan->kernel_cfg;
+    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
+    memset(&req, 0, sizeof req);
+    qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
+                     plan->precision, plan->n_qubits);
+    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    req.mode = mode;
+    req.cache_dir = cache_dir;
+    req.fixed_config = fixed;
+    req.measure = qk__cuda_measure;
+    req.measure_user = plan;
+    req.log = log;
+    req.log_user = log_user;
+    if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
+    /* a tensor-core engine only where the planner counted its operands (not where they did not
+       fit: the planner fell back to use_blas 1) */
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
+        qk__blas_ok(plan->precision, plan->path, b) &&
+        /* the fused tensor-core kernel only where the planner counted its operands */
+        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                        (double)plan->bytes_workspace) &&
+        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
+        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
+        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
+        plan->use_blas = b;
+        plan->kernel_cfg = c;
+    }
+    snprintf(plan->config, sizeof plan->config, "%s", label);
+}
+#endif /* QK_CUDA */
+
+/* Largest n such that K(X,X) of n samples keeps all its states resident (bulk) on the device,
+   for a zz-like map of n_qubits (scratch counted as for a map with one gate layer and two
+   phase runs); K itself is not counted (it may go out in slabs). */
+QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
+                             qk_precision precision)
+{
+    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
+    if (!info || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
+    if (!info->present) {
+        /* the CPU plan's bulk test (qk__plan_cpu_nt) for a complex map of one gate layer: the
+           states (fp64 complex, 16 x 2^q bytes each) and the scratch of every core's thread */
+        double avail, b = qk__host_budget(info, &avail), scr = qk__cpu_scratch_q(n_qubits, qk__ncores());
+        double per = 16.0 * ldexp(1.0, n_qubits);
+        return b > scr ? (int64_t)floor((b - scr) / per) : 0;
+    }
+    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
+    qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
+    return (int64_t)floor(0.5 * budget / (st + sc)); /* integers below 2^53: exact in any order */
+}
+
+/* ---- end planner ---- */
+

@@ -1,0 +1,40 @@
+/* >>mpi ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+#if defined(QK_MPI) && !defined(QK_H_MPI)
+#define QK_H_MPI
+#include <mpi.h>
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* K over the ranks of comm (collective: every rank of comm calls it, with the same map, the same
+   X (and Y) data and the same desc apart from the callbacks; each rank's ctx picks its engine:
+   the CPU, or the rank's GPU through ctx's cuda_device). The rows of K are dealt to the ranks by
+   qk_schedule_make (balanced by pair count); each rank computes its band with qk_gram on
+   sub-problems, block by block (two buffers of QK_MPI_BLOCK_BYTES of host memory; a writer
+   thread writes one while the next is computed when MPI provides MPI_THREAD_SERIALIZED or
+   more: then no other thread of the program may call MPI during the call, unless MPI runs
+   MPI_THREAD_MULTIPLE; callbacks are called as qk_gram calls them, never inside an MPI call).
+   On the CPU engine the result is
+   bitwise the K of one qk_gram: every entry comes from the same states and the same kernel, in
+   the same orientation (<x_i|x_j> for i <= j; the lower triangle is written as the mirror).
+   Outputs (desc->output):
+     QK_OUTPUT_NPY       one .npy file, out_path, on a file system every rank sees: rank 0
+                         creates a temporary file next to it (out_path.tmp.<pid>.<k>) and writes
+                         the header; every rank writes its rows, and the mirror of its upper-
+                         triangle part, at their offsets with MPI-IO (independent
+                         MPI_File_write_at on a per-rank handle); after every rank has synced
+                         (unless no_sync) and closed, rank 0 renames it over out_path. On any
+                         rank's failure no file is left and out_path is untouched.
+     QK_OUTPUT_CALLBACK  each rank's tile_fn gets the tiles of its own band, in K's coordinates
+                         (square tiles, each delivered once on one rank; symmetric: j0 >= i0
+                         tiles only, diagonal tiles whole, as qk_gram).
+   HOST and DEVICE output return QK_ERROR_UNSUPPORTED. desc->progress reports this rank's entries
+   of K (done of this rank's total); a non-zero return cancels the whole job. Any rank's failure
+   (bad data, I/O, cancel, a GPU error) stops the others at their next block, and every rank
+   returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
+   every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
+#ifdef __cplusplus
+}
+#endif
+#endif /* QK_MPI */
+

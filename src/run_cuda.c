@@ -1,0 +1,752 @@
+/* >>delivery ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
+   about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
+   page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The
+   copy of slab s runs while the GPU computes and copies slab s + 1. */
+#if defined(QK_CUDA) && QK_CUDA
+typedef struct qk__deliver {
+    const qk_gram_desc *desc;
+    qk__npyw *w;
+    int64_t cols;
+    size_t es;
+    int n_threads;
+    /* the slab being copied */
+    char *dst;
+    const char *src;
+    int64_t rows, ld_dst, ld_src, chunk, next;
+} qk__deliver;
+
+/* A copy into memory that will not be read soon (the caller's K): non-temporal stores where
+   SSE2 exists, so the destination's lines are not read first (a plain copy moves 3 bytes per
+   byte: read source, read destination line, write it back). */
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__SSE2__)
+#include <emmintrin.h>
+static void qk__copy_stream(void *dst, const void *src, size_t n)
+{
+    char *d = (char *)dst;
+    const char *s = (const char *)src;
+    size_t head = (16 - ((uintptr_t)d & 15)) & 15;
+    if (head > n) head = n;
+    memcpy(d, s, head);
+    d += head; s += head; n -= head;
+    for (; n >= 64; n -= 64, d += 64, s += 64) {
+        __m128i a = _mm_loadu_si128((const __m128i *)s), b = _mm_loadu_si128((const __m128i *)(s + 16));
+        __m128i c = _mm_loadu_si128((const __m128i *)(s + 32)), e = _mm_loadu_si128((const __m128i *)(s + 48));
+        _mm_stream_si128((__m128i *)d, a);
+        _mm_stream_si128((__m128i *)(d + 16), b);
+        _mm_stream_si128((__m128i *)(d + 32), c);
+        _mm_stream_si128((__m128i *)(d + 48), e);
+    }
+    memcpy(d, s, n);
+    _mm_sfence();
+}
+#else
+#define qk__copy_stream(d, s, n) memcpy((d), (s), (n))
+#endif
+
+static void qk__deliver_copy_work(void *p, int thread)
+{
+    qk__deliver *d = (qk__deliver *)p;
+    int64_t c, r;
+    QK__UNUSED(thread);
+    while ((c = QK__FETCH_ADD(&d->next, 1)) * d->chunk < d->rows) {
+        int64_t r1 = (c + 1) * d->chunk < d->rows ? (c + 1) * d->chunk : d->rows;
+        if (d->ld_dst == d->cols && d->ld_src == d->cols)
+            qk__copy_stream(d->dst + (size_t)(c * d->chunk * d->ld_dst) * d->es, d->src + (size_t)(c * d->chunk * d->ld_src) * d->es,
+                            (size_t)((r1 - c * d->chunk) * d->cols) * d->es);
+        else
+            for (r = c * d->chunk; r < r1; r++)
+                qk__copy_stream(d->dst + (size_t)(r * d->ld_dst) * d->es, d->src + (size_t)(r * d->ld_src) * d->es, (size_t)d->cols * d->es);
+    }
+}
+
+static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
+{
+    qk__deliver *d = (qk__deliver *)user;
+    const qk_gram_desc *g = d->desc;
+    if (g->output == QK_OUTPUT_NPY) return qk__npyw_rows(d->w, i0, 0, m, d->cols, rows, ld);
+    if (g->output == QK_OUTPUT_CALLBACK) {
+        /* square tiles of the slab's height; symmetric: the diagonal tile and those right of it */
+        int64_t j0;
+        for (j0 = g->y ? 0 : i0; j0 < d->cols; j0 += m) {
+            int64_t n = d->cols - j0 < m ? d->cols - j0 : m;
+            if (g->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, g->tile_user))
+                return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+        }
+        return QK_OK;
+    }
+    {
+        int64_t bytes = m * d->cols * (int64_t)d->es;
+        int nt = d->n_threads;
+        d->dst = (char *)g->out + (size_t)(i0 * d->ld_dst) * d->es;
+        d->src = (const char *)rows;
+        d->rows = m;
+        d->ld_src = ld;
+        d->chunk = (int64_t)((4u << 20) / ((size_t)d->cols * d->es)) + 1;   /* ~4 MB per work item */
+        d->next = 0;
+        if ((int64_t)nt > bytes / (8 << 20) + 1) nt = (int)(bytes / (8 << 20) + 1);
+        QK_PROF_BEGIN("host copy-out");
+        qk__parallel(nt, qk__deliver_copy_work, d);
+        QK_PROF_END("host copy-out");
+    }
+    return QK_OK;
+}
+
+/* The MPS path on the GPU: the MPS of X (and Y) built on the host (qk__mps_states, the engine's
+   threads), repacked for qk_cuda_mps_gram: [site][entry][sample] complex, each site padded to
+   chi x 2 x chi (qk__mps_gpu_chi), one site per work item. */
+typedef struct qk__mps_pack_job {
+    const qk__mps_prog *p;
+    const double *src;      /* lane layout (qk__mps_states) */
+    double *dst;
+    int64_t n, next;
+    int chi;
+} qk__mps_pack_job;
+
+static void qk__mps_pack_work(void *arg, int thread)
+{
+    qk__mps_pack_job *j = (qk__mps_pack_job *)arg;
+    const int c = j->chi, E = 2 * c * c;
+    int64_t s;
+    QK__UNUSED(thread);
+    while ((s = QK__FETCH_ADD(&j->next, 1)) < j->p->q) {
+        const int dl = j->p->D[s], dr = j->p->D[s + 1];
+        double *site = j->dst + (size_t)s * (size_t)E * (size_t)j->n * 2;
+        int64_t i;
+        int l, a, r;
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    const size_t se = ((size_t)l * 2 + a) * (size_t)dr + (size_t)r;   /* lane layout entry */
+                    double *o = site + (((size_t)l * 2 + a) * (size_t)c + (size_t)r) * (size_t)j->n * 2;
+                    for (i = 0; i < j->n; i++) {
+                        const double *g = j->src + (i / QK__NJ) * j->p->group + j->p->off[s] + se * 2 * QK__NJ + (i % QK__NJ);
+                        o[2 * i] = g[0];
+                        o[2 * i + 1] = g[QK__NJ];
+                    }
+                }
+    }
+}
+
+/* n samples' MPS packed for the GPU (NULL with the error set when memory runs out); eps: n
+   per-sample truncation bounds, or NULL. */
+static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int nt, int chi, double *eps)
+{
+    qk__mps_pack_job j;
+    double *lanes = qk__mps_states(p, m, x, n, nt, NULL, eps, NULL), *out;
+    const double vals = (double)p->q * 2.0 * chi * chi * (double)n * 2.0;
+    if (!lanes) return NULL;
+    out = vals * 8.0 < 9.0e18 ? (double *)qk__calloc((size_t)vals, sizeof(double)) : NULL;
+    if (!out) {
+        QK_FREE(lanes);
+        qk__set_error("mps: cannot allocate %.3g GB of host memory to pack %lld MPS for the GPU", vals * 8e-9, (long long)n);
+        return NULL;
+    }
+    memset(&j, 0, sizeof j);
+    j.p = p; j.src = lanes; j.dst = out; j.n = n; j.chi = chi;
+    qk__parallel(nt < p->q ? nt : p->q, qk__mps_pack_work, &j);
+    QK_FREE(lanes);
+    return out;
+}
+
+static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
+                              int nt, char *err, size_t err_size)
+{
+    qk__mps_prog prog;
+    qk_cuda_mps m;
+    double *A = NULL, *B = NULL;
+    int chi;
+    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    if (r != QK_OK) return r;
+    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(&prog);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    chi = qk__mps_gpu_chi(prog.chi);
+    QK_PROF_BEGIN("mps states");
+    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    QK_PROF_END("mps states");
+    if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
+    else {
+        memset(&m, 0, sizeof m);
+        m.n_sites = prog.q;
+        m.chi = chi;
+        m.a = A;
+        m.n_a = desc->n_x;
+        m.b = B;
+        m.n_b = desc->y ? desc->n_y : 0;
+        r = qk_cuda_mps_gram(plan, desc, &m, io, err, err_size);
+    }
+    QK_FREE(A);
+    QK_FREE(B);
+    qk__mps_prog_free(&prog);
+    return r;
+}
+
+/* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
+   for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
+static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                              qk_cuda_stats *stats)
+{
+    char err[512] = "";
+    qk__npyw w;
+    qk__deliver d;
+    qk_cuda_io io;
+    qk_result r;
+    const int n_threads = ctx ? ctx->desc.n_threads : 0;
+    memset(&w, 0, sizeof w);
+    w.fd = -1;
+    memset(&d, 0, sizeof d);
+    d.desc = desc;
+    d.w = &w;
+    d.cols = plan->n_y;
+    d.es = plan->out_dtype == QK_F32 ? 4 : 8;
+    d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
+    d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
+    if (desc->output == QK_OUTPUT_NPY) {
+        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
+        if (r != QK_OK) return r;
+    }
+    memset(&io, 0, sizeof io);
+    io.rows = qk__deliver_rows;
+    io.rows_user = &d;
+    io.stats = stats;
+    if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
+        /* the context's pinned staging, grown to this plan's slab (a failure here only means the
+           engine allocates its own) */
+        size_t need = (size_t)(plan->slab_rows > 0 ? plan->slab_rows : plan->n_x) * (size_t)plan->n_y * d.es;
+        if (ctx->stage_bytes < need) {
+            qk_cuda_host_free(ctx->stage[0]);
+            qk_cuda_host_free(ctx->stage[1]);
+            ctx->stage[0] = ctx->stage[1] = NULL;
+            ctx->stage_bytes = 0;
+            if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK &&
+                qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
+                ctx->stage_bytes = need;
+            err[0] = 0;
+        }
+        if (ctx->stage_bytes >= need) {
+            io.stage[0] = ctx->stage[0];
+            io.stage[1] = ctx->stage[1];
+            io.stage_bytes = ctx->stage_bytes;
+        }
+    }
+    if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+    } else {
+        r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
+    }
+    if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
+    if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
+        QK_PROF_BEGIN("npy commit");
+        r = qk__npyw_commit(&w);
+        QK_PROF_END("npy commit");
+    }
+    if (r != QK_OK) qk__npyw_abort(&w);
+    return r;
+}
+#endif
+
+/* ---- several GPUs in one process ---- */
+/* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU makes its
+   GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
+   all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
+   of it), each part planned for that GPU's free memory. Parts go to the output at their offsets
+   in K, and no element is written by two threads (a band's rows from its first row on, and the
+   mirror of its rectangle: rows below the band, the band's columns):
+     HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
+               into it when it is pinned, else slab rows copied from pinned staging); the
+               rectangle's mirror is then transposed on the host from the buffer itself
+     DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
+     CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
+     NPY       one temporary file; each thread writes through its own descriptor, the row
+               pieces of its slabs and the mirror (64 columns transposed per step); the
+               writer's syncer, commit and abort are the one-GPU path's
+   The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
+   reads before each slab and each write; the job then returns that failure, naming the GPU, and
+   NPY leaves no file. Times: qk_ctx_device_seconds. */
+#if defined(QK_CUDA) && QK_CUDA
+static int qk__mgpu_test_fail = -1;  /* tests: this ordinal's thread fails before its last part */
+
+typedef struct qk__mgpu {
+    qk_ctx *ctx;
+    const qk_plan *plan;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk__npyw *w;
+    int64_t cols, ld;
+    size_t es;
+    int cancel;                 /* the first failure sets it; every thread stops */
+    int64_t done, total;        /* entries of K delivered (progress), under mu */
+    double t0;
+#ifndef QK_NO_THREADS
+    pthread_mutex_t mu;         /* the caller's callbacks one at a time; the first failure */
+#endif
+    qk_result r;                /* the first failure and its detail */
+    char err[sizeof qk__errbuf];
+} qk__mgpu;
+
+typedef struct qk__mgpu_dev {
+    qk__mgpu *g;
+    int k, ord;
+    int fd;                     /* NPY: this thread's descriptor of the temporary file */
+    char *tb;                   /* mirror transposition buffer (64 columns x slab rows) */
+    size_t tb_bytes;
+    int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
+    int diag, mirror;
+    int64_t last;               /* the part's progress reported so far */
+    qk_cuda_stats stats;
+    double seconds;
+} qk__mgpu_dev;
+
+static void qk__mgpu_lock(qk__mgpu *g)
+{
+#ifndef QK_NO_THREADS
+    pthread_mutex_lock(&g->mu);
+#else
+    QK__UNUSED(g);
+#endif
+}
+
+static void qk__mgpu_unlock(qk__mgpu *g)
+{
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&g->mu);
+#else
+    QK__UNUSED(g);
+#endif
+}
+
+/* Records a failure (the first one wins; a thread stopped by the flag does not count) and stops
+   every thread. user: the caller's callback cancelled (no device named). */
+static void qk__mgpu_fail(qk__mgpu *g, int ord, qk_result r, const char *detail, int user)
+{
+    qk__mgpu_lock(g);
+    if (g->r == QK_OK && !(r == QK_ERROR_CANCELLED && !user && QK__LOAD(&g->cancel))) {
+        g->r = r;
+        if (user) snprintf(g->err, sizeof g->err, "%s", detail);
+        else snprintf(g->err, sizeof g->err, "CUDA device %d: %s", ord, detail);
+    }
+    QK__STORE(&g->cancel, 1);
+    qk__mgpu_unlock(g);
+}
+
+static int qk__mgpu_progress(int64_t done, int64_t total, void *user)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)user;
+    qk__mgpu *g = v->g;
+    int stop = 0;
+    QK__UNUSED(total);
+    if (QK__LOAD(&g->cancel)) return 1;
+    if (g->desc->progress) {
+        int64_t add = (done - v->last) * (v->mirror ? 2 : 1);
+        v->last = done;
+        qk__mgpu_lock(g);
+        g->done += add;
+        stop = g->desc->progress(g->done, g->total, g->desc->progress_user);
+        qk__mgpu_unlock(g);
+        if (stop) {
+            qk__mgpu_fail(g, v->ord, QK_ERROR_CANCELLED, "progress callback cancelled the Gram", 1);
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The mirror of m rows of the running rectangle (src, ld) to the file: K[dj + c][gi .. gi + m). */
+static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, const char *src, int64_t ld)
+{
+    qk__mgpu *g = v->g;
+    const size_t es = g->es;
+    int64_t c0, c, a;
+    if ((size_t)m * 64 * es > v->tb_bytes) {
+        QK_FREE(v->tb);
+        v->tb_bytes = 0;
+        v->tb = (char *)qk__malloc((size_t)m * 64 * es);
+        if (!v->tb) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "out of memory (a %lld x 64 transposition buffer)", (long long)m);
+        v->tb_bytes = (size_t)m * 64 * es;
+    }
+    for (c0 = 0; c0 < v->w; c0 += 64) {
+        const int64_t nc = v->w - c0 < 64 ? v->w - c0 : 64;
+        if (es == 4)
+            for (a = 0; a < m; a++) {
+                const float *s = (const float *)(const void *)(src + (size_t)(a * ld + c0) * es);
+                float *t = (float *)(void *)v->tb;
+                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
+            }
+        else
+            for (a = 0; a < m; a++) {
+                const double *s = (const double *)(const void *)(src + (size_t)(a * ld + c0) * es);
+                double *t = (double *)(void *)v->tb;
+                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
+            }
+        for (c = 0; c < nc; c++) {
+            qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(v->dj + c0 + c) * (uint64_t)g->cols + (uint64_t)gi) * es,
+                                         v->tb + (size_t)(c * m) * es, (size_t)m * es);
+            if (r != QK_OK) return r;
+        }
+    }
+    return QK_OK;
+}
+
+/* The mirror of the finished rectangle in the caller's host buffer: K[dj + c][di + a] =
+   K[di + a][dj + c], in 64 x 64 blocks. */
+static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
+{
+    qk__mgpu *g = v->g;
+    char *K = (char *)g->desc->out;
+    const int64_t ld = g->ld;
+    int64_t a0, c0, a, c;
+    for (c0 = 0; c0 < v->w; c0 += 64) {
+        const int64_t c1 = v->w - c0 < 64 ? v->w : c0 + 64;
+        if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+        for (a0 = 0; a0 < v->h; a0 += 64) {
+            const int64_t a1 = v->h - a0 < 64 ? v->h : a0 + 64;
+            if (g->es == 4) {
+                float *k = (float *)(void *)K;
+                for (c = c0; c < c1; c++)
+                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
+            } else {
+                double *k = (double *)(void *)K;
+                for (c = c0; c < c1; c++)
+                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
+            }
+        }
+    }
+    return QK_OK;
+}
+
+/* The engine's host-side slab rows [i0, i0 + m) of the running part to the caller's output. */
+static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)user;
+    qk__mgpu *g = v->g;
+    const qk_gram_desc *desc = g->desc;
+    const size_t es = g->es;
+    const char *src = (const char *)rows;
+    const int64_t gi = v->di + i0;
+    int64_t a;
+    if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+    if (desc->output == QK_OUTPUT_HOST) {
+        for (a = 0; a < m; a++)
+            qk__copy_stream((char *)desc->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+        return QK_OK;
+    }
+    if (desc->output == QK_OUTPUT_CALLBACK) {
+        int64_t j0;
+        int stop = 0;
+        qk__mgpu_lock(g);
+        for (j0 = v->diag ? i0 : 0; j0 < v->w && !stop; j0 += m) {
+            const int64_t n = v->w - j0 < m ? v->w - j0 : m;
+            stop = desc->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, desc->tile_user);
+        }
+        qk__mgpu_unlock(g);
+        if (stop) {
+            qk__mgpu_fail(g, v->ord, QK_ERROR_CANCELLED, "tile callback cancelled the Gram", 1);
+            return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
+        }
+        return QK_OK;
+    }
+    for (a = 0; a < m; a++) {
+        qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(gi + a) * (uint64_t)g->cols + (uint64_t)v->dj) * es,
+                                     src + (size_t)(a * ld) * es, (size_t)v->w * es);
+        if (r != QK_OK) return r;
+    }
+    return v->mirror ? qk__mgpu_mirror_npy(v, gi, m, src, ld) : QK_OK;
+}
+
+/* One GPU's share: its parts in order, each planned for the GPU's free memory now. */
+static void *qk__mgpu_main(void *p)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)p;
+    qk__mgpu *g = v->g;
+    qk_ctx *ctx = g->ctx;
+    const qk_plan *plan = g->plan;
+    const qk_gram_desc *desc = g->desc;
+    const int64_t a = plan->dev_row0[v->k], b = plan->dev_row0[v->k + 1], d = g->map->n_features;
+    const int sym = desc->y == NULL;
+    const double *Y = sym ? desc->x : desc->y;
+    int64_t part[2][3];         /* columns [j0, j1) of each part, and whether it is a diagonal block */
+    const int n_parts = qk__mgpu_parts(plan, v->k, part);
+    int i;
+    char err[512] = "", nm[32];
+    qk_result r;
+    snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
+    QK_PROF_THREAD_NAME(nm);
+    QK_PROF_BEGIN("qk gpu share");
+    r = qk_cuda_set_device(v->ord, err, sizeof err);
+    if (r != QK_OK) qk__mgpu_fail(g, v->ord, r, err, 0);
+    for (i = 0; i < n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+        qk_gram_desc sd;
+        qk_plan sp;
+        qk_device_info info;
+        qk_cuda_io io;
+        const int64_t j0 = part[i][0], j1 = part[i][1];
+        const int diag = (int)part[i][2];
+        err[0] = 0;
+        if (qk__mgpu_test_fail == v->ord && i == n_parts - 1) {
+            r = QK_ERROR_CUDA;
+            qk__mgpu_fail(g, v->ord, r, "an injected failure (test) before its last part", 0);
+            break;
+        }
+        memset(&sd, 0, sizeof sd);
+        sd.x = desc->x + a * d;
+        sd.n_x = b - a;
+        sd.y = diag ? NULL : Y + j0 * d;
+        sd.n_y = diag ? 0 : j1 - j0;
+        sd.precision = plan->precision;
+        sd.out_dtype = plan->out_dtype;
+        sd.path = desc->path;
+        sd.output = desc->output;
+        sd.tile_fn = desc->tile_fn;
+        sd.tile_user = desc->tile_user;
+        sd.out_path = desc->out_path;
+        sd.no_sync = 1;
+        sd.progress = qk__mgpu_progress;
+        sd.progress_user = v;
+        if (desc->output == QK_OUTPUT_HOST) {
+            sd.out = (char *)desc->out + (size_t)(a * g->ld + j0) * g->es;
+            sd.ld_out = g->ld;
+        } else if (desc->output == QK_OUTPUT_DEVICE) {
+            sd.out = (char *)desc->out_devices[v->k] + (size_t)j0 * g->es;
+            sd.ld_out = g->ld;
+        }
+        r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
+        if (r == QK_OK) {
+            r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
+            if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
+            if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);
+        }
+        if (r != QK_OK) { qk__mgpu_fail(g, v->ord, r, err, 0); break; }
+        /* the configuration qk_plan_make chose (cached: tuned already when the GPUs are alike) */
+        qk__plan_autotune(&info, ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
+        if (desc->output == QK_OUTPUT_HOST) sp.host_pinned = qk_cuda_host_pinned(sd.out);
+        memset(&io, 0, sizeof io);
+        io.rows = qk__mgpu_rows;
+        io.rows_user = v;
+        io.stats = &v->stats;
+        if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
+            size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
+            if (ctx->dstage_bytes[v->k] < need) {
+                char e2[256];
+                qk_cuda_host_free(ctx->dstage[v->k][0]);
+                qk_cuda_host_free(ctx->dstage[v->k][1]);
+                ctx->dstage[v->k][0] = ctx->dstage[v->k][1] = NULL;
+                ctx->dstage_bytes[v->k] = 0;
+                if (qk_cuda_host_alloc(need, &ctx->dstage[v->k][0], e2, sizeof e2) == QK_OK &&
+                    qk_cuda_host_alloc(need, &ctx->dstage[v->k][1], e2, sizeof e2) == QK_OK)
+                    ctx->dstage_bytes[v->k] = need;
+            }
+            if (ctx->dstage_bytes[v->k] >= need) {
+                io.stage[0] = ctx->dstage[v->k][0];
+                io.stage[1] = ctx->dstage[v->k][1];
+                io.stage_bytes = ctx->dstage_bytes[v->k];
+            }
+        }
+        v->di = a;
+        v->dj = j0;
+        v->h = b - a;
+        v->w = j1 - j0;
+        v->diag = diag;
+        v->mirror = sym && !diag && !plan->dev_full_rows;
+        v->last = 0;
+        err[0] = 0;
+        r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
+        if (r == QK_OK && desc->output == QK_OUTPUT_HOST && v->mirror) r = qk__mgpu_mirror_host(v);
+        if (r != QK_OK) {
+            if (!err[0]) snprintf(err, sizeof err, "%s", qk__errbuf);
+            qk__mgpu_fail(g, v->ord, r, err, 0);
+        }
+    }
+    v->seconds = qk_cuda_wtime() - g->t0;
+    QK_PROF_END("qk gpu share");
+    return NULL;
+}
+
+static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__mgpu g;
+    qk__npyw w;
+    qk__mgpu_dev v[QK_MAX_DEVICES];
+    const int n = plan->n_devices;
+    int k, started[QK_MAX_DEVICES];
+    qk_result r = QK_OK;
+    char err[256];
+#ifndef QK_NO_THREADS
+    pthread_t th[QK_MAX_DEVICES];
+#endif
+    if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        if (!desc->out_devices)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output DEVICE on %d GPUs needs desc->out_devices (one buffer per GPU, "
+                            "rows plan.dev_row0[k] .. dev_row0[k+1] from qk_plan_make), or a context of one GPU (n_cuda_devices = 1)", n);
+        for (k = 0; k < n; k++)
+            if (!desc->out_devices[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out_devices[%d] (CUDA device %d) is NULL", k, plan->devices[k]);
+    }
+    memset(&g, 0, sizeof g);
+    memset(&w, 0, sizeof w);
+    memset(v, 0, sizeof v);
+    w.fd = -1;
+    g.ctx = ctx;
+    g.plan = plan;
+    g.map = map;
+    g.desc = desc;
+    g.w = &w;
+    g.cols = plan->n_y;
+    g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
+    g.es = plan->out_dtype == QK_F32 ? 4 : 8;
+    g.total = plan->n_x * plan->n_y;
+#ifndef QK_NO_THREADS
+    if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
+#endif
+    if (desc->output == QK_OUTPUT_NPY) {
+        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
+        w.cancel = &g.cancel;
+    }
+    for (k = 0; k < n; k++) {
+        v[k].g = &g;
+        v[k].k = k;
+        v[k].ord = plan->devices[k];
+        v[k].fd = -1;
+        started[k] = 0;
+        if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
+            v[k].fd = open(w.tmp, O_WRONLY);
+            if (v[k].fd < 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", desc->out_path, w.tmp, strerror(errno));
+        }
+    }
+    g.t0 = qk_cuda_wtime();
+    for (k = 0; k < n && r == QK_OK; k++) {
+#ifndef QK_NO_THREADS
+        if (pthread_create(&th[k], NULL, qk__mgpu_main, &v[k]) == 0) { started[k] = 1; continue; }
+        snprintf(err, sizeof err, "cannot start its host thread");
+        qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
+        break;
+#else
+        qk__mgpu_main(&v[k]);   /* one after the other */
+#endif
+    }
+    QK__UNUSED(err);
+    QK__UNUSED(started);
+#ifndef QK_NO_THREADS
+    for (k = 0; k < n; k++)
+        if (started[k]) pthread_join(th[k], NULL);
+#endif
+    if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
+    for (k = 0; k < n; k++) {
+        if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
+        QK_FREE(v[k].tb);
+    }
+    if (desc->output == QK_OUTPUT_NPY) {
+        if (r == QK_OK) {
+            QK_PROF_BEGIN("npy commit");
+            r = qk__npyw_commit(&w);
+            QK_PROF_END("npy commit");
+        }
+        if (r != QK_OK) qk__npyw_abort(&w);
+    }
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&g.mu);
+#endif
+    ctx->cuda_stats = v[0].stats;
+    ctx->n_dev_last = n;
+    for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
+    {   /* later calls on this thread run on the context's first GPU, as with one */
+        char e2[64];
+        (void)qk_cuda_set_device(plan->devices[0], e2, sizeof e2);
+    }
+    return r;
+}
+#endif /* QK_CUDA */
+/* ---- end several GPUs ---- */
+
+
+static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_plan plan;
+    qk_result r;
+    QK_PROF_BEGIN("validate");
+    r = qk__check_gram(ctx, map, desc);
+    QK_PROF_END("validate");
+    if (r != QK_OK) return r;
+    QK_PROF_BEGIN("plan");
+    r = qk_plan_make(ctx, map, desc, &plan);
+    QK_PROF_END("plan");
+    if (r != QK_OK) return r;
+    if (plan.backend == QK_BACKEND_CUDA) {
+#if defined(QK_CUDA) && QK_CUDA
+        if (desc->mps_discarded && plan.path != QK_PATH_MPS)
+            memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
+        memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
+        ctx->n_dev_last = 0;
+        if (plan.n_devices > 1) return qk__mgpu_run(ctx, &plan, map, desc);
+        if (desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
+            qk_gram_desc d1 = *desc;
+            d1.out = desc->out_devices[0];
+            return qk__cuda_run(ctx, &plan, map, &d1, &ctx->cuda_stats);
+        }
+        {
+            double t0 = qk_cuda_wtime();
+            r = qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
+            ctx->n_dev_last = 1;
+            ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
+            return r;
+        }
+#else
+        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
+#endif
+    }
+    if (plan.path == QK_PATH_MPS) return qk__mps_gram(&plan, map, desc);
+    if (desc->mps_discarded) memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
+    return qk__cpu_gram(&plan, map, desc);
+}
+
+QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_result r;
+#ifndef QK_NO_THREADS
+    qk__tpool *outer = qk__cur_pool;
+    if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
+        /* the context's pool, started once; without it every step starts its own threads */
+        qk__tpool *t = (qk__tpool *)(ctx->desc.allocator.alloc ? ctx->desc.allocator.alloc(sizeof *t, ctx->desc.allocator.user)
+                                                                : qk__malloc(sizeof *t));
+        if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
+        else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
+    }
+    if (ctx) qk__cur_pool = ctx->pool;
+#endif
+    QK_PROF_BEGIN("qk_gram");
+    r = qk__gram(ctx, map, desc);
+    QK_PROF_END("qk_gram");
+#ifndef QK_NO_THREADS
+    qk__cur_pool = outer;
+#endif
+    return r;
+}
+
+QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out)
+{
+    qk_result r;
+    double *s;
+    int64_t D, i, k;
+    qk_path path;
+    if (!ctx || !map || !x || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_states: NULL %s", !ctx ? "ctx" : !map ? "map" : !x ? "x" : "out");
+    if (map->n_qubits > QK_MAX_STATE_QUBITS) return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_states: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    r = qk_map_check_data(map, x, n, "X");
+    if (r != QK_OK) return r;
+    path = map->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
+    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads, NULL);
+    if (!s) return QK_ERROR_OUT_OF_MEMORY;
+    D = (int64_t)1 << map->n_qubits;
+    for (i = 0; i < n; i++) {
+        const double *row = s + i * qk__row_len(map, path);
+        for (k = 0; k < D; k++) {
+            out[2 * (i * D + k)] = row[k];
+            out[2 * (i * D + k) + 1] = path == QK_PATH_REAL ? 0.0 : row[D + k];
+        }
+    }
+    QK_FREE(s);
+    return QK_OK;
+}
+
+

@@ -1,0 +1,221 @@
+/* >>npy_stream ---- implementation: streaming .npy writer ---- */
+/* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
+   temporary next to the target (qk__open_tmp), rows and row segments are written at their
+   offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread
+   runs fsync whenever QK__NPYW_SYNC_BYTES more have been written, so that the disk writes back
+   while the engines compute (the kernel's own writeback starts only at dirty_background_ratio,
+   10% of RAM: on a 128 GB machine a 6 GB K would otherwise be written back only by the final
+   sync, after the compute). qk__npyw_abort removes the temporary file; the target is never
+   touched before the rename. The writer waits while more than QK__NPYW_MAX_DIRTY bytes are
+   written but not yet synced: the page cache then never holds more than that of K, a sync in
+   flight is short (a cancel stops within a fraction of a second: the abort truncates the file,
+   which waits for pages under writeback), and the final sync has little left. One thread
+   writes (lseek + write: POSIX.1, declared under strict -std=c99 too). */
+#define QK__NPYW_SYNC_BYTES ((uint64_t)16 << 20)
+#define QK__NPYW_MAX_DIRTY ((uint64_t)64 << 20)
+
+typedef struct qk__npyw {
+    int fd;
+    char *tmp;              /* temporary name (QK_MALLOC) */
+    const char *path;
+    size_t es, hdr;
+    int64_t rows, cols;
+    int no_sync;
+    uint64_t written;
+    int *cancel;            /* optional: a job's cancel flag, read before each write */
+#ifndef QK_NO_THREADS
+    pthread_t syncer;
+    int syncer_on, stop, sync_errno;
+    uint64_t dirty;         /* bytes written since the syncer last started an fsync */
+    uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+} qk__npyw;
+
+#ifndef QK_NO_THREADS
+static void *qk__npyw_syncer(void *p)
+{
+    qk__npyw *w = (qk__npyw *)p;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        uint64_t upto;
+        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
+        if (w->stop) break;
+        w->dirty = 0;
+        upto = w->written_mt;
+        pthread_mutex_unlock(&w->mu);
+        if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
+        pthread_mutex_lock(&w->mu);
+        w->synced = upto;
+        pthread_cond_broadcast(&w->cv);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+#endif
+
+static void qk__npyw_stop_syncer(qk__npyw *w)
+{
+#ifndef QK_NO_THREADS
+    if (!w->syncer_on) return;
+    pthread_mutex_lock(&w->mu);
+    w->stop = 1;
+    pthread_cond_signal(&w->cv);
+    pthread_mutex_unlock(&w->mu);
+    pthread_join(w->syncer, NULL);
+    pthread_cond_destroy(&w->cv);
+    pthread_mutex_destroy(&w->mu);
+    w->syncer_on = 0;
+#else
+    QK__UNUSED(w);
+#endif
+}
+
+/* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
+   The file is first truncated (its dirty pages dropped), so that a sync in flight, and the
+   abort, take milliseconds rather than the time to write back what was written. */
+static void qk__npyw_abort(qk__npyw *w)
+{
+    if (w->tmp) {
+        int t = open(w->tmp, O_WRONLY | O_TRUNC);
+        if (t >= 0) (void)QK__CLOSE(t);
+    }
+    qk__npyw_stop_syncer(w);
+    if (w->fd >= 0) (void)QK__CLOSE(w->fd);
+    w->fd = -1;
+    if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
+}
+
+/* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
+   commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
+   job runs they would be random I/O in flight, which a cancel must wait for). */
+static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
+                               int syncer)
+{
+    char hdr[192];
+    size_t nbytes = 0;
+    qk_result r;
+    memset(w, 0, sizeof *w);
+    w->fd = -1;
+    if (!path || !path[0]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output NPY needs out_path");
+#ifdef _WIN32
+    return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram: output NPY is POSIX only in this version");
+#else
+    r = qk__npy_shape_bytes("qk_gram", dt, rows, cols, &nbytes);
+    if (r != QK_OK) return r;
+    if (sizeof(off_t) < 8 && nbytes > ((size_t)1 << 30))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram: K of %.3g GB needs 64-bit file offsets (build with -D_FILE_OFFSET_BITS=64)", (double)nbytes * 1e-9);
+    w->path = path;
+    w->es = dt == QK_F32 ? 4 : 8;
+    w->rows = rows;
+    w->cols = cols;
+    w->no_sync = no_sync;
+    w->hdr = qk__npy_make_header(hdr, dt, rows, cols);
+    QK__UNUSED(syncer);
+    r = qk__open_tmp(path, &w->tmp, &w->fd);
+    if (r != QK_OK) return r;
+    if (qk__write_all(w->fd, hdr, w->hdr) != 0) {
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s", path, strerror(errno));
+        qk__npyw_abort(w);
+        return r;
+    }
+#ifndef QK_NO_THREADS
+    if (!no_sync && syncer && pthread_mutex_init(&w->mu, NULL) == 0) {
+        if (pthread_cond_init(&w->cv, NULL) == 0) {
+            if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
+            else pthread_cond_destroy(&w->cv);
+        }
+        if (!w->syncer_on) pthread_mutex_destroy(&w->mu);
+    }
+#endif
+    return QK_OK;
+#endif
+}
+
+/* n bytes of K's data at byte offset off (from the start of the data), through fd: w->fd, or
+   (several GPUs) a thread's own descriptor of the temporary file (its own file offset); the
+   byte counts are then shared: w->written is added atomically, the syncer's under w->mu. */
+static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
+{
+    if (w->cancel && QK__LOAD(w->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+    if (lseek(fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(fd, buf, n) != 0) {
+        int e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot write '%s': writing %.3g MB at byte %llu failed: %s%s", w->path,
+                        (double)n * 1e-6, (unsigned long long)(w->hdr + off), strerror(e),
+                        e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
+    }
+    (void)QK__FETCH_ADD(&w->written, (uint64_t)n);
+#ifndef QK_NO_THREADS
+    if (w->syncer_on) {
+        pthread_mutex_lock(&w->mu);
+        w->dirty += n;
+        w->written_mt += n;
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
+        /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
+        while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
+            pthread_cond_wait(&w->cv, &w->mu);
+        pthread_mutex_unlock(&w->mu);
+    }
+#endif
+    return QK_OK;
+}
+
+static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+{
+    return qk__npyw_at_fd(w, w->fd, off, buf, n);
+}
+
+/* K[i0 + a][j0 .. j0 + n) = src[a * ld ..] for a < m (elements of the output dtype). */
+static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
+{
+    const char *p = (const char *)src;
+    int64_t a;
+    QK_ASSERT(i0 >= 0 && j0 >= 0 && i0 + m <= w->rows && j0 + n <= w->cols && ld >= n); /* inside K */
+    if (j0 == 0 && n == w->cols && ld == w->cols)
+        return qk__npyw_at(w, (uint64_t)i0 * (uint64_t)w->cols * w->es, p, (size_t)(m * n) * w->es);
+    for (a = 0; a < m; a++) {
+        qk_result r = qk__npyw_at(w, ((uint64_t)(i0 + a) * (uint64_t)w->cols + (uint64_t)j0) * w->es,
+                                  p + (size_t)(a * ld) * w->es, (size_t)n * w->es);
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
+}
+
+/* Every byte of K written: sync (unless no_sync), rename over the target, sync the directory. */
+static qk_result qk__npyw_commit(qk__npyw *w)
+{
+    const char *what = "fsync";
+    int e = 0;
+    qk__npyw_stop_syncer(w);
+#ifndef QK_NO_THREADS
+    e = w->sync_errno;
+#endif
+    if (w->written != (uint64_t)w->rows * (uint64_t)w->cols * w->es) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes of K were written (internal error)", w->path,
+                               (unsigned long long)w->written, (unsigned long long)((uint64_t)w->rows * (uint64_t)w->cols * w->es));
+        qk__npyw_abort(w);
+        return r;
+    }
+    if (!e && !w->no_sync && QK__FSYNC(w->fd) != 0) e = errno;
+    if (!e) {
+        what = "close";
+        if (QK__CLOSE(w->fd) != 0) e = errno;
+        w->fd = -1;
+    }
+    if (!e) {
+        what = "rename";
+        if (QK__RENAME(w->tmp, w->path) != 0) e = errno;
+    }
+    if (e) {
+        qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", w->path, what, strerror(e));
+        qk__npyw_abort(w);
+        return r;
+    }
+    if (!w->no_sync) qk__sync_dir(w->path);
+    QK_FREE(w->tmp);
+    w->tmp = NULL;
+    return QK_OK;
+}
+/* ---- end streaming .npy writer ---- */
+
