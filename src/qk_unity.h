@@ -4,11 +4,7 @@ extern "C" {
 #endif
 
 #include "qk_api.h"
-#include "qk_meaning.h"
-#include "qk_api_ctx.h"
 #include "qk_engine.h"
-#include "qk_api_plan.h"
-#include "qk_cuda_api.h"
 #ifdef __cplusplus
 }
 #endif
