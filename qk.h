@@ -110,30 +110,37 @@
    never exits, aborts or prints unless a log callback is set. On error the caller's output is
    left untouched, unless a function documents otherwise.
 
-   Contents (grep for the tag; the declarations first, then the implementation)
+   Contents (grep for the tag; generated from the sources' tags by src/amalgamate.py: the
+   declarations first, then the implementation; [file] is the source in src/ to edit)
    ------------------------------------------------------------------------------
-     >>results      qk_result, error strings, the detail message
-     >>maps         feature maps: ops, angles, built-ins, the spec parser's entry points
-     >>meaning      the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout)
-     >>context      qk_ctx and its desc (device, threads, allocator, log)
-     >>gram         qk_gram and its desc (outputs, precision, path, progress)
-     >>engine       numbers the planner and the GPU engine share (pass qubits, the fused
-                    kernel's configurations and fixed table, the tensor-core engines)
-     >>plan         device info, qk_plan, the planner and the VRAM estimator
-     >>npy          arrays, .npy and .csv
-     >>tune         the autotune cache
-     >>schedule     the work schedule (K dealt to MPI ranks x GPUs)
-     >>cuda         the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu)
-     >>mpi          qk_gram_mpi (QK_MPI)
-     >>prof_impl    qk's own profiler zones        >>config      includes, config macros
-     >>errors       results, the detail message    >>maps_impl   maps, angles, data checks
-     >>parser       the map spec parser            >>cpu_states  CPU engine: states
-     >>cpu_gram     CPU engine: thread pool, blocked Gram
-     >>npy_impl     .npy / .csv readers, writers   >>npy_stream  the streaming .npy writer
-     >>cpu_stream   CPU engine, streamed output    >>schedule_impl  schedule and MPI
-     >>mps          the MPS engine                 >>planner     planner, VRAM estimator, autotune
-     >>tune_impl    the autotune cache (JSON)      >>ctx         context and orchestration (qk_gram)
-     >>delivery     the GPU engine's host-side slabs to the caller's output
+   >>results        qk_result, error strings, the detail message [qk_api.h]
+   >>maps           feature maps: ops, angles, built-ins, the spec parser's entry points [qk_api.h]
+   >>context        qk_ctx and its desc (device, threads, allocator, log) [qk_api.h]
+   >>gram           qk_gram and its desc (outputs, precision, path, progress) [qk_api.h]
+   >>plan           device info, qk_plan, the planner and the VRAM estimator [qk_api.h]
+   >>npy            arrays, .npy and .csv [qk_api.h]
+   >>tune           the autotune cache [qk_api.h]
+   >>schedule       the work schedule (K dealt to MPI ranks x GPUs) [qk_api.h]
+   >>meaning        the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout) [qk_engine.h]
+   >>engine         numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) [qk_engine.h]
+   >>cuda           the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu) [qk_engine.h]
+   >>mpi            qk_gram_mpi (declared under QK_MPI; may come after a plain include of qk.h) [qk_mpi.h]
+   >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) [prof.c]
+   >>config         includes, config macros, the allocator [base.c]
+   >>errors         results, the detail message [base.c]
+   >>maps_impl      maps, angles, data checks [map.c]
+   >>parser         the map spec parser [map_parse.c]
+   >>cpu_states     CPU engine: states [cpu_states.c]
+   >>cpu_gram       CPU engine: thread pool, blocked Gram [cpu_gram.c]
+   >>npy_impl       .npy / .csv readers and writers [io.c]
+   >>npy_stream     the streaming .npy writer [sink_npy.c]
+   >>cpu_stream     CPU engine, streamed output [cpu_stream.c]
+   >>schedule_impl  the work schedule and qk_gram_mpi [schedule.c]
+   >>mps            the MPS engine [engine_mps.c]
+   >>planner        device info, planner, VRAM estimator [plan.c]
+   >>tune_impl      the autotune cache (JSON) [tune.c]
+   >>ctx            context and orchestration (qk_gram, qk_states) [gram.c]
+   >>delivery       the GPU engine's host-side slabs to the caller's output; several GPUs [run_cuda.c]
 
    License: MIT (end of file).
 */
@@ -178,7 +185,7 @@
 extern "C" {
 #endif
 
-/* >>results ---- results ---- */
+/* >>results ---- qk_result, error strings, the detail message ---- */
 typedef enum qk_result {
     QK_OK = 0,
     QK_ERROR_INVALID_ARGUMENT,   /* NULL pointer, bad size, bad option value */
@@ -203,7 +210,7 @@ QKDEF const char *qk_result_string(qk_result r);
 /* Detail message of the last error on this thread ("" when none). */
 QKDEF const char *qk_last_error(void);
 
-/* >>maps ---- feature maps ---- */
+/* >>maps ---- feature maps: ops, angles, built-ins, the spec parser's entry points ---- */
 /* clang-format off: the kinds in groups, one comment a group */
 typedef enum qk_op_kind {
     QK_OP_H = 1, QK_OP_X, QK_OP_Y, QK_OP_Z,
@@ -336,7 +343,7 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
    loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
-/* >>context ---- context ---- */
+/* >>context ---- qk_ctx and its desc (device, threads, allocator, log) ---- */
 typedef enum qk_device {
     QK_DEVICE_AUTO = 0,     /* CUDA when a device and the engine exist, else CPU (logged) */
     QK_DEVICE_CPU,
@@ -424,7 +431,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
-/* >>gram ---- Gram ---- */
+/* >>gram ---- qk_gram and its desc (outputs, precision, path, progress) ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
      ANALYTIC  product maps: per-qubit overlaps, no states
      REAL      real statevectors (2^q doubles per sample), real Gram
@@ -507,7 +514,7 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
-/* >>plan ---- device info, planner, VRAM estimator ---- */
+/* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
     char name[128];
@@ -696,7 +703,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
-/* >>tune ---- autotune cache (public) ---- */
+/* >>tune ---- the autotune cache ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user
    (docs/autotune.md). The cache never makes its caller fail: a missing file or key is a miss; a
@@ -794,7 +801,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                                char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
-/* >>schedule ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
+/* >>schedule ---- the work schedule (K dealt to MPI ranks x GPUs) ---- */
 /* A static split of K's pairs over n_workers workers, balanced by pair count (optionally
    weighted by each worker's speed). Each worker owns a band of whole rows [row0[w], row0[w+1]):
    for K(X,Y) one item, rows x all columns; for symmetric K(X,X) the band's part of the upper
@@ -843,7 +850,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 QKDEF void qk_schedule_free(qk_schedule *s);
 /* ---- end work schedule ---- */
 
-/* >>meaning ---- the map's meaning, one definition for both engines ---- */
+/* >>meaning ---- the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout) ---- */
 /* Small inline helpers that the CPU engine (qk.h) and the GPU engine (qk_cuda.cu, where QK__HD
    is __host__ __device__) both call, so that the CPU oracle and the GPU cannot drift: an op's
    angle, the 2x2 matrix of a one-qubit op, the BASIS op's bit, and the layout of a product
@@ -904,7 +911,7 @@ static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
 enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 /* ---- end meaning ---- */
 
-/* >>engine ---- what the planner and the GPU engine share ---- */
+/* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
    both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
    kernel it will run, the engine executes what the plan says.
@@ -989,7 +996,7 @@ static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
 }
 /* ---- end engine ---- */
 
-/* >>cuda ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
+/* >>cuda ---- the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu) ---- */
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. Declared with
    QK_CUDA_DEF, always extern (qk_cuda.cu defines them in its own translation unit), so that
    QK_STATIC, which makes qk.h's own functions static, still links with the engine. */
@@ -1101,7 +1108,7 @@ QK_CUDA_DEF qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, 
 #endif
 #endif /* QK_H */
 
-/* >>mpi ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+/* >>mpi ---- qk_gram_mpi (declared under QK_MPI; may come after a plain include of qk.h) ---- */
 #if defined(QK_MPI) && !defined(QK_H_MPI)
 #define QK_H_MPI
 #include <mpi.h>
@@ -1147,7 +1154,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
-/* >>prof_impl ---- implementation: profiler (qk_prof.h; compiles to nothing without QK_PROF_ENABLE) ---- */
+/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
    counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
    for the two implementation defines is in the documentation block at the top. */
@@ -1181,7 +1188,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
 #endif
 
-/* >>config ---- implementation: includes and config ---- */
+/* >>config ---- includes, config macros, the allocator ---- */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1240,7 +1247,7 @@ static void *qk__calloc(size_t count, size_t size)
 }
 
 
-/* >>errors ---- implementation: errors ---- */
+/* >>errors ---- results, the detail message ---- */
 static QK__TLS char qk__errbuf[512];
 
 static void qk__set_errorv(const char *fmt, va_list ap)
@@ -1303,7 +1310,7 @@ static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p 
 static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
 
 
-/* >>maps_impl ---- implementation: feature maps ---- */
+/* >>maps_impl ---- maps, angles, data checks ---- */
 #include <float.h>
 
 /* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")
@@ -2021,7 +2028,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
 }
 
 
-/* >>parser ---- implementation: map spec parser ---- */
+/* >>parser ---- the map spec parser ---- */
 /* Grammar (docs/maps.md):
      spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
      param  := key '=' value
@@ -2450,7 +2457,7 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 }
 
 
-/* >>cpu_states ---- implementation: CPU engine (states) ---- */
+/* >>cpu_states ---- CPU engine: states ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
    O(n * ops * 2^q), small next to the O(n^2 * 2^q) Gram. */
@@ -2900,7 +2907,7 @@ static void qk__product1(const qk_map *m, const double *x, double *out, double *
 }
 
 
-/* >>cpu_gram ---- implementation: CPU engine (Gram) ---- */
+/* >>cpu_gram ---- CPU engine: thread pool, blocked Gram ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
 typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
@@ -3873,7 +3880,7 @@ static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, con
 }
 
 
-/* >>npy_impl ---- implementation: npy / csv ---- */
+/* >>npy_impl ---- .npy / .csv readers and writers ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
@@ -4660,7 +4667,7 @@ QKDEF void qk_array_free(qk_array *a) {
 }
 /* ---- end npy / csv ---- */
 
-/* >>npy_stream ---- implementation: streaming .npy writer ---- */
+/* >>npy_stream ---- the streaming .npy writer ---- */
 /* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
    temporary next to the target (qk__open_tmp), rows and row segments are written at their
    offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread
@@ -4881,7 +4888,7 @@ static qk_result qk__npyw_commit(qk__npyw *w)
 }
 /* ---- end streaming .npy writer ---- */
 
-/* >>cpu_stream ---- implementation: CPU engine, streamed output ---- */
+/* >>cpu_stream ---- CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
    blocks of 64, one write per row of K). */
@@ -5026,7 +5033,7 @@ done:
 }
 
 
-/* >>schedule_impl ---- implementation: work schedule and MPI ---- */
+/* >>schedule_impl ---- the work schedule and qk_gram_mpi ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
    is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */
@@ -5669,7 +5676,7 @@ done:
 #endif /* QK_MPI */
 /* ---- end work schedule and MPI ---- */
 
-/* >>mps ---- implementation: MPS engine ---- */
+/* >>mps ---- the MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
    is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
@@ -6966,7 +6973,7 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
 }
 /* ---- end MPS engine ---- */
 
-/* >>planner ---- implementation: device info, planner, VRAM estimator ---- */
+/* >>planner ---- device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
      scratch     per built state: its per-sample parameters (gate matrices and the dense
@@ -7486,7 +7493,7 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
 
 /* ---- end planner ---- */
 
-/* >>tune_impl ---- implementation: autotune cache ---- */
+/* >>tune_impl ---- the autotune cache (JSON) ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
    It is shared by processes and users' tools and may be damaged, truncated or written by someone
@@ -8565,7 +8572,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
-/* >>ctx ---- implementation: context and orchestration ---- */
+/* >>ctx ---- context and orchestration (qk_gram, qk_states) ---- */
 struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];
@@ -8888,7 +8895,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
     return (int)len;
 }
 
-/* >>delivery ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* >>delivery ---- the GPU engine's host-side slabs to the caller's output; several GPUs ---- */
 /* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
    about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
    page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The

@@ -57,27 +57,25 @@
    and shared-memory math, stream, launch check), then its host driver; the pipeline that
    strings them into a Gram job, then the extern "C" surface. Contents below. */
 
-/* Contents (grep for the tag: each operation's kernels, launchers and launch checks are one
-   section, as in llm.c)
-     >>common     the device program's structs, complex helpers, qk__theta, the float/double
-                  dispatcher (qk__dispatch), the triangular grid (qk__tri_grid, qk__tile_of),
-                  the staged tile store shared by the Gram kernels
-     >>compile    qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes;
-                  qk__dprog: the program on the device
-     >>states     prep, pass and qubit-vector kernels; qk__build_states
-     >>widen      states widened to interleaved doubles (qk_cuda_states)
-     >>product    the analytic Gram of product maps
-     >>gram       the fused SIMT Gram kernel, its tile configurations
-     >>small      the persistent few-qubit Gram kernel (fused configuration 7)
-     >>smalltc    its tensor-core form, fp16 hi/lo splits (fused configuration 8)
-     >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
-     >>devices    device selection and a clock for qk.h's several-GPU driver
-     >>mps        the MPS path: batched transfer-matrix contraction of padded site tensors
-     >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
-     >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
-     >>tune       the autotuner (qk_cuda_tune_gram)
-     >>pipeline   the Gram job: streams and events, job state, qk__pipe's steps
-     >>api        the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...)
+/* Contents (grep for the tag; generated from the sources' tags by src/amalgamate.py; [file] is
+   the source in src/cuda/ to edit; each operation's kernels, launchers and launch checks are
+   one section, as in llm.c)
+   >>common    the device program's structs, complex helpers, the float/double dispatcher, triangular grid, tile store [cuda/common.cuh]
+   >>compile   qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes; qk__dprog on the device [cuda/compile.cuh]
+   >>states    prep, pass and qubit-vector kernels; qk__build_states [cuda/states.cuh]
+   >>widen     states widened to interleaved doubles (qk_cuda_states) [cuda/widen.cuh]
+   >>product   the analytic Gram of product maps [cuda/product.cuh]
+   >>gram      the fused SIMT Gram kernel, its tile configurations [cuda/gram.cuh]
+   >>small     the persistent few-qubit Gram kernel (fused configuration 7) [cuda/small.cuh]
+   >>smalltc   its tensor-core form, fp16 hi/lo splits (fused configuration 8) [cuda/smalltc.cuh]
+   >>blas      cuBLAS and the tensor-core engines, the |.|^2 epilogue [cuda/blas.cuh]
+   >>amp       amplitude encoding from host data (qk_cuda_amplitude_encode) [cuda/amp.cuh]
+   >>tune      the autotuner (qk_cuda_tune_gram) [cuda/tune.cuh]
+   >>pipeline  the Gram job: streams and events, job state, qk__pipe's steps [cuda/pipeline.cuh]
+   >>api       the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) [cuda/api.cuh]
+   >>tcf       the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) [cuda/tcf.cuh]
+   >>devices   device selection and a clock for qk.h's several-GPU driver [cuda/devices.cuh]
+   >>mps       the MPS path: batched transfer-matrix contraction of padded site tensors [cuda/mps.cuh]
    Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
@@ -281,7 +279,7 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
 #define QK_TRY(expr) do { qk_result r_ = (expr); if (r_ != QK_OK) return r_; } while (0)
 
 /* ======================================================================================== */
-/* >>common     the device program, complex helpers, dispatch, tiles                        */
+/* >>common ---- the device program's structs, complex helpers, the float/double dispatcher, triangular grid, tile store ---- */
 /* ======================================================================================== */
 
 enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
@@ -481,7 +479,7 @@ static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 }
 
 /* ======================================================================================== */
-/* >>compile    the program compiler: a qk_map -> the device program, and its upload        */
+/* >>compile ---- qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes; qk__dprog on the device ---- */
 /* ======================================================================================== */
 
 struct qk__prog {
@@ -772,7 +770,7 @@ static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog
 }
 
 /* ======================================================================================== */
-/* >>states     state construction: prep, pass, qubit vectors                               */
+/* >>states ---- prep, pass and qubit-vector kernels; qk__build_states ---- */
 /* ======================================================================================== */
 
 /* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
@@ -1542,7 +1540,7 @@ static qk_result qk__launch_qubit_vectors(const qk__dprog &dp, int q, const doub
 }
 
 /* ======================================================================================== */
-/* >>widen      states widened to interleaved doubles (qk_cuda_states)                      */
+/* >>widen ---- states widened to interleaved doubles (qk_cuda_states) ---- */
 /* ======================================================================================== */
 
 /* complex double state -> interleaved doubles (qk_cuda_states) */
@@ -1564,7 +1562,7 @@ static qk_result qk__launch_widen(const qk__cx<T> *in, double *out, int64_t coun
 }
 
 /* ======================================================================================== */
-/* >>product    the analytic Gram of product maps                                           */
+/* >>product ---- the analytic Gram of product maps ---- */
 /* ======================================================================================== */
 
 /* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
@@ -1653,7 +1651,7 @@ static qk_result qk__launch_product(const T *UA, const T *UB, int64_t m, int64_t
 }
 
 /* ======================================================================================== */
-/* >>gram       the fused Gram kernel (SIMT, register tiles)                                */
+/* >>gram ---- the fused SIMT Gram kernel, its tile configurations ---- */
 /* ======================================================================================== */
 
 /* One k-step of a fused Gram operand into shared memory: R states from row r0 (of rows) and BK
@@ -1797,7 +1795,7 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     return QK_OK;
 }
 
-/* >>small ---- the few-qubit Gram: a persistent kernel ---- */
+/* >>small ---- the persistent few-qubit Gram kernel (fused configuration 7) ---- */
 /* K of states of D <= 32 complex64 amplitudes (q <= 5) is bound by the issue rate of the FP32
    pipe and by the 4 bytes a pair written, not by loads: one tile's operands are D * 128 * 8
    bytes. This kernel keeps one 512-thread block per SM alive over many tiles (persistent, grid-
@@ -1975,7 +1973,7 @@ static qk_result qk__launch_small(const void *A, const void *B, int64_t m, int64
     }
 }
 
-/* >>smalltc ---- the few-qubit Gram on the tensor cores (fused configuration 8) ---- */
+/* >>smalltc ---- its tensor-core form, fp16 hi/lo splits (fused configuration 8) ---- */
 /* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
    qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores (mma.sync
    m16n8k16, fp16 operands, fp32 accumulators) at fp32 accuracy: each amplitude, scaled by
@@ -2255,7 +2253,7 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
 }
 
 /* ======================================================================================== */
-/* >>blas       cuBLAS and the tensor-core engines, and their |.|^2 epilogue                */
+/* >>blas ---- cuBLAS and the tensor-core engines, the |.|^2 epilogue ---- */
 /* ======================================================================================== */
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
@@ -2549,7 +2547,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
 }
 
 /* ======================================================================================== */
-/* >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)                */
+/* >>amp ---- amplitude encoding from host data (qk_cuda_amplitude_encode) ---- */
 /* ======================================================================================== */
 
 /* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
@@ -2679,7 +2677,7 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
 }
 
 /* ======================================================================================== */
-/* >>tune       the autotuner (qk_cuda_tune_gram)                                           */
+/* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
 /* ======================================================================================== */
 
 /* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
@@ -2777,7 +2775,7 @@ extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, i
 }
 
 /* ======================================================================================== */
-/* >>pipeline   the Gram pipeline: streams, job state, qk__pipe                             */
+/* >>pipeline ---- the Gram job: streams and events, job state, qk__pipe's steps ---- */
 /* ======================================================================================== */
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
@@ -3215,7 +3213,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 };
 
 /* ======================================================================================== */
-/* >>api        the extern "C" surface used by qk.h                                         */
+/* >>api ---- the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) ---- */
 /* ======================================================================================== */
 
 extern "C" int qk_cuda_device_count(void)
@@ -3368,7 +3366,7 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
     return r;
 }
-/* >>tcf ---- the fused tensor-core Gram (plan.use_blas 8 TF32, 9 FP32X3, 10 FP16) ---- */
+/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
    epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of
@@ -3763,7 +3761,7 @@ static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D,
     return qk__launch_tcf<CPLX, OutT>(G, cfg, (const uint32_t *)ws, (const uint32_t *)ws, n, n, K, n, K, 0, 1, 0, E);
 }
 
-/* >>devices ---- several GPUs in one process (qk.h, extern "C") ---- */
+/* >>devices ---- device selection and a clock for qk.h's several-GPU driver ---- */
 /* qk.h drives one host thread per GPU of a context (docs/api.md, "Several GPUs"); each thread
    makes its GPU current with this, then runs qk_cuda_gram on its parts of K. */
 extern "C" qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size)
@@ -3784,7 +3782,7 @@ extern "C" double qk_cuda_wtime(void)
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
-/* >>mps ---- the MPS engine (docs/mps.md) ---- */
+/* >>mps ---- the MPS path: batched transfer-matrix contraction of padded site tensors ---- */
 /* K on the MPS path. qk.h builds every sample's MPS on the host (its exact builder, or the
    truncating one) and hands the site tensors over, padded to a bond of chi on both sides:
    site s of sample i is A[l][a][r] (l, r < chi, a < 2), entry e = (l * 2 + a) * chi + r, and the

@@ -11,8 +11,9 @@ Each generated file has a skeleton, src/qk_unity.h and src/cuda/qk_cuda.cu; both
 are (-Isrc). A line `#include "NAME"` whose NAME is a file beside the including file is replaced
 by that file's text, recursively; every other line is copied as it is. The skeleton's include
 list is therefore the dependency order, and the generated file's contents block is made from the
-`>>tag` lines of the files it includes (a block between `@contents` and `@end` lines in the
-skeleton's documentation is replaced).
+`>>tag ---- description ---- */` lines of the files it inlines: a line `@contents` in a
+skeleton's documentation block is replaced by that list (tag, description, source file), so the
+list cannot go stale.
 """
 import argparse
 import os
@@ -23,6 +24,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUTPUTS = [('qk_unity.h', 'qk.h'), (os.path.join('cuda', 'qk_cuda.cu'), 'qk_cuda.cu')]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+TAG = re.compile(r'^/\* >>(\w+) ---- (.*) ---- \*/\s*$')
+CONTENTS = re.compile(r'^(\s*)@contents\s*$')
 
 
 def read(path):
@@ -30,8 +33,13 @@ def read(path):
         return f.read().splitlines(keepends=True)
 
 
-def expand(path, lines_mode, stack=()):
-    """The text of path with its local includes inlined; a list of lines."""
+def expand(path, lines_mode, stack=(), tags=None, seen=None):
+    """The text of path with its local includes inlined (each file once: a second include of
+    the same file is dropped, as an include guard would); a list of lines. tags collects
+    (tag, description, file) in order."""
+    if seen is None:
+        seen = set()
+    seen.add(os.path.abspath(path))
     if path in stack:
         sys.exit('amalgamate: %s includes itself (%s)' % (path, ' -> '.join(stack)))
     rel = os.path.relpath(path, ROOT).replace(os.sep, '/')
@@ -40,16 +48,31 @@ def expand(path, lines_mode, stack=()):
         m = INCLUDE.match(line)
         inc = m and os.path.join(os.path.dirname(path), m.group(1))
         if inc and os.path.isfile(inc) and os.path.dirname(os.path.abspath(inc)).startswith(HERE):
-            out += expand(inc, lines_mode, stack + (path,))
+            if os.path.abspath(inc) not in seen:
+                out += expand(inc, lines_mode, stack + (path,), tags, seen)
             if lines_mode:
                 out.append('#line %d "%s"\n' % (no + 1, rel))
-        else:
-            out.append(line)
+            continue
+        t = TAG.match(line)
+        if t and tags is not None:
+            tags.append((t.group(1), t.group(2), os.path.relpath(path, HERE).replace(os.sep, '/')))
+        out.append(line)
     return out
 
 
 def generate(skeleton, lines_mode=False):
-    return ''.join(expand(os.path.join(HERE, skeleton), lines_mode))
+    tags = []
+    lines = expand(os.path.join(HERE, skeleton), lines_mode, tags=tags)
+    out = []
+    for line in lines:
+        c = CONTENTS.match(line)
+        if not c:
+            out.append(line)
+            continue
+        width = max(len(t) for t, _, _ in tags) + 2
+        for tag, desc, src in tags:
+            out.append('%s>>%-*s%s [%s]\n' % (c.group(1), width, tag, desc, src))
+    return ''.join(out)
 
 
 def main():

@@ -1,4 +1,4 @@
-/* >>config ---- implementation: includes and config ---- */
+/* >>config ---- includes, config macros, the allocator ---- */
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -57,7 +57,7 @@ static void *qk__calloc(size_t count, size_t size)
 }
 
 
-/* >>errors ---- implementation: errors ---- */
+/* >>errors ---- results, the detail message ---- */
 static QK__TLS char qk__errbuf[512];
 
 static void qk__set_errorv(const char *fmt, va_list ap)

@@ -1,4 +1,4 @@
-/* >>cpu_gram ---- implementation: CPU engine (Gram) ---- */
+/* >>cpu_gram ---- CPU engine: thread pool, blocked Gram ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
 typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;

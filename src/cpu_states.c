@@ -1,4 +1,4 @@
-/* >>cpu_states ---- implementation: CPU engine (states) ---- */
+/* >>cpu_states ---- CPU engine: states ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
    O(n * ops * 2^q), small next to the O(n^2 * 2^q) Gram. */

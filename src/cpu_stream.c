@@ -1,4 +1,4 @@
-/* >>cpu_stream ---- implementation: CPU engine, streamed output ---- */
+/* >>cpu_stream ---- CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
    blocks of 64, one write per row of K). */

@@ -1,4 +1,4 @@
-/* >>mps ---- implementation: MPS engine ---- */
+/* >>mps ---- the MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
    is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).

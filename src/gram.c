@@ -1,4 +1,4 @@
-/* >>ctx ---- implementation: context and orchestration ---- */
+/* >>ctx ---- context and orchestration (qk_gram, qk_states) ---- */
 struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];

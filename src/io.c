@@ -1,4 +1,4 @@
-/* >>npy_impl ---- implementation: npy / csv ---- */
+/* >>npy_impl ---- .npy / .csv readers and writers ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the

@@ -1,4 +1,4 @@
-/* >>maps_impl ---- implementation: feature maps ---- */
+/* >>maps_impl ---- maps, angles, data checks ---- */
 #include <float.h>
 
 /* Numbers in C syntax whatever the locale. A program that calls setlocale(LC_ALL, "de_DE.UTF-8")

@@ -1,4 +1,4 @@
-/* >>parser ---- implementation: map spec parser ---- */
+/* >>parser ---- the map spec parser ---- */
 /* Grammar (docs/maps.md):
      spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
      param  := key '=' value

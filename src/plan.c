@@ -1,4 +1,4 @@
-/* >>planner ---- implementation: device info, planner, VRAM estimator ---- */
+/* >>planner ---- device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
      scratch     per built state: its per-sample parameters (gate matrices and the dense

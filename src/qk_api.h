@@ -1,4 +1,4 @@
-/* >>results ---- results ---- */
+/* >>results ---- qk_result, error strings, the detail message ---- */
 typedef enum qk_result {
     QK_OK = 0,
     QK_ERROR_INVALID_ARGUMENT,   /* NULL pointer, bad size, bad option value */
@@ -23,7 +23,7 @@ QKDEF const char *qk_result_string(qk_result r);
 /* Detail message of the last error on this thread ("" when none). */
 QKDEF const char *qk_last_error(void);
 
-/* >>maps ---- feature maps ---- */
+/* >>maps ---- feature maps: ops, angles, built-ins, the spec parser's entry points ---- */
 /* clang-format off: the kinds in groups, one comment a group */
 typedef enum qk_op_kind {
     QK_OP_H = 1, QK_OP_X, QK_OP_Y, QK_OP_Z,
@@ -156,7 +156,7 @@ QKDEF void qk_map_angles(const qk_map *map, const double *x, double *theta);
    loses precision) nor is zero. The detail message names the first bad row, column and op. */
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name);
 
-/* >>context ---- context ---- */
+/* >>context ---- qk_ctx and its desc (device, threads, allocator, log) ---- */
 typedef enum qk_device {
     QK_DEVICE_AUTO = 0,     /* CUDA when a device and the engine exist, else CPU (logged) */
     QK_DEVICE_CPU,
@@ -244,7 +244,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
-/* >>gram ---- Gram ---- */
+/* >>gram ---- qk_gram and its desc (outputs, precision, path, progress) ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
      ANALYTIC  product maps: per-qubit overlaps, no states
      REAL      real statevectors (2^q doubles per sample), real Gram
@@ -327,7 +327,7 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
-/* >>plan ---- device info, planner, VRAM estimator ---- */
+/* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
     char name[128];
@@ -516,7 +516,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
-/* >>tune ---- autotune cache (public) ---- */
+/* >>tune ---- the autotune cache ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user
    (docs/autotune.md). The cache never makes its caller fail: a missing file or key is a miss; a
@@ -614,7 +614,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                                char *label, size_t label_size);
 /* ---- end autotune cache (public) ---- */
 
-/* >>schedule ---- work schedule: K dealt to workers (MPI ranks x GPUs) ---- */
+/* >>schedule ---- the work schedule (K dealt to MPI ranks x GPUs) ---- */
 /* A static split of K's pairs over n_workers workers, balanced by pair count (optionally
    weighted by each worker's speed). Each worker owns a band of whole rows [row0[w], row0[w+1]):
    for K(X,Y) one item, rows x all columns; for symmetric K(X,X) the band's part of the upper

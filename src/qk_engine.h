@@ -1,4 +1,4 @@
-/* >>meaning ---- the map's meaning, one definition for both engines ---- */
+/* >>meaning ---- the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout) ---- */
 /* Small inline helpers that the CPU engine (qk.h) and the GPU engine (qk_cuda.cu, where QK__HD
    is __host__ __device__) both call, so that the CPU oracle and the GPU cannot drift: an op's
    angle, the 2x2 matrix of a one-qubit op, the BASIS op's bit, and the layout of a product
@@ -59,7 +59,7 @@ static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
 enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 /* ---- end meaning ---- */
 
-/* >>engine ---- what the planner and the GPU engine share ---- */
+/* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
    both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
    kernel it will run, the engine executes what the plan says.
@@ -144,7 +144,7 @@ static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
 }
 /* ---- end engine ---- */
 
-/* >>cuda ---- CUDA engine surface (qk_cuda.cu, extern "C") ---- */
+/* >>cuda ---- the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu) ---- */
 /* Implemented in qk_cuda.cu; qk.h calls them only when QK_CUDA is defined. Declared with
    QK_CUDA_DEF, always extern (qk_cuda.cu defines them in its own translation unit), so that
    QK_STATIC, which makes qk.h's own functions static, still links with the engine. */

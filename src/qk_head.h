@@ -110,30 +110,10 @@
    never exits, aborts or prints unless a log callback is set. On error the caller's output is
    left untouched, unless a function documents otherwise.
 
-   Contents (grep for the tag; the declarations first, then the implementation)
+   Contents (grep for the tag; generated from the sources' tags by src/amalgamate.py: the
+   declarations first, then the implementation; [file] is the source in src/ to edit)
    ------------------------------------------------------------------------------
-     >>results      qk_result, error strings, the detail message
-     >>maps         feature maps: ops, angles, built-ins, the spec parser's entry points
-     >>meaning      the map's meaning shared with qk_cuda.cu (angles, one-qubit matrices, layout)
-     >>context      qk_ctx and its desc (device, threads, allocator, log)
-     >>gram         qk_gram and its desc (outputs, precision, path, progress)
-     >>engine       numbers the planner and the GPU engine share (pass qubits, the fused
-                    kernel's configurations and fixed table, the tensor-core engines)
-     >>plan         device info, qk_plan, the planner and the VRAM estimator
-     >>npy          arrays, .npy and .csv
-     >>tune         the autotune cache
-     >>schedule     the work schedule (K dealt to MPI ranks x GPUs)
-     >>cuda         the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu)
-     >>mpi          qk_gram_mpi (QK_MPI)
-     >>prof_impl    qk's own profiler zones        >>config      includes, config macros
-     >>errors       results, the detail message    >>maps_impl   maps, angles, data checks
-     >>parser       the map spec parser            >>cpu_states  CPU engine: states
-     >>cpu_gram     CPU engine: thread pool, blocked Gram
-     >>npy_impl     .npy / .csv readers, writers   >>npy_stream  the streaming .npy writer
-     >>cpu_stream   CPU engine, streamed output    >>schedule_impl  schedule and MPI
-     >>mps          the MPS engine                 >>planner     planner, VRAM estimator, autotune
-     >>tune_impl    the autotune cache (JSON)      >>ctx         context and orchestration (qk_gram)
-     >>delivery     the GPU engine's host-side slabs to the caller's output
+   @contents
 
    License: MIT (end of file).
 */

@@ -1,4 +1,4 @@
-/* >>mpi ---- MPI (declared under QK_MPI; may come after a plain include of qk.h) ---- */
+/* >>mpi ---- qk_gram_mpi (declared under QK_MPI; may come after a plain include of qk.h) ---- */
 #if defined(QK_MPI) && !defined(QK_H_MPI)
 #define QK_H_MPI
 #include <mpi.h>

@@ -1,4 +1,4 @@
-/* >>delivery ---- delivery: the GPU engine's host-side slabs to the caller's output ---- */
+/* >>delivery ---- the GPU engine's host-side slabs to the caller's output; several GPUs ---- */
 /* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
    about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
    page), PCIe delivers about 50 GB/s; the page faults of fresh memory run in parallel too. The

@@ -1,4 +1,4 @@
-/* >>schedule_impl ---- implementation: work schedule and MPI ---- */
+/* >>schedule_impl ---- the work schedule and qk_gram_mpi ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
    is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */

@@ -1,4 +1,4 @@
-/* >>npy_stream ---- implementation: streaming .npy writer ---- */
+/* >>npy_stream ---- the streaming .npy writer ---- */
 /* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
    temporary next to the target (qk__open_tmp), rows and row segments are written at their
    offsets as the engines deliver them, and qk__npyw_commit syncs and renames. A syncer thread

@@ -1,4 +1,4 @@
-/* >>tune_impl ---- implementation: autotune cache ---- */
+/* >>tune_impl ---- the autotune cache (JSON) ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
    It is shared by processes and users' tools and may be damaged, truncated or written by someone

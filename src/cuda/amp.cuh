@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)                */
+/* >>amp ---- amplitude encoding from host data (qk_cuda_amplitude_encode) ---- */
 /* ======================================================================================== */
 
 /* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */

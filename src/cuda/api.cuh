@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>api        the extern "C" surface used by qk.h                                         */
+/* >>api ---- the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) ---- */
 /* ======================================================================================== */
 
 extern "C" int qk_cuda_device_count(void)

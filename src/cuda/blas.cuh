@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>blas       cuBLAS and the tensor-core engines, and their |.|^2 epilogue                */
+/* >>blas ---- cuBLAS and the tensor-core engines, the |.|^2 epilogue ---- */
 /* ======================================================================================== */
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is

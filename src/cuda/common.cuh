@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>common     the device program, complex helpers, dispatch, tiles                        */
+/* >>common ---- the device program's structs, complex helpers, the float/double dispatcher, triangular grid, tile store ---- */
 /* ======================================================================================== */
 
 enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };

@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>compile    the program compiler: a qk_map -> the device program, and its upload        */
+/* >>compile ---- qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes; qk__dprog on the device ---- */
 /* ======================================================================================== */
 
 struct qk__prog {

@@ -1,4 +1,4 @@
-/* >>devices ---- several GPUs in one process (qk.h, extern "C") ---- */
+/* >>devices ---- device selection and a clock for qk.h's several-GPU driver ---- */
 /* qk.h drives one host thread per GPU of a context (docs/api.md, "Several GPUs"); each thread
    makes its GPU current with this, then runs qk_cuda_gram on its parts of K. */
 extern "C" qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size)

@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>gram       the fused Gram kernel (SIMT, register tiles)                                */
+/* >>gram ---- the fused SIMT Gram kernel, its tile configurations ---- */
 /* ======================================================================================== */
 
 /* One k-step of a fused Gram operand into shared memory: R states from row r0 (of rows) and BK

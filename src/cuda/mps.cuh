@@ -1,4 +1,4 @@
-/* >>mps ---- the MPS engine (docs/mps.md) ---- */
+/* >>mps ---- the MPS path: batched transfer-matrix contraction of padded site tensors ---- */
 /* K on the MPS path. qk.h builds every sample's MPS on the host (its exact builder, or the
    truncating one) and hands the site tensors over, padded to a bond of chi on both sides:
    site s of sample i is A[l][a][r] (l, r < chi, a < 2), entry e = (l * 2 + a) * chi + r, and the

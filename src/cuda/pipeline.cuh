@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>pipeline   the Gram pipeline: streams, job state, qk__pipe                             */
+/* >>pipeline ---- the Gram job: streams and events, job state, qk__pipe's steps ---- */
 /* ======================================================================================== */
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream

@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>product    the analytic Gram of product maps                                           */
+/* >>product ---- the analytic Gram of product maps ---- */
 /* ======================================================================================== */
 
 /* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */

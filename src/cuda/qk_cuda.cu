@@ -57,27 +57,10 @@
    and shared-memory math, stream, launch check), then its host driver; the pipeline that
    strings them into a Gram job, then the extern "C" surface. Contents below. */
 
-/* Contents (grep for the tag: each operation's kernels, launchers and launch checks are one
-   section, as in llm.c)
-     >>common     the device program's structs, complex helpers, qk__theta, the float/double
-                  dispatcher (qk__dispatch), the triangular grid (qk__tri_grid, qk__tile_of),
-                  the staged tile store shared by the Gram kernels
-     >>compile    qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes;
-                  qk__dprog: the program on the device
-     >>states     prep, pass and qubit-vector kernels; qk__build_states
-     >>widen      states widened to interleaved doubles (qk_cuda_states)
-     >>product    the analytic Gram of product maps
-     >>gram       the fused SIMT Gram kernel, its tile configurations
-     >>small      the persistent few-qubit Gram kernel (fused configuration 7)
-     >>smalltc    its tensor-core form, fp16 hi/lo splits (fused configuration 8)
-     >>tcf        the fused tensor-core Gram kernel (mma.sync; use_blas 8..10)
-     >>devices    device selection and a clock for qk.h's several-GPU driver
-     >>mps        the MPS path: batched transfer-matrix contraction of padded site tensors
-     >>blas       cuBLAS and the tensor-core engines, the |.|^2 epilogue
-     >>amp        amplitude encoding from host data (qk_cuda_amplitude_encode)
-     >>tune       the autotuner (qk_cuda_tune_gram)
-     >>pipeline   the Gram job: streams and events, job state, qk__pipe's steps
-     >>api        the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...)
+/* Contents (grep for the tag; generated from the sources' tags by src/amalgamate.py; [file] is
+   the source in src/cuda/ to edit; each operation's kernels, launchers and launch checks are
+   one section, as in llm.c)
+   @contents
    Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>

@@ -1,4 +1,4 @@
-/* >>smalltc ---- the few-qubit Gram on the tensor cores (fused configuration 8) ---- */
+/* >>smalltc ---- its tensor-core form, fp16 hi/lo splits (fused configuration 8) ---- */
 /* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
    qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores (mma.sync
    m16n8k16, fp16 operands, fp32 accumulators) at fp32 accuracy: each amplitude, scaled by

@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>states     state construction: prep, pass, qubit vectors                               */
+/* >>states ---- prep, pass and qubit-vector kernels; qk__build_states ---- */
 /* ======================================================================================== */
 
 /* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,

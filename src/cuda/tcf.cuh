@@ -1,4 +1,4 @@
-/* >>tcf ---- the fused tensor-core Gram (plan.use_blas 8 TF32, 9 FP32X3, 10 FP16) ---- */
+/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
    epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of

@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>tune       the autotuner (qk_cuda_tune_gram)                                           */
+/* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
 /* ======================================================================================== */
 
 /* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */

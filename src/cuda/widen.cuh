@@ -1,5 +1,5 @@
 /* ======================================================================================== */
-/* >>widen      states widened to interleaved doubles (qk_cuda_states)                      */
+/* >>widen ---- states widened to interleaved doubles (qk_cuda_states) ---- */
 /* ======================================================================================== */
 
 /* complex double state -> interleaved doubles (qk_cuda_states) */
