@@ -135,12 +135,14 @@
    >>npy_impl       .npy / .csv readers and writers [io.c]
    >>npy_stream     the streaming .npy writer [sink_npy.c]
    >>cpu_stream     CPU engine, streamed output [cpu_stream.c]
-   >>schedule_impl  the work schedule and qk_gram_mpi [schedule.c]
+   >>schedule_impl  the work schedule (K dealt to MPI ranks x GPUs) [schedule.c]
    >>mps            the MPS engine [engine_mps.c]
-   >>planner        device info, planner, VRAM estimator [plan.c]
    >>tune_impl      the autotune cache (JSON) [tune.c]
-   >>ctx            context and orchestration (qk_gram, qk_states) [gram.c]
+   >>planner        device info, planner, VRAM estimator [plan.c]
+   >>ctx            the context (qk_ctx), qk_plan_make, qk_plan_describe [ctx.c]
    >>delivery       the GPU engine's host-side slabs to the caller's output; several GPUs [run_cuda.c]
+   >>gram_impl      qk_gram and qk_states: validate, plan, hand the plan to its engine [gram.c]
+   >>mpi_impl       qk_gram_mpi: K over the ranks of an MPI communicator [run_mpi.c]
 
    License: MIT (end of file).
 */
@@ -1307,7 +1309,6 @@ static const char *qk__prec_name(qk_precision p)
 }
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
-static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
 
 
 /* >>maps_impl ---- maps, angles, data checks ---- */
@@ -1356,6 +1357,26 @@ static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
         buf[n] = 0;
     }
     return buf;
+}
+
+/* An angle as the spec parser reads it back (qk_map_spec, error messages). */
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
+{
+    char off[40] = "", sc[40];
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
+    if (a->offset != 0.0) {
+        off[0] = '+';
+        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
+    }
+    qk__fmt_g(sc, sizeof sc, a->scale, 17);
+    switch (a->kind) {
+    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
+    default: return snprintf(buf, size, "0");
+    }
 }
 
 static int qk__ci_eq(const char *s, size_t n, const char *word)
@@ -1445,7 +1466,6 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
     return buf;
 }
 
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
 
 typedef struct qk__ops {
     qk_op *ops;
@@ -2382,25 +2402,6 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     r = qk_map_make(&d, out);
     QK_FREE(l.ops);
     return r;
-}
-
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
-{
-    char off[40] = "", sc[40];
-    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
-    if (a->offset != 0.0) {
-        off[0] = '+';
-        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
-    }
-    qk__fmt_g(sc, sizeof sc, a->scale, 17);
-    switch (a->kind) {
-    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
-    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
-    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
-    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
-    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
-    default: return snprintf(buf, size, "0");
-    }
 }
 
 /* snprintf-like appender that keeps counting past the end of the buffer */
@@ -5033,7 +5034,7 @@ done:
 }
 
 
-/* >>schedule_impl ---- the work schedule and qk_gram_mpi ---- */
+/* >>schedule_impl ---- the work schedule (K dealt to MPI ranks x GPUs) ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
    is the aligned row whose P is closest to the weighted share of workers 0 .. k-1. */
@@ -5149,533 +5150,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
     return QK_OK;
 }
 
-#if defined(QK_MPI)
-/* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the
-   data), the rows are dealt by qk_schedule_make, and each rank runs its band in blocks: for
-   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangles
-   K(X[a:b], X[c:c+w]) for c >= b (the same orientation as qk_gram's upper-triangle tiles, so the
-   same bits), each into a host buffer that goes to the file as row pieces and, transposed, as
-   the mirror below the diagonal. Between blocks a rank looks (MPI_Iprobe) for a failure notice
-   from another rank and stops; failures are announced with non-blocking sends and every phase
-   ends in qk__mpi_decide, a collective that hands every rank the first failing rank's result. */
-#ifndef QK_MPI_BLOCK_BYTES
-#define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
-#endif
-#define QK__MPI_TAG_FAIL 7117
-/* The writer thread syncs the file every QK_MPI_SYNC_BYTES it wrote, as the streaming .npy
-   writer's syncer does (and for the same reason: the kernel starts writing back only at
-   dirty_background_ratio, so without it a K smaller than a tenth of RAM reaches the disk only
-   in the final sync, after the compute); the compute goes on meanwhile. */
-#ifndef QK_MPI_SYNC_BYTES
-#define QK_MPI_SYNC_BYTES ((uint64_t)256 << 20)
-#endif
-#define QK__MPI_SYNC_BYTES ((uint64_t)(QK_MPI_SYNC_BYTES))
-
-static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d); /* orchestration */
-
-typedef struct qk__mpi {
-    MPI_Comm comm;          /* a duplicate of the caller's: our messages never meet theirs */
-    int rank, size;
-    int announced;          /* this rank sent its failure notice */
-    int fail_code;          /* the notice's payload (alive until the sends complete) */
-    int n_reqs;
-    MPI_Request *reqs;      /* size - 1 sends */
-} qk__mpi;
-
-/* Tells every other rank that this one failed (non-blocking; qk__mpi_decide completes it). */
-static void qk__mpi_announce(qk__mpi *m, qk_result r)
-{
-    int k;
-    if (m->announced || !m->reqs) return;
-    m->fail_code = (int)r;
-    m->n_reqs = 0;
-    for (k = 0; k < m->size; k++)
-        if (k != m->rank) MPI_Isend(&m->fail_code, 1, MPI_INT, k, QK__MPI_TAG_FAIL, m->comm, &m->reqs[m->n_reqs++]);
-    m->announced = 1;
-}
-
-static int qk__mpi_remote_failed(qk__mpi *m)
-{
-    int flag = 0;
-    MPI_Iprobe(MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, &flag, MPI_STATUS_IGNORE);
-    return flag;
-}
-
-/* Collective. r is this rank's result (its detail in qk_last_error). Returns QK_OK when every
-   rank succeeded, else on every rank the lowest failing rank's result and detail. Receives the
-   failure notices sent so far, so that none is left pending. */
-static qk_result qk__mpi_decide(qk__mpi *m, qk_result r)
-{
-    int key = r != QK_OK ? m->rank : m->size, first = m->size, ann = 0, k;
-    struct { int code; char msg[sizeof qk__errbuf]; } e;
-    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, m->comm);
-    MPI_Allreduce(&m->announced, &ann, 1, MPI_INT, MPI_SUM, m->comm);
-    for (k = 0; k < ann - m->announced; k++) {
-        int c;
-        MPI_Recv(&c, 1, MPI_INT, MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, MPI_STATUS_IGNORE);
-    }
-    if (m->announced) MPI_Waitall(m->n_reqs, m->reqs, MPI_STATUSES_IGNORE);
-    m->announced = 0;
-    m->n_reqs = 0;
-    if (first >= m->size) return QK_OK;
-    memset(&e, 0, sizeof e);
-    if (m->rank == first) {
-        e.code = (int)r;
-        snprintf(e.msg, sizeof e.msg, "%s", qk__errbuf);
-    }
-    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, m->comm);
-    if (m->size == 1) return qk__fail((qk_result)e.code, "%s", e.msg);
-    return qk__fail((qk_result)e.code, "rank %d of %d: %s", first, m->size, e.msg);
-}
-
-/* 64-bit FNV-1a over 8-byte words (the ranks compare their inputs with it) */
-static uint64_t qk__hash(uint64_t h, const void *p, size_t n)
-{
-    const unsigned char *c = (const unsigned char *)p;
-    size_t i;
-    for (i = 0; i + 8 <= n; i += 8) {
-        uint64_t v;
-        memcpy(&v, c + i, 8);
-        h = (h ^ v) * 0x100000001b3ull;
-    }
-    for (; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
-    return h;
-}
-
-static uint64_t qk__hash_map(const qk_map *m)
-{
-    uint64_t h = 0xcbf29ce484222325ull;
-    int v[4], i;
-    v[0] = (int)m->type; v[1] = m->n_qubits; v[2] = m->n_features; v[3] = m->n_ops;
-    h = qk__hash(h, v, sizeof v);
-    for (i = 0; i < m->n_ops; i++) {   /* field by field: struct padding is not data */
-        const qk_op *o = &m->ops[i];
-        int f[7];
-        double g[2];
-        f[0] = (int)o->kind; f[1] = o->q0; f[2] = o->q1; f[3] = (int)o->angle.kind;
-        f[4] = o->angle.x0; f[5] = o->angle.x1; f[6] = o->angle.w;
-        g[0] = o->angle.scale; g[1] = o->angle.offset;
-        h = qk__hash(h, f, sizeof f);
-        h = qk__hash(h, g, sizeof g);
-    }
-    if (m->n_weights > 0 && m->weights) h = qk__hash(h, m->weights, sizeof(double) * (size_t)m->n_weights);
-    return h;
-}
-
-/* One rank's band of rows. */
-typedef struct qk__mpi_band {
-    qk__mpi *m;
-    qk_ctx *ctx;
-    const qk_map *map;
-    const qk_gram_desc *desc;
-    qk_dtype dt;
-    size_t es;
-    int64_t n, cols;        /* K is n x cols */
-    int symmetric;
-    MPI_File fh;            /* NPY: this rank's handle on the temporary file */
-    const char *path;
-    uint64_t hdr, written;
-    uint64_t synced;        /* written bytes at the last periodic sync */
-    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
-    int64_t done, total;    /* this rank's entries of K, for the progress callback */
-    int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
-    int64_t di, dj;         /* the running sub-job's origin in K */
-} qk__mpi_band;
-
-static int qk__mpi_progress(int64_t done, int64_t total, void *user)
-{
-    qk__mpi_band *b = (qk__mpi_band *)user;
-    QK__UNUSED(total);
-    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
-}
-
-static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
-{
-    qk__mpi_band *b = (qk__mpi_band *)user;
-    return b->desc->tile_fn(i0 + b->di, j0 + b->dj, m, n, tile, ld, b->desc->tile_user);
-}
-
-/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB) */
-static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, size_t n)
-{
-    while (n > 0) {
-        int c = n > ((size_t)1 << 30) ? (1 << 30) : (int)n, got = 0, e, len = 0;
-        char msg[MPI_MAX_ERROR_STRING + 1];
-        MPI_Status st;
-        e = MPI_File_write_at(b->fh, (MPI_Offset)off, p, c, MPI_BYTE, &st);
-        if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
-        if (e != MPI_SUCCESS || got != c) {
-            if (e != MPI_SUCCESS) MPI_Error_string(e, msg, &len);
-            else len = snprintf(msg, sizeof msg, "%d of %d bytes written", got, c);
-            msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
-            return qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_write_at of %.3g MB at byte %llu failed: %s",
-                            b->path, (double)c * 1e-6, (unsigned long long)off, msg);
-        }
-        off += (uint64_t)c;
-        p += c;
-        n -= (size_t)c;
-        b->written += (uint64_t)c;
-    }
-    return QK_OK;
-}
-
-/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
-   else through the caller's tile callback. scale: entries of K per computed pair. */
-static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
-                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
-{
-    qk_gram_desc g;
-    qk_result r;
-    memset(&g, 0, sizeof g);
-    g.x = x;
-    g.n_x = nx;
-    g.y = y;
-    g.n_y = y ? ny : 0;
-    g.precision = b->desc->precision;
-    g.path = b->desc->path;
-    g.out_dtype = b->dt;
-    if (b->desc->output == QK_OUTPUT_NPY) {
-        g.output = QK_OUTPUT_HOST;
-        g.out = out;
-        g.ld_out = ld;
-    } else {
-        g.output = QK_OUTPUT_CALLBACK;
-        g.tile_fn = qk__mpi_tile;
-        g.tile_user = b;
-    }
-    if (b->desc->progress) {
-        g.progress = qk__mpi_progress;
-        g.progress_user = b;
-    }
-    b->scale = scale;
-    b->di = di;
-    b->dj = dj;
-    r = qk_gram(b->ctx, b->map, &g);
-    b->done += scale * nx * (y ? ny : nx);
-    if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
-        return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
-                        b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
-                        b->desc->output == QK_OUTPUT_NPY ? "; '" : "", b->desc->output == QK_OUTPUT_NPY ? b->path : "",
-                        b->desc->output == QK_OUTPUT_NPY ? "' was not written" : "");
-    return r;
-}
-
-/* One computed block, K[a .. a + h)[c0 .. c0 + w) in U (ld w), to the file: its rows, and for
-   symmetric K off the diagonal its mirror K[c][a .. a + h) for c in [c0, c0 + w), transposed
-   through tb 64 rows of K at a time. */
-typedef struct qk__mpi_block {
-    qk__mpi_band *b;
-    const char *U;
-    char *tb;
-    int64_t a, h, c0, w;
-    int mirror;
-    qk_result r;
-    char err[sizeof qk__errbuf];
-} qk__mpi_block;
-
-static void *qk__mpi_block_write(void *p)
-{
-    qk__mpi_block *s = (qk__mpi_block *)p;
-    qk__mpi_band *b = s->b;
-    const int64_t n = b->cols, a = s->a, h = s->h, c0 = s->c0, w = s->w;
-    const size_t es = b->es;
-    int64_t i, c, k;
-    qk_result r = QK_OK;
-    QK_PROF_BEGIN("mpi write");
-    if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
-    else
-        for (i = 0; i < h && r == QK_OK; i++)
-            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)c0) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
-    for (k = 0; s->mirror && k < w && r == QK_OK; k += 64) {
-        int64_t nc = w - k < 64 ? w - k : 64;
-        for (i = 0; i < h; i++)
-            for (c = 0; c < nc; c++)
-                memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + k + c) * es, es);
-        for (c = 0; c < nc && r == QK_OK; c++)
-            r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
-    }
-    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
-        if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
-        b->synced = b->written;
-    }
-    QK_PROF_END("mpi write");
-    s->r = r;
-    if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
-    return NULL;
-}
-
-/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
-   columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
-   the budget so that the file writes of a block's rows (C elements) and of its mirror (S
-   elements) are both long, and each block builds only S + C states. The diagonal block of a
-   slab is a symmetric sub-job. NPY: two block buffers; a writer thread writes block k while the
-   engine computes block k + 1, when MPI allows MPI-IO from a second thread (the library provides
-   MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
-   check between blocks runs after the writer is joined); else each block is written before the
-   next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
-   is the job's). */
-static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
-{
-    const int npy = b->desc->output == QK_OUTPUT_NPY;
-    const int64_t cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
-    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
-    int64_t S, C, a, bnd, c0, k = 0;
-    char *U[2] = {NULL, NULL}, *tb = NULL;
-    qk__mpi_block sw;
-    qk_result r = QK_OK;
-    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
-    MPI_Query_thread(&level);
-    threaded = level >= MPI_THREAD_SERIALIZED;
-#endif
-    b->sync_often = threaded && npy && !b->desc->no_sync;
-    memset(&sw, 0, sizeof sw);
-    if (r1 <= r0) return QK_OK;
-    S = (int64_t)sqrt((double)(budget / es));
-    if (S >= 64) S = S / 64 * 64;        /* whole tiles of the CPU engine */
-    if (S < 1) S = 1;
-    if (S > r1 - r0) S = r1 - r0;
-    C = (int64_t)(budget / es) / S;
-    if (C >= 64) C = C / 64 * 64;
-    if (C < S) C = S;                    /* the symmetric diagonal block fits */
-    if (C > cols) C = cols;
-    for (b->total = 0, a = r0; a < r1; a = bnd) {
-        int64_t h;
-        bnd = r1 - a < S ? r1 : a + S;
-        h = bnd - a;
-        b->total += b->symmetric ? h * h + 2 * h * (cols - bnd) : h * cols;
-    }
-    if (npy) {
-        U[0] = (char *)qk__malloc((size_t)S * (size_t)C * es);
-        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
-        tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
-        if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
-            goto done;
-        }
-    }
-    for (a = r0; a < r1 && !stop; a = bnd) {
-        int64_t h;
-        bnd = r1 - a < S ? r1 : a + S;
-        h = bnd - a;
-        /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
-        for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
-            char *u = U[k & 1];
-            const int diag = b->symmetric && c0 == a;
-            const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
-            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
-            QK_PROF_BEGIN("mpi block");
-            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
-            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
-            QK_PROF_END("mpi block");
-            if (pending) {   /* the previous block's writer */
-#ifndef QK_NO_THREADS
-                pthread_join(wt, NULL);
-#endif
-                pending = 0;
-                if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
-            }
-            if (r != QK_OK) { stop = 1; break; }
-            if (npy) {
-                if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
-                sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
-                sw.mirror = b->symmetric && !diag;
-                sw.r = QK_OK;
-#ifndef QK_NO_THREADS
-                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
-                else
-#endif
-                {
-                    qk__mpi_block_write(&sw);
-                    if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
-                }
-            }
-            c0 += w;
-        }
-    }
-    if (pending) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
-        if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
-    }
-done:
-    if (U[1] != U[0]) QK_FREE(U[1]);
-    QK_FREE(U[0]);
-    QK_FREE(tb);
-    return r;
-}
-
-QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
-{
-    static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
-                                        "out_dtype", "precision", "no_sync", "the map", "the data X",
-                                        "the data Y", "out_path"};
-    qk__mpi m;
-    qk__mpi_band b;
-    qk_schedule sch;
-    qk_schedule_desc sd;
-    qk_result r = QK_OK, rc;
-    int inited = 0, finalized = 0, k, npy, opened = 0;
-    int64_t sig[11], lo[11], hi[11];
-    char *tmp = NULL;
-    char hdr[192];
-    MPI_File fh = MPI_FILE_NULL;
-
-    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
-    MPI_Initialized(&inited);
-    MPI_Finalized(&finalized);
-    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: MPI is %s", finalized ? "finalized" : "not initialized (call MPI_Init first)");
-    memset(&m, 0, sizeof m);
-    memset(&b, 0, sizeof b);
-    memset(&sch, 0, sizeof sch);
-    MPI_Comm_dup(comm, &m.comm);
-    MPI_Comm_rank(m.comm, &m.rank);
-    MPI_Comm_size(m.comm, &m.size);
-    m.reqs = (MPI_Request *)qk__malloc(sizeof(MPI_Request) * (size_t)m.size);
-
-    /* 1. every rank checks the request (data included) */
-    if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
-    if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
-    if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
-                     desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
-    rc = qk__mpi_decide(&m, r);
-    if (rc != QK_OK) goto done;
-
-    /* 2. the ranks agree on the job (else every rank fails the same way: no collective needed) */
-    npy = desc->output == QK_OUTPUT_NPY;
-    b.dt = desc->out_dtype ? desc->out_dtype
-         : (qk__prec_f32(desc->precision) ||
-            ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
-             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
-    sig[0] = desc->n_x;
-    sig[1] = desc->y ? desc->n_y : -1;
-    sig[2] = map->n_features;
-    sig[3] = (int64_t)desc->output;
-    sig[4] = (int64_t)b.dt;
-    sig[5] = (int64_t)desc->precision;
-    sig[6] = npy ? desc->no_sync != 0 : 0;
-    {
-        uint64_t h[4];
-        h[0] = qk__hash_map(map);
-        h[1] = qk__hash(0xcbf29ce484222325ull, desc->x, sizeof(double) * (size_t)(desc->n_x * map->n_features));
-        h[2] = desc->y ? qk__hash(0xcbf29ce484222325ull, desc->y, sizeof(double) * (size_t)(desc->n_y * map->n_features)) : 0;
-        h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
-        for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
-    }
-    MPI_Allreduce(sig, lo, 11, MPI_INT64_T, MPI_MIN, m.comm);
-    MPI_Allreduce(sig, hi, 11, MPI_INT64_T, MPI_MAX, m.comm);
-    for (k = 0; k < 11; k++)
-        if (lo[k] != hi[k]) {
-            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: the ranks disagree on %s (every rank passes the same map, X, Y and desc%s)",
-                          sig_names[k], k == 4 ? "; set out_dtype when the ranks run different engines" : "");
-            goto done;
-        }
-
-    /* 3. the rows of this rank */
-    memset(&sd, 0, sizeof sd);
-    sd.n_x = desc->n_x;
-    sd.n_y = desc->y ? desc->n_y : 0;
-    sd.n_workers = m.size;
-    r = qk_schedule_make(&sd, &sch);
-    rc = qk__mpi_decide(&m, r);
-    if (rc != QK_OK) goto done;
-    b.m = &m;
-    b.ctx = ctx;
-    b.map = map;
-    b.desc = desc;
-    b.es = b.dt == QK_F32 ? 4 : 8;
-    b.n = desc->n_x;
-    b.cols = desc->y ? desc->n_y : desc->n_x;
-    b.symmetric = desc->y == NULL;
-    b.path = npy ? desc->out_path : NULL;
-
-    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
-    if (npy) {
-        size_t nbytes = 0;
-        int len = 0;
-        r = QK_OK;
-        if (m.rank == 0) {
-            int fd = -1;
-            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
-            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
-            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
-            if (fd >= 0) (void)QK__CLOSE(fd);
-            if (tmp) len = (int)strlen(tmp);
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
-        if (m.rank != 0) {
-            tmp = (char *)qk__malloc((size_t)len + 1);
-            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
-        {
-            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
-            char msg[MPI_MAX_ERROR_STRING + 1];
-            if (e == MPI_SUCCESS) opened = 1;
-            else {
-                MPI_Error_string(e, msg, &elen);
-                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
-                             desc->out_path, tmp, msg);
-            }
-        }
-        b.fh = fh;
-        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
-        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-    }
-
-    /* 5. compute and write this rank's band */
-    r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
-    if (r != QK_OK) qk__mpi_announce(&m, r);
-    rc = qk__mpi_decide(&m, r);
-
-    /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
-    if (npy) {
-        uint64_t all = 0;
-        r = QK_OK;
-        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
-        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
-        opened = 0;
-        if (rc == QK_OK) {
-            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
-            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
-                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
-            rc = qk__mpi_decide(&m, r);
-        }
-        if (rc == QK_OK) {
-            r = QK_OK;
-            if (m.rank == 0) {
-                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
-                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
-            }
-            rc = qk__mpi_decide(&m, r);
-        }
-    }
-done:
-    if (opened) MPI_File_close(&fh);
-    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
-    QK_FREE(tmp);
-    qk_schedule_free(&sch);
-    if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
-    QK_FREE(m.reqs);
-    return rc;
-}
-#endif /* QK_MPI */
-/* ---- end work schedule and MPI ---- */
-
+/* ---- end work schedule ---- */
 /* >>mps ---- the MPS engine ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
@@ -6973,526 +6448,6 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
 }
 /* ---- end MPS engine ---- */
 
-/* >>planner ---- device info, planner, VRAM estimator ---- */
-/* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
-     states      (n_x + n_y) x row bytes (bulk) or two state tiles
-     scratch     per built state: its per-sample parameters (gate matrices and the dense
-                 quadratic phase forms of qk_cuda.cu's program) and, for programs of more than
-                 one pass (q > 13), a second state buffer
-     K           host/callback output: all of K resident when it fits (symmetric slabs mirror
-                 into later rows: half the pairs), else a ring of two slabs (full rows)
-     workspace   cuBLAS path: one slab of <a|b> in complex (or real) T
-   Staging (two pinned host slabs) is host memory, reported but not charged to the device.
-   Engine choice (fused SIMT kernel vs cuBLAS + fused epilogue), measured on an H200 with
-   qk-bench, K(X,X) fp32, zz reps=2 (bench/results/2026-11-21-h200.json):
-     q = 4  n = 32768: fused 399 Gpairs/s, cuBLAS 205 (write-bound: the fused kernel writes K
-                       once; cuBLAS writes the complex Gram, then the epilogue reads it back)
-     q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
-     q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
-   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
-   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
-   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
-#define QK__BLAS_MIN_QUBITS 7
-
-/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
-   real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
-   swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
-   |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
-   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
-   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
-   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
-   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
-   (fp32: fused 399 Gpairs/s, cuBLAS 205). FP32X3 sums hi*hi in chunks (a pass over C each):
-   at 6 qubits 116 Gpairs/s against the fused kernel's 121, at 8 qubits 87.6 against cuBLAS
-   fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
-#define QK__TC_MIN_QUBITS 6
-static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
-#define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
-   to this many qubits. Measured on an H200 (bench/results/2026-11-23-h200-tcfused-bench.json,
-   zz reps=2, K on the device): it is correct to its stated bounds but slower than the cuBLAS
-   engines at every size measured (8 q: tf32 106 vs 161 Gpairs/s, fp32x3 72 vs 87, fp16 189 vs
-   187; 12 q: tf32 7.3 vs 19.3), so the fixed table never picks it (0); the autotune still times
-   it per shape. */
-#define QK__TCF_MAX_QUBITS 0
-static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
-/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
-   plans keep their engines (0..2) only, so their results stay what they were. */
-static int qk__blas_ok(qk_precision p, qk_path path, int mode)
-{
-    if (mode == 0 || mode == 1) return 1;
-    if (p == QK_PRECISION_FP64) return mode == 7;
-    if (mode == 2) return path == QK_PATH_COMPLEX;
-    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
-    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
-}
-/* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
-   step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
-   engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
-   for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
-   and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
-   columns only (W doubles). */
-static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
-{
-    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
-    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
-    return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
-}
-
-/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
-   qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
-   value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
-   whole k-stages (32 words; FP32X3 16). */
-static double qk__tcf_ws(int eng, int cplx, int q, double rows)
-{
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
-    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
-    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
-}
-
-/* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
-   *state, the state itself (analytic: its q qubit 2-vectors), and *scratch, its build scratch
-   (params values of the compiled program, 1/||x||, the multi-pass state buffer beyond
-   QK__PASS_QUBITS, the sample's n_features doubles on the device). qk__plan_cuda and
-   qk_max_samples both count with it. */
-static void qk__vram_per_state(int q, int n_features, double params, qk_path path, double t, double *state, double *scratch)
-{
-    double D = ldexp(1.0, q > 62 ? 62 : q);
-    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * q * t; *scratch = 0; return; }
-    *state = D * t * (path == QK_PATH_REAL ? 1.0 : 2.0);
-    *scratch = params * t + 8.0 /* 1/||x|| */ + (q > QK__PASS_QUBITS ? D * 2.0 * t : 0.0);
-    *scratch += (double)n_features * 8.0; /* x on the device */
-}
-
-/* Device bytes per state of map m (qk__vram_per_state with its compiled program's params). */
-static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
-{
-    qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
-}
-
-/* ---- precision: stated error bounds and the AUTO choice ---- */
-QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
-{
-    const double q = n_qubits, u = ldexp(1.0, -11);
-    double ep;
-    if (n_qubits < 0 || n_qubits > 62) return -1.0;
-    switch (p) {
-    case QK_PRECISION_FP64: return 1e-10;
-    case QK_PRECISION_FP32: ep = 0.0; break;
-    case QK_PRECISION_TF32:
-    case QK_PRECISION_FP16: ep = 2.0 * u + u * u; break;
-    case QK_PRECISION_FP32X3: ep = 3.0 * ldexp(1.0, -22); break;
-    default: return -1.0;
-    }
-    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
-}
-
-/* Speed order of the GPU modes, measured on the H200 (docs/precision.md, zz 8/12/16 q and hea
-   12 q: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever the tensor cores apply). A tensor-core mode
-   is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
-   not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
-static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
-{
-    static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
-                                          QK_PRECISION_FP64};
-    /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
-       fp32's bound there drops the drift term */
-    const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
-    const double drift = ldexp(1.0, q - 24) / 4.0;
-    const double b32 = qk_precision_error_bound(QK_PRECISION_FP32, q) - (an ? drift : 0.0), t = tol > 0.0 ? tol : b32;
-    char g1[32], g2[32];
-    int i;
-    for (i = 0; i < 5; i++) {
-        const qk_precision m = order[i];
-        const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
-        const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
-        if (b > t) continue;
-        if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
-            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
-                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
-                     map->n_qubits);
-        return m;
-    }
-    if (note)
-        snprintf(note, size, "auto: fp64: no mode's error bound meets tol %s (fp64's is %s)", qk__fmt_g(g1, sizeof g1, t, 2),
-                 qk__fmt_g(g2, sizeof g2, qk_precision_error_bound(QK_PRECISION_FP64, q), 2));
-    return QK_PRECISION_FP64;
-}
-
-static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
-                               const qk_gram_desc *desc, qk_plan *p)
-{
-    const qk_path path = qk__path_of(map);
-    const int sym = desc->y == NULL;
-    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
-    char note[128] = "";
-    const qk_precision prec = desc->precision && desc->precision != QK_PRECISION_AUTO
-                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, note, sizeof note);
-    const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
-    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
-    const double ob = od == QK_F64 ? 8.0 : 4.0;
-    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
-    double st, sc, es, need;
-    int64_t slab, tile;
-    int tc_fallback = 0;
-    memset(p, 0, sizeof *p);
-    p->backend = QK_BACKEND_CUDA;
-    p->path = path;
-    p->precision = prec;
-    {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
-        const double drift = path == QK_PATH_ANALYTIC ? ldexp(1.0, (map->n_qubits > 62 ? 62 : map->n_qubits) - 24) / 4.0 : 0.0;
-        p->error_bound = qk_precision_error_bound(prec, map->n_qubits > 62 ? 62 : map->n_qubits) - (prec == QK_PRECISION_FP64 ? 0.0 : drift);
-        p->tol = desc->precision == QK_PRECISION_AUTO || desc->precision == QK_PRECISION_DEFAULT
-                     ? (desc->tol > 0.0 ? desc->tol : qk_precision_error_bound(QK_PRECISION_FP32, map->n_qubits > 62 ? 62 : map->n_qubits) - drift)
-                     : 0.0;
-    }
-    snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
-    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
-    p->bytes_budget = (size_t)budget;
-    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
-    if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
-    qk__cuda_state_bytes(map, path, t, &st, &sc);
-    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
-    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
-        if (p->use_blas == 1) tc_fallback = 2;
-    }
-    es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
-
-    /* states: bulk when all of them (and their scratch) take at most half the budget */
-    need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
-    if (need <= 0.5 * budget) {
-        p->bulk_states = 1;
-        p->state_tile = 0;
-        tile = nx > ny ? nx : ny;
-        p->bytes_states = (size_t)need;
-    } else {
-        /* two tiles (A and B) with scratch in half the budget, a power of two */
-        tile = 1;
-        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc) <= 0.5 * budget) tile *= 2;
-        if ((double)tile * (2.0 * st + sc) > 0.5 * budget)
-            return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: one %d-qubit state (%.3g GB with scratch) exceeds the device budget %.3g GB",
-                            map->n_qubits, (2.0 * st + sc) * 1e-9, budget * 1e-9);
-        p->bulk_states = 0;
-        p->state_tile = tile;
-        p->bytes_states = (size_t)((double)tile * (2.0 * st + sc));
-    }
-
-    /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
-       a quarter of the budget holds in cuBLAS workspace. Host outputs: ~64 MB of K per slab, so
-       the D2H of one overlaps the compute of the next and the host-side delivery of the one
-       before; the two pinned staging slabs cost little to allocate (cudaMallocHost pins about
-       5 GB/s on the H200 machine: 2 x 256 MB slabs cost ~0.2 s per call in the first streamed
-       run, bench/results/2026-11-23-h200-stream-a-bench.json, e2e8 pageable). */
-    if (desc->output == QK_OUTPUT_DEVICE) {
-        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
-           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
-        slab = nx;
-    } else {
-        slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
-        /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
-           complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
-           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
-           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
-        if (path != QK_PATH_ANALYTIC) {
-            double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
-            double cap = 25e-3 * 50e12 / (per_pair * (double)ny);
-            if ((double)slab > cap) slab = (int64_t)cap;
-        }
-        if (slab < 64) slab = 64;
-        if (slab > nx) slab = nx;
-    }
-    if (!p->bulk_states && slab > tile) slab = tile;
-    if (p->use_blas >= 3) {
-        /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
-           slots when there are several slabs); when even 64 rows do not (the columns' operands
-           alone), the fp32 cuBLAS engine, more accurate and without operand copies */
-        const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
-        int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
-            s2 = (s2 + 1) / 2;
-        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
-            tc_fallback = 1;
-            p->use_blas = 1;
-        } else {
-            slab = s2;
-            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
-        }
-    }
-    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
-        /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
-           state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
-           of the two workspaces is counted, so the autotune may pick either */
-        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
-                                     p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
-        if (fw <= QK__TC_WS_SHARE * budget) {
-            p->use_blas += 5;
-            if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
-        }
-    }
-    if (p->use_blas && p->use_blas < 3) {
-        int64_t cols = p->bulk_states ? ny : tile;
-        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
-        p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
-    }
-    p->tile_m = slab;
-    p->tile_n = p->bulk_states ? ny : tile;
-    p->slab_rows = desc->output == QK_OUTPUT_DEVICE ? 0 : slab;
-
-    /* K on the device (host/callback outputs) */
-    if (desc->output != QK_OUTPUT_DEVICE) {
-        double left = budget - (double)p->bytes_states - (double)p->bytes_workspace;
-        double full = (double)nx * (double)ny * ob;
-        p->k_resident = full <= left;
-        p->bytes_out = (size_t)(p->k_resident ? full : 2.0 * (double)slab * (double)ny * ob);
-        p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
-    }
-    p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
-    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
-    if ((double)p->bytes_total > budget)
-        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
-                        (double)p->bytes_total * 1e-9, budget * 1e-9);
-    if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (p->use_blas >= 8)
-        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
-    else if (p->use_blas >= 3)
-        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
-                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
-    else if (tc_fallback)
-        snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
-                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
-    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
-    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
-        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
-                 qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
-                 qk__prec_name(prec), qk__tc_min_qubits(prec));
-    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
-                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
-    return QK_OK;
-}
-
-static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
-
-/* A plan's device fields for one device (or the CPU engine: n_devices 0). */
-static void qk__plan_one_device(qk_plan *p, int ordinal)
-{
-    memset(p->devices, 0, sizeof p->devices);
-    memset(p->dev_row0, 0, sizeof p->dev_row0);
-    memset(p->dev_pairs, 0, sizeof p->dev_pairs);
-    p->n_devices = p->backend == QK_BACKEND_CUDA ? 1 : 0;
-    p->devices[0] = ordinal;
-    p->dev_row0[1] = p->n_x;
-    p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
-    p->dev_imbalance = 1.0;
-    p->dev_full_rows = 0;
-}
-
-QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
-                                   const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
-{
-    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
-    if (r == QK_OK) qk__plan_one_device(out, 0);
-    return r;
-}
-
-#ifndef QK_MGPU_MIN_PAIRS
-#define QK_MGPU_MIN_PAIRS ((int64_t)1 << 25)
-#endif
-/* Full rows (qk_plan.dev_full_rows) below this many flops per byte of K: a GPU does ~50e12
-   flops/s (FP32 cores), a host thread transposes and writes ~5e9 bytes/s, so the mirror costs
-   more than recomputing when a pair's flops / its bytes < 1e4. */
-#define QK__MGPU_FULL_ROWS_FLOPS 1e4
-#ifndef QK_MGPU_HOST_BOUND_SPLIT
-#define QK_MGPU_HOST_BOUND_SPLIT 0
-#endif
-
-QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
-{
-    qk_schedule_desc sd;
-    qk_schedule sch;
-    double w[QK_MAX_DEVICES];
-    int k, use, same = 1, full;
-    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
-    qk_result r;
-    if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
-    if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
-    for (k = 0; k < n; k++) {
-        int j;
-        if (!infos[k].present) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: infos[%d] is not a present device", k);
-        if (ordinals && ordinals[k] < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: ordinals[%d] = %d", k, ordinals[k]);
-        for (j = 0; ordinals && j < k; j++)
-            if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
-    }
-    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
-    if (r != QK_OK) return r;
-    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
-    out->devices[0] = ordinals ? ordinals[0] : 0;
-    if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
-    total = out->dev_pairs[0];
-    full = desc->y == NULL && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY) &&
-           (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
-           QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
-    for (use = n; use > 1 && total / use < minp; use--) {}
-    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
-    for (k = 0; k < use; k++) {
-        w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
-        if (w[k] != w[0]) same = 0;
-    }
-    memset(&sd, 0, sizeof sd);
-    sd.n_x = desc->n_x;
-    sd.n_y = desc->y ? desc->n_y : full ? desc->n_x : 0;
-    sd.n_workers = use;
-    sd.weights = same ? NULL : w;
-    r = qk_schedule_make(&sd, &sch);
-    if (r != QK_OK) return r;
-    out->n_devices = use;
-    out->dev_full_rows = full;
-    for (k = 0; k < use; k++) {
-        out->devices[k] = ordinals ? ordinals[k] : k;
-        out->dev_row0[k] = sch.row0[k];
-        out->dev_pairs[k] = sch.pairs[k];
-    }
-    out->dev_row0[use] = sch.row0[use];
-    out->dev_imbalance = sch.imbalance;
-    qk_schedule_free(&sch);
-    return QK_OK;
-}
-
-/* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
-   columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
-   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
-   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
-static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
-{
-    const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
-    int n = 0;
-    if (b <= a) return 0;
-    if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
-    part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
-    if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
-    return n;
-}
-
-static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
-{
-    if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
-    if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: vram_fraction must be in (0, 1] (got %g)", vram_fraction);
-    if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
-    if ((int)desc->precision < (int)QK_PRECISION_DEFAULT || (int)desc->precision >= QK_PRECISION_COUNT)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
-    if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
-    if (!info->present) return qk__plan_cpu(info, map, desc, out);
-    /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
-       plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
-    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
-        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT)) {
-        qk__mps_prog prog;
-        qk_result rs = QK_ERROR_UNSUPPORTED, r;
-        int use = 0;
-        if (desc->path == QK_PATH_DEFAULT && map->n_qubits <= QK_MAX_STATE_QUBITS)
-            rs = qk__plan_cuda(info, vram_fraction, map, desc, out);
-        r = qk__mps_decide(map, desc, QK__MPS_GPU_FLOP_RATIO, rs == QK_OK, 0, &prog, &use);
-        if (r != QK_OK) return r;
-        if (!use)   /* the statevector plan, or its error again (with its detail) */
-            return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
-        r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
-        qk__mps_prog_free(&prog);
-        return r;
-    }
-    return qk__plan_cuda(info, vram_fraction, map, desc, out);
-}
-
-/* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
-   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
-   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
-   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
-#if defined(QK_CUDA) && QK_CUDA
-static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
-{
-    const qk_plan *plan = (const qk_plan *)user;
-    qk_cuda_tune_result res;
-    char err[256] = "";
-    int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
-    qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
-    if (r != QK_OK) return qk__fail(r, "%s", err);
-    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
-    *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
-    return QK_OK;
-}
-
-static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
-                              void *log_user, qk_plan *plan)
-{
-    qk_tune_request req;
-    char fixed[32], chosen[64], label[96];
-    int b = plan->use_blas, c = plan->kernel_cfg;
-    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
-    memset(&req, 0, sizeof req);
-    qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
-                     plan->precision, plan->n_qubits);
-    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
-    req.mode = mode;
-    req.cache_dir = cache_dir;
-    req.fixed_config = fixed;
-    req.measure = qk__cuda_measure;
-    req.measure_user = plan;
-    req.log = log;
-    req.log_user = log_user;
-    if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
-    /* a tensor-core engine only where the planner counted its operands (not where they did not
-       fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
-        qk__blas_ok(plan->precision, plan->path, b) &&
-        /* the fused tensor-core kernel only where the planner counted its operands */
-        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
-                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
-                        (double)plan->bytes_workspace) &&
-        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
-        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
-        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
-        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
-        plan->use_blas = b;
-        plan->kernel_cfg = c;
-    }
-    snprintf(plan->config, sizeof plan->config, "%s", label);
-}
-#endif /* QK_CUDA */
-
-/* Largest n such that K(X,X) of n samples keeps all its states resident (bulk) on the device,
-   for a zz-like map of n_qubits (scratch counted as for a map with one gate layer and two
-   phase runs); K itself is not counted (it may go out in slabs). */
-QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
-                             qk_precision precision)
-{
-    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
-    if (!info || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
-    if (!info->present) {
-        /* the CPU plan's bulk test (qk__plan_cpu_nt) for a complex map of one gate layer: the
-           states (fp64 complex, 16 x 2^q bytes each) and the scratch of every core's thread */
-        double avail, b = qk__host_budget(info, &avail), scr = qk__cpu_scratch_q(n_qubits, qk__ncores());
-        double per = 16.0 * ldexp(1.0, n_qubits);
-        return b > scr ? (int64_t)floor((b - scr) / per) : 0;
-    }
-    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
-    /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
-    qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
-    return (int64_t)floor(0.5 * budget / (st + sc)); /* integers below 2^53: exact in any order */
-}
-
-/* ---- end planner ---- */
-
 /* >>tune_impl ---- the autotune cache (JSON) ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
@@ -8572,7 +7527,527 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #endif /* QK__TUNE_ON */
 /* ---- end autotune cache ---- */
 
-/* >>ctx ---- context and orchestration (qk_gram, qk_states) ---- */
+/* >>planner ---- device info, planner, VRAM estimator ---- */
+/* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
+     states      (n_x + n_y) x row bytes (bulk) or two state tiles
+     scratch     per built state: its per-sample parameters (gate matrices and the dense
+                 quadratic phase forms of qk_cuda.cu's program) and, for programs of more than
+                 one pass (q > 13), a second state buffer
+     K           host/callback output: all of K resident when it fits (symmetric slabs mirror
+                 into later rows: half the pairs), else a ring of two slabs (full rows)
+     workspace   cuBLAS path: one slab of <a|b> in complex (or real) T
+   Staging (two pinned host slabs) is host memory, reported but not charged to the device.
+   Engine choice (fused SIMT kernel vs cuBLAS + fused epilogue), measured on an H200 with
+   qk-bench, K(X,X) fp32, zz reps=2 (bench/results/2026-11-21-h200.json):
+     q = 4  n = 32768: fused 399 Gpairs/s, cuBLAS 205 (write-bound: the fused kernel writes K
+                       once; cuBLAS writes the complex Gram, then the epilogue reads it back)
+     q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
+     q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
+   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
+   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
+   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
+#define QK__BLAS_MIN_QUBITS 7
+
+/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+   real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
+   swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
+   |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
+   writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
+   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
+   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
+   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
+   (fp32: fused 399 Gpairs/s, cuBLAS 205). FP32X3 sums hi*hi in chunks (a pass over C each):
+   at 6 qubits 116 Gpairs/s against the fused kernel's 121, at 8 qubits 87.6 against cuBLAS
+   fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
+#define QK__TC_MIN_QUBITS 6
+static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
+#define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
+/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
+   to this many qubits. Measured on an H200 (bench/results/2026-11-23-h200-tcfused-bench.json,
+   zz reps=2, K on the device): it is correct to its stated bounds but slower than the cuBLAS
+   engines at every size measured (8 q: tf32 106 vs 161 Gpairs/s, fp32x3 72 vs 87, fp16 189 vs
+   187; 12 q: tf32 7.3 vs 19.3), so the fixed table never picks it (0); the autotune still times
+   it per shape. */
+#define QK__TCF_MAX_QUBITS 0
+static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
+/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
+   plans keep their engines (0..2) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+{
+    if (mode == 0 || mode == 1) return 1;
+    if (p == QK_PRECISION_FP64) return mode == 7;
+    if (mode == 2) return path == QK_PATH_COMPLEX;
+    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
+    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+}
+/* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
+   step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
+   engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
+   for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
+   and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
+   columns only (W doubles). */
+static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+{
+    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
+    if (mode < 3) return c;
+    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+}
+
+/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+   qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
+   value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
+   whole k-stages (32 words; FP32X3 16). */
+static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+{
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
+    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
+}
+
+/* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
+   *state, the state itself (analytic: its q qubit 2-vectors), and *scratch, its build scratch
+   (params values of the compiled program, 1/||x||, the multi-pass state buffer beyond
+   QK__PASS_QUBITS, the sample's n_features doubles on the device). qk__plan_cuda and
+   qk_max_samples both count with it. */
+static void qk__vram_per_state(int q, int n_features, double params, qk_path path, double t, double *state, double *scratch)
+{
+    double D = ldexp(1.0, q > 62 ? 62 : q);
+    if (path == QK_PATH_ANALYTIC) { *state = 4.0 * q * t; *scratch = 0; return; }
+    *state = D * t * (path == QK_PATH_REAL ? 1.0 : 2.0);
+    *scratch = params * t + 8.0 /* 1/||x|| */ + (q > QK__PASS_QUBITS ? D * 2.0 * t : 0.0);
+    *scratch += (double)n_features * 8.0; /* x on the device */
+}
+
+/* Device bytes per state of map m (qk__vram_per_state with its compiled program's params). */
+static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
+{
+    qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
+}
+
+/* ---- precision: stated error bounds and the AUTO choice ---- */
+QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
+{
+    const double q = n_qubits, u = ldexp(1.0, -11);
+    double ep;
+    if (n_qubits < 0 || n_qubits > 62) return -1.0;
+    switch (p) {
+    case QK_PRECISION_FP64: return 1e-10;
+    case QK_PRECISION_FP32: ep = 0.0; break;
+    case QK_PRECISION_TF32:
+    case QK_PRECISION_FP16: ep = 2.0 * u + u * u; break;
+    case QK_PRECISION_FP32X3: ep = 3.0 * ldexp(1.0, -22); break;
+    default: return -1.0;
+    }
+    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
+}
+
+/* Speed order of the GPU modes, measured on the H200 (docs/precision.md, zz 8/12/16 q and hea
+   12 q: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever the tensor cores apply). A tensor-core mode
+   is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
+   not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
+static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+{
+    static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
+                                          QK_PRECISION_FP64};
+    /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
+       fp32's bound there drops the drift term */
+    const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
+    const double drift = ldexp(1.0, q - 24) / 4.0;
+    const double b32 = qk_precision_error_bound(QK_PRECISION_FP32, q) - (an ? drift : 0.0), t = tol > 0.0 ? tol : b32;
+    char g1[32], g2[32];
+    int i;
+    for (i = 0; i < 5; i++) {
+        const qk_precision m = order[i];
+        const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
+        const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (b > t) continue;
+        if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
+            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
+                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
+                     map->n_qubits);
+        return m;
+    }
+    if (note)
+        snprintf(note, size, "auto: fp64: no mode's error bound meets tol %s (fp64's is %s)", qk__fmt_g(g1, sizeof g1, t, 2),
+                 qk__fmt_g(g2, sizeof g2, qk_precision_error_bound(QK_PRECISION_FP64, q), 2));
+    return QK_PRECISION_FP64;
+}
+
+static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                               const qk_gram_desc *desc, qk_plan *p)
+{
+    const qk_path path = qk__path_of(map);
+    const int sym = desc->y == NULL;
+    const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
+    char note[128] = "";
+    const qk_precision prec = desc->precision && desc->precision != QK_PRECISION_AUTO
+                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, note, sizeof note);
+    const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
+    const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
+    const double ob = od == QK_F64 ? 8.0 : 4.0;
+    const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    double st, sc, es, need;
+    int64_t slab, tile;
+    int tc_fallback = 0;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CUDA;
+    p->path = path;
+    p->precision = prec;
+    {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
+        const double drift = path == QK_PATH_ANALYTIC ? ldexp(1.0, (map->n_qubits > 62 ? 62 : map->n_qubits) - 24) / 4.0 : 0.0;
+        p->error_bound = qk_precision_error_bound(prec, map->n_qubits > 62 ? 62 : map->n_qubits) - (prec == QK_PRECISION_FP64 ? 0.0 : drift);
+        p->tol = desc->precision == QK_PRECISION_AUTO || desc->precision == QK_PRECISION_DEFAULT
+                     ? (desc->tol > 0.0 ? desc->tol : qk_precision_error_bound(QK_PRECISION_FP32, map->n_qubits > 62 ? 62 : map->n_qubits) - drift)
+                     : 0.0;
+    }
+    snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
+    qk__plan_job_fields(p, map, desc, od, nx, ny, sym);
+    p->bytes_budget = (size_t)budget;
+    snprintf(p->device_name, sizeof p->device_name, "%s", info->name);
+    if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
+    qk__cuda_state_bytes(map, path, t, &st, &sc);
+    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
+        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
+        if (p->use_blas == 1) tc_fallback = 2;
+    }
+    es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
+
+    /* states: bulk when all of them (and their scratch) take at most half the budget */
+    need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
+    if (need <= 0.5 * budget) {
+        p->bulk_states = 1;
+        p->state_tile = 0;
+        tile = nx > ny ? nx : ny;
+        p->bytes_states = (size_t)need;
+    } else {
+        /* two tiles (A and B) with scratch in half the budget, a power of two */
+        tile = 1;
+        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc) <= 0.5 * budget) tile *= 2;
+        if ((double)tile * (2.0 * st + sc) > 0.5 * budget)
+            return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: one %d-qubit state (%.3g GB with scratch) exceeds the device budget %.3g GB",
+                            map->n_qubits, (2.0 * st + sc) * 1e-9, budget * 1e-9);
+        p->bulk_states = 0;
+        p->state_tile = tile;
+        p->bytes_states = (size_t)((double)tile * (2.0 * st + sc));
+    }
+
+    /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
+       a quarter of the budget holds in cuBLAS workspace. Host outputs: ~64 MB of K per slab, so
+       the D2H of one overlaps the compute of the next and the host-side delivery of the one
+       before; the two pinned staging slabs cost little to allocate (cudaMallocHost pins about
+       5 GB/s on the H200 machine: 2 x 256 MB slabs cost ~0.2 s per call in the first streamed
+       run, bench/results/2026-11-23-h200-stream-a-bench.json, e2e8 pageable). */
+    if (desc->output == QK_OUTPUT_DEVICE) {
+        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
+           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
+        slab = nx;
+    } else {
+        slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
+        /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
+           complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
+           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
+           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
+        if (path != QK_PATH_ANALYTIC) {
+            double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
+            double cap = 25e-3 * 50e12 / (per_pair * (double)ny);
+            if ((double)slab > cap) slab = (int64_t)cap;
+        }
+        if (slab < 64) slab = 64;
+        if (slab > nx) slab = nx;
+    }
+    if (!p->bulk_states && slab > tile) slab = tile;
+    if (p->use_blas >= 3) {
+        /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
+           slots when there are several slabs); when even 64 rows do not (the columns' operands
+           alone), the fp32 cuBLAS engine, more accurate and without operand copies */
+        const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
+        int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+            s2 = (s2 + 1) / 2;
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+            tc_fallback = 1;
+            p->use_blas = 1;
+        } else {
+            slab = s2;
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+        }
+    }
+    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
+        /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
+           state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
+           of the two workspaces is counted, so the autotune may pick either */
+        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+                                     p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
+        if (fw <= QK__TC_WS_SHARE * budget) {
+            p->use_blas += 5;
+            if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
+        }
+    }
+    if (p->use_blas && p->use_blas < 3) {
+        int64_t cols = p->bulk_states ? ny : tile;
+        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
+    }
+    p->tile_m = slab;
+    p->tile_n = p->bulk_states ? ny : tile;
+    p->slab_rows = desc->output == QK_OUTPUT_DEVICE ? 0 : slab;
+
+    /* K on the device (host/callback outputs) */
+    if (desc->output != QK_OUTPUT_DEVICE) {
+        double left = budget - (double)p->bytes_states - (double)p->bytes_workspace;
+        double full = (double)nx * (double)ny * ob;
+        p->k_resident = full <= left;
+        p->bytes_out = (size_t)(p->k_resident ? full : 2.0 * (double)slab * (double)ny * ob);
+        p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
+    }
+    p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
+    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
+    if ((double)p->bytes_total > budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
+                        (double)p->bytes_total * 1e-9, budget * 1e-9);
+    if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (p->use_blas >= 8)
+        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
+                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
+    else if (p->use_blas >= 3)
+        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
+                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
+    else if (tc_fallback)
+        snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
+                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
+    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
+        snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
+                 qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
+                 qk__prec_name(prec), qk__tc_min_qubits(prec));
+    else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
+                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    return QK_OK;
+}
+
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+
+/* A plan's device fields for one device (or the CPU engine: n_devices 0). */
+static void qk__plan_one_device(qk_plan *p, int ordinal)
+{
+    memset(p->devices, 0, sizeof p->devices);
+    memset(p->dev_row0, 0, sizeof p->dev_row0);
+    memset(p->dev_pairs, 0, sizeof p->dev_pairs);
+    p->n_devices = p->backend == QK_BACKEND_CUDA ? 1 : 0;
+    p->devices[0] = ordinal;
+    p->dev_row0[1] = p->n_x;
+    p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
+    p->dev_imbalance = 1.0;
+    p->dev_full_rows = 0;
+}
+
+QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
+                                   const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    if (r == QK_OK) qk__plan_one_device(out, 0);
+    return r;
+}
+
+#ifndef QK_MGPU_MIN_PAIRS
+#define QK_MGPU_MIN_PAIRS ((int64_t)1 << 25)
+#endif
+/* Full rows (qk_plan.dev_full_rows) below this many flops per byte of K: a GPU does ~50e12
+   flops/s (FP32 cores), a host thread transposes and writes ~5e9 bytes/s, so the mirror costs
+   more than recomputing when a pair's flops / its bytes < 1e4. */
+#define QK__MGPU_FULL_ROWS_FLOPS 1e4
+#ifndef QK_MGPU_HOST_BOUND_SPLIT
+#define QK_MGPU_HOST_BOUND_SPLIT 0
+#endif
+
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk_schedule_desc sd;
+    qk_schedule sch;
+    double w[QK_MAX_DEVICES];
+    int k, use, same = 1, full;
+    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    qk_result r;
+    if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
+    for (k = 0; k < n; k++) {
+        int j;
+        if (!infos[k].present) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: infos[%d] is not a present device", k);
+        if (ordinals && ordinals[k] < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: ordinals[%d] = %d", k, ordinals[k]);
+        for (j = 0; ordinals && j < k; j++)
+            if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
+    }
+    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    if (r != QK_OK) return r;
+    if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
+    out->devices[0] = ordinals ? ordinals[0] : 0;
+    if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
+    total = out->dev_pairs[0];
+    full = desc->y == NULL && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY) &&
+           (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
+           QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
+    for (use = n; use > 1 && total / use < minp; use--) {}
+    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
+    for (k = 0; k < use; k++) {
+        w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
+        if (w[k] != w[0]) same = 0;
+    }
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : full ? desc->n_x : 0;
+    sd.n_workers = use;
+    sd.weights = same ? NULL : w;
+    r = qk_schedule_make(&sd, &sch);
+    if (r != QK_OK) return r;
+    out->n_devices = use;
+    out->dev_full_rows = full;
+    for (k = 0; k < use; k++) {
+        out->devices[k] = ordinals ? ordinals[k] : k;
+        out->dev_row0[k] = sch.row0[k];
+        out->dev_pairs[k] = sch.pairs[k];
+    }
+    out->dev_row0[use] = sch.row0[use];
+    out->dev_imbalance = sch.imbalance;
+    qk_schedule_free(&sch);
+    return QK_OK;
+}
+
+/* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
+   columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
+   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
+   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
+static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
+{
+    const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
+    int n = 0;
+    if (b <= a) return 0;
+    if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
+    part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
+    if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
+    return n;
+}
+
+static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
+    if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: vram_fraction must be in (0, 1] (got %g)", vram_fraction);
+    if (desc->n_x <= 0 || (desc->y && desc->n_y <= 0))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: n_x and n_y must be > 0");
+    if ((int)desc->precision < (int)QK_PRECISION_DEFAULT || (int)desc->precision >= QK_PRECISION_COUNT)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
+    if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
+       plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
+    if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
+        (map->cls != QK_CLASS_PRODUCT && desc->path == QK_PATH_DEFAULT)) {
+        qk__mps_prog prog;
+        qk_result rs = QK_ERROR_UNSUPPORTED, r;
+        int use = 0;
+        if (desc->path == QK_PATH_DEFAULT && map->n_qubits <= QK_MAX_STATE_QUBITS)
+            rs = qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__mps_decide(map, desc, QK__MPS_GPU_FLOP_RATIO, rs == QK_OK, 0, &prog, &use);
+        if (r != QK_OK) return r;
+        if (!use)   /* the statevector plan, or its error again (with its detail) */
+            return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
+        r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
+        qk__mps_prog_free(&prog);
+        return r;
+    }
+    return qk__plan_cuda(info, vram_fraction, map, desc, out);
+}
+
+/* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
+   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
+   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
+   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+#if defined(QK_CUDA) && QK_CUDA
+static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
+{
+    const qk_plan *plan = (const qk_plan *)user;
+    qk_cuda_tune_result res;
+    char err[256] = "";
+    int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
+    qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    if (r != QK_OK) return qk__fail(r, "%s", err);
+    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
+    return QK_OK;
+}
+
+static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                              void *log_user, qk_plan *plan)
+{
+    qk_tune_request req;
+    char fixed[32], chosen[64], label[96];
+    int b = plan->use_blas, c = plan->kernel_cfg;
+    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
+    memset(&req, 0, sizeof req);
+    qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
+                     plan->precision, plan->n_qubits);
+    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    req.mode = mode;
+    req.cache_dir = cache_dir;
+    req.fixed_config = fixed;
+    req.measure = qk__cuda_measure;
+    req.measure_user = plan;
+    req.log = log;
+    req.log_user = log_user;
+    if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
+    /* a tensor-core engine only where the planner counted its operands (not where they did not
+       fit: the planner fell back to use_blas 1) */
+    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
+        qk__blas_ok(plan->precision, plan->path, b) &&
+        /* the fused tensor-core kernel only where the planner counted its operands */
+        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                        (double)plan->bytes_workspace) &&
+        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
+        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
+        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
+        plan->use_blas = b;
+        plan->kernel_cfg = c;
+    }
+    snprintf(plan->config, sizeof plan->config, "%s", label);
+}
+#endif /* QK_CUDA */
+
+/* Largest n such that K(X,X) of n samples keeps all its states resident (bulk) on the device,
+   for a zz-like map of n_qubits (scratch counted as for a map with one gate layer and two
+   phase runs); K itself is not counted (it may go out in slabs). */
+QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, int n_qubits,
+                             qk_precision precision)
+{
+    double t = precision == QK_PRECISION_FP64 ? 8.0 : 4.0, q = n_qubits, st, sc, budget;
+    if (!info || n_qubits < 1 || n_qubits > QK_MAX_STATE_QUBITS) return 0;
+    if (!info->present) {
+        /* the CPU plan's bulk test (qk__plan_cpu_nt) for a complex map of one gate layer: the
+           states (fp64 complex, 16 x 2^q bytes each) and the scratch of every core's thread */
+        double avail, b = qk__host_budget(info, &avail), scr = qk__cpu_scratch_q(n_qubits, qk__ncores());
+        double per = 16.0 * ldexp(1.0, n_qubits);
+        return b > scr ? (int64_t)floor((b - scr) / per) : 0;
+    }
+    budget = (vram_fraction > 0 && vram_fraction <= 1 ? vram_fraction : 0.85) * (double)info->free_bytes;
+    /* a complex zz-like map with a feature per qubit: 20 params per qubit, two phase runs */
+    qk__vram_per_state(n_qubits, n_qubits, 20.0 * q + 2.0 * (1 + q + q * q) + 1, QK_PATH_COMPLEX, t, &st, &sc);
+    return (int64_t)floor(0.5 * budget / (st + sc)); /* integers below 2^53: exact in any order */
+}
+
+/* ---- end planner ---- */
+
+/* >>ctx ---- the context (qk_ctx), qk_plan_make, qk_plan_describe ---- */
 struct qk_ctx {
     qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
     char cache_dir[1024];
@@ -9557,7 +9032,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 #endif /* QK_CUDA */
 /* ---- end several GPUs ---- */
 
-
+/* >>gram_impl ---- qk_gram and qk_states: validate, plan, hand the plan to its engine ---- */
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
@@ -9646,6 +9121,533 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
     return QK_OK;
 }
 
+
+/* >>mpi_impl ---- qk_gram_mpi: K over the ranks of an MPI communicator ---- */
+#if defined(QK_MPI)
+/* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the
+   data), the rows are dealt by qk_schedule_make, and each rank runs its band in blocks: for
+   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangles
+   K(X[a:b], X[c:c+w]) for c >= b (the same orientation as qk_gram's upper-triangle tiles, so the
+   same bits), each into a host buffer that goes to the file as row pieces and, transposed, as
+   the mirror below the diagonal. Between blocks a rank looks (MPI_Iprobe) for a failure notice
+   from another rank and stops; failures are announced with non-blocking sends and every phase
+   ends in qk__mpi_decide, a collective that hands every rank the first failing rank's result. */
+#ifndef QK_MPI_BLOCK_BYTES
+#define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
+#endif
+#define QK__MPI_TAG_FAIL 7117
+/* The writer thread syncs the file every QK_MPI_SYNC_BYTES it wrote, as the streaming .npy
+   writer's syncer does (and for the same reason: the kernel starts writing back only at
+   dirty_background_ratio, so without it a K smaller than a tenth of RAM reaches the disk only
+   in the final sync, after the compute); the compute goes on meanwhile. */
+#ifndef QK_MPI_SYNC_BYTES
+#define QK_MPI_SYNC_BYTES ((uint64_t)256 << 20)
+#endif
+#define QK__MPI_SYNC_BYTES ((uint64_t)(QK_MPI_SYNC_BYTES))
+
+
+typedef struct qk__mpi {
+    MPI_Comm comm;          /* a duplicate of the caller's: our messages never meet theirs */
+    int rank, size;
+    int announced;          /* this rank sent its failure notice */
+    int fail_code;          /* the notice's payload (alive until the sends complete) */
+    int n_reqs;
+    MPI_Request *reqs;      /* size - 1 sends */
+} qk__mpi;
+
+/* Tells every other rank that this one failed (non-blocking; qk__mpi_decide completes it). */
+static void qk__mpi_announce(qk__mpi *m, qk_result r)
+{
+    int k;
+    if (m->announced || !m->reqs) return;
+    m->fail_code = (int)r;
+    m->n_reqs = 0;
+    for (k = 0; k < m->size; k++)
+        if (k != m->rank) MPI_Isend(&m->fail_code, 1, MPI_INT, k, QK__MPI_TAG_FAIL, m->comm, &m->reqs[m->n_reqs++]);
+    m->announced = 1;
+}
+
+static int qk__mpi_remote_failed(qk__mpi *m)
+{
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, &flag, MPI_STATUS_IGNORE);
+    return flag;
+}
+
+/* Collective. r is this rank's result (its detail in qk_last_error). Returns QK_OK when every
+   rank succeeded, else on every rank the lowest failing rank's result and detail. Receives the
+   failure notices sent so far, so that none is left pending. */
+static qk_result qk__mpi_decide(qk__mpi *m, qk_result r)
+{
+    int key = r != QK_OK ? m->rank : m->size, first = m->size, ann = 0, k;
+    struct { int code; char msg[sizeof qk__errbuf]; } e;
+    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, m->comm);
+    MPI_Allreduce(&m->announced, &ann, 1, MPI_INT, MPI_SUM, m->comm);
+    for (k = 0; k < ann - m->announced; k++) {
+        int c;
+        MPI_Recv(&c, 1, MPI_INT, MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, MPI_STATUS_IGNORE);
+    }
+    if (m->announced) MPI_Waitall(m->n_reqs, m->reqs, MPI_STATUSES_IGNORE);
+    m->announced = 0;
+    m->n_reqs = 0;
+    if (first >= m->size) return QK_OK;
+    memset(&e, 0, sizeof e);
+    if (m->rank == first) {
+        e.code = (int)r;
+        snprintf(e.msg, sizeof e.msg, "%s", qk__errbuf);
+    }
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, m->comm);
+    if (m->size == 1) return qk__fail((qk_result)e.code, "%s", e.msg);
+    return qk__fail((qk_result)e.code, "rank %d of %d: %s", first, m->size, e.msg);
+}
+
+/* 64-bit FNV-1a over 8-byte words (the ranks compare their inputs with it) */
+static uint64_t qk__hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, c + i, 8);
+        h = (h ^ v) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t qk__hash_map(const qk_map *m)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    int v[4], i;
+    v[0] = (int)m->type; v[1] = m->n_qubits; v[2] = m->n_features; v[3] = m->n_ops;
+    h = qk__hash(h, v, sizeof v);
+    for (i = 0; i < m->n_ops; i++) {   /* field by field: struct padding is not data */
+        const qk_op *o = &m->ops[i];
+        int f[7];
+        double g[2];
+        f[0] = (int)o->kind; f[1] = o->q0; f[2] = o->q1; f[3] = (int)o->angle.kind;
+        f[4] = o->angle.x0; f[5] = o->angle.x1; f[6] = o->angle.w;
+        g[0] = o->angle.scale; g[1] = o->angle.offset;
+        h = qk__hash(h, f, sizeof f);
+        h = qk__hash(h, g, sizeof g);
+    }
+    if (m->n_weights > 0 && m->weights) h = qk__hash(h, m->weights, sizeof(double) * (size_t)m->n_weights);
+    return h;
+}
+
+/* One rank's band of rows. */
+typedef struct qk__mpi_band {
+    qk__mpi *m;
+    qk_ctx *ctx;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_dtype dt;
+    size_t es;
+    int64_t n, cols;        /* K is n x cols */
+    int symmetric;
+    MPI_File fh;            /* NPY: this rank's handle on the temporary file */
+    const char *path;
+    uint64_t hdr, written;
+    uint64_t synced;        /* written bytes at the last periodic sync */
+    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int64_t done, total;    /* this rank's entries of K, for the progress callback */
+    int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
+    int64_t di, dj;         /* the running sub-job's origin in K */
+} qk__mpi_band;
+
+static int qk__mpi_progress(int64_t done, int64_t total, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    QK__UNUSED(total);
+    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
+}
+
+static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    return b->desc->tile_fn(i0 + b->di, j0 + b->dj, m, n, tile, ld, b->desc->tile_user);
+}
+
+/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB) */
+static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, size_t n)
+{
+    while (n > 0) {
+        int c = n > ((size_t)1 << 30) ? (1 << 30) : (int)n, got = 0, e, len = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        MPI_Status st;
+        e = MPI_File_write_at(b->fh, (MPI_Offset)off, p, c, MPI_BYTE, &st);
+        if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+        if (e != MPI_SUCCESS || got != c) {
+            if (e != MPI_SUCCESS) MPI_Error_string(e, msg, &len);
+            else len = snprintf(msg, sizeof msg, "%d of %d bytes written", got, c);
+            msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
+            return qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_write_at of %.3g MB at byte %llu failed: %s",
+                            b->path, (double)c * 1e-6, (unsigned long long)off, msg);
+        }
+        off += (uint64_t)c;
+        p += c;
+        n -= (size_t)c;
+        b->written += (uint64_t)c;
+    }
+    return QK_OK;
+}
+
+/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
+   else through the caller's tile callback. scale: entries of K per computed pair. */
+static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
+                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
+{
+    qk_gram_desc g;
+    qk_result r;
+    memset(&g, 0, sizeof g);
+    g.x = x;
+    g.n_x = nx;
+    g.y = y;
+    g.n_y = y ? ny : 0;
+    g.precision = b->desc->precision;
+    g.path = b->desc->path;
+    g.out_dtype = b->dt;
+    if (b->desc->output == QK_OUTPUT_NPY) {
+        g.output = QK_OUTPUT_HOST;
+        g.out = out;
+        g.ld_out = ld;
+    } else {
+        g.output = QK_OUTPUT_CALLBACK;
+        g.tile_fn = qk__mpi_tile;
+        g.tile_user = b;
+    }
+    if (b->desc->progress) {
+        g.progress = qk__mpi_progress;
+        g.progress_user = b;
+    }
+    b->scale = scale;
+    b->di = di;
+    b->dj = dj;
+    r = qk_gram(b->ctx, b->map, &g);
+    b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
+        return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
+                        b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
+                        b->desc->output == QK_OUTPUT_NPY ? "; '" : "", b->desc->output == QK_OUTPUT_NPY ? b->path : "",
+                        b->desc->output == QK_OUTPUT_NPY ? "' was not written" : "");
+    return r;
+}
+
+/* One computed block, K[a .. a + h)[c0 .. c0 + w) in U (ld w), to the file: its rows, and for
+   symmetric K off the diagonal its mirror K[c][a .. a + h) for c in [c0, c0 + w), transposed
+   through tb 64 rows of K at a time. */
+typedef struct qk__mpi_block {
+    qk__mpi_band *b;
+    const char *U;
+    char *tb;
+    int64_t a, h, c0, w;
+    int mirror;
+    qk_result r;
+    char err[sizeof qk__errbuf];
+} qk__mpi_block;
+
+static void *qk__mpi_block_write(void *p)
+{
+    qk__mpi_block *s = (qk__mpi_block *)p;
+    qk__mpi_band *b = s->b;
+    const int64_t n = b->cols, a = s->a, h = s->h, c0 = s->c0, w = s->w;
+    const size_t es = b->es;
+    int64_t i, c, k;
+    qk_result r = QK_OK;
+    QK_PROF_BEGIN("mpi write");
+    if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
+    else
+        for (i = 0; i < h && r == QK_OK; i++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)c0) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
+    for (k = 0; s->mirror && k < w && r == QK_OK; k += 64) {
+        int64_t nc = w - k < 64 ? w - k : 64;
+        for (i = 0; i < h; i++)
+            for (c = 0; c < nc; c++)
+                memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + k + c) * es, es);
+        for (c = 0; c < nc && r == QK_OK; c++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
+    }
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+        if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
+        b->synced = b->written;
+    }
+    QK_PROF_END("mpi write");
+    s->r = r;
+    if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
+    return NULL;
+}
+
+/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+   columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
+   the budget so that the file writes of a block's rows (C elements) and of its mirror (S
+   elements) are both long, and each block builds only S + C states. The diagonal block of a
+   slab is a symmetric sub-job. NPY: two block buffers; a writer thread writes block k while the
+   engine computes block k + 1, when MPI allows MPI-IO from a second thread (the library provides
+   MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
+   check between blocks runs after the writer is joined); else each block is written before the
+   next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
+   is the job's). */
+static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
+{
+    const int npy = b->desc->output == QK_OUTPUT_NPY;
+    const int64_t cols = b->cols, d = b->map->n_features;
+    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    int64_t S, C, a, bnd, c0, k = 0;
+    char *U[2] = {NULL, NULL}, *tb = NULL;
+    qk__mpi_block sw;
+    qk_result r = QK_OK;
+    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
+#ifndef QK_NO_THREADS
+    pthread_t wt;
+    MPI_Query_thread(&level);
+    threaded = level >= MPI_THREAD_SERIALIZED;
+#endif
+    b->sync_often = threaded && npy && !b->desc->no_sync;
+    memset(&sw, 0, sizeof sw);
+    if (r1 <= r0) return QK_OK;
+    S = (int64_t)sqrt((double)(budget / es));
+    if (S >= 64) S = S / 64 * 64;        /* whole tiles of the CPU engine */
+    if (S < 1) S = 1;
+    if (S > r1 - r0) S = r1 - r0;
+    C = (int64_t)(budget / es) / S;
+    if (C >= 64) C = C / 64 * 64;
+    if (C < S) C = S;                    /* the symmetric diagonal block fits */
+    if (C > cols) C = cols;
+    for (b->total = 0, a = r0; a < r1; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        b->total += b->symmetric ? h * h + 2 * h * (cols - bnd) : h * cols;
+    }
+    if (npy) {
+        U[0] = (char *)qk__malloc((size_t)S * (size_t)C * es);
+        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
+        tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
+        if (!U[0] || !U[1] || (b->symmetric && !tb)) {
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            goto done;
+        }
+    }
+    for (a = r0; a < r1 && !stop; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
+        for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
+            char *u = U[k & 1];
+            const int diag = b->symmetric && c0 == a;
+            const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            QK_PROF_BEGIN("mpi block");
+            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
+            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            QK_PROF_END("mpi block");
+            if (pending) {   /* the previous block's writer */
+#ifndef QK_NO_THREADS
+                pthread_join(wt, NULL);
+#endif
+                pending = 0;
+                if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+            }
+            if (r != QK_OK) { stop = 1; break; }
+            if (npy) {
+                if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+                sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
+                sw.mirror = b->symmetric && !diag;
+                sw.r = QK_OK;
+#ifndef QK_NO_THREADS
+                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
+                else
+#endif
+                {
+                    qk__mpi_block_write(&sw);
+                    if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+                }
+            }
+            c0 += w;
+        }
+    }
+    if (pending) {
+#ifndef QK_NO_THREADS
+        pthread_join(wt, NULL);
+#endif
+        if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
+    }
+done:
+    if (U[1] != U[0]) QK_FREE(U[1]);
+    QK_FREE(U[0]);
+    QK_FREE(tb);
+    return r;
+}
+
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
+{
+    static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
+                                        "out_dtype", "precision", "no_sync", "the map", "the data X",
+                                        "the data Y", "out_path"};
+    qk__mpi m;
+    qk__mpi_band b;
+    qk_schedule sch;
+    qk_schedule_desc sd;
+    qk_result r = QK_OK, rc;
+    int inited = 0, finalized = 0, k, npy, opened = 0;
+    int64_t sig[11], lo[11], hi[11];
+    char *tmp = NULL;
+    char hdr[192];
+    MPI_File fh = MPI_FILE_NULL;
+
+    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: MPI is %s", finalized ? "finalized" : "not initialized (call MPI_Init first)");
+    memset(&m, 0, sizeof m);
+    memset(&b, 0, sizeof b);
+    memset(&sch, 0, sizeof sch);
+    MPI_Comm_dup(comm, &m.comm);
+    MPI_Comm_rank(m.comm, &m.rank);
+    MPI_Comm_size(m.comm, &m.size);
+    m.reqs = (MPI_Request *)qk__malloc(sizeof(MPI_Request) * (size_t)m.size);
+
+    /* 1. every rank checks the request (data included) */
+    if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
+    if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
+                     desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+
+    /* 2. the ranks agree on the job (else every rank fails the same way: no collective needed) */
+    npy = desc->output == QK_OUTPUT_NPY;
+    b.dt = desc->out_dtype ? desc->out_dtype
+         : (qk__prec_f32(desc->precision) ||
+            ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
+             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
+    sig[0] = desc->n_x;
+    sig[1] = desc->y ? desc->n_y : -1;
+    sig[2] = map->n_features;
+    sig[3] = (int64_t)desc->output;
+    sig[4] = (int64_t)b.dt;
+    sig[5] = (int64_t)desc->precision;
+    sig[6] = npy ? desc->no_sync != 0 : 0;
+    {
+        uint64_t h[4];
+        h[0] = qk__hash_map(map);
+        h[1] = qk__hash(0xcbf29ce484222325ull, desc->x, sizeof(double) * (size_t)(desc->n_x * map->n_features));
+        h[2] = desc->y ? qk__hash(0xcbf29ce484222325ull, desc->y, sizeof(double) * (size_t)(desc->n_y * map->n_features)) : 0;
+        h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
+        for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
+    }
+    MPI_Allreduce(sig, lo, 11, MPI_INT64_T, MPI_MIN, m.comm);
+    MPI_Allreduce(sig, hi, 11, MPI_INT64_T, MPI_MAX, m.comm);
+    for (k = 0; k < 11; k++)
+        if (lo[k] != hi[k]) {
+            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: the ranks disagree on %s (every rank passes the same map, X, Y and desc%s)",
+                          sig_names[k], k == 4 ? "; set out_dtype when the ranks run different engines" : "");
+            goto done;
+        }
+
+    /* 3. the rows of this rank */
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : 0;
+    sd.n_workers = m.size;
+    r = qk_schedule_make(&sd, &sch);
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+    b.m = &m;
+    b.ctx = ctx;
+    b.map = map;
+    b.desc = desc;
+    b.es = b.dt == QK_F32 ? 4 : 8;
+    b.n = desc->n_x;
+    b.cols = desc->y ? desc->n_y : desc->n_x;
+    b.symmetric = desc->y == NULL;
+    b.path = npy ? desc->out_path : NULL;
+
+    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    if (npy) {
+        size_t nbytes = 0;
+        int len = 0;
+        r = QK_OK;
+        if (m.rank == 0) {
+            int fd = -1;
+            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
+            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
+            if (fd >= 0) (void)QK__CLOSE(fd);
+            if (tmp) len = (int)strlen(tmp);
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
+        if (m.rank != 0) {
+            tmp = (char *)qk__malloc((size_t)len + 1);
+            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
+        {
+            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
+            char msg[MPI_MAX_ERROR_STRING + 1];
+            if (e == MPI_SUCCESS) opened = 1;
+            else {
+                MPI_Error_string(e, msg, &elen);
+                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                             desc->out_path, tmp, msg);
+            }
+        }
+        b.fh = fh;
+        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
+        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+    }
+
+    /* 5. compute and write this rank's band */
+    r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
+    if (r != QK_OK) qk__mpi_announce(&m, r);
+    rc = qk__mpi_decide(&m, r);
+
+    /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
+    if (npy) {
+        uint64_t all = 0;
+        r = QK_OK;
+        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+        opened = 0;
+        if (rc == QK_OK) {
+            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
+            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
+            rc = qk__mpi_decide(&m, r);
+        }
+        if (rc == QK_OK) {
+            r = QK_OK;
+            if (m.rank == 0) {
+                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
+                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
+            }
+            rc = qk__mpi_decide(&m, r);
+        }
+    }
+done:
+    if (opened) MPI_File_close(&fh);
+    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
+    QK_FREE(tmp);
+    qk_schedule_free(&sch);
+    if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
+    QK_FREE(m.reqs);
+    return rc;
+}
+#endif /* QK_MPI */
+/* ---- end work schedule and MPI ---- */
 
 #endif /* QK_IMPLEMENTATION */
 

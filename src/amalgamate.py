@@ -3,6 +3,8 @@
 
     python3 src/amalgamate.py            write qk.h and qk_cuda.cu at the repository root
     python3 src/amalgamate.py --check    exit 1 (and say which) if a committed file is stale
+    python3 src/amalgamate.py --layers   list the calls from one implementation source into a later
+                                         one (exit 1 on any not in LAYER_EXCEPTIONS)
     python3 src/amalgamate.py --lines -o DIR
                                          write both into DIR with #line directives, so a
                                          compiler error points into src/ (development builds)
@@ -75,15 +77,74 @@ def generate(skeleton, lines_mode=False):
     return ''.join(out)
 
 
+# Calls from an implementation source into a later one that are still there, each with the reason;
+# the layering check (--layers, run by --check) fails on any other. Remove an entry when its call
+# goes: a caller moves below its callee, or the code between them moves to the layer it serves.
+LAYER_EXCEPTIONS = {
+    ('map.c', 'qk__mps_bond_of'): 'qk_map_make keeps a wide map when it is MPS-able: the MPS program '
+                                  'compiler (engine_mps.c) should move below map.c',
+    ('cpu_states.c', 'qk__poll_init'): 'state builders poll the Gram job for a cancel (cpu_gram.c)',
+    ('cpu_states.c', 'qk__poll_tick'): 'state builders poll the Gram job for a cancel (cpu_gram.c)',
+    ('cpu_gram.c', 'qk__mps_tile'): 'the CPU tile loop dispatches MPS tiles to the MPS engine',
+    ('cpu_gram.c', 'qk__mps_plan'): 'the CPU planner (still in cpu_gram.c) asks the MPS engine',
+    ('cpu_gram.c', 'qk_precision_error_bound'): 'the CPU planner (still in cpu_gram.c) states the bound',
+    ('cpu_gram.c', 'qk__cpu_gram_npy'): 'the CPU engine opens its streamed .npy output itself (one sink: '
+                                        'issue 22 item 2)',
+}
+
+STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
+DEF = re.compile(r'^(?:static|QKDEF)\b[^;{}()=]*?\b(qk_?_\w+)\s*\(([^;{}]*?)\)\s*(;|\{)', re.M)
+
+
+def layer_violations():
+    """(caller file, callee, callee file) for each call from an implementation source into a
+    function defined in a later one, in the order of the qk.h skeleton."""
+    order = [m.group(1) for m in map(INCLUDE.match, read(os.path.join(HERE, 'qk_unity.h')))
+             if m and m.group(1).endswith('.c')]
+    text = {f: STRIP.sub(lambda m: re.sub(r'[^\n]', ' ', m.group(0)), ''.join(read(os.path.join(HERE, f))))
+            for f in order}
+    where = {}
+    for k, f in enumerate(order):
+        for m in DEF.finditer(text[f]):
+            if m.group(3) == '{':
+                where.setdefault(m.group(1), k)
+    out = []
+    for k, f in enumerate(order):
+        for name in sorted(set(re.findall(r'\b(qk_?_\w+)\s*\(', text[f]))):
+            if where.get(name, -1) > k:
+                out.append((f, name, order[where[name]]))
+    return out
+
+
+def check_layers(verbose):
+    bad = 0
+    for f, name, d in layer_violations():
+        why = LAYER_EXCEPTIONS.get((f, name))
+        if why is None:
+            bad += 1
+        if verbose or why is None:
+            print('%s: %s calls %s, defined later in %s%s' % ('allowed' if why else 'error', f, name, d,
+                                                            ' (' + why + ')' if why else ''),
+                  file=sys.stderr if why is None else sys.stdout)
+    return bad
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     ap.add_argument('--check', action='store_true', help='compare with the committed files; exit 1 if stale')
     ap.add_argument('--lines', action='store_true', help='add #line directives (not for committing)')
+    ap.add_argument('--layers', action='store_true', help='list calls into later sources (exit 1 on a new one)')
     ap.add_argument('-o', '--outdir', default=ROOT, help='where to write (default: the repository root)')
     a = ap.parse_args()
     if a.lines and os.path.abspath(a.outdir) == ROOT:
         sys.exit('amalgamate: --lines output is for development builds; give -o DIR outside the root')
-    stale = []
+    if a.layers:
+        return 1 if check_layers(True) else 0
+    stale, bad_layers = [], False
+    if a.check and check_layers(False):
+        print('amalgamate: a source calls into a later one (see above): move the caller below the callee '
+              'or the callee into an earlier layer', file=sys.stderr)
+        bad_layers = True
     for skel, name in OUTPUTS:
         text = generate(skel, a.lines)
         dest = os.path.join(a.outdir, name)
@@ -96,6 +157,8 @@ def main():
             with open(tmp, 'w', encoding='utf-8', newline='') as f:
                 f.write(text)
             os.replace(tmp, dest)
+    if bad_layers and not stale:
+        return 1
     if stale:
         print('amalgamate: stale: %s differ from a fresh amalgamation of src/ '
               '(run python3 src/amalgamate.py and commit)' % ', '.join(stale), file=sys.stderr)

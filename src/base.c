@@ -117,6 +117,5 @@ static const char *qk__prec_name(qk_precision p)
 }
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
-static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
 
 

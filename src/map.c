@@ -46,6 +46,26 @@ static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
     return buf;
 }
 
+/* An angle as the spec parser reads it back (qk_map_spec, error messages). */
+static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
+{
+    char off[40] = "", sc[40];
+    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
+    if (a->offset != 0.0) {
+        off[0] = '+';
+        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
+    }
+    qk__fmt_g(sc, sizeof sc, a->scale, 17);
+    switch (a->kind) {
+    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
+    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
+    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
+    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
+    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
+    default: return snprintf(buf, size, "0");
+    }
+}
+
 static int qk__ci_eq(const char *s, size_t n, const char *word)
 {
     size_t i;
@@ -133,7 +153,6 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
     return buf;
 }
 
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
 
 typedef struct qk__ops {
     qk_op *ops;

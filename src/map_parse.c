@@ -354,25 +354,6 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     return r;
 }
 
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
-{
-    char off[40] = "", sc[40];
-    if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
-    if (a->offset != 0.0) {
-        off[0] = '+';
-        qk__fmt_g(off + (a->offset < 0 ? 0 : 1), sizeof off - 1, a->offset, 17);
-    }
-    qk__fmt_g(sc, sizeof sc, a->scale, 17);
-    switch (a->kind) {
-    case QK_ARG_X: return snprintf(buf, size, "%s*x%d%s", sc, a->x0, off);
-    case QK_ARG_XX: return snprintf(buf, size, "%s*x%d*x%d%s", sc, a->x0, a->x1, off);
-    case QK_ARG_PIXX: return snprintf(buf, size, "%s*(pi-x%d)*(pi-x%d)%s", sc, a->x0, a->x1, off);
-    case QK_ARG_W: return snprintf(buf, size, "%s*w%d%s", sc, a->w, off);
-    case QK_ARG_WX: return snprintf(buf, size, "%s*w%d*x%d%s", sc, a->w, a->x0, off);
-    default: return snprintf(buf, size, "0");
-    }
-}
-
 /* snprintf-like appender that keeps counting past the end of the buffer */
 static void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
 {

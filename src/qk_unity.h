@@ -28,10 +28,12 @@ extern "C" {
 #include "cpu_stream.c"
 #include "schedule.c"
 #include "engine_mps.c"
-#include "plan.c"
 #include "tune.c"
-#include "gram.c"
+#include "plan.c"
+#include "ctx.c"
 #include "run_cuda.c"
+#include "gram.c"
+#include "run_mpi.c"
 #endif /* QK_IMPLEMENTATION */
 
 /*

@@ -1,0 +1,527 @@
+/* >>mpi_impl ---- qk_gram_mpi: K over the ranks of an MPI communicator ---- */
+#if defined(QK_MPI)
+/* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the
+   data), the rows are dealt by qk_schedule_make, and each rank runs its band in blocks: for
+   slab rows [a, b) of K(X,X) the symmetric sub-job K(X[a:b]) and the rectangles
+   K(X[a:b], X[c:c+w]) for c >= b (the same orientation as qk_gram's upper-triangle tiles, so the
+   same bits), each into a host buffer that goes to the file as row pieces and, transposed, as
+   the mirror below the diagonal. Between blocks a rank looks (MPI_Iprobe) for a failure notice
+   from another rank and stops; failures are announced with non-blocking sends and every phase
+   ends in qk__mpi_decide, a collective that hands every rank the first failing rank's result. */
+#ifndef QK_MPI_BLOCK_BYTES
+#define QK_MPI_BLOCK_BYTES ((size_t)512 << 20)
+#endif
+#define QK__MPI_TAG_FAIL 7117
+/* The writer thread syncs the file every QK_MPI_SYNC_BYTES it wrote, as the streaming .npy
+   writer's syncer does (and for the same reason: the kernel starts writing back only at
+   dirty_background_ratio, so without it a K smaller than a tenth of RAM reaches the disk only
+   in the final sync, after the compute); the compute goes on meanwhile. */
+#ifndef QK_MPI_SYNC_BYTES
+#define QK_MPI_SYNC_BYTES ((uint64_t)256 << 20)
+#endif
+#define QK__MPI_SYNC_BYTES ((uint64_t)(QK_MPI_SYNC_BYTES))
+
+
+typedef struct qk__mpi {
+    MPI_Comm comm;          /* a duplicate of the caller's: our messages never meet theirs */
+    int rank, size;
+    int announced;          /* this rank sent its failure notice */
+    int fail_code;          /* the notice's payload (alive until the sends complete) */
+    int n_reqs;
+    MPI_Request *reqs;      /* size - 1 sends */
+} qk__mpi;
+
+/* Tells every other rank that this one failed (non-blocking; qk__mpi_decide completes it). */
+static void qk__mpi_announce(qk__mpi *m, qk_result r)
+{
+    int k;
+    if (m->announced || !m->reqs) return;
+    m->fail_code = (int)r;
+    m->n_reqs = 0;
+    for (k = 0; k < m->size; k++)
+        if (k != m->rank) MPI_Isend(&m->fail_code, 1, MPI_INT, k, QK__MPI_TAG_FAIL, m->comm, &m->reqs[m->n_reqs++]);
+    m->announced = 1;
+}
+
+static int qk__mpi_remote_failed(qk__mpi *m)
+{
+    int flag = 0;
+    MPI_Iprobe(MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, &flag, MPI_STATUS_IGNORE);
+    return flag;
+}
+
+/* Collective. r is this rank's result (its detail in qk_last_error). Returns QK_OK when every
+   rank succeeded, else on every rank the lowest failing rank's result and detail. Receives the
+   failure notices sent so far, so that none is left pending. */
+static qk_result qk__mpi_decide(qk__mpi *m, qk_result r)
+{
+    int key = r != QK_OK ? m->rank : m->size, first = m->size, ann = 0, k;
+    struct { int code; char msg[sizeof qk__errbuf]; } e;
+    MPI_Allreduce(&key, &first, 1, MPI_INT, MPI_MIN, m->comm);
+    MPI_Allreduce(&m->announced, &ann, 1, MPI_INT, MPI_SUM, m->comm);
+    for (k = 0; k < ann - m->announced; k++) {
+        int c;
+        MPI_Recv(&c, 1, MPI_INT, MPI_ANY_SOURCE, QK__MPI_TAG_FAIL, m->comm, MPI_STATUS_IGNORE);
+    }
+    if (m->announced) MPI_Waitall(m->n_reqs, m->reqs, MPI_STATUSES_IGNORE);
+    m->announced = 0;
+    m->n_reqs = 0;
+    if (first >= m->size) return QK_OK;
+    memset(&e, 0, sizeof e);
+    if (m->rank == first) {
+        e.code = (int)r;
+        snprintf(e.msg, sizeof e.msg, "%s", qk__errbuf);
+    }
+    MPI_Bcast(&e, (int)sizeof e, MPI_BYTE, first, m->comm);
+    if (m->size == 1) return qk__fail((qk_result)e.code, "%s", e.msg);
+    return qk__fail((qk_result)e.code, "rank %d of %d: %s", first, m->size, e.msg);
+}
+
+/* 64-bit FNV-1a over 8-byte words (the ranks compare their inputs with it) */
+static uint64_t qk__hash(uint64_t h, const void *p, size_t n)
+{
+    const unsigned char *c = (const unsigned char *)p;
+    size_t i;
+    for (i = 0; i + 8 <= n; i += 8) {
+        uint64_t v;
+        memcpy(&v, c + i, 8);
+        h = (h ^ v) * 0x100000001b3ull;
+    }
+    for (; i < n; i++) h = (h ^ c[i]) * 0x100000001b3ull;
+    return h;
+}
+
+static uint64_t qk__hash_map(const qk_map *m)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    int v[4], i;
+    v[0] = (int)m->type; v[1] = m->n_qubits; v[2] = m->n_features; v[3] = m->n_ops;
+    h = qk__hash(h, v, sizeof v);
+    for (i = 0; i < m->n_ops; i++) {   /* field by field: struct padding is not data */
+        const qk_op *o = &m->ops[i];
+        int f[7];
+        double g[2];
+        f[0] = (int)o->kind; f[1] = o->q0; f[2] = o->q1; f[3] = (int)o->angle.kind;
+        f[4] = o->angle.x0; f[5] = o->angle.x1; f[6] = o->angle.w;
+        g[0] = o->angle.scale; g[1] = o->angle.offset;
+        h = qk__hash(h, f, sizeof f);
+        h = qk__hash(h, g, sizeof g);
+    }
+    if (m->n_weights > 0 && m->weights) h = qk__hash(h, m->weights, sizeof(double) * (size_t)m->n_weights);
+    return h;
+}
+
+/* One rank's band of rows. */
+typedef struct qk__mpi_band {
+    qk__mpi *m;
+    qk_ctx *ctx;
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_dtype dt;
+    size_t es;
+    int64_t n, cols;        /* K is n x cols */
+    int symmetric;
+    MPI_File fh;            /* NPY: this rank's handle on the temporary file */
+    const char *path;
+    uint64_t hdr, written;
+    uint64_t synced;        /* written bytes at the last periodic sync */
+    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int64_t done, total;    /* this rank's entries of K, for the progress callback */
+    int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
+    int64_t di, dj;         /* the running sub-job's origin in K */
+} qk__mpi_band;
+
+static int qk__mpi_progress(int64_t done, int64_t total, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    QK__UNUSED(total);
+    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
+}
+
+static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
+{
+    qk__mpi_band *b = (qk__mpi_band *)user;
+    return b->desc->tile_fn(i0 + b->di, j0 + b->dj, m, n, tile, ld, b->desc->tile_user);
+}
+
+/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB) */
+static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, size_t n)
+{
+    while (n > 0) {
+        int c = n > ((size_t)1 << 30) ? (1 << 30) : (int)n, got = 0, e, len = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        MPI_Status st;
+        e = MPI_File_write_at(b->fh, (MPI_Offset)off, p, c, MPI_BYTE, &st);
+        if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
+        if (e != MPI_SUCCESS || got != c) {
+            if (e != MPI_SUCCESS) MPI_Error_string(e, msg, &len);
+            else len = snprintf(msg, sizeof msg, "%d of %d bytes written", got, c);
+            msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
+            return qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_write_at of %.3g MB at byte %llu failed: %s",
+                            b->path, (double)c * 1e-6, (unsigned long long)off, msg);
+        }
+        off += (uint64_t)c;
+        p += c;
+        n -= (size_t)c;
+        b->written += (uint64_t)c;
+    }
+    return QK_OK;
+}
+
+/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
+   else through the caller's tile callback. scale: entries of K per computed pair. */
+static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
+                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
+{
+    qk_gram_desc g;
+    qk_result r;
+    memset(&g, 0, sizeof g);
+    g.x = x;
+    g.n_x = nx;
+    g.y = y;
+    g.n_y = y ? ny : 0;
+    g.precision = b->desc->precision;
+    g.path = b->desc->path;
+    g.out_dtype = b->dt;
+    if (b->desc->output == QK_OUTPUT_NPY) {
+        g.output = QK_OUTPUT_HOST;
+        g.out = out;
+        g.ld_out = ld;
+    } else {
+        g.output = QK_OUTPUT_CALLBACK;
+        g.tile_fn = qk__mpi_tile;
+        g.tile_user = b;
+    }
+    if (b->desc->progress) {
+        g.progress = qk__mpi_progress;
+        g.progress_user = b;
+    }
+    b->scale = scale;
+    b->di = di;
+    b->dj = dj;
+    r = qk_gram(b->ctx, b->map, &g);
+    b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
+        return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
+                        b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
+                        b->desc->output == QK_OUTPUT_NPY ? "; '" : "", b->desc->output == QK_OUTPUT_NPY ? b->path : "",
+                        b->desc->output == QK_OUTPUT_NPY ? "' was not written" : "");
+    return r;
+}
+
+/* One computed block, K[a .. a + h)[c0 .. c0 + w) in U (ld w), to the file: its rows, and for
+   symmetric K off the diagonal its mirror K[c][a .. a + h) for c in [c0, c0 + w), transposed
+   through tb 64 rows of K at a time. */
+typedef struct qk__mpi_block {
+    qk__mpi_band *b;
+    const char *U;
+    char *tb;
+    int64_t a, h, c0, w;
+    int mirror;
+    qk_result r;
+    char err[sizeof qk__errbuf];
+} qk__mpi_block;
+
+static void *qk__mpi_block_write(void *p)
+{
+    qk__mpi_block *s = (qk__mpi_block *)p;
+    qk__mpi_band *b = s->b;
+    const int64_t n = b->cols, a = s->a, h = s->h, c0 = s->c0, w = s->w;
+    const size_t es = b->es;
+    int64_t i, c, k;
+    qk_result r = QK_OK;
+    QK_PROF_BEGIN("mpi write");
+    if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
+    else
+        for (i = 0; i < h && r == QK_OK; i++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(a + i) * (uint64_t)n + (uint64_t)c0) * es, s->U + (size_t)(i * w) * es, (size_t)w * es);
+    for (k = 0; s->mirror && k < w && r == QK_OK; k += 64) {
+        int64_t nc = w - k < 64 ? w - k : 64;
+        for (i = 0; i < h; i++)
+            for (c = 0; c < nc; c++)
+                memcpy(s->tb + (size_t)(c * h + i) * es, s->U + (size_t)(i * w + k + c) * es, es);
+        for (c = 0; c < nc && r == QK_OK; c++)
+            r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
+    }
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+        if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
+        b->synced = b->written;
+    }
+    QK_PROF_END("mpi write");
+    s->r = r;
+    if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
+    return NULL;
+}
+
+/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+   columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
+   the budget so that the file writes of a block's rows (C elements) and of its mirror (S
+   elements) are both long, and each block builds only S + C states. The diagonal block of a
+   slab is a symmetric sub-job. NPY: two block buffers; a writer thread writes block k while the
+   engine computes block k + 1, when MPI allows MPI-IO from a second thread (the library provides
+   MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
+   check between blocks runs after the writer is joined); else each block is written before the
+   next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
+   is the job's). */
+static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
+{
+    const int npy = b->desc->output == QK_OUTPUT_NPY;
+    const int64_t cols = b->cols, d = b->map->n_features;
+    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    int64_t S, C, a, bnd, c0, k = 0;
+    char *U[2] = {NULL, NULL}, *tb = NULL;
+    qk__mpi_block sw;
+    qk_result r = QK_OK;
+    int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
+#ifndef QK_NO_THREADS
+    pthread_t wt;
+    MPI_Query_thread(&level);
+    threaded = level >= MPI_THREAD_SERIALIZED;
+#endif
+    b->sync_often = threaded && npy && !b->desc->no_sync;
+    memset(&sw, 0, sizeof sw);
+    if (r1 <= r0) return QK_OK;
+    S = (int64_t)sqrt((double)(budget / es));
+    if (S >= 64) S = S / 64 * 64;        /* whole tiles of the CPU engine */
+    if (S < 1) S = 1;
+    if (S > r1 - r0) S = r1 - r0;
+    C = (int64_t)(budget / es) / S;
+    if (C >= 64) C = C / 64 * 64;
+    if (C < S) C = S;                    /* the symmetric diagonal block fits */
+    if (C > cols) C = cols;
+    for (b->total = 0, a = r0; a < r1; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        b->total += b->symmetric ? h * h + 2 * h * (cols - bnd) : h * cols;
+    }
+    if (npy) {
+        U[0] = (char *)qk__malloc((size_t)S * (size_t)C * es);
+        U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
+        tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
+        if (!U[0] || !U[1] || (b->symmetric && !tb)) {
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            goto done;
+        }
+    }
+    for (a = r0; a < r1 && !stop; a = bnd) {
+        int64_t h;
+        bnd = r1 - a < S ? r1 : a + S;
+        h = bnd - a;
+        /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
+        for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
+            char *u = U[k & 1];
+            const int diag = b->symmetric && c0 == a;
+            const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            QK_PROF_BEGIN("mpi block");
+            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
+            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            QK_PROF_END("mpi block");
+            if (pending) {   /* the previous block's writer */
+#ifndef QK_NO_THREADS
+                pthread_join(wt, NULL);
+#endif
+                pending = 0;
+                if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+            }
+            if (r != QK_OK) { stop = 1; break; }
+            if (npy) {
+                if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+                sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
+                sw.mirror = b->symmetric && !diag;
+                sw.r = QK_OK;
+#ifndef QK_NO_THREADS
+                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
+                else
+#endif
+                {
+                    qk__mpi_block_write(&sw);
+                    if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
+                }
+            }
+            c0 += w;
+        }
+    }
+    if (pending) {
+#ifndef QK_NO_THREADS
+        pthread_join(wt, NULL);
+#endif
+        if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
+    }
+done:
+    if (U[1] != U[0]) QK_FREE(U[1]);
+    QK_FREE(U[0]);
+    QK_FREE(tb);
+    return r;
+}
+
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
+{
+    static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
+                                        "out_dtype", "precision", "no_sync", "the map", "the data X",
+                                        "the data Y", "out_path"};
+    qk__mpi m;
+    qk__mpi_band b;
+    qk_schedule sch;
+    qk_schedule_desc sd;
+    qk_result r = QK_OK, rc;
+    int inited = 0, finalized = 0, k, npy, opened = 0;
+    int64_t sig[11], lo[11], hi[11];
+    char *tmp = NULL;
+    char hdr[192];
+    MPI_File fh = MPI_FILE_NULL;
+
+    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
+    MPI_Initialized(&inited);
+    MPI_Finalized(&finalized);
+    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: MPI is %s", finalized ? "finalized" : "not initialized (call MPI_Init first)");
+    memset(&m, 0, sizeof m);
+    memset(&b, 0, sizeof b);
+    memset(&sch, 0, sizeof sch);
+    MPI_Comm_dup(comm, &m.comm);
+    MPI_Comm_rank(m.comm, &m.rank);
+    MPI_Comm_size(m.comm, &m.size);
+    m.reqs = (MPI_Request *)qk__malloc(sizeof(MPI_Request) * (size_t)m.size);
+
+    /* 1. every rank checks the request (data included) */
+    if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
+    if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
+                     desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+
+    /* 2. the ranks agree on the job (else every rank fails the same way: no collective needed) */
+    npy = desc->output == QK_OUTPUT_NPY;
+    b.dt = desc->out_dtype ? desc->out_dtype
+         : (qk__prec_f32(desc->precision) ||
+            ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
+             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
+    sig[0] = desc->n_x;
+    sig[1] = desc->y ? desc->n_y : -1;
+    sig[2] = map->n_features;
+    sig[3] = (int64_t)desc->output;
+    sig[4] = (int64_t)b.dt;
+    sig[5] = (int64_t)desc->precision;
+    sig[6] = npy ? desc->no_sync != 0 : 0;
+    {
+        uint64_t h[4];
+        h[0] = qk__hash_map(map);
+        h[1] = qk__hash(0xcbf29ce484222325ull, desc->x, sizeof(double) * (size_t)(desc->n_x * map->n_features));
+        h[2] = desc->y ? qk__hash(0xcbf29ce484222325ull, desc->y, sizeof(double) * (size_t)(desc->n_y * map->n_features)) : 0;
+        h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
+        for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
+    }
+    MPI_Allreduce(sig, lo, 11, MPI_INT64_T, MPI_MIN, m.comm);
+    MPI_Allreduce(sig, hi, 11, MPI_INT64_T, MPI_MAX, m.comm);
+    for (k = 0; k < 11; k++)
+        if (lo[k] != hi[k]) {
+            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: the ranks disagree on %s (every rank passes the same map, X, Y and desc%s)",
+                          sig_names[k], k == 4 ? "; set out_dtype when the ranks run different engines" : "");
+            goto done;
+        }
+
+    /* 3. the rows of this rank */
+    memset(&sd, 0, sizeof sd);
+    sd.n_x = desc->n_x;
+    sd.n_y = desc->y ? desc->n_y : 0;
+    sd.n_workers = m.size;
+    r = qk_schedule_make(&sd, &sch);
+    rc = qk__mpi_decide(&m, r);
+    if (rc != QK_OK) goto done;
+    b.m = &m;
+    b.ctx = ctx;
+    b.map = map;
+    b.desc = desc;
+    b.es = b.dt == QK_F32 ? 4 : 8;
+    b.n = desc->n_x;
+    b.cols = desc->y ? desc->n_y : desc->n_x;
+    b.symmetric = desc->y == NULL;
+    b.path = npy ? desc->out_path : NULL;
+
+    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    if (npy) {
+        size_t nbytes = 0;
+        int len = 0;
+        r = QK_OK;
+        if (m.rank == 0) {
+            int fd = -1;
+            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
+            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
+            if (fd >= 0) (void)QK__CLOSE(fd);
+            if (tmp) len = (int)strlen(tmp);
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
+        if (m.rank != 0) {
+            tmp = (char *)qk__malloc((size_t)len + 1);
+            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+        }
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
+        {
+            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
+            char msg[MPI_MAX_ERROR_STRING + 1];
+            if (e == MPI_SUCCESS) opened = 1;
+            else {
+                MPI_Error_string(e, msg, &elen);
+                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                             desc->out_path, tmp, msg);
+            }
+        }
+        b.fh = fh;
+        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
+        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
+        rc = qk__mpi_decide(&m, r);
+        if (rc != QK_OK) goto done;
+    }
+
+    /* 5. compute and write this rank's band */
+    r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
+    if (r != QK_OK) qk__mpi_announce(&m, r);
+    rc = qk__mpi_decide(&m, r);
+
+    /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
+    if (npy) {
+        uint64_t all = 0;
+        r = QK_OK;
+        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+        opened = 0;
+        if (rc == QK_OK) {
+            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
+            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
+                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
+            rc = qk__mpi_decide(&m, r);
+        }
+        if (rc == QK_OK) {
+            r = QK_OK;
+            if (m.rank == 0) {
+                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
+                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
+            }
+            rc = qk__mpi_decide(&m, r);
+        }
+    }
+done:
+    if (opened) MPI_File_close(&fh);
+    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
+    QK_FREE(tmp);
+    qk_schedule_free(&sch);
+    if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
+    QK_FREE(m.reqs);
+    return rc;
+}
+#endif /* QK_MPI */
+/* ---- end work schedule and MPI ---- */
+
