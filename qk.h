@@ -128,13 +128,16 @@
    >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) [prof.c]
    >>config         includes, config macros, the allocator [base.c]
    >>errors         results, the detail message [base.c]
+   >>mps_prog       the MPS program: sites, bond bounds, steps (is a wide map MPS-able?) [mps_prog.c]
    >>maps_impl      maps, angles, data checks [map.c]
    >>parser         the map spec parser [map_parse.c]
+   >>cpu_pool       CPU engine: thread pool, the Gram job and its progress / cancel polls [cpu_pool.c]
    >>cpu_states     CPU engine: states [cpu_states.c]
-   >>cpu_gram       CPU engine: thread pool, blocked Gram [cpu_gram.c]
+   >>cpu_gram       CPU engine: states for many samples, the blocked Gram tiles [cpu_gram.c]
    >>npy_impl       .npy / .csv readers and writers [io.c]
    >>npy_stream     the streaming .npy writer [sink_npy.c]
    >>cpu_stream     CPU engine, streamed output [cpu_stream.c]
+   >>cpu_run        CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram [cpu_run.c]
    >>schedule_impl  the work schedule (K dealt to MPI ranks x GPUs) [schedule.c]
    >>mps            the MPS engine [engine_mps.c]
    >>tune_impl      the autotune cache (JSON) [tune.c]
@@ -882,6 +885,16 @@ static QK__HD inline double qk__angle_value(const qk_angle *a, const double *x, 
 /* The BASIS op flips its qubit where its feature is 1 (qk_map_check_data admits 0 or 1 only). */
 static QK__HD inline int qk__basis_one(double feature) { return feature > 0.5; }
 
+/* Qubits an op acts on (the amplitude encoding: all, 0 here); whether it carries an angle. */
+static QK__HD inline int qk__op_arity(qk_op_kind k)
+{
+    return (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) ? 2 : (k == QK_OP_AMPLITUDE ? 0 : 1);
+}
+static QK__HD inline int qk__op_has_angle(qk_op_kind k)
+{
+    return k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_RZZ;
+}
+
 /* The 2x2 matrix of a one-qubit op of kind `kind` at angle t (conventions at the top of this
    file), m = (m00 re, m00 im, m01 re, m01 im, m10 re, m10 im, m11 re, m11 im); basis_one: a
    BASIS op's qk__basis_one. Returns 0, with m the identity, where the op acts as the identity
@@ -1234,6 +1247,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
+/* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
+   group (mps_prog.c, engine_mps.c): 8 doubles, one zmm with AVX-512. */
+#define QK__NJ 8
 
 static int qk__def_i(int v, int d) { return v ? v : d; }
 static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
@@ -1311,6 +1327,264 @@ static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p 
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
 
 
+/* >>mps_prog ---- the MPS program: sites, bond bounds, steps (is a wide map MPS-able?) ---- */
+/* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
+   is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
+   is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
+
+   Bond bound. Across the bond between sites b-1 and b, the Schmidt rank of the state is at most
+     - 2^min(b, q-b) (the smaller side's dimension), and
+     - the product, over the circuit, of the operator Schmidt ranks of the gates crossing the bond:
+       every two-qubit op of qk (CNOT, CZ, RZZ, and zz's CX-P-CX) has rank 2, and a run of
+       consecutive diagonal ops (Z, RZ, P, CZ, RZZ, CX-D-CX) is one diagonal operator whose rank
+       across the bond is at most 2^min(|L|, |R|), L and R the distinct qubits of its crossing pairs
+       on each side. Any other op (H, X, Y, RX, RY, basis, a lone CNOT) ends the run.
+   qk__mps_analyze walks the ops once and records, after every two-qubit step, this bound for each
+   bond the step crosses (the "running" bound); the last values are the bond dimensions the MPS
+   keeps. zz(reps=r, ent=linear) gets 2^r, circular 4^r, hea rings 4^layers (capped at the ends).
+   Orders: the qubits in their own order ("natural") or folded, 0, q-1, 1, q-2, ... , which puts
+   every ring pair at most two sites apart; the cheaper (sum of chi^3 over sites) is used.
+
+   Building (exact). Every two-qubit op is a sum of two products, sum_t P_t (x) G_t, with P_t the
+   projector on |t> of its first qubit: CNOT (G = I, X), CZ (I, Z), RZZ and CX-D-CX (diagonal). It
+   is applied as an MPO of bond 2: the projector site, the sites between (identity on a doubled
+   bond) and the other site; no factorization. Where a bond then exceeds its running bound (never
+   for zz linear reps 1, at the chain's ends for reps 2), the sites touched since the last
+   compression are swept: Householder QR left to right (left-orthonormal sites), then column-
+   pivoted Householder QR of each site's conjugate transpose right to left, keeping the running
+   bound's number of columns. With the sites outside the swept range orthonormal, the part dropped
+   is the trailing block of the pivoted QR, zero in exact arithmetic because the bound is a
+   theorem: what is dropped is rounding (its norm is measured, qk__mps_build's *discarded: about
+   1e-15). Nothing else is ever truncated. Precision: fp64 throughout.
+
+   Storage. The tensors of QK__NJ (8) samples are interleaved by lane: site s of group g is
+   [l][a][r] entries of 8 real parts then 8 imaginary parts, with the bond dimensions of the bound
+   (zero-padded where a sample's own rank is lower), so one pass of the contraction computes 8
+   overlaps with vector FMAs. Overlap of row sample i with a column group: E = 1;
+   per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
+   K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
+   progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
+#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
+#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+
+enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
+
+typedef struct qk__mps_step {
+    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
+    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
+    int s0, s1;
+    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
+    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
+    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
+} qk__mps_step;
+
+typedef struct qk__mps_prog {
+    int q, n_steps, folded, span, dense;
+    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
+    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
+    int *order;         /* q: site -> qubit */
+    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
+    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
+    int64_t group;      /* doubles per group of QK__NJ samples */
+    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
+    qk__mps_step *steps;
+    int *bounds;
+    int64_t n_bounds;
+    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
+    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
+    double cutoff;
+} qk__mps_prog;
+
+static void qk__mps_prog_free(qk__mps_prog *p)
+{
+    if (!p) return;
+    QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
+    memset(p, 0, sizeof *p);
+}
+
+static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+
+/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
+static int qk__mps_parity_at(const qk_map *m, int k)
+{
+    const qk_op *o = &m->ops[k];
+    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
+           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
+}
+
+static int qk__mps_add_set(int *set, int *n, int qb)
+{
+    int i;
+    if (*n > QK__MPS_SET) return 0;                 /* already "many" */
+    for (i = 0; i < *n; i++) if (set[i] == qb) return 0;
+    if (*n < QK__MPS_SET) set[*n] = qb;
+    (*n)++;
+    return 1;
+}
+
+/* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
+   soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
+static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
+{
+    const int q = m->n_qubits;
+    int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
+    int64_t nb = 0, nb_cap = 0, e;
+    int k, s, b, run = 0, stopped = 0;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->folded = folded;
+    p->chi = 1;
+    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    p->D = (int *)qk__calloc((size_t)q + 1, sizeof(int));
+    p->off = (int64_t *)qk__calloc((size_t)q + 1, sizeof(int64_t));
+    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step) * (size_t)(m->n_ops > 0 ? m->n_ops : 1));
+    pos = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    base = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    runid = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    cap = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    sets = (int *)qk__calloc((size_t)(q + 1) * (2 * QK__MPS_SET + 2), sizeof(int));
+    if (!p->order || !p->D || !p->off || !p->steps || !pos || !base || !runid || !cap || !sets) goto oom;
+    cur = p->D;
+    for (s = 0; s < q; s++) {
+        p->order[s] = !folded ? s : (s % 2 == 0 ? s / 2 : q - 1 - s / 2);
+        pos[p->order[s]] = s;
+    }
+    for (b = 0; b <= q; b++) {
+        int small = b < q - b ? b : q - b;
+        cur[b] = 1; base[b] = 1; runid[b] = -1;
+        cap[b] = small >= 30 ? QK__MPS_SAT : 1 << small;
+    }
+    for (k = 0; k < m->n_ops && !stopped; k++) {
+        const qk_op *o = &m->ops[k];
+        qk__mps_step *st = &p->steps[p->n_steps];
+        int diag;
+        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
+        if (qk__op_arity(o->kind) == 1) {
+            st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
+            if (!qk__mps_diag1(o->kind)) run++;
+            p->n_steps++;
+            continue;
+        }
+        st->kind = 2;
+        st->op = k;
+        if (qk__mps_parity_at(m, k)) { st->gate = QK__MPS_PARITY; st->op = k + 1; k += 2; }
+        else st->gate = o->kind == QK_OP_CNOT ? QK__MPS_CNOT : o->kind == QK_OP_CZ ? QK__MPS_CZ : QK__MPS_RZZ;
+        st->s0 = pos[o->q0] < pos[o->q1] ? pos[o->q0] : pos[o->q1];
+        st->s1 = pos[o->q0] < pos[o->q1] ? pos[o->q1] : pos[o->q0];
+        st->proj_left = pos[o->q0] == st->s0;
+        if (st->s1 - st->s0 > p->span) p->span = st->s1 - st->s0;
+        diag = st->gate != QK__MPS_CNOT;
+        if (!diag) run++;
+        if (nb + (st->s1 - st->s0) > nb_cap) {
+            int64_t nc = nb_cap ? 2 * nb_cap : 1024;
+            int *nbp;
+            while (nc < nb + (st->s1 - st->s0)) nc *= 2;
+            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            if (!nbp) goto oom;
+            p->bounds = nbp;
+            nb_cap = nc;
+        }
+        st->b = nb;
+        for (b = st->s0 + 1; b <= st->s1; b++) {
+            if (diag) {
+                int *sl = sets + (size_t)b * (2 * QK__MPS_SET + 2), *nl = sl + 2 * QK__MPS_SET, *nr = nl + 1;
+                int sh;
+                if (runid[b] != run) { base[b] = cur[b]; *nl = 0; *nr = 0; runid[b] = run; }
+                qk__mps_add_set(sl, nl, p->order[st->s0]);
+                qk__mps_add_set(sl + QK__MPS_SET, nr, p->order[st->s1]);
+                sh = *nl < *nr ? *nl : *nr;
+                cur[b] = (sh >= 30 || (int64_t)base[b] << sh >= cap[b]) ? cap[b] : base[b] << sh;
+            } else {
+                cur[b] = (int64_t)cur[b] * 2 >= cap[b] ? cap[b] : cur[b] * 2;
+                runid[b] = -1;
+            }
+            p->bounds[nb++] = cur[b];
+            if (cur[b] > p->chi) { p->chi = cur[b]; p->chi_bond = b; }
+            if (cur[b] > limit) stopped = 1;
+        }
+        if (!diag) run++;
+        p->n_steps++;
+    }
+    p->n_bounds = nb;
+    /* lane layout and cost (meaningful when the walk finished) */
+    p->D[0] = p->D[q] = 1;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    return QK_OK;
+oom:
+    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
+    qk__mps_prog_free(p);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory analysing the map");
+}
+
+/* Truncation: every bound capped at max_bond (the exact bound stays in exact_chi); the lane
+   layout and the cost follow the capped bonds. */
+static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
+{
+    int s;
+    int64_t k, e;
+    p->exact_chi = p->chi;
+    if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
+    p->max_bond = max_bond;
+    p->cutoff = cutoff;
+    if (max_bond <= 0 || p->dense) return;
+    for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
+    for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
+    if (p->chi > max_bond) p->chi = max_bond;
+    p->pair_flops = 0;
+    for (s = 0, e = 0; s < p->q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[p->q] = e;
+    p->group = e;
+}
+
+/* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
+   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
+   bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
+static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
+{
+    qk__mps_prog f;
+    const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
+    qk_result r = qk__mps_analyze(m, 0, limit, p);
+    if (r != QK_OK) return r;
+    qk__mps_cap(p, max_bond, cutoff);
+    if (p->dense || m->n_qubits < 3) return r;
+    r = qk__mps_analyze(m, 1, limit, &f);
+    if (r != QK_OK) { qk__mps_prog_free(p); return r; }
+    qk__mps_cap(&f, max_bond, cutoff);
+    if (f.chi <= QK_MPS_MAX_BOND &&
+        (p->chi > QK_MPS_MAX_BOND || f.pair_flops < p->pair_flops || (f.pair_flops == p->pair_flops && f.span < p->span))) {
+        qk__mps_prog_free(p);
+        *p = f;
+    } else {
+        qk__mps_prog_free(&f);
+    }
+    return QK_OK;
+}
+
+static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
+
+/* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
+   Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
+static int qk__mps_bond_of(const qk_map *m)
+{
+    qk__mps_prog p;
+    int chi;
+    if (qk__mps_prog_make(m, &p) != QK_OK) return QK__MPS_SAT;
+    chi = p.dense ? QK__MPS_SAT : p.chi;
+    qk__mps_prog_free(&p);
+    return chi;
+}
 /* >>maps_impl ---- maps, angles, data checks ---- */
 #include <float.h>
 
@@ -1498,14 +1772,6 @@ static qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, d
 }
 static qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
 
-static int qk__op_arity(qk_op_kind k)
-{
-    return (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) ? 2 : (k == QK_OP_AMPLITUDE ? 0 : 1);
-}
-static int qk__op_has_angle(qk_op_kind k)
-{
-    return k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_RZZ;
-}
 
 /* Entangling pairs of rep r for a pattern (Qiskit's get_entangler_map for 2-qubit blocks). */
 static int qk__pairs(qk_entanglement ent, int q, int rep, int (*pairs)[2], int max)
@@ -1675,7 +1941,6 @@ static qk_result qk__map_bounds(const qk_map_desc *d)
     return QK_OK;
 }
 
-static int qk__mps_bond_of(const qk_map *m);   /* MPS engine */
 
 /* Fills the desc's defaults (type, qubits, alpha, entanglement) and checks its shape and
    resource bounds: everything a builder may rely on. */
@@ -2458,6 +2723,246 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 }
 
 
+/* >>cpu_pool ---- CPU engine: thread pool, the Gram job and its progress / cancel polls ---- */
+/* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
+typedef void (*qk__work_fn)(void *ctx, int thread);
+typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
+
+#ifndef QK_NO_THREADS
+static void *qk__pool_main(void *p)
+{
+    qk__pool_arg *a = (qk__pool_arg *)p;
+    a->fn(a->ctx, a->thread);
+    return NULL;
+}
+#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
+#define QK__LOAD(p) (*(p))
+#define QK__STORE(p, v) (*(p) = (v))
+#endif
+
+static int qk__ncores(void)
+{
+#ifndef QK_NO_THREADS
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)(n > 256 ? 256 : n) : 1;
+#else
+    return 1;
+#endif
+}
+
+/* A context's pool of worker threads, started once (on its first qk_gram) and reused by every
+   parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
+   (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
+   qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
+   pool when there is one, else starts threads for the step. */
+#ifndef QK_NO_THREADS
+typedef struct qk__tpool qk__tpool;
+typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
+struct qk__tpool {
+    int n_workers, quit, want, busy;
+    unsigned gen;
+    qk__work_fn fn;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t th[255];
+    qk__tpool_worker w[255];
+};
+
+static void *qk__tpool_main(void *p)
+{
+    qk__tpool_worker *w = (qk__tpool_worker *)p;
+    qk__tpool *t = w->pool;
+    unsigned seen = 0;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
+        if (t->quit) break;
+        seen = t->gen;
+        if (w->index < t->want) {
+            qk__work_fn fn = t->fn;
+            void *arg = t->arg;
+            pthread_mutex_unlock(&t->mu);
+            fn(arg, w->index);
+            pthread_mutex_lock(&t->mu);
+            if (--t->busy == 0) pthread_cond_signal(&t->done);
+        }
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+/* Starts up to n - 1 workers (the caller is thread 0); fewer when threads cannot be started. */
+static qk_result qk__tpool_start(qk__tpool *t, int n)
+{
+    int i;
+    memset(t, 0, sizeof *t);
+    if (pthread_mutex_init(&t->mu, NULL) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (pthread_cond_init(&t->go, NULL) != 0) { pthread_mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
+    if (pthread_cond_init(&t->done, NULL) != 0) {
+        pthread_cond_destroy(&t->go);
+        pthread_mutex_destroy(&t->mu);
+        return QK_ERROR_OUT_OF_MEMORY;
+    }
+    if (n > 256) n = 256;
+    for (i = 1; i < n; i++) {
+        t->w[i - 1].pool = t;
+        t->w[i - 1].index = i;
+        if (pthread_create(&t->th[i - 1], NULL, qk__tpool_main, &t->w[i - 1]) != 0) break;
+        t->n_workers = i;
+    }
+    return QK_OK;
+}
+
+static void qk__tpool_stop(qk__tpool *t)
+{
+    int i;
+    pthread_mutex_lock(&t->mu);
+    t->quit = 1;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    for (i = 0; i < t->n_workers; i++) pthread_join(t->th[i], NULL);
+    pthread_cond_destroy(&t->done);
+    pthread_cond_destroy(&t->go);
+    pthread_mutex_destroy(&t->mu);
+}
+
+static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
+{
+    pthread_mutex_lock(&t->mu);
+    t->fn = fn;
+    t->arg = arg;
+    t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
+    t->busy = t->want - 1;
+    t->gen++;
+    pthread_cond_broadcast(&t->go);
+    pthread_mutex_unlock(&t->mu);
+    fn(arg, 0);
+    pthread_mutex_lock(&t->mu);
+    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
+    pthread_mutex_unlock(&t->mu);
+}
+
+static QK__TLS qk__tpool *qk__cur_pool;
+#endif
+
+/* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
+   when there is one, else on threads started for the step. If a thread cannot be started, the
+   threads that did start (and the caller) still drain the shared work. */
+static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
+{
+#ifndef QK_NO_THREADS
+    pthread_t th[256];
+    qk__pool_arg args[256];
+    int i, started = 0;
+    if (qk__cur_pool && n_threads > 1) { qk__tpool_run(qk__cur_pool, n_threads, fn, ctx); return; }
+    if (n_threads > 256) n_threads = 256;
+    for (i = 1; i < n_threads; i++) {
+        args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
+        if (pthread_create(&th[i], NULL, qk__pool_main, &args[i]) != 0) break;
+        started = i;
+    }
+    fn(ctx, 0);
+    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
+#else
+    QK__UNUSED(n_threads);
+    fn(ctx, 0);
+#endif
+}
+
+
+/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
+   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
+   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
+   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
+   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
+   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
+   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
+#define QK__POLL_WORK ((int64_t)1 << 21)
+#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
+typedef struct qk__poll {
+    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
+    int64_t work, every;
+} qk__poll;
+
+typedef struct qk__gram_job {
+    qk_path path;
+    const double *A, *B;        /* states (B == A when symmetric) */
+    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
+    int symmetric;
+    qk_dtype dt;
+    void *out;
+    int64_t ld;
+    qk_output output;
+    qk_tile_fn tile_fn;
+    void *tile_user;
+    qk_progress_fn progress;
+    void *progress_user;
+    int64_t tiles_i, tiles_j, n_tiles;
+    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
+       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
+       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
+    int64_t ti_begin, ti_end, row_base, mirror_end;
+    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
+       states; i_base, j_base: the block's first row and column in K (the callback's
+       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
+       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
+    int64_t i_base, j_base;
+    void *mirror_out;
+    int twice;
+    int64_t next;
+    int64_t pairs_done, pairs_total;
+    int cancel;                 /* 1: cancelled by a callback */
+    int oom;
+    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
+    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
+    /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
+    void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
+#ifndef QK_NO_THREADS
+    pthread_mutex_t cb_lock;
+#endif
+} qk__gram_job;
+
+/* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
+   after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
+   writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
+   are built or the writer is the bottleneck too. */
+static void qk__job_poll(qk__gram_job *j)
+{
+    if (!j->progress) return;
+#ifndef QK_NO_THREADS
+    if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
+#endif
+    /* once cancelled, no more calls (another thread may have polled since this one looked) */
+    if (!QK__LOAD(&j->cancel) && j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&j->cb_lock);
+#endif
+}
+
+/* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
+static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
+{
+    p->job = job;
+    p->work = 0;
+    p->every = thread == 0 ? QK__POLL_WORK : 8 * QK__POLL_WORK;
+}
+
+/* Counts work; polls when enough has been done since the last poll. 1: the job is cancelled. */
+static int qk__poll_tick(qk__poll *p, int64_t work)
+{
+    if (!p->job) return 0;
+    p->work += work;
+    if (p->work >= p->every) {
+        p->work = 0;
+        qk__job_poll(p->job);
+    }
+    return QK__LOAD(&p->job->cancel) != 0;
+}
 /* >>cpu_states ---- CPU engine: states ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
@@ -2796,22 +3301,6 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
 }
 
 /* ---- cancel while states are built ---- */
-/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
-   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
-   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
-   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
-   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
-   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
-   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
-#define QK__POLL_WORK ((int64_t)1 << 21)
-#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
-struct qk__gram_job;
-typedef struct qk__poll {
-    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
-    int64_t work, every;
-} qk__poll;
-static void qk__poll_init(qk__poll *p, struct qk__gram_job *job, int thread);
-static int qk__poll_tick(qk__poll *p, int64_t work);
 
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
    Data already validated. poll (may be NULL): a tick per op; on a cancel the state is left
@@ -2908,157 +3397,7 @@ static void qk__product1(const qk_map *m, const double *x, double *out, double *
 }
 
 
-/* >>cpu_gram ---- CPU engine: thread pool, blocked Gram ---- */
-/* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
-typedef void (*qk__work_fn)(void *ctx, int thread);
-typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
-
-#ifndef QK_NO_THREADS
-static void *qk__pool_main(void *p)
-{
-    qk__pool_arg *a = (qk__pool_arg *)p;
-    a->fn(a->ctx, a->thread);
-    return NULL;
-}
-#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
-#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#else
-#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
-#define QK__LOAD(p) (*(p))
-#define QK__STORE(p, v) (*(p) = (v))
-#endif
-
-static int qk__ncores(void)
-{
-#ifndef QK_NO_THREADS
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)(n > 256 ? 256 : n) : 1;
-#else
-    return 1;
-#endif
-}
-
-/* A context's pool of worker threads, started once (on its first qk_gram) and reused by every
-   parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
-   (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
-   qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
-   pool when there is one, else starts threads for the step. */
-#ifndef QK_NO_THREADS
-typedef struct qk__tpool qk__tpool;
-typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
-struct qk__tpool {
-    int n_workers, quit, want, busy;
-    unsigned gen;
-    qk__work_fn fn;
-    void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
-    qk__tpool_worker w[255];
-};
-
-static void *qk__tpool_main(void *p)
-{
-    qk__tpool_worker *w = (qk__tpool_worker *)p;
-    qk__tpool *t = w->pool;
-    unsigned seen = 0;
-    pthread_mutex_lock(&t->mu);
-    for (;;) {
-        while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
-        if (t->quit) break;
-        seen = t->gen;
-        if (w->index < t->want) {
-            qk__work_fn fn = t->fn;
-            void *arg = t->arg;
-            pthread_mutex_unlock(&t->mu);
-            fn(arg, w->index);
-            pthread_mutex_lock(&t->mu);
-            if (--t->busy == 0) pthread_cond_signal(&t->done);
-        }
-    }
-    pthread_mutex_unlock(&t->mu);
-    return NULL;
-}
-
-/* Starts up to n - 1 workers (the caller is thread 0); fewer when threads cannot be started. */
-static qk_result qk__tpool_start(qk__tpool *t, int n)
-{
-    int i;
-    memset(t, 0, sizeof *t);
-    if (pthread_mutex_init(&t->mu, NULL) != 0) return QK_ERROR_OUT_OF_MEMORY;
-    if (pthread_cond_init(&t->go, NULL) != 0) { pthread_mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
-    if (pthread_cond_init(&t->done, NULL) != 0) {
-        pthread_cond_destroy(&t->go);
-        pthread_mutex_destroy(&t->mu);
-        return QK_ERROR_OUT_OF_MEMORY;
-    }
-    if (n > 256) n = 256;
-    for (i = 1; i < n; i++) {
-        t->w[i - 1].pool = t;
-        t->w[i - 1].index = i;
-        if (pthread_create(&t->th[i - 1], NULL, qk__tpool_main, &t->w[i - 1]) != 0) break;
-        t->n_workers = i;
-    }
-    return QK_OK;
-}
-
-static void qk__tpool_stop(qk__tpool *t)
-{
-    int i;
-    pthread_mutex_lock(&t->mu);
-    t->quit = 1;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    for (i = 0; i < t->n_workers; i++) pthread_join(t->th[i], NULL);
-    pthread_cond_destroy(&t->done);
-    pthread_cond_destroy(&t->go);
-    pthread_mutex_destroy(&t->mu);
-}
-
-static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
-{
-    pthread_mutex_lock(&t->mu);
-    t->fn = fn;
-    t->arg = arg;
-    t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
-    t->busy = t->want - 1;
-    t->gen++;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    fn(arg, 0);
-    pthread_mutex_lock(&t->mu);
-    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
-    pthread_mutex_unlock(&t->mu);
-}
-
-static QK__TLS qk__tpool *qk__cur_pool;
-#endif
-
-/* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
-   when there is one, else on threads started for the step. If a thread cannot be started, the
-   threads that did start (and the caller) still drain the shared work. */
-static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
-{
-#ifndef QK_NO_THREADS
-    pthread_t th[256];
-    qk__pool_arg args[256];
-    int i, started = 0;
-    if (qk__cur_pool && n_threads > 1) { qk__tpool_run(qk__cur_pool, n_threads, fn, ctx); return; }
-    if (n_threads > 256) n_threads = 256;
-    for (i = 1; i < n_threads; i++) {
-        args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
-        if (pthread_create(&th[i], NULL, qk__pool_main, &args[i]) != 0) break;
-        started = i;
-    }
-    fn(ctx, 0);
-    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
-#else
-    QK__UNUSED(n_threads);
-    fn(ctx, 0);
-#endif
-}
-
+/* >>cpu_gram ---- CPU engine: states for many samples, the blocked Gram tiles ---- */
 /* ---- states for many samples, in the CPU engine's layout ---- */
 /* complex: row r = [re(D) | im(D)]; real: row r = [re(D)]; product: row r = q * 4 doubles */
 typedef struct qk__states_job {
@@ -3155,47 +3494,10 @@ static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_pa
    Measured on the 2-core dev machine (docs/benchmarks.md). */
 #define QK__T 64
 #define QK__NI 6
-#define QK__NJ 8
 #define QK__DC 256
 #define QK__TR (((QK__T + QK__NI - 1) / QK__NI) * QK__NI)   /* tile rows padded to NI */
 
-typedef struct qk__gram_job {
-    qk_path path;
-    const double *A, *B;        /* states (B == A when symmetric) */
-    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
-    int symmetric;
-    qk_dtype dt;
-    void *out;
-    int64_t ld;
-    qk_output output;
-    qk_tile_fn tile_fn;
-    void *tile_user;
-    qk_progress_fn progress;
-    void *progress_user;
-    int64_t tiles_i, tiles_j, n_tiles;
-    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
-       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
-       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
-    int64_t ti_begin, ti_end, row_base, mirror_end;
-    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
-       states; i_base, j_base: the block's first row and column in K (the callback's
-       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
-       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
-    int64_t i_base, j_base;
-    void *mirror_out;
-    int twice;
-    int64_t next;
-    int64_t pairs_done, pairs_total;
-    int cancel;                 /* 1: cancelled by a callback */
-    int oom;
-    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
-    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
-} qk__gram_job;
-
-static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
+/* the Gram job (qk__gram_job) and its polls are in cpu_pool.c */
 
 /* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
 static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
@@ -3319,7 +3621,7 @@ static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *
 static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
                             double *accr, double *acci, double *panel, double *apack, double *kt)
 {
-    if (j->path == QK_PATH_MPS) { qk__mps_tile(j, i0, j0, m, n, apack + (size_t)QK__TR * QK__DC * 2, kt); return; }
+    if (j->path == QK_PATH_MPS) { j->mps_tile(j, i0, j0, m, n, apack + (size_t)QK__TR * QK__DC * 2, kt); return; }
     int64_t a, b;
     if (j->path == QK_PATH_ANALYTIC) {
         int64_t q = j->D, k;
@@ -3400,42 +3702,6 @@ static void qk__store(void *out, qk_dtype dt, int64_t idx, double v)
     else ((double *)out)[idx] = v;
 }
 
-/* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
-   after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
-   writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
-   are built or the writer is the bottleneck too. */
-static void qk__job_poll(qk__gram_job *j)
-{
-    if (!j->progress) return;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
-#endif
-    /* once cancelled, no more calls (another thread may have polled since this one looked) */
-    if (!QK__LOAD(&j->cancel) && j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&j->cb_lock);
-#endif
-}
-
-/* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
-static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
-{
-    p->job = job;
-    p->work = 0;
-    p->every = thread == 0 ? QK__POLL_WORK : 8 * QK__POLL_WORK;
-}
-
-/* Counts work; polls when enough has been done since the last poll. 1: the job is cancelled. */
-static int qk__poll_tick(qk__poll *p, int64_t work)
-{
-    if (!p->job) return 0;
-    p->work += work;
-    if (p->work >= p->every) {
-        p->work = 0;
-        qk__job_poll(p->job);
-    }
-    return QK__LOAD(&p->job->cancel) != 0;
-}
 
 static void qk__gram_work(void *p, int thread)
 {
@@ -3572,315 +3838,6 @@ static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int6
     }
     return QK_OK;
 }
-
-static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl);
-
-/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
-static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
-{
-    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = QK_OK;
-    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
-    else if (tl) {
-        const size_t es = j->dt == QK_F32 ? 4 : 8;
-        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
-        int64_t i0;
-        for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
-            r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
-                                  K ? K + (size_t)i0 * (size_t)j->ld * es : NULL, K, nt);
-    } else qk__cpu_run_tiles(j, nt);
-    if (r != QK_OK) return r;
-    if (j->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
-    if (j->cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j->pairs_done, (long long)j->pairs_total);
-    if (desc->progress) desc->progress(j->pairs_total, j->pairs_total, desc->progress_user);
-    return QK_OK;
-}
-
-/* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
-   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
-{
-    int64_t nb = desc->y ? desc->n_y : desc->n_x;
-    memset(j, 0, sizeof *j);
-    j->path = plan->path;
-    j->A = A;
-    j->B = B;
-    j->na = desc->n_x;
-    j->nb = nb;
-    j->stride = stride;
-    j->D = D;
-    j->mps = mps;
-    j->scratch = scratch;
-    j->symmetric = desc->y == NULL;
-    j->dt = plan->out_dtype;
-    j->out = desc->out;
-    j->ld = desc->ld_out ? desc->ld_out : nb;
-    j->output = desc->output;
-    j->tile_fn = desc->tile_fn;
-    j->tile_user = desc->tile_user;
-    j->progress = desc->progress;
-    j->progress_user = desc->progress_user;
-    j->tiles_i = (j->na + QK__T - 1) / QK__T;
-    j->tiles_j = (j->nb + QK__T - 1) / QK__T;
-    j->n_tiles = j->symmetric ? j->tiles_i * (j->tiles_i + 1) / 2 : j->tiles_i * j->tiles_j;
-    j->ti_begin = 0;
-    j->ti_end = j->tiles_i;
-    j->row_base = 0;
-    j->mirror_end = INT64_MAX;
-    j->pairs_total = j->na * j->nb;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j->cb_lock, NULL);
-#endif
-}
-
-static void qk__cpu_job_free(qk__gram_job *j)
-{
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j->cb_lock);
-#else
-    QK__UNUSED(j);
-#endif
-}
-
-/* A job cancelled while its states were built, before any of K (bulk states, MPS). */
-static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
-{
-    return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback while the states were built (0 of %lld pairs; the output was not written)",
-                    (long long)j->pairs_total);
-}
-
-/* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path, built with
-   j (qk__cpu_job_init with no states) polled: the tiles, all of K or streamed (NPY), with
-   callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
-   NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
-   before Y's states. */
-static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
-{
-    if (!A) return QK_ERROR_OUT_OF_MEMORY;
-    if (j->cancel) return qk__cpu_states_cancelled(j);
-    if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
-    j->A = A;
-    j->B = B ? B : A;
-    return qk__cpu_gram_exec(plan, desc, j, NULL);
-}
-
-/* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
-static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
-{
-    qk__cpu_tiles t;
-    qk__gram_job j;
-    const qk_path path = plan->path;
-    const int64_t stride = qk__row_len(map, path), nb = desc->y ? desc->n_y : desc->n_x;
-    const int64_t R = plan->state_tile;
-    qk_result r;
-    if (R < 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "gram: a plan with state tiles of %lld samples", (long long)R);
-    memset(&t, 0, sizeof t);
-    t.map = map;
-    t.desc = desc;
-    t.path = path;
-    t.R = R;
-    if ((double)R * (double)stride * 8.0 > 9.0e18) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: %lld x %lld doubles overflow", (long long)R, (long long)stride);
-    t.A = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
-    if (t.A && (desc->y || R < nb)) t.B = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
-    if (!t.A || ((desc->y || R < nb) && !t.B)) {
-        QK_FREE(t.A);
-        QK_FREE(t.B);
-        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
-                        (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
-    }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    r = qk__cpu_gram_exec(plan, desc, &j, &t);
-    qk__cpu_job_free(&j);
-    QK_FREE(t.A);
-    QK_FREE(t.B);
-    return r;
-}
-
-/* The CPU engine's Gram; desc validated, plan made. */
-static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
-{
-    qk_path path = plan->path;
-    double *A = NULL, *B = NULL;
-    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk__gram_job j;
-    qk_result r;
-    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
-                     path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
-    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
-    qk__cpu_job_free(&j);
-    QK_FREE(A);
-    QK_FREE(B);
-    return r;
-}
-
-/* CPU plan: all states in host memory when they fit the host budget, else state tiles. */
-#ifndef QK_CPU_SLAB_BYTES
-#define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
-#endif
-#define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
-#define QK__HOST_SHARE 0.85     /* share of the available host memory the CPU engine plans with */
-static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
-
-/* Available host memory in bytes, 0 when unknown: Linux's MemAvailable (free memory and the
-   page cache the kernel can drop), bounded by the cgroup v2 limit (memory.max - memory.current)
-   where the process runs in one (containers, batch jobs); elsewhere sysconf's available pages. */
-static double qk__host_avail(void)
-{
-    double avail = 0.0;
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kb;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (double)kb * 1024.0; break; }
-        fclose(f);
-    }
-    if (avail > 0) {
-        unsigned long long mx = 0, cur = 0;
-        int ok = 0;
-        f = fopen("/sys/fs/cgroup/memory.max", "r");   /* "max" (no limit) does not scan */
-        if (f) { ok = fscanf(f, "%llu", &mx) == 1; fclose(f); }
-        f = ok ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
-        if (f) {
-            if (fscanf(f, "%llu", &cur) == 1 && mx > cur && (double)(mx - cur) < avail) avail = (double)(mx - cur);
-            fclose(f);
-        }
-        return avail;
-    }
-#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGESIZE)
-    {
-        long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
-        if (pages > 0 && ps > 0) return (double)pages * (double)ps;
-    }
-#endif
-    return 0.0;
-}
-
-/* Host bytes of the CPU engine's per-thread scratch: the Gram tile buffers of qk__gram_work
-   (and a callback tile) and the state builders' angles and, real path, imaginary half. */
-static double qk__cpu_scratch(const qk_map *map, qk_path path, double es, int nt)
-{
-    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + es * QK__T * QK__T;
-    double build = 8.0 * (map->n_ops + 1) + (path == QK_PATH_REAL ? 8.0 * ldexp(1.0, map->n_qubits) : 0.0);
-    return (double)(nt > 0 ? nt : 1) * (tile + build);
-}
-
-/* The same for qk_max_samples: a complex map of q qubits and a few hundred ops, float64 K. */
-static double qk__cpu_scratch_q(int q, int nt)
-{
-    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + 8.0 * QK__T * QK__T;
-    return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
-}
-
-/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
-static double qk__host_budget(const qk_device_info *info, double *avail)
-{
-    *avail = 0.0;
-    if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
-    *avail = qk__host_avail();
-    return QK__HOST_SHARE * *avail;
-}
-
-/* nt: the engine's threads (their scratch is counted). */
-static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
-{
-    qk_path path = qk__path_of(map);
-    const int64_t nb = desc->y ? desc->n_y : desc->n_x;
-    double avail, budget, row, es, all, scratch, staging = 0.0;
-    qk_result r;
-    memset(p, 0, sizeof *p);
-    p->backend = QK_BACKEND_CPU;
-    p->path = path;
-    p->precision = QK_PRECISION_FP64;
-    p->out_dtype = desc->out_dtype ? desc->out_dtype : (qk__prec_f32(desc->precision) ? QK_F32 : QK_F64);
-    p->output = desc->output;
-    p->n_qubits = map->n_qubits;
-    p->n_x = desc->n_x;
-    p->n_y = nb;
-    p->symmetric = desc->y == NULL;
-    p->n_threads = nt > 0 ? nt : 1;
-    p->bulk_states = 1;
-    p->state_tile = 0;
-    p->tile_m = p->tile_n = QK__T;
-    p->n_streams = 0;
-    es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
-    p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
-                      : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
-    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
-    p->bytes_total = p->bytes_states;
-    if (desc->output == QK_OUTPUT_NPY) {
-        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
-           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
-           taller slabs mean fewer, larger writes */
-        double rb = (double)nb * es;
-        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
-        if (sr < QK__T) sr = QK__T;
-        if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
-        p->slab_rows = sr;
-        p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
-        staging = (double)p->bytes_staging + (double)sr * 64.0 * es; /* and the strips' buffer */
-    }
-    if (desc->precision && desc->precision != QK_PRECISION_FP64)
-        snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
-                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
-    else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
-    p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
-    p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
-    if (desc->precision && desc->precision != QK_PRECISION_FP64)
-        snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
-                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
-    snprintf(p->device_name, sizeof p->device_name, "CPU");
-    budget = qk__host_budget(info, &avail);
-    p->bytes_budget = (size_t)budget;
-    p->bytes_host_avail = (size_t)avail;
-    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
-    if (r != QK_OK || p->path == QK_PATH_MPS) return r;
-
-    /* statevector and analytic paths: all states resident when they fit the host budget with
-       the scratch and the streamed output's slabs; else state tiles, two blocks of R samples
-       (R a multiple of the tile side from QK__T on), and the streamed output's slabs one row
-       block each. An unknown budget (no /proc/meminfo, no sysconf) plans all resident. */
-    row = (double)qk__row_len(map, path) * 8.0;
-    all = (double)p->bytes_states;
-    scratch = qk__cpu_scratch(map, path, es, p->n_threads);
-    p->bytes_workspace = (size_t)scratch;
-    p->bytes_total = (size_t)(all + scratch + (double)p->bytes_staging);
-    if (budget <= 0 || all + scratch + staging <= budget) return QK_OK;
-    {
-        const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
-        const int64_t most = desc->n_x > nb ? desc->n_x : nb;
-        double fit = (budget - scratch) / per;
-        int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
-        if (R < 1)
-            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "
-                            "of scratch for %d threads), the host budget is %.0f bytes (%.3g GB%s)", map->n_qubits,
-                            per + scratch, (per + scratch) * 1e-9, scratch, p->n_threads, budget, budget * 1e-9,
-                            avail > 0 ? ": 85% of the available memory" : ": qk_ctx_desc.host_memory");
-        if (R > QK__T) R = R / QK__T * QK__T;
-        p->bulk_states = 0;
-        p->state_tile = R;
-        p->tile_m = p->tile_n = R < QK__T ? R : QK__T;
-        p->bytes_states = (size_t)(2.0 * (double)R * row);
-        if (desc->output == QK_OUTPUT_NPY) {
-            p->slab_rows = R;
-            p->bytes_staging = (size_t)(2.0 * (double)R * (double)nb * es);
-        }
-        p->bytes_total = (size_t)((double)p->bytes_states + scratch + (double)p->bytes_staging);
-    }
-    return QK_OK;
-}
-
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
-{
-    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
-}
-
-
 /* >>npy_impl ---- .npy / .csv readers and writers ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
@@ -5034,6 +4991,149 @@ done:
 }
 
 
+/* >>cpu_run ---- CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram ---- */
+
+/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
+static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
+{
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk_result r = QK_OK;
+    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
+    else if (tl) {
+        const size_t es = j->dt == QK_F32 ? 4 : 8;
+        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
+        int64_t i0;
+        for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
+            r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
+                                  K ? K + (size_t)i0 * (size_t)j->ld * es : NULL, K, nt);
+    } else qk__cpu_run_tiles(j, nt);
+    if (r != QK_OK) return r;
+    if (j->oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers");
+    if (j->cancel) return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs (output partly written)", (long long)j->pairs_done, (long long)j->pairs_total);
+    if (desc->progress) desc->progress(j->pairs_total, j->pairs_total, desc->progress_user);
+    return QK_OK;
+}
+
+/* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
+   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
+static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+{
+    int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    memset(j, 0, sizeof *j);
+    j->path = plan->path;
+    j->A = A;
+    j->B = B;
+    j->na = desc->n_x;
+    j->nb = nb;
+    j->stride = stride;
+    j->D = D;
+    j->mps = mps;
+    j->scratch = scratch;
+    j->symmetric = desc->y == NULL;
+    j->dt = plan->out_dtype;
+    j->out = desc->out;
+    j->ld = desc->ld_out ? desc->ld_out : nb;
+    j->output = desc->output;
+    j->tile_fn = desc->tile_fn;
+    j->tile_user = desc->tile_user;
+    j->progress = desc->progress;
+    j->progress_user = desc->progress_user;
+    j->tiles_i = (j->na + QK__T - 1) / QK__T;
+    j->tiles_j = (j->nb + QK__T - 1) / QK__T;
+    j->n_tiles = j->symmetric ? j->tiles_i * (j->tiles_i + 1) / 2 : j->tiles_i * j->tiles_j;
+    j->ti_begin = 0;
+    j->ti_end = j->tiles_i;
+    j->row_base = 0;
+    j->mirror_end = INT64_MAX;
+    j->pairs_total = j->na * j->nb;
+#ifndef QK_NO_THREADS
+    pthread_mutex_init(&j->cb_lock, NULL);
+#endif
+}
+
+static void qk__cpu_job_free(qk__gram_job *j)
+{
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&j->cb_lock);
+#else
+    QK__UNUSED(j);
+#endif
+}
+
+/* A job cancelled while its states were built, before any of K (bulk states, MPS). */
+static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
+{
+    return qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback while the states were built (0 of %lld pairs; the output was not written)",
+                    (long long)j->pairs_total);
+}
+
+/* K from the states A and B (B == A for K(X,X)) in the engine's layout for plan->path, built with
+   j (qk__cpu_job_init with no states) polled: the tiles, all of K or streamed (NPY), with
+   callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
+   NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
+   before Y's states. */
+static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+{
+    if (!A) return QK_ERROR_OUT_OF_MEMORY;
+    if (j->cancel) return qk__cpu_states_cancelled(j);
+    if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
+    j->A = A;
+    j->B = B ? B : A;
+    return qk__cpu_gram_exec(plan, desc, j, NULL);
+}
+
+/* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
+static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__cpu_tiles t;
+    qk__gram_job j;
+    const qk_path path = plan->path;
+    const int64_t stride = qk__row_len(map, path), nb = desc->y ? desc->n_y : desc->n_x;
+    const int64_t R = plan->state_tile;
+    qk_result r;
+    if (R < 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "gram: a plan with state tiles of %lld samples", (long long)R);
+    memset(&t, 0, sizeof t);
+    t.map = map;
+    t.desc = desc;
+    t.path = path;
+    t.R = R;
+    if ((double)R * (double)stride * 8.0 > 9.0e18) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: %lld x %lld doubles overflow", (long long)R, (long long)stride);
+    t.A = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
+    if (t.A && (desc->y || R < nb)) t.B = (double *)qk__malloc(sizeof(double) * (size_t)(R * stride));
+    if (!t.A || ((desc->y || R < nb) && !t.B)) {
+        QK_FREE(t.A);
+        QK_FREE(t.B);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
+                        (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
+    }
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    qk__cpu_job_free(&j);
+    QK_FREE(t.A);
+    QK_FREE(t.B);
+    return r;
+}
+
+/* The CPU engine's Gram; desc validated, plan made. */
+static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk_path path = plan->path;
+    double *A = NULL, *B = NULL;
+    int nt = plan->n_threads > 0 ? plan->n_threads : 1;
+    qk__gram_job j;
+    qk_result r;
+    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
+    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
+                     path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
+    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    qk__cpu_job_free(&j);
+    QK_FREE(A);
+    QK_FREE(B);
+    return r;
+}
 /* >>schedule_impl ---- the work schedule (K dealt to MPI ranks x GPUs) ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k
@@ -5152,263 +5252,6 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 
 /* ---- end work schedule ---- */
 /* >>mps ---- the MPS engine ---- */
-/* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
-   is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
-   is a chain of transfer-matrix products, O(q chi^3) per pair instead of O(2^q).
-
-   Bond bound. Across the bond between sites b-1 and b, the Schmidt rank of the state is at most
-     - 2^min(b, q-b) (the smaller side's dimension), and
-     - the product, over the circuit, of the operator Schmidt ranks of the gates crossing the bond:
-       every two-qubit op of qk (CNOT, CZ, RZZ, and zz's CX-P-CX) has rank 2, and a run of
-       consecutive diagonal ops (Z, RZ, P, CZ, RZZ, CX-D-CX) is one diagonal operator whose rank
-       across the bond is at most 2^min(|L|, |R|), L and R the distinct qubits of its crossing pairs
-       on each side. Any other op (H, X, Y, RX, RY, basis, a lone CNOT) ends the run.
-   qk__mps_analyze walks the ops once and records, after every two-qubit step, this bound for each
-   bond the step crosses (the "running" bound); the last values are the bond dimensions the MPS
-   keeps. zz(reps=r, ent=linear) gets 2^r, circular 4^r, hea rings 4^layers (capped at the ends).
-   Orders: the qubits in their own order ("natural") or folded, 0, q-1, 1, q-2, ... , which puts
-   every ring pair at most two sites apart; the cheaper (sum of chi^3 over sites) is used.
-
-   Building (exact). Every two-qubit op is a sum of two products, sum_t P_t (x) G_t, with P_t the
-   projector on |t> of its first qubit: CNOT (G = I, X), CZ (I, Z), RZZ and CX-D-CX (diagonal). It
-   is applied as an MPO of bond 2: the projector site, the sites between (identity on a doubled
-   bond) and the other site; no factorization. Where a bond then exceeds its running bound (never
-   for zz linear reps 1, at the chain's ends for reps 2), the sites touched since the last
-   compression are swept: Householder QR left to right (left-orthonormal sites), then column-
-   pivoted Householder QR of each site's conjugate transpose right to left, keeping the running
-   bound's number of columns. With the sites outside the swept range orthonormal, the part dropped
-   is the trailing block of the pivoted QR, zero in exact arithmetic because the bound is a
-   theorem: what is dropped is rounding (its norm is measured, qk__mps_build's *discarded: about
-   1e-15). Nothing else is ever truncated. Precision: fp64 throughout.
-
-   Storage. The tensors of QK__NJ (8) samples are interleaved by lane: site s of group g is
-   [l][a][r] entries of 8 real parts then 8 imaginary parts, with the bond dimensions of the bound
-   (zero-padded where a sample's own rank is lower), so one pass of the contraction computes 8
-   overlaps with vector FMAs. Overlap of row sample i with a column group: E = 1;
-   per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
-   K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
-   progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
-#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
-#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
-
-enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
-
-typedef struct qk__mps_step {
-    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
-    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
-    int s0, s1;
-    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
-    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
-    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
-} qk__mps_step;
-
-typedef struct qk__mps_prog {
-    int q, n_steps, folded, span, dense;
-    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
-    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
-    int *order;         /* q: site -> qubit */
-    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
-    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
-    int64_t group;      /* doubles per group of QK__NJ samples */
-    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
-    qk__mps_step *steps;
-    int *bounds;
-    int64_t n_bounds;
-    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
-    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
-    double cutoff;
-} qk__mps_prog;
-
-static void qk__mps_prog_free(qk__mps_prog *p)
-{
-    if (!p) return;
-    QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
-    memset(p, 0, sizeof *p);
-}
-
-static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
-static int qk__mps_parity_at(const qk_map *m, int k)
-{
-    const qk_op *o = &m->ops[k];
-    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
-           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
-}
-
-static int qk__mps_add_set(int *set, int *n, int qb)
-{
-    int i;
-    if (*n > QK__MPS_SET) return 0;                 /* already "many" */
-    for (i = 0; i < *n; i++) if (set[i] == qb) return 0;
-    if (*n < QK__MPS_SET) set[*n] = qb;
-    (*n)++;
-    return 1;
-}
-
-/* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
-   soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
-static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
-{
-    const int q = m->n_qubits;
-    int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
-    int64_t nb = 0, nb_cap = 0, e;
-    int k, s, b, run = 0, stopped = 0;
-    memset(p, 0, sizeof *p);
-    p->q = q;
-    p->folded = folded;
-    p->chi = 1;
-    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
-    p->D = (int *)qk__calloc((size_t)q + 1, sizeof(int));
-    p->off = (int64_t *)qk__calloc((size_t)q + 1, sizeof(int64_t));
-    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step) * (size_t)(m->n_ops > 0 ? m->n_ops : 1));
-    pos = (int *)qk__malloc(sizeof(int) * (size_t)q);
-    base = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
-    runid = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
-    cap = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
-    sets = (int *)qk__calloc((size_t)(q + 1) * (2 * QK__MPS_SET + 2), sizeof(int));
-    if (!p->order || !p->D || !p->off || !p->steps || !pos || !base || !runid || !cap || !sets) goto oom;
-    cur = p->D;
-    for (s = 0; s < q; s++) {
-        p->order[s] = !folded ? s : (s % 2 == 0 ? s / 2 : q - 1 - s / 2);
-        pos[p->order[s]] = s;
-    }
-    for (b = 0; b <= q; b++) {
-        int small = b < q - b ? b : q - b;
-        cur[b] = 1; base[b] = 1; runid[b] = -1;
-        cap[b] = small >= 30 ? QK__MPS_SAT : 1 << small;
-    }
-    for (k = 0; k < m->n_ops && !stopped; k++) {
-        const qk_op *o = &m->ops[k];
-        qk__mps_step *st = &p->steps[p->n_steps];
-        int diag;
-        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
-        if (qk__op_arity(o->kind) == 1) {
-            st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
-            if (!qk__mps_diag1(o->kind)) run++;
-            p->n_steps++;
-            continue;
-        }
-        st->kind = 2;
-        st->op = k;
-        if (qk__mps_parity_at(m, k)) { st->gate = QK__MPS_PARITY; st->op = k + 1; k += 2; }
-        else st->gate = o->kind == QK_OP_CNOT ? QK__MPS_CNOT : o->kind == QK_OP_CZ ? QK__MPS_CZ : QK__MPS_RZZ;
-        st->s0 = pos[o->q0] < pos[o->q1] ? pos[o->q0] : pos[o->q1];
-        st->s1 = pos[o->q0] < pos[o->q1] ? pos[o->q1] : pos[o->q0];
-        st->proj_left = pos[o->q0] == st->s0;
-        if (st->s1 - st->s0 > p->span) p->span = st->s1 - st->s0;
-        diag = st->gate != QK__MPS_CNOT;
-        if (!diag) run++;
-        if (nb + (st->s1 - st->s0) > nb_cap) {
-            int64_t nc = nb_cap ? 2 * nb_cap : 1024;
-            int *nbp;
-            while (nc < nb + (st->s1 - st->s0)) nc *= 2;
-            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
-            if (!nbp) goto oom;
-            p->bounds = nbp;
-            nb_cap = nc;
-        }
-        st->b = nb;
-        for (b = st->s0 + 1; b <= st->s1; b++) {
-            if (diag) {
-                int *sl = sets + (size_t)b * (2 * QK__MPS_SET + 2), *nl = sl + 2 * QK__MPS_SET, *nr = nl + 1;
-                int sh;
-                if (runid[b] != run) { base[b] = cur[b]; *nl = 0; *nr = 0; runid[b] = run; }
-                qk__mps_add_set(sl, nl, p->order[st->s0]);
-                qk__mps_add_set(sl + QK__MPS_SET, nr, p->order[st->s1]);
-                sh = *nl < *nr ? *nl : *nr;
-                cur[b] = (sh >= 30 || (int64_t)base[b] << sh >= cap[b]) ? cap[b] : base[b] << sh;
-            } else {
-                cur[b] = (int64_t)cur[b] * 2 >= cap[b] ? cap[b] : cur[b] * 2;
-                runid[b] = -1;
-            }
-            p->bounds[nb++] = cur[b];
-            if (cur[b] > p->chi) { p->chi = cur[b]; p->chi_bond = b; }
-            if (cur[b] > limit) stopped = 1;
-        }
-        if (!diag) run++;
-        p->n_steps++;
-    }
-    p->n_bounds = nb;
-    /* lane layout and cost (meaningful when the walk finished) */
-    p->D[0] = p->D[q] = 1;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[q] = e;
-    p->group = e;
-    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
-    return QK_OK;
-oom:
-    QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
-    qk__mps_prog_free(p);
-    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory analysing the map");
-}
-
-/* Truncation: every bound capped at max_bond (the exact bound stays in exact_chi); the lane
-   layout and the cost follow the capped bonds. */
-static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
-{
-    int s;
-    int64_t k, e;
-    p->exact_chi = p->chi;
-    if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
-    p->max_bond = max_bond;
-    p->cutoff = cutoff;
-    if (max_bond <= 0 || p->dense) return;
-    for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
-    for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
-    if (p->chi > max_bond) p->chi = max_bond;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < p->q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[p->q] = e;
-    p->group = e;
-}
-
-/* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
-   then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
-   bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
-static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
-{
-    qk__mps_prog f;
-    const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
-    qk_result r = qk__mps_analyze(m, 0, limit, p);
-    if (r != QK_OK) return r;
-    qk__mps_cap(p, max_bond, cutoff);
-    if (p->dense || m->n_qubits < 3) return r;
-    r = qk__mps_analyze(m, 1, limit, &f);
-    if (r != QK_OK) { qk__mps_prog_free(p); return r; }
-    qk__mps_cap(&f, max_bond, cutoff);
-    if (f.chi <= QK_MPS_MAX_BOND &&
-        (p->chi > QK_MPS_MAX_BOND || f.pair_flops < p->pair_flops || (f.pair_flops == p->pair_flops && f.span < p->span))) {
-        qk__mps_prog_free(p);
-        *p = f;
-    } else {
-        qk__mps_prog_free(&f);
-    }
-    return QK_OK;
-}
-
-static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
-
-/* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
-   Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
-static int qk__mps_bond_of(const qk_map *m)
-{
-    qk__mps_prog p;
-    int chi;
-    if (qk__mps_prog_make(m, &p) != QK_OK) return QK__MPS_SAT;
-    chi = p.dense ? QK__MPS_SAT : p.chi;
-    qk__mps_prog_free(&p);
-    return chi;
-}
 
 /* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
@@ -6436,6 +6279,7 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
         return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
     }
     qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    j.mps_tile = qk__mps_tile;
     A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
         B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
@@ -7675,6 +7519,169 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
                  qk__fmt_g(g2, sizeof g2, qk_precision_error_bound(QK_PRECISION_FP64, q), 2));
     return QK_PRECISION_FP64;
 }
+
+/* CPU plan: all states in host memory when they fit the host budget, else state tiles. */
+#ifndef QK_CPU_SLAB_BYTES
+#define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
+#endif
+#define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
+#define QK__HOST_SHARE 0.85     /* share of the available host memory the CPU engine plans with */
+
+/* Available host memory in bytes, 0 when unknown: Linux's MemAvailable (free memory and the
+   page cache the kernel can drop), bounded by the cgroup v2 limit (memory.max - memory.current)
+   where the process runs in one (containers, batch jobs); elsewhere sysconf's available pages. */
+static double qk__host_avail(void)
+{
+    double avail = 0.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (double)kb * 1024.0; break; }
+        fclose(f);
+    }
+    if (avail > 0) {
+        unsigned long long mx = 0, cur = 0;
+        int ok = 0;
+        f = fopen("/sys/fs/cgroup/memory.max", "r");   /* "max" (no limit) does not scan */
+        if (f) { ok = fscanf(f, "%llu", &mx) == 1; fclose(f); }
+        f = ok ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
+        if (f) {
+            if (fscanf(f, "%llu", &cur) == 1 && mx > cur && (double)(mx - cur) < avail) avail = (double)(mx - cur);
+            fclose(f);
+        }
+        return avail;
+    }
+#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGESIZE)
+    {
+        long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && ps > 0) return (double)pages * (double)ps;
+    }
+#endif
+    return 0.0;
+}
+
+/* Host bytes of the CPU engine's per-thread scratch: the Gram tile buffers of qk__gram_work
+   (and a callback tile) and the state builders' angles and, real path, imaginary half. */
+static double qk__cpu_scratch(const qk_map *map, qk_path path, double es, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + es * QK__T * QK__T;
+    double build = 8.0 * (map->n_ops + 1) + (path == QK_PATH_REAL ? 8.0 * ldexp(1.0, map->n_qubits) : 0.0);
+    return (double)(nt > 0 ? nt : 1) * (tile + build);
+}
+
+/* The same for qk_max_samples: a complex map of q qubits and a few hundred ops, float64 K. */
+static double qk__cpu_scratch_q(int q, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + 8.0 * QK__T * QK__T;
+    return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
+}
+
+/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
+static double qk__host_budget(const qk_device_info *info, double *avail)
+{
+    *avail = 0.0;
+    if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
+    *avail = qk__host_avail();
+    return QK__HOST_SHARE * *avail;
+}
+
+/* nt: the engine's threads (their scratch is counted). */
+static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+{
+    qk_path path = qk__path_of(map);
+    const int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    double avail, budget, row, es, all, scratch, staging = 0.0;
+    qk_result r;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CPU;
+    p->path = path;
+    p->precision = QK_PRECISION_FP64;
+    p->out_dtype = desc->out_dtype ? desc->out_dtype : (qk__prec_f32(desc->precision) ? QK_F32 : QK_F64);
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = desc->n_x;
+    p->n_y = nb;
+    p->symmetric = desc->y == NULL;
+    p->n_threads = nt > 0 ? nt : 1;
+    p->bulk_states = 1;
+    p->state_tile = 0;
+    p->tile_m = p->tile_n = QK__T;
+    p->n_streams = 0;
+    es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
+    p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
+                      : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
+    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
+    p->bytes_total = p->bytes_states;
+    if (desc->output == QK_OUTPUT_NPY) {
+        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
+           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
+           taller slabs mean fewer, larger writes */
+        double rb = (double)nb * es;
+        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        if (sr < QK__T) sr = QK__T;
+        if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
+        p->slab_rows = sr;
+        p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
+        staging = (double)p->bytes_staging + (double)sr * 64.0 * es; /* and the strips' buffer */
+    }
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
+                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
+    else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
+    p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
+    p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
+                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
+    snprintf(p->device_name, sizeof p->device_name, "CPU");
+    budget = qk__host_budget(info, &avail);
+    p->bytes_budget = (size_t)budget;
+    p->bytes_host_avail = (size_t)avail;
+    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    if (r != QK_OK || p->path == QK_PATH_MPS) return r;
+
+    /* statevector and analytic paths: all states resident when they fit the host budget with
+       the scratch and the streamed output's slabs; else state tiles, two blocks of R samples
+       (R a multiple of the tile side from QK__T on), and the streamed output's slabs one row
+       block each. An unknown budget (no /proc/meminfo, no sysconf) plans all resident. */
+    row = (double)qk__row_len(map, path) * 8.0;
+    all = (double)p->bytes_states;
+    scratch = qk__cpu_scratch(map, path, es, p->n_threads);
+    p->bytes_workspace = (size_t)scratch;
+    p->bytes_total = (size_t)(all + scratch + (double)p->bytes_staging);
+    if (budget <= 0 || all + scratch + staging <= budget) return QK_OK;
+    {
+        const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
+        const int64_t most = desc->n_x > nb ? desc->n_x : nb;
+        double fit = (budget - scratch) / per;
+        int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
+        if (R < 1)
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "
+                            "of scratch for %d threads), the host budget is %.0f bytes (%.3g GB%s)", map->n_qubits,
+                            per + scratch, (per + scratch) * 1e-9, scratch, p->n_threads, budget, budget * 1e-9,
+                            avail > 0 ? ": 85% of the available memory" : ": qk_ctx_desc.host_memory");
+        if (R > QK__T) R = R / QK__T * QK__T;
+        p->bulk_states = 0;
+        p->state_tile = R;
+        p->tile_m = p->tile_n = R < QK__T ? R : QK__T;
+        p->bytes_states = (size_t)(2.0 * (double)R * row);
+        if (desc->output == QK_OUTPUT_NPY) {
+            p->slab_rows = R;
+            p->bytes_staging = (size_t)(2.0 * (double)R * (double)nb * es);
+        }
+        p->bytes_total = (size_t)((double)p->bytes_states + scratch + (double)p->bytes_staging);
+    }
+    return QK_OK;
+}
+
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+}
+
+
 
 static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
                                const qk_gram_desc *desc, qk_plan *p)

@@ -81,15 +81,6 @@ def generate(skeleton, lines_mode=False):
 # the layering check (--layers, run by --check) fails on any other. Remove an entry when its call
 # goes: a caller moves below its callee, or the code between them moves to the layer it serves.
 LAYER_EXCEPTIONS = {
-    ('map.c', 'qk__mps_bond_of'): 'qk_map_make keeps a wide map when it is MPS-able: the MPS program '
-                                  'compiler (engine_mps.c) should move below map.c',
-    ('cpu_states.c', 'qk__poll_init'): 'state builders poll the Gram job for a cancel (cpu_gram.c)',
-    ('cpu_states.c', 'qk__poll_tick'): 'state builders poll the Gram job for a cancel (cpu_gram.c)',
-    ('cpu_gram.c', 'qk__mps_tile'): 'the CPU tile loop dispatches MPS tiles to the MPS engine',
-    ('cpu_gram.c', 'qk__mps_plan'): 'the CPU planner (still in cpu_gram.c) asks the MPS engine',
-    ('cpu_gram.c', 'qk_precision_error_bound'): 'the CPU planner (still in cpu_gram.c) states the bound',
-    ('cpu_gram.c', 'qk__cpu_gram_npy'): 'the CPU engine opens its streamed .npy output itself (one sink: '
-                                        'issue 22 item 2)',
 }
 
 STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
@@ -118,7 +109,12 @@ def layer_violations():
 
 def check_layers(verbose):
     bad = 0
-    for f, name, d in layer_violations():
+    found = layer_violations()
+    for key in sorted(set(LAYER_EXCEPTIONS) - {(f, n) for f, n, _ in found}):
+        bad += 1
+        print('error: LAYER_EXCEPTIONS lists %s -> %s, which is no longer there: remove the entry' % key,
+              file=sys.stderr)
+    for f, name, d in found:
         why = LAYER_EXCEPTIONS.get((f, name))
         if why is None:
             bad += 1

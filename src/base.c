@@ -42,6 +42,9 @@
 
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
+/* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
+   group (mps_prog.c, engine_mps.c): 8 doubles, one zmm with AVX-512. */
+#define QK__NJ 8
 
 static int qk__def_i(int v, int d) { return v ? v : d; }
 static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }

@@ -336,22 +336,6 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
 }
 
 /* ---- cancel while states are built ---- */
-/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
-   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
-   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
-   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
-   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
-   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
-   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
-#define QK__POLL_WORK ((int64_t)1 << 21)
-#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
-struct qk__gram_job;
-typedef struct qk__poll {
-    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
-    int64_t work, every;
-} qk__poll;
-static void qk__poll_init(qk__poll *p, struct qk__gram_job *job, int thread);
-static int qk__poll_tick(qk__poll *p, int64_t work);
 
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
    Data already validated. poll (may be NULL): a tick per op; on a cancel the state is left

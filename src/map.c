@@ -185,14 +185,6 @@ static qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, d
 }
 static qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
 
-static int qk__op_arity(qk_op_kind k)
-{
-    return (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) ? 2 : (k == QK_OP_AMPLITUDE ? 0 : 1);
-}
-static int qk__op_has_angle(qk_op_kind k)
-{
-    return k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_RZZ;
-}
 
 /* Entangling pairs of rep r for a pattern (Qiskit's get_entangler_map for 2-qubit blocks). */
 static int qk__pairs(qk_entanglement ent, int q, int rep, int (*pairs)[2], int max)
@@ -362,7 +354,6 @@ static qk_result qk__map_bounds(const qk_map_desc *d)
     return QK_OK;
 }
 
-static int qk__mps_bond_of(const qk_map *m);   /* MPS engine */
 
 /* Fills the desc's defaults (type, qubits, alpha, entanglement) and checks its shape and
    resource bounds: everything a builder may rely on. */

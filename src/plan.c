@@ -147,6 +147,169 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
     return QK_PRECISION_FP64;
 }
 
+/* CPU plan: all states in host memory when they fit the host budget, else state tiles. */
+#ifndef QK_CPU_SLAB_BYTES
+#define QK_CPU_SLAB_BYTES ((size_t)128 << 20)   /* host bytes per streamed slab (two are used) */
+#endif
+#define QK__CPU_SLAB_BYTES ((size_t)(QK_CPU_SLAB_BYTES))
+#define QK__HOST_SHARE 0.85     /* share of the available host memory the CPU engine plans with */
+
+/* Available host memory in bytes, 0 when unknown: Linux's MemAvailable (free memory and the
+   page cache the kernel can drop), bounded by the cgroup v2 limit (memory.max - memory.current)
+   where the process runs in one (containers, batch jobs); elsewhere sysconf's available pages. */
+static double qk__host_avail(void)
+{
+    double avail = 0.0;
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) { avail = (double)kb * 1024.0; break; }
+        fclose(f);
+    }
+    if (avail > 0) {
+        unsigned long long mx = 0, cur = 0;
+        int ok = 0;
+        f = fopen("/sys/fs/cgroup/memory.max", "r");   /* "max" (no limit) does not scan */
+        if (f) { ok = fscanf(f, "%llu", &mx) == 1; fclose(f); }
+        f = ok ? fopen("/sys/fs/cgroup/memory.current", "r") : NULL;
+        if (f) {
+            if (fscanf(f, "%llu", &cur) == 1 && mx > cur && (double)(mx - cur) < avail) avail = (double)(mx - cur);
+            fclose(f);
+        }
+        return avail;
+    }
+#if defined(_SC_AVPHYS_PAGES) && defined(_SC_PAGESIZE)
+    {
+        long pages = sysconf(_SC_AVPHYS_PAGES), ps = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && ps > 0) return (double)pages * (double)ps;
+    }
+#endif
+    return 0.0;
+}
+
+/* Host bytes of the CPU engine's per-thread scratch: the Gram tile buffers of qk__gram_work
+   (and a callback tile) and the state builders' angles and, real path, imaginary half. */
+static double qk__cpu_scratch(const qk_map *map, qk_path path, double es, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + es * QK__T * QK__T;
+    double build = 8.0 * (map->n_ops + 1) + (path == QK_PATH_REAL ? 8.0 * ldexp(1.0, map->n_qubits) : 0.0);
+    return (double)(nt > 0 ? nt : 1) * (tile + build);
+}
+
+/* The same for qk_max_samples: a complex map of q qubits and a few hundred ops, float64 K. */
+static double qk__cpu_scratch_q(int q, int nt)
+{
+    double tile = 8.0 * ((double)QK__TR * QK__T * 2 + QK__T * QK__T + QK__DC * 2 * QK__NJ + (double)QK__TR * QK__DC * 2) + 8.0 * QK__T * QK__T;
+    return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
+}
+
+/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
+static double qk__host_budget(const qk_device_info *info, double *avail)
+{
+    *avail = 0.0;
+    if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
+    *avail = qk__host_avail();
+    return QK__HOST_SHARE * *avail;
+}
+
+/* nt: the engine's threads (their scratch is counted). */
+static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+{
+    qk_path path = qk__path_of(map);
+    const int64_t nb = desc->y ? desc->n_y : desc->n_x;
+    double avail, budget, row, es, all, scratch, staging = 0.0;
+    qk_result r;
+    memset(p, 0, sizeof *p);
+    p->backend = QK_BACKEND_CPU;
+    p->path = path;
+    p->precision = QK_PRECISION_FP64;
+    p->out_dtype = desc->out_dtype ? desc->out_dtype : (qk__prec_f32(desc->precision) ? QK_F32 : QK_F64);
+    p->output = desc->output;
+    p->n_qubits = map->n_qubits;
+    p->n_x = desc->n_x;
+    p->n_y = nb;
+    p->symmetric = desc->y == NULL;
+    p->n_threads = nt > 0 ? nt : 1;
+    p->bulk_states = 1;
+    p->state_tile = 0;
+    p->tile_m = p->tile_n = QK__T;
+    p->n_streams = 0;
+    es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
+    p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
+                      : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
+    p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
+    p->bytes_total = p->bytes_states;
+    if (desc->output == QK_OUTPUT_NPY) {
+        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
+           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
+           taller slabs mean fewer, larger writes */
+        double rb = (double)nb * es;
+        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        if (sr < QK__T) sr = QK__T;
+        if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
+        p->slab_rows = sr;
+        p->bytes_staging = (size_t)(2.0 * (double)sr * rb);
+        staging = (double)p->bytes_staging + (double)sr * 64.0 * es; /* and the strips' buffer */
+    }
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
+                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
+    else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
+    p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
+    p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
+    if (desc->precision && desc->precision != QK_PRECISION_FP64)
+        snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
+                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
+    snprintf(p->device_name, sizeof p->device_name, "CPU");
+    budget = qk__host_budget(info, &avail);
+    p->bytes_budget = (size_t)budget;
+    p->bytes_host_avail = (size_t)avail;
+    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    if (r != QK_OK || p->path == QK_PATH_MPS) return r;
+
+    /* statevector and analytic paths: all states resident when they fit the host budget with
+       the scratch and the streamed output's slabs; else state tiles, two blocks of R samples
+       (R a multiple of the tile side from QK__T on), and the streamed output's slabs one row
+       block each. An unknown budget (no /proc/meminfo, no sysconf) plans all resident. */
+    row = (double)qk__row_len(map, path) * 8.0;
+    all = (double)p->bytes_states;
+    scratch = qk__cpu_scratch(map, path, es, p->n_threads);
+    p->bytes_workspace = (size_t)scratch;
+    p->bytes_total = (size_t)(all + scratch + (double)p->bytes_staging);
+    if (budget <= 0 || all + scratch + staging <= budget) return QK_OK;
+    {
+        const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
+        const int64_t most = desc->n_x > nb ? desc->n_x : nb;
+        double fit = (budget - scratch) / per;
+        int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
+        if (R < 1)
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "
+                            "of scratch for %d threads), the host budget is %.0f bytes (%.3g GB%s)", map->n_qubits,
+                            per + scratch, (per + scratch) * 1e-9, scratch, p->n_threads, budget, budget * 1e-9,
+                            avail > 0 ? ": 85% of the available memory" : ": qk_ctx_desc.host_memory");
+        if (R > QK__T) R = R / QK__T * QK__T;
+        p->bulk_states = 0;
+        p->state_tile = R;
+        p->tile_m = p->tile_n = R < QK__T ? R : QK__T;
+        p->bytes_states = (size_t)(2.0 * (double)R * row);
+        if (desc->output == QK_OUTPUT_NPY) {
+            p->slab_rows = R;
+            p->bytes_staging = (size_t)(2.0 * (double)R * (double)nb * es);
+        }
+        p->bytes_total = (size_t)((double)p->bytes_states + scratch + (double)p->bytes_staging);
+    }
+    return QK_OK;
+}
+
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+{
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+}
+
+
+
 static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction, const qk_map *map,
                                const qk_gram_desc *desc, qk_plan *p)
 {

@@ -28,6 +28,16 @@ static QK__HD inline double qk__angle_value(const qk_angle *a, const double *x, 
 /* The BASIS op flips its qubit where its feature is 1 (qk_map_check_data admits 0 or 1 only). */
 static QK__HD inline int qk__basis_one(double feature) { return feature > 0.5; }
 
+/* Qubits an op acts on (the amplitude encoding: all, 0 here); whether it carries an angle. */
+static QK__HD inline int qk__op_arity(qk_op_kind k)
+{
+    return (k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) ? 2 : (k == QK_OP_AMPLITUDE ? 0 : 1);
+}
+static QK__HD inline int qk__op_has_angle(qk_op_kind k)
+{
+    return k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_RZZ;
+}
+
 /* The 2x2 matrix of a one-qubit op of kind `kind` at angle t (conventions at the top of this
    file), m = (m00 re, m00 im, m01 re, m01 im, m10 re, m10 im, m11 re, m11 im); basis_one: a
    BASIS op's qk__basis_one. Returns 0, with m the identity, where the op acts as the identity
