@@ -386,6 +386,13 @@ typedef enum qk_precision {
    operand rounding of a tensor-core mode: 2 sqrt(2) e_p + e_p^2, e_p = 2u + u^2 (u = 2^-11
    TF32 and FP16) or 3 * 2^-22 (FP32X3); FP64 1e-10. DEFAULT, AUTO or a bad value: -1. */
 QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits);
+/* A precision's name: "default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"; "?" out of
+   range. The one table of names: the CLIs, the Python package, plan descriptions and the autotune
+   cache use it. */
+QKDEF const char *qk_precision_name(qk_precision p);
+/* The precision named s (one of qk_precision_name's names, exactly). QK_ERROR_INVALID_ARGUMENT
+   (detail: the valid names) for any other string or NULL; *out is left untouched then. */
+QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out);
 
 typedef enum qk_log_level { QK_LOG_INFO = 1, QK_LOG_WARN, QK_LOG_ERROR } qk_log_level;
 typedef void (*qk_log_fn)(qk_log_level level, const char *msg, void *user);
@@ -1316,13 +1323,24 @@ QKDEF const char *qk_result_string(qk_result r)
 
 QKDEF const char *qk_last_error(void) { return qk__errbuf; }
 
-/* Precision names (plan text; the autotune cache has its own copy) and the modes whose output
-   is float32 by default: all but DEFAULT and FP64. */
-static const char *qk__prec_name(qk_precision p)
+/* Precision names, the one table (qk_precision_name, qk_precision_parse) */
+static const char *const qk__prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
+QKDEF const char *qk_precision_name(qk_precision p)
 {
-    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
-    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? names[p] : "?";
+    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? qk__prec_names[p] : "?";
 }
+QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out)
+{
+    int k;
+    for (k = 0; s && k < QK_PRECISION_COUNT; k++)
+        if (!strcmp(s, qk__prec_names[k])) {
+            if (out) *out = (qk_precision)k;
+            return out ? QK_OK : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_precision_parse: NULL out");
+        }
+    return qk__fail(QK_ERROR_INVALID_ARGUMENT, "precision: %s is not one of auto, fp32, fp64, fp32x3, fp16, tf32, default",
+                    s ? "the value given" : "NULL");
+}
+/* The modes whose output is float32 by default: all but DEFAULT, FP64 and AUTO. */
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
 
@@ -6392,7 +6410,6 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
-static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
@@ -6716,7 +6733,7 @@ static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tu
         else e->key.path = (qk_path)k;
         break;
     default: /* QK__TF_PRECISION */
-        for (k = 0; k < QK_PRECISION_COUNT && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        for (k = 0; k < QK_PRECISION_COUNT && strcmp(sval, qk_precision_name((qk_precision)k)) != 0; k++) {}
         if (k >= QK_PRECISION_COUNT) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
         else e->key.precision = (qk_precision)k;
         break;
@@ -7043,7 +7060,7 @@ static int qk__tune_format(const qk_tune_entry *v, int n, qk__tbuf *b) {
         qk__tb_s(b, ", \"qk\": "); qk__tb_str(b, e->key.qk_version);
         qk__tb_s(b, ", \"kernel\": "); qk__tb_str(b, e->key.kernel);
         qk__tb_s(b, ", \"path\": "); qk__tb_str(b, qk__tune_path_names[e->key.path]);
-        qk__tb_s(b, ", \"precision\": "); qk__tb_str(b, qk__tune_prec_names[e->key.precision]);
+        qk__tb_s(b, ", \"precision\": "); qk__tb_str(b, qk_precision_name(e->key.precision));
         qk__tb_s(b, ", \"qubits\": "); qk__tb_int(b, e->key.n_qubits);
         qk__tb_s(b, ", \"config\": "); qk__tb_str(b, e->config);
         qk__tb_s(b, ", \"metric\": "); qk__tb_double(b, e->metric);
@@ -7166,7 +7183,7 @@ QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, q
     QK_FREE(v);
     if (i < 0)
         return qk__fail(QK_ERROR_IO, "autotune cache: no entry for %s %s %s q=%d on \"%s\" (cc %d.%d, driver %d, qk %s) in %s",
-                        k.kernel, qk__tune_path_names[k.path], qk__tune_prec_names[k.precision], k.n_qubits,
+                        k.kernel, qk__tune_path_names[k.path], qk_precision_name(k.precision), k.n_qubits,
                         k.device, k.cc_major, k.cc_minor, k.driver_version, k.qk_version, path);
     return QK_OK;
 }
@@ -7509,7 +7526,7 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
         if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
-            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
+            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
                      qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
                      map->n_qubits);
         return m;
@@ -7628,13 +7645,13 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     }
     if (desc->precision && desc->precision != QK_PRECISION_FP64)
         snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
-                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
+                 QK__T, QK__T, QK__NI, QK__NJ, qk_precision_name(desc->precision));
     else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
     p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
     p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
     if (desc->precision && desc->precision != QK_PRECISION_FP64)
         snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
-                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
+                 qk_precision_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
     snprintf(p->device_name, sizeof p->device_name, "CPU");
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
@@ -7814,25 +7831,25 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
     if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk_precision_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (p->use_blas >= 8)
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
+                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
     else if (p->use_blas >= 3)
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
-                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
+                 qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
     else if (tc_fallback)
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
-                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
+                 qk_precision_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
-                 qk__prec_name(prec), qk__tc_min_qubits(prec));
+                 qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
     return QK_OK;
@@ -8321,7 +8338,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->symmetric ? " (upper triangle computed, mirrored)" : "",
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
-            p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
+            p->out_dtype == QK_F32 ? "float32" : "float64", qk_precision_name(p->precision));
     if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
     if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",

@@ -111,13 +111,24 @@ QKDEF const char *qk_result_string(qk_result r)
 
 QKDEF const char *qk_last_error(void) { return qk__errbuf; }
 
-/* Precision names (plan text; the autotune cache has its own copy) and the modes whose output
-   is float32 by default: all but DEFAULT and FP64. */
-static const char *qk__prec_name(qk_precision p)
+/* Precision names, the one table (qk_precision_name, qk_precision_parse) */
+static const char *const qk__prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
+QKDEF const char *qk_precision_name(qk_precision p)
 {
-    static const char *const names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
-    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? names[p] : "?";
+    return (int)p >= 0 && (int)p < QK_PRECISION_COUNT ? qk__prec_names[p] : "?";
 }
+QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out)
+{
+    int k;
+    for (k = 0; s && k < QK_PRECISION_COUNT; k++)
+        if (!strcmp(s, qk__prec_names[k])) {
+            if (out) *out = (qk_precision)k;
+            return out ? QK_OK : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_precision_parse: NULL out");
+        }
+    return qk__fail(QK_ERROR_INVALID_ARGUMENT, "precision: %s is not one of auto, fp32, fp64, fp32x3, fp16, tf32, default",
+                    s ? "the value given" : "NULL");
+}
+/* The modes whose output is float32 by default: all but DEFAULT, FP64 and AUTO. */
 static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
 

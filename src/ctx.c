@@ -265,7 +265,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->symmetric ? " (upper triangle computed, mirrored)" : "",
             p->output == QK_OUTPUT_DEVICE ? "device buffer" : p->output == QK_OUTPUT_CALLBACK ? "tile callback" :
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
-            p->out_dtype == QK_F32 ? "float32" : "float64", qk__prec_name(p->precision));
+            p->out_dtype == QK_F32 ? "float32" : "float64", qk_precision_name(p->precision));
     if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
     if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",

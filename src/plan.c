@@ -136,7 +136,7 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
         if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
-            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk__prec_name(m),
+            snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
                      qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
                      map->n_qubits);
         return m;
@@ -255,13 +255,13 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     }
     if (desc->precision && desc->precision != QK_PRECISION_FP64)
         snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d; fp64 arithmetic (asked %s: the CPU engine computes in fp64)",
-                 QK__T, QK__T, QK__NI, QK__NJ, qk__prec_name(desc->precision));
+                 QK__T, QK__T, QK__NI, QK__NJ, qk_precision_name(desc->precision));
     else snprintf(p->config, sizeof p->config, "cpu tile %dx%d micro %dx%d", QK__T, QK__T, QK__NI, QK__NJ);
     p->error_bound = qk_precision_error_bound(QK_PRECISION_FP64, map->n_qubits);
     p->tol = desc->precision == QK_PRECISION_AUTO ? desc->tol : 0.0;
     if (desc->precision && desc->precision != QK_PRECISION_FP64)
         snprintf(p->precision_note, sizeof p->precision_note, "fp64 (asked %s: the CPU engine accepts every mode and computes in fp64%s)",
-                 qk__prec_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
+                 qk_precision_name(desc->precision), desc->precision == QK_PRECISION_AUTO ? ", which meets any tolerance" : "");
     snprintf(p->device_name, sizeof p->device_name, "CPU");
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
@@ -441,25 +441,25 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
     if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk__prec_name(prec));
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk_precision_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (p->use_blas >= 8)
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk__prec_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
+                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
     else if (p->use_blas >= 3)
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
-                 qk__prec_name(prec), sym ? "triangle blocks" : "gemm");
+                 qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
     else if (tc_fallback)
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
-                 qk__prec_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
+                 qk_precision_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
     else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
-                 qk__prec_name(prec), qk__tc_min_qubits(prec));
+                 qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
     return QK_OK;

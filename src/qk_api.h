@@ -194,6 +194,13 @@ typedef enum qk_precision {
    operand rounding of a tensor-core mode: 2 sqrt(2) e_p + e_p^2, e_p = 2u + u^2 (u = 2^-11
    TF32 and FP16) or 3 * 2^-22 (FP32X3); FP64 1e-10. DEFAULT, AUTO or a bad value: -1. */
 QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits);
+/* A precision's name: "default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"; "?" out of
+   range. The one table of names: the CLIs, the Python package, plan descriptions and the autotune
+   cache use it. */
+QKDEF const char *qk_precision_name(qk_precision p);
+/* The precision named s (one of qk_precision_name's names, exactly). QK_ERROR_INVALID_ARGUMENT
+   (detail: the valid names) for any other string or NULL; *out is left untouched then. */
+QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out);
 
 typedef enum qk_log_level { QK_LOG_INFO = 1, QK_LOG_WARN, QK_LOG_ERROR } qk_log_level;
 typedef void (*qk_log_fn)(qk_log_level level, const char *msg, void *user);

@@ -98,7 +98,6 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
-static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
@@ -422,7 +421,7 @@ static int qk__tj_field_str(qk__tj *j, int index, int f, const char *name, qk_tu
         else e->key.path = (qk_path)k;
         break;
     default: /* QK__TF_PRECISION */
-        for (k = 0; k < QK_PRECISION_COUNT && strcmp(sval, qk__tune_prec_names[k]) != 0; k++) {}
+        for (k = 0; k < QK_PRECISION_COUNT && strcmp(sval, qk_precision_name((qk_precision)k)) != 0; k++) {}
         if (k >= QK_PRECISION_COUNT) { qk__tj_sem(j, index, "unknown precision", sval); *ok = 0; }
         else e->key.precision = (qk_precision)k;
         break;
@@ -749,7 +748,7 @@ static int qk__tune_format(const qk_tune_entry *v, int n, qk__tbuf *b) {
         qk__tb_s(b, ", \"qk\": "); qk__tb_str(b, e->key.qk_version);
         qk__tb_s(b, ", \"kernel\": "); qk__tb_str(b, e->key.kernel);
         qk__tb_s(b, ", \"path\": "); qk__tb_str(b, qk__tune_path_names[e->key.path]);
-        qk__tb_s(b, ", \"precision\": "); qk__tb_str(b, qk__tune_prec_names[e->key.precision]);
+        qk__tb_s(b, ", \"precision\": "); qk__tb_str(b, qk_precision_name(e->key.precision));
         qk__tb_s(b, ", \"qubits\": "); qk__tb_int(b, e->key.n_qubits);
         qk__tb_s(b, ", \"config\": "); qk__tb_str(b, e->config);
         qk__tb_s(b, ", \"metric\": "); qk__tb_double(b, e->metric);
@@ -872,7 +871,7 @@ QKDEF qk_result qk_tune_cache_lookup(const char *path, const qk_tune_key *key, q
     QK_FREE(v);
     if (i < 0)
         return qk__fail(QK_ERROR_IO, "autotune cache: no entry for %s %s %s q=%d on \"%s\" (cc %d.%d, driver %d, qk %s) in %s",
-                        k.kernel, qk__tune_path_names[k.path], qk__tune_prec_names[k.precision], k.n_qubits,
+                        k.kernel, qk__tune_path_names[k.path], qk_precision_name(k.precision), k.n_qubits,
                         k.device, k.cc_major, k.cc_minor, k.driver_version, k.qk_version, path);
     return QK_OK;
 }

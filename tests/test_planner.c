@@ -88,36 +88,36 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             const double W = 2.0 * 256; /* real values per complex 8-qubit state */
             g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk__prec_name(tc[i]), qk_last_error());
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk_precision_name(tc[i]), qk_last_error());
             invariants(&p, d, 0.85, "zz8 tensor cores");
             /* 8 qubits: the cuBLAS tensor-core engine (the fused tensor-core kernel is slower on
                an H200 at every size measured: QK__TCF_MAX_QUBITS = 0; autotune may pick it) */
             CHECK(p.use_blas == (QK__TCF_MAX_QUBITS >= 8 ? mode[i] + 5 : mode[i]) && p.precision == tc[i] && p.out_dtype == QK_F32, "%s zz8 %s: blas %d precision %d dtype %d",
-                  d->name, qk__prec_name(tc[i]), p.use_blas, (int)p.precision, (int)p.out_dtype);
+                  d->name, qk_precision_name(tc[i]), p.use_blas, (int)p.precision, (int)p.out_dtype);
             /* the workspace holds the cuBLAS engine's (the autotune may pick it: the complex slab,
                as fp32's, plus the operands, at least the columns and the rotated columns) and the
                fused kernel's (every state's operand words) */
             CHECK((double)p.bytes_workspace >= qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) &&
                   qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) >= 32768.0 * W * vbytes[i] / (tc[i] == QK_PRECISION_FP32X3 ? 2.0 : 1.0),
-                  "%s zz8 %s: fused operands not counted (%zu)", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
+                  "%s zz8 %s: fused operands not counted (%zu)", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
             CHECK((double)p.bytes_workspace >= (double)p.tile_m * 32768.0 * 8.0 + 2.0 * 32768.0 * W * vbytes[i],
-                  "%s zz8 %s: workspace %zu too small for the operands", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
-            CHECK(p.bytes_workspace > p32.bytes_workspace, "%s zz8 %s: operands not counted", d->name, qk__prec_name(tc[i]));
-            CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, qk__prec_name(tc[i])) && strstr(buf, "tensor cores") &&
+                  "%s zz8 %s: workspace %zu too small for the operands", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
+            CHECK(p.bytes_workspace > p32.bytes_workspace, "%s zz8 %s: operands not counted", d->name, qk_precision_name(tc[i]));
+            CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, qk_precision_name(tc[i])) && strstr(buf, "tensor cores") &&
                   (QK__TCF_MAX_QUBITS >= 8 ? strstr(buf, "fused") && strstr(buf, "mma.sync") : strstr(buf, "cublas") != NULL),
-                  "%s zz8 %s: describe: %s", d->name, qk__prec_name(tc[i]), buf);
+                  "%s zz8 %s: describe: %s", d->name, qk_precision_name(tc[i]), buf);
             /* K to the host: a ring of two slots, both counted */
             g = gdesc(32768, 0, QK_OUTPUT_HOST);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == (QK__TCF_MAX_QUBITS >= 8 ? mode[i] + 5 : mode[i]), "%s zz8 host %s", d->name, qk__prec_name(tc[i]));
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == (QK__TCF_MAX_QUBITS >= 8 ? mode[i] + 5 : mode[i]), "%s zz8 host %s", d->name, qk_precision_name(tc[i]));
             invariants(&p, d, 0.85, "zz8 host tensor cores");
             CHECK(p.tile_m < 32768 && (double)p.bytes_workspace >= 2.0 * qk__blas_ws(mode[i], 1, 8, 4.0, (double)p.tile_m, 32768.0),
-                  "%s zz8 host %s: ring workspace %zu", d->name, qk__prec_name(tc[i]), p.bytes_workspace);
+                  "%s zz8 host %s: ring workspace %zu", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
             /* few qubits: the fp32 fused kernel, said so */
             g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.use_blas == 0 && strstr(p.config, "do not pay"),
-                  "%s zz4 %s: blas %d config '%s'", d->name, qk__prec_name(tc[i]), p.use_blas, p.config);
+                  "%s zz4 %s: blas %d config '%s'", d->name, qk_precision_name(tc[i]), p.use_blas, p.config);
             /* 6 qubits: TF32 and FP16 on the tensor cores, FP32X3 (chunked) not yet */
             {
                 qk_map *z6 = NULL;
@@ -125,7 +125,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                 g.precision = tc[i];
                 CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
                       p.use_blas == (tc[i] == QK_PRECISION_FP32X3 ? 0 : QK__TCF_MAX_QUBITS >= 6 ? mode[i] + 5 : mode[i]), "%s zz6 %s: blas %d '%s'", d->name,
-                      qk__prec_name(tc[i]), p.use_blas, p.config);
+                      qk_precision_name(tc[i]), p.use_blas, p.config);
                 qk_map_free(z6);
             }
             /* 12 qubits and more: the cuBLAS engine (long GEMMs) in the fixed table; real path,
@@ -133,9 +133,9 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.path == QK_PATH_REAL && p.use_blas == mode[i], "%s hea %s: blas %d",
-                  d->name, qk__prec_name(tc[i]), p.use_blas);
+                  d->name, qk_precision_name(tc[i]), p.use_blas);
             CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.path == QK_PATH_ANALYTIC && p.use_blas == 0, "%s angle %s",
-                  d->name, qk__prec_name(tc[i]));
+                  d->name, qk_precision_name(tc[i]));
         }
         /* FP32 and FP64 keep their engines at every qubit count (FP32 results unchanged) */
         for (q = 2; q <= 20; q += 3) {
@@ -206,9 +206,9 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             memset(kt, 0xff, sizeof kt);
             g.out = kt; g.precision = (qk_precision)i;
             CHECK(cpu && qk_plan_make(cpu, zz4, &g, &p) == QK_OK && p.backend == QK_BACKEND_CPU && p.precision == QK_PRECISION_FP64 &&
-                  p.out_dtype == QK_F32 && strstr(p.config, "fp64") && strstr(p.config, qk__prec_name((qk_precision)i)),
-                  "cpu plan %s: '%s'", qk__prec_name((qk_precision)i), p.config);
-            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK && memcmp(kt, k32, sizeof kt) == 0, "cpu %s: K differs from fp32's", qk__prec_name((qk_precision)i));
+                  p.out_dtype == QK_F32 && strstr(p.config, "fp64") && strstr(p.config, qk_precision_name((qk_precision)i)),
+                  "cpu plan %s: '%s'", qk_precision_name((qk_precision)i), p.config);
+            CHECK(cpu && qk_gram(cpu, zz4, &g) == QK_OK && memcmp(kt, k32, sizeof kt) == 0, "cpu %s: K differs from fp32's", qk_precision_name((qk_precision)i));
         }
         {   /* AUTO on the CPU engine: fp64 (meets any tol), float64 out like the default, said so */
             double k64[37 * 37], kd[37 * 37];
@@ -276,13 +276,13 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s auto %zu: %s", d->name, i, qk_last_error());
             invariants(&p, d, 0.85, "zz8 auto");
             CHECK(p.precision == zz8c[i].want && p.use_blas == zz8c[i].blas, "%s zz8 asked %s tol %g: %s blas %d (want %s blas %d) '%s'", d->name,
-                  qk__prec_name(zz8c[i].asked), zz8c[i].tol, qk__prec_name(p.precision), p.use_blas, qk__prec_name(zz8c[i].want),
+                  qk_precision_name(zz8c[i].asked), zz8c[i].tol, qk_precision_name(p.precision), p.use_blas, qk_precision_name(zz8c[i].want),
                   zz8c[i].blas, p.precision_note);
             CHECK(p.out_dtype == (zz8c[i].want == QK_PRECISION_FP64 ? QK_F64 : QK_F32), "%s zz8 auto %zu: dtype %d", d->name, i, (int)p.out_dtype);
             CHECK(p.error_bound == qk_precision_error_bound(p.precision, 8), "%s zz8 auto %zu: plan bound %g", d->name, i, p.error_bound);
             if (zz8c[i].asked == QK_PRECISION_AUTO || zz8c[i].asked == QK_PRECISION_DEFAULT) {
                 /* the plan says which mode and why, numbers locale-free */
-                CHECK(strstr(p.precision_note, "auto: ") && strstr(p.precision_note, qk__prec_name(zz8c[i].want)) &&
+                CHECK(strstr(p.precision_note, "auto: ") && strstr(p.precision_note, qk_precision_name(zz8c[i].want)) &&
                       (zz8c[i].want == QK_PRECISION_FP64 || p.error_bound <= p.tol) && p.tol > 0,
                       "%s zz8 auto %zu: note '%s' tol %g", d->name, i, p.precision_note, p.tol);
                 CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, "precision: auto: "), "%s auto %zu: describe: %s", d->name, i, buf);
@@ -294,18 +294,18 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
         g.precision = QK_PRECISION_AUTO;
         g.tol = 1e-2;
         CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.use_blas == 0,
-              "%s zz4 auto 1e-2: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+              "%s zz4 auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
         CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.path == QK_PATH_ANALYTIC,
-              "%s angle auto 1e-2: %s", d->name, qk__prec_name(p.precision));
+              "%s angle auto 1e-2: %s", d->name, qk_precision_name(p.precision));
         /* hea 12 qubits (real): fp16 on the cuBLAS engine (fixed table), fp32x3 at 1e-3 */
         g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_AUTO;
         g.tol = 1e-2;
         CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP16 && p.use_blas == 5,
-              "%s hea auto 1e-2: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+              "%s hea auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
         g.tol = 1e-3;
         CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 && p.use_blas == 4,
-              "%s hea auto 1e-3: %s blas %d", d->name, qk__prec_name(p.precision), p.use_blas);
+              "%s hea auto 1e-3: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
     }
     /* 6 qubits: fp32x3 does not run on the tensor cores yet (from 7), so 1e-3 keeps fp32 */
     {
@@ -314,8 +314,8 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
         g = gdesc(4096, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_AUTO;
         g.tol = 1e-3;
-        CHECK(z6 && qk_plan_for_device(&cards[2], 0.85, z6, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32, "zz6 auto 1e-3: %s", qk__prec_name(p.precision));
-        CHECK(z7 && qk_plan_for_device(&cards[2], 0.85, z7, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3, "zz7 auto 1e-3: %s", qk__prec_name(p.precision));
+        CHECK(z6 && qk_plan_for_device(&cards[2], 0.85, z6, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32, "zz6 auto 1e-3: %s", qk_precision_name(p.precision));
+        CHECK(z7 && qk_plan_for_device(&cards[2], 0.85, z7, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3, "zz7 auto 1e-3: %s", qk_precision_name(p.precision));
         qk_map_free(z6);
         qk_map_free(z7);
     }
@@ -348,6 +348,24 @@ int main(void)
     CHECK(qk_map_parse("hea(layers=2,rot=y)", 12, &hea) == QK_OK, "parse hea");
     qk_map_parse("zz(reps=1,ent=linear)", 31, &zz31); /* local: made (MPS path) */
     if (qk_test_fails) return 1;
+
+    {   /* precision names: the one table, name <-> parse round trip; bad names are errors */
+        int k;
+        qk_precision pr = QK_PRECISION_FP16;
+        for (k = 0; k < QK_PRECISION_COUNT; k++) {
+            qk_precision back = (qk_precision)-1;
+            CHECK(qk_precision_parse(qk_precision_name((qk_precision)k), &back) == QK_OK && back == (qk_precision)k,
+                  "precision %d: name '%s' does not parse back", k, qk_precision_name((qk_precision)k));
+        }
+        CHECK(!strcmp(qk_precision_name(QK_PRECISION_FP32X3), "fp32x3") && !strcmp(qk_precision_name(QK_PRECISION_AUTO), "auto"),
+              "precision names");
+        CHECK(!strcmp(qk_precision_name((qk_precision)QK_PRECISION_COUNT), "?") && !strcmp(qk_precision_name((qk_precision)-1), "?"),
+              "out-of-range precision name");
+        CHECK(qk_precision_parse("FP32", &pr) == QK_ERROR_INVALID_ARGUMENT && pr == QK_PRECISION_FP16, "'FP32' parsed or *out touched");
+        CHECK(qk_precision_parse("fp3", &pr) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "fp32x3"), "'fp3': %s", qk_last_error());
+        CHECK(qk_precision_parse(NULL, &pr) == QK_ERROR_INVALID_ARGUMENT && pr == QK_PRECISION_FP16, "NULL name");
+        CHECK(qk_precision_parse("fp32", NULL) == QK_ERROR_INVALID_ARGUMENT, "NULL out");
+    }
 
     {   /* no device: the CPU plan */
         qk_device_info none;

@@ -708,13 +708,13 @@ static void auto_tests(qk_ctx *cpu, qk_ctx *gpu)
         g.tol = c.tol;
         qk_plan p;
         CHECK(qk_plan_make(gpu, m, &g, &p) == QK_OK && p.precision == c.want && strstr(p.precision_note, "auto"),
-              "auto %s d=%d tol %g: %s '%s'", c.spec, c.d, c.tol, qk__prec_name(p.precision), p.precision_note);
+              "auto %s d=%d tol %g: %s '%s'", c.spec, c.d, c.tol, qk_precision_name(p.precision), p.precision_note);
         CHECK(qk_gram(gpu, m, &g) == QK_OK, "auto %s: %s", c.spec, qk_last_error());
         double e = 0;
         for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]));
         CHECK(e <= p.error_bound, "auto %s d=%d tol %g (%s, blas %d): max err %.3g > stated bound %.3g", c.spec, c.d, c.tol,
-              qk__prec_name(p.precision), p.use_blas, e, p.error_bound);
-        printf("auto %-14s d=%2d tol %-6g -> %-6s blas %2d: max err %.2g (bound %.2g)\n", c.spec, c.d, c.tol, qk__prec_name(p.precision),
+              qk_precision_name(p.precision), p.use_blas, e, p.error_bound);
+        printf("auto %-14s d=%2d tol %-6g -> %-6s blas %2d: max err %.2g (bound %.2g)\n", c.spec, c.d, c.tol, qk_precision_name(p.precision),
                p.use_blas, e, p.error_bound);
         qk_map_free(m);
     }
