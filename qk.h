@@ -1085,6 +1085,10 @@ QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
    concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
 QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
+/* Tests: on (1) fills the cuBLAS and tensor-core engines' product buffer (C) with NaN before
+   their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
+   sanitizer runs: docs/gpu.md). Not for concurrent use. */
+QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);

@@ -242,6 +242,9 @@ extern "C" void qk_cuda_test_fail_alloc(int k)
     qk__fault_at = k < 0 ? -k : k;
 }
 extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
+/* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
+static int qk__poison_gemm = 0;
+extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
 
 /* ---- errors ---- */
 struct qk__err {
@@ -2480,6 +2483,8 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
     const bool tc = mode >= 3;
+    if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
+        QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * es, st));
     if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {

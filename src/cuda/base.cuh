@@ -145,6 +145,9 @@ extern "C" void qk_cuda_test_fail_alloc(int k)
     qk__fault_at = k < 0 ? -k : k;
 }
 extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
+/* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
+static int qk__poison_gemm = 0;
+extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
 
 /* ---- errors ---- */
 struct qk__err {

@@ -226,6 +226,8 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
     const bool tc = mode >= 3;
+    if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
+        QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * es, st));
     if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {

@@ -582,6 +582,22 @@ static void tc_block_tests()
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
                 check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
             }
+        /* the cuBLAS paths with their C poisoned (NaN) before the GEMMs: K must stay finite and
+           within its bound, i.e. every entry the |.|^2 epilogue reads was written by a GEMM
+           (issue 27 item 13: initcheck reports reads in this epilogue that fresh zeroed memory
+           would mask) */
+        static const struct { qk_precision p; int b; } pm[] = {
+            {QK_PRECISION_FP32, 1}, {QK_PRECISION_FP32, 2}, {QK_PRECISION_FP64, 1}, {QK_PRECISION_TF32, 3},
+            {QK_PRECISION_FP32X3, 4}, {QK_PRECISION_FP16, 5}, {QK_PRECISION_FP64, 7}};
+        qk_cuda_test_poison_gemm(1);
+        for (auto &c : pm) {
+            const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
+            if (real && c.b == 2) continue; /* CGEMM3M: complex only */
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "poisoned C sym device");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "poisoned C sym slabs 700");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "poisoned C rect");
+        }
+        qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
         g_cfg = 0;
         printf("tensor-core blocks %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
     }
@@ -1115,6 +1131,8 @@ int main(int argc, char **argv)
     unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), 0, 10) : (unsigned long long)time(0);
     g_rng.seed(seed);
     printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
+    /* QK_TEST_POISON: every cuBLAS-path C poisoned with NaN before its GEMMs (the initcheck run) */
+    qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
     if (getenv("QK_TEST_ONLY")) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan */
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
