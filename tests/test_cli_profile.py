@@ -46,6 +46,31 @@ with tempfile.TemporaryDirectory() as d:
                         os.path.join(d, "no", "such", "dir", "t.json")], capture_output=True, text=True)
     if p.returncode == 0 or "trace" not in p.stderr:
         fails.append(f"unwritable trace path: exit {p.returncode}, stderr {p.stderr!r}")
+
+    # issue 27, item 1: symlinks planted at the profiler's predictable temporary names (the
+    # child's pid is the pid after exec) point at a victim file: the victim must stay as it was,
+    # the reports must be written as regular files
+    victim = os.path.join(d, "victim.txt")
+    with open(victim, "w") as f:
+        f.write("DATA\n")
+    outs = [os.path.join(d, n) for n in ("plant.txt", "plant.json", "plant.html")]
+
+    def plant():
+        pid = os.getpid()
+        for o in outs:
+            for k in range(3):
+                os.symlink(victim, f"{o}.tmp{pid}" + (f".{k}" if k else ""))
+
+    p = subprocess.run([exe, "--map", "zz(reps=1)", "--x", x, "--out", os.path.join(d, "K3.npy"), "--device", "cpu", "--quiet",
+                        "--profile", outs[0], "--trace", outs[1], "--html", outs[2]], capture_output=True, text=True,
+                       preexec_fn=plant)
+    if p.returncode != 0:
+        fails.append(f"planted temporary symlinks: exit {p.returncode}, stderr {p.stderr!r}")
+    if open(victim).read() != "DATA\n":
+        fails.append("planted temporary symlinks: the victim file was overwritten through the link")
+    for o in outs:
+        if not os.path.isfile(o) or os.path.islink(o) or os.path.getsize(o) == 0:
+            fails.append(f"planted temporary symlinks: {os.path.basename(o)} is not a written regular file")
 for f in fails:
     print("FAIL", f)
 print("ok" if not fails else f"{len(fails)} failures")
