@@ -405,6 +405,7 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 #endif
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -3278,6 +3279,13 @@ QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
     int rc;
     if (!path || !*path) { qk__prof_seterr("qk_prof_write_file: no path"); return -1; }
     if (strcmp(path, "-") == 0) { rc = qk_prof_write(fmt, stdout); fflush(stdout); return rc; }
+    {   /* the rename would replace a directory's or a device's entry (as root, /dev/null's) */
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            qk__prof_seterr("qk_prof_write_file: %s exists and is not a regular file (\"-\" is standard output)", path);
+            return -1;
+        }
+    }
     f = qk__prof_open_tmp(path, tmp, sizeof tmp);
     if (!f) return -1;
     rc = qk_prof_write(fmt, f);

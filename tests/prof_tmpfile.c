@@ -2,7 +2,7 @@
    at the predictable names (path.tmp<pid>, path.tmp<pid>.1, ...) pointing at a victim file, or at
    a file not yet there, are skipped, never written through; the report is written and is a
    regular file; when every name is taken the call fails cleanly; the file mode is fopen's (0666
-   less the umask). POSIX only. */
+   less the umask); a FIFO or a directory at the path is refused, not replaced. POSIX only. */
 #define _POSIX_C_SOURCE 200809L
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
@@ -128,7 +128,20 @@ int main(void)
         umask(old);
     }
 
-    /* 5. a missing directory: an error naming the path, nothing created */
+    /* 5. a FIFO or a directory at the path: refused, left as it was (a rename would replace it) */
+    join(report, sizeof report, "fifo");
+    CHECK(mkfifo(report, 0600) == 0);
+    CHECK(QK_PROF_REPORT(report) == -1);
+    CHECK(strstr(qk_prof_last_error(), "not a regular file") != NULL, "%s", qk_prof_last_error());
+    CHECK(lstat(report, &st) == 0 && S_ISFIFO(st.st_mode));
+    unlink(report);
+    join(report, sizeof report, "sub");
+    CHECK(mkdir(report, 0700) == 0);
+    CHECK(QK_PROF_WRITE_HTML(report) == -1);
+    CHECK(strstr(qk_prof_last_error(), "not a regular file") != NULL, "%s", qk_prof_last_error());
+    CHECK(rmdir(report) == 0, "%s not empty", report);
+
+    /* 6. a missing directory: an error naming the path, nothing created */
     join(report, sizeof report, "no/such/dir/rep.txt");
     CHECK(QK_PROF_REPORT(report) == -1);
     CHECK(strstr(qk_prof_last_error(), "no/such/dir") != NULL, "%s", qk_prof_last_error());
