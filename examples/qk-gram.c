@@ -241,6 +241,41 @@ static int check_output_path(const char *out) {
     return EXIT_SUCCESS;
 }
 
+/* The profiler's outputs (--profile, --trace, --html) are checked before any work as --out is,
+   so that a bad one fails the run before K is computed and written: an existing writable
+   directory, a name that is no directory (nor a device or FIFO: "-" is standard output). */
+static int check_prof_output(const char *opt, const char *path) {
+    struct stat st;
+    char dir[4096];
+    const char *slash;
+    size_t n, dl;
+    if (!path || strcmp(path, "-") == 0) return EXIT_SUCCESS;
+    n = strlen(path);
+    if (n == 0) return fail(QK_OK, "%s: the file name is empty", opt);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(QK_OK, "%s '%s' is a directory: name a file in it", opt, path);
+    if (path[n - 1] == '/') return fail(QK_OK, "%s '%s' ends with '/': name a file, not a directory", opt, path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return fail(QK_OK, "%s '%s' exists and is not a regular file (\"-\" is standard output)", opt, path);
+    slash = strrchr(path, '/');
+    dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    if (dl >= sizeof dir) return fail(QK_OK, "%s '%s': path too long", opt, path);
+    if (slash) memcpy(dir, path, dl);
+    else dir[0] = '.';
+    dir[dl] = 0;
+    if (stat(dir, &st) != 0) return fail(QK_OK, "%s '%s': directory '%s' does not exist", opt, path, dir);
+    if (!S_ISDIR(st.st_mode)) return fail(QK_OK, "%s '%s': '%s' is not a directory", opt, path, dir);
+    if (access(dir, W_OK) != 0)
+        return fail(QK_OK, "%s '%s': directory '%s' is not writable: %s", opt, path, dir, strerror(errno));
+    return EXIT_SUCCESS;
+}
+
+static int check_prof_outputs(const options *o) {
+    if (check_prof_output("--profile", o->profile) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_output("--trace", o->trace) != EXIT_SUCCESS) return EXIT_FAILURE;
+    return check_prof_output("--html", o->html);
+}
+
 /* ---- progress bar ---- */
 /* Progress on stderr. On a terminal: a bar with pairs/s, GB written and the time left, redrawn
    every 0.1 s once the job has run 0.5 s (short jobs print nothing). --progress (or stderr not
@@ -591,6 +626,7 @@ static int gram_main(const options *o) {
     memset(&Y, 0, sizeof Y);
     /* check_args has seen --map, --x and --out given, --out a .npy and no input */
     if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
 
     if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
@@ -914,6 +950,7 @@ static int demo_main(const options *o) {
     int rc = EXIT_FAILURE;
     memset(&dm, 0, sizeof dm);
     if (o->x || o->y || o->out || o->weights) die_usage("--demo takes no --x, --y, --out or --weights", NULL);
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (demo_load(o, &dm) != EXIT_SUCCESS || demo_split(&dm) != EXIT_SUCCESS || demo_scale(&dm) != EXIT_SUCCESS)
         goto done;
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
@@ -947,10 +984,16 @@ int main(int argc, char **argv) {
     if ((pa = check_args(&o)) >= 0) return pa;
     {
         int rc = o.demo ? demo_main(&o) : gram_main(&o);
-        /* profiler outputs are written whatever the outcome: a failed run's profile is useful too */
-        if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
-        if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
-        if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
+        int k_written = rc == EXIT_SUCCESS && !o.demo;
+        /* profiler outputs are written after a run that succeeded or was stopped (130 / 143: the
+           profile of the part that ran), not after an error: exit 1 writes no output file */
+        if (rc != EXIT_FAILURE) {
+            if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
+            if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
+            if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
+        }
+        if (k_written && rc != EXIT_SUCCESS)
+            fprintf(stderr, "qk-gram: note: '%s' was written; only the profiler output failed\n", o.out);
         return rc;
     }
 }
