@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -972,9 +973,29 @@ done:
 }
 
 #ifndef QK_GRAM_NO_MAIN   /* tests/fuzz_qk_gram_args.c includes this file for its parser */
+/* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the process and leave K's
+   temporary file: caught instead, the write fails with EFBIG, qk removes the temporary file
+   and the error is reported as any other; the flag adds what the limit was. */
+static volatile sig_atomic_t fsize_hit = 0;
+static void on_fsize_signal(int sig) { (void)sig; fsize_hit = 1; }
+
+static void fsize_note(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fprintf(stderr, "qk-gram: error: a write went past the file size limit (ulimit -f, RLIMIT_FSIZE: %llu bytes); "
+                        "the temporary file was removed\n", (unsigned long long)rl.rlim_cur);
+    else fprintf(stderr, "qk-gram: error: a write went past the file size limit (SIGXFSZ); the temporary file was removed\n");
+}
+
 int main(int argc, char **argv) {
     options o;
     int pa;
+    struct sigaction sa_fsize;
+    memset(&sa_fsize, 0, sizeof sa_fsize);
+    sa_fsize.sa_handler = on_fsize_signal;
+    sa_fsize.sa_flags = SA_RESTART;
+    sigemptyset(&sa_fsize.sa_mask);
+    sigaction(SIGXFSZ, &sa_fsize, NULL);
     if (argc == 1) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
@@ -992,6 +1013,7 @@ int main(int argc, char **argv) {
             if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
             if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
         }
+        if (rc == EXIT_FAILURE && fsize_hit) fsize_note();
         if (k_written && rc != EXIT_SUCCESS)
             fprintf(stderr, "qk-gram: note: '%s' was written; only the profiler output failed\n", o.out);
         return rc;
