@@ -54,7 +54,9 @@
      QK_PROF_WRITE_TRACE(path)   Chrome trace-event JSON (Perfetto, chrome://tracing): one lane per
                                  host thread (pid 1) and per GPU stream (pid 2 + device)
      QK_PROF_WRITE_HTML(path)    self-contained HTML (inline SVG; no network, no script)
-   Files are written to path.tmp and renamed, so a reader never sees a half-written file.
+   Files are written to path.tmp<pid> and renamed, so a reader never sees a half-written file;
+   the temporary file is created exclusively (O_EXCL | O_NOFOLLOW): a file or symlink planted at
+   its name is skipped for the next name (path.tmp<pid>.1, .2, ...), never written through.
 
    Configuration macros
    --------------------
@@ -402,6 +404,8 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 #error "qk_prof.h: the implementation supports POSIX systems (Linux, macOS) only for now"
 #endif
 #include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -3221,6 +3225,53 @@ QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
     return 0;
 }
 
+/* The temporary file is created exclusively (O_EXCL, O_NOFOLLOW): a file or a symlink planted at
+   its name is never opened or followed; a taken name is skipped for the next one (path.tmp<pid>,
+   then path.tmp<pid>.1, .2, ...; QK__PROF_TMP_TRIES names in all). The mode is fopen's (0666 less
+   the umask). Returns the stream, or NULL with the error set (nothing left behind). */
+#ifdef O_NOFOLLOW
+#define QK__PROF_O_NOFOLLOW O_NOFOLLOW
+#else
+#define QK__PROF_O_NOFOLLOW 0
+#endif
+#ifdef O_CLOEXEC
+#define QK__PROF_O_CLOEXEC O_CLOEXEC
+#else
+#define QK__PROF_O_CLOEXEC 0
+#endif
+#define QK__PROF_TMP_TRIES 100
+#ifndef __cplusplus
+/* a strict -std=c99/c11 TU whose system headers came first hides fdopen (POSIX): declare it */
+extern FILE *fdopen(int fd, const char *mode);
+#endif
+static FILE *qk__prof_open_tmp(const char *path, char *tmp, size_t cap)
+{
+    FILE *f;
+    int fd = -1, i, n;
+    for (i = 0; i < QK__PROF_TMP_TRIES; i++) {
+        n = i == 0 ? snprintf(tmp, cap, "%s.tmp%ld", path, (long)getpid())
+                   : snprintf(tmp, cap, "%s.tmp%ld.%d", path, (long)getpid(), i);
+        if (n < 0 || (size_t)n >= cap) { qk__prof_seterr("qk_prof_write_file: path too long"); return NULL; }
+        do fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | QK__PROF_O_NOFOLLOW | QK__PROF_O_CLOEXEC, 0666);
+        while (fd < 0 && errno == EINTR);
+        if (fd >= 0 || errno != EEXIST) break;
+    }
+    if (fd < 0) {
+        if (errno == EEXIST)
+            qk__prof_seterr("qk_prof_write_file: cannot create a temporary file next to %s: %d names taken (the last %s)",
+                            path, QK__PROF_TMP_TRIES, tmp);
+        else qk__prof_seterr("qk_prof_write_file: cannot create %s: %s", tmp, strerror(errno));
+        return NULL;
+    }
+    f = fdopen(fd, "w");
+    if (!f) {
+        qk__prof_seterr("qk_prof_write_file: cannot open %s: %s", tmp, strerror(errno));
+        close(fd);
+        remove(tmp);
+    }
+    return f;
+}
+
 QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
 {
     char tmp[4096];
@@ -3228,12 +3279,15 @@ QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
     int rc;
     if (!path || !*path) { qk__prof_seterr("qk_prof_write_file: no path"); return -1; }
     if (strcmp(path, "-") == 0) { rc = qk_prof_write(fmt, stdout); fflush(stdout); return rc; }
-    if (snprintf(tmp, sizeof tmp, "%s.tmp%ld", path, (long)getpid()) >= (int)sizeof tmp) {
-        qk__prof_seterr("qk_prof_write_file: path too long");
-        return -1;
+    {   /* the rename would replace a directory's or a device's entry (as root, /dev/null's) */
+        struct stat st;
+        if (stat(path, &st) == 0 && !S_ISREG(st.st_mode)) {
+            qk__prof_seterr("qk_prof_write_file: %s exists and is not a regular file (\"-\" is standard output)", path);
+            return -1;
+        }
     }
-    f = fopen(tmp, "w");
-    if (!f) { qk__prof_seterr("qk_prof_write_file: cannot open %s: %s", tmp, strerror(errno)); return -1; }
+    f = qk__prof_open_tmp(path, tmp, sizeof tmp);
+    if (!f) return -1;
     rc = qk_prof_write(fmt, f);
     if (fclose(f) != 0 && rc == 0) { qk__prof_seterr("qk_prof_write_file: cannot write %s: %s", tmp, strerror(errno)); rc = -1; }
     if (rc == 0 && rename(tmp, path) != 0) { qk__prof_seterr("qk_prof_write_file: cannot rename to %s: %s", path, strerror(errno)); rc = -1; }

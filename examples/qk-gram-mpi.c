@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -389,9 +390,22 @@ done:
     return rc;
 }
 
+/* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the rank and leave the temporary
+   file: caught instead, the write fails with EFBIG and qk_gram_mpi fails on every rank, removing
+   the file; the rank that hit the limit says so. */
+static volatile sig_atomic_t fsize_hit = 0;
+static void on_fsize_signal(int sig) { (void)sig; fsize_hit = 1; }
+
 int main(int argc, char **argv) {
     options o;
     int rc, provided = 0;
+    struct sigaction sa_fsize;
+    /* before MPI_Init: it creates its shared-memory backing files under the same limit */
+    memset(&sa_fsize, 0, sizeof sa_fsize);
+    sa_fsize.sa_handler = on_fsize_signal;
+    sa_fsize.sa_flags = SA_RESTART;
+    sigemptyset(&sa_fsize.sa_mask);
+    sigaction(SIGXFSZ, &sa_fsize, NULL);
     /* SERIALIZED: qk_gram_mpi writes each slab from a second thread while the next is computed */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -403,6 +417,13 @@ int main(int argc, char **argv) {
     }
     parse_args(argc, argv, &o);
     rc = run(&o);
+    if (rc == EXIT_FAILURE && fsize_hit) {
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+            fail(1, QK_OK, "a write went past the file size limit (ulimit -f, RLIMIT_FSIZE: %llu bytes); the temporary file was removed",
+                 (unsigned long long)rl.rlim_cur);
+        else fail(1, QK_OK, "a write went past the file size limit (SIGXFSZ); the temporary file was removed");
+    }
     MPI_Finalize();
     return rc;
 }

@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -239,6 +240,41 @@ static int check_output_path(const char *out) {
     if (access(dir, W_OK) != 0)
         return fail(QK_OK, "--out '%s': directory '%s' is not writable: %s", out, dir, strerror(errno));
     return EXIT_SUCCESS;
+}
+
+/* The profiler's outputs (--profile, --trace, --html) are checked before any work as --out is,
+   so that a bad one fails the run before K is computed and written: an existing writable
+   directory, a name that is no directory (nor a device or FIFO: "-" is standard output). */
+static int check_prof_output(const char *opt, const char *path) {
+    struct stat st;
+    char dir[4096];
+    const char *slash;
+    size_t n, dl;
+    if (!path || strcmp(path, "-") == 0) return EXIT_SUCCESS;
+    n = strlen(path);
+    if (n == 0) return fail(QK_OK, "%s: the file name is empty", opt);
+    if (stat(path, &st) == 0 && S_ISDIR(st.st_mode))
+        return fail(QK_OK, "%s '%s' is a directory: name a file in it", opt, path);
+    if (path[n - 1] == '/') return fail(QK_OK, "%s '%s' ends with '/': name a file, not a directory", opt, path);
+    if (stat(path, &st) == 0 && !S_ISREG(st.st_mode))
+        return fail(QK_OK, "%s '%s' exists and is not a regular file (\"-\" is standard output)", opt, path);
+    slash = strrchr(path, '/');
+    dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    if (dl >= sizeof dir) return fail(QK_OK, "%s '%s': path too long", opt, path);
+    if (slash) memcpy(dir, path, dl);
+    else dir[0] = '.';
+    dir[dl] = 0;
+    if (stat(dir, &st) != 0) return fail(QK_OK, "%s '%s': directory '%s' does not exist", opt, path, dir);
+    if (!S_ISDIR(st.st_mode)) return fail(QK_OK, "%s '%s': '%s' is not a directory", opt, path, dir);
+    if (access(dir, W_OK) != 0)
+        return fail(QK_OK, "%s '%s': directory '%s' is not writable: %s", opt, path, dir, strerror(errno));
+    return EXIT_SUCCESS;
+}
+
+static int check_prof_outputs(const options *o) {
+    if (check_prof_output("--profile", o->profile) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_output("--trace", o->trace) != EXIT_SUCCESS) return EXIT_FAILURE;
+    return check_prof_output("--html", o->html);
 }
 
 /* ---- progress bar ---- */
@@ -591,6 +627,7 @@ static int gram_main(const options *o) {
     memset(&Y, 0, sizeof Y);
     /* check_args has seen --map, --x and --out given, --out a .npy and no input */
     if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
 
     if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
@@ -914,6 +951,7 @@ static int demo_main(const options *o) {
     int rc = EXIT_FAILURE;
     memset(&dm, 0, sizeof dm);
     if (o->x || o->y || o->out || o->weights) die_usage("--demo takes no --x, --y, --out or --weights", NULL);
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (demo_load(o, &dm) != EXIT_SUCCESS || demo_split(&dm) != EXIT_SUCCESS || demo_scale(&dm) != EXIT_SUCCESS)
         goto done;
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
@@ -935,9 +973,29 @@ done:
 }
 
 #ifndef QK_GRAM_NO_MAIN   /* tests/fuzz_qk_gram_args.c includes this file for its parser */
+/* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the process and leave K's
+   temporary file: caught instead, the write fails with EFBIG, qk removes the temporary file
+   and the error is reported as any other; the flag adds what the limit was. */
+static volatile sig_atomic_t fsize_hit = 0;
+static void on_fsize_signal(int sig) { (void)sig; fsize_hit = 1; }
+
+static void fsize_note(void) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+        fprintf(stderr, "qk-gram: error: a write went past the file size limit (ulimit -f, RLIMIT_FSIZE: %llu bytes); "
+                        "the temporary file was removed\n", (unsigned long long)rl.rlim_cur);
+    else fprintf(stderr, "qk-gram: error: a write went past the file size limit (SIGXFSZ); the temporary file was removed\n");
+}
+
 int main(int argc, char **argv) {
     options o;
     int pa;
+    struct sigaction sa_fsize;
+    memset(&sa_fsize, 0, sizeof sa_fsize);
+    sa_fsize.sa_handler = on_fsize_signal;
+    sa_fsize.sa_flags = SA_RESTART;
+    sigemptyset(&sa_fsize.sa_mask);
+    sigaction(SIGXFSZ, &sa_fsize, NULL);
     if (argc == 1) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
@@ -947,10 +1005,17 @@ int main(int argc, char **argv) {
     if ((pa = check_args(&o)) >= 0) return pa;
     {
         int rc = o.demo ? demo_main(&o) : gram_main(&o);
-        /* profiler outputs are written whatever the outcome: a failed run's profile is useful too */
-        if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
-        if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
-        if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
+        int k_written = rc == EXIT_SUCCESS && !o.demo;
+        /* profiler outputs are written after a run that succeeded or was stopped (130 / 143: the
+           profile of the part that ran), not after an error: exit 1 writes no output file */
+        if (rc != EXIT_FAILURE) {
+            if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
+            if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
+            if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
+        }
+        if (rc == EXIT_FAILURE && fsize_hit) fsize_note();
+        if (k_written && rc != EXIT_SUCCESS)
+            fprintf(stderr, "qk-gram: note: '%s' was written; only the profiler output failed\n", o.out);
         return rc;
     }
 }
