@@ -1243,9 +1243,16 @@ static void *qk__calloc(size_t count, size_t size)
 /* >>errors ---- implementation: errors ---- */
 static QK__TLS char qk__errbuf[512];
 
+static void qk__esc_msg(char *dst, size_t size, const char *src);
+
+/* Every byte that is not printable ASCII in the message is escaped (qk__esc_msg): values are
+   quoted escaped where they are formatted (qk__esc, qk__esc_arg), and anything quoted raw
+   still reaches a terminal as text. */
 static void qk__set_errorv(const char *fmt, va_list ap)
 {
-    vsnprintf(qk__errbuf, sizeof qk__errbuf, fmt, ap);
+    char raw[sizeof qk__errbuf];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qk__esc_msg(qk__errbuf, sizeof qk__errbuf, raw);
 }
 
 static void qk__set_error(const char *fmt, ...)
@@ -1436,6 +1443,49 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
     if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
     buf[k] = 0;
     return buf;
+}
+
+/* A value the user gave (a path, a spec, an option's value) as a message quotes it: escaped by
+   qk__esc, at most QK__ESC_ARG_MAX bytes of it, then "... (N bytes)": a 120000-byte spec is
+   not echoed whole, an escape sequence in a file name does not reach the terminal. buf of
+   QK__ESC_ARG_SIZE bytes holds any value. Returns buf. */
+#define QK__ESC_ARG_MAX 200
+#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
+static const char *qk__esc_arg(char *buf, size_t size, const char *s)
+{
+    size_t n, k;
+    if (!size) return buf;
+    if (!s) { snprintf(buf, size, "(null)"); return buf; }
+    n = strlen(s);
+    qk__esc(buf, size > 24 ? size - 24 : size, s, n, QK__ESC_ARG_MAX);
+    k = strlen(buf);
+    if (n > QK__ESC_ARG_MAX && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
+}
+
+/* A whole message with every byte that is not printable ASCII escaped by qk__esc, into dst (cut
+   with "..." to fit size). A '\\' stays as it is: the message may quote text qk__esc has
+   escaped already. The detail message goes through it (qk__set_errorv), so a value the
+   message quotes raw (a path) cannot put control bytes on a terminal either. */
+static void qk__esc_msg(char *dst, size_t size, const char *src)
+{
+    size_t k = 0;
+    if (!size) return;
+    for (; *src; src++) {
+        unsigned char c = (unsigned char)*src;
+        char e[8];
+        size_t el;
+        if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; e[1] = 0; }
+        else qk__esc(e, sizeof e, src, 1, 1);
+        el = strlen(e);
+        if (k + el + 4 > size) {   /* room for "..." and the NUL */
+            if (k + 4 <= size) { memcpy(dst + k, "...", 3); k += 3; }
+            break;
+        }
+        memcpy(dst + k, e, el);
+        k += el;
+    }
+    dst[k] = 0;
 }
 
 static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
@@ -2040,10 +2090,14 @@ typedef struct qk__parser {
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
-/* The spec as a message quotes it: escaped, at most 120 bytes. */
+/* The spec as a message quotes it: escaped, at most 120 bytes, then "... (N bytes)". */
 static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
 {
-    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+    size_t n = strlen(ps->s), k;
+    qk__esc(buf, size > 24 ? size - 24 : size, ps->s, n, 120);
+    k = strlen(buf);
+    if (n > 120 && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
 }
 
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
@@ -4099,17 +4153,26 @@ typedef struct stat qk__stat_t;
 static qk_result qk__not_regular(const char *path, unsigned mode) {
     const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
                      : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
-    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+    char ep[QK__ESC_ARG_SIZE];
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)",
+                    qk__esc_arg(ep, sizeof ep, path), what);
 }
 
 /* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
 static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
     qk__stat_t st;
-    int fd;
-    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int fd, e;
+    char ep[QK__ESC_ARG_SIZE];   /* the path as the message quotes it: escaped, cut */
+    if (QK__STAT(path, &st) != 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
     fd = QK__OPEN_RD(path);
-    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (QK__FSTAT(fd, &st) != 0) {
         int e = errno;
         QK__RCLOSE(fd);
@@ -7698,11 +7761,12 @@ static const char *const qk__tune_prec_names[QK_PRECISION_COUNT] = {"default", "
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    qk__esc_msg(msg, sizeof msg, raw);   /* a path with control bytes reaches the log as text */
     if (log) log(QK_LOG_WARN, msg, user);
     return qk__fail(r, "%s", msg);
 }

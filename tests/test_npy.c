@@ -584,6 +584,33 @@ static void test_csv_hardening(void) {
     csv_bad("file over QK_CSV_MAX_BYTES", text, "QK_CSV_MAX_BYTES");
 }
 
+/* Issue 27, item 10: a path or spec the message quotes reaches a terminal as text: control and
+   non-ASCII bytes escaped (a file name with ESC [2J used to clear the screen), a long spec cut
+   with its size. */
+static void test_escaped_echoes(void) {
+    char p[600], big[130000];
+    qk_array a;
+    qk_map *m = NULL;
+    snprintf(p, sizeof p, "%s/ok\x1b[2J\x9b\xc3\xa9.npy", dir);
+    CHECK(qk_npy_read(p, &a) == QK_ERROR_IO, "missing file with ESC in its name");
+    CHECK(printable(qk_last_error()) && strstr(qk_last_error(), "ok\\x1b[2J\\x9b\\xc3\\xa9.npy"), "raw bytes: '%s'",
+          qk_last_error());
+    snprintf(p, sizeof p, "%s/ok\x1b[2J.csv", dir);
+    CHECK(qk_csv_read(p, &a) == QK_ERROR_IO && printable(qk_last_error()), "csv: '%s'", qk_last_error());
+    {
+        double one = 1.0;
+        snprintf(p, sizeof p, "%s/no\x1b[2J-dir/K.npy", dir);
+        CHECK(qk_npy_write(p, &one, QK_F64, 1, 1) == QK_ERROR_IO, "write into a missing directory");
+        CHECK(printable(qk_last_error()) && strstr(qk_last_error(), "no\\x1b[2J-dir"), "write: '%s'", qk_last_error());
+    }
+    memcpy(big, "zz(", 3);
+    memset(big + 3, 'a', 120000);
+    memcpy(big + 120003, ")", 2);
+    CHECK(qk_map_parse(big, 2, &m) == QK_ERROR_PARSE && m == NULL, "long spec");
+    CHECK(strlen(qk_last_error()) < 512 && strstr(qk_last_error(), "... (120004 bytes)"), "long spec: '%s'", qk_last_error());
+    CHECK(qk_map_parse("zz\x1b[2J", 2, &m) == QK_ERROR_PARSE && printable(qk_last_error()), "'%s'", qk_last_error());
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -602,6 +629,7 @@ int main(void) {
     test_npy_hardening();
     test_not_regular();
     test_csv_hardening();
+    test_escaped_echoes();
 
     if (qk_test_fails == 0) {
         /* Clean up only on success, so a failure leaves its files to look at. */
