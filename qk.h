@@ -433,7 +433,8 @@ typedef struct qk_ctx_desc {
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default
                                0: 85% of the available memory at each plan (Linux: MemAvailable,
-                               bounded by a cgroup v2 memory.max; elsewhere sysconf) */
+                               bounded by a cgroup v2 memory.max; elsewhere sysconf; and by the
+                               room RLIMIT_AS and RLIMIT_DATA leave, where finite) */
 } qk_ctx_desc;
 
 typedef struct qk_ctx qk_ctx;
@@ -1277,11 +1278,88 @@ static void *qk__calloc(size_t count, size_t size)
 
 
 /* >>errors ---- results, the detail message ---- */
+/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
+   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
+   "..."). Returns buf. */
+static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+{
+    size_t i, k = 0;
+    int cut = 0;
+    if (!size) return buf;
+    for (i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        size_t el;
+        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
+        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
+        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
+        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
+        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
+        memcpy(buf + k, e, el);
+        k += el;
+    }
+    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
+    buf[k] = 0;
+    return buf;
+}
+
+/* A value the user gave (a path, a spec, an option's value) as a message quotes it: escaped by
+   qk__esc, at most QK__ESC_ARG_MAX bytes of it, then "... (N bytes)": a 120000-byte spec is
+   not echoed whole, an escape sequence in a file name does not reach the terminal. buf of
+   QK__ESC_ARG_SIZE bytes holds any value. Returns buf. */
+#define QK__ESC_ARG_MAX 200
+#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
+static const char *qk__esc_arg(char *buf, size_t size, const char *s)
+{
+    size_t n, k;
+    if (!size) return buf;
+    if (!s) { snprintf(buf, size, "(null)"); return buf; }
+    n = strlen(s);
+    qk__esc(buf, size > 24 ? size - 24 : size, s, n, QK__ESC_ARG_MAX);
+    k = strlen(buf);
+    if (n > QK__ESC_ARG_MAX && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
+}
+
+/* A whole message with every byte that is not printable ASCII escaped by qk__esc, into dst (cut
+   with "..." to fit size). A '\\' stays as it is: the message may quote text qk__esc has
+   escaped already. The detail message goes through it (qk__set_errorv), so a value the
+   message quotes raw (a path) cannot put control bytes on a terminal either. */
+static void qk__esc_msg(char *dst, size_t size, const char *src)
+{
+    size_t k = 0;
+    if (!size) return;
+    for (; *src; src++) {
+        unsigned char c = (unsigned char)*src;
+        char e[8];
+        size_t el;
+        if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; e[1] = 0; }
+        else qk__esc(e, sizeof e, src, 1, 1);
+        el = strlen(e);
+        if (k + el + 4 > size) {   /* room for "..." and the NUL */
+            if (k + 4 <= size) { memcpy(dst + k, "...", 3); k += 3; }
+            break;
+        }
+        memcpy(dst + k, e, el);
+        k += el;
+    }
+    dst[k] = 0;
+}
+
 static QK__TLS char qk__errbuf[512];
 
+
+/* Every byte that is not printable ASCII in the message is escaped (qk__esc_msg): values are
+   quoted escaped where they are formatted (qk__esc, qk__esc_arg), and anything quoted raw
+   still reaches a terminal as text. */
 static void qk__set_errorv(const char *fmt, va_list ap)
 {
-    vsnprintf(qk__errbuf, sizeof qk__errbuf, fmt, ap);
+    char raw[sizeof qk__errbuf];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qk__esc_msg(qk__errbuf, sizeof qk__errbuf, raw);
 }
 
 static void qk__set_error(const char *fmt, ...)
@@ -1734,33 +1812,6 @@ static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
     return 1;
 }
 
-/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
-   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
-   "..."). Returns buf. */
-static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
-{
-    size_t i, k = 0;
-    int cut = 0;
-    if (!size) return buf;
-    for (i = 0; i < n && i < max; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char e[8];
-        size_t el;
-        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
-        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
-        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
-        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
-        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
-        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
-        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
-        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
-        memcpy(buf + k, e, el);
-        k += el;
-    }
-    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
-    buf[k] = 0;
-    return buf;
-}
 
 
 typedef struct qk__ops {
@@ -2354,10 +2405,14 @@ typedef struct qk__parser {
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
-/* The spec as a message quotes it: escaped, at most 120 bytes. */
+/* The spec as a message quotes it: escaped, at most 120 bytes, then "... (N bytes)". */
 static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
 {
-    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+    size_t n = strlen(ps->s), k;
+    qk__esc(buf, size > 24 ? size - 24 : size, ps->s, n, 120);
+    k = strlen(buf);
+    if (n > 120 && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
 }
 
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
@@ -2559,6 +2614,21 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
     }
 }
 
+/* After a parameter's number: letters, digits, '.', '_' right after it (0x10, 2.0, 1e3, 5abc)
+   are stray characters of a value that is no number of the kind asked for. Reports them (at
+   their column, the whole value quoted) and returns 1; 0 when the value ends cleanly. */
+static int qk__stray(qk__parser *ps, const char *key, const char *vat)
+{
+    const char *q = ps->p, *e = ps->p;
+    char m[256], v[80], st[80];
+    if (!isalnum((unsigned char)*q) && *q != '.' && *q != '_') return 0;
+    while (isalnum((unsigned char)*e) || *e == '.' || *e == '_' || *e == '+' || *e == '-') e++;
+    snprintf(m, sizeof m, "stray characters '%s' after the number in '%s=%s'", qk__esc(st, sizeof st, q, (size_t)(e - q), 24),
+             key, qk__esc(v, sizeof v, vat, (size_t)(e - vat), 24));
+    (void)qk__perr(ps, "%s", m);
+    return 1;
+}
+
 /* The parameters a map's spec takes (for the message about an unknown one). */
 static const char *qk__map_params(qk_map_type t)
 {
@@ -2580,8 +2650,10 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     qk_map_desc d;
     qk__ops l;
     char name[32], key[32], val[32];
+    char given[8][32];   /* the key that set each parameter (reps, layers and n_repeats are one), "" none yet */
     qk_result r;
     int has_ops = 0;
+    memset(given, 0, sizeof given);
     if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: out is NULL");
     *out = NULL;
     if (!spec) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: spec is NULL");
@@ -2617,6 +2689,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 snprintf(m_, sizeof m_, "unknown parameter '%s' for %s (its parameters: %s)", key, name, qk__map_params(d.type)); \
                 return qk__perr(&ps, "%s", m_); } while (0)
 #define QK__INTVAL(dst, max) do { char m_[128]; int g_ = qk__int(&ps, &iv); ps.p = g_ == 1 ? ps.p : vat; \
+                if (g_ == 1 && qk__stray(&ps, key, vat)) return QK_ERROR_PARSE; \
                 if (g_ == 0) return qk__perr(&ps, "'%s' needs a non-negative integer", key); \
                 if (g_ < 0 || iv > (max)) { snprintf(m_, sizeof m_, "'%s' is larger than its maximum, %s (%d)", key, #max, (int)(max)); \
                     ps.p = vat; return qk__perr(&ps, "%s", m_); } \
@@ -2630,7 +2703,9 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                     if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
                 } else if (!strcmp(key, "alpha")) {
                     if (d.type != QK_MAP_ZZ) QK__BADKEY();
-                    if (!qk__number(&ps, &num) || num == 0.0) { ps.p = vat; return qk__perr(&ps, "alpha needs a non-zero number", NULL); }
+                    iv = qk__number(&ps, &num);
+                    if (iv && qk__stray(&ps, key, vat)) return QK_ERROR_PARSE;
+                    if (!iv || num == 0.0) { ps.p = vat; return qk__perr(&ps, "alpha needs a non-zero number", NULL); }
                     d.alpha = num;
                 } else if (!strcmp(key, "features")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
@@ -2666,6 +2741,23 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 }
 #undef QK__BADKEY
 #undef QK__INTVAL
+                {   /* each parameter once: zz(reps=2,reps=3) is an error, as a repeated CLI option is */
+                    static const char *const slots[] = {"qubits", "reps", "alpha", "features", "weights", "ent", "rot"};
+                    const char *k_ = !strcmp(key, "layers") || !strcmp(key, "n_repeats") ? "reps" : key;
+                    int sl_;
+                    for (sl_ = 0; sl_ < (int)(sizeof slots / sizeof slots[0]) && strcmp(slots[sl_], k_); sl_++) {}
+                    if (given[sl_][0]) {
+                        char m_[160];
+                        ps.p = kat;
+                        if (!strcmp(given[sl_], key))
+                            snprintf(m_, sizeof m_, "'%s' is given twice (each parameter may be given once)", key);
+                        else
+                            snprintf(m_, sizeof m_, "'%s' repeats '%s' (the same parameter; each may be given once)", key,
+                                     given[sl_]);
+                        return qk__perr(&ps, "%s", m_);
+                    }
+                    snprintf(given[sl_], sizeof given[sl_], "%s", key);
+                }
                 if (qk__accept(&ps, ',')) continue;
                 qk__ws(&ps);
                 if (d.type == QK_MAP_CUSTOM && *ps.p == ':') { ps.p++; has_ops = 1; break; }
@@ -4049,17 +4141,26 @@ typedef struct stat qk__stat_t;
 static qk_result qk__not_regular(const char *path, unsigned mode) {
     const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
                      : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
-    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+    char ep[QK__ESC_ARG_SIZE];
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)",
+                    qk__esc_arg(ep, sizeof ep, path), what);
 }
 
 /* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
 static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
     qk__stat_t st;
-    int fd;
-    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int fd, e;
+    char ep[QK__ESC_ARG_SIZE];   /* the path as the message quotes it: escaped, cut */
+    if (QK__STAT(path, &st) != 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
     fd = QK__OPEN_RD(path);
-    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (QK__FSTAT(fd, &st) != 0) {
         int e = errno;
         QK__RCLOSE(fd);
@@ -4449,12 +4550,14 @@ static qk_result qk__read_file(const char *path, int64_t max, const char *macro,
 
 /* ---- CSV ---- */
 /* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
-   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
-   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
-   other line is a header only when no field of it starts like a number (empty fields do not
-   count); a header must name every column (an empty first name is how pandas' to_csv marks its
-   index column: refused with that advice, since the index would be read as a feature) and as
-   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   optional exponent, inf / nan), any locale, any length, in double quotes or not ("0.1" is
+   0.1); blanks around fields; blank lines and '#' comment lines skipped; '\n' or '\r\n' line
+   ends; a UTF-8 byte order mark. The first other line is a header only when it reads as names:
+   every non-empty field a name (qk__csv_name: it starts with a letter or '_' and is not NA,
+   nan, inf and the like), at least one; otherwise it is data like any line (so NA or a U+2212
+   minus there is an error naming line and column, never a dropped row). A header must name
+   every column (an empty first name is how pandas' to_csv marks its index column: refused with
+   that advice, since the index would be read as a feature) and as many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
    naming its line: a CSV file is text. A data field that is not a number is an error naming
    line and column, with a hint when the line holds ';' or tabs (another separator). */
 
@@ -4464,12 +4567,57 @@ static void qk__csv_trim(const char **s, const char **e) {
     while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
 }
 
-/* Starts like a number: a header line has no such field. */
-static int qk__csv_numeric_like(const char *s, const char *e) {
-    size_t n;
-    qk__csv_trim(&s, &e);
-    n = qk__num_len(s, (size_t)(e - s), 1);
-    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+/* A field in double quotes ("0.1", "x") without them: every field is read the same quoted or not. */
+static void qk__csv_unquote(const char **s, const char **e) {
+    if (*e - *s >= 2 && **s == '"' && (*e)[-1] == '"') {
+        (*s)++;
+        (*e)--;
+        qk__csv_trim(s, e);
+    }
+}
+
+/* A missing-value marker (NA, N/A, null, none) or a special number word (nan, inf): never a name. */
+static int qk__csv_na_like(const char *s, size_t n) {
+    static const char *const w[] = {"na", "n/a", "nan", "inf", "infinity", "null", "none", "nil"};
+    size_t k;
+    for (k = 0; k < sizeof w / sizeof w[0]; k++)
+        if (qk__ci_eq(s, n, w[k])) return 1;
+    return 0;
+}
+
+/* Holds U+2212 MINUS SIGN (what word processors and some exports write for '-'). */
+static int qk__csv_u2212(const char *s, const char *e) {
+    for (; e - s >= 3; s++)
+        if (!memcmp(s, "\xe2\x88\x92", 3)) return 1;
+    return 0;
+}
+
+/* Reads as a column name (a trimmed, unquoted, non-empty field): it starts with an ASCII letter,
+   '_' or a non-ASCII letter, and is not NA, nan, inf and the like. A non-ASCII character counts
+   as a letter unless it is in a block of signs, punctuation, digits or symbols (U+2212 MINUS
+   SIGN, the dashes, fullwidth digits and minus, x and division signs, superscripts). */
+static int qk__csv_name(const char *s, const char *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    uint32_t cp;
+    if (qk__csv_na_like(s, (size_t)(e - s))) return 0;
+    if ((u[0] >= 'a' && u[0] <= 'z') || (u[0] >= 'A' && u[0] <= 'Z') || u[0] == '_') return 1;   /* any locale */
+    if (u[0] >= 0xC2 && u[0] <= 0xDF && e - s >= 2 && (u[1] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+    else if (u[0] >= 0xE0 && u[0] <= 0xEF && e - s >= 3 && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+    else if (u[0] >= 0xF0 && u[0] <= 0xF4 && e - s >= 4 && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80 &&
+             (u[3] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) | ((uint32_t)(u[2] & 0x3F) << 6) |
+             (u[3] & 0x3F);
+    else
+        return 0;   /* an ASCII sign, digit or punctuation, or not UTF-8 */
+    if (cp < 0xC0 || cp == 0xD7 || cp == 0xF7) return 0;                 /* Latin-1 signs and symbols */
+    if (cp >= 0x300 && cp <= 0x36F) return 0;                            /* combining marks */
+    if (cp >= 0x2000 && cp <= 0x2BFF) return 0;                          /* punctuation, dashes, minus, math */
+    if (cp >= 0x3000 && cp <= 0x303F) return 0;                          /* CJK punctuation */
+    if ((cp >= 0xFE50 && cp <= 0xFE6F) || (cp >= 0xFF00 && cp <= 0xFF20) || /* small and fullwidth forms */
+        (cp >= 0xFF3B && cp <= 0xFF40) || (cp >= 0xFF5B && cp <= 0xFF65) || cp >= 0xFFF0) return 0;
+    return 1;
 }
 
 typedef struct qk__csv_scan_state {
@@ -4485,19 +4633,26 @@ static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *
     int64_t col = 0;
     char ex[200];
     for (;;) {
-        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b, *qa, *qb;
         size_t n;
         double v;
         if (!fe) fe = e;
         b = fe;
         col++;
         qk__csv_trim(&a, &b);
+        qa = a;
+        qb = b;
+        qk__csv_unquote(&a, &b);   /* "0.1" is 0.1 */
         if (a == b)
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
         n = qk__num_len(a, (size_t)(b - a), 1);
         if (n != (size_t)(b - a)) {
             const char *hint = "";
-            if (memchr(s, ';', (size_t)(e - s)))
+            if (qk__csv_na_like(a, (size_t)(b - a)))
+                hint = " (a missing value: qk needs every value of every sample)";
+            else if (qk__csv_u2212(a, b))
+                hint = " (\\xe2\\x88\\x92 is U+2212 MINUS SIGN: write the ASCII '-')";
+            else if (memchr(s, ';', (size_t)(e - s)))
                 hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
                        "semicolon-separated files are not supported)";
             else if (memchr(a, '\t', (size_t)(b - a)))
@@ -4505,16 +4660,17 @@ static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *
             else if (memchr(a, ' ', (size_t)(b - a)))
                 hint = " (the field holds a space: qk reads comma-separated values)";
             else if (first)
-                hint = " (a header line must have no field that starts like a number)";
+                hint = " (the first line is a header only when every field is a name: it starts with a letter or '_' "
+                       "and is not NA, nan or inf)";
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
-                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+                            (long long)col, qk__esc(ex, sizeof ex, qa, (size_t)(qb - qa), 40), hint);
         }
         if (!qk__strtod_c(a, n, &c->rx, &v))
             return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
                             (long long)line, (unsigned long)n);
         if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
-                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, qa, (size_t)(qb - qa), 40));
         /* The counting pass has checked every row's length, so the fill pass fits. */
         if (c->data) c->data[c->k++] = v;
         if (fe == e) break;
@@ -4566,17 +4722,26 @@ static qk_result qk__csv_scan(const char *path, const char *text, size_t len, do
         if (q == e || *q == '#') continue;   /* blank or comment line */
         if (first) {
             const char *f = s;
-            int numeric = 0;
+            int numeric = 0, names = 0;
             int64_t col = 0;
             first = 0;
+            /* A header only when it reads as names: every field a name (or empty: the header check
+               below then says which column has none), at least one a name. Anything else (a
+               number, NA, a U+2212 minus) makes it a data line, read or refused, never dropped. */
             for (;;) {
-                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
                 if (!fe) fe = e;
-                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
+                b = fe;
+                qk__csv_trim(&a, &b);
+                qk__csv_unquote(&a, &b);
+                if (a != b) {
+                    if (!qk__csv_name(a, b)) { numeric = 1; break; }
+                    names++;
+                }
                 if (fe == e) break;
                 f = fe + 1;
             }
-            if (!numeric) {   /* the header: every column named */
+            if (!numeric && names) {   /* the header: every column named */
                 f = s;
                 for (;;) {
                     const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
@@ -4584,11 +4749,13 @@ static qk_result qk__csv_scan(const char *path, const char *text, size_t len, do
                     b = fe;
                     col++;
                     qk__csv_trim(&a, &b);
+                    qk__csv_unquote(&a, &b);
                     if (a == b)
                         return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
                                         (long long)line, (long long)col,
-                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
-                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index "
+                                        "(and R's write.csv its row names); save with to_csv(path, index=False) "
+                                        "(write.csv(x, row.names = FALSE)) (the index would be read as a feature)" : "");
                     if (fe == e) break;
                     f = fe + 1;
                 }
@@ -6411,17 +6578,23 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #else
 #define QK__O_CLOEXEC 0
 #endif
+#ifdef O_NOFOLLOW
+#define QK__O_NOFOLLOW O_NOFOLLOW
+#else
+#define QK__O_NOFOLLOW 0
+#endif
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    qk__esc_msg(msg, sizeof msg, raw);   /* a path with control bytes reaches the log as text */
     if (log) log(QK_LOG_WARN, msg, user);
     return qk__fail(r, "%s", msg);
 }
@@ -7099,20 +7272,48 @@ QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t s
 }
 
 #if defined(QK__TUNE_POSIX)
-/* Reads the file at path. QK_OK: *text (QK_MALLOC'ed, *len bytes); QK_ERROR_IO with *err_no;
-   QK_ERROR_FORMAT (too large: why). */
+/* What a path that is not a regular file is, for a warning. */
+static const char *qk__tune_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+#ifdef S_ISBLK
+    if (S_ISBLK(m)) return "a block device";
+#endif
+#ifdef S_ISSOCK
+    if (S_ISSOCK(m)) return "a socket";
+#endif
+    return "a special file";
+}
+
+/* Reads the file at path. QK_OK: *text (QK_MALLOC'ed, *len bytes); QK_ERROR_IO with *err_no (a
+   directory: EISDIR); QK_ERROR_FORMAT (too large, or not a regular file: why). Only a regular
+   file is read: the path is stat()ed first (a device is never opened), then opened without
+   blocking (a FIFO would block in open() until a writer comes, forever) and fstat()ed again. */
 static qk_result qk__tune_slurp(const char *path, char **text, size_t *len, int *err_no, char *why,
                                 size_t why_size) {
     struct stat st;
     char *buf;
     size_t cap, n = 0;
-    int fd = open(path, O_RDONLY | QK__O_CLOEXEC);
+    int fd;
     *text = NULL;
     *len = 0;
     *err_no = 0;
+    if (stat(path, &st) != 0) { *err_no = errno; return QK_ERROR_IO; }
+    if (S_ISDIR(st.st_mode)) { *err_no = EISDIR; return QK_ERROR_IO; }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_size, "it is %s, not a regular file", qk__tune_kind(st.st_mode));
+        return QK_ERROR_FORMAT;
+    }
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | QK__O_CLOEXEC);
     if (fd < 0) { *err_no = errno; return QK_ERROR_IO; }
     if (fstat(fd, &st) != 0) { *err_no = errno; close(fd); return QK_ERROR_IO; }
-    if (!S_ISREG(st.st_mode)) { *err_no = EISDIR; close(fd); return QK_ERROR_IO; }
+    if (S_ISDIR(st.st_mode)) { *err_no = EISDIR; close(fd); return QK_ERROR_IO; }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(why, why_size, "it is %s, not a regular file", qk__tune_kind(st.st_mode));
+        return QK_ERROR_FORMAT;
+    }
     if (st.st_size > (off_t)QK_TUNE_CACHE_MAX_BYTES) {
         close(fd);
         snprintf(why, why_size, "corrupt (larger than %ld bytes)", (long)QK_TUNE_CACHE_MAX_BYTES);
@@ -7245,11 +7446,32 @@ QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry
 
     /* Other processes (and threads: flock locks belong to this open file description) wait
        here, so no update is lost; readers do not lock: they see the old or the new file. */
+    /* The lock is opened as the file is read: without blocking (a FIFO), without following a
+       symbolic link (O_CREAT would create its target anywhere), and used only when it is a
+       regular file. */
     snprintf(lockp, sizeof lockp, "%s.lock", path);
-    lfd = open(lockp, O_RDWR | O_CREAT | QK__O_CLOEXEC, 0666);
+    lfd = open(lockp, O_RDWR | O_CREAT | O_NONBLOCK | O_NOCTTY | QK__O_NOFOLLOW | QK__O_CLOEXEC, 0666);
+    if (lfd < 0 && errno == ELOOP)
+        return qk__tune_warn(log, log_user, QK_ERROR_IO,
+                             "autotune cache: cannot use %s: it is a symbolic link (remove it); no cache", lockp);
     if (lfd < 0)
         return qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot write %s: %s; no cache", lockp,
                              strerror(errno));
+    {
+        struct stat lst;
+        if (fstat(lfd, &lst) != 0) {
+            int e = errno;
+            close(lfd);
+            return qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot use %s: %s; no cache",
+                                 lockp, strerror(e));
+        }
+        if (!S_ISREG(lst.st_mode)) {
+            close(lfd);
+            return qk__tune_warn(log, log_user, QK_ERROR_IO,
+                                 "autotune cache: cannot use %s: it is %s (remove it); no cache", lockp,
+                                 qk__tune_kind(lst.st_mode));
+        }
+    }
     while (flock(lfd, LOCK_EX) != 0) {
         if (errno == EINTR) continue;
         /* A file system without locks: the rename below still keeps the file whole. */
@@ -7599,12 +7821,60 @@ static double qk__cpu_scratch_q(int q, int nt)
     return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
 }
 
-/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
+#if !defined(_WIN32)
+#include <sys/resource.h>
+#endif
+/* The address space and data segment the process may still map under its resource limits
+   (ulimit -v, ulimit -d; batch systems set them): RLIMIT_AS less the current virtual size, and
+   RLIMIT_DATA less the current data and stack size (/proc/self/statm, conservatively: its data
+   field counts the stack too), the smaller where both are finite; at least 1 byte once a limit
+   is reached. -1: no finite limit (or no getrlimit). Where statm cannot be read, the limit
+   itself is the room. */
+static double qk__rlimit_room(void)
+{
+    double room = -1.0;
+#if !defined(_WIN32) && (defined(RLIMIT_AS) || defined(RLIMIT_DATA))
+    struct rlimit rl;
+    double vm = 0.0, data = 0.0, page = 4096.0;
+    FILE *f;
+#if defined(_SC_PAGESIZE)
+    {
+        long ps = sysconf(_SC_PAGESIZE);
+        if (ps > 0) page = (double)ps;
+    }
+#endif
+    f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long long sz, res, sh, txt, lib, dat;
+        if (fscanf(f, "%llu %llu %llu %llu %llu %llu", &sz, &res, &sh, &txt, &lib, &dat) == 6) {
+            vm = (double)sz * page;
+            data = (double)dat * page;
+        }
+        fclose(f);
+    }
+#ifdef RLIMIT_AS
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) room = (double)rl.rlim_cur - vm;
+#endif
+#ifdef RLIMIT_DATA
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (room < 0.0 || (double)rl.rlim_cur - data < room))
+        room = (double)rl.rlim_cur - data;
+#endif
+    if (room != -1.0 && room < 1.0) room = 1.0;
+#endif
+    return room;
+}
+
+/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). The
+   available memory is qk__host_avail's, bounded by what the resource limits leave
+   (qk__rlimit_room): under ulimit -v the states are tiled as under a cgroup's limit. */
 static double qk__host_budget(const qk_device_info *info, double *avail)
 {
+    double room;
     *avail = 0.0;
     if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
     *avail = qk__host_avail();
+    room = qk__rlimit_room();
+    if (room > 0.0 && (*avail <= 0.0 || room < *avail)) *avail = room;
     return QK__HOST_SHARE * *avail;
 }
 

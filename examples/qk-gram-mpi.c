@@ -69,12 +69,33 @@ static double now_s(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* A value from the command line (a path, the spec, an option's value) as a message quotes it:
+   escaped and cut by qk.h's qk__esc_arg (control and non-ASCII bytes as \xNN, at most 200
+   bytes, then "... (N bytes)"). Eight buffers in turn, so one message may quote several. */
+static const char *arg(const char *s) {
+    static char bufs[8][QK__ESC_ARG_SIZE];
+    static int next = 0;
+    char *b = bufs[next];
+    next = (next + 1) % 8;
+    return qk__esc_arg(b, sizeof bufs[0], s);
+}
+
+/* Writes the formatted message to stderr with every byte that is not printable ASCII escaped
+   (qk__esc_msg) and the whole cut to 4 KB: whatever a message quotes, a value given raw or a
+   file's name in the library's detail, reaches the terminal as text. */
+static void put_msg(const char *fmt, va_list ap) {
+    char raw[4096], esc[4096];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qk__esc_msg(esc, sizeof esc, raw);
+    fputs(esc, stderr);
+}
+
 static void die_usage(const char *fmt, ...) {
     va_list ap;
     if (g_rank == 0) {
         fprintf(stderr, "qk-gram-mpi: ");
         va_start(ap, fmt);
-        vfprintf(stderr, fmt, ap);
+        put_msg(fmt, ap);
         va_end(ap);
         fprintf(stderr, "\n(qk-gram-mpi --help shows the options)\n");
     }
@@ -90,9 +111,9 @@ static int fail(int mine, qk_result r, const char *fmt, ...) {
     fprintf(stderr, "qk-gram-mpi: error: ");
     if (mine && g_size > 1) fprintf(stderr, "rank %d: ", g_rank);
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    put_msg(fmt, ap);
     va_end(ap);
-    if (r != QK_OK) fprintf(stderr, ": %s", *qk_last_error() ? qk_last_error() : qk_result_string(r));
+    if (r != QK_OK) fprintf(stderr, ": %s", *qk_last_error() ? qk_last_error() : qk_result_string(r));   /* escaped by qk */
     fprintf(stderr, "\n");
     return EXIT_FAILURE;
 }
@@ -119,10 +140,10 @@ static int read_bcast(const char *what, const char *path, int samples, qk_array 
     memset(a, 0, sizeof *a);
     if (g_rank == 0) {
         qk_result r = QK_ERROR_FORMAT;
-        if (!ends_with(path, ".npy") && !ends_with(path, ".csv")) bad = fail(0, QK_OK, "%s: '%s' is neither .npy nor .csv", what, path);
+        if (!ends_with(path, ".npy") && !ends_with(path, ".csv")) bad = fail(0, QK_OK, "%s: '%s' is neither .npy nor .csv", what, arg(path));
         else if ((r = ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a)) != QK_OK) bad = fail(0, r, "cannot read %s", what);
         else if (samples && (a->ndim != 2 || a->rows < 1 || a->cols < 1))
-            bad = fail(0, QK_OK, "%s: '%s' must be 2-D (n_samples, n_features) with at least one of each", what, path);
+            bad = fail(0, QK_OK, "%s: '%s' must be 2-D (n_samples, n_features) with at least one of each", what, arg(path));
         shape[0] = a->rows;
         shape[1] = a->cols;
         shape[2] = a->ndim;
@@ -169,10 +190,10 @@ static void parse_args(int argc, char **argv, options *o) {
         const char *a = argv[i], *v = NULL, *eq;
         char name[32];
         size_t nl;
-        if (strncmp(a, "--", 2) != 0) die_usage("unexpected argument '%s'", a);
+        if (strncmp(a, "--", 2) != 0) die_usage("unexpected argument '%s'", arg(a));
         eq = strchr(a, '=');
         nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) die_usage("unknown option '%s'", a);
+        if (nl >= sizeof name) die_usage("unknown option '%s'", arg(a));
         memcpy(name, a, nl);
         name[nl] = 0;
         if (!strcmp(name, "--help")) { if (g_rank == 0) fputs(usage_text, stdout); MPI_Finalize(); exit(0); }
@@ -184,7 +205,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
             strcmp(name, "--threads") && strcmp(name, "--cache-dir") && strcmp(name, "--tol"))
-            die_usage("unknown option '%s'", name);
+            die_usage("unknown option '%s'", arg(name));
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else die_usage("option %s needs a value", name);
@@ -198,7 +219,7 @@ static void parse_args(int argc, char **argv, options *o) {
             if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
             else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
-            else die_usage("--device '%s': expected auto, cpu or cuda", v);
+            else die_usage("--device '%s': expected auto, cpu or cuda", arg(v));
         } else if (!strcmp(name, "--precision")) {
             if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
             else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
@@ -206,16 +227,16 @@ static void parse_args(int argc, char **argv, options *o) {
             else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
             else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
             else if (!strcmp(v, "auto")) o->precision = QK_PRECISION_AUTO;
-            else die_usage("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", v);
+            else die_usage("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
         } else if (!strcmp(name, "--tol")) {
             char *end;
             double t = strtod(v, &end);
-            if (*v == 0 || *end || !(t > 0.0 && t <= 1.0)) die_usage("--tol '%s': expected a number in (0, 1]", v);
+            if (*v == 0 || *end || !(t > 0.0 && t <= 1.0)) die_usage("--tol '%s': expected a number in (0, 1]", arg(v));
             o->tol = t;
         } else {
             char *end;
             long t = strtol(v, &end, 10);
-            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", v);
+            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", arg(v));
             o->threads = (int)t;
         }
     }
@@ -264,16 +285,16 @@ static int run(const options *o) {
     if (X.cols > 0x7fffffff) { fail(0, QK_OK, "X has too many features"); goto done; }
     /* every rank parses the same spec: the same error everywhere, printed once */
     r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(0, r, "--map '%s'", o->map); goto done; }
+    if (r != QK_OK) { fail(0, r, "--map '%s'", arg(o->map)); goto done; }
     if (o->weights) {
         r = W.rows * W.cols > 0x7fffffff ? QK_ERROR_INVALID_ARGUMENT : qk_map_set_weights(map, W.data, (int)(W.rows * W.cols));
-        if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", o->weights, map->n_weights); goto done; }
+        if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", arg(o->weights), map->n_weights); goto done; }
     }
 
     /* the data suits the map (every rank has the same data: the same answer everywhere) */
     r = qk_map_check_data(map, X.data, X.rows, "X");
-    if (r != QK_OK) { fail(0, r, "bad data in '%s'", o->x); goto done; }
-    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", o->y); goto done; }
+    if (r != QK_OK) { fail(0, r, "bad data in '%s'", arg(o->x)); goto done; }
+    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", arg(o->y)); goto done; }
 
     /* the context: threads shared by the ranks of a node, GPU by node-local rank */
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -325,8 +346,8 @@ static int run(const options *o) {
         char spec[512];
         qk_map_spec(map, spec, sizeof spec);
         printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
-        printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
-               o->y ? o->y : "", o->y ? "" : ", K = K(X, X) (symmetric)");
+        printf("data: X %s (%lld x %lld)%s%s%s\n", arg(o->x), (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
+               o->y ? arg(o->y) : "", o->y ? "" : ", K = K(X, X) (symmetric)");
         printf("ranks: %d, %s engine, %d threads per rank\n", g_size,
                qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? "CUDA" : "CPU", qk_ctx_query(ctx).n_threads);
         fflush(stdout);
@@ -376,7 +397,7 @@ static int run(const options *o) {
         printf("  (slowest / mean %.3f)\n", mean > 0 ? mx / mean : 1.0);
         printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s on %d ranks, %.3g Gpairs/s\n", (long long)X.rows,
                (long long)cols, gd.out_dtype == QK_F32 ? "float32" : "float64",
-               o->out, (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
+               arg(o->out), (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
                secs > 0 ? (double)(X.rows * cols) / secs * 1e-9 : 0.0);
     }
     rc = EXIT_SUCCESS;

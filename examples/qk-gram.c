@@ -101,13 +101,40 @@ typedef struct options {
 /* Where messages go: stdout / stderr, or nowhere (the fuzz targets in tests/ set quiet_msgs). */
 static int quiet_msgs = 0;
 
+/* A value from the command line (a path, the spec, an option's value) as a message quotes it:
+   escaped and cut by qk.h's qk__esc_arg (control and non-ASCII bytes as \xNN, at most 200
+   bytes, then "... (N bytes)"). Eight buffers in turn, so one message may quote several. */
+static const char *arg(const char *s) {
+    static char bufs[8][QK__ESC_ARG_SIZE];
+    static int next = 0;
+    char *b = bufs[next];
+    next = (next + 1) % 8;
+    return qk__esc_arg(b, sizeof bufs[0], s);
+}
+
+/* Writes "prefix" and the formatted message to stderr with every byte that is not printable
+   ASCII escaped (qk__esc_msg) and the whole cut to 4 KB: whatever a message quotes, a value
+   given raw or a file's name in the library's detail, reaches the terminal as text. */
+static void put_msg(const char *fmt, va_list ap) {
+    char raw[4096], esc[4096];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qk__esc_msg(esc, sizeof esc, raw);
+    fputs(esc, stderr);
+}
+static void put_msgf(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    put_msg(fmt, ap);
+    va_end(ap);
+}
+
 /* Prints "qk-gram: <message>" and the --help hint; returns EXIT_USAGE. */
 static int usage_error(const char *fmt, ...) {
     va_list ap;
     if (quiet_msgs) return EXIT_USAGE;
     fprintf(stderr, "qk-gram: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    put_msg(fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n(qk-gram --help shows the options)\n");
     return EXIT_USAGE;
@@ -125,27 +152,29 @@ static int fail(qk_result r, const char *fmt, ...) {
     if (quiet_msgs) return EXIT_FAILURE;
     fprintf(stderr, "qk-gram: error: ");
     va_start(ap, fmt);
-    vfprintf(stderr, fmt, ap);
+    put_msg(fmt, ap);
     va_end(ap);
-    if (r != QK_OK) fprintf(stderr, ": %s", detail && *detail ? detail : qk_result_string(r));
+    if (r != QK_OK) put_msgf(": %s", detail && *detail ? detail : qk_result_string(r));
     fprintf(stderr, "\n");
     return EXIT_FAILURE;
 }
 
 static int prof_fail(const char *what, const char *path) {
 #ifdef QK_PROF_ENABLE
-    fprintf(stderr, "qk-gram: error: cannot write the %s '%s': %s\n", what, path, qk_prof_last_error());
+    put_msgf("qk-gram: error: cannot write the %s '%s': %s\n", what, arg(path), qk_prof_last_error());
 #else
-    fprintf(stderr, "qk-gram: error: cannot write the %s '%s'\n", what, path);
+    put_msgf("qk-gram: error: cannot write the %s '%s'\n", what, arg(path));
 #endif
     return EXIT_FAILURE;
 }
 
 /* The parser's detail says "column N" (1-based): show the spec with a caret under it (not for a
-   spec with control or non-ASCII bytes: the message has it escaped, the caret would not align). */
+   spec with control or non-ASCII bytes: the message has it escaped, the caret would not align;
+   nor for one longer than the message quotes, QK__ESC_ARG_MAX bytes). */
 static void show_spec_column(const char *spec) {
     const char *c = strstr(qk_last_error(), "column "), *p;
     int col;
+    if (strlen(spec) > QK__ESC_ARG_MAX) return;
     for (p = spec; *p; p++)
         if ((unsigned char)*p < 0x20 || (unsigned char)*p >= 0x7f) return;
     if (quiet_msgs || !c || sscanf(c + 7, "%d", &col) != 1 || col < 1 || col > (int)strlen(spec) + 1) return;
@@ -177,7 +206,7 @@ static qk_result read_array(const char *path, qk_array *a) {
 static int read_samples(const char *what, const char *path, qk_array *a) {
     qk_result r;
     long long rows, cols;
-    if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, path);
+    if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, arg(path));
     r = read_array(path, a);
     if (r != QK_OK) return fail(r, "cannot read %s", what);
     /* The shape is taken before qk_array_free zeroes it (the message used to say (0,)). */
@@ -186,12 +215,12 @@ static int read_samples(const char *what, const char *path, qk_array *a) {
     if (a->ndim != 2) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' is 1-D (shape (%lld,)); samples must be 2-D (n_samples, n_features) "
-                    "(for one feature, save x.reshape(-1, 1))", what, path, rows);
+                    "(for one feature, save x.reshape(-1, 1))", what, arg(path), rows);
     }
     if (rows < 1 || cols < 1) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' has shape (%lld, %lld); it needs at least one sample and one feature",
-                    what, path, rows, cols);
+                    what, arg(path), rows, cols);
     }
     return EXIT_SUCCESS;
 }
@@ -208,18 +237,18 @@ static int read_weights(const char *path, qk_map *map, int quiet) {
         return EXIT_SUCCESS;
     }
     memset(&W, 0, sizeof W);
-    if (!known_type(path)) return fail(QK_OK, "--weights '%s' is neither .npy nor .csv", path);
+    if (!known_type(path)) return fail(QK_OK, "--weights '%s' is neither .npy nor .csv", arg(path));
     r = read_array(path, &W);
     if (r != QK_OK) return fail(r, "cannot read --weights");
     n = W.rows * W.cols;
     if (n != map->n_weights) {
-        fail(QK_OK, "--weights '%s' holds %lld values, the map has %d weights", path, (long long)n, map->n_weights);
+        fail(QK_OK, "--weights '%s' holds %lld values, the map has %d weights", arg(path), (long long)n, map->n_weights);
         qk_array_free(&W);
         return EXIT_FAILURE;
     }
     r = qk_map_set_weights(map, W.data, (int)n);
     qk_array_free(&W);
-    if (r != QK_OK) return fail(r, "--weights '%s'", path);
+    if (r != QK_OK) return fail(r, "--weights '%s'", arg(path));
     return EXIT_SUCCESS;
 }
 
@@ -430,10 +459,10 @@ static int parse_args(int argc, char **argv, options *o) {
         const char *a = argv[i], *v = NULL, *eq;
         char name[32];
         size_t nl;
-        if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) return usage_error("unexpected argument '%s'", a);
+        if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) return usage_error("unexpected argument '%s'", arg(a));
         eq = strchr(a, '=');
         nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) return usage_error("unknown option '%s'", a);
+        if (nl >= sizeof name) return usage_error("unknown option '%s'", arg(a));
         memcpy(name, a, nl);
         name[nl] = 0;
         if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
@@ -453,7 +482,7 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (strcmp(name, "--no-sync") == 0) o->no_sync = 1;
             else if (strcmp(name, "--autotune") == 0) o->autotune = 1;
             else if (strcmp(name, "--no-autotune") == 0) o->autotune = -1;
-            else return usage_error("unknown option '%s'", name);
+            else return usage_error("unknown option '%s'", arg(name));
             continue;
         }
         if (seen[k]++) return usage_error("option %s is given twice", name);
@@ -474,7 +503,7 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
             else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
             else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
-            else return usage_error("--device '%s': expected auto, cpu or cuda", v);
+            else return usage_error("--device '%s': expected auto, cpu or cuda", arg(v));
         } else if (!strcmp(name, "--precision")) {
             if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
             else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
@@ -482,11 +511,11 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
             else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
             else if (!strcmp(v, "auto")) o->precision = QK_PRECISION_AUTO;
-            else return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", v);
+            else return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
         } else if (!strcmp(name, "--tol")) {   /* C syntax: qk-gram never calls setlocale */
             char *end = NULL;
             double t = strtod(v, &end);
-            if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return usage_error("--tol '%s': expected a number in (0, 1]", v);
+            if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return usage_error("--tol '%s': expected a number in (0, 1]", arg(v));
             o->tol = t;
         } else if (!strcmp(name, "--gpus")) {
             /* "all", or distinct ordinals 0..4095 separated by commas (digits only) */
@@ -498,10 +527,10 @@ static int parse_args(int argc, char **argv, options *o) {
                 int j;
                 while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
                 if (c == d0 || t > 4095 || (*c && *c != ','))
-                    return usage_error("--gpus '%s': expected all or CUDA device ordinals such as 0,1", v);
+                    return usage_error("--gpus '%s': expected all or CUDA device ordinals such as 0,1", arg(v));
                 for (j = 0; j < o->n_gpus; j++)
-                    if (o->gpus[j] == (int)t) return usage_error("--gpus '%s': a device is listed twice", v);
-                if (o->n_gpus == QK_MAX_DEVICES) return usage_error("--gpus '%s': at most %d devices", v, QK_MAX_DEVICES);
+                    if (o->gpus[j] == (int)t) return usage_error("--gpus '%s': a device is listed twice", arg(v));
+                if (o->n_gpus == QK_MAX_DEVICES) return usage_error("--gpus '%s': at most %d devices", arg(v), QK_MAX_DEVICES);
                 o->gpus[o->n_gpus++] = (int)t;
                 if (!*c) break;
                 c++;
@@ -510,12 +539,12 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
             else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
             else if (!strcmp(v, "statevector")) o->path = QK_PATH_COMPLEX;
-            else return usage_error("--path '%s': expected auto, mps or statevector", v);
+            else return usage_error("--path '%s': expected auto, mps or statevector", arg(v));
         } else {   /* --threads: digits only (no sign, blanks or locale forms), 1..4096 */
             const char *c = v;
             long t = 0;
             while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
-            if (*v == 0 || *c || t < 1 || t > 4096) return usage_error("--threads '%s': expected a count from 1 to 4096", v);
+            if (*v == 0 || *c || t < 1 || t > 4096) return usage_error("--threads '%s': expected a count from 1 to 4096", arg(v));
             o->threads = (int)t;
         }
     }
@@ -632,21 +661,21 @@ static int gram_main(const options *o) {
     if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
     if (have_y && Y.cols != X.cols) {
-        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", o->x,
-             (long long)X.cols, o->y, (long long)Y.cols);
+        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", arg(o->x),
+             (long long)X.cols, arg(o->y), (long long)Y.cols);
         goto done;
     }
     if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
 
     r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", o->map); show_spec_column(o->map); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", arg(o->map)); show_spec_column(o->map); goto done; }
     if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
     /* Validate the data before allocating K: the detail names the row and column. */
     r = qk_map_check_data(map, X.data, X.rows, "X");
-    if (r != QK_OK) { fail(r, "bad data in '%s'", o->x); goto done; }
+    if (r != QK_OK) { fail(r, "bad data in '%s'", arg(o->x)); goto done; }
     if (have_y) {
         r = qk_map_check_data(map, Y.data, Y.rows, "Y");
-        if (r != QK_OK) { fail(r, "bad data in '%s'", o->y); goto done; }
+        if (r != QK_OK) { fail(r, "bad data in '%s'", arg(o->y)); goto done; }
     }
 
     r = make_ctx(o, &ctx);
@@ -661,8 +690,8 @@ static int gram_main(const options *o) {
     gd.tol = o->tol;
     gd.path = o->path;
     if (!o->quiet)
-        printf("data: X %s (%lld x %lld)%s%s%s\n", o->x, (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
-               have_y ? o->y : "", have_y ? "" : ", K = K(X, X) (symmetric)");
+        printf("data: X %s (%lld x %lld)%s%s%s\n", arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
+               have_y ? arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
     rc = run_gram(ctx, map, &gd, o, &dtype, &secs);
     if (rc != EXIT_SUCCESS) goto done;
     rc = EXIT_FAILURE;
@@ -673,7 +702,7 @@ static int gram_main(const options *o) {
     pairs = X.rows * n_cols;
     if (!o->quiet)
         printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s, %.3g Gpairs/s\n", (long long)X.rows,
-               (long long)n_cols, dtype == QK_F32 ? "float32" : "float64", o->out, (long long)pairs,
+               (long long)n_cols, dtype == QK_F32 ? "float32" : "float64", arg(o->out), (long long)pairs,
                have_y ? "" : " (i <= j computed, mirrored)", secs, secs > 0 ? (double)pairs / secs * 1e-9 : 0.0);
     rc = EXIT_SUCCESS;
 done:
@@ -742,7 +771,7 @@ static FILE *open_demo_data(const options *o, char *path, size_t size) {
         if ((f = fopen(path, "rb")) != NULL) return f;
     }
     fprintf(stderr, "qk-gram: error: cannot find iris.csv in");
-    for (i = 0; i < n; i++) fprintf(stderr, " '%s'", dirs[i]);
+    for (i = 0; i < n; i++) fprintf(stderr, " '%s'", arg(dirs[i]));
     fprintf(stderr, "; pass --data DIR (the repository's examples/data)\n");
     return NULL;
 }
@@ -789,11 +818,11 @@ static int demo_load(const options *o, demo *dm) {
     if (r != QK_OK) return fail(r, "cannot read the demo data");
     dm->n = (int)dm->data.rows;
     if (dm->data.cols != IRIS_FEATURES + 1 || dm->n < 3 * IRIS_CLASSES)
-        return fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", dm->path,
+        return fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", arg(dm->path),
                     (long long)dm->data.cols);
     for (i = 0; i < dm->n; i++) {
         double y = dm->data.data[i * 5 + 4];
-        if (!(y == 0 || y == 1 || y == 2)) return fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", dm->path, i + 1, y);
+        if (!(y == 0 || y == 1 || y == 2)) return fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", arg(dm->path), i + 1, y);
     }
     return EXIT_SUCCESS;
 }
@@ -820,7 +849,7 @@ static int demo_split(demo *dm) {
         }
     }
     free(idx);
-    if (dm->n_tr == 0 || dm->n_te == 0) return fail(QK_OK, "%s: too few samples to split", dm->path);
+    if (dm->n_tr == 0 || dm->n_te == 0) return fail(QK_OK, "%s: too few samples to split", arg(dm->path));
     return EXIT_SUCCESS;
 }
 
@@ -955,10 +984,10 @@ static int demo_main(const options *o) {
     if (demo_load(o, &dm) != EXIT_SUCCESS || demo_split(&dm) != EXIT_SUCCESS || demo_scale(&dm) != EXIT_SUCCESS)
         goto done;
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", spec); show_spec_column(spec); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", arg(spec)); show_spec_column(spec); goto done; }
     r = make_ctx(o, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
-    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", dm.path);
+    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", arg(dm.path));
     printf("data: %d samples, %d features scaled to [0, pi], %d classes; stratified split (seed 2026): "
            "%d train / %d test\n", dm.n, IRIS_FEATURES, IRIS_CLASSES, dm.n_tr, dm.n_te);
     if (demo_kernels(ctx, map, o, &dm) != EXIT_SUCCESS || demo_train(&dm) != EXIT_SUCCESS) goto done;

@@ -61,11 +61,88 @@ static void *qk__calloc(size_t count, size_t size)
 
 
 /* >>errors ---- results, the detail message ---- */
+/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
+   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
+   "..."). Returns buf. */
+static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+{
+    size_t i, k = 0;
+    int cut = 0;
+    if (!size) return buf;
+    for (i = 0; i < n && i < max; i++) {
+        unsigned char c = (unsigned char)s[i];
+        char e[8];
+        size_t el;
+        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
+        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
+        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
+        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
+        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
+        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
+        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
+        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
+        memcpy(buf + k, e, el);
+        k += el;
+    }
+    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
+    buf[k] = 0;
+    return buf;
+}
+
+/* A value the user gave (a path, a spec, an option's value) as a message quotes it: escaped by
+   qk__esc, at most QK__ESC_ARG_MAX bytes of it, then "... (N bytes)": a 120000-byte spec is
+   not echoed whole, an escape sequence in a file name does not reach the terminal. buf of
+   QK__ESC_ARG_SIZE bytes holds any value. Returns buf. */
+#define QK__ESC_ARG_MAX 200
+#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
+static const char *qk__esc_arg(char *buf, size_t size, const char *s)
+{
+    size_t n, k;
+    if (!size) return buf;
+    if (!s) { snprintf(buf, size, "(null)"); return buf; }
+    n = strlen(s);
+    qk__esc(buf, size > 24 ? size - 24 : size, s, n, QK__ESC_ARG_MAX);
+    k = strlen(buf);
+    if (n > QK__ESC_ARG_MAX && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
+}
+
+/* A whole message with every byte that is not printable ASCII escaped by qk__esc, into dst (cut
+   with "..." to fit size). A '\\' stays as it is: the message may quote text qk__esc has
+   escaped already. The detail message goes through it (qk__set_errorv), so a value the
+   message quotes raw (a path) cannot put control bytes on a terminal either. */
+static void qk__esc_msg(char *dst, size_t size, const char *src)
+{
+    size_t k = 0;
+    if (!size) return;
+    for (; *src; src++) {
+        unsigned char c = (unsigned char)*src;
+        char e[8];
+        size_t el;
+        if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; e[1] = 0; }
+        else qk__esc(e, sizeof e, src, 1, 1);
+        el = strlen(e);
+        if (k + el + 4 > size) {   /* room for "..." and the NUL */
+            if (k + 4 <= size) { memcpy(dst + k, "...", 3); k += 3; }
+            break;
+        }
+        memcpy(dst + k, e, el);
+        k += el;
+    }
+    dst[k] = 0;
+}
+
 static QK__TLS char qk__errbuf[512];
 
+
+/* Every byte that is not printable ASCII in the message is escaped (qk__esc_msg): values are
+   quoted escaped where they are formatted (qk__esc, qk__esc_arg), and anything quoted raw
+   still reaches a terminal as text. */
 static void qk__set_errorv(const char *fmt, va_list ap)
 {
-    vsnprintf(qk__errbuf, sizeof qk__errbuf, fmt, ap);
+    char raw[sizeof qk__errbuf];
+    vsnprintf(raw, sizeof raw, fmt, ap);
+    qk__esc_msg(qk__errbuf, sizeof qk__errbuf, raw);
 }
 
 static void qk__set_error(const char *fmt, ...)

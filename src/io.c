@@ -187,17 +187,26 @@ typedef struct stat qk__stat_t;
 static qk_result qk__not_regular(const char *path, unsigned mode) {
     const char *what = QK__S_ISDIR(mode) ? "a directory" : QK__S_ISFIFO(mode) ? "a FIFO (named pipe)"
                      : QK__S_ISCHR(mode) ? "a character device" : "not a regular file";
-    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)", path, what);
+    char ep[QK__ESC_ARG_SIZE];
+    return qk__fail(QK_ERROR_IO, "cannot read '%s': it is %s; qk reads regular files only (save the data to a file)",
+                    qk__esc_arg(ep, sizeof ep, path), what);
 }
 
 /* Opens path for reading when it is a regular file: *fd_out, *size_out (bytes). */
 static qk_result qk__open_regular(const char *path, int *fd_out, int64_t *size_out) {
     qk__stat_t st;
-    int fd;
-    if (QK__STAT(path, &st) != 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    int fd, e;
+    char ep[QK__ESC_ARG_SIZE];   /* the path as the message quotes it: escaped, cut */
+    if (QK__STAT(path, &st) != 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (!QK__S_ISREG(st.st_mode)) return qk__not_regular(path, (unsigned)st.st_mode);
     fd = QK__OPEN_RD(path);
-    if (fd < 0) return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", path, strerror(errno));
+    if (fd < 0) {
+        e = errno;
+        return qk__fail(QK_ERROR_IO, "cannot open '%s': %s", qk__esc_arg(ep, sizeof ep, path), strerror(e));
+    }
     if (QK__FSTAT(fd, &st) != 0) {
         int e = errno;
         QK__RCLOSE(fd);
@@ -587,12 +596,14 @@ static qk_result qk__read_file(const char *path, int64_t max, const char *macro,
 
 /* ---- CSV ---- */
 /* The rules (docs/cli.md "Input .csv"): comma-separated numbers in C syntax ('.' decimals,
-   optional exponent, inf / nan), any locale, any length; blanks around fields; blank lines and
-   '#' comment lines skipped; '\n' or '\r\n' line ends; a UTF-8 byte order mark. The first
-   other line is a header only when no field of it starts like a number (empty fields do not
-   count); a header must name every column (an empty first name is how pandas' to_csv marks its
-   index column: refused with that advice, since the index would be read as a feature) and as
-   many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
+   optional exponent, inf / nan), any locale, any length, in double quotes or not ("0.1" is
+   0.1); blanks around fields; blank lines and '#' comment lines skipped; '\n' or '\r\n' line
+   ends; a UTF-8 byte order mark. The first other line is a header only when it reads as names:
+   every non-empty field a name (qk__csv_name: it starts with a letter or '_' and is not NA,
+   nan, inf and the like), at least one; otherwise it is data like any line (so NA or a U+2212
+   minus there is an error naming line and column, never a dropped row). A header must name
+   every column (an empty first name is how pandas' to_csv marks its index column: refused with
+   that advice, since the index would be read as a feature) and as many columns as the data has. Any other byte below 0x20 (NUL included) or 0x7f is an error
    naming its line: a CSV file is text. A data field that is not a number is an error naming
    line and column, with a hint when the line holds ';' or tabs (another separator). */
 
@@ -602,12 +613,57 @@ static void qk__csv_trim(const char **s, const char **e) {
     while (*e > *s && ((*e)[-1] == ' ' || (*e)[-1] == '\t')) (*e)--;
 }
 
-/* Starts like a number: a header line has no such field. */
-static int qk__csv_numeric_like(const char *s, const char *e) {
-    size_t n;
-    qk__csv_trim(&s, &e);
-    n = qk__num_len(s, (size_t)(e - s), 1);
-    return n > 0 && (s + n == e || (!isalnum((unsigned char)s[n]) && s[n] != '_') || isdigit((unsigned char)s[n - 1]));
+/* A field in double quotes ("0.1", "x") without them: every field is read the same quoted or not. */
+static void qk__csv_unquote(const char **s, const char **e) {
+    if (*e - *s >= 2 && **s == '"' && (*e)[-1] == '"') {
+        (*s)++;
+        (*e)--;
+        qk__csv_trim(s, e);
+    }
+}
+
+/* A missing-value marker (NA, N/A, null, none) or a special number word (nan, inf): never a name. */
+static int qk__csv_na_like(const char *s, size_t n) {
+    static const char *const w[] = {"na", "n/a", "nan", "inf", "infinity", "null", "none", "nil"};
+    size_t k;
+    for (k = 0; k < sizeof w / sizeof w[0]; k++)
+        if (qk__ci_eq(s, n, w[k])) return 1;
+    return 0;
+}
+
+/* Holds U+2212 MINUS SIGN (what word processors and some exports write for '-'). */
+static int qk__csv_u2212(const char *s, const char *e) {
+    for (; e - s >= 3; s++)
+        if (!memcmp(s, "\xe2\x88\x92", 3)) return 1;
+    return 0;
+}
+
+/* Reads as a column name (a trimmed, unquoted, non-empty field): it starts with an ASCII letter,
+   '_' or a non-ASCII letter, and is not NA, nan, inf and the like. A non-ASCII character counts
+   as a letter unless it is in a block of signs, punctuation, digits or symbols (U+2212 MINUS
+   SIGN, the dashes, fullwidth digits and minus, x and division signs, superscripts). */
+static int qk__csv_name(const char *s, const char *e) {
+    const unsigned char *u = (const unsigned char *)s;
+    uint32_t cp;
+    if (qk__csv_na_like(s, (size_t)(e - s))) return 0;
+    if ((u[0] >= 'a' && u[0] <= 'z') || (u[0] >= 'A' && u[0] <= 'Z') || u[0] == '_') return 1;   /* any locale */
+    if (u[0] >= 0xC2 && u[0] <= 0xDF && e - s >= 2 && (u[1] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x1F) << 6) | (u[1] & 0x3F);
+    else if (u[0] >= 0xE0 && u[0] <= 0xEF && e - s >= 3 && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x0F) << 12) | ((uint32_t)(u[1] & 0x3F) << 6) | (u[2] & 0x3F);
+    else if (u[0] >= 0xF0 && u[0] <= 0xF4 && e - s >= 4 && (u[1] & 0xC0) == 0x80 && (u[2] & 0xC0) == 0x80 &&
+             (u[3] & 0xC0) == 0x80)
+        cp = ((uint32_t)(u[0] & 0x07) << 18) | ((uint32_t)(u[1] & 0x3F) << 12) | ((uint32_t)(u[2] & 0x3F) << 6) |
+             (u[3] & 0x3F);
+    else
+        return 0;   /* an ASCII sign, digit or punctuation, or not UTF-8 */
+    if (cp < 0xC0 || cp == 0xD7 || cp == 0xF7) return 0;                 /* Latin-1 signs and symbols */
+    if (cp >= 0x300 && cp <= 0x36F) return 0;                            /* combining marks */
+    if (cp >= 0x2000 && cp <= 0x2BFF) return 0;                          /* punctuation, dashes, minus, math */
+    if (cp >= 0x3000 && cp <= 0x303F) return 0;                          /* CJK punctuation */
+    if ((cp >= 0xFE50 && cp <= 0xFE6F) || (cp >= 0xFF00 && cp <= 0xFF20) || /* small and fullwidth forms */
+        (cp >= 0xFF3B && cp <= 0xFF40) || (cp >= 0xFF5B && cp <= 0xFF65) || cp >= 0xFFF0) return 0;
+    return 1;
 }
 
 typedef struct qk__csv_scan_state {
@@ -623,19 +679,26 @@ static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *
     int64_t col = 0;
     char ex[200];
     for (;;) {
-        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
+        const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b, *qa, *qb;
         size_t n;
         double v;
         if (!fe) fe = e;
         b = fe;
         col++;
         qk__csv_trim(&a, &b);
+        qa = a;
+        qb = b;
+        qk__csv_unquote(&a, &b);   /* "0.1" is 0.1 */
         if (a == b)
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: empty field", c->path, (long long)line, (long long)col);
         n = qk__num_len(a, (size_t)(b - a), 1);
         if (n != (size_t)(b - a)) {
             const char *hint = "";
-            if (memchr(s, ';', (size_t)(e - s)))
+            if (qk__csv_na_like(a, (size_t)(b - a)))
+                hint = " (a missing value: qk needs every value of every sample)";
+            else if (qk__csv_u2212(a, b))
+                hint = " (\\xe2\\x88\\x92 is U+2212 MINUS SIGN: write the ASCII '-')";
+            else if (memchr(s, ';', (size_t)(e - s)))
                 hint = " (the line holds ';': qk reads comma-separated values with '.' as the decimal point; "
                        "semicolon-separated files are not supported)";
             else if (memchr(a, '\t', (size_t)(b - a)))
@@ -643,16 +706,17 @@ static qk_result qk__csv_line(qk__csv_scan_state *c, const char *s, const char *
             else if (memchr(a, ' ', (size_t)(b - a)))
                 hint = " (the field holds a space: qk reads comma-separated values)";
             else if (first)
-                hint = " (a header line must have no field that starts like a number)";
+                hint = " (the first line is a header only when every field is a name: it starts with a letter or '_' "
+                       "and is not NA, nan or inf)";
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is not a number%s", c->path, (long long)line,
-                            (long long)col, qk__esc(ex, sizeof ex, a, (size_t)(b - a), 40), hint);
+                            (long long)col, qk__esc(ex, sizeof ex, qa, (size_t)(qb - qa), 40), hint);
         }
         if (!qk__strtod_c(a, n, &c->rx, &v))
             return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: line %lld: out of memory reading a %lu-byte number", c->path,
                             (long long)line, (unsigned long)n);
         if (isinf(v) && !isalpha((unsigned char)a[a[0] == '+' || a[0] == '-']))
             return qk__fail(QK_ERROR_FORMAT, "%s: line %lld, column %lld: '%s' is out of range for a double", c->path,
-                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, a, n, 40));
+                            (long long)line, (long long)col, qk__esc(ex, sizeof ex, qa, (size_t)(qb - qa), 40));
         /* The counting pass has checked every row's length, so the fill pass fits. */
         if (c->data) c->data[c->k++] = v;
         if (fe == e) break;
@@ -704,17 +768,26 @@ static qk_result qk__csv_scan(const char *path, const char *text, size_t len, do
         if (q == e || *q == '#') continue;   /* blank or comment line */
         if (first) {
             const char *f = s;
-            int numeric = 0;
+            int numeric = 0, names = 0;
             int64_t col = 0;
             first = 0;
+            /* A header only when it reads as names: every field a name (or empty: the header check
+               below then says which column has none), at least one a name. Anything else (a
+               number, NA, a U+2212 minus) makes it a data line, read or refused, never dropped. */
             for (;;) {
-                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f));
+                const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
                 if (!fe) fe = e;
-                if (qk__csv_numeric_like(f, fe)) { numeric = 1; break; }
+                b = fe;
+                qk__csv_trim(&a, &b);
+                qk__csv_unquote(&a, &b);
+                if (a != b) {
+                    if (!qk__csv_name(a, b)) { numeric = 1; break; }
+                    names++;
+                }
                 if (fe == e) break;
                 f = fe + 1;
             }
-            if (!numeric) {   /* the header: every column named */
+            if (!numeric && names) {   /* the header: every column named */
                 f = s;
                 for (;;) {
                     const char *fe = (const char *)memchr(f, ',', (size_t)(e - f)), *a = f, *b;
@@ -722,11 +795,13 @@ static qk_result qk__csv_scan(const char *path, const char *text, size_t len, do
                     b = fe;
                     col++;
                     qk__csv_trim(&a, &b);
+                    qk__csv_unquote(&a, &b);
                     if (a == b)
                         return qk__fail(QK_ERROR_FORMAT, "%s: line %lld (the header), column %lld has no name%s", path,
                                         (long long)line, (long long)col,
-                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index; "
-                                        "save with to_csv(path, index=False) (the index would be read as a feature)" : "");
+                                        col == 1 && fe != e ? ": an unnamed first column is how pandas' to_csv writes its index "
+                                        "(and R's write.csv its row names); save with to_csv(path, index=False) "
+                                        "(write.csv(x, row.names = FALSE)) (the index would be read as a feature)" : "");
                     if (fe == e) break;
                     f = fe + 1;
                 }

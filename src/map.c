@@ -125,33 +125,6 @@ static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
     return 1;
 }
 
-/* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
-   control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
-   "..."). Returns buf. */
-static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
-{
-    size_t i, k = 0;
-    int cut = 0;
-    if (!size) return buf;
-    for (i = 0; i < n && i < max; i++) {
-        unsigned char c = (unsigned char)s[i];
-        char e[8];
-        size_t el;
-        if (c == '\\') { e[0] = '\\'; e[1] = '\\'; el = 2; }
-        else if (c >= 0x20 && c < 0x7f) { e[0] = (char)c; el = 1; }
-        else if (c == '\n') { e[0] = '\\'; e[1] = 'n'; el = 2; }
-        else if (c == '\t') { e[0] = '\\'; e[1] = 't'; el = 2; }
-        else if (c == '\r') { e[0] = '\\'; e[1] = 'r'; el = 2; }
-        else if (c == 0) { e[0] = '\\'; e[1] = '0'; el = 2; }
-        else { snprintf(e, sizeof e, "\\x%02x", c); el = 4; }
-        if (k + el + 4 > size) { cut = 1; break; }   /* room for "..." and the NUL */
-        memcpy(buf + k, e, el);
-        k += el;
-    }
-    if ((cut || i < n) && k + 4 <= size) { memcpy(buf + k, "...", 3); k += 3; }
-    buf[k] = 0;
-    return buf;
-}
 
 
 typedef struct qk__ops {

@@ -17,10 +17,14 @@ typedef struct qk__parser {
 static void qk__ws(qk__parser *ps) { while (*ps->p && isspace((unsigned char)*ps->p)) ps->p++; }
 static int qk__col(const qk__parser *ps) { return (int)(ps->p - ps->s) + 1; }
 
-/* The spec as a message quotes it: escaped, at most 120 bytes. */
+/* The spec as a message quotes it: escaped, at most 120 bytes, then "... (N bytes)". */
 static const char *qk__spec_esc(const qk__parser *ps, char *buf, size_t size)
 {
-    return qk__esc(buf, size, ps->s, strlen(ps->s), 120);
+    size_t n = strlen(ps->s), k;
+    qk__esc(buf, size > 24 ? size - 24 : size, ps->s, n, 120);
+    k = strlen(buf);
+    if (n > 120 && size > 24) snprintf(buf + k, size - k, " (%lu bytes)", (unsigned long)n);
+    return buf;
 }
 
 static qk_result qk__perr(qk__parser *ps, const char *fmt, const char *arg)
@@ -222,6 +226,21 @@ static qk_result qk__parse_ops(qk__parser *ps, qk__ops *l)
     }
 }
 
+/* After a parameter's number: letters, digits, '.', '_' right after it (0x10, 2.0, 1e3, 5abc)
+   are stray characters of a value that is no number of the kind asked for. Reports them (at
+   their column, the whole value quoted) and returns 1; 0 when the value ends cleanly. */
+static int qk__stray(qk__parser *ps, const char *key, const char *vat)
+{
+    const char *q = ps->p, *e = ps->p;
+    char m[256], v[80], st[80];
+    if (!isalnum((unsigned char)*q) && *q != '.' && *q != '_') return 0;
+    while (isalnum((unsigned char)*e) || *e == '.' || *e == '_' || *e == '+' || *e == '-') e++;
+    snprintf(m, sizeof m, "stray characters '%s' after the number in '%s=%s'", qk__esc(st, sizeof st, q, (size_t)(e - q), 24),
+             key, qk__esc(v, sizeof v, vat, (size_t)(e - vat), 24));
+    (void)qk__perr(ps, "%s", m);
+    return 1;
+}
+
 /* The parameters a map's spec takes (for the message about an unknown one). */
 static const char *qk__map_params(qk_map_type t)
 {
@@ -243,8 +262,10 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
     qk_map_desc d;
     qk__ops l;
     char name[32], key[32], val[32];
+    char given[8][32];   /* the key that set each parameter (reps, layers and n_repeats are one), "" none yet */
     qk_result r;
     int has_ops = 0;
+    memset(given, 0, sizeof given);
     if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: out is NULL");
     *out = NULL;
     if (!spec) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_map_parse: spec is NULL");
@@ -280,6 +301,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 snprintf(m_, sizeof m_, "unknown parameter '%s' for %s (its parameters: %s)", key, name, qk__map_params(d.type)); \
                 return qk__perr(&ps, "%s", m_); } while (0)
 #define QK__INTVAL(dst, max) do { char m_[128]; int g_ = qk__int(&ps, &iv); ps.p = g_ == 1 ? ps.p : vat; \
+                if (g_ == 1 && qk__stray(&ps, key, vat)) return QK_ERROR_PARSE; \
                 if (g_ == 0) return qk__perr(&ps, "'%s' needs a non-negative integer", key); \
                 if (g_ < 0 || iv > (max)) { snprintf(m_, sizeof m_, "'%s' is larger than its maximum, %s (%d)", key, #max, (int)(max)); \
                     ps.p = vat; return qk__perr(&ps, "%s", m_); } \
@@ -293,7 +315,9 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                     if (d.reps <= 0) { ps.p = vat; return qk__perr(&ps, "'%s' must be > 0", key); }
                 } else if (!strcmp(key, "alpha")) {
                     if (d.type != QK_MAP_ZZ) QK__BADKEY();
-                    if (!qk__number(&ps, &num) || num == 0.0) { ps.p = vat; return qk__perr(&ps, "alpha needs a non-zero number", NULL); }
+                    iv = qk__number(&ps, &num);
+                    if (iv && qk__stray(&ps, key, vat)) return QK_ERROR_PARSE;
+                    if (!iv || num == 0.0) { ps.p = vat; return qk__perr(&ps, "alpha needs a non-zero number", NULL); }
                     d.alpha = num;
                 } else if (!strcmp(key, "features")) {
                     if (d.type != QK_MAP_CUSTOM) QK__BADKEY();
@@ -329,6 +353,23 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                 }
 #undef QK__BADKEY
 #undef QK__INTVAL
+                {   /* each parameter once: zz(reps=2,reps=3) is an error, as a repeated CLI option is */
+                    static const char *const slots[] = {"qubits", "reps", "alpha", "features", "weights", "ent", "rot"};
+                    const char *k_ = !strcmp(key, "layers") || !strcmp(key, "n_repeats") ? "reps" : key;
+                    int sl_;
+                    for (sl_ = 0; sl_ < (int)(sizeof slots / sizeof slots[0]) && strcmp(slots[sl_], k_); sl_++) {}
+                    if (given[sl_][0]) {
+                        char m_[160];
+                        ps.p = kat;
+                        if (!strcmp(given[sl_], key))
+                            snprintf(m_, sizeof m_, "'%s' is given twice (each parameter may be given once)", key);
+                        else
+                            snprintf(m_, sizeof m_, "'%s' repeats '%s' (the same parameter; each may be given once)", key,
+                                     given[sl_]);
+                        return qk__perr(&ps, "%s", m_);
+                    }
+                    snprintf(given[sl_], sizeof given[sl_], "%s", key);
+                }
                 if (qk__accept(&ps, ',')) continue;
                 qk__ws(&ps);
                 if (d.type == QK_MAP_CUSTOM && *ps.p == ':') { ps.p++; has_ops = 1; break; }

@@ -205,12 +205,60 @@ static double qk__cpu_scratch_q(int q, int nt)
     return (double)(nt > 0 ? nt : 1) * (tile + 8.0 * (20.0 * q + 2.0 * (1 + q + q * q) + 1));
 }
 
-/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). */
+#if !defined(_WIN32)
+#include <sys/resource.h>
+#endif
+/* The address space and data segment the process may still map under its resource limits
+   (ulimit -v, ulimit -d; batch systems set them): RLIMIT_AS less the current virtual size, and
+   RLIMIT_DATA less the current data and stack size (/proc/self/statm, conservatively: its data
+   field counts the stack too), the smaller where both are finite; at least 1 byte once a limit
+   is reached. -1: no finite limit (or no getrlimit). Where statm cannot be read, the limit
+   itself is the room. */
+static double qk__rlimit_room(void)
+{
+    double room = -1.0;
+#if !defined(_WIN32) && (defined(RLIMIT_AS) || defined(RLIMIT_DATA))
+    struct rlimit rl;
+    double vm = 0.0, data = 0.0, page = 4096.0;
+    FILE *f;
+#if defined(_SC_PAGESIZE)
+    {
+        long ps = sysconf(_SC_PAGESIZE);
+        if (ps > 0) page = (double)ps;
+    }
+#endif
+    f = fopen("/proc/self/statm", "r");
+    if (f) {
+        unsigned long long sz, res, sh, txt, lib, dat;
+        if (fscanf(f, "%llu %llu %llu %llu %llu %llu", &sz, &res, &sh, &txt, &lib, &dat) == 6) {
+            vm = (double)sz * page;
+            data = (double)dat * page;
+        }
+        fclose(f);
+    }
+#ifdef RLIMIT_AS
+    if (getrlimit(RLIMIT_AS, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY) room = (double)rl.rlim_cur - vm;
+#endif
+#ifdef RLIMIT_DATA
+    if (getrlimit(RLIMIT_DATA, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (room < 0.0 || (double)rl.rlim_cur - data < room))
+        room = (double)rl.rlim_cur - data;
+#endif
+    if (room != -1.0 && room < 1.0) room = 1.0;
+#endif
+    return room;
+}
+
+/* The host budget of a CPU plan (bytes), and the available memory it came from (0: given). The
+   available memory is qk__host_avail's, bounded by what the resource limits leave
+   (qk__rlimit_room): under ulimit -v the states are tiled as under a cgroup's limit. */
 static double qk__host_budget(const qk_device_info *info, double *avail)
 {
+    double room;
     *avail = 0.0;
     if (info && info->host_budget_bytes) return (double)info->host_budget_bytes;
     *avail = qk__host_avail();
+    room = qk__rlimit_room();
+    if (room > 0.0 && (*avail <= 0.0 || room < *avail)) *avail = room;
     return QK__HOST_SHARE * *avail;
 }
 

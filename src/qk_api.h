@@ -241,7 +241,8 @@ typedef struct qk_ctx_desc {
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default
                                0: 85% of the available memory at each plan (Linux: MemAvailable,
-                               bounded by a cgroup v2 memory.max; elsewhere sysconf) */
+                               bounded by a cgroup v2 memory.max; elsewhere sysconf; and by the
+                               room RLIMIT_AS and RLIMIT_DATA leave, where finite) */
 } qk_ctx_desc;
 
 typedef struct qk_ctx qk_ctx;

@@ -95,17 +95,23 @@ QKDEF void qk_tune_key_init(qk_tune_key *key, const char *device_name, int cc_ma
 #else
 #define QK__O_CLOEXEC 0
 #endif
+#ifdef O_NOFOLLOW
+#define QK__O_NOFOLLOW O_NOFOLLOW
+#else
+#define QK__O_NOFOLLOW 0
+#endif
 #endif
 
 static const char *const qk__tune_path_names[] = {"?", "analytic", "real", "complex"};
 
 /* A warning: to the log callback (if any) and to the detail message; returns r. */
 static qk_result qk__tune_warn(qk_log_fn log, void *user, qk_result r, const char *fmt, ...) {
-    char msg[1024];
+    char raw[1024], msg[1024];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    vsnprintf(raw, sizeof raw, fmt, ap);
     va_end(ap);
+    qk__esc_msg(msg, sizeof msg, raw);   /* a path with control bytes reaches the log as text */
     if (log) log(QK_LOG_WARN, msg, user);
     return qk__fail(r, "%s", msg);
 }
@@ -783,20 +789,48 @@ QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t s
 }
 
 #if defined(QK__TUNE_POSIX)
-/* Reads the file at path. QK_OK: *text (QK_MALLOC'ed, *len bytes); QK_ERROR_IO with *err_no;
-   QK_ERROR_FORMAT (too large: why). */
+/* What a path that is not a regular file is, for a warning. */
+static const char *qk__tune_kind(mode_t m) {
+    if (S_ISDIR(m)) return "a directory";
+    if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+    if (S_ISCHR(m)) return "a character device";
+#ifdef S_ISBLK
+    if (S_ISBLK(m)) return "a block device";
+#endif
+#ifdef S_ISSOCK
+    if (S_ISSOCK(m)) return "a socket";
+#endif
+    return "a special file";
+}
+
+/* Reads the file at path. QK_OK: *text (QK_MALLOC'ed, *len bytes); QK_ERROR_IO with *err_no (a
+   directory: EISDIR); QK_ERROR_FORMAT (too large, or not a regular file: why). Only a regular
+   file is read: the path is stat()ed first (a device is never opened), then opened without
+   blocking (a FIFO would block in open() until a writer comes, forever) and fstat()ed again. */
 static qk_result qk__tune_slurp(const char *path, char **text, size_t *len, int *err_no, char *why,
                                 size_t why_size) {
     struct stat st;
     char *buf;
     size_t cap, n = 0;
-    int fd = open(path, O_RDONLY | QK__O_CLOEXEC);
+    int fd;
     *text = NULL;
     *len = 0;
     *err_no = 0;
+    if (stat(path, &st) != 0) { *err_no = errno; return QK_ERROR_IO; }
+    if (S_ISDIR(st.st_mode)) { *err_no = EISDIR; return QK_ERROR_IO; }
+    if (!S_ISREG(st.st_mode)) {
+        snprintf(why, why_size, "it is %s, not a regular file", qk__tune_kind(st.st_mode));
+        return QK_ERROR_FORMAT;
+    }
+    fd = open(path, O_RDONLY | O_NONBLOCK | O_NOCTTY | QK__O_CLOEXEC);
     if (fd < 0) { *err_no = errno; return QK_ERROR_IO; }
     if (fstat(fd, &st) != 0) { *err_no = errno; close(fd); return QK_ERROR_IO; }
-    if (!S_ISREG(st.st_mode)) { *err_no = EISDIR; close(fd); return QK_ERROR_IO; }
+    if (S_ISDIR(st.st_mode)) { *err_no = EISDIR; close(fd); return QK_ERROR_IO; }
+    if (!S_ISREG(st.st_mode)) {
+        close(fd);
+        snprintf(why, why_size, "it is %s, not a regular file", qk__tune_kind(st.st_mode));
+        return QK_ERROR_FORMAT;
+    }
     if (st.st_size > (off_t)QK_TUNE_CACHE_MAX_BYTES) {
         close(fd);
         snprintf(why, why_size, "corrupt (larger than %ld bytes)", (long)QK_TUNE_CACHE_MAX_BYTES);
@@ -929,11 +963,32 @@ QKDEF qk_result qk_tune_cache_store(const char *path, const qk_tune_entry *entry
 
     /* Other processes (and threads: flock locks belong to this open file description) wait
        here, so no update is lost; readers do not lock: they see the old or the new file. */
+    /* The lock is opened as the file is read: without blocking (a FIFO), without following a
+       symbolic link (O_CREAT would create its target anywhere), and used only when it is a
+       regular file. */
     snprintf(lockp, sizeof lockp, "%s.lock", path);
-    lfd = open(lockp, O_RDWR | O_CREAT | QK__O_CLOEXEC, 0666);
+    lfd = open(lockp, O_RDWR | O_CREAT | O_NONBLOCK | O_NOCTTY | QK__O_NOFOLLOW | QK__O_CLOEXEC, 0666);
+    if (lfd < 0 && errno == ELOOP)
+        return qk__tune_warn(log, log_user, QK_ERROR_IO,
+                             "autotune cache: cannot use %s: it is a symbolic link (remove it); no cache", lockp);
     if (lfd < 0)
         return qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot write %s: %s; no cache", lockp,
                              strerror(errno));
+    {
+        struct stat lst;
+        if (fstat(lfd, &lst) != 0) {
+            int e = errno;
+            close(lfd);
+            return qk__tune_warn(log, log_user, QK_ERROR_IO, "autotune cache: cannot use %s: %s; no cache",
+                                 lockp, strerror(e));
+        }
+        if (!S_ISREG(lst.st_mode)) {
+            close(lfd);
+            return qk__tune_warn(log, log_user, QK_ERROR_IO,
+                                 "autotune cache: cannot use %s: it is %s (remove it); no cache", lockp,
+                                 qk__tune_kind(lst.st_mode));
+        }
+    }
     while (flock(lfd, LOCK_EX) != 0) {
         if (errno == EINTR) continue;
         /* A file system without locks: the rename below still keeps the file whole. */

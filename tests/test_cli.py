@@ -299,6 +299,39 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
     os.remove(P("Xlink.npy"))
     os.remove(P("Xsym.npy"))
 
+    # ---- issue 27, item 10: command-line values are echoed escaped and cut ----
+    for name, args, code in (("--map with ESC", ["--map", "zz\x1b[2J", "--x", P("X.npy")], 1),
+                             ("--x with ESC", ["--map", "zz", "--x", P("ok\x1b[2J.npy")], 1),
+                             ("--y with ESC and a C1 CSI", ["--map", "zz", "--x", P("X.npy"), "--y", P("y\x1b]0;t\x07\x9b.npy")], 1),
+                             ("--weights with ESC", ["--map", "zz", "--x", P("X.npy"), "--weights", P("w\x1b[2J.npy")], 1),
+                             ("--device with ESC", ["--map", "zz", "--x", P("X.npy"), "--device", "\x1b[2J"], 2),
+                             ("--threads with ESC", ["--map", "zz", "--x", P("X.npy"), "--threads", "\x1b[2J"], 2),
+                             ("unknown option with ESC", ["--map", "zz", "--x", P("X.npy"), "--\x1b[2J"], 2)):
+        r = run(*args, "--out", P("bad.npy"))
+        check(r.returncode == code, "%s: exit %d (want %d): %r" % (name, r.returncode, code, r.stderr))
+        check("\x1b" not in r.stderr and "\x07" not in r.stderr and "\x9b" not in r.stderr,
+              "%s: raw control bytes in stderr: %r" % (name, r.stderr))
+        check("\\x1b" in r.stderr, "%s: the escape is not shown as \\x1b: %r" % (name, r.stderr))
+        check(not os.path.exists(P("bad.npy")), "%s: output file exists" % name)
+    big = "zz(" + "a" * 120000 + ")"
+    r = run("--map", big, "--x", P("X.npy"), "--out", P("bad.npy"))
+    check(r.returncode == 1 and len(r.stderr) < 2000 and "(120004 bytes)" in r.stderr,
+          "a 120000-character spec: exit %d, %d bytes of stderr: %r" % (r.returncode, len(r.stderr), r.stderr[:600]))
+    r = run("--map", "zz", "--x", P("x" * 120000 + ".npy"), "--out", P("bad.npy"))
+    check(r.returncode == 1 and len(r.stderr) < 2000, "a 120000-character --x: exit %d, %d bytes of stderr" % (r.returncode, len(r.stderr)))
+    r = run("--map", "zz", "--x", P("X.npy"), "--device", "d" * 120000, "--out", P("bad.npy"))
+    check(r.returncode == 2 and len(r.stderr) < 2000 and "bytes)" in r.stderr,
+          "a 120000-character --device: exit %d, %d bytes of stderr" % (r.returncode, len(r.stderr)))
+    # ---- issue 27, item 3: a first row of quoted numbers is data, not a header ----
+    with open(P("q.csv"), "w") as f:
+        f.write('"0.1","0.2","0.3","0.4"\n0.3,0.4,0.5,0.6\n0.5,0.6,0.7,0.8\n')
+    r = run("--map", "zz", "--x", P("q.csv"), "--out", P("Kq.npy"))
+    check(r.returncode == 0 and "(3 x 4)" in r.stdout and np.load(P("Kq.npy")).shape == (3, 3),
+          "quoted first row read as data: exit %d, %s %s" % (r.returncode, r.stdout, r.stderr))
+    with open(P("na.csv"), "w") as f:
+        f.write("NA,NA,NA,NA\n0.3,0.4,0.5,0.6\n0.5,0.6,0.7,0.8\n")
+    bad("NA,NA first row", ["--map", "zz", "--x", P("na.csv")], ["line 1, column 1: 'NA' is not a number"])
+
     # docs/cli.md documents every option that --help lists
     r = run("--help")
     opts = sorted(set(re.findall(r"(--[a-z][a-z-]*)", r.stdout)))

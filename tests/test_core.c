@@ -460,6 +460,55 @@ static void test_parser(void)
 }
 
 /* ---- bad input: clear error, output untouched ---- */
+/* Issue 27, item 9: a parameter given twice is an error naming it (zz(reps=2,reps=3) used to
+   run reps=3); stray characters after a number are named (zz(reps=0x10) used to say "'reps'
+   must be > 0"). */
+static void test_parser_dup_stray(void)
+{
+    struct { const char *spec; int col; const char *sub, *sub2; } bad[] = {
+        {"zz(reps=2,reps=3)", 11, "'reps' is given twice", NULL},
+        {"hea(layers=1,layers=4,rot=y,rot=yz)", 14, "'layers' is given twice", NULL},
+        {"hea(layers=1,rot=y,rot=yz)", 20, "'rot' is given twice", NULL},
+        {"hea(reps=2,layers=3)", 12, "'layers' repeats 'reps'", NULL},
+        {"iqp(reps=1, n_repeats=1)", 13, "'n_repeats' repeats 'reps'", NULL},
+        {"zz(ent=full,ent=full)", 13, "'ent' is given twice", NULL},
+        {"zz(alpha=1,alpha=2)", 12, "'alpha' is given twice", NULL},
+        {"amplitude(qubits=1,qubits=1)", 20, "'qubits' is given twice", NULL},
+        {"circuit(qubits=2,weights=1,weights=1: h(0))", 28, "'weights' is given twice", NULL},
+        {"zz(reps=0x10)", 10, "stray characters 'x10'", "'reps=0x10'"},
+        {"zz(reps=2.0)", 10, "stray characters '.0'", NULL},
+        {"zz(reps=1e3)", 10, "stray characters 'e3'", NULL},
+        {"zz(qubits=0x2)", 12, "stray characters 'x2'", NULL},
+        {"zz(alpha=0x1)", 11, "stray characters 'x1'", "'alpha=0x1'"},
+        {"zz(alpha=1.5abc)", 13, "stray characters 'abc'", NULL},
+        {"circuit(qubits=2,weights=1_0: h(0))", 27, "stray characters '_0'", NULL},
+    };
+    size_t i;
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        qk_map *a = (qk_map *)&qk_test_fails; /* must be reset to NULL */
+        char want[32];
+        qk_result r = qk_map_parse(bad[i].spec, 2, &a);
+        snprintf(want, sizeof want, "column %d:", bad[i].col);
+        CHECK(r == QK_ERROR_PARSE, "'%s' gave %s, want parse error", bad[i].spec, qk_result_string(r));
+        CHECK(a == NULL, "'%s': out not cleared", bad[i].spec);
+        if (r == QK_OK) qk_map_free(a);
+        CHECK(strstr(qk_last_error(), want) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), want);
+        CHECK(strstr(qk_last_error(), bad[i].sub) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), bad[i].sub);
+        if (bad[i].sub2)
+            CHECK(strstr(qk_last_error(), bad[i].sub2) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), bad[i].sub2);
+        CHECK(!strstr(qk_last_error(), "must be > 0"), "'%s': '%s'", bad[i].spec, qk_last_error());
+    }
+    { /* each parameter once still parses, and a value followed by blanks or ')' is clean */
+        const char *ok[] = {"zz(reps=2 , alpha=0.5 ,ent=linear, qubits=2)", "hea(layers=1,rot=yz,ent=cz,qubits=2)",
+                            "iqp(n_repeats=3)", "circuit(qubits=2,weights=1,features=2: h(0))", "zz(alpha=-pi)"};
+        for (i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+            qk_map *a = NULL;
+            CHECK(qk_map_parse(ok[i], 2, &a) == QK_OK, "'%s': %s", ok[i], qk_last_error());
+            qk_map_free(a);
+        }
+    }
+}
+
 static void test_bad_input(void)
 {
     qk_ctx *ctx = cpu_ctx(0);
@@ -708,6 +757,7 @@ int main(void)
     test_outputs();
     test_cancel_states();
     test_parser();
+    test_parser_dup_stray();
     test_bad_input();
     test_weights();
     test_diag_fold();

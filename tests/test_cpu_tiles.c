@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -388,6 +390,87 @@ static void plans(void)
     qk_map_free(m);
 }
 
+/* Issue 27, item 11: the host budget is bounded by RLIMIT_AS (ulimit -v) and RLIMIT_DATA. In a
+   child process (the limit is per process) the address space is limited to what it maps now
+   (RLIMIT_DATA: its data now) plus room for about 6 of the 8 states of an amplitude map of 20 qubits (8 MB each): the
+   plan, on the machine's real budget (no host_memory given), must tile the states, and K must
+   equal the parent's all-resident K bitwise. It used to plan all 8 resident and fail. */
+/* /proc/self/statm in bytes: field 0 the virtual size (RLIMIT_AS), 5 the data and stack (RLIMIT_DATA). */
+static double statm_bytes(int field)
+{
+    unsigned long long v[6] = {0, 0, 0, 0, 0, 0};
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu %llu %llu %llu %llu", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5]) != 6) v[field] = 0;
+        fclose(f);
+    }
+    return (double)v[field] * (double)sysconf(_SC_PAGESIZE);
+}
+
+static void rlimit_as(void)
+{
+    const int q = 20, n = 8;
+    const int64_t d = (int64_t)1 << q;
+    qk_map *m = NULL;
+    qk_ctx *c = NULL;
+    qk_ctx_desc cd;
+    qk_gram_desc g;
+    qk_plan p;
+    double *x, *K0, *K1;
+    int64_t i;
+    int res;
+    FILE *statm = fopen("/proc/self/statm", "r");
+    if (!statm) { printf("rlimit_as: no /proc/self/statm, skipped\n"); return; }
+    fclose(statm);
+    x = (double *)malloc((size_t)(n * d) * sizeof *x);
+    K0 = (double *)malloc((size_t)n * n * sizeof *K0);
+    K1 = (double *)malloc((size_t)n * n * sizeof *K1);
+    for (i = 0; i < n * d; i++) x[i] = urand() - 0.25;
+    CHECK(qk_map_parse("amplitude(qubits=20)", (int)d, &m) == QK_OK, "parse amplitude: %s", qk_last_error());
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU; cd.n_threads = 2;
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = n; g.out = K0;
+    CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK && p.bulk_states,
+          "no limit: all 8 states resident (%s)", qk_last_error());
+    CHECK(qk_gram(c, m, &g) == QK_OK, "no limit: K (%s)", qk_last_error());
+    qk_ctx_destroy(c);
+    c = NULL;
+    for (res = 0; res < 2; res++) {
+        const char *rn = res ? "RLIMIT_DATA" : "RLIMIT_AS";
+        pid_t pid;
+        int status = 0;
+        fflush(stdout);
+        pid = fork();
+        if (pid == 0) {
+            struct rlimit rl;
+            int bad = 0, which = res ? RLIMIT_DATA : RLIMIT_AS;
+            char text[2048];
+            CHECK(qk_ctx_create(&cd, &c) == QK_OK, "ctx");   /* its threads first: their stacks are mapped now */
+            getrlimit(which, &rl);
+            rl.rlim_cur = (rlim_t)(statm_bytes(res ? 5 : 0) + 6.0 * 8.0 * (1 << 20) / 0.85);
+            if (setrlimit(which, &rl) != 0) { perror("setrlimit"); _exit(3); }
+            g.out = K1;
+            for (i = 0; i < n * n; i++) K1[i] = -1.0;
+            CHECK(qk_plan_make(c, m, &g, &p) == QK_OK && !p.bulk_states && p.state_tile >= 1 && p.state_tile < n,
+                  "%s: states tiled (bulk %d, tile %lld, budget %.1f MB; %s)", rn, p.bulk_states, (long long)p.state_tile,
+                  p.bytes_budget / 1e6, qk_last_error());
+            qk_plan_describe(&p, text, sizeof text);
+            CHECK(strstr(text, "states: tiled") != NULL, "%s: plan text:\n%s", rn, text);
+            CHECK(qk_gram(c, m, &g) == QK_OK, "%s: qk_gram (%s)", rn, qk_last_error());
+            CHECK(ndiff(K0, K1, n * n, 8) == 0, "%s: tiled K equals the all-resident K", rn);
+            qk_ctx_destroy(c);
+            fflush(stdout);
+            bad = g_fail;
+            _exit(bad ? 1 : 0);
+        }
+        CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "%s child: status %d", rn, status);
+    }
+    qk_map_free(m);
+    free(x); free(K0); free(K1);
+}
+
 int main(void)
 {
     const char *seed = getenv("QK_TEST_SEED");
@@ -410,6 +493,7 @@ int main(void)
     one_case("iqp(reps=2)", 5, 33, 19, 11, QK_F64, 2);
     cancel_while_building();
     plans();
+    rlimit_as();
     rmdir(g_dir);
     printf("%d checks, %d failures\n", g_checks, g_fail);
     return g_fail ? 1 : 0;

@@ -536,6 +536,28 @@ static void test_csv_hardening(void) {
         const double w[] = {1, 2};
         csv_ok("a header field like inf_rate is a name", "inf_rate,b\n1,2\n", 1, 2, w);
     }
+    /* Issue 27, item 3: a first line is a header only when it reads as names; quoted numbers are
+       numbers; anything else (NA, a U+2212 minus) is an error, never a dropped first row. */
+    {
+        const double w[] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6};
+        csv_ok("quoted numbers on line 1 are data", "\"0.1\",\"0.2\"\n0.3,0.4\n0.5,0.6\n", 3, 2, w);
+        csv_ok("quoted numbers on every line", " \"0.1\" ,\" 0.2\"\n\"0.3\",0.4\n0.5,\"0.6\"\n", 3, 2, w);
+        csv_ok("quoted names are a header", "\"x\",\"y z\"\n0.1,0.2\n0.3,0.4\n0.5,0.6\n", 3, 2, w);
+        csv_ok("non-ASCII names are a header", "temp\xc3\xa9rature,\xce\x94t\n0.1,0.2\n0.3,0.4\n0.5,0.6\n", 3, 2, w);
+        csv_ok("_ starts a name", "_a,b_1\n0.1,0.2\n0.3,0.4\n0.5,0.6\n", 3, 2, w);
+    }
+    csv_bad("NA,NA on line 1", "NA,NA\n0.3,0.4\n", "line 1, column 1: 'NA' is not a number", "missing value");
+    csv_bad("N/A and null on line 1", "N/A,null\n0.3,0.4\n", "line 1, column 1: 'N/A' is not a number");
+    csv_bad("a name and NA on line 1", "x,NA\n0.3,0.4\n", "line 1, column 1: 'x' is not a number", "header");
+    csv_bad("quoted NA on line 1", "\"NA\",\"NA\"\n0.3,0.4\n", "line 1, column 1: '\"NA\"' is not a number");
+    csv_bad("U+2212 minus on line 1", "\xe2\x88\x92" "0.1,\xe2\x88\x92" "0.2\n0.3,0.4\n", "line 1, column 1: '\\xe2\\x88\\x920.1'", "U+2212");
+    csv_bad("U+2212 minus on line 2", "0.1,0.2\n0.3,\xe2\x88\x92" "0.4\n", "line 2, column 2", "U+2212");
+    csv_bad("an en dash on line 1", "\xe2\x80\x93" "1,2\n3,4\n", "line 1, column 1");
+    csv_bad("fullwidth digits on line 1", "\xef\xbc\x91,2\n3,4\n", "line 1, column 1");
+    csv_bad("R's write.csv row names", "\"\",\"x\",\"y\"\n\"1\",0.1,0.2\n\"2\",0.3,0.4\n",
+            "line 1 (the header), column 1 has no name", "row.names = FALSE");
+    csv_bad("an unbalanced quote", "\"0.1,0.2\n0.3,0.4\n", "line 1, column 1: '\"0.1' is not a number");
+    csv_bad("an empty quoted field", "0.1,\"\"\n0.3,0.4\n", "line 1, column 2: empty field");
     /* numbers of any length (it used to be "is not a number" beyond ~80 characters) */
     {
         double w[3];
@@ -562,6 +584,33 @@ static void test_csv_hardening(void) {
     csv_bad("file over QK_CSV_MAX_BYTES", text, "QK_CSV_MAX_BYTES");
 }
 
+/* Issue 27, item 10: a path or spec the message quotes reaches a terminal as text: control and
+   non-ASCII bytes escaped (a file name with ESC [2J used to clear the screen), a long spec cut
+   with its size. */
+static void test_escaped_echoes(void) {
+    char p[600], big[130000];
+    qk_array a;
+    qk_map *m = NULL;
+    snprintf(p, sizeof p, "%s/ok\x1b[2J\x9b\xc3\xa9.npy", dir);
+    CHECK(qk_npy_read(p, &a) == QK_ERROR_IO, "missing file with ESC in its name");
+    CHECK(printable(qk_last_error()) && strstr(qk_last_error(), "ok\\x1b[2J\\x9b\\xc3\\xa9.npy"), "raw bytes: '%s'",
+          qk_last_error());
+    snprintf(p, sizeof p, "%s/ok\x1b[2J.csv", dir);
+    CHECK(qk_csv_read(p, &a) == QK_ERROR_IO && printable(qk_last_error()), "csv: '%s'", qk_last_error());
+    {
+        double one = 1.0;
+        snprintf(p, sizeof p, "%s/no\x1b[2J-dir/K.npy", dir);
+        CHECK(qk_npy_write(p, &one, QK_F64, 1, 1) == QK_ERROR_IO, "write into a missing directory");
+        CHECK(printable(qk_last_error()) && strstr(qk_last_error(), "no\\x1b[2J-dir"), "write: '%s'", qk_last_error());
+    }
+    memcpy(big, "zz(", 3);
+    memset(big + 3, 'a', 120000);
+    memcpy(big + 120003, ")", 2);
+    CHECK(qk_map_parse(big, 2, &m) == QK_ERROR_PARSE && m == NULL, "long spec");
+    CHECK(strlen(qk_last_error()) < 512 && strstr(qk_last_error(), "... (120004 bytes)"), "long spec: '%s'", qk_last_error());
+    CHECK(qk_map_parse("zz\x1b[2J", 2, &m) == QK_ERROR_PARSE && printable(qk_last_error()), "'%s'", qk_last_error());
+}
+
 int main(void) {
     const char *tmp = getenv("TMPDIR");
     uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
@@ -580,6 +629,7 @@ int main(void) {
     test_npy_hardening();
     test_not_regular();
     test_csv_hardening();
+    test_escaped_echoes();
 
     if (qk_test_fails == 0) {
         /* Clean up only on success, so a failure leaves its files to look at. */

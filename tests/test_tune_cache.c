@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
+#include <signal.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -806,6 +807,126 @@ static void test_choose(void) {
     CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_ERROR_INVALID_ARGUMENT);
 }
 
+/* ---- special files at the cache's paths (issue 27, item 2) ---- */
+static int same_stored(const qk_tune_entry *got, const qk_tune_entry *stored) {
+    qk_tune_entry want = *stored;
+    want.key = expect_key(&stored->key);
+    return same_entry(got, &want);
+}
+
+/* Runs body in a child process under a watchdog: a call that blocks (a FIFO opened for reading
+   waits for a writer forever) fails the test after 20 s instead of hanging it. */
+static void watched(const char *what, void (*body)(void)) {
+    pid_t pid;
+    int status = 0, waited;
+    fflush(stdout);
+    fflush(stderr);
+    pid = fork();
+    if (pid < 0) { perror("fork"); qk_test_fails++; return; }
+    if (pid == 0) {
+        qk_test_fails = 0;
+        alarm(60);  /* the child never outlives a lost parent for long */
+        body();
+        fflush(stdout);
+        _exit(qk_test_fails ? 1 : 0);
+    }
+    for (waited = 0; waited < 2000; waited++) {   /* 20 s in 10 ms steps */
+        pid_t w = waitpid(pid, &status, WNOHANG);
+        if (w == pid) break;
+        if (w < 0) { perror("waitpid"); break; }
+        { struct timespec ts = {0, 10000000}; nanosleep(&ts, NULL); }
+    }
+    qk_test_checks++;
+    if (waited == 2000) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+        printf("FAIL %s: hung (killed after 20 s)\n", what);
+        qk_test_fails++;
+    } else if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        printf("FAIL %s: failed checks in the child (status %d)\n", what, status);
+        qk_test_fails++;
+    }
+}
+
+static void fifo_at_cache(void) {
+    char dir[400], path[600];
+    logbook lb = {0, ""};
+    qk_tune_entry e, got;
+    struct stat st;
+    rnd_entry(&e, 91);
+    mkpath(dir, sizeof dir, "special/fifo");
+    CHECK(qk__tune_mkdirs(dir) == 0);
+    snprintf(path, sizeof path, "%s/autotune.json", dir);
+    CHECK(mkfifo(path, 0666) == 0);
+    /* lookup: ignored with a warning naming the file and what it is, nothing changed */
+    CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_ERROR_FORMAT);
+    CHECK(lb.warns == 1 && strstr(lb.last, path) && strstr(lb.last, "FIFO"), "%s", lb.last);
+    CHECK(lstat(path, &st) == 0 && S_ISFIFO(st.st_mode));
+    /* store: ignored as a corrupt file is, replaced by the new file */
+    CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK);
+    CHECK(lb.warns == 2 && strstr(lb.last, "FIFO") && strstr(lb.last, "rewriting"), "%s", lb.last);
+    CHECK(lstat(path, &st) == 0 && S_ISREG(st.st_mode));
+    CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_OK && same_stored(&got, &e) && lb.warns == 2);
+    CHECK(stray_files(dir) == 0);
+}
+
+static void fifo_at_lock(void) {
+    char dir[400], path[600], lockp[620];
+    logbook lb = {0, ""};
+    qk_tune_entry e, got;
+    struct stat st;
+    rnd_entry(&e, 92);
+    mkpath(dir, sizeof dir, "special/lockfifo");
+    CHECK(qk__tune_mkdirs(dir) == 0);
+    snprintf(path, sizeof path, "%s/autotune.json", dir);
+    snprintf(lockp, sizeof lockp, "%s.lock", path);
+    CHECK(mkfifo(lockp, 0666) == 0);
+    /* store: no lock to take, so no store; a warning naming the lock and what it is */
+    CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_ERROR_IO);
+    CHECK(lb.warns == 1 && strstr(lb.last, lockp) && strstr(lb.last, "FIFO") && strstr(lb.last, "no cache"),
+          "%s", lb.last);
+    CHECK(lstat(lockp, &st) == 0 && S_ISFIFO(st.st_mode) && lstat(path, &st) != 0);
+    CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_ERROR_IO && lb.warns == 1);  /* a miss */
+}
+
+static void symlinks_at_lock_and_tmp(void) {
+    char dir[400], path[600], lockp[620], tmp[660], victim[620], target[620];
+    logbook lb = {0, ""};
+    qk_tune_entry e, got;
+    struct stat st;
+    char *v;
+    rnd_entry(&e, 93);
+    mkpath(dir, sizeof dir, "special/links");
+    CHECK(qk__tune_mkdirs(dir) == 0);
+    snprintf(path, sizeof path, "%s/autotune.json", dir);
+    snprintf(lockp, sizeof lockp, "%s.lock", path);
+    /* a symbolic link at the lock: O_CREAT would create its target; refused, nothing created */
+    snprintf(target, sizeof target, "%s/created-through-link", dir);
+    CHECK(symlink(target, lockp) == 0);
+    CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_ERROR_IO);
+    CHECK(lb.warns == 1 && strstr(lb.last, lockp) && strstr(lb.last, "symbolic link"), "%s", lb.last);
+    CHECK(lstat(target, &st) != 0);
+    CHECK(unlink(lockp) == 0);
+    /* a symbolic link at this process's first temporary name: skipped (O_EXCL), never followed */
+    snprintf(victim, sizeof victim, "%s/victim", dir);
+    write_text(victim, "DATA\n", 5);
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)getpid());
+    CHECK(symlink(victim, tmp) == 0);
+    lb.warns = 0;
+    CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK && lb.warns == 0);
+    v = read_text(victim, NULL);
+    CHECK(v && !strcmp(v, "DATA\n"));
+    free(v);
+    CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_OK && same_stored(&got, &e));
+    CHECK(lstat(tmp, &st) == 0 && S_ISLNK(st.st_mode));
+}
+
+static void test_special_files(void) {
+    watched("a FIFO at the cache path", fifo_at_cache);
+    watched("a FIFO at the lock path", fifo_at_lock);
+    watched("symbolic links at the lock and temporary paths", symlinks_at_lock_and_tmp);
+}
+
 int main(void) {
     const char *s = getenv("QK_TEST_SEED");
     char cmd[300];
@@ -825,6 +946,7 @@ int main(void) {
     test_eviction();
     test_locale();
     test_choose();
+    test_special_files();
     if (!qk_test_fails) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
         if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
