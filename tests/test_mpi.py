@@ -10,13 +10,15 @@ usage: test_mpi.py --mpirun MPIRUN --test TEST_MPI --qk-gram QK_GRAM --qk-gram-m
   and float32): the two .npy files are byte for byte the same;
 - qk-gram-mpi's errors: a missing output directory, NaN in X, a bad command line: exit 1 / 2 on
   every rank, one message, no file left;
-- one rank stopped: SIGTERM to one rank stops the whole job within seconds, no temporary file
-  left, the previous K is left as it was.
+- one rank stopped: SIGTERM to one rank stops the whole job within seconds, a SIGKILLed rank
+  leaves no temporary file, the previous K is left as it was; stale temporaries of dead
+  processes are removed by the next run, a live process's kept.
 Needs no numpy: inputs are written as CSV, outputs compared as bytes.
 """
 import argparse
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -171,7 +173,7 @@ rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, 
 check(rc == 2 and e.count("--threads") == 1, "bad --threads: exit %d (want 2), stderr:\n%s" % (rc, e))
 check(os.listdir(bad) == ["Xnan.csv"], "files left after the errors: %s" % sorted(os.listdir(bad)))
 
-# ---- one rank stopped: SIGTERM to one rank stops the job ----
+# ---- one rank stopped: SIGTERM to one rank stops the job; a SIGKILLed rank leaves no file ----
 # A job of many seconds (1400 x 12 qubits, one thread a rank: each rank's band is one block, so
 # only a look for the other's failure inside the block stops it early). The ranks are found by
 # their command line (the unique --out) and Open MPI's / MPICH's rank variable.
@@ -204,7 +206,8 @@ stop = os.path.join(root, "stop")
 os.makedirs(stop)
 write_csv(os.path.join(stop, "X.csv"), 1400, 12, 5)
 if os.path.isdir("/proc/self"):
-    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1),):
+    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGKILL to rank 1", signal.SIGKILL, 1),
+                              ("SIGKILL to rank 0", signal.SIGKILL, 0)):
         out = os.path.join(stop, "K-%s-%d.npy" % (sig.name, victim))
         with open(out, "wb") as f:
             f.write(b"previous K")
@@ -241,8 +244,26 @@ if os.path.isdir("/proc/self"):
         for f in left:
             os.remove(os.path.join(stop, f))
 
+    # stale temporaries: rank 0's run removes a dead process's (of this host), keeps a live one's
+    host = re.sub(r"[^A-Za-z0-9-]", "_", os.uname().nodename)[:40]
+    q = subprocess.Popen(["true"])
+    q.wait()
+    sleeper = subprocess.Popen(["sleep", "120"])
+    out = os.path.join(stop, "K-stale.npy")
+    dead_tmp = "K-stale.npy.tmp.%d.0.%s" % (q.pid, host)
+    live_tmp = "K-stale.npy.tmp.%d.0.%s" % (sleeper.pid, host)
+    for f in (dead_tmp, live_tmp):
+        with open(os.path.join(stop, f), "wb") as fh:
+            fh.write(b"partial")
+    rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out", out, "--quiet"])
+    left = os.listdir(stop)
+    check(rc == 0, "stale temporaries: qk-gram-mpi exited %d: %s" % (rc, e))
+    check(dead_tmp not in left, "stale temporaries: a dead process's %s is removed" % dead_tmp)
+    check(live_tmp in left, "stale temporaries: a live process's %s is kept" % live_tmp)
+    sleeper.kill()
+    sleeper.wait()
 else:
-    print("note: no /proc: the rank-stop tests are skipped")
+    print("note: no /proc: the rank-stop and stale-temporary tests are skipped")
 
 if failures:
     print("%d failure(s)" % len(failures))
