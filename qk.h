@@ -489,8 +489,10 @@ typedef struct qk_gram_desc {
     void *progress_user;
     /* QK_OUTPUT_NPY: K goes to the .npy file out_path (float32 or float64 as out_dtype) while it
        is computed; K is never whole in host memory. The file is written as a temporary file in
-       the same directory (out_path.tmp.<pid>.<k>), synced and renamed over out_path when K is
-       complete; on any error or cancel the temporary file is removed and out_path is untouched. */
+       the same directory (out_path.tmp.<pid>.<k>.<host>), synced and renamed over out_path when K
+       is complete; on any error or cancel the temporary file is removed and out_path is
+       untouched. Temporaries of out_path that dead processes of this host left are removed
+       first (Linux; never a live process's). */
     const char *out_path;
     int no_sync;            /* QK_OUTPUT_NPY: 1 skips the final fdatasync (not durable); default 0 */
     double tol;             /* precision AUTO (and DEFAULT on the GPU engine): largest acceptable
@@ -1155,7 +1157,7 @@ extern "C" {
    the same orientation (<x_i|x_j> for i <= j; the lower triangle is written as the mirror).
    Outputs (desc->output):
      QK_OUTPUT_NPY       one .npy file, out_path, on a file system every rank sees: rank 0
-                         creates a temporary file next to it (out_path.tmp.<pid>.<k>) and writes
+                         creates a temporary file next to it (out_path.tmp.<pid>.<k>.<host>) and writes
                          the header; every rank writes its rows, and the mirror of its upper-
                          triangle part, at their offsets with MPI-IO (independent
                          MPI_File_write_at on a per-rank handle); after every rank has synced
@@ -1166,7 +1168,8 @@ extern "C" {
                          tiles only, diagonal tiles whole, as qk_gram).
    HOST and DEVICE output return QK_ERROR_UNSUPPORTED. desc->progress reports this rank's entries
    of K (done of this rank's total); a non-zero return cancels the whole job. Any rank's failure
-   (bad data, I/O, cancel, a GPU error) stops the others at their next block, and every rank
+   (bad data, I/O, cancel, a GPU error) stops the others at their next progress poll inside the
+   block they compute (qk_gram's polls: a tile, a few ms of state building), and every rank
    returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
@@ -3972,6 +3975,8 @@ static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int6
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sys/utsname.h> /* the host in temporary names (qk__host_tag) */
+#include <dirent.h>      /* stale temporaries (qk__sweep_tmp) */
 #endif
 
 /* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
@@ -4371,19 +4376,86 @@ static int qk__write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* Temporary names: path.tmp.<pid>.<k>.<host>, host this machine's node name (uname) with every
+   character other than a letter, digit or '-' made '_', at most 40 of them ("" where unknown).
+   The pid and the host let a later run tell a dead process's temporary from a live one's. */
+#define QK__HOST_TAG 41
+static void qk__host_tag(char *tag)
+{
+#ifndef _WIN32
+    struct utsname u;
+    size_t i;
+    tag[0] = 0;
+    if (uname(&u) != 0) return;
+    for (i = 0; i + 1 < QK__HOST_TAG && u.nodename[i]; i++) {
+        char c = u.nodename[i];
+        tag[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ? c : '_';
+    }
+    tag[i] = 0;
+#else
+    tag[0] = 0;
+#endif
+}
+
+/* Removes the temporaries of path that dead processes of this host left (a killed qk-gram, a
+   SIGKILLed MPI rank): names path.tmp.<pid>.<k>.<host> in path's directory with this host's tag,
+   a pid other than ours that is not running, owned by this user. Best effort and Linux only (a
+   process is running while /proc/<pid> exists; without /proc nothing is removed). Never a live
+   process's temporary; one of another host, or of an older qk without the host in the name, is
+   left alone. */
+static void qk__sweep_tmp(const char *path)
+{
+#if defined(__linux__)
+    char host[QK__HOST_TAG], dir[4096], full[4096 + 256], proc[64];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base), dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    struct stat st;
+    struct dirent *e;
+    DIR *d;
+    qk__host_tag(host);
+    if (!host[0] || blen == 0 || dl >= sizeof dir || stat("/proc/self", &st) != 0) return;
+    if (slash) memcpy(dir, path, dl);
+    else dir[0] = '.';
+    dir[dl] = 0;
+    d = opendir(dir);
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name, *q;
+        long pid = 0;
+        int digits = 0;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        for (q = n + blen + 5; *q >= '0' && *q <= '9' && digits < 10; q++, digits++) pid = pid * 10 + (*q - '0');
+        if (digits == 0 || *q != '.' || pid <= 0 || pid == QK__GETPID()) continue;
+        for (q++, digits = 0; *q >= '0' && *q <= '9'; q++) digits++;
+        if (digits == 0 || *q != '.' || strcmp(q + 1, host) != 0) continue;
+        snprintf(proc, sizeof proc, "/proc/%ld", pid);
+        if (stat(proc, &st) == 0 || errno != ENOENT) continue;   /* running, or unknown */
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, n) >= sizeof full) continue;
+        if (stat(full, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+        (void)unlink(full);
+    }
+    closedir(d);
+#else
+    QK__UNUSED(path);
+#endif
+}
+
 /* Creates a temporary file next to path (same directory, so that rename stays within one file
    system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
    ours even when another thread or process writes the same path: a taken name is skipped, never
-   shared. */
+   shared. Stale temporaries of path (qk__sweep_tmp) are removed first. */
 static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
     size_t plen = strlen(path);
-    char *tmp = (char *)QK_MALLOC(plen + 48);
+    char *tmp = (char *)QK_MALLOC(plen + 48 + QK__HOST_TAG);
+    char host[QK__HOST_TAG];
     int fd = -1, i;
     *tmp_out = NULL;
     *fd_out = -1;
     if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "cannot write '%s': out of memory", path);
+    qk__sweep_tmp(path);
+    qk__host_tag(host);
     for (i = 0; i < 1000; i++) {
-        snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
+        snprintf(tmp, plen + 48 + QK__HOST_TAG, "%s.tmp.%ld.%d%s%s", path, QK__GETPID(), i, host[0] ? "." : "", host);
         fd = QK__OPEN_TMP(tmp);
         if (fd >= 0 || errno != EEXIST) break;
     }
@@ -9551,13 +9623,40 @@ typedef struct qk__mpi_band {
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
+    int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
+#ifndef QK_NO_THREADS
+    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
+#endif
 } qk__mpi_band;
+
+/* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
+   cancelled, so that one rank's stop (a signal, an error) reaches every rank within a poll, not
+   at the end of its block. Only the calling thread asks MPI, and only while the writer thread is
+   outside MPI (MPI_THREAD_SERIALIZED: one thread in MPI at a time; FUNNELED / SINGLE: the main
+   thread). */
+static int qk__mpi_poll(qk__mpi_band *b)
+{
+#ifndef QK_NO_THREADS
+    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (b->remote_stop) return 1;
+    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
+#else
+    if (b->remote_stop) return 1;
+#endif
+    if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&b->mpi_lock);
+#endif
+    return b->remote_stop;
+}
 
 static int qk__mpi_progress(int64_t done, int64_t total, void *user)
 {
     qk__mpi_band *b = (qk__mpi_band *)user;
     QK__UNUSED(total);
-    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
+    if (qk__mpi_poll(b)) return 1;
+    return b->desc->progress ? b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user) : 0;
 }
 
 static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
@@ -9614,15 +9713,14 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
         g.tile_fn = qk__mpi_tile;
         g.tile_user = b;
     }
-    if (b->desc->progress) {
-        g.progress = qk__mpi_progress;
-        g.progress_user = b;
-    }
+    g.progress = qk__mpi_progress;   /* the caller's, and the look for another rank's failure */
+    g.progress_user = b;
     b->scale = scale;
     b->di = di;
     b->dj = dj;
     r = qk_gram(b->ctx, b->map, &g);
     b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED && b->remote_stop) return r;   /* not this rank's failure */
     if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
         return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
                         b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
@@ -9652,6 +9750,9 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
+#ifndef QK_NO_THREADS
+    pthread_mutex_lock(&b->mpi_lock);
+#endif
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -9670,6 +9771,9 @@ static void *qk__mpi_block_write(void *p)
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&b->mpi_lock);
+#endif
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
@@ -9748,6 +9852,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
+            if (r == QK_ERROR_CANCELLED && b->remote_stop) { r = QK_OK; stop = 1; break; }   /* that rank's result is the job's */
             if (r != QK_OK) { stop = 1; break; }
             if (npy) {
                 if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
@@ -9906,8 +10011,19 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
+#ifndef QK_NO_THREADS
+    b.caller = pthread_self();
+    pthread_mutex_init(&b.mpi_lock, NULL);
+#endif
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&b.mpi_lock);
+#endif
     if (r != QK_OK) qk__mpi_announce(&m, r);
+    /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
+       after the collective below, which never ends where another rank was killed (mpirun then
+       terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
+    if (r != QK_OK && tmp) (void)remove(tmp);
     rc = qk__mpi_decide(&m, r);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */

@@ -18,6 +18,8 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <sys/utsname.h> /* the host in temporary names (qk__host_tag) */
+#include <dirent.h>      /* stale temporaries (qk__sweep_tmp) */
 #endif
 
 /* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
@@ -417,19 +419,86 @@ static int qk__write_all(int fd, const void *buf, size_t n) {
     return 0;
 }
 
+/* Temporary names: path.tmp.<pid>.<k>.<host>, host this machine's node name (uname) with every
+   character other than a letter, digit or '-' made '_', at most 40 of them ("" where unknown).
+   The pid and the host let a later run tell a dead process's temporary from a live one's. */
+#define QK__HOST_TAG 41
+static void qk__host_tag(char *tag)
+{
+#ifndef _WIN32
+    struct utsname u;
+    size_t i;
+    tag[0] = 0;
+    if (uname(&u) != 0) return;
+    for (i = 0; i + 1 < QK__HOST_TAG && u.nodename[i]; i++) {
+        char c = u.nodename[i];
+        tag[i] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' ? c : '_';
+    }
+    tag[i] = 0;
+#else
+    tag[0] = 0;
+#endif
+}
+
+/* Removes the temporaries of path that dead processes of this host left (a killed qk-gram, a
+   SIGKILLed MPI rank): names path.tmp.<pid>.<k>.<host> in path's directory with this host's tag,
+   a pid other than ours that is not running, owned by this user. Best effort and Linux only (a
+   process is running while /proc/<pid> exists; without /proc nothing is removed). Never a live
+   process's temporary; one of another host, or of an older qk without the host in the name, is
+   left alone. */
+static void qk__sweep_tmp(const char *path)
+{
+#if defined(__linux__)
+    char host[QK__HOST_TAG], dir[4096], full[4096 + 256], proc[64];
+    const char *slash = strrchr(path, '/'), *base = slash ? slash + 1 : path;
+    size_t blen = strlen(base), dl = slash ? (slash == path ? 1 : (size_t)(slash - path)) : 1;
+    struct stat st;
+    struct dirent *e;
+    DIR *d;
+    qk__host_tag(host);
+    if (!host[0] || blen == 0 || dl >= sizeof dir || stat("/proc/self", &st) != 0) return;
+    if (slash) memcpy(dir, path, dl);
+    else dir[0] = '.';
+    dir[dl] = 0;
+    d = opendir(dir);
+    if (!d) return;
+    while ((e = readdir(d)) != NULL) {
+        const char *n = e->d_name, *q;
+        long pid = 0;
+        int digits = 0;
+        if (strncmp(n, base, blen) != 0 || strncmp(n + blen, ".tmp.", 5) != 0) continue;
+        for (q = n + blen + 5; *q >= '0' && *q <= '9' && digits < 10; q++, digits++) pid = pid * 10 + (*q - '0');
+        if (digits == 0 || *q != '.' || pid <= 0 || pid == QK__GETPID()) continue;
+        for (q++, digits = 0; *q >= '0' && *q <= '9'; q++) digits++;
+        if (digits == 0 || *q != '.' || strcmp(q + 1, host) != 0) continue;
+        snprintf(proc, sizeof proc, "/proc/%ld", pid);
+        if (stat(proc, &st) == 0 || errno != ENOENT) continue;   /* running, or unknown */
+        if ((size_t)snprintf(full, sizeof full, "%s/%s", dir, n) >= sizeof full) continue;
+        if (stat(full, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid()) continue;
+        (void)unlink(full);
+    }
+    closedir(d);
+#else
+    QK__UNUSED(path);
+#endif
+}
+
 /* Creates a temporary file next to path (same directory, so that rename stays within one file
    system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
    ours even when another thread or process writes the same path: a taken name is skipped, never
-   shared. */
+   shared. Stale temporaries of path (qk__sweep_tmp) are removed first. */
 static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
     size_t plen = strlen(path);
-    char *tmp = (char *)QK_MALLOC(plen + 48);
+    char *tmp = (char *)QK_MALLOC(plen + 48 + QK__HOST_TAG);
+    char host[QK__HOST_TAG];
     int fd = -1, i;
     *tmp_out = NULL;
     *fd_out = -1;
     if (!tmp) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "cannot write '%s': out of memory", path);
+    qk__sweep_tmp(path);
+    qk__host_tag(host);
     for (i = 0; i < 1000; i++) {
-        snprintf(tmp, plen + 48, "%s.tmp.%ld.%d", path, QK__GETPID(), i);
+        snprintf(tmp, plen + 48 + QK__HOST_TAG, "%s.tmp.%ld.%d%s%s", path, QK__GETPID(), i, host[0] ? "." : "", host);
         fd = QK__OPEN_TMP(tmp);
         if (fd >= 0 || errno != EEXIST) break;
     }

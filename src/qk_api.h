@@ -297,8 +297,10 @@ typedef struct qk_gram_desc {
     void *progress_user;
     /* QK_OUTPUT_NPY: K goes to the .npy file out_path (float32 or float64 as out_dtype) while it
        is computed; K is never whole in host memory. The file is written as a temporary file in
-       the same directory (out_path.tmp.<pid>.<k>), synced and renamed over out_path when K is
-       complete; on any error or cancel the temporary file is removed and out_path is untouched. */
+       the same directory (out_path.tmp.<pid>.<k>.<host>), synced and renamed over out_path when K
+       is complete; on any error or cancel the temporary file is removed and out_path is
+       untouched. Temporaries of out_path that dead processes of this host left are removed
+       first (Linux; never a live process's). */
     const char *out_path;
     int no_sync;            /* QK_OUTPUT_NPY: 1 skips the final fdatasync (not durable); default 0 */
     double tol;             /* precision AUTO (and DEFAULT on the GPU engine): largest acceptable

@@ -18,7 +18,7 @@ extern "C" {
    the same orientation (<x_i|x_j> for i <= j; the lower triangle is written as the mirror).
    Outputs (desc->output):
      QK_OUTPUT_NPY       one .npy file, out_path, on a file system every rank sees: rank 0
-                         creates a temporary file next to it (out_path.tmp.<pid>.<k>) and writes
+                         creates a temporary file next to it (out_path.tmp.<pid>.<k>.<host>) and writes
                          the header; every rank writes its rows, and the mirror of its upper-
                          triangle part, at their offsets with MPI-IO (independent
                          MPI_File_write_at on a per-rank handle); after every rank has synced
@@ -29,7 +29,8 @@ extern "C" {
                          tiles only, diagonal tiles whole, as qk_gram).
    HOST and DEVICE output return QK_ERROR_UNSUPPORTED. desc->progress reports this rank's entries
    of K (done of this rank's total); a non-zero return cancels the whole job. Any rank's failure
-   (bad data, I/O, cancel, a GPU error) stops the others at their next block, and every rank
+   (bad data, I/O, cancel, a GPU error) stops the others at their next progress poll inside the
+   block they compute (qk_gram's polls: a tile, a few ms of state building), and every rank
    returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);

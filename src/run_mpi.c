@@ -129,13 +129,40 @@ typedef struct qk__mpi_band {
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
+    int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
+#ifndef QK_NO_THREADS
+    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
+#endif
 } qk__mpi_band;
+
+/* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
+   cancelled, so that one rank's stop (a signal, an error) reaches every rank within a poll, not
+   at the end of its block. Only the calling thread asks MPI, and only while the writer thread is
+   outside MPI (MPI_THREAD_SERIALIZED: one thread in MPI at a time; FUNNELED / SINGLE: the main
+   thread). */
+static int qk__mpi_poll(qk__mpi_band *b)
+{
+#ifndef QK_NO_THREADS
+    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (b->remote_stop) return 1;
+    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
+#else
+    if (b->remote_stop) return 1;
+#endif
+    if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&b->mpi_lock);
+#endif
+    return b->remote_stop;
+}
 
 static int qk__mpi_progress(int64_t done, int64_t total, void *user)
 {
     qk__mpi_band *b = (qk__mpi_band *)user;
     QK__UNUSED(total);
-    return b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user);
+    if (qk__mpi_poll(b)) return 1;
+    return b->desc->progress ? b->desc->progress(b->done + b->scale * done, b->total, b->desc->progress_user) : 0;
 }
 
 static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
@@ -192,15 +219,14 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
         g.tile_fn = qk__mpi_tile;
         g.tile_user = b;
     }
-    if (b->desc->progress) {
-        g.progress = qk__mpi_progress;
-        g.progress_user = b;
-    }
+    g.progress = qk__mpi_progress;   /* the caller's, and the look for another rank's failure */
+    g.progress_user = b;
     b->scale = scale;
     b->di = di;
     b->dj = dj;
     r = qk_gram(b->ctx, b->map, &g);
     b->done += scale * nx * (y ? ny : nx);
+    if (r == QK_ERROR_CANCELLED && b->remote_stop) return r;   /* not this rank's failure */
     if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
         return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
                         b->desc->output == QK_OUTPUT_NPY ? "progress" : "progress or tile", (long long)b->done, (long long)b->total,
@@ -230,6 +256,9 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
+#ifndef QK_NO_THREADS
+    pthread_mutex_lock(&b->mpi_lock);
+#endif
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -248,6 +277,9 @@ static void *qk__mpi_block_write(void *p)
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
+#ifndef QK_NO_THREADS
+    pthread_mutex_unlock(&b->mpi_lock);
+#endif
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
@@ -326,6 +358,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
+            if (r == QK_ERROR_CANCELLED && b->remote_stop) { r = QK_OK; stop = 1; break; }   /* that rank's result is the job's */
             if (r != QK_OK) { stop = 1; break; }
             if (npy) {
                 if (qk__mpi_remote_failed(b->m)) { stop = 1; break; }
@@ -484,8 +517,19 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
+#ifndef QK_NO_THREADS
+    b.caller = pthread_self();
+    pthread_mutex_init(&b.mpi_lock, NULL);
+#endif
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
+#ifndef QK_NO_THREADS
+    pthread_mutex_destroy(&b.mpi_lock);
+#endif
     if (r != QK_OK) qk__mpi_announce(&m, r);
+    /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
+       after the collective below, which never ends where another rank was killed (mpirun then
+       terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
+    if (r != QK_OK && tmp) (void)remove(tmp);
     rc = qk__mpi_decide(&m, r);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */

@@ -9,15 +9,21 @@ usage: test_mpi.py --mpirun MPIRUN --test TEST_MPI --qk-gram QK_GRAM --qk-gram-m
 - qk-gram-mpi against qk-gram on the same inputs (odd sizes; K(X,X) and K(X,Y); complex, real
   and float32): the two .npy files are byte for byte the same;
 - qk-gram-mpi's errors: a missing output directory, NaN in X, a bad command line: exit 1 / 2 on
-  every rank, one message, no file left.
+  every rank, one message, no file left;
+- one rank stopped: SIGTERM to one rank stops the whole job within seconds, a SIGKILLed rank
+  leaves no temporary file, the previous K is left as it was; stale temporaries of dead
+  processes are removed by the next run, a live process's kept.
 Needs no numpy: inputs are written as CSV, outputs compared as bytes.
 """
 import argparse
 import os
 import random
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--skip")
@@ -166,6 +172,98 @@ rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, 
                       os.path.join(bad, "K.npy"), "--threads", "0"])
 check(rc == 2 and e.count("--threads") == 1, "bad --threads: exit %d (want 2), stderr:\n%s" % (rc, e))
 check(os.listdir(bad) == ["Xnan.csv"], "files left after the errors: %s" % sorted(os.listdir(bad)))
+
+# ---- one rank stopped: SIGTERM to one rank stops the job; a SIGKILLed rank leaves no file ----
+# A job of many seconds (1400 x 12 qubits, one thread a rank: each rank's band is one block, so
+# only a look for the other's failure inside the block stops it early). The ranks are found by
+# their command line (the unique --out) and Open MPI's / MPICH's rank variable.
+def rank_pids(out, n, timeout=60):
+    t_end = time.time() + timeout
+    while time.time() < t_end:
+        found = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read().split(b"\0")
+                if os.path.basename(cmd[0]) != b"qk-gram-mpi" or out.encode() not in cmd:
+                    continue
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    envs = f.read().split(b"\0")
+            except OSError:
+                continue
+            for e in envs:
+                if e.startswith(b"OMPI_COMM_WORLD_RANK=") or e.startswith(b"PMI_RANK="):
+                    found[int(e.split(b"=")[1])] = int(d)
+        if len(found) == n:
+            return found
+        time.sleep(0.05)
+    return None
+
+
+stop = os.path.join(root, "stop")
+os.makedirs(stop)
+write_csv(os.path.join(stop, "X.csv"), 1400, 12, 5)
+if os.path.isdir("/proc/self"):
+    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGKILL to rank 1", signal.SIGKILL, 1),
+                              ("SIGKILL to rank 0", signal.SIGKILL, 0)):
+        out = os.path.join(stop, "K-%s-%d.npy" % (sig.name, victim))
+        with open(out, "wb") as f:
+            f.write(b"previous K")
+        p = subprocess.Popen([args.mpirun, "-n", "2"] + extra + [args.qk_gram_mpi, "--map", "zz(reps=2)", "--x",
+                             os.path.join(stop, "X.csv"), "--out", out, "--threads", "1", "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        pids = rank_pids(out, 2)
+        t_end = time.time() + 60   # computing: the temporary file is there
+        while pids and time.time() < t_end and not [f for f in os.listdir(stop) if ".tmp." in f]:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if pids is None or p.poll() is not None:
+            p.kill()
+            p.communicate()
+            check(False, "%s: the ranks were not found running (pids %s, rc %s)" % (what, pids, p.returncode))
+            continue
+        t0 = time.time()
+        os.kill(pids[victim], sig)
+        try:
+            o, e = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        dt = time.time() - t0
+        print("%s: mpirun exited %s after %.2f s" % (what, p.returncode, dt))
+        check(p.returncode != 0, "%s: mpirun exits non-zero (got %s)" % (what, p.returncode))
+        if sig == signal.SIGTERM:
+            check(dt < 8.0, "%s: the whole job stops within seconds (took %.1f s)" % (what, dt))
+            check("stopped by SIGTERM" in e, "%s: the stop is reported: %s" % (what, e[-2000:]))
+        left = [f for f in os.listdir(stop) if ".tmp." in f]
+        check(not left, "%s: no temporary file left after mpirun exits: %s" % (what, left))
+        with open(out, "rb") as f:
+            check(f.read() == b"previous K", "%s: the previous K is left as it was" % what)
+        for f in left:
+            os.remove(os.path.join(stop, f))
+
+    # stale temporaries: rank 0's run removes a dead process's (of this host), keeps a live one's
+    host = re.sub(r"[^A-Za-z0-9-]", "_", os.uname().nodename)[:40]
+    q = subprocess.Popen(["true"])
+    q.wait()
+    sleeper = subprocess.Popen(["sleep", "120"])
+    out = os.path.join(stop, "K-stale.npy")
+    dead_tmp = "K-stale.npy.tmp.%d.0.%s" % (q.pid, host)
+    live_tmp = "K-stale.npy.tmp.%d.0.%s" % (sleeper.pid, host)
+    for f in (dead_tmp, live_tmp):
+        with open(os.path.join(stop, f), "wb") as fh:
+            fh.write(b"partial")
+    rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out", out, "--quiet"])
+    left = os.listdir(stop)
+    check(rc == 0, "stale temporaries: qk-gram-mpi exited %d: %s" % (rc, e))
+    check(dead_tmp not in left, "stale temporaries: a dead process's %s is removed" % dead_tmp)
+    check(live_tmp in left, "stale temporaries: a live process's %s is kept" % live_tmp)
+    sleeper.kill()
+    sleeper.wait()
+else:
+    print("note: no /proc: the rank-stop and stale-temporary tests are skipped")
 
 if failures:
     print("%d failure(s)" % len(failures))
