@@ -266,7 +266,11 @@ def test_bad_inputs_raise_documented_exceptions():
     raises(ValueError, gram, X, rand(4, 2), match="features")
     raises(ValueError, gram, X[0], match="2-D")
     raises(ValueError, gram, X.reshape(1, 6, 3), match="2-D")
-    raises(ValueError, gram, np.zeros((0, 3)), match="n_x")
+    # no samples: an empty K (qk_gram itself takes n > 0), shapes still checked
+    assert gram(np.zeros((0, 3))).shape == (0, 0) and gram(X, np.zeros((0, 3))).shape == (6, 0)
+    assert gram(np.zeros((0, 3)), X).dtype == np.float64
+    raises(ValueError, gram, X, np.zeros((0, 2)), match="features")
+    raises(ValueError, gram, X, np.zeros((0, 3)), out=np.zeros((6, 1)), match="shape")
     raises(TypeError, gram, np.array([["a", "b"], ["c", "d"]]), match="real numbers")
     raises(TypeError, gram, X.astype(complex), match="real numbers")
     raises(TypeError, gram, np.array([[1.0, None]], dtype=object), match="real numbers")

@@ -14,7 +14,8 @@ numpy out, the C library's speed and none of its C.
 - ``FeatureMap(spec, n_features)``: a map from a spec string (docs/maps.md) or, with
   ``FeatureMap.from_qiskit(circuit)``, from a Qiskit circuit; ``.statevector(x)``.
 - ``Kernel(map, ...)``: a scikit-learn kernel (``SVC(kernel=qk.Kernel(...))``, clones in
-  ``GridSearchCV``) with qiskit-machine-learning's ``evaluate(x_vec, y_vec)``.
+  ``GridSearchCV``; ``k(x, y)`` of two 1-D samples is the scalar, for ``KernelRidge``,
+  ``KernelPCA`` and PennyLane's ``qml.kernels``) with qiskit-machine-learning's ``evaluate(x_vec, y_vec)``.
 
 Errors from qk become ``ValueError`` (bad input: NaN, shapes, map spec, weights), ``MemoryError``
 (host or device memory) or ``RuntimeError`` (the rest), carrying qk's detail message; a
@@ -221,6 +222,31 @@ def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]
 
 
 # ---- gram ----
+def _empty_gram(n: int, m: int, dev: int, prec: int, out: Any) -> np.ndarray:
+    """K of an empty X or Y: an (n, m) array with no entries (qk_gram itself takes n, m > 0), as
+    qiskit-machine-learning's kernels give for an empty y (PegasosQSVC's first step)."""
+    if prec == _qk.QK_PRECISION_FP64:
+        dt = np.float64
+    elif prec not in (_qk.QK_PRECISION_DEFAULT, _qk.QK_PRECISION_AUTO):
+        dt = np.float32
+    else:   # the engine's default: fp32 where the call would run on the GPU engine
+        e = _qk.engine()
+        gpu = dev == _qk.QK_DEVICE_CUDA or (dev == _qk.QK_DEVICE_AUTO and e["cuda_engine"] and e["cuda_devices"] > 0)
+        dt = np.float32 if gpu else np.float64
+    if out is None:
+        return np.empty((n, m), dtype=dt)
+    if isinstance(out, np.ndarray):
+        if out.shape != (n, m):
+            raise ValueError(f"out must have shape ({n}, {m})")
+        return out
+    if isinstance(out, (str, bytes, os.PathLike)):
+        path = os.fspath(out)
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, np.empty((n, m), dtype=dt))
+        return np.load(path, mmap_mode="r")
+    raise TypeError(f"out must be None, a numpy array or a path (got {type(out).__name__})")
+
+
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
          weights: Optional[npt.ArrayLike] = None, device: str = "auto", precision: Optional[str] = None,
          out: Union[None, np.ndarray, PathLike] = None, threads: Optional[int] = None,
@@ -265,6 +291,8 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         if prec not in (_qk.QK_PRECISION_AUTO, _qk.QK_PRECISION_DEFAULT):
             raise ValueError("tol applies to precision='auto' (and the default), not to an explicit mode")
     tl = 0.0 if tol is None else tol
+    if Xa.shape[0] == 0 or (Ya is not None and Ya.shape[0] == 0):
+        return _empty_gram(Xa.shape[0], Xa.shape[0] if Ya is None else Ya.shape[0], dev, prec, out)
     if out is None:
         return _qk.gram(m, Xa, Ya, None, dev, prec, nt, tol=tl)
     if isinstance(out, np.ndarray):
@@ -284,7 +312,9 @@ class Kernel:
     """A quantum kernel for scikit-learn and a drop-in for qiskit-machine-learning's kernels.
 
     ``SVC(kernel=qk.Kernel("zz(reps=2)"))`` calls ``K(X, Y)``; fitting passes X twice and gets
-    the symmetric K(X, X) (half the work). ``get_params`` / ``set_params`` make it clone in
+    the symmetric K(X, X) (half the work). Two 1-D samples give the scalar ``K(x, y)`` (a float):
+    the per-pair protocol of ``KernelRidge``, ``KernelPCA``, ``pairwise_kernels(metric=k)`` and
+    PennyLane's ``qml.kernels``. ``get_params`` / ``set_params`` make it clone in
     ``GridSearchCV`` (``param_grid={"kernel__map": ["zz(reps=1)", "zz(reps=2)"]}``).
     ``evaluate(x_vec, y_vec=None)`` has the semantics of qiskit-machine-learning's
     ``FidelityStatevectorKernel.evaluate`` (exact fidelities, 1-D inputs are one sample); the
@@ -321,9 +351,57 @@ class Kernel:
         """The FeatureMap this kernel uses for samples of ``n_features`` features."""
         return FeatureMap._wrap(_resolve_map(self.map, n_features, self.weights))
 
-    def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> np.ndarray:
+    def _pair_map(self, n_features: int) -> "_qk.Map":
+        """The map for the per-pair protocol, kept between calls while the parameters that decide it
+        are unchanged (a spec string or a FeatureMap: immutable; a Qiskit circuit is converted on
+        every call, since it can change in place)."""
+        if not isinstance(self.map, (str, FeatureMap)):
+            return _resolve_map(self.map, n_features, self.weights)
+        w = None if self.weights is None else np.asarray(self.weights, dtype=np.float64).tobytes()
+        key = (self.map, n_features, w)
+        cached = self.__dict__.get("_pair_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        m = _resolve_map(self.map, n_features, self.weights)
+        self.__dict__["_pair_cache"] = (key, m)
+        return m
+
+    def _pair(self, x: np.ndarray, y: Optional[np.ndarray]) -> float:
+        """K(x, y) of two 1-D samples as a Python float (y None: K(x, x))."""
+        if x.dtype.kind not in "biuf" or (y is not None and y.dtype.kind not in "biuf"):
+            bad = x if x.dtype.kind not in "biuf" else y
+            raise TypeError(f"x and y must hold real numbers (float64, float32, integer or bool), not dtype {bad.dtype}")
+        if y is not None and y.shape != x.shape:
+            raise ValueError(f"x has {x.shape[0]} features and y has {y.shape[0]}")
+        xa = np.require(x.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
+        same = y is None or y is x or np.array_equal(x, y)
+        ya = None if same else np.require(y.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
+        m = self._pair_map(xa.shape[1])
+        dev = _option(_DEVICES, self.device, "device")
+        prec = _option(_PRECISIONS, self.precision, "precision")
+        return float(_qk.gram(m, xa, ya, None, dev, prec, _threads(self.threads))[0, 0])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_pair_cache", None)      # a _qk.Map: rebuilt on demand
+        return state
+
+    def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> Union[np.ndarray, float]:
         """K(X, Y) as a float64 array; K(X, X), symmetric and computed once per pair, when Y is None
-        or holds the same samples as X (scikit-learn's fit passes X twice)."""
+        or holds the same samples as X (scikit-learn's fit passes X twice).
+
+        Two 1-D samples x, y give the scalar K(x, y) as a Python float (x alone: K(x, x)): the
+        per-pair protocol of scikit-learn's callable kernels (``KernelRidge``, ``KernelPCA``,
+        ``pairwise_kernels(X, metric=kernel)``) and of PennyLane's ``qml.kernels``. A 1-D sample
+        with a 2-D matrix is ambiguous and a ValueError; use ``x.reshape(1, -1)``."""
+        xv = np.asanyarray(X)
+        yv = None if Y is None else (xv if Y is X else np.asanyarray(Y))
+        if xv.ndim == 1 and (yv is None or yv.ndim == 1):
+            return self._pair(xv, yv)
+        if xv.ndim == 1 or (yv is not None and yv.ndim == 1):
+            raise ValueError(f"X has shape {xv.shape} and Y has shape {yv.shape}: give two 1-D samples for "
+                             "the scalar K(x, y), or two 2-D (n_samples, n_features) arrays for the matrix "
+                             "(one sample as a matrix: x.reshape(1, -1))")
         Xa = _as_data(X, "X")
         Ya = None if Y is None or Y is X else _as_data(Y, "Y")
         if Ya is not None and Ya.shape == Xa.shape and (Ya is Xa or np.array_equal(Xa, Ya)):
