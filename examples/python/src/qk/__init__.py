@@ -15,7 +15,9 @@ numpy out, the C library's speed and none of its C.
   ``FeatureMap.from_qiskit(circuit)``, from a Qiskit circuit; ``.statevector(x)``.
 - ``Kernel(map, ...)``: a scikit-learn kernel (``SVC(kernel=qk.Kernel(...))``, clones in
   ``GridSearchCV``; ``k(x, y)`` of two 1-D samples is the scalar, for ``KernelRidge``,
-  ``KernelPCA`` and PennyLane's ``qml.kernels``) with qiskit-machine-learning's ``evaluate(x_vec, y_vec)``.
+  ``KernelPCA`` and PennyLane's ``qml.kernels``) with qiskit-machine-learning's
+  ``evaluate(x_vec, y_vec)``; ``qk.qiskit.QKKernel`` is qiskit-machine-learning's ``BaseKernel``
+  (``QSVC``, ``QSVR``, ``PegasosQSVC``).
 
 Errors from qk become ``ValueError`` (bad input: NaN, shapes, map spec, weights), ``MemoryError``
 (host or device memory) or ``RuntimeError`` (the rest), carrying qk's detail message; a
@@ -103,7 +105,7 @@ class FeatureMap:
     """A quantum feature map: a qk map (docs/maps.md) for samples of ``n_features`` features.
 
     ``FeatureMap("zz(reps=2,ent=linear)", 4)`` parses a spec string (the CLI's ``--map``):
-    ``zz`` (Qiskit ZZFeatureMap), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
+    ``zz`` (Qiskit's zz_feature_map), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
     (AngleEmbedding), ``amplitude``, ``basis``, ``hea(layers=L)`` (trainable) or
     ``circuit(qubits=Q: h(0) rz(0, 2*x0) cx(0,1) ...)``. ``weights`` sets trainable weights
     (maps with ``n_weights > 0``; default 1.0 each). ``FeatureMap.from_qiskit(circuit)`` converts a
@@ -130,7 +132,7 @@ class FeatureMap:
                     weight_values: Optional[npt.ArrayLike] = None) -> "FeatureMap":
         """A qk map from a Qiskit ``QuantumCircuit`` whose parameters are the data.
 
-        ZZFeatureMap / zz_feature_map, PauliFeatureMap with Z and ZZ terms, and any circuit of
+        zz_feature_map (or the deprecated ZZFeatureMap class), PauliFeatureMap with Z and ZZ terms, and any circuit of
         ``h x y z rx ry rz p cx cz rzz`` gates (composite gates are unrolled; barriers are
         skipped) whose angles have the forms qk supports: ``a*x_i + b``, ``a*x_i*x_j + b``,
         ``a*(pi - x_i)*(pi - x_j) + b``, ``a*w_k + b``, ``a*w_k*x_i + b`` or a constant. Feature i
@@ -320,7 +322,7 @@ class Kernel:
     ``FidelityStatevectorKernel.evaluate`` (exact fidelities, 1-D inputs are one sample); the
     symmetric matrix is not projected onto the PSD cone (a fidelity Gram is PSD already).
 
-    map: a spec string, a ``FeatureMap`` or a Qiskit ``QuantumCircuit`` (``ZZFeatureMap(4)``);
+    map: a spec string, a ``FeatureMap`` or a Qiskit ``QuantumCircuit`` (``zz_feature_map(4)``);
     weights, device, precision, threads: as in ``qk.gram``.
     """
 
