@@ -34,7 +34,7 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "FeatureMap", "Kernel", "engine", "__version__"]
+__all__ = ["gram", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "__version__"]
 __version__: str = _qk.engine()["version"]
 
 _DEVICES = {"auto": _qk.QK_DEVICE_AUTO, "cpu": _qk.QK_DEVICE_CPU, "cuda": _qk.QK_DEVICE_CUDA,
@@ -55,6 +55,77 @@ def engine() -> Dict[str, Any]:
     ``cuda_devices`` counts the CUDA devices it sees now.
     """
     return _qk.engine()
+
+
+# ---- threads ----
+def get_num_threads() -> int:
+    """The CPU threads a call uses when it names none (``threads=None``): the limit set by
+    ``set_num_threads``, ``threadpoolctl.threadpool_limits``, ``QK_NUM_THREADS`` or
+    ``OMP_NUM_THREADS``, else every online core."""
+    return _qk.get_num_threads()
+
+
+def set_num_threads(n: Optional[int]) -> None:
+    """Limits the CPU threads of calls that name none to ``n`` (process-wide, like
+    ``omp_set_num_threads``); ``None``: no limit (every online core). An explicit ``threads=``
+    argument is not capped. ``threadpoolctl.threadpool_limits(n)`` sets the same limit."""
+    _qk.set_num_threads(0 if n is None else _threads(n))
+
+
+def _threads_from_env() -> None:
+    """QK_NUM_THREADS, else OMP_NUM_THREADS (its first value: "4,2" is 4), as OpenMP and BLAS
+    libraries read it; joblib's worker processes (GridSearchCV(n_jobs=k)) get cores // k there."""
+    import warnings
+    for var in ("QK_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").strip()
+        if not v:
+            continue
+        try:
+            n = int(v.split(",")[0])
+            if n < 1:
+                raise ValueError
+        except ValueError:
+            warnings.warn(f"qk: ignoring {var}={v!r} (expected a positive integer)", RuntimeWarning, stacklevel=3)
+            continue
+        _qk.set_num_threads(min(n, 4096))
+        return
+
+
+def _register_threadpoolctl() -> None:
+    """Makes qk's thread pool visible to threadpoolctl (threadpool_info, threadpool_limits): a
+    LibController for this extension module, found by its file name (_qk.*) and its two exported
+    functions, through which threadpoolctl reads and sets the limit (qk/_qk.c). Needs a
+    threadpoolctl with ``threadpoolctl.register`` (tested with 3.8); without one, nothing to do."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return
+    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
+        return
+
+    class QKController(threadpoolctl.LibController):
+        user_api = "qk"
+        internal_api = "qk"
+        filename_prefixes = ("_qk.",)
+        check_symbols = ("qkpy_get_num_threads", "qkpy_set_num_threads")
+
+        def get_num_threads(self) -> Optional[int]:
+            get = getattr(self.dynlib, "qkpy_get_num_threads", None)
+            return None if get is None else int(get())
+
+        def set_num_threads(self, num_threads: int) -> None:
+            set_ = getattr(self.dynlib, "qkpy_set_num_threads", None)
+            if set_ is not None:
+                set_(int(num_threads))
+
+        def get_version(self) -> str:
+            return __version__
+
+    threadpoolctl.register(QKController)
+
+
+_threads_from_env()
+_register_threadpoolctl()
 
 
 # ---- argument conversion ----
@@ -270,7 +341,8 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         rows are contiguous (a slice ``K[:, :m]`` of a wider array works), or a path: K is then
         streamed into a ``.npy`` file (never whole in memory; written atomically) and returned as a
         read-only ``np.memmap`` of that file.
-    threads: CPU engine threads (default: all cores).
+    threads: CPU engine threads (default ``get_num_threads()``: all cores unless limited by
+        ``set_num_threads``, threadpoolctl, ``QK_NUM_THREADS`` or ``OMP_NUM_THREADS``).
 
     Returns K: float64 by default on the CPU engine, float32 where the precision (or the GPU
     engine's default) is fp32; ``out``'s dtype when out is an array (and out itself).
