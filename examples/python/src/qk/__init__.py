@@ -20,7 +20,8 @@ numpy out, the C library's speed and none of its C.
   (``QSVC``, ``QSVR``, ``PegasosQSVC``).
 
 Errors from qk become ``ValueError`` (bad input: NaN, shapes, map spec, weights), ``MemoryError``
-(host or device memory) or ``RuntimeError`` (the rest), carrying qk's detail message; a
+(host or device memory), ``OSError`` subclasses by errno (files: ``FileNotFoundError``,
+``PermissionError``, ...) or ``RuntimeError`` (the rest), carrying qk's detail message; a
 non-numeric dtype is a ``TypeError``. The GIL is released while qk computes and Ctrl-C stops a
 running Gram (``KeyboardInterrupt``). docs/python.md has the whole story.
 """
@@ -34,7 +35,8 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "__version__"]
+__all__ = ["gram", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+           "__version__"]
 __version__: str = _qk.engine()["version"]
 
 _DEVICES = {"auto": _qk.QK_DEVICE_AUTO, "cpu": _qk.QK_DEVICE_CPU, "cuda": _qk.QK_DEVICE_CUDA,
@@ -128,6 +130,31 @@ _threads_from_env()
 _register_threadpoolctl()
 
 
+# ---- warnings ----
+class DefaultWeightsWarning(UserWarning):
+    """A trainable map (``hea``, a circuit with weight parameters) used without weights: every
+    weight is 1.0 (the qk-gram CLI prints the same note). Pass ``weights=`` to choose them, or
+    ``warnings.simplefilter("ignore", qk.DefaultWeightsWarning)`` where 1.0 is meant."""
+
+
+def _warn(message: str, category: type) -> None:
+    """warnings.warn at the first frame outside the qk package (the user's call)."""
+    import sys
+    import warnings
+    here = os.path.dirname(os.path.abspath(__file__))
+    level, f = 2, sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f, level = f.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _check_default_weights(m: "_qk.Map", given: bool) -> "_qk.Map":
+    if not given and m.n_weights > 0:
+        _warn(f"the map {m.spec!r} has {m.n_weights} trainable weights; none given (weights=), so all are 1.0",
+              DefaultWeightsWarning)
+    return m
+
+
 # ---- argument conversion ----
 def _as_data(a: npt.ArrayLike, name: str) -> np.ndarray:
     """A 2-D C-contiguous, aligned, native float64 array; copies only when a is not one already."""
@@ -179,7 +206,7 @@ class FeatureMap:
     ``zz`` (Qiskit's zz_feature_map), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
     (AngleEmbedding), ``amplitude``, ``basis``, ``hea(layers=L)`` (trainable) or
     ``circuit(qubits=Q: h(0) rz(0, 2*x0) cx(0,1) ...)``. ``weights`` sets trainable weights
-    (maps with ``n_weights > 0``; default 1.0 each). ``FeatureMap.from_qiskit(circuit)`` converts a
+    (maps with ``n_weights > 0``; default 1.0 each, with a ``DefaultWeightsWarning``). ``FeatureMap.from_qiskit(circuit)`` converts a
     Qiskit circuit. A FeatureMap is immutable; ``with_weights`` returns a new one.
     """
 
@@ -190,7 +217,7 @@ class FeatureMap:
             raise TypeError(f"spec must be a str (got {type(spec).__name__}); for a Qiskit circuit use FeatureMap.from_qiskit")
         if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)):
             raise TypeError(f"n_features must be an int (got {n_features!r})")
-        self._map = _qk.Map(spec, int(n_features), _as_weights(weights))
+        self._map = _check_default_weights(_qk.Map(spec, int(n_features), _as_weights(weights)), weights is not None)
 
     @classmethod
     def _wrap(cls, m: "_qk.Map") -> "FeatureMap":
@@ -210,13 +237,14 @@ class FeatureMap:
         is the i-th data parameter in ``circuit.parameters`` order (the order Qiskit binds a
         sample in, as qiskit-machine-learning does). ``weights`` names the parameters that are
         trainable weights instead of data (a ParameterVector or a sequence of Parameters), with
-        ``weight_values`` their values (default 1.0). Anything else raises ``ValueError`` naming
+        ``weight_values`` their values (default 1.0, with a ``DefaultWeightsWarning``). Anything else raises ``ValueError`` naming
         the gate or the expression. The state equals Qiskit's up to a global phase
         (``rz`` and ``p`` differ by one), so kernels are equal.
         """
         from ._qiskit import circuit_to_ops
         nq, nf, nw, ops = circuit_to_ops(circuit, weights)
-        return cls._wrap(_qk.Map.from_ops(nq, nf, nw, ops, _as_weights(weight_values)))
+        m = _qk.Map.from_ops(nq, nf, nw, ops, _as_weights(weight_values))
+        return cls._wrap(_check_default_weights(m, weight_values is not None))
 
     @property
     def n_qubits(self) -> int:
@@ -281,7 +309,7 @@ class FeatureMap:
 
 def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]) -> "_qk.Map":
     if isinstance(map, str):
-        return _qk.Map(map, n_features, _as_weights(weights))
+        return _check_default_weights(_qk.Map(map, n_features, _as_weights(weights)), weights is not None)
     if isinstance(map, FeatureMap):
         if map.n_features != n_features:
             raise ValueError(f"X has {n_features} features, the map takes {map.n_features}")
@@ -330,7 +358,9 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         a C-contiguous float64 array is used in place, anything else is converted once.
     map: a spec string (docs/maps.md; ``d`` comes from X), a ``FeatureMap`` or a Qiskit circuit.
     weights: the map's trainable weights (``hea``, circuits with ``w`` parameters).
-    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``.
+    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``
+        (or its alias ``"gpu"``, as the CLI's ``--device gpu``); case-insensitive. ``"cuda"`` without
+        the CUDA engine or a device is a RuntimeError, never a silent fallback to the CPU.
     precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which is fp32
         unless ``tol`` says otherwise), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
         ``"fp32x3"`` (fp32 accuracy), ``"tf32"``, ``"fp16"`` (~1e-3), or ``"auto"``: the fastest mode
@@ -347,7 +377,8 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
     Returns K: float64 by default on the CPU engine, float32 where the precision (or the GPU
     engine's default) is fp32; ``out``'s dtype when out is an array (and out itself).
     Raises ValueError (NaN/Inf, shapes, bad spec or weights), TypeError (non-numeric data),
-    MemoryError, RuntimeError (no CUDA device for ``device="cuda"``, I/O, ...), KeyboardInterrupt
+    MemoryError, RuntimeError (no CUDA device for ``device="cuda"``, ...), OSError (``out`` path not
+        writable: FileNotFoundError, PermissionError, IsADirectoryError, ... by errno), KeyboardInterrupt
     on Ctrl-C (an ``out`` given by the caller is then partly written).
     """
     Xa = _as_data(X, "X")

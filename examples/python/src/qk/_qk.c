@@ -22,7 +22,8 @@
    callback, on the calling thread, takes the GIL back at most every QKPY_SIGNAL_CHECK_S seconds to
    run Python's signal handlers (PyErr_CheckSignals): Ctrl-C raises KeyboardInterrupt there, the
    callback cancels, qk_gram returns QK_ERROR_CANCELLED and the exception propagates. qk's errors
-   become ValueError (bad input), MemoryError (out of host or device memory) or RuntimeError (the
+   become ValueError (bad input), MemoryError (out of host or device memory), OSError (file errors,
+   its subclass picked by the errno: FileNotFoundError, PermissionError, ...) or RuntimeError (the
    rest), with qk_last_error()'s detail message. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -58,13 +59,53 @@ static PyObject *qkpy_exception_for(qk_result r)
     }
 }
 
-/* Raises the Python exception for a qk_result, with qk's detail message; returns NULL. */
-static PyObject *qkpy_raise(qk_result r)
+/* The errno behind a QK_ERROR_IO detail message, or 0. qk's file errors end their detail with
+   ": " strerror(errno) (possibly followed by a note): the longest errno text found after ": " in
+   the message is the one (same process, same C library, so the texts are the ones qk wrote). */
+static int qkpy_errno_of(const char *detail)
+{
+    int e, best = 0;
+    size_t best_len = 0;
+    for (e = 1; e < 256; e++) {
+        const char *s = strerror(e), *at;
+        size_t len;
+        if (!s || !s[0] || !strncmp(s, "Unknown error", 13)) continue;
+        len = strlen(s);
+        for (at = strstr(detail, s); at; at = strstr(at + 1, s))
+            if (at - detail >= 2 && at[-2] == ':' && at[-1] == ' ' && len > best_len) { best = e; best_len = len; break; }
+    }
+    return best;
+}
+
+/* Raises the Python exception for a qk_result, with qk's detail message; returns NULL. A file
+   error (QK_ERROR_IO) is an OSError built from (errno, message, filename) as Python's own file
+   errors are, so that the errno picks its subclass: FileNotFoundError, PermissionError,
+   IsADirectoryError, NotADirectoryError, ... (a plain OSError where no subclass exists or qk's
+   message names no errno). filename may be NULL. */
+static PyObject *qkpy_raise_path(qk_result r, const char *filename)
 {
     const char *detail = qk_last_error();
+    if (r == QK_ERROR_IO) {
+        int e = qkpy_errno_of(detail);
+        PyObject *msg = PyUnicode_FromFormat("%s%s%s", qk_result_string(r), detail[0] ? ": " : "", detail), *args;
+        if (!msg) return NULL;
+        if (e && filename) {
+            PyObject *fn = PyUnicode_DecodeFSDefault(filename);
+            if (!fn) { Py_DECREF(msg); return NULL; }
+            args = Py_BuildValue("(iNN)", e, msg, fn);
+        } else {
+            args = e ? Py_BuildValue("(iN)", e, msg) : Py_BuildValue("(N)", msg);
+        }
+        if (!args) return NULL;
+        PyErr_SetObject(PyExc_OSError, args);   /* OSError.__new__ maps the errno to the subclass */
+        Py_DECREF(args);
+        return NULL;
+    }
     PyErr_Format(qkpy_exception_for(r), "%s%s%s", qk_result_string(r), detail[0] ? ": " : "", detail);
     return NULL;
 }
+
+static PyObject *qkpy_raise(qk_result r) { return qkpy_raise_path(r, NULL); }
 
 static double qkpy_now(void)
 {
@@ -546,7 +587,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     qkpy_last_gram_s = t0;                  /* written with the GIL held */
     qkpy_ctx_give(ctx, device, threads);
     if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
-    if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
     Py_XDECREF(path);
     if (outo != Py_None) { Py_INCREF(outo); return outo; }
     if (out) return (PyObject *)out;

@@ -72,7 +72,8 @@ class QKKernel(BaseKernel):
             elif isinstance(feature_map, str):
                 if num_features is None:
                     raise TypeError("a spec string needs num_features (QKKernel('zz(reps=2)', num_features=4))")
-                fm = FeatureMap(feature_map, num_features)
+                fm = FeatureMap(feature_map, num_features, weights)
+                weights = None
             else:
                 raise TypeError(f"feature_map must be a QuantumCircuit, a qk.FeatureMap or a spec string "
                                 f"(got {type(feature_map).__name__})")
