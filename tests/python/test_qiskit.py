@@ -181,6 +181,26 @@ def test_qkkernel_is_a_base_kernel_equal_to_fidelity_statevector_kernel():
             assert k.evaluate(X, Y[:0]).shape == ref.evaluate(X, Y[:0]).shape == (9, 0)
             assert k.evaluate(X[0], Y[:0]).shape == (1, 0)
     assert QKKernel(fmap, enforce_psd=False).enforce_psd is False
+    # enforce_psd: exact fp64 K as computed; a reduced-precision symmetric K projected onto the PSD cone
+    fmap = zz_feature_map(2, reps=2)                  # 30 samples in a 4-dimensional space: K has rank 4
+    X = RNG.uniform(0, np.pi, (30, 2))
+    K64 = QKKernel(fmap, precision="fp64").evaluate(X)
+    np.testing.assert_array_equal(K64, qk.gram(X, map=qk.FeatureMap.from_qiskit(fmap), precision="fp64"))
+    K32 = qk.gram(X, map=qk.FeatureMap.from_qiskit(fmap), precision="fp32").astype(np.float64)
+    np.testing.assert_array_equal(QKKernel(fmap, precision="fp32", enforce_psd=False).evaluate(X), K32)
+    assert np.linalg.eigvalsh(K32).min() < -1e-9      # fp32's rounding: what the projection is for
+    Kp = QKKernel(fmap, precision="fp32").evaluate(X)
+    assert Kp.dtype == np.float64 and np.linalg.eigvalsh(Kp).min() >= -1e-12
+    np.testing.assert_allclose(Kp, K64, atol=1e-5, rtol=0)
+    # pickles, deep-copies, and clones inside QSVC (scikit-learn's clone deep-copies it)
+    import copy
+    import pickle
+    from qiskit_machine_learning.algorithms import QSVC
+    from sklearn.base import clone
+    k = QKKernel(fmap, precision="fp64")
+    for k2 in (pickle.loads(pickle.dumps(k)), copy.deepcopy(k), clone(QSVC(quantum_kernel=k)).quantum_kernel):
+        assert isinstance(k2, QKKernel) and k2 is not k
+        np.testing.assert_array_equal(k2.evaluate(X), k.evaluate(X))
     # the circuit is copied and converted once: a later change to it is not seen, and feature_map is the copy
     qc = zz_feature_map(2, reps=1)
     k = QKKernel(qc, precision="fp64")
