@@ -95,6 +95,10 @@ def test_statevector_equals_qiskit_for_every_gate_and_angle_form():
     qc.sx(1); qc.s(0); qc.rxx(0.5 * x[1], 0, 2)   # composite gates, unrolled into supported ones
     qc.crx(x[2], 1, 0)
     fm = qk.FeatureMap.from_qiskit(qc, weights=w, weight_values=[0.3, -1.1])
+    with warnings.catch_warnings(record=True) as ws:      # weights named, no values: 1.0, and a warning
+        warnings.simplefilter("always")
+        assert np.array_equal(qk.FeatureMap.from_qiskit(qc, weights=w).weights, [1.0, 1.0])
+    assert [x.category for x in ws if issubclass(x.category, qk.DefaultWeightsWarning)] == [qk.DefaultWeightsWarning]
     assert (fm.n_qubits, fm.n_features, fm.n_weights, fm.kind) == (3, 3, 2, "complex")
     np.testing.assert_array_equal(fm.weights, [0.3, -1.1])
     again = qk.FeatureMap(fm.spec, 3, weights=fm.weights)          # the spec round-trips
