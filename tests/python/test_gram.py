@@ -11,6 +11,7 @@ import tempfile
 import threading
 import time
 import unittest
+import warnings
 
 import functools
 
@@ -234,7 +235,7 @@ def test_out_npy_path():
         np.testing.assert_allclose(r, gram(X, X[:13]), atol=1e-6)
         del r
         bad = os.path.join(d, "no-such-dir", "K.npy")
-        raises(RuntimeError, gram, X, out=bad)
+        raises(FileNotFoundError, gram, X, out=bad)
         assert sorted(os.listdir(d)) == ["K.npy", "KY.npy"]       # nothing half-written left
         raises(ValueError, gram, np.full((3, 5), np.nan), out=os.path.join(d, "nan.npy"))
         assert sorted(os.listdir(d)) == ["K.npy", "KY.npy"]
@@ -266,7 +267,11 @@ def test_bad_inputs_raise_documented_exceptions():
     raises(ValueError, gram, X, rand(4, 2), match="features")
     raises(ValueError, gram, X[0], match="2-D")
     raises(ValueError, gram, X.reshape(1, 6, 3), match="2-D")
-    raises(ValueError, gram, np.zeros((0, 3)), match="n_x")
+    # no samples: an empty K (qk_gram itself takes n > 0), shapes still checked
+    assert gram(np.zeros((0, 3))).shape == (0, 0) and gram(X, np.zeros((0, 3))).shape == (6, 0)
+    assert gram(np.zeros((0, 3)), X).dtype == np.float64
+    raises(ValueError, gram, X, np.zeros((0, 2)), match="features")
+    raises(ValueError, gram, X, np.zeros((0, 3)), out=np.zeros((6, 1)), match="shape")
     raises(TypeError, gram, np.array([["a", "b"], ["c", "d"]]), match="real numbers")
     raises(TypeError, gram, X.astype(complex), match="real numbers")
     raises(TypeError, gram, np.array([[1.0, None]], dtype=object), match="real numbers")
@@ -295,7 +300,98 @@ def test_wrong_weights():
     fm = qk.FeatureMap("hea(layers=2)", 3, weights=w)
     np.testing.assert_array_equal(fm.weights, w)
     np.testing.assert_array_equal(gram(X, map=fm), gram(X, map="hea(layers=2)", weights=w))
-    assert not np.array_equal(gram(X, map=fm), gram(X, map="hea(layers=2)"))           # default 1.0
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", qk.DefaultWeightsWarning)
+        assert not np.array_equal(gram(X, map=fm), gram(X, map="hea(layers=2)"))       # default 1.0
+
+
+def test_file_errors_are_os_errors_as_numpy_raises_them():
+    # each unwritable out= path raises what open(path, "wb") (np.save's open) raises for it: the
+    # OSError subclass of its errno, with errno and filename; nothing is left behind
+    X = rand(7, 3)
+    with tempfile.TemporaryDirectory() as d:
+        locked = os.path.join(d, "locked")
+        os.mkdir(locked)
+        os.chmod(locked, 0o500)
+        cases = [os.path.join(d, "no-such-dir", "K.npy"),      # FileNotFoundError
+                 d,                                            # IsADirectoryError (qk: the rename)
+                 os.path.join(os.devnull, "K.npy"),            # NotADirectoryError
+                 os.path.join(locked, "K.npy"),                # PermissionError (not for root)
+                 "/sys/qk-K.npy",                              # PermissionError (or EROFS) where sysfs is
+                 "/proc/qk-K.npy"]
+        seen = set()
+        try:
+            for path in cases:
+                try:
+                    with open(path, "wb"):
+                        pass
+                except OSError as e:
+                    ref = e
+                else:
+                    os.remove(path)                            # writable here (root ignores modes): no case
+                    continue
+                before = sorted(os.listdir(d))
+                try:
+                    gram(X, out=path)
+                except OSError as e:
+                    assert type(e) is type(ref), (path, type(e), type(ref), e)
+                    assert e.errno == ref.errno and e.filename == path, (e.errno, ref.errno, e.filename)
+                    assert "I/O error: cannot write" in str(e), e
+                else:
+                    raise AssertionError(f"gram(out={path!r}) wrote where open() cannot")
+                assert sorted(os.listdir(d)) == before
+                seen.add(type(ref))
+        finally:
+            os.chmod(locked, 0o700)
+    assert {FileNotFoundError, IsADirectoryError, NotADirectoryError} <= seen, seen
+
+
+def test_device_names():
+    X = rand(6, 3)
+    for name in ("cpu", "CPU", "auto", "Auto"):
+        np.testing.assert_array_equal(qk.gram(X, device=name, precision="fp64"), gram(X, precision="fp64"))
+    # "gpu" is "cuda" (the CLI's --device gpu): the same K, or the same error without a device
+    outcomes = []
+    for name in ("cuda", "gpu", "GPU"):
+        try:
+            outcomes.append(("K", qk.gram(X, device=name, precision="fp64").tolist()))
+        except RuntimeError as e:
+            outcomes.append(("RuntimeError", str(e)))
+        try:
+            outcomes.append(("K", qk.Kernel(device=name, precision="fp64")(X).tolist()))
+        except RuntimeError as e:
+            outcomes.append(("RuntimeError", str(e)))
+    assert all(o == outcomes[0] for o in outcomes), outcomes
+    if not qk.engine()["cuda_devices"]:
+        assert outcomes[0][0] == "RuntimeError" and "CUDA" in outcomes[0][1].upper(), outcomes[0]
+    raises(ValueError, qk.gram, X, device="tpu", match="'gpu'")
+
+
+def test_default_weights_warning():
+    X = rand(5, 3)
+    w = np.full(6, 0.7)
+
+    def caught(fn):
+        with warnings.catch_warnings(record=True) as ws:
+            warnings.simplefilter("always")
+            fn()
+        return [x for x in ws if issubclass(x.category, qk.DefaultWeightsWarning)]
+
+    for fn in (lambda: gram(X, map="hea(layers=2)"), lambda: qk.FeatureMap("hea(layers=2)", 3),
+               lambda: qk.Kernel("hea(layers=2)", device="cpu")(X)):
+        ws = caught(fn)
+        assert len(ws) == 1, ws
+        assert issubclass(ws[0].category, UserWarning) and "6 trainable weights" in str(ws[0].message)
+        assert os.path.abspath(ws[0].filename) == os.path.abspath(__file__), ws[0].filename   # points at the caller
+    # per-pair calls warn once per kernel (the map is kept), not once per pair
+    k = qk.Kernel("hea(layers=2)", device="cpu")
+    assert len(caught(lambda: [k(X[i], X[j]) for i in range(3) for j in range(3)])) == 1
+    # weights given, maps without weights, pickling a weighted map: no warning
+    fm = qk.FeatureMap("hea(layers=2)", 3, weights=w)
+    for fn in (lambda: gram(X, map="hea(layers=2)", weights=w), lambda: gram(X, map=fm),
+               lambda: qk.Kernel("hea(layers=2)", weights=w, device="cpu")(X[0], X[1]),
+               lambda: gram(X, map="zz"), lambda: pickle.loads(pickle.dumps(fm)), lambda: fm.with_weights(w)):
+        assert caught(fn) == []
 
 
 def test_memory_error():

@@ -1,6 +1,8 @@
 """qk against PennyLane: the iqp and angle maps' kernels equal kernels from PennyLane's
 IQPEmbedding / AngleEmbedding states (default.qubit) at 1e-10 in fp64, and the states match with
-PennyLane's wire order (wire 0 = most significant bit) reversed. Skips without pennylane."""
+PennyLane's wire order (wire 0 = most significant bit) reversed; qml.kernels' kernel_matrix,
+square_kernel_matrix and target_alignment, which call kernel(x1, x2) -> scalar, give with a qk.Kernel
+what they give with PennyLane's own adjoint-embedding kernel circuit, to 1e-12. Skips without pennylane."""
 import unittest
 
 import numpy as np
@@ -59,3 +61,43 @@ def test_angle_embedding_kernel():
         np.testing.assert_allclose(qk.gram(X, Y, map=spec, precision="fp64"), _kernel(SX, SY), atol=TOL, rtol=0)
         ours = qk.FeatureMap(spec, 4).statevector(X)
         np.testing.assert_allclose(_reverse_bits(ours, 4), SX, atol=TOL)
+
+
+# ---- qml.kernels: PennyLane calls kernel(x1, x2) -> a scalar, one pair at a time ----
+TIGHT = 1e-12
+
+
+def _pl_kernel(embed, d, **kw):
+    """PennyLane's own embedding kernel: |<0|U(x2)^dagger U(x1)|0>|^2 as the probability of
+    |0...0> (the circuit of PennyLane's kernel tutorial), for qml.kernels."""
+    dev = qml.device("default.qubit", wires=d)
+
+    @qml.qnode(dev)
+    def circuit(x1, x2):
+        embed(x1, wires=range(d), **kw)
+        qml.adjoint(embed)(x2, wires=range(d), **kw)
+        return qml.probs(wires=range(d))
+
+    return lambda x1, x2: circuit(x1, x2)[0]
+
+
+def test_qml_kernels_with_a_qk_kernel():
+    d = 3
+    X, Y = RNG.uniform(-np.pi, np.pi, (7, d)), RNG.uniform(0, np.pi, (4, d))
+    labels = np.array([1, -1, 1, 1, -1, -1, 1])
+    for embed, kw, spec in ((qml.IQPEmbedding, {"n_repeats": 2}, "iqp(reps=2)"),
+                            (qml.AngleEmbedding, {"rotation": "Y"}, "angle(rot=y)")):
+        theirs = _pl_kernel(embed, d, **kw)
+        ours = qk.Kernel(spec, precision="fp64")
+        assert type(ours(X[0], X[1])) is float
+        np.testing.assert_allclose(qml.kernels.square_kernel_matrix(X, ours, assume_normalized_kernel=False),
+                                   qml.kernels.square_kernel_matrix(X, theirs, assume_normalized_kernel=False),
+                                   atol=TIGHT, rtol=0)
+        np.testing.assert_allclose(qml.kernels.kernel_matrix(X, Y, ours), qml.kernels.kernel_matrix(X, Y, theirs),
+                                   atol=TIGHT, rtol=0)
+        # and the batched matrix of the same kernel
+        np.testing.assert_allclose(qml.kernels.kernel_matrix(X, Y, ours), ours(X, Y), atol=TIGHT, rtol=0)
+        for norm in (False, True):
+            a = qml.kernels.target_alignment(X, labels, ours, assume_normalized_kernel=norm)
+            b = qml.kernels.target_alignment(X, labels, theirs, assume_normalized_kernel=norm)
+            assert abs(a - b) <= TIGHT, (spec, norm, a, b)

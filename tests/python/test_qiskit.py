@@ -1,4 +1,5 @@
-"""qk against Qiskit: Kernel.evaluate equals qiskit-machine-learning's FidelityStatevectorKernel at
+"""qk against Qiskit: Kernel.evaluate and qk.qiskit.QKKernel (a BaseKernel; QSVC, QSVR, PegasosQSVC run on
+it) equal qiskit-machine-learning's FidelityStatevectorKernel at
 1e-10 (fp64) on random data; FeatureMap.from_qiskit(ZZFeatureMap(...)) equals the built-in zz
 map; converted circuits of every supported gate and angle form give Qiskit's statevector (up to
 a global phase); unsupported gates and angles are errors that name them. Skips without qiskit
@@ -94,6 +95,10 @@ def test_statevector_equals_qiskit_for_every_gate_and_angle_form():
     qc.sx(1); qc.s(0); qc.rxx(0.5 * x[1], 0, 2)   # composite gates, unrolled into supported ones
     qc.crx(x[2], 1, 0)
     fm = qk.FeatureMap.from_qiskit(qc, weights=w, weight_values=[0.3, -1.1])
+    with warnings.catch_warnings(record=True) as ws:      # weights named, no values: 1.0, and a warning
+        warnings.simplefilter("always")
+        assert np.array_equal(qk.FeatureMap.from_qiskit(qc, weights=w).weights, [1.0, 1.0])
+    assert [x.category for x in ws if issubclass(x.category, qk.DefaultWeightsWarning)] == [qk.DefaultWeightsWarning]
     assert (fm.n_qubits, fm.n_features, fm.n_weights, fm.kind) == (3, 3, 2, "complex")
     np.testing.assert_array_equal(fm.weights, [0.3, -1.1])
     again = qk.FeatureMap(fm.spec, 3, weights=fm.weights)          # the spec round-trips
@@ -139,3 +144,116 @@ def _raises(exc, text, fn, *args):
         assert text in str(e), f"{str(e)!r} lacks {text!r}"
         return
     raise AssertionError(f"{exc.__name__} not raised")
+
+
+# ---- qk.qiskit.QKKernel: a real BaseKernel for QSVC, QSVR, PegasosQSVC ----
+TIGHT = 1e-12
+
+
+def _ml():
+    try:
+        import qiskit_machine_learning  # noqa: F401
+    except ImportError as e:
+        raise unittest.SkipTest(f"qiskit-machine-learning is not installed ({e})")
+    from qk.qiskit import QKKernel
+    return QKKernel
+
+
+def _two_classes(n, d, seed):
+    rng = np.random.default_rng(seed)
+    X = rng.uniform(0, np.pi, (n, d))
+    y = (np.sin(X).sum(1) > np.median(np.sin(X).sum(1))).astype(int)
+    return X, y
+
+
+def test_qkkernel_is_a_base_kernel_equal_to_fidelity_statevector_kernel():
+    QKKernel = _ml()
+    from qiskit_machine_learning.kernels import BaseKernel, FidelityStatevectorKernel
+    for d, reps, ent in [(3, 2, "full"), (4, 1, "linear")]:
+        fmap = zz_feature_map(d, reps=reps, entanglement=ent)
+        ref = FidelityStatevectorKernel(feature_map=fmap)
+        for k in (QKKernel(fmap, precision="fp64"), QKKernel(f"zz(reps={reps},ent={ent})", num_features=d, precision="fp64"),
+                  QKKernel(qk.FeatureMap.from_qiskit(fmap), precision="fp64")):
+            assert isinstance(k, BaseKernel)
+            assert k.num_features == d and k.enforce_psd is True
+            X, Y = RNG.uniform(-np.pi, 2 * np.pi, (9, d)), RNG.uniform(0, np.pi, (5, d))
+            np.testing.assert_allclose(k.evaluate(X), ref.evaluate(X), atol=TIGHT, rtol=0)
+            np.testing.assert_allclose(k.evaluate(X, Y), ref.evaluate(X, Y), atol=TIGHT, rtol=0)
+            np.testing.assert_allclose(k.evaluate(X[1], Y), ref.evaluate(X[1], Y), atol=TIGHT, rtol=0)
+            np.testing.assert_allclose(k.evaluate(X, X.copy()), ref.evaluate(X, X.copy()), atol=TIGHT, rtol=0)
+            # an empty y (PegasosQSVC's first step) is an (n, 0) array, as qiskit-ml's own kernel gives
+            assert k.evaluate(X, Y[:0]).shape == ref.evaluate(X, Y[:0]).shape == (9, 0)
+            assert k.evaluate(X[0], Y[:0]).shape == (1, 0)
+    assert QKKernel(fmap, enforce_psd=False).enforce_psd is False
+    # enforce_psd: exact fp64 K as computed; a reduced-precision symmetric K projected onto the PSD cone
+    fmap = zz_feature_map(2, reps=2)                  # 30 samples in a 4-dimensional space: K has rank 4
+    X = RNG.uniform(0, np.pi, (30, 2))
+    K64 = QKKernel(fmap, precision="fp64").evaluate(X)
+    np.testing.assert_array_equal(K64, qk.gram(X, map=qk.FeatureMap.from_qiskit(fmap), precision="fp64"))
+    K32 = qk.gram(X, map=qk.FeatureMap.from_qiskit(fmap), precision="fp32").astype(np.float64)
+    np.testing.assert_array_equal(QKKernel(fmap, precision="fp32", enforce_psd=False).evaluate(X), K32)
+    assert np.linalg.eigvalsh(K32).min() < -1e-9      # fp32's rounding: what the projection is for
+    Kp = QKKernel(fmap, precision="fp32").evaluate(X)
+    assert Kp.dtype == np.float64 and np.linalg.eigvalsh(Kp).min() >= -1e-12
+    np.testing.assert_allclose(Kp, K64, atol=1e-5, rtol=0)
+    # pickles, deep-copies, and clones inside QSVC (scikit-learn's clone deep-copies it)
+    import copy
+    import pickle
+    from qiskit_machine_learning.algorithms import QSVC
+    from sklearn.base import clone
+    k = QKKernel(fmap, precision="fp64")
+    for k2 in (pickle.loads(pickle.dumps(k)), copy.deepcopy(k), clone(QSVC(quantum_kernel=k)).quantum_kernel):
+        assert isinstance(k2, QKKernel) and k2 is not k
+        np.testing.assert_array_equal(k2.evaluate(X), k.evaluate(X))
+    # the circuit is copied and converted once: a later change to it is not seen, and feature_map is the copy
+    qc = zz_feature_map(2, reps=1)
+    k = QKKernel(qc, precision="fp64")
+    assert k.feature_map is not qc and k.feature_map == qc
+    # typed errors: no map, another feature count, a spec without num_features
+    for fn, exc in ((lambda: QKKernel(), TypeError), (lambda: QKKernel("zz"), TypeError),
+                    (lambda: k.evaluate(np.zeros((3, 5))), ValueError), (lambda: QKKernel(3), TypeError)):
+        try:
+            fn()
+        except exc:
+            pass
+        else:
+            raise AssertionError(f"{exc.__name__} not raised")
+
+
+def test_qsvc_qsvr_pegasos_run_on_qkkernel():
+    # Each model on QKKernel equals the same scikit-learn model on the precomputed K of the kernel
+    # (the plumbing), and predicts what the model on qiskit-ml's own kernel predicts (K agrees to
+    # 1e-12 above; libsvm's dual solution moves with its tolerance, 1e-3, so decision values of
+    # two K that differ by 1e-16 agree to about that tolerance only).
+    QKKernel = _ml()
+    from qiskit_machine_learning.algorithms import QSVC, QSVR, PegasosQSVC
+    from qiskit_machine_learning.kernels import FidelityStatevectorKernel
+    from sklearn.svm import SVC, SVR
+    fmap = zz_feature_map(2, reps=2)
+    X, y = _two_classes(24, 2, 1)
+    Xt, yt = _two_classes(10, 2, 2)
+    ours, ref = QKKernel(fmap, precision="fp64"), FidelityStatevectorKernel(feature_map=fmap)
+    K, Kt = ours.evaluate(X), ours.evaluate(Xt, X)
+    np.testing.assert_allclose(K, ref.evaluate(X), atol=TIGHT, rtol=0)
+    np.testing.assert_allclose(Kt, ref.evaluate(Xt, X), atol=TIGHT, rtol=0)
+    a = QSVC(quantum_kernel=ours, C=5.0).fit(X, y)
+    p = SVC(kernel="precomputed", C=5.0).fit(K, y)
+    np.testing.assert_array_equal(a.support_, p.support_)
+    np.testing.assert_allclose(a.decision_function(Xt), p.decision_function(Kt), atol=TIGHT, rtol=0)
+    b = QSVC(quantum_kernel=ref, C=5.0).fit(X, y)
+    np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
+    np.testing.assert_allclose(a.decision_function(Xt), b.decision_function(Xt), atol=1e-2, rtol=0)
+    t = np.cos(X).sum(1)
+    a = QSVR(quantum_kernel=ours, C=2.0, epsilon=0.05).fit(X, t)
+    p = SVR(kernel="precomputed", C=2.0, epsilon=0.05).fit(K, t)
+    np.testing.assert_allclose(a.predict(Xt), p.predict(Kt), atol=TIGHT, rtol=0)
+    b = QSVR(quantum_kernel=ref, C=2.0, epsilon=0.05).fit(X, t)
+    np.testing.assert_allclose(a.predict(Xt), b.predict(Xt), atol=1e-2, rtol=0)
+    # PegasosQSVC starts from an empty support set (evaluate(x, empty) must be (1, 0)); its steps
+    # are sums of kernel values, so the model equals the one on qiskit-ml's kernel to 1e-12-ish
+    a = PegasosQSVC(quantum_kernel=ours, C=100.0, num_steps=60, seed=7).fit(X, y)
+    b = PegasosQSVC(quantum_kernel=ref, C=100.0, num_steps=60, seed=7).fit(X, y)
+    p = PegasosQSVC(C=100.0, num_steps=60, seed=7, precomputed=True).fit(K + 1.0, y)   # + its kernel offset
+    np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
+    np.testing.assert_allclose(a.decision_function(Xt), b.decision_function(Xt), atol=1e-9, rtol=0)
+    np.testing.assert_allclose(a.decision_function(Xt), p.decision_function(Kt + 1.0), atol=1e-9, rtol=0)

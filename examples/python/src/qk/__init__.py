@@ -14,10 +14,14 @@ numpy out, the C library's speed and none of its C.
 - ``FeatureMap(spec, n_features)``: a map from a spec string (docs/maps.md) or, with
   ``FeatureMap.from_qiskit(circuit)``, from a Qiskit circuit; ``.statevector(x)``.
 - ``Kernel(map, ...)``: a scikit-learn kernel (``SVC(kernel=qk.Kernel(...))``, clones in
-  ``GridSearchCV``) with qiskit-machine-learning's ``evaluate(x_vec, y_vec)``.
+  ``GridSearchCV``; ``k(x, y)`` of two 1-D samples is the scalar, for ``KernelRidge``,
+  ``KernelPCA`` and PennyLane's ``qml.kernels``) with qiskit-machine-learning's
+  ``evaluate(x_vec, y_vec)``; ``qk.qiskit.QKKernel`` is qiskit-machine-learning's ``BaseKernel``
+  (``QSVC``, ``QSVR``, ``PegasosQSVC``).
 
 Errors from qk become ``ValueError`` (bad input: NaN, shapes, map spec, weights), ``MemoryError``
-(host or device memory) or ``RuntimeError`` (the rest), carrying qk's detail message; a
+(host or device memory), ``OSError`` subclasses by errno (files: ``FileNotFoundError``,
+``PermissionError``, ...) or ``RuntimeError`` (the rest), carrying qk's detail message; a
 non-numeric dtype is a ``TypeError``. The GIL is released while qk computes and Ctrl-C stops a
 running Gram (``KeyboardInterrupt``). docs/python.md has the whole story.
 """
@@ -31,7 +35,8 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "FeatureMap", "Kernel", "engine", "__version__"]
+__all__ = ["gram", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+           "__version__"]
 __version__: str = _qk.engine()["version"]
 
 _DEVICES = {"auto": _qk.QK_DEVICE_AUTO, "cpu": _qk.QK_DEVICE_CPU, "cuda": _qk.QK_DEVICE_CUDA,
@@ -52,6 +57,102 @@ def engine() -> Dict[str, Any]:
     ``cuda_devices`` counts the CUDA devices it sees now.
     """
     return _qk.engine()
+
+
+# ---- threads ----
+def get_num_threads() -> int:
+    """The CPU threads a call uses when it names none (``threads=None``): the limit set by
+    ``set_num_threads``, ``threadpoolctl.threadpool_limits``, ``QK_NUM_THREADS`` or
+    ``OMP_NUM_THREADS``, else every online core."""
+    return _qk.get_num_threads()
+
+
+def set_num_threads(n: Optional[int]) -> None:
+    """Limits the CPU threads of calls that name none to ``n`` (process-wide, like
+    ``omp_set_num_threads``); ``None``: no limit (every online core). An explicit ``threads=``
+    argument is not capped. ``threadpoolctl.threadpool_limits(n)`` sets the same limit."""
+    _qk.set_num_threads(0 if n is None else _threads(n))
+
+
+def _threads_from_env() -> None:
+    """QK_NUM_THREADS, else OMP_NUM_THREADS (its first value: "4,2" is 4), as OpenMP and BLAS
+    libraries read it; joblib's worker processes (GridSearchCV(n_jobs=k)) get cores // k there."""
+    import warnings
+    for var in ("QK_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").strip()
+        if not v:
+            continue
+        try:
+            n = int(v.split(",")[0])
+            if n < 1:
+                raise ValueError
+        except ValueError:
+            warnings.warn(f"qk: ignoring {var}={v!r} (expected a positive integer)", RuntimeWarning, stacklevel=3)
+            continue
+        _qk.set_num_threads(min(n, 4096))
+        return
+
+
+def _register_threadpoolctl() -> None:
+    """Makes qk's thread pool visible to threadpoolctl (threadpool_info, threadpool_limits): a
+    LibController for this extension module, found by its file name (_qk.*) and its two exported
+    functions, through which threadpoolctl reads and sets the limit (qk/_qk.c). Needs a
+    threadpoolctl with ``threadpoolctl.register`` (tested with 3.8); without one, nothing to do."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return
+    if not hasattr(threadpoolctl, "register") or not hasattr(threadpoolctl, "LibController"):
+        return
+
+    class QKController(threadpoolctl.LibController):
+        user_api = "qk"
+        internal_api = "qk"
+        filename_prefixes = ("_qk.",)
+        check_symbols = ("qkpy_get_num_threads", "qkpy_set_num_threads")
+
+        def get_num_threads(self) -> Optional[int]:
+            get = getattr(self.dynlib, "qkpy_get_num_threads", None)
+            return None if get is None else int(get())
+
+        def set_num_threads(self, num_threads: int) -> None:
+            set_ = getattr(self.dynlib, "qkpy_set_num_threads", None)
+            if set_ is not None:
+                set_(int(num_threads))
+
+        def get_version(self) -> str:
+            return __version__
+
+    threadpoolctl.register(QKController)
+
+
+_threads_from_env()
+_register_threadpoolctl()
+
+
+# ---- warnings ----
+class DefaultWeightsWarning(UserWarning):
+    """A trainable map (``hea``, a circuit with weight parameters) used without weights: every
+    weight is 1.0 (the qk-gram CLI prints the same note). Pass ``weights=`` to choose them, or
+    ``warnings.simplefilter("ignore", qk.DefaultWeightsWarning)`` where 1.0 is meant."""
+
+
+def _warn(message: str, category: type) -> None:
+    """warnings.warn at the first frame outside the qk package (the user's call)."""
+    import sys
+    import warnings
+    here = os.path.dirname(os.path.abspath(__file__))
+    level, f = 2, sys._getframe(1)
+    while f is not None and os.path.dirname(os.path.abspath(f.f_code.co_filename)) == here:
+        f, level = f.f_back, level + 1
+    warnings.warn(message, category, stacklevel=level)
+
+
+def _check_default_weights(m: "_qk.Map", given: bool) -> "_qk.Map":
+    if not given and m.n_weights > 0:
+        _warn(f"the map {m.spec!r} has {m.n_weights} trainable weights; none given (weights=), so all are 1.0",
+              DefaultWeightsWarning)
+    return m
 
 
 # ---- argument conversion ----
@@ -102,10 +203,10 @@ class FeatureMap:
     """A quantum feature map: a qk map (docs/maps.md) for samples of ``n_features`` features.
 
     ``FeatureMap("zz(reps=2,ent=linear)", 4)`` parses a spec string (the CLI's ``--map``):
-    ``zz`` (Qiskit ZZFeatureMap), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
+    ``zz`` (Qiskit's zz_feature_map), ``iqp`` (PennyLane IQPEmbedding), ``angle(rot=x|y|z)``
     (AngleEmbedding), ``amplitude``, ``basis``, ``hea(layers=L)`` (trainable) or
     ``circuit(qubits=Q: h(0) rz(0, 2*x0) cx(0,1) ...)``. ``weights`` sets trainable weights
-    (maps with ``n_weights > 0``; default 1.0 each). ``FeatureMap.from_qiskit(circuit)`` converts a
+    (maps with ``n_weights > 0``; default 1.0 each, with a ``DefaultWeightsWarning``). ``FeatureMap.from_qiskit(circuit)`` converts a
     Qiskit circuit. A FeatureMap is immutable; ``with_weights`` returns a new one.
     """
 
@@ -116,7 +217,7 @@ class FeatureMap:
             raise TypeError(f"spec must be a str (got {type(spec).__name__}); for a Qiskit circuit use FeatureMap.from_qiskit")
         if isinstance(n_features, bool) or not isinstance(n_features, (int, np.integer)):
             raise TypeError(f"n_features must be an int (got {n_features!r})")
-        self._map = _qk.Map(spec, int(n_features), _as_weights(weights))
+        self._map = _check_default_weights(_qk.Map(spec, int(n_features), _as_weights(weights)), weights is not None)
 
     @classmethod
     def _wrap(cls, m: "_qk.Map") -> "FeatureMap":
@@ -129,20 +230,21 @@ class FeatureMap:
                     weight_values: Optional[npt.ArrayLike] = None) -> "FeatureMap":
         """A qk map from a Qiskit ``QuantumCircuit`` whose parameters are the data.
 
-        ZZFeatureMap / zz_feature_map, PauliFeatureMap with Z and ZZ terms, and any circuit of
+        zz_feature_map (or the deprecated ZZFeatureMap class), PauliFeatureMap with Z and ZZ terms, and any circuit of
         ``h x y z rx ry rz p cx cz rzz`` gates (composite gates are unrolled; barriers are
         skipped) whose angles have the forms qk supports: ``a*x_i + b``, ``a*x_i*x_j + b``,
         ``a*(pi - x_i)*(pi - x_j) + b``, ``a*w_k + b``, ``a*w_k*x_i + b`` or a constant. Feature i
         is the i-th data parameter in ``circuit.parameters`` order (the order Qiskit binds a
         sample in, as qiskit-machine-learning does). ``weights`` names the parameters that are
         trainable weights instead of data (a ParameterVector or a sequence of Parameters), with
-        ``weight_values`` their values (default 1.0). Anything else raises ``ValueError`` naming
+        ``weight_values`` their values (default 1.0, with a ``DefaultWeightsWarning``). Anything else raises ``ValueError`` naming
         the gate or the expression. The state equals Qiskit's up to a global phase
         (``rz`` and ``p`` differ by one), so kernels are equal.
         """
         from ._qiskit import circuit_to_ops
         nq, nf, nw, ops = circuit_to_ops(circuit, weights)
-        return cls._wrap(_qk.Map.from_ops(nq, nf, nw, ops, _as_weights(weight_values)))
+        m = _qk.Map.from_ops(nq, nf, nw, ops, _as_weights(weight_values))
+        return cls._wrap(_check_default_weights(m, weight_values is not None))
 
     @property
     def n_qubits(self) -> int:
@@ -207,7 +309,7 @@ class FeatureMap:
 
 def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]) -> "_qk.Map":
     if isinstance(map, str):
-        return _qk.Map(map, n_features, _as_weights(weights))
+        return _check_default_weights(_qk.Map(map, n_features, _as_weights(weights)), weights is not None)
     if isinstance(map, FeatureMap):
         if map.n_features != n_features:
             raise ValueError(f"X has {n_features} features, the map takes {map.n_features}")
@@ -221,6 +323,31 @@ def _resolve_map(map: MapLike, n_features: int, weights: Optional[npt.ArrayLike]
 
 
 # ---- gram ----
+def _empty_gram(n: int, m: int, dev: int, prec: int, out: Any) -> np.ndarray:
+    """K of an empty X or Y: an (n, m) array with no entries (qk_gram itself takes n, m > 0), as
+    qiskit-machine-learning's kernels give for an empty y (PegasosQSVC's first step)."""
+    if prec == _qk.QK_PRECISION_FP64:
+        dt = np.float64
+    elif prec not in (_qk.QK_PRECISION_DEFAULT, _qk.QK_PRECISION_AUTO):
+        dt = np.float32
+    else:   # the engine's default: fp32 where the call would run on the GPU engine
+        e = _qk.engine()
+        gpu = dev == _qk.QK_DEVICE_CUDA or (dev == _qk.QK_DEVICE_AUTO and e["cuda_engine"] and e["cuda_devices"] > 0)
+        dt = np.float32 if gpu else np.float64
+    if out is None:
+        return np.empty((n, m), dtype=dt)
+    if isinstance(out, np.ndarray):
+        if out.shape != (n, m):
+            raise ValueError(f"out must have shape ({n}, {m})")
+        return out
+    if isinstance(out, (str, bytes, os.PathLike)):
+        path = os.fspath(out)
+        with open(path, "wb") as f:
+            np.lib.format.write_array(f, np.empty((n, m), dtype=dt))
+        return np.load(path, mmap_mode="r")
+    raise TypeError(f"out must be None, a numpy array or a path (got {type(out).__name__})")
+
+
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
          weights: Optional[npt.ArrayLike] = None, device: str = "auto", precision: Optional[str] = None,
          out: Union[None, np.ndarray, PathLike] = None, threads: Optional[int] = None,
@@ -231,7 +358,9 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         a C-contiguous float64 array is used in place, anything else is converted once.
     map: a spec string (docs/maps.md; ``d`` comes from X), a ``FeatureMap`` or a Qiskit circuit.
     weights: the map's trainable weights (``hea``, circuits with ``w`` parameters).
-    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``.
+    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``
+        (or its alias ``"gpu"``, as the CLI's ``--device gpu``); case-insensitive. ``"cuda"`` without
+        the CUDA engine or a device is a RuntimeError, never a silent fallback to the CPU.
     precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which is fp32
         unless ``tol`` says otherwise), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
         ``"fp32x3"`` (fp32 accuracy), ``"tf32"``, ``"fp16"`` (~1e-3), or ``"auto"``: the fastest mode
@@ -242,12 +371,14 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         rows are contiguous (a slice ``K[:, :m]`` of a wider array works), or a path: K is then
         streamed into a ``.npy`` file (never whole in memory; written atomically) and returned as a
         read-only ``np.memmap`` of that file.
-    threads: CPU engine threads (default: all cores).
+    threads: CPU engine threads (default ``get_num_threads()``: all cores unless limited by
+        ``set_num_threads``, threadpoolctl, ``QK_NUM_THREADS`` or ``OMP_NUM_THREADS``).
 
     Returns K: float64 by default on the CPU engine, float32 where the precision (or the GPU
     engine's default) is fp32; ``out``'s dtype when out is an array (and out itself).
     Raises ValueError (NaN/Inf, shapes, bad spec or weights), TypeError (non-numeric data),
-    MemoryError, RuntimeError (no CUDA device for ``device="cuda"``, I/O, ...), KeyboardInterrupt
+    MemoryError, RuntimeError (no CUDA device for ``device="cuda"``, ...), OSError (``out`` path not
+        writable: FileNotFoundError, PermissionError, IsADirectoryError, ... by errno), KeyboardInterrupt
     on Ctrl-C (an ``out`` given by the caller is then partly written).
     """
     Xa = _as_data(X, "X")
@@ -265,6 +396,8 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         if prec not in (_qk.QK_PRECISION_AUTO, _qk.QK_PRECISION_DEFAULT):
             raise ValueError("tol applies to precision='auto' (and the default), not to an explicit mode")
     tl = 0.0 if tol is None else tol
+    if Xa.shape[0] == 0 or (Ya is not None and Ya.shape[0] == 0):
+        return _empty_gram(Xa.shape[0], Xa.shape[0] if Ya is None else Ya.shape[0], dev, prec, out)
     if out is None:
         return _qk.gram(m, Xa, Ya, None, dev, prec, nt, tol=tl)
     if isinstance(out, np.ndarray):
@@ -284,13 +417,15 @@ class Kernel:
     """A quantum kernel for scikit-learn and a drop-in for qiskit-machine-learning's kernels.
 
     ``SVC(kernel=qk.Kernel("zz(reps=2)"))`` calls ``K(X, Y)``; fitting passes X twice and gets
-    the symmetric K(X, X) (half the work). ``get_params`` / ``set_params`` make it clone in
+    the symmetric K(X, X) (half the work). Two 1-D samples give the scalar ``K(x, y)`` (a float):
+    the per-pair protocol of ``KernelRidge``, ``KernelPCA``, ``pairwise_kernels(metric=k)`` and
+    PennyLane's ``qml.kernels``. ``get_params`` / ``set_params`` make it clone in
     ``GridSearchCV`` (``param_grid={"kernel__map": ["zz(reps=1)", "zz(reps=2)"]}``).
     ``evaluate(x_vec, y_vec=None)`` has the semantics of qiskit-machine-learning's
     ``FidelityStatevectorKernel.evaluate`` (exact fidelities, 1-D inputs are one sample); the
     symmetric matrix is not projected onto the PSD cone (a fidelity Gram is PSD already).
 
-    map: a spec string, a ``FeatureMap`` or a Qiskit ``QuantumCircuit`` (``ZZFeatureMap(4)``);
+    map: a spec string, a ``FeatureMap`` or a Qiskit ``QuantumCircuit`` (``zz_feature_map(4)``);
     weights, device, precision, threads: as in ``qk.gram``.
     """
 
@@ -321,9 +456,57 @@ class Kernel:
         """The FeatureMap this kernel uses for samples of ``n_features`` features."""
         return FeatureMap._wrap(_resolve_map(self.map, n_features, self.weights))
 
-    def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> np.ndarray:
+    def _pair_map(self, n_features: int) -> "_qk.Map":
+        """The map for the per-pair protocol, kept between calls while the parameters that decide it
+        are unchanged (a spec string or a FeatureMap: immutable; a Qiskit circuit is converted on
+        every call, since it can change in place)."""
+        if not isinstance(self.map, (str, FeatureMap)):
+            return _resolve_map(self.map, n_features, self.weights)
+        w = None if self.weights is None else np.asarray(self.weights, dtype=np.float64).tobytes()
+        key = (self.map, n_features, w)
+        cached = self.__dict__.get("_pair_cache")
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        m = _resolve_map(self.map, n_features, self.weights)
+        self.__dict__["_pair_cache"] = (key, m)
+        return m
+
+    def _pair(self, x: np.ndarray, y: Optional[np.ndarray]) -> float:
+        """K(x, y) of two 1-D samples as a Python float (y None: K(x, x))."""
+        if x.dtype.kind not in "biuf" or (y is not None and y.dtype.kind not in "biuf"):
+            bad = x if x.dtype.kind not in "biuf" else y
+            raise TypeError(f"x and y must hold real numbers (float64, float32, integer or bool), not dtype {bad.dtype}")
+        if y is not None and y.shape != x.shape:
+            raise ValueError(f"x has {x.shape[0]} features and y has {y.shape[0]}")
+        xa = np.require(x.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
+        same = y is None or y is x or np.array_equal(x, y)
+        ya = None if same else np.require(y.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
+        m = self._pair_map(xa.shape[1])
+        dev = _option(_DEVICES, self.device, "device")
+        prec = _option(_PRECISIONS, self.precision, "precision")
+        return float(_qk.gram(m, xa, ya, None, dev, prec, _threads(self.threads))[0, 0])
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = dict(self.__dict__)
+        state.pop("_pair_cache", None)      # a _qk.Map: rebuilt on demand
+        return state
+
+    def __call__(self, X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None) -> Union[np.ndarray, float]:
         """K(X, Y) as a float64 array; K(X, X), symmetric and computed once per pair, when Y is None
-        or holds the same samples as X (scikit-learn's fit passes X twice)."""
+        or holds the same samples as X (scikit-learn's fit passes X twice).
+
+        Two 1-D samples x, y give the scalar K(x, y) as a Python float (x alone: K(x, x)): the
+        per-pair protocol of scikit-learn's callable kernels (``KernelRidge``, ``KernelPCA``,
+        ``pairwise_kernels(X, metric=kernel)``) and of PennyLane's ``qml.kernels``. A 1-D sample
+        with a 2-D matrix is ambiguous and a ValueError; use ``x.reshape(1, -1)``."""
+        xv = np.asanyarray(X)
+        yv = None if Y is None else (xv if Y is X else np.asanyarray(Y))
+        if xv.ndim == 1 and (yv is None or yv.ndim == 1):
+            return self._pair(xv, yv)
+        if xv.ndim == 1 or (yv is not None and yv.ndim == 1):
+            raise ValueError(f"X has shape {xv.shape} and Y has shape {yv.shape}: give two 1-D samples for "
+                             "the scalar K(x, y), or two 2-D (n_samples, n_features) arrays for the matrix "
+                             "(one sample as a matrix: x.reshape(1, -1))")
         Xa = _as_data(X, "X")
         Ya = None if Y is None or Y is X else _as_data(Y, "Y")
         if Ya is not None and Ya.shape == Xa.shape and (Ya is Xa or np.array_equal(Xa, Ya)):

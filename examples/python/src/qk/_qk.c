@@ -13,6 +13,8 @@
                                                     qk_gram into out (host, f32/f64) or into
                                                     the .npy file out_path (QK_OUTPUT_NPY)
      _qk.engine()                                   what this build and machine offer
+     _qk.get_num_threads() / set_num_threads(n)     the threads of calls that name none (the
+                                                    thread limit threadpoolctl sets)
 
    x and y reach gram() as C-contiguous, aligned, native float64 arrays (checked here again, so a
    direct caller cannot crash the process); out is a 2-D float32/float64 array whose rows are
@@ -20,7 +22,8 @@
    callback, on the calling thread, takes the GIL back at most every QKPY_SIGNAL_CHECK_S seconds to
    run Python's signal handlers (PyErr_CheckSignals): Ctrl-C raises KeyboardInterrupt there, the
    callback cancels, qk_gram returns QK_ERROR_CANCELLED and the exception propagates. qk's errors
-   become ValueError (bad input), MemoryError (out of host or device memory) or RuntimeError (the
+   become ValueError (bad input), MemoryError (out of host or device memory), OSError (file errors,
+   its subclass picked by the errno: FileNotFoundError, PermissionError, ...) or RuntimeError (the
    rest), with qk_last_error()'s detail message. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -56,13 +59,53 @@ static PyObject *qkpy_exception_for(qk_result r)
     }
 }
 
-/* Raises the Python exception for a qk_result, with qk's detail message; returns NULL. */
-static PyObject *qkpy_raise(qk_result r)
+/* The errno behind a QK_ERROR_IO detail message, or 0. qk's file errors end their detail with
+   ": " strerror(errno) (possibly followed by a note): the longest errno text found after ": " in
+   the message is the one (same process, same C library, so the texts are the ones qk wrote). */
+static int qkpy_errno_of(const char *detail)
+{
+    int e, best = 0;
+    size_t best_len = 0;
+    for (e = 1; e < 256; e++) {
+        const char *s = strerror(e), *at;
+        size_t len;
+        if (!s || !s[0] || !strncmp(s, "Unknown error", 13)) continue;
+        len = strlen(s);
+        for (at = strstr(detail, s); at; at = strstr(at + 1, s))
+            if (at - detail >= 2 && at[-2] == ':' && at[-1] == ' ' && len > best_len) { best = e; best_len = len; break; }
+    }
+    return best;
+}
+
+/* Raises the Python exception for a qk_result, with qk's detail message; returns NULL. A file
+   error (QK_ERROR_IO) is an OSError built from (errno, message, filename) as Python's own file
+   errors are, so that the errno picks its subclass: FileNotFoundError, PermissionError,
+   IsADirectoryError, NotADirectoryError, ... (a plain OSError where no subclass exists or qk's
+   message names no errno). filename may be NULL. */
+static PyObject *qkpy_raise_path(qk_result r, const char *filename)
 {
     const char *detail = qk_last_error();
+    if (r == QK_ERROR_IO) {
+        int e = qkpy_errno_of(detail);
+        PyObject *msg = PyUnicode_FromFormat("%s%s%s", qk_result_string(r), detail[0] ? ": " : "", detail), *args;
+        if (!msg) return NULL;
+        if (e && filename) {
+            PyObject *fn = PyUnicode_DecodeFSDefault(filename);
+            if (!fn) { Py_DECREF(msg); return NULL; }
+            args = Py_BuildValue("(iNN)", e, msg, fn);
+        } else {
+            args = e ? Py_BuildValue("(iN)", e, msg) : Py_BuildValue("(N)", msg);
+        }
+        if (!args) return NULL;
+        PyErr_SetObject(PyExc_OSError, args);   /* OSError.__new__ maps the errno to the subclass */
+        Py_DECREF(args);
+        return NULL;
+    }
     PyErr_Format(qkpy_exception_for(r), "%s%s%s", qk_result_string(r), detail[0] ? ": " : "", detail);
     return NULL;
 }
+
+static PyObject *qkpy_raise(qk_result r) { return qkpy_raise_path(r, NULL); }
 
 static double qkpy_now(void)
 {
@@ -74,6 +117,37 @@ static double qkpy_now(void)
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 #endif
 }
+
+/* ---- the thread limit (threadpoolctl, qk.set_num_threads) ---- */
+/* The threads a call uses when the caller names none (threads=None in Python): 0 means qk's own
+   default, every online core (qk_ctx_desc.n_threads = 0). qk's threadpoolctl controller
+   (qk/__init__.py, _register_threadpoolctl) reads and sets it through the two exported functions below, by ctypes, as
+   threadpoolctl does for OpenBLAS or OpenMP: they are the only symbols of this module besides
+   PyInit__qk, and their names tell threadpoolctl this library is qk. Process-wide, like
+   omp_set_num_threads; an explicit threads= argument is not capped by it. */
+#if defined(_WIN32)
+#define QKPY_EXPORT __declspec(dllexport)
+#else
+#define QKPY_EXPORT __attribute__((visibility("default")))
+#endif
+static volatile int qkpy_thread_limit;     /* 0: none */
+static int qkpy_cores = 1;                 /* qk's default thread count (PyInit__qk) */
+static int qkpy_last_threads;              /* threads of the context of the last gram()/states() */
+
+/* The threads of a call that names none: the limit, or qk's default (all online cores). */
+QKPY_EXPORT int qkpy_get_num_threads(void)
+{
+    int n = qkpy_thread_limit;
+    return n > 0 ? n : qkpy_cores;
+}
+
+/* n >= 1: calls that name no thread count use n threads; n <= 0 (or qk's default): no limit. */
+QKPY_EXPORT void qkpy_set_num_threads(int n)
+{
+    qkpy_thread_limit = n > 0 && n != qkpy_cores ? n : 0;
+}
+
+static int qkpy_threads_for(int threads) { return threads > 0 ? threads : qkpy_thread_limit; }
 
 /* ---- Map ---- */
 typedef struct {
@@ -277,9 +351,10 @@ static PyObject *qkpy_Map_states(qkpy_Map *self, PyObject *args, PyObject *kw)
     if (dims[0] == 0) return out;
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
-    cd.n_threads = threads;
+    cd.n_threads = qkpy_threads_for(threads);
     Py_BEGIN_ALLOW_THREADS
     r = qk_ctx_create(&cd, &ctx);
+    if (r == QK_OK) qkpy_last_threads = qk_ctx_query(ctx).n_threads;
     if (r == QK_OK) r = qk_states(ctx, self->map, (const double *)PyArray_DATA(x), dims[0], (double *)PyArray_DATA((PyArrayObject *)out));
     qk_ctx_destroy(ctx);
     Py_END_ALLOW_THREADS
@@ -460,6 +535,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
         }
         if (nx > 1) ld = PyArray_STRIDE(o, 0) / isz;
     }
+    threads = qkpy_threads_for(threads);    /* threads=None: the limit (threadpoolctl), if any */
     ctx = qkpy_ctx_take(device, threads);
     if (!ctx) {
         memset(&cd, 0, sizeof cd);
@@ -470,6 +546,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
         Py_END_ALLOW_THREADS
         if (r != QK_OK) { qkpy_raise(r); goto fail; }
     }
+    qkpy_last_threads = qk_ctx_query(ctx).n_threads;
     /* the output dtype qk's planner picks (docs/api.md): fp64 on the CPU engine, fp32 on the GPU
        engine, unless the precision says otherwise; the caller's out decides for itself */
     dt = precision == QK_PRECISION_FP64 ? QK_F64
@@ -510,7 +587,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     qkpy_last_gram_s = t0;                  /* written with the GIL held */
     qkpy_ctx_give(ctx, device, threads);
     if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
-    if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
     Py_XDECREF(path);
     if (outo != Py_None) { Py_INCREF(outo); return outo; }
     if (out) return (PyObject *)out;
@@ -543,12 +620,37 @@ static PyObject *qkpy_last_gram_seconds(PyObject *mod, PyObject *noargs)
     return PyFloat_FromDouble(qkpy_last_gram_s);
 }
 
+static PyObject *qkpy_py_get_num_threads(PyObject *mod, PyObject *noargs)
+{
+    (void)mod; (void)noargs;
+    return PyLong_FromLong(qkpy_get_num_threads());
+}
+
+static PyObject *qkpy_py_set_num_threads(PyObject *mod, PyObject *arg)
+{
+    long n = PyLong_AsLong(arg);
+    (void)mod;
+    if (n == -1 && PyErr_Occurred()) return NULL;
+    if (n < 0 || n > 4096) return PyErr_Format(PyExc_ValueError, "threads must be in 1..4096, or 0 for no limit (got %ld)", n);
+    qkpy_set_num_threads((int)n);
+    Py_RETURN_NONE;
+}
+
+static PyObject *qkpy_py_last_threads(PyObject *mod, PyObject *noargs)
+{
+    (void)mod; (void)noargs;
+    return PyLong_FromLong(qkpy_last_threads);
+}
+
 static PyMethodDef qkpy_methods[] = {
     {"gram", (PyCFunction)(void (*)(void))qkpy_gram, METH_VARARGS | METH_KEYWORDS,
      "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None, tol=0.0): qk_gram into out\n"
      "(or a new array; returned) or into the .npy file out_path (QK_OUTPUT_NPY; returns None)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
+    {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},
+    {"set_num_threads", qkpy_py_set_num_threads, METH_O, "set_num_threads(n): the threads of calls that name none (0: no limit)"},
+    {"_last_threads", qkpy_py_last_threads, METH_NOARGS, "n_threads of the qk context of the last gram() / states() call (qk_ctx_query)"},
     {NULL, NULL, 0, NULL}
 };
 
@@ -563,6 +665,14 @@ PyMODINIT_FUNC PyInit__qk(void)
     import_array();
     if (PyType_Ready(&qkpy_MapType) < 0) return NULL;
     qkpy_ctx_pid = qkpy_pid();
+    {   /* qk's default thread count: what a context of n_threads = 0 resolves to */
+        qk_ctx_desc cd;
+        qk_ctx *c = NULL;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CPU;
+        if (qk_ctx_create(&cd, &c) == QK_OK) { qkpy_cores = qk_ctx_query(c).n_threads; qk_ctx_destroy(c); }
+        if (qkpy_cores < 1) qkpy_cores = 1;
+    }
     if (Py_AtExit(qkpy_ctx_clear) < 0) { /* no slot left: the contexts are left to the OS at exit */ }
     m = PyModule_Create(&qkpy_module);
     if (!m) return NULL;
