@@ -1,41 +1,10 @@
-#!/bin/bash
-# The Python package on the GPU machine, in one device call (for the lead; not run by CI):
-#   1. builds the package with the CUDA engine (meson, sm_90) and runs tests/python there (the GPU
-#      engine against the CPU engine, Ctrl-C on the GPU engine, and the Qiskit / PennyLane suites
-#      where their wheels were carried);
-#   2. the call overhead on the GPU engine: qk.gram(X) against qk-gram on the same data
-#      (zz reps=2, 8 qubits, n=2000 and n=20000, float32 K) and the wrapper's own time;
-#   3. qk (GPU engine, fp64 and fp32) against qiskit-machine-learning's FidelityStatevectorKernel
-#      (on that machine's CPU) at 400 x 6 and 1500 x 8, ZZFeatureMap(reps=2), when qiskit is there.
-# Logs and bench/results-style JSON under $OUT. Run from the repo root:
-#   bash bench/python_gpu.sh
-# The machine cannot reach PyPI: qiskit, qiskit-machine-learning and pennylane travel as wheels
-# (device README: pip download --python-version 3.12 ... -d .whl NAME==VERSION for each, their
-# missing dependencies too; carry .whl). Without them steps 1's peer suites skip and step 3 is left out.
-set -o pipefail
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-B=${B:-/tmp/bpy}
-{
-  date -u; nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; nvcc --version | tail -1
-  python3 -c 'import sys, numpy; print("python", sys.version.split()[0], "numpy", numpy.__version__)'
-  if ls .whl/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-      && export PYTHONPATH=/tmp/site; echo "carried wheels installed: rc $?"
-  fi
-  rm -rf "$B"
-  meson setup "$B" . -Dgpu_arch=90 -Dpython=enabled -Dprofiler=false >"$OUT/setup.log" 2>&1; echo "setup rc $?"
-  grep -E "Python package|CUDA engine" "$OUT/setup.log"
-  ninja -C "$B" >"$OUT/build.log" 2>&1; echo "build rc $?"
-  export PYTHONPATH="$B/examples/python/src${PYTHONPATH:+:$PYTHONPATH}" QK_CACHE_DIR="$B/test-cache"
-  python3 -c 'import qk; print("qk", qk.__file__, qk.engine())'
-
-  # 1. tests/python (python-cancel includes test_ctrl_c_on_the_gpu_engine, printed with -s here)
-  timeout 400 meson test -C "$B" --no-rebuild --suite python --print-errorlogs >"$OUT/meson-test-python.log" 2>&1
-  echo "meson test --suite python rc $?"; grep -E "^ *[0-9]+/[0-9]+ |Ok:|Fail:|Skipped:" "$OUT/meson-test-python.log"
-  timeout 120 python3 -m pytest -q -s -p no:cacheprovider tests/python/test_cancel.py 2>&1 | grep -E "latency|passed|failed"
-
-  # 2 and 3
-  timeout 400 python3 - "$B" "$OUT/python-gpu.json" <<'EOF'
+#!/usr/bin/env python3
+"""The Python package on the GPU engine (bench/run.sh python-gpu runs it after tests/python):
+  1. the call overhead: qk.gram(X) against qk-gram on the same data (zz reps=2, 8 qubits,
+     n=2000 and n=20000, float32 K) and the wrapper's own time, medians of 7 after a warm-up;
+  2. qk (GPU engine, fp64 and fp32) against qiskit-machine-learning's FidelityStatevectorKernel
+     (on that machine's CPU) at 400 x 6 and 1500 x 8, ZZFeatureMap(reps=2), when qiskit imports.
+usage: python_gpu.py BUILD_DIR OUT.json [QK_GRAM]   (qk importable: PYTHONPATH holds the built package)"""
 import json, os, re, statistics, subprocess, sys, tempfile, time, warnings
 import numpy as np, qk
 B, out_path = sys.argv[1], sys.argv[2]
@@ -43,10 +12,10 @@ med = statistics.median
 def timed(fn):
     t = time.perf_counter(); r = fn(); return time.perf_counter() - t, r
 res = {"bench": "python_gpu", "engine": qk.engine(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-       "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
+       "commit": os.environ.get("COMMIT") or subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),
        "gpu": subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True).stdout.strip(),
        "overhead": [], "vs_qiskit": []}
-cli = os.path.join(B, "examples", "qk-gram")
+cli = sys.argv[3] if len(sys.argv) > 3 else os.path.join(B, "examples", "qk-gram")
 with tempfile.TemporaryDirectory() as d:
     for n in (2000, 20000):
         X = np.random.default_rng(1).uniform(0, 2 * np.pi, (n, 8))
@@ -92,6 +61,3 @@ else:
         print(json.dumps(row), flush=True)
         res["vs_qiskit"].append(row)
 open(out_path, "w").write(json.dumps(res, indent=1) + "\n")
-EOF
-  echo "python gpu bench rc $?"
-} 2>&1 | tee "$OUT/python-gpu.log"
