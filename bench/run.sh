@@ -71,11 +71,14 @@ build()  # build "MESON OPTIONS" TARGET...: setup $B once, compile the targets; 
     if [ ! -f "$B/build.ninja" ]; then
         # shellcheck disable=SC2086
         meson setup "$B" . $opts >"$OUT/build.log" 2>&1 || { echo "meson setup failed"; tail -20 "$OUT/build.log"; exit 1; }
+    else  # a build dir shared by several sets ($B): this set's options
+        # shellcheck disable=SC2086
+        meson setup --reconfigure "$B" . $opts >"$OUT/build.log" 2>&1 || { echo "meson setup --reconfigure failed"; tail -20 "$OUT/build.log"; exit 1; }
     fi
     meson compile -C "$B" "$@" >>"$OUT/build.log" 2>&1
     rc=$?
     echo "build rc $rc ($*)"
-    [ $rc = 0 ] || { grep -E "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
+    [ $rc = 0 ] || { grep -iE "error|FAILED" "$OUT/build.log" | head -20; exit 1; }
 }
 GPU_OPTS="-Dgpu_arch=90 -Dpython=disabled -Dprofiler=false"
 
