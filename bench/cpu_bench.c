@@ -1,6 +1,6 @@
 /* qk CPU engine benchmark: K(X,X) for zz reps=2 (default 8 qubits, n=4096), fp64, all threads.
    Prints JSON: states time, Gram time (total minus states), pairs/s. The numpy peer is
-   bench/cpu_numpy.py, run beside it by bench/run_cpu_bench.sh. Timing: wall clock, median of reps. */
+   bench/cpu_numpy.py, run beside it by bench/run.sh cpu-bench. Timing: wall clock, median of reps. */
 #define _POSIX_C_SOURCE 200809L
 #define QK_IMPLEMENTATION
 #include "qk.h"

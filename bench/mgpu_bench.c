@@ -7,7 +7,7 @@
    pinned staging), R timed calls of qk_gram on a context of the listed GPUs (wall clock around
    the call, qk_cuda_wtime); prints the median, Gpairs/s (N * cols / seconds, every entry of K),
    each GPU's finish time in the median run (qk_ctx_device_seconds) and the slowest over the
-   mean, and one JSON line ("json: {...}") for bench/run_mgpu_gpu.sh. device: K stays on the
+   mean, and one JSON line ("json: {...}") for bench/run.sh mgpu. device: K stays on the
    GPUs (out_devices, rows per plan); npy: K streamed to --out (no_sync unless --sync); host: a
    pageable host buffer. */
 #define QK_IMPLEMENTATION

@@ -7,7 +7,7 @@
    figures move with it.
 
    usage: mps_bench [--threads N] [--quick] [--device cuda]
-   --device cuda: the GPU cases instead (one_gpu below; bench/run_mpsgpu_gpu.sh). */
+   --device cuda: the GPU cases instead (one_gpu below; bench/run.sh mps-gpu). */
 #define _POSIX_C_SOURCE 200809L
 #define QK_IMPLEMENTATION
 #include "qk.h"
@@ -189,7 +189,7 @@ static void one_gpu(const char *spec, int q, int64_t n, qk_path path, qk_precisi
     free(K);
 }
 
-/* The GPU cases of issue 13 (bench/run_mpsgpu_gpu.sh): the targets, the crossover against the
+/* The GPU cases of issue 13 (bench/run.sh mps-gpu): the targets, the crossover against the
    statevector path, fp64 and the warp kernel. */
 static int gpu_main(int quick)
 {

@@ -15,7 +15,7 @@ Every figure is the median of several runs, the runs of the things compared inte
 machine is shared, so a slow phase hits both sides. Load averages are recorded.
 
     PYTHONPATH=build/examples/python/src python3 bench/python_cpu.py --build build \\
-        --out bench/results/DATE-python-cpu.json
+        --out /tmp/out/python-cpu.json
 """
 import argparse
 import json

@@ -239,7 +239,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
     }
 }
 
-/* ---- the fused tensor-core kernel against the cuBLAS tensor-core engines (bench/run_tc_gpu.sh) ----
+/* ---- the fused tensor-core kernel against the cuBLAS tensor-core engines (bench/run.sh prec) ----
    Per case, K(X,X) to the device: fp32 as planned, then fp32x3, tf32 and fp16 each on the cuBLAS
    engine (use_blas 3..5) and on the fused kernel (8..10) in every configuration (cfg 0 = the
    fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */

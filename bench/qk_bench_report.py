@@ -2,7 +2,7 @@
 """Joins qk-bench's JSON with the peer's (torch_qk.py, same job) and prints one table: qk, the
 peer, the ratio, the issue's target and the ceiling of PERFORMANCE.md in the same rows.
 
-Usage: qk_bench_report.py BENCH.json PEER.json      (the files bench/run_gpu.sh writes)
+Usage: qk_bench_report.py BENCH.json PEER.json      (the files bench/run.sh gpu-bench writes)
        qk_bench_report.py RESULT.json               (a bench/results/ file: both inside)
 """
 import json, sys

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer at reduced precision, beside qk's precision modes (bench/run_prec_gpu.sh).
+"""The PyTorch peer at reduced precision, beside qk's precision modes (bench/run.sh prec).
 
 Imports the peer's state builders (torch_qk.py, not part of this repository: pass its folder
 with --peer) and times its Gram, K = |S S^H|^2, the way a practitioner lowers precision in

@@ -4,7 +4,7 @@ peer (peers' torch_e2e.py) in the same job, with the floor of each row measured 
 dd's sequential write speed of the output file system (with conv=fdatasync, since qk-gram
 syncs), and the wall time and peak RSS of every command (getrusage of the child).
 
-usage: whole_job.py --qk-gram PATH [--peer .peer/torch_e2e.py] [--dir DIR] [--json OUT]
+usage: whole_job.py --qk-gram PATH [--peer bench/.peer/torch_e2e.py] [--dir DIR] [--json OUT]
                     [--rows zz6:40000,zz8:20000,zz10:24000,hea10:20000] [--big zz6:80000]
 A row "map<features>:<n>" runs qk-gram (and the peer); --big rows run qk-gram only (K larger
 than the peer can hold comfortably) to check that peak RSS stays O(slab)."""
@@ -39,7 +39,7 @@ def dd_speed(path, mb, sync):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--qk-gram", required=True)
-    ap.add_argument("--peer", default=".peer/torch_e2e.py")
+    ap.add_argument("--peer", default="bench/.peer/torch_e2e.py")
     ap.add_argument("--dir", default="/tmp/wj")
     ap.add_argument("--json")
     ap.add_argument("--rows", default="zz6:40000,zz8:20000,zz10:24000,hea10:20000")
@@ -90,7 +90,9 @@ def main():
             row["qk_speedup_vs_peer"] = w2 / w if rc == 0 and rc2 == 0 else None
         print(json.dumps(row), flush=True)
         res["rows"].append(row)
-    for spec in [s for s in a.rows.split(",") if s]: one(spec, True)
+    peer = os.path.exists(a.peer)  # without the peer the rows run qk-gram alone
+    if not peer: print("no peer at %s: qk-gram alone" % a.peer, flush=True)
+    for spec in [s for s in a.rows.split(",") if s]: one(spec, peer)
     for spec in [s for s in a.big.split(",") if s]: one(spec, False)
     if a.json:
         with open(a.json, "w") as f: json.dump(res, f, indent=1)
