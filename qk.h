@@ -71,8 +71,8 @@
                           1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
                           than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
                           too, each computing whole rows; default 0: it runs on the first GPU,
-                          which the host already cannot keep up with (2 H200s, zz 8 qubits:
-                          .npy 0.98x one GPU, the disk binds; host buffer 0.32x)
+                          which the host already cannot keep up with (docs/benchmarks.md,
+                          'Several GPUs in one process')
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)
@@ -949,9 +949,8 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
                         the FP32X3 operands, 4W, stay far from 2^31)
      QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
                         modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
-                        the tensor cores' truncating fp32 adds, an error that grows with 2^q (H200,
-                        zz-linear: 0.0019 at 16 qubits, 0.0068 at 18, 0.021 at 20, past the fp32
-                        state bound). FP32X3 flushes into round-to-nearest sums every
+                        the tensor cores' truncating fp32 adds, an error that grows with 2^q, past the fp32
+                        state bound beyond this (docs/benchmarks.md, 'Figures behind the code's constants'). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
 #define QK__PASS_QUBITS 13
 #define QK__N_FUSED_CFG 8
@@ -988,8 +987,8 @@ static inline int64_t qk__cuda_params(const qk_map *m)
 
 /* The fixed table: the fused configuration for a q-qubit state without autotune: for complex
    fp32 states with float K, the persistent few-qubit kernel on the tensor cores from 2 to 6
-   qubits (fp16 hi/lo splits at fp32 accuracy; 1.1x to 2.3x the SIMT persistent kernel on an
-   H200, docs/benchmarks.md) and the SIMT one at 1 qubit; 64x64 t4x4 for the other small states
+   qubits (fp16 hi/lo splits at fp32 accuracy, faster than the SIMT persistent kernel at each of those
+   sizes: docs/benchmarks.md, 'Few-qubit Gram on the tensor cores') and the SIMT one at 1 qubit; 64x64 t4x4 for the other small states
    (2^q <= 32: fewer registers, more blocks in flight) and for fp64 (accumulators twice the
    size), else 128x64 t8x4 (complex) or 128x128 t8x8 (real). */
 static inline int qk__fused_cfg_fixed(int q, int f64, int cplx, int f32out)
@@ -6291,11 +6290,8 @@ static double qk__host_ram(void)
 
 /* The MPS path's cost against the statevector's, per pair, in the CPU engine's measured time per
    flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
-   (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
-   dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
-   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.023, q = 10 0.066 / 0.046,
-   q = 11 0.075 / 0.095, q = 12 0.087 / 0.215; MPS time per flop is 1.8, 1.7, 1.6, 1.5 times the
-   statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
+   (short vectors, more loads per flop); 1.7 puts the switch between 10 and 11 qubits, where it was
+   measured (docs/benchmarks.md, 'Figures behind the code's constants'). */
 #ifndef QK__MPS_FLOP_RATIO
 #define QK__MPS_FLOP_RATIO 1.7
 #endif
@@ -6304,7 +6300,7 @@ static double qk__host_ram(void)
    cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
    (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
    third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
-   bench/run_mpsgpu_gpu.sh measures the crossover (zz reps=2 linear, docs/benchmarks.md). */
+   the mps-gpu case set of bench/run.sh measures the crossover (zz reps=2 linear). */
 #ifndef QK__MPS_GPU_FLOP_RATIO
 #define QK__MPS_GPU_FLOP_RATIO 4.0
 #endif
@@ -7696,15 +7692,9 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
                  into later rows: half the pairs), else a ring of two slabs (full rows)
      workspace   cuBLAS path: one slab of <a|b> in complex (or real) T
    Staging (two pinned host slabs) is host memory, reported but not charged to the device.
-   Engine choice (fused SIMT kernel vs cuBLAS + fused epilogue), measured on an H200 with
-   qk-bench, K(X,X) fp32, zz reps=2 (bench/results/2026-11-21-h200.json):
-     q = 4  n = 32768: fused 399 Gpairs/s, cuBLAS 205 (write-bound: the fused kernel writes K
-                       once; cuBLAS writes the complex Gram, then the epilogue reads it back)
-     q = 8  n = 32768: fused 31.6, cuBLAS (HERK diagonal blocks + GEMM) 46.4
-     q = 12 n = 16384: fused 1.95, cuBLAS 3.20; hea (real) q = 12: fused 6.33, cuBLAS 11.5
-   and the autotune sweep (same file, "tune"): q = 6: fused 128x64 8.79 ms, cuBLAS 9.99 ms;
-   q = 8: cuBLAS 23.1 ms, best fused 34.0 ms. So cuBLAS from q = QK__BLAS_MIN_QUBITS on
-   (compute-bound: cuBLAS runs the FP32 pipes near peak, our SIMT tile does not). */
+   Engine choice: the fused SIMT kernel writes K once and wins where the job is write-bound (few
+   qubits); cuBLAS runs the FP32 pipes near their peak and wins where it is compute-bound. So
+   cuBLAS from QK__BLAS_MIN_QUBITS on (the measured crossover: docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__BLAS_MIN_QUBITS 7
 
 /* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
@@ -7712,21 +7702,16 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
    |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
    writing K, not by arithmetic, and the FP32 fused kernel (more accurate) is the faster one;
-   at 6 qubits the tensor cores already win (zz n=32768, K on the device: fused fp32 121
-   Gpairs/s, fp32x3 183, tf32 214, fp16 230; bench/results/2026-11-23-h200-precision-a.json);
-   at 4 qubits cuBLAS's C planes and the epilogue's second pass cost more than the arithmetic
-   (fp32: fused 399 Gpairs/s, cuBLAS 205). FP32X3 sums hi*hi in chunks (a pass over C each):
-   at 6 qubits 116 Gpairs/s against the fused kernel's 121, at 8 qubits 87.6 against cuBLAS
-   fp32's 46.1 (bench/results/2026-11-23-h200-precision-c.json), so it starts one qubit later. */
+   at 6 qubits the tensor cores already win; at 4 qubits cuBLAS's C planes and the epilogue's
+   second pass cost more than the arithmetic. FP32X3 sums hi*hi in chunks (a pass over C each),
+   so it starts one qubit later (docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
 /* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
-   to this many qubits. Measured on an H200 (bench/results/2026-11-23-h200-tcfused-bench.json,
-   zz reps=2, K on the device): it is correct to its stated bounds but slower than the cuBLAS
-   engines at every size measured (8 q: tf32 106 vs 161 Gpairs/s, fp32x3 72 vs 87, fp16 189 vs
-   187; 12 q: tf32 7.3 vs 19.3), so the fixed table never picks it (0); the autotune still times
-   it per shape. */
+   to this many qubits: correct to its stated bounds but slower than the cuBLAS engines at every
+   size measured (docs/benchmarks.md, 'Figures behind the code's constants'), so the fixed table never picks it (0); the autotune still
+   times it per shape. */
 #define QK__TCF_MAX_QUBITS 0
 static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
@@ -7802,8 +7787,8 @@ QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
     return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
 }
 
-/* Speed order of the GPU modes, measured on the H200 (docs/precision.md, zz 8/12/16 q and hea
-   12 q: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever the tensor cores apply). A tensor-core mode
+/* Speed order of the GPU modes (docs/precision.md: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever
+   the tensor cores apply). A tensor-core mode
    is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
    not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
 static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
@@ -8109,19 +8094,16 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     /* slabs: rows of K per step. Device output: one step (the fused kernel) or as many rows as
        a quarter of the budget holds in cuBLAS workspace. Host outputs: ~64 MB of K per slab, so
        the D2H of one overlaps the compute of the next and the host-side delivery of the one
-       before; the two pinned staging slabs cost little to allocate (cudaMallocHost pins about
-       5 GB/s on the H200 machine: 2 x 256 MB slabs cost ~0.2 s per call in the first streamed
-       run, bench/results/2026-11-23-h200-stream-a-bench.json, e2e8 pageable). */
+       before; small pinned staging slabs keep
+       the cost of pinning them small (docs/benchmarks.md, 'Figures behind the code's constants'). */
     if (desc->output == QK_OUTPUT_DEVICE) {
-        /* one slab: slabbing K for device output bought nothing on zz 8 qubits (23.0 vs 23.1
-           ms) and cost 8% on hea 12 qubits (SSYRK on 4096-row slabs 24.0 ms, one SYRK 22.2) */
+        /* one slab: slabbing K for device output bought nothing (docs/benchmarks.md, 'Figures behind the code's constants') */
         slab = nx;
     } else {
         slab = (int64_t)(64.0 * 1048576.0 / ((double)ny * ob));
         /* and at most ~25 ms of compute per slab (FP32 cores at ~50 TFLOP/s, 8 D flops per
            complex pair, 2 D per real pair), so that a cancel (progress callback, Ctrl-C in
-           Python, SIGINT in qk-gram) lands within a few slabs: at 16 qubits a 64 MB slab was
-           ~85 ms of compute, and Ctrl-C took 260-290 ms (bench/results/2026-11-23-h200-python-gpu.json) */
+           Python, SIGINT in qk-gram) lands within a few slabs (docs/benchmarks.md, 'Figures behind the code's constants') */
         if (path != QK_PATH_ANALYTIC) {
             double per_pair = (path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, map->n_qubits > 62 ? 62 : map->n_qubits);
             double cap = 25e-3 * 50e12 / (per_pair * (double)ny);

@@ -1806,9 +1806,9 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
    inner dimension in shared memory, prefetches the next tile's operands into registers while it
    computes this one, and writes each tile and its mirror as full 16-byte rows / 32-byte sectors
    from a staged copy. Thread (tx, ty) owns rows ty + 16 i and columns tx + 32 j (strided: B reads
-   are consecutive per lane, A reads a broadcast). Measured against the 64 x 64 fused tile on an
-   H200 (zz 4 qubits, n = 32768, K on the device: 462 against 379 Gpairs/s; bench/small_gram_probe.cu
-   times the candidates against the write floor; docs/benchmarks.md). Semantics of out / mout /
+   are consecutive per lane, A reads a broadcast). Faster than the 64 x 64 fused tile where K's write
+   binds (bench/small_gram_probe.cu times the candidates against the write floor; docs/benchmarks.md,
+   'Few-qubit Gram: the persistent kernel'). Semantics of out / mout /
    doff / tri are those of qk__k_gram. */
 #define QK__SMALL_BM 128
 #define QK__SMALL_TM 8
@@ -2331,9 +2331,7 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
                products go first, while the sum is small (cuBLAS's k loop runs in order), and
                (ii) hi*hi is summed in chunks of K (2, or 4 from W = 2048 on), each chunk's GEMM
                adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
-               Measured (zz 12 qubits, n = 16384, K error): TF32 split, hi*hi first 2.0e-4;
-               small products first 1.35e-4; this scheme 3.9e-5; fp32's own 2.8e-5 (runs a, b, c
-               of bench/results/2026-11-23-h200-precision-*). fp16 halves rather than TF32: twice
+               Each step lowered the measured error to fp32's own level (docs/benchmarks.md, 'Figures behind the code's constants'). fp16 halves rather than TF32: twice
                the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
      5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
@@ -2587,8 +2585,7 @@ static qk_result qk__launch_amp_encode(const double *x, int64_t rows, int d, int
 }
 
 /* A large host copy on several threads (pageable source into pinned staging): one core copies
-   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
-   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
+   a tenth of what the H2D copy behind it moves (docs/benchmarks.md, 'Figures behind the code's constants'). */
 static void qk__par_memcpy(void *dst, const void *src, size_t n)
 {
     const size_t part = (size_t)8 << 20;
@@ -2991,8 +2988,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     }
 
     /* Pageable buffers are not page-locked for the job: registering fresh memory faults in every
-       page on one thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it
-       saves; qk.h's delivery copies on all cores. */
+       page on one thread, slower than the copy-out it saves; qk.h's delivery copies on all cores. */
     qk_result output()
     {
         if (!dev_out && !pinned_out && !J->rows)

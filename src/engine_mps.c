@@ -777,11 +777,8 @@ static double qk__host_ram(void)
 
 /* The MPS path's cost against the statevector's, per pair, in the CPU engine's measured time per
    flop: the blocked statevector Gram runs nearer the FMA peak than the transfer-matrix chain
-   (short vectors, more loads per flop). Measured with bench/mps_bench.c, one thread of the 2-core
-   dev machine, K(X,X) of n = 512, zz reps=2 linear, CPU seconds MPS / statevector, states included
-   (bench/results/2026-11-23-mps-cpu.json, "crossover"): q = 9 0.060 / 0.023, q = 10 0.066 / 0.046,
-   q = 11 0.075 / 0.095, q = 12 0.087 / 0.215; MPS time per flop is 1.8, 1.7, 1.6, 1.5 times the
-   statevector's. 1.7 puts the switch between 10 and 11 qubits, where it was measured. */
+   (short vectors, more loads per flop); 1.7 puts the switch between 10 and 11 qubits, where it was
+   measured (docs/benchmarks.md, 'Figures behind the code's constants'). */
 #ifndef QK__MPS_FLOP_RATIO
 #define QK__MPS_FLOP_RATIO 1.7
 #endif
@@ -790,7 +787,7 @@ static double qk__host_ram(void)
    cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
    (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
    third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
-   bench/run_mpsgpu_gpu.sh measures the crossover (zz reps=2 linear, docs/benchmarks.md). */
+   the mps-gpu case set of bench/run.sh measures the crossover (zz reps=2 linear). */
 #ifndef QK__MPS_GPU_FLOP_RATIO
 #define QK__MPS_GPU_FLOP_RATIO 4.0
 #endif

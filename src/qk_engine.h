@@ -82,9 +82,8 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
                         the FP32X3 operands, 4W, stay far from 2^31)
      QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
                         modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
-                        the tensor cores' truncating fp32 adds, an error that grows with 2^q (H200,
-                        zz-linear: 0.0019 at 16 qubits, 0.0068 at 18, 0.021 at 20, past the fp32
-                        state bound). FP32X3 flushes into round-to-nearest sums every
+                        the tensor cores' truncating fp32 adds, an error that grows with 2^q, past the fp32
+                        state bound beyond this (docs/benchmarks.md, 'Figures behind the code's constants'). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
 #define QK__PASS_QUBITS 13
 #define QK__N_FUSED_CFG 8
@@ -121,8 +120,8 @@ static inline int64_t qk__cuda_params(const qk_map *m)
 
 /* The fixed table: the fused configuration for a q-qubit state without autotune: for complex
    fp32 states with float K, the persistent few-qubit kernel on the tensor cores from 2 to 6
-   qubits (fp16 hi/lo splits at fp32 accuracy; 1.1x to 2.3x the SIMT persistent kernel on an
-   H200, docs/benchmarks.md) and the SIMT one at 1 qubit; 64x64 t4x4 for the other small states
+   qubits (fp16 hi/lo splits at fp32 accuracy, faster than the SIMT persistent kernel at each of those
+   sizes: docs/benchmarks.md, 'Few-qubit Gram on the tensor cores') and the SIMT one at 1 qubit; 64x64 t4x4 for the other small states
    (2^q <= 32: fewer registers, more blocks in flight) and for fp64 (accumulators twice the
    size), else 128x64 t8x4 (complex) or 128x128 t8x8 (real). */
 static inline int qk__fused_cfg_fixed(int q, int f64, int cplx, int f32out)

@@ -71,8 +71,8 @@
                           1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
                           than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
                           too, each computing whole rows; default 0: it runs on the first GPU,
-                          which the host already cannot keep up with (2 H200s, zz 8 qubits:
-                          .npy 0.98x one GPU, the disk binds; host buffer 0.32x)
+                          which the host already cannot keep up with (docs/benchmarks.md,
+                          'Several GPUs in one process')
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)

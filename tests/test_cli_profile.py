@@ -3,7 +3,7 @@
 and the HTML file. The trace is validated by prof_trace_check.check; the number of "gram tile"
 zones must equal the tiles of the CPU plan (n=200, 64x64 tiles, symmetric: 4*5/2 = 10); the run
 names --device cpu so the CPU plan holds on machines with a GPU too (the GPU zones are checked
-by bench/run_gpu_final.sh on the GPU machine).
+by bench/run.sh prof on the GPU machine).
 Usage: test_cli_profile.py QK_GRAM. Skips (77) without numpy."""
 import json, os, subprocess, sys, tempfile
 

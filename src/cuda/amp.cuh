@@ -34,8 +34,7 @@ static qk_result qk__launch_amp_encode(const double *x, int64_t rows, int d, int
 }
 
 /* A large host copy on several threads (pageable source into pinned staging): one core copies
-   about 5.5 GB/s on the H200 machine, the H2D behind it runs at 55 GB/s (qk-bench amp16g,
-   bench/results/2026-11-23-h200-final-a-bench.log: 388 ms to encode 2.1 GB of pageable X). */
+   a tenth of what the H2D copy behind it moves (docs/benchmarks.md, 'Figures behind the code's constants'). */
 static void qk__par_memcpy(void *dst, const void *src, size_t n)
 {
     const size_t part = (size_t)8 << 20;

@@ -74,9 +74,7 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
                products go first, while the sum is small (cuBLAS's k loop runs in order), and
                (ii) hi*hi is summed in chunks of K (2, or 4 from W = 2048 on), each chunk's GEMM
                adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
-               Measured (zz 12 qubits, n = 16384, K error): TF32 split, hi*hi first 2.0e-4;
-               small products first 1.35e-4; this scheme 3.9e-5; fp32's own 2.8e-5 (runs a, b, c
-               of bench/results/2026-11-23-h200-precision-*). fp16 halves rather than TF32: twice
+               Each step lowered the measured error to fp32's own level (docs/benchmarks.md, 'Figures behind the code's constants'). fp16 halves rather than TF32: twice
                the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
      5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its

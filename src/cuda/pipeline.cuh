@@ -210,8 +210,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     }
 
     /* Pageable buffers are not page-locked for the job: registering fresh memory faults in every
-       page on one thread (3.0 s for 6 GiB on the H200 machine), slower than the copy-out it
-       saves; qk.h's delivery copies on all cores. */
+       page on one thread, slower than the copy-out it saves; qk.h's delivery copies on all cores. */
     qk_result output()
     {
         if (!dev_out && !pinned_out && !J->rows)

@@ -6,9 +6,9 @@
    inner dimension in shared memory, prefetches the next tile's operands into registers while it
    computes this one, and writes each tile and its mirror as full 16-byte rows / 32-byte sectors
    from a staged copy. Thread (tx, ty) owns rows ty + 16 i and columns tx + 32 j (strided: B reads
-   are consecutive per lane, A reads a broadcast). Measured against the 64 x 64 fused tile on an
-   H200 (zz 4 qubits, n = 32768, K on the device: 462 against 379 Gpairs/s; bench/small_gram_probe.cu
-   times the candidates against the write floor; docs/benchmarks.md). Semantics of out / mout /
+   are consecutive per lane, A reads a broadcast). Faster than the 64 x 64 fused tile where K's write
+   binds (bench/small_gram_probe.cu times the candidates against the write floor; docs/benchmarks.md,
+   'Few-qubit Gram: the persistent kernel'). Semantics of out / mout /
    doff / tri are those of qk__k_gram. */
 #define QK__SMALL_BM 128
 #define QK__SMALL_TM 8

@@ -1119,7 +1119,7 @@ static void fault_tests(qk_ctx *gpu)
     cudaDeviceSynchronize();
     cudaMemGetInfo(&free1, &total);
     /* (under compute-sanitizer its own shadow allocations move the free figure; its leak check
-       is the test there: bench/run_san_gpu.sh sets QK_TEST_UNDER_SANITIZER) */
+       is the test there: bench/run.sh sanitizers sets QK_TEST_UNDER_SANITIZER) */
     if (!getenv("QK_TEST_UNDER_SANITIZER"))
         CHECK(free1 + ((size_t)8 << 20) >= free0, "fault: device memory not returned: %.1f MB less free after the fault runs",
               ((double)free0 - (double)free1) / 1048576.0);
