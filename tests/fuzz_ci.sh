@@ -83,7 +83,9 @@ for t in $targets; do
         echo "fuzz_$t: $(grep -m1 -o 'stat::number_of_executed_units: *[0-9]*' "$work/run_$t.log" | grep -o '[0-9]*$') runs, no finding"
     else
         echo "fuzz_$t: FINDING (log $work/run_$t.log):"
-        grep -v '^#\|^INFO\|^stat::' "$work/run_$t.log" | tail -40
+        # the report from its first line (a sanitizer's, an oracle's, libFuzzer's), shadow bytes left out
+        sed -n '/ERROR\|runtime error\|failed\|Test unit written/,$p' "$work/run_$t.log" |
+            grep -v '^ *0x[0-9a-f]*: \|^Shadow\|^  [A-Z][A-Za-z ]*: *[0-9a-f ]*$\|^stat::' | head -60
         for a in "$work/artifacts/${t}-"*; do
             [ -f "$a" ] || continue
             echo "input $a:"
