@@ -806,7 +806,9 @@ static const char *qk__tune_kind(mode_t m) {
 /* Reads the file at path. QK_OK: *text (QK_MALLOC'ed, *len bytes); QK_ERROR_IO with *err_no (a
    directory: EISDIR); QK_ERROR_FORMAT (too large, or not a regular file: why). Only a regular
    file is read: the path is stat()ed first (a device is never opened), then opened without
-   blocking (a FIFO would block in open() until a writer comes, forever) and fstat()ed again. */
+   blocking (a FIFO would block in open() until a writer comes, forever) and fstat()ed again.
+   A symbolic link is followed (no O_NOFOLLOW): a cache file kept elsewhere and linked is read,
+   and reading through a link writes nothing; a store replaces the link by a file (rename). */
 static qk_result qk__tune_slurp(const char *path, char **text, size_t *len, int *err_no, char *why,
                                 size_t why_size) {
     struct stat st;
