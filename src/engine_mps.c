@@ -602,9 +602,9 @@ static void qk__mps_site4(const double *A, const double *B, int dl, int dr, cons
                     ti[kk] += er * bi; ti[kk] += ei * br;
                 }
             }
-            for (kk = 0; kk < 8; kk++) {
+            for (kk = 0; kk < 8; kk++) {   /* through whole vectors: QK__ST8 (see there) */
                 double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
-                memcpy(t, &tr[kk], sizeof tr[kk]); memcpy(t + QK__NJ, &ti[kk], sizeof ti[kk]);
+                QK__ST8(t, tr[kk]); QK__ST8(t + QK__NJ, ti[kk]);
             }
         }
     for (r = 0; r < dr; r++)
@@ -624,7 +624,7 @@ static void qk__mps_site4(const double *A, const double *B, int dl, int dr, cons
             }
             for (kk = 0; kk < 4; kk++) {
                 double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
-                memcpy(e, &xr[kk], sizeof xr[kk]); memcpy(e + QK__NJ, &xi[kk], sizeof xi[kk]);
+                QK__ST8(e, xr[kk]); QK__ST8(e + QK__NJ, xi[kk]);
             }
         }
 }
