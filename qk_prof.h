@@ -47,7 +47,8 @@
 
    Output (each returns 0, or -1 with qk_prof_last_error(); 0 and nothing when disabled)
    ------
-     QK_PROF_REPORT(path)        text tables: zones (calls, total, %, mean, min, max, std; CPU and
+     QK_PROF_REPORT(path)        text tables: zones (calls, total, %, self (CPU: total less the
+                                 zones nested directly in it), mean, min, max, std; CPU and
                                  GPU), streams (utilization = union of busy intervals / wall),
                                  top-N bottlenecks, memory, transfers, counters; path "-" = stdout
      QK_PROF_WRITE_JSON(path)    the same as JSON
@@ -206,6 +207,8 @@ typedef struct qk_prof_desc {
 typedef struct qk_prof_stats {
     uint64_t calls;
     double total_ns, mean_ns, min_ns, max_ns, std_ns;
+    double self_ns;             /* CPU zones: total_ns less the time of the zones nested directly
+                                   in them (on their thread); -1 for GPU zones (not computed) */
 } qk_prof_stats;
 
 typedef struct qk_prof_summary {
@@ -451,6 +454,7 @@ extern "C" {
 typedef struct qk__prof_stat {
     uint64_t n, total, min, max, shift;
     double s1, s2;
+    uint64_t child;             /* CPU zones: time of the zones nested directly in these calls */
 } qk__prof_stat;
 
 typedef struct qk__prof_cstat { /* counter */
@@ -543,6 +547,8 @@ typedef struct qk__prof_thread {
     struct qk__prof_thread *next;
     struct qk__prof_thread *next_free;
     qk__prof_frame stack[QK_PROF_MAX_DEPTH];
+    uint64_t dchild[QK_PROF_MAX_DEPTH]; /* dropped zones ended at each depth since the last END
+                                           one level up: the children of the frame above */
 } qk__prof_thread;
 
 typedef struct qk__prof_lane {
@@ -802,6 +808,7 @@ static qk__prof_thread *qk__prof_register_thread(void)
         qk__prof_g.free_threads = t->next_free;
         if (t->depth) t->unbalanced += (uint64_t)(t->depth > 0 ? t->depth : 0); /* left open at exit */
         t->depth = 0;
+        memset(t->dchild, 0, sizeof t->dchild);
 #ifdef QK_PROF_CUDA
         if (t->gpu) { /* GPU zones left open: close them empty so their lanes drain */
             qk__prof_gthread *g = t->gpu;
@@ -923,7 +930,9 @@ static int qk__prof_push_slow(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint
         c = t->chunks[t->n_chunks];
     } else {
         c = (qk__prof_ev *)QK_PROF_MALLOC(QK__PROF_CHUNK * sizeof *c);
-        if (!c) { t->dropped++; return 0; }
+        /* the first drop ends the thread's kept events for good: a kept zone never has a
+           dropped child, which the self times rely on (qk__prof_dropped_end) */
+        if (!c) { t->max_chunks = t->n_chunks; t->dropped++; return 0; }
         t->chunks[t->n_chunks] = c;
         t->n_alloc++;
     }
@@ -934,6 +943,27 @@ static int qk__prof_push_slow(qk__prof_thread *t, uint64_t t0, uint64_t t1, uint
     t->end = c + QK__PROF_CHUNK;
     __atomic_store_n(&t->cur, c + 1, __ATOMIC_RELEASE);
     return 1;
+}
+
+/* Self time. A zone's self time is its time less that of the zones nested directly in it on its
+   thread; per name, the sum over calls: total - child, child summed in qk__prof_stat. For kept
+   events the report finds the children from the event order (qk__prof_model_build: events are
+   stored at END, so a zone's children come before it, one level deeper). A thread's events are
+   kept up to its first drop and dropped from then on (qk__prof_push_slow), so a kept zone's
+   children are all kept; a dropped zone's children are the dropped ones ended since the last
+   END at its own depth (dchild) plus, for a zone open when the drops began, kept events one
+   level deeper that started inside it (a backward scan that stops at the first event ended
+   before the zone began: empty for every zone that began after the drops did). */
+static uint64_t qk__prof_kept_children(qk__prof_thread *t, int d, uint64_t t0);
+static void qk__prof_dropped_end(qk__prof_thread *t, const qk__prof_frame *f, int d, uint64_t t1)
+{
+    qk__prof_stat *s = &t->stats[f->id];
+    uint64_t dur = t1 - f->t0, ch = qk__prof_kept_children(t, d, f->t0);
+    qk__prof_stat_add(s, dur);
+    if (d + 1 < QK_PROF_MAX_DEPTH) { ch += t->dchild[d + 1]; t->dchild[d + 1] = 0; }
+    s->child += ch;
+    t->dchild[d] += dur;
+    t->last_tick = t1;
 }
 
 /* Returns 1 when the event was kept. */
@@ -962,6 +992,19 @@ static size_t qk__prof_count(qk__prof_thread *t)
             return k * QK__PROF_CHUNK + (size_t)(cur - c0) / sizeof(qk__prof_ev);
     }
     return 0;
+}
+
+static uint64_t qk__prof_kept_children(qk__prof_thread *t, int d, uint64_t t0)
+{
+    size_t e = qk__prof_count(t);
+    uint64_t sum = 0;
+    while (e-- > 0) {
+        const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+        int zone = QK__PROF_KIND(ev) == 0;
+        if ((zone ? ev->t1 : ev->t0) < t0) break; /* ended (counters: set) before the zone began */
+        if (zone && QK__PROF_DEPTH(ev) == d + 1 && ev->t0 >= t0) sum += ev->t1 - ev->t0;
+    }
+    return sum;
 }
 
 QK_PROF_DEF void qk_prof_begin(qk_prof_site *site)
@@ -1000,10 +1043,8 @@ QK_PROF_DEF void qk_prof_end(const char *name)
     f = &t->stack[d];
     if (QK__PROF_UNLIKELY(f->name != name) && (!name || !f->name || strcmp(f->name, name) != 0))
         t->mismatched++;
-    if (QK__PROF_UNLIKELY(!qk__prof_push(t, f->t0, t1, QK__PROF_META(f->id, d, 0)))) {
-        qk__prof_stat_add(&t->stats[f->id], t1 - f->t0);
-        t->last_tick = t1;
-    }
+    if (QK__PROF_UNLIKELY(!qk__prof_push(t, f->t0, t1, QK__PROF_META(f->id, d, 0))))
+        qk__prof_dropped_end(t, f, d, t1);
 }
 
 QK_PROF_DEF qk_prof_site *qk_prof_scope_begin(qk_prof_site *site)
@@ -1681,6 +1722,7 @@ typedef struct qk__prof_row {
     int sites;
     uint64_t n;
     double total, min, max, mean, m2;
+    double child;               /* time of the zones nested directly in these calls (CPU) */
 } qk__prof_row;
 
 typedef struct qk__prof_crow {
@@ -1740,6 +1782,14 @@ static void qk__prof_row_add(qk__prof_row *r, const qk__prof_stat *s, double f)
     }
     r->n += s->n;
     r->total += f * (double)s->total;
+    r->child += f * (double)s->child;
+}
+
+/* A row's self time: total less its direct children (never below 0: a clock that steps back
+   between cores must not make it negative). */
+static double qk__prof_self(const qk__prof_row *r)
+{
+    return r->total > r->child ? r->total - r->child : 0.0;
 }
 
 static int qk__prof_row_cmp_name(const void *a, const void *b)
@@ -1772,6 +1822,7 @@ static int qk__prof_rows_merge(qk__prof_row *rows, int n)
             if (rows[i].max > r->max) r->max = rows[i].max;
             r->n += rows[i].n;
             r->total += rows[i].total;
+            r->child += rows[i].child;
             r->sites++;
         } else {
             rows[o++] = rows[i];
@@ -1873,13 +1924,26 @@ static int qk__prof_model_build(qk__prof_model *m)
     for (t = qk__prof_g.threads; t; t = t->next) {
         qk__prof_gthread *g = __atomic_load_n(&t->gpu, __ATOMIC_ACQUIRE);
         size_t ne = qk__prof_count(t), e;
-        /* zone statistics: the dropped zones' running sums plus the kept events */
+        /* zone statistics: the dropped zones' running sums plus the kept events. acc[k]: time
+           of the depth-k zones ended since the last END at depth k - 1, which claims it as its
+           children's (self time, above qk__prof_dropped_end); zones still open leave theirs. */
+        uint64_t acc[QK_PROF_MAX_DEPTH + 1];
+        int maxd = 0;
+        memset(acc, 0, sizeof acc);
         memcpy(tmp, t->stats, QK_PROF_MAX_SITES * sizeof *tmp);
         for (e = 0; e < ne; e++) {
             const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
             uint64_t last = ev->t0;
             if (QK__PROF_KIND(ev) == 0) {
-                qk__prof_stat_add(&tmp[QK__PROF_SITE(ev) % QK_PROF_MAX_SITES], ev->t1 - ev->t0);
+                qk__prof_stat *st = &tmp[QK__PROF_SITE(ev) % QK_PROF_MAX_SITES];
+                int dd = QK__PROF_DEPTH(ev), x;
+                qk__prof_stat_add(st, ev->t1 - ev->t0);
+                if (dd < QK_PROF_MAX_DEPTH) {
+                    st->child += acc[dd + 1];
+                    for (x = dd + 1; x <= maxd; x++) acc[x] = 0; /* deeper: unclaimed (unbalanced ENDs) */
+                    acc[dd] += ev->t1 - ev->t0;
+                    if (dd > maxd) maxd = dd;
+                }
                 last = ev->t1;
             }
             if (last - m->t0 < (uint64_t)1 << 62 && (double)(int64_t)(last - m->t0) * m->npt > end)
@@ -2034,6 +2098,7 @@ QK_PROF_DEF int qk_prof_zone_stats(const char *name, int gpu, qk_prof_stats *out
             out->min_ns = rows[i].min;
             out->max_ns = rows[i].max;
             out->std_ns = qk__prof_std(&rows[i]);
+            out->self_ns = gpu ? -1.0 : qk__prof_self(&rows[i]);
             rc = 0;
             break;
         }
@@ -2335,22 +2400,31 @@ static void qk__prof_text_name(FILE *f, const char *s, int w)
     qk__prof_pf(f, "%-*s", w, buf);
 }
 
-static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int w)
+/* with_self: the CPU tables, with self (exclusive) time: total less the nested zones' */
+static void qk__prof_text_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int w,
+                               int with_self)
 {
     int i;
-    qk__prof_pf(f, "\n%-*s %9s %13s %7s %12s %12s %12s %12s\n", w, title, "calls", "total ms", "%", "mean us",
-            "min us", "max us", "std us");
+    qk__prof_pf(f, "\n%-*s %9s %13s %7s", w, title, "calls", "total ms", "%");
+    if (with_self) qk__prof_pf(f, " %13s %7s", "self ms", "self %");
+    qk__prof_pf(f, " %12s %12s %12s %12s\n", "mean us", "min us", "max us", "std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         qk__prof_text_name(f, r->name, w);
-        qk__prof_pf(f, " %9llu %13.3f %7.1f %12.3f %12.3f %12.3f %12.3f\n",
-                (unsigned long long)r->n, r->total * 1e-6, wall > 0 ? 100.0 * r->total / wall : 0.0,
-                r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
+        qk__prof_pf(f, " %9llu %13.3f %7.1f", (unsigned long long)r->n, r->total * 1e-6,
+                wall > 0 ? 100.0 * r->total / wall : 0.0);
+        if (with_self)
+            qk__prof_pf(f, " %13.3f %7.1f", qk__prof_self(r) * 1e-6, wall > 0 ? 100.0 * qk__prof_self(r) / wall : 0.0);
+        qk__prof_pf(f, " %12.3f %12.3f %12.3f %12.3f\n", r->mean * 1e-3, r->min * 1e-3, r->max * 1e-3,
+                qk__prof_std(r) * 1e-3);
     }
     if (!n) qk__prof_pf(f, "(none)\n");
+    else if (with_self)
+        qk__prof_pf(f, "(self: total less the zones nested directly in it, on its thread: the time spent in the zone's "
+                       "own code)\n");
 }
 
-typedef struct qk__prof_top { const char *name; int gpu; double total; } qk__prof_top;
+typedef struct qk__prof_top { const char *name; int gpu; double total, self; } qk__prof_top; /* self: CPU */
 
 static int qk__prof_top_cmp(const void *a, const void *b)
 {
@@ -2365,7 +2439,9 @@ static qk__prof_top *qk__prof_tops(const qk__prof_model *m, int *n)
     qk__prof_top *tp = (qk__prof_top *)QK_PROF_MALLOC((size_t)(nt ? nt : 1) * sizeof *tp);
     *n = 0;
     if (!tp) return NULL;
-    for (i = 0; i < m->n_cpu; i++) { tp[i].name = m->cpu[i].name; tp[i].gpu = 0; tp[i].total = m->cpu[i].total; }
+    for (i = 0; i < m->n_cpu; i++) {
+        tp[i].name = m->cpu[i].name; tp[i].gpu = 0; tp[i].total = m->cpu[i].total; tp[i].self = qk__prof_self(&m->cpu[i]);
+    }
     for (i = 0; i < m->n_gpu; i++) { tp[m->n_cpu + i].name = m->gpu[i].name; tp[m->n_cpu + i].gpu = 1; tp[m->n_cpu + i].total = m->gpu[i].total; }
     qsort(tp, (size_t)nt, sizeof *tp, qk__prof_top_cmp);
     *n = nt < qk__prof_g.desc.top_n ? nt : qk__prof_g.desc.top_n;
@@ -2383,9 +2459,9 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
     qk__prof_pf(f, "qk_prof report: wall %.3f ms, clock %s (%.4f ns/tick), %d thread%s, %d GPU stream%s\n",
             m->wall * 1e-6, m->sum.clock, m->npt, m->sum.threads, m->sum.threads == 1 ? "" : "s",
             m->n_lanes, m->n_lanes == 1 ? "" : "s");
-    qk__prof_text_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, w);
+    qk__prof_text_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, w, 1);
     if (m->n_gpu || m->n_lanes) {
-        qk__prof_text_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, w);
+        qk__prof_text_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, w, 0);
         qk__prof_pf(f, "\n%-*s %9s %13s %7s %9s\n", w, "GPU streams", "zones", "busy ms", "wall %", "active %");
         for (k = 0; k < m->n_lanes; k++) {
             const qk__prof_lrow *l = &m->lanes[k];
@@ -2405,8 +2481,10 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
             for (i = 0; i < nt; i++) {
                 qk__prof_pf(f, "%3d. %s  ", i + 1, tp[i].gpu ? "GPU" : "CPU");
                 qk__prof_text_name(f, tp[i].name, w);
-                qk__prof_pf(f, " %13.3f ms %7.1f %% of wall\n", tp[i].total * 1e-6,
+                qk__prof_pf(f, " %13.3f ms %7.1f %% of wall", tp[i].total * 1e-6,
                         m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+                if (!tp[i].gpu) qk__prof_pf(f, "  (self %.3f ms)", tp[i].self * 1e-6);
+                qk__prof_pf(f, "\n");
             }
             QK_PROF_FREE(tp);
         }
@@ -2485,7 +2563,7 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
 }
 
 /* >>json ---- implementation: JSON report ---- */
-static void qk__prof_json_rows(FILE *f, const char *key, const qk__prof_row *rows, int n, double wall)
+static void qk__prof_json_rows(FILE *f, const char *key, const qk__prof_row *rows, int n, double wall, int with_self)
 {
     int i;
     qk__prof_pf(f, ",\n\"%s\":[", key);
@@ -2496,6 +2574,10 @@ static void qk__prof_json_rows(FILE *f, const char *key, const qk__prof_row *row
         qk__prof_pf(f, ",\"sites\":%d,\"calls\":%llu,\"total_ns\":", r->sites, (unsigned long long)r->n);
         qk__prof_json_num(f, r->total);
         fputs(",\"pct_wall\":", f); qk__prof_json_num(f, wall > 0 ? 100.0 * r->total / wall : 0.0);
+        if (with_self) {
+            fputs(",\"self_ns\":", f); qk__prof_json_num(f, qk__prof_self(r));
+            fputs(",\"self_pct_wall\":", f); qk__prof_json_num(f, wall > 0 ? 100.0 * qk__prof_self(r) / wall : 0.0);
+        }
         fputs(",\"mean_ns\":", f); qk__prof_json_num(f, r->mean);
         fputs(",\"min_ns\":", f); qk__prof_json_num(f, r->min);
         fputs(",\"max_ns\":", f); qk__prof_json_num(f, r->max);
@@ -2520,8 +2602,8 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
             (unsigned long long)s->dropped_gpu_records, (unsigned long long)s->dropped_threads,
             (unsigned long long)s->unbalanced, (unsigned long long)s->mismatched, (unsigned long long)s->too_deep,
             (unsigned long long)s->gpu_ignored, (unsigned long long)s->gpu_pending);
-    qk__prof_json_rows(f, "cpu_zones", m->cpu, m->n_cpu, m->wall);
-    qk__prof_json_rows(f, "gpu_zones", m->gpu, m->n_gpu, m->wall);
+    qk__prof_json_rows(f, "cpu_zones", m->cpu, m->n_cpu, m->wall, 1);
+    qk__prof_json_rows(f, "gpu_zones", m->gpu, m->n_gpu, m->wall, 0);
     {
         int nt;
         qk__prof_top *tp = qk__prof_tops(m, &nt);
@@ -2533,6 +2615,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
             qk__prof_json_num(f, tp[i].total);
             fputs(",\"pct_wall\":", f);
             qk__prof_json_num(f, m->wall > 0 ? 100.0 * tp[i].total / m->wall : 0.0);
+            if (!tp[i].gpu) { fputs(",\"self_ns\":", f); qk__prof_json_num(f, tp[i].self); }
             fputc('}', f);
         }
         fputs("]", f);
@@ -2824,10 +2907,12 @@ static void qk__prof_html_zone_bars(FILE *f, const qk__prof_model *m)
         for (i = 0; i < n && i < 20; i++) {
             const qk__prof_row *r = &rows[i];
             char val[48], tip[512], t1[32], t2[32], t3[32];
+            char t4[48], self[64] = "";
             qk__prof_time(r->total, val, sizeof val);
-            qk__prof_spf(tip, sizeof tip, "%s zone %.200s: %llu call%s, total %s, mean %s, min %s, max %s, "
+            if (!k) qk__prof_spf(self, sizeof self, ", self %s", qk__prof_time(qk__prof_self(r), t4, sizeof t4));
+            qk__prof_spf(tip, sizeof tip, "%s zone %.200s: %llu call%s, total %s%s, mean %s, min %s, max %s, "
                          "%.1f %% of wall", k ? "GPU" : "CPU", r->name, (unsigned long long)r->n, r->n == 1 ? "" : "s",
-                         val, qk__prof_time(r->mean, t1, sizeof t1), qk__prof_time(r->min, t2, sizeof t2),
+                         val, self, qk__prof_time(r->mean, t1, sizeof t1), qk__prof_time(r->min, t2, sizeof t2),
                          qk__prof_time(r->max, t3, sizeof t3), qk__prof_pct(r->total, m->wall));
             qk__prof_html_bar(f, k ? "GPU" : "CPU", r->name, k ? "gpu" : "cpu", qk__prof_pct(r->total, maxt), val, tip);
         }
@@ -3065,16 +3150,24 @@ static void qk__prof_html_table_open(FILE *f, const char *title, const char *not
     fputs("</th></tr>\n", f);
 }
 
-static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall)
+static void qk__prof_html_rows(FILE *f, const char *title, const qk__prof_row *rows, int n, double wall, int with_self)
 {
     int i;
-    qk__prof_html_table_open(f, title, NULL, "name|calls|total ms|% of wall|mean us|min us|max us|std us");
+    if (with_self)
+        qk__prof_html_table_open(f, title, "Self time = the zone's total less the time of the zones nested directly in "
+                                 "it on its thread: the time spent in the zone's own code, summed over its calls.",
+                                 "name|calls|total ms|% of wall|self ms|self % of wall|mean us|min us|max us|std us");
+    else
+        qk__prof_html_table_open(f, title, NULL, "name|calls|total ms|% of wall|mean us|min us|max us|std us");
     for (i = 0; i < n; i++) {
         const qk__prof_row *r = &rows[i];
         fputs("<tr><td>", f);
         qk__prof_html_str(f, r->name);
-        qk__prof_pf(f, "</td><td>%llu</td><td>%.3f</td><td>%.1f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n",
-                    (unsigned long long)r->n, r->total * 1e-6, qk__prof_pct(r->total, wall), r->mean * 1e-3,
+        qk__prof_pf(f, "</td><td>%llu</td><td>%.3f</td><td>%.1f</td>", (unsigned long long)r->n, r->total * 1e-6,
+                    qk__prof_pct(r->total, wall));
+        if (with_self)
+            qk__prof_pf(f, "<td>%.3f</td><td>%.1f</td>", qk__prof_self(r) * 1e-6, qk__prof_pct(qk__prof_self(r), wall));
+        qk__prof_pf(f, "<td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td></tr>\n", r->mean * 1e-3,
                     r->min * 1e-3, r->max * 1e-3, qk__prof_std(r) * 1e-3);
     }
     fputs("</table>\n", f);
@@ -3088,12 +3181,14 @@ static void qk__prof_html_bottlenecks(FILE *f, const qk__prof_model *m)
     qk__prof_html_table_open(f, "Top bottlenecks", "Total time = the zone's time summed over all its calls on all "
                              "threads, as a share of the wall time. It exceeds 100 % when the zone runs on several "
                              "threads at once (4 threads for the whole run: 400 %); nested zones also count in their "
-                             "parents.", "zone|kind|total ms|total / wall");
+                             "parents (self time: without them; CPU zones).", "zone|kind|total ms|total / wall|self ms");
     for (i = 0; tp && i < nt; i++) {
         fputs("<tr><td>", f);
         qk__prof_html_str(f, tp[i].name);
-        qk__prof_pf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f %%</td></tr>\n", tp[i].gpu ? "GPU" : "CPU",
+        qk__prof_pf(f, "</td><td>%s</td><td>%.3f</td><td>%.1f %%</td>", tp[i].gpu ? "GPU" : "CPU",
                     tp[i].total * 1e-6, qk__prof_pct(tp[i].total, m->wall));
+        if (tp[i].gpu) fputs("<td>&mdash;</td></tr>\n", f);
+        else qk__prof_pf(f, "<td>%.3f</td></tr>\n", tp[i].self * 1e-6);
     }
     fputs("</table>\n", f);
     QK_PROF_FREE(tp);
@@ -3194,8 +3289,8 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     qk__prof_html_timeline(f, m);
     qk__prof_html_memory(f, m);
     qk__prof_html_bottlenecks(f, m);
-    qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall);
-    if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall);
+    qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, 1);
+    if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, 0);
     qk__prof_html_streams(f, m);
     qk__prof_html_transfers(f, m);
     qk__prof_html_memory_table(f);

@@ -46,7 +46,7 @@ static const char *usage_text =
     "  --map SPEC        feature map: zz(reps=2,ent=full), iqp, angle(rot=y), amplitude, basis,\n"
     "                    hea(layers=2), circuit(...); see docs/maps.md (default for --demo:\n"
     "                    zz(reps=2,alpha=0.5))\n"
-    "  --x FILE          samples, one per row: .npy (float32/64 or int32/64, C order, 2-D)\n"
+    "  --x FILE          samples, one per row: .npy (2-D; float, int or bool, C or Fortran order)\n"
     "                    or .csv (numbers, optional header line)\n"
     "  --y FILE          second sample set: K = K(X, Y) of shape n_x x n_y (default K(X, X))\n"
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"

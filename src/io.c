@@ -128,31 +128,49 @@ static qk_result qk__npy_parse_header(const char *path, const char *h, size_t le
     return QK_OK;
 }
 
-/* Converts n items of the file's dtype, already in buf, to doubles in place. 4-byte items are
-   widened from the last to the first so that no item is overwritten before it is read. */
+/* One item of the file's dtype at p as a double: kind 'f' (IEEE binary16/32/64), 'i' (signed),
+   'u' (unsigned), 'b' (bool, 0 or 1); size in bytes; swap: the file's byte order is not the
+   host's. 64-bit integers beyond 2^53 round to the nearest double, as numpy's astype does. */
+static double qk__npy_item(const unsigned char *p, char kind, int size, int swap) {
+    unsigned char t[8];
+    uint64_t u = 0;
+    int k;
+    for (k = 0; k < size; k++) t[k] = p[swap ? size - 1 - k : k];
+    if (kind == 'b') return t[0] != 0 ? 1.0 : 0.0;
+    if (kind == 'f' && size == 8) { double d; memcpy(&d, t, 8); return d; }
+    if (kind == 'f' && size == 4) { float f; memcpy(&f, t, 4); return (double)f; }
+    if (kind == 'f') {   /* binary16: sign, 5 exponent bits (bias 15), 10 fraction bits */
+        uint16_t h;
+        int ex, fr;
+        double v;
+        memcpy(&h, t, 2);
+        ex = (h >> 10) & 0x1f;
+        fr = h & 0x3ff;
+        if (ex == 0) v = ldexp((double)fr, -24);
+        else if (ex == 31) v = fr ? (double)NAN : (double)INFINITY;
+        else v = ldexp((double)(fr | 0x400), ex - 25);
+        return (h & 0x8000) ? -v : v;
+    }
+    /* integers: the host-order bytes in t, widened by value */
+    if (size == 1) u = t[0];
+    else if (size == 2) { uint16_t v; memcpy(&v, t, 2); u = v; }
+    else if (size == 4) { uint32_t v; memcpy(&v, t, 4); u = v; }
+    else memcpy(&u, t, 8);
+    if (kind == 'u') return (double)u;
+    if (size == 1) return (double)(int8_t)(uint8_t)u;
+    if (size == 2) return (double)(int16_t)(uint16_t)u;
+    if (size == 4) return (double)(int32_t)(uint32_t)u;
+    return (double)(int64_t)u;
+}
+
+/* Converts n items of the file's dtype, already in buf, to doubles in place, from the last to
+   the first: item i (at size * i <= 8 * i) is read before the doubles of items >= i are
+   written, so no item is overwritten before it is read. */
 static void qk__npy_to_double(unsigned char *buf, int64_t n, char kind, int size, int swap) {
     int64_t i;
-    int k;
-    if (size == 8) {
-        for (i = 0; i < n; i++) {
-            unsigned char t[8];
-            double d;
-            memcpy(t, buf + 8 * i, 8);
-            if (swap) for (k = 0; k < 4; k++) { unsigned char c = t[k]; t[k] = t[7 - k]; t[7 - k] = c; }
-            if (kind == 'f') memcpy(&d, t, 8);
-            else { int64_t v; memcpy(&v, t, 8); d = (double)v; }
-            memcpy(buf + 8 * i, &d, 8);
-        }
-    } else {
-        for (i = n; i-- > 0;) {
-            unsigned char t[4];
-            double d;
-            memcpy(t, buf + 4 * i, 4);
-            if (swap) { unsigned char c = t[0]; t[0] = t[3]; t[3] = c; c = t[1]; t[1] = t[2]; t[2] = c; }
-            if (kind == 'f') { float v; memcpy(&v, t, 4); d = (double)v; }
-            else { int32_t v; memcpy(&v, t, 4); d = (double)v; }
-            memcpy(buf + 8 * i, &d, 8);
-        }
+    for (i = n; i-- > 0;) {
+        double d = qk__npy_item(buf + (size_t)size * (size_t)i, kind, size, swap);
+        memcpy(buf + 8 * (size_t)i, &d, 8);
     }
 }
 
@@ -255,6 +273,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     qk__npy_header h;
     qk_result r;
     int major, minor, size, swap;
+    size_t dlen;
     char order, kind;
     int64_t rows, cols, count;
 
@@ -305,18 +324,25 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
     kind = h.descr[1];
-    size = h.descr[2] - '0';
+    dlen = strlen(h.descr);
+    size = dlen == 3 && h.descr[2] >= '1' && h.descr[2] <= '9' ? h.descr[2] - '0' : 0;
     if (strchr(h.descr, 'O')) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
         goto fail;
     }
-    if (strlen(h.descr) != 3 || !strchr("<>=", order) || (kind != 'f' && kind != 'i') || (size != 4 && size != 8)) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads <f4 <f8 >f4 >f8 <i4 <i8 >i4 >i8)", path, dsc);
+    if (dlen == 4 && kind == 'f' && (strcmp(h.descr + 2, "16") == 0 || strcmp(h.descr + 2, "12") == 0 || strcmp(h.descr + 2, "10") == 0)) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is long double, whose layout depends on the machine that wrote it "
+                     "(x87 80-bit or IEEE 128-bit); save a.astype(np.float64)", path, dsc);
         goto fail;
     }
-    if (h.fortran) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: the array is in Fortran order; qk reads C-order arrays only "
-                     "(save np.ascontiguousarray(a) instead)", path);
+    /* What numpy writes for a real array: float16/32/64, signed and unsigned integers of 1 to 8
+       bytes, bool; any byte order ('|' is numpy's "not applicable", for 1-byte items). */
+    if (!strchr("<>=|", order) || order == 0 || size == 0 ||
+        !((kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
+          ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) ||
+          (kind == 'b' && size == 1))) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported (qk reads float16/32/64 (f2 f4 f8), "
+                     "integers (i1 i2 i4 i8 u1 u2 u4 u8) and bool (b1), either byte order)", path, dsc);
         goto fail;
     }
     if (h.ndim < 1 || h.ndim > 2) {
@@ -356,8 +382,31 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements", path, (long long)count);
         goto fail;
     }
-    got = qk__read_full(fd, data, nbytes);
-    if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    swap = order == '=' || order == '|' ? 0 : ((order == '<') != qk__host_little());
+    if (h.fortran && rows > 1 && cols > 1) {
+        /* Fortran order (what np.save writes for an F-contiguous array, e.g. pandas'
+           df.to_numpy()): column after column. Read in chunks and transposed into the row-major
+           array as they come: the only memory besides the array is one 16 KiB chunk. */
+        unsigned char chunk[16384];
+        size_t per = sizeof chunk / (size_t)size, done = 0, k;
+        got = 0;
+        while (done < (size_t)count) {
+            size_t want = (size_t)count - done < per ? (size_t)count - done : per;
+            int64_t g = qk__read_full(fd, chunk, want * (size_t)size);
+            if (g < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+            got += g;
+            if ((size_t)g < want * (size_t)size) break;
+            for (k = 0; k < want; k++) {
+                size_t idx = done + k;   /* column idx / rows, row idx % rows */
+                double d = qk__npy_item(chunk + k * (size_t)size, kind, size, swap);
+                memcpy(data + 8 * ((idx % (size_t)rows) * (size_t)cols + idx / (size_t)rows), &d, 8);
+            }
+            done += want;
+        }
+    } else {
+        got = qk__read_full(fd, data, nbytes);
+        if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    }
     if ((size_t)got < nbytes) {   /* the file shrank while it was read */
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %lu bytes for shape %s of %s", path,
                      (long long)got, (unsigned long)nbytes, shp, dsc);
@@ -371,8 +420,8 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         }
     }
     QK__RCLOSE(fd);
-    swap = order == '=' ? 0 : ((order == '<') != qk__host_little());
-    qk__npy_to_double(data, count, kind, size, swap);
+    /* C order; or Fortran order with one row or one column, the same bytes */
+    if (!(h.fortran && rows > 1 && cols > 1)) qk__npy_to_double(data, count, kind, size, swap);
     QK_FREE(hdr);
     out->data = (double *)(void *)data;
     out->rows = rows;

@@ -512,7 +512,11 @@ typedef struct qk_array {
 #define QK_CSV_MAX_LINE ((int64_t)1 << 24)      /* longest .csv line (16 MiB) */
 #endif
 
-/* Reads .npy version 1-3, dtype <f4/<f8 (and >f4/>f8, <i4/<i8), C order, 1-D or 2-D. */
+/* Reads .npy version 1-3, 1-D or 2-D, in C or Fortran order (a Fortran-order array is
+   transposed into row-major as it is read, in 16 KiB chunks: no second copy), of any dtype numpy
+   writes for a real array: float16/32/64, signed and unsigned integers of 1-8 bytes, bool, either
+   byte order; all converted to double. Object, structured, complex and long-double arrays are
+   refused. */
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out);
 /* Writes a 2-D (cols > 0) or 1-D (cols == 0) .npy of float32 or float64 atomically: a temporary
    file in the same directory, then rename. No partial file on any error. */

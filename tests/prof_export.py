@@ -50,10 +50,24 @@ def main():
             check(close(z["std_ns"], statistics.pstdev(durs), rel=1e-7), "%r std %s vs %s" % (name, z["std_ns"], statistics.pstdev(durs)))
             check(close(z["pct_wall"], 100 * z["total_ns"] / rep["wall_ns"]), "%r pct" % name)
         check(zones["inner"]["sites"] == 2, "inner merges two call sites")
+        # self (exclusive) time: outer less the inner and weird zones nested in it; leaves = total
+        for name in ("outer", "inner", weird):
+            z = zones.get(name, {})
+            check("self_ns" in z and "self_pct_wall" in z, "%r has self_ns and self_pct_wall" % name)
+        if "self_ns" in zones.get("outer", {}):
+            check(close(zones["outer"]["self_ns"], sched["outer_self"] * npt), "outer self_ns %s vs %s"
+                  % (zones["outer"]["self_ns"], sched["outer_self"] * npt))
+            check(close(zones["outer"]["self_ns"], zones["outer"]["total_ns"] - zones["inner"]["total_ns"]
+                        - zones[weird]["total_ns"]), "outer self = total - its children's totals")
+            check(close(zones["inner"]["self_ns"], zones["inner"]["total_ns"]), "inner (a leaf): self = total")
+            check(close(zones["outer"]["self_pct_wall"], 100 * zones["outer"]["self_ns"] / rep["wall_ns"]), "outer self pct")
+            check(all("self_ns" not in z for z in rep["gpu_zones"]), "GPU zones carry no self_ns")
         top = rep["top"]
         want = sorted(rep["cpu_zones"], key=lambda z: -z["total_ns"])[:10]
         check([t["name"] for t in top] == [z["name"] for z in want] and top[0]["gpu"] is False,
               "top list = zones by total, largest first")
+        check(all(t.get("self_ns") == zones[t["name"]].get("self_ns") for t in top if not t["gpu"]),
+              "top list: the CPU zones' self_ns")
         ctr = {c["name"]: c for c in rep["counters"]}
         check(close(ctr["tiles"]["sum"], sched["tiles"]) and ctr["tiles"]["kind"] == "add", "tiles counter sum")
         check(close(ctr["temp"]["last"], sched["temp_last"]) and ctr["temp"]["kind"] == "set", "temp counter last")
@@ -96,8 +110,8 @@ def main():
             if i < 0 or not (tops[i][0] - 5e-3 <= e["ts"] and e["ts"] + e["dur"] <= tops[i][1] + 5e-3):  # ts, dur in us with 3 decimals
                 bad += 1
         check(bad == 0, "%d nested zones outside their parent" % bad)
-        check(sum(1 for e in xs if e["args"]["depth"] == 1) == len(sched["inner"]) + len(sched[weird]),
-              "depth-1 zones = inner + weird")
+        check(sum(1 for e in xs if e["args"]["depth"] == 1 and e["name"] not in ("rec", "leaf", "kid"))
+              == len(sched["inner"]) + len(sched[weird]), "depth-1 zones = inner + weird (+ the self-time block's)")
         cs = [e for e in ev if e["ph"] == "C" and e["name"] == "tiles"]
         check(cs and close(cs[-1]["args"]["value"], sched["tiles"]) and all(
             cs[i]["ts"] <= cs[i + 1]["ts"] for i in range(len(cs) - 1)), "tiles counter running sum in trace")
@@ -107,13 +121,22 @@ def main():
         check(sum(1 for e in full["traceEvents"] if e["ph"] == "X") == 8192, "buffer-full trace keeps exactly 8192 events")
 
         txt = open(os.path.join(d, "report.txt")).read()
-        for key in ("CPU zones", "Top ", "Memory (tracked)", "Transfers", "Counters", "outer", "inner"):
+        for key in ("CPU zones", "Top ", "Memory (tracked)", "Transfers", "Counters", "outer", "inner", "self ms", "self %"):
             check(key in txt, "report.txt has %r" % key)
         check(all(len(l) < 400 for l in txt.splitlines()), "report.txt lines are bounded")
         check("\\ttab\\nnewli" in txt, "control characters are escaped in report.txt")
+        # the text table's self column: outer's row, "self ms" under its header, in ms
+        head = next((l for l in txt.splitlines() if l.startswith("CPU zones")), "")
+        row = next((l for l in txt.splitlines() if l.startswith("outer ")), "")
+        cols = head.split("  ")
+        m = re.match(r"outer\s+(\d+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s+([0-9.]+)\s", row)
+        check(m is not None and "self ms" in head and head.index("self ms") < head.index("mean us"), "report.txt: self columns")
+        if m and "self_ns" in zones.get("outer", {}):
+            check(abs(float(m.group(4)) - zones["outer"]["self_ns"] * 1e-6) <= 0.0005, "report.txt outer self ms %s" % m.group(4))
 
         h = open(os.path.join(d, "report.html")).read()
         check("<tag>" not in h and "&lt;tag&gt;" in h, "HTML escapes < and >")
+        check("<th>self ms</th>" in h and "Self time" in h, "HTML zone table has a self time column, explained")
         check("&quot;" in h and "&amp;" in h, "HTML escapes quotes and &")
         check("http://" not in h.replace("http://www.w3.org/2000/svg", "") and "https://" not in h, "HTML has no network reference")
         check("<script" not in h, "HTML has no script")

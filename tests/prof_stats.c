@@ -71,6 +71,7 @@ int main(int argc, char **argv)
     qk_prof_summary sum;
     series outer = { 0, 0, 0 }, inner = { 0, 0, 0 }, weird = { 0, 0, 0 };
     double tiles = 0, temp_last = 0;
+    double outer_self = 0; /* ticks: each outer's time less its inner and weird children */
     int i, j, n_outer;
     char path[1024];
     int a[3];
@@ -87,7 +88,7 @@ int main(int argc, char **argv)
 
     n_outer = 200 + (int)(rnd() % 300);
     for (i = 0; i < n_outer; i++) {
-        uint64_t t0 = fake_now;
+        uint64_t t0 = fake_now, kids = 0;
         int k = (int)(rnd() % 4);
         QK_PROF_BEGIN("outer");
         fake_now += rnd() % 50;
@@ -96,6 +97,7 @@ int main(int argc, char **argv)
             if (j % 2 == 0) { QK_PROF_BEGIN("inner"); fake_now += d; QK_PROF_END("inner"); }
             else { QK_PROF_BEGIN("inner"); fake_now += d; QK_PROF_END("inner"); } /* a second site */
             push(&inner, (double)d);
+            kids += d;
             fake_now += rnd() % 20;
             QK_PROF_COUNT("tiles", 1 + j);
             tiles += 1 + j;
@@ -106,16 +108,27 @@ int main(int argc, char **argv)
             fake_now += d;
             QK_PROF_END(WEIRD);
             push(&weird, (double)d);
+            kids += d;
         }
         temp_last = (double)(rnd() % 1000) / 8.0;
         QK_PROF_COUNTER("temp", temp_last);
         QK_PROF_END("outer");
         push(&outer, (double)(fake_now - t0));
+        outer_self += (double)(fake_now - t0 - kids);
         fake_now += rnd() % 100;
     }
     expect_stats("outer", &outer, npt);
     expect_stats("inner", &inner, npt);
     expect_stats(WEIRD, &weird, npt);
+    /* Self time: outer less its nested zones, exactly (integer ticks times 2.5); the leaves' self
+       time is their total. */
+    {
+        qk_prof_stats st;
+        CHECK(qk_prof_zone_stats("outer", 0, &st) == 0 && st.self_ns == outer_self * npt);
+        CHECK(st.self_ns < st.total_ns);
+        CHECK(qk_prof_zone_stats("inner", 0, &st) == 0 && st.self_ns == st.total_ns);
+        CHECK(qk_prof_zone_stats(WEIRD, 0, &st) == 0 && st.self_ns == st.total_ns);
+    }
     {
         qk_prof_stats st;
         CHECK(qk_prof_zone_stats("no such zone", 0, &st) == -1);
@@ -144,6 +157,32 @@ int main(int argc, char **argv)
     CHECK(sum.dropped_events == 0);
     CHECK(sum.threads == 1);
     CHECK(strcmp(sum.clock, "injected") == 0);
+
+    /* Self time of a zone nested in zones of its own name (only direct children count, each call
+       once), and of zones around a report written while one is open (its children wait for it). */
+    {
+        qk_prof_stats st;
+        QK_PROF_BEGIN("rec"); fake_now += 10;           /* 85 ticks, self 10 + 3 */
+        QK_PROF_BEGIN("rec"); fake_now += 20;           /* 65 ticks, self 20 + 5 */
+        QK_PROF_BEGIN("rec"); fake_now += 40; QK_PROF_END("rec");
+        fake_now += 5;
+        QK_PROF_END("rec");
+        QK_PROF_BEGIN("leaf"); fake_now += 7; QK_PROF_END("leaf");
+        fake_now += 3;
+        QK_PROF_END("rec");
+        CHECK(qk_prof_zone_stats("rec", 0, &st) == 0 && st.calls == 3 && st.total_ns == 190 * npt && st.self_ns == 78 * npt);
+        CHECK(qk_prof_zone_stats("leaf", 0, &st) == 0 && st.self_ns == 7 * npt);
+        QK_PROF_BEGIN("open"); fake_now += 4;
+        QK_PROF_BEGIN("kid"); fake_now += 6; QK_PROF_END("kid");
+        CHECK(qk_prof_zone_stats("open", 0, &st) == -1);             /* not ended: not reported */
+        CHECK(qk_prof_zone_stats("kid", 0, &st) == 0 && st.self_ns == 6 * npt);
+        CHECK(qk_prof_zone_stats("rec", 0, &st) == 0 && st.self_ns == 78 * npt); /* kid is nobody's yet */
+        QK_PROF_BEGIN("kid"); fake_now += 9; QK_PROF_END("kid");
+        fake_now += 2;
+        QK_PROF_END("open");
+        CHECK(qk_prof_zone_stats("open", 0, &st) == 0 && st.total_ns == 21 * npt && st.self_ns == 6 * npt);
+        CHECK(qk_prof_zone_stats("rec", 0, &st) == 0 && st.self_ns == 78 * npt);
+    }
 
     /* Memory: current and peak per kind. */
     QK_PROF_TRACK("a", &a[0], 100);
@@ -194,8 +233,8 @@ int main(int argc, char **argv)
             write_series(f, "outer", &outer); fputc(',', f);
             write_series(f, "inner", &inner); fputc(',', f);
             write_series(f, WEIRD, &weird);
-            fprintf(f, ",\"tiles\":%.17g,\"temp_last\":%.17g,\"host_current\":250,\"host_peak\":%d}\n", tiles,
-                    temp_last, 250 + 15000);
+            fprintf(f, ",\"tiles\":%.17g,\"temp_last\":%.17g,\"host_current\":250,\"host_peak\":%d,\"outer_self\":%.17g}\n",
+                    tiles, temp_last, 250 + 15000, outer_self);
             fclose(f);
         }
         CHECK(QK_PROF_WRITE_TRACE("/nonexistent-dir/x/trace.json") == -1);
@@ -208,17 +247,35 @@ int main(int argc, char **argv)
     CHECK(qk_prof_init(&desc) == -1);
     qk_prof_shutdown();
 
-    /* Buffer full: 2 chunks of events kept, the rest dropped and counted, statistics exact. */
+    /* Buffer full: 2 chunks of events kept, the rest dropped and counted, statistics exact, self
+       times too: "span" is open across the first drop (kept and dropped children), one "pfill"
+       ends just after it (its "fill" kept: the one event before span shifts the pairs), the
+       rest are dropped with their children. */
     desc.events_per_thread = 2 * 4096;
     CHECK(qk_prof_init(&desc) == 0);
     {
-        int n = 10000 + (int)(rnd() % 1000);
+        int n = 5000 + (int)(rnd() % 1000);
         qk_prof_stats st;
-        for (i = 0; i < n; i++) { QK_PROF_BEGIN("fill"); fake_now += 3; QK_PROF_END("fill"); }
+        QK_PROF_BEGIN("pre"); fake_now += 1; QK_PROF_END("pre");
+        QK_PROF_BEGIN("span");
+        fake_now += 11;
+        for (i = 0; i < n; i++) {
+            QK_PROF_BEGIN("pfill");
+            fake_now += 2;
+            QK_PROF_BEGIN("fill"); fake_now += 3; QK_PROF_END("fill");
+            fake_now += 1;
+            QK_PROF_END("pfill");
+        }
+        fake_now += 13;
+        QK_PROF_END("span");
         qk_prof_get_summary(&sum);
         CHECK(sum.events == 8192);
-        CHECK(sum.dropped_events == (uint64_t)(n - 8192));
-        CHECK(qk_prof_zone_stats("fill", 0, &st) == 0 && st.calls == (uint64_t)n && st.total_ns == 3.0 * npt * n);
+        CHECK(sum.dropped_events == (uint64_t)(2 * n + 2 - 8192));
+        CHECK(qk_prof_zone_stats("fill", 0, &st) == 0 && st.calls == (uint64_t)n && st.total_ns == 3.0 * npt * n &&
+              st.self_ns == st.total_ns);
+        CHECK(qk_prof_zone_stats("pfill", 0, &st) == 0 && st.calls == (uint64_t)n && st.total_ns == 6.0 * npt * n &&
+              st.self_ns == 3.0 * npt * n);
+        CHECK(qk_prof_zone_stats("span", 0, &st) == 0 && st.total_ns == (24.0 + 6.0 * n) * npt && st.self_ns == 24.0 * npt);
         if (argc > 1) {
             snprintf(path, sizeof path, "%s/full.json", argv[1]);
             CHECK(QK_PROF_WRITE_TRACE(path) == 0);

@@ -170,6 +170,54 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
         err = np.max(np.abs(np.load(P("Kbe.npy")) - KXY))
         check(err <= 1e-10, "K(X,Y) from big-endian X: max abs err %.3g" % err)
 
+    # ---- Fortran order (np.save of an F-contiguous array: pandas' df.to_numpy() of a
+    # one-dtype frame, X.T of a C array, np.asfortranarray): read, transposed, the same K bit
+    # for bit as from the C-order file; other dtypes numpy writes give K of the values read ----
+    try:
+        import pandas as pd
+        XF = pd.DataFrame(X, columns=list("abcd")).to_numpy()
+    except ImportError:
+        XF = np.asfortranarray(X)   # what to_numpy() returns for a one-dtype DataFrame
+    check(XF.flags.f_contiguous and not XF.flags.c_contiguous, "the Fortran-order input is F-contiguous")
+    np.save(P("XF.npy"), XF)
+    np.save(P("YF.npy"), np.ascontiguousarray(Y.T).T)
+    check(b"'fortran_order': True" in open(P("XF.npy"), "rb").read(200), "np.save wrote fortran_order True")
+    r = run("--map", "zz(reps=2)", "--x", P("XF.npy"), "--out", P("KF.npy"))
+    check(r.returncode == 0, "Fortran-order X exits 0: " + r.stderr)
+    if r.returncode == 0:
+        check(np.array_equal(np.load(P("KF.npy")), np.load(P("K.npy"))), "K(X,X) from Fortran-order X == from C-order X (bitwise)")
+    r = run("--map", "zz(reps=2)", "--x", P("XF.npy"), "--y", P("YF.npy"), "--out", P("KFY.npy"))
+    check(r.returncode == 0, "Fortran-order X and Y exit 0: " + r.stderr)
+    if r.returncode == 0:
+        err = np.max(np.abs(np.load(P("KFY.npy")) - KXY))
+        check(err <= 1e-10, "K(X,Y) from Fortran-order X, Y vs numpy: max abs err %.3g" % err)
+    for name, arr, ver in (("F-order big-endian float32 v2", np.asfortranarray(X.astype(">f4")), (2, 0)),
+                           ("float16", X.astype(np.float16), (1, 0)),
+                           ("F-order uint8", np.asfortranarray(np.round(X).astype(np.uint8)), (1, 0)),
+                           ("int16 v3", np.round(X * 10).astype("<i2"), (3, 0))):
+        with open(P("Xd.npy"), "wb") as f:
+            np.lib.format.write_array(f, arr, version=ver)
+        r = run("--map", "zz(reps=2)", "--x", P("Xd.npy"), "--out", P("Kd.npy"))
+        check(r.returncode == 0, "%s X exits 0: %s" % (name, r.stderr))
+        if r.returncode == 0:
+            Xd = np.load(P("Xd.npy")).astype(np.float64)
+            Sd = zz_states(Xd)
+            err = np.max(np.abs(np.load(P("Kd.npy")) - kernel(Sd, Sd)))
+            check(err <= 1e-10, "%s X: K of the values np.load reads, max abs err %.3g" % (name, err))
+    # weights in Fortran order: taken in the row-major order of the array np.load returns
+    W = rng.uniform(-1, 1, (2, nf))   # hea(layers=2): layers x qubits weights
+    np.save(P("WF.npy"), np.asfortranarray(W))
+    np.save(P("WC.npy"), W)
+    r1 = run("--map", "hea(layers=2)", "--x", P("X.npy"), "--weights", P("WF.npy"), "--out", P("KwF.npy"))
+    r2 = run("--map", "hea(layers=2)", "--x", P("X.npy"), "--weights", P("WC.npy"), "--out", P("KwC.npy"))
+    check(r1.returncode == 0 and r2.returncode == 0, "hea with C and Fortran-order weights: %s %s" % (r1.stderr, r2.stderr))
+    if r1.returncode == 0 and r2.returncode == 0:
+        check(np.array_equal(np.load(P("KwF.npy")), np.load(P("KwC.npy"))), "K with Fortran-order weights == with C-order weights")
+    np.save(P("Xc.npy"), X.astype(np.complex128))
+    bad_c = run("--map", "zz", "--x", P("Xc.npy"), "--out", P("Kc.npy"))
+    check(bad_c.returncode == 1 and "<c16" in bad_c.stderr and not os.path.exists(P("Kc.npy")),
+          "complex input refused, naming its dtype: " + bad_c.stderr)
+
     # ---- --demo ----
     r = run("--demo")
     m = re.search(r"test accuracy: ([0-9.]+)", r.stdout)
@@ -237,9 +285,6 @@ with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
     np.save(P("A.npy"), A)
     bad("zero-norm amplitude row", ["--map", "amplitude", "--x", P("A.npy")], ["row %d" % zr, "norm"])
 
-    with open(P("F.npy"), "wb") as f:
-        np.lib.format.write_array(f, np.asfortranarray(X))
-    bad("Fortran-order input", ["--map", "zz", "--x", P("F.npy")], ["Fortran"])
     np.save(P("X1d.npy"), X[:, 0])
     bad("1-D input", ["--map", "zz", "--x", P("X1d.npy")], ["1-D"])
     with open(P("trunc.npy"), "wb") as f:

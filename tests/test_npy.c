@@ -106,37 +106,71 @@ static uint64_t bits_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 
 /* Writes a file of the given dtype / version / shape with fresh random values, reads it back,
    compares with the values it meant to store. */
+/* The value of a random item of the dtype descr (kind descr[1], size from descr + 2) and its
+   bits, little-endian in *bits; independent of the reader's conversion. */
+static double rnd_item(const char *descr, uint64_t *bits) {
+    int size = atoi(descr + 2);
+    char kind = descr[1];
+    uint64_t r = rnd64();
+    if (kind == 'f' && size == 8) { double d = rnd_double(); *bits = bits_f64(d); return d; }
+    if (kind == 'f' && size == 4) { float f = (float)rnd_double(); *bits = bits_f32(f); return f; }
+    if (kind == 'f') {   /* binary16 from its fields: normal, subnormal and signed zero cases */
+        uint64_t sgn = r & 1, ex = (r >> 1) % 31, fr = (r >> 8) & 0x3ff;   /* ex 31 (inf/nan) not drawn */
+        double v = ex == 0 ? ldexp((double)fr, -24) : ldexp(1.0 + (double)fr / 1024.0, (int)ex - 15);
+        *bits = sgn << 15 | ex << 10 | fr;
+        return sgn ? -v : v;
+    }
+    if (kind == 'b') { *bits = r & 1; return (double)(r & 1); }
+    if (size == 8) {   /* within 2^53, exact in a double */
+        int64_t v = (int64_t)(r >> 12) - (kind == 'i' ? ((int64_t)1 << 51) : 0);
+        *bits = (uint64_t)v;
+        return (double)v;
+    }
+    *bits = r & (((uint64_t)1 << (8 * size)) - 1);
+    if (kind == 'u') return (double)*bits;
+    return (double)((int64_t)(*bits << (64 - 8 * size)) >> (64 - 8 * size));   /* sign-extended */
+}
+
+static void hand_case_f(int major, const char *descr, int64_t rows, int64_t cols, int ndim, int fortran);
 static void hand_case(int major, const char *descr, int64_t rows, int64_t cols, int ndim) {
+    hand_case_f(major, descr, rows, cols, ndim, 0);
+}
+/* fortran: the file holds the array in Fortran order (column after column), as np.save writes
+   an F-contiguous array; the reader must return it row-major. */
+static void hand_case_f(int major, const char *descr, int64_t rows, int64_t cols, int ndim, int fortran) {
     buf b = {0};
     char dict[256];
     int64_t n = rows * cols, i;
     double *want = (double *)malloc((size_t)(n > 0 ? n : 1) * sizeof(double));
-    int big = descr[0] == '>', size = descr[2] - '0';
+    int big = descr[0] == '>', size = atoi(descr + 2);
+    const char *fo = fortran ? "True" : "False";
     qk_array a;
     qk_result r;
     if (ndim == 2)
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld, %lld), }", descr,
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': (%lld, %lld), }", descr, fo,
                  (long long)rows, (long long)cols);
     else
-        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (%lld,), }", descr, (long long)rows);
+        snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': %s, 'shape': (%lld,), }", descr, fo, (long long)rows);
     npy_header(&b, major, dict);
+    /* want[] row-major; the file's items in its own order */
     for (i = 0; i < n; i++) {
-        if (descr[1] == 'f' && size == 8) { want[i] = rnd_double(); put_uint(&b, bits_f64(want[i]), 8, big); }
-        else if (descr[1] == 'f') { float f = (float)rnd_double(); want[i] = f; put_uint(&b, bits_f32(f), 4, big); }
-        else if (size == 8) { int64_t v = (int64_t)(rnd64() >> 12) - ((int64_t)1 << 51); want[i] = (double)v; put_uint(&b, (uint64_t)v, 8, big); }
-        else { int32_t v = (int32_t)(uint32_t)rnd64(); want[i] = v; put_uint(&b, (uint64_t)(uint32_t)v, 4, big); }
+        int64_t at = fortran ? (i % rows) * cols + i / rows : i;
+        uint64_t bits;
+        want[at] = rnd_item(descr, &bits);
+        put_uint(&b, bits, size, big);
     }
     write_bytes(tpath("hand.npy"), b.p, b.n);
     memset(&a, 0, sizeof a);
     r = qk_npy_read(tpath("hand.npy"), &a);
-    CHECK(r == QK_OK, "v%d %s (%lld,%lld): %s %s", major, descr, (long long)rows, (long long)cols,
-          qk_result_string(r), qk_last_error());
+    CHECK(r == QK_OK, "v%d %s%s (%lld,%lld): %s %s", major, descr, fortran ? " F-order" : "", (long long)rows,
+          (long long)cols, qk_result_string(r), qk_last_error());
     if (r == QK_OK) {
         int bad = 0;
         CHECK(a.rows == rows && a.cols == cols && a.ndim == ndim, "v%d %s: shape %lld x %lld ndim %d", major, descr,
               (long long)a.rows, (long long)a.cols, a.ndim);
         for (i = 0; i < n && a.rows * a.cols == n; i++) bad += a.data[i] != want[i];
-        CHECK(bad == 0, "v%d %s: %d values differ", major, descr, bad);
+        CHECK(bad == 0, "v%d %s%s (%lld,%lld): %d values differ", major, descr, fortran ? " F-order" : "",
+              (long long)rows, (long long)cols, bad);
         qk_array_free(&a);
         CHECK(a.data == NULL, "qk_array_free clears data");
     }
@@ -228,14 +262,40 @@ static void test_round_trips(void) {
 }
 
 static void test_hand_written(void) {
-    static const char *descrs[] = {"<f8", "<f4", ">f8", ">f4", "<i4", "<i8", ">i4", ">i8"};
+    /* every dtype numpy writes for a real array, in both byte orders ('|' for 1-byte items) */
+    static const char *descrs[] = {"<f8", "<f4", ">f8", ">f4", "<i4", "<i8", ">i4", ">i8", "<f2", ">f2",
+                                   "|i1", "<i2", ">i2", "|u1", "<u2", ">u2", "<u4", ">u4", "<u8", ">u8", "|b1", "=f8"};
     size_t k;
     int major;
     for (major = 1; major <= 3; major++)
         for (k = 0; k < sizeof(descrs) / sizeof(descrs[0]); k++) {
             hand_case(major, descrs[k], 5, 3, 2);
             hand_case(major, descrs[k], 9, 1, 1);
+            /* Fortran order: transposed on read; one row, one column, 1-D (the same bytes as C
+               order) and an array larger than the reader's 16 KiB chunk with a ragged end */
+            hand_case_f(major, descrs[k], 5, 3, 2, 1);
+            hand_case_f(major, descrs[k], 1, 4, 2, 1);
+            hand_case_f(major, descrs[k], 4, 1, 2, 1);
+            hand_case_f(major, descrs[k], 6, 1, 1, 1);
+            hand_case_f(major, descrs[k], 0, 3, 2, 1);
         }
+    hand_case_f(1, "<f8", 1001, 7, 2, 1);
+    hand_case_f(1, ">f4", 3, 2999, 2, 1);
+    hand_case_f(2, "<i2", 4099, 3, 2, 1);
+    /* float16 special values: infinities and NaN (not drawn above) */
+    {
+        buf b = {0};
+        qk_array a;
+        qk_result r;
+        npy_header(&b, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }");
+        put_uint(&b, 0x7c00, 2, 0); put_uint(&b, 0xfc00, 2, 0); put_uint(&b, 0x7e00, 2, 0); put_uint(&b, 0x3c00, 2, 0);
+        write_bytes(tpath("f2.npy"), b.p, b.n);
+        r = qk_npy_read(tpath("f2.npy"), &a);
+        CHECK(r == QK_OK && isinf(a.data[0]) && a.data[0] > 0 && isinf(a.data[1]) && a.data[1] < 0 && isnan(a.data[2]) &&
+              a.data[3] == 1.0, "float16 inf, -inf, nan, 1: %s", qk_last_error());
+        if (r == QK_OK) qk_array_free(&a);
+        free(b.p);
+    }
     /* Key order, double quotes and spacing are free in a Python dict literal. */
     {
         buf b = {0};
@@ -278,9 +338,18 @@ static void test_malformed(void) {
     bad_case("truncated data", b.p, b.n - 5, QK_ERROR_FORMAT, "truncated");
     bad_dict("more data than the shape", 1, ok, 7 * 8, QK_ERROR_FORMAT, "more data");
     bad_dict("fewer elements than the shape", 2, ok, 5 * 8, QK_ERROR_FORMAT, "truncated");
-    bad_dict("fortran order", 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", 48, QK_ERROR_FORMAT, "Fortran");
+    bad_dict("fortran order, truncated", 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", 40,
+             QK_ERROR_FORMAT, "truncated");
+    bad_dict("fortran order, too long", 1, "{'descr': '<f8', 'fortran_order': True, 'shape': (2, 3), }", 56,
+             QK_ERROR_FORMAT, "more data");
     bad_dict("object dtype", 1, "{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }", 48, QK_ERROR_FORMAT, "object");
-    bad_dict("float16", 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12, QK_ERROR_FORMAT, "<f2");
+    bad_dict("long double", 1, "{'descr': '<f16', 'fortran_order': False, 'shape': (2, 3), }", 96, QK_ERROR_FORMAT, "long double");
+    bad_dict("float8", 1, "{'descr': '<f1', 'fortran_order': False, 'shape': (2, 3), }", 6, QK_ERROR_FORMAT, "<f1");
+    bad_dict("bool of 2 bytes", 1, "{'descr': '<b2', 'fortran_order': False, 'shape': (2, 3), }", 12, QK_ERROR_FORMAT, "<b2");
+    bad_dict("unicode", 1, "{'descr': '<U3', 'fortran_order': False, 'shape': (2, 3), }", 72, QK_ERROR_FORMAT, "<U3");
+    bad_dict("datetime", 1, "{'descr': '<M8[s]', 'fortran_order': False, 'shape': (2, 3), }", 48, QK_ERROR_FORMAT, "M8");
+    bad_dict("bad byte order", 1, "{'descr': '!f8', 'fortran_order': False, 'shape': (2, 3), }", 48, QK_ERROR_FORMAT, "!f8");
+    bad_dict("empty dtype", 1, "{'descr': '', 'fortran_order': False, 'shape': (2, 3), }", 48, QK_ERROR_FORMAT, "not supported");
     bad_dict("complex128", 3, "{'descr': '<c16', 'fortran_order': False, 'shape': (2, 3), }", 96, QK_ERROR_FORMAT, "<c16");
     bad_dict("structured", 1, "{'descr': [('a', '<f8')], 'fortran_order': False, 'shape': (2,), }", 16, QK_ERROR_FORMAT, "structured");
     bad_dict("3-D", 1, "{'descr': '<f8', 'fortran_order': False, 'shape': (2, 3, 4), }", 192, QK_ERROR_FORMAT, "3 dimensions");
