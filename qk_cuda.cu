@@ -2264,7 +2264,9 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    /* 5's register stores need a float K (qk__k_gram's DIRECT branch tests sizeof(OutT) == 4): with
+       a double K its kernel is 1's, so it is instantiated as 1 (the same code, compiled once) */
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, sizeof(OutT) == 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }
@@ -3666,12 +3668,19 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (MODE == 4) cfg = 2; /* two accumulator sets: 32 x 32 per warp keeps them in registers */
-    if (cfg == 0) cfg = 1;
-    switch (cfg) {
-    case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    /* FP32X3 (MODE 4) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
+       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
+    if constexpr (MODE == 4) {
+        (void)cfg;
+        return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    } else {
+        if (cfg == 0) cfg = 1;
+        switch (cfg) {
+        case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        }
     }
 }
 
