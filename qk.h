@@ -1052,6 +1052,20 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
 } qk_cuda_stats;
+/* The profiler's entry points the CUDA engine's GPU zones call (qk_prof.h's functions of the
+   same names): qk_cuda.cu is compiled once, without the profiler, and records its zones ("qk
+   states", "qk gram slab", "qk D2H slab", tracked buffers, stream names) only through this table,
+   which qk.h's implementation hands over in qk_cuda_io.prof where it is built with
+   QK_PROF_ENABLE (NULL otherwise: no zones, no profiler symbols needed at link time). */
+struct qk_prof_site;
+typedef struct qk_cuda_prof_hooks {
+    void (*gpu_begin)(struct qk_prof_site *site, void *stream);
+    void (*gpu_end)(const char *name, void *stream);
+    void (*stream_name)(void *stream, const char *name);
+    void (*track)(const char *name, const void *ptr, size_t bytes, const char *dtype, int ndim, const int64_t *shape);
+    void (*untrack)(const void *ptr);
+    void (*counter)(struct qk_prof_site *site, double value, int add);
+} qk_cuda_prof_hooks;
 /* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
 typedef struct qk_cuda_io {
     qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */
@@ -1061,6 +1075,7 @@ typedef struct qk_cuda_io {
                                    allocates its own for the call (cudaMallocHost pins ~5 GB/s) */
     size_t stage_bytes;
     qk_cuda_stats *stats;       /* may be NULL */
+    const qk_cuda_prof_hooks *prof; /* the profiler's GPU zones (NULL: none) */
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -1219,6 +1234,15 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK_PROF_COUNT(name, delta) (QK_PROF_U_(name), QK_PROF_U_(delta))
 #define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
+#endif
+/* The CUDA engine's GPU zones go to the profiler through this table (qk_cuda_io.prof), set only
+   where the profiler is on: the one libqk_cuda serves programs with and without it. */
+#if defined(QK_CUDA) && QK_CUDA && defined(QK_PROF_ENABLE)
+static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_prof_gpu_end, qk_prof_stream_name,
+                                                       qk_prof_track, qk_prof_untrack, qk_prof_counter};
+#define QK__PROF_CUDA_HOOKS (&qk__prof_cuda_hooks)
+#else
+#define QK__PROF_CUDA_HOOKS NULL
 #endif
 
 /* >>config ---- includes, config macros, the allocator ---- */
@@ -8997,6 +9021,7 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
     io.rows = qk__deliver_rows;
     io.rows_user = &d;
     io.stats = stats;
+    io.prof = QK__PROF_CUDA_HOOKS;
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
@@ -9311,6 +9336,7 @@ static void *qk__mgpu_main(void *p)
         io.rows = qk__mgpu_rows;
         io.rows_user = v;
         io.stats = &v->stats;
+        io.prof = QK__PROF_CUDA_HOOKS;
         if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
             size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
             if (ctx->dstage_bytes[v->k] < need) {

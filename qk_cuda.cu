@@ -91,9 +91,25 @@
 #include <vector>
 #include <algorithm>
 #include "qk.h"
-/* Profiler zones (qk_prof.h): they compile to nothing unless this file is built with
-   -DQK_PROF_ENABLE (meson builds a second library, qk_cuda_prof, that way for qk-gram). */
+/* Profiler zones (qk_prof.h's types): this file is compiled once, without the profiler. The
+   pipeline's GPU zones, tracked buffers and stream names go through the table qk.h hands over in
+   qk_cuda_io.prof (its implementation sets it where it is built with QK_PROF_ENABLE; NULL: no
+   zones), so the one libqk_cuda serves programs with and without the profiler, and a program
+   without it links no profiler symbols. J: the job (qk__job_state), whose prof is that table. */
 #include "qk_prof.h"
+#define QK__GZ_SITE_(var, name, kind) static qk_prof_site var = {name, __FILE__, __LINE__, kind, 0}
+#define QK__GZ_GPU_BEGIN(J, name, stream) \
+    do { if ((J)->prof) { QK__GZ_SITE_(qk__gz_site_, name, QK_PROF_SITE_GPU); \
+                          (J)->prof->gpu_begin(&qk__gz_site_, (void *)(stream)); } } while (0)
+#define QK__GZ_GPU_END(J, name, stream) do { if ((J)->prof) (J)->prof->gpu_end(name, (void *)(stream)); } while (0)
+#define QK__GZ_STREAM_NAME(J, stream, name) \
+    do { if ((J)->prof) (J)->prof->stream_name((void *)(stream), name); } while (0)
+#define QK__GZ_TRACK(J, name, ptr, bytes) \
+    do { if ((J)->prof) (J)->prof->track(name, (const void *)(ptr), bytes, NULL, 0, NULL); } while (0)
+#define QK__GZ_UNTRACK(J, ptr) do { if ((J)->prof) (J)->prof->untrack((const void *)(ptr)); } while (0)
+#define QK__GZ_COUNT(J, name, delta) \
+    do { if ((J)->prof) { QK__GZ_SITE_(qk__gz_site_, name, QK_PROF_SITE_COUNTER); \
+                          (J)->prof->counter(&qk__gz_site_, (double)(delta), 1); } } while (0)
 
 /* ---- cuBLAS, opened on first use ---- */
 /* cuBLAS is opened with dlopen when the engine first creates a cuBLAS handle, not linked: a
@@ -2249,7 +2265,9 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    /* 5's register stores need a float K (qk__k_gram's DIRECT branch tests sizeof(OutT) == 4): with
+       a double K its kernel is 1's, so it is instantiated as 1 (the same code, compiled once) */
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, sizeof(OutT) == 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }
@@ -2805,6 +2823,7 @@ struct qk__job_state {
     void *io_stage[2];                   /* the caller's pinned staging (may be NULL) */
     size_t io_stage_bytes;
     qk_cuda_stats *stats;
+    const qk_cuda_prof_hooks *prof = nullptr; /* the profiler's GPU zones (qk_cuda_io.prof; NULL: none) */
     int64_t *delivered;                  /* slabs handed to rows (a retry after one would
                                             deliver rows twice) */
     qk__prog pg;
@@ -2830,9 +2849,9 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
     cudaFree(J->dx); cudaFree(J->dy);
-    if (J->SA) QK_PROF_UNTRACK(J->SA);
-    if (J->SB && J->SB != J->SA) QK_PROF_UNTRACK(J->SB);
-    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK_PROF_UNTRACK(J->Kd);
+    if (J->SA) QK__GZ_UNTRACK(J, J->SA);
+    if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
+    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
     cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
     cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
     if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
@@ -2944,8 +2963,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_CK(cudaEventCreate(&J->pool.t0));
         cs = J->pool.st[0];
         xs = J->pool.st[1];
-        QK_PROF_STREAM_NAME(cs, "qk compute");
-        QK_PROF_STREAM_NAME(xs, "qk copy");
+        QK__GZ_STREAM_NAME(J, cs, "qk compute");
+        QK__GZ_STREAM_NAME(J, xs, "qk copy");
         QK_CK(cudaEventRecord(J->pool.t0, cs));
         QK_TRY(qk__compile(map, &J->pg, E));
         if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
@@ -2961,11 +2980,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
         QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
-        QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
+        QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
         if (sym && bulk) J->SB = J->SA;
         else {
             QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
-            QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
+            QK__GZ_TRACK(J, "qk states", J->SB, (size_t)tB * per_state);
         }
         if (!analytic && !stream_amp) {
             int64_t tmax = std::max(tA, tB);
@@ -2979,7 +2998,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             if (n_slabs > 1) {
                 QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
                 QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
-                QK_PROF_STREAM_NAME(J->est, "qk epilogue");
+                QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
                 for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
             }
@@ -2996,11 +3015,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (dev_out) Kdev = (OutT *)ds->out;
         else if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
-            QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
+            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
             Kdev = (OutT *)J->Kd;
         } else {
             QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
-            QK_PROF_TRACK("qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
+            QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
         if (!dev_out && !pinned_out) {
             const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
@@ -3065,10 +3084,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return QK_OK;
         }
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
-        QK_PROF_GPU_BEGIN("qk states", cs);
+        QK__GZ_GPU_BEGIN(J, "qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
-        QK_PROF_GPU_END("qk states", cs);
+        QK__GZ_GPU_END(J, "qk states", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         return QK_OK;
     }
@@ -3087,8 +3106,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
         OutT *base = rows_of(s);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
-        QK_PROF_GPU_BEGIN("qk gram slab", cs);
-        QK_PROF_COUNT("qk slabs", 1);
+        QK__GZ_GPU_BEGIN(J, "qk gram slab", cs);
+        QK__GZ_COUNT(J, "qk slabs", 1);
         const void *A;
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
@@ -3111,7 +3130,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaEventRecord(J->ep_done[0], J->est));
             QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
         }
-        QK_PROF_GPU_END("qk gram slab", cs);
+        QK__GZ_GPU_END(J, "qk gram slab", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
         return QK_OK;
     }
@@ -3125,15 +3144,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* staging[b]'s previous slab (s-2) was delivered on the host before slab s was queued */
         QK_CK(cudaStreamWaitEvent(xs, J->slab_done[b], 0));
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
-        QK_PROF_GPU_BEGIN("qk D2H slab", xs);
-        QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
+        QK__GZ_GPU_BEGIN(J, "qk D2H slab", xs);
+        QK__GZ_COUNT(J, "qk D2H bytes", (double)rowb * (double)m);
         if (pinned_out)
             QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld_out, (size_t)ld_out * sizeof(OutT), rows_of(s),
                                     (size_t)ldk * sizeof(OutT), rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
         else
             QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                     cudaMemcpyDeviceToHost, xs));
-        QK_PROF_GPU_END("qk D2H slab", xs);
+        QK__GZ_GPU_END(J, "qk D2H slab", xs);
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
         QK_CK(cudaEventRecord(J->copy_done[b], xs));
         return QK_OK;
@@ -3312,6 +3331,7 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.rows = io ? io->rows : nullptr;
         J.rows_user = io ? io->rows_user : nullptr;
         J.stats = io ? io->stats : nullptr;
+        J.prof = io ? io->prof : nullptr;
         for (int i = 0; i < 2; ++i) J.io_stage[i] = io ? io->stage[i] : nullptr;
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;
@@ -3647,12 +3667,19 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (MODE == 4) cfg = 2; /* two accumulator sets: 32 x 32 per warp keeps them in registers */
-    if (cfg == 0) cfg = 1;
-    switch (cfg) {
-    case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    /* FP32X3 (MODE 4) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
+       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
+    if constexpr (MODE == 4) {
+        (void)cfg;
+        return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    } else {
+        if (cfg == 0) cfg = 1;
+        switch (cfg) {
+        case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        }
     }
 }
 

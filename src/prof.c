@@ -31,4 +31,13 @@
 #define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
 #endif
+/* The CUDA engine's GPU zones go to the profiler through this table (qk_cuda_io.prof), set only
+   where the profiler is on: the one libqk_cuda serves programs with and without it. */
+#if defined(QK_CUDA) && QK_CUDA && defined(QK_PROF_ENABLE)
+static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_prof_gpu_end, qk_prof_stream_name,
+                                                       qk_prof_track, qk_prof_untrack, qk_prof_counter};
+#define QK__PROF_CUDA_HOOKS (&qk__prof_cuda_hooks)
+#else
+#define QK__PROF_CUDA_HOOKS NULL
+#endif
 

@@ -181,6 +181,20 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
 } qk_cuda_stats;
+/* The profiler's entry points the CUDA engine's GPU zones call (qk_prof.h's functions of the
+   same names): qk_cuda.cu is compiled once, without the profiler, and records its zones ("qk
+   states", "qk gram slab", "qk D2H slab", tracked buffers, stream names) only through this table,
+   which qk.h's implementation hands over in qk_cuda_io.prof where it is built with
+   QK_PROF_ENABLE (NULL otherwise: no zones, no profiler symbols needed at link time). */
+struct qk_prof_site;
+typedef struct qk_cuda_prof_hooks {
+    void (*gpu_begin)(struct qk_prof_site *site, void *stream);
+    void (*gpu_end)(const char *name, void *stream);
+    void (*stream_name)(void *stream, const char *name);
+    void (*track)(const char *name, const void *ptr, size_t bytes, const char *dtype, int ndim, const int64_t *shape);
+    void (*untrack)(const void *ptr);
+    void (*counter)(struct qk_prof_site *site, double value, int add);
+} qk_cuda_prof_hooks;
 /* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
 typedef struct qk_cuda_io {
     qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */
@@ -190,6 +204,7 @@ typedef struct qk_cuda_io {
                                    allocates its own for the call (cudaMallocHost pins ~5 GB/s) */
     size_t stage_bytes;
     qk_cuda_stats *stats;       /* may be NULL */
+    const qk_cuda_prof_hooks *prof; /* the profiler's GPU zones (NULL: none) */
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to

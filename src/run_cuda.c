@@ -212,6 +212,7 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
     io.rows = qk__deliver_rows;
     io.rows_user = &d;
     io.stats = stats;
+    io.prof = QK__PROF_CUDA_HOOKS;
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
@@ -526,6 +527,7 @@ static void *qk__mgpu_main(void *p)
         io.rows = qk__mgpu_rows;
         io.rows_user = v;
         io.stats = &v->stats;
+        io.prof = QK__PROF_CUDA_HOOKS;
         if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
             size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
             if (ctx->dstage_bytes[v->k] < need) {

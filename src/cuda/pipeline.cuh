@@ -27,6 +27,7 @@ struct qk__job_state {
     void *io_stage[2];                   /* the caller's pinned staging (may be NULL) */
     size_t io_stage_bytes;
     qk_cuda_stats *stats;
+    const qk_cuda_prof_hooks *prof = nullptr; /* the profiler's GPU zones (qk_cuda_io.prof; NULL: none) */
     int64_t *delivered;                  /* slabs handed to rows (a retry after one would
                                             deliver rows twice) */
     qk__prog pg;
@@ -52,9 +53,9 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
     cudaFree(J->dx); cudaFree(J->dy);
-    if (J->SA) QK_PROF_UNTRACK(J->SA);
-    if (J->SB && J->SB != J->SA) QK_PROF_UNTRACK(J->SB);
-    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK_PROF_UNTRACK(J->Kd);
+    if (J->SA) QK__GZ_UNTRACK(J, J->SA);
+    if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
+    if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
     cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
     cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
     if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
@@ -166,8 +167,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_CK(cudaEventCreate(&J->pool.t0));
         cs = J->pool.st[0];
         xs = J->pool.st[1];
-        QK_PROF_STREAM_NAME(cs, "qk compute");
-        QK_PROF_STREAM_NAME(xs, "qk copy");
+        QK__GZ_STREAM_NAME(J, cs, "qk compute");
+        QK__GZ_STREAM_NAME(J, xs, "qk copy");
         QK_CK(cudaEventRecord(J->pool.t0, cs));
         QK_TRY(qk__compile(map, &J->pg, E));
         if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
@@ -183,11 +184,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
         QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
-        QK_PROF_TRACK("qk states", J->SA, (size_t)tA * per_state);
+        QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
         if (sym && bulk) J->SB = J->SA;
         else {
             QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
-            QK_PROF_TRACK("qk states", J->SB, (size_t)tB * per_state);
+            QK__GZ_TRACK(J, "qk states", J->SB, (size_t)tB * per_state);
         }
         if (!analytic && !stream_amp) {
             int64_t tmax = std::max(tA, tB);
@@ -201,7 +202,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             if (n_slabs > 1) {
                 QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
                 QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
-                QK_PROF_STREAM_NAME(J->est, "qk epilogue");
+                QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
                 for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));
             }
@@ -218,11 +219,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (dev_out) Kdev = (OutT *)ds->out;
         else if (k_resident) {
             QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
-            QK_PROF_TRACK("qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
+            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
             Kdev = (OutT *)J->Kd;
         } else {
             QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
-            QK_PROF_TRACK("qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
+            QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
         if (!dev_out && !pinned_out) {
             const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
@@ -287,10 +288,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return QK_OK;
         }
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
-        QK_PROF_GPU_BEGIN("qk states", cs);
+        QK__GZ_GPU_BEGIN(J, "qk states", cs);
         QK_TRY(build(J->dx, 0, nx, J->SA));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
-        QK_PROF_GPU_END("qk states", cs);
+        QK__GZ_GPU_END(J, "qk states", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         return QK_OK;
     }
@@ -309,8 +310,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
         OutT *base = rows_of(s);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
-        QK_PROF_GPU_BEGIN("qk gram slab", cs);
-        QK_PROF_COUNT("qk slabs", 1);
+        QK__GZ_GPU_BEGIN(J, "qk gram slab", cs);
+        QK__GZ_COUNT(J, "qk slabs", 1);
         const void *A;
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
@@ -333,7 +334,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaEventRecord(J->ep_done[0], J->est));
             QK_CK(cudaStreamWaitEvent(cs, J->ep_done[0], 0));
         }
-        QK_PROF_GPU_END("qk gram slab", cs);
+        QK__GZ_GPU_END(J, "qk gram slab", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
         return QK_OK;
     }
@@ -347,15 +348,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* staging[b]'s previous slab (s-2) was delivered on the host before slab s was queued */
         QK_CK(cudaStreamWaitEvent(xs, J->slab_done[b], 0));
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
-        QK_PROF_GPU_BEGIN("qk D2H slab", xs);
-        QK_PROF_COUNT("qk D2H bytes", (double)rowb * (double)m);
+        QK__GZ_GPU_BEGIN(J, "qk D2H slab", xs);
+        QK__GZ_COUNT(J, "qk D2H bytes", (double)rowb * (double)m);
         if (pinned_out)
             QK_CK(cudaMemcpy2DAsync((OutT *)ds->out + i0 * ld_out, (size_t)ld_out * sizeof(OutT), rows_of(s),
                                     (size_t)ldk * sizeof(OutT), rowb, (size_t)m, cudaMemcpyDeviceToHost, xs));
         else
             QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                     cudaMemcpyDeviceToHost, xs));
-        QK_PROF_GPU_END("qk D2H slab", xs);
+        QK__GZ_GPU_END(J, "qk D2H slab", xs);
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
         QK_CK(cudaEventRecord(J->copy_done[b], xs));
         return QK_OK;

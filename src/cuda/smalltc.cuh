@@ -271,7 +271,9 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, true>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
+    /* 5's register stores need a float K (qk__k_gram's DIRECT branch tests sizeof(OutT) == 4): with
+       a double K its kernel is 1's, so it is instantiated as 1 (the same code, compiled once) */
+    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, sizeof(OutT) == 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }

@@ -278,12 +278,19 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (MODE == 4) cfg = 2; /* two accumulator sets: 32 x 32 per warp keeps them in registers */
-    if (cfg == 0) cfg = 1;
-    switch (cfg) {
-    case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    /* FP32X3 (MODE 4) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
+       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
+    if constexpr (MODE == 4) {
+        (void)cfg;
+        return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    } else {
+        if (cfg == 0) cfg = 1;
+        switch (cfg) {
+        case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        }
     }
 }
 
