@@ -40,8 +40,8 @@ def main():
     ver = subprocess.run([a.mpirun, "--version"], capture_output=True, text=True, env=env).stdout
     extra = ["--oversubscribe"] if "Open MPI" in ver else []
     os.makedirs(a.dir, exist_ok=True)
-    qk_gram = os.path.join(a.build, "examples", "qk-gram")
-    qk_gram_mpi = os.path.join(a.build, "examples", "qk-gram-mpi")
+    qk_gram = os.path.join(a.build, "qk-gram")
+    qk_gram_mpi = os.path.join(a.build, "qk-gram-mpi")
     res = {"device": a.device, "mpirun": ver.strip().splitlines()[0] if ver.strip() else "?", "rows": [],
            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "host": os.uname().nodename,
            "commit": subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip(),

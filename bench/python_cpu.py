@@ -14,7 +14,7 @@
 Every figure is the median of several runs, the runs of the things compared interleaved: the
 machine is shared, so a slow phase hits both sides. Load averages are recorded.
 
-    PYTHONPATH=build/examples/python/src python3 bench/python_cpu.py --build build \\
+    PYTHONPATH=build/src/python python3 bench/python_cpu.py --build build \\
         --out /tmp/out/python-cpu.json
 """
 import argparse

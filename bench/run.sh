@@ -348,7 +348,7 @@ set_python_gpu()
     meson compile -C "$B" >>"$OUT/build.log" 2>&1 || { echo "build rc 1 (all)"; exit 1; }
     local pkg
     pkg=$(find "$B" -name __init__.py -path '*/qk/__init__.py' | head -1)  # the built package (its folder's parent)
-    pkg=$(dirname "$(dirname "${pkg:-$B/examples/python/src/qk/x}")")
+    pkg=$(dirname "$(dirname "${pkg:-$B/src/python/qk/x}")")
     export PYTHONPATH="$pkg${PYTHONPATH:+:$PYTHONPATH}" QK_CACHE_DIR="$B/test-cache"
     python3 -c 'import qk; print("qk", qk.__file__, qk.engine())'
     step meson_test_python 400 meson test -C "$B" --no-rebuild --suite python --print-errorlogs

@@ -1,4 +1,4 @@
-/* Fuzz target for qk-gram's command-line parser (parse_args and check_args in examples/qk-gram.c,
+/* Fuzz target for qk-gram's command-line parser (parse_args and check_args in src/cli/qk-gram.c,
    which return an exit status instead of exiting). The input, split at NUL bytes, is argv[1..].
    Property checked on every input: no crash, out-of-bounds access or leak (ASan/UBSan/LSan);
    the result is "go on" (-1), 0 (--help / --version) or 2 (a bad command line), never anything
@@ -12,7 +12,7 @@
      /tmp/fuzz_qk_gram_args -runs=1000000 -dict=tests/fuzz_qk_gram_args.dict /tmp/corpus-args
    With -DQK_FUZZ_STANDALONE: the seeds below and a fixed count of mutations (tests/fuzz_common.h). */
 #define QK_GRAM_NO_MAIN
-#include "../examples/qk-gram.c"
+#include "../src/cli/qk-gram.c"
 #include "fuzz_common.h"
 
 /* the rest of qk-gram, unused here */

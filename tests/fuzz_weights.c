@@ -1,4 +1,4 @@
-/* Fuzz target for qk-gram's weights reader (read_weights in examples/qk-gram.c: --weights, a .npy
+/* Fuzz target for qk-gram's weights reader (read_weights in src/cli/qk-gram.c: --weights, a .npy
    or .csv file whose values, in row-major order, become the map's trainable weights). The first
    input byte picks the map's weight count (1..4); the rest is the file, a .npy when it starts with
    the .npy magic, else a .csv. Property checked on every input: no crash, out-of-bounds access or
@@ -11,7 +11,7 @@
      /tmp/fuzz_weights -runs=1000000 -dict=tests/fuzz_csv_read.dict /tmp/corpus-weights
    With -DQK_FUZZ_STANDALONE: the seeds below and a fixed count of mutations (tests/fuzz_common.h). */
 #define QK_GRAM_NO_MAIN
-#include "../examples/qk-gram.c"
+#include "../src/cli/qk-gram.c"
 #include "fuzz_common.h"
 
 /* the rest of qk-gram, unused here */

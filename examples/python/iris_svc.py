@@ -4,7 +4,7 @@
     pip install .                      # at the repository root: builds and installs the qk package
     python3 examples/python/iris_svc.py
 
-(or, in a Meson build directory: PYTHONPATH=build/examples/python/src python3 examples/python/iris_svc.py;
+(or, in a Meson build directory: PYTHONPATH=build/src/python python3 examples/python/iris_svc.py;
 `meson test -C build python-example` runs it.)
 
 The Iris features are scaled to [0, pi] and encoded by Qiskit's ZZFeatureMap (qk's "zz" map).

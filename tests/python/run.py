@@ -4,7 +4,7 @@ runner below (every test_* function, unittest.SkipTest as a skip). Exit status: 
 may have skipped), 1 failed, 77 everything skipped or numpy / the qk package not importable
 (Meson's skip).
 
-    PYTHONPATH=build/examples/python/src python3 tests/python/run.py tests/python/test_gram.py
+    PYTHONPATH=build/src/python python3 tests/python/run.py tests/python/test_gram.py
 """
 import importlib.util
 import os
