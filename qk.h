@@ -3882,6 +3882,8 @@ static void qk__gram_work(void *p, int thread)
         n = j->nb - j0 < QK__T ? j->nb - j0 : QK__T;
         diag = j->symmetric && ti == tj;
         qk__tile_values(j, i0, j0, m, n, accr, acci, panel, apack, kt);
+        /* cancelled meanwhile: the MPS chain may have stopped half way; no unfinished tile is stored */
+        if (QK__LOAD(&j->cancel)) { QK_PROF_END("gram tile"); break; }
         if (diag) /* one value per unordered pair: K is exactly symmetric */
             for (a = 0; a < m; a++)
                 for (b = 0; b < a; b++) kt[a * QK__T + b] = kt[b * QK__T + a];
@@ -6014,12 +6016,18 @@ static double qk__mps_trunc_svd(qk__mps_work *w, int s, int kmax)
 
 /* The sites lo..hi back to canonical form with every bond within its running bound: left-
    orthonormal up to hi by QR, then right to left by truncating pivoted QR (exact) or by the SVD
-   step (truncation: each drop is a projection, recorded in angle and norm2); the center ends at lo. */
-static void qk__mps_compress(qk__mps_work *w)
+   step (truncation: each drop is a projection, recorded in angle and norm2); the center ends at lo.
+   poll (may be NULL): a tick per site (a sweep may span the whole chain); on a cancel it stops
+   half way (the build is discarded). */
+static void qk__mps_compress(qk__mps_work *w, qk__poll *poll)
 {
     int s;
-    for (s = w->lo; s < w->hi; s++) qk__mps_qr_right(w, s);
+    for (s = w->lo; s < w->hi; s++) {
+        qk__mps_qr_right(w, s);
+        if (poll && qk__poll_tick(poll, 8 * (int64_t)w->dim[s] * w->dim[s] * w->dim[s + 1])) return;
+    }
     for (s = w->hi; s > w->lo; s--) {
+        if (poll && qk__poll_tick(poll, 8 * (int64_t)w->dim[s] * w->dim[s + 1] * w->dim[s + 1])) return;
         if (w->trunc) {
             double wk = qk__mps_trunc_svd(w, s, w->bound[s]);
             if (wk > 0) {
@@ -6076,7 +6084,7 @@ static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const doubl
                 for (b = st->s0; b <= st->s1 + 1; b++) if (w->dim[b] > c) c = w->dim[b];
                 if (over) sites += w->hi - w->lo + 1;
             }
-            if (over) qk__mps_compress(w);
+            if (over) qk__mps_compress(w, poll);
             work = 8 * (int64_t)sites * c * c * c;
         }
         if (poll && qk__poll_tick(poll, work)) return 0.0;
@@ -6123,8 +6131,16 @@ static void qk__mps_build_work(void *arg, int thread)
     if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
     while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
         int lane;
-        if (QK__LOAD(&j->oom) || qk__poll_tick(&poll, j->p->group)) break;
-        memset(j->out + g * j->p->group, 0, sizeof(double) * (size_t)j->p->group);   /* its padding stays zero */
+        size_t z;
+        if (QK__LOAD(&j->oom)) break;
+        /* its padding stays zero; zeroed in pieces, polled between (a group of a wide map of
+           large bond is a GB) */
+        for (z = 0; z < (size_t)j->p->group; z += (size_t)QK__POLL_WORK) {
+            size_t c = (size_t)j->p->group - z < (size_t)QK__POLL_WORK ? (size_t)j->p->group - z : (size_t)QK__POLL_WORK;
+            if (qk__poll_tick(&poll, (int64_t)c)) break;
+            memset(j->out + g * j->p->group + z, 0, sizeof(double) * c);
+        }
+        if (z < (size_t)j->p->group) break;
         for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
             double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
                                       j->job ? &poll : NULL);
@@ -6318,6 +6334,11 @@ static size_t qk__mps_scratch(const qk__mps_prog *p)
     return ((size_t)2 * qk__mps_rows(p) * dmax * dmax + (size_t)2 * dmax * dmax) * 2 * QK__NJ;
 }
 
+/* Work between two polls of the job's progress and cancel inside qk__mps_tile, counted per row
+   as the sum over sites of dl dr (dl + dr) (1/128 of the flops of a row against a column group):
+   a poll every site from bond 64 up, every few sites at small bonds. */
+#define QK__MPS_POLL_WORK ((int64_t)1 << 18)
+
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (ld QK__T); j->A, j->B in the lane layout
    (j0 is a multiple of QK__T, so column groups are whole). Symmetric diagonal tiles skip the
    column groups wholly below the diagonal (qk__gram_work mirrors them). */
@@ -6327,7 +6348,7 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
     const int R = qk__mps_rows(p), q = p->q;
     const int diag = j->symmetric && i0 == j0;
     int dmax = 1, s, rr, v;
-    int64_t cb, rb;
+    int64_t cb, rb, work = 0;
     double *E0, *E1, *T;
     for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
     E0 = scratch;
@@ -6344,13 +6365,23 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
                 memset(Ec + rr * es, 0, sizeof(double) * 2 * QK__NJ);
                 for (v = 0; v < QK__NJ; v++) Ec[rr * es + v] = 1.0;
             }
-            for (s = 0; s < q; s++)
+            for (s = 0; s < q; s++) {
                 for (rr = 0; rr < nr; rr++) {
                     const int64_t i = i0 + rb + rr;
                     const double *A = j->A + (i / QK__NJ) * p->group + p->off[s] + (i % QK__NJ);
                     qk__mps_site(A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
                     if (rr == nr - 1) { sw = Ec; Ec = En; En = sw; }
                 }
+                /* a cancel inside the chain: a pair costs about 128 sum_s D_s D_s+1 (D_s + D_s+1)
+                   flops, long for a wide map of a large bond (the tile is then left unfinished;
+                   the job reports the cancel) */
+                work += (int64_t)nr * p->D[s] * p->D[s + 1] * (p->D[s] + p->D[s + 1]);
+                if (work >= QK__MPS_POLL_WORK) {
+                    work = 0;
+                    qk__job_poll((qk__gram_job *)j);
+                    if (QK__LOAD(&j->cancel)) return;
+                }
+            }
             for (rr = 0; rr < nr; rr++)
                 for (v = 0; v < QK__NJ && cb + v < n; v++) {
                     double re = Ec[rr * es + v], im = Ec[rr * es + QK__NJ + v];

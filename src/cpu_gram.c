@@ -339,6 +339,8 @@ static void qk__gram_work(void *p, int thread)
         n = j->nb - j0 < QK__T ? j->nb - j0 : QK__T;
         diag = j->symmetric && ti == tj;
         qk__tile_values(j, i0, j0, m, n, accr, acci, panel, apack, kt);
+        /* cancelled meanwhile: the MPS chain may have stopped half way; no unfinished tile is stored */
+        if (QK__LOAD(&j->cancel)) { QK_PROF_END("gram tile"); break; }
         if (diag) /* one value per unordered pair: K is exactly symmetric */
             for (a = 0; a < m; a++)
                 for (b = 0; b < a; b++) kt[a * QK__T + b] = kt[b * QK__T + a];
