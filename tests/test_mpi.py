@@ -204,7 +204,7 @@ def rank_pids(out, n, timeout=60):
 
 stop = os.path.join(root, "stop")
 os.makedirs(stop)
-write_csv(os.path.join(stop, "X.csv"), 1400, 12, 5)
+write_csv(os.path.join(stop, "X.csv"), 4000, 12, 5)   # a job of minutes on one thread a rank: still running when the signal comes, on a 16-core host too
 if os.path.isdir("/proc/self"):
     for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGKILL to rank 1", signal.SIGKILL, 1),
                               ("SIGKILL to rank 0", signal.SIGKILL, 0)):
