@@ -505,13 +505,10 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
             else return usage_error("--device '%s': expected auto, cpu or cuda", arg(v));
         } else if (!strcmp(name, "--precision")) {
-            if (!strcmp(v, "fp32") || !strcmp(v, "float32")) o->precision = QK_PRECISION_FP32;
-            else if (!strcmp(v, "fp64") || !strcmp(v, "float64")) o->precision = QK_PRECISION_FP64;
-            else if (!strcmp(v, "tf32")) o->precision = QK_PRECISION_TF32;
-            else if (!strcmp(v, "fp32x3")) o->precision = QK_PRECISION_FP32X3;
-            else if (!strcmp(v, "fp16")) o->precision = QK_PRECISION_FP16;
-            else if (!strcmp(v, "auto")) o->precision = QK_PRECISION_AUTO;
-            else return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
+            /* the library's one table of names (qk_precision_parse), with numpy's two aliases */
+            const char *pn = !strcmp(v, "float32") ? "fp32" : !strcmp(v, "float64") ? "fp64" : v;
+            if (!strcmp(pn, "default") || qk_precision_parse(pn, &o->precision) != QK_OK)
+                return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
         } else if (!strcmp(name, "--tol")) {   /* C syntax: qk-gram never calls setlocale */
             char *end = NULL;
             double t = strtod(v, &end);
