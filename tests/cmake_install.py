@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The installed CMake package (cmake/qkConfig.cmake.in), used as a CMake project would use it:
+"""The installed CMake package (src/cmake/qkConfig.cmake.in), used as a CMake project would use it:
 `meson install --destdir` of this build into a temporary directory (the package finds its
 paths from its own location, so the tree works wherever it lies), then a consumer project that
 calls find_package(qk 0.1 REQUIRED), links a C and a C++ program with qk::qk, builds them with
