@@ -37,6 +37,7 @@ static void *worker(void *arg)
         if (i % 1000 == 0) QK_PROF_COUNT("batches", 1);
         QK_PROF_END("work");
     }
+    (void)sink;
     return NULL;
 }
 
