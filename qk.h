@@ -2780,9 +2780,9 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                         char m_[160];
                         ps.p = kat;
                         if (!strcmp(given[sl_], key))
-                            snprintf(m_, sizeof m_, "'%s' is given twice (each parameter may be given once)", key);
+                            snprintf(m_, sizeof m_, "'%.64s' is given twice (each parameter may be given once)", key);
                         else
-                            snprintf(m_, sizeof m_, "'%s' repeats '%s' (the same parameter; each may be given once)", key,
+                            snprintf(m_, sizeof m_, "'%.48s' repeats '%.48s' (the same parameter; each may be given once)", key,
                                      given[sl_]);
                         return qk__perr(&ps, "%s", m_);
                     }
@@ -4127,7 +4127,7 @@ static double qk__npy_item(const unsigned char *p, char kind, int size, int swap
     unsigned char t[8];
     uint64_t u = 0;
     int k;
-    for (k = 0; k < size; k++) t[k] = p[swap ? size - 1 - k : k];
+    for (k = 0; k < size && k < (int)sizeof t; k++) t[k] = p[swap ? size - 1 - k : k];
     if (kind == 'b') return t[0] != 0 ? 1.0 : 0.0;
     if (kind == 'f' && size == 8) { double d; memcpy(&d, t, 8); return d; }
     if (kind == 'f' && size == 4) { float f; memcpy(&f, t, 4); return (double)f; }

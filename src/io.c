@@ -135,7 +135,7 @@ static double qk__npy_item(const unsigned char *p, char kind, int size, int swap
     unsigned char t[8];
     uint64_t u = 0;
     int k;
-    for (k = 0; k < size; k++) t[k] = p[swap ? size - 1 - k : k];
+    for (k = 0; k < size && k < (int)sizeof t; k++) t[k] = p[swap ? size - 1 - k : k];
     if (kind == 'b') return t[0] != 0 ? 1.0 : 0.0;
     if (kind == 'f' && size == 8) { double d; memcpy(&d, t, 8); return d; }
     if (kind == 'f' && size == 4) { float f; memcpy(&f, t, 4); return (double)f; }

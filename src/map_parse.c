@@ -362,9 +362,9 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
                         char m_[160];
                         ps.p = kat;
                         if (!strcmp(given[sl_], key))
-                            snprintf(m_, sizeof m_, "'%s' is given twice (each parameter may be given once)", key);
+                            snprintf(m_, sizeof m_, "'%.64s' is given twice (each parameter may be given once)", key);
                         else
-                            snprintf(m_, sizeof m_, "'%s' repeats '%s' (the same parameter; each may be given once)", key,
+                            snprintf(m_, sizeof m_, "'%.48s' repeats '%.48s' (the same parameter; each may be given once)", key,
                                      given[sl_]);
                         return qk__perr(&ps, "%s", m_);
                     }
