@@ -72,12 +72,13 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     FZ_CHECK(a.data != NULL && (a.ndim == 1 || a.ndim == 2) && a.rows >= 0 && a.cols >= 0);
     FZ_CHECK(a.ndim == 2 || a.cols == 1);
     {
-        /* the data is the file's tail: 4 or 8 bytes per element, nothing more */
+        /* the data is the file's tail: 1, 2, 4 or 8 bytes per element (the dtypes qk_npy_read
+           takes), nothing more */
         uint64_t n = (uint64_t)a.rows * (uint64_t)a.cols;
         size_t hlen = data[6] == 1 ? (size_t)data[8] | ((size_t)data[9] << 8)
                                    : (size_t)data[8] | ((size_t)data[9] << 8) | ((size_t)data[10] << 16) | ((size_t)data[11] << 24);
         uint64_t tail = (uint64_t)size - (data[6] == 1 ? 10 : 12) - hlen;
-        FZ_CHECK(tail == 4 * n || tail == 8 * n);
+        FZ_CHECK(tail == n || tail == 2 * n || tail == 4 * n || tail == 8 * n);
     }
     if (a.ndim == 2 && a.cols == 0) {   /* (r, 0): qk_npy_write's cols == 0 means 1-D, so no round trip */
         qk_array_free(&a);
