@@ -39,10 +39,13 @@ with tempfile.TemporaryDirectory() as d:
 
     # ---- SIGINT / SIGTERM during the compute ----
     np.save(P("x.npy"), rng.uniform(0, 6.28, (20000, 6)))
-    for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
-        with open(P("K.npy"), "wb") as f:
+    # SIGHUP (the terminal or ssh session closed) writes to an output whose name holds an escape
+    # sequence: the stop line quotes it escaped, never raw
+    for sig, code, kname in ((signal.SIGINT, 130, "K.npy"), (signal.SIGTERM, 143, "K.npy"),
+                             (signal.SIGHUP, 129, "K\x1b[2J.npy")):
+        with open(P(kname), "wb") as f:
             f.write(b"previous K")
-        p = subprocess.Popen([EXE, "--map", "zz(reps=2)", "--x", P("x.npy"), "--out", P("K.npy"), "--device", "cpu",
+        p = subprocess.Popen([EXE, "--map", "zz(reps=2)", "--x", P("x.npy"), "--out", P(kname), "--device", "cpu",
                               "--precision", "fp32", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         time.sleep(1.0)
         if p.poll() is not None:
@@ -60,7 +63,11 @@ with tempfile.TemporaryDirectory() as d:
         if not SANITIZED:
             check(dt < 1.0, "%s: stopped %.2f s after the signal (< 1 s)" % (sig.name, dt))
         check(temps(d) == [], "%s: no temporary file left (%s)" % (sig.name, temps(d)))
-        check(open(P("K.npy"), "rb").read() == b"previous K", "%s: the previous K.npy is untouched" % sig.name)
+        check(open(P(kname), "rb").read() == b"previous K", "%s: the previous K.npy is untouched" % sig.name)
+        check("was not written" in err and "\x1b" not in err, "%s: the stop is reported, escaped: %r" % (sig.name, err))
+        if sig == signal.SIGHUP:
+            check("hung up (SIGHUP)" in err and "K\\x1b[2J.npy" in err, "SIGHUP: named, the output quoted escaped: %r" % err)
+        os.remove(P(kname))
 
     # ---- peak RSS O(slab): K of 1.6 GB (float32, n = 20000) streamed on the CPU engine ----
     if free_gb < 4:

@@ -206,7 +206,8 @@ stop = os.path.join(root, "stop")
 os.makedirs(stop)
 write_csv(os.path.join(stop, "X.csv"), 4000, 12, 5)   # a job of minutes on one thread a rank: still running when the signal comes, on a 16-core host too
 if os.path.isdir("/proc/self"):
-    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGKILL to rank 1", signal.SIGKILL, 1),
+    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGHUP to rank 0", signal.SIGHUP, 0),
+                              ("SIGKILL to rank 1", signal.SIGKILL, 1),
                               ("SIGKILL to rank 0", signal.SIGKILL, 0)):
         out = os.path.join(stop, "K-%s-%d.npy" % (sig.name, victim))
         with open(out, "wb") as f:
@@ -234,9 +235,9 @@ if os.path.isdir("/proc/self"):
         dt = time.time() - t0
         print("%s: mpirun exited %s after %.2f s" % (what, p.returncode, dt))
         check(p.returncode != 0, "%s: mpirun exits non-zero (got %s)" % (what, p.returncode))
-        if sig == signal.SIGTERM:
+        if sig in (signal.SIGTERM, signal.SIGHUP):
             check(dt < 8.0, "%s: the whole job stops within seconds (took %.1f s)" % (what, dt))
-            check("stopped by SIGTERM" in e, "%s: the stop is reported: %s" % (what, e[-2000:]))
+            check("stopped by %s" % sig.name in e, "%s: the stop is reported: %s" % (what, e[-2000:]))
         left = [f for f in os.listdir(stop) if ".tmp." in f]
         check(not left, "%s: no temporary file left after mpirun exits: %s" % (what, left))
         with open(out, "rb") as f:

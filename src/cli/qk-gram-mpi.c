@@ -9,7 +9,7 @@
    rank succeeded; on any rank's failure no file is left and every rank exits 1. The output
    directory must be on a file system every rank sees. docs/scale.md has the details.
 
-   Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 stopped by SIGINT / SIGTERM. */
+   Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, sigaction, access under strict -std=c11 */
 #define QK_MPI
 #define QK_IMPLEMENTATION
@@ -242,7 +242,7 @@ static void parse_args(int argc, char **argv, options *o) {
     if (!o->out) die_usage("--out is required");
 }
 
-/* SIGINT / SIGTERM: the progress callback cancels; qk_gram_mpi then stops every rank and
+/* SIGINT / SIGTERM / SIGHUP: the progress callback cancels; qk_gram_mpi then stops every rank and
    removes the temporary file. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) { stop_signal = sig; }
@@ -266,7 +266,7 @@ static int run(const options *o) {
     int node_rank = 0, node_size = 1, rc = EXIT_FAILURE, bad = 0, dev = -1;
     rank_clock clk;
     double secs, *t_all = NULL;
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_hup;
 
     memset(&X, 0, sizeof X);
     memset(&Y, 0, sizeof Y);
@@ -355,6 +355,7 @@ static int run(const options *o) {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
     MPI_Barrier(MPI_COMM_WORLD);
     memset(&clk, 0, sizeof clk);
     clk.t0 = now_s();
@@ -362,11 +363,13 @@ static int run(const options *o) {
     secs = now_s() - clk.t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
     {
         int sig = stop_signal, any_sig = 0;
         MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (r == QK_ERROR_CANCELLED && any_sig) {
-            if (g_rank == 0) fprintf(stderr, "qk-gram-mpi: stopped by %s; '%s' was not written\n", any_sig == SIGINT ? "SIGINT" : "SIGTERM", o->out);
+            if (g_rank == 0) fprintf(stderr, "qk-gram-mpi: stopped by %s; '%s' was not written\n",
+                                    any_sig == SIGINT ? "SIGINT" : any_sig == SIGHUP ? "SIGHUP" : "SIGTERM", arg(o->out));
             rc = 128 + any_sig;
             goto done;
         }

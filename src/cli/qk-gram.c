@@ -7,8 +7,8 @@
    .npy file atomically (all or nothing). --demo trains a quantum-kernel classifier on the Iris
    data shipped in examples/data and prints its test accuracy. docs/cli.md has the details.
 
-   Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143
-   stopped by SIGINT / SIGTERM. */
+   Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143 / 129
+   stopped by SIGINT / SIGTERM / SIGHUP. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, isatty, access under strict -std=c11 */
 #define _XOPEN_SOURCE 700         /* realpath */
 #define QK_IMPLEMENTATION
@@ -83,7 +83,7 @@ static const char *usage_text =
     "  --help, --version\n"
     "\n"
     "Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line,\n"
-    "130 / 143 stopped by SIGINT / SIGTERM (the old output, if any, is left as it was).\n";
+    "130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP (the old output, if any, is left as it was).\n";
 
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
@@ -322,7 +322,7 @@ typedef struct progress {
     atomic_flag busy;
 } progress;
 
-/* SIGINT / SIGTERM: the handler only records the signal; the progress callback then cancels the
+/* SIGINT / SIGTERM / SIGHUP: the handler only records the signal; the progress callback then cancels the
    Gram, qk removes its temporary output file, and main exits 128 + signal. */
 static volatile sig_atomic_t stop_signal = 0;
 static void on_stop_signal(int sig) { stop_signal = sig; }
@@ -392,7 +392,7 @@ static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, q
 }
 
 /* Runs one Gram streamed into the .npy file `path` (qk writes a temporary file next to it and
-   renames it when K is complete; K is never whole in memory); prints errors. SIGINT / SIGTERM
+   renames it when K is complete; K is never whole in memory); prints errors. SIGINT / SIGTERM / SIGHUP
    during the run cancel it: the temporary file is removed and the old `path` stays. */
 static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const options *o, qk_dtype *dtype,
                     double *seconds) {
@@ -400,7 +400,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     progress prog;
     double t0;
     qk_result r;
-    struct sigaction sa, old_int, old_term;
+    struct sigaction sa, old_int, old_term, old_hup;
 
     gd->output = QK_OUTPUT_NPY;
     gd->out_path = o->out;
@@ -424,14 +424,18 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
     t0 = now_s();
     r = qk_gram(ctx, map, gd);
     *seconds = now_s() - t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
     progress_end(&prog);
     if (r == QK_ERROR_CANCELLED && stop_signal) {
-        fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_signal == SIGINT ? "interrupted (SIGINT)" : "terminated (SIGTERM)", o->out);
+        fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n",
+                stop_signal == SIGINT ? "interrupted (SIGINT)" : stop_signal == SIGHUP ? "hung up (SIGHUP)" : "terminated (SIGTERM)",
+                arg(o->out));
         return 128 + (int)stop_signal;
     }
     if (r != QK_OK) return fail(r, "Gram failed");
@@ -1032,7 +1036,7 @@ int main(int argc, char **argv) {
     {
         int rc = o.demo ? demo_main(&o) : gram_main(&o);
         int k_written = rc == EXIT_SUCCESS && !o.demo;
-        /* profiler outputs are written after a run that succeeded or was stopped (130 / 143: the
+        /* profiler outputs are written after a run that succeeded or was stopped (130 / 143 / 129: the
            profile of the part that ran), not after an error: exit 1 writes no output file */
         if (rc != EXIT_FAILURE) {
             if (o.profile && QK_PROF_REPORT(o.profile) != 0) rc = prof_fail("profile", o.profile);
