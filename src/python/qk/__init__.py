@@ -156,9 +156,18 @@ def _check_default_weights(m: "_qk.Map", given: bool) -> "_qk.Map":
 
 
 # ---- argument conversion ----
+def _no_masked(arr: np.ndarray, name: str) -> None:
+    """A masked array with a masked entry is refused: its buffer holds whatever lies under the
+    mask, and computing with it would be a silent wrong answer."""
+    if np.ma.isMaskedArray(arr) and np.ma.is_masked(arr):
+        raise ValueError(f"{name} is a masked array with {int(np.ma.count_masked(arr))} masked entries: "
+                         f"fill or drop them first (e.g. {name}.filled(value) or {name}.compressed())")
+
+
 def _as_data(a: npt.ArrayLike, name: str) -> np.ndarray:
     """A 2-D C-contiguous, aligned, native float64 array; copies only when a is not one already."""
     arr = np.asanyarray(a)
+    _no_masked(arr, name)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"{name} must hold real numbers (float64, float32, integer or bool), not dtype {arr.dtype}")
     if arr.ndim != 2:
@@ -170,6 +179,7 @@ def _as_data(a: npt.ArrayLike, name: str) -> np.ndarray:
 def _as_weights(w: Optional[npt.ArrayLike]) -> Optional[np.ndarray]:
     if w is None:
         return None
+    _no_masked(np.asanyarray(w), "weights")
     arr = np.asarray(w)
     if arr.dtype.kind not in "biuf":
         raise TypeError(f"weights must hold real numbers, not dtype {arr.dtype}")
@@ -478,6 +488,9 @@ class Kernel:
             raise TypeError(f"x and y must hold real numbers (float64, float32, integer or bool), not dtype {bad.dtype}")
         if y is not None and y.shape != x.shape:
             raise ValueError(f"x has {x.shape[0]} features and y has {y.shape[0]}")
+        _no_masked(x, "x")
+        if y is not None:
+            _no_masked(y, "y")
         xa = np.require(x.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
         same = y is None or y is x or np.array_equal(x, y)
         ya = None if same else np.require(y.reshape(1, -1), dtype=np.float64, requirements=["C", "A"])
