@@ -582,9 +582,10 @@ int main(int argc, char **argv)
             prec_case(c.name, b.m, x, c.n, c.f64);
         }
     }
-    {   /* fused tensor-core kernel vs cuBLAS engines: tc runs them all, tc8 / tc12 / tc16 / tchea12 one each */
+    {   /* fused tensor-core kernel vs cuBLAS engines: tc runs them all, tc6 ... tc10 / tc12 / tc16 / tchea12 one each */
         struct TC { const char *name; int q; int64_t n; bool hea; } tc[] = {
-            {"tc8", 8, 32768, false}, {"tc12", 12, 16384, false}, {"tc16", 16, 4096, false}, {"tchea12", 12, 16384, true}};
+            {"tc6", 6, 32768, false}, {"tc7", 7, 32768, false}, {"tc8", 8, 32768, false}, {"tc9", 9, 32768, false},
+            {"tc10", 10, 32768, false}, {"tc12", 12, 16384, false}, {"tc16", 16, 4096, false}, {"tchea12", 12, 16384, true}};
         for (auto &c : tc) {
             if (!has(c.name) && !has("tc")) continue;
             BMap b;
