@@ -7825,10 +7825,15 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
 /* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
-   to this many qubits: correct to its stated bounds but slower than the cuBLAS engines at every
-   size measured (docs/benchmarks.md, 'Figures behind the code's constants'), so the fixed table never picks it (0); the autotune still
-   times it per shape. */
-#define QK__TCF_MAX_QUBITS 0
+   to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every mode (the
+   Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the MMAs), at
+   8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures behind the
+   code's constants'). Configuration QK__TCF_FIXED_CFG (32 x 32 per warp) is the fixed table's;
+   the autotune still times every configuration and cuBLAS per shape. */
+#define QK__TCF_MAX_QUBITS 7
+#define QK__TCF_FP16_MAX_QUBITS 8
+#define QK__TCF_FIXED_CFG 2
+static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
 static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
    plans keep their engines (0..2) only, so their results stay what they were. */
@@ -8245,7 +8250,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
             p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
+    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
@@ -8253,6 +8258,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
             p->use_blas += 5;
+            p->kernel_cfg = QK__TCF_FIXED_CFG;
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }

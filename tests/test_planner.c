@@ -60,6 +60,10 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
 {
     static const qk_precision tc[3] = {QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
     static const int mode[3] = {3, 4, 5}; /* the cuBLAS engines; the fused tensor-core kernel is mode + 5 */
+    /* the fixed table's engine per mode at 8 and at 6 qubits: the fused tensor-core kernel in its
+       configuration 2 at 6-7 qubits in every mode and at 8 in FP16; cuBLAS from there; FP32X3
+       starts at 7 qubits (6: the fp32 SIMT kernel) */
+    static const int at8[3] = {3, 4, 10}, at6[3] = {8, 0, 10};
     static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
     int c, i, q, b;
@@ -90,10 +94,10 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk_precision_name(tc[i]), qk_last_error());
             invariants(&p, d, 0.85, "zz8 tensor cores");
-            /* 8 qubits: the cuBLAS tensor-core engine (the fused tensor-core kernel is slower on
-               an H200 at every size measured: QK__TCF_MAX_QUBITS = 0; autotune may pick it) */
-            CHECK(p.use_blas == (QK__TCF_MAX_QUBITS >= 8 ? mode[i] + 5 : mode[i]) && p.precision == tc[i] && p.out_dtype == QK_F32, "%s zz8 %s: blas %d precision %d dtype %d",
-                  d->name, qk_precision_name(tc[i]), p.use_blas, (int)p.precision, (int)p.out_dtype);
+            /* 8 qubits: the cuBLAS tensor-core engine, but FP16 on the fused kernel */
+            CHECK(p.use_blas == at8[i] && p.kernel_cfg == (at8[i] >= 8 ? 2 : 0) && p.precision == tc[i] && p.out_dtype == QK_F32,
+                  "%s zz8 %s: blas %d cfg %d precision %d dtype %d", d->name, qk_precision_name(tc[i]), p.use_blas, p.kernel_cfg,
+                  (int)p.precision, (int)p.out_dtype);
             /* the workspace holds the cuBLAS engine's (the autotune may pick it: the complex slab,
                as fp32's, plus the operands, at least the columns and the rotated columns) and the
                fused kernel's (every state's operand words) */
@@ -104,12 +108,12 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                   "%s zz8 %s: workspace %zu too small for the operands", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
             CHECK(p.bytes_workspace > p32.bytes_workspace, "%s zz8 %s: operands not counted", d->name, qk_precision_name(tc[i]));
             CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, qk_precision_name(tc[i])) && strstr(buf, "tensor cores") &&
-                  (QK__TCF_MAX_QUBITS >= 8 ? strstr(buf, "fused") && strstr(buf, "mma.sync") : strstr(buf, "cublas") != NULL),
+                  (at8[i] >= 8 ? strstr(buf, "fused") && strstr(buf, "mma.sync") : strstr(buf, "cublas") != NULL),
                   "%s zz8 %s: describe: %s", d->name, qk_precision_name(tc[i]), buf);
             /* K to the host: a ring of two slots, both counted */
             g = gdesc(32768, 0, QK_OUTPUT_HOST);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == (QK__TCF_MAX_QUBITS >= 8 ? mode[i] + 5 : mode[i]), "%s zz8 host %s", d->name, qk_precision_name(tc[i]));
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == at8[i], "%s zz8 host %s: blas %d", d->name, qk_precision_name(tc[i]), p.use_blas);
             invariants(&p, d, 0.85, "zz8 host tensor cores");
             CHECK(p.tile_m < 32768 && (double)p.bytes_workspace >= 2.0 * qk__blas_ws(mode[i], 1, 8, 4.0, (double)p.tile_m, 32768.0),
                   "%s zz8 host %s: ring workspace %zu", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
@@ -118,13 +122,13 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             g.precision = tc[i];
             CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.use_blas == 0 && strstr(p.config, "do not pay"),
                   "%s zz4 %s: blas %d config '%s'", d->name, qk_precision_name(tc[i]), p.use_blas, p.config);
-            /* 6 qubits: TF32 and FP16 on the tensor cores, FP32X3 (chunked) not yet */
+            /* 6 qubits: TF32 and FP16 on the tensor cores (the fused kernel), FP32X3 (chunked) not yet */
             {
                 qk_map *z6 = NULL;
                 g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
                 g.precision = tc[i];
                 CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
-                      p.use_blas == (tc[i] == QK_PRECISION_FP32X3 ? 0 : QK__TCF_MAX_QUBITS >= 6 ? mode[i] + 5 : mode[i]), "%s zz6 %s: blas %d '%s'", d->name,
+                      p.use_blas == at6[i] && p.kernel_cfg == (at6[i] >= 8 ? 2 : p.kernel_cfg), "%s zz6 %s: blas %d '%s'", d->name,
                       qk_precision_name(tc[i]), p.use_blas, p.config);
                 qk_map_free(z6);
             }
@@ -261,12 +265,12 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
             {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32, 1},     /* the GPU default: auto, fp32's bound: fp32 as before */
             {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32, 1},
             {QK_PRECISION_AUTO, 1e-3, QK_PRECISION_FP32X3, 4},     /* 1e-3: above fp32x3's 4.1e-4, under fp16's 3.2e-3 */
-            {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, 5},       /* the fastest, tf32's equal bound never wins */
-            {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, 5},    /* tol with the default precision: auto */
+            {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, 10},      /* the fastest, tf32's equal bound never wins (fused at 8 q) */
+            {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, 10},   /* tol with the default precision: auto */
             {QK_PRECISION_AUTO, 4.05e-4, QK_PRECISION_FP32, 1},    /* between fp32's 4.04e-4 and fp32x3's 4.06e-4 */
             {QK_PRECISION_AUTO, 1e-6, QK_PRECISION_FP64, 1},       /* tighter than fp32: fp64 */
             {QK_PRECISION_AUTO, 1e-12, QK_PRECISION_FP64, 1},      /* tighter than any: fp64, said so */
-            {QK_PRECISION_TF32, 0.0, QK_PRECISION_TF32, 3},        /* named modes are kept (the cuBLAS engines: QK__TCF_MAX_QUBITS) */
+            {QK_PRECISION_TF32, 0.0, QK_PRECISION_TF32, 3},        /* named modes are kept (TF32 at 8 qubits: cuBLAS) */
         };
         size_t i;
         for (i = 0; i < sizeof zz8c / sizeof zz8c[0]; ++i) {
