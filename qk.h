@@ -1142,8 +1142,8 @@ QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d
    use_blas = blas[best], kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[12], cfg[12];
-    double ms[12];              /* median milliseconds per K(X,X) of n_samples */
+    int blas[16], cfg[16];
+    double ms[16];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;
 } qk_cuda_tune_result;
@@ -7828,12 +7828,13 @@ static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ?
    to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every mode (the
    Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the MMAs), at
    8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures behind the
-   code's constants'). Configuration QK__TCF_FIXED_CFG (32 x 32 per warp) is the fixed table's;
-   the autotune still times every configuration and cuBLAS per shape. */
+   code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32 per warp)
+   up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both and
+   cuBLAS per shape. */
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
-#define QK__TCF_FIXED_CFG 2
 static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
+static int qk__tcf_fixed_cfg(int n_qubits) { return n_qubits <= 7 ? 2 : 1; }
 static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
    plans keep their engines (0..2) only, so their results stay what they were. */
@@ -7912,6 +7913,17 @@ QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
    the tensor cores apply). A tensor-core mode
    is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
    not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
+/* The default tolerance of AUTO (tol 0): fp32-class, fp32x3's bound (fp32's plus the hi/lo
+   split's product term, 2.0e-6; its measured error is fp32's, docs/precision.md), so from 7
+   qubits the default runs fp32x3 on the tensor cores; product maps (the analytic path: no sum of
+   2^q products, no tensor cores) keep fp32's bound without its drift term. */
+static double qk__default_tol(int n_qubits, qk_path path)
+{
+    const int q = n_qubits > 62 ? 62 : n_qubits;
+    return path == QK_PATH_ANALYTIC ? qk_precision_error_bound(QK_PRECISION_FP32, q) - ldexp(1.0, q - 24) / 4.0
+                                    : qk_precision_error_bound(QK_PRECISION_FP32X3, q);
+}
+
 static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
 {
     static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
@@ -7920,7 +7932,7 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
        fp32's bound there drops the drift term */
     const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
     const double drift = ldexp(1.0, q - 24) / 4.0;
-    const double b32 = qk_precision_error_bound(QK_PRECISION_FP32, q) - (an ? drift : 0.0), t = tol > 0.0 ? tol : b32;
+    const double t = tol > 0.0 ? tol : qk__default_tol(map->n_qubits, path);
     char g1[32], g2[32];
     int i;
     for (i = 0; i < 5; i++) {
@@ -7931,7 +7943,7 @@ static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double t
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
-                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : " (default: fp32's bound)",
+                     qk__fmt_g(g1, sizeof g1, b, 2), qk__fmt_g(g2, sizeof g2, t, 2), tol > 0.0 ? "" : an ? " (default: fp32's bound)" : " (default: fp32-class, fp32x3's bound)",
                      map->n_qubits);
         return m;
     }
@@ -8176,7 +8188,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         const double drift = path == QK_PATH_ANALYTIC ? ldexp(1.0, (map->n_qubits > 62 ? 62 : map->n_qubits) - 24) / 4.0 : 0.0;
         p->error_bound = qk_precision_error_bound(prec, map->n_qubits > 62 ? 62 : map->n_qubits) - (prec == QK_PRECISION_FP64 ? 0.0 : drift);
         p->tol = desc->precision == QK_PRECISION_AUTO || desc->precision == QK_PRECISION_DEFAULT
-                     ? (desc->tol > 0.0 ? desc->tol : qk_precision_error_bound(QK_PRECISION_FP32, map->n_qubits > 62 ? 62 : map->n_qubits) - drift)
+                     ? (desc->tol > 0.0 ? desc->tol : qk__default_tol(map->n_qubits, path))
                      : 0.0;
     }
     snprintf(p->precision_note, sizeof p->precision_note, "%s", note);
@@ -8258,7 +8270,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
             p->use_blas += 5;
-            p->kernel_cfg = QK__TCF_FIXED_CFG;
+            p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }

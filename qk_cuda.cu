@@ -70,10 +70,10 @@
    >>smalltc   its tensor-core form, fp16 hi/lo splits (fused configuration 8) [cuda/smalltc.cuh]
    >>blas      cuBLAS and the tensor-core engines, the |.|^2 epilogue [cuda/blas.cuh]
    >>amp       amplitude encoding from host data (qk_cuda_amplitude_encode) [cuda/amp.cuh]
-   >>tune      the autotuner (qk_cuda_tune_gram) [cuda/tune.cuh]
    >>pipeline  the Gram job: streams and events, job state, qk__pipe's steps [cuda/pipeline.cuh]
    >>api       the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) [cuda/api.cuh]
    >>tcf       the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) [cuda/tcf.cuh]
+   >>tune      the autotuner (qk_cuda_tune_gram) [cuda/tune.cuh]
    >>devices   device selection and a clock for qk.h's several-GPU driver [cuda/devices.cuh]
    >>mps       the MPS path: batched transfer-matrix contraction of padded site tensors [cuda/mps.cuh]
    Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
@@ -2697,104 +2697,6 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
 }
 
 /* ======================================================================================== */
-/* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
-/* ======================================================================================== */
-
-/* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
-template <typename T>
-__global__ void qk__k_fill_random(T *p, int64_t count, uint32_t seed)
-{
-    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (i >= count) return;
-    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
-    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
-    p[i] = (T)h * ((T)2 / (T)4294967296.0) - (T)1;
-}
-
-template <typename T>
-static qk_result qk__launch_fill_random(T *p, int64_t count, uint32_t seed, cudaStream_t st, qk__err *E)
-{
-    qk__k_fill_random<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(p, count, seed);
-    QK_LAUNCH_CK("qk__k_fill_random");
-    return QK_OK;
-}
-
-struct qk__tune_ws {
-    void *S = nullptr, *K = nullptr, *Cw = nullptr;
-    cublasHandle_t h = nullptr;
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    ~qk__tune_ws() {
-        cudaFree(S); cudaFree(K); cudaFree(Cw);
-        if (h) cublasDestroy(h);
-        if (e0) cudaEventDestroy(e0);
-        if (e1) cudaEventDestroy(e1);
-        cudaGetLastError();
-    }
-};
-
-
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
-{
-    const int D = 1 << pl->n_qubits;
-    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
-    qk__tune_ws w;
-    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
-    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, (qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D))));
-    QK_BLAS_CK(cublasCreate(&w.h));
-    QK_CK(cudaEventCreate(&w.e0));
-    QK_CK(cudaEventCreate(&w.e1));
-    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
-    QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
-    res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
-    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
-    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
-    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
-    OutT *K = (OutT *)w.K;
-    for (int c = 0; c < res->n; ++c) {
-        std::vector<double> t;
-        for (int r = 0; r < reps + 1; ++r) {
-            QK_CK(cudaEventRecord(w.e0, 0));
-            if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
-            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
-            QK_CK(cudaEventRecord(w.e1, 0));
-            QK_CK(cudaEventSynchronize(w.e1));
-            float ms = 0;
-            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
-            if (r > 0) t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        res->ms[c] = t[t.size() / 2];
-    }
-    res->best = 0;
-    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
-    return QK_OK;
-}
-
-extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
-                                       char *err, size_t err_size)
-{
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
-    memset(res, 0, sizeof *res);
-    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
-        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
-    int64_t n = n_samples > 0 ? n_samples : 4096;
-    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
-    if (reps < 1) reps = 3;
-    res->n_samples = n;
-    return qk__dispatch(plan->precision == QK_PRECISION_FP64, plan->path != QK_PATH_REAL, plan->out_dtype == QK_F64,
-                        [&](auto ty) {
-                            typedef decltype(ty) Ty;
-                            return qk__tune<typename Ty::T, Ty::CPLX, typename Ty::OutT>(plan, n, reps, res, E);
-                        });
-}
-
-/* ======================================================================================== */
 /* >>pipeline ---- the Gram job: streams and events, job state, qk__pipe's steps ---- */
 /* ======================================================================================== */
 
@@ -2901,12 +2803,9 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
 /* The fused tensor-core engines (plan.use_blas 8..10; their section is at the end of this file). */
 #define QK__TCF_FIRST 8
-#define QK__TCF_N_CFG 3
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E);
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk__job_state *J;
@@ -3631,13 +3530,15 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 = the fixed table):
-     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's, but for FP32X3 complex)
-     2   64 x  64 tiles, 4 warps of 32 x 32 (FP32X3 complex: two accumulator sets, 128 registers)
-     3  128 x 128 tiles, 8 warps of 32 x 64
+/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 runs 1):
+     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
+     2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
+        two accumulator sets, 128 registers)
    FP32X3 takes 2 whatever the configuration: its second accumulator set (the flush) and its hi
-   and lo fragments would not fit the registers at 64 x 32 or 32 x 64 per warp (complex: 256
-   accumulators). */
+   and lo fragments would not fit the registers at 64 x 32 per warp (complex: 256 accumulators).
+   A third configuration (128 x 128, 8 warps of 32 x 64) was never the fastest at 6 to 16 qubits
+   in any mode (docs/benchmarks.md, QK__TCF_MAX_QUBITS) and was removed: each configuration costs
+   nvcc a kernel per mode x CPLX x OutT x architecture. */
 template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN>
 static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn, float inv_s2,
                                     OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -3677,7 +3578,6 @@ static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t 
         if (cfg == 0) cfg = 1;
         switch (cfg) {
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-        case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         }
     }
@@ -3787,6 +3687,112 @@ static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D,
     if ((size_t)n * G.ldw * 4 > ws_bytes) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: workspace too small for the fused tensor-core engine");
     QK_TRY(qk__tcf_convert(G, S, n, (uint32_t *)ws, 0, E));
     return qk__launch_tcf<CPLX, OutT>(G, cfg, (const uint32_t *)ws, (const uint32_t *)ws, n, n, K, n, K, 0, 1, 0, E);
+}
+
+/* ======================================================================================== */
+/* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
+/* ======================================================================================== */
+
+/* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
+template <typename T>
+__global__ void qk__k_fill_random(T *p, int64_t count, uint32_t seed)
+{
+    int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= count) return;
+    uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+    h ^= h >> 16; h *= 0x7feb352dU; h ^= h >> 15; h *= 0x846ca68bU; h ^= h >> 16;
+    p[i] = (T)h * ((T)2 / (T)4294967296.0) - (T)1;
+}
+
+template <typename T>
+static qk_result qk__launch_fill_random(T *p, int64_t count, uint32_t seed, cudaStream_t st, qk__err *E)
+{
+    qk__k_fill_random<T><<<(unsigned)((count + 255) / 256), 256, 0, st>>>(p, count, seed);
+    QK_LAUNCH_CK("qk__k_fill_random");
+    return QK_OK;
+}
+
+struct qk__tune_ws {
+    void *S = nullptr, *K = nullptr, *Cw = nullptr;
+    cublasHandle_t h = nullptr;
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    ~qk__tune_ws() {
+        cudaFree(S); cudaFree(K); cudaFree(Cw);
+        if (h) cublasDestroy(h);
+        if (e0) cudaEventDestroy(e0);
+        if (e1) cudaEventDestroy(e1);
+        cudaGetLastError();
+    }
+};
+
+
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_result *res, qk__err *E)
+{
+    const int D = 1 << pl->n_qubits;
+    const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
+    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
+    /* the fused tensor-core kernel (engine tcm + 5, configurations 1 and 2) beside its cuBLAS
+       engine: float states, and TF32 / FP16 (unflushed) only up to QK__TCF_NOFLUSH_MAX_QUBITS */
+    const int tcf = sizeof(T) == 4 && tcm >= 3 && tcm <= 5 && (tcm == 4 || pl->n_qubits <= QK__TCF_NOFLUSH_MAX_QUBITS) ? tcm + 5 : 0;
+    const size_t tcf_bytes = tcf ? (size_t)n * (size_t)qk__tcf_geometry(tcf, D, CPLX).ldw * 4 : 0;
+    qk__tune_ws w;
+    QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
+    QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
+    QK_CK(cudaMalloc(&w.Cw, std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes)));
+    QK_BLAS_CK(cublasCreate(&w.h));
+    QK_CK(cudaEventCreate(&w.e0));
+    QK_CK(cudaEventCreate(&w.e1));
+    const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
+    QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
+    res->n = 0;
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
+    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
+    for (int c = 1; tcf && c <= (tcf == 9 ? 1 : 2); ++c) { res->blas[res->n] = tcf; res->cfg[res->n] = c; res->n++; }
+    OutT *K = (OutT *)w.K;
+    for (int c = 0; c < res->n; ++c) {
+        std::vector<double> t;
+        for (int r = 0; r < reps + 1; ++r) {
+            QK_CK(cudaEventRecord(w.e0, 0));
+            if (res->blas[c] >= QK__TCF_FIRST)
+                QK_TRY((qk__tune_tcf<T, CPLX, OutT>(res->blas[c], res->cfg[c], w.S, n, D, w.Cw,
+                                                    std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes), K, E)));
+            else if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
+            QK_CK(cudaEventRecord(w.e1, 0));
+            QK_CK(cudaEventSynchronize(w.e1));
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, w.e0, w.e1));
+            if (r > 0) t.push_back(ms);
+        }
+        std::sort(t.begin(), t.end());
+        res->ms[c] = t[t.size() / 2];
+    }
+    res->best = 0;
+    for (int c = 1; c < res->n; ++c) if (res->ms[c] < res->ms[res->best]) res->best = c;
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_tune_gram(const qk_plan *plan, int64_t n_samples, int reps, qk_cuda_tune_result *res,
+                                       char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!plan || !res) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: NULL argument");
+    memset(res, 0, sizeof *res);
+    if (plan->path == QK_PATH_ANALYTIC || plan->n_qubits > 20)
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_tune_gram: nothing to tune for this path/size");
+    int64_t n = n_samples > 0 ? n_samples : 4096;
+    if (plan->n_x > 0 && n > plan->n_x) n = plan->n_x;
+    if (reps < 1) reps = 3;
+    res->n_samples = n;
+    return qk__dispatch(plan->precision == QK_PRECISION_FP64, plan->path != QK_PATH_REAL, plan->out_dtype == QK_F64,
+                        [&](auto ty) {
+                            typedef decltype(ty) Ty;
+                            return qk__tune<typename Ty::T, Ty::CPLX, typename Ty::OutT>(plan, n, reps, res, E);
+                        });
 }
 
 /* >>devices ---- device selection and a clock for qk.h's several-GPU driver ---- */

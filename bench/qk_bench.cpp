@@ -560,7 +560,11 @@ int main(int argc, char **argv)
                                (long long)tr.n_samples, tr.best, fixed);
             printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
             for (int i = 0; i < tr.n; ++i) {
-                const char *nm = tr.blas[i] == 2 ? "cublas3m" : tr.blas[i] ? "cublas" : qk__fused_cfg_name(tr.cfg[i]);
+                static const char *const tcn[11] = {"", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
+                                                    "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
+                char tcfn[32];
+                snprintf(tcfn, sizeof tcfn, "%s/cfg%d", tr.blas[i] >= 8 && tr.blas[i] <= 10 ? tcn[tr.blas[i]] : "", tr.cfg[i]);
+                const char *nm = tr.blas[i] >= 8 ? tcfn : tr.blas[i] >= 1 && tr.blas[i] <= 10 ? tcn[tr.blas[i]] : qk__fused_cfg_name(tr.cfg[i]);
                 printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
                 len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
             }

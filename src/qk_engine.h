@@ -271,8 +271,8 @@ QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d
    use_blas = blas[best], kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[12], cfg[12];
-    double ms[12];              /* median milliseconds per K(X,X) of n_samples */
+    int blas[16], cfg[16];
+    double ms[16];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;
 } qk_cuda_tune_result;

@@ -60,9 +60,9 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
 {
     static const qk_precision tc[3] = {QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
     static const int mode[3] = {3, 4, 5}; /* the cuBLAS engines; the fused tensor-core kernel is mode + 5 */
-    /* the fixed table's engine per mode at 8 and at 6 qubits: the fused tensor-core kernel in its
-       configuration 2 at 6-7 qubits in every mode and at 8 in FP16; cuBLAS from there; FP32X3
-       starts at 7 qubits (6: the fp32 SIMT kernel) */
+    /* the fixed table's engine per mode at 8 and at 6 qubits: the fused tensor-core kernel at 6-7
+       qubits in every mode (configuration 2) and at 8 in FP16 (configuration 1); cuBLAS from
+       there; FP32X3 starts at 7 qubits (6: the fp32 SIMT kernel) */
     static const int at8[3] = {3, 4, 10}, at6[3] = {8, 0, 10};
     static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
@@ -95,7 +95,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk_precision_name(tc[i]), qk_last_error());
             invariants(&p, d, 0.85, "zz8 tensor cores");
             /* 8 qubits: the cuBLAS tensor-core engine, but FP16 on the fused kernel */
-            CHECK(p.use_blas == at8[i] && p.kernel_cfg == (at8[i] >= 8 ? 2 : 0) && p.precision == tc[i] && p.out_dtype == QK_F32,
+            CHECK(p.use_blas == at8[i] && p.kernel_cfg == (at8[i] >= 8 ? 1 : 0) && p.precision == tc[i] && p.out_dtype == QK_F32,
                   "%s zz8 %s: blas %d cfg %d precision %d dtype %d", d->name, qk_precision_name(tc[i]), p.use_blas, p.kernel_cfg,
                   (int)p.precision, (int)p.out_dtype);
             /* the workspace holds the cuBLAS engine's (the autotune may pick it: the complex slab,
@@ -128,7 +128,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                 g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
                 g.precision = tc[i];
                 CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
-                      p.use_blas == at6[i] && p.kernel_cfg == (at6[i] >= 8 ? 2 : p.kernel_cfg), "%s zz6 %s: blas %d '%s'", d->name,
+                      p.use_blas == at6[i] && (at6[i] < 8 || p.kernel_cfg == 2), "%s zz6 %s: blas %d '%s'", d->name,
                       qk_precision_name(tc[i]), p.use_blas, p.config);
                 qk_map_free(z6);
             }
@@ -262,8 +262,8 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
     for (c = 0; c < 3; ++c) {
         const qk_device_info *d = &cards[c];
         static const struct { qk_precision asked; double tol; qk_precision want; int blas; } zz8c[] = {
-            {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32, 1},     /* the GPU default: auto, fp32's bound: fp32 as before */
-            {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32, 1},
+            {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32X3, 4},   /* the GPU default: auto, fp32-class (fp32x3's bound): fp32x3 */
+            {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32X3, 4},
             {QK_PRECISION_AUTO, 1e-3, QK_PRECISION_FP32X3, 4},     /* 1e-3: above fp32x3's 4.1e-4, under fp16's 3.2e-3 */
             {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, 10},      /* the fastest, tf32's equal bound never wins (fused at 8 q) */
             {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, 10},   /* tol with the default precision: auto */
@@ -390,7 +390,8 @@ int main(void)
         invariants(&p, d, 0.85, "zz8 host");
         CHECK(p.bulk_states && p.k_resident && p.use_blas && p.path == QK_PATH_COMPLEX && p.symmetric, "%s zz8: bulk %d resident %d blas %d path %d",
               d->name, p.bulk_states, p.k_resident, p.use_blas, (int)p.path);
-        CHECK(p.precision == QK_PRECISION_FP32 && p.out_dtype == QK_F32, "%s zz8: default precision/dtype", d->name);
+        CHECK(p.precision == QK_PRECISION_FP32X3 && p.use_blas == 4 && p.out_dtype == QK_F32, "%s zz8: default precision (fp32-class: fp32x3) / dtype",
+              d->name);
         CHECK(p.bytes_staging > 0 && p.tile_m < 32768, "%s zz8 host: staging %zu slab %lld (pipelined)", d->name, p.bytes_staging, (long long)p.tile_m);
         CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, d->name), "%s: describe", d->name);
         /* zz 4 qubits on the device: the fused kernel, one slab */

@@ -105,12 +105,9 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
 /* The fused tensor-core engines (plan.use_blas 8..10; their section is at the end of this file). */
 #define QK__TCF_FIRST 8
-#define QK__TCF_N_CFG 3
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E);
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk__job_state *J;

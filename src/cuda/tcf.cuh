@@ -242,13 +242,15 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 = the fixed table):
-     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's, but for FP32X3 complex)
-     2   64 x  64 tiles, 4 warps of 32 x 32 (FP32X3 complex: two accumulator sets, 128 registers)
-     3  128 x 128 tiles, 8 warps of 32 x 64
+/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 runs 1):
+     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
+     2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
+        two accumulator sets, 128 registers)
    FP32X3 takes 2 whatever the configuration: its second accumulator set (the flush) and its hi
-   and lo fragments would not fit the registers at 64 x 32 or 32 x 64 per warp (complex: 256
-   accumulators). */
+   and lo fragments would not fit the registers at 64 x 32 per warp (complex: 256 accumulators).
+   A third configuration (128 x 128, 8 warps of 32 x 64) was never the fastest at 6 to 16 qubits
+   in any mode (docs/benchmarks.md, QK__TCF_MAX_QUBITS) and was removed: each configuration costs
+   nvcc a kernel per mode x CPLX x OutT x architecture. */
 template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN>
 static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn, float inv_s2,
                                     OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -288,7 +290,6 @@ static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t 
         if (cfg == 0) cfg = 1;
         switch (cfg) {
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-        case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         }
     }

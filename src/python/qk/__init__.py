@@ -340,7 +340,7 @@ def _empty_gram(n: int, m: int, dev: int, prec: int, out: Any) -> np.ndarray:
         dt = np.float64
     elif prec not in (_qk.QK_PRECISION_DEFAULT, _qk.QK_PRECISION_AUTO):
         dt = np.float32
-    else:   # the engine's default: fp32 where the call would run on the GPU engine
+    else:   # the engine's default: float32 (fp32 / fp32x3) where the call would run on the GPU engine
         e = _qk.engine()
         gpu = dev == _qk.QK_DEVICE_CUDA or (dev == _qk.QK_DEVICE_AUTO and e["cuda_engine"] and e["cuda_devices"] > 0)
         dt = np.float32 if gpu else np.float64
@@ -371,12 +371,12 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
     device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``
         (or its alias ``"gpu"``, as the CLI's ``--device gpu``); case-insensitive. ``"cuda"`` without
         the CUDA engine or a device is a RuntimeError, never a silent fallback to the CPU.
-    precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which is fp32
-        unless ``tol`` says otherwise), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
+    precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which at the
+        default ``tol`` is fp32x3 from 7 qubits and fp32 below), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
         ``"fp32x3"`` (fp32 accuracy), ``"tf32"``, ``"fp16"`` (~1e-3), or ``"auto"``: the fastest mode
         whose stated error bound meets ``tol`` (docs/precision.md). The CPU engine accepts every
         mode and computes in fp64.
-    tol: the largest acceptable error bound of K for ``"auto"`` (default: fp32's bound).
+    tol: the largest acceptable error bound of K for ``"auto"`` (default: fp32-class, fp32x3's bound).
     out: None (a new array), a preallocated (n, m) float32/float64 array or ``np.memmap`` whose
         rows are contiguous (a slice ``K[:, :m]`` of a wider array works), or a path: K is then
         streamed into a ``.npy`` file (never whole in memory; written atomically) and returned as a
