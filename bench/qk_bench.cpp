@@ -78,7 +78,7 @@ static qk_plan plan_for(const qk_map &m, const qk_gram_desc &g, int blas, int64_
     if (qk_plan_for_device(&g_info, 0.85, &m, &g, &p) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(1); }
     if (blas >= 0) p.use_blas = blas;
     if (slab > 0) p.tile_m = slab;
-    p.kernel_cfg = cfg;
+    if (blas >= 0 || cfg) p.kernel_cfg = cfg; /* a planned engine keeps the plan's configuration */
     return p;
 }
 
@@ -153,7 +153,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     static const char *const engines[11] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
                                             "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
     row.engine = engines[p.use_blas >= 0 && p.use_blas <= 10 ? p.use_blas : 0];
-    row.precision = prec_name(prec);
+    row.precision = prec_name(p.precision); /* what ran: the default / auto name their mode */
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
     if (cfg) row.engine += " cfg=" + std::to_string(cfg);
@@ -440,13 +440,15 @@ int main(int argc, char **argv)
     auto has = [&](const char *c) { return ("," + cases + ",").find(std::string(",") + c + ",") != std::string::npos; };
     struct ZZ { const char *name; int q; int64_t n; };
     ZZ zz[] = {{"zz2", 2, 32768}, {"zz3", 3, 32768}, {"zz4", 4, 32768}, {"zz5", 5, 32768}, {"zz6", 6, 32768},
-               {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}, {"zz20", 20, 256}};
+               {"zz7", 7, 32768}, {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}, {"zz20", 20, 256}};
     for (auto &c : zz) {
         if (!has(c.name)) continue;
         BMap b; build_zz(b, c.q, 2);
         std::vector<double> x((size_t)c.n * c.q);
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false);
+        /* the GPU default (auto at fp32-class: fp32x3 from 7 qubits) */
+        if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_DEFAULT);
         run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, c.q >= 7 ? 0 : 1, c.q >= 7 ? c.n : 0, false, false);
         if (c.q < 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 6);
         if (c.q < 6) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 1); /* the 64x64 tile the persistent kernel replaced */
