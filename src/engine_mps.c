@@ -963,7 +963,12 @@ static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fract
 {
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
-    const qk_precision prec = desc->precision ? desc->precision : QK_PRECISION_FP32;
+    /* the default and auto: fp32 (the MPS kernels have no tensor-core mode), fp64 where tol asks
+       for less than fp32's MPS bound; the stated bound is the one the MPS GPU suite holds:
+       2e-6 + 5e-7 q chi in float, 1e-10 in double (plus float K's rounding) */
+    const int autom = desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO;
+    const double b32 = 2e-6 + 5e-7 * (double)prog->q * (double)prog->chi;
+    const qk_precision prec = autom ? (desc->tol > 0.0 && desc->tol < b32 ? QK_PRECISION_FP64 : QK_PRECISION_FP32) : desc->precision;
     const int d64 = prec == QK_PRECISION_FP64 || prec == QK_PRECISION_FP32X3;
     const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
     const double ob = od == QK_F64 ? 8.0 : 4.0;
@@ -973,6 +978,14 @@ static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fract
     double kb = 0;
     int64_t slab, cap;
     qk__plan_job(p, map, desc, prec, od, nx, ny, sym);
+    p->error_bound = d64 ? 1e-10 + (od == QK_F32 ? 1e-7 : 0.0) : b32;
+    if (autom) {
+        char g1[32], g2[32];
+        p->tol = desc->tol > 0.0 ? desc->tol : b32;
+        snprintf(p->precision_note, sizeof p->precision_note, "auto: %s, the MPS path's %s (bound %s, tol %s%s)",
+                 qk_precision_name(prec), d64 ? "double kernels" : "float kernels", qk__fmt_g(g1, sizeof g1, p->error_bound, 2),
+                 qk__fmt_g(g2, sizeof g2, p->tol, 2), desc->tol > 0.0 ? "" : ": default, fp32's MPS bound");
+    }
     p->bulk_states = 1;
     p->tile_m = 8;
     p->tile_n = 32;

@@ -301,6 +301,28 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
               "%s zz4 auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
         CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.path == QK_PATH_ANALYTIC,
               "%s angle auto 1e-2: %s", d->name, qk_precision_name(p.precision));
+        /* the MPS path (40 qubits, linear zz: bond 2): the default is fp32 with the MPS GPU suite's
+           bound 2e-6 + 5e-7 q chi stated and said; a tol under it takes fp64 (double kernels) */
+        {
+            qk_map *z40 = NULL;
+            const double b = 2e-6 + 5e-7 * 40.0 * 2.0;
+            g = gdesc(512, 0, QK_OUTPUT_DEVICE);
+            CHECK(qk_map_parse("zz(reps=1,ent=linear)", 40, &z40) == QK_OK && qk_plan_for_device(d, 0.85, z40, &g, &p) == QK_OK &&
+                      p.path == QK_PATH_MPS && p.precision == QK_PRECISION_FP32 && fabs(p.error_bound - b) < 1e-12 && fabs(p.tol - b) < 1e-12 &&
+                      strstr(p.precision_note, "auto: fp32") && strstr(p.precision_note, "default"),
+                  "%s mps default: path %d %s bound %g tol %g '%s'", d->name, (int)p.path, qk_precision_name(p.precision), p.error_bound, p.tol,
+                  p.precision_note);
+            g.precision = QK_PRECISION_AUTO;
+            g.tol = 1e-6;
+            CHECK(z40 && qk_plan_for_device(d, 0.85, z40, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP64 && p.error_bound <= 1e-6 &&
+                      strstr(p.precision_note, "auto: fp64"),
+                  "%s mps auto 1e-6: %s bound %g '%s'", d->name, qk_precision_name(p.precision), p.error_bound, p.precision_note);
+            g.precision = QK_PRECISION_FP32;
+            g.tol = 0.0;
+            CHECK(z40 && qk_plan_for_device(d, 0.85, z40, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.error_bound == b &&
+                      p.precision_note[0] == 0, "%s mps fp32: bound %g '%s'", d->name, p.error_bound, p.precision_note);
+            qk_map_free(z40);
+        }
         /* hea 12 qubits (real): fp16 on the cuBLAS engine (fixed table), fp32x3 at 1e-3 */
         g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_AUTO;
