@@ -193,6 +193,10 @@ typedef struct qk_prof_desc {
     size_t gpu_records_per_thread; /* resolved GPU zones kept per thread for traces; default 65536 */
     int gpu_queue;              /* open + unresolved GPU zones per (thread, stream); default 2048 */
     int top_n;                  /* rows in the bottleneck table; default 10 */
+    /* >>steps (desc): step-loop statistics (QK_PROF_STEP) */
+    int step_warmup;            /* first steps left out of the step statistics; default 1, -1: none */
+    int step_window;            /* steps kept per zone (a ring: the statistics cover the last
+                                   step_window steps); default 4096 */
     int preallocate;            /* 1: a thread's whole event buffer is allocated and touched when
                                    it first records, so no zone ever meets a page fault (about
                                    6 MiB a thread by default); 0 (default): chunk by chunk */
@@ -231,6 +235,19 @@ typedef struct qk_prof_summary {
     double ns_per_tick;
 } qk_prof_summary;
 
+/* >>steps (types): one zone's per-step series (QK_PROF_STEP), or the step time itself. The
+   statistics cover the steps in the window (the last desc.step_window steps after the warm-up);
+   a step in which the zone did not run counts 0 (from the zone's first step on). Percentiles
+   are linear interpolations between the sorted values (numpy's default method). */
+typedef struct qk_prof_step_stats {
+    int64_t steps;              /* steps in the statistics */
+    int64_t marked;             /* steps ended since the first marker (warm-up included) */
+    int64_t first, last;        /* the first and last step's index, as given to QK_PROF_STEP */
+    double mean_ns, min_ns, max_ns, p50_ns, p95_ns, p99_ns;
+    double trend_ns;            /* least-squares slope over the steps, ns per step */
+    double trend_rel;           /* trend_ns / mean_ns: relative change per step */
+} qk_prof_step_stats;
+
 /* >>api ---- functions (defined only where QK_PROF_ENABLE and QK_PROF_IMPLEMENTATION are) ---- */
 QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc); /* optional, before the first zone */
 QK_PROF_DEF void qk_prof_shutdown(void);                /* frees everything; init may follow */
@@ -263,6 +280,13 @@ QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f);
 QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path);
 QK_PROF_DEF const char *qk_prof_last_error(void);
+/* >>steps (api): step markers. qk_prof_step(i) ends the open step (if any) and begins step i;
+   qk_prof_step_end() ends the open step. Zones count in the step in which they end (GPU zones:
+   in which they begin). Statistics of a zone's per-step time (name NULL: the step time);
+   -1 when no step was recorded or the zone ran in none. */
+QK_PROF_DEF void qk_prof_step(int64_t index);
+QK_PROF_DEF void qk_prof_step_end(void);
+QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_stats *out);
 
 /* >>macros ---- macros (enabled and disabled forms) ---- */
 #define QK_PROF_CAT_(a, b) a##b
@@ -314,6 +338,8 @@ QK_PROF_DEF const char *qk_prof_last_error(void);
 #define QK_PROF_WRITE_JSON(path) qk_prof_write_file(QK_PROF_JSON, path)
 #define QK_PROF_WRITE_TRACE(path) qk_prof_write_file(QK_PROF_TRACE, path)
 #define QK_PROF_WRITE_HTML(path) qk_prof_write_file(QK_PROF_HTML, path)
+#define QK_PROF_STEP(index) qk_prof_step((int64_t)(index))      /* >>steps */
+#define QK_PROF_STEP_END() qk_prof_step_end()
 
 #if defined(__cplusplus)
 struct qk__prof_scope_guard {
@@ -375,6 +401,8 @@ struct qk__prof_scope_guard {
 #define QK_PROF_WRITE_JSON(path) QK_PROF_ZERO_(path)
 #define QK_PROF_WRITE_TRACE(path) QK_PROF_ZERO_(path)
 #define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
+#define QK_PROF_STEP(index) QK_PROF_U_(index)                  /* >>steps */
+#define QK_PROF_STEP_END() ((void)0)
 /* The value 0, usable as a statement without an unused-value warning, and no code even at
    -O0 where the compiler has statement expressions; elsewhere an inline function. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -495,6 +523,7 @@ typedef struct qk__prof_gz {    /* a GPU zone from begin to resolution */
     uint64_t bytes;
     uint8_t dir, pinned, ended, done;
     uint16_t depth;
+    int64_t step;               /* >>steps: the step open at begin, -1 outside steps */
 } qk__prof_gz;
 
 typedef struct qk__prof_lanec { /* one (thread, stream) pair */
@@ -628,6 +657,17 @@ static pthread_key_t qk__prof_key;
 static pthread_once_t qk__prof_key_once = PTHREAD_ONCE_INIT;
 static qk__prof_thread qk__prof_dummy;
 static qk__prof_stat qk__prof_dummy_stats[QK_PROF_MAX_SITES];
+
+/* >>steps, >>mpi (forward): step-loop statistics and MPI-wide reports, defined in their own
+   sections further down; these are the hooks the code above them calls. */
+static int64_t qk__prof_step_cur = -1;  /* the open step's sequence number (-1: none); relaxed */
+__attribute__((unused)) static void qk__prof_steps_gpu(uint32_t site, int64_t step, double dur_ns);
+static void qk__prof_steps_free(void);
+static const char *qk__prof_site_name(uint32_t id);
+struct qk__prof_model;
+static void qk__prof_steps_text(FILE *f, const struct qk__prof_model *m, int w);
+static void qk__prof_steps_json(FILE *f, const struct qk__prof_model *m);
+static void qk__prof_html_steps(FILE *f, const struct qk__prof_model *m);
 
 static void qk__prof_seterr(const char *fmt, ...)
 {
@@ -1449,8 +1489,10 @@ static void qk__prof_lane_resolve(qk__prof_gthread *g, qk__prof_lanec *L, int wa
             a = 0; b = -1;
         }
         start_ms = L->prev_ms + (double)a;
-        if (b >= 0)
+        if (b >= 0) {
             qk__prof_grec_add(g, z->id, L->lane, start_ms * 1e6, (double)b * 1e6, z->bytes, z->dir, z->pinned, z->depth);
+            if (z->step >= 0) qk__prof_steps_gpu(z->id, z->step, (double)b * 1e6); /* >>steps */
+        }
         if (L->prev != (cudaEvent_t)qk__prof_g.base_ev[g->device]) qk__prof_ev_put(g, L->prev);
         L->prev = z->e0;
         L->prev_ms = start_ms;
@@ -1536,6 +1578,7 @@ static void qk__prof_gpu_begin_x(qk_prof_site *site, void *stream)
         z->site = site;
         z->id = id;
         z->depth = (uint16_t)d;
+        z->step = __atomic_load_n(&qk__prof_step_cur, __ATOMIC_RELAXED); /* >>steps */
         if (cudaEventRecord(z->e0, (cudaStream_t)stream) != cudaSuccess) {
             cudaGetLastError();
             qk__prof_ev_put(g, z->e0);
@@ -1656,6 +1699,208 @@ QK_PROF_DEF int qk_prof_memcpy(qk_prof_site *site, void *dst, const void *src, s
 #endif
 }
 
+/* >>steps ---- implementation: step markers (recording) ---- */
+/* QK_PROF_STEP(i) closes the open step and opens step i. Closing a step sums, per zone name, the
+   time of the CPU zones that ended in it: the events every thread published since the last
+   marker (the marker reads them as a report does, without stopping the threads) plus the zones
+   whose events were dropped (their running totals' growth). The hot path is untouched: all the
+   work is the marker's, proportional to the zones of the step. GPU zones carry the step open at
+   their begin and are added when they resolve. Memory is bounded: per zone name a ring of the
+   last desc.step_window per-step totals (with the step each slot holds), per thread a scan
+   position and, once it dropped events, a copy of its dropped totals. */
+typedef struct qk__prof_sname {
+    const char *name;
+    int gpu;
+    int64_t first;              /* the first step (sequence number) the zone ran in */
+    double *val;                /* [window]: per-step total, ticks (CPU) or ns (GPU) */
+    int64_t *seq;               /* [window]: the step a slot holds (-1: none) */
+} qk__prof_sname;
+
+typedef struct qk__prof_steps {
+    int ready, open;
+    int warmup, window;
+    int64_t seq;                /* the open step's sequence number (0, 1, ... in marker order) */
+    int64_t closed;             /* steps closed */
+    int64_t user;               /* the open step's index as given */
+    uint64_t t0;                /* the open step's start tick */
+    double *step_ticks;         /* [window]: step durations */
+    int64_t *step_user;         /* [window]: their indices as given */
+    qk__prof_sname *names;
+    int n_names, cap_names;
+    int slot[2][QK_PROF_MAX_SITES]; /* site id -> names index + 1, CPU and GPU */
+    size_t pos[QK_PROF_MAX_THREADS];  /* events of each thread (by index) already counted */
+    uint64_t *dseen[QK_PROF_MAX_THREADS]; /* dropped-zone totals already counted, per site */
+    uint64_t late_gpu;          /* GPU zones resolved after their step left the window */
+    uint64_t dropped;           /* zone names that could not be allocated */
+} qk__prof_steps;
+
+static qk__prof_steps qk__prof_st;
+static pthread_mutex_t qk__prof_st_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int qk__prof_steps_setup(void)
+{
+    int w;
+    if (qk__prof_st.ready) return 0;
+    w = qk__prof_g.desc.step_window > 0 ? qk__prof_g.desc.step_window : 4096;
+    qk__prof_st.step_ticks = (double *)qk__prof_calloc((size_t)w, sizeof(double));
+    qk__prof_st.step_user = (int64_t *)qk__prof_calloc((size_t)w, sizeof(int64_t));
+    if (!qk__prof_st.step_ticks || !qk__prof_st.step_user) {
+        QK_PROF_FREE(qk__prof_st.step_ticks);
+        QK_PROF_FREE(qk__prof_st.step_user);
+        qk__prof_st.step_ticks = NULL;
+        qk__prof_st.step_user = NULL;
+        return -1;
+    }
+    qk__prof_st.window = w;
+    qk__prof_st.warmup = qk__prof_g.desc.step_warmup > 0 ? qk__prof_g.desc.step_warmup
+                         : qk__prof_g.desc.step_warmup < 0 ? 0 : 1;
+    qk__prof_st.ready = 1;
+    return 0;
+}
+
+/* The name slot of a site (CPU or GPU), created on first use; NULL when out of memory. */
+static qk__prof_sname *qk__prof_steps_name(uint32_t site, int gpu)
+{
+    int *slot = &qk__prof_st.slot[gpu][site % QK_PROF_MAX_SITES], i;
+    const char *name;
+    qk__prof_sname *n;
+    if (*slot > 0) return &qk__prof_st.names[*slot - 1];
+    name = qk__prof_site_name(site);
+    for (i = 0; i < qk__prof_st.n_names; i++)
+        if (qk__prof_st.names[i].gpu == gpu && strcmp(qk__prof_st.names[i].name, name) == 0) break;
+    if (i == qk__prof_st.n_names) {
+        int k;
+        if (qk__prof_grow((void **)&qk__prof_st.names, &qk__prof_st.cap_names, i + 1, sizeof *n) != 0) {
+            qk__prof_st.dropped++;
+            return NULL;
+        }
+        n = &qk__prof_st.names[i];
+        memset(n, 0, sizeof *n);
+        n->val = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof(double));
+        n->seq = (int64_t *)QK_PROF_MALLOC((size_t)qk__prof_st.window * sizeof(int64_t));
+        if (!n->val || !n->seq) {
+            QK_PROF_FREE(n->val);
+            QK_PROF_FREE(n->seq);
+            qk__prof_st.dropped++;
+            return NULL;
+        }
+        for (k = 0; k < qk__prof_st.window; k++) n->seq[k] = -1;
+        n->name = name;
+        n->gpu = gpu;
+        n->first = -1;
+        qk__prof_st.n_names++;
+    }
+    *slot = i + 1;
+    return &qk__prof_st.names[i];
+}
+
+static void qk__prof_steps_add(qk__prof_sname *n, int64_t step, double v)
+{
+    int k = (int)(step % qk__prof_st.window);
+    if (!n) return;
+    if (n->seq[k] != step) { n->seq[k] = step; n->val[k] = 0; }
+    n->val[k] += v;
+    if (n->first < 0 || step < n->first) n->first = step;
+}
+
+/* Counts (add = 1) or skips (add = 0) the zones every thread ended since the last marker. */
+static void qk__prof_steps_scan(qk__prof_thread *threads, uint32_t n_sites, int add)
+{
+    qk__prof_thread *t;
+    for (t = threads; t; t = t->next) {
+        int idx = t->index;
+        size_t n, e;
+        uint32_t i;
+        if (idx < 0 || idx >= QK_PROF_MAX_THREADS) continue;
+        n = qk__prof_count(t);
+        for (e = qk__prof_st.pos[idx]; add && e < n; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (QK__PROF_KIND(ev) == 0)
+                qk__prof_steps_add(qk__prof_steps_name(QK__PROF_SITE(ev), 0), qk__prof_st.seq, (double)(ev->t1 - ev->t0));
+        }
+        qk__prof_st.pos[idx] = n;
+        if (!t->dropped) continue;
+        if (!qk__prof_st.dseen[idx]) {  /* first look since it dropped: all of it is this step's */
+            qk__prof_st.dseen[idx] = (uint64_t *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof(uint64_t));
+            if (!qk__prof_st.dseen[idx]) continue;
+        }
+        for (i = 1; i < QK_PROF_MAX_SITES; i++) {
+            uint64_t tot = __atomic_load_n(&t->stats[i].total, __ATOMIC_RELAXED);
+            if (i >= n_sites && i != QK__PROF_OTHER_SITE) continue;
+            if (add && tot > qk__prof_st.dseen[idx][i])
+                qk__prof_steps_add(qk__prof_steps_name(i, 0), qk__prof_st.seq, (double)(tot - qk__prof_st.dseen[idx][i]));
+            qk__prof_st.dseen[idx][i] = tot;
+        }
+    }
+}
+
+static void qk__prof_steps_mark(int64_t index, int begin)
+{
+    qk__prof_thread *threads;
+    uint32_t n_sites;
+    uint64_t now;
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    threads = qk__prof_g.threads;
+    n_sites = qk__prof_g.n_sites;
+    pthread_mutex_unlock(&qk__prof_mu);
+    now = qk__prof_now();
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_steps_setup() != 0) { pthread_mutex_unlock(&qk__prof_st_mu); return; }
+    if (qk__prof_st.open) {
+        int64_t s = qk__prof_st.seq;
+        int k = (int)(s % qk__prof_st.window);
+        qk__prof_steps_scan(threads, n_sites, s >= qk__prof_st.warmup);
+        qk__prof_st.step_ticks[k] = (double)(now - qk__prof_st.t0);
+        qk__prof_st.step_user[k] = qk__prof_st.user;
+        qk__prof_st.closed = s + 1;
+        qk__prof_st.open = 0;
+    } else {
+        qk__prof_steps_scan(threads, n_sites, 0); /* zones between steps count in none */
+    }
+    if (begin) {
+        qk__prof_st.open = 1;
+        qk__prof_st.seq = qk__prof_st.closed;
+        qk__prof_st.user = index;
+        qk__prof_st.t0 = now;
+    }
+    __atomic_store_n(&qk__prof_step_cur, begin ? qk__prof_st.seq : -1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+
+QK_PROF_DEF void qk_prof_step(int64_t index) { qk__prof_steps_mark(index, 1); }
+QK_PROF_DEF void qk_prof_step_end(void) { qk__prof_steps_mark(0, 0); }
+
+/* A resolved GPU zone of step `step` (called with its thread's GPU lock held). */
+__attribute__((unused)) static void qk__prof_steps_gpu(uint32_t site, int64_t step, double dur_ns)
+{
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_st.ready && step >= qk__prof_st.warmup) {
+        int64_t newest = qk__prof_st.open ? qk__prof_st.seq : qk__prof_st.closed - 1;
+        if (step + qk__prof_st.window <= newest) qk__prof_st.late_gpu++;
+        else qk__prof_steps_add(qk__prof_steps_name(site, 1), step, dur_ns);
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+
+static void qk__prof_steps_free(void)
+{
+    int i;
+    pthread_mutex_lock(&qk__prof_st_mu);
+    for (i = 0; i < qk__prof_st.n_names; i++) {
+        QK_PROF_FREE(qk__prof_st.names[i].val);
+        QK_PROF_FREE(qk__prof_st.names[i].seq);
+    }
+    QK_PROF_FREE(qk__prof_st.names);
+    for (i = 0; i < QK_PROF_MAX_THREADS; i++) QK_PROF_FREE(qk__prof_st.dseen[i]);
+    QK_PROF_FREE(qk__prof_st.step_ticks);
+    QK_PROF_FREE(qk__prof_st.step_user);
+    memset(&qk__prof_st, 0, sizeof qk__prof_st);
+    __atomic_store_n(&qk__prof_step_cur, -1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+/* >>steps (recording) end */
+
 /* >>shutdown ---- implementation: shutdown ---- */
 QK_PROF_DEF void qk_prof_shutdown(void)
 {
@@ -1707,6 +1952,7 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     QK_PROF_FREE(qk__prof_g.mseries);
     QK_PROF_FREE(qk__prof_g.snaps);
     QK_PROF_FREE(qk__prof_g.xfers);
+    qk__prof_steps_free(); /* >>steps */
     memset(&qk__prof_g, 0, sizeof qk__prof_g);
     memset(&qk__prof_dummy, 0, sizeof qk__prof_dummy);
     memset(qk__prof_dummy_stats, 0, sizeof qk__prof_dummy_stats);
@@ -2550,6 +2796,7 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
                     c->add ? c->sum : c->last, c->min, c->max);
         }
     }
+    qk__prof_steps_text(f, m, w); /* >>steps */
     if (m->sum.dropped_events || m->sum.dropped_gpu || m->sum.dropped_gpu_records || m->sum.dropped_threads ||
         m->sum.unbalanced || m->sum.mismatched || m->sum.too_deep || m->sum.gpu_ignored || m->sum.gpu_pending)
         qk__prof_pf(f, "\nNotes: dropped events %llu (statistics still exact), GPU zones dropped %llu, GPU trace records "
@@ -2621,6 +2868,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         fputs("]", f);
         QK_PROF_FREE(tp);
     }
+    qk__prof_steps_json(f, m); /* >>steps */
     fputs(",\n\"streams\":[", f);
     for (k = 0; k < m->n_lanes; k++) {
         const qk__prof_lrow *l = &m->lanes[k];
@@ -3288,6 +3536,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     qk__prof_html_busy(f, m);
     qk__prof_html_timeline(f, m);
     qk__prof_html_memory(f, m);
+    qk__prof_html_steps(f, m); /* >>steps */
     qk__prof_html_bottlenecks(f, m);
     qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, 1);
     if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, 0);
@@ -3298,6 +3547,275 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     qk__prof_html_notes(f, m);
     fputs("</body></html>\n", f);
 }
+
+/* >>steps-report ---- implementation: step statistics in the reports ---- */
+/* The statistics of one series over the window: the steps from max(warm-up, the zone's first
+   step, newest - window + 1) to the newest closed step; a step without the zone counts 0.
+   Percentiles: the values sorted, linear interpolation between the two nearest ranks
+   (h = (n - 1) q / 100). Trend: the least-squares slope of the value against the step's
+   sequence number, with centred sums (no cancellation for long runs). */
+typedef struct qk__prof_srow {
+    const char *name;           /* NULL: the step time */
+    int gpu;
+    qk_prof_step_stats s;
+} qk__prof_srow;
+
+static double qk__prof_quantile(const double *v, int64_t n, double q)
+{
+    double h = (double)(n - 1) * q / 100.0;
+    int64_t lo = (int64_t)floor(h);
+    if (n <= 0) return 0;
+    if (lo >= n - 1) return v[n - 1];
+    return v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]);
+}
+
+/* Series values (ns) of a name (n) or of the step time (n NULL) into buf (window entries);
+   returns the count, *lo the first step's sequence number. Holds qk__prof_st_mu. */
+static int64_t qk__prof_steps_series(const qk__prof_sname *n, double npt, double *buf, int64_t *lo_out)
+{
+    int64_t hi = qk__prof_st.closed - 1, lo = hi - qk__prof_st.window + 1, s, c = 0;
+    if (lo < qk__prof_st.warmup) lo = qk__prof_st.warmup;
+    if (n && n->first > lo) lo = n->first;
+    if (n && n->first < 0) return 0;
+    for (s = lo; s <= hi; s++) {
+        int k = (int)(s % qk__prof_st.window);
+        if (!n) buf[c++] = qk__prof_st.step_ticks[k] * npt;
+        else buf[c++] = n->seq[k] == s ? n->val[k] * (n->gpu ? 1.0 : npt) : 0.0;
+    }
+    *lo_out = lo;
+    return c;
+}
+
+static void qk__prof_steps_stat(const double *v, int64_t c, int64_t lo, double *sorted, qk_prof_step_stats *o)
+{
+    int64_t i;
+    double mx = 0, my = 0, sxy = 0, sxx = 0;
+    o->steps = c;
+    o->marked = qk__prof_st.closed;
+    if (!c) return;
+    o->first = qk__prof_st.step_user[lo % qk__prof_st.window];
+    o->last = qk__prof_st.step_user[(lo + c - 1) % qk__prof_st.window];
+    memcpy(sorted, v, (size_t)c * sizeof *sorted);
+    qsort(sorted, (size_t)c, sizeof *sorted, qk__prof_dcmp);
+    for (i = 0; i < c; i++) my += v[i];
+    my /= (double)c;
+    mx = (double)(c - 1) / 2.0;
+    for (i = 0; i < c; i++) {
+        sxy += ((double)i - mx) * (v[i] - my);
+        sxx += ((double)i - mx) * ((double)i - mx);
+    }
+    o->mean_ns = my;
+    o->min_ns = sorted[0];
+    o->max_ns = sorted[c - 1];
+    o->p50_ns = qk__prof_quantile(sorted, c, 50);
+    o->p95_ns = qk__prof_quantile(sorted, c, 95);
+    o->p99_ns = qk__prof_quantile(sorted, c, 99);
+    o->trend_ns = sxx > 0 ? sxy / sxx : 0;
+    o->trend_rel = my > 0 ? o->trend_ns / my : 0;
+}
+
+/* All rows: the step time first, then every zone name (CPU, then GPU), in first-seen order.
+   *n gets the count (0: no step recorded); the caller frees. */
+static qk__prof_srow *qk__prof_steps_rows(double npt, int *n)
+{
+    qk__prof_srow *rows = NULL;
+    double *buf = NULL, *sorted = NULL;
+    int i, o = 0;
+    *n = 0;
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_st.ready && qk__prof_st.closed > 0) {
+        rows = (qk__prof_srow *)qk__prof_calloc((size_t)qk__prof_st.n_names + 1, sizeof *rows);
+        buf = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof *buf);
+        sorted = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof *sorted);
+        if (rows && buf && sorted) {
+            int64_t lo = 0, c = qk__prof_steps_series(NULL, npt, buf, &lo);
+            qk__prof_steps_stat(buf, c, lo, sorted, &rows[o++].s);
+            for (i = 0; i < 2 * qk__prof_st.n_names; i++) {
+                const qk__prof_sname *sn = &qk__prof_st.names[i % qk__prof_st.n_names];
+                if (sn->gpu != (i >= qk__prof_st.n_names)) continue;
+                c = qk__prof_steps_series(sn, npt, buf, &lo);
+                if (!c) continue;
+                rows[o].name = sn->name;
+                rows[o].gpu = sn->gpu;
+                qk__prof_steps_stat(buf, c, lo, sorted, &rows[o++].s);
+            }
+            *n = o;
+        } else {
+            QK_PROF_FREE(rows);
+            rows = NULL;
+        }
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+    QK_PROF_FREE(buf);
+    QK_PROF_FREE(sorted);
+    return rows;
+}
+
+QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_stats *out)
+{
+    qk__prof_model m;
+    qk__prof_srow *rows;
+    int n, i, rc = -1;
+    if (qk__prof_model_build(&m) != 0) return -1; /* resolves GPU zones, calibrates the clock */
+    rows = qk__prof_steps_rows(m.npt, &n);
+    for (i = 0; i < n; i++) {
+        if (name ? rows[i].name && rows[i].gpu == (gpu != 0) && strcmp(rows[i].name, name) == 0 : !rows[i].name) {
+            *out = rows[i].s;
+            rc = 0;
+            break;
+        }
+    }
+    if (rc) qk__prof_seterr("qk_prof_zone_step_stats: %s", !n ? "no step recorded (QK_PROF_STEP)" : "the zone ran in no step");
+    QK_PROF_FREE(rows);
+    qk__prof_model_free(&m);
+    return rc;
+}
+
+static void qk__prof_steps_text(FILE *f, const qk__prof_model *m, int w)
+{
+    int n, i;
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n) { QK_PROF_FREE(rows); return; }
+    qk__prof_pf(f, "\nSteps: %lld ended, warm-up %d left out; statistics over %lld steps (%lld to %lld; window %d); "
+                   "a zone's time per step (0 where it did not run)\n",
+                (long long)rows[0].s.marked, qk__prof_st.warmup, (long long)rows[0].s.steps, (long long)rows[0].s.first,
+                (long long)rows[0].s.last, qk__prof_st.window);
+    qk__prof_pf(f, "%-*s %4s %8s %11s %11s %11s %11s %11s %8s %12s\n", w, "per step", "kind", "steps", "mean us",
+                "p50 us", "p95 us", "p99 us", "max us", "p99/p50", "trend %/step");
+    for (i = 0; i < n; i++) {
+        const qk_prof_step_stats *s = &rows[i].s;
+        qk__prof_text_name(f, rows[i].name ? rows[i].name : "(step time)", w);
+        qk__prof_pf(f, " %4s %8lld %11.3f %11.3f %11.3f %11.3f %11.3f %8.2f %+12.4f\n", !rows[i].name ? "step" : rows[i].gpu ? "GPU" : "CPU",
+                    (long long)s->steps, s->mean_ns * 1e-3, s->p50_ns * 1e-3, s->p95_ns * 1e-3, s->p99_ns * 1e-3,
+                    s->max_ns * 1e-3, s->p50_ns > 0 ? s->p99_ns / s->p50_ns : 0.0, 100.0 * s->trend_rel);
+    }
+    QK_PROF_FREE(rows);
+}
+
+static void qk__prof_steps_json_one(FILE *f, const qk_prof_step_stats *s)
+{
+    qk__prof_pf(f, "\"steps\":%lld,\"first\":%lld,\"last\":%lld", (long long)s->steps, (long long)s->first, (long long)s->last);
+    fputs(",\"mean_ns\":", f); qk__prof_json_num(f, s->mean_ns);
+    fputs(",\"min_ns\":", f); qk__prof_json_num(f, s->min_ns);
+    fputs(",\"max_ns\":", f); qk__prof_json_num(f, s->max_ns);
+    fputs(",\"p50_ns\":", f); qk__prof_json_num(f, s->p50_ns);
+    fputs(",\"p95_ns\":", f); qk__prof_json_num(f, s->p95_ns);
+    fputs(",\"p99_ns\":", f); qk__prof_json_num(f, s->p99_ns);
+    fputs(",\"trend_ns_per_step\":", f); qk__prof_json_num(f, s->trend_ns);
+    fputs(",\"trend_rel_per_step\":", f); qk__prof_json_num(f, s->trend_rel);
+}
+
+/* ,"steps":{...} (nothing where no step was recorded). */
+static void qk__prof_steps_json(FILE *f, const qk__prof_model *m)
+{
+    int n, i;
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n) { QK_PROF_FREE(rows); return; }
+    qk__prof_pf(f, ",\n\"steps\":{\"ended\":%lld,\"warmup\":%d,\"window\":%d,\"late_gpu\":%llu,\"step\":{",
+                (long long)rows[0].s.marked, qk__prof_st.warmup, qk__prof_st.window, (unsigned long long)qk__prof_st.late_gpu);
+    qk__prof_steps_json_one(f, &rows[0].s);
+    fputs("},\"zones\":[", f);
+    for (i = 1; i < n; i++) {
+        fputs(i > 1 ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, rows[i].name);
+        qk__prof_pf(f, ",\"gpu\":%s,", rows[i].gpu ? "true" : "false");
+        qk__prof_steps_json_one(f, &rows[i].s);
+        fputc('}', f);
+    }
+    fputs("]}", f);
+    QK_PROF_FREE(rows);
+}
+
+/* Chart: the step time and the per-step time of the (up to) 5 zones with the largest mean, over
+   the window, with the p50 and p99 of the step time as dashed lines; then the table. */
+static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
+{
+    static const char *const col[6] = { "#222", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#b07aa1" };
+    const int H = 200;
+    int n, i, k, pick[6], np = 0;
+    double mx = 0, *buf = NULL;
+    int64_t c = 0, lo = 0;
+    char t1[32], t2[32], t3[32];
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n || !rows[0].s.steps) { QK_PROF_FREE(rows); return; }
+    pick[np++] = 0;
+    for (k = 0; k < 5; k++) {   /* the zones with the largest mean per step */
+        int best = -1;
+        for (i = 1; i < n; i++) {
+            int taken = 0, j;
+            for (j = 0; j < np; j++) taken |= pick[j] == i;
+            if (!taken && (best < 0 || rows[i].s.mean_ns > rows[best].s.mean_ns)) best = i;
+        }
+        if (best < 0) break;
+        pick[np++] = best;
+    }
+    for (k = 0; k < np; k++) if (rows[pick[k]].s.max_ns > mx) mx = rows[pick[k]].s.max_ns;
+    if (mx <= 0) mx = 1;
+    qk__prof_pf(f, "<h2>Step times</h2>\n<p class=\"note\">Time per step (QK_PROF_STEP) over the last %lld steps "
+                   "(%lld to %lld; warm-up %d left out): the step time in black, the zones with the largest mean per "
+                   "step in colour (a zone's time summed over the step, 0 where it did not run); dashed: the step "
+                   "time's p50 (%s) and p99 (%s). From 0 to %s.</p>\n",
+                (long long)rows[0].s.steps, (long long)rows[0].s.first, (long long)rows[0].s.last, qk__prof_st.warmup,
+                qk__prof_time(rows[0].s.p50_ns, t1, sizeof t1), qk__prof_time(rows[0].s.p99_ns, t2, sizeof t2),
+                qk__prof_time(mx, t3, sizeof t3));
+    fputs("<div class=\"tl\"><div class=\"lbl\">", f);
+    for (k = 0; k < np; k++) {
+        qk__prof_pf(f, "%s<span style=\"color:%s\">", k ? "<br>" : "", col[k]);
+        qk__prof_html_label(f, k ? rows[pick[k]].name : "step time", 40);
+        fputs("</span>", f);
+    }
+    qk__prof_pf(f, "</div><svg class=\"steps\" height=\"%d\" viewBox=\"0 0 1000 %d\" preserveAspectRatio=\"none\">"
+                   "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"1000\" height=\"%d\"/>\n", H, H, H);
+    buf = (double *)qk__prof_calloc((size_t)rows[0].s.steps + 1, sizeof *buf);
+    pthread_mutex_lock(&qk__prof_st_mu);
+    for (k = np - 1; buf && k >= 0; k--) {
+        const qk__prof_sname *sn = NULL;
+        int64_t s0 = 0, j;
+        const qk__prof_srow *r = &rows[pick[k]];
+        for (i = 0; r->name && i < qk__prof_st.n_names; i++)
+            if (qk__prof_st.names[i].gpu == r->gpu && strcmp(qk__prof_st.names[i].name, r->name) == 0) sn = &qk__prof_st.names[i];
+        if (r->name && !sn) continue;
+        c = qk__prof_steps_series(sn, m->npt, buf, &s0);
+        if (!k) lo = s0;
+        qk__prof_pf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%d\" "
+                       "vector-effect=\"non-scaling-stroke\" points=\"", col[k], k ? 1 : 2);
+        for (j = 0; j < c; j++) {
+            /* x across the window's steps (the step time's), a zone that began later starts later */
+            double x = rows[0].s.steps > 1 ? 1000.0 * (double)(s0 - (qk__prof_st.closed - rows[0].s.steps) + j) / (double)(rows[0].s.steps - 1) : 500.0;
+            qk__prof_pf(f, "%s%.1f %.1f", j ? " " : "", x, H - (H - 2) * buf[j] / mx);
+        }
+        fputs("\"><title>", f);
+        qk__prof_html_str(f, r->name ? r->name : "step time");
+        qk__prof_pf(f, ": mean %s, p50 %s, p99 %s per step</title></polyline>\n", qk__prof_time(r->s.mean_ns, t1, sizeof t1),
+                    qk__prof_time(r->s.p50_ns, t2, sizeof t2), qk__prof_time(r->s.p99_ns, t3, sizeof t3));
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+    (void)lo;
+    QK_PROF_FREE(buf);
+    for (k = 0; k < 2; k++) {
+        double v = k ? rows[0].s.p99_ns : rows[0].s.p50_ns, y = H - (H - 2) * v / mx;
+        qk__prof_pf(f, "<line x1=\"0\" x2=\"1000\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"6 4\" "
+                       "vector-effect=\"non-scaling-stroke\"><title>step time p%d: %s</title></line>\n",
+                    y, y, k ? 99 : 50, qk__prof_time(v, t1, sizeof t1));
+    }
+    fputs("</svg></div>\n", f);
+    qk__prof_html_table_open(f, "Per-step statistics", "A zone's time per step: the sum of its calls in the step "
+                             "(CPU zones count in the step they end in, GPU zones in the step they begin in), 0 where "
+                             "it did not run, over the steps above. Trend: the least-squares slope per step, relative to "
+                             "the mean.", "zone|kind|steps|mean us|p50 us|p95 us|p99 us|max us|p99 / p50|trend % / step");
+    for (i = 0; i < n; i++) {
+        const qk_prof_step_stats *s = &rows[i].s;
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, rows[i].name ? rows[i].name : "(step time)");
+        qk__prof_pf(f, "</td><td>%s</td><td>%lld</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
+                       "<td>%.2f</td><td>%+.4f</td></tr>\n", !rows[i].name ? "step" : rows[i].gpu ? "GPU" : "CPU",
+                    (long long)s->steps, s->mean_ns * 1e-3, s->p50_ns * 1e-3, s->p95_ns * 1e-3, s->p99_ns * 1e-3,
+                    s->max_ns * 1e-3, s->p50_ns > 0 ? s->p99_ns / s->p50_ns : 0.0, 100.0 * s->trend_rel);
+    }
+    fputs("</table>\n", f);
+    QK_PROF_FREE(rows);
+}
+/* >>steps-report end */
 
 /* >>output ---- implementation: qk_prof_write, qk_prof_write_file ---- */
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
