@@ -287,6 +287,12 @@ QK_PROF_DEF const char *qk_prof_last_error(void);
 QK_PROF_DEF void qk_prof_step(int64_t index);
 QK_PROF_DEF void qk_prof_step_end(void);
 QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_stats *out);
+/* >>mpi (api): with QK_PROF_MPI the report calls are collective (rank 0 writes one report of all
+   ranks); these write this rank's own report, collective or not. qk_prof_mpi_sync (collective)
+   measures the ranks' clock offsets to rank 0 now (qk_prof_init does when MPI is already up). */
+QK_PROF_DEF int qk_prof_write_local(qk_prof_format fmt, FILE *f);
+QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path);
+QK_PROF_DEF int qk_prof_mpi_sync(void);
 
 /* >>macros ---- macros (enabled and disabled forms) ---- */
 #define QK_PROF_CAT_(a, b) a##b
@@ -668,6 +674,14 @@ struct qk__prof_model;
 static void qk__prof_steps_text(FILE *f, const struct qk__prof_model *m, int w);
 static void qk__prof_steps_json(FILE *f, const struct qk__prof_model *m);
 static void qk__prof_html_steps(FILE *f, const struct qk__prof_model *m);
+static void qk__prof_mpi_free(void);
+#ifdef QK_PROF_MPI
+static __thread int qk__prof_mpi_local;
+static __thread const char *qk__prof_mpi_buf;
+static __thread size_t qk__prof_mpi_len;
+static int qk__prof_mpi_up(void);
+static int qk__prof_mpi_write(qk_prof_format fmt, FILE *f, const char *path);
+#endif
 
 static void qk__prof_seterr(const char *fmt, ...)
 {
@@ -815,6 +829,9 @@ QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc)
         qk__prof_init_locked(desc);
     }
     pthread_mutex_unlock(&qk__prof_mu);
+#ifdef QK_PROF_MPI /* >>mpi: the first clock-offset measurement, where MPI is up (collective) */
+    if (rc == 0 && qk__prof_mpi_up()) qk_prof_mpi_sync();
+#endif
     return rc;
 }
 
@@ -1953,6 +1970,7 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     QK_PROF_FREE(qk__prof_g.snaps);
     QK_PROF_FREE(qk__prof_g.xfers);
     qk__prof_steps_free(); /* >>steps */
+    qk__prof_mpi_free(); /* >>mpi */
     memset(&qk__prof_g, 0, sizeof qk__prof_g);
     memset(&qk__prof_dummy, 0, sizeof qk__prof_dummy);
     memset(qk__prof_dummy_stats, 0, sizeof qk__prof_dummy_stats);
@@ -3817,10 +3835,711 @@ static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
 }
 /* >>steps-report end */
 
+/* >>mpi ---- implementation: MPI-wide reports (QK_PROF_MPI) ---- */
+/* Each rank records on its own. With QK_PROF_MPI (the implementation TU includes mpi.h) the
+   report calls are collective over MPI_COMM_WORLD once MPI is initialized (and not finalized):
+   every rank sends its per-zone statistics (and, for a trace, its whole trace) to rank 0, which
+   writes one report; the other ranks write nothing and return rank 0's result. What rank 0
+   writes: per rank its wall time, threads, streams, GPU busy time and step times; per zone the
+   min / mean / max of its total over the ranks (a rank without the zone counts 0), the imbalance
+   max / mean and the slowest rank; then rank 0's own report. The trace has every rank's events,
+   rank r's processes numbered 64 r + the single-process pid (host: 64 r + 1) and named
+   "rank r ...", on rank 0's clock: each rank's offset to rank 0 is measured by a ping-pong (the
+   round trip of the fewest ticks of QK__PROF_MPI_PINGS) at init (qk_prof_init after MPI_Init,
+   or qk_prof_mpi_sync) and at the report, and interpolated linearly between the two.
+   qk_prof_write_local / qk_prof_write_file_local write this rank's own report (not collective). */
+#ifdef QK_PROF_MPI
+#include <mpi.h>
+#ifndef __cplusplus
+extern FILE *open_memstream(char **buf, size_t *size);
+#endif
+#define QK__PROF_MPI_PINGS 16
+#define QK__PROF_MPI_TAG 7411
+/* qk__prof_mpi_local (forward, above): 1 while writing this rank's own report; qk__prof_mpi_buf,
+   _len: rank 0's merged output, written instead of a report by the calls below */
+
+typedef struct qk__prof_mpi_pt { uint64_t mid0, tr; int ok; } qk__prof_mpi_pt; /* rank 0's tick, the rank's */
+static qk__prof_mpi_pt *qk__prof_mpi_init_pts; /* rank 0: the init measurement, per rank */
+static int qk__prof_mpi_init_n;
+
+static int qk__prof_mpi_up(void)
+{
+    int a = 0, b = 0;
+    MPI_Initialized(&a);
+    if (a) MPI_Finalized(&b);
+    return a && !b;
+}
+
+/* Collective ping-pong: rank 0 gets, per rank, its tick at the midpoint of the shortest round
+   trip and the rank's tick at the reply (NULL elsewhere, or when out of memory: then no pair). */
+static qk__prof_mpi_pt *qk__prof_mpi_measure(MPI_Comm comm, int *n_out)
+{
+    int rank, size, r, k, one = 1;
+    qk__prof_mpi_pt *pts = NULL;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    *n_out = size;
+    if (rank == 0) {
+        pts = (qk__prof_mpi_pt *)qk__prof_calloc((size_t)size, sizeof *pts);
+        for (r = 1; r < size; r++) {
+            uint64_t best = (uint64_t)-1;
+            for (k = 0; k < QK__PROF_MPI_PINGS; k++) {
+                uint64_t a, b, tr = 0;
+                a = qk__prof_now();
+                MPI_Send(&one, 1, MPI_INT, r, QK__PROF_MPI_TAG, comm);
+                MPI_Recv(&tr, 1, MPI_UINT64_T, r, QK__PROF_MPI_TAG, comm, MPI_STATUS_IGNORE);
+                b = qk__prof_now();
+                if (pts && b - a < best) { best = b - a; pts[r].mid0 = a + (b - a) / 2; pts[r].tr = tr; pts[r].ok = 1; }
+            }
+        }
+    } else {
+        for (k = 0; k < QK__PROF_MPI_PINGS; k++) {
+            uint64_t tr;
+            MPI_Recv(&one, 1, MPI_INT, 0, QK__PROF_MPI_TAG, comm, MPI_STATUS_IGNORE);
+            tr = qk__prof_now();
+            MPI_Send(&tr, 1, MPI_UINT64_T, 0, QK__PROF_MPI_TAG, comm);
+        }
+    }
+    return pts;
+}
+
+QK_PROF_DEF int qk_prof_mpi_sync(void)
+{
+    int n;
+    qk__prof_mpi_pt *pts;
+    if (!qk__prof_mpi_up()) { qk__prof_seterr("qk_prof_mpi_sync: MPI is not initialized"); return -1; }
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    pthread_mutex_unlock(&qk__prof_mu);
+    pts = qk__prof_mpi_measure(MPI_COMM_WORLD, &n);
+    QK_PROF_FREE(qk__prof_mpi_init_pts);
+    qk__prof_mpi_init_pts = pts;
+    qk__prof_mpi_init_n = n;
+    return 0;
+}
+
+static void qk__prof_mpi_free(void)
+{
+    QK_PROF_FREE(qk__prof_mpi_init_pts);
+    qk__prof_mpi_init_pts = NULL;
+    qk__prof_mpi_init_n = 0;
+}
+
+/* A growing byte buffer (the per-rank record). */
+typedef struct qk__prof_bb { char *p; size_t n, cap; int oom; } qk__prof_bb;
+static void qk__prof_bb_put(qk__prof_bb *b, const void *src, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 4096;
+        void *np;
+        while (nc < b->n + n) nc *= 2;
+        if (!(np = QK_PROF_REALLOC(b->p, nc))) { b->oom = 1; return; }
+        b->p = (char *)np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void qk__prof_bb_str(qk__prof_bb *b, const char *s)
+{
+    uint32_t n = (uint32_t)(s ? strlen(s) : 0);
+    qk__prof_bb_put(b, &n, sizeof n);
+    qk__prof_bb_put(b, s, n);
+}
+typedef struct qk__prof_rd { const char *p; size_t n, o; int bad; } qk__prof_rd;
+static void qk__prof_rd_get(qk__prof_rd *r, void *dst, size_t n)
+{
+    if (r->bad || r->o + n > r->n) { r->bad = 1; memset(dst, 0, n); return; }
+    memcpy(dst, r->p + r->o, n);
+    r->o += n;
+}
+/* A string of the record, pointed to in place; *len its length. */
+static const char *qk__prof_rd_str(qk__prof_rd *r, uint32_t *len)
+{
+    const char *s;
+    qk__prof_rd_get(r, len, sizeof *len);
+    if (r->bad || r->o + *len > r->n) { r->bad = 1; *len = 0; return ""; }
+    s = r->p + r->o;
+    r->o += *len;
+    return s;
+}
+
+/* One rank as rank 0 sees it. */
+typedef struct qk__prof_mrow { const char *name; uint32_t len; int gpu; double v[7]; } qk__prof_mrow; /* calls total self mean min max std */
+typedef struct qk__prof_mrank {
+    int32_t threads, lanes, n_rows, have_step;
+    uint64_t origin;
+    double npt, wall, gpu_busy, step[4];  /* step time: steps, mean, p50, p99 */
+    const char *host;
+    uint32_t host_len;
+    qk__prof_mrow *rows;
+    double off_a, off_b, at_a, at_b;      /* offsets (ns) to rank 0 at this rank's times at_a, at_b */
+    int n_off;
+} qk__prof_mrank;
+
+/* This rank's record: header, then one entry per zone row. */
+static void qk__prof_mpi_record(qk__prof_bb *b, const qk__prof_model *m)
+{
+    int32_t h[4];
+    double d[7];
+    char host[MPI_MAX_PROCESSOR_NAME + 1];
+    int hl = 0, i, k, nr;
+    qk__prof_srow *srows = qk__prof_steps_rows(m->npt, &nr);
+    double busy = 0;
+    for (k = 0; k < m->n_lanes; k++) busy += m->lanes[k].busy;
+    memset(host, 0, sizeof host);
+    MPI_Get_processor_name(host, &hl);
+    h[0] = m->sum.threads; h[1] = m->n_lanes; h[2] = m->n_cpu + m->n_gpu; h[3] = nr > 0 && srows[0].s.steps > 0;
+    qk__prof_bb_put(b, h, sizeof h);
+    qk__prof_bb_put(b, &qk__prof_g.t_origin, sizeof qk__prof_g.t_origin);
+    d[0] = m->npt; d[1] = m->wall; d[2] = busy;
+    d[3] = h[3] ? (double)srows[0].s.steps : 0; d[4] = h[3] ? srows[0].s.mean_ns : 0;
+    d[5] = h[3] ? srows[0].s.p50_ns : 0; d[6] = h[3] ? srows[0].s.p99_ns : 0;
+    qk__prof_bb_put(b, d, sizeof d);
+    QK_PROF_FREE(srows);
+    qk__prof_bb_str(b, host);
+    for (i = 0; i < m->n_cpu + m->n_gpu; i++) {
+        const qk__prof_row *r = i < m->n_cpu ? &m->cpu[i] : &m->gpu[i - m->n_cpu];
+        int32_t gpu = i >= m->n_cpu;
+        qk__prof_bb_put(b, &gpu, sizeof gpu);
+        qk__prof_bb_str(b, r->name);
+        d[0] = (double)r->n; d[1] = r->total; d[2] = gpu ? -1.0 : qk__prof_self(r); d[3] = r->mean;
+        d[4] = r->min; d[5] = r->max; d[6] = qk__prof_std(r);
+        qk__prof_bb_put(b, d, sizeof d);
+    }
+}
+
+static int qk__prof_mpi_parse(const char *p, size_t n, qk__prof_mrank *o)
+{
+    qk__prof_rd r;
+    int32_t h[4];
+    double d[7];
+    int i;
+    r.p = p; r.n = n; r.o = 0; r.bad = 0;
+    memset(o, 0, sizeof *o);
+    qk__prof_rd_get(&r, h, sizeof h);
+    qk__prof_rd_get(&r, &o->origin, sizeof o->origin);
+    qk__prof_rd_get(&r, d, sizeof d);
+    o->threads = h[0]; o->lanes = h[1]; o->n_rows = h[2]; o->have_step = h[3];
+    o->npt = d[0]; o->wall = d[1]; o->gpu_busy = d[2];
+    memcpy(o->step, d + 3, sizeof o->step);
+    o->host = qk__prof_rd_str(&r, &o->host_len);
+    if (r.bad || o->n_rows < 0 || (size_t)o->n_rows > n) return -1;
+    o->rows = (qk__prof_mrow *)qk__prof_calloc((size_t)o->n_rows + 1, sizeof *o->rows);
+    if (!o->rows) return -1;
+    for (i = 0; i < o->n_rows; i++) {
+        int32_t gpu;
+        qk__prof_rd_get(&r, &gpu, sizeof gpu);
+        o->rows[i].gpu = gpu;
+        o->rows[i].name = qk__prof_rd_str(&r, &o->rows[i].len);
+        qk__prof_rd_get(&r, o->rows[i].v, sizeof o->rows[i].v);
+    }
+    return r.bad ? -1 : 0;
+}
+
+/* Rank 0's view across the ranks, per zone. */
+typedef struct qk__prof_mzone {
+    const char *name;
+    uint32_t len;
+    int gpu, ranks, slowest;
+    double calls, min, mean, max, sum;
+} qk__prof_mzone;
+
+static int qk__prof_mzone_cmp(const void *a, const void *b)
+{
+    const qk__prof_mzone *x = (const qk__prof_mzone *)a, *y = (const qk__prof_mzone *)b;
+    if (x->max != y->max) return x->max < y->max ? 1 : -1;
+    return x->gpu - y->gpu;
+}
+
+/* The offset (ns, to add) of a rank's time t (ns on its own timeline). */
+static double qk__prof_mpi_off(const qk__prof_mrank *k, double t)
+{
+    if (k->n_off == 2 && k->at_b > k->at_a) return k->off_a + (t - k->at_a) * (k->off_b - k->off_a) / (k->at_b - k->at_a);
+    return k->n_off ? k->off_b : 0.0;
+}
+
+static void qk__prof_mpi_offsets(qk__prof_mrank *rk, int size, const qk__prof_mpi_pt *rep)
+{
+    int r;
+    for (r = 1; r < size; r++) {
+        qk__prof_mrank *k = &rk[r];
+        const qk__prof_mpi_pt *pi = qk__prof_mpi_init_pts && r < qk__prof_mpi_init_n ? &qk__prof_mpi_init_pts[r] : NULL;
+        const qk__prof_mpi_pt *pp = rep ? &rep[r] : NULL;
+        if (pp && pp->ok) {
+            k->at_b = (double)(int64_t)(pp->tr - k->origin) * k->npt;
+            k->off_b = (double)(int64_t)(pp->mid0 - rk[0].origin) * rk[0].npt - k->at_b;
+            k->n_off = 1;
+        }
+        if (pi && pi->ok && k->n_off) {
+            k->at_a = (double)(int64_t)(pi->tr - k->origin) * k->npt;
+            k->off_a = (double)(int64_t)(pi->mid0 - rk[0].origin) * rk[0].npt - k->at_a;
+            k->n_off = 2;
+        }
+    }
+}
+
+/* Merged zones (caller frees); *n the count. */
+static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, int *n)
+{
+    int r, i, j, nz = 0, cap = 0;
+    qk__prof_mzone *z = NULL;
+    for (r = 0; r < size; r++)
+        for (i = 0; i < rk[r].n_rows; i++) {
+            const qk__prof_mrow *w = &rk[r].rows[i];
+            for (j = 0; j < nz; j++)
+                if (z[j].gpu == w->gpu && z[j].len == w->len && memcmp(z[j].name, w->name, w->len) == 0) break;
+            if (j == nz) {
+                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { *n = nz; return z; }
+                memset(&z[nz], 0, sizeof *z);
+                z[nz].name = w->name; z[nz].len = w->len; z[nz].gpu = w->gpu; z[nz].slowest = r;
+                z[nz].min = w->v[1];
+                nz++;
+            }
+            z[j].ranks++;
+            z[j].calls += w->v[0];
+            z[j].sum += w->v[1];
+            if (w->v[1] > z[j].max) { z[j].max = w->v[1]; z[j].slowest = r; }
+            if (w->v[1] < z[j].min) z[j].min = w->v[1];
+        }
+    for (j = 0; j < nz; j++) {
+        z[j].mean = z[j].sum / size;
+        if (z[j].ranks < size) z[j].min = 0; /* a rank without the zone: 0 */
+    }
+    if (nz) qsort(z, (size_t)nz, sizeof *z, qk__prof_mzone_cmp);
+    *n = nz;
+    return z;
+}
+
+/* The total (ns) of zone z on rank r, 0 where it has none. */
+static double qk__prof_mpi_total(const qk__prof_mrank *k, const qk__prof_mzone *z)
+{
+    int i;
+    for (i = 0; i < k->n_rows; i++)
+        if (k->rows[i].gpu == z->gpu && k->rows[i].len == z->len && memcmp(k->rows[i].name, z->name, z->len) == 0)
+            return k->rows[i].v[1];
+    return 0;
+}
+
+static void qk__prof_mpi_name(char *buf, size_t cap, const char *s, uint32_t len)
+{
+    size_t n = len < cap - 1 ? len : cap - 1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+}
+
+static void qk__prof_mpi_text(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    char nm[256];
+    qk__prof_pf(f, "qk_prof MPI report: %d rank%s (clocks aligned to rank 0's by ping-pong at init and at the report)\n",
+                size, size == 1 ? "" : "s");
+    qk__prof_pf(f, "\n%-6s %-20s %12s %8s %8s %14s %12s %12s %14s\n", "rank", "host", "wall ms", "threads", "streams",
+                "GPU busy ms", "step p50 us", "step p99 us", "offset us");
+    for (r = 0; r < size; r++) {
+        const qk__prof_mrank *k = &rk[r];
+        qk__prof_mpi_name(nm, sizeof nm, k->host, k->host_len);
+        qk__prof_pf(f, "%-6d %-20.20s %12.3f %8d %8d %14.3f %12.3f %12.3f %14.3f\n", r, nm, k->wall * 1e-6, k->threads,
+                    k->lanes, k->gpu_busy * 1e-6, k->have_step ? k->step[2] * 1e-3 : 0.0,
+                    k->have_step ? k->step[3] * 1e-3 : 0.0, qk__prof_mpi_off(k, k->wall) * 1e-3);
+    }
+    qk__prof_pf(f, "\n%-32s %4s %6s %13s %13s %13s %9s %8s\n", "Zones across ranks (total ms)", "kind", "ranks", "min",
+                "mean", "max", "max/mean", "slowest");
+    for (j = 0; j < nz; j++) {
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        qk__prof_text_name(f, nm, 32);
+        qk__prof_pf(f, " %4s %6d %13.3f %13.3f %13.3f %9.3f %8d\n", z[j].gpu ? "GPU" : "CPU", z[j].ranks, z[j].min * 1e-6,
+                    z[j].mean * 1e-6, z[j].max * 1e-6, z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
+    }
+    qk__prof_pf(f, "(min / mean / max over all %d ranks, a rank without the zone counting 0; imbalance = max / mean)\n"
+                   "\n==== rank 0 ====\n", size);
+}
+
+static void qk__prof_mpi_json(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    qk__prof_pf(f, "{\"mpi\":{\"ranks\":%d,\"per_rank\":[", size);
+    for (r = 0; r < size; r++) {
+        const qk__prof_mrank *k = &rk[r];
+        char nm[MPI_MAX_PROCESSOR_NAME + 1];
+        qk__prof_mpi_name(nm, sizeof nm, k->host, k->host_len);
+        qk__prof_pf(f, "%s\n {\"rank\":%d,\"host\":", r ? "," : "", r);
+        qk__prof_json_str(f, nm);
+        fputs(",\"wall_ns\":", f); qk__prof_json_num(f, k->wall);
+        qk__prof_pf(f, ",\"threads\":%d,\"streams\":%d,\"gpu_busy_ns\":", k->threads, k->lanes);
+        qk__prof_json_num(f, k->gpu_busy);
+        fputs(",\"clock_offset_ns\":", f); qk__prof_json_num(f, qk__prof_mpi_off(k, k->wall));
+        if (k->have_step) {
+            qk__prof_pf(f, ",\"step\":{\"steps\":%lld,\"mean_ns\":", (long long)k->step[0]);
+            qk__prof_json_num(f, k->step[1]);
+            fputs(",\"p50_ns\":", f); qk__prof_json_num(f, k->step[2]);
+            fputs(",\"p99_ns\":", f); qk__prof_json_num(f, k->step[3]);
+            fputc('}', f);
+        }
+        fputc('}', f);
+    }
+    fputs("],\n\"zones\":[", f);
+    for (j = 0; j < nz; j++) {
+        char nm[1024];
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        fputs(j ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, nm);
+        qk__prof_pf(f, ",\"gpu\":%s,\"ranks\":%d,\"calls\":", z[j].gpu ? "true" : "false", z[j].ranks);
+        qk__prof_json_num(f, z[j].calls);
+        fputs(",\"min_ns\":", f); qk__prof_json_num(f, z[j].min);
+        fputs(",\"mean_ns\":", f); qk__prof_json_num(f, z[j].mean);
+        fputs(",\"max_ns\":", f); qk__prof_json_num(f, z[j].max);
+        fputs(",\"imbalance\":", f); qk__prof_json_num(f, z[j].mean > 0 ? z[j].max / z[j].mean : 0.0);
+        qk__prof_pf(f, ",\"slowest_rank\":%d,\"total_ns\":[", z[j].slowest);
+        for (r = 0; r < size; r++) { if (r) fputc(',', f); qk__prof_json_num(f, qk__prof_mpi_total(&rk[r], &z[j])); }
+        fputs("]}", f);
+    }
+    fputs("]},\n", f);
+}
+
+static void qk__prof_mpi_html(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    double maxw = 0;
+    char t1[32], t2[32], nm[256], tip[512];
+    qk__prof_pf(f, "<h2>MPI: %d rank%s</h2>\n<p class=\"note\">Every rank recorded on its own; rank 0 gathered their "
+                   "statistics. The rest of this page below the MPI section is rank 0's own report.</p>\n",
+                size, size == 1 ? "" : "s");
+    for (r = 0; r < size; r++) if (rk[r].wall > maxw) maxw = rk[r].wall;
+    fputs("<h2>Per rank: wall time and GPU busy time</h2>\n<div class=\"chart\">\n", f);
+    for (r = 0; r < size; r++) {
+        char kind[24], val[48];
+        qk__prof_mpi_name(nm, sizeof nm, rk[r].host, rk[r].host_len);
+        qk__prof_spf(kind, sizeof kind, "rank %d", r);
+        qk__prof_time(rk[r].wall, val, sizeof val);
+        qk__prof_spf(tip, sizeof tip, "rank %d on %.64s: wall %s, GPU busy %s, %d threads, %d streams", r, nm, val,
+                     qk__prof_time(rk[r].gpu_busy, t1, sizeof t1), rk[r].threads, rk[r].lanes);
+        qk__prof_html_bar(f, kind, nm, "cpu", qk__prof_pct(rk[r].wall, maxw), val, tip);
+        if (rk[r].lanes) {
+            qk__prof_time(rk[r].gpu_busy, val, sizeof val);
+            qk__prof_html_bar(f, kind, "GPU busy", "gpu", qk__prof_pct(rk[r].gpu_busy, maxw), val, tip);
+        }
+    }
+    fputs("</div>\n", f);
+    qk__prof_html_table_open(f, "Per rank", NULL, "rank|host|wall|threads|streams|GPU busy|step p50|step p99|clock offset");
+    for (r = 0; r < size; r++) {
+        qk__prof_mpi_name(nm, sizeof nm, rk[r].host, rk[r].host_len);
+        qk__prof_pf(f, "<tr><td>%d</td><td>", r);
+        qk__prof_html_str(f, nm);
+        qk__prof_pf(f, "</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td>", qk__prof_time(rk[r].wall, t1, sizeof t1),
+                    rk[r].threads, rk[r].lanes, qk__prof_time(rk[r].gpu_busy, t2, sizeof t2));
+        if (rk[r].have_step) {
+            qk__prof_pf(f, "<td>%s</td>", qk__prof_time(rk[r].step[2], t1, sizeof t1));
+            qk__prof_pf(f, "<td>%s</td>", qk__prof_time(rk[r].step[3], t1, sizeof t1));
+        } else {
+            fputs("<td>&mdash;</td><td>&mdash;</td>", f);
+        }
+        qk__prof_pf(f, "<td>%s</td></tr>\n", qk__prof_time(qk__prof_mpi_off(&rk[r], rk[r].wall), t1, sizeof t1));
+    }
+    fputs("</table>\n", f);
+    qk__prof_html_table_open(f, "Zones across ranks", "A zone's total time on each rank: min / mean / max over all ranks "
+                             "(a rank without the zone counts 0), imbalance = max / mean, and the slowest rank.",
+                             "zone|kind|ranks|min|mean|max|max / mean|slowest rank");
+    for (j = 0; j < nz; j++) {
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, nm);
+        qk__prof_pf(f, "</td><td>%s</td><td>%d</td><td>%s</td>", z[j].gpu ? "GPU" : "CPU", z[j].ranks,
+                    qk__prof_time(z[j].min, t1, sizeof t1));
+        qk__prof_pf(f, "<td>%s</td>", qk__prof_time(z[j].mean, t1, sizeof t1));
+        qk__prof_pf(f, "<td>%s</td><td>%.3f</td><td>%d</td></tr>\n", qk__prof_time(z[j].max, t1, sizeof t1),
+                    z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
+    }
+    fputs("</table>\n", f);
+    if (size <= 64) { /* per-rank bars of the 8 zones with the largest max */
+        fputs("<h2>Zones per rank</h2>\n<p class=\"note\">Each zone's total time on every rank, relative to its "
+              "largest.</p>\n<div class=\"chart\">\n", f);
+        for (j = 0; j < nz && j < 8; j++) {
+            qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+            for (r = 0; r < size; r++) {
+                double v = qk__prof_mpi_total(&rk[r], &z[j]);
+                char kind[24], val[48];
+                qk__prof_spf(kind, sizeof kind, "rank %d", r);
+                qk__prof_time(v, val, sizeof val);
+                qk__prof_spf(tip, sizeof tip, "%s zone %.200s on rank %d: %s (mean over ranks %s)", z[j].gpu ? "GPU" : "CPU",
+                             nm, r, val, qk__prof_time(z[j].mean, t1, sizeof t1));
+                qk__prof_html_bar(f, kind, nm, z[j].gpu ? "gpu" : "cpu", qk__prof_pct(v, z[j].max), val, tip);
+            }
+        }
+        fputs("</div>\n", f);
+    }
+}
+
+/* A locale-free decimal number at *p (as the writers print them); advances *p. */
+static double qk__prof_mpi_num(const char **p)
+{
+    const char *s = *p;
+    double v = 0, sc = 1;
+    int neg = 0;
+    if (*s == '-') { neg = 1; s++; }
+    for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + (*s - '0');
+    if (*s == '.') for (s++; *s >= '0' && *s <= '9'; s++) { sc /= 10; v += (*s - '0') * sc; }
+    *p = s;
+    return neg ? -v : v;
+}
+
+/* Rank r's trace events into rank 0's trace: pids 64 r + pid, times on rank 0's clock, process
+   names "rank r ...". The writers put one event per line and escape every '"' inside strings,
+   so ,"pid": and ,"ts": are always the fields. */
+static void qk__prof_mpi_trace_rank(FILE *f, const char *txt, size_t n, int r, const qk__prof_mrank *k, int *first)
+{
+    const char *p = txt, *end = txt + n;
+    while (p < end) {
+        const char *nl = (const char *)memchr(p, '\n', (size_t)(end - p)), *q, *e;
+        size_t len;
+        if (!nl) nl = end;
+        len = (size_t)(nl - p);
+        if (len && p[len - 1] == ',') len--;
+        if (len > 6 && memcmp(p, "{\"ph\":", 6) == 0) {
+            fputs(*first ? "\n" : ",\n", f);
+            *first = 0;
+            q = p;
+            e = p + len;
+            while (q < e) {
+                const char *pid = (const char *)memchr(q, ',', (size_t)(e - q));
+                if (!pid) { fwrite(q, 1, (size_t)(e - q), f); break; }
+                fwrite(q, 1, (size_t)(pid - q), f);
+                q = pid;
+                if ((size_t)(e - q) > 7 && memcmp(q, ",\"pid\":", 7) == 0) {
+                    const char *s = q + 7;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"pid\":%lld", (long long)v + 64LL * r);
+                    q = s;
+                } else if ((size_t)(e - q) > 6 && memcmp(q, ",\"ts\":", 6) == 0) {
+                    const char *s = q + 6;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"ts\":%.3f", v + qk__prof_mpi_off(k, v * 1e3) * 1e-3);
+                    q = s;
+                } else if ((size_t)(e - q) > 39 && memcmp(q, ",\"name\":\"process_name\",\"args\":{\"name\":\"", 39) == 0) {
+                    qk__prof_pf(f, ",\"name\":\"process_name\",\"args\":{\"name\":\"rank %d ", r);
+                    q += 39;
+                } else if ((size_t)(e - q) > 14 && memcmp(q, ",\"sort_index\":", 14) == 0) { /* args of process_sort_index only */
+                    const char *s = q + 14;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"sort_index\":%lld", (long long)v + 64LL * r);
+                    q = s;
+                } else {
+                    fputc(',', f);
+                    q++;
+                }
+            }
+        }
+        p = nl + 1;
+    }
+}
+
+/* This rank's own output of fmt into a malloc'ed buffer. */
+static char *qk__prof_mpi_render(qk_prof_format fmt, size_t *len)
+{
+    char *buf = NULL;
+    FILE *ms = open_memstream(&buf, len);
+    int rc;
+    if (!ms) return NULL;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write(fmt, ms);
+    qk__prof_mpi_local--;
+    if (fclose(ms) != 0 || rc != 0) { free(buf); return NULL; }
+    return buf;
+}
+
+/* The collective part of every report call: on rank 0 the merged output (malloc'ed, *len), NULL
+   elsewhere or on an error (set). */
+static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
+{
+    MPI_Comm comm = MPI_COMM_WORLD;
+    int rank, size, n_rep = 0, r, i, ok = 1;
+    qk__prof_mpi_pt *rep;
+    qk__prof_model m;
+    qk__prof_bb b;
+    char *mine = NULL, *all = NULL, *tall = NULL, *out = NULL;
+    size_t mlen = 0;
+    int *lens = NULL, *displs = NULL, *tlens = NULL, *tdispls = NULL, blen, tl = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    *len = 0;
+    rep = qk__prof_mpi_measure(comm, &n_rep);
+    memset(&b, 0, sizeof b);
+    if (qk__prof_model_build(&m) == 0) {
+        qk__prof_mpi_record(&b, &m);
+        qk__prof_model_free(&m);
+    } else {
+        b.oom = 1;
+    }
+    blen = b.oom || b.n > (size_t)0x7fffffff ? 0 : (int)b.n;
+    if (fmt == QK_PROF_TRACE) {
+        mine = qk__prof_mpi_render(QK_PROF_TRACE, &mlen);
+        tl = mine && mlen <= (size_t)0x7fffffff ? (int)mlen : 0;
+    }
+    if (rank == 0) {
+        lens = (int *)qk__prof_calloc((size_t)size, sizeof *lens);
+        displs = (int *)qk__prof_calloc((size_t)size, sizeof *displs);
+        tlens = (int *)qk__prof_calloc((size_t)size, sizeof *tlens);
+        tdispls = (int *)qk__prof_calloc((size_t)size, sizeof *tdispls);
+        ok = lens && displs && tlens && tdispls;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) { qk__prof_seterr("qk_prof: out of memory gathering the ranks' reports"); goto done; }
+    MPI_Gather(&blen, 1, MPI_INT, lens, 1, MPI_INT, 0, comm);
+    if (fmt == QK_PROF_TRACE) MPI_Gather(&tl, 1, MPI_INT, tlens, 1, MPI_INT, 0, comm);
+    if (rank == 0) {
+        long long tot = 0, ttot = 0;
+        for (r = 0; r < size; r++) { displs[r] = (int)tot; tot += lens[r]; tdispls[r] = (int)ttot; ttot += tlens[r]; }
+        ok = tot <= 0x7fffffff && ttot <= 0x7fffffff;
+        if (ok) {
+            all = (char *)QK_PROF_MALLOC((size_t)tot + 1);
+            tall = (char *)QK_PROF_MALLOC((size_t)ttot + 1);
+            ok = all && tall;
+        }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) { qk__prof_seterr("qk_prof: the ranks' reports do not fit in memory (or in 2 GB)"); goto done; }
+    MPI_Gatherv(b.p, blen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, comm);
+    if (fmt == QK_PROF_TRACE) MPI_Gatherv(mine, tl, MPI_BYTE, tall, tlens, tdispls, MPI_BYTE, 0, comm);
+    if (rank == 0) {
+        qk__prof_mrank *rk = (qk__prof_mrank *)qk__prof_calloc((size_t)size, sizeof *rk);
+        qk__prof_mzone *z = NULL;
+        int nz = 0;
+        FILE *ms;
+        if (!rk) { qk__prof_seterr("qk_prof: out of memory merging the ranks' reports"); goto done; }
+        for (r = 0; r < size; r++)
+            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) rk[r].n_rows = 0;
+        qk__prof_mpi_offsets(rk, size, rep);
+        z = qk__prof_mpi_zones(rk, size, &nz);
+        ms = open_memstream(&out, len);
+        if (ms) {
+            if (fmt == QK_PROF_TRACE) {
+                int first = 1;
+                fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"qk_prof\",\"mpi_ranks\":", ms);
+                qk__prof_pf(ms, "%d},\"traceEvents\":[", size);
+                for (r = 0; r < size; r++) qk__prof_mpi_trace_rank(ms, tall + tdispls[r], (size_t)tlens[r], r, &rk[r], &first);
+                fputs("\n]}\n", ms);
+            } else {
+                size_t l0 = 0;
+                char *own = qk__prof_mpi_render(fmt, &l0);
+                if (!own) {
+                    ok = 0;
+                } else if (fmt == QK_PROF_TEXT) {
+                    qk__prof_mpi_text(ms, rk, size, z, nz);
+                    fwrite(own, 1, l0, ms);
+                } else if (fmt == QK_PROF_JSON) {
+                    qk__prof_mpi_json(ms, rk, size, z, nz);
+                    fwrite(own + 1, 1, l0 - 1, ms); /* rank 0's object, its '{' already written */
+                } else {
+                    const char *h2 = strstr(own, "<h2>");
+                    size_t at = h2 ? (size_t)(h2 - own) : l0;
+                    fwrite(own, 1, at, ms);
+                    qk__prof_mpi_html(ms, rk, size, z, nz);
+                    fwrite(own + at, 1, l0 - at, ms);
+                }
+                free(own);
+            }
+            if (fclose(ms) != 0 || !ok) { free(out); out = NULL; }
+        }
+        if (!out) qk__prof_seterr("qk_prof: cannot render the MPI report");
+        for (r = 0; r < size; r++) QK_PROF_FREE(rk[r].rows);
+        QK_PROF_FREE(rk);
+        QK_PROF_FREE(z);
+    }
+done:
+    QK_PROF_FREE(rep);
+    QK_PROF_FREE(b.p);
+    free(mine);
+    QK_PROF_FREE(all);
+    QK_PROF_FREE(tall);
+    QK_PROF_FREE(lens);
+    QK_PROF_FREE(displs);
+    QK_PROF_FREE(tlens);
+    QK_PROF_FREE(tdispls);
+    (void)i;
+    return out;
+}
+
+/* Rank 0's result on every rank (with its message). */
+static int qk__prof_mpi_result(int rc)
+{
+    char msg[256];
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    qk__prof_copy(msg, sizeof msg, qk__prof_err);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rc != 0 && rank != 0) qk__prof_seterr("rank 0: %s", msg);
+    return rc;
+}
+
+/* qk_prof_write / qk_prof_write_file when collective: path NULL writes to f. */
+static int qk__prof_mpi_write(qk_prof_format fmt, FILE *f, const char *path)
+{
+    size_t len = 0;
+    int rank, rc = 0;
+    char *buf;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    buf = qk__prof_mpi_collect(fmt, &len);
+    if (rank == 0) {
+        if (!buf) {
+            rc = -1;
+        } else {
+            qk__prof_mpi_buf = buf;
+            qk__prof_mpi_len = len;
+            qk__prof_mpi_local++;
+            rc = path ? qk_prof_write_file(fmt, path) : qk_prof_write(fmt, f);
+            qk__prof_mpi_local--;
+            qk__prof_mpi_buf = NULL;
+        }
+    }
+    free(buf);
+    return qk__prof_mpi_result(rc);
+}
+#else
+static void qk__prof_mpi_free(void) {}
+QK_PROF_DEF int qk_prof_mpi_sync(void) { return 0; }
+#endif /* QK_PROF_MPI */
+
+QK_PROF_DEF int qk_prof_write_local(qk_prof_format fmt, FILE *f)
+{
+#ifdef QK_PROF_MPI
+    int rc;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write(fmt, f);
+    qk__prof_mpi_local--;
+    return rc;
+#else
+    return qk_prof_write(fmt, f);
+#endif
+}
+
+QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path)
+{
+#ifdef QK_PROF_MPI
+    int rc;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write_file(fmt, path);
+    qk__prof_mpi_local--;
+    return rc;
+#else
+    return qk_prof_write_file(fmt, path);
+#endif
+}
+/* >>mpi end */
+
 /* >>output ---- implementation: qk_prof_write, qk_prof_write_file ---- */
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
 {
     qk__prof_model m;
+#ifdef QK_PROF_MPI /* >>mpi: collective, or rank 0's merged output */
+    if (!qk__prof_mpi_local && qk__prof_mpi_up()) return qk__prof_mpi_write(fmt, f, NULL);
+    if (qk__prof_mpi_buf && f) {
+        fwrite(qk__prof_mpi_buf, 1, qk__prof_mpi_len, f);
+        if (ferror(f)) { qk__prof_seterr("qk_prof_write: write error"); return -1; }
+        return 0;
+    }
+#endif
     if (!f) { qk__prof_seterr("qk_prof_write: no file"); return -1; }
     if (qk__prof_model_build(&m) != 0) return -1;
     switch (fmt) {
@@ -3891,6 +4610,9 @@ QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
     FILE *f;
     int rc;
     if (!path || !*path) { qk__prof_seterr("qk_prof_write_file: no path"); return -1; }
+#ifdef QK_PROF_MPI /* >>mpi: collective */
+    if (!qk__prof_mpi_local && qk__prof_mpi_up()) return qk__prof_mpi_write(fmt, NULL, path);
+#endif
     if (strcmp(path, "-") == 0) { rc = qk_prof_write(fmt, stdout); fflush(stdout); return rc; }
     {   /* the rename would replace a directory's or a device's entry (as root, /dev/null's) */
         struct stat st;
