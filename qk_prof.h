@@ -45,6 +45,17 @@
      QK_PROF_MEMPOOL("label", pool)         cudaMemPool_t reserved/used current and high
      QK_PROF_COUNTER("name", value)         set a named series;  QK_PROF_COUNT("name", delta) adds
 
+   Steps (>>steps)
+   -----
+     QK_PROF_STEP(i)          end the open step, begin step i (at the top of the step loop's body)
+     QK_PROF_STEP_END()       end the open step (after the loop, so the last step counts)
+   Per-step series of every zone name (its time summed over the step; CPU zones count in the step
+   they end in, GPU zones in the step they begin in) and of the step time: desc.step_warmup first
+   steps left out (default 1), statistics over the last desc.step_window steps (default 4096; a
+   ring per zone name, so memory stays bounded): mean, min, max, p50 / p95 / p99 (sorted, linear
+   interpolation), trend (least-squares slope per step, and relative to the mean), in the text /
+   JSON / HTML reports (an SVG plot of the step times) and qk_prof_zone_step_stats().
+
    Output (each returns 0, or -1 with qk_prof_last_error(); 0 and nothing when disabled)
    ------
      QK_PROF_REPORT(path)        text tables: zones (calls, total, %, self (CPU: total less the
@@ -68,6 +79,9 @@
                              it the GPU macros are accepted and counted as ignored.
      QK_PROF_NVTX            implementation: every zone is also an NVTX range (nvtx3 headers from
                              the CUDA toolkit, header-only), so Nsight Systems shows the names
+     QK_PROF_MPI             implementation: the report calls become collective over MPI_COMM_WORLD
+                             (once MPI is up): rank 0 writes one report of all ranks (>>mpi);
+                             qk_prof_write_local / qk_prof_write_file_local write a rank's own
      QK_PROF_NO_RDTSC        use clock_gettime(CLOCK_MONOTONIC) even where rdtsc is invariant
      QK_PROF_STATIC          private (static) functions in the implementation TU
      QK_PROF_MALLOC(sz) / QK_PROF_REALLOC(p, sz) / QK_PROF_FREE(p)   allocator, all or none
@@ -112,6 +126,8 @@
      >>writers   locale-free printf and escaping for every output
      >>text      text report       >>json  JSON report      >>trace  Chrome trace
      >>html      HTML report, a function per chart and per table
+     >>steps     step markers (recording)   >>steps-report  step statistics in the reports
+     >>mpi       MPI-wide reports (QK_PROF_MPI)
      >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
      >>license
 
