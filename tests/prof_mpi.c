@@ -1,6 +1,6 @@
 /* qk_prof with QK_PROF_MPI under mpirun (tests/prof_mpi.py runs it on 3 ranks and checks the
    files): each rank does different work (rank r: "work" 3 (r + 1) times, "only_rank1" on rank 1
-   alone, "common" everywhere, a step loop), starts its profiler r x 150 ms after rank 0 (so
+   alone, "common" everywhere, a step loop), starts its profiler r x 400 ms after rank 0 (so
    unaligned clocks would be far apart), writes its own report (qk_prof_write_file_local) and
    then the collective reports, whose rank-0 files hold every rank. A collective write that fails
    on rank 0 fails on every rank with rank 0's message. Usage: mpirun -n R prof_mpi DIR */
@@ -33,8 +33,8 @@ int main(int argc, char **argv)
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
     MPI_Comm_size(MPI_COMM_WORLD, &size);
-    {   /* profiler origins r x 150 ms apart */
-        struct timespec ts = { 0, 150000000L * rank };
+    {   /* profiler origins r x 400 ms apart */
+        struct timespec ts = { (time_t)((400 * rank) / 1000), 400000000L * rank % 1000000000L };
         nanosleep(&ts, NULL);
     }
     EXPECT(qk_prof_init(NULL) == 0); /* collective: the first clock offsets */
