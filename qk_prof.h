@@ -45,6 +45,17 @@
      QK_PROF_MEMPOOL("label", pool)         cudaMemPool_t reserved/used current and high
      QK_PROF_COUNTER("name", value)         set a named series;  QK_PROF_COUNT("name", delta) adds
 
+   Steps (>>steps)
+   -----
+     QK_PROF_STEP(i)          end the open step, begin step i (at the top of the step loop's body)
+     QK_PROF_STEP_END()       end the open step (after the loop, so the last step counts)
+   Per-step series of every zone name (its time summed over the step; CPU zones count in the step
+   they end in, GPU zones in the step they begin in) and of the step time: desc.step_warmup first
+   steps left out (default 1), statistics over the last desc.step_window steps (default 4096; a
+   ring per zone name, so memory stays bounded): mean, min, max, p50 / p95 / p99 (sorted, linear
+   interpolation), trend (least-squares slope per step, and relative to the mean), in the text /
+   JSON / HTML reports (an SVG plot of the step times) and qk_prof_zone_step_stats().
+
    Output (each returns 0, or -1 with qk_prof_last_error(); 0 and nothing when disabled)
    ------
      QK_PROF_REPORT(path)        text tables: zones (calls, total, %, self (CPU: total less the
@@ -68,6 +79,9 @@
                              it the GPU macros are accepted and counted as ignored.
      QK_PROF_NVTX            implementation: every zone is also an NVTX range (nvtx3 headers from
                              the CUDA toolkit, header-only), so Nsight Systems shows the names
+     QK_PROF_MPI             implementation: the report calls become collective over MPI_COMM_WORLD
+                             (once MPI is up): rank 0 writes one report of all ranks (>>mpi);
+                             qk_prof_write_local / qk_prof_write_file_local write a rank's own
      QK_PROF_NO_RDTSC        use clock_gettime(CLOCK_MONOTONIC) even where rdtsc is invariant
      QK_PROF_STATIC          private (static) functions in the implementation TU
      QK_PROF_MALLOC(sz) / QK_PROF_REALLOC(p, sz) / QK_PROF_FREE(p)   allocator, all or none
@@ -112,6 +126,8 @@
      >>writers   locale-free printf and escaping for every output
      >>text      text report       >>json  JSON report      >>trace  Chrome trace
      >>html      HTML report, a function per chart and per table
+     >>steps     step markers (recording)   >>steps-report  step statistics in the reports
+     >>mpi       MPI-wide reports (QK_PROF_MPI)
      >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
      >>license
 
@@ -193,6 +209,10 @@ typedef struct qk_prof_desc {
     size_t gpu_records_per_thread; /* resolved GPU zones kept per thread for traces; default 65536 */
     int gpu_queue;              /* open + unresolved GPU zones per (thread, stream); default 2048 */
     int top_n;                  /* rows in the bottleneck table; default 10 */
+    /* >>steps (desc): step-loop statistics (QK_PROF_STEP) */
+    int step_warmup;            /* first steps left out of the step statistics; default 1, -1: none */
+    int step_window;            /* steps kept per zone (a ring: the statistics cover the last
+                                   step_window steps); default 4096 */
     int preallocate;            /* 1: a thread's whole event buffer is allocated and touched when
                                    it first records, so no zone ever meets a page fault (about
                                    6 MiB a thread by default); 0 (default): chunk by chunk */
@@ -231,6 +251,19 @@ typedef struct qk_prof_summary {
     double ns_per_tick;
 } qk_prof_summary;
 
+/* >>steps (types): one zone's per-step series (QK_PROF_STEP), or the step time itself. The
+   statistics cover the steps in the window (the last desc.step_window steps after the warm-up);
+   a step in which the zone did not run counts 0 (from the zone's first step on). Percentiles
+   are linear interpolations between the sorted values (numpy's default method). */
+typedef struct qk_prof_step_stats {
+    int64_t steps;              /* steps in the statistics */
+    int64_t marked;             /* steps ended since the first marker (warm-up included) */
+    int64_t first, last;        /* the first and last step's index, as given to QK_PROF_STEP */
+    double mean_ns, min_ns, max_ns, p50_ns, p95_ns, p99_ns;
+    double trend_ns;            /* least-squares slope over the steps, ns per step */
+    double trend_rel;           /* trend_ns / mean_ns: relative change per step */
+} qk_prof_step_stats;
+
 /* >>api ---- functions (defined only where QK_PROF_ENABLE and QK_PROF_IMPLEMENTATION are) ---- */
 QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc); /* optional, before the first zone */
 QK_PROF_DEF void qk_prof_shutdown(void);                /* frees everything; init may follow */
@@ -263,6 +296,19 @@ QK_PROF_DEF int qk_prof_stream_stats(void *stream, uint64_t *zones, double *busy
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f);
 QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path);
 QK_PROF_DEF const char *qk_prof_last_error(void);
+/* >>steps (api): step markers. qk_prof_step(i) ends the open step (if any) and begins step i;
+   qk_prof_step_end() ends the open step. Zones count in the step in which they end (GPU zones:
+   in which they begin). Statistics of a zone's per-step time (name NULL: the step time);
+   -1 when no step was recorded or the zone ran in none. */
+QK_PROF_DEF void qk_prof_step(int64_t index);
+QK_PROF_DEF void qk_prof_step_end(void);
+QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_stats *out);
+/* >>mpi (api): with QK_PROF_MPI the report calls are collective (rank 0 writes one report of all
+   ranks); these write this rank's own report, collective or not. qk_prof_mpi_sync (collective)
+   measures the ranks' clock offsets to rank 0 now (qk_prof_init does when MPI is already up). */
+QK_PROF_DEF int qk_prof_write_local(qk_prof_format fmt, FILE *f);
+QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path);
+QK_PROF_DEF int qk_prof_mpi_sync(void);
 
 /* >>macros ---- macros (enabled and disabled forms) ---- */
 #define QK_PROF_CAT_(a, b) a##b
@@ -314,6 +360,8 @@ QK_PROF_DEF const char *qk_prof_last_error(void);
 #define QK_PROF_WRITE_JSON(path) qk_prof_write_file(QK_PROF_JSON, path)
 #define QK_PROF_WRITE_TRACE(path) qk_prof_write_file(QK_PROF_TRACE, path)
 #define QK_PROF_WRITE_HTML(path) qk_prof_write_file(QK_PROF_HTML, path)
+#define QK_PROF_STEP(index) qk_prof_step((int64_t)(index))      /* >>steps */
+#define QK_PROF_STEP_END() qk_prof_step_end()
 
 #if defined(__cplusplus)
 struct qk__prof_scope_guard {
@@ -375,6 +423,8 @@ struct qk__prof_scope_guard {
 #define QK_PROF_WRITE_JSON(path) QK_PROF_ZERO_(path)
 #define QK_PROF_WRITE_TRACE(path) QK_PROF_ZERO_(path)
 #define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
+#define QK_PROF_STEP(index) QK_PROF_U_(index)                  /* >>steps */
+#define QK_PROF_STEP_END() ((void)0)
 /* The value 0, usable as a statement without an unused-value warning, and no code even at
    -O0 where the compiler has statement expressions; elsewhere an inline function. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -495,6 +545,7 @@ typedef struct qk__prof_gz {    /* a GPU zone from begin to resolution */
     uint64_t bytes;
     uint8_t dir, pinned, ended, done;
     uint16_t depth;
+    int64_t step;               /* >>steps: the step open at begin, -1 outside steps */
 } qk__prof_gz;
 
 typedef struct qk__prof_lanec { /* one (thread, stream) pair */
@@ -628,6 +679,25 @@ static pthread_key_t qk__prof_key;
 static pthread_once_t qk__prof_key_once = PTHREAD_ONCE_INIT;
 static qk__prof_thread qk__prof_dummy;
 static qk__prof_stat qk__prof_dummy_stats[QK_PROF_MAX_SITES];
+
+/* >>steps, >>mpi (forward): step-loop statistics and MPI-wide reports, defined in their own
+   sections further down; these are the hooks the code above them calls. */
+static int64_t qk__prof_step_cur = -1;  /* the open step's sequence number (-1: none); relaxed */
+__attribute__((unused)) static void qk__prof_steps_gpu(uint32_t site, int64_t step, double dur_ns);
+static void qk__prof_steps_free(void);
+static const char *qk__prof_site_name(uint32_t id);
+struct qk__prof_model;
+static void qk__prof_steps_text(FILE *f, const struct qk__prof_model *m, int w);
+static void qk__prof_steps_json(FILE *f, const struct qk__prof_model *m);
+static void qk__prof_html_steps(FILE *f, const struct qk__prof_model *m);
+static void qk__prof_mpi_free(void);
+#ifdef QK_PROF_MPI
+static __thread int qk__prof_mpi_local;
+static __thread const char *qk__prof_mpi_buf;
+static __thread size_t qk__prof_mpi_len;
+static int qk__prof_mpi_up(void);
+static int qk__prof_mpi_write(qk_prof_format fmt, FILE *f, const char *path);
+#endif
 
 static void qk__prof_seterr(const char *fmt, ...)
 {
@@ -775,6 +845,9 @@ QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc)
         qk__prof_init_locked(desc);
     }
     pthread_mutex_unlock(&qk__prof_mu);
+#ifdef QK_PROF_MPI /* >>mpi: the first clock-offset measurement, where MPI is up (collective) */
+    if (rc == 0 && qk__prof_mpi_up()) qk_prof_mpi_sync();
+#endif
     return rc;
 }
 
@@ -1449,8 +1522,10 @@ static void qk__prof_lane_resolve(qk__prof_gthread *g, qk__prof_lanec *L, int wa
             a = 0; b = -1;
         }
         start_ms = L->prev_ms + (double)a;
-        if (b >= 0)
+        if (b >= 0) {
             qk__prof_grec_add(g, z->id, L->lane, start_ms * 1e6, (double)b * 1e6, z->bytes, z->dir, z->pinned, z->depth);
+            if (z->step >= 0) qk__prof_steps_gpu(z->id, z->step, (double)b * 1e6); /* >>steps */
+        }
         if (L->prev != (cudaEvent_t)qk__prof_g.base_ev[g->device]) qk__prof_ev_put(g, L->prev);
         L->prev = z->e0;
         L->prev_ms = start_ms;
@@ -1536,6 +1611,7 @@ static void qk__prof_gpu_begin_x(qk_prof_site *site, void *stream)
         z->site = site;
         z->id = id;
         z->depth = (uint16_t)d;
+        z->step = __atomic_load_n(&qk__prof_step_cur, __ATOMIC_RELAXED); /* >>steps */
         if (cudaEventRecord(z->e0, (cudaStream_t)stream) != cudaSuccess) {
             cudaGetLastError();
             qk__prof_ev_put(g, z->e0);
@@ -1656,6 +1732,208 @@ QK_PROF_DEF int qk_prof_memcpy(qk_prof_site *site, void *dst, const void *src, s
 #endif
 }
 
+/* >>steps ---- implementation: step markers (recording) ---- */
+/* QK_PROF_STEP(i) closes the open step and opens step i. Closing a step sums, per zone name, the
+   time of the CPU zones that ended in it: the events every thread published since the last
+   marker (the marker reads them as a report does, without stopping the threads) plus the zones
+   whose events were dropped (their running totals' growth). The hot path is untouched: all the
+   work is the marker's, proportional to the zones of the step. GPU zones carry the step open at
+   their begin and are added when they resolve. Memory is bounded: per zone name a ring of the
+   last desc.step_window per-step totals (with the step each slot holds), per thread a scan
+   position and, once it dropped events, a copy of its dropped totals. */
+typedef struct qk__prof_sname {
+    const char *name;
+    int gpu;
+    int64_t first;              /* the first step (sequence number) the zone ran in */
+    double *val;                /* [window]: per-step total, ticks (CPU) or ns (GPU) */
+    int64_t *seq;               /* [window]: the step a slot holds (-1: none) */
+} qk__prof_sname;
+
+typedef struct qk__prof_steps {
+    int ready, open;
+    int warmup, window;
+    int64_t seq;                /* the open step's sequence number (0, 1, ... in marker order) */
+    int64_t closed;             /* steps closed */
+    int64_t user;               /* the open step's index as given */
+    uint64_t t0;                /* the open step's start tick */
+    double *step_ticks;         /* [window]: step durations */
+    int64_t *step_user;         /* [window]: their indices as given */
+    qk__prof_sname *names;
+    int n_names, cap_names;
+    int slot[2][QK_PROF_MAX_SITES]; /* site id -> names index + 1, CPU and GPU */
+    size_t pos[QK_PROF_MAX_THREADS];  /* events of each thread (by index) already counted */
+    uint64_t *dseen[QK_PROF_MAX_THREADS]; /* dropped-zone totals already counted, per site */
+    uint64_t late_gpu;          /* GPU zones resolved after their step left the window */
+    uint64_t dropped;           /* zone names that could not be allocated */
+} qk__prof_steps;
+
+static qk__prof_steps qk__prof_st;
+static pthread_mutex_t qk__prof_st_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int qk__prof_steps_setup(void)
+{
+    int w;
+    if (qk__prof_st.ready) return 0;
+    w = qk__prof_g.desc.step_window > 0 ? qk__prof_g.desc.step_window : 4096;
+    qk__prof_st.step_ticks = (double *)qk__prof_calloc((size_t)w, sizeof(double));
+    qk__prof_st.step_user = (int64_t *)qk__prof_calloc((size_t)w, sizeof(int64_t));
+    if (!qk__prof_st.step_ticks || !qk__prof_st.step_user) {
+        QK_PROF_FREE(qk__prof_st.step_ticks);
+        QK_PROF_FREE(qk__prof_st.step_user);
+        qk__prof_st.step_ticks = NULL;
+        qk__prof_st.step_user = NULL;
+        return -1;
+    }
+    qk__prof_st.window = w;
+    qk__prof_st.warmup = qk__prof_g.desc.step_warmup > 0 ? qk__prof_g.desc.step_warmup
+                         : qk__prof_g.desc.step_warmup < 0 ? 0 : 1;
+    qk__prof_st.ready = 1;
+    return 0;
+}
+
+/* The name slot of a site (CPU or GPU), created on first use; NULL when out of memory. */
+static qk__prof_sname *qk__prof_steps_name(uint32_t site, int gpu)
+{
+    int *slot = &qk__prof_st.slot[gpu][site % QK_PROF_MAX_SITES], i;
+    const char *name;
+    qk__prof_sname *n;
+    if (*slot > 0) return &qk__prof_st.names[*slot - 1];
+    name = qk__prof_site_name(site);
+    for (i = 0; i < qk__prof_st.n_names; i++)
+        if (qk__prof_st.names[i].gpu == gpu && strcmp(qk__prof_st.names[i].name, name) == 0) break;
+    if (i == qk__prof_st.n_names) {
+        int k;
+        if (qk__prof_grow((void **)&qk__prof_st.names, &qk__prof_st.cap_names, i + 1, sizeof *n) != 0) {
+            qk__prof_st.dropped++;
+            return NULL;
+        }
+        n = &qk__prof_st.names[i];
+        memset(n, 0, sizeof *n);
+        n->val = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof(double));
+        n->seq = (int64_t *)QK_PROF_MALLOC((size_t)qk__prof_st.window * sizeof(int64_t));
+        if (!n->val || !n->seq) {
+            QK_PROF_FREE(n->val);
+            QK_PROF_FREE(n->seq);
+            qk__prof_st.dropped++;
+            return NULL;
+        }
+        for (k = 0; k < qk__prof_st.window; k++) n->seq[k] = -1;
+        n->name = name;
+        n->gpu = gpu;
+        n->first = -1;
+        qk__prof_st.n_names++;
+    }
+    *slot = i + 1;
+    return &qk__prof_st.names[i];
+}
+
+static void qk__prof_steps_add(qk__prof_sname *n, int64_t step, double v)
+{
+    int k = (int)(step % qk__prof_st.window);
+    if (!n) return;
+    if (n->seq[k] != step) { n->seq[k] = step; n->val[k] = 0; }
+    n->val[k] += v;
+    if (n->first < 0 || step < n->first) n->first = step;
+}
+
+/* Counts (add = 1) or skips (add = 0) the zones every thread ended since the last marker. */
+static void qk__prof_steps_scan(qk__prof_thread *threads, uint32_t n_sites, int add)
+{
+    qk__prof_thread *t;
+    for (t = threads; t; t = t->next) {
+        int idx = t->index;
+        size_t n, e;
+        uint32_t i;
+        if (idx < 0 || idx >= QK_PROF_MAX_THREADS) continue;
+        n = qk__prof_count(t);
+        for (e = qk__prof_st.pos[idx]; add && e < n; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (QK__PROF_KIND(ev) == 0)
+                qk__prof_steps_add(qk__prof_steps_name(QK__PROF_SITE(ev), 0), qk__prof_st.seq, (double)(ev->t1 - ev->t0));
+        }
+        qk__prof_st.pos[idx] = n;
+        if (!t->dropped) continue;
+        if (!qk__prof_st.dseen[idx]) {  /* first look since it dropped: all of it is this step's */
+            qk__prof_st.dseen[idx] = (uint64_t *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof(uint64_t));
+            if (!qk__prof_st.dseen[idx]) continue;
+        }
+        for (i = 1; i < QK_PROF_MAX_SITES; i++) {
+            uint64_t tot = __atomic_load_n(&t->stats[i].total, __ATOMIC_RELAXED);
+            if (i >= n_sites && i != QK__PROF_OTHER_SITE) continue;
+            if (add && tot > qk__prof_st.dseen[idx][i])
+                qk__prof_steps_add(qk__prof_steps_name(i, 0), qk__prof_st.seq, (double)(tot - qk__prof_st.dseen[idx][i]));
+            qk__prof_st.dseen[idx][i] = tot;
+        }
+    }
+}
+
+static void qk__prof_steps_mark(int64_t index, int begin)
+{
+    qk__prof_thread *threads;
+    uint32_t n_sites;
+    uint64_t now;
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    threads = qk__prof_g.threads;
+    n_sites = qk__prof_g.n_sites;
+    pthread_mutex_unlock(&qk__prof_mu);
+    now = qk__prof_now();
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_steps_setup() != 0) { pthread_mutex_unlock(&qk__prof_st_mu); return; }
+    if (qk__prof_st.open) {
+        int64_t s = qk__prof_st.seq;
+        int k = (int)(s % qk__prof_st.window);
+        qk__prof_steps_scan(threads, n_sites, s >= qk__prof_st.warmup);
+        qk__prof_st.step_ticks[k] = (double)(now - qk__prof_st.t0);
+        qk__prof_st.step_user[k] = qk__prof_st.user;
+        qk__prof_st.closed = s + 1;
+        qk__prof_st.open = 0;
+    } else {
+        qk__prof_steps_scan(threads, n_sites, 0); /* zones between steps count in none */
+    }
+    if (begin) {
+        qk__prof_st.open = 1;
+        qk__prof_st.seq = qk__prof_st.closed;
+        qk__prof_st.user = index;
+        qk__prof_st.t0 = now;
+    }
+    __atomic_store_n(&qk__prof_step_cur, begin ? qk__prof_st.seq : -1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+
+QK_PROF_DEF void qk_prof_step(int64_t index) { qk__prof_steps_mark(index, 1); }
+QK_PROF_DEF void qk_prof_step_end(void) { qk__prof_steps_mark(0, 0); }
+
+/* A resolved GPU zone of step `step` (called with its thread's GPU lock held). */
+__attribute__((unused)) static void qk__prof_steps_gpu(uint32_t site, int64_t step, double dur_ns)
+{
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_st.ready && step >= qk__prof_st.warmup) {
+        int64_t newest = qk__prof_st.open ? qk__prof_st.seq : qk__prof_st.closed - 1;
+        if (step + qk__prof_st.window <= newest) qk__prof_st.late_gpu++;
+        else qk__prof_steps_add(qk__prof_steps_name(site, 1), step, dur_ns);
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+
+static void qk__prof_steps_free(void)
+{
+    int i;
+    pthread_mutex_lock(&qk__prof_st_mu);
+    for (i = 0; i < qk__prof_st.n_names; i++) {
+        QK_PROF_FREE(qk__prof_st.names[i].val);
+        QK_PROF_FREE(qk__prof_st.names[i].seq);
+    }
+    QK_PROF_FREE(qk__prof_st.names);
+    for (i = 0; i < QK_PROF_MAX_THREADS; i++) QK_PROF_FREE(qk__prof_st.dseen[i]);
+    QK_PROF_FREE(qk__prof_st.step_ticks);
+    QK_PROF_FREE(qk__prof_st.step_user);
+    memset(&qk__prof_st, 0, sizeof qk__prof_st);
+    __atomic_store_n(&qk__prof_step_cur, -1, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&qk__prof_st_mu);
+}
+/* >>steps (recording) end */
+
 /* >>shutdown ---- implementation: shutdown ---- */
 QK_PROF_DEF void qk_prof_shutdown(void)
 {
@@ -1707,6 +1985,8 @@ QK_PROF_DEF void qk_prof_shutdown(void)
     QK_PROF_FREE(qk__prof_g.mseries);
     QK_PROF_FREE(qk__prof_g.snaps);
     QK_PROF_FREE(qk__prof_g.xfers);
+    qk__prof_steps_free(); /* >>steps */
+    qk__prof_mpi_free(); /* >>mpi */
     memset(&qk__prof_g, 0, sizeof qk__prof_g);
     memset(&qk__prof_dummy, 0, sizeof qk__prof_dummy);
     memset(qk__prof_dummy_stats, 0, sizeof qk__prof_dummy_stats);
@@ -2550,6 +2830,7 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
                     c->add ? c->sum : c->last, c->min, c->max);
         }
     }
+    qk__prof_steps_text(f, m, w); /* >>steps */
     if (m->sum.dropped_events || m->sum.dropped_gpu || m->sum.dropped_gpu_records || m->sum.dropped_threads ||
         m->sum.unbalanced || m->sum.mismatched || m->sum.too_deep || m->sum.gpu_ignored || m->sum.gpu_pending)
         qk__prof_pf(f, "\nNotes: dropped events %llu (statistics still exact), GPU zones dropped %llu, GPU trace records "
@@ -2621,6 +2902,7 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         fputs("]", f);
         QK_PROF_FREE(tp);
     }
+    qk__prof_steps_json(f, m); /* >>steps */
     fputs(",\n\"streams\":[", f);
     for (k = 0; k < m->n_lanes; k++) {
         const qk__prof_lrow *l = &m->lanes[k];
@@ -3288,6 +3570,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     qk__prof_html_busy(f, m);
     qk__prof_html_timeline(f, m);
     qk__prof_html_memory(f, m);
+    qk__prof_html_steps(f, m); /* >>steps */
     qk__prof_html_bottlenecks(f, m);
     qk__prof_html_rows(f, "CPU zones", m->cpu, m->n_cpu, m->wall, 1);
     if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, 0);
@@ -3299,10 +3582,980 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     fputs("</body></html>\n", f);
 }
 
+/* >>steps-report ---- implementation: step statistics in the reports ---- */
+/* The statistics of one series over the window: the steps from max(warm-up, the zone's first
+   step, newest - window + 1) to the newest closed step; a step without the zone counts 0.
+   Percentiles: the values sorted, linear interpolation between the two nearest ranks
+   (h = (n - 1) q / 100). Trend: the least-squares slope of the value against the step's
+   sequence number, with centred sums (no cancellation for long runs). */
+typedef struct qk__prof_srow {
+    const char *name;           /* NULL: the step time */
+    int gpu;
+    qk_prof_step_stats s;
+} qk__prof_srow;
+
+static double qk__prof_quantile(const double *v, int64_t n, double q)
+{
+    double h = (double)(n - 1) * q / 100.0;
+    int64_t lo = (int64_t)floor(h);
+    if (n <= 0) return 0;
+    if (lo >= n - 1) return v[n - 1];
+    return v[lo] + (h - (double)lo) * (v[lo + 1] - v[lo]);
+}
+
+/* Series values (ns) of a name (n) or of the step time (n NULL) into buf (window entries);
+   returns the count, *lo the first step's sequence number. Holds qk__prof_st_mu. */
+static int64_t qk__prof_steps_series(const qk__prof_sname *n, double npt, double *buf, int64_t *lo_out)
+{
+    int64_t hi = qk__prof_st.closed - 1, lo = hi - qk__prof_st.window + 1, s, c = 0;
+    if (lo < qk__prof_st.warmup) lo = qk__prof_st.warmup;
+    if (n && n->first > lo) lo = n->first;
+    if (n && n->first < 0) return 0;
+    for (s = lo; s <= hi; s++) {
+        int k = (int)(s % qk__prof_st.window);
+        if (!n) buf[c++] = qk__prof_st.step_ticks[k] * npt;
+        else buf[c++] = n->seq[k] == s ? n->val[k] * (n->gpu ? 1.0 : npt) : 0.0;
+    }
+    *lo_out = lo;
+    return c;
+}
+
+static void qk__prof_steps_stat(const double *v, int64_t c, int64_t lo, double *sorted, qk_prof_step_stats *o)
+{
+    int64_t i;
+    double mx = 0, my = 0, sxy = 0, sxx = 0;
+    o->steps = c;
+    o->marked = qk__prof_st.closed;
+    if (!c) return;
+    o->first = qk__prof_st.step_user[lo % qk__prof_st.window];
+    o->last = qk__prof_st.step_user[(lo + c - 1) % qk__prof_st.window];
+    memcpy(sorted, v, (size_t)c * sizeof *sorted);
+    qsort(sorted, (size_t)c, sizeof *sorted, qk__prof_dcmp);
+    for (i = 0; i < c; i++) my += v[i];
+    my /= (double)c;
+    mx = (double)(c - 1) / 2.0;
+    for (i = 0; i < c; i++) {
+        sxy += ((double)i - mx) * (v[i] - my);
+        sxx += ((double)i - mx) * ((double)i - mx);
+    }
+    o->mean_ns = my;
+    o->min_ns = sorted[0];
+    o->max_ns = sorted[c - 1];
+    o->p50_ns = qk__prof_quantile(sorted, c, 50);
+    o->p95_ns = qk__prof_quantile(sorted, c, 95);
+    o->p99_ns = qk__prof_quantile(sorted, c, 99);
+    o->trend_ns = sxx > 0 ? sxy / sxx : 0;
+    o->trend_rel = my > 0 ? o->trend_ns / my : 0;
+}
+
+/* All rows: the step time first, then every zone name (CPU, then GPU), in first-seen order.
+   *n gets the count (0: no step recorded); the caller frees. */
+static qk__prof_srow *qk__prof_steps_rows(double npt, int *n)
+{
+    qk__prof_srow *rows = NULL;
+    double *buf = NULL, *sorted = NULL;
+    int i, o = 0;
+    *n = 0;
+    pthread_mutex_lock(&qk__prof_st_mu);
+    if (qk__prof_st.ready && qk__prof_st.closed > 0) {
+        rows = (qk__prof_srow *)qk__prof_calloc((size_t)qk__prof_st.n_names + 1, sizeof *rows);
+        buf = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof *buf);
+        sorted = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof *sorted);
+        if (rows && buf && sorted) {
+            int64_t lo = 0, c = qk__prof_steps_series(NULL, npt, buf, &lo);
+            qk__prof_steps_stat(buf, c, lo, sorted, &rows[o++].s);
+            for (i = 0; i < 2 * qk__prof_st.n_names; i++) {
+                const qk__prof_sname *sn = &qk__prof_st.names[i % qk__prof_st.n_names];
+                if (sn->gpu != (i >= qk__prof_st.n_names)) continue;
+                c = qk__prof_steps_series(sn, npt, buf, &lo);
+                if (!c) continue;
+                rows[o].name = sn->name;
+                rows[o].gpu = sn->gpu;
+                qk__prof_steps_stat(buf, c, lo, sorted, &rows[o++].s);
+            }
+            *n = o;
+        } else {
+            QK_PROF_FREE(rows);
+            rows = NULL;
+        }
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+    QK_PROF_FREE(buf);
+    QK_PROF_FREE(sorted);
+    return rows;
+}
+
+QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_stats *out)
+{
+    qk__prof_model m;
+    qk__prof_srow *rows;
+    int n, i, rc = -1;
+    if (qk__prof_model_build(&m) != 0) return -1; /* resolves GPU zones, calibrates the clock */
+    rows = qk__prof_steps_rows(m.npt, &n);
+    for (i = 0; i < n; i++) {
+        if (name ? rows[i].name && rows[i].gpu == (gpu != 0) && strcmp(rows[i].name, name) == 0 : !rows[i].name) {
+            *out = rows[i].s;
+            rc = 0;
+            break;
+        }
+    }
+    if (rc) qk__prof_seterr("qk_prof_zone_step_stats: %s", !n ? "no step recorded (QK_PROF_STEP)" : "the zone ran in no step");
+    QK_PROF_FREE(rows);
+    qk__prof_model_free(&m);
+    return rc;
+}
+
+static void qk__prof_steps_text(FILE *f, const qk__prof_model *m, int w)
+{
+    int n, i;
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n) { QK_PROF_FREE(rows); return; }
+    qk__prof_pf(f, "\nSteps: %lld ended, warm-up %d left out; statistics over %lld steps (%lld to %lld; window %d); "
+                   "a zone's time per step (0 where it did not run)\n",
+                (long long)rows[0].s.marked, qk__prof_st.warmup, (long long)rows[0].s.steps, (long long)rows[0].s.first,
+                (long long)rows[0].s.last, qk__prof_st.window);
+    qk__prof_pf(f, "%-*s %4s %8s %11s %11s %11s %11s %11s %8s %12s\n", w, "per step", "kind", "steps", "mean us",
+                "p50 us", "p95 us", "p99 us", "max us", "p99/p50", "trend %/step");
+    for (i = 0; i < n; i++) {
+        const qk_prof_step_stats *s = &rows[i].s;
+        qk__prof_text_name(f, rows[i].name ? rows[i].name : "(step time)", w);
+        qk__prof_pf(f, " %4s %8lld %11.3f %11.3f %11.3f %11.3f %11.3f %8.2f %+12.4f\n", !rows[i].name ? "step" : rows[i].gpu ? "GPU" : "CPU",
+                    (long long)s->steps, s->mean_ns * 1e-3, s->p50_ns * 1e-3, s->p95_ns * 1e-3, s->p99_ns * 1e-3,
+                    s->max_ns * 1e-3, s->p50_ns > 0 ? s->p99_ns / s->p50_ns : 0.0, 100.0 * s->trend_rel);
+    }
+    QK_PROF_FREE(rows);
+}
+
+static void qk__prof_steps_json_one(FILE *f, const qk_prof_step_stats *s)
+{
+    qk__prof_pf(f, "\"steps\":%lld,\"first\":%lld,\"last\":%lld", (long long)s->steps, (long long)s->first, (long long)s->last);
+    fputs(",\"mean_ns\":", f); qk__prof_json_num(f, s->mean_ns);
+    fputs(",\"min_ns\":", f); qk__prof_json_num(f, s->min_ns);
+    fputs(",\"max_ns\":", f); qk__prof_json_num(f, s->max_ns);
+    fputs(",\"p50_ns\":", f); qk__prof_json_num(f, s->p50_ns);
+    fputs(",\"p95_ns\":", f); qk__prof_json_num(f, s->p95_ns);
+    fputs(",\"p99_ns\":", f); qk__prof_json_num(f, s->p99_ns);
+    fputs(",\"trend_ns_per_step\":", f); qk__prof_json_num(f, s->trend_ns);
+    fputs(",\"trend_rel_per_step\":", f); qk__prof_json_num(f, s->trend_rel);
+}
+
+/* ,"steps":{...} (nothing where no step was recorded). */
+static void qk__prof_steps_json(FILE *f, const qk__prof_model *m)
+{
+    int n, i;
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n) { QK_PROF_FREE(rows); return; }
+    qk__prof_pf(f, ",\n\"steps\":{\"ended\":%lld,\"warmup\":%d,\"window\":%d,\"late_gpu\":%llu,\"step\":{",
+                (long long)rows[0].s.marked, qk__prof_st.warmup, qk__prof_st.window, (unsigned long long)qk__prof_st.late_gpu);
+    qk__prof_steps_json_one(f, &rows[0].s);
+    fputs("},\"zones\":[", f);
+    for (i = 1; i < n; i++) {
+        fputs(i > 1 ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, rows[i].name);
+        qk__prof_pf(f, ",\"gpu\":%s,", rows[i].gpu ? "true" : "false");
+        qk__prof_steps_json_one(f, &rows[i].s);
+        fputc('}', f);
+    }
+    fputs("]}", f);
+    QK_PROF_FREE(rows);
+}
+
+/* Chart: the step time and the per-step time of the (up to) 5 zones with the largest mean, over
+   the window, with the p50 and p99 of the step time as dashed lines; then the table. */
+static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
+{
+    static const char *const col[6] = { "#222", "#4e79a7", "#59a14f", "#f28e2b", "#e15759", "#b07aa1" };
+    const int H = 200;
+    int n, i, k, pick[6], np = 0;
+    double mx = 0, *buf = NULL;
+    int64_t c = 0, lo = 0;
+    char t1[32], t2[32], t3[32];
+    qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
+    if (!n || !rows[0].s.steps) { QK_PROF_FREE(rows); return; }
+    pick[np++] = 0;
+    for (k = 0; k < 5; k++) {   /* the zones with the largest mean per step */
+        int best = -1;
+        for (i = 1; i < n; i++) {
+            int taken = 0, j;
+            for (j = 0; j < np; j++) taken |= pick[j] == i;
+            if (!taken && (best < 0 || rows[i].s.mean_ns > rows[best].s.mean_ns)) best = i;
+        }
+        if (best < 0) break;
+        pick[np++] = best;
+    }
+    for (k = 0; k < np; k++) if (rows[pick[k]].s.max_ns > mx) mx = rows[pick[k]].s.max_ns;
+    if (mx <= 0) mx = 1;
+    qk__prof_pf(f, "<h2>Step times</h2>\n<p class=\"note\">Time per step (QK_PROF_STEP) over the last %lld steps "
+                   "(%lld to %lld; warm-up %d left out): the step time in black, the zones with the largest mean per "
+                   "step in colour (a zone's time summed over the step, 0 where it did not run); dashed: the step "
+                   "time's p50 (%s) and p99 (%s). From 0 to %s.</p>\n",
+                (long long)rows[0].s.steps, (long long)rows[0].s.first, (long long)rows[0].s.last, qk__prof_st.warmup,
+                qk__prof_time(rows[0].s.p50_ns, t1, sizeof t1), qk__prof_time(rows[0].s.p99_ns, t2, sizeof t2),
+                qk__prof_time(mx, t3, sizeof t3));
+    fputs("<div class=\"tl\"><div class=\"lbl\">", f);
+    for (k = 0; k < np; k++) {
+        qk__prof_pf(f, "%s<span style=\"color:%s\">", k ? "<br>" : "", col[k]);
+        qk__prof_html_label(f, k ? rows[pick[k]].name : "step time", 40);
+        fputs("</span>", f);
+    }
+    qk__prof_pf(f, "</div><svg class=\"steps\" height=\"%d\" viewBox=\"0 0 1000 %d\" preserveAspectRatio=\"none\">"
+                   "<rect class=\"bg\" x=\"0\" y=\"0\" width=\"1000\" height=\"%d\"/>\n", H, H, H);
+    buf = (double *)qk__prof_calloc((size_t)rows[0].s.steps + 1, sizeof *buf);
+    pthread_mutex_lock(&qk__prof_st_mu);
+    for (k = np - 1; buf && k >= 0; k--) {
+        const qk__prof_sname *sn = NULL;
+        int64_t s0 = 0, j;
+        const qk__prof_srow *r = &rows[pick[k]];
+        for (i = 0; r->name && i < qk__prof_st.n_names; i++)
+            if (qk__prof_st.names[i].gpu == r->gpu && strcmp(qk__prof_st.names[i].name, r->name) == 0) sn = &qk__prof_st.names[i];
+        if (r->name && !sn) continue;
+        c = qk__prof_steps_series(sn, m->npt, buf, &s0);
+        if (!k) lo = s0;
+        qk__prof_pf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%d\" "
+                       "vector-effect=\"non-scaling-stroke\" points=\"", col[k], k ? 1 : 2);
+        for (j = 0; j < c; j++) {
+            /* x across the window's steps (the step time's), a zone that began later starts later */
+            double x = rows[0].s.steps > 1 ? 1000.0 * (double)(s0 - (qk__prof_st.closed - rows[0].s.steps) + j) / (double)(rows[0].s.steps - 1) : 500.0;
+            qk__prof_pf(f, "%s%.1f %.1f", j ? " " : "", x, H - (H - 2) * buf[j] / mx);
+        }
+        fputs("\"><title>", f);
+        qk__prof_html_str(f, r->name ? r->name : "step time");
+        qk__prof_pf(f, ": mean %s, p50 %s, p99 %s per step</title></polyline>\n", qk__prof_time(r->s.mean_ns, t1, sizeof t1),
+                    qk__prof_time(r->s.p50_ns, t2, sizeof t2), qk__prof_time(r->s.p99_ns, t3, sizeof t3));
+    }
+    pthread_mutex_unlock(&qk__prof_st_mu);
+    (void)lo;
+    QK_PROF_FREE(buf);
+    for (k = 0; k < 2; k++) {
+        double v = k ? rows[0].s.p99_ns : rows[0].s.p50_ns, y = H - (H - 2) * v / mx;
+        qk__prof_pf(f, "<line x1=\"0\" x2=\"1000\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#888\" stroke-dasharray=\"6 4\" "
+                       "vector-effect=\"non-scaling-stroke\"><title>step time p%d: %s</title></line>\n",
+                    y, y, k ? 99 : 50, qk__prof_time(v, t1, sizeof t1));
+    }
+    fputs("</svg></div>\n", f);
+    qk__prof_html_table_open(f, "Per-step statistics", "A zone's time per step: the sum of its calls in the step "
+                             "(CPU zones count in the step they end in, GPU zones in the step they begin in), 0 where "
+                             "it did not run, over the steps above. Trend: the least-squares slope per step, relative to "
+                             "the mean.", "zone|kind|steps|mean us|p50 us|p95 us|p99 us|max us|p99 / p50|trend % / step");
+    for (i = 0; i < n; i++) {
+        const qk_prof_step_stats *s = &rows[i].s;
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, rows[i].name ? rows[i].name : "(step time)");
+        qk__prof_pf(f, "</td><td>%s</td><td>%lld</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td>"
+                       "<td>%.2f</td><td>%+.4f</td></tr>\n", !rows[i].name ? "step" : rows[i].gpu ? "GPU" : "CPU",
+                    (long long)s->steps, s->mean_ns * 1e-3, s->p50_ns * 1e-3, s->p95_ns * 1e-3, s->p99_ns * 1e-3,
+                    s->max_ns * 1e-3, s->p50_ns > 0 ? s->p99_ns / s->p50_ns : 0.0, 100.0 * s->trend_rel);
+    }
+    fputs("</table>\n", f);
+    QK_PROF_FREE(rows);
+}
+/* >>steps-report end */
+
+/* >>mpi ---- implementation: MPI-wide reports (QK_PROF_MPI) ---- */
+/* Each rank records on its own. With QK_PROF_MPI (the implementation TU includes mpi.h) the
+   report calls are collective over MPI_COMM_WORLD once MPI is initialized (and not finalized):
+   every rank sends its per-zone statistics (and, for a trace, its whole trace) to rank 0, which
+   writes one report; the other ranks write nothing and return rank 0's result. What rank 0
+   writes: per rank its wall time, threads, streams, GPU busy time and step times; per zone the
+   min / mean / max of its total over the ranks (a rank without the zone counts 0), the imbalance
+   max / mean and the slowest rank; then rank 0's own report. The trace has every rank's events,
+   rank r's processes numbered 64 r + the single-process pid (host: 64 r + 1) and named
+   "rank r ...", on rank 0's clock: each rank's offset to rank 0 is measured by a ping-pong (the
+   round trip of the fewest ticks of QK__PROF_MPI_PINGS) at init (qk_prof_init after MPI_Init,
+   or qk_prof_mpi_sync) and at the report, and interpolated linearly between the two.
+   qk_prof_write_local / qk_prof_write_file_local write this rank's own report (not collective). */
+#ifdef QK_PROF_MPI
+#include <mpi.h>
+#ifndef __cplusplus
+extern FILE *open_memstream(char **buf, size_t *size);
+#endif
+#define QK__PROF_MPI_PINGS 16
+#define QK__PROF_MPI_TAG 7411
+/* qk__prof_mpi_local (forward, above): 1 while writing this rank's own report; qk__prof_mpi_buf,
+   _len: rank 0's merged output, written instead of a report by the calls below */
+
+typedef struct qk__prof_mpi_pt { uint64_t mid0, tr; int ok; } qk__prof_mpi_pt; /* rank 0's tick, the rank's */
+static qk__prof_mpi_pt *qk__prof_mpi_init_pts; /* rank 0: the init measurement, per rank */
+static int qk__prof_mpi_init_n;
+
+static int qk__prof_mpi_up(void)
+{
+    int a = 0, b = 0;
+    MPI_Initialized(&a);
+    if (a) MPI_Finalized(&b);
+    return a && !b;
+}
+
+/* Collective ping-pong: rank 0 gets, per rank, its tick at the midpoint of the shortest round
+   trip and the rank's tick at the reply (NULL elsewhere, or when out of memory: then no pair). */
+static qk__prof_mpi_pt *qk__prof_mpi_measure(MPI_Comm comm, int *n_out)
+{
+    int rank, size, r, k, one = 1;
+    qk__prof_mpi_pt *pts = NULL;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    *n_out = size;
+    if (rank == 0) {
+        pts = (qk__prof_mpi_pt *)qk__prof_calloc((size_t)size, sizeof *pts);
+        for (r = 1; r < size; r++) {
+            uint64_t best = (uint64_t)-1;
+            for (k = 0; k < QK__PROF_MPI_PINGS; k++) {
+                uint64_t a, b, tr = 0;
+                a = qk__prof_now();
+                MPI_Send(&one, 1, MPI_INT, r, QK__PROF_MPI_TAG, comm);
+                MPI_Recv(&tr, 1, MPI_UINT64_T, r, QK__PROF_MPI_TAG, comm, MPI_STATUS_IGNORE);
+                b = qk__prof_now();
+                if (pts && b - a < best) { best = b - a; pts[r].mid0 = a + (b - a) / 2; pts[r].tr = tr; pts[r].ok = 1; }
+            }
+        }
+    } else {
+        for (k = 0; k < QK__PROF_MPI_PINGS; k++) {
+            uint64_t tr;
+            MPI_Recv(&one, 1, MPI_INT, 0, QK__PROF_MPI_TAG, comm, MPI_STATUS_IGNORE);
+            tr = qk__prof_now();
+            MPI_Send(&tr, 1, MPI_UINT64_T, 0, QK__PROF_MPI_TAG, comm);
+        }
+    }
+    return pts;
+}
+
+QK_PROF_DEF int qk_prof_mpi_sync(void)
+{
+    int n;
+    qk__prof_mpi_pt *pts;
+    if (!qk__prof_mpi_up()) { qk__prof_seterr("qk_prof_mpi_sync: MPI is not initialized"); return -1; }
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    pthread_mutex_unlock(&qk__prof_mu);
+    pts = qk__prof_mpi_measure(MPI_COMM_WORLD, &n);
+    QK_PROF_FREE(qk__prof_mpi_init_pts);
+    qk__prof_mpi_init_pts = pts;
+    qk__prof_mpi_init_n = n;
+    return 0;
+}
+
+static void qk__prof_mpi_free(void)
+{
+    QK_PROF_FREE(qk__prof_mpi_init_pts);
+    qk__prof_mpi_init_pts = NULL;
+    qk__prof_mpi_init_n = 0;
+}
+
+/* A growing byte buffer (the per-rank record). */
+typedef struct qk__prof_bb { char *p; size_t n, cap; int oom; } qk__prof_bb;
+static void qk__prof_bb_put(qk__prof_bb *b, const void *src, size_t n)
+{
+    if (b->oom) return;
+    if (b->n + n > b->cap) {
+        size_t nc = b->cap ? b->cap * 2 : 4096;
+        void *np;
+        while (nc < b->n + n) nc *= 2;
+        if (!(np = QK_PROF_REALLOC(b->p, nc))) { b->oom = 1; return; }
+        b->p = (char *)np;
+        b->cap = nc;
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void qk__prof_bb_str(qk__prof_bb *b, const char *s)
+{
+    uint32_t n = (uint32_t)(s ? strlen(s) : 0);
+    qk__prof_bb_put(b, &n, sizeof n);
+    qk__prof_bb_put(b, s, n);
+}
+typedef struct qk__prof_rd { const char *p; size_t n, o; int bad; } qk__prof_rd;
+static void qk__prof_rd_get(qk__prof_rd *r, void *dst, size_t n)
+{
+    if (r->bad || r->o + n > r->n) { r->bad = 1; memset(dst, 0, n); return; }
+    memcpy(dst, r->p + r->o, n);
+    r->o += n;
+}
+/* A string of the record, pointed to in place; *len its length. */
+static const char *qk__prof_rd_str(qk__prof_rd *r, uint32_t *len)
+{
+    const char *s;
+    qk__prof_rd_get(r, len, sizeof *len);
+    if (r->bad || r->o + *len > r->n) { r->bad = 1; *len = 0; return ""; }
+    s = r->p + r->o;
+    r->o += *len;
+    return s;
+}
+
+/* One rank as rank 0 sees it. */
+typedef struct qk__prof_mrow { const char *name; uint32_t len; int gpu; double v[7]; } qk__prof_mrow; /* calls total self mean min max std */
+typedef struct qk__prof_mrank {
+    int32_t threads, lanes, n_rows, have_step;
+    uint64_t origin;
+    double npt, wall, gpu_busy, step[4];  /* step time: steps, mean, p50, p99 */
+    const char *host;
+    uint32_t host_len;
+    qk__prof_mrow *rows;
+    double off_a, off_b, at_a, at_b;      /* offsets (ns) to rank 0 at this rank's times at_a, at_b */
+    int n_off;
+} qk__prof_mrank;
+
+/* This rank's record: header, then one entry per zone row. */
+static void qk__prof_mpi_record(qk__prof_bb *b, const qk__prof_model *m)
+{
+    int32_t h[4];
+    double d[7];
+    char host[MPI_MAX_PROCESSOR_NAME + 1];
+    int hl = 0, i, k, nr;
+    qk__prof_srow *srows = qk__prof_steps_rows(m->npt, &nr);
+    double busy = 0;
+    for (k = 0; k < m->n_lanes; k++) busy += m->lanes[k].busy;
+    memset(host, 0, sizeof host);
+    MPI_Get_processor_name(host, &hl);
+    h[0] = m->sum.threads; h[1] = m->n_lanes; h[2] = m->n_cpu + m->n_gpu; h[3] = nr > 0 && srows[0].s.steps > 0;
+    qk__prof_bb_put(b, h, sizeof h);
+    qk__prof_bb_put(b, &qk__prof_g.t_origin, sizeof qk__prof_g.t_origin);
+    d[0] = m->npt; d[1] = m->wall; d[2] = busy;
+    d[3] = h[3] ? (double)srows[0].s.steps : 0; d[4] = h[3] ? srows[0].s.mean_ns : 0;
+    d[5] = h[3] ? srows[0].s.p50_ns : 0; d[6] = h[3] ? srows[0].s.p99_ns : 0;
+    qk__prof_bb_put(b, d, sizeof d);
+    QK_PROF_FREE(srows);
+    qk__prof_bb_str(b, host);
+    for (i = 0; i < m->n_cpu + m->n_gpu; i++) {
+        const qk__prof_row *r = i < m->n_cpu ? &m->cpu[i] : &m->gpu[i - m->n_cpu];
+        int32_t gpu = i >= m->n_cpu;
+        qk__prof_bb_put(b, &gpu, sizeof gpu);
+        qk__prof_bb_str(b, r->name);
+        d[0] = (double)r->n; d[1] = r->total; d[2] = gpu ? -1.0 : qk__prof_self(r); d[3] = r->mean;
+        d[4] = r->min; d[5] = r->max; d[6] = qk__prof_std(r);
+        qk__prof_bb_put(b, d, sizeof d);
+    }
+}
+
+static int qk__prof_mpi_parse(const char *p, size_t n, qk__prof_mrank *o)
+{
+    qk__prof_rd r;
+    int32_t h[4];
+    double d[7];
+    int i;
+    r.p = p; r.n = n; r.o = 0; r.bad = 0;
+    memset(o, 0, sizeof *o);
+    qk__prof_rd_get(&r, h, sizeof h);
+    qk__prof_rd_get(&r, &o->origin, sizeof o->origin);
+    qk__prof_rd_get(&r, d, sizeof d);
+    o->threads = h[0]; o->lanes = h[1]; o->n_rows = h[2]; o->have_step = h[3];
+    o->npt = d[0]; o->wall = d[1]; o->gpu_busy = d[2];
+    memcpy(o->step, d + 3, sizeof o->step);
+    o->host = qk__prof_rd_str(&r, &o->host_len);
+    if (r.bad || o->n_rows < 0 || (size_t)o->n_rows > n) return -1;
+    o->rows = (qk__prof_mrow *)qk__prof_calloc((size_t)o->n_rows + 1, sizeof *o->rows);
+    if (!o->rows) return -1;
+    for (i = 0; i < o->n_rows; i++) {
+        int32_t gpu;
+        qk__prof_rd_get(&r, &gpu, sizeof gpu);
+        o->rows[i].gpu = gpu;
+        o->rows[i].name = qk__prof_rd_str(&r, &o->rows[i].len);
+        qk__prof_rd_get(&r, o->rows[i].v, sizeof o->rows[i].v);
+    }
+    return r.bad ? -1 : 0;
+}
+
+/* Rank 0's view across the ranks, per zone. */
+typedef struct qk__prof_mzone {
+    const char *name;
+    uint32_t len;
+    int gpu, ranks, slowest;
+    double calls, min, mean, max, sum;
+} qk__prof_mzone;
+
+static int qk__prof_mzone_cmp(const void *a, const void *b)
+{
+    const qk__prof_mzone *x = (const qk__prof_mzone *)a, *y = (const qk__prof_mzone *)b;
+    if (x->max != y->max) return x->max < y->max ? 1 : -1;
+    return x->gpu - y->gpu;
+}
+
+/* The offset (ns, to add) of a rank's time t (ns on its own timeline). */
+static double qk__prof_mpi_off(const qk__prof_mrank *k, double t)
+{
+    if (k->n_off == 2 && k->at_b > k->at_a) return k->off_a + (t - k->at_a) * (k->off_b - k->off_a) / (k->at_b - k->at_a);
+    return k->n_off ? k->off_b : 0.0;
+}
+
+static void qk__prof_mpi_offsets(qk__prof_mrank *rk, int size, const qk__prof_mpi_pt *rep)
+{
+    int r;
+    for (r = 1; r < size; r++) {
+        qk__prof_mrank *k = &rk[r];
+        const qk__prof_mpi_pt *pi = qk__prof_mpi_init_pts && r < qk__prof_mpi_init_n ? &qk__prof_mpi_init_pts[r] : NULL;
+        const qk__prof_mpi_pt *pp = rep ? &rep[r] : NULL;
+        if (pp && pp->ok) {
+            k->at_b = (double)(int64_t)(pp->tr - k->origin) * k->npt;
+            k->off_b = (double)(int64_t)(pp->mid0 - rk[0].origin) * rk[0].npt - k->at_b;
+            k->n_off = 1;
+        }
+        if (pi && pi->ok && k->n_off) {
+            k->at_a = (double)(int64_t)(pi->tr - k->origin) * k->npt;
+            k->off_a = (double)(int64_t)(pi->mid0 - rk[0].origin) * rk[0].npt - k->at_a;
+            k->n_off = 2;
+        }
+    }
+}
+
+/* Merged zones (caller frees); *n the count. */
+static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, int *n)
+{
+    int r, i, j, nz = 0, cap = 0;
+    qk__prof_mzone *z = NULL;
+    for (r = 0; r < size; r++)
+        for (i = 0; i < rk[r].n_rows; i++) {
+            const qk__prof_mrow *w = &rk[r].rows[i];
+            for (j = 0; j < nz; j++)
+                if (z[j].gpu == w->gpu && z[j].len == w->len && memcmp(z[j].name, w->name, w->len) == 0) break;
+            if (j == nz) {
+                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { *n = nz; return z; }
+                memset(&z[nz], 0, sizeof *z);
+                z[nz].name = w->name; z[nz].len = w->len; z[nz].gpu = w->gpu; z[nz].slowest = r;
+                z[nz].min = w->v[1];
+                nz++;
+            }
+            z[j].ranks++;
+            z[j].calls += w->v[0];
+            z[j].sum += w->v[1];
+            if (w->v[1] > z[j].max) { z[j].max = w->v[1]; z[j].slowest = r; }
+            if (w->v[1] < z[j].min) z[j].min = w->v[1];
+        }
+    for (j = 0; j < nz; j++) {
+        z[j].mean = z[j].sum / size;
+        if (z[j].ranks < size) z[j].min = 0; /* a rank without the zone: 0 */
+    }
+    if (nz) qsort(z, (size_t)nz, sizeof *z, qk__prof_mzone_cmp);
+    *n = nz;
+    return z;
+}
+
+/* The total (ns) of zone z on rank r, 0 where it has none. */
+static double qk__prof_mpi_total(const qk__prof_mrank *k, const qk__prof_mzone *z)
+{
+    int i;
+    for (i = 0; i < k->n_rows; i++)
+        if (k->rows[i].gpu == z->gpu && k->rows[i].len == z->len && memcmp(k->rows[i].name, z->name, z->len) == 0)
+            return k->rows[i].v[1];
+    return 0;
+}
+
+static void qk__prof_mpi_name(char *buf, size_t cap, const char *s, uint32_t len)
+{
+    size_t n = len < cap - 1 ? len : cap - 1;
+    memcpy(buf, s, n);
+    buf[n] = 0;
+}
+
+static void qk__prof_mpi_text(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    char nm[256];
+    qk__prof_pf(f, "qk_prof MPI report: %d rank%s (clocks aligned to rank 0's by ping-pong at init and at the report)\n",
+                size, size == 1 ? "" : "s");
+    qk__prof_pf(f, "\n%-6s %-20s %12s %8s %8s %14s %12s %12s %14s\n", "rank", "host", "wall ms", "threads", "streams",
+                "GPU busy ms", "step p50 us", "step p99 us", "offset us");
+    for (r = 0; r < size; r++) {
+        const qk__prof_mrank *k = &rk[r];
+        qk__prof_mpi_name(nm, sizeof nm, k->host, k->host_len);
+        qk__prof_pf(f, "%-6d %-20.20s %12.3f %8d %8d %14.3f %12.3f %12.3f %14.3f\n", r, nm, k->wall * 1e-6, k->threads,
+                    k->lanes, k->gpu_busy * 1e-6, k->have_step ? k->step[2] * 1e-3 : 0.0,
+                    k->have_step ? k->step[3] * 1e-3 : 0.0, qk__prof_mpi_off(k, k->wall) * 1e-3);
+    }
+    qk__prof_pf(f, "\n%-32s %4s %6s %13s %13s %13s %9s %8s\n", "Zones across ranks (total ms)", "kind", "ranks", "min",
+                "mean", "max", "max/mean", "slowest");
+    for (j = 0; j < nz; j++) {
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        qk__prof_text_name(f, nm, 32);
+        qk__prof_pf(f, " %4s %6d %13.3f %13.3f %13.3f %9.3f %8d\n", z[j].gpu ? "GPU" : "CPU", z[j].ranks, z[j].min * 1e-6,
+                    z[j].mean * 1e-6, z[j].max * 1e-6, z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
+    }
+    qk__prof_pf(f, "(min / mean / max over all %d ranks, a rank without the zone counting 0; imbalance = max / mean)\n"
+                   "\n==== rank 0 ====\n", size);
+}
+
+static void qk__prof_mpi_json(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    qk__prof_pf(f, "{\"mpi\":{\"ranks\":%d,\"per_rank\":[", size);
+    for (r = 0; r < size; r++) {
+        const qk__prof_mrank *k = &rk[r];
+        char nm[MPI_MAX_PROCESSOR_NAME + 1];
+        qk__prof_mpi_name(nm, sizeof nm, k->host, k->host_len);
+        qk__prof_pf(f, "%s\n {\"rank\":%d,\"host\":", r ? "," : "", r);
+        qk__prof_json_str(f, nm);
+        fputs(",\"wall_ns\":", f); qk__prof_json_num(f, k->wall);
+        qk__prof_pf(f, ",\"threads\":%d,\"streams\":%d,\"gpu_busy_ns\":", k->threads, k->lanes);
+        qk__prof_json_num(f, k->gpu_busy);
+        fputs(",\"clock_offset_ns\":", f); qk__prof_json_num(f, qk__prof_mpi_off(k, k->wall));
+        if (k->have_step) {
+            qk__prof_pf(f, ",\"step\":{\"steps\":%lld,\"mean_ns\":", (long long)k->step[0]);
+            qk__prof_json_num(f, k->step[1]);
+            fputs(",\"p50_ns\":", f); qk__prof_json_num(f, k->step[2]);
+            fputs(",\"p99_ns\":", f); qk__prof_json_num(f, k->step[3]);
+            fputc('}', f);
+        }
+        fputc('}', f);
+    }
+    fputs("],\n\"zones\":[", f);
+    for (j = 0; j < nz; j++) {
+        char nm[1024];
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        fputs(j ? ",\n {\"name\":" : "\n {\"name\":", f);
+        qk__prof_json_str(f, nm);
+        qk__prof_pf(f, ",\"gpu\":%s,\"ranks\":%d,\"calls\":", z[j].gpu ? "true" : "false", z[j].ranks);
+        qk__prof_json_num(f, z[j].calls);
+        fputs(",\"min_ns\":", f); qk__prof_json_num(f, z[j].min);
+        fputs(",\"mean_ns\":", f); qk__prof_json_num(f, z[j].mean);
+        fputs(",\"max_ns\":", f); qk__prof_json_num(f, z[j].max);
+        fputs(",\"imbalance\":", f); qk__prof_json_num(f, z[j].mean > 0 ? z[j].max / z[j].mean : 0.0);
+        qk__prof_pf(f, ",\"slowest_rank\":%d,\"total_ns\":[", z[j].slowest);
+        for (r = 0; r < size; r++) { if (r) fputc(',', f); qk__prof_json_num(f, qk__prof_mpi_total(&rk[r], &z[j])); }
+        fputs("]}", f);
+    }
+    fputs("]},\n", f);
+}
+
+static void qk__prof_mpi_html(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
+{
+    int r, j;
+    double maxw = 0;
+    char t1[32], t2[32], nm[256], tip[512];
+    qk__prof_pf(f, "<h2>MPI: %d rank%s</h2>\n<p class=\"note\">Every rank recorded on its own; rank 0 gathered their "
+                   "statistics. The rest of this page below the MPI section is rank 0's own report.</p>\n",
+                size, size == 1 ? "" : "s");
+    for (r = 0; r < size; r++) if (rk[r].wall > maxw) maxw = rk[r].wall;
+    fputs("<h2>Per rank: wall time and GPU busy time</h2>\n<div class=\"chart\">\n", f);
+    for (r = 0; r < size; r++) {
+        char kind[24], val[48];
+        qk__prof_mpi_name(nm, sizeof nm, rk[r].host, rk[r].host_len);
+        qk__prof_spf(kind, sizeof kind, "rank %d", r);
+        qk__prof_time(rk[r].wall, val, sizeof val);
+        qk__prof_spf(tip, sizeof tip, "rank %d on %.64s: wall %s, GPU busy %s, %d threads, %d streams", r, nm, val,
+                     qk__prof_time(rk[r].gpu_busy, t1, sizeof t1), rk[r].threads, rk[r].lanes);
+        qk__prof_html_bar(f, kind, nm, "cpu", qk__prof_pct(rk[r].wall, maxw), val, tip);
+        if (rk[r].lanes) {
+            qk__prof_time(rk[r].gpu_busy, val, sizeof val);
+            qk__prof_html_bar(f, kind, "GPU busy", "gpu", qk__prof_pct(rk[r].gpu_busy, maxw), val, tip);
+        }
+    }
+    fputs("</div>\n", f);
+    qk__prof_html_table_open(f, "Per rank", NULL, "rank|host|wall|threads|streams|GPU busy|step p50|step p99|clock offset");
+    for (r = 0; r < size; r++) {
+        qk__prof_mpi_name(nm, sizeof nm, rk[r].host, rk[r].host_len);
+        qk__prof_pf(f, "<tr><td>%d</td><td>", r);
+        qk__prof_html_str(f, nm);
+        qk__prof_pf(f, "</td><td>%s</td><td>%d</td><td>%d</td><td>%s</td>", qk__prof_time(rk[r].wall, t1, sizeof t1),
+                    rk[r].threads, rk[r].lanes, qk__prof_time(rk[r].gpu_busy, t2, sizeof t2));
+        if (rk[r].have_step) {
+            qk__prof_pf(f, "<td>%s</td>", qk__prof_time(rk[r].step[2], t1, sizeof t1));
+            qk__prof_pf(f, "<td>%s</td>", qk__prof_time(rk[r].step[3], t1, sizeof t1));
+        } else {
+            fputs("<td>&mdash;</td><td>&mdash;</td>", f);
+        }
+        qk__prof_pf(f, "<td>%s</td></tr>\n", qk__prof_time(qk__prof_mpi_off(&rk[r], rk[r].wall), t1, sizeof t1));
+    }
+    fputs("</table>\n", f);
+    qk__prof_html_table_open(f, "Zones across ranks", "A zone's total time on each rank: min / mean / max over all ranks "
+                             "(a rank without the zone counts 0), imbalance = max / mean, and the slowest rank.",
+                             "zone|kind|ranks|min|mean|max|max / mean|slowest rank");
+    for (j = 0; j < nz; j++) {
+        qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+        fputs("<tr><td>", f);
+        qk__prof_html_str(f, nm);
+        qk__prof_pf(f, "</td><td>%s</td><td>%d</td><td>%s</td>", z[j].gpu ? "GPU" : "CPU", z[j].ranks,
+                    qk__prof_time(z[j].min, t1, sizeof t1));
+        qk__prof_pf(f, "<td>%s</td>", qk__prof_time(z[j].mean, t1, sizeof t1));
+        qk__prof_pf(f, "<td>%s</td><td>%.3f</td><td>%d</td></tr>\n", qk__prof_time(z[j].max, t1, sizeof t1),
+                    z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
+    }
+    fputs("</table>\n", f);
+    if (size <= 64) { /* per-rank bars of the 8 zones with the largest max */
+        fputs("<h2>Zones per rank</h2>\n<p class=\"note\">Each zone's total time on every rank, relative to its "
+              "largest.</p>\n<div class=\"chart\">\n", f);
+        for (j = 0; j < nz && j < 8; j++) {
+            qk__prof_mpi_name(nm, sizeof nm, z[j].name, z[j].len);
+            for (r = 0; r < size; r++) {
+                double v = qk__prof_mpi_total(&rk[r], &z[j]);
+                char kind[24], val[48];
+                qk__prof_spf(kind, sizeof kind, "rank %d", r);
+                qk__prof_time(v, val, sizeof val);
+                qk__prof_spf(tip, sizeof tip, "%s zone %.200s on rank %d: %s (mean over ranks %s)", z[j].gpu ? "GPU" : "CPU",
+                             nm, r, val, qk__prof_time(z[j].mean, t1, sizeof t1));
+                qk__prof_html_bar(f, kind, nm, z[j].gpu ? "gpu" : "cpu", qk__prof_pct(v, z[j].max), val, tip);
+            }
+        }
+        fputs("</div>\n", f);
+    }
+}
+
+/* A locale-free decimal number at *p (as the writers print them); advances *p. */
+static double qk__prof_mpi_num(const char **p)
+{
+    const char *s = *p;
+    double v = 0, sc = 1;
+    int neg = 0;
+    if (*s == '-') { neg = 1; s++; }
+    for (; *s >= '0' && *s <= '9'; s++) v = v * 10 + (*s - '0');
+    if (*s == '.') for (s++; *s >= '0' && *s <= '9'; s++) { sc /= 10; v += (*s - '0') * sc; }
+    *p = s;
+    return neg ? -v : v;
+}
+
+/* Rank r's trace events into rank 0's trace: pids 64 r + pid, times on rank 0's clock, process
+   names "rank r ...". The writers put one event per line and escape every '"' inside strings,
+   so ,"pid": and ,"ts": are always the fields. */
+static void qk__prof_mpi_trace_rank(FILE *f, const char *txt, size_t n, int r, const qk__prof_mrank *k, int *first)
+{
+    const char *p = txt, *end = txt + n;
+    while (p < end) {
+        const char *nl = (const char *)memchr(p, '\n', (size_t)(end - p)), *q, *e;
+        size_t len;
+        if (!nl) nl = end;
+        len = (size_t)(nl - p);
+        if (len && p[len - 1] == ',') len--;
+        if (len > 6 && memcmp(p, "{\"ph\":", 6) == 0) {
+            fputs(*first ? "\n" : ",\n", f);
+            *first = 0;
+            q = p;
+            e = p + len;
+            while (q < e) {
+                const char *pid = (const char *)memchr(q, ',', (size_t)(e - q));
+                if (!pid) { fwrite(q, 1, (size_t)(e - q), f); break; }
+                fwrite(q, 1, (size_t)(pid - q), f);
+                q = pid;
+                if ((size_t)(e - q) > 7 && memcmp(q, ",\"pid\":", 7) == 0) {
+                    const char *s = q + 7;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"pid\":%lld", (long long)v + 64LL * r);
+                    q = s;
+                } else if ((size_t)(e - q) > 6 && memcmp(q, ",\"ts\":", 6) == 0) {
+                    const char *s = q + 6;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"ts\":%.3f", v + qk__prof_mpi_off(k, v * 1e3) * 1e-3);
+                    q = s;
+                } else if ((size_t)(e - q) > 39 && memcmp(q, ",\"name\":\"process_name\",\"args\":{\"name\":\"", 39) == 0) {
+                    qk__prof_pf(f, ",\"name\":\"process_name\",\"args\":{\"name\":\"rank %d ", r);
+                    q += 39;
+                } else if ((size_t)(e - q) > 14 && memcmp(q, ",\"sort_index\":", 14) == 0) { /* args of process_sort_index only */
+                    const char *s = q + 14;
+                    double v = qk__prof_mpi_num(&s);
+                    qk__prof_pf(f, ",\"sort_index\":%lld", (long long)v + 64LL * r);
+                    q = s;
+                } else {
+                    fputc(',', f);
+                    q++;
+                }
+            }
+        }
+        p = nl + 1;
+    }
+}
+
+/* This rank's own output of fmt into a malloc'ed buffer. */
+static char *qk__prof_mpi_render(qk_prof_format fmt, size_t *len)
+{
+    char *buf = NULL;
+    FILE *ms = open_memstream(&buf, len);
+    int rc;
+    if (!ms) return NULL;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write(fmt, ms);
+    qk__prof_mpi_local--;
+    if (fclose(ms) != 0 || rc != 0) { free(buf); return NULL; }
+    return buf;
+}
+
+/* The collective part of every report call: on rank 0 the merged output (malloc'ed, *len), NULL
+   elsewhere or on an error (set). */
+static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
+{
+    MPI_Comm comm = MPI_COMM_WORLD;
+    int rank, size, n_rep = 0, r, i, ok = 1;
+    qk__prof_mpi_pt *rep;
+    qk__prof_model m;
+    qk__prof_bb b;
+    char *mine = NULL, *all = NULL, *tall = NULL, *out = NULL;
+    size_t mlen = 0;
+    int *lens = NULL, *displs = NULL, *tlens = NULL, *tdispls = NULL, blen, tl = 0;
+    MPI_Comm_rank(comm, &rank);
+    MPI_Comm_size(comm, &size);
+    *len = 0;
+    rep = qk__prof_mpi_measure(comm, &n_rep);
+    memset(&b, 0, sizeof b);
+    if (qk__prof_model_build(&m) == 0) {
+        qk__prof_mpi_record(&b, &m);
+        qk__prof_model_free(&m);
+    } else {
+        b.oom = 1;
+    }
+    blen = b.oom || b.n > (size_t)0x7fffffff ? 0 : (int)b.n;
+    if (fmt == QK_PROF_TRACE) {
+        mine = qk__prof_mpi_render(QK_PROF_TRACE, &mlen);
+        tl = mine && mlen <= (size_t)0x7fffffff ? (int)mlen : 0;
+    }
+    if (rank == 0) {
+        lens = (int *)qk__prof_calloc((size_t)size, sizeof *lens);
+        displs = (int *)qk__prof_calloc((size_t)size, sizeof *displs);
+        tlens = (int *)qk__prof_calloc((size_t)size, sizeof *tlens);
+        tdispls = (int *)qk__prof_calloc((size_t)size, sizeof *tdispls);
+        ok = lens && displs && tlens && tdispls;
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) { qk__prof_seterr("qk_prof: out of memory gathering the ranks' reports"); goto done; }
+    MPI_Gather(&blen, 1, MPI_INT, lens, 1, MPI_INT, 0, comm);
+    if (fmt == QK_PROF_TRACE) MPI_Gather(&tl, 1, MPI_INT, tlens, 1, MPI_INT, 0, comm);
+    if (rank == 0) {
+        long long tot = 0, ttot = 0;
+        for (r = 0; r < size; r++) { displs[r] = (int)tot; tot += lens[r]; tdispls[r] = (int)ttot; ttot += tlens[r]; }
+        ok = tot <= 0x7fffffff && ttot <= 0x7fffffff;
+        if (ok) {
+            all = (char *)QK_PROF_MALLOC((size_t)tot + 1);
+            tall = (char *)QK_PROF_MALLOC((size_t)ttot + 1);
+            ok = all && tall;
+        }
+    }
+    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
+    if (!ok) { qk__prof_seterr("qk_prof: the ranks' reports do not fit in memory (or in 2 GB)"); goto done; }
+    MPI_Gatherv(b.p, blen, MPI_BYTE, all, lens, displs, MPI_BYTE, 0, comm);
+    if (fmt == QK_PROF_TRACE) MPI_Gatherv(mine, tl, MPI_BYTE, tall, tlens, tdispls, MPI_BYTE, 0, comm);
+    if (rank == 0) {
+        qk__prof_mrank *rk = (qk__prof_mrank *)qk__prof_calloc((size_t)size, sizeof *rk);
+        qk__prof_mzone *z = NULL;
+        int nz = 0;
+        FILE *ms;
+        if (!rk) { qk__prof_seterr("qk_prof: out of memory merging the ranks' reports"); goto done; }
+        for (r = 0; r < size; r++)
+            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) rk[r].n_rows = 0;
+        qk__prof_mpi_offsets(rk, size, rep);
+        z = qk__prof_mpi_zones(rk, size, &nz);
+        ms = open_memstream(&out, len);
+        if (ms) {
+            if (fmt == QK_PROF_TRACE) {
+                int first = 1;
+                fputs("{\"displayTimeUnit\":\"ms\",\"otherData\":{\"generator\":\"qk_prof\",\"mpi_ranks\":", ms);
+                qk__prof_pf(ms, "%d},\"traceEvents\":[", size);
+                for (r = 0; r < size; r++) qk__prof_mpi_trace_rank(ms, tall + tdispls[r], (size_t)tlens[r], r, &rk[r], &first);
+                fputs("\n]}\n", ms);
+            } else {
+                size_t l0 = 0;
+                char *own = qk__prof_mpi_render(fmt, &l0);
+                if (!own) {
+                    ok = 0;
+                } else if (fmt == QK_PROF_TEXT) {
+                    qk__prof_mpi_text(ms, rk, size, z, nz);
+                    fwrite(own, 1, l0, ms);
+                } else if (fmt == QK_PROF_JSON) {
+                    qk__prof_mpi_json(ms, rk, size, z, nz);
+                    fwrite(own + 1, 1, l0 - 1, ms); /* rank 0's object, its '{' already written */
+                } else {
+                    const char *h2 = strstr(own, "<h2>");
+                    size_t at = h2 ? (size_t)(h2 - own) : l0;
+                    fwrite(own, 1, at, ms);
+                    qk__prof_mpi_html(ms, rk, size, z, nz);
+                    fwrite(own + at, 1, l0 - at, ms);
+                }
+                free(own);
+            }
+            if (fclose(ms) != 0 || !ok) { free(out); out = NULL; }
+        }
+        if (!out) qk__prof_seterr("qk_prof: cannot render the MPI report");
+        for (r = 0; r < size; r++) QK_PROF_FREE(rk[r].rows);
+        QK_PROF_FREE(rk);
+        QK_PROF_FREE(z);
+    }
+done:
+    QK_PROF_FREE(rep);
+    QK_PROF_FREE(b.p);
+    free(mine);
+    QK_PROF_FREE(all);
+    QK_PROF_FREE(tall);
+    QK_PROF_FREE(lens);
+    QK_PROF_FREE(displs);
+    QK_PROF_FREE(tlens);
+    QK_PROF_FREE(tdispls);
+    (void)i;
+    return out;
+}
+
+/* Rank 0's result on every rank (with its message). */
+static int qk__prof_mpi_result(int rc)
+{
+    char msg[256];
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    qk__prof_copy(msg, sizeof msg, qk__prof_err);
+    MPI_Bcast(&rc, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    MPI_Bcast(msg, (int)sizeof msg, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (rc != 0 && rank != 0) qk__prof_seterr("rank 0: %s", msg);
+    return rc;
+}
+
+/* qk_prof_write / qk_prof_write_file when collective: path NULL writes to f. */
+static int qk__prof_mpi_write(qk_prof_format fmt, FILE *f, const char *path)
+{
+    size_t len = 0;
+    int rank, rc = 0;
+    char *buf;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    buf = qk__prof_mpi_collect(fmt, &len);
+    if (rank == 0) {
+        if (!buf) {
+            rc = -1;
+        } else {
+            qk__prof_mpi_buf = buf;
+            qk__prof_mpi_len = len;
+            qk__prof_mpi_local++;
+            rc = path ? qk_prof_write_file(fmt, path) : qk_prof_write(fmt, f);
+            qk__prof_mpi_local--;
+            qk__prof_mpi_buf = NULL;
+        }
+    }
+    free(buf);
+    return qk__prof_mpi_result(rc);
+}
+#else
+static void qk__prof_mpi_free(void) {}
+QK_PROF_DEF int qk_prof_mpi_sync(void) { return 0; }
+#endif /* QK_PROF_MPI */
+
+QK_PROF_DEF int qk_prof_write_local(qk_prof_format fmt, FILE *f)
+{
+#ifdef QK_PROF_MPI
+    int rc;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write(fmt, f);
+    qk__prof_mpi_local--;
+    return rc;
+#else
+    return qk_prof_write(fmt, f);
+#endif
+}
+
+QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path)
+{
+#ifdef QK_PROF_MPI
+    int rc;
+    qk__prof_mpi_local++;
+    rc = qk_prof_write_file(fmt, path);
+    qk__prof_mpi_local--;
+    return rc;
+#else
+    return qk_prof_write_file(fmt, path);
+#endif
+}
+/* >>mpi end */
+
 /* >>output ---- implementation: qk_prof_write, qk_prof_write_file ---- */
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
 {
     qk__prof_model m;
+#ifdef QK_PROF_MPI /* >>mpi: collective, or rank 0's merged output */
+    if (!qk__prof_mpi_local && qk__prof_mpi_up()) return qk__prof_mpi_write(fmt, f, NULL);
+    if (qk__prof_mpi_buf && f) {
+        fwrite(qk__prof_mpi_buf, 1, qk__prof_mpi_len, f);
+        if (ferror(f)) { qk__prof_seterr("qk_prof_write: write error"); return -1; }
+        return 0;
+    }
+#endif
     if (!f) { qk__prof_seterr("qk_prof_write: no file"); return -1; }
     if (qk__prof_model_build(&m) != 0) return -1;
     switch (fmt) {
@@ -3373,6 +4626,9 @@ QK_PROF_DEF int qk_prof_write_file(qk_prof_format fmt, const char *path)
     FILE *f;
     int rc;
     if (!path || !*path) { qk__prof_seterr("qk_prof_write_file: no path"); return -1; }
+#ifdef QK_PROF_MPI /* >>mpi: collective */
+    if (!qk__prof_mpi_local && qk__prof_mpi_up()) return qk__prof_mpi_write(fmt, NULL, path);
+#endif
     if (strcmp(path, "-") == 0) { rc = qk_prof_write(fmt, stdout); fflush(stdout); return rc; }
     {   /* the rename would replace a directory's or a device's entry (as root, /dev/null's) */
         struct stat st;

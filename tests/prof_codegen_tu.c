@@ -28,10 +28,12 @@ double qk_codegen_work(double *a, int n, void *stream, const char *path)
     M(QK_PROF_STREAM_NAME(stream, "compute");)
     M(QK_PROF_GPU_BEGIN("gpu", stream);)
     for (i = 0; i < n; i++) {
+        M(QK_PROF_STEP(i);)
         M(QK_PROF_SCOPE("iter");)
         s += a[i] * a[i];
         M(QK_PROF_COUNT("iters", 1);)
     }
+    M(QK_PROF_STEP_END();)
     M(QK_PROF_GPU_END("gpu", stream);)
     M(QK_PROF_GPU_COLLECT();)
     M(QK_PROF_COUNTER("sum", s);)

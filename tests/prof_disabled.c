@@ -19,10 +19,12 @@ int main(void)
     QK_PROF_TRACK("a", a, sizeof a);
     QK_PROF_GPU_BEGIN("gpu", stream);
     for (i = 0; i < 4; i++) {
+        QK_PROF_STEP(i);
         QK_PROF_SCOPE("iter");
         s += a[i];
         QK_PROF_COUNT("n", 1);
     }
+    QK_PROF_STEP_END();
     QK_PROF_GPU_END("gpu", stream);
     QK_PROF_COUNTER("s", s);
     QK_PROF_UNTRACK(a);

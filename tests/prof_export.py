@@ -50,6 +50,28 @@ def main():
             check(close(z["std_ns"], statistics.pstdev(durs), rel=1e-7), "%r std %s vs %s" % (name, z["std_ns"], statistics.pstdev(durs)))
             check(close(z["pct_wall"], 100 * z["total_ns"] / rep["wall_ns"]), "%r pct" % name)
         check(zones["inner"]["sites"] == 2, "inner merges two call sites")
+        # step statistics (QK_PROF_STEP per outer zone, warm-up 1): the outer zone's per-step
+        # series is its durations less the first; percentiles by statistics.quantiles (inclusive
+        # = linear interpolation), the trend by statistics.linear_regression
+        steps = rep.get("steps")
+        check(steps is not None, "report.json has steps")
+        if steps:
+            so = [z for z in steps["zones"] if z["name"] == "outer" and not z["gpu"]]
+            series = [x * npt for x in sched["outer"][1:]]
+            check(steps["warmup"] == 1 and steps["ended"] == len(sched["outer"]), "steps ended / warm-up")
+            check(len(so) == 1 and so[0]["steps"] == len(series), "outer per-step series length")
+            if so:
+                q = statistics.quantiles(series, n=100, method="inclusive")
+                for key, want in (("mean_ns", statistics.fmean(series)), ("min_ns", min(series)),
+                                  ("max_ns", max(series)), ("p50_ns", q[49]), ("p95_ns", q[94]), ("p99_ns", q[98])):
+                    check(close(so[0][key], want), "outer per step %s %s vs %s" % (key, so[0][key], want))
+                if hasattr(statistics, "linear_regression"):
+                    slope = statistics.linear_regression(list(range(len(series))), series).slope
+                    check(close(so[0]["trend_ns_per_step"], slope, rel=1e-6, abs_=1e-6), "outer trend %s vs %s"
+                          % (so[0]["trend_ns_per_step"], slope))
+            st = steps["step"]
+            check(st["steps"] == len(series) and st["min_ns"] >= so[0]["min_ns"] if so else False,
+                  "step time covers the outer zone")
         # self (exclusive) time: outer less the inner and weird zones nested in it; leaves = total
         for name in ("outer", "inner", weird):
             z = zones.get(name, {})

@@ -2,8 +2,43 @@
 """Renders the HTML report of tests/prof_stats in headless Chromium to a PNG and checks that it
 is not blank (enough non-background pixels, several colours, the bar colours present). An empty
 page is rendered too and must be judged blank, so the check can fail. Exit 77 (skip) where no
-Chromium is installed. Usage: prof_html.py PROF_STATS_EXE [KEEP_PNG]"""
-import os, shutil, struct, subprocess, sys, tempfile, zlib
+Chromium is installed. Before that (also without Chromium), the step-time plot is checked
+against report.json: one point per step of the statistics, x rising across the plot, the
+highest step at the top, the p50 / p99 lines where the JSON's numbers put them.
+Usage: prof_html.py PROF_STATS_EXE [KEEP_PNG]"""
+import json, os, re, shutil, struct, subprocess, sys, tempfile, zlib
+
+
+def check_steps_plot(d):
+    """The step plot (svg.steps) against report.json's steps; returns a list of failures."""
+    fails = []
+    page = open(os.path.join(d, "report.html")).read()
+    rep = json.load(open(os.path.join(d, "report.json")))
+    st = rep["steps"]["step"]
+    m = re.search(r'<svg class="steps" height="(\d+)"(.*?)</svg>', page, re.S)
+    if not m:
+        return ["no step plot (svg.steps) in report.html"]
+    h, svg = int(m.group(1)), m.group(2)
+    lines = re.findall(r'<polyline class="series" fill="none" stroke="([^"]+)"[^>]*points="([^"]*)"', svg)
+    step = [pts for col, pts in lines if col == "#222"]
+    if len(step) != 1:
+        return ["the step time polyline: %d found" % len(step)]
+    pts = [tuple(map(float, p.split())) for p in re.findall(r"[-\d.]+ [-\d.]+", step[0])]
+    if len(pts) != st["steps"]:
+        fails.append("step polyline: %d points for %d steps" % (len(pts), st["steps"]))
+    xs = [p[0] for p in pts]
+    if xs and (xs[0] != 0 or xs[-1] != 1000 or any(b <= a for a, b in zip(xs, xs[1:]))):
+        fails.append("step polyline x: not rising from 0 to 1000")
+    ys = [p[1] for p in pts]
+    if ys and abs(min(ys) - 2.0) > 0.06:  # the step time holds the plot's maximum (zones lie inside steps)
+        fails.append("the longest step is not at the top (y %s)" % min(ys))
+    for q in ("p50", "p99"):
+        lm = re.search(r'<line x1="0" x2="1000" y1="([-\d.]+)"[^>]*><title>step time %s' % q, svg)
+        want = h - (h - 2) * st[q + "_ns"] / st["max_ns"]
+        if not lm or abs(float(lm.group(1)) - want) > 0.06:
+            fails.append("the %s line at %s, want %.1f" % (q, lm.group(1) if lm else None, want))
+    print("step plot: %d points, %d series" % (len(pts), len(lines)))
+    return fails
 
 def png_pixels(path):
     """Minimal PNG decoder (8-bit RGB/RGBA, non-interlaced): rows of (r, g, b) tuples."""
@@ -63,14 +98,19 @@ def render(chrome, html, png):
 
 def main():
     chrome = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
-    if not chrome:
-        print("no chromium: skipped")
-        return 77
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.argv[1], d], capture_output=True, text=True)
         if r.returncode != 0:
             print(r.stderr)
             return 1
+        plot_fails = check_steps_plot(d)
+        for f in plot_fails:
+            print("FAIL:", f)
+        if plot_fails:
+            return 1
+        if not chrome:
+            print("no chromium: the rendering check skipped")
+            return 77
         blank = os.path.join(d, "blank.html")
         open(blank, "w").write("<!DOCTYPE html><html><body></body></html>")
         render(chrome, os.path.join(d, "report.html"), os.path.join(d, "report.png"))

@@ -90,6 +90,7 @@ int main(int argc, char **argv)
     for (i = 0; i < n_outer; i++) {
         uint64_t t0 = fake_now, kids = 0;
         int k = (int)(rnd() % 4);
+        QK_PROF_STEP(i); /* >>steps: a step per outer zone (prof_export.py, prof_html.py) */
         QK_PROF_BEGIN("outer");
         fake_now += rnd() % 50;
         for (j = 0; j < k; j++) {
@@ -117,6 +118,7 @@ int main(int argc, char **argv)
         outer_self += (double)(fake_now - t0 - kids);
         fake_now += rnd() % 100;
     }
+    QK_PROF_STEP_END();
     expect_stats("outer", &outer, npt);
     expect_stats("inner", &inner, npt);
     expect_stats(WEIRD, &weird, npt);
