@@ -5038,15 +5038,21 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
                     (unsigned long long)v.kernels, (unsigned long long)nc, (unsigned long long)v.memsets.n,
                     (unsigned long long)v.syncs.n, v.status);
         if (v.n_names) {
-            qk__prof_pf(f, "\n%-*s %9s %13s %12s %12s %12s  %s\n", w, "Kernels (CUPTI)", "calls", "total ms", "mean us",
+            int kw = w;
+            for (i = 0; i < v.n_names; i++) if ((int)strlen(v.names[i].name) > kw) kw = (int)strlen(v.names[i].name);
+            if (kw > 72) kw = 72;
+            qk__prof_pf(f, "\n%-*s %9s %13s %12s %12s %12s  %s\n", kw, "GPU kernels", "calls", "total ms", "mean us",
                         "min us", "max us", "zone (launched in)");
             for (i = 0; i < v.n_names; i++) {
                 const qk__prof_aname *nm = &v.names[i];
-                qk__prof_text_name(f, nm->name, w);
+                qk__prof_text_name(f, nm->name, kw);
                 qk__prof_pf(f, " %9llu %13.3f %12.3f %12.3f %12.3f  ", (unsigned long long)nm->n, (double)nm->total * 1e-6,
                             (double)nm->total / (double)nm->n * 1e-3, (double)nm->min * 1e-3, (double)nm->max * 1e-3);
-                qk__prof_text_name(f, v.name_zone && v.name_zone[i] ? v.name_zone[i] : "-", 0 + 32);
-                if (v.name_zones && v.name_zones[i] > 1) qk__prof_pf(f, " (+%d)", v.name_zones[i] - 1);
+                {
+                    const char *zn = v.name_zone && v.name_zone[i] ? v.name_zone[i] : "-";
+                    qk__prof_text_name(f, zn, strlen(zn) < 48 ? (int)strlen(zn) : 48);
+                }
+                if (v.name_zones && v.name_zones[i] > 1) qk__prof_pf(f, " (+%d more)", v.name_zones[i] - 1);
                 qk__prof_pf(f, "\n");
             }
         }
@@ -5054,7 +5060,7 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
             int any = 0;
             for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) any |= v.copies[d][s][k].n > 0;
             if (any) {
-                qk__prof_pf(f, "\n%-*s %-19s %8s %12s %12s %10s\n", w, "Copies (CUPTI)", "from -> to", "count", "bytes",
+                qk__prof_pf(f, "\n%-*s %-19s %8s %12s %12s %10s\n", w, "GPU copies", "from -> to", "count", "bytes",
                             "time ms", "GB/s");
                 for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
                     const qk__prof_astat *x = &v.copies[d][s][k];
@@ -5068,13 +5074,13 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
             }
         }
         if (v.memsets.n)
-            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Memsets (CUPTI)", "", (unsigned long long)v.memsets.n,
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "GPU memsets", "", (unsigned long long)v.memsets.n,
                         qk__prof_bytes((double)v.memsets.bytes, b1, sizeof b1), (double)v.memsets.total * 1e-6);
         if (v.syncs.n)
-            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Host waits (CUPTI)", "", (unsigned long long)v.syncs.n, "",
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Host waits for the GPU", "", (unsigned long long)v.syncs.n, "",
                         (double)v.syncs.total * 1e-6);
         if (v.runtime.n)
-            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Runtime calls (CUPTI)", "", (unsigned long long)v.runtime.n, "",
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "CUDA runtime calls", "", (unsigned long long)v.runtime.n, "",
                         (double)v.runtime.total * 1e-6);
         if (v.dropped || v.dropped_cupti || v.incomplete || v.dropped_corr)
             qk__prof_pf(f, "Activity notes: records not kept %llu (the tables still count them), dropped by CUPTI %llu, "
@@ -5265,7 +5271,7 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
     if (!qk__prof_aview_any(&v)) { qk__prof_aview_free(&v); return; }
     qk__prof_spf(note, sizeof note, "CUPTI %s. Kernels by name (all launches, the libraries' included), total device "
                  "time; zone: the CPU zone most launches came from.", v.status);
-    fputs("<h2>GPU kernels (CUPTI)</h2>\n<p class=\"note\">", f);
+    fputs("<h2>GPU kernels</h2>\n<p class=\"note\">", f);
     qk__prof_html_str(f, note); /* the status quotes the loader's message: escaped */
     fputs("</p>\n<table><tr><th>kernel</th><th>calls</th><th>total ms</th><th>mean us</th><th>min us</th><th>max us</th>"
           "<th>zone</th><th>grid</th><th>block</th></tr>\n", f);
@@ -5284,7 +5290,7 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
     fputs("</table>\n", f);
     for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) any |= v.copies[d][s][k].n > 0;
     if (any || v.memsets.n || v.syncs.n) {
-        qk__prof_html_table_open(f, "GPU copies, memsets and host waits (CUPTI)", NULL, "what|from -> to|count|bytes|time ms|GB/s");
+        qk__prof_html_table_open(f, "GPU copies, memsets and host waits", NULL, "what|from -> to|count|bytes|time ms|GB/s");
         for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
             const qk__prof_astat *x = &v.copies[d][s][k];
             if (!x->n) continue;
