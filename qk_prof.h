@@ -35,6 +35,20 @@
    the same name at several sites are one row in reports. QK_PROF_END's name is checked against
    the open zone; a mismatch is counted (summary.mismatched), the open zone is closed anyway.
 
+   GPU activities (CUPTI mode) and advice
+   --------------------------------------
+     desc.cupti = 1 (or QK_PROF_CUPTI=1 in the environment), with QK_PROF_CUDA: every kernel (the
+     libraries' too: cuBLAS, cuFFT, Thrust, ...), copy, memset and host wait on every stream and
+     device, recorded through CUPTI (libcupti opened with dlopen at start: no link dependency; a
+     missing library is a note in the reports), each attributed to the CPU zone open on the
+     thread that launched it. Reports get a kernel table (per name: calls, times, zone), copies by
+     direction and memory kinds, the trace one lane per stream. desc.cupti = 2 adds every CUDA
+     runtime call. Every report also gets an "advice" section: rules over what was recorded
+     (pageable copies, host waits in the step loop, GPU idle, launch-bound kernels, copies
+     serialized with kernels, memory growing step after step), each with its evidence and fix;
+     thresholds in desc.advice or QK_PROF_ADVICE="key=value,...". qk_prof_advise runs the rules on
+     records of your own (plain arrays).
+
    Memory, counters
    ----------------
      QK_PROF_TRACK("name", ptr, bytes) / QK_PROF_UNTRACK(ptr)     current and peak per name and
@@ -107,11 +121,14 @@
      >>zones     CPU zones (the hot path)
      >>counters  counters          >>memory  memory tracking, snapshots, pools
      >>gpu       GPU zones: CUDA events, resolution, memcpy
+     >>acttypes, >>actapi, >>acthooks   GPU activities and advice: types, functions, the hooks
+     >>cupti     the activity store, the CUPTI mode (dlopen, buffers, records)
      >>shutdown  freeing everything
      >>model     the report model: rows, streams, transfers; statistics queries
      >>writers   locale-free printf and escaping for every output
      >>text      text report       >>json  JSON report      >>trace  Chrome trace
      >>html      HTML report, a function per chart and per table
+     >>advice    advice rules (a function each), the activity and advice parts of the reports
      >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
      >>license
 
@@ -4450,9 +4467,18 @@ static void qk__prof_rule_idle(const qk_prof_facts *f, const qk_prof_advice_cfg 
 
 /* Rule launch-bound: most kernels shorter than short_kernel_ns, so launches, not the work, set the
    pace: the gaps between consecutive short kernels on a stream are the launch overhead. */
+typedef struct qk__prof_kiv { double key, t0, t1; } qk__prof_kiv; /* key: device and stream */
+static int qk__prof_kiv_cmp(const void *x, const void *y)
+{
+    const qk__prof_kiv *a = (const qk__prof_kiv *)x, *b = (const qk__prof_kiv *)y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->t0 < b->t0 ? -1 : a->t0 > b->t0;
+}
+
 static void qk__prof_rule_launch(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
 {
-    double *iv, sdur = 0, gaps = 0, api = 0;
+    qk__prof_kiv *iv;
+    double sdur = 0, gaps = 0, api = 0;
     unsigned long long nk = 0, ns = 0, ng = 0, na = 0;
     qk__prof_tally names;
     size_t i, o = 0;
@@ -4460,7 +4486,7 @@ static void qk__prof_rule_launch(const qk_prof_facts *f, const qk_prof_advice_cf
     qk_prof_advice *a;
     if (c->short_kernel_ns < 0) return;
     memset(&names, 0, sizeof names);
-    iv = (double *)QK_PROF_MALLOC((f->n_acts + 1) * 3 * sizeof *iv);
+    iv = (qk__prof_kiv *)qk__prof_calloc(f->n_acts + 1, sizeof *iv);
     if (!iv) return;
     for (i = 0; i < f->n_acts; i++) {
         const qk_prof_activity *x = &f->acts[i];
@@ -4472,33 +4498,15 @@ static void qk__prof_rule_launch(const qk_prof_facts *f, const qk_prof_advice_cf
         sdur += d;
         if (x->api_ns > 0) { api += x->api_ns; na++; }
         qk__prof_tally_add(&names, x->name, 1);
-        /* sorted by (device, stream, start): the key first */
-        iv[3 * o] = (double)x->device * 4294967296.0 + (double)x->stream;
-        iv[3 * o + 1] = x->start_ns;
-        iv[3 * o + 2] = x->end_ns;
-        o++;
+        iv[o].key = (double)x->device * 4294967296.0 + (double)x->stream;
+        iv[o].t0 = x->start_ns;
+        iv[o++].t1 = x->end_ns;
     }
     if (!ns || (double)ns < c->launch_min_kernels || (double)ns < c->launch_min_share * (double)nk) { QK_PROF_FREE(iv); return; }
-    qsort(iv, o, 3 * sizeof *iv, qk__prof_dcmp);
-    /* qk__prof_dcmp compares the first double only: order each stream's run by start */
-    for (i = 0; i < o;) {
-        size_t j = i;
-        while (j < o && iv[3 * j] == iv[3 * i]) j++;
-        {
-            size_t p, q;
-            for (p = i + 1; p < j; p++) /* insertion sort by start: runs are mostly in order already */
-                for (q = p; q > i && iv[3 * (q - 1) + 1] > iv[3 * q + 1]; q--) {
-                    double t[3];
-                    memcpy(t, &iv[3 * q], sizeof t);
-                    memcpy(&iv[3 * q], &iv[3 * (q - 1)], sizeof t);
-                    memcpy(&iv[3 * (q - 1)], t, sizeof t);
-                }
-            for (p = i + 1; p < j; p++) {
-                double g = iv[3 * p + 1] - iv[3 * (p - 1) + 2];
-                if (g >= 0 && g < 5 * c->short_kernel_ns) { gaps += g; ng++; }
-            }
-        }
-        i = j;
+    qsort(iv, o, sizeof *iv, qk__prof_kiv_cmp);
+    for (i = 1; i < o; i++) { /* consecutive short kernels of one stream, closer than 5 short kernels */
+        double g = iv[i].t0 - iv[i - 1].t1;
+        if (iv[i].key == iv[i - 1].key && g >= 0 && g < 5 * c->short_kernel_ns) { gaps += g; ng++; }
     }
     QK_PROF_FREE(iv);
     if (f->n_steps > 0) qk__prof_spf(extra, sizeof extra, "; %.0f short kernels per step", (double)ns / (double)f->n_steps);
