@@ -5042,7 +5042,7 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
     if (qk__prof_aview_any(&v)) {
         uint64_t nc = 0;
         for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) nc += v.copies[d][s][k].n;
-        qk__prof_pf(f, "\nGPU activities: %llu kernels, %llu copies, %llu memsets, %llu host waits (CUPTI %s)\n",
+        qk__prof_pf(f, "\nGPU activities: %llu kernels, %llu copies, %llu memsets, %llu syncs (CUPTI %s)\n",
                     (unsigned long long)v.kernels, (unsigned long long)nc, (unsigned long long)v.memsets.n,
                     (unsigned long long)v.syncs.n, v.status);
         if (v.n_names) {
@@ -5085,7 +5085,7 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
             qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "GPU memsets", "", (unsigned long long)v.memsets.n,
                         qk__prof_bytes((double)v.memsets.bytes, b1, sizeof b1), (double)v.memsets.total * 1e-6);
         if (v.syncs.n)
-            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Host waits for the GPU", "", (unsigned long long)v.syncs.n, "",
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Syncs (host, stream waits)", "", (unsigned long long)v.syncs.n, "",
                         (double)v.syncs.total * 1e-6);
         if (v.runtime.n)
             qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "CUDA runtime calls", "", (unsigned long long)v.runtime.n, "",
@@ -5298,7 +5298,7 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
     fputs("</table>\n", f);
     for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) any |= v.copies[d][s][k].n > 0;
     if (any || v.memsets.n || v.syncs.n) {
-        qk__prof_html_table_open(f, "GPU copies, memsets and host waits", NULL, "what|from -> to|count|bytes|time ms|GB/s");
+        qk__prof_html_table_open(f, "GPU copies, memsets and syncs", NULL, "what|from -> to|count|bytes|time ms|GB/s");
         for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
             const qk__prof_astat *x = &v.copies[d][s][k];
             if (!x->n) continue;
@@ -5312,7 +5312,7 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
                         (unsigned long long)v.memsets.n, qk__prof_bytes((double)v.memsets.bytes, b1, sizeof b1),
                         (double)v.memsets.total * 1e-6);
         if (v.syncs.n)
-            qk__prof_pf(f, "<tr><td>host waits</td><td></td><td>%llu</td><td></td><td>%.3f</td><td></td></tr>\n",
+            qk__prof_pf(f, "<tr><td>syncs (host, stream waits)</td><td></td><td>%llu</td><td></td><td>%.3f</td><td></td></tr>\n",
                         (unsigned long long)v.syncs.n, (double)v.syncs.total * 1e-6);
         fputs("</table>\n", f);
     }
