@@ -35,6 +35,20 @@
    the same name at several sites are one row in reports. QK_PROF_END's name is checked against
    the open zone; a mismatch is counted (summary.mismatched), the open zone is closed anyway.
 
+   GPU activities (CUPTI mode) and advice
+   --------------------------------------
+     desc.cupti = 1 (or QK_PROF_CUPTI=1 in the environment), with QK_PROF_CUDA: every kernel (the
+     libraries' too: cuBLAS, cuFFT, Thrust, ...), copy, memset and host wait on every stream and
+     device, recorded through CUPTI (libcupti opened with dlopen at start: no link dependency; a
+     missing library is a note in the reports), each attributed to the CPU zone open on the
+     thread that launched it. Reports get a kernel table (per name: calls, times, zone), copies by
+     direction and memory kinds, the trace one lane per stream. desc.cupti = 2 adds every CUDA
+     runtime call. Every report also gets an "advice" section: rules over what was recorded
+     (pageable copies, host waits in the step loop, GPU idle, launch-bound kernels, copies
+     serialized with kernels, memory growing step after step), each with its evidence and fix;
+     thresholds in desc.advice or QK_PROF_ADVICE="key=value,...". qk_prof_advise runs the rules on
+     records of your own (plain arrays).
+
    Memory, counters
    ----------------
      QK_PROF_TRACK("name", ptr, bytes) / QK_PROF_UNTRACK(ptr)     current and peak per name and
@@ -121,6 +135,8 @@
      >>zones     CPU zones (the hot path)
      >>counters  counters          >>memory  memory tracking, snapshots, pools
      >>gpu       GPU zones: CUDA events, resolution, memcpy
+     >>acttypes, >>actapi, >>acthooks   GPU activities and advice: types, functions, the hooks
+     >>cupti     the activity store, the CUPTI mode (dlopen, buffers, records)
      >>shutdown  freeing everything
      >>model     the report model: rows, streams, transfers; statistics queries
      >>writers   locale-free printf and escaping for every output
@@ -128,6 +144,7 @@
      >>html      HTML report, a function per chart and per table
      >>steps     step markers (recording)   >>steps-report  step statistics in the reports
      >>mpi       MPI-wide reports (QK_PROF_MPI)
+     >>advice    advice rules (a function each), the activity and advice parts of the reports
      >>output    qk_prof_write, qk_prof_write_file (temporary file + rename)
      >>license
 
@@ -204,6 +221,116 @@ typedef enum qk_prof_format {
     QK_PROF_HTML
 } qk_prof_format;
 
+/* >>acttypes ---- GPU activities (CUPTI mode) and advice: types ---- */
+/* A GPU activity: what CUPTI recorded (QK_PROF_CUDA with desc.cupti or QK_PROF_CUPTI=1), what a
+   test or another tracer injected (qk_prof_activity_add), or a GPU zone of the macros given to
+   the advice rules. Times are on the profiler's timeline: ns from its start, like the zones. */
+typedef enum qk_prof_act_kind {
+    QK_PROF_ACT_KERNEL = 1,     /* a kernel, the libraries' included */
+    QK_PROF_ACT_MEMCPY,         /* a copy */
+    QK_PROF_ACT_MEMSET,
+    QK_PROF_ACT_SYNC,           /* the host waited for the GPU: cudaDeviceSynchronize, cudaStreamSynchronize,
+                                   cudaEventSynchronize (sync says which), or cudaStreamWaitEvent (GPU side) */
+    QK_PROF_ACT_RUNTIME,        /* a CUDA runtime call (desc.cupti = 2, or QK_PROF_CUPTI=2) */
+    QK_PROF_ACT_ZONE            /* a GPU zone of the macros: the rules' input where CUPTI recorded nothing */
+} qk_prof_act_kind;
+
+/* Memory kinds of a copy's source and destination; the values are CUPTI's. */
+typedef enum qk_prof_memk {
+    QK_PROF_MEMK_UNKNOWN = 0,
+    QK_PROF_MEMK_PAGEABLE,
+    QK_PROF_MEMK_PINNED,
+    QK_PROF_MEMK_DEVICE,
+    QK_PROF_MEMK_ARRAY,
+    QK_PROF_MEMK_MANAGED
+} qk_prof_memk;
+
+/* The types of QK_PROF_ACT_SYNC records (the values are CUPTI's). */
+enum { QK_PROF_SYNC_EVENT = 1, QK_PROF_SYNC_STREAM_WAIT = 2, QK_PROF_SYNC_STREAM = 3, QK_PROF_SYNC_DEVICE = 4 };
+
+typedef struct qk_prof_activity {
+    int kind;                   /* qk_prof_act_kind */
+    const char *name;           /* kernel (demangled), runtime call or GPU zone; NULL for copies, memsets, syncs */
+    const char *zone;           /* the CPU zone open on the launching thread (CUPTI mode), or NULL */
+    double start_ns, end_ns;
+    int device;
+    uint32_t stream;            /* a stream id: CUPTI's, or any id that tells streams apart */
+    uint32_t correlation;       /* CUPTI's correlation id (0: none) */
+    int grid[3], block[3];      /* kernels */
+    int shared_bytes;           /* kernels: static + dynamic shared memory per block */
+    int registers;              /* kernels: registers per thread */
+    uint64_t bytes;             /* copies, memsets */
+    int dir;                    /* copies: qk_prof_dir */
+    int src_kind, dst_kind;     /* copies: qk_prof_memk (memsets: dst_kind) */
+    int sync;                   /* copies, memsets: 1 when the call was synchronous (the host waited);
+                                   QK_PROF_ACT_SYNC: its type (QK_PROF_SYNC_*) */
+    double api_ns;              /* kernels: host time of the launch call (runtime records), 0 unknown */
+} qk_prof_activity;
+
+/* Thresholds of the advice rules (docs/profiler.md, "Advice"). 0 takes the default given here; a
+   negative value turns its rule off. The environment variable QK_PROF_ADVICE overrides them at
+   report time: "short_kernel_ns=5000,leak_min_bytes=2e6,step_zone=step" (the field names). */
+typedef struct qk_prof_advice_cfg {
+    const char *step_zone;      /* the CPU zone that is one step of the loop; NULL: the top-level zone
+                                   with the most calls (at least min_steps) */
+    double min_steps;           /* the loop rules need this many steps (3) */
+    double pageable_min_bytes;  /* pageable-copy: from this many bytes copied through pageable memory (1 MiB) */
+    double sync_min_step_share; /* sync-in-loop: host waits that left the GPU idle, in at least this share
+                                   of the steps (0.5) ... */
+    double sync_min_idle_ns;    /* ... a wait leaving the GPU idle at least this long after it (10 us) */
+    double idle_max_busy;       /* gpu-idle: a GPU busy less than this share of the loop (0.5) ... */
+    double idle_min_ns;         /* ... and idle at least this long in all (1 ms) */
+    double short_kernel_ns;     /* launch-bound: a kernel shorter than this is short (10 us) ... */
+    double launch_min_kernels;  /* ... from this many short kernels (100) ... */
+    double launch_min_share;    /* ... that are at least this share of the kernels (0.5) */
+    double serial_min_copy_share; /* serialized-copy: copies take at least this share of a stream's time (0.05) ... */
+    double serial_max_overlap;  /* ... and kernels elsewhere overlap at most this share of them (0.1) */
+    double leak_min_bytes;      /* memory-growth: grows at least this much over the loop (1 MiB) ... */
+    double leak_min_step_share; /* ... growing from one step to the next in at least this share of the steps (0.8) */
+} qk_prof_advice_cfg;
+
+/* The rules' input: plain arrays, so a program (or a test) can run the rules on any records. */
+typedef struct qk_prof_span { double t0_ns, t1_ns; } qk_prof_span;
+typedef struct qk_prof_mem_sample {
+    double t_ns;
+    double host, device;        /* tracked bytes (QK_PROF_TRACK): host (pageable + pinned), device (+ managed) */
+    double device_used;         /* device memory in use (QK_PROF_MEM_SNAPSHOT's cudaMemGetInfo), -1 unknown */
+} qk_prof_mem_sample;
+typedef struct qk_prof_stream_label { int device; uint32_t stream; const char *name; } qk_prof_stream_label;
+typedef struct qk_prof_facts {
+    const qk_prof_activity *acts;   /* any order */
+    size_t n_acts;
+    const qk_prof_span *steps;      /* the step loop, one span per step, in time order */
+    size_t n_steps;
+    const char *step_zone;          /* the steps' zone name, for the evidence (or NULL) */
+    const qk_prof_mem_sample *mem;  /* in time order */
+    size_t n_mem;
+    const qk_prof_stream_label *streams; /* names of streams for the evidence (optional) */
+    size_t n_streams;
+    double wall_ns;
+} qk_prof_facts;
+
+/* One piece of advice: which rule, where, the numbers that made it fire, and the fix. */
+typedef struct qk_prof_advice {
+    const char *rule;           /* "pageable-copy", "sync-in-loop", "gpu-idle", "launch-bound",
+                                   "serialized-copy", "memory-growth" */
+    double impact_ns;           /* the time at stake, an estimate (0: not time); the list is sorted by it */
+    char where[160];            /* the zone, stream or memory the evidence points at */
+    char evidence[640];
+    char fix[400];
+} qk_prof_advice;
+
+/* What the CUPTI mode recorded (counts are exact also beyond the record store). */
+typedef struct qk_prof_act_summary {
+    int cupti;                  /* 1 recording, 0 not asked, -1 asked but unavailable (qk_prof_cupti_status) */
+    uint64_t kernels, memcpys, memsets, syncs, runtime;
+    uint64_t kept;              /* records kept for traces and advice */
+    uint64_t dropped;           /* records not kept: the store was full (desc.cupti_records) */
+    uint64_t dropped_cupti;     /* records CUPTI dropped (no buffer given) */
+    uint64_t incomplete;        /* records without valid times (a forced flush) */
+} qk_prof_act_summary;
+/* ---- end acttypes ---- */
+
 typedef struct qk_prof_desc {
     size_t events_per_thread;   /* zone/counter events kept per thread for traces; default 262144 */
     size_t gpu_records_per_thread; /* resolved GPU zones kept per thread for traces; default 65536 */
@@ -216,6 +343,12 @@ typedef struct qk_prof_desc {
     int preallocate;            /* 1: a thread's whole event buffer is allocated and touched when
                                    it first records, so no zone ever meets a page fault (about
                                    6 MiB a thread by default); 0 (default): chunk by chunk */
+    /* >>actdesc: GPU activities (CUPTI) and advice */
+    int cupti;                  /* GPU activities through CUPTI (QK_PROF_CUDA): 1 kernels, copies, memsets, host
+                                   waits; 2 also every CUDA runtime call; 0 (default): as the environment variable
+                                   QK_PROF_CUPTI says (unset: off) */
+    size_t cupti_records;       /* activity records kept for traces and advice; default 262144 (80 bytes each) */
+    qk_prof_advice_cfg advice;  /* advice thresholds; zero fields take the defaults */
     /* Injected clock (tests): returns ticks; ns_per_tick converts (default 1.0). */
     uint64_t (*clock)(void *user);
     void *clock_user;
@@ -309,6 +442,18 @@ QK_PROF_DEF int qk_prof_zone_step_stats(const char *name, int gpu, qk_prof_step_
 QK_PROF_DEF int qk_prof_write_local(qk_prof_format fmt, FILE *f);
 QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path);
 QK_PROF_DEF int qk_prof_mpi_sync(void);
+/* >>actapi ---- GPU activities (CUPTI mode) and advice ---- */
+/* Adds an activity record (a test, or another tracer); times on the profiler's timeline. 0 or -1. */
+QK_PROF_DEF int qk_prof_activity_add(const qk_prof_activity *a);
+QK_PROF_DEF void qk_prof_activity_summary(qk_prof_act_summary *out);
+/* "on: ...", "unavailable: <why>", or "off ..." */
+QK_PROF_DEF const char *qk_prof_cupti_status(void);
+/* Runs the advice rules on facts with thresholds cfg (NULL: the defaults; the environment is not
+   read). Returns the number of items (the first max go to out), or -1. */
+QK_PROF_DEF int qk_prof_advise(const qk_prof_facts *facts, const qk_prof_advice_cfg *cfg, qk_prof_advice *out, int max);
+/* The advice of this run so far, as the reports give it (desc.advice, then QK_PROF_ADVICE). */
+QK_PROF_DEF int qk_prof_get_advice(qk_prof_advice *out, int max);
+/* ---- end actapi ---- */
 
 /* >>macros ---- macros (enabled and disabled forms) ---- */
 #define QK_PROF_CAT_(a, b) a##b
@@ -697,6 +842,13 @@ static __thread const char *qk__prof_mpi_buf;
 static __thread size_t qk__prof_mpi_len;
 static int qk__prof_mpi_up(void);
 static int qk__prof_mpi_write(qk_prof_format fmt, FILE *f, const char *path);
+#endif /* QK_PROF_MPI */
+/* >>acthooks: where the recording paths call into the CUPTI mode (defined in >>cupti) */
+static void qk__prof_cupti_autostart(void);
+#ifdef QK_PROF_CUDA
+static int qk__prof_cupti_ext;              /* 1 while CUPTI links activities to the CPU zones */
+static void qk__prof_cupti_push(uint32_t site);
+static void qk__prof_cupti_pop(void);
 #endif
 
 static void qk__prof_seterr(const char *fmt, ...)
@@ -848,6 +1000,7 @@ QK_PROF_DEF int qk_prof_init(const qk_prof_desc *desc)
 #ifdef QK_PROF_MPI /* >>mpi: the first clock-offset measurement, where MPI is up (collective) */
     if (rc == 0 && qk__prof_mpi_up()) qk_prof_mpi_sync();
 #endif
+    if (rc == 0) qk__prof_cupti_autostart(); /* >>acthooks */
     return rc;
 }
 
@@ -936,6 +1089,7 @@ static qk__prof_thread *qk__prof_register_thread(void)
         t = &qk__prof_dummy;
     }
     pthread_mutex_unlock(&qk__prof_mu);
+    qk__prof_cupti_autostart(); /* >>acthooks */
     qk__prof_tls = t;
     pthread_setspecific(qk__prof_key, t);
     return t;
@@ -1088,6 +1242,9 @@ QK_PROF_DEF void qk_prof_begin(qk_prof_site *site)
 #ifdef QK_PROF_NVTX
     nvtxRangePushA(site->name);
 #endif
+#ifdef QK_PROF_CUDA
+    if (QK__PROF_UNLIKELY(qk__prof_cupti_ext)) qk__prof_cupti_push(id); /* >>acthooks */
+#endif
     if (QK__PROF_LIKELY((unsigned)d < QK_PROF_MAX_DEPTH)) {
         qk__prof_frame *f = &t->stack[d];
         f->name = site->name;
@@ -1106,6 +1263,9 @@ QK_PROF_DEF void qk_prof_end(const char *name)
     int d;
 #ifdef QK_PROF_NVTX
     nvtxRangePop();
+#endif
+#ifdef QK_PROF_CUDA
+    if (QK__PROF_UNLIKELY(qk__prof_cupti_ext)) qk__prof_cupti_pop(); /* >>acthooks */
 #endif
     if (QK__PROF_UNLIKELY(!t || t->depth <= 0)) {
         if (t) t->unbalanced++;
@@ -1933,12 +2093,638 @@ static void qk__prof_steps_free(void)
     pthread_mutex_unlock(&qk__prof_st_mu);
 }
 /* >>steps (recording) end */
+/* >>cupti ---- implementation: GPU activities: the record store, the CUPTI mode ---- */
+/* Records come from CUPTI's buffers (the CUPTI mode) or from qk_prof_activity_add, into one store
+   under its own lock: a record array of at most desc.cupti_records, and exact counts beside it
+   (per kernel name, per copy direction and memory kinds) that go on when the array is full, so
+   the tables stay exact and only the trace and the rules' evidence lose records (counted).
+
+   The CUPTI mode (QK_PROF_CUDA; desc.cupti = 1 or 2, or QK_PROF_CUPTI=1 or 2 in the environment)
+   opens libcupti with dlopen when the profiler starts: no link dependency, and a missing library
+   is a note in the reports. It enables the activity kinds CONCURRENT_KERNEL, MEMCPY, MEMSET,
+   SYNCHRONIZATION and EXTERNAL_CORRELATION (2: RUNTIME too), gives CUPTI buffers of
+   QK__PROF_CUPTI_BUF bytes (at most QK__PROF_CUPTI_BUFS at once: beyond, CUPTI drops records and
+   counts them, and so do the reports), and processes the completed buffers in the thread CUPTI
+   calls back on (its own worker, or the reporting thread's flush), never in the step loop. Each
+   CPU zone pushes its site id as an external correlation id while CUPTI records (one predicted
+   branch per zone otherwise), so every kernel, copy and sync is attributed to the innermost CPU
+   zone open on the thread that launched it. The CUPTI structs are declared here with the fields
+   this file reads: their common prefix, the same in every CUPTI version since CUDA 11
+   (tests/prof_cupti_layout.c checks the offsets against the installed cupti_activity.h). */
+#define QK__PROF_CUPTI_BUF (1u << 20)
+#define QK__PROF_CUPTI_BUFS 64
+
+typedef struct qk__prof_arec {      /* one stored activity */
+    int64_t t0, t1;                 /* CUPTI ns timestamps, or (inj) ns on the profiler's timeline */
+    uint64_t bytes;
+    uint32_t corr, stream, name, zone; /* name, zone: index into the name table + 1 (0: none) */
+    int32_t grid[3], block[3], shmem;
+    uint16_t regs, device;
+    uint8_t kind, dir, srck, dstk, sync, inj;
+} qk__prof_arec;
+
+typedef struct qk__prof_aname {     /* an interned name; kernels: exact statistics */
+    char *key, *name;               /* as recorded (mangled), as shown (demangled) */
+    uint64_t n;
+    int64_t total, min, max;
+    int32_t grid[3], block[3], shmem, regs; /* the last launch's */
+} qk__prof_aname;
+
+typedef struct qk__prof_astat { uint64_t n, bytes; int64_t total; } qk__prof_astat;
+
+typedef struct qk__prof_corr { uint32_t corr, ext; } qk__prof_corr;
+
+typedef struct qk__prof_actstore {
+    pthread_mutex_t mu;
+    qk__prof_arec *recs;
+    size_t n, cap, max;
+    qk__prof_aname *names;
+    int n_names, cap_names;
+    int *hash;                      /* open addressing over names: index + 1 */
+    int cap_hash;
+    qk__prof_corr *corrs;           /* (correlation id, external id): the zones */
+    int n_corrs, cap_corrs;
+    qk__prof_astat copies[5][6][6]; /* [dir][src kind][dst kind] */
+    qk__prof_astat memsets, syncs, runtime;
+    uint64_t kernels, dropped, dropped_cupti, incomplete, dropped_corr;
+    uint32_t ctx_dev[64][2];        /* CUPTI context id -> device, from the kernel and copy records */
+    int n_ctx;
+    /* the CUPTI mode */
+    int asked;                      /* desc.cupti or QK_PROF_CUPTI: 0, 1, 2 */
+    int state;                      /* 0 not tried, 1 recording, -1 unavailable */
+    int bufs;                       /* buffers given to CUPTI and not yet returned */
+    char status[320];
+    uint64_t ts0, ts1, tick0, tick1; /* CUPTI timestamp and profiler tick pairs: start, last report */
+} qk__prof_actstore;
+
+static qk__prof_actstore qk__prof_act = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0,
+                                          {{{{0, 0, 0}}}}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0,
+                                          {{0, 0}}, 0, 0, 0, 0, "", 0, 0, 0, 0 };
+
+static uint64_t qk__prof_strhash(const char *s)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (; *s; s++) h = (h ^ (unsigned char)*s) * 1099511628211ull;
+    return h;
+}
+
+static char *qk__prof_strdup(const char *s)
+{
+    size_t n = strlen(s) + 1;
+    char *p = (char *)QK_PROF_MALLOC(n);
+    if (p) memcpy(p, s, n);
+    return p;
+}
+
+static char *(*qk__prof_demangler)(const char *, char *, size_t *, int *);
+
+/* The name table index + 1 of key (as recorded), interned on first sight; 0 when out of memory.
+   Kernel names are shown demangled where the program has __cxa_demangle (C++ and CUDA programs:
+   libstdc++ is loaded). Holds qk__prof_act.mu. */
+static uint32_t qk__prof_intern(const char *key)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    uint64_t h;
+    int j, i;
+    if (!key) return 0;
+    if ((A->n_names + 1) * 2 > A->cap_hash) {
+        int nc = A->cap_hash ? A->cap_hash * 2 : 256, k;
+        int *nh = (int *)qk__prof_calloc((size_t)nc, sizeof *nh);
+        if (!nh) return 0;
+        for (k = 0; k < A->n_names; k++) {
+            j = (int)(qk__prof_strhash(A->names[k].key) & (uint64_t)(nc - 1));
+            while (nh[j]) j = (j + 1) & (nc - 1);
+            nh[j] = k + 1;
+        }
+        QK_PROF_FREE(A->hash);
+        A->hash = nh;
+        A->cap_hash = nc;
+    }
+    h = qk__prof_strhash(key);
+    for (j = (int)(h & (uint64_t)(A->cap_hash - 1)); A->hash[j]; j = (j + 1) & (A->cap_hash - 1))
+        if (strcmp(A->names[A->hash[j] - 1].key, key) == 0) return (uint32_t)A->hash[j];
+    if (qk__prof_grow((void **)&A->names, &A->cap_names, A->n_names + 1, sizeof *A->names) != 0) return 0;
+    i = A->n_names;
+    memset(&A->names[i], 0, sizeof A->names[i]);
+    A->names[i].key = qk__prof_strdup(key);
+    if (!A->names[i].key) return 0;
+    if (qk__prof_demangler && key[0] == '_' && key[1] == 'Z') {
+        int st = -1;
+        char *d = qk__prof_demangler(key, NULL, NULL, &st);
+        if (d && st == 0) A->names[i].name = qk__prof_strdup(d);
+        free(d); /* __cxa_demangle's buffer comes from malloc */
+    }
+    if (!A->names[i].name) A->names[i].name = A->names[i].key;
+    A->n_names++;
+    A->hash[j] = i + 1;
+    return (uint32_t)(i + 1);
+}
+
+/* Counts a record and keeps it while the store has room. Holds qk__prof_act.mu. */
+static void qk__prof_act_put(const qk__prof_arec *r)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    int64_t d = r->t1 - r->t0;
+    if (r->t0 == 0 || r->t1 < r->t0) { A->incomplete++; return; }
+    if (r->kind == QK_PROF_ACT_KERNEL) {
+        A->kernels++;
+        if (r->name) {
+            qk__prof_aname *nm = &A->names[r->name - 1];
+            if (!nm->n || d < nm->min) nm->min = d;
+            if (!nm->n || d > nm->max) nm->max = d;
+            nm->n++;
+            nm->total += d;
+            memcpy(nm->grid, r->grid, sizeof nm->grid);
+            memcpy(nm->block, r->block, sizeof nm->block);
+            nm->shmem = r->shmem;
+            nm->regs = r->regs;
+        }
+    } else {
+        qk__prof_astat *s = r->kind == QK_PROF_ACT_MEMCPY ? &A->copies[r->dir % 5][r->srck % 6][r->dstk % 6]
+                          : r->kind == QK_PROF_ACT_MEMSET ? &A->memsets
+                          : r->kind == QK_PROF_ACT_SYNC ? &A->syncs : &A->runtime;
+        s->n++;
+        s->bytes += r->bytes;
+        s->total += d;
+    }
+    if (A->n == A->cap) {
+        size_t nc = A->cap ? A->cap * 2 : 4096;
+        void *np;
+        if (nc > A->max) nc = A->max;
+        if (nc <= A->n || !(np = QK_PROF_REALLOC(A->recs, nc * sizeof *A->recs))) { A->dropped++; return; }
+        A->recs = (qk__prof_arec *)np;
+        A->cap = nc;
+    }
+    A->recs[A->n++] = *r;
+}
+
+static void qk__prof_act_limits(void)
+{
+    if (!qk__prof_act.max)
+        qk__prof_act.max = qk__prof_g.desc.cupti_records ? qk__prof_g.desc.cupti_records : 262144;
+}
+
+QK_PROF_DEF int qk_prof_activity_add(const qk_prof_activity *a)
+{
+    qk__prof_arec r;
+    int k;
+    if (!a || a->kind < QK_PROF_ACT_KERNEL || a->kind > QK_PROF_ACT_ZONE || !(a->end_ns >= a->start_ns)) {
+        qk__prof_seterr("qk_prof_activity_add: no record, an unknown kind or an end before the start");
+        return -1;
+    }
+    memset(&r, 0, sizeof r);
+    r.t0 = (int64_t)(a->start_ns + 0.5);
+    r.t1 = (int64_t)(a->end_ns + 0.5);
+    if (r.t0 <= 0) { r.t1 += 1 - r.t0; r.t0 = 1; } /* 0 means "no time" in the store */
+    r.bytes = a->bytes;
+    r.corr = a->correlation;
+    r.stream = a->stream;
+    for (k = 0; k < 3; k++) { r.grid[k] = a->grid[k]; r.block[k] = a->block[k]; }
+    r.shmem = a->shared_bytes;
+    r.regs = (uint16_t)a->registers;
+    r.device = (uint16_t)a->device;
+    r.kind = (uint8_t)a->kind;
+    r.dir = (uint8_t)(a->dir >= 0 && a->dir < 5 ? a->dir : 0);
+    r.srck = (uint8_t)(a->src_kind >= 0 && a->src_kind < 6 ? a->src_kind : 0);
+    r.dstk = (uint8_t)(a->dst_kind >= 0 && a->dst_kind < 6 ? a->dst_kind : 0);
+    r.sync = (uint8_t)a->sync;
+    r.inj = 1;
+    pthread_mutex_lock(&qk__prof_mu);
+    if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
+    pthread_mutex_unlock(&qk__prof_mu);
+    pthread_mutex_lock(&qk__prof_act.mu);
+    qk__prof_act_limits();
+    r.name = qk__prof_intern(a->name);
+    r.zone = qk__prof_intern(a->zone);
+    qk__prof_act_put(&r);
+    pthread_mutex_unlock(&qk__prof_act.mu);
+    return 0;
+}
+
+QK_PROF_DEF void qk_prof_activity_summary(qk_prof_act_summary *out)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    int d, s, k;
+    memset(out, 0, sizeof *out);
+    pthread_mutex_lock(&A->mu);
+    out->cupti = A->state;
+    out->kernels = A->kernels;
+    for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) out->memcpys += A->copies[d][s][k].n;
+    out->memsets = A->memsets.n;
+    out->syncs = A->syncs.n;
+    out->runtime = A->runtime.n;
+    out->kept = A->n;
+    out->dropped = A->dropped;
+    out->dropped_cupti = A->dropped_cupti;
+    out->incomplete = A->incomplete;
+    pthread_mutex_unlock(&A->mu);
+}
+
+QK_PROF_DEF const char *qk_prof_cupti_status(void)
+{
+    return qk__prof_act.status[0] ? qk__prof_act.status : "off (desc.cupti = 0 and no QK_PROF_CUPTI)";
+}
+
+#ifdef QK_PROF_CUDA
+#include <dlfcn.h>
+/* The CUPTI records this file reads: the leading fields, as in cupti_activity.h (packed, 8-byte
+   aligned; every field here sits at its natural alignment, so the layout is the plain one). */
+typedef struct qk__cupti_rec { int32_t kind; } qk__cupti_rec;
+typedef struct qk__cupti_kernel {
+    int32_t kind;
+    uint8_t cache_config, shared_memory_config;
+    uint16_t registers_per_thread;
+    int32_t pgc_requested, pgc_executed;
+    uint64_t start, end, completed;
+    uint32_t device_id, context_id, stream_id;
+    int32_t grid_x, grid_y, grid_z, block_x, block_y, block_z;
+    int32_t static_shared_memory, dynamic_shared_memory;
+    uint32_t local_memory_per_thread, local_memory_total, correlation_id;
+    int64_t grid_id;
+    const char *name;
+} qk__cupti_kernel;
+typedef struct qk__cupti_memcpy {
+    int32_t kind;
+    uint8_t copy_kind, src_kind, dst_kind, flags;
+    uint64_t bytes, start, end;
+    uint32_t device_id, context_id, stream_id, correlation_id;
+} qk__cupti_memcpy;
+typedef struct qk__cupti_memset {
+    int32_t kind;
+    uint32_t value;
+    uint64_t bytes, start, end;
+    uint32_t device_id, context_id, stream_id, correlation_id;
+    uint16_t flags, memory_kind;
+} qk__cupti_memset;
+typedef struct qk__cupti_sync {
+    int32_t kind, type;
+    uint64_t start, end;
+    uint32_t correlation_id, context_id, stream_id, cuda_event_id;
+} qk__cupti_sync;
+typedef struct qk__cupti_extcorr {
+    int32_t kind, external_kind;
+    uint64_t external_id;
+    uint32_t correlation_id, reserved;
+} qk__cupti_extcorr;
+typedef struct qk__cupti_api {
+    int32_t kind;
+    uint32_t cbid;
+    uint64_t start, end;
+    uint32_t process_id, thread_id, correlation_id, return_value;
+} qk__cupti_api;
+enum {
+    QK__CUPTI_MEMCPY = 1, QK__CUPTI_MEMSET = 2, QK__CUPTI_RUNTIME = 5, QK__CUPTI_CONCURRENT_KERNEL = 10,
+    QK__CUPTI_SYNCHRONIZATION = 38, QK__CUPTI_EXTERNAL_CORRELATION = 39,
+    QK__CUPTI_EXT_CUSTOM0 = 3, QK__CUPTI_MAX_LIMIT_REACHED = 12, QK__CUPTI_FLUSH_FORCED = 1,
+    QK__CUPTI_CB_DOMAIN_RUNTIME = 2
+};
+
+typedef void (*qk__cupti_req_fn)(uint8_t **, size_t *, size_t *);
+typedef void (*qk__cupti_done_fn)(void *, uint32_t, uint8_t *, size_t, size_t);
+#define QK__PROF_CUPTI_FNS(X) \
+    X(1, int, cuptiActivityRegisterCallbacks, (qk__cupti_req_fn, qk__cupti_done_fn)) \
+    X(1, int, cuptiActivityEnable, (int)) \
+    X(1, int, cuptiActivityDisable, (int)) \
+    X(1, int, cuptiActivityFlushAll, (uint32_t)) \
+    X(1, int, cuptiActivityGetNextRecord, (uint8_t *, size_t, qk__cupti_rec **)) \
+    X(1, int, cuptiActivityGetNumDroppedRecords, (void *, uint32_t, size_t *)) \
+    X(1, int, cuptiActivityPushExternalCorrelationId, (int, uint64_t)) \
+    X(1, int, cuptiActivityPopExternalCorrelationId, (int, uint64_t *)) \
+    X(1, int, cuptiGetTimestamp, (uint64_t *)) \
+    X(0, int, cuptiGetResultString, (int, const char **)) \
+    X(0, int, cuptiActivityFlushPeriod, (uint32_t)) \
+    X(0, int, cuptiGetStreamIdEx, (void *, void *, uint8_t, uint32_t *)) \
+    X(0, int, cuptiGetCallbackName, (int, uint32_t, const char **)) \
+    X(0, int, cuptiFinalize, (void))
+static struct {
+#define QK__CUPTI_FIELD(req, R, f, args) R(*f) args;
+    QK__PROF_CUPTI_FNS(QK__CUPTI_FIELD)
+#undef QK__CUPTI_FIELD
+    void *lib;
+} qk__cupti;
+
+static void qk__prof_cupti_push(uint32_t site)
+{
+    qk__cupti.cuptiActivityPushExternalCorrelationId(QK__CUPTI_EXT_CUSTOM0, (uint64_t)site);
+}
+
+static void qk__prof_cupti_pop(void)
+{
+    uint64_t last;
+    qk__cupti.cuptiActivityPopExternalCorrelationId(QK__CUPTI_EXT_CUSTOM0, &last);
+}
+
+static const char *qk__prof_cupti_err(int r)
+{
+    const char *s = NULL;
+    if (qk__cupti.cuptiGetResultString && qk__cupti.cuptiGetResultString(r, &s) == 0 && s) return s;
+    return "CUPTI error";
+}
+
+static void qk__prof_cupti_request(uint8_t **buffer, size_t *size, size_t *max_records)
+{
+    uint8_t *b = NULL;
+    pthread_mutex_lock(&qk__prof_act.mu);
+    if (qk__prof_act.bufs < QK__PROF_CUPTI_BUFS) {
+        b = (uint8_t *)QK_PROF_MALLOC(QK__PROF_CUPTI_BUF); /* 16-byte aligned: CUPTI asks 8 */
+        if (b) qk__prof_act.bufs++;
+    }
+    pthread_mutex_unlock(&qk__prof_act.mu);
+    *buffer = b;
+    *size = b ? QK__PROF_CUPTI_BUF : 0;
+    *max_records = 0;
+}
+
+static uint16_t qk__prof_ctx_device(uint32_t ctx, int set, uint32_t dev) /* holds qk__prof_act.mu */
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    int i;
+    for (i = 0; i < A->n_ctx; i++)
+        if (A->ctx_dev[i][0] == ctx) return (uint16_t)A->ctx_dev[i][1];
+    if (set && A->n_ctx < 64) { A->ctx_dev[A->n_ctx][0] = ctx; A->ctx_dev[A->n_ctx++][1] = dev; }
+    return (uint16_t)dev;
+}
+
+static uint8_t qk__prof_cupti_dir(int k)
+{
+    switch (k) {
+    case 1: case 3: return QK_PROF_H2D;  /* HtoD, HtoA */
+    case 2: case 4: return QK_PROF_D2H;  /* DtoH, AtoH */
+    case 9: return QK_PROF_H2H;
+    case 5: case 6: case 7: case 8: case 10: return QK_PROF_D2D; /* arrays, DtoD, peer */
+    default: return QK_PROF_DIR_NONE;
+    }
+}
+
+/* CUPTI hands back a buffer of records (its worker thread, or the thread that flushes). */
+static void qk__prof_cupti_complete(void *ctx, uint32_t stream_id, uint8_t *buffer, size_t size, size_t valid)
+{
+    qk__cupti_rec *rec = NULL;
+    size_t dropped = 0;
+    (void)size;
+    pthread_mutex_lock(&qk__prof_act.mu);
+    while (valid > 0 && qk__cupti.cuptiActivityGetNextRecord(buffer, valid, &rec) == 0) {
+        qk__prof_arec r;
+        memset(&r, 0, sizeof r);
+        switch (rec->kind) {
+        case QK__CUPTI_CONCURRENT_KERNEL: {
+            const qk__cupti_kernel *k = (const qk__cupti_kernel *)rec;
+            r.kind = QK_PROF_ACT_KERNEL;
+            r.t0 = (int64_t)k->start; r.t1 = (int64_t)k->end;
+            r.device = qk__prof_ctx_device(k->context_id, 1, k->device_id);
+            r.stream = k->stream_id; r.corr = k->correlation_id;
+            r.grid[0] = k->grid_x; r.grid[1] = k->grid_y; r.grid[2] = k->grid_z;
+            r.block[0] = k->block_x; r.block[1] = k->block_y; r.block[2] = k->block_z;
+            r.shmem = k->static_shared_memory + k->dynamic_shared_memory;
+            r.regs = k->registers_per_thread;
+            r.name = qk__prof_intern(k->name ? k->name : "(unnamed kernel)");
+            qk__prof_act_put(&r);
+            break;
+        }
+        case QK__CUPTI_MEMCPY: {
+            const qk__cupti_memcpy *c = (const qk__cupti_memcpy *)rec;
+            r.kind = QK_PROF_ACT_MEMCPY;
+            r.t0 = (int64_t)c->start; r.t1 = (int64_t)c->end;
+            r.device = qk__prof_ctx_device(c->context_id, 1, c->device_id);
+            r.stream = c->stream_id; r.corr = c->correlation_id;
+            r.bytes = c->bytes;
+            r.dir = qk__prof_cupti_dir(c->copy_kind);
+            r.srck = c->src_kind < 6 ? c->src_kind : 0;
+            r.dstk = c->dst_kind < 6 ? c->dst_kind : 0;
+            r.sync = !(c->flags & 1); /* CUPTI_ACTIVITY_FLAG_MEMCPY_ASYNC */
+            qk__prof_act_put(&r);
+            break;
+        }
+        case QK__CUPTI_MEMSET: {
+            const qk__cupti_memset *s = (const qk__cupti_memset *)rec;
+            r.kind = QK_PROF_ACT_MEMSET;
+            r.t0 = (int64_t)s->start; r.t1 = (int64_t)s->end;
+            r.device = qk__prof_ctx_device(s->context_id, 1, s->device_id);
+            r.stream = s->stream_id; r.corr = s->correlation_id;
+            r.bytes = s->bytes;
+            r.dstk = s->memory_kind < 6 ? (uint8_t)s->memory_kind : 0;
+            r.sync = !(s->flags & 1); /* CUPTI_ACTIVITY_FLAG_MEMSET_ASYNC */
+            qk__prof_act_put(&r);
+            break;
+        }
+        case QK__CUPTI_SYNCHRONIZATION: {
+            const qk__cupti_sync *s = (const qk__cupti_sync *)rec;
+            r.kind = QK_PROF_ACT_SYNC;
+            r.t0 = (int64_t)s->start; r.t1 = (int64_t)s->end;
+            r.device = qk__prof_ctx_device(s->context_id, 0, 0);
+            r.stream = s->stream_id; r.corr = s->correlation_id;
+            r.sync = (uint8_t)s->type;
+            qk__prof_act_put(&r);
+            break;
+        }
+        case QK__CUPTI_RUNTIME: {
+            const qk__cupti_api *a = (const qk__cupti_api *)rec;
+            const char *nm = NULL;
+            char buf[32];
+            r.kind = QK_PROF_ACT_RUNTIME;
+            r.t0 = (int64_t)a->start; r.t1 = (int64_t)a->end;
+            r.corr = a->correlation_id;
+            r.stream = a->thread_id;
+            if (!qk__cupti.cuptiGetCallbackName ||
+                qk__cupti.cuptiGetCallbackName(QK__CUPTI_CB_DOMAIN_RUNTIME, a->cbid, &nm) != 0 || !nm) {
+                snprintf(buf, sizeof buf, "runtime call %u", a->cbid);
+                nm = buf;
+            }
+            r.name = qk__prof_intern(nm);
+            qk__prof_act_put(&r);
+            break;
+        }
+        case QK__CUPTI_EXTERNAL_CORRELATION: {
+            const qk__cupti_extcorr *e = (const qk__cupti_extcorr *)rec;
+            qk__prof_actstore *A = &qk__prof_act;
+            if (e->external_kind != QK__CUPTI_EXT_CUSTOM0) break;
+            if (A->n_corrs < (int)A->max &&
+                qk__prof_grow((void **)&A->corrs, &A->cap_corrs, A->n_corrs + 1, sizeof *A->corrs) == 0) {
+                A->corrs[A->n_corrs].corr = e->correlation_id;
+                A->corrs[A->n_corrs++].ext = (uint32_t)e->external_id;
+            } else {
+                A->dropped_corr++;
+            }
+            break;
+        }
+        default:
+            break;
+        }
+    }
+    if (qk__cupti.cuptiActivityGetNumDroppedRecords(ctx, stream_id, &dropped) == 0) qk__prof_act.dropped_cupti += dropped;
+    qk__prof_act.bufs--;
+    pthread_mutex_unlock(&qk__prof_act.mu);
+    QK_PROF_FREE(buffer);
+}
+
+/* Opens libcupti: QK_PROF_CUPTI_LIB (a path), the loader's search (LD_LIBRARY_PATH, ld.so.cache),
+   then the toolkit's directories ($CUDA_HOME, /usr/local/cuda: extras/CUPTI/lib64 and lib64). */
+static void *qk__prof_cupti_dlopen(char *why, size_t n)
+{
+    static const char *const dirs[] = { "/extras/CUPTI/lib64/", "/lib64/", "/lib/" };
+    const char *roots[3], *env = getenv("QK_PROF_CUPTI_LIB");
+    char so[32], path[1024];
+    void *h;
+    int r, d, v;
+    const char *e;
+    snprintf(so, sizeof so, "libcupti.so.%d", CUDART_VERSION / 1000);
+    if (env && *env) {
+        if ((h = dlopen(env, RTLD_NOW | RTLD_LOCAL))) return h;
+        e = dlerror();
+        snprintf(why, n, "QK_PROF_CUPTI_LIB=%.200s: %.200s", env, e ? e : "dlopen failed");
+        return NULL;
+    }
+    if ((h = dlopen(so, RTLD_NOW | RTLD_LOCAL)) || (h = dlopen("libcupti.so", RTLD_NOW | RTLD_LOCAL))) return h;
+    e = dlerror();
+    snprintf(why, n, "%s not found (%.200s); set QK_PROF_CUPTI_LIB to its path or add its directory "
+             "(the CUDA toolkit's extras/CUPTI/lib64) to LD_LIBRARY_PATH", so, e ? e : "dlopen failed");
+    roots[0] = getenv("CUDA_HOME");
+    roots[1] = getenv("CUDA_PATH");
+    roots[2] = "/usr/local/cuda";
+    for (r = 0; r < 3; r++) {
+        if (!roots[r] || !*roots[r]) continue;
+        for (d = 0; d < 3; d++)
+            for (v = 0; v < 2; v++) {
+                snprintf(path, sizeof path, "%.900s%s%s", roots[r], dirs[d], v ? "libcupti.so" : so);
+                if ((h = dlopen(path, RTLD_NOW | RTLD_LOCAL))) return h;
+            }
+    }
+    return NULL;
+}
+
+static int qk__prof_cupti_start(int mode)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    char why[512] = "";
+    void *self;
+    int rc, k;
+    static const int kinds[] = { QK__CUPTI_CONCURRENT_KERNEL, QK__CUPTI_MEMCPY, QK__CUPTI_MEMSET,
+                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME };
+    if (!qk__cupti.lib) {
+        void *h = qk__prof_cupti_dlopen(why, sizeof why);
+        if (!h) { snprintf(A->status, sizeof A->status, "unavailable: %.300s", why); return -1; }
+        /* through memcpy: ISO C has no conversion from dlsym's void * to a function pointer */
+#define QK__CUPTI_SYM(req, R, f, args) \
+        { void *p_ = dlsym(h, #f); memcpy(&qk__cupti.f, &p_, sizeof p_); } \
+        if (req && !qk__cupti.f) { snprintf(A->status, sizeof A->status, "unavailable: libcupti has no %s", #f); return -1; }
+        QK__PROF_CUPTI_FNS(QK__CUPTI_SYM)
+#undef QK__CUPTI_SYM
+        qk__cupti.lib = h;
+    }
+    if ((self = dlopen(NULL, RTLD_NOW))) {
+        void *p = dlsym(self, "__cxa_demangle");
+        memcpy(&qk__prof_demangler, &p, sizeof p);
+    }
+    if ((rc = qk__cupti.cuptiActivityRegisterCallbacks(qk__prof_cupti_request, qk__prof_cupti_complete)) != 0) {
+        snprintf(A->status, sizeof A->status, "unavailable: cuptiActivityRegisterCallbacks: %s (another tool, "
+                 "such as Nsight Systems, may hold CUPTI)", qk__prof_cupti_err(rc));
+        return -1;
+    }
+    for (k = 0; k < (mode >= 2 ? 6 : 5); k++) {
+        if ((rc = qk__cupti.cuptiActivityEnable(kinds[k])) != 0) {
+            int j;
+            snprintf(A->status, sizeof A->status, "unavailable: cuptiActivityEnable(%d): %s", kinds[k], qk__prof_cupti_err(rc));
+            for (j = 0; j < k; j++) qk__cupti.cuptiActivityDisable(kinds[j]);
+            return -1;
+        }
+    }
+    if (qk__cupti.cuptiActivityFlushPeriod) qk__cupti.cuptiActivityFlushPeriod(200); /* ms: buffers come back steadily */
+    qk__cupti.cuptiGetTimestamp(&A->ts0);
+    A->tick0 = qk__prof_now();
+    A->ts1 = A->ts0;
+    A->tick1 = A->tick0;
+    snprintf(A->status, sizeof A->status, "on: kernels, copies, memsets, syncs%s", mode >= 2 ? ", runtime calls" : "");
+    return 0;
+}
+
+static void qk__prof_cupti_stop(void)
+{
+    static const int kinds[] = { QK__CUPTI_CONCURRENT_KERNEL, QK__CUPTI_MEMCPY, QK__CUPTI_MEMSET,
+                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME };
+    int k;
+    __atomic_store_n(&qk__prof_cupti_ext, 0, __ATOMIC_RELAXED);
+    for (k = 0; k < 6; k++) qk__cupti.cuptiActivityDisable(kinds[k]);
+    qk__cupti.cuptiActivityFlushAll(QK__CUPTI_FLUSH_FORCED);
+    if (qk__cupti.cuptiFinalize) qk__cupti.cuptiFinalize();
+}
+
+/* Before a report: the completed buffers (CUDA work still running is not in them yet: synchronize
+   before the report for every kernel), and a new pair of timestamps for the clock map. */
+static void qk__prof_cupti_flush(void)
+{
+    uint64_t ts = 0, tick;
+    if (qk__prof_act.state != 1) return;
+    qk__cupti.cuptiActivityFlushAll(0);
+    qk__cupti.cuptiGetTimestamp(&ts);
+    tick = qk__prof_now();
+    pthread_mutex_lock(&qk__prof_act.mu);
+    qk__prof_act.ts1 = ts;
+    qk__prof_act.tick1 = tick;
+    pthread_mutex_unlock(&qk__prof_act.mu);
+}
+#else
+static void qk__prof_cupti_flush(void) {}
+#endif /* QK_PROF_CUDA */
+
+/* Starts the CUPTI mode once, when the profiler starts (qk_prof_init, or the first thread that
+   records) and desc.cupti or QK_PROF_CUPTI asks for it. Not under qk__prof_mu. */
+static void qk__prof_cupti_autostart(void)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    const char *env = getenv("QK_PROF_CUPTI");
+    int mode = qk__prof_g.desc.cupti;
+    if (__atomic_load_n(&A->state, __ATOMIC_ACQUIRE) != 0 || A->asked) return;
+    if (!mode && env && *env) mode = atoi(env);
+    pthread_mutex_lock(&A->mu);
+    if (A->asked || mode <= 0) { pthread_mutex_unlock(&A->mu); return; }
+    A->asked = mode;
+    qk__prof_act_limits();
+    pthread_mutex_unlock(&A->mu);
+#ifdef QK_PROF_CUDA
+    if (qk__prof_cupti_start(mode) == 0) {
+        __atomic_store_n(&A->state, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&qk__prof_cupti_ext, 1, __ATOMIC_RELEASE);
+    } else {
+        __atomic_store_n(&A->state, -1, __ATOMIC_RELEASE);
+    }
+#else
+    snprintf(A->status, sizeof A->status, "unavailable: the implementation was compiled without QK_PROF_CUDA");
+    __atomic_store_n(&A->state, -1, __ATOMIC_RELEASE);
+#endif
+}
+
+/* qk_prof_shutdown: stop CUPTI (its last buffers come back now), free the store. */
+static void qk__prof_act_shutdown(void)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    int i;
+#ifdef QK_PROF_CUDA
+    if (A->state == 1) qk__prof_cupti_stop();
+#endif
+    pthread_mutex_lock(&A->mu);
+    for (i = 0; i < A->n_names; i++) {
+        if (A->names[i].name != A->names[i].key) QK_PROF_FREE(A->names[i].name);
+        QK_PROF_FREE(A->names[i].key);
+    }
+    QK_PROF_FREE(A->names);
+    QK_PROF_FREE(A->hash);
+    QK_PROF_FREE(A->recs);
+    QK_PROF_FREE(A->corrs);
+    {   /* all but the lock, and the buffers CUPTI still holds (returned and freed later) */
+        int bufs = A->bufs;
+        memset(&A->recs, 0, sizeof *A - offsetof(qk__prof_actstore, recs));
+        A->bufs = bufs;
+    }
+    pthread_mutex_unlock(&A->mu);
+}
+/* ---- end cupti ---- */
 
 /* >>shutdown ---- implementation: shutdown ---- */
 QK_PROF_DEF void qk_prof_shutdown(void)
 {
     qk__prof_thread *t, *n;
     uint32_t i;
+    qk__prof_act_shutdown(); /* >>cupti */
     pthread_mutex_lock(&qk__prof_mu);
     for (t = qk__prof_g.threads; t; t = n) {
         size_t c;
@@ -2154,6 +2940,7 @@ static int qk__prof_model_build(qk__prof_model *m)
     qk__prof_stat *tmp;
     memset(m, 0, sizeof *m);
     qk_prof_gpu_collect(1);
+    qk__prof_cupti_flush(); /* >>cupti: the completed activity buffers */
     pthread_mutex_lock(&qk__prof_mu);
     if (!qk__prof_g.ready) qk__prof_init_locked(NULL);
     qk__prof_calibrate();
@@ -2662,6 +3449,13 @@ static const char *qk__prof_bytes(double b, char *buf, size_t n)
     return buf;
 }
 
+/* >>acthooks: the activity and advice parts of each report (defined in >>advice) */
+static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w);
+static void qk__prof_act_json(FILE *f, qk__prof_model *m);
+static void qk__prof_act_trace(FILE *f, qk__prof_model *m, int *first);
+static void qk__prof_act_html_advice(FILE *f, qk__prof_model *m);
+static void qk__prof_act_html(FILE *f, qk__prof_model *m);
+
 /* >>text ---- implementation: text report ---- */
 /* A name in a text column: control characters shown as \n, \t, \xNN; padded or cut to w. */
 static void qk__prof_text_name(FILE *f, const char *s, int w)
@@ -2841,6 +3635,7 @@ static void qk__prof_write_text(FILE *f, qk__prof_model *m)
                 (unsigned long long)m->sum.unbalanced, (unsigned long long)m->sum.mismatched,
                 (unsigned long long)m->sum.too_deep, (unsigned long long)m->sum.gpu_ignored,
                 (unsigned long long)m->sum.gpu_pending);
+    qk__prof_act_text(f, m, w); /* >>advice: GPU activities, advice */
 }
 
 /* >>json ---- implementation: JSON report ---- */
@@ -2979,8 +3774,10 @@ static void qk__prof_write_json(FILE *f, qk__prof_model *m)
         }
         fputc('}', f);
     }
-    fputs("]}}\n", f);
+    fputs("]}", f);
     pthread_mutex_unlock(&qk__prof_mu);
+    qk__prof_act_json(f, m); /* >>advice: "activities", "advice" */
+    fputs("}\n", f);
 }
 
 /* >>trace ---- implementation: Chrome trace ---- */
@@ -3106,6 +3903,7 @@ static void qk__prof_write_trace(FILE *f, qk__prof_model *m)
         fputs("}}", f);
     }
     pthread_mutex_unlock(&qk__prof_mu);
+    qk__prof_act_trace(f, m, &first); /* >>advice: the CUPTI lanes */
     fputs("\n]}\n", f);
 #undef QK__PROF_SEP
 }
@@ -3566,6 +4364,7 @@ static void qk__prof_html_notes(FILE *f, const qk__prof_model *m)
 static void qk__prof_write_html(FILE *f, qk__prof_model *m)
 {
     qk__prof_html_head(f, m);
+    qk__prof_act_html_advice(f, m); /* >>advice */
     qk__prof_html_zone_bars(f, m);
     qk__prof_html_busy(f, m);
     qk__prof_html_timeline(f, m);
@@ -3576,6 +4375,7 @@ static void qk__prof_write_html(FILE *f, qk__prof_model *m)
     if (m->n_gpu) qk__prof_html_rows(f, "GPU zones (device time)", m->gpu, m->n_gpu, m->wall, 0);
     qk__prof_html_streams(f, m);
     qk__prof_html_transfers(f, m);
+    qk__prof_act_html(f, m); /* >>advice: the CUPTI tables */
     qk__prof_html_memory_table(f);
     qk__prof_html_counters(f, m);
     qk__prof_html_notes(f, m);
@@ -4543,6 +5343,1228 @@ QK_PROF_DEF int qk_prof_write_file_local(qk_prof_format fmt, const char *path)
 #endif
 }
 /* >>mpi end */
+/* >>advice ---- implementation: advice rules, and the activity and advice parts of the reports ---- */
+/* The rules read plain arrays (qk_prof_facts): the GPU activities, the steps of the loop, the
+   memory samples. A rule is one function that appends its items to the list; to add one, write
+   the function and add a line to qk__prof_rules. qk_prof_advise runs them on any facts (the
+   tests plant records), the reports on the facts of this run (qk__prof_aview_build). */
+typedef struct qk__prof_advlist { qk_prof_advice *items; int n, cap; } qk__prof_advlist;
+
+/* A new, zeroed item of rule, or NULL when out of memory. */
+static qk_prof_advice *qk__prof_adv_new(qk__prof_advlist *L, const char *rule, double impact_ns)
+{
+    qk_prof_advice *a;
+    if (qk__prof_grow((void **)&L->items, &L->cap, L->n + 1, sizeof *L->items) != 0) return NULL;
+    a = &L->items[L->n++];
+    memset(a, 0, sizeof *a);
+    a->rule = rule;
+    a->impact_ns = impact_ns > 0 ? impact_ns : 0;
+    return a;
+}
+
+static const struct { const char *key; size_t off; double def; } qk__prof_adv_keys[] = {
+    { "min_steps", offsetof(qk_prof_advice_cfg, min_steps), 3 },
+    { "pageable_min_bytes", offsetof(qk_prof_advice_cfg, pageable_min_bytes), 1048576 },
+    { "sync_min_step_share", offsetof(qk_prof_advice_cfg, sync_min_step_share), 0.5 },
+    { "sync_min_idle_ns", offsetof(qk_prof_advice_cfg, sync_min_idle_ns), 10000 },
+    { "idle_max_busy", offsetof(qk_prof_advice_cfg, idle_max_busy), 0.5 },
+    { "idle_min_ns", offsetof(qk_prof_advice_cfg, idle_min_ns), 1e6 },
+    { "short_kernel_ns", offsetof(qk_prof_advice_cfg, short_kernel_ns), 10000 },
+    { "launch_min_kernels", offsetof(qk_prof_advice_cfg, launch_min_kernels), 100 },
+    { "launch_min_share", offsetof(qk_prof_advice_cfg, launch_min_share), 0.5 },
+    { "serial_min_copy_share", offsetof(qk_prof_advice_cfg, serial_min_copy_share), 0.05 },
+    { "serial_max_overlap", offsetof(qk_prof_advice_cfg, serial_max_overlap), 0.1 },
+    { "leak_min_bytes", offsetof(qk_prof_advice_cfg, leak_min_bytes), 1048576 },
+    { "leak_min_step_share", offsetof(qk_prof_advice_cfg, leak_min_step_share), 0.8 },
+};
+#define QK__PROF_ADV_NKEYS ((int)(sizeof qk__prof_adv_keys / sizeof qk__prof_adv_keys[0]))
+#define QK__PROF_CFG(c, k) (*(double *)((char *)(c) + qk__prof_adv_keys[k].off))
+
+/* The thresholds in force: in's (NULL: none) over the defaults, then (env) QK_PROF_ADVICE's
+   "key=value,..." over both. step_name: storage for a step_zone given in the environment. */
+static void qk__prof_adv_cfg(const qk_prof_advice_cfg *in, qk_prof_advice_cfg *c, int env, char *step_name, size_t n)
+{
+    const char *e = env ? getenv("QK_PROF_ADVICE") : NULL;
+    int k;
+    memset(c, 0, sizeof *c);
+    if (in) *c = *in;
+    for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
+        if (QK__PROF_CFG(c, k) == 0) QK__PROF_CFG(c, k) = qk__prof_adv_keys[k].def;
+    while (e && *e) {
+        size_t kl = strcspn(e, "="), vl;
+        const char *v = e + kl;
+        if (*v != '=') break;
+        v++;
+        vl = strcspn(v, ",");
+        if (kl == 9 && strncmp(e, "step_zone", 9) == 0) {
+            snprintf(step_name, n, "%.*s", (int)vl, v);
+            c->step_zone = step_name;
+        }
+        for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
+            if (strlen(qk__prof_adv_keys[k].key) == kl && strncmp(e, qk__prof_adv_keys[k].key, kl) == 0) {
+                char num[64];
+                snprintf(num, sizeof num, "%.*s", (int)(vl < 63 ? vl : 63), v);
+                QK__PROF_CFG(c, k) = strtod(num, NULL); /* the locale's point: tests use integers or '.' locales */
+            }
+        e = v + vl + (v[vl] == ',');
+    }
+}
+
+static int qk__prof_is_work(int kind)
+{
+    return kind == QK_PROF_ACT_KERNEL || kind == QK_PROF_ACT_MEMCPY || kind == QK_PROF_ACT_MEMSET || kind == QK_PROF_ACT_ZONE;
+}
+
+static int qk__prof_is_wait(const qk_prof_activity *a)
+{
+    return (a->kind == QK_PROF_ACT_SYNC && a->sync != QK_PROF_SYNC_STREAM_WAIT) ||
+           ((a->kind == QK_PROF_ACT_MEMCPY || a->kind == QK_PROF_ACT_MEMSET) && a->sync == 1);
+}
+
+/* Sorts n intervals (pairs of doubles) and merges them in place; returns the merged count. */
+static size_t qk__prof_merge(double *iv, size_t n)
+{
+    size_t i, o = 0;
+    if (!n) return 0;
+    qsort(iv, n, 2 * sizeof *iv, qk__prof_dcmp);
+    for (i = 1; i < n; i++) {
+        if (iv[2 * i] <= iv[2 * o + 1]) { if (iv[2 * i + 1] > iv[2 * o + 1]) iv[2 * o + 1] = iv[2 * i + 1]; }
+        else { o++; iv[2 * o] = iv[2 * i]; iv[2 * o + 1] = iv[2 * i + 1]; }
+    }
+    return o + 1;
+}
+
+static double qk__prof_len(const double *iv, size_t n)
+{
+    double s = 0;
+    size_t i;
+    for (i = 0; i < n; i++) s += iv[2 * i + 1] - iv[2 * i];
+    return s;
+}
+
+/* Length of [a, b] covered by merged intervals iv. */
+static double qk__prof_cover(const double *iv, size_t n, double a, double b)
+{
+    size_t lo = 0, hi = n;
+    double s = 0;
+    while (lo < hi) { size_t mid = (lo + hi) / 2; if (iv[2 * mid + 1] <= a) lo = mid + 1; else hi = mid; }
+    for (; lo < n && iv[2 * lo] < b; lo++) {
+        double x = iv[2 * lo] > a ? iv[2 * lo] : a, y = iv[2 * lo + 1] < b ? iv[2 * lo + 1] : b;
+        if (y > x) s += y - x;
+    }
+    return s;
+}
+
+/* The GPU work intervals of device dev (stream: only that one, or any when stream_any), clipped to
+   [t0, t1], merged; caller frees. kernels_only: kernels and GPU zones. */
+static double *qk__prof_work(const qk_prof_facts *f, int dev, int stream_any, uint32_t stream, int kernels_only,
+                             int exclude_stream, double t0, double t1, size_t *n)
+{
+    double *iv = (double *)QK_PROF_MALLOC((f->n_acts + 1) * 2 * sizeof *iv);
+    size_t i, o = 0;
+    *n = 0;
+    if (!iv) return NULL;
+    for (i = 0; i < f->n_acts; i++) {
+        const qk_prof_activity *a = &f->acts[i];
+        double x = a->start_ns > t0 ? a->start_ns : t0, y = a->end_ns < t1 ? a->end_ns : t1;
+        if (!qk__prof_is_work(a->kind) || a->device != dev || y <= x) continue;
+        if (kernels_only && a->kind != QK_PROF_ACT_KERNEL && a->kind != QK_PROF_ACT_ZONE) continue;
+        if (!stream_any && (exclude_stream ? a->stream == stream : a->stream != stream)) continue;
+        iv[2 * o] = x;
+        iv[2 * o + 1] = y;
+        o++;
+    }
+    *n = qk__prof_merge(iv, o);
+    return iv;
+}
+
+/* The loop: from the first step's start to the last step's end; without (enough) steps, the span
+   of the GPU work. Returns 1 with steps. */
+static int qk__prof_loop(const qk_prof_facts *f, const qk_prof_advice_cfg *c, double *t0, double *t1)
+{
+    size_t i;
+    if (f->n_steps >= (size_t)c->min_steps && f->n_steps > 0) {
+        *t0 = f->steps[0].t0_ns;
+        *t1 = f->steps[f->n_steps - 1].t1_ns;
+        return 1;
+    }
+    *t0 = 1e300;
+    *t1 = -1e300;
+    for (i = 0; i < f->n_acts; i++)
+        if (qk__prof_is_work(f->acts[i].kind)) {
+            if (f->acts[i].start_ns < *t0) *t0 = f->acts[i].start_ns;
+            if (f->acts[i].end_ns > *t1) *t1 = f->acts[i].end_ns;
+        }
+    return 0;
+}
+
+/* The step holding time t, or -1. */
+static long qk__prof_step_of(const qk_prof_facts *f, double t)
+{
+    size_t lo = 0, hi = f->n_steps;
+    while (lo < hi) { size_t mid = (lo + hi) / 2; if (f->steps[mid].t0_ns <= t) lo = mid + 1; else hi = mid; }
+    if (lo == 0 || t > f->steps[lo - 1].t1_ns) return -1;
+    return (long)lo - 1;
+}
+
+/* The most frequent (by weight) of a few names: zones, kernels. */
+typedef struct qk__prof_tally { const char *name[32]; double w[32]; int n; } qk__prof_tally;
+static void qk__prof_tally_add(qk__prof_tally *t, const char *name, double w)
+{
+    int i;
+    if (!name) name = "(no zone)";
+    for (i = 0; i < t->n; i++) if (t->name[i] == name || strcmp(t->name[i], name) == 0) { t->w[i] += w; return; }
+    if (t->n < 32) { t->name[t->n] = name; t->w[t->n++] = w; }
+}
+static const char *qk__prof_tally_top(const qk__prof_tally *t)
+{
+    int i, b = 0;
+    for (i = 1; i < t->n; i++) if (t->w[i] > t->w[b]) b = i;
+    return t->n ? t->name[b] : "(none)";
+}
+
+static const char *qk__prof_stream_label(const qk_prof_facts *f, int dev, uint32_t stream, char *buf, size_t n)
+{
+    size_t i;
+    for (i = 0; i < f->n_streams; i++)
+        if (f->streams[i].device == dev && f->streams[i].stream == stream && f->streams[i].name) {
+            qk__prof_spf(buf, n, "stream \"%.60s\" (GPU %d)", f->streams[i].name, dev);
+            return buf;
+        }
+    qk__prof_spf(buf, n, "stream %u (GPU %d)", stream, dev);
+    return buf;
+}
+
+/* Rule pageable-copy: host <-> device copies through pageable host memory, with the rates of the
+   pageable and the pinned copies of this run. */
+static void qk__prof_rule_pageable(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    double pb[2] = { 0, 0 }, pt[2] = { 0, 0 }, qb[2] = { 0, 0 }, qt[2] = { 0, 0 }, save = 0;
+    unsigned long long pn[2] = { 0, 0 }, qn[2] = { 0, 0 };
+    qk__prof_tally z;
+    char e[2][160], b1[32], t1[32];
+    qk_prof_advice *a;
+    size_t i;
+    int d;
+    memset(&z, 0, sizeof z);
+    for (i = 0; i < f->n_acts; i++) {
+        const qk_prof_activity *x = &f->acts[i];
+        int k, host;
+        if (x->kind != QK_PROF_ACT_MEMCPY || (x->dir != QK_PROF_H2D && x->dir != QK_PROF_D2H)) continue;
+        k = x->dir == QK_PROF_D2H;
+        host = k ? x->dst_kind : x->src_kind;
+        if (host == QK_PROF_MEMK_PAGEABLE) {
+            pb[k] += (double)x->bytes; pt[k] += x->end_ns - x->start_ns; pn[k]++;
+            qk__prof_tally_add(&z, x->zone, (double)x->bytes);
+        } else if (host == QK_PROF_MEMK_PINNED) {
+            qb[k] += (double)x->bytes; qt[k] += x->end_ns - x->start_ns; qn[k]++;
+        }
+    }
+    if (c->pageable_min_bytes < 0 || pb[0] + pb[1] <= 0 || pb[0] + pb[1] < c->pageable_min_bytes) return;
+    for (d = 0; d < 2; d++) {
+        char pin[64];
+        /* the time pinned copies at this run's pinned rate would have saved (half, with none to compare) */
+        if (pn[d] && qb[d] > 0 && qt[d] > 0) { double sv = pt[d] - pb[d] * qt[d] / qb[d]; save += sv > 0 ? sv : 0; }
+        else save += 0.5 * pt[d];
+        e[d][0] = 0;
+        if (!pn[d]) continue;
+        if (qn[d] && qt[d] > 0) qk__prof_spf(pin, sizeof pin, "%.2f GB/s over %llu copies", qb[d] / qt[d], qn[d]);
+        else qk__prof_spf(pin, sizeof pin, "none in this run");
+        qk__prof_spf(e[d], sizeof e[d], "%s %llu copies, %s at %.2f GB/s (pinned: %s)", d ? "D2H" : "H2D", pn[d],
+                     qk__prof_bytes(pb[d], b1, sizeof b1), pt[d] > 0 ? pb[d] / pt[d] : 0.0, pin);
+    }
+    if (!(a = qk__prof_adv_new(L, "pageable-copy", save))) return;
+    qk__prof_spf(a->where, sizeof a->where, "zone \"%.100s\"", qk__prof_tally_top(&z));
+    qk__prof_spf(a->evidence, sizeof a->evidence, "%llu copies between device and pageable host memory took %s: "
+                 "%s%s%s", pn[0] + pn[1], qk__prof_time(pt[0] + pt[1], t1, sizeof t1), e[0], e[0][0] && e[1][0] ? "; " : "", e[1]);
+    qk__prof_spf(a->fix, sizeof a->fix, "Allocate these host buffers pinned (cudaMallocHost, cudaHostAlloc) or pin them "
+                 "once with cudaHostRegister: a pageable copy is staged through a driver buffer at a lower rate, and "
+                 "cudaMemcpyAsync from pageable memory makes the host wait for it.");
+}
+
+static const char *qk__prof_wait_name(const qk_prof_activity *a)
+{
+    if (a->kind == QK_PROF_ACT_MEMCPY) return "synchronous cudaMemcpy";
+    if (a->kind == QK_PROF_ACT_MEMSET) return "synchronous cudaMemset";
+    switch (a->sync) {
+    case QK_PROF_SYNC_EVENT: return "cudaEventSynchronize";
+    case QK_PROF_SYNC_STREAM: return "cudaStreamSynchronize";
+    case QK_PROF_SYNC_DEVICE: return "cudaDeviceSynchronize";
+    default: return "synchronization";
+    }
+}
+
+/* Rule sync-in-loop: the host waits for the GPU inside the step loop and the GPU drains: it sits
+   idle from the end of its work until the host has launched more. A wait counts when the GPU was
+   idle at its end for at least sync_min_idle_ns (the gap of the device's busy time it ends in). */
+static void qk__prof_rule_sync(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    unsigned char *hit;
+    double wait = 0, idle = 0, t0, t1;
+    unsigned long long n = 0, nb = 0, steps_hit = 0;
+    qk__prof_tally z, kinds;
+    size_t i, s;
+    int dev;
+    char b1[32], b2[32], b3[32];
+    qk_prof_advice *a;
+    if (c->sync_min_step_share < 0 || !qk__prof_loop(f, c, &t0, &t1)) return;
+    hit = (unsigned char *)qk__prof_calloc(f->n_steps, 1);
+    if (!hit) return;
+    memset(&z, 0, sizeof z);
+    memset(&kinds, 0, sizeof kinds);
+    for (dev = 0; dev < 16; dev++) {
+        size_t nw;
+        double *w = NULL;
+        for (i = 0; i < f->n_acts; i++) {
+            const qk_prof_activity *x = &f->acts[i];
+            long st;
+            double gap0, gap1;
+            size_t lo, hi;
+            if (!qk__prof_is_wait(x) || x->device != dev || (st = qk__prof_step_of(f, x->start_ns)) < 0) continue;
+            if (!w && !(w = qk__prof_work(f, dev, 1, 0, 0, 0, -1e300, 1e300, &nw))) break;
+            n++;
+            wait += x->end_ns - x->start_ns;
+            /* the gap of the busy time that holds the wait's end: [end of the work before, start of the next] */
+            lo = 0; hi = nw;
+            while (lo < hi) { size_t mid = (lo + hi) / 2; if (w[2 * mid] <= x->end_ns) lo = mid + 1; else hi = mid; }
+            if (lo > 0 && w[2 * (lo - 1) + 1] > x->end_ns) continue; /* the GPU was busy: no drain */
+            gap0 = lo > 0 ? w[2 * (lo - 1) + 1] : x->start_ns;
+            if (gap0 < x->start_ns) gap0 = x->start_ns;
+            gap1 = lo < nw ? w[2 * lo] : x->end_ns;
+            if (gap1 - gap0 < c->sync_min_idle_ns) continue;
+            nb++;
+            idle += gap1 - gap0;
+            if (!hit[st]) { hit[st] = 1; steps_hit++; }
+            qk__prof_tally_add(&z, x->zone, 1);
+            qk__prof_tally_add(&kinds, qk__prof_wait_name(x), 1);
+        }
+        QK_PROF_FREE(w);
+    }
+    QK_PROF_FREE(hit);
+    s = f->n_steps;
+    if (!nb || (double)steps_hit < c->sync_min_step_share * (double)s) return;
+    if (!(a = qk__prof_adv_new(L, "sync-in-loop", idle))) return;
+    qk__prof_spf(a->where, sizeof a->where, "%s in zone \"%.80s\"", qk__prof_tally_top(&kinds), qk__prof_tally_top(&z));
+    qk__prof_spf(a->evidence, sizeof a->evidence, "%llu host waits for the GPU in the loop of %zu steps (\"%.60s\"), "
+                 "%llu of them in %llu steps leaving the GPU idle: the host waited %s in all, the GPU sat idle %s "
+                 "around those waits (%s each) until the host had launched more", n, s,
+                 f->step_zone ? f->step_zone : "steps", nb, steps_hit, qk__prof_time(wait, b1, sizeof b1),
+                 qk__prof_time(idle, b2, sizeof b2), qk__prof_time(idle / (double)nb, b3, sizeof b3));
+    qk__prof_spf(a->fix, sizeof a->fix, "Take the wait out of the loop: order the work with events (cudaEventRecord + "
+                 "cudaStreamWaitEvent) instead of synchronizing, copy results with cudaMemcpyAsync into pinned memory "
+                 "and read them a step later (cudaEventQuery), synchronize once after the loop.");
+}
+
+/* Rule gpu-idle: a GPU busy (kernels, copies, memsets, GPU zones) for less than idle_max_busy of
+   the loop, per device, with the busy share of each stream. */
+static void qk__prof_rule_idle(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    double t0, t1, len;
+    int dev, steps;
+    if (c->idle_max_busy < 0) return;
+    steps = qk__prof_loop(f, c, &t0, &t1);
+    if ((len = t1 - t0) <= 0) return;
+    for (dev = 0; dev < 16; dev++) {
+        size_t n, i, gaps = 0;
+        double *w = qk__prof_work(f, dev, 1, 0, 0, 0, t0, t1, &n), busy, longest = 0;
+        uint32_t seen[8];
+        int ns = 0, k;
+        char b1[32], b2[32], b3[32], st[400] = "";
+        qk_prof_advice *a;
+        if (!w) return;
+        busy = qk__prof_len(w, n);
+        for (i = 0; i + 1 < n; i++) {
+            double g = w[2 * (i + 1)] - w[2 * i + 1];
+            if (g >= 10000) gaps++;
+            if (g > longest) longest = g;
+        }
+        QK_PROF_FREE(w);
+        if (!n || busy >= c->idle_max_busy * len || len - busy < c->idle_min_ns) continue;
+        for (i = 0; i < f->n_acts && ns < 8; i++) { /* the busy share of the first few streams */
+            const qk_prof_activity *x = &f->acts[i];
+            if (!qk__prof_is_work(x->kind) || x->device != dev) continue;
+            for (k = 0; k < ns; k++) if (seen[k] == x->stream) break;
+            if (k == ns) {
+                size_t m;
+                double *v = qk__prof_work(f, dev, 0, x->stream, 0, 0, t0, t1, &m);
+                char lb[96];
+                seen[ns++] = x->stream;
+                if (!v) continue;
+                qk__prof_spf(st + strlen(st), sizeof st - strlen(st), "%s%s %.1f %%", ns > 1 ? ", " : "",
+                             qk__prof_stream_label(f, dev, x->stream, lb, sizeof lb), 100.0 * qk__prof_len(v, m) / len);
+                QK_PROF_FREE(v);
+            }
+        }
+        if (!(a = qk__prof_adv_new(L, "gpu-idle", len - busy))) return;
+        qk__prof_spf(a->where, sizeof a->where, "GPU %d, %s \"%.80s\"", dev, steps ? "the loop of" : "from its first work to its last,",
+                     steps ? (f->step_zone ? f->step_zone : "steps") : "no step zone");
+        qk__prof_spf(a->evidence, sizeof a->evidence, "busy %.1f %% of the %s (idle %s; %zu gaps of 10 us or more, the longest "
+                     "%s); busy share per stream: %s", 100.0 * busy / len, qk__prof_time(len, b1, sizeof b1),
+                     qk__prof_time(len - busy, b2, sizeof b2), gaps, qk__prof_time(longest, b3, sizeof b3), st);
+        qk__prof_spf(a->fix, sizeof a->fix, "Keep work queued ahead of the GPU: remove host waits from the loop, launch "
+                     "the next step's work before processing this step's results on the host, overlap copies with kernels "
+                     "on other streams, or give each launch more work.");
+    }
+}
+
+/* Rule launch-bound: most kernels shorter than short_kernel_ns, so launches, not the work, set the
+   pace: the gaps between consecutive short kernels on a stream are the launch overhead. */
+typedef struct qk__prof_kiv { double key, t0, t1; } qk__prof_kiv; /* key: device and stream */
+static int qk__prof_kiv_cmp(const void *x, const void *y)
+{
+    const qk__prof_kiv *a = (const qk__prof_kiv *)x, *b = (const qk__prof_kiv *)y;
+    if (a->key != b->key) return a->key < b->key ? -1 : 1;
+    return a->t0 < b->t0 ? -1 : a->t0 > b->t0;
+}
+
+static void qk__prof_rule_launch(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    qk__prof_kiv *iv;
+    double sdur = 0, gaps = 0, api = 0;
+    unsigned long long nk = 0, ns = 0, ng = 0, na = 0;
+    qk__prof_tally names;
+    size_t i, o = 0;
+    char b1[32], b2[32], b3[32], b4[32], extra[160] = "";
+    qk_prof_advice *a;
+    if (c->short_kernel_ns < 0) return;
+    memset(&names, 0, sizeof names);
+    iv = (qk__prof_kiv *)qk__prof_calloc(f->n_acts + 1, sizeof *iv);
+    if (!iv) return;
+    for (i = 0; i < f->n_acts; i++) {
+        const qk_prof_activity *x = &f->acts[i];
+        double d = x->end_ns - x->start_ns;
+        if (x->kind != QK_PROF_ACT_KERNEL) continue;
+        nk++;
+        if (d >= c->short_kernel_ns) continue;
+        ns++;
+        sdur += d;
+        if (x->api_ns > 0) { api += x->api_ns; na++; }
+        qk__prof_tally_add(&names, x->name, 1);
+        iv[o].key = (double)x->device * 4294967296.0 + (double)x->stream;
+        iv[o].t0 = x->start_ns;
+        iv[o++].t1 = x->end_ns;
+    }
+    if (!ns || (double)ns < c->launch_min_kernels || (double)ns < c->launch_min_share * (double)nk) { QK_PROF_FREE(iv); return; }
+    qsort(iv, o, sizeof *iv, qk__prof_kiv_cmp);
+    for (i = 1; i < o; i++) { /* consecutive short kernels of one stream, closer than 5 short kernels */
+        double g = iv[i].t0 - iv[i - 1].t1;
+        if (iv[i].key == iv[i - 1].key && g >= 0 && g < 5 * c->short_kernel_ns) { gaps += g; ng++; }
+    }
+    QK_PROF_FREE(iv);
+    if (f->n_steps > 0) qk__prof_spf(extra, sizeof extra, "; %.0f short kernels per step", (double)ns / (double)f->n_steps);
+    if (na) qk__prof_spf(extra + strlen(extra), sizeof extra - strlen(extra), "; each launch call took the host %s",
+                         qk__prof_time(api / (double)na, b4, sizeof b4));
+    if (!(a = qk__prof_adv_new(L, "launch-bound", gaps))) return;
+    qk__prof_spf(a->where, sizeof a->where, "kernel %.120s", qk__prof_tally_top(&names));
+    qk__prof_spf(a->evidence, sizeof a->evidence, "%llu of %llu kernels ran shorter than %s (mean %s); between consecutive "
+                 "short kernels on a stream the GPU waited %s on average, %s in all: the launch overhead%s", ns, nk,
+                 qk__prof_time(c->short_kernel_ns, b1, sizeof b1), qk__prof_time(sdur / (double)ns, b2, sizeof b2),
+                 qk__prof_time(ng ? gaps / (double)ng : 0.0, b3, sizeof b3), qk__prof_time(gaps, b4, sizeof b4), extra);
+    qk__prof_spf(a->fix, sizeof a->fix, "Launch the step's kernels as one CUDA graph (capture them once with "
+                 "cudaStreamBeginCapture / cudaStreamEndCapture, then cudaGraphLaunch every step), or fuse the small "
+                 "kernels into fewer, larger ones: each launch costs microseconds of host and GPU time whatever it does.");
+}
+
+/* Rule serialized-copy: a stream that carries both copies (host <-> device) and kernels, where
+   kernels on the device's other streams overlap at most serial_max_overlap of the copy time: the
+   copies and the kernels take turns. */
+static void qk__prof_rule_serial(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    double t0, t1;
+    size_t i;
+    uint32_t done[64];
+    int dev, nd = 0;
+    if (c->serial_min_copy_share < 0) return;
+    qk__prof_loop(f, c, &t0, &t1);
+    for (i = 0; i < f->n_acts && nd < 64; i++) {
+        const qk_prof_activity *x = &f->acts[i];
+        double cp = 0, ov = 0, kt;
+        unsigned long long nc = 0, nkr = 0, bytes = 0;
+        size_t nk, no, j;
+        double *k, *o;
+        int seen = 0;
+        char b1[32], b2[32], b3[32], lb[96];
+        qk_prof_advice *a;
+        if (x->kind != QK_PROF_ACT_MEMCPY || (x->dir != QK_PROF_H2D && x->dir != QK_PROF_D2H)) continue;
+        for (j = 0; j < (size_t)nd; j++) if (done[j] == x->stream) seen = 1;
+        if (seen) continue;
+        done[nd++] = x->stream;
+        dev = x->device;
+        k = qk__prof_work(f, dev, 0, x->stream, 1, 0, t0, t1, &nk);
+        o = qk__prof_work(f, dev, 0, x->stream, 1, 1, t0, t1, &no);
+        if (k && o) {
+            kt = qk__prof_len(k, nk);
+            for (j = 0; j < f->n_acts; j++) {
+                const qk_prof_activity *y = &f->acts[j];
+                if (y->kind == QK_PROF_ACT_KERNEL || y->kind == QK_PROF_ACT_ZONE) {
+                    if (y->device == dev && y->stream == x->stream && y->end_ns > t0 && y->start_ns < t1) nkr++;
+                    continue;
+                }
+                if (y->kind != QK_PROF_ACT_MEMCPY || (y->dir != QK_PROF_H2D && y->dir != QK_PROF_D2H) || y->device != dev ||
+                    y->stream != x->stream || y->end_ns <= t0 || y->start_ns >= t1)
+                    continue;
+                nc++;
+                bytes += y->bytes;
+                cp += y->end_ns - y->start_ns;
+                ov += qk__prof_cover(o, no, y->start_ns, y->end_ns);
+            }
+            if (nc >= 2 && nkr && cp > 0 && cp >= c->serial_min_copy_share * (cp + kt) && ov <= c->serial_max_overlap * cp &&
+                (a = qk__prof_adv_new(L, "serialized-copy", cp - ov))) {
+                qk__prof_spf(a->where, sizeof a->where, "%s", qk__prof_stream_label(f, dev, x->stream, lb, sizeof lb));
+                qk__prof_spf(a->evidence, sizeof a->evidence, "%llu copies (%s, %s) and %llu kernels (%s) run on this one "
+                             "stream; kernels on other streams ran during %.1f %% of the copy time: the copies and the "
+                             "kernels take turns", nc, qk__prof_bytes((double)bytes, b1, sizeof b1),
+                             qk__prof_time(cp, b2, sizeof b2), nkr, qk__prof_time(kt, b3, sizeof b3), 100.0 * ov / cp);
+                qk__prof_spf(a->fix, sizeof a->fix, "Give the copies a stream of their own, with pinned host buffers, and "
+                             "order them with events (cudaEventRecord / cudaStreamWaitEvent), double-buffered, so one step's "
+                             "copy runs while the next step's kernels do.");
+            }
+        }
+        QK_PROF_FREE(k);
+        QK_PROF_FREE(o);
+    }
+}
+
+/* Rule memory-growth: tracked device or host memory, or the device memory in use, larger at the
+   end of step after step (a leak, or a buffer that grows every step). */
+static void qk__prof_rule_growth(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    static const char *const what[3] = { "tracked device memory (QK_PROF_TRACK)", "tracked host memory (QK_PROF_TRACK)",
+                                         "device memory in use (QK_PROF_MEM_SNAPSHOT)" };
+    int k;
+    if (c->leak_min_bytes < 0 || f->n_steps < 4 || (double)f->n_steps < c->min_steps || !f->n_mem) return;
+    for (k = 0; k < 3; k++) {
+        size_t s, m = 0;
+        double first = 0, last = 0, prev = 0;
+        unsigned long long vals = 0, up = 0;
+        int have = 0;
+        char b1[32], b2[32], b3[32];
+        qk_prof_advice *a;
+        for (s = 0; s < f->n_steps; s++) {
+            double v = 0;
+            int got = 0;
+            for (; m < f->n_mem && f->mem[m].t_ns <= f->steps[s].t1_ns; m++) {
+                double x = k == 0 ? f->mem[m].device : k == 1 ? f->mem[m].host : f->mem[m].device_used;
+                if (k == 2 && x < 0) continue;
+                v = x; got = 1; have = 1;
+            }
+            if (!got) { if (!have) continue; v = prev; } /* no new sample in this step: unchanged */
+            if (!vals) first = v;
+            else if (v > prev) up++;
+            prev = last = v;
+            vals++;
+        }
+        if (vals < 4 || last - first < c->leak_min_bytes || last - first <= 0 ||
+            (double)up < c->leak_min_step_share * (double)(vals - 1))
+            continue;
+        if (!(a = qk__prof_adv_new(L, "memory-growth", 0))) return;
+        qk__prof_spf(a->where, sizeof a->where, "%s", what[k]);
+        qk__prof_spf(a->evidence, sizeof a->evidence, "grew from %s to %s over %llu steps of \"%.60s\" (%s per step), larger "
+                     "at the end of %llu of %llu steps", qk__prof_bytes(first, b1, sizeof b1), qk__prof_bytes(last, b2, sizeof b2),
+                     vals, f->step_zone ? f->step_zone : "steps", qk__prof_bytes((last - first) / (double)(vals - 1), b3, sizeof b3),
+                     up, vals - 1);
+        qk__prof_spf(a->fix, sizeof a->fix, "Free what each step allocates (cudaFree / free, and QK_PROF_UNTRACK) or "
+                     "allocate once before the loop and reuse it; a stream-ordered pool (cudaMallocAsync / cudaFreeAsync) "
+                     "recycles per-step buffers. A buffer meant to grow (a tally) can be ignored here.");
+    }
+}
+
+typedef void (*qk__prof_rule_fn)(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L);
+static const struct { const char *id; qk__prof_rule_fn fn; } qk__prof_rules[] = {
+    { "pageable-copy", qk__prof_rule_pageable },
+    { "sync-in-loop", qk__prof_rule_sync },
+    { "gpu-idle", qk__prof_rule_idle },
+    { "launch-bound", qk__prof_rule_launch },
+    { "serialized-copy", qk__prof_rule_serial },
+    { "memory-growth", qk__prof_rule_growth },
+    /* a new rule: its function above, a line here, a row in docs/profiler.md's table */
+};
+#define QK__PROF_NRULES ((int)(sizeof qk__prof_rules / sizeof qk__prof_rules[0]))
+
+static int qk__prof_adv_cmp(const void *x, const void *y)
+{
+    const qk_prof_advice *a = (const qk_prof_advice *)x, *b = (const qk_prof_advice *)y;
+    return a->impact_ns < b->impact_ns ? 1 : a->impact_ns > b->impact_ns ? -1 : strcmp(a->rule, b->rule);
+}
+
+/* Runs every rule; the list (caller frees items) sorted by impact, largest first. */
+static void qk__prof_advise_all(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    int r;
+    memset(L, 0, sizeof *L);
+    for (r = 0; r < QK__PROF_NRULES; r++) qk__prof_rules[r].fn(f, c, L);
+    if (L->n > 1) qsort(L->items, (size_t)L->n, sizeof *L->items, qk__prof_adv_cmp);
+}
+
+QK_PROF_DEF int qk_prof_advise(const qk_prof_facts *facts, const qk_prof_advice_cfg *cfg, qk_prof_advice *out, int max)
+{
+    qk_prof_advice_cfg c;
+    qk__prof_advlist L;
+    char sz[8];
+    int n;
+    if (!facts) { qk__prof_seterr("qk_prof_advise: no facts"); return -1; }
+    qk__prof_adv_cfg(cfg, &c, 0, sz, sizeof sz);
+    qk__prof_advise_all(facts, &c, &L);
+    n = L.n;
+    if (out && max > 0) memcpy(out, L.items, (size_t)(n < max ? n : max) * sizeof *out);
+    QK_PROF_FREE(L.items);
+    return n;
+}
+
+/* ---- the activities and the advice of this run, for the reports ---- */
+typedef struct qk__prof_aview {
+    qk_prof_activity *acts;
+    size_t n_acts;
+    qk_prof_span *steps;
+    size_t n_steps;
+    qk_prof_mem_sample *mem;
+    size_t n_mem;
+    qk_prof_stream_label streams[QK_PROF_MAX_LANES];
+    size_t n_streams;
+    char step_zone[96];
+    char env_step[96];
+    qk_prof_facts facts;
+    qk_prof_advice_cfg cfg;
+    qk__prof_advlist adv;
+    /* the exact tables */
+    qk__prof_aname *names;       /* kernels, by total time; name strings borrowed from the store */
+    const char **name_zone;      /* the zone most of a kernel name's kept launches came from */
+    int *name_zones;             /* how many zones they came from */
+    int n_names;
+    qk__prof_astat copies[5][6][6], memsets, syncs, runtime;
+    uint64_t kernels, kept, dropped, dropped_cupti, incomplete, dropped_corr;
+    int state, asked, cupti_kernels, cupti_copies;
+    char status[320];
+} qk__prof_aview;
+
+static int qk__prof_corr_cmp(const void *x, const void *y)
+{
+    uint32_t a = ((const qk__prof_corr *)x)->corr, b = ((const qk__prof_corr *)y)->corr;
+    return a < b ? -1 : a > b;
+}
+
+static uint32_t qk__prof_corr_find(const qk__prof_corr *c, int n, uint32_t corr)
+{
+    int lo = 0, hi = n;
+    while (lo < hi) { int mid = (lo + hi) / 2; if (c[mid].corr < corr) lo = mid + 1; else hi = mid; }
+    return lo < n && c[lo].corr == corr ? c[lo].ext : 0;
+}
+
+static int qk__prof_aname_cmp(const void *x, const void *y)
+{
+    int64_t a = ((const qk__prof_aname *)x)->total, b = ((const qk__prof_aname *)y)->total;
+    return a < b ? 1 : a > b ? -1 : 0;
+}
+
+typedef struct qk__prof_nz { const char *name, *zone; } qk__prof_nz;
+static int qk__prof_nz_cmp(const void *x, const void *y)
+{
+    const qk__prof_nz *a = (const qk__prof_nz *)x, *b = (const qk__prof_nz *)y;
+    int c = a->name < b->name ? -1 : a->name > b->name;
+    return c ? c : (a->zone < b->zone ? -1 : a->zone > b->zone);
+}
+
+static int qk__prof_span_cmp(const void *x, const void *y)
+{
+    double a = ((const qk_prof_span *)x)->t0_ns, b = ((const qk_prof_span *)y)->t0_ns;
+    return a < b ? -1 : a > b;
+}
+
+static int qk__prof_mem_cmp(const void *x, const void *y)
+{
+    double a = ((const qk_prof_mem_sample *)x)->t_ns, b = ((const qk_prof_mem_sample *)y)->t_ns;
+    return a < b ? -1 : a > b;
+}
+
+/* The steps: the spans of the step zone (cfg.step_zone, or the top-level CPU zone with the most
+   calls, at least min_steps), from the kept events of every thread. */
+static void qk__prof_aview_steps(const qk__prof_model *m, qk__prof_aview *v)
+{
+    qk__prof_thread *t;
+    uint64_t *cnt = (uint64_t *)qk__prof_calloc(QK_PROF_MAX_SITES, sizeof *cnt);
+    const char *best = v->cfg.step_zone;
+    size_t n = 0, cap = 0;
+    if (!cnt) return;
+    if (!best) {
+        uint64_t bn = 0;
+        uint32_t i, j;
+        for (t = qk__prof_g.threads; t; t = t->next) {
+            size_t ne = qk__prof_count(t), e;
+            for (e = 0; e < ne; e++) {
+                const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+                if (!QK__PROF_KIND(ev) && QK__PROF_DEPTH(ev) == 0) cnt[QK__PROF_SITE(ev) % QK_PROF_MAX_SITES]++;
+            }
+        }
+        for (i = 1; i < QK_PROF_MAX_SITES; i++) { /* sites of one name count together */
+            uint64_t s = 0;
+            if (!cnt[i]) continue;
+            for (j = i; j < QK_PROF_MAX_SITES; j++)
+                if (cnt[j] && strcmp(qk__prof_site_name(j), qk__prof_site_name(i)) == 0) { s += cnt[j]; if (j != i) cnt[j] = 0; }
+            if (s > bn) { bn = s; best = qk__prof_site_name(i); }
+        }
+        if ((double)bn < v->cfg.min_steps) best = NULL;
+    }
+    QK_PROF_FREE(cnt);
+    if (!best) return;
+    qk__prof_copy(v->step_zone, sizeof v->step_zone, best);
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        size_t ne = qk__prof_count(t), e;
+        for (e = 0; e < ne; e++) {
+            const qk__prof_ev *ev = &t->chunks[e / QK__PROF_CHUNK][e % QK__PROF_CHUNK];
+            if (QK__PROF_KIND(ev) || strcmp(qk__prof_site_name(QK__PROF_SITE(ev)), v->step_zone) != 0) continue;
+            if (n == cap) {
+                size_t nc = cap ? cap * 2 : 256;
+                void *np = QK_PROF_REALLOC(v->steps, nc * sizeof *v->steps);
+                if (!np) break;
+                v->steps = (qk_prof_span *)np;
+                cap = nc;
+            }
+            v->steps[n].t0_ns = (double)(int64_t)(ev->t0 - m->t0) * m->npt;
+            v->steps[n].t1_ns = (double)(int64_t)(ev->t1 - m->t0) * m->npt;
+            n++;
+        }
+    }
+    if (n > 1) qsort(v->steps, n, sizeof *v->steps, qk__prof_span_cmp);
+    v->n_steps = n;
+}
+
+/* The memory samples: every change of the tracked totals, and the snapshots (device in use). */
+static void qk__prof_aview_mem(const qk__prof_model *m, qk__prof_aview *v)
+{
+    size_t k, n = 0;
+    pthread_mutex_lock(&qk__prof_mu);
+    v->mem = (qk_prof_mem_sample *)QK_PROF_MALLOC((qk__prof_g.n_mseries + (size_t)qk__prof_g.n_snaps + 1) * sizeof *v->mem);
+    if (v->mem) {
+        for (k = 0; k < qk__prof_g.n_mseries; k++) {
+            const qk__prof_mpoint *p = &qk__prof_g.mseries[k];
+            v->mem[n].t_ns = (double)(int64_t)(p->t - m->t0) * m->npt;
+            v->mem[n].host = p->host;
+            v->mem[n].device = p->device;
+            v->mem[n++].device_used = -1;
+        }
+        for (k = 0; k < (size_t)qk__prof_g.n_snaps; k++) {
+            const qk__prof_snap *s = &qk__prof_g.snaps[k];
+            if (s->is_pool) continue;
+            v->mem[n].t_ns = (double)(int64_t)(s->t - m->t0) * m->npt;
+            v->mem[n].host = s->host_tracked;
+            v->mem[n].device = s->device_tracked;
+            v->mem[n++].device_used = s->dev_total >= 0 ? s->dev_total - s->dev_free : -1;
+        }
+        qsort(v->mem, n, sizeof *v->mem, qk__prof_mem_cmp);
+        v->n_mem = n;
+    }
+    pthread_mutex_unlock(&qk__prof_mu);
+}
+
+/* The GPU zones of the macros as activities, where CUPTI gave no kernels (zones) or no copies
+   (the zones of QK_PROF_MEMCPY): stream ids 0x40000000 + lane. */
+static void qk__prof_aview_zones(const qk__prof_model *m, qk__prof_aview *v, int kernels, int copies)
+{
+    qk__prof_thread *t;
+    size_t cap = v->n_acts, r;
+    for (t = qk__prof_g.threads; t; t = t->next) {
+        qk__prof_gthread *g = __atomic_load_n(&t->gpu, __ATOMIC_ACQUIRE);
+        if (!g) continue;
+        pthread_mutex_lock(&g->mu);
+        for (r = 0; r < g->n_recs; r++) {
+            const qk__prof_grec *gr = &g->recs[r];
+            qk_prof_activity *a;
+            int pin = gr->pinned ? QK_PROF_MEMK_PINNED : QK_PROF_MEMK_PAGEABLE;
+            if (gr->dir ? !copies : !kernels) continue;
+            if (v->n_acts == cap) {
+                size_t nc = cap ? cap * 2 : 1024;
+                void *np = QK_PROF_REALLOC(v->acts, nc * sizeof *v->acts);
+                if (!np) break;
+                v->acts = (qk_prof_activity *)np;
+                cap = nc;
+            }
+            a = &v->acts[v->n_acts++];
+            memset(a, 0, sizeof *a);
+            a->kind = gr->dir ? QK_PROF_ACT_MEMCPY : QK_PROF_ACT_ZONE;
+            a->name = qk__prof_site_name(gr->site);
+            a->start_ns = qk__prof_gabs(m, gr);
+            a->end_ns = a->start_ns + gr->dur_ns;
+            a->device = qk__prof_g.lanes[gr->lane].device;
+            a->stream = 0x40000000u + gr->lane;
+            a->bytes = gr->bytes;
+            a->dir = gr->dir;
+            a->src_kind = gr->dir == QK_PROF_H2D || gr->dir == QK_PROF_H2H ? pin : QK_PROF_MEMK_DEVICE;
+            a->dst_kind = gr->dir == QK_PROF_D2H || gr->dir == QK_PROF_H2H ? pin : QK_PROF_MEMK_DEVICE;
+        }
+        pthread_mutex_unlock(&g->mu);
+    }
+    for (r = 0; r < (size_t)m->n_lanes && v->n_streams < QK_PROF_MAX_LANES; r++) {
+        qk_prof_stream_label *s = &v->streams[v->n_streams++];
+        s->device = m->lanes[r].device;
+        s->stream = 0x40000000u + (uint32_t)r;
+        s->name = m->lanes[r].name;
+    }
+}
+
+static void qk__prof_aview_free(qk__prof_aview *v)
+{
+    QK_PROF_FREE(v->acts);
+    QK_PROF_FREE(v->steps);
+    QK_PROF_FREE(v->mem);
+    QK_PROF_FREE(v->adv.items);
+    QK_PROF_FREE(v->names);
+    QK_PROF_FREE(v->name_zone);
+    QK_PROF_FREE(v->name_zones);
+    memset(v, 0, sizeof *v);
+}
+
+/* Everything the activity tables and the advice need, copied out of the store (CUPTI's thread may
+   be adding records meanwhile), times mapped onto the profiler's timeline. */
+static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
+{
+    qk__prof_actstore *A = &qk__prof_act;
+    qk__prof_corr *corrs = NULL, *api = NULL;
+    int nc = 0, na = 0, i;
+    double base = 0, scale = 1;
+    size_t k;
+    memset(v, 0, sizeof *v);
+    qk__prof_adv_cfg(&qk__prof_g.desc.advice, &v->cfg, 1, v->env_step, sizeof v->env_step);
+    pthread_mutex_lock(&A->mu);
+    v->state = A->state;
+    v->asked = A->asked;
+    qk__prof_copy(v->status, sizeof v->status, qk_prof_cupti_status());
+    memcpy(v->copies, A->copies, sizeof v->copies);
+    v->memsets = A->memsets; v->syncs = A->syncs; v->runtime = A->runtime;
+    v->kernels = A->kernels; v->kept = A->n; v->dropped = A->dropped; v->dropped_cupti = A->dropped_cupti;
+    v->incomplete = A->incomplete; v->dropped_corr = A->dropped_corr;
+    /* CUPTI's clock onto the profiler's: two (timestamp, tick) pairs, at start and at the last flush */
+    base = (double)(int64_t)(A->tick0 - m->t0) * m->npt;
+    if (A->ts1 > A->ts0 + 50000000u && A->tick1 > A->tick0)
+        scale = (double)(A->tick1 - A->tick0) * m->npt / (double)(A->ts1 - A->ts0);
+    v->acts = (qk_prof_activity *)QK_PROF_MALLOC((A->n + 1) * sizeof *v->acts);
+    if (A->n_corrs) corrs = (qk__prof_corr *)QK_PROF_MALLOC((size_t)A->n_corrs * sizeof *corrs);
+    if (corrs) { memcpy(corrs, A->corrs, (size_t)A->n_corrs * sizeof *corrs); nc = A->n_corrs; }
+    if (A->runtime.n) api = (qk__prof_corr *)QK_PROF_MALLOC(A->n * sizeof *api);
+    v->names = (qk__prof_aname *)QK_PROF_MALLOC(((size_t)A->n_names + 1) * sizeof *v->names);
+    if (v->names) {
+        for (i = 0; i < A->n_names; i++)
+            if (A->names[i].n) v->names[v->n_names++] = A->names[i];
+    }
+    if (v->acts) {
+        for (k = 0; k < A->n; k++) {
+            const qk__prof_arec *r = &A->recs[k];
+            qk_prof_activity *a = &v->acts[v->n_acts++];
+            memset(a, 0, sizeof *a);
+            a->kind = r->kind;
+            a->name = r->name ? A->names[r->name - 1].name : NULL;
+            a->zone = r->zone ? A->names[r->zone - 1].name : NULL;
+            if (r->inj) { a->start_ns = (double)r->t0; a->end_ns = (double)r->t1; }
+            else {
+                a->start_ns = base + (double)(r->t0 - (int64_t)A->ts0) * scale;
+                a->end_ns = base + (double)(r->t1 - (int64_t)A->ts0) * scale;
+            }
+            a->device = r->device;
+            a->stream = r->stream;
+            a->correlation = r->corr;
+            memcpy(a->grid, r->grid, sizeof a->grid);
+            memcpy(a->block, r->block, sizeof a->block);
+            a->shared_bytes = r->shmem;
+            a->registers = r->regs;
+            a->bytes = r->bytes;
+            a->dir = r->dir;
+            a->src_kind = r->srck;
+            a->dst_kind = r->dstk;
+            a->sync = r->sync;
+            if (!r->inj && r->kind == QK_PROF_ACT_KERNEL) v->cupti_kernels = 1;
+            if (!r->inj && r->kind == QK_PROF_ACT_MEMCPY) v->cupti_copies = 1;
+            if (api && r->kind == QK_PROF_ACT_RUNTIME) { api[na].corr = r->corr; api[na++].ext = (uint32_t)(r->t1 - r->t0); }
+        }
+    }
+    pthread_mutex_unlock(&A->mu);
+    /* zones of the CUPTI records (their correlation ids), launch times of the kernels */
+    if (corrs) qsort(corrs, (size_t)nc, sizeof *corrs, qk__prof_corr_cmp);
+    if (api) qsort(api, (size_t)na, sizeof *api, qk__prof_corr_cmp);
+    for (k = 0; k < v->n_acts; k++) {
+        qk_prof_activity *a = &v->acts[k];
+        uint32_t ext;
+        if (!a->zone && a->correlation && corrs && (ext = qk__prof_corr_find(corrs, nc, a->correlation)) != 0)
+            a->zone = qk__prof_site_name(ext);
+        if (api && a->kind == QK_PROF_ACT_KERNEL) a->api_ns = (double)qk__prof_corr_find(api, na, a->correlation);
+    }
+    QK_PROF_FREE(corrs);
+    QK_PROF_FREE(api);
+    /* per kernel name: the zone most of its kept launches came from, and how many zones */
+    if (v->n_names) {
+        qk__prof_nz *nz = (qk__prof_nz *)QK_PROF_MALLOC((v->n_acts + 1) * sizeof *nz);
+        size_t n = 0, j;
+        qsort(v->names, (size_t)v->n_names, sizeof *v->names, qk__prof_aname_cmp);
+        v->name_zone = (const char **)qk__prof_calloc((size_t)v->n_names, sizeof *v->name_zone);
+        v->name_zones = (int *)qk__prof_calloc((size_t)v->n_names, sizeof *v->name_zones);
+        if (nz && v->name_zone && v->name_zones) {
+            for (k = 0; k < v->n_acts; k++)
+                if (v->acts[k].kind == QK_PROF_ACT_KERNEL && v->acts[k].name) {
+                    nz[n].name = v->acts[k].name;
+                    nz[n++].zone = v->acts[k].zone;
+                }
+            qsort(nz, n, sizeof *nz, qk__prof_nz_cmp);
+            for (i = 0; i < v->n_names; i++) {
+                size_t lo = 0, hi = n, best = 0;
+                while (lo < hi) { size_t mid = (lo + hi) / 2; if (nz[mid].name < v->names[i].name) lo = mid + 1; else hi = mid; }
+                for (j = lo; j < n && nz[j].name == v->names[i].name;) {
+                    size_t e = j;
+                    while (e < n && nz[e].name == nz[j].name && nz[e].zone == nz[j].zone) e++;
+                    if (e - j > best) { best = e - j; v->name_zone[i] = nz[j].zone; }
+                    v->name_zones[i]++;
+                    j = e;
+                }
+            }
+        }
+        QK_PROF_FREE(nz);
+    }
+    qk__prof_aview_zones(m, v, !v->cupti_kernels, !v->cupti_copies);
+#ifdef QK_PROF_CUDA
+    if (v->state == 1 && qk__cupti.cuptiGetStreamIdEx) { /* the names of the streams the macros named */
+        int dev0 = 0;
+        if (cudaGetDevice(&dev0) != cudaSuccess) cudaGetLastError();
+        for (i = 0; i < m->n_lanes && v->n_streams < QK_PROF_MAX_LANES; i++) {
+            uint32_t id = 0;
+            if (qk__prof_g.lanes[i].device != dev0 || !qk__prof_g.lanes[i].stream) continue;
+            if (qk__cupti.cuptiGetStreamIdEx(NULL, qk__prof_g.lanes[i].stream, 0, &id) != 0) continue;
+            v->streams[v->n_streams].device = dev0;
+            v->streams[v->n_streams].stream = id;
+            v->streams[v->n_streams++].name = m->lanes[i].name;
+        }
+    }
+#endif
+    qk__prof_aview_steps(m, v);
+    qk__prof_aview_mem(m, v);
+    v->facts.acts = v->acts;
+    v->facts.n_acts = v->n_acts;
+    v->facts.steps = v->steps;
+    v->facts.n_steps = v->n_steps;
+    v->facts.step_zone = v->step_zone[0] ? v->step_zone : NULL;
+    v->facts.mem = v->mem;
+    v->facts.n_mem = v->n_mem;
+    v->facts.streams = v->streams;
+    v->facts.n_streams = v->n_streams;
+    v->facts.wall_ns = m->wall;
+    qk__prof_advise_all(&v->facts, &v->cfg, &v->adv);
+}
+
+QK_PROF_DEF int qk_prof_get_advice(qk_prof_advice *out, int max)
+{
+    qk__prof_model m;
+    qk__prof_aview v;
+    int n;
+    if (qk__prof_model_build(&m) != 0) return -1;
+    qk__prof_aview_build(&m, &v);
+    n = v.adv.n;
+    if (out && max > 0) memcpy(out, v.adv.items, (size_t)(n < max ? n : max) * sizeof *out);
+    qk__prof_aview_free(&v);
+    qk__prof_model_free(&m);
+    return n;
+}
+
+/* ---- the activity tables and the advice in each report ---- */
+static const char *qk__prof_memk_name(int k)
+{
+    static const char *n[6] = { "unknown", "pageable", "pinned", "device", "array", "managed" };
+    return k >= 0 && k < 6 ? n[k] : "?";
+}
+
+static const char *qk__prof_cupti_word(int state) { return state == 1 ? "on" : state < 0 ? "unavailable" : "off"; }
+
+/* Whether the run has activities to show (CUPTI asked, or records injected). */
+static int qk__prof_aview_any(const qk__prof_aview *v)
+{
+    return v->asked || v->kernels || v->kept || v->dropped || v->memsets.n || v->syncs.n || v->runtime.n;
+}
+
+static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
+{
+    qk__prof_aview v;
+    int i, d, s, k;
+    char b1[32], b2[32];
+    qk__prof_aview_build(m, &v);
+    if (qk__prof_aview_any(&v)) {
+        uint64_t nc = 0;
+        for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) nc += v.copies[d][s][k].n;
+        qk__prof_pf(f, "\nGPU activities: %llu kernels, %llu copies, %llu memsets, %llu syncs (CUPTI %s)\n",
+                    (unsigned long long)v.kernels, (unsigned long long)nc, (unsigned long long)v.memsets.n,
+                    (unsigned long long)v.syncs.n, v.status);
+        if (v.n_names) {
+            int kw = w;
+            for (i = 0; i < v.n_names; i++) if ((int)strlen(v.names[i].name) > kw) kw = (int)strlen(v.names[i].name);
+            if (kw > 72) kw = 72;
+            qk__prof_pf(f, "\n%-*s %9s %13s %12s %12s %12s  %s\n", kw, "GPU kernels", "calls", "total ms", "mean us",
+                        "min us", "max us", "zone (launched in)");
+            for (i = 0; i < v.n_names; i++) {
+                const qk__prof_aname *nm = &v.names[i];
+                qk__prof_text_name(f, nm->name, kw);
+                qk__prof_pf(f, " %9llu %13.3f %12.3f %12.3f %12.3f  ", (unsigned long long)nm->n, (double)nm->total * 1e-6,
+                            (double)nm->total / (double)nm->n * 1e-3, (double)nm->min * 1e-3, (double)nm->max * 1e-3);
+                {
+                    const char *zn = v.name_zone && v.name_zone[i] ? v.name_zone[i] : "-";
+                    qk__prof_text_name(f, zn, strlen(zn) < 48 ? (int)strlen(zn) : 48);
+                }
+                if (v.name_zones && v.name_zones[i] > 1) qk__prof_pf(f, " (+%d more)", v.name_zones[i] - 1);
+                qk__prof_pf(f, "\n");
+            }
+        }
+        {
+            int any = 0;
+            for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) any |= v.copies[d][s][k].n > 0;
+            if (any) {
+                qk__prof_pf(f, "\n%-*s %-19s %8s %12s %12s %10s\n", w, "GPU copies", "from -> to", "count", "bytes",
+                            "time ms", "GB/s");
+                for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
+                    const qk__prof_astat *x = &v.copies[d][s][k];
+                    char ft[40];
+                    if (!x->n) continue;
+                    qk__prof_spf(ft, sizeof ft, "%s -> %s", qk__prof_memk_name(s), qk__prof_memk_name(k));
+                    qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f %10.2f\n", w, qk__prof_dir_name(d), ft,
+                                (unsigned long long)x->n, qk__prof_bytes((double)x->bytes, b1, sizeof b1),
+                                (double)x->total * 1e-6, x->total > 0 ? (double)x->bytes / (double)x->total : 0.0);
+                }
+            }
+        }
+        if (v.memsets.n)
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "GPU memsets", "", (unsigned long long)v.memsets.n,
+                        qk__prof_bytes((double)v.memsets.bytes, b1, sizeof b1), (double)v.memsets.total * 1e-6);
+        if (v.syncs.n)
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "Syncs (host, stream waits)", "", (unsigned long long)v.syncs.n, "",
+                        (double)v.syncs.total * 1e-6);
+        if (v.runtime.n)
+            qk__prof_pf(f, "%-*s %-19s %8llu %12s %12.3f\n", w, "CUDA runtime calls", "", (unsigned long long)v.runtime.n, "",
+                        (double)v.runtime.total * 1e-6);
+        if (v.dropped || v.dropped_cupti || v.incomplete || v.dropped_corr)
+            qk__prof_pf(f, "Activity notes: records not kept %llu (the tables still count them), dropped by CUPTI %llu, "
+                        "incomplete %llu, zone links dropped %llu\n", (unsigned long long)v.dropped,
+                        (unsigned long long)v.dropped_cupti, (unsigned long long)v.incomplete, (unsigned long long)v.dropped_corr);
+    }
+    qk__prof_pf(f, "\nAdvice (%d rules on this run's records; thresholds in docs/profiler.md, QK_PROF_ADVICE)\n", QK__PROF_NRULES);
+    if (!v.adv.n) qk__prof_pf(f, "(none: no rule fired)\n");
+    for (i = 0; i < v.adv.n; i++) {
+        const qk_prof_advice *a = &v.adv.items[i];
+        qk__prof_pf(f, "%2d. [%s] %s", i + 1, a->rule, a->where);
+        if (a->impact_ns > 0) qk__prof_pf(f, " (about %s at stake)", qk__prof_time(a->impact_ns, b2, sizeof b2));
+        qk__prof_pf(f, "\n    evidence: %s\n    fix: %s\n", a->evidence, a->fix);
+    }
+    qk__prof_aview_free(&v);
+}
+
+static void qk__prof_act_json(FILE *f, qk__prof_model *m)
+{
+    qk__prof_aview v;
+    int i, d, s, k, o = 0;
+    uint64_t copies = 0;
+    qk__prof_aview_build(m, &v);
+    for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) copies += v.copies[d][s][k].n;
+    qk__prof_pf(f, ",\n\"activities\":{\"cupti\":\"%s\",\"status\":", qk__prof_cupti_word(v.state));
+    qk__prof_json_str(f, v.status);
+    qk__prof_pf(f, ",\"kernels\":%llu,\"memcpys\":%llu,\"memsets\":%llu,\"syncs\":%llu,\"runtime\":%llu,\"kept\":%llu,"
+                "\"dropped\":%llu,\"dropped_cupti\":%llu,\"incomplete\":%llu,\"dropped_zone_links\":%llu,\n \"kernel_names\":[",
+                (unsigned long long)v.kernels, (unsigned long long)copies, (unsigned long long)v.memsets.n,
+                (unsigned long long)v.syncs.n, (unsigned long long)v.runtime.n, (unsigned long long)v.kept,
+                (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti, (unsigned long long)v.incomplete,
+                (unsigned long long)v.dropped_corr);
+    for (i = 0; i < v.n_names; i++) {
+        const qk__prof_aname *nm = &v.names[i];
+        fputs(i ? ",\n  {\"name\":" : "\n  {\"name\":", f);
+        qk__prof_json_str(f, nm->name);
+        fputs(",\"mangled\":", f);
+        qk__prof_json_str(f, nm->key);
+        qk__prof_pf(f, ",\"calls\":%llu,\"total_ns\":%lld,\"mean_ns\":", (unsigned long long)nm->n, (long long)nm->total);
+        qk__prof_json_num(f, (double)nm->total / (double)nm->n);
+        qk__prof_pf(f, ",\"min_ns\":%lld,\"max_ns\":%lld,\"zone\":", (long long)nm->min, (long long)nm->max);
+        if (v.name_zone && v.name_zone[i]) qk__prof_json_str(f, v.name_zone[i]);
+        else fputs("null", f);
+        qk__prof_pf(f, ",\"zones\":%d,\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d],\"registers\":%d,\"shared_bytes\":%d}",
+                    v.name_zones ? v.name_zones[i] : 0, nm->grid[0], nm->grid[1], nm->grid[2], nm->block[0], nm->block[1],
+                    nm->block[2], nm->regs, nm->shmem);
+    }
+    fputs("],\n \"copies\":[", f);
+    for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
+        const qk__prof_astat *x = &v.copies[d][s][k];
+        if (!x->n) continue;
+        qk__prof_pf(f, "%s\n  {\"dir\":\"%s\",\"src\":\"%s\",\"dst\":\"%s\",\"count\":%llu,\"bytes\":%llu,\"time_ns\":%lld,\"gbps\":",
+                    o++ ? "," : "", qk__prof_dir_name(d), qk__prof_memk_name(s), qk__prof_memk_name(k),
+                    (unsigned long long)x->n, (unsigned long long)x->bytes, (long long)x->total);
+        qk__prof_json_num(f, x->total > 0 ? (double)x->bytes / (double)x->total : 0.0);
+        fputc('}', f);
+    }
+    qk__prof_pf(f, "],\n \"memset\":{\"count\":%llu,\"bytes\":%llu,\"time_ns\":%lld},\"sync\":{\"count\":%llu,\"time_ns\":%lld}},"
+                "\n\"advice\":[", (unsigned long long)v.memsets.n, (unsigned long long)v.memsets.bytes,
+                (long long)v.memsets.total, (unsigned long long)v.syncs.n, (long long)v.syncs.total);
+    for (i = 0; i < v.adv.n; i++) {
+        const qk_prof_advice *a = &v.adv.items[i];
+        fputs(i ? ",\n {\"rule\":" : "\n {\"rule\":", f);
+        qk__prof_json_str(f, a->rule);
+        fputs(",\"where\":", f); qk__prof_json_str(f, a->where);
+        fputs(",\"evidence\":", f); qk__prof_json_str(f, a->evidence);
+        fputs(",\"fix\":", f); qk__prof_json_str(f, a->fix);
+        fputs(",\"impact_ns\":", f); qk__prof_json_num(f, a->impact_ns);
+        fputc('}', f);
+    }
+    fputs("]", f);
+    qk__prof_aview_free(&v);
+}
+
+/* The trace: a lane per (device, stream) of CUPTI records in process "GPU d" (tid 100000 + stream
+   id), host waits and runtime calls in the host process. *first: the trace writer's separator. */
+static void qk__prof_act_trace(FILE *f, qk__prof_model *m, int *first)
+{
+    qk__prof_aview v;
+    size_t k;
+    uint32_t lanes[256][2];
+    int n_lanes = 0, i, waits = 0;
+    uint32_t threads[64];
+    int n_threads = 0;
+    int dev_named[16] = { 0 };
+#define QK__PROF_ASEP() (fputs(*first ? "\n" : ",\n", f), *first = 0)
+    qk__prof_aview_build(m, &v);
+    for (i = 0; i < m->n_lanes; i++) dev_named[m->lanes[i].device & 15] = 1;
+    for (k = 0; k < v.n_acts; k++) {
+        const qk_prof_activity *a = &v.acts[k];
+        char nm[64], lb[96];
+        int j, pid = 2 + (a->device & 15);
+        uint32_t tid;
+        if (a->kind == QK_PROF_ACT_ZONE) continue;
+        if (a->kind == QK_PROF_ACT_SYNC) {
+            pid = 1;
+            tid = 99999;
+            if (!waits++) {
+                QK__PROF_ASEP();
+                fputs("{\"ph\":\"M\",\"pid\":1,\"tid\":99999,\"name\":\"thread_name\",\"args\":{\"name\":\"CUDA host waits (CUPTI)\"}}", f);
+            }
+        } else if (a->kind == QK_PROF_ACT_RUNTIME) {
+            pid = 1;
+            tid = 200000 + a->stream % 100000;
+            for (j = 0; j < n_threads; j++) if (threads[j] == a->stream) break;
+            if (j == n_threads && n_threads < 64) {
+                threads[n_threads++] = a->stream;
+                QK__PROF_ASEP();
+                qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":1,\"tid\":%u,\"name\":\"thread_name\",\"args\":{\"name\":\"CUDA runtime "
+                            "(OS thread %u, CUPTI)\"}}", tid, a->stream);
+            }
+        } else {
+            tid = 100000 + a->stream % 100000;
+            if (!dev_named[a->device & 15]) {
+                dev_named[a->device & 15] = 1;
+                QK__PROF_ASEP();
+                qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"name\":\"process_name\",\"args\":{\"name\":\"GPU %d\"}}",
+                            pid, a->device & 15);
+            }
+            for (j = 0; j < n_lanes; j++) if (lanes[j][0] == (uint32_t)a->device && lanes[j][1] == a->stream) break;
+            if (j == n_lanes && n_lanes < 256) {
+                lanes[n_lanes][0] = (uint32_t)a->device;
+                lanes[n_lanes++][1] = a->stream;
+                QK__PROF_ASEP();
+                qk__prof_pf(f, "{\"ph\":\"M\",\"pid\":%d,\"tid\":%u,\"name\":\"thread_name\",\"args\":{\"name\":", pid, tid);
+                qk__prof_spf(nm, sizeof nm, "%s (CUPTI)", qk__prof_stream_label(&v.facts, a->device, a->stream, lb, sizeof lb));
+                qk__prof_json_str(f, nm);
+                fputs("}}", f);
+            }
+        }
+        QK__PROF_ASEP();
+        fputs("{\"ph\":\"X\",\"cat\":\"cupti\",\"name\":", f);
+        if (a->kind == QK_PROF_ACT_MEMCPY) { qk__prof_spf(nm, sizeof nm, "memcpy %s", qk__prof_dir_name(a->dir)); qk__prof_json_str(f, nm); }
+        else if (a->kind == QK_PROF_ACT_MEMSET) fputs("\"memset\"", f);
+        else if (a->kind == QK_PROF_ACT_SYNC) qk__prof_json_str(f, qk__prof_wait_name(a));
+        else qk__prof_json_str(f, a->name ? a->name : "(unnamed)");
+        qk__prof_pf(f, ",\"pid\":%d,\"tid\":%u,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"zone\":", pid, tid, a->start_ns * 1e-3,
+                    (a->end_ns - a->start_ns) * 1e-3);
+        if (a->zone) qk__prof_json_str(f, a->zone);
+        else fputs("null", f);
+        qk__prof_pf(f, ",\"correlation\":%u", a->correlation);
+        if (a->kind == QK_PROF_ACT_KERNEL)
+            qk__prof_pf(f, ",\"grid\":[%d,%d,%d],\"block\":[%d,%d,%d],\"registers\":%d,\"shared_bytes\":%d", a->grid[0],
+                        a->grid[1], a->grid[2], a->block[0], a->block[1], a->block[2], a->registers, a->shared_bytes);
+        else if (a->kind == QK_PROF_ACT_MEMCPY)
+            qk__prof_pf(f, ",\"bytes\":%llu,\"src\":\"%s\",\"dst\":\"%s\",\"sync\":%s,\"GB/s\":%.3f",
+                        (unsigned long long)a->bytes, qk__prof_memk_name(a->src_kind), qk__prof_memk_name(a->dst_kind),
+                        a->sync ? "true" : "false", a->end_ns > a->start_ns ? (double)a->bytes / (a->end_ns - a->start_ns) : 0.0);
+        else if (a->kind == QK_PROF_ACT_MEMSET)
+            qk__prof_pf(f, ",\"bytes\":%llu,\"sync\":%s", (unsigned long long)a->bytes, a->sync ? "true" : "false");
+        fputs("}}", f);
+    }
+#undef QK__PROF_ASEP
+    qk__prof_aview_free(&v);
+}
+
+static void qk__prof_act_html_advice(FILE *f, qk__prof_model *m)
+{
+    qk__prof_aview v;
+    int i;
+    char b1[32];
+    qk__prof_aview_build(m, &v);
+    qk__prof_pf(f, "<h2>Advice</h2>\n<p class=\"note\">%d rules read this run's records (GPU activities, steps of the "
+                "loop, memory); thresholds in docs/profiler.md, settable with QK_PROF_ADVICE.</p>\n", QK__PROF_NRULES);
+    if (!v.adv.n) fputs("<p>No rule fired.</p>\n", f);
+    else fputs("<ol class=\"adv\">\n", f);
+    for (i = 0; i < v.adv.n; i++) {
+        const qk_prof_advice *a = &v.adv.items[i];
+        qk__prof_pf(f, "<li><b>%s</b> &middot; ", a->rule);
+        qk__prof_html_str(f, a->where);
+        if (a->impact_ns > 0) qk__prof_pf(f, " &middot; about %s at stake", qk__prof_time(a->impact_ns, b1, sizeof b1));
+        fputs("<br><span class=\"note\">", f);
+        qk__prof_html_str(f, a->evidence);
+        fputs("</span><br><i>Fix:</i> ", f);
+        qk__prof_html_str(f, a->fix);
+        fputs("</li>\n", f);
+    }
+    if (v.adv.n) fputs("</ol>\n", f);
+    qk__prof_aview_free(&v);
+}
+
+static void qk__prof_act_html(FILE *f, qk__prof_model *m)
+{
+    qk__prof_aview v;
+    int i, d, s, k, any = 0;
+    char b1[32], note[512];
+    qk__prof_aview_build(m, &v);
+    if (!qk__prof_aview_any(&v)) { qk__prof_aview_free(&v); return; }
+    qk__prof_spf(note, sizeof note, "CUPTI %s. Kernels by name (all launches, the libraries' included), total device "
+                 "time; zone: the CPU zone most launches came from.", v.status);
+    fputs("<h2>GPU kernels</h2>\n<p class=\"note\">", f);
+    qk__prof_html_str(f, note); /* the status quotes the loader's message: escaped */
+    fputs("</p>\n<table><tr><th>kernel</th><th>calls</th><th>total ms</th><th>mean us</th><th>min us</th><th>max us</th>"
+          "<th>zone</th><th>grid</th><th>block</th></tr>\n", f);
+    for (i = 0; i < v.n_names; i++) {
+        const qk__prof_aname *nm = &v.names[i];
+        fputs("<tr><td>", f);
+        qk__prof_html_label(f, nm->name, 120);
+        qk__prof_pf(f, "</td><td>%llu</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>%.3f</td><td>", (unsigned long long)nm->n,
+                    (double)nm->total * 1e-6, (double)nm->total / (double)nm->n * 1e-3, (double)nm->min * 1e-3,
+                    (double)nm->max * 1e-3);
+        qk__prof_html_str(f, v.name_zone && v.name_zone[i] ? v.name_zone[i] : "-");
+        if (v.name_zones && v.name_zones[i] > 1) qk__prof_pf(f, " (+%d)", v.name_zones[i] - 1);
+        qk__prof_pf(f, "</td><td>%dx%dx%d</td><td>%dx%dx%d</td></tr>\n", nm->grid[0], nm->grid[1], nm->grid[2],
+                    nm->block[0], nm->block[1], nm->block[2]);
+    }
+    fputs("</table>\n", f);
+    for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) any |= v.copies[d][s][k].n > 0;
+    if (any || v.memsets.n || v.syncs.n) {
+        qk__prof_html_table_open(f, "GPU copies, memsets and syncs", NULL, "what|from -> to|count|bytes|time ms|GB/s");
+        for (d = 0; d < 5; d++) for (s = 0; s < 6; s++) for (k = 0; k < 6; k++) {
+            const qk__prof_astat *x = &v.copies[d][s][k];
+            if (!x->n) continue;
+            qk__prof_pf(f, "<tr><td>copy %s</td><td>%s -&gt; %s</td><td>%llu</td><td>%s</td><td>%.3f</td><td>%.2f</td></tr>\n",
+                        qk__prof_dir_name(d), qk__prof_memk_name(s), qk__prof_memk_name(k), (unsigned long long)x->n,
+                        qk__prof_bytes((double)x->bytes, b1, sizeof b1), (double)x->total * 1e-6,
+                        x->total > 0 ? (double)x->bytes / (double)x->total : 0.0);
+        }
+        if (v.memsets.n)
+            qk__prof_pf(f, "<tr><td>memset</td><td></td><td>%llu</td><td>%s</td><td>%.3f</td><td></td></tr>\n",
+                        (unsigned long long)v.memsets.n, qk__prof_bytes((double)v.memsets.bytes, b1, sizeof b1),
+                        (double)v.memsets.total * 1e-6);
+        if (v.syncs.n)
+            qk__prof_pf(f, "<tr><td>syncs (host, stream waits)</td><td></td><td>%llu</td><td></td><td>%.3f</td><td></td></tr>\n",
+                        (unsigned long long)v.syncs.n, (double)v.syncs.total * 1e-6);
+        fputs("</table>\n", f);
+    }
+    if (v.dropped || v.dropped_cupti || v.incomplete)
+        qk__prof_pf(f, "<p class=\"note\">Activity records not kept %llu (the tables still count them), dropped by CUPTI "
+                    "%llu, incomplete %llu.</p>\n", (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti,
+                    (unsigned long long)v.incomplete);
+    qk__prof_aview_free(&v);
+}
+/* ---- end advice ---- */
 
 /* >>output ---- implementation: qk_prof_write, qk_prof_write_file ---- */
 QK_PROF_DEF int qk_prof_write(qk_prof_format fmt, FILE *f)
