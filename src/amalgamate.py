@@ -84,7 +84,7 @@ LAYER_EXCEPTIONS = {
 }
 
 STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-DEF = re.compile(r'^(?:static|QKDEF)\b[^;{}()=]*?\b(qk_?_\w+)\s*\(([^;{}]*?)\)\s*(;|\{)', re.M)
+DEF = re.compile(r'^(?:static|QKDEF|QK__PRIV)\b[^;{}()=]*?\b(qk_?_\w+)\s*\(([^;{}]*?)\)\s*(;|\{)', re.M)
 
 
 def layer_violations():
