@@ -125,9 +125,9 @@
    >>engine         numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) [qk_engine.h]
    >>cuda           the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu) [qk_engine.h]
    >>mpi            qk_gram_mpi (declared under QK_MPI; may come after a plain include of qk.h) [qk_mpi.h]
-   >>internal       what the sources share: config macros, types, each source's internal functions (qk_internal.h) [qk_internal.h]
-   >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) [prof.c]
-   >>config         includes, config macros, the allocator [base.c]
+   >>internal       what the sources share: includes, config macros, types, each source's internal functions [qk_internal.h]
+   >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) [prof.c]
+   >>config         defaults, the allocator (the includes and config macros: qk_internal.h) [base.c]
    >>errors         results, the detail message [base.c]
    >>mps_prog       the MPS program: sites, bond bounds, steps (is a wide map MPS-able?) [mps_prog.c]
    >>maps_impl      maps, angles, data checks [map.c]
@@ -1203,12 +1203,12 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
-/* >>internal ---- what the sources share: config macros, types, each source's internal functions (qk_internal.h) ---- */
+/* >>internal ---- what the sources share: includes, config macros, types, each source's internal functions ---- */
 /* src/qk_internal.h — the internal header of qk's implementation (not installed, not for users).
 
-   qk is developed as one C file per subsystem (the .c files of src/) and shipped as one header: the generator
-   (src/amalgamate.py) inlines this header and then the sources, in the order of src/qk_unity.h,
-   into qk.h, where every internal function is static. In development each source is also its own
+   qk is developed as one C file per subsystem (the .c files of src/) and shipped as one header:
+   the generator (src/amalgamate.py) inlines this header and then the sources, in the order of
+   src/qk_unity.h, into qk.h, where every internal function is static. In development each source is also its own
    translation unit (the development build: meson's test tu-compile, and -Ddev=true, which runs
    the CPU suite against a library of the sources; docs/vendoring.md, "Developing qk"), and then a
    source sees only what this header declares: the config macros and the types more than one
@@ -1749,7 +1749,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */
-/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) ---- */
+/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
    counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
    for the two implementation defines is in the documentation block at the top. */
@@ -1760,7 +1760,7 @@ QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_p
                                                        qk_prof_track, qk_prof_untrack, qk_prof_counter};
 #endif
 
-/* >>config ---- includes, config macros, the allocator ---- */
+/* >>config ---- defaults, the allocator (the includes and config macros: qk_internal.h) ---- */
 
 QK__PRIV int qk__def_i(int v, int d) { return v ? v : d; }
 QK__PRIV double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }

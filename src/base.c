@@ -1,5 +1,5 @@
 #include "qk_internal.h"
-/* >>config ---- includes, config macros, the allocator ---- */
+/* >>config ---- defaults, the allocator (the includes and config macros: qk_internal.h) ---- */
 
 QK__PRIV int qk__def_i(int v, int d) { return v ? v : d; }
 QK__PRIV double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }

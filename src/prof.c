@@ -1,5 +1,5 @@
 #include "qk_internal.h"
-/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) ---- */
+/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
    counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
    for the two implementation defines is in the documentation block at the top. */

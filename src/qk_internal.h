@@ -1,9 +1,9 @@
-/* >>internal ---- what the sources share: config macros, types, each source's internal functions (qk_internal.h) ---- */
+/* >>internal ---- what the sources share: includes, config macros, types, each source's internal functions ---- */
 /* src/qk_internal.h — the internal header of qk's implementation (not installed, not for users).
 
-   qk is developed as one C file per subsystem (the .c files of src/) and shipped as one header: the generator
-   (src/amalgamate.py) inlines this header and then the sources, in the order of src/qk_unity.h,
-   into qk.h, where every internal function is static. In development each source is also its own
+   qk is developed as one C file per subsystem (the .c files of src/) and shipped as one header:
+   the generator (src/amalgamate.py) inlines this header and then the sources, in the order of
+   src/qk_unity.h, into qk.h, where every internal function is static. In development each source is also its own
    translation unit (the development build: meson's test tu-compile, and -Ddev=true, which runs
    the CPU suite against a library of the sources; docs/vendoring.md, "Developing qk"), and then a
    source sees only what this header declares: the config macros and the types more than one
