@@ -3981,7 +3981,7 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
 QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
-                              struct qk__gram_job *job)
+                                struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
     double *out;
@@ -4287,7 +4287,7 @@ QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt)
    mirrored into it), or NULL when out is a slab of these rows only (the streamed output's
    writer writes the mirror). */
 QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
-                                   char *kbase, int nt)
+                                     char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
     const int sym = desc->y == NULL, nf = t->map->n_features;
@@ -5355,7 +5355,7 @@ QK__PRIV void qk__npyw_abort(qk__npyw *w)
    commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
    job runs they would be random I/O in flight, which a cancel must wait for). */
 QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
-                               int syncer)
+                                 int syncer)
 {
     char hdr[192];
     size_t nbytes = 0;
@@ -5537,7 +5537,7 @@ static void *qk__slab_write_main(void *p)
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
    buffers, not K. */
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+                                    const qk__cpu_tiles *tl)
 {
     qk__npyw w;
     qk__slab_write sw[2];
@@ -5654,7 +5654,7 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
    after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
 QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+                               int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -6448,7 +6448,7 @@ static void qk__mps_build_work(void *arg, int thread)
    eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
    NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
 QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps, struct qk__gram_job *job)
+                                double *discarded, double *eps, struct qk__gram_job *job)
 {
     qk__mps_build_job j;
     double *out;
@@ -6723,7 +6723,7 @@ QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d)
 }
 
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
-                                qk__mps_prog *prog, int *use)
+                                  qk__mps_prog *prog, int *use)
 {
     const qk_path req = desc->path;
     const int q = map->n_qubits;
@@ -6842,7 +6842,7 @@ static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc
    Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
    (twice the fp32 device bytes) and the builder's lane layout. */
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
-                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+                                     const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
 {
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
@@ -8740,7 +8740,7 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
 }
 
 QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
-                              void *log_user, qk_plan *plan)
+                                void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
     char fixed[32], chosen[64], label[96];
@@ -9295,7 +9295,7 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
 QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                              qk_cuda_stats *stats)
+                                qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__npyw w;

@@ -77,7 +77,7 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
 QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
-                              struct qk__gram_job *job)
+                                struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
     double *out;
@@ -383,7 +383,7 @@ QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt)
    mirrored into it), or NULL when out is a slab of these rows only (the streamed output's
    writer writes the mirror). */
 QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
-                                   char *kbase, int nt)
+                                     char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
     const int sym = desc->y == NULL, nf = t->map->n_features;

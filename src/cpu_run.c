@@ -25,7 +25,7 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
    after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
 QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+                               int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);

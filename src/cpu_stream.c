@@ -53,7 +53,7 @@ static void *qk__slab_write_main(void *p)
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
    buffers, not K. */
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+                                    const qk__cpu_tiles *tl)
 {
     qk__npyw w;
     qk__slab_write sw[2];

@@ -559,7 +559,7 @@ static void qk__mps_build_work(void *arg, int thread)
    eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
    NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
 QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps, struct qk__gram_job *job)
+                                double *discarded, double *eps, struct qk__gram_job *job)
 {
     qk__mps_build_job j;
     double *out;
@@ -834,7 +834,7 @@ QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d)
 }
 
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
-                                qk__mps_prog *prog, int *use)
+                                  qk__mps_prog *prog, int *use)
 {
     const qk_path req = desc->path;
     const int q = map->n_qubits;
@@ -953,7 +953,7 @@ static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc
    Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
    (twice the fp32 device bytes) and the builder's lane layout. */
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
-                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+                                     const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
 {
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;

@@ -656,7 +656,7 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
 }
 
 QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
-                              void *log_user, qk_plan *plan)
+                                void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
     char fixed[32], chosen[64], label[96];

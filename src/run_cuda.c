@@ -188,7 +188,7 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
 QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                              qk_cuda_stats *stats)
+                                qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__npyw w;

@@ -75,7 +75,7 @@ QK__PRIV void qk__npyw_abort(qk__npyw *w)
    commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
    job runs they would be random I/O in flight, which a cancel must wait for). */
 QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
-                               int syncer)
+                                 int syncer)
 {
     char hdr[192];
     size_t nbytes = 0;
