@@ -125,8 +125,9 @@
    >>engine         numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) [qk_engine.h]
    >>cuda           the CUDA engine's surface (QK_CUDA_DEF, implemented in qk_cuda.cu) [qk_engine.h]
    >>mpi            qk_gram_mpi (declared under QK_MPI; may come after a plain include of qk.h) [qk_mpi.h]
-   >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) [prof.c]
-   >>config         includes, config macros, the allocator [base.c]
+   >>internal       what the sources share: includes, config macros, types, each source's internal functions [qk_internal.h]
+   >>prof_impl      qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) [prof.c]
+   >>config         defaults, the allocator (the includes and config macros: qk_internal.h) [base.c]
    >>errors         results, the detail message [base.c]
    >>mps_prog       the MPS program: sites, bond bounds, steps (is a wide map MPS-able?) [mps_prog.c]
    >>maps_impl      maps, angles, data checks [map.c]
@@ -1202,12 +1203,80 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
-/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE) ---- */
-/* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
-   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
-   for the two implementation defines is in the documentation block at the top. */
+/* >>internal ---- what the sources share: includes, config macros, types, each source's internal functions ---- */
+/* src/qk_internal.h — the internal header of qk's implementation (not installed, not for users).
+
+   qk is developed as one C file per subsystem (the .c files of src/) and shipped as one header:
+   the generator (src/amalgamate.py) inlines this header and then the sources, in the order of
+   src/qk_unity.h, into qk.h, where every internal function is static. In development each source is also its own
+   translation unit (the development build: meson's test tu-compile, and -Ddev=true, which runs
+   the CPU suite against a library of the sources; docs/vendoring.md, "Developing qk"), and then a
+   source sees only what this header declares: the config macros and the types more than one
+   source uses, and, per source, the internal functions (and data) that later sources call.
+
+   The layering is checked by the compiler: the translation unit of a source is compiled with
+   QK__LAYER set to its place in the order (QK__L_<SOURCE> below, -DQK__LAYER=QK__L_MAP for
+   src/map.c), and the section of a source is seen only by that source and those after it, so a
+   call into a later source does not compile (implicit declaration, an error at -Werror), nor a
+   call into a source's function it does not export (static there). In qk.h (QK_IMPLEMENTATION)
+   every section is seen, in order, before the first source.
+
+   To export a function to later sources: mark its definition QK__PRIV instead of static and
+   declare it in its source's section here (the development build compiles with
+   -Wmissing-prototypes, so a QK__PRIV function without its declaration fails). QK__PRIV is
+   static in qk.h and external (hidden) in the development build. Data: the definition is
+   QK__PRIV too, the declaration (extern) is for the development build only (#ifndef
+   QK_IMPLEMENTATION), since C++ does not take a static object's declaration before its
+   definition. A type or macro that a later source uses lives here, in its source's section. */
+#ifndef QK_INTERNAL_H
+#define QK_INTERNAL_H
+#ifndef QK_IMPLEMENTATION /* a source compiled alone (the development build): qk.h's declarations */
+#endif
+
+/* The sources in their order (src/qk_unity.h's; amalgamate.py --check compares the two). */
+#define QK__L_PROF 1
+#define QK__L_BASE 2
+#define QK__L_MPS_PROG 3
+#define QK__L_MAP 4
+#define QK__L_MAP_PARSE 5
+#define QK__L_CPU_POOL 6
+#define QK__L_CPU_STATES 7
+#define QK__L_CPU_GRAM 8
+#define QK__L_IO 9
+#define QK__L_SINK_NPY 10
+#define QK__L_CPU_STREAM 11
+#define QK__L_CPU_RUN 12
+#define QK__L_SCHEDULE 13
+#define QK__L_ENGINE_MPS 14
+#define QK__L_TUNE 15
+#define QK__L_PLAN 16
+#define QK__L_CTX 17
+#define QK__L_RUN_CUDA 18
+#define QK__L_GRAM 19
+#define QK__L_RUN_MPI 20
+#define QK__L_ALL 21
+
+#if defined(QK_IMPLEMENTATION)
+#define QK__LAYER QK__L_ALL
+#define QK__PRIV static
+#else
+#if !defined(QK__LAYER)
+#error "qk_internal.h: a source compiled alone needs -DQK__LAYER=QK__L_<SOURCE> (its place in src/qk_unity.h), or QK_IMPLEMENTATION (all of qk.h)"
+#endif
+#if defined(QK_STATIC)
+#error "qk_internal.h: QK_STATIC is for qk.h (the amalgamation), not for sources compiled one by one"
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define QK__PRIV __attribute__((visibility("hidden")))
+#else
+#define QK__PRIV
+#endif
+#endif
+
+/* ---- prof.c: qk's own profiler zones (qk_prof.h, or no-op zone macros) ---- */
+#if QK__LAYER >= QK__L_PROF
 #if defined(QK_PROF_ENABLE)
-#if !defined(QK_PROF_IMPLEMENTATION)
+#if defined(QK_IMPLEMENTATION) && !defined(QK_PROF_IMPLEMENTATION)
 #error "qk.h: QK_PROF_ENABLE with QK_IMPLEMENTATION: define QK_PROF_IMPLEMENTATION in this file too, before including qk.h, and in no other file (qk.h, 'The profiler and the two implementation defines')"
 #endif
 #if defined(QK_CUDA) && QK_CUDA && !defined(QK_PROF_CUDA)
@@ -1235,17 +1304,19 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK_PROF_TRACK(name, ptr, bytes) (QK_PROF_U_(name), QK_PROF_U_(ptr), QK_PROF_U_(bytes))
 #define QK_PROF_UNTRACK(ptr) QK_PROF_U_(ptr)
 #endif
-/* The CUDA engine's GPU zones go to the profiler through this table (qk_cuda_io.prof), set only
-   where the profiler is on: the one libqk_cuda serves programs with and without it. */
+/* the hook table handed to the CUDA engine (qk_cuda_io.prof), NULL where the profiler is off */
 #if defined(QK_CUDA) && QK_CUDA && defined(QK_PROF_ENABLE)
-static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_prof_gpu_end, qk_prof_stream_name,
-                                                       qk_prof_track, qk_prof_untrack, qk_prof_counter};
+#ifndef QK_IMPLEMENTATION
+extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
+#endif
 #define QK__PROF_CUDA_HOOKS (&qk__prof_cuda_hooks)
 #else
 #define QK__PROF_CUDA_HOOKS NULL
 #endif
+#endif /* prof.c */
 
-/* >>config ---- includes, config macros, the allocator ---- */
+/* ---- base.c: includes, config macros, the allocator, errors ---- */
+#if QK__LAYER >= QK__L_BASE
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -1293,11 +1364,409 @@ static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_pro
    group (mps_prog.c, engine_mps.c): 8 doubles, one zmm with AVX-512. */
 #define QK__NJ 8
 
-static int qk__def_i(int v, int d) { return v ? v : d; }
-static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
+#define QK__ESC_ARG_MAX 200
+#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
 
-static void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
-static void *qk__calloc(size_t count, size_t size)
+QK__PRIV int qk__def_i(int v, int d);                 /* v, or d where v is 0 */
+QK__PRIV double qk__def_d(double v, double d);
+QK__PRIV void *qk__malloc(size_t n);                  /* QK_MALLOC, never of 0 bytes */
+QK__PRIV void *qk__calloc(size_t count, size_t size);
+QK__PRIV const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max);
+QK__PRIV const char *qk__esc_arg(char *buf, size_t size, const char *s);
+QK__PRIV void qk__esc_msg(char *dst, size_t size, const char *src);
+#ifndef QK_IMPLEMENTATION
+extern QK__PRIV QK__TLS char qk__errbuf[512];         /* the detail message (qk_last_error) */
+#endif
+QK__PRIV void qk__set_error(const char *fmt, ...);
+QK__PRIV qk_result qk__fail(qk_result r, const char *fmt, ...);
+QK__PRIV int qk__prec_f32(qk_precision p);
+#endif /* base.c */
+
+/* ---- mps_prog.c: the MPS program (sites, bond bounds, steps) ---- */
+#if QK__LAYER >= QK__L_MPS_PROG
+#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
+#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+
+enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
+
+typedef struct qk__mps_step {
+    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
+    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
+    int s0, s1;
+    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
+    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
+    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
+} qk__mps_step;
+
+typedef struct qk__mps_prog {
+    int q, n_steps, folded, span, dense;
+    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
+    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
+    int *order;         /* q: site -> qubit */
+    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
+    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
+    int64_t group;      /* doubles per group of QK__NJ samples */
+    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
+    qk__mps_step *steps;
+    int *bounds;
+    int64_t n_bounds;
+    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
+    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
+    double cutoff;
+} qk__mps_prog;
+
+QK__PRIV void qk__mps_prog_free(qk__mps_prog *p);
+QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p);
+QK__PRIV qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p);
+QK__PRIV int qk__mps_bond_of(const qk_map *m);
+#endif /* mps_prog.c */
+
+/* ---- map.c: maps; numbers in C syntax whatever the locale ---- */
+#if QK__LAYER >= QK__L_MAP
+typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
+typedef struct qk__ops {
+    qk_op *ops;
+    int n, cap;
+    int oom;
+} qk__ops;
+
+QK__PRIV void qk__radix_init(qk__radix *r);
+QK__PRIV const char *qk__fmt_g(char *buf, size_t size, double v, int prec);
+QK__PRIV int qk__fmt_angle(const qk_angle *a, char *buf, size_t size);
+QK__PRIV int qk__ci_eq(const char *s, size_t n, const char *word);
+QK__PRIV size_t qk__num_len(const char *s, size_t n, int special);
+QK__PRIV int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v);
+QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a);
+QK__PRIV qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset);
+QK__PRIV qk_angle qk__noang(void);
+#endif /* map.c */
+
+/* ---- map_parse.c: the map spec parser ---- */
+#if QK__LAYER >= QK__L_MAP_PARSE
+QK__PRIV void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...);
+#endif /* map_parse.c */
+
+/* ---- cpu_pool.c: the thread pool, the Gram job and its polls ---- */
+#if QK__LAYER >= QK__L_CPU_POOL
+typedef void (*qk__work_fn)(void *ctx, int thread);
+#ifndef QK_NO_THREADS
+#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
+#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
+#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
+#else
+#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
+#define QK__LOAD(p) (*(p))
+#define QK__STORE(p, v) (*(p) = (v))
+#endif
+#ifndef QK_NO_THREADS
+typedef struct qk__tpool qk__tpool;
+typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
+struct qk__tpool {
+    int n_workers, quit, want, busy;
+    unsigned gen;
+    qk__work_fn fn;
+    void *arg;
+    pthread_mutex_t mu;
+    pthread_cond_t go, done;
+    pthread_t th[255];
+    qk__tpool_worker w[255];
+};
+#endif
+
+/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
+   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
+   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
+   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
+   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
+   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
+   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
+#define QK__POLL_WORK ((int64_t)1 << 21)
+#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
+typedef struct qk__poll {
+    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
+    int64_t work, every;
+} qk__poll;
+
+typedef struct qk__gram_job {
+    qk_path path;
+    const double *A, *B;        /* states (B == A when symmetric) */
+    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
+    int symmetric;
+    qk_dtype dt;
+    void *out;
+    int64_t ld;
+    qk_output output;
+    qk_tile_fn tile_fn;
+    void *tile_user;
+    qk_progress_fn progress;
+    void *progress_user;
+    int64_t tiles_i, tiles_j, n_tiles;
+    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
+       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
+       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
+    int64_t ti_begin, ti_end, row_base, mirror_end;
+    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
+       states; i_base, j_base: the block's first row and column in K (the callback's
+       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
+       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
+    int64_t i_base, j_base;
+    void *mirror_out;
+    int twice;
+    int64_t next;
+    int64_t pairs_done, pairs_total;
+    int cancel;                 /* 1: cancelled by a callback */
+    int oom;
+    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
+    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
+    /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
+    void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
+#ifndef QK_NO_THREADS
+    pthread_mutex_t cb_lock;
+#endif
+} qk__gram_job;
+
+QK__PRIV int qk__ncores(void);
+#ifndef QK_NO_THREADS
+QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
+QK__PRIV void qk__tpool_stop(qk__tpool *t);
+#ifndef QK_IMPLEMENTATION
+extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
+#endif
+#endif
+QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx);
+QK__PRIV void qk__job_poll(qk__gram_job *j);
+QK__PRIV void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread);
+QK__PRIV int qk__poll_tick(qk__poll *p, int64_t work);
+#endif /* cpu_pool.c */
+
+/* ---- cpu_states.c: one sample's statevector or product state ---- */
+#if QK__LAYER >= QK__L_CPU_STATES
+/* Below 12 qubits the table (2^g phases, each a sum of up to g(g+1)/2 angles) costs more than
+   the passes it saves (2-core CPU, zz reps=2: 2x slower at 10 qubits; 1.8x faster at 12, 3.9x at
+   14, 6.3x at 16, 7.1x at 18). */
+#define QK__DIAG_MIN_QUBITS 12
+QK__PRIV void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q);
+QK__PRIV size_t qk__diag_scratch(int q);
+QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll);
+QK__PRIV void qk__product1(const qk_map *m, const double *x, double *out, double *theta);
+#endif /* cpu_states.c */
+
+/* ---- cpu_gram.c: states for many samples, the blocked Gram tiles ---- */
+#if QK__LAYER >= QK__L_CPU_GRAM
+#define QK__T 64
+#define QK__NI 6
+#define QK__DC 256
+#define QK__TR (((QK__T + QK__NI - 1) / QK__NI) * QK__NI)   /* tile rows padded to NI */
+
+/* The micro-kernels' vector type and its loads and stores (GCC/Clang vector extensions: cpu_gram.c) */
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
+#define QK__VEC 1
+typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
+#if defined(__GNUC__) && !defined(__clang__)
+#define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
+#else
+#define QK__CONTRACT
+#endif
+#define QK__LD8(v, p) memcpy(&(v), (p), sizeof(qk__v8))
+/* Stores a vector, an element of an accumulator array included, through a whole local vector.
+   With memcpy straight from &acc[k] (k < 8 in an array of 8 vectors) gcc 12 under
+   -fsanitize=address reported -Warray-bounds "offset [0, 63] is out of the bounds [0, 0]" in
+   qk__mps_site4 (an -O2 / -O3 build; a false positive, the access is in bounds): the source of a
+   copy is now a whole object of its own. */
+#define QK__ST8(p, v) do { qk__v8 qk__st8_ = (v); memcpy((p), &qk__st8_, sizeof(qk__v8)); } while (0)
+#define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+#endif
+
+typedef struct qk__cpu_tiles {
+    const qk_map *map;
+    const qk_gram_desc *desc;
+    qk_path path;
+    int64_t R;
+    double *A, *B;
+} qk__cpu_tiles;
+
+QK__PRIV qk_path qk__path_of(const qk_map *m);
+QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path);
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+                                struct qk__gram_job *job);
+QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt);
+QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
+                                     char *kbase, int nt);
+#endif /* cpu_gram.c */
+
+/* ---- io.c: .npy / .csv readers and writers, temporary files ---- */
+#if QK__LAYER >= QK__L_IO
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <errno.h>
+#ifdef _WIN32
+#include <io.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <process.h>
+#include <windows.h>
+#else
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <sys/utsname.h> /* the host in temporary names (qk__host_tag) */
+#include <dirent.h>      /* stale temporaries (qk__sweep_tmp) */
+#endif
+
+#ifdef _WIN32
+#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
+#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
+#define QK__FSYNC(fd) _commit(fd)
+#define QK__CLOSE(fd) _close(fd)
+#define QK__GETPID() ((long)_getpid())
+#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
+#else
+#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
+#define QK__WRITE(fd, b, n) write((fd), (b), (n))
+#define QK__FSYNC(fd) fsync(fd)
+#define QK__CLOSE(fd) close(fd)
+#define QK__GETPID() ((long)getpid())
+#define QK__RENAME(a, b) rename((a), (b))
+#endif
+
+QK__PRIV int qk__write_all(int fd, const void *buf, size_t n);
+QK__PRIV qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out);
+QK__PRIV void qk__sync_dir(const char *path);
+QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb);
+QK__PRIV size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols);
+QK__PRIV qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes);
+#endif /* io.c */
+
+/* ---- sink_npy.c: the streaming .npy writer ---- */
+#if QK__LAYER >= QK__L_SINK_NPY
+typedef struct qk__npyw {
+    int fd;
+    char *tmp;              /* temporary name (QK_MALLOC) */
+    const char *path;
+    size_t es, hdr;
+    int64_t rows, cols;
+    int no_sync;
+    uint64_t written;
+    int *cancel;            /* optional: a job's cancel flag, read before each write */
+#ifndef QK_NO_THREADS
+    pthread_t syncer;
+    int syncer_on, stop, sync_errno;
+    uint64_t dirty;         /* bytes written since the syncer last started an fsync */
+    uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+#endif
+} qk__npyw;
+
+QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
+                                 int syncer);
+QK__PRIV qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n);
+QK__PRIV qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n);
+QK__PRIV qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld);
+QK__PRIV qk_result qk__npyw_commit(qk__npyw *w);
+QK__PRIV void qk__npyw_abort(qk__npyw *w);
+#endif /* sink_npy.c */
+
+/* ---- cpu_stream.c: K streamed to a .npy by the CPU engine ---- */
+#if QK__LAYER >= QK__L_CPU_STREAM
+QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
+                                    const qk__cpu_tiles *tl);
+#endif /* cpu_stream.c */
+
+/* ---- cpu_run.c: the CPU engine's job ---- */
+#if QK__LAYER >= QK__L_CPU_RUN
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                               int64_t stride, int64_t D, const void *mps, size_t scratch);
+QK__PRIV void qk__cpu_job_free(qk__gram_job *j);
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B);
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+#endif /* cpu_run.c */
+
+/* ---- engine_mps.c: the MPS engine and the path choice ---- */
+#if QK__LAYER >= QK__L_ENGINE_MPS
+/* The MPS path's cost against the statevector's on the GPU engine: the statevector Gram runs on
+   cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
+   (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
+   third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
+   the mps-gpu case set of bench/run.sh measures the crossover (zz reps=2 linear). */
+#ifndef QK__MPS_GPU_FLOP_RATIO
+#define QK__MPS_GPU_FLOP_RATIO 4.0
+#endif
+
+QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                                double *discarded, double *eps, struct qk__gram_job *job);
+QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
+QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
+                                  qk__mps_prog *prog, int *use);
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
+QK__PRIV int qk__mps_gpu_chi(int chi);
+QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
+QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                     const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p);
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+#endif /* engine_mps.c */
+
+/* ---- plan.c: the planner ---- */
+#if QK__LAYER >= QK__L_PLAN
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p);
+QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
+#if defined(QK_CUDA) && QK_CUDA
+QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                                void *log_user, qk_plan *plan);
+#endif
+#endif /* plan.c */
+
+/* ---- ctx.c: the context ---- */
+#if QK__LAYER >= QK__L_CTX
+struct qk_ctx {
+    qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
+    char cache_dir[1024];
+    qk_device_info dev;         /* present == 0 on the CPU engine */
+    qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
+    void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
+    size_t stage_bytes;
+    int n_dev;                  /* GPUs of the context (0 on the CPU engine); dev is dev_info[0] */
+    int dev_ord[QK_MAX_DEVICES];
+    qk_device_info dev_info[QK_MAX_DEVICES];
+    void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
+    size_t dstage_bytes[QK_MAX_DEVICES];
+    int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
+    double dev_seconds[QK_MAX_DEVICES];
+#ifndef QK_NO_THREADS
+    qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
+#endif
+};
+
+QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
+#endif /* ctx.c */
+
+/* ---- run_cuda.c: the host side of the GPU engine, one GPU and several ---- */
+#if QK__LAYER >= QK__L_RUN_CUDA && defined(QK_CUDA) && QK_CUDA
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                                qk_cuda_stats *stats);
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+#endif /* run_cuda.c */
+#endif /* QK_INTERNAL_H */
+/* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
+/* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
+   counters "tiles"); build with -DQK_PROF_ENABLE to record them (docs/profiler.md). The rule
+   for the two implementation defines is in the documentation block at the top. */
+/* The CUDA engine's GPU zones go to the profiler through this table (qk_cuda_io.prof), set only
+   where the profiler is on: the one libqk_cuda serves programs with and without it. */
+#if defined(QK_CUDA) && QK_CUDA && defined(QK_PROF_ENABLE)
+QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_prof_gpu_end, qk_prof_stream_name,
+                                                       qk_prof_track, qk_prof_untrack, qk_prof_counter};
+#endif
+
+/* >>config ---- defaults, the allocator (the includes and config macros: qk_internal.h) ---- */
+
+QK__PRIV int qk__def_i(int v, int d) { return v ? v : d; }
+QK__PRIV double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
+
+QK__PRIV void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
+QK__PRIV void *qk__calloc(size_t count, size_t size)
 {
     void *p;
     if (size && count > (size_t)-1 / size) return NULL;
@@ -1311,7 +1780,7 @@ static void *qk__calloc(size_t count, size_t size)
 /* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
    control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
    "..."). Returns buf. */
-static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+QK__PRIV const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
 {
     size_t i, k = 0;
     int cut = 0;
@@ -1340,9 +1809,7 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
    qk__esc, at most QK__ESC_ARG_MAX bytes of it, then "... (N bytes)": a 120000-byte spec is
    not echoed whole, an escape sequence in a file name does not reach the terminal. buf of
    QK__ESC_ARG_SIZE bytes holds any value. Returns buf. */
-#define QK__ESC_ARG_MAX 200
-#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
-static const char *qk__esc_arg(char *buf, size_t size, const char *s)
+QK__PRIV const char *qk__esc_arg(char *buf, size_t size, const char *s)
 {
     size_t n, k;
     if (!size) return buf;
@@ -1358,7 +1825,7 @@ static const char *qk__esc_arg(char *buf, size_t size, const char *s)
    with "..." to fit size). A '\\' stays as it is: the message may quote text qk__esc has
    escaped already. The detail message goes through it (qk__set_errorv), so a value the
    message quotes raw (a path) cannot put control bytes on a terminal either. */
-static void qk__esc_msg(char *dst, size_t size, const char *src)
+QK__PRIV void qk__esc_msg(char *dst, size_t size, const char *src)
 {
     size_t k = 0;
     if (!size) return;
@@ -1379,7 +1846,7 @@ static void qk__esc_msg(char *dst, size_t size, const char *src)
     dst[k] = 0;
 }
 
-static QK__TLS char qk__errbuf[512];
+QK__PRIV QK__TLS char qk__errbuf[512];
 
 
 /* Every byte that is not printable ASCII in the message is escaped (qk__esc_msg): values are
@@ -1392,7 +1859,7 @@ static void qk__set_errorv(const char *fmt, va_list ap)
     qk__esc_msg(qk__errbuf, sizeof qk__errbuf, raw);
 }
 
-static void qk__set_error(const char *fmt, ...)
+QK__PRIV void qk__set_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -1401,7 +1868,7 @@ static void qk__set_error(const char *fmt, ...)
 }
 
 /* Sets the detail message and returns r: `return qk__fail(QK_ERROR_SHAPE, "...", ...);` */
-static qk_result qk__fail(qk_result r, const char *fmt, ...)
+QK__PRIV qk_result qk__fail(qk_result r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -1453,7 +1920,7 @@ QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out)
                     s ? "the value given" : "NULL");
 }
 /* The modes whose output is float32 by default: all but DEFAULT, FP64 and AUTO. */
-static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
+QK__PRIV int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
 
 
@@ -1494,38 +1961,9 @@ static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p 
    per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
    K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
    progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
-#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
-#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+/* QK__MPS_SAT, the step kinds, qk__mps_step, qk__mps_prog: in qk_internal.h (later sources use them) */
 
-enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
-
-typedef struct qk__mps_step {
-    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
-    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
-    int s0, s1;
-    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
-    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
-    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
-} qk__mps_step;
-
-typedef struct qk__mps_prog {
-    int q, n_steps, folded, span, dense;
-    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
-    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
-    int *order;         /* q: site -> qubit */
-    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
-    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
-    int64_t group;      /* doubles per group of QK__NJ samples */
-    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
-    qk__mps_step *steps;
-    int *bounds;
-    int64_t n_bounds;
-    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
-    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
-    double cutoff;
-} qk__mps_prog;
-
-static void qk__mps_prog_free(qk__mps_prog *p)
+QK__PRIV void qk__mps_prog_free(qk__mps_prog *p)
 {
     if (!p) return;
     QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
@@ -1681,7 +2119,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 /* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
    then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
    bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
-static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
+QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
 {
     qk__mps_prog f;
     const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
@@ -1702,11 +2140,11 @@ static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutof
     return QK_OK;
 }
 
-static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
+QK__PRIV qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
 
 /* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
    Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
-static int qk__mps_bond_of(const qk_map *m)
+QK__PRIV int qk__mps_bond_of(const qk_map *m)
 {
     qk__mps_prog p;
     int chi;
@@ -1725,9 +2163,9 @@ static int qk__mps_bond_of(const qk_map *m)
    handed to strtod, which rounds correctly (any length: long numbers go through the heap).
    Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
    printing 1.5 (snprintf is reentrant where localeconv is not). */
-typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
+/* qk__radix: in qk_internal.h */
 
-static void qk__radix_init(qk__radix *r)
+QK__PRIV void qk__radix_init(qk__radix *r)
 {
     char b[32];
     int n = snprintf(b, sizeof b, "%.1f", 1.5);
@@ -1743,7 +2181,7 @@ static void qk__radix_init(qk__radix *r)
 }
 
 /* %.*g of v with '.' as the decimal point, into buf; returns buf. */
-static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
+QK__PRIV const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
 {
     qk__radix rx;
     char tmp[64], *dp;
@@ -1764,7 +2202,7 @@ static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
 }
 
 /* An angle as the spec parser reads it back (qk_map_spec, error messages). */
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
+QK__PRIV int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
 {
     char off[40] = "", sc[40];
     if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
@@ -1783,7 +2221,7 @@ static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
     }
 }
 
-static int qk__ci_eq(const char *s, size_t n, const char *word)
+QK__PRIV int qk__ci_eq(const char *s, size_t n, const char *word)
 {
     size_t i;
     for (i = 0; i < n; i++)
@@ -1793,7 +2231,7 @@ static int qk__ci_eq(const char *s, size_t n, const char *word)
 
 /* Length of the C-syntax number at the start of s (n bytes), 0 when there is none. special:
    also inf, infinity, nan (any case, after an optional sign). */
-static size_t qk__num_len(const char *s, size_t n, int special)
+QK__PRIV size_t qk__num_len(const char *s, size_t n, int special)
 {
     size_t i = 0, digits = 0, k;
     if (i < n && (s[i] == '+' || s[i] == '-')) i++;
@@ -1824,7 +2262,7 @@ static size_t qk__num_len(const char *s, size_t n, int special)
 
 /* Converts the n bytes at s, a whole qk__num_len token, to *v (an out-of-range value becomes
    +-Inf, as strtod makes it). Returns 1, or 0 when out of memory (a token over 255 bytes). */
-static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
+QK__PRIV int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
 {
     char small[256], *buf = small, *end;
     size_t i, k = 0, need = n + (rx->n - 1) + 1;
@@ -1844,13 +2282,9 @@ static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
 
 
 
-typedef struct qk__ops {
-    qk_op *ops;
-    int n, cap;
-    int oom;
-} qk__ops;
+/* qk__ops: in qk_internal.h */
 
-static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
+QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
 {
     if (l->oom) return;
     if (l->n == l->cap) {
@@ -1867,13 +2301,13 @@ static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
     l->n++;
 }
 
-static qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset)
+QK__PRIV qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset)
 {
     qk_angle a;
     a.kind = kind; a.x0 = x0; a.x1 = x1; a.w = w; a.scale = scale; a.offset = offset;
     return a;
 }
-static qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
+QK__PRIV qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
 
 
 /* Entangling pairs of rep r for a pattern (Qiskit's get_entangler_map for 2-qubit blocks). */
@@ -2814,7 +3248,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
 }
 
 /* snprintf-like appender that keeps counting past the end of the buffer */
-static void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
+QK__PRIV void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
 {
     va_list ap;
     int n;
@@ -2869,7 +3303,6 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 
 /* >>cpu_pool ---- CPU engine: thread pool, the Gram job and its progress / cancel polls ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
-typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
 
 #ifndef QK_NO_THREADS
@@ -2879,16 +3312,9 @@ static void *qk__pool_main(void *p)
     a->fn(a->ctx, a->thread);
     return NULL;
 }
-#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
-#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#else
-#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
-#define QK__LOAD(p) (*(p))
-#define QK__STORE(p, v) (*(p) = (v))
 #endif
 
-static int qk__ncores(void)
+QK__PRIV int qk__ncores(void)
 {
 #ifndef QK_NO_THREADS
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -2904,18 +3330,7 @@ static int qk__ncores(void)
    qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
    pool when there is one, else starts threads for the step. */
 #ifndef QK_NO_THREADS
-typedef struct qk__tpool qk__tpool;
-typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
-struct qk__tpool {
-    int n_workers, quit, want, busy;
-    unsigned gen;
-    qk__work_fn fn;
-    void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
-    qk__tpool_worker w[255];
-};
+/* qk__tpool: in qk_internal.h */
 
 static void *qk__tpool_main(void *p)
 {
@@ -2941,7 +3356,7 @@ static void *qk__tpool_main(void *p)
 }
 
 /* Starts up to n - 1 workers (the caller is thread 0); fewer when threads cannot be started. */
-static qk_result qk__tpool_start(qk__tpool *t, int n)
+QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
 {
     int i;
     memset(t, 0, sizeof *t);
@@ -2962,7 +3377,7 @@ static qk_result qk__tpool_start(qk__tpool *t, int n)
     return QK_OK;
 }
 
-static void qk__tpool_stop(qk__tpool *t)
+QK__PRIV void qk__tpool_stop(qk__tpool *t)
 {
     int i;
     pthread_mutex_lock(&t->mu);
@@ -2991,13 +3406,13 @@ static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg
     pthread_mutex_unlock(&t->mu);
 }
 
-static QK__TLS qk__tpool *qk__cur_pool;
+QK__PRIV QK__TLS qk__tpool *qk__cur_pool;
 #endif
 
 /* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
    when there is one, else on threads started for the step. If a thread cannot be started, the
    threads that did start (and the caller) still drain the shared work. */
-static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
+QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 {
 #ifndef QK_NO_THREADS
     pthread_t th[256];
@@ -3019,63 +3434,13 @@ static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 }
 
 
-/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
-   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
-   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
-   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
-   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
-   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
-   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
-#define QK__POLL_WORK ((int64_t)1 << 21)
-#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
-typedef struct qk__poll {
-    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
-    int64_t work, every;
-} qk__poll;
-
-typedef struct qk__gram_job {
-    qk_path path;
-    const double *A, *B;        /* states (B == A when symmetric) */
-    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
-    int symmetric;
-    qk_dtype dt;
-    void *out;
-    int64_t ld;
-    qk_output output;
-    qk_tile_fn tile_fn;
-    void *tile_user;
-    qk_progress_fn progress;
-    void *progress_user;
-    int64_t tiles_i, tiles_j, n_tiles;
-    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
-       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
-       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
-    int64_t ti_begin, ti_end, row_base, mirror_end;
-    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
-       states; i_base, j_base: the block's first row and column in K (the callback's
-       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
-       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
-    int64_t i_base, j_base;
-    void *mirror_out;
-    int twice;
-    int64_t next;
-    int64_t pairs_done, pairs_total;
-    int cancel;                 /* 1: cancelled by a callback */
-    int oom;
-    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
-    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
-    /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
-    void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
-} qk__gram_job;
+/* qk__poll, qk__gram_job (the job of the CPU engine and the MPS engine): in qk_internal.h */
 
 /* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
    after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
    writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
    are built or the writer is the bottleneck too. */
-static void qk__job_poll(qk__gram_job *j)
+QK__PRIV void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
 #ifndef QK_NO_THREADS
@@ -3089,7 +3454,7 @@ static void qk__job_poll(qk__gram_job *j)
 }
 
 /* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
-static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
+QK__PRIV void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
 {
     p->job = job;
     p->work = 0;
@@ -3097,7 +3462,7 @@ static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
 }
 
 /* Counts work; polls when enough has been done since the last poll. 1: the job is cancelled. */
-static int qk__poll_tick(qk__poll *p, int64_t work)
+QK__PRIV int qk__poll_tick(qk__poll *p, int64_t work)
 {
     if (!p->job) return 0;
     p->work += work;
@@ -3187,7 +3552,7 @@ static int qk__real_op(qk_op_kind k)
 
 /* Applies op o with angle t to the state (re, im) of q qubits; x is the sample (for BASIS).
    im NULL: the state is real and o one of the real ops (qk__real_op), which leave it real. */
-static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
+QK__PRIV void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
 {
     int64_t D = (int64_t)1 << q, i;
     double c = cos(0.5 * t), s = sin(0.5 * t), m[8];
@@ -3326,11 +3691,8 @@ static void qk__wht_fresh(double *re, int64_t M)
    Each amplitude then takes two complex products, against one pass over the state per op
    before (a zz layer on q qubits: q (q + 1) / 2 passes). Scratch: qk__diag_scratch(q) doubles. */
 #define QK__DIAG_LOW 10
-/* Below 12 qubits the table (2^g phases, each a sum of up to g(g+1)/2 angles) costs more than
-   the passes it saves (2-core CPU, zz reps=2: 2x slower at 10 qubits; 1.8x faster at 12, 3.9x at
-   14, 6.3x at 16, 7.1x at 18). */
-#define QK__DIAG_MIN_QUBITS 12
-static size_t qk__diag_scratch(int q)
+/* QK__DIAG_MIN_QUBITS: in qk_internal.h */
+QK__PRIV size_t qk__diag_scratch(int q)
 {
     return 2 * ((size_t)q + (size_t)q * (size_t)q) + ((size_t)4 << QK__DIAG_LOW);
 }
@@ -3449,7 +3811,7 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
    Data already validated. poll (may be NULL): a tick per op; on a cancel the state is left
    half built (the caller discards it). */
-static void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll)
+QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll)
 {
     int q = m->n_qubits, k;
     int64_t D = (int64_t)1 << q, i;
@@ -3521,7 +3883,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
 
 /* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
    |0>. out: q * 4 doubles per qubit in the shared layout (QK__QV_*). */
-static void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
+QK__PRIV void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
 {
     int q = m->n_qubits, k;
     for (k = 0; k < q; k++) {
@@ -3588,12 +3950,12 @@ static void qk__states_work(void *p, int thread)
     QK_FREE(im);
 }
 
-static qk_path qk__path_of(const qk_map *m)
+QK__PRIV qk_path qk__path_of(const qk_map *m)
 {
     return m->cls == QK_CLASS_PRODUCT ? QK_PATH_ANALYTIC : m->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
 }
 
-static int64_t qk__row_len(const qk_map *m, qk_path path)
+QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path)
 {
     int64_t D = (int64_t)1 << (m->n_qubits > 62 ? 0 : m->n_qubits);
     return path == QK_PATH_ANALYTIC ? 4 * (int64_t)m->n_qubits : path == QK_PATH_REAL ? D : 2 * D;
@@ -3618,8 +3980,8 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
 
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
-static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
-                              struct qk__gram_job *job)
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+                                struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
     double *out;
@@ -3636,12 +3998,9 @@ static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_pa
    AVX-512, two ymm with AVX2), the row values broadcast. The d range is split into chunks of
    QK__DC so a packed panel (QK__DC * 2 * QK__NJ doubles = 32 KiB) stays in L1/L2 for 16+ qubits.
    Measured on the 2-core dev machine (docs/benchmarks.md). */
-#define QK__T 64
-#define QK__NI 6
-#define QK__DC 256
-#define QK__TR (((QK__T + QK__NI - 1) / QK__NI) * QK__NI)   /* tile rows padded to NI */
+/* QK__T, QK__NI, QK__DC, QK__TR: in qk_internal.h (the planner sizes with them) */
 
-/* the Gram job (qk__gram_job) and its polls are in cpu_pool.c */
+/* the Gram job (qk__gram_job) and its polls are in cpu_pool.c (the types in qk_internal.h) */
 
 /* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
 static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
@@ -3673,21 +4032,7 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
    compilers get the plain loops. GCC in ISO C mode (-std=c11) does not contract a*b+c into an FMA;
    the attribute turns contraction on for these two functions only (2x on the dev machine). */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
-#define QK__VEC 1
-typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
-#if defined(__GNUC__) && !defined(__clang__)
-#define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
-#else
-#define QK__CONTRACT
-#endif
-#define QK__LD8(v, p) memcpy(&(v), (p), sizeof(qk__v8))
-/* Stores a vector, an element of an accumulator array included, through a whole local vector.
-   With memcpy straight from &acc[k] (k < 8 in an array of 8 vectors) gcc 12 under
-   -fsanitize=address reported -Warray-bounds "offset [0, 63] is out of the bounds [0, 0]" in
-   qk__mps_site4 (an -O2 / -O3 build; a false positive, the access is in bounds): the source of a
-   copy is now a whole object of its own. */
-#define QK__ST8(p, v) do { qk__v8 qk__st8_ = (v); memcpy((p), &qk__st8_, sizeof(qk__v8)); } while (0)
-#define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+/* QK__VEC, qk__v8, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
 
 QK__CONTRACT
 static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
@@ -3924,7 +4269,7 @@ static void qk__gram_work(void *p, int thread)
 }
 
 /* The tiles of the job (all of K, or one slab) on the engine's threads. */
-static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
+QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt)
 {
     qk__parallel((int64_t)nt < j->n_tiles ? nt : (int)j->n_tiles, qk__gram_work, j);
 }
@@ -3935,20 +4280,14 @@ static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
    the same tile arithmetic as with all states resident (the row's state conjugated, the same
    d-chunk order), so K is bitwise the all-resident K. Cost: the column blocks' states are built
    again for every row block (n^2 / 2R state builds for K(X,X)). */
-typedef struct qk__cpu_tiles {
-    const qk_map *map;
-    const qk_gram_desc *desc;
-    qk_path path;
-    int64_t R;
-    double *A, *B;
-} qk__cpu_tiles;
+/* qk__cpu_tiles: in qk_internal.h */
 
 /* Row block [i0, i0 + m) of K with state tiles. out: where K[i0][0] goes (leading dimension
    j->ld), or NULL (tile callback); kbase: K itself (the off-diagonal blocks of K(X,X) are
    mirrored into it), or NULL when out is a slab of these rows only (the streamed output's
    writer writes the mirror). */
-static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
-                                   char *kbase, int nt)
+QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
+                                     char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
     const int sym = desc->y == NULL, nf = t->map->n_features;
@@ -3996,23 +4335,7 @@ static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int6
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
    stdio and POSIX (or Win32) calls below are used: fdopen/fileno would need _POSIX_C_SOURCE under
    strict -std=c11, open/write/fsync from <unistd.h> do not. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <errno.h>
-#ifdef _WIN32
-#include <io.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <process.h>
-#include <windows.h>
-#else
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <sys/utsname.h> /* the host in temporary names (qk__host_tag) */
-#include <dirent.h>      /* stale temporaries (qk__sweep_tmp) */
-#endif
+/* the stdio and POSIX (or Win32) headers: in qk_internal.h */
 
 /* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
    length field from turning into a huge allocation. */
@@ -4427,24 +4750,10 @@ fail:
     return r;
 }
 
-#ifdef _WIN32
-#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
-#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
-#define QK__FSYNC(fd) _commit(fd)
-#define QK__CLOSE(fd) _close(fd)
-#define QK__GETPID() ((long)_getpid())
-#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
-#else
-#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
-#define QK__WRITE(fd, b, n) write((fd), (b), (n))
-#define QK__FSYNC(fd) fsync(fd)
-#define QK__CLOSE(fd) close(fd)
-#define QK__GETPID() ((long)getpid())
-#define QK__RENAME(a, b) rename((a), (b))
-#endif
+/* QK__OPEN_TMP, QK__WRITE, QK__FSYNC, QK__CLOSE, QK__GETPID, QK__RENAME: in qk_internal.h */
 
 /* Writes all n bytes; retries short writes and EINTR. */
-static int qk__write_all(int fd, const void *buf, size_t n) {
+QK__PRIV int qk__write_all(int fd, const void *buf, size_t n) {
     const unsigned char *p = (const unsigned char *)buf;
     while (n > 0) {
         size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
@@ -4528,7 +4837,7 @@ static void qk__sweep_tmp(const char *path)
    system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
    ours even when another thread or process writes the same path: a taken name is skipped, never
    shared. Stale temporaries of path (qk__sweep_tmp) are removed first. */
-static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
+QK__PRIV qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
     size_t plen = strlen(path);
     char *tmp = (char *)QK_MALLOC(plen + 48 + QK__HOST_TAG);
     char host[QK__HOST_TAG];
@@ -4555,7 +4864,7 @@ static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
 
 /* After a rename: the new name is durable once the directory entry is on disk. Best effort
    (some file systems refuse fsync on a directory). */
-static void qk__sync_dir(const char *path) {
+QK__PRIV void qk__sync_dir(const char *path) {
 #ifndef _WIN32
     const char *slash = strrchr(path, '/');
     char dir[4096];
@@ -4578,7 +4887,7 @@ static void qk__sync_dir(const char *path) {
 /* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
    over path. On any error the temporary file is removed and path is left as it was. Also for
    other writers of this header (cache files). */
-static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
     char *tmp;
     int fd, err;
     const char *what;
@@ -4615,7 +4924,7 @@ fail:
 /* The .npy header of a C-order float32/float64 array (cols == 0: 1-D) into hdr; returns its
    length, a multiple of 64 (numpy pads with spaces and a final '\n' so that the data starts on
    a 64-byte boundary: memory-mapped readers rely on the alignment). */
-static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
+QK__PRIV size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
     int itemsize = dtype == QK_F32 ? 4 : 8, len;
     size_t total;
     /* Native byte order: the data is written as it lies in memory. */
@@ -4635,7 +4944,7 @@ static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, i
 }
 
 /* Checks a 2-D (cols > 0) or 1-D (cols == 0) shape of float32/float64 and returns its bytes. */
-static qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
+QK__PRIV qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
     size_t itemsize;
     int64_t count;
     if (dtype != QK_F32 && dtype != QK_F64)
@@ -4986,24 +5295,7 @@ QKDEF void qk_array_free(qk_array *a) {
 #define QK__NPYW_SYNC_BYTES ((uint64_t)16 << 20)
 #define QK__NPYW_MAX_DIRTY ((uint64_t)64 << 20)
 
-typedef struct qk__npyw {
-    int fd;
-    char *tmp;              /* temporary name (QK_MALLOC) */
-    const char *path;
-    size_t es, hdr;
-    int64_t rows, cols;
-    int no_sync;
-    uint64_t written;
-    int *cancel;            /* optional: a job's cancel flag, read before each write */
-#ifndef QK_NO_THREADS
-    pthread_t syncer;
-    int syncer_on, stop, sync_errno;
-    uint64_t dirty;         /* bytes written since the syncer last started an fsync */
-    uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-#endif
-} qk__npyw;
+/* qk__npyw: in qk_internal.h (the engines stream into it) */
 
 #ifndef QK_NO_THREADS
 static void *qk__npyw_syncer(void *p)
@@ -5047,7 +5339,7 @@ static void qk__npyw_stop_syncer(qk__npyw *w)
 /* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
    The file is first truncated (its dirty pages dropped), so that a sync in flight, and the
    abort, take milliseconds rather than the time to write back what was written. */
-static void qk__npyw_abort(qk__npyw *w)
+QK__PRIV void qk__npyw_abort(qk__npyw *w)
 {
     if (w->tmp) {
         int t = open(w->tmp, O_WRONLY | O_TRUNC);
@@ -5062,8 +5354,8 @@ static void qk__npyw_abort(qk__npyw *w)
 /* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
    commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
    job runs they would be random I/O in flight, which a cancel must wait for). */
-static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
-                               int syncer)
+QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
+                                 int syncer)
 {
     char hdr[192];
     size_t nbytes = 0;
@@ -5108,7 +5400,7 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
 /* n bytes of K's data at byte offset off (from the start of the data), through fd: w->fd, or
    (several GPUs) a thread's own descriptor of the temporary file (its own file offset); the
    byte counts are then shared: w->written is added atomically, the syncer's under w->mu. */
-static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
+QK__PRIV qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
 {
     if (w->cancel && QK__LOAD(w->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
     if (lseek(fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(fd, buf, n) != 0) {
@@ -5133,13 +5425,13 @@ static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *b
     return QK_OK;
 }
 
-static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+QK__PRIV qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
 {
     return qk__npyw_at_fd(w, w->fd, off, buf, n);
 }
 
 /* K[i0 + a][j0 .. j0 + n) = src[a * ld ..] for a < m (elements of the output dtype). */
-static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
+QK__PRIV qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
 {
     const char *p = (const char *)src;
     int64_t a;
@@ -5155,7 +5447,7 @@ static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, i
 }
 
 /* Every byte of K written: sync (unless no_sync), rename over the target, sync the directory. */
-static qk_result qk__npyw_commit(qk__npyw *w)
+QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
 {
     const char *what = "fsync";
     int e = 0;
@@ -5244,8 +5536,8 @@ static void *qk__slab_write_main(void *p)
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
    buffers, not K. */
-static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
+                                    const qk__cpu_tiles *tl)
 {
     qk__npyw w;
     qk__slab_write sw[2];
@@ -5361,8 +5653,8 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
    after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                               int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -5397,7 +5689,7 @@ static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram
 #endif
 }
 
-static void qk__cpu_job_free(qk__gram_job *j)
+QK__PRIV void qk__cpu_job_free(qk__gram_job *j)
 {
 #ifndef QK_NO_THREADS
     pthread_mutex_destroy(&j->cb_lock);
@@ -5418,7 +5710,7 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
    callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
    NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
    before Y's states. */
-static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
 {
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
@@ -5461,7 +5753,7 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
 }
 
 /* The CPU engine's Gram; desc validated, plan made. */
-static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;
@@ -6155,8 +6447,8 @@ static void qk__mps_build_work(void *arg, int thread)
    error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped;
    eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
    NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
-static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps, struct qk__gram_job *job)
+QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                                double *discarded, double *eps, struct qk__gram_job *job)
 {
     qk__mps_build_job j;
     double *out;
@@ -6410,14 +6702,7 @@ static double qk__host_ram(void)
 #define QK__MPS_FLOP_RATIO 1.7
 #endif
 
-/* The MPS path's cost against the statevector's on the GPU engine: the statevector Gram runs on
-   cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
-   (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
-   third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
-   the mps-gpu case set of bench/run.sh measures the crossover (zz reps=2 linear). */
-#ifndef QK__MPS_GPU_FLOP_RATIO
-#define QK__MPS_GPU_FLOP_RATIO 4.0
-#endif
+/* QK__MPS_GPU_FLOP_RATIO: in qk_internal.h (the GPU planner uses it) */
 
 /* The path choice for an entangled map, shared by the CPU and GPU planners: MPS when asked for,
    or (default) when the map is entangled, MPS-able and the statevector is impossible
@@ -6427,7 +6712,7 @@ static double qk__host_ram(void)
      MPS          ratio * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})  (bonds capped at mps_max_bond)
    *use = 1: the MPS path, prog filled (the caller frees it); 0: the statevector, prog empty.
    Errors: a forced MPS on a product, dense or too-entangled map; a statevector beyond 30 qubits. */
-static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
+QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d)
 {
     if (d->mps_max_bond < 0 || d->mps_max_bond > QK_MPS_MAX_BOND)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_max_bond must be 0 (exact) or 1..%d (QK_MPS_MAX_BOND), got %d",
@@ -6437,8 +6722,8 @@ static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
     return QK_OK;
 }
 
-static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
-                                qk__mps_prog *prog, int *use)
+QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
+                                  qk__mps_prog *prog, int *use)
 {
     const qk_path req = desc->path;
     const int q = map->n_qubits;
@@ -6498,7 +6783,7 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
    with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
-static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
 {
     qk__mps_prog prog;
     const double ram = qk__host_ram();
@@ -6519,7 +6804,7 @@ static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_pl
 
 /* The bond the GPU engine stores and contracts (qk_cuda.cu): 2 or 4 for its register kernel,
    else the bond itself (its warp kernel). */
-static int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
+QK__PRIV int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
 
 /* Device bytes of one sample's MPS on the GPU engine: q sites of 2 chi^2 complex values. */
 static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
@@ -6530,7 +6815,7 @@ static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
 
 
 /* The job's fields of a GPU plan (both paths): output, sizes, symmetry, two streams. */
-static void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
+QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
 {
     p->out_dtype = od;
     p->output = desc->output;
@@ -6556,8 +6841,8 @@ static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc
               the MPS (the pairs j >= i, mirrored), else a ring of two slabs of full rows
    Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
    (twice the fp32 device bytes) and the builder's lane layout. */
-static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
-                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                     const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
 {
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
@@ -6650,7 +6935,7 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
 
 /* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
    engine's tiles with qk__mps_tile. */
-static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk__mps_prog prog;
     qk__gram_job j;
@@ -7937,7 +8222,7 @@ static double qk__default_tol(int n_qubits, qk_path path)
                                     : qk_precision_error_bound(QK_PRECISION_FP32X3, q);
 }
 
-static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
 {
     static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
                                           QK_PRECISION_FP64};
@@ -8082,7 +8367,7 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
 }
 
 /* nt: the engine's threads (their scratch is counted). */
-static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -8423,7 +8708,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
    unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
-static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
+QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 {
     const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
     int n = 0;
@@ -8485,8 +8770,8 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     return QK_OK;
 }
 
-static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
-                              void *log_user, qk_plan *plan)
+QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                                void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
     char fixed[32], chosen[64], label[96];
@@ -8547,24 +8832,7 @@ QKDEF int64_t qk_max_samples(const qk_device_info *info, double vram_fraction, i
 /* ---- end planner ---- */
 
 /* >>ctx ---- the context (qk_ctx), qk_plan_make, qk_plan_describe ---- */
-struct qk_ctx {
-    qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
-    char cache_dir[1024];
-    qk_device_info dev;         /* present == 0 on the CPU engine */
-    qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
-    void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
-    size_t stage_bytes;
-    int n_dev;                  /* GPUs of the context (0 on the CPU engine); dev is dev_info[0] */
-    int dev_ord[QK_MAX_DEVICES];
-    qk_device_info dev_info[QK_MAX_DEVICES];
-    void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
-    size_t dstage_bytes[QK_MAX_DEVICES];
-    int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
-    double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
-    qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
-};
+/* struct qk_ctx: in qk_internal.h (the runners read it) */
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
 {
@@ -8715,7 +8983,7 @@ QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
 }
 
 /* Checks everything about a Gram request that does not depend on the engine. */
-static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
+QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
 {
     int64_t cols;
     qk_result r;
@@ -9057,8 +9325,8 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                              qk_cuda_stats *stats)
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                                qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__npyw w;
@@ -9437,7 +9705,7 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
-static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk__mgpu g;
     qk__npyw w;

@@ -4,7 +4,8 @@
     python3 src/amalgamate.py            write qk.h and qk_cuda.cu at the repository root
     python3 src/amalgamate.py --check    exit 1 (and say which) if a committed file is stale
     python3 src/amalgamate.py --layers   list the calls from one implementation source into a later
-                                         one (exit 1 on any not in LAYER_EXCEPTIONS)
+                                         one (exit 1 on any not in LAYER_EXCEPTIONS, or where
+                                         src/qk_internal.h's layer numbers differ from the order)
     python3 src/amalgamate.py --lines -o DIR
                                          write both into DIR with #line directives, so a
                                          compiler error points into src/ (development builds)
@@ -84,7 +85,7 @@ LAYER_EXCEPTIONS = {
 }
 
 STRIP = re.compile(r'/\*.*?\*/|//[^\n]*|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', re.S)
-DEF = re.compile(r'^(?:static|QKDEF)\b[^;{}()=]*?\b(qk_?_\w+)\s*\(([^;{}]*?)\)\s*(;|\{)', re.M)
+DEF = re.compile(r'^(?:static|QKDEF|QK__PRIV)\b[^;{}()=]*?\b(qk_?_\w+)\s*\(([^;{}]*?)\)\s*(;|\{)', re.M)
 
 
 def layer_violations():
@@ -107,8 +108,25 @@ def layer_violations():
     return out
 
 
+def layer_numbers():
+    """Errors where src/qk_internal.h's layer numbers (QK__L_<SOURCE>, the development build's
+    QK__LAYER) differ from the order of the qk.h skeleton's sources."""
+    order = [m.group(1) for m in map(INCLUDE.match, read(os.path.join(HERE, 'qk_unity.h')))
+             if m and m.group(1).endswith('.c')]
+    want = [('QK__L_' + os.path.splitext(f)[0].upper(), str(k + 1)) for k, f in enumerate(order)]
+    want.append(('QK__L_ALL', str(len(order) + 1)))
+    have = re.findall(r'^#define (QK__L_\w+) (\d+)\s*$', ''.join(read(os.path.join(HERE, 'qk_internal.h'))), re.M)
+    if have == want:
+        return []
+    return ['src/qk_internal.h: the layers must be, in this order, %s (src/qk_unity.h\'s sources); found %s'
+            % (', '.join('%s %s' % w for w in want), ', '.join('%s %s' % h for h in have))]
+
+
 def check_layers(verbose):
     bad = 0
+    for e in layer_numbers():
+        bad += 1
+        print('error: ' + e, file=sys.stderr)
     found = layer_violations()
     for key in sorted(set(LAYER_EXCEPTIONS) - {(f, n) for f, n, _ in found}):
         bad += 1

@@ -1,56 +1,11 @@
-/* >>config ---- includes, config macros, the allocator ---- */
-#include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <ctype.h>
-#include <errno.h>
+#include "qk_internal.h"
+/* >>config ---- defaults, the allocator (the includes and config macros: qk_internal.h) ---- */
 
-#ifndef QK_ASSERT
-#include <assert.h>
-#define QK_ASSERT(c) assert(c)
-#endif
+QK__PRIV int qk__def_i(int v, int d) { return v ? v : d; }
+QK__PRIV double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
 
-#if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
-/* caller's allocator */
-#elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
-#define QK_MALLOC(sz) malloc(sz)
-#define QK_REALLOC(p, sz) realloc(p, sz)
-#define QK_FREE(p) free(p)
-#else
-#error "qk.h: define all of QK_MALLOC, QK_REALLOC and QK_FREE, or none"
-#endif
-
-#if defined(__cplusplus)
-#define QK__TLS thread_local
-#elif defined(_MSC_VER)
-#define QK__TLS __declspec(thread)
-#elif defined(__STDC_VERSION__) && __STDC_VERSION__ >= 201112L && !defined(__STDC_NO_THREADS__)
-#define QK__TLS _Thread_local
-#else
-#define QK__TLS __thread
-#endif
-
-#if !defined(QK_NO_THREADS) && (defined(_WIN32) || !(defined(__GNUC__) || defined(__clang__)))
-#define QK_NO_THREADS /* the CPU engine's thread pool needs pthreads and GCC/Clang atomics */
-#endif
-#ifndef QK_NO_THREADS
-#include <pthread.h>
-#include <unistd.h>
-#endif
-
-#define QK__PI 3.14159265358979323846
-#define QK__UNUSED(x) ((void)(x))
-/* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
-   group (mps_prog.c, engine_mps.c): 8 doubles, one zmm with AVX-512. */
-#define QK__NJ 8
-
-static int qk__def_i(int v, int d) { return v ? v : d; }
-static double qk__def_d(double v, double d) { return v != 0.0 ? v : d; }
-
-static void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
-static void *qk__calloc(size_t count, size_t size)
+QK__PRIV void *qk__malloc(size_t n) { return QK_MALLOC(n ? n : 1); }
+QK__PRIV void *qk__calloc(size_t count, size_t size)
 {
     void *p;
     if (size && count > (size_t)-1 / size) return NULL;
@@ -64,7 +19,7 @@ static void *qk__calloc(size_t count, size_t size)
 /* Bytes of a file or of user text quoted in a message: printable ASCII as is, '\\' and
    control and non-ASCII bytes escaped (\n, \t, \r, \0, \xNN), at most max input bytes (then
    "..."). Returns buf. */
-static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
+QK__PRIV const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max)
 {
     size_t i, k = 0;
     int cut = 0;
@@ -93,9 +48,7 @@ static const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size
    qk__esc, at most QK__ESC_ARG_MAX bytes of it, then "... (N bytes)": a 120000-byte spec is
    not echoed whole, an escape sequence in a file name does not reach the terminal. buf of
    QK__ESC_ARG_SIZE bytes holds any value. Returns buf. */
-#define QK__ESC_ARG_MAX 200
-#define QK__ESC_ARG_SIZE (4 * QK__ESC_ARG_MAX + 32)
-static const char *qk__esc_arg(char *buf, size_t size, const char *s)
+QK__PRIV const char *qk__esc_arg(char *buf, size_t size, const char *s)
 {
     size_t n, k;
     if (!size) return buf;
@@ -111,7 +64,7 @@ static const char *qk__esc_arg(char *buf, size_t size, const char *s)
    with "..." to fit size). A '\\' stays as it is: the message may quote text qk__esc has
    escaped already. The detail message goes through it (qk__set_errorv), so a value the
    message quotes raw (a path) cannot put control bytes on a terminal either. */
-static void qk__esc_msg(char *dst, size_t size, const char *src)
+QK__PRIV void qk__esc_msg(char *dst, size_t size, const char *src)
 {
     size_t k = 0;
     if (!size) return;
@@ -132,7 +85,7 @@ static void qk__esc_msg(char *dst, size_t size, const char *src)
     dst[k] = 0;
 }
 
-static QK__TLS char qk__errbuf[512];
+QK__PRIV QK__TLS char qk__errbuf[512];
 
 
 /* Every byte that is not printable ASCII in the message is escaped (qk__esc_msg): values are
@@ -145,7 +98,7 @@ static void qk__set_errorv(const char *fmt, va_list ap)
     qk__esc_msg(qk__errbuf, sizeof qk__errbuf, raw);
 }
 
-static void qk__set_error(const char *fmt, ...)
+QK__PRIV void qk__set_error(const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -154,7 +107,7 @@ static void qk__set_error(const char *fmt, ...)
 }
 
 /* Sets the detail message and returns r: `return qk__fail(QK_ERROR_SHAPE, "...", ...);` */
-static qk_result qk__fail(qk_result r, const char *fmt, ...)
+QK__PRIV qk_result qk__fail(qk_result r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -206,7 +159,7 @@ QKDEF qk_result qk_precision_parse(const char *s, qk_precision *out)
                     s ? "the value given" : "NULL");
 }
 /* The modes whose output is float32 by default: all but DEFAULT, FP64 and AUTO. */
-static int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
+QK__PRIV int qk__prec_f32(qk_precision p) { return p != QK_PRECISION_DEFAULT && p != QK_PRECISION_FP64 && p != QK_PRECISION_AUTO; }
 /* precision AUTO (and DEFAULT on the GPU engine): the fastest mode whose stated bound meets tol */
 
 

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>cpu_gram ---- CPU engine: states for many samples, the blocked Gram tiles ---- */
 /* ---- states for many samples, in the CPU engine's layout ---- */
 /* complex: row r = [re(D) | im(D)]; real: row r = [re(D)]; product: row r = q * 4 doubles */
@@ -45,12 +46,12 @@ static void qk__states_work(void *p, int thread)
     QK_FREE(im);
 }
 
-static qk_path qk__path_of(const qk_map *m)
+QK__PRIV qk_path qk__path_of(const qk_map *m)
 {
     return m->cls == QK_CLASS_PRODUCT ? QK_PATH_ANALYTIC : m->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
 }
 
-static int64_t qk__row_len(const qk_map *m, qk_path path)
+QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path)
 {
     int64_t D = (int64_t)1 << (m->n_qubits > 62 ? 0 : m->n_qubits);
     return path == QK_PATH_ANALYTIC ? 4 * (int64_t)m->n_qubits : path == QK_PATH_REAL ? D : 2 * D;
@@ -75,8 +76,8 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
 
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
-static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
-                              struct qk__gram_job *job)
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+                                struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
     double *out;
@@ -93,12 +94,9 @@ static double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_pa
    AVX-512, two ymm with AVX2), the row values broadcast. The d range is split into chunks of
    QK__DC so a packed panel (QK__DC * 2 * QK__NJ doubles = 32 KiB) stays in L1/L2 for 16+ qubits.
    Measured on the 2-core dev machine (docs/benchmarks.md). */
-#define QK__T 64
-#define QK__NI 6
-#define QK__DC 256
-#define QK__TR (((QK__T + QK__NI - 1) / QK__NI) * QK__NI)   /* tile rows padded to NI */
+/* QK__T, QK__NI, QK__DC, QK__TR: in qk_internal.h (the planner sizes with them) */
 
-/* the Gram job (qk__gram_job) and its polls are in cpu_pool.c */
+/* the Gram job (qk__gram_job) and its polls are in cpu_pool.c (the types in qk_internal.h) */
 
 /* tile t -> (ti, tj); symmetric: only tj >= ti, row by row */
 static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *tj)
@@ -130,21 +128,7 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
    compilers get the plain loops. GCC in ISO C mode (-std=c11) does not contract a*b+c into an FMA;
    the attribute turns contraction on for these two functions only (2x on the dev machine). */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
-#define QK__VEC 1
-typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
-#if defined(__GNUC__) && !defined(__clang__)
-#define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
-#else
-#define QK__CONTRACT
-#endif
-#define QK__LD8(v, p) memcpy(&(v), (p), sizeof(qk__v8))
-/* Stores a vector, an element of an accumulator array included, through a whole local vector.
-   With memcpy straight from &acc[k] (k < 8 in an array of 8 vectors) gcc 12 under
-   -fsanitize=address reported -Warray-bounds "offset [0, 63] is out of the bounds [0, 0]" in
-   qk__mps_site4 (an -O2 / -O3 build; a false positive, the access is in bounds): the source of a
-   copy is now a whole object of its own. */
-#define QK__ST8(p, v) do { qk__v8 qk__st8_ = (v); memcpy((p), &qk__st8_, sizeof(qk__v8)); } while (0)
-#define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+/* QK__VEC, qk__v8, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
 
 QK__CONTRACT
 static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
@@ -381,7 +365,7 @@ static void qk__gram_work(void *p, int thread)
 }
 
 /* The tiles of the job (all of K, or one slab) on the engine's threads. */
-static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
+QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt)
 {
     qk__parallel((int64_t)nt < j->n_tiles ? nt : (int)j->n_tiles, qk__gram_work, j);
 }
@@ -392,20 +376,14 @@ static void qk__cpu_run_tiles(qk__gram_job *j, int nt)
    the same tile arithmetic as with all states resident (the row's state conjugated, the same
    d-chunk order), so K is bitwise the all-resident K. Cost: the column blocks' states are built
    again for every row block (n^2 / 2R state builds for K(X,X)). */
-typedef struct qk__cpu_tiles {
-    const qk_map *map;
-    const qk_gram_desc *desc;
-    qk_path path;
-    int64_t R;
-    double *A, *B;
-} qk__cpu_tiles;
+/* qk__cpu_tiles: in qk_internal.h */
 
 /* Row block [i0, i0 + m) of K with state tiles. out: where K[i0][0] goes (leading dimension
    j->ld), or NULL (tile callback); kbase: K itself (the off-diagonal blocks of K(X,X) are
    mirrored into it), or NULL when out is a slab of these rows only (the streamed output's
    writer writes the mirror). */
-static qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
-                                   char *kbase, int nt)
+QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
+                                     char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
     const int sym = desc->y == NULL, nf = t->map->n_features;

@@ -1,6 +1,6 @@
+#include "qk_internal.h"
 /* >>cpu_pool ---- CPU engine: thread pool, the Gram job and its progress / cancel polls ---- */
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
-typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
 
 #ifndef QK_NO_THREADS
@@ -10,16 +10,9 @@ static void *qk__pool_main(void *p)
     a->fn(a->ctx, a->thread);
     return NULL;
 }
-#define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
-#define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
-#define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
-#else
-#define QK__FETCH_ADD(p, v) ((*(p) += (v)) - (v))
-#define QK__LOAD(p) (*(p))
-#define QK__STORE(p, v) (*(p) = (v))
 #endif
 
-static int qk__ncores(void)
+QK__PRIV int qk__ncores(void)
 {
 #ifndef QK_NO_THREADS
     long n = sysconf(_SC_NPROCESSORS_ONLN);
@@ -35,18 +28,7 @@ static int qk__ncores(void)
    qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
    pool when there is one, else starts threads for the step. */
 #ifndef QK_NO_THREADS
-typedef struct qk__tpool qk__tpool;
-typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
-struct qk__tpool {
-    int n_workers, quit, want, busy;
-    unsigned gen;
-    qk__work_fn fn;
-    void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
-    qk__tpool_worker w[255];
-};
+/* qk__tpool: in qk_internal.h */
 
 static void *qk__tpool_main(void *p)
 {
@@ -72,7 +54,7 @@ static void *qk__tpool_main(void *p)
 }
 
 /* Starts up to n - 1 workers (the caller is thread 0); fewer when threads cannot be started. */
-static qk_result qk__tpool_start(qk__tpool *t, int n)
+QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
 {
     int i;
     memset(t, 0, sizeof *t);
@@ -93,7 +75,7 @@ static qk_result qk__tpool_start(qk__tpool *t, int n)
     return QK_OK;
 }
 
-static void qk__tpool_stop(qk__tpool *t)
+QK__PRIV void qk__tpool_stop(qk__tpool *t)
 {
     int i;
     pthread_mutex_lock(&t->mu);
@@ -122,13 +104,13 @@ static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg
     pthread_mutex_unlock(&t->mu);
 }
 
-static QK__TLS qk__tpool *qk__cur_pool;
+QK__PRIV QK__TLS qk__tpool *qk__cur_pool;
 #endif
 
 /* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
    when there is one, else on threads started for the step. If a thread cannot be started, the
    threads that did start (and the caller) still drain the shared work. */
-static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
+QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 {
 #ifndef QK_NO_THREADS
     pthread_t th[256];
@@ -150,63 +132,13 @@ static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 }
 
 
-/* The state builders (statevectors, product states, MPS) reach the job's progress callback and
-   cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
-   estimate of the flops of an MPS step) and every QK__POLL_WORK of it on thread 0, 8x that on
-   the others (as the tiles poll), calls qk__job_poll (the callback, from one thread at a time,
-   with the pairs done so far: building states adds none). About 1 to 10 ms of work between
-   polls; a cancel stops every builder at its next op (or sample), so that a job whose states
-   dominate (18-22 qubits, few samples) sees Ctrl-C in a fraction of a second too. */
-#define QK__POLL_WORK ((int64_t)1 << 21)
-#define QK__POLL_OP_QUBITS 14   /* statevectors: a tick per op from here, per sample below */
-typedef struct qk__poll {
-    struct qk__gram_job *job;   /* NULL: no polling (qk_states, the GPU engine's builds) */
-    int64_t work, every;
-} qk__poll;
-
-typedef struct qk__gram_job {
-    qk_path path;
-    const double *A, *B;        /* states (B == A when symmetric) */
-    int64_t na, nb, stride, D;  /* D: complex/real dimension, analytic: qubits */
-    int symmetric;
-    qk_dtype dt;
-    void *out;
-    int64_t ld;
-    qk_output output;
-    qk_tile_fn tile_fn;
-    void *tile_user;
-    qk_progress_fn progress;
-    void *progress_user;
-    int64_t tiles_i, tiles_j, n_tiles;
-    /* slab mode (streamed output): only tile rows [ti_begin, ti_end) are computed, into out
-       with row_base subtracted from the row index; symmetric tiles are mirrored into out only
-       where the mirror lands inside the slab (rows < mirror_end), the writer does the rest */
-    int64_t ti_begin, ti_end, row_base, mirror_end;
-    /* state tiles (plan->bulk_states == 0): one block of K at a time, A and B the blocks'
-       states; i_base, j_base: the block's first row and column in K (the callback's
-       coordinates); mirror_out: where an off-diagonal block of symmetric K also goes,
-       transposed (same ld), or NULL; twice: the block's pairs count twice (its mirror) */
-    int64_t i_base, j_base;
-    void *mirror_out;
-    int twice;
-    int64_t next;
-    int64_t pairs_done, pairs_total;
-    int cancel;                 /* 1: cancelled by a callback */
-    int oom;
-    const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
-    size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
-    /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
-    void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
-} qk__gram_job;
+/* qk__poll, qk__gram_job (the job of the CPU engine and the MPS engine): in qk_internal.h */
 
 /* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
    after each tile, the state builders every few ms of work (qk__poll), and the streamed output's
    writer thread while it writes (qk.h's CPU streaming), so that a cancel is seen while the states
    are built or the writer is the bottleneck too. */
-static void qk__job_poll(qk__gram_job *j)
+QK__PRIV void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
 #ifndef QK_NO_THREADS
@@ -220,7 +152,7 @@ static void qk__job_poll(qk__gram_job *j)
 }
 
 /* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
-static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
+QK__PRIV void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
 {
     p->job = job;
     p->work = 0;
@@ -228,7 +160,7 @@ static void qk__poll_init(qk__poll *p, qk__gram_job *job, int thread)
 }
 
 /* Counts work; polls when enough has been done since the last poll. 1: the job is cancelled. */
-static int qk__poll_tick(qk__poll *p, int64_t work)
+QK__PRIV int qk__poll_tick(qk__poll *p, int64_t work)
 {
     if (!p->job) return 0;
     p->work += work;

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>cpu_run ---- CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram ---- */
 
 /* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
@@ -23,8 +24,8 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
    after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
+                               int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -59,7 +60,7 @@ static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram
 #endif
 }
 
-static void qk__cpu_job_free(qk__gram_job *j)
+QK__PRIV void qk__cpu_job_free(qk__gram_job *j)
 {
 #ifndef QK_NO_THREADS
     pthread_mutex_destroy(&j->cb_lock);
@@ -80,7 +81,7 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
    callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
    NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
    before Y's states. */
-static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
 {
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
@@ -123,7 +124,7 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
 }
 
 /* The CPU engine's Gram; desc validated, plan made. */
-static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>cpu_states ---- CPU engine: states ---- */
 /* The CPU engine builds each state gate by gate in two double arrays (re, im) of 2^q values: it
    is the oracle for the GPU engine, so it stays plain and obviously right; state construction is
@@ -78,7 +79,7 @@ static int qk__real_op(qk_op_kind k)
 
 /* Applies op o with angle t to the state (re, im) of q qubits; x is the sample (for BASIS).
    im NULL: the state is real and o one of the real ops (qk__real_op), which leave it real. */
-static void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
+QK__PRIV void qk__apply(const qk_op *o, double t, const double *x, double *re, double *im, int q)
 {
     int64_t D = (int64_t)1 << q, i;
     double c = cos(0.5 * t), s = sin(0.5 * t), m[8];
@@ -217,11 +218,8 @@ static void qk__wht_fresh(double *re, int64_t M)
    Each amplitude then takes two complex products, against one pass over the state per op
    before (a zz layer on q qubits: q (q + 1) / 2 passes). Scratch: qk__diag_scratch(q) doubles. */
 #define QK__DIAG_LOW 10
-/* Below 12 qubits the table (2^g phases, each a sum of up to g(g+1)/2 angles) costs more than
-   the passes it saves (2-core CPU, zz reps=2: 2x slower at 10 qubits; 1.8x faster at 12, 3.9x at
-   14, 6.3x at 16, 7.1x at 18). */
-#define QK__DIAG_MIN_QUBITS 12
-static size_t qk__diag_scratch(int q)
+/* QK__DIAG_MIN_QUBITS: in qk_internal.h */
+QK__PRIV size_t qk__diag_scratch(int q)
 {
     return 2 * ((size_t)q + (size_t)q * (size_t)q) + ((size_t)4 << QK__DIAG_LOW);
 }
@@ -340,7 +338,7 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
    Data already validated. poll (may be NULL): a tick per op; on a cancel the state is left
    half built (the caller discards it). */
-static void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll)
+QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *im, double *theta, qk__poll *poll)
 {
     int q = m->n_qubits, k;
     int64_t D = (int64_t)1 << q, i;
@@ -412,7 +410,7 @@ static void qk__state1(const qk_map *m, const double *x, double *re, double *im,
 
 /* Product maps: the 2-vector of each qubit (u0, u1 complex) after its one-qubit ops, applied to
    |0>. out: q * 4 doubles per qubit in the shared layout (QK__QV_*). */
-static void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
+QK__PRIV void qk__product1(const qk_map *m, const double *x, double *out, double *theta)
 {
     int q = m->n_qubits, k;
     for (k = 0; k < q; k++) {

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>cpu_stream ---- CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
    strip K[c][rb .. rb + m) = U[0 .. m)[c]^T, transposed through a small buffer (columns in
@@ -51,8 +52,8 @@ static void *qk__slab_write_main(void *p)
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
    buffers, not K. */
-static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
+                                    const qk__cpu_tiles *tl)
 {
     qk__npyw w;
     qk__slab_write sw[2];

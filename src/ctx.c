@@ -1,22 +1,6 @@
+#include "qk_internal.h"
 /* >>ctx ---- the context (qk_ctx), qk_plan_make, qk_plan_describe ---- */
-struct qk_ctx {
-    qk_ctx_desc desc;           /* resolved; desc.cache_dir points at cache_dir below */
-    char cache_dir[1024];
-    qk_device_info dev;         /* present == 0 on the CPU engine */
-    qk_cuda_stats cuda_stats;   /* the last qk_gram on the GPU engine */
-    void *stage[2];             /* pinned staging kept across calls (GPU engine, host outputs) */
-    size_t stage_bytes;
-    int n_dev;                  /* GPUs of the context (0 on the CPU engine); dev is dev_info[0] */
-    int dev_ord[QK_MAX_DEVICES];
-    qk_device_info dev_info[QK_MAX_DEVICES];
-    void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
-    size_t dstage_bytes[QK_MAX_DEVICES];
-    int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
-    double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
-    qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
-};
+/* struct qk_ctx: in qk_internal.h (the runners read it) */
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
 {
@@ -167,7 +151,7 @@ QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
 }
 
 /* Checks everything about a Gram request that does not depend on the engine. */
-static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
+QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
 {
     int64_t cols;
     qk_result r;

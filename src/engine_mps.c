@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>mps ---- the MPS engine ---- */
 
 /* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
@@ -557,8 +558,8 @@ static void qk__mps_build_work(void *arg, int thread)
    error set when memory runs out. discarded (may be NULL): the largest norm a compression dropped;
    eps (may be NULL): n values, each sample's truncation bound (qk__mps_build1). job (may be
    NULL): the job polled meanwhile; where it cancels, the MPS are left half built. */
-static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps, struct qk__gram_job *job)
+QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                                double *discarded, double *eps, struct qk__gram_job *job)
 {
     qk__mps_build_job j;
     double *out;
@@ -812,14 +813,7 @@ static double qk__host_ram(void)
 #define QK__MPS_FLOP_RATIO 1.7
 #endif
 
-/* The MPS path's cost against the statevector's on the GPU engine: the statevector Gram runs on
-   cuBLAS near the FP32 peak (complex GEMM, 8 real flops per complex multiply-add), the MPS chain
-   (qk_cuda.cu's register kernel, pair_flops counting 4 per complex multiply-add) at an estimated
-   third of the FMA peak: about 4x the statevector's time per counted flop. An estimate until
-   the mps-gpu case set of bench/run.sh measures the crossover (zz reps=2 linear). */
-#ifndef QK__MPS_GPU_FLOP_RATIO
-#define QK__MPS_GPU_FLOP_RATIO 4.0
-#endif
+/* QK__MPS_GPU_FLOP_RATIO: in qk_internal.h (the GPU planner uses it) */
 
 /* The path choice for an entangled map, shared by the CPU and GPU planners: MPS when asked for,
    or (default) when the map is entangled, MPS-able and the statevector is impossible
@@ -829,7 +823,7 @@ static double qk__host_ram(void)
      MPS          ratio * sum_s 8 D_s D_{s+1} (D_s + D_{s+1})  (bonds capped at mps_max_bond)
    *use = 1: the MPS path, prog filled (the caller frees it); 0: the statevector, prog empty.
    Errors: a forced MPS on a product, dense or too-entangled map; a statevector beyond 30 qubits. */
-static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
+QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d)
 {
     if (d->mps_max_bond < 0 || d->mps_max_bond > QK_MPS_MAX_BOND)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mps_max_bond must be 0 (exact) or 1..%d (QK_MPS_MAX_BOND), got %d",
@@ -839,8 +833,8 @@ static qk_result qk__mps_check_trunc(const qk_gram_desc *d)
     return QK_OK;
 }
 
-static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
-                                qk__mps_prog *prog, int *use)
+QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
+                                  qk__mps_prog *prog, int *use)
 {
     const qk_path req = desc->path;
     const int q = map->n_qubits;
@@ -900,7 +894,7 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
    with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
-static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
 {
     qk__mps_prog prog;
     const double ram = qk__host_ram();
@@ -921,7 +915,7 @@ static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_pl
 
 /* The bond the GPU engine stores and contracts (qk_cuda.cu): 2 or 4 for its register kernel,
    else the bond itself (its warp kernel). */
-static int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
+QK__PRIV int qk__mps_gpu_chi(int chi) { return chi <= 2 ? 2 : chi <= 4 ? 4 : chi; }
 
 /* Device bytes of one sample's MPS on the GPU engine: q sites of 2 chi^2 complex values. */
 static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
@@ -932,7 +926,7 @@ static double qk__mps_gpu_sample_bytes(int q, int chi, int d64)
 
 
 /* The job's fields of a GPU plan (both paths): output, sizes, symmetry, two streams. */
-static void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
+QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym)
 {
     p->out_dtype = od;
     p->output = desc->output;
@@ -958,8 +952,8 @@ static void qk__plan_job(qk_plan *p, const qk_map *map, const qk_gram_desc *desc
               the MPS (the pairs j >= i, mirrored), else a ring of two slabs of full rows
    Pinned host staging: one slab. Host memory while planning a run: the packed MPS in doubles
    (twice the fp32 device bytes) and the builder's lane layout. */
-static qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
-                                   const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
+QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
+                                     const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p)
 {
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
@@ -1052,7 +1046,7 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
 
 /* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
    engine's tiles with qk__mps_tile. */
-static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk__mps_prog prog;
     qk__gram_job j;

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>gram_impl ---- qk_gram and qk_states: validate, plan, hand the plan to its engine ---- */
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {

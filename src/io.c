@@ -1,26 +1,11 @@
+#include "qk_internal.h"
 /* >>npy_impl ---- .npy / .csv readers and writers ---- */
 /* .npy (numpy.lib.format): the magic "\x93NUMPY", a major and a minor version byte, the header
    length (little-endian uint16 in 1.0, uint32 in 2.0 and 3.0), the header (a Python dict literal,
    ASCII; UTF-8 in 3.0, padded with spaces and ended by '\n'), then the raw array. Only the
    stdio and POSIX (or Win32) calls below are used: fdopen/fileno would need _POSIX_C_SOURCE under
    strict -std=c11, open/write/fsync from <unistd.h> do not. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <errno.h>
-#ifdef _WIN32
-#include <io.h>
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <process.h>
-#include <windows.h>
-#else
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-#include <sys/utsname.h> /* the host in temporary names (qk__host_tag) */
-#include <dirent.h>      /* stale temporaries (qk__sweep_tmp) */
-#endif
+/* the stdio and POSIX (or Win32) headers: in qk_internal.h */
 
 /* Headers longer than this are not numpy's (it writes ~128 bytes); refusing them keeps a corrupt
    length field from turning into a huge allocation. */
@@ -435,24 +420,10 @@ fail:
     return r;
 }
 
-#ifdef _WIN32
-#define QK__OPEN_TMP(p) _open((p), _O_WRONLY | _O_CREAT | _O_EXCL | _O_BINARY, _S_IREAD | _S_IWRITE)
-#define QK__WRITE(fd, b, n) _write((fd), (b), (unsigned)(n))
-#define QK__FSYNC(fd) _commit(fd)
-#define QK__CLOSE(fd) _close(fd)
-#define QK__GETPID() ((long)_getpid())
-#define QK__RENAME(a, b) (MoveFileExA((a), (b), MOVEFILE_REPLACE_EXISTING | MOVEFILE_WRITE_THROUGH) ? 0 : (errno = EACCES, -1))
-#else
-#define QK__OPEN_TMP(p) open((p), O_WRONLY | O_CREAT | O_EXCL, 0666)
-#define QK__WRITE(fd, b, n) write((fd), (b), (n))
-#define QK__FSYNC(fd) fsync(fd)
-#define QK__CLOSE(fd) close(fd)
-#define QK__GETPID() ((long)getpid())
-#define QK__RENAME(a, b) rename((a), (b))
-#endif
+/* QK__OPEN_TMP, QK__WRITE, QK__FSYNC, QK__CLOSE, QK__GETPID, QK__RENAME: in qk_internal.h */
 
 /* Writes all n bytes; retries short writes and EINTR. */
-static int qk__write_all(int fd, const void *buf, size_t n) {
+QK__PRIV int qk__write_all(int fd, const void *buf, size_t n) {
     const unsigned char *p = (const unsigned char *)buf;
     while (n > 0) {
         size_t chunk = n < ((size_t)1 << 30) ? n : ((size_t)1 << 30);
@@ -536,7 +507,7 @@ static void qk__sweep_tmp(const char *path)
    system): *tmp_out gets its name (QK_MALLOC'ed), *fd_out its descriptor. O_EXCL makes the name
    ours even when another thread or process writes the same path: a taken name is skipped, never
    shared. Stale temporaries of path (qk__sweep_tmp) are removed first. */
-static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
+QK__PRIV qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
     size_t plen = strlen(path);
     char *tmp = (char *)QK_MALLOC(plen + 48 + QK__HOST_TAG);
     char host[QK__HOST_TAG];
@@ -563,7 +534,7 @@ static qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out) {
 
 /* After a rename: the new name is durable once the directory entry is on disk. Best effort
    (some file systems refuse fsync on a directory). */
-static void qk__sync_dir(const char *path) {
+QK__PRIV void qk__sync_dir(const char *path) {
 #ifndef _WIN32
     const char *slash = strrchr(path, '/');
     char dir[4096];
@@ -586,7 +557,7 @@ static void qk__sync_dir(const char *path) {
 /* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
    over path. On any error the temporary file is removed and path is left as it was. Also for
    other writers of this header (cache files). */
-static qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
+QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb) {
     char *tmp;
     int fd, err;
     const char *what;
@@ -623,7 +594,7 @@ fail:
 /* The .npy header of a C-order float32/float64 array (cols == 0: 1-D) into hdr; returns its
    length, a multiple of 64 (numpy pads with spaces and a final '\n' so that the data starts on
    a 64-byte boundary: memory-mapped readers rely on the alignment). */
-static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
+QK__PRIV size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols) {
     int itemsize = dtype == QK_F32 ? 4 : 8, len;
     size_t total;
     /* Native byte order: the data is written as it lies in memory. */
@@ -643,7 +614,7 @@ static size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, i
 }
 
 /* Checks a 2-D (cols > 0) or 1-D (cols == 0) shape of float32/float64 and returns its bytes. */
-static qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
+QK__PRIV qk_result qk__npy_shape_bytes(const char *who, qk_dtype dtype, int64_t rows, int64_t cols, size_t *nbytes) {
     size_t itemsize;
     int64_t count;
     if (dtype != QK_F32 && dtype != QK_F64)

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>maps_impl ---- maps, angles, data checks ---- */
 #include <float.h>
 
@@ -8,9 +9,9 @@
    handed to strtod, which rounds correctly (any length: long numbers go through the heap).
    Writing: qk__fmt_g prints with %g and puts '.' back. The locale's decimal point is found by
    printing 1.5 (snprintf is reentrant where localeconv is not). */
-typedef struct qk__radix { char s[8]; size_t n; } qk__radix;   /* s: NUL-terminated */
+/* qk__radix: in qk_internal.h */
 
-static void qk__radix_init(qk__radix *r)
+QK__PRIV void qk__radix_init(qk__radix *r)
 {
     char b[32];
     int n = snprintf(b, sizeof b, "%.1f", 1.5);
@@ -26,7 +27,7 @@ static void qk__radix_init(qk__radix *r)
 }
 
 /* %.*g of v with '.' as the decimal point, into buf; returns buf. */
-static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
+QK__PRIV const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
 {
     qk__radix rx;
     char tmp[64], *dp;
@@ -47,7 +48,7 @@ static const char *qk__fmt_g(char *buf, size_t size, double v, int prec)
 }
 
 /* An angle as the spec parser reads it back (qk_map_spec, error messages). */
-static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
+QK__PRIV int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
 {
     char off[40] = "", sc[40];
     if (a->kind == QK_ARG_CONST) return snprintf(buf, size, "%s", qk__fmt_g(sc, sizeof sc, a->offset, 17));
@@ -66,7 +67,7 @@ static int qk__fmt_angle(const qk_angle *a, char *buf, size_t size)
     }
 }
 
-static int qk__ci_eq(const char *s, size_t n, const char *word)
+QK__PRIV int qk__ci_eq(const char *s, size_t n, const char *word)
 {
     size_t i;
     for (i = 0; i < n; i++)
@@ -76,7 +77,7 @@ static int qk__ci_eq(const char *s, size_t n, const char *word)
 
 /* Length of the C-syntax number at the start of s (n bytes), 0 when there is none. special:
    also inf, infinity, nan (any case, after an optional sign). */
-static size_t qk__num_len(const char *s, size_t n, int special)
+QK__PRIV size_t qk__num_len(const char *s, size_t n, int special)
 {
     size_t i = 0, digits = 0, k;
     if (i < n && (s[i] == '+' || s[i] == '-')) i++;
@@ -107,7 +108,7 @@ static size_t qk__num_len(const char *s, size_t n, int special)
 
 /* Converts the n bytes at s, a whole qk__num_len token, to *v (an out-of-range value becomes
    +-Inf, as strtod makes it). Returns 1, or 0 when out of memory (a token over 255 bytes). */
-static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
+QK__PRIV int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
 {
     char small[256], *buf = small, *end;
     size_t i, k = 0, need = n + (rx->n - 1) + 1;
@@ -127,13 +128,9 @@ static int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *v)
 
 
 
-typedef struct qk__ops {
-    qk_op *ops;
-    int n, cap;
-    int oom;
-} qk__ops;
+/* qk__ops: in qk_internal.h */
 
-static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
+QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
 {
     if (l->oom) return;
     if (l->n == l->cap) {
@@ -150,13 +147,13 @@ static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
     l->n++;
 }
 
-static qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset)
+QK__PRIV qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset)
 {
     qk_angle a;
     a.kind = kind; a.x0 = x0; a.x1 = x1; a.w = w; a.scale = scale; a.offset = offset;
     return a;
 }
-static qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
+QK__PRIV qk_angle qk__noang(void) { return qk__ang(QK_ARG_CONST, 0, 0, 0, 1.0, 0.0); }
 
 
 /* Entangling pairs of rep r for a pattern (Qiskit's get_entangler_map for 2-qubit blocks). */

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>parser ---- the map spec parser ---- */
 /* Grammar (docs/maps.md):
      spec   := name [ '(' [param {',' param}] [':' ops] ')' ]
@@ -396,7 +397,7 @@ QKDEF qk_result qk_map_parse(const char *spec, int n_features, qk_map **out)
 }
 
 /* snprintf-like appender that keeps counting past the end of the buffer */
-static void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
+QK__PRIV void qk__cat(char *buf, size_t size, size_t *len, const char *fmt, ...)
 {
     va_list ap;
     int n;

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>mps_prog ---- the MPS program: sites, bond bounds, steps (is a wide map MPS-able?) ---- */
 /* Matrix product states for entangled maps whose gates are local (docs/mps.md). A sample's state
    is built exactly as an MPS over the qubits in a chosen order (sites), and K = |<psi(x)|psi(y)>|^2
@@ -35,38 +36,9 @@
    per site T[l][a][r'] = sum_l' E[l][l'] B[l'][a][r'], E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'];
    K = |E|^2 at the end. The Gram tiles, symmetric mirroring, callback / .npy output, threads,
    progress and cancel are the CPU engine's (qk__gram_job with path MPS). */
-#define QK__MPS_SAT (1 << 30)      /* bounds saturate here (an unusable map) */
-#define QK__MPS_SET 8              /* distinct qubits per side tracked per bond and run */
+/* QK__MPS_SAT, the step kinds, qk__mps_step, qk__mps_prog: in qk_internal.h (later sources use them) */
 
-enum { QK__MPS_CNOT = 1, QK__MPS_CZ, QK__MPS_RZZ, QK__MPS_PARITY };
-
-typedef struct qk__mps_step {
-    int kind;           /* 1: one-qubit op on site s0; 2: two-qubit op on sites s0 < s1 */
-    int op;             /* op index (its angle; PARITY: the middle diagonal op) */
-    int s0, s1;
-    int gate;           /* two-qubit: QK__MPS_CNOT, CZ, RZZ, PARITY */
-    int proj_left;      /* two-qubit: the projector side (the op's q0) is site s0 */
-    int64_t b;          /* two-qubit: index into bounds of bonds s0+1 .. s1 after this step */
-} qk__mps_step;
-
-typedef struct qk__mps_prog {
-    int q, n_steps, folded, span, dense;
-    int chi;            /* largest bond bound (QK__MPS_SAT when the walk stopped early) */
-    int chi_bond;       /* where: the bond between sites chi_bond-1 and chi_bond */
-    int *order;         /* q: site -> qubit */
-    int *D;             /* q+1: bond dimensions; D[0] = D[q] = 1, D[b] between sites b-1 and b */
-    int64_t *off;       /* q+1: doubles from a group's start to site s (lane layout) */
-    int64_t group;      /* doubles per group of QK__NJ samples */
-    double pair_flops;  /* real flops per overlap (4 per complex multiply-add) */
-    qk__mps_step *steps;
-    int *bounds;
-    int64_t n_bounds;
-    int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
-    int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
-    double cutoff;
-} qk__mps_prog;
-
-static void qk__mps_prog_free(qk__mps_prog *p)
+QK__PRIV void qk__mps_prog_free(qk__mps_prog *p)
 {
     if (!p) return;
     QK_FREE(p->order); QK_FREE(p->D); QK_FREE(p->off); QK_FREE(p->steps); QK_FREE(p->bounds);
@@ -222,7 +194,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 /* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
    then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
    bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
-static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
+QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p)
 {
     qk__mps_prog f;
     const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
@@ -243,11 +215,11 @@ static qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutof
     return QK_OK;
 }
 
-static qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
+QK__PRIV qk_result qk__mps_prog_make(const qk_map *m, qk__mps_prog *p) { return qk__mps_prog_make_t(m, 0, 0.0, p); }
 
 /* For qk_map_make: an entangled map beyond QK_MAX_STATE_QUBITS is kept when it is MPS-able.
    Returns its bond bound (> QK_MPS_MAX_BOND: not MPS-able). */
-static int qk__mps_bond_of(const qk_map *m)
+QK__PRIV int qk__mps_bond_of(const qk_map *m)
 {
     qk__mps_prog p;
     int chi;

@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>planner ---- device info, planner, VRAM estimator ---- */
 /* The GPU plan. Everything the CUDA engine (qk_cuda.cu) allocates is counted here:
      states      (n_x + n_y) x row bytes (bulk) or two state tiles
@@ -124,7 +125,7 @@ static double qk__default_tol(int n_qubits, qk_path path)
                                     : qk_precision_error_bound(QK_PRECISION_FP32X3, q);
 }
 
-static qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
 {
     static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
                                           QK_PRECISION_FP64};
@@ -269,7 +270,7 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
 }
 
 /* nt: the engine's threads (their scratch is counted). */
-static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -610,7 +611,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
    unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
-static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
+QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 {
     const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
     int n = 0;
@@ -672,8 +673,8 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     return QK_OK;
 }
 
-static void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
-                              void *log_user, qk_plan *plan)
+QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
+                                void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
     char fixed[32], chosen[64], label[96];

@@ -1,4 +1,8 @@
 #include "qk_head.h"
+#ifndef QK_H
+#define QK_H
+
+#include "qk_defs.h"
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -17,6 +21,7 @@ extern "C" {
 #if defined(QK_IMPLEMENTATION) && !defined(QK_IMPLEMENTATION_DONE)
 #define QK_IMPLEMENTATION_DONE
 
+#include "qk_internal.h"
 #include "prof.c"
 #include "base.c"
 #include "mps_prog.c"

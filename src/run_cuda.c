@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>delivery ---- the GPU engine's host-side slabs to the caller's output; several GPUs ---- */
 /* A pageable host buffer gets each slab from pinned staging by several threads: one core copies
    about 10 GB/s into touched memory and far less into fresh memory (each first touch faults a
@@ -186,8 +187,8 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 
 /* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
    for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                              qk_cuda_stats *stats)
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                                qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__npyw w;
@@ -566,7 +567,7 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
-static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
     qk__mgpu g;
     qk__npyw w;

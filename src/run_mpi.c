@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>mpi_impl ---- qk_gram_mpi: K over the ranks of an MPI communicator ---- */
 #if defined(QK_MPI)
 /* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the

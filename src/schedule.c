@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>schedule_impl ---- the work schedule (K dealt to MPI ranks x GPUs) ---- */
 /* The schedule (declared with qk_schedule_desc): P(r), the pairs of rows [0, r), is r n_y for
    K(X,Y) and r n - r (r - 1) / 2 for the upper triangle of K(X,X) (row i has n - i pairs); cut k

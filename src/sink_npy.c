@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>npy_stream ---- the streaming .npy writer ---- */
 /* K goes into its .npy file while it is computed (QK_OUTPUT_NPY): the file is created as a
    temporary next to the target (qk__open_tmp), rows and row segments are written at their
@@ -14,24 +15,7 @@
 #define QK__NPYW_SYNC_BYTES ((uint64_t)16 << 20)
 #define QK__NPYW_MAX_DIRTY ((uint64_t)64 << 20)
 
-typedef struct qk__npyw {
-    int fd;
-    char *tmp;              /* temporary name (QK_MALLOC) */
-    const char *path;
-    size_t es, hdr;
-    int64_t rows, cols;
-    int no_sync;
-    uint64_t written;
-    int *cancel;            /* optional: a job's cancel flag, read before each write */
-#ifndef QK_NO_THREADS
-    pthread_t syncer;
-    int syncer_on, stop, sync_errno;
-    uint64_t dirty;         /* bytes written since the syncer last started an fsync */
-    uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-#endif
-} qk__npyw;
+/* qk__npyw: in qk_internal.h (the engines stream into it) */
 
 #ifndef QK_NO_THREADS
 static void *qk__npyw_syncer(void *p)
@@ -75,7 +59,7 @@ static void qk__npyw_stop_syncer(qk__npyw *w)
 /* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
    The file is first truncated (its dirty pages dropped), so that a sync in flight, and the
    abort, take milliseconds rather than the time to write back what was written. */
-static void qk__npyw_abort(qk__npyw *w)
+QK__PRIV void qk__npyw_abort(qk__npyw *w)
 {
     if (w->tmp) {
         int t = open(w->tmp, O_WRONLY | O_TRUNC);
@@ -90,8 +74,8 @@ static void qk__npyw_abort(qk__npyw *w)
 /* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
    commit only (the CPU engine's symmetric mirror is scattered strips: written back while the
    job runs they would be random I/O in flight, which a cancel must wait for). */
-static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
-                               int syncer)
+QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
+                                 int syncer)
 {
     char hdr[192];
     size_t nbytes = 0;
@@ -136,7 +120,7 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
 /* n bytes of K's data at byte offset off (from the start of the data), through fd: w->fd, or
    (several GPUs) a thread's own descriptor of the temporary file (its own file offset); the
    byte counts are then shared: w->written is added atomically, the syncer's under w->mu. */
-static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
+QK__PRIV qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *buf, size_t n)
 {
     if (w->cancel && QK__LOAD(w->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
     if (lseek(fd, (off_t)(w->hdr + off), SEEK_SET) < 0 || qk__write_all(fd, buf, n) != 0) {
@@ -161,13 +145,13 @@ static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *b
     return QK_OK;
 }
 
-static qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
+QK__PRIV qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_t n)
 {
     return qk__npyw_at_fd(w, w->fd, off, buf, n);
 }
 
 /* K[i0 + a][j0 .. j0 + n) = src[a * ld ..] for a < m (elements of the output dtype). */
-static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
+QK__PRIV qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld)
 {
     const char *p = (const char *)src;
     int64_t a;
@@ -183,7 +167,7 @@ static qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, i
 }
 
 /* Every byte of K written: sync (unless no_sync), rename over the target, sync the directory. */
-static qk_result qk__npyw_commit(qk__npyw *w)
+QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
 {
     const char *what = "fsync";
     int e = 0;

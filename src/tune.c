@@ -1,3 +1,4 @@
+#include "qk_internal.h"
 /* >>tune_impl ---- the autotune cache (JSON) ---- */
 /* The file (docs/autotune.md):
      {"schema": 1, "qk": "0.1.0", "entries": [{"device": "...", "cc_major": 9, ...}, ...]}
