@@ -1287,6 +1287,53 @@ static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_pro
 #include <unistd.h>
 #endif
 
+/* The thread shim: a mutex, a condition variable and a joinable thread, pthreads or, under
+   QK_NO_THREADS, no-ops (a lock always succeeds; a thread never starts, so the caller runs the
+   function itself, and a condition is never waited on: only a started thread waits):
+       if (!qk__thread_start(&t, fn, arg)) fn(arg);   ...   if (started) qk__thread_join(t);
+   Every engine (the CPU pool, the streamed writers, the .npy syncer, several GPUs, MPI) takes its
+   locks and starts its threads through it, so the call sites have no #ifdef; QK__THREADS is 0
+   where a thread that cannot start means "run it here" rather than a failure. */
+#ifndef QK_NO_THREADS
+#define QK__THREADS 1
+typedef pthread_mutex_t qk__mutex;
+typedef pthread_t qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { return pthread_mutex_init(m, NULL); }   /* 0: ok */
+static inline void qk__mutex_destroy(qk__mutex *m) { pthread_mutex_destroy(m); }
+static inline void qk__mutex_lock(qk__mutex *m) { pthread_mutex_lock(m); }
+static inline int qk__mutex_trylock(qk__mutex *m) { return pthread_mutex_trylock(m) == 0; }   /* 1: taken */
+static inline void qk__mutex_unlock(qk__mutex *m) { pthread_mutex_unlock(m); }
+typedef pthread_cond_t qk__cond;
+static inline int qk__cond_init(qk__cond *c) { return pthread_cond_init(c, NULL); }   /* 0: ok */
+static inline void qk__cond_destroy(qk__cond *c) { pthread_cond_destroy(c); }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { pthread_cond_wait(c, m); }
+static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
+static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
+static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline qk__thread qk__thread_self(void) { return pthread_self(); }
+static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
+#else
+#define QK__THREADS 0
+typedef struct qk__mutex { char unused; } qk__mutex;
+typedef int qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { (void)m; return 0; }
+static inline void qk__mutex_destroy(qk__mutex *m) { (void)m; }
+static inline void qk__mutex_lock(qk__mutex *m) { (void)m; }
+static inline int qk__mutex_trylock(qk__mutex *m) { (void)m; return 1; }
+static inline void qk__mutex_unlock(qk__mutex *m) { (void)m; }
+typedef struct qk__cond { char unused; } qk__cond;   /* waited on only where a thread started */
+static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
+static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
+static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
+static inline void qk__thread_join(qk__thread t) { (void)t; }
+static inline qk__thread qk__thread_self(void) { return 0; }
+static inline int qk__thread_is_self(qk__thread t) { (void)t; return 1; }
+#endif
+
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
 /* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
@@ -2872,13 +2919,13 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
 
-#ifndef QK_NO_THREADS
 static void *qk__pool_main(void *p)
 {
     qk__pool_arg *a = (qk__pool_arg *)p;
     a->fn(a->ctx, a->thread);
     return NULL;
 }
+#ifndef QK_NO_THREADS
 #define QK__FETCH_ADD(p, v) __atomic_fetch_add((p), (v), __ATOMIC_RELAXED)
 #define QK__LOAD(p) __atomic_load_n((p), __ATOMIC_RELAXED)
 #define QK__STORE(p, v) __atomic_store_n((p), (v), __ATOMIC_RELAXED)
@@ -2902,8 +2949,8 @@ static int qk__ncores(void)
    parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
    (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
    qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
-   pool when there is one, else starts threads for the step. */
-#ifndef QK_NO_THREADS
+   pool when there is one, else starts threads for the step. Without threads (QK_NO_THREADS) a
+   pool has no workers: its caller runs every step alone. */
 typedef struct qk__tpool qk__tpool;
 typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
 struct qk__tpool {
@@ -2911,9 +2958,9 @@ struct qk__tpool {
     unsigned gen;
     qk__work_fn fn;
     void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
+    qk__mutex mu;
+    qk__cond go, done;
+    qk__thread th[255];
     qk__tpool_worker w[255];
 };
 
@@ -2922,21 +2969,21 @@ static void *qk__tpool_main(void *p)
     qk__tpool_worker *w = (qk__tpool_worker *)p;
     qk__tpool *t = w->pool;
     unsigned seen = 0;
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     for (;;) {
-        while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
+        while (!t->quit && t->gen == seen) qk__cond_wait(&t->go, &t->mu);
         if (t->quit) break;
         seen = t->gen;
         if (w->index < t->want) {
             qk__work_fn fn = t->fn;
             void *arg = t->arg;
-            pthread_mutex_unlock(&t->mu);
+            qk__mutex_unlock(&t->mu);
             fn(arg, w->index);
-            pthread_mutex_lock(&t->mu);
-            if (--t->busy == 0) pthread_cond_signal(&t->done);
+            qk__mutex_lock(&t->mu);
+            if (--t->busy == 0) qk__cond_signal(&t->done);
         }
     }
-    pthread_mutex_unlock(&t->mu);
+    qk__mutex_unlock(&t->mu);
     return NULL;
 }
 
@@ -2945,18 +2992,18 @@ static qk_result qk__tpool_start(qk__tpool *t, int n)
 {
     int i;
     memset(t, 0, sizeof *t);
-    if (pthread_mutex_init(&t->mu, NULL) != 0) return QK_ERROR_OUT_OF_MEMORY;
-    if (pthread_cond_init(&t->go, NULL) != 0) { pthread_mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
-    if (pthread_cond_init(&t->done, NULL) != 0) {
-        pthread_cond_destroy(&t->go);
-        pthread_mutex_destroy(&t->mu);
+    if (qk__mutex_init(&t->mu) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (qk__cond_init(&t->go) != 0) { qk__mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
+    if (qk__cond_init(&t->done) != 0) {
+        qk__cond_destroy(&t->go);
+        qk__mutex_destroy(&t->mu);
         return QK_ERROR_OUT_OF_MEMORY;
     }
     if (n > 256) n = 256;
     for (i = 1; i < n; i++) {
         t->w[i - 1].pool = t;
         t->w[i - 1].index = i;
-        if (pthread_create(&t->th[i - 1], NULL, qk__tpool_main, &t->w[i - 1]) != 0) break;
+        if (!qk__thread_start(&t->th[i - 1], qk__tpool_main, &t->w[i - 1])) break;
         t->n_workers = i;
     }
     return QK_OK;
@@ -2965,57 +3012,51 @@ static qk_result qk__tpool_start(qk__tpool *t, int n)
 static void qk__tpool_stop(qk__tpool *t)
 {
     int i;
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     t->quit = 1;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    for (i = 0; i < t->n_workers; i++) pthread_join(t->th[i], NULL);
-    pthread_cond_destroy(&t->done);
-    pthread_cond_destroy(&t->go);
-    pthread_mutex_destroy(&t->mu);
+    qk__cond_broadcast(&t->go);
+    qk__mutex_unlock(&t->mu);
+    for (i = 0; i < t->n_workers; i++) qk__thread_join(t->th[i]);
+    qk__cond_destroy(&t->done);
+    qk__cond_destroy(&t->go);
+    qk__mutex_destroy(&t->mu);
 }
 
 static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
 {
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     t->fn = fn;
     t->arg = arg;
     t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
     t->busy = t->want - 1;
     t->gen++;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
+    qk__cond_broadcast(&t->go);
+    qk__mutex_unlock(&t->mu);
     fn(arg, 0);
-    pthread_mutex_lock(&t->mu);
-    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
-    pthread_mutex_unlock(&t->mu);
+    qk__mutex_lock(&t->mu);
+    while (t->busy > 0) qk__cond_wait(&t->done, &t->mu);
+    qk__mutex_unlock(&t->mu);
 }
 
 static QK__TLS qk__tpool *qk__cur_pool;
-#endif
 
 /* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
    when there is one, else on threads started for the step. If a thread cannot be started, the
    threads that did start (and the caller) still drain the shared work. */
 static void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 {
-#ifndef QK_NO_THREADS
-    pthread_t th[256];
+    qk__thread th[256];
     qk__pool_arg args[256];
     int i, started = 0;
     if (qk__cur_pool && n_threads > 1) { qk__tpool_run(qk__cur_pool, n_threads, fn, ctx); return; }
     if (n_threads > 256) n_threads = 256;
     for (i = 1; i < n_threads; i++) {
         args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
-        if (pthread_create(&th[i], NULL, qk__pool_main, &args[i]) != 0) break;
+        if (!qk__thread_start(&th[i], qk__pool_main, &args[i])) break;
         started = i;
     }
     fn(ctx, 0);
-    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
-#else
-    QK__UNUSED(n_threads);
-    fn(ctx, 0);
-#endif
+    for (i = 1; i <= started; i++) qk__thread_join(th[i]);
 }
 
 
@@ -3066,9 +3107,7 @@ typedef struct qk__gram_job {
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
     /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
     void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
+    qk__mutex cb_lock;
 } qk__gram_job;
 
 /* The progress callback (cancel when it says so), from one thread at a time: compute thread 0
@@ -3078,14 +3117,10 @@ typedef struct qk__gram_job {
 static void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
-#endif
+    if (!qk__mutex_trylock(&j->cb_lock)) return;
     /* once cancelled, no more calls (another thread may have polled since this one looked) */
     if (!QK__LOAD(&j->cancel) && j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&j->cb_lock);
-#endif
+    qk__mutex_unlock(&j->cb_lock);
 }
 
 /* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
@@ -3891,13 +3926,9 @@ static void qk__gram_work(void *p, int thread)
             int stop;
             for (a = 0; a < m; a++)
                 for (b = 0; b < n; b++) qk__store(cb, j->dt, a * n + b, kt[a * QK__T + b]);
-#ifndef QK_NO_THREADS
-            pthread_mutex_lock(&j->cb_lock);
-#endif
+            qk__mutex_lock(&j->cb_lock);
             stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0 + j->i_base, j0 + j->j_base, m, n, cb, n, j->tile_user);
-#ifndef QK_NO_THREADS
-            pthread_mutex_unlock(&j->cb_lock);
-#endif
+            qk__mutex_unlock(&j->cb_lock);
             if (stop) QK__STORE(&j->cancel, 1);
         } else {
             int mirror = j->symmetric && !diag && j0 < j->mirror_end;
@@ -4995,53 +5026,45 @@ typedef struct qk__npyw {
     int no_sync;
     uint64_t written;
     int *cancel;            /* optional: a job's cancel flag, read before each write */
-#ifndef QK_NO_THREADS
-    pthread_t syncer;
+    qk__thread syncer;
     int syncer_on, stop, sync_errno;
     uint64_t dirty;         /* bytes written since the syncer last started an fsync */
     uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-#endif
+    qk__mutex mu;
+    qk__cond cv;
 } qk__npyw;
 
-#ifndef QK_NO_THREADS
 static void *qk__npyw_syncer(void *p)
 {
     qk__npyw *w = (qk__npyw *)p;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     for (;;) {
         uint64_t upto;
-        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
+        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) qk__cond_wait(&w->cv, &w->mu);
         if (w->stop) break;
         w->dirty = 0;
         upto = w->written_mt;
-        pthread_mutex_unlock(&w->mu);
+        qk__mutex_unlock(&w->mu);
         if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->synced = upto;
-        pthread_cond_broadcast(&w->cv);
+        qk__cond_broadcast(&w->cv);
     }
-    pthread_mutex_unlock(&w->mu);
+    qk__mutex_unlock(&w->mu);
     return NULL;
 }
-#endif
 
 static void qk__npyw_stop_syncer(qk__npyw *w)
 {
-#ifndef QK_NO_THREADS
     if (!w->syncer_on) return;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->syncer, NULL);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    qk__cond_signal(&w->cv);
+    qk__mutex_unlock(&w->mu);
+    qk__thread_join(w->syncer);
+    qk__cond_destroy(&w->cv);
+    qk__mutex_destroy(&w->mu);
     w->syncer_on = 0;
-#else
-    QK__UNUSED(w);
-#endif
 }
 
 /* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
@@ -5092,15 +5115,13 @@ static qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64
         qk__npyw_abort(w);
         return r;
     }
-#ifndef QK_NO_THREADS
-    if (!no_sync && syncer && pthread_mutex_init(&w->mu, NULL) == 0) {
-        if (pthread_cond_init(&w->cv, NULL) == 0) {
-            if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
-            else pthread_cond_destroy(&w->cv);
+    if (!no_sync && syncer && qk__mutex_init(&w->mu) == 0) {
+        if (qk__cond_init(&w->cv) == 0) {
+            if (qk__thread_start(&w->syncer, qk__npyw_syncer, w)) w->syncer_on = 1;
+            else qk__cond_destroy(&w->cv);
         }
-        if (!w->syncer_on) pthread_mutex_destroy(&w->mu);
+        if (!w->syncer_on) qk__mutex_destroy(&w->mu);
     }
-#endif
     return QK_OK;
 #endif
 }
@@ -5118,18 +5139,16 @@ static qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void *b
                         e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
     }
     (void)QK__FETCH_ADD(&w->written, (uint64_t)n);
-#ifndef QK_NO_THREADS
     if (w->syncer_on) {
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->dirty += n;
         w->written_mt += n;
-        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) qk__cond_broadcast(&w->cv);
         /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
         while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
-            pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
+            qk__cond_wait(&w->cv, &w->mu);
+        qk__mutex_unlock(&w->mu);
     }
-#endif
     return QK_OK;
 }
 
@@ -5160,9 +5179,7 @@ static qk_result qk__npyw_commit(qk__npyw *w)
     const char *what = "fsync";
     int e = 0;
     qk__npyw_stop_syncer(w);
-#ifndef QK_NO_THREADS
     e = w->sync_errno;
-#endif
     if (w->written != (uint64_t)w->rows * (uint64_t)w->cols * w->es) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes of K were written (internal error)", w->path,
                                (unsigned long long)w->written, (unsigned long long)((uint64_t)w->rows * (uint64_t)w->cols * w->es));
@@ -5257,9 +5274,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
     int64_t rb, s;
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
-#endif
+    qk__thread wt;
     r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
     if (r != QK_OK) return r;
     w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
@@ -5296,9 +5311,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
             QK_PROF_END("gram slab");
         }
         if (pending >= 0) { /* the previous slab's writer */
-#ifndef QK_NO_THREADS
-            pthread_join(wt, NULL);
-#endif
+            qk__thread_join(wt);
             if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
             pending = -1;
         }
@@ -5306,16 +5319,12 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
         cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
-#ifndef QK_NO_THREADS
-        if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
-#endif
+        if (qk__thread_start(&wt, qk__slab_write_main, cur)) { pending = b; continue; }
         qk__slab_write_main(cur);
         if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
     }
     if (pending >= 0) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }
@@ -5392,18 +5401,12 @@ static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j->cb_lock, NULL);
-#endif
+    (void)qk__mutex_init(&j->cb_lock);
 }
 
 static void qk__cpu_job_free(qk__gram_job *j)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j->cb_lock);
-#else
-    QK__UNUSED(j);
-#endif
+    qk__mutex_destroy(&j->cb_lock);
 }
 
 /* A job cancelled while its states were built, before any of K (bulk states, MPS). */
@@ -8530,9 +8533,7 @@ struct qk_ctx {
     size_t dstage_bytes[QK_MAX_DEVICES];
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
 };
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
@@ -8637,13 +8638,11 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
-#ifndef QK_NO_THREADS
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
         if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
         else QK_FREE(ctx->pool);
     }
-#endif
 #if defined(QK_CUDA) && QK_CUDA
     {
         int k;
@@ -9121,9 +9120,7 @@ typedef struct qk__mgpu {
     int cancel;                 /* the first failure sets it; every thread stops */
     int64_t done, total;        /* entries of K delivered (progress), under mu */
     double t0;
-#ifndef QK_NO_THREADS
-    pthread_mutex_t mu;         /* the caller's callbacks one at a time; the first failure */
-#endif
+    qk__mutex mu;               /* the caller's callbacks one at a time; the first failure */
     qk_result r;                /* the first failure and its detail */
     char err[sizeof qk__errbuf];
 } qk__mgpu;
@@ -9143,20 +9140,12 @@ typedef struct qk__mgpu_dev {
 
 static void qk__mgpu_lock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_lock(&g->mu);
 }
 
 static void qk__mgpu_unlock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_unlock(&g->mu);
 }
 
 /* Records a failure (the first one wins; a thread stopped by the flag does not count) and stops
@@ -9415,9 +9404,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
     int k, started[QK_MAX_DEVICES];
     qk_result r = QK_OK;
     char err[256];
-#ifndef QK_NO_THREADS
-    pthread_t th[QK_MAX_DEVICES];
-#endif
+    qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
     if (desc->output == QK_OUTPUT_DEVICE) {
         if (!desc->out_devices)
@@ -9439,9 +9426,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
     g.total = plan->n_x * plan->n_y;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
-#endif
+    if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
     if (desc->output == QK_OUTPUT_NPY) {
         r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
         w.cancel = &g.cancel;
@@ -9459,21 +9444,16 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
-#ifndef QK_NO_THREADS
-        if (pthread_create(&th[k], NULL, qk__mgpu_main, &v[k]) == 0) { started[k] = 1; continue; }
+        if (qk__thread_start(&th[k], qk__mgpu_main, &v[k])) { started[k] = 1; continue; }
+        if (!QK__THREADS) { qk__mgpu_main(&v[k]); continue; }   /* one after the other */
         snprintf(err, sizeof err, "cannot start its host thread");
         qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
         break;
-#else
-        qk__mgpu_main(&v[k]);   /* one after the other */
-#endif
     }
     QK__UNUSED(err);
     QK__UNUSED(started);
-#ifndef QK_NO_THREADS
     for (k = 0; k < n; k++)
-        if (started[k]) pthread_join(th[k], NULL);
-#endif
+        if (started[k]) qk__thread_join(th[k]);
     if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
     for (k = 0; k < n; k++) {
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
@@ -9487,9 +9467,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         }
         if (r != QK_OK) qk__npyw_abort(&w);
     }
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&g.mu);
-#endif
+    qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
     for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
@@ -9546,7 +9524,6 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_result r;
-#ifndef QK_NO_THREADS
     qk__tpool *outer = qk__cur_pool;
     if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
         /* the context's pool, started once; without it every step starts its own threads */
@@ -9556,13 +9533,10 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
         else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
     }
     if (ctx) qk__cur_pool = ctx->pool;
-#endif
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
-#ifndef QK_NO_THREADS
     qk__cur_pool = outer;
-#endif
     return r;
 }
 
@@ -9724,10 +9698,8 @@ typedef struct qk__mpi_band {
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
     int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
-#ifndef QK_NO_THREADS
-    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
-    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
-#endif
+    qk__thread caller;      /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    qk__mutex mpi_lock;     /* held by the writer thread while it is inside MPI */
 } qk__mpi_band;
 
 /* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
@@ -9737,17 +9709,11 @@ typedef struct qk__mpi_band {
    thread). */
 static int qk__mpi_poll(qk__mpi_band *b)
 {
-#ifndef QK_NO_THREADS
-    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (!qk__thread_is_self(b->caller)) return 0;
     if (b->remote_stop) return 1;
-    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
-#else
-    if (b->remote_stop) return 1;
-#endif
+    if (!qk__mutex_trylock(&b->mpi_lock)) return 0;
     if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     return b->remote_stop;
 }
 
@@ -9850,9 +9816,7 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&b->mpi_lock);
-#endif
+    qk__mutex_lock(&b->mpi_lock);
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -9871,9 +9835,7 @@ static void *qk__mpi_block_write(void *p)
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
@@ -9900,11 +9862,9 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
+    qk__thread wt;
     MPI_Query_thread(&level);
-    threaded = level >= MPI_THREAD_SERIALIZED;
-#endif
+    threaded = QK__THREADS && level >= MPI_THREAD_SERIALIZED;
     b->sync_often = threaded && npy && !b->desc->no_sync;
     memset(&sw, 0, sizeof sw);
     if (r1 <= r0) return QK_OK;
@@ -9946,9 +9906,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
-#ifndef QK_NO_THREADS
-                pthread_join(wt, NULL);
-#endif
+                qk__thread_join(wt);
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
@@ -9959,11 +9917,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
                 sw.mirror = b->symmetric && !diag;
                 sw.r = QK_OK;
-#ifndef QK_NO_THREADS
-                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
-                else
-#endif
-                {
+                if (threaded && qk__thread_start(&wt, qk__mpi_block_write, &sw)) pending = 1;
+                else {
                     qk__mpi_block_write(&sw);
                     if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
                 }
@@ -9972,9 +9927,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         }
     }
     if (pending) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
@@ -10111,14 +10064,10 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
-#ifndef QK_NO_THREADS
-    b.caller = pthread_self();
-    pthread_mutex_init(&b.mpi_lock, NULL);
-#endif
+    b.caller = qk__thread_self();
+    (void)qk__mutex_init(&b.mpi_lock);
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&b.mpi_lock);
-#endif
+    qk__mutex_destroy(&b.mpi_lock);
     if (r != QK_OK) qk__mpi_announce(&m, r);
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then

@@ -40,6 +40,53 @@
 #include <unistd.h>
 #endif
 
+/* The thread shim: a mutex, a condition variable and a joinable thread, pthreads or, under
+   QK_NO_THREADS, no-ops (a lock always succeeds; a thread never starts, so the caller runs the
+   function itself, and a condition is never waited on: only a started thread waits):
+       if (!qk__thread_start(&t, fn, arg)) fn(arg);   ...   if (started) qk__thread_join(t);
+   Every engine (the CPU pool, the streamed writers, the .npy syncer, several GPUs, MPI) takes its
+   locks and starts its threads through it, so the call sites have no #ifdef; QK__THREADS is 0
+   where a thread that cannot start means "run it here" rather than a failure. */
+#ifndef QK_NO_THREADS
+#define QK__THREADS 1
+typedef pthread_mutex_t qk__mutex;
+typedef pthread_t qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { return pthread_mutex_init(m, NULL); }   /* 0: ok */
+static inline void qk__mutex_destroy(qk__mutex *m) { pthread_mutex_destroy(m); }
+static inline void qk__mutex_lock(qk__mutex *m) { pthread_mutex_lock(m); }
+static inline int qk__mutex_trylock(qk__mutex *m) { return pthread_mutex_trylock(m) == 0; }   /* 1: taken */
+static inline void qk__mutex_unlock(qk__mutex *m) { pthread_mutex_unlock(m); }
+typedef pthread_cond_t qk__cond;
+static inline int qk__cond_init(qk__cond *c) { return pthread_cond_init(c, NULL); }   /* 0: ok */
+static inline void qk__cond_destroy(qk__cond *c) { pthread_cond_destroy(c); }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { pthread_cond_wait(c, m); }
+static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
+static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
+static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline qk__thread qk__thread_self(void) { return pthread_self(); }
+static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
+#else
+#define QK__THREADS 0
+typedef struct qk__mutex { char unused; } qk__mutex;
+typedef int qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { (void)m; return 0; }
+static inline void qk__mutex_destroy(qk__mutex *m) { (void)m; }
+static inline void qk__mutex_lock(qk__mutex *m) { (void)m; }
+static inline int qk__mutex_trylock(qk__mutex *m) { (void)m; return 1; }
+static inline void qk__mutex_unlock(qk__mutex *m) { (void)m; }
+typedef struct qk__cond { char unused; } qk__cond;   /* waited on only where a thread started */
+static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
+static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
+static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
+static inline void qk__thread_join(qk__thread t) { (void)t; }
+static inline qk__thread qk__thread_self(void) { return 0; }
+static inline int qk__thread_is_self(qk__thread t) { (void)t; return 1; }
+#endif
+
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
 /* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS

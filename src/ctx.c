@@ -13,9 +13,7 @@ struct qk_ctx {
     size_t dstage_bytes[QK_MAX_DEVICES];
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
 };
 
 static void qk__log(const qk_ctx *ctx, qk_log_level lvl, const char *fmt, ...)
@@ -120,13 +118,11 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
-#ifndef QK_NO_THREADS
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
         if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
         else QK_FREE(ctx->pool);
     }
-#endif
 #if defined(QK_CUDA) && QK_CUDA
     {
         int k;

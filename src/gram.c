@@ -42,7 +42,6 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_result r;
-#ifndef QK_NO_THREADS
     qk__tpool *outer = qk__cur_pool;
     if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
         /* the context's pool, started once; without it every step starts its own threads */
@@ -52,13 +51,10 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
         else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
     }
     if (ctx) qk__cur_pool = ctx->pool;
-#endif
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
-#ifndef QK_NO_THREADS
     qk__cur_pool = outer;
-#endif
     return r;
 }
 

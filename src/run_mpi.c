@@ -130,10 +130,8 @@ typedef struct qk__mpi_band {
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
     int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
-#ifndef QK_NO_THREADS
-    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
-    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
-#endif
+    qk__thread caller;      /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    qk__mutex mpi_lock;     /* held by the writer thread while it is inside MPI */
 } qk__mpi_band;
 
 /* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
@@ -143,17 +141,11 @@ typedef struct qk__mpi_band {
    thread). */
 static int qk__mpi_poll(qk__mpi_band *b)
 {
-#ifndef QK_NO_THREADS
-    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (!qk__thread_is_self(b->caller)) return 0;
     if (b->remote_stop) return 1;
-    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
-#else
-    if (b->remote_stop) return 1;
-#endif
+    if (!qk__mutex_trylock(&b->mpi_lock)) return 0;
     if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     return b->remote_stop;
 }
 
@@ -256,9 +248,7 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&b->mpi_lock);
-#endif
+    qk__mutex_lock(&b->mpi_lock);
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -277,9 +267,7 @@ static void *qk__mpi_block_write(void *p)
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
@@ -306,11 +294,9 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
+    qk__thread wt;
     MPI_Query_thread(&level);
-    threaded = level >= MPI_THREAD_SERIALIZED;
-#endif
+    threaded = QK__THREADS && level >= MPI_THREAD_SERIALIZED;
     b->sync_often = threaded && npy && !b->desc->no_sync;
     memset(&sw, 0, sizeof sw);
     if (r1 <= r0) return QK_OK;
@@ -352,9 +338,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
-#ifndef QK_NO_THREADS
-                pthread_join(wt, NULL);
-#endif
+                qk__thread_join(wt);
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
@@ -365,11 +349,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
                 sw.mirror = b->symmetric && !diag;
                 sw.r = QK_OK;
-#ifndef QK_NO_THREADS
-                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
-                else
-#endif
-                {
+                if (threaded && qk__thread_start(&wt, qk__mpi_block_write, &sw)) pending = 1;
+                else {
                     qk__mpi_block_write(&sw);
                     if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
                 }
@@ -378,9 +359,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         }
     }
     if (pending) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
@@ -517,14 +496,10 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
-#ifndef QK_NO_THREADS
-    b.caller = pthread_self();
-    pthread_mutex_init(&b.mpi_lock, NULL);
-#endif
+    b.caller = qk__thread_self();
+    (void)qk__mutex_init(&b.mpi_lock);
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&b.mpi_lock);
-#endif
+    qk__mutex_destroy(&b.mpi_lock);
     if (r != QK_OK) qk__mpi_announce(&m, r);
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then
