@@ -60,19 +60,14 @@
      QK_MPI               declare and build qk_gram_mpi(), K over the ranks of an MPI
                           communicator (qk.h includes <mpi.h>; compile with mpicc or Meson's
                           mpi dependency; docs/scale.md)
-     QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
-                          (default 512 MB)
-     QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
-                          (default 256 MB; none with no_sync)
-     QK_MGPU_MIN_PAIRS    a qk_gram on a context of several GPUs is dealt to as many GPUs as get
-                          at least this many pairs each (default 2^25: ~1 ms of a GPU at 8 qubits;
-                          below, one GPU: thread and per-GPU set-up would cost more than it saves)
-     QK_MGPU_HOST_BOUND_SPLIT
-                          1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
-                          than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
-                          too, each computing whole rows; default 0: it runs on the first GPU,
-                          which the host already cannot keep up with (docs/benchmarks.md,
-                          'Several GPUs in one process')
+     QK_CPU_SLAB_BYTES / QK_MGPU_MIN_PAIRS / QK_MGPU_HOST_BOUND_SPLIT / QK_MPI_BLOCK_BYTES /
+     QK_MPI_SYNC_BYTES
+                          the defaults of the run-time tunables of the same names in
+                          qk_gram_desc (cpu_slab_bytes, mgpu_min_pairs, ...; 0 there = this
+                          default): the CPU engine's streamed slab (128 MB), the pairs per GPU
+                          that deal K to several GPUs (2^25), whether a host-bound K(X,X) is
+                          dealt to several GPUs (0), qk_gram_mpi's block buffer (512 MB) and
+                          sync interval (256 MB); docs/api.md, "Tunables"
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)
@@ -414,7 +409,7 @@ typedef struct qk_ctx_desc {
     /* The GPUs of the context (docs/api.md, "Several GPUs"). n_cuda_devices = 0 (default): every
        visible device (at most QK_MAX_DEVICES) when cuda_device is 0, else cuda_device alone;
        n > 0: cuda_devices[0 .. n) (distinct ordinals; NULL: cuda_device alone when n is 1, else
-       ordinals 0 .. n-1). A qk_gram of at least QK_MGPU_MIN_PAIRS pairs per GPU is dealt to the
+       ordinals 0 .. n-1). A qk_gram of at least qk_gram_desc.mgpu_min_pairs pairs per GPU goes to the
        GPUs (rows balanced by pair count, one host thread per GPU); smaller ones run on the first.
        qk_ctx_query gives the resolved list (cuda_devices points into the context). */
     const int *cuda_devices;
@@ -521,6 +516,18 @@ typedef struct qk_gram_desc {
                                a bound on the infidelity 1 - |<psi_i|psi~_i>|^2 of its truncated
                                state (0 when nothing was dropped or the path is not MPS); then
                                |K_ij - K~_ij| <= sqrt(eps_i) + sqrt(eps_j) */
+    /* Tunables (docs/api.md, "Tunables"): 0 = the default, which is the macro of the same name in
+       capitals (define it before the implementation include to change the default everywhere). */
+    size_t cpu_slab_bytes;      /* QK_CPU_SLAB_BYTES (128 MB): host bytes of one of the CPU engine's
+                                   two slabs of streamed K (output NPY; plan.slab_rows) */
+    int64_t mgpu_min_pairs;     /* QK_MGPU_MIN_PAIRS (2^25): a context of several GPUs deals K to
+                                   as many GPUs as get at least this many pairs each (>= 0) */
+    int mgpu_host_bound_split;  /* QK_MGPU_HOST_BOUND_SPLIT (0): 1 deals a host-bound K(X,X) to
+                                   several GPUs too (whole rows), -1 keeps it on the first GPU */
+    size_t mpi_block_bytes;     /* QK_MPI_BLOCK_BYTES (512 MB): qk_gram_mpi, host bytes of one of
+                                   a rank's two block buffers (the size of its sub-jobs) */
+    size_t mpi_sync_bytes;      /* QK_MPI_SYNC_BYTES (256 MB): qk_gram_mpi's writer thread syncs
+                                   the file after this many bytes (none with no_sync) */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -668,8 +675,9 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* The planner for a list of n devices (infos[k] is CUDA ordinal ordinals[k]; NULL ordinals:
    0 .. n-1), as qk_plan_make plans a context of several GPUs: the whole job planned for infos[0],
-   then, when every device gets at least QK_MGPU_MIN_PAIRS pairs, its rows dealt to as many of
-   the devices (fewer when the job is smaller: n_devices = 1 below 2 QK_MGPU_MIN_PAIRS pairs).
+   then, when every device gets at least desc->mgpu_min_pairs (default QK_MGPU_MIN_PAIRS) pairs,
+   its rows dealt to as many of the devices (fewer when the job is smaller: n_devices = 1 below
+   twice that many pairs; desc->mgpu_host_bound_split: whether a host-bound K(X,X) is dealt).
    Injected infos test the split without a GPU. */
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -8082,11 +8090,12 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
     p->bytes_total = p->bytes_states;
     if (desc->output == QK_OUTPUT_NPY) {
-        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
-           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
-           taller slabs mean fewer, larger writes */
+        /* two slab buffers of at most cpu_slab_bytes (QK_CPU_SLAB_BYTES) each, whole tiles of
+           rows: host memory O(slab), not O(n^2); the symmetric mirror goes out as one write per
+           row and slab, so taller slabs mean fewer, larger writes */
         double rb = (double)nb * es;
-        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        size_t slab_bytes = desc->cpu_slab_bytes ? desc->cpu_slab_bytes : QK__CPU_SLAB_BYTES;
+        int64_t sr = (int64_t)((double)slab_bytes / rb) / QK__T * QK__T;
         if (sr < QK__T) sr = QK__T;
         if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
         p->slab_rows = sr;
@@ -8345,9 +8354,14 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     qk_schedule sch;
     double w[QK_MAX_DEVICES];
     int k, use, same = 1, full;
-    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    int64_t total, minp;
+    int split;
     qk_result r;
     if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    /* the tunables: the desc's, else the macros' (qk_gram_desc.mgpu_min_pairs, mgpu_host_bound_split) */
+    minp = desc->mgpu_min_pairs > 0 ? desc->mgpu_min_pairs : (int64_t)(QK_MGPU_MIN_PAIRS);
+    if (minp < 1) minp = 1;
+    split = desc->mgpu_host_bound_split ? desc->mgpu_host_bound_split > 0 : (QK_MGPU_HOST_BOUND_SPLIT) != 0;
     if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
     for (k = 0; k < n; k++) {
         int j;
@@ -8366,7 +8380,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
            (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
            QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
     for (use = n; use > 1 && total / use < minp; use--) {}
-    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
+    if (use < 2 || (full && !split)) return QK_OK;   /* the host binds: one GPU */
     for (k = 0; k < use; k++) {
         w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
         if (w[k] != w[0]) same = 0;
@@ -8704,6 +8718,9 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
     if (!(d->tol >= 0.0 && d->tol <= 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: tol must be finite and >= 0 (got %g)", d->tol);
+    if (d->mgpu_min_pairs < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_min_pairs must be >= 0 (0: QK_MGPU_MIN_PAIRS; got %lld)", (long long)d->mgpu_min_pairs);
+    if (d->mgpu_host_bound_split < -1 || d->mgpu_host_bound_split > 1)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_host_bound_split must be -1 (no), 0 (QK_MGPU_HOST_BOUND_SPLIT) or 1 (yes), got %d", d->mgpu_host_bound_split);
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
@@ -9693,7 +9710,7 @@ typedef struct qk__mpi_band {
     const char *path;
     uint64_t hdr, written;
     uint64_t synced;        /* written bytes at the last periodic sync */
-    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int sync_often;         /* the writer thread syncs every mpi_sync_bytes (see above) */
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
@@ -9830,7 +9847,7 @@ static void *qk__mpi_block_write(void *p)
         for (c = 0; c < nc && r == QK_OK; c++)
             r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
-    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= (b->desc->mpi_sync_bytes ? (uint64_t)b->desc->mpi_sync_bytes : QK__MPI_SYNC_BYTES)) {
         if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
         b->synced = b->written;
     }
@@ -9841,7 +9858,7 @@ static void *qk__mpi_block_write(void *p)
     return NULL;
 }
 
-/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+/* Rows [r0, r1) of K in blocks of at most mpi_block_bytes (QK_MPI_BLOCK_BYTES): rows in slabs of S, each slab's
    columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
    the budget so that the file writes of a block's rows (C elements) and of its mirror (S
    elements) are both long, and each block builds only S + C states. The diagonal block of a
@@ -9855,7 +9872,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
     const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
@@ -9887,7 +9904,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
         if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (mpi_block_bytes, QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
             goto done;
         }
     }

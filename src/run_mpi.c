@@ -125,7 +125,7 @@ typedef struct qk__mpi_band {
     const char *path;
     uint64_t hdr, written;
     uint64_t synced;        /* written bytes at the last periodic sync */
-    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int sync_often;         /* the writer thread syncs every mpi_sync_bytes (see above) */
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
@@ -262,7 +262,7 @@ static void *qk__mpi_block_write(void *p)
         for (c = 0; c < nc && r == QK_OK; c++)
             r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
-    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= (b->desc->mpi_sync_bytes ? (uint64_t)b->desc->mpi_sync_bytes : QK__MPI_SYNC_BYTES)) {
         if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
         b->synced = b->written;
     }
@@ -273,7 +273,7 @@ static void *qk__mpi_block_write(void *p)
     return NULL;
 }
 
-/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+/* Rows [r0, r1) of K in blocks of at most mpi_block_bytes (QK_MPI_BLOCK_BYTES): rows in slabs of S, each slab's
    columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
    the budget so that the file writes of a block's rows (C elements) and of its mirror (S
    elements) are both long, and each block builds only S + C states. The diagonal block of a
@@ -287,7 +287,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
     const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
@@ -319,7 +319,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
         if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (mpi_block_bytes, QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
             goto done;
         }
     }
