@@ -48,9 +48,10 @@
      QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
                           writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
-                          allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc (it serves the context and its thread
-                          pool; everything else uses these macros: docs/api.md)
+                          the allocator of every host allocation of the library (all three or
+                          none; thread-safe, as malloc): maps, readers, the engines' scratch,
+                          the cache. qk_ctx_desc.allocator, where set, serves only the context's
+                          own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
@@ -421,9 +422,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
-                               maps, readers, writers and the CPU engine's per-call scratch (its
-                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE, the library's one allocator. Where
+                               set, it serves the context's own blocks only (the qk_ctx, its thread
+                               pool); every other allocation is QK_MALLOC's (docs/api.md) */
     size_t host_memory;     /* CPU engine: host bytes its plans may use (states, streamed-output
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default
@@ -1267,6 +1268,16 @@ static const qk_cuda_prof_hooks qk__prof_cuda_hooks = {qk_prof_gpu_begin, qk_pro
 #define QK_ASSERT(c) assert(c)
 #endif
 
+/* The allocator: stb's macros, QK_MALLOC / QK_REALLOC / QK_FREE (define all three before the
+   implementation include, or none: malloc, realloc, free), behind qk__malloc, qk__calloc,
+   qk__realloc and qk__free, the one path of every host allocation of the library. Why the
+   macros and not an allocator in a desc (sokol's way): most of qk's allocations happen where no
+   context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
+   schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
+   be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
+   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
+   blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
 /* caller's allocator */
 #elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
@@ -1359,6 +1370,15 @@ static void *qk__calloc(size_t count, size_t size)
     p = qk__malloc(count * size);
     if (p) memset(p, 0, count * size);
     return p;
+}
+static void *qk__realloc(void *p, size_t n) { return QK_REALLOC(p, n ? n : 1); }
+static void qk__free(void *p) { QK_FREE(p); }
+/* The context's own blocks: qk_ctx_desc.allocator where set, else the macros. */
+static void *qk__alloc_with(const qk_allocator *a, size_t n) { return a && a->alloc ? a->alloc(n ? n : 1, a->user) : qk__malloc(n); }
+static void qk__free_with(const qk_allocator *a, void *p)
+{
+    if (p && a && a->free) a->free(p, a->user);
+    else qk__free(p);
 }
 
 
@@ -1664,7 +1684,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
             int64_t nc = nb_cap ? 2 * nb_cap : 1024;
             int *nbp;
             while (nc < nb + (st->s1 - st->s0)) nc *= 2;
-            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            nbp = (int *)qk__realloc(p->bounds, sizeof(int) * (size_t)nc);
             if (!nbp) goto oom;
             p->bounds = nbp;
             nb_cap = nc;
@@ -1910,7 +1930,7 @@ static void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
     if (l->oom) return;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 32;
-        qk_op *p = (qk_op *)QK_REALLOC(l->ops, (size_t)cap * sizeof(qk_op));
+        qk_op *p = (qk_op *)qk__realloc(l->ops, (size_t)cap * sizeof(qk_op));
         if (!p) { l->oom = 1; return; }
         l->ops = p;
         l->cap = cap;
@@ -8591,7 +8611,7 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     }
     if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
-    ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
+    ctx = (qk_ctx *)qk__alloc_with(&d.allocator, sizeof *ctx);
     if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
     memset(ctx, 0, sizeof *ctx);
     ctx->desc = d;
@@ -8654,8 +8674,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
     if (!ctx) return;
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
-        if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
-        else QK_FREE(ctx->pool);
+        qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
 #if defined(QK_CUDA) && QK_CUDA
     {
@@ -8668,8 +8687,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         }
     }
 #endif
-    if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
-    else QK_FREE(ctx);
+    qk__free_with(&ctx->desc.allocator, ctx);
 }
 
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)
@@ -9544,10 +9562,9 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
     qk__tpool *outer = qk__cur_pool;
     if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
         /* the context's pool, started once; without it every step starts its own threads */
-        qk__tpool *t = (qk__tpool *)(ctx->desc.allocator.alloc ? ctx->desc.allocator.alloc(sizeof *t, ctx->desc.allocator.user)
-                                                                : qk__malloc(sizeof *t));
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
-        else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
+        else qk__free_with(&ctx->desc.allocator, t);
     }
     if (ctx) qk__cur_pool = ctx->pool;
     QK_PROF_BEGIN("qk_gram");

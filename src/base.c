@@ -12,6 +12,16 @@
 #define QK_ASSERT(c) assert(c)
 #endif
 
+/* The allocator: stb's macros, QK_MALLOC / QK_REALLOC / QK_FREE (define all three before the
+   implementation include, or none: malloc, realloc, free), behind qk__malloc, qk__calloc,
+   qk__realloc and qk__free, the one path of every host allocation of the library. Why the
+   macros and not an allocator in a desc (sokol's way): most of qk's allocations happen where no
+   context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
+   schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
+   be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
+   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
+   blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
 /* caller's allocator */
 #elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
@@ -104,6 +114,15 @@ static void *qk__calloc(size_t count, size_t size)
     p = qk__malloc(count * size);
     if (p) memset(p, 0, count * size);
     return p;
+}
+static void *qk__realloc(void *p, size_t n) { return QK_REALLOC(p, n ? n : 1); }
+static void qk__free(void *p) { QK_FREE(p); }
+/* The context's own blocks: qk_ctx_desc.allocator where set, else the macros. */
+static void *qk__alloc_with(const qk_allocator *a, size_t n) { return a && a->alloc ? a->alloc(n ? n : 1, a->user) : qk__malloc(n); }
+static void qk__free_with(const qk_allocator *a, void *p)
+{
+    if (p && a && a->free) a->free(p, a->user);
+    else qk__free(p);
 }
 
 

@@ -57,7 +57,7 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     }
     if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
-    ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
+    ctx = (qk_ctx *)qk__alloc_with(&d.allocator, sizeof *ctx);
     if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
     memset(ctx, 0, sizeof *ctx);
     ctx->desc = d;
@@ -120,8 +120,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
     if (!ctx) return;
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
-        if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
-        else QK_FREE(ctx->pool);
+        qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
 #if defined(QK_CUDA) && QK_CUDA
     {
@@ -134,8 +133,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         }
     }
 #endif
-    if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
-    else QK_FREE(ctx);
+    qk__free_with(&ctx->desc.allocator, ctx);
 }
 
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)

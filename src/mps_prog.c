@@ -150,7 +150,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
             int64_t nc = nb_cap ? 2 * nb_cap : 1024;
             int *nbp;
             while (nc < nb + (st->s1 - st->s0)) nc *= 2;
-            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            nbp = (int *)qk__realloc(p->bounds, sizeof(int) * (size_t)nc);
             if (!nbp) goto oom;
             p->bounds = nbp;
             nb_cap = nc;

@@ -234,9 +234,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
-                               maps, readers, writers and the CPU engine's per-call scratch (its
-                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE, the library's one allocator. Where
+                               set, it serves the context's own blocks only (the qk_ctx, its thread
+                               pool); every other allocation is QK_MALLOC's (docs/api.md) */
     size_t host_memory;     /* CPU engine: host bytes its plans may use (states, streamed-output
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default

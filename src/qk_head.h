@@ -48,9 +48,10 @@
      QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
                           writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
-                          allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc (it serves the context and its thread
-                          pool; everything else uses these macros: docs/api.md)
+                          the allocator of every host allocation of the library (all three or
+                          none; thread-safe, as malloc): maps, readers, the engines' scratch,
+                          the cache. qk_ctx_desc.allocator, where set, serves only the context's
+                          own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
