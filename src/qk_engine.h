@@ -230,6 +230,9 @@ QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
+/* Test seams, declared and compiled only under QK_TEST_FAULTS (define it for qk.h and for
+   qk_cuda.cu alike; the GPU test programs do, tests/meson.build): the product build has none. */
+#ifdef QK_TEST_FAULTS
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
    (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
    concurrent use. */
@@ -239,6 +242,7 @@ QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
+#endif /* QK_TEST_FAULTS */
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
