@@ -53,6 +53,12 @@
                           the cache. qk_ctx_desc.allocator, where set, serves only the context's
                           own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
+     QK_NO_MPS / QK_NO_TUNE / QK_NO_CSV
+                          compile a subsystem out (as stb's STBI_NO_*): the MPS engine (path MPS
+                          and maps beyond QK_MAX_STATE_QUBITS: QK_ERROR_UNSUPPORTED; the planner
+                          keeps the statevector), the autotune cache (qk_tune_cache_*:
+                          QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
+                          reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
@@ -4740,6 +4746,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
+#ifndef QK_NO_CSV   /* the CSV reader (compiled out by QK_NO_CSV: qk_csv_read says so) */
 /* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
 static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
     int fd;
@@ -5033,6 +5040,12 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     out->ndim = 2;
     return QK_OK;
 }
+#else
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    (void)path; (void)out;
+    return qk__fail(QK_ERROR_UNSUPPORTED, "qk_csv_read: the CSV reader is compiled out (QK_NO_CSV)");
+}
+#endif /* QK_NO_CSV */
 
 QKDEF void qk_array_free(qk_array *a) {
     if (!a) return;
@@ -5642,6 +5655,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 
 /* ---- end work schedule ---- */
 /* >>mps ---- the MPS engine ---- */
+#ifndef QK_NO_MPS   /* the engine (QK_NO_MPS compiles it out: the planner keeps the statevector) */
 
 /* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
@@ -6435,6 +6449,18 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
         }
     }
 }
+#else /* QK_NO_MPS: the program analysis (mps_prog.c) stays; nothing builds or contracts an MPS */
+static int qk__mps_rows(const qk__mps_prog *p) { (void)p; return 1; }
+#if defined(QK_CUDA) && QK_CUDA   /* the GPU engine's MPS path (run_cuda.c), never planned here */
+static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                              double *discarded, double *eps, struct qk__gram_job *job)
+{
+    (void)p; (void)m; (void)x; (void)n; (void)n_threads; (void)discarded; (void)eps; (void)job;
+    qk__set_error("mps: the MPS engine is compiled out (QK_NO_MPS)");
+    return NULL;
+}
+#endif
+#endif /* QK_NO_MPS */
 
 /* ---- planning and running ---- */
 /* Host memory (bytes) where the system says, else 0 (unknown). */
@@ -6505,6 +6531,14 @@ static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, dou
             return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
         return QK_OK;
     }
+#ifdef QK_NO_MPS
+    QK__UNUSED(ratio); QK__UNUSED(sv_ok); QK__UNUSED(sv_big); QK__UNUSED(ok);
+    if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: the MPS path is compiled out (QK_NO_MPS)");
+    if (q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%d qubits exceed the statevector limit %d, and the MPS path, which takes local maps "
+                        "beyond it, is compiled out (QK_NO_MPS)", q, QK_MAX_STATE_QUBITS);
+    return QK_OK;
+#else
     r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, prog);
     if (r != QK_OK) return r;
     ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
@@ -6528,6 +6562,7 @@ static qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, dou
     }
     if (!*use) qk__mps_prog_free(prog);
     return QK_OK;
+#endif /* QK_NO_MPS */
 }
 
 /* The plan's MPS fields from a program. */
@@ -6671,6 +6706,9 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     double budget, per;
     int chi;
     if (!info || !info->present || !map || max_bond < 0 || max_bond > QK_MPS_MAX_BOND) return 0;
+#ifdef QK_NO_MPS
+    return 0;   /* no MPS path in this build */
+#endif
     if (qk__mps_prog_make_t(map, max_bond, 0.0, &prog) != QK_OK) return 0;
     chi = prog.dense ? QK__MPS_SAT : prog.chi;
     qk__mps_prog_free(&prog);
@@ -6684,6 +6722,10 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
    engine's tiles with qk__mps_tile. */
 static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
+#ifdef QK_NO_MPS
+    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc);
+    return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
+#else
     qk__mps_prog prog;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
@@ -6705,6 +6747,7 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
     QK_FREE(B);
     qk__mps_prog_free(&prog);
     return r;
+#endif
 }
 /* ---- end MPS engine ---- */
 
@@ -6719,8 +6762,9 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
    locale says (a host program may have called setlocale).
    Only programs that can tune carry this code: it is compiled where the CUDA engine is
    (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
-   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
-#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer), and
+   so has any build with QK_NO_TUNE (the GPU planner then takes the fixed table). */
+#if ((defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)) && !defined(QK_NO_TUNE)
 #define QK__TUNE_ON 1
 #else
 #define QK__TUNE_ON 0
@@ -7818,8 +7862,12 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
-#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune, or QK_NO_TUNE */
+#ifdef QK_NO_TUNE
+#define QK__TUNE_OFF_MSG "autotune cache: compiled out (QK_NO_TUNE; the GPU engine takes the fixed table)"
+#else
 #define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+#endif
 QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
     (void)dir_override;
     if (buf && size) buf[0] = 0;

@@ -53,6 +53,12 @@
                           the cache. qk_ctx_desc.allocator, where set, serves only the context's
                           own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
+     QK_NO_MPS / QK_NO_TUNE / QK_NO_CSV
+                          compile a subsystem out (as stb's STBI_NO_*): the MPS engine (path MPS
+                          and maps beyond QK_MAX_STATE_QUBITS: QK_ERROR_UNSUPPORTED; the planner
+                          keeps the statevector), the autotune cache (qk_tune_cache_*:
+                          QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
+                          reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
