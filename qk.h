@@ -48,10 +48,17 @@
      QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
                           writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
-                          allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc (it serves the context and its thread
-                          pool; everything else uses these macros: docs/api.md)
+                          the allocator of every host allocation of the library (all three or
+                          none; thread-safe, as malloc): maps, readers, the engines' scratch,
+                          the cache. qk_ctx_desc.allocator, where set, serves only the context's
+                          own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
+     QK_NO_MPS / QK_NO_TUNE / QK_NO_CSV
+                          compile a subsystem out (as stb's STBI_NO_*): the MPS engine (path MPS
+                          and maps beyond QK_MAX_STATE_QUBITS: QK_ERROR_UNSUPPORTED; the planner
+                          keeps the statevector), the autotune cache (qk_tune_cache_*:
+                          QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
+                          reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
@@ -60,19 +67,14 @@
      QK_MPI               declare and build qk_gram_mpi(), K over the ranks of an MPI
                           communicator (qk.h includes <mpi.h>; compile with mpicc or Meson's
                           mpi dependency; docs/scale.md)
-     QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
-                          (default 512 MB)
-     QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
-                          (default 256 MB; none with no_sync)
-     QK_MGPU_MIN_PAIRS    a qk_gram on a context of several GPUs is dealt to as many GPUs as get
-                          at least this many pairs each (default 2^25: ~1 ms of a GPU at 8 qubits;
-                          below, one GPU: thread and per-GPU set-up would cost more than it saves)
-     QK_MGPU_HOST_BOUND_SPLIT
-                          1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
-                          than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
-                          too, each computing whole rows; default 0: it runs on the first GPU,
-                          which the host already cannot keep up with (docs/benchmarks.md,
-                          'Several GPUs in one process')
+     QK_CPU_SLAB_BYTES / QK_MGPU_MIN_PAIRS / QK_MGPU_HOST_BOUND_SPLIT / QK_MPI_BLOCK_BYTES /
+     QK_MPI_SYNC_BYTES
+                          the defaults of the run-time tunables of the same names in
+                          qk_gram_desc (cpu_slab_bytes, mgpu_min_pairs, ...; 0 there = this
+                          default): the CPU engine's streamed slab (128 MB), the pairs per GPU
+                          that deal K to several GPUs (2^25), whether a host-bound K(X,X) is
+                          dealt to several GPUs (0), qk_gram_mpi's block buffer (512 MB) and
+                          sync interval (256 MB); docs/api.md, "Tunables"
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)
@@ -415,7 +417,7 @@ typedef struct qk_ctx_desc {
     /* The GPUs of the context (docs/api.md, "Several GPUs"). n_cuda_devices = 0 (default): every
        visible device (at most QK_MAX_DEVICES) when cuda_device is 0, else cuda_device alone;
        n > 0: cuda_devices[0 .. n) (distinct ordinals; NULL: cuda_device alone when n is 1, else
-       ordinals 0 .. n-1). A qk_gram of at least QK_MGPU_MIN_PAIRS pairs per GPU is dealt to the
+       ordinals 0 .. n-1). A qk_gram of at least qk_gram_desc.mgpu_min_pairs pairs per GPU goes to the
        GPUs (rows balanced by pair count, one host thread per GPU); smaller ones run on the first.
        qk_ctx_query gives the resolved list (cuda_devices points into the context). */
     const int *cuda_devices;
@@ -427,9 +429,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
-                               maps, readers, writers and the CPU engine's per-call scratch (its
-                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE, the library's one allocator. Where
+                               set, it serves the context's own blocks only (the qk_ctx, its thread
+                               pool); every other allocation is QK_MALLOC's (docs/api.md) */
     size_t host_memory;     /* CPU engine: host bytes its plans may use (states, streamed-output
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default
@@ -522,6 +524,18 @@ typedef struct qk_gram_desc {
                                a bound on the infidelity 1 - |<psi_i|psi~_i>|^2 of its truncated
                                state (0 when nothing was dropped or the path is not MPS); then
                                |K_ij - K~_ij| <= sqrt(eps_i) + sqrt(eps_j) */
+    /* Tunables (docs/api.md, "Tunables"): 0 = the default, which is the macro of the same name in
+       capitals (define it before the implementation include to change the default everywhere). */
+    size_t cpu_slab_bytes;      /* QK_CPU_SLAB_BYTES (128 MB): host bytes of one of the CPU engine's
+                                   two slabs of streamed K (output NPY; plan.slab_rows) */
+    int64_t mgpu_min_pairs;     /* QK_MGPU_MIN_PAIRS (2^25): a context of several GPUs deals K to
+                                   as many GPUs as get at least this many pairs each (>= 0) */
+    int mgpu_host_bound_split;  /* QK_MGPU_HOST_BOUND_SPLIT (0): 1 deals a host-bound K(X,X) to
+                                   several GPUs too (whole rows), -1 keeps it on the first GPU */
+    size_t mpi_block_bytes;     /* QK_MPI_BLOCK_BYTES (512 MB): qk_gram_mpi, host bytes of one of
+                                   a rank's two block buffers (the size of its sub-jobs) */
+    size_t mpi_sync_bytes;      /* QK_MPI_SYNC_BYTES (256 MB): qk_gram_mpi's writer thread syncs
+                                   the file after this many bytes (none with no_sync) */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -669,8 +683,9 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* The planner for a list of n devices (infos[k] is CUDA ordinal ordinals[k]; NULL ordinals:
    0 .. n-1), as qk_plan_make plans a context of several GPUs: the whole job planned for infos[0],
-   then, when every device gets at least QK_MGPU_MIN_PAIRS pairs, its rows dealt to as many of
-   the devices (fewer when the job is smaller: n_devices = 1 below 2 QK_MGPU_MIN_PAIRS pairs).
+   then, when every device gets at least desc->mgpu_min_pairs (default QK_MGPU_MIN_PAIRS) pairs,
+   its rows dealt to as many of the devices (fewer when the job is smaller: n_devices = 1 below
+   twice that many pairs; desc->mgpu_host_bound_split: whether a host-bound K(X,X) is dealt).
    Injected infos test the split without a GPU. */
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -962,6 +977,19 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
+/* The one-qubit diagonal ops, Z, RZ and P (diag(m00, m11) of qk__u1), and the parity rule, one
+   for every engine (the CPU state builder, the MPS program, the GPU program compiler, the
+   parameter budget below): ops k, k + 1, k + 2 are CX(c,t) D(t) CX(c,t) with D one of those,
+   which is D's diagonal taken on the parity bit c xor t, one diagonal two-qubit op (Z: Z(x)Z,
+   RZ(t): RZZ(t), P(t): e^{it} where the bits differ). */
+static inline int qk__op_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+static inline int qk__parity_at(const qk_op *ops, int n_ops, int k)
+{
+    const qk_op *o = &ops[k];
+    return o->kind == QK_OP_CNOT && k + 2 < n_ops && qk__op_diag1(o[1].kind) && o[1].q0 == o->q1 &&
+           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
+}
+
 /* The per-sample parameter budget of the GPU engine's compiled program: 8 per one-qubit gate,
    1 + q + q*q per run of diagonal ops, 4 per qubit. The planner's VRAM estimator counts with it
    and qk_cuda.cu allocates it; its compiler (qk__compile, which folds leading one-qubit gates
@@ -973,14 +1001,10 @@ static inline int64_t qk__cuda_params(const qk_map *m)
     int i, in_diag = 0;
     for (i = 0; i < m->n_ops; i++) {
         qk_op_kind k = m->ops[i].kind;
-        int diag = k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_CZ || k == QK_OP_RZZ;
-        if (k == QK_OP_CNOT && i + 2 < m->n_ops) {
-            const qk_op *a = &m->ops[i + 1], *b = &m->ops[i + 2];
-            if ((a->kind == QK_OP_Z || a->kind == QK_OP_RZ || a->kind == QK_OP_P) && a->q0 == m->ops[i].q1 &&
-                b->kind == QK_OP_CNOT && b->q0 == m->ops[i].q0 && b->q1 == m->ops[i].q1) {
-                diag = 1;
-                i += 2;
-            }
+        int diag = qk__op_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ;
+        if (qk__parity_at(m->ops, m->n_ops, i)) {
+            diag = 1;
+            i += 2;
         }
         if (k == QK_OP_AMPLITUDE) continue;
         if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
@@ -1102,6 +1126,9 @@ QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
+/* Test seams, declared and compiled only under QK_TEST_FAULTS (define it for qk.h and for
+   qk_cuda.cu alike; the GPU test programs do, tests/meson.build): the product build has none. */
+#ifdef QK_TEST_FAULTS
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
    (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
    concurrent use. */
@@ -1111,6 +1138,7 @@ QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
+#endif /* QK_TEST_FAULTS */
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
@@ -1330,6 +1358,16 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #define QK_ASSERT(c) assert(c)
 #endif
 
+/* The allocator: stb's macros, QK_MALLOC / QK_REALLOC / QK_FREE (define all three before the
+   implementation include, or none: malloc, realloc, free), behind qk__malloc, qk__calloc,
+   qk__realloc and qk__free, the one path of every host allocation of the library. Why the
+   macros and not an allocator in a desc (sokol's way): most of qk's allocations happen where no
+   context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
+   schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
+   be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
+   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
+   blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
 /* caller's allocator */
 #elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
@@ -1358,6 +1396,53 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #include <unistd.h>
 #endif
 
+/* The thread shim: a mutex, a condition variable and a joinable thread, pthreads or, under
+   QK_NO_THREADS, no-ops (a lock always succeeds; a thread never starts, so the caller runs the
+   function itself, and a condition is never waited on: only a started thread waits):
+       if (!qk__thread_start(&t, fn, arg)) fn(arg);   ...   if (started) qk__thread_join(t);
+   Every engine (the CPU pool, the streamed writers, the .npy syncer, several GPUs, MPI) takes its
+   locks and starts its threads through it, so the call sites have no #ifdef; QK__THREADS is 0
+   where a thread that cannot start means "run it here" rather than a failure. */
+#ifndef QK_NO_THREADS
+#define QK__THREADS 1
+typedef pthread_mutex_t qk__mutex;
+typedef pthread_t qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { return pthread_mutex_init(m, NULL); }   /* 0: ok */
+static inline void qk__mutex_destroy(qk__mutex *m) { pthread_mutex_destroy(m); }
+static inline void qk__mutex_lock(qk__mutex *m) { pthread_mutex_lock(m); }
+static inline int qk__mutex_trylock(qk__mutex *m) { return pthread_mutex_trylock(m) == 0; }   /* 1: taken */
+static inline void qk__mutex_unlock(qk__mutex *m) { pthread_mutex_unlock(m); }
+typedef pthread_cond_t qk__cond;
+static inline int qk__cond_init(qk__cond *c) { return pthread_cond_init(c, NULL); }   /* 0: ok */
+static inline void qk__cond_destroy(qk__cond *c) { pthread_cond_destroy(c); }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { pthread_cond_wait(c, m); }
+static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
+static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
+static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline qk__thread qk__thread_self(void) { return pthread_self(); }
+static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
+#else
+#define QK__THREADS 0
+typedef struct qk__mutex { char unused; } qk__mutex;
+typedef int qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { (void)m; return 0; }
+static inline void qk__mutex_destroy(qk__mutex *m) { (void)m; }
+static inline void qk__mutex_lock(qk__mutex *m) { (void)m; }
+static inline int qk__mutex_trylock(qk__mutex *m) { (void)m; return 1; }
+static inline void qk__mutex_unlock(qk__mutex *m) { (void)m; }
+typedef struct qk__cond { char unused; } qk__cond;   /* waited on only where a thread started */
+static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
+static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
+static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
+static inline void qk__thread_join(qk__thread t) { (void)t; }
+static inline qk__thread qk__thread_self(void) { return 0; }
+static inline int qk__thread_is_self(qk__thread t) { (void)t; return 1; }
+#endif
+
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
 /* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
@@ -1371,6 +1456,10 @@ QK__PRIV int qk__def_i(int v, int d);                 /* v, or d where v is 0 */
 QK__PRIV double qk__def_d(double v, double d);
 QK__PRIV void *qk__malloc(size_t n);                  /* QK_MALLOC, never of 0 bytes */
 QK__PRIV void *qk__calloc(size_t count, size_t size);
+QK__PRIV void *qk__realloc(void *p, size_t n);         /* QK_REALLOC, never to 0 bytes */
+QK__PRIV void qk__free(void *p);                       /* QK_FREE */
+QK__PRIV void *qk__alloc_with(const qk_allocator *a, size_t n);   /* the context's blocks */
+QK__PRIV void qk__free_with(const qk_allocator *a, void *p);
 QK__PRIV const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max);
 QK__PRIV const char *qk__esc_arg(char *buf, size_t size, const char *s);
 QK__PRIV void qk__esc_msg(char *dst, size_t size, const char *src);
@@ -1458,7 +1547,7 @@ typedef void (*qk__work_fn)(void *ctx, int thread);
 #define QK__LOAD(p) (*(p))
 #define QK__STORE(p, v) (*(p) = (v))
 #endif
-#ifndef QK_NO_THREADS
+/* a context's pool (without threads, QK_NO_THREADS: no workers, its caller runs every step) */
 typedef struct qk__tpool qk__tpool;
 typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
 struct qk__tpool {
@@ -1466,12 +1555,11 @@ struct qk__tpool {
     unsigned gen;
     qk__work_fn fn;
     void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
+    qk__mutex mu;
+    qk__cond go, done;
+    qk__thread th[255];
     qk__tpool_worker w[255];
 };
-#endif
 
 /* The state builders (statevectors, product states, MPS) reach the job's progress callback and
    cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
@@ -1520,18 +1608,14 @@ typedef struct qk__gram_job {
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
     /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
     void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
+    qk__mutex cb_lock;
 } qk__gram_job;
 
 QK__PRIV int qk__ncores(void);
-#ifndef QK_NO_THREADS
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
 extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
-#endif
 #endif
 QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx);
 QK__PRIV void qk__job_poll(qk__gram_job *j);
@@ -1649,14 +1733,12 @@ typedef struct qk__npyw {
     int no_sync;
     uint64_t written;
     int *cancel;            /* optional: a job's cancel flag, read before each write */
-#ifndef QK_NO_THREADS
-    pthread_t syncer;
+    qk__thread syncer;
     int syncer_on, stop, sync_errno;
     uint64_t dirty;         /* bytes written since the syncer last started an fsync */
     uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-#endif
+    qk__mutex mu;
+    qk__cond cv;
 } qk__npyw;
 
 QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
@@ -1734,9 +1816,7 @@ struct qk_ctx {
     size_t dstage_bytes[QK_MAX_DEVICES];
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
@@ -1773,6 +1853,15 @@ QK__PRIV void *qk__calloc(size_t count, size_t size)
     p = qk__malloc(count * size);
     if (p) memset(p, 0, count * size);
     return p;
+}
+QK__PRIV void *qk__realloc(void *p, size_t n) { return QK_REALLOC(p, n ? n : 1); }
+QK__PRIV void qk__free(void *p) { QK_FREE(p); }
+/* The context's own blocks: qk_ctx_desc.allocator where set, else the macros. */
+QK__PRIV void *qk__alloc_with(const qk_allocator *a, size_t n) { return a && a->alloc ? a->alloc(n ? n : 1, a->user) : qk__malloc(n); }
+QK__PRIV void qk__free_with(const qk_allocator *a, void *p)
+{
+    if (p && a && a->free) a->free(p, a->user);
+    else qk__free(p);
 }
 
 
@@ -1970,15 +2059,9 @@ QK__PRIV void qk__mps_prog_free(qk__mps_prog *p)
     memset(p, 0, sizeof *p);
 }
 
-static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
-static int qk__mps_parity_at(const qk_map *m, int k)
-{
-    const qk_op *o = &m->ops[k];
-    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
-           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
-}
+/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op
+   (the parity rule of every engine, qk__parity_at). */
+static int qk__mps_parity_at(const qk_map *m, int k) { return qk__parity_at(m->ops, m->n_ops, k); }
 
 static int qk__mps_add_set(int *set, int *n, int qb)
 {
@@ -2029,7 +2112,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
         if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
         if (qk__op_arity(o->kind) == 1) {
             st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
-            if (!qk__mps_diag1(o->kind)) run++;
+            if (!qk__op_diag1(o->kind)) run++;
             p->n_steps++;
             continue;
         }
@@ -2047,7 +2130,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
             int64_t nc = nb_cap ? 2 * nb_cap : 1024;
             int *nbp;
             while (nc < nb + (st->s1 - st->s0)) nc *= 2;
-            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            nbp = (int *)qk__realloc(p->bounds, sizeof(int) * (size_t)nc);
             if (!nbp) goto oom;
             p->bounds = nbp;
             nb_cap = nc;
@@ -2289,7 +2372,7 @@ QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
     if (l->oom) return;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 32;
-        qk_op *p = (qk_op *)QK_REALLOC(l->ops, (size_t)cap * sizeof(qk_op));
+        qk_op *p = (qk_op *)qk__realloc(l->ops, (size_t)cap * sizeof(qk_op));
         if (!p) { l->oom = 1; return; }
         l->ops = p;
         l->cap = cap;
@@ -3305,14 +3388,12 @@ QKDEF int qk_map_spec(const qk_map *m, char *buf, size_t size)
 /* ---- thread pool: a parallel-for over work items taken from an atomic counter ---- */
 typedef struct qk__pool_arg { qk__work_fn fn; void *ctx; int thread; } qk__pool_arg;
 
-#ifndef QK_NO_THREADS
 static void *qk__pool_main(void *p)
 {
     qk__pool_arg *a = (qk__pool_arg *)p;
     a->fn(a->ctx, a->thread);
     return NULL;
 }
-#endif
 
 QK__PRIV int qk__ncores(void)
 {
@@ -3328,8 +3409,8 @@ QK__PRIV int qk__ncores(void)
    parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
    (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
    qk_gram makes it the calling thread's current pool for the call; qk__parallel uses the current
-   pool when there is one, else starts threads for the step. */
-#ifndef QK_NO_THREADS
+   pool when there is one, else starts threads for the step. Without threads (QK_NO_THREADS) a
+   pool has no workers: its caller runs every step alone. */
 /* qk__tpool: in qk_internal.h */
 
 static void *qk__tpool_main(void *p)
@@ -3337,21 +3418,21 @@ static void *qk__tpool_main(void *p)
     qk__tpool_worker *w = (qk__tpool_worker *)p;
     qk__tpool *t = w->pool;
     unsigned seen = 0;
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     for (;;) {
-        while (!t->quit && t->gen == seen) pthread_cond_wait(&t->go, &t->mu);
+        while (!t->quit && t->gen == seen) qk__cond_wait(&t->go, &t->mu);
         if (t->quit) break;
         seen = t->gen;
         if (w->index < t->want) {
             qk__work_fn fn = t->fn;
             void *arg = t->arg;
-            pthread_mutex_unlock(&t->mu);
+            qk__mutex_unlock(&t->mu);
             fn(arg, w->index);
-            pthread_mutex_lock(&t->mu);
-            if (--t->busy == 0) pthread_cond_signal(&t->done);
+            qk__mutex_lock(&t->mu);
+            if (--t->busy == 0) qk__cond_signal(&t->done);
         }
     }
-    pthread_mutex_unlock(&t->mu);
+    qk__mutex_unlock(&t->mu);
     return NULL;
 }
 
@@ -3360,18 +3441,18 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
 {
     int i;
     memset(t, 0, sizeof *t);
-    if (pthread_mutex_init(&t->mu, NULL) != 0) return QK_ERROR_OUT_OF_MEMORY;
-    if (pthread_cond_init(&t->go, NULL) != 0) { pthread_mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
-    if (pthread_cond_init(&t->done, NULL) != 0) {
-        pthread_cond_destroy(&t->go);
-        pthread_mutex_destroy(&t->mu);
+    if (qk__mutex_init(&t->mu) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (qk__cond_init(&t->go) != 0) { qk__mutex_destroy(&t->mu); return QK_ERROR_OUT_OF_MEMORY; }
+    if (qk__cond_init(&t->done) != 0) {
+        qk__cond_destroy(&t->go);
+        qk__mutex_destroy(&t->mu);
         return QK_ERROR_OUT_OF_MEMORY;
     }
     if (n > 256) n = 256;
     for (i = 1; i < n; i++) {
         t->w[i - 1].pool = t;
         t->w[i - 1].index = i;
-        if (pthread_create(&t->th[i - 1], NULL, qk__tpool_main, &t->w[i - 1]) != 0) break;
+        if (!qk__thread_start(&t->th[i - 1], qk__tpool_main, &t->w[i - 1])) break;
         t->n_workers = i;
     }
     return QK_OK;
@@ -3380,57 +3461,51 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
 QK__PRIV void qk__tpool_stop(qk__tpool *t)
 {
     int i;
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     t->quit = 1;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
-    for (i = 0; i < t->n_workers; i++) pthread_join(t->th[i], NULL);
-    pthread_cond_destroy(&t->done);
-    pthread_cond_destroy(&t->go);
-    pthread_mutex_destroy(&t->mu);
+    qk__cond_broadcast(&t->go);
+    qk__mutex_unlock(&t->mu);
+    for (i = 0; i < t->n_workers; i++) qk__thread_join(t->th[i]);
+    qk__cond_destroy(&t->done);
+    qk__cond_destroy(&t->go);
+    qk__mutex_destroy(&t->mu);
 }
 
 static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
 {
-    pthread_mutex_lock(&t->mu);
+    qk__mutex_lock(&t->mu);
     t->fn = fn;
     t->arg = arg;
     t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
     t->busy = t->want - 1;
     t->gen++;
-    pthread_cond_broadcast(&t->go);
-    pthread_mutex_unlock(&t->mu);
+    qk__cond_broadcast(&t->go);
+    qk__mutex_unlock(&t->mu);
     fn(arg, 0);
-    pthread_mutex_lock(&t->mu);
-    while (t->busy > 0) pthread_cond_wait(&t->done, &t->mu);
-    pthread_mutex_unlock(&t->mu);
+    qk__mutex_lock(&t->mu);
+    while (t->busy > 0) qk__cond_wait(&t->done, &t->mu);
+    qk__mutex_unlock(&t->mu);
 }
 
 QK__PRIV QK__TLS qk__tpool *qk__cur_pool;
-#endif
 
 /* Runs fn(ctx, t) for t = 0..n_threads-1; thread 0 is the caller: on the current context's pool
    when there is one, else on threads started for the step. If a thread cannot be started, the
    threads that did start (and the caller) still drain the shared work. */
 QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 {
-#ifndef QK_NO_THREADS
-    pthread_t th[256];
+    qk__thread th[256];
     qk__pool_arg args[256];
     int i, started = 0;
     if (qk__cur_pool && n_threads > 1) { qk__tpool_run(qk__cur_pool, n_threads, fn, ctx); return; }
     if (n_threads > 256) n_threads = 256;
     for (i = 1; i < n_threads; i++) {
         args[i].fn = fn; args[i].ctx = ctx; args[i].thread = i;
-        if (pthread_create(&th[i], NULL, qk__pool_main, &args[i]) != 0) break;
+        if (!qk__thread_start(&th[i], qk__pool_main, &args[i])) break;
         started = i;
     }
     fn(ctx, 0);
-    for (i = 1; i <= started; i++) pthread_join(th[i], NULL);
-#else
-    QK__UNUSED(n_threads);
-    fn(ctx, 0);
-#endif
+    for (i = 1; i <= started; i++) qk__thread_join(th[i]);
 }
 
 
@@ -3443,14 +3518,10 @@ QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx)
 QK__PRIV void qk__job_poll(qk__gram_job *j)
 {
     if (!j->progress) return;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_trylock(&j->cb_lock) != 0) return;
-#endif
+    if (!qk__mutex_trylock(&j->cb_lock)) return;
     /* once cancelled, no more calls (another thread may have polled since this one looked) */
     if (!QK__LOAD(&j->cancel) && j->progress(QK__LOAD(&j->pairs_done), j->pairs_total, j->progress_user)) QK__STORE(&j->cancel, 1);
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&j->cb_lock);
-#endif
+    qk__mutex_unlock(&j->cb_lock);
 }
 
 /* The state builders' polls (qk__poll above): thread 0 every QK__POLL_WORK, the others 8x. */
@@ -3697,16 +3768,13 @@ QK__PRIV size_t qk__diag_scratch(int q)
     return 2 * ((size_t)q + (size_t)q * (size_t)q) + ((size_t)4 << QK__DIAG_LOW);
 }
 
-static int qk__diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Length (in ops) of the diagonal op at k: 3 for a CNOT-P-CNOT pair, 1 for a diagonal op, 0
-   otherwise. */
+/* Length (in ops) of the diagonal op at k: 3 for a CNOT-D-CNOT parity op (qk__parity_at, the
+   rule of every engine), 1 for a diagonal op, 0 otherwise. */
 static int qk__diag_len(const qk_map *m, int k)
 {
     const qk_op *o = &m->ops[k];
-    if (qk__diag1(o->kind) || o->kind == QK_OP_CZ || o->kind == QK_OP_RZZ) return 1;
-    if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
-        o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) return 3;
+    if (qk__op_diag1(o->kind) || o->kind == QK_OP_CZ || o->kind == QK_OP_RZZ) return 1;
+    if (qk__parity_at(m->ops, m->n_ops, k)) return 3;
     return 0;
 }
 
@@ -3750,9 +3818,13 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
         case QK_OP_RZ: qk__dd_add(&c0, &c0l, -0.5 * t); qk__dd_add(&c[a], &cl[a], t); break;
         case QK_OP_P: qk__dd_add(&c[a], &cl[a], t); break;
         case QK_OP_CZ: qk__dd_add(&d[ij], &dl[ij], PI); break;
-        default: /* RZZ(t): -t/2 + t (a xor b); CNOT P(t) CNOT: t (a xor b); a xor b = a + b - 2ab */
+        default: /* RZZ(t): -t/2 + t (a xor b); CNOT D CNOT: D's phases on the bit a xor b, Z: pi
+                    (a xor b), RZ(t): -t/2 + t (a xor b), P(t): t (a xor b); a xor b = a + b - 2ab */
             if (o->kind == QK_OP_RZZ) qk__dd_add(&c0, &c0l, -0.5 * t);
-            else t = theta[k + 1];
+            else {
+                t = o[1].kind == QK_OP_Z ? PI : theta[k + 1];
+                if (o[1].kind == QK_OP_RZ) qk__dd_add(&c0, &c0l, -0.5 * t);
+            }
             qk__dd_add(&c[a], &cl[a], t);
             qk__dd_add(&c[b], &cl[b], t);
             qk__dd_add(&d[ij], &dl[ij], -2.0 * t);
@@ -3846,8 +3918,10 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
             continue;
         }
         while (q >= QK__DIAG_MIN_QUBITS && k1 < m->n_ops && qk__diag_len(m, k1)) {
-            angled |= m->ops[k1].kind != QK_OP_Z && m->ops[k1].kind != QK_OP_CZ; /* Z, CZ alone: exact -1 op by op */
-            k1 += qk__diag_len(m, k1);
+            const int dl = qk__diag_len(m, k1);
+            const qk_op_kind dk = m->ops[k1 + (dl == 3)].kind;   /* a parity op's D */
+            angled |= dk != QK_OP_Z && dk != QK_OP_CZ; /* Z, CZ (and CX Z CX) alone: exact -1 op by op */
+            k1 += dl;
             nd++;
         }
         if (nd >= 3 && q >= QK__DIAG_MIN_QUBITS && angled) {
@@ -3857,16 +3931,20 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
             if (poll && qk__poll_tick(poll, 2 * D)) return;
             continue;
         }
-        /* CNOT(a,b) P(t)_b CNOT(a,b) (every zz pair) is the phase e^{it} where bits a and b
-           differ: one pass instead of three */
-        if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
-            o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) {
+        /* CNOT(a,b) D_b CNOT(a,b) (qk__parity_at; every zz pair is CX P CX) is D's diagonal
+           taken on the bit a xor b: D's m00 where bits a and b agree, m11 where they differ (P:
+           1 and e^{it}, the agreeing half left as it is): one pass instead of three */
+        if (qk__parity_at(m->ops, m->n_ops, k)) {
             int64_t ba = (int64_t)1 << o->q0, bb = (int64_t)1 << o->q1;
-            double c = cos(theta[k + 1]), s = sin(theta[k + 1]);
+            double u[8];
+            int same, p;
+            (void)qk__u1(o[1].kind, theta[k + 1], 0, u);
+            same = u[0] == 1.0 && u[1] == 0.0;   /* m00 = 1 (P): the agreeing half stays */
             cplx = 1;
             for (i = 0; i < D; i++) {
-                if (((i & ba) != 0) != ((i & bb) != 0)) {
-                    double ar = re[i], ai = im[i];
+                p = ((i & ba) != 0) != ((i & bb) != 0);
+                if (p || !same) {
+                    const double c = u[p ? 6 : 0], s = u[p ? 7 : 1], ar = re[i], ai = im[i];
                     re[i] = c * ar - s * ai;
                     im[i] = c * ai + s * ar;
                 }
@@ -4236,13 +4314,9 @@ static void qk__gram_work(void *p, int thread)
             int stop;
             for (a = 0; a < m; a++)
                 for (b = 0; b < n; b++) qk__store(cb, j->dt, a * n + b, kt[a * QK__T + b]);
-#ifndef QK_NO_THREADS
-            pthread_mutex_lock(&j->cb_lock);
-#endif
+            qk__mutex_lock(&j->cb_lock);
             stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0 + j->i_base, j0 + j->j_base, m, n, cb, n, j->tile_user);
-#ifndef QK_NO_THREADS
-            pthread_mutex_unlock(&j->cb_lock);
-#endif
+            qk__mutex_unlock(&j->cb_lock);
             if (stop) QK__STORE(&j->cancel, 1);
         } else {
             int mirror = j->symmetric && !diag && j0 < j->mirror_end;
@@ -4976,6 +5050,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
+#ifndef QK_NO_CSV   /* the CSV reader (compiled out by QK_NO_CSV: qk_csv_read says so) */
 /* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
 static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
     int fd;
@@ -5269,6 +5344,12 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     out->ndim = 2;
     return QK_OK;
 }
+#else
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    (void)path; (void)out;
+    return qk__fail(QK_ERROR_UNSUPPORTED, "qk_csv_read: the CSV reader is compiled out (QK_NO_CSV)");
+}
+#endif /* QK_NO_CSV */
 
 QKDEF void qk_array_free(qk_array *a) {
     if (!a) return;
@@ -5297,43 +5378,37 @@ QKDEF void qk_array_free(qk_array *a) {
 
 /* qk__npyw: in qk_internal.h (the engines stream into it) */
 
-#ifndef QK_NO_THREADS
 static void *qk__npyw_syncer(void *p)
 {
     qk__npyw *w = (qk__npyw *)p;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     for (;;) {
         uint64_t upto;
-        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
+        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) qk__cond_wait(&w->cv, &w->mu);
         if (w->stop) break;
         w->dirty = 0;
         upto = w->written_mt;
-        pthread_mutex_unlock(&w->mu);
+        qk__mutex_unlock(&w->mu);
         if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->synced = upto;
-        pthread_cond_broadcast(&w->cv);
+        qk__cond_broadcast(&w->cv);
     }
-    pthread_mutex_unlock(&w->mu);
+    qk__mutex_unlock(&w->mu);
     return NULL;
 }
-#endif
 
 static void qk__npyw_stop_syncer(qk__npyw *w)
 {
-#ifndef QK_NO_THREADS
     if (!w->syncer_on) return;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->syncer, NULL);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    qk__cond_signal(&w->cv);
+    qk__mutex_unlock(&w->mu);
+    qk__thread_join(w->syncer);
+    qk__cond_destroy(&w->cv);
+    qk__mutex_destroy(&w->mu);
     w->syncer_on = 0;
-#else
-    QK__UNUSED(w);
-#endif
 }
 
 /* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
@@ -5384,15 +5459,13 @@ QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int
         qk__npyw_abort(w);
         return r;
     }
-#ifndef QK_NO_THREADS
-    if (!no_sync && syncer && pthread_mutex_init(&w->mu, NULL) == 0) {
-        if (pthread_cond_init(&w->cv, NULL) == 0) {
-            if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
-            else pthread_cond_destroy(&w->cv);
+    if (!no_sync && syncer && qk__mutex_init(&w->mu) == 0) {
+        if (qk__cond_init(&w->cv) == 0) {
+            if (qk__thread_start(&w->syncer, qk__npyw_syncer, w)) w->syncer_on = 1;
+            else qk__cond_destroy(&w->cv);
         }
-        if (!w->syncer_on) pthread_mutex_destroy(&w->mu);
+        if (!w->syncer_on) qk__mutex_destroy(&w->mu);
     }
-#endif
     return QK_OK;
 #endif
 }
@@ -5410,18 +5483,16 @@ QK__PRIV qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void 
                         e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
     }
     (void)QK__FETCH_ADD(&w->written, (uint64_t)n);
-#ifndef QK_NO_THREADS
     if (w->syncer_on) {
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->dirty += n;
         w->written_mt += n;
-        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) qk__cond_broadcast(&w->cv);
         /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
         while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
-            pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
+            qk__cond_wait(&w->cv, &w->mu);
+        qk__mutex_unlock(&w->mu);
     }
-#endif
     return QK_OK;
 }
 
@@ -5452,9 +5523,7 @@ QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
     const char *what = "fsync";
     int e = 0;
     qk__npyw_stop_syncer(w);
-#ifndef QK_NO_THREADS
     e = w->sync_errno;
-#endif
     if (w->written != (uint64_t)w->rows * (uint64_t)w->cols * w->es) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes of K were written (internal error)", w->path,
                                (unsigned long long)w->written, (unsigned long long)((uint64_t)w->rows * (uint64_t)w->cols * w->es));
@@ -5549,9 +5618,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     int64_t rb, s;
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
-#endif
+    qk__thread wt;
     r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
     if (r != QK_OK) return r;
     w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
@@ -5588,9 +5655,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
             QK_PROF_END("gram slab");
         }
         if (pending >= 0) { /* the previous slab's writer */
-#ifndef QK_NO_THREADS
-            pthread_join(wt, NULL);
-#endif
+            qk__thread_join(wt);
             if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
             pending = -1;
         }
@@ -5598,16 +5663,12 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
         cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
-#ifndef QK_NO_THREADS
-        if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
-#endif
+        if (qk__thread_start(&wt, qk__slab_write_main, cur)) { pending = b; continue; }
         qk__slab_write_main(cur);
         if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
     }
     if (pending >= 0) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }
@@ -5684,18 +5745,12 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j->cb_lock, NULL);
-#endif
+    (void)qk__mutex_init(&j->cb_lock);
 }
 
 QK__PRIV void qk__cpu_job_free(qk__gram_job *j)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j->cb_lock);
-#else
-    QK__UNUSED(j);
-#endif
+    qk__mutex_destroy(&j->cb_lock);
 }
 
 /* A job cancelled while its states were built, before any of K (bulk states, MPS). */
@@ -5889,6 +5944,7 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 
 /* ---- end work schedule ---- */
 /* >>mps ---- the MPS engine ---- */
+#ifndef QK_NO_MPS   /* the engine (QK_NO_MPS compiles it out: the planner keeps the statevector) */
 
 /* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
@@ -6682,6 +6738,18 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
         }
     }
 }
+#else /* QK_NO_MPS: the program analysis (mps_prog.c) stays; nothing builds or contracts an MPS */
+static int qk__mps_rows(const qk__mps_prog *p) { (void)p; return 1; }
+#if defined(QK_CUDA) && QK_CUDA   /* the GPU engine's MPS path (run_cuda.c), never planned here */
+static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                              double *discarded, double *eps, struct qk__gram_job *job)
+{
+    (void)p; (void)m; (void)x; (void)n; (void)n_threads; (void)discarded; (void)eps; (void)job;
+    qk__set_error("mps: the MPS engine is compiled out (QK_NO_MPS)");
+    return NULL;
+}
+#endif
+#endif /* QK_NO_MPS */
 
 /* ---- planning and running ---- */
 /* Host memory (bytes) where the system says, else 0 (unknown). */
@@ -6745,6 +6813,14 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
             return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
         return QK_OK;
     }
+#ifdef QK_NO_MPS
+    QK__UNUSED(ratio); QK__UNUSED(sv_ok); QK__UNUSED(sv_big); QK__UNUSED(ok);
+    if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: the MPS path is compiled out (QK_NO_MPS)");
+    if (q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%d qubits exceed the statevector limit %d, and the MPS path, which takes local maps "
+                        "beyond it, is compiled out (QK_NO_MPS)", q, QK_MAX_STATE_QUBITS);
+    return QK_OK;
+#else
     r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, prog);
     if (r != QK_OK) return r;
     ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
@@ -6768,6 +6844,7 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
     }
     if (!*use) qk__mps_prog_free(prog);
     return QK_OK;
+#endif /* QK_NO_MPS */
 }
 
 /* The plan's MPS fields from a program. */
@@ -6924,6 +7001,9 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     double budget, per;
     int chi;
     if (!info || !info->present || !map || max_bond < 0 || max_bond > QK_MPS_MAX_BOND) return 0;
+#ifdef QK_NO_MPS
+    return 0;   /* no MPS path in this build */
+#endif
     if (qk__mps_prog_make_t(map, max_bond, 0.0, &prog) != QK_OK) return 0;
     chi = prog.dense ? QK__MPS_SAT : prog.chi;
     qk__mps_prog_free(&prog);
@@ -6937,6 +7017,10 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
    engine's tiles with qk__mps_tile. */
 QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
+#ifdef QK_NO_MPS
+    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc);
+    return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
+#else
     qk__mps_prog prog;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
@@ -6958,6 +7042,7 @@ QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk
     QK_FREE(B);
     qk__mps_prog_free(&prog);
     return r;
+#endif
 }
 /* ---- end MPS engine ---- */
 
@@ -6972,8 +7057,9 @@ QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk
    locale says (a host program may have called setlocale).
    Only programs that can tune carry this code: it is compiled where the CUDA engine is
    (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
-   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
-#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer), and
+   so has any build with QK_NO_TUNE (the GPU planner then takes the fixed table). */
+#if ((defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)) && !defined(QK_NO_TUNE)
 #define QK__TUNE_ON 1
 #else
 #define QK__TUNE_ON 0
@@ -8071,8 +8157,12 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
-#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune, or QK_NO_TUNE */
+#ifdef QK_NO_TUNE
+#define QK__TUNE_OFF_MSG "autotune cache: compiled out (QK_NO_TUNE; the GPU engine takes the fixed table)"
+#else
 #define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+#endif
 QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
     (void)dir_override;
     if (buf && size) buf[0] = 0;
@@ -8394,11 +8484,12 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
     p->bytes_total = p->bytes_states;
     if (desc->output == QK_OUTPUT_NPY) {
-        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
-           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
-           taller slabs mean fewer, larger writes */
+        /* two slab buffers of at most cpu_slab_bytes (QK_CPU_SLAB_BYTES) each, whole tiles of
+           rows: host memory O(slab), not O(n^2); the symmetric mirror goes out as one write per
+           row and slab, so taller slabs mean fewer, larger writes */
         double rb = (double)nb * es;
-        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        size_t slab_bytes = desc->cpu_slab_bytes ? desc->cpu_slab_bytes : QK__CPU_SLAB_BYTES;
+        int64_t sr = (int64_t)((double)slab_bytes / rb) / QK__T * QK__T;
         if (sr < QK__T) sr = QK__T;
         if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
         p->slab_rows = sr;
@@ -8658,9 +8749,14 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     qk_schedule sch;
     double w[QK_MAX_DEVICES];
     int k, use, same = 1, full;
-    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    int64_t total, minp;
+    int split;
     qk_result r;
     if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    /* the tunables: the desc's, else the macros' (qk_gram_desc.mgpu_min_pairs, mgpu_host_bound_split) */
+    minp = desc->mgpu_min_pairs > 0 ? desc->mgpu_min_pairs : (int64_t)(QK_MGPU_MIN_PAIRS);
+    if (minp < 1) minp = 1;
+    split = desc->mgpu_host_bound_split ? desc->mgpu_host_bound_split > 0 : (QK_MGPU_HOST_BOUND_SPLIT) != 0;
     if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
     for (k = 0; k < n; k++) {
         int j;
@@ -8679,7 +8775,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
            (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
            QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
     for (use = n; use > 1 && total / use < minp; use--) {}
-    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
+    if (use < 2 || (full && !split)) return QK_OK;   /* the host binds: one GPU */
     for (k = 0; k < use; k++) {
         w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
         if (w[k] != w[0]) same = 0;
@@ -8875,7 +8971,7 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     }
     if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
-    ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
+    ctx = (qk_ctx *)qk__alloc_with(&d.allocator, sizeof *ctx);
     if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
     memset(ctx, 0, sizeof *ctx);
     ctx->desc = d;
@@ -8936,13 +9032,10 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
-#ifndef QK_NO_THREADS
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
-        if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
-        else QK_FREE(ctx->pool);
+        qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
-#endif
 #if defined(QK_CUDA) && QK_CUDA
     {
         int k;
@@ -8954,8 +9047,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         }
     }
 #endif
-    if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
-    else QK_FREE(ctx);
+    qk__free_with(&ctx->desc.allocator, ctx);
 }
 
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)
@@ -9004,6 +9096,9 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
     if (!(d->tol >= 0.0 && d->tol <= 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: tol must be finite and >= 0 (got %g)", d->tol);
+    if (d->mgpu_min_pairs < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_min_pairs must be >= 0 (0: QK_MGPU_MIN_PAIRS; got %lld)", (long long)d->mgpu_min_pairs);
+    if (d->mgpu_host_bound_split < -1 || d->mgpu_host_bound_split > 1)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_host_bound_split must be -1 (no), 0 (QK_MGPU_HOST_BOUND_SPLIT) or 1 (yes), got %d", d->mgpu_host_bound_split);
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
@@ -9420,9 +9515,7 @@ typedef struct qk__mgpu {
     int cancel;                 /* the first failure sets it; every thread stops */
     int64_t done, total;        /* entries of K delivered (progress), under mu */
     double t0;
-#ifndef QK_NO_THREADS
-    pthread_mutex_t mu;         /* the caller's callbacks one at a time; the first failure */
-#endif
+    qk__mutex mu;               /* the caller's callbacks one at a time; the first failure */
     qk_result r;                /* the first failure and its detail */
     char err[sizeof qk__errbuf];
 } qk__mgpu;
@@ -9442,20 +9535,12 @@ typedef struct qk__mgpu_dev {
 
 static void qk__mgpu_lock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_lock(&g->mu);
 }
 
 static void qk__mgpu_unlock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_unlock(&g->mu);
 }
 
 /* Records a failure (the first one wins; a thread stopped by the flag does not count) and stops
@@ -9714,9 +9799,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     int k, started[QK_MAX_DEVICES];
     qk_result r = QK_OK;
     char err[256];
-#ifndef QK_NO_THREADS
-    pthread_t th[QK_MAX_DEVICES];
-#endif
+    qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
     if (desc->output == QK_OUTPUT_DEVICE) {
         if (!desc->out_devices)
@@ -9738,9 +9821,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
     g.total = plan->n_x * plan->n_y;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
-#endif
+    if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
     if (desc->output == QK_OUTPUT_NPY) {
         r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
         w.cancel = &g.cancel;
@@ -9758,21 +9839,16 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
-#ifndef QK_NO_THREADS
-        if (pthread_create(&th[k], NULL, qk__mgpu_main, &v[k]) == 0) { started[k] = 1; continue; }
+        if (qk__thread_start(&th[k], qk__mgpu_main, &v[k])) { started[k] = 1; continue; }
+        if (!QK__THREADS) { qk__mgpu_main(&v[k]); continue; }   /* one after the other */
         snprintf(err, sizeof err, "cannot start its host thread");
         qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
         break;
-#else
-        qk__mgpu_main(&v[k]);   /* one after the other */
-#endif
     }
     QK__UNUSED(err);
     QK__UNUSED(started);
-#ifndef QK_NO_THREADS
     for (k = 0; k < n; k++)
-        if (started[k]) pthread_join(th[k], NULL);
-#endif
+        if (started[k]) qk__thread_join(th[k]);
     if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
     for (k = 0; k < n; k++) {
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
@@ -9786,9 +9862,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         }
         if (r != QK_OK) qk__npyw_abort(&w);
     }
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&g.mu);
-#endif
+    qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
     for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
@@ -9845,23 +9919,18 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_result r;
-#ifndef QK_NO_THREADS
     qk__tpool *outer = qk__cur_pool;
     if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
         /* the context's pool, started once; without it every step starts its own threads */
-        qk__tpool *t = (qk__tpool *)(ctx->desc.allocator.alloc ? ctx->desc.allocator.alloc(sizeof *t, ctx->desc.allocator.user)
-                                                                : qk__malloc(sizeof *t));
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
-        else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
+        else qk__free_with(&ctx->desc.allocator, t);
     }
     if (ctx) qk__cur_pool = ctx->pool;
-#endif
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
-#ifndef QK_NO_THREADS
     qk__cur_pool = outer;
-#endif
     return r;
 }
 
@@ -10018,15 +10087,13 @@ typedef struct qk__mpi_band {
     const char *path;
     uint64_t hdr, written;
     uint64_t synced;        /* written bytes at the last periodic sync */
-    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int sync_often;         /* the writer thread syncs every mpi_sync_bytes (see above) */
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
     int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
-#ifndef QK_NO_THREADS
-    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
-    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
-#endif
+    qk__thread caller;      /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    qk__mutex mpi_lock;     /* held by the writer thread while it is inside MPI */
 } qk__mpi_band;
 
 /* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
@@ -10036,17 +10103,11 @@ typedef struct qk__mpi_band {
    thread). */
 static int qk__mpi_poll(qk__mpi_band *b)
 {
-#ifndef QK_NO_THREADS
-    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (!qk__thread_is_self(b->caller)) return 0;
     if (b->remote_stop) return 1;
-    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
-#else
-    if (b->remote_stop) return 1;
-#endif
+    if (!qk__mutex_trylock(&b->mpi_lock)) return 0;
     if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     return b->remote_stop;
 }
 
@@ -10149,9 +10210,7 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&b->mpi_lock);
-#endif
+    qk__mutex_lock(&b->mpi_lock);
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -10165,20 +10224,18 @@ static void *qk__mpi_block_write(void *p)
         for (c = 0; c < nc && r == QK_OK; c++)
             r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
-    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= (b->desc->mpi_sync_bytes ? (uint64_t)b->desc->mpi_sync_bytes : QK__MPI_SYNC_BYTES)) {
         if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
 }
 
-/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+/* Rows [r0, r1) of K in blocks of at most mpi_block_bytes (QK_MPI_BLOCK_BYTES): rows in slabs of S, each slab's
    columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
    the budget so that the file writes of a block's rows (C elements) and of its mirror (S
    elements) are both long, and each block builds only S + C states. The diagonal block of a
@@ -10192,18 +10249,16 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
     const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
+    qk__thread wt;
     MPI_Query_thread(&level);
-    threaded = level >= MPI_THREAD_SERIALIZED;
-#endif
+    threaded = QK__THREADS && level >= MPI_THREAD_SERIALIZED;
     b->sync_often = threaded && npy && !b->desc->no_sync;
     memset(&sw, 0, sizeof sw);
     if (r1 <= r0) return QK_OK;
@@ -10226,7 +10281,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
         if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (mpi_block_bytes, QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
             goto done;
         }
     }
@@ -10245,9 +10300,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
-#ifndef QK_NO_THREADS
-                pthread_join(wt, NULL);
-#endif
+                qk__thread_join(wt);
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
@@ -10258,11 +10311,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
                 sw.mirror = b->symmetric && !diag;
                 sw.r = QK_OK;
-#ifndef QK_NO_THREADS
-                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
-                else
-#endif
-                {
+                if (threaded && qk__thread_start(&wt, qk__mpi_block_write, &sw)) pending = 1;
+                else {
                     qk__mpi_block_write(&sw);
                     if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
                 }
@@ -10271,9 +10321,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         }
     }
     if (pending) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
@@ -10410,14 +10458,10 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
-#ifndef QK_NO_THREADS
-    b.caller = pthread_self();
-    pthread_mutex_init(&b.mpi_lock, NULL);
-#endif
+    b.caller = qk__thread_self();
+    (void)qk__mutex_init(&b.mpi_lock);
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&b.mpi_lock);
-#endif
+    qk__mutex_destroy(&b.mpi_lock);
     if (r != QK_OK) qk__mpi_announce(&m, r);
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then

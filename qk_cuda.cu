@@ -208,11 +208,14 @@ static const char *qk__cublas_detail(void) { return ""; }
 /* ---- end cuBLAS ---- */
 
 /* ---- fault injection (tests) ---- */
-/* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
+/* Compiled only under QK_TEST_FAULTS (the GPU test programs' build of this file: tests/meson.build);
+   the product build calls the CUDA runtime directly and has none of these hooks.
+   qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
    cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
    if out of memory (k < 0: the -k-th and every later one, so retries fail too); 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
    so that a test can fail each one of a job in turn (tests/gpu/test_gpu_engine.cpp). A test
    hook: not for concurrent use. The macros below route this file's calls through it. */
+#ifdef QK_TEST_FAULTS
 static int qk__fault_at = 0, qk__fault_seen = 0;
 static bool qk__fault_persist = false;
 static bool qk__fault_hit(void)
@@ -261,6 +264,9 @@ extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
 /* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
 static int qk__poison_gemm = 0;
 extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
+#else
+enum { qk__poison_gemm = 0 };   /* the product build: no poisoning (the branch folds away) */
+#endif /* QK_TEST_FAULTS */
 
 /* ---- errors ---- */
 struct qk__err {
@@ -515,8 +521,6 @@ struct qk__prog {
     std::vector<int> qops, qoff;
 };
 
-static bool qk__is_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
 /* Adds one quadratic-form contribution: value (m*theta(op)+k) * f(b) with f by type. */
 struct qk__diag_builder {
     int q;
@@ -642,16 +646,13 @@ static qk_result qk__compile_instr(const qk_map *map, qk__prog *pg, const std::v
             continue;
         }
         /* CNOT(c,t) D(t) CNOT(c,t) with D one diagonal one-qubit op: a parity phase */
-        if (k == QK_OP_CNOT && i + 2 < map->n_ops) {
-            const qk_op &m = map->ops[i + 1], &e = map->ops[i + 2];
-            if (qk__is_diag1(m.kind) && m.q0 == o.q1 && e.kind == QK_OP_CNOT && e.q0 == o.q0 && e.q1 == o.q1) {
-                if (!in_diag) { db.init(q); in_diag = true; }
-                qk__diag_op1(db, m, i + 1, o.q0);
-                i += 2;
-                continue;
-            }
+        if (qk__parity_at(map->ops, map->n_ops, i)) {   /* the parity rule (qk_engine.h) */
+            if (!in_diag) { db.init(q); in_diag = true; }
+            qk__diag_op1(db, map->ops[i + 1], i + 1, o.q0);
+            i += 2;
+            continue;
         }
-        if (qk__is_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
+        if (qk__op_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
             if (!in_diag) { db.init(q); in_diag = true; }
             if (k == QK_OP_CZ) db.pair(o.q0, o.q1, -1, 0, 3.14159265358979323846);
             else if (k == QK_OP_RZZ) { db.xr(o.q0, o.q1, i, 1, 0); db.cnst(i, -0.5, 0); }
@@ -1948,18 +1949,21 @@ qk__k_gram_small(const float2 *__restrict__ A, const float2 *__restrict__ B, int
     }
 }
 
-template <int D>
-static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
-                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+/* The persistent-grid launch of the few-qubit kernels (this one and the tensor-core one,
+   smalltc.cuh): kf's dynamic shared memory (smem bytes) opted in, as many blocks of nt threads
+   as stay resident on every SM, at most one per BM x BM tile of the m x nn Gram (the triangle's
+   tiles for a symmetric diagonal block, qk__tri_grid, or the rectangle's); each block loops over
+   tiles. what: "launch of <kernel>" for the error message. */
+template <typename K>
+static qk_result qk__launch_persistent(K kf, int nt, size_t smem, int BM, const float2 *A, const float2 *B, int64_t m, int64_t nn,
+                                       float *out, int64_t ld, float *mout, int64_t doff, int tri, cudaStream_t st,
+                                       const char *what, qk__err *E)
 {
-    const int BM = QK__SMALL_BM;
-    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
-    auto kf = qk__k_gram_small<D>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__SMALL_NT, smem));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, nt, smem));
     if (per < 1) per = 1;
     const int64_t Tx = (nn + BM - 1) / BM;
     dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
@@ -1967,10 +1971,20 @@ static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m,
     const int64_t ntiles = (int64_t)tiles.x * tiles.y;   /* the triangle's tiles, or the rectangle's */
     if (ntiles <= 0) return QK_OK;
     const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, QK__SMALL_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld),
-                                                  (int)Tx, tg, ntiles);
-    QK_LAUNCH_CK("qk__k_gram_small");
+    kf<<<(unsigned)grid, nt, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
+    cudaError_t c = cudaGetLastError();
+    if (c != cudaSuccess) return qk__cuda_fail(E, c, what, __LINE__);
     return QK_OK;
+}
+
+template <int D>
+static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
+                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = QK__SMALL_BM;
+    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
+    return qk__launch_persistent(qk__k_gram_small<D>, QK__SMALL_NT, smem, BM, A, B, m, nn, out, ld, mout, doff, tri, st,
+                                 "launch of qk__k_gram_small", E);
 }
 
 /* The few-qubit kernel for complex fp32 states with float K and D <= 32; anything else is
@@ -2198,24 +2212,8 @@ template <int D, int BM>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const size_t smem = qk__stc_smem(D, BM);
-    const int NT = qk__stc_threads(BM);
-    auto kf = qk__k_gram_small_tc<D, BM>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int dev = 0, sms = 0, per = 0;
-    QK_CK(cudaGetDevice(&dev));
-    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
-    if (per < 1) per = 1;
-    const int64_t Tx = (nn + BM - 1) / BM;
-    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
-    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0; /* the triangle's tiles, or the rectangle's */
-    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
-    if (ntiles <= 0) return QK_OK;
-    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
-    QK_LAUNCH_CK("qk__k_gram_small_tc");
-    return QK_OK;
+    return qk__launch_persistent(qk__k_gram_small_tc<D, BM>, qk__stc_threads(BM), qk__stc_smem(D, BM), BM, A, B, m, nn, out,
+                                 ld, mout, doff, tri, st, "launch of qk__k_gram_small_tc", E);
 }
 
 /* The few-qubit tensor-core kernel for complex fp32 states with float K, 4 <= D <= 64 and

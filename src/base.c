@@ -13,6 +13,15 @@ QK__PRIV void *qk__calloc(size_t count, size_t size)
     if (p) memset(p, 0, count * size);
     return p;
 }
+QK__PRIV void *qk__realloc(void *p, size_t n) { return QK_REALLOC(p, n ? n : 1); }
+QK__PRIV void qk__free(void *p) { QK_FREE(p); }
+/* The context's own blocks: qk_ctx_desc.allocator where set, else the macros. */
+QK__PRIV void *qk__alloc_with(const qk_allocator *a, size_t n) { return a && a->alloc ? a->alloc(n ? n : 1, a->user) : qk__malloc(n); }
+QK__PRIV void qk__free_with(const qk_allocator *a, void *p)
+{
+    if (p && a && a->free) a->free(p, a->user);
+    else qk__free(p);
+}
 
 
 /* >>errors ---- results, the detail message ---- */

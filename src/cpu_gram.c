@@ -332,13 +332,9 @@ static void qk__gram_work(void *p, int thread)
             int stop;
             for (a = 0; a < m; a++)
                 for (b = 0; b < n; b++) qk__store(cb, j->dt, a * n + b, kt[a * QK__T + b]);
-#ifndef QK_NO_THREADS
-            pthread_mutex_lock(&j->cb_lock);
-#endif
+            qk__mutex_lock(&j->cb_lock);
             stop = QK__LOAD(&j->cancel) ? 1 : j->tile_fn(i0 + j->i_base, j0 + j->j_base, m, n, cb, n, j->tile_user);
-#ifndef QK_NO_THREADS
-            pthread_mutex_unlock(&j->cb_lock);
-#endif
+            qk__mutex_unlock(&j->cb_lock);
             if (stop) QK__STORE(&j->cancel, 1);
         } else {
             int mirror = j->symmetric && !diag && j0 < j->mirror_end;

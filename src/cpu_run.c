@@ -55,18 +55,12 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
-#ifndef QK_NO_THREADS
-    pthread_mutex_init(&j->cb_lock, NULL);
-#endif
+    (void)qk__mutex_init(&j->cb_lock);
 }
 
 QK__PRIV void qk__cpu_job_free(qk__gram_job *j)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&j->cb_lock);
-#else
-    QK__UNUSED(j);
-#endif
+    qk__mutex_destroy(&j->cb_lock);
 }
 
 /* A job cancelled while its states were built, before any of K (bulk states, MPS). */

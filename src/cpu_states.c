@@ -224,16 +224,13 @@ QK__PRIV size_t qk__diag_scratch(int q)
     return 2 * ((size_t)q + (size_t)q * (size_t)q) + ((size_t)4 << QK__DIAG_LOW);
 }
 
-static int qk__diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Length (in ops) of the diagonal op at k: 3 for a CNOT-P-CNOT pair, 1 for a diagonal op, 0
-   otherwise. */
+/* Length (in ops) of the diagonal op at k: 3 for a CNOT-D-CNOT parity op (qk__parity_at, the
+   rule of every engine), 1 for a diagonal op, 0 otherwise. */
 static int qk__diag_len(const qk_map *m, int k)
 {
     const qk_op *o = &m->ops[k];
-    if (qk__diag1(o->kind) || o->kind == QK_OP_CZ || o->kind == QK_OP_RZZ) return 1;
-    if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
-        o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) return 3;
+    if (qk__op_diag1(o->kind) || o->kind == QK_OP_CZ || o->kind == QK_OP_RZZ) return 1;
+    if (qk__parity_at(m->ops, m->n_ops, k)) return 3;
     return 0;
 }
 
@@ -277,9 +274,13 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
         case QK_OP_RZ: qk__dd_add(&c0, &c0l, -0.5 * t); qk__dd_add(&c[a], &cl[a], t); break;
         case QK_OP_P: qk__dd_add(&c[a], &cl[a], t); break;
         case QK_OP_CZ: qk__dd_add(&d[ij], &dl[ij], PI); break;
-        default: /* RZZ(t): -t/2 + t (a xor b); CNOT P(t) CNOT: t (a xor b); a xor b = a + b - 2ab */
+        default: /* RZZ(t): -t/2 + t (a xor b); CNOT D CNOT: D's phases on the bit a xor b, Z: pi
+                    (a xor b), RZ(t): -t/2 + t (a xor b), P(t): t (a xor b); a xor b = a + b - 2ab */
             if (o->kind == QK_OP_RZZ) qk__dd_add(&c0, &c0l, -0.5 * t);
-            else t = theta[k + 1];
+            else {
+                t = o[1].kind == QK_OP_Z ? PI : theta[k + 1];
+                if (o[1].kind == QK_OP_RZ) qk__dd_add(&c0, &c0l, -0.5 * t);
+            }
             qk__dd_add(&c[a], &cl[a], t);
             qk__dd_add(&c[b], &cl[b], t);
             qk__dd_add(&d[ij], &dl[ij], -2.0 * t);
@@ -373,8 +374,10 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
             continue;
         }
         while (q >= QK__DIAG_MIN_QUBITS && k1 < m->n_ops && qk__diag_len(m, k1)) {
-            angled |= m->ops[k1].kind != QK_OP_Z && m->ops[k1].kind != QK_OP_CZ; /* Z, CZ alone: exact -1 op by op */
-            k1 += qk__diag_len(m, k1);
+            const int dl = qk__diag_len(m, k1);
+            const qk_op_kind dk = m->ops[k1 + (dl == 3)].kind;   /* a parity op's D */
+            angled |= dk != QK_OP_Z && dk != QK_OP_CZ; /* Z, CZ (and CX Z CX) alone: exact -1 op by op */
+            k1 += dl;
             nd++;
         }
         if (nd >= 3 && q >= QK__DIAG_MIN_QUBITS && angled) {
@@ -384,16 +387,20 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
             if (poll && qk__poll_tick(poll, 2 * D)) return;
             continue;
         }
-        /* CNOT(a,b) P(t)_b CNOT(a,b) (every zz pair) is the phase e^{it} where bits a and b
-           differ: one pass instead of three */
-        if (o->kind == QK_OP_CNOT && k + 2 < m->n_ops && o[1].kind == QK_OP_P && o[1].q0 == o->q1 &&
-            o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1) {
+        /* CNOT(a,b) D_b CNOT(a,b) (qk__parity_at; every zz pair is CX P CX) is D's diagonal
+           taken on the bit a xor b: D's m00 where bits a and b agree, m11 where they differ (P:
+           1 and e^{it}, the agreeing half left as it is): one pass instead of three */
+        if (qk__parity_at(m->ops, m->n_ops, k)) {
             int64_t ba = (int64_t)1 << o->q0, bb = (int64_t)1 << o->q1;
-            double c = cos(theta[k + 1]), s = sin(theta[k + 1]);
+            double u[8];
+            int same, p;
+            (void)qk__u1(o[1].kind, theta[k + 1], 0, u);
+            same = u[0] == 1.0 && u[1] == 0.0;   /* m00 = 1 (P): the agreeing half stays */
             cplx = 1;
             for (i = 0; i < D; i++) {
-                if (((i & ba) != 0) != ((i & bb) != 0)) {
-                    double ar = re[i], ai = im[i];
+                p = ((i & ba) != 0) != ((i & bb) != 0);
+                if (p || !same) {
+                    const double c = u[p ? 6 : 0], s = u[p ? 7 : 1], ar = re[i], ai = im[i];
                     re[i] = c * ar - s * ai;
                     im[i] = c * ai + s * ar;
                 }

@@ -65,9 +65,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     int64_t rb, s;
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
-#endif
+    qk__thread wt;
     r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
     if (r != QK_OK) return r;
     w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
@@ -104,9 +102,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
             QK_PROF_END("gram slab");
         }
         if (pending >= 0) { /* the previous slab's writer */
-#ifndef QK_NO_THREADS
-            pthread_join(wt, NULL);
-#endif
+            qk__thread_join(wt);
             if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
             pending = -1;
         }
@@ -114,16 +110,12 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
         cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
-#ifndef QK_NO_THREADS
-        if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
-#endif
+        if (qk__thread_start(&wt, qk__slab_write_main, cur)) { pending = b; continue; }
         qk__slab_write_main(cur);
         if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
     }
     if (pending >= 0) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw[pending].r != QK_OK && sw[pending].r != QK_ERROR_CANCELLED) { r = qk__fail(sw[pending].r, "%s", sw[pending].err); pending = -1; goto done; }
         pending = -1;
     }

@@ -43,7 +43,7 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     }
     if (d.cache_dir && strlen(d.cache_dir) >= sizeof ctx->cache_dir - 16)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_ctx_create: cache_dir longer than %d characters", (int)sizeof ctx->cache_dir - 16);
-    ctx = (qk_ctx *)(d.allocator.alloc ? d.allocator.alloc(sizeof *ctx, d.allocator.user) : qk__malloc(sizeof *ctx));
+    ctx = (qk_ctx *)qk__alloc_with(&d.allocator, sizeof *ctx);
     if (!ctx) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_ctx_create: out of memory");
     memset(ctx, 0, sizeof *ctx);
     ctx->desc = d;
@@ -104,13 +104,10 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
-#ifndef QK_NO_THREADS
     if (ctx->pool) {
         qk__tpool_stop(ctx->pool);
-        if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx->pool, ctx->desc.allocator.user);
-        else QK_FREE(ctx->pool);
+        qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
-#endif
 #if defined(QK_CUDA) && QK_CUDA
     {
         int k;
@@ -122,8 +119,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         }
     }
 #endif
-    if (ctx->desc.allocator.free) ctx->desc.allocator.free(ctx, ctx->desc.allocator.user);
-    else QK_FREE(ctx);
+    qk__free_with(&ctx->desc.allocator, ctx);
 }
 
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx)
@@ -172,6 +168,9 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     if (d->out_dtype < QK_DTYPE_DEFAULT || d->out_dtype > QK_F64) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown out_dtype %d", (int)d->out_dtype);
     if ((int)d->precision < (int)QK_PRECISION_DEFAULT || (int)d->precision >= QK_PRECISION_COUNT) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: unknown precision %d", (int)d->precision);
     if (!(d->tol >= 0.0 && d->tol <= 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: tol must be finite and >= 0 (got %g)", d->tol);
+    if (d->mgpu_min_pairs < 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_min_pairs must be >= 0 (0: QK_MGPU_MIN_PAIRS; got %lld)", (long long)d->mgpu_min_pairs);
+    if (d->mgpu_host_bound_split < -1 || d->mgpu_host_bound_split > 1)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: mgpu_host_bound_split must be -1 (no), 0 (QK_MGPU_HOST_BOUND_SPLIT) or 1 (yes), got %d", d->mgpu_host_bound_split);
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);

@@ -1,5 +1,6 @@
 #include "qk_internal.h"
 /* >>mps ---- the MPS engine ---- */
+#ifndef QK_NO_MPS   /* the engine (QK_NO_MPS compiles it out: the planner keeps the statevector) */
 
 /* ---- dense linear algebra for the sweeps (column-major complex, interleaved re/im) ---- */
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
@@ -793,6 +794,18 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
         }
     }
 }
+#else /* QK_NO_MPS: the program analysis (mps_prog.c) stays; nothing builds or contracts an MPS */
+static int qk__mps_rows(const qk__mps_prog *p) { (void)p; return 1; }
+#if defined(QK_CUDA) && QK_CUDA   /* the GPU engine's MPS path (run_cuda.c), never planned here */
+static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                              double *discarded, double *eps, struct qk__gram_job *job)
+{
+    (void)p; (void)m; (void)x; (void)n; (void)n_threads; (void)discarded; (void)eps; (void)job;
+    qk__set_error("mps: the MPS engine is compiled out (QK_NO_MPS)");
+    return NULL;
+}
+#endif
+#endif /* QK_NO_MPS */
 
 /* ---- planning and running ---- */
 /* Host memory (bytes) where the system says, else 0 (unknown). */
@@ -856,6 +869,14 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
             return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "path statevector: %d qubits exceed the state limit %d (the MPS path takes local maps beyond it)", q, QK_MAX_STATE_QUBITS);
         return QK_OK;
     }
+#ifdef QK_NO_MPS
+    QK__UNUSED(ratio); QK__UNUSED(sv_ok); QK__UNUSED(sv_big); QK__UNUSED(ok);
+    if (req == QK_PATH_MPS) return qk__fail(QK_ERROR_UNSUPPORTED, "path mps: the MPS path is compiled out (QK_NO_MPS)");
+    if (q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%d qubits exceed the statevector limit %d, and the MPS path, which takes local maps "
+                        "beyond it, is compiled out (QK_NO_MPS)", q, QK_MAX_STATE_QUBITS);
+    return QK_OK;
+#else
     r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, prog);
     if (r != QK_OK) return r;
     ok = !prog->dense && prog->chi <= QK_MPS_MAX_BOND;
@@ -879,6 +900,7 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
     }
     if (!*use) qk__mps_prog_free(prog);
     return QK_OK;
+#endif /* QK_NO_MPS */
 }
 
 /* The plan's MPS fields from a program. */
@@ -1035,6 +1057,9 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     double budget, per;
     int chi;
     if (!info || !info->present || !map || max_bond < 0 || max_bond > QK_MPS_MAX_BOND) return 0;
+#ifdef QK_NO_MPS
+    return 0;   /* no MPS path in this build */
+#endif
     if (qk__mps_prog_make_t(map, max_bond, 0.0, &prog) != QK_OK) return 0;
     chi = prog.dense ? QK__MPS_SAT : prog.chi;
     qk__mps_prog_free(&prog);
@@ -1048,6 +1073,10 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
    engine's tiles with qk__mps_tile. */
 QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
 {
+#ifdef QK_NO_MPS
+    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc);
+    return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
+#else
     qk__mps_prog prog;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
@@ -1069,6 +1098,7 @@ QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk
     QK_FREE(B);
     qk__mps_prog_free(&prog);
     return r;
+#endif
 }
 /* ---- end MPS engine ---- */
 

@@ -43,23 +43,18 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_result r;
-#ifndef QK_NO_THREADS
     qk__tpool *outer = qk__cur_pool;
     if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
         /* the context's pool, started once; without it every step starts its own threads */
-        qk__tpool *t = (qk__tpool *)(ctx->desc.allocator.alloc ? ctx->desc.allocator.alloc(sizeof *t, ctx->desc.allocator.user)
-                                                                : qk__malloc(sizeof *t));
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
-        else if (t) { if (ctx->desc.allocator.free) ctx->desc.allocator.free(t, ctx->desc.allocator.user); else QK_FREE(t); }
+        else qk__free_with(&ctx->desc.allocator, t);
     }
     if (ctx) qk__cur_pool = ctx->pool;
-#endif
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
-#ifndef QK_NO_THREADS
     qk__cur_pool = outer;
-#endif
     return r;
 }
 

@@ -646,6 +646,7 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
     return qk__write_file_atomic(path, hdr, total, data, nbytes);
 }
 
+#ifndef QK_NO_CSV   /* the CSV reader (compiled out by QK_NO_CSV: qk_csv_read says so) */
 /* Reads a whole regular file (at most max bytes) into a NUL-terminated buffer. */
 static qk_result qk__read_file(const char *path, int64_t max, const char *macro, char **out, size_t *out_len) {
     int fd;
@@ -939,6 +940,12 @@ QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
     out->ndim = 2;
     return QK_OK;
 }
+#else
+QKDEF qk_result qk_csv_read(const char *path, qk_array *out) {
+    (void)path; (void)out;
+    return qk__fail(QK_ERROR_UNSUPPORTED, "qk_csv_read: the CSV reader is compiled out (QK_NO_CSV)");
+}
+#endif /* QK_NO_CSV */
 
 QKDEF void qk_array_free(qk_array *a) {
     if (!a) return;

@@ -135,7 +135,7 @@ QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a)
     if (l->oom) return;
     if (l->n == l->cap) {
         int cap = l->cap ? 2 * l->cap : 32;
-        qk_op *p = (qk_op *)QK_REALLOC(l->ops, (size_t)cap * sizeof(qk_op));
+        qk_op *p = (qk_op *)qk__realloc(l->ops, (size_t)cap * sizeof(qk_op));
         if (!p) { l->oom = 1; return; }
         l->ops = p;
         l->cap = cap;

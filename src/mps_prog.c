@@ -45,15 +45,9 @@ QK__PRIV void qk__mps_prog_free(qk__mps_prog *p)
     memset(p, 0, sizeof *p);
 }
 
-static int qk__mps_diag1(qk_op_kind k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
-/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op. */
-static int qk__mps_parity_at(const qk_map *m, int k)
-{
-    const qk_op *o = &m->ops[k];
-    return o->kind == QK_OP_CNOT && k + 2 < m->n_ops && qk__mps_diag1(o[1].kind) && o[1].q0 == o->q1 &&
-           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
-}
+/* Op k and the two after it are CX(a,b) D(b) CX(a,b) with D diagonal: one diagonal two-qubit op
+   (the parity rule of every engine, qk__parity_at). */
+static int qk__mps_parity_at(const qk_map *m, int k) { return qk__parity_at(m->ops, m->n_ops, k); }
 
 static int qk__mps_add_set(int *set, int *n, int qb)
 {
@@ -104,7 +98,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
         if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
         if (qk__op_arity(o->kind) == 1) {
             st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
-            if (!qk__mps_diag1(o->kind)) run++;
+            if (!qk__op_diag1(o->kind)) run++;
             p->n_steps++;
             continue;
         }
@@ -122,7 +116,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
             int64_t nc = nb_cap ? 2 * nb_cap : 1024;
             int *nbp;
             while (nc < nb + (st->s1 - st->s0)) nc *= 2;
-            nbp = (int *)QK_REALLOC(p->bounds, sizeof(int) * (size_t)nc);
+            nbp = (int *)qk__realloc(p->bounds, sizeof(int) * (size_t)nc);
             if (!nbp) goto oom;
             p->bounds = nbp;
             nb_cap = nc;

@@ -297,11 +297,12 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     p->bytes_out = (size_t)((double)desc->n_x * (double)nb * es);
     p->bytes_total = p->bytes_states;
     if (desc->output == QK_OUTPUT_NPY) {
-        /* two slab buffers of at most QK__CPU_SLAB_BYTES each, whole tiles of rows: host memory
-           O(slab), not O(n^2); the symmetric mirror goes out as one write per row and slab, so
-           taller slabs mean fewer, larger writes */
+        /* two slab buffers of at most cpu_slab_bytes (QK_CPU_SLAB_BYTES) each, whole tiles of
+           rows: host memory O(slab), not O(n^2); the symmetric mirror goes out as one write per
+           row and slab, so taller slabs mean fewer, larger writes */
         double rb = (double)nb * es;
-        int64_t sr = (int64_t)((double)QK__CPU_SLAB_BYTES / rb) / QK__T * QK__T;
+        size_t slab_bytes = desc->cpu_slab_bytes ? desc->cpu_slab_bytes : QK__CPU_SLAB_BYTES;
+        int64_t sr = (int64_t)((double)slab_bytes / rb) / QK__T * QK__T;
         if (sr < QK__T) sr = QK__T;
         if (sr > desc->n_x) sr = (desc->n_x + QK__T - 1) / QK__T * QK__T;
         p->slab_rows = sr;
@@ -561,9 +562,14 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     qk_schedule sch;
     double w[QK_MAX_DEVICES];
     int k, use, same = 1, full;
-    int64_t total, minp = (int64_t)(QK_MGPU_MIN_PAIRS) > 0 ? (int64_t)(QK_MGPU_MIN_PAIRS) : 1;
+    int64_t total, minp;
+    int split;
     qk_result r;
     if (!infos || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: NULL argument");
+    /* the tunables: the desc's, else the macros' (qk_gram_desc.mgpu_min_pairs, mgpu_host_bound_split) */
+    minp = desc->mgpu_min_pairs > 0 ? desc->mgpu_min_pairs : (int64_t)(QK_MGPU_MIN_PAIRS);
+    if (minp < 1) minp = 1;
+    split = desc->mgpu_host_bound_split ? desc->mgpu_host_bound_split > 0 : (QK_MGPU_HOST_BOUND_SPLIT) != 0;
     if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
     for (k = 0; k < n; k++) {
         int j;
@@ -582,7 +588,7 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
            (out->path == QK_PATH_ANALYTIC ? 0.0 : (out->path == QK_PATH_COMPLEX ? 8.0 : 2.0) * ldexp(1.0, out->n_qubits)) <
            QK__MGPU_FULL_ROWS_FLOPS * (out->out_dtype == QK_F64 ? 8.0 : 4.0);
     for (use = n; use > 1 && total / use < minp; use--) {}
-    if (use < 2 || (full && !QK_MGPU_HOST_BOUND_SPLIT)) return QK_OK;   /* the host binds: one GPU */
+    if (use < 2 || (full && !split)) return QK_OK;   /* the host binds: one GPU */
     for (k = 0; k < use; k++) {
         w[k] = infos[k].sm_count > 0 ? (double)infos[k].sm_count : 1.0;
         if (w[k] != w[0]) same = 0;

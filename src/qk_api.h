@@ -222,7 +222,7 @@ typedef struct qk_ctx_desc {
     /* The GPUs of the context (docs/api.md, "Several GPUs"). n_cuda_devices = 0 (default): every
        visible device (at most QK_MAX_DEVICES) when cuda_device is 0, else cuda_device alone;
        n > 0: cuda_devices[0 .. n) (distinct ordinals; NULL: cuda_device alone when n is 1, else
-       ordinals 0 .. n-1). A qk_gram of at least QK_MGPU_MIN_PAIRS pairs per GPU is dealt to the
+       ordinals 0 .. n-1). A qk_gram of at least qk_gram_desc.mgpu_min_pairs pairs per GPU goes to the
        GPUs (rows balanced by pair count, one host thread per GPU); smaller ones run on the first.
        qk_ctx_query gives the resolved list (cuda_devices points into the context). */
     const int *cuda_devices;
@@ -234,9 +234,9 @@ typedef struct qk_ctx_desc {
     const char *cache_dir;  /* autotune cache directory (copied); default $QK_CACHE_DIR, $XDG_CACHE_HOME/qk, ~/.cache/qk */
     qk_log_fn log;          /* default: none (the library prints nothing) */
     void *log_user;
-    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE. The context and its thread pool only;
-                               maps, readers, writers and the CPU engine's per-call scratch (its
-                               worker threads) use QK_MALLOC / QK_FREE (docs/api.md) */
+    qk_allocator allocator; /* default: QK_MALLOC / QK_FREE, the library's one allocator. Where
+                               set, it serves the context's own blocks only (the qk_ctx, its thread
+                               pool); every other allocation is QK_MALLOC's (docs/api.md) */
     size_t host_memory;     /* CPU engine: host bytes its plans may use (states, streamed-output
                                slabs, per-thread scratch; not K in the caller's buffer); when all
                                states do not fit, they are built in blocks (state tiles). Default
@@ -329,6 +329,18 @@ typedef struct qk_gram_desc {
                                a bound on the infidelity 1 - |<psi_i|psi~_i>|^2 of its truncated
                                state (0 when nothing was dropped or the path is not MPS); then
                                |K_ij - K~_ij| <= sqrt(eps_i) + sqrt(eps_j) */
+    /* Tunables (docs/api.md, "Tunables"): 0 = the default, which is the macro of the same name in
+       capitals (define it before the implementation include to change the default everywhere). */
+    size_t cpu_slab_bytes;      /* QK_CPU_SLAB_BYTES (128 MB): host bytes of one of the CPU engine's
+                                   two slabs of streamed K (output NPY; plan.slab_rows) */
+    int64_t mgpu_min_pairs;     /* QK_MGPU_MIN_PAIRS (2^25): a context of several GPUs deals K to
+                                   as many GPUs as get at least this many pairs each (>= 0) */
+    int mgpu_host_bound_split;  /* QK_MGPU_HOST_BOUND_SPLIT (0): 1 deals a host-bound K(X,X) to
+                                   several GPUs too (whole rows), -1 keeps it on the first GPU */
+    size_t mpi_block_bytes;     /* QK_MPI_BLOCK_BYTES (512 MB): qk_gram_mpi, host bytes of one of
+                                   a rank's two block buffers (the size of its sub-jobs) */
+    size_t mpi_sync_bytes;      /* QK_MPI_SYNC_BYTES (256 MB): qk_gram_mpi's writer thread syncs
+                                   the file after this many bytes (none with no_sync) */
 } qk_gram_desc;
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc);
@@ -476,8 +488,9 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
 /* The planner for a list of n devices (infos[k] is CUDA ordinal ordinals[k]; NULL ordinals:
    0 .. n-1), as qk_plan_make plans a context of several GPUs: the whole job planned for infos[0],
-   then, when every device gets at least QK_MGPU_MIN_PAIRS pairs, its rows dealt to as many of
-   the devices (fewer when the job is smaller: n_devices = 1 below 2 QK_MGPU_MIN_PAIRS pairs).
+   then, when every device gets at least desc->mgpu_min_pairs (default QK_MGPU_MIN_PAIRS) pairs,
+   its rows dealt to as many of the devices (fewer when the job is smaller: n_devices = 1 below
+   twice that many pairs; desc->mgpu_host_bound_split: whether a host-bound K(X,X) is dealt).
    Injected infos test the split without a GPU. */
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);

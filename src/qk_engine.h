@@ -90,6 +90,19 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 #define QK__TC_MAX_QUBITS 24
 #define QK__TCF_NOFLUSH_MAX_QUBITS 16
 
+/* The one-qubit diagonal ops, Z, RZ and P (diag(m00, m11) of qk__u1), and the parity rule, one
+   for every engine (the CPU state builder, the MPS program, the GPU program compiler, the
+   parameter budget below): ops k, k + 1, k + 2 are CX(c,t) D(t) CX(c,t) with D one of those,
+   which is D's diagonal taken on the parity bit c xor t, one diagonal two-qubit op (Z: Z(x)Z,
+   RZ(t): RZZ(t), P(t): e^{it} where the bits differ). */
+static inline int qk__op_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
+static inline int qk__parity_at(const qk_op *ops, int n_ops, int k)
+{
+    const qk_op *o = &ops[k];
+    return o->kind == QK_OP_CNOT && k + 2 < n_ops && qk__op_diag1(o[1].kind) && o[1].q0 == o->q1 &&
+           o[2].kind == QK_OP_CNOT && o[2].q0 == o->q0 && o[2].q1 == o->q1;
+}
+
 /* The per-sample parameter budget of the GPU engine's compiled program: 8 per one-qubit gate,
    1 + q + q*q per run of diagonal ops, 4 per qubit. The planner's VRAM estimator counts with it
    and qk_cuda.cu allocates it; its compiler (qk__compile, which folds leading one-qubit gates
@@ -101,14 +114,10 @@ static inline int64_t qk__cuda_params(const qk_map *m)
     int i, in_diag = 0;
     for (i = 0; i < m->n_ops; i++) {
         qk_op_kind k = m->ops[i].kind;
-        int diag = k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P || k == QK_OP_CZ || k == QK_OP_RZZ;
-        if (k == QK_OP_CNOT && i + 2 < m->n_ops) {
-            const qk_op *a = &m->ops[i + 1], *b = &m->ops[i + 2];
-            if ((a->kind == QK_OP_Z || a->kind == QK_OP_RZ || a->kind == QK_OP_P) && a->q0 == m->ops[i].q1 &&
-                b->kind == QK_OP_CNOT && b->q0 == m->ops[i].q0 && b->q1 == m->ops[i].q1) {
-                diag = 1;
-                i += 2;
-            }
+        int diag = qk__op_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ;
+        if (qk__parity_at(m->ops, m->n_ops, i)) {
+            diag = 1;
+            i += 2;
         }
         if (k == QK_OP_AMPLITUDE) continue;
         if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
@@ -230,6 +239,9 @@ QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
+/* Test seams, declared and compiled only under QK_TEST_FAULTS (define it for qk.h and for
+   qk_cuda.cu alike; the GPU test programs do, tests/meson.build): the product build has none. */
+#ifdef QK_TEST_FAULTS
 /* Tests: the k-th resource acquisition of the GPU engine from now on fails as if out of memory
    (k < 0: the -k-th and every later one; 0: off); the count of acquisitions so far. Not for
    concurrent use. */
@@ -239,6 +251,7 @@ QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
+#endif /* QK_TEST_FAULTS */
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */
 QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);

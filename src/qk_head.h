@@ -48,10 +48,17 @@
      QK_ASSERT(c)         internal invariants (the work schedule's bands, the streaming .npy
                           writer's bounds, the MPS bond bounds; default: assert from <assert.h>)
      QK_MALLOC(sz) / QK_REALLOC(p, sz) / QK_FREE(p)
-                          allocator for host memory (all three or none); a runtime allocator
-                          can also be set in qk_ctx_desc (it serves the context and its thread
-                          pool; everything else uses these macros: docs/api.md)
+                          the allocator of every host allocation of the library (all three or
+                          none; thread-safe, as malloc): maps, readers, the engines' scratch,
+                          the cache. qk_ctx_desc.allocator, where set, serves only the context's
+                          own blocks (the qk_ctx, its thread pool; docs/api.md says why)
      QK_NO_THREADS        build the CPU engine without pthreads (single threaded)
+     QK_NO_MPS / QK_NO_TUNE / QK_NO_CSV
+                          compile a subsystem out (as stb's STBI_NO_*): the MPS engine (path MPS
+                          and maps beyond QK_MAX_STATE_QUBITS: QK_ERROR_UNSUPPORTED; the planner
+                          keeps the statevector), the autotune cache (qk_tune_cache_*:
+                          QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
+                          reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
@@ -60,19 +67,14 @@
      QK_MPI               declare and build qk_gram_mpi(), K over the ranks of an MPI
                           communicator (qk.h includes <mpi.h>; compile with mpicc or Meson's
                           mpi dependency; docs/scale.md)
-     QK_MPI_BLOCK_BYTES   host bytes of one of qk_gram_mpi's two block buffers per rank
-                          (default 512 MB)
-     QK_MPI_SYNC_BYTES    qk_gram_mpi's writer thread syncs the file after this many bytes
-                          (default 256 MB; none with no_sync)
-     QK_MGPU_MIN_PAIRS    a qk_gram on a context of several GPUs is dealt to as many GPUs as get
-                          at least this many pairs each (default 2^25: ~1 ms of a GPU at 8 qubits;
-                          below, one GPU: thread and per-GPU set-up would cost more than it saves)
-     QK_MGPU_HOST_BOUND_SPLIT
-                          1: a host-bound K(X,X) (to a host buffer or a .npy file, pairs cheaper
-                          than QK__MGPU_FULL_ROWS_FLOPS per byte of K) is dealt to several GPUs
-                          too, each computing whole rows; default 0: it runs on the first GPU,
-                          which the host already cannot keep up with (docs/benchmarks.md,
-                          'Several GPUs in one process')
+     QK_CPU_SLAB_BYTES / QK_MGPU_MIN_PAIRS / QK_MGPU_HOST_BOUND_SPLIT / QK_MPI_BLOCK_BYTES /
+     QK_MPI_SYNC_BYTES
+                          the defaults of the run-time tunables of the same names in
+                          qk_gram_desc (cpu_slab_bytes, mgpu_min_pairs, ...; 0 there = this
+                          default): the CPU engine's streamed slab (128 MB), the pairs per GPU
+                          that deal K to several GPUs (2^25), whether a host-bound K(X,X) is
+                          dealt to several GPUs (0), qk_gram_mpi's block buffer (512 MB) and
+                          sync interval (256 MB); docs/api.md, "Tunables"
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
                           anything is allocated (the same in every translation unit)

@@ -126,6 +126,16 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #define QK_ASSERT(c) assert(c)
 #endif
 
+/* The allocator: stb's macros, QK_MALLOC / QK_REALLOC / QK_FREE (define all three before the
+   implementation include, or none: malloc, realloc, free), behind qk__malloc, qk__calloc,
+   qk__realloc and qk__free, the one path of every host allocation of the library. Why the
+   macros and not an allocator in a desc (sokol's way): most of qk's allocations happen where no
+   context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
+   schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
+   be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
+   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
+   blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
 /* caller's allocator */
 #elif !defined(QK_MALLOC) && !defined(QK_FREE) && !defined(QK_REALLOC)
@@ -154,6 +164,53 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #include <unistd.h>
 #endif
 
+/* The thread shim: a mutex, a condition variable and a joinable thread, pthreads or, under
+   QK_NO_THREADS, no-ops (a lock always succeeds; a thread never starts, so the caller runs the
+   function itself, and a condition is never waited on: only a started thread waits):
+       if (!qk__thread_start(&t, fn, arg)) fn(arg);   ...   if (started) qk__thread_join(t);
+   Every engine (the CPU pool, the streamed writers, the .npy syncer, several GPUs, MPI) takes its
+   locks and starts its threads through it, so the call sites have no #ifdef; QK__THREADS is 0
+   where a thread that cannot start means "run it here" rather than a failure. */
+#ifndef QK_NO_THREADS
+#define QK__THREADS 1
+typedef pthread_mutex_t qk__mutex;
+typedef pthread_t qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { return pthread_mutex_init(m, NULL); }   /* 0: ok */
+static inline void qk__mutex_destroy(qk__mutex *m) { pthread_mutex_destroy(m); }
+static inline void qk__mutex_lock(qk__mutex *m) { pthread_mutex_lock(m); }
+static inline int qk__mutex_trylock(qk__mutex *m) { return pthread_mutex_trylock(m) == 0; }   /* 1: taken */
+static inline void qk__mutex_unlock(qk__mutex *m) { pthread_mutex_unlock(m); }
+typedef pthread_cond_t qk__cond;
+static inline int qk__cond_init(qk__cond *c) { return pthread_cond_init(c, NULL); }   /* 0: ok */
+static inline void qk__cond_destroy(qk__cond *c) { pthread_cond_destroy(c); }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { pthread_cond_wait(c, m); }
+static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
+static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
+static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline qk__thread qk__thread_self(void) { return pthread_self(); }
+static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
+#else
+#define QK__THREADS 0
+typedef struct qk__mutex { char unused; } qk__mutex;
+typedef int qk__thread;
+static inline int qk__mutex_init(qk__mutex *m) { (void)m; return 0; }
+static inline void qk__mutex_destroy(qk__mutex *m) { (void)m; }
+static inline void qk__mutex_lock(qk__mutex *m) { (void)m; }
+static inline int qk__mutex_trylock(qk__mutex *m) { (void)m; return 1; }
+static inline void qk__mutex_unlock(qk__mutex *m) { (void)m; }
+typedef struct qk__cond { char unused; } qk__cond;   /* waited on only where a thread started */
+static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
+static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
+static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
+static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
+static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
+static inline void qk__thread_join(qk__thread t) { (void)t; }
+static inline qk__thread qk__thread_self(void) { return 0; }
+static inline int qk__thread_is_self(qk__thread t) { (void)t; return 1; }
+#endif
+
 #define QK__PI 3.14159265358979323846
 #define QK__UNUSED(x) ((void)(x))
 /* The CPU engine's lanes: the columns of a Gram micro-kernel (cpu_gram.c), the samples of an MPS
@@ -167,6 +224,10 @@ QK__PRIV int qk__def_i(int v, int d);                 /* v, or d where v is 0 */
 QK__PRIV double qk__def_d(double v, double d);
 QK__PRIV void *qk__malloc(size_t n);                  /* QK_MALLOC, never of 0 bytes */
 QK__PRIV void *qk__calloc(size_t count, size_t size);
+QK__PRIV void *qk__realloc(void *p, size_t n);         /* QK_REALLOC, never to 0 bytes */
+QK__PRIV void qk__free(void *p);                       /* QK_FREE */
+QK__PRIV void *qk__alloc_with(const qk_allocator *a, size_t n);   /* the context's blocks */
+QK__PRIV void qk__free_with(const qk_allocator *a, void *p);
 QK__PRIV const char *qk__esc(char *buf, size_t size, const char *s, size_t n, size_t max);
 QK__PRIV const char *qk__esc_arg(char *buf, size_t size, const char *s);
 QK__PRIV void qk__esc_msg(char *dst, size_t size, const char *src);
@@ -254,7 +315,7 @@ typedef void (*qk__work_fn)(void *ctx, int thread);
 #define QK__LOAD(p) (*(p))
 #define QK__STORE(p, v) (*(p) = (v))
 #endif
-#ifndef QK_NO_THREADS
+/* a context's pool (without threads, QK_NO_THREADS: no workers, its caller runs every step) */
 typedef struct qk__tpool qk__tpool;
 typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
 struct qk__tpool {
@@ -262,12 +323,11 @@ struct qk__tpool {
     unsigned gen;
     qk__work_fn fn;
     void *arg;
-    pthread_mutex_t mu;
-    pthread_cond_t go, done;
-    pthread_t th[255];
+    qk__mutex mu;
+    qk__cond go, done;
+    qk__thread th[255];
     qk__tpool_worker w[255];
 };
-#endif
 
 /* The state builders (statevectors, product states, MPS) reach the job's progress callback and
    cancel flag through a qk__poll per thread: it counts the work done (amplitude updates, or an
@@ -316,18 +376,14 @@ typedef struct qk__gram_job {
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
     /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
     void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
-#ifndef QK_NO_THREADS
-    pthread_mutex_t cb_lock;
-#endif
+    qk__mutex cb_lock;
 } qk__gram_job;
 
 QK__PRIV int qk__ncores(void);
-#ifndef QK_NO_THREADS
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
 extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
-#endif
 #endif
 QK__PRIV void qk__parallel(int n_threads, qk__work_fn fn, void *ctx);
 QK__PRIV void qk__job_poll(qk__gram_job *j);
@@ -445,14 +501,12 @@ typedef struct qk__npyw {
     int no_sync;
     uint64_t written;
     int *cancel;            /* optional: a job's cancel flag, read before each write */
-#ifndef QK_NO_THREADS
-    pthread_t syncer;
+    qk__thread syncer;
     int syncer_on, stop, sync_errno;
     uint64_t dirty;         /* bytes written since the syncer last started an fsync */
     uint64_t written_mt, synced;  /* bytes written (under mu), and covered by a finished fsync */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-#endif
+    qk__mutex mu;
+    qk__cond cv;
 } qk__npyw;
 
 QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int64_t rows, int64_t cols, int no_sync,
@@ -530,9 +584,7 @@ struct qk_ctx {
     size_t dstage_bytes[QK_MAX_DEVICES];
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
-#ifndef QK_NO_THREADS
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
-#endif
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);

@@ -282,9 +282,7 @@ typedef struct qk__mgpu {
     int cancel;                 /* the first failure sets it; every thread stops */
     int64_t done, total;        /* entries of K delivered (progress), under mu */
     double t0;
-#ifndef QK_NO_THREADS
-    pthread_mutex_t mu;         /* the caller's callbacks one at a time; the first failure */
-#endif
+    qk__mutex mu;               /* the caller's callbacks one at a time; the first failure */
     qk_result r;                /* the first failure and its detail */
     char err[sizeof qk__errbuf];
 } qk__mgpu;
@@ -304,20 +302,12 @@ typedef struct qk__mgpu_dev {
 
 static void qk__mgpu_lock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_lock(&g->mu);
 }
 
 static void qk__mgpu_unlock(qk__mgpu *g)
 {
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&g->mu);
-#else
-    QK__UNUSED(g);
-#endif
+    qk__mutex_unlock(&g->mu);
 }
 
 /* Records a failure (the first one wins; a thread stopped by the flag does not count) and stops
@@ -576,9 +566,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     int k, started[QK_MAX_DEVICES];
     qk_result r = QK_OK;
     char err[256];
-#ifndef QK_NO_THREADS
-    pthread_t th[QK_MAX_DEVICES];
-#endif
+    qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
     if (desc->output == QK_OUTPUT_DEVICE) {
         if (!desc->out_devices)
@@ -600,9 +588,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
     g.total = plan->n_x * plan->n_y;
-#ifndef QK_NO_THREADS
-    if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
-#endif
+    if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
     if (desc->output == QK_OUTPUT_NPY) {
         r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
         w.cancel = &g.cancel;
@@ -620,21 +606,16 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
-#ifndef QK_NO_THREADS
-        if (pthread_create(&th[k], NULL, qk__mgpu_main, &v[k]) == 0) { started[k] = 1; continue; }
+        if (qk__thread_start(&th[k], qk__mgpu_main, &v[k])) { started[k] = 1; continue; }
+        if (!QK__THREADS) { qk__mgpu_main(&v[k]); continue; }   /* one after the other */
         snprintf(err, sizeof err, "cannot start its host thread");
         qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
         break;
-#else
-        qk__mgpu_main(&v[k]);   /* one after the other */
-#endif
     }
     QK__UNUSED(err);
     QK__UNUSED(started);
-#ifndef QK_NO_THREADS
     for (k = 0; k < n; k++)
-        if (started[k]) pthread_join(th[k], NULL);
-#endif
+        if (started[k]) qk__thread_join(th[k]);
     if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
     for (k = 0; k < n; k++) {
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
@@ -648,9 +629,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         }
         if (r != QK_OK) qk__npyw_abort(&w);
     }
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&g.mu);
-#endif
+    qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
     for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;

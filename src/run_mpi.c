@@ -126,15 +126,13 @@ typedef struct qk__mpi_band {
     const char *path;
     uint64_t hdr, written;
     uint64_t synced;        /* written bytes at the last periodic sync */
-    int sync_often;         /* the writer thread syncs every QK_MPI_SYNC_BYTES (see above) */
+    int sync_often;         /* the writer thread syncs every mpi_sync_bytes (see above) */
     int64_t done, total;    /* this rank's entries of K, for the progress callback */
     int64_t scale;          /* entries per pair of the running sub-job (2: its mirror too) */
     int64_t di, dj;         /* the running sub-job's origin in K */
     int remote_stop;        /* another rank's failure notice, seen during a sub-job (qk__mpi_poll) */
-#ifndef QK_NO_THREADS
-    pthread_t caller;       /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
-    pthread_mutex_t mpi_lock;   /* held by the writer thread while it is inside MPI */
-#endif
+    qk__thread caller;      /* the thread that called qk_gram_mpi (qk_gram's thread 0) */
+    qk__mutex mpi_lock;     /* held by the writer thread while it is inside MPI */
 } qk__mpi_band;
 
 /* Inside a sub-job (from its progress polls): has another rank failed? Then the sub-job is
@@ -144,17 +142,11 @@ typedef struct qk__mpi_band {
    thread). */
 static int qk__mpi_poll(qk__mpi_band *b)
 {
-#ifndef QK_NO_THREADS
-    if (!pthread_equal(pthread_self(), b->caller)) return 0;
+    if (!qk__thread_is_self(b->caller)) return 0;
     if (b->remote_stop) return 1;
-    if (pthread_mutex_trylock(&b->mpi_lock) != 0) return 0;
-#else
-    if (b->remote_stop) return 1;
-#endif
+    if (!qk__mutex_trylock(&b->mpi_lock)) return 0;
     if (qk__mpi_remote_failed(b->m)) b->remote_stop = 1;
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     return b->remote_stop;
 }
 
@@ -257,9 +249,7 @@ static void *qk__mpi_block_write(void *p)
     const size_t es = b->es;
     int64_t i, c, k;
     qk_result r = QK_OK;
-#ifndef QK_NO_THREADS
-    pthread_mutex_lock(&b->mpi_lock);
-#endif
+    qk__mutex_lock(&b->mpi_lock);
     QK_PROF_BEGIN("mpi write");
     if (c0 == 0 && w == n) r = qk__mpi_write(b, b->hdr + (uint64_t)a * (uint64_t)n * es, s->U, (size_t)(h * w) * es);
     else
@@ -273,20 +263,18 @@ static void *qk__mpi_block_write(void *p)
         for (c = 0; c < nc && r == QK_OK; c++)
             r = qk__mpi_write(b, b->hdr + ((uint64_t)(c0 + k + c) * (uint64_t)n + (uint64_t)a) * es, s->tb + (size_t)(c * h) * es, (size_t)h * es);
     }
-    if (r == QK_OK && b->sync_often && b->written - b->synced >= QK__MPI_SYNC_BYTES) {
+    if (r == QK_OK && b->sync_often && b->written - b->synced >= (b->desc->mpi_sync_bytes ? (uint64_t)b->desc->mpi_sync_bytes : QK__MPI_SYNC_BYTES)) {
         if (MPI_File_sync(b->fh) != MPI_SUCCESS) r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", b->path);
         b->synced = b->written;
     }
     QK_PROF_END("mpi write");
-#ifndef QK_NO_THREADS
-    pthread_mutex_unlock(&b->mpi_lock);
-#endif
+    qk__mutex_unlock(&b->mpi_lock);
     s->r = r;
     if (r != QK_OK) snprintf(s->err, sizeof s->err, "%s", qk__errbuf);   /* the detail is thread-local */
     return NULL;
 }
 
-/* Rows [r0, r1) of K in blocks of at most QK_MPI_BLOCK_BYTES: rows in slabs of S, each slab's
+/* Rows [r0, r1) of K in blocks of at most mpi_block_bytes (QK_MPI_BLOCK_BYTES): rows in slabs of S, each slab's
    columns (from its diagonal for symmetric K) in chunks of C, S and C about the square root of
    the budget so that the file writes of a block's rows (C elements) and of its mirror (S
    elements) are both long, and each block builds only S + C states. The diagonal block of a
@@ -300,18 +288,16 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols, d = b->map->n_features;
-    const size_t es = b->es, budget = QK_MPI_BLOCK_BYTES;
+    const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
     const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
-#ifndef QK_NO_THREADS
-    pthread_t wt;
+    qk__thread wt;
     MPI_Query_thread(&level);
-    threaded = level >= MPI_THREAD_SERIALIZED;
-#endif
+    threaded = QK__THREADS && level >= MPI_THREAD_SERIALIZED;
     b->sync_often = threaded && npy && !b->desc->no_sync;
     memset(&sw, 0, sizeof sw);
     if (r1 <= r0) return QK_OK;
@@ -334,7 +320,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         U[1] = threaded ? (char *)qk__malloc((size_t)S * (size_t)C * es) : U[0];
         tb = b->symmetric ? (char *)qk__malloc((size_t)S * 64 * es) : NULL;
         if (!U[0] || !U[1] || (b->symmetric && !tb)) {
-            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
+            r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: cannot allocate %d blocks of %lld x %lld (mpi_block_bytes, QK_MPI_BLOCK_BYTES)", threaded ? 2 : 1, (long long)S, (long long)C);
             goto done;
         }
     }
@@ -353,9 +339,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
-#ifndef QK_NO_THREADS
-                pthread_join(wt, NULL);
-#endif
+                qk__thread_join(wt);
                 pending = 0;
                 if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
             }
@@ -366,11 +350,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
                 sw.b = b; sw.U = u; sw.tb = tb; sw.a = a; sw.h = h; sw.c0 = c0; sw.w = w;
                 sw.mirror = b->symmetric && !diag;
                 sw.r = QK_OK;
-#ifndef QK_NO_THREADS
-                if (threaded && pthread_create(&wt, NULL, qk__mpi_block_write, &sw) == 0) pending = 1;
-                else
-#endif
-                {
+                if (threaded && qk__thread_start(&wt, qk__mpi_block_write, &sw)) pending = 1;
+                else {
                     qk__mpi_block_write(&sw);
                     if (sw.r != QK_OK) { r = qk__fail(sw.r, "%s", sw.err); stop = 1; break; }
                 }
@@ -379,9 +360,7 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         }
     }
     if (pending) {
-#ifndef QK_NO_THREADS
-        pthread_join(wt, NULL);
-#endif
+        qk__thread_join(wt);
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
@@ -518,14 +497,10 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     }
 
     /* 5. compute and write this rank's band */
-#ifndef QK_NO_THREADS
-    b.caller = pthread_self();
-    pthread_mutex_init(&b.mpi_lock, NULL);
-#endif
+    b.caller = qk__thread_self();
+    (void)qk__mutex_init(&b.mpi_lock);
     r = qk__mpi_run_band(&b, sch.row0[m.rank], sch.row0[m.rank + 1]);
-#ifndef QK_NO_THREADS
-    pthread_mutex_destroy(&b.mpi_lock);
-#endif
+    qk__mutex_destroy(&b.mpi_lock);
     if (r != QK_OK) qk__mpi_announce(&m, r);
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then

@@ -17,43 +17,37 @@
 
 /* qk__npyw: in qk_internal.h (the engines stream into it) */
 
-#ifndef QK_NO_THREADS
 static void *qk__npyw_syncer(void *p)
 {
     qk__npyw *w = (qk__npyw *)p;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     for (;;) {
         uint64_t upto;
-        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) pthread_cond_wait(&w->cv, &w->mu);
+        while (!w->stop && w->dirty < QK__NPYW_SYNC_BYTES) qk__cond_wait(&w->cv, &w->mu);
         if (w->stop) break;
         w->dirty = 0;
         upto = w->written_mt;
-        pthread_mutex_unlock(&w->mu);
+        qk__mutex_unlock(&w->mu);
         if (QK__FSYNC(w->fd) != 0 && !w->sync_errno) w->sync_errno = errno;
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->synced = upto;
-        pthread_cond_broadcast(&w->cv);
+        qk__cond_broadcast(&w->cv);
     }
-    pthread_mutex_unlock(&w->mu);
+    qk__mutex_unlock(&w->mu);
     return NULL;
 }
-#endif
 
 static void qk__npyw_stop_syncer(qk__npyw *w)
 {
-#ifndef QK_NO_THREADS
     if (!w->syncer_on) return;
-    pthread_mutex_lock(&w->mu);
+    qk__mutex_lock(&w->mu);
     w->stop = 1;
-    pthread_cond_signal(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    pthread_join(w->syncer, NULL);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
+    qk__cond_signal(&w->cv);
+    qk__mutex_unlock(&w->mu);
+    qk__thread_join(w->syncer);
+    qk__cond_destroy(&w->cv);
+    qk__mutex_destroy(&w->mu);
     w->syncer_on = 0;
-#else
-    QK__UNUSED(w);
-#endif
 }
 
 /* Removes the temporary file; the target stays as it was. Safe on a zeroed or failed writer.
@@ -104,15 +98,13 @@ QK__PRIV qk_result qk__npyw_open(qk__npyw *w, const char *path, qk_dtype dt, int
         qk__npyw_abort(w);
         return r;
     }
-#ifndef QK_NO_THREADS
-    if (!no_sync && syncer && pthread_mutex_init(&w->mu, NULL) == 0) {
-        if (pthread_cond_init(&w->cv, NULL) == 0) {
-            if (pthread_create(&w->syncer, NULL, qk__npyw_syncer, w) == 0) w->syncer_on = 1;
-            else pthread_cond_destroy(&w->cv);
+    if (!no_sync && syncer && qk__mutex_init(&w->mu) == 0) {
+        if (qk__cond_init(&w->cv) == 0) {
+            if (qk__thread_start(&w->syncer, qk__npyw_syncer, w)) w->syncer_on = 1;
+            else qk__cond_destroy(&w->cv);
         }
-        if (!w->syncer_on) pthread_mutex_destroy(&w->mu);
+        if (!w->syncer_on) qk__mutex_destroy(&w->mu);
     }
-#endif
     return QK_OK;
 #endif
 }
@@ -130,18 +122,16 @@ QK__PRIV qk_result qk__npyw_at_fd(qk__npyw *w, int fd, uint64_t off, const void 
                         e == ENOSPC ? " (the file system is full; nothing was left behind)" : "");
     }
     (void)QK__FETCH_ADD(&w->written, (uint64_t)n);
-#ifndef QK_NO_THREADS
     if (w->syncer_on) {
-        pthread_mutex_lock(&w->mu);
+        qk__mutex_lock(&w->mu);
         w->dirty += n;
         w->written_mt += n;
-        if (w->dirty >= QK__NPYW_SYNC_BYTES) pthread_cond_broadcast(&w->cv);
+        if (w->dirty >= QK__NPYW_SYNC_BYTES) qk__cond_broadcast(&w->cv);
         /* backpressure: at most QK__NPYW_MAX_DIRTY unsynced (woken after each fsync) */
         while (w->written_mt - w->synced > QK__NPYW_MAX_DIRTY && !w->sync_errno && !(w->cancel && QK__LOAD(w->cancel)))
-            pthread_cond_wait(&w->cv, &w->mu);
-        pthread_mutex_unlock(&w->mu);
+            qk__cond_wait(&w->cv, &w->mu);
+        qk__mutex_unlock(&w->mu);
     }
-#endif
     return QK_OK;
 }
 
@@ -172,9 +162,7 @@ QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
     const char *what = "fsync";
     int e = 0;
     qk__npyw_stop_syncer(w);
-#ifndef QK_NO_THREADS
     e = w->sync_errno;
-#endif
     if (w->written != (uint64_t)w->rows * (uint64_t)w->cols * w->es) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes of K were written (internal error)", w->path,
                                (unsigned long long)w->written, (unsigned long long)((uint64_t)w->rows * (uint64_t)w->cols * w->es));

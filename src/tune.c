@@ -10,8 +10,9 @@
    locale says (a host program may have called setlocale).
    Only programs that can tune carry this code: it is compiled where the CUDA engine is
    (QK_CUDA) or with QK_TUNE_CACHE (tests, tools that manage the cache). A CPU-only build has
-   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer). */
-#if (defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)
+   qk_tune_key_init and stubs that return QK_ERROR_UNSUPPORTED (no JSON reader or writer), and
+   so has any build with QK_NO_TUNE (the GPU planner then takes the fixed table). */
+#if ((defined(QK_CUDA) && QK_CUDA) || defined(QK_TUNE_CACHE)) && !defined(QK_NO_TUNE)
 #define QK__TUNE_ON 1
 #else
 #define QK__TUNE_ON 0
@@ -1109,8 +1110,12 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
     qk__tune_pick(config, config_size, label, label_size, "tuned (measured)", e.config);
     return QK_OK;
 }
-#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune */
+#else /* !QK__TUNE_ON: a CPU-only build, nothing to tune, or QK_NO_TUNE */
+#ifdef QK_NO_TUNE
+#define QK__TUNE_OFF_MSG "autotune cache: compiled out (QK_NO_TUNE; the GPU engine takes the fixed table)"
+#else
 #define QK__TUNE_OFF_MSG "autotune cache: not compiled in (a CPU-only build: define QK_CUDA=1 or QK_TUNE_CACHE)"
+#endif
 QKDEF qk_result qk_tune_cache_path(const char *dir_override, char *buf, size_t size) {
     (void)dir_override;
     if (buf && size) buf[0] = 0;

@@ -14,8 +14,8 @@ typedef void (*qk_test_fn)(void);
 static const qk_test_fn engine[] = {
     (qk_test_fn)qk_cuda_device_count,     (qk_test_fn)qk_cuda_device_query,     (qk_test_fn)qk_cuda_gram,
     (qk_test_fn)qk_cuda_host_alloc,       (qk_test_fn)qk_cuda_host_free,        (qk_test_fn)qk_cuda_host_pinned,
-    (qk_test_fn)qk_cuda_test_fail_alloc,  (qk_test_fn)qk_cuda_test_alloc_count, (qk_test_fn)qk_cuda_states,
-    (qk_test_fn)qk_cuda_amplitude_encode, (qk_test_fn)qk_cuda_tune_gram};
+    (qk_test_fn)qk_cuda_states,           (qk_test_fn)qk_cuda_amplitude_encode, (qk_test_fn)qk_cuda_tune_gram};
+/* the product engine has no test seams (qk_cuda_test_*: QK_TEST_FAULTS builds only) */
 #endif
 
 static double gram_of(qk_device device, const qk_map *m, const double *x, int n, double *k)

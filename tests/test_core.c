@@ -744,6 +744,71 @@ static void test_ops_naive(void)
     }
 }
 
+/* The parity rule (qk__parity_at, qk_engine.h), one for every engine: CX(c,t) D(t) CX(c,t) with
+   D = Z, RZ or P is one diagonal op on the bit c xor t (the CPU state builder used to take P
+   only, the MPS and GPU compilers all three). Circuits with each D, the control above and below
+   the target, and near misses (D on the control, the second CX reversed, RX in the middle, CZ in
+   the middle, a CX P pair cut by the end of the circuit): the rule takes exactly the triples
+   counted here; the state equals naive_op applied op by op (below, at and above
+   QK__DIAG_MIN_QUBITS: the one-pass path and the folded diagonal run) to 1e-13; K on the MPS
+   path equals the statevector K to 1e-12. */
+static void test_parity_rule(void)
+{
+    static const struct { const char *body; int triples; } cs[] = {
+        {"cx(0,1) z(1) cx(0,1) cx(2,1) rz(1, x0) cx(2,1) cx(1,3) p(3, x1*x2) cx(1,3)", 3},
+        {"cx(0,1) rz(0, x0) cx(0,1) cx(1,2) p(2, x1) cx(2,1) cx(2,3) rx(3, x2) cx(2,3) cx(0,1) cz(1,2) cx(0,1)", 0},
+        {"rz(1, x3) cx(3,2) rz(2, 0.5*x0+0.25) cx(3,2) z(0) cx(0,3) z(3) cx(0,3) cx(1,2) p(2, x2)", 2},
+    };
+    const int qs[3] = {5, QK__DIAG_MIN_QUBITS, QK__DIAG_MIN_QUBITS + 1};
+    int ci, qi;
+    for (ci = 0; ci < 3; ci++)
+        for (qi = 0; qi < 3; qi++) {
+            const int q = qs[qi];
+            char spec[1024];
+            int len, k, found = 0;
+            qk_map *m = NULL;
+            len = snprintf(spec, sizeof spec, "circuit(qubits=%d:", q);
+            for (k = 0; k < q; k++) len += snprintf(spec + len, sizeof spec - (size_t)len, " h(%d)", k);
+            for (k = 0; k < q; k++) len += snprintf(spec + len, sizeof spec - (size_t)len, " ry(%d, x%d)", k, k % 4);
+            snprintf(spec + len, sizeof spec - (size_t)len, " %s)", cs[ci].body);
+            if (qk_map_parse(spec, 4, &m) != QK_OK) { CHECK(0, "parity: parse %s: %s", spec, qk_last_error()); continue; }
+            for (k = 0; k < m->n_ops; k++)
+                if (qk__parity_at(m->ops, m->n_ops, k)) { found++; k += 2; }
+            CHECK(found == cs[ci].triples, "parity q=%d case %d: the rule took %d triples, want %d", q, ci, found, cs[ci].triples);
+            {
+                const int64_t D = (int64_t)1 << q;
+                double *x = rand_data(1, 4, 0.0, 2 * 3.14159265358979), e = 0.0;
+                double *re = (double *)malloc(sizeof(double) * (size_t)D), *im = (double *)malloc(sizeof(double) * (size_t)D);
+                double *r2 = (double *)calloc((size_t)D, sizeof(double)), *i2 = (double *)calloc((size_t)D, sizeof(double));
+                double *th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
+                int64_t i;
+                qk__state1(m, x, re, im, th, NULL);
+                qk_map_angles(m, x, th);
+                r2[0] = 1.0;
+                for (k = 0; k < m->n_ops; k++) naive_op(&m->ops[k], th[k], r2, i2, q);
+                for (i = 0; i < D; i++) {
+                    double a = fabs(re[i] - r2[i]) + fabs(im[i] - i2[i]);
+                    if (!(a <= e)) e = a;
+                }
+                CHECK(e <= 1e-13, "parity q=%d case %d: max |state - naive| = %.3g", q, ci, e);
+                free(x); free(re); free(im); free(r2); free(i2); free(th);
+            }
+            if (q <= QK__DIAG_MIN_QUBITS) {   /* the MPS path against the statevector */
+                qk_ctx *ctx = cpu_ctx(2);
+                double *x = rand_data(9, 4, 0.0, 2 * 3.14159265358979), *K = gram(ctx, m, x, 9, NULL, 0);
+                double *Km = (double *)malloc(sizeof(double) * 81);
+                qk_gram_desc d;
+                memset(&d, 0, sizeof d);
+                d.x = x; d.n_x = 9; d.out = Km; d.path = QK_PATH_MPS;
+                CHECK(qk_gram(ctx, m, &d) == QK_OK, "parity q=%d case %d: MPS: %s", q, ci, qk_last_error());
+                CHECK(maxdiff(K, Km, 81) <= 1e-12, "parity q=%d case %d: MPS K off by %.3g", q, ci, maxdiff(K, Km, 81));
+                free(x); free(K); free(Km);
+                qk_ctx_destroy(ctx);
+            }
+            qk_map_free(m);
+        }
+}
+
 int main(void)
 {
     const char *seed = getenv("QK_TEST_SEED");
@@ -758,6 +823,7 @@ int main(void)
     test_cancel_states();
     test_parser();
     test_parser_dup_stray();
+    test_parity_rule();
     test_bad_input();
     test_weights();
     test_diag_fold();

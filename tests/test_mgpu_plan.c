@@ -196,6 +196,24 @@ int main(void)
               "qk_plan_for_device: one device covering all rows (n_devices %d)", p.n_devices);
     }
 
+    /* the tunables in the desc override the macros (1 and 1 here): mgpu_min_pairs 2^25 keeps the
+       small job on one GPU, mgpu_host_bound_split -1 a host-bound K(X,X) too, 1 deals it out */
+    {
+        qk_gram_desc g = gdesc(x, 8000, NULL, 0, QK_OUTPUT_HOST);
+        g.mgpu_min_pairs = (int64_t)1 << 25;
+        CHECK(qk_plan_for_devices(infos, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 1,
+              "mgpu_min_pairs 2^25: one GPU for 32 M pairs (got %d)", p.n_devices);
+        g.mgpu_min_pairs = 0;
+        CHECK(qk_plan_for_devices(infos, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 2 && p.dev_full_rows,
+              "mgpu_host_bound_split 0 (QK_MGPU_HOST_BOUND_SPLIT 1 here): whole rows on 2 GPUs (got %d)", p.n_devices);
+        g.mgpu_host_bound_split = -1;
+        CHECK(qk_plan_for_devices(infos, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 1,
+              "mgpu_host_bound_split -1: a host-bound K(X,X) stays on one GPU (got %d)", p.n_devices);
+        g.output = QK_OUTPUT_DEVICE;
+        CHECK(qk_plan_for_devices(infos, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 2 && !p.dev_full_rows,
+              "mgpu_host_bound_split -1 keeps K on the devices split (got %d)", p.n_devices);
+    }
+
     /* bad lists */
     {
         qk_gram_desc g = gdesc(x, 1000, NULL, 0, QK_OUTPUT_HOST);

@@ -9,7 +9,8 @@
      directory and an unsupported output mode on all: every rank returns the error, the detail
      names the failing rank, the output directory holds no new file (no temporary file either)
      and an old file at out_path is left as it was.
-   QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32).
+   QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32);
+   the desc's mpi_block_bytes overrides it (fewer tiles, the same K).
    Usage: mpirun -n R test_mpi DIR [single|serialized|multiple] (DIR: an empty scratch directory
    every rank sees; the MPI thread level to ask for, default single). */
 #define _POSIX_C_SOURCE 200809L
@@ -234,6 +235,41 @@ static void check_case(const gcase *gc, int idx) {
             }
         CHECK(missing == 0 && twice == 0 && differ == 0, "case %d (%s, %d ranks): tiles: %lld entries missing, %lld delivered twice, %lld differ from qk_gram",
               idx, gc->spec, size_, (long long)missing, (long long)twice, (long long)differ);
+    }
+
+    /* the tunable mpi_block_bytes (0: QK_MPI_BLOCK_BYTES, 4 KB here): 1 MB blocks hold a whole
+       band (fewer sub-jobs, so fewer and larger tiles over all ranks; where some band has more
+       than 32 rows, the 4 KB blocks split it), and K is the same: tiles and the .npy bytes;
+       mpi_sync_bytes 1 KB makes the writer thread sync after every block */
+    if (gc->nx > 32 * size_) {
+        tiles t2;
+        int calls[2];
+        memset(&t2, 0, sizeof t2);
+        t2.n = gc->nx; t2.cols = cols; t2.symmetric = gc->ny == 0; t2.dt = gc->dt;
+        t2.val = (double *)calloc((size_t)(gc->nx * cols), sizeof(double));
+        t2.count = (int *)calloc((size_t)(gc->nx * cols), sizeof(int));
+        g.tile_user = &t2;
+        g.mpi_block_bytes = (size_t)1 << 20;
+        r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "case %d: qk_gram_mpi callback, mpi_block_bytes 1 MB: %s", idx, qk_last_error());
+        MPI_Allreduce(MPI_IN_PLACE, t2.val, (int)(gc->nx * cols), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        calls[0] = tc.calls; calls[1] = t2.calls;
+        MPI_Allreduce(MPI_IN_PLACE, calls, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(calls[1] < calls[0], "case %d: 1 MB blocks gave %d tiles, 4 KB blocks %d (fewer expected)", idx, calls[1], calls[0]);
+        CHECK(memcmp(t2.val, tc.val, sizeof(double) * (size_t)(gc->nx * cols)) == 0, "case %d: K differs with mpi_block_bytes 1 MB", idx);
+        free(t2.val);
+        free(t2.count);
+        g.output = QK_OUTPUT_NPY; g.out_path = out_path; g.tile_fn = NULL; g.tile_user = NULL;
+        g.mpi_sync_bytes = 1024;
+        r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "case %d: qk_gram_mpi npy, mpi_block_bytes 1 MB: %s", idx, qk_last_error());
+        if (rank_ == 0 && r == QK_OK) {
+            size_t la = 0, lb = 0;
+            char *a = read_file(ref_path, &la), *b = read_file(out_path, &lb);
+            CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "case %d: the MPI .npy with 1 MB blocks differs from one qk_gram's", idx);
+            free(a);
+            free(b);
+        }
     }
     free(tc.val);
     free(tc.count);

@@ -216,6 +216,50 @@ static void bad_requests(qk_ctx *ctx)
     qk_map_free(m);
 }
 
+/* The tunable qk_gram_desc.cpu_slab_bytes (0: QK_CPU_SLAB_BYTES, 64 KB here, less than a 64-row
+   tile of 700 columns): 200 rows' bytes make slabs of 192 rows (the plan's slab_rows and its
+   text say so), and the file is the same bytes. */
+static void slab_tunable(qk_ctx *ctx)
+{
+    qk_map *m = NULL;
+    const int64_t n = 700;
+    double *x = (double *)malloc(sizeof(double) * (size_t)(n * 3));
+    qk_gram_desc g;
+    qk_plan p0, p1;
+    qk_array a0, a1;
+    char path[700], t0[1024], t1[1024], want[64];
+    int64_t i;
+    for (i = 0; i < n * 3; i++) x[i] = 2.0 * 3.14159 * urand();
+    qk_map_parse("zz(reps=2)", 3, &m);
+    memset(&g, 0, sizeof g);
+    snprintf(path, sizeof path, "%s/K.npy", g_dir);
+    g.x = x; g.n_x = n; g.output = QK_OUTPUT_NPY; g.out_path = path; g.out_dtype = QK_F64;
+    CHECK(qk_plan_make(ctx, m, &g, &p0) == QK_OK, "%s", qk_last_error());
+    g.cpu_slab_bytes = (size_t)(n * 8) * 200;   /* 200 rows of 700 doubles: 3 whole 64-row tiles */
+    CHECK(qk_plan_make(ctx, m, &g, &p1) == QK_OK, "%s", qk_last_error());
+    CHECK(p0.slab_rows == 64 && p1.slab_rows == 192, "slab rows %lld and %lld (64 KB: one tile; 200 rows: three)",
+          (long long)p0.slab_rows, (long long)p1.slab_rows);
+    qk_plan_describe(&p0, t0, sizeof t0);
+    qk_plan_describe(&p1, t1, sizeof t1);
+    snprintf(want, sizeof want, "slabs of %lld rows", (long long)p1.slab_rows);
+    CHECK(strstr(t1, want) != NULL && strstr(t0, want) == NULL, "the plan text names the slab: %s", t1);
+    memset(&a0, 0, sizeof a0); memset(&a1, 0, sizeof a1);
+    g.cpu_slab_bytes = 0;
+    CHECK(qk_gram(ctx, m, &g) == QK_OK && qk_npy_read(path, &a0) == QK_OK, "%s", qk_last_error());
+    g.cpu_slab_bytes = (size_t)(n * 8) * 200;
+    CHECK(qk_gram(ctx, m, &g) == QK_OK && qk_npy_read(path, &a1) == QK_OK, "%s", qk_last_error());
+    CHECK(a0.data && a1.data && a0.rows == n && a1.rows == n && memcmp(a0.data, a1.data, sizeof(double) * (size_t)(n * n)) == 0,
+          "K differs with the slab size");
+    g.mgpu_min_pairs = -1;
+    CHECK(qk_gram(ctx, m, &g) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "mgpu_min_pairs"), "%s", qk_last_error());
+    g.mgpu_min_pairs = 0; g.mgpu_host_bound_split = 2;
+    CHECK(qk_gram(ctx, m, &g) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "mgpu_host_bound_split"), "%s", qk_last_error());
+    qk_array_free(&a0); qk_array_free(&a1);
+    remove(path);
+    free(x);
+    qk_map_free(m);
+}
+
 int main(void)
 {
     qk_ctx *ctx = NULL;
@@ -241,6 +285,7 @@ int main(void)
     tile_case(ctx, 1);
     tile_case(ctx, 0);
     bad_requests(ctx);
+    slab_tunable(ctx);
     qk_ctx_destroy(ctx);
     rmdir(g_dir);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);

@@ -95,11 +95,14 @@ static const char *qk__cublas_detail(void) { return ""; }
 /* ---- end cuBLAS ---- */
 
 /* ---- fault injection (tests) ---- */
-/* qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
+/* Compiled only under QK_TEST_FAULTS (the GPU test programs' build of this file: tests/meson.build);
+   the product build calls the CUDA runtime directly and has none of these hooks.
+   qk_cuda_test_fail_alloc(k): the k-th resource acquisition from now on (cudaMalloc,
    cudaMallocHost, cudaStreamCreateWithFlags, cudaEventCreate[WithFlags], cublasCreate) fails as
    if out of memory (k < 0: the -k-th and every later one, so retries fail too); 0 turns it off. qk_cuda_test_alloc_count() counts the acquisitions so far,
    so that a test can fail each one of a job in turn (tests/gpu/test_gpu_engine.cpp). A test
    hook: not for concurrent use. The macros below route this file's calls through it. */
+#ifdef QK_TEST_FAULTS
 static int qk__fault_at = 0, qk__fault_seen = 0;
 static bool qk__fault_persist = false;
 static bool qk__fault_hit(void)
@@ -148,6 +151,9 @@ extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
 /* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
 static int qk__poison_gemm = 0;
 extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
+#else
+enum { qk__poison_gemm = 0 };   /* the product build: no poisoning (the branch folds away) */
+#endif /* QK_TEST_FAULTS */
 
 /* ---- errors ---- */
 struct qk__err {

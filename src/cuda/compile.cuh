@@ -16,8 +16,6 @@ struct qk__prog {
     std::vector<int> qops, qoff;
 };
 
-static bool qk__is_diag1(int k) { return k == QK_OP_Z || k == QK_OP_RZ || k == QK_OP_P; }
-
 /* Adds one quadratic-form contribution: value (m*theta(op)+k) * f(b) with f by type. */
 struct qk__diag_builder {
     int q;
@@ -143,16 +141,13 @@ static qk_result qk__compile_instr(const qk_map *map, qk__prog *pg, const std::v
             continue;
         }
         /* CNOT(c,t) D(t) CNOT(c,t) with D one diagonal one-qubit op: a parity phase */
-        if (k == QK_OP_CNOT && i + 2 < map->n_ops) {
-            const qk_op &m = map->ops[i + 1], &e = map->ops[i + 2];
-            if (qk__is_diag1(m.kind) && m.q0 == o.q1 && e.kind == QK_OP_CNOT && e.q0 == o.q0 && e.q1 == o.q1) {
-                if (!in_diag) { db.init(q); in_diag = true; }
-                qk__diag_op1(db, m, i + 1, o.q0);
-                i += 2;
-                continue;
-            }
+        if (qk__parity_at(map->ops, map->n_ops, i)) {   /* the parity rule (qk_engine.h) */
+            if (!in_diag) { db.init(q); in_diag = true; }
+            qk__diag_op1(db, map->ops[i + 1], i + 1, o.q0);
+            i += 2;
+            continue;
         }
-        if (qk__is_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
+        if (qk__op_diag1(k) || k == QK_OP_CZ || k == QK_OP_RZZ) {
             if (!in_diag) { db.init(q); in_diag = true; }
             if (k == QK_OP_CZ) db.pair(o.q0, o.q1, -1, 0, 3.14159265358979323846);
             else if (k == QK_OP_RZZ) { db.xr(o.q0, o.q1, i, 1, 0); db.cnst(i, -0.5, 0); }

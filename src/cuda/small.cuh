@@ -132,18 +132,21 @@ qk__k_gram_small(const float2 *__restrict__ A, const float2 *__restrict__ B, int
     }
 }
 
-template <int D>
-static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
-                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+/* The persistent-grid launch of the few-qubit kernels (this one and the tensor-core one,
+   smalltc.cuh): kf's dynamic shared memory (smem bytes) opted in, as many blocks of nt threads
+   as stay resident on every SM, at most one per BM x BM tile of the m x nn Gram (the triangle's
+   tiles for a symmetric diagonal block, qk__tri_grid, or the rectangle's); each block loops over
+   tiles. what: "launch of <kernel>" for the error message. */
+template <typename K>
+static qk_result qk__launch_persistent(K kf, int nt, size_t smem, int BM, const float2 *A, const float2 *B, int64_t m, int64_t nn,
+                                       float *out, int64_t ld, float *mout, int64_t doff, int tri, cudaStream_t st,
+                                       const char *what, qk__err *E)
 {
-    const int BM = QK__SMALL_BM;
-    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
-    auto kf = qk__k_gram_small<D>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, QK__SMALL_NT, smem));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, nt, smem));
     if (per < 1) per = 1;
     const int64_t Tx = (nn + BM - 1) / BM;
     dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
@@ -151,10 +154,20 @@ static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m,
     const int64_t ntiles = (int64_t)tiles.x * tiles.y;   /* the triangle's tiles, or the rectangle's */
     if (ntiles <= 0) return QK_OK;
     const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, QK__SMALL_NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld),
-                                                  (int)Tx, tg, ntiles);
-    QK_LAUNCH_CK("qk__k_gram_small");
+    kf<<<(unsigned)grid, nt, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
+    cudaError_t c = cudaGetLastError();
+    if (c != cudaSuccess) return qk__cuda_fail(E, c, what, __LINE__);
     return QK_OK;
+}
+
+template <int D>
+static qk_result qk__launch_small_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
+                                    float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int BM = QK__SMALL_BM;
+    const size_t smem = sizeof(float2) * D * (2 * BM + 2) + sizeof(float) * BM * QK__SMALL_CS;
+    return qk__launch_persistent(qk__k_gram_small<D>, QK__SMALL_NT, smem, BM, A, B, m, nn, out, ld, mout, doff, tri, st,
+                                 "launch of qk__k_gram_small", E);
 }
 
 /* The few-qubit kernel for complex fp32 states with float K and D <= 32; anything else is

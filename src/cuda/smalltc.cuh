@@ -204,24 +204,8 @@ template <int D, int BM>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const size_t smem = qk__stc_smem(D, BM);
-    const int NT = qk__stc_threads(BM);
-    auto kf = qk__k_gram_small_tc<D, BM>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    int dev = 0, sms = 0, per = 0;
-    QK_CK(cudaGetDevice(&dev));
-    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, kf, NT, smem));
-    if (per < 1) per = 1;
-    const int64_t Tx = (nn + BM - 1) / BM;
-    dim3 tiles((unsigned)Tx, (unsigned)((m + BM - 1) / BM));
-    const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&tiles) : 0; /* the triangle's tiles, or the rectangle's */
-    const int64_t ntiles = (int64_t)tiles.x * tiles.y;
-    if (ntiles <= 0) return QK_OK;
-    const int64_t grid = std::min<int64_t>(ntiles, (int64_t)sms * per);
-    kf<<<(unsigned)grid, NT, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), (int)Tx, tg, ntiles);
-    QK_LAUNCH_CK("qk__k_gram_small_tc");
-    return QK_OK;
+    return qk__launch_persistent(qk__k_gram_small_tc<D, BM>, qk__stc_threads(BM), qk__stc_smem(D, BM), BM, A, B, m, nn, out,
+                                 ld, mout, doff, tri, st, "launch of qk__k_gram_small_tc", E);
 }
 
 /* The few-qubit tensor-core kernel for complex fp32 states with float K, 4 <= D <= 64 and

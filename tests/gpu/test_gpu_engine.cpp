@@ -858,6 +858,12 @@ static void api_tests()
         {"zz(reps=2,ent=sca)", 6, false}, {"iqp(reps=2)", 6, false}, {"angle(rot=y)", 11, false}, {"amplitude", 37, false},
         {"basis", 10, true}, {"hea(layers=2,rot=y,ent=cz)", 8, false}, {"hea(layers=3,rot=yz,ent=cnot)", 7, false},
         {"zz(reps=2)", 14, false}, {"angle(rot=x)", 300, false},
+        /* the parity rule (qk__parity_at): CX D CX with D = Z, RZ, P, and near misses, on the
+           CPU's one-pass (5 qubits) and folded-run (13) paths, against the GPU compiler's */
+        {"circuit(qubits=5: h(0) h(1) h(2) h(3) h(4) ry(4, x3) cx(0,1) z(1) cx(0,1) cx(2,1) rz(1, x0) cx(2,1) cx(1,3) "
+         "p(3, x1*x2) cx(1,3) cx(0,1) rz(0, x0) cx(0,1) cx(1,2) p(2, x1) cx(2,1) cx(2,3) rx(3, x2) cx(2,3) cx(4,2) p(2, x3))", 4, false},
+        {"circuit(qubits=13: h(0) h(1) h(2) h(3) h(4) h(5) h(6) h(7) h(8) h(9) h(10) h(11) h(12) ry(12, x3) cx(0,1) z(1) cx(0,1) "
+         "cx(2,1) rz(1, x0) cx(2,1) cx(1,12) p(12, x1*x2) cx(1,12) cx(3,4) rz(3, x0) cx(3,4) rz(5, x2) cx(11,10) rz(10, x1) cx(11,10))", 4, false},
     };
     for (auto &mm : maps) {
         int before = qk_test_fails;
