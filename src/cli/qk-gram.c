@@ -442,7 +442,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 /* ---- command line ---- */
 /* parse_args and check_args never exit: they return -1 to go on, or the exit status to end with
    (0 after --help / --version, EXIT_USAGE for a bad command line, the message printed), so
-   that tests/fuzz_qk_gram_args.c can call them. */
+   that tests/fuzz/fuzz_qk_gram_args.c can call them. */
 
 /* Options that take a value; given twice is an error (a second --x meant as --y would silently
    compute another K). */
@@ -998,7 +998,7 @@ done:
     return rc;
 }
 
-#ifndef QK_GRAM_NO_MAIN   /* tests/fuzz_qk_gram_args.c includes this file for its parser */
+#ifndef QK_GRAM_NO_MAIN   /* tests/fuzz/fuzz_qk_gram_args.c includes this file for its parser */
 /* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the process and leave K's
    temporary file: caught instead, the write fails with EFBIG, qk removes the temporary file
    and the error is reported as any other; the flag adds what the limit was. */

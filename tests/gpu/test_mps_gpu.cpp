@@ -1,6 +1,6 @@
 /* GPU MPS engine (qk_cuda.cu's qk_cuda_mps_gram, docs/mps.md): K on the GPU against K on the CPU
    engine's MPS path (the oracle, itself tested against the statevector engine and an independent
-   numpy MPS: tests/test_mps.c, tests/test_mps_ref.py), fresh random data every run (seed printed,
+   numpy MPS: tests/mps/test_mps.c, tests/mps/test_mps_ref.py), fresh random data every run (seed printed,
    QK_TEST_SEED to replay), outputs poisoned with NaN first, every element checked.
 
    Cases: zz linear / reverse_linear / circular / pairwise / sca with reps 1..3, hea rings (CZ and
