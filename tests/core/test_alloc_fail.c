@@ -54,16 +54,6 @@ static const char *tpath(const char *name) {
     snprintf(p[k], sizeof p[k], "%s/%s", g_dir, name);
     return p[k];
 }
-static int tmp_files(void) {
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL)
-        if (strstr(e->d_name, ".tmp.")) n++;
-    closedir(d);
-    return n;
-}
 /* The bytes of a small file (at most size; -1: none). */
 static long file_bytes(const char *p, unsigned char *buf, size_t size) {
     FILE *f = fopen(p, "rb");
@@ -232,7 +222,7 @@ static void sweep(const char *name, job_fn job, const char *keep) {
         reached = g_calls > k;
         g_fail_at = -1;
         CHECK(g_live == 0, "%s, allocation %ld failing: %ld blocks leaked", name, k, g_live);
-        CHECK(tmp_files() == 0, "%s, allocation %ld failing: temporary file left", name, k);
+        CHECK(qk_test_count_files(g_dir, ".tmp.") == 0, "%s, allocation %ld failing: temporary file left", name, k);
         if (r != QK_OK) {
             errors++;
             CHECK(reached, "%s: an error (%s: %s) without a failed allocation", name, qk_result_string(r), qk_last_error());

@@ -5,7 +5,6 @@
 #define _POSIX_C_SOURCE 200809L  /* clock_gettime under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
-#include "../qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -14,39 +13,6 @@
 #include <time.h>
 
 #include "../qk_test.h"
-
-static unsigned long long g_rng;
-static double urand(void)
-{
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-static double *rand_data(int64_t n, int d, double lo, double hi)
-{
-    double *x = (double *)malloc(sizeof(double) * (size_t)(n * d));
-    int64_t i;
-    for (i = 0; i < n * d; i++) x[i] = lo + (hi - lo) * urand();
-    return x;
-}
-
-static qk_ctx *cpu_ctx(int threads)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = NULL;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = threads;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
-static qk_map *parse(const char *spec, int d)
-{
-    qk_map *m = NULL;
-    qk_result r = qk_map_parse(spec, d, &m);
-    if (r != QK_OK) { printf("parse %s: %s\n", spec, qk_last_error()); exit(2); }
-    return m;
-}
 
 /* K from states by the definition, naive loops */
 static double *naive_gram(qk_ctx *ctx, const qk_map *m, const double *x, int64_t nx, const double *y, int64_t ny)
@@ -84,17 +50,6 @@ static double *gram(qk_ctx *ctx, const qk_map *m, const double *x, int64_t nx, c
     return K;
 }
 
-static double maxdiff(const double *a, const double *b, int64_t n)
-{
-    double e = 0;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        double t = fabs(a[i] - b[i]);
-        if (!(t <= e)) e = t; /* NaN propagates as a failure */
-    }
-    return e;
-}
-
 /* ---- ZZ states built independently: (H^n then diag phase)^reps, Walsh-Hadamard transform ---- */
 static void zz_indep(const double *x, int q, int reps, double alpha, double *re, double *im)
 {
@@ -128,11 +83,11 @@ static void zz_indep(const double *x, int q, int reps, double alpha, double *re,
 static void test_zz_independent(void)
 {
     int q;
-    qk_ctx *ctx = cpu_ctx(0);
+    qk_ctx *ctx = qk_test_cpu_ctx(0);
     for (q = 1; q <= 7; q++) {
-        qk_map *m = parse("zz(reps=2,alpha=1.7)", q);
+        qk_map *m = qk_test_parse("zz(reps=2,alpha=1.7)", q);
         int64_t D = (int64_t)1 << q, n = 3, i, k;
-        double *x = rand_data(n, q, 0, 2 * 3.14159265358979323846);
+        double *x = qk_test_rand_data(n, q, 0, 2 * 3.14159265358979323846);
         double *s = (double *)malloc(sizeof(double) * (size_t)(2 * D * n));
         double *re = (double *)malloc(sizeof(double) * (size_t)D), *im = (double *)malloc(sizeof(double) * (size_t)D);
         double err = 0;
@@ -160,19 +115,19 @@ static void test_gram_vs_naive(void)
     int64_t ns[] = {1, 3, 67, 131};
     size_t s;
     int t;
-    qk_ctx *c1 = cpu_ctx(1), *c2 = cpu_ctx(3);
+    qk_ctx *c1 = qk_test_cpu_ctx(1), *c2 = qk_test_cpu_ctx(3);
     for (s = 0; s < sizeof specs / sizeof specs[0]; s++) {
-        qk_map *m = parse(specs[s], feats[s]);
+        qk_map *m = qk_test_parse(specs[s], feats[s]);
         for (t = 0; t < 4; t++) {
             int64_t n = ns[t], ny = 37, i, j;
-            double *x = rand_data(n, feats[s], -1, 3), *y = rand_data(ny, feats[s], -1, 3);
+            double *x = qk_test_rand_data(n, feats[s], -1, 3), *y = qk_test_rand_data(ny, feats[s], -1, 3);
             double *K1 = gram(c1, m, x, n, NULL, 0), *K2 = gram(c2, m, x, n, NULL, 0);
             double *Kn = naive_gram(c1, m, x, n, x, n);
             double *Kxy = gram(c2, m, x, n, y, ny), *Kxyn = naive_gram(c1, m, x, n, y, ny);
             double asym = 0, diag = 0;
-            CHECK(maxdiff(K1, Kn, n * n) < 1e-12, "%s n=%lld: blocked vs naive %.3g", specs[s], (long long)n, maxdiff(K1, Kn, n * n));
-            CHECK(maxdiff(K1, K2, n * n) < 1e-13, "%s n=%lld: 1 vs 3 threads differ %.3g", specs[s], (long long)n, maxdiff(K1, K2, n * n));
-            CHECK(maxdiff(Kxy, Kxyn, n * ny) < 1e-12, "%s n=%lld: K(X,Y) vs naive %.3g", specs[s], (long long)n, maxdiff(Kxy, Kxyn, n * ny));
+            CHECK(qk_test_max_diff(K1, Kn, n * n) < 1e-12, "%s n=%lld: blocked vs naive %.3g", specs[s], (long long)n, qk_test_max_diff(K1, Kn, n * n));
+            CHECK(qk_test_max_diff(K1, K2, n * n) < 1e-13, "%s n=%lld: 1 vs 3 threads differ %.3g", specs[s], (long long)n, qk_test_max_diff(K1, K2, n * n));
+            CHECK(qk_test_max_diff(Kxy, Kxyn, n * ny) < 1e-12, "%s n=%lld: K(X,Y) vs naive %.3g", specs[s], (long long)n, qk_test_max_diff(Kxy, Kxyn, n * ny));
             for (i = 0; i < n; i++) {
                 if (fabs(K1[i * n + i] - 1) > diag) diag = fabs(K1[i * n + i] - 1);
                 for (j = 0; j < n; j++) if (K1[i * n + j] != K1[j * n + i]) asym = 1;
@@ -183,7 +138,7 @@ static void test_gram_vs_naive(void)
             for (t = t; t < 4; t++) {
                 int r;
                 for (r = 0; r < 5; r++) {
-                    double *v = rand_data(n, 1, -1, 1), quad = 0, vv = 0;
+                    double *v = qk_test_rand_data(n, 1, -1, 1), quad = 0, vv = 0;
                     for (i = 0; i < n; i++) { vv += v[i] * v[i]; for (j = 0; j < n; j++) quad += v[i] * K1[i * n + j] * v[j]; }
                     CHECK(quad >= -1e-10 * vv * (double)n, "%s: v'Kv = %g < 0", specs[s], quad);
                     free(v);
@@ -200,10 +155,10 @@ static void test_gram_vs_naive(void)
 /* K(X,Y) equals the matching block of K(X u Y) */
 static void test_block_of_union(void)
 {
-    qk_ctx *ctx = cpu_ctx(0);
-    qk_map *m = parse("zz(reps=2,ent=circular)", 4);
+    qk_ctx *ctx = qk_test_cpu_ctx(0);
+    qk_map *m = qk_test_parse("zz(reps=2,ent=circular)", 4);
     int64_t nx = 70, ny = 45, n = nx + ny, i, j;
-    double *u = rand_data(n, 4, 0, 3.14159265358979323846);
+    double *u = qk_test_rand_data(n, 4, 0, 3.14159265358979323846);
     double *K = gram(ctx, m, u, n, NULL, 0), *Kxy = gram(ctx, m, u, nx, u + nx * 4, ny);
     double e = 0;
     for (i = 0; i < nx; i++)
@@ -225,24 +180,24 @@ static void test_analytic(void)
                            "hea(layers=2)" /* q=1: no ring, a product map */};
     int feats[] = {6, 5, 7, 6, 4, 1};
     size_t s;
-    qk_ctx *ctx = cpu_ctx(0);
+    qk_ctx *ctx = qk_test_cpu_ctx(0);
     for (s = 0; s < sizeof specs / sizeof specs[0]; s++) {
-        qk_map *m = parse(specs[s], feats[s]);
+        qk_map *m = qk_test_parse(specs[s], feats[s]);
         int64_t n = 23, i;
-        double *x = rand_data(n, feats[s], -2, 4), *K, *Kn;
+        double *x = qk_test_rand_data(n, feats[s], -2, 4), *K, *Kn;
         CHECK(m->cls == QK_CLASS_PRODUCT, "%s should be a product map", specs[s]);
         if (m->type == QK_MAP_BASIS) for (i = 0; i < n * feats[s]; i++) x[i] = x[i] > 1 ? 1.0 : 0.0;
         K = gram(ctx, m, x, n, NULL, 0);
         Kn = naive_gram(ctx, m, x, n, x, n);
-        CHECK(maxdiff(K, Kn, n * n) < 1e-12, "%s: analytic vs statevector %.3g", specs[s], maxdiff(K, Kn, n * n));
+        CHECK(qk_test_max_diff(K, Kn, n * n) < 1e-12, "%s: analytic vs statevector %.3g", specs[s], qk_test_max_diff(K, Kn, n * n));
         free(x); free(K); free(Kn);
         qk_map_free(m);
     }
     /* 200 qubits: no state could hold this; the kernel is the product of per-qubit cos^2 */
     {
-        qk_map *m = parse("angle(rot=y)", 200);
+        qk_map *m = qk_test_parse("angle(rot=y)", 200);
         int64_t n = 5, i, j, k;
-        double *x = rand_data(n, 200, 0, 0.3), *K = gram(ctx, m, x, n, NULL, 0), e = 0;
+        double *x = qk_test_rand_data(n, 200, 0, 0.3), *K = gram(ctx, m, x, n, NULL, 0), e = 0;
         for (i = 0; i < n; i++)
             for (j = 0; j < n; j++) {
                 double p = 1;
@@ -277,10 +232,10 @@ static int on_progress(int64_t done, int64_t total, void *user)
 
 static void test_outputs(void)
 {
-    qk_ctx *ctx = cpu_ctx(2);
-    qk_map *m = parse("iqp(reps=1)", 5);
+    qk_ctx *ctx = qk_test_cpu_ctx(2);
+    qk_map *m = qk_test_parse("iqp(reps=1)", 5);
     int64_t n = 150, ld = 157, i, j;
-    double *x = rand_data(n, 5, 0, 2), *K = gram(ctx, m, x, n, NULL, 0);
+    double *x = qk_test_rand_data(n, 5, 0, 2), *K = gram(ctx, m, x, n, NULL, 0);
     float *Kf = (float *)malloc(sizeof(float) * (size_t)(n * ld));
     double *Kc = (double *)malloc(sizeof(double) * (size_t)(n * n));
     qk_gram_desc d;
@@ -307,7 +262,7 @@ static void test_outputs(void)
     d.x = x; d.n_x = n; d.output = QK_OUTPUT_CALLBACK; d.tile_fn = on_tile; d.tile_user = &acc;
     CHECK(qk_gram(ctx, m, &d) == QK_OK, "callback gram: %s", qk_last_error());
     for (i = 0; i < n; i++) for (j = 0; j < i; j++) Kc[i * n + j] = Kc[j * n + i]; /* caller mirrors */
-    CHECK(maxdiff(Kc, K, n * n) == 0, "callback tiles differ from host output: %.3g", maxdiff(Kc, K, n * n));
+    CHECK(qk_test_max_diff(Kc, K, n * n) == 0, "callback tiles differ from host output: %.3g", qk_test_max_diff(Kc, K, n * n));
     acc.calls = 0; acc.cancel_after = 2;
     CHECK(qk_gram(ctx, m, &d) == QK_ERROR_CANCELLED, "cancel via tile callback not reported");
     CHECK(acc.calls == 2, "tiles delivered after cancel: %d", acc.calls);
@@ -331,9 +286,9 @@ static void test_cancel_states(void)
 {
     const int q = 18;
     const int64_t n = 48, ny = 5;
-    qk_ctx *ctx = cpu_ctx(2);
-    qk_map *m = parse("zz(reps=2)", q);
-    double *x = rand_data(n + ny, q, 0, 3), *K = (double *)malloc(sizeof(double) * (size_t)(n * n));
+    qk_ctx *ctx = qk_test_cpu_ctx(2);
+    qk_map *m = qk_test_parse("zz(reps=2)", q);
+    double *x = qk_test_rand_data(n + ny, q, 0, 3), *K = (double *)malloc(sizeof(double) * (size_t)(n * n));
     qk_gram_desc d;
     double full[2], cut[2], best[2] = {1e30, 1e30};
     int64_t i;
@@ -511,8 +466,8 @@ static void test_parser_dup_stray(void)
 
 static void test_bad_input(void)
 {
-    qk_ctx *ctx = cpu_ctx(0);
-    qk_map *zz = parse("zz", 3), *amp = parse("amplitude", 4), *basis = parse("basis", 2), *hea = parse("hea(layers=1)", 3);
+    qk_ctx *ctx = qk_test_cpu_ctx(0);
+    qk_map *zz = qk_test_parse("zz", 3), *amp = qk_test_parse("amplitude", 4), *basis = qk_test_parse("basis", 2), *hea = qk_test_parse("hea(layers=1)", 3);
     double x[12], K[16], w[3] = {1, 2, NAN};
     qk_gram_desc d;
     qk_ctx *c2 = NULL;
@@ -577,16 +532,16 @@ static void test_bad_input(void)
    weights 1 on the data scaled by w (per qubit, one layer) */
 static void test_weights(void)
 {
-    qk_ctx *ctx = cpu_ctx(0);
-    qk_map *a = parse("hea(layers=1)", 4), *b = parse("hea(layers=1)", 4);
+    qk_ctx *ctx = qk_test_cpu_ctx(0);
+    qk_map *a = qk_test_parse("hea(layers=1)", 4), *b = qk_test_parse("hea(layers=1)", 4);
     double w[4] = {0.5, 1.5, -0.7, 2.0};
     int64_t n = 9, i, k;
-    double *x = rand_data(n, 4, 0, 3), *xs = (double *)malloc(sizeof(double) * (size_t)(n * 4)), *K1, *K2;
+    double *x = qk_test_rand_data(n, 4, 0, 3), *xs = (double *)malloc(sizeof(double) * (size_t)(n * 4)), *K1, *K2;
     CHECK(qk_map_set_weights(a, w, 4) == QK_OK, "set weights: %s", qk_last_error());
     for (i = 0; i < n; i++) for (k = 0; k < 4; k++) xs[i * 4 + k] = x[i * 4 + k] * w[k];
     K1 = gram(ctx, a, x, n, NULL, 0);
     K2 = gram(ctx, b, xs, n, NULL, 0);
-    CHECK(maxdiff(K1, K2, n * n) < 1e-13, "weights vs scaled data: %.3g", maxdiff(K1, K2, n * n));
+    CHECK(qk_test_max_diff(K1, K2, n * n) < 1e-13, "weights vs scaled data: %.3g", qk_test_max_diff(K1, K2, n * n));
     free(x); free(xs); free(K1); free(K2);
     qk_map_free(a); qk_map_free(b);
     qk_ctx_destroy(ctx);
@@ -633,7 +588,7 @@ static void test_diag_fold(void)
             int d = si == 4 ? 4 : q;
             if (si == 4 && q != QK__DIAG_MIN_QUBITS) continue;
             if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "diag fold: parse %s: %s", specs[si], qk_last_error()); continue; }
-            x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
+            x = qk_test_rand_data(1, d, 0.0, 2 * 3.14159265358979);
             e = state_vs_op_by_op(m, x);
             CHECK(e <= 1e-13, "diag fold %s q=%d: max |state - op-by-op| = %.3g", specs[si], q, e);
             qk_map_free(m);
@@ -661,7 +616,7 @@ static void test_h_runs(void)
         int d = si == 3 ? 11 : 4;
         double *x, e;
         if (qk_map_parse(specs[si], d, &m) != QK_OK) { CHECK(0, "h runs: parse %s: %s", specs[si], qk_last_error()); continue; }
-        x = rand_data(1, d, 0.0, 2 * 3.14159265358979);
+        x = qk_test_rand_data(1, d, 0.0, 2 * 3.14159265358979);
         e = state_vs_op_by_op(m, x);
         CHECK(e <= 1e-13, "h runs %s: max |state - op-by-op| = %.3g", specs[si], e);
         qk_map_free(m);
@@ -726,7 +681,7 @@ static void test_ops_naive(void)
         if (qk_map_parse(specs[si], 4, &m) != QK_OK) { CHECK(0, "ops naive: parse %s: %s", specs[si], qk_last_error()); continue; }
         q = m->n_qubits;
         D = (int64_t)1 << q;
-        x = rand_data(1, 4, 0.0, 2 * 3.14159265358979);
+        x = qk_test_rand_data(1, 4, 0.0, 2 * 3.14159265358979);
         re = (double *)malloc(sizeof(double) * (size_t)D); im = (double *)malloc(sizeof(double) * (size_t)D);
         r2 = (double *)calloc((size_t)D, sizeof(double)); i2 = (double *)calloc((size_t)D, sizeof(double));
         th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
@@ -746,10 +701,7 @@ static void test_ops_naive(void)
 
 int main(void)
 {
-    const char *seed = getenv("QK_TEST_SEED");
-    g_rng = seed ? strtoull(seed, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ULL + 1;
-    if (!g_rng) g_rng = 1;
-    printf("seed %llu\n", g_rng);
+    qk_test_seed();
     test_zz_independent();
     test_gram_vs_naive();
     test_block_of_union();

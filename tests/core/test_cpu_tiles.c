@@ -11,7 +11,6 @@
 #define _POSIX_C_SOURCE 200809L  /* mkdtemp under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
-#include "../qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -23,37 +22,9 @@
 #include <time.h>
 #include <unistd.h>
 
-static int g_fail = 0, g_checks = 0;
-#define CHECK(c, ...) do { g_checks++; if (!(c)) { g_fail++; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
-
-static unsigned long long g_rng;
-static double urand(void)
-{
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
+#include "../qk_test.h"
 
 static char g_dir[512];
-
-/* Tiles through the callback: every entry of K (of the upper block triangle, mirrored, for
-   K(X,X)) once, tiles side x side except at the right and bottom edges. */
-typedef struct tiles { double *K; int64_t rows, cols, side; int sym, bad, calls; } tiles;
-static int on_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *t, int64_t ld, void *user)
-{
-    tiles *s = (tiles *)user;
-    int64_t a, b;
-    s->calls++;
-    if (s->sym && j0 < i0) s->bad++;
-    if ((m != s->side && i0 + m != s->rows) || (n != s->side && j0 + n != s->cols) || m > s->side || n > s->side) s->bad++;
-    for (a = 0; a < m; a++)
-        for (b = 0; b < n; b++) {
-            double v = ((const double *)t)[a * ld + b];
-            if (!isnan(s->K[(i0 + a) * s->cols + j0 + b])) s->bad++; /* delivered twice */
-            s->K[(i0 + a) * s->cols + j0 + b] = v;
-            if (s->sym && j0 != i0) s->K[(j0 + b) * s->cols + i0 + a] = v;
-        }
-    return 0;
-}
 
 static int64_t ndiff(const void *a, const void *b, int64_t n, size_t es)
 {
@@ -105,10 +76,10 @@ static void one_case(const char *spec, int d, int64_t nx, int64_t ny, int64_t R,
              (long long)R, dt == QK_F32 ? "f32" : "f64", nt);
     if (qk_map_parse(spec, d, &m) != QK_OK) { CHECK(0, "parse %s: %s", spec, qk_last_error()); return; }
     x = (double *)malloc(sizeof(double) * (size_t)(nx * d));
-    for (i = 0; i < nx * d; i++) x[i] = 2.0 * 3.14159 * urand() - 1.0;
+    for (i = 0; i < nx * d; i++) x[i] = 2.0 * 3.14159 * qk_test_urand() - 1.0;
     if (!sym) {
         y = (double *)malloc(sizeof(double) * (size_t)(ny * d));
-        for (i = 0; i < ny * d; i++) y[i] = 2.0 * 3.14159 * urand() - 1.0;
+        for (i = 0; i < ny * d; i++) y[i] = 2.0 * 3.14159 * qk_test_urand() - 1.0;
     }
     ref = malloc(es * (size_t)(nx * cols));
     out = malloc(es * (size_t)(nx * ld));
@@ -146,12 +117,12 @@ static void one_case(const char *spec, int d, int64_t nx, int64_t ny, int64_t R,
 
     /* tile callback (float64 tiles only: the callback gets the output dtype) */
     if (dt == QK_F64) {
-        tiles s;
+        qk_test_tiles s;
         memset(&s, 0, sizeof s);
         s.K = (double *)malloc(sizeof(double) * (size_t)(nx * cols));
         for (i = 0; i < nx * cols; i++) s.K[i] = NAN;
         s.rows = nx; s.cols = cols; s.sym = sym;
-        g.out = NULL; g.output = QK_OUTPUT_CALLBACK; g.tile_fn = on_tile; g.tile_user = &s;
+        g.out = NULL; g.output = QK_OUTPUT_CALLBACK; g.tile_fn = qk_test_on_tile; g.tile_user = &s;
         CHECK(qk_plan_make(til, m, &g, &p) == QK_OK && !p.bulk_states && p.state_tile == R, "%s: callback plan", what);
         s.side = p.tile_m;
         r = qk_gram(til, m, &g);
@@ -258,7 +229,7 @@ static void cancel_while_building(void)
     double full[2], cut[2], best[2] = {1e30, 1e30}, bestn[2] = {1e30, 1e30};
     char sub[600], path[700];
     int i, calls = 0;
-    for (i = 0; i < (n + 1) * q; i++) x[i] = 3.0 * urand();
+    for (i = 0; i < (n + 1) * q; i++) x[i] = 3.0 * qk_test_urand();
     CHECK(qk_map_parse("zz(reps=2)", q, &m) == QK_OK, "parse");
     memset(&g, 0, sizeof g);
     g.x = x; g.n_x = n; g.y = x + n * q; g.n_y = 1; g.out = K; g.progress_user = &calls;
@@ -313,7 +284,7 @@ static void plans(void)
     double x[10 * 6];
     int i;
     char want[64], desc[1024];
-    for (i = 0; i < 60; i++) x[i] = urand();
+    for (i = 0; i < 60; i++) x[i] = qk_test_urand();
     CHECK(qk_map_parse("zz(reps=2)", 6, &m) == QK_OK, "parse");
     memset(&g, 0, sizeof g);
     g.x = x; g.n_x = 10;
@@ -439,7 +410,7 @@ static void rlimit_as(void)
     x = (double *)malloc((size_t)(n * d) * sizeof *x);
     K0 = (double *)malloc((size_t)n * n * sizeof *K0);
     K1 = (double *)malloc((size_t)n * n * sizeof *K1);
-    for (i = 0; i < n * d; i++) x[i] = urand() - 0.25;
+    for (i = 0; i < n * d; i++) x[i] = qk_test_urand() - 0.25;
     CHECK(qk_map_parse("amplitude(qubits=20)", (int)d, &m) == QK_OK, "parse amplitude: %s", qk_last_error());
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU; cd.n_threads = 2;
@@ -475,7 +446,7 @@ static void rlimit_as(void)
             CHECK(ndiff(K0, K1, n * n, 8) == 0, "%s: tiled K equals the all-resident K", rn);
             qk_ctx_destroy(c);
             fflush(stdout);
-            bad = g_fail;
+            bad = qk_test_fails;
             _exit(bad ? 1 : 0);
         }
         CHECK(pid > 0 && waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0,
@@ -487,10 +458,7 @@ static void rlimit_as(void)
 
 int main(void)
 {
-    const char *seed = getenv("QK_TEST_SEED");
-    g_rng = seed ? strtoull(seed, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ull;
-    if (!g_rng) g_rng = 88172645463325252ull;
-    printf("seed %llu\n", g_rng);
+    qk_test_seed();
     snprintf(g_dir, sizeof g_dir, "/tmp/qk_tiles_XXXXXX");
     if (!mkdtemp(g_dir)) { printf("mkdtemp failed\n"); return 1; }
 
@@ -509,6 +477,6 @@ int main(void)
     plans();
     rlimit_as();
     rmdir(g_dir);
-    printf("%d checks, %d failures\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -115,16 +115,6 @@ static void test_messages(void) {
     }
 }
 
-static qk_ctx *cpu_ctx(void) {
-    qk_ctx_desc cd;
-    qk_ctx *ctx = NULL;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = 1;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
 /* X (3 rows of d) with row 1 set to v: check_data and qk_gram refuse it with want and the parts,
    and qk_gram leaves K as it was. */
 static void data_refused(qk_ctx *ctx, const char *spec, int d, const double *row1, qk_result want, const char *p1,
@@ -153,7 +143,7 @@ static void data_refused(qk_ctx *ctx, const char *spec, int d, const double *row
 }
 
 static void test_angles(void) {
-    qk_ctx *ctx = cpu_ctx();
+    qk_ctx *ctx = qk_test_cpu_ctx(1);
     qk_map *m = NULL;
     double big[4] = {1e300, 1e300, 0.5, 0.25}, mid[4] = {1e200, 1e200, 0.5, 0.25}, huge_amp[4] = {1e200, 1, 2, 3};
     double tiny_amp[4] = {1e-160, 0, 1e-160, 0}, zero[4] = {0, 0, 0, 0}, ten[4] = {10, 10, 10, 10};

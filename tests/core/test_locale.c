@@ -22,12 +22,6 @@ static const char *tpath(const char *name) {
     snprintf(p, sizeof p, "%s/%s", g_dir, name);
     return p;
 }
-static void write_text(const char *path, const char *text) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(2); }
-    fputs(text, f);
-    fclose(f);
-}
 
 static void test_parser(void) {
     qk_map *m = NULL, *m2 = NULL;
@@ -70,17 +64,17 @@ static void test_parser(void) {
 static void test_readers(void) {
     qk_array a;
     qk_result r;
-    write_text(tpath("iris.csv"), "sepal_length,sepal_width\n5.1,3.5\n4.9,3.0e0\n");
+    qk_test_write_text(tpath("iris.csv"), "sepal_length,sepal_width\n5.1,3.5\n4.9,3.0e0\n");
     r = qk_csv_read(tpath("iris.csv"), &a);
     CHECK(r == QK_OK && a.rows == 2 && a.cols == 2 && a.data[0] == 5.1 && a.data[1] == 3.5 && a.data[2] == 4.9 &&
           a.data[3] == 3.0, "5.1,3.5 in de_DE: %s", qk_last_error());
     if (r == QK_OK) qk_array_free(&a);
     /* a German Excel file (decimal commas, ';' between fields) is an error, not numbers */
-    write_text(tpath("de.csv"), "5,1;3,5\n4,9;3,0\n");
+    qk_test_write_text(tpath("de.csv"), "5,1;3,5\n4,9;3,0\n");
     r = qk_csv_read(tpath("de.csv"), &a);
     CHECK(r == QK_ERROR_FORMAT && strstr(qk_last_error(), "';'"), "German CSV: %s", qk_last_error());
     /* weights (qk-gram --weights reads them with the same reader) */
-    write_text(tpath("w.csv"), "0.5\n-1.25\n");
+    qk_test_write_text(tpath("w.csv"), "0.5\n-1.25\n");
     r = qk_csv_read(tpath("w.csv"), &a);
     CHECK(r == QK_OK && a.rows == 2 && a.data[0] == 0.5 && a.data[1] == -1.25, "weights csv: %s", qk_last_error());
     if (r == QK_OK) qk_array_free(&a);

@@ -18,8 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static int fails = 0, checks = 0;
-#define CHECK(c, ...) do { ++checks; if (!(c)) { ++fails; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "../qk_test.h"
 
 static qk_device_info card(int sms)
 {
@@ -233,6 +232,6 @@ int main(void)
 
     qk_map_free(zz8);
     qk_map_free(zz12);
-    printf("%d checks, %d failures\n", checks, fails);
-    return fails ? 1 : 0;
+    printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -19,8 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-static int fails = 0, checks = 0;
-#define CHECK(c, ...) do { ++checks; if (!(c)) { ++fails; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "../qk_test.h"
 
 /* a 32-bit word of the shared tile: TF32 one value (v[0]); FP16 two halves (v[0] low, v[1] high) */
 typedef struct { double v[2]; } word;
@@ -93,16 +92,11 @@ static void warp_group(const word *A, const word *B, int wpr, int grp, int f16, 
     }
 }
 
-static double urand(void) { return 2.0 * rand() / (double)RAND_MAX - 1.0; }
-
 int main(void)
 {
-    unsigned seed = (unsigned)time(NULL);
     int f16, cplx, lane, e, i, j, grp;
     const int wpr = 32; /* words per row: two 16-word groups, as a non-split stage */
-    if (getenv("QK_TEST_SEED")) seed = (unsigned)atoi(getenv("QK_TEST_SEED"));
-    srand(seed);
-    printf("seed %u\n", seed);
+    qk_test_seed();
     for (f16 = 0; f16 < 2; ++f16)
         for (cplx = 0; cplx < 2; ++cplx) {
             word A[16 * 32], B[8 * 32];
@@ -110,9 +104,9 @@ int main(void)
             const int vpw = f16 ? 2 : 1, nv = wpr * vpw; /* values per row */
             double av[16][64], bv[8][64];
             for (i = 0; i < 16; ++i)
-                for (j = 0; j < nv; ++j) av[i][j] = urand();
+                for (j = 0; j < nv; ++j) av[i][j] = qk_test_uniform(-1.0, 1.0);
             for (i = 0; i < 8; ++i)
-                for (j = 0; j < nv; ++j) bv[i][j] = urand();
+                for (j = 0; j < nv; ++j) bv[i][j] = qk_test_uniform(-1.0, 1.0);
             /* row-major values into words: value j of a row is word j / vpw, half j % vpw */
             memset(A, 0, sizeof A);
             memset(B, 0, sizeof B);
@@ -140,6 +134,6 @@ int main(void)
             CHECK(maxerr < 1e-12, "%s %s: fragment mapping off by %.3g", f16 ? "fp16" : "tf32", cplx ? "complex" : "real", maxerr);
             printf("%s %-7s max err %.3g\n", f16 ? "fp16" : "tf32", cplx ? "complex" : "real", maxerr);
         }
-    printf("%d checks, %d failed\n", checks, fails);
-    return fails ? 1 : 0;
+    printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -22,14 +22,7 @@
 #include "../qk_test.h"
 
 /* ---- helpers ---- */
-static uint64_t g_rng;
-static uint64_t rnd(void) { /* splitmix64 */
-    uint64_t z = (g_rng += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static int rndi(int n) { return (int)(rnd() % (uint64_t)n); }
+static int rndi(int n) { return (int)(qk_test_rand64() % (uint64_t)n); }
 
 typedef struct { int warns; char last[1024]; } logbook;
 static void on_log(qk_log_level level, const char *msg, void *user) {
@@ -39,29 +32,6 @@ static void on_log(qk_log_level level, const char *msg, void *user) {
 }
 
 static char g_dir[256];
-
-static void write_text(const char *path, const char *text, size_t len) {
-    FILE *f = fopen(path, "wb");
-    if (!f) { perror(path); exit(1); }
-    if (len && fwrite(text, 1, len, f) != len) { perror(path); exit(1); }
-    fclose(f);
-}
-
-static char *read_text(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); fclose(f); return NULL; }
-    buf[n] = 0;
-    fclose(f);
-    if (len) *len = (size_t)n;
-    return buf;
-}
 
 static int count_substr(const char *s, const char *sub) {
     int n = 0;
@@ -102,7 +72,7 @@ static void rnd_text(char *out, size_t cap) {
 
 static double rnd_double(void) {
     for (;;) {
-        uint64_t u = rnd();
+        uint64_t u = qk_test_rand64();
         double d;
         memcpy(&d, &u, sizeof d);
         if (d - d == 0.0) return d;  /* finite, including subnormals and -0 */
@@ -116,7 +86,7 @@ static void rnd_entry(qk_tune_entry *e, int i) {
     snprintf(e->key.device + strlen(e->key.device), 20, "#%d", i); /* distinct keys */
     e->key.cc_major = rndi(12);
     e->key.cc_minor = rndi(10);
-    e->key.driver_version = (int)(rnd() % 2000000000u) - (rndi(4) == 0 ? 1000000000 : 0);
+    e->key.driver_version = (int)(qk_test_rand64() % 2000000000u) - (rndi(4) == 0 ? 1000000000 : 0);
     if (rndi(2)) snprintf(e->key.qk_version, sizeof e->key.qk_version, "%d.%d.%d", rndi(3), rndi(20), rndi(9));
     snprintf(e->key.kernel, sizeof e->key.kernel, "%s", kernels[rndi(4)]);
     e->key.path = (qk_path)(1 + rndi(3));
@@ -125,7 +95,7 @@ static void rnd_entry(qk_tune_entry *e, int i) {
     rnd_text(e->config, 60);
     if (!e->config[0]) strcpy(e->config, "c");
     e->metric = rnd_double();
-    e->timestamp = (int64_t)(rnd() >> 1) * (rndi(2) ? 1 : -1);
+    e->timestamp = (int64_t)(qk_test_rand64() >> 1) * (rndi(2) ? 1 : -1);
     if (e->timestamp == 0) e->timestamp = 1;
 }
 
@@ -256,7 +226,7 @@ static void test_round_trip(void) {
     }
     CHECK(lb.warns == 0);
     /* storing a key again replaces its entry: same count, new values */
-    text = read_text(path, NULL);
+    text = qk_test_read_file(path, NULL);
     CHECK(text && count_substr(text, "\"device\"") == N_RT);
     free(text);
     rnd_text(e[7].config, 60);
@@ -269,7 +239,7 @@ static void test_round_trip(void) {
     CHECK(qk_tune_cache_lookup(path, &e[7].key, &got, on_log, &lb) == QK_OK);
     CHECK(!strcmp(got.config, e[7].config) && memcmp(&got.metric, &e[7].metric, sizeof got.metric) == 0);
     CHECK(got.timestamp >= (int64_t)t0 && got.timestamp <= (int64_t)t1);
-    text = read_text(path, NULL);
+    text = qk_test_read_file(path, NULL);
     CHECK(text && count_substr(text, "\"device\"") == N_RT);
     CHECK(text && !strncmp(text, "{\n  \"schema\": 1,", 16));
     free(text);
@@ -302,7 +272,7 @@ static void test_hand_written(void) {
     qk_tune_key k;
     logbook lb = {0, ""};
     mkpath(path, sizeof path, "hand.json");
-    write_text(path, text, strlen(text));
+    qk_test_write_text(path, text);
     memset(&k, 0, sizeof k);
     strcpy(k.device, "Caf\xc3\xa9 \xf0\x9f\x9a\x80 \"x\"\\");
     k.cc_major = 9; k.cc_minor = 0; k.driver_version = 12080;
@@ -329,7 +299,7 @@ static void check_bad(const char *path, const char *text, size_t len, const char
     logbook lb = {0, ""};
     qk_tune_entry got, poison;
     char *after;
-    write_text(path, text, len);
+    qk_test_write_file(path, text, len);
     memset(&poison, 0x5A, sizeof poison);
     got = poison;
     CHECK(qk_tune_cache_lookup(path, &g_known.key, &got, on_log, &lb) == QK_ERROR_FORMAT);
@@ -343,7 +313,7 @@ static void check_bad(const char *path, const char *text, size_t len, const char
     CHECK(qk_tune_cache_store(path, &g_known, on_log, &lb) == QK_OK);
     CHECK(lb.warns == 2 && strstr(lb.last, "rewriting") != NULL);
     CHECK(qk_tune_cache_lookup(path, &g_known.key, &got, on_log, &lb) == QK_OK && lb.warns == 2);
-    after = read_text(path, NULL);
+    after = qk_test_read_file(path, NULL);
     CHECK(after && count_substr(after, "\"device\"") == 1 && !strncmp(after, "{\n  \"schema\": 1,", 16));
     free(after);
 }
@@ -401,7 +371,7 @@ static void test_bad_files(void) {
         check_bad(path, text, strlen(text), "corrupt", 1);
     }
     snprintf(text, sizeof text, entry_fmt, "\"real\"", "4", "\"c\"", "1", "1", "");  /* the control: fine */
-    write_text(path, text, strlen(text));
+    qk_test_write_text(path, text);
     {
         logbook lb = {0, ""};
         qk_tune_entry got;
@@ -438,7 +408,7 @@ static void test_bad_files(void) {
         qk_tune_entry e;
         int k;
         for (k = 0; k < 3; k++) { rnd_entry(&e, 500 + k); CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK); }
-        valid = read_text(path, &len);
+        valid = qk_test_read_file(path, &len);
         CHECK(valid && len > 100);
         for (i = 0; valid && i + 2 <= len; i++) {  /* the last byte is '\n': dropping it leaves a whole file */
             check_bad(path, valid, i, NULL, i % 97 == 0);
@@ -521,7 +491,7 @@ static void test_concurrent(void) {
         if (WIFEXITED(status) && WEXITSTATUS(status) == 0) ok_procs++;
         else fprintf(stderr, "writer %d failed (status %d)\n", p, status);
     }
-    write_text(stop, "", 0);
+    qk_test_write_file(stop, "", 0);
     CHECK(waitpid(pids[N_PROC], &status, 0) == pids[N_PROC]);
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     reads++;
@@ -531,7 +501,7 @@ static void test_concurrent(void) {
     {
         logbook lb = {0, ""};
         int found = 0;
-        char *text = read_text(path, NULL);
+        char *text = qk_test_read_file(path, NULL);
         for (p = 0; p < N_PROC; p++)
             for (k = 0; k < N_KEYS; k++) {
                 qk_tune_entry want, got;
@@ -559,7 +529,7 @@ static void test_unwritable(void) {
     rnd_entry(&e, 77);
     /* A path below a regular file: mkdir fails with ENOTDIR, for root too. */
     mkpath(file, sizeof file, "plain-file");
-    write_text(file, "x", 1);
+    qk_test_write_file(file, "x", 1);
     snprintf(path, sizeof path, "%s/sub/dir/autotune.json", file);
     CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_ERROR_IO);
     CHECK(lb.warns == 1 && strstr(lb.last, "cannot create directory") && strstr(lb.last, "no cache"));
@@ -599,7 +569,7 @@ static void test_args(void) {
     mkpath(path, sizeof path, "args/autotune.json");
     rnd_entry(&e, 5);
     CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK);
-    before = read_text(path, NULL);
+    before = qk_test_read_file(path, NULL);
     CHECK(qk_tune_cache_lookup(path, NULL, &got, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     CHECK(qk_tune_cache_lookup(path, &e.key, NULL, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     CHECK(qk_tune_cache_store(path, NULL, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
@@ -618,7 +588,7 @@ static void test_args(void) {
     bad = e; bad.metric = strtod("inf", NULL); CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     bad = e; bad.metric = -strtod("inf", NULL); CHECK(qk_tune_cache_store(path, &bad, on_log, &lb) == QK_ERROR_INVALID_ARGUMENT);
     CHECK(strstr(qk_last_error(), "metric") != NULL);
-    after = read_text(path, NULL);
+    after = qk_test_read_file(path, NULL);
     CHECK(before && after && !strcmp(before, after));
     CHECK(lb.warns == 0);
     free(before);
@@ -652,7 +622,7 @@ static void test_eviction(void) {
     second = oldest == 0 ? 1 : 0;
     for (i = 0; i < n; i++) if (i != oldest && ts[i] < ts[second]) second = i;
     len += (size_t)sprintf(text + len, "]}");
-    write_text(path, text, len);
+    qk_test_write_file(path, text, len);
     free(text);
     memset(&k, 0, sizeof k);
     k.cc_major = 9; k.driver_version = 1; k.path = QK_PATH_REAL; k.precision = QK_PRECISION_FP32; k.n_qubits = 8;
@@ -674,7 +644,7 @@ static void test_eviction(void) {
         snprintf(k.device, sizeof k.device, "dev%d", j);
         CHECK((qk_tune_cache_lookup(path, &k, &got, on_log, &lb) == QK_OK) == (j != oldest));
     }
-    text = read_text(path, NULL);
+    text = qk_test_read_file(path, NULL);
     CHECK(text && count_substr(text, "\"device\"") == n);
     free(text);
     CHECK(lb.warns == 0);
@@ -701,7 +671,7 @@ static void test_locale(void) {
         e.metric = 1.25;
         CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK);
         CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_OK && got.metric == 1.25);
-        text = read_text(path, NULL);
+        text = qk_test_read_file(path, NULL);
         CHECK(text && strstr(text, "\"metric\": 1.25,"));
         free(text);
         CHECK(lb.warns == 0);
@@ -787,7 +757,7 @@ static void test_choose(void) {
     setenv("QK_CACHE_DIR", dir, 1);
     mkdir(dir, 0777);
     snprintf(path, sizeof path, "%s/autotune.json", dir);
-    write_text(path, "{\"schema\": 1, \"entries\": [", 25);
+    qk_test_write_file(path, "{\"schema\": 1, \"entries\": [", 25);
     lb.warns = 0;
     CHECK(qk_tune_choose(&rq, cfg, sizeof cfg, label, sizeof label) == QK_OK && !strncmp(label, "tuned (measured): ", 18));
     CHECK(lb.warns == 2);  /* the lookup and the store each say they ignore the file */
@@ -909,12 +879,12 @@ static void symlinks_at_lock_and_tmp(void) {
     CHECK(unlink(lockp) == 0);
     /* a symbolic link at this process's first temporary name: skipped (O_EXCL), never followed */
     snprintf(victim, sizeof victim, "%s/victim", dir);
-    write_text(victim, "DATA\n", 5);
+    qk_test_write_file(victim, "DATA\n", 5);
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld.0", path, (long)getpid());
     CHECK(symlink(victim, tmp) == 0);
     lb.warns = 0;
     CHECK(qk_tune_cache_store(path, &e, on_log, &lb) == QK_OK && lb.warns == 0);
-    v = read_text(victim, NULL);
+    v = qk_test_read_file(victim, NULL);
     CHECK(v && !strcmp(v, "DATA\n"));
     free(v);
     CHECK(qk_tune_cache_lookup(path, &e.key, &got, on_log, &lb) == QK_OK && same_stored(&got, &e));
@@ -928,11 +898,8 @@ static void test_special_files(void) {
 }
 
 int main(void) {
-    const char *s = getenv("QK_TEST_SEED");
     char cmd[300];
-    g_rng = s ? strtoull(s, NULL, 10) : (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    printf("test_tune_cache: seed %llu (QK_TEST_SEED=%llu repeats this run)\n", (unsigned long long)g_rng,
-           (unsigned long long)g_rng);
+    qk_test_seed();
     snprintf(g_dir, sizeof g_dir, "%s/qk-tune-test-XXXXXX", getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp");
     if (!mkdtemp(g_dir)) { perror("mkdtemp"); return 1; }
     fflush(stdout);

@@ -32,14 +32,7 @@ static void *t_realloc(void *p, size_t n) { if (n > g_alloc_max) g_alloc_max = n
 
 #include "../qk_test.h"
 
-static uint64_t rng_state;
-static uint64_t rnd64(void) {   /* splitmix64 */
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-static double rnd_double(void) { return ((double)(rnd64() >> 11) / 9007199254740992.0 - 0.5) * 2e3; }
+static double rnd_double(void) { return ((double)(qk_test_rand64() >> 11) / 9007199254740992.0 - 0.5) * 2e3; }
 
 static char dir[256];
 static char pathbuf[512];
@@ -51,25 +44,6 @@ static const char *tpath(const char *name) {
 static int file_exists(const char *p) {
     struct stat st;
     return stat(p, &st) == 0;
-}
-
-/* Names in dir that contain sub (e.g. leftover ".tmp." files). */
-static int count_entries_with(const char *d, const char *sub) {
-    DIR *dd = opendir(d);
-    struct dirent *e;
-    int n = 0;
-    if (!dd) return -1;
-    while ((e = readdir(dd)) != NULL)
-        if (strstr(e->d_name, sub)) n++;
-    closedir(dd);
-    return n;
-}
-
-static void write_bytes(const char *p, const void *b, size_t n) {
-    FILE *f = fopen(p, "wb");
-    if (!f) { fprintf(stderr, "cannot create %s\n", p); exit(1); }
-    if (n) fwrite(b, 1, n, f);
-    fclose(f);
 }
 
 /* ---- hand-written .npy files ---- */
@@ -111,7 +85,7 @@ static uint64_t bits_f32(float f) { uint32_t u; memcpy(&u, &f, 4); return u; }
 static double rnd_item(const char *descr, uint64_t *bits) {
     int size = atoi(descr + 2);
     char kind = descr[1];
-    uint64_t r = rnd64();
+    uint64_t r = qk_test_rand64();
     if (kind == 'f' && size == 8) { double d = rnd_double(); *bits = bits_f64(d); return d; }
     if (kind == 'f' && size == 4) { float f = (float)rnd_double(); *bits = bits_f32(f); return f; }
     if (kind == 'f') {   /* binary16 from its fields: normal, subnormal and signed zero cases */
@@ -159,7 +133,7 @@ static void hand_case_f(int major, const char *descr, int64_t rows, int64_t cols
         want[at] = rnd_item(descr, &bits);
         put_uint(&b, bits, size, big);
     }
-    write_bytes(tpath("hand.npy"), b.p, b.n);
+    qk_test_write_file(tpath("hand.npy"), b.p, b.n);
     memset(&a, 0, sizeof a);
     r = qk_npy_read(tpath("hand.npy"), &a);
     CHECK(r == QK_OK, "v%d %s%s (%lld,%lld): %s %s", major, descr, fortran ? " F-order" : "", (long long)rows,
@@ -183,7 +157,7 @@ static void hand_case_f(int major, const char *descr, int64_t rows, int64_t cols
 static void bad_case(const char *what, const void *bytes, size_t n, qk_result want, const char *sub) {
     qk_array a;
     qk_result r;
-    write_bytes(tpath("bad.npy"), bytes, n);
+    qk_test_write_file(tpath("bad.npy"), bytes, n);
     a.data = (double *)(uintptr_t)0x1234; a.rows = -7; a.cols = -9; a.ndim = 42;
     r = qk_npy_read(tpath("bad.npy"), &a);
     CHECK(r == want, "%s: got %s (%s), want %s", what, qk_result_string(r), qk_last_error(), qk_result_string(want));
@@ -258,7 +232,7 @@ static void test_round_trips(void) {
             free(src);
         }
     }
-    CHECK(count_entries_with(dir, ".tmp.") == 0, "no temporary files left after successful writes");
+    CHECK(qk_test_count_files(dir, ".tmp.") == 0, "no temporary files left after successful writes");
 }
 
 static void test_hand_written(void) {
@@ -289,7 +263,7 @@ static void test_hand_written(void) {
         qk_result r;
         npy_header(&b, 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (4,), }");
         put_uint(&b, 0x7c00, 2, 0); put_uint(&b, 0xfc00, 2, 0); put_uint(&b, 0x7e00, 2, 0); put_uint(&b, 0x3c00, 2, 0);
-        write_bytes(tpath("f2.npy"), b.p, b.n);
+        qk_test_write_file(tpath("f2.npy"), b.p, b.n);
         r = qk_npy_read(tpath("f2.npy"), &a);
         CHECK(r == QK_OK && isinf(a.data[0]) && a.data[0] > 0 && isinf(a.data[1]) && a.data[1] < 0 && isnan(a.data[2]) &&
               a.data[3] == 1.0, "float16 inf, -inf, nan, 1: %s", qk_last_error());
@@ -305,7 +279,7 @@ static void test_hand_written(void) {
         npy_header(&b, 1, "{ \"shape\" : (2 , 1) , \"fortran_order\":False,'descr':'<f8'}");
         put_uint(&b, bits_f64(v[0]), 8, 0);
         put_uint(&b, bits_f64(v[1]), 8, 0);
-        write_bytes(tpath("order.npy"), b.p, b.n);
+        qk_test_write_file(tpath("order.npy"), b.p, b.n);
         r = qk_npy_read(tpath("order.npy"), &a);
         CHECK(r == QK_OK && a.rows == 2 && a.cols == 1 && a.data[0] == 1.5 && a.data[1] == -2.25,
               "free-form dict: %s", qk_last_error());
@@ -388,7 +362,7 @@ static void test_write_errors(void) {
     r = qk_npy_write(sub, v, QK_F64, 2, 3);
     CHECK(r == QK_ERROR_IO, "target is a directory: %s", qk_result_string(r));
     CHECK(strstr(qk_last_error(), "rename") != NULL, "detail says rename: %s", qk_last_error());
-    CHECK(count_entries_with(dir, ".tmp.") == 0, "temporary file removed after a failed rename");
+    CHECK(qk_test_count_files(dir, ".tmp.") == 0, "temporary file removed after a failed rename");
     /* A read-only directory (root ignores permissions, so only as a normal user). */
     if (geteuid() != 0) {
         snprintf(sub, sizeof sub, "%s/ro", dir);
@@ -398,7 +372,7 @@ static void test_write_errors(void) {
         CHECK(r == QK_ERROR_IO, "read-only dir: %s", qk_result_string(r));
         CHECK(!file_exists(sub), "no file in a read-only dir");
         snprintf(sub, sizeof sub, "%s/ro", dir);
-        CHECK(count_entries_with(sub, "K.npy") == 0, "nothing at all in the read-only dir");
+        CHECK(qk_test_count_files(sub, "K.npy") == 0, "nothing at all in the read-only dir");
         rmdir(sub);
     }
     /* An existing file is replaced whole. */
@@ -423,7 +397,7 @@ static void csv_ok(const char *what, const char *text, int64_t rows, int64_t col
     qk_array a;
     qk_result r;
     int64_t i;
-    write_bytes(tpath("t.csv"), text, strlen(text));
+    qk_test_write_file(tpath("t.csv"), text, strlen(text));
     r = qk_csv_read(tpath("t.csv"), &a);
     CHECK(r == QK_OK, "%s: %s", what, qk_last_error());
     if (r != QK_OK) return;
@@ -437,7 +411,7 @@ static void csv_ok(const char *what, const char *text, int64_t rows, int64_t col
 static void csv_bad2(const char *what, const char *text, const char *sub, const char *sub2, ...) {
     qk_array a;
     qk_result r;
-    write_bytes(tpath("t.csv"), text, strlen(text));
+    qk_test_write_file(tpath("t.csv"), text, strlen(text));
     a.data = NULL; a.rows = -3;
     r = qk_csv_read(tpath("t.csv"), &a);
     CHECK(r == QK_ERROR_FORMAT, "%s: %s", what, qk_result_string(r));
@@ -520,7 +494,7 @@ static void test_npy_hardening(void) {
             memset(&b, 0, sizeof b);
             npy_header(&b, 1, dicts[i]);
             put(&b, "\0\0\0\0\0\0\0\0", 8);
-            write_bytes(tpath("dmg.npy"), b.p, b.n);
+            qk_test_write_file(tpath("dmg.npy"), b.p, b.n);
             r = qk_npy_read(tpath("dmg.npy"), &a);
             CHECK(r == QK_ERROR_FORMAT, "damaged header %lu: %s", (unsigned long)i, qk_result_string(r));
             CHECK(printable(qk_last_error()), "damaged header %lu: raw bytes in '%s'", (unsigned long)i, qk_last_error());
@@ -565,7 +539,7 @@ static void test_not_regular(void) {
 static void csv_bad_n(const char *what, const char *text, size_t n, const char *sub, const char *sub2) {
     qk_array a;
     qk_result r;
-    write_bytes(tpath("t.csv"), text, n);
+    qk_test_write_file(tpath("t.csv"), text, n);
     a.data = NULL; a.rows = -3;
     r = qk_csv_read(tpath("t.csv"), &a);
     CHECK(r == QK_ERROR_FORMAT, "%s: %s", what, qk_result_string(r));
@@ -682,10 +656,7 @@ static void test_escaped_echoes(void) {
 
 int main(void) {
     const char *tmp = getenv("TMPDIR");
-    uint64_t seed = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 32);
-    if (getenv("QK_TEST_SEED")) seed = strtoull(getenv("QK_TEST_SEED"), NULL, 0);
-    rng_state = seed;
-    printf("seed %llu (QK_TEST_SEED reproduces)\n", (unsigned long long)seed);
+    qk_test_seed();
     snprintf(dir, sizeof dir, "%s/qk-test-npy-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
 

@@ -21,27 +21,7 @@
 
 #include "../qk_test.h"
 
-static unsigned long long g_rng;
-static double urand(void)
-{
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-
 static char g_dir[512];
-
-/* Files in g_dir whose name starts with prefix. */
-static int count_files(const char *prefix)
-{
-    DIR *d = opendir(g_dir);
-    struct dirent *e;
-    int n = 0;
-    if (!d) return -1;
-    while ((e = readdir(d)) != NULL)
-        if (strncmp(e->d_name, prefix, strlen(prefix)) == 0) n++;
-    closedir(d);
-    return n;
-}
 
 static void write_sentinel(const char *path)
 {
@@ -83,10 +63,10 @@ static void one_case(qk_ctx *ctx, const char *spec, int d, int64_t nx, int64_t n
     qk_result r;
     if (qk_map_parse(spec, d, &m) != QK_OK) { CHECK(0, "parse %s: %s", spec, qk_last_error()); return; }
     x = (double *)malloc(sizeof(double) * (size_t)(nx * d));
-    for (i = 0; i < nx * d; i++) x[i] = 2.0 * 3.14159 * urand();
+    for (i = 0; i < nx * d; i++) x[i] = 2.0 * 3.14159 * qk_test_urand();
     if (!sym) {
         y = (double *)malloc(sizeof(double) * (size_t)(ny * d));
-        for (i = 0; i < ny * d; i++) y[i] = 2.0 * 3.14159 * urand();
+        for (i = 0; i < ny * d; i++) y[i] = 2.0 * 3.14159 * qk_test_urand();
     }
     ref = malloc(es * (size_t)(nx * cols));
     memset(&g, 0, sizeof g);
@@ -116,7 +96,7 @@ static void one_case(qk_ctx *ctx, const char *spec, int d, int64_t nx, int64_t n
               sym ? "K(X,X)" : "K(X,Y)", dt == QK_F32 ? "f32" : "f64", (long long)nx, (long long)cols, (long long)diff);
     }
     qk_array_free(&a);
-    CHECK(count_files("K.npy.tmp") == 0, "%s: temporary file left after a streamed write", spec);
+    CHECK(qk_test_count_files(g_dir, "K.npy.tmp") == 0, "%s: temporary file left after a streamed write", spec);
 
     /* cancel half way: no temporary file, the previous file untouched */
     write_sentinel(path);
@@ -125,7 +105,7 @@ static void one_case(qk_ctx *ctx, const char *spec, int d, int64_t nx, int64_t n
     g.progress_user = &stop;
     r = qk_gram(ctx, m, &g);
     CHECK(r == QK_ERROR_CANCELLED, "%s: cancel -> %d", spec, (int)r);
-    CHECK(count_files("K.npy.tmp") == 0, "%s: temporary file left after a cancel", spec);
+    CHECK(qk_test_count_files(g_dir, "K.npy.tmp") == 0, "%s: temporary file left after a cancel", spec);
     CHECK(sentinel_intact(path), "%s: a cancelled run touched the previous output", spec);
     g.progress = NULL;
 
@@ -140,7 +120,7 @@ static void one_case(qk_ctx *ctx, const char *spec, int d, int64_t nx, int64_t n
         r = qk_gram(ctx, m, &g);
         setrlimit(RLIMIT_FSIZE, &old);
         CHECK(r == QK_ERROR_IO && strstr(qk_last_error(), "K.npy") != NULL, "%s: failing write -> %d (%s)", spec, (int)r, qk_last_error());
-        CHECK(count_files("K.npy.tmp") == 0, "%s: temporary file left after a failed write", spec);
+        CHECK(qk_test_count_files(g_dir, "K.npy.tmp") == 0, "%s: temporary file left after a failed write", spec);
         CHECK(sentinel_intact(path), "%s: a failed run touched the previous output", spec);
     }
     remove(path);
@@ -150,36 +130,16 @@ static void one_case(qk_ctx *ctx, const char *spec, int d, int64_t nx, int64_t n
     qk_map_free(m);
 }
 
-/* Square tiles with coordinates through the callback: every entry of the upper block triangle
-   (symmetric) or of K once, tiles square, values equal to the in-memory K. */
-typedef struct tiles { double *K; int64_t cols; int sym, bad, calls; int64_t side, rows; } tiles;
-static int on_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *t, int64_t ld, void *user)
-{
-    tiles *s = (tiles *)user;
-    int64_t a, b;
-    s->calls++;
-    if (s->sym && j0 < i0) s->bad++;
-    if ((m != s->side && i0 + m != s->rows) || (n != s->side && j0 + n != s->cols)) s->bad++;
-    for (a = 0; a < m; a++)
-        for (b = 0; b < n; b++) {
-            double v = ((const double *)t)[a * ld + b];
-            if (!isnan(s->K[(i0 + a) * s->cols + j0 + b])) s->bad++; /* delivered twice */
-            s->K[(i0 + a) * s->cols + j0 + b] = v;
-            if (s->sym && j0 != i0) s->K[(j0 + b) * s->cols + i0 + a] = v;
-        }
-    return 0;
-}
-
 static void tile_case(qk_ctx *ctx, int sym)
 {
     qk_map *m = NULL;
     const int64_t nx = 150, ny = sym ? 150 : 97;
     double *x = (double *)malloc(sizeof(double) * (size_t)(nx * 4)), *ref = (double *)malloc(sizeof(double) * (size_t)(nx * ny));
     qk_gram_desc g;
-    tiles s;
+    qk_test_tiles s;
     int64_t i, diff = 0;
     qk_map_parse("zz(reps=2)", 4, &m);
-    for (i = 0; i < nx * 4; i++) x[i] = 3.0 * urand();
+    for (i = 0; i < nx * 4; i++) x[i] = 3.0 * qk_test_urand();
     memset(&g, 0, sizeof g);
     g.x = x; g.n_x = nx; g.out = ref;
     if (!sym) { g.y = x + 4 * 7; g.n_y = ny; }
@@ -188,7 +148,7 @@ static void tile_case(qk_ctx *ctx, int sym)
     s.K = (double *)malloc(sizeof(double) * (size_t)(nx * ny));
     for (i = 0; i < nx * ny; i++) s.K[i] = NAN;
     s.cols = ny; s.sym = sym; s.side = 64; s.rows = nx;
-    g.out = NULL; g.output = QK_OUTPUT_CALLBACK; g.tile_fn = on_tile; g.tile_user = &s;
+    g.out = NULL; g.output = QK_OUTPUT_CALLBACK; g.tile_fn = qk_test_on_tile; g.tile_user = &s;
     CHECK(qk_gram(ctx, m, &g) == QK_OK, "tiles: callback");
     for (i = 0; i < nx * ny; i++) diff += memcmp(&s.K[i], &ref[i], sizeof(double)) != 0;
     CHECK(s.bad == 0 && diff == 0 && s.calls > 1, "tiles %s: %d calls, %d bad tiles, %lld entries differ", sym ? "K(X,X)" : "K(X,Y)",
@@ -221,9 +181,7 @@ int main(void)
     qk_ctx *ctx = NULL;
     qk_ctx_desc cd;
     const char *tmp = getenv("TMPDIR");
-    unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), 0, 10) : (unsigned long long)time(0);
-    g_rng = seed ? seed : 1;
-    printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
+    qk_test_seed();
     signal(SIGXFSZ, SIG_IGN); /* the file-size limit then fails the write with EFBIG */
     snprintf(g_dir, sizeof g_dir, "%s/qk_stream_XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) { printf("mkdtemp failed\n"); return 1; }

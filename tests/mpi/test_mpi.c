@@ -26,52 +26,23 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static int rank_, size_, failures;
-static char dir_[1024];
-
-#define CHECK(c, ...) do { if (!(c)) { failures++; fprintf(stderr, "rank %d: FAIL %s:%d: ", rank_, __FILE__, __LINE__); \
-    fprintf(stderr, __VA_ARGS__); fprintf(stderr, "\n"); } } while (0)
-
-static uint64_t rng_state;
-static double urand(void) {
-    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (double)(z >> 11) * (1.0 / 9007199254740992.0);
+static int rank_, size_;
+static const char *rank_prefix(void) {
+    static char p[32];
+    snprintf(p, sizeof p, "rank %d: ", rank_);
+    return p;
 }
+#define QK_TEST_PREFIX() rank_prefix()
+#include "../qk_test.h"
+
+static char dir_[1024];
 
 static double *samples(int64_t n, int d, uint64_t seed) {
     double *x = (double *)malloc(sizeof(double) * (size_t)(n * d));
     int64_t i;
-    rng_state = seed;
-    for (i = 0; i < n * d; i++) x[i] = urand() * 3.14159;
+    qk_test_seed_set(seed);
+    for (i = 0; i < n * d; i++) x[i] = qk_test_urand() * 3.14159;
     return x;
-}
-
-static qk_ctx *cpu_ctx(void) {
-    qk_ctx_desc cd;
-    qk_ctx *c = NULL;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = 1;   /* R ranks share the 2 cores of CI */
-    if (qk_ctx_create(&cd, &c) != QK_OK) { fprintf(stderr, "ctx: %s\n", qk_last_error()); MPI_Abort(MPI_COMM_WORLD, 2); }
-    return c;
-}
-
-static char *read_file(const char *path, size_t *len) {
-    FILE *f = fopen(path, "rb");
-    char *buf;
-    long n;
-    if (!f) return NULL;
-    fseek(f, 0, SEEK_END);
-    n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    buf = (char *)malloc((size_t)n + 1);
-    if (buf && fread(buf, 1, (size_t)n, f) != (size_t)n) { free(buf); buf = NULL; }
-    fclose(f);
-    *len = (size_t)n;
-    return buf;
 }
 
 /* Names in d other than `keep1`, `keep2` (NULL: none): a count, and the first one. */
@@ -155,7 +126,7 @@ static int on_progress(int64_t done, int64_t total, void *user) {
 typedef struct gcase { const char *spec; int d; int64_t nx, ny; qk_dtype dt; } gcase;
 
 static void check_case(const gcase *gc, int idx) {
-    qk_ctx *ctx = cpu_ctx();
+    qk_ctx *ctx = qk_test_cpu_ctx(1);   /* one thread: R ranks share the 2 cores of CI */
     qk_map *map = NULL;
     double *x = samples(gc->nx, gc->d, 100 + (uint64_t)idx), *y = gc->ny ? samples(gc->ny, gc->d, 200 + (uint64_t)idx) : NULL;
     int64_t cols = gc->ny ? gc->ny : gc->nx, i, j;
@@ -200,7 +171,7 @@ static void check_case(const gcase *gc, int idx) {
     CHECK(totals == gc->nx * cols, "case %d: the ranks' progress totals add up to %lld, not %lld", idx, (long long)totals, (long long)(gc->nx * cols));
     if (rank_ == 0 && r == QK_OK) {
         size_t la = 0, lb = 0;
-        char *a = read_file(ref_path, &la), *b = read_file(out_path, &lb);
+        char *a = qk_test_read_file(ref_path, &la), *b = qk_test_read_file(out_path, &lb);
         CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "case %d (%s, %lld x %lld, %s, %d ranks): the MPI .npy differs from one qk_gram's (%zu vs %zu bytes)",
               idx, gc->spec, (long long)gc->nx, (long long)cols, gc->dt == QK_F32 ? "f32" : "f64", size_, la, lb);
         free(a);
@@ -251,7 +222,7 @@ enum { F_PROGRESS, F_TILE, F_NAN, F_DIFFERENT_X, F_NO_DIR, F_HOST };
 
 static void check_failure(int how, int bad, qk_result expect, int idx) {
     static const char *names[] = {"progress cancels", "tile callback cancels", "NaN in X", "different X", "missing directory", "HOST output"};
-    qk_ctx *ctx = cpu_ctx();
+    qk_ctx *ctx = qk_test_cpu_ctx(1);
     qk_map *map = NULL;
     const int64_t n = 53;
     double *x = samples(n, 3, 77);
@@ -301,7 +272,7 @@ static void check_failure(int how, int bad, qk_result expect, int idx) {
     ok = all_ranks(r == expect);
     if (rank_ == 0 && ok) {
         size_t len = 0;
-        char *s = how == F_NO_DIR ? NULL : read_file(out_path, &len);
+        char *s = how == F_NO_DIR ? NULL : qk_test_read_file(out_path, &len);
         if (how != F_NO_DIR) CHECK(s && len == strlen(old) && memcmp(s, old, len) == 0, "failure %d (%s): the old '%s' was changed", idx, names[how], out_path);
         free(s);
         CHECK(stray_files(sub, "K.npy", NULL, stray, sizeof stray) == 0, "failure %d (%s on rank %d): '%s' was left in %s", idx, names[how], bad, stray, sub);
@@ -351,7 +322,7 @@ int main(int argc, char **argv) {
 
     {
         int total = 0;
-        MPI_Allreduce(&failures, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(&qk_test_fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
         if (rank_ == 0)
             printf("test_mpi: %d ranks, thread level %d asked, %d provided (writer thread %s): %s (%d failures)\n", size_, want, got,
                    got >= MPI_THREAD_SERIALIZED ? "on" : "off", total ? "FAILED" : "ok", total);

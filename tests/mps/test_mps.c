@@ -4,9 +4,9 @@
    of independent blocks computed by statevectors; data that switch the entangler off, against the
    analytic path), the bond bounds, output modes (host, tiles, .npy), cancel, the planner's choice
    and clear errors. Fresh random data each run (seed printed; QK_TEST_SEED=... reproduces it). */
+#define _POSIX_C_SOURCE 200809L  /* clock_gettime (qk_test.h) under strict -std=c11 */
 #define QK_IMPLEMENTATION
 #include "qk.h"
-#include "../qk_test_timing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -17,44 +17,6 @@
 
 #include "../qk_test.h"
 
-static unsigned long long g_rng;
-static double urand(void)
-{
-    g_rng ^= g_rng << 13; g_rng ^= g_rng >> 7; g_rng ^= g_rng << 17;
-    return (double)(g_rng >> 11) * (1.0 / 9007199254740992.0);
-}
-static double *rand_data(int64_t n, int d, double lo, double hi)
-{
-    double *x = (double *)malloc(sizeof(double) * (size_t)(n * d));
-    int64_t i;
-    for (i = 0; i < n * d; i++) x[i] = lo + (hi - lo) * urand();
-    return x;
-}
-
-static qk_ctx *cpu_ctx(int threads)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = NULL;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = threads;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
-static qk_map *parse(const char *spec, int d)
-{
-    qk_map *m = NULL;
-    if (qk_map_parse(spec, d, &m) != QK_OK) { printf("parse %s (%d): %s\n", spec, d, qk_last_error()); exit(2); }
-    return m;
-}
-
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
 /* K on the given path (poisoned output first); NULL when qk_gram fails (*res says why) */
 static double *gram_path(qk_ctx *ctx, const qk_map *m, const double *x, int64_t nx, const double *y, int64_t ny,
                          qk_path path, qk_result *res, qk_plan *plan)
@@ -74,17 +36,6 @@ static double *gram_path(qk_ctx *ctx, const qk_map *m, const double *x, int64_t 
     if (res) *res = r;
     if (r != QK_OK) { free(K); return NULL; }
     return K;
-}
-
-static double max_diff(const double *a, const double *b, int64_t n)
-{
-    double e = 0;
-    int64_t i;
-    for (i = 0; i < n; i++) {
-        double d = fabs(a[i] - b[i]);
-        if (!(d <= e)) e = d;   /* NaN wins */
-    }
-    return e;
 }
 
 /* Every sample's MPS (the engine's lane layout) contracted to 2^q amplitudes, against qk_states. */
@@ -138,23 +89,23 @@ static double state_error(qk_ctx *ctx, const qk_map *m, const double *x, int64_t
    K(X,Y), on MPS forced and on the statevector forced; the states themselves for q <= 10. */
 static void family(qk_ctx *ctx, const char *spec, int q, int64_t nx, int64_t ny)   /* nx < 0: K(X,Y) only */
 {
-    double t0 = getenv("QK_TEST_VERBOSE") ? now() : 0;
+    double t0 = getenv("QK_TEST_VERBOSE") ? qk_test_now(CLOCK_MONOTONIC) : 0;
     const int xx = nx > 0;
-    qk_map *m = parse(spec, q);
+    qk_map *m = qk_test_parse(spec, q);
     double *x, *y;
     qk_result r1 = QK_OK, r2 = QK_OK, r3, r4;
     qk_plan pl;
     double *Km, *Ks;
     if (nx < 0) nx = -nx;
-    x = rand_data(nx, q, -0.5, 3.5);
-    y = rand_data(ny, q, -0.5, 3.5);
+    x = qk_test_rand_data(nx, q, -0.5, 3.5);
+    y = qk_test_rand_data(ny, q, -0.5, 3.5);
     Km = xx ? gram_path(ctx, m, x, nx, NULL, 0, QK_PATH_MPS, &r1, &pl) : NULL;
     Ks = xx ? gram_path(ctx, m, x, nx, NULL, 0, QK_PATH_COMPLEX, &r2, NULL) : NULL;
     double *Ym = gram_path(ctx, m, x, nx, y, ny, QK_PATH_MPS, &r3, xx ? NULL : &pl);
     double *Ys = gram_path(ctx, m, x, nx, y, ny, QK_PATH_COMPLEX, &r4, NULL);
     CHECK(r1 == QK_OK && r2 == QK_OK && r3 == QK_OK && r4 == QK_OK, "%s q=%d: %s", spec, q, qk_last_error());
     if ((!xx || (Km && Ks)) && Ym && Ys) {
-        double e1 = xx ? max_diff(Km, Ks, nx * nx) : 0, e2 = max_diff(Ym, Ys, nx * ny);
+        double e1 = xx ? qk_test_max_diff(Km, Ks, nx * nx) : 0, e2 = qk_test_max_diff(Ym, Ys, nx * ny);
         CHECK(pl.path == QK_PATH_MPS && pl.mps_bond >= 1 && pl.mps_bond <= QK_MPS_MAX_BOND, "%s q=%d: plan path %d bond %d", spec, q, (int)pl.path, pl.mps_bond);
         CHECK(e1 <= 1e-12, "%s q=%d: K(X,X) MPS vs statevector %.3g (tol 1e-12 abs)", spec, q, e1);
         CHECK(e2 <= 1e-12, "%s q=%d: K(X,Y) MPS vs statevector %.3g (tol 1e-12 abs)", spec, q, e2);
@@ -166,7 +117,7 @@ static void family(qk_ctx *ctx, const char *spec, int q, int64_t nx, int64_t ny)
     }
     free(Km); free(Ks); free(Ym); free(Ys); free(x); free(y);
     qk_map_free(m);
-    if (t0 > 0) printf("  %-40s q=%2d %.3f s\n", spec, q, now() - t0);
+    if (t0 > 0) printf("  %-40s q=%2d %.3f s\n", spec, q, qk_test_now(CLOCK_MONOTONIC) - t0);
 }
 
 static void families(qk_ctx *ctx)
@@ -220,7 +171,7 @@ static void bounds(void)
     };
     size_t i;
     for (i = 0; i < sizeof c / sizeof c[0]; i++) {
-        qk_map *m = parse(c[i].spec, c[i].q);
+        qk_map *m = qk_test_parse(c[i].spec, c[i].q);
         qk__mps_prog p;
         int s, ok = 1;
         CHECK(qk__mps_prog_make(m, &p) == QK_OK, "prog %s", c[i].spec);
@@ -241,8 +192,8 @@ static void big(qk_ctx *ctx)
 {
     const int q = 100, B = 10;
     const int64_t n = 23;
-    double *x = rand_data(n, q, 0.0, 3.0), *K, *Kb, *P;
-    qk_map *m = parse("zz(reps=2,ent=linear)", q), *blk, *whole;
+    double *x = qk_test_rand_data(n, q, 0.0, 3.0), *K, *Kb, *P;
+    qk_map *m = qk_test_parse("zz(reps=2,ent=linear)", q), *blk, *whole;
     qk_result r;
     qk_plan pl;
     char buf[512];
@@ -281,9 +232,9 @@ static void big(qk_ctx *ctx)
                     len += (size_t)snprintf(spec + len, cap - len, " cx(%d,%d) p(%d, 2*(pi-x%d)*(pi-x%d)) cx(%d,%d)", k, k + 1, k + 1, k, k + 1, k, k + 1);
             }
         snprintf(spec + len, cap - len, ")");
-        whole = parse(spec, q);
+        whole = qk_test_parse(spec, q);
         snprintf(bspec, sizeof bspec, "zz(reps=2,ent=linear)");
-        blk = parse(bspec, B);
+        blk = qk_test_parse(bspec, B);
         K = gram_path(ctx, whole, x, n, NULL, 0, QK_PATH_DEFAULT, &r, &pl);
         CHECK(K != NULL && pl.path == QK_PATH_MPS, "blocks: %s", qk_last_error());
         P = (double *)malloc(sizeof(double) * (size_t)(n * n));
@@ -296,7 +247,7 @@ static void big(qk_ctx *ctx)
             free(Kb);
         }
         if (K) {
-            double e = max_diff(K, P, n * n);
+            double e = qk_test_max_diff(K, P, n * n);
             CHECK(e <= 1e-12, "100 qubits, ten blocks: MPS vs product of block statevector kernels %.3g", e);
         }
         free(K); free(P); free(xb); free(spec);
@@ -309,20 +260,20 @@ static void big(qk_ctx *ctx)
         size_t cap = 100000, len = 0;
         char *spec = (char *)malloc(cap);
         qk_map *prod;
-        double *y = rand_data(7, q, 0.0, 3.0), *Ka;
+        double *y = qk_test_rand_data(7, q, 0.0, 3.0), *Ka;
         for (i = 0; i < n; i++) for (k = 1; k < q; k += 2) x[i * q + k] = QK__PI;
         for (i = 0; i < 7; i++) for (k = 1; k < q; k += 2) y[i * q + k] = QK__PI;
         len += (size_t)snprintf(spec + len, cap - len, "circuit(qubits=%d:", q);
         for (b = 0; b < 2; b++)
             for (k = 0; k < q; k++) len += (size_t)snprintf(spec + len, cap - len, " h(%d) p(%d, 2*x%d)", k, k, k);
         snprintf(spec + len, cap - len, ")");
-        prod = parse(spec, q);
+        prod = qk_test_parse(spec, q);
         CHECK(prod->cls == QK_CLASS_PRODUCT, "reference map is a product");
         K = gram_path(ctx, m, x, n, y, 7, QK_PATH_DEFAULT, &r, &pl);
         Ka = gram_path(ctx, prod, x, n, y, 7, QK_PATH_DEFAULT, &r, NULL);
         CHECK(K && Ka && pl.path == QK_PATH_MPS, "entangler off: %s", qk_last_error());
         if (K && Ka) {
-            double e = max_diff(K, Ka, n * 7);
+            double e = qk_test_max_diff(K, Ka, n * 7);
             CHECK(e <= 1e-12, "100 qubits, entangler off: MPS K(X,Y) vs analytic %.3g", e);
         }
         free(K); free(Ka); free(y); free(spec);
@@ -356,8 +307,8 @@ static void outputs(qk_ctx *ctx)
 {
     const int q = 40;
     const int64_t n = 150, ny = 70;   /* three tile rows, the last partial */
-    qk_map *m = parse("zz(reps=1,ent=circular)", q);
-    double *x = rand_data(n, q, 0.0, 3.0), *y = rand_data(ny, q, 0.0, 3.0);
+    qk_map *m = qk_test_parse("zz(reps=1,ent=circular)", q);
+    double *x = qk_test_rand_data(n, q, 0.0, 3.0), *y = qk_test_rand_data(ny, q, 0.0, 3.0);
     qk_result r;
     double *K = gram_path(ctx, m, x, n, NULL, 0, QK_PATH_DEFAULT, &r, NULL);
     double *KY = gram_path(ctx, m, x, n, y, ny, QK_PATH_DEFAULT, &r, NULL);
@@ -415,7 +366,7 @@ static void outputs(qk_ctx *ctx)
     {
         qk_array A;
         memset(&A, 0, sizeof A);
-        CHECK(qk_npy_read(path, &A) == QK_OK && A.rows == n && A.cols == ny && max_diff(A.data, KY, n * ny) == 0.0,
+        CHECK(qk_npy_read(path, &A) == QK_OK && A.rows == n && A.cols == ny && qk_test_max_diff(A.data, KY, n * ny) == 0.0,
               "npy K(X,Y) differs from the host K");
         qk_array_free(&A);
         d.y = NULL; d.n_y = 0; d.out_dtype = QK_F32;
@@ -446,10 +397,10 @@ static void planning(qk_ctx *ctx)
     memset(&d, 0, sizeof d);
     d.x = x; d.n_x = 1; d.out = x;
     /* small zz linear: the statevector is cheaper; q = 24: MPS */
-    m = parse("zz(reps=2,ent=linear)", 8);
+    m = qk_test_parse("zz(reps=2,ent=linear)", 8);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_OK && p.path == QK_PATH_COMPLEX, "zz8 linear: path %d", (int)p.path);
     qk_map_free(m);
-    m = parse("zz(reps=2,ent=linear)", 24);
+    m = qk_test_parse("zz(reps=2,ent=linear)", 24);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS && p.mps_bond == 4 && p.mps_span == 1,
           "zz24 linear: path %d bond %d span %d", (int)p.path, p.mps_bond, p.mps_span);
     d.path = QK_PATH_REAL;   /* forcing the statevector */
@@ -457,7 +408,7 @@ static void planning(qk_ctx *ctx)
     d.path = QK_PATH_DEFAULT;
     qk_map_free(m);
     /* circular: folded order keeps gates within two sites */
-    m = parse("zz(reps=1,ent=circular)", 40);
+    m = qk_test_parse("zz(reps=1,ent=circular)", 40);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS && p.mps_bond == 4, "zz40 circular: %s", qk_last_error());
     d.path = QK_PATH_COMPLEX;
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_ERROR_TOO_MANY_QUBITS && strstr(qk_last_error(), "MPS"), "40 qubits forced statevector: %s", qk_last_error());
@@ -466,26 +417,26 @@ static void planning(qk_ctx *ctx)
     d.path = QK_PATH_DEFAULT;
     qk_map_free(m);
     /* iqp is all-to-all: planned as statevector where it fits, refused by MPS where the bound is big */
-    m = parse("iqp", 12);
+    m = qk_test_parse("iqp", 12);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_OK && p.path == QK_PATH_COMPLEX, "iqp12: path %d", (int)p.path);
     qk_map_free(m);
-    m = parse("iqp", 16);
+    m = qk_test_parse("iqp", 16);
     d.path = QK_PATH_MPS;
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "not local enough") &&
           strstr(qk_last_error(), "QK_MPS_MAX_BOND"), "iqp16 forced mps: %s", qk_last_error());
     CHECK(qk_gram(ctx, m, &d) == QK_ERROR_UNSUPPORTED, "iqp16 forced mps: qk_gram must refuse too");
     qk_map_free(m);
     /* a map whose bond is too large: zz linear with 7 reps (2^7 = 128 > 64) */
-    m = parse("zz(reps=7,ent=linear)", 16);
+    m = qk_test_parse("zz(reps=7,ent=linear)", 16);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "128"), "zz reps 7 forced mps: %s", qk_last_error());
     qk_map_free(m);
     /* product and dense maps */
-    m = parse("angle", 50);
+    m = qk_test_parse("angle", 50);
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "product"), "angle forced mps: %s", qk_last_error());
     d.path = QK_PATH_DEFAULT;
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_OK && p.path == QK_PATH_ANALYTIC, "angle 50: analytic");
     qk_map_free(m);
-    m = parse("amplitude", 8);
+    m = qk_test_parse("amplitude", 8);
     d.path = QK_PATH_MPS;
     CHECK(qk_plan_make(ctx, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "dense"), "amplitude forced mps: %s", qk_last_error());
     d.path = QK_PATH_DEFAULT;
@@ -498,16 +449,16 @@ static void planning(qk_ctx *ctx)
           "zz reps 7 at 40 qubits: %s", qk_last_error());   /* local but bond 128: refused with its bound */
     {   /* long-range gates beyond 30 qubits: blocks {0, 39} (no data) and {5, 20, 21}, so K is the
            3-qubit kernel of the second block, by the statevector */
-        qk_map *blk = parse("circuit(qubits=3: h(0) cx(0,1) rzz(1,2, 2*x1) ry(2, x2))", 3);
-        double *x40 = rand_data(9, 40, 0.0, 3.0), x3[27], *K40, *K3;
+        qk_map *blk = qk_test_parse("circuit(qubits=3: h(0) cx(0,1) rzz(1,2, 2*x1) ry(2, x2))", 3);
+        double *x40 = qk_test_rand_data(9, 40, 0.0, 3.0), x3[27], *K40, *K3;
         qk_result r;
         int a;
-        m = parse("circuit(qubits=40: h(0) h(5) cx(0,39) cx(5,20) rzz(20,21, 2*x20) ry(21, x21))", 40);
+        m = qk_test_parse("circuit(qubits=40: h(0) h(5) cx(0,39) cx(5,20) rzz(20,21, 2*x20) ry(21, x21))", 40);
         for (a = 0; a < 9; a++) { x3[3 * a] = x40[a * 40 + 5]; x3[3 * a + 1] = x40[a * 40 + 20]; x3[3 * a + 2] = x40[a * 40 + 21]; }
         K40 = gram_path(ctx, m, x40, 9, NULL, 0, QK_PATH_DEFAULT, &r, &p);
         K3 = gram_path(ctx, blk, x3, 9, NULL, 0, QK_PATH_COMPLEX, &r, NULL);
-        CHECK(K40 && K3 && p.path == QK_PATH_MPS && p.mps_span >= 15 && max_diff(K40, K3, 81) <= 1e-12,
-              "40 qubits, long-range gates: MPS vs the 3-qubit block: path %d span %d diff %.3g", (int)p.path, p.mps_span, K40 && K3 ? max_diff(K40, K3, 81) : -1.0);
+        CHECK(K40 && K3 && p.path == QK_PATH_MPS && p.mps_span >= 15 && qk_test_max_diff(K40, K3, 81) <= 1e-12,
+              "40 qubits, long-range gates: MPS vs the 3-qubit block: path %d span %d diff %.3g", (int)p.path, p.mps_span, K40 && K3 ? qk_test_max_diff(K40, K3, 81) : -1.0);
         free(K40); free(K3); free(x40);
         qk_map_free(m); qk_map_free(blk);
         m = NULL;
@@ -524,7 +475,7 @@ static void planning(qk_ctx *ctx)
         info.present = 1; info.free_bytes = info.total_bytes = (size_t)80 << 30; info.cc_major = 9;
         info.smem_per_block_optin = 227 << 10;
         snprintf(info.name, sizeof info.name, "injected");
-        m = parse("zz(reps=2,ent=linear)", 64);
+        m = qk_test_parse("zz(reps=2,ent=linear)", 64);
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS &&
               p.mps_bond == 4 && p.precision == QK_PRECISION_FP32 && strstr(p.config, "register kernel chi 4"),
               "gpu present, 64 qubits: %s (backend %d path %d config %s)", qk_last_error(), (int)p.backend, (int)p.path, p.config);
@@ -552,19 +503,19 @@ static void planning(qk_ctx *ctx)
               "qk_max_samples_mps with max_bond 2");
         qk_map_free(m);
         /* below 31 qubits the cheaper path on the GPU: statevector at 8 qubits, MPS at 24 */
-        m = parse("zz(reps=2,ent=linear)", 8);
+        m = qk_test_parse("zz(reps=2,ent=linear)", 8);
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_COMPLEX,
               "gpu 8 qubits: path %d", (int)p.path);
         d.path = QK_PATH_MPS;
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS, "gpu 8 qubits forced mps: %s", qk_last_error());
         d.path = QK_PATH_DEFAULT;
         qk_map_free(m);
-        m = parse("zz(reps=2,ent=linear)", 24);
+        m = qk_test_parse("zz(reps=2,ent=linear)", 24);
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.backend == QK_BACKEND_CUDA && p.path == QK_PATH_MPS,
               "gpu 24 qubits: path %d", (int)p.path);
         qk_map_free(m);
         /* bond 16: the warp kernel; its shared memory checked against the device */
-        m = parse("zz(reps=2,ent=circular)", 40);
+        m = qk_test_parse("zz(reps=2,ent=circular)", 40);
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_OK && p.path == QK_PATH_MPS && strstr(p.config, "warp per pair, chi 16"),
               "gpu bond 16: %s", p.config);
         info.smem_per_block_optin = 4096;
@@ -573,7 +524,7 @@ static void planning(qk_ctx *ctx)
         info.smem_per_block_optin = 227 << 10;
         qk_map_free(m);
         /* the same errors as on the CPU: MPS forced on a product map, an unknown path */
-        m = parse("angle", 8);
+        m = qk_test_parse("angle", 8);
         d.path = QK_PATH_MPS;
         CHECK(qk_plan_for_device(&info, 0.85, m, &d, &p) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "product"),
               "gpu present, angle forced mps: %s", qk_last_error());
@@ -587,13 +538,13 @@ static void planning(qk_ctx *ctx)
 /* threads do not change K (every pair is computed the same way) */
 static void threads_agree(void)
 {
-    qk_ctx *c1 = cpu_ctx(1), *c2 = cpu_ctx(2);
-    qk_map *m = parse("hea(layers=1,rot=yz,ent=cnot)", 33);
-    double *x = rand_data(45, 33, -1, 1);
+    qk_ctx *c1 = qk_test_cpu_ctx(1), *c2 = qk_test_cpu_ctx(2);
+    qk_map *m = qk_test_parse("hea(layers=1,rot=yz,ent=cnot)", 33);
+    double *x = qk_test_rand_data(45, 33, -1, 1);
     qk_result r;
     double *K1 = gram_path(c1, m, x, 45, NULL, 0, QK_PATH_DEFAULT, &r, NULL);
     double *K2 = gram_path(c2, m, x, 45, NULL, 0, QK_PATH_DEFAULT, &r, NULL);
-    CHECK(K1 && K2 && max_diff(K1, K2, 45 * 45) == 0.0, "1 vs 2 threads differ");
+    CHECK(K1 && K2 && qk_test_max_diff(K1, K2, 45 * 45) == 0.0, "1 vs 2 threads differ");
     free(K1); free(K2); free(x);
     qk_map_free(m);
     qk_ctx_destroy(c1); qk_ctx_destroy(c2);
@@ -622,9 +573,9 @@ static double *gram_trunc(qk_ctx *ctx, const qk_map *m, const double *x, int64_t
 
 static void trunc_case(qk_ctx *ctx, const char *spec, int q, int max_bond, double cutoff, int must_drop)
 {
-    qk_map *m = parse(spec, q);
+    qk_map *m = qk_test_parse(spec, q);
     const int64_t nx = 9, ny = 5;
-    double *x = rand_data(nx, q, 0, 6.283), *y = rand_data(ny, q, 0, 6.283);
+    double *x = qk_test_rand_data(nx, q, 0, 6.283), *y = qk_test_rand_data(ny, q, 0, 6.283);
     double eps[20], worst = 0, moved = 0, emax = 0;
     qk_result r;
     qk_plan plan;
@@ -687,19 +638,19 @@ static void truncation(qk_ctx *ctx)
     trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 0, 1e-3, 0);
     trunc_case(ctx, "zz(reps=2,ent=circular)", 10, 8, 1e-4, 1);
     /* max_bond at or above the exact bound: nothing is truncated, eps exactly 0, K exact */
-    m = parse("zz(reps=2,ent=linear)", 12);
-    x = rand_data(11, 12, 0, 6.283);
+    m = qk_test_parse("zz(reps=2,ent=linear)", 12);
+    x = qk_test_rand_data(11, 12, 0, 6.283);
     Ke = gram_path(ctx, m, x, 11, NULL, 0, QK_PATH_COMPLEX, &r, NULL);
     Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 4, 0, eps, &r, &plan);
     CHECK(Ke && Kt, "max_bond = bound: %s", qk_last_error());
     if (Ke && Kt) {
         CHECK(plan.mps_truncate == 0 && plan.mps_bond == 4, "max_bond = bound: plan truncate %d bond %d", plan.mps_truncate, plan.mps_bond);
         for (i = 0; i < 11; i++) CHECK(eps[i] == 0, "max_bond = bound: eps[%lld] = %g", (long long)i, eps[i]);
-        CHECK(max_diff(Ke, Kt, 121) <= 1e-12, "max_bond = bound: K differs by %.3e", max_diff(Ke, Kt, 121));
+        CHECK(qk_test_max_diff(Ke, Kt, 121) <= 1e-12, "max_bond = bound: K differs by %.3e", qk_test_max_diff(Ke, Kt, 121));
     }
     free(Kt);
     Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 64, 0, eps, &r, NULL);
-    CHECK(Kt && max_diff(Ke, Kt, 121) <= 1e-12 && eps[3] == 0, "max_bond 64 > bound: K or eps not exact");
+    CHECK(Kt && qk_test_max_diff(Ke, Kt, 121) <= 1e-12 && eps[3] == 0, "max_bond 64 > bound: K or eps not exact");
     free(Kt);
     /* an exact run reports zeros too */
     Kt = gram_trunc(ctx, m, x, 11, NULL, 0, 0, 0, eps, &r, NULL);
@@ -727,8 +678,8 @@ static void truncation(qk_ctx *ctx)
     {
         qk_gram_desc d;
         char buf[2048];
-        m = parse("zz(reps=2,ent=circular)", 40);
-        x = rand_data(4, 40, 0, 6.283);
+        m = qk_test_parse("zz(reps=2,ent=circular)", 40);
+        x = qk_test_rand_data(4, 40, 0, 6.283);
         memset(&d, 0, sizeof d);
         d.x = x; d.n_x = 4; d.out = eps; d.out_dtype = QK_F64; d.mps_max_bond = 4;
         r = qk_plan_make(ctx, m, &d, &plan);
@@ -754,9 +705,9 @@ static void cancel_while_building(void)
 {
     const int q = 60;
     const int64_t n = 4000;
-    qk_ctx *ctx = cpu_ctx(2);
-    qk_map *m = parse("zz(reps=2,ent=linear)", q);
-    double *x = rand_data(n + 1, q, 0.0, 3.0), *K = (double *)malloc(sizeof(double) * (size_t)n), KX[9];
+    qk_ctx *ctx = qk_test_cpu_ctx(2);
+    qk_map *m = qk_test_parse("zz(reps=2,ent=linear)", q);
+    double *x = qk_test_rand_data(n + 1, q, 0.0, 3.0), *K = (double *)malloc(sizeof(double) * (size_t)n), KX[9];
     qk_gram_desc d;
     qk_plan plan;
     double full[2], cut[2], best[2] = {1e30, 1e30};
@@ -794,16 +745,13 @@ static void cancel_while_building(void)
     qk_ctx_destroy(ctx);
 }
 
-#define SECTION(call) do { double t0_ = now(); call; printf("%-16s %.2f s\n", #call, now() - t0_); } while (0)
+#define SECTION(call) do { double t0_ = qk_test_now(CLOCK_MONOTONIC); call; printf("%-16s %.2f s\n", #call, qk_test_now(CLOCK_MONOTONIC) - t0_); } while (0)
 
 int main(void)
 {
     qk_ctx *ctx;
-    const char *seed = getenv("QK_TEST_SEED");
-    g_rng = seed ? strtoull(seed, NULL, 10) : (unsigned long long)time(NULL) * 2654435761ull + 1;
-    if (!g_rng) g_rng = 1;
-    printf("seed %llu\n", g_rng);
-    ctx = cpu_ctx(0);
+    qk_test_seed();
+    ctx = qk_test_cpu_ctx(0);
     bounds();
     SECTION(families(ctx));
     SECTION(big(ctx));

@@ -11,7 +11,6 @@
 #define _POSIX_C_SOURCE 199309L
 #define QK_IMPLEMENTATION
 #include "qk.h"
-#include "../qk_test_timing.h"
 
 #include <stdio.h>
 #include <stdlib.h>
