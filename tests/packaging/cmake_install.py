@@ -13,50 +13,9 @@ and what must fail: a newer version (find_package(qk 9.9)), a component qk does 
 COMPONENTS cuda from a build without the CUDA engine (REQUIRED: an error that says why;
 OPTIONAL_COMPONENTS: qk_cuda_FOUND false). Exit 77 (skip) without cmake. Usage:
   cmake_install.py MESON BUILDDIR yes|no(cuda engine built) -- CC... -- CXX..."""
-import os, shlex, shutil, subprocess, sys, tempfile
+import os, shutil, sys, tempfile
 
-fails = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-CONSUMER = r"""
-#define QK_IMPLEMENTATION
-#include "qk.h"
-#include <stdio.h>
-#include <string.h>
-int main(void)
-{
-    static const double X[3 * 2] = {0.1, 0.2, 0.3, -0.4, 1.1, 0.7};
-    double K[9];
-    qk_ctx *ctx = NULL;
-    qk_map *map = NULL;
-    qk_ctx_desc cd;
-    qk_gram_desc g;
-    int i;
-    memset(&cd, 0, sizeof cd);
-    memset(&g, 0, sizeof g);
-    if (qk_ctx_create(&cd, &ctx) != QK_OK || qk_map_parse("zz(reps=2)", 2, &map) != QK_OK) {
-        printf("setup: %s\n", qk_last_error());
-        return 1;
-    }
-    g.x = X; g.n_x = 3; g.out = K; g.out_dtype = QK_F64;
-    if (qk_gram(ctx, map, &g) != QK_OK) { printf("qk_gram: %s\n", qk_last_error()); return 1; }
-    for (i = 0; i < 9; i++) printf("%.17g ", K[i]);
-    printf("cuda=%d\n", (int)QK_CUDA_BUILD);
-    qk_map_free(map);
-    qk_ctx_destroy(ctx);
-    return 0;
-}
-"""
+from pkg_common import CONSUMER, check, consumer_output, finish, install, install_args, run
 
 CMAKELISTS = r"""
 cmake_minimum_required(VERSION 3.11)
@@ -105,23 +64,15 @@ def compiler_args(cmd, lang):
 
 
 def main():
-    argv = sys.argv[1:]
-    meson, build, cuda = argv[0], argv[1], argv[2] == "yes"
-    rest = argv[argv.index("--") + 1:]
-    cc, cxx = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+    meson, build, cuda, cc, cxx = install_args(sys.argv[1:])
     cmake = shutil.which("cmake")
     if not cmake:
         print("no cmake: skipped")
         return 77
     with tempfile.TemporaryDirectory() as d:
         dest = os.path.join(d, "dest")
-        r = run(shlex.split(meson) + ["install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"])
-        check(r.returncode == 0, "meson install --destdir (%s)" % (r.stdout + r.stderr).strip()[-800:])
-        found = {}
-        for root, _, files in os.walk(dest):
-            for f in files:
-                if f in ("qkConfig.cmake", "qkConfigVersion.cmake", "qk.pc", "qk.h"):
-                    found[f] = root
+        found = {f: root for f, root in install(meson, build, dest).items()
+                 if f in ("qkConfig.cmake", "qkConfigVersion.cmake", "qk.pc", "qk.h")}
         check("qkConfig.cmake" in found and found.get("qkConfigVersion.cmake") == found.get("qkConfig.cmake"),
               "qkConfig.cmake and qkConfigVersion.cmake installed together (%s)" % found)
         if "qkConfig.cmake" not in found:
@@ -142,7 +93,7 @@ def main():
         os.makedirs(proj)
         open(os.path.join(proj, "CMakeLists.txt"), "w").write(CMAKELISTS)
         for f in ("consumer.c", "consumer.cpp"):
-            open(os.path.join(proj, f), "w").write(CONSUMER)
+            shutil.copy(CONSUMER, os.path.join(proj, f))
         bdir = os.path.join(d, "build")
         r = run(base + ["-S", proj, "-B", bdir, "-DWANT_CUDA=" + ("ON" if cuda else "OFF")])
         check(r.returncode == 0, "consumer project configures with find_package(qk 0.1 REQUIRED) (%s)"
@@ -156,18 +107,18 @@ def main():
             for exe, want in (("consumer_c", "0"), ("consumer_cpp", "0")) + ((("consumer_cuda", "1"),) if cuda else ()):
                 path = os.path.join(bdir, exe)
                 r = run([path]) if os.path.exists(path) else None
-                v = r.stdout.split() if r else []
-                ok = r is not None and r.returncode == 0 and len(v) == 10
+                out = consumer_output(r)
+                ok = out is not None
                 # the CPU engine computes in fp64; the CUDA one (on a GPU) in its default fp32
                 tol = 1e-12 if want == "0" else 1e-5
                 if ok:
-                    K = [float(x) for x in v[:9]]
+                    K = out[0]
                     ok = (all(abs(K[4 * i] - 1) < tol for i in range(3))
                           and all(K[3 * i + j] == K[3 * j + i] and 0 < K[3 * i + j] < 1 for i in range(3) for j in range(3) if i != j)
                           and (Kcpu is None or all(abs(a - b) < tol for a, b in zip(K, Kcpu))))
                     if Kcpu is None:
                         Kcpu = K
-                check(ok and v[-1] == "cuda=" + want, "%s runs: a unit-diagonal symmetric Gram (as the C one's within %g), cuda=%s (%r)"
+                check(ok and out[1] == want, "%s runs: a unit-diagonal symmetric Gram (as the C one's within %g), cuda=%s (%r)"
                       % (exe, tol, want, ((r.stdout + r.stderr).strip()[-300:] if r else "not built")))
 
         def probe(name, body, want_ok, want_text):
@@ -188,11 +139,7 @@ def main():
                   ["without its CUDA engine"])
         probe("cuda optional", "find_package(qk REQUIRED OPTIONAL_COMPONENTS cuda)", True,
               ["qk_FOUND=1", "qk_cuda_FOUND=%s" % ("TRUE" if cuda else "FALSE")] + (["qk::cuda defined"] if cuda else []))
-    if fails:
-        print("%d failure(s)" % len(fails))
-        return 1
-    print("cmake_install: ok")
-    return 0
+    return finish("cmake_install")
 
 
 sys.exit(main())

@@ -10,68 +10,20 @@ pointed there, then a C and a C++ consumer compiled and linked with the plain co
 
 Exit 77 (skip) without pkg-config. Usage:
   pkgconfig_install.py MESON BUILDDIR yes|no(cuda engine built) -- CC... -- CXX..."""
-import os, shlex, shutil, subprocess, sys, tempfile
+import os, shlex, shutil, sys, tempfile
 
-fails = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-CONSUMER = r"""
-#define QK_IMPLEMENTATION
-#include "qk.h"
-#include <stdio.h>
-#include <string.h>
-int main(void)
-{
-    static const double X[2 * 2] = {0.1, 0.2, 0.3, -0.4};
-    double K[4];
-    qk_ctx *ctx = NULL;
-    qk_map *map = NULL;
-    qk_ctx_desc cd;
-    qk_gram_desc g;
-    memset(&cd, 0, sizeof cd);
-    memset(&g, 0, sizeof g);
-    if (qk_ctx_create(&cd, &ctx) != QK_OK || qk_map_parse("zz(reps=2)", 2, &map) != QK_OK) {
-        printf("setup: %s\n", qk_last_error());
-        return 1;
-    }
-    g.x = X; g.n_x = 2; g.out = K; g.out_dtype = QK_F64; /* the GPU engine's default is float32 */
-    if (qk_gram(ctx, map, &g) != QK_OK) { printf("qk_gram: %s\n", qk_last_error()); return 1; }
-    printf("%.12f %.12f cuda=%d\n", K[0], K[3], (int)QK_CUDA_BUILD);
-    qk_map_free(map);
-    qk_ctx_destroy(ctx);
-    return 0;
-}
-"""
+from pkg_common import CONSUMER, check, consumer_output, finish, install, install_args, run
 
 
 def main():
-    argv = sys.argv[1:]
-    meson, build, cuda = argv[0], argv[1], argv[2] == "yes"
-    rest = argv[argv.index("--") + 1:]
-    cc, cxx = rest[:rest.index("--")], rest[rest.index("--") + 1:]
+    meson, build, cuda, cc, cxx = install_args(sys.argv[1:])
     pkgconf = shutil.which("pkg-config") or shutil.which("pkgconf")
     if not pkgconf:
         print("no pkg-config: skipped")
         return 77
     with tempfile.TemporaryDirectory() as d:
         dest = os.path.join(d, "dest")
-        r = run(shlex.split(meson) + ["install", "-C", build, "--destdir", dest, "--no-rebuild", "--quiet"])
-        check(r.returncode == 0, "meson install --destdir (%s)" % (r.stdout + r.stderr).strip()[-800:])
-        pcs = {}
-        for root, _, files in os.walk(dest):
-            for f in files:
-                if f.endswith(".pc"):
-                    pcs[f[:-3]] = os.path.join(root, f)
+        pcs = {f[:-3]: os.path.join(root, f) for f, root in install(meson, build, dest).items() if f.endswith(".pc")}
         check("qk" in pcs, "qk.pc installed (%s)" % sorted(pcs))
         check(("qk-cuda" in pcs) == cuda, "qk-cuda.pc installed exactly where the CUDA engine is built")
         if "qk" not in pcs:
@@ -86,7 +38,7 @@ def main():
         env = dict(os.environ, PKG_CONFIG_PATH=pcdir, PKG_CONFIG_LIBDIR=pcdir)
         src_c, src_cpp = os.path.join(d, "consumer.c"), os.path.join(d, "consumer.cpp")
         for p in (src_c, src_cpp):
-            open(p, "w").write(CONSUMER)
+            shutil.copy(CONSUMER, p)
         for pc in ["qk"] + (["qk-cuda"] if cuda else []):
             r = run([pkgconf, "--cflags", "--libs", pc], env=env)
             check(r.returncode == 0, "pkg-config --cflags --libs %s (%s)" % (pc, r.stderr.strip()))
@@ -114,14 +66,10 @@ def main():
                 if r.returncode != 0:
                     continue
                 r = run([exe], env=renv)
-                v = r.stdout.split()
-                ok = r.returncode == 0 and len(v) == 3 and all(abs(float(x) - 1) < 1e-6 for x in v[:2])
-                check(ok and v[2] == "cuda=" + want, "%s consumer of %s runs: %r" % (lang, pc, (r.stdout + r.stderr).strip()[-300:]))
-    if fails:
-        print("%d failure(s)" % len(fails))
-        return 1
-    print("pkgconfig_install: ok")
-    return 0
+                out = consumer_output(r)
+                ok = out is not None and all(abs(out[0][4 * i] - 1) < 1e-6 for i in range(3))
+                check(ok and out[1] == want, "%s consumer of %s runs: %r" % (lang, pc, (r.stdout + r.stderr).strip()[-300:]))
+    return finish("pkgconfig_install")
 
 
 sys.exit(main())

@@ -14,19 +14,9 @@ tree (its files committed and tagged with the wrap's revision): Meson clones it,
 builds, its test passes, dependency('qk-prof') gives the profiler-on qk_prof_dep, and nothing
 of qk's besides is built or installed.
 Usage: subproject.py MESON SRCROOT"""
-import json, os, re, shlex, shutil, subprocess, sys, tempfile
+import json, os, re, shlex, shutil, sys, tempfile
 
-fails = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
+from pkg_common import CONSUMER, check, finish, run
 
 
 def introspect(meson, build, what):
@@ -65,12 +55,13 @@ def wrap_check(meson, src, d):
     check(ok, "a local git repository of the tree, tagged %s" % rev.group(1))
     parent = os.path.join(d, "wparent")
     shutil.copytree(os.path.join(src, "tests", "packaging", "subproject"), parent)
+    shutil.copy(CONSUMER, parent)
     mb = os.path.join(parent, "meson.build")
     text = open(mb).read()
     check("subproject('qk')" in text, "the parent's meson.build calls subproject('qk') (removed here)")
     text = text.replace("subproject('qk')\n", "")
     text += "qk_prof_dep = dependency('qk-prof')  # the wrap's [provide]\n"
-    text += "test('use_qk_prof', executable('use_qk_prof', 'use_qk.c', dependencies: qk_prof_dep, c_args: ['-DQK_PROF_IMPLEMENTATION']))\n"
+    text += "test('use_qk_prof', executable('use_qk_prof', 'consumer.c', dependencies: qk_prof_dep, c_args: ['-DQK_PROF_IMPLEMENTATION']))\n"
     open(mb, "w").write(text)
     os.makedirs(os.path.join(parent, "subprojects"))
     wrap = re.sub(r"^url\s*=.*$", "url = " + repo, wrap, count=1, flags=re.M)
@@ -96,6 +87,7 @@ def main():
     with tempfile.TemporaryDirectory() as d:
         parent = os.path.join(d, "parent")
         shutil.copytree(os.path.join(src, "tests", "packaging", "subproject"), parent)
+        shutil.copy(CONSUMER, parent)
         os.makedirs(os.path.join(parent, "subprojects"))
         os.symlink(src, os.path.join(parent, "subprojects", "qk"))
         build = os.path.join(d, "build")
@@ -124,11 +116,7 @@ def main():
         check(len(tests) > 5 and any(os.path.basename(k) == "qk.h" for k in installed),
               "asked for, qk's tests (%d) and installs (%d files) are there" % (len(tests), len(installed)))
         wrap_check(meson, src, d)
-    if fails:
-        print("%d failure(s)" % len(fails))
-        return 1
-    print("subproject: ok")
-    return 0
+    return finish("subproject")
 
 
 sys.exit(main())

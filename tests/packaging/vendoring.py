@@ -15,60 +15,9 @@
           return QK_ERROR_UNSUPPORTED.
 
 Usage: vendoring.py SRCROOT [alone|rule|tune ...] -- CC... -- CXX...  (all parts by default)"""
-import os, shutil, subprocess, sys, tempfile
+import os, shutil, sys, tempfile
 
-STRICT = ["-Wall", "-Wextra", "-Werror", "-Wpedantic"]
-fails = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        fails.append(what)
-
-
-def run(cmd, **kw):
-    return subprocess.run(cmd, capture_output=True, text=True, **kw)
-
-
-def write(path, text):
-    with open(path, "w") as f:
-        f.write(text)
-
-
-ALONE = r"""
-#define QK_IMPLEMENTATION
-#include "qk.h"
-#include <stdio.h>
-#include <string.h>
-
-int main(void)
-{
-    static const double X[3 * 2] = {0.1, 0.2, 0.3, -0.4, 1.5, 0.25};
-    double K[9];
-    qk_ctx *ctx = NULL;
-    qk_map *map = NULL;
-    qk_ctx_desc cd;
-    qk_gram_desc g;
-    int i;
-    memset(&cd, 0, sizeof cd);
-    memset(&g, 0, sizeof g);
-    cd.device = QK_DEVICE_CPU;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK || qk_map_parse("zz(reps=2)", 2, &map) != QK_OK) {
-        printf("setup failed: %s\n", qk_last_error());
-        return 1;
-    }
-    g.x = X;
-    g.n_x = 3;
-    g.out = K;
-    if (qk_gram(ctx, map, &g) != QK_OK) { printf("qk_gram: %s\n", qk_last_error()); return 1; }
-    for (i = 0; i < 3; i++) printf("%.12f\n", K[i * 3 + i]);
-    printf("%d\n", QK_PROF_ENABLED);
-    qk_map_free(map);
-    qk_ctx_destroy(ctx);
-    return 0;
-}
-"""
+from pkg_common import CONSUMER, STRICT, check, compilers, consumer_output, finish, run, write
 
 
 def part_alone(src, cc, cxx, d):
@@ -78,17 +27,17 @@ def part_alone(src, cc, cxx, d):
     for lang, comp, std, ext in (("C", cc, "-std=c99", "c"), ("C++", cxx, "-std=c++11", "cpp")):
         prog = os.path.join(d, "alone." + ext)
         exe = os.path.join(d, "alone_" + ext)
-        write(prog, ALONE)
+        shutil.copy(CONSUMER, prog)
         r = run(comp + [std] + STRICT + ["-I", inc, prog, "-o", exe, "-lm", "-lpthread"])
         check(r.returncode == 0, "alone: %s program with only qk.h in its include directory compiles (%s)"
               % (lang, r.stderr.strip()[:600]))
         if r.returncode != 0:
             continue
         r = run([exe])
-        vals = r.stdout.split()
-        ok = r.returncode == 0 and len(vals) == 4 and all(abs(float(v) - 1.0) < 1e-12 for v in vals[:3])
+        out = consumer_output(r)
+        ok = out is not None and all(abs(out[0][4 * i] - 1.0) < 1e-12 for i in range(3))
         check(ok, "alone: %s program runs, K's diagonal is 1 (%r)" % (lang, r.stdout + r.stderr))
-        check(ok and vals[3] == "0", "alone: %s program sees QK_PROF_ENABLED == 0" % lang)
+        check(ok and out[2] == "0", "alone: %s program sees QK_PROF_ENABLED == 0" % lang)
 
 
 RULE_MSG = "QK_PROF_IMPLEMENTATION"
@@ -215,19 +164,13 @@ def main():
     src = argv[0]
     i = argv.index("--")
     parts = argv[1:i] or ["alone", "rule", "tune"]
-    rest = argv[i + 1:]
-    j = rest.index("--")
-    cc, cxx = rest[:j], rest[j + 1:]
+    cc, cxx = compilers(argv[i + 1:])
     with tempfile.TemporaryDirectory() as d:
         for p in parts:
             sub = os.path.join(d, p)
             os.makedirs(sub)
             {"alone": part_alone, "rule": part_rule, "tune": part_tune}[p](src, cc, cxx, sub)
-    if fails:
-        print("%d failure(s)" % len(fails))
-        return 1
-    print("vendoring: ok")
-    return 0
+    return finish("vendoring")
 
 
 sys.exit(main())
