@@ -80,7 +80,7 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         FZ_CHECK(from_args(o.out, argv, argc) && from_args(o.weights, argv, argc) && from_args(o.data, argv, argc));
         rc = check_args(&o);
         FZ_CHECK(rc == -1 || rc == EXIT_USAGE);
-        if (rc == -1) FZ_CHECK(o.demo || (o.map && o.x && o.out && ends_with(o.out, ".npy")));
+        if (rc == -1) FZ_CHECK(o.demo || (o.map && o.x && o.out && qkcli_ends_with(o.out, ".npy")));
     }
     free(copy);
     return 0;
