@@ -16,20 +16,9 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("numpy is not installed: skipping the qk-gram tests")
-    sys.exit(77)
+from cli_common import EXE, check, failures, need_numpy, seeded_rng
 
-EXE = os.path.abspath(sys.argv[1])
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
+np = need_numpy("numpy is not installed: skipping the qk-gram tests")
 
 
 def zz_states(X, reps=2, alpha=2.0, pairs=None):
@@ -82,10 +71,7 @@ def leftovers(d):
     return sorted(f for f in os.listdir(d) if ".tmp." in f)
 
 
-rng = np.random.default_rng()
-seed = int(rng.integers(2**31))
-rng = np.random.default_rng(seed)
-print("seed", seed)
+rng, seed = seeded_rng()
 
 with tempfile.TemporaryDirectory(prefix="qk-test-cli-") as d:
     P = lambda name: os.path.join(d, name)

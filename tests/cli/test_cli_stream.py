@@ -8,24 +8,15 @@ for a K of 1.6 GB (n = 20000, float32); --progress writes log lines.
 usage: test_cli_stream.py PATH/TO/qk-gram   (exit 77 = skip when numpy is missing)"""
 import os, resource, shutil, signal, subprocess, sys, tempfile, time
 
-try:
-    import numpy as np
-except ImportError:
-    print("numpy is not installed: skipping")
-    sys.exit(77)
+import cli_common
+from cli_common import EXE, check, failures, need_numpy
 
-EXE = os.path.abspath(sys.argv[1])
-failures = []
+np = need_numpy("numpy is not installed: skipping")
+cli_common.VERBOSE = True
 # A sanitizer build (CI's second pass) runs 10-50x slower and maps shadow memory: the timing and
 # RSS bounds are for real builds; there the same runs check behaviour only, at a smaller size.
 with open(EXE, "rb") as f:
     SANITIZED = b"__asan_init" in f.read()
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what)
-    if not cond:
-        failures.append(what)
 
 
 def temps(d):

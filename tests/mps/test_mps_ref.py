@@ -17,20 +17,10 @@ import subprocess
 import sys
 import tempfile
 
-try:
-    import numpy as np
-except ImportError:
-    print("numpy is not installed: skipping the MPS reference tests")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "cli"))
+from cli_common import EXE, check, failures, need_numpy, seeded_rng  # noqa: E402  (tests/cli)
 
-EXE = os.path.abspath(sys.argv[1])
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-        print("FAIL:", what)
+np = need_numpy("numpy is not installed: skipping the MPS reference tests")
 
 
 H = np.array([[1, 1], [1, -1]]) / np.sqrt(2)
@@ -83,10 +73,7 @@ def run(*args):
     return subprocess.run([EXE, *args, "--device", "cpu"], capture_output=True, text=True, timeout=120)
 
 
-rng = np.random.default_rng()
-seed = int(rng.integers(2**31))
-rng = np.random.default_rng(seed)
-print("seed", seed)
+rng, seed = seeded_rng()
 
 with tempfile.TemporaryDirectory(prefix="qk-test-mps-") as d:
     P = lambda name: os.path.join(d, name)
