@@ -1,4 +1,5 @@
-/* Compile test: every header with its implementation, as C (c99 and c11), -Wall -Wextra -Werror. */
+/* Compile test: every header with its implementation, as C (c99 and c11; C++ through
+   compile_cpp.cpp), -Wall -Wextra -Werror -Wpedantic. */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #define QK_PROF_IMPLEMENTATION

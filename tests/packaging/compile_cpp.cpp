@@ -1,14 +1,3 @@
-/* Compile test: every header with its implementation, as C++ (c++11 and c++17), -Wall -Wextra -Werror. */
-#define QK_IMPLEMENTATION
-#include "qk.h"
-#define QK_PROF_IMPLEMENTATION
-#include "qk_prof.h"
-#include "qk.h" /* a second include must be harmless */
-
-int main(void)
-{
-    qk_map *m = NULL;
-    qk_result r = qk_map_parse("zz(reps=1)", 2, &m);
-    qk_map_free(m);
-    return r == QK_OK ? 0 : 1;
-}
+/* Compile test: compile_c.c (every header with its implementation) as C++ (c++11 and c++17),
+   -Wall -Wextra -Werror -Wpedantic. */
+#include "compile_c.c"
