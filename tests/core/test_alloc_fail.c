@@ -119,9 +119,26 @@ static qk_result job_ctx(int ok) {
     return QK_OK;
 }
 
+/* The context (threads), zz(reps=2) on 3 features and a desc for K(X, X) of g_x's 5 rows, made
+   inside the run (their allocations fail too); nothing is left on error. */
+static qk_result zz_job(int threads, qk_ctx **ctx, qk_map **m, qk_gram_desc *gd) {
+    qk_ctx_desc cd;
+    qk_result r;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = threads;
+    r = qk_ctx_create(&cd, ctx);
+    if (r != QK_OK) return r;
+    r = qk_map_parse("zz(reps=2)", 3, m);
+    if (r != QK_OK) { qk_ctx_destroy(*ctx); *ctx = NULL; return r; }
+    memset(gd, 0, sizeof *gd);
+    gd->x = g_x;
+    gd->n_x = 5;
+    return QK_OK;
+}
+
 /* K(X, X) (and K(X, Y)) of zz into a host buffer; map and ctx made inside the run too. */
 static qk_result gram_job(int threads, int ok) {
-    qk_ctx_desc cd;
     qk_ctx *ctx = NULL;
     qk_map *m = NULL;
     qk_gram_desc gd;
@@ -130,16 +147,7 @@ static qk_result gram_job(int threads, int ok) {
     int i;
     for (i = 0; i < 25; i++) K[i] = -9.0;
     for (i = 0; i < 10; i++) Kxy[i] = -9.0;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = threads;
-    r = qk_ctx_create(&cd, &ctx);
-    if (r != QK_OK) return r;
-    r = qk_map_parse("zz(reps=2)", 3, &m);
-    if (r != QK_OK) { qk_ctx_destroy(ctx); return r; }
-    memset(&gd, 0, sizeof gd);
-    gd.x = g_x;
-    gd.n_x = 5;
+    if ((r = zz_job(threads, &ctx, &m, &gd)) != QK_OK) return r;
     gd.out = K;
     r = qk_gram(ctx, m, &gd);
     if (r != QK_OK) {
@@ -165,21 +173,11 @@ static qk_result job_gram2(int ok) { return gram_job(2, ok); }
 
 /* K streamed into a .npy file over an existing one: on error the old file stays as it was */
 static qk_result job_gram_npy(int ok) {
-    qk_ctx_desc cd;
     qk_ctx *ctx = NULL;
     qk_map *m = NULL;
     qk_gram_desc gd;
     qk_result r;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = 2;
-    r = qk_ctx_create(&cd, &ctx);
-    if (r != QK_OK) return r;
-    r = qk_map_parse("zz(reps=2)", 3, &m);
-    if (r != QK_OK) { qk_ctx_destroy(ctx); return r; }
-    memset(&gd, 0, sizeof gd);
-    gd.x = g_x;
-    gd.n_x = 5;
+    if ((r = zz_job(2, &ctx, &m, &gd)) != QK_OK) return r;
     gd.output = QK_OUTPUT_NPY;
     gd.out_path = tpath("K.npy");
     gd.no_sync = 1;

@@ -349,6 +349,19 @@ static int same_map(const qk_map *a, const qk_map *b)
     return 1;
 }
 
+/* spec (on 2 features) is a parse error at the column col, and leaves the output map NULL */
+static void check_parse_error(const char *spec, int col)
+{
+    qk_map *a = (qk_map *)&qk_test_fails; /* must be reset to NULL */
+    char want[32];
+    qk_result r = qk_map_parse(spec, 2, &a);
+    snprintf(want, sizeof want, "column %d:", col);
+    CHECK(r == QK_ERROR_PARSE, "'%s' gave %s, want parse error", spec, qk_result_string(r));
+    CHECK(a == NULL, "'%s': out not cleared", spec);
+    if (r == QK_OK) qk_map_free(a);
+    CHECK(strstr(qk_last_error(), want) != NULL, "'%s': message '%s' lacks '%s'", spec, qk_last_error(), want);
+}
+
 static void test_parser(void)
 {
     const char *ok[] = {"zz", "zz()", " ZZ ( reps = 3 , alpha=1.25, ent=sca ) ", "zz(ent=pairwise)", "zz(ent=reverse_linear,reps=1)",
@@ -389,13 +402,7 @@ static void test_parser(void)
         qk_map_free(a); qk_map_free(b);
     }
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        qk_map *a = (qk_map *)&qk_test_fails; /* must be reset to NULL */
-        char want[32];
-        qk_result r = qk_map_parse(bad[i].spec, 2, &a);
-        snprintf(want, sizeof want, "column %d:", bad[i].col);
-        CHECK(r == QK_ERROR_PARSE, "'%s' gave %s, want parse error", bad[i].spec, qk_result_string(r));
-        CHECK(a == NULL, "'%s': out not cleared", bad[i].spec);
-        CHECK(strstr(qk_last_error(), want) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), want);
+        check_parse_error(bad[i].spec, bad[i].col);
     }
     { /* map errors other than syntax */
         qk_map *a = NULL;
@@ -440,14 +447,7 @@ static void test_parser_dup_stray(void)
     };
     size_t i;
     for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        qk_map *a = (qk_map *)&qk_test_fails; /* must be reset to NULL */
-        char want[32];
-        qk_result r = qk_map_parse(bad[i].spec, 2, &a);
-        snprintf(want, sizeof want, "column %d:", bad[i].col);
-        CHECK(r == QK_ERROR_PARSE, "'%s' gave %s, want parse error", bad[i].spec, qk_result_string(r));
-        CHECK(a == NULL, "'%s': out not cleared", bad[i].spec);
-        if (r == QK_OK) qk_map_free(a);
-        CHECK(strstr(qk_last_error(), want) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), want);
+        check_parse_error(bad[i].spec, bad[i].col);
         CHECK(strstr(qk_last_error(), bad[i].sub) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), bad[i].sub);
         if (bad[i].sub2)
             CHECK(strstr(qk_last_error(), bad[i].sub2) != NULL, "'%s': message '%s' lacks '%s'", bad[i].spec, qk_last_error(), bad[i].sub2);
