@@ -243,8 +243,7 @@ int main(int argc, char **argv)
     int n = qk_cuda_device_count();
     if (n <= 0) { printf("no CUDA device: skipped\n"); return 77; }
     if (n < 2) { printf("%d CUDA device: this test needs 2 or more: skipped\n", n); return 77; }
-    printf("%d GPUs
-", n);
+    printf("%d GPUs\n", n);
     qk_test_seed();
     const char *dir = argc > 1 ? argv[1] : ".";
     qk_ctx *cpu = nullptr, *gpu = nullptr;
