@@ -7,7 +7,7 @@
 # header (date, GPU name and driver or CPU model, nvcc version, commit). The exit status is non-zero
 # when the build or any step failed; a failed step is logged and the set goes on.
 #
-#   gpu-suite   tests/test_gpu_engine at QS (3,8,13,16) qubits against the CPU engine, with the
+#   gpu-suite   tests/gpu/test_gpu_engine at QS (3,8,13,16) qubits against the CPU engine, with the
 #               public-API tests (one device, host / device / tiles / .npy outputs, fault paths)
 #   gpu-bench   qk-bench CASES (zz4,zz8,zz12,zz16,tc8,amp16: zz16 is the 16-qubit state rate),
 #               the PyTorch peer (bench/.peer/torch_qk.py, PEER_CASES) in the same job, the joined
@@ -225,12 +225,12 @@ set_prof()
     step meson_test_prof 600 meson test -C "$B" --suite prof --print-errorlogs
     grep -E "^ *[0-9]+/[0-9]+ |^(Ok|Fail|Skipped):" "$OUT/meson_test_prof.log"
     step transport_loop 120 "$(bin transport_loop)" 300 "$OUT/transport_trace.json" "$OUT/transport_report.html" "$OUT/transport_report.txt"
-    step transport_trace_check 60 python3 tests/prof_trace_check.py --min-gpu-lanes 3 "$OUT/transport_trace.json"
+    step transport_trace_check 60 python3 tests/prof/prof_trace_check.py --min-gpu-lanes 3 "$OUT/transport_trace.json"
     python3 -c "import numpy as np; np.save('/tmp/qk_x8.npy', np.random.default_rng(3).uniform(0, 6.28, (20000, 8)))"
     step qkgram_trace 120 "$(bin qk-gram)" --map "zz(reps=2)" --x /tmp/qk_x8.npy --out /tmp/qk_K8.npy --precision fp32 \
         --device cuda --trace "$OUT/qkgram_trace.json" --profile "$OUT/qkgram_profile.txt"
     rm -f /tmp/qk_K8.npy
-    step qkgram_trace_check 60 python3 tests/prof_trace_check.py --min-gpu-lanes 2 "$OUT/qkgram_trace.json"
+    step qkgram_trace_check 60 python3 tests/prof/prof_trace_check.py --min-gpu-lanes 2 "$OUT/qkgram_trace.json"
     step prof_overhead_cuda 120 "$(bin prof_overhead_cuda)" "$OUT/prof_overhead_cuda.json" "$COMMIT" "$drv"
     step prof_overhead_cpu 120 "$(bin prof_overhead)" "$OUT/prof_overhead_cpu.json" "$COMMIT" 1
     step prof_overhead_cpu_nopre 120 "$(bin prof_overhead)" "$OUT/prof_overhead_cpu_nopre.json" "$COMMIT" 0

@@ -1,20 +1,61 @@
-/* tests/qk_test.h — the one CHECK of the test programs (C and C++).
+/* tests/qk_test.h — what the C and C++ test programs share (include it after qk.h, if any, as
+   "../qk_test.h"; the parts that use qk.h are there only when qk.h is included first).
 
    CHECK(cond) or CHECK(cond, fmt, ...) counts a check (qk_test_checks); where cond is false it
    prints "FAIL file:line: cond" and, when given, ": " and the formatted detail, on stdout, and
-   counts a failure (qk_test_fails). Define QK_TEST_DETAIL(), an expression giving a string,
-   before the include to append it to every failure (test_tune_cache: qk_last_error()). */
+   counts a failure (qk_test_fails). Define before the include, to change every failure line:
+   QK_TEST_DETAIL(), an expression giving a string appended to it (test_tune_cache:
+   qk_last_error()); QK_TEST_PREFIX(), one giving a string printed before it (test_mpi: the rank).
+
+   Random inputs: one generator (splitmix64). qk_test_seed() seeds it from QK_TEST_SEED (which
+   reproduces a run) or the clock and prints the seed; qk_test_rand64() 64 bits, qk_test_urand()
+   uniform in [0, 1) (53 bits), qk_test_uniform(lo, hi); qk_test_seed_set(s) restarts the stream
+   (the same data on every MPI rank).
+
+   Files: qk_test_read_file (the whole file, NUL-terminated, malloc'd; NULL where it cannot be
+   read), qk_test_write_file and qk_test_write_text (exit 2 where they cannot write),
+   qk_test_count_files (names in a directory that contain a string: temporary files left).
+
+   With qk.h: qk_test_cpu_ctx, qk_test_parse (exit 2 on failure: the harness, not the check),
+   qk_test_rand_data (n x d uniform in [lo, hi), malloc'd), qk_test_max_diff (the largest
+   |a - b|; infinity where either holds a NaN: a poisoned entry qk did not write), the tile
+   collector qk_test_tiles / qk_test_on_tile, and, where the POSIX clocks are declared, the
+   cancel-latency timing: qk_test_timed_gram(ctx, map, desc, t) runs qk_gram with t[0] wall and
+   t[1] process CPU seconds; qk_test_perturb(on) turns glibc's MALLOC_PERTURB_ (set by Meson,
+   a fill of every allocation, as costly as the latency measured) off and back on around timed
+   calls; qk_test_cancel_first, a progress callback that counts its calls in *(int *)user and
+   cancels at the first. */
 #ifndef QK_TEST_H
 #define QK_TEST_H
+#include <math.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#ifndef _WIN32
+#include <dirent.h>
+#endif
 
-static int qk_test_checks, qk_test_fails;
+/* the counters live in a function, so that a program that includes this and uses no CHECK
+   compiles warning-free (no unused static variable or function) */
+typedef struct qk_test_counts { int checks, fails; } qk_test_counts;
+static inline qk_test_counts *qk_test_counts_(void)
+{
+    static qk_test_counts c;
+    return &c;
+}
+#define qk_test_checks (qk_test_counts_()->checks)
+#define qk_test_fails (qk_test_counts_()->fails)
 
-static void qk_test_fail(const char *file, int line, const char *cond, const char *fmt, ...)
+static inline void qk_test_fail(const char *file, int line, const char *cond, const char *fmt, ...)
 {
     va_list ap;
     ++qk_test_fails;
+#ifdef QK_TEST_PREFIX
+    printf("%s", QK_TEST_PREFIX());
+#endif
     printf("FAIL %s:%d: %s", file, line, cond);
     if (fmt) {
         printf(": ");
@@ -35,5 +76,169 @@ static void qk_test_fail(const char *file, int line, const char *cond, const cha
         if (!(c)) qk_test_fail(__FILE__, __LINE__, #c, __VA_ARGS__); \
     } while (0)
 #define CHECK(...) QK_TEST_CHECK_(__VA_ARGS__, (const char *)0)
+
+/* ---- random inputs ---- */
+static inline unsigned long long *qk_test_rng_(void)
+{
+    static unsigned long long state = 0x853c49e6748fea9bull;
+    return &state;
+}
+static inline void qk_test_seed_set(unsigned long long s) { *qk_test_rng_() = s; }
+static inline unsigned long long qk_test_rand64(void)
+{
+    unsigned long long z = (*qk_test_rng_() += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+static inline double qk_test_urand(void) { return (double)(qk_test_rand64() >> 11) * (1.0 / 9007199254740992.0); }
+static inline double qk_test_uniform(double lo, double hi) { return lo + (hi - lo) * qk_test_urand(); }
+static inline unsigned long long qk_test_seed(void)
+{
+    const char *e = getenv("QK_TEST_SEED");
+    unsigned long long s = e ? strtoull(e, NULL, 0) : (unsigned long long)time(NULL) * 2654435761ull ^ (unsigned long long)clock();
+    qk_test_seed_set(s);
+    printf("seed %llu (QK_TEST_SEED=%llu reproduces this run)\n", s, s);
+    fflush(stdout);
+    return s;
+}
+
+/* ---- files ---- */
+static inline char *qk_test_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    char *buf = NULL;
+    long n;
+    if (!f) return NULL;
+    if (fseek(f, 0, SEEK_END) == 0 && (n = ftell(f)) >= 0 && fseek(f, 0, SEEK_SET) == 0) {
+        buf = (char *)malloc((size_t)n + 1);
+        if (buf && fread(buf, 1, (size_t)n, f) == (size_t)n) {
+            buf[n] = 0;
+            if (len) *len = (size_t)n;
+        } else {
+            free(buf);
+            buf = NULL;
+        }
+    }
+    fclose(f);
+    return buf;
+}
+static inline void qk_test_write_file(const char *path, const void *bytes, size_t n)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (n && fwrite(bytes, 1, n, f) != n) || fclose(f) != 0) {
+        printf("cannot write %s\n", path);
+        exit(2);
+    }
+}
+static inline void qk_test_write_text(const char *path, const char *text) { qk_test_write_file(path, text, strlen(text)); }
+#ifndef _WIN32
+static inline int qk_test_count_files(const char *dir, const char *sub)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int n = 0;
+    if (!d) return -1;
+    while ((e = readdir(d)) != NULL)
+        if (strstr(e->d_name, sub)) n++;
+    closedir(d);
+    return n;
+}
+#endif
+
+/* ---- with qk.h ---- */
+#ifdef QK_H
+static inline qk_ctx *qk_test_cpu_ctx(int threads)
+{
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = threads;
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
+    return ctx;
+}
+static inline qk_map *qk_test_parse(const char *spec, int d)
+{
+    qk_map *m = NULL;
+    if (qk_map_parse(spec, d, &m) != QK_OK) { printf("parse %s (%d): %s\n", spec, d, qk_last_error()); exit(2); }
+    return m;
+}
+static inline double *qk_test_rand_data(int64_t n, int d, double lo, double hi)
+{
+    double *x = (double *)malloc(sizeof(double) * (size_t)(n * d));
+    int64_t i;
+    if (!x) { printf("out of memory\n"); exit(2); }
+    for (i = 0; i < n * d; i++) x[i] = qk_test_uniform(lo, hi);
+    return x;
+}
+static inline double qk_test_max_diff(const double *a, const double *b, int64_t n)
+{
+    double worst = 0;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        double e = fabs(a[i] - b[i]);
+        if (e != e) return INFINITY;
+        if (e > worst) worst = e;
+    }
+    return worst;
+}
+
+/* Tiles through the callback into K (rows x cols, NaN first): every entry once (bad counts one
+   delivered twice), tiles side x side but at the right and bottom edges, for K(X,X) (sym) the
+   upper block triangle only, mirrored here. */
+typedef struct qk_test_tiles { double *K; int64_t rows, cols, side; int sym, bad, calls; } qk_test_tiles;
+static inline int qk_test_on_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *t, int64_t ld, void *user)
+{
+    qk_test_tiles *s = (qk_test_tiles *)user;
+    int64_t a, b;
+    s->calls++;
+    if (s->sym && j0 < i0) s->bad++;
+    if ((m != s->side && i0 + m != s->rows) || (n != s->side && j0 + n != s->cols) || m > s->side || n > s->side) s->bad++;
+    for (a = 0; a < m; a++)
+        for (b = 0; b < n; b++) {
+            double v = ((const double *)t)[a * ld + b];
+            if (!isnan(s->K[(i0 + a) * s->cols + j0 + b])) s->bad++; /* delivered twice */
+            s->K[(i0 + a) * s->cols + j0 + b] = v;
+            if (s->sym && j0 != i0) s->K[(j0 + b) * s->cols + i0 + a] = v;
+        }
+    return 0;
+}
+
+#if defined(CLOCK_MONOTONIC) && defined(CLOCK_PROCESS_CPUTIME_ID)
+#if defined(__GLIBC__)
+#include <malloc.h> /* mallopt (M_PERTURB) */
+#endif
+static inline double qk_test_now(clockid_t clk)
+{
+    struct timespec t;
+    clock_gettime(clk, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static inline void qk_test_perturb(int on)
+{
+#if defined(__GLIBC__) && defined(M_PERTURB)
+    const char *e = getenv("MALLOC_PERTURB_");
+    mallopt(M_PERTURB, on && e ? atoi(e) : 0);
+#else
+    (void)on;
+#endif
+}
+static inline int qk_test_cancel_first(int64_t done, int64_t total, void *user)
+{
+    (void)done; (void)total;
+    ++*(int *)user;
+    return 1;
+}
+static inline qk_result qk_test_timed_gram(qk_ctx *ctx, const qk_map *m, const qk_gram_desc *d, double t[2])
+{
+    double w = qk_test_now(CLOCK_MONOTONIC), c = qk_test_now(CLOCK_PROCESS_CPUTIME_ID);
+    qk_result r = qk_gram(ctx, m, d);
+    t[0] = qk_test_now(CLOCK_MONOTONIC) - w;
+    t[1] = qk_test_now(CLOCK_PROCESS_CPUTIME_ID) - c;
+    return r;
+}
+#endif /* the POSIX clocks */
+#endif /* QK_H */
 
 #endif /* QK_TEST_H */

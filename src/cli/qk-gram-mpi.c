@@ -27,6 +27,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "options.h"   /* what qk-gram and qk-gram-mpi share */
+
 #define EXIT_USAGE 2
 
 static const char *usage_text =
@@ -63,39 +65,15 @@ typedef struct options {
 
 static int g_rank = 0, g_size = 1;
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-/* A value from the command line (a path, the spec, an option's value) as a message quotes it:
-   escaped and cut by qk.h's qk__esc_arg (control and non-ASCII bytes as \xNN, at most 200
-   bytes, then "... (N bytes)"). Eight buffers in turn, so one message may quote several. */
-static const char *arg(const char *s) {
-    static char bufs[8][QK__ESC_ARG_SIZE];
-    static int next = 0;
-    char *b = bufs[next];
-    next = (next + 1) % 8;
-    return qk__esc_arg(b, sizeof bufs[0], s);
-}
 
-/* Writes the formatted message to stderr with every byte that is not printable ASCII escaped
-   (qk__esc_msg) and the whole cut to 4 KB: whatever a message quotes, a value given raw or a
-   file's name in the library's detail, reaches the terminal as text. */
-static void put_msg(const char *fmt, va_list ap) {
-    char raw[4096], esc[4096];
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    qk__esc_msg(esc, sizeof esc, raw);
-    fputs(esc, stderr);
-}
 
 static void die_usage(const char *fmt, ...) {
     va_list ap;
     if (g_rank == 0) {
         fprintf(stderr, "qk-gram-mpi: ");
         va_start(ap, fmt);
-        put_msg(fmt, ap);
+        qkcli_put_msg(fmt, ap);
         va_end(ap);
         fprintf(stderr, "\n(qk-gram-mpi --help shows the options)\n");
     }
@@ -111,7 +89,7 @@ static int fail(int mine, qk_result r, const char *fmt, ...) {
     fprintf(stderr, "qk-gram-mpi: error: ");
     if (mine && g_size > 1) fprintf(stderr, "rank %d: ", g_rank);
     va_start(ap, fmt);
-    put_msg(fmt, ap);
+    qkcli_put_msg(fmt, ap);
     va_end(ap);
     if (r != QK_OK) fprintf(stderr, ": %s", *qk_last_error() ? qk_last_error() : qk_result_string(r));   /* escaped by qk */
     fprintf(stderr, "\n");
@@ -125,13 +103,6 @@ static int any(int flag) {
     return all;
 }
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix), i;
-    if (n < m) return 0;
-    for (i = 0; i < m; i++)
-        if (tolower((unsigned char)s[n - m + i]) != suffix[i]) return 0;
-    return 1;
-}
 
 /* Rank 0 reads a .npy / .csv array (2-D samples when `samples`); every rank gets it. */
 static int read_bcast(const char *what, const char *path, int samples, qk_array *a) {
@@ -140,10 +111,10 @@ static int read_bcast(const char *what, const char *path, int samples, qk_array 
     memset(a, 0, sizeof *a);
     if (g_rank == 0) {
         qk_result r = QK_ERROR_FORMAT;
-        if (!ends_with(path, ".npy") && !ends_with(path, ".csv")) bad = fail(0, QK_OK, "%s: '%s' is neither .npy nor .csv", what, arg(path));
-        else if ((r = ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a)) != QK_OK) bad = fail(0, r, "cannot read %s", what);
+        if (!qkcli_ends_with(path, ".npy") && !qkcli_ends_with(path, ".csv")) bad = fail(0, QK_OK, "%s: '%s' is neither .npy nor .csv", what, qkcli_arg(path));
+        else if ((r = qkcli_ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a)) != QK_OK) bad = fail(0, r, "cannot read %s", what);
         else if (samples && (a->ndim != 2 || a->rows < 1 || a->cols < 1))
-            bad = fail(0, QK_OK, "%s: '%s' must be 2-D (n_samples, n_features) with at least one of each", what, arg(path));
+            bad = fail(0, QK_OK, "%s: '%s' must be 2-D (n_samples, n_features) with at least one of each", what, qkcli_arg(path));
         shape[0] = a->rows;
         shape[1] = a->cols;
         shape[2] = a->ndim;
@@ -171,7 +142,7 @@ static int check_output_path(const char *out) {
     char dir[4096];
     const char *slash = strrchr(out, '/');
     size_t dl = slash ? (slash == out ? 1 : (size_t)(slash - out)) : 1;
-    if (!ends_with(out, ".npy")) return fail(0, QK_OK, "--out '%s': the output must be a .npy file", out);
+    if (!qkcli_ends_with(out, ".npy")) return fail(0, QK_OK, "--out '%s': the output must be a .npy file", out);
     if (stat(out, &st) == 0 && S_ISDIR(st.st_mode)) return fail(0, QK_OK, "--out '%s' is a directory", out);
     if (dl >= sizeof dir) return fail(0, QK_OK, "--out '%s': path too long", out);
     if (slash) memcpy(dir, out, dl);
@@ -187,15 +158,9 @@ static void parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     o->device = QK_DEVICE_CPU;
     for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL, *eq;
+        const char *a = argv[i], *v = NULL, *eq, *err;
         char name[32];
-        size_t nl;
-        if (strncmp(a, "--", 2) != 0) die_usage("unexpected argument '%s'", arg(a));
-        eq = strchr(a, '=');
-        nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) die_usage("unknown option '%s'", arg(a));
-        memcpy(name, a, nl);
-        name[nl] = 0;
+        if ((err = qkcli_split(a, name, sizeof name, &eq)) != NULL) die_usage(err, qkcli_arg(a));
         if (!strcmp(name, "--help")) { if (g_rank == 0) fputs(usage_text, stdout); MPI_Finalize(); exit(0); }
         if (!strcmp(name, "--version")) { if (g_rank == 0) printf("qk-gram-mpi %s\n", QK_VERSION_STRING); MPI_Finalize(); exit(0); }
         if (!strcmp(name, "--quiet")) { o->quiet = 1; continue; }
@@ -205,7 +170,7 @@ static void parse_args(int argc, char **argv, options *o) {
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
             strcmp(name, "--threads") && strcmp(name, "--cache-dir") && strcmp(name, "--tol"))
-            die_usage("unknown option '%s'", arg(name));
+            die_usage("unknown option '%s'", qkcli_arg(name));
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
         else die_usage("option %s needs a value", name);
@@ -216,24 +181,15 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--weights")) o->weights = v;
         else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
         else if (!strcmp(name, "--device")) {
-            if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
-            else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
-            else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
-            else die_usage("--device '%s': expected auto, cpu or cuda", arg(v));
+            if ((err = qkcli_device(v, &o->device)) != NULL) die_usage(err, qkcli_arg(v));
         } else if (!strcmp(name, "--precision")) {
-            /* the library's one table of names (qk_precision_parse), with numpy's two aliases */
-            const char *pn = !strcmp(v, "float32") ? "fp32" : !strcmp(v, "float64") ? "fp64" : v;
-            if (!strcmp(pn, "default") || qk_precision_parse(pn, &o->precision) != QK_OK)
-                die_usage("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
+            if ((err = qkcli_precision(v, &o->precision)) != NULL) die_usage(err, qkcli_arg(v));
         } else if (!strcmp(name, "--tol")) {
-            char *end;
-            double t = strtod(v, &end);
-            if (*v == 0 || *end || !(t > 0.0 && t <= 1.0)) die_usage("--tol '%s': expected a number in (0, 1]", arg(v));
-            o->tol = t;
+            if ((err = qkcli_tol(v, &o->tol)) != NULL) die_usage(err, qkcli_arg(v));
         } else {
             char *end;
             long t = strtol(v, &end, 10);
-            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", arg(v));
+            if (*v == 0 || *end || t < 1 || t > 4096) die_usage("--threads '%s': expected a count from 1 to 4096", qkcli_arg(v));
             o->threads = (int)t;
         }
     }
@@ -251,7 +207,7 @@ typedef struct rank_clock { double t0, t_done; } rank_clock;
 
 static int progress_cb(int64_t done, int64_t total, void *user) {
     rank_clock *c = (rank_clock *)user;
-    if (done >= total && c->t_done == 0) c->t_done = now_s();
+    if (done >= total && c->t_done == 0) c->t_done = qkcli_now();
     return stop_signal != 0;
 }
 
@@ -282,16 +238,16 @@ static int run(const options *o) {
     if (X.cols > 0x7fffffff) { fail(0, QK_OK, "X has too many features"); goto done; }
     /* every rank parses the same spec: the same error everywhere, printed once */
     r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(0, r, "--map '%s'", arg(o->map)); goto done; }
+    if (r != QK_OK) { fail(0, r, "--map '%s'", qkcli_arg(o->map)); goto done; }
     if (o->weights) {
         r = W.rows * W.cols > 0x7fffffff ? QK_ERROR_INVALID_ARGUMENT : qk_map_set_weights(map, W.data, (int)(W.rows * W.cols));
-        if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", arg(o->weights), map->n_weights); goto done; }
+        if (r != QK_OK) { fail(0, r, "--weights '%s' (the map has %d weights)", qkcli_arg(o->weights), map->n_weights); goto done; }
     }
 
     /* the data suits the map (every rank has the same data: the same answer everywhere) */
     r = qk_map_check_data(map, X.data, X.rows, "X");
-    if (r != QK_OK) { fail(0, r, "bad data in '%s'", arg(o->x)); goto done; }
-    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", arg(o->y)); goto done; }
+    if (r != QK_OK) { fail(0, r, "bad data in '%s'", qkcli_arg(o->x)); goto done; }
+    if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", qkcli_arg(o->y)); goto done; }
 
     /* the context: threads shared by the ranks of a node, GPU by node-local rank */
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -343,8 +299,8 @@ static int run(const options *o) {
         char spec[512];
         qk_map_spec(map, spec, sizeof spec);
         printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
-        printf("data: X %s (%lld x %lld)%s%s%s\n", arg(o->x), (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
-               o->y ? arg(o->y) : "", o->y ? "" : ", K = K(X, X) (symmetric)");
+        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
+               o->y ? qkcli_arg(o->y) : "", o->y ? "" : ", K = K(X, X) (symmetric)");
         printf("ranks: %d, %s engine, %d threads per rank\n", g_size,
                qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? "CUDA" : "CPU", qk_ctx_query(ctx).n_threads);
         fflush(stdout);
@@ -358,9 +314,9 @@ static int run(const options *o) {
     sigaction(SIGHUP, &sa, &old_hup);
     MPI_Barrier(MPI_COMM_WORLD);
     memset(&clk, 0, sizeof clk);
-    clk.t0 = now_s();
+    clk.t0 = qkcli_now();
     r = qk_gram_mpi(ctx, map, &gd, MPI_COMM_WORLD);
-    secs = now_s() - clk.t0;
+    secs = qkcli_now() - clk.t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
@@ -369,7 +325,7 @@ static int run(const options *o) {
         MPI_Allreduce(&sig, &any_sig, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
         if (r == QK_ERROR_CANCELLED && any_sig) {
             if (g_rank == 0) fprintf(stderr, "qk-gram-mpi: stopped by %s; '%s' was not written\n",
-                                    any_sig == SIGINT ? "SIGINT" : any_sig == SIGHUP ? "SIGHUP" : "SIGTERM", arg(o->out));
+                                    any_sig == SIGINT ? "SIGINT" : any_sig == SIGHUP ? "SIGHUP" : "SIGTERM", qkcli_arg(o->out));
             rc = 128 + any_sig;
             goto done;
         }
@@ -397,7 +353,7 @@ static int run(const options *o) {
         printf("  (slowest / mean %.3f)\n", mean > 0 ? mx / mean : 1.0);
         printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s on %d ranks, %.3g Gpairs/s\n", (long long)X.rows,
                (long long)cols, gd.out_dtype == QK_F32 ? "float32" : "float64",
-               arg(o->out), (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
+               qkcli_arg(o->out), (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
                secs > 0 ? (double)(X.rows * cols) / secs * 1e-9 : 0.0);
     }
     rc = EXIT_SUCCESS;
@@ -411,22 +367,13 @@ done:
     return rc;
 }
 
-/* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the rank and leave the temporary
-   file: caught instead, the write fails with EFBIG and qk_gram_mpi fails on every rank, removing
-   the file; the rank that hit the limit says so. */
-static volatile sig_atomic_t fsize_hit = 0;
-static void on_fsize_signal(int sig) { (void)sig; fsize_hit = 1; }
-
 int main(int argc, char **argv) {
     options o;
     int rc, provided = 0;
-    struct sigaction sa_fsize;
-    /* before MPI_Init: it creates its shared-memory backing files under the same limit */
-    memset(&sa_fsize, 0, sizeof sa_fsize);
-    sa_fsize.sa_handler = on_fsize_signal;
-    sa_fsize.sa_flags = SA_RESTART;
-    sigemptyset(&sa_fsize.sa_mask);
-    sigaction(SIGXFSZ, &sa_fsize, NULL);
+    /* SIGXFSZ caught (options.h): a write past ulimit -f fails with EFBIG and qk_gram_mpi fails on
+       every rank, removing the file; the rank that hit the limit says so. Before MPI_Init: it
+       creates its shared-memory backing files under the same limit. */
+    qkcli_catch_fsize();
     /* SERIALIZED: qk_gram_mpi writes each slab from a second thread while the next is computed */
     MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
     MPI_Comm_rank(MPI_COMM_WORLD, &g_rank);
@@ -438,12 +385,10 @@ int main(int argc, char **argv) {
     }
     parse_args(argc, argv, &o);
     rc = run(&o);
-    if (rc == EXIT_FAILURE && fsize_hit) {
-        struct rlimit rl;
-        if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-            fail(1, QK_OK, "a write went past the file size limit (ulimit -f, RLIMIT_FSIZE: %llu bytes); the temporary file was removed",
-                 (unsigned long long)rl.rlim_cur);
-        else fail(1, QK_OK, "a write went past the file size limit (SIGXFSZ); the temporary file was removed");
+    if (rc == EXIT_FAILURE && qkcli_fsize_hit) {
+        char note[256];
+        qkcli_fsize_note(note, sizeof note);
+        fail(1, QK_OK, "%s", note);
     }
     MPI_Finalize();
     return rc;

@@ -29,6 +29,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "options.h"   /* what qk-gram and qk-gram-mpi share */
+
 #ifndef QK_DEMO_DATA
 #define QK_DEMO_DATA "examples/data"
 #endif
@@ -101,30 +103,11 @@ typedef struct options {
 /* Where messages go: stdout / stderr, or nowhere (the fuzz targets in tests/ set quiet_msgs). */
 static int quiet_msgs = 0;
 
-/* A value from the command line (a path, the spec, an option's value) as a message quotes it:
-   escaped and cut by qk.h's qk__esc_arg (control and non-ASCII bytes as \xNN, at most 200
-   bytes, then "... (N bytes)"). Eight buffers in turn, so one message may quote several. */
-static const char *arg(const char *s) {
-    static char bufs[8][QK__ESC_ARG_SIZE];
-    static int next = 0;
-    char *b = bufs[next];
-    next = (next + 1) % 8;
-    return qk__esc_arg(b, sizeof bufs[0], s);
-}
 
-/* Writes "prefix" and the formatted message to stderr with every byte that is not printable
-   ASCII escaped (qk__esc_msg) and the whole cut to 4 KB: whatever a message quotes, a value
-   given raw or a file's name in the library's detail, reaches the terminal as text. */
-static void put_msg(const char *fmt, va_list ap) {
-    char raw[4096], esc[4096];
-    vsnprintf(raw, sizeof raw, fmt, ap);
-    qk__esc_msg(esc, sizeof esc, raw);
-    fputs(esc, stderr);
-}
 static void put_msgf(const char *fmt, ...) {
     va_list ap;
     va_start(ap, fmt);
-    put_msg(fmt, ap);
+    qkcli_put_msg(fmt, ap);
     va_end(ap);
 }
 
@@ -134,7 +117,7 @@ static int usage_error(const char *fmt, ...) {
     if (quiet_msgs) return EXIT_USAGE;
     fprintf(stderr, "qk-gram: ");
     va_start(ap, fmt);
-    put_msg(fmt, ap);
+    qkcli_put_msg(fmt, ap);
     va_end(ap);
     fprintf(stderr, "\n(qk-gram --help shows the options)\n");
     return EXIT_USAGE;
@@ -152,7 +135,7 @@ static int fail(qk_result r, const char *fmt, ...) {
     if (quiet_msgs) return EXIT_FAILURE;
     fprintf(stderr, "qk-gram: error: ");
     va_start(ap, fmt);
-    put_msg(fmt, ap);
+    qkcli_put_msg(fmt, ap);
     va_end(ap);
     if (r != QK_OK) put_msgf(": %s", detail && *detail ? detail : qk_result_string(r));
     fprintf(stderr, "\n");
@@ -161,9 +144,9 @@ static int fail(qk_result r, const char *fmt, ...) {
 
 static int prof_fail(const char *what, const char *path) {
 #ifdef QK_PROF_ENABLE
-    put_msgf("qk-gram: error: cannot write the %s '%s': %s\n", what, arg(path), qk_prof_last_error());
+    put_msgf("qk-gram: error: cannot write the %s '%s': %s\n", what, qkcli_arg(path), qk_prof_last_error());
 #else
-    put_msgf("qk-gram: error: cannot write the %s '%s'\n", what, arg(path));
+    put_msgf("qk-gram: error: cannot write the %s '%s'\n", what, qkcli_arg(path));
 #endif
     return EXIT_FAILURE;
 }
@@ -181,32 +164,20 @@ static void show_spec_column(const char *spec) {
     fprintf(stderr, "    %s\n    %*s^\n", spec, col - 1, "");
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
-static int ends_with(const char *s, const char *suffix) {
-    size_t n = strlen(s), m = strlen(suffix), i;
-    if (n < m) return 0;
-    for (i = 0; i < m; i++)
-        if (tolower((unsigned char)s[n - m + i]) != suffix[i]) return 0;
-    return 1;
-}
 
-static int known_type(const char *path) { return ends_with(path, ".npy") || ends_with(path, ".csv"); }
+static int known_type(const char *path) { return qkcli_ends_with(path, ".npy") || qkcli_ends_with(path, ".csv"); }
 
 /* .npy or .csv by extension (known_type checked first). */
 static qk_result read_array(const char *path, qk_array *a) {
-    return ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a);
+    return qkcli_ends_with(path, ".npy") ? qk_npy_read(path, a) : qk_csv_read(path, a);
 }
 
 /* Reads a 2-D sample matrix; prints the error itself. */
 static int read_samples(const char *what, const char *path, qk_array *a) {
     qk_result r;
     long long rows, cols;
-    if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, arg(path));
+    if (!known_type(path)) return fail(QK_OK, "%s: '%s' is neither .npy nor .csv", what, qkcli_arg(path));
     r = read_array(path, a);
     if (r != QK_OK) return fail(r, "cannot read %s", what);
     /* The shape is taken before qk_array_free zeroes it (the message used to say (0,)). */
@@ -215,12 +186,12 @@ static int read_samples(const char *what, const char *path, qk_array *a) {
     if (a->ndim != 2) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' is 1-D (shape (%lld,)); samples must be 2-D (n_samples, n_features) "
-                    "(for one feature, save x.reshape(-1, 1))", what, arg(path), rows);
+                    "(for one feature, save x.reshape(-1, 1))", what, qkcli_arg(path), rows);
     }
     if (rows < 1 || cols < 1) {
         qk_array_free(a);
         return fail(QK_OK, "%s: '%s' has shape (%lld, %lld); it needs at least one sample and one feature",
-                    what, arg(path), rows, cols);
+                    what, qkcli_arg(path), rows, cols);
     }
     return EXIT_SUCCESS;
 }
@@ -237,18 +208,18 @@ static int read_weights(const char *path, qk_map *map, int quiet) {
         return EXIT_SUCCESS;
     }
     memset(&W, 0, sizeof W);
-    if (!known_type(path)) return fail(QK_OK, "--weights '%s' is neither .npy nor .csv", arg(path));
+    if (!known_type(path)) return fail(QK_OK, "--weights '%s' is neither .npy nor .csv", qkcli_arg(path));
     r = read_array(path, &W);
     if (r != QK_OK) return fail(r, "cannot read --weights");
     n = W.rows * W.cols;
     if (n != map->n_weights) {
-        fail(QK_OK, "--weights '%s' holds %lld values, the map has %d weights", arg(path), (long long)n, map->n_weights);
+        fail(QK_OK, "--weights '%s' holds %lld values, the map has %d weights", qkcli_arg(path), (long long)n, map->n_weights);
         qk_array_free(&W);
         return EXIT_FAILURE;
     }
     r = qk_map_set_weights(map, W.data, (int)n);
     qk_array_free(&W);
-    if (r != QK_OK) return fail(r, "--weights '%s'", arg(path));
+    if (r != QK_OK) return fail(r, "--weights '%s'", qkcli_arg(path));
     return EXIT_SUCCESS;
 }
 
@@ -334,7 +305,7 @@ static int progress_cb(int64_t done, int64_t total, void *user) {
     int i, w = 30, fill;
     if (stop_signal) return 1;
     if (p->mode == 0 || atomic_flag_test_and_set(&p->busy)) return 0;
-    t = now_s();
+    t = qkcli_now();
     if (done > 0 && p->t_first == 0) { p->t_first = t; p->done_first = done; }
     el = t - p->t0;
     if ((p->mode == 1 && el > 0.5 && t - p->last > 0.1) || (p->mode == 2 && t - p->last >= 5.0) || (done >= total && (p->drawn || p->mode == 2))) {
@@ -414,7 +385,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     atomic_flag_clear(&prog.busy);
     prog.mode = o->quiet ? 0 : o->progress ? 2 : isatty(2) ? 1 : 0;
     if (o->progress && isatty(2) && !o->quiet) prog.mode = 1;
-    prog.t0 = now_s();
+    prog.t0 = qkcli_now();
     prog.bytes_per_pair = gd->out_dtype == QK_F32 ? 4.0 : 8.0;
     gd->progress = progress_cb;
     gd->progress_user = &prog;
@@ -425,9 +396,9 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGHUP, &sa, &old_hup);
-    t0 = now_s();
+    t0 = qkcli_now();
     r = qk_gram(ctx, map, gd);
-    *seconds = now_s() - t0;
+    *seconds = qkcli_now() - t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
@@ -435,7 +406,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     if (r == QK_ERROR_CANCELLED && stop_signal) {
         fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n",
                 stop_signal == SIGINT ? "interrupted (SIGINT)" : stop_signal == SIGHUP ? "hung up (SIGHUP)" : "terminated (SIGTERM)",
-                arg(o->out));
+                qkcli_arg(o->out));
         return 128 + (int)stop_signal;
     }
     if (r != QK_OK) return fail(r, "Gram failed");
@@ -446,7 +417,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
 /* ---- command line ---- */
 /* parse_args and check_args never exit: they return -1 to go on, or the exit status to end with
    (0 after --help / --version, EXIT_USAGE for a bad command line, the message printed), so
-   that tests/fuzz_qk_gram_args.c can call them. */
+   that tests/fuzz/fuzz_qk_gram_args.c can call them. */
 
 /* Options that take a value; given twice is an error (a second --x meant as --y would silently
    compute another K). */
@@ -460,16 +431,10 @@ static int parse_args(int argc, char **argv, options *o) {
     memset(o, 0, sizeof *o);
     memset(seen, 0, sizeof seen);
     for (i = 1; i < argc; i++) {
-        const char *a = argv[i], *v = NULL, *eq;
+        const char *a = strcmp(argv[i], "-h") == 0 ? "--help" : argv[i], *v = NULL, *eq, *err;
         char name[32];
-        size_t nl;
-        if (strncmp(a, "--", 2) != 0 && strcmp(a, "-h") != 0) return usage_error("unexpected argument '%s'", arg(a));
-        eq = strchr(a, '=');
-        nl = eq ? (size_t)(eq - a) : strlen(a);
-        if (nl >= sizeof name) return usage_error("unknown option '%s'", arg(a));
-        memcpy(name, a, nl);
-        name[nl] = 0;
-        if (strcmp(name, "--help") == 0 || strcmp(name, "-h") == 0) {
+        if ((err = qkcli_split(a, name, sizeof name, &eq)) != NULL) return usage_error(err, qkcli_arg(a));
+        if (strcmp(name, "--help") == 0) {
             if (!quiet_msgs) fputs(usage_text, stdout);
             return 0;
         }
@@ -486,7 +451,7 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (strcmp(name, "--no-sync") == 0) o->no_sync = 1;
             else if (strcmp(name, "--autotune") == 0) o->autotune = 1;
             else if (strcmp(name, "--no-autotune") == 0) o->autotune = -1;
-            else return usage_error("unknown option '%s'", arg(name));
+            else return usage_error("unknown option '%s'", qkcli_arg(name));
             continue;
         }
         if (seen[k]++) return usage_error("option %s is given twice", name);
@@ -504,20 +469,11 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--trace")) o->trace = v;
         else if (!strcmp(name, "--html")) o->html = v;
         else if (!strcmp(name, "--device")) {
-            if (!strcmp(v, "auto")) o->device = QK_DEVICE_AUTO;
-            else if (!strcmp(v, "cpu")) o->device = QK_DEVICE_CPU;
-            else if (!strcmp(v, "cuda") || !strcmp(v, "gpu")) o->device = QK_DEVICE_CUDA;
-            else return usage_error("--device '%s': expected auto, cpu or cuda", arg(v));
+            if ((err = qkcli_device(v, &o->device)) != NULL) return usage_error(err, qkcli_arg(v));
         } else if (!strcmp(name, "--precision")) {
-            /* the library's one table of names (qk_precision_parse), with numpy's two aliases */
-            const char *pn = !strcmp(v, "float32") ? "fp32" : !strcmp(v, "float64") ? "fp64" : v;
-            if (!strcmp(pn, "default") || qk_precision_parse(pn, &o->precision) != QK_OK)
-                return usage_error("--precision '%s': expected auto, fp32, fp64, tf32, fp32x3 or fp16", arg(v));
-        } else if (!strcmp(name, "--tol")) {   /* C syntax: qk-gram never calls setlocale */
-            char *end = NULL;
-            double t = strtod(v, &end);
-            if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return usage_error("--tol '%s': expected a number in (0, 1]", arg(v));
-            o->tol = t;
+            if ((err = qkcli_precision(v, &o->precision)) != NULL) return usage_error(err, qkcli_arg(v));
+        } else if (!strcmp(name, "--tol")) {
+            if ((err = qkcli_tol(v, &o->tol)) != NULL) return usage_error(err, qkcli_arg(v));
         } else if (!strcmp(name, "--gpus")) {
             /* "all", or distinct ordinals 0..4095 separated by commas (digits only) */
             const char *c = v;
@@ -528,10 +484,10 @@ static int parse_args(int argc, char **argv, options *o) {
                 int j;
                 while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
                 if (c == d0 || t > 4095 || (*c && *c != ','))
-                    return usage_error("--gpus '%s': expected all or CUDA device ordinals such as 0,1", arg(v));
+                    return usage_error("--gpus '%s': expected all or CUDA device ordinals such as 0,1", qkcli_arg(v));
                 for (j = 0; j < o->n_gpus; j++)
-                    if (o->gpus[j] == (int)t) return usage_error("--gpus '%s': a device is listed twice", arg(v));
-                if (o->n_gpus == QK_MAX_DEVICES) return usage_error("--gpus '%s': at most %d devices", arg(v), QK_MAX_DEVICES);
+                    if (o->gpus[j] == (int)t) return usage_error("--gpus '%s': a device is listed twice", qkcli_arg(v));
+                if (o->n_gpus == QK_MAX_DEVICES) return usage_error("--gpus '%s': at most %d devices", qkcli_arg(v), QK_MAX_DEVICES);
                 o->gpus[o->n_gpus++] = (int)t;
                 if (!*c) break;
                 c++;
@@ -540,12 +496,12 @@ static int parse_args(int argc, char **argv, options *o) {
             if (!strcmp(v, "auto")) o->path = QK_PATH_DEFAULT;
             else if (!strcmp(v, "mps")) o->path = QK_PATH_MPS;
             else if (!strcmp(v, "statevector")) o->path = QK_PATH_COMPLEX;
-            else return usage_error("--path '%s': expected auto, mps or statevector", arg(v));
+            else return usage_error("--path '%s': expected auto, mps or statevector", qkcli_arg(v));
         } else {   /* --threads: digits only (no sign, blanks or locale forms), 1..4096 */
             const char *c = v;
             long t = 0;
             while (*c >= '0' && *c <= '9' && t <= 4096) t = t * 10 + (*c++ - '0');
-            if (*v == 0 || *c || t < 1 || t > 4096) return usage_error("--threads '%s': expected a count from 1 to 4096", arg(v));
+            if (*v == 0 || *c || t < 1 || t > 4096) return usage_error("--threads '%s': expected a count from 1 to 4096", qkcli_arg(v));
             o->threads = (int)t;
         }
     }
@@ -607,7 +563,7 @@ static int check_args(const options *o) {
         if (!o->x) return usage_error("--x is required", NULL);
         if (!o->out) return usage_error("--out is required", NULL);
         if (o->data) return usage_error("--data goes with --demo", NULL);
-        if (!ends_with(o->out, ".npy")) return usage_error("--out '%s': the output must be a .npy file", o->out);
+        if (!qkcli_ends_with(o->out, ".npy")) return usage_error("--out '%s': the output must be a .npy file", o->out);
     }
     if ((o->profile || o->trace || o->html) && !QK_PROF_ENABLED)
         return usage_error("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)", NULL);
@@ -662,21 +618,21 @@ static int gram_main(const options *o) {
     if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
     if (have_y && Y.cols != X.cols) {
-        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", arg(o->x),
-             (long long)X.cols, arg(o->y), (long long)Y.cols);
+        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
+             (long long)X.cols, qkcli_arg(o->y), (long long)Y.cols);
         goto done;
     }
     if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
 
     r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", arg(o->map)); show_spec_column(o->map); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", qkcli_arg(o->map)); show_spec_column(o->map); goto done; }
     if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
     /* Validate the data before allocating K: the detail names the row and column. */
     r = qk_map_check_data(map, X.data, X.rows, "X");
-    if (r != QK_OK) { fail(r, "bad data in '%s'", arg(o->x)); goto done; }
+    if (r != QK_OK) { fail(r, "bad data in '%s'", qkcli_arg(o->x)); goto done; }
     if (have_y) {
         r = qk_map_check_data(map, Y.data, Y.rows, "Y");
-        if (r != QK_OK) { fail(r, "bad data in '%s'", arg(o->y)); goto done; }
+        if (r != QK_OK) { fail(r, "bad data in '%s'", qkcli_arg(o->y)); goto done; }
     }
 
     r = make_ctx(o, &ctx);
@@ -691,8 +647,8 @@ static int gram_main(const options *o) {
     gd.tol = o->tol;
     gd.path = o->path;
     if (!o->quiet)
-        printf("data: X %s (%lld x %lld)%s%s%s\n", arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
-               have_y ? arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
+        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
+               have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
     rc = run_gram(ctx, map, &gd, o, &dtype, &secs);
     if (rc != EXIT_SUCCESS) goto done;
     rc = EXIT_FAILURE;
@@ -703,7 +659,7 @@ static int gram_main(const options *o) {
     pairs = X.rows * n_cols;
     if (!o->quiet)
         printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s, %.3g Gpairs/s\n", (long long)X.rows,
-               (long long)n_cols, dtype == QK_F32 ? "float32" : "float64", arg(o->out), (long long)pairs,
+               (long long)n_cols, dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)pairs,
                have_y ? "" : " (i <= j computed, mirrored)", secs, secs > 0 ? (double)pairs / secs * 1e-9 : 0.0);
     rc = EXIT_SUCCESS;
 done:
@@ -772,7 +728,7 @@ static FILE *open_demo_data(const options *o, char *path, size_t size) {
         if ((f = fopen(path, "rb")) != NULL) return f;
     }
     fprintf(stderr, "qk-gram: error: cannot find iris.csv in");
-    for (i = 0; i < n; i++) fprintf(stderr, " '%s'", arg(dirs[i]));
+    for (i = 0; i < n; i++) fprintf(stderr, " '%s'", qkcli_arg(dirs[i]));
     fprintf(stderr, "; pass --data DIR (the repository's examples/data)\n");
     return NULL;
 }
@@ -819,11 +775,11 @@ static int demo_load(const options *o, demo *dm) {
     if (r != QK_OK) return fail(r, "cannot read the demo data");
     dm->n = (int)dm->data.rows;
     if (dm->data.cols != IRIS_FEATURES + 1 || dm->n < 3 * IRIS_CLASSES)
-        return fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", arg(dm->path),
+        return fail(QK_OK, "%s: expected 4 feature columns and a class column, got %lld columns", qkcli_arg(dm->path),
                     (long long)dm->data.cols);
     for (i = 0; i < dm->n; i++) {
         double y = dm->data.data[i * 5 + 4];
-        if (!(y == 0 || y == 1 || y == 2)) return fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", arg(dm->path), i + 1, y);
+        if (!(y == 0 || y == 1 || y == 2)) return fail(QK_OK, "%s: row %d: class %g is not 0, 1 or 2", qkcli_arg(dm->path), i + 1, y);
     }
     return EXIT_SUCCESS;
 }
@@ -850,7 +806,7 @@ static int demo_split(demo *dm) {
         }
     }
     free(idx);
-    if (dm->n_tr == 0 || dm->n_te == 0) return fail(QK_OK, "%s: too few samples to split", arg(dm->path));
+    if (dm->n_tr == 0 || dm->n_te == 0) return fail(QK_OK, "%s: too few samples to split", qkcli_arg(dm->path));
     return EXIT_SUCCESS;
 }
 
@@ -889,9 +845,9 @@ static int demo_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet
     *out = (double *)malloc(sizeof(double) * (size_t)(gd->n_x * cols));
     if (!*out) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory");
     gd->out = *out;
-    t0 = now_s();
+    t0 = qkcli_now();
     r = qk_gram(ctx, map, gd);
-    *seconds = now_s() - t0;
+    *seconds = qkcli_now() - t0;
     if (r != QK_OK) return fail(r, "Gram failed");
     return EXIT_SUCCESS;
 }
@@ -985,10 +941,10 @@ static int demo_main(const options *o) {
     if (demo_load(o, &dm) != EXIT_SUCCESS || demo_split(&dm) != EXIT_SUCCESS || demo_scale(&dm) != EXIT_SUCCESS)
         goto done;
     r = qk_map_parse(spec, IRIS_FEATURES, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", arg(spec)); show_spec_column(spec); goto done; }
+    if (r != QK_OK) { fail(r, "--map '%s'", qkcli_arg(spec)); show_spec_column(spec); goto done; }
     r = make_ctx(o, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
-    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", arg(dm.path));
+    printf("qk-gram --demo: Iris (Fisher 1936, UCI ML Repository, CC BY 4.0), %s\n", qkcli_arg(dm.path));
     printf("data: %d samples, %d features scaled to [0, pi], %d classes; stratified split (seed 2026): "
            "%d train / %d test\n", dm.n, IRIS_FEATURES, IRIS_CLASSES, dm.n_tr, dm.n_te);
     if (demo_kernels(ctx, map, o, &dm) != EXIT_SUCCESS || demo_train(&dm) != EXIT_SUCCESS) goto done;
@@ -1002,30 +958,11 @@ done:
     return rc;
 }
 
-#ifndef QK_GRAM_NO_MAIN   /* tests/fuzz_qk_gram_args.c includes this file for its parser */
-/* SIGXFSZ (a write past RLIMIT_FSIZE, `ulimit -f`) would kill the process and leave K's
-   temporary file: caught instead, the write fails with EFBIG, qk removes the temporary file
-   and the error is reported as any other; the flag adds what the limit was. */
-static volatile sig_atomic_t fsize_hit = 0;
-static void on_fsize_signal(int sig) { (void)sig; fsize_hit = 1; }
-
-static void fsize_note(void) {
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_FSIZE, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
-        fprintf(stderr, "qk-gram: error: a write went past the file size limit (ulimit -f, RLIMIT_FSIZE: %llu bytes); "
-                        "the temporary file was removed\n", (unsigned long long)rl.rlim_cur);
-    else fprintf(stderr, "qk-gram: error: a write went past the file size limit (SIGXFSZ); the temporary file was removed\n");
-}
-
+#ifndef QK_GRAM_NO_MAIN   /* tests/fuzz/fuzz_qk_gram_args.c includes this file for its parser */
 int main(int argc, char **argv) {
     options o;
     int pa;
-    struct sigaction sa_fsize;
-    memset(&sa_fsize, 0, sizeof sa_fsize);
-    sa_fsize.sa_handler = on_fsize_signal;
-    sa_fsize.sa_flags = SA_RESTART;
-    sigemptyset(&sa_fsize.sa_mask);
-    sigaction(SIGXFSZ, &sa_fsize, NULL);
+    qkcli_catch_fsize();   /* a write past ulimit -f: an error, the temporary file removed */
     if (argc == 1) {
         fputs(usage_text, stderr);
         return EXIT_USAGE;
@@ -1043,7 +980,11 @@ int main(int argc, char **argv) {
             if (o.trace && QK_PROF_WRITE_TRACE(o.trace) != 0) rc = prof_fail("trace", o.trace);
             if (o.html && QK_PROF_WRITE_HTML(o.html) != 0) rc = prof_fail("HTML report", o.html);
         }
-        if (rc == EXIT_FAILURE && fsize_hit) fsize_note();
+        if (rc == EXIT_FAILURE && qkcli_fsize_hit) {
+            char note[256];
+            qkcli_fsize_note(note, sizeof note);
+            fprintf(stderr, "qk-gram: error: %s\n", note);
+        }
         if (k_written && rc != EXIT_SUCCESS)
             fprintf(stderr, "qk-gram: note: '%s' was written; only the profiler output failed\n", o.out);
         return rc;

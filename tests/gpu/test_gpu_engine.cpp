@@ -23,7 +23,6 @@
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <complex>
 #include <vector>
-#include <random>
 #include <string>
 #include <cmath>
 #include <cstdio>
@@ -36,8 +35,6 @@
 #include "qk.h"
 
 typedef std::complex<double> cd;
-static std::mt19937_64 g_rng;
-static double urand(double a, double b) { return std::uniform_real_distribution<double>(a, b)(g_rng); }
 
 #include "../qk_test.h"
 
@@ -133,10 +130,10 @@ static TMap map_hea(int q, int layers, char rot, bool cnot)
     for (int l = 0; l < layers; ++l) {
         for (int i = 0; i < q; ++i) {
             t.ops.push_back(op1(QK_OP_RY, i, QK_ARG_WX, i, 0, 1, 0, (int)t.w.size()));
-            t.w.push_back(urand(0.3, 1.5));
+            t.w.push_back(qk_test_uniform(0.3, 1.5));
             if (rot == 'z') {
                 t.ops.push_back(op1(QK_OP_RZ, i, QK_ARG_WX, i, 0, 1, 0, (int)t.w.size()));
-                t.w.push_back(urand(0.3, 1.5));
+                t.w.push_back(qk_test_uniform(0.3, 1.5));
             }
         }
         if (q > 1)
@@ -258,9 +255,9 @@ static std::vector<double> rand_x(const TMap &t, int64_t n)
     for (int64_t s = 0; s < n; ++s)
         for (int k = 0; k < t.d; ++k) {
             double v;
-            if (t.name == "basis") v = (g_rng() & 1) ? 1.0 : 0.0;
-            else if (t.name == "amplitude") v = urand(-1, 1);
-            else v = urand(0, 2 * M_PI);
+            if (t.name == "basis") v = (qk_test_rand64() & 1) ? 1.0 : 0.0;
+            else if (t.name == "amplitude") v = qk_test_uniform(-1, 1);
+            else v = qk_test_uniform(0, 2 * M_PI);
             x[(size_t)s * t.d + k] = v;
         }
     if (t.name == "amplitude" && n > 0) x[0] = 0.0; /* a zero component (not a zero row) */
@@ -680,7 +677,7 @@ static void fp32_same_tests(qk_ctx *gpu)
         if (!m) continue;
         const int64_t n = 501;
         std::vector<double> x((size_t)n * dims[i]);
-        for (auto &v : x) v = urand(0, 2 * M_PI);
+        for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
         std::vector<float> k1((size_t)n * n, NAN), k2((size_t)n * n, NAN);
         qk_gram_desc g;
         memset(&g, 0, sizeof g);
@@ -714,7 +711,7 @@ static void auto_tests(qk_ctx *cpu, qk_ctx *gpu)
         if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "auto: parse %s", c.spec); continue; }
         const int64_t n = c.d >= 12 ? 131 : 333;
         std::vector<double> x((size_t)n * c.d), ref((size_t)n * n), got((size_t)n * n, NAN);
-        for (auto &v : x) v = urand(0, 2 * M_PI);
+        for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
         qk_gram_desc g;
         memset(&g, 0, sizeof g);
         g.x = x.data(); g.n_x = n; g.out = ref.data(); g.out_dtype = QK_F64;
@@ -802,8 +799,8 @@ static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t 
     CHECK(r == QK_OK, "api %s: qk_map_parse -> %d %s", spec, (int)r, qk_last_error());
     if (r != QK_OK) return;
     std::vector<double> x((size_t)nx * d), y((size_t)ny * d);
-    for (auto &v : x) v = binary ? (double)(g_rng() & 1) : urand(-0.5, 2 * M_PI);
-    for (auto &v : y) v = binary ? (double)(g_rng() & 1) : urand(-0.5, 2 * M_PI);
+    for (auto &v : x) v = binary ? (double)(qk_test_rand64() & 1) : qk_test_uniform(-0.5, 2 * M_PI);
+    for (auto &v : y) v = binary ? (double)(qk_test_rand64() & 1) : qk_test_uniform(-0.5, 2 * M_PI);
     if (!binary) { x[0] = 1.0; y[0] = 1.0; } /* amplitude: no zero rows */
     for (int sym = 0; sym < 2; ++sym) {
         const int64_t cols = sym ? nx : ny;
@@ -891,7 +888,7 @@ static void api_tests()
         qk_map *m = nullptr;
         if (t1 && t2 && qk_map_parse("zz(reps=2)", 7, &m) == QK_OK) {
             std::vector<double> x(300 * 7);
-            for (auto &v : x) v = urand(0, 2 * M_PI);
+            for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
             std::vector<float> k1(300 * 300, NAN), k2(300 * 300, NAN);
             qk_gram_desc g;
             memset(&g, 0, sizeof g);
@@ -963,7 +960,7 @@ static void amp_encode_tests()
             std::vector<double> xv;
             if (pinned) cudaMallocHost((void **)&x, n * d * sizeof(double));
             else { xv.resize(n * d); x = xv.data(); }
-            for (int64_t i = 0; i < n * d; ++i) x[i] = urand(-1, 1);
+            for (int64_t i = 0; i < n * d; ++i) x[i] = qk_test_uniform(-1, 1);
             const size_t es = p64 ? 8 : 4;
             void *dout = nullptr;
             cudaMalloc(&dout, n * D * es);
@@ -1029,10 +1026,10 @@ static void stream_tests(qk_ctx *gpu)
         CHECK(qk_map_parse(spec, d, &m) == QK_OK, "stream %s: parse", spec);
         if (!m) continue;
         for (int sym = 1; sym >= 0; --sym) {
-            const int64_t nx = 1000 + (int64_t)(g_rng() % 77), ny = sym ? nx : 457;
+            const int64_t nx = 1000 + (int64_t)(qk_test_rand64() % 77), ny = sym ? nx : 457;
             std::vector<double> x((size_t)nx * d), y((size_t)ny * d);
-            for (auto &v : x) v = urand(0, 2 * M_PI);
-            for (auto &v : y) v = urand(0, 2 * M_PI);
+            for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
+            for (auto &v : y) v = qk_test_uniform(0, 2 * M_PI);
             qk_gram_desc g;
             memset(&g, 0, sizeof g);
             g.x = x.data(); g.n_x = nx;
@@ -1122,7 +1119,7 @@ static void fault_tests(qk_ctx *gpu)
         qk_map *m = nullptr;
         if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "fault: parse %s", c.spec); continue; }
         std::vector<double> x((size_t)c.n * c.d);
-        for (auto &v : x) v = urand(0, 2 * M_PI);
+        for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
         const size_t cnt = (size_t)c.n * c.n;
         std::vector<float> ref(cnt, NAN), got(cnt);
         float *dbuf = nullptr;
@@ -1213,9 +1210,7 @@ static void fault_tests(qk_ctx *gpu)
 int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
-    unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), 0, 10) : (unsigned long long)time(0);
-    g_rng.seed(seed);
-    printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
+    qk_test_seed();
     /* QK_TEST_POISON: every cuBLAS-path C poisoned with NaN before its GEMMs (the initcheck run) */
     qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;

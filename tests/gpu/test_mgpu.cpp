@@ -14,7 +14,6 @@
    message naming the device, and no .npy (nor temporary file) is left.
    Exit 77 (skipped) without a CUDA device, or with fewer than 2. */
 #include <vector>
-#include <random>
 #include <string>
 #include <cmath>
 #include <cstdio>
@@ -28,10 +27,7 @@
 #define QK_MGPU_HOST_BOUND_SPLIT 1   /* the whole-rows split is tested (off by default) */
 #define QK_IMPLEMENTATION
 #include "qk.h"
-
-static int g_fail = 0, g_checks = 0;
-static std::mt19937_64 g_rng;
-#define CHECK(cond, ...) do { ++g_checks; if (!(cond)) { ++g_fail; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
+#include "../qk_test.h"
 
 struct TileRec { std::vector<double> *K; std::vector<int> *seen; int64_t cols; size_t es; bool sym; };
 static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
@@ -45,17 +41,6 @@ static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *til
             if (t->sym && i0 != j0) (*t->K)[(j0 + b) * t->cols + i0 + a] = v;   /* the caller mirrors */
         }
     return 0;
-}
-
-static int count_tmp(const char *dir, const char *stem)
-{
-    int n = 0;
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    if (!d) return -1;
-    while ((e = readdir(d)) != nullptr) n += strncmp(e->d_name, stem, strlen(stem)) == 0;
-    closedir(d);
-    return n;
 }
 
 static double tol(qk_precision p, int q, double ref)
@@ -158,7 +143,7 @@ static qk_result gpu_gram(qk_ctx *gpu, const qk_map *map, const std::vector<doub
 static std::vector<double> rand_x(int64_t n, int d)
 {
     std::vector<double> x((size_t)(n * d));
-    for (auto &v : x) v = std::uniform_real_distribution<double>(-1.0, 2.0)(g_rng);
+    for (auto &v : x) v = qk_test_uniform(-1.0, 2.0);
     return x;
 }
 
@@ -202,7 +187,7 @@ static void compare_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int6
         printf("ok %-58s worst %.2e  %s  GPU %d %.3f s, GPU %d %.3f s\n", what, worst,
                plan.dev_full_rows ? "full rows" : "sym parts", plan.devices[0], sec[0], plan.devices[1], sec[1]);
     }
-    CHECK(count_tmp(dir, "K_mgpu") == 0, "%s: files left in %s", spec, dir);
+    CHECK(qk_test_count_files(dir, "K_mgpu") == 0, "%s: files left in %s", spec, dir);
     qk_map_free(map);
 }
 
@@ -235,7 +220,7 @@ static void failure_case(qk_ctx *gpu, const char *dir)
         if (kind == 2) CHECK((r == QK_ERROR_DEVICE_OUT_OF_MEMORY || r == QK_ERROR_CUDA) && msg.find("CUDA device") != std::string::npos, "%s: %s (%s)", what, qk_result_string(r), msg.c_str());
         if (kind == 3) CHECK(r == QK_ERROR_CANCELLED, "%s: %s (%s)", what, qk_result_string(r), msg.c_str());
         CHECK(access(path.c_str(), F_OK) != 0, "%s: %s exists", what, path.c_str());
-        CHECK(count_tmp(dir, "K_fail") == 0, "%s: a temporary file is left", what);
+        CHECK(qk_test_count_files(dir, "K_fail") == 0, "%s: a temporary file is left", what);
         printf("ok failure: %-28s -> %s: %s\n", what, qk_result_string(r), msg.c_str());
     }
     /* and the context still works afterwards */
@@ -258,9 +243,8 @@ int main(int argc, char **argv)
     int n = qk_cuda_device_count();
     if (n <= 0) { printf("no CUDA device: skipped\n"); return 77; }
     if (n < 2) { printf("%d CUDA device: this test needs 2 or more: skipped\n", n); return 77; }
-    unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), nullptr, 10) : (unsigned long long)time(nullptr);
-    printf("seed %llu (QK_TEST_SEED to replay), %d GPUs\n", seed, n);
-    g_rng.seed(seed);
+    printf("%d GPUs\n", n);
+    qk_test_seed();
     const char *dir = argc > 1 ? argv[1] : ".";
     qk_ctx *cpu = nullptr, *gpu = nullptr;
     qk_ctx_desc cd;
@@ -286,7 +270,7 @@ int main(int argc, char **argv)
               "cuda_device = 1: not that device alone");
         qk_ctx_destroy(all);
     }
-    const int64_t nx = 301 + (int64_t)(g_rng() % 50), ny = 157 + (int64_t)(g_rng() % 30);
+    const int64_t nx = 301 + (int64_t)(qk_test_rand64() % 50), ny = 157 + (int64_t)(qk_test_rand64() % 30);
     for (int prec = 0; prec < 2; ++prec) {
         qk_precision p = prec ? QK_PRECISION_FP32 : QK_PRECISION_FP64;
         compare_case(cpu, gpu, "zz(reps=2)", 5, nx, 0, p, dir);
@@ -298,6 +282,6 @@ int main(int argc, char **argv)
     failure_case(gpu, dir);
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
-    printf("%d checks, %d failures\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -1,6 +1,6 @@
 /* GPU MPS engine (qk_cuda.cu's qk_cuda_mps_gram, docs/mps.md): K on the GPU against K on the CPU
    engine's MPS path (the oracle, itself tested against the statevector engine and an independent
-   numpy MPS: tests/test_mps.c, tests/test_mps_ref.py), fresh random data every run (seed printed,
+   numpy MPS: tests/mps/test_mps.c, tests/mps/test_mps_ref.py), fresh random data every run (seed printed,
    QK_TEST_SEED to replay), outputs poisoned with NaN first, every element checked.
 
    Cases: zz linear / reverse_linear / circular / pairwise / sca with reps 1..3, hea rings (CZ and
@@ -19,7 +19,6 @@
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <vector>
 #include <string>
-#include <random>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -29,19 +28,16 @@
 #include <cuda_runtime.h>
 #define QK_IMPLEMENTATION
 #include "qk.h"
+#include "../qk_test.h"
 
-static int g_fail = 0, g_checks = 0;
-static std::mt19937_64 g_rng;
 static double g_worst64 = 0, g_worst32 = 0;
-#define CHECK(cond, ...) do { ++g_checks; if (!(cond)) { ++g_fail; printf("FAIL %s:%d: ", __FILE__, __LINE__); printf(__VA_ARGS__); printf("\n"); } } while (0)
 
 static std::vector<double> rand_data(int64_t n, int d, bool clustered)
 {
-    std::uniform_real_distribution<double> u(0.0, 1.0);
     std::vector<double> x((size_t)(n * d)), c((size_t)d);
-    for (auto &v : c) v = 6.283 * u(g_rng);
+    for (auto &v : c) v = 6.283 * qk_test_urand();
     for (int64_t i = 0; i < n; ++i)
-        for (int k = 0; k < d; ++k) x[(size_t)(i * d + k)] = clustered ? c[(size_t)k] + 0.03 * u(g_rng) : 6.283 * u(g_rng);
+        for (int k = 0; k < d; ++k) x[(size_t)(i * d + k)] = clustered ? c[(size_t)k] + 0.03 * qk_test_urand() : 6.283 * qk_test_urand();
     return x;
 }
 
@@ -198,9 +194,7 @@ static std::string brickwork(int q, int layers)
 int main(void)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
-    unsigned long long seed = getenv("QK_TEST_SEED") ? strtoull(getenv("QK_TEST_SEED"), 0, 10) : (unsigned long long)time(0);
-    g_rng.seed(seed);
-    printf("seed %llu (QK_TEST_SEED to replay)\n", seed);
+    qk_test_seed();
     qk_ctx *gpu = make_ctx(QK_DEVICE_CUDA), *cpu = make_ctx(QK_DEVICE_CPU);
     static const char *ents[] = {"linear", "reverse_linear", "circular", "pairwise", "sca"};
     const int qs[] = {2, 3, 4, 5, 7, 10, 13, 16, 20};
@@ -250,6 +244,6 @@ int main(void)
     printf("largest |gpu - cpu|: fp64 %.3e, fp32 %.3e\n", g_worst64, g_worst32);
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
-    printf("%d checks, %d failures\n", g_checks, g_fail);
-    return g_fail ? 1 : 0;
+    printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
 }

@@ -1,0 +1,36 @@
+"""What the qk-gram end-to-end scripts share (test_cli.py and test_cli_stream.py here,
+mps/test_mps_ref.py; the program under test is their first argument): numpy or a skip (exit
+77), the check log (check prints what failed, and what passed too with VERBOSE), a seeded
+numpy generator."""
+import os, sys
+
+EXE = os.path.abspath(sys.argv[1])
+VERBOSE = False
+failures = []
+
+
+def need_numpy(message):
+    """numpy, or the message and exit 77 (a skip) where it is not installed."""
+    try:
+        import numpy
+    except ImportError:
+        print(message)
+        sys.exit(77)
+    return numpy
+
+
+def check(cond, what):
+    if VERBOSE:
+        print(("ok   " if cond else "FAIL ") + what)
+    elif not cond:
+        print("FAIL:", what)
+    if not cond:
+        failures.append(what)
+
+
+def seeded_rng():
+    """A numpy generator from a fresh seed, printed: (generator, seed)."""
+    import numpy
+    seed = int(numpy.random.default_rng().integers(2**31))
+    print("seed", seed)
+    return numpy.random.default_rng(seed), seed

@@ -1,0 +1,368 @@
+/* qk_gram_mpi under mpirun -n 1, 2, 3 (tests/mpi/test_mpi.py runs it; CPU engine):
+   - K(X,X) and K(X,Y) of odd sizes, complex / real / product maps, float64 and float32, to one
+     .npy file with MPI-IO: the file is byte for byte the .npy that one qk_gram writes;
+   - the tile callback: every entry of K (the upper triangle for K(X,X)) comes exactly once,
+     over all ranks, bitwise equal to one qk_gram's K;
+   - progress: each rank's count ends at its total, and the totals add up to n_x * n_y;
+   - failures on one rank (each rank in turn): a progress callback that cancels, a tile callback
+     that cancels, NaN in that rank's X, X that differs on that rank; and a missing output
+     directory and an unsupported output mode on all: every rank returns the error, the detail
+     names the failing rank, the output directory holds no new file (no temporary file either)
+     and an old file at out_path is left as it was.
+   QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32);
+   the desc's mpi_block_bytes overrides it (fewer tiles, the same K).
+   Usage: mpirun -n R test_mpi DIR [single|serialized|multiple] (DIR: an empty scratch directory
+   every rank sees; the MPI thread level to ask for, default single). */
+#define _POSIX_C_SOURCE 200809L
+#include "qk.h"   /* a plain include first: QK_MPI may come with a later one */
+#define QK_MPI
+#define QK_MPI_BLOCK_BYTES 4096
+#define QK_MPI_SYNC_BYTES 8192   /* the writer thread's periodic sync runs too */
+#define QK_IMPLEMENTATION
+#include "qk.h"
+
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+static int rank_, size_;
+static const char *rank_prefix(void) {
+    static char p[32];
+    snprintf(p, sizeof p, "rank %d: ", rank_);
+    return p;
+}
+#define QK_TEST_PREFIX() rank_prefix()
+#include "../qk_test.h"
+
+static char dir_[1024];
+
+static double *samples(int64_t n, int d, uint64_t seed) {
+    double *x = (double *)malloc(sizeof(double) * (size_t)(n * d));
+    int64_t i;
+    qk_test_seed_set(seed);
+    for (i = 0; i < n * d; i++) x[i] = qk_test_urand() * 3.14159;
+    return x;
+}
+
+/* Names in d other than `keep1`, `keep2` (NULL: none): a count, and the first one. */
+static int stray_files(const char *d, const char *keep1, const char *keep2, char *first, size_t size) {
+    DIR *dp = opendir(d);
+    struct dirent *e;
+    int n = 0;
+    first[0] = 0;
+    if (!dp) return -1;
+    while ((e = readdir(dp)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if ((keep1 && !strcmp(e->d_name, keep1)) || (keep2 && !strcmp(e->d_name, keep2))) continue;
+        if (!n) snprintf(first, size, "%s", e->d_name);
+        n++;
+    }
+    closedir(dp);
+    return n;
+}
+
+/* 1 on every rank when every rank passes 1 */
+static int all_ranks(int ok) {
+    int all = 0;
+    MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    return all;
+}
+
+/* ---- tile collection (callback output) ---- */
+typedef struct tiles {
+    int64_t n, cols;
+    int symmetric;
+    qk_dtype dt;
+    double *val;        /* n x cols */
+    int *count;         /* deliveries of each entry (upper triangle for symmetric K) */
+    int bad_lower;      /* a lower-triangle entry of a diagonal tile that is not its mirror */
+    int bad_tile;       /* a tile outside K, or j0 < i0 for symmetric K */
+    int cancel_after;   /* > 0: return 1 (cancel) at that call */
+    int calls;
+} tiles;
+
+static int collect(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *t, int64_t ld, void *user) {
+    tiles *c = (tiles *)user;
+    int64_t a, b;
+    c->calls++;
+    if (c->cancel_after > 0 && c->calls >= c->cancel_after) return 1;
+    if (i0 < 0 || j0 < 0 || i0 + m > c->n || j0 + n > c->cols || m <= 0 || n <= 0 || (c->symmetric && j0 < i0)) {
+        c->bad_tile++;
+        return 0;
+    }
+    for (a = 0; a < m; a++)
+        for (b = 0; b < n; b++) {
+            int64_t i = i0 + a, j = j0 + b;
+            double v = c->dt == QK_F32 ? (double)((const float *)t)[a * ld + b] : ((const double *)t)[a * ld + b];
+            if (c->symmetric && j < i) continue;   /* checked against its mirror below */
+            c->val[i * c->cols + j] = v;
+            c->count[i * c->cols + j]++;
+        }
+    if (c->symmetric) /* diagonal tiles come whole: their lower part must be the mirror */
+        for (a = 0; a < m; a++)
+            for (b = 0; b < n; b++) {
+                int64_t i = i0 + a, j = j0 + b;
+                double v = c->dt == QK_F32 ? (double)((const float *)t)[a * ld + b] : ((const double *)t)[a * ld + b];
+                if (j < i && i - j0 < n && j - i0 >= 0 && j - i0 < m) {
+                    double u = c->dt == QK_F32 ? (double)((const float *)t)[(j - i0) * ld + (i - j0)] : ((const double *)t)[(j - i0) * ld + (i - j0)];
+                    if (memcmp(&u, &v, sizeof u) != 0) c->bad_lower++;
+                }
+            }
+    return 0;
+}
+
+typedef struct prog { int64_t last, total; int calls, cancel_after, monotone_bad; } prog;
+static int on_progress(int64_t done, int64_t total, void *user) {
+    prog *p = (prog *)user;
+    p->calls++;
+    if (done < p->last || (p->total && total != p->total)) p->monotone_bad++;
+    p->last = done;
+    p->total = total;
+    return p->cancel_after > 0 && p->calls >= p->cancel_after;
+}
+
+/* ---- the K checks ---- */
+typedef struct gcase { const char *spec; int d; int64_t nx, ny; qk_dtype dt; } gcase;
+
+static void check_case(const gcase *gc, int idx) {
+    qk_ctx *ctx = qk_test_cpu_ctx(1);   /* one thread: R ranks share the 2 cores of CI */
+    qk_map *map = NULL;
+    double *x = samples(gc->nx, gc->d, 100 + (uint64_t)idx), *y = gc->ny ? samples(gc->ny, gc->d, 200 + (uint64_t)idx) : NULL;
+    int64_t cols = gc->ny ? gc->ny : gc->nx, i, j;
+    size_t es = gc->dt == QK_F32 ? 4 : 8;
+    char ref_path[1200], out_path[1200], sub[1100], stray[256];
+    void *kref = malloc(es * (size_t)(gc->nx * cols));
+    qk_gram_desc g;
+    qk_result r;
+    tiles tc;
+    prog pg;
+    int64_t totals = 0;
+
+    snprintf(sub, sizeof sub, "%s/case%d", dir_, idx);
+    if (rank_ == 0) mkdir(sub, 0777);
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(ref_path, sizeof ref_path, "%s/ref.npy", sub);
+    snprintf(out_path, sizeof out_path, "%s/K.npy", sub);
+    if (qk_map_parse(gc->spec, gc->d, &map) != QK_OK) { CHECK(0, "map %s: %s", gc->spec, qk_last_error()); return; }
+
+    /* the single-process K: a host buffer on every rank, the .npy file on rank 0 */
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = gc->nx; g.y = y; g.n_y = gc->ny; g.out_dtype = gc->dt; g.out = kref;
+    r = qk_gram(ctx, map, &g);
+    CHECK(r == QK_OK, "case %d: qk_gram: %s", idx, qk_last_error());
+    if (rank_ == 0) {
+        g.output = QK_OUTPUT_NPY; g.out = NULL; g.out_path = ref_path;
+        r = qk_gram(ctx, map, &g);
+        CHECK(r == QK_OK, "case %d: qk_gram npy: %s", idx, qk_last_error());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    /* MPI-IO .npy: byte for byte the single-process file */
+    memset(&g, 0, sizeof g);
+    memset(&pg, 0, sizeof pg);
+    g.x = x; g.n_x = gc->nx; g.y = y; g.n_y = gc->ny; g.out_dtype = gc->dt;
+    g.output = QK_OUTPUT_NPY; g.out_path = out_path; g.no_sync = idx & 1;
+    g.progress = on_progress; g.progress_user = &pg;
+    r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+    CHECK(r == QK_OK, "case %d (%s, %lld x %lld): qk_gram_mpi npy: %s", idx, gc->spec, (long long)gc->nx, (long long)cols, qk_last_error());
+    CHECK(pg.monotone_bad == 0 && pg.last == pg.total, "case %d: progress ended at %lld of %lld (%d bad calls)", idx, (long long)pg.last, (long long)pg.total, pg.monotone_bad);
+    MPI_Allreduce(&pg.total, &totals, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    CHECK(totals == gc->nx * cols, "case %d: the ranks' progress totals add up to %lld, not %lld", idx, (long long)totals, (long long)(gc->nx * cols));
+    if (rank_ == 0 && r == QK_OK) {
+        size_t la = 0, lb = 0;
+        char *a = qk_test_read_file(ref_path, &la), *b = qk_test_read_file(out_path, &lb);
+        CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "case %d (%s, %lld x %lld, %s, %d ranks): the MPI .npy differs from one qk_gram's (%zu vs %zu bytes)",
+              idx, gc->spec, (long long)gc->nx, (long long)cols, gc->dt == QK_F32 ? "f32" : "f64", size_, la, lb);
+        free(a);
+        free(b);
+        CHECK(stray_files(sub, "ref.npy", "K.npy", stray, sizeof stray) == 0, "case %d: stray file '%s'", idx, stray);
+    }
+
+    /* tile callback: each entry once over all ranks, bitwise one qk_gram's */
+    memset(&tc, 0, sizeof tc);
+    tc.n = gc->nx; tc.cols = cols; tc.symmetric = gc->ny == 0; tc.dt = gc->dt;
+    tc.val = (double *)calloc((size_t)(gc->nx * cols), sizeof(double));
+    tc.count = (int *)calloc((size_t)(gc->nx * cols), sizeof(int));
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = gc->nx; g.y = y; g.n_y = gc->ny; g.out_dtype = gc->dt;
+    g.output = QK_OUTPUT_CALLBACK; g.tile_fn = collect; g.tile_user = &tc;
+    r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+    CHECK(r == QK_OK, "case %d: qk_gram_mpi callback: %s", idx, qk_last_error());
+    CHECK(tc.bad_tile == 0 && tc.bad_lower == 0, "case %d: %d tiles outside K, %d diagonal-tile entries not mirrored", idx, tc.bad_tile, tc.bad_lower);
+    /* the ranks' tiles are disjoint: summing them gives each entry (+ 0.0 elsewhere) exactly */
+    MPI_Allreduce(MPI_IN_PLACE, tc.val, (int)(gc->nx * cols), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, tc.count, (int)(gc->nx * cols), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    {
+        int64_t missing = 0, twice = 0, differ = 0;
+        for (i = 0; i < gc->nx; i++)
+            for (j = tc.symmetric ? i : 0; j < cols; j++) {
+                double ref = gc->dt == QK_F32 ? (double)((float *)kref)[i * cols + j] : ((double *)kref)[i * cols + j];
+                int c = tc.count[i * cols + j];
+                if (c == 0) missing++;
+                else if (c > 1) twice++;
+                else if (memcmp(&ref, &tc.val[i * cols + j], sizeof ref) != 0) differ++;
+            }
+        CHECK(missing == 0 && twice == 0 && differ == 0, "case %d (%s, %d ranks): tiles: %lld entries missing, %lld delivered twice, %lld differ from qk_gram",
+              idx, gc->spec, size_, (long long)missing, (long long)twice, (long long)differ);
+    }
+
+    /* the tunable mpi_block_bytes (0: QK_MPI_BLOCK_BYTES, 4 KB here): 1 MB blocks hold a whole
+       band (fewer sub-jobs, so fewer and larger tiles over all ranks; where some band has more
+       than 32 rows, the 4 KB blocks split it), and K is the same: tiles and the .npy bytes;
+       mpi_sync_bytes 1 KB makes the writer thread sync after every block */
+    if (gc->nx > 32 * size_) {
+        tiles t2;
+        int calls[2];
+        memset(&t2, 0, sizeof t2);
+        t2.n = gc->nx; t2.cols = cols; t2.symmetric = gc->ny == 0; t2.dt = gc->dt;
+        t2.val = (double *)calloc((size_t)(gc->nx * cols), sizeof(double));
+        t2.count = (int *)calloc((size_t)(gc->nx * cols), sizeof(int));
+        g.tile_user = &t2;
+        g.mpi_block_bytes = (size_t)1 << 20;
+        r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "case %d: qk_gram_mpi callback, mpi_block_bytes 1 MB: %s", idx, qk_last_error());
+        MPI_Allreduce(MPI_IN_PLACE, t2.val, (int)(gc->nx * cols), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        calls[0] = tc.calls; calls[1] = t2.calls;
+        MPI_Allreduce(MPI_IN_PLACE, calls, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        CHECK(calls[1] < calls[0], "case %d: 1 MB blocks gave %d tiles, 4 KB blocks %d (fewer expected)", idx, calls[1], calls[0]);
+        CHECK(memcmp(t2.val, tc.val, sizeof(double) * (size_t)(gc->nx * cols)) == 0, "case %d: K differs with mpi_block_bytes 1 MB", idx);
+        free(t2.val);
+        free(t2.count);
+        g.output = QK_OUTPUT_NPY; g.out_path = out_path; g.tile_fn = NULL; g.tile_user = NULL;
+        g.mpi_sync_bytes = 1024;
+        r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "case %d: qk_gram_mpi npy, mpi_block_bytes 1 MB: %s", idx, qk_last_error());
+        if (rank_ == 0 && r == QK_OK) {
+            size_t la = 0, lb = 0;
+            char *a = read_file(ref_path, &la), *b = read_file(out_path, &lb);
+            CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "case %d: the MPI .npy with 1 MB blocks differs from one qk_gram's", idx);
+            free(a);
+            free(b);
+        }
+    }
+    free(tc.val);
+    free(tc.count);
+    free(kref);
+    free(x);
+    free(y);
+    qk_map_free(map);
+    qk_ctx_destroy(ctx);
+}
+
+/* ---- failures ---- */
+/* Runs qk_gram_mpi with rank `bad` (or every rank, bad < 0) made to fail by `how`; every rank must
+   return `expect`, the detail must name rank `bad`, and out_path must keep its old content. */
+enum { F_PROGRESS, F_TILE, F_NAN, F_DIFFERENT_X, F_NO_DIR, F_HOST };
+
+static void check_failure(int how, int bad, qk_result expect, int idx) {
+    static const char *names[] = {"progress cancels", "tile callback cancels", "NaN in X", "different X", "missing directory", "HOST output"};
+    qk_ctx *ctx = qk_test_cpu_ctx(1);
+    qk_map *map = NULL;
+    const int64_t n = 53;
+    double *x = samples(n, 3, 77);
+    char sub[1100], out_path[1200], stray[256], want[64];
+    const char *old = "old content\n";
+    qk_gram_desc g;
+    qk_result r;
+    tiles tc;
+    prog pg;
+    int me = bad < 0 || rank_ == bad, ok;
+
+    snprintf(sub, sizeof sub, "%s/fail%d", dir_, idx);
+    if (rank_ == 0) mkdir(sub, 0777);
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(out_path, sizeof out_path, how == F_NO_DIR ? "%s/missing/K.npy" : "%s/K.npy", sub);
+    if (rank_ == 0 && how != F_NO_DIR) {
+        FILE *f = fopen(out_path, "wb");
+        fputs(old, f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    qk_map_parse("zz(reps=1)", 3, &map);
+    memset(&g, 0, sizeof g);
+    memset(&pg, 0, sizeof pg);
+    memset(&tc, 0, sizeof tc);
+    tc.n = n; tc.cols = n; tc.symmetric = 1; tc.dt = QK_F64;
+    tc.val = (double *)calloc((size_t)(n * n), sizeof(double));
+    tc.count = (int *)calloc((size_t)(n * n), sizeof(int));
+    g.x = x; g.n_x = n;
+    g.output = QK_OUTPUT_NPY; g.out_path = out_path;
+    g.progress = on_progress; g.progress_user = &pg;
+    if (how == F_PROGRESS && me) pg.cancel_after = 2;   /* after its first slab */
+    if (how == F_TILE) { g.output = QK_OUTPUT_CALLBACK; g.tile_fn = collect; g.tile_user = &tc; if (me) tc.cancel_after = 2; }
+    if (how == F_NAN && me) x[(n - 1) * 3 + 1] = NAN;
+    if (how == F_DIFFERENT_X && me) x[5] += 1e-9;
+    if (how == F_HOST) { g.output = QK_OUTPUT_HOST; g.out = tc.val; }
+    r = qk_gram_mpi(ctx, map, &g, MPI_COMM_WORLD);
+    CHECK(r == expect, "failure %d (%s on rank %d of %d): rank %d returned %s (%s), expected %s", idx, names[how], bad, size_, rank_,
+          qk_result_string(r), qk_last_error(), qk_result_string(expect));
+    snprintf(want, sizeof want, "rank %d of %d: ", bad, size_);
+    if (how == F_DIFFERENT_X)
+        CHECK(strstr(qk_last_error(), "disagree on the data X") != NULL, "failure %d (%s): the detail '%s' does not say so", idx, names[how], qk_last_error());
+    else if (size_ > 1)
+        CHECK(strncmp(qk_last_error(), want, strlen(want)) == 0, "failure %d (%s): the detail '%s' does not start with '%s'", idx, names[how], qk_last_error(), want);
+    if (how == F_PROGRESS || how == F_TILE)
+        CHECK(strstr(qk_last_error(), "cancelled by a") != NULL, "failure %d (%s): the detail '%s' does not say cancelled", idx, names[how], qk_last_error());
+    ok = all_ranks(r == expect);
+    if (rank_ == 0 && ok) {
+        size_t len = 0;
+        char *s = how == F_NO_DIR ? NULL : qk_test_read_file(out_path, &len);
+        if (how != F_NO_DIR) CHECK(s && len == strlen(old) && memcmp(s, old, len) == 0, "failure %d (%s): the old '%s' was changed", idx, names[how], out_path);
+        free(s);
+        CHECK(stray_files(sub, "K.npy", NULL, stray, sizeof stray) == 0, "failure %d (%s on rank %d): '%s' was left in %s", idx, names[how], bad, stray, sub);
+    }
+    free(tc.val);
+    free(tc.count);
+    free(x);
+    qk_map_free(map);
+    qk_ctx_destroy(ctx);
+}
+
+int main(int argc, char **argv) {
+    static const gcase cases[] = {
+        {"zz(reps=2)", 3, 37, 0, QK_F64},             /* complex: orientation changes the last bit */
+        {"iqp", 4, 131, 0, QK_F32},
+        {"zz(reps=2,ent=linear)", 3, 45, 29, QK_F64}, /* K(X,Y) */
+        {"hea(layers=2)", 3, 67, 0, QK_F64},          /* real */
+        {"angle(rot=y)", 5, 41, 0, QK_F64},           /* product (analytic) */
+        {"iqp", 3, 23, 61, QK_F32},                   /* K(X,Y), wider than tall */
+        {"zz", 2, 2, 0, QK_F64},                      /* fewer rows than ranks */
+    };
+    int i, k, idx = 0, want = MPI_THREAD_SINGLE, got = 0;
+    /* argv[2]: the thread level asked for: qk_gram_mpi writes from a second thread from
+       MPI_THREAD_SERIALIZED on, and inline below it (both are run by test_mpi.py) */
+    if (argc > 2) want = !strcmp(argv[2], "multiple") ? MPI_THREAD_MULTIPLE : !strcmp(argv[2], "serialized") ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, want, &got);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+    MPI_Comm_size(MPI_COMM_WORLD, &size_);
+    if (argc > 1 && !strcmp(argv[1], "--probe")) { MPI_Finalize(); return 0; }
+    if (argc != 2 && argc != 3) {
+        if (rank_ == 0) fprintf(stderr, "usage: mpirun -n R test_mpi DIR [single|serialized|multiple]\n");
+        MPI_Finalize();
+        return 2;
+    }
+    snprintf(dir_, sizeof dir_, "%s", argv[1]);
+
+    for (i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) check_case(&cases[i], i);
+
+    for (k = 0; k < size_; k++) {   /* each rank in turn is the one that fails */
+        check_failure(F_PROGRESS, k, QK_ERROR_CANCELLED, idx++);
+        check_failure(F_TILE, k, QK_ERROR_CANCELLED, idx++);
+        check_failure(F_NAN, k, QK_ERROR_NON_FINITE, idx++);
+        if (size_ > 1) check_failure(F_DIFFERENT_X, k, QK_ERROR_INVALID_ARGUMENT, idx++);
+    }
+    check_failure(F_NO_DIR, 0, QK_ERROR_IO, idx++);
+    check_failure(F_HOST, 0, QK_ERROR_UNSUPPORTED, idx++);
+
+    {
+        int total = 0;
+        MPI_Allreduce(&qk_test_fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        if (rank_ == 0)
+            printf("test_mpi: %d ranks, thread level %d asked, %d provided (writer thread %s): %s (%d failures)\n", size_, want, got,
+                   got >= MPI_THREAD_SERIALIZED ? "on" : "off", total ? "FAILED" : "ok", total);
+        MPI_Finalize();
+        return total ? 1 : 0;
+    }
+}

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""qk_gram_mpi and qk-gram-mpi under mpirun -n 1, 2, 3 (CPU engine, oversubscribed).
+
+usage: test_mpi.py --mpirun MPIRUN --test TEST_MPI --qk-gram QK_GRAM --qk-gram-mpi QK_GRAM_MPI --dir DIR
+       test_mpi.py --skip REASON          (exit 77: meson reports a skip)
+       --quick: the library test on 2 and 3 ranks only (sanitizer builds)
+
+- tests/mpi/test_mpi.c (the library entry point) on 1, 2 and 3 ranks: bitwise K, tiles, failures;
+- qk-gram-mpi against qk-gram on the same inputs (odd sizes; K(X,X) and K(X,Y); complex, real
+  and float32): the two .npy files are byte for byte the same;
+- qk-gram-mpi's errors: a missing output directory, NaN in X, a bad command line: exit 1 / 2 on
+  every rank, one message, no file left;
+- one rank stopped: SIGTERM to one rank stops the whole job within seconds, a SIGKILLed rank
+  leaves no temporary file, the previous K is left as it was; stale temporaries of dead
+  processes are removed by the next run, a live process's kept.
+Needs no numpy: inputs are written as CSV, outputs compared as bytes.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--skip")
+ap.add_argument("--mpirun")
+ap.add_argument("--test")
+ap.add_argument("--qk-gram")
+ap.add_argument("--qk-gram-mpi")
+ap.add_argument("--dir")
+ap.add_argument("--quick", action="store_true",
+                help="the library test on 2 and 3 ranks only (sanitizer builds: every mpirun costs seconds there)")
+args = ap.parse_args()
+if args.skip:
+    print("skipping the MPI tests:", args.skip)
+    sys.exit(77)
+
+env = dict(os.environ)
+if hasattr(os, "geteuid") and os.geteuid() == 0:   # Open MPI refuses root without these
+    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
+    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+try:
+    ver = subprocess.run([args.mpirun, "--version"], capture_output=True, text=True, timeout=60, env=env)
+    ver = ver.stdout + ver.stderr
+except (OSError, subprocess.TimeoutExpired) as e:
+    print("skipping the MPI tests: %s --version failed: %s" % (args.mpirun, e))
+    sys.exit(77)
+# Sanitizer builds: MPI keeps allocations until exit; suppress those (tests/mpi/lsan_mpi.supp) and keep
+# its components loaded so that their frames have names. Leaks in qk's code are still reported.
+supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_mpi.supp")
+env["LSAN_OPTIONS"] = ":".join(o for o in [env.get("LSAN_OPTIONS", ""), "suppressions=" + supp,
+                                           "fast_unwind_on_malloc=0", "print_suppressions=0"] if o)
+env["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
+env["PMIX_MCA_mca_base_component_disable_dlclose"] = "1"
+# Open MPI counts slots per core: 3 ranks on 2 cores need --oversubscribe (MPICH needs nothing)
+extra = ["--oversubscribe"] if ("Open MPI" in ver or "OpenRTE" in ver) else []
+print("mpirun:", ver.strip().splitlines()[0] if ver.strip() else "?", extra)
+
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def mpirun(n, cmd, timeout=180):
+    p = subprocess.run([args.mpirun, "-n", str(n)] + extra + cmd, capture_output=True, text=True,
+                       timeout=timeout, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+# MPI must be able to start at all here; if not, this machine cannot run the tests
+rc, out, err = mpirun(1, [args.test, "--probe"], timeout=120)
+if rc != 0:
+    print(out, err)
+    print("skipping the MPI tests: mpirun cannot start a process here (see above)")
+    sys.exit(77)
+
+root = os.path.abspath(args.dir)
+shutil.rmtree(root, ignore_errors=True)
+os.makedirs(root)
+
+# ---- the library entry point ----
+# serialized: slabs written by a second thread while the next is computed; single: inline
+runs = ((1, "serialized"), (2, "serialized"), (3, "serialized"), (2, "single"), (3, "single"))
+if args.quick:
+    runs = ((2, "serialized"), (3, "single"))
+for n, level in runs:
+    d = os.path.join(root, "lib%d-%s" % (n, level))
+    os.makedirs(d)
+    rc, out, err = mpirun(n, [args.test, d, level])
+    sys.stdout.write(out)
+    if rc != 0:
+        sys.stdout.write(err)
+    check(rc == 0, "test_mpi on %d ranks (%s) exited %d" % (n, level, rc))
+    if level != "single" and "writer thread off" in out:
+        print("note: this MPI gives no MPI_THREAD_SERIALIZED: the writer thread is not tested")
+
+
+if args.quick:
+    if failures:
+        print("%d failure(s)" % len(failures))
+        sys.exit(1)
+    shutil.rmtree(root, ignore_errors=True)
+    print("ok (quick: qk-gram-mpi not run)")
+    sys.exit(0)
+
+# ---- qk-gram-mpi against qk-gram ----
+def write_csv(path, rows, cols, seed, nan_at=None):
+    rnd = random.Random(seed)
+    with open(path, "w") as f:
+        for i in range(rows):
+            vals = ["%.17g" % rnd.uniform(0.0, 3.14159) for _ in range(cols)]
+            if nan_at == i:
+                vals[cols - 1] = "nan"
+            f.write(",".join(vals) + "\n")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+cli = os.path.join(root, "cli")
+os.makedirs(cli)
+write_csv(os.path.join(cli, "X.csv"), 45, 3, 1)
+write_csv(os.path.join(cli, "Y.csv"), 29, 3, 2)
+write_csv(os.path.join(cli, "X4.csv"), 37, 4, 3)
+cases = [
+    ("zz-xx", ["--map", "zz(reps=2)", "--x", "X.csv"]),
+    ("iqp-xy-f32", ["--map", "iqp", "--x", "X.csv", "--y", "Y.csv", "--precision", "fp32"]),
+    ("hea-xx", ["--map", "hea(layers=2)", "--x", "X4.csv"]),
+]
+for name, opts in cases:
+    opts = [o if not o.endswith(".csv") else os.path.join(cli, o) for o in opts]
+    ref = os.path.join(cli, name + "-ref.npy")
+    p = subprocess.run([args.qk_gram] + opts + ["--out", ref, "--device", "cpu", "--threads", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "qk-gram %s exited %d: %s" % (name, p.returncode, p.stderr))
+    for n in (1, 2, 3):
+        out = os.path.join(cli, "%s-%d.npy" % (name, n))
+        rc, o, e = mpirun(n, [args.qk_gram_mpi] + opts + ["--out", out, "--quiet", "--no-sync"])
+        check(rc == 0, "qk-gram-mpi %s on %d ranks exited %d: %s" % (name, n, rc, e))
+        if rc == 0 and p.returncode == 0:
+            check(read(out) == read(ref), "qk-gram-mpi %s on %d ranks: K.npy differs from qk-gram's" % (name, n))
+# the default output: a summary on rank 0 only
+rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out",
+                      os.path.join(cli, "summary.npy")])
+check(rc == 0 and o.count("done: K 45 x 45 (float64)") == 1 and "on 2 ranks" in o,
+      "qk-gram-mpi summary: exit %d, output:\n%s%s" % (rc, o, e))
+leftover = sorted(f for f in os.listdir(cli) if ".tmp." in f)
+check(not leftover, "temporary files left: %s" % leftover)
+
+# ---- qk-gram-mpi errors ----
+bad = os.path.join(root, "bad")
+os.makedirs(bad)
+write_csv(os.path.join(bad, "Xnan.csv"), 20, 3, 4, nan_at=13)
+rc, o, e = mpirun(3, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out",
+                      os.path.join(bad, "missing", "K.npy")])
+check(rc == 1 and "does not exist" in e and e.count("error:") == 1,
+      "missing output directory: exit %d (want 1), stderr:\n%s" % (rc, e))
+rc, o, e = mpirun(3, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(bad, "Xnan.csv"), "--out",
+                      os.path.join(bad, "K.npy")])
+check(rc == 1 and "X[13][2]" in e and e.count("error:") == 1, "NaN in X: exit %d (want 1), stderr:\n%s" % (rc, e))
+rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out",
+                      os.path.join(bad, "K.npy"), "--threads", "0"])
+check(rc == 2 and e.count("--threads") == 1, "bad --threads: exit %d (want 2), stderr:\n%s" % (rc, e))
+check(os.listdir(bad) == ["Xnan.csv"], "files left after the errors: %s" % sorted(os.listdir(bad)))
+
+# ---- one rank stopped: SIGTERM to one rank stops the job; a SIGKILLed rank leaves no file ----
+# A job of many seconds (1400 x 12 qubits, one thread a rank: each rank's band is one block, so
+# only a look for the other's failure inside the block stops it early). The ranks are found by
+# their command line (the unique --out) and Open MPI's / MPICH's rank variable.
+def rank_pids(out, n, timeout=60):
+    t_end = time.time() + timeout
+    while time.time() < t_end:
+        found = {}
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open("/proc/%s/cmdline" % d, "rb") as f:
+                    cmd = f.read().split(b"\0")
+                if os.path.basename(cmd[0]) != b"qk-gram-mpi" or out.encode() not in cmd:
+                    continue
+                with open("/proc/%s/environ" % d, "rb") as f:
+                    envs = f.read().split(b"\0")
+            except OSError:
+                continue
+            for e in envs:
+                if e.startswith(b"OMPI_COMM_WORLD_RANK=") or e.startswith(b"PMI_RANK="):
+                    found[int(e.split(b"=")[1])] = int(d)
+        if len(found) == n:
+            return found
+        time.sleep(0.05)
+    return None
+
+
+stop = os.path.join(root, "stop")
+os.makedirs(stop)
+write_csv(os.path.join(stop, "X.csv"), 4000, 12, 5)   # a job of minutes on one thread a rank: still running when the signal comes, on a 16-core host too
+if os.path.isdir("/proc/self"):
+    for what, sig, victim in (("SIGTERM to rank 1", signal.SIGTERM, 1), ("SIGHUP to rank 0", signal.SIGHUP, 0),
+                              ("SIGKILL to rank 1", signal.SIGKILL, 1),
+                              ("SIGKILL to rank 0", signal.SIGKILL, 0)):
+        out = os.path.join(stop, "K-%s-%d.npy" % (sig.name, victim))
+        with open(out, "wb") as f:
+            f.write(b"previous K")
+        p = subprocess.Popen([args.mpirun, "-n", "2"] + extra + [args.qk_gram_mpi, "--map", "zz(reps=2)", "--x",
+                             os.path.join(stop, "X.csv"), "--out", out, "--threads", "1", "--quiet"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        pids = rank_pids(out, 2)
+        t_end = time.time() + 60   # computing: the temporary file is there
+        while pids and time.time() < t_end and not [f for f in os.listdir(stop) if ".tmp." in f]:
+            time.sleep(0.05)
+        time.sleep(1.0)
+        if pids is None or p.poll() is not None:
+            p.kill()
+            p.communicate()
+            check(False, "%s: the ranks were not found running (pids %s, rc %s)" % (what, pids, p.returncode))
+            continue
+        t0 = time.time()
+        os.kill(pids[victim], sig)
+        try:
+            o, e = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            o, e = p.communicate()
+        dt = time.time() - t0
+        print("%s: mpirun exited %s after %.2f s" % (what, p.returncode, dt))
+        check(p.returncode != 0, "%s: mpirun exits non-zero (got %s)" % (what, p.returncode))
+        if sig in (signal.SIGTERM, signal.SIGHUP):
+            check(dt < 8.0, "%s: the whole job stops within seconds (took %.1f s)" % (what, dt))
+            check("stopped by %s" % sig.name in e, "%s: the stop is reported: %s" % (what, e[-2000:]))
+        left = [f for f in os.listdir(stop) if ".tmp." in f]
+        check(not left, "%s: no temporary file left after mpirun exits: %s" % (what, left))
+        with open(out, "rb") as f:
+            check(f.read() == b"previous K", "%s: the previous K is left as it was" % what)
+        for f in left:
+            os.remove(os.path.join(stop, f))
+
+    # stale temporaries: rank 0's run removes a dead process's (of this host), keeps a live one's
+    host = re.sub(r"[^A-Za-z0-9-]", "_", os.uname().nodename)[:40]
+    q = subprocess.Popen(["true"])
+    q.wait()
+    sleeper = subprocess.Popen(["sleep", "120"])
+    out = os.path.join(stop, "K-stale.npy")
+    dead_tmp = "K-stale.npy.tmp.%d.0.%s" % (q.pid, host)
+    live_tmp = "K-stale.npy.tmp.%d.0.%s" % (sleeper.pid, host)
+    for f in (dead_tmp, live_tmp):
+        with open(os.path.join(stop, f), "wb") as fh:
+            fh.write(b"partial")
+    rc, o, e = mpirun(2, [args.qk_gram_mpi, "--map", "zz", "--x", os.path.join(cli, "X.csv"), "--out", out, "--quiet"])
+    left = os.listdir(stop)
+    check(rc == 0, "stale temporaries: qk-gram-mpi exited %d: %s" % (rc, e))
+    check(dead_tmp not in left, "stale temporaries: a dead process's %s is removed" % dead_tmp)
+    check(live_tmp in left, "stale temporaries: a live process's %s is kept" % live_tmp)
+    sleeper.kill()
+    sleeper.wait()
+else:
+    print("note: no /proc: the rank-stop and stale-temporary tests are skipped")
+
+if failures:
+    print("%d failure(s)" % len(failures))
+    sys.exit(1)
+shutil.rmtree(root, ignore_errors=True)
+print("ok")
