@@ -546,6 +546,33 @@ typedef struct qk_device_info {
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
 
+/* The GPU engine's Gram engine (qk_plan.engine; docs/gpu.md, docs/precision.md). The values are
+   those the older int qk_plan.use_blas had, so that plans and autotune cache entries written
+   before the enum read the same (docs/autotune.md).
+     FUSED       the fused SIMT kernel: <a|b>, |.|^2 and the store in one kernel (kernel_cfg picks
+                 its tile configuration)
+     CUBLAS      cuBLAS (HERK/SYRK + GEMM) into a slab workspace + the fused |.|^2 epilogue
+     CUBLAS_3M   the same with CGEMM3M (complex fp32)
+     TC_*        the tensor-core engines: real form of the complex product, blocks of the upper
+                 triangle, GEMMs of cuBLAS, the same epilogue: TF32, FP32X3 (hi/lo fp16 split),
+                 FP16, BF16 (measurement only: no precision selects it), FP64 (DGEMM real form)
+     TCF_*       the fused tensor-core kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
+                 triangular tile grid): TF32, FP32X3, FP16 */
+typedef enum qk_gpu_engine {
+    QK_GPU_FUSED = 0,
+    QK_GPU_CUBLAS = 1,
+    QK_GPU_CUBLAS_3M = 2,
+    QK_GPU_TC_TF32 = 3,
+    QK_GPU_TC_FP32X3 = 4,
+    QK_GPU_TC_FP16 = 5,
+    QK_GPU_TC_BF16 = 6,
+    QK_GPU_TC_FP64 = 7,
+    QK_GPU_TCF_TF32 = 8,
+    QK_GPU_TCF_FP32X3 = 9,
+    QK_GPU_TCF_FP16 = 10,
+    QK_GPU_ENGINE_COUNT
+} qk_gpu_engine;
+
 typedef struct qk_plan {
     qk_backend backend;
     qk_path path;
@@ -572,20 +599,17 @@ typedef struct qk_plan {
                                    budget was given: qk_device_info.host_budget_bytes) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
-    int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
-                                   the fused kernel; 2 the same with CGEMM3M (complex fp32); the
-                                   tensor-core engines (real form of the complex product, blocks
-                                   of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
-                                   fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
-                                   selects it), 7 FP64 real form (DGEMM); the fused tensor-core
-                                   kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
-                                   triangular tile grid): 8 TF32, 9 FP32X3, 10 FP16 */
+    qk_gpu_engine engine;       /* GPU: the Gram engine (qk_gpu_engine; FUSED also for the
+                                   analytic path and the CPU engine) */
+    int use_blas;               /* deprecated, kept for source compatibility: a copy of (int)engine
+                                   that the planner writes for code that reads it; no engine reads
+                                   it (set engine to change the engine of a plan) */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..8
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16, the persistent few-qubit
                                    kernel (complex fp32, q <= 5), its tensor-core form (fp16
                                    hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
-                                   (qk_cuda_tune_gram); with use_blas 8..10: 1 128x128 (warps
+                                   (qk_cuda_tune_gram); with a TCF engine: 1 128x128 (warps
                                    64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
     char config[96];            /* kernel configuration used and where it came from */
     double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
@@ -952,7 +976,7 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
      QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
                         the FP32X3 operands, 4W, stay far from 2^31)
      QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
-                        modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
+                        modes (TCF_TF32, TCF_FP16): their one set of accumulators runs all k-stages on
                         the tensor cores' truncating fp32 adds, an error that grows with 2^q, past the fp32
                         state bound beyond this (docs/benchmarks.md, 'Figures behind the code's constants'). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
@@ -1015,12 +1039,49 @@ static inline const char *qk__fused_cfg_name(int cfg)
     default: return "?";
     }
 }
-/* The tensor-core engine (qk_plan.use_blas) of a precision: 3 TF32, 4 FP32X3, 5 FP16, FP64's real
-   form 7 (fp64_real_form), else 0. */
-static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
+/* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
+   (fp64_real_form), else FUSED (none). */
+static inline qk_gpu_engine qk__tc_engine(qk_precision p, int fp64_real_form)
 {
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5
-         : p == QK_PRECISION_FP64 && fp64_real_form ? 7 : 0;
+    return p == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : p == QK_PRECISION_FP32X3 ? QK_GPU_TC_FP32X3
+         : p == QK_PRECISION_FP16 ? QK_GPU_TC_FP16 : p == QK_PRECISION_FP64 && fp64_real_form ? QK_GPU_TC_FP64 : QK_GPU_FUSED;
+}
+/* What kind of engine e is: a cuBLAS engine (a slab workspace of products, then the |.|^2
+   epilogue: CUBLAS .. TC_FP64), one of them on the tensor cores (TC_TF32 .. TC_FP64), the fused
+   tensor-core kernel (TCF_*); the fused kernel of a cuBLAS tensor-core mode and back (TF32,
+   FP32X3, FP16 have both; else FUSED). */
+static inline int qk__engine_blas(qk_gpu_engine e) { return e >= QK_GPU_CUBLAS && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tc(qk_gpu_engine e) { return e >= QK_GPU_TC_TF32 && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tcf(qk_gpu_engine e) { return e >= QK_GPU_TCF_TF32 && e <= QK_GPU_TCF_FP16; }
+static inline qk_gpu_engine qk__engine_tcf_of(qk_gpu_engine tc)
+{
+    return tc == QK_GPU_TC_TF32 ? QK_GPU_TCF_TF32 : tc == QK_GPU_TC_FP32X3 ? QK_GPU_TCF_FP32X3
+         : tc == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_FUSED;
+}
+static inline qk_gpu_engine qk__engine_tc_of(qk_gpu_engine tcf)
+{
+    return tcf == QK_GPU_TCF_TF32 ? QK_GPU_TC_TF32 : tcf == QK_GPU_TCF_FP32X3 ? QK_GPU_TC_FP32X3
+         : tcf == QK_GPU_TCF_FP16 ? QK_GPU_TC_FP16 : QK_GPU_FUSED;
+}
+/* The engine's name, as plans and the autotune cache write it ("engine=<name>,cfg=<c>"); NULL
+   for a value out of range. */
+static inline const char *qk__engine_name(qk_gpu_engine e)
+{
+    static const char *const names[QK_GPU_ENGINE_COUNT] = {"fused", "cublas", "cublas-3m", "tc-tf32", "tc-fp32x3", "tc-fp16",
+                                                           "tc-bf16", "tc-fp64", "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
+    return (int)e >= 0 && (int)e < (int)QK_GPU_ENGINE_COUNT ? names[e] : NULL;
+}
+/* The engine a plan runs (plan.engine; use_blas, its deprecated copy, is not read), or
+   QK_GPU_ENGINE_COUNT, which no engine accepts, for a value out of range. */
+static inline qk_gpu_engine qk__plan_engine(const qk_plan *p)
+{
+    return (int)p->engine >= 0 && (int)p->engine < (int)QK_GPU_ENGINE_COUNT ? p->engine : QK_GPU_ENGINE_COUNT;
+}
+/* Sets a plan's engine (and its deprecated mirror, use_blas). */
+static inline void qk__plan_set_engine(qk_plan *p, qk_gpu_engine e)
+{
+    p->engine = e;
+    p->use_blas = (int)e;
 }
 /* ---- end engine ---- */
 
@@ -1139,10 +1200,10 @@ QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d
    tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
    random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
    the median of reps). best is the index of the fastest candidate; apply it to a plan with
-   use_blas = blas[best], kernel_cfg = cfg[best]. */
+   engine = blas[best] (a qk_gpu_engine), kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[12], cfg[12];
+    int blas[12], cfg[12];      /* the candidate's engine (qk_gpu_engine) and kernel_cfg */
     double ms[12];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;
@@ -7813,7 +7874,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    cuBLAS from QK__BLAS_MIN_QUBITS on (the measured crossover: docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__BLAS_MIN_QUBITS 7
 
-/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+/* Tensor-core engines (plan.engine TC_*, qk_cuda.cu's qk__tc_products): the complex product in
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
    swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
    |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
@@ -7824,21 +7885,21 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
+/* The fused tensor-core kernel (plan.engine TCF_*, qk__engine_tcf_of the cuBLAS one) in the fixed table up
    to this many qubits: correct to its stated bounds but slower than the cuBLAS engines at every
    size measured (docs/benchmarks.md, 'Figures behind the code's constants'), so the fixed table never picks it (0); the autotune still
    times it per shape. */
 #define QK__TCF_MAX_QUBITS 0
-static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
-/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
-   plans keep their engines (0..2) only, so their results stay what they were. */
-static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+static qk_gpu_engine qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
+/* 1 when engine e is at least as accurate as precision p asks. FP32 plans keep their engines
+   (FUSED, CUBLAS, CUBLAS_3M) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, qk_gpu_engine e)
 {
-    if (mode == 0 || mode == 1) return 1;
-    if (p == QK_PRECISION_FP64) return mode == 7;
-    if (mode == 2) return path == QK_PATH_COMPLEX;
-    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
-    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+    if (e == QK_GPU_FUSED || e == QK_GPU_CUBLAS) return 1;
+    if (p == QK_PRECISION_FP64) return e == QK_GPU_TC_FP64;
+    if (e == QK_GPU_CUBLAS_3M) return path == QK_PATH_COMPLEX;
+    if (qk__engine_tcf(e)) return qk__tc_mode(p) != QK_GPU_FUSED && e == qk__engine_tcf_of(qk__tc_mode(p));
+    return e == qk__tc_mode(p) && p != QK_PRECISION_FP32;
 }
 /* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
    step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
@@ -7846,24 +7907,24 @@ static int qk__blas_ok(qk_precision p, qk_path path, int mode)
    for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
    and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
    columns only (W doubles). */
-static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double rows, double cols)
 {
     double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
-    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    if (!qk__engine_tc(e)) return c;
+    if (e == QK_GPU_TC_FP64) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = e == QK_GPU_TC_FP32X3 ? 8.0 * W : e == QK_GPU_TC_TF32 ? 4.0 * W : 2.0 * W;
     return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
 }
 
-/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+/* Device bytes of the fused tensor-core engine's operands (plan.engine TCF_*, qk_cuda.cu's
    qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
    value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
    whole k-stages (32 words; FP32X3 16). */
-static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+static double qk__tcf_ws(qk_gpu_engine eng, int cplx, int q, double rows)
 {
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
-    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
-    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == QK_GPU_TCF_FP32X3 ? 16.0 : 32.0;
+    const double words = eng == QK_GPU_TCF_TF32 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == QK_GPU_TCF_FP32X3 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
 
 /* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
@@ -8181,10 +8242,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
-    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
     if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
-        if (p->use_blas == 1) tc_fallback = 2;
+        p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
 
@@ -8229,34 +8290,34 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         if (slab > nx) slab = nx;
     }
     if (!p->bulk_states && slab > tile) slab = tile;
-    if (p->use_blas >= 3) {
+    if (qk__engine_tc(p->engine)) {
         /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
            slots when there are several slabs); when even 64 rows do not (the columns' operands
            alone), the fp32 cuBLAS engine, more accurate and without operand copies */
         const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
         int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
             s2 = (s2 + 1) / 2;
-        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
             tc_fallback = 1;
-            p->use_blas = 1;
+            p->engine = QK_GPU_CUBLAS;
         } else {
             slab = s2;
-            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= QK__TCF_MAX_QUBITS) {
+    if (qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= QK__TCF_MAX_QUBITS) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
-        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+        const double fw = qk__tcf_ws(qk__engine_tcf_of(p->engine), path == QK_PATH_COMPLEX, map->n_qubits,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
-            p->use_blas += 5;
+            p->engine = qk__engine_tcf_of(p->engine);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }
-    if (p->use_blas && p->use_blas < 3) {
+    if (p->engine == QK_GPU_CUBLAS || p->engine == QK_GPU_CUBLAS_3M) {
         int64_t cols = p->bulk_states ? ny : tile;
         while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
@@ -8274,22 +8335,23 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
-    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk_precision_name(prec));
+    p->use_blas = (int)p->engine;   /* the deprecated mirror */
+    if (!qk__blas_ok(prec, path, p->engine)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %s does not serve precision %s", qk__engine_name(p->engine), qk_precision_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (p->use_blas >= 8)
+    else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
                  qk_precision_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
-    else if (p->use_blas >= 3)
+    else if (qk__engine_tc(p->engine))
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
     else if (tc_fallback)
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
                  qk_precision_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
-    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (p->engine != QK_GPU_FUSED) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
@@ -8437,10 +8499,34 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
 }
 
 /* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
-   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
-   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
-   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+   configuration ("engine=E,cfg=C": qk_plan.engine by its qk__engine_name, and kernel_cfg) for
+   (device, driver, path, precision, qubits) comes from the cache, or from qk_cuda_tune_gram on a
+   miss (stored), or from the fixed table above; plan->config says which. For qk_plan_make: call
+   after qk_plan_for_device. */
+
 #if defined(QK_CUDA) && QK_CUDA
+/* The engine configuration an autotune cache entry names: "engine=<name>,cfg=<c>", or the form
+   written before qk_plan.engine, "blas=<n>,cfg=<c>" (n the engine's value, which the enum kept).
+   0 for anything else (the entry is then ignored: the fixed table). */
+static int qk__engine_config_parse(const char *s, qk_gpu_engine *e, int *cfg)
+{
+    char name[24];
+    int n, c, k;
+    if (sscanf(s, "blas=%d,cfg=%d", &n, &c) == 2) {
+        if (n < 0 || n >= (int)QK_GPU_ENGINE_COUNT) return 0;
+        *e = (qk_gpu_engine)n;
+        *cfg = c;
+        return 1;
+    }
+    if (sscanf(s, "engine=%23[^,],cfg=%d", name, &c) != 2) return 0;
+    for (k = 0; k < (int)QK_GPU_ENGINE_COUNT; k++)
+        if (strcmp(name, qk__engine_name((qk_gpu_engine)k)) == 0) {
+            *e = (qk_gpu_engine)k;
+            *cfg = c;
+            return 1;
+        }
+    return 0;
+}
 static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
 {
     const qk_plan *plan = (const qk_plan *)user;
@@ -8448,8 +8534,11 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     char err[256] = "";
     int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
     qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    const char *name;
     if (r != QK_OK) return qk__fail(r, "%s", err);
-    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    name = qk__engine_name((qk_gpu_engine)res.blas[res.best]);
+    if (!name) return qk__fail(QK_ERROR_UNSUPPORTED, "autotune: candidate engine %d (internal error)", res.blas[res.best]);
+    snprintf(config, size, "engine=%s,cfg=%d", name, res.cfg[res.best]);
     *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
     return QK_OK;
 }
@@ -8458,13 +8547,14 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
                               void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
-    char fixed[32], chosen[64], label[96];
-    int b = plan->use_blas, c = plan->kernel_cfg;
+    char fixed[48], chosen[64], label[96];
+    qk_gpu_engine b = plan->engine, pe = plan->engine;
+    int c = plan->kernel_cfg;
     if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
     memset(&req, 0, sizeof req);
     qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
                      plan->precision, plan->n_qubits);
-    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    snprintf(fixed, sizeof fixed, "engine=%s,cfg=%d", qk__engine_name(plan->engine), plan->kernel_cfg);
     req.mode = mode;
     req.cache_dir = cache_dir;
     req.fixed_config = fixed;
@@ -8474,18 +8564,19 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
-       fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
+       fit: the planner fell back to CUBLAS) */
+    if (qk__engine_config_parse(chosen, &b, &c) && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         /* the fused tensor-core kernel only where the planner counted its operands */
-        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
-                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
-                        (double)plan->bytes_workspace) &&
-        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
-        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
-        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
-        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
-        plan->use_blas = b;
+        !(qk__engine_tcf(b) && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                                          plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                                   (double)plan->bytes_workspace) &&
+        !((b == QK_GPU_TCF_TF32 || b == QK_GPU_TCF_FP16) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        !(qk__engine_tcf_of(b) != QK_GPU_FUSED && qk__engine_tcf(pe) &&
+          qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && plan->n_qubits > QK__TC_MAX_QUBITS)) {
+        qk__plan_set_engine(plan, b);
         plan->kernel_cfg = c;
     }
     snprintf(plan->config, sizeof plan->config, "%s", label);
@@ -8817,6 +8908,8 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
+    if (p->backend == QK_BACKEND_CUDA && (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX))
+        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg);
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
         int k;

@@ -76,7 +76,7 @@ static qk_plan plan_for(const qk_map &m, const qk_gram_desc &g, int blas, int64_
 {
     qk_plan p;
     if (qk_plan_for_device(&g_info, 0.85, &m, &g, &p) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(1); }
-    if (blas >= 0) p.use_blas = blas;
+    if (blas >= 0) p.engine = (qk_gpu_engine)blas;
     if (slab > 0) p.tile_m = slab;
     p.kernel_cfg = cfg;
     return p;
@@ -150,9 +150,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    static const char *const engines[11] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
-                                            "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
-    row.engine = engines[p.use_blas >= 0 && p.use_blas <= 10 ? p.use_blas : 0];
+    row.engine = qk__engine_name(p.engine) ? qk__engine_name(p.engine) : "?";
     row.precision = prec_name(prec);
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
@@ -241,7 +239,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
 
 /* ---- the fused tensor-core kernel against the cuBLAS tensor-core engines (bench/run.sh prec) ----
    Per case, K(X,X) to the device: fp32 as planned, then fp32x3, tf32 and fp16 each on the cuBLAS
-   engine (use_blas 3..5) and on the fused kernel (8..10) in every configuration (cfg 0 = the
+   engine (QK_GPU_TC_TF32 .. TC_FP16) and on the fused kernel (QK_GPU_TCF_*) in every configuration (cfg 0 = the
    fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */
 struct Mode { qk_precision p; int blas, cfg; };
 
@@ -554,7 +552,7 @@ int main(int argc, char **argv)
             if (qk_cuda_tune_gram(&p, c.n, reps, &tr, err, sizeof err) != QK_OK) { printf("tune %s: %s\n", c.name, err); continue; }
             int fixed = -1;
             for (int i = 0; i < tr.n; ++i)
-                if ((p.use_blas && tr.blas[i] == 1) || (!p.use_blas && tr.blas[i] == 0 && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
+                if ((p.engine != QK_GPU_FUSED && tr.blas[i] == QK_GPU_CUBLAS) || (p.engine == QK_GPU_FUSED && tr.blas[i] == QK_GPU_FUSED && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
             char line[512];
             int len = snprintf(line, sizeof line, "{\"case\": \"%s\", \"n\": %lld, \"best\": %d, \"fixed\": %d, \"candidates\": [", c.name,
                                (long long)tr.n_samples, tr.best, fixed);

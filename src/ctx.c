@@ -300,6 +300,8 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
+    if (p->backend == QK_BACKEND_CUDA && (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX))
+        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg);
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
         int k;
