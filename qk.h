@@ -136,6 +136,7 @@
    >>cpu_gram       CPU engine: states for many samples, the blocked Gram tiles [cpu_gram.c]
    >>npy_impl       .npy / .csv readers and writers [io.c]
    >>npy_stream     the streaming .npy writer [sink_npy.c]
+   >>sink           the output of a Gram: opened once, written by the executor, committed once [sink_npy.c]
    >>cpu_stream     CPU engine, streamed output [cpu_stream.c]
    >>cpu_run        CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram [cpu_run.c]
    >>schedule_impl  the work schedule (K dealt to MPI ranks x GPUs) [schedule.c]
@@ -144,7 +145,7 @@
    >>planner        device info, planner, VRAM estimator [plan.c]
    >>ctx            the context (qk_ctx), qk_plan_make, qk_plan_describe [ctx.c]
    >>delivery       the GPU engine's host-side slabs to the caller's output; several GPUs [run_cuda.c]
-   >>gram_impl      qk_gram and qk_states: validate, plan, hand the plan to its engine [gram.c]
+   >>gram_impl      qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor [gram.c]
    >>mpi_impl       qk_gram_mpi: K over the ranks of an MPI communicator [run_mpi.c]
 
    License: MIT (end of file).
@@ -4636,6 +4637,30 @@ static void qk__sync_dir(const char *path) {
 #endif
 }
 
+/* The commit protocol's last steps, in one place for every writer of a temporary file from
+   qk__open_tmp (the atomic writer below, the streamed .npy of K, qk_gram_mpi's MPI-IO file): the
+   caller has written, synced (unless asked not to) and closed it; qk__tmp_commit renames it over
+   path and syncs the directory (unless no_sync); on failure the temporary is removed and path is
+   left as it was. qk__tmp_discard removes a temporary (after a failure or a cancel), truncating it
+   first so that pages under writeback are dropped rather than waited for. */
+static qk_result qk__tmp_commit(const char *tmp, const char *path, int no_sync) {
+    if (QK__RENAME(tmp, path) != 0) {
+        const int e = errno;
+        (void)remove(tmp);
+        return qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", path, strerror(e));
+    }
+    if (!no_sync) qk__sync_dir(path);
+    return QK_OK;
+}
+
+static void qk__tmp_discard(const char *tmp) {
+    int t;
+    if (!tmp) return;
+    t = open(tmp, O_WRONLY | O_TRUNC);
+    if (t >= 0) (void)QK__CLOSE(t);
+    (void)remove(tmp);
+}
+
 /* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
    over path. On any error the temporary file is removed and path is left as it was. Also for
    other writers of this header (cache files). */
@@ -4656,11 +4681,9 @@ static qk_result qk__write_file_atomic(const char *path, const void *a, size_t n
     err = QK__CLOSE(fd);
     fd = -1;
     if (err != 0) goto fail;
-    what = "rename";
-    if (QK__RENAME(tmp, path) != 0) goto fail;
-    qk__sync_dir(path);
+    r0 = qk__tmp_commit(tmp, path, 0);
     QK_FREE(tmp);
-    return QK_OK;
+    return r0;
 fail:
     {
         int e = errno;
@@ -5117,7 +5140,7 @@ static void qk__npyw_abort(qk__npyw *w)
     qk__npyw_stop_syncer(w);
     if (w->fd >= 0) (void)QK__CLOSE(w->fd);
     w->fd = -1;
-    if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
+    if (w->tmp) { qk__tmp_discard(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
 }
 
 /* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
@@ -5236,21 +5259,87 @@ static qk_result qk__npyw_commit(qk__npyw *w)
         if (QK__CLOSE(w->fd) != 0) e = errno;
         w->fd = -1;
     }
-    if (!e) {
-        what = "rename";
-        if (QK__RENAME(w->tmp, w->path) != 0) e = errno;
-    }
     if (e) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", w->path, what, strerror(e));
         qk__npyw_abort(w);
         return r;
     }
-    if (!w->no_sync) qk__sync_dir(w->path);
-    QK_FREE(w->tmp);
-    w->tmp = NULL;
+    {
+        qk_result r = qk__tmp_commit(w->tmp, w->path, w->no_sync);
+        QK_FREE(w->tmp);
+        w->tmp = NULL;
+        return r;
+    }
+}
+
+#if defined(QK_CUDA) && QK_CUDA
+/* Another descriptor of the open temporary file (several GPUs: one per host thread, each with
+   its own file offset, for qk__npyw_at_fd); the caller closes it. */
+static qk_result qk__npyw_fd(const qk__npyw *w, int *fd)
+{
+    *fd = w->tmp ? open(w->tmp, O_WRONLY) : -1;
+    if (*fd < 0) return qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", w->path, w->tmp ? w->tmp : "?", strerror(errno));
     return QK_OK;
 }
+#endif
 /* ---- end streaming .npy writer ---- */
+
+/* >>sink ---- the output of a Gram: opened once, written by the executor, committed once ---- */
+/* qk_gram validates, plans, opens ONE sink for the plan's output and hands plan and sink to the
+   executor the plan names (the CPU engine, the MPS engine, the GPU engine on one or several
+   GPUs). Executors write into it (the caller's host or device buffer, the tile callback, the
+   .npy file's temporary through its writer) and never open, commit or remove a file; qk_gram
+   closes the sink: on success the .npy is synced and renamed over out_path (qk__npyw_commit), on
+   any failure or cancel its temporary is removed and out_path is untouched (qk__npyw_abort).
+   qk_gram_mpi's MPI-IO file takes the same temporary, rename and removal steps (qk__open_tmp,
+   qk__tmp_commit, qk__tmp_discard). */
+typedef struct qk__sink {
+    qk_output kind;         /* plan->output */
+    qk_dtype dtype;         /* plan->out_dtype */
+    size_t es;              /* bytes per entry of K */
+    int64_t rows, cols;     /* K's shape */
+    void *out;              /* HOST, DEVICE: the caller's buffer */
+    int64_t ld;             /* its leading dimension (default: cols) */
+    qk_tile_fn tile_fn;     /* CALLBACK */
+    void *tile_user;
+    qk__npyw npy;           /* NPY: the temporary file, open between qk__sink_open and close */
+} qk__sink;
+
+/* Opens the sink of plan's output (desc: the caller's buffer, callback or path). NPY creates the
+   temporary file; its writer syncs in the background (a syncer thread) unless the writes are the
+   CPU engine's symmetric mirror strips (scattered: written back while the job runs they would be
+   random I/O a cancel must wait for; the final sync then does it). */
+static qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc)
+{
+    memset(s, 0, sizeof *s);
+    s->npy.fd = -1;
+    s->kind = plan->output;
+    s->dtype = plan->out_dtype;
+    s->es = plan->out_dtype == QK_F32 ? 4 : 8;
+    s->rows = plan->n_x;
+    s->cols = plan->n_y;
+    s->out = desc->out;
+    s->ld = desc->ld_out ? desc->ld_out : plan->n_y;
+    s->tile_fn = desc->tile_fn;
+    s->tile_user = desc->tile_user;
+    if (s->kind != QK_OUTPUT_NPY) return QK_OK;
+    return qk__npyw_open(&s->npy, desc->out_path, s->dtype, s->rows, s->cols, desc->no_sync,
+                         !(plan->backend == QK_BACKEND_CPU && plan->symmetric));
+}
+
+/* Closes the sink after the executor returned r: QK_OK commits (NPY: every byte written, sync,
+   rename), anything else discards (NPY: the temporary removed). Returns the job's result. */
+static qk_result qk__sink_close(qk__sink *s, qk_result r)
+{
+    if (s->kind != QK_OUTPUT_NPY) return r;
+    if (r == QK_OK) {
+        QK_PROF_BEGIN("npy commit");
+        r = qk__npyw_commit(&s->npy);
+        QK_PROF_END("npy commit");
+    } else qk__npyw_abort(&s->npy);
+    return r;
+}
+/* ---- end sink ---- */
 
 /* >>cpu_stream ---- CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
@@ -5304,11 +5393,10 @@ static void *qk__slab_write_main(void *p)
 /* Streamed output (QK_OUTPUT_NPY): slabs of plan->slab_rows rows computed into one of two slab
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
-   buffers, not K. */
+   buffers, not K. w: the sink's open .npy (qk_gram commits or discards it). */
 static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+                                  const qk__cpu_tiles *tl, qk__npyw *w)
 {
-    qk__npyw w;
     qk__slab_write sw[2];
     char *U[2] = {NULL, NULL}, *tb = NULL;
     const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
@@ -5321,9 +5409,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
 #ifndef QK_NO_THREADS
     pthread_t wt;
 #endif
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
-    if (r != QK_OK) return r;
-    w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
+    w->cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     tb = (char *)qk__malloc((size_t)SR * 64 * es);
@@ -5366,7 +5452,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         if (rr != QK_OK) { r = rr; goto done; }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
+        cur->w = w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
 #ifndef QK_NO_THREADS
         if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
 #endif
@@ -5385,11 +5471,9 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
     if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
-    QK_PROF_BEGIN("npy commit");
-    r = qk__npyw_commit(&w);
-    QK_PROF_END("npy commit");
+    r = QK_OK;
 done:
-    if (r != QK_OK) qk__npyw_abort(&w);
+    w->cancel = NULL;
     QK_FREE(U[0]);
     QK_FREE(U[1]);
     QK_FREE(tb);
@@ -5399,15 +5483,17 @@ done:
 
 /* >>cpu_run ---- CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram ---- */
 
-/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
-static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
+/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY, into the sink's file), or (tl)
+   by state tiles. */
+static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl,
+                                   qk__sink *sink)
 {
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = QK_OK;
-    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
+    if (sink->kind == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl, &sink->npy);
     else if (tl) {
         const size_t es = j->dt == QK_F32 ? 4 : 8;
-        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
+        char *K = sink->kind == QK_OUTPUT_HOST ? (char *)sink->out : NULL;
         int64_t i0;
         for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
             r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
@@ -5421,9 +5507,10 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 }
 
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
-   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                             int64_t stride, int64_t D, const void *mps, size_t scratch)
+   after the states are built, with the job polled meanwhile), into the sink's output;
+   qk__cpu_job_free ends it. */
+static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const qk__sink *sink, const double *A,
+                             const double *B, int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -5438,11 +5525,11 @@ static void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram
     j->scratch = scratch;
     j->symmetric = desc->y == NULL;
     j->dt = plan->out_dtype;
-    j->out = desc->out;
-    j->ld = desc->ld_out ? desc->ld_out : nb;
-    j->output = desc->output;
-    j->tile_fn = desc->tile_fn;
-    j->tile_user = desc->tile_user;
+    j->out = sink->out;
+    j->ld = sink->ld;
+    j->output = sink->kind;
+    j->tile_fn = sink->tile_fn;
+    j->tile_user = sink->tile_user;
     j->progress = desc->progress;
     j->progress_user = desc->progress_user;
     j->tiles_i = (j->na + QK__T - 1) / QK__T;
@@ -5479,18 +5566,19 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
    callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
    NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
    before Y's states. */
-static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+static qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
+                                  qk__sink *sink)
 {
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
     if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
     j->A = A;
     j->B = B ? B : A;
-    return qk__cpu_gram_exec(plan, desc, j, NULL);
+    return qk__cpu_gram_exec(plan, desc, j, NULL, sink);
 }
 
 /* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
-static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__cpu_tiles t;
     qk__gram_job j;
@@ -5513,28 +5601,28 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
                         (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
     }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    r = qk__cpu_gram_exec(plan, desc, &j, &t, sink);
     qk__cpu_job_free(&j);
     QK_FREE(t.A);
     QK_FREE(t.B);
     return r;
 }
 
-/* The CPU engine's Gram; desc validated, plan made. */
-static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* The CPU engine's Gram into the sink; desc validated, plan made, sink opened (qk_gram). */
+static qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk__gram_job j;
     qk_result r;
-    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
+    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc, sink);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, qk__row_len(map, path),
                      path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
     A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
     if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
@@ -6696,9 +6784,9 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     return (int64_t)floor(0.5 * budget / per);
 }
 
-/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
-   engine's tiles with qk__mps_tile. */
-static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
+   then the CPU engine's tiles with qk__mps_tile. */
+static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mps_prog prog;
     qk__gram_job j;
@@ -6710,12 +6798,12 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
         qk__mps_prog_free(&prog);
         return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
     }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
     j.mps_tile = qk__mps_tile;
     A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
         B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
@@ -8939,7 +9027,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
 #if defined(QK_CUDA) && QK_CUDA
 typedef struct qk__deliver {
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
     int64_t cols;
     size_t es;
     int n_threads;
@@ -8997,13 +9085,14 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
 {
     qk__deliver *d = (qk__deliver *)user;
     const qk_gram_desc *g = d->desc;
-    if (g->output == QK_OUTPUT_NPY) return qk__npyw_rows(d->w, i0, 0, m, d->cols, rows, ld);
-    if (g->output == QK_OUTPUT_CALLBACK) {
+    qk__sink *s = d->sink;
+    if (s->kind == QK_OUTPUT_NPY) return qk__npyw_rows(&s->npy, i0, 0, m, d->cols, rows, ld);
+    if (s->kind == QK_OUTPUT_CALLBACK) {
         /* square tiles of the slab's height; symmetric: the diagonal tile and those right of it */
         int64_t j0;
         for (j0 = g->y ? 0 : i0; j0 < d->cols; j0 += m) {
             int64_t n = d->cols - j0 < m ? d->cols - j0 : m;
-            if (g->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, g->tile_user))
+            if (s->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, s->tile_user))
                 return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
         }
         return QK_OK;
@@ -9011,7 +9100,7 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
     {
         int64_t bytes = m * d->cols * (int64_t)d->es;
         int nt = d->n_threads;
-        d->dst = (char *)g->out + (size_t)(i0 * d->ld_dst) * d->es;
+        d->dst = (char *)s->out + (size_t)(i0 * d->ld_dst) * d->es;
         d->src = (const char *)rows;
         d->rows = m;
         d->ld_src = ld;
@@ -9117,30 +9206,23 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
-/* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
-   for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+/* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
+   copy-out, square tiles for the callback, the .npy stream). */
+static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
                               qk_cuda_stats *stats)
 {
     char err[512] = "";
-    qk__npyw w;
     qk__deliver d;
     qk_cuda_io io;
     qk_result r;
     const int n_threads = ctx ? ctx->desc.n_threads : 0;
-    memset(&w, 0, sizeof w);
-    w.fd = -1;
     memset(&d, 0, sizeof d);
     d.desc = desc;
-    d.w = &w;
+    d.sink = sink;
     d.cols = plan->n_y;
-    d.es = plan->out_dtype == QK_F32 ? 4 : 8;
-    d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
+    d.es = sink->es;
+    d.ld_dst = sink->ld;
     d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        if (r != QK_OK) return r;
-    }
     memset(&io, 0, sizeof io);
     io.rows = qk__deliver_rows;
     io.rows_user = &d;
@@ -9172,12 +9254,6 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     }
     if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
-    if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-        QK_PROF_BEGIN("npy commit");
-        r = qk__npyw_commit(&w);
-        QK_PROF_END("npy commit");
-    }
-    if (r != QK_OK) qk__npyw_abort(&w);
     return r;
 }
 #endif
@@ -9194,9 +9270,9 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
                rectangle's mirror is then transposed on the host from the buffer itself
      DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
      CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
-     NPY       one temporary file; each thread writes through its own descriptor, the row
-               pieces of its slabs and the mirror (64 columns transposed per step); the
-               writer's syncer, commit and abort are the one-GPU path's
+     NPY       the sink's temporary file; each thread writes through its own descriptor, the
+               row pieces of its slabs and the mirror (64 columns transposed per step); the
+               writer's syncer is the one-GPU path's, commit and removal qk_gram's
    The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
    reads before each slab and each write; the job then returns that failure, naming the GPU, and
    NPY leaves no file. Times: qk_ctx_device_seconds. */
@@ -9208,7 +9284,8 @@ typedef struct qk__mgpu {
     const qk_plan *plan;
     const qk_map *map;
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
+    qk__npyw *w;                /* NPY: the sink's writer */
     int64_t cols, ld;
     size_t es;
     int cancel;                 /* the first failure sets it; every thread stops */
@@ -9329,7 +9406,7 @@ static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, con
 static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
 {
     qk__mgpu *g = v->g;
-    char *K = (char *)g->desc->out;
+    char *K = (char *)g->sink->out;
     const int64_t ld = g->ld;
     int64_t a0, c0, a, c;
     for (c0 = 0; c0 < v->w; c0 += 64) {
@@ -9356,24 +9433,24 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
 {
     qk__mgpu_dev *v = (qk__mgpu_dev *)user;
     qk__mgpu *g = v->g;
-    const qk_gram_desc *desc = g->desc;
+    const qk__sink *sink = g->sink;
     const size_t es = g->es;
     const char *src = (const char *)rows;
     const int64_t gi = v->di + i0;
     int64_t a;
     if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
-    if (desc->output == QK_OUTPUT_HOST) {
+    if (sink->kind == QK_OUTPUT_HOST) {
         for (a = 0; a < m; a++)
-            qk__copy_stream((char *)desc->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+            qk__copy_stream((char *)sink->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
         return QK_OK;
     }
-    if (desc->output == QK_OUTPUT_CALLBACK) {
+    if (sink->kind == QK_OUTPUT_CALLBACK) {
         int64_t j0;
         int stop = 0;
         qk__mgpu_lock(g);
         for (j0 = v->diag ? i0 : 0; j0 < v->w && !stop; j0 += m) {
             const int64_t n = v->w - j0 < m ? v->w - j0 : m;
-            stop = desc->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, desc->tile_user);
+            stop = sink->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, sink->tile_user);
         }
         qk__mgpu_unlock(g);
         if (stop) {
@@ -9499,10 +9576,9 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
-static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mgpu g;
-    qk__npyw w;
     qk__mgpu_dev v[QK_MAX_DEVICES];
     const int n = plan->n_devices;
     int k, started[QK_MAX_DEVICES];
@@ -9520,14 +9596,13 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
             if (!desc->out_devices[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out_devices[%d] (CUDA device %d) is NULL", k, plan->devices[k]);
     }
     memset(&g, 0, sizeof g);
-    memset(&w, 0, sizeof w);
     memset(v, 0, sizeof v);
-    w.fd = -1;
     g.ctx = ctx;
     g.plan = plan;
     g.map = map;
     g.desc = desc;
-    g.w = &w;
+    g.sink = sink;
+    g.w = &sink->npy;
     g.cols = plan->n_y;
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
@@ -9535,20 +9610,14 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 #ifndef QK_NO_THREADS
     if (pthread_mutex_init(&g.mu, NULL) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
 #endif
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        w.cancel = &g.cancel;
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = &g.cancel;
     for (k = 0; k < n; k++) {
         v[k].g = &g;
         v[k].k = k;
         v[k].ord = plan->devices[k];
         v[k].fd = -1;
         started[k] = 0;
-        if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-            v[k].fd = open(w.tmp, O_WRONLY);
-            if (v[k].fd < 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", desc->out_path, w.tmp, strerror(errno));
-        }
+        if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
@@ -9572,14 +9641,7 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
         QK_FREE(v[k].tb);
     }
-    if (desc->output == QK_OUTPUT_NPY) {
-        if (r == QK_OK) {
-            QK_PROF_BEGIN("npy commit");
-            r = qk__npyw_commit(&w);
-            QK_PROF_END("npy commit");
-        }
-        if (r != QK_OK) qk__npyw_abort(&w);
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = NULL;   /* g ends here; qk_gram commits or discards */
 #ifndef QK_NO_THREADS
     pthread_mutex_destroy(&g.mu);
 #endif
@@ -9595,7 +9657,60 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 #endif /* QK_CUDA */
 /* ---- end several GPUs ---- */
 
-/* >>gram_impl ---- qk_gram and qk_states: validate, plan, hand the plan to its engine ---- */
+/* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+/* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
+   or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
+   engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
+   executor's result (commit, or the temporary removed). The one place a Gram's output is opened
+   and committed. qk_gram after validating and planning; tests and qk-bench with injected plans
+   (ctx may be NULL there: no context staging, no figures kept). */
+static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+{
+    qk__sink sink;
+    qk_result r;
+#if defined(QK_CUDA) && QK_CUDA
+    qk_gram_desc d1;
+    if (plan->backend == QK_BACKEND_CUDA && plan->n_devices <= 1 && desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
+        d1 = *desc;   /* one GPU: out_devices[0] is the buffer */
+        d1.out = desc->out_devices[0];
+        desc = &d1;
+    }
+#endif
+    if (plan->backend == QK_BACKEND_CUDA) {
+#if !(defined(QK_CUDA) && QK_CUDA)
+        QK__UNUSED(ctx);
+        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
+#endif
+    }
+    if (desc->mps_discarded && plan->path != QK_PATH_MPS)
+        memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
+    r = qk__sink_open(&sink, plan, desc);
+    if (r != QK_OK) return r;
+#if defined(QK_CUDA) && QK_CUDA
+    if (plan->backend == QK_BACKEND_CUDA) {
+        qk_cuda_stats st;
+        if (ctx) {
+            memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
+            ctx->n_dev_last = 0;
+        }
+        if (plan->n_devices > 1) r = ctx ? qk__mgpu_run(ctx, plan, map, desc, &sink)
+                                         : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of several GPUs needs a context");
+        else {
+            double t0 = qk_cuda_wtime();
+            r = qk__cuda_run(ctx, plan, map, desc, &sink, ctx ? &ctx->cuda_stats : &st);
+            if (ctx) {
+                ctx->n_dev_last = 1;
+                ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
+            }
+        }
+        return qk__sink_close(&sink, r);
+    }
+#endif
+    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink);
+    else r = qk__cpu_gram(plan, map, desc, &sink);
+    return qk__sink_close(&sink, r);
+}
+
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
@@ -9608,32 +9723,7 @@ static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *de
     r = qk_plan_make(ctx, map, desc, &plan);
     QK_PROF_END("plan");
     if (r != QK_OK) return r;
-    if (plan.backend == QK_BACKEND_CUDA) {
-#if defined(QK_CUDA) && QK_CUDA
-        if (desc->mps_discarded && plan.path != QK_PATH_MPS)
-            memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
-        memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
-        ctx->n_dev_last = 0;
-        if (plan.n_devices > 1) return qk__mgpu_run(ctx, &plan, map, desc);
-        if (desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
-            qk_gram_desc d1 = *desc;
-            d1.out = desc->out_devices[0];
-            return qk__cuda_run(ctx, &plan, map, &d1, &ctx->cuda_stats);
-        }
-        {
-            double t0 = qk_cuda_wtime();
-            r = qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
-            ctx->n_dev_last = 1;
-            ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
-            return r;
-        }
-#else
-        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
-#endif
-    }
-    if (plan.path == QK_PATH_MPS) return qk__mps_gram(&plan, map, desc);
-    if (desc->mps_discarded) memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
-    return qk__cpu_gram(&plan, map, desc);
+    return qk__plan_run(ctx, &plan, map, desc);
 }
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
@@ -10077,6 +10167,86 @@ done:
     return r;
 }
 
+/* qk_gram_mpi's sink, the .npy written with MPI-IO: the temporary file, its rename and its
+   removal are qk_gram's (qk__open_tmp, qk__tmp_commit, qk__tmp_discard), on rank 0; every rank
+   writes through its own MPI handle. Collective: every rank calls open and close. */
+typedef struct qk__mpi_sink {
+    char *tmp;              /* the temporary's name (every rank) */
+    MPI_File fh;            /* this rank's handle */
+    int opened;
+} qk__mpi_sink;
+
+/* Rank 0 creates the temporary file, every rank opens it, rank 0 writes the header. Returns the
+   ranks' agreed result (qk__mpi_decide). */
+static qk_result qk__mpi_sink_open(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s)
+{
+    const qk_gram_desc *desc = b->desc;
+    size_t nbytes = 0;
+    int len = 0;
+    char hdr[192];
+    qk_result r = QK_OK, rc;
+    if (m->rank == 0) {
+        int fd = -1;
+        r = qk__npy_shape_bytes("qk_gram_mpi", b->dt, b->n, b->cols, &nbytes);
+        if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+        if (r == QK_OK) r = qk__open_tmp(desc->out_path, &s->tmp, &fd);
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        if (s->tmp) len = (int)strlen(s->tmp);
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(&len, 1, MPI_INT, 0, m->comm);
+    if (m->rank != 0) {
+        s->tmp = (char *)qk__malloc((size_t)len + 1);
+        r = s->tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(s->tmp, len + 1, MPI_CHAR, 0, m->comm);
+    {
+        int e = MPI_File_open(MPI_COMM_SELF, s->tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &s->fh), elen = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        if (e == MPI_SUCCESS) s->opened = 1;
+        else {
+            MPI_Error_string(e, msg, &elen);
+            msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                         desc->out_path, s->tmp, msg);
+        }
+    }
+    b->fh = s->fh;
+    b->hdr = (uint64_t)qk__npy_make_header(hdr, b->dt, b->n, b->cols);
+    if (r == QK_OK && m->rank == 0) r = qk__mpi_write(b, 0, hdr, (size_t)b->hdr);
+    return qk__mpi_decide(m, r);
+}
+
+/* After the bands (rc: the ranks' agreed result): sync (unless no_sync), close, check that every
+   byte came, rename on rank 0. The temporary is removed by the caller when the result is not
+   QK_OK. Returns the ranks' agreed result. */
+static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s, qk_result rc)
+{
+    const qk_gram_desc *desc = b->desc;
+    uint64_t all = 0;
+    qk_result r = QK_OK;
+    if (rc == QK_OK && !desc->no_sync && MPI_File_sync(s->fh) != MPI_SUCCESS)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+    if (MPI_File_close(&s->fh) != MPI_SUCCESS && r == QK_OK)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+    s->opened = 0;
+    if (rc == QK_OK) {
+        MPI_Allreduce(&b->written, &all, 1, MPI_UINT64_T, MPI_SUM, m->comm);
+        if (r == QK_OK && m->rank == 0 && all != b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                         (unsigned long long)all, (unsigned long long)(b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es));
+        rc = qk__mpi_decide(m, r);
+    }
+    if (rc == QK_OK) {
+        r = m->rank == 0 ? qk__tmp_commit(s->tmp, desc->out_path, desc->no_sync) : QK_OK;
+        rc = qk__mpi_decide(m, r);
+    }
+    return rc;
+}
+
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
 {
     static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
@@ -10087,11 +10257,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     qk_schedule sch;
     qk_schedule_desc sd;
     qk_result r = QK_OK, rc;
-    int inited = 0, finalized = 0, k, npy, opened = 0;
+    qk__mpi_sink snk;
+    int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
-    char *tmp = NULL;
-    char hdr[192];
-    MPI_File fh = MPI_FILE_NULL;
 
     if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
     MPI_Initialized(&inited);
@@ -10100,6 +10268,8 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     memset(&m, 0, sizeof m);
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
+    memset(&snk, 0, sizeof snk);
+    snk.fh = MPI_FILE_NULL;
     MPI_Comm_dup(comm, &m.comm);
     MPI_Comm_rank(m.comm, &m.rank);
     MPI_Comm_size(m.comm, &m.size);
@@ -10162,44 +10332,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     b.symmetric = desc->y == NULL;
     b.path = npy ? desc->out_path : NULL;
 
-    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    /* 4. NPY: the sink (rank 0 creates the temporary file; every rank opens it on its own handle) */
     if (npy) {
-        size_t nbytes = 0;
-        int len = 0;
-        r = QK_OK;
-        if (m.rank == 0) {
-            int fd = -1;
-            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
-            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
-            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
-            if (fd >= 0) (void)QK__CLOSE(fd);
-            if (tmp) len = (int)strlen(tmp);
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
-        if (m.rank != 0) {
-            tmp = (char *)qk__malloc((size_t)len + 1);
-            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
-        {
-            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
-            char msg[MPI_MAX_ERROR_STRING + 1];
-            if (e == MPI_SUCCESS) opened = 1;
-            else {
-                MPI_Error_string(e, msg, &elen);
-                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
-                             desc->out_path, tmp, msg);
-            }
-        }
-        b.fh = fh;
-        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
-        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
-        rc = qk__mpi_decide(&m, r);
+        rc = qk__mpi_sink_open(&m, &b, &snk);
         if (rc != QK_OK) goto done;
     }
 
@@ -10216,38 +10351,15 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then
        terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
-    if (r != QK_OK && tmp) (void)remove(tmp);
+    if (r != QK_OK && snk.tmp) qk__tmp_discard(snk.tmp);
     rc = qk__mpi_decide(&m, r);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
-    if (npy) {
-        uint64_t all = 0;
-        r = QK_OK;
-        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
-        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
-        opened = 0;
-        if (rc == QK_OK) {
-            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
-            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
-                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
-            rc = qk__mpi_decide(&m, r);
-        }
-        if (rc == QK_OK) {
-            r = QK_OK;
-            if (m.rank == 0) {
-                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
-                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
-            }
-            rc = qk__mpi_decide(&m, r);
-        }
-    }
+    if (npy) rc = qk__mpi_sink_close(&m, &b, &snk, rc);
 done:
-    if (opened) MPI_File_close(&fh);
-    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
-    QK_FREE(tmp);
+    if (snk.opened) MPI_File_close(&snk.fh);
+    if (rc != QK_OK && snk.tmp && m.rank == 0) qk__tmp_discard(snk.tmp);
+    QK_FREE(snk.tmp);
     qk_schedule_free(&sch);
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);

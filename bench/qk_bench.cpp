@@ -125,11 +125,11 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     std::vector<double> gm, sm, om, em, b0, b1, dm;
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
-        qk_cuda_stats st;
         if (fresh) { free(buf); buf = malloc(bytes); g.out = buf; } /* untouched pages, as a new buffer */
-        qk_result rc = qk__cuda_run(g_ctx, &p, &m, &g, &st);
+        qk_result rc = qk__plan_run(g_ctx, &p, &m, &g);
         auto t1 = std::chrono::steady_clock::now();
-        if (rc != QK_OK) { printf("%s: qk__cuda_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
+        const qk_cuda_stats st = qk_ctx_cuda_stats(g_ctx);
+        if (rc != QK_OK) { printf("%s: qk__plan_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
         if (r == 0) continue; /* warm-up */
         gm.push_back(st.gram_ms); sm.push_back(st.states_ms); om.push_back(st.output_ms);
         em.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -201,7 +201,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);
@@ -252,7 +252,7 @@ static void modes_case(const char *name, const qk_map &m, const std::vector<doub
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);

@@ -50,11 +50,10 @@ static void *qk__slab_write_main(void *p)
 /* Streamed output (QK_OUTPUT_NPY): slabs of plan->slab_rows rows computed into one of two slab
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
-   buffers, not K. */
+   buffers, not K. w: the sink's open .npy (qk_gram commits or discards it). */
 static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                  const qk__cpu_tiles *tl)
+                                  const qk__cpu_tiles *tl, qk__npyw *w)
 {
-    qk__npyw w;
     qk__slab_write sw[2];
     char *U[2] = {NULL, NULL}, *tb = NULL;
     const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
@@ -67,9 +66,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
 #ifndef QK_NO_THREADS
     pthread_t wt;
 #endif
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
-    if (r != QK_OK) return r;
-    w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
+    w->cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     tb = (char *)qk__malloc((size_t)SR * 64 * es);
@@ -112,7 +109,7 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
         if (rr != QK_OK) { r = rr; goto done; }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
+        cur->w = w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
 #ifndef QK_NO_THREADS
         if (pthread_create(&wt, NULL, qk__slab_write_main, cur) == 0) { pending = b; continue; }
 #endif
@@ -131,11 +128,9 @@ static qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc,
     if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
-    QK_PROF_BEGIN("npy commit");
-    r = qk__npyw_commit(&w);
-    QK_PROF_END("npy commit");
+    r = QK_OK;
 done:
-    if (r != QK_OK) qk__npyw_abort(&w);
+    w->cancel = NULL;
     QK_FREE(U[0]);
     QK_FREE(U[1]);
     QK_FREE(tb);

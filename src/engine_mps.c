@@ -1037,9 +1037,9 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     return (int64_t)floor(0.5 * budget / per);
 }
 
-/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
-   engine's tiles with qk__mps_tile. */
-static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
+   then the CPU engine's tiles with qk__mps_tile. */
+static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mps_prog prog;
     qk__gram_job j;
@@ -1051,12 +1051,12 @@ static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_g
         qk__mps_prog_free(&prog);
         return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
     }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
     j.mps_tile = qk__mps_tile;
     A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
         B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
