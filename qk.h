@@ -611,7 +611,11 @@ typedef struct qk_plan {
                                    kernel (complex fp32, q <= 5), its tensor-core form (fp16
                                    hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
                                    (qk_cuda_tune_gram); with a TCF engine: 1 128x128 (warps
-                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
+                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64). The planner writes
+                                   the configuration that runs (the fixed table's, or the
+                                   autotune's where the kernel serves the shape: else the one it
+                                   falls back to, 8 -> 7 -> 1; plan.config then says "runs cfg");
+                                   the cuBLAS engines have none (0) */
     char config[96];            /* kernel configuration used and where it came from */
     double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
                                    engine: fp64's) */
@@ -1040,6 +1044,28 @@ static inline const char *qk__fused_cfg_name(int cfg)
     default: return "?";
     }
 }
+/* The fused configuration that runs for cfg (0: the fixed table) on a q-qubit state, f64: double
+   states, cplx: complex, f32out: float K. 8, the few-qubit kernel on the tensor cores, takes
+   complex fp32 states with float K and 2 <= q <= 6, else it runs as 7; 7, the persistent SIMT
+   kernel, takes the same with q <= 5, else it runs as 1; 5's register stores need a float K, else
+   it is 1's kernel; anything else out of 1..QK__N_FUSED_CFG runs as 1. The planner writes the
+   result into qk_plan.kernel_cfg (the plan names the kernel that runs, after the autotune too)
+   and the engine's launcher resolves with it. */
+static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32out)
+{
+    const int small = !f64 && cplx && f32out;
+    if (cfg == 0) cfg = qk__fused_cfg_fixed(q, f64, cplx, f32out);
+    if (cfg == 8 && !(small && q >= 2 && q <= 6)) cfg = 7;
+    if (cfg == 7 && !(small && q <= 5)) cfg = 1;
+    if (cfg == 5 && !f32out) cfg = 1;
+    return cfg >= 1 && cfg <= QK__N_FUSED_CFG ? cfg : 1;
+}
+/* The same for the fused tensor-core kernel (TCF engines, configurations 1..3, 0: 1): FP32X3
+   always runs configuration 2 (two accumulator sets fill its registers). */
+static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+{
+    return fp32x3 ? 2 : cfg >= 1 && cfg <= 3 ? cfg : 1;
+}
 /* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
    (fp64_real_form), else FUSED (none). */
 static inline qk_gpu_engine qk__tc_engine(qk_precision p, int fp64_real_form)
@@ -1077,6 +1103,17 @@ static inline const char *qk__engine_name(qk_gpu_engine e)
 static inline qk_gpu_engine qk__plan_engine(const qk_plan *p)
 {
     return (int)p->engine >= 0 && (int)p->engine < (int)QK_GPU_ENGINE_COUNT ? p->engine : QK_GPU_ENGINE_COUNT;
+}
+/* The kernel configuration that runs engine e at configuration cfg for the plan's states (the
+   statevector paths; others: cfg): qk__fused_cfg_runs, qk__tcf_cfg_runs, 0 for the cuBLAS
+   engines (no configuration). */
+static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
+{
+    if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
+    if (e == QK_GPU_FUSED)
+        return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    return 0;
 }
 /* Sets a plan's engine (and its deprecated mirror, use_blas). */
 static inline void qk__plan_set_engine(qk_plan *p, qk_gpu_engine e)
@@ -6646,8 +6683,10 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 }
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
-   with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
-static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+   with the CPU's measured ratio, the statevector too big beyond half of the host memory. keep
+   (may be NULL): an MPS plan's program is handed over there (the caller frees it) for the
+   engine, which then does not build it again; untouched otherwise. */
+static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
     qk__mps_prog prog;
     const double ram = qk__host_ram();
@@ -6662,7 +6701,8 @@ static qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_pl
         snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
                  prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
     }
-    qk__mps_prog_free(&prog);
+    if (keep) *keep = prog;
+    else qk__mps_prog_free(&prog);
     return QK_OK;
 }
 
@@ -6784,30 +6824,49 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     return (int64_t)floor(0.5 * budget / per);
 }
 
-/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
-   then the CPU engine's tiles with qk__mps_tile. */
-static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
+/* The MPS program of a plan on the MPS path: the planner's (planned, not NULL: qk_gram hands
+   over the one it decided with) or, for a plan made elsewhere (tests, qk_plan_make's plan run
+   later), built again from the map into *own (freed by the caller, zeroed when unused); *out
+   points at the one to use. */
+static qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *own,
+                                 const qk__mps_prog **out)
 {
-    qk__mps_prog prog;
+    qk_result r;
+    memset(own, 0, sizeof *own);
+    *out = planned;
+    if (planned && planned->q > 0) return QK_OK;
+    r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, own);
+    if (r != QK_OK) return r;
+    if (own->dense || own->chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(own);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    *out = own;
+    return QK_OK;
+}
+
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
+   then the CPU engine's tiles with qk__mps_tile. planned: the planner's program (or NULL). */
+static qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                              const qk__mps_prog *planned)
+{
+    qk__mps_prog own;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    const qk__mps_prog *prog = NULL;
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog->group, 0, prog, qk__mps_scratch(prog));
     j.mps_tile = qk__mps_tile;
-    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
+    A = qk__mps_states(prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
-        B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
+        B = qk__mps_states(prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
     r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__mps_prog_free(&own);
     return r;
 }
 /* ---- end MPS engine ---- */
@@ -8200,8 +8259,10 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
     return QK__HOST_SHARE * *avail;
 }
 
-/* nt: the engine's threads (their scratch is counted). */
-static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+/* nt: the engine's threads (their scratch is counted). keep (may be NULL): an MPS plan's program
+   for the engine (qk__mps_plan). */
+static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                 qk__mps_prog *keep)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -8252,7 +8313,7 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
     p->bytes_host_avail = (size_t)avail;
-    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    r = qk__mps_plan(map, desc, p, keep);   /* MPS engine: statevector or MPS */
     if (r != QK_OK || p->path == QK_PATH_MPS) return r;
 
     /* statevector and analytic paths: all states resident when they fit the host budget with
@@ -8289,9 +8350,9 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     return QK_OK;
 }
 
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
-    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p, keep);
 }
 
 
@@ -8446,11 +8507,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                  qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    p->kernel_cfg = qk__plan_cfg_runs(p, p->engine, 0);   /* the fixed table's configuration, named */
     return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 
 /* A plan's device fields for one device (or the CPU engine: n_devices 0). */
 static void qk__plan_one_device(qk_plan *p, int ordinal)
@@ -8469,7 +8531,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out, NULL);
     if (r == QK_OK) qk__plan_one_device(out, 0);
     return r;
 }
@@ -8485,8 +8547,10 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
-QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
+   it; zeroed when the plan is not on the MPS path). */
+static qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                      const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_schedule_desc sd;
     qk_schedule sch;
@@ -8503,8 +8567,9 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
         for (j = 0; ordinals && j < k; j++)
             if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
     }
-    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    r = qk__plan_for_device(&infos[0], vram_fraction, map, desc, out, keep);
     if (r != QK_OK) return r;
+    qk__plan_one_device(out, 0);
     if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
     out->devices[0] = ordinals ? ordinals[0] : 0;
     if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
@@ -8538,6 +8603,12 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     return QK_OK;
 }
 
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
@@ -8554,7 +8625,7 @@ static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
     if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
@@ -8565,7 +8636,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
     if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
-    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    if (keep) memset(keep, 0, sizeof *keep);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out, keep);
     /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
        plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
     if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
@@ -8580,7 +8652,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         if (!use)   /* the statevector plan, or its error again (with its detail) */
             return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
         r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
-        qk__mps_prog_free(&prog);
+        if (r == QK_OK && keep) *keep = prog;   /* the engine's program: not built again */
+        else qk__mps_prog_free(&prog);
         return r;
     }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
@@ -8665,9 +8738,11 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && plan->n_qubits > QK__TC_MAX_QUBITS)) {
         qk__plan_set_engine(plan, b);
-        plan->kernel_cfg = c;
+        plan->kernel_cfg = qk__plan_cfg_runs(plan, b, c);   /* the configuration that runs (8 -> 7 -> 1, ...) */
     }
-    snprintf(plan->config, sizeof plan->config, "%s", label);
+    if (plan->engine == b && plan->kernel_cfg != c)
+        snprintf(plan->config, sizeof plan->config, "%.72s (runs cfg %d)", label, plan->kernel_cfg);
+    else snprintf(plan->config, sizeof plan->config, "%s", label);
 }
 #endif /* QK_CUDA */
 
@@ -8896,7 +8971,9 @@ static qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_g
     return QK_OK;
 }
 
-QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_make; keep (may be NULL, else zeroed by the caller): an MPS plan's program, handed to
+   the engine by qk_gram (the caller frees it). */
+static qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_result r;
     if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_make: out is NULL");
@@ -8913,7 +8990,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         }
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
-        r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
+        r = qk__plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out, keep);
         if (r == QK_OK && out->path == QK_PATH_MPS) {   /* the MPS path: its own kernels, no autotune */
             out->n_threads = ctx->desc.n_threads;
             qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the GPU (%s; bond %d; the MPS are built on %d host threads)",
@@ -8926,9 +9003,14 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
     } else {
-        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out);
+        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out, keep);
     }
     return r;
+}
+
+QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_make(ctx, map, desc, out, NULL);
 }
 
 static const char *qk__path_name(qk_path p)
@@ -8997,7 +9079,9 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
     if (p->backend == QK_BACKEND_CUDA && (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX))
-        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg);
+        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d%s%s%s", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg,
+                p->engine == QK_GPU_FUSED ? " (" : "", p->engine == QK_GPU_FUSED ? qk__fused_cfg_name(p->kernel_cfg) : "",
+                p->engine == QK_GPU_FUSED ? ")" : "");
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
         int k;
@@ -9171,28 +9255,26 @@ static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const 
     return out;
 }
 
+/* planned: the planner's program (qk_gram hands it over) or NULL (built here). */
 static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
-                              int nt, char *err, size_t err_size)
+                              int nt, const qk__mps_prog *planned, char *err, size_t err_size)
 {
-    qk__mps_prog prog;
+    qk__mps_prog own;
+    const qk__mps_prog *prog = NULL;
     qk_cuda_mps m;
     double *A = NULL, *B = NULL;
     int chi;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    chi = qk__mps_gpu_chi(prog.chi);
+    chi = qk__mps_gpu_chi(prog->chi);
     QK_PROF_BEGIN("mps states");
-    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
-    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    A = qk__mps_gpu_states(prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
     QK_PROF_END("mps states");
     if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
     else {
         memset(&m, 0, sizeof m);
-        m.n_sites = prog.q;
+        m.n_sites = prog->q;
         m.chi = chi;
         m.a = A;
         m.n_a = desc->n_x;
@@ -9202,14 +9284,15 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     }
     QK_FREE(A);
     QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__mps_prog_free(&own);
     return r;
 }
 
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
-   copy-out, square tiles for the callback, the .npy stream). */
+   copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
+   (MPS path; NULL: built here). */
 static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
-                              qk_cuda_stats *stats)
+                              const qk__mps_prog *mps, qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__deliver d;
@@ -9249,7 +9332,7 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         }
     }
     if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
-        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, mps, err, sizeof err);
     } else {
         r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     }
@@ -9663,8 +9746,11 @@ static qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
    executor's result (commit, or the temporary removed). The one place a Gram's output is opened
    and committed. qk_gram after validating and planning; tests and qk-bench with injected plans
-   (ctx may be NULL there: no context staging, no figures kept). */
-static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+   (ctx may be NULL there: no context staging, no figures kept). mps: the planner's MPS program
+   of an MPS plan (qk__plan_make's keep), which the engines then do not build again; NULL: they
+   build it from the map. */
+static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                              const qk__mps_prog *mps)
 {
     qk__sink sink;
     qk_result r;
@@ -9697,7 +9783,7 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
                                          : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of several GPUs needs a context");
         else {
             double t0 = qk_cuda_wtime();
-            r = qk__cuda_run(ctx, plan, map, desc, &sink, ctx ? &ctx->cuda_stats : &st);
+            r = qk__cuda_run(ctx, plan, map, desc, &sink, mps, ctx ? &ctx->cuda_stats : &st);
             if (ctx) {
                 ctx->n_dev_last = 1;
                 ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
@@ -9706,7 +9792,7 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         return qk__sink_close(&sink, r);
     }
 #endif
-    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink);
+    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink, mps);
     else r = qk__cpu_gram(plan, map, desc, &sink);
     return qk__sink_close(&sink, r);
 }
@@ -9714,16 +9800,19 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
+    qk__mps_prog prog;   /* the planner's MPS program (MPS plans), handed to the engine */
     qk_result r;
     QK_PROF_BEGIN("validate");
     r = qk__check_gram(ctx, map, desc);
     QK_PROF_END("validate");
     if (r != QK_OK) return r;
+    memset(&prog, 0, sizeof prog);
     QK_PROF_BEGIN("plan");
-    r = qk_plan_make(ctx, map, desc, &plan);
+    r = qk__plan_make(ctx, map, desc, &plan, &prog);
     QK_PROF_END("plan");
-    if (r != QK_OK) return r;
-    return qk__plan_run(ctx, &plan, map, desc);
+    if (r == QK_OK) r = qk__plan_run(ctx, &plan, map, desc, &prog);
+    qk__mps_prog_free(&prog);
+    return r;
 }
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)

@@ -126,7 +126,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
         if (fresh) { free(buf); buf = malloc(bytes); g.out = buf; } /* untouched pages, as a new buffer */
-        qk_result rc = qk__plan_run(g_ctx, &p, &m, &g);
+        qk_result rc = qk__plan_run(g_ctx, &p, &m, &g, NULL);
         auto t1 = std::chrono::steady_clock::now();
         const qk_cuda_stats st = qk_ctx_cuda_stats(g_ctx);
         if (rc != QK_OK) { printf("%s: qk__plan_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
@@ -201,7 +201,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__plan_run(g_ctx, &p, &m, &g) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);
@@ -252,7 +252,7 @@ static void modes_case(const char *name, const qk_map &m, const std::vector<doub
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__plan_run(g_ctx, &p, &m, &g) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);

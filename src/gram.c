@@ -4,8 +4,11 @@
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
    executor's result (commit, or the temporary removed). The one place a Gram's output is opened
    and committed. qk_gram after validating and planning; tests and qk-bench with injected plans
-   (ctx may be NULL there: no context staging, no figures kept). */
-static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+   (ctx may be NULL there: no context staging, no figures kept). mps: the planner's MPS program
+   of an MPS plan (qk__plan_make's keep), which the engines then do not build again; NULL: they
+   build it from the map. */
+static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                              const qk__mps_prog *mps)
 {
     qk__sink sink;
     qk_result r;
@@ -38,7 +41,7 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
                                          : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of several GPUs needs a context");
         else {
             double t0 = qk_cuda_wtime();
-            r = qk__cuda_run(ctx, plan, map, desc, &sink, ctx ? &ctx->cuda_stats : &st);
+            r = qk__cuda_run(ctx, plan, map, desc, &sink, mps, ctx ? &ctx->cuda_stats : &st);
             if (ctx) {
                 ctx->n_dev_last = 1;
                 ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
@@ -47,7 +50,7 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         return qk__sink_close(&sink, r);
     }
 #endif
-    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink);
+    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink, mps);
     else r = qk__cpu_gram(plan, map, desc, &sink);
     return qk__sink_close(&sink, r);
 }
@@ -55,16 +58,19 @@ static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
+    qk__mps_prog prog;   /* the planner's MPS program (MPS plans), handed to the engine */
     qk_result r;
     QK_PROF_BEGIN("validate");
     r = qk__check_gram(ctx, map, desc);
     QK_PROF_END("validate");
     if (r != QK_OK) return r;
+    memset(&prog, 0, sizeof prog);
     QK_PROF_BEGIN("plan");
-    r = qk_plan_make(ctx, map, desc, &plan);
+    r = qk__plan_make(ctx, map, desc, &plan, &prog);
     QK_PROF_END("plan");
-    if (r != QK_OK) return r;
-    return qk__plan_run(ctx, &plan, map, desc);
+    if (r == QK_OK) r = qk__plan_run(ctx, &plan, map, desc, &prog);
+    qk__mps_prog_free(&prog);
+    return r;
 }
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)

@@ -251,8 +251,10 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
     return QK__HOST_SHARE * *avail;
 }
 
-/* nt: the engine's threads (their scratch is counted). */
-static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+/* nt: the engine's threads (their scratch is counted). keep (may be NULL): an MPS plan's program
+   for the engine (qk__mps_plan). */
+static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                 qk__mps_prog *keep)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -303,7 +305,7 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
     p->bytes_host_avail = (size_t)avail;
-    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    r = qk__mps_plan(map, desc, p, keep);   /* MPS engine: statevector or MPS */
     if (r != QK_OK || p->path == QK_PATH_MPS) return r;
 
     /* statevector and analytic paths: all states resident when they fit the host budget with
@@ -340,9 +342,9 @@ static qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, 
     return QK_OK;
 }
 
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
-    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p, keep);
 }
 
 
@@ -497,11 +499,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                  qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    p->kernel_cfg = qk__plan_cfg_runs(p, p->engine, 0);   /* the fixed table's configuration, named */
     return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 
 /* A plan's device fields for one device (or the CPU engine: n_devices 0). */
 static void qk__plan_one_device(qk_plan *p, int ordinal)
@@ -520,7 +523,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out, NULL);
     if (r == QK_OK) qk__plan_one_device(out, 0);
     return r;
 }
@@ -536,8 +539,10 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
-QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
+   it; zeroed when the plan is not on the MPS path). */
+static qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                      const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_schedule_desc sd;
     qk_schedule sch;
@@ -554,8 +559,9 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
         for (j = 0; ordinals && j < k; j++)
             if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
     }
-    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    r = qk__plan_for_device(&infos[0], vram_fraction, map, desc, out, keep);
     if (r != QK_OK) return r;
+    qk__plan_one_device(out, 0);
     if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
     out->devices[0] = ordinals ? ordinals[0] : 0;
     if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
@@ -589,6 +595,12 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     return QK_OK;
 }
 
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
@@ -605,7 +617,7 @@ static int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
     if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
@@ -616,7 +628,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
     if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
-    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    if (keep) memset(keep, 0, sizeof *keep);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out, keep);
     /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
        plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
     if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
@@ -631,7 +644,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         if (!use)   /* the statevector plan, or its error again (with its detail) */
             return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
         r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
-        qk__mps_prog_free(&prog);
+        if (r == QK_OK && keep) *keep = prog;   /* the engine's program: not built again */
+        else qk__mps_prog_free(&prog);
         return r;
     }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
@@ -716,9 +730,11 @@ static void qk__plan_autotune(const qk_device_info *info, int mode, const char *
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && plan->n_qubits > QK__TC_MAX_QUBITS)) {
         qk__plan_set_engine(plan, b);
-        plan->kernel_cfg = c;
+        plan->kernel_cfg = qk__plan_cfg_runs(plan, b, c);   /* the configuration that runs (8 -> 7 -> 1, ...) */
     }
-    snprintf(plan->config, sizeof plan->config, "%s", label);
+    if (plan->engine == b && plan->kernel_cfg != c)
+        snprintf(plan->config, sizeof plan->config, "%.72s (runs cfg %d)", label, plan->kernel_cfg);
+    else snprintf(plan->config, sizeof plan->config, "%s", label);
 }
 #endif /* QK_CUDA */
 

@@ -418,7 +418,11 @@ typedef struct qk_plan {
                                    kernel (complex fp32, q <= 5), its tensor-core form (fp16
                                    hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
                                    (qk_cuda_tune_gram); with a TCF engine: 1 128x128 (warps
-                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
+                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64). The planner writes
+                                   the configuration that runs (the fixed table's, or the
+                                   autotune's where the kernel serves the shape: else the one it
+                                   falls back to, 8 -> 7 -> 1; plan.config then says "runs cfg");
+                                   the cuBLAS engines have none (0) */
     char config[96];            /* kernel configuration used and where it came from */
     double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
                                    engine: fp64's) */

@@ -144,6 +144,28 @@ static inline const char *qk__fused_cfg_name(int cfg)
     default: return "?";
     }
 }
+/* The fused configuration that runs for cfg (0: the fixed table) on a q-qubit state, f64: double
+   states, cplx: complex, f32out: float K. 8, the few-qubit kernel on the tensor cores, takes
+   complex fp32 states with float K and 2 <= q <= 6, else it runs as 7; 7, the persistent SIMT
+   kernel, takes the same with q <= 5, else it runs as 1; 5's register stores need a float K, else
+   it is 1's kernel; anything else out of 1..QK__N_FUSED_CFG runs as 1. The planner writes the
+   result into qk_plan.kernel_cfg (the plan names the kernel that runs, after the autotune too)
+   and the engine's launcher resolves with it. */
+static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32out)
+{
+    const int small = !f64 && cplx && f32out;
+    if (cfg == 0) cfg = qk__fused_cfg_fixed(q, f64, cplx, f32out);
+    if (cfg == 8 && !(small && q >= 2 && q <= 6)) cfg = 7;
+    if (cfg == 7 && !(small && q <= 5)) cfg = 1;
+    if (cfg == 5 && !f32out) cfg = 1;
+    return cfg >= 1 && cfg <= QK__N_FUSED_CFG ? cfg : 1;
+}
+/* The same for the fused tensor-core kernel (TCF engines, configurations 1..3, 0: 1): FP32X3
+   always runs configuration 2 (two accumulator sets fill its registers). */
+static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+{
+    return fp32x3 ? 2 : cfg >= 1 && cfg <= 3 ? cfg : 1;
+}
 /* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
    (fp64_real_form), else FUSED (none). */
 static inline qk_gpu_engine qk__tc_engine(qk_precision p, int fp64_real_form)
@@ -181,6 +203,17 @@ static inline const char *qk__engine_name(qk_gpu_engine e)
 static inline qk_gpu_engine qk__plan_engine(const qk_plan *p)
 {
     return (int)p->engine >= 0 && (int)p->engine < (int)QK_GPU_ENGINE_COUNT ? p->engine : QK_GPU_ENGINE_COUNT;
+}
+/* The kernel configuration that runs engine e at configuration cfg for the plan's states (the
+   statevector paths; others: cfg): qk__fused_cfg_runs, qk__tcf_cfg_runs, 0 for the cuBLAS
+   engines (no configuration). */
+static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
+{
+    if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
+    if (e == QK_GPU_FUSED)
+        return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    return 0;
 }
 /* Sets a plan's engine (and its deprecated mirror, use_blas). */
 static inline void qk__plan_set_engine(qk_plan *p, qk_gpu_engine e)

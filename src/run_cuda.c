@@ -150,28 +150,26 @@ static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const 
     return out;
 }
 
+/* planned: the planner's program (qk_gram hands it over) or NULL (built here). */
 static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
-                              int nt, char *err, size_t err_size)
+                              int nt, const qk__mps_prog *planned, char *err, size_t err_size)
 {
-    qk__mps_prog prog;
+    qk__mps_prog own;
+    const qk__mps_prog *prog = NULL;
     qk_cuda_mps m;
     double *A = NULL, *B = NULL;
     int chi;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    chi = qk__mps_gpu_chi(prog.chi);
+    chi = qk__mps_gpu_chi(prog->chi);
     QK_PROF_BEGIN("mps states");
-    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
-    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    A = qk__mps_gpu_states(prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
     QK_PROF_END("mps states");
     if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
     else {
         memset(&m, 0, sizeof m);
-        m.n_sites = prog.q;
+        m.n_sites = prog->q;
         m.chi = chi;
         m.a = A;
         m.n_a = desc->n_x;
@@ -181,14 +179,15 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     }
     QK_FREE(A);
     QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__mps_prog_free(&own);
     return r;
 }
 
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
-   copy-out, square tiles for the callback, the .npy stream). */
+   copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
+   (MPS path; NULL: built here). */
 static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
-                              qk_cuda_stats *stats)
+                              const qk__mps_prog *mps, qk_cuda_stats *stats)
 {
     char err[512] = "";
     qk__deliver d;
@@ -228,7 +227,7 @@ static qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *ma
         }
     }
     if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
-        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, mps, err, sizeof err);
     } else {
         r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     }

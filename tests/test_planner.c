@@ -54,6 +54,9 @@ static void invariants(const qk_plan *p, const qk_device_info *d, double frac, c
           (int)p->engine, p->use_blas);
     if (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX) {
         char text[2048], want[64];
+        /* the plan names the kernel configuration that runs: resolving it again changes nothing */
+        CHECK(qk__plan_cfg_runs(p, p->engine, p->kernel_cfg) == p->kernel_cfg && (p->engine != QK_GPU_FUSED || p->kernel_cfg >= 1),
+              "%s: engine %s kernel_cfg %d is not the configuration that runs", what, qk__engine_name(p->engine), p->kernel_cfg);
         snprintf(want, sizeof want, "engine: %s, kernel_cfg %d", qk__engine_name(p->engine), p->kernel_cfg);
         CHECK(qk_plan_describe(p, text, sizeof text) > 0 && strstr(text, want), "%s: describe lacks '%s': %s", what, want, text);
     }
@@ -186,6 +189,18 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
               "zz25 tf32: blas %d '%s'", (int)p.engine, p.config);
         qk_map_free(z25);
     }
+    /* the configuration that runs (docs/gpu.md): the few-qubit tensor-core kernel (8) takes complex
+       fp32 states with float K at 2..6 qubits, else the persistent SIMT kernel (7) at up to 5,
+       else 64x64 (1); 5's register stores need a float K; the fused tensor-core kernel's FP32X3
+       runs configuration 2 */
+    CHECK(qk__fused_cfg_runs(8, 6, 0, 1, 1) == 8 && qk__fused_cfg_runs(8, 2, 0, 1, 1) == 8, "cfg 8 at 2..6 qubits");
+    CHECK(qk__fused_cfg_runs(8, 1, 0, 1, 1) == 7 && qk__fused_cfg_runs(8, 7, 0, 1, 1) == 1, "cfg 8 -> 7 at 1 qubit, -> 1 at 7");
+    CHECK(qk__fused_cfg_runs(7, 5, 0, 1, 1) == 7 && qk__fused_cfg_runs(7, 6, 0, 1, 1) == 1, "cfg 7 up to 5 qubits");
+    CHECK(qk__fused_cfg_runs(8, 4, 1, 1, 0) == 1 && qk__fused_cfg_runs(8, 4, 0, 0, 1) == 1 && qk__fused_cfg_runs(8, 4, 0, 1, 0) == 1,
+          "cfg 8 needs complex fp32 states and float K");
+    CHECK(qk__fused_cfg_runs(5, 8, 0, 1, 0) == 1 && qk__fused_cfg_runs(5, 8, 0, 1, 1) == 5, "cfg 5 needs float K");
+    CHECK(qk__fused_cfg_runs(0, 8, 0, 1, 1) == qk__fused_cfg_fixed(8, 0, 1, 1) && qk__fused_cfg_runs(9, 8, 0, 1, 1) == 1, "cfg 0, 9");
+    CHECK(qk__tcf_cfg_runs(1, 3) == 2 && qk__tcf_cfg_runs(0, 3) == 3 && qk__tcf_cfg_runs(0, 0) == 1, "fused tensor-core configurations");
     /* engines the autotune may apply per precision: never a less accurate one */
     for (b = 0; b <= 10; ++b) {
         CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 2), "fp32 complex engine %d", b);

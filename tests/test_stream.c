@@ -240,6 +240,19 @@ static void executor_cases(void)
     g.x = x; g.n_x = 150; g.output = QK_OUTPUT_NPY; g.out_path = "K.npy";
     CHECK(c && m && qk_plan_make(c, m, &g, &p) == QK_OK && p.path == QK_PATH_MPS, "zz40: the plan takes the MPS engine (path %d: %s)",
           (int)p.path, qk_last_error());
+    {   /* qk_gram hands the planner's MPS program to the engine; a plan run without it (a plan made
+           by qk_plan_make, run later) builds the same program again: the same K */
+        double *k1 = (double *)malloc(sizeof(double) * 150 * 150), *k2 = (double *)malloc(sizeof(double) * 150 * 150);
+        for (i = 0; i < 150 * 40; i++) x[i] = 2.0 * 3.14159 * urand();
+        g.output = QK_OUTPUT_HOST; g.out_path = NULL; g.out = k1;
+        CHECK(c && qk_gram(c, m, &g) == QK_OK, "zz40 mps gram: %s", qk_last_error());
+        g.out = k2;
+        CHECK(c && qk_plan_make(c, m, &g, &p) == QK_OK && p.path == QK_PATH_MPS && qk__plan_run(c, &p, m, &g, NULL) == QK_OK &&
+                  memcmp(k1, k2, sizeof(double) * 150 * 150) == 0,
+              "zz40: K from the plan's program and from a program built by the engine differ (%s)", qk_last_error());
+        free(k1);
+        free(k2);
+    }
     qk_map_free(m);
     one_case(c, "zz(reps=1,ent=linear)", 40, 150, 0, QK_F64);
     one_case(c, "zz(reps=1,ent=linear)", 40, 100, 37, QK_F32);

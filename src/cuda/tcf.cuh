@@ -285,7 +285,7 @@ static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t 
         (void)cfg;
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
-        if (cfg == 0) cfg = 1;
+        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
         switch (cfg) {
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         case 3: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 4, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);

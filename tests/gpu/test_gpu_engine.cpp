@@ -403,7 +403,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     } else g.out = host.data();
     char err[640] = "";
     if (out == QK_OUTPUT_HOST) p.host_pinned = qk_cuda_host_pinned(g.out);
-    qk_result r = qk__plan_run(NULL, &p, &t.m, &g);
+    qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
     if (r != QK_OK) snprintf(err, sizeof err, "%s", qk_last_error());
     CHECK(r == QK_OK, "%s q=%d %s: qk__plan_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
@@ -492,7 +492,7 @@ static void run_map(const TMap &t, bool thorough)
                 qk_gram_desc g;
                 memset(&g, 0, sizeof g);
                 g.x = xa.data(); g.n_x = nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = QK_OUTPUT_HOST; g.precision = c.p;
-                qk_result r = qk__plan_run(NULL, &p, &t.m, &g);
+                qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
                 bool untouched = true;
                 for (float v : K) untouched = untouched && v == 7.0f;
                 CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "at most") && untouched,
@@ -659,7 +659,7 @@ static void plan_mismatch_tests()
         memset(&g, 0, sizeof g);
         g.x = x.data(); g.n_x = c.nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = c.out; g.precision = QK_PRECISION_FP32;
         if (c.y) { g.y = y.data(); g.n_y = 7; }
-        const qk_result r = qk__plan_run(NULL, &p, &t.m, &g);
+        const qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
         bool untouched = true;
         for (float v : K) untouched = untouched && v == 7.0f;
         CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "another job") && untouched,
@@ -693,7 +693,7 @@ static void fp32_same_tests(qk_ctx *gpu)
         p.n_x = n; p.n_y = n; p.symmetric = 1; p.bulk_states = 1; p.tile_m = n; p.k_resident = 1; p.n_streams = 2;
         p.engine = dims[i] >= 7 ? QK_GPU_CUBLAS : QK_GPU_FUSED;
         g.out = k2.data();
-        CHECK(qk__plan_run(NULL, &p, m, &g) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
+        CHECK(qk__plan_run(NULL, &p, m, &g, NULL) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
         CHECK(memcmp(k1.data(), k2.data(), k1.size() * 4) == 0, "fp32 same %s q=%d: K differs from the fp32 engine's (blas %d)",
               specs[i], dims[i], (int)p.engine);
         qk_map_free(m);
@@ -962,7 +962,7 @@ static void stream_tests(qk_ctx *gpu)
             cudaMallocHost((void **)&pin, bytes);
             for (size_t i = 0; i < (size_t)nx * ny; ++i) pin[i] = NAN;
             g.out = pin; g.output = p.output = QK_OUTPUT_HOST; p.host_pinned = 1;
-            qk_result r = qk__plan_run(gpu, &p, m, &g);
+            qk_result r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: pinned -> %d %s", spec, (int)r, qk_last_error());
             int64_t nan = 0;
             for (size_t i = 0; i < (size_t)nx * ny; ++i) nan += std::isnan(pin[i]);
@@ -970,19 +970,19 @@ static void stream_tests(qk_ctx *gpu)
             /* touched pageable */
             std::vector<float> pg((size_t)nx * ny, NAN);
             g.out = pg.data(); p.host_pinned = 0;
-            r = qk__plan_run(gpu, &p, m, &g);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(pg.data(), pin, bytes) == 0, "stream %s %s: pageable K differs from pinned K", spec, sym ? "XX" : "XY");
             /* fresh pageable */
             float *fr = (float *)malloc(bytes);
             g.out = fr;
-            r = qk__plan_run(gpu, &p, m, &g);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(fr, pin, bytes) == 0, "stream %s %s: fresh-buffer K differs from pinned K", spec, sym ? "XX" : "XY");
             free(fr);
             /* .npy stream */
             char path[256];
             snprintf(path, sizeof path, "/tmp/qk_gpu_stream_%d.npy", (int)getpid());
             g.out = nullptr; g.output = p.output = QK_OUTPUT_NPY; g.out_path = path;
-            r = qk__plan_run(gpu, &p, m, &g);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: npy -> %d %s", spec, (int)r, qk_last_error());
             qk_array a;
             memset(&a, 0, sizeof a);
@@ -995,7 +995,7 @@ static void stream_tests(qk_ctx *gpu)
             /* cancelled stream: no temp file, the old file intact */
             int calls = 0;
             g.progress = cancel_after; g.progress_user = &calls;
-            r = qk__plan_run(gpu, &p, m, &g);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_ERROR_CANCELLED, "stream %s: cancel -> %d", spec, (int)r);
             char cmd[600];
             snprintf(cmd, sizeof cmd, "ls %s.tmp.* >/dev/null 2>&1", path);
@@ -1009,7 +1009,7 @@ static void stream_tests(qk_ctx *gpu)
             TileRec tr;
             tr.K.assign((size_t)nx * ny, NAN); tr.ny = ny; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = sym; tr.side = p.slab_rows;
             g.output = p.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
-            r = qk__plan_run(gpu, &p, m, &g);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && tr.bad == 0 && tr.nonsq == 0 && memcmp(tr.K.data(), pin, bytes) == 0,
                   "stream %s %s: callback tiles: rc %d, %d calls, %d below the diagonal, %d not square, K %s", spec, sym ? "XX" : "XY",
                   (int)r, tr.calls, tr.bad, tr.nonsq, memcmp(tr.K.data(), pin, bytes) ? "differs" : "equal");
