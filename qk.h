@@ -139,6 +139,7 @@
    >>cpu_gram       CPU engine: states for many samples, the blocked Gram tiles [cpu_gram.c]
    >>npy_impl       .npy / .csv readers and writers [io.c]
    >>npy_stream     the streaming .npy writer [sink_npy.c]
+   >>sink           the output of a Gram: opened once, written by the executor, committed once [sink_npy.c]
    >>cpu_stream     CPU engine, streamed output [cpu_stream.c]
    >>cpu_run        CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram [cpu_run.c]
    >>schedule_impl  the work schedule (K dealt to MPI ranks x GPUs) [schedule.c]
@@ -147,7 +148,7 @@
    >>planner        device info, planner, VRAM estimator [plan.c]
    >>ctx            the context (qk_ctx), qk_plan_make, qk_plan_describe [ctx.c]
    >>delivery       the GPU engine's host-side slabs to the caller's output; several GPUs [run_cuda.c]
-   >>gram_impl      qk_gram and qk_states: validate, plan, hand the plan to its engine [gram.c]
+   >>gram_impl      qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor [gram.c]
    >>mpi_impl       qk_gram_mpi: K over the ranks of an MPI communicator [run_mpi.c]
 
    License: MIT (end of file).
@@ -561,6 +562,33 @@ typedef struct qk_device_info {
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
 
+/* The GPU engine's Gram engine (qk_plan.engine; docs/gpu.md, docs/precision.md). The values are
+   those the older int qk_plan.use_blas had, so that plans and autotune cache entries written
+   before the enum read the same (docs/autotune.md).
+     FUSED       the fused SIMT kernel: <a|b>, |.|^2 and the store in one kernel (kernel_cfg picks
+                 its tile configuration)
+     CUBLAS      cuBLAS (HERK/SYRK + GEMM) into a slab workspace + the fused |.|^2 epilogue
+     CUBLAS_3M   the same with CGEMM3M (complex fp32)
+     TC_*        the tensor-core engines: real form of the complex product, blocks of the upper
+                 triangle, GEMMs of cuBLAS, the same epilogue: TF32, FP32X3 (hi/lo fp16 split),
+                 FP16, BF16 (measurement only: no precision selects it), FP64 (DGEMM real form)
+     TCF_*       the fused tensor-core kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
+                 triangular tile grid): TF32, FP32X3, FP16 */
+typedef enum qk_gpu_engine {
+    QK_GPU_FUSED = 0,
+    QK_GPU_CUBLAS = 1,
+    QK_GPU_CUBLAS_3M = 2,
+    QK_GPU_TC_TF32 = 3,
+    QK_GPU_TC_FP32X3 = 4,
+    QK_GPU_TC_FP16 = 5,
+    QK_GPU_TC_BF16 = 6,
+    QK_GPU_TC_FP64 = 7,
+    QK_GPU_TCF_TF32 = 8,
+    QK_GPU_TCF_FP32X3 = 9,
+    QK_GPU_TCF_FP16 = 10,
+    QK_GPU_ENGINE_COUNT
+} qk_gpu_engine;
+
 typedef struct qk_plan {
     qk_backend backend;
     qk_path path;
@@ -587,21 +615,22 @@ typedef struct qk_plan {
                                    budget was given: qk_device_info.host_budget_bytes) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
-    int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
-                                   the fused kernel; 2 the same with CGEMM3M (complex fp32); the
-                                   tensor-core engines (real form of the complex product, blocks
-                                   of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
-                                   fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
-                                   selects it), 7 FP64 real form (DGEMM); the fused tensor-core
-                                   kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
-                                   triangular tile grid): 8 TF32, 9 FP32X3, 10 FP16 */
+    qk_gpu_engine engine;       /* GPU: the Gram engine (qk_gpu_engine; FUSED also for the
+                                   analytic path and the CPU engine) */
+    int use_blas;               /* deprecated, kept for source compatibility: a copy of (int)engine
+                                   that the planner writes for code that reads it; no engine reads
+                                   it (set engine to change the engine of a plan) */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..8
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16, the persistent few-qubit
                                    kernel (complex fp32, q <= 5), its tensor-core form (fp16
                                    hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
-                                   (qk_cuda_tune_gram); with use_blas 8..10: 1 128x128 (warps
-                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
+                                   (qk_cuda_tune_gram); with a TCF engine: 1 128x128 (warps
+                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64). The planner writes
+                                   the configuration that runs (the fixed table's, or the
+                                   autotune's where the kernel serves the shape: else the one it
+                                   falls back to, 8 -> 7 -> 1; plan.config then says "runs cfg");
+                                   the cuBLAS engines have none (0) */
     char config[96];            /* kernel configuration used and where it came from */
     double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
                                    engine: fp64's) */
@@ -968,7 +997,7 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
      QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
                         the FP32X3 operands, 4W, stay far from 2^31)
      QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
-                        modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
+                        modes (TCF_TF32, TCF_FP16): their one set of accumulators runs all k-stages on
                         the tensor cores' truncating fp32 adds, an error that grows with 2^q, past the fp32
                         state bound beyond this (docs/benchmarks.md, 'Figures behind the code's constants'). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
@@ -1040,12 +1069,82 @@ static inline const char *qk__fused_cfg_name(int cfg)
     default: return "?";
     }
 }
-/* The tensor-core engine (qk_plan.use_blas) of a precision: 3 TF32, 4 FP32X3, 5 FP16, FP64's real
-   form 7 (fp64_real_form), else 0. */
-static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
+/* The fused configuration that runs for cfg (0: the fixed table) on a q-qubit state, f64: double
+   states, cplx: complex, f32out: float K. 8, the few-qubit kernel on the tensor cores, takes
+   complex fp32 states with float K and 2 <= q <= 6, else it runs as 7; 7, the persistent SIMT
+   kernel, takes the same with q <= 5, else it runs as 1; 5's register stores need a float K, else
+   it is 1's kernel; anything else out of 1..QK__N_FUSED_CFG runs as 1. The planner writes the
+   result into qk_plan.kernel_cfg (the plan names the kernel that runs, after the autotune too)
+   and the engine's launcher resolves with it. */
+static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32out)
 {
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5
-         : p == QK_PRECISION_FP64 && fp64_real_form ? 7 : 0;
+    const int small = !f64 && cplx && f32out;
+    if (cfg == 0) cfg = qk__fused_cfg_fixed(q, f64, cplx, f32out);
+    if (cfg == 8 && !(small && q >= 2 && q <= 6)) cfg = 7;
+    if (cfg == 7 && !(small && q <= 5)) cfg = 1;
+    if (cfg == 5 && !f32out) cfg = 1;
+    return cfg >= 1 && cfg <= QK__N_FUSED_CFG ? cfg : 1;
+}
+/* The same for the fused tensor-core kernel (TCF engines, configurations 1 and 2, 0: 1): FP32X3
+   always runs configuration 2 (two accumulator sets fill its registers). */
+static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+{
+    return fp32x3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
+}
+/* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
+   (fp64_real_form), else FUSED (none). */
+static inline qk_gpu_engine qk__tc_engine(qk_precision p, int fp64_real_form)
+{
+    return p == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : p == QK_PRECISION_FP32X3 ? QK_GPU_TC_FP32X3
+         : p == QK_PRECISION_FP16 ? QK_GPU_TC_FP16 : p == QK_PRECISION_FP64 && fp64_real_form ? QK_GPU_TC_FP64 : QK_GPU_FUSED;
+}
+/* What kind of engine e is: a cuBLAS engine (a slab workspace of products, then the |.|^2
+   epilogue: CUBLAS .. TC_FP64), one of them on the tensor cores (TC_TF32 .. TC_FP64), the fused
+   tensor-core kernel (TCF_*); the fused kernel of a cuBLAS tensor-core mode and back (TF32,
+   FP32X3, FP16 have both; else FUSED). */
+static inline int qk__engine_blas(qk_gpu_engine e) { return e >= QK_GPU_CUBLAS && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tc(qk_gpu_engine e) { return e >= QK_GPU_TC_TF32 && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tcf(qk_gpu_engine e) { return e >= QK_GPU_TCF_TF32 && e <= QK_GPU_TCF_FP16; }
+static inline qk_gpu_engine qk__engine_tcf_of(qk_gpu_engine tc)
+{
+    return tc == QK_GPU_TC_TF32 ? QK_GPU_TCF_TF32 : tc == QK_GPU_TC_FP32X3 ? QK_GPU_TCF_FP32X3
+         : tc == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_FUSED;
+}
+static inline qk_gpu_engine qk__engine_tc_of(qk_gpu_engine tcf)
+{
+    return tcf == QK_GPU_TCF_TF32 ? QK_GPU_TC_TF32 : tcf == QK_GPU_TCF_FP32X3 ? QK_GPU_TC_FP32X3
+         : tcf == QK_GPU_TCF_FP16 ? QK_GPU_TC_FP16 : QK_GPU_FUSED;
+}
+/* The engine's name, as plans and the autotune cache write it ("engine=<name>,cfg=<c>"); NULL
+   for a value out of range. */
+static inline const char *qk__engine_name(qk_gpu_engine e)
+{
+    static const char *const names[QK_GPU_ENGINE_COUNT] = {"fused", "cublas", "cublas-3m", "tc-tf32", "tc-fp32x3", "tc-fp16",
+                                                           "tc-bf16", "tc-fp64", "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
+    return (int)e >= 0 && (int)e < (int)QK_GPU_ENGINE_COUNT ? names[e] : NULL;
+}
+/* The engine a plan runs (plan.engine; use_blas, its deprecated copy, is not read), or
+   QK_GPU_ENGINE_COUNT, which no engine accepts, for a value out of range. */
+static inline qk_gpu_engine qk__plan_engine(const qk_plan *p)
+{
+    return (int)p->engine >= 0 && (int)p->engine < (int)QK_GPU_ENGINE_COUNT ? p->engine : QK_GPU_ENGINE_COUNT;
+}
+/* The kernel configuration that runs engine e at configuration cfg for the plan's states (the
+   statevector paths; others: cfg): qk__fused_cfg_runs, qk__tcf_cfg_runs, 0 for the cuBLAS
+   engines (no configuration). */
+static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
+{
+    if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
+    if (e == QK_GPU_FUSED)
+        return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    return 0;
+}
+/* Sets a plan's engine (and its deprecated mirror, use_blas). */
+static inline void qk__plan_set_engine(qk_plan *p, qk_gpu_engine e)
+{
+    p->engine = e;
+    p->use_blas = (int)e;
 }
 /* ---- end engine ---- */
 
@@ -1168,10 +1267,10 @@ QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d
    tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
    random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
    the median of reps). best is the index of the fastest candidate; apply it to a plan with
-   use_blas = blas[best], kernel_cfg = cfg[best]. */
+   engine = blas[best] (a qk_gpu_engine), kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[16], cfg[16];
+    int blas[16], cfg[16];      /* the candidate's engine (qk_gpu_engine) and kernel_cfg */
     double ms[16];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;
@@ -1716,6 +1815,8 @@ QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, in
 
 QK__PRIV int qk__write_all(int fd, const void *buf, size_t n);
 QK__PRIV qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out);
+QK__PRIV qk_result qk__tmp_commit(const char *tmp, const char *path, int no_sync);
+QK__PRIV void qk__tmp_discard(const char *tmp);
 QK__PRIV void qk__sync_dir(const char *path);
 QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb);
 QK__PRIV size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols);
@@ -1748,21 +1849,37 @@ QK__PRIV qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_
 QK__PRIV qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld);
 QK__PRIV qk_result qk__npyw_commit(qk__npyw *w);
 QK__PRIV void qk__npyw_abort(qk__npyw *w);
+/* the output of a Gram: opened once (qk_gram), written by the executor, committed once */
+typedef struct qk__sink {
+    qk_output kind;         /* plan->output */
+    qk_dtype dtype;         /* plan->out_dtype */
+    size_t es;              /* bytes per entry of K */
+    int64_t rows, cols;     /* K's shape */
+    void *out;              /* HOST, DEVICE: the caller's buffer */
+    int64_t ld;             /* its leading dimension (default: cols) */
+    qk_tile_fn tile_fn;     /* CALLBACK */
+    void *tile_user;
+    qk__npyw npy;           /* NPY: the temporary file, open between qk__sink_open and close */
+} qk__sink;
+QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd);
+QK__PRIV qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__sink_close(qk__sink *s, qk_result r);
 #endif /* sink_npy.c */
 
 /* ---- cpu_stream.c: K streamed to a .npy by the CPU engine ---- */
 #if QK__LAYER >= QK__L_CPU_STREAM
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                    const qk__cpu_tiles *tl);
+                                    const qk__cpu_tiles *tl, qk__npyw *w);
 #endif /* cpu_stream.c */
 
 /* ---- cpu_run.c: the CPU engine's job ---- */
 #if QK__LAYER >= QK__L_CPU_RUN
-QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                               int64_t stride, int64_t D, const void *mps, size_t scratch);
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const qk__sink *sink, const double *A,
+                               const double *B, int64_t stride, int64_t D, const void *mps, size_t scratch);
 QK__PRIV void qk__cpu_job_free(qk__gram_job *j);
-QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B);
-QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
+                                    qk__sink *sink);
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 #endif /* cpu_run.c */
 
 /* ---- engine_mps.c: the MPS engine and the path choice ---- */
@@ -1781,19 +1898,25 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
 QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
                                   qk__mps_prog *prog, int *use);
-QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep);
 QK__PRIV int qk__mps_gpu_chi(int chi);
 QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
                                      const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p);
-QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *planned);
+QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *own,
+                                   const qk__mps_prog **out);
 #endif /* engine_mps.c */
 
 /* ---- plan.c: the planner ---- */
 #if QK__LAYER >= QK__L_PLAN
 QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
-QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p);
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                   qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
+QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                        const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA
 QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
                                 void *log_user, qk_plan *plan);
@@ -1820,13 +1943,14 @@ struct qk_ctx {
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
+QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #endif /* ctx.c */
 
 /* ---- run_cuda.c: the host side of the GPU engine, one GPU and several ---- */
 #if QK__LAYER >= QK__L_RUN_CUDA && defined(QK_CUDA) && QK_CUDA
-QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                                qk_cuda_stats *stats);
-QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *mps, qk_cuda_stats *stats);
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */
 /* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
@@ -4958,6 +5082,30 @@ QK__PRIV void qk__sync_dir(const char *path) {
 #endif
 }
 
+/* The commit protocol's last steps, in one place for every writer of a temporary file from
+   qk__open_tmp (the atomic writer below, the streamed .npy of K, qk_gram_mpi's MPI-IO file): the
+   caller has written, synced (unless asked not to) and closed it; qk__tmp_commit renames it over
+   path and syncs the directory (unless no_sync); on failure the temporary is removed and path is
+   left as it was. qk__tmp_discard removes a temporary (after a failure or a cancel), truncating it
+   first so that pages under writeback are dropped rather than waited for. */
+QK__PRIV qk_result qk__tmp_commit(const char *tmp, const char *path, int no_sync) {
+    if (QK__RENAME(tmp, path) != 0) {
+        const int e = errno;
+        (void)remove(tmp);
+        return qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", path, strerror(e));
+    }
+    if (!no_sync) qk__sync_dir(path);
+    return QK_OK;
+}
+
+QK__PRIV void qk__tmp_discard(const char *tmp) {
+    int t;
+    if (!tmp) return;
+    t = open(tmp, O_WRONLY | O_TRUNC);
+    if (t >= 0) (void)QK__CLOSE(t);
+    (void)remove(tmp);
+}
+
 /* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
    over path. On any error the temporary file is removed and path is left as it was. Also for
    other writers of this header (cache files). */
@@ -4978,11 +5126,9 @@ QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t
     err = QK__CLOSE(fd);
     fd = -1;
     if (err != 0) goto fail;
-    what = "rename";
-    if (QK__RENAME(tmp, path) != 0) goto fail;
-    qk__sync_dir(path);
+    r0 = qk__tmp_commit(tmp, path, 0);
     QK_FREE(tmp);
-    return QK_OK;
+    return r0;
 fail:
     {
         int e = errno;
@@ -5423,7 +5569,7 @@ QK__PRIV void qk__npyw_abort(qk__npyw *w)
     qk__npyw_stop_syncer(w);
     if (w->fd >= 0) (void)QK__CLOSE(w->fd);
     w->fd = -1;
-    if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
+    if (w->tmp) { qk__tmp_discard(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
 }
 
 /* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
@@ -5536,21 +5682,77 @@ QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
         if (QK__CLOSE(w->fd) != 0) e = errno;
         w->fd = -1;
     }
-    if (!e) {
-        what = "rename";
-        if (QK__RENAME(w->tmp, w->path) != 0) e = errno;
-    }
     if (e) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", w->path, what, strerror(e));
         qk__npyw_abort(w);
         return r;
     }
-    if (!w->no_sync) qk__sync_dir(w->path);
-    QK_FREE(w->tmp);
-    w->tmp = NULL;
+    {
+        qk_result r = qk__tmp_commit(w->tmp, w->path, w->no_sync);
+        QK_FREE(w->tmp);
+        w->tmp = NULL;
+        return r;
+    }
+}
+
+#if defined(QK_CUDA) && QK_CUDA
+/* Another descriptor of the open temporary file (several GPUs: one per host thread, each with
+   its own file offset, for qk__npyw_at_fd); the caller closes it. */
+QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd)
+{
+    *fd = w->tmp ? open(w->tmp, O_WRONLY) : -1;
+    if (*fd < 0) return qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", w->path, w->tmp ? w->tmp : "?", strerror(errno));
     return QK_OK;
 }
+#endif
 /* ---- end streaming .npy writer ---- */
+
+/* >>sink ---- the output of a Gram: opened once, written by the executor, committed once ---- */
+/* qk_gram validates, plans, opens ONE sink for the plan's output and hands plan and sink to the
+   executor the plan names (the CPU engine, the MPS engine, the GPU engine on one or several
+   GPUs). Executors write into it (the caller's host or device buffer, the tile callback, the
+   .npy file's temporary through its writer) and never open, commit or remove a file; qk_gram
+   closes the sink: on success the .npy is synced and renamed over out_path (qk__npyw_commit), on
+   any failure or cancel its temporary is removed and out_path is untouched (qk__npyw_abort).
+   qk_gram_mpi's MPI-IO file takes the same temporary, rename and removal steps (qk__open_tmp,
+   qk__tmp_commit, qk__tmp_discard). */
+/* qk__sink: in qk_internal.h (the executors write into it) */
+
+/* Opens the sink of plan's output (desc: the caller's buffer, callback or path). NPY creates the
+   temporary file; its writer syncs in the background (a syncer thread) unless the writes are the
+   CPU engine's symmetric mirror strips (scattered: written back while the job runs they would be
+   random I/O a cancel must wait for; the final sync then does it). */
+QK__PRIV qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc)
+{
+    memset(s, 0, sizeof *s);
+    s->npy.fd = -1;
+    s->kind = plan->output;
+    s->dtype = plan->out_dtype;
+    s->es = plan->out_dtype == QK_F32 ? 4 : 8;
+    s->rows = plan->n_x;
+    s->cols = plan->n_y;
+    s->out = desc->out;
+    s->ld = desc->ld_out ? desc->ld_out : plan->n_y;
+    s->tile_fn = desc->tile_fn;
+    s->tile_user = desc->tile_user;
+    if (s->kind != QK_OUTPUT_NPY) return QK_OK;
+    return qk__npyw_open(&s->npy, desc->out_path, s->dtype, s->rows, s->cols, desc->no_sync,
+                         !(plan->backend == QK_BACKEND_CPU && plan->symmetric));
+}
+
+/* Closes the sink after the executor returned r: QK_OK commits (NPY: every byte written, sync,
+   rename), anything else discards (NPY: the temporary removed). Returns the job's result. */
+QK__PRIV qk_result qk__sink_close(qk__sink *s, qk_result r)
+{
+    if (s->kind != QK_OUTPUT_NPY) return r;
+    if (r == QK_OK) {
+        QK_PROF_BEGIN("npy commit");
+        r = qk__npyw_commit(&s->npy);
+        QK_PROF_END("npy commit");
+    } else qk__npyw_abort(&s->npy);
+    return r;
+}
+/* ---- end sink ---- */
 
 /* >>cpu_stream ---- CPU engine, streamed output ---- */
 /* The symmetric slab's lower part, written by the writer: for rows c >= the slab's end, the
@@ -5604,11 +5806,10 @@ static void *qk__slab_write_main(void *p)
 /* Streamed output (QK_OUTPUT_NPY): slabs of plan->slab_rows rows computed into one of two slab
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
-   buffers, not K. */
+   buffers, not K. w: the sink's open .npy (qk_gram commits or discards it). */
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                    const qk__cpu_tiles *tl)
+                                    const qk__cpu_tiles *tl, qk__npyw *w)
 {
-    qk__npyw w;
     qk__slab_write sw[2];
     char *U[2] = {NULL, NULL}, *tb = NULL;
     const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
@@ -5619,9 +5820,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
     qk__thread wt;
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
-    if (r != QK_OK) return r;
-    w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
+    w->cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     tb = (char *)qk__malloc((size_t)SR * 64 * es);
@@ -5662,7 +5861,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
         if (rr != QK_OK) { r = rr; goto done; }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
+        cur->w = w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
         if (qk__thread_start(&wt, qk__slab_write_main, cur)) { pending = b; continue; }
         qk__slab_write_main(cur);
         if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
@@ -5677,11 +5876,9 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
-    QK_PROF_BEGIN("npy commit");
-    r = qk__npyw_commit(&w);
-    QK_PROF_END("npy commit");
+    r = QK_OK;
 done:
-    if (r != QK_OK) qk__npyw_abort(&w);
+    w->cancel = NULL;
     QK_FREE(U[0]);
     QK_FREE(U[1]);
     QK_FREE(tb);
@@ -5691,15 +5888,17 @@ done:
 
 /* >>cpu_run ---- CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram ---- */
 
-/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
-static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
+/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY, into the sink's file), or (tl)
+   by state tiles. */
+static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl,
+                                   qk__sink *sink)
 {
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = QK_OK;
-    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
+    if (sink->kind == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl, &sink->npy);
     else if (tl) {
         const size_t es = j->dt == QK_F32 ? 4 : 8;
-        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
+        char *K = sink->kind == QK_OUTPUT_HOST ? (char *)sink->out : NULL;
         int64_t i0;
         for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
             r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
@@ -5713,9 +5912,10 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 }
 
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
-   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                               int64_t stride, int64_t D, const void *mps, size_t scratch)
+   after the states are built, with the job polled meanwhile), into the sink's output;
+   qk__cpu_job_free ends it. */
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const qk__sink *sink, const double *A,
+                               const double *B, int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -5730,11 +5930,11 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->scratch = scratch;
     j->symmetric = desc->y == NULL;
     j->dt = plan->out_dtype;
-    j->out = desc->out;
-    j->ld = desc->ld_out ? desc->ld_out : nb;
-    j->output = desc->output;
-    j->tile_fn = desc->tile_fn;
-    j->tile_user = desc->tile_user;
+    j->out = sink->out;
+    j->ld = sink->ld;
+    j->output = sink->kind;
+    j->tile_fn = sink->tile_fn;
+    j->tile_user = sink->tile_user;
     j->progress = desc->progress;
     j->progress_user = desc->progress_user;
     j->tiles_i = (j->na + QK__T - 1) / QK__T;
@@ -5765,18 +5965,19 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
    callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
    NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
    before Y's states. */
-QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
+                                    qk__sink *sink)
 {
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
     if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
     j->A = A;
     j->B = B ? B : A;
-    return qk__cpu_gram_exec(plan, desc, j, NULL);
+    return qk__cpu_gram_exec(plan, desc, j, NULL, sink);
 }
 
 /* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
-static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__cpu_tiles t;
     qk__gram_job j;
@@ -5799,28 +6000,28 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
                         (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
     }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    r = qk__cpu_gram_exec(plan, desc, &j, &t, sink);
     qk__cpu_job_free(&j);
     QK_FREE(t.A);
     QK_FREE(t.B);
     return r;
 }
 
-/* The CPU engine's Gram; desc validated, plan made. */
-QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* The CPU engine's Gram into the sink; desc validated, plan made, sink opened (qk_gram). */
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk__gram_job j;
     qk_result r;
-    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
+    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc, sink);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, qk__row_len(map, path),
                      path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
     A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
     if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);
@@ -6859,8 +7060,10 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 }
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
-   with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
-QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+   with the CPU's measured ratio, the statevector too big beyond half of the host memory. keep
+   (may be NULL): an MPS plan's program is handed over there (the caller frees it) for the
+   engine, which then does not build it again; untouched otherwise. */
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
     qk__mps_prog prog;
     const double ram = qk__host_ram();
@@ -6875,7 +7078,8 @@ QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_
         snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
                  prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
     }
-    qk__mps_prog_free(&prog);
+    if (keep) *keep = prog;
+    else qk__mps_prog_free(&prog);
     return QK_OK;
 }
 
@@ -7013,34 +7217,54 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     return (int64_t)floor(0.5 * budget / per);
 }
 
-/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
-   engine's tiles with qk__mps_tile. */
-QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* The MPS program of a plan on the MPS path: the planner's (planned, not NULL: qk_gram hands
+   over the one it decided with) or, for a plan made elsewhere (tests, qk_plan_make's plan run
+   later), built again from the map into *own (freed by the caller, zeroed when unused); *out
+   points at the one to use. */
+QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *own,
+                                 const qk__mps_prog **out)
+{
+    qk_result r;
+    memset(own, 0, sizeof *own);
+    *out = planned;
+    if (planned && planned->q > 0) return QK_OK;
+    r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, own);
+    if (r != QK_OK) return r;
+    if (own->dense || own->chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(own);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    *out = own;
+    return QK_OK;
+}
+
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
+   then the CPU engine's tiles with qk__mps_tile. planned: the planner's program (or NULL). */
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *planned)
 {
 #ifdef QK_NO_MPS
-    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc);
+    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc); QK__UNUSED(sink); QK__UNUSED(planned);
+    (void)qk__mps_prog_of;   /* the GPU engine's (run_cuda.c) */
     return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
 #else
-    qk__mps_prog prog;
+    qk__mps_prog own;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    const qk__mps_prog *prog = NULL;
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog->group, 0, prog, qk__mps_scratch(prog));
     j.mps_tile = qk__mps_tile;
-    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
+    A = qk__mps_states(prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
-        B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+        B = qk__mps_states(prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
-    QK_FREE(A);
-    QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__free(A);
+    qk__free(B);
+    qk__mps_prog_free(&own);
     return r;
 #endif
 }
@@ -8201,7 +8425,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    cuBLAS from QK__BLAS_MIN_QUBITS on (the measured crossover: docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__BLAS_MIN_QUBITS 7
 
-/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+/* Tensor-core engines (plan.engine TC_*, qk_cuda.cu's qk__tc_products): the complex product in
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
    swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
    |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
@@ -8212,27 +8436,27 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
-   to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every mode (the
-   Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the MMAs), at
-   8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures behind the
-   code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32 per warp)
-   up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both and
-   cuBLAS per shape. */
+/* The fused tensor-core kernel (plan.engine TCF_*, qk__engine_tcf_of the cuBLAS one) in the fixed
+   table up to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every
+   mode (the Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the
+   MMAs), at 8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures
+   behind the code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32
+   per warp) up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both
+   and cuBLAS per shape. */
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
 static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
 static int qk__tcf_fixed_cfg(int n_qubits) { return n_qubits <= 7 ? 2 : 1; }
-static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
-/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
-   plans keep their engines (0..2) only, so their results stay what they were. */
-static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+static qk_gpu_engine qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
+/* 1 when engine e is at least as accurate as precision p asks. FP32 plans keep their engines
+   (FUSED, CUBLAS, CUBLAS_3M) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, qk_gpu_engine e)
 {
-    if (mode == 0 || mode == 1) return 1;
-    if (p == QK_PRECISION_FP64) return mode == 7;
-    if (mode == 2) return path == QK_PATH_COMPLEX;
-    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
-    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+    if (e == QK_GPU_FUSED || e == QK_GPU_CUBLAS) return 1;
+    if (p == QK_PRECISION_FP64) return e == QK_GPU_TC_FP64;
+    if (e == QK_GPU_CUBLAS_3M) return path == QK_PATH_COMPLEX;
+    if (qk__engine_tcf(e)) return qk__tc_mode(p) != QK_GPU_FUSED && e == qk__engine_tcf_of(qk__tc_mode(p));
+    return e == qk__tc_mode(p) && p != QK_PRECISION_FP32;
 }
 /* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
    step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
@@ -8240,24 +8464,24 @@ static int qk__blas_ok(qk_precision p, qk_path path, int mode)
    for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
    and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
    columns only (W doubles). */
-static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double rows, double cols)
 {
     double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
-    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    if (!qk__engine_tc(e)) return c;
+    if (e == QK_GPU_TC_FP64) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = e == QK_GPU_TC_FP32X3 ? 8.0 * W : e == QK_GPU_TC_TF32 ? 4.0 * W : 2.0 * W;
     return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
 }
 
-/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+/* Device bytes of the fused tensor-core engine's operands (plan.engine TCF_*, qk_cuda.cu's
    qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
    value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
    whole k-stages (32 words; FP32X3 16). */
-static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+static double qk__tcf_ws(qk_gpu_engine eng, int cplx, int q, double rows)
 {
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
-    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
-    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == QK_GPU_TCF_FP32X3 ? 16.0 : 32.0;
+    const double words = eng == QK_GPU_TCF_TF32 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == QK_GPU_TCF_FP32X3 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
 
 /* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
@@ -8456,8 +8680,10 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
     return QK__HOST_SHARE * *avail;
 }
 
-/* nt: the engine's threads (their scratch is counted). */
-QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+/* nt: the engine's threads (their scratch is counted). keep (may be NULL): an MPS plan's program
+   for the engine (qk__mps_plan). */
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                   qk__mps_prog *keep)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -8509,7 +8735,7 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
     p->bytes_host_avail = (size_t)avail;
-    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    r = qk__mps_plan(map, desc, p, keep);   /* MPS engine: statevector or MPS */
     if (r != QK_OK || p->path == QK_PATH_MPS) return r;
 
     /* statevector and analytic paths: all states resident when they fit the host budget with
@@ -8546,9 +8772,9 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     return QK_OK;
 }
 
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
-    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p, keep);
 }
 
 
@@ -8587,10 +8813,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
-    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
     if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
-        if (p->use_blas == 1) tc_fallback = 2;
+        p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
 
@@ -8635,35 +8861,35 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         if (slab > nx) slab = nx;
     }
     if (!p->bulk_states && slab > tile) slab = tile;
-    if (p->use_blas >= 3) {
+    if (qk__engine_tc(p->engine)) {
         /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
            slots when there are several slabs); when even 64 rows do not (the columns' operands
            alone), the fp32 cuBLAS engine, more accurate and without operand copies */
         const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
         int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
             s2 = (s2 + 1) / 2;
-        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
             tc_fallback = 1;
-            p->use_blas = 1;
+            p->engine = QK_GPU_CUBLAS;
         } else {
             slab = s2;
-            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
+    if (qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
-        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+        const double fw = qk__tcf_ws(qk__engine_tcf_of(p->engine), path == QK_PATH_COMPLEX, map->n_qubits,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
-            p->use_blas += 5;
+            p->engine = qk__engine_tcf_of(p->engine);
             p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }
-    if (p->use_blas && p->use_blas < 3) {
+    if (p->engine == QK_GPU_CUBLAS || p->engine == QK_GPU_CUBLAS_3M) {
         int64_t cols = p->bulk_states ? ny : tile;
         while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
@@ -8681,33 +8907,35 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
-    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk_precision_name(prec));
+    p->use_blas = (int)p->engine;   /* the deprecated mirror */
+    if (!qk__blas_ok(prec, path, p->engine)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %s does not serve precision %s", qk__engine_name(p->engine), qk_precision_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (p->use_blas >= 8)
+    else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
-    else if (p->use_blas >= 3)
+                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
+    else if (qk__engine_tc(p->engine))
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
     else if (tc_fallback)
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
                  qk_precision_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
-    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (p->engine != QK_GPU_FUSED) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
                  qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    p->kernel_cfg = qk__plan_cfg_runs(p, p->engine, p->kernel_cfg);   /* the fixed table's configuration, named */
     return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 
 /* A plan's device fields for one device (or the CPU engine: n_devices 0). */
 static void qk__plan_one_device(qk_plan *p, int ordinal)
@@ -8726,7 +8954,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out, NULL);
     if (r == QK_OK) qk__plan_one_device(out, 0);
     return r;
 }
@@ -8742,8 +8970,10 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
-QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
+   it; zeroed when the plan is not on the MPS path). */
+QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                      const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_schedule_desc sd;
     qk_schedule sch;
@@ -8765,8 +8995,9 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
         for (j = 0; ordinals && j < k; j++)
             if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
     }
-    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    r = qk__plan_for_device(&infos[0], vram_fraction, map, desc, out, keep);
     if (r != QK_OK) return r;
+    qk__plan_one_device(out, 0);
     if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
     out->devices[0] = ordinals ? ordinals[0] : 0;
     if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
@@ -8800,6 +9031,12 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     return QK_OK;
 }
 
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
@@ -8816,7 +9053,7 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
     if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
@@ -8827,7 +9064,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
     if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
-    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    if (keep) memset(keep, 0, sizeof *keep);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out, keep);
     /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
        plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
     if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
@@ -8842,17 +9080,42 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         if (!use)   /* the statevector plan, or its error again (with its detail) */
             return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
         r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
-        qk__mps_prog_free(&prog);
+        if (r == QK_OK && keep) *keep = prog;   /* the engine's program: not built again */
+        else qk__mps_prog_free(&prog);
         return r;
     }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
 }
 
 /* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
-   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
-   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
-   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+   configuration ("engine=E,cfg=C": qk_plan.engine by its qk__engine_name, and kernel_cfg) for
+   (device, driver, path, precision, qubits) comes from the cache, or from qk_cuda_tune_gram on a
+   miss (stored), or from the fixed table above; plan->config says which. For qk_plan_make: call
+   after qk_plan_for_device. */
+
 #if defined(QK_CUDA) && QK_CUDA
+/* The engine configuration an autotune cache entry names: "engine=<name>,cfg=<c>", or the form
+   written before qk_plan.engine, "blas=<n>,cfg=<c>" (n the engine's value, which the enum kept).
+   0 for anything else (the entry is then ignored: the fixed table). */
+static int qk__engine_config_parse(const char *s, qk_gpu_engine *e, int *cfg)
+{
+    char name[24];
+    int n, c, k;
+    if (sscanf(s, "blas=%d,cfg=%d", &n, &c) == 2) {
+        if (n < 0 || n >= (int)QK_GPU_ENGINE_COUNT) return 0;
+        *e = (qk_gpu_engine)n;
+        *cfg = c;
+        return 1;
+    }
+    if (sscanf(s, "engine=%23[^,],cfg=%d", name, &c) != 2) return 0;
+    for (k = 0; k < (int)QK_GPU_ENGINE_COUNT; k++)
+        if (strcmp(name, qk__engine_name((qk_gpu_engine)k)) == 0) {
+            *e = (qk_gpu_engine)k;
+            *cfg = c;
+            return 1;
+        }
+    return 0;
+}
 static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
 {
     const qk_plan *plan = (const qk_plan *)user;
@@ -8860,8 +9123,11 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     char err[256] = "";
     int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
     qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    const char *name;
     if (r != QK_OK) return qk__fail(r, "%s", err);
-    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    name = qk__engine_name((qk_gpu_engine)res.blas[res.best]);
+    if (!name) return qk__fail(QK_ERROR_UNSUPPORTED, "autotune: candidate engine %d (internal error)", res.blas[res.best]);
+    snprintf(config, size, "engine=%s,cfg=%d", name, res.cfg[res.best]);
     *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
     return QK_OK;
 }
@@ -8870,13 +9136,14 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
                                 void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
-    char fixed[32], chosen[64], label[96];
-    int b = plan->use_blas, c = plan->kernel_cfg;
+    char fixed[48], chosen[64], label[96];
+    qk_gpu_engine b = plan->engine, pe = plan->engine;
+    int c = plan->kernel_cfg;
     if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
     memset(&req, 0, sizeof req);
     qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
                      plan->precision, plan->n_qubits);
-    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    snprintf(fixed, sizeof fixed, "engine=%s,cfg=%d", qk__engine_name(plan->engine), plan->kernel_cfg);
     req.mode = mode;
     req.cache_dir = cache_dir;
     req.fixed_config = fixed;
@@ -8886,21 +9153,24 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
-       fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
+       fit: the planner fell back to CUBLAS) */
+    if (qk__engine_config_parse(chosen, &b, &c) && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         /* the fused tensor-core kernel only where the planner counted its operands */
-        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
-                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
-                        (double)plan->bytes_workspace) &&
-        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
-        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
-        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
-        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
-        plan->use_blas = b;
-        plan->kernel_cfg = c;
+        !(qk__engine_tcf(b) && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                                          plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                                   (double)plan->bytes_workspace) &&
+        !((b == QK_GPU_TCF_TF32 || b == QK_GPU_TCF_FP16) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        !(qk__engine_tcf_of(b) != QK_GPU_FUSED && qk__engine_tcf(pe) &&
+          qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && plan->n_qubits > QK__TC_MAX_QUBITS)) {
+        qk__plan_set_engine(plan, b);
+        plan->kernel_cfg = qk__plan_cfg_runs(plan, b, c);   /* the configuration that runs (8 -> 7 -> 1, ...) */
     }
-    snprintf(plan->config, sizeof plan->config, "%s", label);
+    if (plan->engine == b && plan->kernel_cfg != c)
+        snprintf(plan->config, sizeof plan->config, "%.72s (runs cfg %d)", label, plan->kernel_cfg);
+    else snprintf(plan->config, sizeof plan->config, "%s", label);
 }
 #endif /* QK_CUDA */
 
@@ -9111,7 +9381,9 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     return QK_OK;
 }
 
-QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_make; keep (may be NULL, else zeroed by the caller): an MPS plan's program, handed to
+   the engine by qk_gram (the caller frees it). */
+QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_result r;
     if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_make: out is NULL");
@@ -9128,7 +9400,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         }
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
-        r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
+        r = qk__plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out, keep);
         if (r == QK_OK && out->path == QK_PATH_MPS) {   /* the MPS path: its own kernels, no autotune */
             out->n_threads = ctx->desc.n_threads;
             qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the GPU (%s; bond %d; the MPS are built on %d host threads)",
@@ -9141,9 +9413,14 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
     } else {
-        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out);
+        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out, keep);
     }
     return r;
+}
+
+QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_make(ctx, map, desc, out, NULL);
 }
 
 static const char *qk__path_name(qk_path p)
@@ -9211,6 +9488,10 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
+    if (p->backend == QK_BACKEND_CUDA && (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX))
+        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d%s%s%s", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg,
+                p->engine == QK_GPU_FUSED ? " (" : "", p->engine == QK_GPU_FUSED ? qk__fused_cfg_name(p->kernel_cfg) : "",
+                p->engine == QK_GPU_FUSED ? ")" : "");
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
         int k;
@@ -9240,7 +9521,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
 #if defined(QK_CUDA) && QK_CUDA
 typedef struct qk__deliver {
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
     int64_t cols;
     size_t es;
     int n_threads;
@@ -9298,13 +9579,14 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
 {
     qk__deliver *d = (qk__deliver *)user;
     const qk_gram_desc *g = d->desc;
-    if (g->output == QK_OUTPUT_NPY) return qk__npyw_rows(d->w, i0, 0, m, d->cols, rows, ld);
-    if (g->output == QK_OUTPUT_CALLBACK) {
+    qk__sink *s = d->sink;
+    if (s->kind == QK_OUTPUT_NPY) return qk__npyw_rows(&s->npy, i0, 0, m, d->cols, rows, ld);
+    if (s->kind == QK_OUTPUT_CALLBACK) {
         /* square tiles of the slab's height; symmetric: the diagonal tile and those right of it */
         int64_t j0;
         for (j0 = g->y ? 0 : i0; j0 < d->cols; j0 += m) {
             int64_t n = d->cols - j0 < m ? d->cols - j0 : m;
-            if (g->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, g->tile_user))
+            if (s->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, s->tile_user))
                 return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
         }
         return QK_OK;
@@ -9312,7 +9594,7 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
     {
         int64_t bytes = m * d->cols * (int64_t)d->es;
         int nt = d->n_threads;
-        d->dst = (char *)g->out + (size_t)(i0 * d->ld_dst) * d->es;
+        d->dst = (char *)s->out + (size_t)(i0 * d->ld_dst) * d->es;
         d->src = (const char *)rows;
         d->rows = m;
         d->ld_src = ld;
@@ -9383,28 +9665,26 @@ static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const 
     return out;
 }
 
+/* planned: the planner's program (qk_gram hands it over) or NULL (built here). */
 static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
-                              int nt, char *err, size_t err_size)
+                              int nt, const qk__mps_prog *planned, char *err, size_t err_size)
 {
-    qk__mps_prog prog;
+    qk__mps_prog own;
+    const qk__mps_prog *prog = NULL;
     qk_cuda_mps m;
     double *A = NULL, *B = NULL;
     int chi;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    chi = qk__mps_gpu_chi(prog.chi);
+    chi = qk__mps_gpu_chi(prog->chi);
     QK_PROF_BEGIN("mps states");
-    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
-    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    A = qk__mps_gpu_states(prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
     QK_PROF_END("mps states");
     if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
     else {
         memset(&m, 0, sizeof m);
-        m.n_sites = prog.q;
+        m.n_sites = prog->q;
         m.chi = chi;
         m.a = A;
         m.n_a = desc->n_x;
@@ -9414,34 +9694,28 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     }
     QK_FREE(A);
     QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__mps_prog_free(&own);
     return r;
 }
 
-/* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
-   for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                                qk_cuda_stats *stats)
+/* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
+   copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
+   (MPS path; NULL: built here). */
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *mps, qk_cuda_stats *stats)
 {
     char err[512] = "";
-    qk__npyw w;
     qk__deliver d;
     qk_cuda_io io;
     qk_result r;
     const int n_threads = ctx ? ctx->desc.n_threads : 0;
-    memset(&w, 0, sizeof w);
-    w.fd = -1;
     memset(&d, 0, sizeof d);
     d.desc = desc;
-    d.w = &w;
+    d.sink = sink;
     d.cols = plan->n_y;
-    d.es = plan->out_dtype == QK_F32 ? 4 : 8;
-    d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
+    d.es = sink->es;
+    d.ld_dst = sink->ld;
     d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        if (r != QK_OK) return r;
-    }
     memset(&io, 0, sizeof io);
     io.rows = qk__deliver_rows;
     io.rows_user = &d;
@@ -9468,17 +9742,11 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         }
     }
     if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
-        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, mps, err, sizeof err);
     } else {
         r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     }
     if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
-    if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-        QK_PROF_BEGIN("npy commit");
-        r = qk__npyw_commit(&w);
-        QK_PROF_END("npy commit");
-    }
-    if (r != QK_OK) qk__npyw_abort(&w);
     return r;
 }
 #endif
@@ -9495,9 +9763,9 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
                rectangle's mirror is then transposed on the host from the buffer itself
      DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
      CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
-     NPY       one temporary file; each thread writes through its own descriptor, the row
-               pieces of its slabs and the mirror (64 columns transposed per step); the
-               writer's syncer, commit and abort are the one-GPU path's
+     NPY       the sink's temporary file; each thread writes through its own descriptor, the
+               row pieces of its slabs and the mirror (64 columns transposed per step); the
+               writer's syncer is the one-GPU path's, commit and removal qk_gram's
    The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
    reads before each slab and each write; the job then returns that failure, naming the GPU, and
    NPY leaves no file. Times: qk_ctx_device_seconds. */
@@ -9509,7 +9777,8 @@ typedef struct qk__mgpu {
     const qk_plan *plan;
     const qk_map *map;
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
+    qk__npyw *w;                /* NPY: the sink's writer */
     int64_t cols, ld;
     size_t es;
     int cancel;                 /* the first failure sets it; every thread stops */
@@ -9620,7 +9889,7 @@ static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, con
 static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
 {
     qk__mgpu *g = v->g;
-    char *K = (char *)g->desc->out;
+    char *K = (char *)g->sink->out;
     const int64_t ld = g->ld;
     int64_t a0, c0, a, c;
     for (c0 = 0; c0 < v->w; c0 += 64) {
@@ -9647,24 +9916,24 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
 {
     qk__mgpu_dev *v = (qk__mgpu_dev *)user;
     qk__mgpu *g = v->g;
-    const qk_gram_desc *desc = g->desc;
+    const qk__sink *sink = g->sink;
     const size_t es = g->es;
     const char *src = (const char *)rows;
     const int64_t gi = v->di + i0;
     int64_t a;
     if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
-    if (desc->output == QK_OUTPUT_HOST) {
+    if (sink->kind == QK_OUTPUT_HOST) {
         for (a = 0; a < m; a++)
-            qk__copy_stream((char *)desc->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+            qk__copy_stream((char *)sink->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
         return QK_OK;
     }
-    if (desc->output == QK_OUTPUT_CALLBACK) {
+    if (sink->kind == QK_OUTPUT_CALLBACK) {
         int64_t j0;
         int stop = 0;
         qk__mgpu_lock(g);
         for (j0 = v->diag ? i0 : 0; j0 < v->w && !stop; j0 += m) {
             const int64_t n = v->w - j0 < m ? v->w - j0 : m;
-            stop = desc->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, desc->tile_user);
+            stop = sink->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, sink->tile_user);
         }
         qk__mgpu_unlock(g);
         if (stop) {
@@ -9790,10 +10059,9 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
-QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mgpu g;
-    qk__npyw w;
     qk__mgpu_dev v[QK_MAX_DEVICES];
     const int n = plan->n_devices;
     int k, started[QK_MAX_DEVICES];
@@ -9809,33 +10077,26 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
             if (!desc->out_devices[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out_devices[%d] (CUDA device %d) is NULL", k, plan->devices[k]);
     }
     memset(&g, 0, sizeof g);
-    memset(&w, 0, sizeof w);
     memset(v, 0, sizeof v);
-    w.fd = -1;
     g.ctx = ctx;
     g.plan = plan;
     g.map = map;
     g.desc = desc;
-    g.w = &w;
+    g.sink = sink;
+    g.w = &sink->npy;
     g.cols = plan->n_y;
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
     g.total = plan->n_x * plan->n_y;
     if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        w.cancel = &g.cancel;
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = &g.cancel;
     for (k = 0; k < n; k++) {
         v[k].g = &g;
         v[k].k = k;
         v[k].ord = plan->devices[k];
         v[k].fd = -1;
         started[k] = 0;
-        if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-            v[k].fd = open(w.tmp, O_WRONLY);
-            if (v[k].fd < 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", desc->out_path, w.tmp, strerror(errno));
-        }
+        if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
@@ -9854,14 +10115,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
         QK_FREE(v[k].tb);
     }
-    if (desc->output == QK_OUTPUT_NPY) {
-        if (r == QK_OK) {
-            QK_PROF_BEGIN("npy commit");
-            r = qk__npyw_commit(&w);
-            QK_PROF_END("npy commit");
-        }
-        if (r != QK_OK) qk__npyw_abort(&w);
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = NULL;   /* g ends here; qk_gram commits or discards */
     qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
@@ -9875,45 +10129,79 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 #endif /* QK_CUDA */
 /* ---- end several GPUs ---- */
 
-/* >>gram_impl ---- qk_gram and qk_states: validate, plan, hand the plan to its engine ---- */
+/* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+/* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
+   or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
+   engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
+   executor's result (commit, or the temporary removed). The one place a Gram's output is opened
+   and committed. qk_gram after validating and planning; tests and qk-bench with injected plans
+   (ctx may be NULL there: no context staging, no figures kept). mps: the planner's MPS program
+   of an MPS plan (qk__plan_make's keep), which the engines then do not build again; NULL: they
+   build it from the map. */
+static qk_result qk__plan_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
+                              const qk__mps_prog *mps)
+{
+    qk__sink sink;
+    qk_result r;
+#if defined(QK_CUDA) && QK_CUDA
+    qk_gram_desc d1;
+    if (plan->backend == QK_BACKEND_CUDA && plan->n_devices <= 1 && desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
+        d1 = *desc;   /* one GPU: out_devices[0] is the buffer */
+        d1.out = desc->out_devices[0];
+        desc = &d1;
+    }
+#endif
+    if (plan->backend == QK_BACKEND_CUDA) {
+#if !(defined(QK_CUDA) && QK_CUDA)
+        QK__UNUSED(ctx);
+        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
+#endif
+    }
+    if (desc->mps_discarded && plan->path != QK_PATH_MPS)
+        memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
+    r = qk__sink_open(&sink, plan, desc);
+    if (r != QK_OK) return r;
+#if defined(QK_CUDA) && QK_CUDA
+    if (plan->backend == QK_BACKEND_CUDA) {
+        qk_cuda_stats st;
+        if (ctx) {
+            memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
+            ctx->n_dev_last = 0;
+        }
+        if (plan->n_devices > 1) r = ctx ? qk__mgpu_run(ctx, plan, map, desc, &sink)
+                                         : qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of several GPUs needs a context");
+        else {
+            double t0 = qk_cuda_wtime();
+            r = qk__cuda_run(ctx, plan, map, desc, &sink, mps, ctx ? &ctx->cuda_stats : &st);
+            if (ctx) {
+                ctx->n_dev_last = 1;
+                ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
+            }
+        }
+        return qk__sink_close(&sink, r);
+    }
+#endif
+    if (plan->path == QK_PATH_MPS) r = qk__mps_gram(plan, map, desc, &sink, mps);
+    else r = qk__cpu_gram(plan, map, desc, &sink);
+    return qk__sink_close(&sink, r);
+}
+
 static qk_result qk__gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
 {
     qk_plan plan;
+    qk__mps_prog prog;   /* the planner's MPS program (MPS plans), handed to the engine */
     qk_result r;
     QK_PROF_BEGIN("validate");
     r = qk__check_gram(ctx, map, desc);
     QK_PROF_END("validate");
     if (r != QK_OK) return r;
+    memset(&prog, 0, sizeof prog);
     QK_PROF_BEGIN("plan");
-    r = qk_plan_make(ctx, map, desc, &plan);
+    r = qk__plan_make(ctx, map, desc, &plan, &prog);
     QK_PROF_END("plan");
-    if (r != QK_OK) return r;
-    if (plan.backend == QK_BACKEND_CUDA) {
-#if defined(QK_CUDA) && QK_CUDA
-        if (desc->mps_discarded && plan.path != QK_PATH_MPS)
-            memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
-        memset(&ctx->cuda_stats, 0, sizeof ctx->cuda_stats);
-        ctx->n_dev_last = 0;
-        if (plan.n_devices > 1) return qk__mgpu_run(ctx, &plan, map, desc);
-        if (desc->output == QK_OUTPUT_DEVICE && !desc->out && desc->out_devices) {
-            qk_gram_desc d1 = *desc;
-            d1.out = desc->out_devices[0];
-            return qk__cuda_run(ctx, &plan, map, &d1, &ctx->cuda_stats);
-        }
-        {
-            double t0 = qk_cuda_wtime();
-            r = qk__cuda_run(ctx, &plan, map, desc, &ctx->cuda_stats);
-            ctx->n_dev_last = 1;
-            ctx->dev_seconds[0] = qk_cuda_wtime() - t0;
-            return r;
-        }
-#else
-        return qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
-#endif
-    }
-    if (plan.path == QK_PATH_MPS) return qk__mps_gram(&plan, map, desc);
-    if (desc->mps_discarded) memset(desc->mps_discarded, 0, sizeof(double) * (size_t)(desc->n_x + (desc->y ? desc->n_y : 0)));
-    return qk__cpu_gram(&plan, map, desc);
+    if (r == QK_OK) r = qk__plan_run(ctx, &plan, map, desc, &prog);
+    qk__mps_prog_free(&prog);
+    return r;
 }
 
 QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc)
@@ -10331,6 +10619,86 @@ done:
     return r;
 }
 
+/* qk_gram_mpi's sink, the .npy written with MPI-IO: the temporary file, its rename and its
+   removal are qk_gram's (qk__open_tmp, qk__tmp_commit, qk__tmp_discard), on rank 0; every rank
+   writes through its own MPI handle. Collective: every rank calls open and close. */
+typedef struct qk__mpi_sink {
+    char *tmp;              /* the temporary's name (every rank) */
+    MPI_File fh;            /* this rank's handle */
+    int opened;
+} qk__mpi_sink;
+
+/* Rank 0 creates the temporary file, every rank opens it, rank 0 writes the header. Returns the
+   ranks' agreed result (qk__mpi_decide). */
+static qk_result qk__mpi_sink_open(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s)
+{
+    const qk_gram_desc *desc = b->desc;
+    size_t nbytes = 0;
+    int len = 0;
+    char hdr[192];
+    qk_result r = QK_OK, rc;
+    if (m->rank == 0) {
+        int fd = -1;
+        r = qk__npy_shape_bytes("qk_gram_mpi", b->dt, b->n, b->cols, &nbytes);
+        if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+        if (r == QK_OK) r = qk__open_tmp(desc->out_path, &s->tmp, &fd);
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        if (s->tmp) len = (int)strlen(s->tmp);
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(&len, 1, MPI_INT, 0, m->comm);
+    if (m->rank != 0) {
+        s->tmp = (char *)qk__malloc((size_t)len + 1);
+        r = s->tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(s->tmp, len + 1, MPI_CHAR, 0, m->comm);
+    {
+        int e = MPI_File_open(MPI_COMM_SELF, s->tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &s->fh), elen = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        if (e == MPI_SUCCESS) s->opened = 1;
+        else {
+            MPI_Error_string(e, msg, &elen);
+            msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                         desc->out_path, s->tmp, msg);
+        }
+    }
+    b->fh = s->fh;
+    b->hdr = (uint64_t)qk__npy_make_header(hdr, b->dt, b->n, b->cols);
+    if (r == QK_OK && m->rank == 0) r = qk__mpi_write(b, 0, hdr, (size_t)b->hdr);
+    return qk__mpi_decide(m, r);
+}
+
+/* After the bands (rc: the ranks' agreed result): sync (unless no_sync), close, check that every
+   byte came, rename on rank 0. The temporary is removed by the caller when the result is not
+   QK_OK. Returns the ranks' agreed result. */
+static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s, qk_result rc)
+{
+    const qk_gram_desc *desc = b->desc;
+    uint64_t all = 0;
+    qk_result r = QK_OK;
+    if (rc == QK_OK && !desc->no_sync && MPI_File_sync(s->fh) != MPI_SUCCESS)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+    if (MPI_File_close(&s->fh) != MPI_SUCCESS && r == QK_OK)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+    s->opened = 0;
+    if (rc == QK_OK) {
+        MPI_Allreduce(&b->written, &all, 1, MPI_UINT64_T, MPI_SUM, m->comm);
+        if (r == QK_OK && m->rank == 0 && all != b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                         (unsigned long long)all, (unsigned long long)(b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es));
+        rc = qk__mpi_decide(m, r);
+    }
+    if (rc == QK_OK) {
+        r = m->rank == 0 ? qk__tmp_commit(s->tmp, desc->out_path, desc->no_sync) : QK_OK;
+        rc = qk__mpi_decide(m, r);
+    }
+    return rc;
+}
+
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
 {
     static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
@@ -10341,11 +10709,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     qk_schedule sch;
     qk_schedule_desc sd;
     qk_result r = QK_OK, rc;
-    int inited = 0, finalized = 0, k, npy, opened = 0;
+    qk__mpi_sink snk;
+    int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
-    char *tmp = NULL;
-    char hdr[192];
-    MPI_File fh = MPI_FILE_NULL;
 
     if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
     MPI_Initialized(&inited);
@@ -10354,6 +10720,8 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     memset(&m, 0, sizeof m);
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
+    memset(&snk, 0, sizeof snk);
+    snk.fh = MPI_FILE_NULL;
     MPI_Comm_dup(comm, &m.comm);
     MPI_Comm_rank(m.comm, &m.rank);
     MPI_Comm_size(m.comm, &m.size);
@@ -10416,44 +10784,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     b.symmetric = desc->y == NULL;
     b.path = npy ? desc->out_path : NULL;
 
-    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    /* 4. NPY: the sink (rank 0 creates the temporary file; every rank opens it on its own handle) */
     if (npy) {
-        size_t nbytes = 0;
-        int len = 0;
-        r = QK_OK;
-        if (m.rank == 0) {
-            int fd = -1;
-            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
-            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
-            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
-            if (fd >= 0) (void)QK__CLOSE(fd);
-            if (tmp) len = (int)strlen(tmp);
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
-        if (m.rank != 0) {
-            tmp = (char *)qk__malloc((size_t)len + 1);
-            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
-        {
-            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
-            char msg[MPI_MAX_ERROR_STRING + 1];
-            if (e == MPI_SUCCESS) opened = 1;
-            else {
-                MPI_Error_string(e, msg, &elen);
-                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
-                             desc->out_path, tmp, msg);
-            }
-        }
-        b.fh = fh;
-        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
-        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
-        rc = qk__mpi_decide(&m, r);
+        rc = qk__mpi_sink_open(&m, &b, &snk);
         if (rc != QK_OK) goto done;
     }
 
@@ -10466,38 +10799,15 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then
        terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
-    if (r != QK_OK && tmp) (void)remove(tmp);
+    if (r != QK_OK && snk.tmp) qk__tmp_discard(snk.tmp);
     rc = qk__mpi_decide(&m, r);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
-    if (npy) {
-        uint64_t all = 0;
-        r = QK_OK;
-        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
-        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
-        opened = 0;
-        if (rc == QK_OK) {
-            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
-            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
-                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
-            rc = qk__mpi_decide(&m, r);
-        }
-        if (rc == QK_OK) {
-            r = QK_OK;
-            if (m.rank == 0) {
-                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
-                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
-            }
-            rc = qk__mpi_decide(&m, r);
-        }
-    }
+    if (npy) rc = qk__mpi_sink_close(&m, &b, &snk, rc);
 done:
-    if (opened) MPI_File_close(&fh);
-    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
-    QK_FREE(tmp);
+    if (snk.opened) MPI_File_close(&snk.fh);
+    if (rc != QK_OK && snk.tmp && m.rank == 0) qk__tmp_discard(snk.tmp);
+    QK_FREE(snk.tmp);
     qk_schedule_free(&sch);
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);

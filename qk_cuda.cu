@@ -72,7 +72,7 @@
    >>amp       amplitude encoding from host data (qk_cuda_amplitude_encode) [cuda/amp.cuh]
    >>pipeline  the Gram job: streams and events, job state, qk__pipe's steps [cuda/pipeline.cuh]
    >>api       the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) [cuda/api.cuh]
-   >>tcf       the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) [cuda/tcf.cuh]
+   >>tcf       the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) [cuda/tcf.cuh]
    >>tune      the autotuner (qk_cuda_tune_gram) [cuda/tune.cuh]
    >>devices   device selection and a clock for qk.h's several-GPU driver [cuda/devices.cuh]
    >>mps       the MPS path: batched transfer-matrix contraction of padded site tensors [cuda/mps.cuh]
@@ -2240,15 +2240,18 @@ static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, in
    qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
    autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
    kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1); 8 its
-   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). */
+   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). Which
+   one runs is qk.h's qk__fused_cfg_runs, the rule the planner writes into the plan; the launch
+   fallbacks below remain only for operands that are not 16-byte aligned (never qk's own
+   buffers: a state is a multiple of 32 bytes from D = 4 on). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (cfg == 0) {
+    {
         int q = 0;
         while ((1 << q) < D) ++q;
-        cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
+        cfg = qk__fused_cfg_runs(cfg, q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
     }
     if (cfg == 8) {
         const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
@@ -2325,7 +2328,7 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
     return QK_OK;
 }
 
-/* ---- tensor-core engines (plan.use_blas 3..7) ----
+/* ---- tensor-core engines (plan.engine QK_GPU_TC_*) ----
    The complex product in real form: a state row of D complex amplitudes is a real row of
    W = 2D values (interleaved re, im), and
        Re <a|b> = a . b,    Im <a|b> = a . rot(b),   rot(b) = (im, -re) pairs,
@@ -2335,8 +2338,8 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
    shared/PERFORMANCE.md), and HERK/SYRK have no tensor-core compute type, so the upper
    triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
    to the right (8 blocks: 56% of the square instead of HERK's 50%).
-     3 TF32    operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
-     4 FP32X3  operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
+     TC_TF32   operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
+     TC_FP32X3 operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
                out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
                sum hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
                relative (lo of amplitudes below 2^-3 s is subnormal: 2^-25 s absolute, 1e-7 of
@@ -2349,11 +2352,11 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
                adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
                Each step lowered the measured error to fp32's own level (docs/benchmarks.md, 'Figures behind the code's constants'). fp16 halves rather than TF32: twice
                the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
-     5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
+     TC_FP16   operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
                rate); alpha = 1/s^2 (exact) undoes the scale
-     6 BF16    as 5 with bfloat16 (8 bits): measurement only, no precision selects it
-     7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
+     TC_BF16   as TC_FP16 with bfloat16 (8 bits): measurement only, no precision selects it
+     TC_FP64   the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
 __device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
@@ -2385,19 +2388,19 @@ qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scal
     }
 }
 
-/* qk__k_tc_operand for engine mode (3..7): rows x W values of src into dst, a grid-stride loop
+/* qk__k_tc_operand for tensor-core engine mode (QK_GPU_TC_*): rows x W values of src into dst, a grid-stride loop
    of at most 2^20 blocks. */
-static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
+static qk_result qk__launch_tc_operand(qk_gpu_engine mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
                                        cudaStream_t st, qk__err *E)
 {
     const int64_t n = rows * W;
     const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
     if (n <= 0) return QK_OK;
     switch (mode) {
-    case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
-    case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-    case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-    case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
+    case QK_GPU_TC_TF32: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+    case QK_GPU_TC_FP32X3: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case QK_GPU_TC_FP16: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case QK_GPU_TC_BF16: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
     default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
     }
     QK_LAUNCH_CK("qk__k_tc_operand");
@@ -2405,25 +2408,25 @@ static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, 
 }
 
 template <typename T, bool CPLX>
-static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
+static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D)
 {
     /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes) */
     const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
-    const size_t per = mode == 4 ? 8 * W : mode == 3 ? 4 * W : 2 * W;
+    if (!qk__engine_tc(mode)) return c;
+    if (mode == QK_GPU_TC_FP64) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
+    const size_t per = mode == QK_GPU_TC_FP32X3 ? 8 * W : mode == QK_GPU_TC_TF32 ? 4 * W : 2 * W;
     return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
 }
 
 
 template <typename T, bool CPLX>
-static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, bool trap, cudaStream_t st, qk__err *E)
 {
     const bool f64 = sizeof(T) == 8;
-    if (f64 != (mode == 7) || mode < 3 || mode > 7)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: tensor-core engine (use_blas) does not match the precision");
+    if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: tensor-core engine (plan.engine) does not match the precision");
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
@@ -2432,15 +2435,17 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
     T *Cre = (T *)Cw, *Cim = Cre + m * nn;
     char *ops = (char *)Cw + ((size_t)m * nn * (CPLX ? 2 : 1) * sizeof(T) + 255) / 256 * 256;
-    const size_t vb = mode == 3 ? 4 : mode == 7 ? 8 : 2; /* bytes per operand value */
-    const int64_t ld = mode == 4 ? 4 * W : W, offb = mode == 4 ? W : 0;
+    const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : mode == QK_GPU_TC_FP64 ? 8 : 2; /* bytes per operand value */
+    const int64_t ld = mode == QK_GPU_TC_FP32X3 ? 4 * W : W, offb = mode == QK_GPU_TC_FP32X3 ? W : 0;
     /* FP32X3: the hi*hi block (the last W of K) in nck chunks, the first chunk with the small products */
-    const int nck = mode == 4 ? (W >= 2048 ? 4 : 2) : 1;
-    const int64_t Wc = mode == 4 ? W / nck : W, K0 = mode == 4 ? 2 * W + Wc : W;
-    const float s16 = mode >= 4 && mode <= 6 ? ldexpf(1.0f, q / 2) : 1.0f;
-    const cudaDataType_t ty = mode == 7 ? CUDA_R_64F : mode == 4 || mode == 5 ? CUDA_R_16F : mode == 6 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType_t cty = mode == 7 ? CUDA_R_64F : CUDA_R_32F;
-    const cublasComputeType_t ct = mode == 7 ? CUBLAS_COMPUTE_64F : mode == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const bool x3 = mode == QK_GPU_TC_FP32X3;
+    const int nck = x3 ? (W >= 2048 ? 4 : 2) : 1;
+    const int64_t Wc = x3 ? W / nck : W, K0 = x3 ? 2 * W + Wc : W;
+    const float s16 = x3 || mode == QK_GPU_TC_FP16 || mode == QK_GPU_TC_BF16 ? ldexpf(1.0f, q / 2) : 1.0f;
+    const cudaDataType_t ty = mode == QK_GPU_TC_FP64 ? CUDA_R_64F : x3 || mode == QK_GPU_TC_FP16 ? CUDA_R_16F
+                            : mode == QK_GPU_TC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t cty = mode == QK_GPU_TC_FP64 ? CUDA_R_64F : CUDA_R_32F;
+    const cublasComputeType_t ct = mode == QK_GPU_TC_FP64 ? CUBLAS_COMPUTE_64F : mode == QK_GPU_TC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float a32 = 1.0f / (s16 * s16), b32 = 0.0f, one32 = 1.0f;
     const double a64 = 1.0, b64 = 0.0;
 
@@ -2450,7 +2455,7 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     };
     const void *xa, *xb, *xr = nullptr;
     char *p = ops;
-    if (mode == 7) {
+    if (mode == QK_GPU_TC_FP64) {
         xa = A; xb = B;
         if (CPLX) { QK_TRY(conv(B, nn, 1, p)); xr = p; }
     } else {
@@ -2487,16 +2492,16 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
 /* cuBLAS: C (m x nn row-major, ldc = nn) holds <b_j|a_i> (the conjugate of <a_i|b_j>; |.|^2
    does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
-   and the rest a GEMM; then the fused epilogue. mode 2: CGEMM3M (Gauss: 3 real products instead
+   and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
    of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
                                  cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const bool tc = mode >= 3;
+    const bool tc = qk__engine_tc(mode);
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
         QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * es, st));
     if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
@@ -2532,7 +2537,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
         if (CPLX) {
             if (sizeof(T) == 4) {
                 cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
-                if (mode == 2)
+                if (mode == QK_GPU_CUBLAS_3M)
                     QK_BLAS_CK(cublasCgemm3m(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
                                              (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
                 else
@@ -2799,10 +2804,9 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
    slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
-/* The fused tensor-core engines (plan.use_blas 8..10; their section is at the end of this file). */
-#define QK__TCF_FIRST 8
+/* The fused tensor-core engines (plan.engine QK_GPU_TCF_*; their section is at the end of this file). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
+static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
@@ -2812,6 +2816,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
     size_t es, per_state;
@@ -2836,7 +2841,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         D = analytic ? 0 : ((int64_t)1 << q);
         es = CPLX ? 2 * sizeof(T) : sizeof(T);
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
-        use_blas = pl->use_blas && pl->use_blas < QK__TCF_FIRST && !analytic;
+        engine = qk__plan_engine(pl);
+        use_blas = qk__engine_blas(engine) && !analytic;
         ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
         state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
         bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
@@ -2891,9 +2897,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         }
         if (use_blas) {
             QK_BLAS_CK(cublasCreate(&J->blas));
-            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
             if (n_slabs > 1) {
-                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
                 QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
@@ -2947,8 +2953,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         if (m <= 0 || nn <= 0) return QK_OK;
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
-        if (pl->use_blas >= QK__TCF_FIRST)
-            return qk__gram_tcf<T, CPLX, OutT>(J, pl->use_blas, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
+        if (qk__engine_tcf(engine))
+            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
@@ -2956,7 +2962,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             const int k = (int)(J->n_blas & 1);
             void *cw = J->Cw[J->est ? k : 0];
             if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
-            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
                                                     J->gemm_done)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
@@ -3213,6 +3219,8 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
     }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
+    if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
     int64_t delivered = 0;
     const bool real = P.path == QK_PATH_REAL;
     const bool p64 = P.precision == QK_PRECISION_FP64;
@@ -3284,7 +3292,7 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
     return r;
 }
-/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) ---- */
+/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
    epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of
@@ -3337,14 +3345,14 @@ __host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * 
 
 template <int MODE> __device__ __forceinline__ void qk__mma(float *c, const uint32_t *a, const uint32_t *b)
 {
-    if constexpr (MODE == 3) qk__mma_tf32(c, a, b);
+    if constexpr (MODE == QK_GPU_TC_TF32) qk__mma_tf32(c, a, b);
     else qk__mma_f16(c, a, b);
 }
 /* B fragment of Im <a|b>: each amplitude (re, im) -> (im, -re). TF32: the pair is the two
    registers; FP16: the two halves of one register. */
 template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, uint32_t *r)
 {
-    if constexpr (MODE == 3) {
+    if constexpr (MODE == QK_GPU_TC_TF32) {
         r[0] = b[1];
         r[1] = b[0] ^ 0x80000000u;
     } else {
@@ -3365,13 +3373,13 @@ qk__k_tcf_operand(const float *__restrict__ in, int64_t rows, int64_t W, int64_t
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / ldp, k = e - r * ldp;
         const float *x = in + r * W;
-        if constexpr (MODE == 3) {
+        if constexpr (MODE == QK_GPU_TC_TF32) {
             out[e] = k < W ? __float_as_uint(qk__tf32_rna(x[k])) : 0u;
         } else {
             const float v0 = 2 * k < W ? x[2 * k] * scale : 0.0f, v1 = 2 * k + 1 < W ? x[2 * k + 1] * scale : 0.0f;
             const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
             const uint32_t hw = (uint32_t)__half_as_ushort(h0) | ((uint32_t)__half_as_ushort(h1) << 16);
-            if constexpr (MODE == 5) out[e] = hw;
+            if constexpr (MODE == QK_GPU_TC_FP16) out[e] = hw;
             else {
                 const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
                 out[r * 2 * ldp + k] = hw;
@@ -3389,7 +3397,7 @@ __global__ void __launch_bounds__(WGM * WGN * 32)
 qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn,
              float inv_s2, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
-    constexpr bool SPLIT = MODE == 4, FLUSH = SPLIT;
+    constexpr bool SPLIT = MODE == QK_GPU_TC_FP32X3, FLUSH = SPLIT;
     constexpr int NT = WGM * WGN * 32, BN = BM;
     constexpr int WM = BM / WGM, WN = BN / WGN, MI = WM / 16, NI = WN / 8;
     constexpr int KW = 32, S = KW + 16, CH = KW / 4; /* words per row and stage, row stride, 16-byte chunks */
@@ -3528,7 +3536,7 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 runs 1):
+/* Fused tensor-core configurations (qk_plan.kernel_cfg with a TCF engine; 0 runs 1):
      1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
      2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
         two accumulator sets, 128 registers)
@@ -3566,14 +3574,14 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    /* FP32X3 (MODE 4) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
        warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
        they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
-    if constexpr (MODE == 4) {
+    if constexpr (MODE == QK_GPU_TC_FP32X3) {
         (void)cfg;
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
-        if (cfg == 0) cfg = 1;
+        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
         switch (cfg) {
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
@@ -3581,7 +3589,8 @@ static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t 
     }
 }
 
-/* Operand geometry of engine `eng` (8..10) for states of D amplitudes: words per row and part
+/* Operand geometry of engine `eng` (QK_GPU_TCF_*; MODE and mode below: the cuBLAS tensor-core
+   engine of the same operand format, QK_GPU_TC_TF32, TC_FP32X3, TC_FP16) for states of D amplitudes: words per row and part
    (ldp, a whole number of k-stages), words per row (ldw), k-stages (nkt), the FP16 scale. Keep in
    step with qk.h's qk__tcf_ws (the planner counts these bytes). */
 struct qk__tcf_geom {
@@ -3590,18 +3599,18 @@ struct qk__tcf_geom {
     int nkt;
     float scale, inv_s2;
 };
-static qk__tcf_geom qk__tcf_geometry(int eng, int64_t D, bool cplx)
+static qk__tcf_geom qk__tcf_geometry(qk_gpu_engine eng, int64_t D, bool cplx)
 {
     qk__tcf_geom G;
-    G.mode = eng - 5;
+    G.mode = (int)qk__engine_tc_of(eng);   /* the operand format: that of the cuBLAS engine of the mode */
     G.W = cplx ? 2 * D : D;
-    const int64_t words = G.mode == 3 ? G.W : (G.W + 1) / 2, kw = G.mode == 4 ? 16 : 32;
+    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = G.mode == QK_GPU_TC_FP32X3 ? 16 : 32;
     G.ldp = (words + kw - 1) / kw * kw;
-    G.ldw = G.mode == 4 ? 2 * G.ldp : G.ldp;
+    G.ldw = G.mode == QK_GPU_TC_FP32X3 ? 2 * G.ldp : G.ldp;
     G.nkt = (int)(G.ldp / kw);
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
-    G.scale = G.mode == 3 ? 1.0f : ldexpf(1.0f, q / 2);
+    G.scale = G.mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);
     G.inv_s2 = 1.0f / (G.scale * G.scale);
     return G;
 }
@@ -3612,9 +3621,9 @@ static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t
     if (n <= 0) return QK_OK;
     const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
     switch (G.mode) {
-    case 3: qk__k_tcf_operand<3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    case 4: qk__k_tcf_operand<4><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    default: qk__k_tcf_operand<5><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    case QK_GPU_TC_TF32: qk__k_tcf_operand<QK_GPU_TC_TF32><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    case QK_GPU_TC_FP32X3: qk__k_tcf_operand<QK_GPU_TC_FP32X3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    default: qk__k_tcf_operand<QK_GPU_TC_FP16><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
     }
     QK_LAUNCH_CK("qk__k_tcf_operand");
     return QK_OK;
@@ -3624,14 +3633,14 @@ template <bool CPLX, typename OutT>
 static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
                                 int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (G.mode != 4 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
+    if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
                             QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
                             "use the cuBLAS engine or fp32x3)");
     switch (G.mode) {
-    case 3: return qk__launch_tcf_mode<3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    case 4: return qk__launch_tcf_mode<4, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_mode<5, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
     }
 }
 
@@ -3640,12 +3649,12 @@ static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *
    once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
    and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
+static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
 {
     qk__err *E = J->E;
-    if (sizeof(T) != 4 || eng < QK__TCF_FIRST || eng > QK__TCF_FIRST + 2)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (use_blas 8..10)");
+    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
     if (m <= 0 || nn <= 0) return QK_OK;
     const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
     const size_t per_state = (size_t)G.W * sizeof(float);
@@ -3678,7 +3687,7 @@ static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int
 
 /* Autotune of the fused engine (qk__tune): converts the n states into ws (bytes) and runs K(X,X). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
+static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
 {
     if (sizeof(T) != 4) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: fused tensor-core engine takes float states");
     const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
@@ -3729,35 +3738,38 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
 {
     const int D = 1 << pl->n_qubits;
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
-    /* the fused tensor-core kernel (engine tcm + 5, configurations 1 and 2) beside its cuBLAS
-       engine: float states, and TF32 / FP16 (unflushed) only up to QK__TCF_NOFLUSH_MAX_QUBITS */
-    const int tcf = sizeof(T) == 4 && tcm >= 3 && tcm <= 5 && (tcm == 4 || pl->n_qubits <= QK__TCF_NOFLUSH_MAX_QUBITS) ? tcm + 5 : 0;
-    const size_t tcf_bytes = tcf ? (size_t)n * (size_t)qk__tcf_geometry(tcf, D, CPLX).ldw * 4 : 0;
+    const qk_gpu_engine tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : QK_GPU_FUSED;
+    /* the fused tensor-core kernel (configurations 1 and 2; FP32X3: 2) beside its cuBLAS engine:
+       float states, and TF32 / FP16 (unflushed) only up to QK__TCF_NOFLUSH_MAX_QUBITS */
+    const qk_gpu_engine tcf = sizeof(T) == 4 && (tcm == QK_GPU_TC_FP32X3 || pl->n_qubits <= QK__TCF_NOFLUSH_MAX_QUBITS)
+                              ? qk__engine_tcf_of(tcm) : QK_GPU_FUSED;
+    const size_t tcf_bytes = tcf != QK_GPU_FUSED ? (size_t)n * (size_t)qk__tcf_geometry(tcf, D, CPLX).ldw * 4 : 0;
+    const size_t ws_bytes = std::max(qk__blas_ws_bytes<T, CPLX>(tcm != QK_GPU_FUSED ? tcm : QK_GPU_CUBLAS, n, n, D), tcf_bytes);
     qk__tune_ws w;
     QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
     QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes)));
+    QK_CK(cudaMalloc(&w.Cw, ws_bytes));
     QK_BLAS_CK(cublasCreate(&w.h));
     QK_CK(cudaEventCreate(&w.e0));
     QK_CK(cudaEventCreate(&w.e1));
     const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
     QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
     res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
-    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
-    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
-    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
-    for (int c = 1; tcf && c <= (tcf == 9 ? 1 : 2); ++c) { res->blas[res->n] = tcf; res->cfg[res->n] = c; res->n++; }
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = QK_GPU_CUBLAS; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = QK_GPU_CUBLAS_3M; res->cfg[res->n] = 0; res->n++; }
+    if (tcm != QK_GPU_FUSED) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
+    for (int c = 1; tcf != QK_GPU_FUSED && c <= (tcf == QK_GPU_TCF_FP32X3 ? 1 : 2); ++c) {
+        res->blas[res->n] = tcf; res->cfg[res->n] = tcf == QK_GPU_TCF_FP32X3 ? 2 : c; res->n++;
+    }
     OutT *K = (OutT *)w.K;
     for (int c = 0; c < res->n; ++c) {
         std::vector<double> t;
         for (int r = 0; r < reps + 1; ++r) {
             QK_CK(cudaEventRecord(w.e0, 0));
-            if (res->blas[c] >= QK__TCF_FIRST)
-                QK_TRY((qk__tune_tcf<T, CPLX, OutT>(res->blas[c], res->cfg[c], w.S, n, D, w.Cw,
-                                                    std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes), K, E)));
-            else if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            if (qk__engine_tcf((qk_gpu_engine)res->blas[c]))
+                QK_TRY((qk__tune_tcf<T, CPLX, OutT>((qk_gpu_engine)res->blas[c], res->cfg[c], w.S, n, D, w.Cw, ws_bytes, K, E)));
+            else if (res->blas[c] != QK_GPU_FUSED) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, (qk_gpu_engine)res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
             else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
             QK_CK(cudaEventRecord(w.e1, 0));
             QK_CK(cudaEventSynchronize(w.e1));

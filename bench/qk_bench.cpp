@@ -76,7 +76,7 @@ static qk_plan plan_for(const qk_map &m, const qk_gram_desc &g, int blas, int64_
 {
     qk_plan p;
     if (qk_plan_for_device(&g_info, 0.85, &m, &g, &p) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(1); }
-    if (blas >= 0) p.use_blas = blas;
+    if (blas >= 0) p.engine = (qk_gpu_engine)blas;
     if (slab > 0) p.tile_m = slab;
     if (blas >= 0 || cfg) p.kernel_cfg = cfg; /* a planned engine keeps the plan's configuration */
     return p;
@@ -125,11 +125,11 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     std::vector<double> gm, sm, om, em, b0, b1, dm;
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
-        qk_cuda_stats st;
         if (fresh) { free(buf); buf = malloc(bytes); g.out = buf; } /* untouched pages, as a new buffer */
-        qk_result rc = qk__cuda_run(g_ctx, &p, &m, &g, &st);
+        qk_result rc = qk__plan_run(g_ctx, &p, &m, &g, NULL);
         auto t1 = std::chrono::steady_clock::now();
-        if (rc != QK_OK) { printf("%s: qk__cuda_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
+        const qk_cuda_stats st = qk_ctx_cuda_stats(g_ctx);
+        if (rc != QK_OK) { printf("%s: qk__plan_run -> %d: %s\n", name, (int)rc, qk_last_error()); return 1; }
         if (r == 0) continue; /* warm-up */
         gm.push_back(st.gram_ms); sm.push_back(st.states_ms); om.push_back(st.output_ms);
         em.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
@@ -150,9 +150,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.name = name; row.q = m.n_qubits; row.n = n;
     row.map = m.cls == QK_CLASS_REAL ? "hea" : "zz";
     row.output = out == QK_OUTPUT_DEVICE ? "device" : pinned_host ? "host-pinned" : "host-pageable";
-    static const char *const engines[11] = {"fused", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
-                                            "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
-    row.engine = engines[p.use_blas >= 0 && p.use_blas <= 10 ? p.use_blas : 0];
+    row.engine = qk__engine_name(p.engine) ? qk__engine_name(p.engine) : "?";
     row.precision = prec_name(p.precision); /* what ran: the default / auto name their mode */
     if (blas < 0) row.engine += "(planned)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
@@ -203,7 +201,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);
@@ -241,7 +239,7 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
 
 /* ---- the fused tensor-core kernel against the cuBLAS tensor-core engines (bench/run.sh prec) ----
    Per case, K(X,X) to the device: fp32 as planned, then fp32x3, tf32 and fp16 each on the cuBLAS
-   engine (use_blas 3..5) and on the fused kernel (8..10) in every configuration (cfg 0 = the
+   engine (QK_GPU_TC_TF32 .. TC_FP16) and on the fused kernel (QK_GPU_TCF_*) in every configuration (cfg 0 = the
    fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */
 struct Mode { qk_precision p; int blas, cfg; };
 
@@ -254,7 +252,7 @@ static void modes_case(const char *name, const qk_map &m, const std::vector<doub
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__cuda_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
+    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
     sample_rows(kref, n, 8, R, rref, dref);
@@ -556,17 +554,17 @@ int main(int argc, char **argv)
             if (qk_cuda_tune_gram(&p, c.n, reps, &tr, err, sizeof err) != QK_OK) { printf("tune %s: %s\n", c.name, err); continue; }
             int fixed = -1;
             for (int i = 0; i < tr.n; ++i)
-                if ((p.use_blas && tr.blas[i] == 1) || (!p.use_blas && tr.blas[i] == 0 && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
+                if ((p.engine != QK_GPU_FUSED && tr.blas[i] == QK_GPU_CUBLAS) || (p.engine == QK_GPU_FUSED && tr.blas[i] == QK_GPU_FUSED && tr.cfg[i] == (c.q <= 5 ? 1 : c.hea ? 4 : 2))) fixed = i;
             char line[512];
             int len = snprintf(line, sizeof line, "{\"case\": \"%s\", \"n\": %lld, \"best\": %d, \"fixed\": %d, \"candidates\": [", c.name,
                                (long long)tr.n_samples, tr.best, fixed);
             printf("tune %-6s n=%6lld:", c.name, (long long)tr.n_samples);
             for (int i = 0; i < tr.n; ++i) {
-                static const char *const tcn[11] = {"", "cublas", "cublas3m", "tc-tf32", "tc-fp32x3", "tc-fp16", "tc-bf16", "fp64-realform",
-                                                    "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
-                char tcfn[32];
-                snprintf(tcfn, sizeof tcfn, "%s/cfg%d", tr.blas[i] >= 8 && tr.blas[i] <= 10 ? tcn[tr.blas[i]] : "", tr.cfg[i]);
-                const char *nm = tr.blas[i] >= 8 ? tcfn : tr.blas[i] >= 1 && tr.blas[i] <= 10 ? tcn[tr.blas[i]] : qk__fused_cfg_name(tr.cfg[i]);
+                char tcfn[48];
+                const qk_gpu_engine te = (qk_gpu_engine)tr.blas[i];
+                snprintf(tcfn, sizeof tcfn, "%s/cfg%d", qk__engine_name(te) ? qk__engine_name(te) : "?", tr.cfg[i]);
+                const char *nm = qk__engine_tcf(te) ? tcfn : te != QK_GPU_FUSED ? (qk__engine_name(te) ? qk__engine_name(te) : "?")
+                                                                           : qk__fused_cfg_name(tr.cfg[i]);
                 printf(" %s %.3f ms%s%s |", nm, tr.ms[i], i == tr.best ? " (best)" : "", i == fixed ? " (fixed)" : "");
                 len += snprintf(line + len, sizeof line - len, "%s{\"engine\": \"%s\", \"ms\": %.4f}", i ? ", " : "", nm, tr.ms[i]);
             }

@@ -1,15 +1,17 @@
 #include "qk_internal.h"
 /* >>cpu_run ---- CPU engine: a job run (all of K, state tiles, streamed), qk__cpu_gram ---- */
 
-/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY), or (tl) by state tiles. */
-static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl)
+/* Runs a job set up by qk__cpu_job_init: all of K, streamed (NPY, into the sink's file), or (tl)
+   by state tiles. */
+static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const qk__cpu_tiles *tl,
+                                   qk__sink *sink)
 {
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk_result r = QK_OK;
-    if (desc->output == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl);
+    if (sink->kind == QK_OUTPUT_NPY) r = qk__cpu_gram_npy(plan, desc, j, nt, tl, &sink->npy);
     else if (tl) {
         const size_t es = j->dt == QK_F32 ? 4 : 8;
-        char *K = desc->output == QK_OUTPUT_HOST ? (char *)desc->out : NULL;
+        char *K = sink->kind == QK_OUTPUT_HOST ? (char *)sink->out : NULL;
         int64_t i0;
         for (i0 = 0; i0 < desc->n_x && r == QK_OK && !j->cancel && !j->oom; i0 += tl->R)
             r = qk__cpu_row_block(tl, j, i0, desc->n_x - i0 < tl->R ? desc->n_x - i0 : tl->R,
@@ -23,9 +25,10 @@ static qk_result qk__cpu_gram_exec(const qk_plan *plan, const qk_gram_desc *desc
 }
 
 /* The job for all of K from the states A and B (B == A for K(X,X)), or NULL and NULL (set
-   after the states are built, with the job polled meanwhile); qk__cpu_job_free ends it. */
-QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                               int64_t stride, int64_t D, const void *mps, size_t scratch)
+   after the states are built, with the job polled meanwhile), into the sink's output;
+   qk__cpu_job_free ends it. */
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const qk__sink *sink, const double *A,
+                               const double *B, int64_t stride, int64_t D, const void *mps, size_t scratch)
 {
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
@@ -40,11 +43,11 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->scratch = scratch;
     j->symmetric = desc->y == NULL;
     j->dt = plan->out_dtype;
-    j->out = desc->out;
-    j->ld = desc->ld_out ? desc->ld_out : nb;
-    j->output = desc->output;
-    j->tile_fn = desc->tile_fn;
-    j->tile_user = desc->tile_user;
+    j->out = sink->out;
+    j->ld = sink->ld;
+    j->output = sink->kind;
+    j->tile_fn = sink->tile_fn;
+    j->tile_user = sink->tile_user;
     j->progress = desc->progress;
     j->progress_user = desc->progress_user;
     j->tiles_i = (j->na + QK__T - 1) / QK__T;
@@ -75,18 +78,19 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
    callbacks, progress and cancel; or the cancel that came while the states were built. A, B:
    NULL where memory ran out (the error is set); B NULL for K(X,X) or where the cancel came
    before Y's states. */
-QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B)
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
+                                    qk__sink *sink)
 {
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
     if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
     j->A = A;
     j->B = B ? B : A;
-    return qk__cpu_gram_exec(plan, desc, j, NULL);
+    return qk__cpu_gram_exec(plan, desc, j, NULL, sink);
 }
 
 /* K with state tiles (plan->bulk_states == 0): two blocks of plan->state_tile states. */
-static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__cpu_tiles t;
     qk__gram_job j;
@@ -109,28 +113,28 @@ static qk_result qk__cpu_gram_tiled(const qk_plan *plan, const qk_map *map, cons
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "states: cannot allocate two tiles of %lld states (%.3g GB of host memory)",
                         (long long)R, 2.0 * (double)R * (double)stride * 8e-9);
     }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    r = qk__cpu_gram_exec(plan, desc, &j, &t);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, stride, path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
+    r = qk__cpu_gram_exec(plan, desc, &j, &t, sink);
     qk__cpu_job_free(&j);
     QK_FREE(t.A);
     QK_FREE(t.B);
     return r;
 }
 
-/* The CPU engine's Gram; desc validated, plan made. */
-QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* The CPU engine's Gram into the sink; desc validated, plan made, sink opened (qk_gram). */
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk_path path = plan->path;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
     qk__gram_job j;
     qk_result r;
-    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc);
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, qk__row_len(map, path),
+    if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc, sink);
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, qk__row_len(map, path),
                      path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
     A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
     if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
     QK_FREE(B);

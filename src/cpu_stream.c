@@ -51,11 +51,10 @@ static void *qk__slab_write_main(void *p)
 /* Streamed output (QK_OUTPUT_NPY): slabs of plan->slab_rows rows computed into one of two slab
    buffers while a writer thread writes the previous slab. Symmetric K computes each unordered
    pair once; its mirror is written as strips (qk__cpu_write_strips). Host memory: the two slab
-   buffers, not K. */
+   buffers, not K. w: the sink's open .npy (qk_gram commits or discards it). */
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                    const qk__cpu_tiles *tl)
+                                    const qk__cpu_tiles *tl, qk__npyw *w)
 {
-    qk__npyw w;
     qk__slab_write sw[2];
     char *U[2] = {NULL, NULL}, *tb = NULL;
     const size_t es = plan->out_dtype == QK_F32 ? 4 : 8;
@@ -66,9 +65,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     int pending = -1;   /* index of the slab buffer being written, or -1 */
     qk_result r;
     qk__thread wt;
-    r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, na, nb, desc->no_sync, !sym);
-    if (r != QK_OK) return r;
-    w.cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
+    w->cancel = &j->cancel;  /* the writer of the slab in flight stops with the job */
     U[0] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     U[1] = (char *)qk__malloc((size_t)SR * (size_t)nb * es);
     tb = (char *)qk__malloc((size_t)SR * 64 * es);
@@ -109,7 +106,7 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
         if (rr != QK_OK) { r = rr; goto done; }
         if (j->oom || j->cancel) break;
         memset(cur, 0, sizeof *cur);
-        cur->w = &w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
+        cur->w = w; cur->job = j; cur->U = U[b]; cur->rb = rb; cur->m = m; cur->symmetric = sym; cur->tb = tb;
         if (qk__thread_start(&wt, qk__slab_write_main, cur)) { pending = b; continue; }
         qk__slab_write_main(cur);
         if (cur->r != QK_OK) { r = qk__fail(cur->r, "%s", cur->err); goto done; }
@@ -124,11 +121,9 @@ QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *des
     if (!j->oom && !j->cancel && j->progress && j->progress(j->pairs_done, j->pairs_total, j->progress_user)) j->cancel = 1;
     if (j->oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "gram: out of host memory for tile buffers"); goto done; }
     if (j->cancel) { r = qk__fail(QK_ERROR_CANCELLED, "gram: cancelled by a callback after %lld of %lld pairs; '%s' was not written", (long long)j->pairs_done, (long long)j->pairs_total, desc->out_path); goto done; }
-    QK_PROF_BEGIN("npy commit");
-    r = qk__npyw_commit(&w);
-    QK_PROF_END("npy commit");
+    r = QK_OK;
 done:
-    if (r != QK_OK) qk__npyw_abort(&w);
+    w->cancel = NULL;
     QK_FREE(U[0]);
     QK_FREE(U[1]);
     QK_FREE(tb);

@@ -183,7 +183,9 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     return QK_OK;
 }
 
-QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_make; keep (may be NULL, else zeroed by the caller): an MPS plan's program, handed to
+   the engine by qk_gram (the caller frees it). */
+QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_result r;
     if (!out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_make: out is NULL");
@@ -200,7 +202,7 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         }
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
-        r = qk_plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out);
+        r = qk__plan_for_devices(infos, ctx->dev_ord, ctx->n_dev > 0 ? ctx->n_dev : 1, ctx->desc.vram_fraction, map, desc, out, keep);
         if (r == QK_OK && out->path == QK_PATH_MPS) {   /* the MPS path: its own kernels, no autotune */
             out->n_threads = ctx->desc.n_threads;
             qk__log(ctx, QK_LOG_INFO, "the MPS path runs on the GPU (%s; bond %d; the MPS are built on %d host threads)",
@@ -213,9 +215,14 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
     } else {
-        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out);
+        r = qk__plan_cpu_nt(&ctx->dev, map, desc, ctx->desc.n_threads, out, keep);
     }
     return r;
+}
+
+QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_make(ctx, map, desc, out, NULL);
 }
 
 static const char *qk__path_name(qk_path p)
@@ -283,6 +290,10 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->n_streams, qk__gb3(p->bytes_total, g1, sizeof g1), qk__gb3(p->bytes_budget, g2, sizeof g2),
                 qk__gb3(p->bytes_staging, g3, sizeof g3), qk__gb3(p->bytes_workspace, g4, sizeof g4));
     }
+    if (p->backend == QK_BACKEND_CUDA && (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX))
+        qk__cat(buf, size, &len, "\n  engine: %s, kernel_cfg %d%s%s%s", qk__engine_name(p->engine) ? qk__engine_name(p->engine) : "?", p->kernel_cfg,
+                p->engine == QK_GPU_FUSED ? " (" : "", p->engine == QK_GPU_FUSED ? qk__fused_cfg_name(p->kernel_cfg) : "",
+                p->engine == QK_GPU_FUSED ? ")" : "");
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
         int k;

@@ -915,8 +915,10 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 }
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
-   with the CPU's measured ratio, the statevector too big beyond half of the host memory. */
-QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+   with the CPU's measured ratio, the statevector too big beyond half of the host memory. keep
+   (may be NULL): an MPS plan's program is handed over there (the caller frees it) for the
+   engine, which then does not build it again; untouched otherwise. */
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
     qk__mps_prog prog;
     const double ram = qk__host_ram();
@@ -931,7 +933,8 @@ QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_
         snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
                  prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
     }
-    qk__mps_prog_free(&prog);
+    if (keep) *keep = prog;
+    else qk__mps_prog_free(&prog);
     return QK_OK;
 }
 
@@ -1069,34 +1072,54 @@ QKDEF int64_t qk_max_samples_mps(const qk_device_info *info, double vram_fractio
     return (int64_t)floor(0.5 * budget / per);
 }
 
-/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine): the MPS of X (and Y), then the CPU
-   engine's tiles with qk__mps_tile. */
-QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+/* The MPS program of a plan on the MPS path: the planner's (planned, not NULL: qk_gram hands
+   over the one it decided with) or, for a plan made elsewhere (tests, qk_plan_make's plan run
+   later), built again from the map into *own (freed by the caller, zeroed when unused); *out
+   points at the one to use. */
+QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *own,
+                                 const qk__mps_prog **out)
+{
+    qk_result r;
+    memset(own, 0, sizeof *own);
+    *out = planned;
+    if (planned && planned->q > 0) return QK_OK;
+    r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, own);
+    if (r != QK_OK) return r;
+    if (own->dense || own->chi > QK_MPS_MAX_BOND) {
+        qk__mps_prog_free(own);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
+    }
+    *out = own;
+    return QK_OK;
+}
+
+/* K on the MPS path (plan->path == QK_PATH_MPS, CPU engine) into the sink: the MPS of X (and Y),
+   then the CPU engine's tiles with qk__mps_tile. planned: the planner's program (or NULL). */
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *planned)
 {
 #ifdef QK_NO_MPS
-    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc);
+    QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc); QK__UNUSED(sink); QK__UNUSED(planned);
+    (void)qk__mps_prog_of;   /* the GPU engine's (run_cuda.c) */
     return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
 #else
-    qk__mps_prog prog;
+    qk__mps_prog own;
     qk__gram_job j;
     double *A = NULL, *B = NULL;
     int nt = plan->n_threads > 0 ? plan->n_threads : 1;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    const qk__mps_prog *prog = NULL;
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    qk__cpu_job_init(&j, plan, desc, NULL, NULL, prog.group, 0, &prog, qk__mps_scratch(&prog));
+    qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, prog->group, 0, prog, qk__mps_scratch(prog));
     j.mps_tile = qk__mps_tile;
-    A = qk__mps_states(&prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
+    A = qk__mps_states(prog, map, desc->x, desc->n_x, nt, NULL, desc->mps_discarded, &j);
     if (A && desc->y && !j.cancel)
-        B = qk__mps_states(&prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
-    r = qk__cpu_gram_run(plan, desc, &j, A, B);
+        B = qk__mps_states(prog, map, desc->y, desc->n_y, nt, NULL, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL, &j);
+    r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
-    QK_FREE(A);
-    QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__free(A);
+    qk__free(B);
+    qk__mps_prog_free(&own);
     return r;
 #endif
 }

@@ -554,6 +554,30 @@ QK__PRIV void qk__sync_dir(const char *path) {
 #endif
 }
 
+/* The commit protocol's last steps, in one place for every writer of a temporary file from
+   qk__open_tmp (the atomic writer below, the streamed .npy of K, qk_gram_mpi's MPI-IO file): the
+   caller has written, synced (unless asked not to) and closed it; qk__tmp_commit renames it over
+   path and syncs the directory (unless no_sync); on failure the temporary is removed and path is
+   left as it was. qk__tmp_discard removes a temporary (after a failure or a cancel), truncating it
+   first so that pages under writeback are dropped rather than waited for. */
+QK__PRIV qk_result qk__tmp_commit(const char *tmp, const char *path, int no_sync) {
+    if (QK__RENAME(tmp, path) != 0) {
+        const int e = errno;
+        (void)remove(tmp);
+        return qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", path, strerror(e));
+    }
+    if (!no_sync) qk__sync_dir(path);
+    return QK_OK;
+}
+
+QK__PRIV void qk__tmp_discard(const char *tmp) {
+    int t;
+    if (!tmp) return;
+    t = open(tmp, O_WRONLY | O_TRUNC);
+    if (t >= 0) (void)QK__CLOSE(t);
+    (void)remove(tmp);
+}
+
 /* Writes a then b to path atomically: a temporary file in the same directory, fsync, rename
    over path. On any error the temporary file is removed and path is left as it was. Also for
    other writers of this header (cache files). */
@@ -574,11 +598,9 @@ QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t
     err = QK__CLOSE(fd);
     fd = -1;
     if (err != 0) goto fail;
-    what = "rename";
-    if (QK__RENAME(tmp, path) != 0) goto fail;
-    qk__sync_dir(path);
+    r0 = qk__tmp_commit(tmp, path, 0);
     QK_FREE(tmp);
-    return QK_OK;
+    return r0;
 fail:
     {
         int e = errno;

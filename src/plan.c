@@ -14,7 +14,7 @@
    cuBLAS from QK__BLAS_MIN_QUBITS on (the measured crossover: docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__BLAS_MIN_QUBITS 7
 
-/* Tensor-core engines (plan.use_blas 3..7, qk_cuda.cu's qk__tc_products): the complex product in
+/* Tensor-core engines (plan.engine TC_*, qk_cuda.cu's qk__tc_products): the complex product in
    real form (Re <a|b> = a . b and Im <a|b> = a . rot(b) over the interleaved (re, im) rows, rot
    swapping each pair and negating one), real GEMMs over blocks of the upper triangle, the
    |.|^2 epilogue reading the Re and Im planes. Below QK__TC_MIN_QUBITS the Gram is bound by
@@ -25,27 +25,27 @@
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
-/* The fused tensor-core kernel (plan.use_blas 8..10 = the cuBLAS engine + 5) in the fixed table up
-   to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every mode (the
-   Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the MMAs), at
-   8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures behind the
-   code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32 per warp)
-   up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both and
-   cuBLAS per shape. */
+/* The fused tensor-core kernel (plan.engine TCF_*, qk__engine_tcf_of the cuBLAS one) in the fixed
+   table up to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every
+   mode (the Gram is short in k, so cuBLAS's C planes and the separate epilogue cost more than the
+   MMAs), at 8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures
+   behind the code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32
+   per warp) up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both
+   and cuBLAS per shape. */
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
 static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
 static int qk__tcf_fixed_cfg(int n_qubits) { return n_qubits <= 7 ? 2 : 1; }
-static int qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
-/* 1 when engine `mode` (plan.use_blas) is at least as accurate as precision p asks. FP32
-   plans keep their engines (0..2) only, so their results stay what they were. */
-static int qk__blas_ok(qk_precision p, qk_path path, int mode)
+static qk_gpu_engine qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
+/* 1 when engine e is at least as accurate as precision p asks. FP32 plans keep their engines
+   (FUSED, CUBLAS, CUBLAS_3M) only, so their results stay what they were. */
+static int qk__blas_ok(qk_precision p, qk_path path, qk_gpu_engine e)
 {
-    if (mode == 0 || mode == 1) return 1;
-    if (p == QK_PRECISION_FP64) return mode == 7;
-    if (mode == 2) return path == QK_PATH_COMPLEX;
-    if (mode >= 8) return qk__tc_mode(p) != 0 && mode == qk__tc_mode(p) + 5;
-    return mode == qk__tc_mode(p) && p != QK_PRECISION_FP32;
+    if (e == QK_GPU_FUSED || e == QK_GPU_CUBLAS) return 1;
+    if (p == QK_PRECISION_FP64) return e == QK_GPU_TC_FP64;
+    if (e == QK_GPU_CUBLAS_3M) return path == QK_PATH_COMPLEX;
+    if (qk__engine_tcf(e)) return qk__tc_mode(p) != QK_GPU_FUSED && e == qk__engine_tcf_of(qk__tc_mode(p));
+    return e == qk__tc_mode(p) && p != QK_PRECISION_FP32;
 }
 /* Device bytes of one cuBLAS workspace slot (qk_cuda.cu's qk__blas_ws_bytes: keep the two in
    step): rows x cols inner products (complex two T, real one T) and, for the tensor-core
@@ -53,24 +53,24 @@ static int qk__blas_ok(qk_precision p, qk_path path, int mode)
    for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
    and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
    columns only (W doubles). */
-static double qk__blas_ws(int mode, int cplx, int q, double t, double rows, double cols)
+static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double rows, double cols)
 {
     double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
-    per = mode == 4 ? 8.0 * W : mode == 3 ? 4.0 * W : 2.0 * W;
+    if (!qk__engine_tc(e)) return c;
+    if (e == QK_GPU_TC_FP64) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
+    per = e == QK_GPU_TC_FP32X3 ? 8.0 * W : e == QK_GPU_TC_TF32 ? 4.0 * W : 2.0 * W;
     return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
 }
 
-/* Device bytes of the fused tensor-core engine's operands (plan.use_blas 8..10, qk_cuda.cu's
+/* Device bytes of the fused tensor-core engine's operands (plan.engine TCF_*, qk_cuda.cu's
    qk__tcf_geometry: keep the two in step) for `rows` states: 32-bit words per state, TF32 one per
    value, FP16 one per two values, FP32X3 two per two values (hi and lo), each part rounded up to
    whole k-stages (32 words; FP32X3 16). */
-static double qk__tcf_ws(int eng, int cplx, int q, double rows)
+static double qk__tcf_ws(qk_gpu_engine eng, int cplx, int q, double rows)
 {
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == 9 ? 16.0 : 32.0;
-    const double words = eng == 8 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
-    return rows * (eng == 9 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == QK_GPU_TCF_FP32X3 ? 16.0 : 32.0;
+    const double words = eng == QK_GPU_TCF_TF32 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
+    return rows * (eng == QK_GPU_TCF_FP32X3 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
 
 /* The VRAM estimator: device bytes per sample of a q-qubit map on a path, in T of t bytes:
@@ -269,8 +269,10 @@ static double qk__host_budget(const qk_device_info *info, double *avail)
     return QK__HOST_SHARE * *avail;
 }
 
-/* nt: the engine's threads (their scratch is counted). */
-QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p)
+/* nt: the engine's threads (their scratch is counted). keep (may be NULL): an MPS plan's program
+   for the engine (qk__mps_plan). */
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                   qk__mps_prog *keep)
 {
     qk_path path = qk__path_of(map);
     const int64_t nb = desc->y ? desc->n_y : desc->n_x;
@@ -322,7 +324,7 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     budget = qk__host_budget(info, &avail);
     p->bytes_budget = (size_t)budget;
     p->bytes_host_avail = (size_t)avail;
-    r = qk__mps_plan(map, desc, p);   /* MPS engine: statevector or MPS */
+    r = qk__mps_plan(map, desc, p, keep);   /* MPS engine: statevector or MPS */
     if (r != QK_OK || p->path == QK_PATH_MPS) return r;
 
     /* statevector and analytic paths: all states resident when they fit the host budget with
@@ -359,9 +361,9 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     return QK_OK;
 }
 
-static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p)
+static qk_result qk__plan_cpu(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep)
 {
-    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p);
+    return qk__plan_cpu_nt(info, map, desc, qk__ncores(), p, keep);
 }
 
 
@@ -400,10 +402,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     if (path != QK_PATH_ANALYTIC && map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
-    p->use_blas = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS;
+    p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
     if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->use_blas = map->n_qubits < qk__tc_min_qubits(prec) ? 0 : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : 1;
-        if (p->use_blas == 1) tc_fallback = 2;
+        p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
 
@@ -448,35 +450,35 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         if (slab > nx) slab = nx;
     }
     if (!p->bulk_states && slab > tile) slab = tile;
-    if (p->use_blas >= 3) {
+    if (qk__engine_tc(p->engine)) {
         /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
            slots when there are several slabs); when even 64 rows do not (the columns' operands
            alone), the fp32 cuBLAS engine, more accurate and without operand copies */
         const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
         int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
             s2 = (s2 + 1) / 2;
-        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
+        if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
             tc_fallback = 1;
-            p->use_blas = 1;
+            p->engine = QK_GPU_CUBLAS;
         } else {
             slab = s2;
-            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->use_blas, cx, q, (double)t, (double)slab, (double)cols));
+            p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (p->use_blas >= 3 && p->use_blas <= 5 && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
+    if (qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
-        const double fw = qk__tcf_ws(p->use_blas + 5, path == QK_PATH_COMPLEX, map->n_qubits,
+        const double fw = qk__tcf_ws(qk__engine_tcf_of(p->engine), path == QK_PATH_COMPLEX, map->n_qubits,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
-            p->use_blas += 5;
+            p->engine = qk__engine_tcf_of(p->engine);
             p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }
-    if (p->use_blas && p->use_blas < 3) {
+    if (p->engine == QK_GPU_CUBLAS || p->engine == QK_GPU_CUBLAS_3M) {
         int64_t cols = p->bulk_states ? ny : tile;
         while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
@@ -494,33 +496,35 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         p->bytes_staging = (size_t)(2.0 * (double)slab * (double)ny * ob);
     }
     p->bytes_total = p->bytes_states + p->bytes_out + p->bytes_workspace;
-    if (!qk__blas_ok(prec, path, p->use_blas)) /* the engine is never less accurate than asked */
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %d does not serve precision %s", p->use_blas, qk_precision_name(prec));
+    p->use_blas = (int)p->engine;   /* the deprecated mirror */
+    if (!qk__blas_ok(prec, path, p->engine)) /* the engine is never less accurate than asked */
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "plan: engine %s does not serve precision %s", qk__engine_name(p->engine), qk_precision_name(prec));
     if ((double)p->bytes_total > budget)
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (p->use_blas >= 8)
+    else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 ? "64x64 w32x32" : "128x128 w64x32");
-    else if (p->use_blas >= 3)
+                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
+    else if (qk__engine_tc(p->engine))
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
     else if (tc_fallback)
         snprintf(p->config, sizeof p->config, "cublas fp32 %s (%s %s) (fixed table)", sym ? "herk/syrk+gemm" : "gemm",
                  qk_precision_name(prec), tc_fallback == 2 ? "tensor cores: at most 24 qubits" : "operands exceed the budget");
-    else if (p->use_blas) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
+    else if (p->engine != QK_GPU_FUSED) snprintf(p->config, sizeof p->config, "cublas %s + |.|^2 epilogue (fixed table)", sym ? "herk/syrk+gemm" : "gemm");
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
                  qk_precision_name(prec), qk__tc_min_qubits(prec));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
+    p->kernel_cfg = qk__plan_cfg_runs(p, p->engine, p->kernel_cfg);   /* the fixed table's configuration, named */
     return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 
 /* A plan's device fields for one device (or the CPU engine: n_devices 0). */
 static void qk__plan_one_device(qk_plan *p, int ordinal)
@@ -539,7 +543,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out);
+    qk_result r = qk__plan_for_device(info, vram_fraction, map, desc, out, NULL);
     if (r == QK_OK) qk__plan_one_device(out, 0);
     return r;
 }
@@ -555,8 +559,10 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
-QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+/* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
+   it; zeroed when the plan is not on the MPS path). */
+QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                      const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     qk_schedule_desc sd;
     qk_schedule sch;
@@ -578,8 +584,9 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
         for (j = 0; ordinals && j < k; j++)
             if (ordinals[j] == ordinals[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: CUDA device %d is listed twice", ordinals[k]);
     }
-    r = qk_plan_for_device(&infos[0], vram_fraction, map, desc, out);
+    r = qk__plan_for_device(&infos[0], vram_fraction, map, desc, out, keep);
     if (r != QK_OK) return r;
+    qk__plan_one_device(out, 0);
     if (out->backend != QK_BACKEND_CUDA) { out->n_devices = 0; return QK_OK; }   /* the CPU engine */
     out->devices[0] = ordinals ? ordinals[0] : 0;
     if (out->path == QK_PATH_MPS) return QK_OK;   /* the MPS path runs on the first GPU alone */
@@ -613,6 +620,12 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
     return QK_OK;
 }
 
+QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+{
+    return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
    diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
@@ -629,7 +642,7 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
-                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
+                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
 {
     if (!info || !map || !desc || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: NULL argument");
     if (!(vram_fraction >= 0.0 && vram_fraction <= 1.0))
@@ -640,7 +653,8 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: unknown precision %d", (int)desc->precision);
     if (!(desc->tol >= 0.0 && desc->tol <= 1e300))
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_device: tol must be finite and >= 0 (got %g)", desc->tol);
-    if (!info->present) return qk__plan_cpu(info, map, desc, out);
+    if (keep) memset(keep, 0, sizeof *keep);
+    if (!info->present) return qk__plan_cpu(info, map, desc, out, keep);
     /* an entangled map with the path left to the planner or forced to MPS: the GPU's statevector
        plan (when it can be made) against the MPS path on the GPU (qk__mps_decide) */
     if ((int)desc->path < 0 || (int)desc->path > (int)QK_PATH_MPS || desc->path == QK_PATH_MPS ||
@@ -655,17 +669,42 @@ static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fra
         if (!use)   /* the statevector plan, or its error again (with its detail) */
             return rs == QK_OK ? QK_OK : qk__plan_cuda(info, vram_fraction, map, desc, out);
         r = qk__plan_cuda_mps(info, vram_fraction, map, desc, &prog, out);
-        qk__mps_prog_free(&prog);
+        if (r == QK_OK && keep) *keep = prog;   /* the engine's program: not built again */
+        else qk__mps_prog_free(&prog);
         return r;
     }
     return qk__plan_cuda(info, vram_fraction, map, desc, out);
 }
 
 /* Autotune of a CUDA plan (qk_ctx_desc.autotune, docs/autotune.md): the Gram engine's
-   configuration ("blas=B,cfg=C": use_blas and kernel_cfg) for (device, driver, path, precision,
-   qubits) comes from the cache, or from qk_cuda_tune_gram on a miss (stored), or from the fixed
-   table above; plan->config says which. For qk_plan_make: call after qk_plan_for_device. */
+   configuration ("engine=E,cfg=C": qk_plan.engine by its qk__engine_name, and kernel_cfg) for
+   (device, driver, path, precision, qubits) comes from the cache, or from qk_cuda_tune_gram on a
+   miss (stored), or from the fixed table above; plan->config says which. For qk_plan_make: call
+   after qk_plan_for_device. */
+
 #if defined(QK_CUDA) && QK_CUDA
+/* The engine configuration an autotune cache entry names: "engine=<name>,cfg=<c>", or the form
+   written before qk_plan.engine, "blas=<n>,cfg=<c>" (n the engine's value, which the enum kept).
+   0 for anything else (the entry is then ignored: the fixed table). */
+static int qk__engine_config_parse(const char *s, qk_gpu_engine *e, int *cfg)
+{
+    char name[24];
+    int n, c, k;
+    if (sscanf(s, "blas=%d,cfg=%d", &n, &c) == 2) {
+        if (n < 0 || n >= (int)QK_GPU_ENGINE_COUNT) return 0;
+        *e = (qk_gpu_engine)n;
+        *cfg = c;
+        return 1;
+    }
+    if (sscanf(s, "engine=%23[^,],cfg=%d", name, &c) != 2) return 0;
+    for (k = 0; k < (int)QK_GPU_ENGINE_COUNT; k++)
+        if (strcmp(name, qk__engine_name((qk_gpu_engine)k)) == 0) {
+            *e = (qk_gpu_engine)k;
+            *cfg = c;
+            return 1;
+        }
+    return 0;
+}
 static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t size, double *metric, void *user)
 {
     const qk_plan *plan = (const qk_plan *)user;
@@ -673,8 +712,11 @@ static qk_result qk__cuda_measure(const qk_tune_key *key, char *config, size_t s
     char err[256] = "";
     int64_t n = key->n_qubits <= 8 ? 16384 : key->n_qubits <= 12 ? 4096 : 1024;
     qk_result r = qk_cuda_tune_gram(plan, n, 3, &res, err, sizeof err);
+    const char *name;
     if (r != QK_OK) return qk__fail(r, "%s", err);
-    snprintf(config, size, "blas=%d,cfg=%d", res.blas[res.best], res.cfg[res.best]);
+    name = qk__engine_name((qk_gpu_engine)res.blas[res.best]);
+    if (!name) return qk__fail(QK_ERROR_UNSUPPORTED, "autotune: candidate engine %d (internal error)", res.blas[res.best]);
+    snprintf(config, size, "engine=%s,cfg=%d", name, res.cfg[res.best]);
     *metric = (double)res.n_samples * (double)res.n_samples / (res.ms[res.best] * 1e6); /* Gpairs/s */
     return QK_OK;
 }
@@ -683,13 +725,14 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
                                 void *log_user, qk_plan *plan)
 {
     qk_tune_request req;
-    char fixed[32], chosen[64], label[96];
-    int b = plan->use_blas, c = plan->kernel_cfg;
+    char fixed[48], chosen[64], label[96];
+    qk_gpu_engine b = plan->engine, pe = plan->engine;
+    int c = plan->kernel_cfg;
     if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
     memset(&req, 0, sizeof req);
     qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
                      plan->precision, plan->n_qubits);
-    snprintf(fixed, sizeof fixed, "blas=%d,cfg=%d", plan->use_blas, plan->kernel_cfg);
+    snprintf(fixed, sizeof fixed, "engine=%s,cfg=%d", qk__engine_name(plan->engine), plan->kernel_cfg);
     req.mode = mode;
     req.cache_dir = cache_dir;
     req.fixed_config = fixed;
@@ -699,21 +742,24 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
     req.log_user = log_user;
     if (qk_tune_choose(&req, chosen, sizeof chosen, label, sizeof label) != QK_OK) return;
     /* a tensor-core engine only where the planner counted its operands (not where they did not
-       fit: the planner fell back to use_blas 1) */
-    if (sscanf(chosen, "blas=%d,cfg=%d", &b, &c) == 2 && b >= 0 && b <= 10 && c >= 0 && c <= QK__N_FUSED_CFG &&
+       fit: the planner fell back to CUBLAS) */
+    if (qk__engine_config_parse(chosen, &b, &c) && c >= 0 && c <= QK__N_FUSED_CFG &&
         qk__blas_ok(plan->precision, plan->path, b) &&
         /* the fused tensor-core kernel only where the planner counted its operands */
-        !(b >= 8 && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
-                               plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
-                        (double)plan->bytes_workspace) &&
-        !((b == 8 || b == 10) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
-        !(b >= 3 && b <= 5 && plan->use_blas >= 8 && qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
-        !(b >= 3 && plan->use_blas == 1 && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
-        !(b >= 3 && plan->n_qubits > QK__TC_MAX_QUBITS)) {
-        plan->use_blas = b;
-        plan->kernel_cfg = c;
+        !(qk__engine_tcf(b) && qk__tcf_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits,
+                                          plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
+                                   (double)plan->bytes_workspace) &&
+        !((b == QK_GPU_TCF_TF32 || b == QK_GPU_TCF_FP16) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        !(qk__engine_tcf_of(b) != QK_GPU_FUSED && qk__engine_tcf(pe) &&
+          qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&
+        !((qk__engine_tc(b) || qk__engine_tcf(b)) && plan->n_qubits > QK__TC_MAX_QUBITS)) {
+        qk__plan_set_engine(plan, b);
+        plan->kernel_cfg = qk__plan_cfg_runs(plan, b, c);   /* the configuration that runs (8 -> 7 -> 1, ...) */
     }
-    snprintf(plan->config, sizeof plan->config, "%s", label);
+    if (plan->engine == b && plan->kernel_cfg != c)
+        snprintf(plan->config, sizeof plan->config, "%.72s (runs cfg %d)", label, plan->kernel_cfg);
+    else snprintf(plan->config, sizeof plan->config, "%s", label);
 }
 #endif /* QK_CUDA */
 

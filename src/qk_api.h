@@ -366,6 +366,33 @@ typedef struct qk_device_info {
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
 
+/* The GPU engine's Gram engine (qk_plan.engine; docs/gpu.md, docs/precision.md). The values are
+   those the older int qk_plan.use_blas had, so that plans and autotune cache entries written
+   before the enum read the same (docs/autotune.md).
+     FUSED       the fused SIMT kernel: <a|b>, |.|^2 and the store in one kernel (kernel_cfg picks
+                 its tile configuration)
+     CUBLAS      cuBLAS (HERK/SYRK + GEMM) into a slab workspace + the fused |.|^2 epilogue
+     CUBLAS_3M   the same with CGEMM3M (complex fp32)
+     TC_*        the tensor-core engines: real form of the complex product, blocks of the upper
+                 triangle, GEMMs of cuBLAS, the same epilogue: TF32, FP32X3 (hi/lo fp16 split),
+                 FP16, BF16 (measurement only: no precision selects it), FP64 (DGEMM real form)
+     TCF_*       the fused tensor-core kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
+                 triangular tile grid): TF32, FP32X3, FP16 */
+typedef enum qk_gpu_engine {
+    QK_GPU_FUSED = 0,
+    QK_GPU_CUBLAS = 1,
+    QK_GPU_CUBLAS_3M = 2,
+    QK_GPU_TC_TF32 = 3,
+    QK_GPU_TC_FP32X3 = 4,
+    QK_GPU_TC_FP16 = 5,
+    QK_GPU_TC_BF16 = 6,
+    QK_GPU_TC_FP64 = 7,
+    QK_GPU_TCF_TF32 = 8,
+    QK_GPU_TCF_FP32X3 = 9,
+    QK_GPU_TCF_FP16 = 10,
+    QK_GPU_ENGINE_COUNT
+} qk_gpu_engine;
+
 typedef struct qk_plan {
     qk_backend backend;
     qk_path path;
@@ -392,21 +419,22 @@ typedef struct qk_plan {
                                    budget was given: qk_device_info.host_budget_bytes) */
     int k_resident;             /* GPU, host/callback output: all of K kept on the device (slabs
                                    mirror into later rows; K(X,X) then computes half the pairs) */
-    int use_blas;               /* GPU: 1 cuBLAS (HERK/SYRK + GEMM) + fused |.|^2 epilogue instead of
-                                   the fused kernel; 2 the same with CGEMM3M (complex fp32); the
-                                   tensor-core engines (real form of the complex product, blocks
-                                   of the upper triangle, GEMMs of cuBLAS): 3 TF32, 4 FP32X3 (hi/lo
-                                   fp16 split), 5 FP16, 6 BF16 (measurement only: no precision
-                                   selects it), 7 FP64 real form (DGEMM); the fused tensor-core
-                                   kernel (mma.sync, |.|^2 and the mirror in its epilogue, the
-                                   triangular tile grid): 8 TF32, 9 FP32X3, 10 FP16 */
+    qk_gpu_engine engine;       /* GPU: the Gram engine (qk_gpu_engine; FUSED also for the
+                                   analytic path and the CPU engine) */
+    int use_blas;               /* deprecated, kept for source compatibility: a copy of (int)engine
+                                   that the planner writes for code that reads it; no engine reads
+                                   it (set engine to change the engine of a plan) */
     int kernel_cfg;             /* GPU fused kernel tile configuration: 0 the fixed table, 1..8
                                    64x64, 128x64, 64x128, 128x128 tiles, 64x64 with register
                                    stores, 64x64 with k-steps of 16, the persistent few-qubit
                                    kernel (complex fp32, q <= 5), its tensor-core form (fp16
                                    hi/lo splits at fp32 accuracy, complex fp32, 2 <= q <= 6)
-                                   (qk_cuda_tune_gram); with use_blas 8..10: 1 128x128 (warps
-                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64) */
+                                   (qk_cuda_tune_gram); with a TCF engine: 1 128x128 (warps
+                                   64x32), 2 64x64 (32x32), 3 128x128 (32x64). The planner writes
+                                   the configuration that runs (the fixed table's, or the
+                                   autotune's where the kernel serves the shape: else the one it
+                                   falls back to, 8 -> 7 -> 1; plan.config then says "runs cfg");
+                                   the cuBLAS engines have none (0) */
     char config[96];            /* kernel configuration used and where it came from */
     double error_bound;         /* qk_precision_error_bound of the precision computed (the CPU
                                    engine: fp64's) */

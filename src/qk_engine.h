@@ -81,7 +81,7 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
      QK__TC_MAX_QUBITS  largest state of the tensor-core engines (the int leading dimensions of
                         the FP32X3 operands, 4W, stay far from 2^31)
      QK__TCF_NOFLUSH_MAX_QUBITS  largest state of the fused tensor-core kernel's TF32 and FP16
-                        modes (use_blas 8, 10): their one set of accumulators runs all k-stages on
+                        modes (TCF_TF32, TCF_FP16): their one set of accumulators runs all k-stages on
                         the tensor cores' truncating fp32 adds, an error that grows with 2^q, past the fp32
                         state bound beyond this (docs/benchmarks.md, 'Figures behind the code's constants'). FP32X3 flushes into round-to-nearest sums every
                         QK__TCF_FLUSH stages; flushing the others spills registers. */
@@ -153,12 +153,82 @@ static inline const char *qk__fused_cfg_name(int cfg)
     default: return "?";
     }
 }
-/* The tensor-core engine (qk_plan.use_blas) of a precision: 3 TF32, 4 FP32X3, 5 FP16, FP64's real
-   form 7 (fp64_real_form), else 0. */
-static inline int qk__tc_engine(qk_precision p, int fp64_real_form)
+/* The fused configuration that runs for cfg (0: the fixed table) on a q-qubit state, f64: double
+   states, cplx: complex, f32out: float K. 8, the few-qubit kernel on the tensor cores, takes
+   complex fp32 states with float K and 2 <= q <= 6, else it runs as 7; 7, the persistent SIMT
+   kernel, takes the same with q <= 5, else it runs as 1; 5's register stores need a float K, else
+   it is 1's kernel; anything else out of 1..QK__N_FUSED_CFG runs as 1. The planner writes the
+   result into qk_plan.kernel_cfg (the plan names the kernel that runs, after the autotune too)
+   and the engine's launcher resolves with it. */
+static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32out)
 {
-    return p == QK_PRECISION_TF32 ? 3 : p == QK_PRECISION_FP32X3 ? 4 : p == QK_PRECISION_FP16 ? 5
-         : p == QK_PRECISION_FP64 && fp64_real_form ? 7 : 0;
+    const int small = !f64 && cplx && f32out;
+    if (cfg == 0) cfg = qk__fused_cfg_fixed(q, f64, cplx, f32out);
+    if (cfg == 8 && !(small && q >= 2 && q <= 6)) cfg = 7;
+    if (cfg == 7 && !(small && q <= 5)) cfg = 1;
+    if (cfg == 5 && !f32out) cfg = 1;
+    return cfg >= 1 && cfg <= QK__N_FUSED_CFG ? cfg : 1;
+}
+/* The same for the fused tensor-core kernel (TCF engines, configurations 1 and 2, 0: 1): FP32X3
+   always runs configuration 2 (two accumulator sets fill its registers). */
+static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+{
+    return fp32x3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
+}
+/* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
+   (fp64_real_form), else FUSED (none). */
+static inline qk_gpu_engine qk__tc_engine(qk_precision p, int fp64_real_form)
+{
+    return p == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : p == QK_PRECISION_FP32X3 ? QK_GPU_TC_FP32X3
+         : p == QK_PRECISION_FP16 ? QK_GPU_TC_FP16 : p == QK_PRECISION_FP64 && fp64_real_form ? QK_GPU_TC_FP64 : QK_GPU_FUSED;
+}
+/* What kind of engine e is: a cuBLAS engine (a slab workspace of products, then the |.|^2
+   epilogue: CUBLAS .. TC_FP64), one of them on the tensor cores (TC_TF32 .. TC_FP64), the fused
+   tensor-core kernel (TCF_*); the fused kernel of a cuBLAS tensor-core mode and back (TF32,
+   FP32X3, FP16 have both; else FUSED). */
+static inline int qk__engine_blas(qk_gpu_engine e) { return e >= QK_GPU_CUBLAS && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tc(qk_gpu_engine e) { return e >= QK_GPU_TC_TF32 && e <= QK_GPU_TC_FP64; }
+static inline int qk__engine_tcf(qk_gpu_engine e) { return e >= QK_GPU_TCF_TF32 && e <= QK_GPU_TCF_FP16; }
+static inline qk_gpu_engine qk__engine_tcf_of(qk_gpu_engine tc)
+{
+    return tc == QK_GPU_TC_TF32 ? QK_GPU_TCF_TF32 : tc == QK_GPU_TC_FP32X3 ? QK_GPU_TCF_FP32X3
+         : tc == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_FUSED;
+}
+static inline qk_gpu_engine qk__engine_tc_of(qk_gpu_engine tcf)
+{
+    return tcf == QK_GPU_TCF_TF32 ? QK_GPU_TC_TF32 : tcf == QK_GPU_TCF_FP32X3 ? QK_GPU_TC_FP32X3
+         : tcf == QK_GPU_TCF_FP16 ? QK_GPU_TC_FP16 : QK_GPU_FUSED;
+}
+/* The engine's name, as plans and the autotune cache write it ("engine=<name>,cfg=<c>"); NULL
+   for a value out of range. */
+static inline const char *qk__engine_name(qk_gpu_engine e)
+{
+    static const char *const names[QK_GPU_ENGINE_COUNT] = {"fused", "cublas", "cublas-3m", "tc-tf32", "tc-fp32x3", "tc-fp16",
+                                                           "tc-bf16", "tc-fp64", "tcf-tf32", "tcf-fp32x3", "tcf-fp16"};
+    return (int)e >= 0 && (int)e < (int)QK_GPU_ENGINE_COUNT ? names[e] : NULL;
+}
+/* The engine a plan runs (plan.engine; use_blas, its deprecated copy, is not read), or
+   QK_GPU_ENGINE_COUNT, which no engine accepts, for a value out of range. */
+static inline qk_gpu_engine qk__plan_engine(const qk_plan *p)
+{
+    return (int)p->engine >= 0 && (int)p->engine < (int)QK_GPU_ENGINE_COUNT ? p->engine : QK_GPU_ENGINE_COUNT;
+}
+/* The kernel configuration that runs engine e at configuration cfg for the plan's states (the
+   statevector paths; others: cfg): qk__fused_cfg_runs, qk__tcf_cfg_runs, 0 for the cuBLAS
+   engines (no configuration). */
+static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
+{
+    if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
+    if (e == QK_GPU_FUSED)
+        return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    return 0;
+}
+/* Sets a plan's engine (and its deprecated mirror, use_blas). */
+static inline void qk__plan_set_engine(qk_plan *p, qk_gpu_engine e)
+{
+    p->engine = e;
+    p->use_blas = (int)e;
 }
 /* ---- end engine ---- */
 
@@ -281,10 +351,10 @@ QK_CUDA_DEF qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d
    tensor-core engine of the plan's precision: TF32, FP32X3, FP16, FP64 real form) on n
    random states of the plan's size, K(X,X) to a device buffer, with CUDA events (one warm-up,
    the median of reps). best is the index of the fastest candidate; apply it to a plan with
-   use_blas = blas[best], kernel_cfg = cfg[best]. */
+   engine = blas[best] (a qk_gpu_engine), kernel_cfg = cfg[best]. */
 typedef struct qk_cuda_tune_result {
     int n;                      /* candidates timed */
-    int blas[16], cfg[16];
+    int blas[16], cfg[16];      /* the candidate's engine (qk_gpu_engine) and kernel_cfg */
     double ms[16];              /* median milliseconds per K(X,X) of n_samples */
     int best;
     int64_t n_samples;

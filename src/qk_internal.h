@@ -484,6 +484,8 @@ QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, in
 
 QK__PRIV int qk__write_all(int fd, const void *buf, size_t n);
 QK__PRIV qk_result qk__open_tmp(const char *path, char **tmp_out, int *fd_out);
+QK__PRIV qk_result qk__tmp_commit(const char *tmp, const char *path, int no_sync);
+QK__PRIV void qk__tmp_discard(const char *tmp);
 QK__PRIV void qk__sync_dir(const char *path);
 QK__PRIV qk_result qk__write_file_atomic(const char *path, const void *a, size_t na, const void *b, size_t nb);
 QK__PRIV size_t qk__npy_make_header(char hdr[192], qk_dtype dtype, int64_t rows, int64_t cols);
@@ -516,21 +518,37 @@ QK__PRIV qk_result qk__npyw_at(qk__npyw *w, uint64_t off, const void *buf, size_
 QK__PRIV qk_result qk__npyw_rows(qk__npyw *w, int64_t i0, int64_t j0, int64_t m, int64_t n, const void *src, int64_t ld);
 QK__PRIV qk_result qk__npyw_commit(qk__npyw *w);
 QK__PRIV void qk__npyw_abort(qk__npyw *w);
+/* the output of a Gram: opened once (qk_gram), written by the executor, committed once */
+typedef struct qk__sink {
+    qk_output kind;         /* plan->output */
+    qk_dtype dtype;         /* plan->out_dtype */
+    size_t es;              /* bytes per entry of K */
+    int64_t rows, cols;     /* K's shape */
+    void *out;              /* HOST, DEVICE: the caller's buffer */
+    int64_t ld;             /* its leading dimension (default: cols) */
+    qk_tile_fn tile_fn;     /* CALLBACK */
+    void *tile_user;
+    qk__npyw npy;           /* NPY: the temporary file, open between qk__sink_open and close */
+} qk__sink;
+QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd);
+QK__PRIV qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__sink_close(qk__sink *s, qk_result r);
 #endif /* sink_npy.c */
 
 /* ---- cpu_stream.c: K streamed to a .npy by the CPU engine ---- */
 #if QK__LAYER >= QK__L_CPU_STREAM
 QK__PRIV qk_result qk__cpu_gram_npy(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, int nt,
-                                    const qk__cpu_tiles *tl);
+                                    const qk__cpu_tiles *tl, qk__npyw *w);
 #endif /* cpu_stream.c */
 
 /* ---- cpu_run.c: the CPU engine's job ---- */
 #if QK__LAYER >= QK__L_CPU_RUN
-QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const double *A, const double *B,
-                               int64_t stride, int64_t D, const void *mps, size_t scratch);
+QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gram_desc *desc, const qk__sink *sink, const double *A,
+                               const double *B, int64_t stride, int64_t D, const void *mps, size_t scratch);
 QK__PRIV void qk__cpu_job_free(qk__gram_job *j);
-QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B);
-QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
+                                    qk__sink *sink);
+QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 #endif /* cpu_run.c */
 
 /* ---- engine_mps.c: the MPS engine and the path choice ---- */
@@ -549,19 +567,25 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
 QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
                                   qk__mps_prog *prog, int *use);
-QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p);
+QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep);
 QK__PRIV int qk__mps_gpu_chi(int chi);
 QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
                                      const qk_gram_desc *desc, const qk__mps_prog *prog, qk_plan *p);
-QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *planned);
+QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *own,
+                                   const qk__mps_prog **out);
 #endif /* engine_mps.c */
 
 /* ---- plan.c: the planner ---- */
 #if QK__LAYER >= QK__L_PLAN
 QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
-QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p);
+QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
+                                   qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
+QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
+                                        const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA
 QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char *cache_dir, qk_log_fn log,
                                 void *log_user, qk_plan *plan);
@@ -588,12 +612,13 @@ struct qk_ctx {
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
+QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #endif /* ctx.c */
 
 /* ---- run_cuda.c: the host side of the GPU engine, one GPU and several ---- */
 #if QK__LAYER >= QK__L_RUN_CUDA && defined(QK_CUDA) && QK_CUDA
-QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                                qk_cuda_stats *stats);
-QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc);
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *mps, qk_cuda_stats *stats);
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */

@@ -7,7 +7,7 @@
 #if defined(QK_CUDA) && QK_CUDA
 typedef struct qk__deliver {
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
     int64_t cols;
     size_t es;
     int n_threads;
@@ -65,13 +65,14 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
 {
     qk__deliver *d = (qk__deliver *)user;
     const qk_gram_desc *g = d->desc;
-    if (g->output == QK_OUTPUT_NPY) return qk__npyw_rows(d->w, i0, 0, m, d->cols, rows, ld);
-    if (g->output == QK_OUTPUT_CALLBACK) {
+    qk__sink *s = d->sink;
+    if (s->kind == QK_OUTPUT_NPY) return qk__npyw_rows(&s->npy, i0, 0, m, d->cols, rows, ld);
+    if (s->kind == QK_OUTPUT_CALLBACK) {
         /* square tiles of the slab's height; symmetric: the diagonal tile and those right of it */
         int64_t j0;
         for (j0 = g->y ? 0 : i0; j0 < d->cols; j0 += m) {
             int64_t n = d->cols - j0 < m ? d->cols - j0 : m;
-            if (g->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, g->tile_user))
+            if (s->tile_fn(i0, j0, m, n, (const char *)rows + (size_t)j0 * d->es, ld, s->tile_user))
                 return qk__fail(QK_ERROR_CANCELLED, "tile callback cancelled the Gram");
         }
         return QK_OK;
@@ -79,7 +80,7 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
     {
         int64_t bytes = m * d->cols * (int64_t)d->es;
         int nt = d->n_threads;
-        d->dst = (char *)g->out + (size_t)(i0 * d->ld_dst) * d->es;
+        d->dst = (char *)s->out + (size_t)(i0 * d->ld_dst) * d->es;
         d->src = (const char *)rows;
         d->rows = m;
         d->ld_src = ld;
@@ -150,28 +151,26 @@ static double *qk__mps_gpu_states(const qk__mps_prog *p, const qk_map *m, const 
     return out;
 }
 
+/* planned: the planner's program (qk_gram hands it over) or NULL (built here). */
 static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, const qk_cuda_io *io,
-                              int nt, char *err, size_t err_size)
+                              int nt, const qk__mps_prog *planned, char *err, size_t err_size)
 {
-    qk__mps_prog prog;
+    qk__mps_prog own;
+    const qk__mps_prog *prog = NULL;
     qk_cuda_mps m;
     double *A = NULL, *B = NULL;
     int chi;
-    qk_result r = qk__mps_prog_make_t(map, desc->mps_max_bond, desc->mps_cutoff, &prog);
+    qk_result r = qk__mps_prog_of(planned, map, desc, &own, &prog);
     if (r != QK_OK) return r;
-    if (prog.dense || prog.chi > QK_MPS_MAX_BOND) {
-        qk__mps_prog_free(&prog);
-        return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the map is not MPS-able (plan made for another map?)");
-    }
-    chi = qk__mps_gpu_chi(prog.chi);
+    chi = qk__mps_gpu_chi(prog->chi);
     QK_PROF_BEGIN("mps states");
-    A = qk__mps_gpu_states(&prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
-    if (A && desc->y) B = qk__mps_gpu_states(&prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
+    A = qk__mps_gpu_states(prog, map, desc->x, desc->n_x, nt, chi, desc->mps_discarded);
+    if (A && desc->y) B = qk__mps_gpu_states(prog, map, desc->y, desc->n_y, nt, chi, desc->mps_discarded ? desc->mps_discarded + desc->n_x : NULL);
     QK_PROF_END("mps states");
     if (!A || (desc->y && !B)) r = QK_ERROR_OUT_OF_MEMORY;
     else {
         memset(&m, 0, sizeof m);
-        m.n_sites = prog.q;
+        m.n_sites = prog->q;
         m.chi = chi;
         m.a = A;
         m.n_a = desc->n_x;
@@ -181,34 +180,28 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     }
     QK_FREE(A);
     QK_FREE(B);
-    qk__mps_prog_free(&prog);
+    qk__mps_prog_free(&own);
     return r;
 }
 
-/* A planned Gram on the GPU engine with qk.h's delivery (pageable host copy-out, square tiles
-   for the callback, the .npy stream). Tests and qk-bench call it with injected plans. */
-QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc,
-                                qk_cuda_stats *stats)
+/* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
+   copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
+   (MPS path; NULL: built here). */
+QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
+                                const qk__mps_prog *mps, qk_cuda_stats *stats)
 {
     char err[512] = "";
-    qk__npyw w;
     qk__deliver d;
     qk_cuda_io io;
     qk_result r;
     const int n_threads = ctx ? ctx->desc.n_threads : 0;
-    memset(&w, 0, sizeof w);
-    w.fd = -1;
     memset(&d, 0, sizeof d);
     d.desc = desc;
-    d.w = &w;
+    d.sink = sink;
     d.cols = plan->n_y;
-    d.es = plan->out_dtype == QK_F32 ? 4 : 8;
-    d.ld_dst = desc->ld_out ? desc->ld_out : plan->n_y;
+    d.es = sink->es;
+    d.ld_dst = sink->ld;
     d.n_threads = n_threads > 0 ? n_threads : qk__ncores();
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        if (r != QK_OK) return r;
-    }
     memset(&io, 0, sizeof io);
     io.rows = qk__deliver_rows;
     io.rows_user = &d;
@@ -235,17 +228,11 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         }
     }
     if (plan->path == QK_PATH_MPS) {   /* the MPS path: MPS built on the host, contracted on the GPU */
-        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, err, sizeof err);
+        r = qk__mps_cuda(plan, map, desc, &io, d.n_threads, mps, err, sizeof err);
     } else {
         r = qk_cuda_gram(plan, map, desc, &io, err, sizeof err);
     }
     if (r != QK_OK && err[0]) qk__fail(r, "%s", err);
-    if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-        QK_PROF_BEGIN("npy commit");
-        r = qk__npyw_commit(&w);
-        QK_PROF_END("npy commit");
-    }
-    if (r != QK_OK) qk__npyw_abort(&w);
     return r;
 }
 #endif
@@ -262,9 +249,9 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
                rectangle's mirror is then transposed on the host from the buffer itself
      DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
      CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
-     NPY       one temporary file; each thread writes through its own descriptor, the row
-               pieces of its slabs and the mirror (64 columns transposed per step); the
-               writer's syncer, commit and abort are the one-GPU path's
+     NPY       the sink's temporary file; each thread writes through its own descriptor, the
+               row pieces of its slabs and the mirror (64 columns transposed per step); the
+               writer's syncer is the one-GPU path's, commit and removal qk_gram's
    The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
    reads before each slab and each write; the job then returns that failure, naming the GPU, and
    NPY leaves no file. Times: qk_ctx_device_seconds. */
@@ -276,7 +263,8 @@ typedef struct qk__mgpu {
     const qk_plan *plan;
     const qk_map *map;
     const qk_gram_desc *desc;
-    qk__npyw *w;
+    qk__sink *sink;
+    qk__npyw *w;                /* NPY: the sink's writer */
     int64_t cols, ld;
     size_t es;
     int cancel;                 /* the first failure sets it; every thread stops */
@@ -387,7 +375,7 @@ static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, con
 static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
 {
     qk__mgpu *g = v->g;
-    char *K = (char *)g->desc->out;
+    char *K = (char *)g->sink->out;
     const int64_t ld = g->ld;
     int64_t a0, c0, a, c;
     for (c0 = 0; c0 < v->w; c0 += 64) {
@@ -414,24 +402,24 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
 {
     qk__mgpu_dev *v = (qk__mgpu_dev *)user;
     qk__mgpu *g = v->g;
-    const qk_gram_desc *desc = g->desc;
+    const qk__sink *sink = g->sink;
     const size_t es = g->es;
     const char *src = (const char *)rows;
     const int64_t gi = v->di + i0;
     int64_t a;
     if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
-    if (desc->output == QK_OUTPUT_HOST) {
+    if (sink->kind == QK_OUTPUT_HOST) {
         for (a = 0; a < m; a++)
-            qk__copy_stream((char *)desc->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+            qk__copy_stream((char *)sink->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
         return QK_OK;
     }
-    if (desc->output == QK_OUTPUT_CALLBACK) {
+    if (sink->kind == QK_OUTPUT_CALLBACK) {
         int64_t j0;
         int stop = 0;
         qk__mgpu_lock(g);
         for (j0 = v->diag ? i0 : 0; j0 < v->w && !stop; j0 += m) {
             const int64_t n = v->w - j0 < m ? v->w - j0 : m;
-            stop = desc->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, desc->tile_user);
+            stop = sink->tile_fn(gi, v->dj + j0, m, n, src + (size_t)j0 * es, ld, sink->tile_user);
         }
         qk__mgpu_unlock(g);
         if (stop) {
@@ -557,10 +545,9 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
-QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc)
+QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mgpu g;
-    qk__npyw w;
     qk__mgpu_dev v[QK_MAX_DEVICES];
     const int n = plan->n_devices;
     int k, started[QK_MAX_DEVICES];
@@ -576,33 +563,26 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
             if (!desc->out_devices[k]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: out_devices[%d] (CUDA device %d) is NULL", k, plan->devices[k]);
     }
     memset(&g, 0, sizeof g);
-    memset(&w, 0, sizeof w);
     memset(v, 0, sizeof v);
-    w.fd = -1;
     g.ctx = ctx;
     g.plan = plan;
     g.map = map;
     g.desc = desc;
-    g.w = &w;
+    g.sink = sink;
+    g.w = &sink->npy;
     g.cols = plan->n_y;
     g.ld = desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_DEVICE ? (desc->ld_out ? desc->ld_out : plan->n_y) : plan->n_y;
     g.es = plan->out_dtype == QK_F32 ? 4 : 8;
     g.total = plan->n_x * plan->n_y;
     if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
-    if (desc->output == QK_OUTPUT_NPY) {
-        r = qk__npyw_open(&w, desc->out_path, plan->out_dtype, plan->n_x, plan->n_y, desc->no_sync, 1);
-        w.cancel = &g.cancel;
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = &g.cancel;
     for (k = 0; k < n; k++) {
         v[k].g = &g;
         v[k].k = k;
         v[k].ord = plan->devices[k];
         v[k].fd = -1;
         started[k] = 0;
-        if (r == QK_OK && desc->output == QK_OUTPUT_NPY) {
-            v[k].fd = open(w.tmp, O_WRONLY);
-            if (v[k].fd < 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", desc->out_path, w.tmp, strerror(errno));
-        }
+        if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
     g.t0 = qk_cuda_wtime();
     for (k = 0; k < n && r == QK_OK; k++) {
@@ -621,14 +601,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
         QK_FREE(v[k].tb);
     }
-    if (desc->output == QK_OUTPUT_NPY) {
-        if (r == QK_OK) {
-            QK_PROF_BEGIN("npy commit");
-            r = qk__npyw_commit(&w);
-            QK_PROF_END("npy commit");
-        }
-        if (r != QK_OK) qk__npyw_abort(&w);
-    }
+    if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = NULL;   /* g ends here; qk_gram commits or discards */
     qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;

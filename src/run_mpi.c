@@ -370,6 +370,86 @@ done:
     return r;
 }
 
+/* qk_gram_mpi's sink, the .npy written with MPI-IO: the temporary file, its rename and its
+   removal are qk_gram's (qk__open_tmp, qk__tmp_commit, qk__tmp_discard), on rank 0; every rank
+   writes through its own MPI handle. Collective: every rank calls open and close. */
+typedef struct qk__mpi_sink {
+    char *tmp;              /* the temporary's name (every rank) */
+    MPI_File fh;            /* this rank's handle */
+    int opened;
+} qk__mpi_sink;
+
+/* Rank 0 creates the temporary file, every rank opens it, rank 0 writes the header. Returns the
+   ranks' agreed result (qk__mpi_decide). */
+static qk_result qk__mpi_sink_open(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s)
+{
+    const qk_gram_desc *desc = b->desc;
+    size_t nbytes = 0;
+    int len = 0;
+    char hdr[192];
+    qk_result r = QK_OK, rc;
+    if (m->rank == 0) {
+        int fd = -1;
+        r = qk__npy_shape_bytes("qk_gram_mpi", b->dt, b->n, b->cols, &nbytes);
+        if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
+        if (r == QK_OK) r = qk__open_tmp(desc->out_path, &s->tmp, &fd);
+        if (fd >= 0) (void)QK__CLOSE(fd);
+        if (s->tmp) len = (int)strlen(s->tmp);
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(&len, 1, MPI_INT, 0, m->comm);
+    if (m->rank != 0) {
+        s->tmp = (char *)qk__malloc((size_t)len + 1);
+        r = s->tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    }
+    rc = qk__mpi_decide(m, r);
+    if (rc != QK_OK) return rc;
+    MPI_Bcast(s->tmp, len + 1, MPI_CHAR, 0, m->comm);
+    {
+        int e = MPI_File_open(MPI_COMM_SELF, s->tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &s->fh), elen = 0;
+        char msg[MPI_MAX_ERROR_STRING + 1];
+        if (e == MPI_SUCCESS) s->opened = 1;
+        else {
+            MPI_Error_string(e, msg, &elen);
+            msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
+                         desc->out_path, s->tmp, msg);
+        }
+    }
+    b->fh = s->fh;
+    b->hdr = (uint64_t)qk__npy_make_header(hdr, b->dt, b->n, b->cols);
+    if (r == QK_OK && m->rank == 0) r = qk__mpi_write(b, 0, hdr, (size_t)b->hdr);
+    return qk__mpi_decide(m, r);
+}
+
+/* After the bands (rc: the ranks' agreed result): sync (unless no_sync), close, check that every
+   byte came, rename on rank 0. The temporary is removed by the caller when the result is not
+   QK_OK. Returns the ranks' agreed result. */
+static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s, qk_result rc)
+{
+    const qk_gram_desc *desc = b->desc;
+    uint64_t all = 0;
+    qk_result r = QK_OK;
+    if (rc == QK_OK && !desc->no_sync && MPI_File_sync(s->fh) != MPI_SUCCESS)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
+    if (MPI_File_close(&s->fh) != MPI_SUCCESS && r == QK_OK)
+        r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
+    s->opened = 0;
+    if (rc == QK_OK) {
+        MPI_Allreduce(&b->written, &all, 1, MPI_UINT64_T, MPI_SUM, m->comm);
+        if (r == QK_OK && m->rank == 0 && all != b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es)
+            r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
+                         (unsigned long long)all, (unsigned long long)(b->hdr + (uint64_t)b->n * (uint64_t)b->cols * b->es));
+        rc = qk__mpi_decide(m, r);
+    }
+    if (rc == QK_OK) {
+        r = m->rank == 0 ? qk__tmp_commit(s->tmp, desc->out_path, desc->no_sync) : QK_OK;
+        rc = qk__mpi_decide(m, r);
+    }
+    return rc;
+}
+
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
 {
     static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
@@ -380,11 +460,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     qk_schedule sch;
     qk_schedule_desc sd;
     qk_result r = QK_OK, rc;
-    int inited = 0, finalized = 0, k, npy, opened = 0;
+    qk__mpi_sink snk;
+    int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
-    char *tmp = NULL;
-    char hdr[192];
-    MPI_File fh = MPI_FILE_NULL;
 
     if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
     MPI_Initialized(&inited);
@@ -393,6 +471,8 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     memset(&m, 0, sizeof m);
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
+    memset(&snk, 0, sizeof snk);
+    snk.fh = MPI_FILE_NULL;
     MPI_Comm_dup(comm, &m.comm);
     MPI_Comm_rank(m.comm, &m.rank);
     MPI_Comm_size(m.comm, &m.size);
@@ -455,44 +535,9 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     b.symmetric = desc->y == NULL;
     b.path = npy ? desc->out_path : NULL;
 
-    /* 4. NPY: rank 0 creates the temporary file; every rank opens it on its own handle */
+    /* 4. NPY: the sink (rank 0 creates the temporary file; every rank opens it on its own handle) */
     if (npy) {
-        size_t nbytes = 0;
-        int len = 0;
-        r = QK_OK;
-        if (m.rank == 0) {
-            int fd = -1;
-            r = qk__npy_shape_bytes("qk_gram_mpi", b.dt, b.n, b.cols, &nbytes);
-            if (r == QK_OK && sizeof(MPI_Offset) < 8) r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: MPI_Offset is narrower than 64 bits");
-            if (r == QK_OK) r = qk__open_tmp(desc->out_path, &tmp, &fd);
-            if (fd >= 0) (void)QK__CLOSE(fd);
-            if (tmp) len = (int)strlen(tmp);
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(&len, 1, MPI_INT, 0, m.comm);
-        if (m.rank != 0) {
-            tmp = (char *)qk__malloc((size_t)len + 1);
-            r = tmp ? QK_OK : qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
-        }
-        rc = qk__mpi_decide(&m, r);
-        if (rc != QK_OK) goto done;
-        MPI_Bcast(tmp, len + 1, MPI_CHAR, 0, m.comm);
-        {
-            int e = MPI_File_open(MPI_COMM_SELF, tmp, MPI_MODE_WRONLY, MPI_INFO_NULL, &fh), elen = 0;
-            char msg[MPI_MAX_ERROR_STRING + 1];
-            if (e == MPI_SUCCESS) opened = 1;
-            else {
-                MPI_Error_string(e, msg, &elen);
-                msg[elen < 0 ? 0 : elen > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : elen] = 0;
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_open of '%s' failed: %s (is the directory on a file system all ranks see?)",
-                             desc->out_path, tmp, msg);
-            }
-        }
-        b.fh = fh;
-        b.hdr = (uint64_t)qk__npy_make_header(hdr, b.dt, b.n, b.cols);
-        if (r == QK_OK && m.rank == 0) r = qk__mpi_write(&b, 0, hdr, (size_t)b.hdr);
-        rc = qk__mpi_decide(&m, r);
+        rc = qk__mpi_sink_open(&m, &b, &snk);
         if (rc != QK_OK) goto done;
     }
 
@@ -505,38 +550,15 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     /* this rank failed (a cancel, an error): the job fails, so the temporary file goes now, not
        after the collective below, which never ends where another rank was killed (mpirun then
        terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
-    if (r != QK_OK && tmp) (void)remove(tmp);
+    if (r != QK_OK && snk.tmp) qk__tmp_discard(snk.tmp);
     rc = qk__mpi_decide(&m, r);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
-    if (npy) {
-        uint64_t all = 0;
-        r = QK_OK;
-        if (rc == QK_OK && !desc->no_sync && MPI_File_sync(fh) != MPI_SUCCESS)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_sync failed", desc->out_path);
-        if (MPI_File_close(&fh) != MPI_SUCCESS && r == QK_OK)
-            r = qk__fail(QK_ERROR_IO, "cannot write '%s': MPI_File_close failed", desc->out_path);
-        opened = 0;
-        if (rc == QK_OK) {
-            MPI_Allreduce(&b.written, &all, 1, MPI_UINT64_T, MPI_SUM, m.comm);
-            if (r == QK_OK && m.rank == 0 && all != b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es)
-                r = qk__fail(QK_ERROR_IO, "cannot write '%s': %llu of %llu bytes were written (internal error)", desc->out_path,
-                             (unsigned long long)all, (unsigned long long)(b.hdr + (uint64_t)b.n * (uint64_t)b.cols * b.es));
-            rc = qk__mpi_decide(&m, r);
-        }
-        if (rc == QK_OK) {
-            r = QK_OK;
-            if (m.rank == 0) {
-                if (QK__RENAME(tmp, desc->out_path) != 0) r = qk__fail(QK_ERROR_IO, "cannot write '%s': rename failed: %s", desc->out_path, strerror(errno));
-                else if (!desc->no_sync) qk__sync_dir(desc->out_path);
-            }
-            rc = qk__mpi_decide(&m, r);
-        }
-    }
+    if (npy) rc = qk__mpi_sink_close(&m, &b, &snk, rc);
 done:
-    if (opened) MPI_File_close(&fh);
-    if (rc != QK_OK && tmp && m.rank == 0) (void)remove(tmp);
-    QK_FREE(tmp);
+    if (snk.opened) MPI_File_close(&snk.fh);
+    if (rc != QK_OK && snk.tmp && m.rank == 0) qk__tmp_discard(snk.tmp);
+    QK_FREE(snk.tmp);
     qk_schedule_free(&sch);
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);

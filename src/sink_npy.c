@@ -62,7 +62,7 @@ QK__PRIV void qk__npyw_abort(qk__npyw *w)
     qk__npyw_stop_syncer(w);
     if (w->fd >= 0) (void)QK__CLOSE(w->fd);
     w->fd = -1;
-    if (w->tmp) { (void)remove(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
+    if (w->tmp) { qk__tmp_discard(w->tmp); QK_FREE(w->tmp); w->tmp = NULL; }
 }
 
 /* syncer: 1 runs the syncer thread (sequential writes: the GPU engine's row slabs); 0 syncs at
@@ -175,19 +175,75 @@ QK__PRIV qk_result qk__npyw_commit(qk__npyw *w)
         if (QK__CLOSE(w->fd) != 0) e = errno;
         w->fd = -1;
     }
-    if (!e) {
-        what = "rename";
-        if (QK__RENAME(w->tmp, w->path) != 0) e = errno;
-    }
     if (e) {
         qk_result r = qk__fail(QK_ERROR_IO, "cannot write '%s': %s failed: %s", w->path, what, strerror(e));
         qk__npyw_abort(w);
         return r;
     }
-    if (!w->no_sync) qk__sync_dir(w->path);
-    QK_FREE(w->tmp);
-    w->tmp = NULL;
+    {
+        qk_result r = qk__tmp_commit(w->tmp, w->path, w->no_sync);
+        QK_FREE(w->tmp);
+        w->tmp = NULL;
+        return r;
+    }
+}
+
+#if defined(QK_CUDA) && QK_CUDA
+/* Another descriptor of the open temporary file (several GPUs: one per host thread, each with
+   its own file offset, for qk__npyw_at_fd); the caller closes it. */
+QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd)
+{
+    *fd = w->tmp ? open(w->tmp, O_WRONLY) : -1;
+    if (*fd < 0) return qk__fail(QK_ERROR_IO, "cannot write '%s': cannot open '%s' again: %s", w->path, w->tmp ? w->tmp : "?", strerror(errno));
     return QK_OK;
 }
+#endif
 /* ---- end streaming .npy writer ---- */
+
+/* >>sink ---- the output of a Gram: opened once, written by the executor, committed once ---- */
+/* qk_gram validates, plans, opens ONE sink for the plan's output and hands plan and sink to the
+   executor the plan names (the CPU engine, the MPS engine, the GPU engine on one or several
+   GPUs). Executors write into it (the caller's host or device buffer, the tile callback, the
+   .npy file's temporary through its writer) and never open, commit or remove a file; qk_gram
+   closes the sink: on success the .npy is synced and renamed over out_path (qk__npyw_commit), on
+   any failure or cancel its temporary is removed and out_path is untouched (qk__npyw_abort).
+   qk_gram_mpi's MPI-IO file takes the same temporary, rename and removal steps (qk__open_tmp,
+   qk__tmp_commit, qk__tmp_discard). */
+/* qk__sink: in qk_internal.h (the executors write into it) */
+
+/* Opens the sink of plan's output (desc: the caller's buffer, callback or path). NPY creates the
+   temporary file; its writer syncs in the background (a syncer thread) unless the writes are the
+   CPU engine's symmetric mirror strips (scattered: written back while the job runs they would be
+   random I/O a cancel must wait for; the final sync then does it). */
+QK__PRIV qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc)
+{
+    memset(s, 0, sizeof *s);
+    s->npy.fd = -1;
+    s->kind = plan->output;
+    s->dtype = plan->out_dtype;
+    s->es = plan->out_dtype == QK_F32 ? 4 : 8;
+    s->rows = plan->n_x;
+    s->cols = plan->n_y;
+    s->out = desc->out;
+    s->ld = desc->ld_out ? desc->ld_out : plan->n_y;
+    s->tile_fn = desc->tile_fn;
+    s->tile_user = desc->tile_user;
+    if (s->kind != QK_OUTPUT_NPY) return QK_OK;
+    return qk__npyw_open(&s->npy, desc->out_path, s->dtype, s->rows, s->cols, desc->no_sync,
+                         !(plan->backend == QK_BACKEND_CPU && plan->symmetric));
+}
+
+/* Closes the sink after the executor returned r: QK_OK commits (NPY: every byte written, sync,
+   rename), anything else discards (NPY: the temporary removed). Returns the job's result. */
+QK__PRIV qk_result qk__sink_close(qk__sink *s, qk_result r)
+{
+    if (s->kind != QK_OUTPUT_NPY) return r;
+    if (r == QK_OK) {
+        QK_PROF_BEGIN("npy commit");
+        r = qk__npyw_commit(&s->npy);
+        QK_PROF_END("npy commit");
+    } else qk__npyw_abort(&s->npy);
+    return r;
+}
+/* ---- end sink ---- */
 

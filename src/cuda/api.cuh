@@ -82,6 +82,8 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
     }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
+    if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
     int64_t delivered = 0;
     const bool real = P.path == QK_PATH_REAL;
     const bool p64 = P.precision == QK_PRECISION_FP64;

@@ -52,7 +52,7 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
     return QK_OK;
 }
 
-/* ---- tensor-core engines (plan.use_blas 3..7) ----
+/* ---- tensor-core engines (plan.engine QK_GPU_TC_*) ----
    The complex product in real form: a state row of D complex amplitudes is a real row of
    W = 2D values (interleaved re, im), and
        Re <a|b> = a . b,    Im <a|b> = a . rot(b),   rot(b) = (im, -re) pairs,
@@ -62,8 +62,8 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
    shared/PERFORMANCE.md), and HERK/SYRK have no tensor-core compute type, so the upper
    triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
    to the right (8 blocks: 56% of the square instead of HERK's 50%).
-     3 TF32    operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
-     4 FP32X3  operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
+     TC_TF32   operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
+     TC_FP32X3 operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
                out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
                sum hi*lo + lo*hi + hi*hi; the dropped lo*lo and the remainder of lo are 2^-22
                relative (lo of amplitudes below 2^-3 s is subnormal: 2^-25 s absolute, 1e-7 of
@@ -76,11 +76,11 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
                adding the previous chunks' C through its beta = 1 epilogue (round to nearest).
                Each step lowered the measured error to fp32's own level (docs/benchmarks.md, 'Figures behind the code's constants'). fp16 halves rather than TF32: twice
                the rate, half the operand bytes, MMAs of k = 16 (half the steps of TF32's k = 8)
-     5 FP16    operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
+     TC_FP16   operands scaled by s = 2^floor(q/2) (amplitudes ~2^-q/2 become ~1: nothing
                underflows fp16's 2^-14) and rounded to fp16 (11 bits, as TF32, at twice its
                rate); alpha = 1/s^2 (exact) undoes the scale
-     6 BF16    as 5 with bfloat16 (8 bits): measurement only, no precision selects it
-     7 FP64    the real form with DGEMM (T double): operands kept, rot(b) copied
+     TC_BF16   as TC_FP16 with bfloat16 (8 bits): measurement only, no precision selects it
+     TC_FP64   the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
 __device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
@@ -112,19 +112,19 @@ qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scal
     }
 }
 
-/* qk__k_tc_operand for engine mode (3..7): rows x W values of src into dst, a grid-stride loop
+/* qk__k_tc_operand for tensor-core engine mode (QK_GPU_TC_*): rows x W values of src into dst, a grid-stride loop
    of at most 2^20 blocks. */
-static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
+static qk_result qk__launch_tc_operand(qk_gpu_engine mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
                                        cudaStream_t st, qk__err *E)
 {
     const int64_t n = rows * W;
     const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
     if (n <= 0) return QK_OK;
     switch (mode) {
-    case 3: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
-    case 4: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-    case 5: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
-    case 6: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
+    case QK_GPU_TC_TF32: qk__k_tc_operand<float, float, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, 1.0f, (float *)dst); break;
+    case QK_GPU_TC_FP32X3: qk__k_tc_operand<float, __half, true><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case QK_GPU_TC_FP16: qk__k_tc_operand<float, __half, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__half *)dst); break;
+    case QK_GPU_TC_BF16: qk__k_tc_operand<float, __nv_bfloat16, false><<<g, 256, 0, st>>>((const float *)src, n, W, rot, s16, (__nv_bfloat16 *)dst); break;
     default: qk__k_tc_operand<double, double, false><<<g, 256, 0, st>>>((const double *)src, n, W, rot, 1.0, (double *)dst); break;
     }
     QK_LAUNCH_CK("qk__k_tc_operand");
@@ -132,25 +132,25 @@ static qk_result qk__launch_tc_operand(int mode, const void *src, int64_t rows, 
 }
 
 template <typename T, bool CPLX>
-static size_t qk__blas_ws_bytes(int mode, int64_t rows, int64_t cols, int64_t D)
+static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D)
 {
     /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes) */
     const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
-    if (mode < 3) return c;
-    if (mode == 7) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
-    const size_t per = mode == 4 ? 8 * W : mode == 3 ? 4 * W : 2 * W;
+    if (!qk__engine_tc(mode)) return c;
+    if (mode == QK_GPU_TC_FP64) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
+    const size_t per = mode == QK_GPU_TC_FP32X3 ? 8 * W : mode == QK_GPU_TC_TF32 ? 4 * W : 2 * W;
     return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
 }
 
 
 template <typename T, bool CPLX>
-static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, bool trap, cudaStream_t st, qk__err *E)
 {
     const bool f64 = sizeof(T) == 8;
-    if (f64 != (mode == 7) || mode < 3 || mode > 7)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: tensor-core engine (use_blas) does not match the precision");
+    if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: tensor-core engine (plan.engine) does not match the precision");
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
@@ -159,15 +159,17 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
     T *Cre = (T *)Cw, *Cim = Cre + m * nn;
     char *ops = (char *)Cw + ((size_t)m * nn * (CPLX ? 2 : 1) * sizeof(T) + 255) / 256 * 256;
-    const size_t vb = mode == 3 ? 4 : mode == 7 ? 8 : 2; /* bytes per operand value */
-    const int64_t ld = mode == 4 ? 4 * W : W, offb = mode == 4 ? W : 0;
+    const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : mode == QK_GPU_TC_FP64 ? 8 : 2; /* bytes per operand value */
+    const int64_t ld = mode == QK_GPU_TC_FP32X3 ? 4 * W : W, offb = mode == QK_GPU_TC_FP32X3 ? W : 0;
     /* FP32X3: the hi*hi block (the last W of K) in nck chunks, the first chunk with the small products */
-    const int nck = mode == 4 ? (W >= 2048 ? 4 : 2) : 1;
-    const int64_t Wc = mode == 4 ? W / nck : W, K0 = mode == 4 ? 2 * W + Wc : W;
-    const float s16 = mode >= 4 && mode <= 6 ? ldexpf(1.0f, q / 2) : 1.0f;
-    const cudaDataType_t ty = mode == 7 ? CUDA_R_64F : mode == 4 || mode == 5 ? CUDA_R_16F : mode == 6 ? CUDA_R_16BF : CUDA_R_32F;
-    const cudaDataType_t cty = mode == 7 ? CUDA_R_64F : CUDA_R_32F;
-    const cublasComputeType_t ct = mode == 7 ? CUBLAS_COMPUTE_64F : mode == 3 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const bool x3 = mode == QK_GPU_TC_FP32X3;
+    const int nck = x3 ? (W >= 2048 ? 4 : 2) : 1;
+    const int64_t Wc = x3 ? W / nck : W, K0 = x3 ? 2 * W + Wc : W;
+    const float s16 = x3 || mode == QK_GPU_TC_FP16 || mode == QK_GPU_TC_BF16 ? ldexpf(1.0f, q / 2) : 1.0f;
+    const cudaDataType_t ty = mode == QK_GPU_TC_FP64 ? CUDA_R_64F : x3 || mode == QK_GPU_TC_FP16 ? CUDA_R_16F
+                            : mode == QK_GPU_TC_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    const cudaDataType_t cty = mode == QK_GPU_TC_FP64 ? CUDA_R_64F : CUDA_R_32F;
+    const cublasComputeType_t ct = mode == QK_GPU_TC_FP64 ? CUBLAS_COMPUTE_64F : mode == QK_GPU_TC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     const float a32 = 1.0f / (s16 * s16), b32 = 0.0f, one32 = 1.0f;
     const double a64 = 1.0, b64 = 0.0;
 
@@ -177,7 +179,7 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
     };
     const void *xa, *xb, *xr = nullptr;
     char *p = ops;
-    if (mode == 7) {
+    if (mode == QK_GPU_TC_FP64) {
         xa = A; xb = B;
         if (CPLX) { QK_TRY(conv(B, nn, 1, p)); xr = p; }
     } else {
@@ -214,16 +216,16 @@ static qk_result qk__tc_products(cublasHandle_t h, int mode, const void *A, cons
 /* cuBLAS: C (m x nn row-major, ldc = nn) holds <b_j|a_i> (the conjugate of <a_i|b_j>; |.|^2
    does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
-   and the rest a GEMM; then the fused epilogue. mode 2: CGEMM3M (Gauss: 3 real products instead
+   and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
    of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
+static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
                                  cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const bool tc = mode >= 3;
+    const bool tc = qk__engine_tc(mode);
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
         QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * es, st));
     if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
@@ -259,7 +261,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, int mode, const void *A, cons
         if (CPLX) {
             if (sizeof(T) == 4) {
                 cuComplex one = make_cuComplex(1, 0), zero = make_cuComplex(0, 0);
-                if (mode == 2)
+                if (mode == QK_GPU_CUBLAS_3M)
                     QK_BLAS_CK(cublasCgemm3m(h, CUBLAS_OP_C, CUBLAS_OP_N, (int)gn, (int)m, D, &one, (const cuComplex *)Bg, D,
                                              (const cuComplex *)A, D, &zero, (cuComplex *)Cg, (int)nn));
                 else

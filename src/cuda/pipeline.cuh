@@ -103,10 +103,9 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
    slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
-/* The fused tensor-core engines (plan.use_blas 8..10; their section is at the end of this file). */
-#define QK__TCF_FIRST 8
+/* The fused tensor-core engines (plan.engine QK_GPU_TCF_*; their section is at the end of this file). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
+static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
@@ -116,6 +115,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
     size_t es, per_state;
@@ -140,7 +140,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         D = analytic ? 0 : ((int64_t)1 << q);
         es = CPLX ? 2 * sizeof(T) : sizeof(T);
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
-        use_blas = pl->use_blas && pl->use_blas < QK__TCF_FIRST && !analytic;
+        engine = qk__plan_engine(pl);
+        use_blas = qk__engine_blas(engine) && !analytic;
         ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
         state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
         bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
@@ -195,9 +196,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         }
         if (use_blas) {
             QK_BLAS_CK(cublasCreate(&J->blas));
-            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
             if (n_slabs > 1) {
-                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(pl->use_blas, slab_rows, tB, D))));
+                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
                 QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
@@ -251,8 +252,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         if (m <= 0 || nn <= 0) return QK_OK;
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
-        if (pl->use_blas >= QK__TCF_FIRST)
-            return qk__gram_tcf<T, CPLX, OutT>(J, pl->use_blas, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
+        if (qk__engine_tcf(engine))
+            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
@@ -260,7 +261,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             const int k = (int)(J->n_blas & 1);
             void *cw = J->Cw[J->est ? k : 0];
             if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
-            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, pl->use_blas, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
                                                     J->gemm_done)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));

@@ -232,15 +232,18 @@ static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, in
    qk__fused_cfg_name; 0: the fixed table, qk__fused_cfg_fixed, which the planner names too). The
    autotuner (qk_cuda_tune_gram) times these on the real shape. 7 is the persistent few-qubit
    kernel (>>small: complex fp32 states with float K and D <= 32; elsewhere it runs as 1); 8 its
-   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). */
+   tensor-core form (>>smalltc: the same states with 4 <= D <= 64; elsewhere it runs as 7). Which
+   one runs is qk.h's qk__fused_cfg_runs, the rule the planner writes into the plan; the launch
+   fallbacks below remain only for operands that are not 16-byte aligned (never qk's own
+   buffers: a state is a multiple of 32 bytes from D = 4 on). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
                                  OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (cfg == 0) {
+    {
         int q = 0;
         while ((1 << q) < D) ++q;
-        cfg = qk__fused_cfg_fixed(q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
+        cfg = qk__fused_cfg_runs(cfg, q, sizeof(T) == 8, CPLX, sizeof(OutT) == 4);
     }
     if (cfg == 8) {
         const qk_result r = qk__launch_small_tc<T, CPLX, OutT>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);

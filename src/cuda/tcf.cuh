@@ -1,4 +1,4 @@
-/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; use_blas 8..10) ---- */
+/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
    epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of
@@ -51,14 +51,14 @@ __host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * 
 
 template <int MODE> __device__ __forceinline__ void qk__mma(float *c, const uint32_t *a, const uint32_t *b)
 {
-    if constexpr (MODE == 3) qk__mma_tf32(c, a, b);
+    if constexpr (MODE == QK_GPU_TC_TF32) qk__mma_tf32(c, a, b);
     else qk__mma_f16(c, a, b);
 }
 /* B fragment of Im <a|b>: each amplitude (re, im) -> (im, -re). TF32: the pair is the two
    registers; FP16: the two halves of one register. */
 template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, uint32_t *r)
 {
-    if constexpr (MODE == 3) {
+    if constexpr (MODE == QK_GPU_TC_TF32) {
         r[0] = b[1];
         r[1] = b[0] ^ 0x80000000u;
     } else {
@@ -79,13 +79,13 @@ qk__k_tcf_operand(const float *__restrict__ in, int64_t rows, int64_t W, int64_t
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
         const int64_t r = e / ldp, k = e - r * ldp;
         const float *x = in + r * W;
-        if constexpr (MODE == 3) {
+        if constexpr (MODE == QK_GPU_TC_TF32) {
             out[e] = k < W ? __float_as_uint(qk__tf32_rna(x[k])) : 0u;
         } else {
             const float v0 = 2 * k < W ? x[2 * k] * scale : 0.0f, v1 = 2 * k + 1 < W ? x[2 * k + 1] * scale : 0.0f;
             const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
             const uint32_t hw = (uint32_t)__half_as_ushort(h0) | ((uint32_t)__half_as_ushort(h1) << 16);
-            if constexpr (MODE == 5) out[e] = hw;
+            if constexpr (MODE == QK_GPU_TC_FP16) out[e] = hw;
             else {
                 const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
                 out[r * 2 * ldp + k] = hw;
@@ -103,7 +103,7 @@ __global__ void __launch_bounds__(WGM * WGN * 32)
 qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn,
              float inv_s2, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
 {
-    constexpr bool SPLIT = MODE == 4, FLUSH = SPLIT;
+    constexpr bool SPLIT = MODE == QK_GPU_TC_FP32X3, FLUSH = SPLIT;
     constexpr int NT = WGM * WGN * 32, BN = BM;
     constexpr int WM = BM / WGM, WN = BN / WGN, MI = WM / 16, NI = WN / 8;
     constexpr int KW = 32, S = KW + 16, CH = KW / 4; /* words per row and stage, row stride, 16-byte chunks */
@@ -242,7 +242,7 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
 
-/* Fused tensor-core configurations (qk_plan.kernel_cfg with use_blas 8..10; 0 runs 1):
+/* Fused tensor-core configurations (qk_plan.kernel_cfg with a TCF engine; 0 runs 1):
      1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
      2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
         two accumulator sets, 128 registers)
@@ -280,14 +280,14 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    /* FP32X3 (MODE 4) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
        warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
        they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
-    if constexpr (MODE == 4) {
+    if constexpr (MODE == QK_GPU_TC_FP32X3) {
         (void)cfg;
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
-        if (cfg == 0) cfg = 1;
+        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
         switch (cfg) {
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
@@ -295,7 +295,8 @@ static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t 
     }
 }
 
-/* Operand geometry of engine `eng` (8..10) for states of D amplitudes: words per row and part
+/* Operand geometry of engine `eng` (QK_GPU_TCF_*; MODE and mode below: the cuBLAS tensor-core
+   engine of the same operand format, QK_GPU_TC_TF32, TC_FP32X3, TC_FP16) for states of D amplitudes: words per row and part
    (ldp, a whole number of k-stages), words per row (ldw), k-stages (nkt), the FP16 scale. Keep in
    step with qk.h's qk__tcf_ws (the planner counts these bytes). */
 struct qk__tcf_geom {
@@ -304,18 +305,18 @@ struct qk__tcf_geom {
     int nkt;
     float scale, inv_s2;
 };
-static qk__tcf_geom qk__tcf_geometry(int eng, int64_t D, bool cplx)
+static qk__tcf_geom qk__tcf_geometry(qk_gpu_engine eng, int64_t D, bool cplx)
 {
     qk__tcf_geom G;
-    G.mode = eng - 5;
+    G.mode = (int)qk__engine_tc_of(eng);   /* the operand format: that of the cuBLAS engine of the mode */
     G.W = cplx ? 2 * D : D;
-    const int64_t words = G.mode == 3 ? G.W : (G.W + 1) / 2, kw = G.mode == 4 ? 16 : 32;
+    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = G.mode == QK_GPU_TC_FP32X3 ? 16 : 32;
     G.ldp = (words + kw - 1) / kw * kw;
-    G.ldw = G.mode == 4 ? 2 * G.ldp : G.ldp;
+    G.ldw = G.mode == QK_GPU_TC_FP32X3 ? 2 * G.ldp : G.ldp;
     G.nkt = (int)(G.ldp / kw);
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
-    G.scale = G.mode == 3 ? 1.0f : ldexpf(1.0f, q / 2);
+    G.scale = G.mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);
     G.inv_s2 = 1.0f / (G.scale * G.scale);
     return G;
 }
@@ -326,9 +327,9 @@ static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t
     if (n <= 0) return QK_OK;
     const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
     switch (G.mode) {
-    case 3: qk__k_tcf_operand<3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    case 4: qk__k_tcf_operand<4><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    default: qk__k_tcf_operand<5><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    case QK_GPU_TC_TF32: qk__k_tcf_operand<QK_GPU_TC_TF32><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    case QK_GPU_TC_FP32X3: qk__k_tcf_operand<QK_GPU_TC_FP32X3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    default: qk__k_tcf_operand<QK_GPU_TC_FP16><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
     }
     QK_LAUNCH_CK("qk__k_tcf_operand");
     return QK_OK;
@@ -338,14 +339,14 @@ template <bool CPLX, typename OutT>
 static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
                                 int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    if (G.mode != 4 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
+    if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
                             QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
                             "use the cuBLAS engine or fp32x3)");
     switch (G.mode) {
-    case 3: return qk__launch_tcf_mode<3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    case 4: return qk__launch_tcf_mode<4, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_mode<5, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
     }
 }
 
@@ -354,12 +355,12 @@ static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *
    once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
    and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
+static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
                               int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
 {
     qk__err *E = J->E;
-    if (sizeof(T) != 4 || eng < QK__TCF_FIRST || eng > QK__TCF_FIRST + 2)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (use_blas 8..10)");
+    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
     if (m <= 0 || nn <= 0) return QK_OK;
     const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
     const size_t per_state = (size_t)G.W * sizeof(float);
@@ -392,7 +393,7 @@ static qk_result qk__gram_tcf(qk__job_state *J, int eng, int cfg, bool bulk, int
 
 /* Autotune of the fused engine (qk__tune): converts the n states into ws (bytes) and runs K(X,X). */
 template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune_tcf(int eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
+static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
 {
     if (sizeof(T) != 4) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: fused tensor-core engine takes float states");
     const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);

@@ -40,35 +40,38 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
 {
     const int D = 1 << pl->n_qubits;
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
-    const int tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : 0;
-    /* the fused tensor-core kernel (engine tcm + 5, configurations 1 and 2) beside its cuBLAS
-       engine: float states, and TF32 / FP16 (unflushed) only up to QK__TCF_NOFLUSH_MAX_QUBITS */
-    const int tcf = sizeof(T) == 4 && tcm >= 3 && tcm <= 5 && (tcm == 4 || pl->n_qubits <= QK__TCF_NOFLUSH_MAX_QUBITS) ? tcm + 5 : 0;
-    const size_t tcf_bytes = tcf ? (size_t)n * (size_t)qk__tcf_geometry(tcf, D, CPLX).ldw * 4 : 0;
+    const qk_gpu_engine tcm = pl->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_engine(pl->precision, 1) : QK_GPU_FUSED;
+    /* the fused tensor-core kernel (configurations 1 and 2; FP32X3: 2) beside its cuBLAS engine:
+       float states, and TF32 / FP16 (unflushed) only up to QK__TCF_NOFLUSH_MAX_QUBITS */
+    const qk_gpu_engine tcf = sizeof(T) == 4 && (tcm == QK_GPU_TC_FP32X3 || pl->n_qubits <= QK__TCF_NOFLUSH_MAX_QUBITS)
+                              ? qk__engine_tcf_of(tcm) : QK_GPU_FUSED;
+    const size_t tcf_bytes = tcf != QK_GPU_FUSED ? (size_t)n * (size_t)qk__tcf_geometry(tcf, D, CPLX).ldw * 4 : 0;
+    const size_t ws_bytes = std::max(qk__blas_ws_bytes<T, CPLX>(tcm != QK_GPU_FUSED ? tcm : QK_GPU_CUBLAS, n, n, D), tcf_bytes);
     qk__tune_ws w;
     QK_CK(cudaMalloc(&w.S, (size_t)n * D * es));
     QK_CK(cudaMalloc(&w.K, (size_t)n * n * sizeof(OutT)));
-    QK_CK(cudaMalloc(&w.Cw, std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes)));
+    QK_CK(cudaMalloc(&w.Cw, ws_bytes));
     QK_BLAS_CK(cublasCreate(&w.h));
     QK_CK(cudaEventCreate(&w.e0));
     QK_CK(cudaEventCreate(&w.e1));
     const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
     QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
     res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = 0; res->cfg[res->n] = c; res->n++; }
-    res->blas[res->n] = 1; res->cfg[res->n] = 0; res->n++;
-    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = 2; res->cfg[res->n] = 0; res->n++; }
-    if (tcm) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
-    for (int c = 1; tcf && c <= (tcf == 9 ? 1 : 2); ++c) { res->blas[res->n] = tcf; res->cfg[res->n] = c; res->n++; }
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
+    res->blas[res->n] = QK_GPU_CUBLAS; res->cfg[res->n] = 0; res->n++;
+    if (CPLX && sizeof(T) == 4) { res->blas[res->n] = QK_GPU_CUBLAS_3M; res->cfg[res->n] = 0; res->n++; }
+    if (tcm != QK_GPU_FUSED) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
+    for (int c = 1; tcf != QK_GPU_FUSED && c <= (tcf == QK_GPU_TCF_FP32X3 ? 1 : 2); ++c) {
+        res->blas[res->n] = tcf; res->cfg[res->n] = tcf == QK_GPU_TCF_FP32X3 ? 2 : c; res->n++;
+    }
     OutT *K = (OutT *)w.K;
     for (int c = 0; c < res->n; ++c) {
         std::vector<double> t;
         for (int r = 0; r < reps + 1; ++r) {
             QK_CK(cudaEventRecord(w.e0, 0));
-            if (res->blas[c] >= QK__TCF_FIRST)
-                QK_TRY((qk__tune_tcf<T, CPLX, OutT>(res->blas[c], res->cfg[c], w.S, n, D, w.Cw,
-                                                    std::max(qk__blas_ws_bytes<T, CPLX>(tcm ? tcm : 1, n, n, D), tcf_bytes), K, E)));
-            else if (res->blas[c]) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
+            if (qk__engine_tcf((qk_gpu_engine)res->blas[c]))
+                QK_TRY((qk__tune_tcf<T, CPLX, OutT>((qk_gpu_engine)res->blas[c], res->cfg[c], w.S, n, D, w.Cw, ws_bytes, K, E)));
+            else if (res->blas[c] != QK_GPU_FUSED) QK_TRY((qk__launch_blas<T, CPLX, OutT>(w.h, (qk_gpu_engine)res->blas[c], w.S, w.S, n, n, D, w.Cw, K, n, K, 0, 1, 0, E)));
             else QK_TRY((qk__launch_gram<T, CPLX, OutT>(res->cfg[c], w.S, w.S, n, n, D, K, n, K, 0, 1, 0, E)));
             QK_CK(cudaEventRecord(w.e1, 0));
             QK_CK(cudaEventSynchronize(w.e1));

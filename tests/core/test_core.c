@@ -732,7 +732,7 @@ static void test_parity_rule(void)
             CHECK(found == cs[ci].triples, "parity q=%d case %d: the rule took %d triples, want %d", q, ci, found, cs[ci].triples);
             {
                 const int64_t D = (int64_t)1 << q;
-                double *x = rand_data(1, 4, 0.0, 2 * 3.14159265358979), e = 0.0;
+                double *x = qk_test_rand_data(1, 4, 0.0, 2 * 3.14159265358979), e = 0.0;
                 double *re = (double *)malloc(sizeof(double) * (size_t)D), *im = (double *)malloc(sizeof(double) * (size_t)D);
                 double *r2 = (double *)calloc((size_t)D, sizeof(double)), *i2 = (double *)calloc((size_t)D, sizeof(double));
                 double *th = (double *)malloc(sizeof(double) * ((size_t)m->n_ops + 1 + qk__diag_scratch(q)));
@@ -749,14 +749,14 @@ static void test_parity_rule(void)
                 free(x); free(re); free(im); free(r2); free(i2); free(th);
             }
             if (q <= QK__DIAG_MIN_QUBITS) {   /* the MPS path against the statevector */
-                qk_ctx *ctx = cpu_ctx(2);
-                double *x = rand_data(9, 4, 0.0, 2 * 3.14159265358979), *K = gram(ctx, m, x, 9, NULL, 0);
+                qk_ctx *ctx = qk_test_cpu_ctx(2);
+                double *x = qk_test_rand_data(9, 4, 0.0, 2 * 3.14159265358979), *K = gram(ctx, m, x, 9, NULL, 0);
                 double *Km = (double *)malloc(sizeof(double) * 81);
                 qk_gram_desc d;
                 memset(&d, 0, sizeof d);
                 d.x = x; d.n_x = 9; d.out = Km; d.path = QK_PATH_MPS;
                 CHECK(qk_gram(ctx, m, &d) == QK_OK, "parity q=%d case %d: MPS: %s", q, ci, qk_last_error());
-                CHECK(maxdiff(K, Km, 81) <= 1e-12, "parity q=%d case %d: MPS K off by %.3g", q, ci, maxdiff(K, Km, 81));
+                CHECK(qk_test_max_diff(K, Km, 81) <= 1e-12, "parity q=%d case %d: MPS K off by %.3g", q, ci, qk_test_max_diff(K, Km, 81));
                 free(x); free(K); free(Km);
                 qk_ctx_destroy(ctx);
             }

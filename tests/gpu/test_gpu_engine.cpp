@@ -12,11 +12,11 @@
            sum of 2^q products drifts by a fraction of 2^q ulps of 1 on the diagonal: 4e-3 at
            q = 19 (fused kernel), 9.4e-3 at q = 20 (cuBLAS, the peer's engine too); the
            bound is a few times the error seen, and a wrong index or sign gives errors ~1)
-     tensor-core engines (plan.use_blas 3..6): the fp32 tolerance (the states are the same
+     tensor-core engines (plan.engine QK_GPU_TC_TF32 .. TC_BF16): the fp32 tolerance (the states are the same
            float states) plus the bound of the operand rounding, op_bound() below:
            2 sqrt(2) e_p, e_p the relative error of one product of rounded operands
            (2u + u^2: u = 2^-11 TF32 and FP16, 2^-8 BF16; FP32X3 3 * 2^-22)
-     fp64 real form (use_blas 7): as fp64
+     fp64 real form (QK_GPU_TC_FP64): as fp64
    A second part runs the public API end to end: qk_gram on a CUDA context (planner included)
    against qk_gram on a CPU context, for the built-in maps from spec strings. The largest error
    seen per engine, map and qubit count is printed as a table at the end (docs/precision.md).
@@ -372,7 +372,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
             ref[(size_t)i * ny + j] = std::norm(acc);
         }
     qk_plan p = make_plan(t, nx, ny, sym, prec, od, out);
-    p.use_blas = use_blas < 0 ? t.q >= 7 : use_blas;
+    p.engine = (qk_gpu_engine)(use_blas < 0 ? t.q >= 7 : use_blas);
     p.tile_m = slab;
     if (state_tile > 0) { p.bulk_states = 0; p.state_tile = state_tile; }
     p.k_resident = resident;
@@ -400,13 +400,13 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     } else g.out = host.data();
     char err[640] = "";
     if (out == QK_OUTPUT_HOST) p.host_pinned = qk_cuda_host_pinned(g.out);
-    qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
+    qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
     if (r != QK_OK) snprintf(err, sizeof err, "%s", qk_last_error());
-    CHECK(r == QK_OK, "%s q=%d %s: qk__cuda_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
+    CHECK(r == QK_OK, "%s q=%d %s: qk__plan_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
     if (out == QK_OUTPUT_DEVICE) { cudaMemcpy(host.data(), dptr, host.size(), cudaMemcpyDeviceToHost); cudaFree(dptr); }
     const double qf = 1 + t.q / 4.0;
-    const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4 + op_bound(p.use_blas);
+    const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4 + op_bound(p.engine);
     const double trel = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-9 : 1e-4;
     double maxerr = 0;
     int64_t bad = 0, pad_bad = 0;
@@ -425,7 +425,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     CHECK(bad == 0, "%s q=%d %s: %lld of %lld entries off (max err %.3g, tol %.1g + %.1g|ref|)", t.name.c_str(), t.q, what,
           (long long)bad, (long long)(nx * ny), maxerr, tabs, trel);
     if (t.cls != QK_CLASS_PRODUCT && (prec != QK_PRECISION_FP64 || od == QK_F64))
-        record_err(engine_name(prec, p.use_blas), t.q, t.name, maxerr);
+        record_err(engine_name(prec, p.engine), t.q, t.name, maxerr);
     CHECK(pad_bad == 0, "%s q=%d %s: %lld padding entries (ld > n) written", t.name.c_str(), t.q, what, (long long)pad_bad);
     if (out == QK_OUTPUT_CALLBACK) CHECK(cb.calls > 0 && cb.bad == 0, "%s q=%d %s: callback tiles %d, %d below diagonal", t.name.c_str(), t.q, what, cb.calls, cb.bad);
 }
@@ -473,7 +473,7 @@ static void run_map(const TMap &t, bool thorough)
             check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, c.rect);
         }
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP64, QK_F64, QK_OUTPUT_HOST, 7, 1024, 0, 1, 0, "sym fp64 real form");
-        /* the fused tensor-core kernel (use_blas 8..10) at every qubit count, every tile
+        /* the fused tensor-core kernel (QK_GPU_TCF_*) at every qubit count, every tile
            configuration (0 runs 1): K(X,X) (triangular grid, mirror) to the host and the device, K(X,Y)
            with ld + 3 (scalar stores) */
         static const struct { qk_precision p; int b; const char *name; } tcf[] = {
@@ -482,14 +482,14 @@ static void run_map(const TMap &t, bool thorough)
             if (c.b != 9 && q > QK__TCF_NOFLUSH_MAX_QUBITS) {
                 /* past its limit the kernel refuses (a clear error, K untouched) */
                 qk_plan p = make_plan(t, nx, nx, true, c.p, QK_F32, QK_OUTPUT_HOST);
-                p.use_blas = c.b;
+                p.engine = (qk_gpu_engine)c.b;
                 p.tile_m = 1024;
                 p.k_resident = 1;
                 std::vector<float> K((size_t)nx * nx, 7.0f);
                 qk_gram_desc g;
                 memset(&g, 0, sizeof g);
                 g.x = xa.data(); g.n_x = nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = QK_OUTPUT_HOST; g.precision = c.p;
-                qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
+                qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
                 bool untouched = true;
                 for (float v : K) untouched = untouched && v == 7.0f;
                 CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "at most") && untouched,
@@ -656,7 +656,7 @@ static void plan_mismatch_tests()
         memset(&g, 0, sizeof g);
         g.x = x.data(); g.n_x = c.nx; g.out = K.data(); g.out_dtype = QK_F32; g.output = c.out; g.precision = QK_PRECISION_FP32;
         if (c.y) { g.y = y.data(); g.n_y = 7; }
-        const qk_result r = qk__cuda_run(NULL, &p, &t.m, &g, NULL);
+        const qk_result r = qk__plan_run(NULL, &p, &t.m, &g, NULL);
         bool untouched = true;
         for (float v : K) untouched = untouched && v == 7.0f;
         CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "another job") && untouched,
@@ -688,11 +688,11 @@ static void fp32_same_tests(qk_ctx *gpu)
         p.backend = QK_BACKEND_CUDA; p.path = m->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
         p.precision = QK_PRECISION_FP32; p.out_dtype = QK_F32; p.output = QK_OUTPUT_HOST; p.n_qubits = dims[i];
         p.n_x = n; p.n_y = n; p.symmetric = 1; p.bulk_states = 1; p.tile_m = n; p.k_resident = 1; p.n_streams = 2;
-        p.use_blas = dims[i] >= 7;
+        p.engine = dims[i] >= 7 ? QK_GPU_CUBLAS : QK_GPU_FUSED;
         g.out = k2.data();
-        CHECK(qk__cuda_run(NULL, &p, m, &g, NULL) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
+        CHECK(qk__plan_run(NULL, &p, m, &g, NULL) == QK_OK, "fp32 same %s: %s", specs[i], qk_last_error());
         CHECK(memcmp(k1.data(), k2.data(), k1.size() * 4) == 0, "fp32 same %s q=%d: K differs from the fp32 engine's (blas %d)",
-              specs[i], dims[i], p.use_blas);
+              specs[i], dims[i], (int)p.engine);
         qk_map_free(m);
     }
     printf("fp32 engine unchanged %s\n", qk_test_fails ? "FAILED" : "ok");
@@ -726,9 +726,9 @@ static void auto_tests(qk_ctx *cpu, qk_ctx *gpu)
         double e = 0;
         for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]));
         CHECK(e <= p.error_bound, "auto %s d=%d tol %g (%s, blas %d): max err %.3g > stated bound %.3g", c.spec, c.d, c.tol,
-              qk_precision_name(p.precision), p.use_blas, e, p.error_bound);
+              qk_precision_name(p.precision), (int)p.engine, e, p.error_bound);
         printf("auto %-14s d=%2d tol %-6g -> %-6s blas %2d: max err %.2g (bound %.2g)\n", c.spec, c.d, c.tol, qk_precision_name(p.precision),
-               p.use_blas, e, p.error_bound);
+               (int)p.engine, e, p.error_bound);
         qk_map_free(m);
     }
 }
@@ -762,7 +762,7 @@ static void default_precision_tests(qk_ctx *cpu, qk_ctx *gpu)
             if (qk_map_parse(spec, d, &m) != QK_OK) { CHECK(false, "default: parse %s d=%d: %s", fspec, d, qk_last_error()); continue; }
             const int64_t n = q >= 12 ? 97 : 301;
             std::vector<double> x((size_t)n * d), ref((size_t)n * n), got((size_t)n * n, NAN);
-            for (auto &v : x) v = basis ? (double)(g_rng() & 1) : amp ? urand(-1, 1) : urand(0, 2 * M_PI);
+            for (auto &v : x) v = basis ? (double)(qk_test_rand64() & 1) : amp ? qk_test_uniform(-1, 1) : qk_test_uniform(0, 2 * M_PI);
             qk_gram_desc g;
             memset(&g, 0, sizeof g);
             g.x = x.data(); g.n_x = n; g.out = ref.data(); g.out_dtype = QK_F64;
@@ -782,9 +782,9 @@ static void default_precision_tests(qk_ctx *cpu, qk_ctx *gpu)
             for (size_t i = 0; i < got.size(); ++i) e = std::max(e, std::isnan(got[i]) ? INFINITY : fabs(got[i] - ref[i]));
             const double promised = qk_precision_error_bound(QK_PRECISION_FP32, q);
             CHECK(e <= promised && e <= p.error_bound, "default %s q=%d (%s, blas %d): max err %.3g > fp32's bound %.3g / stated %.3g", fspec, q,
-                  qk_precision_name(p.precision), p.use_blas, e, promised, p.error_bound);
+                  qk_precision_name(p.precision), (int)p.engine, e, promised, p.error_bound);
             printf("default %-30s q=%2d -> %-6s %s blas %2d: max err %.2g (stated %.2g, fp32's bound %.2g)\n", fspec, q,
-                   qk_precision_name(p.precision), mps ? "mps" : "sv ", p.use_blas, e, p.error_bound, promised);
+                   qk_precision_name(p.precision), mps ? "mps" : "sv ", (int)p.engine, e, p.error_bound, promised);
             qk_map_free(m);
         }
     }
@@ -824,7 +824,7 @@ static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t 
         r = qk_gram(gpu, m, &g);
         CHECK(r == QK_OK, "api %s: cuda qk_gram -> %d %s", spec, (int)r, qk_last_error());
         if (dptr) { cudaMemcpy(got.data(), dptr, got.size() * 8, cudaMemcpyDeviceToHost); cudaFree(dptr); }
-        const double tabs = prec == QK_PRECISION_FP64 ? 1e-10 : 1e-4 * (1 + m->n_qubits / 4.0) + ldexp(1.0, m->n_qubits - 24) / 4 + op_bound(plan.use_blas);
+        const double tabs = prec == QK_PRECISION_FP64 ? 1e-10 : 1e-4 * (1 + m->n_qubits / 4.0) + ldexp(1.0, m->n_qubits - 24) / 4 + op_bound(plan.engine);
         int64_t bad = 0;
         double maxerr = 0;
         for (size_t i = 0; i < got.size(); ++i) {
@@ -833,7 +833,7 @@ static void api_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int64_t 
             if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
         }
         CHECK(bad == 0, "api %s %s %s out=%d: %lld of %zu off, max err %.3g (plan: %s)", spec, sym ? "K(X,X)" : "K(X,Y)",
-              engine_name(prec, plan.use_blas), (int)out, (long long)bad, got.size(), maxerr, plan.config);
+              engine_name(prec, plan.engine), (int)out, (long long)bad, got.size(), maxerr, plan.config);
         CHECK(plan.precision == prec, "api %s: plan precision %d, asked %d", spec, (int)plan.precision, (int)prec);
     }
     qk_map_free(m);
@@ -896,7 +896,7 @@ static void api_tests()
             qk_plan p1, p2;
             CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0, "autotune measure: '%s'", p1.config);
             CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 &&
-                  p2.use_blas == p1.use_blas && p2.kernel_cfg == p1.kernel_cfg, "autotune cache: '%s' vs '%s'", p2.config, p1.config);
+                  p2.engine == p1.engine && p2.kernel_cfg == p1.kernel_cfg, "autotune cache: '%s' vs '%s'", p2.config, p1.config);
             CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned gram: %s", qk_last_error());
             g.out = k2.data();
             CHECK(qk_gram(cpu, m, &g) == QK_OK, "cpu gram: %s", qk_last_error());
@@ -909,14 +909,14 @@ static void api_tests()
             g.precision = QK_PRECISION_TF32;
             g.out = k1.data();
             CHECK(qk_plan_make(t1, m, &g, &p1) == QK_OK && strncmp(p1.config, "tuned (measured)", 16) == 0 &&
-                  (p1.use_blas <= 3 || p1.use_blas == 8) && p1.precision == QK_PRECISION_TF32, "autotune tf32: blas %d '%s'", p1.use_blas, p1.config);
-            CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 && p2.use_blas == p1.use_blas,
+                  (p1.engine <= QK_GPU_TC_TF32 || p1.engine == QK_GPU_TCF_TF32) && p1.precision == QK_PRECISION_TF32, "autotune tf32: engine %d '%s'", (int)p1.engine, p1.config);
+            CHECK(qk_plan_make(t2, m, &g, &p2) == QK_OK && strncmp(p2.config, "tuned (cache)", 13) == 0 && p2.engine == p1.engine,
                   "autotune tf32 cache: '%s'", p2.config);
             CHECK(qk_gram(t2, m, &g) == QK_OK, "tuned tf32 gram: %s", qk_last_error());
             e = 0;
             for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
-            CHECK(e < 5e-4 + op_bound(p2.use_blas), "tuned tf32 gram vs cpu: max err %.3g", e);
-            printf("autotune tf32: %s (blas %d)\n", p1.config, p1.use_blas);
+            CHECK(e < 5e-4 + op_bound(p2.engine), "tuned tf32 gram vs cpu: max err %.3g", e);
+            printf("autotune tf32: %s (engine %d)\n", p1.config, (int)p1.engine);
             /* the tuner's candidates in a tensor-core mode: its cuBLAS engine and the fused
                tensor-core kernel in configurations 1 and 2, each timed */
             g.precision = QK_PRECISION_FP16;
@@ -927,8 +927,8 @@ static void api_tests()
                 int seen5 = 0, seen10 = 0;
                 CHECK(qk_cuda_tune_gram(&p1, 2048, 1, &tr, terr, sizeof terr) == QK_OK, "tune fp16: %s", terr);
                 for (int i = 0; i < tr.n; ++i) {
-                    if (tr.blas[i] == 5 && tr.ms[i] > 0) seen5++;
-                    if (tr.blas[i] == 10 && (tr.cfg[i] == 1 || tr.cfg[i] == 2) && tr.ms[i] > 0) seen10++;
+                    if (tr.blas[i] == QK_GPU_TC_FP16 && tr.ms[i] > 0) seen5++;
+                    if (tr.blas[i] == QK_GPU_TCF_FP16 && (tr.cfg[i] == 1 || tr.cfg[i] == 2) && tr.ms[i] > 0) seen10++;
                 }
                 CHECK(seen5 == 1 && seen10 == 2 && tr.best >= 0 && tr.best < tr.n, "tune fp16 candidates: cuBLAS %d, fused tensor-core %d of %d",
                       seen5, seen10, tr.n);
@@ -936,8 +936,8 @@ static void api_tests()
             CHECK(qk_gram(t1, m, &g) == QK_OK, "tuned fp16 gram: %s", qk_last_error());
             e = 0;
             for (size_t i = 0; i < k1.size(); ++i) e = std::max(e, (double)fabsf(k1[i] - k2[i]) + (std::isnan(k1[i]) ? 1.0 : 0.0));
-            CHECK(e < 5e-4 + op_bound(p1.use_blas), "tuned fp16 gram vs cpu: max err %.3g (blas %d)", e, p1.use_blas);
-            printf("autotune fp16: %s (blas %d cfg %d)\n", p1.config, p1.use_blas, p1.kernel_cfg);
+            CHECK(e < 5e-4 + op_bound(p1.engine), "tuned fp16 gram vs cpu: max err %.3g (engine %d)", e, (int)p1.engine);
+            printf("autotune fp16: %s (engine %d cfg %d)\n", p1.config, (int)p1.engine, p1.kernel_cfg);
         }
         if (m) qk_map_free(m);
         qk_ctx_destroy(t1);
@@ -1044,7 +1044,7 @@ static void stream_tests(qk_ctx *gpu)
             cudaMallocHost((void **)&pin, bytes);
             for (size_t i = 0; i < (size_t)nx * ny; ++i) pin[i] = NAN;
             g.out = pin; g.output = p.output = QK_OUTPUT_HOST; p.host_pinned = 1;
-            qk_result r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            qk_result r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: pinned -> %d %s", spec, (int)r, qk_last_error());
             int64_t nan = 0;
             for (size_t i = 0; i < (size_t)nx * ny; ++i) nan += std::isnan(pin[i]);
@@ -1052,19 +1052,19 @@ static void stream_tests(qk_ctx *gpu)
             /* touched pageable */
             std::vector<float> pg((size_t)nx * ny, NAN);
             g.out = pg.data(); p.host_pinned = 0;
-            r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(pg.data(), pin, bytes) == 0, "stream %s %s: pageable K differs from pinned K", spec, sym ? "XX" : "XY");
             /* fresh pageable */
             float *fr = (float *)malloc(bytes);
             g.out = fr;
-            r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && memcmp(fr, pin, bytes) == 0, "stream %s %s: fresh-buffer K differs from pinned K", spec, sym ? "XX" : "XY");
             free(fr);
             /* .npy stream */
             char path[256];
             snprintf(path, sizeof path, "/tmp/qk_gpu_stream_%d.npy", (int)getpid());
             g.out = nullptr; g.output = p.output = QK_OUTPUT_NPY; g.out_path = path;
-            r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK, "stream %s: npy -> %d %s", spec, (int)r, qk_last_error());
             qk_array a;
             memset(&a, 0, sizeof a);
@@ -1077,7 +1077,7 @@ static void stream_tests(qk_ctx *gpu)
             /* cancelled stream: no temp file, the old file intact */
             int calls = 0;
             g.progress = cancel_after; g.progress_user = &calls;
-            r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_ERROR_CANCELLED, "stream %s: cancel -> %d", spec, (int)r);
             char cmd[600];
             snprintf(cmd, sizeof cmd, "ls %s.tmp.* >/dev/null 2>&1", path);
@@ -1091,7 +1091,7 @@ static void stream_tests(qk_ctx *gpu)
             TileRec tr;
             tr.K.assign((size_t)nx * ny, NAN); tr.ny = ny; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = sym; tr.side = p.slab_rows;
             g.output = p.output = QK_OUTPUT_CALLBACK; g.out_path = nullptr; g.tile_fn = tile_rec; g.tile_user = &tr;
-            r = qk__cuda_run(gpu, &p, m, &g, NULL);
+            r = qk__plan_run(gpu, &p, m, &g, NULL);
             CHECK(r == QK_OK && tr.bad == 0 && tr.nonsq == 0 && memcmp(tr.K.data(), pin, bytes) == 0,
                   "stream %s %s: callback tiles: rc %d, %d calls, %d below the diagonal, %d not square, K %s", spec, sym ? "XX" : "XY",
                   (int)r, tr.calls, tr.bad, tr.nonsq, memcmp(tr.K.data(), pin, bytes) ? "differs" : "equal");

@@ -49,6 +49,17 @@ static void invariants(const qk_plan *p, const qk_device_info *d, double frac, c
         CHECK(p->tile_m <= p->state_tile, "%s: slab %lld > state tile %lld", what, (long long)p->tile_m, (long long)p->state_tile);
     }
     CHECK(p->n_streams >= 2, "%s: streams %d", what, p->n_streams);
+    /* the engine: a qk_gpu_engine, its deprecated int mirror equal, named in the plan text */
+    CHECK((int)p->engine >= 0 && p->engine < QK_GPU_ENGINE_COUNT && p->use_blas == (int)p->engine, "%s: engine %d use_blas %d", what,
+          (int)p->engine, p->use_blas);
+    if (p->path == QK_PATH_REAL || p->path == QK_PATH_COMPLEX) {
+        char text[2048], want[64];
+        /* the plan names the kernel configuration that runs: resolving it again changes nothing */
+        CHECK(qk__plan_cfg_runs(p, p->engine, p->kernel_cfg) == p->kernel_cfg && (p->engine != QK_GPU_FUSED || p->kernel_cfg >= 1),
+              "%s: engine %s kernel_cfg %d is not the configuration that runs", what, qk__engine_name(p->engine), p->kernel_cfg);
+        snprintf(want, sizeof want, "engine: %s, kernel_cfg %d", qk__engine_name(p->engine), p->kernel_cfg);
+        CHECK(qk_plan_describe(p, text, sizeof text) > 0 && strstr(text, want), "%s: describe lacks '%s': %s", what, want, text);
+    }
     CHECK(strcmp(p->device_name, d->name) == 0, "%s: device name '%s'", what, p->device_name);
 }
 
@@ -59,11 +70,12 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
                             const qk_map *hea, const qk_map *angle)
 {
     static const qk_precision tc[3] = {QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
-    static const int mode[3] = {3, 4, 5}; /* the cuBLAS engines; the fused tensor-core kernel is mode + 5 */
+    static const qk_gpu_engine mode[3] = {QK_GPU_TC_TF32, QK_GPU_TC_FP32X3, QK_GPU_TC_FP16}; /* the cuBLAS engines; the fused tensor-core kernel is qk__engine_tcf_of */
     /* the fixed table's engine per mode at 8 and at 6 qubits: the fused tensor-core kernel at 6-7
        qubits in every mode (configuration 2) and at 8 in FP16 (configuration 1); cuBLAS from
        there; FP32X3 starts at 7 qubits (6: the fp32 SIMT kernel) */
-    static const int at8[3] = {3, 4, 10}, at6[3] = {8, 0, 10};
+    static const qk_gpu_engine at8[3] = {QK_GPU_TC_TF32, QK_GPU_TC_FP32X3, QK_GPU_TCF_FP16},
+                               at6[3] = {QK_GPU_TCF_TF32, QK_GPU_FUSED, QK_GPU_TCF_FP16};
     static const double vbytes[3] = {4.0, 8.0, 2.0}; /* operand bytes per real value (FP32X3: 4 fp16 blocks) */
     char buf[1024];
     int c, i, q, b;
@@ -87,7 +99,7 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         qk_plan p, p32;
         qk_gram_desc g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_FP32;
-        CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p32) == QK_OK && p32.use_blas == 1, "%s zz8 fp32: blas %d", d->name, p32.use_blas);
+        CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p32) == QK_OK && p32.engine == QK_GPU_CUBLAS, "%s zz8 fp32: engine %d", d->name, (int)p32.engine);
         for (i = 0; i < 3; ++i) {
             const double W = 2.0 * 256; /* real values per complex 8-qubit state */
             g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
@@ -95,14 +107,14 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8 %s: %s", d->name, qk_precision_name(tc[i]), qk_last_error());
             invariants(&p, d, 0.85, "zz8 tensor cores");
             /* 8 qubits: the cuBLAS tensor-core engine, but FP16 on the fused kernel */
-            CHECK(p.use_blas == at8[i] && p.kernel_cfg == (at8[i] >= 8 ? 1 : 0) && p.precision == tc[i] && p.out_dtype == QK_F32,
-                  "%s zz8 %s: blas %d cfg %d precision %d dtype %d", d->name, qk_precision_name(tc[i]), p.use_blas, p.kernel_cfg,
+            CHECK(p.engine == at8[i] && p.kernel_cfg == (qk__engine_tcf(at8[i]) ? 1 : 0) && p.precision == tc[i] && p.out_dtype == QK_F32,
+                  "%s zz8 %s: engine %d cfg %d precision %d dtype %d", d->name, qk_precision_name(tc[i]), (int)p.engine, p.kernel_cfg,
                   (int)p.precision, (int)p.out_dtype);
             /* the workspace holds the cuBLAS engine's (the autotune may pick it: the complex slab,
                as fp32's, plus the operands, at least the columns and the rotated columns) and the
                fused kernel's (every state's operand words) */
-            CHECK((double)p.bytes_workspace >= qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) &&
-                  qk__tcf_ws(mode[i] + 5, 1, 8, 32768.0) >= 32768.0 * W * vbytes[i] / (tc[i] == QK_PRECISION_FP32X3 ? 2.0 : 1.0),
+            CHECK((double)p.bytes_workspace >= qk__tcf_ws(qk__engine_tcf_of(mode[i]), 1, 8, 32768.0) &&
+                  qk__tcf_ws(qk__engine_tcf_of(mode[i]), 1, 8, 32768.0) >= 32768.0 * W * vbytes[i] / (tc[i] == QK_PRECISION_FP32X3 ? 2.0 : 1.0),
                   "%s zz8 %s: fused operands not counted (%zu)", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
             CHECK((double)p.bytes_workspace >= (double)p.tile_m * 32768.0 * 8.0 + 2.0 * 32768.0 * W * vbytes[i],
                   "%s zz8 %s: workspace %zu too small for the operands", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
@@ -113,32 +125,33 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             /* K to the host: a ring of two slots, both counted */
             g = gdesc(32768, 0, QK_OUTPUT_HOST);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.use_blas == at8[i], "%s zz8 host %s: blas %d", d->name, qk_precision_name(tc[i]), p.use_blas);
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.engine == at8[i], "%s zz8 host %s: engine %d", d->name, qk_precision_name(tc[i]),
+                  (int)p.engine);
             invariants(&p, d, 0.85, "zz8 host tensor cores");
             CHECK(p.tile_m < 32768 && (double)p.bytes_workspace >= 2.0 * qk__blas_ws(mode[i], 1, 8, 4.0, (double)p.tile_m, 32768.0),
                   "%s zz8 host %s: ring workspace %zu", d->name, qk_precision_name(tc[i]), p.bytes_workspace);
             /* few qubits: the fp32 fused kernel, said so */
             g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.use_blas == 0 && strstr(p.config, "do not pay"),
-                  "%s zz4 %s: blas %d config '%s'", d->name, qk_precision_name(tc[i]), p.use_blas, p.config);
+            CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.engine == QK_GPU_FUSED && strstr(p.config, "do not pay"),
+                  "%s zz4 %s: blas %d config '%s'", d->name, qk_precision_name(tc[i]), (int)p.engine, p.config);
             /* 6 qubits: TF32 and FP16 on the tensor cores (the fused kernel), FP32X3 (chunked) not yet */
             {
                 qk_map *z6 = NULL;
                 g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
                 g.precision = tc[i];
                 CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_plan_for_device(d, 0.85, z6, &g, &p) == QK_OK &&
-                      p.use_blas == at6[i] && (at6[i] < 8 || p.kernel_cfg == 2), "%s zz6 %s: blas %d '%s'", d->name,
-                      qk_precision_name(tc[i]), p.use_blas, p.config);
+                      p.engine == at6[i] && (!qk__engine_tcf(at6[i]) || p.kernel_cfg == 2), "%s zz6 %s: engine %d '%s'", d->name,
+                      qk_precision_name(tc[i]), (int)p.engine, p.config);
                 qk_map_free(z6);
             }
             /* 12 qubits and more: the cuBLAS engine (long GEMMs) in the fixed table; real path,
                product path */
             g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
             g.precision = tc[i];
-            CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.path == QK_PATH_REAL && p.use_blas == mode[i], "%s hea %s: blas %d",
-                  d->name, qk_precision_name(tc[i]), p.use_blas);
-            CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.path == QK_PATH_ANALYTIC && p.use_blas == 0, "%s angle %s",
+            CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.path == QK_PATH_REAL && p.engine == mode[i], "%s hea %s: blas %d",
+                  d->name, qk_precision_name(tc[i]), (int)p.engine);
+            CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.path == QK_PATH_ANALYTIC && p.engine == QK_GPU_FUSED, "%s angle %s",
                   d->name, qk_precision_name(tc[i]));
         }
         /* FP32 and FP64 keep their engines at every qubit count (FP32 results unchanged) */
@@ -147,11 +160,11 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             if (qk_map_parse("zz(reps=2)", q, &m) != QK_OK) { CHECK(0, "parse zz %d", q); continue; }
             g = gdesc(q <= 12 ? 4096 : 256, 0, QK_OUTPUT_DEVICE);
             g.precision = QK_PRECISION_FP32;
-            CHECK(qk_plan_for_device(d, 0.85, m, &g, &p) == QK_OK && p.use_blas == (q >= 7) && p.precision == QK_PRECISION_FP32,
-                  "%s zz%d fp32: blas %d", d->name, q, p.use_blas);
+            CHECK(qk_plan_for_device(d, 0.85, m, &g, &p) == QK_OK && p.engine == (q >= 7 ? QK_GPU_CUBLAS : QK_GPU_FUSED) && p.precision == QK_PRECISION_FP32,
+                  "%s zz%d fp32: blas %d", d->name, q, (int)p.engine);
             g.precision = QK_PRECISION_FP64;
-            CHECK(qk_plan_for_device(d, 0.85, m, &g, &p) == QK_OK && p.use_blas == (q >= 7) && p.out_dtype == QK_F64,
-                  "%s zz%d fp64: blas %d", d->name, q, p.use_blas);
+            CHECK(qk_plan_for_device(d, 0.85, m, &g, &p) == QK_OK && p.engine == (q >= 7 ? QK_GPU_CUBLAS : QK_GPU_FUSED) && p.out_dtype == QK_F64,
+                  "%s zz%d fp64: blas %d", d->name, q, (int)p.engine);
             qk_map_free(m);
         }
     }
@@ -161,14 +174,14 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         int64_t n = qk_max_samples(&cards[0], 0.85, 16, QK_PRECISION_FP32) * 9 / 10;
         g = gdesc(n, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_FP32X3;
-        CHECK(qk_plan_for_device(&cards[0], 0.85, zz16, &g, &p) == QK_OK && p.use_blas == 1 && strstr(p.config, "exceed"),
-              "24 GB zz16 n=%lld fp32x3: blas %d config '%s' (%s)", (long long)n, p.use_blas, p.config, qk_last_error());
+        CHECK(qk_plan_for_device(&cards[0], 0.85, zz16, &g, &p) == QK_OK && p.engine == QK_GPU_CUBLAS && strstr(p.config, "exceed"),
+              "24 GB zz16 n=%lld fp32x3: blas %d config '%s' (%s)", (long long)n, (int)p.engine, p.config, qk_last_error());
         invariants(&p, &cards[0], 0.85, "zz16 fp32x3 fallback");
         /* n = 4096 on the 141 GB card fits (26 GB of operands) */
         g = gdesc(4096, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_FP32X3;
-        CHECK(qk_plan_for_device(&cards[2], 0.85, zz16, &g, &p) == QK_OK && p.use_blas == 4 && p.tile_m == 4096,
-              "141 GB zz16 n=4096 fp32x3: blas %d slab %lld", p.use_blas, (long long)p.tile_m);
+        CHECK(qk_plan_for_device(&cards[2], 0.85, zz16, &g, &p) == QK_OK && p.engine == QK_GPU_TC_FP32X3 && p.tile_m == 4096,
+              "141 GB zz16 n=4096 fp32x3: blas %d slab %lld", (int)p.engine, (long long)p.tile_m);
         invariants(&p, &cards[2], 0.85, "zz16 fp32x3 141 GB");
     }
     {   /* more than 24 qubits: no tensor-core engine */
@@ -178,18 +191,30 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         g.precision = QK_PRECISION_TF32;
         g.path = QK_PATH_COMPLEX;   /* the statevector (the planner would take MPS for this local map) */
         CHECK(qk_map_parse("zz(reps=1,ent=linear)", 25, &z25) == QK_OK, "parse zz25");
-        CHECK(z25 && qk_plan_for_device(&cards[2], 0.85, z25, &g, &p) == QK_OK && p.use_blas == 1 && strstr(p.config, "24 qubits"),
-              "zz25 tf32: blas %d '%s'", p.use_blas, p.config);
+        CHECK(z25 && qk_plan_for_device(&cards[2], 0.85, z25, &g, &p) == QK_OK && p.engine == QK_GPU_CUBLAS && strstr(p.config, "24 qubits"),
+              "zz25 tf32: blas %d '%s'", (int)p.engine, p.config);
         qk_map_free(z25);
     }
+    /* the configuration that runs (docs/gpu.md): the few-qubit tensor-core kernel (8) takes complex
+       fp32 states with float K at 2..6 qubits, else the persistent SIMT kernel (7) at up to 5,
+       else 64x64 (1); 5's register stores need a float K; the fused tensor-core kernel's FP32X3
+       runs configuration 2 */
+    CHECK(qk__fused_cfg_runs(8, 6, 0, 1, 1) == 8 && qk__fused_cfg_runs(8, 2, 0, 1, 1) == 8, "cfg 8 at 2..6 qubits");
+    CHECK(qk__fused_cfg_runs(8, 1, 0, 1, 1) == 7 && qk__fused_cfg_runs(8, 7, 0, 1, 1) == 1, "cfg 8 -> 7 at 1 qubit, -> 1 at 7");
+    CHECK(qk__fused_cfg_runs(7, 5, 0, 1, 1) == 7 && qk__fused_cfg_runs(7, 6, 0, 1, 1) == 1, "cfg 7 up to 5 qubits");
+    CHECK(qk__fused_cfg_runs(8, 4, 1, 1, 0) == 1 && qk__fused_cfg_runs(8, 4, 0, 0, 1) == 1 && qk__fused_cfg_runs(8, 4, 0, 1, 0) == 1,
+          "cfg 8 needs complex fp32 states and float K");
+    CHECK(qk__fused_cfg_runs(5, 8, 0, 1, 0) == 1 && qk__fused_cfg_runs(5, 8, 0, 1, 1) == 5, "cfg 5 needs float K");
+    CHECK(qk__fused_cfg_runs(0, 8, 0, 1, 1) == qk__fused_cfg_fixed(8, 0, 1, 1) && qk__fused_cfg_runs(9, 8, 0, 1, 1) == 1, "cfg 0, 9");
+    CHECK(qk__tcf_cfg_runs(1, 3) == 2 && qk__tcf_cfg_runs(0, 2) == 2 && qk__tcf_cfg_runs(0, 3) == 1 && qk__tcf_cfg_runs(0, 0) == 1, "fused tensor-core configurations");
     /* engines the autotune may apply per precision: never a less accurate one */
     for (b = 0; b <= 10; ++b) {
-        CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_COMPLEX, b) == (b <= 2), "fp32 complex engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_REAL, b) == (b <= 1), "fp32 real engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP64, QK_PATH_COMPLEX, b) == (b <= 1 || b == 7), "fp64 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_TF32, QK_PATH_COMPLEX, b) == (b <= 3 || b == 8), "tf32 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP32X3, QK_PATH_COMPLEX, b) == (b <= 2 || b == 4 || b == 9), "fp32x3 engine %d", b);
-        CHECK(qk__blas_ok(QK_PRECISION_FP16, QK_PATH_REAL, b) == (b <= 1 || b == 5 || b == 10), "fp16 real engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 2), "fp32 complex engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_REAL, (qk_gpu_engine)b) == (b <= 1), "fp32 real engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP64, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 1 || b == 7), "fp64 engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_TF32, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 3 || b == 8), "tf32 engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP32X3, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 2 || b == 4 || b == 9), "fp32x3 engine %d", b);
+        CHECK(qk__blas_ok(QK_PRECISION_FP16, QK_PATH_REAL, (qk_gpu_engine)b) == (b <= 1 || b == 5 || b == 10), "fp16 real engine %d", b);
     }
     {   /* the CPU engine takes every mode and computes in fp64: float32 output equal to fp32's */
         qk_ctx *cpu = NULL;
@@ -261,16 +286,16 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
           qk_precision_error_bound((qk_precision)99, 8) < 0 && qk_precision_error_bound(QK_PRECISION_FP32, -1) < 0, "bound of no mode: -1");
     for (c = 0; c < 3; ++c) {
         const qk_device_info *d = &cards[c];
-        static const struct { qk_precision asked; double tol; qk_precision want; int blas; } zz8c[] = {
-            {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32X3, 4},   /* the GPU default: auto, fp32-class (fp32x3's bound): fp32x3 */
-            {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32X3, 4},
-            {QK_PRECISION_AUTO, 1e-3, QK_PRECISION_FP32X3, 4},     /* 1e-3: above fp32x3's 4.1e-4, under fp16's 3.2e-3 */
-            {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, 10},      /* the fastest, tf32's equal bound never wins (fused at 8 q) */
-            {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, 10},   /* tol with the default precision: auto */
-            {QK_PRECISION_AUTO, 4.05e-4, QK_PRECISION_FP32, 1},    /* between fp32's 4.04e-4 and fp32x3's 4.06e-4 */
-            {QK_PRECISION_AUTO, 1e-6, QK_PRECISION_FP64, 1},       /* tighter than fp32: fp64 */
-            {QK_PRECISION_AUTO, 1e-12, QK_PRECISION_FP64, 1},      /* tighter than any: fp64, said so */
-            {QK_PRECISION_TF32, 0.0, QK_PRECISION_TF32, 3},        /* named modes are kept (TF32 at 8 qubits: cuBLAS) */
+        static const struct { qk_precision asked; double tol; qk_precision want; qk_gpu_engine blas; } zz8c[] = {
+            {QK_PRECISION_DEFAULT, 0.0, QK_PRECISION_FP32X3, QK_GPU_TC_FP32X3},  /* the GPU default: auto, fp32-class (fp32x3's bound): fp32x3 */
+            {QK_PRECISION_AUTO, 0.0, QK_PRECISION_FP32X3, QK_GPU_TC_FP32X3},
+            {QK_PRECISION_AUTO, 1e-3, QK_PRECISION_FP32X3, QK_GPU_TC_FP32X3},    /* 1e-3: above fp32x3's 4.1e-4, under fp16's 3.2e-3 */
+            {QK_PRECISION_AUTO, 1e-2, QK_PRECISION_FP16, QK_GPU_TCF_FP16},       /* the fastest, tf32's equal bound never wins (fused at 8 q) */
+            {QK_PRECISION_DEFAULT, 1e-2, QK_PRECISION_FP16, QK_GPU_TCF_FP16},    /* tol with the default precision: auto */
+            {QK_PRECISION_AUTO, 4.05e-4, QK_PRECISION_FP32, QK_GPU_CUBLAS},      /* between fp32's 4.04e-4 and fp32x3's 4.06e-4 */
+            {QK_PRECISION_AUTO, 1e-6, QK_PRECISION_FP64, QK_GPU_CUBLAS},         /* tighter than fp32: fp64 */
+            {QK_PRECISION_AUTO, 1e-12, QK_PRECISION_FP64, QK_GPU_CUBLAS},        /* tighter than any: fp64, said so */
+            {QK_PRECISION_TF32, 0.0, QK_PRECISION_TF32, QK_GPU_TC_TF32},         /* named modes are kept (TF32 at 8 qubits: cuBLAS) */
         };
         size_t i;
         for (i = 0; i < sizeof zz8c / sizeof zz8c[0]; ++i) {
@@ -279,8 +304,8 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
             g.tol = zz8c[i].tol;
             CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s auto %zu: %s", d->name, i, qk_last_error());
             invariants(&p, d, 0.85, "zz8 auto");
-            CHECK(p.precision == zz8c[i].want && p.use_blas == zz8c[i].blas, "%s zz8 asked %s tol %g: %s blas %d (want %s blas %d) '%s'", d->name,
-                  qk_precision_name(zz8c[i].asked), zz8c[i].tol, qk_precision_name(p.precision), p.use_blas, qk_precision_name(zz8c[i].want),
+            CHECK(p.precision == zz8c[i].want && p.engine == zz8c[i].blas, "%s zz8 asked %s tol %g: %s blas %d (want %s blas %d) '%s'", d->name,
+                  qk_precision_name(zz8c[i].asked), zz8c[i].tol, qk_precision_name(p.precision), (int)p.engine, qk_precision_name(zz8c[i].want),
                   zz8c[i].blas, p.precision_note);
             CHECK(p.out_dtype == (zz8c[i].want == QK_PRECISION_FP64 ? QK_F64 : QK_F32), "%s zz8 auto %zu: dtype %d", d->name, i, (int)p.out_dtype);
             CHECK(p.error_bound == qk_precision_error_bound(p.precision, 8), "%s zz8 auto %zu: plan bound %g", d->name, i, p.error_bound);
@@ -297,8 +322,8 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
         g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_AUTO;
         g.tol = 1e-2;
-        CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.use_blas == 0,
-              "%s zz4 auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
+        CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.engine == QK_GPU_FUSED,
+              "%s zz4 auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), (int)p.engine);
         CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.path == QK_PATH_ANALYTIC,
               "%s angle auto 1e-2: %s", d->name, qk_precision_name(p.precision));
         /* the MPS path (40 qubits, linear zz: bond 2): the default is fp32 with the MPS GPU suite's
@@ -327,11 +352,11 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
         g = gdesc(16384, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_AUTO;
         g.tol = 1e-2;
-        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP16 && p.use_blas == 5,
-              "%s hea auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
+        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP16 && p.engine == QK_GPU_TC_FP16,
+              "%s hea auto 1e-2: %s blas %d", d->name, qk_precision_name(p.precision), (int)p.engine);
         g.tol = 1e-3;
-        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 && p.use_blas == 4,
-              "%s hea auto 1e-3: %s blas %d", d->name, qk_precision_name(p.precision), p.use_blas);
+        CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 && p.engine == QK_GPU_TC_FP32X3,
+              "%s hea auto 1e-3: %s blas %d", d->name, qk_precision_name(p.precision), (int)p.engine);
     }
     /* 6 qubits: fp32x3 does not run on the tensor cores yet (from 7), so 1e-3 keeps fp32 */
     {
@@ -410,17 +435,17 @@ int main(void)
         g = gdesc(32768, 0, QK_OUTPUT_HOST);
         CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK, "%s zz8: %s", d->name, qk_last_error());
         invariants(&p, d, 0.85, "zz8 host");
-        CHECK(p.bulk_states && p.k_resident && p.use_blas && p.path == QK_PATH_COMPLEX && p.symmetric, "%s zz8: bulk %d resident %d blas %d path %d",
-              d->name, p.bulk_states, p.k_resident, p.use_blas, (int)p.path);
-        CHECK(p.precision == QK_PRECISION_FP32X3 && p.use_blas == 4 && p.out_dtype == QK_F32, "%s zz8: default precision (fp32-class: fp32x3) / dtype",
-              d->name);
+        CHECK(p.bulk_states && p.k_resident && p.engine != QK_GPU_FUSED && p.path == QK_PATH_COMPLEX && p.symmetric, "%s zz8: bulk %d resident %d blas %d path %d",
+              d->name, p.bulk_states, p.k_resident, (int)p.engine, (int)p.path);
+        CHECK(p.precision == QK_PRECISION_FP32X3 && p.engine == QK_GPU_TC_FP32X3 && p.out_dtype == QK_F32,
+              "%s zz8: default precision (fp32-class: fp32x3) / dtype", d->name);
         CHECK(p.bytes_staging > 0 && p.tile_m < 32768, "%s zz8 host: staging %zu slab %lld (pipelined)", d->name, p.bytes_staging, (long long)p.tile_m);
         CHECK(qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, d->name), "%s: describe", d->name);
         /* zz 4 qubits on the device: the fused kernel, one slab */
         g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
         CHECK(qk_plan_for_device(d, 0.85, zz4, &g, &p) == QK_OK, "%s zz4: %s", d->name, qk_last_error());
         invariants(&p, d, 0.85, "zz4 device");
-        CHECK(!p.use_blas && p.tile_m == 32768 && p.bytes_out == 0, "%s zz4: blas %d slab %lld out %zu", d->name, p.use_blas, (long long)p.tile_m, p.bytes_out);
+        CHECK(p.engine == QK_GPU_FUSED && p.tile_m == 32768 && p.bytes_out == 0, "%s zz4: blas %d slab %lld out %zu", d->name, (int)p.engine, (long long)p.tile_m, p.bytes_out);
         /* classes */
         g = gdesc(5000, 3000, QK_OUTPUT_HOST);
         CHECK(qk_plan_for_device(d, 0.85, angle, &g, &p) == QK_OK && p.path == QK_PATH_ANALYTIC && !p.symmetric, "%s angle: analytic", d->name);

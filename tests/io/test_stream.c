@@ -189,7 +189,7 @@ static void slab_tunable(qk_ctx *ctx)
     qk_array a0, a1;
     char path[700], t0[1024], t1[1024], want[64];
     int64_t i;
-    for (i = 0; i < n * 3; i++) x[i] = 2.0 * 3.14159 * urand();
+    for (i = 0; i < n * 3; i++) x[i] = 2.0 * 3.14159 * qk_test_urand();
     qk_map_parse("zz(reps=2)", 3, &m);
     memset(&g, 0, sizeof g);
     snprintf(path, sizeof path, "%s/K.npy", g_dir);
@@ -220,6 +220,70 @@ static void slab_tunable(qk_ctx *ctx)
     qk_map_free(m);
 }
 
+/* Every CPU executor writes into the one sink qk_gram opens and commits (item 2 of issue 22): the
+   MPS engine (40 qubits: no statevector) and the engine with state tiles (a host budget of a
+   few row blocks) stream the same bits as in memory, and a cancel or a failing write leaves no
+   temporary file and the previous output as it was (one_case). */
+static void executor_cases(void)
+{
+    qk_ctx *c = NULL;
+    qk_ctx_desc cd;
+    qk_map *m = NULL;
+    qk_gram_desc g;
+    qk_plan p;
+    double *x;
+    int64_t i;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 2;
+    CHECK(qk_ctx_create(&cd, &c) == QK_OK, "ctx: %s", qk_last_error());
+    /* the MPS engine */
+    CHECK(qk_map_parse("zz(reps=1,ent=linear)", 40, &m) == QK_OK, "parse zz40: %s", qk_last_error());
+    x = (double *)calloc(150 * 40, sizeof(double));
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = 150; g.output = QK_OUTPUT_NPY; g.out_path = "K.npy";
+    CHECK(c && m && qk_plan_make(c, m, &g, &p) == QK_OK && p.path == QK_PATH_MPS, "zz40: the plan takes the MPS engine (path %d: %s)",
+          (int)p.path, qk_last_error());
+    {   /* qk_gram hands the planner's MPS program to the engine; a plan run without it (a plan made
+           by qk_plan_make, run later) builds the same program again: the same K */
+        double *k1 = (double *)malloc(sizeof(double) * 150 * 150), *k2 = (double *)malloc(sizeof(double) * 150 * 150);
+        for (i = 0; i < 150 * 40; i++) x[i] = 2.0 * 3.14159 * qk_test_urand();
+        g.output = QK_OUTPUT_HOST; g.out_path = NULL; g.out = k1;
+        CHECK(c && qk_gram(c, m, &g) == QK_OK, "zz40 mps gram: %s", qk_last_error());
+        g.out = k2;
+        CHECK(c && qk_plan_make(c, m, &g, &p) == QK_OK && p.path == QK_PATH_MPS && qk__plan_run(c, &p, m, &g, NULL) == QK_OK &&
+                  memcmp(k1, k2, sizeof(double) * 150 * 150) == 0,
+              "zz40: K from the plan's program and from a program built by the engine differ (%s)", qk_last_error());
+        free(k1);
+        free(k2);
+    }
+    qk_map_free(m);
+    one_case(c, "zz(reps=1,ent=linear)", 40, 150, 0, QK_F64);
+    one_case(c, "zz(reps=1,ent=linear)", 40, 100, 37, QK_F32);
+    qk_ctx_destroy(c);
+    c = NULL;
+    /* state tiles: the resident plan's scratch and blocks of about 64 rows of states */
+    m = NULL;
+    CHECK(qk_map_parse("zz(reps=2)", 6, &m) == QK_OK, "parse zz6: %s", qk_last_error());
+    for (i = 0; i < 150 * 6; i++) x[i] = 2.0 * 3.14159 * qk_test_urand();
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = 150; g.output = QK_OUTPUT_NPY; g.out_path = "K.npy";
+    cd.host_memory = (size_t)1 << 40;
+    CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK && p.bulk_states, "zz6 resident plan: %s", qk_last_error());
+    qk_ctx_destroy(c);
+    c = NULL;
+    {
+        const double row = (double)p.bytes_states / 150.0, per = 2.0 * row + 2.0 * 150.0 * 8.0 + 64.0 * 8.0;
+        cd.host_memory = (size_t)((double)p.bytes_workspace + per * 64.5);
+    }
+    CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK && !p.bulk_states && p.state_tile < 150,
+          "zz6: the plan tiles the states (bulk %d, tile %lld: %s)", p.bulk_states, (long long)p.state_tile, qk_last_error());
+    one_case(c, "zz(reps=2)", 6, 150, 0, QK_F64);
+    qk_ctx_destroy(c);
+    qk_map_free(m);
+    free(x);
+}
+
 int main(void)
 {
     qk_ctx *ctx = NULL;
@@ -245,6 +309,7 @@ int main(void)
     bad_requests(ctx);
     slab_tunable(ctx);
     qk_ctx_destroy(ctx);
+    executor_cases();
     rmdir(g_dir);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;
