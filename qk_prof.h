@@ -1969,8 +1969,9 @@ static qk__prof_sname *qk__prof_steps_name(uint32_t site, int gpu)
         }
         n = &qk__prof_st.names[i];
         memset(n, 0, sizeof *n);
-        n->val = (double *)qk__prof_calloc((size_t)qk__prof_st.window, sizeof(double));
-        n->seq = (int64_t *)QK_PROF_MALLOC((size_t)qk__prof_st.window * sizeof(int64_t));
+        const size_t win = (size_t)(qk__prof_st.window > 0 ? qk__prof_st.window : 1);
+        n->val = (double *)qk__prof_calloc(win, sizeof(double));
+        n->seq = (int64_t *)QK_PROF_MALLOC(win * sizeof(int64_t));
         if (!n->val || !n->seq) {
             QK_PROF_FREE(n->val);
             QK_PROF_FREE(n->seq);
@@ -2102,7 +2103,9 @@ static void qk__prof_steps_free(void)
    The CUPTI mode (QK_PROF_CUDA; desc.cupti = 1 or 2, or QK_PROF_CUPTI=1 or 2 in the environment)
    opens libcupti with dlopen when the profiler starts: no link dependency, and a missing library
    is a note in the reports. It enables the activity kinds CONCURRENT_KERNEL, MEMCPY, MEMSET,
-   SYNCHRONIZATION and EXTERNAL_CORRELATION (2: RUNTIME too), gives CUPTI buffers of
+   SYNCHRONIZATION, EXTERNAL_CORRELATION, RUNTIME and DRIVER (CUPTI emits the external
+   correlation of an API call only where it records the call; mode 1 keeps none of the API
+   records, 2 keeps the runtime calls), gives CUPTI buffers of
    QK__PROF_CUPTI_BUF bytes (at most QK__PROF_CUPTI_BUFS at once: beyond, CUPTI drops records and
    counts them, and so do the reports), and processes the completed buffers in the thread CUPTI
    calls back on (its own worker, or the reporting thread's flush), never in the step loop. Each
@@ -2373,7 +2376,7 @@ typedef struct qk__cupti_api {
     uint32_t process_id, thread_id, correlation_id, return_value;
 } qk__cupti_api;
 enum {
-    QK__CUPTI_MEMCPY = 1, QK__CUPTI_MEMSET = 2, QK__CUPTI_RUNTIME = 5, QK__CUPTI_CONCURRENT_KERNEL = 10,
+    QK__CUPTI_MEMCPY = 1, QK__CUPTI_MEMSET = 2, QK__CUPTI_DRIVER = 4, QK__CUPTI_RUNTIME = 5, QK__CUPTI_CONCURRENT_KERNEL = 10,
     QK__CUPTI_SYNCHRONIZATION = 38, QK__CUPTI_EXTERNAL_CORRELATION = 39,
     QK__CUPTI_EXT_CUSTOM0 = 3, QK__CUPTI_MAX_LIMIT_REACHED = 12, QK__CUPTI_FLUSH_FORCED = 1,
     QK__CUPTI_CB_DOMAIN_RUNTIME = 2
@@ -2517,10 +2520,13 @@ static void qk__prof_cupti_complete(void *ctx, uint32_t stream_id, uint8_t *buff
             qk__prof_act_put(&r);
             break;
         }
+        case QK__CUPTI_DRIVER:
+            break;   /* enabled only so that CUPTI emits the external correlations of driver calls */
         case QK__CUPTI_RUNTIME: {
             const qk__cupti_api *a = (const qk__cupti_api *)rec;
             const char *nm = NULL;
             char buf[32];
+            if (qk__prof_act.asked < 2) break;   /* mode 1: enabled for the correlations only */
             r.kind = QK_PROF_ACT_RUNTIME;
             r.t0 = (int64_t)a->start; r.t1 = (int64_t)a->end;
             r.corr = a->correlation_id;
@@ -2598,8 +2604,11 @@ static int qk__prof_cupti_start(int mode)
     char why[512] = "";
     void *self;
     int rc, k;
+    /* RUNTIME and DRIVER always: CUPTI emits an external correlation (a kernel's or copy's CPU
+       zone) only for the API calls it records; mode 1 keeps none of their records */
     static const int kinds[] = { QK__CUPTI_CONCURRENT_KERNEL, QK__CUPTI_MEMCPY, QK__CUPTI_MEMSET,
-                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME };
+                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME,
+                                 QK__CUPTI_DRIVER };
     if (!qk__cupti.lib) {
         void *h = qk__prof_cupti_dlopen(why, sizeof why);
         if (!h) { snprintf(A->status, sizeof A->status, "unavailable: %.300s", why); return -1; }
@@ -2620,7 +2629,7 @@ static int qk__prof_cupti_start(int mode)
                  "such as Nsight Systems, may hold CUPTI)", qk__prof_cupti_err(rc));
         return -1;
     }
-    for (k = 0; k < (mode >= 2 ? 6 : 5); k++) {
+    for (k = 0; k < 7; k++) {
         if ((rc = qk__cupti.cuptiActivityEnable(kinds[k])) != 0) {
             int j;
             snprintf(A->status, sizeof A->status, "unavailable: cuptiActivityEnable(%d): %s", kinds[k], qk__prof_cupti_err(rc));
@@ -2640,10 +2649,11 @@ static int qk__prof_cupti_start(int mode)
 static void qk__prof_cupti_stop(void)
 {
     static const int kinds[] = { QK__CUPTI_CONCURRENT_KERNEL, QK__CUPTI_MEMCPY, QK__CUPTI_MEMSET,
-                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME };
+                                 QK__CUPTI_SYNCHRONIZATION, QK__CUPTI_EXTERNAL_CORRELATION, QK__CUPTI_RUNTIME,
+                                 QK__CUPTI_DRIVER };
     int k;
     __atomic_store_n(&qk__prof_cupti_ext, 0, __ATOMIC_RELAXED);
-    for (k = 0; k < 6; k++) qk__cupti.cuptiActivityDisable(kinds[k]);
+    for (k = 0; k < 7; k++) qk__cupti.cuptiActivityDisable(kinds[k]);
     qk__cupti.cuptiActivityFlushAll(QK__CUPTI_FLUSH_FORCED);
     if (qk__cupti.cuptiFinalize) qk__cupti.cuptiFinalize();
 }
@@ -5460,7 +5470,7 @@ static double qk__prof_cover(const double *iv, size_t n, double a, double b)
 static double *qk__prof_work(const qk_prof_facts *f, int dev, int stream_any, uint32_t stream, int kernels_only,
                              int exclude_stream, double t0, double t1, size_t *n)
 {
-    double *iv = (double *)QK_PROF_MALLOC((f->n_acts + 1) * 2 * sizeof *iv);
+    double *iv = (double *)QK_PROF_MALLOC(((size_t)(f->n_acts > 0 ? f->n_acts : 0) + 1) * 2 * sizeof *iv);
     size_t i, o = 0;
     *n = 0;
     if (!iv) return NULL;
@@ -6137,7 +6147,7 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
     if (A->ts1 > A->ts0 + 50000000u && A->tick1 > A->tick0)
         scale = (double)(A->tick1 - A->tick0) * m->npt / (double)(A->ts1 - A->ts0);
     v->acts = (qk_prof_activity *)QK_PROF_MALLOC((A->n + 1) * sizeof *v->acts);
-    if (A->n_corrs) corrs = (qk__prof_corr *)QK_PROF_MALLOC((size_t)A->n_corrs * sizeof *corrs);
+    if (A->n_corrs > 0) corrs = (qk__prof_corr *)QK_PROF_MALLOC((size_t)A->n_corrs * sizeof *corrs);
     if (corrs) { memcpy(corrs, A->corrs, (size_t)A->n_corrs * sizeof *corrs); nc = A->n_corrs; }
     if (A->runtime.n) api = (qk__prof_corr *)QK_PROF_MALLOC(A->n * sizeof *api);
     v->names = (qk__prof_aname *)QK_PROF_MALLOC(((size_t)A->n_names + 1) * sizeof *v->names);
@@ -6190,7 +6200,7 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
     QK_PROF_FREE(api);
     /* per kernel name: the zone most of its kept launches came from, and how many zones */
     if (v->n_names) {
-        qk__prof_nz *nz = (qk__prof_nz *)QK_PROF_MALLOC((v->n_acts + 1) * sizeof *nz);
+        qk__prof_nz *nz = (qk__prof_nz *)QK_PROF_MALLOC(((size_t)(v->n_acts > 0 ? v->n_acts : 0) + 1) * sizeof *nz);
         size_t n = 0, j;
         qsort(v->names, (size_t)v->n_names, sizeof *v->names, qk__prof_aname_cmp);
         v->name_zone = (const char **)qk__prof_calloc((size_t)v->n_names, sizeof *v->name_zone);
