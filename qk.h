@@ -1861,7 +1861,9 @@ typedef struct qk__sink {
     void *tile_user;
     qk__npyw npy;           /* NPY: the temporary file, open between qk__sink_open and close */
 } qk__sink;
-QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd);
+#if defined(QK_CUDA) && QK_CUDA
+QK__PRIV qk_result qk__npyw_fd(const qk__npyw *w, int *fd);   /* another descriptor of the file (several GPUs) */
+#endif
 QK__PRIV qk_result qk__sink_open(qk__sink *s, const qk_plan *plan, const qk_gram_desc *desc);
 QK__PRIV qk_result qk__sink_close(qk__sink *s, qk_result r);
 #endif /* sink_npy.c */
