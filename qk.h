@@ -664,7 +664,7 @@ typedef struct qk_plan {
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
-   GPU engine reads them, tests/test_planner.c checks them; the engine decides nothing else):
+   GPU engine reads them, tests/gpu/test_planner.c checks them; the engine decides nothing else):
    qk__plan_mirror   K(X,X) computes the upper triangle and writes the mirror from the same tile
                      when K lives on the device (device output, or K resident); a ring of slabs
                      computes whole rows instead (twice the flops, K never has to fit)
@@ -877,7 +877,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    worker's two cuts is off by at most align / 2 rows, so with equal weights the imbalance
    (slowest worker's pairs over the mean) is at most 1 + align * n_cols * n_workers / pairs_total
    (1 + 2 align n_workers / n_x for K(X,X)): <= 1.03 with the auto alignment whenever it is > 1;
-   1.006 for n = 10^6 on 64 workers (tests/test_mpi_schedule.c checks <= 1.05). */
+   1.006 for n = 10^6 on 64 workers (tests/mpi/test_mpi_schedule.c checks <= 1.05). */
 typedef struct qk_work_item {
     int worker;
     int64_t i0, i1;         /* rows [i0, i1) of K */
@@ -1464,7 +1464,7 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
    context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
    schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
    be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
-   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   the fault-injection test (tests/core/test_alloc_fail.c) overrides them to fail every allocation in
    turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
    blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)

@@ -468,7 +468,7 @@ typedef struct qk_plan {
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
-   GPU engine reads them, tests/test_planner.c checks them; the engine decides nothing else):
+   GPU engine reads them, tests/gpu/test_planner.c checks them; the engine decides nothing else):
    qk__plan_mirror   K(X,X) computes the upper triangle and writes the mirror from the same tile
                      when K lives on the device (device output, or K resident); a ring of slabs
                      computes whole rows instead (twice the flops, K never has to fit)
@@ -681,7 +681,7 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    worker's two cuts is off by at most align / 2 rows, so with equal weights the imbalance
    (slowest worker's pairs over the mean) is at most 1 + align * n_cols * n_workers / pairs_total
    (1 + 2 align n_workers / n_x for K(X,X)): <= 1.03 with the auto alignment whenever it is > 1;
-   1.006 for n = 10^6 on 64 workers (tests/test_mpi_schedule.c checks <= 1.05). */
+   1.006 for n = 10^6 on 64 workers (tests/mpi/test_mpi_schedule.c checks <= 1.05). */
 typedef struct qk_work_item {
     int worker;
     int64_t i0, i1;         /* rows [i0, i1) of K */

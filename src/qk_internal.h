@@ -133,7 +133,7 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
    context is in reach (qk_map_*, the readers and qk_array_free, the autotune cache, the work
    schedule), and the CPU engine's worker threads allocate their scratch, so the allocator must
    be reachable everywhere and thread-safe, which a compile-time one is by contract (as malloc);
-   the fault-injection test (tests/test_alloc_fail.c) overrides them to fail every allocation in
+   the fault-injection test (tests/core/test_alloc_fail.c) overrides them to fail every allocation in
    turn. qk_ctx_desc.allocator stays for the programs that set it: it serves the context's own
    blocks (the qk_ctx, its thread pool) through qk__alloc_with / qk__free_with. */
 #if defined(QK_MALLOC) && defined(QK_FREE) && defined(QK_REALLOC)
