@@ -6943,15 +6943,14 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
 }
 #else /* QK_NO_MPS: the program analysis (mps_prog.c) stays; nothing builds or contracts an MPS */
 static int qk__mps_rows(const qk__mps_prog *p) { (void)p; return 1; }
-#if defined(QK_CUDA) && QK_CUDA   /* the GPU engine's MPS path (run_cuda.c), never planned here */
-static double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
-                              double *discarded, double *eps, struct qk__gram_job *job)
+/* the GPU engine's MPS path (run_cuda.c) calls it, never planned here */
+QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int n_threads,
+                                double *discarded, double *eps, struct qk__gram_job *job)
 {
     (void)p; (void)m; (void)x; (void)n; (void)n_threads; (void)discarded; (void)eps; (void)job;
     qk__set_error("mps: the MPS engine is compiled out (QK_NO_MPS)");
     return NULL;
 }
-#endif
 #endif /* QK_NO_MPS */
 
 /* ---- planning and running ---- */
@@ -7247,7 +7246,7 @@ QK__PRIV qk_result qk__mps_gram(const qk_plan *plan, const qk_map *map, const qk
 {
 #ifdef QK_NO_MPS
     QK__UNUSED(plan); QK__UNUSED(map); QK__UNUSED(desc); QK__UNUSED(sink); QK__UNUSED(planned);
-    (void)qk__mps_prog_of;   /* the GPU engine's (run_cuda.c) */
+    (void)qk__mps_prog_of; (void)qk__mps_states;   /* the GPU engine's (run_cuda.c) */
     return qk__fail(QK_ERROR_UNSUPPORTED, "mps: the MPS path is compiled out (QK_NO_MPS)");
 #else
     qk__mps_prog own;
