@@ -236,7 +236,7 @@ static void check_case(const gcase *gc, int idx) {
         CHECK(r == QK_OK, "case %d: qk_gram_mpi npy, mpi_block_bytes 1 MB: %s", idx, qk_last_error());
         if (rank_ == 0 && r == QK_OK) {
             size_t la = 0, lb = 0;
-            char *a = read_file(ref_path, &la), *b = read_file(out_path, &lb);
+            char *a = qk_test_read_file(ref_path, &la), *b = qk_test_read_file(out_path, &lb);
             CHECK(a && b && la == lb && memcmp(a, b, la) == 0, "case %d: the MPI .npy with 1 MB blocks differs from one qk_gram's", idx);
             free(a);
             free(b);
