@@ -5916,7 +5916,7 @@ QK_PROF_DEF int qk_prof_advise(const qk_prof_facts *facts, const qk_prof_advice_
     qk__prof_adv_cfg(cfg, &c, 0, sz, sizeof sz);
     qk__prof_advise_all(facts, &c, &L);
     n = L.n;
-    if (out && max > 0) memcpy(out, L.items, (size_t)(n < max ? n : max) * sizeof *out);
+    if (out && max > 0 && n > 0 && L.items) memcpy(out, L.items, (size_t)(n < max ? n : max) * sizeof *out);
     QK_PROF_FREE(L.items);
     return n;
 }
@@ -6264,7 +6264,7 @@ QK_PROF_DEF int qk_prof_get_advice(qk_prof_advice *out, int max)
     if (qk__prof_model_build(&m) != 0) return -1;
     qk__prof_aview_build(&m, &v);
     n = v.adv.n;
-    if (out && max > 0) memcpy(out, v.adv.items, (size_t)(n < max ? n : max) * sizeof *out);
+    if (out && max > 0 && n > 0 && v.adv.items) memcpy(out, v.adv.items, (size_t)(n < max ? n : max) * sizeof *out);
     qk__prof_aview_free(&v);
     qk__prof_model_free(&m);
     return n;
