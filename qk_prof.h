@@ -4578,7 +4578,7 @@ static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
     const int H = 200;
     int n, i, k, pick[6], np = 0;
     double mx = 0, *buf = NULL;
-    int64_t c = 0, lo = 0;
+    int64_t c = 0;
     char t1[32], t2[32], t3[32];
     qk__prof_srow *rows = qk__prof_steps_rows(m->npt, &n);
     if (!n || !rows[0].s.steps) { QK_PROF_FREE(rows); return; }
@@ -4620,7 +4620,6 @@ static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
             if (qk__prof_st.names[i].gpu == r->gpu && strcmp(qk__prof_st.names[i].name, r->name) == 0) sn = &qk__prof_st.names[i];
         if (r->name && !sn) continue;
         c = qk__prof_steps_series(sn, m->npt, buf, &s0);
-        if (!k) lo = s0;
         qk__prof_pf(f, "<polyline class=\"series\" fill=\"none\" stroke=\"%s\" stroke-width=\"%d\" "
                        "vector-effect=\"non-scaling-stroke\" points=\"", col[k], k ? 1 : 2);
         for (j = 0; j < c; j++) {
@@ -4634,7 +4633,6 @@ static void qk__prof_html_steps(FILE *f, const qk__prof_model *m)
                     qk__prof_time(r->s.p50_ns, t2, sizeof t2), qk__prof_time(r->s.p99_ns, t3, sizeof t3));
     }
     pthread_mutex_unlock(&qk__prof_st_mu);
-    (void)lo;
     QK_PROF_FREE(buf);
     for (k = 0; k < 2; k++) {
         double v = k ? rows[0].s.p99_ns : rows[0].s.p50_ns, y = H - (H - 2) * v / mx;
