@@ -164,7 +164,9 @@ static int qk__mpi_tile(int64_t i0, int64_t j0, int64_t m, int64_t n, const void
     return b->desc->tile_fn(i0 + b->di, j0 + b->dj, m, n, tile, ld, b->desc->tile_user);
 }
 
-/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB) */
+/* n bytes at offset off of the file (MPI counts are int: pieces of at most 1 GB). A short write
+   (some bytes, not all: a write that straddles RLIMIT_FSIZE or fills the disk) is continued, as
+   write(2) is; the next write then fails with the reason (EFBIG and SIGXFSZ, ENOSPC). */
 static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, size_t n)
 {
     while (n > 0) {
@@ -173,7 +175,8 @@ static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, siz
         MPI_Status st;
         e = MPI_File_write_at(b->fh, (MPI_Offset)off, p, c, MPI_BYTE, &st);
         if (e == MPI_SUCCESS) MPI_Get_count(&st, MPI_BYTE, &got);
-        if (e != MPI_SUCCESS || got != c) {
+        if (e == MPI_SUCCESS && got > 0 && got < c) c = got;   /* short: the rest on the next pass */
+        else if (e != MPI_SUCCESS || got != c) {
             if (e != MPI_SUCCESS) MPI_Error_string(e, msg, &len);
             else len = snprintf(msg, sizeof msg, "%d of %d bytes written", got, c);
             msg[len < 0 ? 0 : len > MPI_MAX_ERROR_STRING ? MPI_MAX_ERROR_STRING : len] = 0;
