@@ -119,6 +119,7 @@
    >>maps           feature maps: ops, angles, built-ins, the spec parser's entry points [qk_api.h]
    >>context        qk_ctx and its desc (device, threads, allocator, log) [qk_api.h]
    >>gram           qk_gram and its desc (outputs, precision, path, progress) [qk_api.h]
+   >>states_in      K from given states: a simulator's own statevectors (qk_gram_states) [qk_api.h]
    >>plan           device info, qk_plan, the planner and the VRAM estimator [qk_api.h]
    >>npy            arrays, .npy and .csv [qk_api.h]
    >>tune           the autotune cache [qk_api.h]
@@ -545,6 +546,48 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
+/* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
+/* K[i][j] = |<a_i|b_j>|^2 of states the caller simulated (any gate set, any noise trajectory),
+   with qk's planner, tiling, outputs and precision modes (docs/states.md). */
+typedef enum qk_state_type {
+    QK_STATE_DEFAULT = 0,   /* = C128 */
+    QK_STATE_C128,          /* complex double, interleaved (re, im): numpy complex128, C99 double complex */
+    QK_STATE_C64,           /* complex float, interleaved: numpy complex64, cuComplex */
+    QK_STATE_F64,           /* real double amplitudes */
+    QK_STATE_F32            /* real float amplitudes */
+} qk_state_type;
+/* The state provider: writes the states of samples [i0, i1) of side (0: A, 1: B) into buf, a
+   buffer qk owns, (i1 - i0) rows of ld elements of the states' type (the first dim of each
+   row are read), on the host. Called from one thread at a time, when the plan needs those rows;
+   the same rows may be asked for more than once (qk_plan.state_tile: K(X,X) of n states in
+   state tiles of R rows asks for about n^2 / 2R rows). Return 0, or non-zero to fail the job
+   (QK_ERROR_CANCELLED, nothing written). */
+typedef int (*qk_state_fn)(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user);
+typedef struct qk_states_desc {
+    qk_state_type type;     /* default C128 */
+    int64_t dim;            /* amplitudes per state (required, >= 2); a dim that is no power of two
+                               is zero-padded to the next one (the engines' 2^q) */
+    const void *a;          /* n_a states, row-major, lda elements apart (default dim) */
+    int64_t n_a, lda;
+    const void *b;          /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
+    int64_t n_b, ldb;
+    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine):
+                               read in place, never copied to the host */
+    int normalize;          /* 0 (default): each state's norm is checked, |<a|a> - 1| <= norm_tol,
+                               an error naming the row otherwise; 1: each state is scaled to norm 1
+                               (a zero state is an error) */
+    double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
+    qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
+                               never holds all states (host; CPU engine) */
+    void *provider_user;
+} qk_states_desc;
+/* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
+   x and y NULL (n_x and n_y are ignored: n_a and n_b count the rows). Every output (HOST, DEVICE,
+   CALLBACK, NPY), precision (with its bound; qk_precision_error_bound at the states' qubit
+   count), the state tiles where the states do not fit, several GPUs. Errors: a non-finite
+   amplitude or a norm off 1 names the side and the row ("A[12]: ..."). */
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc);
+
 /* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
@@ -707,6 +750,10 @@ static inline int qk__plan_shrink(qk_plan *p)
 }
 
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+/* The plan qk_gram_states would run (qk_plan_make's for given states): with a provider and
+   plan.state_tile R > 0 (state tiles), K(A,A) of n states asks for A's rows about n + n^2 / 2R
+   times, K(A,B) for each of A's rows once and B's rows ceil(n_a / R) times; R == 0: each row once. */
+QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -985,6 +1032,31 @@ static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
 enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 /* ---- end meaning ---- */
 
+/* Given states (qk_gram_states) travel through the engines as a map of one op, QK__OP_STATE,
+   that no map a user builds can hold (qk_map_make refuses kinds past QK_OP_KIND_COUNT_): the
+   op's q0 is the qk_state_type, q1 its flags, angle.x0 the amplitudes per state (dim); the map's
+   n_features is a row's stride in 8-byte units, and the data x of the Gram are the states' bytes
+   seen as doubles (every engine moves rows of n_features doubles; only the state builders read
+   them as amplitudes). */
+#define QK__OP_STATE ((qk_op_kind)64)
+enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
+static QK__HD inline int qk__state_esize(int type)
+{
+    return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
+}
+static QK__HD inline int qk__state_complex(int type) { return type == QK_STATE_C128 || type == QK_STATE_C64; }
+/* Amplitude k of a given state's row, as doubles. */
+static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, double *re, double *im)
+{
+    switch (type) {
+    case QK_STATE_C128: *re = ((const double *)row)[2 * k]; *im = ((const double *)row)[2 * k + 1]; break;
+    case QK_STATE_C64: *re = ((const float *)row)[2 * k]; *im = ((const float *)row)[2 * k + 1]; break;
+    case QK_STATE_F64: *re = ((const double *)row)[k]; *im = 0; break;
+    default: *re = ((const float *)row)[k]; *im = 0; break;
+    }
+}
+static inline int qk__map_is_states(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_STATE; }
+
 /* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
    both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
@@ -1035,7 +1107,7 @@ static inline int64_t qk__cuda_params(const qk_map *m)
             diag = 1;
             i += 2;
         }
-        if (k == QK_OP_AMPLITUDE) continue;
+        if (k == QK_OP_AMPLITUDE || k == QK__OP_STATE) continue;
         if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
         in_diag = 0;
         if (k != QK_OP_CNOT) gates++;
@@ -1220,6 +1292,11 @@ typedef struct qk_cuda_mps {
 } qk_cuda_mps;
 QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *desc, const qk_cuda_mps *mps,
                                        const qk_cuda_io *io, char *err, size_t err_size);
+/* Squared norms of n given device states (qk_gram_states with on_device), rows ld doubles apart,
+   dim amplitudes of qk_state_type type; NaN for a row with a non-finite amplitude. Checks that x
+   is device memory of the current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
+                                          size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
@@ -1627,6 +1704,22 @@ QK__PRIV int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *
 QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a);
 QK__PRIV qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset);
 QK__PRIV qk_angle qk__noang(void);
+
+/* qk_gram_states' map (QK__OP_STATE, qk_engine.h): the map first, so that the engines' map
+   pointer is this; with a provider the Gram's x and y are &smap->side[0] and &side[1], which the
+   state builders hand to the provider as the side and never read. */
+typedef struct qk__smap {
+    qk_map map;
+    qk_op op;
+    qk_states_desc in;      /* the caller's, defaults resolved (lda, ldb, norm_tol, type) */
+    int q;
+    char side[2];
+    void *buf;              /* provider rows: chunk rows of ld elements */
+    void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
+    int64_t ld, chunk;
+} qk__smap;
+QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
+QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
 #endif /* map.c */
 
 /* ---- map_parse.c: the map spec parser ---- */
@@ -1702,6 +1795,7 @@ typedef struct qk__gram_job {
     int64_t next;
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
+    qk_result provider_failed;  /* given states: the provider failed or its rows were bad (the error set) */
     int oom;
     const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
@@ -1770,7 +1864,7 @@ typedef struct qk__cpu_tiles {
 
 QK__PRIV qk_path qk__path_of(const qk_map *m);
 QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path);
-QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t row0, int64_t n, qk_path path, int n_threads,
                                 struct qk__gram_job *job);
 QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt);
 QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,
@@ -2235,7 +2329,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
         const qk_op *o = &m->ops[k];
         qk__mps_step *st = &p->steps[p->n_steps];
         int diag;
-        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
+        if (o->kind == QK_OP_AMPLITUDE || o->kind == QK__OP_STATE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
         if (qk__op_arity(o->kind) == 1) {
             st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
             if (!qk__op_diag1(o->kind)) run++;
@@ -2976,6 +3070,50 @@ static int qk__angles_bounded(const qk_map *map, double xmax)
     return 1;
 }
 
+/* A given state's squared norm ss (NaN: a non-finite amplitude): finite, non-zero, and within
+   norm_tol of 1 unless the states are to be scaled. */
+QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row)
+{
+    const char *nm = side ? "B" : "A";
+    if (isnan(ss)) return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an amplitude is NaN or Inf", nm, (long long)row);
+    if (!isfinite(ss) || ss < DBL_MIN)
+        return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the state's squared norm is %s%s", nm, (long long)row,
+                        ss == 0.0 ? "0" : isfinite(ss) ? "below DBL_MIN" : "not finite", ss == 0.0 ? " (a zero state)" : "");
+    if (!(sm->op.q1 & QK__STATE_NORMALIZE) && !(fabs(ss - 1.0) <= sm->in.norm_tol)) {
+        char v0[40], v1[40];
+        return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the state's squared norm is %s, off 1 by more than norm_tol %s "
+                        "(normalize = 1 scales each state to norm 1)", nm, (long long)row,
+                        qk__fmt_g(v0, sizeof v0, ss, 17), qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+    }
+    return QK_OK;
+}
+
+/* Given states (qk_gram_states): rows [row0, row0 + n) of side (0: A, 1: B), ld_bytes apart:
+   every amplitude finite, and the norm within norm_tol of 1 (or, to be scaled, non-zero). */
+QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0)
+{
+    const int type = sm->in.type;
+    const int64_t dim = sm->in.dim;
+    const char *nm = side ? "B" : "A";
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        const void *row = (const char *)rows + i * ld_bytes;
+        double ss = 0.0, re, im;
+        for (k = 0; k < dim; k++) {
+            qk__state_amp(row, type, k, &re, &im);
+            if (!isfinite(re) || !isfinite(im))
+                return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: amplitude %lld is %s", nm, (long long)(row0 + i), (long long)k,
+                                isnan(re) || isnan(im) ? "NaN" : "Inf");
+            ss += re * re + im * im;
+        }
+        {
+            qk_result r = qk__state_norm_check(sm, ss, side, row0 + i);
+            if (r != QK_OK) return r;
+        }
+    }
+    return QK_OK;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
@@ -2985,6 +3123,11 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
     d = map->n_features;
+    if (qk__map_is_states(map)) {   /* given states: a provider's rows and device rows are checked where they are read */
+        const qk__smap *sm = (const qk__smap *)(const void *)map;
+        if (map->ops[0].q1 & (QK__STATE_PROVIDER | QK__STATE_DEVICE)) return QK_OK;
+        return qk__states_check(sm, x, n, (int64_t)d * 8, strcmp(name, "Y") == 0, 0);
+    }
     for (k = 0; k < map->n_ops; k++) {
         if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
@@ -4004,6 +4147,35 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
     }
 }
 
+/* A given state's row (qk_gram_states' map, op o) into re / im (zero-padded past dim by the
+   caller), unchanged (the bits of the caller's amplitudes), or scaled to norm 1 where the op's
+   flags ask for it. */
+static void qk__state_row(const qk_op *o, const double *x, double *re, double *im)
+{
+    const int type = o->q0;
+    const int64_t dim = o->angle.x0;
+    int64_t k;
+    double ss = 0.0, inv;
+    switch (type) {
+    case QK_STATE_C128: for (k = 0; k < dim; k++) { re[k] = x[2 * k]; im[k] = x[2 * k + 1]; } break;
+    case QK_STATE_C64: {
+        const float *f = (const float *)(const void *)x;
+        for (k = 0; k < dim; k++) { re[k] = f[2 * k]; im[k] = f[2 * k + 1]; }
+        break;
+    }
+    case QK_STATE_F64: memcpy(re, x, sizeof(double) * (size_t)dim); break;
+    default: {
+        const float *f = (const float *)(const void *)x;
+        for (k = 0; k < dim; k++) re[k] = f[k];
+        break;
+    }
+    }
+    if (!(o->q1 & QK__STATE_NORMALIZE)) return;
+    for (k = 0; k < dim; k++) ss += re[k] * re[k] + im[k] * im[k];
+    inv = 1.0 / sqrt(ss);
+    for (k = 0; k < dim; k++) { re[k] *= inv; im[k] *= inv; }
+}
+
 /* ---- cancel while states are built ---- */
 
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
@@ -4016,6 +4188,10 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
     int first = 0, cplx = 0; /* cplx: some op made the state complex (before: im is all 0) */
     memset(re, 0, sizeof(double) * (size_t)D);
     memset(im, 0, sizeof(double) * (size_t)D);
+    if (m->n_ops > 0 && m->ops[0].kind == QK__OP_STATE) {   /* given states: as they are, or scaled */
+        qk__state_row(&m->ops[0], x, re, im);
+        return;
+    }
     if (m->n_ops > 0 && m->ops[0].kind == QK_OP_AMPLITUDE) {
         double ss = 0.0, inv;
         for (k = 0; k < m->n_features; k++) ss += x[k] * x[k];
@@ -4169,7 +4345,7 @@ QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path)
    scratch cannot be allocated. job (may be NULL): the job whose progress callback is polled
    meanwhile; where it cancels, the builders stop and out is left half built (the caller sees
    job->cancel and discards it). */
-static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out,
+static int qk__cpu_states_rows(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out,
                                struct qk__gram_job *job)
 {
     qk__states_job j;
@@ -4182,9 +4358,48 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
     return 0;
 }
 
+/* Rows [row0, row0 + n) of the data X (desc->x or desc->y, n_features doubles a row) into out.
+   Given states with a provider (qk_gram_states): X is the side's tag, and the rows come from the
+   provider in chunks into the map's buffer, checked, then built as stored rows. */
+static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, int64_t n, qk_path path, int n_threads,
+                               double *out, struct qk__gram_job *job)
+{
+    qk__smap *sm;
+    int side;
+    int64_t c, stride;
+    if (!qk__map_is_states(m) || !(m->ops[0].q1 & QK__STATE_PROVIDER))
+        return qk__cpu_states_rows(m, X + row0 * m->n_features, n, path, n_threads, out, job);
+    sm = (qk__smap *)(void *)(uintptr_t)(const void *)m;
+    side = (const char *)(const void *)X == &sm->side[1];
+    stride = qk__row_len(m, path);
+    for (c = 0; c < n; c += sm->chunk) {
+        const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
+        qk_result r;
+        QK_PROF_BEGIN("state provider");
+        r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+        QK_PROF_END("state provider");
+        if (r != QK_OK)
+            qk__fail(QK_ERROR_CANCELLED, "qk_gram_states: the state provider failed for %s rows [%lld, %lld) (nothing was written)",
+                     side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
+        else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
+        if (r != QK_OK) {
+            if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
+            return -1;
+        }
+        if (qk__cpu_states_rows(m, (const double *)sm->buf, k, path, n_threads, out + c * stride, job) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The result of a failed qk__cpu_states_into: the provider's error (set), or out of memory. */
+static qk_result qk__states_failed(const qk__gram_job *j)
+{
+    return j && j->provider_failed ? j->provider_failed : QK_ERROR_OUT_OF_MEMORY;
+}
+
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
-QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t row0, int64_t n, qk_path path, int n_threads,
                                 struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
@@ -4192,7 +4407,7 @@ QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_
     if ((double)n * (double)stride * 8.0 > 9.0e18) { qk__set_error("states: %lld x %lld doubles overflow", (long long)n, (long long)stride); return NULL; }
     out = (double *)qk__malloc(sizeof(double) * (size_t)(n * stride));
     if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
-    if (qk__cpu_states_into(m, x, n, path, n_threads, out, job) != 0) { QK_FREE(out); return NULL; }
+    if (qk__cpu_states_into(m, x, row0, n, path, n_threads, out, job) != 0) { QK_FREE(out); return NULL; }
     return out;
 }
 
@@ -4490,18 +4705,18 @@ QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, in
                                      char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
-    const int sym = desc->y == NULL, nf = t->map->n_features;
+    const int sym = desc->y == NULL;
     const int64_t nb = sym ? desc->n_x : desc->n_y;
     const size_t es = j->dt == QK_F32 ? 4 : 8;
     int64_t c0;
-    if (qk__cpu_states_into(t->map, desc->x + i0 * nf, m, t->path, nt, t->A, j) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (qk__cpu_states_into(t->map, desc->x, i0, m, t->path, nt, t->A, j) != 0) return qk__states_failed(j);
     qk__job_poll(j);
     for (c0 = sym ? i0 : 0; c0 < nb && !QK__LOAD(&j->cancel) && !QK__LOAD(&j->oom); c0 += t->R) {
         const int64_t n = nb - c0 < t->R ? nb - c0 : t->R;
         const int diag = sym && c0 == i0;
         if (!diag) {
-            if (qk__cpu_states_into(t->map, (sym ? desc->x : desc->y) + c0 * nf, n, t->path, nt, t->B, j) != 0)
-                return QK_ERROR_OUT_OF_MEMORY;
+            if (qk__cpu_states_into(t->map, sym ? desc->x : desc->y, c0, n, t->path, nt, t->B, j) != 0)
+                return qk__states_failed(j);
             qk__job_poll(j);
             if (QK__LOAD(&j->cancel)) break;
         }
@@ -5970,6 +6185,7 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
 QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
                                     qk__sink *sink)
 {
+    if (j->provider_failed) return j->provider_failed;
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
     if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
@@ -6021,8 +6237,8 @@ QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk
     if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc, sink);
     qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, qk__row_len(map, path),
                      path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
-    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
+    A = qk__cpu_states(map, desc->x, 0, desc->n_x, path, nt, &j);
+    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, 0, desc->n_y, path, nt, &j);
     r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);
@@ -8503,6 +8719,8 @@ static void qk__vram_per_state(int q, int n_features, double params, qk_path pat
 static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
 {
     qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
+    if (qk__map_is_states(m))   /* given states: loaded (no pass buffer); device states read in place */
+        *scratch = (double)t + 8.0 + ((m->ops[0].q1 & QK__STATE_DEVICE) ? 0.0 : (double)m->n_features * 8.0);
 }
 
 /* ---- precision: stated error bounds and the AUTO choice ---- */
@@ -10234,7 +10452,7 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
     r = qk_map_check_data(map, x, n, "X");
     if (r != QK_OK) return r;
     path = map->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
-    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads, NULL);
+    s = qk__cpu_states(map, x, 0, n, path, ctx->desc.n_threads, NULL);
     if (!s) return QK_ERROR_OUT_OF_MEMORY;
     D = (int64_t)1 << map->n_qubits;
     for (i = 0; i < n; i++) {
@@ -10249,6 +10467,194 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 }
 
 
+
+/* ---- qk_gram_states: K from given states ---- */
+#if defined(QK_CUDA) && QK_CUDA
+/* Device states (on_device): their norms computed on the device, checked as host rows are. */
+static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
+{
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n);
+    char err[256] = "";
+    qk_result r;
+    int64_t i;
+    if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %lld norms", (long long)n);
+    r = qk_cuda_state_norms(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
+    if (r != QK_OK) qk__fail(r, "qk_gram_states: %s: %s", side ? "b" : "a", err);
+    for (i = 0; i < n && r == QK_OK; i++) r = qk__state_norm_check(sm, nrm[i], side, i);
+    QK_FREE(nrm);
+    return r;
+}
+#endif
+/* Rows of n elements of esize bytes, ld apart, packed into a fresh buffer whose rows are a
+   multiple of 8 bytes (ld_out elements): the engines move rows of whole doubles. */
+static void *qk__states_pack(const void *src, int64_t n, int64_t dim, int64_t ld, int esize, int64_t ld_out)
+{
+    char *p;
+    int64_t i;
+    if ((double)n * (double)ld_out * esize > 9.0e18) return NULL;
+    p = (char *)qk__calloc((size_t)(n * ld_out), (size_t)esize);
+    if (!p) return NULL;
+    for (i = 0; i < n; i++) memcpy(p + (size_t)(i * ld_out) * (size_t)esize, (const char *)src + (size_t)(i * ld) * (size_t)esize, (size_t)(dim * esize));
+    return p;
+}
+
+/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
+   (qk__smap_free). */
+static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
+{
+#define sm (*sm_out)
+#define g (*g_out)
+    void *pa = NULL, *pb = NULL;
+    int esize, q = 1;
+    int64_t row_elems;   /* elements of a stored row: a multiple of 8 bytes */
+    const char *what = NULL;
+    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
+    memset(&sm, 0, sizeof sm);
+    memset(&g, 0, sizeof g);
+    sm.in = *states;
+    if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
+    if ((int)sm.in.type < (int)QK_STATE_C128 || (int)sm.in.type > (int)QK_STATE_F32)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: unknown state type %d", (int)states->type);
+    esize = qk__state_esize(sm.in.type);
+    if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: dim must be >= 2 (got %lld)", (long long)sm.in.dim);
+    while (q < 62 && ((int64_t)1 << q) < sm.in.dim) q++;
+    if (q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: dim %lld needs %d qubits, beyond the state limit %d", (long long)sm.in.dim, q,
+                        QK_MAX_STATE_QUBITS);
+    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: desc->x and desc->y must be NULL (the states are states->a and states->b)");
+    if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_a must be > 0 (got %lld)", (long long)sm.in.n_a);
+    if ((sm.in.b || (sm.in.provider && sm.in.n_b)) && sm.in.n_b <= 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_b must be > 0 with b (got %lld)", (long long)sm.in.n_b);
+    if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a provider, or a and b, not both");
+    if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a is NULL (and no provider)");
+    if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the provider writes host rows (on_device with a provider)");
+    if (sm.in.lda == 0) sm.in.lda = sm.in.dim;
+    if (sm.in.ldb == 0) sm.in.ldb = sm.in.dim;
+    if (sm.in.lda < sm.in.dim || (sm.in.b && sm.in.ldb < sm.in.dim))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < dim %lld", sm.in.lda < sm.in.dim ? "a" : "b",
+                        (long long)(sm.in.lda < sm.in.dim ? sm.in.lda : sm.in.ldb), (long long)sm.in.dim);
+    if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: normalize must be 0 or 1 (got %d)", sm.in.normalize);
+    if (sm.in.norm_tol == 0.0) sm.in.norm_tol = esize == 16 || sm.in.type == QK_STATE_F64 ? 1e-9 : 1e-5;
+    if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: norm_tol must be in (0, 1) (got %g)", states->norm_tol);
+    if (desc->path == QK_PATH_MPS || desc->path == QK_PATH_ANALYTIC)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: given statevectors take the statevector path (path %s)", desc->path == QK_PATH_MPS ? "MPS" : "ANALYTIC");
+    if (sm.in.on_device) {
+#if defined(QK_CUDA) && QK_CUDA
+        if (ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need a context on the GPU engine");
+#else
+        return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram_states: device states need the CUDA engine (not in this build)");
+#endif
+    }
+    /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
+       (read in place), else packed rows of dim elements rounded up to whole doubles */
+    row_elems = (sm.in.dim * esize + 7) / 8 * 8 / esize;
+    if (!sm.in.provider) {
+        const int fit_a = (sm.in.lda * esize) % 8 == 0 && ((uintptr_t)sm.in.a % 8) == 0;
+        const int fit_b = !sm.in.b || ((sm.in.ldb * esize) % 8 == 0 && ((uintptr_t)sm.in.b % 8) == 0 && sm.in.ldb == sm.in.lda);
+        if (fit_a && fit_b) row_elems = sm.in.lda;
+        else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need 8-byte aligned rows, and lda == ldb");
+        else {
+            pa = qk__states_pack(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, esize, row_elems);
+            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, esize, row_elems);
+            if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
+        }
+    }
+    if ((double)row_elems * esize / 8.0 > 2147483647.0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: rows of %lld elements are too long", (long long)row_elems);
+    sm.q = q;
+    sm.op.kind = QK__OP_STATE;
+    sm.op.q0 = (int)sm.in.type;
+    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0);
+    sm.op.angle.kind = QK_ARG_CONST;
+    sm.op.angle.x0 = (int)sm.in.dim;
+    sm.op.angle.scale = 1.0;
+    sm.map.type = QK_MAP_CUSTOM;
+    sm.map.cls = qk__state_complex(sm.in.type) ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
+    sm.map.n_qubits = q;
+    sm.map.n_features = (int)(row_elems * esize / 8);
+    sm.map.n_ops = 1;
+    sm.map.ops = &sm.op;
+    sm.map.desc.type = QK_MAP_CUSTOM;
+    sm.map.desc.n_features = sm.map.n_features;
+    sm.map.desc.n_qubits = q;
+    g = *desc;
+    g.n_x = sm.in.n_a;
+    g.n_y = sm.in.n_b;
+    if (sm.in.provider) {
+        /* chunks of provider rows of at most 64 MB (at least one row) */
+        sm.ld = row_elems;
+        sm.chunk = (int64_t)(((size_t)64 << 20) / (size_t)(row_elems * esize));
+        if (sm.chunk < 1) sm.chunk = 1;
+        if (sm.chunk > (sm.in.n_a > sm.in.n_b ? sm.in.n_a : sm.in.n_b)) sm.chunk = sm.in.n_a > sm.in.n_b ? sm.in.n_a : sm.in.n_b;
+        sm.buf = qk__calloc((size_t)(sm.chunk * row_elems), (size_t)esize);
+        if (!sm.buf) { what = "the provider's row buffer"; goto oom; }
+        g.x = (const double *)(const void *)&sm.side[0];
+        g.y = sm.in.n_b > 0 ? (const double *)(const void *)&sm.side[1] : NULL;
+#if defined(QK_CUDA) && QK_CUDA
+        if (ctx->desc.device == QK_DEVICE_CUDA) {
+            QK_FREE(sm.buf);
+            return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the state provider runs on the CPU engine (a context on the GPU "
+                            "engine takes host or device states)");
+        }
+#endif
+    } else {
+        g.x = (const double *)(pa ? pa : sm.in.a);
+        g.y = sm.in.b ? (const double *)(pb ? pb : sm.in.b) : NULL;
+    }
+#if defined(QK_CUDA) && QK_CUDA
+    if (sm.in.on_device) {
+        /* checked on the device; one GPU (the context's first, where the states must live) */
+        char err[256] = "";
+        qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "qk_gram_states: %s", err);
+        r = qk__states_check_device(&sm, sm.in.a, sm.in.n_a, sm.map.n_features, 0);
+        if (r == QK_OK && sm.in.b) r = qk__states_check_device(&sm, sm.in.b, sm.in.n_b, sm.map.n_features, 1);
+        if (r != QK_OK) return r;
+        g.mgpu_min_pairs = INT64_MAX;
+        g.mgpu_host_bound_split = -1;
+    }
+#endif
+    if (!g.y) g.n_y = 0;
+    sm.pa = pa;
+    sm.pb = pb;
+    return QK_OK;
+oom:
+    QK_FREE(pa);
+    QK_FREE(pb);
+    QK_FREE(sm.buf);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %s", what);
+#undef sm
+#undef g
+}
+
+static void qk__smap_free(qk__smap *sm)
+{
+    QK_FREE(sm->pa);
+    QK_FREE(sm->pb);
+    QK_FREE(sm->buf);
+}
+
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+{
+    qk__smap sm;
+    qk_gram_desc g;
+    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
+    if (r != QK_OK) return r;
+    r = qk_gram(ctx, &sm.map, &g);
+    qk__smap_free(&sm);
+    return r;
+}
+
+QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk__smap sm;
+    qk_gram_desc g;
+    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
+    if (r != QK_OK) return r;
+    r = qk_plan_make(ctx, &sm.map, &g, out);
+    qk__smap_free(&sm);
+    return r;
+}
 /* >>mpi_impl ---- qk_gram_mpi: K over the ranks of an MPI communicator ---- */
 #if defined(QK_MPI)
 /* qk_gram_mpi: every rank checks the request, the ranks agree (sizes, dtype, a checksum of the

@@ -510,6 +510,9 @@ static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 struct qk__prog {
     int q, d;
     int has_amp;
+    int states;     /* given states (qk_gram_states): a load kernel, no program; the op's fields */
+    int st_type, st_flags;
+    int64_t st_dim;
     std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
@@ -734,6 +737,18 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     for (int i = 0; i < map->n_ops; ++i) {
         pg->ang[i] = map->ops[i].angle;
         pg->op_kind[i] = (int)map->ops[i].kind;
+    }
+    pg->states = 0;
+    if (qk__map_is_states(map)) {   /* the states are loaded, not built (qk__launch_load_states) */
+        pg->states = 1;
+        pg->st_type = map->ops[0].q0;
+        pg->st_flags = map->ops[0].q1;
+        pg->st_dim = map->ops[0].angle.x0;
+        pg->instr.clear(); pg->jobs.clear(); pg->con.clear(); pg->passes.clear();
+        pg->qoff.assign(q + 1, 0);
+        pg->qops.assign(1, 0);
+        pg->P = 1;
+        return QK_OK;
     }
     QK_TRY(qk__compile_product(map, pg, E));
     if (q > QK__MAXQ) return QK_OK; /* analytic only */
@@ -1516,12 +1531,57 @@ static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, cons
     return QK_OK;
 }
 
+/* Given states (qk_gram_states): row s of x (ld doubles apart, dim amplitudes of the state type)
+   into the engine's layout, zero-padded to D, scaled to norm 1 where the flags ask (the norm in
+   double, one block per row). */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_load_states(const double *__restrict__ x, int64_t n, int ld, int type, int flags,
+                                                        int64_t dim, int64_t D, void *__restrict__ out, int out_real)
+{
+    __shared__ double red[256];
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    const double *row = x + s * (int64_t)ld;
+    double inv = 1.0;
+    if (flags & QK__STATE_NORMALIZE) {
+        double acc = 0, re, im;
+        for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+            qk__state_amp(row, type, k, &re, &im);
+            acc += re * re + im * im;
+        }
+        red[threadIdx.x] = acc;
+        __syncthreads();
+        for (int h = 128; h > 0; h >>= 1) {
+            if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+            __syncthreads();
+        }
+        inv = 1.0 / sqrt(red[0]);
+    }
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+        double re = 0, im = 0;
+        if (k < dim) qk__state_amp(row, type, k, &re, &im);
+        if (out_real) ((T *)out)[s * D + k] = (T)(re * inv);
+        else {
+            qk__cx<T> v;
+            v.x = (T)(re * inv);
+            v.y = (T)(im * inv);
+            ((qk__cx<T> *)out)[s * D + k] = v;
+        }
+    }
+}
+
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
                                   qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
 {
     if (n <= 0) return QK_OK;
+    if (pg.states) {
+        qk__k_load_states<T><<<(unsigned)n, 256, 0, st>>>(dx, n, pg.d, pg.st_type, pg.st_flags, pg.st_dim, (int64_t)1 << pg.q, out,
+                                                           out_real ? 1 : 0);
+        QK_LAUNCH_CK("qk__k_load_states");
+        return QK_OK;
+    }
     QK_TRY(qk__launch_prep<T>(pg, dp, dx, n, (T *)ws.params, st, E));
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
@@ -2736,6 +2796,7 @@ struct qk__job_state {
     qk__pool pool;
     cublasHandle_t blas = nullptr;
     double *dx = nullptr, *dy = nullptr;
+    bool x_in_place = false;             /* dx, dy are the caller's device states (qk_gram_states) */
     void *SA = nullptr, *SB = nullptr;   /* states (or qubit vectors) */
     qk__build_ws ws;
     void *Kd = nullptr;                  /* device K (resident) or slab ring */
@@ -2753,7 +2814,7 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
-    cudaFree(J->dx); cudaFree(J->dy);
+    if (!J->x_in_place) { cudaFree(J->dx); cudaFree(J->dy); }
     if (J->SA) QK__GZ_UNTRACK(J, J->SA);
     if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
     if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
@@ -2874,11 +2935,16 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
                                                          "parameters than qk__cuda_params budgets (please report the map)");
         QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
-        if (!stream_amp) {
+        if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_DEVICE)) {
+            /* the caller's device states, read in place: never copied, never freed here */
+            J->x_in_place = true;
+            J->dx = (double *)ds->x;
+            J->dy = sym ? nullptr : (double *)ds->y;
+        } else if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
-        if (!sym && !stream_amp) {
+        if (!sym && !stream_amp && !J->x_in_place) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
@@ -3180,6 +3246,64 @@ extern "C" int qk_cuda_host_pinned(const void *p)
     int pinned = p && cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeHost;
     cudaGetLastError();
     return pinned;
+}
+
+/* Squared norms of given device states (qk_gram_states, on_device), one block per row, NaN for a
+   row with a non-finite amplitude; the rows must be device memory of the current device. */
+__global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+                                                        double *__restrict__ out)
+{
+    __shared__ double red[256];
+    __shared__ int bad;
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    const double *row = x + s * ld;
+    double acc = 0, re, im;
+    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+        qk__state_amp(row, type, k, &re, &im);
+        if (!isfinite(re) || !isfinite(im)) bad = 1;
+        acc += re * re + im * im;
+    }
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : red[0];
+}
+
+extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
+                                         size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    cudaPointerAttributes at;
+    int cur = -1;
+    double *d = nullptr;
+    if (!x || n <= 0 || !norms) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_norms: bad argument");
+    cudaGetDevice(&cur);
+    char msg[160];
+    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
+    }
+    if (at.device != cur) {
+        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    QK_CK(cudaMalloc((void **)&d, (size_t)n * sizeof(double)));
+    qk__k_state_norms<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(norms, d, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "qk__k_state_norms: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
 }
 
 extern "C" qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size)

@@ -61,7 +61,7 @@ QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path)
    scratch cannot be allocated. job (may be NULL): the job whose progress callback is polled
    meanwhile; where it cancels, the builders stop and out is left half built (the caller sees
    job->cancel and discards it). */
-static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out,
+static int qk__cpu_states_rows(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads, double *out,
                                struct qk__gram_job *job)
 {
     qk__states_job j;
@@ -74,9 +74,48 @@ static int qk__cpu_states_into(const qk_map *m, const double *x, int64_t n, qk_p
     return 0;
 }
 
+/* Rows [row0, row0 + n) of the data X (desc->x or desc->y, n_features doubles a row) into out.
+   Given states with a provider (qk_gram_states): X is the side's tag, and the rows come from the
+   provider in chunks into the map's buffer, checked, then built as stored rows. */
+static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, int64_t n, qk_path path, int n_threads,
+                               double *out, struct qk__gram_job *job)
+{
+    qk__smap *sm;
+    int side;
+    int64_t c, stride;
+    if (!qk__map_is_states(m) || !(m->ops[0].q1 & QK__STATE_PROVIDER))
+        return qk__cpu_states_rows(m, X + row0 * m->n_features, n, path, n_threads, out, job);
+    sm = (qk__smap *)(void *)(uintptr_t)(const void *)m;
+    side = (const char *)(const void *)X == &sm->side[1];
+    stride = qk__row_len(m, path);
+    for (c = 0; c < n; c += sm->chunk) {
+        const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
+        qk_result r;
+        QK_PROF_BEGIN("state provider");
+        r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+        QK_PROF_END("state provider");
+        if (r != QK_OK)
+            qk__fail(QK_ERROR_CANCELLED, "qk_gram_states: the state provider failed for %s rows [%lld, %lld) (nothing was written)",
+                     side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
+        else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
+        if (r != QK_OK) {
+            if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
+            return -1;
+        }
+        if (qk__cpu_states_rows(m, (const double *)sm->buf, k, path, n_threads, out + c * stride, job) != 0) return -1;
+    }
+    return 0;
+}
+
+/* The result of a failed qk__cpu_states_into: the provider's error (set), or out of memory. */
+static qk_result qk__states_failed(const qk__gram_job *j)
+{
+    return j && j->provider_failed ? j->provider_failed : QK_ERROR_OUT_OF_MEMORY;
+}
+
 /* Builds n rows; returns NULL (and sets the error) when memory runs out. job: as for
    qk__cpu_states_into (a cancelled job's rows are half built). */
-QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t row0, int64_t n, qk_path path, int n_threads,
                                 struct qk__gram_job *job)
 {
     int64_t stride = qk__row_len(m, path);
@@ -84,7 +123,7 @@ QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_
     if ((double)n * (double)stride * 8.0 > 9.0e18) { qk__set_error("states: %lld x %lld doubles overflow", (long long)n, (long long)stride); return NULL; }
     out = (double *)qk__malloc(sizeof(double) * (size_t)(n * stride));
     if (!out) { qk__set_error("states: cannot allocate %.3g GB of host memory for %lld states", (double)n * (double)stride * 8e-9, (long long)n); return NULL; }
-    if (qk__cpu_states_into(m, x, n, path, n_threads, out, job) != 0) { QK_FREE(out); return NULL; }
+    if (qk__cpu_states_into(m, x, row0, n, path, n_threads, out, job) != 0) { QK_FREE(out); return NULL; }
     return out;
 }
 
@@ -382,18 +421,18 @@ QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, in
                                      char *kbase, int nt)
 {
     const qk_gram_desc *desc = t->desc;
-    const int sym = desc->y == NULL, nf = t->map->n_features;
+    const int sym = desc->y == NULL;
     const int64_t nb = sym ? desc->n_x : desc->n_y;
     const size_t es = j->dt == QK_F32 ? 4 : 8;
     int64_t c0;
-    if (qk__cpu_states_into(t->map, desc->x + i0 * nf, m, t->path, nt, t->A, j) != 0) return QK_ERROR_OUT_OF_MEMORY;
+    if (qk__cpu_states_into(t->map, desc->x, i0, m, t->path, nt, t->A, j) != 0) return qk__states_failed(j);
     qk__job_poll(j);
     for (c0 = sym ? i0 : 0; c0 < nb && !QK__LOAD(&j->cancel) && !QK__LOAD(&j->oom); c0 += t->R) {
         const int64_t n = nb - c0 < t->R ? nb - c0 : t->R;
         const int diag = sym && c0 == i0;
         if (!diag) {
-            if (qk__cpu_states_into(t->map, (sym ? desc->x : desc->y) + c0 * nf, n, t->path, nt, t->B, j) != 0)
-                return QK_ERROR_OUT_OF_MEMORY;
+            if (qk__cpu_states_into(t->map, sym ? desc->x : desc->y, c0, n, t->path, nt, t->B, j) != 0)
+                return qk__states_failed(j);
             qk__job_poll(j);
             if (QK__LOAD(&j->cancel)) break;
         }

@@ -81,6 +81,7 @@ static qk_result qk__cpu_states_cancelled(const qk__gram_job *j)
 QK__PRIV qk_result qk__cpu_gram_run(const qk_plan *plan, const qk_gram_desc *desc, qk__gram_job *j, const double *A, const double *B,
                                     qk__sink *sink)
 {
+    if (j->provider_failed) return j->provider_failed;
     if (!A) return QK_ERROR_OUT_OF_MEMORY;
     if (j->cancel) return qk__cpu_states_cancelled(j);
     if (desc->y && !B) return QK_ERROR_OUT_OF_MEMORY;
@@ -132,8 +133,8 @@ QK__PRIV qk_result qk__cpu_gram(const qk_plan *plan, const qk_map *map, const qk
     if (!plan->bulk_states) return qk__cpu_gram_tiled(plan, map, desc, sink);
     qk__cpu_job_init(&j, plan, desc, sink, NULL, NULL, qk__row_len(map, path),
                      path == QK_PATH_ANALYTIC ? map->n_qubits : ((int64_t)1 << map->n_qubits), NULL, 0);
-    A = qk__cpu_states(map, desc->x, desc->n_x, path, nt, &j);
-    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, desc->n_y, path, nt, &j);
+    A = qk__cpu_states(map, desc->x, 0, desc->n_x, path, nt, &j);
+    if (A && desc->y && !j.cancel) B = qk__cpu_states(map, desc->y, 0, desc->n_y, path, nt, &j);
     r = qk__cpu_gram_run(plan, desc, &j, A, B, sink);
     qk__cpu_job_free(&j);
     QK_FREE(A);

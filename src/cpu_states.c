@@ -334,6 +334,35 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
     }
 }
 
+/* A given state's row (qk_gram_states' map, op o) into re / im (zero-padded past dim by the
+   caller), unchanged (the bits of the caller's amplitudes), or scaled to norm 1 where the op's
+   flags ask for it. */
+static void qk__state_row(const qk_op *o, const double *x, double *re, double *im)
+{
+    const int type = o->q0;
+    const int64_t dim = o->angle.x0;
+    int64_t k;
+    double ss = 0.0, inv;
+    switch (type) {
+    case QK_STATE_C128: for (k = 0; k < dim; k++) { re[k] = x[2 * k]; im[k] = x[2 * k + 1]; } break;
+    case QK_STATE_C64: {
+        const float *f = (const float *)(const void *)x;
+        for (k = 0; k < dim; k++) { re[k] = f[2 * k]; im[k] = f[2 * k + 1]; }
+        break;
+    }
+    case QK_STATE_F64: memcpy(re, x, sizeof(double) * (size_t)dim); break;
+    default: {
+        const float *f = (const float *)(const void *)x;
+        for (k = 0; k < dim; k++) re[k] = f[k];
+        break;
+    }
+    }
+    if (!(o->q1 & QK__STATE_NORMALIZE)) return;
+    for (k = 0; k < dim; k++) ss += re[k] * re[k] + im[k] * im[k];
+    inv = 1.0 / sqrt(ss);
+    for (k = 0; k < dim; k++) { re[k] *= inv; im[k] *= inv; }
+}
+
 /* ---- cancel while states are built ---- */
 
 /* One state into re/im (2^q each). theta: scratch of n_ops + 1 + qk__diag_scratch(q) doubles.
@@ -346,6 +375,10 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
     int first = 0, cplx = 0; /* cplx: some op made the state complex (before: im is all 0) */
     memset(re, 0, sizeof(double) * (size_t)D);
     memset(im, 0, sizeof(double) * (size_t)D);
+    if (m->n_ops > 0 && m->ops[0].kind == QK__OP_STATE) {   /* given states: as they are, or scaled */
+        qk__state_row(&m->ops[0], x, re, im);
+        return;
+    }
     if (m->n_ops > 0 && m->ops[0].kind == QK_OP_AMPLITUDE) {
         double ss = 0.0, inv;
         for (k = 0; k < m->n_features; k++) ss += x[k] * x[k];

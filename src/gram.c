@@ -103,7 +103,7 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
     r = qk_map_check_data(map, x, n, "X");
     if (r != QK_OK) return r;
     path = map->cls == QK_CLASS_REAL ? QK_PATH_REAL : QK_PATH_COMPLEX;
-    s = qk__cpu_states(map, x, n, path, ctx->desc.n_threads, NULL);
+    s = qk__cpu_states(map, x, 0, n, path, ctx->desc.n_threads, NULL);
     if (!s) return QK_ERROR_OUT_OF_MEMORY;
     D = (int64_t)1 << map->n_qubits;
     for (i = 0; i < n; i++) {
@@ -118,3 +118,191 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 }
 
 
+
+/* ---- qk_gram_states: K from given states ---- */
+#if defined(QK_CUDA) && QK_CUDA
+/* Device states (on_device): their norms computed on the device, checked as host rows are. */
+static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
+{
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n);
+    char err[256] = "";
+    qk_result r;
+    int64_t i;
+    if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %lld norms", (long long)n);
+    r = qk_cuda_state_norms(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
+    if (r != QK_OK) qk__fail(r, "qk_gram_states: %s: %s", side ? "b" : "a", err);
+    for (i = 0; i < n && r == QK_OK; i++) r = qk__state_norm_check(sm, nrm[i], side, i);
+    QK_FREE(nrm);
+    return r;
+}
+#endif
+/* Rows of n elements of esize bytes, ld apart, packed into a fresh buffer whose rows are a
+   multiple of 8 bytes (ld_out elements): the engines move rows of whole doubles. */
+static void *qk__states_pack(const void *src, int64_t n, int64_t dim, int64_t ld, int esize, int64_t ld_out)
+{
+    char *p;
+    int64_t i;
+    if ((double)n * (double)ld_out * esize > 9.0e18) return NULL;
+    p = (char *)qk__calloc((size_t)(n * ld_out), (size_t)esize);
+    if (!p) return NULL;
+    for (i = 0; i < n; i++) memcpy(p + (size_t)(i * ld_out) * (size_t)esize, (const char *)src + (size_t)(i * ld) * (size_t)esize, (size_t)(dim * esize));
+    return p;
+}
+
+/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
+   (qk__smap_free). */
+static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
+{
+#define sm (*sm_out)
+#define g (*g_out)
+    void *pa = NULL, *pb = NULL;
+    int esize, q = 1;
+    int64_t row_elems;   /* elements of a stored row: a multiple of 8 bytes */
+    const char *what = NULL;
+    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
+    memset(&sm, 0, sizeof sm);
+    memset(&g, 0, sizeof g);
+    sm.in = *states;
+    if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
+    if ((int)sm.in.type < (int)QK_STATE_C128 || (int)sm.in.type > (int)QK_STATE_F32)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: unknown state type %d", (int)states->type);
+    esize = qk__state_esize(sm.in.type);
+    if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: dim must be >= 2 (got %lld)", (long long)sm.in.dim);
+    while (q < 62 && ((int64_t)1 << q) < sm.in.dim) q++;
+    if (q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: dim %lld needs %d qubits, beyond the state limit %d", (long long)sm.in.dim, q,
+                        QK_MAX_STATE_QUBITS);
+    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: desc->x and desc->y must be NULL (the states are states->a and states->b)");
+    if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_a must be > 0 (got %lld)", (long long)sm.in.n_a);
+    if ((sm.in.b || (sm.in.provider && sm.in.n_b)) && sm.in.n_b <= 0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_b must be > 0 with b (got %lld)", (long long)sm.in.n_b);
+    if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a provider, or a and b, not both");
+    if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a is NULL (and no provider)");
+    if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the provider writes host rows (on_device with a provider)");
+    if (sm.in.lda == 0) sm.in.lda = sm.in.dim;
+    if (sm.in.ldb == 0) sm.in.ldb = sm.in.dim;
+    if (sm.in.lda < sm.in.dim || (sm.in.b && sm.in.ldb < sm.in.dim))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < dim %lld", sm.in.lda < sm.in.dim ? "a" : "b",
+                        (long long)(sm.in.lda < sm.in.dim ? sm.in.lda : sm.in.ldb), (long long)sm.in.dim);
+    if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: normalize must be 0 or 1 (got %d)", sm.in.normalize);
+    if (sm.in.norm_tol == 0.0) sm.in.norm_tol = esize == 16 || sm.in.type == QK_STATE_F64 ? 1e-9 : 1e-5;
+    if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: norm_tol must be in (0, 1) (got %g)", states->norm_tol);
+    if (desc->path == QK_PATH_MPS || desc->path == QK_PATH_ANALYTIC)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: given statevectors take the statevector path (path %s)", desc->path == QK_PATH_MPS ? "MPS" : "ANALYTIC");
+    if (sm.in.on_device) {
+#if defined(QK_CUDA) && QK_CUDA
+        if (ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need a context on the GPU engine");
+#else
+        return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram_states: device states need the CUDA engine (not in this build)");
+#endif
+    }
+    /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
+       (read in place), else packed rows of dim elements rounded up to whole doubles */
+    row_elems = (sm.in.dim * esize + 7) / 8 * 8 / esize;
+    if (!sm.in.provider) {
+        const int fit_a = (sm.in.lda * esize) % 8 == 0 && ((uintptr_t)sm.in.a % 8) == 0;
+        const int fit_b = !sm.in.b || ((sm.in.ldb * esize) % 8 == 0 && ((uintptr_t)sm.in.b % 8) == 0 && sm.in.ldb == sm.in.lda);
+        if (fit_a && fit_b) row_elems = sm.in.lda;
+        else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need 8-byte aligned rows, and lda == ldb");
+        else {
+            pa = qk__states_pack(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, esize, row_elems);
+            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, esize, row_elems);
+            if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
+        }
+    }
+    if ((double)row_elems * esize / 8.0 > 2147483647.0)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: rows of %lld elements are too long", (long long)row_elems);
+    sm.q = q;
+    sm.op.kind = QK__OP_STATE;
+    sm.op.q0 = (int)sm.in.type;
+    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0);
+    sm.op.angle.kind = QK_ARG_CONST;
+    sm.op.angle.x0 = (int)sm.in.dim;
+    sm.op.angle.scale = 1.0;
+    sm.map.type = QK_MAP_CUSTOM;
+    sm.map.cls = qk__state_complex(sm.in.type) ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
+    sm.map.n_qubits = q;
+    sm.map.n_features = (int)(row_elems * esize / 8);
+    sm.map.n_ops = 1;
+    sm.map.ops = &sm.op;
+    sm.map.desc.type = QK_MAP_CUSTOM;
+    sm.map.desc.n_features = sm.map.n_features;
+    sm.map.desc.n_qubits = q;
+    g = *desc;
+    g.n_x = sm.in.n_a;
+    g.n_y = sm.in.n_b;
+    if (sm.in.provider) {
+        /* chunks of provider rows of at most 64 MB (at least one row) */
+        sm.ld = row_elems;
+        sm.chunk = (int64_t)(((size_t)64 << 20) / (size_t)(row_elems * esize));
+        if (sm.chunk < 1) sm.chunk = 1;
+        if (sm.chunk > (sm.in.n_a > sm.in.n_b ? sm.in.n_a : sm.in.n_b)) sm.chunk = sm.in.n_a > sm.in.n_b ? sm.in.n_a : sm.in.n_b;
+        sm.buf = qk__calloc((size_t)(sm.chunk * row_elems), (size_t)esize);
+        if (!sm.buf) { what = "the provider's row buffer"; goto oom; }
+        g.x = (const double *)(const void *)&sm.side[0];
+        g.y = sm.in.n_b > 0 ? (const double *)(const void *)&sm.side[1] : NULL;
+#if defined(QK_CUDA) && QK_CUDA
+        if (ctx->desc.device == QK_DEVICE_CUDA) {
+            QK_FREE(sm.buf);
+            return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the state provider runs on the CPU engine (a context on the GPU "
+                            "engine takes host or device states)");
+        }
+#endif
+    } else {
+        g.x = (const double *)(pa ? pa : sm.in.a);
+        g.y = sm.in.b ? (const double *)(pb ? pb : sm.in.b) : NULL;
+    }
+#if defined(QK_CUDA) && QK_CUDA
+    if (sm.in.on_device) {
+        /* checked on the device; one GPU (the context's first, where the states must live) */
+        char err[256] = "";
+        qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "qk_gram_states: %s", err);
+        r = qk__states_check_device(&sm, sm.in.a, sm.in.n_a, sm.map.n_features, 0);
+        if (r == QK_OK && sm.in.b) r = qk__states_check_device(&sm, sm.in.b, sm.in.n_b, sm.map.n_features, 1);
+        if (r != QK_OK) return r;
+        g.mgpu_min_pairs = INT64_MAX;
+        g.mgpu_host_bound_split = -1;
+    }
+#endif
+    if (!g.y) g.n_y = 0;
+    sm.pa = pa;
+    sm.pb = pb;
+    return QK_OK;
+oom:
+    QK_FREE(pa);
+    QK_FREE(pb);
+    QK_FREE(sm.buf);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %s", what);
+#undef sm
+#undef g
+}
+
+static void qk__smap_free(qk__smap *sm)
+{
+    QK_FREE(sm->pa);
+    QK_FREE(sm->pb);
+    QK_FREE(sm->buf);
+}
+
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+{
+    qk__smap sm;
+    qk_gram_desc g;
+    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
+    if (r != QK_OK) return r;
+    r = qk_gram(ctx, &sm.map, &g);
+    qk__smap_free(&sm);
+    return r;
+}
+
+QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk__smap sm;
+    qk_gram_desc g;
+    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
+    if (r != QK_OK) return r;
+    r = qk_plan_make(ctx, &sm.map, &g, out);
+    qk__smap_free(&sm);
+    return r;
+}

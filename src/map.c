@@ -613,6 +613,50 @@ static int qk__angles_bounded(const qk_map *map, double xmax)
     return 1;
 }
 
+/* A given state's squared norm ss (NaN: a non-finite amplitude): finite, non-zero, and within
+   norm_tol of 1 unless the states are to be scaled. */
+QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row)
+{
+    const char *nm = side ? "B" : "A";
+    if (isnan(ss)) return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an amplitude is NaN or Inf", nm, (long long)row);
+    if (!isfinite(ss) || ss < DBL_MIN)
+        return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the state's squared norm is %s%s", nm, (long long)row,
+                        ss == 0.0 ? "0" : isfinite(ss) ? "below DBL_MIN" : "not finite", ss == 0.0 ? " (a zero state)" : "");
+    if (!(sm->op.q1 & QK__STATE_NORMALIZE) && !(fabs(ss - 1.0) <= sm->in.norm_tol)) {
+        char v0[40], v1[40];
+        return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the state's squared norm is %s, off 1 by more than norm_tol %s "
+                        "(normalize = 1 scales each state to norm 1)", nm, (long long)row,
+                        qk__fmt_g(v0, sizeof v0, ss, 17), qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+    }
+    return QK_OK;
+}
+
+/* Given states (qk_gram_states): rows [row0, row0 + n) of side (0: A, 1: B), ld_bytes apart:
+   every amplitude finite, and the norm within norm_tol of 1 (or, to be scaled, non-zero). */
+QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0)
+{
+    const int type = sm->in.type;
+    const int64_t dim = sm->in.dim;
+    const char *nm = side ? "B" : "A";
+    int64_t i, k;
+    for (i = 0; i < n; i++) {
+        const void *row = (const char *)rows + i * ld_bytes;
+        double ss = 0.0, re, im;
+        for (k = 0; k < dim; k++) {
+            qk__state_amp(row, type, k, &re, &im);
+            if (!isfinite(re) || !isfinite(im))
+                return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: amplitude %lld is %s", nm, (long long)(row0 + i), (long long)k,
+                                isnan(re) || isnan(im) ? "NaN" : "Inf");
+            ss += re * re + im * im;
+        }
+        {
+            qk_result r = qk__state_norm_check(sm, ss, side, row0 + i);
+            if (r != QK_OK) return r;
+        }
+    }
+    return QK_OK;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
@@ -622,6 +666,11 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
     d = map->n_features;
+    if (qk__map_is_states(map)) {   /* given states: a provider's rows and device rows are checked where they are read */
+        const qk__smap *sm = (const qk__smap *)(const void *)map;
+        if (map->ops[0].q1 & (QK__STATE_PROVIDER | QK__STATE_DEVICE)) return QK_OK;
+        return qk__states_check(sm, x, n, (int64_t)d * 8, strcmp(name, "Y") == 0, 0);
+    }
     for (k = 0; k < map->n_ops; k++) {
         if (map->ops[k].kind == QK_OP_BASIS) basis = 1;
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;

@@ -95,7 +95,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
         const qk_op *o = &m->ops[k];
         qk__mps_step *st = &p->steps[p->n_steps];
         int diag;
-        if (o->kind == QK_OP_AMPLITUDE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
+        if (o->kind == QK_OP_AMPLITUDE || o->kind == QK__OP_STATE) { p->dense = 1; p->chi = QK__MPS_SAT; break; }
         if (qk__op_arity(o->kind) == 1) {
             st->kind = 1; st->op = k; st->s0 = st->s1 = pos[o->q0];
             if (!qk__op_diag1(o->kind)) run++;

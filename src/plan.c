@@ -91,6 +91,8 @@ static void qk__vram_per_state(int q, int n_features, double params, qk_path pat
 static void qk__cuda_state_bytes(const qk_map *m, qk_path path, size_t t, double *state, double *scratch)
 {
     qk__vram_per_state(m->n_qubits, m->n_features, (double)qk__cuda_params(m), path, (double)t, state, scratch);
+    if (qk__map_is_states(m))   /* given states: loaded (no pass buffer); device states read in place */
+        *scratch = (double)t + 8.0 + ((m->ops[0].q1 & QK__STATE_DEVICE) ? 0.0 : (double)m->n_features * 8.0);
 }
 
 /* ---- precision: stated error bounds and the AUTO choice ---- */

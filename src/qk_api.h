@@ -349,6 +349,48 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
+/* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
+/* K[i][j] = |<a_i|b_j>|^2 of states the caller simulated (any gate set, any noise trajectory),
+   with qk's planner, tiling, outputs and precision modes (docs/states.md). */
+typedef enum qk_state_type {
+    QK_STATE_DEFAULT = 0,   /* = C128 */
+    QK_STATE_C128,          /* complex double, interleaved (re, im): numpy complex128, C99 double complex */
+    QK_STATE_C64,           /* complex float, interleaved: numpy complex64, cuComplex */
+    QK_STATE_F64,           /* real double amplitudes */
+    QK_STATE_F32            /* real float amplitudes */
+} qk_state_type;
+/* The state provider: writes the states of samples [i0, i1) of side (0: A, 1: B) into buf, a
+   buffer qk owns, (i1 - i0) rows of ld elements of the states' type (the first dim of each
+   row are read), on the host. Called from one thread at a time, when the plan needs those rows;
+   the same rows may be asked for more than once (qk_plan.state_tile: K(X,X) of n states in
+   state tiles of R rows asks for about n^2 / 2R rows). Return 0, or non-zero to fail the job
+   (QK_ERROR_CANCELLED, nothing written). */
+typedef int (*qk_state_fn)(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user);
+typedef struct qk_states_desc {
+    qk_state_type type;     /* default C128 */
+    int64_t dim;            /* amplitudes per state (required, >= 2); a dim that is no power of two
+                               is zero-padded to the next one (the engines' 2^q) */
+    const void *a;          /* n_a states, row-major, lda elements apart (default dim) */
+    int64_t n_a, lda;
+    const void *b;          /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
+    int64_t n_b, ldb;
+    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine):
+                               read in place, never copied to the host */
+    int normalize;          /* 0 (default): each state's norm is checked, |<a|a> - 1| <= norm_tol,
+                               an error naming the row otherwise; 1: each state is scaled to norm 1
+                               (a zero state is an error) */
+    double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
+    qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
+                               never holds all states (host; CPU engine) */
+    void *provider_user;
+} qk_states_desc;
+/* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
+   x and y NULL (n_x and n_y are ignored: n_a and n_b count the rows). Every output (HOST, DEVICE,
+   CALLBACK, NPY), precision (with its bound; qk_precision_error_bound at the states' qubit
+   count), the state tiles where the states do not fit, several GPUs. Errors: a non-finite
+   amplitude or a norm off 1 names the side and the row ("A[12]: ..."). */
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc);
+
 /* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
     int present;                /* 0: no CUDA device (CPU engine) */
@@ -511,6 +553,10 @@ static inline int qk__plan_shrink(qk_plan *p)
 }
 
 QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
+/* The plan qk_gram_states would run (qk_plan_make's for given states): with a provider and
+   plan.state_tile R > 0 (state tiles), K(A,A) of n states asks for A's rows about n + n^2 / 2R
+   times, K(A,B) for each of A's rows once and B's rows ceil(n_a / R) times; R == 0: each row once. */
+QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);

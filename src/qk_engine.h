@@ -69,6 +69,31 @@ static QK__HD inline int qk__u1(int kind, double t, int basis_one, double *m)
 enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
 /* ---- end meaning ---- */
 
+/* Given states (qk_gram_states) travel through the engines as a map of one op, QK__OP_STATE,
+   that no map a user builds can hold (qk_map_make refuses kinds past QK_OP_KIND_COUNT_): the
+   op's q0 is the qk_state_type, q1 its flags, angle.x0 the amplitudes per state (dim); the map's
+   n_features is a row's stride in 8-byte units, and the data x of the Gram are the states' bytes
+   seen as doubles (every engine moves rows of n_features doubles; only the state builders read
+   them as amplitudes). */
+#define QK__OP_STATE ((qk_op_kind)64)
+enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
+static QK__HD inline int qk__state_esize(int type)
+{
+    return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
+}
+static QK__HD inline int qk__state_complex(int type) { return type == QK_STATE_C128 || type == QK_STATE_C64; }
+/* Amplitude k of a given state's row, as doubles. */
+static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, double *re, double *im)
+{
+    switch (type) {
+    case QK_STATE_C128: *re = ((const double *)row)[2 * k]; *im = ((const double *)row)[2 * k + 1]; break;
+    case QK_STATE_C64: *re = ((const float *)row)[2 * k]; *im = ((const float *)row)[2 * k + 1]; break;
+    case QK_STATE_F64: *re = ((const double *)row)[k]; *im = 0; break;
+    default: *re = ((const float *)row)[k]; *im = 0; break;
+    }
+}
+static inline int qk__map_is_states(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_STATE; }
+
 /* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
    both (qk_cuda.cu includes qk.h): the planner counts what the engine will allocate and names the
@@ -119,7 +144,7 @@ static inline int64_t qk__cuda_params(const qk_map *m)
             diag = 1;
             i += 2;
         }
-        if (k == QK_OP_AMPLITUDE) continue;
+        if (k == QK_OP_AMPLITUDE || k == QK__OP_STATE) continue;
         if (diag) { if (!in_diag) runs++; in_diag = 1; continue; }
         in_diag = 0;
         if (k != QK_OP_CNOT) gates++;
@@ -304,6 +329,11 @@ typedef struct qk_cuda_mps {
 } qk_cuda_mps;
 QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *desc, const qk_cuda_mps *mps,
                                        const qk_cuda_io *io, char *err, size_t err_size);
+/* Squared norms of n given device states (qk_gram_states with on_device), rows ld doubles apart,
+   dim amplitudes of qk_state_type type; NaN for a row with a non-finite amplitude. Checks that x
+   is device memory of the current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
+                                          size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);

@@ -296,6 +296,22 @@ QK__PRIV int qk__strtod_c(const char *s, size_t n, const qk__radix *rx, double *
 QK__PRIV void qk__push(qk__ops *l, qk_op_kind kind, int q0, int q1, qk_angle a);
 QK__PRIV qk_angle qk__ang(qk_arg_kind kind, int x0, int x1, int w, double scale, double offset);
 QK__PRIV qk_angle qk__noang(void);
+
+/* qk_gram_states' map (QK__OP_STATE, qk_engine.h): the map first, so that the engines' map
+   pointer is this; with a provider the Gram's x and y are &smap->side[0] and &side[1], which the
+   state builders hand to the provider as the side and never read. */
+typedef struct qk__smap {
+    qk_map map;
+    qk_op op;
+    qk_states_desc in;      /* the caller's, defaults resolved (lda, ldb, norm_tol, type) */
+    int q;
+    char side[2];
+    void *buf;              /* provider rows: chunk rows of ld elements */
+    void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
+    int64_t ld, chunk;
+} qk__smap;
+QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
+QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
 #endif /* map.c */
 
 /* ---- map_parse.c: the map spec parser ---- */
@@ -371,6 +387,7 @@ typedef struct qk__gram_job {
     int64_t next;
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
+    qk_result provider_failed;  /* given states: the provider failed or its rows were bad (the error set) */
     int oom;
     const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
@@ -439,7 +456,7 @@ typedef struct qk__cpu_tiles {
 
 QK__PRIV qk_path qk__path_of(const qk_map *m);
 QK__PRIV int64_t qk__row_len(const qk_map *m, qk_path path);
-QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t n, qk_path path, int n_threads,
+QK__PRIV double *qk__cpu_states(const qk_map *m, const double *x, int64_t row0, int64_t n, qk_path path, int n_threads,
                                 struct qk__gram_job *job);
 QK__PRIV void qk__cpu_run_tiles(qk__gram_job *j, int nt);
 QK__PRIV qk_result qk__cpu_row_block(const qk__cpu_tiles *t, qk__gram_job *j, int64_t i0, int64_t m, char *out,

@@ -45,6 +45,64 @@ extern "C" int qk_cuda_host_pinned(const void *p)
     return pinned;
 }
 
+/* Squared norms of given device states (qk_gram_states, on_device), one block per row, NaN for a
+   row with a non-finite amplitude; the rows must be device memory of the current device. */
+__global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+                                                        double *__restrict__ out)
+{
+    __shared__ double red[256];
+    __shared__ int bad;
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    const double *row = x + s * ld;
+    double acc = 0, re, im;
+    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+        qk__state_amp(row, type, k, &re, &im);
+        if (!isfinite(re) || !isfinite(im)) bad = 1;
+        acc += re * re + im * im;
+    }
+    red[threadIdx.x] = acc;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : red[0];
+}
+
+extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
+                                         size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    cudaPointerAttributes at;
+    int cur = -1;
+    double *d = nullptr;
+    if (!x || n <= 0 || !norms) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_norms: bad argument");
+    cudaGetDevice(&cur);
+    char msg[160];
+    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
+    }
+    if (at.device != cur) {
+        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    QK_CK(cudaMalloc((void **)&d, (size_t)n * sizeof(double)));
+    qk__k_state_norms<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(norms, d, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "qk__k_state_norms: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size)
 {
     qk__err e = {err, err_size};

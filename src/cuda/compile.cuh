@@ -5,6 +5,9 @@
 struct qk__prog {
     int q, d;
     int has_amp;
+    int states;     /* given states (qk_gram_states): a load kernel, no program; the op's fields */
+    int st_type, st_flags;
+    int64_t st_dim;
     std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
@@ -229,6 +232,18 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     for (int i = 0; i < map->n_ops; ++i) {
         pg->ang[i] = map->ops[i].angle;
         pg->op_kind[i] = (int)map->ops[i].kind;
+    }
+    pg->states = 0;
+    if (qk__map_is_states(map)) {   /* the states are loaded, not built (qk__launch_load_states) */
+        pg->states = 1;
+        pg->st_type = map->ops[0].q0;
+        pg->st_flags = map->ops[0].q1;
+        pg->st_dim = map->ops[0].angle.x0;
+        pg->instr.clear(); pg->jobs.clear(); pg->con.clear(); pg->passes.clear();
+        pg->qoff.assign(q + 1, 0);
+        pg->qops.assign(1, 0);
+        pg->P = 1;
+        return QK_OK;
     }
     QK_TRY(qk__compile_product(map, pg, E));
     if (q > QK__MAXQ) return QK_OK; /* analytic only */

@@ -35,6 +35,7 @@ struct qk__job_state {
     qk__pool pool;
     cublasHandle_t blas = nullptr;
     double *dx = nullptr, *dy = nullptr;
+    bool x_in_place = false;             /* dx, dy are the caller's device states (qk_gram_states) */
     void *SA = nullptr, *SB = nullptr;   /* states (or qubit vectors) */
     qk__build_ws ws;
     void *Kd = nullptr;                  /* device K (resident) or slab ring */
@@ -52,7 +53,7 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
-    cudaFree(J->dx); cudaFree(J->dy);
+    if (!J->x_in_place) { cudaFree(J->dx); cudaFree(J->dy); }
     if (J->SA) QK__GZ_UNTRACK(J, J->SA);
     if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
     if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
@@ -173,11 +174,16 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
                                                          "parameters than qk__cuda_params budgets (please report the map)");
         QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
-        if (!stream_amp) {
+        if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_DEVICE)) {
+            /* the caller's device states, read in place: never copied, never freed here */
+            J->x_in_place = true;
+            J->dx = (double *)ds->x;
+            J->dy = sym ? nullptr : (double *)ds->y;
+        } else if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
-        if (!sym && !stream_amp) {
+        if (!sym && !stream_amp && !J->x_in_place) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }

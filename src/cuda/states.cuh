@@ -725,12 +725,57 @@ static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, cons
     return QK_OK;
 }
 
+/* Given states (qk_gram_states): row s of x (ld doubles apart, dim amplitudes of the state type)
+   into the engine's layout, zero-padded to D, scaled to norm 1 where the flags ask (the norm in
+   double, one block per row). */
+template <typename T>
+__global__ void __launch_bounds__(256) qk__k_load_states(const double *__restrict__ x, int64_t n, int ld, int type, int flags,
+                                                        int64_t dim, int64_t D, void *__restrict__ out, int out_real)
+{
+    __shared__ double red[256];
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    const double *row = x + s * (int64_t)ld;
+    double inv = 1.0;
+    if (flags & QK__STATE_NORMALIZE) {
+        double acc = 0, re, im;
+        for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+            qk__state_amp(row, type, k, &re, &im);
+            acc += re * re + im * im;
+        }
+        red[threadIdx.x] = acc;
+        __syncthreads();
+        for (int h = 128; h > 0; h >>= 1) {
+            if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+            __syncthreads();
+        }
+        inv = 1.0 / sqrt(red[0]);
+    }
+    for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+        double re = 0, im = 0;
+        if (k < dim) qk__state_amp(row, type, k, &re, &im);
+        if (out_real) ((T *)out)[s * D + k] = (T)(re * inv);
+        else {
+            qk__cx<T> v;
+            v.x = (T)(re * inv);
+            v.y = (T)(im * inv);
+            ((qk__cx<T> *)out)[s * D + k] = v;
+        }
+    }
+}
+
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
                                   qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
 {
     if (n <= 0) return QK_OK;
+    if (pg.states) {
+        qk__k_load_states<T><<<(unsigned)n, 256, 0, st>>>(dx, n, pg.d, pg.st_type, pg.st_flags, pg.st_dim, (int64_t)1 << pg.q, out,
+                                                           out_real ? 1 : 0);
+        QK_LAUNCH_CK("qk__k_load_states");
+        return QK_OK;
+    }
     QK_TRY(qk__launch_prep<T>(pg, dp, dx, n, (T *)ws.params, st, E));
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();

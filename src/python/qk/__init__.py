@@ -28,14 +28,14 @@ running Gram (``KeyboardInterrupt``). docs/python.md has the whole story.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, Optional, Sequence, Union
+from typing import Any, Dict, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -356,6 +356,101 @@ def _empty_gram(n: int, m: int, dev: int, prec: int, out: Any) -> np.ndarray:
             np.lib.format.write_array(f, np.empty((n, m), dtype=dt))
         return np.load(path, mmap_mode="r")
     raise TypeError(f"out must be None, a numpy array or a path (got {type(out).__name__})")
+
+
+_STATE_TYPES = {"complex128": _qk.QK_STATE_C128, "complex64": _qk.QK_STATE_C64,
+                "float64": _qk.QK_STATE_F64, "float32": _qk.QK_STATE_F32}
+_CAI_TYPES = {"<c16": "complex128", "<c8": "complex64", "<f8": "float64", "<f4": "float32"}
+
+
+def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool]:
+    """(keep-alive object, pointer, rows, ld in elements, dim, dtype name, on the device) of a
+    2-D array of states: a CUDA array (``__cuda_array_interface__``: CuPy, PyTorch, Numba) read
+    in place, else numpy (rows with contiguous amplitudes used in place, anything else copied)."""
+    cai = getattr(S, "__cuda_array_interface__", None)
+    if cai is not None:
+        shape, typestr = tuple(cai["shape"]), cai["typestr"]
+        if len(shape) != 2:
+            raise ValueError(f"{name}: states must be 2-D (n, dim), got shape {shape}")
+        dt = _CAI_TYPES.get(typestr)
+        if dt is None:
+            raise TypeError(f"{name}: device states must be complex128, complex64, float64 or float32 (got {typestr})")
+        isz = np.dtype(dt).itemsize
+        strides = cai.get("strides") or (shape[1] * isz, isz)
+        if shape[1] > 1 and strides[1] != isz or strides[0] % isz != 0 or (shape[0] > 1 and strides[0] < shape[1] * isz):
+            raise ValueError(f"{name}: device states need contiguous rows (strides {strides}); copy them first")
+        ptr = int(cai["data"][0])
+        return S, ptr, int(shape[0]), int(strides[0] // isz) if shape[0] > 1 else int(shape[1]), int(shape[1]), dt, True
+    if hasattr(S, "detach") and hasattr(S, "numpy"):   # a CPU torch tensor
+        S = S.detach().numpy()
+    A = np.asarray(S)
+    if isinstance(A, np.ma.MaskedArray) and np.ma.is_masked(A):
+        raise ValueError(f"{name}: masked entries")
+    if A.ndim != 2:
+        raise ValueError(f"{name}: states must be 2-D (n, dim), got shape {A.shape}"
+                         + ("; density matrices are not supported yet" if A.ndim == 3 else ""))
+    if A.dtype.name not in _STATE_TYPES:
+        if np.iscomplexobj(A):
+            A = A.astype(np.complex128)
+        elif A.dtype.kind in "fiub":
+            A = A.astype(np.float64)
+        else:
+            raise TypeError(f"{name}: states must be numeric (got {A.dtype})")
+    if not A.dtype.isnative:
+        A = A.astype(A.dtype.newbyteorder("="))
+    isz = A.itemsize
+    if A.shape[1] > 1 and A.strides[1] != isz or A.strides[0] < 0 or A.strides[0] % isz != 0 or \
+            (A.shape[0] > 1 and A.strides[0] < A.shape[1] * isz):
+        A = np.ascontiguousarray(A)
+    ld = A.strides[0] // isz if A.shape[0] > 1 else A.shape[1]
+    return A, int(A.ctypes.data), int(A.shape[0]), int(ld), int(A.shape[1]), A.dtype.name, False
+
+
+def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional[str] = None,
+                normalize: bool = False, norm_tol: Optional[float] = None,
+                out: Optional[PathLike] = None, threads: Optional[int] = None) -> np.ndarray:
+    """K[i, j] = |<A[i]|B[j]>|^2 of given statevectors (B=None: K(A, A), symmetric): states a
+    simulator made (any gates, noise trajectories), with qk's planner, tiling and precision modes.
+
+    A, B: (n, dim) arrays of states, one per row: complex128, complex64, float64 or float32
+        (other numeric dtypes are converted to complex128 / float64); numpy arrays (or CPU
+        PyTorch tensors), or CUDA arrays (CuPy, PyTorch, anything with
+        ``__cuda_array_interface__``), which are read in place on the GPU engine, never copied.
+        A dim that is no power of two is zero-padded. Qiskit: ``np.array([sv.data for sv in svs])``;
+        PennyLane: stack the ``qml.state()`` outputs.
+    normalize: False (default): each state's squared norm must be within norm_tol of 1 (default
+        1e-9 for double, 1e-5 for float states), a ValueError naming the row otherwise; True:
+        each state is scaled to norm 1.
+    device, precision, threads: as for ``gram``; out: None (a new array) or a ``.npy`` path (K
+        streamed into it, returned as a read-only memmap).
+    """
+    Ak, pa, na, lda, dim, dta, dev_a = _state_rows(A, "A")
+    pb, nb, ldb, Bk, dev_b = 0, 0, 0, None, dev_a
+    if B is not None:
+        Bk, pb, nb, ldb, dimb, dtb, dev_b = _state_rows(B, "B")
+        if dimb != dim:
+            raise ValueError(f"A has states of dim {dim} and B of dim {dimb}")
+        if dtb != dta or dev_b != dev_a:
+            raise TypeError(f"A and B must have the same dtype and live on the same device (A: {dta}, B: {dtb})")
+    if na == 0 or (B is not None and nb == 0):
+        return np.zeros((na, na if B is None else nb), dtype=np.float64)
+    dev = _option(_DEVICES, device, "device")
+    if dev_a and dev == _qk.QK_DEVICE_CPU:
+        raise ValueError("device states need device='cuda' (or 'auto')")
+    if dev_a:
+        dev = _qk.QK_DEVICE_CUDA
+    prec = _option(_PRECISIONS, precision, "precision")
+    nt = _threads(threads)
+    tol = 0.0 if norm_tol is None else float(norm_tol)
+    args = (pa, na, lda, pb, nb, ldb, dim, _STATE_TYPES[dta], int(dev_a), dev, prec, nt, int(bool(normalize)), tol)
+    if out is None:
+        K = _qk._gram_states(*args)
+    else:
+        path = os.fspath(out)
+        _qk._gram_states(*args, out_path=path)
+        K = np.load(path, mmap_mode="r")
+    del Ak, Bk
+    return K
 
 
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",

@@ -598,6 +598,96 @@ fail:
     return NULL;
 }
 
+/* ---- gram_states ---- */
+/* K from given states (qk_gram_states): the Python wrapper (qk.gram_states) resolves numpy, CuPy
+   and PyTorch arrays to raw pointers, element strides and the state type and keeps them alive
+   over the call; here they are handed to qk as they are. Returns K as a new float32 / float64
+   array, or None with out_path. */
+static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"a", "n_a", "lda", "b", "n_b", "ldb", "dim", "type", "on_device", "device", "precision", "threads",
+                             "normalize", "norm_tol", "out_path", NULL};
+    unsigned long long pa = 0, pb = 0;
+    long long n_a = 0, lda = 0, n_b = 0, ldb = 0, dim = 0;
+    int type = 0, on_device = 0, device = 0, precision = 0, threads = 0, normalize = 0;
+    double norm_tol = 0.0, t0;
+    PyObject *path = NULL;
+    PyArrayObject *out = NULL;
+    qk_states_desc st;
+    qk_gram_desc g;
+    qk_ctx_desc cd;
+    qk_ctx *ctx;
+    qk_dtype dt;
+    qkpy_cancel cancel;
+    qk_result r = QK_OK;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLLKLLLiiiiiid|O&:_gram_states", kwlist, &pa, &n_a, &lda, &pb, &n_b, &ldb, &dim, &type,
+                                     &on_device, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path))
+        return NULL;
+    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
+    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    threads = qkpy_threads_for(threads);
+    ctx = qkpy_ctx_take(device, threads);
+    if (!ctx) {
+        memset(&cd, 0, sizeof cd);
+        cd.device = (qk_device)device;
+        cd.n_threads = threads;
+        Py_BEGIN_ALLOW_THREADS
+        r = qk_ctx_create(&cd, &ctx);
+        Py_END_ALLOW_THREADS
+        if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    }
+    dt = precision == QK_PRECISION_FP64 ? QK_F64
+         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32
+         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    memset(&st, 0, sizeof st);
+    st.type = (qk_state_type)type;
+    st.dim = dim;
+    st.a = (const void *)(uintptr_t)pa;
+    st.n_a = n_a;
+    st.lda = lda;
+    st.b = pb ? (const void *)(uintptr_t)pb : NULL;
+    st.n_b = pb ? n_b : 0;
+    st.ldb = ldb;
+    st.on_device = on_device;
+    st.normalize = normalize;
+    st.norm_tol = norm_tol;
+    memset(&g, 0, sizeof g);
+    if (path) {
+        g.output = QK_OUTPUT_NPY;
+        g.out_path = PyBytes_AS_STRING(path);
+    } else {
+        npy_intp dims[2];
+        dims[0] = (npy_intp)n_a; dims[1] = (npy_intp)(pb ? n_b : n_a);
+        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
+        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
+        g.out = PyArray_DATA(out);
+    }
+    g.out_dtype = dt;
+    g.precision = (qk_precision)precision;
+    g.progress = qkpy_progress;
+    g.progress_user = &cancel;
+    memset(&cancel, 0, sizeof cancel);
+    cancel.thread = PyThread_get_thread_ident();
+    cancel.last = qkpy_now();
+    cancel.ts = PyEval_SaveThread();
+    t0 = qkpy_now();
+    r = qk_gram_states(ctx, &st, &g);
+    t0 = qkpy_now() - t0;
+    PyEval_RestoreThread(cancel.ts);
+    qkpy_last_gram_s = t0;
+    qkpy_ctx_give(ctx, device, threads);
+    if (cancel.interrupted) goto fail;
+    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
+    Py_XDECREF(path);
+    if (out) return (PyObject *)out;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(path);
+    return NULL;
+}
+
 /* ---- engine ---- */
 static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
 {
@@ -646,6 +736,9 @@ static PyMethodDef qkpy_methods[] = {
     {"gram", (PyCFunction)(void (*)(void))qkpy_gram, METH_VARARGS | METH_KEYWORDS,
      "gram(map, x, y=None, out=None, device=0, precision=0, threads=0, out_path=None, tol=0.0): qk_gram into out\n"
      "(or a new array; returned) or into the .npy file out_path (QK_OUTPUT_NPY; returns None)"},
+    {"_gram_states", (PyCFunction)(void (*)(void))qkpy_gram_states_raw, METH_VARARGS | METH_KEYWORDS,
+     "_gram_states(a, n_a, lda, b, n_b, ldb, dim, type, on_device, device, precision, threads, normalize, norm_tol, out_path=None): "
+     "qk_gram_states on raw pointers (qk.gram_states resolves the arrays)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},
@@ -687,6 +780,10 @@ PyMODINIT_FUNC PyInit__qk(void)
     QKPY_CONST(QK_DEVICE_AUTO) QKPY_CONST(QK_DEVICE_CPU) QKPY_CONST(QK_DEVICE_CUDA)
     QKPY_CONST(QK_PRECISION_DEFAULT) QKPY_CONST(QK_PRECISION_FP32) QKPY_CONST(QK_PRECISION_FP64)
     QKPY_CONST(QK_PRECISION_TF32) QKPY_CONST(QK_PRECISION_FP32X3) QKPY_CONST(QK_PRECISION_FP16) QKPY_CONST(QK_PRECISION_AUTO)
+    QKPY_CONST(QK_STATE_C128)
+    QKPY_CONST(QK_STATE_C64)
+    QKPY_CONST(QK_STATE_F64)
+    QKPY_CONST(QK_STATE_F32)
     QKPY_CONST(QK_MAX_STATE_QUBITS)
 #undef QKPY_CONST
     return m;

@@ -1,0 +1,154 @@
+"""qk.gram_states (issue 28): K from given statevectors, against the peers' own overlaps for circuits
+qk's feature maps cannot express (Qiskit's u and cu gates, PennyLane's Rot and CRX), to 1e-12;
+qk's own states (FeatureMap.states) give qk.gram's K bit for bit; every dtype and layout numpy
+hands over (complex64, float32, strided rows, Fortran order, a CPU torch tensor if installed);
+validation errors name the row; a .npy output. Each peer's part skips without that peer."""
+import os
+import tempfile
+import unittest
+
+import numpy as np
+
+import qk
+
+RNG = np.random.default_rng(28)
+
+
+def _ref(A, B):
+    return np.abs(A.conj() @ B.T) ** 2
+
+
+def _rand_states(n, dim, dtype=np.complex128):
+    S = RNG.normal(size=(n, dim)) + (1j * RNG.normal(size=(n, dim)) if np.iscomplexobj(np.zeros(1, dtype)) else 0)
+    S = S / np.linalg.norm(S, axis=1, keepdims=True)
+    return S.astype(dtype)
+
+
+class TestStates(unittest.TestCase):
+    def test_own_states_bitwise(self):
+        m = qk.FeatureMap("zz(reps=2)", 6)
+        X = RNG.uniform(-1, 1, size=(120, 6))
+        Y = RNG.uniform(-1, 1, size=(50, 6))
+        K = qk.gram(X, map=m, device="cpu", precision="fp64")
+        Ks = qk.gram_states(m.states(X), device="cpu", precision="fp64")
+        self.assertTrue(np.array_equal(K, Ks))
+        K = qk.gram(X, Y, map=m, device="cpu", precision="fp64")
+        Ks = qk.gram_states(m.states(X), m.states(Y), device="cpu", precision="fp64")
+        self.assertTrue(np.array_equal(K, Ks))
+
+    def test_dtypes_and_layouts(self):
+        A = _rand_states(70, 40)
+        B = _rand_states(30, 40)
+        K = _ref(A, B)
+        np.testing.assert_allclose(qk.gram_states(A, B, device="cpu"), K, atol=1e-13, rtol=0)
+        np.testing.assert_allclose(qk.gram_states(A, device="cpu"), _ref(A, A), atol=1e-13, rtol=0)
+        # strided rows (a column slice), Fortran order: used as they are or copied, same K
+        W = np.zeros((70, 50), complex)
+        W[:, :40] = A
+        np.testing.assert_allclose(qk.gram_states(W[:, :40], B, device="cpu"), K, atol=1e-13, rtol=0)
+        np.testing.assert_allclose(qk.gram_states(np.asfortranarray(A), B, device="cpu"), K, atol=1e-13, rtol=0)
+        # complex64, float64, float32: against the definition on the rounded values
+        A64, B64 = A.astype(np.complex64), B.astype(np.complex64)
+        np.testing.assert_allclose(qk.gram_states(A64, B64, device="cpu", norm_tol=1e-5),
+                                   _ref(A64.astype(complex), B64.astype(complex)), atol=1e-12, rtol=0)
+        R = _rand_states(60, 33, np.float64)
+        np.testing.assert_allclose(qk.gram_states(R, device="cpu"), _ref(R, R), atol=1e-13, rtol=0)
+        R32 = R.astype(np.float32)
+        np.testing.assert_allclose(qk.gram_states(R32, device="cpu"), _ref(R32.astype(float), R32.astype(float)), atol=1e-12, rtol=0)
+        with self.assertRaises(ValueError):
+            qk.gram_states(A, _rand_states(5, 41), device="cpu")
+        with self.assertRaises(TypeError):
+            qk.gram_states(A, B64, device="cpu")
+        try:
+            import torch
+        except ImportError:
+            return
+        np.testing.assert_allclose(qk.gram_states(torch.from_numpy(A), device="cpu"), _ref(A, A), atol=1e-13, rtol=0)
+
+    def test_validation(self):
+        A = _rand_states(20, 16)
+        A[7] *= 1.001
+        with self.assertRaisesRegex(ValueError, r"A\[7\]"):
+            qk.gram_states(A, device="cpu")
+        K = qk.gram_states(A, device="cpu", normalize=True)
+        np.testing.assert_allclose(np.diag(K), 1.0, atol=1e-14, rtol=0)
+        A[3, 2] = np.nan
+        with self.assertRaisesRegex(ValueError, r"A\[3\]"):
+            qk.gram_states(A, device="cpu", normalize=True)
+        with self.assertRaisesRegex(ValueError, "density"):
+            qk.gram_states(np.zeros((2, 4, 4), complex), device="cpu")
+
+    def test_npy(self):
+        A = _rand_states(90, 32)
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "K.npy")
+            K = qk.gram_states(A, device="cpu", out=p)
+            np.testing.assert_allclose(np.load(p), _ref(A, A), atol=1e-13, rtol=0)
+            self.assertEqual(K.shape, (90, 90))
+
+
+class TestQiskit(unittest.TestCase):
+    def setUp(self):
+        try:
+            import qiskit  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"qiskit is not installed ({e})")
+
+    def test_u_cu_circuits(self):
+        from qiskit import QuantumCircuit
+        from qiskit.quantum_info import Statevector
+        n, q = 24, 5
+        svs = []
+        for _ in range(n):
+            c = QuantumCircuit(q)
+            for layer in range(3):
+                for k in range(q):
+                    c.u(*RNG.uniform(0, 2 * np.pi, 3), k)
+                for k in range(q - 1):
+                    c.cu(*RNG.uniform(0, 2 * np.pi, 4), k, k + 1)
+            svs.append(Statevector(c))
+        S = np.array([sv.data for sv in svs])
+        K = qk.gram_states(S, device="cpu")
+        peer = np.array([[abs(a.inner(b)) ** 2 for b in svs] for a in svs])
+        np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+
+
+class TestPennyLane(unittest.TestCase):
+    def setUp(self):
+        try:
+            import pennylane  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"pennylane is not installed ({e})")
+
+    def test_rot_crx_circuits(self):
+        import pennylane as qml
+        q = 4
+        dev = qml.device("default.qubit", wires=q)
+
+        def body(w):
+            for layer in range(2):
+                for k in range(q):
+                    qml.Rot(*w[layer, k, :3], wires=k)
+                for k in range(q - 1):
+                    qml.CRX(w[layer, k, 3], wires=[k, k + 1])
+
+        @qml.qnode(dev)
+        def state(w):
+            body(w)
+            return qml.state()
+
+        @qml.qnode(dev)
+        def overlap(w1, w2):   # the peer's own kernel circuit: U(w2)^dagger U(w1) |0>, P(0)
+            body(w1)
+            qml.adjoint(body)(w2)
+            return qml.probs(wires=range(q))
+
+        W = RNG.uniform(0, 2 * np.pi, size=(12, 2, q, 4))
+        S = np.array([np.asarray(state(w)) for w in W])
+        K = qk.gram_states(S, device="cpu")
+        peer = np.array([[float(overlap(a, b)[0]) for b in W] for a in W])
+        np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+
+
+if __name__ == "__main__":
+    unittest.main()
