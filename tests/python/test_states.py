@@ -1,6 +1,6 @@
 """qk.gram_states (issue 28): K from given statevectors, against the peers' own overlaps for circuits
 qk's feature maps cannot express (Qiskit's u and cu gates, PennyLane's Rot and CRX), to 1e-12;
-qk's own states (FeatureMap.states) give qk.gram's K bit for bit; every dtype and layout numpy
+qk's own states (FeatureMap.statevector) give qk.gram's K bit for bit; every dtype and layout numpy
 hands over (complex64, float32, strided rows, Fortran order, a CPU torch tensor if installed);
 validation errors name the row; a .npy output. Each peer's part skips without that peer."""
 import os
@@ -30,10 +30,10 @@ class TestStates(unittest.TestCase):
         X = RNG.uniform(-1, 1, size=(120, 6))
         Y = RNG.uniform(-1, 1, size=(50, 6))
         K = qk.gram(X, map=m, device="cpu", precision="fp64")
-        Ks = qk.gram_states(m.states(X), device="cpu", precision="fp64")
+        Ks = qk.gram_states(m.statevector(X), device="cpu", precision="fp64")
         self.assertTrue(np.array_equal(K, Ks))
         K = qk.gram(X, Y, map=m, device="cpu", precision="fp64")
-        Ks = qk.gram_states(m.states(X), m.states(Y), device="cpu", precision="fp64")
+        Ks = qk.gram_states(m.statevector(X), m.statevector(Y), device="cpu", precision="fp64")
         self.assertTrue(np.array_equal(K, Ks))
 
     def test_dtypes_and_layouts(self):
