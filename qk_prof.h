@@ -31,7 +31,8 @@
      QK_PROF_THREAD_NAME("name"), QK_PROF_STREAM_NAME(stream, "name")   lane names in traces
      QK_PROF_GPU_COLLECT()                               resolve finished GPU zones now (never
                                                          waits); reports call it with waiting
-   Names are string literals: each call site keeps a static record (qk_prof_site). Zones with
+   Names are string literals (anything else is a compile error): each call site keeps a static
+   record (qk_prof_site), named once. Zones with
    the same name at several sites are one row in reports. QK_PROF_END's name is checked against
    the open zone; a mismatch is counted (summary.mismatched), the open zone is closed anyway.
 
@@ -488,8 +489,11 @@ QK_PROF_DEF int qk_prof_get_advice(qk_prof_advice *out, int max);
 
 #ifdef QK_PROF_ENABLE
 #define QK_PROF_ENABLED 1
+/* "" name: a name that is not a string literal does not compile. A C++ static's initializer may be
+   any expression, evaluated once, at the first pass: QK_PROF_BEGIN(h ? "b" : "a") would name
+   every later zone of that site "a" (and count END("b") as mismatched). */
 #define QK_PROF_SITE_(var, name, kind) \
-    static qk_prof_site var = { name, __FILE__, __LINE__, kind, 0 }
+    static qk_prof_site var = { "" name, __FILE__, __LINE__, kind, 0 }
 #define QK_PROF_INIT(desc) qk_prof_init(desc)
 #define QK_PROF_SHUTDOWN() qk_prof_shutdown()
 #define QK_PROF_BEGIN(name) \

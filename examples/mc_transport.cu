@@ -121,6 +121,20 @@ __global__ void k_spin(long long ns) // the benchmark's ~10 us kernel
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
 }
 
+// one half's streaming, scattering and energy-loss launches (chunks of them: the launch plant)
+static void launch_half(Particles p, int h, size_t half, int chunks, int chunk, int threads, float ds, float *dose,
+                        unsigned step, cudaStream_t st)
+{
+    for (int c = 0; c < chunks; c++) {
+        int off = (int)(h * half) + c * chunk, n = (int)((size_t)(c + 1) * chunk <= half ? chunk : half - (size_t)c * chunk);
+        unsigned g = (unsigned)((n + threads - 1) / threads);
+        if (n <= 0) continue;
+        LAUNCH(c_stream, k_stream<<<g, threads, 0, st>>>(p, off, n, ds));
+        LAUNCH(c_scatter, k_scatter<<<g, threads, 0, st>>>(p, off, n, step));
+        LAUNCH(c_eloss, k_eloss<<<g, threads, 0, st>>>(p, off, n, ds, dose, step));
+    }
+}
+
 static double now_s()
 {
     struct timespec ts;
@@ -357,19 +371,13 @@ int main(int argc, char **argv)
             QK_PROF_END("refill");
         }
         if (s > 0) { CU(cudaStreamWaitEvent(sa, ev_gemm, 0)); CU(cudaStreamWaitEvent(sb, ev_gemm, 0)); }
-        for (int h = 0; h < 2; h++) {
-            cudaStream_t st = h ? sb : sa;
-            QK_PROF_BEGIN(h ? "transport B" : "transport A");
-            for (int c = 0; c < chunks; c++) {
-                int off = (int)(h * half) + c * chunk, n = (int)((size_t)(c + 1) * chunk <= half ? chunk : half - (size_t)c * chunk);
-                unsigned g = (unsigned)((n + threads - 1) / threads);
-                if (n <= 0) continue;
-                LAUNCH(c_stream, k_stream<<<g, threads, 0, st>>>(p, off, n, ds));
-                LAUNCH(c_scatter, k_scatter<<<g, threads, 0, st>>>(p, off, n, (unsigned)s));
-                LAUNCH(c_eloss, k_eloss<<<g, threads, 0, st>>>(p, off, n, ds, dose, (unsigned)s));
-            }
-            QK_PROF_END(h ? "transport B" : "transport A");
-        }
+        // one zone per half, each with its literal name: a zone's name is fixed at its site
+        QK_PROF_BEGIN("transport A");
+        launch_half(p, 0, half, chunks, chunk, threads, ds, dose, (unsigned)s, sa);
+        QK_PROF_END("transport A");
+        QK_PROF_BEGIN("transport B");
+        launch_half(p, 1, half, chunks, chunk, threads, ds, dose, (unsigned)s, sb);
+        QK_PROF_END("transport B");
         CU(cudaEventRecord(ev_a, sa));
         CU(cudaEventRecord(ev_b, sb));
         QK_PROF_BEGIN("detector");
