@@ -601,9 +601,14 @@ struct qk__prof_scope_guard {
 #define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
 #define QK_PROF_STEP(index) QK_PROF_U_(index)                  /* >>steps */
 #define QK_PROF_STEP_END() ((void)0)
-/* The value 0, usable as a statement without an unused-value warning, and no code even at
-   -O0 where the compiler has statement expressions; elsewhere an inline function. */
-#if defined(__GNUC__) || defined(__clang__)
+/* The value 0, usable as a statement without an unused-value warning (-Wall -Wextra), and no code
+   even at -O0: with clang a comma expression (a statement expression's unused value draws
+   clang's -Wunused-value inside another macro's argument; a void-cast left operand and a constant
+   right one draw nothing), with gcc a statement expression (gcc warns on the comma's unused 0);
+   elsewhere an inline function. tests/prof/prof_codegen.py checks both compilers. */
+#if defined(__clang__)
+#define QK_PROF_ZERO_(x) (QK_PROF_U_(x), 0)
+#elif defined(__GNUC__)
 #define QK_PROF_ZERO_(x) __extension__({ QK_PROF_U_(x); 0; })
 #else
 #define QK_PROF_ZERO_(x) qk__prof_zero((const void *)(x))
