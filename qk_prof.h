@@ -640,6 +640,7 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <locale.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -5526,34 +5527,64 @@ static const struct { const char *key; size_t off; double def; } qk__prof_adv_ke
 #define QK__PROF_ADV_NKEYS ((int)(sizeof qk__prof_adv_keys / sizeof qk__prof_adv_keys[0]))
 #define QK__PROF_CFG(c, k) (*(double *)((char *)(c) + qk__prof_adv_keys[k].off))
 
+/* A number of QK_PROF_ADVICE, whatever the locale: the whole of s[0..n) in C syntax ('.' the point),
+   finite; 0 and *out set, or -1 (then *out is untouched). */
+static int qk__prof_adv_num(const char *s, size_t n, double *out)
+{
+    char num[64], *end = NULL, *dot;
+    const char *lp = localeconv()->decimal_point;
+    double v;
+    if (n == 0 || n >= sizeof num || memchr(s, 0, n)) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    if (strcspn(num, "0123456789") == n) return -1;        /* no digit: not inf, nan, "" */
+    if (strchr(num, ',') || (lp && lp[0] && lp[0] != '.' && strchr(num, lp[0]))) return -1; /* only '.' is the point */
+    if ((dot = strchr(num, '.')) && lp && lp[0] && lp[0] != '.' && !lp[1]) *dot = lp[0]; /* the locale's point for strtod */
+    errno = 0;
+    v = strtod(num, &end);
+    if (end != num + n || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* QK_PROF_ADVICE's "key=value,key=value,..." over c: each known key with a valid number sets its
+   field (0: the default again, as in desc.advice; the last occurrence wins); step_zone's value is
+   copied to step_name (n bytes, truncated). An item without '=', an unknown key or a value that
+   is not a whole finite number is skipped. */
+static void qk__prof_adv_parse(const char *e, qk_prof_advice_cfg *c, char *step_name, size_t n)
+{
+    int k;
+    while (e && *e) {
+        size_t kl = strcspn(e, "=,"), vl;
+        const char *v = e + kl;
+        if (*v != '=') { e = v + (*v == ','); continue; }  /* no value: skip the item */
+        v++;
+        vl = strcspn(v, ",");
+        if (kl == 9 && strncmp(e, "step_zone", 9) == 0 && step_name && n > 0) {
+            size_t l = vl < n - 1 ? vl : n - 1;
+            memcpy(step_name, v, l);
+            step_name[l] = 0;
+            c->step_zone = step_name;
+        }
+        for (k = 0; k < QK__PROF_ADV_NKEYS; k++) {
+            double x;
+            if (strlen(qk__prof_adv_keys[k].key) != kl || strncmp(e, qk__prof_adv_keys[k].key, kl) != 0) continue;
+            if (qk__prof_adv_num(v, vl, &x) == 0) QK__PROF_CFG(c, k) = x == 0 ? qk__prof_adv_keys[k].def : x;
+        }
+        e = v + vl + (v[vl] == ',');
+    }
+}
+
 /* The thresholds in force: in's (NULL: none) over the defaults, then (env) QK_PROF_ADVICE's
    "key=value,..." over both. step_name: storage for a step_zone given in the environment. */
 static void qk__prof_adv_cfg(const qk_prof_advice_cfg *in, qk_prof_advice_cfg *c, int env, char *step_name, size_t n)
 {
-    const char *e = env ? getenv("QK_PROF_ADVICE") : NULL;
     int k;
     memset(c, 0, sizeof *c);
     if (in) *c = *in;
     for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
         if (QK__PROF_CFG(c, k) == 0) QK__PROF_CFG(c, k) = qk__prof_adv_keys[k].def;
-    while (e && *e) {
-        size_t kl = strcspn(e, "="), vl;
-        const char *v = e + kl;
-        if (*v != '=') break;
-        v++;
-        vl = strcspn(v, ",");
-        if (kl == 9 && strncmp(e, "step_zone", 9) == 0) {
-            snprintf(step_name, n, "%.*s", (int)vl, v);
-            c->step_zone = step_name;
-        }
-        for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
-            if (strlen(qk__prof_adv_keys[k].key) == kl && strncmp(e, qk__prof_adv_keys[k].key, kl) == 0) {
-                char num[64];
-                snprintf(num, sizeof num, "%.*s", (int)(vl < 63 ? vl : 63), v);
-                QK__PROF_CFG(c, k) = strtod(num, NULL); /* the locale's point: tests use integers or '.' locales */
-            }
-        e = v + vl + (v[vl] == ',');
-    }
+    if (env) qk__prof_adv_parse(getenv("QK_PROF_ADVICE"), c, step_name, n);
 }
 
 static int qk__prof_is_work(int kind)
