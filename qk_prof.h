@@ -3514,6 +3514,8 @@ static void qk__prof_act_json(FILE *f, qk__prof_model *m);
 static void qk__prof_act_trace(FILE *f, qk__prof_model *m, int *first);
 static void qk__prof_act_html_advice(FILE *f, qk__prof_model *m);
 static void qk__prof_act_html(FILE *f, qk__prof_model *m);
+struct qk__prof_html_tl;
+static void qk__prof_act_html_lanes(FILE *f, qk__prof_model *m, struct qk__prof_html_tl *tl); /* the timeline's GPU lanes */
 #ifdef QK_PROF_MPI /* >>mpi: the rank-imbalance advice of the merged report (thresholds as the reports take
                       them); returns the count, *out the items (caller frees) */
 static int qk__prof_adv_ranks(const qk_prof_zone_part *rows, size_t n, int ranks, double wall, qk_prof_advice **out);
@@ -4010,7 +4012,7 @@ static void qk__prof_html_head(FILE *f, const qk__prof_model *m)
           "svg{display:block;width:100%}svg text{font:11px sans-serif;fill:#555}\n"
           ".cpu{fill:#4e79a7}.gpu{fill:#59a14f}.xfer{fill:#f28e2b}.bg{fill:#f3f3f3}.track{fill:#e8e8e8}\n"
           ".d1{fill-opacity:.8}.d2{fill-opacity:.65}.d3{fill-opacity:.5}.dn{fill-opacity:.4}\n"
-          "rect.box{stroke:#fff;stroke-width:.5}\n"
+          "rect.box{stroke:#fff;stroke-width:.5}rect.box.act{stroke:none}\n"
           "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
     qk__prof_pf(f, "<p>wall %s &middot; clock %s &middot; %d host thread%s", qk__prof_time(m->wall, t1, sizeof t1),
                 m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s");
@@ -4236,10 +4238,12 @@ static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
     qk__prof_html_tl tl = {0, 0, 0};
     int i, k;
     fputs("<h2>Timeline</h2>\n<p class=\"note\">One row per host thread and per GPU stream, one lane per nesting "
-          "depth: a zone is drawn under the zone it is nested in.</p>\n<div class=\"tl\">\n", f);
+          "depth: a zone is drawn under the zone it is nested in. GPU activities (the CUPTI mode): a row per stream, "
+          "kernels green, copies and memsets orange.</p>\n<div class=\"tl\">\n", f);
     for (i = 0; i < m->n_threads; i++)
         if (m->threads[i]) qk__prof_html_thread_lanes(f, m, m->threads[i], &tl);
     for (k = 0; k < m->n_lanes; k++) qk__prof_html_stream_lanes(f, m, k, &tl);
+    qk__prof_act_html_lanes(f, (qk__prof_model *)m, &tl); /* >>advice: a lane per stream of the CUPTI records */
     qk__prof_html_time_axis(f, m, &tl);
 }
 
@@ -6293,6 +6297,7 @@ static int qk__prof_adv_ranks(const qk_prof_zone_part *rows, size_t n, int ranks
 typedef struct qk__prof_aview {
     qk_prof_activity *acts;
     size_t n_acts;
+    size_t n_store;              /* the first n_store of acts: the store's records (CUPTI, injected); then GPU zones */
     qk_prof_span *steps;
     size_t n_steps;
     qk_prof_mem_sample *mem;
@@ -6594,6 +6599,7 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
         }
         QK_PROF_FREE(nz);
     }
+    v->n_store = v->n_acts;
     qk__prof_aview_zones(m, v, !v->cupti_kernels, !v->cupti_copies);
 #ifdef QK_PROF_CUDA
     if (v->state == 1 && qk__cupti.cuptiGetStreamIdEx) { /* the names of the streams the macros named */
@@ -6942,6 +6948,68 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
         qk__prof_pf(f, "<p class=\"note\">Activity records not kept %llu (the tables still count them), dropped by CUPTI "
                     "%llu, incomplete %llu.</p>\n", (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti,
                     (unsigned long long)v.incomplete);
+    qk__prof_aview_free(&v);
+}
+typedef struct qk__prof_slane { int device; uint32_t stream; } qk__prof_slane;
+static int qk__prof_slane_cmp(const void *x, const void *y)
+{
+    const qk__prof_slane *a = (const qk__prof_slane *)x, *b = (const qk__prof_slane *)y;
+    if (a->device != b->device) return a->device < b->device ? -1 : 1;
+    return a->stream < b->stream ? -1 : a->stream > b->stream;
+}
+
+/* The timeline's GPU activity lanes, as in the trace: one row per (device, stream) of the store's
+   kernels, copies and memsets (a stream runs them one after another: one lane), named as the
+   trace names them, each box with its tooltip (kernel: zone, grid, block; copy: direction, memory
+   kinds, bytes, GB/s). The timeline's box budget holds for them too. Their boxes have no white
+   edge (class act): thousands of microsecond kernels would be edges only. */
+static void qk__prof_act_html_lanes(FILE *f, qk__prof_model *m, struct qk__prof_html_tl *tl)
+{
+    qk__prof_aview v;
+    qk__prof_slane *sl;
+    size_t i, j, ns = 0;
+    qk__prof_aview_build(m, &v);
+    sl = (qk__prof_slane *)QK_PROF_MALLOC((v.n_store + 1) * sizeof *sl);
+    if (!sl) { qk__prof_aview_free(&v); return; }
+    for (i = 0; i < v.n_store; i++) {
+        const qk_prof_activity *a = &v.acts[i];
+        if (a->kind != QK_PROF_ACT_KERNEL && a->kind != QK_PROF_ACT_MEMCPY && a->kind != QK_PROF_ACT_MEMSET) continue;
+        sl[ns].device = a->device;
+        sl[ns++].stream = a->stream;
+    }
+    if (ns > 1) qsort(sl, ns, sizeof *sl, qk__prof_slane_cmp);
+    for (i = 0; i < ns; i++) {
+        char kind[24], name[128];
+        if (i > 0 && sl[i].device == sl[i - 1].device && sl[i].stream == sl[i - 1].stream) continue;
+        qk__prof_spf(kind, sizeof kind, "GPU %d", sl[i].device);
+        qk__prof_stream_label(&v.facts, sl[i].device, sl[i].stream, name, sizeof name - 8);
+        qk__prof_copy(name + strlen(name), 9, " (CUPTI)");
+        qk__prof_html_lanes_open(f, kind, name, 0);
+        for (j = 0; j < v.n_store; j++) {
+            const qk_prof_activity *a = &v.acts[j];
+            char extra[160], b1[32], what[320];
+            if ((a->kind != QK_PROF_ACT_KERNEL && a->kind != QK_PROF_ACT_MEMCPY && a->kind != QK_PROF_ACT_MEMSET) ||
+                a->device != sl[i].device || a->stream != sl[i].stream || !qk__prof_html_tl_take(tl, 0, 1))
+                continue;
+            /* the names go in the box's name (escaped), the numbers in extra */
+            qk__prof_spf(what, sizeof what, "%.200s in zone %.100s", a->kind == QK_PROF_ACT_KERNEL ? (a->name ? a->name : "kernel")
+                         : a->kind == QK_PROF_ACT_MEMCPY ? "copy" : "memset", a->zone ? a->zone : "-");
+            if (a->kind == QK_PROF_ACT_KERNEL)
+                qk__prof_spf(extra, sizeof extra, ", grid %dx%dx%d, block %dx%dx%d", a->grid[0], a->grid[1], a->grid[2],
+                             a->block[0], a->block[1], a->block[2]);
+            else if (a->kind == QK_PROF_ACT_MEMCPY)
+                qk__prof_spf(extra, sizeof extra, ", %s %s -&gt; %s, %s, %.2f GB/s", qk__prof_dir_name(a->dir),
+                             qk__prof_memk_name(a->src_kind), qk__prof_memk_name(a->dst_kind),
+                             qk__prof_bytes((double)a->bytes, b1, sizeof b1),
+                             a->end_ns > a->start_ns ? (double)a->bytes / (a->end_ns - a->start_ns) : 0.0);
+            else
+                qk__prof_spf(extra, sizeof extra, ", %s", qk__prof_bytes((double)a->bytes, b1, sizeof b1));
+            qk__prof_html_box(f, m, a->kind == QK_PROF_ACT_KERNEL ? "gpu act" : "xfer act", 0, a->start_ns, a->end_ns - a->start_ns,
+                              what, extra);
+        }
+        fputs("</svg>\n", f);
+    }
+    QK_PROF_FREE(sl);
     qk__prof_aview_free(&v);
 }
 /* ---- end advice ---- */

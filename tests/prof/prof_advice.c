@@ -3,8 +3,9 @@
    the plant keeps it quiet, QK_PROF_ADVICE overrides the thresholds. Then the live path: CPU
    zones "step" under an injected clock and injected GPU activities (qk_prof_activity_add), whose
    advice, activity counts and per-kernel-name table the reports give. With a directory argument
-   it writes report.json, trace.json, report.txt, report.html and expect.json there for
-   tests/prof_advice.py to check independently. */
+   it writes report.json, trace.json, report.txt, report.html and expect.json (what it injected:
+   counts, per stream, names and zones) there for tests/prof_advice.py to check independently,
+   and tests/prof_html.py renders report.html (the timeline's GPU activity lanes). */
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #include "qk_prof.h"
@@ -214,12 +215,14 @@ static void rules(void)
 static uint64_t fake_now;
 static uint64_t fake_clock(void *user) { (void)user; return fake_now; }
 
-static int count_kernels_injected, count_copies_injected;
+static int count_kernels_injected, count_copies_injected, count_stream7, count_stream9;
 
 static void inject(qk_prof_activity *a)
 {
     CHECK(qk_prof_activity_add(a) == 0, "qk_prof_activity_add: %s", qk_prof_last_error());
     if (a->kind == QK_PROF_ACT_KERNEL) count_kernels_injected++;
+    if (a->stream == 7) count_stream7++;
+    if (a->stream == 9) count_stream9++;
     if (a->kind == QK_PROF_ACT_MEMCPY) count_copies_injected++;
 }
 
@@ -298,8 +301,9 @@ static int live(const char *dir)
         if (e) {
             fprintf(e, "{\"kernels\":%d,\"memcpys\":%d,\"steps\":30,\"per_step\":{\"energy_loss(float*)\":20,"
                        "\"void scatter<float>(float*, int)\":20},\"zones\":{\"energy_loss(float*)\":\"step\","
-                       "\"void scatter<float>(float*, int)\":\"launch\"},\"rules\":[\"gpu-idle\",\"launch-bound\",\"pageable-copy\"]}\n",
-                    count_kernels_injected, count_copies_injected);
+                       "\"void scatter<float>(float*, int)\":\"launch\"},\"rules\":[\"gpu-idle\",\"launch-bound\",\"pageable-copy\"],"
+                       "\"streams\":{\"7\":{\"kernels\":%d},\"9\":{\"copies\":%d}},\"copy_zone\":\"step\"}\n",
+                    count_kernels_injected, count_copies_injected, count_stream7, count_stream9);
             fclose(e);
         }
         CHECK(rc == 0, "writing the reports: %s", qk_prof_last_error());
