@@ -31,7 +31,8 @@
      QK_PROF_THREAD_NAME("name"), QK_PROF_STREAM_NAME(stream, "name")   lane names in traces
      QK_PROF_GPU_COLLECT()                               resolve finished GPU zones now (never
                                                          waits); reports call it with waiting
-   Names are string literals: each call site keeps a static record (qk_prof_site). Zones with
+   Names are string literals (anything else is a compile error): each call site keeps a static
+   record (qk_prof_site), named once. Zones with
    the same name at several sites are one row in reports. QK_PROF_END's name is checked against
    the open zone; a mismatch is counted (summary.mismatched), the open zone is closed anyway.
 
@@ -45,7 +46,8 @@
      direction and memory kinds, the trace one lane per stream. desc.cupti = 2 adds every CUDA
      runtime call. Every report also gets an "advice" section: rules over what was recorded
      (pageable copies, host waits in the step loop, GPU idle, launch-bound kernels, copies
-     serialized with kernels, memory growing step after step), each with its evidence and fix;
+     serialized with kernels, memory growing step after step, step time outliers and drift,
+     imbalance across threads and, in the MPI report, across ranks), each with its evidence and fix;
      thresholds in desc.advice or QK_PROF_ADVICE="key=value,...". qk_prof_advise runs the rules on
      records of your own (plain arrays).
 
@@ -287,6 +289,16 @@ typedef struct qk_prof_advice_cfg {
     double serial_max_overlap;  /* ... and kernels elsewhere overlap at most this share of them (0.1) */
     double leak_min_bytes;      /* memory-growth: grows at least this much over the loop (1 MiB) ... */
     double leak_min_step_share; /* ... growing from one step to the next in at least this share of the steps (0.8) */
+    double step_skip;           /* step-outliers, step-drift: the first steps left out (1; negative: none) */
+    double tail_ratio;          /* step-outliers: the step time's p99 at least this many times its p50 (2),
+                                   over at least 10 steps */
+    double drift_min_growth;    /* step-drift: the median step of the last third of the loop longer than the
+                                   median of the first third by at least this share (0.2), over at least 9 steps */
+    double thread_imbalance;    /* thread-imbalance: a zone's largest total on one thread at least this many
+                                   times its mean over the threads that ran it (1.25) ... */
+    double rank_imbalance;      /* rank-imbalance (QK_PROF_MPI): a zone's largest total on one rank at least
+                                   this many times its mean over all ranks (1.25) ... */
+    double imbalance_min_share; /* ... both: and the largest less the mean at least this share of the wall (0.05) */
 } qk_prof_advice_cfg;
 
 /* The rules' input: plain arrays, so a program (or a test) can run the rules on any records. */
@@ -297,6 +309,15 @@ typedef struct qk_prof_mem_sample {
     double device_used;         /* device memory in use (QK_PROF_MEM_SNAPSHOT's cudaMemGetInfo), -1 unknown */
 } qk_prof_mem_sample;
 typedef struct qk_prof_stream_label { int device; uint32_t stream; const char *name; } qk_prof_stream_label;
+/* A zone's total time on one thread (or, in the MPI report, on one rank): the imbalance rules' input. */
+typedef struct qk_prof_zone_part {
+    const char *zone;
+    int gpu;                    /* 1: a GPU zone (ranks only) */
+    int index;                  /* the thread's index, or the rank */
+    const char *label;          /* the thread's name (or NULL) */
+    double total_ns;
+    uint64_t calls;
+} qk_prof_zone_part;
 typedef struct qk_prof_facts {
     const qk_prof_activity *acts;   /* any order */
     size_t n_acts;
@@ -307,13 +328,20 @@ typedef struct qk_prof_facts {
     size_t n_mem;
     const qk_prof_stream_label *streams; /* names of streams for the evidence (optional) */
     size_t n_streams;
-    double wall_ns;
+    double wall_ns;                 /* the run's wall time (MPI: the longest rank's) */
+    /* appended for the imbalance rules; zero where not known */
+    const qk_prof_zone_part *threads; /* per zone name and thread, any order (CPU zones) */
+    size_t n_threads;
+    const qk_prof_zone_part *ranks; /* per zone name and rank, any order; a rank without a row counts 0 */
+    size_t n_ranks_rows;
+    int n_ranks;                    /* the ranks (0: no MPI) */
 } qk_prof_facts;
 
 /* One piece of advice: which rule, where, the numbers that made it fire, and the fix. */
 typedef struct qk_prof_advice {
     const char *rule;           /* "pageable-copy", "sync-in-loop", "gpu-idle", "launch-bound",
-                                   "serialized-copy", "memory-growth" */
+                                   "serialized-copy", "memory-growth", "step-outliers", "step-drift",
+                                   "thread-imbalance", "rank-imbalance" */
     double impact_ns;           /* the time at stake, an estimate (0: not time); the list is sorted by it */
     char where[160];            /* the zone, stream or memory the evidence points at */
     char evidence[640];
@@ -461,8 +489,11 @@ QK_PROF_DEF int qk_prof_get_advice(qk_prof_advice *out, int max);
 
 #ifdef QK_PROF_ENABLE
 #define QK_PROF_ENABLED 1
+/* "" name: a name that is not a string literal does not compile. A C++ static's initializer may be
+   any expression, evaluated once, at the first pass: QK_PROF_BEGIN(h ? "b" : "a") would name
+   every later zone of that site "a" (and count END("b") as mismatched). */
 #define QK_PROF_SITE_(var, name, kind) \
-    static qk_prof_site var = { name, __FILE__, __LINE__, kind, 0 }
+    static qk_prof_site var = { "" name, __FILE__, __LINE__, kind, 0 }
 #define QK_PROF_INIT(desc) qk_prof_init(desc)
 #define QK_PROF_SHUTDOWN() qk_prof_shutdown()
 #define QK_PROF_BEGIN(name) \
@@ -570,9 +601,14 @@ struct qk__prof_scope_guard {
 #define QK_PROF_WRITE_HTML(path) QK_PROF_ZERO_(path)
 #define QK_PROF_STEP(index) QK_PROF_U_(index)                  /* >>steps */
 #define QK_PROF_STEP_END() ((void)0)
-/* The value 0, usable as a statement without an unused-value warning, and no code even at
-   -O0 where the compiler has statement expressions; elsewhere an inline function. */
-#if defined(__GNUC__) || defined(__clang__)
+/* The value 0, usable as a statement without an unused-value warning (-Wall -Wextra), and no code
+   even at -O0: with clang a comma expression (a statement expression's unused value draws
+   clang's -Wunused-value inside another macro's argument; a void-cast left operand and a constant
+   right one draw nothing), with gcc a statement expression (gcc warns on the comma's unused 0);
+   elsewhere an inline function. tests/prof/prof_codegen.py checks both compilers. */
+#if defined(__clang__)
+#define QK_PROF_ZERO_(x) (QK_PROF_U_(x), 0)
+#elif defined(__GNUC__)
 #define QK_PROF_ZERO_(x) __extension__({ QK_PROF_U_(x); 0; })
 #else
 #define QK_PROF_ZERO_(x) qk__prof_zero((const void *)(x))
@@ -604,6 +640,7 @@ static inline int qk__prof_zero(const void *p) { (void)p; return 0; }
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <locale.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -2836,6 +2873,8 @@ typedef struct qk__prof_model {
     qk_prof_summary sum;
     qk__prof_thread **threads;  /* by index */
     int n_threads;
+    qk_prof_zone_part *tz;      /* per thread and CPU site: its total (the thread-imbalance rule) */
+    int n_tz, cap_tz;
 } qk__prof_model;
 
 static void qk__prof_row_add(qk__prof_row *r, const qk__prof_stat *s, double f)
@@ -2932,6 +2971,7 @@ static void qk__prof_model_free(qk__prof_model *m)
     QK_PROF_FREE(m->gpu);
     QK_PROF_FREE(m->ctr);
     QK_PROF_FREE(m->threads);
+    QK_PROF_FREE(m->tz);
     memset(m, 0, sizeof *m);
 }
 
@@ -3037,6 +3077,15 @@ static int qk__prof_model_build(qk__prof_model *m)
         }
         for (i = 0; i < QK_PROF_MAX_SITES; i++) {
             if (tmp[i].n) qk__prof_row_add(&m->cpu[i], &tmp[i], m->npt);
+            if (tmp[i].n && qk__prof_grow((void **)&m->tz, &m->cap_tz, m->n_tz + 1, sizeof *m->tz) == 0) {
+                qk_prof_zone_part *z = &m->tz[m->n_tz++];
+                memset(z, 0, sizeof *z);
+                z->zone = m->cpu[i].name;
+                z->index = t->index;
+                z->label = t->name;
+                z->total_ns = m->npt * (double)tmp[i].total;
+                z->calls = tmp[i].n;
+            }
             if (t->cstats && t->cstats[i].n) {
                 qk__prof_crow *c = &m->ctr[i];
                 const qk__prof_cstat *s = &t->cstats[i];
@@ -3465,6 +3514,12 @@ static void qk__prof_act_json(FILE *f, qk__prof_model *m);
 static void qk__prof_act_trace(FILE *f, qk__prof_model *m, int *first);
 static void qk__prof_act_html_advice(FILE *f, qk__prof_model *m);
 static void qk__prof_act_html(FILE *f, qk__prof_model *m);
+struct qk__prof_html_tl;
+static void qk__prof_act_html_lanes(FILE *f, qk__prof_model *m, struct qk__prof_html_tl *tl); /* the timeline's GPU lanes */
+#ifdef QK_PROF_MPI /* >>mpi: the rank-imbalance advice of the merged report (thresholds as the reports take
+                      them); returns the count, *out the items (caller frees) */
+static int qk__prof_adv_ranks(const qk_prof_zone_part *rows, size_t n, int ranks, double wall, qk_prof_advice **out);
+#endif
 
 /* >>text ---- implementation: text report ---- */
 /* A name in a text column: control characters shown as \n, \t, \xNN; padded or cut to w. */
@@ -3957,7 +4012,7 @@ static void qk__prof_html_head(FILE *f, const qk__prof_model *m)
           "svg{display:block;width:100%}svg text{font:11px sans-serif;fill:#555}\n"
           ".cpu{fill:#4e79a7}.gpu{fill:#59a14f}.xfer{fill:#f28e2b}.bg{fill:#f3f3f3}.track{fill:#e8e8e8}\n"
           ".d1{fill-opacity:.8}.d2{fill-opacity:.65}.d3{fill-opacity:.5}.dn{fill-opacity:.4}\n"
-          "rect.box{stroke:#fff;stroke-width:.5}\n"
+          "rect.box{stroke:#fff;stroke-width:.5}rect.box.act{stroke:none}\n"
           "</style></head><body>\n<h1>qk_prof report</h1>\n", f);
     qk__prof_pf(f, "<p>wall %s &middot; clock %s &middot; %d host thread%s", qk__prof_time(m->wall, t1, sizeof t1),
                 m->sum.clock, m->sum.threads, m->sum.threads == 1 ? "" : "s");
@@ -4183,10 +4238,12 @@ static void qk__prof_html_timeline(FILE *f, const qk__prof_model *m)
     qk__prof_html_tl tl = {0, 0, 0};
     int i, k;
     fputs("<h2>Timeline</h2>\n<p class=\"note\">One row per host thread and per GPU stream, one lane per nesting "
-          "depth: a zone is drawn under the zone it is nested in.</p>\n<div class=\"tl\">\n", f);
+          "depth: a zone is drawn under the zone it is nested in. GPU activities (the CUPTI mode): a row per stream, "
+          "kernels green, copies and memsets orange.</p>\n<div class=\"tl\">\n", f);
     for (i = 0; i < m->n_threads; i++)
         if (m->threads[i]) qk__prof_html_thread_lanes(f, m, m->threads[i], &tl);
     for (k = 0; k < m->n_lanes; k++) qk__prof_html_stream_lanes(f, m, k, &tl);
+    qk__prof_act_html_lanes(f, (qk__prof_model *)m, &tl); /* >>advice: a lane per stream of the CUPTI records */
     qk__prof_html_time_axis(f, m, &tl);
 }
 
@@ -4953,8 +5010,46 @@ static void qk__prof_mpi_name(char *buf, size_t cap, const char *s, uint32_t len
     buf[n] = 0;
 }
 
+/* The rank-imbalance advice over the merged zones: each zone's total on every rank that ran it
+   (the rule counts the others 0); wall: the longest rank's. Returns the count; caller frees *out. */
+static int qk__prof_mpi_advice(const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz, qk_prof_advice **out)
+{
+    qk_prof_zone_part *rows = (qk_prof_zone_part *)qk__prof_calloc((size_t)size * (size_t)nz + 1, sizeof *rows);
+    char *names = (char *)qk__prof_calloc((size_t)nz + 1, 256);
+    size_t n = 0;
+    double wall = 0;
+    int r, j, na = 0;
+    *out = NULL;
+    if (rows && names) {
+        for (r = 0; r < size; r++) if (rk[r].wall > wall) wall = rk[r].wall;
+        for (j = 0; j < nz; j++) {
+            qk__prof_mpi_name(names + 256 * (size_t)j, 256, z[j].name, z[j].len);
+            for (r = 0; r < size; r++) {
+                int i;
+                for (i = 0; i < rk[r].n_rows; i++)
+                    if (rk[r].rows[i].gpu == z[j].gpu && rk[r].rows[i].len == z[j].len &&
+                        memcmp(rk[r].rows[i].name, z[j].name, z[j].len) == 0) {
+                        rows[n].zone = names + 256 * (size_t)j;
+                        rows[n].gpu = z[j].gpu;
+                        rows[n].index = r;
+                        rows[n].total_ns = rk[r].rows[i].v[1];
+                        rows[n++].calls = (uint64_t)rk[r].rows[i].v[0];
+                        break;
+                    }
+            }
+        }
+        na = qk__prof_adv_ranks(rows, n, size, wall, out);
+        /* the items quote the names in their own text: the rows can go */
+    }
+    QK_PROF_FREE(rows);
+    QK_PROF_FREE(names);
+    return na;
+}
+
 static void qk__prof_mpi_text(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
 {
+    qk_prof_advice *adv;
+    int na;
     int r, j;
     char nm[256];
     qk__prof_pf(f, "qk_prof MPI report: %d rank%s (clocks aligned to rank 0's by ping-pong at init and at the report)\n",
@@ -4976,8 +5071,17 @@ static void qk__prof_mpi_text(FILE *f, const qk__prof_mrank *rk, int size, const
         qk__prof_pf(f, " %4s %6d %13.3f %13.3f %13.3f %9.3f %8d\n", z[j].gpu ? "GPU" : "CPU", z[j].ranks, z[j].min * 1e-6,
                     z[j].mean * 1e-6, z[j].max * 1e-6, z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
     }
-    qk__prof_pf(f, "(min / mean / max over all %d ranks, a rank without the zone counting 0; imbalance = max / mean)\n"
-                   "\n==== rank 0 ====\n", size);
+    qk__prof_pf(f, "(min / mean / max over all %d ranks, a rank without the zone counting 0; imbalance = max / mean)\n", size);
+    na = qk__prof_mpi_advice(rk, size, z, nz, &adv);
+    qk__prof_pf(f, "\nAdvice across ranks (rank-imbalance; thresholds in docs/profiler.md, QK_PROF_ADVICE)\n");
+    if (!na) qk__prof_pf(f, "(none: no rule fired)\n");
+    for (j = 0; j < na; j++) {
+        char b[32];
+        qk__prof_pf(f, "%2d. [%s] %s (about %s at stake)\n    evidence: %s\n    fix: %s\n", j + 1, adv[j].rule, adv[j].where,
+                    qk__prof_time(adv[j].impact_ns, b, sizeof b), adv[j].evidence, adv[j].fix);
+    }
+    QK_PROF_FREE(adv);
+    qk__prof_pf(f, "\n==== rank 0 ====\n");
 }
 
 static void qk__prof_mpi_json(FILE *f, const qk__prof_mrank *rk, int size, const qk__prof_mzone *z, int nz)
@@ -5018,6 +5122,21 @@ static void qk__prof_mpi_json(FILE *f, const qk__prof_mrank *rk, int size, const
         qk__prof_pf(f, ",\"slowest_rank\":%d,\"total_ns\":[", z[j].slowest);
         for (r = 0; r < size; r++) { if (r) fputc(',', f); qk__prof_json_num(f, qk__prof_mpi_total(&rk[r], &z[j])); }
         fputs("]}", f);
+    }
+    fputs("],\n\"advice\":[", f);
+    {
+        qk_prof_advice *adv;
+        int na = qk__prof_mpi_advice(rk, size, z, nz, &adv);
+        for (j = 0; j < na; j++) {
+            fputs(j ? ",\n {\"rule\":" : "\n {\"rule\":", f);
+            qk__prof_json_str(f, adv[j].rule);
+            fputs(",\"where\":", f); qk__prof_json_str(f, adv[j].where);
+            fputs(",\"evidence\":", f); qk__prof_json_str(f, adv[j].evidence);
+            fputs(",\"fix\":", f); qk__prof_json_str(f, adv[j].fix);
+            fputs(",\"impact_ns\":", f); qk__prof_json_num(f, adv[j].impact_ns);
+            fputc('}', f);
+        }
+        QK_PROF_FREE(adv);
     }
     fputs("]},\n", f);
 }
@@ -5076,6 +5195,24 @@ static void qk__prof_mpi_html(FILE *f, const qk__prof_mrank *rk, int size, const
                     z[j].mean > 0 ? z[j].max / z[j].mean : 0.0, z[j].slowest);
     }
     fputs("</table>\n", f);
+    {
+        qk_prof_advice *adv;
+        int na = qk__prof_mpi_advice(rk, size, z, nz, &adv);
+        fputs("<h2>Advice across ranks</h2>\n", f);
+        if (!na) fputs("<p>No rule fired.</p>\n", f);
+        else fputs("<ol class=\"adv\">\n", f);
+        for (j = 0; j < na; j++) {
+            qk__prof_pf(f, "<li><b>%s</b> &middot; ", adv[j].rule);
+            qk__prof_html_str(f, adv[j].where);
+            qk__prof_pf(f, " &middot; about %s at stake<br><span class=\"note\">", qk__prof_time(adv[j].impact_ns, t1, sizeof t1));
+            qk__prof_html_str(f, adv[j].evidence);
+            fputs("</span><br><i>Fix:</i> ", f);
+            qk__prof_html_str(f, adv[j].fix);
+            fputs("</li>\n", f);
+        }
+        if (na) fputs("</ol>\n", f);
+        QK_PROF_FREE(adv);
+    }
     if (size <= 64) { /* per-rank bars of the 8 zones with the largest max */
         fputs("<h2>Zones per rank</h2>\n<p class=\"note\">Each zone's total time on every rank, relative to its "
               "largest.</p>\n<div class=\"chart\">\n", f);
@@ -5384,38 +5521,74 @@ static const struct { const char *key; size_t off; double def; } qk__prof_adv_ke
     { "serial_max_overlap", offsetof(qk_prof_advice_cfg, serial_max_overlap), 0.1 },
     { "leak_min_bytes", offsetof(qk_prof_advice_cfg, leak_min_bytes), 1048576 },
     { "leak_min_step_share", offsetof(qk_prof_advice_cfg, leak_min_step_share), 0.8 },
+    { "step_skip", offsetof(qk_prof_advice_cfg, step_skip), 1 },
+    { "tail_ratio", offsetof(qk_prof_advice_cfg, tail_ratio), 2 },
+    { "drift_min_growth", offsetof(qk_prof_advice_cfg, drift_min_growth), 0.2 },
+    { "thread_imbalance", offsetof(qk_prof_advice_cfg, thread_imbalance), 1.25 },
+    { "rank_imbalance", offsetof(qk_prof_advice_cfg, rank_imbalance), 1.25 },
+    { "imbalance_min_share", offsetof(qk_prof_advice_cfg, imbalance_min_share), 0.05 },
 };
 #define QK__PROF_ADV_NKEYS ((int)(sizeof qk__prof_adv_keys / sizeof qk__prof_adv_keys[0]))
 #define QK__PROF_CFG(c, k) (*(double *)((char *)(c) + qk__prof_adv_keys[k].off))
+
+/* A number of QK_PROF_ADVICE, whatever the locale: the whole of s[0..n) in C syntax ('.' the point),
+   finite; 0 and *out set, or -1 (then *out is untouched). */
+static int qk__prof_adv_num(const char *s, size_t n, double *out)
+{
+    char num[64], *end = NULL, *dot;
+    const char *lp = localeconv()->decimal_point;
+    double v;
+    if (n == 0 || n >= sizeof num || memchr(s, 0, n)) return -1;
+    memcpy(num, s, n);
+    num[n] = 0;
+    if (strcspn(num, "0123456789") == n) return -1;        /* no digit: not inf, nan, "" */
+    if (strchr(num, ',') || (lp && lp[0] && lp[0] != '.' && strchr(num, lp[0]))) return -1; /* only '.' is the point */
+    if ((dot = strchr(num, '.')) && lp && lp[0] && lp[0] != '.' && !lp[1]) *dot = lp[0]; /* the locale's point for strtod */
+    errno = 0;
+    v = strtod(num, &end);
+    if (end != num + n || !isfinite(v)) return -1;
+    *out = v;
+    return 0;
+}
+
+/* QK_PROF_ADVICE's "key=value,key=value,..." over c: each known key with a valid number sets its
+   field (0: the default again, as in desc.advice; the last occurrence wins); step_zone's value is
+   copied to step_name (n bytes, truncated). An item without '=', an unknown key or a value that
+   is not a whole finite number is skipped. */
+static void qk__prof_adv_parse(const char *e, qk_prof_advice_cfg *c, char *step_name, size_t n)
+{
+    int k;
+    while (e && *e) {
+        size_t kl = strcspn(e, "=,"), vl;
+        const char *v = e + kl;
+        if (*v != '=') { e = v + (*v == ','); continue; }  /* no value: skip the item */
+        v++;
+        vl = strcspn(v, ",");
+        if (kl == 9 && strncmp(e, "step_zone", 9) == 0 && step_name && n > 0) {
+            size_t l = vl < n - 1 ? vl : n - 1;
+            memcpy(step_name, v, l);
+            step_name[l] = 0;
+            c->step_zone = step_name;
+        }
+        for (k = 0; k < QK__PROF_ADV_NKEYS; k++) {
+            double x;
+            if (strlen(qk__prof_adv_keys[k].key) != kl || strncmp(e, qk__prof_adv_keys[k].key, kl) != 0) continue;
+            if (qk__prof_adv_num(v, vl, &x) == 0) QK__PROF_CFG(c, k) = x == 0 ? qk__prof_adv_keys[k].def : x;
+        }
+        e = v + vl + (v[vl] == ',');
+    }
+}
 
 /* The thresholds in force: in's (NULL: none) over the defaults, then (env) QK_PROF_ADVICE's
    "key=value,..." over both. step_name: storage for a step_zone given in the environment. */
 static void qk__prof_adv_cfg(const qk_prof_advice_cfg *in, qk_prof_advice_cfg *c, int env, char *step_name, size_t n)
 {
-    const char *e = env ? getenv("QK_PROF_ADVICE") : NULL;
     int k;
     memset(c, 0, sizeof *c);
     if (in) *c = *in;
     for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
         if (QK__PROF_CFG(c, k) == 0) QK__PROF_CFG(c, k) = qk__prof_adv_keys[k].def;
-    while (e && *e) {
-        size_t kl = strcspn(e, "="), vl;
-        const char *v = e + kl;
-        if (*v != '=') break;
-        v++;
-        vl = strcspn(v, ",");
-        if (kl == 9 && strncmp(e, "step_zone", 9) == 0) {
-            snprintf(step_name, n, "%.*s", (int)vl, v);
-            c->step_zone = step_name;
-        }
-        for (k = 0; k < QK__PROF_ADV_NKEYS; k++)
-            if (strlen(qk__prof_adv_keys[k].key) == kl && strncmp(e, qk__prof_adv_keys[k].key, kl) == 0) {
-                char num[64];
-                snprintf(num, sizeof num, "%.*s", (int)(vl < 63 ? vl : 63), v);
-                QK__PROF_CFG(c, k) = strtod(num, NULL); /* the locale's point: tests use integers or '.' locales */
-            }
-        e = v + vl + (v[vl] == ',');
-    }
+    if (env) qk__prof_adv_parse(getenv("QK_PROF_ADVICE"), c, step_name, n);
 }
 
 static int qk__prof_is_work(int kind)
@@ -5877,6 +6050,182 @@ static void qk__prof_rule_growth(const qk_prof_facts *f, const qk_prof_advice_cf
     }
 }
 
+/* The step times (ns) after the first step_skip steps, into a new array (caller frees); *n the
+   count, *first the index of the first. NULL when there are none. */
+static double *qk__prof_step_times(const qk_prof_facts *f, const qk_prof_advice_cfg *c, size_t *n, size_t *first)
+{
+    size_t skip = c->step_skip > 0 ? (size_t)c->step_skip : 0, i;
+    double *d;
+    *n = 0;
+    *first = skip;
+    if (f->n_steps <= skip) return NULL;
+    d = (double *)QK_PROF_MALLOC((f->n_steps - skip) * sizeof *d);
+    if (!d) return NULL;
+    for (i = skip; i < f->n_steps; i++) d[i - skip] = f->steps[i].t1_ns - f->steps[i].t0_ns;
+    *n = f->n_steps - skip;
+    return d;
+}
+
+/* Rule step-outliers: a heavy tail of the step time (p99 / p50 at least tail_ratio): some steps
+   take much longer than the typical one. The slow steps are listed, and their period where they
+   recur at a fixed interval (output, checkpoints, a rebuild every k steps). */
+static void qk__prof_rule_outliers(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    size_t n, first, i, no = 0, period = 0;
+    double *d, *sorted, p50, p95, p99, excess = 0, worst = 0;
+    long worst_i = -1, prev = -1;
+    int regular = 1;
+    char b1[32], b2[32], b3[32], b4[32], b5[32], list[120] = "", per[48] = "";
+    qk_prof_advice *a;
+    if (c->tail_ratio < 0 || (double)f->n_steps < c->min_steps) return;
+    if (!(d = qk__prof_step_times(f, c, &n, &first))) return;
+    if (n < 10 || !(sorted = (double *)QK_PROF_MALLOC(n * sizeof *sorted))) { QK_PROF_FREE(d); return; }
+    memcpy(sorted, d, n * sizeof *d);
+    qsort(sorted, n, sizeof *sorted, qk__prof_dcmp);
+    p50 = qk__prof_quantile(sorted, (int64_t)n, 50);
+    p95 = qk__prof_quantile(sorted, (int64_t)n, 95);
+    p99 = qk__prof_quantile(sorted, (int64_t)n, 99);
+    QK_PROF_FREE(sorted);
+    if (!(p50 > 0) || p99 < c->tail_ratio * p50) { QK_PROF_FREE(d); return; }
+    for (i = 0; i < n; i++) {
+        if (d[i] < c->tail_ratio * p50) continue;
+        excess += d[i] - p50;
+        if (d[i] > worst) { worst = d[i]; worst_i = (long)(i + first); }
+        if (prev >= 0) {
+            size_t gap = (size_t)((long)(i + first) - prev);
+            if (period && gap != period) regular = 0;
+            period = gap;
+        }
+        if (no < 8) qk__prof_spf(list + strlen(list), sizeof list - strlen(list), "%s%zu", no ? ", " : "", i + first);
+        prev = (long)(i + first);
+        no++;
+    }
+    QK_PROF_FREE(d);
+    if (no > 8) qk__prof_spf(list + strlen(list), sizeof list - strlen(list), ", ...");
+    if (no >= 3 && regular) qk__prof_spf(per, sizeof per, ", every %zu steps", period);
+    if (!(a = qk__prof_adv_new(L, "step-outliers", excess))) return;
+    qk__prof_spf(a->where, sizeof a->where, "the steps of \"%.80s\", the slowest step %ld", f->step_zone ? f->step_zone : "steps",
+                 worst_i);
+    qk__prof_spf(a->evidence, sizeof a->evidence, "over %zu steps (the first %zu left out) the step time has p50 %s, p95 %s, "
+                 "p99 %s: p99 / p50 = %.2f; %zu steps took %.2f times the p50 or more (steps %s%s), the slowest %s; they "
+                 "cost %s beyond the typical step", n, first, qk__prof_time(p50, b1, sizeof b1), qk__prof_time(p95, b2, sizeof b2),
+                 qk__prof_time(p99, b3, sizeof b3), p99 / p50, no, c->tail_ratio, list, per, qk__prof_time(worst, b4, sizeof b4),
+                 qk__prof_time(excess, b5, sizeof b5));
+    qk__prof_spf(a->fix, sizeof a->fix, "Open the trace at the slow steps and find what they do that the others do not: "
+                 "periodic work (output, checkpoints, a rebuild or rebalance every k steps: make it asynchronous or spread "
+                 "it), allocations or first-use costs inside the step (allocate before the loop), a wait that sometimes "
+                 "blocks, or other processes on the cores (pin the threads).");
+}
+
+/* Rule step-drift: the step time grows over the loop: the median step of the last third longer
+   than the median of the first third by drift_min_growth (medians: one slow step does not make a
+   drift), with the least-squares trend per step. */
+static void qk__prof_rule_drift(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    size_t n, first, i, k;
+    double *d, *t, m0, m1, xm, ym = 0, sxy = 0, sxx = 0, slope, excess = 0;
+    char b1[32], b2[32], b3[32], b4[32];
+    qk_prof_advice *a;
+    if (c->drift_min_growth < 0 || (double)f->n_steps < c->min_steps) return;
+    if (!(d = qk__prof_step_times(f, c, &n, &first))) return;
+    k = n / 3;
+    if (n < 9 || !(t = (double *)QK_PROF_MALLOC(k * sizeof *t))) { QK_PROF_FREE(d); return; }
+    memcpy(t, d, k * sizeof *t);
+    qsort(t, k, sizeof *t, qk__prof_dcmp);
+    m0 = qk__prof_quantile(t, (int64_t)k, 50);
+    memcpy(t, d + n - k, k * sizeof *t);
+    qsort(t, k, sizeof *t, qk__prof_dcmp);
+    m1 = qk__prof_quantile(t, (int64_t)k, 50);
+    QK_PROF_FREE(t);
+    xm = (double)(n - 1) / 2;
+    for (i = 0; i < n; i++) ym += d[i] / (double)n;
+    for (i = 0; i < n; i++) {
+        sxy += ((double)i - xm) * (d[i] - ym);
+        sxx += ((double)i - xm) * ((double)i - xm);
+        if (d[i] > m0) excess += d[i] - m0;
+    }
+    QK_PROF_FREE(d);
+    slope = sxx > 0 ? sxy / sxx : 0;
+    if (!(m0 > 0) || m1 < (1 + c->drift_min_growth) * m0 || slope <= 0) return;
+    if (!(a = qk__prof_adv_new(L, "step-drift", excess))) return;
+    qk__prof_spf(a->where, sizeof a->where, "the steps of \"%.80s\"", f->step_zone ? f->step_zone : "steps");
+    qk__prof_spf(a->evidence, sizeof a->evidence, "over %zu steps (the first %zu left out) the median step grew from %s (first "
+                 "third) to %s (last third), +%.0f %%; least-squares trend %s per step (%+.3f %% of the mean step per step); "
+                 "the steps slower than the first third's median cost %s beyond it", n, first, qk__prof_time(m0, b1, sizeof b1),
+                 qk__prof_time(m1, b2, sizeof b2), 100.0 * (m1 / m0 - 1), qk__prof_time(slope, b3, sizeof b3),
+                 ym > 0 ? 100.0 * slope / ym : 0.0, qk__prof_time(excess, b4, sizeof b4));
+    qk__prof_spf(a->fix, sizeof a->fix, "Find the zone whose time grows (the trend column of the Steps table): work that "
+                 "grows with the run (a list, a tally or a neighbour structure that is never pruned or rebuilt, a log "
+                 "searched every step), memory that grows and fragments, particles piling up in one region (sort or "
+                 "rebalance them), or a device that throttles (its clocks and temperature).");
+}
+
+/* The imbalance of the rows of one kind (threads, or ranks over n_ranks with absent ranks 0): per
+   zone (and kind) the largest total against the mean. */
+static void qk__prof_imbalance(const qk_prof_facts *f, const qk_prof_zone_part *rows, size_t nr, int ranks, double ratio,
+                               double min_share, qk__prof_advlist *L)
+{
+    unsigned char *done;
+    size_t i, j;
+    if (ratio < 0 || !rows || nr < 2 || (ranks && f->n_ranks < 2)) return;
+    if (!(done = (unsigned char *)qk__prof_calloc(nr, 1))) return;
+    for (i = 0; i < nr; i++) {
+        double sum = 0, max = -1, min = 1e300, mean;
+        size_t parts = 0, imax = i;
+        char b1[32], b2[32], b3[32], b4[32], b5[32], who[96];
+        qk_prof_advice *a;
+        if (done[i] || !rows[i].zone) continue;
+        for (j = i; j < nr; j++) {
+            const qk_prof_zone_part *r = &rows[j];
+            if (done[j] || !r->zone || r->gpu != rows[i].gpu || strcmp(r->zone, rows[i].zone) != 0) continue;
+            done[j] = 1;
+            parts++;
+            sum += r->total_ns;
+            if (r->total_ns > max) { max = r->total_ns; imax = j; }
+            if (r->total_ns < min) min = r->total_ns;
+        }
+        if (ranks) { if ((int)parts < f->n_ranks) min = 0; parts = (size_t)f->n_ranks; }
+        else if (parts < 2) continue;
+        mean = sum / (double)parts;
+        if (!(mean > 0) || max < ratio * mean || max - mean < min_share * f->wall_ns) continue;
+        if (!(a = qk__prof_adv_new(L, ranks ? "rank-imbalance" : "thread-imbalance", max - mean))) break;
+        if (ranks) qk__prof_spf(who, sizeof who, "rank %d", rows[imax].index);
+        else if (rows[imax].label && rows[imax].label[0]) qk__prof_spf(who, sizeof who, "thread \"%.60s\"", rows[imax].label);
+        else qk__prof_spf(who, sizeof who, "thread %d", rows[imax].index);
+        qk__prof_spf(a->where, sizeof a->where, "%s zone \"%.100s\", slowest on %s", rows[i].gpu ? "GPU" : "CPU", rows[i].zone, who);
+        qk__prof_spf(a->evidence, sizeof a->evidence, "its total time on the %zu %s%s: min %s, mean %s, max %s (%s): max / mean "
+                     "= %.2f; the slowest is %s (%.1f %% of the wall %s) beyond the mean", parts, ranks ? "ranks" : "threads",
+                     ranks ? " (a rank without it counts 0)" : " that ran it", qk__prof_time(min, b1, sizeof b1),
+                     qk__prof_time(mean, b2, sizeof b2), qk__prof_time(max, b3, sizeof b3), who, max / mean,
+                     qk__prof_time(max - mean, b4, sizeof b4), f->wall_ns > 0 ? 100.0 * (max - mean) / f->wall_ns : 0.0,
+                     qk__prof_time(f->wall_ns, b5, sizeof b5));
+        if (ranks)
+            qk__prof_spf(a->fix, sizeof a->fix, "The other ranks wait for the slowest at the next collective or exchange: "
+                         "balance the decomposition by work, not by size (weight cells or particles by their cost, "
+                         "repartition every few steps), or overlap the wait with independent work. A zone only some "
+                         "ranks run (output on rank 0) is imbalanced by design: move it off the critical path.");
+        else
+            qk__prof_spf(a->fix, sizeof a->fix, "The threads that finish first wait for the slowest at the next join or "
+                         "barrier: split the work in more, smaller pieces handed out dynamically (a work queue, OpenMP "
+                         "schedule(dynamic) or guided), or weight the static split by cost.");
+    }
+    QK_PROF_FREE(done);
+}
+
+/* Rule thread-imbalance: a CPU zone that several threads run, with one thread's total far above
+   the mean over those threads. */
+static void qk__prof_rule_threads(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    qk__prof_imbalance(f, f->threads, f->n_threads, 0, c->thread_imbalance, c->imbalance_min_share, L);
+}
+
+/* Rule rank-imbalance (the MPI report): a zone whose total on one rank is far above the mean over
+   all ranks. */
+static void qk__prof_rule_ranks(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L)
+{
+    qk__prof_imbalance(f, f->ranks, f->n_ranks_rows, 1, c->rank_imbalance, c->imbalance_min_share, L);
+}
+
 typedef void (*qk__prof_rule_fn)(const qk_prof_facts *f, const qk_prof_advice_cfg *c, qk__prof_advlist *L);
 static const struct { const char *id; qk__prof_rule_fn fn; } qk__prof_rules[] = {
     { "pageable-copy", qk__prof_rule_pageable },
@@ -5885,6 +6234,10 @@ static const struct { const char *id; qk__prof_rule_fn fn; } qk__prof_rules[] = 
     { "launch-bound", qk__prof_rule_launch },
     { "serialized-copy", qk__prof_rule_serial },
     { "memory-growth", qk__prof_rule_growth },
+    { "step-outliers", qk__prof_rule_outliers },
+    { "step-drift", qk__prof_rule_drift },
+    { "thread-imbalance", qk__prof_rule_threads },
+    { "rank-imbalance", qk__prof_rule_ranks },
     /* a new rule: its function above, a line here, a row in docs/profiler.md's table */
 };
 #define QK__PROF_NRULES ((int)(sizeof qk__prof_rules / sizeof qk__prof_rules[0]))
@@ -5919,10 +6272,32 @@ QK_PROF_DEF int qk_prof_advise(const qk_prof_facts *facts, const qk_prof_advice_
     return n;
 }
 
+#ifdef QK_PROF_MPI
+static int qk__prof_adv_ranks(const qk_prof_zone_part *rows, size_t n, int ranks, double wall, qk_prof_advice **out)
+{
+    qk_prof_facts f;
+    qk_prof_advice_cfg c;
+    qk__prof_advlist L;
+    char sz[96];
+    memset(&f, 0, sizeof f);
+    f.ranks = rows;
+    f.n_ranks_rows = n;
+    f.n_ranks = ranks;
+    f.wall_ns = wall;
+    qk__prof_adv_cfg(&qk__prof_g.desc.advice, &c, 1, sz, sizeof sz);
+    memset(&L, 0, sizeof L);
+    qk__prof_rule_ranks(&f, &c, &L);
+    if (L.n > 1) qsort(L.items, (size_t)L.n, sizeof *L.items, qk__prof_adv_cmp);
+    *out = L.items;
+    return L.n;
+}
+#endif
+
 /* ---- the activities and the advice of this run, for the reports ---- */
 typedef struct qk__prof_aview {
     qk_prof_activity *acts;
     size_t n_acts;
+    size_t n_store;              /* the first n_store of acts: the store's records (CUPTI, injected); then GPU zones */
     qk_prof_span *steps;
     size_t n_steps;
     qk_prof_mem_sample *mem;
@@ -6224,6 +6599,7 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
         }
         QK_PROF_FREE(nz);
     }
+    v->n_store = v->n_acts;
     qk__prof_aview_zones(m, v, !v->cupti_kernels, !v->cupti_copies);
 #ifdef QK_PROF_CUDA
     if (v->state == 1 && qk__cupti.cuptiGetStreamIdEx) { /* the names of the streams the macros named */
@@ -6251,6 +6627,8 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
     v->facts.streams = v->streams;
     v->facts.n_streams = v->n_streams;
     v->facts.wall_ns = m->wall;
+    v->facts.threads = m->tz;
+    v->facts.n_threads = (size_t)m->n_tz;
     qk__prof_advise_all(&v->facts, &v->cfg, &v->adv);
 }
 
@@ -6570,6 +6948,68 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
         qk__prof_pf(f, "<p class=\"note\">Activity records not kept %llu (the tables still count them), dropped by CUPTI "
                     "%llu, incomplete %llu.</p>\n", (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti,
                     (unsigned long long)v.incomplete);
+    qk__prof_aview_free(&v);
+}
+typedef struct qk__prof_slane { int device; uint32_t stream; } qk__prof_slane;
+static int qk__prof_slane_cmp(const void *x, const void *y)
+{
+    const qk__prof_slane *a = (const qk__prof_slane *)x, *b = (const qk__prof_slane *)y;
+    if (a->device != b->device) return a->device < b->device ? -1 : 1;
+    return a->stream < b->stream ? -1 : a->stream > b->stream;
+}
+
+/* The timeline's GPU activity lanes, as in the trace: one row per (device, stream) of the store's
+   kernels, copies and memsets (a stream runs them one after another: one lane), named as the
+   trace names them, each box with its tooltip (kernel: zone, grid, block; copy: direction, memory
+   kinds, bytes, GB/s). The timeline's box budget holds for them too. Their boxes have no white
+   edge (class act): thousands of microsecond kernels would be edges only. */
+static void qk__prof_act_html_lanes(FILE *f, qk__prof_model *m, struct qk__prof_html_tl *tl)
+{
+    qk__prof_aview v;
+    qk__prof_slane *sl;
+    size_t i, j, ns = 0;
+    qk__prof_aview_build(m, &v);
+    sl = (qk__prof_slane *)QK_PROF_MALLOC((v.n_store + 1) * sizeof *sl);
+    if (!sl) { qk__prof_aview_free(&v); return; }
+    for (i = 0; i < v.n_store; i++) {
+        const qk_prof_activity *a = &v.acts[i];
+        if (a->kind != QK_PROF_ACT_KERNEL && a->kind != QK_PROF_ACT_MEMCPY && a->kind != QK_PROF_ACT_MEMSET) continue;
+        sl[ns].device = a->device;
+        sl[ns++].stream = a->stream;
+    }
+    if (ns > 1) qsort(sl, ns, sizeof *sl, qk__prof_slane_cmp);
+    for (i = 0; i < ns; i++) {
+        char kind[24], name[128];
+        if (i > 0 && sl[i].device == sl[i - 1].device && sl[i].stream == sl[i - 1].stream) continue;
+        qk__prof_spf(kind, sizeof kind, "GPU %d", sl[i].device);
+        qk__prof_stream_label(&v.facts, sl[i].device, sl[i].stream, name, sizeof name - 8);
+        qk__prof_copy(name + strlen(name), 9, " (CUPTI)");
+        qk__prof_html_lanes_open(f, kind, name, 0);
+        for (j = 0; j < v.n_store; j++) {
+            const qk_prof_activity *a = &v.acts[j];
+            char extra[160], b1[32], what[320];
+            if ((a->kind != QK_PROF_ACT_KERNEL && a->kind != QK_PROF_ACT_MEMCPY && a->kind != QK_PROF_ACT_MEMSET) ||
+                a->device != sl[i].device || a->stream != sl[i].stream || !qk__prof_html_tl_take(tl, 0, 1))
+                continue;
+            /* the names go in the box's name (escaped), the numbers in extra */
+            qk__prof_spf(what, sizeof what, "%.200s in zone %.100s", a->kind == QK_PROF_ACT_KERNEL ? (a->name ? a->name : "kernel")
+                         : a->kind == QK_PROF_ACT_MEMCPY ? "copy" : "memset", a->zone ? a->zone : "-");
+            if (a->kind == QK_PROF_ACT_KERNEL)
+                qk__prof_spf(extra, sizeof extra, ", grid %dx%dx%d, block %dx%dx%d", a->grid[0], a->grid[1], a->grid[2],
+                             a->block[0], a->block[1], a->block[2]);
+            else if (a->kind == QK_PROF_ACT_MEMCPY)
+                qk__prof_spf(extra, sizeof extra, ", %s %s -&gt; %s, %s, %.2f GB/s", qk__prof_dir_name(a->dir),
+                             qk__prof_memk_name(a->src_kind), qk__prof_memk_name(a->dst_kind),
+                             qk__prof_bytes((double)a->bytes, b1, sizeof b1),
+                             a->end_ns > a->start_ns ? (double)a->bytes / (a->end_ns - a->start_ns) : 0.0);
+            else
+                qk__prof_spf(extra, sizeof extra, ", %s", qk__prof_bytes((double)a->bytes, b1, sizeof b1));
+            qk__prof_html_box(f, m, a->kind == QK_PROF_ACT_KERNEL ? "gpu act" : "xfer act", 0, a->start_ns, a->end_ns - a->start_ns,
+                              what, extra);
+        }
+        fputs("</svg>\n", f);
+    }
+    QK_PROF_FREE(sl);
     qk__prof_aview_free(&v);
 }
 /* ---- end advice ---- */

@@ -23,10 +23,14 @@
 //     --plant pageable  the signal copy goes to pageable memory, and a 4 MiB source refill goes
 //                       up from pageable memory every step
 //     --plant sync      cudaDeviceSynchronize and host work on the signal at the end of every step
-//     --plant serial    every kernel and copy on one stream, the whole dose grid copied each step
+//     --plant serial    every kernel and copy on one stream, the particle energies (np floats,
+//                       16 MiB by default) copied to pinned memory each step: a fifth or more of
+//                       the stream's time, with nothing on other streams to overlap it
 //     --plant leak      a 256 KiB device buffer allocated (and tracked) every step, never freed
 //     --plant launch    the kernels split into 64 small launches each
-//     --plant idle      the host sleeps 2 ms at the end of every step (the GPU runs dry)
+//     --plant idle      at the end of every step the host waits for the step's work to finish
+//                       (polling an event: no synchronization call) and then sleeps 3 ms, so the
+//                       GPU sits idle 3 ms a step whatever its speed
 //   mc_transport --bench [kernels_per_step] [steps]
 //     the overhead benchmark: a loop of ~10 us kernels with no profiler, with the macros only
 //     (a CPU zone per step and per launch) and in the CUPTI mode, three rounds each in this
@@ -115,6 +119,20 @@ __global__ void k_spin(long long ns) // the benchmark's ~10 us kernel
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
     do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while ((long long)(t - t0) < ns);
+}
+
+// one half's streaming, scattering and energy-loss launches (chunks of them: the launch plant)
+static void launch_half(Particles p, int h, size_t half, int chunks, int chunk, int threads, float ds, float *dose,
+                        unsigned step, cudaStream_t st)
+{
+    for (int c = 0; c < chunks; c++) {
+        int off = (int)(h * half) + c * chunk, n = (int)((size_t)(c + 1) * chunk <= half ? chunk : half - (size_t)c * chunk);
+        unsigned g = (unsigned)((n + threads - 1) / threads);
+        if (n <= 0) continue;
+        LAUNCH(c_stream, k_stream<<<g, threads, 0, st>>>(p, off, n, ds));
+        LAUNCH(c_scatter, k_scatter<<<g, threads, 0, st>>>(p, off, n, step));
+        LAUNCH(c_eloss, k_eloss<<<g, threads, 0, st>>>(p, off, n, ds, dose, step));
+    }
 }
 
 static double now_s()
@@ -318,10 +336,11 @@ int main(int argc, char **argv)
     CU(cudaStreamSynchronize(sa));
     QK_PROF_END("setup");
 
-    cudaEvent_t ev_a, ev_b, ev_gemm;
+    cudaEvent_t ev_a, ev_b, ev_gemm, ev_done;
     CU(cudaEventCreateWithFlags(&ev_a, cudaEventDisableTiming));
     CU(cudaEventCreateWithFlags(&ev_b, cudaEventDisableTiming));
     CU(cudaEventCreateWithFlags(&ev_gemm, cudaEventDisableTiming));
+    CU(cudaEventCreateWithFlags(&ev_done, cudaEventDisableTiming));
     const int threads = 256, chunks = p_launch ? 64 : 1;
     const int chunk = (int)((half + chunks - 1) / chunks);
     const float ds = 0.5f, one = 1.0f, zero = 0.0f;
@@ -352,19 +371,13 @@ int main(int argc, char **argv)
             QK_PROF_END("refill");
         }
         if (s > 0) { CU(cudaStreamWaitEvent(sa, ev_gemm, 0)); CU(cudaStreamWaitEvent(sb, ev_gemm, 0)); }
-        for (int h = 0; h < 2; h++) {
-            cudaStream_t st = h ? sb : sa;
-            QK_PROF_BEGIN(h ? "transport B" : "transport A");
-            for (int c = 0; c < chunks; c++) {
-                int off = (int)(h * half) + c * chunk, n = (int)((size_t)(c + 1) * chunk <= half ? chunk : half - (size_t)c * chunk);
-                unsigned g = (unsigned)((n + threads - 1) / threads);
-                if (n <= 0) continue;
-                LAUNCH(c_stream, k_stream<<<g, threads, 0, st>>>(p, off, n, ds));
-                LAUNCH(c_scatter, k_scatter<<<g, threads, 0, st>>>(p, off, n, (unsigned)s));
-                LAUNCH(c_eloss, k_eloss<<<g, threads, 0, st>>>(p, off, n, ds, dose, (unsigned)s));
-            }
-            QK_PROF_END(h ? "transport B" : "transport A");
-        }
+        // one zone per half, each with its literal name: a zone's name is fixed at its site
+        QK_PROF_BEGIN("transport A");
+        launch_half(p, 0, half, chunks, chunk, threads, ds, dose, (unsigned)s, sa);
+        QK_PROF_END("transport A");
+        QK_PROF_BEGIN("transport B");
+        launch_half(p, 1, half, chunks, chunk, threads, ds, dose, (unsigned)s, sb);
+        QK_PROF_END("transport B");
         CU(cudaEventRecord(ev_a, sa));
         CU(cudaEventRecord(ev_b, sb));
         QK_PROF_BEGIN("detector");
@@ -376,7 +389,7 @@ int main(int argc, char **argv)
         QK_PROF_END("detector");
         QK_PROF_BEGIN("readout");
         CU(cudaStreamWaitEvent(scopy, ev_gemm, 0));
-        if (p_serial) { CU(QK_PROF_MEMCPY(h_dose, dose, dose_bytes, cudaMemcpyDeviceToHost, sa)); n_memcpy++; }
+        if (p_serial) { CU(QK_PROF_MEMCPY(h_part, p.e, pbytes, cudaMemcpyDeviceToHost, sa)); n_memcpy++; }
         else { CU(QK_PROF_MEMCPY(p_pageable ? h_sig_pageable : h_sig, sig, sig_bytes, cudaMemcpyDeviceToHost, scopy)); n_memcpy++; }
         if (p_leak && n_leaks < 4096) {
             CU(cudaMalloc(&leaks[n_leaks], 256u << 10));
@@ -388,8 +401,10 @@ int main(int argc, char **argv)
             for (int r = 0; r < 20; r++)
                 for (int i = 0; i < NDET * NG; i++) host_sum += h_sig[i] * 1e-9 + (double)i * 1e-12; // host analysis
         }
-        if (p_idle) {
-            struct timespec ts = { 0, 2000000 };
+        if (p_idle) { // the GPU drains (the signal copy is the step's last work), then 3 ms of host work
+            struct timespec poll = { 0, 20000 }, ts = { 0, 3000000 };
+            CU(cudaEventRecord(ev_done, scopy));
+            while (cudaEventQuery(ev_done) == cudaErrorNotReady) nanosleep(&poll, NULL);
             nanosleep(&ts, NULL);
         }
         QK_PROF_END("readout");
@@ -442,6 +457,6 @@ int main(int argc, char **argv)
     cudaFree(dose); cudaFree(R); cudaFree(sig); cudaFree(d_refill); cudaFree(workspace);
     cudaFreeHost(h_part); cudaFreeHost(h_sig); cudaFreeHost(h_dose);
     free(h_resp); free(h_refill); free(h_sig_pageable);
-    cudaEventDestroy(ev_a); cudaEventDestroy(ev_b); cudaEventDestroy(ev_gemm);
+    cudaEventDestroy(ev_a); cudaEventDestroy(ev_b); cudaEventDestroy(ev_gemm); cudaEventDestroy(ev_done);
     return rc || !(dsum > 0) ? 1 : 0;
 }

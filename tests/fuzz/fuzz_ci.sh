@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The six libFuzzer targets (tests/fuzz/fuzz_*.c) for a short budget each, for CI (.ci/run): each is
+# The seven libFuzzer targets (tests/fuzz/fuzz_*.c) for a short budget each, for CI (.ci/run): each is
 # built with clang -fsanitize=fuzzer,address,undefined and run for SECONDS (-max_total_time)
 # from its seeds (the target's own, written by its -DQK_FUZZ_STANDALONE build, or
 # tests/fuzz/fuzz_tune_json_seeds) and its dictionary. Exit 1 on a finding (a crash, an oracle
@@ -14,7 +14,7 @@ cd "$(dirname "$0")/../.."
 secs=${1:-25}
 work=${2:-build-fuzz}
 cc=${FUZZ_CC:-clang}
-targets=${FUZZ_TARGETS:-map_parse npy_read csv_read weights qk_gram_args tune_json}
+targets=${FUZZ_TARGETS:-map_parse npy_read csv_read weights qk_gram_args tune_json prof_advice}
 san="-fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 
 if ! command -v "$cc" >/dev/null 2>&1; then

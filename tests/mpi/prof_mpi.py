@@ -32,6 +32,7 @@ supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_mpi.supp")
 env["LSAN_OPTIONS"] = ":".join(o for o in [env.get("LSAN_OPTIONS", ""), "suppressions=" + supp,
                                            "fast_unwind_on_malloc=0", "print_suppressions=0"] if o)
 env["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
+env["QK_PROF_ADVICE"] = "imbalance_min_share=0.01"  # the rank-imbalance check below
 env["PMIX_MCA_mca_base_component_disable_dlclose"] = "1"
 ver = subprocess.run([args.mpirun, "--version"], capture_output=True, text=True, env=env)
 ver = ver.stdout + ver.stderr
@@ -86,6 +87,24 @@ for key, z in got.items():
 # the planted difference that timing cannot blur: "only_rank1" runs on rank 1 alone
 check(got[("only_rank1", False)]["ranks"] == 1 and got[("only_rank1", False)]["slowest_rank"] == 1, "only_rank1")
 check(got[("only_rank1", False)]["imbalance"] == R, "a zone on one rank of R: imbalance R")
+# rank-imbalance advice, recomputed here from each rank's own totals with the thresholds the run
+# had (max / mean >= 1.25 over all ranks, the default; max - mean >= 1 % of the longest rank's
+# wall, from QK_PROF_ADVICE: rank 0's wall holds the 800 ms its collective init waited for rank
+# 2): the planted "work" (3 (r + 1) calls of 1 + r ms on rank r) is far beyond both
+wall = max(pr["wall_ns"] for pr in mpi["per_rank"])
+want = set()
+for key in got:
+    t = totals(*key)
+    mean = sum(t) / R
+    if mean > 0 and max(t) >= 1.25 * mean and max(t) - mean >= 0.01 * wall:
+        want.add(key[0])
+adv = mpi.get("advice", [])
+check(all(a["rule"] == "rank-imbalance" and a["evidence"] and a["fix"] for a in adv), "MPI advice items %s" % adv)
+fired = {a["where"].split('"')[1] for a in adv}
+check(fired == want, "rank-imbalance fired for %s, expected %s" % (sorted(fired), sorted(want)))
+check("work" in fired, "the planted imbalance of \"work\" fires rank-imbalance")
+w = [a for a in adv if a["where"].split('"')[1] == "work"]
+check(w and "rank %d" % (R - 1) in w[0]["where"], "the slowest rank of \"work\" named: %s" % (w and w[0]["where"]))
 for r, pr in enumerate(mpi["per_rank"]):
     check(pr["rank"] == r and pr["wall_ns"] == own[r]["wall_ns"], "rank %d wall %s vs %s" % (r, pr["wall_ns"], own[r]["wall_ns"]))
     check(pr["threads"] == own[r]["threads"] and pr["streams"] == own[r]["n_streams"], "rank %d threads/streams" % r)
@@ -118,8 +137,10 @@ check(max(starts) - min(starts) < 150e3, "aligned starts %s spread over >= 150 m
 
 txt = open(os.path.join(d, "merged.txt")).read()
 check(txt.startswith("qk_prof MPI report: %d ranks" % R) and "==== rank 0 ====" in txt and "only_rank1" in txt, "text report")
+check("Advice across ranks" in txt and txt.count("[rank-imbalance]") == len(adv), "text report: the advice across ranks")
 page = open(os.path.join(d, "merged.html")).read()
 check("<h2>MPI: %d ranks</h2>" % R in page and "Zones across ranks" in page and "Zones per rank" in page, "HTML report")
+check("<h2>Advice across ranks</h2>" in page and page.count("<b>rank-imbalance</b>") == len(adv), "HTML: the advice across ranks")
 check(page.count("<tr><td>") >= R + len(names), "HTML per-rank and per-zone rows")
 check(page.index("<h2>MPI") < page.index("<h2>Time per zone"), "the MPI section comes first")
 print("prof_mpi.py:", "%d failure(s)" % len(fails) if fails else "ok")

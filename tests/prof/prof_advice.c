@@ -3,12 +3,15 @@
    the plant keeps it quiet, QK_PROF_ADVICE overrides the thresholds. Then the live path: CPU
    zones "step" under an injected clock and injected GPU activities (qk_prof_activity_add), whose
    advice, activity counts and per-kernel-name table the reports give. With a directory argument
-   it writes report.json, trace.json, report.txt, report.html and expect.json there for
-   tests/prof_advice.py to check independently. */
+   it writes report.json, trace.json, report.txt, report.html and expect.json (what it injected:
+   counts, per stream, names and zones) there for tests/prof_advice.py to check independently,
+   and tests/prof_html.py renders report.html (the timeline's GPU activity lanes). */
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #include "qk_prof.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,6 +25,7 @@ static int n_acts;
 static qk_prof_span steps[64];
 static qk_prof_mem_sample mem[256];
 static int n_mem;
+static qk_prof_zone_part thr[8], rnk[8];
 
 static qk_prof_activity *act(int kind, double t0, double t1, uint32_t stream)
 {
@@ -46,22 +50,29 @@ static qk_prof_activity *copy(double t0, double t1, uint32_t stream, int dir, in
     return a;
 }
 
-enum { CLEAN, PAGEABLE, SYNC, IDLE, LAUNCH, SERIAL, LEAK, NPLANT };
+enum { CLEAN, PAGEABLE, SYNC, IDLE, LAUNCH, SERIAL, LEAK, OUTLIER, DRIFT, THREADS, RANKS, NPLANT };
 static const char *const rule_of[NPLANT] = { NULL, "pageable-copy", "sync-in-loop", "gpu-idle", "launch-bound",
-                                             "serialized-copy", "memory-growth" };
+                                             "serialized-copy", "memory-growth", "step-outliers", "step-drift",
+                                             "thread-imbalance", "rank-imbalance" };
 
-/* 20 steps of 1 ms (LAUNCH: 350 us). Clean: four 200 us kernels back to back on stream 1 per
-   step, a 50 us pinned D2H copy of 4 MiB on stream 2 while the second kernel runs, flat memory. */
+/* 20 steps of 1 ms (LAUNCH: 350 us; OUTLIER: every 5th step 4 ms; DRIFT: 1 ms growing to 2 ms).
+   Clean: four 200 us kernels back to back on stream 1 per step, a 50 us pinned D2H copy of 4 MiB
+   on stream 2 while the second kernel runs, flat memory, a zone "worker" of 4 ms on each of 4
+   threads (THREADS: 12 ms on thread 3), a zone "solve" of 10 ms on each of 4 ranks (RANKS: 16 ms
+   on rank 2). The first step of OUTLIER is slow too: the warm-up the rules leave out. */
 static qk_prof_facts build(int plant)
 {
     qk_prof_facts f;
     int s, k;
-    double step = plant == LAUNCH ? 350 * US : 1000 * US;
+    double step = plant == LAUNCH ? 350 * US : 1000 * US, t0 = 0;
     n_acts = n_mem = 0;
-    for (s = 0; s < 20; s++) {
-        double t0 = s * step;
+    for (s = 0; s < 20; s++, t0 = steps[s - 1].t1_ns) {
+        double len = step;
+        if (plant == OUTLIER && s % 5 == 4) len = 4 * step;
+        if (plant == OUTLIER && s == 0) len = 2 * step;
+        if (plant == DRIFT) len = step * (1 + s / 19.0);
         steps[s].t0_ns = t0;
-        steps[s].t1_ns = t0 + step;
+        steps[s].t1_ns = t0 + len;
         if (plant == LAUNCH) {              /* 50 kernels of 5 us, 2 us apart */
             for (k = 0; k < 50; k++) act(QK_PROF_ACT_KERNEL, t0 + k * 7 * US, t0 + k * 7 * US + 5 * US, 1)->name = "tiny";
             continue;
@@ -96,7 +107,27 @@ static qk_prof_facts build(int plant)
     f.step_zone = "step";
     f.mem = mem;
     f.n_mem = (size_t)n_mem;
-    f.wall_ns = 20 * step;
+    f.wall_ns = steps[19].t1_ns;
+    for (k = 0; k < 4; k++) {
+        memset(&thr[k], 0, sizeof thr[k]);
+        thr[k].zone = "worker";
+        thr[k].index = k + 1;
+        thr[k].total_ns = (plant == THREADS && k == 3 ? 12 : 4) * 1000 * US;
+        thr[k].calls = 20;
+        rnk[k] = thr[k];
+        rnk[k].zone = "solve";
+        rnk[k].index = k;
+        rnk[k].total_ns = (plant == RANKS && k == 2 ? 16 : 10) * 1000 * US;
+    }
+    thr[4] = thr[0]; /* the main thread's "step": one thread, never imbalanced */
+    thr[4].zone = "step";
+    thr[4].index = 0;
+    thr[4].total_ns = f.wall_ns;
+    f.threads = thr;
+    f.n_threads = 5;
+    f.ranks = rnk;
+    f.n_ranks_rows = 4;
+    f.n_ranks = 4;
     return f;
 }
 
@@ -132,6 +163,10 @@ static void rules(void)
         case LAUNCH: cfg.short_kernel_ns = -1; break;
         case SERIAL: cfg.serial_min_copy_share = -1; break;
         case LEAK: cfg.leak_min_bytes = -1; break;
+        case OUTLIER: cfg.tail_ratio = -1; break;
+        case DRIFT: cfg.drift_min_growth = -1; break;
+        case THREADS: cfg.thread_imbalance = -1; break;
+        case RANKS: cfg.rank_imbalance = -1; break;
         }
         n = qk_prof_advise(&f, &cfg, adv, 16);
         CHECK(!fired(adv, n < 16 ? n : 16, rule_of[p]), "plant %s with its rule off still fired", rule_of[p]);
@@ -144,6 +179,10 @@ static void rules(void)
         case LAUNCH: cfg.short_kernel_ns = 4 * US; break;                   /* its kernels take 5 us */
         case SERIAL: cfg.serial_min_copy_share = 0.5; break;                /* copies: 20 % of the stream */
         case LEAK: cfg.leak_min_bytes = 64e6; break;                        /* it grows 38 MB */
+        case OUTLIER: cfg.tail_ratio = 4.5; break;                          /* p99 / p50 = 4 */
+        case DRIFT: cfg.drift_min_growth = 0.8; break;                      /* the last third's median: +58 % */
+        case THREADS: cfg.thread_imbalance = 2.5; break;                    /* max / mean = 2 */
+        case RANKS: cfg.imbalance_min_share = 0.25; break;                  /* max - mean: 4.5 ms of 20 ms */
         }
         n = qk_prof_advise(&f, &cfg, adv, 16);
         CHECK(!fired(adv, n < 16 ? n : 16, rule_of[p]), "plant %s beyond its threshold still fired", rule_of[p]);
@@ -176,12 +215,14 @@ static void rules(void)
 static uint64_t fake_now;
 static uint64_t fake_clock(void *user) { (void)user; return fake_now; }
 
-static int count_kernels_injected, count_copies_injected;
+static int count_kernels_injected, count_copies_injected, count_stream7, count_stream9;
 
 static void inject(qk_prof_activity *a)
 {
     CHECK(qk_prof_activity_add(a) == 0, "qk_prof_activity_add: %s", qk_prof_last_error());
     if (a->kind == QK_PROF_ACT_KERNEL) count_kernels_injected++;
+    if (a->stream == 7) count_stream7++;
+    if (a->stream == 9) count_stream9++;
     if (a->kind == QK_PROF_ACT_MEMCPY) count_copies_injected++;
 }
 
@@ -260,8 +301,9 @@ static int live(const char *dir)
         if (e) {
             fprintf(e, "{\"kernels\":%d,\"memcpys\":%d,\"steps\":30,\"per_step\":{\"energy_loss(float*)\":20,"
                        "\"void scatter<float>(float*, int)\":20},\"zones\":{\"energy_loss(float*)\":\"step\","
-                       "\"void scatter<float>(float*, int)\":\"launch\"},\"rules\":[\"gpu-idle\",\"launch-bound\",\"pageable-copy\"]}\n",
-                    count_kernels_injected, count_copies_injected);
+                       "\"void scatter<float>(float*, int)\":\"launch\"},\"rules\":[\"gpu-idle\",\"launch-bound\",\"pageable-copy\"],"
+                       "\"streams\":{\"7\":{\"kernels\":%d},\"9\":{\"copies\":%d}},\"copy_zone\":\"step\"}\n",
+                    count_kernels_injected, count_copies_injected, count_stream7, count_stream9);
             fclose(e);
         }
         CHECK(rc == 0, "writing the reports: %s", qk_prof_last_error());
@@ -272,9 +314,55 @@ static int live(const char *dir)
     return rc;
 }
 
+/* ---- the live path of thread-imbalance: a clock of each thread's own (thread-local), so the
+   threads' zones have exact lengths while they run at once ---- */
+static __thread uint64_t thread_now;
+static uint64_t thread_clock(void *user) { (void)user; return thread_now; }
+static pthread_barrier_t bar;
+static uint64_t work_ms[3];
+
+static void *worker(void *arg)
+{
+    int k = (int)(intptr_t)arg;
+    char name[16];
+    snprintf(name, sizeof name, "worker %d", k);
+    QK_PROF_THREAD_NAME(name);
+    thread_now = 0;
+    QK_PROF_BEGIN("work");
+    thread_now = work_ms[k] * 1000000u;
+    QK_PROF_END("work");
+    pthread_barrier_wait(&bar); /* all alive until all have recorded: no thread record is reused */
+    return NULL;
+}
+
+static void live_threads(uint64_t a, uint64_t b, uint64_t c, int expect)
+{
+    qk_prof_desc d;
+    qk_prof_advice adv[16];
+    pthread_t th[3];
+    int k, n;
+    memset(&d, 0, sizeof d);
+    d.clock = thread_clock;
+    thread_now = 0;
+    work_ms[0] = a; work_ms[1] = b; work_ms[2] = c;
+    CHECK(qk_prof_init(&d) == 0);
+    pthread_barrier_init(&bar, NULL, 3);
+    for (k = 0; k < 3; k++) pthread_create(&th[k], NULL, worker, (void *)(intptr_t)k);
+    for (k = 0; k < 3; k++) pthread_join(th[k], NULL);
+    pthread_barrier_destroy(&bar);
+    n = qk_prof_get_advice(adv, 16);
+    CHECK(fired(adv, n, "thread-imbalance") == expect, "work of %llu, %llu, %llu ms: thread-imbalance %s", (unsigned long long)a,
+          (unsigned long long)b, (unsigned long long)c, expect ? "should fire" : "fired");
+    if (expect && n > 0)
+        CHECK(strstr(adv[0].where, "\"work\"") && strstr(adv[0].where, "worker 2"), "thread-imbalance where: %s", adv[0].where);
+    QK_PROF_SHUTDOWN();
+}
+
 int main(int argc, char **argv)
 {
     rules();
+    live_threads(10, 10, 30, 1);
+    live_threads(10, 10, 10, 0);
     live(argc > 1 ? argv[1] : NULL);
     printf("prof_advice: %d checks, %d failures\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;

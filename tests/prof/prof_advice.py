@@ -64,6 +64,39 @@ def main():
         for rule in exp["rules"]:
             check("[%s]" % rule in txt and "<b>%s</b>" % rule in html, "rule %s in text and HTML" % rule)
         check("GPU kernels" in txt and "<h2>GPU kernels</h2>" in html, "kernel tables")
+
+        # the HTML timeline: a row per stream of the injected activities, named as the trace names
+        # its lane, a box per activity (kernels green "gpu", copies orange "xfer") whose tooltip
+        # names the kernel (escaped) and its zone, placed at its start over the wall time
+        import html as htmllib, re
+        groups = re.findall(r'<div class="lbl" title="([^"]*)">.*?</div><svg[^>]*>(.*?)</svg>', html, re.S)
+        cupti = {t: body for t, body in groups if t.endswith("(CUPTI)")}
+        want_lanes = {"stream %s (GPU 0) (CUPTI)" % k for k in exp["streams"]}
+        check(set(cupti) == want_lanes, "timeline CUPTI rows %s, want %s" % (sorted(cupti), sorted(want_lanes)))
+        trace_lanes = {e["args"]["name"] for e in tr if e["ph"] == "M" and e["name"] == "thread_name"}
+        check(all(t in trace_lanes for t in cupti), "timeline rows named as the trace's lanes %s" % sorted(trace_lanes))
+        wall = rep["wall_ns"]
+        for k, want in exp["streams"].items():
+            body = cupti.get("stream %s (GPU 0) (CUPTI)" % k, "")
+            boxes = re.findall(r'<rect class="box (\w+)[^"]*" x="([\d.]+)%"[^>]*><title>(.*?)</title>', body)
+            kind, n = list(want.items())[0]
+            check(len(boxes) == n, "stream %s: %d timeline boxes, %d injected" % (k, len(boxes), n))
+            cls = {"kernels": "gpu", "copies": "xfer"}[kind]
+            check(all(b[0] == cls for b in boxes), "stream %s: boxes of class %s" % (k, cls))
+            for b in boxes:
+                tip = htmllib.unescape(b[2])
+                if kind == "kernels":
+                    name = [nm for nm in exp["zones"] if tip.startswith(nm + " in zone ")]
+                    ok = len(name) == 1 and tip.startswith("%s in zone %s:" % (name[0], exp["zones"][name[0]]))
+                else:
+                    ok = tip.startswith("copy in zone %s:" % exp["copy_zone"])
+                if not ok:
+                    check(False, "stream %s: tooltip %r" % (k, tip))
+                    break
+            # the first box: the first injected activity of the stream, at 100 us (kernels) or 500 us (copies)
+            t0 = {"kernels": 100e3, "copies": 500e3}[kind]
+            check(boxes and abs(float(boxes[0][1]) - 100 * t0 / wall) < 1e-3, "stream %s: first box at %s%%, want %.4f%%" % (
+                k, boxes and boxes[0][1], 100 * t0 / wall))
     print("prof_advice.py: %d failures" % len(fails))
     return 1 if fails else 0
 

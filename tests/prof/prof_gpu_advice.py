@@ -89,6 +89,12 @@ def main():
                 check(rules == [], "clean run fired %s" % ["%s: %s" % (a["rule"], a["evidence"]) for a in o["json"]["advice"]])
             else:
                 check(PLANTS[plant] in rules, "plant %s did not fire %s (fired %s)" % (plant, PLANTS[plant], rules))
+                if PLANTS[plant] not in rules:  # what the rules saw: the streams, the steps, the activities
+                    t = o["txt"]
+                    for sec in ("GPU streams", "Steps", "GPU activities"):
+                        i = t.find("\n" + sec)
+                        if i >= 0:
+                            print(t[i:i + 1500])
     print("prof_gpu_advice: %d failures" % len(fails))
     return 1 if fails else 0
 

@@ -5,7 +5,10 @@ page is rendered too and must be judged blank, so the check can fail. Exit 77 (s
 Chromium is installed. Before that (also without Chromium), the step-time plot is checked
 against report.json: one point per step of the statistics, x rising across the plot, the
 highest step at the top, the p50 / p99 lines where the JSON's numbers put them.
-Usage: prof_html.py PROF_STATS_EXE [KEEP_PNG]"""
+With --advice PROF_ADVICE_EXE, the timeline's GPU activity rows of tests/prof/prof_advice's report
+(injected kernels and copies, no GPU needed) are rendered too and must show the GPU boxes' green,
+which the same page without those rows lacks.
+Usage: prof_html.py PROF_STATS_EXE [KEEP_PNG] [--advice PROF_ADVICE_EXE]"""
 import json, os, re, shutil, struct, subprocess, sys, tempfile, zlib
 
 
@@ -88,16 +91,48 @@ def judge(rows):
     blue = sum(v for p, v in cnt.items() if abs(p[0] - 0x4e) < 12 and abs(p[1] - 0x79) < 12 and abs(p[2] - 0xa7) < 12)
     return non_bg, len(cnt), blue / total
 
-def render(chrome, html, png):
-    cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,1400",
+def render(chrome, html, png, size="1000,1400"):
+    cmd = [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=" + size,
            "--screenshot=" + png, "file://" + html]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     if r.returncode != 0 or not os.path.exists(png):
         print(r.stderr[-2000:])
         raise RuntimeError("chromium failed")
 
+def green(rows):
+    """Pixels of the GPU boxes' green (.gpu #59a14f, blended with white by the strokes and the
+    box widths): clearly more green than red and blue."""
+    return sum(1 for r in rows for p in r if p[1] > p[0] + 30 and p[1] > p[2] + 30)
+
+def check_activity_lanes(chrome, exe, d):
+    """The timeline's GPU activity rows (tests/prof/prof_advice's injected kernels and copies)
+    render: the report has GPU-green pixels, the same page without its CUPTI rows has (almost)
+    none (prof_advice records no GPU zone: the green comes from those rows). Returns failures."""
+    import re
+    r = subprocess.run([exe, d], capture_output=True, text=True)
+    if r.returncode != 0:
+        return ["%s exited %d" % (exe, r.returncode)]
+    page = open(os.path.join(d, "report.html")).read()
+    rows = re.compile(r'<div class="lbl" title="[^"]*\(CUPTI\)">.*?</svg>\n', re.S)
+    if len(rows.findall(page)) != 2:
+        return ["prof_advice's report: %d CUPTI timeline rows, want 2" % len(rows.findall(page))]
+    open(os.path.join(d, "stripped.html"), "w").write(rows.sub("", page))
+    # the timeline sits below the advice and the charts: a tall window
+    render(chrome, os.path.join(d, "report.html"), os.path.join(d, "act.png"), "1000,5000")
+    render(chrome, os.path.join(d, "stripped.html"), os.path.join(d, "stripped.png"), "1000,5000")
+    g, g0 = green(png_pixels(os.path.join(d, "act.png"))), green(png_pixels(os.path.join(d, "stripped.png")))
+    print("GPU activity rows: %d green pixels, %d without the rows" % (g, g0))
+    if g < 100 or g0 * 20 > g:
+        return ["the timeline's GPU activity rows did not render (%d green pixels, %d without them)" % (g, g0)]
+    return []
+
 def main():
     chrome = next((shutil.which(c) for c in ("chromium", "chromium-browser", "google-chrome") if shutil.which(c)), None)
+    advice = None
+    if "--advice" in sys.argv:
+        i = sys.argv.index("--advice")
+        advice = sys.argv[i + 1]
+        del sys.argv[i:i + 2]
     with tempfile.TemporaryDirectory() as d:
         r = subprocess.run([sys.argv[1], d], capture_output=True, text=True)
         if r.returncode != 0:
@@ -127,6 +162,13 @@ def main():
             print("FAIL: the blank page was judged non-blank: the check is broken")
         if not ok:
             print("FAIL: the report rendered blank")
-        return 0 if ok and ok_blank else 1
+        act_fails = []
+        if advice:
+            ad = os.path.join(d, "advice")
+            os.makedirs(ad)
+            act_fails = check_activity_lanes(chrome, advice, ad)
+            for f in act_fails:
+                print("FAIL:", f)
+        return 0 if ok and ok_blank and not act_fails else 1
 
 sys.exit(main())
