@@ -580,6 +580,15 @@ typedef struct qk_states_desc {
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
                                never holds all states (host; CPU engine) */
     void *provider_user;
+    /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
+       sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =
+       Tr(rho_i rho_j), the Hilbert-Schmidt kernel (purity on the diagonal of K(A,A)); a pure
+       side against a mixed one gives <psi|rho|psi>, and two pure sides |<a|b>|^2 as without
+       these (a pure side against a mixed one is expanded to |psi><psi| on the host: dim^2
+       values per state). Each matrix is checked: finite, Hermitian within norm_tol, trace within
+       norm_tol of 1 (normalize = 1 divides by the trace); positivity is not checked. dim^2 (2
+       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. */
+    int a_mixed, b_mixed;
 } qk_states_desc;
 /* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
    x and y NULL (n_x and n_y are ignored: n_a and n_b count the rows). Every output (HOST, DEVICE,
@@ -704,6 +713,8 @@ typedef struct qk_plan {
     int mps_exact_bond;         /* MPS: the exact bound from the circuit */
     int mps_truncate;           /* MPS: 1 when mps_max_bond or mps_cutoff asks for truncation (K then
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
+    int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
+                                   matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
@@ -1040,6 +1051,11 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
    them as amplitudes). */
 #define QK__OP_STATE ((qk_op_kind)64)
 enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
+/* Mixed states (qk_gram_states with a_mixed / b_mixed): every row is a density matrix (a pure
+   side against a mixed one is expanded to |psi><psi| first), read as the real vector
+   [Re rho | Im rho] (2 dim^2 values; real types: Re rho alone), whose real Gram is
+   Tr(rho_i rho_j) for Hermitian rho; the plan's linear flag keeps it unsquared. */
+enum { QK__STATE_MIXED = 8 };
 static QK__HD inline int qk__state_esize(int type)
 {
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
@@ -1796,6 +1812,7 @@ typedef struct qk__gram_job {
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
     qk_result provider_failed;  /* given states: the provider failed or its rows were bad (the error set) */
+    int linear;                 /* plan.linear: K = Re <a|b> (density matrices), not |<a|b>|^2 */
     int oom;
     const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
@@ -3096,6 +3113,45 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     const int64_t dim = sm->in.dim;
     const char *nm = side ? "B" : "A";
     int64_t i, k;
+    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, unit trace */
+        for (i = 0; i < n; i++) {
+            const void *row = (const char *)rows + i * ld_bytes;
+            double tr = 0.0, re, im, re2, im2;
+            int64_t a, b;
+            for (k = 0; k < dim * dim; k++) {
+                qk__state_amp(row, type, k, &re, &im);
+                if (!isfinite(re) || !isfinite(im))
+                    return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: entry (%lld, %lld) of the density matrix is %s", nm, (long long)(row0 + i),
+                                    (long long)(k / dim), (long long)(k % dim), isnan(re) || isnan(im) ? "NaN" : "Inf");
+            }
+            for (a = 0; a < dim; a++) {
+                for (b = a; b < dim; b++) {
+                    qk__state_amp(row, type, a * dim + b, &re, &im);
+                    qk__state_amp(row, type, b * dim + a, &re2, &im2);
+                    if (fabs(re - re2) > sm->in.norm_tol || fabs(im + im2) > sm->in.norm_tol) {
+                        char v0[40];
+                        return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix is not Hermitian: entries (%lld, %lld) and "
+                                        "(%lld, %lld) differ from conjugates by more than norm_tol %s", nm, (long long)(row0 + i),
+                                        (long long)a, (long long)b, (long long)b, (long long)a, qk__fmt_g(v0, sizeof v0, sm->in.norm_tol, 3));
+                    }
+                }
+                qk__state_amp(row, type, a * dim + a, &re, &im);
+                tr += re;
+            }
+            if (!(tr > DBL_MIN)) {
+                char v0[40];
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)(row0 + i),
+                                qk__fmt_g(v0, sizeof v0, tr, 17));
+            }
+            if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol)) {
+                char v0[40], v1[40];
+                return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
+                                "(normalize = 1 divides by it)", nm, (long long)(row0 + i), qk__fmt_g(v0, sizeof v0, tr, 17),
+                                qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+            }
+        }
+        return QK_OK;
+    }
     for (i = 0; i < n; i++) {
         const void *row = (const char *)rows + i * ld_bytes;
         double ss = 0.0, re, im;
@@ -4156,6 +4212,17 @@ static void qk__state_row(const qk_op *o, const double *x, double *re, double *i
     const int64_t dim = o->angle.x0;
     int64_t k;
     double ss = 0.0, inv;
+    if (o->q1 & QK__STATE_MIXED) {   /* a density matrix: [Re rho | Im rho] (real types: Re rho) */
+        const int64_t d2 = dim * dim;
+        double tr = 0.0;
+        for (k = 0; k < d2; k++) qk__state_amp(x, type, k, &re[k], qk__state_complex(type) ? &re[d2 + k] : &ss);
+        if (!(o->q1 & QK__STATE_NORMALIZE)) return;
+        for (k = 0; k < dim; k++) tr += re[k * dim + k];
+        inv = 1.0 / tr;
+        for (k = 0; k < (qk__state_complex(type) ? 2 * d2 : d2); k++) re[k] *= inv;
+        QK__UNUSED(im);
+        return;
+    }
     switch (type) {
     case QK_STATE_C128: for (k = 0; k < dim; k++) { re[k] = x[2 * k]; im[k] = x[2 * k + 1]; } break;
     case QK_STATE_C64: {
@@ -4605,7 +4672,7 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
         for (a = 0; a < m; a++)
             for (b = 0; b < n; b++) {
                 double re = accr[a * QK__T + b], im = cplx ? acci[a * QK__T + b] : 0.0;
-                kt[a * QK__T + b] = re * re + im * im;
+                kt[a * QK__T + b] = j->linear ? re : re * re + im * im;
             }
     }
 }
@@ -6137,6 +6204,7 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
     j->path = plan->path;
+    j->linear = plan->linear;
     j->A = A;
     j->B = B;
     j->na = desc->n_x;
@@ -8923,6 +8991,7 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     p->state_tile = 0;
     p->tile_m = p->tile_n = QK__T;
     p->n_streams = 0;
+    p->linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
     es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
     p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
                       : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);
@@ -10498,6 +10567,37 @@ static void *qk__states_pack(const void *src, int64_t n, int64_t dim, int64_t ld
     return p;
 }
 
+/* n pure states (rows ld elements apart, dim amplitudes of type) as density matrices
+   |psi><psi|, dim^2 elements of the same type, rows ld_out elements apart. */
+static void *qk__states_outer(const void *src, int64_t n, int64_t dim, int64_t ld, qk_state_type type, int64_t ld_out)
+{
+    const int es = qk__state_esize(type);
+    char *p;
+    int64_t i, a, b;
+    if ((double)n * (double)ld_out * es > 9.0e18) return NULL;
+    p = (char *)qk__calloc((size_t)(n * ld_out), (size_t)es);
+    if (!p) return NULL;
+    for (i = 0; i < n; i++) {
+        const char *row = (const char *)src + (size_t)(i * ld) * (size_t)es;
+        char *o = p + (size_t)(i * ld_out) * (size_t)es;
+        for (a = 0; a < dim; a++)
+            for (b = 0; b < dim; b++) {
+                double ar, ai, br, bi, re, im;
+                qk__state_amp(row, (int)type, a, &ar, &ai);
+                qk__state_amp(row, (int)type, b, &br, &bi);
+                re = ar * br + ai * bi;   /* psi_a conj(psi_b) */
+                im = ai * br - ar * bi;
+                switch (type) {
+                case QK_STATE_C128: { double v[2] = {re, im}; memcpy(o + (size_t)(a * dim + b) * 16, v, 16); break; }
+                case QK_STATE_C64: { float v[2] = {(float)re, (float)im}; memcpy(o + (size_t)(a * dim + b) * 8, v, 8); break; }
+                case QK_STATE_F64: memcpy(o + (size_t)(a * dim + b) * 8, &re, 8); break;
+                default: { float v = (float)re; memcpy(o + (size_t)(a * dim + b) * 4, &v, 4); break; }
+                }
+            }
+    }
+    return p;
+}
+
 /* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
    (qk__smap_free). */
 static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
@@ -10507,6 +10607,8 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     void *pa = NULL, *pb = NULL;
     int esize, q = 1;
     int64_t row_elems;   /* elements of a stored row: a multiple of 8 bytes */
+    int64_t nel, nel_a, nel_b, vlen;
+    int mixed;
     const char *what = NULL;
     if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     memset(&sm, 0, sizeof sm);
@@ -10517,10 +10619,23 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: unknown state type %d", (int)states->type);
     esize = qk__state_esize(sm.in.type);
     if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: dim must be >= 2 (got %lld)", (long long)sm.in.dim);
-    while (q < 62 && ((int64_t)1 << q) < sm.in.dim) q++;
+    if ((sm.in.a_mixed != 0 && sm.in.a_mixed != 1) || (sm.in.b_mixed != 0 && sm.in.b_mixed != 1))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a_mixed and b_mixed must be 0 or 1");
+    mixed = sm.in.a_mixed || (sm.in.b_mixed && (sm.in.b || (sm.in.provider && sm.in.n_b > 0)));
+    if (mixed && sm.in.dim > ((int64_t)1 << 16))
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: density matrices of dim %lld are too large", (long long)sm.in.dim);
+    nel = mixed ? sm.in.dim * sm.in.dim : sm.in.dim;   /* elements of a sample (a matrix: dim^2) */
+    nel_a = sm.in.a_mixed || !mixed ? nel : sm.in.dim;
+    nel_b = sm.in.b_mixed || !mixed ? nel : sm.in.dim;
+    vlen = mixed ? nel * (qk__state_complex(sm.in.type) ? 2 : 1) : nel;   /* the engines' vector */
+    while (q < 62 && ((int64_t)1 << q) < vlen) q++;
     if (q > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: dim %lld needs %d qubits, beyond the state limit %d", (long long)sm.in.dim, q,
-                        QK_MAX_STATE_QUBITS);
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: %s of dim %lld need%s %d qubits, beyond the state limit %d",
+                        mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
+    if (mixed && (sm.in.on_device || ctx->desc.device == QK_DEVICE_CUDA))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: density matrices run on the CPU engine (a context with device = CPU)");
+    if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: a provider gives rows of one kind (a_mixed == b_mixed)");
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: desc->x and desc->y must be NULL (the states are states->a and states->b)");
     if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_a must be > 0 (got %lld)", (long long)sm.in.n_a);
     if ((sm.in.b || (sm.in.provider && sm.in.n_b)) && sm.in.n_b <= 0)
@@ -10528,11 +10643,11 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a provider, or a and b, not both");
     if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a is NULL (and no provider)");
     if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the provider writes host rows (on_device with a provider)");
-    if (sm.in.lda == 0) sm.in.lda = sm.in.dim;
-    if (sm.in.ldb == 0) sm.in.ldb = sm.in.dim;
-    if (sm.in.lda < sm.in.dim || (sm.in.b && sm.in.ldb < sm.in.dim))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < dim %lld", sm.in.lda < sm.in.dim ? "a" : "b",
-                        (long long)(sm.in.lda < sm.in.dim ? sm.in.lda : sm.in.ldb), (long long)sm.in.dim);
+    if (sm.in.lda == 0) sm.in.lda = nel_a;
+    if (sm.in.ldb == 0) sm.in.ldb = nel_b;
+    if (sm.in.lda < nel_a || (sm.in.b && sm.in.ldb < nel_b))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < %lld, the elements of a sample", sm.in.lda < nel_a ? "a" : "b",
+                        (long long)(sm.in.lda < nel_a ? sm.in.lda : sm.in.ldb), (long long)(sm.in.lda < nel_a ? nel_a : nel_b));
     if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: normalize must be 0 or 1 (got %d)", sm.in.normalize);
     if (sm.in.norm_tol == 0.0) sm.in.norm_tol = esize == 16 || sm.in.type == QK_STATE_F64 ? 1e-9 : 1e-5;
     if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: norm_tol must be in (0, 1) (got %g)", states->norm_tol);
@@ -10547,15 +10662,23 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     }
     /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
        (read in place), else packed rows of dim elements rounded up to whole doubles */
-    row_elems = (sm.in.dim * esize + 7) / 8 * 8 / esize;
-    if (!sm.in.provider) {
+    row_elems = (nel * esize + 7) / 8 * 8 / esize;
+    if (!sm.in.provider && nel_a != nel_b) {
+        /* a pure side against a mixed one: the pure side expanded to |psi><psi| (both packed) */
+        const int pure_b = nel_b != nel;
+        pa = pure_b ? qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems)
+                    : qk__states_outer(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, sm.in.type, row_elems);
+        if (pa) pb = pure_b ? qk__states_outer(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, sm.in.type, row_elems)
+                            : qk__states_pack(sm.in.b, sm.in.n_b, nel, sm.in.ldb, esize, row_elems);
+        if (!pa || !pb) { what = "the pure states expanded to density matrices"; goto oom; }
+    } else if (!sm.in.provider) {
         const int fit_a = (sm.in.lda * esize) % 8 == 0 && ((uintptr_t)sm.in.a % 8) == 0;
         const int fit_b = !sm.in.b || ((sm.in.ldb * esize) % 8 == 0 && ((uintptr_t)sm.in.b % 8) == 0 && sm.in.ldb == sm.in.lda);
         if (fit_a && fit_b) row_elems = sm.in.lda;
         else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need 8-byte aligned rows, and lda == ldb");
         else {
-            pa = qk__states_pack(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, esize, row_elems);
-            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, esize, row_elems);
+            pa = qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems);
+            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, nel, sm.in.ldb, esize, row_elems);
             if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
         }
     }
@@ -10564,12 +10687,13 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     sm.q = q;
     sm.op.kind = QK__OP_STATE;
     sm.op.q0 = (int)sm.in.type;
-    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0);
+    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0) |
+               (mixed ? QK__STATE_MIXED : 0);
     sm.op.angle.kind = QK_ARG_CONST;
     sm.op.angle.x0 = (int)sm.in.dim;
     sm.op.angle.scale = 1.0;
     sm.map.type = QK_MAP_CUSTOM;
-    sm.map.cls = qk__state_complex(sm.in.type) ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
+    sm.map.cls = qk__state_complex(sm.in.type) && !mixed ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
     sm.map.n_qubits = q;
     sm.map.n_features = (int)(row_elems * esize / 8);
     sm.map.n_ops = 1;

@@ -321,7 +321,7 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
         for (a = 0; a < m; a++)
             for (b = 0; b < n; b++) {
                 double re = accr[a * QK__T + b], im = cplx ? acci[a * QK__T + b] : 0.0;
-                kt[a * QK__T + b] = re * re + im * im;
+                kt[a * QK__T + b] = j->linear ? re : re * re + im * im;
             }
     }
 }

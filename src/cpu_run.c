@@ -33,6 +33,7 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     int64_t nb = desc->y ? desc->n_y : desc->n_x;
     memset(j, 0, sizeof *j);
     j->path = plan->path;
+    j->linear = plan->linear;
     j->A = A;
     j->B = B;
     j->na = desc->n_x;

@@ -343,6 +343,17 @@ static void qk__state_row(const qk_op *o, const double *x, double *re, double *i
     const int64_t dim = o->angle.x0;
     int64_t k;
     double ss = 0.0, inv;
+    if (o->q1 & QK__STATE_MIXED) {   /* a density matrix: [Re rho | Im rho] (real types: Re rho) */
+        const int64_t d2 = dim * dim;
+        double tr = 0.0;
+        for (k = 0; k < d2; k++) qk__state_amp(x, type, k, &re[k], qk__state_complex(type) ? &re[d2 + k] : &ss);
+        if (!(o->q1 & QK__STATE_NORMALIZE)) return;
+        for (k = 0; k < dim; k++) tr += re[k * dim + k];
+        inv = 1.0 / tr;
+        for (k = 0; k < (qk__state_complex(type) ? 2 * d2 : d2); k++) re[k] *= inv;
+        QK__UNUSED(im);
+        return;
+    }
     switch (type) {
     case QK_STATE_C128: for (k = 0; k < dim; k++) { re[k] = x[2 * k]; im[k] = x[2 * k + 1]; } break;
     case QK_STATE_C64: {

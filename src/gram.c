@@ -149,6 +149,37 @@ static void *qk__states_pack(const void *src, int64_t n, int64_t dim, int64_t ld
     return p;
 }
 
+/* n pure states (rows ld elements apart, dim amplitudes of type) as density matrices
+   |psi><psi|, dim^2 elements of the same type, rows ld_out elements apart. */
+static void *qk__states_outer(const void *src, int64_t n, int64_t dim, int64_t ld, qk_state_type type, int64_t ld_out)
+{
+    const int es = qk__state_esize(type);
+    char *p;
+    int64_t i, a, b;
+    if ((double)n * (double)ld_out * es > 9.0e18) return NULL;
+    p = (char *)qk__calloc((size_t)(n * ld_out), (size_t)es);
+    if (!p) return NULL;
+    for (i = 0; i < n; i++) {
+        const char *row = (const char *)src + (size_t)(i * ld) * (size_t)es;
+        char *o = p + (size_t)(i * ld_out) * (size_t)es;
+        for (a = 0; a < dim; a++)
+            for (b = 0; b < dim; b++) {
+                double ar, ai, br, bi, re, im;
+                qk__state_amp(row, (int)type, a, &ar, &ai);
+                qk__state_amp(row, (int)type, b, &br, &bi);
+                re = ar * br + ai * bi;   /* psi_a conj(psi_b) */
+                im = ai * br - ar * bi;
+                switch (type) {
+                case QK_STATE_C128: { double v[2] = {re, im}; memcpy(o + (size_t)(a * dim + b) * 16, v, 16); break; }
+                case QK_STATE_C64: { float v[2] = {(float)re, (float)im}; memcpy(o + (size_t)(a * dim + b) * 8, v, 8); break; }
+                case QK_STATE_F64: memcpy(o + (size_t)(a * dim + b) * 8, &re, 8); break;
+                default: { float v = (float)re; memcpy(o + (size_t)(a * dim + b) * 4, &v, 4); break; }
+                }
+            }
+    }
+    return p;
+}
+
 /* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
    (qk__smap_free). */
 static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
@@ -158,6 +189,8 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     void *pa = NULL, *pb = NULL;
     int esize, q = 1;
     int64_t row_elems;   /* elements of a stored row: a multiple of 8 bytes */
+    int64_t nel, nel_a, nel_b, vlen;
+    int mixed;
     const char *what = NULL;
     if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     memset(&sm, 0, sizeof sm);
@@ -168,10 +201,23 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: unknown state type %d", (int)states->type);
     esize = qk__state_esize(sm.in.type);
     if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: dim must be >= 2 (got %lld)", (long long)sm.in.dim);
-    while (q < 62 && ((int64_t)1 << q) < sm.in.dim) q++;
+    if ((sm.in.a_mixed != 0 && sm.in.a_mixed != 1) || (sm.in.b_mixed != 0 && sm.in.b_mixed != 1))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a_mixed and b_mixed must be 0 or 1");
+    mixed = sm.in.a_mixed || (sm.in.b_mixed && (sm.in.b || (sm.in.provider && sm.in.n_b > 0)));
+    if (mixed && sm.in.dim > ((int64_t)1 << 16))
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: density matrices of dim %lld are too large", (long long)sm.in.dim);
+    nel = mixed ? sm.in.dim * sm.in.dim : sm.in.dim;   /* elements of a sample (a matrix: dim^2) */
+    nel_a = sm.in.a_mixed || !mixed ? nel : sm.in.dim;
+    nel_b = sm.in.b_mixed || !mixed ? nel : sm.in.dim;
+    vlen = mixed ? nel * (qk__state_complex(sm.in.type) ? 2 : 1) : nel;   /* the engines' vector */
+    while (q < 62 && ((int64_t)1 << q) < vlen) q++;
     if (q > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: dim %lld needs %d qubits, beyond the state limit %d", (long long)sm.in.dim, q,
-                        QK_MAX_STATE_QUBITS);
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: %s of dim %lld need%s %d qubits, beyond the state limit %d",
+                        mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
+    if (mixed && (sm.in.on_device || ctx->desc.device == QK_DEVICE_CUDA))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: density matrices run on the CPU engine (a context with device = CPU)");
+    if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: a provider gives rows of one kind (a_mixed == b_mixed)");
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: desc->x and desc->y must be NULL (the states are states->a and states->b)");
     if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_a must be > 0 (got %lld)", (long long)sm.in.n_a);
     if ((sm.in.b || (sm.in.provider && sm.in.n_b)) && sm.in.n_b <= 0)
@@ -179,11 +225,11 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a provider, or a and b, not both");
     if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a is NULL (and no provider)");
     if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the provider writes host rows (on_device with a provider)");
-    if (sm.in.lda == 0) sm.in.lda = sm.in.dim;
-    if (sm.in.ldb == 0) sm.in.ldb = sm.in.dim;
-    if (sm.in.lda < sm.in.dim || (sm.in.b && sm.in.ldb < sm.in.dim))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < dim %lld", sm.in.lda < sm.in.dim ? "a" : "b",
-                        (long long)(sm.in.lda < sm.in.dim ? sm.in.lda : sm.in.ldb), (long long)sm.in.dim);
+    if (sm.in.lda == 0) sm.in.lda = nel_a;
+    if (sm.in.ldb == 0) sm.in.ldb = nel_b;
+    if (sm.in.lda < nel_a || (sm.in.b && sm.in.ldb < nel_b))
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < %lld, the elements of a sample", sm.in.lda < nel_a ? "a" : "b",
+                        (long long)(sm.in.lda < nel_a ? sm.in.lda : sm.in.ldb), (long long)(sm.in.lda < nel_a ? nel_a : nel_b));
     if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: normalize must be 0 or 1 (got %d)", sm.in.normalize);
     if (sm.in.norm_tol == 0.0) sm.in.norm_tol = esize == 16 || sm.in.type == QK_STATE_F64 ? 1e-9 : 1e-5;
     if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: norm_tol must be in (0, 1) (got %g)", states->norm_tol);
@@ -198,15 +244,23 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     }
     /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
        (read in place), else packed rows of dim elements rounded up to whole doubles */
-    row_elems = (sm.in.dim * esize + 7) / 8 * 8 / esize;
-    if (!sm.in.provider) {
+    row_elems = (nel * esize + 7) / 8 * 8 / esize;
+    if (!sm.in.provider && nel_a != nel_b) {
+        /* a pure side against a mixed one: the pure side expanded to |psi><psi| (both packed) */
+        const int pure_b = nel_b != nel;
+        pa = pure_b ? qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems)
+                    : qk__states_outer(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, sm.in.type, row_elems);
+        if (pa) pb = pure_b ? qk__states_outer(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, sm.in.type, row_elems)
+                            : qk__states_pack(sm.in.b, sm.in.n_b, nel, sm.in.ldb, esize, row_elems);
+        if (!pa || !pb) { what = "the pure states expanded to density matrices"; goto oom; }
+    } else if (!sm.in.provider) {
         const int fit_a = (sm.in.lda * esize) % 8 == 0 && ((uintptr_t)sm.in.a % 8) == 0;
         const int fit_b = !sm.in.b || ((sm.in.ldb * esize) % 8 == 0 && ((uintptr_t)sm.in.b % 8) == 0 && sm.in.ldb == sm.in.lda);
         if (fit_a && fit_b) row_elems = sm.in.lda;
         else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need 8-byte aligned rows, and lda == ldb");
         else {
-            pa = qk__states_pack(sm.in.a, sm.in.n_a, sm.in.dim, sm.in.lda, esize, row_elems);
-            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, sm.in.dim, sm.in.ldb, esize, row_elems);
+            pa = qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems);
+            if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, nel, sm.in.ldb, esize, row_elems);
             if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
         }
     }
@@ -215,12 +269,13 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     sm.q = q;
     sm.op.kind = QK__OP_STATE;
     sm.op.q0 = (int)sm.in.type;
-    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0);
+    sm.op.q1 = (sm.in.normalize ? QK__STATE_NORMALIZE : 0) | (sm.in.provider ? QK__STATE_PROVIDER : 0) | (sm.in.on_device ? QK__STATE_DEVICE : 0) |
+               (mixed ? QK__STATE_MIXED : 0);
     sm.op.angle.kind = QK_ARG_CONST;
     sm.op.angle.x0 = (int)sm.in.dim;
     sm.op.angle.scale = 1.0;
     sm.map.type = QK_MAP_CUSTOM;
-    sm.map.cls = qk__state_complex(sm.in.type) ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
+    sm.map.cls = qk__state_complex(sm.in.type) && !mixed ? QK_CLASS_COMPLEX : QK_CLASS_REAL;
     sm.map.n_qubits = q;
     sm.map.n_features = (int)(row_elems * esize / 8);
     sm.map.n_ops = 1;

@@ -639,6 +639,45 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     const int64_t dim = sm->in.dim;
     const char *nm = side ? "B" : "A";
     int64_t i, k;
+    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, unit trace */
+        for (i = 0; i < n; i++) {
+            const void *row = (const char *)rows + i * ld_bytes;
+            double tr = 0.0, re, im, re2, im2;
+            int64_t a, b;
+            for (k = 0; k < dim * dim; k++) {
+                qk__state_amp(row, type, k, &re, &im);
+                if (!isfinite(re) || !isfinite(im))
+                    return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: entry (%lld, %lld) of the density matrix is %s", nm, (long long)(row0 + i),
+                                    (long long)(k / dim), (long long)(k % dim), isnan(re) || isnan(im) ? "NaN" : "Inf");
+            }
+            for (a = 0; a < dim; a++) {
+                for (b = a; b < dim; b++) {
+                    qk__state_amp(row, type, a * dim + b, &re, &im);
+                    qk__state_amp(row, type, b * dim + a, &re2, &im2);
+                    if (fabs(re - re2) > sm->in.norm_tol || fabs(im + im2) > sm->in.norm_tol) {
+                        char v0[40];
+                        return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix is not Hermitian: entries (%lld, %lld) and "
+                                        "(%lld, %lld) differ from conjugates by more than norm_tol %s", nm, (long long)(row0 + i),
+                                        (long long)a, (long long)b, (long long)b, (long long)a, qk__fmt_g(v0, sizeof v0, sm->in.norm_tol, 3));
+                    }
+                }
+                qk__state_amp(row, type, a * dim + a, &re, &im);
+                tr += re;
+            }
+            if (!(tr > DBL_MIN)) {
+                char v0[40];
+                return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)(row0 + i),
+                                qk__fmt_g(v0, sizeof v0, tr, 17));
+            }
+            if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol)) {
+                char v0[40], v1[40];
+                return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
+                                "(normalize = 1 divides by it)", nm, (long long)(row0 + i), qk__fmt_g(v0, sizeof v0, tr, 17),
+                                qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+            }
+        }
+        return QK_OK;
+    }
     for (i = 0; i < n; i++) {
         const void *row = (const char *)rows + i * ld_bytes;
         double ss = 0.0, re, im;

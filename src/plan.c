@@ -295,6 +295,7 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     p->state_tile = 0;
     p->tile_m = p->tile_n = QK__T;
     p->n_streams = 0;
+    p->linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
     es = p->out_dtype == QK_F32 ? 4.0 : 8.0;
     p->bytes_states = map->n_qubits > QK_MAX_STATE_QUBITS && path != QK_PATH_ANALYTIC ? (size_t)-1 /* no statevector */
                       : (size_t)((double)(desc->n_x + (desc->y ? desc->n_y : 0)) * (double)qk__row_len(map, path) * 8.0);

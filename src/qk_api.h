@@ -383,6 +383,15 @@ typedef struct qk_states_desc {
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
                                never holds all states (host; CPU engine) */
     void *provider_user;
+    /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
+       sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =
+       Tr(rho_i rho_j), the Hilbert-Schmidt kernel (purity on the diagonal of K(A,A)); a pure
+       side against a mixed one gives <psi|rho|psi>, and two pure sides |<a|b>|^2 as without
+       these (a pure side against a mixed one is expanded to |psi><psi| on the host: dim^2
+       values per state). Each matrix is checked: finite, Hermitian within norm_tol, trace within
+       norm_tol of 1 (normalize = 1 divides by the trace); positivity is not checked. dim^2 (2
+       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. */
+    int a_mixed, b_mixed;
 } qk_states_desc;
 /* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
    x and y NULL (n_x and n_y are ignored: n_a and n_b count the rows). Every output (HOST, DEVICE,
@@ -507,6 +516,8 @@ typedef struct qk_plan {
     int mps_exact_bond;         /* MPS: the exact bound from the circuit */
     int mps_truncate;           /* MPS: 1 when mps_max_bond or mps_cutoff asks for truncation (K then
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
+    int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
+                                   matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the

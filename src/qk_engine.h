@@ -77,6 +77,11 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
    them as amplitudes). */
 #define QK__OP_STATE ((qk_op_kind)64)
 enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
+/* Mixed states (qk_gram_states with a_mixed / b_mixed): every row is a density matrix (a pure
+   side against a mixed one is expanded to |psi><psi| first), read as the real vector
+   [Re rho | Im rho] (2 dim^2 values; real types: Re rho alone), whose real Gram is
+   Tr(rho_i rho_j) for Hermitian rho; the plan's linear flag keeps it unsquared. */
+enum { QK__STATE_MIXED = 8 };
 static QK__HD inline int qk__state_esize(int type)
 {
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;

@@ -388,6 +388,7 @@ typedef struct qk__gram_job {
     int64_t pairs_done, pairs_total;
     int cancel;                 /* 1: cancelled by a callback */
     qk_result provider_failed;  /* given states: the provider failed or its rows were bad (the error set) */
+    int linear;                 /* plan.linear: K = Re <a|b> (density matrices), not |<a|b>|^2 */
     int oom;
     const void *mps;            /* QK_PATH_MPS: the MPS program (qk__mps_prog, MPS engine) */
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */

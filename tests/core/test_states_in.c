@@ -330,6 +330,148 @@ static void provider_cases(qk_ctx *ctx)
     free(a); free(b); free(K0); free(K);
 }
 
+
+/* ---- mixed states: density matrices, K = Tr(rho_i rho_j) ---- */
+/* n random density matrices dim x dim (interleaved complex128): mixtures of 3 random states with
+   random weights summing to 1 */
+static double *rand_rho(int64_t n, int64_t dim)
+{
+    double *r = (double *)calloc((size_t)(2 * n * dim * dim), sizeof(double));
+    int64_t i, k, a, b;
+    for (i = 0; i < n; i++) {
+        double *psi = rand_states(3, dim, 0), w[3], ws = 0;
+        for (k = 0; k < 3; k++) { w[k] = qk_test_urand() + 0.05; ws += w[k]; }
+        for (k = 0; k < 3; k++)
+            for (a = 0; a < dim; a++)
+                for (b = 0; b < dim; b++) {
+                    double ar = psi[2 * (k * dim + a)], ai = psi[2 * (k * dim + a) + 1], br = psi[2 * (k * dim + b)], bi = psi[2 * (k * dim + b) + 1];
+                    r[2 * ((i * dim + a) * dim + b)] += w[k] / ws * (ar * br + ai * bi);
+                    r[2 * ((i * dim + a) * dim + b) + 1] += w[k] / ws * (ai * br - ar * bi);
+                }
+        free(psi);
+    }
+    return r;
+}
+
+/* Tr(rho sigma) = sum_ab rho[a][b] sigma[b][a], long double */
+static double tr_prod(const double *r, const double *s, int64_t dim)
+{
+    long double t = 0;
+    int64_t a, b;
+    for (a = 0; a < dim; a++)
+        for (b = 0; b < dim; b++) {
+            long double xr = r[2 * (a * dim + b)], xi = r[2 * (a * dim + b) + 1], yr = s[2 * (b * dim + a)], yi = s[2 * (b * dim + a) + 1];
+            t += xr * yr - xi * yi;
+        }
+    return (double)t;
+}
+
+/* <psi|rho|psi>, long double */
+static double expect(const double *psi, const double *r, int64_t dim)
+{
+    long double re = 0;
+    int64_t a, b;
+    for (a = 0; a < dim; a++)
+        for (b = 0; b < dim; b++) {
+            long double pr = psi[2 * a], pi = -psi[2 * a + 1], rr = r[2 * (a * dim + b)], ri = r[2 * (a * dim + b) + 1];
+            long double qr = psi[2 * b], qi = psi[2 * b + 1];
+            long double tr = pr * rr - pi * ri, ti = pr * ri + pi * rr;
+            re += tr * qr - ti * qi;
+        }
+    return (double)re;
+}
+
+static void mixed_cases(qk_ctx *ctx)
+{
+    const int64_t dims[2] = {8, 6};
+    int di;
+    for (di = 0; di < 2; di++) {
+        const int64_t dim = dims[di], na = 40, nb = 25;
+        double *ra = rand_rho(na, dim), *rb = rand_rho(nb, dim), *pa = rand_states(na, dim, 0);
+        double *K = (double *)malloc(sizeof(double) * (size_t)(na * na)), err = 0;
+        qk_states_desc st;
+        qk_gram_desc g;
+        int64_t i, j;
+        /* K(rho, rho): Tr(rho_i rho_j), purity on the diagonal */
+        memset(&st, 0, sizeof st);
+        st.dim = dim; st.a = ra; st.n_a = na; st.a_mixed = 1;
+        g = host_desc(K, na);
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "mixed K(A,A) dim %lld: %s", (long long)dim, qk_last_error());
+        for (i = 0; i < na; i++)
+            for (j = 0; j < na; j++) err = fmax(err, fabs(K[i * na + j] - tr_prod(ra + 2 * i * dim * dim, ra + 2 * j * dim * dim, dim)));
+        CHECK(err <= 1e-13, "mixed K(A,A) dim %lld: |K - Tr(rho rho)| = %.3g", (long long)dim, err);
+        CHECK(K[0] < 0.999 && K[0] > 1.0 / (double)dim - 1e-12, "mixed: purity %.17g of a mixture", K[0]);
+        /* K(rho_A, rho_B) */
+        st.b = rb; st.n_b = nb; st.b_mixed = 1;
+        g = host_desc(K, nb);
+        err = 0;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "mixed K(A,B): %s", qk_last_error());
+        for (i = 0; i < na; i++)
+            for (j = 0; j < nb; j++) err = fmax(err, fabs(K[i * nb + j] - tr_prod(ra + 2 * i * dim * dim, rb + 2 * j * dim * dim, dim)));
+        CHECK(err <= 1e-13, "mixed K(A,B) dim %lld: %.3g", (long long)dim, err);
+        /* pure A against mixed B: <psi|rho|psi> */
+        st.a = pa; st.a_mixed = 0;
+        err = 0;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "pure vs mixed: %s", qk_last_error());
+        for (i = 0; i < na; i++)
+            for (j = 0; j < nb; j++) err = fmax(err, fabs(K[i * nb + j] - expect(pa + 2 * i * dim, rb + 2 * j * dim * dim, dim)));
+        CHECK(err <= 1e-13, "pure vs mixed dim %lld: |K - <psi|rho|psi>| = %.3g", (long long)dim, err);
+        /* mixed A against pure B: the transpose's values */
+        {
+            double *K2 = (double *)malloc(sizeof(double) * (size_t)(na * nb));
+            qk_states_desc s2;
+            memset(&s2, 0, sizeof s2);
+            s2.dim = dim; s2.a = rb; s2.n_a = nb; s2.a_mixed = 1; s2.b = pa; s2.n_b = na;
+            g = host_desc(K2, na);
+            CHECK(qk_gram_states(ctx, &s2, &g) == QK_OK, "mixed vs pure: %s", qk_last_error());
+            err = 0;
+            for (i = 0; i < na; i++)
+                for (j = 0; j < nb; j++) err = fmax(err, fabs(K[i * nb + j] - K2[j * na + i]));
+            CHECK(err <= 1e-15, "mixed vs pure is the transpose of pure vs mixed: %.3g", err);
+            free(K2);
+        }
+        /* pure states given as |psi><psi| give the pure path's |<a|b>|^2 */
+        {
+            double *K1 = (double *)malloc(sizeof(double) * (size_t)(na * na)), *pp = (double *)calloc((size_t)(2 * na * dim * dim), sizeof(double));
+            int64_t a, b;
+            for (i = 0; i < na; i++)
+                for (a = 0; a < dim; a++)
+                    for (b = 0; b < dim; b++) {
+                        const double *p = pa + 2 * i * dim;
+                        pp[2 * ((i * dim + a) * dim + b)] = p[2 * a] * p[2 * b] + p[2 * a + 1] * p[2 * b + 1];
+                        pp[2 * ((i * dim + a) * dim + b) + 1] = p[2 * a + 1] * p[2 * b] - p[2 * a] * p[2 * b + 1];
+                    }
+            memset(&st, 0, sizeof st);
+            st.dim = dim; st.a = pa; st.n_a = na;
+            g = host_desc(K1, na);
+            CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "pure: %s", qk_last_error());
+            st.a = pp; st.a_mixed = 1;
+            g = host_desc(K, na);
+            CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "pure as matrices: %s", qk_last_error());
+            CHECK(qk_test_max_diff(K, K1, na * na) <= 1e-13, "|psi><psi| as density matrices vs the pure path: %.3g", qk_test_max_diff(K, K1, na * na));
+            free(K1);
+            free(pp);
+        }
+        /* validation: a non-Hermitian matrix, a trace off 1, normalize */
+        memset(&st, 0, sizeof st);
+        st.dim = dim; st.a = ra; st.n_a = na; st.a_mixed = 1;
+        g = host_desc(K, na);
+        ra[2 * ((2 * dim + 0) * dim + 1) + 1] += 1e-3;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_ERROR_BAD_DATA && strstr(qk_last_error(), "A[2]") && strstr(qk_last_error(), "Hermitian"),
+              "non-Hermitian: %s", qk_last_error());
+        ra[2 * ((2 * dim + 0) * dim + 1) + 1] -= 1e-3;
+        for (i = 0; i < 2 * dim * dim; i++) ra[2 * 5 * dim * dim + i] *= 2.0;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_ERROR_BAD_DATA && strstr(qk_last_error(), "A[5]") && strstr(qk_last_error(), "trace"),
+              "trace 2: %s", qk_last_error());
+        st.normalize = 1;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "normalize by the trace: %s", qk_last_error());
+        for (i = 0; i < 2 * dim * dim; i++) ra[2 * 5 * dim * dim + i] *= 0.5;
+        CHECK(fabs(K[5 * na + 7] - tr_prod(ra + 2 * 5 * dim * dim, ra + 2 * 7 * dim * dim, dim)) <= 1e-13, "normalize: K[5][7] = %.17g",
+              K[5 * na + 7]);
+        free(ra); free(rb); free(pa); free(K);
+    }
+}
+
 /* ---- validation ---- */
 static void validation(qk_ctx *ctx)
 {
@@ -410,6 +552,7 @@ int main(void)
     typed_states(ctx, QK_STATE_F32, 7, 64, 0, 0, 0);       /* 28-byte rows: packed to whole doubles */
     typed_states(ctx, QK_STATE_F32, 128, 30, 20, 1, 1);
     provider_cases(ctx);
+    mixed_cases(ctx);
     validation(ctx);
     qk_ctx_destroy(ctx);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);

@@ -75,8 +75,8 @@ class TestStates(unittest.TestCase):
         A[3, 2] = np.nan
         with self.assertRaisesRegex(ValueError, r"A\[3\]"):
             qk.gram_states(A, device="cpu", normalize=True)
-        with self.assertRaisesRegex(ValueError, "density"):
-            qk.gram_states(np.zeros((2, 4, 4), complex), device="cpu")
+        with self.assertRaisesRegex(ValueError, "square"):
+            qk.gram_states(np.zeros((2, 4, 3), complex), device="cpu")
 
     def test_npy(self):
         A = _rand_states(90, 32)
@@ -111,6 +111,48 @@ class TestQiskit(unittest.TestCase):
         K = qk.gram_states(S, device="cpu")
         peer = np.array([[abs(a.inner(b)) ** 2 for b in svs] for a in svs])
         np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+
+
+class TestQiskitMixed(unittest.TestCase):
+    def setUp(self):
+        try:
+            import qiskit  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"qiskit is not installed ({e})")
+
+    def test_noisy_density_matrices(self):
+        """Density matrices of u/cu circuits under a depolarising channel after each layer
+        (qiskit.quantum_info: DensityMatrix.evolve with a Kraus channel): K = Tr(rho sigma), its
+        diagonal Qiskit's purity(), and pure vs mixed Qiskit's <psi|rho|psi> (expectation_value)."""
+        from qiskit import QuantumCircuit
+        from qiskit.quantum_info import DensityMatrix, Kraus, Statevector
+        q, p = 3, 0.1
+        I, X, Y, Z = (np.eye(2), np.array([[0, 1], [1, 0]]), np.array([[0, -1j], [1j, 0]]), np.diag([1, -1]))
+        dep = Kraus([np.sqrt(1 - 3 * p / 4) * I, np.sqrt(p / 4) * X, np.sqrt(p / 4) * Y, np.sqrt(p / 4) * Z])
+        rhos, svs = [], []
+        for _ in range(10):
+            rho = DensityMatrix.from_label("0" * q)
+            c0 = QuantumCircuit(q)
+            for layer in range(2):
+                c = QuantumCircuit(q)
+                for k in range(q):
+                    c.u(*RNG.uniform(0, 2 * np.pi, 3), k)
+                c.cu(*RNG.uniform(0, 2 * np.pi, 4), 0, 1)
+                rho = rho.evolve(c)
+                c0.compose(c, inplace=True)
+                for k in range(q):
+                    rho = rho.evolve(dep, qargs=[k])
+            rhos.append(rho)
+            svs.append(Statevector(c0))
+        R = np.array([r.data for r in rhos])
+        K = qk.gram_states(R, device="cpu")
+        peer = np.array([[np.real(np.trace(a.data @ b.data)) for b in rhos] for a in rhos])
+        np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(np.diag(K), [r.purity().real for r in rhos], atol=1e-12, rtol=0)
+        S = np.array([sv.data for sv in svs])
+        Kpm = qk.gram_states(S, R, device="cpu")
+        peer = np.array([[np.real(sv.expectation_value(r.to_operator())) for r in rhos] for sv in svs])
+        np.testing.assert_allclose(Kpm, peer, atol=1e-12, rtol=0)
 
 
 class TestPennyLane(unittest.TestCase):
@@ -148,6 +190,27 @@ class TestPennyLane(unittest.TestCase):
         K = qk.gram_states(S, device="cpu")
         peer = np.array([[float(overlap(a, b)[0]) for b in W] for a in W])
         np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+
+    def test_density_matrix(self):
+        import pennylane as qml
+        q = 3
+        dev = qml.device("default.mixed", wires=q)
+
+        @qml.qnode(dev)
+        def rho(w):
+            for k in range(q):
+                qml.Rot(*w[k, :3], wires=k)
+                qml.DepolarizingChannel(0.1, wires=k)
+            qml.CRX(w[0, 3], wires=[0, 1])
+            qml.AmplitudeDamping(0.2, wires=1)
+            return qml.density_matrix(wires=range(q))
+
+        W = RNG.uniform(0, 2 * np.pi, size=(8, q, 4))
+        R = np.array([np.asarray(rho(w)) for w in W])
+        K = qk.gram_states(R, device="cpu")
+        peer = np.array([[np.real(np.trace(a @ b)) for b in R] for a in R])
+        np.testing.assert_allclose(K, peer, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(np.diag(K), [float(qml.math.purity(r, indices=range(q))) for r in R], atol=1e-12, rtol=0)
 
 
 if __name__ == "__main__":

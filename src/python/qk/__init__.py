@@ -363,7 +363,7 @@ _STATE_TYPES = {"complex128": _qk.QK_STATE_C128, "complex64": _qk.QK_STATE_C64,
 _CAI_TYPES = {"<c16": "complex128", "<c8": "complex64", "<f8": "float64", "<f4": "float32"}
 
 
-def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool]:
+def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool, bool]:
     """(keep-alive object, pointer, rows, ld in elements, dim, dtype name, on the device) of a
     2-D array of states: a CUDA array (``__cuda_array_interface__``: CuPy, PyTorch, Numba) read
     in place, else numpy (rows with contiguous amplitudes used in place, anything else copied)."""
@@ -380,15 +380,19 @@ def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool]:
         if shape[1] > 1 and strides[1] != isz or strides[0] % isz != 0 or (shape[0] > 1 and strides[0] < shape[1] * isz):
             raise ValueError(f"{name}: device states need contiguous rows (strides {strides}); copy them first")
         ptr = int(cai["data"][0])
-        return S, ptr, int(shape[0]), int(strides[0] // isz) if shape[0] > 1 else int(shape[1]), int(shape[1]), dt, True
+        return S, ptr, int(shape[0]), int(strides[0] // isz) if shape[0] > 1 else int(shape[1]), int(shape[1]), dt, True, False
     if hasattr(S, "detach") and hasattr(S, "numpy"):   # a CPU torch tensor
         S = S.detach().numpy()
-    A = np.asarray(S)
-    if isinstance(A, np.ma.MaskedArray) and np.ma.is_masked(A):
+    if isinstance(S, np.ma.MaskedArray) and np.ma.is_masked(S):
         raise ValueError(f"{name}: masked entries")
-    if A.ndim != 2:
-        raise ValueError(f"{name}: states must be 2-D (n, dim), got shape {A.shape}"
-                         + ("; density matrices are not supported yet" if A.ndim == 3 else ""))
+    A = np.asarray(S)
+    mixed = A.ndim == 3
+    if mixed:   # density matrices (n, dim, dim): rows of dim * dim entries
+        if A.shape[1] != A.shape[2]:
+            raise ValueError(f"{name}: density matrices must be square, got shape {A.shape}")
+        A = np.ascontiguousarray(A).reshape(A.shape[0], A.shape[1] * A.shape[2])
+    elif A.ndim != 2:
+        raise ValueError(f"{name}: states must be 2-D (n, dim) or density matrices (n, dim, dim), got shape {A.shape}")
     if A.dtype.name not in _STATE_TYPES:
         if np.iscomplexobj(A):
             A = A.astype(np.complex128)
@@ -403,7 +407,8 @@ def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool]:
             (A.shape[0] > 1 and A.strides[0] < A.shape[1] * isz):
         A = np.ascontiguousarray(A)
     ld = A.strides[0] // isz if A.shape[0] > 1 else A.shape[1]
-    return A, int(A.ctypes.data), int(A.shape[0]), int(ld), int(A.shape[1]), A.dtype.name, False
+    dim = int(round(A.shape[1] ** 0.5)) if mixed else int(A.shape[1])
+    return A, int(A.ctypes.data), int(A.shape[0]), int(ld), dim, A.dtype.name, False, mixed
 
 
 def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional[str] = None,
@@ -411,6 +416,9 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
                 out: Optional[PathLike] = None, threads: Optional[int] = None) -> np.ndarray:
     """K[i, j] = |<A[i]|B[j]>|^2 of given statevectors (B=None: K(A, A), symmetric): states a
     simulator made (any gates, noise trajectories), with qk's planner, tiling and precision modes.
+    Density matrices, (n, dim, dim) arrays, give the Hilbert-Schmidt kernel Tr(rho_i rho_j) (and
+    <psi|rho|psi> against pure states; CPU engine): Qiskit's ``DensityMatrix(c).data``,
+    PennyLane's ``qml.density_matrix``.
 
     A, B: (n, dim) arrays of states, one per row: complex128, complex64, float64 or float32
         (other numeric dtypes are converted to complex128 / float64); numpy arrays (or CPU
@@ -424,10 +432,10 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
     device, precision, threads: as for ``gram``; out: None (a new array) or a ``.npy`` path (K
         streamed into it, returned as a read-only memmap).
     """
-    Ak, pa, na, lda, dim, dta, dev_a = _state_rows(A, "A")
-    pb, nb, ldb, Bk, dev_b = 0, 0, 0, None, dev_a
+    Ak, pa, na, lda, dim, dta, dev_a, mix_a = _state_rows(A, "A")
+    pb, nb, ldb, Bk, dev_b, mix_b = 0, 0, 0, None, dev_a, False
     if B is not None:
-        Bk, pb, nb, ldb, dimb, dtb, dev_b = _state_rows(B, "B")
+        Bk, pb, nb, ldb, dimb, dtb, dev_b, mix_b = _state_rows(B, "B")
         if dimb != dim:
             raise ValueError(f"A has states of dim {dim} and B of dim {dimb}")
         if dtb != dta or dev_b != dev_a:
@@ -444,10 +452,10 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
     tol = 0.0 if norm_tol is None else float(norm_tol)
     args = (pa, na, lda, pb, nb, ldb, dim, _STATE_TYPES[dta], int(dev_a), dev, prec, nt, int(bool(normalize)), tol)
     if out is None:
-        K = _qk._gram_states(*args)
+        K = _qk._gram_states(*args, a_mixed=int(mix_a), b_mixed=int(mix_b))
     else:
         path = os.fspath(out)
-        _qk._gram_states(*args, out_path=path)
+        _qk._gram_states(*args, out_path=path, a_mixed=int(mix_a), b_mixed=int(mix_b))
         K = np.load(path, mmap_mode="r")
     del Ak, Bk
     return K

@@ -606,10 +606,10 @@ fail:
 static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"a", "n_a", "lda", "b", "n_b", "ldb", "dim", "type", "on_device", "device", "precision", "threads",
-                             "normalize", "norm_tol", "out_path", NULL};
+                             "normalize", "norm_tol", "out_path", "a_mixed", "b_mixed", NULL};
     unsigned long long pa = 0, pb = 0;
     long long n_a = 0, lda = 0, n_b = 0, ldb = 0, dim = 0;
-    int type = 0, on_device = 0, device = 0, precision = 0, threads = 0, normalize = 0;
+    int type = 0, on_device = 0, device = 0, precision = 0, threads = 0, normalize = 0, a_mixed = 0, b_mixed = 0;
     double norm_tol = 0.0, t0;
     PyObject *path = NULL;
     PyArrayObject *out = NULL;
@@ -621,8 +621,9 @@ static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *k
     qkpy_cancel cancel;
     qk_result r = QK_OK;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLLKLLLiiiiiid|O&:_gram_states", kwlist, &pa, &n_a, &lda, &pb, &n_b, &ldb, &dim, &type,
-                                     &on_device, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KLLKLLLiiiiiid|O&ii:_gram_states", kwlist, &pa, &n_a, &lda, &pb, &n_b, &ldb, &dim, &type,
+                                     &on_device, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path,
+                                     &a_mixed, &b_mixed))
         return NULL;
     if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
     if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
@@ -652,6 +653,8 @@ static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *k
     st.on_device = on_device;
     st.normalize = normalize;
     st.norm_tol = norm_tol;
+    st.a_mixed = a_mixed;
+    st.b_mixed = b_mixed;
     memset(&g, 0, sizeof g);
     if (path) {
         g.output = QK_OUTPUT_NPY;
