@@ -358,6 +358,68 @@ static qk_result job_states(int ok) {
     return r;
 }
 
+/* qk_gram_states (issue 28): qk's own states of zz given back (K bit for bit the map's), as
+   unaligned complex64 rows (a packed copy), through a provider in state tiles, and pure states
+   against density matrices (the pure side expanded); the context made inside the run. */
+static double g_sx[5 * 16], g_rho[2 * 64 * 2];
+static int sx_provide(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
+    (void)side; (void)user;
+    memcpy(buf, g_sx + 16 * i0, sizeof(double) * (size_t)(16 * (i1 - i0)));
+    return ld == 8 ? 0 : 1;
+}
+static qk_result job_gram_states(int ok) {
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_states_desc st;
+    qk_gram_desc gd;
+    double K[25], Kb[10];
+    float f[5 * 16 + 1];
+    qk_result r;
+    int i, j;
+    for (i = 0; i < 25; i++) K[i] = -9.0;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 1;
+    cd.host_memory = g_tile_budget;   /* state tiles of 2 (setup: 1 thread) */
+    if ((r = qk_ctx_create(&cd, &ctx)) != QK_OK) return r;
+    memset(&st, 0, sizeof st);
+    st.dim = 8; st.a = g_sx; st.n_a = 5;
+    memset(&gd, 0, sizeof gd);
+    gd.out = K;
+    r = qk_gram_states(ctx, &st, &gd);
+    if (r != QK_OK) for (i = 0; i < 25; i++) CHECK(K[i] == -9.0, "states: K[%d] = %g written on error", i, K[i]);
+    else if (ok) CHECK(memcmp(K, g_kref, sizeof K) == 0, "states: K differs from the map's");
+    if (r == QK_OK) {   /* unaligned complex64 rows: packed */
+        for (i = 0; i < 5 * 16; i++) f[1 + i] = (float)g_sx[i];
+        st.type = QK_STATE_C64; st.a = f + 1; st.norm_tol = 1e-5;
+        r = qk_gram_states(ctx, &st, &gd);
+        if (r == QK_OK && ok) for (i = 0; i < 25; i++) CHECK(fabs(K[i] - g_kref[i]) < 1e-6, "c64: K[%d]", i);
+    }
+    if (r == QK_OK) {   /* the provider, in state tiles (the budget) */
+        memset(&st, 0, sizeof st);
+        st.dim = 8; st.n_a = 5; st.provider = sx_provide;
+        for (i = 0; i < 25; i++) K[i] = -9.0;
+        r = qk_gram_states(ctx, &st, &gd);
+        if (r != QK_OK) for (i = 0; i < 25; i++) CHECK(K[i] == -9.0, "provider: K[%d] = %g written on error", i, K[i]);
+        else if (ok) CHECK(memcmp(K, g_kref, sizeof K) == 0, "provider: K differs from the map's");
+    }
+    if (r == QK_OK) {   /* pure A against mixed B (|psi_0><psi_0|, |psi_1><psi_1|): qk's own budget */
+        qk_ctx_destroy(ctx);
+        ctx = NULL;
+        cd.host_memory = 0;
+        if ((r = qk_ctx_create(&cd, &ctx)) != QK_OK) return r;
+        memset(&st, 0, sizeof st);
+        st.dim = 8; st.a = g_sx; st.n_a = 5; st.b = g_rho; st.n_b = 2; st.b_mixed = 1;
+        gd.out = Kb;
+        r = qk_gram_states(ctx, &st, &gd);
+        if (r == QK_OK && ok)
+            for (i = 0; i < 5; i++)
+                for (j = 0; j < 2; j++) CHECK(fabs(Kb[i * 2 + j] - g_kref[i * 5 + j]) < 1e-13, "pure vs mixed: K[%d][%d]", i, j);
+    }
+    qk_ctx_destroy(ctx);
+    return r;
+}
+
 static qk_result job_map_make(int ok) {
     qk_op ops[3];
     qk_map_desc md;
@@ -548,6 +610,21 @@ int main(void) {
             return 2;
         }
     }
+    {   /* qk_gram_states' inputs: the states of zz on g_x, rows 0 and 1 as density matrices */
+        int a, b, k;
+        qk_ctx *c1 = NULL;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CPU;
+        if (qk_ctx_create(&cd, &c1) != QK_OK || qk_states(c1, m, g_x, 5, g_sx) != QK_OK) return 2;
+        qk_ctx_destroy(c1);
+        for (k = 0; k < 2; k++)
+            for (a = 0; a < 8; a++)
+                for (b = 0; b < 8; b++) {
+                    const double *p = g_sx + 16 * k;
+                    g_rho[2 * (k * 64 + a * 8 + b)] = p[2 * a] * p[2 * b] + p[2 * a + 1] * p[2 * b + 1];
+                    g_rho[2 * (k * 64 + a * 8 + b) + 1] = p[2 * a + 1] * p[2 * b] - p[2 * a] * p[2 * b + 1];
+                }
+    }
     qk_map_free(m);
     qk_ctx_destroy(ctx);
     /* an existing K.npy and w.npy, which a failed write must leave as they are */
@@ -569,6 +646,7 @@ int main(void) {
     sweep("qk_gram, product map", job_gram_product, NULL);
     sweep("qk_gram, .npy K(X,Y) f32", job_gram_npy_xy, NULL);
     sweep("qk_states", job_states, NULL);
+    sweep("qk_gram_states (4 inputs)", job_gram_states, NULL);
     sweep("qk_map_make, weights, spec", job_map_make, NULL);
     sweep("qk_plan_make (MPS)", job_plan, NULL);
     sweep("qk_schedule_make", job_schedule, NULL);
