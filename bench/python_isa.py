@@ -22,7 +22,7 @@ import sys
 import time
 
 # (qubits, samples, threads): zz(reps=2), K(X, X), fp64
-CASES = [(8, 4000, 1), (8, 4000, 2), (12, 2000, 1), (12, 2000, 2)]
+CASES = [(8, 4000, 1), (8, 4000, 2), (12, 1000, 1), (12, 1000, 2)]
 
 CHILD = r"""
 import json, sys, time
