@@ -138,7 +138,7 @@ def main():
         for t in CORE:
             r = run([vpy, os.path.join(source, "tests", "python", "run.py"), os.path.join(source, "tests", "python", t)],
                     env=env, cwd=d, timeout=300)
-            tail = (r.stdout + r.stderr).strip().splitlines()[-1:]
+            tail = [l for l in r.stdout.splitlines() if re.search(r"\d+ (passed|failed|skipped)", l)][-1:]
             check(r.returncode == 0, "%s against the installed wheel: exit %d (%s)" % (t, r.returncode, tail))
             if r.returncode != 0:
                 print((r.stdout + r.stderr)[-3000:])
