@@ -60,6 +60,10 @@
                           QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
                           reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
+     QK_NO_DISPATCH       no runtime dispatch of the CPU Gram micro-kernels: where the target lacks
+                          AVX2 (x86-64 built without -march, e.g. a wheel), GCC/Clang builds also get
+                          AVX2 + FMA and AVX-512F kernels (target attributes) chosen by the CPU
+                          at run time (__builtin_cpu_supports); this define keeps the baseline's
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
@@ -4514,57 +4518,129 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
     }
 }
 
-/* The micro-kernels use GCC/Clang vector extensions (QK__NJ doubles = one zmm / two ymm); other
-   compilers get the plain loops. GCC in ISO C mode (-std=c11) does not contract a*b+c into an FMA;
-   the attribute turns contraction on for these two functions only (2x on the dev machine). */
+/* The micro-kernels use GCC/Clang vector extensions; other compilers get the plain loops below.
+   A micro-kernel's 2 x QK__NI accumulators (QK__NJ = 8 columns each) must stay in registers:
+   12 zmm with AVX-512 (32 registers), but 8 doubles are two ymm with AVX2 and four xmm with SSE2
+   (16 registers), and 24 or 48 of them spill on every FMA. So a kernel walks the 8 columns in
+   slices of one hardware vector (QK__MK_W doubles: 8 with AVX-512, 4 with AVX or on AArch64, 2
+   otherwise), each slice over the whole chunk of d; an entry sums its d terms in the same order
+   whatever the slice width, so K does not depend on it (FMA contraction, which the instruction
+   set decides, does change the last bits). GCC in ISO C mode (-std=c11) does not contract a*b+c
+   into an FMA; QK__CONTRACT turns contraction on for these functions only (2x on the dev machine).
+
+   Runtime dispatch (QK__MK_DISPATCH: x86-64, GCC or Clang, a target without AVX2, and no
+   QK_NO_DISPATCH): a portable build (a Python wheel, a distribution's package: plain x86-64, SSE2)
+   also compiles the kernels for AVX2 + FMA and for AVX-512F (target attributes) and each Gram
+   job's workers pick the best one the CPU has (__builtin_cpu_supports). Builds for a target with
+   AVX2 (-march=native, -Dnative=true) use the one their target gives, without dispatch. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
 /* QK__VEC, qk__v8, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
+typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));
+typedef double qk__v2 __attribute__((vector_size(2 * sizeof(double))));
 
-QK__CONTRACT
-static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
-{
-    qk__v8 r[QK__NI], im[QK__NI];
-    int a;
-    int64_t d;
-    qk__v8 z;
-    memset(&z, 0, sizeof z);
-    for (a = 0; a < QK__NI; a++) { r[a] = z; im[a] = z; }
-    for (d = 0; d < dc; d++) {
-        qk__v8 br, bi;
-        const double *x = ap + d * 2 * QK__NI;
-        QK__LD8(br, bp + d * 2 * QK__NJ);
-        QK__LD8(bi, bp + d * 2 * QK__NJ + QK__NJ);
-        for (a = 0; a < QK__NI; a++) {
-            r[a] += x[a] * br; im[a] += x[a] * bi;
-            r[a] += x[QK__NI + a] * bi; im[a] -= x[QK__NI + a] * br;
-        }
+/* Defines NAME##_complex and NAME##_real for slices of W doubles (vector type VT), with the
+   function attributes ATTR. */
+#define QK__MK_DEFINE(NAME, ATTR, VT, W)                                                            \
+    QK__CONTRACT ATTR static void NAME##_complex(const double *ap, const double *bp, int64_t dc,     \
+                                                 double *accr, double *acci)                        \
+    {                                                                                               \
+        int a, h;                                                                                   \
+        int64_t d;                                                                                  \
+        for (h = 0; h < QK__NJ; h += (W)) {                                                         \
+            VT r[QK__NI], im[QK__NI], z, t;                                                         \
+            memset(&z, 0, sizeof z);                                                                \
+            for (a = 0; a < QK__NI; a++) { r[a] = z; im[a] = z; }                                   \
+            for (d = 0; d < dc; d++) {                                                              \
+                VT br, bi;                                                                          \
+                const double *x = ap + d * 2 * QK__NI;                                              \
+                memcpy(&br, bp + d * 2 * QK__NJ + h, sizeof br);                                    \
+                memcpy(&bi, bp + d * 2 * QK__NJ + QK__NJ + h, sizeof bi);                           \
+                for (a = 0; a < QK__NI; a++) {                                                      \
+                    r[a] += x[a] * br; im[a] += x[a] * bi;                                          \
+                    r[a] += x[QK__NI + a] * bi; im[a] -= x[QK__NI + a] * br;                        \
+                }                                                                                   \
+            }                                                                                       \
+            for (a = 0; a < QK__NI; a++) {                                                          \
+                memcpy(&t, accr + a * QK__T + h, sizeof t); t += r[a];                              \
+                memcpy(accr + a * QK__T + h, &t, sizeof t);                                         \
+                memcpy(&t, acci + a * QK__T + h, sizeof t); t += im[a];                             \
+                memcpy(acci + a * QK__T + h, &t, sizeof t);                                         \
+            }                                                                                       \
+        }                                                                                           \
+    }                                                                                               \
+    QK__CONTRACT ATTR static void NAME##_real(const double *ap, const double *bp, int64_t dc, double *accr) \
+    {                                                                                               \
+        int a, h;                                                                                   \
+        int64_t d;                                                                                  \
+        for (h = 0; h < QK__NJ; h += (W)) {                                                         \
+            VT r[QK__NI], z, t;                                                                     \
+            memset(&z, 0, sizeof z);                                                                \
+            for (a = 0; a < QK__NI; a++) r[a] = z;                                                  \
+            for (d = 0; d < dc; d++) {                                                              \
+                VT b;                                                                               \
+                const double *x = ap + d * QK__NI;                                                  \
+                memcpy(&b, bp + d * QK__NJ + h, sizeof b);                                          \
+                for (a = 0; a < QK__NI; a++) r[a] += x[a] * b;                                      \
+            }                                                                                       \
+            for (a = 0; a < QK__NI; a++) {                                                          \
+                memcpy(&t, accr + a * QK__T + h, sizeof t); t += r[a];                              \
+                memcpy(accr + a * QK__T + h, &t, sizeof t);                                         \
+            }                                                                                       \
+        }                                                                                           \
     }
-    for (a = 0; a < QK__NI; a++) { QK__ADD8(accr + a * QK__T, r[a]); QK__ADD8(acci + a * QK__T, im[a]); }
+
+#if defined(__AVX512F__)
+QK__MK_DEFINE(qk__mk, , qk__v8, 8)
+#elif defined(__AVX__) || defined(__aarch64__)
+QK__MK_DEFINE(qk__mk, , qk__v4, 4)
+#else
+QK__MK_DEFINE(qk__mk, , qk__v2, 2)
+#endif
+
+#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
+#define QK__MK_DISPATCH 1
+QK__MK_DEFINE(qk__mk_avx2, __attribute__((target("avx2,fma"))), qk__v4, 4)
+QK__MK_DEFINE(qk__mk_avx512, __attribute__((target("avx512f,fma"))), qk__v8, 8)
+#endif
+#undef QK__MK_DEFINE
+
+/* The kernels a Gram job's worker uses: 2 AVX-512F, 1 AVX2 + FMA, 0 the build's own (always 0
+   without QK__MK_DISPATCH) */
+static int qk__mk_isa(void)
+{
+#if defined(QK__MK_DISPATCH)
+    if (__builtin_cpu_supports("avx512f")) return 2;
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
+#endif
+    return 0;
 }
 
-QK__CONTRACT
-static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *accr)
+static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
-    qk__v8 r[QK__NI];
-    int a;
-    int64_t d;
-    qk__v8 z;
-    memset(&z, 0, sizeof z);
-    for (a = 0; a < QK__NI; a++) r[a] = z;
-    for (d = 0; d < dc; d++) {
-        qk__v8 b;
-        const double *x = ap + d * QK__NI;
-        QK__LD8(b, bp + d * QK__NJ);
-        for (a = 0; a < QK__NI; a++) r[a] += x[a] * b;
-    }
-    for (a = 0; a < QK__NI; a++) QK__ADD8(accr + a * QK__T, r[a]);
+#if defined(QK__MK_DISPATCH)
+    if (isa == 2) { qk__mk_avx512_complex(ap, bp, dc, accr, acci); return; }
+    if (isa == 1) { qk__mk_avx2_complex(ap, bp, dc, accr, acci); return; }
+#endif
+    (void)isa;
+    qk__mk_complex(ap, bp, dc, accr, acci);
+}
+
+static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr)
+{
+#if defined(QK__MK_DISPATCH)
+    if (isa == 2) { qk__mk_avx512_real(ap, bp, dc, accr); return; }
+    if (isa == 1) { qk__mk_avx2_real(ap, bp, dc, accr); return; }
+#endif
+    (void)isa;
+    qk__mk_real(ap, bp, dc, accr);
 }
 #else
-static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
+static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
     double r[QK__NI][QK__NJ], im[QK__NI][QK__NJ];
     int a, b;
     int64_t d;
+    (void)isa;
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) { r[a][b] = 0; im[a][b] = 0; }
     for (d = 0; d < dc; d++) {
@@ -4581,11 +4657,12 @@ static void qk__mk_complex(const double *ap, const double *bp, int64_t dc, doubl
         for (b = 0; b < QK__NJ; b++) { accr[a * QK__T + b] += r[a][b]; acci[a * QK__T + b] += im[a][b]; }
 }
 
-static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *accr)
+static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr)
 {
     double r[QK__NI][QK__NJ];
     int a, b;
     int64_t d;
+    (void)isa;
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) r[a][b] = 0;
     for (d = 0; d < dc; d++) {
@@ -4596,11 +4673,12 @@ static void qk__mk_real(const double *ap, const double *bp, int64_t dc, double *
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
 }
+static int qk__mk_isa(void) { return 0; }
 #endif
 
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
 static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n,
-                            double *accr, double *acci, double *panel, double *apack, double *kt)
+                            double *accr, double *acci, double *panel, double *apack, double *kt, int isa)
 {
     if (j->path == QK_PATH_MPS) { j->mps_tile(j, i0, j0, m, n, apack + (size_t)QK__TR * QK__DC * 2, kt); return; }
     int64_t a, b;
@@ -4664,8 +4742,8 @@ static void qk__tile_values(const qk__gram_job *j, int64_t i0, int64_t j0, int64
                 }
                 for (ip = 0; ip < m; ip += QK__NI) {
                     const double *ap = apack + ip * dc * w;
-                    if (cplx) qk__mk_complex(ap, panel, dc, accr + ip * QK__T + jp, acci + ip * QK__T + jp);
-                    else qk__mk_real(ap, panel, dc, accr + ip * QK__T + jp);
+                    if (cplx) qk__mk_complex_isa(isa, ap, panel, dc, accr + ip * QK__T + jp, acci + ip * QK__T + jp);
+                    else qk__mk_real_isa(isa, ap, panel, dc, accr + ip * QK__T + jp);
                 }
             }
         }
@@ -4696,6 +4774,7 @@ static void qk__gram_work(void *p, int thread)
     double *acci, *kt, *panel, *apack;
     int64_t t;
     unsigned polls = 0;
+    const int isa = qk__mk_isa();   /* the micro-kernels for this CPU (dispatch: above) */
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
     acci = accr + QK__TR * QK__T;
     kt = acci + QK__TR * QK__T;
@@ -4712,7 +4791,7 @@ static void qk__gram_work(void *p, int thread)
         m = j->na - i0 < QK__T ? j->na - i0 : QK__T;
         n = j->nb - j0 < QK__T ? j->nb - j0 : QK__T;
         diag = j->symmetric && ti == tj;
-        qk__tile_values(j, i0, j0, m, n, accr, acci, panel, apack, kt);
+        qk__tile_values(j, i0, j0, m, n, accr, acci, panel, apack, kt, isa);
         /* cancelled meanwhile: the MPS chain may have stopped half way; no unfinished tile is stored */
         if (QK__LOAD(&j->cancel)) { QK_PROF_END("gram tile"); break; }
         if (diag) /* one value per unordered pair: K is exactly symmetric */

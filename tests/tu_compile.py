@@ -24,6 +24,7 @@ CONFIGS = [
     ('default', [], None),
     ('QK_NO_THREADS', ['-DQK_NO_THREADS'], 'QK_NO_THREADS'),
     ('QK_NO_VECTOR_EXT', ['-DQK_NO_VECTOR_EXT'], 'QK_NO_VECTOR_EXT'),
+    ('QK_NO_DISPATCH', ['-DQK_NO_DISPATCH'], 'QK_NO_DISPATCH'),
     ('QK_CUDA', ['-DQK_CUDA=1'], 'QK_CUDA'),
     ('QK_TUNE_CACHE', ['-DQK_TUNE_CACHE'], 'QK_TUNE_CACHE'),
     ('QK_PROF_ENABLE', ['-DQK_PROF_ENABLE', '-DQK_CUDA=1'], 'QK_PROF'),
