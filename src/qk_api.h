@@ -349,6 +349,24 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
    of numpy complex128. Product maps work too (up to QK_MAX_STATE_QUBITS). */
 QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, double *out);
 
+/* >>vjp ---- the gradient of a loss of K for every weight (qk_gram_vjp) ---- */
+/* For a loss L(K) and G = dL/dK (n_x x n_y, row-major, ld_g), dL/dw for every trainable weight of
+   the map at once: the states, S = <psi_i|phi_j>, one more product and one adjoint sweep per
+   sample through its circuit (docs/gradients.md), about the cost of two to four Gram
+   evaluations whatever the number of weights. The CPU engine in fp64 (on any context), the
+   statevector paths, all states resident. */
+typedef struct qk_vjp_desc {
+    const double *x;        /* n_x rows of map->n_features */
+    int64_t n_x;
+    const double *y;        /* NULL: K(X,X) (G need not be symmetric) */
+    int64_t n_y;
+    const double *g;        /* dL/dK, n_x x n_y (n_x x n_x) */
+    int64_t ld_g;           /* default: columns of K */
+    double *grad_w;         /* out: map->n_weights values (NULL only for a map without weights) */
+    double *k_out;          /* NULL, or K (n_x x n_y, fp64, row-major) from the same pass */
+} qk_vjp_desc;
+QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *desc);
+
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
 /* K[i][j] = |<a_i|b_j>|^2 of states the caller simulated (any gate set, any noise trajectory),
    with qk's planner, tiling, outputs and precision modes (docs/states.md). */

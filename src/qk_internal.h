@@ -49,8 +49,9 @@
 #define QK__L_CTX 17
 #define QK__L_RUN_CUDA 18
 #define QK__L_GRAM 19
-#define QK__L_RUN_MPI 20
-#define QK__L_ALL 21
+#define QK__L_VJP 20
+#define QK__L_RUN_MPI 21
+#define QK__L_ALL 22
 
 #if defined(QK_IMPLEMENTATION)
 #define QK__LAYER QK__L_ALL

@@ -41,6 +41,7 @@ extern "C" {
 #include "ctx.c"
 #include "run_cuda.c"
 #include "gram.c"
+#include "vjp.c"
 #include "run_mpi.c"
 #endif /* QK_IMPLEMENTATION */
 

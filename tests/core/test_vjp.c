@@ -1,0 +1,197 @@
+/* qk_gram_vjp (issue 24): dL/dw for L = sum_ij G_ij K_ij with a random (non-symmetric) G, against
+   - central finite differences of L through qk_gram (fp64), relative 1e-7 of the gradient's
+     largest entry, on every gate kind that can carry a weight (RX, RY, RZ, P, RZZ with w and
+     w * x angles, a weight shared by two gates), hea (real and complex), K(X,X) and K(X,Y);
+   - the parameter-shift rule (each weight in one gate, angle scale * w: dK/dw = scale (K(w +
+     pi / 2 scale) - K(w - pi / 2 scale)) / 2), the exact derivative of these gates;
+   - K from the same pass (k_out) equal to qk_gram's within 1e-14;
+   and the errors (NaN in G, grad_w NULL, ld_g too small). Fresh random data each run (seed). */
+#define QK_IMPLEMENTATION
+#include "qk.h"
+#include "../qk_test.h"
+
+static qk_ctx *g_ctx;
+
+/* L = sum G_ij K_ij of map m at its weights */
+static double loss(const qk_map *m, const double *x, int64_t nx, const double *y, int64_t ny, const double *G)
+{
+    const int64_t cols = y ? ny : nx;
+    double *K = (double *)malloc(sizeof(double) * (size_t)(nx * cols)), L = 0;
+    qk_gram_desc g;
+    int64_t i;
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = nx; g.y = y; g.n_y = ny; g.out = K; g.out_dtype = QK_F64;
+    if (qk_gram(g_ctx, m, &g) != QK_OK) { printf("qk_gram: %s\n", qk_last_error()); exit(2); }
+    for (i = 0; i < nx * cols; i++) L += G[i] * K[i];
+    free(K);
+    return L;
+}
+
+/* L = sum G_ij K(psi_i(wa), phi_j(wb)): the X side's states at weights wa, Y's (X's again for
+   K(X,X)) at wb, through qk_states and qk_gram_states */
+static double loss2(qk_map *m, const double *wa, const double *wb, const double *x, int64_t nx, const double *y, int64_t ny, const double *G)
+{
+    const int64_t cols = y ? ny : nx, D = (int64_t)1 << m->n_qubits;
+    double *sa = (double *)malloc(sizeof(double) * (size_t)(2 * nx * D)), *sb = (double *)malloc(sizeof(double) * (size_t)(2 * cols * D));
+    double *K = (double *)malloc(sizeof(double) * (size_t)(nx * cols)), L = 0;
+    qk_states_desc st;
+    qk_gram_desc g;
+    int64_t i;
+    qk_map_set_weights(m, wa, m->n_weights);
+    if (qk_states(g_ctx, m, x, nx, sa) != QK_OK) { printf("states: %s\n", qk_last_error()); exit(2); }
+    qk_map_set_weights(m, wb, m->n_weights);
+    if (qk_states(g_ctx, m, y ? y : x, cols, sb) != QK_OK) { printf("states: %s\n", qk_last_error()); exit(2); }
+    memset(&st, 0, sizeof st);
+    st.dim = D; st.a = sa; st.n_a = nx; st.b = sb; st.n_b = cols;
+    memset(&g, 0, sizeof g);
+    g.out = K; g.out_dtype = QK_F64;
+    if (qk_gram_states(g_ctx, &st, &g) != QK_OK) { printf("gram_states: %s\n", qk_last_error()); exit(2); }
+    for (i = 0; i < nx * cols; i++) L += G[i] * K[i];
+    free(sa); free(sb); free(K);
+    return L;
+}
+
+/* the VJP of map m against finite differences (and, shift = 1, the parameter-shift rule) */
+static void check_map(const char *name, qk_map *m, int d, int64_t nx, int64_t ny, int shift)
+{
+    const int64_t cols = ny ? ny : nx, P = m->n_weights;
+    double *x = qk_test_rand_data(nx, d, -1.2, 1.2), *y = ny ? qk_test_rand_data(ny, d, -1.2, 1.2) : NULL;
+    double *G = qk_test_rand_data(nx, (int)cols, -1.0, 1.0), *grad = (double *)malloc(sizeof(double) * (size_t)P);
+    double *w0 = (double *)malloc(sizeof(double) * (size_t)P), *w = (double *)malloc(sizeof(double) * (size_t)P);
+    double *K = (double *)malloc(sizeof(double) * (size_t)(nx * cols)), *Kr = (double *)malloc(sizeof(double) * (size_t)(nx * cols));
+    double fd_max = 0, err = 0, ps_err = 0;
+    const double h = 1e-5;
+    qk_vjp_desc v;
+    qk_gram_desc g;
+    int64_t k, i;
+    for (k = 0; k < P; k++) w0[k] = qk_test_uniform(-2.0, 2.0);
+    CHECK(qk_map_set_weights(m, w0, (int)P) == QK_OK, "%s: set weights: %s", name, qk_last_error());
+    memset(&v, 0, sizeof v);
+    v.x = x; v.n_x = nx; v.y = y; v.n_y = ny; v.g = G; v.grad_w = grad; v.k_out = K;
+    CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_OK, "%s: qk_gram_vjp: %s", name, qk_last_error());
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = nx; g.y = y; g.n_y = ny; g.out = Kr; g.out_dtype = QK_F64;
+    CHECK(qk_gram(g_ctx, m, &g) == QK_OK && qk_test_max_diff(K, Kr, nx * cols) <= 1e-14, "%s: k_out vs qk_gram: %.3g", name,
+          qk_test_max_diff(K, Kr, nx * cols));
+    for (k = 0; k < P; k++) {
+        double lp, lm, fd;
+        memcpy(w, w0, sizeof(double) * (size_t)P);
+        w[k] = w0[k] + h; qk_map_set_weights(m, w, (int)P); lp = loss(m, x, nx, y, ny, G);
+        w[k] = w0[k] - h; qk_map_set_weights(m, w, (int)P); lm = loss(m, x, nx, y, ny, G);
+        fd = (lp - lm) / (2 * h);
+        if (fabs(fd) > fd_max) fd_max = fabs(fd);
+        if (fabs(grad[k] - fd) > err) err = fabs(grad[k] - fd);
+        if (shift) {
+            /* every weight of these maps sits in one gate with angle scale * w; K_ij has it twice
+               (in psi_i and in phi_j): the two-term rule per side, summed (product rule) */
+            double s = 0, ps = 0, wp[64];
+            int side;
+            for (i = 0; i < m->n_ops; i++)
+                if (m->ops[i].angle.kind == QK_ARG_W && m->ops[i].angle.w == k) s = m->ops[i].angle.scale;
+            for (side = 0; side < 2; side++) {
+                memcpy(wp, w0, sizeof(double) * (size_t)P);
+                wp[k] = w0[k] + 3.14159265358979323846 / (2 * s);
+                lp = side ? loss2(m, w0, wp, x, nx, y, ny, G) : loss2(m, wp, w0, x, nx, y, ny, G);
+                wp[k] = w0[k] - 3.14159265358979323846 / (2 * s);
+                lm = side ? loss2(m, w0, wp, x, nx, y, ny, G) : loss2(m, wp, w0, x, nx, y, ny, G);
+                ps += s * (lp - lm) / 2;
+            }
+            if (fabs(grad[k] - ps) > ps_err) ps_err = fabs(grad[k] - ps);
+        }
+    }
+    qk_map_set_weights(m, w0, (int)P);
+    CHECK(fd_max > 1e-3, "%s: the gradient is ~0 (%.3g): the test would not see an error", name, fd_max);
+    CHECK(err <= 1e-7 * fd_max, "%s %s: |vjp - finite differences| = %.3g (relative %.3g)", name, ny ? "K(X,Y)" : "K(X,X)", err, err / fd_max);
+    if (shift) CHECK(ps_err <= 1e-10 * fd_max, "%s: |vjp - parameter shift| = %.3g (relative %.3g)", name, ps_err, ps_err / fd_max);
+    printf("%-40s %s P=%-3lld |grad|max %.3g  fd rel %.2g%s", name, ny ? "K(X,Y)" : "K(X,X)", (long long)P, fd_max, err / fd_max,
+           shift ? "" : "\n");
+    if (shift) printf("  shift rel %.2g\n", ps_err / fd_max);
+    free(x); free(y); free(G); free(grad); free(w0); free(w); free(K); free(Kr);
+}
+
+static qk_map *custom(int q, int d, const qk_op *ops, int n_ops, int nw)
+{
+    qk_map_desc md;
+    qk_map *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops; md.n_ops = n_ops; md.n_weights = nw;
+    if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
+    return m;
+}
+
+static qk_op op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
+{
+    qk_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = k; o.q0 = q0; o.q1 = q1;
+    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.w = w; o.angle.scale = scale; o.angle.offset = offset;
+    return o;
+}
+
+int main(void)
+{
+    qk_ctx_desc cd;
+    qk_test_seed();
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 2;
+    if (qk_ctx_create(&cd, &g_ctx) != QK_OK) return 2;
+    {   /* every weighted gate kind, each weight once, angle scale * w + offset (parameter shift applies) */
+        const qk_op ops[] = {
+            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),        op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
+            op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
+            op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2),    op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
+            op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),       op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),      op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),        op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
+        };
+        qk_map *m = custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 6);
+        check_map("custom: RX RY RZ P RZZ (w)", m, 3, 30, 0, 1);
+        check_map("custom: RX RY RZ P RZZ (w)", m, 3, 25, 17, 1);
+        qk_map_free(m);
+    }
+    {   /* w * x angles, a weight in two gates (no parameter shift: finite differences) */
+        const qk_op ops[] = {
+            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_RX, 0, 0, QK_ARG_WX, 0, 0, 0, 1.0, 0.2),     op(QK_OP_RY, 1, 0, QK_ARG_WX, 1, 0, 1, 0.8, 0),
+            op(QK_OP_RZZ, 0, 1, QK_ARG_WX, 2, 0, 2, 1.0, 0),      op(QK_OP_P, 1, 0, QK_ARG_WX, 0, 0, 0, 1.5, 0),
+            op(QK_OP_CNOT, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 2, 0.6, 0),
+            op(QK_OP_RY, 0, 0, QK_ARG_PIXX, 0, 1, 0, 0.3, 0),
+        };
+        qk_map *m = custom(2, 3, ops, (int)(sizeof ops / sizeof ops[0]), 3);
+        check_map("custom: w*x angles, shared weights", m, 3, 28, 0, 0);
+        check_map("custom: w*x angles, shared weights", m, 3, 20, 11, 0);
+        qk_map_free(m);
+    }
+    {
+        qk_map *m = qk_test_parse("hea(layers=2)", 5);
+        check_map("hea(layers=2) (real)", m, 5, 24, 0, 0);
+        qk_map_free(m);
+        m = qk_test_parse("hea(layers=2,rot=yz)", 4);
+        check_map("hea(layers=2,rot=yz) (complex)", m, 4, 20, 13, 0);
+        qk_map_free(m);
+    }
+    {   /* errors */
+        qk_map *m = qk_test_parse("hea(layers=1)", 3);
+        double x[6] = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6}, G[4] = {1, 0, 0, 1}, grad[3];
+        qk_vjp_desc v;
+        memset(&v, 0, sizeof v);
+        v.x = x; v.n_x = 2; v.g = G; v.grad_w = grad;
+        G[1] = NAN;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_NON_FINITE && strstr(qk_last_error(), "g[0][1]"), "NaN in G: %s", qk_last_error());
+        G[1] = 0;
+        v.grad_w = NULL;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_INVALID_ARGUMENT, "grad_w NULL accepted");
+        v.grad_w = grad;
+        v.ld_g = 1;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "ld_g"), "ld_g: %s", qk_last_error());
+        v.ld_g = 0;
+        x[3] = NAN;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_NON_FINITE, "NaN in X: %s", qk_last_error());
+        qk_map_free(m);
+    }
+    qk_ctx_destroy(g_ctx);
+    printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+    return qk_test_fails ? 1 : 0;
+}
