@@ -10893,38 +10893,97 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
    dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and two circuit sweeps per
    sample, whatever the number of weights. CPU engine, fp64, all states resident. */
 
-/* <a|b> of split complex vectors (re D | im D), D values */
+/* ---- C (m x n) += alpha A (m x k) B (k x n), row-major, on the engine's threads: the products
+   of the VJP (S and the adjoint vectors) as real GEMMs; micro-tiles of QK__GR rows x 8 columns held
+   in registers over the k loop (12 accumulators of 4 doubles: AVX2's 16 registers); upper: C only
+   from column (row block start) on, for a symmetric product whose lower part is mirrored ---- */
+#define QK__GR 6
+typedef struct qk__gemm_job {
+    int64_t m, n, k, lda, ldb, ldc, next;
+    int upper;
+    double alpha;
+    const double *A, *B;
+    double *C;
+} qk__gemm_job;
+
+#if defined(QK__VEC)
+typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));
+#endif
+
 QK__CONTRACT
-static void qk__vjp_dot(const double *a, const double *b, int64_t D, double *re, double *im)
+static void qk__gemm_rows(const qk__gemm_job *g, int64_t i0, int64_t i1)
 {
-    double r0 = 0, r1 = 0, i0 = 0, i1 = 0;
-    const double *ai = a + D, *bi = b + D;
-    int64_t d = 0;
-    for (; d + 1 < D; d += 2) {
-        r0 += a[d] * b[d] + ai[d] * bi[d];
-        i0 += a[d] * bi[d] - ai[d] * b[d];
-        r1 += a[d + 1] * b[d + 1] + ai[d + 1] * bi[d + 1];
-        i1 += a[d + 1] * bi[d + 1] - ai[d + 1] * b[d + 1];
+    const int64_t j0 = g->upper ? i0 / 8 * 8 : 0;
+    int64_t i, j, p;
+    for (i = i0; i + QK__GR <= i1; i += QK__GR) {
+        for (j = j0; j + 8 <= g->n; j += 8) {
+#if defined(QK__VEC)
+            qk__v4 c[QK__GR][2], b0, b1, z;
+            int r;
+            memset(&z, 0, sizeof z);
+            for (r = 0; r < QK__GR; r++) { c[r][0] = z; c[r][1] = z; }
+            for (p = 0; p < g->k; p++) {
+                const double *bp = g->B + p * g->ldb + j;
+                memcpy(&b0, bp, sizeof b0);
+                memcpy(&b1, bp + 4, sizeof b1);
+                for (r = 0; r < QK__GR; r++) {
+                    const double a = g->A[(i + r) * g->lda + p];
+                    c[r][0] += a * b0;
+                    c[r][1] += a * b1;
+                }
+            }
+            for (r = 0; r < QK__GR; r++) {
+                double *cp = g->C + (i + r) * g->ldc + j;
+                int e;
+                for (e = 0; e < 4; e++) { cp[e] += g->alpha * c[r][0][e]; cp[4 + e] += g->alpha * c[r][1][e]; }
+            }
+#else
+            double c[QK__GR][8];
+            int r, e;
+            memset(c, 0, sizeof c);
+            for (p = 0; p < g->k; p++)
+                for (r = 0; r < QK__GR; r++)
+                    for (e = 0; e < 8; e++) c[r][e] += g->A[(i + r) * g->lda + p] * g->B[p * g->ldb + j + e];
+            for (r = 0; r < QK__GR; r++)
+                for (e = 0; e < 8; e++) g->C[(i + r) * g->ldc + j + e] += g->alpha * c[r][e];
+#endif
+        }
+        for (; j < g->n; j++) {   /* the last columns */
+            int r;
+            for (r = 0; r < QK__GR; r++) {
+                double acc = 0;
+                for (p = 0; p < g->k; p++) acc += g->A[(i + r) * g->lda + p] * g->B[p * g->ldb + j];
+                g->C[(i + r) * g->ldc + j] += g->alpha * acc;
+            }
+        }
     }
-    for (; d < D; d++) {
-        r0 += a[d] * b[d] + ai[d] * bi[d];
-        i0 += a[d] * bi[d] - ai[d] * b[d];
-    }
-    *re = r0 + r1;
-    *im = i0 + i1;
+    for (; i < i1; i++)   /* the last rows */
+        for (j = j0; j < g->n; j++) {
+            double acc = 0;
+            for (p = 0; p < g->k; p++) acc += g->A[i * g->lda + p] * g->B[p * g->ldb + j];
+            g->C[i * g->ldc + j] += g->alpha * acc;
+        }
 }
 
-/* y += (wr + i wi) x, split complex vectors of D values */
-QK__CONTRACT
-static void qk__vjp_axpy(double wr, double wi, const double *x, double *y, int64_t D)
+static void qk__gemm_work(void *p, int thread)
 {
-    const double *xi = x + D;
-    double *yi = y + D;
-    int64_t d;
-    for (d = 0; d < D; d++) {
-        y[d] += wr * x[d] - wi * xi[d];
-        yi[d] += wr * xi[d] + wi * x[d];
+    qk__gemm_job *g = (qk__gemm_job *)p;
+    int64_t b;
+    QK__UNUSED(thread);
+    while ((b = QK__FETCH_ADD(&g->next, 1)) * 36 < g->m) {
+        const int64_t i0 = b * 36, i1 = i0 + 36 < g->m ? i0 + 36 : g->m;
+        qk__gemm_rows(g, i0, i1);
     }
+}
+
+static void qk__gemm(int nt, int upper, int64_t m, int64_t n, int64_t k, double alpha, const double *A, int64_t lda, const double *B,
+                     int64_t ldb, double *C, int64_t ldc)
+{
+    qk__gemm_job g;
+    const int64_t blocks = (m + 35) / 36;
+    g.m = m; g.n = n; g.k = k; g.alpha = alpha; g.A = A; g.lda = lda; g.B = B; g.ldb = ldb; g.C = C; g.ldc = ldc; g.next = 0;
+    g.upper = upper;
+    qk__parallel(nt < blocks ? nt : (int)blocks, qk__gemm_work, &g);
 }
 
 typedef struct qk__vjp_job {
@@ -10941,56 +11000,6 @@ typedef struct qk__vjp_job {
     int n_threads, oom;
     int64_t next;
 } qk__vjp_job;
-
-/* rows i of S (K(X,X): j >= i, mirrored below) */
-static void qk__vjp_s_work(void *p, int thread)
-{
-    qk__vjp_job *j = (qk__vjp_job *)p;
-    int64_t i;
-    QK__UNUSED(thread);
-    while ((i = QK__FETCH_ADD(&j->next, 1)) < j->nx) {
-        int64_t c;
-        for (c = j->sym ? i : 0; c < j->ny; c++) {
-            double re, im;
-            qk__vjp_dot(j->A + 2 * i * j->D, j->B + 2 * c * j->D, j->D, &re, &im);
-            j->S[2 * (i * j->ny + c)] = re;
-            j->S[2 * (i * j->ny + c) + 1] = im;
-        }
-    }
-}
-
-/* lam_i (and, K(X,Y), mu_j: rows nx .. nx + ny of the work) */
-static void qk__vjp_l_work(void *p, int thread)
-{
-    qk__vjp_job *j = (qk__vjp_job *)p;
-    const int64_t D = j->D, total = j->nx + (j->sym ? 0 : j->ny);
-    int64_t r;
-    QK__UNUSED(thread);
-    while ((r = QK__FETCH_ADD(&j->next, 1)) < total) {
-        if (r < j->nx) {
-            double *l = j->L + 2 * r * D;
-            int64_t c;
-            memset(l, 0, sizeof(double) * (size_t)(2 * D));
-            for (c = 0; c < j->ny; c++) {
-                /* conj(S_rc) times G_rc (+ G_cr for K(X,X)) */
-                double g = j->g[r * j->ld_g + c] + (j->sym ? j->g[c * j->ld_g + r] : 0.0);
-                double sr = j->S[2 * (r * j->ny + c)], si = j->S[2 * (r * j->ny + c) + 1];
-                if (g == 0.0) continue;
-                qk__vjp_axpy(g * sr, -g * si, j->B + 2 * c * D, l, D);
-            }
-        } else {
-            const int64_t c = r - j->nx;
-            double *m = j->M + 2 * c * D;
-            int64_t i;
-            memset(m, 0, sizeof(double) * (size_t)(2 * D));
-            for (i = 0; i < j->nx; i++) {
-                double g = j->g[i * j->ld_g + c], sr = j->S[2 * (i * j->ny + c)], si = j->S[2 * (i * j->ny + c) + 1];
-                if (g == 0.0) continue;
-                qk__vjp_axpy(g * sr, g * si, j->A + 2 * i * D, m, D);
-            }
-        }
-    }
-}
 
 /* <Gen s|l> of an angled op (the generator applied to s where it acts) */
 static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, int64_t D, double *re, double *im)
@@ -11070,13 +11079,21 @@ static void qk__vjp_sweep_work(void *p, int thread)
     QK_FREE(s);
 }
 
+/* B (rows x cols, ld) transposed into T (cols x rows) */
+static void qk__transpose(const double *B, int64_t rows, int64_t cols, int64_t ld, double *T)
+{
+    int64_t i, j;
+    for (i = 0; i < rows; i++)
+        for (j = 0; j < cols; j++) T[j * rows + i] = B[i * ld + j];
+}
+
 QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d)
 {
     qk__vjp_job j;
     qk_result r;
-    int64_t i, c, cols, D;
-    int t, nt;
-    double bytes;
+    int64_t i, c, cols, D, nx;
+    int t, nt, cplx;
+    double bytes, *Sr = NULL, *Si = NULL, *Wr = NULL, *Wi = NULL, *T1 = NULL, *T2 = NULL;
     if (!ctx || !map || !d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!d->g) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: g (dL/dK) is NULL");
     if (map->n_weights > 0 && !d->grad_w) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_w is NULL (the map has %d weights)", map->n_weights);
@@ -11090,45 +11107,91 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (r == QK_OK && d->y) r = qk_map_check_data(map, d->y, d->n_y, "Y");
     if (r != QK_OK) return r;
     cols = d->y ? d->n_y : d->n_x;
+    nx = d->n_x;
     if (d->ld_g != 0 && d->ld_g < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: ld_g %lld < columns %lld", (long long)d->ld_g, (long long)cols);
     memset(&j, 0, sizeof j);
     j.ld_g = d->ld_g ? d->ld_g : cols;
-    for (i = 0; i < d->n_x; i++)
+    for (i = 0; i < nx; i++)
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
     D = (int64_t)1 << map->n_qubits;
-    bytes = 8.0 * (2.0 * (double)D * (2.0 * (double)(d->n_x + (d->y ? d->n_y : 0))) + 2.0 * (double)d->n_x * (double)cols);
+    cplx = map->cls == QK_CLASS_COMPLEX;   /* real maps: real states, real S (half the products) */
+    /* states (2D a row), their transposes, S and W (two planes each), the adjoint vectors */
+    bytes = 8.0 * (4.0 * (double)D * (double)(nx + (d->y ? cols : 0)) + 2.0 * (double)D * (double)(nx > cols ? nx : cols) +
+                   4.0 * (double)nx * (double)cols + 2.0 * (double)nx * (double)cols);
     if (ctx->desc.host_memory && bytes > (double)ctx->desc.host_memory)
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
-    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : 1;
-    j.map = map; j.x = d->x; j.y = d->y; j.nx = d->n_x; j.ny = cols; j.D = D; j.sym = d->y == NULL; j.g = d->g;
+    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+    j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.sym = d->y == NULL; j.g = d->g;
     j.n_threads = nt;
-    j.A = qk__cpu_states(map, d->x, 0, d->n_x, QK_PATH_COMPLEX, nt, NULL);
-    if (j.A && d->y) j.B = qk__cpu_states(map, d->y, 0, d->n_y, QK_PATH_COMPLEX, nt, NULL);
+    QK_PROF_BEGIN("vjp states");
+    j.A = qk__cpu_states(map, d->x, 0, nx, QK_PATH_COMPLEX, nt, NULL);
+    if (j.A && d->y) j.B = qk__cpu_states(map, d->y, 0, cols, QK_PATH_COMPLEX, nt, NULL);
     else j.B = j.A;
-    j.S = (double *)qk__malloc(sizeof(double) * (size_t)(2 * j.nx * j.ny));
-    j.L = (double *)qk__malloc(sizeof(double) * (size_t)(2 * j.nx * D));
-    if (!j.sym) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(2 * j.ny * D));
+    QK_PROF_END("vjp states");
+    Sr = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
+    Si = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
+    Wr = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
+    Wi = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
+    T1 = (double *)qk__malloc(sizeof(double) * (size_t)((nx > cols ? nx : cols) * D));
+    T2 = (double *)qk__malloc(sizeof(double) * (size_t)((nx > cols ? nx : cols) * D));
+    j.L = (double *)qk__calloc((size_t)(2 * nx * D), sizeof(double));
+    if (!j.sym) j.M = (double *)qk__calloc((size_t)(2 * cols * D), sizeof(double));
     j.grad = (double *)qk__calloc((size_t)QK__VJP_CHUNKS * (size_t)(map->n_weights > 0 ? map->n_weights : 1), sizeof(double));
-    if (!j.A || !j.B || !j.S || !j.L || (!j.sym && !j.M) || !j.grad) {
+    if (!j.A || !j.B || !Sr || !Si || !Wr || !Wi || !T1 || !T2 || !j.L || (!j.sym && !j.M) || !j.grad) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
+    /* S = conj(A) B^T: Sr = Ar Br^T + Ai Bi^T, Si = Ar Bi^T - Ai Br^T (real maps: Sr = Ar Br^T) */
     QK_PROF_BEGIN("vjp S");
-    j.next = 0;
-    qk__parallel(nt < j.nx ? nt : (int)j.nx, qk__vjp_s_work, &j);
-    QK_PROF_END("vjp S");
-    if (j.sym)
-        for (i = 0; i < j.nx; i++)
-            for (c = 0; c < i; c++) {
-                j.S[2 * (i * j.ny + c)] = j.S[2 * (c * j.ny + i)];
-                j.S[2 * (i * j.ny + c) + 1] = -j.S[2 * (c * j.ny + i) + 1];
+    qk__transpose(j.B, cols, D, 2 * D, T1);   /* Br^T */
+    qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A, 2 * D, T1, cols, Sr, cols);
+    if (cplx) {
+        qk__transpose(j.B + D, cols, D, 2 * D, T2);   /* Bi^T */
+        qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A + D, 2 * D, T2, cols, Sr, cols);
+        qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A, 2 * D, T2, cols, Si, cols);
+        qk__gemm(nt, j.sym, nx, cols, D, -1.0, j.A + D, 2 * D, T1, cols, Si, cols);
+    }
+    if (j.sym)   /* S is Hermitian: the part left of each row block's diagonal mirrored */
+        for (i = 0; i < nx; i++)
+            for (c = 0; c < (i / 36 * 36) / 8 * 8; c++) {
+                Sr[i * cols + c] = Sr[c * cols + i];
+                Si[i * cols + c] = -Si[c * cols + i];
             }
+    QK_PROF_END("vjp S");
     if (map->n_weights > 0) {
         QK_PROF_BEGIN("vjp adjoint vectors");
-        j.next = 0;
-        qk__parallel(nt, qk__vjp_l_work, &j);
+        /* lam = W B with W = G' o conj(S) (G' = G + G^T for K(X,X)): Lr = Wr Br - Wi Bi,
+           Li = Wr Bi + Wi Br */
+        for (i = 0; i < nx; i++)
+            for (c = 0; c < cols; c++) {
+                const double gv = d->g[i * j.ld_g + c] + (j.sym ? d->g[c * j.ld_g + i] : 0.0);
+                Wr[i * cols + c] = gv * Sr[i * cols + c];
+                Wi[i * cols + c] = -gv * Si[i * cols + c];
+            }
+        qk__gemm(nt, 0, nx, D, cols, 1.0, Wr, cols, j.B, 2 * D, j.L, 2 * D);
+        if (cplx) {
+            qk__gemm(nt, 0, nx, D, cols, -1.0, Wi, cols, j.B + D, 2 * D, j.L, 2 * D);
+            qk__gemm(nt, 0, nx, D, cols, 1.0, Wr, cols, j.B + D, 2 * D, j.L + D, 2 * D);
+            qk__gemm(nt, 0, nx, D, cols, 1.0, Wi, cols, j.B, 2 * D, j.L + D, 2 * D);
+        }
+        if (!j.sym) {
+            /* mu = V^T A with V = G o S: Mr = Vr^T Ar - Vi^T Ai, Mi = Vr^T Ai + Vi^T Ar (the
+               transposes of V in Wr / Wi, free now) */
+            for (i = 0; i < nx; i++)
+                for (c = 0; c < cols; c++) {
+                    const double gv = d->g[i * j.ld_g + c];
+                    Wr[c * nx + i] = gv * Sr[i * cols + c];
+                    Wi[c * nx + i] = gv * Si[i * cols + c];
+                }
+            qk__gemm(nt, 0, cols, D, nx, 1.0, Wr, nx, j.A, 2 * D, j.M, 2 * D);
+            if (cplx) {
+                qk__gemm(nt, 0, cols, D, nx, -1.0, Wi, nx, j.A + D, 2 * D, j.M, 2 * D);
+                qk__gemm(nt, 0, cols, D, nx, 1.0, Wr, nx, j.A + D, 2 * D, j.M + D, 2 * D);
+                qk__gemm(nt, 0, cols, D, nx, 1.0, Wi, nx, j.A, 2 * D, j.M + D, 2 * D);
+            }
+        }
         QK_PROF_END("vjp adjoint vectors");
         QK_PROF_BEGIN("vjp sweeps");
         j.next = 0;
@@ -11136,23 +11199,25 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         QK_PROF_END("vjp sweeps");
         if (j.oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: out of host memory for the sweeps' scratch"); goto done; }
         for (i = 0; i < map->n_weights; i++) {
-            double s = 0.0;
-            for (t = 0; t < QK__VJP_CHUNKS; t++) s += j.grad[(size_t)t * (size_t)map->n_weights + (size_t)i];
-            d->grad_w[i] = s;
+            double sum = 0.0;
+            for (t = 0; t < QK__VJP_CHUNKS; t++) sum += j.grad[(size_t)t * (size_t)map->n_weights + (size_t)i];
+            d->grad_w[i] = sum;
         }
     }
     if (d->k_out)   /* K from the same S, once nothing can fail */
-        for (i = 0; i < j.nx; i++)
-            for (c = 0; c < j.ny; c++) {
-                double sr = j.S[2 * (i * j.ny + c)], si = j.S[2 * (i * j.ny + c) + 1];
-                d->k_out[i * j.ny + c] = sr * sr + si * si;
-            }
+        for (i = 0; i < nx; i++)
+            for (c = 0; c < cols; c++) d->k_out[i * cols + c] = Sr[i * cols + c] * Sr[i * cols + c] + Si[i * cols + c] * Si[i * cols + c];
     r = QK_OK;
 done:
     QK_FREE(j.grad);
     QK_FREE(j.M);
     QK_FREE(j.L);
-    QK_FREE(j.S);
+    QK_FREE(T2);
+    QK_FREE(T1);
+    QK_FREE(Wi);
+    QK_FREE(Wr);
+    QK_FREE(Si);
+    QK_FREE(Sr);
     if (j.B != j.A) QK_FREE((void *)(uintptr_t)j.B);
     QK_FREE((void *)(uintptr_t)j.A);
     return r;

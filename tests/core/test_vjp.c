@@ -167,9 +167,11 @@ int main(void)
     {
         qk_map *m = qk_test_parse("hea(layers=2)", 5);
         check_map("hea(layers=2) (real)", m, 5, 24, 0, 0);
+        check_map("hea(layers=2) (real)", m, 5, 19, 22, 0);
         qk_map_free(m);
         m = qk_test_parse("hea(layers=2,rot=yz)", 4);
         check_map("hea(layers=2,rot=yz) (complex)", m, 4, 20, 13, 0);
+        check_map("hea(layers=2,rot=yz) (complex)", m, 4, 21, 0, 0);
         qk_map_free(m);
     }
     {   /* errors */

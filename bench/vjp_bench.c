@@ -1,0 +1,66 @@
+/* qk_gram_vjp against qk_gram on the CPU engine (issue 24): hea(layers=2) on q features and
+   qubits, n samples, K(X,X), the same context; the loss L = sum G_ij K_ij with a random G.
+   Prints min / median of reps alternating runs of each and the ratio of medians:
+     vjp_bench [q] [n] [reps]        (defaults 8 1000 5) */
+#define QK_IMPLEMENTATION
+#include "qk.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static double now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
+
+int main(int argc, char **argv)
+{
+    const int q = argc > 1 ? atoi(argv[1]) : 8, reps = argc > 3 ? atoi(argv[3]) : 5;
+    const int64_t n = argc > 2 ? atoll(argv[2]) : 1000;
+    char spec[64];
+    qk_map *m = NULL;
+    qk_ctx *ctx = NULL;
+    qk_ctx_desc cd;
+    double *x = malloc(sizeof(double) * (size_t)(n * q)), *G = malloc(sizeof(double) * (size_t)(n * n)), *K = malloc(sizeof(double) * (size_t)(n * n));
+    double *grad, tg[64], tv[64];
+    int64_t i;
+    int r;
+    if (reps < 1 || reps > 64 || !x || !G || !K) return 2;
+    srand(1);
+    for (i = 0; i < n * q; i++) x[i] = 2.0 * rand() / RAND_MAX - 1.0;
+    for (i = 0; i < n * n; i++) G[i] = 2.0 * rand() / RAND_MAX - 1.0;
+    snprintf(spec, sizeof spec, "hea(layers=2)");
+    if (qk_map_parse(spec, q, &m) != QK_OK) return 2;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) return 2;
+    grad = malloc(sizeof(double) * (size_t)m->n_weights);
+    for (r = 0; r <= reps; r++) {
+        qk_gram_desc g;
+        qk_vjp_desc v;
+        double t0, t1, t2;
+        memset(&g, 0, sizeof g);
+        g.x = x; g.n_x = n; g.out = K; g.out_dtype = QK_F64;
+        memset(&v, 0, sizeof v);
+        v.x = x; v.n_x = n; v.g = G; v.grad_w = grad;
+        t0 = now();
+        if (qk_gram(ctx, m, &g) != QK_OK) { printf("gram: %s\n", qk_last_error()); return 1; }
+        t1 = now();
+        if (qk_gram_vjp(ctx, m, &v) != QK_OK) { printf("vjp: %s\n", qk_last_error()); return 1; }
+        t2 = now();
+        if (r > 0) { tg[r - 1] = t1 - t0; tv[r - 1] = t2 - t1; }   /* run 0: warm-up */
+    }
+    qsort(tg, (size_t)reps, sizeof(double), cmp);
+    qsort(tv, (size_t)reps, sizeof(double), cmp);
+    printf("hea(layers=2) q=%d n=%lld P=%d threads=%d: qk_gram min %.4f median %.4f s; qk_gram_vjp min %.4f median %.4f s; "
+           "vjp / gram (medians) %.2f; parameter shift would be 2P = %d Gram evaluations\n",
+           q, (long long)n, m->n_weights, qk_ctx_query(ctx).n_threads, tg[0], tg[reps / 2], tv[0], tv[reps / 2], tv[reps / 2] / tg[reps / 2],
+           2 * m->n_weights);
+    qk_map_free(m);
+    qk_ctx_destroy(ctx);
+    free(x); free(G); free(K); free(grad);
+    return 0;
+}
