@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "gram_states", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "gram_vjp", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -459,6 +459,94 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
         K = np.load(path, mmap_mode="r")
     del Ak, Bk
     return K
+
+
+def gram_vjp(X: npt.ArrayLike, G: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "hea(layers=2)",
+             weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """The gradient of a loss of K for every trainable weight of the map: given G = dL/dK (the
+    shape of K(X, Y), or K(X, X) when Y is None; need not be symmetric), returns (dL/dw, K) with
+    dL/dw = sum_ij G_ij dK_ij/dw, exact, at the cost of a few Gram evaluations whatever the number
+    of weights (adjoint sweeps; docs/gradients.md). CPU engine, fp64."""
+    Xa = _as_data(X, "X")
+    Ya = None if Y is None else _as_data(Y, "Y")
+    if Ya is not None and Ya.shape[1] != Xa.shape[1]:
+        raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
+    m = _resolve_map(map, Xa.shape[1], weights)
+    Ga = np.ascontiguousarray(np.asarray(G, dtype=np.float64))
+    return _qk._gram_vjp(m, Xa, Ya, Ga, _threads(threads))
+
+
+def alignment(K: np.ndarray, y: npt.ArrayLike, centered: bool = False) -> Tuple[float, np.ndarray]:
+    """Kernel-target alignment A = <K, yy^T>_F / (||K||_F ||yy^T||_F) (Cristianini et al. 2001) of
+    labels y in {-1, +1} (any two classes are mapped to -1, +1), and dA/dK, the G for gram_vjp.
+    centered: the centered alignment (K and yy^T centered by H = I - 11^T/n first)."""
+    yv = np.asarray(y).ravel()
+    classes = np.unique(yv)
+    if len(classes) != 2:
+        raise ValueError(f"alignment needs two classes (got {len(classes)})")
+    t = np.where(yv == classes[1], 1.0, -1.0)
+    T = np.outer(t, t)
+    n = len(t)
+    if centered:
+        H = np.eye(n) - 1.0 / n
+        Kc, Tc = H @ K @ H, H @ T @ H
+    else:
+        Kc, Tc = K, T
+    kt, kk, tt = float(np.sum(Kc * Tc)), float(np.sum(Kc * Kc)), float(np.sum(Tc * Tc))
+    a = kt / np.sqrt(kk * tt)
+    dA = (Tc / np.sqrt(kk * tt) - kt * Kc / (kk * np.sqrt(kk * tt)))
+    if centered:
+        dA = H @ dA @ H
+    return a, dA
+
+
+class KernelTrainer:
+    """Trains a map's weights by kernel-target alignment with exact gradients (gram_vjp) and
+    scipy.optimize.minimize (L-BFGS-B by default): ``fit(X, y)`` returns self with
+    ``optimal_point`` (the weights), ``optimal_value`` (the final loss, -alignment), ``loss_history``,
+    ``n_evals`` and ``kernel`` (a trained qk.Kernel), the attribute names of
+    qiskit-machine-learning's QuantumKernelTrainer result. scikit-learn style parameters."""
+
+    def __init__(self, map: str = "hea(layers=2)", initial_weights: Optional[npt.ArrayLike] = None, centered: bool = False,
+                 method: str = "L-BFGS-B", maxiter: int = 50, threads: Optional[int] = None) -> None:
+        self.map = map
+        self.initial_weights = initial_weights
+        self.centered = centered
+        self.method = method
+        self.maxiter = maxiter
+        self.threads = threads
+
+    def get_params(self, deep: bool = True) -> Dict[str, Any]:
+        return {k: getattr(self, k) for k in ("map", "initial_weights", "centered", "method", "maxiter", "threads")}
+
+    def set_params(self, **params: Any) -> "KernelTrainer":
+        for k, v in params.items():
+            setattr(self, k, v)
+        return self
+
+    def fit(self, X: npt.ArrayLike, y: npt.ArrayLike) -> "KernelTrainer":
+        from scipy.optimize import minimize
+        Xa = _as_data(X, "X")
+        m0 = _resolve_map(self.map, Xa.shape[1], self.initial_weights)
+        if m0.n_weights == 0:
+            raise ValueError("the map has no trainable weights")
+        w0 = np.asarray(m0.weights if self.initial_weights is None else self.initial_weights, dtype=np.float64)
+        self.loss_history = []
+
+        def f(w: np.ndarray) -> Tuple[float, np.ndarray]:
+            m = _resolve_map(self.map, Xa.shape[1], w)
+            K = _qk.gram(m, Xa, None, None, _qk.QK_DEVICE_CPU, _qk.QK_PRECISION_FP64, _threads(self.threads))
+            a, dA = alignment(K, y, self.centered)
+            g, _ = _qk._gram_vjp(m, Xa, None, np.ascontiguousarray(dA), _threads(self.threads))
+            self.loss_history.append(-a)
+            return -a, -g
+
+        res = minimize(f, w0, jac=True, method=self.method, options={"maxiter": int(self.maxiter)})
+        self.optimal_point = np.asarray(res.x)
+        self.optimal_value = float(res.fun)
+        self.n_evals = int(res.nfev)
+        self.kernel = Kernel(self.map, weights=self.optimal_point)
+        return self
 
 
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",

@@ -691,6 +691,67 @@ fail:
     return NULL;
 }
 
+/* ---- gram_vjp ---- */
+/* dL/dw (and K) of a map for G = dL/dK (qk_gram_vjp): X, Y float64 C-contiguous (the wrapper
+   converts), G float64 (n_x, n_y) C-contiguous. Returns (grad, K). */
+static PyObject *qkpy_gram_vjp(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"map", "x", "y", "g", "threads", NULL};
+    PyObject *mapo, *xo, *yo = Py_None, *go, *res = NULL;
+    PyArrayObject *x, *y = NULL, *gg, *grad = NULL, *K = NULL;
+    qkpy_Map *map;
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_vjp_desc v;
+    qk_result r;
+    npy_intp dims[2];
+    int threads = 0;
+    int64_t nx, ny;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO|i:_gram_vjp", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &go, &threads)) return NULL;
+    map = (qkpy_Map *)mapo;
+    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) return NULL;
+    x = (PyArrayObject *)xo;
+    if (yo != Py_None) {
+        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) return NULL;
+        y = (PyArrayObject *)yo;
+    }
+    nx = PyArray_DIM(x, 0);
+    ny = y ? PyArray_DIM(y, 0) : nx;
+    if (!PyArray_Check(go) || PyArray_TYPE((PyArrayObject *)go) != NPY_DOUBLE || PyArray_NDIM((PyArrayObject *)go) != 2 ||
+        !PyArray_IS_C_CONTIGUOUS((PyArrayObject *)go) || PyArray_DIM((PyArrayObject *)go, 0) != nx || PyArray_DIM((PyArrayObject *)go, 1) != ny) {
+        PyErr_Format(PyExc_ValueError, "G must be a C-contiguous float64 array of shape (%lld, %lld)", (long long)nx, (long long)ny);
+        return NULL;
+    }
+    gg = (PyArrayObject *)go;
+    dims[0] = map->map->n_weights > 0 ? map->map->n_weights : 0;
+    grad = (PyArrayObject *)PyArray_ZEROS(1, dims, NPY_DOUBLE, 0);
+    dims[0] = (npy_intp)nx; dims[1] = (npy_intp)ny;
+    K = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_DOUBLE);
+    if (!grad || !K) goto done;
+    threads = qkpy_threads_for(threads);
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = threads;
+    memset(&v, 0, sizeof v);
+    v.x = (const double *)PyArray_DATA(x); v.n_x = nx;
+    v.y = y ? (const double *)PyArray_DATA(y) : NULL; v.n_y = y ? ny : 0;
+    v.g = (const double *)PyArray_DATA(gg);
+    v.grad_w = (double *)PyArray_DATA(grad);
+    v.k_out = (double *)PyArray_DATA(K);
+    Py_BEGIN_ALLOW_THREADS
+    r = qk_ctx_create(&cd, &ctx);
+    if (r == QK_OK) r = qk_gram_vjp(ctx, map->map, &v);
+    qk_ctx_destroy(ctx);
+    Py_END_ALLOW_THREADS
+    if (r != QK_OK) { qkpy_raise(r); goto done; }
+    res = Py_BuildValue("(OO)", (PyObject *)grad, (PyObject *)K);
+done:
+    Py_XDECREF(grad);
+    Py_XDECREF(K);
+    return res;
+}
+
 /* ---- engine ---- */
 static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
 {
@@ -742,6 +803,8 @@ static PyMethodDef qkpy_methods[] = {
     {"_gram_states", (PyCFunction)(void (*)(void))qkpy_gram_states_raw, METH_VARARGS | METH_KEYWORDS,
      "_gram_states(a, n_a, lda, b, n_b, ldb, dim, type, on_device, device, precision, threads, normalize, norm_tol, out_path=None): "
      "qk_gram_states on raw pointers (qk.gram_states resolves the arrays)"},
+    {"_gram_vjp", (PyCFunction)(void (*)(void))qkpy_gram_vjp, METH_VARARGS | METH_KEYWORDS,
+     "_gram_vjp(map, x, y, g, threads=0): (dL/dw, K) for G = dL/dK (qk_gram_vjp)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},

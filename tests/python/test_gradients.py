@@ -1,0 +1,86 @@
+"""qk.gram_vjp, qk.alignment and qk.KernelTrainer (issue 24): the VJP of the alignment against
+central finite differences through qk.gram (relative 1e-7), K from the same pass equal to
+qk.gram's, the alignment's dA/dK against finite differences of the alignment, and the trainer:
+the alignment grows, the trained qk.Kernel classifies with an SVC, the result's attributes are
+qiskit-machine-learning QuantumKernelTrainer's. Skips the trainer without scipy/scikit-learn."""
+import unittest
+
+import numpy as np
+
+import qk
+
+RNG = np.random.default_rng(24)
+
+
+class TestVJP(unittest.TestCase):
+    def test_vjp_against_finite_differences(self):
+        X = RNG.uniform(-1, 1, (30, 4))
+        Y = RNG.uniform(-1, 1, (12, 4))
+        for spec, YY in (("hea(layers=2)", None), ("hea(layers=2,rot=yz)", Y)):
+            w = RNG.uniform(-1.5, 1.5, 8 if "yz" not in spec else 16)
+            m = qk.FeatureMap(spec, 4, weights=w)
+            n2 = X.shape[0] if YY is None else YY.shape[0]
+            G = RNG.uniform(-1, 1, (X.shape[0], n2))
+            g, K = qk.gram_vjp(X, G, YY, map=m)
+            np.testing.assert_allclose(K, qk.gram(X, YY, map=m, device="cpu", precision="fp64"), atol=1e-14, rtol=0)
+            h, fd = 1e-5, []
+            for k in range(len(w)):
+                wp, wm = w.copy(), w.copy()
+                wp[k] += h
+                wm[k] -= h
+                Lp = np.sum(G * qk.gram(X, YY, map=m.with_weights(wp), device="cpu", precision="fp64"))
+                Lm = np.sum(G * qk.gram(X, YY, map=m.with_weights(wm), device="cpu", precision="fp64"))
+                fd.append((Lp - Lm) / (2 * h))
+            fd = np.array(fd)
+            self.assertLess(np.abs(g - fd).max(), 1e-7 * np.abs(fd).max(), spec)
+
+    def test_alignment_gradient(self):
+        K = RNG.uniform(0, 1, (15, 15))
+        K = (K + K.T) / 2
+        y = RNG.choice([3, 7], 15)
+        for centered in (False, True):
+            a, dA = qk.alignment(K, y, centered)
+            h = 1e-6
+            for (i, j) in ((0, 0), (2, 5), (7, 3)):
+                Kp, Km = K.copy(), K.copy()
+                Kp[i, j] += h
+                Km[i, j] -= h
+                fd = (qk.alignment(Kp, y, centered)[0] - qk.alignment(Km, y, centered)[0]) / (2 * h)
+                self.assertAlmostEqual(dA[i, j], fd, delta=1e-7)
+        with self.assertRaises(ValueError):
+            qk.alignment(K, np.arange(15))
+
+    def test_errors(self):
+        X = RNG.uniform(-1, 1, (5, 3))
+        with self.assertRaises(ValueError):
+            qk.gram_vjp(X, np.zeros((5, 4)), map="hea(layers=1)")
+        G = np.zeros((5, 5))
+        G[1, 2] = np.nan
+        with self.assertRaises(ValueError):
+            qk.gram_vjp(X, G, map="hea(layers=1)")
+
+
+class TestTrainer(unittest.TestCase):
+    def setUp(self):
+        try:
+            import scipy  # noqa: F401
+            import sklearn  # noqa: F401
+        except ImportError as e:
+            self.skipTest(f"scipy / scikit-learn missing ({e})")
+
+    def test_trainer(self):
+        from sklearn.datasets import make_moons
+        from sklearn.svm import SVC
+        X, y = make_moons(80, noise=0.15, random_state=3)
+        X = X * 1.5
+        t = qk.KernelTrainer("hea(layers=2)", initial_weights=np.full(4, 0.3), maxiter=30).fit(X, y)
+        self.assertEqual(len(t.optimal_point), 4)
+        self.assertLess(t.optimal_value, t.loss_history[0] - 1e-3)   # the alignment grew
+        self.assertEqual(t.optimal_value, min(t.loss_history))
+        clf = SVC(kernel=t.kernel).fit(X, y)
+        self.assertGreater(clf.score(X, y), 0.8)
+        self.assertEqual(t.get_params()["maxiter"], 30)
+
+
+if __name__ == "__main__":
+    unittest.main()
