@@ -235,7 +235,8 @@ typedef enum qk_op_kind {
     QK_OP_RZZ,                                  /* exp(-i t/2 Z_q0 Z_q1) (PennyLane MultiRZ on 2 wires) */
     QK_OP_AMPLITUDE,                            /* state := x / ||x||, zero-padded (first op only) */
     QK_OP_BASIS,                                /* X on q0 when feature angle.x0 is 1 (must be 0 or 1) */
-    QK_OP_KIND_COUNT_
+    QK_OP_KIND_COUNT_,
+    QK__OP_STATE_ = 64                          /* private: qk_gram_states' op (no map a user builds holds it) */
 } qk_op_kind;
 /* clang-format on */
 
@@ -1073,7 +1074,7 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
    n_features is a row's stride in 8-byte units, and the data x of the Gram are the states' bytes
    seen as doubles (every engine moves rows of n_features doubles; only the state builders read
    them as amplitudes). */
-#define QK__OP_STATE ((qk_op_kind)64)
+#define QK__OP_STATE QK__OP_STATE_
 enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
 /* Mixed states (qk_gram_states with a_mixed / b_mixed): every row is a density matrix (a pure
    side against a mixed one is expanded to |psi><psi| first), read as the real vector
@@ -1894,6 +1895,10 @@ typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
    copy is now a whole object of its own. */
 #define QK__ST8(p, v) do { qk__v8 qk__st8_ = (v); memcpy((p), &qk__st8_, sizeof(qk__v8)); } while (0)
 #define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
+#endif
+
+#ifndef QK__CONTRACT
+#define QK__CONTRACT   /* no vector extensions: plain loops, the compiler's own contraction */
 #endif
 
 typedef struct qk__cpu_tiles {

@@ -32,7 +32,8 @@ typedef enum qk_op_kind {
     QK_OP_RZZ,                                  /* exp(-i t/2 Z_q0 Z_q1) (PennyLane MultiRZ on 2 wires) */
     QK_OP_AMPLITUDE,                            /* state := x / ||x||, zero-padded (first op only) */
     QK_OP_BASIS,                                /* X on q0 when feature angle.x0 is 1 (must be 0 or 1) */
-    QK_OP_KIND_COUNT_
+    QK_OP_KIND_COUNT_,
+    QK__OP_STATE_ = 64                          /* private: qk_gram_states' op (no map a user builds holds it) */
 } qk_op_kind;
 /* clang-format on */
 

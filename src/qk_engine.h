@@ -75,7 +75,7 @@ enum { QK__QV_RE0 = 0, QK__QV_IM0 = 1, QK__QV_RE1 = 2, QK__QV_IM1 = 3 };
    n_features is a row's stride in 8-byte units, and the data x of the Gram are the states' bytes
    seen as doubles (every engine moves rows of n_features doubles; only the state builders read
    them as amplitudes). */
-#define QK__OP_STATE ((qk_op_kind)64)
+#define QK__OP_STATE QK__OP_STATE_
 enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
 /* Mixed states (qk_gram_states with a_mixed / b_mixed): every row is a density matrix (a pure
    side against a mixed one is expanded to |psi><psi| first), read as the real vector

@@ -448,6 +448,10 @@ typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
 #define QK__ADD8(p, v) do { qk__v8 t_; memcpy(&t_, (p), sizeof t_); t_ += (v); memcpy((p), &t_, sizeof t_); } while (0)
 #endif
 
+#ifndef QK__CONTRACT
+#define QK__CONTRACT   /* no vector extensions: plain loops, the compiler's own contraction */
+#endif
+
 typedef struct qk__cpu_tiles {
     const qk_map *map;
     const qk_gram_desc *desc;
