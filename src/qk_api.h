@@ -365,6 +365,10 @@ typedef struct qk_vjp_desc {
     int64_t ld_g;           /* default: columns of K */
     double *grad_w;         /* out: map->n_weights values (NULL only for a map without weights) */
     double *k_out;          /* NULL, or K (n_x x n_y, fp64, row-major) from the same pass */
+    qk_progress_fn progress;    /* may be NULL: called between the phases and during the sweeps,
+                                   from the calling thread (done, total: samples swept of n_x + n_y);
+                                   non-zero cancels (QK_ERROR_CANCELLED, grad_w and k_out untouched) */
+    void *progress_user;
 } qk_vjp_desc;
 QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *desc);
 

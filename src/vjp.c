@@ -116,10 +116,20 @@ typedef struct qk__vjp_job {
     int64_t ld_g;
     double *S;                  /* S, nx x ny complex (re, im) */
     double *L, *M;              /* lam (nx rows of 2D), mu (ny rows; K(X,Y)) */
-    double *grad;               /* n_threads x n_weights partial sums */
-    int n_threads, oom;
-    int64_t next;
+    double *grad;               /* QK__VJP_CHUNKS x n_weights partial sums */
+    int n_threads, oom, cancel;
+    int64_t next, swept;
+    qk_progress_fn progress;
+    void *progress_user;
 } qk__vjp_job;
+
+/* the caller's progress (thread 0 is the calling thread): non-zero cancels */
+static void qk__vjp_poll(qk__vjp_job *j, int thread)
+{
+    const int64_t total = j->nx + (j->sym ? 0 : j->ny);
+    if (thread != 0 || !j->progress || QK__LOAD(&j->cancel)) return;
+    if (j->progress(QK__LOAD(&j->swept), total, j->progress_user)) QK__STORE(&j->cancel, 1);
+}
 
 /* <Gen s|l> of an angled op (the generator applied to s where it acts) */
 static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, int64_t D, double *re, double *im)
@@ -166,9 +176,8 @@ static void qk__vjp_sweep_work(void *p, int thread)
     double *s = (double *)qk__malloc(sizeof(double) * (size_t)(4 * D + m->n_ops + 1));
     double *l = s ? s + 2 * D : NULL, *theta = s ? s + 4 * D : NULL;
     int64_t ch;
-    QK__UNUSED(thread);
     if (!s) { QK__STORE(&j->oom, 1); return; }
-    while ((ch = QK__FETCH_ADD(&j->next, 1)) < QK__VJP_CHUNKS && !QK__LOAD(&j->oom)) {
+    while ((ch = QK__FETCH_ADD(&j->next, 1)) < QK__VJP_CHUNKS && !QK__LOAD(&j->oom) && !QK__LOAD(&j->cancel)) {
         const int64_t r0 = total * ch / QK__VJP_CHUNKS, r1 = total * (ch + 1) / QK__VJP_CHUNKS;
         double *grad = j->grad + (size_t)ch * (size_t)m->n_weights;
         int64_t r;
@@ -195,6 +204,8 @@ static void qk__vjp_sweep_work(void *p, int thread)
                 qk__apply(o, -theta[k], x, l, l + D, m->n_qubits);
             }
         }
+        (void)QK__FETCH_ADD(&j->swept, r1 - r0);
+        qk__vjp_poll(j, thread);
     }
     QK_FREE(s);
 }
@@ -245,6 +256,8 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
     j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.sym = d->y == NULL; j.g = d->g;
     j.n_threads = nt;
+    j.progress = d->progress;
+    j.progress_user = d->progress_user;
     QK_PROF_BEGIN("vjp states");
     j.A = qk__cpu_states(map, d->x, 0, nx, QK_PATH_COMPLEX, nt, NULL);
     if (j.A && d->y) j.B = qk__cpu_states(map, d->y, 0, cols, QK_PATH_COMPLEX, nt, NULL);
@@ -263,6 +276,8 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
+    qk__vjp_poll(&j, 0);
+    if (j.cancel) goto cancelled;
     /* S = conj(A) B^T: Sr = Ar Br^T + Ai Bi^T, Si = Ar Bi^T - Ai Br^T (real maps: Sr = Ar Br^T) */
     QK_PROF_BEGIN("vjp S");
     qk__transpose(j.B, cols, D, 2 * D, T1);   /* Br^T */
@@ -280,6 +295,8 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
                 Si[i * cols + c] = -Si[c * cols + i];
             }
     QK_PROF_END("vjp S");
+    qk__vjp_poll(&j, 0);
+    if (j.cancel) goto cancelled;
     if (map->n_weights > 0) {
         QK_PROF_BEGIN("vjp adjoint vectors");
         /* lam = W B with W = G' o conj(S) (G' = G + G^T for K(X,X)): Lr = Wr Br - Wi Bi,
@@ -313,11 +330,14 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
             }
         }
         QK_PROF_END("vjp adjoint vectors");
+        qk__vjp_poll(&j, 0);
+        if (j.cancel) goto cancelled;
         QK_PROF_BEGIN("vjp sweeps");
         j.next = 0;
         qk__parallel(nt, qk__vjp_sweep_work, &j);
         QK_PROF_END("vjp sweeps");
         if (j.oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: out of host memory for the sweeps' scratch"); goto done; }
+        if (j.cancel) goto cancelled;
         for (i = 0; i < map->n_weights; i++) {
             double sum = 0.0;
             for (t = 0; t < QK__VJP_CHUNKS; t++) sum += j.grad[(size_t)t * (size_t)map->n_weights + (size_t)i];
@@ -328,6 +348,9 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         for (i = 0; i < nx; i++)
             for (c = 0; c < cols; c++) d->k_out[i * cols + c] = Sr[i * cols + c] * Sr[i * cols + c] + Si[i * cols + c] * Si[i * cols + c];
     r = QK_OK;
+    goto done;
+cancelled:
+    r = qk__fail(QK_ERROR_CANCELLED, "qk_gram_vjp: cancelled by the progress callback (nothing was written)");
 done:
     QK_FREE(j.grad);
     QK_FREE(j.M);

@@ -420,6 +420,40 @@ static qk_result job_gram_states(int ok) {
     return r;
 }
 
+/* qk_gram_vjp (issue 24): the gradient and K of hea on g_x's rows, K(X,X) and K(X,Y) */
+static qk_result job_vjp(int ok) {
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_map *m = NULL;
+    qk_vjp_desc v;
+    double G[25], grad[3], K[25];
+    qk_result r;
+    int i;
+    for (i = 0; i < 25; i++) { G[i] = 0.1 * (i % 7) - 0.3; K[i] = -9.0; }
+    for (i = 0; i < 3; i++) grad[i] = -9.0;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 2;
+    if ((r = qk_ctx_create(&cd, &ctx)) != QK_OK) return r;
+    r = qk_map_parse("hea(layers=1)", 3, &m);
+    if (r == QK_OK) {
+        memset(&v, 0, sizeof v);
+        v.x = g_x; v.n_x = 5; v.g = G; v.grad_w = grad; v.k_out = K;
+        r = qk_gram_vjp(ctx, m, &v);
+        if (r != QK_OK) {
+            for (i = 0; i < 3; i++) CHECK(grad[i] == -9.0, "vjp: grad[%d] written on error", i);
+            for (i = 0; i < 25; i++) CHECK(K[i] == -9.0, "vjp: K[%d] written on error", i);
+        } else if (ok) {
+            CHECK(fabs(K[0] - 1.0) < 1e-14, "vjp: K[0][0] = %.17g", K[0]);
+            v.y = g_x + 6; v.n_y = 2; v.ld_g = 5;
+            r = qk_gram_vjp(ctx, m, &v);
+        }
+    }
+    qk_map_free(m);
+    qk_ctx_destroy(ctx);
+    return r;
+}
+
 static qk_result job_map_make(int ok) {
     qk_op ops[3];
     qk_map_desc md;
@@ -647,6 +681,7 @@ int main(void) {
     sweep("qk_gram, .npy K(X,Y) f32", job_gram_npy_xy, NULL);
     sweep("qk_states", job_states, NULL);
     sweep("qk_gram_states (4 inputs)", job_gram_states, NULL);
+    sweep("qk_gram_vjp K(X,X), K(X,Y)", job_vjp, NULL);
     sweep("qk_map_make, weights, spec", job_map_make, NULL);
     sweep("qk_plan_make (MPS)", job_plan, NULL);
     sweep("qk_schedule_make", job_schedule, NULL);

@@ -109,6 +109,18 @@ static void check_map(const char *name, qk_map *m, int d, int64_t nx, int64_t ny
     free(x); free(y); free(G); free(grad); free(w0); free(w); free(K); free(Kr);
 }
 
+static int count_calls(int64_t done, int64_t total, void *user)
+{
+    (void)done; (void)total;
+    ++*(int *)user;
+    return 0;
+}
+static int cancel_at(int64_t done, int64_t total, void *user)
+{
+    (void)done; (void)total;
+    return --*(int *)user == 0;
+}
+
 static qk_map *custom(int q, int d, const qk_op *ops, int n_ops, int nw)
 {
     qk_map_desc md;
@@ -172,6 +184,30 @@ int main(void)
         m = qk_test_parse("hea(layers=2,rot=yz)", 4);
         check_map("hea(layers=2,rot=yz) (complex)", m, 4, 20, 13, 0);
         check_map("hea(layers=2,rot=yz) (complex)", m, 4, 21, 0, 0);
+        qk_map_free(m);
+    }
+    {   /* the progress callback: polled, and a cancel leaves grad_w and k_out untouched */
+        qk_map *m = qk_test_parse("hea(layers=2)", 4);
+        double *x = qk_test_rand_data(40, 4, -1, 1), *G = qk_test_rand_data(40, 40, -1, 1), g0[8], g1[8], K[1600];
+        qk_vjp_desc v;
+        int calls = 0, k;
+        memset(&v, 0, sizeof v);
+        v.x = x; v.n_x = 40; v.g = G; v.grad_w = g0;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_OK, "no callback: %s", qk_last_error());
+        v.progress = count_calls; v.progress_user = &calls; v.grad_w = g1;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_OK && calls >= 3 && memcmp(g0, g1, sizeof g0) == 0, "progress: %d calls, %s", calls, qk_last_error());
+        for (k = 0; k < 8; k++) g1[k] = -7.0;
+        for (k = 0; k < 1600; k++) K[k] = -7.0;
+        v.k_out = K;
+        for (k = 0; k < 4; k++) {   /* a cancel at the k-th poll (states, S, adjoint vectors, a sweep chunk) */
+            int at = k + 1, i, clean = 1;
+            v.progress = cancel_at; v.progress_user = &at;
+            CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_CANCELLED, "cancel at poll %d: %s", k + 1, qk_last_error());
+            for (i = 0; i < 8; i++) clean &= g1[i] == -7.0;
+            for (i = 0; i < 1600; i++) clean &= K[i] == -7.0;
+            CHECK(clean, "cancel at poll %d: the outputs were written", k + 1);
+        }
+        free(x); free(G);
         qk_map_free(m);
     }
     {   /* errors */
