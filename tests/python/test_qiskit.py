@@ -257,3 +257,41 @@ def test_qsvc_qsvr_pegasos_run_on_qkkernel():
     np.testing.assert_array_equal(a.predict(Xt), b.predict(Xt))
     np.testing.assert_allclose(a.decision_function(Xt), b.decision_function(Xt), atol=1e-9, rtol=0)
     np.testing.assert_allclose(a.decision_function(Xt), p.decision_function(Kt + 1.0), atol=1e-9, rtol=0)
+
+
+def test_trainable_kernel_equals_qiskit_and_trains():
+    """QKTrainableKernel (issue 25 item 4, TrainableKernel): K at assigned training parameters
+    equals qiskit-machine-learning's TrainableFidelityStatevectorKernel on the same circuit to
+    1e-12; QuantumKernelTrainer runs on it; unassigned parameters are an error."""
+    from qiskit.circuit import ParameterVector, QuantumCircuit
+    from qiskit_machine_learning.kernels import TrainableFidelityStatevectorKernel, TrainableKernel
+    from qiskit_machine_learning.kernels.algorithms import QuantumKernelTrainer
+    from qiskit_machine_learning.optimizers import COBYLA
+    from qk.qiskit import QKTrainableKernel
+    rng = np.random.default_rng(25)
+    X = rng.uniform(-1, 1, (24, 3))
+    y = (X[:, 0] * X[:, 1] > 0).astype(int)
+    k = QKTrainableKernel("hea(layers=2)", num_features=3, precision="fp64", device="cpu")
+    assert isinstance(k, TrainableKernel) and k.num_training_parameters == 6
+    try:
+        k.evaluate(X)
+        raise AssertionError("evaluate before assign_training_parameters did not raise")
+    except ValueError:
+        pass
+    x, w = ParameterVector("x", 3), ParameterVector("w", 6)
+    qc = QuantumCircuit(3)   # hea(layers=2, rot=y, ent=cz) on 3 qubits: RY(w x) on each, then a CZ ring
+    for layer in range(2):
+        for q in range(3):
+            qc.ry(w[3 * layer + q] * x[q], q)
+        for q in range(3):
+            qc.cz(q, (q + 1) % 3)
+    peer = TrainableFidelityStatevectorKernel(feature_map=qc, training_parameters=w)
+    vals = list(rng.uniform(-2, 2, 6))
+    k.assign_training_parameters(vals)
+    peer.assign_training_parameters(vals)
+    np.testing.assert_allclose(k.evaluate(X), peer.evaluate(X), atol=1e-12, rtol=0)
+    np.testing.assert_allclose(k.evaluate(X, X[:7]), peer.evaluate(X, X[:7]), atol=1e-12, rtol=0)
+    res = QuantumKernelTrainer(quantum_kernel=k, loss="svc_loss", optimizer=COBYLA(maxiter=8),
+                               initial_point=[0.5] * 6).fit(X, y)
+    assert len(res.optimal_point) == 6 and np.isfinite(res.optimal_value)
+    assert res.quantum_kernel.evaluate(X).shape == (24, 24)

@@ -14,20 +14,21 @@ respect to a map's weights (see docs/python.md).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any, Optional, Union
 
 import numpy as np
 import numpy.typing as npt
 
 try:
-    from qiskit.circuit import QuantumCircuit
-    from qiskit_machine_learning.kernels import BaseKernel
+    from qiskit.circuit import ParameterVector, QuantumCircuit
+    from qiskit_machine_learning.kernels import BaseKernel, TrainableKernel
 except ImportError as e:  # pragma: no cover - exercised only without the peers
     raise ImportError(f"qk.qiskit needs qiskit and qiskit-machine-learning (pip install qiskit qiskit-machine-learning): {e}") from e
 
-from . import FeatureMap, gram
+from . import DefaultWeightsWarning, FeatureMap, gram
 
-__all__ = ["QKKernel"]
+__all__ = ["QKKernel", "QKTrainableKernel"]
 
 
 class QKKernel(BaseKernel):
@@ -120,3 +121,46 @@ class QKKernel(BaseKernel):
     def __repr__(self) -> str:
         return (f"QKKernel({self._qk_map!r}, enforce_psd={self._enforce_psd}, device={self._device!r}, "
                 f"precision={self._precision!r}, threads={self._threads!r})")
+
+
+class QKTrainableKernel(TrainableKernel, QKKernel):
+    """A qiskit-machine-learning ``TrainableKernel`` computed by qk, for ``QuantumKernelTrainer``:
+    the trainable weights of a qk map (``hea``, circuits with ``w`` parameters) are its training
+    parameters, a ``ParameterVector("w", n_weights)``; ``assign_training_parameters`` sets them
+    and ``evaluate`` computes K at those values, as ``TrainableFidelityStatevectorKernel`` does.
+    For exact gradients instead of QuantumKernelTrainer's SPSA / COBYLA, ``qk.KernelTrainer``.
+
+    feature_map: a qk spec string (with num_features) or a ``qk.FeatureMap`` with weights;
+    initial_weights: assigned at once (else assign before evaluate); the other arguments as
+    QKKernel's.
+    """
+
+    def __init__(self, feature_map: Union[FeatureMap, str, None] = None, *, num_features: Optional[int] = None,
+                 initial_weights: Optional[npt.ArrayLike] = None, enforce_psd: bool = True, device: str = "auto",
+                 precision: Optional[str] = None, threads: Optional[int] = None) -> None:
+        if isinstance(feature_map, QuantumCircuit):
+            raise TypeError("QKTrainableKernel takes a qk map (a spec string or qk.FeatureMap); for a Qiskit circuit with "
+                            "training parameters use qiskit-machine-learning's TrainableFidelityStatevectorKernel")
+        if isinstance(feature_map, str):
+            if num_features is None:
+                raise TypeError("a spec string needs num_features")
+            with warnings.catch_warnings():   # the weights are training parameters, assigned later
+                warnings.simplefilter("ignore", DefaultWeightsWarning)
+                feature_map = FeatureMap(feature_map, num_features, initial_weights)
+        if not isinstance(feature_map, FeatureMap):
+            raise TypeError(f"feature_map must be a qk.FeatureMap or a spec string (got {type(feature_map).__name__})")
+        if feature_map.n_weights == 0:
+            raise ValueError(f"the map {feature_map.spec!r} has no trainable weights")
+        super().__init__(training_parameters=ParameterVector("w", feature_map.n_weights), feature_map=feature_map,
+                         enforce_psd=enforce_psd, device=device, precision=precision, threads=threads)
+        if initial_weights is not None:
+            self.assign_training_parameters(list(np.asarray(initial_weights, dtype=np.float64)))
+
+    def evaluate(self, x_vec: npt.ArrayLike, y_vec: Optional[npt.ArrayLike] = None) -> np.ndarray:
+        """K at the assigned training parameters (a ValueError where one is not assigned)."""
+        vals = [self._parameter_dict[p] for p in self._training_parameters]
+        if any(v is None for v in vals):
+            raise ValueError("assign the training parameters first (assign_training_parameters)")
+        self._qk_map = self._qk_map.with_weights(np.asarray(vals, dtype=np.float64))
+        return QKKernel.evaluate(self, x_vec, y_vec)
+
