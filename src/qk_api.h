@@ -372,6 +372,12 @@ typedef struct qk_vjp_desc {
 } qk_vjp_desc;
 QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *desc);
 
+/* The projected quantum kernel (Huang et al. 2021): K(x, x') = exp(-gamma sum_k ||rho_k(x) -
+   rho_k(x')||_F^2) over the one-qubit reduced density matrices of the map's states; into a host
+   buffer (desc: x, y, out, ld_out, out_dtype; other outputs QK_ERROR_UNSUPPORTED). CPU engine,
+   fp64: entangling maps up to QK_MAX_STATE_QUBITS, product maps at any qubit count. gamma > 0. */
+QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma);
+
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
 /* K[i][j] = |<a_i|b_j>|^2 of states the caller simulated (any gate set, any noise trajectory),
    with qk's planner, tiling, outputs and precision modes (docs/states.md). */

@@ -1,5 +1,5 @@
 #include "qk_internal.h"
-/* >>vjp ---- qk_gram_vjp: the gradient of a loss of K for every weight (adjoint sweeps) ---- */
+/* >>vjp ---- qk_gram_vjp: the gradient of a loss of K for every weight (adjoint sweeps); qk_gram_projected ---- */
 /* For L(K) with G = dL/dK, S = <psi_i|phi_j> and K = |S|^2:
      dL = sum_ij G_ij 2 Re(conj(S_ij) dS_ij),  dS_ij = <d psi_i|phi_j> + <psi_i|d phi_j>
    so dL = sum_i 2 Re <d psi_i|lam_i> + sum_j 2 Re <d phi_j|mu_j> with
@@ -364,4 +364,124 @@ done:
     if (j.B != j.A) QK_FREE((void *)(uintptr_t)j.B);
     QK_FREE((void *)(uintptr_t)j.A);
     return r;
+}
+
+/* ---- the projected quantum kernel (Huang et al., Nat. Commun. 12, 2631 (2021)) ---- */
+/* K(x, x') = exp(-gamma sum_k ||rho_k(x) - rho_k(x')||_F^2) over the one-qubit reduced density
+   matrices rho_k. A 2x2 density matrix is (rho00, rho01) (rho11 = 1 - rho00, rho10 =
+   conj(rho01)), so ||rho - sigma||_F^2 = 2 (d00^2 + |d01|^2): each sample's 3q features f =
+   (rho00, Re rho01, Im rho01) per qubit make K = exp(-2 gamma |f - f'|^2). Statevector maps read
+   the features off the state (bit k of an amplitude's index is qubit k); product maps off the
+   qubits' 2-vectors, at any qubit count. */
+typedef struct qk__pq_job {
+    const qk_map *map;
+    const double *x;
+    int64_t n, next;
+    int product, oom;
+    double *f;                  /* n x 3q */
+} qk__pq_job;
+
+static void qk__pq_work(void *p, int thread)
+{
+    qk__pq_job *j = (qk__pq_job *)p;
+    const qk_map *m = j->map;
+    const int q = m->n_qubits;
+    const int64_t D = j->product ? 0 : (int64_t)1 << q;
+    double *buf = (double *)qk__malloc(sizeof(double) * (size_t)((j->product ? 4 * q : 2 * D) + m->n_ops + 1 + qk__diag_scratch(j->product ? 0 : q)));
+    double *theta = buf ? buf + (j->product ? 4 * q : 2 * D) : NULL;
+    int64_t s;
+    QK__UNUSED(thread);
+    if (!buf) { QK__STORE(&j->oom, 1); return; }
+    while ((s = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const double *x = j->x + s * m->n_features;
+        double *f = j->f + s * 3 * q;
+        int k;
+        if (j->product) {
+            qk__product1(m, x, buf, theta);
+            for (k = 0; k < q; k++) {   /* |u><u|: rho00 = |u0|^2, rho01 = u0 conj(u1) */
+                const double *u = buf + 4 * k;
+                f[3 * k] = u[QK__QV_RE0] * u[QK__QV_RE0] + u[QK__QV_IM0] * u[QK__QV_IM0];
+                f[3 * k + 1] = u[QK__QV_RE0] * u[QK__QV_RE1] + u[QK__QV_IM0] * u[QK__QV_IM1];
+                f[3 * k + 2] = u[QK__QV_IM0] * u[QK__QV_RE1] - u[QK__QV_RE0] * u[QK__QV_IM1];
+            }
+        } else {
+            const double *re = buf, *im = buf + D;
+            qk__state1(m, x, buf, buf + D, theta, NULL);
+            for (k = 0; k < q; k++) {
+                const int64_t b = (int64_t)1 << k;
+                double r00 = 0, r01r = 0, r01i = 0;
+                int64_t i;
+                for (i = 0; i < D; i++) {
+                    if (i & b) continue;
+                    r00 += re[i] * re[i] + im[i] * im[i];
+                    /* psi_i conj(psi_{i|b}) */
+                    r01r += re[i] * re[i | b] + im[i] * im[i | b];
+                    r01i += im[i] * re[i | b] - re[i] * im[i | b];
+                }
+                f[3 * k] = r00; f[3 * k + 1] = r01r; f[3 * k + 2] = r01i;
+            }
+        }
+    }
+    QK_FREE(buf);
+}
+
+static double *qk__pq_features(const qk_map *m, const double *x, int64_t n, int nt)
+{
+    qk__pq_job j;
+    memset(&j, 0, sizeof j);
+    j.map = m; j.x = x; j.n = n; j.product = m->cls == QK_CLASS_PRODUCT;
+    j.f = (double *)qk__malloc(sizeof(double) * (size_t)(n * 3 * m->n_qubits));
+    if (!j.f) return NULL;
+    qk__parallel(nt < n ? nt : (int)n, qk__pq_work, &j);
+    if (j.oom) { QK_FREE(j.f); return NULL; }
+    return j.f;
+}
+
+QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma)
+{
+    qk_result r;
+    double *fx = NULL, *fy = NULL;
+    int64_t i, c, cols, ld;
+    int q, nt, k;
+    if (!ctx || !map || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
+    if (!(gamma > 0.0 && gamma < 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: gamma must be finite and > 0 (got %g)", gamma);
+    if (desc->output != QK_OUTPUT_HOST || !desc->out)
+        return qk__fail(desc->output != QK_OUTPUT_HOST ? QK_ERROR_UNSUPPORTED : QK_ERROR_INVALID_ARGUMENT,
+                        "qk_gram_projected: %s", desc->output != QK_OUTPUT_HOST ? "K goes to a host buffer (output HOST)" : "out is NULL");
+    if (qk__map_is_states(map)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: takes a feature map");
+    q = map->n_qubits;
+    if (map->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS)
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_projected: an entangling map of %d qubits: the reduced density matrices come "
+                        "from statevectors (at most %d qubits; product maps: any)", q, QK_MAX_STATE_QUBITS);
+    r = qk__check_gram(ctx, map, desc);
+    if (r != QK_OK) return r;
+    cols = desc->y ? desc->n_y : desc->n_x;
+    ld = desc->ld_out ? desc->ld_out : cols;
+    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+    fx = qk__pq_features(map, desc->x, desc->n_x, nt);
+    if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+    if (!fx || (desc->y && !fy)) {
+        QK_FREE(fx);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",
+                        (long long)(desc->n_x + (desc->y ? desc->n_y : 0)), q);
+    }
+    for (i = 0; i < desc->n_x; i++) {
+        const double *a = fx + i * 3 * q;
+        for (c = desc->y ? 0 : i; c < cols; c++) {
+            const double *b = (desc->y ? fy : fx) + c * 3 * q;
+            double d2 = 0, v;
+            for (k = 0; k < 3 * q; k++) d2 += (a[k] - b[k]) * (a[k] - b[k]);
+            v = exp(-2.0 * gamma * d2);
+            if (desc->out_dtype == QK_F32) {
+                ((float *)desc->out)[i * ld + c] = (float)v;
+                if (!desc->y) ((float *)desc->out)[c * ld + i] = (float)v;
+            } else {
+                ((double *)desc->out)[i * ld + c] = v;
+                if (!desc->y) ((double *)desc->out)[c * ld + i] = v;
+            }
+        }
+    }
+    QK_FREE(fx);
+    QK_FREE(fy);
+    return QK_OK;
 }

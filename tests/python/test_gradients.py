@@ -1,4 +1,4 @@
-"""qk.gram_vjp, qk.alignment and qk.KernelTrainer (issue 24): the VJP of the alignment against
+"""qk.gram_vjp, qk.alignment, qk.KernelTrainer, qk.projected_gram, qk.sampled, qk.closest_psd (issue 24): the VJP of the alignment against
 central finite differences through qk.gram (relative 1e-7), K from the same pass equal to
 qk.gram's, the alignment's dA/dK against finite differences of the alignment, and the trainer:
 the alignment grows, the trained qk.Kernel classifies with an SVC, the result's attributes are
@@ -58,6 +58,54 @@ class TestVJP(unittest.TestCase):
         G[1, 2] = np.nan
         with self.assertRaises(ValueError):
             qk.gram_vjp(X, G, map="hea(layers=1)")
+
+
+def _rdm_ref(S, q, gamma, T):
+    """projected kernel from numpy partial traces of states S (n, 2^q) and T (m, 2^q), qk's qubit k = bit k"""
+    def rdms(V):
+        out = []
+        for v in V:
+            t = v.reshape((2,) * q)   # axis 0 = the highest bit: qubit q-1
+            rs = []
+            for k in range(q):
+                ax = q - 1 - k
+                m = np.moveaxis(t, ax, 0).reshape(2, -1)
+                rs.append(m @ m.conj().T)
+            out.append(rs)
+        return out
+    A, B = rdms(S), rdms(T)
+    return np.array([[np.exp(-gamma * sum(np.sum(np.abs(a[k] - b[k]) ** 2) for k in range(q))) for b in B] for a in A])
+
+
+class TestProjectedShots(unittest.TestCase):
+    def test_projected_against_numpy_partial_traces(self):
+        X = RNG.uniform(-1, 1, (14, 5))
+        Y = RNG.uniform(-1, 1, (9, 5))
+        m = qk.FeatureMap("zz(reps=2)", 5)
+        S, T = m.statevector(X), m.statevector(Y)
+        np.testing.assert_allclose(qk.projected_gram(X, map=m, gamma=0.8), _rdm_ref(S, 5, 0.8, S), atol=1e-13, rtol=0)
+        np.testing.assert_allclose(qk.projected_gram(X, Y, map=m, gamma=0.8), _rdm_ref(S, 5, 0.8, T), atol=1e-13, rtol=0)
+        with self.assertRaises(ValueError):
+            qk.projected_gram(X, map=m, gamma=-1.0)
+
+    def test_shots_and_psd(self):
+        X = RNG.uniform(-1, 1, (30, 4))
+        K = qk.gram(X, map="zz(reps=2)", device="cpu", precision="fp64")
+        Ks = qk.sampled(K, 1000, seed=1)
+        np.testing.assert_array_equal(Ks, qk.sampled(K, 1000, seed=1))          # reproducible
+        np.testing.assert_array_equal(Ks, Ks.T)
+        np.testing.assert_array_equal(np.diag(Ks), np.diag(K))
+        self.assertTrue(np.all(np.abs(Ks * 1000 - np.round(Ks * 1000))[np.triu_indices(30, 1)] < 1e-9))  # counts / shots
+        z = (Ks - K)[np.triu_indices(30, 1)] / np.sqrt(K * (1 - K) / 1000 + 1e-12)[np.triu_indices(30, 1)]
+        self.assertLess(abs(np.mean(z)), 0.3)            # unbiased: the mean of 435 standardised draws
+        self.assertLess(abs(np.std(z) - 1.0), 0.2)       # with the binomial variance
+        P = qk.closest_psd(Ks)
+        self.assertGreaterEqual(np.linalg.eigvalsh(P).min(), -1e-12)
+        w = np.linalg.eigvalsh(Ks)
+        if w.min() < 0:   # the projection changes K by exactly the negative spectrum (Frobenius)
+            self.assertAlmostEqual(np.linalg.norm(P - Ks), np.linalg.norm(w[w < 0]), places=10)
+        with self.assertRaises(ValueError):
+            qk.sampled(K, 0)
 
 
 class TestTrainer(unittest.TestCase):

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "gram_states", "gram_vjp", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "gram_vjp", "projected_gram", "sampled", "closest_psd", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -547,6 +547,60 @@ class KernelTrainer:
         self.n_evals = int(res.nfev)
         self.kernel = Kernel(self.map, weights=self.optimal_point)
         return self
+
+
+def projected_gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
+                   gamma: float = 1.0, weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None) -> np.ndarray:
+    """The projected quantum kernel (Huang et al., Nat. Commun. 12, 2631 (2021)):
+    K(x, x') = exp(-gamma sum_k ||rho_k(x) - rho_k(x')||_F^2) over the one-qubit reduced density
+    matrices of the map's states. Unlike the fidelity kernel it does not concentrate exponentially
+    with the qubit count. CPU engine, fp64; entangling maps up to 30 qubits, product maps at any
+    qubit count."""
+    Xa = _as_data(X, "X")
+    Ya = None if Y is None else _as_data(Y, "Y")
+    if Ya is not None and Ya.shape[1] != Xa.shape[1]:
+        raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
+    m = _resolve_map(map, Xa.shape[1], weights)
+    return _qk._gram_projected(m, Xa, Ya, float(gamma), _threads(threads))
+
+
+def sampled(K: npt.ArrayLike, shots: int, seed: Optional[int] = None, symmetric: Optional[bool] = None) -> np.ndarray:
+    """K as a device with shots would estimate it: each entry the all-zeros frequency of ``shots``
+    runs of the compute-uncompute circuit, Binomial(shots, K_ij) / shots (qiskit-machine-learning's
+    FidelityQuantumKernel with a sampler, PennyLane devices with shots), reproducible with
+    ``seed``. symmetric (default: K is square and symmetric): one draw per pair, mirrored, and the
+    diagonal left at K_ii (1 for the fidelity kernel, which the all-zeros outcome always gives)."""
+    Ka = np.asarray(K, dtype=np.float64)
+    shots = int(shots)
+    if shots < 1:
+        raise ValueError(f"shots must be >= 1 (got {shots})")
+    if Ka.ndim != 2 or not np.all(np.isfinite(Ka)) or Ka.min(initial=0.0) < 0 or Ka.max(initial=0.0) > 1 + 1e-9:
+        raise ValueError("K must be a 2-D array of probabilities in [0, 1]")
+    rng = np.random.default_rng(seed)
+    if symmetric is None:
+        symmetric = Ka.shape[0] == Ka.shape[1] and np.allclose(Ka, Ka.T, atol=1e-12)
+    P = np.clip(Ka, 0.0, 1.0)
+    if not symmetric:
+        return rng.binomial(shots, P) / shots
+    n = Ka.shape[0]
+    iu = np.triu_indices(n, 1)
+    out = np.array(Ka, copy=True)
+    draws = rng.binomial(shots, P[iu]) / shots
+    out[iu] = draws
+    out[(iu[1], iu[0])] = draws
+    return out
+
+
+def closest_psd(K: npt.ArrayLike) -> np.ndarray:
+    """The closest positive semidefinite matrix to a symmetric K in the Frobenius norm (the
+    negative eigenvalues set to 0), as PennyLane's ``qml.kernels.closest_psd_matrix`` without a
+    solver: for K estimated with shots, whose noise leaves negative eigenvalues."""
+    Ka = np.asarray(K, dtype=np.float64)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1]:
+        raise ValueError(f"K must be square (got shape {Ka.shape})")
+    S = (Ka + Ka.T) / 2
+    w, v = np.linalg.eigh(S)
+    return (v * np.maximum(w, 0.0)) @ v.T
 
 
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",

@@ -752,6 +752,49 @@ done:
     return res;
 }
 
+/* ---- projected ---- */
+static PyObject *qkpy_gram_projected(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"map", "x", "y", "gamma", "threads", NULL};
+    PyObject *mapo, *xo, *yo = Py_None;
+    PyArrayObject *x, *y = NULL, *K;
+    qkpy_Map *map;
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_gram_desc g;
+    qk_result r;
+    npy_intp dims[2];
+    double gamma;
+    int threads = 0;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOd|i:_gram_projected", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &gamma, &threads)) return NULL;
+    map = (qkpy_Map *)mapo;
+    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) return NULL;
+    x = (PyArrayObject *)xo;
+    if (yo != Py_None) {
+        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) return NULL;
+        y = (PyArrayObject *)yo;
+    }
+    dims[0] = PyArray_DIM(x, 0);
+    dims[1] = y ? PyArray_DIM(y, 0) : dims[0];
+    K = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_DOUBLE);
+    if (!K) return NULL;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = qkpy_threads_for(threads);
+    memset(&g, 0, sizeof g);
+    g.x = (const double *)PyArray_DATA(x); g.n_x = dims[0];
+    g.y = y ? (const double *)PyArray_DATA(y) : NULL; g.n_y = y ? dims[1] : 0;
+    g.out = PyArray_DATA(K); g.out_dtype = QK_F64;
+    Py_BEGIN_ALLOW_THREADS
+    r = qk_ctx_create(&cd, &ctx);
+    if (r == QK_OK) r = qk_gram_projected(ctx, map->map, &g, gamma);
+    qk_ctx_destroy(ctx);
+    Py_END_ALLOW_THREADS
+    if (r != QK_OK) { Py_DECREF(K); return qkpy_raise(r); }
+    return (PyObject *)K;
+}
+
 /* ---- engine ---- */
 static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
 {
@@ -805,6 +848,8 @@ static PyMethodDef qkpy_methods[] = {
      "qk_gram_states on raw pointers (qk.gram_states resolves the arrays)"},
     {"_gram_vjp", (PyCFunction)(void (*)(void))qkpy_gram_vjp, METH_VARARGS | METH_KEYWORDS,
      "_gram_vjp(map, x, y, g, threads=0): (dL/dw, K) for G = dL/dK (qk_gram_vjp)"},
+    {"_gram_projected", (PyCFunction)(void (*)(void))qkpy_gram_projected, METH_VARARGS | METH_KEYWORDS,
+     "_gram_projected(map, x, y, gamma, threads=0): the projected quantum kernel (qk_gram_projected)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},
