@@ -10922,7 +10922,7 @@ typedef struct qk__gemm_job {
 } qk__gemm_job;
 
 #if defined(QK__VEC)
-typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));
+typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
 #endif
 
 QK__CONTRACT
@@ -10933,7 +10933,7 @@ static void qk__gemm_rows(const qk__gemm_job *g, int64_t i0, int64_t i1)
     for (i = i0; i + QK__GR <= i1; i += QK__GR) {
         for (j = j0; j + 8 <= g->n; j += 8) {
 #if defined(QK__VEC)
-            qk__v4 c[QK__GR][2], b0, b1, z;
+            qk__gv4 c[QK__GR][2], b0, b1, z;
             int r;
             memset(&z, 0, sizeof z);
             for (r = 0; r < QK__GR; r++) { c[r][0] = z; c[r][1] = z; }
