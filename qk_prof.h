@@ -5659,14 +5659,32 @@ static double *qk__prof_work(const qk_prof_facts *f, int dev, int stream_any, ui
     return iv;
 }
 
-/* The loop: from the first step's start to the last step's end; without (enough) steps, the span
-   of the GPU work. Returns 1 with steps. */
+/* The loop: from the first step's start to the last step's end, then on over the GPU work still
+   queued when the last step ended: a host that launches asynchronously ends its steps before the
+   GPU has run them, so the busy stretch of the GPUs that runs through the last step's end (gaps
+   shorter than QK__PROF_QUEUE_GAP_NS, the GPU going from one queued item to the next) is the loop's
+   work too. Without (enough) steps, the span of the GPU work. Returns 1 with steps. */
+#define QK__PROF_QUEUE_GAP_NS 200000.0
 static int qk__prof_loop(const qk_prof_facts *f, const qk_prof_advice_cfg *c, double *t0, double *t1)
 {
     size_t i;
     if (f->n_steps >= (size_t)c->min_steps && f->n_steps > 0) {
+        double *iv;
+        size_t o = 0, n;
         *t0 = f->steps[0].t0_ns;
         *t1 = f->steps[f->n_steps - 1].t1_ns;
+        iv = (double *)QK_PROF_MALLOC(((size_t)f->n_acts + 1) * 2 * sizeof *iv);
+        if (!iv) return 1;      /* no memory: the steps' span alone */
+        for (i = 0; i < f->n_acts; i++)
+            if (qk__prof_is_work(f->acts[i].kind) && f->acts[i].end_ns > *t1) {
+                iv[2 * o] = f->acts[i].start_ns;
+                iv[2 * o + 1] = f->acts[i].end_ns;
+                o++;
+            }
+        n = qk__prof_merge(iv, o);
+        for (i = 0; i < n; i++)
+            if (iv[2 * i] <= *t1 + QK__PROF_QUEUE_GAP_NS && iv[2 * i + 1] > *t1) *t1 = iv[2 * i + 1];
+        QK_PROF_FREE(iv);
         return 1;
     }
     *t0 = 1e300;
