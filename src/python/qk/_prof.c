@@ -40,17 +40,23 @@ static void *qkpp_ptr(PyObject *o)
 static PyObject *qkpp_init(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kws[] = { "events_per_thread", "gpu_records_per_thread", "gpu_queue", "top_n", "preallocate",
-                           "step_warmup", "step_window", NULL };
+                           "step_warmup", "step_window", "cupti", "cupti_records", NULL };
     qk_prof_desc d;
-    Py_ssize_t ev = 0, gr = 0;
+    Py_ssize_t ev = 0, gr = 0, cr = 0;
     (void)self;
     memset(&d, 0, sizeof d);
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nniiiii", kws, &ev, &gr, &d.gpu_queue, &d.top_n, &d.preallocate,
-                                     &d.step_warmup, &d.step_window))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "|nniiiiiin", kws, &ev, &gr, &d.gpu_queue, &d.top_n, &d.preallocate,
+                                     &d.step_warmup, &d.step_window, &d.cupti, &cr))
         return NULL;
-    if (ev < 0 || gr < 0) { PyErr_SetString(PyExc_ValueError, "sizes must be >= 0"); return NULL; }
+    if (ev < 0 || gr < 0 || cr < 0) { PyErr_SetString(PyExc_ValueError, "sizes must be >= 0"); return NULL; }
+    if (d.cupti < 0 || d.cupti > 2) {
+        PyErr_SetString(PyExc_ValueError, "cupti must be 0 (as QK_PROF_CUPTI says), 1 (kernels, copies, memsets, "
+                        "syncs) or 2 (also runtime calls)");
+        return NULL;
+    }
     d.events_per_thread = (size_t)ev;
     d.gpu_records_per_thread = (size_t)gr;
+    d.cupti_records = (size_t)cr;
     if (qk_prof_init(&d) != 0) return qkpp_err();
     Py_RETURN_NONE;
 }
@@ -317,6 +323,124 @@ static PyObject *qkpp_stream_stats(PyObject *self, PyObject *st)
     return Py_BuildValue("{s:K,s:d,s:d}", "zones", (unsigned long long)zones, "busy_ns", busy, "wall_ns", wall);
 }
 
+/* d[key] = v (a new reference, consumed; NULL: the error already set). 0 or -1. */
+static int qkpp_set(PyObject *d, const char *key, PyObject *v)
+{
+    int rc;
+    if (!v) return -1;
+    rc = PyDict_SetItemString(d, key, v);
+    Py_DECREF(v);
+    return rc;
+}
+
+/* The profiler's texts as str: UTF-8, a character cut by a fixed-size field replaced (U+FFFD). */
+static PyObject *qkpp_str(const char *s)
+{
+    if (!s) s = "";
+    return PyUnicode_DecodeUTF8(s, (Py_ssize_t)strlen(s), "replace");
+}
+
+static int qkpp_set_str(PyObject *d, const char *key, const char *s) { return qkpp_set(d, key, qkpp_str(s)); }
+
+static int qkpp_set_u64(PyObject *d, const char *key, uint64_t v)
+{
+    return qkpp_set(d, key, PyLong_FromUnsignedLongLong((unsigned long long)v));
+}
+
+/* cupti_status() -> str: "on: ...", "unavailable: <why>" or "off ..." (qk_prof_cupti_status) */
+static PyObject *qkpp_cupti_status(PyObject *self, PyObject *noargs)
+{
+    (void)self; (void)noargs;
+    return qkpp_str(qk_prof_cupti_status());
+}
+
+/* activity_summary() -> dict: qk_prof_act_summary, after handing CUPTI's completed buffers to the
+   store (as a report does; qk__prof_cupti_flush is this file's, being the implementation's TU),
+   so the counts include every activity finished by now. */
+static PyObject *qkpp_activity_summary(PyObject *self, PyObject *noargs)
+{
+    qk_prof_act_summary s;
+    PyObject *d;
+    (void)self; (void)noargs;
+    Py_BEGIN_ALLOW_THREADS
+    qk__prof_cupti_flush();
+    qk_prof_activity_summary(&s);
+    Py_END_ALLOW_THREADS
+    if (!(d = PyDict_New())) return NULL;
+    if (qkpp_set(d, "cupti", PyLong_FromLong(s.cupti)) || qkpp_set_str(d, "status", qk_prof_cupti_status()) ||
+        qkpp_set_u64(d, "kernels", s.kernels) || qkpp_set_u64(d, "memcpys", s.memcpys) ||
+        qkpp_set_u64(d, "memsets", s.memsets) || qkpp_set_u64(d, "syncs", s.syncs) ||
+        qkpp_set_u64(d, "runtime", s.runtime) || qkpp_set_u64(d, "kept", s.kept) ||
+        qkpp_set_u64(d, "dropped", s.dropped) || qkpp_set_u64(d, "dropped_cupti", s.dropped_cupti) ||
+        qkpp_set_u64(d, "incomplete", s.incomplete)) {
+        Py_DECREF(d);
+        return NULL;
+    }
+    return d;
+}
+
+/* activity_add(kind, start_ns, end_ns, name=None, zone=None, stream=0, bytes=0, dir=0, src_kind=0,
+   dst_kind=0, sync=0): qk_prof_activity_add, a record on the profiler's timeline (ns from its
+   start; kind a qk_prof_act_kind). Not in qk.prof's API: the tests feed the tables and the
+   rules with it where no GPU is. */
+static PyObject *qkpp_activity_add(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kws[] = { "kind", "start_ns", "end_ns", "name", "zone", "stream", "bytes", "dir", "src_kind", "dst_kind",
+                           "sync", NULL };
+    qk_prof_activity a;
+    unsigned int stream = 0;
+    unsigned long long bytes = 0;
+    (void)self;
+    memset(&a, 0, sizeof a);
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "idd|zzIKiiii", kws, &a.kind, &a.start_ns, &a.end_ns, &a.name, &a.zone,
+                                     &stream, &bytes, &a.dir, &a.src_kind, &a.dst_kind, &a.sync))
+        return NULL;
+    a.stream = stream;
+    a.bytes = bytes;
+    if (qk_prof_activity_add(&a) != 0) {
+        PyErr_SetString(PyExc_ValueError, qk_prof_last_error());
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+/* advice() -> [dict]: qk_prof_get_advice, every item (rule, where, evidence, fix, impact_ns), in
+   the reports' order (the time at stake, largest first). */
+static PyObject *qkpp_advice(PyObject *self, PyObject *noargs)
+{
+    qk_prof_advice *items = NULL;
+    int n = 0, cap = 32, i;
+    PyObject *list;
+    (void)self; (void)noargs;
+    for (;;) {
+        qk_prof_advice *np = (qk_prof_advice *)realloc(items, (size_t)cap * sizeof *items);
+        if (!np) { free(items); return PyErr_NoMemory(); }
+        items = np;
+        Py_BEGIN_ALLOW_THREADS
+        n = qk_prof_get_advice(items, cap);
+        Py_END_ALLOW_THREADS
+        if (n <= cap) break;
+        cap = n; /* more than fit: again with room for all (a later run may find more still) */
+    }
+    if (n < 0) { free(items); return qkpp_err(); }
+    if (!(list = PyList_New(n))) { free(items); return NULL; }
+    for (i = 0; i < n; i++) {
+        const qk_prof_advice *a = &items[i];
+        PyObject *o = PyDict_New();
+        if (!o || qkpp_set_str(o, "rule", a->rule) || qkpp_set_str(o, "where", a->where) ||
+            qkpp_set_str(o, "evidence", a->evidence) || qkpp_set_str(o, "fix", a->fix) ||
+            qkpp_set(o, "impact_ns", PyFloat_FromDouble(a->impact_ns))) {
+            Py_XDECREF(o);
+            Py_DECREF(list);
+            free(items);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, o);
+    }
+    free(items);
+    return list;
+}
+
 static PyMethodDef qkpp_methods[] = {
     {"init", (PyCFunction)(void (*)(void))qkpp_init, METH_VARARGS | METH_KEYWORDS, "qk_prof_init"},
     {"shutdown", qkpp_shutdown, METH_NOARGS, "qk_prof_shutdown"},
@@ -338,6 +462,12 @@ static PyMethodDef qkpp_methods[] = {
     {"step_stats", qkpp_step_stats, METH_VARARGS, "step_stats(name=None, gpu=False) -> dict or None"},
     {"summary", qkpp_summary, METH_NOARGS, "summary() -> dict"},
     {"stream_stats", qkpp_stream_stats, METH_O, "stream_stats(stream_ptr) -> dict or None"},
+    {"cupti_status", qkpp_cupti_status, METH_NOARGS, "cupti_status() -> str"},
+    {"activity_summary", qkpp_activity_summary, METH_NOARGS, "activity_summary() -> dict"},
+    {"advice", qkpp_advice, METH_NOARGS, "advice() -> list of dicts"},
+    {"activity_add", (PyCFunction)(void (*)(void))qkpp_activity_add, METH_VARARGS | METH_KEYWORDS,
+     "activity_add(kind, start_ns, end_ns, name=None, zone=None, stream=0, bytes=0, dir=0, src_kind=0, dst_kind=0, "
+     "sync=0): qk_prof_activity_add (tests)"},
     {NULL, NULL, 0, NULL}
 };
 

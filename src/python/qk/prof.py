@@ -18,18 +18,58 @@ code as a C program's::
 
 Names are interned: a zone name costs a dictionary lookup per use. The profiler is one per
 process (the C library's global state); zones nest per thread.
+
+The CUPTI activity mode (``init(cupti=1)``; where the package was built with CUDA) records every
+kernel, copy, memset and host wait on every stream, CuPy's, PyTorch's and the libraries' kernels
+included, each attributed to the innermost CPU zone open on the thread that launched it, so a
+step loop needs no GPU zone around each kernel::
+
+    prof.init(cupti=1)                             # before the GPU work to be recorded
+    for i in range(n_steps):
+        with prof.zone("step"):                    # its kernels are "launched in" step
+            y = torch.relu(x @ w)
+    torch.cuda.synchronize()                       # what still runs is not counted
+    prof.activity_summary()["kernels"]             # cupti_status() says why where it is off
+    for a in prof.advice():                        # the rules' findings, as the reports give them
+        print(a["rule"], a["where"], a["impact_ns"])
 """
 from __future__ import annotations
 
 import functools
 import threading
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, TypedDict
 
 from . import _prof
 
 __all__ = ["init", "shutdown", "zone", "func", "gpu_zone", "step", "step_end", "counter", "count", "track", "untrack",
            "thread_name", "stream_name", "gpu_collect", "report", "write_json", "write_trace", "write_html",
-           "zone_stats", "step_stats", "stream_stats", "summary", "has_cuda", "stream_handle"]
+           "zone_stats", "step_stats", "stream_stats", "summary", "has_cuda", "stream_handle",
+           "cupti_status", "activity_summary", "advice", "ActivitySummary", "Advice"]
+
+
+class ActivitySummary(TypedDict):
+    """What the CUPTI mode recorded (qk_prof_act_summary), from activity_summary()."""
+    cupti: int          # 1 recording, 0 not asked, -1 asked but unavailable (status says why)
+    status: str         # cupti_status(): "on: ...", "unavailable: <why>", "off ..."
+    kernels: int        # kernels, copies, memsets, host waits (syncs), runtime calls (cupti=2):
+    memcpys: int        # exact counts, also beyond the record store
+    memsets: int
+    syncs: int
+    runtime: int
+    kept: int           # records kept for the trace and the advice (at most cupti_records)
+    dropped: int        # records not kept: the store was full
+    dropped_cupti: int  # records CUPTI dropped (no buffer given)
+    incomplete: int     # records without valid times
+
+
+class Advice(TypedDict):
+    """One item of advice (qk_prof_advice), from advice()."""
+    rule: str           # the rule id: "pageable-copy", "sync-in-loop", "gpu-idle", "launch-bound",
+                        # "serialized-copy", "memory-growth", "step-outliers", "step-drift", "thread-imbalance"
+    where: str          # the zone, stream or memory the evidence points at
+    evidence: str       # the numbers that made the rule fire
+    fix: str            # what to do about it
+    impact_ns: float    # the time at stake, an estimate (0: not a time); advice() is sorted by it
 
 _CPU, _GPU, _COUNTER = 0, 1, 2
 _sites: Dict[Tuple[str, int], int] = {}
@@ -55,12 +95,26 @@ def has_cuda() -> bool:
 
 
 def init(*, events_per_thread: int = 0, gpu_records_per_thread: int = 0, gpu_queue: int = 0, top_n: int = 0,
-         preallocate: bool = False, step_warmup: int = 0, step_window: int = 0) -> None:
+         preallocate: bool = False, step_warmup: int = 0, step_window: int = 0, cupti: int = 0,
+         cupti_records: int = 0) -> None:
     """Configure the profiler before the first zone (qk_prof_desc; 0 = the default). step_warmup:
-    steps left out of the step statistics (default 1, -1: none); step_window: steps kept per zone."""
+    steps left out of the step statistics (default 1, -1: none); step_window: steps kept per zone.
+
+    cupti: the CUPTI activity mode, started here: 1 records every kernel, copy, memset and host
+    wait (each with the CPU zone it was launched in), 2 also every CUDA runtime call, 0 as the
+    environment variable QK_PROF_CUPTI says (unset: off). It never fails: where CUPTI cannot record
+    (a build without CUDA, no libcupti, another tool holding CUPTI) cupti_status() says why.
+    cupti_records: activity records kept for the trace and the advice (default 262144); the
+    counts stay exact beyond it. Raises ValueError for a cupti other than 0, 1, 2 or a negative
+    size, RuntimeError once zones were recorded (shutdown() first)."""
+    if cupti not in (0, 1, 2):
+        raise ValueError("qk.prof.init: cupti must be 0 (as QK_PROF_CUPTI says), 1 (kernels, copies, memsets, "
+                         "host waits) or 2 (also runtime calls), not %r" % (cupti,))
+    if cupti_records < 0:
+        raise ValueError("qk.prof.init: cupti_records must be >= 0 (0: the default), not %r" % (cupti_records,))
     _prof.init(events_per_thread=events_per_thread, gpu_records_per_thread=gpu_records_per_thread,
                gpu_queue=gpu_queue, top_n=top_n, preallocate=int(bool(preallocate)), step_warmup=step_warmup,
-               step_window=step_window)
+               step_window=step_window, cupti=int(cupti), cupti_records=int(cupti_records))
 
 
 def shutdown() -> None:
@@ -256,3 +310,27 @@ def stream_stats(stream: Any) -> Optional[dict]:
 
 def summary() -> dict:
     return _prof.summary()
+
+
+def cupti_status() -> str:
+    """The CUPTI mode's state in words (qk_prof_cupti_status): "on: kernels, copies, ...",
+    "unavailable: <why>" (e.g. "the implementation was compiled without QK_PROF_CUDA" in a build
+    without CUDA, libcupti not found, another tool holding CUPTI) or "off (...)" (not asked)."""
+    return _prof.cupti_status()
+
+
+def activity_summary() -> ActivitySummary:
+    """The CUPTI mode's counts (qk_prof_activity_summary) with its state: cupti (1 recording, 0
+    not asked, -1 asked but unavailable), status (cupti_status()), kernels, memcpys, memsets,
+    syncs, runtime, kept, dropped, dropped_cupti, incomplete. CUPTI's completed buffers are
+    taken in first, so everything that finished on the GPU by now counts: synchronize (e.g.
+    torch.cuda.synchronize()) before reading it for exact counts."""
+    return _prof.activity_summary()  # type: ignore[return-value]
+
+
+def advice() -> List[Advice]:
+    """The advice of this run so far, as every report gives it (qk_prof_get_advice; thresholds
+    from the environment variable QK_PROF_ADVICE): a list of dicts with rule (the rule's id),
+    where, evidence, fix and impact_ns (the time at stake), largest impact first; empty when no
+    rule fires. Rules: docs/profiler.md, "Advice"."""
+    return _prof.advice()  # type: ignore[return-value]
