@@ -1313,6 +1313,15 @@ typedef struct qk_cuda_prof_hooks {
     void (*untrack)(const void *ptr);
     void (*counter)(struct qk_prof_site *site, double value, int add);
 } qk_cuda_prof_hooks;
+/* The stream pool of one GPU (design card: "stream pool"): the compute, copy and epilogue streams
+   and the cuBLAS handle, created once on the GPU current at qk_cuda_pool_create and kept by the
+   context (one per GPU) across calls. A Gram job on that GPU borrows it whole and hands it back
+   synchronised; a job that finds it lent, or on another GPU, makes its own for the call, as without
+   a pool. qk_cuda_pool_destroy makes the pool's GPU current while it destroys (then restores the
+   caller's). */
+typedef struct qk_cuda_pool qk_cuda_pool;
+QK_CUDA_DEF qk_result qk_cuda_pool_create(qk_cuda_pool **out, char *err, size_t err_size);
+QK_CUDA_DEF void qk_cuda_pool_destroy(qk_cuda_pool *pool);
 /* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
 typedef struct qk_cuda_io {
     qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */
@@ -1323,6 +1332,7 @@ typedef struct qk_cuda_io {
     size_t stage_bytes;
     qk_cuda_stats *stats;       /* may be NULL */
     const qk_cuda_prof_hooks *prof; /* the profiler's GPU zones (NULL: none) */
+    qk_cuda_pool *pool;         /* the GPU's stream pool (NULL: the job makes its own streams) */
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -2090,6 +2100,9 @@ struct qk_ctx {
     qk_device_info dev_info[QK_MAX_DEVICES];
     void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
     size_t dstage_bytes[QK_MAX_DEVICES];
+#if defined(QK_CUDA) && QK_CUDA
+    qk_cuda_pool *spool[QK_MAX_DEVICES]; /* each GPU's stream pool, made on its first job there */
+#endif
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
@@ -9717,6 +9730,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         for (k = 0; k < QK_MAX_DEVICES; k++) {
             qk_cuda_host_free(ctx->dstage[k][0]);
             qk_cuda_host_free(ctx->dstage[k][1]);
+            qk_cuda_pool_destroy(ctx->spool[k]);
         }
     }
 #endif
@@ -10101,6 +10115,15 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
+/* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
+   when it cannot be made (the job then makes its own streams, as the pool's absence means). */
+static qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
+{
+    char err[256];
+    if (!ctx->spool[k] && qk_cuda_pool_create(&ctx->spool[k], err, sizeof err) != QK_OK) ctx->spool[k] = NULL;
+    return ctx->spool[k];
+}
+
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
    copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
    (MPS path; NULL: built here). */
@@ -10124,6 +10147,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     io.rows_user = &d;
     io.stats = stats;
     io.prof = QK__PROF_CUDA_HOOKS;
+    io.pool = ctx ? qk__cuda_pool(ctx, 0) : NULL;
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
@@ -10424,6 +10448,7 @@ static void *qk__mgpu_main(void *p)
         io.rows_user = v;
         io.stats = &v->stats;
         io.prof = QK__PROF_CUDA_HOOKS;
+        io.pool = qk__cuda_pool(ctx, v->k);
         if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
             size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
             if (ctx->dstage_bytes[v->k] < need) {

@@ -116,6 +116,7 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         for (k = 0; k < QK_MAX_DEVICES; k++) {
             qk_cuda_host_free(ctx->dstage[k][0]);
             qk_cuda_host_free(ctx->dstage[k][1]);
+            qk_cuda_pool_destroy(ctx->spool[k]);
         }
     }
 #endif

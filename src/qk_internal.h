@@ -631,6 +631,9 @@ struct qk_ctx {
     qk_device_info dev_info[QK_MAX_DEVICES];
     void *dstage[QK_MAX_DEVICES][2];    /* several GPUs: each one's pinned staging (its thread's) */
     size_t dstage_bytes[QK_MAX_DEVICES];
+#if defined(QK_CUDA) && QK_CUDA
+    qk_cuda_pool *spool[QK_MAX_DEVICES]; /* each GPU's stream pool, made on its first job there */
+#endif
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */

@@ -184,6 +184,15 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
+/* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
+   when it cannot be made (the job then makes its own streams, as the pool's absence means). */
+static qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
+{
+    char err[256];
+    if (!ctx->spool[k] && qk_cuda_pool_create(&ctx->spool[k], err, sizeof err) != QK_OK) ctx->spool[k] = NULL;
+    return ctx->spool[k];
+}
+
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
    copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
    (MPS path; NULL: built here). */
@@ -207,6 +216,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     io.rows_user = &d;
     io.stats = stats;
     io.prof = QK__PROF_CUDA_HOOKS;
+    io.pool = ctx ? qk__cuda_pool(ctx, 0) : NULL;
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
@@ -507,6 +517,7 @@ static void *qk__mgpu_main(void *p)
         io.rows_user = v;
         io.stats = &v->stats;
         io.prof = QK__PROF_CUDA_HOOKS;
+        io.pool = qk__cuda_pool(ctx, v->k);
         if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
             size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
             if (ctx->dstage_bytes[v->k] < need) {

@@ -158,6 +158,7 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.rows_user = io ? io->rows_user : nullptr;
         J.stats = io ? io->stats : nullptr;
         J.prof = io ? io->prof : nullptr;
+        J.cpool = io ? io->pool : nullptr;
         for (int i = 0; i < 2; ++i) J.io_stage[i] = io ? io->stage[i] : nullptr;
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.delivered = &delivered;

@@ -17,6 +17,48 @@ struct qk__pool {
     std::vector<qk__ev_tag> ev_tag;
 };
 
+/* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
+   cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
+struct qk_cuda_pool {
+    int device = -1;
+    bool lent = false;
+    cudaStream_t st[3] = {nullptr, nullptr, nullptr};
+    cublasHandle_t blas = nullptr;
+};
+
+extern "C" void qk_cuda_pool_destroy(qk_cuda_pool *p)
+{
+    if (!p) return;
+    int cur = -1;
+    const bool back = cudaGetDevice(&cur) == cudaSuccess && cur != p->device && p->device >= 0;
+    if (back) cudaSetDevice(p->device);
+    for (int i = 0; i < 3; ++i)
+        if (p->st[i]) { cudaStreamSynchronize(p->st[i]); cudaStreamDestroy(p->st[i]); }
+    if (p->blas) cublasDestroy(p->blas);
+    if (back) cudaSetDevice(cur);
+    cudaGetLastError();
+    delete p;
+}
+
+extern "C" qk_result qk_cuda_pool_create(qk_cuda_pool **out, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!out) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_pool_create: NULL argument");
+    *out = nullptr;
+    qk_cuda_pool *p = new (std::nothrow) qk_cuda_pool;
+    if (!p) return qk__fail_msg(E, QK_ERROR_OUT_OF_MEMORY, "qk_cuda_pool_create: out of memory");
+    auto make = [&]() -> qk_result {
+        QK_CK(cudaGetDevice(&p->device));
+        for (int i = 0; i < 3; ++i) QK_CK(cudaStreamCreateWithFlags(&p->st[i], cudaStreamNonBlocking));
+        return QK_OK;
+    };
+    const qk_result r = make();
+    if (r != QK_OK) { qk_cuda_pool_destroy(p); return r; }
+    *out = p;
+    return QK_OK;
+}
+
 struct qk__job_state {
     qk__err *E;
     const qk_plan *plan;
@@ -33,6 +75,8 @@ struct qk__job_state {
     qk__prog pg;
     qk__dprog dp;
     qk__pool pool;
+    qk_cuda_pool *cpool = nullptr;       /* the GPU's stream pool offered (qk_cuda_io.pool) */
+    qk_cuda_pool *lent = nullptr;        /* ... and borrowed for this job: its streams and handle */
     cublasHandle_t blas = nullptr;
     double *dx = nullptr, *dy = nullptr;
     bool x_in_place = false;             /* dx, dy are the caller's device states (qk_gram_states) */
@@ -64,16 +108,17 @@ static void qk__job_free(qk__job_state *J)
     cudaFree(J->Cw[0]); cudaFree(J->Cw[1]);
     if (J->gemm_done) cudaEventDestroy(J->gemm_done);
     for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
-    if (J->est) cudaStreamDestroy(J->est);
+    if (J->est && !J->lent) cudaStreamDestroy(J->est);
     for (int i = 0; i < 2; ++i) {
         if (J->stage[i] && J->own_stage) cudaFreeHost(J->stage[i]);
         if (J->slab_done[i]) cudaEventDestroy(J->slab_done[i]);
         if (J->copy_done[i]) cudaEventDestroy(J->copy_done[i]);
-        if (J->pool.st[i]) cudaStreamDestroy(J->pool.st[i]);
+        if (J->pool.st[i] && !J->lent) cudaStreamDestroy(J->pool.st[i]);
     }
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
-    if (J->blas) cublasDestroy(J->blas);
+    if (J->blas && !J->lent) cublasDestroy(J->blas);
+    if (J->lent) J->lent->lent = false;   /* handed back, its streams synchronised above */
     cudaGetLastError();
 }
 
@@ -162,7 +207,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result alloc()
     {
-        for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
+        int dev = -1;
+        if (J->cpool && !J->cpool->lent && cudaGetDevice(&dev) == cudaSuccess && dev == J->cpool->device) {
+            J->lent = J->cpool;          /* the context's streams, kept across calls */
+            J->lent->lent = true;
+            J->pool.st[0] = J->lent->st[0];
+            J->pool.st[1] = J->lent->st[1];
+        } else {
+            for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&J->pool.st[i], cudaStreamNonBlocking));
+        }
         QK_CK(cudaEventCreate(&J->pool.t0));
         cs = J->pool.st[0];
         xs = J->pool.st[1];
@@ -201,11 +254,17 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
         }
         if (use_blas) {
-            QK_BLAS_CK(cublasCreate(&J->blas));
+            if (J->lent) {               /* the pool's handle, made by the first job that needs one */
+                if (!J->lent->blas) QK_BLAS_CK(cublasCreate(&J->lent->blas));
+                J->blas = J->lent->blas;
+            } else {
+                QK_BLAS_CK(cublasCreate(&J->blas));
+            }
             QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
             if (n_slabs > 1) {
                 QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
-                QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
+                if (J->lent) J->est = J->lent->st[2];
+                else QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
                 QK_CK(cudaEventCreateWithFlags(&J->gemm_done, cudaEventDisableTiming));
                 for (int i = 0; i < 2; ++i) QK_CK(cudaEventCreateWithFlags(&J->ep_done[i], cudaEventDisableTiming));

@@ -72,6 +72,7 @@
 #include <string.h>
 #include <stdint.h>
 #include <chrono>
+#include <new>
 #include <thread>
 #include <vector>
 #include <algorithm>

@@ -1102,6 +1102,86 @@ static void stream_tests(qk_ctx *gpu)
     }
 }
 
+/* ---- the stream pool: a context's streams and cuBLAS handle are made once per GPU ---- */
+/* A fresh context's first Gram makes the pool (3 streams) and, on a cuBLAS engine, its handle; the
+   next calls borrow them: each acquires exactly that many resources fewer than the first, on every
+   output, and K is bit for bit the first call's. Destroying the context returns the pool's
+   resources (device memory back to its level, the streams synchronised). */
+static void pool_tests()
+{
+    struct Case { const char *spec; int d; int64_t n; qk_precision p; qk_output out; int blas; };
+    const Case cases[] = {{"zz(reps=2)", 8, 700, QK_PRECISION_FP32X3, QK_OUTPUT_HOST, 1},
+                          {"zz(reps=2)", 9, 500, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, -1},
+                          {"hea(layers=2)", 6, 400, QK_PRECISION_FP32, QK_OUTPUT_CALLBACK, -1}};
+    for (const Case &c : cases) {
+        qk_map *m = nullptr;
+        if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "pool: parse %s", c.spec); continue; }
+        std::vector<double> x((size_t)c.n * c.d);
+        for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
+        const size_t cnt = (size_t)c.n * c.n;
+        double *dbuf = nullptr;
+        if (c.out == QK_OUTPUT_DEVICE) cudaMalloc((void **)&dbuf, cnt * 8);
+        qk_ctx *gpu = nullptr;
+        qk_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CUDA;
+        cd.autotune = -1;
+        if (qk_ctx_create(&cd, &gpu) != QK_OK) { CHECK(false, "pool: context: %s", qk_last_error()); qk_map_free(m); continue; }
+        TileRec tr;
+        qk_plan plan;
+        auto run = [&](std::vector<double> &dst) -> qk_result {
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = x.data(); g.n_x = c.n; g.precision = c.p; g.output = c.out;
+            g.out_dtype = c.out == QK_OUTPUT_CALLBACK ? QK_F32 : QK_F64; /* tile_rec records float tiles */
+            dst.assign(cnt, NAN);
+            if (c.out == QK_OUTPUT_HOST) g.out = dst.data();
+            if (c.out == QK_OUTPUT_DEVICE) { cudaMemset(dbuf, 0xff, cnt * 8); g.out = dbuf; }
+            if (c.out == QK_OUTPUT_CALLBACK) {
+                tr.K.assign(cnt, NAN); tr.ny = c.n; tr.calls = tr.bad = tr.nonsq = 0; tr.sym = true; tr.side = 1 << 30;
+                g.tile_fn = tile_rec; g.tile_user = &tr;
+            }
+            qk_result r = qk_plan_make(gpu, m, &g, &plan);
+            if (r == QK_OK) r = qk_gram(gpu, m, &g);
+            if (r == QK_OK && c.out == QK_OUTPUT_DEVICE) cudaMemcpy(dst.data(), dbuf, cnt * 8, cudaMemcpyDeviceToHost);
+            if (r == QK_OK && c.out == QK_OUTPUT_CALLBACK) dst.assign(tr.K.begin(), tr.K.end());
+            return r;
+        };
+        std::vector<double> k1, k2, k3;
+        const int c0 = qk_cuda_test_alloc_count();
+        qk_result r1 = run(k1);
+        const int c1 = qk_cuda_test_alloc_count();
+        qk_result r2 = run(k2);
+        const int c2 = qk_cuda_test_alloc_count();
+        qk_result r3 = run(k3);
+        const int c3 = qk_cuda_test_alloc_count();
+        const int blas = plan.engine >= QK_GPU_CUBLAS && plan.engine <= QK_GPU_TC_FP64; /* engines on a cuBLAS handle */
+        CHECK(r1 == QK_OK && r2 == QK_OK && r3 == QK_OK, "pool %s: %s", c.spec, qk_last_error());
+        CHECK(c.blas < 0 || blas == c.blas, "pool %s: the plan's engine (%s) is not the case's (blas %d)", c.spec, plan.config, c.blas);
+        /* the pool's 3 streams, its cuBLAS handle, and on a staged output the context's two pinned
+           staging buffers (kept across calls since before the pool) */
+        const int want = 3 + (blas ? 1 : 0) + (c.out != QK_OUTPUT_DEVICE ? 2 : 0);
+        printf("pool %-14s out=%d %s: acquisitions %d, then %d, %d (want %d fewer)\n", c.spec, (int)c.out, plan.config, c1 - c0,
+               c2 - c1, c3 - c2, want);
+        CHECK((c1 - c0) - (c2 - c1) == want && c3 - c2 == c2 - c1, "pool %s out=%d: acquisitions %d, %d, %d: the second and third "
+              "calls should acquire %d fewer (the pool's streams%s%s)", c.spec, (int)c.out, c1 - c0, c2 - c1, c3 - c2, want,
+              blas ? ", its cuBLAS handle" : "", c.out != QK_OUTPUT_DEVICE ? ", the staging" : "");
+        CHECK(k1.size() == cnt && memcmp(k1.data(), k2.data(), cnt * 8) == 0 && memcmp(k1.data(), k3.data(), cnt * 8) == 0,
+              "pool %s: K differs between calls that borrow the pool", c.spec);
+        bool finite = true;
+        for (double v : k1) finite = finite && std::isfinite(v);
+        CHECK(finite, "pool %s: K not finite", c.spec);
+        cudaDeviceSynchronize();
+        size_t f0 = 0, f1 = 0, tot = 0;
+        cudaMemGetInfo(&f0, &tot);
+        qk_ctx_destroy(gpu);
+        cudaMemGetInfo(&f1, &tot);
+        CHECK(f1 >= f0 && cudaGetLastError() == cudaSuccess, "pool %s: destroying the context lost device memory or failed", c.spec);
+        if (dbuf) cudaFree(dbuf);
+        qk_map_free(m);
+    }
+}
+
 /* ---- fault injection: every resource acquisition of a job fails in turn ---- */
 /* For each k, the k-th cudaMalloc / cudaMallocHost / stream / event / cuBLAS handle of the job
    fails as if out of memory: qk_gram either succeeds (the engine retried with smaller slabs) with
@@ -1230,6 +1310,7 @@ int main(int argc, char **argv)
         memset(&cd, 0, sizeof cd);
         cd.device = QK_DEVICE_CUDA;
         cd.autotune = -1;
+        pool_tests();
         if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(gpu); fp32_same_tests(gpu); }
         else CHECK(false, "cuda context: %s", qk_last_error());
         qk_ctx_destroy(gpu);
