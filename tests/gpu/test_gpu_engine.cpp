@@ -1186,8 +1186,10 @@ static void pool_tests()
 /* For each k, the k-th cudaMalloc / cudaMallocHost / stream / event / cuBLAS handle of the job
    fails as if out of memory: qk_gram either succeeds (the engine retried with smaller slabs) with
    the right K, or returns a clean error with the caller's output untouched (a poisoned buffer
-   still poisoned, no .npy, no temporary file); device memory returns to its level before. */
-static void fault_tests(qk_ctx *gpu)
+   still poisoned, no .npy, no temporary file); device memory returns to its level before once
+   the context is destroyed (a context keeps its stream pool, cuBLAS handle included, across
+   calls: the runs here use a fresh one). */
+static void fault_tests()
 {
     struct Case { const char *spec; int d; int64_t n; qk_output out; };
     const Case cases[] = {{"zz(reps=2)", 8, 300, QK_OUTPUT_HOST}, {"zz(reps=2)", 8, 300, QK_OUTPUT_NPY},
@@ -1195,6 +1197,14 @@ static void fault_tests(qk_ctx *gpu)
     size_t free0 = 0, free1 = 0, total = 0;
     cudaDeviceSynchronize();
     cudaMemGetInfo(&free0, &total);
+    qk_ctx *gpu = nullptr;
+    {
+        qk_ctx_desc cd;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CUDA;
+        cd.autotune = -1;
+        if (qk_ctx_create(&cd, &gpu) != QK_OK) { CHECK(false, "fault: context: %s", qk_last_error()); return; }
+    }
     for (const Case &c : cases) {
         qk_map *m = nullptr;
         if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "fault: parse %s", c.spec); continue; }
@@ -1278,6 +1288,7 @@ static void fault_tests(qk_ctx *gpu)
         if (dbuf) cudaFree(dbuf);
         qk_map_free(m);
     }
+    qk_ctx_destroy(gpu);
     cudaDeviceSynchronize();
     cudaMemGetInfo(&free1, &total);
     /* (under compute-sanitizer its own shadow allocations move the free figure; its leak check
@@ -1311,7 +1322,7 @@ int main(int argc, char **argv)
         cd.device = QK_DEVICE_CUDA;
         cd.autotune = -1;
         pool_tests();
-        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(gpu); fp32_same_tests(gpu); }
+        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(); fp32_same_tests(gpu); }
         else CHECK(false, "cuda context: %s", qk_last_error());
         qk_ctx_destroy(gpu);
     }
