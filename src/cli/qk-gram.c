@@ -439,6 +439,11 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, qk
         fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_what(stop_signal), qkcli_arg(o->out));
         return 128 + (int)stop_signal;
     }
+    if (r != QK_OK && st && (r == QK_ERROR_NON_FINITE || r == QK_ERROR_BAD_DATA || r == QK_ERROR_ZERO_NORM)) {
+        /* the detail names the side and the row (A[3]: ...): the file too */
+        const int b = strncmp(qk_last_error(), "B[", 2) == 0;
+        return fail(r, "bad states in '%s' (%s)", qkcli_arg(b ? o->states_y : o->states), b ? "--states-y" : "--states");
+    }
     if (r != QK_OK) return fail(r, "Gram failed");
     *dtype = gd->out_dtype;
     return EXIT_SUCCESS;
@@ -768,8 +773,8 @@ static int convert_states(qk_states_array *s, qk_state_type to) {
         else if (to == QK_STATE_F64) memcpy(d + 8 * k, &re, 8);
         else { float v = (float)re; memcpy(d + 4 * k, &v, 4); }
     }
-    qk_states_array_free(s);
-    s->data = d;   /* malloc'ed: freed below with free(), not qk_states_array_free */
+    QK_FREE(s->data);
+    s->data = d;   /* malloc'ed: states_main frees it with free() */
     s->type = to;
     return EXIT_SUCCESS;
 }
