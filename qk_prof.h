@@ -4964,7 +4964,7 @@ static void qk__prof_mpi_offsets(qk__prof_mrank *rk, int size, const qk__prof_mp
     }
 }
 
-/* Merged zones (caller frees); *n the count. */
+/* Merged zones (caller frees); *n the count, -1 when out of memory (NULL then). */
 static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, int *n)
 {
     int r, i, j, nz = 0, cap = 0;
@@ -4975,7 +4975,7 @@ static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, in
             for (j = 0; j < nz; j++)
                 if (z[j].gpu == w->gpu && z[j].len == w->len && memcmp(z[j].name, w->name, w->len) == 0) break;
             if (j == nz) {
-                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { *n = nz; return z; }
+                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { QK_PROF_FREE(z); *n = -1; return NULL; }
                 memset(&z[nz], 0, sizeof *z);
                 z[nz].name = w->name; z[nz].len = w->len; z[nz].gpu = w->gpu; z[nz].slowest = r;
                 z[nz].min = w->v[1];
@@ -5347,8 +5347,13 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
         tdispls = (int *)qk__prof_calloc((size_t)size, sizeof *tdispls);
         ok = lens && displs && tlens && tdispls;
     }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
-    if (!ok) { qk__prof_seterr("qk_prof: out of memory gathering the ranks' reports"); goto done; }
+    /* A rank that could not build its part (out of memory) fails the report on every rank (the
+       highest such rank + 1 in bad), rather than being left out of it unsaid. */
+    {
+        int bad = (!ok || b.oom || (fmt == QK_PROF_TRACE && !mine)) ? rank + 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm);
+        if (bad) { qk__prof_seterr("qk_prof: out of memory on rank %d building or gathering the MPI report", bad - 1); goto done; }
+    }
     MPI_Gather(&blen, 1, MPI_INT, lens, 1, MPI_INT, 0, comm);
     if (fmt == QK_PROF_TRACE) MPI_Gather(&tl, 1, MPI_INT, tlens, 1, MPI_INT, 0, comm);
     if (rank == 0) {
@@ -5371,11 +5376,17 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
         int nz = 0;
         FILE *ms;
         if (!rk) { qk__prof_seterr("qk_prof: out of memory merging the ranks' reports"); goto done; }
+        /* a rank's part that came but cannot be read back (out of memory: it is our own format)
+           fails the report, as a part that could not be built does */
         for (r = 0; r < size; r++)
-            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) rk[r].n_rows = 0;
+            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) {
+                rk[r].n_rows = 0;
+                if (lens[r] > 0) ok = 0;
+            }
         qk__prof_mpi_offsets(rk, size, rep);
         z = qk__prof_mpi_zones(rk, size, &nz);
-        ms = open_memstream(&out, len);
+        if (nz < 0) { nz = 0; ok = 0; }
+        ms = ok ? open_memstream(&out, len) : NULL;
         if (ms) {
             if (fmt == QK_PROF_TRACE) {
                 int first = 1;
@@ -5405,7 +5416,7 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
             }
             if (fclose(ms) != 0 || !ok) { free(out); out = NULL; }
         }
-        if (!out) qk__prof_seterr("qk_prof: cannot render the MPI report");
+        if (!out) qk__prof_seterr(ok ? "qk_prof: cannot render the MPI report" : "qk_prof: out of memory merging the ranks' reports");
         for (r = 0; r < size; r++) QK_PROF_FREE(rk[r].rows);
         QK_PROF_FREE(rk);
         QK_PROF_FREE(z);
