@@ -312,10 +312,11 @@ typedef struct progress {
 static volatile sig_atomic_t stop_signal = 0;
 static volatile sig_atomic_t stop_exits = 0;
 static char stop_note[3][600];   /* SIGINT, SIGTERM, SIGHUP */
+static size_t stop_note_len[3];
 static void on_stop_signal(int sig) {
-    if (stop_exits) {
-        const char *m = stop_note[sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2];
-        if (write(2, m, strlen(m)) < 0) {}
+    if (stop_exits) {   /* write and _exit only: async-signal-safe */
+        const int k = sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2;
+        if (write(2, stop_note[k], stop_note_len[k]) < 0) {}
         _exit(128 + sig);
     }
     stop_signal = sig;
@@ -804,6 +805,7 @@ static int states_main(const options *o) {
         static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
         snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(sigs[k]),
                  qkcli_arg(o->out));
+        stop_note_len[k] = strlen(stop_note[k]);
     }
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_stop_signal;
