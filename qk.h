@@ -860,6 +860,21 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
+/* States from a .npy for qk_gram_states (qk-gram --states): (n, dim) statevectors or (n, dim,
+   dim) density matrices, kept in their type: complex128, complex64, float64, float32 as they are
+   (C order little-endian: read straight into the array), float16 as float32, integers and bool
+   as float64; either byte order, C or Fortran order (transposed in 16 KiB chunks). The regular-
+   file, header and size checks of qk_npy_read: the shape is checked against the file size before
+   anything is allocated. data is QK_MALLOC'ed; qk_states_array_free releases it. */
+typedef struct qk_states_array {
+    void *data;             /* n * dim (mixed: n * dim * dim) elements of type, row-major */
+    qk_state_type type;
+    int64_t n, dim;         /* states; amplitudes per state (mixed: the matrices' side) */
+    int mixed;              /* 1: a 3-D file, density matrices */
+} qk_states_array;
+QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out);
+QKDEF void qk_states_array_free(qk_states_array *a);
+
 /* >>tune ---- the autotune cache ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user
@@ -5188,21 +5203,18 @@ static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h
     return buf;
 }
 
-QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
+/* Opens path and reads its preamble and header (every .npy reader's first step): *fd_out is left
+   at the first data byte, *avail_out holds the bytes after the header, h the parsed header. On
+   error nothing is left open. */
+static qk_result qk__npy_open(const char *path, int *fd_out, int64_t *avail_out, qk__npy_header *h) {
     unsigned char pre[12];
-    unsigned char *data = NULL;
-    char *hdr = NULL, shp[64], dsc[48];
+    char *hdr = NULL;
     int fd = -1;
-    size_t hlen, nbytes, plen;
-    int64_t got, fsize = 0, avail;
-    qk__npy_header h;
+    size_t hlen, plen;
+    int64_t got, fsize = 0;
     qk_result r;
-    int major, minor, size, swap;
-    size_t dlen;
-    char order, kind;
-    int64_t rows, cols, count;
+    int major, minor;
 
-    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
     r = qk__open_regular(path, &fd, &fsize);
     if (r != QK_OK) return r;
     got = qk__read_full(fd, pre, 10);
@@ -5243,8 +5255,34 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
         goto fail;
     }
     hdr[hlen] = 0;
-    r = qk__npy_parse_header(path, hdr, hlen, &h);
+    r = qk__npy_parse_header(path, hdr, hlen, h);
     if (r != QK_OK) goto fail;
+    QK_FREE(hdr);
+    *fd_out = fd;
+    *avail_out = fsize - (int64_t)(plen + hlen);
+    return QK_OK;
+fail:
+    QK__RCLOSE(fd);
+    if (hdr) QK_FREE(hdr);
+    return r;
+}
+
+QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
+    unsigned char *data = NULL;
+    char shp[64], dsc[48];
+    int fd = -1;
+    size_t nbytes;
+    int64_t got, avail;
+    qk__npy_header h;
+    qk_result r;
+    int size, swap;
+    size_t dlen;
+    char order, kind;
+    int64_t rows, cols, count;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
+    r = qk__npy_open(path, &fd, &avail, &h);
+    if (r != QK_OK) return r;
 
     qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
@@ -5286,7 +5324,6 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     /* The file size must match the header before anything is allocated for the data: a
        200-byte file that claims 48 GB is refused here, not by malloc (or worse, under
        overcommit, after a 48 GB allocation). */
-    avail = fsize - (int64_t)(plen + hlen);
     if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path,
                      (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
@@ -5347,7 +5384,6 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     QK__RCLOSE(fd);
     /* C order; or Fortran order with one row or one column, the same bytes */
     if (!(h.fortran && rows > 1 && cols > 1)) qk__npy_to_double(data, count, kind, size, swap);
-    QK_FREE(hdr);
     out->data = (double *)(void *)data;
     out->rows = rows;
     out->cols = cols;
@@ -5355,9 +5391,173 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     return QK_OK;
 fail:
     QK__RCLOSE(fd);
-    if (hdr) QK_FREE(hdr);
     if (data) QK_FREE(data);
     return r;
+}
+
+/* ---- states from .npy (qk_npy_read_states) ---- */
+/* One item of the file's dtype at p into dst as an element of type `to` (qk_npy_read_states):
+   complex items component by component (each swapped on its own), float64 / float32 as they
+   are, float16 widened to float32, integers and bool to float64 (as numpy's astype). */
+static void qk__npy_state_item(const unsigned char *p, char kind, int size, int swap, qk_state_type to, unsigned char *dst) {
+    int k, c, half;
+    if (kind == 'c' || (kind == 'f' && size >= 4)) {
+        half = kind == 'c' ? size / 2 : size;
+        for (c = 0; c < size / half; c++)
+            for (k = 0; k < half; k++) dst[c * half + k] = p[c * half + (swap ? half - 1 - k : k)];
+    } else if (to == QK_STATE_F32) {
+        float f = (float)qk__npy_item(p, kind, size, swap);   /* float16: exact in float32 */
+        memcpy(dst, &f, 4);
+    } else {
+        double d = qk__npy_item(p, kind, size, swap);
+        memcpy(dst, &d, 8);
+    }
+}
+
+QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
+    unsigned char *data = NULL;
+    char dsc[48], shp[96];
+    int fd = -1, size = 0, swap, esize, direct, i;
+    int64_t avail, got = 0, n, dim, count, nbytes;
+    qk__npy_header h;
+    qk_state_type type;
+    qk_result r;
+    char order, kind;
+    const char *digits;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read_states: path and out must not be NULL");
+    r = qk__npy_open(path, &fd, &avail, &h);
+    if (r != QK_OK) return r;
+    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
+    order = h.descr[0];
+    kind = h.descr[1];
+    for (digits = h.descr + 2; *digits >= '0' && *digits <= '9' && size < 100; digits++) size = size * 10 + (*digits - '0');
+    if (strchr(h.descr, 'O')) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
+        goto fail;
+    }
+    if ((kind == 'c' && size == 32) || (kind == 'f' && (size == 16 || size == 12 || size == 10)) || (kind == 'c' && (size == 24 || size == 20))) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is long double, whose layout depends on the machine that wrote it; "
+                     "save S.astype(np.complex128)", path, dsc);
+        goto fail;
+    }
+    /* complex128 / complex64 / float64 / float32 kept as they are; float16 read as float32,
+       integers and bool as float64; either byte order */
+    if (!order || !strchr("<>=|", order) || h.descr[1] == 0 || *digits != 0 ||
+        !((kind == 'c' && (size == 16 || size == 8)) || (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
+          ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) || (kind == 'b' && size == 1))) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported for states (qk reads complex128, complex64, float64 and "
+                     "float32 (c16 c8 f8 f4), and float16, integers and bool as real amplitudes, either byte order)", path, dsc);
+        goto fail;
+    }
+    type = kind == 'c' ? (size == 16 ? QK_STATE_C128 : QK_STATE_C64) : kind == 'f' && size <= 4 ? QK_STATE_F32 : QK_STATE_F64;
+    esize = qk__state_esize(type);
+    if (h.ndim == 2) snprintf(shp, sizeof shp, "(%lld, %lld)", (long long)h.shape[0], (long long)h.shape[1]);
+    else if (h.ndim == 3) snprintf(shp, sizeof shp, "(%lld, %lld, %lld)", (long long)h.shape[0], (long long)h.shape[1], (long long)h.shape[2]);
+    else if (h.ndim == 1) snprintf(shp, sizeof shp, "(%lld,)", (long long)h.shape[0]);
+    else snprintf(shp, sizeof shp, "(%d dimensions)", h.ndim);
+    if (h.ndim != 2 && h.ndim != 3) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s: states are 2-D (n_states, dim) or, density matrices, 3-D (n, dim, dim)%s",
+                     path, shp, h.ndim == 1 ? " (for one state, save s.reshape(1, -1))" : "");
+        goto fail;
+    }
+    n = h.shape[0];
+    dim = h.shape[1];
+    if (h.ndim == 3 && h.shape[2] != dim) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s: density matrices must be square (n, dim, dim)", path, shp);
+        goto fail;
+    }
+    /* n * dim (* dim) items, and their bytes as read and as stored, without overflow */
+    count = 0;
+    if (dim > 0 && n > 0) {
+        if ((h.ndim == 3 && (dim > INT64_MAX / 16 / dim || n > INT64_MAX / 16 / (dim * dim))) || (h.ndim == 2 && n > INT64_MAX / 16 / dim)) {
+            r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
+            goto fail;
+        }
+        count = h.ndim == 3 ? n * dim * dim : n * dim;
+    }
+    /* The file size must match the header before anything is allocated (a 200-byte file that
+       claims 48 GB is "truncated", not an allocation). */
+    if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path, (long long)avail,
+                     (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+        goto fail;
+    }
+    if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
+        r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
+                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+        goto fail;
+    }
+    nbytes = count * esize;
+    if ((uint64_t)nbytes >= (uint64_t)SIZE_MAX) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
+        goto fail;
+    }
+    data = (unsigned char *)QK_MALLOC((size_t)(nbytes > 0 ? nbytes : 8));
+    if (!data) {
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements of %s (%.3g GB)", path, (long long)count,
+                     dsc, (double)nbytes * 1e-9);
+        goto fail;
+    }
+    swap = order == '=' || order == '|' ? 0 : ((order == '<') != qk__host_little());
+    /* Fortran order is a transpose unless at most one axis is longer than 1 */
+    for (i = 0, direct = 0; i < h.ndim; i++) direct += h.shape[i] > 1;
+    direct = (!h.fortran || direct <= 1) && !swap && size == esize && (kind == 'c' || kind == 'f');
+    if (direct) {   /* the file's bytes are the elements */
+        got = qk__read_full(fd, data, (size_t)nbytes);
+        if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+    } else {
+        /* in 16 KiB chunks, each item converted (byte order, type) to its row-major place */
+        unsigned char chunk[16384];
+        const int64_t per = (int64_t)(sizeof chunk / (size_t)size);
+        const int64_t s0 = n, s1 = dim, s2 = h.ndim == 3 ? dim : 1;
+        const int fort = h.fortran != 0;
+        int64_t done = 0, k;
+        while (done < count) {
+            const int64_t want = count - done < per ? count - done : per;
+            const int64_t g = qk__read_full(fd, chunk, (size_t)(want * size));
+            if (g < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
+            got += g / size * esize;
+            if (g < want * size) break;
+            for (k = 0; k < want; k++) {
+                int64_t idx = done + k, c;
+                if (fort) {   /* idx = i0 + s0 (i1 + s1 i2) */
+                    const int64_t i0 = idx % s0, rest = idx / s0;
+                    c = (i0 * s1 + rest % s1) * s2 + rest / s1;
+                } else c = idx;
+                qk__npy_state_item(chunk + k * size, kind, size, swap, type, data + (size_t)c * (size_t)esize);
+            }
+            done += want;
+        }
+    }
+    if (got < nbytes) {   /* the file shrank while it was read */
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: the file shrank while it was read (shape %s of %s)", path, shp, dsc);
+        goto fail;
+    }
+    {
+        unsigned char extra;
+        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
+            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+            goto fail;
+        }
+    }
+    QK__RCLOSE(fd);
+    out->data = data;
+    out->type = type;
+    out->n = n;
+    out->dim = dim;
+    out->mixed = h.ndim == 3;
+    return QK_OK;
+fail:
+    QK__RCLOSE(fd);
+    if (data) QK_FREE(data);
+    return r;
+}
+
+QKDEF void qk_states_array_free(qk_states_array *a) {
+    if (!a) return;
+    if (a->data) QK_FREE(a->data);
+    memset(a, 0, sizeof *a);
 }
 
 /* QK__OPEN_TMP, QK__WRITE, QK__FSYNC, QK__CLOSE, QK__GETPID, QK__RENAME: in qk_internal.h */

@@ -356,6 +356,8 @@ typedef struct qk_prof_act_summary {
     uint64_t dropped;           /* records not kept: the store was full (desc.cupti_records) */
     uint64_t dropped_cupti;     /* records CUPTI dropped (no buffer given) */
     uint64_t incomplete;        /* records without valid times (a forced flush) */
+    uint64_t dropped_names;     /* records whose kernel or zone name could not be stored (out of
+                                   memory): counted, but missing from the per-name tables */
 } qk_prof_act_summary;
 /* ---- end acttypes ---- */
 
@@ -2186,7 +2188,7 @@ typedef struct qk__prof_actstore {
     int n_corrs, cap_corrs;
     qk__prof_astat copies[5][6][6]; /* [dir][src kind][dst kind] */
     qk__prof_astat memsets, syncs, runtime;
-    uint64_t kernels, dropped, dropped_cupti, incomplete, dropped_corr;
+    uint64_t kernels, dropped, dropped_cupti, incomplete, dropped_corr, dropped_names;
     uint32_t ctx_dev[64][2];        /* CUPTI context id -> device, from the kernel and copy records */
     int n_ctx;
     /* the CUPTI mode */
@@ -2198,7 +2200,7 @@ typedef struct qk__prof_actstore {
 } qk__prof_actstore;
 
 static qk__prof_actstore qk__prof_act = { PTHREAD_MUTEX_INITIALIZER, NULL, 0, 0, 0, NULL, 0, 0, NULL, 0, NULL, 0, 0,
-                                          {{{{0, 0, 0}}}}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0,
+                                          {{{{0, 0, 0}}}}, {0, 0, 0}, {0, 0, 0}, {0, 0, 0}, 0, 0, 0, 0, 0, 0,
                                           {{0, 0}}, 0, 0, 0, 0, "", 0, 0, 0, 0 };
 
 static uint64_t qk__prof_strhash(const char *s)
@@ -2218,9 +2220,9 @@ static char *qk__prof_strdup(const char *s)
 
 static char *(*qk__prof_demangler)(const char *, char *, size_t *, int *);
 
-/* The name table index + 1 of key (as recorded), interned on first sight; 0 when out of memory.
-   Kernel names are shown demangled where the program has __cxa_demangle (C++ and CUDA programs:
-   libstdc++ is loaded). Holds qk__prof_act.mu. */
+/* The name table index + 1 of key (as recorded), interned on first sight; 0 when out of memory
+   (counted: dropped_names). Kernel names are shown demangled where the program has
+   __cxa_demangle (C++ and CUDA programs: libstdc++ is loaded). Holds qk__prof_act.mu. */
 static uint32_t qk__prof_intern(const char *key)
 {
     qk__prof_actstore *A = &qk__prof_act;
@@ -2230,7 +2232,7 @@ static uint32_t qk__prof_intern(const char *key)
     if ((A->n_names + 1) * 2 > A->cap_hash) {
         int nc = A->cap_hash ? A->cap_hash * 2 : 256, k;
         int *nh = (int *)qk__prof_calloc((size_t)nc, sizeof *nh);
-        if (!nh) return 0;
+        if (!nh) { A->dropped_names++; return 0; }
         for (k = 0; k < A->n_names; k++) {
             j = (int)(qk__prof_strhash(A->names[k].key) & (uint64_t)(nc - 1));
             while (nh[j]) j = (j + 1) & (nc - 1);
@@ -2243,11 +2245,11 @@ static uint32_t qk__prof_intern(const char *key)
     h = qk__prof_strhash(key);
     for (j = (int)(h & (uint64_t)(A->cap_hash - 1)); A->hash[j]; j = (j + 1) & (A->cap_hash - 1))
         if (strcmp(A->names[A->hash[j] - 1].key, key) == 0) return (uint32_t)A->hash[j];
-    if (qk__prof_grow((void **)&A->names, &A->cap_names, A->n_names + 1, sizeof *A->names) != 0) return 0;
+    if (qk__prof_grow((void **)&A->names, &A->cap_names, A->n_names + 1, sizeof *A->names) != 0) { A->dropped_names++; return 0; }
     i = A->n_names;
     memset(&A->names[i], 0, sizeof A->names[i]);
     A->names[i].key = qk__prof_strdup(key);
-    if (!A->names[i].key) return 0;
+    if (!A->names[i].key) { A->dropped_names++; return 0; }
     if (qk__prof_demangler && key[0] == '_' && key[1] == 'Z') {
         int st = -1;
         char *d = qk__prof_demangler(key, NULL, NULL, &st);
@@ -2357,6 +2359,7 @@ QK_PROF_DEF void qk_prof_activity_summary(qk_prof_act_summary *out)
     out->dropped = A->dropped;
     out->dropped_cupti = A->dropped_cupti;
     out->incomplete = A->incomplete;
+    out->dropped_names = A->dropped_names;
     pthread_mutex_unlock(&A->mu);
 }
 
@@ -4961,7 +4964,7 @@ static void qk__prof_mpi_offsets(qk__prof_mrank *rk, int size, const qk__prof_mp
     }
 }
 
-/* Merged zones (caller frees); *n the count. */
+/* Merged zones (caller frees); *n the count, -1 when out of memory (NULL then). */
 static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, int *n)
 {
     int r, i, j, nz = 0, cap = 0;
@@ -4972,7 +4975,7 @@ static qk__prof_mzone *qk__prof_mpi_zones(const qk__prof_mrank *rk, int size, in
             for (j = 0; j < nz; j++)
                 if (z[j].gpu == w->gpu && z[j].len == w->len && memcmp(z[j].name, w->name, w->len) == 0) break;
             if (j == nz) {
-                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { *n = nz; return z; }
+                if (qk__prof_grow((void **)&z, &cap, nz + 1, sizeof *z) != 0) { QK_PROF_FREE(z); *n = -1; return NULL; }
                 memset(&z[nz], 0, sizeof *z);
                 z[nz].name = w->name; z[nz].len = w->len; z[nz].gpu = w->gpu; z[nz].slowest = r;
                 z[nz].min = w->v[1];
@@ -5344,8 +5347,13 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
         tdispls = (int *)qk__prof_calloc((size_t)size, sizeof *tdispls);
         ok = lens && displs && tlens && tdispls;
     }
-    MPI_Bcast(&ok, 1, MPI_INT, 0, comm);
-    if (!ok) { qk__prof_seterr("qk_prof: out of memory gathering the ranks' reports"); goto done; }
+    /* A rank that could not build its part (out of memory) fails the report on every rank (the
+       highest such rank + 1 in bad), rather than being left out of it unsaid. */
+    {
+        int bad = (!ok || b.oom || (fmt == QK_PROF_TRACE && !mine)) ? rank + 1 : 0;
+        MPI_Allreduce(MPI_IN_PLACE, &bad, 1, MPI_INT, MPI_MAX, comm);
+        if (bad) { qk__prof_seterr("qk_prof: out of memory on rank %d building or gathering the MPI report", bad - 1); goto done; }
+    }
     MPI_Gather(&blen, 1, MPI_INT, lens, 1, MPI_INT, 0, comm);
     if (fmt == QK_PROF_TRACE) MPI_Gather(&tl, 1, MPI_INT, tlens, 1, MPI_INT, 0, comm);
     if (rank == 0) {
@@ -5368,11 +5376,17 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
         int nz = 0;
         FILE *ms;
         if (!rk) { qk__prof_seterr("qk_prof: out of memory merging the ranks' reports"); goto done; }
+        /* a rank's part that came but cannot be read back (out of memory: it is our own format)
+           fails the report, as a part that could not be built does */
         for (r = 0; r < size; r++)
-            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) rk[r].n_rows = 0;
+            if (qk__prof_mpi_parse(all + displs[r], (size_t)lens[r], &rk[r]) != 0) {
+                rk[r].n_rows = 0;
+                if (lens[r] > 0) ok = 0;
+            }
         qk__prof_mpi_offsets(rk, size, rep);
         z = qk__prof_mpi_zones(rk, size, &nz);
-        ms = open_memstream(&out, len);
+        if (nz < 0) { nz = 0; ok = 0; }
+        ms = ok ? open_memstream(&out, len) : NULL;
         if (ms) {
             if (fmt == QK_PROF_TRACE) {
                 int first = 1;
@@ -5402,7 +5416,7 @@ static char *qk__prof_mpi_collect(qk_prof_format fmt, size_t *len)
             }
             if (fclose(ms) != 0 || !ok) { free(out); out = NULL; }
         }
-        if (!out) qk__prof_seterr("qk_prof: cannot render the MPI report");
+        if (!out) qk__prof_seterr(ok ? "qk_prof: cannot render the MPI report" : "qk_prof: out of memory merging the ranks' reports");
         for (r = 0; r < size; r++) QK_PROF_FREE(rk[r].rows);
         QK_PROF_FREE(rk);
         QK_PROF_FREE(z);
@@ -6333,7 +6347,7 @@ typedef struct qk__prof_aview {
     int *name_zones;             /* how many zones they came from */
     int n_names;
     qk__prof_astat copies[5][6][6], memsets, syncs, runtime;
-    uint64_t kernels, kept, dropped, dropped_cupti, incomplete, dropped_corr;
+    uint64_t kernels, kept, dropped, dropped_cupti, incomplete, dropped_corr, dropped_names;
     int state, asked, cupti_kernels, cupti_copies;
     char status[320];
 } qk__prof_aview;
@@ -6532,7 +6546,7 @@ static void qk__prof_aview_build(const qk__prof_model *m, qk__prof_aview *v)
     memcpy(v->copies, A->copies, sizeof v->copies);
     v->memsets = A->memsets; v->syncs = A->syncs; v->runtime = A->runtime;
     v->kernels = A->kernels; v->kept = A->n; v->dropped = A->dropped; v->dropped_cupti = A->dropped_cupti;
-    v->incomplete = A->incomplete; v->dropped_corr = A->dropped_corr;
+    v->incomplete = A->incomplete; v->dropped_corr = A->dropped_corr; v->dropped_names = A->dropped_names;
     /* CUPTI's clock onto the profiler's: two (timestamp, tick) pairs, at start and at the last flush */
     base = (double)(int64_t)(A->tick0 - m->t0) * m->npt;
     if (A->ts1 > A->ts0 + 50000000u && A->tick1 > A->tick0)
@@ -6740,6 +6754,9 @@ static void qk__prof_act_text(FILE *f, qk__prof_model *m, int w)
             qk__prof_pf(f, "Activity notes: records not kept %llu (the tables still count them), dropped by CUPTI %llu, "
                         "incomplete %llu, zone links dropped %llu\n", (unsigned long long)v.dropped,
                         (unsigned long long)v.dropped_cupti, (unsigned long long)v.incomplete, (unsigned long long)v.dropped_corr);
+        if (v.dropped_names)
+            qk__prof_pf(f, "Activity notes: names not stored (out of memory) %llu: those records are counted above, not in "
+                        "the per-name table\n", (unsigned long long)v.dropped_names);
     }
     qk__prof_pf(f, "\nAdvice (%d rules on this run's records; thresholds in docs/profiler.md, QK_PROF_ADVICE)\n", QK__PROF_NRULES);
     if (!v.adv.n) qk__prof_pf(f, "(none: no rule fired)\n");
@@ -6762,11 +6779,12 @@ static void qk__prof_act_json(FILE *f, qk__prof_model *m)
     qk__prof_pf(f, ",\n\"activities\":{\"cupti\":\"%s\",\"status\":", qk__prof_cupti_word(v.state));
     qk__prof_json_str(f, v.status);
     qk__prof_pf(f, ",\"kernels\":%llu,\"memcpys\":%llu,\"memsets\":%llu,\"syncs\":%llu,\"runtime\":%llu,\"kept\":%llu,"
-                "\"dropped\":%llu,\"dropped_cupti\":%llu,\"incomplete\":%llu,\"dropped_zone_links\":%llu,\n \"kernel_names\":[",
+                "\"dropped\":%llu,\"dropped_cupti\":%llu,\"incomplete\":%llu,\"dropped_zone_links\":%llu,\"dropped_names\":%llu,"
+                "\n \"kernel_names\":[",
                 (unsigned long long)v.kernels, (unsigned long long)copies, (unsigned long long)v.memsets.n,
                 (unsigned long long)v.syncs.n, (unsigned long long)v.runtime.n, (unsigned long long)v.kept,
                 (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti, (unsigned long long)v.incomplete,
-                (unsigned long long)v.dropped_corr);
+                (unsigned long long)v.dropped_corr, (unsigned long long)v.dropped_names);
     for (i = 0; i < v.n_names; i++) {
         const qk__prof_aname *nm = &v.names[i];
         fputs(i ? ",\n  {\"name\":" : "\n  {\"name\":", f);
@@ -6962,10 +6980,10 @@ static void qk__prof_act_html(FILE *f, qk__prof_model *m)
                         (unsigned long long)v.syncs.n, (double)v.syncs.total * 1e-6);
         fputs("</table>\n", f);
     }
-    if (v.dropped || v.dropped_cupti || v.incomplete)
+    if (v.dropped || v.dropped_cupti || v.incomplete || v.dropped_names)
         qk__prof_pf(f, "<p class=\"note\">Activity records not kept %llu (the tables still count them), dropped by CUPTI "
-                    "%llu, incomplete %llu.</p>\n", (unsigned long long)v.dropped, (unsigned long long)v.dropped_cupti,
-                    (unsigned long long)v.incomplete);
+                    "%llu, incomplete %llu, names not stored (out of memory) %llu.</p>\n", (unsigned long long)v.dropped,
+                    (unsigned long long)v.dropped_cupti, (unsigned long long)v.incomplete, (unsigned long long)v.dropped_names);
     qk__prof_aview_free(&v);
 }
 typedef struct qk__prof_slane { int device; uint32_t stream; } qk__prof_slane;

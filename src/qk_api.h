@@ -657,6 +657,21 @@ QKDEF qk_result qk_npy_write(const char *path, const void *data, qk_dtype dtype,
 QKDEF qk_result qk_csv_read(const char *path, qk_array *out);
 QKDEF void qk_array_free(qk_array *a);
 
+/* States from a .npy for qk_gram_states (qk-gram --states): (n, dim) statevectors or (n, dim,
+   dim) density matrices, kept in their type: complex128, complex64, float64, float32 as they are
+   (C order little-endian: read straight into the array), float16 as float32, integers and bool
+   as float64; either byte order, C or Fortran order (transposed in 16 KiB chunks). The regular-
+   file, header and size checks of qk_npy_read: the shape is checked against the file size before
+   anything is allocated. data is QK_MALLOC'ed; qk_states_array_free releases it. */
+typedef struct qk_states_array {
+    void *data;             /* n * dim (mixed: n * dim * dim) elements of type, row-major */
+    qk_state_type type;
+    int64_t n, dim;         /* states; amplitudes per state (mixed: the matrices' side) */
+    int mixed;              /* 1: a 3-D file, density matrices */
+} qk_states_array;
+QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out);
+QKDEF void qk_states_array_free(qk_states_array *a);
+
 /* >>tune ---- the autotune cache ---- */
 /* The measured best kernel configuration per (device, driver, qk version, kernel, path,
    precision, qubits), kept in one small JSON file shared by every process of a user

@@ -1,10 +1,12 @@
 /* qk-gram — quantum-kernel Gram matrices from the command line.
 
      qk-gram --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]
+     qk-gram --states A.npy [--states-y B.npy] --out K.npy [options]
      qk-gram --demo
 
    Reads X (and Y) from .npy or .csv, computes K = K(X, X) or K(X, Y) with qk, and writes K as a
-   .npy file atomically (all or nothing). --demo trains a quantum-kernel classifier on the Iris
+   .npy file atomically (all or nothing). --states takes the states themselves (a simulator's
+   statevectors or density matrices) instead of samples and a map (qk_gram_states). --demo trains a quantum-kernel classifier on the Iris
    data shipped in examples/data and prints its test accuracy. docs/cli.md has the details.
 
    Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143 / 129
@@ -40,6 +42,7 @@
 
 static const char *usage_text =
     "usage: qk-gram --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]\n"
+    "       qk-gram --states A.npy [--states-y B.npy] --out K.npy [options]\n"
     "       qk-gram --demo [--data DIR] [--map SPEC] [--device D] [--threads N]\n"
     "\n"
     "Computes the quantum-kernel Gram matrix K[i][j] = |<psi(x_i)|psi(y_j)>|^2 of the rows of X\n"
@@ -51,6 +54,12 @@ static const char *usage_text =
     "  --x FILE          samples, one per row: .npy (2-D; float, int or bool, C or Fortran order)\n"
     "                    or .csv (numbers, optional header line)\n"
     "  --y FILE          second sample set: K = K(X, Y) of shape n_x x n_y (default K(X, X))\n"
+    "  --states FILE     instead of --map and --x: the states themselves, a .npy of shape\n"
+    "                    (n, dim) (complex128, complex64, float64, float32 statevectors) or\n"
+    "                    (n, dim, dim) (density matrices: K = Tr(rho_i rho_j)); docs/states.md\n"
+    "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
+    "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
+    "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"
     "                    either complete or absent\n"
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
@@ -89,6 +98,9 @@ static const char *usage_text =
 
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
+    const char *states, *states_y;        /* --states, --states-y: K from given states */
+    int normalize;                        /* --normalize */
+    double norm_tol;                      /* --norm-tol (0: the library's default) */
     const char *profile, *trace, *html;   /* profiler outputs (builds with QK_PROF_ENABLE) */
     const char *cache_dir;                /* autotune cache directory */
     int autotune;                         /* 0 cache, 1 --autotune, -1 --no-autotune */
@@ -294,9 +306,24 @@ typedef struct progress {
 } progress;
 
 /* SIGINT / SIGTERM / SIGHUP: the handler only records the signal; the progress callback then cancels the
-   Gram, qk removes its temporary output file, and main exits 128 + signal. */
+   Gram, qk removes its temporary output file, and main exits 128 + signal. While stop_exits is
+   set (--states: reading and converting the states, before any output exists) there is nothing
+   to clean up, and the handler writes its note (stop_note) and exits 128 + signal at once. */
 static volatile sig_atomic_t stop_signal = 0;
-static void on_stop_signal(int sig) { stop_signal = sig; }
+static volatile sig_atomic_t stop_exits = 0;
+static char stop_note[3][600];   /* SIGINT, SIGTERM, SIGHUP */
+static size_t stop_note_len[3];
+static void on_stop_signal(int sig) {
+    if (stop_exits) {   /* write and _exit only: async-signal-safe */
+        const int k = sig == SIGINT ? 0 : sig == SIGTERM ? 1 : 2;
+        if (write(2, stop_note[k], stop_note_len[k]) < 0) {}
+        _exit(128 + sig);
+    }
+    stop_signal = sig;
+}
+static const char *stop_what(int sig) {
+    return sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGHUP ? "hung up (SIGHUP)" : "terminated (SIGTERM)";
+}
 
 static int progress_cb(int64_t done, int64_t total, void *user) {
     progress *p = (progress *)user;
@@ -337,22 +364,27 @@ static void progress_end(progress *p) {
     if (p->drawn && p->mode == 1) fprintf(stderr, "\n");
 }
 
-static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, qk_plan *plan_out, int quiet) {
+/* The plan of the job (st: given states, qk_plan_states; else the map's, qk_plan_make) on
+   standard output, and into *plan_out. */
+static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, const qk_gram_desc *gd, qk_plan *plan_out,
+                       int quiet) {
     qk_plan plan;
     char spec[512];
     int n;
     char *buf;
     memset(&plan, 0, sizeof plan);
-    if (qk_plan_make(ctx, map, gd, &plan) != QK_OK) {
+    if ((st ? qk_plan_states(ctx, st, gd, &plan) : qk_plan_make(ctx, map, gd, &plan)) != QK_OK) {
         if (!quiet) fprintf(stderr, "qk-gram: note: no plan: %s\n", qk_last_error());
         if (plan_out) memset(plan_out, 0, sizeof *plan_out);
         return;
     }
     if (plan_out) *plan_out = plan;
     if (quiet) return;
-    qk_map_spec(map, spec, sizeof spec);
-    printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features,
-           qk_map_class_string(map->cls));
+    if (map) {
+        qk_map_spec(map, spec, sizeof spec);
+        printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features,
+               qk_map_class_string(map->cls));
+    }
     n = qk_plan_describe(&plan, NULL, 0);
     buf = (char *)malloc((size_t)(n > 0 ? n : 0) + 1);
     if (buf) {
@@ -365,8 +397,8 @@ static void print_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *gd, q
 /* Runs one Gram streamed into the .npy file `path` (qk writes a temporary file next to it and
    renames it when K is complete; K is never whole in memory); prints errors. SIGINT / SIGTERM / SIGHUP
    during the run cancel it: the temporary file is removed and the old `path` stays. */
-static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const options *o, qk_dtype *dtype,
-                    double *seconds) {
+static int run_gram(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, qk_gram_desc *gd, const options *o,
+                    qk_dtype *dtype, double *seconds) {
     qk_plan plan;
     progress prog;
     double t0;
@@ -376,7 +408,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     gd->output = QK_OUTPUT_NPY;
     gd->out_path = o->out;
     gd->no_sync = o->no_sync;
-    print_plan(ctx, map, gd, &plan, o->quiet);
+    print_plan(ctx, map, st, gd, &plan, o->quiet);
     if (gd->out_dtype == QK_DTYPE_DEFAULT)
         gd->out_dtype = plan.out_dtype != QK_DTYPE_DEFAULT ? plan.out_dtype
                       : gd->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64;
@@ -397,17 +429,21 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGHUP, &sa, &old_hup);
     t0 = qkcli_now();
-    r = qk_gram(ctx, map, gd);
+    stop_exits = 0;   /* from here qk may have output to remove: a stop waits for the run's next poll */
+    r = st ? qk_gram_states(ctx, st, gd) : qk_gram(ctx, map, gd);
     *seconds = qkcli_now() - t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
     progress_end(&prog);
     if (r == QK_ERROR_CANCELLED && stop_signal) {
-        fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n",
-                stop_signal == SIGINT ? "interrupted (SIGINT)" : stop_signal == SIGHUP ? "hung up (SIGHUP)" : "terminated (SIGTERM)",
-                qkcli_arg(o->out));
+        fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_what(stop_signal), qkcli_arg(o->out));
         return 128 + (int)stop_signal;
+    }
+    if (r != QK_OK && st && (r == QK_ERROR_NON_FINITE || r == QK_ERROR_BAD_DATA || r == QK_ERROR_ZERO_NORM)) {
+        /* the detail names the side and the row (A[3]: ...): the file too */
+        const int b = strncmp(qk_last_error(), "B[", 2) == 0;
+        return fail(r, "bad states in '%s' (%s)", qkcli_arg(b ? o->states_y : o->states), b ? "--states-y" : "--states");
     }
     if (r != QK_OK) return fail(r, "Gram failed");
     *dtype = gd->out_dtype;
@@ -423,7 +459,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, const opti
    compute another K). */
 static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
                                             "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path", "--tol",
-                                            "--gpus"};
+                                            "--gpus", "--states", "--states-y", "--norm-tol"};
 enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -451,6 +487,7 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (strcmp(name, "--no-sync") == 0) o->no_sync = 1;
             else if (strcmp(name, "--autotune") == 0) o->autotune = 1;
             else if (strcmp(name, "--no-autotune") == 0) o->autotune = -1;
+            else if (strcmp(name, "--normalize") == 0) o->normalize = 1;
             else return usage_error("unknown option '%s'", qkcli_arg(name));
             continue;
         }
@@ -468,6 +505,15 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
         else if (!strcmp(name, "--trace")) o->trace = v;
         else if (!strcmp(name, "--html")) o->html = v;
+        else if (!strcmp(name, "--states")) o->states = v;
+        else if (!strcmp(name, "--states-y")) o->states_y = v;
+        else if (!strcmp(name, "--norm-tol")) {   /* C syntax, in (0, 1) as qk_states_desc.norm_tol */
+            char *end = NULL;
+            double t = strtod(v, &end);
+            if (*v == 0 || !end || *end || !(t > 0.0 && t < 1.0))
+                return usage_error("--norm-tol '%s': expected a number in (0, 1)", qkcli_arg(v));
+            o->norm_tol = t;
+        }
         else if (!strcmp(name, "--device")) {
             if ((err = qkcli_device(v, &o->device)) != NULL) return usage_error(err, qkcli_arg(v));
         } else if (!strcmp(name, "--precision")) {
@@ -553,11 +599,24 @@ static int same_file(const char *a, const char *b) {
 
 /* What the mode needs, and outputs that would overwrite an input or each other. */
 static int check_args(const options *o) {
-    const char *in[3], *in_name[3] = {"--x", "--y", "--weights"};
+    const char *in[5], *in_name[5] = {"--x", "--y", "--weights", "--states", "--states-y"};
     const char *outp[4], *out_name[4] = {"--out", "--profile", "--trace", "--html"};
     int i, j;
     if (o->demo) {
         if (o->x || o->y || o->out || o->weights) return usage_error("--demo takes no --x, --y, --out or --weights", NULL);
+        if (o->states || o->states_y) return usage_error("--demo takes no --states or --states-y", NULL);
+    } else if (o->states || o->states_y) {
+        /* K from given states: no map, no samples */
+        if (!o->states) return usage_error("--states-y needs --states (the first set of states)", NULL);
+        if (o->map) return usage_error("--states and --map exclude each other: K comes from the given states, or from a "
+                                       "feature map of samples (--map with --x)", NULL);
+        if (o->x || o->y) return usage_error("--states and --%s exclude each other (a second set of states is --states-y)",
+                                             o->x ? "x" : "y");
+        if (o->weights) return usage_error("--weights goes with --map, not --states", NULL);
+        if (o->path == QK_PATH_MPS) return usage_error("--path mps: given states take the statevector path", NULL);
+        if (!o->out) return usage_error("--out is required", NULL);
+        if (o->data) return usage_error("--data goes with --demo", NULL);
+        if (!qkcli_ends_with(o->out, ".npy")) return usage_error("--out '%s': the output must be a .npy file", o->out);
     } else {
         if (!o->map) return usage_error("--map is required (e.g. --map 'zz(reps=2)')", NULL);
         if (!o->x) return usage_error("--x is required", NULL);
@@ -565,13 +624,15 @@ static int check_args(const options *o) {
         if (o->data) return usage_error("--data goes with --demo", NULL);
         if (!qkcli_ends_with(o->out, ".npy")) return usage_error("--out '%s': the output must be a .npy file", o->out);
     }
+    if (!o->states && (o->normalize || o->norm_tol > 0.0))
+        return usage_error("%s goes with --states", o->normalize ? "--normalize" : "--norm-tol");
     if ((o->profile || o->trace || o->html) && !QK_PROF_ENABLED)
         return usage_error("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)", NULL);
-    in[0] = o->x; in[1] = o->y; in[2] = o->weights;
+    in[0] = o->x; in[1] = o->y; in[2] = o->weights; in[3] = o->states; in[4] = o->states_y;
     outp[0] = o->out; outp[1] = o->profile && strcmp(o->profile, "-") ? o->profile : NULL; outp[2] = o->trace; outp[3] = o->html;
     for (i = 0; i < 4; i++) {
         if (!outp[i]) continue;
-        for (j = 0; j < 3; j++)
+        for (j = 0; j < 5; j++)
             if (in[j] && same_file(outp[i], in[j]))
                 return usage_error("%s '%s' and %s '%s' are the same file: the output would overwrite the input",
                                    out_name[i], outp[i], in_name[j], in[j]);
@@ -649,7 +710,7 @@ static int gram_main(const options *o) {
     if (!o->quiet)
         printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
                have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
-    rc = run_gram(ctx, map, &gd, o, &dtype, &secs);
+    rc = run_gram(ctx, map, NULL, &gd, o, &dtype, &secs);
     if (rc != EXIT_SUCCESS) goto done;
     rc = EXIT_FAILURE;
 
@@ -667,6 +728,163 @@ done:
     qk_map_free(map);
     qk_array_free(&X);
     qk_array_free(&Y);
+    return rc;
+}
+
+/* ---- --states: K from given states (qk_gram_states) ---- */
+
+static const char *state_type_name(qk_state_type t) {
+    return t == QK_STATE_C64 ? "complex64" : t == QK_STATE_F64 ? "float64" : t == QK_STATE_F32 ? "float32" : "complex128";
+}
+static int state_type_double(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_F64; }
+static int state_type_complex(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_C64; }
+
+/* Reads a .npy of states ("A" or "B"): (n, dim) states or (n, dim, dim) density matrices, at
+   least one, dim >= 2. Prints the error itself. */
+static int read_states(const char *what, const char *opt, const char *path, qk_states_array *s) {
+    qk_result r;
+    if (!qkcli_ends_with(path, ".npy")) return fail(QK_OK, "%s '%s': states are read from a .npy file", opt, qkcli_arg(path));
+    r = qk_npy_read_states(path, s);
+    if (r != QK_OK) return fail(r, "cannot read %s (%s)", what, opt);
+    if (s->n < 1 || s->dim < 2) {
+        long long n = (long long)s->n, dim = (long long)s->dim;
+        int mixed = s->mixed;
+        qk_states_array_free(s);
+        return fail(QK_OK, "%s '%s' has shape (%lld, %lld%s%s): it needs at least one state of dim >= 2", opt, qkcli_arg(path), n, dim,
+                    mixed ? ", " : "", mixed ? "..." : "");
+    }
+    return EXIT_SUCCESS;
+}
+
+/* The states in type `to` (A and B of different dtypes: qk_gram_states takes one type for both;
+   the wider in each respect, complex over real and double over float). */
+static int convert_states(qk_states_array *s, qk_state_type to) {
+    const int64_t count = s->n * s->dim * (s->mixed ? s->dim : 1);
+    const int es = to == QK_STATE_C128 ? 16 : to == QK_STATE_F32 ? 4 : 8;
+    unsigned char *d;
+    int64_t k;
+    if (s->type == to) return EXIT_SUCCESS;
+    d = (unsigned char *)malloc((size_t)count * (size_t)es);
+    if (!d) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory converting %lld states to %s", (long long)s->n, state_type_name(to));
+    for (k = 0; k < count; k++) {
+        double re, im;
+        qk__state_amp(s->data, (int)s->type, k, &re, &im);
+        if (to == QK_STATE_C128) { double v[2] = {re, im}; memcpy(d + 16 * k, v, 16); }
+        else if (to == QK_STATE_C64) { float v[2] = {(float)re, (float)im}; memcpy(d + 8 * k, v, 8); }
+        else if (to == QK_STATE_F64) memcpy(d + 8 * k, &re, 8);
+        else { float v = (float)re; memcpy(d + 4 * k, &v, 4); }
+    }
+    QK_FREE(s->data);
+    s->data = d;   /* malloc'ed: states_main frees it with free() */
+    s->type = to;
+    return EXIT_SUCCESS;
+}
+
+static int states_main(const options *o) {
+    qk_states_array A, B;
+    void *conv[2] = {NULL, NULL};   /* converted copies (malloc) that replaced A's or B's data */
+    qk_ctx *ctx = NULL;
+    qk_states_desc st;
+    qk_gram_desc gd;
+    qk_dtype dtype = QK_F64;
+    qk_state_type type;
+    qk_result r;
+    double secs = 0;
+    int rc = EXIT_FAILURE, have_b = o->states_y != NULL, k, float_in;
+    struct sigaction sa, old_int, old_term, old_hup;
+    options oc = *o;
+
+    memset(&A, 0, sizeof A);
+    memset(&B, 0, sizeof B);
+    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
+
+    /* A stop while the states are read (gigabytes, maybe) or converted: no output exists yet,
+       so the handler exits at once (stop_exits), with the line run_gram would print. */
+    for (k = 0; k < 3; k++) {
+        static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+        snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(sigs[k]),
+                 qkcli_arg(o->out));
+        stop_note_len[k] = strlen(stop_note[k]);
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_exits = 1;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
+
+    if (read_states("A", "--states", o->states, &A) != EXIT_SUCCESS) goto done;
+    if (have_b && read_states("B", "--states-y", o->states_y, &B) != EXIT_SUCCESS) goto done;
+    if (have_b && B.dim != A.dim) {
+        fail(QK_OK, "dimension mismatch: A ('%s') has states of dim %lld, B ('%s') of dim %lld", qkcli_arg(o->states),
+             (long long)A.dim, qkcli_arg(o->states_y), (long long)B.dim);
+        goto done;
+    }
+    /* one type for both sides; float input keeps the float tolerance when it is widened */
+    float_in = !state_type_double(A.type) || (have_b && !state_type_double(B.type));
+    type = A.type;
+    if (have_b && B.type != A.type) {
+        int cplx = state_type_complex(A.type) || state_type_complex(B.type);
+        int dbl = state_type_double(A.type) || state_type_double(B.type);
+        type = cplx ? (dbl ? QK_STATE_C128 : QK_STATE_C64) : (dbl ? QK_STATE_F64 : QK_STATE_F32);
+        if (A.type != type) { if (convert_states(&A, type) != EXIT_SUCCESS) goto done; conv[0] = A.data; }
+        if (B.type != type) { if (convert_states(&B, type) != EXIT_SUCCESS) goto done; conv[1] = B.data; }
+    }
+    if ((A.mixed || B.mixed) && o->device == QK_DEVICE_CUDA) {
+        fail(QK_OK, "--device cuda: density matrices run on the CPU engine (docs/states.md); use --device cpu or auto");
+        goto done;
+    }
+    if (A.mixed || B.mixed) oc.device = QK_DEVICE_CPU;   /* auto: the CPU engine, the one that takes them */
+
+    /* From here a stop is recorded and the run ends at its first poll (the context and the plan
+       may write the autotune cache, whose temporary an exit here would leave). */
+    stop_exits = 0;
+    r = make_ctx(&oc, &ctx);
+    if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
+
+    memset(&st, 0, sizeof st);
+    st.type = type;
+    st.dim = A.dim;
+    st.a = A.data;
+    st.n_a = A.n;
+    st.a_mixed = A.mixed;
+    st.b = have_b ? B.data : NULL;
+    st.n_b = have_b ? B.n : 0;
+    st.b_mixed = have_b && B.mixed;
+    st.normalize = o->normalize;
+    st.norm_tol = o->norm_tol > 0.0 ? o->norm_tol : float_in ? 1e-5 : 0.0;
+    memset(&gd, 0, sizeof gd);
+    gd.precision = o->precision;
+    gd.tol = o->tol;
+    gd.path = o->path;
+    if (!o->quiet) {
+        printf("data: A %s (%lld %s of dim %lld, %s)", qkcli_arg(o->states), (long long)A.n, A.mixed ? "density matrices" : "states",
+               (long long)A.dim, state_type_name(type));
+        if (have_b)
+            printf(", B %s (%lld %s, %s)\n", qkcli_arg(o->states_y), (long long)B.n, B.mixed ? "density matrices" : "states",
+                   state_type_name(type));
+        else printf(", K = K(A, A) (symmetric)\n");
+        if (A.mixed || B.mixed) printf("K[i][j] = Tr(rho_i rho_j)%s\n", A.mixed != B.mixed && have_b ? " (a pure state as |psi><psi|)" : "");
+    }
+    rc = run_gram(ctx, NULL, &st, &gd, o, &dtype, &secs);
+    if (rc == EXIT_SUCCESS && !o->quiet) {
+        const int64_t cols = have_b ? B.n : A.n, pairs = A.n * cols;
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s, %.3g Gpairs/s\n", (long long)A.n, (long long)cols,
+               dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)pairs,
+               have_b ? "" : " (i <= j computed, mirrored)", secs, secs > 0 ? (double)pairs / secs * 1e-9 : 0.0);
+    }
+done:
+    stop_exits = 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
+    qk_ctx_destroy(ctx);
+    if (conv[0]) { free(conv[0]); A.data = NULL; }
+    if (conv[1]) { free(conv[1]); B.data = NULL; }
+    qk_states_array_free(&A);
+    qk_states_array_free(&B);
     return rc;
 }
 
@@ -841,7 +1059,7 @@ static int demo_gram(qk_ctx *ctx, const qk_map *map, qk_gram_desc *gd, int quiet
     int64_t cols = gd->y ? gd->n_y : gd->n_x;
     double t0;
     qk_result r;
-    print_plan(ctx, map, gd, NULL, quiet);
+    print_plan(ctx, map, NULL, gd, NULL, quiet);
     *out = (double *)malloc(sizeof(double) * (size_t)(gd->n_x * cols));
     if (!*out) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory");
     gd->out = *out;
@@ -971,7 +1189,7 @@ int main(int argc, char **argv) {
     if ((pa = parse_args(argc, argv, &o)) >= 0) return pa;
     if ((pa = check_args(&o)) >= 0) return pa;
     {
-        int rc = o.demo ? demo_main(&o) : gram_main(&o);
+        int rc = o.demo ? demo_main(&o) : o.states ? states_main(&o) : gram_main(&o);
         int k_written = rc == EXIT_SUCCESS && !o.demo;
         /* profiler outputs are written after a run that succeeded or was stopped (130 / 143 / 129: the
            profile of the part that ran), not after an error: exit 1 writes no output file */

@@ -5,7 +5,9 @@
    only (header bytes are quoted escaped) and the caller's array untouched; an accepted one is
    1-D or 2-D, its data size is exactly what the file holds after the header (4 or 8 bytes per
    element), and writing its values with qk_npy_write and reading them again gives the same
-   bits (a round trip through the writer).
+   bits (a round trip through the writer). The states reader (qk_npy_read_states) reads the
+   same input: refused as above with the caller's struct untouched, or (n, dim) / (n, dim, dim)
+   elements whose bytes in the file are exactly what follows the header.
 
    libFuzzer (clang), from the repository root (docs/api.md, "Fuzzing"):
      clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
@@ -52,6 +54,8 @@ static size_t fz_seed(int i, unsigned char *buf, size_t cap) {
     case 3: return npy_file(buf, cap, 1, ">i8", 0, 4);
     case 4: return npy_file(buf, cap, 1, "<f8", 4, 0);
     case 5: return npy_file(buf, cap, 1, "=f8", 1, 1);
+    case 6: return npy_file(buf, cap, 1, "<c8", 3, 4);
+    case 7: return npy_file(buf, cap, 2, ">c8", 2, 2);
     default: return 0;
     }
 }
@@ -61,6 +65,27 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     qk_array a, b;
     qk_result r;
     fz_write(p, data, size);
+    {
+        qk_states_array s;
+        s.data = (void *)(uintptr_t)0x40; s.n = -1; s.dim = -2; s.mixed = -3; s.type = (qk_state_type)77;
+        r = qk_npy_read_states(p, &s);
+        if (r != QK_OK) {
+            FZ_CHECK(r == QK_ERROR_FORMAT || r == QK_ERROR_IO || r == QK_ERROR_OUT_OF_MEMORY);
+            FZ_CHECK(qk_last_error()[0] && fz_printable(qk_last_error()));
+            FZ_CHECK(s.data == (void *)(uintptr_t)0x40 && s.n == -1 && s.dim == -2 && s.mixed == -3 && (int)s.type == 77);
+        } else {
+            /* the elements: 1 to 16 bytes each in the file, nothing more */
+            uint64_t n = (uint64_t)s.n * (uint64_t)s.dim * (uint64_t)(s.mixed ? s.dim : 1);
+            size_t hlen = data[6] == 1 ? (size_t)data[8] | ((size_t)data[9] << 8)
+                                       : (size_t)data[8] | ((size_t)data[9] << 8) | ((size_t)data[10] << 16) | ((size_t)data[11] << 24);
+            uint64_t tail = (uint64_t)size - (data[6] == 1 ? 10 : 12) - hlen;
+            FZ_CHECK(s.data != NULL && s.n >= 0 && s.dim >= 0 && (s.mixed == 0 || s.mixed == 1));
+            FZ_CHECK(s.type >= QK_STATE_C128 && s.type <= QK_STATE_F32);
+            FZ_CHECK(tail == n || tail == 2 * n || tail == 4 * n || tail == 8 * n || tail == 16 * n);
+            qk_states_array_free(&s);
+            FZ_CHECK(s.data == NULL);
+        }
+    }
     a.data = (double *)(uintptr_t)0x40; a.rows = -1; a.cols = -2; a.ndim = -3;
     r = qk_npy_read(p, &a);
     if (r != QK_OK) {

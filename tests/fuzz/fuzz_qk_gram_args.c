@@ -4,7 +4,9 @@
    the result is "go on" (-1), 0 (--help / --version) or 2 (a bad command line), never anything
    else; when the parser goes on, the options hold valid values (device, precision, threads
    1..4096 or default, autotune mode, strings that are arguments or follow '=' in one); when the
-   checks pass too, the mode has what it needs (--demo, or --map, --x and a .npy --out).
+   checks pass too, the mode has what it needs (--demo; --map, --x and a .npy --out; or --states
+   and a .npy --out, without --map, --x, --y or --weights); --normalize and --norm-tol only with
+   --states, --norm-tol in (0, 1).
 
    libFuzzer (clang), from the repository root (docs/api.md, "Fuzzing"):
      clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
@@ -17,13 +19,14 @@
 
 /* the rest of qk-gram, unused here */
 FZ_UNUSED static void fz_refs(void) {
-    (void)gram_main; (void)demo_main; (void)parse_args; (void)check_args; (void)prof_fail; (void)read_weights;
+    (void)gram_main; (void)demo_main; (void)states_main; (void)parse_args; (void)check_args; (void)prof_fail; (void)read_weights;
 }
 
 static const char *fz_token(int i) {
     static const char *const t[] = {"", "--map", "--x", "--y", "--out", "--device", "--precision", "--weights", "--threads",
                                     "--data", "--profile", "--trace", "--html", "--cache-dir", "--quiet", "--demo",
                                     "--progress", "--no-sync", "--autotune", "--no-autotune", "--help", "--version", "-h",
+                                    "--states", "--states-y", "--normalize", "--norm-tol", "1e-3", "1",
                                     "=", "cpu", "cuda", "auto", "fp32", "fp64", "tf32", "fp32x3", "fp16", "4096", "4097", "0", "K.npy", "K.csv",
                                     "X.npy", "./X.npy", "-", "/", NULL};
     return i < (int)(sizeof t / sizeof t[0]) ? t[i] : NULL;
@@ -36,6 +39,7 @@ static size_t fz_seed(int i, unsigned char *buf, size_t cap) {
         "--demo\0--data\0examples/data\0--no-autotune",
         "--x\0X.npy\0--out\0X.npy\0--map\0angle",
         "--version",
+        "--states\0S.npy\0--states-y=B.npy\0--out\0K.npy\0--normalize\0--norm-tol\0001e-6",
     };
     size_t n = 0;
     if (i >= (int)(sizeof seeds / sizeof seeds[0])) return 0;
@@ -78,9 +82,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         FZ_CHECK(o.threads >= 0 && o.threads <= 4096 && o.autotune >= -1 && o.autotune <= 1);
         FZ_CHECK(from_args(o.map, argv, argc) && from_args(o.x, argv, argc) && from_args(o.y, argv, argc));
         FZ_CHECK(from_args(o.out, argv, argc) && from_args(o.weights, argv, argc) && from_args(o.data, argv, argc));
+        FZ_CHECK(from_args(o.states, argv, argc) && from_args(o.states_y, argv, argc));
+        FZ_CHECK(o.norm_tol == 0.0 || (o.norm_tol > 0.0 && o.norm_tol < 1.0));
         rc = check_args(&o);
         FZ_CHECK(rc == -1 || rc == EXIT_USAGE);
-        if (rc == -1) FZ_CHECK(o.demo || (o.map && o.x && o.out && qkcli_ends_with(o.out, ".npy")));
+        if (rc == -1) {
+            const int states = o.states && !o.map && !o.x && !o.y && !o.weights && o.out && qkcli_ends_with(o.out, ".npy");
+            FZ_CHECK(o.demo || (o.map && o.x && o.out && qkcli_ends_with(o.out, ".npy") && !o.states && !o.states_y) || states);
+            FZ_CHECK(o.states || (!o.normalize && o.norm_tol == 0.0));
+        }
     }
     free(copy);
     return 0;
