@@ -119,6 +119,12 @@ int main(int argc, char **argv)
            (double)N * (double)N / med * 1e-9);
     for (i = 0; i < k; i++) printf(" GPU %d %.4f s", plan.devices[i], best_sec[i]);
     printf("; slowest / mean %.4f\n", k ? mx / mean : 1.0);
+    {   /* where the last run's time went on the first GPU (its last engine call): the GPU's own
+           figures against the wall clock around qk_gram (the rest is host set-up) */
+        qk_cuda_stats cs = qk_ctx_cuda_stats(ctx);
+        printf("first GPU, last engine call: events %.2f ms (states %.2f, Gram %.2f); finish %.2f ms of the call\n", cs.wall_ms,
+               cs.states_ms, cs.gram_ms, k ? best_sec[0] * 1e3 : 0.0);
+    }
     printf("json: {\"label\": \"%s\", \"map\": \"%s\", \"features\": %d, \"n\": %lld, \"output\": \"%s\", \"n_gpus\": %d, \"full_rows\": %d, "
            "\"median_s\": %.6f, \"runs_s\": [", label, spec, F, N, output, plan.n_devices, plan.dev_full_rows, med);
     for (i = 0; i < reps; i++) printf("%s%.6f", i ? ", " : "", t[i]);
