@@ -1,7 +1,13 @@
 /* qk_gram_vjp against qk_gram on the CPU engine (issue 24): hea(layers=2) on q features and
    qubits, n samples, K(X,X), the same context; the loss L = sum G_ij K_ij with a random G.
    Prints min / median of reps alternating runs of each and the ratio of medians:
-     vjp_bench [q] [n] [reps]        (defaults 8 1000 5) */
+     vjp_bench [q] [n] [reps]        (defaults 8 1000 5)
+   Built with -DQK_PROF_ENABLE (qk_prof.h found), it also prints where the VJP's time goes: the
+   mean per call of qk_gram_vjp's zones (warm-up included), e.g.
+     cc -O2 -march=native -DQK_PROF_ENABLE -I. bench/vjp_bench.c -o vjp_prof -lm -lpthread */
+#if defined(QK_PROF_ENABLE)
+#define QK_PROF_IMPLEMENTATION
+#endif
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include <stdio.h>
@@ -59,6 +65,18 @@ int main(int argc, char **argv)
            "vjp / gram (medians) %.2f; parameter shift would be 2P = %d Gram evaluations\n",
            q, (long long)n, m->n_weights, qk_ctx_query(ctx).n_threads, tg[0], tg[reps / 2], tv[0], tv[reps / 2], tv[reps / 2] / tg[reps / 2],
            2 * m->n_weights);
+#if defined(QK_PROF_ENABLE)
+    {
+        static const char *zones[] = {"vjp states", "vjp S", "vjp W", "vjp adjoint vectors", "vjp sweeps", "vjp K", "states", "gram block"};
+        size_t z;
+        for (z = 0; z < sizeof zones / sizeof zones[0]; z++) {
+            qk_prof_stats st;
+            if (qk_prof_zone_stats(zones[z], 0, &st) == 0)
+                printf("  zone %-20s calls %4llu  mean %8.3f ms  min %8.3f ms\n", zones[z], (unsigned long long)st.calls, st.mean_ns * 1e-6,
+                       st.min_ns * 1e-6);
+        }
+    }
+#endif
     qk_map_free(m);
     qk_ctx_destroy(ctx);
     free(x); free(G); free(K); free(grad);
