@@ -10970,11 +10970,11 @@ static void qk__vpack(int nt, const double *X, int64_t ld, int trans, int64_t m,
 
 #if defined(QK__VEC)
 typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
-/* C[0..mr) x [0..nr) (ld ldc) = (acc 0) or += (acc 1) the kc-long product of an A panel (a) and
-   a B panel (b) */
+/* C[0..mr) x [0..nr) (entry (r, e) at c[r rs + e cs]) = (acc 0) or += (acc 1) the kc-long
+   product of an A panel (a) and a B panel (b) */
 #define QK__VMK_DEFINE(NAME, ATTR)                                                                  \
-    QK__CONTRACT ATTR static void NAME(int64_t kc, const double *a, const double *b, double *c, int64_t ldc, \
-                                       int mr, int nr, int acc)                                     \
+    QK__CONTRACT ATTR static void NAME(int64_t kc, const double *a, const double *b, double *c, int64_t rs, \
+                                       int64_t cs, int mr, int nr, int acc)                                     \
     {                                                                                               \
         qk__gv4 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1;                 \
         double t[QK__VMR][QK__VNR];                                                                 \
@@ -10999,8 +10999,8 @@ typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
         memcpy(t[3], &c30, sizeof c30); memcpy(t[3] + 4, &c31, sizeof c31);                        \
         memcpy(t[4], &c40, sizeof c40); memcpy(t[4] + 4, &c41, sizeof c41);                        \
         memcpy(t[5], &c50, sizeof c50); memcpy(t[5] + 4, &c51, sizeof c51);                        \
-        for (r = 0; r < mr; r++, c += ldc)                                                          \
-            for (e = 0; e < nr; e++) c[e] = acc ? c[e] + t[r][e] : t[r][e];                         \
+        for (r = 0; r < mr; r++, c += rs)                                                           \
+            for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];               \
     }
 QK__VMK_DEFINE(qk__vmk, )
 #if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
@@ -11009,7 +11009,7 @@ QK__VMK_DEFINE(qk__vmk_avx2, __attribute__((target("avx2,fma"))))
 #endif
 #undef QK__VMK_DEFINE
 #else
-static void qk__vmk(int64_t kc, const double *a, const double *b, double *c, int64_t ldc, int mr, int nr, int acc)
+static void qk__vmk(int64_t kc, const double *a, const double *b, double *c, int64_t rs, int64_t cs, int mr, int nr, int acc)
 {
     double t[QK__VMR][QK__VNR];
     int64_t p;
@@ -11018,14 +11018,14 @@ static void qk__vmk(int64_t kc, const double *a, const double *b, double *c, int
     for (p = 0; p < kc; p++, a += QK__VMR, b += QK__VNR)
         for (r = 0; r < QK__VMR; r++)
             for (e = 0; e < QK__VNR; e++) t[r][e] += a[r] * b[e];
-    for (r = 0; r < mr; r++, c += ldc)
-        for (e = 0; e < nr; e++) c[e] = acc ? c[e] + t[r][e] : t[r][e];
+    for (r = 0; r < mr; r++, c += rs)
+        for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];
 }
 #endif
 
 typedef struct qk__vgemm_job {
     int64_t m, n, k, ldc, items_j, n_items, next;
-    int upper, acc, isa;
+    int upper, acc, isa, packed;
     const double *Ap, *Bp;
     double *C;
 } qk__vgemm_job;
@@ -11047,21 +11047,27 @@ static void qk__vgemm_work(void *p, int thread)
                     const double *a = g->Ap + i * g->k + pc * QK__VMR, *b = g->Bp + j * g->k + pc * QK__VNR;
                     const int mr = (int)(i1 - i < QK__VMR ? i1 - i : QK__VMR), nr = (int)(j1 - j < QK__VNR ? j1 - j : QK__VNR);
                     const int acc = g->acc || pc > 0;
+                    /* row-major, or packed: C in qk__vpack's panels of QK__VMR rows (i is a multiple) */
+                    double *c = g->C + i * g->ldc + (g->packed ? j * QK__VMR : j);
+                    const int64_t rs = g->packed ? 1 : g->ldc, cs = g->packed ? QK__VMR : 1;
                     if (g->upper && j + QK__VNR <= i) continue;
 #if defined(QK__VMK_DISPATCH)
-                    if (g->isa) { qk__vmk_avx2(kc, a, b, g->C + i * g->ldc + j, g->ldc, mr, nr, acc); continue; }
+                    if (g->isa) { qk__vmk_avx2(kc, a, b, c, rs, cs, mr, nr, acc); continue; }
 #endif
-                    qk__vmk(kc, a, b, g->C + i * g->ldc + j, g->ldc, mr, nr, acc);
+                    qk__vmk(kc, a, b, c, rs, cs, mr, nr, acc);
                 }
         }
     }
 }
 
-/* C (m x n, ld ldc) = Ap Bp (acc 0) or C + Ap Bp (acc 1); Ap, Bp: qk__vpack's panels of k */
-static void qk__vgemm(int nt, int upper, int acc, int64_t m, int64_t n, int64_t k, const double *Ap, const double *Bp, double *C, int64_t ldc)
+/* C (m x n) = Ap Bp (acc 0) or C + Ap Bp (acc 1); Ap, Bp: qk__vpack's panels of k. C row-major
+   (leading dimension ldc), or packed (1) as qk__vpack packs m rows of n values (ldc = n): the
+   next product's A operand. */
+static void qk__vgemm(int nt, int upper, int acc, int64_t m, int64_t n, int64_t k, const double *Ap, const double *Bp, double *C, int64_t ldc,
+                      int packed)
 {
     qk__vgemm_job g;
-    g.m = m; g.n = n; g.k = k; g.ldc = ldc; g.upper = upper; g.acc = acc; g.Ap = Ap; g.Bp = Bp; g.C = C; g.next = 0;
+    g.m = m; g.n = n; g.k = k; g.ldc = ldc; g.upper = upper; g.acc = acc; g.Ap = Ap; g.Bp = Bp; g.C = C; g.next = 0; g.packed = packed;
     g.items_j = (n + QK__VNC - 1) / QK__VNC;
     g.n_items = (m + QK__VMC - 1) / QK__VMC * g.items_j;
 #if defined(QK__VMK_DISPATCH)
@@ -11080,10 +11086,11 @@ typedef struct qk__vjp_job {
     const double *A, *B;        /* states; B == A for K(X,X) */
     const double *g;            /* G, ld_g */
     int64_t ld_g;
-    const double *Sr, *Si;      /* S = conj(A) B^T, nx x ny (Si: complex maps) */
-    double *Wp[4];              /* W = G' o conj(S) packed for the products (qk__vjp_w_work) */
+    double *Wp[4];              /* S = conj(A) B^T (Sr, Si: nx x ny packed as lam's A operand), then
+                                   W = G' o conj(S) in place, and W^T (K(X,Y)) (qk__vjp_w_work) */
     double *L, *M;              /* lam (nx rows of R), mu (ny rows; K(X,Y)) */
-    double *k_out;              /* the W pass's other job: K = |S|^2 (qk__vjp_k_work) */
+    double *K;                  /* NULL, or K = |S|^2 (nx x ny) from the W pass */
+    int weights;                /* the map has weights: form W */
     double *grad;               /* QK__VJP_CHUNKS x n_weights partial sums */
     int oom, cancel;
     int64_t next, swept;
@@ -11099,19 +11106,21 @@ static void qk__vjp_poll(qk__vjp_job *j, int thread)
     if (j->progress(QK__LOAD(&j->swept), total, j->progress_user)) QK__STORE(&j->cancel, 1);
 }
 
-/* W from S and G in blocks of QK__VWB rows, written straight into the products' packed A
-   operands (qk__vpack's layout, panels of QK__VMR rows; ld: the row count of the transposed
-   side):
+/* W from S and G in blocks of QK__VWB rows, in place of S (both in qk__vpack's layout, panels of
+   QK__VMR rows: lam's A operand), and K = |S|^2 (j->K, row-major) on the way:
      K(X,X): W = (G + G^T) o conj(S), Hermitian, from the upper triangle of S (the only part the
-       product computed): Wp[0] = Wr, Wp[1] = -Wi (lam = Wr B - Wi B~, B~ = [Bi | -Br])
-     K(X,Y): W = G o conj(S): Wp[0] = Wr, Wp[1] = -Wi (lam), Wp[2] = Wr^T, Wp[3] = Wi^T
-       (mu = V^T A with V = G o S = conj(W): mu = Wr^T A + Wi^T A~) */
+       product computed; the lower one is written over): Wp[0] = Wr, Wp[1] = -Wi (lam = Wr B -
+       Wi B~, B~ = [Bi | -Br])
+     K(X,Y): W = G o conj(S): Wp[0] = Wr, Wp[1] = -Wi (lam), Wp[2] = Wr^T, Wp[3] = Wi^T packed
+       as mu's A operand (mu = V^T A with V = G o S = conj(W): mu = Wr^T A + Wi^T A~)
+   Each entry (each unordered pair for K(X,X)) is read and written by one thread. */
 #define QK__VWB 24
 #define QK__VPK(P, i, c, k) ((P)[((i) / QK__VMR) * (k) * QK__VMR + (c) * QK__VMR + (i) % QK__VMR])
 static void qk__vjp_w_work(void *p, int thread)
 {
     qk__vjp_job *j = (qk__vjp_job *)p;
     const int64_t nx = j->nx, ny = j->ny, ld = j->ld_g;
+    double *Wr = j->Wp[0], *Wi = j->Wp[1];
     int64_t b;
     QK__UNUSED(thread);
     while ((b = QK__FETCH_ADD(&j->next, 1)) * QK__VWB < nx) {
@@ -11121,46 +11130,29 @@ static void qk__vjp_w_work(void *p, int thread)
             for (c0 = i0; c0 < ny; c0 += QK__VWB)   /* blocks right of the diagonal: the pairs c >= i */
                 for (i = i0; i < i1; i++)
                     for (c = c0 > i ? c0 : i; c < c0 + QK__VWB && c < ny; c++) {
-                        const double gv = j->g[i * ld + c] + j->g[c * ld + i], sr = j->Sr[i * ny + c];
-                        QK__VPK(j->Wp[0], i, c, ny) = gv * sr;
-                        if (c != i) QK__VPK(j->Wp[0], c, i, ny) = gv * sr;
-                        if (!j->real) {   /* S_ii is real: W_ii too */
-                            const double si = c != i ? j->Si[i * ny + c] : 0.0;
-                            QK__VPK(j->Wp[1], i, c, ny) = gv * si;                /* -Wi_ic */
-                            if (c != i) QK__VPK(j->Wp[1], c, i, ny) = -gv * si;   /* -Wi_ci = Wi_ic */
+                        const double gv = j->g[i * ld + c] + j->g[c * ld + i], sr = QK__VPK(Wr, i, c, ny);
+                        const double si = j->real || c == i ? 0.0 : QK__VPK(Wi, i, c, ny);   /* S_ii is real */
+                        if (j->K) j->K[i * ny + c] = j->K[c * ny + i] = sr * sr + si * si;
+                        if (!j->weights) continue;
+                        QK__VPK(Wr, i, c, ny) = gv * sr;
+                        QK__VPK(Wr, c, i, ny) = gv * sr;
+                        if (!j->real) {
+                            QK__VPK(Wi, i, c, ny) = gv * si;                /* -Wi_ic */
+                            if (c != i) QK__VPK(Wi, c, i, ny) = -gv * si;   /* -Wi_ci = Wi_ic */
                         }
                     }
         } else
             for (i = i0; i < i1; i++)
                 for (c = 0; c < ny; c++) {
-                    const double gv = j->g[i * ld + c], sr = j->Sr[i * ny + c];
-                    QK__VPK(j->Wp[0], i, c, ny) = gv * sr;
+                    const double gv = j->g[i * ld + c], sr = QK__VPK(Wr, i, c, ny), si = j->real ? 0.0 : QK__VPK(Wi, i, c, ny);
+                    if (j->K) j->K[i * ny + c] = sr * sr + si * si;
+                    if (!j->weights) continue;
+                    QK__VPK(Wr, i, c, ny) = gv * sr;
                     QK__VPK(j->Wp[2], c, i, nx) = gv * sr;
                     if (!j->real) {
-                        const double si = j->Si[i * ny + c];
-                        QK__VPK(j->Wp[1], i, c, ny) = gv * si;
+                        QK__VPK(Wi, i, c, ny) = gv * si;
                         QK__VPK(j->Wp[3], c, i, nx) = -gv * si;
                     }
-                }
-    }
-}
-
-/* K = |S|^2 into k_out (K(X,X): from the upper triangle, mirrored), QK__VWB rows an item */
-static void qk__vjp_k_work(void *p, int thread)
-{
-    qk__vjp_job *j = (qk__vjp_job *)p;
-    const int64_t ny = j->ny;
-    int64_t b;
-    QK__UNUSED(thread);
-    while ((b = QK__FETCH_ADD(&j->next, 1)) * QK__VWB < j->nx) {
-        const int64_t i0 = b * QK__VWB, i1 = i0 + QK__VWB < j->nx ? i0 + QK__VWB : j->nx;
-        int64_t i, c, c0;
-        for (c0 = j->sym ? i0 : 0; c0 < ny; c0 += QK__VWB)
-            for (i = i0; i < i1; i++)
-                for (c = j->sym && c0 < i ? i : c0; c < c0 + QK__VWB && c < ny; c++) {
-                    const double sr = j->Sr[i * ny + c], si = j->real ? 0.0 : j->Si[i * ny + c], v = sr * sr + si * si;
-                    j->k_out[i * ny + c] = v;
-                    if (j->sym) j->k_out[c * ny + i] = v;
                 }
     }
 }
@@ -11286,9 +11278,9 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     qk__vjp_job j;
     qk_result r;
     qk__tpool *outer = qk__cur_pool;
-    int64_t i, c, cols, D, R, nx, npa, npb, nw;
+    int64_t i, c, cols, D, R, nx, npa, npb, nw, nwt;
     int t, nt, k;
-    double bytes, *Sr = NULL, *Si = NULL, *Pa = NULL, *Pb = NULL, *At = NULL, *Bt = NULL;
+    double bytes, *Pa = NULL, *Pb = NULL, *At = NULL, *Bt = NULL;
     if (!ctx || !map || !d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!d->g) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: g (dL/dK) is NULL");
     if (map->n_weights > 0 && !d->grad_w) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_w is NULL (the map has %d weights)", map->n_weights);
@@ -11313,16 +11305,19 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;
     j.sym = d->y == NULL;
-    /* packed panels: S's operands (A by QK__VMR rows, B by QK__VNR), then lam's and mu's B
-       operands (the states by QK__VNR columns) in Pb again; W packed (1, 2 or 4 planes) */
+    /* packed panels: S's operands (A by QK__VMR rows in Pa, B by QK__VNR in Pb), then lam's and
+       mu's B operands (the states by QK__VNR columns) in Pb again; lam in Pa (free by then);
+       S and W in the same planes (1 real, 2 complex; K(X,Y): W^T too) */
     npa = ((nx + QK__VMR - 1) / QK__VMR * QK__VMR) * R;
     npb = ((cols + QK__VNR - 1) / QK__VNR * QK__VNR) * R;
     c = ((R + QK__VNR - 1) / QK__VNR * QK__VNR) * (nx > cols ? nx : cols);
     if (c > npb) npb = c;
-    nw = ((nx > cols ? nx : cols) + QK__VMR) * (nx > cols ? nx : cols);
-    /* states (and their [im | -re] rows), S, W, the packed operands, the adjoint vectors */
-    bytes = 8.0 * ((j.real ? 2.0 : 4.0) * (double)R * (double)(nx + (d->y ? cols : 0)) + (j.real ? 1.0 : 2.0) * (double)nx * (double)cols +
-                   (double)(j.sym ? 1 : 2) * (j.real ? 1.0 : 2.0) * (double)nw + (double)npa + (double)npb);
+    nw = (nx + QK__VMR - 1) / QK__VMR * QK__VMR * cols;
+    nwt = (cols + QK__VMR - 1) / QK__VMR * QK__VMR * nx;
+    /* states (and their [im | -re] rows), S / W, the packed operands, mu, K */
+    bytes = 8.0 * ((j.real ? 1.0 : 2.0) * (double)R * (double)(nx + (d->y ? cols : 0)) +
+                   (j.real ? 1.0 : 2.0) * ((double)nw + (j.sym ? 0.0 : (double)nwt)) + (double)npa + (double)npb +
+                   (j.sym ? 0.0 : (double)cols * (double)R) + (d->k_out ? (double)nx * (double)cols : 0.0));
     if (ctx->desc.host_memory && bytes > (double)ctx->desc.host_memory)
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
@@ -11346,20 +11341,20 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         Bt = j.sym ? At : qk__vjp_tilde(j.B, cols, D);
     }
     QK_PROF_END("vjp states");
-    Sr = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
-    if (!j.real) Si = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
     Pa = (double *)qk__malloc(sizeof(double) * (size_t)npa);
     Pb = (double *)qk__malloc(sizeof(double) * (size_t)npb);
+    j.weights = map->n_weights > 0;
     for (k = 0; k < 4; k++)
-        if ((k < 2 || !j.sym) && (k % 2 == 0 || !j.real)) {
-            j.Wp[k] = (double *)qk__malloc(sizeof(double) * (size_t)nw);
+        if ((k < 2 || (!j.sym && j.weights)) && (k % 2 == 0 || !j.real)) {
+            j.Wp[k] = (double *)qk__malloc(sizeof(double) * (size_t)(k < 2 ? nw : nwt));
             if (!j.Wp[k]) break;
         }
-    j.L = (double *)qk__malloc(sizeof(double) * (size_t)(nx * R));
+    j.L = Pa;
     if (!j.sym) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(cols * R));
+    if (d->k_out) j.K = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
     j.grad = (double *)qk__calloc((size_t)QK__VJP_CHUNKS * (size_t)(map->n_weights > 0 ? map->n_weights : 1), sizeof(double));
-    if (!j.A || !j.B || (!j.real && (!At || !Bt || !Si)) || !Sr || !Pa || !Pb || !j.Wp[0] || (!j.real && !j.Wp[1]) ||
-        (!j.sym && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || !j.L || (!j.sym && !j.M) || !j.grad) {
+    if (!j.A || !j.B || (!j.real && (!At || !Bt)) || !Pa || !Pb || !j.Wp[0] || (!j.real && !j.Wp[1]) ||
+        (!j.sym && j.weights && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || (!j.sym && !j.M) || (d->k_out && !j.K) || !j.grad) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
@@ -11370,34 +11365,33 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     QK_PROF_BEGIN("vjp S");
     qk__vpack(nt, j.A, R, 0, nx, R, QK__VMR, Pa);
     qk__vpack(nt, j.B, R, 0, cols, R, QK__VNR, Pb);
-    qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, Sr, cols);
+    qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, j.Wp[0], cols, 1);
     if (!j.real) {
         qk__vpack(nt, Bt, R, 0, cols, R, QK__VNR, Pb);
-        qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, Si, cols);
+        qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, j.Wp[1], cols, 1);
     }
-    j.Sr = Sr; j.Si = Si;
     QK_PROF_END("vjp S");
     qk__vjp_poll(&j, 0);
     if (j.cancel) goto cancelled;
-    if (map->n_weights > 0) {
-        QK_PROF_BEGIN("vjp W");
-        j.next = 0;
-        qk__parallel(nt, qk__vjp_w_work, &j);
-        QK_PROF_END("vjp W");
+    QK_PROF_BEGIN("vjp W");   /* W in place of S, and K */
+    j.next = 0;
+    qk__parallel(nt, qk__vjp_w_work, &j);
+    QK_PROF_END("vjp W");
+    if (j.weights) {
         QK_PROF_BEGIN("vjp adjoint vectors");
         /* lam = Wr B - Wi B~ (real: W B); mu = Wr^T A + Wi^T A~ (real: W^T A) */
         qk__vpack(nt, j.B, R, 1, R, cols, QK__VNR, Pb);
-        qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R);
+        qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R, 0);
         if (!j.real) {
             qk__vpack(nt, Bt, R, 1, R, cols, QK__VNR, Pb);
-            qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R);
+            qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R, 0);
         }
         if (!j.sym) {
             qk__vpack(nt, j.A, R, 1, R, nx, QK__VNR, Pb);
-            qk__vgemm(nt, 0, 0, cols, R, nx, j.Wp[2], Pb, j.M, R);
+            qk__vgemm(nt, 0, 0, cols, R, nx, j.Wp[2], Pb, j.M, R, 0);
             if (!j.real) {
                 qk__vpack(nt, At, R, 1, R, nx, QK__VNR, Pb);
-                qk__vgemm(nt, 0, 1, cols, R, nx, j.Wp[3], Pb, j.M, R);
+                qk__vgemm(nt, 0, 1, cols, R, nx, j.Wp[3], Pb, j.M, R, 0);
             }
         }
         QK_PROF_END("vjp adjoint vectors");
@@ -11415,13 +11409,7 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
             d->grad_w[i] = sum;
         }
     }
-    if (d->k_out) {   /* K from the same S, once nothing can fail */
-        QK_PROF_BEGIN("vjp K");
-        j.k_out = d->k_out;
-        j.next = 0;
-        qk__parallel(nt, qk__vjp_k_work, &j);
-        QK_PROF_END("vjp K");
-    }
+    if (d->k_out) memcpy(d->k_out, j.K, sizeof(double) * (size_t)(nx * cols));   /* once nothing can fail */
     r = QK_OK;
     goto done;
 cancelled:
@@ -11430,12 +11418,10 @@ done:
     qk__cur_pool = outer;
     QK_FREE(j.grad);
     QK_FREE(j.M);
-    QK_FREE(j.L);
+    QK_FREE(j.K);
     for (k = 0; k < 4; k++) QK_FREE(j.Wp[k]);
     QK_FREE(Pb);
     QK_FREE(Pa);
-    QK_FREE(Si);
-    QK_FREE(Sr);
     if (Bt != At) QK_FREE(Bt);
     QK_FREE(At);
     if (j.B != j.A) QK_FREE((void *)(uintptr_t)j.B);
