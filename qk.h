@@ -11190,13 +11190,25 @@ static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, in
     *im = m;
 }
 
-/* Im <Y s|l> on the bit b for real s and l (Re is 0): the pairs (i, i + b), bit b of i clear */
-static double qk__vjp_ry_dot_real(const double *s, const double *l, int64_t D, int64_t b)
+/* An RY at angle t on the bit b in a real sweep, one pass over the pairs (i, i + b) (bit b of i
+   clear): dot: returns Im <Y s|l> (its real part is 0); back: then s and l go back through it
+   (RY(-t), as qk__apply would) */
+static double qk__vjp_ry_real(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
 {
-    double m = 0;
+    double m = 0, u[8];
     int64_t i0, i;
+    (void)qk__u1(QK_OP_RY, -t, 0, u);
     for (i0 = 0; i0 < D; i0 += 2 * b)
-        for (i = i0; i < i0 + b; i++) m += s[i + b] * l[i] - s[i] * l[i + b];
+        for (i = i0; i < i0 + b; i++) {
+            const double s0 = s[i], s1 = s[i + b], l0 = l[i], l1 = l[i + b];
+            if (dot) m += s1 * l0 - s0 * l1;
+            if (back) {
+                s[i] = u[0] * s0 + u[2] * s1;
+                s[i + b] = u[4] * s0 + u[6] * s1;
+                l[i] = u[0] * l0 + u[2] * l1;
+                l[i + b] = u[4] * l0 + u[6] * l1;
+            }
+        }
     return m;
 }
 
@@ -11228,13 +11240,18 @@ static void qk__vjp_sweep_work(void *p, int thread)
             qk_map_angles(m, x, theta);
             for (k = m->n_ops - 1; k >= 0; k--) {
                 const qk_op *o = &m->ops[k];
+                const int weighted = qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX);
+                const double dw = weighted ? o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0) : 0.0;
                 if (o->kind == QK_OP_AMPLITUDE) break;   /* the first op; nothing before it has a weight */
-                if (qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX)) {
-                    double re, im, dt, dw = o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0);
-                    if (j->real) im = qk__vjp_ry_dot_real(s, l, D, (int64_t)1 << o->q0);
-                    else qk__vjp_gen_dot(o, s, l, D, &re, &im);
-                    dt = o->kind == QK_OP_P ? 2.0 * im : -im;
-                    grad[o->angle.w] += dt * dw;
+                if (j->real && o->kind == QK_OP_RY) {   /* the derivative and the step back in one pass */
+                    const double im = qk__vjp_ry_real(s, l, D, (int64_t)1 << o->q0, theta[k], weighted, k > 0);
+                    if (weighted) grad[o->angle.w] += -im * dw;
+                    continue;
+                }
+                if (weighted) {   /* (real maps: only RY has a weight) */
+                    double re, im;
+                    qk__vjp_gen_dot(o, s, l, D, &re, &im);
+                    grad[o->angle.w] += (o->kind == QK_OP_P ? 2.0 * im : -im) * dw;
                 }
                 if (k == 0) break;
                 /* back through op k: U^dagger is the op at -t (angled), itself otherwise */
