@@ -11092,6 +11092,8 @@ typedef struct qk__vjp_job {
     double *K;                  /* NULL, or K = |S|^2 (nx x ny) from the W pass */
     int weights;                /* the map has weights: form W */
     double *grad;               /* QK__VJP_CHUNKS x n_weights partial sums */
+    double *signs;              /* the sweeps' runs of Z / CZ ops (qk__vjp_diag_runs) */
+    int *run, *run_start;
     int oom, cancel;
     int64_t next, swept;
     qk_progress_fn progress;
@@ -11192,12 +11194,46 @@ static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, in
 
 /* An RY at angle t on the bit b in a real sweep, one pass over the pairs (i, i + b) (bit b of i
    clear): dot: returns Im <Y s|l> (its real part is 0); back: then s and l go back through it
-   (RY(-t), as qk__apply would) */
-static double qk__vjp_ry_real(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
+   (RY(-t), as qk__apply would). From b = 4 on the sum runs in 4 lanes (i mod 4) added in a fixed
+   order at the end: vectors, not one chain of dependent adds. */
+QK__CONTRACT static double qk__vjp_ry_real(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
 {
     double m = 0, u[8];
     int64_t i0, i;
     (void)qk__u1(QK_OP_RY, -t, 0, u);
+    if (b >= 4) {
+#if defined(QK__VEC)
+        qk__gv4 acc, s0, s1, l0, l1, v;
+        memset(&acc, 0, sizeof acc);
+        for (i0 = 0; i0 < D; i0 += 2 * b)
+            for (i = i0; i < i0 + b; i += 4) {
+                memcpy(&s0, s + i, sizeof s0); memcpy(&s1, s + i + b, sizeof s1);
+                memcpy(&l0, l + i, sizeof l0); memcpy(&l1, l + i + b, sizeof l1);
+                if (dot) acc += s1 * l0 - s0 * l1;
+                if (back) {
+                    v = u[0] * s0 + u[2] * s1; memcpy(s + i, &v, sizeof v);
+                    v = u[4] * s0 + u[6] * s1; memcpy(s + i + b, &v, sizeof v);
+                    v = u[0] * l0 + u[2] * l1; memcpy(l + i, &v, sizeof v);
+                    v = u[4] * l0 + u[6] * l1; memcpy(l + i + b, &v, sizeof v);
+                }
+            }
+        return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+#else
+        double a4[4] = {0, 0, 0, 0};
+        int e;
+        for (i0 = 0; i0 < D; i0 += 2 * b)
+            for (i = i0; i < i0 + b; i += 4)
+                for (e = 0; e < 4; e++) {
+                    const double s0 = s[i + e], s1 = s[i + e + b], l0 = l[i + e], l1 = l[i + e + b];
+                    if (dot) a4[e] += s1 * l0 - s0 * l1;
+                    if (back) {
+                        s[i + e] = u[0] * s0 + u[2] * s1; s[i + e + b] = u[4] * s0 + u[6] * s1;
+                        l[i + e] = u[0] * l0 + u[2] * l1; l[i + e + b] = u[4] * l0 + u[6] * l1;
+                    }
+                }
+        return (a4[0] + a4[1]) + (a4[2] + a4[3]);
+#endif
+    }
     for (i0 = 0; i0 < D; i0 += 2 * b)
         for (i = i0; i < i0 + b; i++) {
             const double s0 = s[i], s1 = s[i + b], l0 = l[i], l1 = l[i + b];
@@ -11210,6 +11246,38 @@ static double qk__vjp_ry_real(double *s, double *l, int64_t D, int64_t b, double
             }
         }
     return m;
+}
+
+/* Runs of consecutive Z and CZ ops (a CZ ring): diagonal, +-1, the same for every sample, each
+   its own inverse. The sweeps take a run in one pass, times its table of signs (j->signs: one
+   table of D per run; j->run[k]: the run's table where op k is a run's last op, else -1;
+   j->run_start[k]: the run's first op). Returns the number of runs, or -1 (out of memory). */
+static int qk__vjp_diag_runs(qk__vjp_job *j)
+{
+    const qk_map *m = j->map;
+    int k, k0, n = 0;
+    int64_t i;
+    for (k = 0; k < m->n_ops; k++) {
+        const int diag = m->ops[k].kind == QK_OP_Z || m->ops[k].kind == QK_OP_CZ;
+        const int next = k + 1 < m->n_ops && (m->ops[k + 1].kind == QK_OP_Z || m->ops[k + 1].kind == QK_OP_CZ);
+        j->run[k] = diag && !next ? n++ : -1;
+    }
+    if (n == 0) return 0;
+    j->signs = (double *)qk__malloc(sizeof(double) * (size_t)n * (size_t)j->D);
+    if (!j->signs) return -1;
+    for (k = 0; k < m->n_ops; k++) {
+        double *t;
+        if (j->run[k] < 0) continue;
+        t = j->signs + (size_t)j->run[k] * (size_t)j->D;
+        for (i = 0; i < j->D; i++) t[i] = 1.0;
+        for (k0 = k; k0 >= 0 && (m->ops[k0].kind == QK_OP_Z || m->ops[k0].kind == QK_OP_CZ); k0--) {
+            const qk_op *o = &m->ops[k0];
+            const int64_t mask = ((int64_t)1 << o->q0) | (o->kind == QK_OP_CZ ? (int64_t)1 << o->q1 : 0);
+            for (i = 0; i < j->D; i++) t[i] = (i & mask) == mask ? -t[i] : t[i];
+        }
+        j->run_start[k] = k0 + 1;
+    }
+    return n;
 }
 
 /* The adjoint sweeps, in QK__VJP_CHUNKS chunks of samples taken by whichever thread is free,
@@ -11254,6 +11322,16 @@ static void qk__vjp_sweep_work(void *p, int thread)
                     grad[o->angle.w] += (o->kind == QK_OP_P ? 2.0 * im : -im) * dw;
                 }
                 if (k == 0) break;
+                if (j->run[k] >= 0) {   /* a run of Z / CZ ops (ending here): one pass with its signs */
+                    const double *sg = j->signs + (size_t)j->run[k] * (size_t)D;
+                    int64_t a;
+                    for (a = 0; a < D; a++) { s[a] *= sg[a]; l[a] *= sg[a]; }
+                    if (!j->real)
+                        for (a = 0; a < D; a++) { s[D + a] *= sg[a]; l[D + a] *= sg[a]; }
+                    k = j->run_start[k];
+                    if (k == 0) break;
+                    continue;
+                }
                 /* back through op k: U^dagger is the op at -t (angled), itself otherwise */
                 qk__apply(o, -theta[k], x, s, j->real ? NULL : s + D, m->n_qubits);
                 qk__apply(o, -theta[k], x, l, j->real ? NULL : l + D, m->n_qubits);
@@ -11370,8 +11448,11 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (!j.sym) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(cols * R));
     if (d->k_out) j.K = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
     j.grad = (double *)qk__calloc((size_t)QK__VJP_CHUNKS * (size_t)(map->n_weights > 0 ? map->n_weights : 1), sizeof(double));
+    j.run = (int *)qk__malloc(sizeof(int) * (size_t)(2 * map->n_ops + 2));
+    j.run_start = j.run ? j.run + map->n_ops + 1 : NULL;
+    if (j.run && qk__vjp_diag_runs(&j) < 0) { QK_FREE(j.run); j.run = NULL; }
     if (!j.A || !j.B || (!j.real && (!At || !Bt)) || !Pa || !Pb || !j.Wp[0] || (!j.real && !j.Wp[1]) ||
-        (!j.sym && j.weights && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || (!j.sym && !j.M) || (d->k_out && !j.K) || !j.grad) {
+        (!j.sym && j.weights && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || (!j.sym && !j.M) || (d->k_out && !j.K) || !j.grad || !j.run) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
@@ -11434,6 +11515,8 @@ cancelled:
 done:
     qk__cur_pool = outer;
     QK_FREE(j.grad);
+    QK_FREE(j.run);
+    QK_FREE(j.signs);
     QK_FREE(j.M);
     QK_FREE(j.K);
     for (k = 0; k < 4; k++) QK_FREE(j.Wp[k]);
