@@ -11248,6 +11248,29 @@ QK__CONTRACT static double qk__vjp_ry_real(double *s, double *l, int64_t D, int6
     return m;
 }
 
+/* An RZ at angle t on the bit b in a complex sweep (s, l: [re | im]), one pass: dot: returns
+   Im <Z s|l>; back: then s and l go back through it (RZ(-t): e^{+-it/2} by the bit, as qk__apply
+   would, without its call per run of indices). The sum in 4 lanes (i mod 4), added in a fixed
+   order. */
+static double qk__vjp_rz(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
+{
+    double m[4] = {0, 0, 0, 0}, u[8];
+    double *si = s + D, *li = l + D;
+    int64_t i;
+    (void)qk__u1(QK_OP_RZ, -t, 0, u);
+    for (i = 0; i < D; i++) {
+        const int set = (i & b) != 0;
+        const double sr = s[i], sm = si[i], lr = l[i], lm = li[i];
+        const double pr = set ? u[6] : u[0], pi = set ? u[7] : u[1];
+        if (dot) m[i & 3] += set ? -(sr * lm - sm * lr) : sr * lm - sm * lr;
+        if (back) {
+            s[i] = pr * sr - pi * sm; si[i] = pr * sm + pi * sr;
+            l[i] = pr * lr - pi * lm; li[i] = pr * lm + pi * lr;
+        }
+    }
+    return (m[0] + m[1]) + (m[2] + m[3]);
+}
+
 /* Runs of consecutive Z and CZ ops (a CZ ring): diagonal, +-1, the same for every sample, each
    its own inverse. The sweeps take a run in one pass, times its table of signs (j->signs: one
    table of D per run; j->run[k]: the run's table where op k is a run's last op, else -1;
@@ -11311,9 +11334,17 @@ static void qk__vjp_sweep_work(void *p, int thread)
                 const int weighted = qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX);
                 const double dw = weighted ? o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0) : 0.0;
                 if (o->kind == QK_OP_AMPLITUDE) break;   /* the first op; nothing before it has a weight */
-                if (j->real && o->kind == QK_OP_RY) {   /* the derivative and the step back in one pass */
-                    const double im = qk__vjp_ry_real(s, l, D, (int64_t)1 << o->q0, theta[k], weighted, k > 0);
+                if (o->kind == QK_OP_RY || o->kind == QK_OP_RZ) {   /* the derivative and the step back in one pass */
+                    /* RY is real: Im <Y s|l> of complex s, l is the real one of each plane, summed */
+                    const int64_t b = (int64_t)1 << o->q0;
+                    double im;
+                    if (o->kind == QK_OP_RZ) im = qk__vjp_rz(s, l, D, b, theta[k], weighted, k > 0);
+                    else {
+                        im = qk__vjp_ry_real(s, l, D, b, theta[k], weighted, k > 0);
+                        if (!j->real) im += qk__vjp_ry_real(s + D, l + D, D, b, theta[k], weighted, k > 0);
+                    }
                     if (weighted) grad[o->angle.w] += -im * dw;
+                    if (k == 0) break;
                     continue;
                 }
                 if (weighted) {   /* (real maps: only RY has a weight) */
