@@ -10905,8 +10905,9 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
    state after op k) and l, then both go back through op k (U_k^dagger). An op
    exp(-i t Gen / 2) (RX, RY, RZ: Gen the Pauli; RZZ: Z x Z) gives dL/dt = -Im <Gen s|l>; P(t)
    (i Pi_1) gives 2 Im <Pi_1 s|l>; t = scale * w + offset (QK_ARG_W) or scale * w * x (WX) gives
-   dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and two circuit sweeps per
-   sample, whatever the number of weights. CPU engine, fp64, all states resident. */
+   dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and a sweep of two vectors
+   back through the circuit per sample, whatever the number of weights. CPU engine, fp64, all
+   states resident; real maps (qk__vjp_is_real) on one plane throughout. */
 
 /* ---- the products of the VJP (S and the adjoint vectors) as real GEMMs on packed operands ----
    C (m x n) = or += Ap Bp, each operand packed once (in parallel) before the product: A in
