@@ -1,7 +1,13 @@
-/* qk_gram_vjp against qk_gram on the CPU engine (issue 24): hea(layers=2) on q features and
-   qubits, n samples, K(X,X), the same context; the loss L = sum G_ij K_ij with a random G.
-   Prints min / median of reps alternating runs of each and the ratio of medians:
-     vjp_bench [q] [n] [reps]        (defaults 8 1000 5) */
+/* qk_gram_vjp against qk_gram on the CPU engine (issue 24): a map (hea(layers=2) by default) on q
+   features and qubits, n samples, K(X,X), the same context; the loss L = sum G_ij K_ij with a
+   random G. Prints min / median of reps alternating runs of each and the ratio of medians:
+     vjp_bench [q] [n] [reps] [map]        (defaults 8 1000 5 "hea(layers=2)")
+   Built with -DQK_PROF_ENABLE (qk_prof.h found), it also prints where the VJP's time goes: the
+   mean per call of qk_gram_vjp's zones (warm-up included), e.g.
+     cc -O2 -march=native -DQK_PROF_ENABLE -I. bench/vjp_bench.c -o vjp_prof -lm -lpthread */
+#if defined(QK_PROF_ENABLE)
+#define QK_PROF_IMPLEMENTATION
+#endif
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include <stdio.h>
@@ -20,7 +26,7 @@ int main(int argc, char **argv)
 {
     const int q = argc > 1 ? atoi(argv[1]) : 8, reps = argc > 3 ? atoi(argv[3]) : 5;
     const int64_t n = argc > 2 ? atoll(argv[2]) : 1000;
-    char spec[64];
+    const char *spec = argc > 4 ? argv[4] : "hea(layers=2)";
     qk_map *m = NULL;
     qk_ctx *ctx = NULL;
     qk_ctx_desc cd;
@@ -32,7 +38,6 @@ int main(int argc, char **argv)
     srand(1);
     for (i = 0; i < n * q; i++) x[i] = 2.0 * rand() / RAND_MAX - 1.0;
     for (i = 0; i < n * n; i++) G[i] = 2.0 * rand() / RAND_MAX - 1.0;
-    snprintf(spec, sizeof spec, "hea(layers=2)");
     if (qk_map_parse(spec, q, &m) != QK_OK) return 2;
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
@@ -55,10 +60,22 @@ int main(int argc, char **argv)
     }
     qsort(tg, (size_t)reps, sizeof(double), cmp);
     qsort(tv, (size_t)reps, sizeof(double), cmp);
-    printf("hea(layers=2) q=%d n=%lld P=%d threads=%d: qk_gram min %.4f median %.4f s; qk_gram_vjp min %.4f median %.4f s; "
+    printf("%s q=%d n=%lld P=%d threads=%d: qk_gram min %.4f median %.4f s; qk_gram_vjp min %.4f median %.4f s; "
            "vjp / gram (medians) %.2f; parameter shift would be 2P = %d Gram evaluations\n",
-           q, (long long)n, m->n_weights, qk_ctx_query(ctx).n_threads, tg[0], tg[reps / 2], tv[0], tv[reps / 2], tv[reps / 2] / tg[reps / 2],
+           spec, q, (long long)n, m->n_weights, qk_ctx_query(ctx).n_threads, tg[0], tg[reps / 2], tv[0], tv[reps / 2], tv[reps / 2] / tg[reps / 2],
            2 * m->n_weights);
+#if defined(QK_PROF_ENABLE)
+    {
+        static const char *zones[] = {"vjp states", "vjp S", "vjp W", "vjp adjoint vectors", "vjp sweeps", "vjp K", "states", "gram block"};
+        size_t z;
+        for (z = 0; z < sizeof zones / sizeof zones[0]; z++) {
+            qk_prof_stats st;
+            if (qk_prof_zone_stats(zones[z], 0, &st) == 0)
+                printf("  zone %-20s calls %4llu  mean %8.3f ms  min %8.3f ms\n", zones[z], (unsigned long long)st.calls, st.mean_ns * 1e-6,
+                       st.min_ns * 1e-6);
+        }
+    }
+#endif
     qk_map_free(m);
     qk_ctx_destroy(ctx);
     free(x); free(G); free(K); free(grad);

@@ -10,114 +10,197 @@
    state after op k) and l, then both go back through op k (U_k^dagger). An op
    exp(-i t Gen / 2) (RX, RY, RZ: Gen the Pauli; RZZ: Z x Z) gives dL/dt = -Im <Gen s|l>; P(t)
    (i Pi_1) gives 2 Im <Pi_1 s|l>; t = scale * w + offset (QK_ARG_W) or scale * w * x (WX) gives
-   dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and two circuit sweeps per
-   sample, whatever the number of weights. CPU engine, fp64, all states resident. */
+   dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and a sweep of two vectors
+   back through the circuit per sample, whatever the number of weights. CPU engine, fp64, all
+   states resident; real maps (qk__vjp_is_real) on one plane throughout. */
 
-/* ---- C (m x n) += alpha A (m x k) B (k x n), row-major, on the engine's threads: the products
-   of the VJP (S and the adjoint vectors) as real GEMMs; micro-tiles of QK__GR rows x 8 columns held
-   in registers over the k loop (12 accumulators of 4 doubles: AVX2's 16 registers); upper: C only
-   from column (row block start) on, for a symmetric product whose lower part is mirrored ---- */
-#define QK__GR 6
-typedef struct qk__gemm_job {
-    int64_t m, n, k, lda, ldb, ldc, next;
-    int upper;
-    double alpha;
-    const double *A, *B;
-    double *C;
-} qk__gemm_job;
+/* ---- the products of the VJP (S and the adjoint vectors) as real GEMMs on packed operands ----
+   C (m x n) = or += Ap Bp, each operand packed once (in parallel) before the product: A in
+   panels of QK__VMR rows ([p][r], the whole k), B in panels of QK__VNR columns ([p][c]); a
+   micro-kernel holds a QK__VMR x QK__VNR block of C in registers over QK__VKC values of p
+   (12 accumulators of 4 doubles: AVX2's 16 registers), its B panel in L1 and the item's A panels
+   in L2. Work items are blocks of QK__VMC x QK__VNC entries of C taken by whichever thread is
+   free; each entry is summed by one thread in a fixed order (p chunks in order, p in order in a
+   chunk), so C does not depend on the thread count. upper: only the micro-blocks that hold an
+   entry with column >= row (the upper triangle of a symmetric product; the rest is not written).
+   Runtime dispatch as in cpu_gram.c: a portable x86-64 build also compiles the micro-kernel for
+   AVX2 + FMA and picks it where the CPU has them. */
+#define QK__VMR 6
+#define QK__VNR 8
+#define QK__VKC 256
+#define QK__VMC 48
+#define QK__VNC 128
+
+/* m rows of X packed into panels of w rows (zero past m): element (i, p) is X[i ld + p] (trans 0)
+   or X[p ld + i] (trans 1) */
+typedef struct qk__vpack_job {
+    const double *X;
+    int64_t ld, m, k, next;
+    int trans, w;
+    double *P;
+} qk__vpack_job;
+
+static void qk__vpack_work(void *p, int thread)
+{
+    qk__vpack_job *j = (qk__vpack_job *)p;
+    const int64_t panels = (j->m + j->w - 1) / j->w;
+    int64_t b;
+    QK__UNUSED(thread);
+    while ((b = QK__FETCH_ADD(&j->next, 1)) * 4 < panels) {
+        int64_t ip, q, r;
+        for (ip = 4 * b; ip < panels && ip < 4 * b + 4; ip++) {
+            double *P = j->P + ip * j->k * j->w;
+            const int64_t i0 = ip * j->w, w = j->m - i0 < j->w ? j->m - i0 : j->w;
+            if (j->trans)   /* row q of X: w contiguous values */
+                for (q = 0; q < j->k; q++) {
+                    const double *x = j->X + q * j->ld + i0;
+                    for (r = 0; r < j->w; r++) P[q * j->w + r] = r < w ? x[r] : 0.0;
+                }
+            else
+                for (r = 0; r < j->w; r++) {
+                    const double *x = j->X + (i0 + r) * j->ld;
+                    if (r >= w) for (q = 0; q < j->k; q++) P[q * j->w + r] = 0.0;
+                    else for (q = 0; q < j->k; q++) P[q * j->w + r] = x[q];
+                }
+        }
+    }
+}
+
+static void qk__vpack(int nt, const double *X, int64_t ld, int trans, int64_t m, int64_t k, int w, double *P)
+{
+    qk__vpack_job j;
+    const int64_t items = ((m + w - 1) / w + 3) / 4;
+    j.X = X; j.ld = ld; j.m = m; j.k = k; j.trans = trans; j.w = w; j.P = P; j.next = 0;
+    qk__parallel(nt < items ? nt : (int)items, qk__vpack_work, &j);
+}
 
 #if defined(QK__VEC)
 typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
+/* C[0..mr) x [0..nr) (entry (r, e) at c[r rs + e cs]) = (acc 0) or += (acc 1) the kc-long
+   product of an A panel (a) and a B panel (b) */
+#define QK__VMK_DEFINE(NAME, ATTR)                                                                  \
+    QK__CONTRACT ATTR static void NAME(int64_t kc, const double *a, const double *b, double *c, int64_t rs, \
+                                       int64_t cs, int mr, int nr, int acc)                                     \
+    {                                                                                               \
+        qk__gv4 c00, c01, c10, c11, c20, c21, c30, c31, c40, c41, c50, c51, b0, b1;                 \
+        double t[QK__VMR][QK__VNR];                                                                 \
+        int64_t p;                                                                                  \
+        int r, e;                                                                                   \
+        memset(&c00, 0, sizeof c00);                                                                \
+        c01 = c00; c10 = c00; c11 = c00; c20 = c00; c21 = c00;                                      \
+        c30 = c00; c31 = c00; c40 = c00; c41 = c00; c50 = c00; c51 = c00;                           \
+        for (p = 0; p < kc; p++, a += QK__VMR, b += QK__VNR) {                                      \
+            memcpy(&b0, b, sizeof b0);                                                              \
+            memcpy(&b1, b + 4, sizeof b1);                                                          \
+            c00 += a[0] * b0; c01 += a[0] * b1;                                                     \
+            c10 += a[1] * b0; c11 += a[1] * b1;                                                     \
+            c20 += a[2] * b0; c21 += a[2] * b1;                                                     \
+            c30 += a[3] * b0; c31 += a[3] * b1;                                                     \
+            c40 += a[4] * b0; c41 += a[4] * b1;                                                     \
+            c50 += a[5] * b0; c51 += a[5] * b1;                                                     \
+        }                                                                                           \
+        memcpy(t[0], &c00, sizeof c00); memcpy(t[0] + 4, &c01, sizeof c01);                        \
+        memcpy(t[1], &c10, sizeof c10); memcpy(t[1] + 4, &c11, sizeof c11);                        \
+        memcpy(t[2], &c20, sizeof c20); memcpy(t[2] + 4, &c21, sizeof c21);                        \
+        memcpy(t[3], &c30, sizeof c30); memcpy(t[3] + 4, &c31, sizeof c31);                        \
+        memcpy(t[4], &c40, sizeof c40); memcpy(t[4] + 4, &c41, sizeof c41);                        \
+        memcpy(t[5], &c50, sizeof c50); memcpy(t[5] + 4, &c51, sizeof c51);                        \
+        for (r = 0; r < mr; r++, c += rs)                                                           \
+            for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];               \
+    }
+QK__VMK_DEFINE(qk__vmk, )
+#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
+#define QK__VMK_DISPATCH 1
+QK__VMK_DEFINE(qk__vmk_avx2, __attribute__((target("avx2,fma"))))
 #endif
-
-QK__CONTRACT
-static void qk__gemm_rows(const qk__gemm_job *g, int64_t i0, int64_t i1)
-{
-    const int64_t j0 = g->upper ? i0 / 8 * 8 : 0;
-    int64_t i, j, p;
-    for (i = i0; i + QK__GR <= i1; i += QK__GR) {
-        for (j = j0; j + 8 <= g->n; j += 8) {
-#if defined(QK__VEC)
-            qk__gv4 c[QK__GR][2], b0, b1, z;
-            int r;
-            memset(&z, 0, sizeof z);
-            for (r = 0; r < QK__GR; r++) { c[r][0] = z; c[r][1] = z; }
-            for (p = 0; p < g->k; p++) {
-                const double *bp = g->B + p * g->ldb + j;
-                memcpy(&b0, bp, sizeof b0);
-                memcpy(&b1, bp + 4, sizeof b1);
-                for (r = 0; r < QK__GR; r++) {
-                    const double a = g->A[(i + r) * g->lda + p];
-                    c[r][0] += a * b0;
-                    c[r][1] += a * b1;
-                }
-            }
-            for (r = 0; r < QK__GR; r++) {
-                double *cp = g->C + (i + r) * g->ldc + j;
-                int e;
-                for (e = 0; e < 4; e++) { cp[e] += g->alpha * c[r][0][e]; cp[4 + e] += g->alpha * c[r][1][e]; }
-            }
+#undef QK__VMK_DEFINE
 #else
-            double c[QK__GR][8];
-            int r, e;
-            memset(c, 0, sizeof c);
-            for (p = 0; p < g->k; p++)
-                for (r = 0; r < QK__GR; r++)
-                    for (e = 0; e < 8; e++) c[r][e] += g->A[(i + r) * g->lda + p] * g->B[p * g->ldb + j + e];
-            for (r = 0; r < QK__GR; r++)
-                for (e = 0; e < 8; e++) g->C[(i + r) * g->ldc + j + e] += g->alpha * c[r][e];
+static void qk__vmk(int64_t kc, const double *a, const double *b, double *c, int64_t rs, int64_t cs, int mr, int nr, int acc)
+{
+    double t[QK__VMR][QK__VNR];
+    int64_t p;
+    int r, e;
+    memset(t, 0, sizeof t);
+    for (p = 0; p < kc; p++, a += QK__VMR, b += QK__VNR)
+        for (r = 0; r < QK__VMR; r++)
+            for (e = 0; e < QK__VNR; e++) t[r][e] += a[r] * b[e];
+    for (r = 0; r < mr; r++, c += rs)
+        for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];
+}
 #endif
-        }
-        for (; j < g->n; j++) {   /* the last columns */
-            int r;
-            for (r = 0; r < QK__GR; r++) {
-                double acc = 0;
-                for (p = 0; p < g->k; p++) acc += g->A[(i + r) * g->lda + p] * g->B[p * g->ldb + j];
-                g->C[(i + r) * g->ldc + j] += g->alpha * acc;
-            }
-        }
-    }
-    for (; i < i1; i++)   /* the last rows */
-        for (j = j0; j < g->n; j++) {
-            double acc = 0;
-            for (p = 0; p < g->k; p++) acc += g->A[i * g->lda + p] * g->B[p * g->ldb + j];
-            g->C[i * g->ldc + j] += g->alpha * acc;
-        }
-}
 
-static void qk__gemm_work(void *p, int thread)
+typedef struct qk__vgemm_job {
+    int64_t m, n, k, ldc, items_j, n_items, next;
+    int upper, acc, isa, packed;
+    const double *Ap, *Bp;
+    double *C;
+} qk__vgemm_job;
+
+static void qk__vgemm_work(void *p, int thread)
 {
-    qk__gemm_job *g = (qk__gemm_job *)p;
-    int64_t b;
+    qk__vgemm_job *g = (qk__vgemm_job *)p;
+    int64_t t;
     QK__UNUSED(thread);
-    while ((b = QK__FETCH_ADD(&g->next, 1)) * 36 < g->m) {
-        const int64_t i0 = b * 36, i1 = i0 + 36 < g->m ? i0 + 36 : g->m;
-        qk__gemm_rows(g, i0, i1);
+    while ((t = QK__FETCH_ADD(&g->next, 1)) < g->n_items) {
+        const int64_t i0 = t / g->items_j * QK__VMC, j0 = t % g->items_j * QK__VNC;
+        const int64_t i1 = i0 + QK__VMC < g->m ? i0 + QK__VMC : g->m, j1 = j0 + QK__VNC < g->n ? j0 + QK__VNC : g->n;
+        int64_t pc, i, j;
+        if (g->upper && j1 <= i0) continue;   /* all below the diagonal */
+        for (pc = 0; pc < g->k; pc += QK__VKC) {
+            const int64_t kc = g->k - pc < QK__VKC ? g->k - pc : QK__VKC;
+            for (j = j0; j < j1; j += QK__VNR)
+                for (i = i0; i < i1; i += QK__VMR) {
+                    const double *a = g->Ap + i * g->k + pc * QK__VMR, *b = g->Bp + j * g->k + pc * QK__VNR;
+                    const int mr = (int)(i1 - i < QK__VMR ? i1 - i : QK__VMR), nr = (int)(j1 - j < QK__VNR ? j1 - j : QK__VNR);
+                    const int acc = g->acc || pc > 0;
+                    /* row-major, or packed: C in qk__vpack's panels of QK__VMR rows (i is a multiple) */
+                    double *c = g->C + i * g->ldc + (g->packed ? j * QK__VMR : j);
+                    const int64_t rs = g->packed ? 1 : g->ldc, cs = g->packed ? QK__VMR : 1;
+                    if (g->upper && j + QK__VNR <= i) continue;
+#if defined(QK__VMK_DISPATCH)
+                    if (g->isa) { qk__vmk_avx2(kc, a, b, c, rs, cs, mr, nr, acc); continue; }
+#endif
+                    qk__vmk(kc, a, b, c, rs, cs, mr, nr, acc);
+                }
+        }
     }
 }
 
-static void qk__gemm(int nt, int upper, int64_t m, int64_t n, int64_t k, double alpha, const double *A, int64_t lda, const double *B,
-                     int64_t ldb, double *C, int64_t ldc)
+/* C (m x n) = Ap Bp (acc 0) or C + Ap Bp (acc 1); Ap, Bp: qk__vpack's panels of k. C row-major
+   (leading dimension ldc), or packed (1) as qk__vpack packs m rows of n values (ldc = n): the
+   next product's A operand. */
+static void qk__vgemm(int nt, int upper, int acc, int64_t m, int64_t n, int64_t k, const double *Ap, const double *Bp, double *C, int64_t ldc,
+                      int packed)
 {
-    qk__gemm_job g;
-    const int64_t blocks = (m + 35) / 36;
-    g.m = m; g.n = n; g.k = k; g.alpha = alpha; g.A = A; g.lda = lda; g.B = B; g.ldb = ldb; g.C = C; g.ldc = ldc; g.next = 0;
-    g.upper = upper;
-    qk__parallel(nt < blocks ? nt : (int)blocks, qk__gemm_work, &g);
+    qk__vgemm_job g;
+    g.m = m; g.n = n; g.k = k; g.ldc = ldc; g.upper = upper; g.acc = acc; g.Ap = Ap; g.Bp = Bp; g.C = C; g.next = 0; g.packed = packed;
+    g.items_j = (n + QK__VNC - 1) / QK__VNC;
+    g.n_items = (m + QK__VMC - 1) / QK__VMC * g.items_j;
+#if defined(QK__VMK_DISPATCH)
+    g.isa = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    g.isa = 0;
+#endif
+    qk__parallel(nt < g.n_items ? nt : (int)g.n_items, qk__vgemm_work, &g);
 }
 
 typedef struct qk__vjp_job {
     const qk_map *map;
     const double *x, *y;        /* data of the samples (X, then Y) */
-    int64_t nx, ny, D;
-    int sym;
-    const double *A, *B;        /* states, rows of 2D (re | im); B == A for K(X,X) */
+    int64_t nx, ny, D, R;       /* R: doubles a state row (D real, 2D complex: re | im) */
+    int sym, real;
+    const double *A, *B;        /* states; B == A for K(X,X) */
     const double *g;            /* G, ld_g */
     int64_t ld_g;
-    double *S;                  /* S, nx x ny complex (re, im) */
-    double *L, *M;              /* lam (nx rows of 2D), mu (ny rows; K(X,Y)) */
+    double *Wp[4];              /* S = conj(A) B^T (Sr, Si: nx x ny packed as lam's A operand), then
+                                   W = G' o conj(S) in place, and W^T (K(X,Y)) (qk__vjp_w_work) */
+    double *L, *M;              /* lam (nx rows of R), mu (ny rows; K(X,Y)) */
+    double *K;                  /* NULL, or K = |S|^2 (nx x ny) from the W pass */
+    int weights;                /* the map has weights: form W */
     double *grad;               /* QK__VJP_CHUNKS x n_weights partial sums */
-    int n_threads, oom, cancel;
+    double *signs;              /* the sweeps' runs of Z / CZ ops (qk__vjp_diag_runs) */
+    int *run, *run_start;
+    int oom, cancel;
     int64_t next, swept;
     qk_progress_fn progress;
     void *progress_user;
@@ -131,7 +214,58 @@ static void qk__vjp_poll(qk__vjp_job *j, int thread)
     if (j->progress(QK__LOAD(&j->swept), total, j->progress_user)) QK__STORE(&j->cancel, 1);
 }
 
-/* <Gen s|l> of an angled op (the generator applied to s where it acts) */
+/* W from S and G in blocks of QK__VWB rows, in place of S (both in qk__vpack's layout, panels of
+   QK__VMR rows: lam's A operand), and K = |S|^2 (j->K, row-major) on the way:
+     K(X,X): W = (G + G^T) o conj(S), Hermitian, from the upper triangle of S (the only part the
+       product computed; the lower one is written over): Wp[0] = Wr, Wp[1] = -Wi (lam = Wr B -
+       Wi B~, B~ = [Bi | -Br])
+     K(X,Y): W = G o conj(S): Wp[0] = Wr, Wp[1] = -Wi (lam), Wp[2] = Wr^T, Wp[3] = Wi^T packed
+       as mu's A operand (mu = V^T A with V = G o S = conj(W): mu = Wr^T A + Wi^T A~)
+   Each entry (each unordered pair for K(X,X)) is read and written by one thread. */
+#define QK__VWB 24
+#define QK__VPK(P, i, c, k) ((P)[((i) / QK__VMR) * (k) * QK__VMR + (c) * QK__VMR + (i) % QK__VMR])
+static void qk__vjp_w_work(void *p, int thread)
+{
+    qk__vjp_job *j = (qk__vjp_job *)p;
+    const int64_t nx = j->nx, ny = j->ny, ld = j->ld_g;
+    double *Wr = j->Wp[0], *Wi = j->Wp[1];
+    int64_t b;
+    QK__UNUSED(thread);
+    while ((b = QK__FETCH_ADD(&j->next, 1)) * QK__VWB < nx) {
+        const int64_t i0 = b * QK__VWB, i1 = i0 + QK__VWB < nx ? i0 + QK__VWB : nx;
+        int64_t i, c, c0;
+        if (j->sym) {
+            for (c0 = i0; c0 < ny; c0 += QK__VWB)   /* blocks right of the diagonal: the pairs c >= i */
+                for (i = i0; i < i1; i++)
+                    for (c = c0 > i ? c0 : i; c < c0 + QK__VWB && c < ny; c++) {
+                        const double gv = j->g[i * ld + c] + j->g[c * ld + i], sr = QK__VPK(Wr, i, c, ny);
+                        const double si = j->real || c == i ? 0.0 : QK__VPK(Wi, i, c, ny);   /* S_ii is real */
+                        if (j->K) j->K[i * ny + c] = j->K[c * ny + i] = sr * sr + si * si;
+                        if (!j->weights) continue;
+                        QK__VPK(Wr, i, c, ny) = gv * sr;
+                        QK__VPK(Wr, c, i, ny) = gv * sr;
+                        if (!j->real) {
+                            QK__VPK(Wi, i, c, ny) = gv * si;                /* -Wi_ic */
+                            if (c != i) QK__VPK(Wi, c, i, ny) = -gv * si;   /* -Wi_ci = Wi_ic */
+                        }
+                    }
+        } else
+            for (i = i0; i < i1; i++)
+                for (c = 0; c < ny; c++) {
+                    const double gv = j->g[i * ld + c], sr = QK__VPK(Wr, i, c, ny), si = j->real ? 0.0 : QK__VPK(Wi, i, c, ny);
+                    if (j->K) j->K[i * ny + c] = sr * sr + si * si;
+                    if (!j->weights) continue;
+                    QK__VPK(Wr, i, c, ny) = gv * sr;
+                    QK__VPK(j->Wp[2], c, i, nx) = gv * sr;
+                    if (!j->real) {
+                        QK__VPK(Wi, i, c, ny) = gv * si;
+                        QK__VPK(j->Wp[3], c, i, nx) = -gv * si;
+                    }
+                }
+    }
+}
+
+/* <Gen s|l> of an angled op (the generator applied to s where it acts), complex states */
 static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, int64_t D, double *re, double *im)
 {
     const double *si = s + D, *li = l + D;
@@ -164,20 +298,132 @@ static void qk__vjp_gen_dot(const qk_op *o, const double *s, const double *l, in
     *im = m;
 }
 
+/* An RY at angle t on the bit b in a real sweep, one pass over the pairs (i, i + b) (bit b of i
+   clear): dot: returns Im <Y s|l> (its real part is 0); back: then s and l go back through it
+   (RY(-t), as qk__apply would). From b = 4 on the sum runs in 4 lanes (i mod 4) added in a fixed
+   order at the end: vectors, not one chain of dependent adds. */
+QK__CONTRACT static double qk__vjp_ry_real(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
+{
+    double m = 0, u[8];
+    int64_t i0, i;
+    (void)qk__u1(QK_OP_RY, -t, 0, u);
+    if (b >= 4) {
+#if defined(QK__VEC)
+        qk__gv4 acc, s0, s1, l0, l1, v;
+        memset(&acc, 0, sizeof acc);
+        for (i0 = 0; i0 < D; i0 += 2 * b)
+            for (i = i0; i < i0 + b; i += 4) {
+                memcpy(&s0, s + i, sizeof s0); memcpy(&s1, s + i + b, sizeof s1);
+                memcpy(&l0, l + i, sizeof l0); memcpy(&l1, l + i + b, sizeof l1);
+                if (dot) acc += s1 * l0 - s0 * l1;
+                if (back) {
+                    v = u[0] * s0 + u[2] * s1; memcpy(s + i, &v, sizeof v);
+                    v = u[4] * s0 + u[6] * s1; memcpy(s + i + b, &v, sizeof v);
+                    v = u[0] * l0 + u[2] * l1; memcpy(l + i, &v, sizeof v);
+                    v = u[4] * l0 + u[6] * l1; memcpy(l + i + b, &v, sizeof v);
+                }
+            }
+        return (acc[0] + acc[1]) + (acc[2] + acc[3]);
+#else
+        double a4[4] = {0, 0, 0, 0};
+        int e;
+        for (i0 = 0; i0 < D; i0 += 2 * b)
+            for (i = i0; i < i0 + b; i += 4)
+                for (e = 0; e < 4; e++) {
+                    const double s0 = s[i + e], s1 = s[i + e + b], l0 = l[i + e], l1 = l[i + e + b];
+                    if (dot) a4[e] += s1 * l0 - s0 * l1;
+                    if (back) {
+                        s[i + e] = u[0] * s0 + u[2] * s1; s[i + e + b] = u[4] * s0 + u[6] * s1;
+                        l[i + e] = u[0] * l0 + u[2] * l1; l[i + e + b] = u[4] * l0 + u[6] * l1;
+                    }
+                }
+        return (a4[0] + a4[1]) + (a4[2] + a4[3]);
+#endif
+    }
+    for (i0 = 0; i0 < D; i0 += 2 * b)
+        for (i = i0; i < i0 + b; i++) {
+            const double s0 = s[i], s1 = s[i + b], l0 = l[i], l1 = l[i + b];
+            if (dot) m += s1 * l0 - s0 * l1;
+            if (back) {
+                s[i] = u[0] * s0 + u[2] * s1;
+                s[i + b] = u[4] * s0 + u[6] * s1;
+                l[i] = u[0] * l0 + u[2] * l1;
+                l[i + b] = u[4] * l0 + u[6] * l1;
+            }
+        }
+    return m;
+}
+
+/* An RZ at angle t on the bit b in a complex sweep (s, l: [re | im]), one pass: dot: returns
+   Im <Z s|l>; back: then s and l go back through it (RZ(-t): e^{+-it/2} by the bit, as qk__apply
+   would, without its call per run of indices). The sum in 4 lanes (i mod 4), added in a fixed
+   order. */
+static double qk__vjp_rz(double *s, double *l, int64_t D, int64_t b, double t, int dot, int back)
+{
+    double m[4] = {0, 0, 0, 0}, u[8];
+    double *si = s + D, *li = l + D;
+    int64_t i;
+    (void)qk__u1(QK_OP_RZ, -t, 0, u);
+    for (i = 0; i < D; i++) {
+        const int set = (i & b) != 0;
+        const double sr = s[i], sm = si[i], lr = l[i], lm = li[i];
+        const double pr = set ? u[6] : u[0], pi = set ? u[7] : u[1];
+        if (dot) m[i & 3] += set ? -(sr * lm - sm * lr) : sr * lm - sm * lr;
+        if (back) {
+            s[i] = pr * sr - pi * sm; si[i] = pr * sm + pi * sr;
+            l[i] = pr * lr - pi * lm; li[i] = pr * lm + pi * lr;
+        }
+    }
+    return (m[0] + m[1]) + (m[2] + m[3]);
+}
+
+/* Runs of consecutive Z and CZ ops (a CZ ring): diagonal, +-1, the same for every sample, each
+   its own inverse. The sweeps take a run in one pass, times its table of signs (j->signs: one
+   table of D per run; j->run[k]: the run's table where op k is a run's last op, else -1;
+   j->run_start[k]: the run's first op). Returns the number of runs, or -1 (out of memory). */
+static int qk__vjp_diag_runs(qk__vjp_job *j)
+{
+    const qk_map *m = j->map;
+    int k, k0, n = 0;
+    int64_t i;
+    for (k = 0; k < m->n_ops; k++) {
+        const int diag = m->ops[k].kind == QK_OP_Z || m->ops[k].kind == QK_OP_CZ;
+        const int next = k + 1 < m->n_ops && (m->ops[k + 1].kind == QK_OP_Z || m->ops[k + 1].kind == QK_OP_CZ);
+        j->run[k] = diag && !next ? n++ : -1;
+    }
+    if (n == 0) return 0;
+    j->signs = (double *)qk__malloc(sizeof(double) * (size_t)n * (size_t)j->D);
+    if (!j->signs) return -1;
+    for (k = 0; k < m->n_ops; k++) {
+        double *t;
+        if (j->run[k] < 0) continue;
+        t = j->signs + (size_t)j->run[k] * (size_t)j->D;
+        for (i = 0; i < j->D; i++) t[i] = 1.0;
+        for (k0 = k; k0 >= 0 && (m->ops[k0].kind == QK_OP_Z || m->ops[k0].kind == QK_OP_CZ); k0--) {
+            const qk_op *o = &m->ops[k0];
+            const int64_t mask = ((int64_t)1 << o->q0) | (o->kind == QK_OP_CZ ? (int64_t)1 << o->q1 : 0);
+            for (i = 0; i < j->D; i++) t[i] = (i & mask) == mask ? -t[i] : t[i];
+        }
+        j->run_start[k] = k0 + 1;
+    }
+    return n;
+}
+
 /* The adjoint sweeps, in QK__VJP_CHUNKS chunks of samples taken by whichever thread is free,
    each chunk's sums in its own row of grad: the total (summed in chunk order) does not depend
-   on the threads. */
+   on the threads. Real maps (j->real): s and l are real (one plane), every weighted op an RY. */
 #define QK__VJP_CHUNKS 64
 static void qk__vjp_sweep_work(void *p, int thread)
 {
     qk__vjp_job *j = (qk__vjp_job *)p;
     const qk_map *m = j->map;
-    const int64_t D = j->D, total = j->nx + (j->sym ? 0 : j->ny);
-    double *s = (double *)qk__malloc(sizeof(double) * (size_t)(4 * D + m->n_ops + 1));
-    double *l = s ? s + 2 * D : NULL, *theta = s ? s + 4 * D : NULL;
+    const int64_t D = j->D, R = j->R, total = j->nx + (j->sym ? 0 : j->ny);
+    double *s = (double *)qk__malloc(sizeof(double) * (size_t)(2 * R + m->n_ops + 1));
+    double *l = s ? s + R : NULL, *theta = s ? s + 2 * R : NULL;
     int64_t ch;
     if (!s) { QK__STORE(&j->oom, 1); return; }
-    while ((ch = QK__FETCH_ADD(&j->next, 1)) < QK__VJP_CHUNKS && !QK__LOAD(&j->oom) && !QK__LOAD(&j->cancel)) {
+    /* thread 0 polls before each chunk it takes (the first included: the others may take them all) */
+    while ((qk__vjp_poll(j, thread), (ch = QK__FETCH_ADD(&j->next, 1)) < QK__VJP_CHUNKS) && !QK__LOAD(&j->oom) && !QK__LOAD(&j->cancel)) {
         const int64_t r0 = total * ch / QK__VJP_CHUNKS, r1 = total * (ch + 1) / QK__VJP_CHUNKS;
         double *grad = j->grad + (size_t)ch * (size_t)m->n_weights;
         int64_t r;
@@ -186,45 +432,87 @@ static void qk__vjp_sweep_work(void *p, int thread)
             const int64_t i = from_y ? r - j->nx : r;
             const double *x = (from_y ? j->y : j->x) + i * m->n_features;
             int k;
-            memcpy(s, (from_y ? j->B : j->A) + 2 * i * D, sizeof(double) * (size_t)(2 * D));
-            memcpy(l, (from_y ? j->M : j->L) + 2 * i * D, sizeof(double) * (size_t)(2 * D));
+            memcpy(s, (from_y ? j->B : j->A) + i * R, sizeof(double) * (size_t)R);
+            memcpy(l, (from_y ? j->M : j->L) + i * R, sizeof(double) * (size_t)R);
             qk_map_angles(m, x, theta);
             for (k = m->n_ops - 1; k >= 0; k--) {
                 const qk_op *o = &m->ops[k];
+                const int weighted = qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX);
+                const double dw = weighted ? o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0) : 0.0;
                 if (o->kind == QK_OP_AMPLITUDE) break;   /* the first op; nothing before it has a weight */
-                if (qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX)) {
-                    double re, im, dt, dw = o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0);
+                if (o->kind == QK_OP_RY || o->kind == QK_OP_RZ) {   /* the derivative and the step back in one pass */
+                    /* RY is real: Im <Y s|l> of complex s, l is the real one of each plane, summed */
+                    const int64_t b = (int64_t)1 << o->q0;
+                    double im;
+                    if (o->kind == QK_OP_RZ) im = qk__vjp_rz(s, l, D, b, theta[k], weighted, k > 0);
+                    else {
+                        im = qk__vjp_ry_real(s, l, D, b, theta[k], weighted, k > 0);
+                        if (!j->real) im += qk__vjp_ry_real(s + D, l + D, D, b, theta[k], weighted, k > 0);
+                    }
+                    if (weighted) grad[o->angle.w] += -im * dw;
+                    if (k == 0) break;
+                    continue;
+                }
+                if (weighted) {   /* (real maps: only RY has a weight) */
+                    double re, im;
                     qk__vjp_gen_dot(o, s, l, D, &re, &im);
-                    dt = o->kind == QK_OP_P ? 2.0 * im : -im;
-                    grad[o->angle.w] += dt * dw;
+                    grad[o->angle.w] += (o->kind == QK_OP_P ? 2.0 * im : -im) * dw;
                 }
                 if (k == 0) break;
+                if (j->run[k] >= 0) {   /* a run of Z / CZ ops (ending here): one pass with its signs */
+                    const double *sg = j->signs + (size_t)j->run[k] * (size_t)D;
+                    int64_t a;
+                    for (a = 0; a < D; a++) { s[a] *= sg[a]; l[a] *= sg[a]; }
+                    if (!j->real)
+                        for (a = 0; a < D; a++) { s[D + a] *= sg[a]; l[D + a] *= sg[a]; }
+                    k = j->run_start[k];
+                    if (k == 0) break;
+                    continue;
+                }
                 /* back through op k: U^dagger is the op at -t (angled), itself otherwise */
-                qk__apply(o, -theta[k], x, s, s + D, m->n_qubits);
-                qk__apply(o, -theta[k], x, l, l + D, m->n_qubits);
+                qk__apply(o, -theta[k], x, s, j->real ? NULL : s + D, m->n_qubits);
+                qk__apply(o, -theta[k], x, l, j->real ? NULL : l + D, m->n_qubits);
             }
         }
         (void)QK__FETCH_ADD(&j->swept, r1 - r0);
-        qk__vjp_poll(j, thread);
     }
     QK_FREE(s);
 }
 
-/* B (rows x cols, ld) transposed into T (cols x rows) */
-static void qk__transpose(const double *B, int64_t rows, int64_t cols, int64_t ld, double *T)
+/* A map whose states are real and whose weighted ops are all RY: the real path (one plane) */
+static int qk__vjp_is_real(const qk_map *m)
 {
-    int64_t i, j;
-    for (i = 0; i < rows; i++)
-        for (j = 0; j < cols; j++) T[j * rows + i] = B[i * ld + j];
+    int k;
+    for (k = 0; k < m->n_ops; k++) {
+        const qk_op *o = &m->ops[k];
+        switch (o->kind) {
+        case QK_OP_H: case QK_OP_X: case QK_OP_Z: case QK_OP_RY: case QK_OP_CNOT: case QK_OP_CZ: case QK_OP_AMPLITUDE: case QK_OP_BASIS: break;
+        default: return 0;
+        }
+        if (qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX) && o->kind != QK_OP_RY) return 0;
+    }
+    return 1;
+}
+
+/* rows of [re | im] (D each) into rows of [im | -re] */
+static double *qk__vjp_tilde(const double *S, int64_t n, int64_t D)
+{
+    double *T = (double *)qk__malloc(sizeof(double) * (size_t)(2 * n * D));
+    int64_t i, d;
+    if (!T) return NULL;
+    for (i = 0; i < n; i++)
+        for (d = 0; d < D; d++) { T[i * 2 * D + d] = S[i * 2 * D + D + d]; T[i * 2 * D + D + d] = -S[i * 2 * D + d]; }
+    return T;
 }
 
 QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d)
 {
     qk__vjp_job j;
     qk_result r;
-    int64_t i, c, cols, D, nx;
-    int t, nt, cplx;
-    double bytes, *Sr = NULL, *Si = NULL, *Wr = NULL, *Wi = NULL, *T1 = NULL, *T2 = NULL;
+    qk__tpool *outer = qk__cur_pool;
+    int64_t i, c, cols, D, R, nx, npa, npb, nw, nwt;
+    int t, nt, k;
+    double bytes, *Pa = NULL, *Pb = NULL, *At = NULL, *Bt = NULL;
     if (!ctx || !map || !d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!d->g) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: g (dL/dK) is NULL");
     if (map->n_weights > 0 && !d->grad_w) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_w is NULL (the map has %d weights)", map->n_weights);
@@ -246,87 +534,99 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
     D = (int64_t)1 << map->n_qubits;
-    cplx = map->cls == QK_CLASS_COMPLEX;   /* real maps: real states, real S (half the products) */
-    /* states (2D a row), their transposes, S and W (two planes each), the adjoint vectors */
-    bytes = 8.0 * (4.0 * (double)D * (double)(nx + (d->y ? cols : 0)) + 2.0 * (double)D * (double)(nx > cols ? nx : cols) +
-                   4.0 * (double)nx * (double)cols + 2.0 * (double)nx * (double)cols);
+    j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
+    R = j.real ? D : 2 * D;
+    j.sym = d->y == NULL;
+    /* packed panels: S's operands (A by QK__VMR rows in Pa, B by QK__VNR in Pb), then lam's and
+       mu's B operands (the states by QK__VNR columns) in Pb again; lam in Pa (free by then);
+       S and W in the same planes (1 real, 2 complex; K(X,Y): W^T too) */
+    npa = ((nx + QK__VMR - 1) / QK__VMR * QK__VMR) * R;
+    npb = ((cols + QK__VNR - 1) / QK__VNR * QK__VNR) * R;
+    c = ((R + QK__VNR - 1) / QK__VNR * QK__VNR) * (nx > cols ? nx : cols);
+    if (c > npb) npb = c;
+    nw = (nx + QK__VMR - 1) / QK__VMR * QK__VMR * cols;
+    nwt = (cols + QK__VMR - 1) / QK__VMR * QK__VMR * nx;
+    /* states (and their [im | -re] rows), S / W, the packed operands, mu, K */
+    bytes = 8.0 * ((j.real ? 1.0 : 2.0) * (double)R * (double)(nx + (d->y ? cols : 0)) +
+                   (j.real ? 1.0 : 2.0) * ((double)nw + (j.sym ? 0.0 : (double)nwt)) + (double)npa + (double)npb +
+                   (j.sym ? 0.0 : (double)cols * (double)R) + (d->k_out ? (double)nx * (double)cols : 0.0));
     if (ctx->desc.host_memory && bytes > (double)ctx->desc.host_memory)
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
-    j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.sym = d->y == NULL; j.g = d->g;
-    j.n_threads = nt;
+    if (!ctx->pool && ctx->desc.n_threads > 1) {
+        /* the context's pool (as qk_gram starts it): every parallel step below runs on it */
+        qk__tpool *tp = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *tp);
+        if (tp && qk__tpool_start(tp, ctx->desc.n_threads) == QK_OK) ctx->pool = tp;
+        else qk__free_with(&ctx->desc.allocator, tp);
+    }
+    qk__cur_pool = ctx->pool;
+    j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.R = R; j.g = d->g;
     j.progress = d->progress;
     j.progress_user = d->progress_user;
     QK_PROF_BEGIN("vjp states");
-    j.A = qk__cpu_states(map, d->x, 0, nx, QK_PATH_COMPLEX, nt, NULL);
-    if (j.A && d->y) j.B = qk__cpu_states(map, d->y, 0, cols, QK_PATH_COMPLEX, nt, NULL);
+    j.A = qk__cpu_states(map, d->x, 0, nx, j.real ? QK_PATH_REAL : QK_PATH_COMPLEX, nt, NULL);
+    if (j.A && d->y) j.B = qk__cpu_states(map, d->y, 0, cols, j.real ? QK_PATH_REAL : QK_PATH_COMPLEX, nt, NULL);
     else j.B = j.A;
+    if (!j.real && j.A && j.B) {
+        At = qk__vjp_tilde(j.A, nx, D);
+        Bt = j.sym ? At : qk__vjp_tilde(j.B, cols, D);
+    }
     QK_PROF_END("vjp states");
-    Sr = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
-    Si = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
-    Wr = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
-    Wi = (double *)qk__calloc((size_t)(nx * cols), sizeof(double));
-    T1 = (double *)qk__malloc(sizeof(double) * (size_t)((nx > cols ? nx : cols) * D));
-    T2 = (double *)qk__malloc(sizeof(double) * (size_t)((nx > cols ? nx : cols) * D));
-    j.L = (double *)qk__calloc((size_t)(2 * nx * D), sizeof(double));
-    if (!j.sym) j.M = (double *)qk__calloc((size_t)(2 * cols * D), sizeof(double));
+    Pa = (double *)qk__malloc(sizeof(double) * (size_t)npa);
+    Pb = (double *)qk__malloc(sizeof(double) * (size_t)npb);
+    j.weights = map->n_weights > 0;
+    for (k = 0; k < 4; k++)
+        if ((k < 2 || (!j.sym && j.weights)) && (k % 2 == 0 || !j.real)) {
+            j.Wp[k] = (double *)qk__malloc(sizeof(double) * (size_t)(k < 2 ? nw : nwt));
+            if (!j.Wp[k]) break;
+        }
+    j.L = Pa;
+    if (!j.sym) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(cols * R));
+    if (d->k_out) j.K = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
     j.grad = (double *)qk__calloc((size_t)QK__VJP_CHUNKS * (size_t)(map->n_weights > 0 ? map->n_weights : 1), sizeof(double));
-    if (!j.A || !j.B || !Sr || !Si || !Wr || !Wi || !T1 || !T2 || !j.L || (!j.sym && !j.M) || !j.grad) {
+    j.run = (int *)qk__malloc(sizeof(int) * (size_t)(2 * map->n_ops + 2));
+    j.run_start = j.run ? j.run + map->n_ops + 1 : NULL;
+    if (j.run && qk__vjp_diag_runs(&j) < 0) { QK_FREE(j.run); j.run = NULL; }
+    if (!j.A || !j.B || (!j.real && (!At || !Bt)) || !Pa || !Pb || !j.Wp[0] || (!j.real && !j.Wp[1]) ||
+        (!j.sym && j.weights && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || (!j.sym && !j.M) || (d->k_out && !j.K) || !j.grad || !j.run) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
     qk__vjp_poll(&j, 0);
     if (j.cancel) goto cancelled;
-    /* S = conj(A) B^T: Sr = Ar Br^T + Ai Bi^T, Si = Ar Bi^T - Ai Br^T (real maps: Sr = Ar Br^T) */
+    /* S = conj(A) B^T: Sr = A . B (rows of R), Si = A . B~ with B~ = [Bi | -Br]; K(X,X): the
+       upper triangle */
     QK_PROF_BEGIN("vjp S");
-    qk__transpose(j.B, cols, D, 2 * D, T1);   /* Br^T */
-    qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A, 2 * D, T1, cols, Sr, cols);
-    if (cplx) {
-        qk__transpose(j.B + D, cols, D, 2 * D, T2);   /* Bi^T */
-        qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A + D, 2 * D, T2, cols, Sr, cols);
-        qk__gemm(nt, j.sym, nx, cols, D, 1.0, j.A, 2 * D, T2, cols, Si, cols);
-        qk__gemm(nt, j.sym, nx, cols, D, -1.0, j.A + D, 2 * D, T1, cols, Si, cols);
+    qk__vpack(nt, j.A, R, 0, nx, R, QK__VMR, Pa);
+    qk__vpack(nt, j.B, R, 0, cols, R, QK__VNR, Pb);
+    qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, j.Wp[0], cols, 1);
+    if (!j.real) {
+        qk__vpack(nt, Bt, R, 0, cols, R, QK__VNR, Pb);
+        qk__vgemm(nt, j.sym, 0, nx, cols, R, Pa, Pb, j.Wp[1], cols, 1);
     }
-    if (j.sym)   /* S is Hermitian: the part left of each row block's diagonal mirrored */
-        for (i = 0; i < nx; i++)
-            for (c = 0; c < (i / 36 * 36) / 8 * 8; c++) {
-                Sr[i * cols + c] = Sr[c * cols + i];
-                Si[i * cols + c] = -Si[c * cols + i];
-            }
     QK_PROF_END("vjp S");
     qk__vjp_poll(&j, 0);
     if (j.cancel) goto cancelled;
-    if (map->n_weights > 0) {
+    QK_PROF_BEGIN("vjp W");   /* W in place of S, and K */
+    j.next = 0;
+    qk__parallel(nt, qk__vjp_w_work, &j);
+    QK_PROF_END("vjp W");
+    if (j.weights) {
         QK_PROF_BEGIN("vjp adjoint vectors");
-        /* lam = W B with W = G' o conj(S) (G' = G + G^T for K(X,X)): Lr = Wr Br - Wi Bi,
-           Li = Wr Bi + Wi Br */
-        for (i = 0; i < nx; i++)
-            for (c = 0; c < cols; c++) {
-                const double gv = d->g[i * j.ld_g + c] + (j.sym ? d->g[c * j.ld_g + i] : 0.0);
-                Wr[i * cols + c] = gv * Sr[i * cols + c];
-                Wi[i * cols + c] = -gv * Si[i * cols + c];
-            }
-        qk__gemm(nt, 0, nx, D, cols, 1.0, Wr, cols, j.B, 2 * D, j.L, 2 * D);
-        if (cplx) {
-            qk__gemm(nt, 0, nx, D, cols, -1.0, Wi, cols, j.B + D, 2 * D, j.L, 2 * D);
-            qk__gemm(nt, 0, nx, D, cols, 1.0, Wr, cols, j.B + D, 2 * D, j.L + D, 2 * D);
-            qk__gemm(nt, 0, nx, D, cols, 1.0, Wi, cols, j.B, 2 * D, j.L + D, 2 * D);
+        /* lam = Wr B - Wi B~ (real: W B); mu = Wr^T A + Wi^T A~ (real: W^T A) */
+        qk__vpack(nt, j.B, R, 1, R, cols, QK__VNR, Pb);
+        qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R, 0);
+        if (!j.real) {
+            qk__vpack(nt, Bt, R, 1, R, cols, QK__VNR, Pb);
+            qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R, 0);
         }
         if (!j.sym) {
-            /* mu = V^T A with V = G o S: Mr = Vr^T Ar - Vi^T Ai, Mi = Vr^T Ai + Vi^T Ar (the
-               transposes of V in Wr / Wi, free now) */
-            for (i = 0; i < nx; i++)
-                for (c = 0; c < cols; c++) {
-                    const double gv = d->g[i * j.ld_g + c];
-                    Wr[c * nx + i] = gv * Sr[i * cols + c];
-                    Wi[c * nx + i] = gv * Si[i * cols + c];
-                }
-            qk__gemm(nt, 0, cols, D, nx, 1.0, Wr, nx, j.A, 2 * D, j.M, 2 * D);
-            if (cplx) {
-                qk__gemm(nt, 0, cols, D, nx, -1.0, Wi, nx, j.A + D, 2 * D, j.M, 2 * D);
-                qk__gemm(nt, 0, cols, D, nx, 1.0, Wr, nx, j.A + D, 2 * D, j.M + D, 2 * D);
-                qk__gemm(nt, 0, cols, D, nx, 1.0, Wi, nx, j.A, 2 * D, j.M + D, 2 * D);
+            qk__vpack(nt, j.A, R, 1, R, nx, QK__VNR, Pb);
+            qk__vgemm(nt, 0, 0, cols, R, nx, j.Wp[2], Pb, j.M, R, 0);
+            if (!j.real) {
+                qk__vpack(nt, At, R, 1, R, nx, QK__VNR, Pb);
+                qk__vgemm(nt, 0, 1, cols, R, nx, j.Wp[3], Pb, j.M, R, 0);
             }
         }
         QK_PROF_END("vjp adjoint vectors");
@@ -344,23 +644,23 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
             d->grad_w[i] = sum;
         }
     }
-    if (d->k_out)   /* K from the same S, once nothing can fail */
-        for (i = 0; i < nx; i++)
-            for (c = 0; c < cols; c++) d->k_out[i * cols + c] = Sr[i * cols + c] * Sr[i * cols + c] + Si[i * cols + c] * Si[i * cols + c];
+    if (d->k_out) memcpy(d->k_out, j.K, sizeof(double) * (size_t)(nx * cols));   /* once nothing can fail */
     r = QK_OK;
     goto done;
 cancelled:
     r = qk__fail(QK_ERROR_CANCELLED, "qk_gram_vjp: cancelled by the progress callback (nothing was written)");
 done:
+    qk__cur_pool = outer;
     QK_FREE(j.grad);
+    QK_FREE(j.run);
+    QK_FREE(j.signs);
     QK_FREE(j.M);
-    QK_FREE(j.L);
-    QK_FREE(T2);
-    QK_FREE(T1);
-    QK_FREE(Wi);
-    QK_FREE(Wr);
-    QK_FREE(Si);
-    QK_FREE(Sr);
+    QK_FREE(j.K);
+    for (k = 0; k < 4; k++) QK_FREE(j.Wp[k]);
+    QK_FREE(Pb);
+    QK_FREE(Pa);
+    if (Bt != At) QK_FREE(Bt);
+    QK_FREE(At);
     if (j.B != j.A) QK_FREE((void *)(uintptr_t)j.B);
     QK_FREE((void *)(uintptr_t)j.A);
     return r;

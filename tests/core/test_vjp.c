@@ -5,6 +5,10 @@
    - the parameter-shift rule (each weight in one gate, angle scale * w: dK/dw = scale (K(w +
      pi / 2 scale) - K(w - pi / 2 scale)) / 2), the exact derivative of these gates;
    - K from the same pass (k_out) equal to qk_gram's within 1e-14;
+   - sizes past the products' blocks (several work items, partial micro-blocks at the edges,
+     more than one chunk of the inner dimension) on the real and complex paths, and a complex
+     product map (no entangler; its states are complex);
+   - the same gradient and K, bit for bit, on 1, 2 and 3 threads;
    and the errors (NaN in G, grad_w NULL, ld_g too small). Fresh random data each run (seed). */
 #define QK_IMPLEMENTATION
 #include "qk.h"
@@ -185,6 +189,66 @@ int main(void)
         check_map("hea(layers=2,rot=yz) (complex)", m, 4, 20, 13, 0);
         check_map("hea(layers=2,rot=yz) (complex)", m, 4, 21, 0, 0);
         qk_map_free(m);
+    }
+    {   /* past the products' blocks: n and the columns not multiples of the 6 x 8 micro-blocks,
+           several 48 x 128 work items, 2^9 (real) and 2 x 2^8 (complex) amplitudes: two chunks
+           of 256 of the inner dimension */
+        qk_map *m = qk_test_parse("hea(layers=2)", 9);
+        check_map("hea(layers=2) q=9 (real, blocks)", m, 9, 140, 0, 0);
+        check_map("hea(layers=2) q=9 (real, blocks)", m, 9, 131, 77, 0);
+        qk_map_free(m);
+        m = qk_test_parse("hea(layers=2,rot=yz)", 8);
+        check_map("hea(rot=yz) q=8 (complex, blocks)", m, 8, 103, 0, 0);
+        check_map("hea(rot=yz) q=8 (complex, blocks)", m, 8, 97, 53, 0);
+        qk_map_free(m);
+    }
+    {   /* a product map with complex states (no entangler: the map's class is product) */
+        const qk_op ops[] = {
+            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_RX, 1, 0, QK_ARG_W, 0, 0, 0, 0.9, 0.1),
+            op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 1, 1.0, 0),        op(QK_OP_RY, 1, 0, QK_ARG_X, 1, 0, 0, 1.0, 0),
+            op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 2, 1.2, 0),
+        };
+        qk_map *m = custom(2, 2, ops, (int)(sizeof ops / sizeof ops[0]), 3);
+        CHECK(m->cls == QK_CLASS_PRODUCT, "the map's class is %d, not product", (int)m->cls);
+        check_map("custom product map (complex states)", m, 2, 26, 0, 1);
+        check_map("custom product map (complex states)", m, 2, 22, 15, 1);
+        qk_map_free(m);
+    }
+    {   /* the thread count changes nothing: every entry of each product and each sweep chunk is
+           summed in a fixed order */
+        static const char *specs[] = {"hea(layers=2)", "hea(layers=2,rot=yz)"};
+        int sp, yy;
+        for (sp = 0; sp < 2; sp++)
+            for (yy = 0; yy < 2; yy++) {
+                const int q = 8;
+                const int64_t nx = 117, ny = yy ? 61 : 0, cols = ny ? ny : nx;
+                qk_map *m = qk_test_parse(specs[sp], q);
+                double *x = qk_test_rand_data(nx, q, -1.2, 1.2), *y = ny ? qk_test_rand_data(ny, q, -1.2, 1.2) : NULL;
+                double *G = qk_test_rand_data(nx, (int)cols, -1, 1), *g[3], *K[3];
+                int nt, same = 1;
+                for (nt = 0; nt < 3; nt++) {
+                    qk_ctx_desc cd1;
+                    qk_ctx *c1 = NULL;
+                    qk_vjp_desc v;
+                    g[nt] = (double *)malloc(sizeof(double) * (size_t)m->n_weights);
+                    K[nt] = (double *)malloc(sizeof(double) * (size_t)(nx * cols));
+                    memset(&cd1, 0, sizeof cd1);
+                    cd1.device = QK_DEVICE_CPU;
+                    cd1.n_threads = nt + 1;
+                    CHECK(qk_ctx_create(&cd1, &c1) == QK_OK, "ctx: %s", qk_last_error());
+                    memset(&v, 0, sizeof v);
+                    v.x = x; v.n_x = nx; v.y = y; v.n_y = ny; v.g = G; v.grad_w = g[nt]; v.k_out = K[nt];
+                    CHECK(qk_gram_vjp(c1, m, &v) == QK_OK, "%s on %d threads: %s", specs[sp], nt + 1, qk_last_error());
+                    qk_ctx_destroy(c1);
+                    if (nt > 0)
+                        same &= memcmp(g[0], g[nt], sizeof(double) * (size_t)m->n_weights) == 0 &&
+                                memcmp(K[0], K[nt], sizeof(double) * (size_t)(nx * cols)) == 0;
+                }
+                CHECK(same, "%s %s: the gradient or K differs between 1, 2 and 3 threads", specs[sp], ny ? "K(X,Y)" : "K(X,X)");
+                for (nt = 0; nt < 3; nt++) { free(g[nt]); free(K[nt]); }
+                free(x); free(y); free(G);
+                qk_map_free(m);
+            }
     }
     {   /* the progress callback: polled, and a cancel leaves grad_w and k_out untouched */
         qk_map *m = qk_test_parse("hea(layers=2)", 4);
