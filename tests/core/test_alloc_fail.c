@@ -10,8 +10,8 @@
    macros and with a desc allocator, which then serves the context and its thread pool),
    qk_gram into a host buffer (1 and 2 threads), through tiles, into a .npy file (K(X,X) and
    K(X,Y)), in state tiles, on the MPS path (exact and truncated) and for a product map,
-   qk_states, qk_plan_make, qk_schedule_make, the autotune cache (store and lookup),
-   qk_npy_write. */
+   qk_states, qk_gram_states, qk_gram_vjp, qk_gram_projected, qk_npy_read_states,
+   qk_plan_make, qk_schedule_make, the autotune cache (store and lookup), qk_npy_write. */
 #define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <stddef.h>
@@ -454,6 +454,93 @@ static qk_result job_vjp(int ok) {
     return r;
 }
 
+/* qk_gram_projected (issue 24 item 4): an entangling map (reduced density matrices from its
+   states) and a product map (from the qubits' 2-vectors), K(X,X) into a host buffer */
+static qk_result job_projected(int ok) {
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    qk_map *m = NULL;
+    qk_gram_desc g;
+    double K[25];
+    qk_result r;
+    int i, k;
+    const char *specs[2] = {"zz(reps=1)", "angle(rot=y)"};
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 2;
+    if ((r = qk_ctx_create(&cd, &ctx)) != QK_OK) return r;
+    for (k = 0; k < 2 && r == QK_OK; k++) {
+        for (i = 0; i < 25; i++) K[i] = -9.0;
+        r = qk_map_parse(specs[k], 3, &m);
+        if (r == QK_OK) {
+            memset(&g, 0, sizeof g);
+            g.x = g_x; g.n_x = 5; g.out = K; g.output = QK_OUTPUT_HOST; g.out_dtype = QK_F64;
+            r = qk_gram_projected(ctx, m, &g, 0.5);
+            if (r != QK_OK) for (i = 0; i < 25; i++) CHECK(K[i] == -9.0, "projected %s: K[%d] = %g written on error", specs[k], i, K[i]);
+            else if (ok) CHECK(fabs(K[0] - 1.0) < 1e-14 && K[1] > 0.0 && K[1] < 1.0, "projected %s: K[0][0] = %.17g, K[0][1] = %g",
+                               specs[k], K[0], K[1]);
+        }
+        qk_map_free(m);
+        m = NULL;
+    }
+    qk_ctx_destroy(ctx);
+    return r;
+}
+
+/* qk_npy_read_states (qk-gram --states): big-endian complex64 in Fortran order (the byte swap
+   and the transposition allocate beside the array); the caller's struct untouched on error */
+static qk_result job_npy_read_states(int ok) {
+    qk_states_array a;
+    qk_result r;
+    int i, j;
+    a.data = (void *)(uintptr_t)0x80; a.n = -1; a.dim = -2; a.mixed = -3;
+    r = qk_npy_read_states(tpath("s.npy"), &a);
+    if (r != QK_OK) {
+        CHECK(a.data == (void *)(uintptr_t)0x80 && a.n == -1 && a.dim == -2 && a.mixed == -3, "states npy: array touched on error");
+        return r;
+    }
+    CHECK(a.n == 3 && a.dim == 4 && !a.mixed && a.type == QK_STATE_C64, "states npy: %lld x %lld type %d", (long long)a.n,
+          (long long)a.dim, (int)a.type);
+    if (ok && a.n == 3 && a.dim == 4)
+        for (i = 0; i < 3; i++)
+            for (j = 0; j < 4; j++) {
+                const float *z = (const float *)a.data + 2 * (i * 4 + j);
+                CHECK(z[0] == (float)(0.125 * (i + 1) + j) && z[1] == (float)(-0.5 * j), "states npy: (%d, %d) = %g%+gi", i, j, z[0], z[1]);
+            }
+    qk_states_array_free(&a);
+    return QK_OK;
+}
+
+/* A 3 x 4 complex64 .npy, big-endian, Fortran order: (i, j) = 0.125 (i + 1) + j - 0.5 j i (i the imaginary unit) */
+static void write_states_npy(const char *path) {
+    char hdr[128];
+    unsigned char head[10], b[4];
+    FILE *f = fopen(path, "wb");
+    int i, j, k, len;
+    if (!f) { CHECK(0, "cannot write %s", path); return; }
+    len = snprintf(hdr, sizeof hdr, "{'descr': '>c8', 'fortran_order': True, 'shape': (3, 4), }");
+    while ((10 + len + 1) % 64) hdr[len++] = ' ';
+    hdr[len++] = '\n';
+    memcpy(head, "\x93NUMPY\x01\x00", 8);
+    head[8] = (unsigned char)(len & 255);
+    head[9] = (unsigned char)(len >> 8);
+    fwrite(head, 1, 10, f);
+    fwrite(hdr, 1, (size_t)len, f);
+    for (j = 0; j < 4; j++)
+        for (i = 0; i < 3; i++) {
+            float v[2];
+            v[0] = (float)(0.125 * (i + 1) + j);
+            v[1] = (float)(-0.5 * j);
+            for (k = 0; k < 2; k++) {
+                uint32_t u;
+                memcpy(&u, &v[k], 4);
+                b[0] = (unsigned char)(u >> 24); b[1] = (unsigned char)(u >> 16); b[2] = (unsigned char)(u >> 8); b[3] = (unsigned char)u;
+                fwrite(b, 1, 4, f);
+            }
+        }
+    fclose(f);
+}
+
 static qk_result job_map_make(int ok) {
     qk_op ops[3];
     qk_map_desc md;
@@ -682,6 +769,9 @@ int main(void) {
     sweep("qk_states", job_states, NULL);
     sweep("qk_gram_states (4 inputs)", job_gram_states, NULL);
     sweep("qk_gram_vjp K(X,X), K(X,Y)", job_vjp, NULL);
+    sweep("qk_gram_projected", job_projected, NULL);
+    write_states_npy(tpath("s.npy"));
+    sweep("qk_npy_read_states", job_npy_read_states, NULL);
     sweep("qk_map_make, weights, spec", job_map_make, NULL);
     sweep("qk_plan_make (MPS)", job_plan, NULL);
     sweep("qk_schedule_make", job_schedule, NULL);
