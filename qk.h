@@ -1328,8 +1328,9 @@ typedef struct qk_cuda_prof_hooks {
     void (*untrack)(const void *ptr);
     void (*counter)(struct qk_prof_site *site, double value, int add);
 } qk_cuda_prof_hooks;
-/* The stream pool of one GPU (design card: "stream pool"): the compute, copy and epilogue streams
-   and the cuBLAS handle, created once on the GPU current at qk_cuda_pool_create and kept by the
+/* The stream pool of one GPU (design card: "stream pool"): the compute, copy and epilogue streams,
+   the cuBLAS handle and the jobs' large device buffers (states, scratch, workspace, K's slab
+   ring), created once on the GPU current at qk_cuda_pool_create and kept by the
    context (one per GPU) across calls. A Gram job on that GPU borrows it whole and hands it back
    synchronised; a job that finds it lent, or on another GPU, makes its own for the call, as without
    a pool. qk_cuda_pool_destroy makes the pool's GPU current while it destroys (then restores the
@@ -1337,6 +1338,9 @@ typedef struct qk_cuda_prof_hooks {
 typedef struct qk_cuda_pool qk_cuda_pool;
 QK_CUDA_DEF qk_result qk_cuda_pool_create(qk_cuda_pool **out, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_pool_destroy(qk_cuda_pool *pool);
+/* Device memory the pool holds for the next job (its buffers by role, kept across calls): the
+   planner counts it as free, as the job reuses it (0 for NULL). */
+QK_CUDA_DEF size_t qk_cuda_pool_bytes(const qk_cuda_pool *pool);
 /* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
 typedef struct qk_cuda_io {
     qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */
@@ -10014,6 +10018,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
         for (k = ctx->n_dev - 1; k >= 0; k--) {
             r = qk_cuda_device_query(ctx->dev_ord[k], &infos[k], err, sizeof err);
             if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", ctx->dev_ord[k], err);
+            infos[k].free_bytes += qk_cuda_pool_bytes(ctx->spool[k]);  /* the pool's buffers serve the next job */
         }
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];
@@ -10635,6 +10640,7 @@ static void *qk__mgpu_main(void *p)
         }
         r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
         if (r == QK_OK) {
+            info.free_bytes += qk_cuda_pool_bytes(ctx->spool[v->k]);   /* the pool's buffers serve this part */
             r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
             if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
             if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);

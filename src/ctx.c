@@ -200,6 +200,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
         for (k = ctx->n_dev - 1; k >= 0; k--) {
             r = qk_cuda_device_query(ctx->dev_ord[k], &infos[k], err, sizeof err);
             if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", ctx->dev_ord[k], err);
+            infos[k].free_bytes += qk_cuda_pool_bytes(ctx->spool[k]);  /* the pool's buffers serve the next job */
         }
         for (k = 0; k < (ctx->n_dev > 0 ? ctx->n_dev : 1); k++) infos[k].host_budget_bytes = ctx->desc.host_memory; /* the MPS path's CPU plan */
         info = infos[0];

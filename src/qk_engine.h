@@ -304,8 +304,9 @@ typedef struct qk_cuda_prof_hooks {
     void (*untrack)(const void *ptr);
     void (*counter)(struct qk_prof_site *site, double value, int add);
 } qk_cuda_prof_hooks;
-/* The stream pool of one GPU (design card: "stream pool"): the compute, copy and epilogue streams
-   and the cuBLAS handle, created once on the GPU current at qk_cuda_pool_create and kept by the
+/* The stream pool of one GPU (design card: "stream pool"): the compute, copy and epilogue streams,
+   the cuBLAS handle and the jobs' large device buffers (states, scratch, workspace, K's slab
+   ring), created once on the GPU current at qk_cuda_pool_create and kept by the
    context (one per GPU) across calls. A Gram job on that GPU borrows it whole and hands it back
    synchronised; a job that finds it lent, or on another GPU, makes its own for the call, as without
    a pool. qk_cuda_pool_destroy makes the pool's GPU current while it destroys (then restores the
@@ -313,6 +314,9 @@ typedef struct qk_cuda_prof_hooks {
 typedef struct qk_cuda_pool qk_cuda_pool;
 QK_CUDA_DEF qk_result qk_cuda_pool_create(qk_cuda_pool **out, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_pool_destroy(qk_cuda_pool *pool);
+/* Device memory the pool holds for the next job (its buffers by role, kept across calls): the
+   planner counts it as free, as the job reuses it (0 for NULL). */
+QK_CUDA_DEF size_t qk_cuda_pool_bytes(const qk_cuda_pool *pool);
 /* The host side of a GPU Gram: where staged slabs go, the pinned staging to use, the figures. */
 typedef struct qk_cuda_io {
     qk_rows_fn rows;            /* host-side slabs (NULL only for DEVICE or pinned HOST output) */

@@ -504,6 +504,7 @@ static void *qk__mgpu_main(void *p)
         }
         r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
         if (r == QK_OK) {
+            info.free_bytes += qk_cuda_pool_bytes(ctx->spool[v->k]);   /* the pool's buffers serve this part */
             r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
             if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
             if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);

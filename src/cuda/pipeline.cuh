@@ -19,12 +19,24 @@ struct qk__pool {
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
    cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
+enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_COUNT };
 struct qk_cuda_pool {
     int device = -1;
     bool lent = false;
     cudaStream_t st[3] = {nullptr, nullptr, nullptr};
     cublasHandle_t blas = nullptr;
+    void *buf[QK__PB_COUNT] = {};        /* the jobs' device buffers by role (states, build scratch, the
+                                            cuBLAS workspace ring, K's slab ring or resident K), kept
+                                            across calls and grown when a job needs more */
+    size_t bytes[QK__PB_COUNT] = {};
 };
+
+extern "C" size_t qk_cuda_pool_bytes(const qk_cuda_pool *p)
+{
+    size_t b = 0;
+    if (p) for (int i = 0; i < QK__PB_COUNT; ++i) b += p->bytes[i];
+    return b;
+}
 
 extern "C" void qk_cuda_pool_destroy(qk_cuda_pool *p)
 {
@@ -35,6 +47,7 @@ extern "C" void qk_cuda_pool_destroy(qk_cuda_pool *p)
     for (int i = 0; i < 3; ++i)
         if (p->st[i]) { cudaStreamSynchronize(p->st[i]); cudaStreamDestroy(p->st[i]); }
     if (p->blas) cublasDestroy(p->blas);
+    for (int i = 0; i < QK__PB_COUNT; ++i) cudaFree(p->buf[i]);
     if (back) cudaSetDevice(cur);
     cudaGetLastError();
     delete p;
@@ -77,6 +90,7 @@ struct qk__job_state {
     qk__pool pool;
     qk_cuda_pool *cpool = nullptr;       /* the GPU's stream pool offered (qk_cuda_io.pool) */
     qk_cuda_pool *lent = nullptr;        /* ... and borrowed for this job: its streams and handle */
+    unsigned pooled = 0;                 /* the roles (QK__PB_*) whose buffer is the pool's */
     cublasHandle_t blas = nullptr;
     double *dx = nullptr, *dy = nullptr;
     bool x_in_place = false;             /* dx, dy are the caller's device states (qk_gram_states) */
@@ -92,6 +106,32 @@ struct qk__job_state {
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
+/* The job's device buffer of role r: the lent pool's, grown when too small (the pool's idle
+   buffers are given back first when the device is full), else the job's own cudaMalloc. */
+static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes)
+{
+    qk_cuda_pool *P = J->lent;
+    if (!P) return cudaMalloc(out, bytes);
+    if (P->bytes[r] < bytes) {
+        cudaFree(P->buf[r]);
+        P->buf[r] = nullptr;
+        P->bytes[r] = 0;
+        cudaError_t e = cudaMalloc(&P->buf[r], bytes);
+        if (e == cudaErrorMemoryAllocation) {
+            cudaGetLastError();
+            for (int i = 0; i < QK__PB_COUNT; ++i)
+                if (i != r && !(J->pooled & (1u << i)) && P->buf[i]) { cudaFree(P->buf[i]); P->buf[i] = nullptr; P->bytes[i] = 0; }
+            e = cudaMalloc(&P->buf[r], bytes);
+        }
+        if (e != cudaSuccess) { P->buf[r] = nullptr; return e; }
+        P->bytes[r] = bytes;
+    }
+    *out = P->buf[r];
+    J->pooled |= 1u << r;
+    return cudaSuccess;
+}
+#define QK__OWN(J, r) (!((J)->pooled & (1u << (r))))
+
 static void qk__job_free(qk__job_state *J)
 {
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
@@ -101,11 +141,15 @@ static void qk__job_free(qk__job_state *J)
     if (J->SA) QK__GZ_UNTRACK(J, J->SA);
     if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
     if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
-    cudaFree(J->SA); if (J->SB != J->SA) cudaFree(J->SB);
-    cudaFree(J->ws.params); cudaFree(J->ws.tmp); cudaFree(J->ws.inv);
-    if (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) cudaFree(J->Kd);
+    if (QK__OWN(J, QK__PB_SA)) cudaFree(J->SA);
+    if (J->SB != J->SA && QK__OWN(J, QK__PB_SB)) cudaFree(J->SB);
+    if (QK__OWN(J, QK__PB_PARAMS)) cudaFree(J->ws.params);
+    if (QK__OWN(J, QK__PB_TMP)) cudaFree(J->ws.tmp);
+    cudaFree(J->ws.inv);
+    if ((J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out) && QK__OWN(J, QK__PB_KD)) cudaFree(J->Kd);
     if (J->est) cudaStreamSynchronize(J->est);
-    cudaFree(J->Cw[0]); cudaFree(J->Cw[1]);
+    if (QK__OWN(J, QK__PB_CW0)) cudaFree(J->Cw[0]);
+    if (QK__OWN(J, QK__PB_CW1)) cudaFree(J->Cw[1]);
     if (J->gemm_done) cudaEventDestroy(J->gemm_done);
     for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
     if (J->est && !J->lent) cudaStreamDestroy(J->est);
@@ -240,17 +284,17 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
-        QK_CK(cudaMalloc(&J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
+        QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
         if (sym && bulk) J->SB = J->SA;
         else {
-            QK_CK(cudaMalloc(&J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
+            QK_CK(qk__job_buf(J, QK__PB_SB, &J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
             QK__GZ_TRACK(J, "qk states", J->SB, (size_t)tB * per_state);
         }
         if (!analytic && !stream_amp) {
             int64_t tmax = std::max(tA, tB);
-            QK_CK(cudaMalloc(&J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
-            if (J->pg.passes.size() > 1) QK_CK(cudaMalloc(&J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
+            QK_CK(qk__job_buf(J, QK__PB_PARAMS, &J->ws.params, (size_t)tmax * J->pg.P * sizeof(T)));
+            if (J->pg.passes.size() > 1) QK_CK(qk__job_buf(J, QK__PB_TMP, &J->ws.tmp, (size_t)tmax * D * 2 * sizeof(T)));
             if (J->pg.has_amp) QK_CK(cudaMalloc((void **)&J->ws.inv, (size_t)tmax * sizeof(double)));
         }
         if (use_blas) {
@@ -260,9 +304,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             } else {
                 QK_BLAS_CK(cublasCreate(&J->blas));
             }
-            QK_CK(cudaMalloc(&J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+            QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
             if (n_slabs > 1) {
-                QK_CK(cudaMalloc(&J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+                QK_CK(qk__job_buf(J, QK__PB_CW1, &J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
                 if (J->lent) J->est = J->lent->st[2];
                 else QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
@@ -281,11 +325,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
         if (dev_out) Kdev = (OutT *)ds->out;
         else if (k_resident) {
-            QK_CK(cudaMalloc(&J->Kd, (size_t)nx * ny * sizeof(OutT)));
+            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)nx * ny * sizeof(OutT)));
             QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
             Kdev = (OutT *)J->Kd;
         } else {
-            QK_CK(cudaMalloc(&J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
+            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
             QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
         if (!dev_out && !pinned_out) {

@@ -190,6 +190,7 @@ static void device_cases(qk_ctx *cpu, qk_ctx *gpu)
             sd = sh;
             sd.a = da; sd.b = sym ? nullptr : db; sd.on_device = 1;
             std::vector<double> Kh, Kd, Kc;
+            gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);   /* the context's pool grown to this job's buffers */
             int c0 = qk_cuda_test_alloc_count();
             bool okh = gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);
             int c1 = qk_cuda_test_alloc_count();
