@@ -5,39 +5,7 @@
    alarm), with the same result on every rank (0, or -1 and a message), 0 when nothing failed;
    a report written holds every rank (a rank that could not build its part fails the report,
    it is not left out); no block is left after qk_prof_shutdown. tests/mpi/prof_faults_mpi.py runs it. */
-#include <stddef.h>
-#include <stdlib.h>
-
-static long fz_count, fz_fail_at, fz_live;
-static int fz_armed, fz_from;
-
-static int fz_fail(void)
-{
-    if (!fz_armed) return 0;
-    fz_count++;
-    return fz_fail_at > 0 && (fz_count == fz_fail_at || (fz_from && fz_count > fz_fail_at));
-}
-static void *fz_malloc(size_t n)
-{
-    void *p = fz_fail() ? NULL : malloc(n);
-    if (p) fz_live++;
-    return p;
-}
-static void *fz_realloc(void *q, size_t n)
-{
-    void *p = fz_fail() ? NULL : realloc(q, n);
-    if (p && !q) fz_live++;
-    return p;
-}
-static void fz_free(void *p)
-{
-    if (p) fz_live--;
-    free(p);
-}
-
-#define QK_PROF_MALLOC(sz) fz_malloc(sz)
-#define QK_PROF_REALLOC(p, sz) fz_realloc(p, sz)
-#define QK_PROF_FREE(p) fz_free(p)
+#include "../prof/prof_fault_alloc.h"
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #define QK_PROF_MPI

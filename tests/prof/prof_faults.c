@@ -7,39 +7,7 @@
    kept + dropped = every record added, a record whose name could not be stored counted in
    dropped_names, which the reports give); a report either written or -1 with a message;
    after qk_prof_shutdown no block left (no leak on a failure path). */
-#include <stddef.h>
-#include <stdlib.h>
-
-static long fz_count, fz_fail_at, fz_live;
-static int fz_armed, fz_from; /* fz_from: fail every allocation from fz_fail_at on */
-
-static int fz_fail(void)
-{
-    if (!fz_armed) return 0;
-    fz_count++;
-    return fz_fail_at > 0 && (fz_count == fz_fail_at || (fz_from && fz_count > fz_fail_at));
-}
-static void *fz_malloc(size_t n)
-{
-    void *p = fz_fail() ? NULL : malloc(n);
-    if (p) fz_live++;
-    return p;
-}
-static void *fz_realloc(void *q, size_t n)
-{
-    void *p = fz_fail() ? NULL : realloc(q, n);
-    if (p && !q) fz_live++;
-    return p;
-}
-static void fz_free(void *p)
-{
-    if (p) fz_live--;
-    free(p);
-}
-
-#define QK_PROF_MALLOC(sz) fz_malloc(sz)
-#define QK_PROF_REALLOC(p, sz) fz_realloc(p, sz)
-#define QK_PROF_FREE(p) fz_free(p)
+#include "prof_fault_alloc.h"
 #define QK_PROF_ENABLE
 #define QK_PROF_IMPLEMENTATION
 #include "qk_prof.h"
