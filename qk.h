@@ -1192,16 +1192,15 @@ static inline int qk__fused_cfg_fixed(int q, int f64, int cplx, int f32out)
     if (!f64 && cplx && f32out && q <= 6) return q >= 2 ? 8 : 7;
     return q <= 5 || f64 ? 1 : cplx ? 2 : 4;
 }
+/* The fused configurations the engine has (the autotuner's candidates): 1, 2, 4, 7, 8. */
+static inline int qk__fused_cfg_kept(int cfg) { return cfg == 1 || cfg == 2 || cfg == 4 || cfg == 7 || cfg == 8; }
 /* The tile shape of fused configuration cfg (1..QK__N_FUSED_CFG), as plans name it. */
 static inline const char *qk__fused_cfg_name(int cfg)
 {
     switch (cfg) {
     case 1: return "64x64 t4x4";
     case 2: return "128x64 t8x4";
-    case 3: return "64x128 t4x8";
     case 4: return "128x128 t8x8";
-    case 5: return "64x64 t4x4 direct";
-    case 6: return "64x64 k16 t4x4";
     case 7: return "persistent t8x4";
     case 8: return "persistent tc 3xfp16";
     default: return "?";
@@ -1210,8 +1209,11 @@ static inline const char *qk__fused_cfg_name(int cfg)
 /* The fused configuration that runs for cfg (0: the fixed table) on a q-qubit state, f64: double
    states, cplx: complex, f32out: float K. 8, the few-qubit kernel on the tensor cores, takes
    complex fp32 states with float K and 2 <= q <= 6, else it runs as 7; 7, the persistent SIMT
-   kernel, takes the same with q <= 5, else it runs as 1; 5's register stores need a float K, else
-   it is 1's kernel; anything else out of 1..QK__N_FUSED_CFG runs as 1. The planner writes the
+   kernel, takes the same with q <= 5, else it runs as 1; 3 (64x128 t4x8), 5 (64x64 with register
+   stores) and 6 (64x64 with k-steps of 16) were never the fastest candidate in the autotune sweeps
+   at 4 to 16 qubits (docs/benchmarks.md, "Autotune (issue 5)" and "Build time of the CUDA engine")
+   and were removed, so they run as 1, as does anything else out of 1..QK__N_FUSED_CFG (a tune
+   cache may still name them). qk__fused_cfg_kept says which remain. The planner writes the
    result into qk_plan.kernel_cfg (the plan names the kernel that runs, after the autotune too)
    and the engine's launcher resolves with it. */
 static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32out)
@@ -1220,8 +1222,7 @@ static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32o
     if (cfg == 0) cfg = qk__fused_cfg_fixed(q, f64, cplx, f32out);
     if (cfg == 8 && !(small && q >= 2 && q <= 6)) cfg = 7;
     if (cfg == 7 && !(small && q <= 5)) cfg = 1;
-    if (cfg == 5 && !f32out) cfg = 1;
-    return cfg >= 1 && cfg <= QK__N_FUSED_CFG ? cfg : 1;
+    return cfg >= 1 && cfg <= QK__N_FUSED_CFG && cfg != 3 && cfg != 5 && cfg != 6 ? cfg : 1;
 }
 /* The same for the fused tensor-core kernel (TCF engines, configurations 1 and 2, 0: 1): FP32X3
    always runs configuration 2 (two accumulator sets fill its registers). */

@@ -70,13 +70,16 @@
    >>smalltc   its tensor-core form, fp16 hi/lo splits (fused configuration 8) [cuda/smalltc.cuh]
    >>blas      cuBLAS and the tensor-core engines, the |.|^2 epilogue [cuda/blas.cuh]
    >>amp       amplitude encoding from host data (qk_cuda_amplitude_encode) [cuda/amp.cuh]
+   >>tcf       the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) [cuda/tcf.cuh]
    >>pipeline  the Gram job: streams and events, job state, qk__pipe's steps [cuda/pipeline.cuh]
    >>api       the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) [cuda/api.cuh]
-   >>tcf       the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) [cuda/tcf.cuh]
    >>tune      the autotuner (qk_cuda_tune_gram) [cuda/tune.cuh]
    >>devices   device selection and a clock for qk.h's several-GPU driver [cuda/devices.cuh]
    >>mps       the MPS path: batched transfer-matrix contraction of padded site tensors [cuda/mps.cuh]
    Above the sections: includes, fault injection (tests), errors (QK_CK, QK_LAUNCH_CK). */
+/* The engine's includes and the profiler's GPU-zone macros: the first thing every operation's file (src/cuda/, .cuh)
+   includes, so each operation's file compiles alone (tests/tu_compile.py --cuda), and the top of
+   the generated qk_cuda.cu. */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -509,18 +512,18 @@ static int qk__vec_ok(const OutT *out, const OutT *mout, int64_t ld)
 /* ======================================================================================== */
 
 struct qk__prog {
-    int q, d;
-    int has_amp;
-    int states;     /* given states (qk_gram_states): a load kernel, no program; the op's fields */
-    int st_type, st_flags;
-    int64_t st_dim;
+    int q = 0, d = 0;
+    int has_amp = 0;
+    int states = 0; /* given states (qk_gram_states): a load kernel, no program; the op's fields */
+    int st_type = 0, st_flags = 0;
+    int64_t st_dim = 0;
     std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
     std::vector<qk__job> jobs;
     std::vector<qk__contrib> con;
     std::vector<qk__pass> passes;
-    int P; /* params per sample */
+    int P = 0; /* params per sample (0: none, an analytic-only map of more than QK__MAXQ qubits) */
     /* product maps */
     std::vector<int> qops, qoff;
 };
@@ -593,15 +596,15 @@ static int qk__compile_fold(const qk_map *map, qk__prog *pg, std::vector<char> &
     const int q = map->n_qubits;
     std::vector<std::vector<int>> fold_ops(q);
     bool any_fold = false;
-    uint32_t touched = 0;
+    std::vector<char> touched(q, 0);
     bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
     for (int i = 0; i < map->n_ops && !amp; ++i) {
         const qk_op &o = map->ops[i];
         int k = o.kind;
         bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
-        if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
-        if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
-        if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+        if (one && !touched[o.q0]) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+        if (o.q0 >= 0 && o.q0 < q) touched[o.q0] = 1;
+        if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched[o.q1] = 1;
     }
     if (!any_fold) return -1;
     const int fold_off = *P;
@@ -752,7 +755,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         return QK_OK;
     }
     QK_TRY(qk__compile_product(map, pg, E));
-    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+    if (q > QK__MAXQ) { pg->P = 0; return QK_OK; } /* analytic only: no state program, no params */
     pg->instr.clear();
     pg->jobs.clear();
     pg->con.clear();
@@ -1757,7 +1760,7 @@ __device__ __forceinline__ void qk__gram_stage(const T *__restrict__ X, int rows
 
 /* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
    or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
-template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
+template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
            OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
@@ -1810,28 +1813,6 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
         }
         __syncthreads();
     }
-    if (DIRECT && TM == 4 && TN == 4 && sizeof(OutT) == 4 && vec && row0 + BM <= m && col0 + BN <= nn &&
-        (!tri || (int64_t)col0 + doff >= row0 + BM)) {
-        /* Interior tile above the diagonal: each thread's 4 x 4 block goes out as four 16-byte
-           rows, and its transpose as four 16-byte rows of the mirror (two lanes fill a 32-byte
-           sector), straight from registers: no staging, no barrier (block-uniform branch). */
-        float v[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                v[i][j] = (float)(CPLX ? accr[i % TM][j % TN] * accr[i % TM][j % TN] + acci[i % TM][j % TN] * acci[i % TM][j % TN]
-                                       : accr[i % TM][j % TN] * accr[i % TM][j % TN]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            *(float4 *)(out + (int64_t)(row0 + ty * 4 + i) * ld + col0 + tx * 4) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
-        if (mout) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                *(float4 *)(mout + (int64_t)(col0 + tx * 4 + j) * ld + row0 + ty * 4) = make_float4(v[0][j], v[1][j], v[2][j], v[3][j]);
-        }
-        return;
-    }
     OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1], reuses the operand buffers */
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -1850,9 +1831,8 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
    size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
    64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
    the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
-template <int BM_, int BN_, int BK_, int TM_, int TN_, bool DIRECT_ = false> struct qk__tiles {
+template <int BM_, int BN_, int BK_, int TM_, int TN_> struct qk__tiles {
     enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ };
-    static const bool DIRECT = DIRECT_;
 };
 template <typename T, bool CPLX, typename OutT, typename C>
 static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
@@ -1862,7 +1842,7 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
     size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
     size_t smem = std::max(op, ep);
-    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN, C::DIRECT>;
+    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);
@@ -2325,12 +2305,7 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     }
     switch (cfg) {
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    /* 5's register stores need a float K (qk__k_gram's DIRECT branch tests sizeof(OutT) == 4): with
-       a double K its kernel is 1's, so it is instantiated as 1 (the same code, compiled once) */
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, sizeof(OutT) == 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }
 }
@@ -2683,13 +2658,12 @@ static void qk__par_memcpy(void *dst, const void *src, size_t n)
     for (auto &x : th) x.join();
 }
 
-extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+/* Encodes n host rows into out_dev on two streams: cp copies (H2D, through pinned staging when x
+   is pageable), ks runs the kernel; synchronous (returns when out_dev is complete). The Gram
+   job passes its pool's streams; qk_cuda_amplitude_encode, called without a context, its own. */
+static qk_result qk__amp_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision, void *out_dev,
+                                int64_t batch, double *seconds, cudaStream_t cp, cudaStream_t ks, qk__err *E)
 {
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
     if (batch <= 0) batch = 64;
     if (batch > n) batch = n > 0 ? n : 1;
     const int64_t D = (int64_t)1 << n_qubits;
@@ -2710,16 +2684,14 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
             }
             if (t0) cudaEventDestroy(t0);
             if (t1) cudaEventDestroy(t1);
-            if (cp) cudaStreamDestroy(cp);
-            if (ks) cudaStreamDestroy(ks);
             cudaGetLastError();
         }
     } R;
+    R.cp = cp;
+    R.ks = ks;
     cudaPointerAttributes at;
     bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
     cudaGetLastError();
-    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
     for (int i = 0; i < 2; ++i) {
         QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
         if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
@@ -2758,6 +2730,383 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
         *seconds = ms * 1e-3;
     }
     return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    struct S {
+        cudaStream_t s[2] = {nullptr, nullptr};
+        ~S() { for (int i = 0; i < 2; ++i) if (s[i]) { cudaStreamSynchronize(s[i]); cudaStreamDestroy(s[i]); } cudaGetLastError(); }
+    } st;
+    for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&st.s[i], cudaStreamNonBlocking));
+    return qk__amp_encode(x, n, d, n_qubits, precision, out_dev, batch, seconds, st.s[0], st.s[1], E);
+}
+/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
+/* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
+   mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
+   epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of
+   the fp32 fused kernel (qk__tile_of): no Re/Im planes in memory, 4 bytes of K per pair written
+   once, half the tiles of K(X,X). At 8 qubits the cuBLAS engines spend most of their time
+   writing and re-reading the planes (docs/precision.md: 162 Gpairs/s TF32 at zz 8 q, n=32768,
+   against ~350 for a kernel that writes K only).
+
+   Operands. A conversion pass (qk__k_tcf_operand) writes every state once as 32-bit words:
+   TF32 the float rounded to TF32 (nearest, as the cuBLAS engine); FP16 two halves of s * x
+   (s = 2^floor(q/2), as the cuBLAS engine, undone exactly in the epilogue); FP32X3 a row of hi
+   words then a row of lo words (hi = fp16(s x), lo = fp16(s x - hi)). Rows are zero-padded to
+   a whole number of k-stages (KW words), so the kernel has no k tail.
+
+   The complex product without planes. States stay interleaved (re, im). The k index of an MMA
+   is free to be any permutation of the physical words as long as A and B agree, and the one
+   used here gives each thread the (re, im) of one amplitude in a pair of registers: TF32, the
+   two k's t and t+4 of thread t are words 2i and 2i+1; FP16, one register is one amplitude
+   (re low half, im high half). So with B the same fragment, one MMA gives
+   Re <a|b> = sum a_re b_re + a_im b_im, and with B's pair rotated in registers, (re, im) ->
+   (im, -re) (a swap and a sign bit), a second MMA gives Im <a|b> = sum a_re b_im - a_im b_re.
+   Real maps take one MMA.
+
+   Fragment layout (PTX ISA, mma.m16n8k8 .tf32 and m16n8k16 .f16; g = lane / 4, t = lane % 4):
+     A (16 x k, row-major) a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4)  [k in 32-bit words]
+     B (k x 8, column)     b0 (t, g) b1 (t+4, g)
+     C (16 x 8)            c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
+   Shared memory holds rows of KW words per stage (row stride S = KW + 16 words, 16 mod 32: the
+   16-byte fragment loads of 8 lanes, rows g and g+1 at 4t words, hit 32 distinct banks). A
+   thread's 16-byte load at word 16 * grp + 4t of a row holds k-words (t, t+4) of two k-steps:
+   logical k-word t + 4h of step ks is physical word 16 grp + 4t + 2ks + h. qk__tcf_kword()
+   states this map; tests/gpu checks it on the host against the layout above (an emulated warp).
+
+   Operands reach shared memory with cp.async (16 bytes, zero-fill past the last row) in a
+   three-stage pipeline, one barrier per stage.
+
+   FP32X3: three products lo*hi + hi*lo + hi*hi per k-step into the same accumulators. The
+   tensor cores' fp32 accumulation is not round-to-nearest and loses up to an ulp of the partial
+   sum per step (docs/precision.md), so every QK__TCF_FLUSH stages the accumulators are added
+   into a second set with ordinary (round-to-nearest) fp32 adds and cleared: a partial sum never
+   runs longer than a few dozen MMA steps (FP32X3 always runs 64 x 64 tiles: two sets of
+   accumulators). */
+#define QK__TCF_FLUSH 4
+#define QK__TCF_STR2(x) #x
+#define QK__TCF_STR(x) QK__TCF_STR2(x)
+
+/* logical k-word (0..7 of k-step ks) -> physical word of a 16-word group, for lane t = lane % 4:
+   k-word t + 4h of step ks is word 4t + 2ks + h (see above) */
+__host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * t + 2 * ks + h; }
+
+template <int MODE> __device__ __forceinline__ void qk__mma(float *c, const uint32_t *a, const uint32_t *b)
+{
+    if constexpr (MODE == QK_GPU_TC_TF32) qk__mma_tf32(c, a, b);
+    else qk__mma_f16(c, a, b);
+}
+/* B fragment of Im <a|b>: each amplitude (re, im) -> (im, -re). TF32: the pair is the two
+   registers; FP16: the two halves of one register. */
+template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, uint32_t *r)
+{
+    if constexpr (MODE == QK_GPU_TC_TF32) {
+        r[0] = b[1];
+        r[1] = b[0] ^ 0x80000000u;
+    } else {
+        r[0] = __byte_perm(b[0], 0, 0x1032) ^ 0x80000000u;
+        r[1] = __byte_perm(b[1], 0, 0x1032) ^ 0x80000000u;
+    }
+}
+__device__ __forceinline__ uint32_t qk__u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+
+
+/* Operand words of rows of W floats (interleaved complex or real states): ldp words per row and
+   part (zero-padded); FP32X3 writes two parts per row (hi, then lo). */
+template <int MODE>
+__global__ void __launch_bounds__(256)
+qk__k_tcf_operand(const float *__restrict__ in, int64_t rows, int64_t W, int64_t ldp, float scale, uint32_t *__restrict__ out)
+{
+    const int64_t n = rows * ldp;
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = e / ldp, k = e - r * ldp;
+        const float *x = in + r * W;
+        if constexpr (MODE == QK_GPU_TC_TF32) {
+            out[e] = k < W ? __float_as_uint(qk__tf32_rna(x[k])) : 0u;
+        } else {
+            const float v0 = 2 * k < W ? x[2 * k] * scale : 0.0f, v1 = 2 * k + 1 < W ? x[2 * k + 1] * scale : 0.0f;
+            const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
+            const uint32_t hw = (uint32_t)__half_as_ushort(h0) | ((uint32_t)__half_as_ushort(h1) << 16);
+            if constexpr (MODE == QK_GPU_TC_FP16) out[e] = hw;
+            else {
+                const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
+                out[r * 2 * ldp + k] = hw;
+                out[r * 2 * ldp + ldp + k] = (uint32_t)__half_as_ushort(l0) | ((uint32_t)__half_as_ushort(l1) << 16);
+            }
+        }
+    }
+}
+
+/* One BM x BM tile of K per block; WGM x WGN warps, each a (BM/WGM) x (BM/WGN) warp tile of
+   16 x 8 MMA tiles. A, B: operand words, ldw words per row (FP32X3: hi part, lo part at ldw/2),
+   nkt k-stages of KW words (FP32X3: 16 hi + 16 lo). inv_s2 undoes the FP16 scale of <a|b>. */
+template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN, int NS>
+__global__ void __launch_bounds__(WGM * WGN * 32)
+qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn,
+             float inv_s2, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+    constexpr bool SPLIT = MODE == QK_GPU_TC_FP32X3, FLUSH = SPLIT;
+    constexpr int NT = WGM * WGN * 32, BN = BM;
+    constexpr int WM = BM / WGM, WN = BN / WGN, MI = WM / 16, NI = WN / 8;
+    constexpr int KW = 32, S = KW + 16, CH = KW / 4; /* words per row and stage, row stride, 16-byte chunks */
+    constexpr int NG = SPLIT ? 1 : KW / 16;          /* 16-word groups per stage and part */
+    constexpr int CI = CPLX ? MI : 1, CJ = CPLX ? NI : 1, FI = FLUSH ? MI : 1, FJ = FLUSH ? NI : 1;
+    constexpr int FCI = FLUSH && CPLX ? MI : 1, FCJ = FLUSH && CPLX ? NI : 1;
+    static_assert(MI >= 1 && NI >= 1 && WM % 16 == 0 && WN % 8 == 0, "warp tile");
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    uint32_t *sm = (uint32_t *)qk__smem; /* [NS][BM + BN][S] */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int wm = warp / WGN, wn = warp % WGN;
+
+    auto load = [&](int kt, int buf) {
+        uint32_t *st = sm + buf * (BM + BN) * S;
+        for (int c = threadIdx.x; c < (BM + BN) * CH; c += NT) {
+            const int r = c / CH, cc = c % CH;
+            const bool isb = r >= BM;
+            const int grow = (isb ? col0 + r - BM : row0 + r);
+            const bool ok = grow < (isb ? nn : m);
+            const int64_t off = SPLIT ? (int64_t)(cc / 4) * (ldw / 2) + (int64_t)kt * 16 + (cc % 4) * 4 : (int64_t)kt * KW + cc * 4;
+            const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + off;
+            qk__cp16(st + r * S + cc * 4, gp, ok ? 16 : 0);
+        }
+    };
+
+    float accr[MI][NI][4], acci[CI][CJ][4], totr[FI][FJ][4], toti[FCI][FCJ][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                accr[i][j][e] = 0.0f;
+                if constexpr (CPLX) acci[i][j][e] = 0.0f;
+                if constexpr (FLUSH) totr[i][j][e] = 0.0f;
+                if constexpr (FLUSH && CPLX) toti[i][j][e] = 0.0f;
+            }
+
+#pragma unroll
+    for (int s = 0; s < NS - 1; ++s) {
+        if (s < nkt) load(s, s);
+        qk__cp_commit();
+    }
+    for (int kt = 0; kt < nkt; ++kt) {
+        qk__cp_wait<NS - 2>();
+        __syncthreads(); /* stage kt landed for every thread; stage kt-1's buffer is free */
+        if (kt + NS - 1 < nkt) load(kt + NS - 1, (kt + NS - 1) % NS);
+        qk__cp_commit();
+        const uint32_t *As = sm + (kt % NS) * (BM + BN) * S, *Bs = As + BM * S;
+#pragma unroll
+        for (int gq = 0; gq < NG; ++gq) {
+            /* 16-byte loads: [part][row g / g+8] of A, [part] of B; part 1 is FP32X3's lo */
+            uint4 af[SPLIT ? 2 : 1][MI][2], bf[SPLIT ? 2 : 1][NI];
+#pragma unroll
+            for (int p = 0; p < (SPLIT ? 2 : 1); ++p) {
+#pragma unroll
+                for (int i = 0; i < MI; ++i) {
+                    const uint32_t *ra = As + (wm * WM + i * 16 + g) * S + p * 16 + gq * 16 + 4 * t;
+                    af[p][i][0] = *(const uint4 *)ra;
+                    af[p][i][1] = *(const uint4 *)(ra + 8 * S);
+                }
+#pragma unroll
+                for (int j = 0; j < NI; ++j) bf[p][j] = *(const uint4 *)(Bs + (wn * WN + j * 8 + g) * S + p * 16 + gq * 16 + 4 * t);
+            }
+#pragma unroll
+            for (int ks = 0; ks < 2; ++ks) {
+                /* products (A part, B part): FP32X3 lo*hi, hi*lo, hi*hi (small first); else hi*hi */
+#pragma unroll
+                for (int pr = SPLIT ? 0 : 2; pr < 3; ++pr) {
+                    const int pa = pr == 0 ? 1 : 0, pb = pr == 1 ? 1 : 0;
+                    uint32_t a[MI][4];
+#pragma unroll
+                    for (int i = 0; i < MI; ++i) {
+                        a[i][0] = qk__u4(af[pa][i][0], 2 * ks);     /* (g,   k-word t)   */
+                        a[i][1] = qk__u4(af[pa][i][1], 2 * ks);     /* (g+8, k-word t)   */
+                        a[i][2] = qk__u4(af[pa][i][0], 2 * ks + 1); /* (g,   k-word t+4) */
+                        a[i][3] = qk__u4(af[pa][i][1], 2 * ks + 1); /* (g+8, k-word t+4) */
+                    }
+#pragma unroll
+                    for (int j = 0; j < NI; ++j) {
+                        uint32_t b[2] = {qk__u4(bf[pb][j], 2 * ks), qk__u4(bf[pb][j], 2 * ks + 1)};
+#pragma unroll
+                        for (int i = 0; i < MI; ++i) qk__mma<MODE>(accr[i][j], a[i], b);
+                        if constexpr (CPLX) {
+                            uint32_t br[2];
+                            qk__rot<MODE>(b, br);
+#pragma unroll
+                            for (int i = 0; i < MI; ++i) qk__mma<MODE>(acci[i][j], a[i], br);
+                        }
+                    }
+                }
+            }
+        }
+        if constexpr (FLUSH) {
+            if ((kt + 1) % QK__TCF_FLUSH == 0 || kt + 1 == nkt) {
+#pragma unroll
+                for (int i = 0; i < MI; ++i)
+#pragma unroll
+                    for (int j = 0; j < NI; ++j)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            totr[i % FI][j % FJ][e] += accr[i][j][e];
+                            accr[i][j][e] = 0.0f;
+                            if constexpr (CPLX) {
+                                toti[i % FCI][j % FCJ][e] += acci[i % CI][j % CJ][e];
+                                acci[i % CI][j % CJ][e] = 0.0f;
+                            }
+                        }
+            }
+        }
+    }
+    qk__cp_wait<0>();
+    __syncthreads(); /* every warp is done with the operand buffers */
+    OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1] */
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int r = wm * WM + i * 16 + g + (e >> 1) * 8, c = wn * WN + j * 8 + 2 * t + (e & 1);
+                float re, im = 0.0f;
+                if constexpr (FLUSH) re = totr[i % FI][j % FJ][e] * inv_s2;
+                else re = accr[i][j][e] * inv_s2;
+                if constexpr (CPLX) {
+                    if constexpr (FLUSH) im = toti[i % FCI][j % FCJ][e] * inv_s2;
+                    else im = acci[i % CI][j % CJ][e] * inv_s2;
+                }
+                Cs[r * (BN + 1) + c] = (OutT)(re * re + im * im);
+            }
+    __syncthreads();
+    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
+}
+
+/* Fused tensor-core configurations (qk_plan.kernel_cfg with a TCF engine; 0 runs 1):
+     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
+     2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
+        two accumulator sets, 128 registers)
+   FP32X3 takes 2 whatever the configuration: its second accumulator set (the flush) and its hi
+   and lo fragments would not fit the registers at 64 x 32 per warp (complex: 256 accumulators).
+   A third configuration (128 x 128, 8 warps of 32 x 64) was never the fastest at 6 to 16 qubits
+   in any mode (docs/benchmarks.md, QK__TCF_MAX_QUBITS) and was removed: each configuration costs
+   nvcc a kernel per mode x CPLX x OutT x architecture. */
+template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN>
+static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn, float inv_s2,
+                                    OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    constexpr int NS = 3, S = 48, NT = WGM * WGN * 32;
+    const size_t smem = std::max((size_t)NS * 2 * BM * S * 4, (size_t)BM * (BM + 1) * sizeof(OutT));
+    auto kf = qk__k_tcgram<MODE, CPLX, OutT, BM, WGM, WGN, NS>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) { /* grid.y limit */
+        const int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
+        dim3 grid((unsigned)((nn + BM - 1) / BM), (unsigned)((mm + BM - 1) / BM));
+        int tg = 0;
+        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
+            const int64_t Tx = grid.x, Ty = grid.y;
+            tg = (int)Tx;
+            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+        }
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        kf<<<grid, NT, smem, st>>>(A + r0 * ldw, B, ldw, nkt, (int)mm, (int)nn, inv_s2, o, ld, mo, doff - r0, tri,
+                                   qk__vec_ok(o, mo, ld), tg);
+        QK_LAUNCH_CK("qk__k_tcgram");
+    }
+    return QK_OK;
+}
+
+template <int MODE, bool CPLX, typename OutT>
+static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
+                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
+       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
+       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
+    if constexpr (MODE == QK_GPU_TC_FP32X3) {
+        (void)cfg;
+        return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+    } else {
+        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
+        switch (cfg) {
+        case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+        }
+    }
+}
+
+/* Operand geometry of engine `eng` (QK_GPU_TCF_*; MODE and mode below: the cuBLAS tensor-core
+   engine of the same operand format, QK_GPU_TC_TF32, TC_FP32X3, TC_FP16) for states of D amplitudes: words per row and part
+   (ldp, a whole number of k-stages), words per row (ldw), k-stages (nkt), the FP16 scale. Keep in
+   step with qk.h's qk__tcf_ws (the planner counts these bytes). */
+struct qk__tcf_geom {
+    int mode;
+    int64_t W, ldp, ldw;
+    int nkt;
+    float scale, inv_s2;
+};
+static qk__tcf_geom qk__tcf_geometry(qk_gpu_engine eng, int64_t D, bool cplx)
+{
+    qk__tcf_geom G;
+    G.mode = (int)qk__engine_tc_of(eng);   /* the operand format: that of the cuBLAS engine of the mode */
+    G.W = cplx ? 2 * D : D;
+    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = G.mode == QK_GPU_TC_FP32X3 ? 16 : 32;
+    G.ldp = (words + kw - 1) / kw * kw;
+    G.ldw = G.mode == QK_GPU_TC_FP32X3 ? 2 * G.ldp : G.ldp;
+    G.nkt = (int)(G.ldp / kw);
+    int q = 0;
+    while (((int64_t)1 << q) < D) ++q;
+    G.scale = G.mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);
+    G.inv_s2 = 1.0f / (G.scale * G.scale);
+    return G;
+}
+
+static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t rows, uint32_t *dst, cudaStream_t st, qk__err *E)
+{
+    const int64_t n = rows * G.ldp;
+    if (n <= 0) return QK_OK;
+    const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
+    switch (G.mode) {
+    case QK_GPU_TC_TF32: qk__k_tcf_operand<QK_GPU_TC_TF32><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    case QK_GPU_TC_FP32X3: qk__k_tcf_operand<QK_GPU_TC_FP32X3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    default: qk__k_tcf_operand<QK_GPU_TC_FP16><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
+    }
+    QK_LAUNCH_CK("qk__k_tcf_operand");
+    return QK_OK;
+}
+
+template <bool CPLX, typename OutT>
+static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
+                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
+                            QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
+                            "use the cuBLAS engine or fp32x3)");
+    switch (G.mode) {
+    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    }
+}
+
+/* Autotune of the fused engine (qk__tune): converts the n states into ws (bytes) and runs K(X,X). */
+template <typename T, bool CPLX, typename OutT>
+static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
+{
+    if (sizeof(T) != 4) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: fused tensor-core engine takes float states");
+    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
+    if ((size_t)n * G.ldw * 4 > ws_bytes) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: workspace too small for the fused tensor-core engine");
+    QK_TRY(qk__tcf_convert(G, S, n, (uint32_t *)ws, 0, E));
+    return qk__launch_tcf<CPLX, OutT>(G, cfg, (const uint32_t *)ws, (const uint32_t *)ws, n, n, K, n, K, 0, 1, 0, E);
 }
 
 /* ======================================================================================== */
@@ -2868,11 +3217,11 @@ struct qk__job_state {
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
-/* The job's device buffer of role r: the lent pool's, grown when too small (the pool's idle
-   buffers are given back first when the device is full), else the job's own cudaMalloc. */
-static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes)
+/* A pool's buffer of role r for one job: grown when too small (the pool's buffers not in this
+   job's *pooled mask are given back first when the device is full); the role is then marked in
+   *pooled (the job must not free it). Without a pool: the job's own cudaMalloc. */
+static cudaError_t qk__pool_buf(qk_cuda_pool *P, unsigned *pooled, int r, void **out, size_t bytes)
 {
-    qk_cuda_pool *P = J->lent;
     if (!P) return cudaMalloc(out, bytes);
     if (P->bytes[r] < bytes) {
         cudaFree(P->buf[r]);
@@ -2882,15 +3231,38 @@ static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes
         if (e == cudaErrorMemoryAllocation) {
             cudaGetLastError();
             for (int i = 0; i < QK__PB_COUNT; ++i)
-                if (i != r && !(J->pooled & (1u << i)) && P->buf[i]) { cudaFree(P->buf[i]); P->buf[i] = nullptr; P->bytes[i] = 0; }
+                if (i != r && !(*pooled & (1u << i)) && P->buf[i]) { cudaFree(P->buf[i]); P->buf[i] = nullptr; P->bytes[i] = 0; }
             e = cudaMalloc(&P->buf[r], bytes);
         }
         if (e != cudaSuccess) { P->buf[r] = nullptr; return e; }
         P->bytes[r] = bytes;
     }
     *out = P->buf[r];
-    J->pooled |= 1u << r;
+    *pooled |= 1u << r;
     return cudaSuccess;
+}
+
+/* Borrows the pool offered to a job (qk_cuda_io.pool) when it is idle and belongs to the current
+   GPU: its streams, handle and buffers serve the job until qk__pool_return. NULL: the job makes
+   its own. */
+static qk_cuda_pool *qk__pool_borrow(qk_cuda_pool *P)
+{
+    int dev = -1;
+    if (!P || P->lent) return nullptr;
+    if (cudaGetDevice(&dev) != cudaSuccess) { cudaGetLastError(); return nullptr; }
+    if (dev != P->device) return nullptr;
+    P->lent = true;
+    return P;
+}
+static void qk__pool_return(qk_cuda_pool *P)
+{
+    if (P) P->lent = false;
+}
+
+/* The job's device buffer of role r (qk__pool_buf on the pool it borrowed, if any). */
+static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes)
+{
+    return qk__pool_buf(J->lent, &J->pooled, r, out, bytes);
 }
 #define QK__OWN(J, r) (!((J)->pooled & (1u << (r))))
 
@@ -2924,7 +3296,7 @@ static void qk__job_free(qk__job_state *J)
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas && !J->lent) cublasDestroy(J->blas);
-    if (J->lent) J->lent->lent = false;   /* handed back, its streams synchronised above */
+    qk__pool_return(J->lent);             /* handed back, its streams synchronised above */
     cudaGetLastError();
 }
 
@@ -2955,10 +3327,46 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
    slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
-/* The fused tensor-core engines (plan.engine QK_GPU_TCF_*; their section is at the end of this file). */
+/* The pipeline's Gram call for the fused tensor-core engines (qk__pipe::gram). Operands live in
+   J->Cw[0] (the pool's workspace role), allocated on first use: with all states resident (bulk) every state is converted
+   once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
+   and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
+                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
+{
+    qk__err *E = J->E;
+    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
+    if (m <= 0 || nn <= 0) return QK_OK;
+    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
+    const size_t per_state = (size_t)G.W * sizeof(float);
+    const bool shared_ab = bulk && J->SB == J->SA;
+    const int64_t rows = bulk ? tA + (shared_ab ? 0 : tB) : tA + tB;
+    if (!J->Cw[0]) QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], std::max<size_t>(16, (size_t)rows * G.ldw * 4)));
+    uint32_t *ws = (uint32_t *)J->Cw[0];
+    const uint32_t *opA, *opB;
+    if (bulk) {
+        if (J->n_blas == 0) {
+            QK_TRY(qk__tcf_convert(G, J->SA, tA, ws, st, E));
+            if (!shared_ab) QK_TRY(qk__tcf_convert(G, J->SB, tB, ws + tA * G.ldw, st, E));
+            J->n_blas = 1;
+        }
+        const int64_t ia = (int64_t)(((const char *)A - (const char *)J->SA) / per_state);
+        const int64_t ib = (int64_t)(((const char *)B - (const char *)J->SB) / per_state);
+        opA = ws + ia * G.ldw;
+        opB = ws + ((shared_ab ? 0 : tA) + ib) * G.ldw;
+    } else {
+        QK_TRY(qk__tcf_convert(G, A, m, ws, st, E));
+        opA = ws;
+        if (A == B) opB = ws;
+        else {
+            QK_TRY(qk__tcf_convert(G, B, nn, ws + tA * G.ldw, st, E));
+            opB = ws + tA * G.ldw;
+        }
+    }
+    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
+}
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk__job_state *J;
@@ -3013,10 +3421,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result alloc()
     {
-        int dev = -1;
-        if (J->cpool && !J->cpool->lent && cudaGetDevice(&dev) == cudaSuccess && dev == J->cpool->device) {
-            J->lent = J->cpool;          /* the context's streams, kept across calls */
-            J->lent->lent = true;
+        if ((J->lent = qk__pool_borrow(J->cpool))) {   /* the context's streams, kept across calls */
             J->pool.st[0] = J->lent->st[0];
             J->pool.st[1] = J->lent->st[1];
         } else {
@@ -3144,15 +3549,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result states()
     {
         if (!bulk) return QK_OK;
-        if (stream_amp) { /* synchronous: the compute stream's kernels come after it */
+        if (stream_amp) { /* synchronous, on the job's streams: the compute stream's kernels come after it */
             double sec = 0, sec2 = 0;
-            char msg[256] = "";
-            qk_result r = qk_cuda_amplitude_encode(ds->x, nx, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32,
-                                                   J->SA, 64, &sec, msg, sizeof msg);
-            if (r == QK_OK && !sym)
-                r = qk_cuda_amplitude_encode(ds->y, ny, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, J->SB, 64,
-                                             &sec2, msg, sizeof msg);
-            if (r != QK_OK) return qk__fail_msg(E, r, msg);
+            const qk_precision pr = sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32;
+            QK_TRY(qk__amp_encode(ds->x, nx, d, q, pr, J->SA, 64, &sec, xs, cs, E));
+            if (!sym) QK_TRY(qk__amp_encode(ds->y, ny, d, q, pr, J->SB, 64, &sec2, xs, cs, E));
             enc_ms = (sec + sec2) * 1e3;
             return QK_OK;
         }
@@ -3521,410 +3922,6 @@ extern "C" qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t 
     cudaFree(ws.params); cudaFree(ws.tmp); cudaFree(ws.inv);
     return r;
 }
-/* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
-/* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
-   mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
-   epilogue and writes the tile and its mirror (qk__store_tile), over the triangular tile grid of
-   the fp32 fused kernel (qk__tile_of): no Re/Im planes in memory, 4 bytes of K per pair written
-   once, half the tiles of K(X,X). At 8 qubits the cuBLAS engines spend most of their time
-   writing and re-reading the planes (docs/precision.md: 162 Gpairs/s TF32 at zz 8 q, n=32768,
-   against ~350 for a kernel that writes K only).
-
-   Operands. A conversion pass (qk__k_tcf_operand) writes every state once as 32-bit words:
-   TF32 the float rounded to TF32 (nearest, as the cuBLAS engine); FP16 two halves of s * x
-   (s = 2^floor(q/2), as the cuBLAS engine, undone exactly in the epilogue); FP32X3 a row of hi
-   words then a row of lo words (hi = fp16(s x), lo = fp16(s x - hi)). Rows are zero-padded to
-   a whole number of k-stages (KW words), so the kernel has no k tail.
-
-   The complex product without planes. States stay interleaved (re, im). The k index of an MMA
-   is free to be any permutation of the physical words as long as A and B agree, and the one
-   used here gives each thread the (re, im) of one amplitude in a pair of registers: TF32, the
-   two k's t and t+4 of thread t are words 2i and 2i+1; FP16, one register is one amplitude
-   (re low half, im high half). So with B the same fragment, one MMA gives
-   Re <a|b> = sum a_re b_re + a_im b_im, and with B's pair rotated in registers, (re, im) ->
-   (im, -re) (a swap and a sign bit), a second MMA gives Im <a|b> = sum a_re b_im - a_im b_re.
-   Real maps take one MMA.
-
-   Fragment layout (PTX ISA, mma.m16n8k8 .tf32 and m16n8k16 .f16; g = lane / 4, t = lane % 4):
-     A (16 x k, row-major) a0 (g, t) a1 (g+8, t) a2 (g, t+4) a3 (g+8, t+4)  [k in 32-bit words]
-     B (k x 8, column)     b0 (t, g) b1 (t+4, g)
-     C (16 x 8)            c0 (g, 2t) c1 (g, 2t+1) c2 (g+8, 2t) c3 (g+8, 2t+1)
-   Shared memory holds rows of KW words per stage (row stride S = KW + 16 words, 16 mod 32: the
-   16-byte fragment loads of 8 lanes, rows g and g+1 at 4t words, hit 32 distinct banks). A
-   thread's 16-byte load at word 16 * grp + 4t of a row holds k-words (t, t+4) of two k-steps:
-   logical k-word t + 4h of step ks is physical word 16 grp + 4t + 2ks + h. qk__tcf_kword()
-   states this map; tests/gpu checks it on the host against the layout above (an emulated warp).
-
-   Operands reach shared memory with cp.async (16 bytes, zero-fill past the last row) in a
-   three-stage pipeline, one barrier per stage.
-
-   FP32X3: three products lo*hi + hi*lo + hi*hi per k-step into the same accumulators. The
-   tensor cores' fp32 accumulation is not round-to-nearest and loses up to an ulp of the partial
-   sum per step (docs/precision.md), so every QK__TCF_FLUSH stages the accumulators are added
-   into a second set with ordinary (round-to-nearest) fp32 adds and cleared: a partial sum never
-   runs longer than a few dozen MMA steps (FP32X3 always runs 64 x 64 tiles: two sets of
-   accumulators). */
-#define QK__TCF_FLUSH 4
-#define QK__TCF_STR2(x) #x
-#define QK__TCF_STR(x) QK__TCF_STR2(x)
-
-/* logical k-word (0..7 of k-step ks) -> physical word of a 16-word group, for lane t = lane % 4:
-   k-word t + 4h of step ks is word 4t + 2ks + h (see above) */
-__host__ __device__ inline int qk__tcf_kword(int t, int ks, int h) { return 4 * t + 2 * ks + h; }
-
-template <int MODE> __device__ __forceinline__ void qk__mma(float *c, const uint32_t *a, const uint32_t *b)
-{
-    if constexpr (MODE == QK_GPU_TC_TF32) qk__mma_tf32(c, a, b);
-    else qk__mma_f16(c, a, b);
-}
-/* B fragment of Im <a|b>: each amplitude (re, im) -> (im, -re). TF32: the pair is the two
-   registers; FP16: the two halves of one register. */
-template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, uint32_t *r)
-{
-    if constexpr (MODE == QK_GPU_TC_TF32) {
-        r[0] = b[1];
-        r[1] = b[0] ^ 0x80000000u;
-    } else {
-        r[0] = __byte_perm(b[0], 0, 0x1032) ^ 0x80000000u;
-        r[1] = __byte_perm(b[1], 0, 0x1032) ^ 0x80000000u;
-    }
-}
-__device__ __forceinline__ uint32_t qk__u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
-
-
-/* Operand words of rows of W floats (interleaved complex or real states): ldp words per row and
-   part (zero-padded); FP32X3 writes two parts per row (hi, then lo). */
-template <int MODE>
-__global__ void __launch_bounds__(256)
-qk__k_tcf_operand(const float *__restrict__ in, int64_t rows, int64_t W, int64_t ldp, float scale, uint32_t *__restrict__ out)
-{
-    const int64_t n = rows * ldp;
-    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t r = e / ldp, k = e - r * ldp;
-        const float *x = in + r * W;
-        if constexpr (MODE == QK_GPU_TC_TF32) {
-            out[e] = k < W ? __float_as_uint(qk__tf32_rna(x[k])) : 0u;
-        } else {
-            const float v0 = 2 * k < W ? x[2 * k] * scale : 0.0f, v1 = 2 * k + 1 < W ? x[2 * k + 1] * scale : 0.0f;
-            const __half h0 = __float2half_rn(v0), h1 = __float2half_rn(v1);
-            const uint32_t hw = (uint32_t)__half_as_ushort(h0) | ((uint32_t)__half_as_ushort(h1) << 16);
-            if constexpr (MODE == QK_GPU_TC_FP16) out[e] = hw;
-            else {
-                const __half l0 = __float2half_rn(v0 - __half2float(h0)), l1 = __float2half_rn(v1 - __half2float(h1));
-                out[r * 2 * ldp + k] = hw;
-                out[r * 2 * ldp + ldp + k] = (uint32_t)__half_as_ushort(l0) | ((uint32_t)__half_as_ushort(l1) << 16);
-            }
-        }
-    }
-}
-
-/* One BM x BM tile of K per block; WGM x WGN warps, each a (BM/WGM) x (BM/WGN) warp tile of
-   16 x 8 MMA tiles. A, B: operand words, ldw words per row (FP32X3: hi part, lo part at ldw/2),
-   nkt k-stages of KW words (FP32X3: 16 hi + 16 lo). inv_s2 undoes the FP16 scale of <a|b>. */
-template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN, int NS>
-__global__ void __launch_bounds__(WGM * WGN * 32)
-qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn,
-             float inv_s2, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
-{
-    constexpr bool SPLIT = MODE == QK_GPU_TC_FP32X3, FLUSH = SPLIT;
-    constexpr int NT = WGM * WGN * 32, BN = BM;
-    constexpr int WM = BM / WGM, WN = BN / WGN, MI = WM / 16, NI = WN / 8;
-    constexpr int KW = 32, S = KW + 16, CH = KW / 4; /* words per row and stage, row stride, 16-byte chunks */
-    constexpr int NG = SPLIT ? 1 : KW / 16;          /* 16-word groups per stage and part */
-    constexpr int CI = CPLX ? MI : 1, CJ = CPLX ? NI : 1, FI = FLUSH ? MI : 1, FJ = FLUSH ? NI : 1;
-    constexpr int FCI = FLUSH && CPLX ? MI : 1, FCJ = FLUSH && CPLX ? NI : 1;
-    static_assert(MI >= 1 && NI >= 1 && WM % 16 == 0 && WN % 8 == 0, "warp tile");
-    int tyi, txi;
-    qk__tile_of(tgrid, tyi, txi);
-    const int row0 = tyi * BM, col0 = txi * BN;
-    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return; /* whole tile below the diagonal */
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    uint32_t *sm = (uint32_t *)qk__smem; /* [NS][BM + BN][S] */
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int wm = warp / WGN, wn = warp % WGN;
-
-    auto load = [&](int kt, int buf) {
-        uint32_t *st = sm + buf * (BM + BN) * S;
-        for (int c = threadIdx.x; c < (BM + BN) * CH; c += NT) {
-            const int r = c / CH, cc = c % CH;
-            const bool isb = r >= BM;
-            const int grow = (isb ? col0 + r - BM : row0 + r);
-            const bool ok = grow < (isb ? nn : m);
-            const int64_t off = SPLIT ? (int64_t)(cc / 4) * (ldw / 2) + (int64_t)kt * 16 + (cc % 4) * 4 : (int64_t)kt * KW + cc * 4;
-            const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + off;
-            qk__cp16(st + r * S + cc * 4, gp, ok ? 16 : 0);
-        }
-    };
-
-    float accr[MI][NI][4], acci[CI][CJ][4], totr[FI][FJ][4], toti[FCI][FCJ][4];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                accr[i][j][e] = 0.0f;
-                if constexpr (CPLX) acci[i][j][e] = 0.0f;
-                if constexpr (FLUSH) totr[i][j][e] = 0.0f;
-                if constexpr (FLUSH && CPLX) toti[i][j][e] = 0.0f;
-            }
-
-#pragma unroll
-    for (int s = 0; s < NS - 1; ++s) {
-        if (s < nkt) load(s, s);
-        qk__cp_commit();
-    }
-    for (int kt = 0; kt < nkt; ++kt) {
-        qk__cp_wait<NS - 2>();
-        __syncthreads(); /* stage kt landed for every thread; stage kt-1's buffer is free */
-        if (kt + NS - 1 < nkt) load(kt + NS - 1, (kt + NS - 1) % NS);
-        qk__cp_commit();
-        const uint32_t *As = sm + (kt % NS) * (BM + BN) * S, *Bs = As + BM * S;
-#pragma unroll
-        for (int gq = 0; gq < NG; ++gq) {
-            /* 16-byte loads: [part][row g / g+8] of A, [part] of B; part 1 is FP32X3's lo */
-            uint4 af[SPLIT ? 2 : 1][MI][2], bf[SPLIT ? 2 : 1][NI];
-#pragma unroll
-            for (int p = 0; p < (SPLIT ? 2 : 1); ++p) {
-#pragma unroll
-                for (int i = 0; i < MI; ++i) {
-                    const uint32_t *ra = As + (wm * WM + i * 16 + g) * S + p * 16 + gq * 16 + 4 * t;
-                    af[p][i][0] = *(const uint4 *)ra;
-                    af[p][i][1] = *(const uint4 *)(ra + 8 * S);
-                }
-#pragma unroll
-                for (int j = 0; j < NI; ++j) bf[p][j] = *(const uint4 *)(Bs + (wn * WN + j * 8 + g) * S + p * 16 + gq * 16 + 4 * t);
-            }
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks) {
-                /* products (A part, B part): FP32X3 lo*hi, hi*lo, hi*hi (small first); else hi*hi */
-#pragma unroll
-                for (int pr = SPLIT ? 0 : 2; pr < 3; ++pr) {
-                    const int pa = pr == 0 ? 1 : 0, pb = pr == 1 ? 1 : 0;
-                    uint32_t a[MI][4];
-#pragma unroll
-                    for (int i = 0; i < MI; ++i) {
-                        a[i][0] = qk__u4(af[pa][i][0], 2 * ks);     /* (g,   k-word t)   */
-                        a[i][1] = qk__u4(af[pa][i][1], 2 * ks);     /* (g+8, k-word t)   */
-                        a[i][2] = qk__u4(af[pa][i][0], 2 * ks + 1); /* (g,   k-word t+4) */
-                        a[i][3] = qk__u4(af[pa][i][1], 2 * ks + 1); /* (g+8, k-word t+4) */
-                    }
-#pragma unroll
-                    for (int j = 0; j < NI; ++j) {
-                        uint32_t b[2] = {qk__u4(bf[pb][j], 2 * ks), qk__u4(bf[pb][j], 2 * ks + 1)};
-#pragma unroll
-                        for (int i = 0; i < MI; ++i) qk__mma<MODE>(accr[i][j], a[i], b);
-                        if constexpr (CPLX) {
-                            uint32_t br[2];
-                            qk__rot<MODE>(b, br);
-#pragma unroll
-                            for (int i = 0; i < MI; ++i) qk__mma<MODE>(acci[i][j], a[i], br);
-                        }
-                    }
-                }
-            }
-        }
-        if constexpr (FLUSH) {
-            if ((kt + 1) % QK__TCF_FLUSH == 0 || kt + 1 == nkt) {
-#pragma unroll
-                for (int i = 0; i < MI; ++i)
-#pragma unroll
-                    for (int j = 0; j < NI; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            totr[i % FI][j % FJ][e] += accr[i][j][e];
-                            accr[i][j][e] = 0.0f;
-                            if constexpr (CPLX) {
-                                toti[i % FCI][j % FCJ][e] += acci[i % CI][j % CJ][e];
-                                acci[i % CI][j % CJ][e] = 0.0f;
-                            }
-                        }
-            }
-        }
-    }
-    qk__cp_wait<0>();
-    __syncthreads(); /* every warp is done with the operand buffers */
-    OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1] */
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = wm * WM + i * 16 + g + (e >> 1) * 8, c = wn * WN + j * 8 + 2 * t + (e & 1);
-                float re, im = 0.0f;
-                if constexpr (FLUSH) re = totr[i % FI][j % FJ][e] * inv_s2;
-                else re = accr[i][j][e] * inv_s2;
-                if constexpr (CPLX) {
-                    if constexpr (FLUSH) im = toti[i % FCI][j % FCJ][e] * inv_s2;
-                    else im = acci[i % CI][j % CJ][e] * inv_s2;
-                }
-                Cs[r * (BN + 1) + c] = (OutT)(re * re + im * im);
-            }
-    __syncthreads();
-    qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
-}
-
-/* Fused tensor-core configurations (qk_plan.kernel_cfg with a TCF engine; 0 runs 1):
-     1  128 x 128 tiles, 8 warps of 64 x 32 (the fixed table's at 8 qubits)
-     2   64 x  64 tiles, 4 warps of 32 x 32 (the fixed table's up to 7 qubits; FP32X3 always:
-        two accumulator sets, 128 registers)
-   FP32X3 takes 2 whatever the configuration: its second accumulator set (the flush) and its hi
-   and lo fragments would not fit the registers at 64 x 32 per warp (complex: 256 accumulators).
-   A third configuration (128 x 128, 8 warps of 32 x 64) was never the fastest at 6 to 16 qubits
-   in any mode (docs/benchmarks.md, QK__TCF_MAX_QUBITS) and was removed: each configuration costs
-   nvcc a kernel per mode x CPLX x OutT x architecture. */
-template <int MODE, bool CPLX, typename OutT, int BM, int WGM, int WGN>
-static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn, float inv_s2,
-                                    OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    constexpr int NS = 3, S = 48, NT = WGM * WGN * 32;
-    const size_t smem = std::max((size_t)NS * 2 * BM * S * 4, (size_t)BM * (BM + 1) * sizeof(OutT));
-    auto kf = qk__k_tcgram<MODE, CPLX, OutT, BM, WGM, WGN, NS>;
-    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) { /* grid.y limit */
-        const int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
-        dim3 grid((unsigned)((nn + BM - 1) / BM), (unsigned)((mm + BM - 1) / BM));
-        int tg = 0;
-        if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
-            const int64_t Tx = grid.x, Ty = grid.y;
-            tg = (int)Tx;
-            grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
-        }
-        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
-        kf<<<grid, NT, smem, st>>>(A + r0 * ldw, B, ldw, nkt, (int)mm, (int)nn, inv_s2, o, ld, mo, doff - r0, tri,
-                                   qk__vec_ok(o, mo, ld), tg);
-        QK_LAUNCH_CK("qk__k_tcgram");
-    }
-    return QK_OK;
-}
-
-template <int MODE, bool CPLX, typename OutT>
-static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
-                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
-       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
-       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
-    if constexpr (MODE == QK_GPU_TC_FP32X3) {
-        (void)cfg;
-        return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-    } else {
-        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
-        switch (cfg) {
-        case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-        default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
-        }
-    }
-}
-
-/* Operand geometry of engine `eng` (QK_GPU_TCF_*; MODE and mode below: the cuBLAS tensor-core
-   engine of the same operand format, QK_GPU_TC_TF32, TC_FP32X3, TC_FP16) for states of D amplitudes: words per row and part
-   (ldp, a whole number of k-stages), words per row (ldw), k-stages (nkt), the FP16 scale. Keep in
-   step with qk.h's qk__tcf_ws (the planner counts these bytes). */
-struct qk__tcf_geom {
-    int mode;
-    int64_t W, ldp, ldw;
-    int nkt;
-    float scale, inv_s2;
-};
-static qk__tcf_geom qk__tcf_geometry(qk_gpu_engine eng, int64_t D, bool cplx)
-{
-    qk__tcf_geom G;
-    G.mode = (int)qk__engine_tc_of(eng);   /* the operand format: that of the cuBLAS engine of the mode */
-    G.W = cplx ? 2 * D : D;
-    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = G.mode == QK_GPU_TC_FP32X3 ? 16 : 32;
-    G.ldp = (words + kw - 1) / kw * kw;
-    G.ldw = G.mode == QK_GPU_TC_FP32X3 ? 2 * G.ldp : G.ldp;
-    G.nkt = (int)(G.ldp / kw);
-    int q = 0;
-    while (((int64_t)1 << q) < D) ++q;
-    G.scale = G.mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);
-    G.inv_s2 = 1.0f / (G.scale * G.scale);
-    return G;
-}
-
-static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t rows, uint32_t *dst, cudaStream_t st, qk__err *E)
-{
-    const int64_t n = rows * G.ldp;
-    if (n <= 0) return QK_OK;
-    const unsigned blocks = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
-    switch (G.mode) {
-    case QK_GPU_TC_TF32: qk__k_tcf_operand<QK_GPU_TC_TF32><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    case QK_GPU_TC_FP32X3: qk__k_tcf_operand<QK_GPU_TC_FP32X3><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    default: qk__k_tcf_operand<QK_GPU_TC_FP16><<<blocks, 256, 0, st>>>((const float *)src, rows, G.W, G.ldp, G.scale, dst); break;
-    }
-    QK_LAUNCH_CK("qk__k_tcf_operand");
-    return QK_OK;
-}
-
-template <bool CPLX, typename OutT>
-static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
-                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
-{
-    if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
-                            QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
-                            "use the cuBLAS engine or fp32x3)");
-    switch (G.mode) {
-    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    }
-}
-
-/* The pipeline's Gram call for the fused tensor-core engines (qk__pipe::gram). Operands live in
-   J->Cw[0], allocated on first use: with all states resident (bulk) every state is converted
-   once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
-   and B rows are converted (once when they are the same rows). */
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
-{
-    qk__err *E = J->E;
-    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
-    if (m <= 0 || nn <= 0) return QK_OK;
-    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
-    const size_t per_state = (size_t)G.W * sizeof(float);
-    const bool shared_ab = bulk && J->SB == J->SA;
-    const int64_t rows = bulk ? tA + (shared_ab ? 0 : tB) : tA + tB;
-    if (!J->Cw[0]) QK_CK(cudaMalloc(&J->Cw[0], std::max<size_t>(16, (size_t)rows * G.ldw * 4)));
-    uint32_t *ws = (uint32_t *)J->Cw[0];
-    const uint32_t *opA, *opB;
-    if (bulk) {
-        if (J->n_blas == 0) {
-            QK_TRY(qk__tcf_convert(G, J->SA, tA, ws, st, E));
-            if (!shared_ab) QK_TRY(qk__tcf_convert(G, J->SB, tB, ws + tA * G.ldw, st, E));
-            J->n_blas = 1;
-        }
-        const int64_t ia = (int64_t)(((const char *)A - (const char *)J->SA) / per_state);
-        const int64_t ib = (int64_t)(((const char *)B - (const char *)J->SB) / per_state);
-        opA = ws + ia * G.ldw;
-        opB = ws + ((shared_ab ? 0 : tA) + ib) * G.ldw;
-    } else {
-        QK_TRY(qk__tcf_convert(G, A, m, ws, st, E));
-        opA = ws;
-        if (A == B) opB = ws;
-        else {
-            QK_TRY(qk__tcf_convert(G, B, nn, ws + tA * G.ldw, st, E));
-            opB = ws + tA * G.ldw;
-        }
-    }
-    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
-}
-
-/* Autotune of the fused engine (qk__tune): converts the n states into ws (bytes) and runs K(X,X). */
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t n, int D, void *ws, size_t ws_bytes, OutT *K, qk__err *E)
-{
-    if (sizeof(T) != 4) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: fused tensor-core engine takes float states");
-    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
-    if ((size_t)n * G.ldw * 4 > ws_bytes) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_tune_gram: workspace too small for the fused tensor-core engine");
-    QK_TRY(qk__tcf_convert(G, S, n, (uint32_t *)ws, 0, E));
-    return qk__launch_tcf<CPLX, OutT>(G, cfg, (const uint32_t *)ws, (const uint32_t *)ws, n, n, K, n, K, 0, 1, 0, E);
-}
-
 /* ======================================================================================== */
 /* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
 /* ======================================================================================== */
@@ -3984,7 +3981,8 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
     const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
     QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
     res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c)
+        if (qk__fused_cfg_kept(c)) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
     res->blas[res->n] = QK_GPU_CUBLAS; res->cfg[res->n] = 0; res->n++;
     if (CPLX && sizeof(T) == 4) { res->blas[res->n] = QK_GPU_CUBLAS_3M; res->cfg[res->n] = 0; res->n++; }
     if (tcm != QK_GPU_FUSED) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }
@@ -4281,28 +4279,41 @@ static qk_result qk__mps_launch(const qk__mps_args<T, OutT> &g, int chi_pad, int
     return QK_OK;
 }
 
-/* Device buffers and streams of one MPS Gram, released in every case. */
+/* Device buffers and streams of one MPS Gram, released in every case: the context's pool's
+   (qk_cuda_io.pool, borrowed when idle on this GPU: its streams, and its buffers by role: the
+   MPS of A and B in the states' roles, K or its slab ring in K's and the workspace ring's) are
+   kept for later calls, the others freed. */
 struct qk__mps_res {
     void *A = nullptr, *B = nullptr, *K = nullptr, *Kr[2] = {nullptr, nullptr}, *stage = nullptr;
     cudaStream_t cs = nullptr, ds = nullptr;
     cudaEvent_t ev[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+    qk_cuda_pool *lent = nullptr;
+    unsigned pooled = 0;
+    cudaError_t buf(int role, void **p, size_t bytes) { return qk__pool_buf(lent, &pooled, role, p, bytes); }
+    void drop(int role, void *p) { if (!(pooled & (1u << role))) cudaFree(p); }
     ~qk__mps_res()
     {
-        cudaFree(A); cudaFree(B); cudaFree(K); cudaFree(Kr[0]); cudaFree(Kr[1]);
+        if (cs) cudaStreamSynchronize(cs);
+        if (ds) cudaStreamSynchronize(ds);
+        drop(QK__PB_SA, A); drop(QK__PB_SB, B); drop(QK__PB_KD, K); drop(QK__PB_CW0, Kr[0]); drop(QK__PB_CW1, Kr[1]);
         if (stage) cudaFreeHost(stage);
-        if (cs) cudaStreamDestroy(cs);
-        if (ds) cudaStreamDestroy(ds);
+        if (!lent) {
+            if (cs) cudaStreamDestroy(cs);
+            if (ds) cudaStreamDestroy(ds);
+        }
         for (int k = 0; k < 2; ++k) if (ev[k]) cudaEventDestroy(ev[k]);
         if (t0) cudaEventDestroy(t0);
         if (t1) cudaEventDestroy(t1);
+        qk__pool_return(lent);
+        cudaGetLastError();
     }
 };
 
 /* Uploads n samples of packed doubles as T2 (fp32: converted on the host in chunks). */
 template <typename T>
-static qk_result qk__mps_upload(const double *src, size_t values, void **dst, cudaStream_t st, qk__err *E)
+static qk_result qk__mps_upload(qk__mps_res &R, int role, const double *src, size_t values, void **dst, cudaStream_t st, qk__err *E)
 {
-    QK_CK(cudaMalloc(dst, values * sizeof(T)));
+    QK_CK(R.buf(role, dst, values * sizeof(T)));
     if (sizeof(T) == sizeof(double)) {
         QK_CK(cudaMemcpyAsync(*dst, src, values * sizeof(double), cudaMemcpyHostToDevice, st));
         QK_CK(cudaStreamSynchronize(st));
@@ -4329,14 +4340,19 @@ static qk_result qk__mps_gram_t(const qk_plan *plan, const qk_gram_desc *desc, c
     int dev = 0, sms = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaStreamCreateWithFlags(&R.cs, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ds, cudaStreamNonBlocking));
+    if ((R.lent = qk__pool_borrow(io ? io->pool : nullptr))) {   /* the context's streams, kept across calls */
+        R.cs = R.lent->st[0];
+        R.ds = R.lent->st[1];
+    } else {
+        QK_CK(cudaStreamCreateWithFlags(&R.cs, cudaStreamNonBlocking));
+        QK_CK(cudaStreamCreateWithFlags(&R.ds, cudaStreamNonBlocking));
+    }
     QK_CK(cudaEventCreate(&R.ev[0]));
     QK_CK(cudaEventCreate(&R.ev[1]));
     QK_CK(cudaEventCreate(&R.t0));
     QK_CK(cudaEventCreate(&R.t1));
-    QK_TRY(qk__mps_upload<T>(m->a, per * 2 * (size_t)nx, &R.A, R.cs, E));
-    if (!sym) QK_TRY(qk__mps_upload<T>(m->b, per * 2 * (size_t)ny, &R.B, R.cs, E));
+    QK_TRY(qk__mps_upload<T>(R, QK__PB_SA, m->a, per * 2 * (size_t)nx, &R.A, R.cs, E));
+    if (!sym) QK_TRY(qk__mps_upload<T>(R, QK__PB_SB, m->b, per * 2 * (size_t)ny, &R.B, R.cs, E));
     qk__mps_args<T, OutT> g;
     g.A = (const C *)R.A;
     g.B = (const C *)(sym ? R.A : R.B);
@@ -4374,10 +4390,10 @@ static qk_result qk__mps_gram_t(const qk_plan *plan, const qk_gram_desc *desc, c
         const size_t slab_bytes = (size_t)S * (size_t)ny * sizeof(OutT);
         const bool resident = plan->k_resident != 0;
         if (!io || !io->rows) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: no rows callback for a host output");
-        if (resident) QK_CK(cudaMalloc(&R.K, (size_t)nx * (size_t)ny * sizeof(OutT)));
+        if (resident) QK_CK(R.buf(QK__PB_KD, &R.K, (size_t)nx * (size_t)ny * sizeof(OutT)));
         else {
-            QK_CK(cudaMalloc(&R.Kr[0], slab_bytes));
-            QK_CK(cudaMalloc(&R.Kr[1], slab_bytes));
+            QK_CK(R.buf(QK__PB_CW0, &R.Kr[0], slab_bytes));
+            QK_CK(R.buf(QK__PB_CW1, &R.Kr[1], slab_bytes));
         }
         void *stage = io->stage[0] && io->stage_bytes >= slab_bytes ? io->stage[0] : nullptr;
         if (!stage) { QK_CK(cudaMallocHost(&R.stage, slab_bytes)); stage = R.stage; }

@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 OUTPUTS = [('qk_unity.h', 'qk.h'), (os.path.join('cuda', 'qk_cuda.cu'), 'qk_cuda.cu')]
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
+ONCE = re.compile(r'^\s*#\s*pragma\s+once\s*$')
 TAG = re.compile(r'^/\* >>(\w+) ---- (.*) ---- \*/\s*$')
 CONTENTS = re.compile(r'^(\s*)@contents\s*$')
 
@@ -56,6 +57,8 @@ def expand(path, lines_mode, stack=(), tags=None, seen=None):
             if lines_mode:
                 out.append('#line %d "%s"\n' % (no + 1, rel))
             continue
+        if stack and ONCE.match(line):
+            continue                     # an inlined file's guard (each is inlined once anyway)
         t = TAG.match(line)
         if t and tags is not None:
             tags.append((t.group(1), t.group(2), os.path.relpath(path, HERE).replace(os.sep, '/')))
@@ -122,8 +125,30 @@ def layer_numbers():
             % (', '.join('%s %s' % w for w in want), ', '.join('%s %s' % h for h in have))]
 
 
+def cuda_include_order():
+    """Errors where a src/cuda/*.cuh includes one that comes later in the qk_cuda.cu skeleton (each
+    operation's file includes what it uses, so it compiles alone: tests/tu_compile.py --cuda; a
+    later one would be a call into a later section) or is not in the skeleton."""
+    cdir = os.path.join(HERE, 'cuda')
+    order = [m.group(1) for m in map(INCLUDE.match, read(os.path.join(cdir, 'qk_cuda.cu')))
+             if m and m.group(1).endswith('.cuh')]
+    out = []
+    for f in sorted(x for x in os.listdir(cdir) if x.endswith('.cuh')):
+        if f not in order:
+            out.append('src/cuda/%s is not included by src/cuda/qk_cuda.cu' % f)
+            continue
+        for m in filter(None, map(INCLUDE.match, read(os.path.join(cdir, f)))):
+            inc = m.group(1)
+            if inc.endswith('.cuh') and (inc not in order or order.index(inc) >= order.index(f)):
+                out.append('src/cuda/%s includes %s, which comes later in src/cuda/qk_cuda.cu' % (f, inc))
+    return out
+
+
 def check_layers(verbose):
     bad = 0
+    for e in cuda_include_order():
+        bad += 1
+        print('error: ' + e, file=sys.stderr)
     for e in layer_numbers():
         bad += 1
         print('error: ' + e, file=sys.stderr)

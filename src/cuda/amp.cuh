@@ -1,6 +1,9 @@
 /* ======================================================================================== */
 /* >>amp ---- amplitude encoding from host data (qk_cuda_amplitude_encode) ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
 
 /* Amplitude encoding: one block per row, the norm in double, then x/||x|| padded and cast. */
 template <typename T>
@@ -50,13 +53,12 @@ static void qk__par_memcpy(void *dst, const void *src, size_t n)
     for (auto &x : th) x.join();
 }
 
-extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
-                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+/* Encodes n host rows into out_dev on two streams: cp copies (H2D, through pinned staging when x
+   is pageable), ks runs the kernel; synchronous (returns when out_dev is complete). The Gram
+   job passes its pool's streams; qk_cuda_amplitude_encode, called without a context, its own. */
+static qk_result qk__amp_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision, void *out_dev,
+                                int64_t batch, double *seconds, cudaStream_t cp, cudaStream_t ks, qk__err *E)
 {
-    qk__err e = {err, err_size};
-    qk__err *E = &e;
-    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
     if (batch <= 0) batch = 64;
     if (batch > n) batch = n > 0 ? n : 1;
     const int64_t D = (int64_t)1 << n_qubits;
@@ -77,16 +79,14 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
             }
             if (t0) cudaEventDestroy(t0);
             if (t1) cudaEventDestroy(t1);
-            if (cp) cudaStreamDestroy(cp);
-            if (ks) cudaStreamDestroy(ks);
             cudaGetLastError();
         }
     } R;
+    R.cp = cp;
+    R.ks = ks;
     cudaPointerAttributes at;
     bool pinned = cudaPointerGetAttributes(&at, x) == cudaSuccess && at.type == cudaMemoryTypeHost;
     cudaGetLastError();
-    QK_CK(cudaStreamCreateWithFlags(&R.cp, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ks, cudaStreamNonBlocking));
     for (int i = 0; i < 2; ++i) {
         QK_CK(cudaMalloc((void **)&R.dbuf[i], (size_t)batch * rowb));
         if (!pinned) QK_CK(cudaMallocHost((void **)&R.stage[i], (size_t)batch * rowb));
@@ -127,3 +127,17 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
     return QK_OK;
 }
 
+extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d, int n_qubits, qk_precision precision,
+                                              void *out_dev, int64_t batch, double *seconds, char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    if (!x || !out_dev || n < 0 || d < 1 || n_qubits < 0 || n_qubits > QK_MAX_STATE_QUBITS || ((int64_t)1 << n_qubits) < d)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_amplitude_encode: bad argument");
+    struct S {
+        cudaStream_t s[2] = {nullptr, nullptr};
+        ~S() { for (int i = 0; i < 2; ++i) if (s[i]) { cudaStreamSynchronize(s[i]); cudaStreamDestroy(s[i]); } cudaGetLastError(); }
+    } st;
+    for (int i = 0; i < 2; ++i) QK_CK(cudaStreamCreateWithFlags(&st.s[i], cudaStreamNonBlocking));
+    return qk__amp_encode(x, n, d, n_qubits, precision, out_dev, batch, seconds, st.s[0], st.s[1], E);
+}

@@ -1,6 +1,13 @@
 /* ======================================================================================== */
 /* >>api ---- the extern "C" surface qk.h calls (qk_cuda_gram, qk_cuda_states, ...) ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "compile.cuh"
+#include "states.cuh"
+#include "widen.cuh"
+#include "pipeline.cuh"
 
 extern "C" int qk_cuda_device_count(void)
 {

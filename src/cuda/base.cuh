@@ -1,3 +1,5 @@
+#pragma once
+#include "prelude.cuh"
 /* ---- cuBLAS, opened on first use ---- */
 /* cuBLAS is opened with dlopen when the engine first creates a cuBLAS handle, not linked: a
    program linked with -lcublas maps and relocates libcublas and libcublasLt (about 600 MB of

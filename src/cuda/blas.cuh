@@ -1,6 +1,9 @@
 /* ======================================================================================== */
 /* >>blas ---- cuBLAS and the tensor-core engines, the |.|^2 epilogue ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
    interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane

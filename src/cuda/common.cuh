@@ -1,6 +1,8 @@
 /* ======================================================================================== */
 /* >>common ---- the device program's structs, complex helpers, the float/double dispatcher, triangular grid, tile store ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
 
 enum { QK__I_GATE = 1, QK__I_CNOT, QK__I_DIAG };
 

@@ -1,20 +1,23 @@
 /* ======================================================================================== */
 /* >>compile ---- qk__compile: a qk_map -> GATE/CNOT/DIAG instructions, param jobs, passes; qk__dprog on the device ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
 
 struct qk__prog {
-    int q, d;
-    int has_amp;
-    int states;     /* given states (qk_gram_states): a load kernel, no program; the op's fields */
-    int st_type, st_flags;
-    int64_t st_dim;
+    int q = 0, d = 0;
+    int has_amp = 0;
+    int states = 0; /* given states (qk_gram_states): a load kernel, no program; the op's fields */
+    int st_type = 0, st_flags = 0;
+    int64_t st_dim = 0;
     std::vector<qk_angle> ang;
     std::vector<int> op_kind;
     std::vector<qk__instr> instr;
     std::vector<qk__job> jobs;
     std::vector<qk__contrib> con;
     std::vector<qk__pass> passes;
-    int P; /* params per sample */
+    int P = 0; /* params per sample (0: none, an analytic-only map of more than QK__MAXQ qubits) */
     /* product maps */
     std::vector<int> qops, qoff;
 };
@@ -87,15 +90,15 @@ static int qk__compile_fold(const qk_map *map, qk__prog *pg, std::vector<char> &
     const int q = map->n_qubits;
     std::vector<std::vector<int>> fold_ops(q);
     bool any_fold = false;
-    uint32_t touched = 0;
+    std::vector<char> touched(q, 0);
     bool amp = map->n_ops > 0 && map->ops[0].kind == QK_OP_AMPLITUDE;
     for (int i = 0; i < map->n_ops && !amp; ++i) {
         const qk_op &o = map->ops[i];
         int k = o.kind;
         bool one = k == QK_OP_H || k == QK_OP_X || k == QK_OP_Y || k == QK_OP_RX || k == QK_OP_RY || k == QK_OP_BASIS;
-        if (one && !((touched >> o.q0) & 1)) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
-        if (o.q0 >= 0 && o.q0 < q) touched |= 1u << o.q0;
-        if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched |= 1u << o.q1;
+        if (one && !touched[o.q0]) { folded[i] = 1; fold_ops[o.q0].push_back(i); any_fold = true; continue; }
+        if (o.q0 >= 0 && o.q0 < q) touched[o.q0] = 1;
+        if ((k == QK_OP_CNOT || k == QK_OP_CZ || k == QK_OP_RZZ) && o.q1 >= 0 && o.q1 < q) touched[o.q1] = 1;
     }
     if (!any_fold) return -1;
     const int fold_off = *P;
@@ -246,7 +249,7 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
         return QK_OK;
     }
     QK_TRY(qk__compile_product(map, pg, E));
-    if (q > QK__MAXQ) return QK_OK; /* analytic only */
+    if (q > QK__MAXQ) { pg->P = 0; return QK_OK; } /* analytic only: no state program, no params */
     pg->instr.clear();
     pg->jobs.clear();
     pg->con.clear();

@@ -1,3 +1,5 @@
+#pragma once
+#include "base.cuh"
 /* >>devices ---- device selection and a clock for qk.h's several-GPU driver ---- */
 /* qk.h drives one host thread per GPU of a context (docs/api.md, "Several GPUs"); each thread
    makes its GPU current with this, then runs qk_cuda_gram on its parts of K. */

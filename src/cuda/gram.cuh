@@ -1,6 +1,10 @@
 /* ======================================================================================== */
 /* >>gram ---- the fused SIMT Gram kernel, its tile configurations ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "states.cuh"
 
 /* One k-step of a fused Gram operand into shared memory: R states from row r0 (of rows) and BK
    amplitudes from k0, element (row, k) read with k fastest (a row's BK amplitudes are
@@ -24,7 +28,7 @@ __device__ __forceinline__ void qk__gram_stage(const T *__restrict__ X, int rows
 
 /* Fused Gram tile: acc[i][j] = <a_i|b_j> over D amplitudes in registers, then |.|^2 (complex)
    or .^2 (real), staged and stored. A: m states, B: nn states, row-major with stride D. */
-template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN, bool DIRECT>
+template <typename T, bool CPLX, typename OutT, int BM, int BN, int BK, int TM, int TN>
 __global__ void __launch_bounds__((BM / TM) * (BN / TN))
 qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int D,
            OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
@@ -77,28 +81,6 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
         }
         __syncthreads();
     }
-    if (DIRECT && TM == 4 && TN == 4 && sizeof(OutT) == 4 && vec && row0 + BM <= m && col0 + BN <= nn &&
-        (!tri || (int64_t)col0 + doff >= row0 + BM)) {
-        /* Interior tile above the diagonal: each thread's 4 x 4 block goes out as four 16-byte
-           rows, and its transpose as four 16-byte rows of the mirror (two lanes fill a 32-byte
-           sector), straight from registers: no staging, no barrier (block-uniform branch). */
-        float v[4][4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                v[i][j] = (float)(CPLX ? accr[i % TM][j % TN] * accr[i % TM][j % TN] + acci[i % TM][j % TN] * acci[i % TM][j % TN]
-                                       : accr[i % TM][j % TN] * accr[i % TM][j % TN]);
-#pragma unroll
-        for (int i = 0; i < 4; ++i)
-            *(float4 *)(out + (int64_t)(row0 + ty * 4 + i) * ld + col0 + tx * 4) = make_float4(v[i][0], v[i][1], v[i][2], v[i][3]);
-        if (mout) {
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-                *(float4 *)(mout + (int64_t)(col0 + tx * 4 + j) * ld + row0 + ty * 4) = make_float4(v[0][j], v[1][j], v[2][j], v[3][j]);
-        }
-        return;
-    }
     OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1], reuses the operand buffers */
 #pragma unroll
     for (int i = 0; i < TM; ++i)
@@ -117,9 +99,8 @@ qk__k_gram(const T *__restrict__ A, const T *__restrict__ B, int m, int nn, int 
    size). Small states (2^q <= 32) are write-bound (4 bytes of K per 8*2^q flops), so they get
    64 x 64 tiles with 4 x 4 per thread: fewer registers, more blocks in flight per SM to keep
    the stores streaming (zz 4 qubits, n = 32768, qk-bench). */
-template <int BM_, int BN_, int BK_, int TM_, int TN_, bool DIRECT_ = false> struct qk__tiles {
+template <int BM_, int BN_, int BK_, int TM_, int TN_> struct qk__tiles {
     enum { BM = BM_, BN = BN_, BK = BK_, TM = TM_, TN = TN_ };
-    static const bool DIRECT = DIRECT_;
 };
 template <typename T, bool CPLX, typename OutT, typename C>
 static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, int64_t nn, int D, OutT *out, int64_t ld,
@@ -129,7 +110,7 @@ static qk_result qk__launch_gram_cfg(const void *A, const void *B, int64_t m, in
     size_t op = (size_t)C::BK * (C::BM + C::BN) * (CPLX ? 2 : 1) * sizeof(T);
     size_t ep = (size_t)C::BM * (C::BN + 1) * sizeof(OutT);
     size_t smem = std::max(op, ep);
-    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN, C::DIRECT>;
+    auto kf = qk__k_gram<T, CPLX, OutT, C::BM, C::BN, C::BK, C::TM, C::TN>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * C::BM) { /* grid.y limit */
         int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * C::BM);

@@ -1,3 +1,6 @@
+#pragma once
+#include "base.cuh"
+#include "pipeline.cuh"
 /* >>mps ---- the MPS path: batched transfer-matrix contraction of padded site tensors ---- */
 /* K on the MPS path. qk.h builds every sample's MPS on the host (its exact builder, or the
    truncating one) and hands the site tensors over, padded to a bond of chi on both sides:
@@ -224,28 +227,41 @@ static qk_result qk__mps_launch(const qk__mps_args<T, OutT> &g, int chi_pad, int
     return QK_OK;
 }
 
-/* Device buffers and streams of one MPS Gram, released in every case. */
+/* Device buffers and streams of one MPS Gram, released in every case: the context's pool's
+   (qk_cuda_io.pool, borrowed when idle on this GPU: its streams, and its buffers by role: the
+   MPS of A and B in the states' roles, K or its slab ring in K's and the workspace ring's) are
+   kept for later calls, the others freed. */
 struct qk__mps_res {
     void *A = nullptr, *B = nullptr, *K = nullptr, *Kr[2] = {nullptr, nullptr}, *stage = nullptr;
     cudaStream_t cs = nullptr, ds = nullptr;
     cudaEvent_t ev[2] = {nullptr, nullptr}, t0 = nullptr, t1 = nullptr;
+    qk_cuda_pool *lent = nullptr;
+    unsigned pooled = 0;
+    cudaError_t buf(int role, void **p, size_t bytes) { return qk__pool_buf(lent, &pooled, role, p, bytes); }
+    void drop(int role, void *p) { if (!(pooled & (1u << role))) cudaFree(p); }
     ~qk__mps_res()
     {
-        cudaFree(A); cudaFree(B); cudaFree(K); cudaFree(Kr[0]); cudaFree(Kr[1]);
+        if (cs) cudaStreamSynchronize(cs);
+        if (ds) cudaStreamSynchronize(ds);
+        drop(QK__PB_SA, A); drop(QK__PB_SB, B); drop(QK__PB_KD, K); drop(QK__PB_CW0, Kr[0]); drop(QK__PB_CW1, Kr[1]);
         if (stage) cudaFreeHost(stage);
-        if (cs) cudaStreamDestroy(cs);
-        if (ds) cudaStreamDestroy(ds);
+        if (!lent) {
+            if (cs) cudaStreamDestroy(cs);
+            if (ds) cudaStreamDestroy(ds);
+        }
         for (int k = 0; k < 2; ++k) if (ev[k]) cudaEventDestroy(ev[k]);
         if (t0) cudaEventDestroy(t0);
         if (t1) cudaEventDestroy(t1);
+        qk__pool_return(lent);
+        cudaGetLastError();
     }
 };
 
 /* Uploads n samples of packed doubles as T2 (fp32: converted on the host in chunks). */
 template <typename T>
-static qk_result qk__mps_upload(const double *src, size_t values, void **dst, cudaStream_t st, qk__err *E)
+static qk_result qk__mps_upload(qk__mps_res &R, int role, const double *src, size_t values, void **dst, cudaStream_t st, qk__err *E)
 {
-    QK_CK(cudaMalloc(dst, values * sizeof(T)));
+    QK_CK(R.buf(role, dst, values * sizeof(T)));
     if (sizeof(T) == sizeof(double)) {
         QK_CK(cudaMemcpyAsync(*dst, src, values * sizeof(double), cudaMemcpyHostToDevice, st));
         QK_CK(cudaStreamSynchronize(st));
@@ -272,14 +288,19 @@ static qk_result qk__mps_gram_t(const qk_plan *plan, const qk_gram_desc *desc, c
     int dev = 0, sms = 0;
     QK_CK(cudaGetDevice(&dev));
     QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    QK_CK(cudaStreamCreateWithFlags(&R.cs, cudaStreamNonBlocking));
-    QK_CK(cudaStreamCreateWithFlags(&R.ds, cudaStreamNonBlocking));
+    if ((R.lent = qk__pool_borrow(io ? io->pool : nullptr))) {   /* the context's streams, kept across calls */
+        R.cs = R.lent->st[0];
+        R.ds = R.lent->st[1];
+    } else {
+        QK_CK(cudaStreamCreateWithFlags(&R.cs, cudaStreamNonBlocking));
+        QK_CK(cudaStreamCreateWithFlags(&R.ds, cudaStreamNonBlocking));
+    }
     QK_CK(cudaEventCreate(&R.ev[0]));
     QK_CK(cudaEventCreate(&R.ev[1]));
     QK_CK(cudaEventCreate(&R.t0));
     QK_CK(cudaEventCreate(&R.t1));
-    QK_TRY(qk__mps_upload<T>(m->a, per * 2 * (size_t)nx, &R.A, R.cs, E));
-    if (!sym) QK_TRY(qk__mps_upload<T>(m->b, per * 2 * (size_t)ny, &R.B, R.cs, E));
+    QK_TRY(qk__mps_upload<T>(R, QK__PB_SA, m->a, per * 2 * (size_t)nx, &R.A, R.cs, E));
+    if (!sym) QK_TRY(qk__mps_upload<T>(R, QK__PB_SB, m->b, per * 2 * (size_t)ny, &R.B, R.cs, E));
     qk__mps_args<T, OutT> g;
     g.A = (const C *)R.A;
     g.B = (const C *)(sym ? R.A : R.B);
@@ -317,10 +338,10 @@ static qk_result qk__mps_gram_t(const qk_plan *plan, const qk_gram_desc *desc, c
         const size_t slab_bytes = (size_t)S * (size_t)ny * sizeof(OutT);
         const bool resident = plan->k_resident != 0;
         if (!io || !io->rows) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: no rows callback for a host output");
-        if (resident) QK_CK(cudaMalloc(&R.K, (size_t)nx * (size_t)ny * sizeof(OutT)));
+        if (resident) QK_CK(R.buf(QK__PB_KD, &R.K, (size_t)nx * (size_t)ny * sizeof(OutT)));
         else {
-            QK_CK(cudaMalloc(&R.Kr[0], slab_bytes));
-            QK_CK(cudaMalloc(&R.Kr[1], slab_bytes));
+            QK_CK(R.buf(QK__PB_CW0, &R.Kr[0], slab_bytes));
+            QK_CK(R.buf(QK__PB_CW1, &R.Kr[1], slab_bytes));
         }
         void *stage = io->stage[0] && io->stage_bytes >= slab_bytes ? io->stage[0] : nullptr;
         if (!stage) { QK_CK(cudaMallocHost(&R.stage, slab_bytes)); stage = R.stage; }

@@ -1,6 +1,15 @@
 /* ======================================================================================== */
 /* >>pipeline ---- the Gram job: streams and events, job state, qk__pipe's steps ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "compile.cuh"
+#include "states.cuh"
+#include "product.cuh"
+#include "smalltc.cuh"
+#include "blas.cuh"
+#include "amp.cuh"
+#include "tcf.cuh"
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
    busy intervals (summed after the final synchronization). */
@@ -106,11 +115,11 @@ struct qk__job_state {
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
-/* The job's device buffer of role r: the lent pool's, grown when too small (the pool's idle
-   buffers are given back first when the device is full), else the job's own cudaMalloc. */
-static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes)
+/* A pool's buffer of role r for one job: grown when too small (the pool's buffers not in this
+   job's *pooled mask are given back first when the device is full); the role is then marked in
+   *pooled (the job must not free it). Without a pool: the job's own cudaMalloc. */
+static cudaError_t qk__pool_buf(qk_cuda_pool *P, unsigned *pooled, int r, void **out, size_t bytes)
 {
-    qk_cuda_pool *P = J->lent;
     if (!P) return cudaMalloc(out, bytes);
     if (P->bytes[r] < bytes) {
         cudaFree(P->buf[r]);
@@ -120,15 +129,38 @@ static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes
         if (e == cudaErrorMemoryAllocation) {
             cudaGetLastError();
             for (int i = 0; i < QK__PB_COUNT; ++i)
-                if (i != r && !(J->pooled & (1u << i)) && P->buf[i]) { cudaFree(P->buf[i]); P->buf[i] = nullptr; P->bytes[i] = 0; }
+                if (i != r && !(*pooled & (1u << i)) && P->buf[i]) { cudaFree(P->buf[i]); P->buf[i] = nullptr; P->bytes[i] = 0; }
             e = cudaMalloc(&P->buf[r], bytes);
         }
         if (e != cudaSuccess) { P->buf[r] = nullptr; return e; }
         P->bytes[r] = bytes;
     }
     *out = P->buf[r];
-    J->pooled |= 1u << r;
+    *pooled |= 1u << r;
     return cudaSuccess;
+}
+
+/* Borrows the pool offered to a job (qk_cuda_io.pool) when it is idle and belongs to the current
+   GPU: its streams, handle and buffers serve the job until qk__pool_return. NULL: the job makes
+   its own. */
+static qk_cuda_pool *qk__pool_borrow(qk_cuda_pool *P)
+{
+    int dev = -1;
+    if (!P || P->lent) return nullptr;
+    if (cudaGetDevice(&dev) != cudaSuccess) { cudaGetLastError(); return nullptr; }
+    if (dev != P->device) return nullptr;
+    P->lent = true;
+    return P;
+}
+static void qk__pool_return(qk_cuda_pool *P)
+{
+    if (P) P->lent = false;
+}
+
+/* The job's device buffer of role r (qk__pool_buf on the pool it borrowed, if any). */
+static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes)
+{
+    return qk__pool_buf(J->lent, &J->pooled, r, out, bytes);
 }
 #define QK__OWN(J, r) (!((J)->pooled & (1u << (r))))
 
@@ -162,7 +194,7 @@ static void qk__job_free(qk__job_state *J)
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas && !J->lent) cublasDestroy(J->blas);
-    if (J->lent) J->lent->lent = false;   /* handed back, its streams synchronised above */
+    qk__pool_return(J->lent);             /* handed back, its streams synchronised above */
     cudaGetLastError();
 }
 
@@ -193,10 +225,46 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
    Two leading dimensions only: ld_out, the caller's, and ldk, that of the device buffer the
    slab's rows are in. Every decision comes from the plan and the retry parameters (slab rows,
    state tile, K residency) that qk_cuda_gram passes; the steps derive nothing else. */
-/* The fused tensor-core engines (plan.engine QK_GPU_TCF_*; their section is at the end of this file). */
+/* The pipeline's Gram call for the fused tensor-core engines (qk__pipe::gram). Operands live in
+   J->Cw[0] (the pool's workspace role), allocated on first use: with all states resident (bulk) every state is converted
+   once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
+   and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st);
+                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
+{
+    qk__err *E = J->E;
+    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
+    if (m <= 0 || nn <= 0) return QK_OK;
+    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
+    const size_t per_state = (size_t)G.W * sizeof(float);
+    const bool shared_ab = bulk && J->SB == J->SA;
+    const int64_t rows = bulk ? tA + (shared_ab ? 0 : tB) : tA + tB;
+    if (!J->Cw[0]) QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], std::max<size_t>(16, (size_t)rows * G.ldw * 4)));
+    uint32_t *ws = (uint32_t *)J->Cw[0];
+    const uint32_t *opA, *opB;
+    if (bulk) {
+        if (J->n_blas == 0) {
+            QK_TRY(qk__tcf_convert(G, J->SA, tA, ws, st, E));
+            if (!shared_ab) QK_TRY(qk__tcf_convert(G, J->SB, tB, ws + tA * G.ldw, st, E));
+            J->n_blas = 1;
+        }
+        const int64_t ia = (int64_t)(((const char *)A - (const char *)J->SA) / per_state);
+        const int64_t ib = (int64_t)(((const char *)B - (const char *)J->SB) / per_state);
+        opA = ws + ia * G.ldw;
+        opB = ws + ((shared_ab ? 0 : tA) + ib) * G.ldw;
+    } else {
+        QK_TRY(qk__tcf_convert(G, A, m, ws, st, E));
+        opA = ws;
+        if (A == B) opB = ws;
+        else {
+            QK_TRY(qk__tcf_convert(G, B, nn, ws + tA * G.ldw, st, E));
+            opB = ws + tA * G.ldw;
+        }
+    }
+    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
+}
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk__job_state *J;
@@ -251,10 +319,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result alloc()
     {
-        int dev = -1;
-        if (J->cpool && !J->cpool->lent && cudaGetDevice(&dev) == cudaSuccess && dev == J->cpool->device) {
-            J->lent = J->cpool;          /* the context's streams, kept across calls */
-            J->lent->lent = true;
+        if ((J->lent = qk__pool_borrow(J->cpool))) {   /* the context's streams, kept across calls */
             J->pool.st[0] = J->lent->st[0];
             J->pool.st[1] = J->lent->st[1];
         } else {
@@ -382,15 +447,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result states()
     {
         if (!bulk) return QK_OK;
-        if (stream_amp) { /* synchronous: the compute stream's kernels come after it */
+        if (stream_amp) { /* synchronous, on the job's streams: the compute stream's kernels come after it */
             double sec = 0, sec2 = 0;
-            char msg[256] = "";
-            qk_result r = qk_cuda_amplitude_encode(ds->x, nx, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32,
-                                                   J->SA, 64, &sec, msg, sizeof msg);
-            if (r == QK_OK && !sym)
-                r = qk_cuda_amplitude_encode(ds->y, ny, d, q, sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32, J->SB, 64,
-                                             &sec2, msg, sizeof msg);
-            if (r != QK_OK) return qk__fail_msg(E, r, msg);
+            const qk_precision pr = sizeof(T) == 8 ? QK_PRECISION_FP64 : QK_PRECISION_FP32;
+            QK_TRY(qk__amp_encode(ds->x, nx, d, q, pr, J->SA, 64, &sec, xs, cs, E));
+            if (!sym) QK_TRY(qk__amp_encode(ds->y, ny, d, q, pr, J->SB, 64, &sec2, xs, cs, E));
             enc_ms = (sec + sec2) * 1e3;
             return QK_OK;
         }

@@ -1,6 +1,10 @@
 /* ======================================================================================== */
 /* >>product ---- the analytic Gram of product maps ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "states.cuh"
 
 /* Analytic Gram for product maps: K = prod_k |<u_k(a)|u_k(b)>|^2 over the q qubit 2-vectors. */
 template <typename T, typename OutT, int BM, int BN, int TM, int TN>

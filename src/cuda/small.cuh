@@ -1,3 +1,7 @@
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "states.cuh"
 /* >>small ---- the persistent few-qubit Gram kernel (fused configuration 7) ---- */
 /* K of states of D <= 32 complex64 amplitudes (q <= 5) is bound by the issue rate of the FP32
    pipe and by the 4 bytes a pair written, not by loads: one tile's operands are D * 128 * 8

@@ -1,3 +1,8 @@
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "gram.cuh"
+#include "small.cuh"
 /* >>smalltc ---- its tensor-core form, fp16 hi/lo splits (fused configuration 8) ---- */
 /* The persistent few-qubit kernel above is bound by the FP32 pipe's issue rate at 4 and more
    qubits (4 * 2^q FMAs a pair). Here the inner products run on the tensor cores (mma.sync
@@ -256,12 +261,7 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
     }
     switch (cfg) {
     case 2: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 64, 8, 8, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 3: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 128, 8, 4, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     case 4: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<128, 128, 8, 8, 8>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    /* 5's register stores need a float K (qk__k_gram's DIRECT branch tests sizeof(OutT) == 4): with
-       a double K its kernel is 1's, so it is instantiated as 1 (the same code, compiled once) */
-    case 5: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4, sizeof(OutT) == 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
-    case 6: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 16, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_gram_cfg<T, CPLX, OutT, qk__tiles<64, 64, 8, 4, 4>>(A, B, m, nn, D, out, ld, mout, doff, tri, st, E);
     }
 }

@@ -1,6 +1,10 @@
 /* ======================================================================================== */
 /* >>states ---- prep, pass and qubit-vector kernels; qk__build_states ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "compile.cuh"
 
 /* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
    m10 re, im, m11 re, im; the identity for BASIS on a 0. */

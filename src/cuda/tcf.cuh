@@ -1,3 +1,7 @@
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "states.cuh"
 /* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
@@ -348,47 +352,6 @@ static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *
     case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
     default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
     }
-}
-
-/* The pipeline's Gram call for the fused tensor-core engines (qk__pipe::gram). Operands live in
-   J->Cw[0], allocated on first use: with all states resident (bulk) every state is converted
-   once per job (J->n_blas marks it) and slabs index into them; with state tiles, the call's A
-   and B rows are converted (once when they are the same rows). */
-template <typename T, bool CPLX, typename OutT>
-static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
-{
-    qk__err *E = J->E;
-    if (sizeof(T) != 4 || !qk__engine_tcf(eng))
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: the fused tensor-core engine takes float states (plan.engine TCF_*)");
-    if (m <= 0 || nn <= 0) return QK_OK;
-    const qk__tcf_geom G = qk__tcf_geometry(eng, D, CPLX);
-    const size_t per_state = (size_t)G.W * sizeof(float);
-    const bool shared_ab = bulk && J->SB == J->SA;
-    const int64_t rows = bulk ? tA + (shared_ab ? 0 : tB) : tA + tB;
-    if (!J->Cw[0]) QK_CK(cudaMalloc(&J->Cw[0], std::max<size_t>(16, (size_t)rows * G.ldw * 4)));
-    uint32_t *ws = (uint32_t *)J->Cw[0];
-    const uint32_t *opA, *opB;
-    if (bulk) {
-        if (J->n_blas == 0) {
-            QK_TRY(qk__tcf_convert(G, J->SA, tA, ws, st, E));
-            if (!shared_ab) QK_TRY(qk__tcf_convert(G, J->SB, tB, ws + tA * G.ldw, st, E));
-            J->n_blas = 1;
-        }
-        const int64_t ia = (int64_t)(((const char *)A - (const char *)J->SA) / per_state);
-        const int64_t ib = (int64_t)(((const char *)B - (const char *)J->SB) / per_state);
-        opA = ws + ia * G.ldw;
-        opB = ws + ((shared_ab ? 0 : tA) + ib) * G.ldw;
-    } else {
-        QK_TRY(qk__tcf_convert(G, A, m, ws, st, E));
-        opA = ws;
-        if (A == B) opB = ws;
-        else {
-            QK_TRY(qk__tcf_convert(G, B, nn, ws + tA * G.ldw, st, E));
-            opB = ws + tA * G.ldw;
-        }
-    }
-    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
 }
 
 /* Autotune of the fused engine (qk__tune): converts the n states into ws (bytes) and runs K(X,X). */

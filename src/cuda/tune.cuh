@@ -1,6 +1,13 @@
 /* ======================================================================================== */
 /* >>tune ---- the autotuner (qk_cuda_tune_gram) ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "smalltc.cuh"
+#include "blas.cuh"
+#include "tcf.cuh"
+#include "pipeline.cuh"
 
 /* Tuning operands: uniform in [-1, 1) from a hash of the index (no state, reproducible). */
 template <typename T>
@@ -57,7 +64,8 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
     const int64_t cnt = (int64_t)n * D * (CPLX ? 2 : 1);
     QK_TRY(qk__launch_fill_random<T>((T *)w.S, cnt, 12345u, 0, E));
     res->n = 0;
-    for (int c = 1; c <= QK__N_FUSED_CFG; ++c) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
+    for (int c = 1; c <= QK__N_FUSED_CFG; ++c)
+        if (qk__fused_cfg_kept(c)) { res->blas[res->n] = QK_GPU_FUSED; res->cfg[res->n] = c; res->n++; }
     res->blas[res->n] = QK_GPU_CUBLAS; res->cfg[res->n] = 0; res->n++;
     if (CPLX && sizeof(T) == 4) { res->blas[res->n] = QK_GPU_CUBLAS_3M; res->cfg[res->n] = 0; res->n++; }
     if (tcm != QK_GPU_FUSED) { res->blas[res->n] = tcm; res->cfg[res->n] = 0; res->n++; }

@@ -1,6 +1,9 @@
 /* ======================================================================================== */
 /* >>widen ---- states widened to interleaved doubles (qk_cuda_states) ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
 
 /* complex double state -> interleaved doubles (qk_cuda_states) */
 template <typename T>

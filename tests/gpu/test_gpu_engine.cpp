@@ -514,7 +514,7 @@ static void run_map(const TMap &t, bool thorough)
     /* every fused tile configuration (device output, ld a multiple of 4: the 16-byte and
        register-store paths) */
     if (t.cls != QK_CLASS_PRODUCT)
-        for (g_cfg = 1; g_cfg <= QK__N_FUSED_CFG; ++g_cfg) {
+        for (g_cfg = 1; g_cfg <= QK__N_FUSED_CFG; ++g_cfg) {   /* the removed 3, 5, 6 run as 1 */
             char what[64];
             snprintf(what, sizeof what, "sym device cfg %d", g_cfg);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 1024, 0, 1, 3, what);
@@ -1111,10 +1111,15 @@ static void stream_tests(qk_ctx *gpu)
    calls; destroying it returns all of it. */
 static void pool_tests()
 {
-    struct Case { const char *spec; int d; int64_t n; qk_precision p; qk_output out; int blas; };
-    const Case cases[] = {{"zz(reps=2)", 8, 700, QK_PRECISION_FP32X3, QK_OUTPUT_HOST, 1},
-                          {"zz(reps=2)", 9, 500, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, -1},
-                          {"hea(layers=2)", 6, 400, QK_PRECISION_FP32, QK_OUTPUT_CALLBACK, -1}};
+    /* path: the plan's (the amplitude case runs the streaming encoder, the MPS case the MPS
+       engine: both borrow the pool's streams and buffers too) */
+    struct Case { const char *spec; int d; int64_t n; qk_precision p; qk_output out; int blas; qk_path path; };
+    const Case cases[] = {{"zz(reps=2)", 8, 700, QK_PRECISION_FP32X3, QK_OUTPUT_HOST, 1, QK_PATH_DEFAULT},
+                          {"zz(reps=2)", 9, 500, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, -1, QK_PATH_DEFAULT},
+                          {"hea(layers=2)", 6, 400, QK_PRECISION_FP32, QK_OUTPUT_CALLBACK, -1, QK_PATH_DEFAULT},
+                          {"amplitude", 60, 600, QK_PRECISION_FP64, QK_OUTPUT_HOST, -1, QK_PATH_REAL},
+                          {"zz(reps=1)", 12, 300, QK_PRECISION_FP64, QK_OUTPUT_HOST, -1, QK_PATH_MPS},
+                          {"zz(reps=1)", 10, 256, QK_PRECISION_FP32, QK_OUTPUT_DEVICE, -1, QK_PATH_MPS}};
     for (const Case &c : cases) {
         qk_map *m = nullptr;
         if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "pool: parse %s", c.spec); continue; }
@@ -1135,6 +1140,7 @@ static void pool_tests()
             qk_gram_desc g;
             memset(&g, 0, sizeof g);
             g.x = x.data(); g.n_x = c.n; g.precision = c.p; g.output = c.out;
+            if (c.path == QK_PATH_MPS) g.path = QK_PATH_MPS;
             g.out_dtype = c.out == QK_OUTPUT_CALLBACK ? QK_F32 : QK_F64; /* tile_rec records float tiles */
             dst.assign(cnt, NAN);
             if (c.out == QK_OUTPUT_HOST) g.out = dst.data();
@@ -1160,6 +1166,8 @@ static void pool_tests()
         const int blas = plan.engine >= QK_GPU_CUBLAS && plan.engine <= QK_GPU_TC_FP64; /* engines on a cuBLAS handle */
         CHECK(r1 == QK_OK && r2 == QK_OK && r3 == QK_OK, "pool %s: %s", c.spec, qk_last_error());
         CHECK(c.blas < 0 || blas == c.blas, "pool %s: the plan's engine (%s) is not the case's (blas %d)", c.spec, plan.config, c.blas);
+        CHECK(c.path == QK_PATH_DEFAULT || (plan.path == c.path && (c.path != QK_PATH_REAL || qk__plan_stream_amp(&plan, m))),
+              "pool %s: the plan's path %d is not the case's %d (or not the streaming encoder)", c.spec, (int)plan.path, (int)c.path);
         /* the pool's 3 streams, its cuBLAS handle, and on a staged output the context's two pinned
            staging buffers (kept across calls since before the pool) */
         const int want = 3 + (blas ? 1 : 0) + (c.out != QK_OUTPUT_DEVICE ? 2 : 0);

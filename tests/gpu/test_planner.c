@@ -197,14 +197,18 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
     }
     /* the configuration that runs (docs/gpu.md): the few-qubit tensor-core kernel (8) takes complex
        fp32 states with float K at 2..6 qubits, else the persistent SIMT kernel (7) at up to 5,
-       else 64x64 (1); 5's register stores need a float K; the fused tensor-core kernel's FP32X3
-       runs configuration 2 */
+       else 64x64 (1); the removed 3, 5 and 6 run as 1, 2 and 4 as themselves; the fused
+       tensor-core kernel's FP32X3 runs configuration 2 */
     CHECK(qk__fused_cfg_runs(8, 6, 0, 1, 1) == 8 && qk__fused_cfg_runs(8, 2, 0, 1, 1) == 8, "cfg 8 at 2..6 qubits");
     CHECK(qk__fused_cfg_runs(8, 1, 0, 1, 1) == 7 && qk__fused_cfg_runs(8, 7, 0, 1, 1) == 1, "cfg 8 -> 7 at 1 qubit, -> 1 at 7");
     CHECK(qk__fused_cfg_runs(7, 5, 0, 1, 1) == 7 && qk__fused_cfg_runs(7, 6, 0, 1, 1) == 1, "cfg 7 up to 5 qubits");
     CHECK(qk__fused_cfg_runs(8, 4, 1, 1, 0) == 1 && qk__fused_cfg_runs(8, 4, 0, 0, 1) == 1 && qk__fused_cfg_runs(8, 4, 0, 1, 0) == 1,
           "cfg 8 needs complex fp32 states and float K");
-    CHECK(qk__fused_cfg_runs(5, 8, 0, 1, 0) == 1 && qk__fused_cfg_runs(5, 8, 0, 1, 1) == 5, "cfg 5 needs float K");
+    for (b = 1; b <= QK__N_FUSED_CFG; ++b)
+        CHECK(qk__fused_cfg_kept(b) == (b != 3 && b != 5 && b != 6) &&
+              (qk__fused_cfg_kept(b) || (qk__fused_cfg_runs(b, 8, 0, 1, 1) == 1 && qk__fused_cfg_runs(b, 8, 1, 0, 0) == 1)),
+              "cfg %d: kept %d, runs %d", b, qk__fused_cfg_kept(b), qk__fused_cfg_runs(b, 8, 0, 1, 1));
+    CHECK(qk__fused_cfg_runs(2, 8, 1, 1, 0) == 2 && qk__fused_cfg_runs(4, 8, 0, 0, 0) == 4, "cfg 2 and 4 run as themselves");
     CHECK(qk__fused_cfg_runs(0, 8, 0, 1, 1) == qk__fused_cfg_fixed(8, 0, 1, 1) && qk__fused_cfg_runs(9, 8, 0, 1, 1) == 1, "cfg 0, 9");
     CHECK(qk__tcf_cfg_runs(1, 3) == 2 && qk__tcf_cfg_runs(0, 2) == 2 && qk__tcf_cfg_runs(0, 3) == 1 && qk__tcf_cfg_runs(0, 0) == 1, "fused tensor-core configurations");
     /* engines the autotune may apply per precision: never a less accurate one */
