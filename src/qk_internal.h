@@ -271,7 +271,19 @@ typedef struct qk__mps_prog {
     int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
     int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
     double cutoff;
+    int given;          /* the MPS are given (qk_gram_mps_states): packed, not built; no steps */
 } qk__mps_prog;
+
+/* qk_gram_mps_states' map (QK__OP_MPS, qk_engine.h): the map first (the engines' map pointer is
+   this). The tensors stay the caller's; D and scale are made and checked by gram.c. */
+typedef struct qk__mpsmap {
+    qk_map map;
+    qk_op op;
+    qk_mps_states_desc in;  /* the caller's, defaults resolved (type, norm_tol) */
+    int *D;                 /* n_sites + 1: the largest bond over every sample of both sides */
+    double *scale;          /* n_a + n_b: each sample's factor on every site (1, or ||psi||^(-1/q)) */
+    char side[2];           /* the Gram's x and y point here */
+} qk__mpsmap;
 
 QK__PRIV void qk__mps_prog_free(qk__mps_prog *p);
 QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p);
