@@ -938,6 +938,14 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
 #endif /* QK_NO_MPS */
 }
 
+/* qk__mps_decide with the CPU engine's ratio (the statevector always possible, up to its limit):
+   the path qk_gram's CPU plan takes, for the callers that build states themselves
+   (qk_gram_projected). */
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use)
+{
+    return qk__mps_decide(map, desc, QK__MPS_FLOP_RATIO, 1, 0, prog, use);
+}
+
 /* The plan's MPS fields from a program. */
 static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 {

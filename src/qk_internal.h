@@ -605,6 +605,7 @@ QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
                                   qk__mps_prog *prog, int *use);
 QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep);
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use);
 QK__PRIV int qk__mps_gpu_chi(int chi);
 QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
