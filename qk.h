@@ -125,6 +125,7 @@
    >>gram           qk_gram and its desc (outputs, precision, path, progress) [qk_api.h]
    >>vjp            the gradient of a loss of K for every weight (qk_gram_vjp) [qk_api.h]
    >>states_in      K from given states: a simulator's own statevectors (qk_gram_states) [qk_api.h]
+   >>mps_in         K from given matrix product states (qk_gram_mps_states) [qk_api.h]
    >>plan           device info, qk_plan, the planner and the VRAM estimator [qk_api.h]
    >>npy            arrays, .npy and .csv [qk_api.h]
    >>tune           the autotune cache [qk_api.h]
@@ -236,7 +237,8 @@ typedef enum qk_op_kind {
     QK_OP_AMPLITUDE,                            /* state := x / ||x||, zero-padded (first op only) */
     QK_OP_BASIS,                                /* X on q0 when feature angle.x0 is 1 (must be 0 or 1) */
     QK_OP_KIND_COUNT_,
-    QK__OP_STATE_ = 64                          /* private: qk_gram_states' op (no map a user builds holds it) */
+    QK__OP_STATE_ = 64,                         /* private: qk_gram_states' op (no map a user builds holds it) */
+    QK__OP_MPS_ = 65                            /* private: qk_gram_mps_states' op */
 } qk_op_kind;
 /* clang-format on */
 
@@ -577,8 +579,10 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
 
 /* The projected quantum kernel (Huang et al. 2021): K(x, x') = exp(-gamma sum_k ||rho_k(x) -
    rho_k(x')||_F^2) over the one-qubit reduced density matrices of the map's states; into a host
-   buffer (desc: x, y, out, ld_out, out_dtype; other outputs QK_ERROR_UNSUPPORTED). CPU engine,
-   fp64: entangling maps up to QK_MAX_STATE_QUBITS, product maps at any qubit count. gamma > 0. */
+   buffer (desc: x, y, out, ld_out, out_dtype, path, mps_max_bond; other outputs
+   QK_ERROR_UNSUPPORTED). CPU engine, fp64: entangling maps on the statevector path (up to
+   QK_MAX_STATE_QUBITS) or on the MPS path (any qubit count for MPS-able maps; chosen as qk_gram
+   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0. */
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma);
 
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
@@ -631,6 +635,47 @@ typedef struct qk_states_desc {
    count), the state tiles where the states do not fit, several GPUs. Errors: a non-finite
    amplitude or a norm off 1 names the side and the row ("A[12]: ..."). */
 QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc);
+
+/* >>mps_in ---- K from given matrix product states (qk_gram_mps_states) ---- */
+/* K[i][j] = |<a_i|b_j>|^2 of states the caller holds as open-boundary matrix product states (a
+   tensor-network simulator's, quimb's, ITensor's, TeNPy's), contracted by qk's MPS engine (CPU;
+   the GPU engine's MPS kernels on a CUDA context) with every output of qk_gram (docs/states.md,
+   "MPS input"). Sample i's site s is a rank-3 tensor of bond[s] x 2 x bond[s+1] entries (layout
+   LPR: [left][physical][right] row-major, the order of ITensor's (link, site, link), TeNPy's
+   (vL, p, vR) and qk's own MPS; LRP: [left][right][physical], quimb's default 'lrp'), with
+   bond[0] = bond[n_sites] = 1 (open boundary). Site s carries qubit s, bit s of qk's amplitude
+   index (qk_states, Qiskit's little-endian order): a quimb / ITensor MPS contracted to a dense
+   vector puts site 0 in the most significant bit instead (the same state, the bits reversed;
+   K does not depend on the order as long as both sides use the same). */
+typedef enum qk_mps_layout {
+    QK_MPS_LPR = 0,         /* [left][physical][right] (default) */
+    QK_MPS_LRP = 1          /* [left][right][physical] (quimb's 'lrp') */
+} qk_mps_layout;
+typedef struct qk_mps_states_desc {
+    qk_state_type type;     /* the tensors' entries: default C128, also C64, F64, F32 */
+    qk_mps_layout layout;
+    int n_sites;            /* qubits, 1 .. QK_MAX_PRODUCT_QUBITS */
+    const void *const *a;   /* n_a * n_sites pointers: a[i * n_sites + s] is sample i's site s,
+                               a_bonds[i * (n_sites + 1) + s] x 2 x a_bonds[i * (n_sites + 1) + s + 1]
+                               contiguous entries in the layout */
+    const int *a_bonds;     /* n_a * (n_sites + 1) bond dimensions, 1 .. QK_MPS_MAX_BOND; the first
+                               and last of each sample 1 */
+    int64_t n_a;
+    const void *const *b;   /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
+    const int *b_bonds;
+    int64_t n_b;
+    int normalize;          /* 0 (default): each state's norm <psi|psi> (contracted from its
+                               tensors) must be within norm_tol of 1; 1: each state is scaled to
+                               norm 1 (a zero state is an error) */
+    double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
+} qk_mps_states_desc;
+/* K from the MPS of mps->a (and mps->b) into desc's output: desc as for qk_gram (x and y NULL,
+   n_x and n_y ignored, path DEFAULT or MPS, no mps_max_bond / mps_cutoff: the tensors are
+   contracted as they are; qk_plan_mps_states gives the plan). The tensors are read while the
+   call runs (packed into the engine's layout, every bond padded to the largest of its samples)
+   and not kept. Errors name the side, the sample and the site ("A[3] site 17: entry (0, 1, 2)
+   is NaN"); nothing is written then. */
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc);
 
 /* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
@@ -750,6 +795,8 @@ typedef struct qk_plan {
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
     int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
                                    matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
+    int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
+                                   the largest given bond */
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
@@ -800,6 +847,8 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
    plan.state_tile R > 0 (state tiles), K(A,A) of n states asks for A's rows about n + n^2 / 2R
    times, K(A,B) for each of A's rows once and B's rows ceil(n_a / R) times; R == 0: each row once. */
 QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out);
+/* The plan qk_gram_mps_states would run (docs/states.md; the MPS path; mps_bond the largest given bond). */
+QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -1122,6 +1171,12 @@ static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, do
     }
 }
 static inline int qk__map_is_states(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_STATE; }
+/* Given MPS (qk_gram_mps_states) travel as a map of one op, QK__OP_MPS, whose map struct is a
+   qk__mpsmap (qk_internal.h): the MPS planner reads the bonds from it and the MPS engine's state
+   builder packs the tensors instead of building them; the Gram's x and y are &side[0], &side[1]
+   (never read), n_features 0. */
+#define QK__OP_MPS QK__OP_MPS_
+static inline int qk__map_is_mps(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_MPS; }
 
 /* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by
@@ -1760,7 +1815,19 @@ typedef struct qk__mps_prog {
     int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
     int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
     double cutoff;
+    int given;          /* the MPS are given (qk_gram_mps_states): packed, not built; no steps */
 } qk__mps_prog;
+
+/* qk_gram_mps_states' map (QK__OP_MPS, qk_engine.h): the map first (the engines' map pointer is
+   this). The tensors stay the caller's; D and scale are made and checked by gram.c. */
+typedef struct qk__mpsmap {
+    qk_map map;
+    qk_op op;
+    qk_mps_states_desc in;  /* the caller's, defaults resolved (type, norm_tol) */
+    int *D;                 /* n_sites + 1: the largest bond over every sample of both sides */
+    double *scale;          /* n_a + n_b: each sample's factor on every site (1, or ||psi||^(-1/q)) */
+    char side[2];           /* the Gram's x and y point here */
+} qk__mpsmap;
 
 QK__PRIV void qk__mps_prog_free(qk__mps_prog *p);
 QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p);
@@ -2082,6 +2149,7 @@ QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
                                   qk__mps_prog *prog, int *use);
 QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep);
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use);
 QK__PRIV int qk__mps_gpu_chi(int chi);
 QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,
@@ -2509,6 +2577,42 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
     p->group = e;
 }
 
+/* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
+   largest of every sample), no steps. */
+static qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
+{
+    const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
+    const int q = m->n_qubits;
+    int s;
+    int64_t e;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->given = 1;
+    p->chi = 1;
+    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    p->D = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    p->off = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)(q + 1));
+    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step));
+    if (!p->order || !p->D || !p->off || !p->steps) {
+        qk__mps_prog_free(p);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory for the program of %d sites", q);
+    }
+    for (s = 0; s <= q; s++) {
+        if (s < q) p->order[s] = s;
+        p->D[s] = mm->D[s];
+        if (p->D[s] > p->chi) { p->chi = p->D[s]; p->chi_bond = s; }
+    }
+    p->exact_chi = p->chi;
+    for (s = 0, e = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+    return QK_OK;
+}
+
 /* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
    then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
    bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
@@ -2516,7 +2620,9 @@ QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cut
 {
     qk__mps_prog f;
     const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
-    qk_result r = qk__mps_analyze(m, 0, limit, p);
+    qk_result r;
+    if (qk__map_is_mps(m)) return qk__mps_given_prog(m, p);   /* given MPS: no truncation (gram.c refuses it) */
+    r = qk__mps_analyze(m, 0, limit, p);
     if (r != QK_OK) return r;
     qk__mps_cap(p, max_bond, cutoff);
     if (p->dense || m->n_qubits < 3) return r;
@@ -3252,6 +3358,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
     d = map->n_features;
+    if (qk__map_is_mps(map)) return QK_OK;   /* given MPS: checked when their map was made (gram.c) */
     if (qk__map_is_states(map)) {   /* given states: a provider's rows and device rows are checked where they are read */
         const qk__smap *sm = (const qk__smap *)(const void *)map;
         if (map->ops[0].q1 & (QK__STATE_PROVIDER | QK__STATE_DEVICE)) return QK_OK;
@@ -7276,6 +7383,34 @@ static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const doubl
     return w->angle >= 1.5707963267948966 ? 1.0 : sin(w->angle) * sin(w->angle);
 }
 
+/* Given MPS (qk_gram_mps_states): sample i of side (0: A, 1: B) into lane `lane` of group `out`
+   (zero-filled beforehand), its bonds padded to the program's (the largest of every sample), every
+   site times the sample's scale (1, or ||psi||^(-1/q) with normalize). The tensors were checked
+   when the map was made (gram.c). */
+static void qk__mps_given1(const qk__mps_prog *p, const qk__mpsmap *mm, int side, int64_t i, double *out, int lane)
+{
+    const qk_mps_states_desc *in = &mm->in;
+    const int q = p->q, type = (int)in->type;
+    const void *const *sites = (side ? in->b : in->a) + (size_t)i * (size_t)q;
+    const int *bond = (side ? in->b_bonds : in->a_bonds) + (size_t)i * (size_t)(q + 1);
+    const double f = mm->scale[(side ? in->n_a : 0) + i];
+    int s, l, a, r;
+    for (s = 0; s < q; s++) {
+        const int dl = bond[s], dr = bond[s + 1], Dr = p->D[s + 1];
+        double *o = out + p->off[s] + lane;
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    const int64_t k = in->layout == QK_MPS_LRP ? ((int64_t)l * dr + r) * 2 + a : ((int64_t)l * 2 + a) * dr + r;
+                    const size_t e = ((size_t)l * 2 + a) * Dr + r;
+                    double re, im;
+                    qk__state_amp(sites[s], type, k, &re, &im);
+                    o[e * 2 * QK__NJ] = f * re;
+                    o[e * 2 * QK__NJ + QK__NJ] = f * im;
+                }
+    }
+}
+
 /* ---- states of many samples (lane layout), on the engine's threads ---- */
 typedef struct qk__mps_build_job {
     const qk__mps_prog *p;
@@ -7296,7 +7431,8 @@ static void qk__mps_build_work(void *arg, int thread)
     qk__poll poll;
     int64_t g;
     qk__poll_init(&poll, j->job, thread);
-    if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
+    if (j->p->given) memset(&w, 0, sizeof w);   /* packing needs no work space */
+    else if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
     while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
         int lane;
         size_t z;
@@ -7310,7 +7446,14 @@ static void qk__mps_build_work(void *arg, int thread)
         }
         if (z < (size_t)j->p->group) break;
         for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
-            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
+            double e;
+            if (j->p->given) {   /* given MPS: packed; x says the side (qk__mpsmap.side) */
+                const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)j->m;
+                qk__mps_given1(j->p, mm, j->x == (const double *)(const void *)&mm->side[1], g * QK__NJ + lane, j->out + g * j->p->group, lane);
+                if (j->eps) j->eps[g * QK__NJ + lane] = 0.0;
+                continue;
+            }
+            e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
                                       j->job ? &poll : NULL);
             if (j->eps) j->eps[g * QK__NJ + lane] = e;
         }
@@ -7666,6 +7809,14 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
 #endif /* QK_NO_MPS */
 }
 
+/* qk__mps_decide with the CPU engine's ratio (the statevector always possible, up to its limit):
+   the path qk_gram's CPU plan takes, for the callers that build states themselves
+   (qk_gram_projected). */
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use)
+{
+    return qk__mps_decide(map, desc, QK__MPS_FLOP_RATIO, 1, 0, prog, use);
+}
+
 /* The plan's MPS fields from a program. */
 static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 {
@@ -7675,6 +7826,7 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
     p->mps_truncate = prog->max_bond > 0 || prog->cutoff > 0;
     p->mps_span = prog->span;
     p->mps_pair_flops = prog->pair_flops;
+    p->mps_given = prog->given;
 }
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
@@ -7693,8 +7845,8 @@ QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_
         qk__mps_plan_fields(&prog, p);
         p->bytes_states = (size_t)((double)(gx + gy) * (double)prog.group * 8.0);
         p->bytes_total = p->bytes_states;
-        snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
-                 prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
+        snprintf(p->config, sizeof p->config, "mps %s, transfer matrices %d rows x %d lanes",
+                 prog.given ? "given tensors (site s = qubit s)" : prog.folded ? "folded qubit order" : "natural qubit order", qk__mps_rows(&prog), QK__NJ);
     }
     if (keep) *keep = prog;
     else qk__mps_prog_free(&prog);
@@ -10078,7 +10230,10 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", qk_precision_name(p->precision));
     if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
-    if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
+    if (p->path == QK_PATH_MPS && p->mps_given)
+        qk__cat(buf, size, &len, "  mps: given tensors, bond dimension <= %d (the largest given bond), %lld flops per pair\n",
+                p->mps_bond, (long long)p->mps_pair_flops);
+    else if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
                 p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
     else if (p->path == QK_PATH_MPS)
@@ -11126,6 +11281,257 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap_free(&sm);
     return r;
 }
+
+/* ---- qk_gram_mps_states: K from given matrix product states ---- */
+/* Entry (l, a, r) of a site tensor of bonds dl x dr in the layout (docs/states.md, "MPS input"). */
+static int64_t qk__mps_in_index(int layout, int dr, int l, int a, int r)
+{
+    return layout == QK_MPS_LRP ? ((int64_t)l * dr + r) * 2 + a : ((int64_t)l * 2 + a) * dr + r;
+}
+
+/* The squared norm of given MPS, per sample, on the context's threads: <psi|psi> by transfer
+   matrices, E' = sum_a A_a^H E A_a (O(q chi^3) per sample), as nrm[i] 2^expo[i]: E is scaled by a
+   power of two at every site (exact), so that a norm far from 1 at hundreds of sites neither
+   overflows nor underflows. nrm[i] NaN where an entry is not finite, 0 for a zero state. */
+typedef struct qk__mps_norm_job {
+    const qk_mps_states_desc *in;
+    int side;
+    int64_t n, next;
+    double *nrm;
+    int64_t *expo;
+    int oom;
+} qk__mps_norm_job;
+
+static void qk__mps_norm_work(void *arg, int thread)
+{
+    qk__mps_norm_job *j = (qk__mps_norm_job *)arg;
+    const qk_mps_states_desc *in = j->in;
+    const int q = in->n_sites, type = (int)in->type, B = QK_MPS_MAX_BOND;
+    double *E = (double *)qk__malloc(sizeof(double) * (size_t)(2 * B * B * 2 + 2 * B * 2 * B)), *En, *T;
+    int64_t i;
+    QK__UNUSED(thread);
+    if (!E) { QK__STORE(&j->oom, 1); return; }
+    En = E + 2 * B * B;
+    T = En + 2 * B * B;
+    while ((i = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const void *const *sites = (j->side ? in->b : in->a) + (size_t)i * (size_t)q;
+        const int *bond = (j->side ? in->b_bonds : in->a_bonds) + (size_t)i * (size_t)(q + 1);
+        int s, l, lp, a, r, rp, bad = 0;
+        int64_t ex = 0;
+        E[0] = 1; E[1] = 0;
+        for (s = 0; s < q && !bad; s++) {
+            const int dl = bond[s], dr = bond[s + 1];
+            double *sw;
+            /* T[l][a][r'] = sum_l' E[l][l'] A[l'][a][r'] */
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double tr = 0, ti = 0, xr, xi;
+                        for (lp = 0; lp < dl; lp++) {
+                            const double er = E[2 * (l * dl + lp)], ei = E[2 * (l * dl + lp) + 1];
+                            qk__state_amp(sites[s], type, qk__mps_in_index(in->layout, dr, lp, a, rp), &xr, &xi);
+                            tr += er * xr - ei * xi;
+                            ti += er * xi + ei * xr;
+                        }
+                        T[2 * ((l * 2 + a) * dr + rp)] = tr;
+                        T[2 * ((l * 2 + a) * dr + rp) + 1] = ti;
+                    }
+            /* E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'], then scaled by a power of two */
+            for (r = 0; r < dr; r++)
+                for (rp = 0; rp < dr; rp++) {
+                    double er = 0, ei = 0, xr, xi;
+                    for (l = 0; l < dl; l++)
+                        for (a = 0; a < 2; a++) {
+                            const double tr = T[2 * ((l * 2 + a) * dr + rp)], ti = T[2 * ((l * 2 + a) * dr + rp) + 1];
+                            qk__state_amp(sites[s], type, qk__mps_in_index(in->layout, dr, l, a, r), &xr, &xi);
+                            if (!isfinite(xr) || !isfinite(xi)) bad = 1;
+                            er += xr * tr + xi * ti;
+                            ei += xr * ti - xi * tr;
+                        }
+                    En[2 * (r * dr + rp)] = er;
+                    En[2 * (r * dr + rp) + 1] = ei;
+                }
+            {
+                double c = 0.0;
+                for (r = 0; r < 2 * dr * dr; r++) if (fabs(En[r]) > c) c = fabs(En[r]);
+                if (c > 0.0 && isfinite(c)) {
+                    int e;
+                    (void)frexp(c, &e);
+                    for (r = 0; r < 2 * dr * dr; r++) En[r] = ldexp(En[r], -e);
+                    ex += e;
+                }
+            }
+            sw = E; E = En; En = sw;
+        }
+        j->nrm[i] = bad || !isfinite(E[0]) ? NAN : E[0] > 0.0 ? E[0] : 0.0;
+        j->expo[i] = ex;
+    }
+    /* E and En may have swapped: free the block's start */
+    QK_FREE(E < En ? E : En);
+}
+
+/* One side's MPS checked (shapes, finite entries, norms) into mm->D (the largest bonds) and
+   mm->scale[off..]; errors name the side, the sample and the site. */
+static qk_result qk__mps_in_check(qk__mpsmap *mm, int side, int nt)
+{
+    const qk_mps_states_desc *in = &mm->in;
+    const int q = in->n_sites, type = (int)in->type;
+    const char *nm = side ? "B" : "A";
+    const void *const *ptr = side ? in->b : in->a;
+    const int *bonds = side ? in->b_bonds : in->a_bonds;
+    const int64_t n = side ? in->n_b : in->n_a, off = side ? in->n_a : 0;
+    qk__mps_norm_job j;
+    int64_t i;
+    int s;
+    if (!bonds) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mps_states: %s_bonds is NULL", side ? "b" : "a");
+    for (i = 0; i < n; i++) {
+        const int *bond = bonds + (size_t)i * (size_t)(q + 1);
+        for (s = 0; s <= q; s++) {
+            if (bond[s] < 1 || bond[s] > QK_MPS_MAX_BOND)
+                return qk__fail(bond[s] < 1 ? QK_ERROR_INVALID_ARGUMENT : QK_ERROR_UNSUPPORTED,
+                                "%s[%lld]: bond %d (left of site %d) is %d: bonds are 1 .. QK_MPS_MAX_BOND = %d", nm, (long long)i, s, s,
+                                bond[s], QK_MPS_MAX_BOND);
+            if ((s == 0 || s == q) && bond[s] != 1)
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s[%lld]: the %s bond is %d: an open-boundary MPS has 1 there", nm, (long long)i,
+                                s == 0 ? "first (left of site 0)" : "last (right of the last site)", bond[s]);
+            if (bond[s] > mm->D[s]) mm->D[s] = bond[s];
+        }
+        for (s = 0; s < q; s++)
+            if (!ptr[(size_t)i * (size_t)q + (size_t)s]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s[%lld] site %d: the tensor is NULL", nm, (long long)i, s);
+    }
+    memset(&j, 0, sizeof j);
+    j.in = in; j.side = side; j.n = n;
+    j.nrm = mm->scale + off;
+    j.expo = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)n);
+    if (j.expo) qk__parallel(nt < n ? nt : (int)n, qk__mps_norm_work, &j);
+    if (!j.expo || j.oom) {
+        QK_FREE(j.expo);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mps_states: cannot allocate the norm's work space");
+    }
+    for (i = 0; i < n; i++) {
+        const double m0 = j.nrm[i], ss = j.expo[i] > 4096 ? INFINITY : j.expo[i] < -4096 ? 0.0 : ldexp(m0, (int)j.expo[i]);
+        char v0[40], v1[40];
+        qk_result r = QK_OK;
+        if (isnan(m0)) {   /* the first entry that is not finite, for the message */
+            const int *bond = bonds + (size_t)i * (size_t)(q + 1);
+            int l, a, c;
+            for (s = 0; s < q && r == QK_OK; s++)
+                for (l = 0; l < bond[s] && r == QK_OK; l++)
+                    for (a = 0; a < 2 && r == QK_OK; a++)
+                        for (c = 0; c < bond[s + 1] && r == QK_OK; c++) {
+                            double re, im;
+                            qk__state_amp(ptr[(size_t)i * (size_t)q + (size_t)s], type, qk__mps_in_index(in->layout, bond[s + 1], l, a, c), &re, &im);
+                            if (!isfinite(re) || !isfinite(im))
+                                r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld] site %d: entry (%d, %d, %d) (left, physical, right) is %s", nm,
+                                             (long long)i, s, l, a, c, isnan(re) || isnan(im) ? "NaN" : "Inf");
+                        }
+            if (r == QK_OK) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: the squared norm is not finite", nm, (long long)i);
+        } else if (m0 == 0.0) r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the MPS's squared norm is 0 (a zero state)", nm, (long long)i);
+        else if (!in->normalize && !(fabs(ss - 1.0) <= in->norm_tol))
+            r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the MPS's squared norm is %s, off 1 by more than norm_tol %s "
+                         "(normalize = 1 scales each state to norm 1)", nm, (long long)i,
+                         isfinite(ss) ? qk__fmt_g(v0, sizeof v0, ss, 17) : "beyond 1e308", qk__fmt_g(v1, sizeof v1, in->norm_tol, 3));
+        if (r != QK_OK) {
+            QK_FREE(j.expo);
+            return r;
+        }
+        /* normalize: every site scaled by ss^(-1/2q) = 2^(-expo/2q) m0^(-1/2q) (one factor on one
+           site would leave the float tensors of the GPU engine out of range at hundreds of sites;
+           the power of two's exponent is exact) */
+        j.nrm[i] = in->normalize ? exp2(-0.5 * (double)j.expo[i] / (double)q) * pow(m0, -0.5 / (double)q) : 1.0;
+    }
+    QK_FREE(j.expo);
+    return QK_OK;
+}
+
+static void qk__mpsmap_free(qk__mpsmap *mm)
+{
+    QK_FREE(mm->D);
+    QK_FREE(mm->scale);
+}
+
+/* qk_gram_mps_states' map (mm) and Gram desc (*g) from the caller's, every tensor checked. */
+static qk_result qk__mpsmap_make(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk__mpsmap *mm, qk_gram_desc *g)
+{
+    const char *fn = "qk_gram_mps_states";
+    qk_mps_states_desc *in = &mm->in;
+    qk_result r;
+    int nt;
+    memset(mm, 0, sizeof *mm);
+    memset(g, 0, sizeof *g);
+    if (!ctx || !mps || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, !ctx ? "ctx" : !mps ? "mps" : "desc");
+    *in = *mps;
+    if (in->type == QK_STATE_DEFAULT) in->type = QK_STATE_C128;
+    if ((int)in->type < (int)QK_STATE_C128 || (int)in->type > (int)QK_STATE_F32)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: unknown state type %d", fn, (int)mps->type);
+    if ((int)in->layout != QK_MPS_LPR && (int)in->layout != QK_MPS_LRP)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: unknown layout %d (QK_MPS_LPR or QK_MPS_LRP)", fn, (int)mps->layout);
+    if (in->n_sites < 1 || in->n_sites > QK_MAX_PRODUCT_QUBITS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_sites must be 1 .. %d (got %d)", fn, QK_MAX_PRODUCT_QUBITS, in->n_sites);
+    if (!in->a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: a is NULL", fn);
+    if (in->n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_a must be > 0 (got %lld)", fn, (long long)in->n_a);
+    if (in->b && in->n_b <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_b must be > 0 with b (got %lld)", fn, (long long)in->n_b);
+    if (!in->b) in->n_b = 0;
+    if (in->normalize != 0 && in->normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: normalize must be 0 or 1 (got %d)", fn, in->normalize);
+    if (in->norm_tol == 0.0) in->norm_tol = in->type == QK_STATE_C128 || in->type == QK_STATE_F64 ? 1e-9 : 1e-5;
+    if (!(in->norm_tol > 0.0 && in->norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: norm_tol must be in (0, 1) (got %g)", fn, mps->norm_tol);
+    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are mps->a and mps->b)", fn);
+    if (desc->path != QK_PATH_DEFAULT && desc->path != QK_PATH_MPS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: given MPS take the MPS path (path %d)", fn, (int)desc->path);
+    if (desc->mps_max_bond != 0 || desc->mps_cutoff != 0.0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: given MPS are contracted as they are (mps_max_bond and mps_cutoff must be 0)", fn);
+    if ((double)(in->n_a + in->n_b) * (double)in->n_sites > 9.0e18) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: too many tensors", fn);
+    mm->D = (int *)qk__calloc((size_t)in->n_sites + 1, sizeof(int));
+    mm->scale = (double *)qk__malloc(sizeof(double) * (size_t)(in->n_a + in->n_b));
+    if (!mm->D || !mm->scale) {
+        qk__mpsmap_free(mm);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the bonds and scales of %lld samples", fn, (long long)(in->n_a + in->n_b));
+    }
+    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+    r = qk__mps_in_check(mm, 0, nt);
+    if (r == QK_OK && in->b) r = qk__mps_in_check(mm, 1, nt);
+    if (r != QK_OK) { qk__mpsmap_free(mm); return r; }
+    mm->op.kind = QK__OP_MPS;
+    mm->op.angle.kind = QK_ARG_CONST;
+    mm->op.angle.scale = 1.0;
+    mm->map.type = QK_MAP_CUSTOM;
+    mm->map.cls = QK_CLASS_COMPLEX;
+    mm->map.n_qubits = in->n_sites;
+    mm->map.n_features = 0;
+    mm->map.n_ops = 1;
+    mm->map.ops = &mm->op;
+    mm->map.desc.type = QK_MAP_CUSTOM;
+    mm->map.desc.n_qubits = in->n_sites;
+    *g = *desc;
+    g->path = QK_PATH_MPS;
+    g->x = (const double *)(const void *)&mm->side[0];
+    g->n_x = in->n_a;
+    g->y = in->b ? (const double *)(const void *)&mm->side[1] : NULL;
+    g->n_y = in->n_b;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+{
+    qk__mpsmap mm;
+    qk_gram_desc g;
+    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
+    if (r != QK_OK) return r;
+    r = qk_gram(ctx, &mm.map, &g);
+    qk__mpsmap_free(&mm);
+    return r;
+}
+
+QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk__mpsmap mm;
+    qk_gram_desc g;
+    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
+    if (r != QK_OK) return r;
+    r = qk_plan_make(ctx, &mm.map, &g, out);
+    qk__mpsmap_free(&mm);
+    return r;
+}
 /* >>vjp ---- qk_gram_vjp: the gradient of a loss of K for every weight (adjoint sweeps); qk_gram_projected ---- */
 /* For L(K) with G = dL/dK, S = <psi_i|phi_j> and K = |S|^2:
      dL = sum_ij G_ij 2 Re(conj(S_ij) dS_ij),  dS_ij = <d psi_i|phi_j> + <psi_i|d phi_j>
@@ -11852,6 +12258,175 @@ static void qk__pq_work(void *p, int thread)
     QK_FREE(buf);
 }
 
+/* The features of an MPS (the MPS path: entangling maps beyond the statevector, 100-784 qubits):
+   each sample's MPS (the exact builder, or truncated as qk_gram_desc asks) in the engine's lane
+   layout, then per sample two sweeps of environments: left, L_{s+1} = sum_a A_a^H L_s A_a stored
+   for every site (with A_a the site's matrix at physical value a: L_s[l][l'] is the left part's
+   <l'|l>), and right, R_s from R_{s+1} likewise, with at each site
+     rho_s[a][a'] = sum L_s[l][l'] A[l][a][r] conj(A[l'][a'][r']) R_{s+1}[r][r'],
+   divided by its trace (the norm, 1 but for rounding). O(q chi^3) per sample; site s is qubit
+   order[s]. Samples in chunks of at most 512, so memory stays O(chunk) in the MPS. */
+typedef struct qk__pq_mps_job {
+    const qk__mps_prog *p;
+    const double *lanes;        /* the chunk's MPS (lane layout) */
+    int64_t n, next;
+    double *f;                  /* the chunk's rows: n x 3q */
+    int oom;
+} qk__pq_mps_job;
+
+static void qk__pq_mps_work(void *arg, int thread)
+{
+    qk__pq_mps_job *j = (qk__pq_mps_job *)arg;
+    const qk__mps_prog *p = j->p;
+    const int q = p->q;
+    int dmax = 1, s;
+    int64_t i, *loff, tot = 0;
+    double *L, *R, *Rn, *X, *W;
+    QK__UNUSED(thread);
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    loff = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)(q + 1));
+    if (!loff) { QK__STORE(&j->oom, 1); return; }
+    for (s = 0; s <= q; s++) { loff[s] = tot; tot += 2 * (int64_t)p->D[s] * p->D[s]; }
+    L = (double *)qk__malloc(sizeof(double) * (size_t)(tot + 4 * dmax * dmax + 2 * 2 * 4 * dmax * dmax));
+    if (!L) { QK_FREE(loff); QK__STORE(&j->oom, 1); return; }
+    R = L + tot;
+    Rn = R + 2 * dmax * dmax;
+    X = Rn + 2 * dmax * dmax;
+    W = X + 2 * 2 * dmax * dmax;
+    while ((i = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const double *g = j->lanes + (i / QK__NJ) * p->group + (i % QK__NJ);
+        double *f = j->f + i * 3 * q, *sw;
+        int l, lp, a, ap, r, rp;
+        /* A[l][a][r] of site s: re at g[off + e * 2NJ], im at + NJ, e = (l * 2 + a) * D[s+1] + r */
+#define QK__PQA_RE(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ]
+#define QK__PQA_IM(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ + QK__NJ]
+        L[0] = 1; L[1] = 0;
+        for (s = 0; s < q; s++) {   /* L_{s+1}[r][r'] = sum_{l,l',a} L_s[l][l'] A[l][a][r] conj(A[l'][a][r']) */
+            const int dl = p->D[s], dr = p->D[s + 1];
+            const double *Ls = L + loff[s];
+            double *Ln = L + loff[s + 1];
+            /* X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] */
+            for (lp = 0; lp < dl; lp++)
+                for (a = 0; a < 2; a++)
+                    for (r = 0; r < dr; r++) {
+                        double xr = 0, xi = 0;
+                        for (l = 0; l < dl; l++) {
+                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
+                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
+                            xr += er * ar - ei * ai;
+                            xi += er * ai + ei * ar;
+                        }
+                        X[2 * ((lp * 2 + a) * dr + r)] = xr;
+                        X[2 * ((lp * 2 + a) * dr + r) + 1] = xi;
+                    }
+            for (r = 0; r < dr; r++)
+                for (rp = 0; rp < dr; rp++) {
+                    double er = 0, ei = 0;
+                    for (lp = 0; lp < dl; lp++)
+                        for (a = 0; a < 2; a++) {   /* X[l'][a][r] conj(A[l'][a][r']) */
+                            const double xr = X[2 * ((lp * 2 + a) * dr + r)], xi = X[2 * ((lp * 2 + a) * dr + r) + 1];
+                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
+                            er += xr * ar + xi * ai;
+                            ei += xi * ar - xr * ai;
+                        }
+                    Ln[2 * (r * dr + rp)] = er;
+                    Ln[2 * (r * dr + rp) + 1] = ei;
+                }
+        }
+        R[0] = 1; R[1] = 0;
+        for (s = q - 1; s >= 0; s--) {
+            const int dl = p->D[s], dr = p->D[s + 1], k = p->order[s];
+            const double *Ls = L + loff[s];
+            double rho[8], tr;
+            /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] */
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double xr = 0, xi = 0;
+                        for (r = 0; r < dr; r++) {
+                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
+                            const double er = R[2 * (r * dr + rp)], ei = R[2 * (r * dr + rp) + 1];
+                            xr += ar * er - ai * ei;
+                            xi += ar * ei + ai * er;
+                        }
+                        X[2 * ((l * 2 + a) * dr + rp)] = xr;
+                        X[2 * ((l * 2 + a) * dr + rp) + 1] = xi;
+                    }
+            /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] */
+            for (lp = 0; lp < dl; lp++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double wr = 0, wi = 0;
+                        for (l = 0; l < dl; l++) {
+                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
+                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
+                            wr += er * xr - ei * xi;
+                            wi += er * xi + ei * xr;
+                        }
+                        W[2 * ((lp * 2 + a) * dr + rp)] = wr;
+                        W[2 * ((lp * 2 + a) * dr + rp) + 1] = wi;
+                    }
+            /* rho[a][a'] = sum_{l',r'} W[l'][a][r'] conj(A[l'][a'][r']) */
+            for (a = 0; a < 2; a++)
+                for (ap = 0; ap < 2; ap++) {
+                    double vr = 0, vi = 0;
+                    for (lp = 0; lp < dl; lp++)
+                        for (rp = 0; rp < dr; rp++) {
+                            const double wr = W[2 * ((lp * 2 + a) * dr + rp)], wi = W[2 * ((lp * 2 + a) * dr + rp) + 1];
+                            const double ar = QK__PQA_RE(s, lp, ap, rp), ai = QK__PQA_IM(s, lp, ap, rp);
+                            vr += wr * ar + wi * ai;
+                            vi += wi * ar - wr * ai;
+                        }
+                    rho[2 * (a * 2 + ap)] = vr;
+                    rho[2 * (a * 2 + ap) + 1] = vi;
+                }
+            tr = rho[0] + rho[6];
+            if (!(tr > 0)) tr = 1.0;
+            f[3 * k] = rho[0] / tr;
+            f[3 * k + 1] = rho[2] / tr;
+            f[3 * k + 2] = rho[3] / tr;
+            /* R_s[l][l'] = sum_{a,r'} X[l][a][r'] conj(A[l'][a][r']) */
+            for (l = 0; l < dl; l++)
+                for (lp = 0; lp < dl; lp++) {
+                    double er = 0, ei = 0;
+                    for (a = 0; a < 2; a++)
+                        for (rp = 0; rp < dr; rp++) {
+                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
+                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
+                            er += xr * ar + xi * ai;
+                            ei += xi * ar - xr * ai;
+                        }
+                    Rn[2 * (l * dl + lp)] = er;
+                    Rn[2 * (l * dl + lp) + 1] = ei;
+                }
+            sw = R; R = Rn; Rn = sw;
+        }
+#undef QK__PQA_RE
+#undef QK__PQA_IM
+    }
+    QK_FREE(L);
+    QK_FREE(loff);
+}
+
+/* The MPS path's features of n samples into f (n x 3q); QK_OK or the error set. */
+static qk_result qk__pq_mps_features(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int nt, double *f)
+{
+    const int64_t chunk = 512;
+    int64_t i0;
+    for (i0 = 0; i0 < n; i0 += chunk) {
+        const int64_t c = n - i0 < chunk ? n - i0 : chunk;
+        qk__pq_mps_job j;
+        double *lanes = qk__mps_states(p, m, x + i0 * m->n_features, c, nt, NULL, NULL, NULL);
+        if (!lanes) return QK_ERROR_OUT_OF_MEMORY;   /* the error set */
+        memset(&j, 0, sizeof j);
+        j.p = p; j.lanes = lanes; j.n = c; j.f = f + i0 * 3 * p->q;
+        qk__parallel(nt < c ? nt : (int)c, qk__pq_mps_work, &j);
+        QK_FREE(lanes);
+        if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the environments of %d sites", p->q);
+    }
+    return QK_OK;
+}
+
 static double *qk__pq_features(const qk_map *m, const double *x, int64_t n, int nt)
 {
     qk__pq_job j;
@@ -11869,7 +12444,8 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
     qk_result r;
     double *fx = NULL, *fy = NULL;
     int64_t i, c, cols, ld;
-    int q, nt, k;
+    int q, nt, k, use_mps = 0;
+    qk__mps_prog prog;
     if (!ctx || !map || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!(gamma > 0.0 && gamma < 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: gamma must be finite and > 0 (got %g)", gamma);
     if (desc->output != QK_OUTPUT_HOST || !desc->out)
@@ -11877,16 +12453,36 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
                         "qk_gram_projected: %s", desc->output != QK_OUTPUT_HOST ? "K goes to a host buffer (output HOST)" : "out is NULL");
     if (qk__map_is_states(map)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: takes a feature map");
     q = map->n_qubits;
-    if (map->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_projected: an entangling map of %d qubits: the reduced density matrices come "
-                        "from statevectors (at most %d qubits; product maps: any)", q, QK_MAX_STATE_QUBITS);
     r = qk__check_gram(ctx, map, desc);
     if (r != QK_OK) return r;
+    /* the path: product maps analytic; entangling maps the MPS path where qk_gram would take it
+       (beyond QK_MAX_STATE_QUBITS, or cheaper, or asked for: qk__mps_decide), else the statevector */
+    memset(&prog, 0, sizeof prog);
+    if (map->cls != QK_CLASS_PRODUCT) {
+        r = qk__mps_decide_cpu(map, desc, &prog, &use_mps);
+        if (r != QK_OK) return r;
+    }
     cols = desc->y ? desc->n_y : desc->n_x;
     ld = desc->ld_out ? desc->ld_out : cols;
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
-    fx = qk__pq_features(map, desc->x, desc->n_x, nt);
-    if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+    if (use_mps) {
+        fx = (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_x * 3 * q));
+        fy = desc->y ? (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_y * 3 * q)) : NULL;
+        r = !fx || (desc->y && !fy) ? QK_ERROR_OUT_OF_MEMORY : qk__pq_mps_features(&prog, map, desc->x, desc->n_x, nt, fx);
+        if (r == QK_OK && desc->y) r = qk__pq_mps_features(&prog, map, desc->y, desc->n_y, nt, fy);
+        qk__mps_prog_free(&prog);
+        if (r != QK_OK) {
+            QK_FREE(fx);
+            QK_FREE(fy);
+            if (r == QK_ERROR_OUT_OF_MEMORY && (!fx || (desc->y && !fy)))
+                return qk__fail(r, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",
+                                (long long)(desc->n_x + (desc->y ? desc->n_y : 0)), q);
+            return r;
+        }
+    } else {
+        fx = qk__pq_features(map, desc->x, desc->n_x, nt);
+        if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+    }
     if (!fx || (desc->y && !fy)) {
         QK_FREE(fx);
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",

@@ -259,7 +259,10 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             p->output == QK_OUTPUT_NPY ? "streamed to a .npy file" : p->host_pinned ? "pinned host buffer" : "host buffer",
             p->out_dtype == QK_F32 ? "float32" : "float64", qk_precision_name(p->precision));
     if (p->precision_note[0]) qk__cat(buf, size, &len, "  precision: %s\n", p->precision_note);
-    if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
+    if (p->path == QK_PATH_MPS && p->mps_given)
+        qk__cat(buf, size, &len, "  mps: given tensors, bond dimension <= %d (the largest given bond), %lld flops per pair\n",
+                p->mps_bond, (long long)p->mps_pair_flops);
+    else if (p->path == QK_PATH_MPS && !p->mps_truncate)   /* integers only: the description is locale-free */
         qk__cat(buf, size, &len, "  mps: bond dimension <= %d (exact bound from the circuit), gates span <= %d sites, %lld flops per pair\n",
                 p->mps_bond, p->mps_span, (long long)p->mps_pair_flops);
     else if (p->path == QK_PATH_MPS)

@@ -512,6 +512,34 @@ static double qk__mps_build1(const qk__mps_prog *p, const qk_map *m, const doubl
     return w->angle >= 1.5707963267948966 ? 1.0 : sin(w->angle) * sin(w->angle);
 }
 
+/* Given MPS (qk_gram_mps_states): sample i of side (0: A, 1: B) into lane `lane` of group `out`
+   (zero-filled beforehand), its bonds padded to the program's (the largest of every sample), every
+   site times the sample's scale (1, or ||psi||^(-1/q) with normalize). The tensors were checked
+   when the map was made (gram.c). */
+static void qk__mps_given1(const qk__mps_prog *p, const qk__mpsmap *mm, int side, int64_t i, double *out, int lane)
+{
+    const qk_mps_states_desc *in = &mm->in;
+    const int q = p->q, type = (int)in->type;
+    const void *const *sites = (side ? in->b : in->a) + (size_t)i * (size_t)q;
+    const int *bond = (side ? in->b_bonds : in->a_bonds) + (size_t)i * (size_t)(q + 1);
+    const double f = mm->scale[(side ? in->n_a : 0) + i];
+    int s, l, a, r;
+    for (s = 0; s < q; s++) {
+        const int dl = bond[s], dr = bond[s + 1], Dr = p->D[s + 1];
+        double *o = out + p->off[s] + lane;
+        for (l = 0; l < dl; l++)
+            for (a = 0; a < 2; a++)
+                for (r = 0; r < dr; r++) {
+                    const int64_t k = in->layout == QK_MPS_LRP ? ((int64_t)l * dr + r) * 2 + a : ((int64_t)l * 2 + a) * dr + r;
+                    const size_t e = ((size_t)l * 2 + a) * Dr + r;
+                    double re, im;
+                    qk__state_amp(sites[s], type, k, &re, &im);
+                    o[e * 2 * QK__NJ] = f * re;
+                    o[e * 2 * QK__NJ + QK__NJ] = f * im;
+                }
+    }
+}
+
 /* ---- states of many samples (lane layout), on the engine's threads ---- */
 typedef struct qk__mps_build_job {
     const qk__mps_prog *p;
@@ -532,7 +560,8 @@ static void qk__mps_build_work(void *arg, int thread)
     qk__poll poll;
     int64_t g;
     qk__poll_init(&poll, j->job, thread);
-    if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
+    if (j->p->given) memset(&w, 0, sizeof w);   /* packing needs no work space */
+    else if (!qk__mps_work_init(&w, j->p, j->m)) { qk__mps_work_free(&w); QK__STORE(&j->oom, 1); return; }
     while ((g = QK__FETCH_ADD(&j->next, 1)) < j->groups) {
         int lane;
         size_t z;
@@ -546,7 +575,14 @@ static void qk__mps_build_work(void *arg, int thread)
         }
         if (z < (size_t)j->p->group) break;
         for (lane = 0; lane < QK__NJ && g * QK__NJ + lane < j->n; lane++) {
-            double e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
+            double e;
+            if (j->p->given) {   /* given MPS: packed; x says the side (qk__mpsmap.side) */
+                const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)j->m;
+                qk__mps_given1(j->p, mm, j->x == (const double *)(const void *)&mm->side[1], g * QK__NJ + lane, j->out + g * j->p->group, lane);
+                if (j->eps) j->eps[g * QK__NJ + lane] = 0.0;
+                continue;
+            }
+            e = qk__mps_build1(j->p, j->m, j->x + (g * QK__NJ + lane) * j->m->n_features, &w, j->out + g * j->p->group, lane,
                                       j->job ? &poll : NULL);
             if (j->eps) j->eps[g * QK__NJ + lane] = e;
         }
@@ -902,6 +938,14 @@ QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, d
 #endif /* QK_NO_MPS */
 }
 
+/* qk__mps_decide with the CPU engine's ratio (the statevector always possible, up to its limit):
+   the path qk_gram's CPU plan takes, for the callers that build states themselves
+   (qk_gram_projected). */
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use)
+{
+    return qk__mps_decide(map, desc, QK__MPS_FLOP_RATIO, 1, 0, prog, use);
+}
+
 /* The plan's MPS fields from a program. */
 static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
 {
@@ -911,6 +955,7 @@ static void qk__mps_plan_fields(const qk__mps_prog *prog, qk_plan *p)
     p->mps_truncate = prog->max_bond > 0 || prog->cutoff > 0;
     p->mps_span = prog->span;
     p->mps_pair_flops = prog->pair_flops;
+    p->mps_given = prog->given;
 }
 
 /* The CPU planner's path choice (qk__plan_cpu filled p for the map's own path): qk__mps_decide
@@ -929,8 +974,8 @@ QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_
         qk__mps_plan_fields(&prog, p);
         p->bytes_states = (size_t)((double)(gx + gy) * (double)prog.group * 8.0);
         p->bytes_total = p->bytes_states;
-        snprintf(p->config, sizeof p->config, "mps %s qubit order, transfer matrices %d rows x %d lanes",
-                 prog.folded ? "folded" : "natural", qk__mps_rows(&prog), QK__NJ);
+        snprintf(p->config, sizeof p->config, "mps %s, transfer matrices %d rows x %d lanes",
+                 prog.given ? "given tensors (site s = qubit s)" : prog.folded ? "folded qubit order" : "natural qubit order", qk__mps_rows(&prog), QK__NJ);
     }
     if (keep) *keep = prog;
     else qk__mps_prog_free(&prog);

@@ -361,3 +361,254 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap_free(&sm);
     return r;
 }
+
+/* ---- qk_gram_mps_states: K from given matrix product states ---- */
+/* Entry (l, a, r) of a site tensor of bonds dl x dr in the layout (docs/states.md, "MPS input"). */
+static int64_t qk__mps_in_index(int layout, int dr, int l, int a, int r)
+{
+    return layout == QK_MPS_LRP ? ((int64_t)l * dr + r) * 2 + a : ((int64_t)l * 2 + a) * dr + r;
+}
+
+/* The squared norm of given MPS, per sample, on the context's threads: <psi|psi> by transfer
+   matrices, E' = sum_a A_a^H E A_a (O(q chi^3) per sample), as nrm[i] 2^expo[i]: E is scaled by a
+   power of two at every site (exact), so that a norm far from 1 at hundreds of sites neither
+   overflows nor underflows. nrm[i] NaN where an entry is not finite, 0 for a zero state. */
+typedef struct qk__mps_norm_job {
+    const qk_mps_states_desc *in;
+    int side;
+    int64_t n, next;
+    double *nrm;
+    int64_t *expo;
+    int oom;
+} qk__mps_norm_job;
+
+static void qk__mps_norm_work(void *arg, int thread)
+{
+    qk__mps_norm_job *j = (qk__mps_norm_job *)arg;
+    const qk_mps_states_desc *in = j->in;
+    const int q = in->n_sites, type = (int)in->type, B = QK_MPS_MAX_BOND;
+    double *E = (double *)qk__malloc(sizeof(double) * (size_t)(2 * B * B * 2 + 2 * B * 2 * B)), *En, *T;
+    int64_t i;
+    QK__UNUSED(thread);
+    if (!E) { QK__STORE(&j->oom, 1); return; }
+    En = E + 2 * B * B;
+    T = En + 2 * B * B;
+    while ((i = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const void *const *sites = (j->side ? in->b : in->a) + (size_t)i * (size_t)q;
+        const int *bond = (j->side ? in->b_bonds : in->a_bonds) + (size_t)i * (size_t)(q + 1);
+        int s, l, lp, a, r, rp, bad = 0;
+        int64_t ex = 0;
+        E[0] = 1; E[1] = 0;
+        for (s = 0; s < q && !bad; s++) {
+            const int dl = bond[s], dr = bond[s + 1];
+            double *sw;
+            /* T[l][a][r'] = sum_l' E[l][l'] A[l'][a][r'] */
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double tr = 0, ti = 0, xr, xi;
+                        for (lp = 0; lp < dl; lp++) {
+                            const double er = E[2 * (l * dl + lp)], ei = E[2 * (l * dl + lp) + 1];
+                            qk__state_amp(sites[s], type, qk__mps_in_index(in->layout, dr, lp, a, rp), &xr, &xi);
+                            tr += er * xr - ei * xi;
+                            ti += er * xi + ei * xr;
+                        }
+                        T[2 * ((l * 2 + a) * dr + rp)] = tr;
+                        T[2 * ((l * 2 + a) * dr + rp) + 1] = ti;
+                    }
+            /* E'[r][r'] = sum_{l,a} conj(A[l][a][r]) T[l][a][r'], then scaled by a power of two */
+            for (r = 0; r < dr; r++)
+                for (rp = 0; rp < dr; rp++) {
+                    double er = 0, ei = 0, xr, xi;
+                    for (l = 0; l < dl; l++)
+                        for (a = 0; a < 2; a++) {
+                            const double tr = T[2 * ((l * 2 + a) * dr + rp)], ti = T[2 * ((l * 2 + a) * dr + rp) + 1];
+                            qk__state_amp(sites[s], type, qk__mps_in_index(in->layout, dr, l, a, r), &xr, &xi);
+                            if (!isfinite(xr) || !isfinite(xi)) bad = 1;
+                            er += xr * tr + xi * ti;
+                            ei += xr * ti - xi * tr;
+                        }
+                    En[2 * (r * dr + rp)] = er;
+                    En[2 * (r * dr + rp) + 1] = ei;
+                }
+            {
+                double c = 0.0;
+                for (r = 0; r < 2 * dr * dr; r++) if (fabs(En[r]) > c) c = fabs(En[r]);
+                if (c > 0.0 && isfinite(c)) {
+                    int e;
+                    (void)frexp(c, &e);
+                    for (r = 0; r < 2 * dr * dr; r++) En[r] = ldexp(En[r], -e);
+                    ex += e;
+                }
+            }
+            sw = E; E = En; En = sw;
+        }
+        j->nrm[i] = bad || !isfinite(E[0]) ? NAN : E[0] > 0.0 ? E[0] : 0.0;
+        j->expo[i] = ex;
+    }
+    /* E and En may have swapped: free the block's start */
+    QK_FREE(E < En ? E : En);
+}
+
+/* One side's MPS checked (shapes, finite entries, norms) into mm->D (the largest bonds) and
+   mm->scale[off..]; errors name the side, the sample and the site. */
+static qk_result qk__mps_in_check(qk__mpsmap *mm, int side, int nt)
+{
+    const qk_mps_states_desc *in = &mm->in;
+    const int q = in->n_sites, type = (int)in->type;
+    const char *nm = side ? "B" : "A";
+    const void *const *ptr = side ? in->b : in->a;
+    const int *bonds = side ? in->b_bonds : in->a_bonds;
+    const int64_t n = side ? in->n_b : in->n_a, off = side ? in->n_a : 0;
+    qk__mps_norm_job j;
+    int64_t i;
+    int s;
+    if (!bonds) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mps_states: %s_bonds is NULL", side ? "b" : "a");
+    for (i = 0; i < n; i++) {
+        const int *bond = bonds + (size_t)i * (size_t)(q + 1);
+        for (s = 0; s <= q; s++) {
+            if (bond[s] < 1 || bond[s] > QK_MPS_MAX_BOND)
+                return qk__fail(bond[s] < 1 ? QK_ERROR_INVALID_ARGUMENT : QK_ERROR_UNSUPPORTED,
+                                "%s[%lld]: bond %d (left of site %d) is %d: bonds are 1 .. QK_MPS_MAX_BOND = %d", nm, (long long)i, s, s,
+                                bond[s], QK_MPS_MAX_BOND);
+            if ((s == 0 || s == q) && bond[s] != 1)
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s[%lld]: the %s bond is %d: an open-boundary MPS has 1 there", nm, (long long)i,
+                                s == 0 ? "first (left of site 0)" : "last (right of the last site)", bond[s]);
+            if (bond[s] > mm->D[s]) mm->D[s] = bond[s];
+        }
+        for (s = 0; s < q; s++)
+            if (!ptr[(size_t)i * (size_t)q + (size_t)s]) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s[%lld] site %d: the tensor is NULL", nm, (long long)i, s);
+    }
+    memset(&j, 0, sizeof j);
+    j.in = in; j.side = side; j.n = n;
+    j.nrm = mm->scale + off;
+    j.expo = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)n);
+    if (j.expo) qk__parallel(nt < n ? nt : (int)n, qk__mps_norm_work, &j);
+    if (!j.expo || j.oom) {
+        QK_FREE(j.expo);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mps_states: cannot allocate the norm's work space");
+    }
+    for (i = 0; i < n; i++) {
+        const double m0 = j.nrm[i], ss = j.expo[i] > 4096 ? INFINITY : j.expo[i] < -4096 ? 0.0 : ldexp(m0, (int)j.expo[i]);
+        char v0[40], v1[40];
+        qk_result r = QK_OK;
+        if (isnan(m0)) {   /* the first entry that is not finite, for the message */
+            const int *bond = bonds + (size_t)i * (size_t)(q + 1);
+            int l, a, c;
+            for (s = 0; s < q && r == QK_OK; s++)
+                for (l = 0; l < bond[s] && r == QK_OK; l++)
+                    for (a = 0; a < 2 && r == QK_OK; a++)
+                        for (c = 0; c < bond[s + 1] && r == QK_OK; c++) {
+                            double re, im;
+                            qk__state_amp(ptr[(size_t)i * (size_t)q + (size_t)s], type, qk__mps_in_index(in->layout, bond[s + 1], l, a, c), &re, &im);
+                            if (!isfinite(re) || !isfinite(im))
+                                r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld] site %d: entry (%d, %d, %d) (left, physical, right) is %s", nm,
+                                             (long long)i, s, l, a, c, isnan(re) || isnan(im) ? "NaN" : "Inf");
+                        }
+            if (r == QK_OK) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: the squared norm is not finite", nm, (long long)i);
+        } else if (m0 == 0.0) r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the MPS's squared norm is 0 (a zero state)", nm, (long long)i);
+        else if (!in->normalize && !(fabs(ss - 1.0) <= in->norm_tol))
+            r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the MPS's squared norm is %s, off 1 by more than norm_tol %s "
+                         "(normalize = 1 scales each state to norm 1)", nm, (long long)i,
+                         isfinite(ss) ? qk__fmt_g(v0, sizeof v0, ss, 17) : "beyond 1e308", qk__fmt_g(v1, sizeof v1, in->norm_tol, 3));
+        if (r != QK_OK) {
+            QK_FREE(j.expo);
+            return r;
+        }
+        /* normalize: every site scaled by ss^(-1/2q) = 2^(-expo/2q) m0^(-1/2q) (one factor on one
+           site would leave the float tensors of the GPU engine out of range at hundreds of sites;
+           the power of two's exponent is exact) */
+        j.nrm[i] = in->normalize ? exp2(-0.5 * (double)j.expo[i] / (double)q) * pow(m0, -0.5 / (double)q) : 1.0;
+    }
+    QK_FREE(j.expo);
+    return QK_OK;
+}
+
+static void qk__mpsmap_free(qk__mpsmap *mm)
+{
+    QK_FREE(mm->D);
+    QK_FREE(mm->scale);
+}
+
+/* qk_gram_mps_states' map (mm) and Gram desc (*g) from the caller's, every tensor checked. */
+static qk_result qk__mpsmap_make(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk__mpsmap *mm, qk_gram_desc *g)
+{
+    const char *fn = "qk_gram_mps_states";
+    qk_mps_states_desc *in = &mm->in;
+    qk_result r;
+    int nt;
+    memset(mm, 0, sizeof *mm);
+    memset(g, 0, sizeof *g);
+    if (!ctx || !mps || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, !ctx ? "ctx" : !mps ? "mps" : "desc");
+    *in = *mps;
+    if (in->type == QK_STATE_DEFAULT) in->type = QK_STATE_C128;
+    if ((int)in->type < (int)QK_STATE_C128 || (int)in->type > (int)QK_STATE_F32)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: unknown state type %d", fn, (int)mps->type);
+    if ((int)in->layout != QK_MPS_LPR && (int)in->layout != QK_MPS_LRP)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: unknown layout %d (QK_MPS_LPR or QK_MPS_LRP)", fn, (int)mps->layout);
+    if (in->n_sites < 1 || in->n_sites > QK_MAX_PRODUCT_QUBITS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_sites must be 1 .. %d (got %d)", fn, QK_MAX_PRODUCT_QUBITS, in->n_sites);
+    if (!in->a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: a is NULL", fn);
+    if (in->n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_a must be > 0 (got %lld)", fn, (long long)in->n_a);
+    if (in->b && in->n_b <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_b must be > 0 with b (got %lld)", fn, (long long)in->n_b);
+    if (!in->b) in->n_b = 0;
+    if (in->normalize != 0 && in->normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: normalize must be 0 or 1 (got %d)", fn, in->normalize);
+    if (in->norm_tol == 0.0) in->norm_tol = in->type == QK_STATE_C128 || in->type == QK_STATE_F64 ? 1e-9 : 1e-5;
+    if (!(in->norm_tol > 0.0 && in->norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: norm_tol must be in (0, 1) (got %g)", fn, mps->norm_tol);
+    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are mps->a and mps->b)", fn);
+    if (desc->path != QK_PATH_DEFAULT && desc->path != QK_PATH_MPS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: given MPS take the MPS path (path %d)", fn, (int)desc->path);
+    if (desc->mps_max_bond != 0 || desc->mps_cutoff != 0.0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: given MPS are contracted as they are (mps_max_bond and mps_cutoff must be 0)", fn);
+    if ((double)(in->n_a + in->n_b) * (double)in->n_sites > 9.0e18) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: too many tensors", fn);
+    mm->D = (int *)qk__calloc((size_t)in->n_sites + 1, sizeof(int));
+    mm->scale = (double *)qk__malloc(sizeof(double) * (size_t)(in->n_a + in->n_b));
+    if (!mm->D || !mm->scale) {
+        qk__mpsmap_free(mm);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the bonds and scales of %lld samples", fn, (long long)(in->n_a + in->n_b));
+    }
+    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+    r = qk__mps_in_check(mm, 0, nt);
+    if (r == QK_OK && in->b) r = qk__mps_in_check(mm, 1, nt);
+    if (r != QK_OK) { qk__mpsmap_free(mm); return r; }
+    mm->op.kind = QK__OP_MPS;
+    mm->op.angle.kind = QK_ARG_CONST;
+    mm->op.angle.scale = 1.0;
+    mm->map.type = QK_MAP_CUSTOM;
+    mm->map.cls = QK_CLASS_COMPLEX;
+    mm->map.n_qubits = in->n_sites;
+    mm->map.n_features = 0;
+    mm->map.n_ops = 1;
+    mm->map.ops = &mm->op;
+    mm->map.desc.type = QK_MAP_CUSTOM;
+    mm->map.desc.n_qubits = in->n_sites;
+    *g = *desc;
+    g->path = QK_PATH_MPS;
+    g->x = (const double *)(const void *)&mm->side[0];
+    g->n_x = in->n_a;
+    g->y = in->b ? (const double *)(const void *)&mm->side[1] : NULL;
+    g->n_y = in->n_b;
+    return QK_OK;
+}
+
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+{
+    qk__mpsmap mm;
+    qk_gram_desc g;
+    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
+    if (r != QK_OK) return r;
+    r = qk_gram(ctx, &mm.map, &g);
+    qk__mpsmap_free(&mm);
+    return r;
+}
+
+QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out)
+{
+    qk__mpsmap mm;
+    qk_gram_desc g;
+    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
+    if (r != QK_OK) return r;
+    r = qk_plan_make(ctx, &mm.map, &g, out);
+    qk__mpsmap_free(&mm);
+    return r;
+}

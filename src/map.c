@@ -705,6 +705,7 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
     if (n <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: number of rows must be > 0 (got %lld)", name, (long long)n);
     d = map->n_features;
+    if (qk__map_is_mps(map)) return QK_OK;   /* given MPS: checked when their map was made (gram.c) */
     if (qk__map_is_states(map)) {   /* given states: a provider's rows and device rows are checked where they are read */
         const qk__smap *sm = (const qk__smap *)(const void *)map;
         if (map->ops[0].q1 & (QK__STATE_PROVIDER | QK__STATE_DEVICE)) return QK_OK;

@@ -185,6 +185,42 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
     p->group = e;
 }
 
+/* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
+   largest of every sample), no steps. */
+static qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
+{
+    const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
+    const int q = m->n_qubits;
+    int s;
+    int64_t e;
+    memset(p, 0, sizeof *p);
+    p->q = q;
+    p->given = 1;
+    p->chi = 1;
+    p->order = (int *)qk__malloc(sizeof(int) * (size_t)q);
+    p->D = (int *)qk__malloc(sizeof(int) * (size_t)(q + 1));
+    p->off = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)(q + 1));
+    p->steps = (qk__mps_step *)qk__malloc(sizeof(qk__mps_step));
+    if (!p->order || !p->D || !p->off || !p->steps) {
+        qk__mps_prog_free(p);
+        return qk__fail(QK_ERROR_OUT_OF_MEMORY, "mps: out of host memory for the program of %d sites", q);
+    }
+    for (s = 0; s <= q; s++) {
+        if (s < q) p->order[s] = s;
+        p->D[s] = mm->D[s];
+        if (p->D[s] > p->chi) { p->chi = p->D[s]; p->chi_bond = s; }
+    }
+    p->exact_chi = p->chi;
+    for (s = 0, e = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+    return QK_OK;
+}
+
 /* The MPS program of an entangled map: the cheaper of the two orders (ties: the smaller span,
    then natural). p->chi > QK_MPS_MAX_BOND or p->dense: not MPS-able. max_bond > 0 caps every
    bond (truncation), cutoff > 0 drops small Schmidt values (both: qk_gram_desc). */
@@ -192,7 +228,9 @@ QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cut
 {
     qk__mps_prog f;
     const int limit = max_bond > 0 ? QK__MPS_SAT : QK_MPS_MAX_BOND;
-    qk_result r = qk__mps_analyze(m, 0, limit, p);
+    qk_result r;
+    if (qk__map_is_mps(m)) return qk__mps_given_prog(m, p);   /* given MPS: no truncation (gram.c refuses it) */
+    r = qk__mps_analyze(m, 0, limit, p);
     if (r != QK_OK) return r;
     qk__mps_cap(p, max_bond, cutoff);
     if (p->dense || m->n_qubits < 3) return r;

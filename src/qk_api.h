@@ -33,7 +33,8 @@ typedef enum qk_op_kind {
     QK_OP_AMPLITUDE,                            /* state := x / ||x||, zero-padded (first op only) */
     QK_OP_BASIS,                                /* X on q0 when feature angle.x0 is 1 (must be 0 or 1) */
     QK_OP_KIND_COUNT_,
-    QK__OP_STATE_ = 64                          /* private: qk_gram_states' op (no map a user builds holds it) */
+    QK__OP_STATE_ = 64,                         /* private: qk_gram_states' op (no map a user builds holds it) */
+    QK__OP_MPS_ = 65                            /* private: qk_gram_mps_states' op */
 } qk_op_kind;
 /* clang-format on */
 
@@ -374,8 +375,10 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
 
 /* The projected quantum kernel (Huang et al. 2021): K(x, x') = exp(-gamma sum_k ||rho_k(x) -
    rho_k(x')||_F^2) over the one-qubit reduced density matrices of the map's states; into a host
-   buffer (desc: x, y, out, ld_out, out_dtype; other outputs QK_ERROR_UNSUPPORTED). CPU engine,
-   fp64: entangling maps up to QK_MAX_STATE_QUBITS, product maps at any qubit count. gamma > 0. */
+   buffer (desc: x, y, out, ld_out, out_dtype, path, mps_max_bond; other outputs
+   QK_ERROR_UNSUPPORTED). CPU engine, fp64: entangling maps on the statevector path (up to
+   QK_MAX_STATE_QUBITS) or on the MPS path (any qubit count for MPS-able maps; chosen as qk_gram
+   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0. */
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma);
 
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
@@ -428,6 +431,47 @@ typedef struct qk_states_desc {
    count), the state tiles where the states do not fit, several GPUs. Errors: a non-finite
    amplitude or a norm off 1 names the side and the row ("A[12]: ..."). */
 QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc);
+
+/* >>mps_in ---- K from given matrix product states (qk_gram_mps_states) ---- */
+/* K[i][j] = |<a_i|b_j>|^2 of states the caller holds as open-boundary matrix product states (a
+   tensor-network simulator's, quimb's, ITensor's, TeNPy's), contracted by qk's MPS engine (CPU;
+   the GPU engine's MPS kernels on a CUDA context) with every output of qk_gram (docs/states.md,
+   "MPS input"). Sample i's site s is a rank-3 tensor of bond[s] x 2 x bond[s+1] entries (layout
+   LPR: [left][physical][right] row-major, the order of ITensor's (link, site, link), TeNPy's
+   (vL, p, vR) and qk's own MPS; LRP: [left][right][physical], quimb's default 'lrp'), with
+   bond[0] = bond[n_sites] = 1 (open boundary). Site s carries qubit s, bit s of qk's amplitude
+   index (qk_states, Qiskit's little-endian order): a quimb / ITensor MPS contracted to a dense
+   vector puts site 0 in the most significant bit instead (the same state, the bits reversed;
+   K does not depend on the order as long as both sides use the same). */
+typedef enum qk_mps_layout {
+    QK_MPS_LPR = 0,         /* [left][physical][right] (default) */
+    QK_MPS_LRP = 1          /* [left][right][physical] (quimb's 'lrp') */
+} qk_mps_layout;
+typedef struct qk_mps_states_desc {
+    qk_state_type type;     /* the tensors' entries: default C128, also C64, F64, F32 */
+    qk_mps_layout layout;
+    int n_sites;            /* qubits, 1 .. QK_MAX_PRODUCT_QUBITS */
+    const void *const *a;   /* n_a * n_sites pointers: a[i * n_sites + s] is sample i's site s,
+                               a_bonds[i * (n_sites + 1) + s] x 2 x a_bonds[i * (n_sites + 1) + s + 1]
+                               contiguous entries in the layout */
+    const int *a_bonds;     /* n_a * (n_sites + 1) bond dimensions, 1 .. QK_MPS_MAX_BOND; the first
+                               and last of each sample 1 */
+    int64_t n_a;
+    const void *const *b;   /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
+    const int *b_bonds;
+    int64_t n_b;
+    int normalize;          /* 0 (default): each state's norm <psi|psi> (contracted from its
+                               tensors) must be within norm_tol of 1; 1: each state is scaled to
+                               norm 1 (a zero state is an error) */
+    double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
+} qk_mps_states_desc;
+/* K from the MPS of mps->a (and mps->b) into desc's output: desc as for qk_gram (x and y NULL,
+   n_x and n_y ignored, path DEFAULT or MPS, no mps_max_bond / mps_cutoff: the tensors are
+   contracted as they are; qk_plan_mps_states gives the plan). The tensors are read while the
+   call runs (packed into the engine's layout, every bond padded to the largest of its samples)
+   and not kept. Errors name the side, the sample and the site ("A[3] site 17: entry (0, 1, 2)
+   is NaN"); nothing is written then. */
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc);
 
 /* >>plan ---- device info, qk_plan, the planner and the VRAM estimator ---- */
 typedef struct qk_device_info {
@@ -547,6 +591,8 @@ typedef struct qk_plan {
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
     int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
                                    matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
+    int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
+                                   the largest given bond */
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
@@ -597,6 +643,8 @@ QKDEF qk_result qk_plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc 
    plan.state_tile R > 0 (state tiles), K(A,A) of n states asks for A's rows about n + n^2 / 2R
    times, K(A,B) for each of A's rows once and B's rows ceil(n_a / R) times; R == 0: each row once. */
 QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out);
+/* The plan qk_gram_mps_states would run (docs/states.md; the MPS path; mps_bond the largest given bond). */
+QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out);
 /* The planner with an injected device (tests without a GPU; info->present == 0 plans the CPU). */
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
                                    const qk_map *map, const qk_gram_desc *desc, qk_plan *out);

@@ -98,6 +98,12 @@ static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, do
     }
 }
 static inline int qk__map_is_states(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_STATE; }
+/* Given MPS (qk_gram_mps_states) travel as a map of one op, QK__OP_MPS, whose map struct is a
+   qk__mpsmap (qk_internal.h): the MPS planner reads the bonds from it and the MPS engine's state
+   builder packs the tensors instead of building them; the Gram's x and y are &side[0], &side[1]
+   (never read), n_features 0. */
+#define QK__OP_MPS QK__OP_MPS_
+static inline int qk__map_is_mps(const qk_map *m) { return m->n_ops == 1 && m->ops[0].kind == QK__OP_MPS; }
 
 /* >>engine ---- numbers the planner and the GPU engine share (pass qubits, configurations, tensor-core engines) ---- */
 /* The planner (qk.h) decides with the GPU engine's own numbers, defined once here and read by

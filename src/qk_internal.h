@@ -271,7 +271,19 @@ typedef struct qk__mps_prog {
     int exact_chi;      /* the circuit's bound (chi is capped at max_bond when truncating) */
     int max_bond;       /* truncation (qk_gram_desc.mps_max_bond, mps_cutoff): 0 and 0 = exact */
     double cutoff;
+    int given;          /* the MPS are given (qk_gram_mps_states): packed, not built; no steps */
 } qk__mps_prog;
+
+/* qk_gram_mps_states' map (QK__OP_MPS, qk_engine.h): the map first (the engines' map pointer is
+   this). The tensors stay the caller's; D and scale are made and checked by gram.c. */
+typedef struct qk__mpsmap {
+    qk_map map;
+    qk_op op;
+    qk_mps_states_desc in;  /* the caller's, defaults resolved (type, norm_tol) */
+    int *D;                 /* n_sites + 1: the largest bond over every sample of both sides */
+    double *scale;          /* n_a + n_b: each sample's factor on every site (1, or ||psi||^(-1/q)) */
+    char side[2];           /* the Gram's x and y point here */
+} qk__mpsmap;
 
 QK__PRIV void qk__mps_prog_free(qk__mps_prog *p);
 QK__PRIV qk_result qk__mps_prog_make_t(const qk_map *m, int max_bond, double cutoff, qk__mps_prog *p);
@@ -593,6 +605,7 @@ QK__PRIV qk_result qk__mps_check_trunc(const qk_gram_desc *d);
 QK__PRIV qk_result qk__mps_decide(const qk_map *map, const qk_gram_desc *desc, double ratio, int sv_ok, int sv_big,
                                   qk__mps_prog *prog, int *use);
 QK__PRIV qk_result qk__mps_plan(const qk_map *map, const qk_gram_desc *desc, qk_plan *p, qk__mps_prog *keep);
+QK__PRIV qk_result qk__mps_decide_cpu(const qk_map *map, const qk_gram_desc *desc, qk__mps_prog *prog, int *use);
 QK__PRIV int qk__mps_gpu_chi(int chi);
 QK__PRIV void qk__plan_job_fields(qk_plan *p, const qk_map *map, const qk_gram_desc *desc, qk_dtype od, int64_t nx, int64_t ny, int sym);
 QK__PRIV qk_result qk__plan_cuda_mps(const qk_device_info *info, double vram_fraction, const qk_map *map,

@@ -725,6 +725,175 @@ static void qk__pq_work(void *p, int thread)
     QK_FREE(buf);
 }
 
+/* The features of an MPS (the MPS path: entangling maps beyond the statevector, 100-784 qubits):
+   each sample's MPS (the exact builder, or truncated as qk_gram_desc asks) in the engine's lane
+   layout, then per sample two sweeps of environments: left, L_{s+1} = sum_a A_a^H L_s A_a stored
+   for every site (with A_a the site's matrix at physical value a: L_s[l][l'] is the left part's
+   <l'|l>), and right, R_s from R_{s+1} likewise, with at each site
+     rho_s[a][a'] = sum L_s[l][l'] A[l][a][r] conj(A[l'][a'][r']) R_{s+1}[r][r'],
+   divided by its trace (the norm, 1 but for rounding). O(q chi^3) per sample; site s is qubit
+   order[s]. Samples in chunks of at most 512, so memory stays O(chunk) in the MPS. */
+typedef struct qk__pq_mps_job {
+    const qk__mps_prog *p;
+    const double *lanes;        /* the chunk's MPS (lane layout) */
+    int64_t n, next;
+    double *f;                  /* the chunk's rows: n x 3q */
+    int oom;
+} qk__pq_mps_job;
+
+static void qk__pq_mps_work(void *arg, int thread)
+{
+    qk__pq_mps_job *j = (qk__pq_mps_job *)arg;
+    const qk__mps_prog *p = j->p;
+    const int q = p->q;
+    int dmax = 1, s;
+    int64_t i, *loff, tot = 0;
+    double *L, *R, *Rn, *X, *W;
+    QK__UNUSED(thread);
+    for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
+    loff = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)(q + 1));
+    if (!loff) { QK__STORE(&j->oom, 1); return; }
+    for (s = 0; s <= q; s++) { loff[s] = tot; tot += 2 * (int64_t)p->D[s] * p->D[s]; }
+    L = (double *)qk__malloc(sizeof(double) * (size_t)(tot + 4 * dmax * dmax + 2 * 2 * 4 * dmax * dmax));
+    if (!L) { QK_FREE(loff); QK__STORE(&j->oom, 1); return; }
+    R = L + tot;
+    Rn = R + 2 * dmax * dmax;
+    X = Rn + 2 * dmax * dmax;
+    W = X + 2 * 2 * dmax * dmax;
+    while ((i = QK__FETCH_ADD(&j->next, 1)) < j->n) {
+        const double *g = j->lanes + (i / QK__NJ) * p->group + (i % QK__NJ);
+        double *f = j->f + i * 3 * q, *sw;
+        int l, lp, a, ap, r, rp;
+        /* A[l][a][r] of site s: re at g[off + e * 2NJ], im at + NJ, e = (l * 2 + a) * D[s+1] + r */
+#define QK__PQA_RE(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ]
+#define QK__PQA_IM(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ + QK__NJ]
+        L[0] = 1; L[1] = 0;
+        for (s = 0; s < q; s++) {   /* L_{s+1}[r][r'] = sum_{l,l',a} L_s[l][l'] A[l][a][r] conj(A[l'][a][r']) */
+            const int dl = p->D[s], dr = p->D[s + 1];
+            const double *Ls = L + loff[s];
+            double *Ln = L + loff[s + 1];
+            /* X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] */
+            for (lp = 0; lp < dl; lp++)
+                for (a = 0; a < 2; a++)
+                    for (r = 0; r < dr; r++) {
+                        double xr = 0, xi = 0;
+                        for (l = 0; l < dl; l++) {
+                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
+                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
+                            xr += er * ar - ei * ai;
+                            xi += er * ai + ei * ar;
+                        }
+                        X[2 * ((lp * 2 + a) * dr + r)] = xr;
+                        X[2 * ((lp * 2 + a) * dr + r) + 1] = xi;
+                    }
+            for (r = 0; r < dr; r++)
+                for (rp = 0; rp < dr; rp++) {
+                    double er = 0, ei = 0;
+                    for (lp = 0; lp < dl; lp++)
+                        for (a = 0; a < 2; a++) {   /* X[l'][a][r] conj(A[l'][a][r']) */
+                            const double xr = X[2 * ((lp * 2 + a) * dr + r)], xi = X[2 * ((lp * 2 + a) * dr + r) + 1];
+                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
+                            er += xr * ar + xi * ai;
+                            ei += xi * ar - xr * ai;
+                        }
+                    Ln[2 * (r * dr + rp)] = er;
+                    Ln[2 * (r * dr + rp) + 1] = ei;
+                }
+        }
+        R[0] = 1; R[1] = 0;
+        for (s = q - 1; s >= 0; s--) {
+            const int dl = p->D[s], dr = p->D[s + 1], k = p->order[s];
+            const double *Ls = L + loff[s];
+            double rho[8], tr;
+            /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] */
+            for (l = 0; l < dl; l++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double xr = 0, xi = 0;
+                        for (r = 0; r < dr; r++) {
+                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
+                            const double er = R[2 * (r * dr + rp)], ei = R[2 * (r * dr + rp) + 1];
+                            xr += ar * er - ai * ei;
+                            xi += ar * ei + ai * er;
+                        }
+                        X[2 * ((l * 2 + a) * dr + rp)] = xr;
+                        X[2 * ((l * 2 + a) * dr + rp) + 1] = xi;
+                    }
+            /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] */
+            for (lp = 0; lp < dl; lp++)
+                for (a = 0; a < 2; a++)
+                    for (rp = 0; rp < dr; rp++) {
+                        double wr = 0, wi = 0;
+                        for (l = 0; l < dl; l++) {
+                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
+                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
+                            wr += er * xr - ei * xi;
+                            wi += er * xi + ei * xr;
+                        }
+                        W[2 * ((lp * 2 + a) * dr + rp)] = wr;
+                        W[2 * ((lp * 2 + a) * dr + rp) + 1] = wi;
+                    }
+            /* rho[a][a'] = sum_{l',r'} W[l'][a][r'] conj(A[l'][a'][r']) */
+            for (a = 0; a < 2; a++)
+                for (ap = 0; ap < 2; ap++) {
+                    double vr = 0, vi = 0;
+                    for (lp = 0; lp < dl; lp++)
+                        for (rp = 0; rp < dr; rp++) {
+                            const double wr = W[2 * ((lp * 2 + a) * dr + rp)], wi = W[2 * ((lp * 2 + a) * dr + rp) + 1];
+                            const double ar = QK__PQA_RE(s, lp, ap, rp), ai = QK__PQA_IM(s, lp, ap, rp);
+                            vr += wr * ar + wi * ai;
+                            vi += wi * ar - wr * ai;
+                        }
+                    rho[2 * (a * 2 + ap)] = vr;
+                    rho[2 * (a * 2 + ap) + 1] = vi;
+                }
+            tr = rho[0] + rho[6];
+            if (!(tr > 0)) tr = 1.0;
+            f[3 * k] = rho[0] / tr;
+            f[3 * k + 1] = rho[2] / tr;
+            f[3 * k + 2] = rho[3] / tr;
+            /* R_s[l][l'] = sum_{a,r'} X[l][a][r'] conj(A[l'][a][r']) */
+            for (l = 0; l < dl; l++)
+                for (lp = 0; lp < dl; lp++) {
+                    double er = 0, ei = 0;
+                    for (a = 0; a < 2; a++)
+                        for (rp = 0; rp < dr; rp++) {
+                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
+                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
+                            er += xr * ar + xi * ai;
+                            ei += xi * ar - xr * ai;
+                        }
+                    Rn[2 * (l * dl + lp)] = er;
+                    Rn[2 * (l * dl + lp) + 1] = ei;
+                }
+            sw = R; R = Rn; Rn = sw;
+        }
+#undef QK__PQA_RE
+#undef QK__PQA_IM
+    }
+    QK_FREE(L);
+    QK_FREE(loff);
+}
+
+/* The MPS path's features of n samples into f (n x 3q); QK_OK or the error set. */
+static qk_result qk__pq_mps_features(const qk__mps_prog *p, const qk_map *m, const double *x, int64_t n, int nt, double *f)
+{
+    const int64_t chunk = 512;
+    int64_t i0;
+    for (i0 = 0; i0 < n; i0 += chunk) {
+        const int64_t c = n - i0 < chunk ? n - i0 : chunk;
+        qk__pq_mps_job j;
+        double *lanes = qk__mps_states(p, m, x + i0 * m->n_features, c, nt, NULL, NULL, NULL);
+        if (!lanes) return QK_ERROR_OUT_OF_MEMORY;   /* the error set */
+        memset(&j, 0, sizeof j);
+        j.p = p; j.lanes = lanes; j.n = c; j.f = f + i0 * 3 * p->q;
+        qk__parallel(nt < c ? nt : (int)c, qk__pq_mps_work, &j);
+        QK_FREE(lanes);
+        if (j.oom) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the environments of %d sites", p->q);
+    }
+    return QK_OK;
+}
+
 static double *qk__pq_features(const qk_map *m, const double *x, int64_t n, int nt)
 {
     qk__pq_job j;
@@ -742,7 +911,8 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
     qk_result r;
     double *fx = NULL, *fy = NULL;
     int64_t i, c, cols, ld;
-    int q, nt, k;
+    int q, nt, k, use_mps = 0;
+    qk__mps_prog prog;
     if (!ctx || !map || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!(gamma > 0.0 && gamma < 1e300)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: gamma must be finite and > 0 (got %g)", gamma);
     if (desc->output != QK_OUTPUT_HOST || !desc->out)
@@ -750,16 +920,36 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
                         "qk_gram_projected: %s", desc->output != QK_OUTPUT_HOST ? "K goes to a host buffer (output HOST)" : "out is NULL");
     if (qk__map_is_states(map)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_projected: takes a feature map");
     q = map->n_qubits;
-    if (map->cls != QK_CLASS_PRODUCT && q > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_projected: an entangling map of %d qubits: the reduced density matrices come "
-                        "from statevectors (at most %d qubits; product maps: any)", q, QK_MAX_STATE_QUBITS);
     r = qk__check_gram(ctx, map, desc);
     if (r != QK_OK) return r;
+    /* the path: product maps analytic; entangling maps the MPS path where qk_gram would take it
+       (beyond QK_MAX_STATE_QUBITS, or cheaper, or asked for: qk__mps_decide), else the statevector */
+    memset(&prog, 0, sizeof prog);
+    if (map->cls != QK_CLASS_PRODUCT) {
+        r = qk__mps_decide_cpu(map, desc, &prog, &use_mps);
+        if (r != QK_OK) return r;
+    }
     cols = desc->y ? desc->n_y : desc->n_x;
     ld = desc->ld_out ? desc->ld_out : cols;
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
-    fx = qk__pq_features(map, desc->x, desc->n_x, nt);
-    if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+    if (use_mps) {
+        fx = (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_x * 3 * q));
+        fy = desc->y ? (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_y * 3 * q)) : NULL;
+        r = !fx || (desc->y && !fy) ? QK_ERROR_OUT_OF_MEMORY : qk__pq_mps_features(&prog, map, desc->x, desc->n_x, nt, fx);
+        if (r == QK_OK && desc->y) r = qk__pq_mps_features(&prog, map, desc->y, desc->n_y, nt, fy);
+        qk__mps_prog_free(&prog);
+        if (r != QK_OK) {
+            QK_FREE(fx);
+            QK_FREE(fy);
+            if (r == QK_ERROR_OUT_OF_MEMORY && (!fx || (desc->y && !fy)))
+                return qk__fail(r, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",
+                                (long long)(desc->n_x + (desc->y ? desc->n_y : 0)), q);
+            return r;
+        }
+    } else {
+        fx = qk__pq_features(map, desc->x, desc->n_x, nt);
+        if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+    }
     if (!fx || (desc->y && !fy)) {
         QK_FREE(fx);
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",

@@ -88,6 +88,21 @@ class TestProjectedShots(unittest.TestCase):
         with self.assertRaises(ValueError):
             qk.projected_gram(X, map=m, gamma=-1.0)
 
+    def test_projected_mps_path(self):
+        # 14 qubits, zz linear: the planner takes the MPS path (cheaper than the statevector);
+        # against numpy partial traces of qk's statevectors
+        X = RNG.uniform(-1, 1, (8, 14))
+        m = qk.FeatureMap("zz(reps=2,ent=linear)", 14)
+        S = m.statevector(X)
+        np.testing.assert_allclose(qk.projected_gram(X, map=m, gamma=0.3), _rdm_ref(S, 14, 0.3, S), atol=1e-12, rtol=0)
+        # 120 qubits (no statevector): runs, symmetric, 1 on the diagonal
+        X = RNG.uniform(-1, 1, (5, 120))
+        K = qk.projected_gram(X, map="zz(reps=2,ent=linear)", gamma=0.05)
+        self.assertEqual(K.shape, (5, 5))
+        np.testing.assert_allclose(np.diag(K), 1.0, atol=1e-12)
+        np.testing.assert_allclose(K, K.T, atol=0)
+        self.assertTrue(np.all((K > 0) & (K <= 1 + 1e-12)))
+
     def test_shots_and_psd(self):
         X = RNG.uniform(-1, 1, (30, 4))
         K = qk.gram(X, map="zz(reps=2)", device="cpu", precision="fp64")

@@ -35,7 +35,7 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "gram_states", "gram_vjp", "projected_gram", "sampled", "closest_psd", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "gram_mps", "gram_vjp", "projected_gram", "sampled", "closest_psd", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -458,6 +458,118 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
         _qk._gram_states(*args, out_path=path, a_mixed=int(mix_a), b_mixed=int(mix_b))
         K = np.load(path, mmap_mode="r")
     del Ak, Bk
+    return K
+
+
+_MPS_LAYOUTS = {"lpr": _qk.QK_MPS_LPR, "lrp": _qk.QK_MPS_LRP}
+
+
+def _mps_side(S: Any, name: str, layout: str) -> Tuple[list, np.ndarray, int, str]:
+    """(tensors as contiguous arrays, bonds (n, q + 1) int32, q, dtype name) of a sequence of MPS,
+    each a sequence of site tensors in layout 'lpr' or 'lrp', checked: rank 3 (or the open
+    boundary's rank 2 at the ends, rank 1 for one site), physical dimension 2, neighbouring bonds
+    equal, the outer bonds 1."""
+    samples = [list(m) for m in S]
+    if not samples:
+        return [], np.zeros((0, 1), dtype=np.int32), 0, "complex128"
+    q = len(samples[0])
+    if q == 0:
+        raise ValueError(f"{name}[0]: an MPS needs at least one site")
+    arrs = []
+    for i, m in enumerate(samples):
+        if len(m) != q:
+            raise ValueError(f"{name}[{i}]: {len(m)} sites, {name}[0] has {q}")
+        row = []
+        for s, t in enumerate(m):
+            if hasattr(t, "detach") and hasattr(t, "numpy"):   # a CPU torch tensor
+                t = t.detach().numpy()
+            a = np.asarray(t)
+            if a.ndim == 1 and q == 1:
+                a = a.reshape(1, 2, 1) if layout == "lpr" else a.reshape(1, 1, 2)
+            elif a.ndim == 2 and (s == 0 or s == q - 1) and q > 1:
+                # the open boundary without its unit bond (quimb's end tensors: 'rp' / 'lp' for
+                # 'lrp', 'pr' / 'lp' for 'lpr')
+                if s == 0:
+                    a = a[np.newaxis]
+                else:
+                    a = a[:, :, np.newaxis] if layout == "lpr" else a[:, np.newaxis, :]
+            if a.ndim != 3:
+                raise ValueError(f"{name}[{i}] site {s}: a site tensor has rank 3 ({layout}), got shape {np.shape(t)}")
+            if (a.shape[1] if layout == "lpr" else a.shape[2]) != 2:
+                raise ValueError(f"{name}[{i}] site {s}: the physical dimension must be 2 (qubits), shape {a.shape} in layout {layout}")
+            row.append(a)
+        arrs.append(row)
+    dt = np.result_type(*[a.dtype for row in arrs for a in row])
+    if dt.name not in _STATE_TYPES:
+        dt = np.dtype(np.complex128 if dt.kind == "c" else np.float64)
+        if not (dt.kind == "c" or all(a.dtype.kind in "fiub" for row in arrs for a in row)):
+            raise TypeError(f"{name}: site tensors must be numeric")
+    bonds = np.empty((len(arrs), q + 1), dtype=np.int32)
+    flat = []
+    for i, row in enumerate(arrs):
+        for s, a in enumerate(row):
+            left, right = a.shape[0], (a.shape[2] if layout == "lpr" else a.shape[1])
+            if s == 0:
+                bonds[i, 0] = left
+            elif left != bonds[i, s]:
+                raise ValueError(f"{name}[{i}] site {s}: left bond {left}, the right bond of site {s - 1} is {bonds[i, s]}")
+            bonds[i, s + 1] = right
+            flat.append(np.ascontiguousarray(a, dtype=dt))
+    return flat, bonds, q, dt.name
+
+
+def gram_mps(A: Any, B: Any = None, layout: str = "lpr", normalize: bool = False, norm_tol: Optional[float] = None,
+             device: str = "auto", precision: Optional[str] = None, out: Optional[PathLike] = None,
+             threads: Optional[int] = None) -> np.ndarray:
+    """K[i, j] = |<A[i]|B[j]>|^2 of states given as open-boundary matrix product states (B=None:
+    K(A, A), symmetric), contracted by qk's MPS engine (CPU; the GPU's MPS kernels on
+    device="cuda"): a tensor-network simulator's states at any qubit count (docs/states.md, "MPS
+    input").
+
+    A, B: sequences of samples, each a sequence of n_sites site tensors (numpy arrays, CPU torch
+        tensors, anything np.asarray takes; complex128, complex64, float64 or float32):
+        layout "lpr" (default): (left, 2, right), ITensor's (link, site, link) and TeNPy's
+        (vL, p, vR); layout "lrp": (left, right, 2), quimb's default: ``[t.data for t in mps]``
+        of a ``MatrixProductState``. The end tensors may drop their unit bond (quimb's (2, right)
+        / (right, 2) and (left, 2)). Site s carries qubit s, bit s of the amplitude index of
+        qk's statevectors; quimb's ``to_dense()`` puts site 0 in the most significant bit (the
+        same state with the bits reversed; K is the same).
+    normalize: False (default): each MPS's squared norm must be within norm_tol of 1 (default
+        1e-9, 1e-5 for float tensors), a ValueError naming the sample otherwise; True: each state
+        is scaled to norm 1.
+    device, precision, threads: as for ``gram``; out: None (a new array) or a ``.npy`` path.
+    """
+    lay = layout.lower() if isinstance(layout, str) else layout
+    if lay not in _MPS_LAYOUTS:
+        raise ValueError(f"layout must be 'lpr' or 'lrp', got {layout!r}")
+    fa, ba, q, dta = _mps_side(A, "A", lay)
+    fb, bb, qb, dtb = ([], None, q, dta) if B is None else _mps_side(B, "B", lay)
+    na, nb = len(ba), (0 if B is None else len(bb))
+    if na == 0 or (B is not None and nb == 0):
+        return np.zeros((na, na if B is None else nb), dtype=np.float64)
+    if B is not None:
+        if qb != q:
+            raise ValueError(f"A has MPS of {q} sites and B of {qb}")
+        if dtb != dta:   # one dtype for both sides
+            dt = np.result_type(dta, dtb)
+            fa = [a.astype(dt) for a in fa]
+            fb = [b.astype(dt) for b in fb]
+            dta = dt.name
+    pa = np.array([a.ctypes.data for a in fa], dtype=np.uint64)
+    pb = np.array([b.ctypes.data for b in fb], dtype=np.uint64) if B is not None else None
+    dev = _option(_DEVICES, device, "device")
+    prec = _option(_PRECISIONS, precision, "precision")
+    tol = 0.0 if norm_tol is None else float(norm_tol)
+    args = (int(pa.ctypes.data), int(ba.ctypes.data), na,
+            0 if pb is None else int(pb.ctypes.data), 0 if bb is None else int(bb.ctypes.data), nb,
+            q, _STATE_TYPES[dta], _MPS_LAYOUTS[lay], dev, prec, _threads(threads), int(bool(normalize)), tol)
+    if out is None:
+        K = _qk._gram_mps(*args)
+    else:
+        path = os.fspath(out)
+        _qk._gram_mps(*args, out_path=path)
+        K = np.load(path, mmap_mode="r")
+    del fa, fb, pa, pb
     return K
 
 

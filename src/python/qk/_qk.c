@@ -691,6 +691,96 @@ fail:
     return NULL;
 }
 
+/* ---- gram_mps ---- */
+/* K from given MPS (qk_gram_mps_states): the Python wrapper (qk.gram_mps) makes every site tensor
+   a contiguous array of one dtype and passes the addresses of a uint64 array of the tensors'
+   pointers (n * n_sites) and of an int32 array of the bonds (n * (n_sites + 1)), and keeps them
+   alive over the call. Returns K as a new float32 / float64 array, or None with out_path. */
+static PyObject *qkpy_gram_mps_raw(PyObject *mod, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"a", "a_bonds", "n_a", "b", "b_bonds", "n_b", "n_sites", "type", "layout", "device", "precision",
+                             "threads", "normalize", "norm_tol", "out_path", NULL};
+    unsigned long long pa = 0, pab = 0, pb = 0, pbb = 0;
+    long long n_a = 0, n_b = 0;
+    int n_sites = 0, type = 0, layout = 0, device = 0, precision = 0, threads = 0, normalize = 0;
+    double norm_tol = 0.0, t0;
+    PyObject *path = NULL;
+    PyArrayObject *out = NULL;
+    qk_mps_states_desc st;
+    qk_gram_desc g;
+    qk_ctx_desc cd;
+    qk_ctx *ctx;
+    qk_dtype dt;
+    qkpy_cancel cancel;
+    qk_result r = QK_OK;
+    (void)mod;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "KKLKKLiiiiiiid|O&:_gram_mps", kwlist, &pa, &pab, &n_a, &pb, &pbb, &n_b, &n_sites, &type,
+                                     &layout, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path))
+        return NULL;
+    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
+    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    threads = qkpy_threads_for(threads);
+    ctx = qkpy_ctx_take(device, threads);
+    if (!ctx) {
+        memset(&cd, 0, sizeof cd);
+        cd.device = (qk_device)device;
+        cd.n_threads = threads;
+        Py_BEGIN_ALLOW_THREADS
+        r = qk_ctx_create(&cd, &ctx);
+        Py_END_ALLOW_THREADS
+        if (r != QK_OK) { qkpy_raise(r); goto fail; }
+    }
+    dt = precision == QK_PRECISION_FP64 ? QK_F64
+         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32
+         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    memset(&st, 0, sizeof st);
+    st.type = (qk_state_type)type;
+    st.layout = (qk_mps_layout)layout;
+    st.n_sites = n_sites;
+    st.a = (const void *const *)(uintptr_t)pa;
+    st.a_bonds = (const int *)(uintptr_t)pab;
+    st.n_a = n_a;
+    st.b = pb ? (const void *const *)(uintptr_t)pb : NULL;
+    st.b_bonds = pb ? (const int *)(uintptr_t)pbb : NULL;
+    st.n_b = pb ? n_b : 0;
+    st.normalize = normalize;
+    st.norm_tol = norm_tol;
+    memset(&g, 0, sizeof g);
+    if (path) {
+        g.output = QK_OUTPUT_NPY;
+        g.out_path = PyBytes_AS_STRING(path);
+    } else {
+        npy_intp dims[2];
+        dims[0] = (npy_intp)n_a; dims[1] = (npy_intp)(pb ? n_b : n_a);
+        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
+        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
+        g.out = PyArray_DATA(out);
+    }
+    g.out_dtype = dt;
+    g.precision = (qk_precision)precision;
+    g.progress = qkpy_progress;
+    g.progress_user = &cancel;
+    memset(&cancel, 0, sizeof cancel);
+    cancel.thread = PyThread_get_thread_ident();
+    cancel.last = qkpy_now();
+    cancel.ts = PyEval_SaveThread();
+    t0 = qkpy_now();
+    r = qk_gram_mps_states(ctx, &st, &g);
+    t0 = qkpy_now() - t0;
+    PyEval_RestoreThread(cancel.ts);
+    qkpy_last_gram_s = t0;
+    qkpy_ctx_give(ctx, device, threads);
+    if (cancel.interrupted) goto fail;
+    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
+    Py_XDECREF(path);
+    if (out) return (PyObject *)out;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(path);
+    return NULL;
+}
+
 /* ---- gram_vjp ---- */
 /* dL/dw (and K) of a map for G = dL/dK (qk_gram_vjp): X, Y float64 C-contiguous (the wrapper
    converts), G float64 (n_x, n_y) C-contiguous. Returns (grad, K). */
@@ -846,6 +936,9 @@ static PyMethodDef qkpy_methods[] = {
     {"_gram_states", (PyCFunction)(void (*)(void))qkpy_gram_states_raw, METH_VARARGS | METH_KEYWORDS,
      "_gram_states(a, n_a, lda, b, n_b, ldb, dim, type, on_device, device, precision, threads, normalize, norm_tol, out_path=None): "
      "qk_gram_states on raw pointers (qk.gram_states resolves the arrays)"},
+    {"_gram_mps", (PyCFunction)(void (*)(void))qkpy_gram_mps_raw, METH_VARARGS | METH_KEYWORDS,
+     "_gram_mps(a, a_bonds, n_a, b, b_bonds, n_b, n_sites, type, layout, device, precision, threads, normalize, norm_tol, "
+     "out_path=None): qk_gram_mps_states on raw pointer and bond arrays (qk.gram_mps resolves the tensors)"},
     {"_gram_vjp", (PyCFunction)(void (*)(void))qkpy_gram_vjp, METH_VARARGS | METH_KEYWORDS,
      "_gram_vjp(map, x, y, g, threads=0): (dL/dw, K) for G = dL/dK (qk_gram_vjp)"},
     {"_gram_projected", (PyCFunction)(void (*)(void))qkpy_gram_projected, METH_VARARGS | METH_KEYWORDS,
@@ -892,6 +985,8 @@ PyMODINIT_FUNC PyInit__qk(void)
     QKPY_CONST(QK_PRECISION_DEFAULT) QKPY_CONST(QK_PRECISION_FP32) QKPY_CONST(QK_PRECISION_FP64)
     QKPY_CONST(QK_PRECISION_TF32) QKPY_CONST(QK_PRECISION_FP32X3) QKPY_CONST(QK_PRECISION_FP16) QKPY_CONST(QK_PRECISION_AUTO)
     QKPY_CONST(QK_STATE_C128)
+    QKPY_CONST(QK_MPS_LPR)
+    QKPY_CONST(QK_MPS_LRP)
     QKPY_CONST(QK_STATE_C64)
     QKPY_CONST(QK_STATE_F64)
     QKPY_CONST(QK_STATE_F32)
