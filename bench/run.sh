@@ -15,6 +15,8 @@
 #   whole-job   qk-gram X.npy -> K.npy, ROWS (zz6:40000,zz8:20000): bench/whole_job.py (wall, peak
 #               RSS, dd floor, bench/.peer/torch_e2e.py in the same job), then each row again under
 #               /usr/bin/time -v
+#   states-job  qk-gram --states A.npy -> K.npy, SROWS (10:40000,14:8000: qubits:n, complex64
+#               states): bench/states_job.py, beside a PyTorch job on the same file (wall, peak RSS)
 #   sanitizers  compute-sanitizer TOOLS (memcheck racecheck initcheck) over PARTS (small tcblocks
 #               plan suite jobs): the test_gpu_engine parts, the suite at SAN_QS (3,8), single
 #               qk-gram jobs (13 / 16 qubits, fp32 / fp64); one log per tool and part
@@ -130,6 +132,14 @@ set_gpu_bench()
     else
         echo "no peer in $PEER: qk alone"
     fi
+}
+
+set_states_job()
+{
+    build "$GPU_OPTS" qk-gram
+    step states_job 580 python3 bench/states_job.py --qk-gram "$(bin qk-gram)" --rows "${SROWS:-10:40000,14:8000}" \
+        --qk-args "--device cuda --precision fp32" --json "$OUT/states_job.json"
+    cat "$OUT/states_job.log"
 }
 
 set_whole_job()
@@ -359,7 +369,7 @@ set_python_gpu()
 
 # ---- main ----
 case $SET in
-gpu-suite|gpu-bench|whole-job|sanitizers|cpu-bench|prof|mgpu|prec|mps-gpu|python-gpu) ;;
+gpu-suite|gpu-bench|whole-job|states-job|sanitizers|cpu-bench|prof|mgpu|prec|mps-gpu|python-gpu) ;;
 *) echo "unknown case set '$SET'"; usage ;;
 esac
 fn=set_${SET//-/_}
