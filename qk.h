@@ -557,8 +557,9 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* For a loss L(K) and G = dL/dK (n_x x n_y, row-major, ld_g), dL/dw for every trainable weight of
    the map at once: the states, S = <psi_i|phi_j>, one more product and one adjoint sweep per
    sample through its circuit (docs/gradients.md), about the cost of two to four Gram
-   evaluations whatever the number of weights. The CPU engine in fp64 (on any context), the
-   statevector paths, all states resident. */
+   evaluations whatever the number of weights. fp64, the statevector paths, all states resident:
+   on the CPU engine, or on the context's first GPU where the context runs on the CUDA engine
+   (cuBLAS products, one adjoint-sweep block per sample; device memory bounded first). */
 typedef struct qk_vjp_desc {
     const double *x;        /* n_x rows of map->n_features */
     int64_t n_x;
@@ -1408,6 +1409,11 @@ QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size
 /* A monotonic clock, seconds (std::chrono::steady_clock). */
 QK_CUDA_DEF double qk_cuda_wtime(void);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
+/* qk_gram_vjp on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine, after
+   checking the desc): the current device, fp64; real: the map's states are real (one plane: DSYRK /
+   DGEMM, else ZHERK / ZGEMM); pool: the context's stream pool (its stream and cuBLAS handle are
+   borrowed; NULL: the call makes its own). grad_w and k_out are written only on success. */
+QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
@@ -11659,6 +11665,14 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     for (i = 0; i < nx; i++)
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
+#if defined(QK_CUDA) && QK_CUDA
+    if (ctx->desc.device == QK_DEVICE_CUDA) {   /* the GPU engine (src/cuda/vjp.cuh): the context's first GPU */
+        char err[512] = "";
+        r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
+        return r == QK_OK ? QK_OK : qk__fail(r, "%s", err[0] ? err : "qk_gram_vjp: the GPU engine failed");
+    }
+#endif
     D = (int64_t)1 << map->n_qubits;
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;

@@ -114,3 +114,4 @@
 #include "tune.cuh"
 #include "devices.cuh"
 #include "mps.cuh"
+#include "vjp.cuh"
