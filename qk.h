@@ -2142,6 +2142,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
 QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
                                 const qk__mps_prog *mps, qk_cuda_stats *stats);
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */
 /* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
@@ -10328,7 +10329,7 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 
 /* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
    when it cannot be made (the job then makes its own streams, as the pool's absence means). */
-static qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
 {
     char err[256];
     if (!ctx->spool[k] && qk_cuda_pool_create(&ctx->spool[k], err, sizeof err) != QK_OK) ctx->spool[k] = NULL;
