@@ -559,8 +559,9 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* For a loss L(K) and G = dL/dK (n_x x n_y, row-major, ld_g), dL/dw for every trainable weight of
    the map at once: the states, S = <psi_i|phi_j>, one more product and one adjoint sweep per
    sample through its circuit (docs/gradients.md), about the cost of two to four Gram
-   evaluations whatever the number of weights. The CPU engine in fp64 (on any context), the
-   statevector paths, all states resident. */
+   evaluations whatever the number of weights. fp64, the statevector paths, all states resident:
+   on the CPU engine, or on the context's first GPU where the context runs on the CUDA engine
+   (cuBLAS products, one adjoint-sweep block per sample; device memory bounded first). */
 typedef struct qk_vjp_desc {
     const double *x;        /* n_x rows of map->n_features */
     int64_t n_x;
@@ -1464,6 +1465,11 @@ QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size
 /* A monotonic clock, seconds (std::chrono::steady_clock). */
 QK_CUDA_DEF double qk_cuda_wtime(void);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
+/* qk_gram_vjp on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine, after
+   checking the desc): the current device, fp64; real: the map's states are real (one plane: DSYRK /
+   DGEMM, else ZHERK / ZGEMM); pool: the context's stream pool (its stream and cuBLAS handle are
+   borrowed; NULL: the call makes its own). grad_w and k_out are written only on success. */
+QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
@@ -2205,6 +2211,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
 QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
                                 const qk__mps_prog *mps, qk_cuda_stats *stats);
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */
 /* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
@@ -10478,7 +10485,7 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 
 /* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
    when it cannot be made (the job then makes its own streams, as the pool's absence means). */
-static qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
 {
     char err[256];
     if (!ctx->spool[k] && qk_cuda_pool_create(&ctx->spool[k], err, sizeof err) != QK_OK) ctx->spool[k] = NULL;
@@ -12066,6 +12073,14 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     for (i = 0; i < nx; i++)
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
+#if defined(QK_CUDA) && QK_CUDA
+    if (ctx->desc.device == QK_DEVICE_CUDA) {   /* the GPU engine (src/cuda/vjp.cuh): the context's first GPU */
+        char err[512] = "";
+        r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
+        return r == QK_OK ? QK_OK : qk__fail(r, "%s", err[0] ? err : "qk_gram_vjp: the GPU engine failed");
+    }
+#endif
     D = (int64_t)1 << map->n_qubits;
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;

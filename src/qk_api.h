@@ -355,8 +355,9 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* For a loss L(K) and G = dL/dK (n_x x n_y, row-major, ld_g), dL/dw for every trainable weight of
    the map at once: the states, S = <psi_i|phi_j>, one more product and one adjoint sweep per
    sample through its circuit (docs/gradients.md), about the cost of two to four Gram
-   evaluations whatever the number of weights. The CPU engine in fp64 (on any context), the
-   statevector paths, all states resident. */
+   evaluations whatever the number of weights. fp64, the statevector paths, all states resident:
+   on the CPU engine, or on the context's first GPU where the context runs on the CUDA engine
+   (cuBLAS products, one adjoint-sweep block per sample; device memory bounded first). */
 typedef struct qk_vjp_desc {
     const double *x;        /* n_x rows of map->n_features */
     int64_t n_x;

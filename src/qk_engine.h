@@ -391,6 +391,11 @@ QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size
 /* A monotonic clock, seconds (std::chrono::steady_clock). */
 QK_CUDA_DEF double qk_cuda_wtime(void);
 /* States of n samples built on the device, copied back as interleaved complex doubles (tests). */
+/* qk_gram_vjp on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine, after
+   checking the desc): the current device, fp64; real: the map's states are real (one plane: DSYRK /
+   DGEMM, else ZHERK / ZGEMM); pool: the context's stream pool (its stream and cuBLAS handle are
+   borrowed; NULL: the call makes its own). grad_w and k_out are written only on success. */
+QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes

@@ -661,5 +661,6 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
 QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink,
                                 const qk__mps_prog *mps, qk_cuda_stats *stats);
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 #endif /* run_cuda.c */
 #endif /* QK_INTERNAL_H */

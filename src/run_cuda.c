@@ -186,7 +186,7 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
 
 /* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
    when it cannot be made (the job then makes its own streams, as the pool's absence means). */
-static qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
+QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
 {
     char err[256];
     if (!ctx->spool[k] && qk_cuda_pool_create(&ctx->spool[k], err, sizeof err) != QK_OK) ctx->spool[k] = NULL;

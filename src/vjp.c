@@ -533,6 +533,14 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     for (i = 0; i < nx; i++)
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
+#if defined(QK_CUDA) && QK_CUDA
+    if (ctx->desc.device == QK_DEVICE_CUDA) {   /* the GPU engine (src/cuda/vjp.cuh): the context's first GPU */
+        char err[512] = "";
+        r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
+        return r == QK_OK ? QK_OK : qk__fail(r, "%s", err[0] ? err : "qk_gram_vjp: the GPU engine failed");
+    }
+#endif
     D = (int64_t)1 << map->n_qubits;
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;

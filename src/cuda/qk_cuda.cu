@@ -80,3 +80,4 @@
 #include "tune.cuh"
 #include "devices.cuh"
 #include "mps.cuh"
+#include "vjp.cuh"
