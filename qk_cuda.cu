@@ -4736,7 +4736,7 @@ static void qk__vjp_free(qk__vjp_bufs &b)
     if (b.ev) cudaEventDestroy(b.ev);
     if (b.own_st && b.st) cudaStreamDestroy(b.st);
     if (b.own_st && b.st2) cudaStreamDestroy(b.st2);
-    if (b.lent) b.lent->lent = false;
+    qk__pool_return(b.lent);
     cudaGetLastError();
     b = qk__vjp_bufs();
 }
@@ -4770,11 +4770,7 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
             return qk__fail_msg(E, QK_ERROR_DEVICE_OUT_OF_MEMORY, msg);
         }
     }
-    int dev = -1;
-    QK_CK(cudaGetDevice(&dev));
-    if (pool && !pool->lent && pool->device == dev) { /* the context's stream and cuBLAS handle */
-        b.lent = pool;
-        pool->lent = true;
+    if ((b.lent = qk__pool_borrow(pool))) { /* the context's stream and cuBLAS handle */
         b.st = pool->st[0];
         b.st2 = pool->st[1];
         if (!pool->blas) QK_BLAS_CK(cublasCreate(&pool->blas));
@@ -4879,7 +4875,8 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
         QK_CK(cudaMalloc((void **)&b.gbuf, (size_t)total * nw * sizeof(double)));
         QK_CK(cudaMemsetAsync(b.gbuf, 0, (size_t)total * nw * sizeof(double), b.st));
         QK_CK(cudaMalloc((void **)&b.grad, (size_t)nw * sizeof(double)));
-        int optin = 0;
+        int optin = 0, dev = -1;
+        QK_CK(cudaGetDevice(&dev));
         QK_CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         const size_t smem = (size_t)2 * R * sizeof(double);
         const int in_smem = smem + 1024 <= (size_t)optin;

@@ -1,6 +1,12 @@
 /* ======================================================================================== */
 /* >>vjp ---- qk_cuda_gram_vjp: the gradient of a loss of K for every weight on the GPU ---- */
 /* ======================================================================================== */
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+#include "compile.cuh"
+#include "states.cuh"
+#include "pipeline.cuh"
 /* The CPU's qk_gram_vjp (vjp.c, docs/gradients.md) on one GPU, fp64:
    1. the states A (and B) on the device (qk__build_states: rows of D amplitudes, complex
       interleaved or, for real maps, real);
@@ -285,7 +291,7 @@ static void qk__vjp_free(qk__vjp_bufs &b)
     if (b.ev) cudaEventDestroy(b.ev);
     if (b.own_st && b.st) cudaStreamDestroy(b.st);
     if (b.own_st && b.st2) cudaStreamDestroy(b.st2);
-    if (b.lent) b.lent->lent = false;
+    qk__pool_return(b.lent);
     cudaGetLastError();
     b = qk__vjp_bufs();
 }
@@ -319,11 +325,7 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
             return qk__fail_msg(E, QK_ERROR_DEVICE_OUT_OF_MEMORY, msg);
         }
     }
-    int dev = -1;
-    QK_CK(cudaGetDevice(&dev));
-    if (pool && !pool->lent && pool->device == dev) { /* the context's stream and cuBLAS handle */
-        b.lent = pool;
-        pool->lent = true;
+    if ((b.lent = qk__pool_borrow(pool))) { /* the context's stream and cuBLAS handle */
         b.st = pool->st[0];
         b.st2 = pool->st[1];
         if (!pool->blas) QK_BLAS_CK(cublasCreate(&pool->blas));
@@ -428,7 +430,8 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
         QK_CK(cudaMalloc((void **)&b.gbuf, (size_t)total * nw * sizeof(double)));
         QK_CK(cudaMemsetAsync(b.gbuf, 0, (size_t)total * nw * sizeof(double), b.st));
         QK_CK(cudaMalloc((void **)&b.grad, (size_t)nw * sizeof(double)));
-        int optin = 0;
+        int optin = 0, dev = -1;
+        QK_CK(cudaGetDevice(&dev));
         QK_CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
         const size_t smem = (size_t)2 * R * sizeof(double);
         const int in_smem = smem + 1024 <= (size_t)optin;
