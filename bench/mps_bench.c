@@ -246,7 +246,8 @@ int main(int argc, char **argv)
     cpu_model(cpu, sizeof cpu);
     if (cs) {
         if (cq < 1 || cn < 1) { fprintf(stderr, "mps_bench: --case needs qubits >= 1 and n >= 1\n"); return 2; }
-        printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"isa\": \"%s\", \"cases\": [\n", cpu, qk_cpu_isa());
+        printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"isa\": \"%s\", \"isa_note\": \"%s\", \"cases\": [\n", cpu, qk_cpu_isa(),
+               qk_cpu_isa_note());
         one(cs, cq, (int64_t)cn, QK_PATH_MPS, 3);
         printf("\n]}\n");
         return 0;

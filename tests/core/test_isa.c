@@ -217,7 +217,8 @@ int main(void)
         printf("no runtime dispatch: only the build's own kernels (%s), against themselves\n", first);
         isa_names[0] = first;
     }
-    printf("instruction sets checked against generic:%s%s%s\n", avail & 1 ? " generic" : "", avail & 2 ? " avx2" : "", avail & 4 ? " avx512" : "");
+    printf("instruction sets run:%s%s%s (the reference: %s)\n", avail & 1 ? " generic" : "", avail & 2 ? " avx2" : "", avail & 4 ? " avx512" : "",
+           dispatch ? "generic" : first);
     g_ctx = qk_test_cpu_ctx(2);
     check_cases(avail);
     check_vjp(avail);
