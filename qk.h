@@ -7513,7 +7513,7 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
    terms in the same order whatever the slice, so the result depends only on FMA contraction (the
    instruction set: generic SSE2 has none). Where QK__DISPATCH, also compiled for AVX2 + FMA and
    AVX-512F, the job's qk__cpu_isa chooses (cpu_gram.c). Measured against the generic loop
-   (qk__mps_site) and across builds: docs/benchmarks.md ("Portable wheels"). */
+   (qk__mps_site) and across builds: docs/benchmarks.md ("The MPS path's site kernel"). */
 #define QK__MPS_SITE4_DEFINE(NAME, ATTR, VT, W, KB)                                                 \
     QK__CONTRACT ATTR static void NAME(const double *A, const double *B, int dl, int dr, const double *E, double *T, \
                                        double *En)                                                  \
@@ -7571,7 +7571,7 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
                 }                                                                                   \
     }
 
-/* the build's own (qk__v4 / qk__v2: cpu_gram.c), and where QK__DISPATCH, AVX2 + FMA and AVX-512F */
+/* the build's own (qk__v4 / qk__v2: qk_internal.h), and where QK__DISPATCH, AVX2 + FMA and AVX-512F */
 #if defined(__AVX512F__)
 QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v8, 8, 8)
 #elif defined(__AVX__) || defined(__aarch64__)
