@@ -60,10 +60,12 @@
                           QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
                           reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
-     QK_NO_DISPATCH       no runtime dispatch of the CPU Gram micro-kernels: where the target lacks
+     QK_NO_DISPATCH       no runtime dispatch of the CPU kernels (the Gram's micro-kernels, the MPS
+                          path's site kernel, the gradient's products): where the target lacks
                           AVX2 (x86-64 built without -march, e.g. a wheel), GCC/Clang builds also get
                           AVX2 + FMA and AVX-512F kernels (target attributes) chosen by the CPU
-                          at run time (__builtin_cpu_supports); this define keeps the baseline's
+                          at run time (__builtin_cpu_supports; QK_CPU_ISA, qk_cpu_isa_set: docs/api.md,
+                          "CPU instruction sets"); this define keeps the baseline's
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES
@@ -457,6 +459,20 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc, qk_ctx **out);
 QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
+
+/* The instruction set of the CPU engine's kernels (the Gram micro-kernels, the MPS transfer
+   matrices, the gradient's products), process-wide: "generic", "avx2" (AVX2 + FMA) or "avx512"
+   (AVX-512F). A portable x86-64 build (no -march; a wheel) has all three and takes the best the
+   CPU has, or the environment variable QK_CPU_ISA (generic, avx2, avx512, auto) where the CPU has
+   it, read once, at the first call that asks; a build without runtime dispatch (-march=native,
+   other architectures) has only its target's and names it. qk_cpu_isa_set chooses (NULL or
+   "auto": the best) for the calls started afterwards: QK_ERROR_UNSUPPORTED where the CPU or the
+   build lacks it, the choice unchanged. qk_cpu_isa_note: "" or why QK_CPU_ISA was not taken (an
+   unknown name, an instruction set this CPU lacks: the best it has is used). docs/api.md, "CPU
+   instruction sets". */
+QKDEF const char *qk_cpu_isa(void);
+QKDEF qk_result qk_cpu_isa_set(const char *isa);
+QKDEF const char *qk_cpu_isa_note(void);
 
 /* >>gram ---- qk_gram and its desc (outputs, precision, path, progress) ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
@@ -1957,10 +1973,23 @@ typedef struct qk__gram_job {
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
     /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
     void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
+    int isa;                    /* the kernels' instruction set (qk__cpu_isa when the job was set up) */
     qk__mutex cb_lock;
 } qk__gram_job;
 
 QK__PRIV int qk__ncores(void);
+/* The CPU kernels' instruction set (cpu_pool.c): the Gram micro-kernels, the MPS transfer
+   matrices and the VJP products of a portable x86-64 build (QK__DISPATCH: GCC / Clang vector
+   extensions, a target without AVX2, no QK_NO_DISPATCH) are also compiled for AVX2 + FMA and for
+   AVX-512F; qk__cpu_isa says which a job uses (QK__ISA_GENERIC: the build's own code, always in
+   builds without dispatch), chosen once per process (QK_CPU_ISA, else the best the CPU has) or
+   by qk_cpu_isa_set. A job reads it once, when it starts. */
+enum { QK__ISA_GENERIC = 0, QK__ISA_AVX2 = 1, QK__ISA_AVX512 = 2 };
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT) && defined(__x86_64__) && !defined(__AVX2__) && \
+    !defined(QK_NO_DISPATCH)
+#define QK__DISPATCH 1
+#endif
+QK__PRIV int qk__cpu_isa(void);
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
@@ -1995,6 +2024,8 @@ QK__PRIV void qk__product1(const qk_map *m, const double *x, double *out, double
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
 #define QK__VEC 1
 typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
+typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));   /* slices: one AVX2 / SSE2 register */
+typedef double qk__v2 __attribute__((vector_size(2 * sizeof(double))));
 #if defined(__GNUC__) && !defined(__clang__)
 #define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
 #else
@@ -3917,6 +3948,139 @@ QK__PRIV int qk__ncores(void)
 #endif
 }
 
+/* ---- the CPU kernels' instruction set (runtime dispatch; qk_internal.h, cpu_gram.c) ---- */
+/* -1 until chosen, then the level (QK__ISA_*) | the note << 4: why QK_CPU_ISA was not taken */
+static int qk__isa_state = -1;
+enum { QK__ISA_NOTE_NONE, QK__ISA_NOTE_UNKNOWN, QK__ISA_NOTE_LACKS, QK__ISA_NOTE_FIXED };
+static const char *const qk__isa_names[3] = {"generic", "avx2", "avx512"};
+
+#if !defined(QK__DISPATCH)
+/* The name of a build's own kernels (no dispatch): its compile target's (-march) */
+static const char *qk__isa_build_name(void)
+{
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "generic";
+#endif
+}
+#endif
+
+/* The levels this build and CPU can run: bit l for QK__ISA_* l (generic always). The CPU's own
+   word (__builtin_cpu_supports, which also checks that the OS saves the wider registers). */
+static int qk__isa_avail(void)
+{
+#if defined(QK__DISPATCH)
+    int m = 1;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) m |= 2;
+    if ((m & 2) && __builtin_cpu_supports("avx512f")) m |= 4;
+    return m;
+#else
+    return 1;
+#endif
+}
+
+static int qk__isa_best(int avail) { return avail & 4 ? QK__ISA_AVX512 : avail & 2 ? QK__ISA_AVX2 : QK__ISA_GENERIC; }
+
+/* generic / avx2 / avx512 -> QK__ISA_*; "auto" (or NULL, "") -> -2; else -1 */
+static int qk__isa_parse(const char *s)
+{
+    int l;
+    if (!s || !*s || !strcmp(s, "auto")) return -2;
+    for (l = 0; l < 3; l++) if (!strcmp(s, qk__isa_names[l])) return l;
+    return -1;
+}
+
+/* The level for a request s (QK_CPU_ISA's value, may be NULL), and why it was not taken */
+static int qk__isa_pick(const char *s, int *note)
+{
+    const int avail = qk__isa_avail(), l = qk__isa_parse(s);
+    *note = QK__ISA_NOTE_NONE;
+    if (l == -2) return qk__isa_best(avail);
+    if (l == -1) { *note = QK__ISA_NOTE_UNKNOWN; return qk__isa_best(avail); }
+#if defined(QK__DISPATCH)
+    if (!(avail >> l & 1)) { *note = QK__ISA_NOTE_LACKS; return qk__isa_best(avail); }
+    return l;
+#else
+    if (strcmp(s, qk__isa_build_name())) *note = QK__ISA_NOTE_FIXED;
+    return QK__ISA_GENERIC;
+#endif
+}
+
+QK__PRIV int qk__cpu_isa(void)
+{
+    int st = QK__LOAD(&qk__isa_state);
+    if (st < 0) {   /* the first call: QK_CPU_ISA, else the best (racing first calls agree) */
+        int note, want = -1;
+        st = qk__isa_pick(getenv("QK_CPU_ISA"), &note) | note << 4;
+#ifndef QK_NO_THREADS
+        if (!__atomic_compare_exchange_n(&qk__isa_state, &want, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) st = want;
+#else
+        (void)want;
+        qk__isa_state = st;
+#endif
+    }
+    return st & 15;
+}
+
+QKDEF const char *qk_cpu_isa(void)
+{
+    const int l = qk__cpu_isa();
+#if defined(QK__DISPATCH)
+    return qk__isa_names[l];
+#else
+    (void)l;
+    return qk__isa_build_name();
+#endif
+}
+
+QKDEF qk_result qk_cpu_isa_set(const char *isa)
+{
+    const int avail = qk__isa_avail();
+    int l = qk__isa_parse(isa);
+    char e[QK__ESC_ARG_SIZE];
+    if (l == -1)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_cpu_isa_set: unknown instruction set %s (generic, avx2, avx512 or auto)",
+                        qk__esc_arg(e, sizeof e, isa));
+    if (l == -2) l = qk__isa_best(avail);
+#if defined(QK__DISPATCH)
+    else if (!(avail >> l & 1))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_cpu_isa_set: this CPU lacks %s (%s); the kernels stay %s (the best it has: %s)",
+                        qk__isa_names[l], l == QK__ISA_AVX512 ? "avx512f" : "avx2 and fma", qk_cpu_isa(), qk__isa_names[qk__isa_best(avail)]);
+#else
+    else if (strcmp(isa, qk__isa_build_name()))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_cpu_isa_set: this build has no runtime dispatch: its kernels are %s, its compile "
+                        "target's (-march=native or another target with AVX2, not x86-64, QK_NO_DISPATCH or QK_NO_VECTOR_EXT); "
+                        "a portable x86-64 build (no -march, Meson -Dnative=false) chooses at run time", qk__isa_build_name());
+    else l = QK__ISA_GENERIC;
+#endif
+    QK__STORE(&qk__isa_state, l);
+    return QK_OK;
+}
+
+QKDEF const char *qk_cpu_isa_note(void)
+{
+    static QK__TLS char buf[QK__ESC_ARG_SIZE + 192];
+    const int note = (qk__cpu_isa(), QK__LOAD(&qk__isa_state)) >> 4;
+    char e[QK__ESC_ARG_SIZE];
+    const char *v = getenv("QK_CPU_ISA");
+    buf[0] = 0;
+    if (note == QK__ISA_NOTE_NONE || !v) return buf;
+    qk__esc_arg(e, sizeof e, v);
+    if (note == QK__ISA_NOTE_UNKNOWN)
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s is not generic, avx2, avx512 or auto: the kernels use %s, the best this CPU has", e, qk_cpu_isa());
+    else if (note == QK__ISA_NOTE_LACKS)
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s: this CPU lacks %s: the kernels use %s, the best it has", e,
+                 !strcmp(v, "avx512") ? "avx512f" : "avx2 and fma", qk_cpu_isa());
+    else
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s ignored: this build has no runtime dispatch; its kernels are %s, its compile target's", e,
+                 qk_cpu_isa());
+    return buf;
+}
+
 /* A context's pool of worker threads, started once (on its first qk_gram) and reused by every
    parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
    (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).
@@ -4711,15 +4875,14 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
    set decides, does change the last bits). GCC in ISO C mode (-std=c11) does not contract a*b+c
    into an FMA; QK__CONTRACT turns contraction on for these functions only (2x on the dev machine).
 
-   Runtime dispatch (QK__MK_DISPATCH: x86-64, GCC or Clang, a target without AVX2, and no
-   QK_NO_DISPATCH): a portable build (a Python wheel, a distribution's package: plain x86-64, SSE2)
-   also compiles the kernels for AVX2 + FMA and for AVX-512F (target attributes) and each Gram
-   job's workers pick the best one the CPU has (__builtin_cpu_supports). Builds for a target with
-   AVX2 (-march=native, -Dnative=true) use the one their target gives, without dispatch. */
+   Runtime dispatch (QK__DISPATCH, qk_internal.h: x86-64, GCC or Clang, a target without AVX2,
+   and no QK_NO_DISPATCH): a portable build (a Python wheel, a distribution's package: plain
+   x86-64, SSE2) also compiles the kernels for AVX2 + FMA and for AVX-512F (target attributes) and
+   each Gram job uses the instruction set qk__cpu_isa chose (the best the CPU has, QK_CPU_ISA,
+   qk_cpu_isa_set; cpu_pool.c). Builds for a target with AVX2 (-march=native, -Dnative=true) use
+   the one their target gives, without dispatch. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
-/* QK__VEC, qk__v8, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
-typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));
-typedef double qk__v2 __attribute__((vector_size(2 * sizeof(double))));
+/* QK__VEC, qk__v8, qk__v4, qk__v2, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
 
 /* Defines NAME##_complex and NAME##_real for slices of W doubles (vector type VT), with the
    function attributes ATTR. */
@@ -4780,29 +4943,17 @@ QK__MK_DEFINE(qk__mk, , qk__v4, 4)
 QK__MK_DEFINE(qk__mk, , qk__v2, 2)
 #endif
 
-#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
-#define QK__MK_DISPATCH 1
+#if defined(QK__DISPATCH)
 QK__MK_DEFINE(qk__mk_avx2, __attribute__((target("avx2,fma"))), qk__v4, 4)
 QK__MK_DEFINE(qk__mk_avx512, __attribute__((target("avx512f,fma"))), qk__v8, 8)
 #endif
 #undef QK__MK_DEFINE
 
-/* The kernels a Gram job's worker uses: 2 AVX-512F, 1 AVX2 + FMA, 0 the build's own (always 0
-   without QK__MK_DISPATCH) */
-static int qk__mk_isa(void)
-{
-#if defined(QK__MK_DISPATCH)
-    if (__builtin_cpu_supports("avx512f")) return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
-#endif
-    return 0;
-}
-
 static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
-#if defined(QK__MK_DISPATCH)
-    if (isa == 2) { qk__mk_avx512_complex(ap, bp, dc, accr, acci); return; }
-    if (isa == 1) { qk__mk_avx2_complex(ap, bp, dc, accr, acci); return; }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mk_avx512_complex(ap, bp, dc, accr, acci); return; }
+    if (isa == QK__ISA_AVX2) { qk__mk_avx2_complex(ap, bp, dc, accr, acci); return; }
 #endif
     (void)isa;
     qk__mk_complex(ap, bp, dc, accr, acci);
@@ -4810,9 +4961,9 @@ static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int6
 
 static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr)
 {
-#if defined(QK__MK_DISPATCH)
-    if (isa == 2) { qk__mk_avx512_real(ap, bp, dc, accr); return; }
-    if (isa == 1) { qk__mk_avx2_real(ap, bp, dc, accr); return; }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mk_avx512_real(ap, bp, dc, accr); return; }
+    if (isa == QK__ISA_AVX2) { qk__mk_avx2_real(ap, bp, dc, accr); return; }
 #endif
     (void)isa;
     qk__mk_real(ap, bp, dc, accr);
@@ -4856,7 +5007,6 @@ static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
 }
-static int qk__mk_isa(void) { return 0; }
 #endif
 
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
@@ -4957,7 +5107,7 @@ static void qk__gram_work(void *p, int thread)
     double *acci, *kt, *panel, *apack;
     int64_t t;
     unsigned polls = 0;
-    const int isa = qk__mk_isa();   /* the micro-kernels for this CPU (dispatch: above) */
+    const int isa = j->isa;   /* the micro-kernels' instruction set (dispatch: above) */
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
     acci = accr + QK__TR * QK__T;
     kt = acci + QK__TR * QK__T;
@@ -6677,6 +6827,7 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
+    j->isa = qk__cpu_isa();   /* the kernels of the whole job (cpu_pool.c) */
     (void)qk__mutex_init(&j->cb_lock);
 }
 
@@ -7506,66 +7657,102 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
    QK__NJ column samples (vectors B): T = E B (vector x vector), E' = A^H T (scalar x vector).
    E: dl x dl, T: dl x 2dr, E': dr x dr vectors of [QK__NJ re | QK__NJ im]. */
 #if defined(QK__VEC)
-/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, 8
-   complex vectors of T (16 zmm) over l', 4 of E' over (l, a). Against the generic loop below, one
-   thread of the 2-core dev machine (bench/mps_bench.c, CPU seconds): zz linear reps=2, 100 qubits,
-   n = 512: 1.41 -> 0.94 s; zz circular reps=2 (bond 16), 40 qubits, n = 128: 2.15 -> 1.76 s. */
-QK__CONTRACT
-static void qk__mps_site4(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, KB
+   complex vectors of T over l', 4 of E' over (l, a). The 8 lanes go in slices of one hardware
+   vector (W doubles: 8 with AVX-512, 4 with AVX2, 2 with SSE2), each slice over the whole sum, so
+   2 KB + 4 vectors fit the registers (KB = 8 with AVX-512's 32, 4 with 16); each lane sums its
+   terms in the same order whatever the slice, so the result depends only on FMA contraction (the
+   instruction set: generic SSE2 has none). Where QK__DISPATCH, also compiled for AVX2 + FMA and
+   AVX-512F, the job's qk__cpu_isa chooses (cpu_gram.c). Measured against the generic loop
+   (qk__mps_site) and across builds: docs/benchmarks.md ("The MPS path's site kernel"). */
+#define QK__MPS_SITE4_DEFINE(NAME, ATTR, VT, W, KB)                                                 \
+    QK__CONTRACT ATTR static void NAME(const double *A, const double *B, int dl, int dr, const double *E, double *T, \
+                                       double *En)                                                  \
+    {                                                                                               \
+        const int n2 = 2 * dr;                                                                      \
+        int l, lp, k0, kk, la, r, r0, h;                                                            \
+        VT z;                                                                                       \
+        memset(&z, 0, sizeof z);                                                                    \
+        for (l = 0; l < dl; l++)                                                                    \
+            for (k0 = 0; k0 < n2; k0 += (KB))                                                       \
+                for (h = 0; h < QK__NJ; h += (W)) {                                                 \
+                    VT tr[KB], ti[KB];                                                              \
+                    for (kk = 0; kk < (KB); kk++) { tr[kk] = z; ti[kk] = z; }                       \
+                    for (lp = 0; lp < dl; lp++) {                                                   \
+                        VT er, ei;                                                                  \
+                        const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ + h;             \
+                        const double *e = E + ((size_t)l * dl + lp) * 2 * QK__NJ + h;               \
+                        memcpy(&er, e, sizeof er); memcpy(&ei, e + QK__NJ, sizeof ei);              \
+                        for (kk = 0; kk < (KB); kk++) {                                             \
+                            VT br, bi;                                                              \
+                            memcpy(&br, bb + kk * 2 * QK__NJ, sizeof br);                           \
+                            memcpy(&bi, bb + kk * 2 * QK__NJ + QK__NJ, sizeof bi);                  \
+                            tr[kk] += er * br; tr[kk] -= ei * bi;                                   \
+                            ti[kk] += er * bi; ti[kk] += ei * br;                                   \
+                        }                                                                           \
+                    }                                                                               \
+                    for (kk = 0; kk < (KB); kk++) {   /* through whole vectors (QK__ST8 says why) */ \
+                        double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ + h;                \
+                        VT sr = tr[kk], si = ti[kk];                                                \
+                        memcpy(t, &sr, sizeof sr); memcpy(t + QK__NJ, &si, sizeof si);              \
+                    }                                                                               \
+                }                                                                                   \
+        for (r = 0; r < dr; r++)                                                                    \
+            for (r0 = 0; r0 < dr; r0 += 4)                                                          \
+                for (h = 0; h < QK__NJ; h += (W)) {                                                 \
+                    VT xr[4], xi[4];                                                                \
+                    for (kk = 0; kk < 4; kk++) { xr[kk] = z; xi[kk] = z; }                          \
+                    for (la = 0; la < 2 * dl; la++) {                                               \
+                        const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ];                    \
+                        const double ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];           \
+                        const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ + h;              \
+                        for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */                           \
+                            VT vr, vi;                                                              \
+                            memcpy(&vr, t + kk * 2 * QK__NJ, sizeof vr);                            \
+                            memcpy(&vi, t + kk * 2 * QK__NJ + QK__NJ, sizeof vi);                   \
+                            xr[kk] += cr * vr; xr[kk] += ci * vi;                                   \
+                            xi[kk] += cr * vi; xi[kk] -= ci * vr;                                   \
+                        }                                                                           \
+                    }                                                                               \
+                    for (kk = 0; kk < 4; kk++) {                                                    \
+                        double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ + h;               \
+                        VT sr = xr[kk], si = xi[kk];                                                \
+                        memcpy(e, &sr, sizeof sr); memcpy(e + QK__NJ, &si, sizeof si);              \
+                    }                                                                               \
+                }                                                                                   \
+    }
+
+/* the build's own (qk__v4 / qk__v2: qk_internal.h), and where QK__DISPATCH, AVX2 + FMA and AVX-512F */
+#if defined(__AVX512F__)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v8, 8, 8)
+#elif defined(__AVX__) || defined(__aarch64__)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v4, 4, 4)
+#else
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v2, 2, 4)
+#endif
+#if defined(QK__DISPATCH)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_avx2, __attribute__((target("avx2,fma"))), qk__v4, 4, 4)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_avx512, __attribute__((target("avx512f,fma"))), qk__v8, 8, 8)
+#endif
+#undef QK__MPS_SITE4_DEFINE
+
+static void qk__mps_site4(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
-    const int n2 = 2 * dr;
-    int l, lp, k0, kk, la, r, r0;
-    for (l = 0; l < dl; l++)
-        for (k0 = 0; k0 < n2; k0 += 8) {
-            qk__v8 tr[8], ti[8];
-            memset(tr, 0, sizeof tr);
-            memset(ti, 0, sizeof ti);
-            for (lp = 0; lp < dl; lp++) {
-                qk__v8 er, ei;
-                const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ;
-                QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
-                QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
-                for (kk = 0; kk < 8; kk++) {
-                    qk__v8 br, bi;
-                    QK__LD8(br, bb + kk * 2 * QK__NJ); QK__LD8(bi, bb + kk * 2 * QK__NJ + QK__NJ);
-                    tr[kk] += er * br; tr[kk] -= ei * bi;
-                    ti[kk] += er * bi; ti[kk] += ei * br;
-                }
-            }
-            for (kk = 0; kk < 8; kk++) {   /* through whole vectors: QK__ST8 (see there) */
-                double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
-                QK__ST8(t, tr[kk]); QK__ST8(t + QK__NJ, ti[kk]);
-            }
-        }
-    for (r = 0; r < dr; r++)
-        for (r0 = 0; r0 < dr; r0 += 4) {
-            qk__v8 xr[4], xi[4];
-            memset(xr, 0, sizeof xr);
-            memset(xi, 0, sizeof xi);
-            for (la = 0; la < 2 * dl; la++) {
-                const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
-                const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ;
-                for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */
-                    qk__v8 vr, vi;
-                    QK__LD8(vr, t + kk * 2 * QK__NJ); QK__LD8(vi, t + kk * 2 * QK__NJ + QK__NJ);
-                    xr[kk] += cr * vr; xr[kk] += ci * vi;
-                    xi[kk] += cr * vi; xi[kk] -= ci * vr;
-                }
-            }
-            for (kk = 0; kk < 4; kk++) {
-                double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
-                QK__ST8(e, xr[kk]); QK__ST8(e + QK__NJ, xi[kk]);
-            }
-        }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mps_site4_avx512(A, B, dl, dr, E, T, En); return; }
+    if (isa == QK__ISA_AVX2) { qk__mps_site4_avx2(A, B, dl, dr, E, T, En); return; }
+#endif
+    (void)isa;
+    qk__mps_site4_own(A, B, dl, dr, E, T, En);
 }
 
 QK__CONTRACT
-static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+static void qk__mps_site(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
     const int n2 = 2 * dr;
     int l, lp, k, la, r, rp;
     qk__v8 z;
-    if (dr % 4 == 0) { qk__mps_site4(A, B, dl, dr, E, T, En); return; }
+    if (dr % 4 == 0) { qk__mps_site4(isa, A, B, dl, dr, E, T, En); return; }
     memset(&z, 0, sizeof z);
     for (l = 0; l < dl; l++) {
         double *t = T + (size_t)l * n2 * 2 * QK__NJ;
@@ -7603,10 +7790,11 @@ static void qk__mps_site(const double *A, const double *B, int dl, int dr, const
         }
 }
 #else
-static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+static void qk__mps_site(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
     const int n2 = 2 * dr;
     int l, lp, k, la, r, rp, v;
+    (void)isa;
     memset(T, 0, sizeof(double) * (size_t)dl * n2 * 2 * QK__NJ);
     for (l = 0; l < dl; l++)
         for (lp = 0; lp < dl; lp++) {
@@ -7687,7 +7875,7 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
                 for (rr = 0; rr < nr; rr++) {
                     const int64_t i = i0 + rb + rr;
                     const double *A = j->A + (i / QK__NJ) * p->group + p->off[s] + (i % QK__NJ);
-                    qk__mps_site(A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
+                    qk__mps_site(j->isa, A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
                     if (rr == nr - 1) { sw = Ec; Ec = En; En = sw; }
                 }
                 /* a cancel inside the chain: a pair costs about 128 sum_s D_s D_s+1 (D_s + D_s+1)
@@ -11564,7 +11752,7 @@ QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, c
    chunk), so C does not depend on the thread count. upper: only the micro-blocks that hold an
    entry with column >= row (the upper triangle of a symmetric product; the rest is not written).
    Runtime dispatch as in cpu_gram.c: a portable x86-64 build also compiles the micro-kernel for
-   AVX2 + FMA and picks it where the CPU has them. */
+   AVX2 + FMA and uses it where qk__cpu_isa chose AVX2 or AVX-512 (cpu_pool.c). */
 #define QK__VMR 6
 #define QK__VNR 8
 #define QK__VKC 256
@@ -11649,7 +11837,7 @@ typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
             for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];               \
     }
 QK__VMK_DEFINE(qk__vmk, )
-#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
+#if defined(QK__DISPATCH)
 #define QK__VMK_DISPATCH 1
 QK__VMK_DEFINE(qk__vmk_avx2, __attribute__((target("avx2,fma"))))
 #endif
@@ -11717,7 +11905,7 @@ static void qk__vgemm(int nt, int upper, int acc, int64_t m, int64_t n, int64_t 
     g.items_j = (n + QK__VNC - 1) / QK__VNC;
     g.n_items = (m + QK__VMC - 1) / QK__VMC * g.items_j;
 #if defined(QK__VMK_DISPATCH)
-    g.isa = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    g.isa = qk__cpu_isa() >= QK__ISA_AVX2;   /* an AVX-512 CPU takes the AVX2 kernel */
 #else
     g.isa = 0;
 #endif

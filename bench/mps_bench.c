@@ -6,8 +6,10 @@
    case. The load average at the start and end is recorded: on a shared 2-core machine the wall
    figures move with it.
 
-   usage: mps_bench [--threads N] [--quick] [--device cuda]
-   --device cuda: the GPU cases instead (one_gpu below; bench/run.sh mps-gpu). */
+   usage: mps_bench [--threads N] [--quick] [--device cuda] [--case SPEC QUBITS N]
+   --device cuda: the GPU cases instead (one_gpu below; bench/run.sh mps-gpu).
+   --case: that one case alone on the MPS path (3 reps), for a profiler or paired timings of
+   builds (docs/benchmarks.md, "Portable wheels"). */
 #define _POSIX_C_SOURCE 200809L
 #define QK_IMPLEMENTATION
 #include "qk.h"
@@ -223,11 +225,15 @@ int main(int argc, char **argv)
 {
     int i, quick = 0, gpu = 0;
     char cpu[128];
+    const char *cs = NULL;
+    int cq = 0;
+    long long cn = 0;
     for (i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) g_threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--device") && i + 1 < argc && !strcmp(argv[i + 1], "cuda")) { gpu = 1; i++; }
-        else { fprintf(stderr, "usage: mps_bench [--threads N] [--quick] [--device cuda]\n"); return 2; }
+        else if (!strcmp(argv[i], "--case") && i + 3 < argc) { cs = argv[i + 1]; cq = atoi(argv[i + 2]); cn = atoll(argv[i + 3]); i += 3; }
+        else { fprintf(stderr, "usage: mps_bench [--threads N] [--quick] [--device cuda] [--case SPEC QUBITS N]\n"); return 2; }
     }
     if (gpu) {
 #if defined(QK_CUDA) && QK_CUDA
@@ -238,6 +244,14 @@ int main(int argc, char **argv)
 #endif
     }
     cpu_model(cpu, sizeof cpu);
+    if (cs) {
+        if (cq < 1 || cn < 1) { fprintf(stderr, "mps_bench: --case needs qubits >= 1 and n >= 1\n"); return 2; }
+        printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"isa\": \"%s\", \"isa_note\": \"%s\", \"cases\": [\n", cpu, qk_cpu_isa(),
+               qk_cpu_isa_note());
+        one(cs, cq, (int64_t)cn, QK_PATH_MPS, 3);
+        printf("\n]}\n");
+        return 0;
+    }
     printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"cores\": %d, \"load_avg_start\": %.2f, \"cases\": [\n", cpu, qk__ncores(), loadavg());
     /* both paths: zz reps=2 linear (bond 4) */
     one("zz(reps=2,ent=linear)", 12, 512, QK_PATH_MPS, 3);

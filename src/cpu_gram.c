@@ -173,15 +173,14 @@ static void qk__tile_of(const qk__gram_job *j, int64_t t, int64_t *ti, int64_t *
    set decides, does change the last bits). GCC in ISO C mode (-std=c11) does not contract a*b+c
    into an FMA; QK__CONTRACT turns contraction on for these functions only (2x on the dev machine).
 
-   Runtime dispatch (QK__MK_DISPATCH: x86-64, GCC or Clang, a target without AVX2, and no
-   QK_NO_DISPATCH): a portable build (a Python wheel, a distribution's package: plain x86-64, SSE2)
-   also compiles the kernels for AVX2 + FMA and for AVX-512F (target attributes) and each Gram
-   job's workers pick the best one the CPU has (__builtin_cpu_supports). Builds for a target with
-   AVX2 (-march=native, -Dnative=true) use the one their target gives, without dispatch. */
+   Runtime dispatch (QK__DISPATCH, qk_internal.h: x86-64, GCC or Clang, a target without AVX2,
+   and no QK_NO_DISPATCH): a portable build (a Python wheel, a distribution's package: plain
+   x86-64, SSE2) also compiles the kernels for AVX2 + FMA and for AVX-512F (target attributes) and
+   each Gram job uses the instruction set qk__cpu_isa chose (the best the CPU has, QK_CPU_ISA,
+   qk_cpu_isa_set; cpu_pool.c). Builds for a target with AVX2 (-march=native, -Dnative=true) use
+   the one their target gives, without dispatch. */
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
-/* QK__VEC, qk__v8, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
-typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));
-typedef double qk__v2 __attribute__((vector_size(2 * sizeof(double))));
+/* QK__VEC, qk__v8, qk__v4, qk__v2, QK__CONTRACT, QK__LD8, QK__ST8, QK__ADD8: in qk_internal.h (the MPS engine uses them) */
 
 /* Defines NAME##_complex and NAME##_real for slices of W doubles (vector type VT), with the
    function attributes ATTR. */
@@ -242,29 +241,17 @@ QK__MK_DEFINE(qk__mk, , qk__v4, 4)
 QK__MK_DEFINE(qk__mk, , qk__v2, 2)
 #endif
 
-#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
-#define QK__MK_DISPATCH 1
+#if defined(QK__DISPATCH)
 QK__MK_DEFINE(qk__mk_avx2, __attribute__((target("avx2,fma"))), qk__v4, 4)
 QK__MK_DEFINE(qk__mk_avx512, __attribute__((target("avx512f,fma"))), qk__v8, 8)
 #endif
 #undef QK__MK_DEFINE
 
-/* The kernels a Gram job's worker uses: 2 AVX-512F, 1 AVX2 + FMA, 0 the build's own (always 0
-   without QK__MK_DISPATCH) */
-static int qk__mk_isa(void)
-{
-#if defined(QK__MK_DISPATCH)
-    if (__builtin_cpu_supports("avx512f")) return 2;
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return 1;
-#endif
-    return 0;
-}
-
 static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr, double *acci)
 {
-#if defined(QK__MK_DISPATCH)
-    if (isa == 2) { qk__mk_avx512_complex(ap, bp, dc, accr, acci); return; }
-    if (isa == 1) { qk__mk_avx2_complex(ap, bp, dc, accr, acci); return; }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mk_avx512_complex(ap, bp, dc, accr, acci); return; }
+    if (isa == QK__ISA_AVX2) { qk__mk_avx2_complex(ap, bp, dc, accr, acci); return; }
 #endif
     (void)isa;
     qk__mk_complex(ap, bp, dc, accr, acci);
@@ -272,9 +259,9 @@ static void qk__mk_complex_isa(int isa, const double *ap, const double *bp, int6
 
 static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t dc, double *accr)
 {
-#if defined(QK__MK_DISPATCH)
-    if (isa == 2) { qk__mk_avx512_real(ap, bp, dc, accr); return; }
-    if (isa == 1) { qk__mk_avx2_real(ap, bp, dc, accr); return; }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mk_avx512_real(ap, bp, dc, accr); return; }
+    if (isa == QK__ISA_AVX2) { qk__mk_avx2_real(ap, bp, dc, accr); return; }
 #endif
     (void)isa;
     qk__mk_real(ap, bp, dc, accr);
@@ -318,7 +305,6 @@ static void qk__mk_real_isa(int isa, const double *ap, const double *bp, int64_t
     for (a = 0; a < QK__NI; a++)
         for (b = 0; b < QK__NJ; b++) accr[a * QK__T + b] += r[a][b];
 }
-static int qk__mk_isa(void) { return 0; }
 #endif
 
 /* K of the tile rows [i0, i0+m) x cols [j0, j0+n) into kt (m x n, ld QK__T), values |<a|b>|^2 */
@@ -419,7 +405,7 @@ static void qk__gram_work(void *p, int thread)
     double *acci, *kt, *panel, *apack;
     int64_t t;
     unsigned polls = 0;
-    const int isa = qk__mk_isa();   /* the micro-kernels for this CPU (dispatch: above) */
+    const int isa = j->isa;   /* the micro-kernels' instruction set (dispatch: above) */
     if (!accr || (j->output == QK_OUTPUT_CALLBACK && !cb)) { QK__STORE(&j->oom, 1); QK_FREE(accr); QK_FREE(cb); return; }
     acci = accr + QK__TR * QK__T;
     kt = acci + QK__TR * QK__T;

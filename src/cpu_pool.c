@@ -20,6 +20,139 @@ QK__PRIV int qk__ncores(void)
 #endif
 }
 
+/* ---- the CPU kernels' instruction set (runtime dispatch; qk_internal.h, cpu_gram.c) ---- */
+/* -1 until chosen, then the level (QK__ISA_*) | the note << 4: why QK_CPU_ISA was not taken */
+static int qk__isa_state = -1;
+enum { QK__ISA_NOTE_NONE, QK__ISA_NOTE_UNKNOWN, QK__ISA_NOTE_LACKS, QK__ISA_NOTE_FIXED };
+static const char *const qk__isa_names[3] = {"generic", "avx2", "avx512"};
+
+#if !defined(QK__DISPATCH)
+/* The name of a build's own kernels (no dispatch): its compile target's (-march) */
+static const char *qk__isa_build_name(void)
+{
+#if defined(__AVX512F__)
+    return "avx512";
+#elif defined(__AVX2__) && defined(__FMA__)
+    return "avx2";
+#else
+    return "generic";
+#endif
+}
+#endif
+
+/* The levels this build and CPU can run: bit l for QK__ISA_* l (generic always). The CPU's own
+   word (__builtin_cpu_supports, which also checks that the OS saves the wider registers). */
+static int qk__isa_avail(void)
+{
+#if defined(QK__DISPATCH)
+    int m = 1;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) m |= 2;
+    if ((m & 2) && __builtin_cpu_supports("avx512f")) m |= 4;
+    return m;
+#else
+    return 1;
+#endif
+}
+
+static int qk__isa_best(int avail) { return avail & 4 ? QK__ISA_AVX512 : avail & 2 ? QK__ISA_AVX2 : QK__ISA_GENERIC; }
+
+/* generic / avx2 / avx512 -> QK__ISA_*; "auto" (or NULL, "") -> -2; else -1 */
+static int qk__isa_parse(const char *s)
+{
+    int l;
+    if (!s || !*s || !strcmp(s, "auto")) return -2;
+    for (l = 0; l < 3; l++) if (!strcmp(s, qk__isa_names[l])) return l;
+    return -1;
+}
+
+/* The level for a request s (QK_CPU_ISA's value, may be NULL), and why it was not taken */
+static int qk__isa_pick(const char *s, int *note)
+{
+    const int avail = qk__isa_avail(), l = qk__isa_parse(s);
+    *note = QK__ISA_NOTE_NONE;
+    if (l == -2) return qk__isa_best(avail);
+    if (l == -1) { *note = QK__ISA_NOTE_UNKNOWN; return qk__isa_best(avail); }
+#if defined(QK__DISPATCH)
+    if (!(avail >> l & 1)) { *note = QK__ISA_NOTE_LACKS; return qk__isa_best(avail); }
+    return l;
+#else
+    if (strcmp(s, qk__isa_build_name())) *note = QK__ISA_NOTE_FIXED;
+    return QK__ISA_GENERIC;
+#endif
+}
+
+QK__PRIV int qk__cpu_isa(void)
+{
+    int st = QK__LOAD(&qk__isa_state);
+    if (st < 0) {   /* the first call: QK_CPU_ISA, else the best (racing first calls agree) */
+        int note, want = -1;
+        st = qk__isa_pick(getenv("QK_CPU_ISA"), &note) | note << 4;
+#ifndef QK_NO_THREADS
+        if (!__atomic_compare_exchange_n(&qk__isa_state, &want, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) st = want;
+#else
+        (void)want;
+        qk__isa_state = st;
+#endif
+    }
+    return st & 15;
+}
+
+QKDEF const char *qk_cpu_isa(void)
+{
+    const int l = qk__cpu_isa();
+#if defined(QK__DISPATCH)
+    return qk__isa_names[l];
+#else
+    (void)l;
+    return qk__isa_build_name();
+#endif
+}
+
+QKDEF qk_result qk_cpu_isa_set(const char *isa)
+{
+    const int avail = qk__isa_avail();
+    int l = qk__isa_parse(isa);
+    char e[QK__ESC_ARG_SIZE];
+    if (l == -1)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_cpu_isa_set: unknown instruction set %s (generic, avx2, avx512 or auto)",
+                        qk__esc_arg(e, sizeof e, isa));
+    if (l == -2) l = qk__isa_best(avail);
+#if defined(QK__DISPATCH)
+    else if (!(avail >> l & 1))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_cpu_isa_set: this CPU lacks %s (%s); the kernels stay %s (the best it has: %s)",
+                        qk__isa_names[l], l == QK__ISA_AVX512 ? "avx512f" : "avx2 and fma", qk_cpu_isa(), qk__isa_names[qk__isa_best(avail)]);
+#else
+    else if (strcmp(isa, qk__isa_build_name()))
+        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_cpu_isa_set: this build has no runtime dispatch: its kernels are %s, its compile "
+                        "target's (-march=native or another target with AVX2, not x86-64, QK_NO_DISPATCH or QK_NO_VECTOR_EXT); "
+                        "a portable x86-64 build (no -march, Meson -Dnative=false) chooses at run time", qk__isa_build_name());
+    else l = QK__ISA_GENERIC;
+#endif
+    QK__STORE(&qk__isa_state, l);
+    return QK_OK;
+}
+
+QKDEF const char *qk_cpu_isa_note(void)
+{
+    static QK__TLS char buf[QK__ESC_ARG_SIZE + 192];
+    const int note = (qk__cpu_isa(), QK__LOAD(&qk__isa_state)) >> 4;
+    char e[QK__ESC_ARG_SIZE];
+    const char *v = getenv("QK_CPU_ISA");
+    buf[0] = 0;
+    if (note == QK__ISA_NOTE_NONE || !v) return buf;
+    qk__esc_arg(e, sizeof e, v);
+    if (note == QK__ISA_NOTE_UNKNOWN)
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s is not generic, avx2, avx512 or auto: the kernels use %s, the best this CPU has", e, qk_cpu_isa());
+    else if (note == QK__ISA_NOTE_LACKS)
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s: this CPU lacks %s: the kernels use %s, the best it has", e,
+                 !strcmp(v, "avx512") ? "avx512f" : "avx2 and fma", qk_cpu_isa());
+    else
+        snprintf(buf, sizeof buf, "QK_CPU_ISA=%s ignored: this build has no runtime dispatch; its kernels are %s, its compile target's", e,
+                 qk_cpu_isa());
+    return buf;
+}
+
 /* A context's pool of worker threads, started once (on its first qk_gram) and reused by every
    parallel step of its calls: the CPU engine's states and tiles, the GPU engine's host copy-out
    (a 1.6 GB K is 24 slabs; starting 15 threads per slab cost more than a tenth of the copy).

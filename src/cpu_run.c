@@ -59,6 +59,7 @@ QK__PRIV void qk__cpu_job_init(qk__gram_job *j, const qk_plan *plan, const qk_gr
     j->row_base = 0;
     j->mirror_end = INT64_MAX;
     j->pairs_total = j->na * j->nb;
+    j->isa = qk__cpu_isa();   /* the kernels of the whole job (cpu_pool.c) */
     (void)qk__mutex_init(&j->cb_lock);
 }
 

@@ -628,66 +628,102 @@ QK__PRIV double *qk__mps_states(const qk__mps_prog *p, const qk_map *m, const do
    QK__NJ column samples (vectors B): T = E B (vector x vector), E' = A^H T (scalar x vector).
    E: dl x dl, T: dl x 2dr, E': dr x dr vectors of [QK__NJ re | QK__NJ im]. */
 #if defined(QK__VEC)
-/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, 8
-   complex vectors of T (16 zmm) over l', 4 of E' over (l, a). Against the generic loop below, one
-   thread of the 2-core dev machine (bench/mps_bench.c, CPU seconds): zz linear reps=2, 100 qubits,
-   n = 512: 1.41 -> 0.94 s; zz circular reps=2 (bond 16), 40 qubits, n = 128: 2.15 -> 1.76 s. */
-QK__CONTRACT
-static void qk__mps_site4(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+/* dr a multiple of 4 (every inner site of bond >= 4): the accumulators stay in registers, KB
+   complex vectors of T over l', 4 of E' over (l, a). The 8 lanes go in slices of one hardware
+   vector (W doubles: 8 with AVX-512, 4 with AVX2, 2 with SSE2), each slice over the whole sum, so
+   2 KB + 4 vectors fit the registers (KB = 8 with AVX-512's 32, 4 with 16); each lane sums its
+   terms in the same order whatever the slice, so the result depends only on FMA contraction (the
+   instruction set: generic SSE2 has none). Where QK__DISPATCH, also compiled for AVX2 + FMA and
+   AVX-512F, the job's qk__cpu_isa chooses (cpu_gram.c). Measured against the generic loop
+   (qk__mps_site) and across builds: docs/benchmarks.md ("The MPS path's site kernel"). */
+#define QK__MPS_SITE4_DEFINE(NAME, ATTR, VT, W, KB)                                                 \
+    QK__CONTRACT ATTR static void NAME(const double *A, const double *B, int dl, int dr, const double *E, double *T, \
+                                       double *En)                                                  \
+    {                                                                                               \
+        const int n2 = 2 * dr;                                                                      \
+        int l, lp, k0, kk, la, r, r0, h;                                                            \
+        VT z;                                                                                       \
+        memset(&z, 0, sizeof z);                                                                    \
+        for (l = 0; l < dl; l++)                                                                    \
+            for (k0 = 0; k0 < n2; k0 += (KB))                                                       \
+                for (h = 0; h < QK__NJ; h += (W)) {                                                 \
+                    VT tr[KB], ti[KB];                                                              \
+                    for (kk = 0; kk < (KB); kk++) { tr[kk] = z; ti[kk] = z; }                       \
+                    for (lp = 0; lp < dl; lp++) {                                                   \
+                        VT er, ei;                                                                  \
+                        const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ + h;             \
+                        const double *e = E + ((size_t)l * dl + lp) * 2 * QK__NJ + h;               \
+                        memcpy(&er, e, sizeof er); memcpy(&ei, e + QK__NJ, sizeof ei);              \
+                        for (kk = 0; kk < (KB); kk++) {                                             \
+                            VT br, bi;                                                              \
+                            memcpy(&br, bb + kk * 2 * QK__NJ, sizeof br);                           \
+                            memcpy(&bi, bb + kk * 2 * QK__NJ + QK__NJ, sizeof bi);                  \
+                            tr[kk] += er * br; tr[kk] -= ei * bi;                                   \
+                            ti[kk] += er * bi; ti[kk] += ei * br;                                   \
+                        }                                                                           \
+                    }                                                                               \
+                    for (kk = 0; kk < (KB); kk++) {   /* through whole vectors (QK__ST8 says why) */ \
+                        double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ + h;                \
+                        VT sr = tr[kk], si = ti[kk];                                                \
+                        memcpy(t, &sr, sizeof sr); memcpy(t + QK__NJ, &si, sizeof si);              \
+                    }                                                                               \
+                }                                                                                   \
+        for (r = 0; r < dr; r++)                                                                    \
+            for (r0 = 0; r0 < dr; r0 += 4)                                                          \
+                for (h = 0; h < QK__NJ; h += (W)) {                                                 \
+                    VT xr[4], xi[4];                                                                \
+                    for (kk = 0; kk < 4; kk++) { xr[kk] = z; xi[kk] = z; }                          \
+                    for (la = 0; la < 2 * dl; la++) {                                               \
+                        const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ];                    \
+                        const double ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];           \
+                        const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ + h;              \
+                        for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */                           \
+                            VT vr, vi;                                                              \
+                            memcpy(&vr, t + kk * 2 * QK__NJ, sizeof vr);                            \
+                            memcpy(&vi, t + kk * 2 * QK__NJ + QK__NJ, sizeof vi);                   \
+                            xr[kk] += cr * vr; xr[kk] += ci * vi;                                   \
+                            xi[kk] += cr * vi; xi[kk] -= ci * vr;                                   \
+                        }                                                                           \
+                    }                                                                               \
+                    for (kk = 0; kk < 4; kk++) {                                                    \
+                        double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ + h;               \
+                        VT sr = xr[kk], si = xi[kk];                                                \
+                        memcpy(e, &sr, sizeof sr); memcpy(e + QK__NJ, &si, sizeof si);              \
+                    }                                                                               \
+                }                                                                                   \
+    }
+
+/* the build's own (qk__v4 / qk__v2: qk_internal.h), and where QK__DISPATCH, AVX2 + FMA and AVX-512F */
+#if defined(__AVX512F__)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v8, 8, 8)
+#elif defined(__AVX__) || defined(__aarch64__)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v4, 4, 4)
+#else
+QK__MPS_SITE4_DEFINE(qk__mps_site4_own, , qk__v2, 2, 4)
+#endif
+#if defined(QK__DISPATCH)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_avx2, __attribute__((target("avx2,fma"))), qk__v4, 4, 4)
+QK__MPS_SITE4_DEFINE(qk__mps_site4_avx512, __attribute__((target("avx512f,fma"))), qk__v8, 8, 8)
+#endif
+#undef QK__MPS_SITE4_DEFINE
+
+static void qk__mps_site4(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
-    const int n2 = 2 * dr;
-    int l, lp, k0, kk, la, r, r0;
-    for (l = 0; l < dl; l++)
-        for (k0 = 0; k0 < n2; k0 += 8) {
-            qk__v8 tr[8], ti[8];
-            memset(tr, 0, sizeof tr);
-            memset(ti, 0, sizeof ti);
-            for (lp = 0; lp < dl; lp++) {
-                qk__v8 er, ei;
-                const double *bb = B + ((size_t)lp * n2 + k0) * 2 * QK__NJ;
-                QK__LD8(er, E + ((size_t)l * dl + lp) * 2 * QK__NJ);
-                QK__LD8(ei, E + ((size_t)l * dl + lp) * 2 * QK__NJ + QK__NJ);
-                for (kk = 0; kk < 8; kk++) {
-                    qk__v8 br, bi;
-                    QK__LD8(br, bb + kk * 2 * QK__NJ); QK__LD8(bi, bb + kk * 2 * QK__NJ + QK__NJ);
-                    tr[kk] += er * br; tr[kk] -= ei * bi;
-                    ti[kk] += er * bi; ti[kk] += ei * br;
-                }
-            }
-            for (kk = 0; kk < 8; kk++) {   /* through whole vectors: QK__ST8 (see there) */
-                double *t = T + ((size_t)l * n2 + k0 + kk) * 2 * QK__NJ;
-                QK__ST8(t, tr[kk]); QK__ST8(t + QK__NJ, ti[kk]);
-            }
-        }
-    for (r = 0; r < dr; r++)
-        for (r0 = 0; r0 < dr; r0 += 4) {
-            qk__v8 xr[4], xi[4];
-            memset(xr, 0, sizeof xr);
-            memset(xi, 0, sizeof xi);
-            for (la = 0; la < 2 * dl; la++) {
-                const double cr = A[((size_t)la * dr + r) * 2 * QK__NJ], ci = A[((size_t)la * dr + r) * 2 * QK__NJ + QK__NJ];
-                const double *t = T + ((size_t)la * dr + r0) * 2 * QK__NJ;
-                for (kk = 0; kk < 4; kk++) {   /* += conj(c) t */
-                    qk__v8 vr, vi;
-                    QK__LD8(vr, t + kk * 2 * QK__NJ); QK__LD8(vi, t + kk * 2 * QK__NJ + QK__NJ);
-                    xr[kk] += cr * vr; xr[kk] += ci * vi;
-                    xi[kk] += cr * vi; xi[kk] -= ci * vr;
-                }
-            }
-            for (kk = 0; kk < 4; kk++) {
-                double *e = En + ((size_t)r * dr + r0 + kk) * 2 * QK__NJ;
-                QK__ST8(e, xr[kk]); QK__ST8(e + QK__NJ, xi[kk]);
-            }
-        }
+#if defined(QK__DISPATCH)
+    if (isa == QK__ISA_AVX512) { qk__mps_site4_avx512(A, B, dl, dr, E, T, En); return; }
+    if (isa == QK__ISA_AVX2) { qk__mps_site4_avx2(A, B, dl, dr, E, T, En); return; }
+#endif
+    (void)isa;
+    qk__mps_site4_own(A, B, dl, dr, E, T, En);
 }
 
 QK__CONTRACT
-static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+static void qk__mps_site(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
     const int n2 = 2 * dr;
     int l, lp, k, la, r, rp;
     qk__v8 z;
-    if (dr % 4 == 0) { qk__mps_site4(A, B, dl, dr, E, T, En); return; }
+    if (dr % 4 == 0) { qk__mps_site4(isa, A, B, dl, dr, E, T, En); return; }
     memset(&z, 0, sizeof z);
     for (l = 0; l < dl; l++) {
         double *t = T + (size_t)l * n2 * 2 * QK__NJ;
@@ -725,10 +761,11 @@ static void qk__mps_site(const double *A, const double *B, int dl, int dr, const
         }
 }
 #else
-static void qk__mps_site(const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
+static void qk__mps_site(int isa, const double *A, const double *B, int dl, int dr, const double *E, double *T, double *En)
 {
     const int n2 = 2 * dr;
     int l, lp, k, la, r, rp, v;
+    (void)isa;
     memset(T, 0, sizeof(double) * (size_t)dl * n2 * 2 * QK__NJ);
     for (l = 0; l < dl; l++)
         for (lp = 0; lp < dl; lp++) {
@@ -809,7 +846,7 @@ static void qk__mps_tile(const qk__gram_job *j, int64_t i0, int64_t j0, int64_t 
                 for (rr = 0; rr < nr; rr++) {
                     const int64_t i = i0 + rb + rr;
                     const double *A = j->A + (i / QK__NJ) * p->group + p->off[s] + (i % QK__NJ);
-                    qk__mps_site(A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
+                    qk__mps_site(j->isa, A, Bg + p->off[s], p->D[s], p->D[s + 1], Ec + rr * es, T, En + rr * es);
                     if (rr == nr - 1) { sw = Ec; Ec = En; En = sw; }
                 }
                 /* a cancel inside the chain: a pair costs about 128 sum_s D_s D_s+1 (D_s + D_s+1)

@@ -254,6 +254,20 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx);
 /* The resolved desc (defaults filled in, device resolved to CPU or CUDA). */
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx);
 
+/* The instruction set of the CPU engine's kernels (the Gram micro-kernels, the MPS transfer
+   matrices, the gradient's products), process-wide: "generic", "avx2" (AVX2 + FMA) or "avx512"
+   (AVX-512F). A portable x86-64 build (no -march; a wheel) has all three and takes the best the
+   CPU has, or the environment variable QK_CPU_ISA (generic, avx2, avx512, auto) where the CPU has
+   it, read once, at the first call that asks; a build without runtime dispatch (-march=native,
+   other architectures) has only its target's and names it. qk_cpu_isa_set chooses (NULL or
+   "auto": the best) for the calls started afterwards: QK_ERROR_UNSUPPORTED where the CPU or the
+   build lacks it, the choice unchanged. qk_cpu_isa_note: "" or why QK_CPU_ISA was not taken (an
+   unknown name, an instruction set this CPU lacks: the best it has is used). docs/api.md, "CPU
+   instruction sets". */
+QKDEF const char *qk_cpu_isa(void);
+QKDEF qk_result qk_cpu_isa_set(const char *isa);
+QKDEF const char *qk_cpu_isa_note(void);
+
 /* >>gram ---- qk_gram and its desc (outputs, precision, path, progress) ---- */
 /* How K is computed (qk_plan.path; qk_gram_desc.path requests one):
      ANALYTIC  product maps: per-qubit overlaps, no states

@@ -60,10 +60,12 @@
                           QK_ERROR_UNSUPPORTED; the GPU planner takes the fixed table), the CSV
                           reader (qk_csv_read: QK_ERROR_UNSUPPORTED); each message names the define
      QK_NO_VECTOR_EXT     plain loops instead of GCC/Clang vector extensions in the CPU Gram
-     QK_NO_DISPATCH       no runtime dispatch of the CPU Gram micro-kernels: where the target lacks
+     QK_NO_DISPATCH       no runtime dispatch of the CPU kernels (the Gram's micro-kernels, the MPS
+                          path's site kernel, the gradient's products): where the target lacks
                           AVX2 (x86-64 built without -march, e.g. a wheel), GCC/Clang builds also get
                           AVX2 + FMA and AVX-512F kernels (target attributes) chosen by the CPU
-                          at run time (__builtin_cpu_supports); this define keeps the baseline's
+                          at run time (__builtin_cpu_supports; QK_CPU_ISA, qk_cpu_isa_set: docs/api.md,
+                          "CPU instruction sets"); this define keeps the baseline's
      QK_TUNE_CACHE        compile the autotune cache (qk_tune_*) without the CUDA engine; a
                           CPU-only build otherwise carries stubs returning QK_ERROR_UNSUPPORTED
      QK_TUNE_CACHE_MAX_ENTRIES / QK_TUNE_CACHE_MAX_BYTES

@@ -407,10 +407,23 @@ typedef struct qk__gram_job {
     size_t scratch;             /* QK_PATH_MPS: per-thread scratch doubles of qk__mps_tile */
     /* QK_PATH_MPS: the MPS engine's tile (qk__mps_tile, set by the MPS engine) */
     void (*mps_tile)(const struct qk__gram_job *j, int64_t i0, int64_t j0, int64_t m, int64_t n, double *scratch, double *kt);
+    int isa;                    /* the kernels' instruction set (qk__cpu_isa when the job was set up) */
     qk__mutex cb_lock;
 } qk__gram_job;
 
 QK__PRIV int qk__ncores(void);
+/* The CPU kernels' instruction set (cpu_pool.c): the Gram micro-kernels, the MPS transfer
+   matrices and the VJP products of a portable x86-64 build (QK__DISPATCH: GCC / Clang vector
+   extensions, a target without AVX2, no QK_NO_DISPATCH) are also compiled for AVX2 + FMA and for
+   AVX-512F; qk__cpu_isa says which a job uses (QK__ISA_GENERIC: the build's own code, always in
+   builds without dispatch), chosen once per process (QK_CPU_ISA, else the best the CPU has) or
+   by qk_cpu_isa_set. A job reads it once, when it starts. */
+enum { QK__ISA_GENERIC = 0, QK__ISA_AVX2 = 1, QK__ISA_AVX512 = 2 };
+#if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT) && defined(__x86_64__) && !defined(__AVX2__) && \
+    !defined(QK_NO_DISPATCH)
+#define QK__DISPATCH 1
+#endif
+QK__PRIV int qk__cpu_isa(void);
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
@@ -445,6 +458,8 @@ QK__PRIV void qk__product1(const qk_map *m, const double *x, double *out, double
 #if (defined(__GNUC__) || defined(__clang__)) && !defined(QK_NO_VECTOR_EXT)
 #define QK__VEC 1
 typedef double qk__v8 __attribute__((vector_size(QK__NJ * sizeof(double))));
+typedef double qk__v4 __attribute__((vector_size(4 * sizeof(double))));   /* slices: one AVX2 / SSE2 register */
+typedef double qk__v2 __attribute__((vector_size(2 * sizeof(double))));
 #if defined(__GNUC__) && !defined(__clang__)
 #define QK__CONTRACT __attribute__((optimize("fp-contract=fast")))
 #else

@@ -24,7 +24,7 @@
    chunk), so C does not depend on the thread count. upper: only the micro-blocks that hold an
    entry with column >= row (the upper triangle of a symmetric product; the rest is not written).
    Runtime dispatch as in cpu_gram.c: a portable x86-64 build also compiles the micro-kernel for
-   AVX2 + FMA and picks it where the CPU has them. */
+   AVX2 + FMA and uses it where qk__cpu_isa chose AVX2 or AVX-512 (cpu_pool.c). */
 #define QK__VMR 6
 #define QK__VNR 8
 #define QK__VKC 256
@@ -109,7 +109,7 @@ typedef double qk__gv4 __attribute__((vector_size(4 * sizeof(double))));
             for (e = 0; e < nr; e++) c[e * cs] = acc ? c[e * cs] + t[r][e] : t[r][e];               \
     }
 QK__VMK_DEFINE(qk__vmk, )
-#if defined(__x86_64__) && !defined(__AVX2__) && !defined(QK_NO_DISPATCH)
+#if defined(QK__DISPATCH)
 #define QK__VMK_DISPATCH 1
 QK__VMK_DEFINE(qk__vmk_avx2, __attribute__((target("avx2,fma"))))
 #endif
@@ -177,7 +177,7 @@ static void qk__vgemm(int nt, int upper, int acc, int64_t m, int64_t n, int64_t 
     g.items_j = (n + QK__VNC - 1) / QK__VNC;
     g.n_items = (m + QK__VMC - 1) / QK__VMC * g.items_j;
 #if defined(QK__VMK_DISPATCH)
-    g.isa = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    g.isa = qk__cpu_isa() >= QK__ISA_AVX2;   /* an AVX-512 CPU takes the AVX2 kernel */
 #else
     g.isa = 0;
 #endif

@@ -4,9 +4,10 @@ used as a user would use it:
 
   - `auditwheel show` says the wheel is consistent with a manylinux tag, and the file is tagged so;
   - the extension modules are portable: no AVX / AVX2 / AVX-512 instruction (a VEX or EVEX one:
-    a v-mnemonic, a ymm / zmm / mask register) outside the dispatched micro-kernels
-    (qk__mk_avx2_*, qk__mk_avx512_*: objdump -d), and those kernels are there and use ymm and
-    zmm (the dispatch was built, not dropped);
+    a v-mnemonic, a ymm / zmm / mask register) outside the dispatched kernels (the Gram's
+    qk__mk_avx2_* / qk__mk_avx512_*, the MPS path's qk__mps_site4_avx2 / _avx512, the gradient's
+    qk__vmk_avx2: objdump -d), and the Gram's and the MPS path's are there and use ymm and zmm
+    (the dispatch was built, not dropped);
   - `pip install` of the wheel into a fresh venv (numpy comes from the index) imports qk from
     the venv and runs the core Python tests (tests/python: test_gram, test_prof, test_threads)
     against it, from outside the source tree.
@@ -34,7 +35,7 @@ import build_wheel  # noqa: E402
 SKIP = 77
 # the core tests of tests/python run against the installed wheel (each must pass, not skip)
 CORE = ["test_gram.py", "test_prof.py", "test_threads.py"]
-DISPATCHED = re.compile(r"^qk__mk_avx(2|512)_")
+DISPATCHED = re.compile(r"^qk__(mk|mps_site4|vmk)_avx(2|512)($|[._])")
 
 
 def skip(why):
@@ -122,6 +123,9 @@ def main():
                     ymm = [f for f, v in vec.items() if f.startswith("qk__mk_avx2_") and any("%ymm" in i for i in v)]
                     check(len(zmm) == 2 and len(ymm) == 2,
                           "the dispatched kernels are built: AVX-512 (zmm) %s, AVX2 (ymm) %s" % (zmm, ymm))
+                    mps = [f for f, v in vec.items() if re.match(r"qk__mps_site4_avx(2|512)($|[._])", f)
+                           and any(("%zmm" if "512" in f else "%ymm") in i for i in v)]
+                    check(len(mps) >= 2, "the MPS path's dispatched kernels are built (ymm, zmm): %s" % mps)
 
         # 3. a fresh venv: install, import from the venv, the core tests
         vpy = os.path.join(d, "venv", "bin", "python")

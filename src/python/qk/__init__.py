@@ -51,10 +51,12 @@ PathLike = Union[str, "os.PathLike[str]"]
 
 
 def engine() -> Dict[str, Any]:
-    """What this build and machine offer: ``{'version', 'cuda_engine', 'cuda_devices'}``.
+    """What this build and machine offer: ``{'version', 'cuda_engine', 'cuda_devices', 'cpu_isa'}``.
 
     ``cuda_engine`` is True when the package was built with the CUDA engine (nvcc was found);
-    ``cuda_devices`` counts the CUDA devices it sees now.
+    ``cuda_devices`` counts the CUDA devices it sees now; ``cpu_isa`` names the instruction set
+    of the CPU engine's kernels (``'generic'``, ``'avx2'``, ``'avx512'``: the best the CPU has in
+    a wheel, or ``QK_CPU_ISA``; docs/api.md, "CPU instruction sets").
     """
     return _qk.engine()
 

@@ -895,9 +895,11 @@ static PyObject *qkpy_engine(PyObject *mod, PyObject *noargs)
     devices = qk_cuda_device_count();
     Py_END_ALLOW_THREADS
     if (devices < 0) devices = 0;
-    return Py_BuildValue("{s:s,s:O,s:i}", "version", QK_VERSION_STRING, "cuda_engine", Py_True, "cuda_devices", devices);
+    return Py_BuildValue("{s:s,s:O,s:i,s:s}", "version", QK_VERSION_STRING, "cuda_engine", Py_True, "cuda_devices", devices, "cpu_isa",
+                         qk_cpu_isa());
 #else
-    return Py_BuildValue("{s:s,s:O,s:i}", "version", QK_VERSION_STRING, "cuda_engine", Py_False, "cuda_devices", devices);
+    return Py_BuildValue("{s:s,s:O,s:i,s:s}", "version", QK_VERSION_STRING, "cuda_engine", Py_False, "cuda_devices", devices, "cpu_isa",
+                         qk_cpu_isa());
 #endif
 }
 
@@ -943,7 +945,7 @@ static PyMethodDef qkpy_methods[] = {
      "_gram_vjp(map, x, y, g, threads=0): (dL/dw, K) for G = dL/dK (qk_gram_vjp)"},
     {"_gram_projected", (PyCFunction)(void (*)(void))qkpy_gram_projected, METH_VARARGS | METH_KEYWORDS,
      "_gram_projected(map, x, y, gamma, threads=0): the projected quantum kernel (qk_gram_projected)"},
-    {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices'}"},
+    {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices', 'cpu_isa'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},
     {"set_num_threads", qkpy_py_set_num_threads, METH_O, "set_num_threads(n): the threads of calls that name none (0: no limit)"},
