@@ -1635,6 +1635,15 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
 #define QK__PRIV
 #endif
 #endif
+/* A function kept out of line: a private map type read through its embedded qk_map (the given
+   MPS, qk__mpsmap) where gcc, having inlined the callee into a caller that allocated a plain
+   qk_map, would see the read past that allocation (-Warray-bounds at -O3) on a path the map's op
+   kind rules out. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QK__NOINLINE __attribute__((noinline))
+#else
+#define QK__NOINLINE
+#endif
 
 /* ---- prof.c: qk's own profiler zones (qk_prof.h, or no-op zone macros) ---- */
 #if QK__LAYER >= QK__L_PROF
@@ -2617,7 +2626,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 
 /* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
    largest of every sample), no steps. */
-static qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
+static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
 {
     const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
     const int q = m->n_qubits;

@@ -187,7 +187,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 
 /* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
    largest of every sample), no steps. */
-static qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
+static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *p)
 {
     const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
     const int q = m->n_qubits;

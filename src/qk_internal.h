@@ -69,6 +69,15 @@
 #define QK__PRIV
 #endif
 #endif
+/* A function kept out of line: a private map type read through its embedded qk_map (the given
+   MPS, qk__mpsmap) where gcc, having inlined the callee into a caller that allocated a plain
+   qk_map, would see the read past that allocation (-Warray-bounds at -O3) on a path the map's op
+   kind rules out. */
+#if defined(__GNUC__) || defined(__clang__)
+#define QK__NOINLINE __attribute__((noinline))
+#else
+#define QK__NOINLINE
+#endif
 
 /* ---- prof.c: qk's own profiler zones (qk_prof.h, or no-op zone macros) ---- */
 #if QK__LAYER >= QK__L_PROF
