@@ -1554,6 +1554,15 @@ extern "C" {
    returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
+/* K from given states over the ranks of comm (qk_gram_states' K, qk_gram_mpi's executor;
+   collective: every rank passes the same states and desc, desc->x and desc->y NULL). Host states
+   only (states->a, states->b: statevectors or density matrices, every type, lda / ldb): every rank
+   checks them as qk_gram_states does (finite, norms or traces within norm_tol of 1, or
+   normalize) and the ranks compare them (a checksum of each row's elements, not its padding);
+   a bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
+   On the CPU engine the K is bitwise qk_gram_states' in one process. A provider and device states
+   (on_device) return QK_ERROR_UNSUPPORTED on every rank. Outputs as qk_gram_mpi. */
+QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm);
 #ifdef __cplusplus
 }
 #endif
@@ -2253,6 +2262,12 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 #endif /* run_cuda.c */
+
+/* ---- gram.c: qk_gram, qk_states, K from given states ---- */
+#if QK__LAYER >= QK__L_GRAM
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm, qk_gram_desc *g);
+QK__PRIV void qk__smap_free(qk__smap *sm);
+#endif /* gram.c */
 #endif /* QK_INTERNAL_H */
 /* >>prof_impl ---- qk's own profiler zones (qk_prof.h; nothing without QK_PROF_ENABLE; the zone macros: qk_internal.h) ---- */
 /* qk instruments its own pipeline (zones "qk_gram", "validate", "plan", "states", "gram tile",
@@ -11304,9 +11319,9 @@ static void *qk__states_outer(const void *src, int64_t n, int64_t dim, int64_t l
     return p;
 }
 
-/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
-   (qk__smap_free). */
-static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
+/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; sm's packed copies and buffer
+   to free (qk__smap_free, also after a failure: what is left is NULL). qk_gram_mpi_states too. */
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
 {
 #define sm (*sm_out)
 #define g (*g_out)
@@ -11316,9 +11331,9 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     int64_t nel, nel_a, nel_b, vlen;
     int mixed;
     const char *what = NULL;
-    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
+    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     sm.in = *states;
     if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
     if ((int)sm.in.type < (int)QK_STATE_C128 || (int)sm.in.type > (int)QK_STATE_F32)
@@ -11388,6 +11403,8 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
             if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
         }
     }
+    sm.pa = pa;   /* from here a failure leaves them to qk__smap_free */
+    sm.pb = pb;
     if ((double)row_elems * esize / 8.0 > 2147483647.0)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: rows of %lld elements are too long", (long long)row_elems);
     sm.q = q;
@@ -11423,6 +11440,7 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
 #if defined(QK_CUDA) && QK_CUDA
         if (ctx->desc.device == QK_DEVICE_CUDA) {
             QK_FREE(sm.buf);
+            sm.buf = NULL;
             return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the state provider runs on the CPU engine (a context on the GPU "
                             "engine takes host or device states)");
         }
@@ -11445,19 +11463,18 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     }
 #endif
     if (!g.y) g.n_y = 0;
-    sm.pa = pa;
-    sm.pb = pb;
     return QK_OK;
 oom:
     QK_FREE(pa);
     QK_FREE(pb);
     QK_FREE(sm.buf);
+    sm.pa = sm.pb = sm.buf = NULL;
     return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %s", what);
 #undef sm
 #undef g
 }
 
-static void qk__smap_free(qk__smap *sm)
+QK__PRIV void qk__smap_free(qk__smap *sm)
 {
     QK_FREE(sm->pa);
     QK_FREE(sm->pb);
@@ -11469,8 +11486,7 @@ QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r != QK_OK) return r;
-    r = qk_gram(ctx, &sm.map, &g);
+    if (r == QK_OK) r = qk_gram(ctx, &sm.map, &g);
     qk__smap_free(&sm);
     return r;
 }
@@ -11480,8 +11496,7 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r != QK_OK) return r;
-    r = qk_plan_make(ctx, &sm.map, &g, out);
+    if (r == QK_OK) r = qk_plan_make(ctx, &sm.map, &g, out);
     qk__smap_free(&sm);
     return r;
 }
@@ -12833,6 +12848,16 @@ static uint64_t qk__hash_map(const qk_map *m)
     return h;
 }
 
+/* n rows of row_bytes bytes, stride bytes apart (given states: a row's padding is not data) */
+static uint64_t qk__hash_rows(const void *x, int64_t n, size_t stride, size_t row_bytes)
+{
+    uint64_t h = 0xcbf29ce484222325ull;
+    int64_t i;
+    if (row_bytes == stride) return qk__hash(h, x, stride * (size_t)n);
+    for (i = 0; i < n; i++) h = qk__hash(h, (const char *)x + (size_t)i * stride, row_bytes);
+    return h;
+}
+
 /* One rank's band of rows. */
 typedef struct qk__mpi_band {
     qk__mpi *m;
@@ -13174,11 +13199,20 @@ static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s
     return rc;
 }
 
-QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
+/* qk_gram_mpi and qk_gram_mpi_states. fn: the entry point's name for its messages. pre: the
+   result of what the entry point did alone before (qk_gram_mpi_states: its states' map made and
+   checked), decided with the ranks' first check, so that a failure there is every rank's (when
+   pre is not QK_OK, map and desc are not read). sm: given states (NULL for a map), whose rows
+   are compared across ranks without their padding. */
+static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm, const char *fn, qk_result pre,
+                              const qk__smap *sm)
 {
-    static const char *sig_names[11] = {"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
-                                        "out_dtype", "precision", "no_sync", "the map", "the data X",
-                                        "the data Y", "out_path"};
+    static const char *sig_names[2][11] = {{"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
+                                            "out_dtype", "precision", "no_sync", "the map", "the data X",
+                                            "the data Y", "out_path"},
+                                           {"n_a", "n_b (K(A,A) or K(A,B))", "the states' dim and type", "output",
+                                            "out_dtype", "precision", "no_sync", "the states' type, dim, kind or normalize",
+                                            "the states A", "the states B", "out_path"}};
     qk__mpi m;
     qk__mpi_band b;
     qk_schedule sch;
@@ -13188,10 +13222,10 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
 
-    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: comm is MPI_COMM_NULL");
+    if (comm == MPI_COMM_NULL) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: comm is MPI_COMM_NULL", fn);
     MPI_Initialized(&inited);
     MPI_Finalized(&finalized);
-    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: MPI is %s", finalized ? "finalized" : "not initialized (call MPI_Init first)");
+    if (!inited || finalized) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: MPI is %s", fn, finalized ? "finalized" : "not initialized (call MPI_Init first)");
     memset(&m, 0, sizeof m);
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
@@ -13203,11 +13237,12 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     m.reqs = (MPI_Request *)qk__malloc(sizeof(MPI_Request) * (size_t)m.size);
 
     /* 1. every rank checks the request (data included) */
-    if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_mpi: out of memory");
+    if (pre != QK_OK) r = pre;   /* its detail is still the one set */
+    else if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
     if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
     if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
-                     desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "%s: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
+                     fn, desc->output == QK_OUTPUT_DEVICE ? "DEVICE" : "HOST");
     rc = qk__mpi_decide(&m, r);
     if (rc != QK_OK) goto done;
 
@@ -13227,8 +13262,12 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     {
         uint64_t h[4];
         h[0] = qk__hash_map(map);
-        h[1] = qk__hash(0xcbf29ce484222325ull, desc->x, sizeof(double) * (size_t)(desc->n_x * map->n_features));
-        h[2] = desc->y ? qk__hash(0xcbf29ce484222325ull, desc->y, sizeof(double) * (size_t)(desc->n_y * map->n_features)) : 0;
+        const size_t stride = sizeof(double) * (size_t)map->n_features;
+        /* a given state's row: its elements (dim, or dim^2 for density matrices), not the padding */
+        const size_t row = sm ? (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim)
+                              : stride;
+        h[1] = qk__hash_rows(desc->x, desc->n_x, stride, row);
+        h[2] = desc->y ? qk__hash_rows(desc->y, desc->n_y, stride, row) : 0;
         h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
         for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
     }
@@ -13236,8 +13275,8 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
     MPI_Allreduce(sig, hi, 11, MPI_INT64_T, MPI_MAX, m.comm);
     for (k = 0; k < 11; k++)
         if (lo[k] != hi[k]) {
-            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi: the ranks disagree on %s (every rank passes the same map, X, Y and desc%s)",
-                          sig_names[k], k == 4 ? "; set out_dtype when the ranks run different engines" : "");
+            rc = qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: the ranks disagree on %s (every rank passes the same %s and desc%s)", fn,
+                          sig_names[sm != NULL][k], sm ? "states" : "map, X, Y", k == 4 ? "; set out_dtype when the ranks run different engines" : "");
             goto done;
         }
 
@@ -13287,6 +13326,34 @@ done:
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);
     return rc;
+}
+
+QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
+{
+    return qk__gram_mpi(ctx, map, desc, comm, "qk_gram_mpi", QK_OK, NULL);
+}
+
+/* Given host states: their map (qk__smap_make, as qk_gram_states makes it; host rows are read in
+   place or packed, and checked on every rank in the first phase), run as a map's Gram is. A
+   provider and device states are refused on every rank: a provider's x is its side's tag and a
+   device pointer cannot be compared across ranks by the host. */
+QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm)
+{
+    qk__smap sm;
+    qk_gram_desc g;
+    qk_result r;
+    memset(&sm, 0, sizeof sm);
+    memset(&g, 0, sizeof g);
+    if (states && states->provider)
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: a state provider is not supported across ranks (give every rank "
+                     "the host states, states->a and states->b; or qk_gram_states in one process)");
+    else if (states && states->on_device)
+        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: device states are not supported across ranks (give every rank "
+                     "the host states; each rank's GPU context copies its blocks' states itself)");
+    else r = qk__smap_make(ctx, states, desc, &sm, &g);
+    r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm);
+    qk__smap_free(&sm);
+    return r;
 }
 #endif /* QK_MPI */
 /* ---- end work schedule and MPI ---- */

@@ -180,9 +180,9 @@ static void *qk__states_outer(const void *src, int64_t n, int64_t dim, int64_t l
     return p;
 }
 
-/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; *pa, *pb: packed copies to free
-   (qk__smap_free). */
-static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
+/* qk_gram_states' map and Gram desc (sm, *g) from the caller's; sm's packed copies and buffer
+   to free (qk__smap_free, also after a failure: what is left is NULL). qk_gram_mpi_states too. */
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
 {
 #define sm (*sm_out)
 #define g (*g_out)
@@ -192,9 +192,9 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     int64_t nel, nel_a, nel_b, vlen;
     int mixed;
     const char *what = NULL;
-    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
+    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
     sm.in = *states;
     if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
     if ((int)sm.in.type < (int)QK_STATE_C128 || (int)sm.in.type > (int)QK_STATE_F32)
@@ -264,6 +264,8 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
             if (!pa || (sm.in.b && !pb)) { what = "a packed copy of the states"; goto oom; }
         }
     }
+    sm.pa = pa;   /* from here a failure leaves them to qk__smap_free */
+    sm.pb = pb;
     if ((double)row_elems * esize / 8.0 > 2147483647.0)
         return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: rows of %lld elements are too long", (long long)row_elems);
     sm.q = q;
@@ -299,6 +301,7 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
 #if defined(QK_CUDA) && QK_CUDA
         if (ctx->desc.device == QK_DEVICE_CUDA) {
             QK_FREE(sm.buf);
+            sm.buf = NULL;
             return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the state provider runs on the CPU engine (a context on the GPU "
                             "engine takes host or device states)");
         }
@@ -321,19 +324,18 @@ static qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const 
     }
 #endif
     if (!g.y) g.n_y = 0;
-    sm.pa = pa;
-    sm.pb = pb;
     return QK_OK;
 oom:
     QK_FREE(pa);
     QK_FREE(pb);
     QK_FREE(sm.buf);
+    sm.pa = sm.pb = sm.buf = NULL;
     return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %s", what);
 #undef sm
 #undef g
 }
 
-static void qk__smap_free(qk__smap *sm)
+QK__PRIV void qk__smap_free(qk__smap *sm)
 {
     QK_FREE(sm->pa);
     QK_FREE(sm->pb);
@@ -345,8 +347,7 @@ QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r != QK_OK) return r;
-    r = qk_gram(ctx, &sm.map, &g);
+    if (r == QK_OK) r = qk_gram(ctx, &sm.map, &g);
     qk__smap_free(&sm);
     return r;
 }
@@ -356,8 +357,7 @@ QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const 
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r != QK_OK) return r;
-    r = qk_plan_make(ctx, &sm.map, &g, out);
+    if (r == QK_OK) r = qk_plan_make(ctx, &sm.map, &g, out);
     qk__smap_free(&sm);
     return r;
 }

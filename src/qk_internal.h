@@ -687,4 +687,10 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 #endif /* run_cuda.c */
+
+/* ---- gram.c: qk_gram, qk_states, K from given states ---- */
+#if QK__LAYER >= QK__L_GRAM
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm, qk_gram_desc *g);
+QK__PRIV void qk__smap_free(qk__smap *sm);
+#endif /* gram.c */
 #endif /* QK_INTERNAL_H */

@@ -34,6 +34,15 @@ extern "C" {
    returns the first failing rank's result with its detail ("rank 2 of 4: ..."). Also an error on
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
+/* K from given states over the ranks of comm (qk_gram_states' K, qk_gram_mpi's executor;
+   collective: every rank passes the same states and desc, desc->x and desc->y NULL). Host states
+   only (states->a, states->b: statevectors or density matrices, every type, lda / ldb): every rank
+   checks them as qk_gram_states does (finite, norms or traces within norm_tol of 1, or
+   normalize) and the ranks compare them (a checksum of each row's elements, not its padding);
+   a bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
+   On the CPU engine the K is bitwise qk_gram_states' in one process. A provider and device states
+   (on_device) return QK_ERROR_UNSUPPORTED on every rank. Outputs as qk_gram_mpi. */
+QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm);
 #ifdef __cplusplus
 }
 #endif

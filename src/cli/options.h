@@ -1,7 +1,8 @@
 /* src/cli/options.h — what qk-gram and qk-gram-mpi share of their command lines and messages:
    quoting a value in a message (qkcli_arg), writing a message with its bytes escaped
    (qkcli_put_msg), the monotonic clock, the case-blind extension test, splitting "--name=value",
-   the values both take alike (--device, --precision, --tol), and catching SIGXFSZ. A parser
+   the values both take alike (--device, --precision, --tol, --norm-tol), reading --states and
+   making their qk_states_desc, and catching SIGXFSZ. A parser
    returns NULL, or the message format (one %s: the value, quoted with qkcli_arg) that the program
    prints its own way. Included once by each, after qk.h and the C headers (string, stdarg,
    stdio, ctype, time, signal, sys/resource); every function is static inline, so that a program
@@ -79,6 +80,115 @@ static inline const char *qkcli_tol(const char *v, double *tol) {
     char *end = NULL;
     double t = strtod(v, &end);
     if (*v == 0 || !end || *end || !(t > 0.0 && t <= 1.0)) return "--tol '%s': expected a number in (0, 1]";
+    *tol = t;
+    return NULL;
+}
+
+/* ---- --states: K from given states (qk-gram's qk_gram_states, qk-gram-mpi's qk_gram_mpi_states) ---- */
+static inline const char *qkcli_state_type_name(qk_state_type t) {
+    return t == QK_STATE_C64 ? "complex64" : t == QK_STATE_F64 ? "float64" : t == QK_STATE_F32 ? "float32" : "complex128";
+}
+static inline int qkcli_state_type_double(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_F64; }
+static inline int qkcli_state_type_complex(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_C64; }
+
+/* Reads a .npy of states ("A" or "B", option opt): (n, dim) states or (n, dim, dim) density
+   matrices, at least one, dim >= 2. Returns 0, or 1 with the message in msg and *r the result
+   whose detail (qk_last_error) goes with it (QK_OK: none). */
+static inline int qkcli_read_states(const char *what, const char *opt, const char *path, qk_states_array *s, char *msg, size_t size,
+                                    qk_result *r) {
+    *r = QK_OK;
+    if (!qkcli_ends_with(path, ".npy")) {
+        snprintf(msg, size, "%s '%s': states are read from a .npy file", opt, qkcli_arg(path));
+        return 1;
+    }
+    *r = qk_npy_read_states(path, s);
+    if (*r != QK_OK) {
+        snprintf(msg, size, "cannot read %s (%s)", what, opt);
+        return 1;
+    }
+    if (s->n < 1 || s->dim < 2) {
+        long long n = (long long)s->n, dim = (long long)s->dim;
+        int mixed = s->mixed;
+        qk_states_array_free(s);
+        snprintf(msg, size, "%s '%s' has shape (%lld, %lld%s%s): it needs at least one state of dim >= 2", opt, qkcli_arg(path), n, dim,
+                 mixed ? ", " : "", mixed ? "..." : "");
+        return 1;
+    }
+    return 0;
+}
+
+/* The states in type `to`: A and B of different dtypes (qk_gram_states takes one type for
+   both). The converted data (malloc) replaces s->data; the caller frees it with free(). */
+static inline int qkcli_convert_states(qk_states_array *s, qk_state_type to, char *msg, size_t size, qk_result *r) {
+    const int64_t count = s->n * s->dim * (s->mixed ? s->dim : 1);
+    const int es = to == QK_STATE_C128 ? 16 : to == QK_STATE_F32 ? 4 : 8;
+    unsigned char *d;
+    int64_t k;
+    *r = QK_OK;
+    if (s->type == to) return 0;
+    d = (unsigned char *)malloc((size_t)count * (size_t)es);
+    if (!d) {
+        *r = QK_ERROR_OUT_OF_MEMORY;
+        snprintf(msg, size, "out of memory converting %lld states to %s", (long long)s->n, qkcli_state_type_name(to));
+        return 1;
+    }
+    for (k = 0; k < count; k++) {
+        double re, im;
+        qk__state_amp(s->data, (int)s->type, k, &re, &im);
+        if (to == QK_STATE_C128) { double v[2] = {re, im}; memcpy(d + 16 * k, v, 16); }
+        else if (to == QK_STATE_C64) { float v[2] = {(float)re, (float)im}; memcpy(d + 8 * k, v, 8); }
+        else if (to == QK_STATE_F64) memcpy(d + 8 * k, &re, 8);
+        else { float v = (float)re; memcpy(d + 4 * k, &v, 4); }
+    }
+    QK_FREE(s->data);
+    s->data = d;
+    s->type = to;
+    return 0;
+}
+
+/* A and B (B->n 0: none) as one qk_states_desc: the same dim, one type for both (the wider in
+   each respect, complex over real and double over float; a converted side's data is then a
+   malloc'ed copy, recorded in conv[0] / conv[1]), --normalize, --norm-tol (0: the library's
+   default, or 1e-5 where float input was widened). Returns 0, or 1 with msg and *r as
+   qkcli_read_states. */
+static inline int qkcli_states_desc(qk_states_array *A, qk_states_array *B, const char *path_a, const char *path_b, int normalize,
+                                    double norm_tol, void *conv[2], qk_states_desc *st, char *msg, size_t size, qk_result *r) {
+    const int have_b = B->n > 0;
+    qk_state_type type = A->type;
+    int float_in;
+    *r = QK_OK;
+    if (have_b && B->dim != A->dim) {
+        snprintf(msg, size, "dimension mismatch: A ('%s') has states of dim %lld, B ('%s') of dim %lld", qkcli_arg(path_a),
+                 (long long)A->dim, qkcli_arg(path_b), (long long)B->dim);
+        return 1;
+    }
+    float_in = !qkcli_state_type_double(A->type) || (have_b && !qkcli_state_type_double(B->type));
+    if (have_b && B->type != A->type) {
+        int cplx = qkcli_state_type_complex(A->type) || qkcli_state_type_complex(B->type);
+        int dbl = qkcli_state_type_double(A->type) || qkcli_state_type_double(B->type);
+        type = cplx ? (dbl ? QK_STATE_C128 : QK_STATE_C64) : (dbl ? QK_STATE_F64 : QK_STATE_F32);
+        if (A->type != type) { if (qkcli_convert_states(A, type, msg, size, r)) return 1; conv[0] = A->data; }
+        if (B->type != type) { if (qkcli_convert_states(B, type, msg, size, r)) return 1; conv[1] = B->data; }
+    }
+    memset(st, 0, sizeof *st);
+    st->type = type;
+    st->dim = A->dim;
+    st->a = A->data;
+    st->n_a = A->n;
+    st->a_mixed = A->mixed;
+    st->b = have_b ? B->data : NULL;
+    st->n_b = have_b ? B->n : 0;
+    st->b_mixed = have_b && B->mixed;
+    st->normalize = normalize;
+    st->norm_tol = norm_tol > 0.0 ? norm_tol : float_in ? 1e-5 : 0.0;
+    return 0;
+}
+
+/* --norm-tol: C syntax, in (0, 1) as qk_states_desc.norm_tol */
+static inline const char *qkcli_norm_tol(const char *v, double *tol) {
+    char *end = NULL;
+    double t = strtod(v, &end);
+    if (*v == 0 || !end || *end || !(t > 0.0 && t < 1.0)) return "--norm-tol '%s': expected a number in (0, 1)";
     *tol = t;
     return NULL;
 }

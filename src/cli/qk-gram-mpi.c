@@ -1,13 +1,16 @@
 /* qk-gram-mpi — qk-gram's main job over the ranks of an MPI job.
 
      mpirun -n R qk-gram-mpi --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]
+     mpirun -n R qk-gram-mpi --states A.npy [--states-y B.npy] --out K.npy [options]
 
    Rank 0 reads X (and Y) and broadcasts them; every rank computes its band of rows of K
    (qk_gram_mpi: rows dealt by pair count) on the CPU engine or, with --device cuda / auto in a
    CUDA build, on GPU (node-local rank mod GPUs of the node), and writes it into the one .npy
    file with MPI-IO. The file appears (renamed from a temporary file by rank 0) only when every
    rank succeeded; on any rank's failure no file is left and every rank exits 1. The output
-   directory must be on a file system every rank sees. docs/scale.md has the details.
+   directory must be on a file system every rank sees. docs/scale.md has the details. --states
+   takes the states themselves (qk_gram_mpi_states; read by rank 0 as qk-gram --states reads
+   them, options.h, and broadcast).
 
    Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, sigaction, access under strict -std=c11 */
@@ -33,6 +36,7 @@
 
 static const char *usage_text =
     "usage: mpirun -n R qk-gram-mpi --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]\n"
+    "       mpirun -n R qk-gram-mpi --states A.npy [--states-y B.npy] --out K.npy [options]\n"
     "\n"
     "qk-gram over MPI ranks: K[i][j] = |<psi(x_i)|psi(y_j)>|^2, rows dealt to the ranks by pair\n"
     "count, written into one .npy file with MPI-IO (complete or absent).\n"
@@ -41,6 +45,12 @@ static const char *usage_text =
     "  --x FILE          samples (.npy or .csv), read by rank 0\n"
     "  --y FILE          second sample set: K = K(X, Y) (default K(X, X))\n"
     "  --out FILE        output .npy, on a file system every rank sees\n"
+    "  --states FILE     instead of --map and --x: the states themselves, a .npy of shape\n"
+    "                    (n, dim) (statevectors, complex or real) or (n, dim, dim) (density\n"
+    "                    matrices: K = Tr(rho_i rho_j)), read by rank 0; docs/states.md\n"
+    "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
+    "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
+    "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
     "  --device D        cpu (default), cuda, auto; a GPU build gives rank r of a node GPU\n"
     "                    r mod (GPUs of the node)\n"
     "  --precision P     fp32 or fp64 (output float32 / float64; default fp64 on the CPU,\n"
@@ -57,10 +67,11 @@ static const char *usage_text =
 
 typedef struct options {
     const char *map, *x, *y, *out, *weights, *cache_dir;
+    const char *states, *states_y;   /* --states, --states-y: K from given states */
     qk_device device;
     qk_precision precision;
-    double tol;
-    int threads, quiet, no_sync, autotune;
+    double tol, norm_tol;
+    int threads, quiet, no_sync, autotune, normalize;
 } options;
 
 static int g_rank = 0, g_size = 1;
@@ -136,6 +147,54 @@ static int read_bcast(const char *what, const char *path, int samples, qk_array 
     return EXIT_SUCCESS;
 }
 
+/* --states: rank 0 reads A (and B) and makes their qk_states_desc as qk-gram does (options.h);
+   every rank gets the states (in their one type) and the same desc in *st. A converted side's
+   copy is in conv (free()). */
+static int read_bcast_states(const options *o, qk_states_array *A, qk_states_array *B, void *conv[2], qk_states_desc *st) {
+    char msg[1024];
+    int bad = 0, side;
+    int64_t hdr[7] = {0, 0, 0, 0, 0, 0, 0};
+    double tol = 0.0;
+    qk_result r = QK_OK;
+    memset(A, 0, sizeof *A);
+    memset(B, 0, sizeof *B);
+    if (g_rank == 0) {
+        bad = qkcli_read_states("A", "--states", o->states, A, msg, sizeof msg, &r) ||
+              (o->states_y && qkcli_read_states("B", "--states-y", o->states_y, B, msg, sizeof msg, &r)) ||
+              qkcli_states_desc(A, B, o->states, o->states_y, o->normalize, o->norm_tol, conv, st, msg, sizeof msg, &r);
+        if (bad) fail(0, r, "%s", msg);
+        hdr[0] = (int64_t)st->type; hdr[1] = st->dim; hdr[2] = A->n; hdr[3] = A->mixed; hdr[4] = B->n; hdr[5] = B->mixed;
+        hdr[6] = st->normalize;
+        tol = st->norm_tol;
+    }
+    if (any(bad)) return EXIT_FAILURE;
+    MPI_Bcast(hdr, 7, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    MPI_Bcast(&tol, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    for (side = 0; side < 2; side++) {
+        qk_states_array *s = side ? B : A;
+        const size_t bytes = (size_t)(side ? hdr[4] : hdr[2]) * (size_t)hdr[1] * (size_t)((side ? hdr[5] : hdr[3]) ? hdr[1] : 1) *
+                             (size_t)qk__state_esize((int)hdr[0]);
+        size_t off;
+        if (g_rank != 0) {
+            s->type = (qk_state_type)hdr[0];
+            s->dim = hdr[1];
+            s->n = side ? hdr[4] : hdr[2];
+            s->mixed = (int)(side ? hdr[5] : hdr[3]);
+            s->data = bytes ? malloc(bytes) : NULL;
+            bad = bytes && !s->data;
+        }
+        if (any(bad)) return fail(bad, QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %.3g GB of states", side ? "B" : "A", (double)bytes * 1e-9);
+        for (off = 0; off < bytes; off += (size_t)1 << 30) {   /* MPI counts are int */
+            size_t c = bytes - off < ((size_t)1 << 30) ? bytes - off : ((size_t)1 << 30);
+            MPI_Bcast((char *)s->data + off, (int)c, MPI_BYTE, 0, MPI_COMM_WORLD);
+        }
+    }
+    if (g_rank != 0) {   /* the same desc (one type already: nothing converted here) */
+        if (qkcli_states_desc(A, B, o->states, o->states_y, (int)hdr[6], tol, conv, st, msg, sizeof msg, &r)) return fail(1, r, "%s", msg);
+    }
+    return EXIT_SUCCESS;
+}
+
 /* As qk-gram: the output must be a .npy in an existing, writable directory (rank 0 checks). */
 static int check_output_path(const char *out) {
     struct stat st;
@@ -167,9 +226,11 @@ static void parse_args(int argc, char **argv, options *o) {
         if (!strcmp(name, "--no-sync")) { o->no_sync = 1; continue; }
         if (!strcmp(name, "--autotune")) { o->autotune = 1; continue; }
         if (!strcmp(name, "--no-autotune")) { o->autotune = -1; continue; }
+        if (!strcmp(name, "--normalize")) { o->normalize = 1; continue; }
         if (strcmp(name, "--map") && strcmp(name, "--x") && strcmp(name, "--y") && strcmp(name, "--out") &&
             strcmp(name, "--device") && strcmp(name, "--precision") && strcmp(name, "--weights") &&
-            strcmp(name, "--threads") && strcmp(name, "--cache-dir") && strcmp(name, "--tol"))
+            strcmp(name, "--threads") && strcmp(name, "--cache-dir") && strcmp(name, "--tol") &&
+            strcmp(name, "--states") && strcmp(name, "--states-y") && strcmp(name, "--norm-tol"))
             die_usage("unknown option '%s'", qkcli_arg(name));
         if (eq) v = eq + 1;
         else if (i + 1 < argc) v = argv[++i];
@@ -180,7 +241,11 @@ static void parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--out")) o->out = v;
         else if (!strcmp(name, "--weights")) o->weights = v;
         else if (!strcmp(name, "--cache-dir")) o->cache_dir = v;
-        else if (!strcmp(name, "--device")) {
+        else if (!strcmp(name, "--states")) o->states = v;
+        else if (!strcmp(name, "--states-y")) o->states_y = v;
+        else if (!strcmp(name, "--norm-tol")) {
+            if ((err = qkcli_norm_tol(v, &o->norm_tol)) != NULL) die_usage(err, qkcli_arg(v));
+        } else if (!strcmp(name, "--device")) {
             if ((err = qkcli_device(v, &o->device)) != NULL) die_usage(err, qkcli_arg(v));
         } else if (!strcmp(name, "--precision")) {
             if ((err = qkcli_precision(v, &o->precision)) != NULL) die_usage(err, qkcli_arg(v));
@@ -193,8 +258,16 @@ static void parse_args(int argc, char **argv, options *o) {
             o->threads = (int)t;
         }
     }
-    if (!o->map) die_usage("--map is required (e.g. --map 'zz(reps=2)')");
-    if (!o->x) die_usage("--x is required");
+    if (o->states || o->states_y) {   /* K from given states: no map, no samples */
+        if (!o->states) die_usage("--states-y needs --states (the first set of states)");
+        if (o->map) die_usage("--states and --map exclude each other: K comes from the given states, or from a map and samples");
+        if (o->x || o->y) die_usage("--states and --%s exclude each other (a second set of states is --states-y)", o->x ? "x" : "y");
+        if (o->weights) die_usage("--weights goes with --map, not --states");
+    } else {
+        if (o->normalize || o->norm_tol > 0.0) die_usage("%s goes with --states", o->normalize ? "--normalize" : "--norm-tol");
+        if (!o->map) die_usage("--map is required (e.g. --map 'zz(reps=2)'), or --states");
+        if (!o->x) die_usage("--x is required");
+    }
     if (!o->out) die_usage("--out is required");
 }
 
@@ -213,6 +286,10 @@ static int progress_cb(int64_t done, int64_t total, void *user) {
 
 static int run(const options *o) {
     qk_array X, Y, W;
+    qk_states_array A, B;
+    qk_states_desc st;
+    void *conv[2] = {NULL, NULL};
+    int64_t n_rows, n_cols;
     qk_map *map = NULL;
     qk_ctx *ctx = NULL;
     qk_ctx_desc cd;
@@ -227,7 +304,21 @@ static int run(const options *o) {
     memset(&X, 0, sizeof X);
     memset(&Y, 0, sizeof Y);
     memset(&W, 0, sizeof W);
+    memset(&A, 0, sizeof A);
+    memset(&B, 0, sizeof B);
     if (any(g_rank == 0 && check_output_path(o->out) != EXIT_SUCCESS)) return EXIT_FAILURE;
+    if (o->states) {   /* K from given states: checked by qk_gram_mpi_states on every rank */
+        if (read_bcast_states(o, &A, &B, conv, &st) != EXIT_SUCCESS) goto done;
+        if (A.mixed || B.mixed) {
+            if (o->device == QK_DEVICE_CUDA) {
+                fail(0, QK_OK, "--device cuda: density matrices run on the CPU engine (docs/states.md); use --device cpu or auto");
+                goto done;
+            }
+        }
+        n_rows = A.n;
+        n_cols = o->states_y ? B.n : A.n;
+        goto context;
+    }
     if (read_bcast("X", o->x, 1, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (o->y && read_bcast("Y", o->y, 1, &Y) != EXIT_SUCCESS) goto done;
     if (o->weights && read_bcast("--weights", o->weights, 0, &W) != EXIT_SUCCESS) goto done;
@@ -249,6 +340,10 @@ static int run(const options *o) {
     if (r != QK_OK) { fail(0, r, "bad data in '%s'", qkcli_arg(o->x)); goto done; }
     if (o->y && (r = qk_map_check_data(map, Y.data, Y.rows, "Y")) != QK_OK) { fail(0, r, "bad data in '%s'", qkcli_arg(o->y)); goto done; }
 
+    n_rows = X.rows;
+    n_cols = o->y ? Y.rows : X.rows;
+
+context:
     /* the context: threads shared by the ranks of a node, GPU by node-local rank */
     MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
     MPI_Comm_rank(node, &node_rank);
@@ -256,6 +351,7 @@ static int run(const options *o) {
     MPI_Comm_free(&node);
     memset(&cd, 0, sizeof cd);
     cd.device = o->device;
+    if (A.mixed || B.mixed) cd.device = QK_DEVICE_CPU;   /* auto: the CPU engine, the one that takes them */
     cd.n_threads = o->threads;
     if (!cd.n_threads) {
         long nc = sysconf(_SC_NPROCESSORS_ONLN);
@@ -279,8 +375,8 @@ static int run(const options *o) {
     if (any(bad)) goto done;
 
     memset(&gd, 0, sizeof gd);
-    gd.x = X.data;
-    gd.n_x = X.rows;
+    gd.x = o->states ? NULL : X.data;
+    gd.n_x = o->states ? 0 : X.rows;
     gd.y = o->y ? Y.data : NULL;
     gd.n_y = o->y ? Y.rows : 0;
     gd.precision = o->precision;
@@ -295,12 +391,21 @@ static int run(const options *o) {
     gd.no_sync = o->no_sync;
     gd.progress = progress_cb;
     gd.progress_user = &clk;
-    if (!o->quiet && g_rank == 0) {
+    if (!o->quiet && g_rank == 0 && o->states) {
+        printf("data: A %s (%lld %s of dim %lld, %s)", qkcli_arg(o->states), (long long)A.n, A.mixed ? "density matrices" : "states",
+               (long long)A.dim, qkcli_state_type_name(st.type));
+        if (o->states_y)
+            printf(", B %s (%lld %s, %s)\n", qkcli_arg(o->states_y), (long long)B.n, B.mixed ? "density matrices" : "states",
+                   qkcli_state_type_name(st.type));
+        else printf(", K = K(A, A) (symmetric)\n");
+    } else if (!o->quiet && g_rank == 0) {
         char spec[512];
         qk_map_spec(map, spec, sizeof spec);
         printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
         printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, o->y ? ", Y " : "",
                o->y ? qkcli_arg(o->y) : "", o->y ? "" : ", K = K(X, X) (symmetric)");
+    }
+    if (!o->quiet && g_rank == 0) {
         printf("ranks: %d, %s engine, %d threads per rank\n", g_size,
                qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? "CUDA" : "CPU", qk_ctx_query(ctx).n_threads);
         fflush(stdout);
@@ -315,7 +420,7 @@ static int run(const options *o) {
     MPI_Barrier(MPI_COMM_WORLD);
     memset(&clk, 0, sizeof clk);
     clk.t0 = qkcli_now();
-    r = qk_gram_mpi(ctx, map, &gd, MPI_COMM_WORLD);
+    r = o->states ? qk_gram_mpi_states(ctx, &st, &gd, MPI_COMM_WORLD) : qk_gram_mpi(ctx, map, &gd, MPI_COMM_WORLD);
     secs = qkcli_now() - clk.t0;
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
@@ -341,7 +446,7 @@ static int run(const options *o) {
         MPI_Gather(mine, 2, MPI_DOUBLE, t_all, 2, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     }
     if (!o->quiet && g_rank == 0 && t_all) {
-        int64_t cols = o->y ? Y.rows : X.rows;
+        int64_t cols = n_cols;
         double mean = 0, mx = 0;
         int k;
         for (k = 0; k < g_size; k++) {
@@ -351,10 +456,10 @@ static int run(const options *o) {
         printf("ranks' bands done after (s):");
         for (k = 0; k < g_size; k++) printf(" %.3f", t_all[2 * k]);
         printf("  (slowest / mean %.3f)\n", mean > 0 ? mx / mean : 1.0);
-        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s on %d ranks, %.3g Gpairs/s\n", (long long)X.rows,
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s on %d ranks, %.3g Gpairs/s\n", (long long)n_rows,
                (long long)cols, gd.out_dtype == QK_F32 ? "float32" : "float64",
-               qkcli_arg(o->out), (long long)(X.rows * cols), o->y ? "" : " (i <= j computed, mirrored)", secs, g_size,
-               secs > 0 ? (double)(X.rows * cols) / secs * 1e-9 : 0.0);
+               qkcli_arg(o->out), (long long)(n_rows * cols), o->y || o->states_y ? "" : " (i <= j computed, mirrored)", secs, g_size,
+               secs > 0 ? (double)(n_rows * cols) / secs * 1e-9 : 0.0);
     }
     rc = EXIT_SUCCESS;
 done:
@@ -364,6 +469,10 @@ done:
     qk_array_free(&X);
     qk_array_free(&Y);
     qk_array_free(&W);
+    if (conv[0]) { free(conv[0]); A.data = NULL; }
+    if (conv[1]) { free(conv[1]); B.data = NULL; }
+    qk_states_array_free(&A);
+    qk_states_array_free(&B);
     return rc;
 }
 

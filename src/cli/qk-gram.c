@@ -507,12 +507,8 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--html")) o->html = v;
         else if (!strcmp(name, "--states")) o->states = v;
         else if (!strcmp(name, "--states-y")) o->states_y = v;
-        else if (!strcmp(name, "--norm-tol")) {   /* C syntax, in (0, 1) as qk_states_desc.norm_tol */
-            char *end = NULL;
-            double t = strtod(v, &end);
-            if (*v == 0 || !end || *end || !(t > 0.0 && t < 1.0))
-                return usage_error("--norm-tol '%s': expected a number in (0, 1)", qkcli_arg(v));
-            o->norm_tol = t;
+        else if (!strcmp(name, "--norm-tol")) {
+            if ((err = qkcli_norm_tol(v, &o->norm_tol)) != NULL) return usage_error(err, qkcli_arg(v));
         }
         else if (!strcmp(name, "--device")) {
             if ((err = qkcli_device(v, &o->device)) != NULL) return usage_error(err, qkcli_arg(v));
@@ -733,51 +729,11 @@ done:
 
 /* ---- --states: K from given states (qk_gram_states) ---- */
 
-static const char *state_type_name(qk_state_type t) {
-    return t == QK_STATE_C64 ? "complex64" : t == QK_STATE_F64 ? "float64" : t == QK_STATE_F32 ? "float32" : "complex128";
-}
-static int state_type_double(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_F64; }
-static int state_type_complex(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_C64; }
-
-/* Reads a .npy of states ("A" or "B"): (n, dim) states or (n, dim, dim) density matrices, at
-   least one, dim >= 2. Prints the error itself. */
+/* Reads a .npy of states (qkcli_read_states); prints the error itself. */
 static int read_states(const char *what, const char *opt, const char *path, qk_states_array *s) {
+    char msg[1024];
     qk_result r;
-    if (!qkcli_ends_with(path, ".npy")) return fail(QK_OK, "%s '%s': states are read from a .npy file", opt, qkcli_arg(path));
-    r = qk_npy_read_states(path, s);
-    if (r != QK_OK) return fail(r, "cannot read %s (%s)", what, opt);
-    if (s->n < 1 || s->dim < 2) {
-        long long n = (long long)s->n, dim = (long long)s->dim;
-        int mixed = s->mixed;
-        qk_states_array_free(s);
-        return fail(QK_OK, "%s '%s' has shape (%lld, %lld%s%s): it needs at least one state of dim >= 2", opt, qkcli_arg(path), n, dim,
-                    mixed ? ", " : "", mixed ? "..." : "");
-    }
-    return EXIT_SUCCESS;
-}
-
-/* The states in type `to` (A and B of different dtypes: qk_gram_states takes one type for both;
-   the wider in each respect, complex over real and double over float). */
-static int convert_states(qk_states_array *s, qk_state_type to) {
-    const int64_t count = s->n * s->dim * (s->mixed ? s->dim : 1);
-    const int es = to == QK_STATE_C128 ? 16 : to == QK_STATE_F32 ? 4 : 8;
-    unsigned char *d;
-    int64_t k;
-    if (s->type == to) return EXIT_SUCCESS;
-    d = (unsigned char *)malloc((size_t)count * (size_t)es);
-    if (!d) return fail(QK_ERROR_OUT_OF_MEMORY, "out of memory converting %lld states to %s", (long long)s->n, state_type_name(to));
-    for (k = 0; k < count; k++) {
-        double re, im;
-        qk__state_amp(s->data, (int)s->type, k, &re, &im);
-        if (to == QK_STATE_C128) { double v[2] = {re, im}; memcpy(d + 16 * k, v, 16); }
-        else if (to == QK_STATE_C64) { float v[2] = {(float)re, (float)im}; memcpy(d + 8 * k, v, 8); }
-        else if (to == QK_STATE_F64) memcpy(d + 8 * k, &re, 8);
-        else { float v = (float)re; memcpy(d + 4 * k, &v, 4); }
-    }
-    QK_FREE(s->data);
-    s->data = d;   /* malloc'ed: states_main frees it with free() */
-    s->type = to;
-    return EXIT_SUCCESS;
+    return qkcli_read_states(what, opt, path, s, msg, sizeof msg, &r) ? fail(r, "%s", msg) : EXIT_SUCCESS;
 }
 
 static int states_main(const options *o) {
@@ -787,10 +743,10 @@ static int states_main(const options *o) {
     qk_states_desc st;
     qk_gram_desc gd;
     qk_dtype dtype = QK_F64;
-    qk_state_type type;
     qk_result r;
     double secs = 0;
-    int rc = EXIT_FAILURE, have_b = o->states_y != NULL, k, float_in;
+    char msg[1024];
+    int rc = EXIT_FAILURE, have_b = o->states_y != NULL, k;
     struct sigaction sa, old_int, old_term, old_hup;
     options oc = *o;
 
@@ -817,20 +773,10 @@ static int states_main(const options *o) {
 
     if (read_states("A", "--states", o->states, &A) != EXIT_SUCCESS) goto done;
     if (have_b && read_states("B", "--states-y", o->states_y, &B) != EXIT_SUCCESS) goto done;
-    if (have_b && B.dim != A.dim) {
-        fail(QK_OK, "dimension mismatch: A ('%s') has states of dim %lld, B ('%s') of dim %lld", qkcli_arg(o->states),
-             (long long)A.dim, qkcli_arg(o->states_y), (long long)B.dim);
+    /* one type for both sides (float input keeps the float tolerance when it is widened) */
+    if (qkcli_states_desc(&A, &B, o->states, o->states_y, o->normalize, o->norm_tol, conv, &st, msg, sizeof msg, &r)) {
+        fail(r, "%s", msg);
         goto done;
-    }
-    /* one type for both sides; float input keeps the float tolerance when it is widened */
-    float_in = !state_type_double(A.type) || (have_b && !state_type_double(B.type));
-    type = A.type;
-    if (have_b && B.type != A.type) {
-        int cplx = state_type_complex(A.type) || state_type_complex(B.type);
-        int dbl = state_type_double(A.type) || state_type_double(B.type);
-        type = cplx ? (dbl ? QK_STATE_C128 : QK_STATE_C64) : (dbl ? QK_STATE_F64 : QK_STATE_F32);
-        if (A.type != type) { if (convert_states(&A, type) != EXIT_SUCCESS) goto done; conv[0] = A.data; }
-        if (B.type != type) { if (convert_states(&B, type) != EXIT_SUCCESS) goto done; conv[1] = B.data; }
     }
     if ((A.mixed || B.mixed) && o->device == QK_DEVICE_CUDA) {
         fail(QK_OK, "--device cuda: density matrices run on the CPU engine (docs/states.md); use --device cpu or auto");
@@ -844,27 +790,16 @@ static int states_main(const options *o) {
     r = make_ctx(&oc, &ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
-    memset(&st, 0, sizeof st);
-    st.type = type;
-    st.dim = A.dim;
-    st.a = A.data;
-    st.n_a = A.n;
-    st.a_mixed = A.mixed;
-    st.b = have_b ? B.data : NULL;
-    st.n_b = have_b ? B.n : 0;
-    st.b_mixed = have_b && B.mixed;
-    st.normalize = o->normalize;
-    st.norm_tol = o->norm_tol > 0.0 ? o->norm_tol : float_in ? 1e-5 : 0.0;
     memset(&gd, 0, sizeof gd);
     gd.precision = o->precision;
     gd.tol = o->tol;
     gd.path = o->path;
     if (!o->quiet) {
         printf("data: A %s (%lld %s of dim %lld, %s)", qkcli_arg(o->states), (long long)A.n, A.mixed ? "density matrices" : "states",
-               (long long)A.dim, state_type_name(type));
+               (long long)A.dim, qkcli_state_type_name(st.type));
         if (have_b)
             printf(", B %s (%lld %s, %s)\n", qkcli_arg(o->states_y), (long long)B.n, B.mixed ? "density matrices" : "states",
-                   state_type_name(type));
+                   qkcli_state_type_name(st.type));
         else printf(", K = K(A, A) (symmetric)\n");
         if (A.mixed || B.mixed) printf("K[i][j] = Tr(rho_i rho_j)%s\n", A.mixed != B.mixed && have_b ? " (a pure state as |psi><psi|)" : "");
     }

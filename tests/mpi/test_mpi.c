@@ -8,7 +8,12 @@
      that cancels, NaN in that rank's X, X that differs on that rank; and a missing output
      directory and an unsupported output mode on all: every rank returns the error, the detail
      names the failing rank, the output directory holds no new file (no temporary file either)
-     and an old file at out_path is left as it was.
+     and an old file at out_path is left as it was;
+   - given states (qk_gram_mpi_states): complex and real statevectors, density matrices, padded
+     rows (padding that differs by rank), normalize: the .npy byte for byte qk_gram_states' in one
+     process, the tiles bitwise its K; a NaN or a norm off 1 (on every rank, or on one), states
+     that differ on one rank, a provider: every rank returns the same error naming the row, and no
+     file is left.
    QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32);
    the desc's mpi_block_bytes overrides it (fewer tiles, the same K).
    Usage: mpirun -n R test_mpi DIR [single|serialized|multiple] (DIR: an empty scratch directory
@@ -320,6 +325,186 @@ static void check_failure(int how, int bad, qk_result expect, int idx) {
     qk_ctx_destroy(ctx);
 }
 
+/* ---- given states (qk_gram_mpi_states) ---- */
+/* n random states of dim amplitudes (complex: interleaved), rows ld elements apart, unnormalised
+   when `raw` (normalize = 1 then scales them); the padding of each row (ld > dim) is filled with
+   `pad` (different on each rank: it is not data). */
+static double *random_states(int64_t n, int64_t dim, int64_t ld, int cplx, int raw, uint64_t seed, double pad) {
+    const int c = cplx ? 2 : 1;
+    double *s = (double *)malloc(sizeof(double) * (size_t)(n * ld * c));
+    int64_t i, k;
+    qk_test_seed_set(seed);
+    for (i = 0; i < n; i++) {
+        double ss = 0;
+        for (k = 0; k < dim * c; k++) {
+            s[i * ld * c + k] = qk_test_urand() - 0.5;
+            ss += s[i * ld * c + k] * s[i * ld * c + k];
+        }
+        for (k = 0; k < dim * c && !raw; k++) s[i * ld * c + k] /= sqrt(ss);
+        for (k = dim * c; k < ld * c; k++) s[i * ld * c + k] = pad;
+    }
+    return s;
+}
+
+/* K from given states over the ranks: the .npy is byte for byte the one qk_gram_states writes in
+   one process (rank 0), the tiles bitwise its K. */
+typedef struct scase { const char *what; qk_state_type type; int64_t dim, na, nb, ld; int normalize, mixed; } scase;
+
+static void check_states_case(const scase *sc, int idx) {
+    qk_ctx *ctx = qk_test_cpu_ctx(1);
+    const int cplx = sc->type == QK_STATE_C128;
+    const int64_t nel = sc->mixed ? sc->dim * sc->dim : sc->dim, ld = sc->ld ? sc->ld : nel, cols = sc->nb ? sc->nb : sc->na;
+    double *a = NULL, *b = NULL, *kref = (double *)malloc(sizeof(double) * (size_t)(sc->na * cols));
+    char sub[1100], ref_path[1200], out_path[1200], stray[256];
+    qk_states_desc st;
+    qk_gram_desc g;
+    qk_result r;
+    tiles tc;
+    int64_t i, j;
+    if (sc->mixed) {   /* density matrices: sums of two outer products, trace 1 */
+        int64_t n, s2;
+        a = (double *)calloc((size_t)((sc->na + sc->nb) * ld), sizeof(double));
+        for (n = 0; n < sc->na + sc->nb; n++) {
+            double *m = a + n * ld;
+            double *v = random_states(2, sc->dim, sc->dim, 0, 0, 900 + (uint64_t)(idx * 100 + n), 0.0);
+            for (s2 = 0; s2 < 2; s2++)
+                for (i = 0; i < sc->dim; i++)
+                    for (j = 0; j < sc->dim; j++) m[i * sc->dim + j] += (s2 ? 0.25 : 0.75) * v[s2 * sc->dim + i] * v[s2 * sc->dim + j];
+            for (i = sc->dim * sc->dim; i < ld; i++) m[i] = 1000.0 + rank_;
+            free(v);
+        }
+        b = sc->nb ? a + sc->na * ld : NULL;
+    } else {
+        a = random_states(sc->na, sc->dim, ld, cplx, sc->normalize, 300 + (uint64_t)idx, 1000.0 + rank_);
+        b = sc->nb ? random_states(sc->nb, sc->dim, ld, cplx, sc->normalize, 400 + (uint64_t)idx, 2000.0 + rank_) : NULL;
+    }
+    snprintf(sub, sizeof sub, "%s/states%d", dir_, idx);
+    if (rank_ == 0) mkdir(sub, 0777);
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(ref_path, sizeof ref_path, "%s/ref.npy", sub);
+    snprintf(out_path, sizeof out_path, "%s/K.npy", sub);
+    memset(&st, 0, sizeof st);
+    st.type = sc->type; st.dim = sc->dim; st.a = a; st.n_a = sc->na; st.lda = ld;
+    st.b = b; st.n_b = sc->nb; st.ldb = ld; st.normalize = sc->normalize;
+    st.a_mixed = st.b_mixed = sc->mixed;
+
+    /* one process: a host K on every rank, the .npy on rank 0 */
+    memset(&g, 0, sizeof g);
+    g.out = kref;
+    r = qk_gram_states(ctx, &st, &g);
+    CHECK(r == QK_OK, "states %d (%s): qk_gram_states: %s", idx, sc->what, qk_last_error());
+    if (rank_ == 0) {
+        g.output = QK_OUTPUT_NPY; g.out = NULL; g.out_path = ref_path;
+        r = qk_gram_states(ctx, &st, &g);
+        CHECK(r == QK_OK, "states %d (%s): qk_gram_states npy: %s", idx, sc->what, qk_last_error());
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+
+    memset(&g, 0, sizeof g);
+    g.output = QK_OUTPUT_NPY; g.out_path = out_path; g.no_sync = 1;
+    r = qk_gram_mpi_states(ctx, &st, &g, MPI_COMM_WORLD);
+    CHECK(r == QK_OK, "states %d (%s): qk_gram_mpi_states npy: %s", idx, sc->what, qk_last_error());
+    if (rank_ == 0 && r == QK_OK) {
+        size_t la = 0, lb = 0;
+        char *fa = qk_test_read_file(ref_path, &la), *fb = qk_test_read_file(out_path, &lb);
+        CHECK(fa && fb && la == lb && memcmp(fa, fb, la) == 0, "states %d (%s, %d ranks): the MPI .npy differs from qk_gram_states' (%zu vs %zu bytes)",
+              idx, sc->what, size_, la, lb);
+        free(fa);
+        free(fb);
+        CHECK(stray_files(sub, "ref.npy", "K.npy", stray, sizeof stray) == 0, "states %d: stray file '%s'", idx, stray);
+    }
+
+    /* tiles: each entry once over the ranks, bitwise */
+    memset(&tc, 0, sizeof tc);
+    tc.n = sc->na; tc.cols = cols; tc.symmetric = sc->nb == 0; tc.dt = QK_F64;
+    tc.val = (double *)calloc((size_t)(sc->na * cols), sizeof(double));
+    tc.count = (int *)calloc((size_t)(sc->na * cols), sizeof(int));
+    memset(&g, 0, sizeof g);
+    g.output = QK_OUTPUT_CALLBACK; g.tile_fn = collect; g.tile_user = &tc;
+    r = qk_gram_mpi_states(ctx, &st, &g, MPI_COMM_WORLD);
+    CHECK(r == QK_OK, "states %d (%s): qk_gram_mpi_states callback: %s", idx, sc->what, qk_last_error());
+    MPI_Allreduce(MPI_IN_PLACE, tc.val, (int)(sc->na * cols), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    MPI_Allreduce(MPI_IN_PLACE, tc.count, (int)(sc->na * cols), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    {
+        int64_t bad = 0;
+        for (i = 0; i < sc->na; i++)
+            for (j = tc.symmetric ? i : 0; j < cols; j++)
+                if (tc.count[i * cols + j] != 1 || memcmp(&kref[i * cols + j], &tc.val[i * cols + j], sizeof(double)) != 0) bad++;
+        CHECK(bad == 0 && tc.bad_tile == 0, "states %d (%s, %d ranks): %lld entries of the tiles missing, twice or not qk_gram_states'",
+              idx, sc->what, size_, (long long)bad);
+    }
+    free(tc.val);
+    free(tc.count);
+    free(kref);
+    free(a);
+    if (!sc->mixed) free(b);
+    qk_ctx_destroy(ctx);
+}
+
+/* A bad state (how: 0 NaN in A on every rank, 1 a norm off 1 in B on every rank, 2 NaN in A on
+   rank `bad` only, 3 A that differs on rank `bad`, 4 a provider): every rank returns `expect`
+   with the same detail, naming the row; out_path keeps its old content and no file is left. */
+static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
+    (void)side; (void)i0; (void)i1; (void)buf; (void)ld; (void)user;
+    return 1;
+}
+
+static void check_states_failure(int how, int bad, qk_result expect, const char *want, int idx) {
+    static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider"};
+    qk_ctx *ctx = qk_test_cpu_ctx(1);
+    const int64_t n = 29, dim = 8;
+    double *a = random_states(n, dim, dim, 1, 0, 71, 0.0), *b = random_states(17, dim, dim, 1, 0, 72, 0.0);
+    char sub[1100], out_path[1200], stray[256], mine[512], *all = NULL;
+    const char *old = "old content\n";
+    qk_states_desc st;
+    qk_gram_desc g;
+    qk_result r;
+    int ok, k, same = 1;
+    snprintf(sub, sizeof sub, "%s/sfail%d", dir_, idx);
+    if (rank_ == 0) mkdir(sub, 0777);
+    MPI_Barrier(MPI_COMM_WORLD);
+    snprintf(out_path, sizeof out_path, "%s/K.npy", sub);
+    if (rank_ == 0) {
+        FILE *f = fopen(out_path, "wb");
+        fputs(old, f);
+        fclose(f);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    memset(&st, 0, sizeof st);
+    st.type = QK_STATE_C128; st.dim = dim; st.a = a; st.n_a = n;
+    if (how == 0) a[2 * (13 * dim + 5) + 1] = NAN;
+    if (how == 1) { st.b = b; st.n_b = 17; b[2 * (5 * dim)] += 0.01; }
+    if (how == 2 && rank_ == bad) a[2 * (13 * dim + 5) + 1] = NAN;
+    if (how == 3 && rank_ == bad) a[2 * (7 * dim + 2)] = -a[2 * (7 * dim + 2)];
+    if (how == 4) { st.a = NULL; st.provider = no_rows; }
+    memset(&g, 0, sizeof g);
+    g.output = QK_OUTPUT_NPY; g.out_path = out_path;
+    r = qk_gram_mpi_states(ctx, &st, &g, MPI_COMM_WORLD);
+    CHECK(r == expect, "states failure %d (%s, rank %d of %d): rank %d returned %s (%s), expected %s", idx, names[how], bad, size_, rank_,
+          qk_result_string(r), qk_last_error(), qk_result_string(expect));
+    CHECK(strstr(qk_last_error(), want) != NULL, "states failure %d (%s): the detail '%s' does not say '%s'", idx, names[how], qk_last_error(), want);
+    /* every rank's detail is the same */
+    memset(mine, 0, sizeof mine);
+    snprintf(mine, sizeof mine, "%s", qk_last_error());
+    if (rank_ == 0) all = (char *)malloc(sizeof mine * (size_t)size_);
+    MPI_Gather(mine, (int)sizeof mine, MPI_CHAR, all, (int)sizeof mine, MPI_CHAR, 0, MPI_COMM_WORLD);
+    for (k = 1; rank_ == 0 && k < size_; k++)
+        if (strcmp(all, all + k * sizeof mine) != 0) same = 0;
+    CHECK(same, "states failure %d (%s): the ranks' details differ ('%s' on rank 0)", idx, names[how], mine);
+    free(all);
+    ok = all_ranks(r == expect);
+    if (rank_ == 0 && ok) {
+        size_t len = 0;
+        char *s = qk_test_read_file(out_path, &len);
+        CHECK(s && len == strlen(old) && memcmp(s, old, len) == 0, "states failure %d (%s): the old '%s' was changed", idx, names[how], out_path);
+        free(s);
+        CHECK(stray_files(sub, "K.npy", NULL, stray, sizeof stray) == 0, "states failure %d (%s): '%s' was left in %s", idx, names[how], stray, sub);
+    }
+    free(a);
+    free(b);
+    qk_ctx_destroy(ctx);
+}
+
 int main(int argc, char **argv) {
     static const gcase cases[] = {
         {"zz(reps=2)", 3, 37, 0, QK_F64},             /* complex: orientation changes the last bit */
@@ -329,6 +514,13 @@ int main(int argc, char **argv) {
         {"angle(rot=y)", 5, 41, 0, QK_F64},           /* product (analytic) */
         {"iqp", 3, 23, 61, QK_F32},                   /* K(X,Y), wider than tall */
         {"zz", 2, 2, 0, QK_F64},                      /* fewer rows than ranks */
+    };
+    static const scase scases[] = {
+        {"complex128 K(A,A)", QK_STATE_C128, 16, 53, 0, 0, 0, 0},
+        {"complex128 K(A,B), lda > dim (padding differs by rank), normalize", QK_STATE_C128, 8, 37, 23, 11, 1, 0},
+        {"float64 K(A,A), dim 6 (zero-padded to 8)", QK_STATE_F64, 6, 41, 0, 0, 0, 0},
+        {"density matrices K(A,B), ld > dim^2", QK_STATE_F64, 4, 19, 13, 17, 0, 1},
+        {"complex128, fewer states than ranks", QK_STATE_C128, 4, 2, 0, 0, 0, 0},
     };
     int i, k, idx = 0, want = MPI_THREAD_SINGLE, got = 0;
     /* argv[2]: the thread level asked for: qk_gram_mpi writes from a second thread from
@@ -355,6 +547,20 @@ int main(int argc, char **argv) {
     }
     check_failure(F_NO_DIR, 0, QK_ERROR_IO, idx++);
     check_failure(F_HOST, 0, QK_ERROR_UNSUPPORTED, idx++);
+
+    for (i = 0; i < (int)(sizeof scases / sizeof scases[0]); i++) check_states_case(&scases[i], i);
+    {
+        char w[64];
+        idx = 0;
+        check_states_failure(0, -1, QK_ERROR_NON_FINITE, "A[13]: amplitude 5 is NaN", idx++);
+        check_states_failure(1, -1, QK_ERROR_BAD_DATA, "B[5]: the state's squared norm is", idx++);
+        for (k = 0; k < size_; k++) {
+            snprintf(w, sizeof w, size_ > 1 ? "rank %d of %d: A[13]: amplitude 5 is NaN" : "A[13]", k, size_);
+            check_states_failure(2, k, QK_ERROR_NON_FINITE, w, idx++);
+            if (size_ > 1) check_states_failure(3, k, QK_ERROR_INVALID_ARGUMENT, "disagree on the states A", idx++);
+        }
+        check_states_failure(4, -1, QK_ERROR_UNSUPPORTED, "a state provider is not supported across ranks", idx++);
+    }
 
     {
         int total = 0;

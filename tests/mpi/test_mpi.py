@@ -8,6 +8,8 @@ usage: test_mpi.py --mpirun MPIRUN --test TEST_MPI --qk-gram QK_GRAM --qk-gram-m
 - tests/mpi/test_mpi.c (the library entry point) on 1, 2 and 3 ranks: bitwise K, tiles, failures;
 - qk-gram-mpi against qk-gram on the same inputs (odd sizes; K(X,X) and K(X,Y); complex, real
   and float32): the two .npy files are byte for byte the same;
+- qk-gram-mpi --states (and --states-y, --normalize) against qk-gram --states: byte for byte the
+  same .npy; NaN in a state: exit 1 on every rank, one message naming the row, no file left;
 - qk-gram-mpi's errors: a missing output directory, NaN in X, a bad command line: exit 1 / 2 on
   every rank, one message, no file left;
 - one rank stopped: SIGTERM to one rank stops the whole job within seconds, a SIGKILLed rank
@@ -156,6 +158,53 @@ check(rc == 0 and o.count("done: K 45 x 45 (float64)") == 1 and "on 2 ranks" in 
       "qk-gram-mpi summary: exit %d, output:\n%s%s" % (rc, o, e))
 leftover = sorted(f for f in os.listdir(cli) if ".tmp." in f)
 check(not leftover, "temporary files left: %s" % leftover)
+
+# ---- qk-gram-mpi --states against qk-gram --states ----
+def write_states(path, n, dim, seed, dtype="<c16", nan_at=None):
+    """n random unit states of dim amplitudes as a .npy (complex128 or float32), no numpy"""
+    import math
+    import struct
+    rnd = random.Random(seed)
+    cplx = dtype == "<c16"
+    vals = []
+    for i in range(n):
+        v = [rnd.uniform(-1.0, 1.0) for _ in range(2 * dim if cplx else dim)]
+        s = math.sqrt(sum(t * t for t in v))
+        v = [t / s for t in v]
+        if nan_at == i:
+            v[1] = float("nan")
+        vals += v
+    hdr = "{'descr': '%s', 'fortran_order': False, 'shape': (%d, %d), }" % (dtype, n, dim)
+    hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        f.write(struct.pack("<%d%s" % (len(vals), "d" if cplx else "f"), *vals))
+
+
+sdir = os.path.join(root, "states")
+os.makedirs(sdir)
+write_states(os.path.join(sdir, "A.npy"), 41, 16, 5)
+write_states(os.path.join(sdir, "B.npy"), 23, 16, 6, dtype="<f4")   # widened to complex128, float tolerance
+write_states(os.path.join(sdir, "Abad.npy"), 30, 8, 7, nan_at=17)
+for name, opts in (("aa", ["--states", "A.npy"]), ("ab", ["--states", "A.npy", "--states-y", "B.npy"]),
+                   ("aa-norm", ["--states", "A.npy", "--normalize"])):
+    opts = [o if not o.endswith(".npy") else os.path.join(sdir, o) for o in opts]
+    ref = os.path.join(sdir, name + "-ref.npy")
+    p = subprocess.run([args.qk_gram] + opts + ["--out", ref, "--device", "cpu", "--threads", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "qk-gram --states %s exited %d: %s" % (name, p.returncode, p.stderr))
+    for n in (1, 2, 3):
+        out = os.path.join(sdir, "%s-%d.npy" % (name, n))
+        rc, o, e = mpirun(n, [args.qk_gram_mpi] + opts + ["--out", out, "--quiet", "--no-sync"])
+        check(rc == 0, "qk-gram-mpi --states %s on %d ranks exited %d: %s" % (name, n, rc, e))
+        if rc == 0 and p.returncode == 0:
+            check(read(out) == read(ref), "qk-gram-mpi --states %s on %d ranks: K.npy differs from qk-gram's" % (name, n))
+rc, o, e = mpirun(3, [args.qk_gram_mpi, "--states", os.path.join(sdir, "Abad.npy"), "--out", os.path.join(sdir, "bad.npy")])
+check(rc == 1 and "A[17]: amplitude 0 is NaN" in e and e.count("error:") == 1,
+      "qk-gram-mpi --states, NaN in A[17]: exit %d (want 1), stderr:\n%s" % (rc, e))
+rc, o, e = mpirun(2, [args.qk_gram_mpi, "--states", os.path.join(sdir, "A.npy"), "--map", "zz", "--out", os.path.join(sdir, "bad.npy")])
+check(rc == 2 and e.count("exclude each other") == 1, "qk-gram-mpi --states with --map: exit %d (want 2), stderr:\n%s" % (rc, e))
+check(not [f for f in os.listdir(sdir) if f.startswith("bad") or ".tmp." in f], "files left after the --states errors: %s" % sorted(os.listdir(sdir)))
 
 # ---- qk-gram-mpi errors ----
 bad = os.path.join(root, "bad")
