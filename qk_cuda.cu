@@ -4729,7 +4729,8 @@ static void qk__vjp_free(qk__vjp_bufs &b)
     if (b.st) cudaStreamSynchronize(b.st);
     if (b.st2) cudaStreamSynchronize(b.st2);
     cudaFree(b.dx); cudaFree(b.dy); cudaFree(b.A); cudaFree(b.B); cudaFree(b.L); cudaFree(b.M);
-    cudaFree(b.S); cudaFree(b.W); cudaFree(b.G); cudaFree(b.K); cudaFree(b.gbuf); cudaFree(b.grad); cudaFree(b.ops);
+    if (b.W != b.S) cudaFree(b.W);   /* K(X,Y): W is S, overwritten in place */
+    cudaFree(b.S); cudaFree(b.G); cudaFree(b.K); cudaFree(b.gbuf); cudaFree(b.grad); cudaFree(b.ops);
     cudaFree(b.ws.params); cudaFree(b.ws.tmp); cudaFree(b.ws.inv);
     qk__dprog_free(&b.dp);
     if (b.own_blas && b.blas) cublasDestroy(b.blas);
@@ -4835,6 +4836,7 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
     QK_CK(cudaStreamWaitEvent(b.st, b.ev, 0));
     QK_CK(cudaStreamSynchronize(b.st)); /* the build scratch goes back (cudaFree would wait anyway) */
     cudaFree(b.ws.params); cudaFree(b.ws.tmp); cudaFree(b.ws.inv);
+    b.ws.params = nullptr; b.ws.tmp = nullptr; b.ws.inv = nullptr;   /* freed once (qk__vjp_free) */
     b.ws = qk__build_ws();
     QK_TRY(poll(0));
     /* 3. K and W */
