@@ -7089,7 +7089,10 @@ static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, d
         }
         for (i = j; i < m; i++) nrm2 += QK__RE(X, m, i, j) * QK__RE(X, m, i, j) + QK__IM(X, m, i, j) * QK__IM(X, m, i, j);
         memset(v, 0, sizeof(double) * 2 * (size_t)m);
-        if (nrm2 == 0) { beta[j] = 0; continue; }
+        /* a column of norm below 1e-140 is zero to the state (a unit vector): no reflection. Its
+           beta, 1 / (nrm (nrm + |x_j|)), would overflow to inf from nrm ~ 1e-154 on, and inf x 0
+           made NaN MPS (silently NaN rows of K: zz(reps=1) at 12 qubits, bond 64) */
+        if (nrm2 < 1e-280) { beta[j] = 0; continue; }
         nrm = sqrt(nrm2);
         xr = QK__RE(X, m, j, j); xi = QK__IM(X, m, j, j);
         ax = sqrt(xr * xr + xi * xi);

@@ -161,6 +161,32 @@ static void families(qk_ctx *ctx)
     family(ctx, "zz(reps=2,ent=linear)", 20, -2, 1);
 }
 
+/* A sample whose exact MPS (zz(reps=1), all-to-all, 12 qubits, bond 64) meets columns of norm
+   ~1e-160 in the QR sweeps: their Householder beta overflowed to inf and the whole MPS became NaN,
+   so K had NaN rows on the MPS path of the CPU and GPU engines alike, with QK_OK (found by the
+   GPU suite's pool test, 2026-11-26). K must be finite and equal the statevector's. */
+static void tiny_columns(qk_ctx *ctx)
+{
+    static const double x7[12] = {2.9844363593051377, 2.0173171887627417, 3.2827227574599549, 4.6493050697489204,
+                                  3.094936211861175, 3.8571013032910888, 1.3333715565937441, 3.3484642573764849,
+                                  2.9900072574010155, 2.8421033201190191, 4.1907965352902172, 3.1500569943292334};
+    qk_map *m = qk_test_parse("zz(reps=1)", 12);
+    double *x = qk_test_rand_data(3, 12, 0, 6.28);
+    qk_result r1, r2;
+    qk_plan pl;
+    memcpy(x + 12, x7, sizeof x7);   /* the middle sample */
+    double *Km = gram_path(ctx, m, x, 3, NULL, 0, QK_PATH_MPS, &r1, &pl), *Ks = gram_path(ctx, m, x, 3, NULL, 0, QK_PATH_COMPLEX, &r2, NULL);
+    CHECK(r1 == QK_OK && r2 == QK_OK && Km && Ks, "tiny columns: %s", qk_last_error());
+    if (Km && Ks) {
+        int finite = 1, k;
+        for (k = 0; k < 9; k++) finite &= isfinite(Km[k]) != 0;
+        CHECK(finite && pl.mps_bond == 64, "tiny columns: K on the MPS path not finite (bond %d)", pl.mps_bond);
+        CHECK(qk_test_max_diff(Km, Ks, 9) <= 1e-12, "tiny columns: MPS vs statevector %.3g", qk_test_max_diff(Km, Ks, 9));
+    }
+    free(Km); free(Ks); free(x);
+    qk_map_free(m);
+}
+
 /* The bounds the planner reports: 2^r for linear zz (capped at the ends), 4^r circular. */
 static void bounds(void)
 {
@@ -754,6 +780,7 @@ int main(void)
     ctx = qk_test_cpu_ctx(0);
     bounds();
     SECTION(families(ctx));
+    SECTION(tiny_columns(ctx));
     SECTION(big(ctx));
     SECTION(outputs(ctx));
     SECTION(planning(ctx));
