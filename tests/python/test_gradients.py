@@ -1,5 +1,5 @@
 """qk.gram_vjp, qk.alignment, qk.KernelTrainer, qk.projected_gram, qk.sampled, qk.closest_psd (issue 24): the VJP of the alignment against
-central finite differences through qk.gram (relative 1e-7), K from the same pass equal to
+central finite differences through qk.gram (relative 1e-7), for the weights and (data=True) the data, K from the same pass equal to
 qk.gram's, the alignment's dA/dK against finite differences of the alignment, and the trainer:
 the alignment grows, the trained qk.Kernel classifies with an SVC, the result's attributes are
 qiskit-machine-learning QuantumKernelTrainer's. Skips the trainer without scipy/scikit-learn."""
@@ -33,6 +33,33 @@ class TestVJP(unittest.TestCase):
                 fd.append((Lp - Lm) / (2 * h))
             fd = np.array(fd)
             self.assertLess(np.abs(g - fd).max(), 1e-7 * np.abs(fd).max(), spec)
+
+    def test_vjp_data_against_finite_differences(self):
+        # dL/dX (and dL/dY): x in gate angles as x, x x' and (pi - x)(pi - x') (zz), w x (hea)
+        X = RNG.uniform(-1, 1, (9, 3))
+        Y = RNG.uniform(-1, 1, (7, 3))
+        for spec, YY in (("zz(reps=2)", Y), ("zz(reps=2)", None), ("hea(layers=2,rot=yz)", None)):
+            m = qk.FeatureMap(spec, 3, weights=RNG.uniform(-1.5, 1.5, 12) if "hea" in spec else None)
+            G = RNG.uniform(-1, 1, (9, 9 if YY is None else 7))
+            out = qk.gram_vjp(X, G, YY, map=m, data=True)
+            self.assertEqual(len(out), 3 if YY is None else 4)
+            L = lambda A, B: np.sum(G * qk.gram(A, B, map=m, device="cpu", precision="fp64"))
+            h = 1e-5
+            for side, A in enumerate((X,) if YY is None else (X, YY)):
+                fd = np.zeros_like(A)
+                for e in np.ndindex(A.shape):
+                    Ap, Am = A.copy(), A.copy()
+                    Ap[e] += h
+                    Am[e] -= h
+                    if side == 0:
+                        fd[e] = (L(Ap, YY) - L(Am, YY)) / (2 * h)
+                    else:
+                        fd[e] = (L(X, Ap) - L(X, Am)) / (2 * h)
+                got = out[2 + side]
+                self.assertEqual(got.shape, A.shape)
+                self.assertLess(np.abs(got - fd).max(), 1e-7 * np.abs(fd).max(), f"{spec} side {side}")
+        with self.assertRaisesRegex(RuntimeError, "amplitude"):   # QK_ERROR_UNSUPPORTED: x is no angle there
+            qk.gram_vjp(X, np.ones((9, 9)), map="amplitude", data=True)
 
     def test_alignment_gradient(self):
         K = RNG.uniform(0, 1, (15, 15))

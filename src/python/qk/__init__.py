@@ -462,18 +462,23 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
 
 
 def gram_vjp(X: npt.ArrayLike, G: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "hea(layers=2)",
-             weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+             weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None,
+             data: bool = False) -> Tuple[np.ndarray, ...]:
     """The gradient of a loss of K for every trainable weight of the map: given G = dL/dK (the
     shape of K(X, Y), or K(X, X) when Y is None; need not be symmetric), returns (dL/dw, K) with
     dL/dw = sum_ij G_ij dK_ij/dw, exact, at the cost of a few Gram evaluations whatever the number
-    of weights (adjoint sweeps; docs/gradients.md). CPU engine, fp64."""
+    of weights (adjoint sweeps; docs/gradients.md). CPU engine, fp64.
+
+    data=True: the gradient for the data too (feature learning), from the same sweeps:
+    (dL/dw, K, dL/dX) for K(X, X) (X in both roles), (dL/dw, K, dL/dX, dL/dY) for K(X, Y), each
+    the shape of its data. Angle encodings only (x in gate angles); amplitude and basis maps raise."""
     Xa = _as_data(X, "X")
     Ya = None if Y is None else _as_data(Y, "Y")
     if Ya is not None and Ya.shape[1] != Xa.shape[1]:
         raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
     m = _resolve_map(map, Xa.shape[1], weights)
     Ga = np.ascontiguousarray(np.asarray(G, dtype=np.float64))
-    return _qk._gram_vjp(m, Xa, Ya, Ga, _threads(threads))
+    return _qk._gram_vjp(m, Xa, Ya, Ga, _threads(threads), int(bool(data)))
 
 
 def alignment(K: np.ndarray, y: npt.ArrayLike, centered: bool = False) -> Tuple[float, np.ndarray]:
@@ -505,19 +510,23 @@ class KernelTrainer:
     scipy.optimize.minimize (L-BFGS-B by default): ``fit(X, y)`` returns self with
     ``optimal_point`` (the weights), ``optimal_value`` (the final loss, -alignment), ``loss_history``,
     ``n_evals`` and ``kernel`` (a trained qk.Kernel), the attribute names of
-    qiskit-machine-learning's QuantumKernelTrainer result. scikit-learn style parameters."""
+    qiskit-machine-learning's QuantumKernelTrainer result. scikit-learn style parameters.
+    callback: called after each evaluation of the loss as ``callback(n_eval, weights, loss)``
+    (as SPSA's callback in qiskit-machine-learning: to log or time the training)."""
 
     def __init__(self, map: str = "hea(layers=2)", initial_weights: Optional[npt.ArrayLike] = None, centered: bool = False,
-                 method: str = "L-BFGS-B", maxiter: int = 50, threads: Optional[int] = None) -> None:
+                 method: str = "L-BFGS-B", maxiter: int = 50, threads: Optional[int] = None,
+                 callback: Optional[Any] = None) -> None:
         self.map = map
         self.initial_weights = initial_weights
         self.centered = centered
         self.method = method
         self.maxiter = maxiter
         self.threads = threads
+        self.callback = callback
 
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
-        return {k: getattr(self, k) for k in ("map", "initial_weights", "centered", "method", "maxiter", "threads")}
+        return {k: getattr(self, k) for k in ("map", "initial_weights", "centered", "method", "maxiter", "threads", "callback")}
 
     def set_params(self, **params: Any) -> "KernelTrainer":
         for k, v in params.items():
@@ -539,6 +548,8 @@ class KernelTrainer:
             a, dA = alignment(K, y, self.centered)
             g, _ = _qk._gram_vjp(m, Xa, None, np.ascontiguousarray(dA), _threads(self.threads))
             self.loss_history.append(-a)
+            if self.callback is not None:
+                self.callback(len(self.loss_history), np.array(w, dtype=np.float64), -a)
             return -a, -g
 
         res = minimize(f, w0, jac=True, method=self.method, options={"maxiter": int(self.maxiter)})
