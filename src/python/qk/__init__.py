@@ -35,7 +35,8 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "gram_states", "gram_vjp", "projected_gram", "sampled", "closest_psd", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "gram_vjp", "projected_gram", "sampled", "closest_psd", "threshold_psd", "displace_psd", "flip_psd",
+           "mitigate_depolarizing_noise", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -612,6 +613,89 @@ def closest_psd(K: npt.ArrayLike) -> np.ndarray:
     S = (Ka + Ka.T) / 2
     w, v = np.linalg.eigh(S)
     return (v * np.maximum(w, 0.0)) @ v.T
+
+
+def _square_symmetric(K: npt.ArrayLike) -> np.ndarray:
+    Ka = np.asarray(K, dtype=np.float64)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1]:
+        raise ValueError(f"K must be square (got shape {Ka.shape})")
+    if not np.all(np.isfinite(Ka)):
+        raise ValueError("K has NaN or infinite entries")
+    return (Ka + Ka.T) / 2
+
+
+def threshold_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K with its negative eigenvalues set to 0 (PennyLane's ``qml.kernels.threshold_matrix``): the
+    closest PSD matrix in the Frobenius norm; a K without negative eigenvalues is returned as it
+    is (a float64 copy). K is symmetrised first, (K + K^T) / 2."""
+    S = _square_symmetric(K)
+    w, v = np.linalg.eigh(S)
+    if w.size == 0 or w[0] >= 0:
+        return S
+    return (v * np.clip(w, 0.0, None)) @ v.T
+
+
+def displace_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K shifted by its most negative eigenvalue, K - w_min I (PennyLane's
+    ``qml.kernels.displace_matrix``): PSD, the eigenvectors and the gaps kept, every eigenvalue
+    raised alike; unchanged without a negative eigenvalue. K is symmetrised first."""
+    S = _square_symmetric(K)
+    if S.size == 0:
+        return S
+    wmin = np.linalg.eigvalsh(S)[0]
+    return S - np.eye(S.shape[0]) * wmin if wmin < 0 else S
+
+
+def flip_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K with the signs of its negative eigenvalues flipped, V |W| V^T (PennyLane's
+    ``qml.kernels.flip_matrix``); unchanged without a negative eigenvalue. K is symmetrised first."""
+    S = _square_symmetric(K)
+    w, v = np.linalg.eigh(S)
+    if w.size == 0 or w[0] >= 0:
+        return S
+    return (v * np.abs(w)) @ v.T
+
+
+def mitigate_depolarizing_noise(K: npt.ArrayLike, n_qubits: int, method: str = "average",
+                                use_entries: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Undoes global depolarizing noise on a fidelity kernel matrix measured on a device, from its
+    diagonal (Hubregtsen et al., arXiv:2105.02276, section V; PennyLane's
+    ``qml.kernels.mitigate_depolarizing_noise``). Under a depolarizing channel of rate lam on the
+    2^q-dimensional states each entry becomes (1 - lam) K_ij + lam / 2^q, and K_ii = 1 gives lam
+    from the measured diagonal.
+
+    method: ``"single"`` (lam from one diagonal entry, ``use_entries[0]``, default 0),
+        ``"average"`` (the mean of the rates of the diagonal entries in ``use_entries``, default
+        all), ``"split_channel"`` (a rate per sample, lam_i = 1 - sqrt(1 - r_i) from each K_ii,
+        entry (i, j) undone with lam_i + lam_j - lam_i lam_j; every diagonal entry is used).
+    A diagonal entry (or their mean) at or below 1 / 2^q is a ValueError: the rate would be 1."""
+    Ka = np.array(K, dtype=np.float64)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1]:
+        raise ValueError(f"K must be square (got shape {Ka.shape})")
+    if isinstance(n_qubits, bool) or not isinstance(n_qubits, (int, np.integer)) or n_qubits < 1:
+        raise ValueError(f"n_qubits must be a positive integer (got {n_qubits!r})")
+    dim = 2.0 ** int(n_qubits)
+    diag = np.diag(Ka)
+    rate = lambda d: (1.0 - d) * dim / (dim - 1.0)     # the depolarizing rate that leaves d of a 1
+    if method == "single":
+        i = 0 if use_entries is None else int(use_entries[0])
+        if diag[i] <= 1.0 / dim:
+            raise ValueError(f"'single': the diagonal entry K[{i}, {i}] = {diag[i]:.6g} is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = rate(diag[i])
+        return (Ka - lam / dim) / (1.0 - lam)
+    if method == "average":
+        d = diag if use_entries is None else diag[np.asarray(use_entries, dtype=np.intp)]
+        if np.mean(d) <= 1.0 / dim:
+            raise ValueError(f"'average': the mean of the diagonal entries used, {np.mean(d):.6g}, is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = np.mean(rate(d))
+        return (Ka - lam / dim) / (1.0 - lam)
+    if method == "split_channel":
+        if np.any(diag <= 1.0 / dim):
+            raise ValueError(f"'split_channel': a diagonal entry is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = 1.0 - np.sqrt(1.0 - np.clip(rate(diag), 0.0, 1.0))   # K_ii = (1 - lam_i)^2 + ...: each side's rate
+        L = lam[:, None] + lam[None, :] - np.outer(lam, lam)
+        return (Ka - L / dim) / (1.0 - L)
+    raise ValueError(f"method must be 'single', 'average' or 'split_channel' (got {method!r})")
 
 
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
