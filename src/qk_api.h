@@ -385,6 +385,11 @@ typedef struct qk_vjp_desc {
                                    from the calling thread (done, total: samples swept of n_x + n_y);
                                    non-zero cancels (QK_ERROR_CANCELLED, grad_w and k_out untouched) */
     void *progress_user;
+    double *grad_x;         /* NULL, or out: dL/dX, n_x rows of map->n_features (row-major): the
+                               gradient for the data (feature learning); K(X,X): X's both roles.
+                               Angle encodings only (x in gate angles: x, x*x', (pi-x)(pi-x'),
+                               w*x); amplitude and basis maps are QK_ERROR_UNSUPPORTED */
+    double *grad_y;         /* NULL, or out: dL/dY, n_y rows (K(X,Y) only) */
 } qk_vjp_desc;
 QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *desc);
 

@@ -10,7 +10,9 @@
    state after op k) and l, then both go back through op k (U_k^dagger). An op
    exp(-i t Gen / 2) (RX, RY, RZ: Gen the Pauli; RZZ: Z x Z) gives dL/dt = -Im <Gen s|l>; P(t)
    (i Pi_1) gives 2 Im <Pi_1 s|l>; t = scale * w + offset (QK_ARG_W) or scale * w * x (WX) gives
-   dt/dw. Cost: the states, S (half of it for K(X,X)), lam (and mu), and a sweep of two vectors
+   dt/dw; and (desc.grad_x, grad_y) dt/dx the sample's dL/dx: the same sweep, the angle's
+   derivative taken at every op whose angle reads x (x, x x', (pi - x)(pi - x'), w x), each
+   sample's row written by the one thread that sweeps it. Cost: the states, S (half of it for K(X,X)), lam (and mu), and a sweep of two vectors
    back through the circuit per sample, whatever the number of weights. CPU engine, fp64, all
    states resident; real maps (qk__vjp_is_real) on one plane throughout. */
 
@@ -196,7 +198,10 @@ typedef struct qk__vjp_job {
                                    W = G' o conj(S) in place, and W^T (K(X,Y)) (qk__vjp_w_work) */
     double *L, *M;              /* lam (nx rows of R), mu (ny rows; K(X,Y)) */
     double *K;                  /* NULL, or K = |S|^2 (nx x ny) from the W pass */
-    int weights;                /* the map has weights: form W */
+    int weights;                /* form W, lam (and mu) and sweep: the map has weights or grad_x / grad_y is asked */
+    int sweep_x, sweep_y;       /* sweep X's samples (lam), Y's (mu; K(X,Y)) */
+    int dx;                     /* dL/dx asked: the sweeps also write gx */
+    double *gx;                 /* dL/dx of the swept samples: (nx + ny) rows of n_features */
     double *grad;               /* QK__VJP_CHUNKS x n_weights partial sums */
     double *signs;              /* the sweeps' runs of Z / CZ ops (qk__vjp_diag_runs) */
     int *run, *run_start;
@@ -256,10 +261,10 @@ static void qk__vjp_w_work(void *p, int thread)
                     if (j->K) j->K[i * ny + c] = sr * sr + si * si;
                     if (!j->weights) continue;
                     QK__VPK(Wr, i, c, ny) = gv * sr;
-                    QK__VPK(j->Wp[2], c, i, nx) = gv * sr;
+                    if (j->sweep_y) QK__VPK(j->Wp[2], c, i, nx) = gv * sr;
                     if (!j->real) {
                         QK__VPK(Wi, i, c, ny) = gv * si;
-                        QK__VPK(j->Wp[3], c, i, nx) = -gv * si;
+                        if (j->sweep_y) QK__VPK(j->Wp[3], c, i, nx) = -gv * si;
                     }
                 }
     }
@@ -409,6 +414,25 @@ static int qk__vjp_diag_runs(qk__vjp_job *j)
     return n;
 }
 
+/* 1 when the angle reads a feature */
+static int qk__vjp_reads_x(const qk_angle *a)
+{
+    return a->kind == QK_ARG_X || a->kind == QK_ARG_XX || a->kind == QK_ARG_PIXX || a->kind == QK_ARG_WX;
+}
+
+/* dL/dt of an angle t(x) into the sample's dL/dx (gx, n_features values): dt/dx by the angle's form */
+static void qk__vjp_dx(const qk_angle *a, const double *x, const double *w, double dt, double *gx)
+{
+    const double pi = 3.14159265358979323846;
+    switch (a->kind) {
+    case QK_ARG_X: gx[a->x0] += dt * a->scale; break;
+    case QK_ARG_XX: gx[a->x0] += dt * a->scale * x[a->x1]; gx[a->x1] += dt * a->scale * x[a->x0]; break;
+    case QK_ARG_PIXX: gx[a->x0] -= dt * a->scale * (pi - x[a->x1]); gx[a->x1] -= dt * a->scale * (pi - x[a->x0]); break;
+    case QK_ARG_WX: gx[a->x0] += dt * a->scale * w[a->w]; break;
+    default: break;
+    }
+}
+
 /* The adjoint sweeps, in QK__VJP_CHUNKS chunks of samples taken by whichever thread is free,
    each chunk's sums in its own row of grad: the total (summed in chunk order) does not depend
    on the threads. Real maps (j->real): s and l are real (one plane), every weighted op an RY. */
@@ -431,7 +455,9 @@ static void qk__vjp_sweep_work(void *p, int thread)
             const int from_y = r >= j->nx;
             const int64_t i = from_y ? r - j->nx : r;
             const double *x = (from_y ? j->y : j->x) + i * m->n_features;
+            double *gx = j->dx ? j->gx + r * m->n_features : NULL;
             int k;
+            if (from_y ? !j->sweep_y : !j->sweep_x) continue;
             memcpy(s, (from_y ? j->B : j->A) + i * R, sizeof(double) * (size_t)R);
             memcpy(l, (from_y ? j->M : j->L) + i * R, sizeof(double) * (size_t)R);
             qk_map_angles(m, x, theta);
@@ -439,24 +465,28 @@ static void qk__vjp_sweep_work(void *p, int thread)
                 const qk_op *o = &m->ops[k];
                 const int weighted = qk__op_has_angle(o->kind) && (o->angle.kind == QK_ARG_W || o->angle.kind == QK_ARG_WX);
                 const double dw = weighted ? o->angle.scale * (o->angle.kind == QK_ARG_WX ? x[o->angle.x0] : 1.0) : 0.0;
+                const int xd = gx && qk__op_has_angle(o->kind) && qk__vjp_reads_x(&o->angle);
                 if (o->kind == QK_OP_AMPLITUDE) break;   /* the first op; nothing before it has a weight */
                 if (o->kind == QK_OP_RY || o->kind == QK_OP_RZ) {   /* the derivative and the step back in one pass */
                     /* RY is real: Im <Y s|l> of complex s, l is the real one of each plane, summed */
                     const int64_t b = (int64_t)1 << o->q0;
                     double im;
-                    if (o->kind == QK_OP_RZ) im = qk__vjp_rz(s, l, D, b, theta[k], weighted, k > 0);
+                    if (o->kind == QK_OP_RZ) im = qk__vjp_rz(s, l, D, b, theta[k], weighted || xd, k > 0);
                     else {
-                        im = qk__vjp_ry_real(s, l, D, b, theta[k], weighted, k > 0);
-                        if (!j->real) im += qk__vjp_ry_real(s + D, l + D, D, b, theta[k], weighted, k > 0);
+                        im = qk__vjp_ry_real(s, l, D, b, theta[k], weighted || xd, k > 0);
+                        if (!j->real) im += qk__vjp_ry_real(s + D, l + D, D, b, theta[k], weighted || xd, k > 0);
                     }
                     if (weighted) grad[o->angle.w] += -im * dw;
+                    if (xd) qk__vjp_dx(&o->angle, x, m->weights, -im, gx);
                     if (k == 0) break;
                     continue;
                 }
-                if (weighted) {   /* (real maps: only RY has a weight) */
-                    double re, im;
+                if (weighted || xd) {   /* (real maps: only RY has an angle) */
+                    double re, im, dt;
                     qk__vjp_gen_dot(o, s, l, D, &re, &im);
-                    grad[o->angle.w] += (o->kind == QK_OP_P ? 2.0 * im : -im) * dw;
+                    dt = o->kind == QK_OP_P ? 2.0 * im : -im;
+                    if (weighted) grad[o->angle.w] += dt * dw;
+                    if (xd) qk__vjp_dx(&o->angle, x, m->weights, dt, gx);
                 }
                 if (k == 0) break;
                 if (j->run[k] >= 0) {   /* a run of Z / CZ ops (ending here): one pass with its signs */
@@ -515,8 +545,15 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     double bytes, *Pa = NULL, *Pb = NULL, *At = NULL, *Bt = NULL;
     if (!ctx || !map || !d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: NULL %s", !ctx ? "ctx" : !map ? "map" : "desc");
     if (!d->g) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: g (dL/dK) is NULL");
-    if (map->n_weights > 0 && !d->grad_w) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_w is NULL (the map has %d weights)", map->n_weights);
+    if (map->n_weights > 0 && !d->grad_w && !d->grad_x && !d->grad_y)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_w is NULL (the map has %d weights)", map->n_weights);
     if (qk__map_is_states(map)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: a map of given states has no weights");
+    if (d->grad_y && !d->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: grad_y is for K(X,Y) (y is NULL; grad_x holds X's both roles)");
+    if (d->grad_x || d->grad_y)
+        for (k = 0; k < map->n_ops; k++)
+            if (map->ops[k].kind == QK_OP_AMPLITUDE || map->ops[k].kind == QK_OP_BASIS)
+                return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_vjp: grad_x / grad_y: the map's %s encoding does not enter a gate angle "
+                                "(dL/dx for angle encodings only)", map->ops[k].kind == QK_OP_AMPLITUDE ? "amplitude" : "basis");
     if (map->n_qubits > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_vjp: %d qubits: the gradient runs on statevectors (at most %d qubits)", map->n_qubits,
                         QK_MAX_STATE_QUBITS);
@@ -534,7 +571,9 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         for (c = 0; c < cols; c++)
             if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
 #if defined(QK_CUDA) && QK_CUDA
-    if (ctx->desc.device == QK_DEVICE_CUDA) {   /* the GPU engine (src/cuda/vjp.cuh): the context's first GPU */
+    /* the GPU engine (src/cuda/vjp.cuh), the context's first GPU: dL/dw and K; dL/dX (grad_x,
+       grad_y) runs on the CPU engine below (docs/gradients.md) */
+    if (ctx->desc.device == QK_DEVICE_CUDA && !d->grad_x && !d->grad_y) {
         char err[512] = "";
         r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
         if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
@@ -545,6 +584,9 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;
     j.sym = d->y == NULL;
+    j.dx = d->grad_x || d->grad_y;
+    j.sweep_x = (map->n_weights > 0 && d->grad_w) || d->grad_x;
+    j.sweep_y = !j.sym && ((map->n_weights > 0 && d->grad_w) || d->grad_y);
     /* packed panels: S's operands (A by QK__VMR rows in Pa, B by QK__VNR in Pb), then lam's and
        mu's B operands (the states by QK__VNR columns) in Pb again; lam in Pa (free by then);
        S and W in the same planes (1 real, 2 complex; K(X,Y): W^T too) */
@@ -557,7 +599,8 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     /* states (and their [im | -re] rows), S / W, the packed operands, mu, K */
     bytes = 8.0 * ((j.real ? 1.0 : 2.0) * (double)R * (double)(nx + (d->y ? cols : 0)) +
                    (j.real ? 1.0 : 2.0) * ((double)nw + (j.sym ? 0.0 : (double)nwt)) + (double)npa + (double)npb +
-                   (j.sym ? 0.0 : (double)cols * (double)R) + (d->k_out ? (double)nx * (double)cols : 0.0));
+                   (j.sym ? 0.0 : (double)cols * (double)R) + (d->k_out ? (double)nx * (double)cols : 0.0) +
+                   (j.dx ? (double)(nx + (j.sym ? 0 : cols)) * (double)map->n_features : 0.0));
     if (ctx->desc.host_memory && bytes > (double)ctx->desc.host_memory)
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
@@ -583,21 +626,22 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     QK_PROF_END("vjp states");
     Pa = (double *)qk__malloc(sizeof(double) * (size_t)npa);
     Pb = (double *)qk__malloc(sizeof(double) * (size_t)npb);
-    j.weights = map->n_weights > 0;
+    j.weights = j.sweep_x || j.sweep_y;
     for (k = 0; k < 4; k++)
-        if ((k < 2 || (!j.sym && j.weights)) && (k % 2 == 0 || !j.real)) {
+        if ((k < 2 || j.sweep_y) && (k % 2 == 0 || !j.real)) {
             j.Wp[k] = (double *)qk__malloc(sizeof(double) * (size_t)(k < 2 ? nw : nwt));
             if (!j.Wp[k]) break;
         }
     j.L = Pa;
-    if (!j.sym) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(cols * R));
+    if (j.sweep_y) j.M = (double *)qk__malloc(sizeof(double) * (size_t)(cols * R));
+    if (j.dx) j.gx = (double *)qk__calloc((size_t)(nx + (j.sym ? 0 : cols)) * (size_t)map->n_features, sizeof(double));
     if (d->k_out) j.K = (double *)qk__malloc(sizeof(double) * (size_t)(nx * cols));
     j.grad = (double *)qk__calloc((size_t)QK__VJP_CHUNKS * (size_t)(map->n_weights > 0 ? map->n_weights : 1), sizeof(double));
     j.run = (int *)qk__malloc(sizeof(int) * (size_t)(2 * map->n_ops + 2));
     j.run_start = j.run ? j.run + map->n_ops + 1 : NULL;
     if (j.run && qk__vjp_diag_runs(&j) < 0) { QK_FREE(j.run); j.run = NULL; }
     if (!j.A || !j.B || (!j.real && (!At || !Bt)) || !Pa || !Pb || !j.Wp[0] || (!j.real && !j.Wp[1]) ||
-        (!j.sym && j.weights && (!j.Wp[2] || (!j.real && !j.Wp[3]))) || (!j.sym && !j.M) || (d->k_out && !j.K) || !j.grad || !j.run) {
+        (j.sweep_y && (!j.Wp[2] || (!j.real && !j.Wp[3]) || !j.M)) || (d->k_out && !j.K) || (j.dx && !j.gx) || !j.grad || !j.run) {
         r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: cannot allocate %.3g GB of host memory (states, S, adjoint vectors)", bytes * 1e-9);
         goto done;
     }
@@ -623,13 +667,15 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (j.weights) {
         QK_PROF_BEGIN("vjp adjoint vectors");
         /* lam = Wr B - Wi B~ (real: W B); mu = Wr^T A + Wi^T A~ (real: W^T A) */
-        qk__vpack(nt, j.B, R, 1, R, cols, QK__VNR, Pb);
-        qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R, 0);
-        if (!j.real) {
-            qk__vpack(nt, Bt, R, 1, R, cols, QK__VNR, Pb);
-            qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R, 0);
+        if (j.sweep_x) {
+            qk__vpack(nt, j.B, R, 1, R, cols, QK__VNR, Pb);
+            qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R, 0);
+            if (!j.real) {
+                qk__vpack(nt, Bt, R, 1, R, cols, QK__VNR, Pb);
+                qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R, 0);
+            }
         }
-        if (!j.sym) {
+        if (j.sweep_y) {
             qk__vpack(nt, j.A, R, 1, R, nx, QK__VNR, Pb);
             qk__vgemm(nt, 0, 0, cols, R, nx, j.Wp[2], Pb, j.M, R, 0);
             if (!j.real) {
@@ -646,11 +692,13 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         QK_PROF_END("vjp sweeps");
         if (j.oom) { r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: out of host memory for the sweeps' scratch"); goto done; }
         if (j.cancel) goto cancelled;
-        for (i = 0; i < map->n_weights; i++) {
+        for (i = 0; d->grad_w && i < map->n_weights; i++) {
             double sum = 0.0;
             for (t = 0; t < QK__VJP_CHUNKS; t++) sum += j.grad[(size_t)t * (size_t)map->n_weights + (size_t)i];
             d->grad_w[i] = sum;
         }
+        if (d->grad_x) memcpy(d->grad_x, j.gx, sizeof(double) * (size_t)(nx * map->n_features));
+        if (d->grad_y) memcpy(d->grad_y, j.gx + nx * map->n_features, sizeof(double) * (size_t)(cols * map->n_features));
     }
     if (d->k_out) memcpy(d->k_out, j.K, sizeof(double) * (size_t)(nx * cols));   /* once nothing can fail */
     r = QK_OK;
@@ -660,6 +708,7 @@ cancelled:
 done:
     qk__cur_pool = outer;
     QK_FREE(j.grad);
+    QK_FREE(j.gx);
     QK_FREE(j.run);
     QK_FREE(j.signs);
     QK_FREE(j.M);

@@ -2,11 +2,13 @@
 
      qk-gram --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]
      qk-gram --states A.npy [--states-y B.npy] --out K.npy [options]
+     qk-gram --projected [--gamma G] --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]
      qk-gram --demo
 
    Reads X (and Y) from .npy or .csv, computes K = K(X, X) or K(X, Y) with qk, and writes K as a
    .npy file atomically (all or nothing). --states takes the states themselves (a simulator's
-   statevectors or density matrices) instead of samples and a map (qk_gram_states). --demo trains a quantum-kernel classifier on the Iris
+   statevectors or density matrices) instead of samples and a map (qk_gram_states). --projected
+   computes the projected quantum kernel instead of the fidelity kernel (qk_gram_projected). --demo trains a quantum-kernel classifier on the Iris
    data shipped in examples/data and prints its test accuracy. docs/cli.md has the details.
 
    Exit status: 0 success, 1 error (bad input, I/O, computation), 2 bad command line, 130 / 143 / 129
@@ -43,6 +45,7 @@
 static const char *usage_text =
     "usage: qk-gram --map SPEC --x X.npy [--y Y.npy] --out K.npy [options]\n"
     "       qk-gram --states A.npy [--states-y B.npy] --out K.npy [options]\n"
+    "       qk-gram --projected [--gamma G] --map SPEC --x X.npy [--y Y.npy] --out K.npy\n"
     "       qk-gram --demo [--data DIR] [--map SPEC] [--device D] [--threads N]\n"
     "\n"
     "Computes the quantum-kernel Gram matrix K[i][j] = |<psi(x_i)|psi(y_j)>|^2 of the rows of X\n"
@@ -58,6 +61,11 @@ static const char *usage_text =
     "                    (n, dim) (complex128, complex64, float64, float32 statevectors) or\n"
     "                    (n, dim, dim) (density matrices: K = Tr(rho_i rho_j)); docs/states.md\n"
     "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
+    "  --projected       the projected quantum kernel (Huang et al. 2021) instead of the\n"
+    "                    fidelity: K = exp(-gamma sum_k ||rho_k(x) - rho_k(y)||_F^2) over the\n"
+    "                    one-qubit reduced density matrices; CPU engine, statevector maps (product\n"
+    "                    maps at any qubit count); docs/cli.md\n"
+    "  --gamma G         --projected: the bandwidth gamma > 0 (default 1)\n"
     "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
     "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
     "  --out FILE        output .npy; written to a temporary file and renamed, so it is\n"
@@ -100,6 +108,8 @@ typedef struct options {
     const char *map, *x, *y, *out, *weights, *data;
     const char *states, *states_y;        /* --states, --states-y: K from given states */
     int normalize;                        /* --normalize */
+    int projected;                        /* --projected: qk_gram_projected */
+    double gamma;                         /* --gamma (0: the default, 1) */
     double norm_tol;                      /* --norm-tol (0: the library's default) */
     const char *profile, *trace, *html;   /* profiler outputs (builds with QK_PROF_ENABLE) */
     const char *cache_dir;                /* autotune cache directory */
@@ -459,7 +469,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, qk
    compute another K). */
 static const char *const value_options[] = {"--map", "--x", "--y", "--out", "--device", "--precision", "--weights",
                                             "--threads", "--data", "--profile", "--trace", "--html", "--cache-dir", "--path", "--tol",
-                                            "--gpus", "--states", "--states-y", "--norm-tol"};
+                                            "--gpus", "--states", "--states-y", "--norm-tol", "--gamma"};
 enum { N_VALUE_OPTIONS = (int)(sizeof value_options / sizeof value_options[0]) };
 
 static int parse_args(int argc, char **argv, options *o) {
@@ -488,6 +498,7 @@ static int parse_args(int argc, char **argv, options *o) {
             else if (strcmp(name, "--autotune") == 0) o->autotune = 1;
             else if (strcmp(name, "--no-autotune") == 0) o->autotune = -1;
             else if (strcmp(name, "--normalize") == 0) o->normalize = 1;
+            else if (strcmp(name, "--projected") == 0) o->projected = 1;
             else return usage_error("unknown option '%s'", qkcli_arg(name));
             continue;
         }
@@ -509,6 +520,13 @@ static int parse_args(int argc, char **argv, options *o) {
         else if (!strcmp(name, "--states-y")) o->states_y = v;
         else if (!strcmp(name, "--norm-tol")) {
             if ((err = qkcli_norm_tol(v, &o->norm_tol)) != NULL) return usage_error(err, qkcli_arg(v));
+        }
+        else if (!strcmp(name, "--gamma")) {   /* C syntax, finite and > 0 as qk_gram_projected takes it */
+            char *end = NULL;
+            double t = strtod(v, &end);
+            if (*v == 0 || !end || *end || !(t > 0.0 && t < 1e300))
+                return usage_error("--gamma '%s': expected a number > 0", qkcli_arg(v));
+            o->gamma = t;
         }
         else if (!strcmp(name, "--device")) {
             if ((err = qkcli_device(v, &o->device)) != NULL) return usage_error(err, qkcli_arg(v));
@@ -622,6 +640,14 @@ static int check_args(const options *o) {
     }
     if (!o->states && (o->normalize || o->norm_tol > 0.0))
         return usage_error("%s goes with --states", o->normalize ? "--normalize" : "--norm-tol");
+    if (o->gamma > 0.0 && !o->projected) return usage_error("--gamma goes with --projected", NULL);
+    if (o->projected) {   /* the projected kernel: the CPU engine, a map's statevectors, K in memory */
+        if (o->demo || o->states) return usage_error("--projected goes with --map and --x, not %s", o->demo ? "--demo" : "--states");
+        if (o->device == QK_DEVICE_CUDA) return usage_error("--projected runs on the CPU engine (--device cpu or auto)", NULL);
+        if (o->path == QK_PATH_MPS) return usage_error("--projected: the reduced density matrices come from statevectors (no --path mps)", NULL);
+        if (o->tol > 0.0) return usage_error("--tol goes with the fidelity kernel's --precision auto, not --projected", NULL);
+        if (o->n_gpus > 0) return usage_error("--gpus goes with the CUDA engine, not --projected", NULL);
+    }
     if ((o->profile || o->trace || o->html) && !QK_PROF_ENABLED)
         return usage_error("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)", NULL);
     in[0] = o->x; in[1] = o->y; in[2] = o->weights; in[3] = o->states; in[4] = o->states_y;
@@ -652,6 +678,137 @@ static qk_result make_ctx(const options *o, qk_ctx **ctx) {
     cd.autotune = o->autotune;
     cd.cache_dir = o->cache_dir;
     return qk_ctx_create(&cd, ctx);
+}
+
+/* ---- --projected: the projected quantum kernel (qk_gram_projected) ---- */
+/* K (rows x cols, dtype) into the .npy `out` through qk's temporary file (out.tmp.<pid>.<k>.<host>),
+   renamed over `out` only when no stop signal came during the write: a stop removes the temporary
+   and leaves the old `out` as it was, as a stopped Gram does. Returns 0, or the exit status. */
+static int write_k_npy(const options *o, const void *K, qk_dtype dtype, int64_t rows, int64_t cols) {
+    char hdr[192];
+    char *tmp = NULL;
+    size_t nbytes = 0, nh;
+    int fd = -1;
+    qk_result r = qk__npy_shape_bytes("qk-gram", dtype, rows, cols, &nbytes);
+    if (r != QK_OK) return fail(r, "cannot write '%s'", qkcli_arg(o->out));
+    nh = qk__npy_make_header(hdr, dtype, rows, cols);
+    r = qk__open_tmp(o->out, &tmp, &fd);
+    if (r != QK_OK) return fail(r, "cannot write '%s'", qkcli_arg(o->out));
+    if (qk__write_all(fd, hdr, nh) != 0 || qk__write_all(fd, K, nbytes) != 0 || (!o->no_sync && QK__FSYNC(fd) != 0)) {
+        const int e = errno;
+        (void)QK__CLOSE(fd);
+        qk__tmp_discard(tmp);
+        QK_FREE(tmp);
+        if (stop_signal) goto stopped;
+        return fail(QK_OK, "cannot write '%s': %s", qkcli_arg(o->out), qkcli_fsize_hit ? "the file size limit (ulimit -f)" : strerror(e));
+    }
+    if (QK__CLOSE(fd) != 0 || stop_signal) {
+        const int e = errno;
+        qk__tmp_discard(tmp);
+        QK_FREE(tmp);
+        if (stop_signal) goto stopped;
+        return fail(QK_OK, "cannot write '%s': close failed: %s", qkcli_arg(o->out), strerror(e));
+    }
+    r = qk__tmp_commit(tmp, o->out, o->no_sync);
+    QK_FREE(tmp);
+    return r == QK_OK ? EXIT_SUCCESS : fail(r, "cannot write '%s'", qkcli_arg(o->out));
+stopped:
+    fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_what(stop_signal), qkcli_arg(o->out));
+    return 128 + (int)stop_signal;
+}
+
+static int projected_main(const options *o) {
+    qk_array X, Y;
+    qk_map *map = NULL;
+    qk_ctx *ctx = NULL;
+    qk_gram_desc gd;
+    qk_result r;
+    const qk_dtype dtype = o->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64;
+    const double gamma = o->gamma > 0.0 ? o->gamma : 1.0;
+    double t0, secs;
+    void *K = NULL;
+    int rc = EXIT_FAILURE, have_y = o->y != NULL, k;
+    int64_t n_cols;
+    struct sigaction sa, old_int, old_term, old_hup;
+    options oc = *o;
+
+    memset(&X, 0, sizeof X);
+    memset(&Y, 0, sizeof Y);
+    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
+    /* Until K is written no output exists: a stop exits at once (stop_exits) with run_gram's line;
+       during the write it is recorded, and write_k_npy removes the temporary. */
+    for (k = 0; k < 3; k++) {
+        static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+        snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(sigs[k]),
+                 qkcli_arg(o->out));
+        stop_note_len[k] = strlen(stop_note[k]);
+    }
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    stop_exits = 1;
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGHUP, &sa, &old_hup);
+
+    if (read_samples("X", o->x, &X) != EXIT_SUCCESS) goto done;
+    if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
+    if (have_y && Y.cols != X.cols) {
+        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
+             (long long)X.cols, qkcli_arg(o->y), (long long)Y.cols);
+        goto done;
+    }
+    if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
+    r = qk_map_parse(o->map, (int)X.cols, &map);
+    if (r != QK_OK) { fail(r, "--map '%s'", qkcli_arg(o->map)); show_spec_column(o->map); goto done; }
+    if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
+    n_cols = have_y ? Y.rows : X.rows;
+    if ((double)X.rows * (double)n_cols * (dtype == QK_F32 ? 4.0 : 8.0) > (double)SIZE_MAX / 2 ||
+        !(K = malloc((size_t)(X.rows * n_cols) * (dtype == QK_F32 ? 4 : 8)))) {
+        fail(QK_ERROR_OUT_OF_MEMORY, "K (%lld x %lld) in memory", (long long)X.rows, (long long)n_cols);
+        goto done;
+    }
+    memset(&gd, 0, sizeof gd);
+    gd.x = X.data;
+    gd.n_x = X.rows;
+    gd.y = have_y ? Y.data : NULL;
+    gd.n_y = have_y ? Y.rows : 0;
+    gd.output = QK_OUTPUT_HOST;
+    gd.out = K;
+    gd.out_dtype = dtype;
+    gd.precision = o->precision;
+    oc.device = QK_DEVICE_CPU;   /* the CPU engine's context: nothing (no autotune cache) an exit could leave */
+    r = make_ctx(&oc, &ctx);
+    if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
+    if (!o->quiet) {
+        char spec[512];
+        qk_map_spec(map, spec, sizeof spec);
+        printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
+        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
+               have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
+        printf("projected quantum kernel, gamma %g: K = exp(-gamma sum_k ||rho_k(x) - rho_k(y)||_F^2), CPU engine, fp64\n", gamma);
+    }
+    t0 = qkcli_now();
+    r = qk_gram_projected(ctx, map, &gd, gamma);
+    secs = qkcli_now() - t0;
+    if (r != QK_OK) { fail(r, "projected kernel failed"); goto done; }
+    stop_exits = 0;   /* from here a temporary file may exist: a stop is recorded, write_k_npy cleans up */
+    rc = write_k_npy(o, K, dtype, X.rows, n_cols);
+    if (rc == EXIT_SUCCESS && !o->quiet)
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs in %.3f s\n", (long long)X.rows, (long long)n_cols,
+               dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)(X.rows * n_cols), secs);
+done:
+    stop_exits = 0;
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGHUP, &old_hup, NULL);
+    free(K);
+    qk_ctx_destroy(ctx);
+    qk_map_free(map);
+    qk_array_free(&X);
+    qk_array_free(&Y);
+    return rc;
 }
 
 /* ---- the main job ---- */
@@ -1124,7 +1281,7 @@ int main(int argc, char **argv) {
     if ((pa = parse_args(argc, argv, &o)) >= 0) return pa;
     if ((pa = check_args(&o)) >= 0) return pa;
     {
-        int rc = o.demo ? demo_main(&o) : o.states ? states_main(&o) : gram_main(&o);
+        int rc = o.demo ? demo_main(&o) : o.states ? states_main(&o) : o.projected ? projected_main(&o) : gram_main(&o);
         int k_written = rc == EXIT_SUCCESS && !o.demo;
         /* profiler outputs are written after a run that succeeded or was stopped (130 / 143 / 129: the
            profile of the part that ran), not after an error: exit 1 writes no output file */
@@ -1151,6 +1308,6 @@ int main(int argc, char **argv) {
 __attribute__((unused))
 #endif
 static void qkcli_no_main_refs(void) {
-    (void)gram_main; (void)demo_main; (void)states_main; (void)parse_args; (void)check_args; (void)prof_fail; (void)read_weights;
+    (void)gram_main; (void)demo_main; (void)states_main; (void)projected_main; (void)parse_args; (void)check_args; (void)prof_fail; (void)read_weights;
 }
 #endif

@@ -9,7 +9,11 @@
      more than one chunk of the inner dimension) on the real and complex paths, and a complex
      product map (no entangler; its states are complex);
    - the same gradient and K, bit for bit, on 1, 2 and 3 threads;
-   and the errors (NaN in G, grad_w NULL, ld_g too small). Fresh random data each run (seed). */
+   - dL/dX (and dL/dY: grad_x, grad_y) against central finite differences of L in each feature of
+     each sample, relative 1e-7, on every angle form that reads x (x, x x', x x, (pi - x)(pi - x'),
+     w x) on RX, RY, RZ, P, RZZ, and on zz, iqp, angle and hea (real and complex), K(X,X) and K(X,Y);
+   and the errors (NaN in G, grad_w NULL, ld_g too small, grad_y without Y, grad_x of an
+   amplitude map). Fresh random data each run (seed). */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include "../qk_test.h"
@@ -53,6 +57,17 @@ static double loss2(qk_map *m, const double *wa, const double *wb, const double 
     for (i = 0; i < nx * cols; i++) L += G[i] * K[i];
     free(sa); free(sb); free(K);
     return L;
+}
+
+/* the rounding of a central difference of L = sum G_ij K_ij (K_ij <= 1) at step h: 4 eps sum |G| / h.
+   The check is relative 1e-7 of the gradient's largest entry or this floor, whichever is larger: a
+   draw whose gradient is small (1e-3) would otherwise fail on the differences' own rounding. */
+static double fd_floor(const double *G, int64_t n, double h)
+{
+    double s = 0;
+    int64_t i;
+    for (i = 0; i < n; i++) s += fabs(G[i]);
+    return 4.0 * DBL_EPSILON * s / h;
 }
 
 /* the VJP of map m against finite differences (and, shift = 1, the parameter-shift rule) */
@@ -105,12 +120,47 @@ static void check_map(const char *name, qk_map *m, int d, int64_t nx, int64_t ny
     }
     qk_map_set_weights(m, w0, (int)P);
     CHECK(fd_max > 1e-3, "%s: the gradient is ~0 (%.3g): the test would not see an error", name, fd_max);
-    CHECK(err <= 1e-7 * fd_max, "%s %s: |vjp - finite differences| = %.3g (relative %.3g)", name, ny ? "K(X,Y)" : "K(X,X)", err, err / fd_max);
+    CHECK(err <= fmax(1e-7 * fd_max, fd_floor(G, nx * cols, h)), "%s %s: |vjp - finite differences| = %.3g (relative %.3g)", name, ny ? "K(X,Y)" : "K(X,X)", err, err / fd_max);
     if (shift) CHECK(ps_err <= 1e-10 * fd_max, "%s: |vjp - parameter shift| = %.3g (relative %.3g)", name, ps_err, ps_err / fd_max);
     printf("%-40s %s P=%-3lld |grad|max %.3g  fd rel %.2g%s", name, ny ? "K(X,Y)" : "K(X,X)", (long long)P, fd_max, err / fd_max,
            shift ? "" : "\n");
     if (shift) printf("  shift rel %.2g\n", ps_err / fd_max);
     free(x); free(y); free(G); free(grad); free(w0); free(w); free(K); free(Kr);
+}
+
+/* dL/dX (and dL/dY) of map m against central finite differences of L in every feature of every
+   sample; grad_w NULL (only the data's gradient asked) */
+static void check_dx(const char *name, const qk_map *m, int d, int64_t nx, int64_t ny)
+{
+    const int64_t cols = ny ? ny : nx;
+    double *x = qk_test_rand_data(nx, d, -1.2, 1.2), *y = ny ? qk_test_rand_data(ny, d, -1.2, 1.2) : NULL;
+    double *G = qk_test_rand_data(nx, (int)cols, -1.0, 1.0);
+    double *gx = (double *)malloc(sizeof(double) * (size_t)(nx * d)), *gy = ny ? (double *)malloc(sizeof(double) * (size_t)(ny * d)) : NULL;
+    double fd_max = 0, err = 0;
+    const double h = 1e-5;
+    qk_vjp_desc v;
+    int side;
+    int64_t e;
+    memset(&v, 0, sizeof v);
+    v.x = x; v.n_x = nx; v.y = y; v.n_y = ny; v.g = G; v.grad_x = gx; v.grad_y = gy;
+    CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_OK, "%s: qk_gram_vjp (grad_x): %s", name, qk_last_error());
+    for (side = 0; side < (ny ? 2 : 1); side++) {
+        double *a = side ? y : x, *ga = side ? gy : gx;
+        for (e = 0; e < (side ? ny : nx) * d; e++) {
+            const double a0 = a[e];
+            double lp, lm, fd;
+            a[e] = a0 + h; lp = loss(m, x, nx, y, ny, G);
+            a[e] = a0 - h; lm = loss(m, x, nx, y, ny, G);
+            a[e] = a0;
+            fd = (lp - lm) / (2 * h);
+            if (fabs(fd) > fd_max) fd_max = fabs(fd);
+            if (fabs(ga[e] - fd) > err) err = fabs(ga[e] - fd);
+        }
+    }
+    CHECK(fd_max > 1e-3, "%s: dL/dX is ~0 (%.3g): the test would not see an error", name, fd_max);
+    CHECK(err <= fmax(1e-7 * fd_max, fd_floor(G, nx * cols, h)), "%s %s: |dL/dX - finite differences| = %.3g (relative %.3g)", name, ny ? "K(X,Y)" : "K(X,X)", err, err / fd_max);
+    printf("%-40s %s dL/dX |grad|max %.3g  fd rel %.2g\n", name, ny ? "K(X,Y)" : "K(X,X)", fd_max, err / fd_max);
+    free(x); free(y); free(G); free(gx); free(gy);
 }
 
 static int count_calls(int64_t done, int64_t total, void *user)
@@ -214,6 +264,38 @@ int main(void)
         check_map("custom product map (complex states)", m, 2, 22, 15, 1);
         qk_map_free(m);
     }
+    {   /* dL/dX: every angle form that reads x, on each angled gate kind */
+        const qk_op ops[] = {
+            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.3, 0.2),      op(QK_OP_RX, 2, 0, QK_ARG_XX, 1, 2, 0, 0.7, 0),
+            op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RY, 1, 0, QK_ARG_WX, 2, 0, 1, 1.1, 0),
+            op(QK_OP_RZZ, 1, 2, QK_ARG_PIXX, 0, 2, 0, 0.4, -0.2), op(QK_OP_P, 0, 0, QK_ARG_XX, 1, 1, 0, 0.9, 0),
+            op(QK_OP_RY, 2, 0, QK_ARG_X, 1, 0, 0, -0.8, 0),       op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            op(QK_OP_P, 2, 0, QK_ARG_PIXX, 1, 0, 0, 0.3, 0.1),    op(QK_OP_RX, 1, 0, QK_ARG_WX, 0, 0, 0, 0.6, 0),
+            op(QK_OP_RZZ, 0, 2, QK_ARG_X, 2, 0, 0, 1.0, 0),       op(QK_OP_RZ, 1, 0, QK_ARG_WX, 1, 0, 1, -1.2, 0),
+            op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 0, 2.0, 0),
+        };
+        const double w[2] = {0.8, -1.3};
+        static const char *specs[] = {"zz(reps=2)", "iqp", "angle(rot=x)", "angle(rot=y)", "hea(layers=2)", "hea(layers=2,rot=yz)"};
+        int sp;
+        qk_map *m = custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 2);
+        qk_map_set_weights(m, w, 2);
+        check_dx("custom: x, xx', xx, (pi-x)(pi-x'), wx", m, 3, 14, 0);
+        check_dx("custom: x, xx', xx, (pi-x)(pi-x'), wx", m, 3, 11, 9);
+        qk_map_free(m);
+        for (sp = 0; sp < (int)(sizeof specs / sizeof specs[0]); sp++) {
+            m = qk_test_parse(specs[sp], 4);
+            if (m->n_weights > 0) {
+                double wr[16];
+                int k;
+                for (k = 0; k < m->n_weights; k++) wr[k] = qk_test_uniform(-1.5, 1.5);
+                qk_map_set_weights(m, wr, m->n_weights);
+            }
+            check_dx(specs[sp], m, 4, 12, 0);
+            check_dx(specs[sp], m, 4, 10, 7);
+            qk_map_free(m);
+        }
+    }
     {   /* the thread count changes nothing: every entry of each product and each sweep chunk is
            summed in a fixed order */
         static const char *specs[] = {"hea(layers=2)", "hea(layers=2,rot=yz)"};
@@ -224,7 +306,7 @@ int main(void)
                 const int64_t nx = 117, ny = yy ? 61 : 0, cols = ny ? ny : nx;
                 qk_map *m = qk_test_parse(specs[sp], q);
                 double *x = qk_test_rand_data(nx, q, -1.2, 1.2), *y = ny ? qk_test_rand_data(ny, q, -1.2, 1.2) : NULL;
-                double *G = qk_test_rand_data(nx, (int)cols, -1, 1), *g[3], *K[3];
+                double *G = qk_test_rand_data(nx, (int)cols, -1, 1), *g[3], *K[3], *gx[3];
                 int nt, same = 1;
                 for (nt = 0; nt < 3; nt++) {
                     qk_ctx_desc cd1;
@@ -232,20 +314,22 @@ int main(void)
                     qk_vjp_desc v;
                     g[nt] = (double *)malloc(sizeof(double) * (size_t)m->n_weights);
                     K[nt] = (double *)malloc(sizeof(double) * (size_t)(nx * cols));
+                    gx[nt] = (double *)malloc(sizeof(double) * (size_t)(nx * q));
                     memset(&cd1, 0, sizeof cd1);
                     cd1.device = QK_DEVICE_CPU;
                     cd1.n_threads = nt + 1;
                     CHECK(qk_ctx_create(&cd1, &c1) == QK_OK, "ctx: %s", qk_last_error());
                     memset(&v, 0, sizeof v);
-                    v.x = x; v.n_x = nx; v.y = y; v.n_y = ny; v.g = G; v.grad_w = g[nt]; v.k_out = K[nt];
+                    v.x = x; v.n_x = nx; v.y = y; v.n_y = ny; v.g = G; v.grad_w = g[nt]; v.k_out = K[nt]; v.grad_x = gx[nt];
                     CHECK(qk_gram_vjp(c1, m, &v) == QK_OK, "%s on %d threads: %s", specs[sp], nt + 1, qk_last_error());
                     qk_ctx_destroy(c1);
                     if (nt > 0)
                         same &= memcmp(g[0], g[nt], sizeof(double) * (size_t)m->n_weights) == 0 &&
-                                memcmp(K[0], K[nt], sizeof(double) * (size_t)(nx * cols)) == 0;
+                                memcmp(K[0], K[nt], sizeof(double) * (size_t)(nx * cols)) == 0 &&
+                                memcmp(gx[0], gx[nt], sizeof(double) * (size_t)(nx * q)) == 0;
                 }
-                CHECK(same, "%s %s: the gradient or K differs between 1, 2 and 3 threads", specs[sp], ny ? "K(X,Y)" : "K(X,X)");
-                for (nt = 0; nt < 3; nt++) { free(g[nt]); free(K[nt]); }
+                CHECK(same, "%s %s: the gradient, dL/dX or K differs between 1, 2 and 3 threads", specs[sp], ny ? "K(X,Y)" : "K(X,X)");
+                for (nt = 0; nt < 3; nt++) { free(g[nt]); free(K[nt]); free(gx[nt]); }
                 free(x); free(y); free(G);
                 qk_map_free(m);
             }
@@ -289,8 +373,17 @@ int main(void)
         v.ld_g = 1;
         CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "ld_g"), "ld_g: %s", qk_last_error());
         v.ld_g = 0;
+        v.grad_y = grad;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "grad_y"), "grad_y of K(X,X): %s", qk_last_error());
+        v.grad_y = NULL;
         x[3] = NAN;
         CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_NON_FINITE, "NaN in X: %s", qk_last_error());
+        x[3] = 0.4;
+        qk_map_free(m);
+        m = qk_test_parse("amplitude", 3);
+        v.grad_w = NULL; v.grad_x = grad;
+        CHECK(qk_gram_vjp(g_ctx, m, &v) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "amplitude"), "grad_x of an amplitude map: %s",
+              qk_last_error());
         qk_map_free(m);
     }
     qk_ctx_destroy(g_ctx);

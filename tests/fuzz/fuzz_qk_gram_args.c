@@ -6,7 +6,8 @@
    1..4096 or default, autotune mode, strings that are arguments or follow '=' in one); when the
    checks pass too, the mode has what it needs (--demo; --map, --x and a .npy --out; or --states
    and a .npy --out, without --map, --x, --y or --weights); --normalize and --norm-tol only with
-   --states, --norm-tol in (0, 1).
+   --states, --norm-tol in (0, 1); --gamma finite and > 0, only with --projected; --projected
+   only in the --map mode, never with --device cuda, --path mps, --tol or --gpus.
 
    libFuzzer (clang), from the repository root (docs/api.md, "Fuzzing"):
      clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I. \
@@ -24,6 +25,7 @@ static const char *fz_token(int i) {
                                     "--data", "--profile", "--trace", "--html", "--cache-dir", "--quiet", "--demo",
                                     "--progress", "--no-sync", "--autotune", "--no-autotune", "--help", "--version", "-h",
                                     "--states", "--states-y", "--normalize", "--norm-tol", "1e-3", "1",
+                                    "--projected", "--gamma", "0.5", "-1", "nan", "inf", "1e300", "--path", "mps", "--tol", "--gpus",
                                     "=", "cpu", "cuda", "auto", "fp32", "fp64", "tf32", "fp32x3", "fp16", "4096", "4097", "0", "K.npy", "K.csv",
                                     "X.npy", "./X.npy", "-", "/", NULL};
     return i < (int)(sizeof t / sizeof t[0]) ? t[i] : NULL;
@@ -37,6 +39,7 @@ static size_t fz_seed(int i, unsigned char *buf, size_t cap) {
         "--x\0X.npy\0--out\0X.npy\0--map\0angle",
         "--version",
         "--states\0S.npy\0--states-y=B.npy\0--out\0K.npy\0--normalize\0--norm-tol\0001e-6",
+        "--projected\0--gamma\0000.5\0--map\0zz\0--x\0X.npy\0--y=Y.npy\0--out\0K.npy\0--precision=fp32",
     };
     size_t n = 0;
     if (i >= (int)(sizeof seeds / sizeof seeds[0])) return 0;
@@ -81,12 +84,17 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         FZ_CHECK(from_args(o.out, argv, argc) && from_args(o.weights, argv, argc) && from_args(o.data, argv, argc));
         FZ_CHECK(from_args(o.states, argv, argc) && from_args(o.states_y, argv, argc));
         FZ_CHECK(o.norm_tol == 0.0 || (o.norm_tol > 0.0 && o.norm_tol < 1.0));
+        FZ_CHECK(o.gamma == 0.0 || (o.gamma > 0.0 && o.gamma < 1e300));
+        FZ_CHECK(o.projected == 0 || o.projected == 1);
         rc = check_args(&o);
         FZ_CHECK(rc == -1 || rc == EXIT_USAGE);
         if (rc == -1) {
             const int states = o.states && !o.map && !o.x && !o.y && !o.weights && o.out && qkcli_ends_with(o.out, ".npy");
             FZ_CHECK(o.demo || (o.map && o.x && o.out && qkcli_ends_with(o.out, ".npy") && !o.states && !o.states_y) || states);
             FZ_CHECK(o.states || (!o.normalize && o.norm_tol == 0.0));
+            FZ_CHECK(o.projected || o.gamma == 0.0);
+            FZ_CHECK(!o.projected || (o.map && o.x && !o.demo && !o.states && o.device != QK_DEVICE_CUDA && o.path != QK_PATH_MPS &&
+                                      o.tol == 0.0 && o.n_gpus == 0));
         }
     }
     free(copy);

@@ -1,5 +1,6 @@
-"""qk.gram_vjp, qk.alignment, qk.KernelTrainer, qk.projected_gram, qk.sampled, qk.closest_psd (issue 24): the VJP of the alignment against
-central finite differences through qk.gram (relative 1e-7), K from the same pass equal to
+"""qk.gram_vjp, qk.alignment, qk.KernelTrainer, qk.projected_gram, qk.sampled, qk.closest_psd, the PSD repairs and
+qk.mitigate_depolarizing_noise (issue 24): the VJP of the alignment against
+central finite differences through qk.gram (relative 1e-7), for the weights and (data=True) the data, K from the same pass equal to
 qk.gram's, the alignment's dA/dK against finite differences of the alignment, and the trainer:
 the alignment grows, the trained qk.Kernel classifies with an SVC, the result's attributes are
 qiskit-machine-learning QuantumKernelTrainer's. Skips the trainer without scipy/scikit-learn."""
@@ -33,6 +34,33 @@ class TestVJP(unittest.TestCase):
                 fd.append((Lp - Lm) / (2 * h))
             fd = np.array(fd)
             self.assertLess(np.abs(g - fd).max(), 1e-7 * np.abs(fd).max(), spec)
+
+    def test_vjp_data_against_finite_differences(self):
+        # dL/dX (and dL/dY): x in gate angles as x, x x' and (pi - x)(pi - x') (zz), w x (hea)
+        X = RNG.uniform(-1, 1, (9, 3))
+        Y = RNG.uniform(-1, 1, (7, 3))
+        for spec, YY in (("zz(reps=2)", Y), ("zz(reps=2)", None), ("hea(layers=2,rot=yz)", None)):
+            m = qk.FeatureMap(spec, 3, weights=RNG.uniform(-1.5, 1.5, 12) if "hea" in spec else None)
+            G = RNG.uniform(-1, 1, (9, 9 if YY is None else 7))
+            out = qk.gram_vjp(X, G, YY, map=m, data=True)
+            self.assertEqual(len(out), 3 if YY is None else 4)
+            L = lambda A, B: np.sum(G * qk.gram(A, B, map=m, device="cpu", precision="fp64"))
+            h = 1e-5
+            for side, A in enumerate((X,) if YY is None else (X, YY)):
+                fd = np.zeros_like(A)
+                for e in np.ndindex(A.shape):
+                    Ap, Am = A.copy(), A.copy()
+                    Ap[e] += h
+                    Am[e] -= h
+                    if side == 0:
+                        fd[e] = (L(Ap, YY) - L(Am, YY)) / (2 * h)
+                    else:
+                        fd[e] = (L(X, Ap) - L(X, Am)) / (2 * h)
+                got = out[2 + side]
+                self.assertEqual(got.shape, A.shape)
+                self.assertLess(np.abs(got - fd).max(), 1e-7 * np.abs(fd).max(), f"{spec} side {side}")
+        with self.assertRaisesRegex(RuntimeError, "amplitude"):   # QK_ERROR_UNSUPPORTED: x is no angle there
+            qk.gram_vjp(X, np.ones((9, 9)), map="amplitude", data=True)
 
     def test_alignment_gradient(self):
         K = RNG.uniform(0, 1, (15, 15))
@@ -121,6 +149,49 @@ class TestProjectedShots(unittest.TestCase):
             self.assertAlmostEqual(np.linalg.norm(P - Ks), np.linalg.norm(w[w < 0]), places=10)
         with self.assertRaises(ValueError):
             qk.sampled(K, 0)
+
+
+class TestMitigation(unittest.TestCase):
+    """The noise mitigations and PSD repairs on their own definitions (test_pennylane.py checks
+    them against PennyLane's functions): a depolarized K mitigated back to the noiseless one."""
+
+    def setUp(self):
+        self.K0 = qk.gram(RNG.uniform(0, np.pi, (14, 3)), map="zz(reps=2)", device="cpu", precision="fp64")
+        self.dim = 8.0
+
+    def test_global_depolarizing_noise_undone(self):
+        p = 0.23
+        Kn = (1 - p) * self.K0 + p / self.dim
+        for method, use in (("average", None), ("average", [2, 5, 7]), ("single", None), ("single", [4])):
+            np.testing.assert_allclose(qk.mitigate_depolarizing_noise(Kn, 3, method, use), self.K0, atol=1e-12, rtol=0)
+        with self.assertRaises(ValueError):
+            qk.mitigate_depolarizing_noise(np.full((4, 4), 0.1), 3, "single")
+        with self.assertRaises(ValueError):
+            qk.mitigate_depolarizing_noise(Kn, 3, "median")
+
+    def test_split_channel_undone(self):
+        lam = RNG.uniform(0.02, 0.3, 14)          # a rate per sample's embedding
+        keep = np.outer(1 - lam, 1 - lam)
+        Kn = keep * self.K0 + (1 - keep) / self.dim
+        np.testing.assert_allclose(qk.mitigate_depolarizing_noise(Kn, 3, "split_channel"), self.K0, atol=1e-12, rtol=0)
+        avg = qk.mitigate_depolarizing_noise(Kn, 3, "average")   # the global model does not undo it
+        self.assertGreater(np.abs(avg - self.K0).max(), 1e-3)
+
+    def test_psd_repairs(self):
+        K2 = qk.gram(RNG.uniform(0, np.pi, (40, 2)), map="zz(reps=2)", device="cpu", precision="fp64")   # rank <= 16
+        Ks = qk.sampled(K2, 50, seed=3)
+        w = np.linalg.eigvalsh(Ks)
+        self.assertLess(w[0], -1e-3)               # shot noise left a negative eigenvalue
+        T, D, F = qk.threshold_psd(Ks), qk.displace_psd(Ks), qk.flip_psd(Ks)
+        np.testing.assert_allclose(np.linalg.eigvalsh(T), np.clip(w, 0, None), atol=1e-12)
+        np.testing.assert_allclose(T, qk.closest_psd(Ks), atol=1e-12)
+        np.testing.assert_allclose(D - Ks, -w[0] * np.eye(40), atol=1e-14)
+        np.testing.assert_allclose(np.linalg.eigvalsh(F), np.sort(np.abs(w)), atol=1e-12)
+        for f in (qk.threshold_psd, qk.displace_psd, qk.flip_psd):   # a PSD K is left as it is
+            Kp = self.K0 + 1e-3 * np.eye(14)
+            np.testing.assert_array_equal(f(Kp), (Kp + Kp.T) / 2)
+        with self.assertRaises(ValueError):
+            qk.flip_psd(np.ones((3, 4)))
 
 
 class TestTrainer(unittest.TestCase):

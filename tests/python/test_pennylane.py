@@ -2,7 +2,9 @@
 IQPEmbedding / AngleEmbedding states (default.qubit) at 1e-10 in fp64, and the states match with
 PennyLane's wire order (wire 0 = most significant bit) reversed; qml.kernels' kernel_matrix,
 square_kernel_matrix and target_alignment, which call kernel(x1, x2) -> scalar, give with a qk.Kernel
-what they give with PennyLane's own adjoint-embedding kernel circuit, to 1e-12. Skips without pennylane."""
+what they give with PennyLane's own adjoint-embedding kernel circuit, to 1e-12; qk's noise
+mitigations and PSD repairs equal qml.kernels' (mitigate_depolarizing_noise's three methods,
+threshold_matrix, displace_matrix, flip_matrix) to 1e-12. Skips without pennylane."""
 import unittest
 
 import numpy as np
@@ -101,3 +103,21 @@ def test_qml_kernels_with_a_qk_kernel():
             a = qml.kernels.target_alignment(X, labels, ours, assume_normalized_kernel=norm)
             b = qml.kernels.target_alignment(X, labels, theirs, assume_normalized_kernel=norm)
             assert abs(a - b) <= TIGHT, (spec, norm, a, b)
+
+
+def test_noise_mitigation_and_psd_repairs_equal_pennylane():
+    K0 = qk.gram(RNG.uniform(0, np.pi, (16, 4)), map="iqp", device="cpu", precision="fp64")
+    lam = RNG.uniform(0.05, 0.4, 16)
+    keep = np.outer(1 - lam, 1 - lam)
+    K2 = qk.gram(RNG.uniform(0, np.pi, (40, 2)), map="zz(reps=2)", device="cpu", precision="fp64")   # rank <= 16
+    cases = [(0.8 * K0 + 0.2 / 16, 4), (keep * K0 + (1 - keep) / 16, 4),
+             (qk.sampled(0.9 * K2 + 0.1 / 4, 40, seed=9), 2)]           # with shot noise: negative eigenvalues
+    assert np.linalg.eigvalsh(cases[2][0])[0] < -1e-3   # the repairs meet a matrix they change
+    for Kn, q in cases:
+        for method, use in (("single", None), ("single", [3]), ("average", None), ("average", [0, 5, 9]), ("split_channel", None)):
+            ours = qk.mitigate_depolarizing_noise(Kn, q, method, use)
+            theirs = qml.kernels.mitigate_depolarizing_noise(Kn, q, method, use)
+            np.testing.assert_allclose(ours, theirs, atol=1e-12, rtol=0, err_msg=f"{method} {use}")
+        for ours, theirs in ((qk.threshold_psd, qml.kernels.threshold_matrix), (qk.displace_psd, qml.kernels.displace_matrix),
+                             (qk.flip_psd, qml.kernels.flip_matrix)):
+            np.testing.assert_allclose(ours(Kn), np.asarray(theirs(Kn)), atol=1e-12, rtol=0, err_msg=ours.__name__)

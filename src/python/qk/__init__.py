@@ -35,7 +35,8 @@ import numpy.typing as npt
 
 from . import _qk
 
-__all__ = ["gram", "gram_states", "gram_mps", "gram_vjp", "projected_gram", "sampled", "closest_psd", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
+__all__ = ["gram", "gram_states", "gram_mps", "gram_vjp", "projected_gram", "sampled", "closest_psd", "threshold_psd", "displace_psd", "flip_psd",
+           "mitigate_depolarizing_noise", "alignment", "KernelTrainer", "FeatureMap", "Kernel", "engine", "get_num_threads", "set_num_threads", "DefaultWeightsWarning",
            "__version__"]
 __version__: str = _qk.engine()["version"]
 
@@ -576,18 +577,23 @@ def gram_mps(A: Any, B: Any = None, layout: str = "lpr", normalize: bool = False
 
 
 def gram_vjp(X: npt.ArrayLike, G: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "hea(layers=2)",
-             weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+             weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None,
+             data: bool = False) -> Tuple[np.ndarray, ...]:
     """The gradient of a loss of K for every trainable weight of the map: given G = dL/dK (the
     shape of K(X, Y), or K(X, X) when Y is None; need not be symmetric), returns (dL/dw, K) with
     dL/dw = sum_ij G_ij dK_ij/dw, exact, at the cost of a few Gram evaluations whatever the number
-    of weights (adjoint sweeps; docs/gradients.md). CPU engine, fp64."""
+    of weights (adjoint sweeps; docs/gradients.md). CPU engine, fp64.
+
+    data=True: the gradient for the data too (feature learning), from the same sweeps:
+    (dL/dw, K, dL/dX) for K(X, X) (X in both roles), (dL/dw, K, dL/dX, dL/dY) for K(X, Y), each
+    the shape of its data. Angle encodings only (x in gate angles); amplitude and basis maps raise."""
     Xa = _as_data(X, "X")
     Ya = None if Y is None else _as_data(Y, "Y")
     if Ya is not None and Ya.shape[1] != Xa.shape[1]:
         raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
     m = _resolve_map(map, Xa.shape[1], weights)
     Ga = np.ascontiguousarray(np.asarray(G, dtype=np.float64))
-    return _qk._gram_vjp(m, Xa, Ya, Ga, _threads(threads))
+    return _qk._gram_vjp(m, Xa, Ya, Ga, _threads(threads), int(bool(data)))
 
 
 def alignment(K: np.ndarray, y: npt.ArrayLike, centered: bool = False) -> Tuple[float, np.ndarray]:
@@ -619,19 +625,23 @@ class KernelTrainer:
     scipy.optimize.minimize (L-BFGS-B by default): ``fit(X, y)`` returns self with
     ``optimal_point`` (the weights), ``optimal_value`` (the final loss, -alignment), ``loss_history``,
     ``n_evals`` and ``kernel`` (a trained qk.Kernel), the attribute names of
-    qiskit-machine-learning's QuantumKernelTrainer result. scikit-learn style parameters."""
+    qiskit-machine-learning's QuantumKernelTrainer result. scikit-learn style parameters.
+    callback: called after each evaluation of the loss as ``callback(n_eval, weights, loss)``
+    (as SPSA's callback in qiskit-machine-learning: to log or time the training)."""
 
     def __init__(self, map: str = "hea(layers=2)", initial_weights: Optional[npt.ArrayLike] = None, centered: bool = False,
-                 method: str = "L-BFGS-B", maxiter: int = 50, threads: Optional[int] = None) -> None:
+                 method: str = "L-BFGS-B", maxiter: int = 50, threads: Optional[int] = None,
+                 callback: Optional[Any] = None) -> None:
         self.map = map
         self.initial_weights = initial_weights
         self.centered = centered
         self.method = method
         self.maxiter = maxiter
         self.threads = threads
+        self.callback = callback
 
     def get_params(self, deep: bool = True) -> Dict[str, Any]:
-        return {k: getattr(self, k) for k in ("map", "initial_weights", "centered", "method", "maxiter", "threads")}
+        return {k: getattr(self, k) for k in ("map", "initial_weights", "centered", "method", "maxiter", "threads", "callback")}
 
     def set_params(self, **params: Any) -> "KernelTrainer":
         for k, v in params.items():
@@ -653,6 +663,8 @@ class KernelTrainer:
             a, dA = alignment(K, y, self.centered)
             g, _ = _qk._gram_vjp(m, Xa, None, np.ascontiguousarray(dA), _threads(self.threads))
             self.loss_history.append(-a)
+            if self.callback is not None:
+                self.callback(len(self.loss_history), np.array(w, dtype=np.float64), -a)
             return -a, -g
 
         res = minimize(f, w0, jac=True, method=self.method, options={"maxiter": int(self.maxiter)})
@@ -715,6 +727,89 @@ def closest_psd(K: npt.ArrayLike) -> np.ndarray:
     S = (Ka + Ka.T) / 2
     w, v = np.linalg.eigh(S)
     return (v * np.maximum(w, 0.0)) @ v.T
+
+
+def _square_symmetric(K: npt.ArrayLike) -> np.ndarray:
+    Ka = np.asarray(K, dtype=np.float64)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1]:
+        raise ValueError(f"K must be square (got shape {Ka.shape})")
+    if not np.all(np.isfinite(Ka)):
+        raise ValueError("K has NaN or infinite entries")
+    return (Ka + Ka.T) / 2
+
+
+def threshold_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K with its negative eigenvalues set to 0 (PennyLane's ``qml.kernels.threshold_matrix``): the
+    closest PSD matrix in the Frobenius norm; a K without negative eigenvalues is returned as it
+    is (a float64 copy). K is symmetrised first, (K + K^T) / 2."""
+    S = _square_symmetric(K)
+    w, v = np.linalg.eigh(S)
+    if w.size == 0 or w[0] >= 0:
+        return S
+    return (v * np.clip(w, 0.0, None)) @ v.T
+
+
+def displace_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K shifted by its most negative eigenvalue, K - w_min I (PennyLane's
+    ``qml.kernels.displace_matrix``): PSD, the eigenvectors and the gaps kept, every eigenvalue
+    raised alike; unchanged without a negative eigenvalue. K is symmetrised first."""
+    S = _square_symmetric(K)
+    if S.size == 0:
+        return S
+    wmin = np.linalg.eigvalsh(S)[0]
+    return S - np.eye(S.shape[0]) * wmin if wmin < 0 else S
+
+
+def flip_psd(K: npt.ArrayLike) -> np.ndarray:
+    """K with the signs of its negative eigenvalues flipped, V |W| V^T (PennyLane's
+    ``qml.kernels.flip_matrix``); unchanged without a negative eigenvalue. K is symmetrised first."""
+    S = _square_symmetric(K)
+    w, v = np.linalg.eigh(S)
+    if w.size == 0 or w[0] >= 0:
+        return S
+    return (v * np.abs(w)) @ v.T
+
+
+def mitigate_depolarizing_noise(K: npt.ArrayLike, n_qubits: int, method: str = "average",
+                                use_entries: Optional[Sequence[int]] = None) -> np.ndarray:
+    """Undoes global depolarizing noise on a fidelity kernel matrix measured on a device, from its
+    diagonal (Hubregtsen et al., arXiv:2105.02276, section V; PennyLane's
+    ``qml.kernels.mitigate_depolarizing_noise``). Under a depolarizing channel of rate lam on the
+    2^q-dimensional states each entry becomes (1 - lam) K_ij + lam / 2^q, and K_ii = 1 gives lam
+    from the measured diagonal.
+
+    method: ``"single"`` (lam from one diagonal entry, ``use_entries[0]``, default 0),
+        ``"average"`` (the mean of the rates of the diagonal entries in ``use_entries``, default
+        all), ``"split_channel"`` (a rate per sample, lam_i = 1 - sqrt(1 - r_i) from each K_ii,
+        entry (i, j) undone with lam_i + lam_j - lam_i lam_j; every diagonal entry is used).
+    A diagonal entry (or their mean) at or below 1 / 2^q is a ValueError: the rate would be 1."""
+    Ka = np.array(K, dtype=np.float64)
+    if Ka.ndim != 2 or Ka.shape[0] != Ka.shape[1]:
+        raise ValueError(f"K must be square (got shape {Ka.shape})")
+    if isinstance(n_qubits, bool) or not isinstance(n_qubits, (int, np.integer)) or n_qubits < 1:
+        raise ValueError(f"n_qubits must be a positive integer (got {n_qubits!r})")
+    dim = 2.0 ** int(n_qubits)
+    diag = np.diag(Ka)
+    rate = lambda d: (1.0 - d) * dim / (dim - 1.0)     # the depolarizing rate that leaves d of a 1
+    if method == "single":
+        i = 0 if use_entries is None else int(use_entries[0])
+        if diag[i] <= 1.0 / dim:
+            raise ValueError(f"'single': the diagonal entry K[{i}, {i}] = {diag[i]:.6g} is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = rate(diag[i])
+        return (Ka - lam / dim) / (1.0 - lam)
+    if method == "average":
+        d = diag if use_entries is None else diag[np.asarray(use_entries, dtype=np.intp)]
+        if np.mean(d) <= 1.0 / dim:
+            raise ValueError(f"'average': the mean of the diagonal entries used, {np.mean(d):.6g}, is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = np.mean(rate(d))
+        return (Ka - lam / dim) / (1.0 - lam)
+    if method == "split_channel":
+        if np.any(diag <= 1.0 / dim):
+            raise ValueError(f"'split_channel': a diagonal entry is at or below 1/2^q = {1.0 / dim:.6g}")
+        lam = 1.0 - np.sqrt(1.0 - np.clip(rate(diag), 0.0, 1.0))   # K_ii = (1 - lam_i)^2 + ...: each side's rate
+        L = lam[:, None] + lam[None, :] - np.outer(lam, lam)
+        return (Ka - L / dim) / (1.0 - L)
+    raise ValueError(f"method must be 'single', 'average' or 'split_channel' (got {method!r})")
 
 
 def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",

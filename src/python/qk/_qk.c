@@ -783,22 +783,23 @@ fail:
 
 /* ---- gram_vjp ---- */
 /* dL/dw (and K) of a map for G = dL/dK (qk_gram_vjp): X, Y float64 C-contiguous (the wrapper
-   converts), G float64 (n_x, n_y) C-contiguous. Returns (grad, K). */
+   converts), G float64 (n_x, n_y) C-contiguous. Returns (grad, K); data=1: (grad, K, dL/dX) for
+   K(X,X), (grad, K, dL/dX, dL/dY) for K(X,Y). */
 static PyObject *qkpy_gram_vjp(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"map", "x", "y", "g", "threads", NULL};
+    static char *kwlist[] = {"map", "x", "y", "g", "threads", "data", NULL};
     PyObject *mapo, *xo, *yo = Py_None, *go, *res = NULL;
-    PyArrayObject *x, *y = NULL, *gg, *grad = NULL, *K = NULL;
+    PyArrayObject *x, *y = NULL, *gg, *grad = NULL, *K = NULL, *gx = NULL, *gy = NULL;
     qkpy_Map *map;
     qk_ctx_desc cd;
     qk_ctx *ctx = NULL;
     qk_vjp_desc v;
     qk_result r;
     npy_intp dims[2];
-    int threads = 0;
+    int threads = 0, data = 0;
     int64_t nx, ny;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO|i:_gram_vjp", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &go, &threads)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO|ii:_gram_vjp", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &go, &threads, &data)) return NULL;
     map = (qkpy_Map *)mapo;
     if (qkpy_check_in(xo, "X", map->map->n_features) < 0) return NULL;
     x = (PyArrayObject *)xo;
@@ -819,6 +820,16 @@ static PyObject *qkpy_gram_vjp(PyObject *mod, PyObject *args, PyObject *kw)
     dims[0] = (npy_intp)nx; dims[1] = (npy_intp)ny;
     K = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_DOUBLE);
     if (!grad || !K) goto done;
+    if (data) {
+        dims[0] = (npy_intp)nx; dims[1] = (npy_intp)map->map->n_features;
+        gx = (PyArrayObject *)PyArray_ZEROS(2, dims, NPY_DOUBLE, 0);
+        if (!gx) goto done;
+        if (y) {
+            dims[0] = (npy_intp)ny;
+            gy = (PyArrayObject *)PyArray_ZEROS(2, dims, NPY_DOUBLE, 0);
+            if (!gy) goto done;
+        }
+    }
     threads = qkpy_threads_for(threads);
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
@@ -829,16 +840,22 @@ static PyObject *qkpy_gram_vjp(PyObject *mod, PyObject *args, PyObject *kw)
     v.g = (const double *)PyArray_DATA(gg);
     v.grad_w = (double *)PyArray_DATA(grad);
     v.k_out = (double *)PyArray_DATA(K);
+    v.grad_x = gx ? (double *)PyArray_DATA(gx) : NULL;
+    v.grad_y = gy ? (double *)PyArray_DATA(gy) : NULL;
     Py_BEGIN_ALLOW_THREADS
     r = qk_ctx_create(&cd, &ctx);
     if (r == QK_OK) r = qk_gram_vjp(ctx, map->map, &v);
     qk_ctx_destroy(ctx);
     Py_END_ALLOW_THREADS
     if (r != QK_OK) { qkpy_raise(r); goto done; }
-    res = Py_BuildValue("(OO)", (PyObject *)grad, (PyObject *)K);
+    if (gy) res = Py_BuildValue("(OOOO)", (PyObject *)grad, (PyObject *)K, (PyObject *)gx, (PyObject *)gy);
+    else if (gx) res = Py_BuildValue("(OOO)", (PyObject *)grad, (PyObject *)K, (PyObject *)gx);
+    else res = Py_BuildValue("(OO)", (PyObject *)grad, (PyObject *)K);
 done:
     Py_XDECREF(grad);
     Py_XDECREF(K);
+    Py_XDECREF(gx);
+    Py_XDECREF(gy);
     return res;
 }
 
@@ -942,7 +959,7 @@ static PyMethodDef qkpy_methods[] = {
      "_gram_mps(a, a_bonds, n_a, b, b_bonds, n_b, n_sites, type, layout, device, precision, threads, normalize, norm_tol, "
      "out_path=None): qk_gram_mps_states on raw pointer and bond arrays (qk.gram_mps resolves the tensors)"},
     {"_gram_vjp", (PyCFunction)(void (*)(void))qkpy_gram_vjp, METH_VARARGS | METH_KEYWORDS,
-     "_gram_vjp(map, x, y, g, threads=0): (dL/dw, K) for G = dL/dK (qk_gram_vjp)"},
+     "_gram_vjp(map, x, y, g, threads=0, data=0): (dL/dw, K[, dL/dX[, dL/dY]]) for G = dL/dK (qk_gram_vjp)"},
     {"_gram_projected", (PyCFunction)(void (*)(void))qkpy_gram_projected, METH_VARARGS | METH_KEYWORDS,
      "_gram_projected(map, x, y, gamma, threads=0): the projected quantum kernel (qk_gram_projected)"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices', 'cpu_isa'}"},
