@@ -118,8 +118,9 @@ def main():
         r = run("--projected", "--map", "zz", "--x", P("X.npy"), "--y", P("Y.npy"), "--out", P("X.npy"))
         check(r.returncode == 2 and "same file" in r.stderr, "--out over --x refused: %d %s" % (r.returncode, r.stderr.strip()))
 
-        # ---- SIGINT / SIGTERM during a long job (hea at 20 qubits, 150 samples: each state 2^20
-        # amplitudes, ~15 s of CPU). The signal goes once the job has had 0.5 s of CPU time; before
+        # ---- SIGINT / SIGTERM during a long job (zz(reps=2), all-to-all, at 20 qubits, 150
+        # samples: the statevector path, each state 2^20 amplitudes, ~15 s of CPU; hea's ring
+        # would take the MPS path, where the projected kernel of 150 samples takes < 0.5 s). The signal goes once the job has had 0.5 s of CPU time; before
         # K is written no output exists and the handler exits at once: measured in the CPU time
         # spent after the signal (< 0.5 s), which a loaded machine does not stretch. ----
         np.save(P("big.npy"), rng.uniform(0, np.pi, (150, 20)))
@@ -134,7 +135,7 @@ def main():
         for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             with open(P("K.npy"), "wb") as f:
                 f.write(OLD)
-            p = subprocess.Popen([EXE, "--projected", "--map", "hea(layers=2)", "--x", P("big.npy"), "--out", P("K.npy"),
+            p = subprocess.Popen([EXE, "--projected", "--map", "zz(reps=2)", "--x", P("big.npy"), "--out", P("K.npy"),
                                   "--threads", "2", "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             t_start, cpu0, running = time.perf_counter(), 0.0, False
             while p.poll() is None and time.perf_counter() - t_start < 120:
