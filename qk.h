@@ -4044,7 +4044,8 @@ QK__PRIV int qk__cpu_isa(void)
     int st = QK__LOAD(&qk__isa_state);
     if (st < 0) {   /* the first call: QK_CPU_ISA, else the best (racing first calls agree) */
         int note = 0, want = -1;
-        st = qk__isa_pick(getenv("QK_CPU_ISA"), &note) | note << 4;
+        const int l = qk__isa_pick(getenv("QK_CPU_ISA"), &note);   /* before note is read: `|`'s operands are unsequenced */
+        st = l | note << 4;
 #ifndef QK_NO_THREADS
         if (!__atomic_compare_exchange_n(&qk__isa_state, &want, st, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) st = want;
 #else
