@@ -712,6 +712,9 @@ typedef struct qk_device_info {
     size_t host_budget_bytes;   /* CPU engine (present == 0, and the MPS path): host memory its
                                    plan may use; 0: 85% of the host's available memory, read at
                                    plan time (qk_ctx_desc.host_memory sets it for a context) */
+    int wgmma;                  /* 1: this device runs the CUDA engine's warpgroup-MMA kernels
+                                   (compute capability 9.0 and a build for sm_90a): the fused
+                                   tensor-core kernel's configuration 4 (docs/precision.md) */
 } qk_device_info;
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;
@@ -1301,11 +1304,14 @@ static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32o
     if (cfg == 7 && !(small && q <= 5)) cfg = 1;
     return cfg >= 1 && cfg <= QK__N_FUSED_CFG && cfg != 3 && cfg != 5 && cfg != 6 ? cfg : 1;
 }
-/* The same for the fused tensor-core kernel (TCF engines, configurations 1 and 2, 0: 1): FP32X3
-   always runs configuration 2 (two accumulator sets fill its registers). */
-static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+/* The same for the fused tensor-core kernel of engine e (TCF engines; configurations 1 and 2 on
+   mma.sync, 0: 1; 4, the wgmma kernel of compute capability 9.0, FP16 and FP32X3 only, which
+   the planner names only where the device runs it, qk_device_info.wgmma): FP32X3 runs 2 unless
+   4 (two accumulator sets fill its registers), TF32 runs 1 for 4. */
+static inline int qk__tcf_cfg_runs(qk_gpu_engine e, int cfg)
 {
-    return fp32x3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
+    if (cfg == 4 && e != QK_GPU_TCF_TF32) return 4;
+    return e == QK_GPU_TCF_FP32X3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
 }
 /* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
    (fp64_real_form), else FUSED (none). */
@@ -1353,7 +1359,7 @@ static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
     if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
     if (e == QK_GPU_FUSED)
         return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
-    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e, cfg);
     return 0;
 }
 /* Sets a plan's engine (and its deprecated mirror, use_blas). */
@@ -9444,7 +9450,14 @@ static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ?
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
 static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
-static int qk__tcf_fixed_cfg(int n_qubits) { return n_qubits <= 7 ? 2 : 1; }
+/* the fixed table's configuration of the fused tensor-core kernel: 4 (wgmma) where the device
+   runs it, FP16 and FP32X3 (docs/benchmarks.md, 'Figures behind the code's constants'); else 2 up
+   to 7 qubits, 1 at 8 */
+static int qk__tcf_fixed_cfg(int n_qubits, qk_precision p, int wgmma)
+{
+    if (wgmma && p != QK_PRECISION_TF32) return 4;
+    return n_qubits <= 7 ? 2 : 1;
+}
 static qk_gpu_engine qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine e is at least as accurate as precision p asks. FP32 plans keep their engines
    (FUSED, CUBLAS, CUBLAS_3M) only, so their results stay what they were. */
@@ -9477,7 +9490,7 @@ static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double row
    whole k-stages (32 words; FP32X3 16). */
 static double qk__tcf_ws(qk_gpu_engine eng, int cplx, int q, double rows)
 {
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == QK_GPU_TCF_FP32X3 ? 16.0 : 32.0;
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = 32.0;   /* rows of whole 32-word stages (qk__tcf_geometry) */
     const double words = eng == QK_GPU_TCF_TF32 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
     return rows * (eng == QK_GPU_TCF_FP32X3 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
@@ -9886,7 +9899,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
             p->engine = qk__engine_tcf_of(p->engine);
-            p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits);
+            p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits, prec, info->wgmma);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }
@@ -9916,8 +9929,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (qk__engine_tcf(p->engine))
-        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
+        snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
+                 qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",
+                 p->kernel_cfg == 4 ? (prec == QK_PRECISION_FP32X3 ? "128x64" : "128x128")
+                 : prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
     else if (qk__engine_tc(p->engine))
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
@@ -10162,6 +10177,9 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
                                           plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
                                    (double)plan->bytes_workspace) &&
         !((b == QK_GPU_TCF_TF32 || b == QK_GPU_TCF_FP16) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        /* the wgmma configuration only where this device and build run it (a cache written by
+           another build may name it) */
+        !(qk__engine_tcf(b) && c == 4 && !info->wgmma) &&
         !(qk__engine_tcf_of(b) != QK_GPU_FUSED && qk__engine_tcf(pe) &&
           qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&

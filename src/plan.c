@@ -35,7 +35,14 @@ static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ?
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
 static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
-static int qk__tcf_fixed_cfg(int n_qubits) { return n_qubits <= 7 ? 2 : 1; }
+/* the fixed table's configuration of the fused tensor-core kernel: 4 (wgmma) where the device
+   runs it, FP16 and FP32X3 (docs/benchmarks.md, 'Figures behind the code's constants'); else 2 up
+   to 7 qubits, 1 at 8 */
+static int qk__tcf_fixed_cfg(int n_qubits, qk_precision p, int wgmma)
+{
+    if (wgmma && p != QK_PRECISION_TF32) return 4;
+    return n_qubits <= 7 ? 2 : 1;
+}
 static qk_gpu_engine qk__tc_mode(qk_precision p) { return qk__tc_engine(p, 0); }
 /* 1 when engine e is at least as accurate as precision p asks. FP32 plans keep their engines
    (FUSED, CUBLAS, CUBLAS_3M) only, so their results stay what they were. */
@@ -68,7 +75,7 @@ static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double row
    whole k-stages (32 words; FP32X3 16). */
 static double qk__tcf_ws(qk_gpu_engine eng, int cplx, int q, double rows)
 {
-    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = eng == QK_GPU_TCF_FP32X3 ? 16.0 : 32.0;
+    const double W = ldexp(cplx ? 2.0 : 1.0, q), kw = 32.0;   /* rows of whole 32-word stages (qk__tcf_geometry) */
     const double words = eng == QK_GPU_TCF_TF32 ? W : ceil(W / 2.0), ldp = ceil(words / kw) * kw;
     return rows * (eng == QK_GPU_TCF_FP32X3 ? 2.0 : 1.0) * ldp * 4.0 + 16.0;
 }
@@ -477,7 +484,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                                      p->bulk_states ? (double)(nx + (sym ? 0 : ny)) : 2.0 * (double)tile);
         if (fw <= QK__TC_WS_SHARE * budget) {
             p->engine = qk__engine_tcf_of(p->engine);
-            p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits);
+            p->kernel_cfg = qk__tcf_fixed_cfg(map->n_qubits, prec, info->wgmma);
             if (fw > (double)p->bytes_workspace) p->bytes_workspace = (size_t)fw;
         }
     }
@@ -507,8 +514,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
     else if (qk__engine_tcf(p->engine))
-        snprintf(p->config, sizeof p->config, "fused %s tensor cores (mma.sync) %s, |.|^2 in the epilogue (fixed table)",
-                 qk_precision_name(prec), prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
+        snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
+                 qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",
+                 p->kernel_cfg == 4 ? (prec == QK_PRECISION_FP32X3 ? "128x64" : "128x128")
+                 : prec == QK_PRECISION_FP32X3 || p->kernel_cfg == 2 ? "64x64 w32x32" : "128x128 w64x32");
     else if (qk__engine_tc(p->engine))
         snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s + |.|^2 epilogue (fixed table)",
                  qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
@@ -753,6 +762,9 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
                                           plan->bulk_states ? (double)(plan->n_x + (plan->symmetric ? 0 : plan->n_y)) : 2.0 * (double)plan->state_tile) >
                                    (double)plan->bytes_workspace) &&
         !((b == QK_GPU_TCF_TF32 || b == QK_GPU_TCF_FP16) && plan->n_qubits > QK__TCF_NOFLUSH_MAX_QUBITS) &&
+        /* the wgmma configuration only where this device and build run it (a cache written by
+           another build may name it) */
+        !(qk__engine_tcf(b) && c == 4 && !info->wgmma) &&
         !(qk__engine_tcf_of(b) != QK_GPU_FUSED && qk__engine_tcf(pe) &&
           qk__blas_ws(b, plan->path == QK_PATH_COMPLEX, plan->n_qubits, 4.0, (double)plan->tile_m, (double)plan->tile_n) > (double)plan->bytes_workspace) &&
         !((qk__engine_tc(b) || qk__engine_tcf(b)) && pe == QK_GPU_CUBLAS && qk__tc_mode(plan->precision) && plan->n_qubits >= qk__tc_min_qubits(plan->precision)) &&

@@ -506,6 +506,9 @@ typedef struct qk_device_info {
     size_t host_budget_bytes;   /* CPU engine (present == 0, and the MPS path): host memory its
                                    plan may use; 0: 85% of the host's available memory, read at
                                    plan time (qk_ctx_desc.host_memory sets it for a context) */
+    int wgmma;                  /* 1: this device runs the CUDA engine's warpgroup-MMA kernels
+                                   (compute capability 9.0 and a build for sm_90a): the fused
+                                   tensor-core kernel's configuration 4 (docs/precision.md) */
 } qk_device_info;
 
 typedef enum qk_backend { QK_BACKEND_CPU = 1, QK_BACKEND_CUDA } qk_backend;

@@ -206,11 +206,14 @@ static inline int qk__fused_cfg_runs(int cfg, int q, int f64, int cplx, int f32o
     if (cfg == 7 && !(small && q <= 5)) cfg = 1;
     return cfg >= 1 && cfg <= QK__N_FUSED_CFG && cfg != 3 && cfg != 5 && cfg != 6 ? cfg : 1;
 }
-/* The same for the fused tensor-core kernel (TCF engines, configurations 1 and 2, 0: 1): FP32X3
-   always runs configuration 2 (two accumulator sets fill its registers). */
-static inline int qk__tcf_cfg_runs(int fp32x3, int cfg)
+/* The same for the fused tensor-core kernel of engine e (TCF engines; configurations 1 and 2 on
+   mma.sync, 0: 1; 4, the wgmma kernel of compute capability 9.0, FP16 and FP32X3 only, which
+   the planner names only where the device runs it, qk_device_info.wgmma): FP32X3 runs 2 unless
+   4 (two accumulator sets fill its registers), TF32 runs 1 for 4. */
+static inline int qk__tcf_cfg_runs(qk_gpu_engine e, int cfg)
 {
-    return fp32x3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
+    if (cfg == 4 && e != QK_GPU_TCF_TF32) return 4;
+    return e == QK_GPU_TCF_FP32X3 ? 2 : cfg >= 1 && cfg <= 2 ? cfg : 1;   /* 0 and the removed 3 run 1 */
 }
 /* The tensor-core engine (qk_plan.engine) of a precision: TF32, FP32X3, FP16, FP64's real form
    (fp64_real_form), else FUSED (none). */
@@ -258,7 +261,7 @@ static inline int qk__plan_cfg_runs(const qk_plan *p, qk_gpu_engine e, int cfg)
     if (p->path != QK_PATH_REAL && p->path != QK_PATH_COMPLEX) return cfg;
     if (e == QK_GPU_FUSED)
         return qk__fused_cfg_runs(cfg, p->n_qubits, p->precision == QK_PRECISION_FP64, p->path == QK_PATH_COMPLEX, p->out_dtype == QK_F32);
-    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e == QK_GPU_TCF_FP32X3, cfg);
+    if (qk__engine_tcf(e)) return qk__tcf_cfg_runs(e, cfg);
     return 0;
 }
 /* Sets a plan's engine (and its deprecated mirror, use_blas). */

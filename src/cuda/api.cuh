@@ -34,6 +34,7 @@ extern "C" qk_result qk_cuda_device_query(int device, qk_device_info *info, char
     info->smem_per_block_optin = p.sharedMemPerBlockOptin;
     info->l2_bytes = (size_t)p.l2CacheSize;
     if (cudaDriverGetVersion(&info->driver_version) != cudaSuccess) { cudaGetLastError(); info->driver_version = 0; }
+    info->wgmma = qk__wgmma_ok(device);
     e = cudaSetDevice(device);
     if (e == cudaSuccess) e = cudaMemGetInfo(&info->free_bytes, &info->total_bytes);
     if (e != cudaSuccess) {

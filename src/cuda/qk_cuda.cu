@@ -74,6 +74,7 @@
 #include "smalltc.cuh"
 #include "blas.cuh"
 #include "amp.cuh"
+#include "wgmma.cuh"
 #include "tcf.cuh"
 #include "pipeline.cuh"
 #include "api.cuh"

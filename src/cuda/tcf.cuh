@@ -2,6 +2,7 @@
 #include "base.cuh"
 #include "common.cuh"
 #include "states.cuh"
+#include "wgmma.cuh"
 /* >>tcf ---- the fused tensor-core Gram kernel (mma.sync; plan.engine QK_GPU_TCF_*) ---- */
 /* The tensor-core precisions without cuBLAS: one kernel computes a square tile of K with
    mma.sync (m16n8k8 TF32, m16n8k16 FP16, fp32 accumulators in registers), takes |.|^2 in its
@@ -284,15 +285,20 @@ template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
                                      float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says: two accumulator sets, 32 x 32 per
-       warp keeps them in registers. Its other configurations are not instantiated (if constexpr:
-       they were unreachable, and each cost nvcc a kernel per CPLX x OutT x architecture). */
+    /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says (two accumulator sets,
+       32 x 32 per warp keeps them in registers), or 4, the wgmma kernel. Its other mma.sync
+       configurations are not instantiated (if constexpr: they were unreachable, and each cost
+       nvcc a kernel per CPLX x OutT x architecture). */
     if constexpr (MODE == QK_GPU_TC_FP32X3) {
-        (void)cfg;
+        if (qk__tcf_cfg_runs(QK_GPU_TCF_FP32X3, cfg) == 4)   /* wgmma (>>wgmma) */
+            return qk__launch_wg<true, CPLX, OutT>(A, B, ldw, ldw / 2, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
-        cfg = qk__tcf_cfg_runs(0, cfg);   /* the planner's rule */
+        cfg = qk__tcf_cfg_runs(MODE == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_TCF_TF32, cfg);   /* the planner's rule */
         switch (cfg) {
+        case 4:
+            if constexpr (MODE == QK_GPU_TC_FP16) return qk__launch_wg<false, CPLX, OutT>(A, B, ldw, ldw, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+            else return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core configuration 4 (wgmma) serves fp16 and fp32x3 only");
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         }
@@ -314,10 +320,10 @@ static qk__tcf_geom qk__tcf_geometry(qk_gpu_engine eng, int64_t D, bool cplx)
     qk__tcf_geom G;
     G.mode = (int)qk__engine_tc_of(eng);   /* the operand format: that of the cuBLAS engine of the mode */
     G.W = cplx ? 2 * D : D;
-    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = G.mode == QK_GPU_TC_FP32X3 ? 16 : 32;
+    const int64_t words = G.mode == QK_GPU_TC_TF32 ? G.W : (G.W + 1) / 2, kw = 32;   /* whole 32-word stages: the wgmma kernels' too */
     G.ldp = (words + kw - 1) / kw * kw;
     G.ldw = G.mode == QK_GPU_TC_FP32X3 ? 2 * G.ldp : G.ldp;
-    G.nkt = (int)(G.ldp / kw);
+    G.nkt = (int)(G.ldp / (G.mode == QK_GPU_TC_FP32X3 ? 16 : 32));   /* the mma.sync kernel's stages: FP32X3 16 words a part */
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
     G.scale = G.mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);

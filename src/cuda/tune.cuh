@@ -72,6 +72,10 @@ static qk_result qk__tune(const qk_plan *pl, int64_t n, int reps, qk_cuda_tune_r
     for (int c = 1; tcf != QK_GPU_FUSED && c <= (tcf == QK_GPU_TCF_FP32X3 ? 1 : 2); ++c) {
         res->blas[res->n] = tcf; res->cfg[res->n] = tcf == QK_GPU_TCF_FP32X3 ? 2 : c; res->n++;
     }
+    int dev = 0;
+    if (tcf != QK_GPU_FUSED && tcf != QK_GPU_TCF_TF32 && cudaGetDevice(&dev) == cudaSuccess && qk__wgmma_ok(dev)) {
+        res->blas[res->n] = tcf; res->cfg[res->n] = 4; res->n++;   /* the wgmma kernel (>>wgmma) */
+    }
     OutT *K = (OutT *)w.K;
     for (int c = 0; c < res->n; ++c) {
         std::vector<double> t;

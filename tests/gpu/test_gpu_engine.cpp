@@ -265,6 +265,21 @@ static std::vector<double> rand_x(const TMap &t, int64_t n)
 }
 
 static int g_cfg = 0; /* fused kernel configuration under test (0: the fixed table) */
+/* 1 when device 0 runs the fused tensor-core kernel's configuration 4 (wgmma: compute capability
+   9.0 and an sm_90a build); the suites then test it beside 1 and 2 */
+static int wg_ok()
+{
+    static int ok = -1;
+    if (ok < 0) {
+        qk_device_info info;
+        char err[256];
+        ok = qk_cuda_device_query(0, &info, err, sizeof err) == QK_OK && info.wgmma;
+        printf("wgmma kernels (fused tensor-core configuration 4): %s\n", ok ? "tested" : "not on this device or build");
+    }
+    return ok;
+}
+/* next configuration of the fused tensor-core kernel to test after c (0, 1, 2[, 3][, 4]) */
+static int tcf_next(int c, int last_mma) { return c < last_mma ? c + 1 : c < 4 && wg_ok() ? 4 : 99; }
 static qk_plan make_plan(const TMap &t, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od, qk_output out)
 {
     qk_plan p;
@@ -497,7 +512,7 @@ static void run_map(const TMap &t, bool thorough)
                       QK__TCF_NOFLUSH_MAX_QUBITS, (int)r, qk_last_error(), untouched ? "untouched" : "written");
                 continue;
             }
-            for (g_cfg = 0; g_cfg <= 2; ++g_cfg) {
+            for (g_cfg = 0; g_cfg <= 4; g_cfg = tcf_next(g_cfg, 2)) {
                 char w1[64], w2[64], w3[64];
                 snprintf(w1, sizeof w1, "sym %s fused cfg %d", c.name, g_cfg);
                 snprintf(w2, sizeof w2, "rect %s fused cfg %d ld+3", c.name, g_cfg);
@@ -505,6 +520,12 @@ static void run_map(const TMap &t, bool thorough)
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 0, w1);
                 check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F32, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 3, w2);
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F32, QK_OUTPUT_DEVICE, c.b, 1024, 0, 1, 0, w3);
+                if (g_cfg == 4) {   /* the wgmma kernels' double K */
+                    snprintf(w1, sizeof w1, "sym %s fused cfg 4 f64 out", c.name);
+                    snprintf(w2, sizeof w2, "rect %s fused cfg 4 f64 out", c.name);
+                    check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, QK_F64, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 0, w1);
+                    check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, QK_F64, QK_OUTPUT_HOST, c.b, 1024, 0, 1, 0, w2);
+                }
             }
         }
         g_cfg = 0;
@@ -572,7 +593,7 @@ static void tc_block_tests()
                grid with the below-diagonal tiles skipped), every configuration in turn */
             {QK_PRECISION_TF32, 8}, {QK_PRECISION_FP32X3, 9}, {QK_PRECISION_FP16, 10}};
         for (auto &c : tcm)
-            for (g_cfg = 0; g_cfg <= (c.b >= 8 ? 3 : 0); ++g_cfg) {
+            for (g_cfg = 0; g_cfg <= (c.b >= 8 ? 4 : 0); g_cfg = c.b >= 8 ? tcf_next(g_cfg, 3) : 99) {
                 const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
                 if (getenv("QK_TEST_ONLY")) { printf("tc blocks %s engine %d cfg %d\n", t.name.c_str(), c.b, g_cfg); fflush(stdout); }
                 check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");

@@ -100,6 +100,27 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
         qk_gram_desc g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
         g.precision = QK_PRECISION_FP32;
         CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p32) == QK_OK && p32.engine == QK_GPU_CUBLAS, "%s zz8 fp32: engine %d", d->name, (int)p32.engine);
+        {   /* a device that runs the wgmma kernels (qk_device_info.wgmma): the fused tensor-core
+               kernel's configuration 4 in FP16 and FP32X3, never in TF32; without it, never */
+            qk_device_info w = *d;
+            qk_map *z7 = NULL;
+            w.wgmma = 1;
+            g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
+            g.precision = QK_PRECISION_FP16;
+            CHECK(qk_plan_for_device(&w, 0.85, zz8, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_FP16 && p.kernel_cfg == 4 &&
+                      qk_plan_describe(&p, buf, sizeof buf) > 0 && strstr(buf, "wgmma"),
+                  "%s wgmma zz8 fp16: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_FP16 && p.kernel_cfg == 1,
+                  "%s no wgmma zz8 fp16: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            g.precision = QK_PRECISION_FP32X3;
+            CHECK(qk_map_parse("zz(reps=2)", 7, &z7) == QK_OK && qk_plan_for_device(&w, 0.85, z7, &g, &p) == QK_OK &&
+                      p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4,
+                  "%s wgmma zz7 fp32x3: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            g.precision = QK_PRECISION_TF32;
+            CHECK(qk_plan_for_device(&w, 0.85, z7, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_TF32 && p.kernel_cfg == 2,
+                  "%s wgmma zz7 tf32: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            qk_map_free(z7);
+        }
         for (i = 0; i < 3; ++i) {
             const double W = 2.0 * 256; /* real values per complex 8-qubit state */
             g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
@@ -210,7 +231,10 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
               "cfg %d: kept %d, runs %d", b, qk__fused_cfg_kept(b), qk__fused_cfg_runs(b, 8, 0, 1, 1));
     CHECK(qk__fused_cfg_runs(2, 8, 1, 1, 0) == 2 && qk__fused_cfg_runs(4, 8, 0, 0, 0) == 4, "cfg 2 and 4 run as themselves");
     CHECK(qk__fused_cfg_runs(0, 8, 0, 1, 1) == qk__fused_cfg_fixed(8, 0, 1, 1) && qk__fused_cfg_runs(9, 8, 0, 1, 1) == 1, "cfg 0, 9");
-    CHECK(qk__tcf_cfg_runs(1, 3) == 2 && qk__tcf_cfg_runs(0, 2) == 2 && qk__tcf_cfg_runs(0, 3) == 1 && qk__tcf_cfg_runs(0, 0) == 1, "fused tensor-core configurations");
+    CHECK(qk__tcf_cfg_runs(QK_GPU_TCF_FP32X3, 3) == 2 && qk__tcf_cfg_runs(QK_GPU_TCF_FP16, 2) == 2 && qk__tcf_cfg_runs(QK_GPU_TCF_FP16, 3) == 1 &&
+          qk__tcf_cfg_runs(QK_GPU_TCF_TF32, 0) == 1, "fused tensor-core configurations");
+    CHECK(qk__tcf_cfg_runs(QK_GPU_TCF_FP16, 4) == 4 && qk__tcf_cfg_runs(QK_GPU_TCF_FP32X3, 4) == 4 && qk__tcf_cfg_runs(QK_GPU_TCF_TF32, 4) == 1,
+          "configuration 4 (wgmma): fp16 and fp32x3, tf32 runs 1");
     /* engines the autotune may apply per precision: never a less accurate one */
     for (b = 0; b <= 10; ++b) {
         CHECK(qk__blas_ok(QK_PRECISION_FP32, QK_PATH_COMPLEX, (qk_gpu_engine)b) == (b <= 2), "fp32 complex engine %d", b);

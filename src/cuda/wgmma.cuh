@@ -1,0 +1,409 @@
+#pragma once
+#include "base.cuh"
+#include "common.cuh"
+/* >>wgmma ---- the fused tensor-core Gram on Hopper's warpgroup MMA (sm_90a; configuration 4 of the TCF engines) ---- */
+/* The same job as the mma.sync kernel of >>tcf (one kernel: <a|b> on the tensor cores, |.|^2 in
+   the epilogue, K written once, the triangular tile grid of K(X,X) with its mirror), on wgmma:
+   one instruction is a 64 x N x 16 product of a warpgroup (four warps), issued asynchronously
+   and fed from shared memory, so the issue slots that mma.sync spends on fragment loads and
+   shuffles are free and the tensor cores run from a deeper pipeline.
+
+   Operands: the FP16 and FP32X3 words of >>tcf's conversion pass (qk__k_tcf_operand: one 32-bit
+   word is one complex amplitude, (re, im) fp16 of s x; FP32X3 a row of hi words, then a row of
+   lo words), rows a whole number of 32-word stages (128 bytes: one swizzle row).
+
+   Shared memory: per stage the block's A rows and B rows, 128 bytes each, in the 128-byte
+   swizzle wgmma reads (16-byte chunk c of row r at chunk c ^ (r % 8); 8-row groups 1024 bytes
+   apart), filled with cp.async. B is read by the instruction through a matrix descriptor; A is
+   loaded into registers with ldmatrix (the m16n8k16 A layout wgmma takes for A in registers),
+   so that the Im product needs no second copy of A: Re <a|b> = A . B, and with each amplitude
+   of A rotated in registers ((re, im) -> (im, -re): a swap of halves and a sign bit)
+   A' . B = -Im <a|b>, whose square is the same. Real maps take the Re product only.
+
+   Pipeline: NS stages in flight ahead of the one computed (cp.async groups); each stage
+   waits for the warpgroup's previous products (wgmma.wait_group 0: ptxas serializes register-A
+   products whose registers are written while earlier ones run, so each stage's A registers are
+   written after its predecessor completed), then one barrier covers both the landed stage and
+   the buffer the next load reuses.
+
+   FP16: 128 x 128 tiles of K, two warpgroups of 64 rows, m64n128k16 (accumulators 64 + 64 per
+   thread). FP32X3: 128 x 64 tiles, m64n64k16, the products lo*hi + hi*lo + hi*hi per k-step
+   (small first), and after every stage (32 amplitudes) the stage's sums are added into a second
+   set of accumulators with round-to-nearest fp32 adds (the tensor cores' accumulation truncates:
+   >>tcf), so no tensor-core partial sum runs longer than one stage.
+
+   Epilogue from the accumulators (thread holds rows g and g + 8 of its warp's 16, two adjacent
+   columns per 8): the tile's entries as pair stores (where qk__vec_ok: ld and the bases keep
+   them aligned; else scalars), 32 bytes per row and quad (float), and
+   the mirror's as scalars, 8 consecutive rows per column: every 32-byte sector written whole.
+   No shared-memory staging. Only for compute capability 9.0 and a build for sm_90a
+   (-Dgpu_arch=90 builds it; qk__wgmma_ok says whether this device runs it); elsewhere the kernels
+   are empty and the planner never names configuration 4. */
+#define QK__WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ int qk__wgmma_built = 1;
+#else
+__device__ int qk__wgmma_built = 0;
+#endif
+/* 1 when device `device` runs the wgmma kernels: compute capability 9.0 and this build holds
+   their sm_90a code (the device image's qk__wgmma_built). Cached per device. */
+static int qk__wgmma_ok(int device)
+{
+    static int cache[64];   /* 0 unknown, 1 no, 2 yes */
+    if (device < 0 || device >= 64) return 0;
+    if (cache[device]) return cache[device] == 2;
+    int cur = -1, ok = 0, flag = 0;
+    cudaDeviceProp p;
+    if (cudaGetDevice(&cur) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess && p.major == 9 && p.minor == 0 &&
+        cudaSetDevice(device) == cudaSuccess) {
+        ok = cudaMemcpyFromSymbol(&flag, qk__wgmma_built, sizeof flag) == cudaSuccess && flag == 1;
+        cudaSetDevice(cur);
+    }
+    cudaGetLastError();
+    cache[device] = ok ? 2 : 1;
+    return ok;
+}
+
+__device__ __forceinline__ uint32_t qk__smem_u32(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+__device__ __forceinline__ void qk__cp16s(uint32_t dst, const void *src, int bytes)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void qk__ldsm4(uint32_t addr, uint32_t (&r)[4])
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void qk__wg_fence()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void qk__wg_commit()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void qk__wg_wait0()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void qk__fence_async_smem()
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* keeps the compiler from moving accumulator reads or writes across the asynchronous products */
+template <int N> __device__ __forceinline__ void qk__wg_pin(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* shared-memory matrix descriptor: start address, leading byte offset 16 (unused by the
+   swizzled K-major layout), 8-row groups 1024 bytes apart, 128-byte swizzle */
+__device__ __forceinline__ uint64_t qk__wg_desc(uint32_t addr)
+{
+    return (uint64_t)((addr & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+/* (re, im) fp16 halves -> (im, -re) */
+__device__ __forceinline__ uint32_t qk__rot16(uint32_t w) { return __byte_perm(w, 0, 0x1032) ^ 0x80000000u; }
+
+/* d (m64 x N fp32 accumulators, the wgmma D layout) += A (registers: four f16x2, the mma.sync
+   m16n8k16 A layout of the warp's 16 rows) x B (shared memory, descriptor bdesc, K-major). */
+__device__ __forceinline__ void qk__wg_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t bdesc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+                 : QK__WG_F4(0), QK__WG_F4(4), QK__WG_F4(8), QK__WG_F4(12), QK__WG_F4(16), QK__WG_F4(20), QK__WG_F4(24), QK__WG_F4(28),
+                   QK__WG_F4(32), QK__WG_F4(36), QK__WG_F4(40), QK__WG_F4(44), QK__WG_F4(48), QK__WG_F4(52), QK__WG_F4(56), QK__WG_F4(60)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(1));
+#else
+    (void)d; (void)a; (void)bdesc;
+#endif
+}
+/* d (m64 x N fp32 accumulators, the wgmma D layout) += A (registers: four f16x2, the mma.sync
+   m16n8k16 A layout of the warp's 16 rows) x B (shared memory, descriptor bdesc, K-major). */
+__device__ __forceinline__ void qk__wg_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t bdesc)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
+                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
+                 : QK__WG_F4(0), QK__WG_F4(4), QK__WG_F4(8), QK__WG_F4(12), QK__WG_F4(16), QK__WG_F4(20), QK__WG_F4(24), QK__WG_F4(28)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(1));
+#else
+    (void)d; (void)a; (void)bdesc;
+#endif
+}
+
+/* The epilogue of a 64-row warpgroup slice: v = (re^2 + im^2) of accumulator pairs, stored to
+   K and its mirror (>>common's qk__store_tile rules: tri writes direct where col + doff >= row
+   and mirrors where col + doff > row). NJ: 8-column groups of the slice. */
+template <typename OutT, int NJ, bool CPLX, bool TOT>
+__device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, const float *tr, const float *ti, float inv_s2, int row0,
+                                             int col0, int rl, int t, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
+                                             OutT *__restrict__ mout, int64_t doff, int tri)
+{
+#pragma unroll
+    for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const int gi = row0 + rl + h * 8, gj = col0 + j * 8 + 2 * t;
+            OutT v[2];
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int x = j * 4 + h * 2 + e;
+                const float re = (TOT ? tr[x] + ar[x] : ar[x]) * inv_s2, im = CPLX ? (TOT ? ti[x] + ai[x] : ai[x]) * inv_s2 : 0.0f;
+                v[e] = (OutT)(re * re + im * im);
+            }
+            if (inner) {   /* inner: the whole tile inside K, off the diagonal, rows aligned for pair stores */
+                typedef typename qk__vec2<OutT>::t V2;
+                V2 w;
+                w.x = v[0];
+                w.y = v[1];
+                *(V2 *)(out + (int64_t)gi * ld + gj) = w;
+                if (mout) {
+                    mout[(int64_t)gj * ld + gi] = v[0];
+                    mout[(int64_t)(gj + 1) * ld + gi] = v[1];
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 2; ++e)
+                    if (gi < m && gj + e < nn) {
+                        if (!tri || gj + e + doff >= gi) out[(int64_t)gi * ld + gj + e] = v[e];
+                        if (mout && (!tri || gj + e + doff > gi)) mout[(int64_t)(gj + e) * ld + gi] = v[e];
+                    }
+            }
+        }
+}
+
+/* FP16: a 128 x 128 tile of K per block (two warpgroups), NS stages of 32 KB. A, B: operand
+   words, ldw per row, nkt 32-word stages; the other arguments as qk__k_tcgram's. */
+template <bool CPLX, typename OutT, int NS>
+__global__ void __launch_bounds__(256, 1)
+qk__k_wg16(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn, float inv_s2,
+           OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 128, BN = 128, TA = BM * 128, ST = TA + BN * 128, P = NS - 1;
+    int tyi, txi;
+    qk__tile_of(tgrid, tyi, txi);
+    const int row0 = tyi * BM, col0 = txi * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    auto load = [&](int kt, int buf) {
+        const uint32_t st = sbase + buf * ST;
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const int c = tid + i * 256, r = c >> 3, cc = c & 7;
+            const bool isb = r >= BM;
+            const int lr = isb ? r - BM : r, grow = (isb ? col0 : row0) + lr;
+            const bool ok = grow < (isb ? nn : m);
+            const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4;
+            qk__cp16s(st + (isb ? TA : 0) + lr * 128 + ((cc ^ (lr & 7)) << 4), gp, ok ? 16 : 0);
+        }
+    };
+    float ar[64], ai[CPLX ? 64 : 1];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+        if (s < nkt) load(s, s);
+        qk__cp_commit();
+    }
+    const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
+    for (int kt = 0; kt < nkt; ++kt) {
+        qk__wg_wait0();
+        qk__cp_wait<P - 1>();
+        qk__fence_async_smem();
+        __syncthreads();   /* stage kt landed everywhere; every warpgroup is done with stage kt - 1 */
+        if (kt + P < nkt) load(kt + P, (kt + P) % NS);
+        qk__cp_commit();
+        const uint32_t As = sbase + (kt % NS) * ST, Bs = As + TA;
+        uint32_t fa[4][4], fr[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const int ch = 2 * kk + ahi;
+            qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
+            if constexpr (CPLX) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
+            }
+        }
+        qk__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint64_t bd = qk__wg_desc(Bs + kk * 32);
+            qk__wg_m64n128k16(ar, fa[kk], bd);
+            if constexpr (CPLX) qk__wg_m64n128k16(ai, fr[kk], bd);
+        }
+        qk__wg_commit();
+    }
+    qk__wg_wait0();
+    qk__wg_pin(ar);
+    if constexpr (CPLX) qk__wg_pin(ai);
+    const bool inner = vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM);
+    qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3, inner, m, nn,
+                                        out, ld, mout, doff, tri);
+#endif
+}
+
+/* FP32X3: a 128 x 64 tile of K per block (two warpgroups), NS stages of 48 KB (A hi, A lo, B hi,
+   B lo). lo_off: words from a row's hi part to its lo part. */
+template <bool CPLX, typename OutT, int NS>
+__global__ void __launch_bounds__(256, 1)
+qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int64_t lo_off, int nkt, int m, int nn,
+          float inv_s2, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int64_t doff, int tri, int vec)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 128, BN = 64, TA = BM * 128, TB = BN * 128, ST = 2 * TA + 2 * TB, P = NS - 1, NA = CPLX ? 32 : 1;
+    const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
+    if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    auto load = [&](int kt, int buf) {
+        const uint32_t st = sbase + buf * ST;
+#pragma unroll
+        for (int i = 0; i < 12; ++i) {
+            const int c = tid + i * 256, r = c >> 3, cc = c & 7;
+            const bool isb = r >= 2 * BM;
+            const int rr = isb ? r - 2 * BM : r, part = isb ? rr / BN : rr / BM, lr = isb ? rr % BN : rr % BM;
+            const int grow = (isb ? col0 : row0) + lr;
+            const bool ok = grow < (isb ? nn : m);
+            const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + part * lo_off + (int64_t)kt * 32 + cc * 4;
+            qk__cp16s(st + (isb ? 2 * TA + part * TB : part * TA) + lr * 128 + ((cc ^ (lr & 7)) << 4), gp, ok ? 16 : 0);
+        }
+    };
+    float ar[32], ai[NA], tr[32], ti[NA];
+#pragma unroll
+    for (int i = 0; i < 32; ++i) ar[i] = tr[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NA; ++i) ai[i] = ti[i] = 0.0f;
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+        if (s < nkt) load(s, s);
+        qk__cp_commit();
+    }
+    const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
+    for (int kt = 0; kt < nkt; ++kt) {
+        qk__wg_wait0();
+        if (kt > 0) {   /* the last stage's sums into the round-to-nearest totals */
+            qk__wg_pin(ar);
+            if constexpr (CPLX) qk__wg_pin(ai);
+#pragma unroll
+            for (int i = 0; i < 32; ++i) {
+                tr[i] += ar[i];
+                ar[i] = 0.0f;
+            }
+#pragma unroll
+            for (int i = 0; i < NA; ++i) {
+                ti[i] += ai[i];
+                ai[i] = 0.0f;
+            }
+        }
+        qk__cp_wait<P - 1>();
+        qk__fence_async_smem();
+        __syncthreads();
+        if (kt + P < nkt) load(kt + P, (kt + P) % NS);
+        qk__cp_commit();
+        const uint32_t As = sbase + (kt % NS) * ST, Bs = As + 2 * TA;
+        uint32_t fh[4][4], fl[4][4], rh[4][4], rl[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const int ch = 2 * kk + ahi;
+            const uint32_t off = arow * 128 + ((ch ^ (arow & 7)) << 4);
+            qk__ldsm4(As + off, fh[kk]);
+            qk__ldsm4(As + TA + off, fl[kk]);
+            if constexpr (CPLX) {
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    rh[kk][q] = qk__rot16(fh[kk][q]);
+                    rl[kk][q] = qk__rot16(fl[kk][q]);
+                }
+            }
+        }
+        qk__wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            const uint64_t bh = qk__wg_desc(Bs + kk * 32), bl = qk__wg_desc(Bs + TB + kk * 32);
+            qk__wg_m64n64k16(ar, fl[kk], bh);
+            qk__wg_m64n64k16(ar, fh[kk], bl);
+            qk__wg_m64n64k16(ar, fh[kk], bh);
+            if constexpr (CPLX) {
+                qk__wg_m64n64k16(ai, rl[kk], bh);
+                qk__wg_m64n64k16(ai, rh[kk], bl);
+                qk__wg_m64n64k16(ai, rh[kk], bh);
+            }
+        }
+        qk__wg_commit();
+    }
+    qk__wg_wait0();
+    qk__wg_pin(ar);
+    if constexpr (CPLX) qk__wg_pin(ai);
+    const bool inner = vec && row0 + BM <= m && col0 + BN <= nn && (!tri || (int64_t)col0 + doff >= row0 + BM);
+    qk__wg_store<OutT, 8, CPLX, true>(ar, ai, tr, ti, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3, inner, m, nn, out, ld,
+                                      mout, doff, tri);
+#endif
+}
+
+/* Launchers (the arguments of qk__launch_tcf_cfg; ldp: words per row and part, a multiple of 32).
+   FP16 runs the triangular grid of K(X,X) (qk__tri_grid) where the whole block is one
+   triangle; FP32X3's tiles are not square and skip the ones below the diagonal. */
+template <bool SPLIT, bool CPLX, typename OutT>
+static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw, int64_t ldp, int64_t m, int64_t nn, float inv_s2, OutT *out,
+                               int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    int dev = 0;
+    QK_CK(cudaGetDevice(&dev));
+    if (!qk__wgmma_ok(dev))
+        return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "fused tensor-core configuration 4 (wgmma) needs a compute capability 9.0 device "
+                            "and a build for sm_90a (-Dgpu_arch=90); this plan named it where it cannot run");
+    if (ldp % 32) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core configuration 4: operand rows must be whole 32-word stages");
+    constexpr int BM = 128, BN = SPLIT ? 64 : 128, NS = SPLIT ? 3 : 4;
+    const size_t smem = (size_t)NS * (SPLIT ? 49152 : 32768) + 1024;
+    const int nkt = (int)(ldp / 32);
+    if constexpr (SPLIT) QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    else QK_CK(cudaFuncSetAttribute(qk__k_wg16<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) { /* grid.y limit */
+        const int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);
+        dim3 grid((unsigned)((nn + BN - 1) / BN), (unsigned)((mm + BM - 1) / BM));
+        OutT *o = out + r0 * ld, *mo = mout ? mout + r0 : nullptr;
+        if constexpr (SPLIT) {
+            qk__k_wg3<CPLX, OutT, NS><<<grid, 256, smem, st>>>(A + r0 * ldw, B, ldw, ldp, nkt, (int)mm, (int)nn, inv_s2, o, ld, mo, doff - r0, tri,
+                                                                qk__vec_ok(o, mo, ld));
+            QK_LAUNCH_CK("qk__k_wg3");
+        } else {
+            int tg = 0;
+            if (tri && doff == 0 && r0 == 0 && mm == m && nn >= mm) {
+                const int64_t Tx = grid.x, Ty = grid.y;
+                tg = (int)Tx;
+                grid = dim3((unsigned)(Ty * Tx - Ty * (Ty - 1) / 2), 1);
+            }
+            qk__k_wg16<CPLX, OutT, NS><<<grid, 256, smem, st>>>(A + r0 * ldw, B, ldw, nkt, (int)mm, (int)nn, inv_s2, o, ld, mo, doff - r0, tri,
+                                                                 qk__vec_ok(o, mo, ld), tg);
+            QK_LAUNCH_CK("qk__k_wg16");
+        }
+    }
+    return QK_OK;
+}
