@@ -2522,11 +2522,27 @@ static int qk__mps_add_set(int *set, int *n, int qb)
 
 /* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
    soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
+/* The lane layout and the cost of bonds D[0..q]: each site's offset in a sample's group
+   (QK__NJ lanes of D[s] x 2 x D[s+1] complex), the group's size, and pair_flops. */
+static void qk__mps_prog_layout(qk__mps_prog *p, int q)
+{
+    int64_t e = 0;
+    int s;
+    p->pair_flops = 0;
+    for (s = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+}
+
 static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
 {
     const int q = m->n_qubits;
     int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
-    int64_t nb = 0, nb_cap = 0, e;
+    int64_t nb = 0, nb_cap = 0;
     int k, s, b, run = 0, stopped = 0;
     memset(p, 0, sizeof *p);
     p->q = q;
@@ -2606,14 +2622,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
     p->n_bounds = nb;
     /* lane layout and cost (meaningful when the walk finished) */
     p->D[0] = p->D[q] = 1;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, q);
     QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
     return QK_OK;
 oom:
@@ -2627,7 +2636,7 @@ oom:
 static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 {
     int s;
-    int64_t k, e;
+    int64_t k;
     p->exact_chi = p->chi;
     if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
     p->max_bond = max_bond;
@@ -2636,14 +2645,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
     for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
     for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
     if (p->chi > max_bond) p->chi = max_bond;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < p->q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[p->q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, p->q);
 }
 
 /* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
@@ -2653,7 +2655,6 @@ static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *
     const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
     const int q = m->n_qubits;
     int s;
-    int64_t e;
     memset(p, 0, sizeof *p);
     p->q = q;
     p->given = 1;
@@ -2672,13 +2673,7 @@ static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *
         if (p->D[s] > p->chi) { p->chi = p->D[s]; p->chi_bond = s; }
     }
     p->exact_chi = p->chi;
-    for (s = 0, e = 0; s < q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, q);
     return QK_OK;
 }
 
@@ -5568,6 +5563,15 @@ fail:
     return r;
 }
 
+/* The data of a .npy read whole: no byte may follow (the file grew while it was read, or holds
+   more than its shape). shp, dsc: the header's shape and descr, for the message. */
+static qk_result qk__npy_check_end(int fd, const char *path, const char *shp, const char *dsc) {
+    unsigned char extra;
+    if (qk__read_full(fd, &extra, 1) != 0)
+        return qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+    return QK_OK;
+}
+
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     unsigned char *data = NULL;
     char shp[64], dsc[48];
@@ -5675,13 +5679,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
                      (long long)got, (unsigned long)nbytes, shp, dsc);
         goto fail;
     }
-    {
-        unsigned char extra;
-        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
-            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
-            goto fail;
-        }
-    }
+    if ((r = qk__npy_check_end(fd, path, shp, dsc)) != QK_OK) goto fail;
     QK__RCLOSE(fd);
     /* C order; or Fortran order with one row or one column, the same bytes */
     if (!(h.fortran && rows > 1 && cols > 1)) qk__npy_to_double(data, count, kind, size, swap);
@@ -5835,13 +5833,7 @@ QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: the file shrank while it was read (shape %s of %s)", path, shp, dsc);
         goto fail;
     }
-    {
-        unsigned char extra;
-        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
-            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
-            goto fail;
-        }
-    }
+    if ((r = qk__npy_check_end(fd, path, shp, dsc)) != QK_OK) goto fail;
     QK__RCLOSE(fd);
     out->data = data;
     out->type = type;
@@ -7067,6 +7059,23 @@ QKDEF qk_result qk_schedule_make(const qk_schedule_desc *desc, qk_schedule *out)
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
 #define QK__IM(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld)) + 1]
 
+/* Column c of A (m rows, column-major) times H = I - beta v v^H, v zero above row j: rows j..m-1
+   of the column change (the QR's reflectors applied to X, and to Q to form it). */
+static void qk__mps_reflect(double *A, int m, const double *v, double beta, int j, int c)
+{
+    double wr = 0, wi = 0;
+    int i;
+    for (i = j; i < m; i++) { /* w = v^H a_c */
+        wr += v[2 * i] * QK__RE(A, m, i, c) + v[2 * i + 1] * QK__IM(A, m, i, c);
+        wi += v[2 * i] * QK__IM(A, m, i, c) - v[2 * i + 1] * QK__RE(A, m, i, c);
+    }
+    wr *= beta; wi *= beta;
+    for (i = j; i < m; i++) {
+        QK__RE(A, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+        QK__IM(A, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+    }
+}
+
 /* Householder QR of X (m x n), k <= min(m, n) steps. pivot: each step first swaps in the column of
    largest remaining norm (perm[j] = the original column now at j). On return R is X's upper k rows
    (zero below the diagonal), Q (m x k) has orthonormal columns, X P = Q R + (trailing block).
@@ -7109,18 +7118,7 @@ static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, d
         v[2 * j] = xr + pr * nrm; v[2 * j + 1] = xi + pim * nrm;
         for (i = j + 1; i < m; i++) { v[2 * i] = QK__RE(X, m, i, j); v[2 * i + 1] = QK__IM(X, m, i, j); }
         beta[j] = 1.0 / (nrm * (nrm + ax));
-        for (c = j + 1; c < n; c++) {
-            double wr = 0, wi = 0;
-            for (i = j; i < m; i++) { /* w = v^H x_c */
-                wr += v[2 * i] * QK__RE(X, m, i, c) + v[2 * i + 1] * QK__IM(X, m, i, c);
-                wi += v[2 * i] * QK__IM(X, m, i, c) - v[2 * i + 1] * QK__RE(X, m, i, c);
-            }
-            wr *= beta[j]; wi *= beta[j];
-            for (i = j; i < m; i++) {
-                QK__RE(X, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
-                QK__IM(X, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
-            }
-        }
+        for (c = j + 1; c < n; c++) qk__mps_reflect(X, m, v, beta[j], j, c);
         QK__RE(X, m, j, j) = -pr * nrm; QK__IM(X, m, j, j) = -pim * nrm;
         for (i = j + 1; i < m; i++) { QK__RE(X, m, i, j) = 0; QK__IM(X, m, i, j) = 0; }
     }
@@ -7132,18 +7130,7 @@ static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, d
     for (j = k - 1; j >= 0; j--) {
         const double *v = V + 2 * (size_t)j * (size_t)m;
         if (beta[j] == 0) continue;
-        for (c = j; c < k; c++) {   /* columns < j of H_{j+1..} e are zero in rows >= j */
-            double wr = 0, wi = 0;
-            for (i = j; i < m; i++) {
-                wr += v[2 * i] * QK__RE(Q, m, i, c) + v[2 * i + 1] * QK__IM(Q, m, i, c);
-                wi += v[2 * i] * QK__IM(Q, m, i, c) - v[2 * i + 1] * QK__RE(Q, m, i, c);
-            }
-            wr *= beta[j]; wi *= beta[j];
-            for (i = j; i < m; i++) {
-                QK__RE(Q, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
-                QK__IM(Q, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
-            }
-        }
+        for (c = j; c < k; c++) qk__mps_reflect(Q, m, v, beta[j], j, c);   /* columns < j of H_{j+1..} e are zero in rows >= j */
     }
     return sqrt(tail);
 }
@@ -11495,24 +11482,31 @@ QK__PRIV void qk__smap_free(qk__smap *sm)
     QK_FREE(sm->buf);
 }
 
-QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+/* The Gram of given states' map (plan NULL), or its plan: qk_gram_states, qk_plan_states; and
+   for given MPS (qk__mps_states_run) */
+static qk_result qk__gram_or_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *g, qk_plan *plan)
+{
+    return plan ? qk_plan_make(ctx, map, g, plan) : qk_gram(ctx, map, g);
+}
+
+static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
-    if (r == QK_OK) r = qk_gram(ctx, &sm.map, &g);
+    if (r == QK_OK) r = qk__gram_or_plan(ctx, &sm.map, &g, plan);
     qk__smap_free(&sm);
     return r;
 }
 
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+{
+    return qk__states_run(ctx, states, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__smap sm;
-    qk_gram_desc g;
-    qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
-    if (r == QK_OK) r = qk_plan_make(ctx, &sm.map, &g, out);
-    qk__smap_free(&sm);
-    return r;
+    return qk__states_run(ctx, states, desc, out);
 }
 
 /* ---- qk_gram_mps_states: K from given matrix product states ---- */
@@ -11744,26 +11738,25 @@ static qk_result qk__mpsmap_make(qk_ctx *ctx, const qk_mps_states_desc *mps, con
     return QK_OK;
 }
 
-QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+static qk_result qk__mps_states_run(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__mpsmap mm;
     qk_gram_desc g;
     qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
     if (r != QK_OK) return r;
-    r = qk_gram(ctx, &mm.map, &g);
+    r = qk__gram_or_plan(ctx, &mm.map, &g, plan);
     qk__mpsmap_free(&mm);
     return r;
 }
 
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+{
+    return qk__mps_states_run(ctx, mps, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__mpsmap mm;
-    qk_gram_desc g;
-    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
-    if (r != QK_OK) return r;
-    r = qk_plan_make(ctx, &mm.map, &g, out);
-    qk__mpsmap_free(&mm);
-    return r;
+    return qk__mps_states_run(ctx, mps, desc, out);
 }
 /* >>vjp ---- qk_gram_vjp: the gradient of a loss of K for every weight (adjoint sweeps); qk_gram_projected ---- */
 /* For L(K) with G = dL/dK, S = <psi_i|phi_j> and K = |S|^2:

@@ -345,24 +345,31 @@ QK__PRIV void qk__smap_free(qk__smap *sm)
     QK_FREE(sm->buf);
 }
 
-QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+/* The Gram of given states' map (plan NULL), or its plan: qk_gram_states, qk_plan_states; and
+   for given MPS (qk__mps_states_run) */
+static qk_result qk__gram_or_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *g, qk_plan *plan)
+{
+    return plan ? qk_plan_make(ctx, map, g, plan) : qk_gram(ctx, map, g);
+}
+
+static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
-    if (r == QK_OK) r = qk_gram(ctx, &sm.map, &g);
+    if (r == QK_OK) r = qk__gram_or_plan(ctx, &sm.map, &g, plan);
     qk__smap_free(&sm);
     return r;
 }
 
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+{
+    return qk__states_run(ctx, states, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__smap sm;
-    qk_gram_desc g;
-    qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
-    if (r == QK_OK) r = qk_plan_make(ctx, &sm.map, &g, out);
-    qk__smap_free(&sm);
-    return r;
+    return qk__states_run(ctx, states, desc, out);
 }
 
 /* ---- qk_gram_mps_states: K from given matrix product states ---- */
@@ -594,24 +601,23 @@ static qk_result qk__mpsmap_make(qk_ctx *ctx, const qk_mps_states_desc *mps, con
     return QK_OK;
 }
 
-QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+static qk_result qk__mps_states_run(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__mpsmap mm;
     qk_gram_desc g;
     qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
     if (r != QK_OK) return r;
-    r = qk_gram(ctx, &mm.map, &g);
+    r = qk__gram_or_plan(ctx, &mm.map, &g, plan);
     qk__mpsmap_free(&mm);
     return r;
 }
 
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+{
+    return qk__mps_states_run(ctx, mps, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__mpsmap mm;
-    qk_gram_desc g;
-    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
-    if (r != QK_OK) return r;
-    r = qk_plan_make(ctx, &mm.map, &g, out);
-    qk__mpsmap_free(&mm);
-    return r;
+    return qk__mps_states_run(ctx, mps, desc, out);
 }
