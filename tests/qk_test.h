@@ -16,7 +16,8 @@
    read), qk_test_write_file and qk_test_write_text (exit 2 where they cannot write),
    qk_test_count_files (names in a directory that contain a string: temporary files left).
 
-   With qk.h: qk_test_cpu_ctx, qk_test_parse (exit 2 on failure: the harness, not the check),
+   With qk.h: qk_test_cpu_ctx, qk_test_ctx (a device's, the autotuner off), qk_test_read_k (K
+   read back from a .npy qk wrote, the file removed), qk_test_parse (exit 2 on failure: the harness, not the check),
    qk_test_rand_data (n x d uniform in [lo, hi), malloc'd), qk_test_max_diff (the largest
    |a - b|; infinity where either holds a NaN: a poisoned entry qk did not write), the tile
    collector qk_test_tiles / qk_test_on_tile, and, where the POSIX clocks are declared, the
@@ -157,6 +158,38 @@ static inline qk_ctx *qk_test_cpu_ctx(int threads)
     cd.n_threads = threads;
     if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
     return ctx;
+}
+/* A context on device with the autotuner off (qk's fixed table: nothing measured, no cache
+   written); threads 0: qk's default */
+static inline qk_ctx *qk_test_ctx(qk_device device, int threads)
+{
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    memset(&cd, 0, sizeof cd);
+    cd.device = device;
+    cd.autotune = -1;
+    cd.n_threads = threads;
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
+    return ctx;
+}
+/* K (rows x cols) read back from the .npy at path into K (float64), and the file removed; 0 with
+   a line printed where it cannot be read or has another shape */
+static inline int qk_test_read_k(const char *path, int64_t rows, int64_t cols, double *K)
+{
+    qk_array a;
+    int ok;
+    memset(&a, 0, sizeof a);
+    ok = qk_npy_read(path, &a) == QK_OK;
+    if (!ok) printf("  npy read %s: %s\n", path, qk_last_error());
+    else if (a.rows != rows || a.cols != cols) {
+        printf("  npy read %s: shape (%lld, %lld), expected (%lld, %lld)\n", path, (long long)a.rows, (long long)a.cols, (long long)rows,
+               (long long)cols);
+        ok = 0;
+    }
+    if (ok) memcpy(K, a.data, sizeof(double) * (size_t)(rows * cols));
+    qk_array_free(&a);
+    remove(path);
+    return ok;
 }
 static inline qk_map *qk_test_parse(const char *spec, int d)
 {

@@ -32,18 +32,6 @@
 
 static qk_ctx *g_gpu, *g_cpu;
 
-static qk_ctx *make_ctx(qk_device dev)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = nullptr;
-    memset(&cd, 0, sizeof cd);
-    cd.device = dev;
-    cd.autotune = -1;
-    if (dev == QK_DEVICE_CPU) cd.n_threads = 2;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
 static qk_op op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
 {
     qk_op o;
@@ -219,8 +207,8 @@ int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() == 0) { printf("no CUDA device: skipped\n"); return 77; }
     qk_test_seed();
-    g_gpu = make_ctx(QK_DEVICE_CUDA);
-    g_cpu = make_ctx(QK_DEVICE_CPU);
+    g_gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    g_cpu = qk_test_ctx(QK_DEVICE_CPU, 2);
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench();
     {   /* every weighted gate kind, each weight once */
         std::vector<qk_op> ops = {
