@@ -17,7 +17,8 @@
    qk_test_count_files (names in a directory that contain a string: temporary files left).
 
    With qk.h: qk_test_cpu_ctx, qk_test_ctx (a device's, the autotuner off), qk_test_read_k (K
-   read back from a .npy qk wrote, the file removed), qk_test_parse (exit 2 on failure: the harness, not the check),
+   read back from a .npy qk wrote, the file removed), qk_test_op and qk_test_custom (a custom
+   map's op, the map of n ops), qk_test_parse (exit 2 on failure: the harness, not the check),
    qk_test_rand_data (n x d uniform in [lo, hi), malloc'd), qk_test_max_diff (the largest
    |a - b|; infinity where either holds a NaN: a poisoned entry qk did not write), the tile
    collector qk_test_tiles / qk_test_on_tile, and, where the POSIX clocks are declared, the
@@ -190,6 +191,26 @@ static inline int qk_test_read_k(const char *path, int64_t rows, int64_t cols, d
     qk_array_free(&a);
     remove(path);
     return ok;
+}
+/* One op of a custom map: gate k on q0 (q1), angle kind ak of features x0, x1 and weight w,
+   scale * (argument) + offset */
+static inline qk_op qk_test_op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
+{
+    qk_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = k; o.q0 = q0; o.q1 = q1;
+    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.w = w; o.angle.scale = scale; o.angle.offset = offset;
+    return o;
+}
+/* The custom map of n_ops ops on q qubits, d features and nw weights (exit 2 where qk refuses it) */
+static inline qk_map *qk_test_custom(int q, int d, const qk_op *ops, int n_ops, int nw)
+{
+    qk_map_desc md;
+    qk_map *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops; md.n_ops = n_ops; md.n_weights = nw;
+    if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
+    return m;
 }
 static inline qk_map *qk_test_parse(const char *spec, int d)
 {
