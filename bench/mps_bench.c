@@ -40,6 +40,13 @@ static int g_threads = 0, g_first = 1;
 static const char *g_label;   /* printed instead of a long spec */
 static unsigned long long g_s = 12345;
 
+/* count angles uniform in [0, pi) from the benchmark's one stream (g_s, LCG) */
+static void rand_angles(double *x, int64_t count)
+{
+    int64_t i;
+    for (i = 0; i < count; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+}
+
 static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
 {
     double *x = (double *)malloc(sizeof(double) * (size_t)(n * q)), *K = (double *)malloc(sizeof(double) * (size_t)(n * n));
@@ -50,10 +57,10 @@ static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
     qk_gram_desc d;
     qk_plan plan, autoplan;
     qk_path chosen;
-    int64_t i, ov = n * (n + 1) / 2;
+    int64_t ov = n * (n + 1) / 2;
     int r;
     if (!x || !K) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (i = 0; i < n * q; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+    rand_angles(x, n * q);
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
     cd.n_threads = g_threads;
@@ -127,10 +134,10 @@ static void one_gpu(const char *spec, int q, int64_t n, qk_path path, qk_precisi
     qk_ctx_desc cd;
     qk_gram_desc d;
     qk_plan plan, autoplan;
-    int64_t i, ov = n * (n + 1) / 2;
+    int64_t ov = n * (n + 1) / 2;
     int r;
     if (!x || !K) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (i = 0; i < n * q; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+    rand_angles(x, n * q);
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CUDA;
     cd.autotune = -1;
