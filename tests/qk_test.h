@@ -18,7 +18,8 @@
 
    With qk.h: qk_test_cpu_ctx, qk_test_ctx (a device's, the autotuner off), qk_test_read_k (K
    read back from a .npy qk wrote, the file removed), qk_test_op and qk_test_custom (a custom
-   map's op, the map of n ops), qk_test_parse (exit 2 on failure: the harness, not the check),
+   map's op, the map of n ops), qk_test_weighted_gates (a circuit of every weighted gate kind),
+   qk_test_parse (exit 2 on failure: the harness, not the check),
    qk_test_rand_data (n x d uniform in [lo, hi), malloc'd), qk_test_max_diff (the largest
    |a - b|; infinity where either holds a NaN: a poisoned entry qk did not write), the tile
    collector qk_test_tiles / qk_test_on_tile, and, where the POSIX clocks are declared, the
@@ -211,6 +212,22 @@ static inline qk_map *qk_test_custom(int q, int d, const qk_op *ops, int n_ops, 
     md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops; md.n_ops = n_ops; md.n_weights = nw;
     if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
     return m;
+}
+/* Every gate kind that can carry a weight (RX, RY, RZ, P, RZZ), each weight once, angle
+   scale * w + offset (the parameter-shift rule applies), among fixed and x-driven gates: 3
+   qubits, 3 features, 6 weights (test_vjp and test_vjp_gpu) */
+static inline qk_map *qk_test_weighted_gates(void)
+{
+    const qk_op ops[] = {
+        qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
+        qk_test_op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
+        qk_test_op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2), qk_test_op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
+        qk_test_op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),    qk_test_op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),   qk_test_op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
+    };
+    return qk_test_custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 6);
 }
 static inline qk_map *qk_test_parse(const char *spec, int d)
 {

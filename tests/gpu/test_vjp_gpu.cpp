@@ -194,16 +194,7 @@ int main(int argc, char **argv)
     g_cpu = qk_test_ctx(QK_DEVICE_CPU, 2);
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench();
     {   /* every weighted gate kind, each weight once */
-        std::vector<qk_op> ops = {
-            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
-            qk_test_op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
-            qk_test_op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2), qk_test_op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
-            qk_test_op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),    qk_test_op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            qk_test_op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),   qk_test_op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            qk_test_op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
-        };
-        qk_map *m = custom(3, 3, ops, 6);
+        qk_map *m = qk_test_weighted_gates();
         rand_weights(m);
         check("custom: RX RY RZ P RZZ (w)", m, 30, 0);
         check("custom: RX RY RZ P RZZ (w)", m, 25, 17);
