@@ -369,6 +369,19 @@ __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sin
 /* Tensor-core operands (qk__tc_products, the few-qubit tensor-core kernel): x rounded to TF32
    (10 stored mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x:
    a carry into the exponent is the right result). */
+/* The sum of v over a block of 256 threads, in a fixed order (red: the block's __shared__
+   double[256]); every thread gets it. */
+__device__ __forceinline__ double qk__block_sum256(double *red, double v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    return red[0];
+}
+
 __device__ __forceinline__ float qk__tf32_rna(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
@@ -1555,13 +1568,7 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
             qk__state_amp(row, type, k, &re, &im);
             acc += re * re + im * im;
         }
-        red[threadIdx.x] = acc;
-        __syncthreads();
-        for (int h = 128; h > 0; h >>= 1) {
-            if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-            __syncthreads();
-        }
-        inv = 1.0 / sqrt(red[0]);
+        inv = 1.0 / sqrt(qk__block_sum256(red, acc));
     }
     for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
         double re = 0, im = 0;
@@ -2623,13 +2630,7 @@ __global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict
     const double *xr = x + r * d;
     double acc = 0;
     for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const double inv = 1.0 / sqrt(red[0]);
+    const double inv = 1.0 / sqrt(qk__block_sum256(red, acc));
     T *o = out + r * D;
     for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
 }
@@ -4185,13 +4186,8 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
         if (!isfinite(re) || !isfinite(im)) bad = 1;
         acc += re * re + im * im;
     }
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : red[0];
+    const double sum = qk__block_sum256(red, acc);   /* its barriers also publish bad */
+    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
 }
 
 extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
@@ -5068,13 +5064,8 @@ __global__ void __launch_bounds__(256) qk__k_vjp_sum(const double *__restrict__ 
     const int wi = blockIdx.x;
     double acc = 0.0;
     for (int64_t r = threadIdx.x; r < n; r += 256) acc += gbuf[r * n_w + wi];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) grad[wi] = red[0];
+    const double sum = qk__block_sum256(red, acc);
+    if (threadIdx.x == 0) grad[wi] = sum;
 }
 
 /* qk__k_vjp_w: grid-stride, 256 threads a block */

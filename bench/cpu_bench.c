@@ -8,14 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include "bench_clock.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 int main(int argc, char **argv)
 {
@@ -40,15 +34,15 @@ int main(int argc, char **argv)
     memset(&d, 0, sizeof d);
     d.x = x; d.n_x = n; d.out = K;
     for (r = 0; r < reps + 1; r++) {
-        double t0 = now(), t1, t2;
+        double t0 = bench_now(), t1, t2;
         if (qk_states(ctx, m, x, n, S)) { fprintf(stderr, "%s\n", qk_last_error()); return 1; }
-        t1 = now();
+        t1 = bench_now();
         if (qk_gram(ctx, m, &d)) { fprintf(stderr, "%s\n", qk_last_error()); return 1; }
-        t2 = now();
+        t2 = bench_now();
         if (r > 0) { ts[r - 1] = t1 - t0; tg[r - 1] = t2 - t1; }  /* run 0 is warm-up */
     }
-    qsort(ts, (size_t)reps, sizeof(double), cmp);
-    qsort(tg, (size_t)reps, sizeof(double), cmp);
+    qsort(ts, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tg, (size_t)reps, sizeof(double), bench_cmp);
     printf("{\"impl\": \"qk-cpu\", \"spec\": \"%s\", \"qubits\": %d, \"n\": %lld, \"threads\": %d, \"total_s\": %.6f, "
            "\"states_s\": %.6f, \"gram_only_s\": %.6f, \"total_Mpairs_s\": %.3f, \"gram_only_Mpairs_s\": %.3f, \"K01\": %.15f}\n",
            spec, q, (long long)n, qk_ctx_query(ctx).n_threads, tg[reps / 2], ts[reps / 2], tg[reps / 2] - ts[reps / 2],

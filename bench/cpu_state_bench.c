@@ -6,7 +6,7 @@
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include <time.h>
-static double now(void) { struct timespec t; clock_gettime(CLOCK_MONOTONIC, &t); return t.tv_sec + 1e-9 * t.tv_nsec; }
+#include "bench_clock.h"
 int main(int argc, char **argv)
 {
     int qs[] = {10, 12, 14, 16, 18};
@@ -23,7 +23,7 @@ int main(int argc, char **argv)
         int reps = q <= 12 ? 200 : q <= 16 ? 20 : 4;
         double best = 1e30, cs = 0;
         for (int r = 0; r < 3; ++r) {
-            double t0 = now();
+            double t0 = bench_now();
             for (int k = 0; k < reps; ++k) {
 #ifdef QK__POLL_WORK /* qk.h from 2026-11-23 on: a poll argument */
                 qk__state1(m, x, re, im, theta, NULL);
@@ -31,7 +31,7 @@ int main(int argc, char **argv)
                 qk__state1(m, x, re, im, theta);
 #endif
             }
-            double t = (now() - t0) / reps;
+            double t = (bench_now() - t0) / reps;
             if (t < best) best = t;
         }
         for (int64_t i = 0; i < D; ++i) cs += re[i] * (i % 7) - im[i] * (i % 5);

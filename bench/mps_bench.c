@@ -18,26 +18,8 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include "bench_clock.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static double cpu_now(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
-}
-static double loadavg(void)
-{
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
-    return l;
-}
 static void cpu_model(char *buf, size_t size)
 {
     char line[256];
@@ -53,11 +35,17 @@ static void cpu_model(char *buf, size_t size)
         }
     fclose(f);
 }
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 static int g_threads = 0, g_first = 1;
 static const char *g_label;   /* printed instead of a long spec */
 static unsigned long long g_s = 12345;
+
+/* count angles uniform in [0, pi) from the benchmark's one stream (g_s, LCG) */
+static void rand_angles(double *x, int64_t count)
+{
+    int64_t i;
+    for (i = 0; i < count; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+}
 
 static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
 {
@@ -69,10 +57,10 @@ static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
     qk_gram_desc d;
     qk_plan plan, autoplan;
     qk_path chosen;
-    int64_t i, ov = n * (n + 1) / 2;
+    int64_t ov = n * (n + 1) / 2;
     int r;
     if (!x || !K) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (i = 0; i < n * q; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+    rand_angles(x, n * q);
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CPU;
     cd.n_threads = g_threads;
@@ -85,21 +73,21 @@ static void one(const char *spec, int q, int64_t n, qk_path path, int reps)
     if (qk_plan_make(ctx, m, &d, &plan) != QK_OK) { fprintf(stderr, "plan: %s\n", qk_last_error()); exit(1); }
     if (plan.path == QK_PATH_MPS) {   /* the build alone (the Gram includes it) */
         qk__mps_prog p;
-        double *S, t0 = now();
+        double *S, t0 = bench_now();
         if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
         S = qk__mps_states(&p, m, x, n, plan.n_threads, &disc, NULL, NULL);
-        tb = now() - t0;
+        tb = bench_now() - t0;
         free(S);
         qk__mps_prog_free(&p);
     }
     for (r = 0; r < reps; r++) {
-        double t0 = now(), c0 = cpu_now();
+        double t0 = bench_now(), c0 = bench_cpu_now();
         if (qk_gram(ctx, m, &d) != QK_OK) { fprintf(stderr, "gram: %s\n", qk_last_error()); exit(1); }
-        tw[r] = now() - t0;
-        tc[r] = cpu_now() - c0;
+        tw[r] = bench_now() - t0;
+        tc[r] = bench_cpu_now() - c0;
     }
-    qsort(tw, (size_t)reps, sizeof(double), cmp);
-    qsort(tc, (size_t)reps, sizeof(double), cmp);
+    qsort(tw, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tc, (size_t)reps, sizeof(double), bench_cmp);
     printf("%s    {\"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"path\": \"%s\", \"auto_path\": \"%s\", \"threads\": %d, \"reps\": %d,\n"
            "     \"wall_s\": %.4f, \"cpu_s\": %.4f, \"mps_build_s\": %.4f, \"overlaps\": %lld, \"overlaps_per_s\": %.1f, \"overlaps_per_cpu_s\": %.1f,\n"
            "     \"flops_per_overlap\": %.4g, \"bond\": %d, \"discarded_norm\": %.3g}",
@@ -146,10 +134,10 @@ static void one_gpu(const char *spec, int q, int64_t n, qk_path path, qk_precisi
     qk_ctx_desc cd;
     qk_gram_desc d;
     qk_plan plan, autoplan;
-    int64_t i, ov = n * (n + 1) / 2;
+    int64_t ov = n * (n + 1) / 2;
     int r;
     if (!x || !K) { fprintf(stderr, "out of memory\n"); exit(1); }
-    for (i = 0; i < n * q; i++) { g_s = g_s * 6364136223846793005ULL + 1442695040888963407ULL; x[i] = (double)(g_s >> 11) * (3.141592653589793 / 9007199254740992.0); }
+    rand_angles(x, n * q);
     memset(&cd, 0, sizeof cd);
     cd.device = QK_DEVICE_CUDA;
     cd.autotune = -1;
@@ -161,20 +149,20 @@ static void one_gpu(const char *spec, int q, int64_t n, qk_path path, qk_precisi
     if (qk_plan_make(ctx, m, &d, &plan) != QK_OK) { fprintf(stderr, "plan (%s, %d q): %s\n", spec, q, qk_last_error()); exit(1); }
     if (plan.path == QK_PATH_MPS) {
         qk__mps_prog p;
-        double *S, t0 = now();
+        double *S, t0 = bench_now();
         if (qk__mps_prog_make(m, &p) != QK_OK) exit(1);
         S = qk__mps_states(&p, m, x, n, qk__ncores(), NULL, NULL, NULL);
-        tb = now() - t0;
+        tb = bench_now() - t0;
         free(S);
         qk__mps_prog_free(&p);
     }
     if (reps > 15) reps = 15;
     for (r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         if (qk_gram(ctx, m, &d) != QK_OK) { fprintf(stderr, "gram (%s, %d q): %s\n", spec, q, qk_last_error()); exit(1); }
-        if (r >= 0) { tw[r] = now() - t0; gms = qk_ctx_cuda_stats(ctx).gram_ms; }
+        if (r >= 0) { tw[r] = bench_now() - t0; gms = qk_ctx_cuda_stats(ctx).gram_ms; }
     }
-    qsort(tw, (size_t)reps, sizeof(double), cmp);
+    qsort(tw, (size_t)reps, sizeof(double), bench_cmp);
     printf("%s    {\"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"device\": \"%s\", \"path\": \"%s\", \"auto_path\": \"%s\", \"precision\": \"%s\", \"reps\": %d,\n"
            "     \"wall_s\": %.4f, \"mps_build_s\": %.4f, \"gpu_gram_ms\": %.2f, \"overlaps\": %lld, \"overlaps_per_s\": %.1f,\n"
            "     \"flops_per_overlap\": %.4g, \"bond\": %d, \"config\": \"%s\"}",
@@ -252,7 +240,7 @@ int main(int argc, char **argv)
         printf("\n]}\n");
         return 0;
     }
-    printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"cores\": %d, \"load_avg_start\": %.2f, \"cases\": [\n", cpu, qk__ncores(), loadavg());
+    printf("{\"bench\": \"mps_cpu\", \"cpu\": \"%s\", \"cores\": %d, \"load_avg_start\": %.2f, \"cases\": [\n", cpu, qk__ncores(), bench_loadavg());
     /* both paths: zz reps=2 linear (bond 4) */
     one("zz(reps=2,ent=linear)", 12, 512, QK_PATH_MPS, 3);
     one("zz(reps=2,ent=linear)", 12, 512, QK_PATH_COMPLEX, 3);
@@ -283,6 +271,6 @@ int main(int argc, char **argv)
         g_label = NULL;
         free(spec);
     }
-    printf("\n], \"load_avg_end\": %.2f}\n", loadavg());
+    printf("\n], \"load_avg_end\": %.2f}\n", bench_loadavg());
     return 0;
 }

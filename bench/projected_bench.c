@@ -13,32 +13,13 @@
 #include <string.h>
 #include <time.h>
 #include <sys/resource.h>
+#include "bench_clock.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static double cpu_now(void)
-{
-    struct rusage u;
-    getrusage(RUSAGE_SELF, &u);
-    return (double)u.ru_utime.tv_sec + 1e-6 * (double)u.ru_utime.tv_usec + (double)u.ru_stime.tv_sec + 1e-6 * (double)u.ru_stime.tv_usec;
-}
-static double loadavg(void)
-{
-    double l = -1;
-    FILE *f = fopen("/proc/loadavg", "r");
-    if (f) { if (fscanf(f, "%lf", &l) != 1) l = -1; fclose(f); }
-    return l;
-}
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return x < y ? -1 : x > y; }
 
 static void one(qk_ctx *ctx, const char *spec, int q, int64_t n, int reps)
 {
     qk_map *m = NULL;
-    double *x, *K, w[2][8], c[2][8], l0 = loadavg();
+    double *x, *K, w[2][8], c[2][8], l0 = bench_loadavg();
     qk_gram_desc g;
     int r, kind;
     int64_t i;
@@ -49,20 +30,20 @@ static void one(qk_ctx *ctx, const char *spec, int q, int64_t n, int reps)
     for (i = 0; i < n * m->n_features; i++) x[i] = 6.283 * rand() / (double)RAND_MAX;
     for (kind = 0; kind < 2; kind++)   /* 0: projected, 1: fidelity */
         for (r = 0; r < reps; r++) {
-            double t0 = now(), c0 = cpu_now();
+            double t0 = bench_now(), c0 = bench_cpu_now();
             qk_result res;
             memset(&g, 0, sizeof g);
             g.x = x; g.n_x = n; g.out = K; g.out_dtype = QK_F64;
             res = kind ? qk_gram(ctx, m, &g) : qk_gram_projected(ctx, m, &g, 0.1);
             if (res != QK_OK) { fprintf(stderr, "%s\n", qk_last_error()); exit(1); }
-            w[kind][r] = now() - t0;
-            c[kind][r] = cpu_now() - c0;
+            w[kind][r] = bench_now() - t0;
+            c[kind][r] = bench_cpu_now() - c0;
         }
-    for (kind = 0; kind < 2; kind++) { qsort(w[kind], (size_t)reps, sizeof(double), cmp); qsort(c[kind], (size_t)reps, sizeof(double), cmp); }
+    for (kind = 0; kind < 2; kind++) { qsort(w[kind], (size_t)reps, sizeof(double), bench_cmp); qsort(c[kind], (size_t)reps, sizeof(double), bench_cmp); }
     printf("{\"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"reps\": %d, \"projected_wall_s\": %.4f, \"projected_cpu_s\": %.4f, "
            "\"fidelity_wall_s\": %.4f, \"fidelity_cpu_s\": %.4f, \"threads\": %d, \"load_before\": %.2f, \"load_after\": %.2f}\n",
            spec, q, (long long)n, reps, w[0][reps / 2], c[0][reps / 2], w[1][reps / 2], c[1][reps / 2], qk_ctx_query(ctx).n_threads, l0,
-           loadavg());
+           bench_loadavg());
     fflush(stdout);
     free(x); free(K);
     qk_map_free(m);

@@ -192,20 +192,38 @@ static void sample_rows(const void *K, int64_t n, size_t esz, int64_t R, std::ve
     for (int64_t i = 0; i < n; ++i) diag[(size_t)i] = esz == 8 ? ((double *)d.data())[i] : ((float *)d.data())[i];
 }
 
-static void prec_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, bool f64)
+/* K(X,X) in fp64 to the device, R of its rows and its diagonal sampled (sample_rows): the
+   reference of the precision cases. false, with a line printed, where it cannot be computed. */
+static bool fp64_reference(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, int64_t R, std::vector<double> &rref,
+                           std::vector<double> &dref)
 {
-    /* the fp64 reference */
     void *kref = nullptr;
-    if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return; }
+    if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return false; }
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
     qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
-    const int64_t R = std::min<int64_t>(n, 512);
-    std::vector<double> rref, dref, rv, dv;
+    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return false; }
     sample_rows(kref, n, 8, R, rref, dref);
     cudaFree(kref);
+    return true;
+}
+
+/* The sampled rows' largest |K - K_fp64| (*me) and the diagonal's largest |K_ii - 1| (*de);
+   infinity where one is NaN */
+static void sample_errors(const std::vector<double> &rv, const std::vector<double> &rref, const std::vector<double> &dv, double *me, double *de)
+{
+    *me = 0; *de = 0;
+    for (size_t i = 0; i < rv.size(); ++i) { double e = fabs(rv[i] - rref[i]); if (!(e <= *me)) *me = std::isnan(e) ? INFINITY : e; }
+    for (size_t i = 0; i < dv.size(); ++i) { double e = fabs(dv[i] - 1.0); if (!(e <= *de)) *de = std::isnan(e) ? INFINITY : e; }
+}
+
+static void prec_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, bool f64)
+{
+    /* the fp64 reference */
+    const int64_t R = std::min<int64_t>(n, 512);
+    std::vector<double> rref, dref, rv, dv;
+    if (!fp64_reference(name, m, x, n, R, rref, dref)) return;
     struct M { qk_precision p; int blas; } modes32[] = {
         {QK_PRECISION_FP32, -1}, {QK_PRECISION_FP32X3, -1}, {QK_PRECISION_TF32, -1}, {QK_PRECISION_FP16, -1}, {QK_PRECISION_FP16, 6}};
     struct M modes64[] = {{QK_PRECISION_FP64, -1}, {QK_PRECISION_FP64, 7}};
@@ -220,9 +238,8 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
         if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, blas, 0, false, false, 0, false, md.p, &buf) != 0 || !buf) continue;
         sample_rows(buf, n, md.p == QK_PRECISION_FP64 ? 8 : 4, R, rv, dv);
         cudaFree(buf);
-        double me = 0, de = 0;
-        for (size_t i = 0; i < rv.size(); ++i) { double e = fabs(rv[i] - rref[i]); if (!(e <= me)) me = std::isnan(e) ? INFINITY : e; }
-        for (size_t i = 0; i < dv.size(); ++i) { double e = fabs(dv[i] - 1.0); if (!(e <= de)) de = std::isnan(e) ? INFINITY : e; }
+        double me, de;
+        sample_errors(rv, rref, dv, &me, &de);
         Row &row = rows.back();
         if (md.blas == 6) row.precision = "bf16";
         row.max_err = me; row.diag_err = de;
@@ -246,25 +263,16 @@ struct Mode { qk_precision p; int blas, cfg; };
 /* K(X,X) to the device in each mode, each against an fp64 K of the same samples */
 static void modes_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, const std::vector<Mode> &modes)
 {
-    void *kref = nullptr;
-    if (cudaMalloc(&kref, (size_t)n * n * 8) != cudaSuccess) { printf("%s: no memory for the fp64 reference\n", name); return; }
-    qk_gram_desc g;
-    memset(&g, 0, sizeof g);
-    g.x = x.data(); g.n_x = n; g.out = kref; g.out_dtype = QK_F64; g.output = QK_OUTPUT_DEVICE; g.precision = QK_PRECISION_FP64;
-    qk_plan p = plan_for(m, g, -1, 0, 0);
-    if (qk__plan_run(g_ctx, &p, &m, &g, NULL) != QK_OK) { printf("%s: fp64 reference: %s\n", name, qk_last_error()); cudaFree(kref); return; }
     const int64_t R = std::min<int64_t>(n, 512);
     std::vector<double> rref, dref, rv, dv;
-    sample_rows(kref, n, 8, R, rref, dref);
-    cudaFree(kref);
+    if (!fp64_reference(name, m, x, n, R, rref, dref)) return;
     for (auto &md : modes) {
         void *buf = nullptr;
         if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, md.blas, 0, false, false, md.cfg, false, md.p, &buf) != 0 || !buf) continue;
         sample_rows(buf, n, 4, R, rv, dv);
         cudaFree(buf);
-        double me = 0, de = 0;
-        for (size_t i = 0; i < rv.size(); ++i) { double e = fabs(rv[i] - rref[i]); if (!(e <= me)) me = std::isnan(e) ? INFINITY : e; }
-        for (size_t i = 0; i < dv.size(); ++i) { double e = fabs(dv[i] - 1.0); if (!(e <= de)) de = std::isnan(e) ? INFINITY : e; }
+        double me, de;
+        sample_errors(rv, rref, dv, &me, &de);
         Row &row = rows.back();
         row.max_err = me; row.diag_err = de;
         printf("   -> %s %s %s: max |K - K_fp64| %.3e (%lld sampled rows), max |K_ii - 1| %.3e (stated bound %.2e)\n", name,

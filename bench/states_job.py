@@ -9,9 +9,12 @@ once; both outputs are compared (max |K_qk - K_torch|) and K's diagonal checked 
 usage: states_job.py --qk-gram PATH [--rows 10:40000,14:8000] [--dir DIR] [--json OUT]
                      [--qk-args "--device cuda"]
 A row "<qubits>:<n>" is one job: n states of 2^qubits amplitudes, K(A,A) of n x n float32."""
-import argparse, json, os, subprocess, sys, time
+import argparse, json, os, sys
 
 import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from whole_job import rss_of  # noqa: E402  (bench/ is not a package)
 
 TORCH = r"""
 import sys, time, numpy as np, torch
@@ -30,12 +33,10 @@ print("torch: load %.3f s, to GPU + S A^H + |.|^2 + to host %.3f s, np.save %.3f
 
 
 def timed(cmd):
-    """(returncode, wall s, peak RSS MiB, stdout+stderr) of cmd, from a fresh Python parent."""
-    code = ("import resource,subprocess,sys,time;t=time.perf_counter();p=subprocess.run(sys.argv[1:]);"
-            "print('%d %.4f %d' % (p.returncode, time.perf_counter()-t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss))")
-    p = subprocess.run([sys.executable, "-c", code] + cmd, capture_output=True, text=True)
-    last = p.stdout.strip().splitlines()[-1].split()
-    return int(last[0]), float(last[1]), int(last[2]) / 1024.0, p.stdout + p.stderr
+    """(returncode, wall s, peak RSS MiB, stdout+stderr) of cmd, from a fresh Python parent
+    (whole_job.rss_of)."""
+    rc, wall, rss, out, err = rss_of(cmd)
+    return rc, wall, rss, out + err
 
 
 def main():

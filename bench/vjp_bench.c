@@ -13,14 +13,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include "bench_clock.h"
 
-static double now(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-static int cmp(const void *a, const void *b) { double x = *(const double *)a, y = *(const double *)b; return (x > y) - (x < y); }
 
 int main(int argc, char **argv)
 {
@@ -51,15 +45,15 @@ int main(int argc, char **argv)
         g.x = x; g.n_x = n; g.out = K; g.out_dtype = QK_F64;
         memset(&v, 0, sizeof v);
         v.x = x; v.n_x = n; v.g = G; v.grad_w = grad;
-        t0 = now();
+        t0 = bench_now();
         if (qk_gram(ctx, m, &g) != QK_OK) { printf("gram: %s\n", qk_last_error()); return 1; }
-        t1 = now();
+        t1 = bench_now();
         if (qk_gram_vjp(ctx, m, &v) != QK_OK) { printf("vjp: %s\n", qk_last_error()); return 1; }
-        t2 = now();
+        t2 = bench_now();
         if (r > 0) { tg[r - 1] = t1 - t0; tv[r - 1] = t2 - t1; }   /* run 0: warm-up */
     }
-    qsort(tg, (size_t)reps, sizeof(double), cmp);
-    qsort(tv, (size_t)reps, sizeof(double), cmp);
+    qsort(tg, (size_t)reps, sizeof(double), bench_cmp);
+    qsort(tv, (size_t)reps, sizeof(double), bench_cmp);
     printf("%s q=%d n=%lld P=%d threads=%d: qk_gram min %.4f median %.4f s; qk_gram_vjp min %.4f median %.4f s; "
            "vjp / gram (medians) %.2f; parameter shift would be 2P = %d Gram evaluations\n",
            spec, q, (long long)n, m->n_weights, qk_ctx_query(ctx).n_threads, tg[0], tg[reps / 2], tv[0], tv[reps / 2], tv[reps / 2] / tg[reps / 2],

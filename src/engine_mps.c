@@ -6,6 +6,23 @@
 #define QK__RE(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld))]
 #define QK__IM(X, ld, i, j) (X)[2 * ((size_t)(i) + (size_t)(j) * (size_t)(ld)) + 1]
 
+/* Column c of A (m rows, column-major) times H = I - beta v v^H, v zero above row j: rows j..m-1
+   of the column change (the QR's reflectors applied to X, and to Q to form it). */
+static void qk__mps_reflect(double *A, int m, const double *v, double beta, int j, int c)
+{
+    double wr = 0, wi = 0;
+    int i;
+    for (i = j; i < m; i++) { /* w = v^H a_c */
+        wr += v[2 * i] * QK__RE(A, m, i, c) + v[2 * i + 1] * QK__IM(A, m, i, c);
+        wi += v[2 * i] * QK__IM(A, m, i, c) - v[2 * i + 1] * QK__RE(A, m, i, c);
+    }
+    wr *= beta; wi *= beta;
+    for (i = j; i < m; i++) {
+        QK__RE(A, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
+        QK__IM(A, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
+    }
+}
+
 /* Householder QR of X (m x n), k <= min(m, n) steps. pivot: each step first swaps in the column of
    largest remaining norm (perm[j] = the original column now at j). On return R is X's upper k rows
    (zero below the diagonal), Q (m x k) has orthonormal columns, X P = Q R + (trailing block).
@@ -48,18 +65,7 @@ static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, d
         v[2 * j] = xr + pr * nrm; v[2 * j + 1] = xi + pim * nrm;
         for (i = j + 1; i < m; i++) { v[2 * i] = QK__RE(X, m, i, j); v[2 * i + 1] = QK__IM(X, m, i, j); }
         beta[j] = 1.0 / (nrm * (nrm + ax));
-        for (c = j + 1; c < n; c++) {
-            double wr = 0, wi = 0;
-            for (i = j; i < m; i++) { /* w = v^H x_c */
-                wr += v[2 * i] * QK__RE(X, m, i, c) + v[2 * i + 1] * QK__IM(X, m, i, c);
-                wi += v[2 * i] * QK__IM(X, m, i, c) - v[2 * i + 1] * QK__RE(X, m, i, c);
-            }
-            wr *= beta[j]; wi *= beta[j];
-            for (i = j; i < m; i++) {
-                QK__RE(X, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
-                QK__IM(X, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
-            }
-        }
+        for (c = j + 1; c < n; c++) qk__mps_reflect(X, m, v, beta[j], j, c);
         QK__RE(X, m, j, j) = -pr * nrm; QK__IM(X, m, j, j) = -pim * nrm;
         for (i = j + 1; i < m; i++) { QK__RE(X, m, i, j) = 0; QK__IM(X, m, i, j) = 0; }
     }
@@ -71,18 +77,7 @@ static double qk__mps_qr(double *X, int m, int n, int k, int pivot, int *perm, d
     for (j = k - 1; j >= 0; j--) {
         const double *v = V + 2 * (size_t)j * (size_t)m;
         if (beta[j] == 0) continue;
-        for (c = j; c < k; c++) {   /* columns < j of H_{j+1..} e are zero in rows >= j */
-            double wr = 0, wi = 0;
-            for (i = j; i < m; i++) {
-                wr += v[2 * i] * QK__RE(Q, m, i, c) + v[2 * i + 1] * QK__IM(Q, m, i, c);
-                wi += v[2 * i] * QK__IM(Q, m, i, c) - v[2 * i + 1] * QK__RE(Q, m, i, c);
-            }
-            wr *= beta[j]; wi *= beta[j];
-            for (i = j; i < m; i++) {
-                QK__RE(Q, m, i, c) -= wr * v[2 * i] - wi * v[2 * i + 1];
-                QK__IM(Q, m, i, c) -= wr * v[2 * i + 1] + wi * v[2 * i];
-            }
-        }
+        for (c = j; c < k; c++) qk__mps_reflect(Q, m, v, beta[j], j, c);   /* columns < j of H_{j+1..} e are zero in rows >= j */
     }
     return sqrt(tail);
 }

@@ -128,9 +128,9 @@ static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int6
     char err[256] = "";
     qk_result r;
     int64_t i;
-    if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %lld norms", (long long)n);
+    if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %lld norms", sm->fn, (long long)n);
     r = qk_cuda_state_norms(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
-    if (r != QK_OK) qk__fail(r, "qk_gram_states: %s: %s", side ? "b" : "a", err);
+    if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
     for (i = 0; i < n && r == QK_OK; i++) r = qk__state_norm_check(sm, nrm[i], side, i);
     QK_FREE(nrm);
     return r;
@@ -181,8 +181,10 @@ static void *qk__states_outer(const void *src, int64_t n, int64_t dim, int64_t l
 }
 
 /* qk_gram_states' map and Gram desc (sm, *g) from the caller's; sm's packed copies and buffer
-   to free (qk__smap_free, also after a failure: what is left is NULL). qk_gram_mpi_states too. */
-QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm_out, qk_gram_desc *g_out)
+   to free (qk__smap_free, also after a failure: what is left is NULL). qk_gram_mpi_states too.
+   fn: the entry point's name, which begins its messages (kept in sm->fn). */
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, const char *fn, qk__smap *sm_out,
+                                 qk_gram_desc *g_out)
 {
 #define sm (*sm_out)
 #define g (*g_out)
@@ -194,52 +196,53 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     const char *what = NULL;
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
-    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: NULL %s", !ctx ? "ctx" : !states ? "states" : "desc");
+    sm.fn = fn;
+    if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, !ctx ? "ctx" : !states ? "states" : "desc");
     sm.in = *states;
     if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
     if ((int)sm.in.type < (int)QK_STATE_C128 || (int)sm.in.type > (int)QK_STATE_F32)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: unknown state type %d", (int)states->type);
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: unknown state type %d", fn, (int)states->type);
     esize = qk__state_esize(sm.in.type);
-    if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: dim must be >= 2 (got %lld)", (long long)sm.in.dim);
+    if (sm.in.dim < 2) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: dim must be >= 2 (got %lld)", fn, (long long)sm.in.dim);
     if ((sm.in.a_mixed != 0 && sm.in.a_mixed != 1) || (sm.in.b_mixed != 0 && sm.in.b_mixed != 1))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a_mixed and b_mixed must be 0 or 1");
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: a_mixed and b_mixed must be 0 or 1", fn);
     mixed = sm.in.a_mixed || (sm.in.b_mixed && (sm.in.b || (sm.in.provider && sm.in.n_b > 0)));
     if (mixed && sm.in.dim > ((int64_t)1 << 16))
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: density matrices of dim %lld are too large", (long long)sm.in.dim);
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: density matrices of dim %lld are too large", fn, (long long)sm.in.dim);
     nel = mixed ? sm.in.dim * sm.in.dim : sm.in.dim;   /* elements of a sample (a matrix: dim^2) */
     nel_a = sm.in.a_mixed || !mixed ? nel : sm.in.dim;
     nel_b = sm.in.b_mixed || !mixed ? nel : sm.in.dim;
     vlen = mixed ? nel * (qk__state_complex(sm.in.type) ? 2 : 1) : nel;   /* the engines' vector */
     while (q < 62 && ((int64_t)1 << q) < vlen) q++;
     if (q > QK_MAX_STATE_QUBITS)
-        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "qk_gram_states: %s of dim %lld need%s %d qubits, beyond the state limit %d",
+        return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: %s of dim %lld need%s %d qubits, beyond the state limit %d", fn,
                         mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
     if (mixed && (sm.in.on_device || ctx->desc.device == QK_DEVICE_CUDA))
-        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: density matrices run on the CPU engine (a context with device = CPU)");
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: density matrices run on the CPU engine (a context with device = CPU)", fn);
     if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
-        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: a provider gives rows of one kind (a_mixed == b_mixed)");
-    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: desc->x and desc->y must be NULL (the states are states->a and states->b)");
-    if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_a must be > 0 (got %lld)", (long long)sm.in.n_a);
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a provider gives rows of one kind (a_mixed == b_mixed)", fn);
+    if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are states->a and states->b)", fn);
+    if (sm.in.n_a <= 0) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_a must be > 0 (got %lld)", fn, (long long)sm.in.n_a);
     if ((sm.in.b || (sm.in.provider && sm.in.n_b)) && sm.in.n_b <= 0)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: n_b must be > 0 with b (got %lld)", (long long)sm.in.n_b);
-    if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a provider, or a and b, not both");
-    if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: a is NULL (and no provider)");
-    if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the provider writes host rows (on_device with a provider)");
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: n_b must be > 0 with b (got %lld)", fn, (long long)sm.in.n_b);
+    if (sm.in.provider && (sm.in.a || sm.in.b)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: a provider, or a and b, not both", fn);
+    if (!sm.in.provider && !sm.in.a) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: a is NULL (and no provider)", fn);
+    if (sm.in.provider && sm.in.on_device) return qk__fail(QK_ERROR_UNSUPPORTED, "%s: the provider writes host rows (on_device with a provider)", fn);
     if (sm.in.lda == 0) sm.in.lda = nel_a;
     if (sm.in.ldb == 0) sm.in.ldb = nel_b;
     if (sm.in.lda < nel_a || (sm.in.b && sm.in.ldb < nel_b))
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: ld%s %lld < %lld, the elements of a sample", sm.in.lda < nel_a ? "a" : "b",
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: ld%s %lld < %lld, the elements of a sample", fn, sm.in.lda < nel_a ? "a" : "b",
                         (long long)(sm.in.lda < nel_a ? sm.in.lda : sm.in.ldb), (long long)(sm.in.lda < nel_a ? nel_a : nel_b));
-    if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: normalize must be 0 or 1 (got %d)", sm.in.normalize);
+    if (sm.in.normalize != 0 && sm.in.normalize != 1) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: normalize must be 0 or 1 (got %d)", fn, sm.in.normalize);
     if (sm.in.norm_tol == 0.0) sm.in.norm_tol = esize == 16 || sm.in.type == QK_STATE_F64 ? 1e-9 : 1e-5;
-    if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: norm_tol must be in (0, 1) (got %g)", states->norm_tol);
+    if (!(sm.in.norm_tol > 0.0 && sm.in.norm_tol < 1.0)) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: norm_tol must be in (0, 1) (got %g)", fn, states->norm_tol);
     if (desc->path == QK_PATH_MPS || desc->path == QK_PATH_ANALYTIC)
-        return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: given statevectors take the statevector path (path %s)", desc->path == QK_PATH_MPS ? "MPS" : "ANALYTIC");
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: given statevectors take the statevector path (path %s)", fn, desc->path == QK_PATH_MPS ? "MPS" : "ANALYTIC");
     if (sm.in.on_device) {
 #if defined(QK_CUDA) && QK_CUDA
-        if (ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need a context on the GPU engine");
+        if (ctx->desc.device != QK_DEVICE_CUDA) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: device states need a context on the GPU engine", fn);
 #else
-        return qk__fail(QK_ERROR_NO_DEVICE, "qk_gram_states: device states need the CUDA engine (not in this build)");
+        return qk__fail(QK_ERROR_NO_DEVICE, "%s: device states need the CUDA engine (not in this build)", fn);
 #endif
     }
     /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
@@ -257,7 +260,7 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         const int fit_a = (sm.in.lda * esize) % 8 == 0 && ((uintptr_t)sm.in.a % 8) == 0;
         const int fit_b = !sm.in.b || ((sm.in.ldb * esize) % 8 == 0 && ((uintptr_t)sm.in.b % 8) == 0 && sm.in.ldb == sm.in.lda);
         if (fit_a && fit_b) row_elems = sm.in.lda;
-        else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: device states need 8-byte aligned rows, and lda == ldb");
+        else if (sm.in.on_device) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: device states need 8-byte aligned rows, and lda == ldb", fn);
         else {
             pa = qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems);
             if (pa && sm.in.b) pb = qk__states_pack(sm.in.b, sm.in.n_b, nel, sm.in.ldb, esize, row_elems);
@@ -267,7 +270,7 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     sm.pa = pa;   /* from here a failure leaves them to qk__smap_free */
     sm.pb = pb;
     if ((double)row_elems * esize / 8.0 > 2147483647.0)
-        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_states: rows of %lld elements are too long", (long long)row_elems);
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: rows of %lld elements are too long", fn, (long long)row_elems);
     sm.q = q;
     sm.op.kind = QK__OP_STATE;
     sm.op.q0 = (int)sm.in.type;
@@ -302,8 +305,8 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         if (ctx->desc.device == QK_DEVICE_CUDA) {
             QK_FREE(sm.buf);
             sm.buf = NULL;
-            return qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_states: the state provider runs on the CPU engine (a context on the GPU "
-                            "engine takes host or device states)");
+            return qk__fail(QK_ERROR_UNSUPPORTED, "%s: the state provider runs on the CPU engine (a context on the GPU "
+                            "engine takes host or device states)", fn);
         }
 #endif
     } else {
@@ -315,7 +318,7 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         /* checked on the device; one GPU (the context's first, where the states must live) */
         char err[256] = "";
         qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
-        if (r != QK_OK) return qk__fail(r, "qk_gram_states: %s", err);
+        if (r != QK_OK) return qk__fail(r, "%s: %s", fn, err);
         r = qk__states_check_device(&sm, sm.in.a, sm.in.n_a, sm.map.n_features, 0);
         if (r == QK_OK && sm.in.b) r = qk__states_check_device(&sm, sm.in.b, sm.in.n_b, sm.map.n_features, 1);
         if (r != QK_OK) return r;
@@ -330,7 +333,7 @@ oom:
     QK_FREE(pb);
     QK_FREE(sm.buf);
     sm.pa = sm.pb = sm.buf = NULL;
-    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_states: cannot allocate %s", what);
+    return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %s", fn, what);
 #undef sm
 #undef g
 }
@@ -342,24 +345,31 @@ QK__PRIV void qk__smap_free(qk__smap *sm)
     QK_FREE(sm->buf);
 }
 
-QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+/* The Gram of given states' map (plan NULL), or its plan: qk_gram_states, qk_plan_states; and
+   for given MPS (qk__mps_states_run) */
+static qk_result qk__gram_or_plan(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *g, qk_plan *plan)
+{
+    return plan ? qk_plan_make(ctx, map, g, plan) : qk_gram(ctx, map, g);
+}
+
+static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__smap sm;
     qk_gram_desc g;
-    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r == QK_OK) r = qk_gram(ctx, &sm.map, &g);
+    qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
+    if (r == QK_OK) r = qk__gram_or_plan(ctx, &sm.map, &g, plan);
     qk__smap_free(&sm);
     return r;
 }
 
+QKDEF qk_result qk_gram_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc)
+{
+    return qk__states_run(ctx, states, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__smap sm;
-    qk_gram_desc g;
-    qk_result r = qk__smap_make(ctx, states, desc, &sm, &g);
-    if (r == QK_OK) r = qk_plan_make(ctx, &sm.map, &g, out);
-    qk__smap_free(&sm);
-    return r;
+    return qk__states_run(ctx, states, desc, out);
 }
 
 /* ---- qk_gram_mps_states: K from given matrix product states ---- */
@@ -591,24 +601,23 @@ static qk_result qk__mpsmap_make(qk_ctx *ctx, const qk_mps_states_desc *mps, con
     return QK_OK;
 }
 
-QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+static qk_result qk__mps_states_run(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *plan)
 {
     qk__mpsmap mm;
     qk_gram_desc g;
     qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
     if (r != QK_OK) return r;
-    r = qk_gram(ctx, &mm.map, &g);
+    r = qk__gram_or_plan(ctx, &mm.map, &g, plan);
     qk__mpsmap_free(&mm);
     return r;
 }
 
+QKDEF qk_result qk_gram_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc)
+{
+    return qk__mps_states_run(ctx, mps, desc, NULL);
+}
+
 QKDEF qk_result qk_plan_mps_states(qk_ctx *ctx, const qk_mps_states_desc *mps, const qk_gram_desc *desc, qk_plan *out)
 {
-    qk__mpsmap mm;
-    qk_gram_desc g;
-    qk_result r = qk__mpsmap_make(ctx, mps, desc, &mm, &g);
-    if (r != QK_OK) return r;
-    r = qk_plan_make(ctx, &mm.map, &g, out);
-    qk__mpsmap_free(&mm);
-    return r;
+    return qk__mps_states_run(ctx, mps, desc, out);
 }

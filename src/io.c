@@ -312,6 +312,15 @@ fail:
     return r;
 }
 
+/* The data of a .npy read whole: no byte may follow (the file grew while it was read, or holds
+   more than its shape). shp, dsc: the header's shape and descr, for the message. */
+static qk_result qk__npy_check_end(int fd, const char *path, const char *shp, const char *dsc) {
+    unsigned char extra;
+    if (qk__read_full(fd, &extra, 1) != 0)
+        return qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
+    return QK_OK;
+}
+
 QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     unsigned char *data = NULL;
     char shp[64], dsc[48];
@@ -419,13 +428,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
                      (long long)got, (unsigned long)nbytes, shp, dsc);
         goto fail;
     }
-    {
-        unsigned char extra;
-        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
-            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
-            goto fail;
-        }
-    }
+    if ((r = qk__npy_check_end(fd, path, shp, dsc)) != QK_OK) goto fail;
     QK__RCLOSE(fd);
     /* C order; or Fortran order with one row or one column, the same bytes */
     if (!(h.fortran && rows > 1 && cols > 1)) qk__npy_to_double(data, count, kind, size, swap);
@@ -579,13 +582,7 @@ QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: the file shrank while it was read (shape %s of %s)", path, shp, dsc);
         goto fail;
     }
-    {
-        unsigned char extra;
-        if (qk__read_full(fd, &extra, 1) != 0) {   /* it grew */
-            r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs", path, shp, dsc);
-            goto fail;
-        }
-    }
+    if ((r = qk__npy_check_end(fd, path, shp, dsc)) != QK_OK) goto fail;
     QK__RCLOSE(fd);
     out->data = data;
     out->type = type;

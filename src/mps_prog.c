@@ -61,11 +61,27 @@ static int qk__mps_add_set(int *set, int *n, int qb)
 
 /* The program and bounds of map m in the natural (folded = 0) or folded order. The walk stops as
    soon as a bound exceeds limit (p->chi then says by how much). QK_OK or QK_ERROR_OUT_OF_MEMORY. */
+/* The lane layout and the cost of bonds D[0..q]: each site's offset in a sample's group
+   (QK__NJ lanes of D[s] x 2 x D[s+1] complex), the group's size, and pair_flops. */
+static void qk__mps_prog_layout(qk__mps_prog *p, int q)
+{
+    int64_t e = 0;
+    int s;
+    p->pair_flops = 0;
+    for (s = 0; s < q; s++) {
+        p->off[s] = e;
+        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
+        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
+    }
+    p->off[q] = e;
+    p->group = e;
+}
+
 static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps_prog *p)
 {
     const int q = m->n_qubits;
     int *pos = NULL, *base = NULL, *runid = NULL, *sets = NULL, *cap = NULL, *cur;
-    int64_t nb = 0, nb_cap = 0, e;
+    int64_t nb = 0, nb_cap = 0;
     int k, s, b, run = 0, stopped = 0;
     memset(p, 0, sizeof *p);
     p->q = q;
@@ -145,14 +161,7 @@ static qk_result qk__mps_analyze(const qk_map *m, int folded, int limit, qk__mps
     p->n_bounds = nb;
     /* lane layout and cost (meaningful when the walk finished) */
     p->D[0] = p->D[q] = 1;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, q);
     QK_FREE(pos); QK_FREE(base); QK_FREE(runid); QK_FREE(cap); QK_FREE(sets);
     return QK_OK;
 oom:
@@ -166,7 +175,7 @@ oom:
 static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
 {
     int s;
-    int64_t k, e;
+    int64_t k;
     p->exact_chi = p->chi;
     if (max_bond >= p->chi) max_bond = 0;   /* nothing to cap: exact (the bound is a theorem) */
     p->max_bond = max_bond;
@@ -175,14 +184,7 @@ static void qk__mps_cap(qk__mps_prog *p, int max_bond, double cutoff)
     for (k = 0; k < p->n_bounds; k++) if (p->bounds[k] > max_bond) p->bounds[k] = max_bond;
     for (s = 0; s <= p->q; s++) if (p->D[s] > max_bond) p->D[s] = max_bond;
     if (p->chi > max_bond) p->chi = max_bond;
-    p->pair_flops = 0;
-    for (s = 0, e = 0; s < p->q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[p->q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, p->q);
 }
 
 /* The program of given MPS (qk_gram_mps_states): natural order, the bonds qk__mpsmap holds (the
@@ -192,7 +194,6 @@ static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *
     const qk__mpsmap *mm = (const qk__mpsmap *)(const void *)m;
     const int q = m->n_qubits;
     int s;
-    int64_t e;
     memset(p, 0, sizeof *p);
     p->q = q;
     p->given = 1;
@@ -211,13 +212,7 @@ static QK__NOINLINE qk_result qk__mps_given_prog(const qk_map *m, qk__mps_prog *
         if (p->D[s] > p->chi) { p->chi = p->D[s]; p->chi_bond = s; }
     }
     p->exact_chi = p->chi;
-    for (s = 0, e = 0; s < q; s++) {
-        p->off[s] = e;
-        e += (int64_t)p->D[s] * 2 * p->D[s + 1] * 2 * QK__NJ;
-        p->pair_flops += 4.0 * 2.0 * p->D[s] * p->D[s + 1] * (double)(p->D[s] + p->D[s + 1]);
-    }
-    p->off[q] = e;
-    p->group = e;
+    qk__mps_prog_layout(p, q);
     return QK_OK;
 }
 

@@ -331,6 +331,7 @@ typedef struct qk__smap {
     void *buf;              /* provider rows: chunk rows of ld elements */
     void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
     int64_t ld, chunk;
+    const char *fn;         /* the entry point, which begins the messages (qk_gram_states, qk_gram_mpi_states) */
 } qk__smap;
 QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
 QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
@@ -690,7 +691,8 @@ QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
 
 /* ---- gram.c: qk_gram, qk_states, K from given states ---- */
 #if QK__LAYER >= QK__L_GRAM
-QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, qk__smap *sm, qk_gram_desc *g);
+QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, const char *fn, qk__smap *sm,
+                                 qk_gram_desc *g);
 QK__PRIV void qk__smap_free(qk__smap *sm);
 #endif /* gram.c */
 #endif /* QK_INTERNAL_H */

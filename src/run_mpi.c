@@ -614,7 +614,7 @@ QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, co
     else if (states && states->on_device)
         r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: device states are not supported across ranks (give every rank "
                      "the host states; each rank's GPU context copies its blocks' states itself)");
-    else r = qk__smap_make(ctx, states, desc, &sm, &g);
+    else r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
     r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm);
     qk__smap_free(&sm);
     return r;

@@ -16,7 +16,10 @@
    read), qk_test_write_file and qk_test_write_text (exit 2 where they cannot write),
    qk_test_count_files (names in a directory that contain a string: temporary files left).
 
-   With qk.h: qk_test_cpu_ctx, qk_test_parse (exit 2 on failure: the harness, not the check),
+   With qk.h: qk_test_cpu_ctx, qk_test_ctx (a device's, the autotuner off), qk_test_read_k (K
+   read back from a .npy qk wrote, the file removed), qk_test_op and qk_test_custom (a custom
+   map's op, the map of n ops), qk_test_weighted_gates (a circuit of every weighted gate kind),
+   qk_test_parse (exit 2 on failure: the harness, not the check),
    qk_test_rand_data (n x d uniform in [lo, hi), malloc'd), qk_test_max_diff (the largest
    |a - b|; infinity where either holds a NaN: a poisoned entry qk did not write), the tile
    collector qk_test_tiles / qk_test_on_tile, and, where the POSIX clocks are declared, the
@@ -157,6 +160,74 @@ static inline qk_ctx *qk_test_cpu_ctx(int threads)
     cd.n_threads = threads;
     if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
     return ctx;
+}
+/* A context on device with the autotuner off (qk's fixed table: nothing measured, no cache
+   written); threads 0: qk's default */
+static inline qk_ctx *qk_test_ctx(qk_device device, int threads)
+{
+    qk_ctx_desc cd;
+    qk_ctx *ctx = NULL;
+    memset(&cd, 0, sizeof cd);
+    cd.device = device;
+    cd.autotune = -1;
+    cd.n_threads = threads;
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
+    return ctx;
+}
+/* K (rows x cols) read back from the .npy at path into K (float64), and the file removed; 0 with
+   a line printed where it cannot be read or has another shape */
+static inline int qk_test_read_k(const char *path, int64_t rows, int64_t cols, double *K)
+{
+    qk_array a;
+    int ok;
+    memset(&a, 0, sizeof a);
+    ok = qk_npy_read(path, &a) == QK_OK;
+    if (!ok) printf("  npy read %s: %s\n", path, qk_last_error());
+    else if (a.rows != rows || a.cols != cols) {
+        printf("  npy read %s: shape (%lld, %lld), expected (%lld, %lld)\n", path, (long long)a.rows, (long long)a.cols, (long long)rows,
+               (long long)cols);
+        ok = 0;
+    }
+    if (ok) memcpy(K, a.data, sizeof(double) * (size_t)(rows * cols));
+    qk_array_free(&a);
+    remove(path);
+    return ok;
+}
+/* One op of a custom map: gate k on q0 (q1), angle kind ak of features x0, x1 and weight w,
+   scale * (argument) + offset */
+static inline qk_op qk_test_op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
+{
+    qk_op o;
+    memset(&o, 0, sizeof o);
+    o.kind = k; o.q0 = q0; o.q1 = q1;
+    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.w = w; o.angle.scale = scale; o.angle.offset = offset;
+    return o;
+}
+/* The custom map of n_ops ops on q qubits, d features and nw weights (exit 2 where qk refuses it) */
+static inline qk_map *qk_test_custom(int q, int d, const qk_op *ops, int n_ops, int nw)
+{
+    qk_map_desc md;
+    qk_map *m = NULL;
+    memset(&md, 0, sizeof md);
+    md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops; md.n_ops = n_ops; md.n_weights = nw;
+    if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
+    return m;
+}
+/* Every gate kind that can carry a weight (RX, RY, RZ, P, RZZ), each weight once, angle
+   scale * w + offset (the parameter-shift rule applies), among fixed and x-driven gates: 3
+   qubits, 3 features, 6 weights (test_vjp and test_vjp_gpu) */
+static inline qk_map *qk_test_weighted_gates(void)
+{
+    const qk_op ops[] = {
+        qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
+        qk_test_op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
+        qk_test_op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2), qk_test_op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
+        qk_test_op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),    qk_test_op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),   qk_test_op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+        qk_test_op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),     qk_test_op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
+    };
+    return qk_test_custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 6);
 }
 static inline qk_map *qk_test_parse(const char *spec, int d)
 {

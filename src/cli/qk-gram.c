@@ -334,6 +334,29 @@ static void on_stop_signal(int sig) {
 static const char *stop_what(int sig) {
     return sig == SIGINT ? "interrupted (SIGINT)" : sig == SIGHUP ? "hung up (SIGHUP)" : "terminated (SIGTERM)";
 }
+static const int stop_sigs[3] = {SIGINT, SIGTERM, SIGHUP};
+/* on_stop_signal for the three signals; old[3] receives the handlers it replaces (stop_restore) */
+static void stop_install(struct sigaction old[3]) {
+    struct sigaction sa;
+    int k;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    for (k = 0; k < 3; k++) sigaction(stop_sigs[k], &sa, &old[k]);
+}
+static void stop_restore(const struct sigaction old[3]) {
+    int k;
+    for (k = 0; k < 3; k++) sigaction(stop_sigs[k], &old[k], NULL);
+}
+/* stop_note: the line run_gram prints for a stop, for the handler to write when it exits at once */
+static void stop_notes(const char *out) {
+    int k;
+    for (k = 0; k < 3; k++) {
+        snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(stop_sigs[k]),
+                 qkcli_arg(out));
+        stop_note_len[k] = strlen(stop_note[k]);
+    }
+}
 
 static int progress_cb(int64_t done, int64_t total, void *user) {
     progress *p = (progress *)user;
@@ -413,7 +436,7 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, qk
     progress prog;
     double t0;
     qk_result r;
-    struct sigaction sa, old_int, old_term, old_hup;
+    struct sigaction old_sa[3];
 
     gd->output = QK_OUTPUT_NPY;
     gd->out_path = o->out;
@@ -432,19 +455,12 @@ static int run_gram(qk_ctx *ctx, const qk_map *map, const qk_states_desc *st, qk
     gd->progress = progress_cb;
     gd->progress_user = &prog;
 
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGHUP, &sa, &old_hup);
+    stop_install(old_sa);
     t0 = qkcli_now();
     stop_exits = 0;   /* from here qk may have output to remove: a stop waits for the run's next poll */
     r = st ? qk_gram_states(ctx, st, gd) : qk_gram(ctx, map, gd);
     *seconds = qkcli_now() - t0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGHUP, &old_hup, NULL);
+    stop_restore(old_sa);
     progress_end(&prog);
     if (r == QK_ERROR_CANCELLED && stop_signal) {
         fprintf(stderr, "qk-gram: %s: stopped; '%s' was not written\n", stop_what(stop_signal), qkcli_arg(o->out));
@@ -717,6 +733,25 @@ stopped:
     return 128 + (int)stop_signal;
 }
 
+/* --x (and --y), their feature counts matched, and --map parsed for them with --weights; prints
+   the error itself. What it read is the caller's to free, also after a failure. */
+static int read_job(const options *o, qk_array *X, qk_array *Y, qk_map **map) {
+    qk_result r;
+    if (read_samples("X", o->x, X) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (o->y && read_samples("Y", o->y, Y) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (o->y && Y->cols != X->cols)
+        return fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
+                    (long long)X->cols, qkcli_arg(o->y), (long long)Y->cols);
+    if (X->cols > 0x7fffffff) return fail(QK_OK, "X has too many features (%lld)", (long long)X->cols);
+    r = qk_map_parse(o->map, (int)X->cols, map);
+    if (r != QK_OK) {
+        fail(r, "--map '%s'", qkcli_arg(o->map));
+        show_spec_column(o->map);
+        return EXIT_FAILURE;
+    }
+    return read_weights(o->weights, *map, o->quiet);
+}
+
 static int projected_main(const options *o) {
     qk_array X, Y;
     qk_map *map = NULL;
@@ -727,9 +762,9 @@ static int projected_main(const options *o) {
     const double gamma = o->gamma > 0.0 ? o->gamma : 1.0;
     double t0, secs;
     void *K = NULL;
-    int rc = EXIT_FAILURE, have_y = o->y != NULL, k;
+    int rc = EXIT_FAILURE, have_y = o->y != NULL;
     int64_t n_cols;
-    struct sigaction sa, old_int, old_term, old_hup;
+    struct sigaction old_sa[3];
     options oc = *o;
 
     memset(&X, 0, sizeof X);
@@ -738,31 +773,11 @@ static int projected_main(const options *o) {
     if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
     /* Until K is written no output exists: a stop exits at once (stop_exits) with run_gram's line;
        during the write it is recorded, and write_k_npy removes the temporary. */
-    for (k = 0; k < 3; k++) {
-        static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-        snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(sigs[k]),
-                 qkcli_arg(o->out));
-        stop_note_len[k] = strlen(stop_note[k]);
-    }
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
+    stop_notes(o->out);
     stop_exits = 1;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGHUP, &sa, &old_hup);
+    stop_install(old_sa);
 
-    if (read_samples("X", o->x, &X) != EXIT_SUCCESS) goto done;
-    if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
-    if (have_y && Y.cols != X.cols) {
-        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
-             (long long)X.cols, qkcli_arg(o->y), (long long)Y.cols);
-        goto done;
-    }
-    if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
-    r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", qkcli_arg(o->map)); show_spec_column(o->map); goto done; }
-    if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
+    if (read_job(o, &X, &Y, &map) != EXIT_SUCCESS) goto done;
     n_cols = have_y ? Y.rows : X.rows;
     if ((double)X.rows * (double)n_cols * (dtype == QK_F32 ? 4.0 : 8.0) > (double)SIZE_MAX / 2 ||
         !(K = malloc((size_t)(X.rows * n_cols) * (dtype == QK_F32 ? 4 : 8)))) {
@@ -800,9 +815,7 @@ static int projected_main(const options *o) {
                dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)(X.rows * n_cols), secs);
 done:
     stop_exits = 0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGHUP, &old_hup, NULL);
+    stop_restore(old_sa);
     free(K);
     qk_ctx_destroy(ctx);
     qk_map_free(map);
@@ -829,18 +842,7 @@ static int gram_main(const options *o) {
     if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
 
-    if (read_samples("X", o->x, &X) != EXIT_SUCCESS) return EXIT_FAILURE;
-    if (have_y && read_samples("Y", o->y, &Y) != EXIT_SUCCESS) goto done;
-    if (have_y && Y.cols != X.cols) {
-        fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
-             (long long)X.cols, qkcli_arg(o->y), (long long)Y.cols);
-        goto done;
-    }
-    if (X.cols > 0x7fffffff) { fail(QK_OK, "X has too many features (%lld)", (long long)X.cols); goto done; }
-
-    r = qk_map_parse(o->map, (int)X.cols, &map);
-    if (r != QK_OK) { fail(r, "--map '%s'", qkcli_arg(o->map)); show_spec_column(o->map); goto done; }
-    if (read_weights(o->weights, map, o->quiet) != EXIT_SUCCESS) goto done;
+    if (read_job(o, &X, &Y, &map) != EXIT_SUCCESS) goto done;
     /* Validate the data before allocating K: the detail names the row and column. */
     r = qk_map_check_data(map, X.data, X.rows, "X");
     if (r != QK_OK) { fail(r, "bad data in '%s'", qkcli_arg(o->x)); goto done; }
@@ -903,8 +905,8 @@ static int states_main(const options *o) {
     qk_result r;
     double secs = 0;
     char msg[1024];
-    int rc = EXIT_FAILURE, have_b = o->states_y != NULL, k;
-    struct sigaction sa, old_int, old_term, old_hup;
+    int rc = EXIT_FAILURE, have_b = o->states_y != NULL;
+    struct sigaction old_sa[3];
     options oc = *o;
 
     memset(&A, 0, sizeof A);
@@ -914,19 +916,9 @@ static int states_main(const options *o) {
 
     /* A stop while the states are read (gigabytes, maybe) or converted: no output exists yet,
        so the handler exits at once (stop_exits), with the line run_gram would print. */
-    for (k = 0; k < 3; k++) {
-        static const int sigs[3] = {SIGINT, SIGTERM, SIGHUP};
-        snprintf(stop_note[k], sizeof stop_note[k], "qk-gram: %s: stopped; '%s' was not written\n", stop_what(sigs[k]),
-                 qkcli_arg(o->out));
-        stop_note_len[k] = strlen(stop_note[k]);
-    }
-    memset(&sa, 0, sizeof sa);
-    sa.sa_handler = on_stop_signal;
-    sigemptyset(&sa.sa_mask);
+    stop_notes(o->out);
     stop_exits = 1;
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGHUP, &sa, &old_hup);
+    stop_install(old_sa);
 
     if (read_states("A", "--states", o->states, &A) != EXIT_SUCCESS) goto done;
     if (have_b && read_states("B", "--states-y", o->states_y, &B) != EXIT_SUCCESS) goto done;
@@ -969,9 +961,7 @@ static int states_main(const options *o) {
     }
 done:
     stop_exits = 0;
-    sigaction(SIGINT, &old_int, NULL);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGHUP, &old_hup, NULL);
+    stop_restore(old_sa);
     qk_ctx_destroy(ctx);
     if (conv[0]) { free(conv[0]); A.data = NULL; }
     if (conv[1]) { free(conv[1]); B.data = NULL; }

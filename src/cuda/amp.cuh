@@ -16,13 +16,7 @@ __global__ void __launch_bounds__(256) qk__k_amp_encode(const double *__restrict
     const double *xr = x + r * d;
     double acc = 0;
     for (int k = threadIdx.x; k < d; k += blockDim.x) acc += xr[k] * xr[k];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int s = 128; s > 0; s >>= 1) {
-        if (threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const double inv = 1.0 / sqrt(red[0]);
+    const double inv = 1.0 / sqrt(qk__block_sum256(red, acc));
     T *o = out + r * D;
     for (int64_t k = threadIdx.x; k < D; k += blockDim.x) o[k] = k < d ? (T)(xr[k] * inv) : (T)0;
 }

@@ -71,13 +71,8 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
         if (!isfinite(re) || !isfinite(im)) bad = 1;
         acc += re * re + im * im;
     }
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : red[0];
+    const double sum = qk__block_sum256(red, acc);   /* its barriers also publish bad */
+    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
 }
 
 extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,

@@ -60,6 +60,19 @@ __device__ __forceinline__ void qk__sincos(double a, double *s, double *c) { sin
 /* Tensor-core operands (qk__tc_products, the few-qubit tensor-core kernel): x rounded to TF32
    (10 stored mantissa bits) to nearest, ties away from zero, as cvt.rna.tf32.f32 does (finite x:
    a carry into the exponent is the right result). */
+/* The sum of v over a block of 256 threads, in a fixed order (red: the block's __shared__
+   double[256]); every thread gets it. */
+__device__ __forceinline__ double qk__block_sum256(double *red, double v)
+{
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
+        __syncthreads();
+    }
+    return red[0];
+}
+
 __device__ __forceinline__ float qk__tf32_rna(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);

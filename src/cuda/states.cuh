@@ -747,13 +747,7 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
             qk__state_amp(row, type, k, &re, &im);
             acc += re * re + im * im;
         }
-        red[threadIdx.x] = acc;
-        __syncthreads();
-        for (int h = 128; h > 0; h >>= 1) {
-            if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-            __syncthreads();
-        }
-        inv = 1.0 / sqrt(red[0]);
+        inv = 1.0 / sqrt(qk__block_sum256(red, acc));
     }
     for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
         double re = 0, im = 0;

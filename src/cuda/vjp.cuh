@@ -206,13 +206,8 @@ __global__ void __launch_bounds__(256) qk__k_vjp_sum(const double *__restrict__ 
     const int wi = blockIdx.x;
     double acc = 0.0;
     for (int64_t r = threadIdx.x; r < n; r += 256) acc += gbuf[r * n_w + wi];
-    red[threadIdx.x] = acc;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] += red[threadIdx.x + h];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) grad[wi] = red[0];
+    const double sum = qk__block_sum256(red, acc);
+    if (threadIdx.x == 0) grad[wi] = sum;
 }
 
 /* qk__k_vjp_w: grid-stride, 256 threads a block */

@@ -10,7 +10,7 @@ SIGINT / SIGTERM during a long job (exit 130 / 143, the old K.npy untouched, no 
 usage: test_cli_projected.py PATH/TO/qk-gram   (exit 77 = skip when numpy is missing)"""
 import os, signal, subprocess, sys, tempfile, time
 
-from cli_common import EXE, check, failures, need_numpy, seeded_rng
+from cli_common import EXE, check, cpu_seconds, failures, need_numpy, seeded_rng
 
 np = need_numpy("numpy is not installed: skipping the qk-gram --projected tests")
 
@@ -125,13 +125,6 @@ def main():
         # spent after the signal (< 0.5 s), which a loaded machine does not stretch. ----
         np.save(P("big.npy"), rng.uniform(0, np.pi, (150, 20)))
         OLD = b"old K, not to be touched"
-        tick = os.sysconf("SC_CLK_TCK")
-
-        def cpu_seconds(pid):
-            with open("/proc/%d/stat" % pid) as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / tick   # utime, stime
-
         for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
             with open(P("K.npy"), "wb") as f:
                 f.write(OLD)

@@ -12,7 +12,7 @@ usage: test_cli_states.py PATH/TO/qk-gram   (exit 77 = skip when numpy is missin
 import os, resource, signal, subprocess, sys, tempfile, time
 
 import cli_common
-from cli_common import EXE, check, failures, need_numpy, seeded_rng
+from cli_common import EXE, check, cpu_seconds, failures, need_numpy, seeded_rng
 
 np = need_numpy("numpy is not installed: skipping")
 cli_common.VERBOSE = True
@@ -317,11 +317,6 @@ with tempfile.TemporaryDirectory() as d:
         big[i0:i0 + len(blk)] = blk / np.linalg.norm(blk, axis=1, keepdims=True)
     np.save(P("big.npy"), big)
     del big
-    tick = os.sysconf("SC_CLK_TCK")
-    def cpu_seconds(pid):
-        with open("/proc/%d/stat" % pid) as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / tick   # utime, stime
     for sig, code in ((signal.SIGINT, 130), (signal.SIGTERM, 143)):
         with open(P("K.npy"), "wb") as f:
             f.write(OLD)

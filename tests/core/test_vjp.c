@@ -175,25 +175,6 @@ static int cancel_at(int64_t done, int64_t total, void *user)
     return --*(int *)user == 0;
 }
 
-static qk_map *custom(int q, int d, const qk_op *ops, int n_ops, int nw)
-{
-    qk_map_desc md;
-    qk_map *m = NULL;
-    memset(&md, 0, sizeof md);
-    md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops; md.n_ops = n_ops; md.n_weights = nw;
-    if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
-    return m;
-}
-
-static qk_op op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
-{
-    qk_op o;
-    memset(&o, 0, sizeof o);
-    o.kind = k; o.q0 = q0; o.q1 = q1;
-    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.w = w; o.angle.scale = scale; o.angle.offset = offset;
-    return o;
-}
-
 int main(void)
 {
     qk_ctx_desc cd;
@@ -203,29 +184,20 @@ int main(void)
     cd.n_threads = 2;
     if (qk_ctx_create(&cd, &g_ctx) != QK_OK) return 2;
     {   /* every weighted gate kind, each weight once, angle scale * w + offset (parameter shift applies) */
-        const qk_op ops[] = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),        op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
-            op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
-            op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2),    op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
-            op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),       op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),      op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),        op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
-        };
-        qk_map *m = custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 6);
+        qk_map *m = qk_test_weighted_gates();
         check_map("custom: RX RY RZ P RZZ (w)", m, 3, 30, 0, 1);
         check_map("custom: RX RY RZ P RZZ (w)", m, 3, 25, 17, 1);
         qk_map_free(m);
     }
     {   /* w * x angles, a weight in two gates (no parameter shift: finite differences) */
         const qk_op ops[] = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RX, 0, 0, QK_ARG_WX, 0, 0, 0, 1.0, 0.2),     op(QK_OP_RY, 1, 0, QK_ARG_WX, 1, 0, 1, 0.8, 0),
-            op(QK_OP_RZZ, 0, 1, QK_ARG_WX, 2, 0, 2, 1.0, 0),      op(QK_OP_P, 1, 0, QK_ARG_WX, 0, 0, 0, 1.5, 0),
-            op(QK_OP_CNOT, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 2, 0.6, 0),
-            op(QK_OP_RY, 0, 0, QK_ARG_PIXX, 0, 1, 0, 0.3, 0),
+            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            qk_test_op(QK_OP_RX, 0, 0, QK_ARG_WX, 0, 0, 0, 1.0, 0.2),     qk_test_op(QK_OP_RY, 1, 0, QK_ARG_WX, 1, 0, 1, 0.8, 0),
+            qk_test_op(QK_OP_RZZ, 0, 1, QK_ARG_WX, 2, 0, 2, 1.0, 0),      qk_test_op(QK_OP_P, 1, 0, QK_ARG_WX, 0, 0, 0, 1.5, 0),
+            qk_test_op(QK_OP_CNOT, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 2, 0.6, 0),
+            qk_test_op(QK_OP_RY, 0, 0, QK_ARG_PIXX, 0, 1, 0, 0.3, 0),
         };
-        qk_map *m = custom(2, 3, ops, (int)(sizeof ops / sizeof ops[0]), 3);
+        qk_map *m = qk_test_custom(2, 3, ops, (int)(sizeof ops / sizeof ops[0]), 3);
         check_map("custom: w*x angles, shared weights", m, 3, 28, 0, 0);
         check_map("custom: w*x angles, shared weights", m, 3, 20, 11, 0);
         qk_map_free(m);
@@ -254,11 +226,11 @@ int main(void)
     }
     {   /* a product map with complex states (no entangler: the map's class is product) */
         const qk_op ops[] = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_RX, 1, 0, QK_ARG_W, 0, 0, 0, 0.9, 0.1),
-            op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 1, 1.0, 0),        op(QK_OP_RY, 1, 0, QK_ARG_X, 1, 0, 0, 1.0, 0),
-            op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 2, 1.2, 0),
+            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       qk_test_op(QK_OP_RX, 1, 0, QK_ARG_W, 0, 0, 0, 0.9, 0.1),
+            qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 1, 1.0, 0),        qk_test_op(QK_OP_RY, 1, 0, QK_ARG_X, 1, 0, 0, 1.0, 0),
+            qk_test_op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 2, 1.2, 0),
         };
-        qk_map *m = custom(2, 2, ops, (int)(sizeof ops / sizeof ops[0]), 3);
+        qk_map *m = qk_test_custom(2, 2, ops, (int)(sizeof ops / sizeof ops[0]), 3);
         CHECK(m->cls == QK_CLASS_PRODUCT, "the map's class is %d, not product", (int)m->cls);
         check_map("custom product map (complex states)", m, 2, 26, 0, 1);
         check_map("custom product map (complex states)", m, 2, 22, 15, 1);
@@ -266,19 +238,19 @@ int main(void)
     }
     {   /* dL/dX: every angle form that reads x, on each angled gate kind */
         const qk_op ops[] = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.3, 0.2),      op(QK_OP_RX, 2, 0, QK_ARG_XX, 1, 2, 0, 0.7, 0),
-            op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_RY, 1, 0, QK_ARG_WX, 2, 0, 1, 1.1, 0),
-            op(QK_OP_RZZ, 1, 2, QK_ARG_PIXX, 0, 2, 0, 0.4, -0.2), op(QK_OP_P, 0, 0, QK_ARG_XX, 1, 1, 0, 0.9, 0),
-            op(QK_OP_RY, 2, 0, QK_ARG_X, 1, 0, 0, -0.8, 0),       op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_P, 2, 0, QK_ARG_PIXX, 1, 0, 0, 0.3, 0.1),    op(QK_OP_RX, 1, 0, QK_ARG_WX, 0, 0, 0, 0.6, 0),
-            op(QK_OP_RZZ, 0, 2, QK_ARG_X, 2, 0, 0, 1.0, 0),       op(QK_OP_RZ, 1, 0, QK_ARG_WX, 1, 0, 1, -1.2, 0),
-            op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 0, 2.0, 0),
+            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),       qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.3, 0.2),      qk_test_op(QK_OP_RX, 2, 0, QK_ARG_XX, 1, 2, 0, 0.7, 0),
+            qk_test_op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_RY, 1, 0, QK_ARG_WX, 2, 0, 1, 1.1, 0),
+            qk_test_op(QK_OP_RZZ, 1, 2, QK_ARG_PIXX, 0, 2, 0, 0.4, -0.2), qk_test_op(QK_OP_P, 0, 0, QK_ARG_XX, 1, 1, 0, 0.9, 0),
+            qk_test_op(QK_OP_RY, 2, 0, QK_ARG_X, 1, 0, 0, -0.8, 0),       qk_test_op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            qk_test_op(QK_OP_P, 2, 0, QK_ARG_PIXX, 1, 0, 0, 0.3, 0.1),    qk_test_op(QK_OP_RX, 1, 0, QK_ARG_WX, 0, 0, 0, 0.6, 0),
+            qk_test_op(QK_OP_RZZ, 0, 2, QK_ARG_X, 2, 0, 0, 1.0, 0),       qk_test_op(QK_OP_RZ, 1, 0, QK_ARG_WX, 1, 0, 1, -1.2, 0),
+            qk_test_op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 0, 2.0, 0),
         };
         const double w[2] = {0.8, -1.3};
         static const char *specs[] = {"zz(reps=2)", "iqp", "angle(rot=x)", "angle(rot=y)", "hea(layers=2)", "hea(layers=2,rot=yz)"};
         int sp;
-        qk_map *m = custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 2);
+        qk_map *m = qk_test_custom(3, 3, ops, (int)(sizeof ops / sizeof ops[0]), 2);
         qk_map_set_weights(m, w, 2);
         check_dx("custom: x, xx', xx, (pi-x)(pi-x'), wx", m, 3, 14, 0);
         check_dx("custom: x, xx', xx, (pi-x)(pi-x'), wx", m, 3, 11, 9);

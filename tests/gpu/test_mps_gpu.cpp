@@ -41,17 +41,6 @@ static std::vector<double> rand_data(int64_t n, int d, bool clustered)
     return x;
 }
 
-static qk_ctx *make_ctx(qk_device dev)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = nullptr;
-    memset(&cd, 0, sizeof cd);
-    cd.device = dev;
-    cd.autotune = -1;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
 struct Tiles {
     std::vector<double> K;
     int64_t cols;
@@ -112,27 +101,12 @@ static bool gram(qk_ctx *ctx, const qk_map *m, const std::vector<double> &x, int
     if (out == HOST32) for (size_t k = 0; k < K.size(); ++k) K[k] = K32[k];
     if (out == DEVICE) { cudaMemcpy(K.data(), dK, K.size() * sizeof(double), cudaMemcpyDeviceToHost); cudaFree(dK); }
     if (out == CALLBACK) K = T.K;
-    if (out == NPY) {
-        qk_array a;
-        if (qk_npy_read(path, &a) != QK_OK) { printf("  npy read: %s\n", qk_last_error()); return false; }
-        bool ok = a.rows == nx && a.cols == cols;
-        if (ok) memcpy(K.data(), a.data, K.size() * sizeof(double));
-        qk_array_free(&a);
-        unlink(path);
-        if (!ok) return false;
-    }
+    if (out == NPY && !qk_test_read_k(path, nx, cols, K.data())) return false;
     return true;
 }
 
-static double diff(const std::vector<double> &a, const std::vector<double> &b)
-{
-    double e = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-        double v = fabs(a[k] - b[k]);
-        if (!(v <= e)) e = v;   /* NaN wins */
-    }
-    return e;
-}
+/* the largest |a - b| (infinity where either holds a NaN) */
+static double diff(const std::vector<double> &a, const std::vector<double> &b) { return qk_test_max_diff(a.data(), b.data(), (int64_t)a.size()); }
 
 /* One map at q qubits: the GPU (fp64, fp32) against the CPU, K(X,X) and K(X,Y). */
 static void mps_case(qk_ctx *gpu, qk_ctx *cpu, const char *spec, int q, int64_t nx, int64_t ny, bool all_outputs, int max_bond = 0)
@@ -195,7 +169,7 @@ int main(void)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
     qk_test_seed();
-    qk_ctx *gpu = make_ctx(QK_DEVICE_CUDA), *cpu = make_ctx(QK_DEVICE_CPU);
+    qk_ctx *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0), *cpu = qk_test_ctx(QK_DEVICE_CPU, 0);
     static const char *ents[] = {"linear", "reverse_linear", "circular", "pairwise", "sca"};
     const int qs[] = {2, 3, 4, 5, 7, 10, 13, 16, 20};
     char spec[128];

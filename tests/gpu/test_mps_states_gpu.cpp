@@ -123,27 +123,12 @@ static bool gram(qk_ctx *ctx, const Mps &a, const Mps *b, qk_precision prec, Out
     if (r != QK_OK) { printf("  qk_gram_mps_states: %s\n", qk_last_error()); cudaFree(dK); return false; }
     if (out == HOST32) for (size_t k = 0; k < K.size(); ++k) K[k] = K32[k];
     if (out == DEVICE) { cudaMemcpy(K.data(), dK, K.size() * sizeof(double), cudaMemcpyDeviceToHost); cudaFree(dK); }
-    if (out == NPY) {
-        qk_array arr;
-        if (qk_npy_read(path, &arr) != QK_OK) return false;
-        bool ok = arr.rows == a.n && arr.cols == cols;
-        if (ok) memcpy(K.data(), arr.data, K.size() * sizeof(double));
-        qk_array_free(&arr);
-        unlink(path);
-        if (!ok) return false;
-    }
+    if (out == NPY && !qk_test_read_k(path, a.n, cols, K.data())) return false;
     return true;
 }
 
-static double diff(const std::vector<double> &a, const std::vector<double> &b)
-{
-    double e = 0;
-    for (size_t k = 0; k < a.size(); ++k) {
-        double v = fabs(a[k] - b[k]);
-        if (!(v <= e)) e = v;
-    }
-    return e;
-}
+/* the largest |a - b| (infinity where either holds a NaN) */
+static double diff(const std::vector<double> &a, const std::vector<double> &b) { return qk_test_max_diff(a.data(), b.data(), (int64_t)a.size()); }
 
 static void check(qk_ctx *gpu, qk_ctx *cpu, const char *what, const Mps &a, const Mps &b, bool all_outputs)
 {

@@ -27,17 +27,6 @@
 #include "qk.h"
 #include "../qk_test.h"
 
-static qk_ctx *make_ctx(qk_device dev)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = nullptr;
-    memset(&cd, 0, sizeof cd);
-    cd.device = dev;
-    cd.autotune = -1;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
 static int esize(qk_state_type t) { return t == QK_STATE_C128 ? 16 : t == QK_STATE_F32 ? 4 : 8; }
 
 /* n random normalised states of dim amplitudes in type t's bytes, rows ld elements apart (the
@@ -116,14 +105,7 @@ static bool gram_states(qk_ctx *ctx, const qk_states_desc &st, qk_precision prec
     if (out == HOST || out == DEVICE)
         for (int64_t i = 0; i < rows * cols; ++i)
             K[(size_t)i] = f32 ? (double)((const float *)host.data())[i] : ((const double *)host.data())[i];
-    if (out == NPY) {
-        qk_array a;
-        memset(&a, 0, sizeof a);
-        if (qk_npy_read(path, &a) != QK_OK || a.rows != rows || a.cols != cols) { printf("  npy: %s\n", qk_last_error()); remove(path); return false; }
-        std::copy(a.data, a.data + rows * cols, K.begin());
-        qk_array_free(&a);
-        remove(path);
-    }
+    if (out == NPY && !qk_test_read_k(path, rows, cols, K.data())) return false;
     return true;
 }
 
@@ -330,7 +312,7 @@ int main(int argc, char **argv)
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) { printf("no CUDA device: skipped\n"); return 77; }
     qk_test_seed();
-    qk_ctx *cpu = make_ctx(QK_DEVICE_CPU), *gpu = make_ctx(QK_DEVICE_CUDA);
+    qk_ctx *cpu = qk_test_ctx(QK_DEVICE_CPU, 0), *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
     if (argc > 1 && !strcmp(argv[1], "bench")) {
         bench(cpu, gpu);
         qk_ctx_destroy(gpu);

@@ -32,36 +32,7 @@
 
 static qk_ctx *g_gpu, *g_cpu;
 
-static qk_ctx *make_ctx(qk_device dev)
-{
-    qk_ctx_desc cd;
-    qk_ctx *ctx = nullptr;
-    memset(&cd, 0, sizeof cd);
-    cd.device = dev;
-    cd.autotune = -1;
-    if (dev == QK_DEVICE_CPU) cd.n_threads = 2;
-    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
-    return ctx;
-}
-
-static qk_op op(qk_op_kind k, int q0, int q1, qk_arg_kind ak, int x0, int x1, int w, double scale, double offset)
-{
-    qk_op o;
-    memset(&o, 0, sizeof o);
-    o.kind = k; o.q0 = q0; o.q1 = q1;
-    o.angle.kind = ak; o.angle.x0 = x0; o.angle.x1 = x1; o.angle.w = w; o.angle.scale = scale; o.angle.offset = offset;
-    return o;
-}
-
-static qk_map *custom(int q, int d, const std::vector<qk_op> &ops, int nw)
-{
-    qk_map_desc md;
-    qk_map *m = nullptr;
-    memset(&md, 0, sizeof md);
-    md.type = QK_MAP_CUSTOM; md.n_features = d; md.n_qubits = q; md.ops = ops.data(); md.n_ops = (int)ops.size(); md.n_weights = nw;
-    if (qk_map_make(&md, &m) != QK_OK) { printf("map: %s\n", qk_last_error()); exit(2); }
-    return m;
-}
+static qk_map *custom(int q, int d, const std::vector<qk_op> &ops, int nw) { return qk_test_custom(q, d, ops.data(), (int)ops.size(), nw); }
 
 static void rand_weights(qk_map *m)
 {
@@ -76,8 +47,8 @@ static qk_map *random_map(int q, int d, int n_ops, int nw, bool basis)
 {
     static const qk_op_kind kinds[] = {QK_OP_H, QK_OP_X, QK_OP_Y, QK_OP_Z, QK_OP_RX, QK_OP_RY, QK_OP_RZ, QK_OP_P, QK_OP_CNOT, QK_OP_CZ, QK_OP_RZZ};
     std::vector<qk_op> ops;
-    for (int b = 0; b < q; ++b) ops.push_back(op(QK_OP_H, b, 0, QK_ARG_CONST, 0, 0, 0, 1, 0));
-    if (basis) ops.push_back(op(QK_OP_BASIS, (int)(qk_test_rand64() % q), 0, QK_ARG_CONST, d - 1, 0, 0, 1, 0));
+    for (int b = 0; b < q; ++b) ops.push_back(qk_test_op(QK_OP_H, b, 0, QK_ARG_CONST, 0, 0, 0, 1, 0));
+    if (basis) ops.push_back(qk_test_op(QK_OP_BASIS, (int)(qk_test_rand64() % q), 0, QK_ARG_CONST, d - 1, 0, 0, 1, 0));
     for (int k = 0; k < n_ops; ++k) {
         const qk_op_kind kd = kinds[qk_test_rand64() % (sizeof kinds / sizeof kinds[0])];
         const int q0 = (int)(qk_test_rand64() % q);
@@ -85,7 +56,7 @@ static qk_map *random_map(int q, int d, int n_ops, int nw, bool basis)
         if (q1 >= q0) ++q1;
         const int a = (int)(qk_test_rand64() % 4);
         const qk_arg_kind ak = !qk__op_has_angle(kd) ? QK_ARG_CONST : a == 0 ? QK_ARG_X : a == 1 ? QK_ARG_WX : QK_ARG_W;
-        ops.push_back(op(kd, q0, q1, ak, (int)(qk_test_rand64() % (d - 1)), 0, (int)(qk_test_rand64() % nw), qk_test_uniform(0.3, 1.7),
+        ops.push_back(qk_test_op(kd, q0, q1, ak, (int)(qk_test_rand64() % (d - 1)), 0, (int)(qk_test_rand64() % nw), qk_test_uniform(0.3, 1.7),
                          qk_test_uniform(-0.5, 0.5)));
     }
     qk_map *m = custom(q, d, ops, nw);
@@ -219,20 +190,11 @@ int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() == 0) { printf("no CUDA device: skipped\n"); return 77; }
     qk_test_seed();
-    g_gpu = make_ctx(QK_DEVICE_CUDA);
-    g_cpu = make_ctx(QK_DEVICE_CPU);
+    g_gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    g_cpu = qk_test_ctx(QK_DEVICE_CPU, 2);
     if (argc > 1 && !strcmp(argv[1], "bench")) return bench();
     {   /* every weighted gate kind, each weight once */
-        std::vector<qk_op> ops = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RZ, 0, 0, QK_ARG_X, 0, 0, 0, 1.0, 0),     op(QK_OP_RX, 2, 0, QK_ARG_W, 0, 0, 0, 0.7, 0.3),
-            op(QK_OP_CNOT, 0, 1, QK_ARG_CONST, 0, 0, 0, 1, 0), op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 1, 1.3, 0),
-            op(QK_OP_RZZ, 1, 2, QK_ARG_W, 0, 0, 2, 0.9, -0.2), op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 3, 1.1, 0),
-            op(QK_OP_RY, 2, 0, QK_ARG_XX, 1, 2, 0, 1.0, 0),    op(QK_OP_CZ, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RZ, 2, 0, QK_ARG_W, 0, 0, 4, 0.5, 0.1),   op(QK_OP_Y, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RX, 1, 0, QK_ARG_X, 2, 0, 0, 1.0, 0),     op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 5, 2.0, 0),
-        };
-        qk_map *m = custom(3, 3, ops, 6);
+        qk_map *m = qk_test_weighted_gates();
         rand_weights(m);
         check("custom: RX RY RZ P RZZ (w)", m, 30, 0);
         check("custom: RX RY RZ P RZZ (w)", m, 25, 17);
@@ -240,11 +202,11 @@ int main(int argc, char **argv)
     }
     {   /* w * x angles, a weight in two gates */
         std::vector<qk_op> ops = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
-            op(QK_OP_RX, 0, 0, QK_ARG_WX, 0, 0, 0, 1.0, 0.2),  op(QK_OP_RY, 1, 0, QK_ARG_WX, 1, 0, 1, 0.8, 0),
-            op(QK_OP_RZZ, 0, 1, QK_ARG_WX, 2, 0, 2, 1.0, 0),   op(QK_OP_P, 1, 0, QK_ARG_WX, 0, 0, 0, 1.5, 0),
-            op(QK_OP_CNOT, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 2, 0.6, 0),
-            op(QK_OP_RY, 0, 0, QK_ARG_PIXX, 0, 1, 0, 0.3, 0),
+            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),    qk_test_op(QK_OP_H, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0),
+            qk_test_op(QK_OP_RX, 0, 0, QK_ARG_WX, 0, 0, 0, 1.0, 0.2),  qk_test_op(QK_OP_RY, 1, 0, QK_ARG_WX, 1, 0, 1, 0.8, 0),
+            qk_test_op(QK_OP_RZZ, 0, 1, QK_ARG_WX, 2, 0, 2, 1.0, 0),   qk_test_op(QK_OP_P, 1, 0, QK_ARG_WX, 0, 0, 0, 1.5, 0),
+            qk_test_op(QK_OP_CNOT, 1, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 2, 0.6, 0),
+            qk_test_op(QK_OP_RY, 0, 0, QK_ARG_PIXX, 0, 1, 0, 0.3, 0),
         };
         qk_map *m = custom(2, 3, ops, 3);
         rand_weights(m);
@@ -254,9 +216,9 @@ int main(int argc, char **argv)
     }
     {   /* an amplitude start, then weighted gates */
         std::vector<qk_op> ops = {
-            op(QK_OP_AMPLITUDE, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 0, 1.0, 0),
-            op(QK_OP_CNOT, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),      op(QK_OP_RZ, 1, 0, QK_ARG_W, 0, 0, 1, 0.8, 0.1),
-            op(QK_OP_RX, 2, 0, QK_ARG_WX, 3, 0, 2, 1.2, 0),         op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 0, 0.5, 0),
+            qk_test_op(QK_OP_AMPLITUDE, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RY, 0, 0, QK_ARG_W, 0, 0, 0, 1.0, 0),
+            qk_test_op(QK_OP_CNOT, 0, 2, QK_ARG_CONST, 0, 0, 0, 1, 0),      qk_test_op(QK_OP_RZ, 1, 0, QK_ARG_W, 0, 0, 1, 0.8, 0.1),
+            qk_test_op(QK_OP_RX, 2, 0, QK_ARG_WX, 3, 0, 2, 1.2, 0),         qk_test_op(QK_OP_RY, 1, 0, QK_ARG_W, 0, 0, 0, 0.5, 0),
         };
         qk_map *m = custom(3, 8, ops, 3);
         rand_weights(m);
@@ -294,9 +256,9 @@ int main(int argc, char **argv)
     }
     {   /* a product map with complex states */
         std::vector<qk_op> ops = {
-            op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), op(QK_OP_RX, 1, 0, QK_ARG_W, 0, 0, 0, 0.9, 0.1),
-            op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 1, 1.0, 0),  op(QK_OP_RY, 1, 0, QK_ARG_X, 1, 0, 0, 1.0, 0),
-            op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 2, 1.2, 0),
+            qk_test_op(QK_OP_H, 0, 0, QK_ARG_CONST, 0, 0, 0, 1, 0), qk_test_op(QK_OP_RX, 1, 0, QK_ARG_W, 0, 0, 0, 0.9, 0.1),
+            qk_test_op(QK_OP_RZ, 0, 0, QK_ARG_W, 0, 0, 1, 1.0, 0),  qk_test_op(QK_OP_RY, 1, 0, QK_ARG_X, 1, 0, 0, 1.0, 0),
+            qk_test_op(QK_OP_P, 0, 0, QK_ARG_W, 0, 0, 2, 1.2, 0),
         };
         qk_map *m = custom(2, 2, ops, 3);
         rand_weights(m);

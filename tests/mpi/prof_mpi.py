@@ -10,6 +10,9 @@ reports' MPI sections. Exit 77 where MPI cannot start a process.
 Usage: prof_mpi.py --mpirun MPIRUN --exe PROF_MPI --dir DIR [--ranks 3]"""
 import argparse, json, os, shutil, subprocess, sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env, oversubscribe  # noqa: E402  (tests/mpi is not a package)
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--mpirun")
 ap.add_argument("--exe")
@@ -21,22 +24,10 @@ if args.skip:
     print("skipping:", args.skip)
     sys.exit(77)
 
-env = dict(os.environ)
-if hasattr(os, "geteuid") and os.geteuid() == 0:  # Open MPI refuses root without these
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
-# Sanitizer builds: MPI keeps allocations until exit; suppress those (lsan_mpi.supp, as test_mpi.py
-# does) and keep its components loaded so that their frames have names; the profiler's leaks
-# are still reported
-supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_mpi.supp")
-env["LSAN_OPTIONS"] = ":".join(o for o in [env.get("LSAN_OPTIONS", ""), "suppressions=" + supp,
-                                           "fast_unwind_on_malloc=0", "print_suppressions=0"] if o)
-env["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
+env = mpi_env()   # the profiler's leaks are still reported
 env["QK_PROF_ADVICE"] = "imbalance_min_share=0.01"  # the rank-imbalance check below
-env["PMIX_MCA_mca_base_component_disable_dlclose"] = "1"
 ver = subprocess.run([args.mpirun, "--version"], capture_output=True, text=True, env=env)
-ver = ver.stdout + ver.stderr
-extra = ["--oversubscribe"] if ("Open MPI" in ver or "OpenRTE" in ver) else []  # 3 ranks on 2 cores
+extra = oversubscribe(ver.stdout + ver.stderr)  # 3 ranks on 2 cores
 
 fails = []
 def check(cond, what):

@@ -442,7 +442,8 @@ static void check_states_case(const scase *sc, int idx) {
 }
 
 /* A bad state (how: 0 NaN in A on every rank, 1 a norm off 1 in B on every rank, 2 NaN in A on
-   rank `bad` only, 3 A that differs on rank `bad`, 4 a provider): every rank returns `expect`
+   rank `bad` only, 3 A that differs on rank `bad`, 4 a provider, 5 dim 1, which the states' map
+   refuses: its message names qk_gram_mpi_states, not qk_gram_states): every rank returns `expect`
    with the same detail, naming the row; out_path keeps its old content and no file is left. */
 static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
     (void)side; (void)i0; (void)i1; (void)buf; (void)ld; (void)user;
@@ -450,7 +451,8 @@ static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
 }
 
 static void check_states_failure(int how, int bad, qk_result expect, const char *want, int idx) {
-    static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider"};
+    static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider",
+                                   "dim 1"};
     qk_ctx *ctx = qk_test_cpu_ctx(1);
     const int64_t n = 29, dim = 8;
     double *a = random_states(n, dim, dim, 1, 0, 71, 0.0), *b = random_states(17, dim, dim, 1, 0, 72, 0.0);
@@ -477,6 +479,7 @@ static void check_states_failure(int how, int bad, qk_result expect, const char 
     if (how == 2 && rank_ == bad) a[2 * (13 * dim + 5) + 1] = NAN;
     if (how == 3 && rank_ == bad) a[2 * (7 * dim + 2)] = -a[2 * (7 * dim + 2)];
     if (how == 4) { st.a = NULL; st.provider = no_rows; }
+    if (how == 5) st.dim = 1;
     memset(&g, 0, sizeof g);
     g.output = QK_OUTPUT_NPY; g.out_path = out_path;
     r = qk_gram_mpi_states(ctx, &st, &g, MPI_COMM_WORLD);
@@ -560,6 +563,7 @@ int main(int argc, char **argv) {
             if (size_ > 1) check_states_failure(3, k, QK_ERROR_INVALID_ARGUMENT, "disagree on the states A", idx++);
         }
         check_states_failure(4, -1, QK_ERROR_UNSUPPORTED, "a state provider is not supported across ranks", idx++);
+        check_states_failure(5, -1, QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi_states: dim must be >= 2", idx++);
     }
 
     {

@@ -27,6 +27,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from mpi_env import mpi_env, oversubscribe  # noqa: E402  (tests/mpi is not a package)
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--skip")
 ap.add_argument("--mpirun")
@@ -41,25 +44,14 @@ if args.skip:
     print("skipping the MPI tests:", args.skip)
     sys.exit(77)
 
-env = dict(os.environ)
-if hasattr(os, "geteuid") and os.geteuid() == 0:   # Open MPI refuses root without these
-    env["OMPI_ALLOW_RUN_AS_ROOT"] = "1"
-    env["OMPI_ALLOW_RUN_AS_ROOT_CONFIRM"] = "1"
+env = mpi_env()
 try:
     ver = subprocess.run([args.mpirun, "--version"], capture_output=True, text=True, timeout=60, env=env)
     ver = ver.stdout + ver.stderr
 except (OSError, subprocess.TimeoutExpired) as e:
     print("skipping the MPI tests: %s --version failed: %s" % (args.mpirun, e))
     sys.exit(77)
-# Sanitizer builds: MPI keeps allocations until exit; suppress those (tests/mpi/lsan_mpi.supp) and keep
-# its components loaded so that their frames have names. Leaks in qk's code are still reported.
-supp = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lsan_mpi.supp")
-env["LSAN_OPTIONS"] = ":".join(o for o in [env.get("LSAN_OPTIONS", ""), "suppressions=" + supp,
-                                           "fast_unwind_on_malloc=0", "print_suppressions=0"] if o)
-env["OMPI_MCA_mca_base_component_disable_dlclose"] = "1"
-env["PMIX_MCA_mca_base_component_disable_dlclose"] = "1"
-# Open MPI counts slots per core: 3 ranks on 2 cores need --oversubscribe (MPICH needs nothing)
-extra = ["--oversubscribe"] if ("Open MPI" in ver or "OpenRTE" in ver) else []
+extra = oversubscribe(ver)
 print("mpirun:", ver.strip().splitlines()[0] if ver.strip() else "?", extra)
 
 failures = []

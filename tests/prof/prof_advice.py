@@ -5,22 +5,10 @@ against the profiler's own tables: the activity counts and the per-kernel-name c
 in report.json, the rules that fired (each with evidence and a fix), one trace event per
 activity on a named lane of its GPU stream, the text and HTML advice sections. Every JSON
 object is checked for duplicate keys. Usage: prof_advice.py PROF_ADVICE_EXE"""
-import json, os, subprocess, sys, tempfile
+import os, subprocess, sys, tempfile
 
-fails = []
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
-
-def load(path):
-    def no_dups(pairs):
-        keys = [k for k, _ in pairs]
-        dup = sorted({k for k in keys if keys.count(k) > 1})
-        check(not dup, "%s: duplicate keys %s" % (os.path.basename(path), dup))
-        return dict(pairs)
-    with open(path) as f:
-        return json.load(f, object_pairs_hook=no_dups)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prof_json import check, fails, load  # noqa: E402  (tests/prof is not a package)
 
 def main():
     with tempfile.TemporaryDirectory() as d:

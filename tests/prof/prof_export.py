@@ -5,23 +5,10 @@ report.json statistics against the drawn durations (python statistics), trace.js
 report.txt tables, HTML escaping and the HTML timeline (a lane per nesting depth holding the
 trace's zones of that depth, a tooltip on every bar and box, no fixed width, honest headers).
 Every JSON object is checked for duplicate keys. Usage: prof_export.py PROF_STATS_EXE"""
-import html.parser, json, math, os, re, statistics, subprocess, sys, tempfile
+import html.parser, math, os, re, statistics, subprocess, sys, tempfile
 
-fails = []
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
-
-def load(path):
-    """json.load that fails the test on a duplicate key (json keeps the last value silently)."""
-    def no_dups(pairs):
-        keys = [k for k, _ in pairs]
-        dup = sorted({k for k in keys if keys.count(k) > 1})
-        check(not dup, "%s: duplicate keys %s in one object" % (os.path.basename(path), dup))
-        return dict(pairs)
-    with open(path) as f:
-        return json.load(f, object_pairs_hook=no_dups)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prof_json import check, fails, load  # noqa: E402  (tests/prof is not a package)
 
 def close(a, b, rel=1e-9, abs_=1e-6):
     return abs(a - b) <= abs_ + rel * abs(b)

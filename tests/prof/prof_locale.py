@@ -4,19 +4,10 @@ what it wrote: report.json and trace.json parse as JSON (no duplicate keys) and 
 numbers of the injected clock (0.43478 ns per tick); report.html and report.txt hold no number
 with a decimal comma. Exit 77 (skip) where the locale is not installed (the program says so).
 Usage: prof_locale.py PROF_LOCALE_EXE"""
-import json, math, os, re, subprocess, sys, tempfile
+import math, os, re, subprocess, sys, tempfile
 
-fails = []
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
-
-def no_dups(pairs):
-    keys = [k for k, _ in pairs]
-    dup = sorted({k for k in keys if keys.count(k) > 1})
-    check(not dup, "duplicate keys %s" % dup)
-    return dict(pairs)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from prof_json import check, fails, load  # noqa: E402  (tests/prof is not a package)
 
 def main():
     with tempfile.TemporaryDirectory() as d:
@@ -28,7 +19,7 @@ def main():
         check(r.returncode == 0, "prof_locale exited %d" % r.returncode)
         npt = 0.43478
         try:
-            rep = json.load(open(os.path.join(d, "report.json")), object_pairs_hook=no_dups)
+            rep = load(os.path.join(d, "report.json"))
         except ValueError as e:
             check(False, "report.json is not JSON under de_DE: %s" % e)
             rep = None
@@ -42,7 +33,7 @@ def main():
             x = rep["transfers"][0]
             check(math.isclose(x["gbps"], 12.0, rel_tol=1e-12), "transfer GB/s %r" % x["gbps"])
         try:
-            tr = json.load(open(os.path.join(d, "trace.json")), object_pairs_hook=no_dups)
+            tr = load(os.path.join(d, "trace.json"))
         except ValueError as e:
             check(False, "trace.json is not JSON under de_DE: %s" % e)
             tr = None

@@ -475,11 +475,107 @@ static void qkpy_ctx_clear(void)
     for (i = 0; i < QKPY_CTX_CACHE; i++) { qk_ctx_destroy(qkpy_ctx_cache[i].ctx); qkpy_ctx_cache[i].ctx = NULL; }
 }
 
-/* ---- gram ---- */
+/* ---- what gram, gram_states and gram_mps share ---- */
 /* Wall time of the last qk_gram call made by gram() (bench/python_cpu.py: the wrapper's own cost
    is the call's time minus this). */
 static double qkpy_last_gram_s;
 
+/* ValueError for a device or precision outside qk's enums; 0 when both are known. */
+static int qkpy_check_device_precision(int device, int precision)
+{
+    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); return -1; }
+    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) {
+        PyErr_Format(PyExc_ValueError, "unknown precision %d", precision);
+        return -1;
+    }
+    return 0;
+}
+
+/* A context of (device, threads): a cached one (qkpy_ctx_take) or a new one; NULL with the
+   exception set. */
+static qk_ctx *qkpy_ctx_get(int device, int threads)
+{
+    qk_ctx_desc cd;
+    qk_ctx *ctx = qkpy_ctx_take(device, threads);
+    qk_result r = QK_OK;
+    if (ctx) return ctx;
+    memset(&cd, 0, sizeof cd);
+    cd.device = (qk_device)device;
+    cd.n_threads = threads;
+    Py_BEGIN_ALLOW_THREADS
+    r = qk_ctx_create(&cd, &ctx);
+    Py_END_ALLOW_THREADS
+    if (r != QK_OK) { qkpy_raise(r); return NULL; }
+    return ctx;
+}
+
+/* The output dtype qk's planner picks (docs/api.md): fp64 on the CPU engine, fp32 on the GPU
+   engine, unless the precision says otherwise. */
+static qk_dtype qkpy_out_dtype(qk_ctx *ctx, int precision)
+{
+    return precision == QK_PRECISION_FP64 ? QK_F64
+           : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32 /* fp32 and the tensor-core modes */
+           : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+}
+
+/* Where K goes: the .npy at path, or a new (n_x, n_y) array of dt (*out, which the caller owns).
+   -1 with the exception set (no memory). */
+static int qkpy_gram_out(qk_gram_desc *g, PyObject *path, int64_t n_x, int64_t n_y, qk_dtype dt, PyArrayObject **out)
+{
+    npy_intp dims[2];
+    if (path) {
+        g->output = QK_OUTPUT_NPY;
+        g->out_path = PyBytes_AS_STRING(path);
+        return 0;
+    }
+    dims[0] = (npy_intp)n_x; dims[1] = (npy_intp)n_y;
+    *out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
+    if (!*out) return -1;
+    g->out = PyArray_DATA(*out);
+    return 0;
+}
+
+/* Runs one Gram (qk_gram of map, qk_gram_states of states or qk_gram_mps_states of mps: one of
+   them given) with the GIL released, checking for signals while it runs (qkpy_progress), times it
+   (qkpy_last_gram_s) and gives the context back. -1 with the exception set: a signal handler's,
+   or qk's error (path: the file it names). */
+static int qkpy_gram_run(qk_ctx *ctx, int device, int threads, const qk_map *map, const qk_states_desc *states,
+                         const qk_mps_states_desc *mps, qk_gram_desc *g, PyObject *path)
+{
+    qkpy_cancel cancel;
+    qk_result r;
+    double t0;
+    g->progress = qkpy_progress;
+    g->progress_user = &cancel;
+    memset(&cancel, 0, sizeof cancel);
+    cancel.thread = PyThread_get_thread_ident();
+    cancel.last = qkpy_now();
+    cancel.ts = PyEval_SaveThread();
+    t0 = qkpy_now();
+    r = map ? qk_gram(ctx, map, g) : states ? qk_gram_states(ctx, states, g) : qk_gram_mps_states(ctx, mps, g);
+    t0 = qkpy_now() - t0;
+    PyEval_RestoreThread(cancel.ts);
+    qkpy_last_gram_s = t0;                  /* written with the GIL held */
+    qkpy_ctx_give(ctx, device, threads);
+    if (cancel.interrupted) return -1;      /* the signal handler's exception is set */
+    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); return -1; }
+    return 0;
+}
+
+/* X (and Y unless None) checked as a map of n_features takes them (qkpy_check_in); borrowed. */
+static int qkpy_check_xy(PyObject *xo, PyObject *yo, int n_features, PyArrayObject **x, PyArrayObject **y)
+{
+    if (qkpy_check_in(xo, "X", n_features) < 0) return -1;
+    *x = (PyArrayObject *)xo;
+    *y = NULL;
+    if (yo != Py_None) {
+        if (qkpy_check_in(yo, "Y", n_features) < 0) return -1;
+        *y = (PyArrayObject *)yo;
+    }
+    return 0;
+}
+
+/* ---- gram ---- */
 static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"map", "x", "y", "out", "device", "precision", "threads", "out_path", "tol", NULL};
@@ -488,26 +584,16 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     double tol = 0.0;
     qkpy_Map *map;
     PyArrayObject *x, *y = NULL, *out = NULL;
-    qk_ctx_desc cd;
     qk_ctx *ctx;
     qk_gram_desc g;
     qk_dtype dt;
-    qkpy_cancel cancel;
-    qk_result r = QK_OK;
     int64_t nx, ny, ld = 0;
-    double t0;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!O|OOiiiO&d:gram", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &outo,
                                      &device, &precision, &threads, PyUnicode_FSConverter, &path, &tol)) return NULL;
     map = (qkpy_Map *)mapo;
-    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) goto fail;
-    x = (PyArrayObject *)xo;
-    if (yo != Py_None) {
-        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) goto fail;
-        y = (PyArrayObject *)yo;
-    }
-    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
-    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (qkpy_check_xy(xo, yo, map->map->n_features, &x, &y) < 0) goto fail;
+    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
     if (!(tol >= 0.0 && tol <= 1.0)) { PyErr_Format(PyExc_ValueError, "tol must be in [0, 1] (got %g)", tol); goto fail; }
     if (threads < 0) { PyErr_Format(PyExc_ValueError, "threads must be >= 1 (got %d)", threads); goto fail; }
     if (path && outo != Py_None) { PyErr_SetString(PyExc_ValueError, "give out or out_path, not both"); goto fail; }
@@ -536,35 +622,16 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
         if (nx > 1) ld = PyArray_STRIDE(o, 0) / isz;
     }
     threads = qkpy_threads_for(threads);    /* threads=None: the limit (threadpoolctl), if any */
-    ctx = qkpy_ctx_take(device, threads);
-    if (!ctx) {
-        memset(&cd, 0, sizeof cd);
-        cd.device = (qk_device)device;
-        cd.n_threads = threads;
-        Py_BEGIN_ALLOW_THREADS
-        r = qk_ctx_create(&cd, &ctx);
-        Py_END_ALLOW_THREADS
-        if (r != QK_OK) { qkpy_raise(r); goto fail; }
-    }
+    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
     qkpy_last_threads = qk_ctx_query(ctx).n_threads;
-    /* the output dtype qk's planner picks (docs/api.md): fp64 on the CPU engine, fp32 on the GPU
-       engine, unless the precision says otherwise; the caller's out decides for itself */
-    dt = precision == QK_PRECISION_FP64 ? QK_F64
-         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32 /* fp32 and the tensor-core modes */
-         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    dt = qkpy_out_dtype(ctx, precision);    /* the caller's out decides for itself */
     memset(&g, 0, sizeof g);
     if (outo != Py_None) {
         dt = PyArray_TYPE((PyArrayObject *)outo) == NPY_FLOAT ? QK_F32 : QK_F64;
         g.out = PyArray_DATA((PyArrayObject *)outo);
-    } else if (path) {
-        g.output = QK_OUTPUT_NPY;
-        g.out_path = PyBytes_AS_STRING(path);
-    } else {
-        npy_intp dims[2];
-        dims[0] = (npy_intp)nx; dims[1] = (npy_intp)ny;
-        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
-        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
-        g.out = PyArray_DATA(out);
+    } else if (qkpy_gram_out(&g, path, nx, ny, dt, &out) < 0) {
+        qkpy_ctx_give(ctx, device, threads);
+        goto fail;
     }
     g.x = (const double *)PyArray_DATA(x);
     g.n_x = nx;
@@ -574,20 +641,7 @@ static PyObject *qkpy_gram(PyObject *mod, PyObject *args, PyObject *kw)
     g.out_dtype = dt;
     g.precision = (qk_precision)precision;
     g.tol = tol;
-    g.progress = qkpy_progress;
-    g.progress_user = &cancel;
-    memset(&cancel, 0, sizeof cancel);
-    cancel.thread = PyThread_get_thread_ident();
-    cancel.last = qkpy_now();
-    cancel.ts = PyEval_SaveThread();
-    t0 = qkpy_now();
-    r = qk_gram(ctx, map->map, &g);
-    t0 = qkpy_now() - t0;
-    PyEval_RestoreThread(cancel.ts);
-    qkpy_last_gram_s = t0;                  /* written with the GIL held */
-    qkpy_ctx_give(ctx, device, threads);
-    if (cancel.interrupted) goto fail;      /* the signal handler's exception is set */
-    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
+    if (qkpy_gram_run(ctx, device, threads, map->map, NULL, NULL, &g, path) < 0) goto fail;
     Py_XDECREF(path);
     if (outo != Py_None) { Py_INCREF(outo); return outo; }
     if (out) return (PyObject *)out;
@@ -610,37 +664,22 @@ static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *k
     unsigned long long pa = 0, pb = 0;
     long long n_a = 0, lda = 0, n_b = 0, ldb = 0, dim = 0;
     int type = 0, on_device = 0, device = 0, precision = 0, threads = 0, normalize = 0, a_mixed = 0, b_mixed = 0;
-    double norm_tol = 0.0, t0;
+    double norm_tol = 0.0;
     PyObject *path = NULL;
     PyArrayObject *out = NULL;
     qk_states_desc st;
     qk_gram_desc g;
-    qk_ctx_desc cd;
     qk_ctx *ctx;
     qk_dtype dt;
-    qkpy_cancel cancel;
-    qk_result r = QK_OK;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "KLLKLLLiiiiiid|O&ii:_gram_states", kwlist, &pa, &n_a, &lda, &pb, &n_b, &ldb, &dim, &type,
                                      &on_device, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path,
                                      &a_mixed, &b_mixed))
         return NULL;
-    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
-    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
     threads = qkpy_threads_for(threads);
-    ctx = qkpy_ctx_take(device, threads);
-    if (!ctx) {
-        memset(&cd, 0, sizeof cd);
-        cd.device = (qk_device)device;
-        cd.n_threads = threads;
-        Py_BEGIN_ALLOW_THREADS
-        r = qk_ctx_create(&cd, &ctx);
-        Py_END_ALLOW_THREADS
-        if (r != QK_OK) { qkpy_raise(r); goto fail; }
-    }
-    dt = precision == QK_PRECISION_FP64 ? QK_F64
-         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32
-         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
+    dt = qkpy_out_dtype(ctx, precision);
     memset(&st, 0, sizeof st);
     st.type = (qk_state_type)type;
     st.dim = dim;
@@ -656,32 +695,10 @@ static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *k
     st.a_mixed = a_mixed;
     st.b_mixed = b_mixed;
     memset(&g, 0, sizeof g);
-    if (path) {
-        g.output = QK_OUTPUT_NPY;
-        g.out_path = PyBytes_AS_STRING(path);
-    } else {
-        npy_intp dims[2];
-        dims[0] = (npy_intp)n_a; dims[1] = (npy_intp)(pb ? n_b : n_a);
-        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
-        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
-        g.out = PyArray_DATA(out);
-    }
+    if (qkpy_gram_out(&g, path, n_a, pb ? n_b : n_a, dt, &out) < 0) { qkpy_ctx_give(ctx, device, threads); goto fail; }
     g.out_dtype = dt;
     g.precision = (qk_precision)precision;
-    g.progress = qkpy_progress;
-    g.progress_user = &cancel;
-    memset(&cancel, 0, sizeof cancel);
-    cancel.thread = PyThread_get_thread_ident();
-    cancel.last = qkpy_now();
-    cancel.ts = PyEval_SaveThread();
-    t0 = qkpy_now();
-    r = qk_gram_states(ctx, &st, &g);
-    t0 = qkpy_now() - t0;
-    PyEval_RestoreThread(cancel.ts);
-    qkpy_last_gram_s = t0;
-    qkpy_ctx_give(ctx, device, threads);
-    if (cancel.interrupted) goto fail;
-    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
+    if (qkpy_gram_run(ctx, device, threads, NULL, &st, NULL, &g, path) < 0) goto fail;
     Py_XDECREF(path);
     if (out) return (PyObject *)out;
     Py_RETURN_NONE;
@@ -703,36 +720,21 @@ static PyObject *qkpy_gram_mps_raw(PyObject *mod, PyObject *args, PyObject *kw)
     unsigned long long pa = 0, pab = 0, pb = 0, pbb = 0;
     long long n_a = 0, n_b = 0;
     int n_sites = 0, type = 0, layout = 0, device = 0, precision = 0, threads = 0, normalize = 0;
-    double norm_tol = 0.0, t0;
+    double norm_tol = 0.0;
     PyObject *path = NULL;
     PyArrayObject *out = NULL;
     qk_mps_states_desc st;
     qk_gram_desc g;
-    qk_ctx_desc cd;
     qk_ctx *ctx;
     qk_dtype dt;
-    qkpy_cancel cancel;
-    qk_result r = QK_OK;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "KKLKKLiiiiiiid|O&:_gram_mps", kwlist, &pa, &pab, &n_a, &pb, &pbb, &n_b, &n_sites, &type,
                                      &layout, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path))
         return NULL;
-    if (device < QK_DEVICE_AUTO || device > QK_DEVICE_CUDA) { PyErr_Format(PyExc_ValueError, "unknown device %d", device); goto fail; }
-    if (precision < QK_PRECISION_DEFAULT || precision >= QK_PRECISION_COUNT) { PyErr_Format(PyExc_ValueError, "unknown precision %d", precision); goto fail; }
+    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
     threads = qkpy_threads_for(threads);
-    ctx = qkpy_ctx_take(device, threads);
-    if (!ctx) {
-        memset(&cd, 0, sizeof cd);
-        cd.device = (qk_device)device;
-        cd.n_threads = threads;
-        Py_BEGIN_ALLOW_THREADS
-        r = qk_ctx_create(&cd, &ctx);
-        Py_END_ALLOW_THREADS
-        if (r != QK_OK) { qkpy_raise(r); goto fail; }
-    }
-    dt = precision == QK_PRECISION_FP64 ? QK_F64
-         : precision != QK_PRECISION_DEFAULT && precision != QK_PRECISION_AUTO ? QK_F32
-         : qk_ctx_query(ctx).device == QK_DEVICE_CUDA ? QK_F32 : QK_F64;
+    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
+    dt = qkpy_out_dtype(ctx, precision);
     memset(&st, 0, sizeof st);
     st.type = (qk_state_type)type;
     st.layout = (qk_mps_layout)layout;
@@ -746,32 +748,10 @@ static PyObject *qkpy_gram_mps_raw(PyObject *mod, PyObject *args, PyObject *kw)
     st.normalize = normalize;
     st.norm_tol = norm_tol;
     memset(&g, 0, sizeof g);
-    if (path) {
-        g.output = QK_OUTPUT_NPY;
-        g.out_path = PyBytes_AS_STRING(path);
-    } else {
-        npy_intp dims[2];
-        dims[0] = (npy_intp)n_a; dims[1] = (npy_intp)(pb ? n_b : n_a);
-        out = (PyArrayObject *)PyArray_SimpleNew(2, dims, dt == QK_F32 ? NPY_FLOAT : NPY_DOUBLE);
-        if (!out) { qkpy_ctx_give(ctx, device, threads); goto fail; }
-        g.out = PyArray_DATA(out);
-    }
+    if (qkpy_gram_out(&g, path, n_a, pb ? n_b : n_a, dt, &out) < 0) { qkpy_ctx_give(ctx, device, threads); goto fail; }
     g.out_dtype = dt;
     g.precision = (qk_precision)precision;
-    g.progress = qkpy_progress;
-    g.progress_user = &cancel;
-    memset(&cancel, 0, sizeof cancel);
-    cancel.thread = PyThread_get_thread_ident();
-    cancel.last = qkpy_now();
-    cancel.ts = PyEval_SaveThread();
-    t0 = qkpy_now();
-    r = qk_gram_mps_states(ctx, &st, &g);
-    t0 = qkpy_now() - t0;
-    PyEval_RestoreThread(cancel.ts);
-    qkpy_last_gram_s = t0;
-    qkpy_ctx_give(ctx, device, threads);
-    if (cancel.interrupted) goto fail;
-    if (r != QK_OK) { qkpy_raise_path(r, path ? PyBytes_AS_STRING(path) : NULL); goto fail; }
+    if (qkpy_gram_run(ctx, device, threads, NULL, NULL, &st, &g, path) < 0) goto fail;
     Py_XDECREF(path);
     if (out) return (PyObject *)out;
     Py_RETURN_NONE;
@@ -801,12 +781,7 @@ static PyObject *qkpy_gram_vjp(PyObject *mod, PyObject *args, PyObject *kw)
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOO|ii:_gram_vjp", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &go, &threads, &data)) return NULL;
     map = (qkpy_Map *)mapo;
-    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) return NULL;
-    x = (PyArrayObject *)xo;
-    if (yo != Py_None) {
-        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) return NULL;
-        y = (PyArrayObject *)yo;
-    }
+    if (qkpy_check_xy(xo, yo, map->map->n_features, &x, &y) < 0) return NULL;
     nx = PyArray_DIM(x, 0);
     ny = y ? PyArray_DIM(y, 0) : nx;
     if (!PyArray_Check(go) || PyArray_TYPE((PyArrayObject *)go) != NPY_DOUBLE || PyArray_NDIM((PyArrayObject *)go) != 2 ||
@@ -876,12 +851,7 @@ static PyObject *qkpy_gram_projected(PyObject *mod, PyObject *args, PyObject *kw
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOd|i:_gram_projected", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &gamma, &threads)) return NULL;
     map = (qkpy_Map *)mapo;
-    if (qkpy_check_in(xo, "X", map->map->n_features) < 0) return NULL;
-    x = (PyArrayObject *)xo;
-    if (yo != Py_None) {
-        if (qkpy_check_in(yo, "Y", map->map->n_features) < 0) return NULL;
-        y = (PyArrayObject *)yo;
-    }
+    if (qkpy_check_xy(xo, yo, map->map->n_features, &x, &y) < 0) return NULL;
     dims[0] = PyArray_DIM(x, 0);
     dims[1] = y ? PyArray_DIM(y, 0) : dims[0];
     K = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_DOUBLE);

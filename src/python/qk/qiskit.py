@@ -9,8 +9,11 @@
 Importing this module imports qiskit-machine-learning (``import qk`` does not). qk computes exact
 fidelities |<psi(x)|psi(y)>|^2 of the circuit's states (``FeatureMap.from_qiskit``), the values of
 qiskit-machine-learning's ``FidelityStatevectorKernel`` (to 1e-12 in fp64), in milliseconds
-instead of seconds. There is no ``TrainableKernel`` side yet: qk has no gradients of K with
-respect to a map's weights (see docs/python.md).
+instead of seconds. ``QKTrainableKernel`` is the ``TrainableKernel`` side, for
+``QuantumKernelTrainer``: a qk map's trainable weights as its training parameters. qk has exact
+gradients of a loss of K with respect to the weights (and the data) too, ``qk_gram_vjp``: in
+Python ``qk.gram_vjp`` and ``qk.KernelTrainer``, which trains the weights with them instead of
+QuantumKernelTrainer's SPSA / COBYLA (docs/gradients.md).
 """
 from __future__ import annotations
 
