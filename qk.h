@@ -746,6 +746,37 @@ typedef enum qk_gpu_engine {
     QK_GPU_ENGINE_COUNT
 } qk_gpu_engine;
 
+/* One part of K that one GPU of a plan of several computes (qk_plan.parts), and the plan it
+   runs: made with the whole plan (qk_plan_for_devices: for that GPU's device info, as
+   qk_plan_for_device plans the part's job; qk_plan_make: for its free memory at plan time, and
+   autotuned), so that the multi-GPU engine only executes it. The part's job: rows [row0, row0 +
+   n_rows) of X against columns [col0, col0 + n_cols) of Y (K(X,X): of X), in the whole plan's
+   precision and out_dtype; a diagonal block (symmetric) is K(X_band, X_band) itself, its upper
+   triangle computed and mirrored. The fields from bulk_states on mean what qk_plan's of the same
+   name mean, for the part's job on its GPU; the part's plan takes the rest from the whole plan
+   (backend, path, precision, out_dtype, output, n_qubits, error_bound; tol 0, no precision note:
+   the part runs the precision the whole plan resolved). */
+#define QK_MAX_PARTS (2 * QK_MAX_DEVICES)
+typedef struct qk_plan_part {
+    int device;                 /* index into qk_plan.devices (not the CUDA ordinal) */
+    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)); 0: a rectangle */
+    int mirror;                 /* 1: the GPU writes the rectangle's mirror below the diagonal too */
+    int64_t row0, n_rows;       /* rows of K */
+    int64_t col0, n_cols;       /* columns of K */
+    int bulk_states;
+    int64_t state_tile;
+    int64_t tile_m, tile_n;
+    int n_streams;
+    int64_t slab_rows;
+    int host_pinned;            /* HOST output: the part's rows of the caller's buffer are page-locked */
+    size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
+    size_t bytes_budget;        /* vram_fraction * that GPU's free memory */
+    int k_resident;
+    qk_gpu_engine engine;
+    int kernel_cfg;
+    char config[96];            /* the kernel configuration and where it came from (the autotune) */
+} qk_plan_part;
+
 typedef struct qk_plan {
     qk_backend backend;
     qk_path path;
@@ -800,7 +831,7 @@ typedef struct qk_plan {
     double mps_pair_flops;      /* MPS: real flops per overlap <psi(x)|psi(y)> */
     /* Devices (GPU engine): the job is dealt to n_devices GPUs (1: a single-GPU plan, the
        fields above describe it; > 1: they describe the whole job planned for devices[0], and
-       each GPU plans its own parts when it runs). Device k computes rows [dev_row0[k],
+       parts[] holds the plan of every GPU's parts, which is what runs). Device k computes rows [dev_row0[k],
        dev_row0[k + 1]) of K (qk_schedule_make, balanced by pair count, weighted by SM count):
        for K(X,Y) rows x all columns; for K(X,X) the band's diagonal block (symmetric) and the
        rectangle right of it, whose mirror below the diagonal it writes too. */
@@ -822,6 +853,11 @@ typedef struct qk_plan {
                                    matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
     int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
                                    the largest given bond */
+    /* Several GPUs (n_devices > 1; else n_parts is 0): the parts of K each GPU computes and the
+       plan of each (qk_plan_part), device by device in order, each device's diagonal block before
+       its rectangle; the engine runs exactly these (nothing is planned or tuned while it runs). */
+    int n_parts;
+    qk_plan_part parts[QK_MAX_PARTS];
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
@@ -882,6 +918,8 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
    then, when every device gets at least desc->mgpu_min_pairs (default QK_MGPU_MIN_PAIRS) pairs,
    its rows dealt to as many of the devices (fewer when the job is smaller: n_devices = 1 below
    twice that many pairs; desc->mgpu_host_bound_split: whether a host-bound K(X,X) is dealt).
+   On several devices every part is planned for its device too (plan.parts: each the plan
+   qk_plan_for_device makes for the part's job on infos[k]; qk_plan_make also autotunes them).
    Injected infos test the split without a GPU. */
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);
@@ -2233,6 +2271,10 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
 QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
                                    qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
+QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd);
+QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp);
+QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name);
+QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan);
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                         const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA
@@ -9954,6 +9996,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
     p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
     p->dev_imbalance = 1.0;
     p->dev_full_rows = 0;
+    p->n_parts = 0;
 }
 
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
@@ -10033,7 +10076,38 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     out->dev_row0[use] = sch.row0[use];
     out->dev_imbalance = sch.imbalance;
     qk_schedule_free(&sch);
-    return QK_OK;
+    /* every GPU's parts, each planned for that GPU (the engine runs these plans) */
+    for (k = 0; k < use; k++) {
+        int64_t part[2][3];
+        const int np = qk__mgpu_parts(out, k, part);
+        int i;
+        for (i = 0; i < np; i++) {
+            qk_plan_part *pp = &out->parts[out->n_parts];
+            qk_gram_desc sd;
+            qk_plan sp;
+            memset(pp, 0, sizeof *pp);
+            pp->device = k;
+            pp->symmetric = (int)part[i][2];
+            pp->mirror = out->symmetric && !pp->symmetric && !out->dev_full_rows;
+            pp->row0 = out->dev_row0[k];
+            pp->n_rows = out->dev_row0[k + 1] - out->dev_row0[k];
+            pp->col0 = part[i][0];
+            pp->n_cols = part[i][1] - part[i][0];
+            qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
+            r = qk__plan_for_device(&infos[k], vram_fraction, map, &sd, &sp, NULL);
+            if (r == QK_OK) qk__plan_one_device(&sp, 0);
+            if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
+            if (r != QK_OK) {
+                char why[sizeof qk__errbuf];
+                snprintf(why, sizeof why, "%s", qk_last_error());
+                return qk__fail(r, "CUDA device %d: its part of K (rows [%lld, %lld), columns [%lld, %lld)): %s", out->devices[k],
+                                (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0,
+                                (long long)(pp->col0 + pp->n_cols), why);
+            }
+            out->n_parts++;
+        }
+    }
+    return qk__mgpu_check_parts(out);   /* what the engine accepts (it checks again: a plan may be put together by hand) */
 }
 
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
@@ -10055,6 +10129,125 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
     part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
     if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
     return n;
+}
+
+/* The job of part pp of a plan of several devices as its GPU runs it (the planner plans it with
+   this desc, the engine runs it with this desc and its output added): X's rows of the band, Y's
+   columns of the part (y NULL: a diagonal block), the precision and out_dtype the whole plan
+   resolved. d: features per sample. Planning reads no sample, so x may be NULL there. */
+QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd)
+{
+    static const double none[1] = {0.0};   /* a rectangle's y when the planner got no data */
+    const double *Y = desc->y ? desc->y : desc->x;
+    memset(sd, 0, sizeof *sd);
+    sd->x = desc->x ? desc->x + pp->row0 * d : NULL;
+    sd->n_x = pp->n_rows;
+    sd->y = pp->symmetric ? NULL : Y ? Y + pp->col0 * d : none;
+    sd->n_y = pp->symmetric ? 0 : pp->n_cols;
+    sd->precision = plan->precision;
+    sd->out_dtype = plan->out_dtype;
+    sd->path = desc->path;
+    sd->output = desc->output;
+}
+
+/* The plan part i of a plan of several devices runs (what qk_plan_for_device made for its job on
+   its GPU, autotuned by qk_plan_make): the part's fields over the whole plan's shared ones.
+   device_name: that GPU's (qk_device_info.name; NULL: none). */
+QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp)
+{
+    const qk_plan_part *pp = &plan->parts[i];
+    memset(sp, 0, sizeof *sp);
+    sp->backend = QK_BACKEND_CUDA;
+    sp->path = plan->path;
+    sp->precision = plan->precision;
+    sp->error_bound = plan->error_bound;
+    sp->out_dtype = plan->out_dtype;
+    sp->output = plan->output;
+    sp->n_qubits = plan->n_qubits;
+    sp->n_x = pp->n_rows;
+    sp->n_y = pp->n_cols;
+    sp->symmetric = pp->symmetric;
+    sp->bulk_states = pp->bulk_states;
+    sp->state_tile = pp->state_tile;
+    sp->tile_m = pp->tile_m;
+    sp->tile_n = pp->tile_n;
+    sp->n_streams = pp->n_streams;
+    sp->slab_rows = pp->slab_rows;
+    sp->host_pinned = pp->host_pinned;
+    sp->bytes_states = pp->bytes_states;
+    sp->bytes_out = pp->bytes_out;
+    sp->bytes_staging = pp->bytes_staging;
+    sp->bytes_workspace = pp->bytes_workspace;
+    sp->bytes_total = pp->bytes_total;
+    sp->bytes_budget = pp->bytes_budget;
+    sp->k_resident = pp->k_resident;
+    sp->engine = pp->engine;
+    sp->use_blas = (int)pp->engine;
+    sp->kernel_cfg = pp->kernel_cfg;
+    memcpy(sp->config, pp->config, sizeof sp->config);
+    if (device_name) snprintf(sp->device_name, sizeof sp->device_name, "%s", device_name);
+    qk__plan_one_device(sp, 0);
+}
+
+/* Stores the plan sp of part i (its geometry already in plan->parts[i]) and checks that the part
+   carries all of it: qk__plan_part_plan gives sp back byte for byte (device_name: the GPU's),
+   so what runs is what was planned; else QK_ERROR_UNSUPPORTED (a part planned on another path,
+   another engine family or precision than the whole job: an internal error). */
+QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name)
+{
+    qk_plan_part *pp = &plan->parts[i];
+    qk_plan back;
+    if (sp->backend != QK_BACKEND_CUDA || sp->path == QK_PATH_MPS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "the part was planned on the %s (internal error)",
+                        sp->backend != QK_BACKEND_CUDA ? "CPU engine" : "MPS path");
+    pp->bulk_states = sp->bulk_states;
+    pp->state_tile = sp->state_tile;
+    pp->tile_m = sp->tile_m;
+    pp->tile_n = sp->tile_n;
+    pp->n_streams = sp->n_streams;
+    pp->slab_rows = sp->slab_rows;
+    pp->host_pinned = sp->host_pinned;
+    pp->bytes_states = sp->bytes_states;
+    pp->bytes_out = sp->bytes_out;
+    pp->bytes_staging = sp->bytes_staging;
+    pp->bytes_workspace = sp->bytes_workspace;
+    pp->bytes_total = sp->bytes_total;
+    pp->bytes_budget = sp->bytes_budget;
+    pp->k_resident = sp->k_resident;
+    pp->engine = sp->engine;
+    pp->kernel_cfg = sp->kernel_cfg;
+    memcpy(pp->config, sp->config, sizeof pp->config);
+    qk__plan_part_plan(plan, i, device_name, &back);
+    if (memcmp(&back, sp, sizeof back) != 0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "the part's plan differs from the whole job's beyond what a part holds "
+                        "(path %d / %d, precision %s / %s; internal error)", (int)sp->path, (int)plan->path,
+                        qk_precision_name(sp->precision), qk_precision_name(plan->precision));
+    return QK_OK;
+}
+
+/* A plan of several devices carries every device's parts, those qk__mgpu_parts names, in order
+   (a plan made by qk_plan_make or qk_plan_for_devices does; one put together otherwise may not):
+   QK_OK, else QK_ERROR_INVALID_ARGUMENT with a message naming the first difference. */
+QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan)
+{
+    int k, i, n = 0;
+    if (plan->n_parts < 0 || plan->n_parts > QK_MAX_PARTS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: plan.n_parts = %d (at most %d)", plan->n_parts, QK_MAX_PARTS);
+    for (k = 0; k < plan->n_devices; k++) {
+        int64_t part[2][3];
+        const int np = qk__mgpu_parts(plan, k, part);
+        for (i = 0; i < np; i++, n++) {
+            const qk_plan_part *pp = &plan->parts[n];
+            if (n >= plan->n_parts || pp->device != k || pp->symmetric != (int)part[i][2] || pp->row0 != plan->dev_row0[k] ||
+                pp->n_rows != plan->dev_row0[k + 1] - plan->dev_row0[k] || pp->col0 != part[i][0] || pp->n_cols != part[i][1] - part[i][0] ||
+                pp->mirror != (plan->symmetric && !pp->symmetric && !plan->dev_full_rows))
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d GPUs without the plan of GPU %d's part %d "
+                                "(plan.parts; qk_plan_make and qk_plan_for_devices make them)", plan->n_devices, plan->devices[k], i + 1);
+        }
+    }
+    if (n != plan->n_parts)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: plan.n_parts = %d, the devices' rows make %d parts", plan->n_parts, n);
+    return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,
@@ -10390,6 +10583,37 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     return QK_OK;
 }
 
+#if defined(QK_CUDA) && QK_CUDA
+/* A plan of several GPUs: each part's configuration from the autotune (the cache, the whole
+   plan's entry when the GPUs are alike; a miss measures on that GPU, made current for it), with
+   autotune off (-1) or cache (0) whatever the context's mode (the whole plan's own autotune
+   measures when it asks to), and, for a HOST output, whether the part's rows of the caller's
+   buffer are page-locked. The first GPU is current afterwards. */
+static qk_result qk__plan_parts_tune(qk_ctx *ctx, const qk_device_info *infos, const qk_gram_desc *desc, qk_plan *out)
+{
+    const int64_t ld = desc->ld_out ? desc->ld_out : out->n_y;
+    const size_t es = out->out_dtype == QK_F32 ? 4 : 8;
+    char err[256] = "";
+    int k, i;
+    qk_result r = QK_OK;
+    for (k = out->n_devices - 1; k >= 0 && r == QK_OK; k--) {   /* the first GPU last: current afterwards */
+        qk_plan sp;
+        r = qk_cuda_set_device(out->devices[k], err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", out->devices[k], err);
+        for (i = 0; i < out->n_parts && r == QK_OK; i++) {
+            const qk_plan_part *pp = &out->parts[i];
+            if (pp->device != k) continue;
+            qk__plan_part_plan(out, i, infos[k].name, &sp);
+            qk__plan_autotune(&infos[k], ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
+            if (desc->output == QK_OUTPUT_HOST && desc->out)
+                sp.host_pinned = qk_cuda_host_pinned((const char *)desc->out + (size_t)(pp->row0 * ld + pp->col0) * es);
+            r = qk__plan_part_set(out, i, &sp, infos[k].name);
+        }
+    }
+    return r;
+}
+#endif
+
 /* qk_plan_make; keep (may be NULL, else zeroed by the caller): an MPS plan's program, handed to
    the engine by qk_gram (the caller frees it). */
 QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
@@ -10419,6 +10643,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
         }
         if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
         if (r == QK_OK && desc->output == QK_OUTPUT_HOST && desc->out) out->host_pinned = qk_cuda_host_pinned(desc->out);
+        if (r == QK_OK && out->n_parts > 0) r = qk__plan_parts_tune(ctx, infos, desc, out);
 #else
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
@@ -10507,7 +10732,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->engine == QK_GPU_FUSED ? ")" : "");
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
-        int k;
+        int k, i;
         int64_t tot = 0, worst;
         for (k = 0; k < p->n_devices; k++) tot += p->dev_pairs[k];
         worst = (int64_t)(p->dev_imbalance * 10000.0 + 0.5);
@@ -10521,6 +10746,22 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             qk__cat(buf, size, &len, "    GPU %d: rows [%lld, %lld), %lld pairs (%lld.%02lld %%), %d part%s\n", p->devices[k],
                     (long long)p->dev_row0[k], (long long)p->dev_row0[k + 1], (long long)p->dev_pairs[k],
                     (long long)(pc / 100), (long long)(pc % 100), np, np == 1 ? "" : "s");
+            for (i = 0; i < p->n_parts && i < QK_MAX_PARTS; i++) {   /* its parts' plans (what runs) */
+                const qk_plan_part *pp = &p->parts[i];
+                const char *en = qk__engine_name(pp->engine);
+                if (pp->device != k) continue;
+                qk__cat(buf, size, &len, "      [%lld, %lld) x [%lld, %lld) %s: %s, %s, kernel_cfg %d%s%s%s; states %s",
+                        (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0, (long long)(pp->col0 + pp->n_cols),
+                        pp->symmetric ? "diagonal block" : pp->mirror ? "rectangle + mirror" : "rows",
+                        en ? en : "?", qk_precision_name(p->precision), pp->kernel_cfg,
+                        pp->engine == QK_GPU_FUSED ? " (" : "", pp->engine == QK_GPU_FUSED ? qk__fused_cfg_name(pp->kernel_cfg) : "",
+                        pp->engine == QK_GPU_FUSED ? ")" : "", pp->bulk_states ? "all resident" : "in tiles");
+                if (!pp->bulk_states) qk__cat(buf, size, &len, " of %lld", (long long)pp->state_tile);
+                if (pp->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE) qk__cat(buf, size, &len, ", slabs of %lld rows", (long long)pp->slab_rows);
+                if (pp->k_resident) qk__cat(buf, size, &len, ", K resident");
+                qk__cat(buf, size, &len, ", %s of %s GB\n        config: %s\n", qk__gb3(pp->bytes_total, g1, sizeof g1),
+                        qk__gb3(pp->bytes_budget, g2, sizeof g2), pp->config);
+            }
         }
     }
     return (int)len;
@@ -10778,7 +11019,8 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 /* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU makes its
    GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
    all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
-   of it), each part planned for that GPU's free memory. Parts go to the output at their offsets
+   of it), each part with the plan qk_plan.parts carries for it (planned for that GPU's free
+   memory and autotuned by qk_plan_make: nothing is planned or tuned here). Parts go to the output at their offsets
    in K, and no element is written by two threads (a band's rows from its first row on, and the
    mirror of its rectangle: rows below the band, the band's columns):
      HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
@@ -10794,6 +11036,9 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
    NPY leaves no file. Times: qk_ctx_device_seconds. */
 #if defined(QK_CUDA) && QK_CUDA
 static int qk__mgpu_test_fail = -1;  /* tests: this ordinal's thread fails before its last part */
+#ifdef QK_TEST_FAULTS
+static qk_plan qk__mgpu_test_ran[QK_MAX_PARTS];   /* tests: the plan each part of the last job ran */
+#endif
 
 typedef struct qk__mgpu {
     qk_ctx *ctx;
@@ -10973,7 +11218,7 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
     return v->mirror ? qk__mgpu_mirror_npy(v, gi, m, src, ld) : QK_OK;
 }
 
-/* One GPU's share: its parts in order, each planned for the GPU's free memory now. */
+/* One GPU's share: its parts in order, each with the plan the plan carries for it. */
 static void *qk__mgpu_main(void *p)
 {
     qk__mgpu_dev *v = (qk__mgpu_dev *)p;
@@ -10981,41 +11226,32 @@ static void *qk__mgpu_main(void *p)
     qk_ctx *ctx = g->ctx;
     const qk_plan *plan = g->plan;
     const qk_gram_desc *desc = g->desc;
-    const int64_t a = plan->dev_row0[v->k], b = plan->dev_row0[v->k + 1], d = g->map->n_features;
-    const int sym = desc->y == NULL;
-    const double *Y = sym ? desc->x : desc->y;
-    int64_t part[2][3];         /* columns [j0, j1) of each part, and whether it is a diagonal block */
-    const int n_parts = qk__mgpu_parts(plan, v->k, part);
-    int i;
+    int i, n_parts = 0, done = 0;
     char err[512] = "", nm[32];
     qk_result r;
+    for (i = 0; i < plan->n_parts; i++) n_parts += plan->parts[i].device == v->k;
     snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
     QK_PROF_THREAD_NAME(nm);
     QK_PROF_BEGIN("qk gpu share");
     r = qk_cuda_set_device(v->ord, err, sizeof err);
     if (r != QK_OK) qk__mgpu_fail(g, v->ord, r, err, 0);
-    for (i = 0; i < n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+    for (i = 0; i < plan->n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+        const qk_plan_part *pp = &plan->parts[i];
+        const int64_t j0 = pp->col0;
         qk_gram_desc sd;
         qk_plan sp;
-        qk_device_info info;
         qk_cuda_io io;
-        const int64_t j0 = part[i][0], j1 = part[i][1];
-        const int diag = (int)part[i][2];
+        if (pp->device != v->k) continue;
         err[0] = 0;
-        if (qk__mgpu_test_fail == v->ord && i == n_parts - 1) {
+        if (qk__mgpu_test_fail == v->ord && done == n_parts - 1) {
             r = QK_ERROR_CUDA;
             qk__mgpu_fail(g, v->ord, r, "an injected failure (test) before its last part", 0);
             break;
         }
-        memset(&sd, 0, sizeof sd);
-        sd.x = desc->x + a * d;
-        sd.n_x = b - a;
-        sd.y = diag ? NULL : Y + j0 * d;
-        sd.n_y = diag ? 0 : j1 - j0;
-        sd.precision = plan->precision;
-        sd.out_dtype = plan->out_dtype;
-        sd.path = desc->path;
-        sd.output = desc->output;
+        done++;
+        /* the part's job and plan, both as the planner made them (qk__mgpu_part_desc, plan.parts) */
+        qk__mgpu_part_desc(plan, pp, g->map->n_features, desc, &sd);
+        qk__plan_part_plan(plan, i, ctx->dev_ord[v->k] == v->ord ? ctx->dev_info[v->k].name : NULL, &sp);
         sd.tile_fn = desc->tile_fn;
         sd.tile_user = desc->tile_user;
         sd.out_path = desc->out_path;
@@ -11023,23 +11259,15 @@ static void *qk__mgpu_main(void *p)
         sd.progress = qk__mgpu_progress;
         sd.progress_user = v;
         if (desc->output == QK_OUTPUT_HOST) {
-            sd.out = (char *)desc->out + (size_t)(a * g->ld + j0) * g->es;
+            sd.out = (char *)desc->out + (size_t)(pp->row0 * g->ld + j0) * g->es;
             sd.ld_out = g->ld;
         } else if (desc->output == QK_OUTPUT_DEVICE) {
             sd.out = (char *)desc->out_devices[v->k] + (size_t)j0 * g->es;
             sd.ld_out = g->ld;
         }
-        r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
-        if (r == QK_OK) {
-            info.free_bytes += qk_cuda_pool_bytes(ctx->spool[v->k]);   /* the pool's buffers serve this part */
-            r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
-            if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
-            if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);
-        }
-        if (r != QK_OK) { qk__mgpu_fail(g, v->ord, r, err, 0); break; }
-        /* the configuration qk_plan_make chose (cached: tuned already when the GPUs are alike) */
-        qk__plan_autotune(&info, ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
-        if (desc->output == QK_OUTPUT_HOST) sp.host_pinned = qk_cuda_host_pinned(sd.out);
+#ifdef QK_TEST_FAULTS
+        memcpy(&qk__mgpu_test_ran[i], &sp, sizeof sp);   /* byte for byte: tests compare with memcmp */
+#endif
         memset(&io, 0, sizeof io);
         io.rows = qk__mgpu_rows;
         io.rows_user = v;
@@ -11064,12 +11292,12 @@ static void *qk__mgpu_main(void *p)
                 io.stage_bytes = ctx->dstage_bytes[v->k];
             }
         }
-        v->di = a;
+        v->di = pp->row0;
         v->dj = j0;
-        v->h = b - a;
-        v->w = j1 - j0;
-        v->diag = diag;
-        v->mirror = sym && !diag && !plan->dev_full_rows;
+        v->h = pp->n_rows;
+        v->w = pp->n_cols;
+        v->diag = pp->symmetric;
+        v->mirror = pp->mirror;
         v->last = 0;
         err[0] = 0;
         r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
@@ -11094,6 +11322,8 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     char err[256];
     qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
+    r = qk__mgpu_check_parts(plan);   /* the plan carries every part's plan: nothing is planned here */
+    if (r != QK_OK) return r;
     if (desc->output == QK_OUTPUT_DEVICE) {
         if (!desc->out_devices)
             return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output DEVICE on %d GPUs needs desc->out_devices (one buffer per GPU, "

@@ -184,6 +184,37 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     return QK_OK;
 }
 
+#if defined(QK_CUDA) && QK_CUDA
+/* A plan of several GPUs: each part's configuration from the autotune (the cache, the whole
+   plan's entry when the GPUs are alike; a miss measures on that GPU, made current for it), with
+   autotune off (-1) or cache (0) whatever the context's mode (the whole plan's own autotune
+   measures when it asks to), and, for a HOST output, whether the part's rows of the caller's
+   buffer are page-locked. The first GPU is current afterwards. */
+static qk_result qk__plan_parts_tune(qk_ctx *ctx, const qk_device_info *infos, const qk_gram_desc *desc, qk_plan *out)
+{
+    const int64_t ld = desc->ld_out ? desc->ld_out : out->n_y;
+    const size_t es = out->out_dtype == QK_F32 ? 4 : 8;
+    char err[256] = "";
+    int k, i;
+    qk_result r = QK_OK;
+    for (k = out->n_devices - 1; k >= 0 && r == QK_OK; k--) {   /* the first GPU last: current afterwards */
+        qk_plan sp;
+        r = qk_cuda_set_device(out->devices[k], err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "CUDA device %d: %s", out->devices[k], err);
+        for (i = 0; i < out->n_parts && r == QK_OK; i++) {
+            const qk_plan_part *pp = &out->parts[i];
+            if (pp->device != k) continue;
+            qk__plan_part_plan(out, i, infos[k].name, &sp);
+            qk__plan_autotune(&infos[k], ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
+            if (desc->output == QK_OUTPUT_HOST && desc->out)
+                sp.host_pinned = qk_cuda_host_pinned((const char *)desc->out + (size_t)(pp->row0 * ld + pp->col0) * es);
+            r = qk__plan_part_set(out, i, &sp, infos[k].name);
+        }
+    }
+    return r;
+}
+#endif
+
 /* qk_plan_make; keep (may be NULL, else zeroed by the caller): an MPS plan's program, handed to
    the engine by qk_gram (the caller frees it). */
 QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep)
@@ -213,6 +244,7 @@ QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_d
         }
         if (r == QK_OK) qk__plan_autotune(&info, ctx->desc.autotune, ctx->desc.cache_dir, ctx->desc.log, ctx->desc.log_user, out);
         if (r == QK_OK && desc->output == QK_OUTPUT_HOST && desc->out) out->host_pinned = qk_cuda_host_pinned(desc->out);
+        if (r == QK_OK && out->n_parts > 0) r = qk__plan_parts_tune(ctx, infos, desc, out);
 #else
         r = qk__fail(QK_ERROR_NO_DEVICE, "no CUDA engine in this build");
 #endif
@@ -301,7 +333,7 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 p->engine == QK_GPU_FUSED ? ")" : "");
     qk__cat(buf, size, &len, "\n  config: %s\n", p->config);
     if (p->n_devices > 1) {   /* integers only (locale-free) */
-        int k;
+        int k, i;
         int64_t tot = 0, worst;
         for (k = 0; k < p->n_devices; k++) tot += p->dev_pairs[k];
         worst = (int64_t)(p->dev_imbalance * 10000.0 + 0.5);
@@ -315,6 +347,22 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
             qk__cat(buf, size, &len, "    GPU %d: rows [%lld, %lld), %lld pairs (%lld.%02lld %%), %d part%s\n", p->devices[k],
                     (long long)p->dev_row0[k], (long long)p->dev_row0[k + 1], (long long)p->dev_pairs[k],
                     (long long)(pc / 100), (long long)(pc % 100), np, np == 1 ? "" : "s");
+            for (i = 0; i < p->n_parts && i < QK_MAX_PARTS; i++) {   /* its parts' plans (what runs) */
+                const qk_plan_part *pp = &p->parts[i];
+                const char *en = qk__engine_name(pp->engine);
+                if (pp->device != k) continue;
+                qk__cat(buf, size, &len, "      [%lld, %lld) x [%lld, %lld) %s: %s, %s, kernel_cfg %d%s%s%s; states %s",
+                        (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0, (long long)(pp->col0 + pp->n_cols),
+                        pp->symmetric ? "diagonal block" : pp->mirror ? "rectangle + mirror" : "rows",
+                        en ? en : "?", qk_precision_name(p->precision), pp->kernel_cfg,
+                        pp->engine == QK_GPU_FUSED ? " (" : "", pp->engine == QK_GPU_FUSED ? qk__fused_cfg_name(pp->kernel_cfg) : "",
+                        pp->engine == QK_GPU_FUSED ? ")" : "", pp->bulk_states ? "all resident" : "in tiles");
+                if (!pp->bulk_states) qk__cat(buf, size, &len, " of %lld", (long long)pp->state_tile);
+                if (pp->slab_rows > 0 && p->output != QK_OUTPUT_DEVICE) qk__cat(buf, size, &len, ", slabs of %lld rows", (long long)pp->slab_rows);
+                if (pp->k_resident) qk__cat(buf, size, &len, ", K resident");
+                qk__cat(buf, size, &len, ", %s of %s GB\n        config: %s\n", qk__gb3(pp->bytes_total, g1, sizeof g1),
+                        qk__gb3(pp->bytes_budget, g2, sizeof g2), pp->config);
+            }
         }
     }
     return (int)len;

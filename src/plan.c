@@ -550,6 +550,7 @@ static void qk__plan_one_device(qk_plan *p, int ordinal)
     p->dev_pairs[0] = p->symmetric ? p->n_x * (p->n_x + 1) / 2 : p->n_x * p->n_y;
     p->dev_imbalance = 1.0;
     p->dev_full_rows = 0;
+    p->n_parts = 0;
 }
 
 QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fraction,
@@ -629,7 +630,38 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     out->dev_row0[use] = sch.row0[use];
     out->dev_imbalance = sch.imbalance;
     qk_schedule_free(&sch);
-    return QK_OK;
+    /* every GPU's parts, each planned for that GPU (the engine runs these plans) */
+    for (k = 0; k < use; k++) {
+        int64_t part[2][3];
+        const int np = qk__mgpu_parts(out, k, part);
+        int i;
+        for (i = 0; i < np; i++) {
+            qk_plan_part *pp = &out->parts[out->n_parts];
+            qk_gram_desc sd;
+            qk_plan sp;
+            memset(pp, 0, sizeof *pp);
+            pp->device = k;
+            pp->symmetric = (int)part[i][2];
+            pp->mirror = out->symmetric && !pp->symmetric && !out->dev_full_rows;
+            pp->row0 = out->dev_row0[k];
+            pp->n_rows = out->dev_row0[k + 1] - out->dev_row0[k];
+            pp->col0 = part[i][0];
+            pp->n_cols = part[i][1] - part[i][0];
+            qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
+            r = qk__plan_for_device(&infos[k], vram_fraction, map, &sd, &sp, NULL);
+            if (r == QK_OK) qk__plan_one_device(&sp, 0);
+            if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
+            if (r != QK_OK) {
+                char why[sizeof qk__errbuf];
+                snprintf(why, sizeof why, "%s", qk_last_error());
+                return qk__fail(r, "CUDA device %d: its part of K (rows [%lld, %lld), columns [%lld, %lld)): %s", out->devices[k],
+                                (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0,
+                                (long long)(pp->col0 + pp->n_cols), why);
+            }
+            out->n_parts++;
+        }
+    }
+    return qk__mgpu_check_parts(out);   /* what the engine accepts (it checks again: a plan may be put together by hand) */
 }
 
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
@@ -651,6 +683,125 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
     part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
     if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
     return n;
+}
+
+/* The job of part pp of a plan of several devices as its GPU runs it (the planner plans it with
+   this desc, the engine runs it with this desc and its output added): X's rows of the band, Y's
+   columns of the part (y NULL: a diagonal block), the precision and out_dtype the whole plan
+   resolved. d: features per sample. Planning reads no sample, so x may be NULL there. */
+QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd)
+{
+    static const double none[1] = {0.0};   /* a rectangle's y when the planner got no data */
+    const double *Y = desc->y ? desc->y : desc->x;
+    memset(sd, 0, sizeof *sd);
+    sd->x = desc->x ? desc->x + pp->row0 * d : NULL;
+    sd->n_x = pp->n_rows;
+    sd->y = pp->symmetric ? NULL : Y ? Y + pp->col0 * d : none;
+    sd->n_y = pp->symmetric ? 0 : pp->n_cols;
+    sd->precision = plan->precision;
+    sd->out_dtype = plan->out_dtype;
+    sd->path = desc->path;
+    sd->output = desc->output;
+}
+
+/* The plan part i of a plan of several devices runs (what qk_plan_for_device made for its job on
+   its GPU, autotuned by qk_plan_make): the part's fields over the whole plan's shared ones.
+   device_name: that GPU's (qk_device_info.name; NULL: none). */
+QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp)
+{
+    const qk_plan_part *pp = &plan->parts[i];
+    memset(sp, 0, sizeof *sp);
+    sp->backend = QK_BACKEND_CUDA;
+    sp->path = plan->path;
+    sp->precision = plan->precision;
+    sp->error_bound = plan->error_bound;
+    sp->out_dtype = plan->out_dtype;
+    sp->output = plan->output;
+    sp->n_qubits = plan->n_qubits;
+    sp->n_x = pp->n_rows;
+    sp->n_y = pp->n_cols;
+    sp->symmetric = pp->symmetric;
+    sp->bulk_states = pp->bulk_states;
+    sp->state_tile = pp->state_tile;
+    sp->tile_m = pp->tile_m;
+    sp->tile_n = pp->tile_n;
+    sp->n_streams = pp->n_streams;
+    sp->slab_rows = pp->slab_rows;
+    sp->host_pinned = pp->host_pinned;
+    sp->bytes_states = pp->bytes_states;
+    sp->bytes_out = pp->bytes_out;
+    sp->bytes_staging = pp->bytes_staging;
+    sp->bytes_workspace = pp->bytes_workspace;
+    sp->bytes_total = pp->bytes_total;
+    sp->bytes_budget = pp->bytes_budget;
+    sp->k_resident = pp->k_resident;
+    sp->engine = pp->engine;
+    sp->use_blas = (int)pp->engine;
+    sp->kernel_cfg = pp->kernel_cfg;
+    memcpy(sp->config, pp->config, sizeof sp->config);
+    if (device_name) snprintf(sp->device_name, sizeof sp->device_name, "%s", device_name);
+    qk__plan_one_device(sp, 0);
+}
+
+/* Stores the plan sp of part i (its geometry already in plan->parts[i]) and checks that the part
+   carries all of it: qk__plan_part_plan gives sp back byte for byte (device_name: the GPU's),
+   so what runs is what was planned; else QK_ERROR_UNSUPPORTED (a part planned on another path,
+   another engine family or precision than the whole job: an internal error). */
+QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name)
+{
+    qk_plan_part *pp = &plan->parts[i];
+    qk_plan back;
+    if (sp->backend != QK_BACKEND_CUDA || sp->path == QK_PATH_MPS)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "the part was planned on the %s (internal error)",
+                        sp->backend != QK_BACKEND_CUDA ? "CPU engine" : "MPS path");
+    pp->bulk_states = sp->bulk_states;
+    pp->state_tile = sp->state_tile;
+    pp->tile_m = sp->tile_m;
+    pp->tile_n = sp->tile_n;
+    pp->n_streams = sp->n_streams;
+    pp->slab_rows = sp->slab_rows;
+    pp->host_pinned = sp->host_pinned;
+    pp->bytes_states = sp->bytes_states;
+    pp->bytes_out = sp->bytes_out;
+    pp->bytes_staging = sp->bytes_staging;
+    pp->bytes_workspace = sp->bytes_workspace;
+    pp->bytes_total = sp->bytes_total;
+    pp->bytes_budget = sp->bytes_budget;
+    pp->k_resident = sp->k_resident;
+    pp->engine = sp->engine;
+    pp->kernel_cfg = sp->kernel_cfg;
+    memcpy(pp->config, sp->config, sizeof pp->config);
+    qk__plan_part_plan(plan, i, device_name, &back);
+    if (memcmp(&back, sp, sizeof back) != 0)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "the part's plan differs from the whole job's beyond what a part holds "
+                        "(path %d / %d, precision %s / %s; internal error)", (int)sp->path, (int)plan->path,
+                        qk_precision_name(sp->precision), qk_precision_name(plan->precision));
+    return QK_OK;
+}
+
+/* A plan of several devices carries every device's parts, those qk__mgpu_parts names, in order
+   (a plan made by qk_plan_make or qk_plan_for_devices does; one put together otherwise may not):
+   QK_OK, else QK_ERROR_INVALID_ARGUMENT with a message naming the first difference. */
+QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan)
+{
+    int k, i, n = 0;
+    if (plan->n_parts < 0 || plan->n_parts > QK_MAX_PARTS)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: plan.n_parts = %d (at most %d)", plan->n_parts, QK_MAX_PARTS);
+    for (k = 0; k < plan->n_devices; k++) {
+        int64_t part[2][3];
+        const int np = qk__mgpu_parts(plan, k, part);
+        for (i = 0; i < np; i++, n++) {
+            const qk_plan_part *pp = &plan->parts[n];
+            if (n >= plan->n_parts || pp->device != k || pp->symmetric != (int)part[i][2] || pp->row0 != plan->dev_row0[k] ||
+                pp->n_rows != plan->dev_row0[k + 1] - plan->dev_row0[k] || pp->col0 != part[i][0] || pp->n_cols != part[i][1] - part[i][0] ||
+                pp->mirror != (plan->symmetric && !pp->symmetric && !plan->dev_full_rows))
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d GPUs without the plan of GPU %d's part %d "
+                                "(plan.parts; qk_plan_make and qk_plan_for_devices make them)", plan->n_devices, plan->devices[k], i + 1);
+        }
+    }
+    if (n != plan->n_parts)
+        return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: plan.n_parts = %d, the devices' rows make %d parts", plan->n_parts, n);
+    return QK_OK;
 }
 
 static qk_result qk__plan_for_device(const qk_device_info *info, double vram_fraction,

@@ -540,6 +540,37 @@ typedef enum qk_gpu_engine {
     QK_GPU_ENGINE_COUNT
 } qk_gpu_engine;
 
+/* One part of K that one GPU of a plan of several computes (qk_plan.parts), and the plan it
+   runs: made with the whole plan (qk_plan_for_devices: for that GPU's device info, as
+   qk_plan_for_device plans the part's job; qk_plan_make: for its free memory at plan time, and
+   autotuned), so that the multi-GPU engine only executes it. The part's job: rows [row0, row0 +
+   n_rows) of X against columns [col0, col0 + n_cols) of Y (K(X,X): of X), in the whole plan's
+   precision and out_dtype; a diagonal block (symmetric) is K(X_band, X_band) itself, its upper
+   triangle computed and mirrored. The fields from bulk_states on mean what qk_plan's of the same
+   name mean, for the part's job on its GPU; the part's plan takes the rest from the whole plan
+   (backend, path, precision, out_dtype, output, n_qubits, error_bound; tol 0, no precision note:
+   the part runs the precision the whole plan resolved). */
+#define QK_MAX_PARTS (2 * QK_MAX_DEVICES)
+typedef struct qk_plan_part {
+    int device;                 /* index into qk_plan.devices (not the CUDA ordinal) */
+    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)); 0: a rectangle */
+    int mirror;                 /* 1: the GPU writes the rectangle's mirror below the diagonal too */
+    int64_t row0, n_rows;       /* rows of K */
+    int64_t col0, n_cols;       /* columns of K */
+    int bulk_states;
+    int64_t state_tile;
+    int64_t tile_m, tile_n;
+    int n_streams;
+    int64_t slab_rows;
+    int host_pinned;            /* HOST output: the part's rows of the caller's buffer are page-locked */
+    size_t bytes_states, bytes_out, bytes_staging, bytes_workspace, bytes_total;
+    size_t bytes_budget;        /* vram_fraction * that GPU's free memory */
+    int k_resident;
+    qk_gpu_engine engine;
+    int kernel_cfg;
+    char config[96];            /* the kernel configuration and where it came from (the autotune) */
+} qk_plan_part;
+
 typedef struct qk_plan {
     qk_backend backend;
     qk_path path;
@@ -594,7 +625,7 @@ typedef struct qk_plan {
     double mps_pair_flops;      /* MPS: real flops per overlap <psi(x)|psi(y)> */
     /* Devices (GPU engine): the job is dealt to n_devices GPUs (1: a single-GPU plan, the
        fields above describe it; > 1: they describe the whole job planned for devices[0], and
-       each GPU plans its own parts when it runs). Device k computes rows [dev_row0[k],
+       parts[] holds the plan of every GPU's parts, which is what runs). Device k computes rows [dev_row0[k],
        dev_row0[k + 1]) of K (qk_schedule_make, balanced by pair count, weighted by SM count):
        for K(X,Y) rows x all columns; for K(X,X) the band's diagonal block (symmetric) and the
        rectangle right of it, whose mirror below the diagonal it writes too. */
@@ -616,6 +647,11 @@ typedef struct qk_plan {
                                    matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
     int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
                                    the largest given bond */
+    /* Several GPUs (n_devices > 1; else n_parts is 0): the parts of K each GPU computes and the
+       plan of each (qk_plan_part), device by device in order, each device's diagonal block before
+       its rectangle; the engine runs exactly these (nothing is planned or tuned while it runs). */
+    int n_parts;
+    qk_plan_part parts[QK_MAX_PARTS];
 } qk_plan;
 
 /* Three of the planner's rules that the GPU engine applies while it runs, defined once here (the
@@ -676,6 +712,8 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
    then, when every device gets at least desc->mgpu_min_pairs (default QK_MGPU_MIN_PAIRS) pairs,
    its rows dealt to as many of the devices (fewer when the job is smaller: n_devices = 1 below
    twice that many pairs; desc->mgpu_host_bound_split: whether a host-bound K(X,X) is dealt).
+   On several devices every part is planned for its device too (plan.parts: each the plan
+   qk_plan_for_device makes for the part's job on infos[k]; qk_plan_make also autotunes them).
    Injected infos test the split without a GPU. */
 QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out);

@@ -647,6 +647,10 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
 QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
                                    qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
+QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd);
+QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp);
+QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name);
+QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan);
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                         const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA

@@ -251,7 +251,8 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 /* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU makes its
    GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
    all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
-   of it), each part planned for that GPU's free memory. Parts go to the output at their offsets
+   of it), each part with the plan qk_plan.parts carries for it (planned for that GPU's free
+   memory and autotuned by qk_plan_make: nothing is planned or tuned here). Parts go to the output at their offsets
    in K, and no element is written by two threads (a band's rows from its first row on, and the
    mirror of its rectangle: rows below the band, the band's columns):
      HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
@@ -267,6 +268,9 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
    NPY leaves no file. Times: qk_ctx_device_seconds. */
 #if defined(QK_CUDA) && QK_CUDA
 static int qk__mgpu_test_fail = -1;  /* tests: this ordinal's thread fails before its last part */
+#ifdef QK_TEST_FAULTS
+static qk_plan qk__mgpu_test_ran[QK_MAX_PARTS];   /* tests: the plan each part of the last job ran */
+#endif
 
 typedef struct qk__mgpu {
     qk_ctx *ctx;
@@ -446,7 +450,7 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
     return v->mirror ? qk__mgpu_mirror_npy(v, gi, m, src, ld) : QK_OK;
 }
 
-/* One GPU's share: its parts in order, each planned for the GPU's free memory now. */
+/* One GPU's share: its parts in order, each with the plan the plan carries for it. */
 static void *qk__mgpu_main(void *p)
 {
     qk__mgpu_dev *v = (qk__mgpu_dev *)p;
@@ -454,41 +458,32 @@ static void *qk__mgpu_main(void *p)
     qk_ctx *ctx = g->ctx;
     const qk_plan *plan = g->plan;
     const qk_gram_desc *desc = g->desc;
-    const int64_t a = plan->dev_row0[v->k], b = plan->dev_row0[v->k + 1], d = g->map->n_features;
-    const int sym = desc->y == NULL;
-    const double *Y = sym ? desc->x : desc->y;
-    int64_t part[2][3];         /* columns [j0, j1) of each part, and whether it is a diagonal block */
-    const int n_parts = qk__mgpu_parts(plan, v->k, part);
-    int i;
+    int i, n_parts = 0, done = 0;
     char err[512] = "", nm[32];
     qk_result r;
+    for (i = 0; i < plan->n_parts; i++) n_parts += plan->parts[i].device == v->k;
     snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
     QK_PROF_THREAD_NAME(nm);
     QK_PROF_BEGIN("qk gpu share");
     r = qk_cuda_set_device(v->ord, err, sizeof err);
     if (r != QK_OK) qk__mgpu_fail(g, v->ord, r, err, 0);
-    for (i = 0; i < n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+    for (i = 0; i < plan->n_parts && r == QK_OK && !QK__LOAD(&g->cancel); i++) {
+        const qk_plan_part *pp = &plan->parts[i];
+        const int64_t j0 = pp->col0;
         qk_gram_desc sd;
         qk_plan sp;
-        qk_device_info info;
         qk_cuda_io io;
-        const int64_t j0 = part[i][0], j1 = part[i][1];
-        const int diag = (int)part[i][2];
+        if (pp->device != v->k) continue;
         err[0] = 0;
-        if (qk__mgpu_test_fail == v->ord && i == n_parts - 1) {
+        if (qk__mgpu_test_fail == v->ord && done == n_parts - 1) {
             r = QK_ERROR_CUDA;
             qk__mgpu_fail(g, v->ord, r, "an injected failure (test) before its last part", 0);
             break;
         }
-        memset(&sd, 0, sizeof sd);
-        sd.x = desc->x + a * d;
-        sd.n_x = b - a;
-        sd.y = diag ? NULL : Y + j0 * d;
-        sd.n_y = diag ? 0 : j1 - j0;
-        sd.precision = plan->precision;
-        sd.out_dtype = plan->out_dtype;
-        sd.path = desc->path;
-        sd.output = desc->output;
+        done++;
+        /* the part's job and plan, both as the planner made them (qk__mgpu_part_desc, plan.parts) */
+        qk__mgpu_part_desc(plan, pp, g->map->n_features, desc, &sd);
+        qk__plan_part_plan(plan, i, ctx->dev_ord[v->k] == v->ord ? ctx->dev_info[v->k].name : NULL, &sp);
         sd.tile_fn = desc->tile_fn;
         sd.tile_user = desc->tile_user;
         sd.out_path = desc->out_path;
@@ -496,23 +491,15 @@ static void *qk__mgpu_main(void *p)
         sd.progress = qk__mgpu_progress;
         sd.progress_user = v;
         if (desc->output == QK_OUTPUT_HOST) {
-            sd.out = (char *)desc->out + (size_t)(a * g->ld + j0) * g->es;
+            sd.out = (char *)desc->out + (size_t)(pp->row0 * g->ld + j0) * g->es;
             sd.ld_out = g->ld;
         } else if (desc->output == QK_OUTPUT_DEVICE) {
             sd.out = (char *)desc->out_devices[v->k] + (size_t)j0 * g->es;
             sd.ld_out = g->ld;
         }
-        r = qk_cuda_device_query(v->ord, &info, err, sizeof err);
-        if (r == QK_OK) {
-            info.free_bytes += qk_cuda_pool_bytes(ctx->spool[v->k]);   /* the pool's buffers serve this part */
-            r = qk_plan_for_device(&info, ctx->desc.vram_fraction, g->map, &sd, &sp);
-            if (r == QK_OK && sp.backend != QK_BACKEND_CUDA) r = qk__fail(QK_ERROR_UNSUPPORTED, "a part of K was planned on the CPU engine (internal error)");
-            if (r != QK_OK) snprintf(err, sizeof err, "%s", qk__errbuf);
-        }
-        if (r != QK_OK) { qk__mgpu_fail(g, v->ord, r, err, 0); break; }
-        /* the configuration qk_plan_make chose (cached: tuned already when the GPUs are alike) */
-        qk__plan_autotune(&info, ctx->desc.autotune < 0 ? -1 : 0, ctx->desc.cache_dir, NULL, NULL, &sp);
-        if (desc->output == QK_OUTPUT_HOST) sp.host_pinned = qk_cuda_host_pinned(sd.out);
+#ifdef QK_TEST_FAULTS
+        memcpy(&qk__mgpu_test_ran[i], &sp, sizeof sp);   /* byte for byte: tests compare with memcmp */
+#endif
         memset(&io, 0, sizeof io);
         io.rows = qk__mgpu_rows;
         io.rows_user = v;
@@ -537,12 +524,12 @@ static void *qk__mgpu_main(void *p)
                 io.stage_bytes = ctx->dstage_bytes[v->k];
             }
         }
-        v->di = a;
+        v->di = pp->row0;
         v->dj = j0;
-        v->h = b - a;
-        v->w = j1 - j0;
-        v->diag = diag;
-        v->mirror = sym && !diag && !plan->dev_full_rows;
+        v->h = pp->n_rows;
+        v->w = pp->n_cols;
+        v->diag = pp->symmetric;
+        v->mirror = pp->mirror;
         v->last = 0;
         err[0] = 0;
         r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
@@ -567,6 +554,8 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     char err[256];
     qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
+    r = qk__mgpu_check_parts(plan);   /* the plan carries every part's plan: nothing is planned here */
+    if (r != QK_OK) return r;
     if (desc->output == QK_OUTPUT_DEVICE) {
         if (!desc->out_devices)
             return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: output DEVICE on %d GPUs needs desc->out_devices (one buffer per GPU, "

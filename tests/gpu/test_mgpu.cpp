@@ -9,6 +9,9 @@
    cover the upper triangle exactly once. Two maps: zz on 5 qubits (K(X,X) to HOST / NPY as whole
    rows per GPU: qk_plan.dev_full_rows) and zz on 13 qubits in fp32 (each GPU's diagonal block +
    the rectangle right of it, mirrored on the host: the other path).
+   Every job's parts ran the plans the plan carries (plan.parts, planned and autotuned by
+   qk_plan_make), which are those that planning each part on its GPU at run time gives
+   (check_ran: byte for byte, the budget apart).
    Failures: a GPU's thread made to fail (qk__mgpu_test_fail), and every GPU allocation failing
    (qk_cuda_test_fail_alloc), and a cancel from the progress callback: the job fails with a
    message naming the device, and no .npy (nor temporary file) is left.
@@ -55,6 +58,51 @@ static const char *out_name(int mode)
     return n[mode < 5 ? mode : 5];
 }
 
+/* The plans the GPUs ran (qk__mgpu_test_ran: the engine records them under QK_TEST_FAULTS) are
+   those the plan carries (plan.parts of qk_plan_make, made before the job), and those that
+   planning each part on its GPU while the job runs gives (what the engine did before the plan
+   carried them: the GPU's free memory with its stream pool's buffers, qk_plan_for_device, the
+   autotune, the pinned test), byte for byte but for the budget (free memory read at another
+   moment: the device output's buffers, the pool). */
+static void check_ran(qk_ctx *gpu, const qk_map *map, const qk_gram_desc *g, const qk_plan *plan, const char *what)
+{
+    const int64_t ld = g->ld_out ? g->ld_out : plan->n_y;
+    const size_t es = plan->out_dtype == QK_F64 ? 8 : 4;
+    CHECK(plan->n_parts >= plan->n_devices - 1 && plan->n_parts > 0, "%s: %d parts", what, plan->n_parts);
+    for (int i = 0; i < plan->n_parts; ++i) {
+        const qk_plan_part *pp = &plan->parts[i];
+        const int k = pp->device, ord = plan->devices[k];
+        qk_plan ran, carried, ref;
+        qk_gram_desc sd;
+        qk_device_info info;
+        char err[256];
+        memcpy(&ran, &qk__mgpu_test_ran[i], sizeof ran);
+        qk__plan_part_plan(plan, i, gpu->dev_info[k].name, &carried);
+        memset(&sd, 0, sizeof sd);
+        sd.x = g->x + pp->row0 * map->n_features;
+        sd.n_x = pp->n_rows;
+        if (!pp->symmetric) { sd.y = (g->y ? g->y : g->x) + pp->col0 * map->n_features; sd.n_y = pp->n_cols; }
+        sd.precision = plan->precision;
+        sd.out_dtype = plan->out_dtype;
+        sd.path = g->path;
+        sd.output = g->output;
+        if (qk_cuda_device_query(ord, &info, err, sizeof err) != QK_OK) { CHECK(0, "%s: query %d: %s", what, ord, err); continue; }
+        info.free_bytes += qk_cuda_pool_bytes(gpu->spool[k]);
+        if (qk_plan_for_device(&info, gpu->desc.vram_fraction, map, &sd, &ref) != QK_OK) { CHECK(0, "%s: part %d: %s", what, i, qk_last_error()); continue; }
+        qk__plan_autotune(&info, gpu->desc.autotune < 0 ? -1 : 0, gpu->desc.cache_dir, nullptr, nullptr, &ref);
+        if (g->output == QK_OUTPUT_HOST) ref.host_pinned = qk_cuda_host_pinned((const char *)g->out + (size_t)(pp->row0 * ld + pp->col0) * es);
+        CHECK(ran.backend == QK_BACKEND_CUDA && ran.n_x == pp->n_rows && ran.n_y == pp->n_cols, "%s: part %d did not run", what, i);
+        CHECK(ran.engine == pp->engine && ran.kernel_cfg == pp->kernel_cfg && ran.slab_rows == pp->slab_rows && strcmp(ran.config, pp->config) == 0,
+              "%s: part %d ran engine %d cfg %d slabs %lld '%s', the plan says %d cfg %d slabs %lld '%s'", what, i, (int)ran.engine, ran.kernel_cfg,
+              (long long)ran.slab_rows, ran.config, (int)pp->engine, pp->kernel_cfg, (long long)pp->slab_rows, pp->config);
+        carried.bytes_budget = ref.bytes_budget = ran.bytes_budget;
+        CHECK(memcmp(&ran, &carried, sizeof ran) == 0, "%s: part %d ran another plan than the plan carries", what, i);
+        CHECK(memcmp(&ran, &ref, sizeof ran) == 0, "%s: part %d ran another plan than planning it on GPU %d now gives (engine %d cfg %d slabs %lld '%s')",
+              what, i, ord, (int)ref.engine, ref.kernel_cfg, (long long)ref.slab_rows, ref.config);
+    }
+    cudaSetDevice(plan->devices[0]);
+}
+
 /* K from the GPU context through output mode (0 host, 1 pinned host, 2 device, 3 callback,
    4 npy), as doubles; returns the qk_gram result. */
 static qk_result gpu_gram(qk_ctx *gpu, const qk_map *map, const std::vector<double> &x, int64_t nx, const std::vector<double> *y,
@@ -97,7 +145,9 @@ static qk_result gpu_gram(qk_ctx *gpu, const qk_map *map, const std::vector<doub
         }
         g.out_devices = dev;
     }
+    memset(qk__mgpu_test_ran, 0, sizeof qk__mgpu_test_ran);
     r = qk_gram(gpu, map, &g);
+    if (r == QK_OK && plan->n_devices > 1) check_ran(gpu, map, &g, plan, out_name(mode));
     if (r == QK_OK) {
         if (mode == 0 || mode == 1) {
             const unsigned char *p = mode == 0 ? host.data() : (const unsigned char *)pinned;

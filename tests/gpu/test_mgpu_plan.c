@@ -71,31 +71,87 @@ static double check_split(const qk_plan *p, const qk_device_info *infos, const i
     return worst / ((double)want / p->n_devices);
 }
 
-/* every element of K written once: the parts' rows x columns, plus the mirror of symmetric
-   rectangles */
+/* every element of K written once: the plan's parts (plan.parts, what the engine runs), rows x
+   columns, plus the mirror of the rectangles that carry one (K(X,X) unless whole rows); a device's
+   parts are its band's rows, the diagonal block first, in device order */
 static void check_cover(const qk_plan *p, const char *what)
 {
     const int64_t nx = p->n_x, ny = p->n_y;
     unsigned char *c = (unsigned char *)calloc((size_t)(nx * ny), 1);
     int64_t i, j, bad = 0;
-    int k, q;
-    for (k = 0; k < p->n_devices; k++) {
-        int64_t part[2][3];
-        int np = qk__mgpu_parts(p, k, part);
+    int q, last = 0;
+    if (p->n_devices == 1) {   /* one device: the plan itself, no parts */
+        CHECK(p->n_parts == 0 && p->dev_row0[0] == 0 && p->dev_row0[1] == nx, "%s: one device, %d parts", what, p->n_parts);
+        free(c);
+        return;
+    }
+    CHECK(p->n_parts >= p->n_devices - 1 && p->n_parts <= 2 * p->n_devices, "%s: %d parts on %d devices", what, p->n_parts, p->n_devices);
+    for (q = 0; q < p->n_parts; q++) {
+        const qk_plan_part *pp = &p->parts[q];
+        const int k = pp->device;
         const int64_t a = p->dev_row0[k], b = p->dev_row0[k + 1];
-        for (q = 0; q < np; q++) {
-            const int diag = (int)part[q][2];
-            for (i = a; i < b; i++)
-                for (j = part[q][0]; j < part[q][1]; j++) {
-                    c[i * ny + j]++;
-                    if (p->symmetric && !diag && !p->dev_full_rows) c[j * ny + i]++;   /* the mirror */
-                }
-            CHECK(!diag || (part[q][0] == a && part[q][1] == b), "%s: the diagonal part of device %d is not square", what, k);
-        }
+        CHECK(k >= last && k < p->n_devices, "%s: part %d on device %d after device %d", what, q, k, last);
+        last = k;
+        CHECK(pp->row0 == a && pp->n_rows == b - a && b > a, "%s: part %d rows [%lld, +%lld), band [%lld, %lld)", what, q,
+              (long long)pp->row0, (long long)pp->n_rows, (long long)a, (long long)b);
+        CHECK(pp->mirror == (p->symmetric && !pp->symmetric && !p->dev_full_rows), "%s: part %d mirror %d", what, q, pp->mirror);
+        CHECK(!pp->symmetric || (pp->col0 == a && pp->n_cols == b - a && (q == 0 || p->parts[q - 1].device != k)),
+              "%s: the diagonal part of device %d is not square or not first", what, k);
+        for (i = pp->row0; i < pp->row0 + pp->n_rows && i < nx; i++)
+            for (j = pp->col0; j < pp->col0 + pp->n_cols && j < ny; j++) {
+                if (pp->symmetric && j < i) continue;   /* the diagonal block: its upper triangle, mirrored */
+                c[i * ny + j]++;
+                if (pp->mirror || (pp->symmetric && j > i)) c[j * ny + i]++;
+            }
     }
     for (i = 0; i < nx * ny; i++) bad += c[i] != 1;
     CHECK(bad == 0, "%s: %lld elements of K written other than once", what, (long long)bad);
     free(c);
+}
+
+/* The plans the parts carry are the plans qk_plan_for_device makes for each part's job on its
+   device (the job built here from the part's place in K, not by the library's helper): every
+   field of the part, and, through the plan the engine gets (qk__plan_part_plan), the whole
+   qk_plan byte for byte. */
+static void check_part_plans(const qk_plan *p, const qk_device_info *infos, const qk_map *map, const qk_gram_desc *g, const char *what)
+{
+    const int d = map->n_features;
+    int q;
+    for (q = 0; q < p->n_parts; q++) {
+        const qk_plan_part *pp = &p->parts[q];
+        qk_gram_desc sd;
+        qk_plan ref, got;
+        memset(&sd, 0, sizeof sd);
+        sd.x = g->x + pp->row0 * d;
+        sd.n_x = pp->n_rows;
+        if (!pp->symmetric) { sd.y = (g->y ? g->y : g->x) + pp->col0 * d; sd.n_y = pp->n_cols; }
+        sd.precision = p->precision;
+        sd.out_dtype = p->out_dtype;
+        sd.path = g->path;
+        sd.output = g->output;
+        memset(&ref, 0, sizeof ref);
+        if (qk_plan_for_device(&infos[pp->device], 0.85, map, &sd, &ref) != QK_OK) {
+            CHECK(0, "%s: part %d: qk_plan_for_device: %s", what, q, qk_last_error());
+            continue;
+        }
+        CHECK(pp->engine == ref.engine && pp->kernel_cfg == ref.kernel_cfg && strcmp(pp->config, ref.config) == 0,
+              "%s: part %d: engine %d cfg %d '%s', qk_plan_for_device %d cfg %d '%s'", what, q, (int)pp->engine, pp->kernel_cfg,
+              pp->config, (int)ref.engine, ref.kernel_cfg, ref.config);
+        CHECK(pp->bulk_states == ref.bulk_states && pp->state_tile == ref.state_tile && pp->tile_m == ref.tile_m && pp->tile_n == ref.tile_n &&
+              pp->slab_rows == ref.slab_rows && pp->k_resident == ref.k_resident && pp->n_streams == ref.n_streams,
+              "%s: part %d: states %d/%lld tiles %lld x %lld slabs %lld resident %d; qk_plan_for_device %d/%lld %lld x %lld %lld %d", what, q,
+              pp->bulk_states, (long long)pp->state_tile, (long long)pp->tile_m, (long long)pp->tile_n, (long long)pp->slab_rows, pp->k_resident,
+              ref.bulk_states, (long long)ref.state_tile, (long long)ref.tile_m, (long long)ref.tile_n, (long long)ref.slab_rows, ref.k_resident);
+        CHECK(pp->bytes_states == ref.bytes_states && pp->bytes_out == ref.bytes_out && pp->bytes_staging == ref.bytes_staging &&
+              pp->bytes_workspace == ref.bytes_workspace && pp->bytes_total == ref.bytes_total && pp->bytes_budget == ref.bytes_budget,
+              "%s: part %d: bytes differ from qk_plan_for_device's", what, q);
+        CHECK(pp->bytes_budget == (size_t)(0.85 * (double)infos[pp->device].free_bytes), "%s: part %d: budget %zu of device %d's memory",
+              what, q, pp->bytes_budget, pp->device);
+        CHECK(ref.n_x == pp->n_rows && ref.n_y == pp->n_cols && ref.symmetric == pp->symmetric && ref.path == p->path &&
+              ref.precision == p->precision && ref.out_dtype == p->out_dtype, "%s: part %d: the job differs", what, q);
+        qk__plan_part_plan(p, q, infos[pp->device].name, &got);
+        CHECK(memcmp(&got, &ref, sizeof got) == 0, "%s: part %d: the plan the engine gets differs from qk_plan_for_device's", what, q);
+    }
 }
 
 int main(void)
@@ -135,6 +191,7 @@ int main(void)
             CHECK(p.backend == QK_BACKEND_CUDA, "%s: not on the CUDA engine", what);
             /* whole rows for host-bound K(X,X) (NPY, HOST) of cheap pairs, symmetric parts on the devices */
             CHECK(p.dev_full_rows == (c == 2), "%s: dev_full_rows %d", what, p.dev_full_rows);
+            check_part_plans(&p, infos, cs[c].m, &g, what);
             printf("%-44s imbalance %.4f (plan %.4f)\n", what, imb, p.dev_imbalance);
         }
     }
@@ -151,7 +208,59 @@ int main(void)
             CHECK(strstr(buf, want) != NULL, "describe lacks '%s':\n%s", want, buf);
         }
         CHECK(strstr(buf, "devices: 4 GPUs") != NULL, "describe lacks the device count:\n%s", buf);
+        for (k = 0; k < p.n_parts; k++) {   /* and every part's plan */
+            char want[160];
+            const qk_plan_part *pp = &p.parts[k];
+            snprintf(want, sizeof want, "[%lld, %lld) x [%lld, %lld) rows: %s, kernel_cfg %d", (long long)pp->row0, (long long)(pp->row0 + pp->n_rows),
+                     (long long)pp->col0, (long long)(pp->col0 + pp->n_cols), pp->engine == QK_GPU_TC_FP32X3 ? "tc-fp32x3, fp32x3" : "?", pp->kernel_cfg);
+            CHECK(strstr(buf, want) != NULL, "describe lacks '%s':\n%s", want, buf);
+            snprintf(want, sizeof want, "slabs of %lld rows", (long long)pp->slab_rows);
+            CHECK(strstr(buf, want) != NULL, "describe lacks '%s'", want);
+            snprintf(want, sizeof want, "config: %s\n", pp->config);
+            CHECK(strstr(buf, want) != NULL, "describe lacks '%s'", want);
+        }
+        CHECK(p.n_parts == 4, "whole rows on 4 GPUs: %d parts", p.n_parts);
         printf("%s", buf);
+        /* K(X,X) with its diagonal blocks and mirrored rectangles */
+        g.output = QK_OUTPUT_DEVICE;
+        CHECK(qk_plan_for_devices(infos, ords, 4, 0.85, zz8, &g, &p) == QK_OK, "ordinals, device: %s", qk_last_error());
+        CHECK(p.n_parts == 7, "K(X,X) on 4 GPUs: %d parts (4 diagonal blocks, 3 rectangles)", p.n_parts);
+        qk_plan_describe(&p, buf, sizeof buf);
+        CHECK(strstr(buf, ") diagonal block: ") && strstr(buf, ") rectangle + mirror: "), "describe lacks the part kinds:\n%s", buf);
+        check_part_plans(&p, infos, zz8, &g, "ordinals, device");
+    }
+
+    /* each GPU's parts planned for that GPU: a card with less free memory gets its own plan
+       (state tiles where the first card keeps every state resident); one too small for its part
+       fails the plan, naming the device; the engine's check of a plan's parts */
+    {
+        qk_device_info small[2];
+        qk_gram_desc g = gdesc(x, 40000, x, 20001, QK_OUTPUT_HOST);
+        int q, bulk[2] = {-1, -1};
+        qk_plan bad;
+        small[0] = card(132);
+        small[1] = card(132);
+        small[1].free_bytes = (size_t)1e9;
+        CHECK(qk_plan_for_devices(small, NULL, 2, 0.85, zz12, &g, &p) == QK_OK, "1 GB card: %s", qk_last_error());
+        CHECK(p.n_devices == 2 && p.n_parts == 2, "1 GB card: %d devices, %d parts", p.n_devices, p.n_parts);
+        check_part_plans(&p, small, zz12, &g, "1 GB card");
+        check_cover(&p, "1 GB card");
+        for (q = 0; q < p.n_parts; q++) bulk[p.parts[q].device] = p.parts[q].bulk_states;
+        CHECK(bulk[0] == 1 && bulk[1] == 0 && p.bulk_states == 1, "1 GB card: states resident %d on the first, %d on the small one", bulk[0], bulk[1]);
+        bad = p;
+        CHECK(qk__mgpu_check_parts(&bad) == QK_OK, "the planner's parts refused: %s", qk_last_error());
+        bad.n_parts = 0;
+        CHECK(qk__mgpu_check_parts(&bad) == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), "plan.parts"), "a plan without parts accepted: %s", qk_last_error());
+        bad = p;
+        bad.parts[1].col0 = 1;
+        CHECK(qk__mgpu_check_parts(&bad) == QK_ERROR_INVALID_ARGUMENT, "a part moved in K accepted");
+        bad = p;
+        bad.parts[0].device = 1;
+        CHECK(qk__mgpu_check_parts(&bad) == QK_ERROR_INVALID_ARGUMENT, "a part on another device accepted");
+        small[1].free_bytes = (size_t)1e5;
+        CHECK(qk_plan_for_devices(small, NULL, 2, 0.85, zz12, &g, &p) == QK_ERROR_DEVICE_OUT_OF_MEMORY && strstr(qk_last_error(), "CUDA device 1: its part of K"),
+              "a 100 kB card: %s", qk_last_error());
+        printf("a 100 kB card: %s\n", qk_last_error());
     }
 
     /* unequal GPUs: shares by SM count */
@@ -178,6 +287,7 @@ int main(void)
                 if (p.n_devices < 1) { CHECK(0, "%s: no device", what); continue; }
                 check_split(&p, infos, NULL, p.n_devices, what);
                 check_cover(&p, what);
+                check_part_plans(&p, infos, zz8, &g, what);
             }
     }
 
