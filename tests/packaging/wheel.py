@@ -15,7 +15,7 @@ used as a user would use it:
 
 Exit 77 (skip) where pip, venv, auditwheel (with patchelf) or objdump is missing, or the
 package index cannot be reached (pip wheel fetches the build requirements). Slow (a minute or
-two: a release build of the extension, two pip runs), so it is its own suite, `wheel`, which a
+two, more under load: a release build of the extension, two pip runs, every file of tests/python), so it is its own suite, `wheel`, which a
 plain `meson test` leaves out: `meson test -C build --suite wheel`. Not on x86-64: the
 instruction check is skipped, the rest runs. Usage:
   wheel.py SOURCE_DIR [--keep DIR]"""
