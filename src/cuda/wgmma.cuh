@@ -40,6 +40,10 @@
    (-Dgpu_arch=90 builds it; qk__wgmma_ok says whether this device runs it); elsewhere the kernels
    are empty and the planner never names configuration 4. */
 #define QK__WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
+/* column tiles per work item of the persistent FP16 kernel (qk__k_wg16p): the fastest of 4, 8,
+   16, 32 at 7 and 8 qubits on the H100 (docs/benchmarks.md, "The fused tensor-core kernel on
+   wgmma") */
+#define QK__WG_ITEM 8
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 __device__ int qk__wgmma_built = 1;
@@ -367,9 +371,111 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
 #endif
 }
 
+/* FP16, persistent, for the triangle of K(X,X) with short states (nkt <= 8 stages: at most 256
+   complex amplitudes, 8 qubits): a block takes work items, a panel of 128 rows p and up to C
+   column tiles j >= p of it, keeps the panel's A rows (every stage) resident in shared memory and
+   streams the B tiles through an NS-stage ring that runs ahead across the item's tiles, so the
+   next tile's first stages load under the current tile's epilogue and the A rows are read once
+   per item instead of once per tile. Tm x Tn: tiles of K's rows and columns (m, nn as
+   qk__k_wg16's, tri and doff 0). */
+template <bool CPLX, typename OutT, int NS>
+__global__ void __launch_bounds__(256, 1)
+qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn, float inv_s2,
+            OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int vec, int C)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 128, TS = BM * 128, P = NS - 1;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u, ring = sbase + nkt * TS;
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
+    const int Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
+    float ar[64], ai[CPLX ? 64 : 1];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
+    int64_t items = 0;
+    for (int p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        int p = 0;
+        int64_t rem = it;
+        while (rem >= (Tn - p + C - 1) / C) {
+            rem -= (Tn - p + C - 1) / C;
+            ++p;
+        }
+        const int j0 = p + (int)rem * C, nt = min(C, Tn - j0), row0 = p * BM, tot = nt * nkt;
+        __syncthreads();   /* every warpgroup is done with the last item's panel (its tiles ended waiting for their products) */
+        for (int c = tid; c < BM * 8 * nkt; c += 256) {
+            const int kt = c / (BM * 8), r = (c >> 3) % BM, cc = c & 7, grow = row0 + r;
+            const bool ok = grow < m;
+            qk__cp16s(sbase + kt * TS + r * 128 + ((cc ^ (r & 7)) << 4), A + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4, ok ? 16 : 0);
+        }
+        qk__cp_commit();
+        auto loadb = [&](int gs) {
+            const int tj = j0 + gs / nkt, kt = gs % nkt, slot = gs % NS;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int c = tid + i * 256, r = c >> 3, cc = c & 7, grow = tj * BM + r;
+                const bool ok = grow < nn;
+                qk__cp16s(ring + slot * TS + r * 128 + ((cc ^ (r & 7)) << 4), B + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4,
+                          ok ? 16 : 0);
+            }
+        };
+#pragma unroll
+        for (int s = 0; s < P; ++s) {
+            if (s < tot) loadb(s);
+            qk__cp_commit();
+        }
+        for (int gs = 0; gs < tot; ++gs) {
+            const int kt = gs % nkt;
+            qk__wg_wait0();
+            qk__cp_wait<P - 1>();
+            qk__fence_async_smem();
+            __syncthreads();
+            if (gs + P < tot) loadb(gs + P);
+            qk__cp_commit();
+            const uint32_t As = sbase + kt * TS, Bs = ring + (gs % NS) * TS;
+            uint32_t fa[4][4], fr[4][4];
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const int ch = 2 * kk + ahi;
+                qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
+                if constexpr (CPLX) {
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
+                }
+            }
+            qk__wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const uint64_t bd = qk__wg_desc(Bs + kk * 32);
+                qk__wg_m64n128k16(ar, fa[kk], bd);
+                if constexpr (CPLX) qk__wg_m64n128k16(ai, fr[kk], bd);
+            }
+            qk__wg_commit();
+            if (kt == nkt - 1) {   /* the tile's last stage: its epilogue, under the next tile's loads */
+                qk__wg_wait0();
+                qk__wg_pin(ar);
+                if constexpr (CPLX) qk__wg_pin(ai);
+                const int col0 = (j0 + gs / nkt) * BM;
+                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
+                qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
+                                                    inner, m, nn, out, ld, mout, 0, 1);
+#pragma unroll
+                for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
+#pragma unroll
+                for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
+            }
+        }
+    }
+#endif
+}
+
 /* Launchers (the arguments of qk__launch_tcf_cfg; ldp: words per row and part, a multiple of 32).
-   FP16 runs the triangular grid of K(X,X) (qk__tri_grid) where the whole block is one
-   triangle; FP32X3's tiles are not square and skip the ones below the diagonal. */
+   FP16: the persistent kernel for a triangle of short states (qk__k_wg16p), else the triangular
+   grid of K(X,X) (qk__tri_grid) where the whole block is one triangle; FP32X3's tiles are not
+   square and skip the ones below the diagonal. */
 template <bool SPLIT, bool CPLX, typename OutT>
 static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw, int64_t ldp, int64_t m, int64_t nn, float inv_s2, OutT *out,
                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -383,6 +489,25 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
     constexpr int BM = 128, BN = SPLIT ? 64 : 128, NS = SPLIT ? 3 : 4;
     const size_t smem = (size_t)NS * (SPLIT ? 49152 : 32768) + 1024;
     const int nkt = (int)(ldp / 32);
+    if constexpr (!SPLIT) {
+        /* the triangle of K(X,X) in one launch with short states: the persistent kernel, work items
+           of QK__WG_ITEM column tiles, one block per SM */
+        if (tri && doff == 0 && m <= (int64_t)65535 * BM && nn >= m && nkt <= 8) {
+            constexpr int C = QK__WG_ITEM;
+            int dev = 0, sms = 0;
+            QK_CK(cudaGetDevice(&dev));
+            QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+            const int64_t Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
+            int64_t items = 0;
+            for (int64_t p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
+            const size_t psmem = (size_t)(nkt + 4) * 16384 + 1024;
+            QK_CK(cudaFuncSetAttribute(qk__k_wg16p<CPLX, OutT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
+            qk__k_wg16p<CPLX, OutT, 4><<<(unsigned)std::min<int64_t>(items, sms), 256, psmem, st>>>(A, B, ldw, nkt, (int)m, (int)nn, inv_s2, out, ld,
+                                                                                                   mout, qk__vec_ok(out, mout, ld), C);
+            QK_LAUNCH_CK("qk__k_wg16p");
+            return QK_OK;
+        }
+    }
     if constexpr (SPLIT) QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     else QK_CK(cudaFuncSetAttribute(qk__k_wg16<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) { /* grid.y limit */
