@@ -2945,6 +2945,32 @@ __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, c
         }
 }
 
+/* One FP16 stage of a warpgroup's products, committed as one group: its warps' A rows (arow: this
+   lane's ldmatrix row, ahi: its 16-byte half) from the swizzled stage at As, rotated in
+   registers for the Im product (complex), times the 128 B rows at Bs through descriptors. */
+template <bool CPLX>
+__device__ __forceinline__ void qk__wg16_stage(uint32_t As, uint32_t Bs, int arow, int ahi, float (&ar)[64], float (&ai)[CPLX ? 64 : 1])
+{
+    uint32_t fa[4][4], fr[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        const int ch = 2 * kk + ahi;
+        qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
+        if constexpr (CPLX) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
+        }
+    }
+    qk__wg_fence();
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+        const uint64_t bd = qk__wg_desc(Bs + kk * 32);
+        qk__wg_m64n128k16(ar, fa[kk], bd);
+        if constexpr (CPLX) qk__wg_m64n128k16(ai, fr[kk], bd);
+    }
+    qk__wg_commit();
+}
+
 /* FP16: a 128 x 128 tile of K per block (two warpgroups), NS stages of 32 KB. A, B: operand
    words, ldw per row, nkt 32-word stages; the other arguments as qk__k_tcgram's. */
 template <bool CPLX, typename OutT, int NS>
@@ -2992,24 +3018,7 @@ qk__k_wg16(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64
         if (kt + P < nkt) load(kt + P, (kt + P) % NS);
         qk__cp_commit();
         const uint32_t As = sbase + (kt % NS) * ST, Bs = As + TA;
-        uint32_t fa[4][4], fr[4][4];
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const int ch = 2 * kk + ahi;
-            qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
-            if constexpr (CPLX) {
-#pragma unroll
-                for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
-            }
-        }
-        qk__wg_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const uint64_t bd = qk__wg_desc(Bs + kk * 32);
-            qk__wg_m64n128k16(ar, fa[kk], bd);
-            if constexpr (CPLX) qk__wg_m64n128k16(ai, fr[kk], bd);
-        }
-        qk__wg_commit();
+        qk__wg16_stage<CPLX>(As, Bs, arow, ahi, ar, ai);
     }
     qk__wg_wait0();
     qk__wg_pin(ar);
@@ -3184,24 +3193,7 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
             if (gs + P < tot) loadb(gs + P);
             qk__cp_commit();
             const uint32_t As = sbase + kt * TS, Bs = ring + (gs % NS) * TS;
-            uint32_t fa[4][4], fr[4][4];
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                const int ch = 2 * kk + ahi;
-                qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
-                if constexpr (CPLX) {
-#pragma unroll
-                    for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
-                }
-            }
-            qk__wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                const uint64_t bd = qk__wg_desc(Bs + kk * 32);
-                qk__wg_m64n128k16(ar, fa[kk], bd);
-                if constexpr (CPLX) qk__wg_m64n128k16(ai, fr[kk], bd);
-            }
-            qk__wg_commit();
+            qk__wg16_stage<CPLX>(As, Bs, arow, ahi, ar, ai);
             if (kt == nkt - 1) {   /* the tile's last stage: its epilogue, under the next tile's loads */
                 qk__wg_wait0();
                 qk__wg_pin(ar);
