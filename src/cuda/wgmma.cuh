@@ -40,9 +40,8 @@
    (-Dgpu_arch=90 builds it; qk__wgmma_ok says whether this device runs it); elsewhere the kernels
    are empty and the planner never names configuration 4. */
 #define QK__WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-/* column tiles per work item of the persistent FP16 kernel (qk__k_wg16p): the fastest of 4, 8,
-   16, 32 at 7 and 8 qubits on the H100 (docs/benchmarks.md, "The fused tensor-core kernel on
-   wgmma") */
+/* column tiles per work item of the persistent FP16 kernel (qk__k_wg16p), chosen by measurement
+   (docs/benchmarks.md, 'Figures behind the code's constants') */
 #define QK__WG_ITEM 8
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
