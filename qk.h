@@ -639,7 +639,7 @@ typedef struct qk_states_desc {
                                (a zero state is an error) */
     double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
-                               never holds all states (host; CPU engine) */
+                               never holds all states (host rows; CPU engine, and one GPU) */
     void *provider_user;
     /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
        sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =
@@ -1474,6 +1474,12 @@ typedef struct qk_cuda_io {
     qk_cuda_stats *stats;       /* may be NULL */
     const qk_cuda_prof_hooks *prof; /* the profiler's GPU zones (NULL: none) */
     qk_cuda_pool *pool;         /* the GPU's stream pool (NULL: the job makes its own streams) */
+    /* Given host states with a provider (qk_gram_states): rows [r0, r1) of side (0: x, 1: y),
+       n_features doubles a row, written by fetch into dst (page-locked host memory the engine
+       owns), from the thread that called qk_cuda_gram, when the plan needs them; returns QK_OK
+       or a result that stops the job (the detail set by the callee). NULL: desc->x, desc->y. */
+    qk_result (*fetch)(int side, int64_t r0, int64_t r1, double *dst, void *user);
+    void *fetch_user;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -1504,6 +1510,14 @@ QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
+/* Page-locks bytes of the caller's host memory at p for the GPUs' DMA (cudaHostRegister,
+   portable, read-only where the device supports it) for the length of a job: given host states
+   then cross PCIe at the pinned rate, which pageable copies reach only in part
+   (docs/benchmarks.md, 'Host states beyond device memory'). *locked: 1 when this call locked it
+   (qk_cuda_host_unlock undoes it), 0 when p was page-locked already or could not be (the copies
+   then run from pageable memory: slower, not wrong). Never fails. */
+QK_CUDA_DEF void qk_cuda_host_lock(const void *p, size_t bytes, int *locked);
+QK_CUDA_DEF void qk_cuda_host_unlock(const void *p);
 /* Test seams, declared and compiled only under QK_TEST_FAULTS (define it for qk.h and for
    qk_cuda.cu alike; the GPU test programs do, tests/meson.build): the product build has none. */
 #ifdef QK_TEST_FAULTS
@@ -9867,6 +9881,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
 
     /* states: bulk when all of them (and their scratch) take at most half the budget */
     need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
+    if (qk__map_is_states(map) && !(map->ops[0].q1 & QK__STATE_DEVICE) && !sym)   /* both sides' rows on the device */
+        need += (double)(nx < ny ? nx : ny) * (double)map->n_features * 8.0;
     if (need <= 0.5 * budget) {
         p->bulk_states = 1;
         p->state_tile = 0;
@@ -10961,6 +10977,30 @@ QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
     return ctx->spool[k];
 }
 
+/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of side from qk_gram_states'
+   provider (user: its map, a qk__smap), written into dst in chunks of at most the map's chunk
+   rows, and checked as the CPU engine checks them. */
+static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst, void *user)
+{
+    const qk__smap *sm = (const qk__smap *)user;
+    const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    int64_t c;
+    for (c = r0; c < r1; c += sm->chunk) {
+        const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
+        char *buf = (char *)dst + (size_t)((c - r0) * rowb);
+        qk_result r;
+        QK_PROF_BEGIN("state provider");
+        r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+        QK_PROF_END("state provider");
+        if (r != QK_OK)
+            return qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                            side ? "B" : "A", (long long)c, (long long)(c + k));
+        r = qk__states_check(sm, buf, k, rowb, side, c);
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
+}
+
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
    copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
    (MPS path; NULL: built here). */
@@ -10985,6 +11025,10 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     io.stats = stats;
     io.prof = QK__PROF_CUDA_HOOKS;
     io.pool = ctx ? qk__cuda_pool(ctx, 0) : NULL;
+    if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_PROVIDER)) {
+        io.fetch = qk__states_fetch;
+        io.fetch_user = (void *)(uintptr_t)(const void *)map;   /* the map is its qk__smap's first member */
+    }
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
@@ -11686,14 +11730,9 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         if (!sm.buf) { what = "the provider's row buffer"; goto oom; }
         g.x = (const double *)(const void *)&sm.side[0];
         g.y = sm.in.n_b > 0 ? (const double *)(const void *)&sm.side[1] : NULL;
-#if defined(QK_CUDA) && QK_CUDA
-        if (ctx->desc.device == QK_DEVICE_CUDA) {
-            QK_FREE(sm.buf);
-            sm.buf = NULL;
-            return qk__fail(QK_ERROR_UNSUPPORTED, "%s: the state provider runs on the CPU engine (a context on the GPU "
-                            "engine takes host or device states)", fn);
-        }
-#endif
+        /* one GPU: the provider is called from one thread at a time (qk_state_fn) */
+        g.mgpu_min_pairs = INT64_MAX;
+        g.mgpu_host_bound_split = -1;
     } else {
         g.x = (const double *)(pa ? pa : sm.in.a);
         g.y = sm.in.b ? (const double *)(pb ? pb : sm.in.b) : NULL;
@@ -11742,7 +11781,27 @@ static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
+#if defined(QK_CUDA) && QK_CUDA
+    /* host states on the GPU engine: page-locked for the job, so that they cross PCIe at the
+       pinned rate (qk_cuda_host_lock: at worst left pageable) */
+    int lock[2] = {0, 0};
+    const void *lp[2] = {NULL, NULL};
+    if (r == QK_OK && !plan && ctx->desc.device == QK_DEVICE_CUDA && !sm.in.on_device && !sm.in.provider) {
+        char err[256];
+        if (qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err) == QK_OK) {
+            const size_t rowb = (size_t)sm.map.n_features * 8;
+            lp[0] = g.x;
+            lp[1] = g.y;
+            qk_cuda_host_lock(lp[0], (size_t)g.n_x * rowb, &lock[0]);
+            if (lp[1]) qk_cuda_host_lock(lp[1], (size_t)g.n_y * rowb, &lock[1]);
+        }
+    }
+#endif
     if (r == QK_OK) r = qk__gram_or_plan(ctx, &sm.map, &g, plan);
+#if defined(QK_CUDA) && QK_CUDA
+    if (lock[0]) qk_cuda_host_unlock(lp[0]);
+    if (lock[1]) qk_cuda_host_unlock(lp[1]);
+#endif
     qk__smap_free(&sm);
     return r;
 }

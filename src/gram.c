@@ -301,14 +301,9 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         if (!sm.buf) { what = "the provider's row buffer"; goto oom; }
         g.x = (const double *)(const void *)&sm.side[0];
         g.y = sm.in.n_b > 0 ? (const double *)(const void *)&sm.side[1] : NULL;
-#if defined(QK_CUDA) && QK_CUDA
-        if (ctx->desc.device == QK_DEVICE_CUDA) {
-            QK_FREE(sm.buf);
-            sm.buf = NULL;
-            return qk__fail(QK_ERROR_UNSUPPORTED, "%s: the state provider runs on the CPU engine (a context on the GPU "
-                            "engine takes host or device states)", fn);
-        }
-#endif
+        /* one GPU: the provider is called from one thread at a time (qk_state_fn) */
+        g.mgpu_min_pairs = INT64_MAX;
+        g.mgpu_host_bound_split = -1;
     } else {
         g.x = (const double *)(pa ? pa : sm.in.a);
         g.y = sm.in.b ? (const double *)(pb ? pb : sm.in.b) : NULL;
@@ -357,7 +352,27 @@ static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const
     qk__smap sm;
     qk_gram_desc g;
     qk_result r = qk__smap_make(ctx, states, desc, "qk_gram_states", &sm, &g);
+#if defined(QK_CUDA) && QK_CUDA
+    /* host states on the GPU engine: page-locked for the job, so that they cross PCIe at the
+       pinned rate (qk_cuda_host_lock: at worst left pageable) */
+    int lock[2] = {0, 0};
+    const void *lp[2] = {NULL, NULL};
+    if (r == QK_OK && !plan && ctx->desc.device == QK_DEVICE_CUDA && !sm.in.on_device && !sm.in.provider) {
+        char err[256];
+        if (qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err) == QK_OK) {
+            const size_t rowb = (size_t)sm.map.n_features * 8;
+            lp[0] = g.x;
+            lp[1] = g.y;
+            qk_cuda_host_lock(lp[0], (size_t)g.n_x * rowb, &lock[0]);
+            if (lp[1]) qk_cuda_host_lock(lp[1], (size_t)g.n_y * rowb, &lock[1]);
+        }
+    }
+#endif
     if (r == QK_OK) r = qk__gram_or_plan(ctx, &sm.map, &g, plan);
+#if defined(QK_CUDA) && QK_CUDA
+    if (lock[0]) qk_cuda_host_unlock(lp[0]);
+    if (lock[1]) qk_cuda_host_unlock(lp[1]);
+#endif
     qk__smap_free(&sm);
     return r;
 }

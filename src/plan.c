@@ -421,6 +421,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
 
     /* states: bulk when all of them (and their scratch) take at most half the budget */
     need = (double)(nx + (sym ? 0 : ny)) * st + (double)(nx > ny ? nx : ny) * sc;
+    if (qk__map_is_states(map) && !(map->ops[0].q1 & QK__STATE_DEVICE) && !sym)   /* both sides' rows on the device */
+        need += (double)(nx < ny ? nx : ny) * (double)map->n_features * 8.0;
     if (need <= 0.5 * budget) {
         p->bulk_states = 1;
         p->state_tile = 0;

@@ -433,7 +433,7 @@ typedef struct qk_states_desc {
                                (a zero state is an error) */
     double norm_tol;        /* default (0): 1e-9 for C128 / F64, 1e-5 for C64 / F32 */
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
-                               never holds all states (host; CPU engine) */
+                               never holds all states (host rows; CPU engine, and one GPU) */
     void *provider_user;
     /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
        sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =

@@ -338,6 +338,12 @@ typedef struct qk_cuda_io {
     qk_cuda_stats *stats;       /* may be NULL */
     const qk_cuda_prof_hooks *prof; /* the profiler's GPU zones (NULL: none) */
     qk_cuda_pool *pool;         /* the GPU's stream pool (NULL: the job makes its own streams) */
+    /* Given host states with a provider (qk_gram_states): rows [r0, r1) of side (0: x, 1: y),
+       n_features doubles a row, written by fetch into dst (page-locked host memory the engine
+       owns), from the thread that called qk_cuda_gram, when the plan needs them; returns QK_OK
+       or a result that stops the job (the detail set by the callee). NULL: desc->x, desc->y. */
+    qk_result (*fetch)(int side, int64_t r0, int64_t r1, double *dst, void *user);
+    void *fetch_user;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -368,6 +374,14 @@ QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
 /* 1 when p is page-locked host memory (cudaMallocHost / cudaHostRegister), else 0. */
 QK_CUDA_DEF int qk_cuda_host_pinned(const void *p);
+/* Page-locks bytes of the caller's host memory at p for the GPUs' DMA (cudaHostRegister,
+   portable, read-only where the device supports it) for the length of a job: given host states
+   then cross PCIe at the pinned rate, which pageable copies reach only in part
+   (docs/benchmarks.md, 'Host states beyond device memory'). *locked: 1 when this call locked it
+   (qk_cuda_host_unlock undoes it), 0 when p was page-locked already or could not be (the copies
+   then run from pageable memory: slower, not wrong). Never fails. */
+QK_CUDA_DEF void qk_cuda_host_lock(const void *p, size_t bytes, int *locked);
+QK_CUDA_DEF void qk_cuda_host_unlock(const void *p);
 /* Test seams, declared and compiled only under QK_TEST_FAULTS (define it for qk.h and for
    qk_cuda.cu alike; the GPU test programs do, tests/meson.build): the product build has none. */
 #ifdef QK_TEST_FAULTS

@@ -193,6 +193,30 @@ QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
     return ctx->spool[k];
 }
 
+/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of side from qk_gram_states'
+   provider (user: its map, a qk__smap), written into dst in chunks of at most the map's chunk
+   rows, and checked as the CPU engine checks them. */
+static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst, void *user)
+{
+    const qk__smap *sm = (const qk__smap *)user;
+    const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    int64_t c;
+    for (c = r0; c < r1; c += sm->chunk) {
+        const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
+        char *buf = (char *)dst + (size_t)((c - r0) * rowb);
+        qk_result r;
+        QK_PROF_BEGIN("state provider");
+        r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+        QK_PROF_END("state provider");
+        if (r != QK_OK)
+            return qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                            side ? "B" : "A", (long long)c, (long long)(c + k));
+        r = qk__states_check(sm, buf, k, rowb, side, c);
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
+}
+
 /* A planned Gram on the GPU engine (one GPU) into the sink, with qk.h's delivery (pageable host
    copy-out, square tiles for the callback, the .npy stream). mps: the planner's MPS program
    (MPS path; NULL: built here). */
@@ -217,6 +241,10 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     io.stats = stats;
     io.prof = QK__PROF_CUDA_HOOKS;
     io.pool = ctx ? qk__cuda_pool(ctx, 0) : NULL;
+    if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_PROVIDER)) {
+        io.fetch = qk__states_fetch;
+        io.fetch_user = (void *)(uintptr_t)(const void *)map;   /* the map is its qk__smap's first member */
+    }
     if (ctx && desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && plan->host_pinned)) {
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */

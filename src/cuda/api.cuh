@@ -53,6 +53,27 @@ extern "C" int qk_cuda_host_pinned(const void *p)
     return pinned;
 }
 
+extern "C" void qk_cuda_host_lock(const void *p, size_t bytes, int *locked)
+{
+    int dev = 0, ro = 0;
+    *locked = 0;
+    if (!p || bytes == 0 || qk_cuda_host_pinned(p)) return;
+    if (cudaGetDevice(&dev) == cudaSuccess) cudaDeviceGetAttribute(&ro, cudaDevAttrHostRegisterReadOnlySupported, dev);
+    cudaGetLastError();
+    unsigned flags = cudaHostRegisterPortable | (ro ? cudaHostRegisterReadOnly : 0u);
+    /* const: read-only registration only reads the pages (cudaHostRegister's pointer is not const) */
+    cudaError_t e = cudaHostRegister(const_cast<void *>(p), bytes, flags);
+    if (e != cudaSuccess && ro) { cudaGetLastError(); e = cudaHostRegister(const_cast<void *>(p), bytes, cudaHostRegisterPortable); }
+    if (e == cudaSuccess) *locked = 1;
+    cudaGetLastError();
+}
+
+extern "C" void qk_cuda_host_unlock(const void *p)
+{
+    if (p) cudaHostUnregister(const_cast<void *>(p));
+    cudaGetLastError();
+}
+
 /* Squared norms of given device states (qk_gram_states, on_device), one block per row, NaN for a
    row with a non-finite amplitude; the rows must be device memory of the current device. */
 __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
@@ -164,6 +185,8 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.cpool = io ? io->pool : nullptr;
         for (int i = 0; i < 2; ++i) J.io_stage[i] = io ? io->stage[i] : nullptr;
         J.io_stage_bytes = io ? io->stage_bytes : 0;
+        J.fetch = io ? io->fetch : nullptr;
+        J.fetch_user = io ? io->fetch_user : nullptr;
         J.delivered = &delivered;
         qk_result r;
         r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {

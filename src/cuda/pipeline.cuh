@@ -81,6 +81,10 @@ extern "C" qk_result qk_cuda_pool_create(qk_cuda_pool **out, char *err, size_t e
     return QK_OK;
 }
 
+/* A provider's rows (qk_cuda_io.fetch) cross in page-locked chunks of about this many bytes (at
+   least one row), two of them, so that the provider fills one while the other is copied. */
+#define QK__FETCH_BYTES ((size_t)32 << 20)
+
 struct qk__job_state {
     qk__err *E;
     const qk_plan *plan;
@@ -110,6 +114,16 @@ struct qk__job_state {
     cudaStream_t est = nullptr;          /* epilogue stream (cuBLAS path) */
     cudaEvent_t gemm_done = nullptr, ep_done[2] = {nullptr, nullptr};
     int64_t n_blas = 0;
+    /* given host states streamed (qk__pipe::fetch): the copy-in stream, the raw rows' events,
+       and the provider's pinned chunks (io->fetch) */
+    qk_result (*fetch)(int side, int64_t r0, int64_t r1, double *dst, void *user) = nullptr;
+    void *fetch_user = nullptr;
+    cudaStream_t hs = nullptr;
+    cudaEvent_t raw_ready = nullptr, raw_free = nullptr;
+    bool raw_used = false;               /* raw_free recorded: the next copy-in waits for it */
+    double *fb[2] = {nullptr, nullptr};  /* provider chunks of fb_rows rows (page-locked) */
+    cudaEvent_t fb_done[2] = {nullptr, nullptr};
+    int64_t fb_rows = 0, n_fb = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     bool own_stage = false;              /* allocated for this job (else the caller's) */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
@@ -166,6 +180,7 @@ static cudaError_t qk__job_buf(qk__job_state *J, int r, void **out, size_t bytes
 
 static void qk__job_free(qk__job_state *J)
 {
+    if (J->hs) cudaStreamSynchronize(J->hs);
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
@@ -191,6 +206,13 @@ static void qk__job_free(qk__job_state *J)
         if (J->copy_done[i]) cudaEventDestroy(J->copy_done[i]);
         if (J->pool.st[i] && !J->lent) cudaStreamDestroy(J->pool.st[i]);
     }
+    for (int i = 0; i < 2; ++i) {
+        if (J->fb[i]) cudaFreeHost(J->fb[i]);
+        if (J->fb_done[i]) cudaEventDestroy(J->fb_done[i]);
+    }
+    if (J->raw_ready) cudaEventDestroy(J->raw_ready);
+    if (J->raw_free) cudaEventDestroy(J->raw_free);
+    if (J->hs) cudaStreamDestroy(J->hs);
     for (auto e : J->pool.ev) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas && !J->lent) cublasDestroy(J->blas);
@@ -283,6 +305,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     int64_t done_pairs = 0;
     double deliver_ms = 0;
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
+    bool streamed = false;               /* given host states copied in as needed (qk__pipe::upload) */
     double enc_ms = 0;
 
     explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
@@ -315,6 +338,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* the planner's rule (qk.h): a pure amplitude map's states come from the streaming
            encoder (qk_cuda_amplitude_encode, at the PCIe bound) */
         stream_amp = !CPLX && qk__plan_stream_amp(pl, map);
+        /* given host states (the data are the states, not a map's few features): copied in by
+           state tile, never all of them at once unless the plan holds them all (bulk); a
+           provider's rows (J->fetch) always through upload */
+        streamed = J->fetch || (qk__map_is_states(map) && !(map->ops[0].q1 & QK__STATE_DEVICE) && !bulk);
     }
 
     qk_result alloc()
@@ -341,11 +368,27 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             J->x_in_place = true;
             J->dx = (double *)ds->x;
             J->dy = sym ? nullptr : (double *)ds->y;
+        } else if (streamed) {
+            /* bulk: every row on the device, filled by states(); tiles: one tile of raw rows,
+               refilled on the copy-in stream while the previous tile's Gram runs */
+            QK_CK(cudaStreamCreateWithFlags(&J->hs, cudaStreamNonBlocking));
+            QK__GZ_STREAM_NAME(J, J->hs, "qk copy-in");
+            QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
+            QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
+            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
+            if (bulk && !sym) QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            if (J->fetch) {
+                J->fb_rows = std::max<int64_t>(1, std::min<int64_t>((int64_t)(QK__FETCH_BYTES / ((size_t)d * sizeof(double))), std::max(nx, ny)));
+                for (int i = 0; i < 2; ++i) {
+                    QK_CK(cudaMallocHost((void **)&J->fb[i], (size_t)J->fb_rows * d * sizeof(double)));
+                    QK_CK(cudaEventCreateWithFlags(&J->fb_done[i], cudaEventDisableTiming));
+                }
+            }
         } else if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
-        if (!sym && !stream_amp && !J->x_in_place) {
+        if (!sym && !stream_amp && !J->x_in_place && !streamed) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
         }
@@ -421,6 +464,48 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
     }
 
+    /* Given host states: rows [r0, r0 + cnt) of side (0: x, 1: y) into dev on the copy-in
+       stream, from the caller's rows (page-locked by qk.h for the job where it could, so at the
+       PCIe rate) or the provider's pinned chunks; the compute stream waits for them. The copy
+       waits for the kernel that last read the raw rows (raw_free), so the next tile crosses PCIe
+       while the current tile's Gram runs. */
+    qk_result upload(int side, int64_t r0, int64_t cnt, double *dev)
+    {
+        const size_t rowb = (size_t)d * sizeof(double);
+        if (J->raw_used) QK_CK(cudaStreamWaitEvent(J->hs, J->raw_free, 0));
+        QK__GZ_GPU_BEGIN(J, "qk H2D states", J->hs);
+        QK__GZ_COUNT(J, "qk H2D state bytes", (double)rowb * (double)cnt);
+        if (!J->fetch) {
+            const double *src = (side ? ds->y : ds->x) + r0 * d;
+            QK_CK(cudaMemcpyAsync(dev, src, (size_t)cnt * rowb, cudaMemcpyHostToDevice, J->hs));
+        } else {
+            for (int64_t c = 0; c < cnt; c += J->fb_rows) {
+                const int64_t k = std::min(J->fb_rows, cnt - c);
+                const int b = (int)(J->n_fb & 1);
+                if (J->n_fb >= 2) QK_CK(cudaEventSynchronize(J->fb_done[b])); /* its last chunk crossed */
+                J->n_fb++;
+                QK_TRY(J->fetch(side, r0 + c, r0 + c + k, J->fb[b], J->fetch_user));
+                QK_CK(cudaMemcpyAsync(dev + c * d, J->fb[b], (size_t)k * rowb, cudaMemcpyHostToDevice, J->hs));
+                QK_CK(cudaEventRecord(J->fb_done[b], J->hs));
+            }
+        }
+        QK__GZ_GPU_END(J, "qk H2D states", J->hs);
+        QK_CK(cudaEventRecord(J->raw_ready, J->hs));
+        QK_CK(cudaStreamWaitEvent(cs, J->raw_ready, 0));
+        return QK_OK;
+    }
+
+    /* the states of rows [r0, r0 + cnt) of side into dst (a state tile) */
+    qk_result tile(int side, int64_t r0, int64_t cnt, void *dst)
+    {
+        if (!streamed) return build(side ? J->dy : J->dx, r0, cnt, dst);
+        QK_TRY(upload(side, r0, cnt, J->dx));
+        QK_TRY(build(J->dx, 0, cnt, dst));
+        QK_CK(cudaEventRecord(J->raw_free, cs));
+        J->raw_used = true;
+        return QK_OK;
+    }
+
     /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given */
     qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
     {
@@ -457,7 +542,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         }
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
         QK__GZ_GPU_BEGIN(J, "qk states", cs);
+        if (streamed) QK_TRY(upload(0, 0, nx, J->dx));
         QK_TRY(build(J->dx, 0, nx, J->SA));
+        if (!sym && streamed) QK_TRY(upload(1, 0, ny, J->dy));
         if (!sym) QK_TRY(build(J->dy, 0, ny, J->SB));
         QK__GZ_GPU_END(J, "qk states", cs);
         QK_TRY(qk__mark(J, 0, QK__EV_STATES));
@@ -482,7 +569,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK__GZ_COUNT(J, "qk slabs", 1);
         const void *A;
         if (bulk) A = (const char *)J->SA + i0 * per_state;
-        else { QK_TRY(build(J->dx, i0, m, J->SA)); A = J->SA; }
+        else { QK_TRY(tile(0, i0, m, J->SA)); A = J->SA; }
         const int64_t jstart = mirror ? i0 : 0;
         if (bulk) {
             const void *B = (const char *)J->SB + jstart * per_state;
@@ -493,7 +580,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 int64_t nn = std::min(state_tile, ny - j0);
                 const void *B;
                 if (sym && j0 == i0 && nn <= m) B = A; /* A holds only the slab's m rows */
-                else { QK_TRY(build(sym ? J->dx : J->dy, j0, nn, J->SB)); B = J->SB; }
+                else { QK_TRY(tile(sym ? 0 : 1, j0, nn, J->SB)); B = J->SB; }
                 OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
                 QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
             }

@@ -11,8 +11,14 @@
      exactly the x (and y) buffers the host states need; normalize on the device; a NaN on the
      device named by row; a host pointer passed as device memory refused;
    - qk's own states (qk_states of zz) given to the GPU: K within 1e-12 of the map's GPU K.
+   - host states streamed in state tiles (a planner budget of 24 MB) against the CPU engine and
+     the all-resident plan, the provider on the GPU (K bit for bit the host states', the rows
+     asked for those the plan implies, a failing provider and a bad row named, an existing .npy
+     untouched), the caller's states unlocked after the call and page-locked ones left so, and
+     2.1 GB of host states on a GPU with 1.5 GB free ("stream": the streamed cases alone).
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
-   device states of the same map (docs/benchmarks.md), medians of 5, then exit.
+   device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
+   keep_gb": host states beyond device memory (bench_stream).
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <vector>
 #include <string>
@@ -256,6 +262,255 @@ static void own_states(qk_ctx *cpu, qk_ctx *gpu)
     qk_map_free(m);
 }
 
+/* ---- host states streamed by state tile, and the state provider, on the GPU ---- */
+
+/* A context on the first GPU whose planner may use about budget bytes of device memory (the
+   autotuner off): the plan then holds only state tiles of the states */
+static qk_ctx *budget_ctx(double budget)
+{
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    qk_ctx_desc cd;
+    qk_ctx *ctx = nullptr;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CUDA;
+    cd.autotune = -1;
+    cd.vram_fraction = std::min(1.0, budget / (double)free_b);
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
+    return ctx;
+}
+
+/* The provider of the tests: rows of host arrays a, b (ld_src elements of es bytes apart), copied
+   into qk's buffer at its ld; counts the rows asked for per side; fails (returns 1) when asked for
+   row fail_row of side fail_side; scales row bad_row of side 0 by 2 (a norm of 4) when set. */
+struct Prov {
+    const char *src[2];
+    int64_t ld_src, dim;
+    int es;
+    int64_t rows[2] = {0, 0};
+    int calls = 0;
+    int fail_side = -1;
+    int64_t fail_row = -1, bad_row = -1;
+};
+static int prov_fn(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user)
+{
+    Prov *P = (Prov *)user;
+    P->calls++;
+    P->rows[side] += i1 - i0;
+    if (side == P->fail_side && P->fail_row >= i0 && P->fail_row < i1) return 1;
+    for (int64_t i = i0; i < i1; ++i) {
+        char *o = (char *)buf + (size_t)((i - i0) * ld * P->es);
+        memcpy(o, P->src[side] + (size_t)(i * P->ld_src * P->es), (size_t)(P->dim * P->es));
+        if (side == 0 && i == P->bad_row) {
+            if (P->es == 16 || P->es == 8) { double *v = (double *)o; for (int64_t k = 0; k < P->dim * P->es / 8; ++k) v[k] *= 2.0; }
+            else { float *v = (float *)o; for (int64_t k = 0; k < P->dim; ++k) v[k] *= 2.0f; }
+        }
+    }
+    return 0;
+}
+
+/* Rows the GPU engine asks a provider for under plan (docs/states.md): bulk, every row once;
+   state tiles, each slab's rows, then for every column tile of the slab (from the slab's own rows
+   on, for K(A,A)) its rows, except the tile that starts at the slab's first row and fits in it. */
+static void expected_rows(const qk_plan &p, int64_t out[2])
+{
+    const int64_t nx = p.n_x, ny = p.n_y;
+    out[0] = out[1] = 0;
+    if (p.bulk_states) { out[0] = nx; if (!p.symmetric) out[1] = ny; return; }
+    const int64_t R = p.state_tile, slab = std::min<int64_t>(p.tile_m, R);
+    for (int64_t i0 = 0; i0 < nx; i0 += slab) {
+        const int64_t m = std::min(slab, nx - i0);
+        out[0] += m;
+        for (int64_t j0 = p.symmetric ? i0 : 0; j0 < ny; j0 += R) {
+            const int64_t nn = std::min(R, ny - j0);
+            if (p.symmetric && j0 == i0 && nn <= m) continue;
+            out[p.symmetric ? 0 : 1] += nn;
+        }
+    }
+}
+
+static void streamed_cases(qk_ctx *cpu)
+{
+    /* a planner budget of 24 MB: the states below (11-16 MB a side with their scratch) go in tiles */
+    qk_ctx *gpu = budget_ctx(24e6), *big = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    struct C { qk_state_type t; int64_t dim, na, nb, pad; } cases[] = {
+        {QK_STATE_C128, 1024, 700, 0, 0}, {QK_STATE_C128, 1000, 650, 300, 3}, {QK_STATE_C64, 2048, 900, 0, 0},
+        {QK_STATE_F64, 2048, 700, 333, 0}, {QK_STATE_F32, 4096, 900, 0, 2},
+    };
+    for (const C &c : cases) {
+        std::vector<char> a = rand_states(c.na, c.dim, c.dim + c.pad, c.t), b;
+        if (c.nb) b = rand_states(c.nb, c.dim, c.dim + c.pad, c.t);
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = c.t; st.dim = c.dim; st.a = a.data(); st.n_a = c.na; st.lda = c.dim + c.pad;
+        if (c.nb) { st.b = b.data(); st.n_b = c.nb; st.ldb = c.dim + c.pad; }
+        const char *what = c.nb ? "K(A,B)" : "K(A,A)";
+        std::vector<double> Kc, Kb, Kg;
+        if (!gram_states(cpu, st, QK_PRECISION_FP64, HOST, Kc)) { CHECK(false, "cpu reference failed"); continue; }
+        qk_plan plan, pb;
+        bool okb = gram_states(big, st, QK_PRECISION_FP64, HOST, Kb, &pb);
+        CHECK(okb && pb.bulk_states, "type %d %s: the default budget holds the states (bulk)", (int)c.t, what);
+        for (int out = HOST; out <= NPY; ++out) {
+            bool ok = gram_states(gpu, st, QK_PRECISION_FP64, (Out)out, Kg, &plan);
+            CHECK(ok && !plan.bulk_states && plan.state_tile > 0 && plan.state_tile < std::max(c.na, c.nb),
+                  "type %d %s %s: not planned in state tiles (bulk %d, tile %lld)", (int)c.t, what, out_name[out], plan.bulk_states,
+                  (long long)plan.state_tile);
+            double e = ok ? max_diff(Kc, Kg) : INFINITY;
+            CHECK(e <= 1e-12, "type %d %s %s: streamed tiles |gpu - cpu| = %.3g", (int)c.t, what, out_name[out], e);
+            if (out == HOST) CHECK(ok && max_diff(Kb, Kg) <= 1e-13, "type %d %s: tiles vs bulk %.3g", (int)c.t, what, max_diff(Kb, Kg));
+        }
+        CHECK(!qk_cuda_host_pinned(a.data()), "type %d %s: the caller's states are left page-locked after the call", (int)c.t, what);
+        bool ok = gram_states(gpu, st, QK_PRECISION_FP32, HOST, Kg, &plan);
+        int q = 1;
+        while (((int64_t)1 << q) < c.dim) ++q;
+        CHECK(ok && !plan.bulk_states && max_diff(Kc, Kg) <= qk_precision_error_bound(QK_PRECISION_FP32, q), "type %d %s fp32 tiles: %.3g",
+              (int)c.t, what, ok ? max_diff(Kc, Kg) : INFINITY);
+
+        /* the provider, in tiles and in bulk: K bit for bit that of the same host states on the
+           same plan, and the rows asked for those the plan implies */
+        for (qk_ctx *ctx : {gpu, big}) {
+            Prov P;
+            P.src[0] = a.data(); P.src[1] = c.nb ? b.data() : nullptr;
+            P.ld_src = c.dim + c.pad; P.dim = c.dim; P.es = esize(c.t);
+            qk_states_desc sp;
+            memset(&sp, 0, sizeof sp);
+            sp.type = c.t; sp.dim = c.dim; sp.n_a = c.na; sp.n_b = c.nb; sp.provider = prov_fn; sp.provider_user = &P;
+            std::vector<double> Kh, Kp;
+            qk_plan ph, pp;
+            bool okh = gram_states(ctx, st, QK_PRECISION_FP64, HOST, Kh, &ph);
+            P.rows[0] = P.rows[1] = 0;
+            bool okp = gram_states(ctx, sp, QK_PRECISION_FP64, HOST, Kp, &pp);
+            int64_t want[2];
+            expected_rows(pp, want);
+            const char *mode = ctx == gpu ? "tiles" : "bulk";
+            CHECK(okh && okp && Kh.size() == Kp.size() && memcmp(Kh.data(), Kp.data(), Kh.size() * 8) == 0,
+                  "type %d %s provider (%s): K differs from the host states' (max %.3g): %s", (int)c.t, what, mode, max_diff(Kh, Kp),
+                  okp ? "" : qk_last_error());
+            CHECK(P.rows[0] == want[0] && P.rows[1] == want[1], "type %d %s provider (%s): rows asked A %lld B %lld, the plan implies %lld, %lld",
+                  (int)c.t, what, mode, (long long)P.rows[0], (long long)P.rows[1], (long long)want[0], (long long)want[1]);
+            CHECK(!strcmp(ph.config, pp.config) && ph.state_tile == pp.state_tile, "type %d %s provider (%s): another plan (%s / %s)", (int)c.t,
+                  what, mode, ph.config, pp.config);
+        }
+    }
+    /* a provider that fails, and one that gives a row of norm 4: clean errors naming the rows,
+       an existing .npy untouched */
+    {
+        const int64_t dim = 1024, n = 600;
+        std::vector<char> a = rand_states(n, dim, dim, QK_STATE_C128);
+        for (qk_ctx *ctx : {gpu, big}) {
+            Prov P;
+            P.src[0] = a.data(); P.src[1] = nullptr; P.ld_src = dim; P.dim = dim; P.es = 16; P.fail_side = 0; P.fail_row = 555;
+            qk_states_desc sp;
+            memset(&sp, 0, sizeof sp);
+            sp.dim = dim; sp.n_a = n; sp.provider = prov_fn; sp.provider_user = &P;
+            char path[256];
+            snprintf(path, sizeof path, "states_gpu_%d.npy", (int)getpid());
+            qk_test_write_text(path, "keep me");
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.output = QK_OUTPUT_NPY; g.out_path = path; g.precision = QK_PRECISION_FP64; g.no_sync = 1;
+            qk_result r = qk_gram_states(ctx, &sp, &g);
+            char *txt = qk_test_read_file(path, nullptr);
+            CHECK(r == QK_ERROR_CANCELLED && strstr(qk_last_error(), "state provider failed") && strstr(qk_last_error(), "A rows"),
+                  "failing provider on the GPU: %d %s", (int)r, qk_last_error());
+            CHECK(txt && !strcmp(txt, "keep me"), "failing provider on the GPU: the existing .npy was changed");
+            free(txt);
+            P.fail_row = -1;
+            P.bad_row = 444;
+            r = qk_gram_states(ctx, &sp, &g);
+            CHECK(r != QK_OK && strstr(qk_last_error(), "A[444]"), "a provider row of norm 4 on the GPU: %d %s", (int)r, qk_last_error());
+            txt = qk_test_read_file(path, nullptr);
+            CHECK(txt && !strcmp(txt, "keep me"), "bad provider row on the GPU: the existing .npy was changed");
+            free(txt);
+            remove(path);
+        }
+    }
+    /* page-locked states of the caller stay page-locked (qk locks only what it finds pageable) */
+    {
+        const int64_t dim = 512, n = 300;
+        std::vector<char> a = rand_states(n, dim, dim, QK_STATE_C128);
+        void *pin = nullptr;
+        if (cudaMallocHost(&pin, a.size()) != cudaSuccess) { CHECK(false, "cudaMallocHost"); }
+        else {
+            memcpy(pin, a.data(), a.size());
+            qk_states_desc st;
+            memset(&st, 0, sizeof st);
+            st.dim = dim; st.a = pin; st.n_a = n;
+            std::vector<double> Kp, Kc;
+            bool ok = gram_states(gpu, st, QK_PRECISION_FP64, HOST, Kp);
+            st.a = a.data();
+            ok = ok && gram_states(cpu, st, QK_PRECISION_FP64, HOST, Kc);
+            CHECK(ok && max_diff(Kp, Kc) <= 1e-12 && qk_cuda_host_pinned(pin), "pinned caller states: %.3g, still pinned %d",
+                  ok ? max_diff(Kp, Kc) : INFINITY, qk_cuda_host_pinned(pin));
+            cudaFreeHost(pin);
+        }
+    }
+    qk_ctx_destroy(big);
+    qk_ctx_destroy(gpu);
+}
+
+/* K(A,A) of host states larger than the device's free memory: all but about 1.5 GB of the GPU is
+   taken first, then 8000 states of 14 qubits (2.1 GB) go through the GPU engine in state tiles,
+   as host states and from a provider. Checked against the definition on 4000 random entries and
+   the whole diagonal, the mirror bitwise, the provider's K bitwise the host states'. */
+static void beyond_memory_case()
+{
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    const size_t keep = (size_t)1536 << 20;
+    void *blocker = nullptr;
+    if (free_b <= keep + ((size_t)256 << 20) || cudaMalloc(&blocker, free_b - keep) != cudaSuccess) {
+        CHECK(false, "cannot take all but 1.5 GB of the device (free %.3g GB)", free_b * 1e-9);
+        return;
+    }
+    cudaMemGetInfo(&free_b, &total);
+    const int64_t n = 8000, dim = 16384;
+    std::vector<char> a = rand_states(n, dim, dim, QK_STATE_C128);
+    CHECK(a.size() > free_b, "the states (%.3g GB) exceed the free device memory (%.3g GB)", a.size() * 1e-9, free_b * 1e-9);
+    qk_ctx *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    qk_states_desc st;
+    memset(&st, 0, sizeof st);
+    st.dim = dim; st.a = a.data(); st.n_a = n;
+    std::vector<double> K, Kp;
+    qk_plan plan;
+    bool ok = gram_states(gpu, st, QK_PRECISION_FP64, HOST, K, &plan);
+    CHECK(ok && !plan.bulk_states && (double)plan.bytes_total <= (double)free_b, "beyond memory: %s (bulk %d, planned %.3g GB of %.3g free)",
+          ok ? "ran" : qk_last_error(), plan.bulk_states, plan.bytes_total * 1e-9, free_b * 1e-9);
+    if (ok) {
+        const double *s = (const double *)(const void *)a.data();
+        double worst = 0;
+        bool mirror = true;
+        for (int t = 0; t < 4000 + (int)n; ++t) {
+            const int64_t i = t < (int)n ? t : (int64_t)(qk_test_urand() * n), j = t < (int)n ? t : (int64_t)(qk_test_urand() * n);
+            double re = 0, im = 0;
+            for (int64_t k = 0; k < dim; ++k) {
+                const double ar = s[2 * (i * dim + k)], ai = s[2 * (i * dim + k) + 1], br = s[2 * (j * dim + k)], bi = s[2 * (j * dim + k) + 1];
+                re += ar * br + ai * bi;
+                im += ar * bi - ai * br;
+            }
+            worst = std::max(worst, fabs(K[(size_t)(i * n + j)] - (re * re + im * im)));
+            mirror = mirror && memcmp(&K[(size_t)(i * n + j)], &K[(size_t)(j * n + i)], 8) == 0;
+        }
+        CHECK(worst <= 1e-12 && mirror, "beyond memory: |K - definition| = %.3g on the diagonal and 4000 entries, mirror %d", worst, (int)mirror);
+        Prov P;
+        P.src[0] = a.data(); P.src[1] = nullptr; P.ld_src = dim; P.dim = dim; P.es = 16;
+        qk_states_desc sp;
+        memset(&sp, 0, sizeof sp);
+        sp.dim = dim; sp.n_a = n; sp.provider = prov_fn; sp.provider_user = &P;
+        qk_plan pp;
+        bool okp = gram_states(gpu, sp, QK_PRECISION_FP64, HOST, Kp, &pp);
+        int64_t want[2];
+        expected_rows(pp, want);
+        CHECK(okp && memcmp(K.data(), Kp.data(), K.size() * 8) == 0 && P.rows[0] == want[0],
+              "beyond memory, provider: %s, rows %lld (the plan implies %lld)", okp ? "K differs" : qk_last_error(), (long long)P.rows[0],
+              (long long)want[0]);
+        printf("beyond memory: %lld states of %.3g GB, %.3g GB free; state tile %lld, %lld rows asked (%.2f per state)\n", (long long)n,
+               a.size() * 1e-9, free_b * 1e-9, (long long)plan.state_tile, (long long)P.rows[0], (double)P.rows[0] / (double)n);
+    }
+    qk_ctx_destroy(gpu);
+    cudaFree(blocker);
+}
+
 /* The Gram phase of the map path and of device states of the same map (the states built by the
    map path itself first, on the device): medians of 5. */
 static void bench(qk_ctx *cpu, qk_ctx *gpu)
@@ -307,21 +562,130 @@ static void bench(qk_ctx *cpu, qk_ctx *gpu)
     }
 }
 
+/* Host states beyond device memory (docs/benchmarks.md, 'Host states beyond device memory'):
+   all but keep_gb of the GPU taken first, then K(A,A) of n host states of q qubits (complex64)
+   in state tiles, as host states and from a provider; the bytes that cross PCIe (the rows the
+   plan asks for) over the wall time, against the pinned and pageable H2D rates measured in the
+   same run, and against the Gram's own rate on device-resident states (n_dev of them). */
+static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
+{
+    const int64_t dim = (int64_t)1 << q;
+    const size_t rowb = (size_t)dim * 8;
+    /* the PCIe rates: 1 GB, pinned and pageable */
+    {
+        const size_t G = (size_t)1 << 30;
+        void *d = nullptr, *h = nullptr;
+        std::vector<char> pg(G, 1);
+        cudaMalloc(&d, G);
+        cudaMallocHost(&h, G);
+        memset(h, 1, G);
+        double best[2] = {0, 0};
+        for (int r = 0; r < 3; ++r)
+            for (int k = 0; k < 2; ++k) {
+                double t0 = qk_cuda_wtime();
+                cudaMemcpy(d, k ? (void *)pg.data() : h, G, cudaMemcpyHostToDevice);
+                best[k] = std::max(best[k], G / (qk_cuda_wtime() - t0) * 1e-9);
+            }
+        printf("bench-stream H2D: pinned %.1f GB/s, pageable %.1f GB/s\n", best[0], best[1]);
+        cudaFree(d);
+        cudaFreeHost(h);
+    }
+    /* the Gram's rate on device-resident states (the compute the tiles must keep up with) */
+    std::vector<char> a = rand_states(n, dim, dim, QK_STATE_C64);
+    qk_ctx *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    double dev_rate = 0;
+    {
+        void *ds = nullptr, *K = nullptr;
+        cudaMalloc(&ds, (size_t)n_dev * rowb);
+        cudaMalloc(&K, (size_t)(n_dev * n_dev) * 4);
+        cudaMemcpy(ds, a.data(), (size_t)n_dev * rowb, cudaMemcpyHostToDevice);
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = QK_STATE_C64; st.dim = dim; st.a = ds; st.n_a = n_dev; st.on_device = 1;
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.output = QK_OUTPUT_DEVICE; g.out = K;
+        std::vector<double> t;
+        for (int r = 0; r < 4; ++r) {
+            double t0 = qk_cuda_wtime();
+            if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("device states: %s\n", qk_last_error()); exit(2); }
+            if (r) t.push_back(qk_cuda_wtime() - t0);
+        }
+        std::sort(t.begin(), t.end());
+        dev_rate = 0.5 * (double)n_dev * (double)(n_dev + 1) / t[t.size() / 2];
+        printf("bench-stream device states: q=%d n=%lld complex64: %.3f s, %.3f Gpairs/s\n", q, (long long)n_dev, t[t.size() / 2], dev_rate * 1e-9);
+        cudaFree(ds);
+        cudaFree(K);
+    }
+    qk_ctx_destroy(gpu);
+    size_t free_b = 0, total = 0;
+    cudaMemGetInfo(&free_b, &total);
+    void *blocker = nullptr;
+    const size_t keep = (size_t)(keep_gb * 1073741824.0);
+    if (free_b > keep && cudaMalloc(&blocker, free_b - keep) != cudaSuccess) { printf("blocker\n"); exit(2); }
+    cudaMemGetInfo(&free_b, &total);
+    gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    std::vector<float> K((size_t)(n * n));
+    for (int prov = 0; prov < 2; ++prov) {
+        Prov P;
+        P.src[0] = a.data(); P.src[1] = nullptr; P.ld_src = dim; P.dim = dim; P.es = 8;
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = QK_STATE_C64; st.dim = dim; st.n_a = n;
+        if (prov) { st.provider = prov_fn; st.provider_user = &P; }
+        else st.a = a.data();
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.output = QK_OUTPUT_HOST; g.out = K.data(); g.out_dtype = QK_F32;
+        qk_plan plan;
+        if (qk_plan_states(gpu, &st, &g, &plan) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(2); }
+        int64_t rows[2];
+        expected_rows(plan, rows);
+        std::vector<double> t;
+        for (int r = 0; r < 3; ++r) {
+            double t0 = qk_cuda_wtime();
+            if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("host states: %s\n", qk_last_error()); exit(2); }
+            t.push_back(qk_cuda_wtime() - t0);
+        }
+        std::sort(t.begin(), t.end());
+        const double sec = t[t.size() / 2], bytes = (double)rows[0] * (double)rowb, pairs = 0.5 * (double)n * (double)(n + 1);
+        printf("bench-stream %s: q=%d n=%lld complex64 (%.2f GB of states, %.2f GB device memory free): %s, tile %lld; "
+               "%.3f s (min %.3f, max %.3f); %.1f GB crossed PCIe (%.2f rows a state): %.1f GB/s; %.3f Gpairs/s; "
+               "the compute alone at the device-states rate: %.3f s\n",
+               prov ? "provider" : "host states", q, (long long)n, (double)n * rowb * 1e-9, free_b * 1e-9, plan.config,
+               (long long)plan.state_tile, sec, t.front(), t.back(), bytes * 1e-9, (double)rows[0] / (double)n, bytes / sec * 1e-9,
+               pairs / sec * 1e-9, pairs / dev_rate);
+    }
+    qk_ctx_destroy(gpu);
+    cudaFree(blocker);
+}
+
 int main(int argc, char **argv)
 {
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) { printf("no CUDA device: skipped\n"); return 77; }
     qk_test_seed();
     qk_ctx *cpu = qk_test_ctx(QK_DEVICE_CPU, 0), *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    if (argc > 4 && !strcmp(argv[1], "bench-stream")) {   /* bench-stream q n keep_gb [n_dev] */
+        bench_stream(atoi(argv[2]), atoll(argv[3]), atof(argv[4]), argc > 5 ? atoll(argv[5]) : 8192);
+        qk_ctx_destroy(gpu);
+        qk_ctx_destroy(cpu);
+        return 0;
+    }
     if (argc > 1 && !strcmp(argv[1], "bench")) {
         bench(cpu, gpu);
         qk_ctx_destroy(gpu);
         qk_ctx_destroy(cpu);
         return 0;
     }
-    host_cases(cpu, gpu);
-    device_cases(cpu, gpu);
-    own_states(cpu, gpu);
+    const bool only_stream = argc > 1 && !strcmp(argv[1], "stream");   /* the streamed cases alone (compute-sanitizer) */
+    if (!only_stream) {
+        host_cases(cpu, gpu);
+        device_cases(cpu, gpu);
+        own_states(cpu, gpu);
+    }
+    streamed_cases(cpu);
+    if (!only_stream) beyond_memory_case();
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
