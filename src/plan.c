@@ -393,7 +393,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     const double budget = (vram_fraction > 0 ? vram_fraction : 0.85) * (double)info->free_bytes;
     double st, sc, es, need;
     int64_t slab, tile;
-    int tc_fallback = 0;
+    int tc_fallback = 0, slab_tile = 0;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CUDA;
     p->path = path;
@@ -429,9 +429,17 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         tile = nx > ny ? nx : ny;
         p->bytes_states = (size_t)need;
     } else {
-        /* two tiles (A and B) with scratch in half the budget, a power of two */
+        /* two tiles (A and B) with scratch in half the budget, a power of two. Given host states
+           (the data are the states, copied in by tile): a slab of K is a whole tile of rows, so
+           that the column tiles cross PCIe once per tile of rows, n + n^2 / 2R rows for K(A,A),
+           not once per slab; the ring of two such slabs of K is then counted with the tiles
+           (unless even 64 rows of it do not fit: then slabs as for maps) */
+        double ring = qk__map_is_states(map) && !(map->ops[0].q1 & QK__STATE_DEVICE) && desc->output != QK_OUTPUT_DEVICE
+                          ? 2.0 * (double)ny * ob : 0.0;
+        if (64.0 * (2.0 * st + sc + ring) > 0.5 * budget) ring = 0.0;
+        slab_tile = ring > 0.0;
         tile = 1;
-        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc) <= 0.5 * budget) tile *= 2;
+        while (tile * 2 <= (nx > ny ? nx : ny) && (double)(tile * 2) * (2.0 * st + sc + ring) <= 0.5 * budget) tile *= 2;
         if ((double)tile * (2.0 * st + sc) > 0.5 * budget)
             return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: one %d-qubit state (%.3g GB with scratch) exceeds the device budget %.3g GB",
                             map->n_qubits, (2.0 * st + sc) * 1e-9, budget * 1e-9);
@@ -461,7 +469,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         if (slab < 64) slab = 64;
         if (slab > nx) slab = nx;
     }
-    if (!p->bulk_states && slab > tile) slab = tile;
+    if (!p->bulk_states && (slab > tile || slab_tile)) slab = tile;
     if (qk__engine_tc(p->engine)) {
         /* tensor-core operands: as many rows as fit QK__TC_WS_SHARE of the budget (a ring of two
            slots when there are several slabs); when even 64 rows do not (the columns' operands
