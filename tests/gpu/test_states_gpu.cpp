@@ -310,7 +310,8 @@ static std::vector<double> hs_ref(const std::vector<double> &A, int64_t na, cons
     return K;
 }
 
-/* pure states (n x dim of type t) as complex |psi><psi| (n x dim x dim, for hs_ref) */
+/* pure states (n x dim of type t) as complex |psi><psi| (n x dim x dim, for hs_ref), each entry
+   rounded to t's precision as qk expands them (float types: to float) */
 static std::vector<double> outer_ref(const std::vector<char> &S, int64_t n, int64_t dim, qk_state_type t)
 {
     std::vector<double> R((size_t)(2 * n * dim * dim));
@@ -320,8 +321,10 @@ static std::vector<double> outer_ref(const std::vector<char> &S, int64_t n, int6
                 double ar, ai, br, bi;
                 qk__state_amp(S.data() + (size_t)(i * dim * esize(t)), t, a, &ar, &ai);
                 qk__state_amp(S.data() + (size_t)(i * dim * esize(t)), t, b, &br, &bi);
-                R[(size_t)(2 * ((i * dim + a) * dim + b))] = ar * br + ai * bi;
-                R[(size_t)(2 * ((i * dim + a) * dim + b) + 1)] = ai * br - ar * bi;
+                const bool f32 = t == QK_STATE_C64 || t == QK_STATE_F32;
+                const double re = ar * br + ai * bi, im = ai * br - ar * bi;
+                R[(size_t)(2 * ((i * dim + a) * dim + b))] = f32 ? (double)(float)re : re;
+                R[(size_t)(2 * ((i * dim + a) * dim + b) + 1)] = f32 ? (double)(float)im : im;
             }
     return R;
 }
