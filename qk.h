@@ -11410,6 +11410,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 /* ---- end several GPUs ---- */
 
 /* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+#include <float.h>
 /* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
    or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the

@@ -1,5 +1,6 @@
 #include "qk_internal.h"
 /* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+#include <float.h>
 /* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
    or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
