@@ -641,14 +641,16 @@ typedef struct qk_states_desc {
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
                                never holds all states (host rows; CPU engine, and one GPU) */
     void *provider_user;
-    /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
+    /* Mixed states (CPU and GPU engines): 1 where a side holds density matrices, dim x dim row-major per
        sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =
        Tr(rho_i rho_j), the Hilbert-Schmidt kernel (purity on the diagonal of K(A,A)); a pure
        side against a mixed one gives <psi|rho|psi>, and two pure sides |<a|b>|^2 as without
        these (a pure side against a mixed one is expanded to |psi><psi| on the host: dim^2
        values per state). Each matrix is checked: finite, Hermitian within norm_tol, trace within
        norm_tol of 1 (normalize = 1 divides by the trace); positivity is not checked. dim^2 (2
-       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. */
+       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. The GPU engine runs them on its
+       cuBLAS fp64 / fp32 engine (the tensor-core modes run fp32 there), host or device matrices
+       (device ones checked on the device); a pure side against a mixed one takes host states. */
     int a_mixed, b_mixed;
 } qk_states_desc;
 /* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
@@ -850,7 +852,8 @@ typedef struct qk_plan {
     int mps_truncate;           /* MPS: 1 when mps_max_bond or mps_cutoff asks for truncation (K then
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
     int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
-                                   matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
+                                   matrices: Tr(rho_i rho_j), qk_gram_states; the CPU engine, and
+                                   the GPU's cuBLAS engines, whose epilogue then writes C, not |C|^2) */
     int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
                                    the largest given bond */
     /* Several GPUs (n_devices > 1; else n_parts is 0): the parts of K each GPU computes and the
@@ -1505,6 +1508,13 @@ QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *
    is device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                           size_t err_size);
+/* Density matrices given on the device (qk_gram_states with on_device and a_mixed / b_mixed): per
+   matrix of dim x dim entries (rows ld doubles apart), out[2 i] its trace (the real diagonal's
+   sum; NaN when an entry is not finite) and out[2 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
+   (the larger of the real and imaginary parts' differences, as the host check). Checks that x is
+   device memory of the current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
+                                             size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
@@ -9601,6 +9611,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
     /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
        fp32's bound there drops the drift term */
     const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
+    const int lin = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;   /* density matrices: no tensor cores */
     const double drift = ldexp(1.0, q - 24) / 4.0;
     const double t = tol > 0.0 ? tol : qk__default_tol(map->n_qubits, path);
     char g1[32], g2[32];
@@ -9609,7 +9620,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
         const qk_precision m = order[i];
         const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
         const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (tc && (lin || path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
@@ -9854,8 +9865,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     double st, sc, es, need;
     int64_t slab, tile;
     int tc_fallback = 0, slab_tile = 0;
+    /* density matrices (qk_gram_states, a_mixed / b_mixed): K = a . b itself (plan.linear), on the
+       cuBLAS real engine, whose epilogue keeps the inner product unsquared (docs/states.md) */
+    const int linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CUDA;
+    p->linear = linear;
     p->path = path;
     p->precision = prec;
     {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
@@ -9873,7 +9888,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
-    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
+    if (linear) {
+        p->engine = QK_GPU_CUBLAS;
+        if (qk__tc_mode(prec)) tc_fallback = 3;
+    } else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
         p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
@@ -9983,6 +10001,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (linear)
+        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s",
+                 prec == QK_PRECISION_FP64 ? "fp64" : "fp32", sym ? "syrk+gemm" : "gemm", tc_fallback ? " (" : "",
+                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": fp32, no tensor cores)" : "");
     else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
                  qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",
@@ -10185,6 +10207,7 @@ QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_
     sp->path = plan->path;
     sp->precision = plan->precision;
     sp->error_bound = plan->error_bound;
+    sp->linear = plan->linear;
     sp->out_dtype = plan->out_dtype;
     sp->output = plan->output;
     sp->n_qubits = plan->n_qubits;
@@ -10361,7 +10384,9 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
     char fixed[48], chosen[64], label[96];
     qk_gpu_engine b = plan->engine, pe = plan->engine;
     int c = plan->kernel_cfg;
-    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
+    /* density matrices (plan.linear) run the cuBLAS engine the planner named: the other engines
+       square the inner product (and the cache keys do not tell the two jobs apart) */
+    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC || plan->linear) return;
     memset(&req, 0, sizeof req);
     qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
                      plan->precision, plan->n_qubits);
@@ -11437,6 +11462,7 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 /* ---- end several GPUs ---- */
 
 /* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+#include <float.h>
 /* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
    or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
@@ -11561,11 +11587,35 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* Device states (on_device): their norms computed on the device, checked as host rows are. */
 static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
 {
-    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n);
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 2 : 1));
     char err[256] = "";
     qk_result r;
     int64_t i;
     if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %lld norms", sm->fn, (long long)n);
+    if (sm->op.q1 & QK__STATE_MIXED) {
+        /* density matrices: trace and Hermiticity per matrix on the device, checked as host ones are */
+        const char *nm = side ? "B" : "A";
+        r = qk_cuda_state_dm_check(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
+        if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
+        for (i = 0; i < n && r == QK_OK; i++) {
+            const double tr = nrm[2 * i], dev = nrm[2 * i + 1];
+            char v0[40], v1[40];
+            if (isnan(tr)) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an entry of the density matrix is NaN or Inf", nm, (long long)i);
+            else if (!(dev <= sm->in.norm_tol))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix is not Hermitian: an entry differs from the conjugate of "
+                             "its transpose's by %s, more than norm_tol %s", nm, (long long)i, qk__fmt_g(v0, sizeof v0, dev, 3),
+                             qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+            else if (!(tr > DBL_MIN))
+                r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)i,
+                             qk__fmt_g(v0, sizeof v0, tr, 17));
+            else if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
+                             "(normalize = 1 divides by it)", nm, (long long)i, qk__fmt_g(v0, sizeof v0, tr, 17),
+                             qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+        }
+        QK_FREE(nrm);
+        return r;
+    }
     r = qk_cuda_state_norms(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
     if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
     for (i = 0; i < n && r == QK_OK; i++) r = qk__state_norm_check(sm, nrm[i], side, i);
@@ -11654,8 +11704,9 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     if (q > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: %s of dim %lld need%s %d qubits, beyond the state limit %d", fn,
                         mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
-    if (mixed && (sm.in.on_device || ctx->desc.device == QK_DEVICE_CUDA))
-        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: density matrices run on the CPU engine (a context with device = CPU)", fn);
+    if (mixed && sm.in.on_device && sm.in.a_mixed != sm.in.b_mixed && sm.in.b)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a pure side against a mixed one takes host states (the pure side is expanded to "
+                        "|psi><psi| on the host); with device states give both sides as density matrices", fn);
     if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
         return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a provider gives rows of one kind (a_mixed == b_mixed)", fn);
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are states->a and states->b)", fn);

@@ -1562,6 +1562,27 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
     if (s >= n) return;
     const double *row = x + s * (int64_t)ld;
     double inv = 1.0;
+    if (flags & QK__STATE_MIXED) {
+        /* a density matrix (dim x dim): the real vector [Re rho | Im rho] (real types: Re rho),
+           divided by the trace where the flags ask, as the CPU engine's qk__state_row */
+        const int64_t d2 = dim * dim;
+        const bool cplx = type == QK_STATE_C128 || type == QK_STATE_C64;
+        if (flags & QK__STATE_NORMALIZE) {
+            double acc = 0, re, im;
+            for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+                qk__state_amp(row, type, k * dim + k, &re, &im);
+                acc += re;
+            }
+            inv = 1.0 / qk__block_sum256(red, acc);
+        }
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            double re = 0, im = 0, v = 0;
+            if (k < d2) { qk__state_amp(row, type, k, &re, &im); v = re; }
+            else if (cplx && k < 2 * d2) { qk__state_amp(row, type, k - d2, &re, &im); v = im; }
+            ((T *)out)[s * D + k] = (T)(v * inv);
+        }
+        return;
+    }
     if (flags & QK__STATE_NORMALIZE) {
         double acc = 0, re, im;
         for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
@@ -2325,11 +2346,12 @@ static qk_result qk__launch_gram(int cfg, const void *A, const void *B, int64_t 
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
    interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
-   values later, by an imaginary plane. */
+   values later, by an imaginary plane. linear (plan.linear, density matrices): K = Re C itself,
+   not squared (for real C, the real Gram Tr(rho_i rho_j) of the vectorised matrices). */
 template <typename T, bool CPLX, typename OutT>
 __global__ void __launch_bounds__(256)
 qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane)
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane, int linear)
 {
     const int BM = 32, BN = 32;
     int tyi, txi;
@@ -2344,13 +2366,13 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
         if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
             if (CPLX && plane) {
                 const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
-                v = zr * zr + zi * zi;
+                v = linear ? zr : zr * zr + zi * zi;
             } else if (CPLX) {
                 typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
-                v = z.x * z.x + z.y * z.y;
+                v = linear ? z.x : z.x * z.x + z.y * z.y;
             } else {
                 T z = Cm[(int64_t)gi * ldc + gj];
-                v = z * z;
+                v = linear ? z : z * z;
             }
         }
         Cs[r * (BN + 1) + c] = (OutT)v;
@@ -2360,15 +2382,15 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
 }
 
 /* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
-   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). */
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). linear: K = Re C. */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
-                                     int tri, int64_t plane, cudaStream_t st, qk__err *E)
+                                     int tri, int64_t plane, int linear, cudaStream_t st, qk__err *E)
 {
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
     const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
     qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld), tg, plane);
+                                                        qk__vec_ok(out, mout, ld), tg, plane, linear);
     QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
 }
@@ -2538,11 +2560,13 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
    does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
    and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
-   of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). */
+   of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). linear
+   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
-                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
+                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr,
+                                 int linear = 0)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
@@ -2612,7 +2636,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
         QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
         st = est;
     }
-    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, st, E);
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, linear, st, E);
 }
 
 /* ======================================================================================== */
@@ -3927,6 +3951,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    int linear;                          /* plan.linear: K = <a|b> itself (density matrices), not squared */
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
@@ -3955,6 +3980,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
         engine = qk__plan_engine(pl);
         use_blas = qk__engine_blas(engine) && !analytic;
+        linear = pl->linear ? 1 : 0;
         ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
         state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
         bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
@@ -4142,6 +4168,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
     {
         if (m <= 0 || nn <= 0) return QK_OK;
+        if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
         if (qk__engine_tcf(engine))
             return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
@@ -4154,7 +4182,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
             QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
-                                                    J->gemm_done)));
+                                                    J->gemm_done, linear)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
             J->n_blas++;
         }
@@ -4414,6 +4442,84 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
     if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
 }
 
+/* Trace and Hermiticity of given device density matrices (qk_gram_states, on_device, mixed), one
+   block per matrix: out[2 s] the trace (NaN for a matrix with a non-finite entry), out[2 s + 1]
+   the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|). */
+__global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+                                                           double *__restrict__ out)
+{
+    __shared__ double red[256];
+    __shared__ int bad;
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    const double *row = x + s * ld;
+    double tr = 0, dev = 0, re, im, re2, im2;
+    for (int64_t k = threadIdx.x; k < dim * dim; k += blockDim.x) {
+        const int64_t a = k / dim, b = k - a * dim;
+        qk__state_amp(row, type, k, &re, &im);
+        if (!isfinite(re) || !isfinite(im)) bad = 1;
+        if (a == b) tr += re;
+        if (b > a) {
+            qk__state_amp(row, type, b * dim + a, &re2, &im2);
+            dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
+        } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
+    }
+    const double sum = qk__block_sum256(red, tr);   /* its barriers also publish bad */
+    __syncthreads();
+    red[threadIdx.x] = dev;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[2 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
+        out[2 * s + 1] = red[0];
+    }
+}
+
+/* The device pointer checks of qk_cuda_state_norms and qk_cuda_state_dm_check: x is device (or
+   managed) memory of the current device. */
+static qk_result qk__states_on_this_device(const void *x, qk__err *E)
+{
+    cudaPointerAttributes at;
+    int cur = -1;
+    char msg[160];
+    cudaGetDevice(&cur);
+    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
+    }
+    if (at.device != cur) {
+        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
+                                            size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    double *d = nullptr;
+    char msg[160];
+    if (!x || n <= 0 || !out || dim < 1) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_dm_check: bad argument");
+    QK_TRY(qk__states_on_this_device(x, E));
+    QK_CK(cudaMalloc((void **)&d, (size_t)n * 2 * sizeof(double)));
+    qk__k_state_dm_check<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 2 * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "qk__k_state_dm_check: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                          size_t err_size)
 {
@@ -4484,6 +4590,9 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
+    if (P.linear && (P.path == QK_PATH_ANALYTIC || !qk__engine_blas(qk__plan_engine(&P))))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear (density matrices) runs on the cuBLAS engines "
+                                                          "(plan.engine CUBLAS or TC_*), whose epilogue keeps the inner product unsquared");
     int64_t delivered = 0;
     const bool real = P.path == QK_PATH_REAL;
     const bool p64 = P.precision == QK_PRECISION_FP64;

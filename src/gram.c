@@ -1,5 +1,6 @@
 #include "qk_internal.h"
 /* >>gram_impl ---- qk_gram and qk_states: validate, plan, open the sink, hand plan + sink to the executor ---- */
+#include <float.h>
 /* Runs a made plan: opens the sink of its output (qk__sink_open: the caller's buffer or callback,
    or the .npy's temporary file), hands plan and sink to the executor the plan names (the CPU
    engine, the MPS engine, the GPU engine on one GPU or several), and closes the sink with the
@@ -124,11 +125,35 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* Device states (on_device): their norms computed on the device, checked as host rows are. */
 static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
 {
-    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n);
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 2 : 1));
     char err[256] = "";
     qk_result r;
     int64_t i;
     if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %lld norms", sm->fn, (long long)n);
+    if (sm->op.q1 & QK__STATE_MIXED) {
+        /* density matrices: trace and Hermiticity per matrix on the device, checked as host ones are */
+        const char *nm = side ? "B" : "A";
+        r = qk_cuda_state_dm_check(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
+        if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
+        for (i = 0; i < n && r == QK_OK; i++) {
+            const double tr = nrm[2 * i], dev = nrm[2 * i + 1];
+            char v0[40], v1[40];
+            if (isnan(tr)) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an entry of the density matrix is NaN or Inf", nm, (long long)i);
+            else if (!(dev <= sm->in.norm_tol))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix is not Hermitian: an entry differs from the conjugate of "
+                             "its transpose's by %s, more than norm_tol %s", nm, (long long)i, qk__fmt_g(v0, sizeof v0, dev, 3),
+                             qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+            else if (!(tr > DBL_MIN))
+                r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)i,
+                             qk__fmt_g(v0, sizeof v0, tr, 17));
+            else if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
+                             "(normalize = 1 divides by it)", nm, (long long)i, qk__fmt_g(v0, sizeof v0, tr, 17),
+                             qk__fmt_g(v1, sizeof v1, sm->in.norm_tol, 3));
+        }
+        QK_FREE(nrm);
+        return r;
+    }
     r = qk_cuda_state_norms(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
     if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
     for (i = 0; i < n && r == QK_OK; i++) r = qk__state_norm_check(sm, nrm[i], side, i);
@@ -217,8 +242,9 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     if (q > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: %s of dim %lld need%s %d qubits, beyond the state limit %d", fn,
                         mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
-    if (mixed && (sm.in.on_device || ctx->desc.device == QK_DEVICE_CUDA))
-        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: density matrices run on the CPU engine (a context with device = CPU)", fn);
+    if (mixed && sm.in.on_device && sm.in.a_mixed != sm.in.b_mixed && sm.in.b)
+        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a pure side against a mixed one takes host states (the pure side is expanded to "
+                        "|psi><psi| on the host); with device states give both sides as density matrices", fn);
     if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
         return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a provider gives rows of one kind (a_mixed == b_mixed)", fn);
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are states->a and states->b)", fn);

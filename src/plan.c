@@ -141,6 +141,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
     /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
        fp32's bound there drops the drift term */
     const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
+    const int lin = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;   /* density matrices: no tensor cores */
     const double drift = ldexp(1.0, q - 24) / 4.0;
     const double t = tol > 0.0 ? tol : qk__default_tol(map->n_qubits, path);
     char g1[32], g2[32];
@@ -149,7 +150,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
         const qk_precision m = order[i];
         const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
         const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (tc && (lin || path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
@@ -394,8 +395,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     double st, sc, es, need;
     int64_t slab, tile;
     int tc_fallback = 0, slab_tile = 0;
+    /* density matrices (qk_gram_states, a_mixed / b_mixed): K = a . b itself (plan.linear), on the
+       cuBLAS real engine, whose epilogue keeps the inner product unsquared (docs/states.md) */
+    const int linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CUDA;
+    p->linear = linear;
     p->path = path;
     p->precision = prec;
     {   /* the analytic path has no sum of 2^q products: fp32's bound without the drift term */
@@ -413,7 +418,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "plan: %d qubits exceed the state limit %d", map->n_qubits, QK_MAX_STATE_QUBITS);
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
-    if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
+    if (linear) {
+        p->engine = QK_GPU_CUBLAS;
+        if (qk__tc_mode(prec)) tc_fallback = 3;
+    } else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
         p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
@@ -523,6 +531,10 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
+    else if (linear)
+        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s",
+                 prec == QK_PRECISION_FP64 ? "fp64" : "fp32", sym ? "syrk+gemm" : "gemm", tc_fallback ? " (" : "",
+                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": fp32, no tensor cores)" : "");
     else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
                  qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",
@@ -725,6 +737,7 @@ QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_
     sp->path = plan->path;
     sp->precision = plan->precision;
     sp->error_bound = plan->error_bound;
+    sp->linear = plan->linear;
     sp->out_dtype = plan->out_dtype;
     sp->output = plan->output;
     sp->n_qubits = plan->n_qubits;
@@ -901,7 +914,9 @@ QK__PRIV void qk__plan_autotune(const qk_device_info *info, int mode, const char
     char fixed[48], chosen[64], label[96];
     qk_gpu_engine b = plan->engine, pe = plan->engine;
     int c = plan->kernel_cfg;
-    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC) return;
+    /* density matrices (plan.linear) run the cuBLAS engine the planner named: the other engines
+       square the inner product (and the cache keys do not tell the two jobs apart) */
+    if (plan->backend != QK_BACKEND_CUDA || plan->path == QK_PATH_ANALYTIC || plan->linear) return;
     memset(&req, 0, sizeof req);
     qk_tune_key_init(&req.key, info->name, info->cc_major, info->cc_minor, info->driver_version, "gram", plan->path,
                      plan->precision, plan->n_qubits);

@@ -435,14 +435,16 @@ typedef struct qk_states_desc {
     qk_state_fn provider;   /* instead of a and b (both NULL): qk asks for rows as it needs them and
                                never holds all states (host rows; CPU engine, and one GPU) */
     void *provider_user;
-    /* Mixed states (CPU engine): 1 where a side holds density matrices, dim x dim row-major per
+    /* Mixed states (CPU and GPU engines): 1 where a side holds density matrices, dim x dim row-major per
        sample (lda, ldb: elements from one matrix to the next, default dim * dim); K[i][j] =
        Tr(rho_i rho_j), the Hilbert-Schmidt kernel (purity on the diagonal of K(A,A)); a pure
        side against a mixed one gives <psi|rho|psi>, and two pure sides |<a|b>|^2 as without
        these (a pure side against a mixed one is expanded to |psi><psi| on the host: dim^2
        values per state). Each matrix is checked: finite, Hermitian within norm_tol, trace within
        norm_tol of 1 (normalize = 1 divides by the trace); positivity is not checked. dim^2 (2
-       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. */
+       dim^2 for complex types) must fit QK_MAX_STATE_QUBITS. The GPU engine runs them on its
+       cuBLAS fp64 / fp32 engine (the tensor-core modes run fp32 there), host or device matrices
+       (device ones checked on the device); a pure side against a mixed one takes host states. */
     int a_mixed, b_mixed;
 } qk_states_desc;
 /* K from the states of states->a (and states->b) into desc's output: desc as for qk_gram, with
@@ -644,7 +646,8 @@ typedef struct qk_plan {
     int mps_truncate;           /* MPS: 1 when mps_max_bond or mps_cutoff asks for truncation (K then
                                    within sqrt(eps_i) + sqrt(eps_j) of the exact K, docs/mps.md) */
     int linear;                 /* 1: K is the inner product itself, not its |.|^2 (density
-                                   matrices: Tr(rho_i rho_j), qk_gram_states; CPU engine) */
+                                   matrices: Tr(rho_i rho_j), qk_gram_states; the CPU engine, and
+                                   the GPU's cuBLAS engines, whose epilogue then writes C, not |C|^2) */
     int mps_given;              /* MPS: 1 when the MPS are given (qk_gram_mps_states): mps_bond is
                                    the largest given bond */
     /* Several GPUs (n_devices > 1; else n_parts is 0): the parts of K each GPU computes and the

@@ -369,6 +369,13 @@ QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *
    is device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                           size_t err_size);
+/* Density matrices given on the device (qk_gram_states with on_device and a_mixed / b_mixed): per
+   matrix of dim x dim entries (rows ld doubles apart), out[2 i] its trace (the real diagonal's
+   sum; NaN when an entry is not finite) and out[2 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
+   (the larger of the real and imaginary parts' differences, as the host check). Checks that x is
+   device memory of the current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
+                                             size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);

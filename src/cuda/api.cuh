@@ -96,6 +96,84 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
     if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
 }
 
+/* Trace and Hermiticity of given device density matrices (qk_gram_states, on_device, mixed), one
+   block per matrix: out[2 s] the trace (NaN for a matrix with a non-finite entry), out[2 s + 1]
+   the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|). */
+__global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+                                                           double *__restrict__ out)
+{
+    __shared__ double red[256];
+    __shared__ int bad;
+    const int64_t s = blockIdx.x;
+    if (s >= n) return;
+    if (threadIdx.x == 0) bad = 0;
+    __syncthreads();
+    const double *row = x + s * ld;
+    double tr = 0, dev = 0, re, im, re2, im2;
+    for (int64_t k = threadIdx.x; k < dim * dim; k += blockDim.x) {
+        const int64_t a = k / dim, b = k - a * dim;
+        qk__state_amp(row, type, k, &re, &im);
+        if (!isfinite(re) || !isfinite(im)) bad = 1;
+        if (a == b) tr += re;
+        if (b > a) {
+            qk__state_amp(row, type, b * dim + a, &re2, &im2);
+            dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
+        } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
+    }
+    const double sum = qk__block_sum256(red, tr);   /* its barriers also publish bad */
+    __syncthreads();
+    red[threadIdx.x] = dev;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        out[2 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
+        out[2 * s + 1] = red[0];
+    }
+}
+
+/* The device pointer checks of qk_cuda_state_norms and qk_cuda_state_dm_check: x is device (or
+   managed) memory of the current device. */
+static qk_result qk__states_on_this_device(const void *x, qk__err *E)
+{
+    cudaPointerAttributes at;
+    int cur = -1;
+    char msg[160];
+    cudaGetDevice(&cur);
+    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
+    }
+    if (at.device != cur) {
+        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    return QK_OK;
+}
+
+extern "C" qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
+                                            size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    double *d = nullptr;
+    char msg[160];
+    if (!x || n <= 0 || !out || dim < 1) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_dm_check: bad argument");
+    QK_TRY(qk__states_on_this_device(x, E));
+    QK_CK(cudaMalloc((void **)&d, (size_t)n * 2 * sizeof(double)));
+    qk__k_state_dm_check<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 2 * sizeof(double), cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "qk__k_state_dm_check: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                          size_t err_size)
 {
@@ -166,6 +244,9 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
+    if (P.linear && (P.path == QK_PATH_ANALYTIC || !qk__engine_blas(qk__plan_engine(&P))))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear (density matrices) runs on the cuBLAS engines "
+                                                          "(plan.engine CUBLAS or TC_*), whose epilogue keeps the inner product unsquared");
     int64_t delivered = 0;
     const bool real = P.path == QK_PATH_REAL;
     const bool p64 = P.precision == QK_PRECISION_FP64;

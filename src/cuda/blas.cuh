@@ -7,11 +7,12 @@
 
 /* cuBLAS path epilogue: C (m x nn, row-major, ldc) -> |C|^2 into K and its mirror. Complex C is
    interleaved (re, im), or (plane > 0, the tensor-core engines) a real plane followed, plane
-   values later, by an imaginary plane. */
+   values later, by an imaginary plane. linear (plan.linear, density matrices): K = Re C itself,
+   not squared (for real C, the real Gram Tr(rho_i rho_j) of the vectorised matrices). */
 template <typename T, bool CPLX, typename OutT>
 __global__ void __launch_bounds__(256)
 qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane)
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane, int linear)
 {
     const int BM = 32, BN = 32;
     int tyi, txi;
@@ -26,13 +27,13 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
         if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
             if (CPLX && plane) {
                 const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
-                v = zr * zr + zi * zi;
+                v = linear ? zr : zr * zr + zi * zi;
             } else if (CPLX) {
                 typename qk__vec2<T>::t z = ((const typename qk__vec2<T>::t *)Cm)[(int64_t)gi * ldc + gj];
-                v = z.x * z.x + z.y * z.y;
+                v = linear ? z.x : z.x * z.x + z.y * z.y;
             } else {
                 T z = Cm[(int64_t)gi * ldc + gj];
-                v = z * z;
+                v = linear ? z : z * z;
             }
         }
         Cs[r * (BN + 1) + c] = (OutT)v;
@@ -42,15 +43,15 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
 }
 
 /* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
-   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). */
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). linear: K = Re C. */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
-                                     int tri, int64_t plane, cudaStream_t st, qk__err *E)
+                                     int tri, int64_t plane, int linear, cudaStream_t st, qk__err *E)
 {
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
     const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
     qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld), tg, plane);
+                                                        qk__vec_ok(out, mout, ld), tg, plane, linear);
     QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
 }
@@ -220,11 +221,13 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
    does not care): column-major nn x m = B^H A. For a diagonal block of K(X,X) (tri, doff == 0)
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
    and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
-   of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). */
+   of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). linear
+   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
-                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr)
+                                 cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr,
+                                 int linear = 0)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
@@ -294,6 +297,6 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
         QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
         st = est;
     }
-    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, st, E);
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, linear, st, E);
 }
 

@@ -295,6 +295,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    int linear;                          /* plan.linear: K = <a|b> itself (density matrices), not squared */
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
@@ -323,6 +324,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
         engine = qk__plan_engine(pl);
         use_blas = qk__engine_blas(engine) && !analytic;
+        linear = pl->linear ? 1 : 0;
         ld_out = ds->ld_out > 0 ? ds->ld_out : ny;
         state_tile = pl->bulk_states || pl->state_tile <= 0 ? INT64_MAX : pl->state_tile;
         bulk = state_tile >= std::max(nx, ny); /* a tile of every sample is all of them */
@@ -510,6 +512,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
     {
         if (m <= 0 || nn <= 0) return QK_OK;
+        if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
         if (qk__engine_tcf(engine))
             return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
@@ -522,7 +526,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
             QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
-                                                    J->gemm_done)));
+                                                    J->gemm_done, linear)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
             J->n_blas++;
         }

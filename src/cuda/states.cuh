@@ -741,6 +741,27 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
     if (s >= n) return;
     const double *row = x + s * (int64_t)ld;
     double inv = 1.0;
+    if (flags & QK__STATE_MIXED) {
+        /* a density matrix (dim x dim): the real vector [Re rho | Im rho] (real types: Re rho),
+           divided by the trace where the flags ask, as the CPU engine's qk__state_row */
+        const int64_t d2 = dim * dim;
+        const bool cplx = type == QK_STATE_C128 || type == QK_STATE_C64;
+        if (flags & QK__STATE_NORMALIZE) {
+            double acc = 0, re, im;
+            for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+                qk__state_amp(row, type, k * dim + k, &re, &im);
+                acc += re;
+            }
+            inv = 1.0 / qk__block_sum256(red, acc);
+        }
+        for (int64_t k = threadIdx.x; k < D; k += blockDim.x) {
+            double re = 0, im = 0, v = 0;
+            if (k < d2) { qk__state_amp(row, type, k, &re, &im); v = re; }
+            else if (cplx && k < 2 * d2) { qk__state_amp(row, type, k - d2, &re, &im); v = im; }
+            ((T *)out)[s * D + k] = (T)(v * inv);
+        }
+        return;
+    }
     if (flags & QK__STATE_NORMALIZE) {
         double acc = 0, re, im;
         for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {

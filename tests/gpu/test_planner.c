@@ -410,6 +410,108 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
     CHECK(qk_plan_for_device(&cards[0], 0.85, zz8, &g, &p) == QK_ERROR_INVALID_ARGUMENT, "precision COUNT must fail");
 }
 
+/* Density matrices (qk_gram_states with a_mixed / b_mixed) on a GPU: the plan is linear (K = the
+   inner product of the vectorised matrices, not its square) and names the engine that honours it,
+   the cuBLAS real engine with the linear epilogue, at every precision (the tensor-core modes and
+   the fused kernels square: fp32 instead, said in the config), without the autotune; pure states
+   of the same sizes keep their engines (not linear). Several GPUs: every part linear on cuBLAS. */
+static void mixed_states(const qk_device_info *cards)
+{
+    static double rho[2 * 16 * 16 * 4];
+    const qk_precision precs[] = {QK_PRECISION_DEFAULT, QK_PRECISION_AUTO, QK_PRECISION_FP64, QK_PRECISION_FP32,
+                                  QK_PRECISION_FP32X3, QK_PRECISION_TF32, QK_PRECISION_FP16};
+    const int dims[] = {4, 16};   /* vectors of 32 and 512 reals: 5 and 9 qubits */
+    qk_ctx *cpu = qk_test_ctx(QK_DEVICE_CPU, 1);
+    int di, c, k, mixed, sym;
+    for (k = 0; k < 4; k++) {   /* identity / 16 (only the pointer and sizes matter to the planner) */
+        int a;
+        for (a = 0; a < 16; a++) rho[2 * (k * 256 + a * 16 + a)] = 1.0 / 16;
+    }
+    for (di = 0; di < 2; di++)
+        for (mixed = 0; mixed <= 1; mixed++)
+            for (sym = 0; sym <= 1; sym++) {
+                const int dim = dims[di], q = di == 0 ? (mixed ? 5 : 2) : (mixed ? 9 : 4);
+                qk_states_desc st;
+                qk__smap sm;
+                qk_gram_desc g, in;
+                size_t i;
+                memset(&st, 0, sizeof st);
+                st.type = QK_STATE_C128;
+                st.dim = dim;
+                st.a = rho; st.n_a = 4; st.lda = mixed ? dim * dim : dim; st.a_mixed = mixed;
+                if (!sym) { st.b = rho; st.n_b = 4; st.ldb = st.lda; st.b_mixed = mixed; }
+                st.normalize = 1;   /* the planner reads no entry; the map is what it plans */
+                memset(&in, 0, sizeof in);
+                in.out = rho;
+                if (qk__smap_make(cpu, &st, &in, "test", &sm, &g) != QK_OK) { CHECK(0, "smap: %s", qk_last_error()); continue; }
+                g.n_x = 3000;
+                if (!sym) g.n_y = 1700;
+                CHECK(sm.map.n_qubits == q, "dim %d mixed %d: %d qubits (want %d)", dim, mixed, sm.map.n_qubits, q);
+                for (c = 0; c < 3; c++)
+                    for (i = 0; i < sizeof precs / sizeof precs[0]; i++) {
+                        qk_plan p;
+                        char txt[4096];
+                        const int tc = precs[i] == QK_PRECISION_FP32X3 || precs[i] == QK_PRECISION_TF32 || precs[i] == QK_PRECISION_FP16;
+                        const int autom = precs[i] == QK_PRECISION_DEFAULT || precs[i] == QK_PRECISION_AUTO;
+                        g.precision = precs[i];
+                        g.tol = precs[i] == QK_PRECISION_AUTO ? 1e-2 : 0.0;   /* a tolerance fp16 would meet */
+                        if (qk_plan_for_device(&cards[c], 0.85, &sm.map, &g, &p) != QK_OK) {
+                            CHECK(0, "%s dim %d mixed %d %s: %s", cards[c].name, dim, mixed, qk_precision_name(precs[i]), qk_last_error());
+                            continue;
+                        }
+                        qk_plan_describe(&p, txt, sizeof txt);
+                        if (!mixed) {
+                            CHECK(!p.linear && !strstr(p.config, "linear"), "pure dim %d %s: plan.linear %d config '%s'", dim,
+                                  qk_precision_name(precs[i]), p.linear, p.config);
+                            continue;
+                        }
+                        CHECK(p.backend == QK_BACKEND_CUDA && p.linear == 1 && p.path == QK_PATH_REAL && p.engine == QK_GPU_CUBLAS,
+                              "%s dim %d %s %s: backend %d linear %d path %d engine %d (want CUDA, 1, real, CUBLAS)", cards[c].name, dim,
+                              sym ? "K(A,A)" : "K(A,B)", qk_precision_name(precs[i]), (int)p.backend, p.linear, (int)p.path, (int)p.engine);
+                        CHECK(strstr(txt, "engine: cublas") && strstr(txt, "linear epilogue: Tr(rho_i rho_j)") &&
+                              strstr(txt, sym ? "syrk+gemm" : "gemm"), "dim %d %s: describe says the linear cuBLAS engine:\n%s", dim,
+                              qk_precision_name(precs[i]), txt);
+                        CHECK(!tc || (p.precision == precs[i] && strstr(p.config, "no tensor cores")),
+                              "dim %d %s: a tensor-core mode runs fp32 and says so: '%s'", dim, qk_precision_name(precs[i]), p.config);
+                        CHECK(!autom || p.precision == QK_PRECISION_FP32, "dim %d %s: auto takes fp32 (no tensor-core mode), got %s", dim,
+                              qk_precision_name(precs[i]), qk_precision_name(p.precision));
+                        CHECK(p.error_bound == qk_precision_error_bound(p.precision, q) && p.error_bound > 0,
+                              "dim %d %s: error bound %g (want the mode's at %d qubits)", dim, qk_precision_name(precs[i]), p.error_bound, q);
+#if defined(QK_CUDA) && QK_CUDA
+                        /* the autotune (mode 1: tune now) leaves a linear plan as the planner made it, without timing anything */
+                        qk__plan_autotune(&cards[c], 1, "/nonexistent-qk-cache", NULL, NULL, &p);
+                        CHECK(p.engine == QK_GPU_CUBLAS && strstr(p.config, "linear epilogue"),
+                              "dim %d %s: the autotune leaves a linear plan's engine (engine %d, '%s')", dim, qk_precision_name(precs[i]),
+                              (int)p.engine, p.config);
+#endif
+                    }
+                if (mixed) {   /* two GPUs: every part planned linear on cuBLAS (the part's plan carries plan.linear) */
+                    qk_device_info two[2];
+                    qk_plan p;
+                    int j;
+                    two[0] = cards[1]; two[1] = cards[1];
+                    g.precision = QK_PRECISION_FP32;
+                    g.mgpu_min_pairs = 1;
+                    g.mgpu_host_bound_split = 1;   /* K(A,A) to the host too */
+                    if (qk_plan_for_devices(two, NULL, 2, 0.85, &sm.map, &g, &p) != QK_OK) CHECK(0, "two GPUs: %s", qk_last_error());
+                    else {
+                        CHECK(p.n_devices == 2 && p.n_parts >= 2 && p.linear, "two GPUs dim %d: %d devices, %d parts, linear %d", dim,
+                              p.n_devices, p.n_parts, p.linear);
+                        for (j = 0; j < p.n_parts; j++) {
+                            qk_plan sp;
+                            qk__plan_part_plan(&p, j, cards[1].name, &sp);
+                            CHECK(sp.linear && sp.engine == QK_GPU_CUBLAS, "two GPUs dim %d part %d: linear %d engine %d", dim, j,
+                                  sp.linear, (int)sp.engine);
+                        }
+                    }
+                    g.mgpu_min_pairs = 0;
+                    g.mgpu_host_bound_split = 0;
+                }
+                qk__smap_free(&sm);
+            }
+    qk_ctx_destroy(cpu);
+}
+
 int main(void)
 {
     qk_device_info cards[3];
@@ -569,6 +671,7 @@ int main(void)
     }
     precision_modes(cards, zz8, zz4, zz16, hea, angle);
     auto_precision(cards, zz8, zz4, hea, angle);
+    mixed_states(cards);
     qk_map_free(zz8); qk_map_free(zz4); qk_map_free(zz20); qk_map_free(zz16);
     qk_map_free(angle); qk_map_free(hea); if (zz31) qk_map_free(zz31);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);

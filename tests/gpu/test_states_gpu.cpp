@@ -10,7 +10,14 @@
      and not copied: the engine's resource acquisitions (the QK_TEST_FAULTS counter) are fewer by
      exactly the x (and y) buffers the host states need; normalize on the device; a NaN on the
      device named by row; a host pointer passed as device memory refused;
-   - qk's own states (qk_states of zz) given to the GPU: K within 1e-12 of the map's GPU K.
+   - qk's own states (qk_states of zz) given to the GPU: K within 1e-12 of the map's GPU K;
+   - density matrices (a_mixed / b_mixed, fresh random mixtures of 2..4 random pure states): K =
+     Tr(rho_i rho_j) against the CPU engine and the definition, complex128 / complex64 / float64 /
+     float32, several dims, K(A,A) and K(A,B), pure A against mixed B, every output, fp64 (1e-12)
+     and fp32 / auto / the tensor-core modes (which run the fp32 engine) within plan.error_bound;
+     the plan says linear, cuBLAS, "linear epilogue"; device matrices read in place (bitwise the
+     host matrices' K, not copied), checked on the device (trace, Hermiticity, NaN named by
+     row), normalize by the trace; a pure device side against device matrices refused;
    - host states streamed in state tiles (a planner budget of 24 MB) against the CPU engine and
      the all-resident plan, the provider on the GPU (K bit for bit the host states', the rows
      asked for those the plan implies, a failing provider and a bad row named, an existing .npy
@@ -240,6 +247,268 @@ static void device_cases(qk_ctx *cpu, qk_ctx *gpu)
     memset(&sd, 0, sizeof sd);
     sd.dim = 64; sd.a = a.data(); sd.n_a = 10; sd.on_device = 1;
     CHECK(!gram_states(gpu, sd, QK_PRECISION_FP64, HOST, K) && strstr(qk_last_error(), "not CUDA device memory"), "host as device: %s", qk_last_error());
+}
+
+/* ---- density matrices (a_mixed / b_mixed): K = Tr(rho_i rho_j), plan.linear ---- */
+
+/* n random density matrices dim x dim in type t (rows ld elements apart): mixtures of 2..4 random
+   pure states with random weights (rank >= 2: purity < 1, so K's diagonal is no square of itself);
+   real types: real states (real symmetric matrices). The entries rounded to t; ref gets them back
+   as complex doubles (n x dim x dim) for the definition. */
+static std::vector<char> rand_dms(int64_t n, int64_t dim, int64_t ld, qk_state_type t, std::vector<double> &ref)
+{
+    const int es = esize(t);
+    const bool cplx = t == QK_STATE_C128 || t == QK_STATE_C64, f32 = t == QK_STATE_C64 || t == QK_STATE_F32;
+    std::vector<char> s((size_t)(n * ld * es), 0);
+    ref.assign((size_t)(2 * n * dim * dim), 0.0);
+    for (int64_t i = 0; i < n; ++i) {
+        const int r = 2 + (int)(qk_test_urand() * 3.0);
+        std::vector<double> w((size_t)r), rho((size_t)(2 * dim * dim), 0.0);
+        double wsum = 0;
+        for (double &x : w) { x = 0.05 + qk_test_urand(); wsum += x; }
+        for (int k = 0; k < r; ++k) {
+            std::vector<char> psi = rand_states(1, dim, dim, cplx ? QK_STATE_C128 : QK_STATE_F64);
+            for (int64_t a = 0; a < dim; ++a)
+                for (int64_t b = 0; b < dim; ++b) {
+                    double ar, ai, br, bi;
+                    qk__state_amp(psi.data(), cplx ? QK_STATE_C128 : QK_STATE_F64, a, &ar, &ai);
+                    qk__state_amp(psi.data(), cplx ? QK_STATE_C128 : QK_STATE_F64, b, &br, &bi);
+                    rho[(size_t)(2 * (a * dim + b))] += w[(size_t)k] / wsum * (ar * br + ai * bi);
+                    rho[(size_t)(2 * (a * dim + b) + 1)] += w[(size_t)k] / wsum * (ai * br - ar * bi);
+                }
+        }
+        for (int64_t a = 0; a < dim; ++a)   /* exactly Hermitian before rounding */
+            for (int64_t b = a; b < dim; ++b) {
+                double re = rho[(size_t)(2 * (a * dim + b))], im = a == b ? 0.0 : rho[(size_t)(2 * (a * dim + b) + 1)];
+                rho[(size_t)(2 * (a * dim + b))] = re; rho[(size_t)(2 * (a * dim + b) + 1)] = im;
+                rho[(size_t)(2 * (b * dim + a))] = re; rho[(size_t)(2 * (b * dim + a) + 1)] = -im;
+            }
+        for (int64_t k = 0; k < dim * dim; ++k) {
+            char *e = s.data() + (size_t)((i * ld + k) * es);
+            double a = rho[(size_t)(2 * k)], b = rho[(size_t)(2 * k + 1)];
+            if (f32) { float v[2] = {(float)a, (float)b}; memcpy(e, v, cplx ? 8 : 4); }
+            else { double v[2] = {a, b}; memcpy(e, v, cplx ? 16 : 8); }
+            double re, im;
+            qk__state_amp(e, t, 0, &re, &im);
+            ref[(size_t)(2 * (i * dim * dim + k))] = re;
+            ref[(size_t)(2 * (i * dim * dim + k) + 1)] = im;
+        }
+    }
+    return s;
+}
+
+/* Tr(rho sigma) = sum_ab rho_ab sigma_ba (the definition, in double) for every pair; a pure side
+   (pa / pb: n x dim complex) as |psi><psi| */
+static std::vector<double> hs_ref(const std::vector<double> &A, int64_t na, const std::vector<double> &B, int64_t nb, int64_t dim)
+{
+    std::vector<double> K((size_t)(na * nb));
+    const int64_t d2 = dim * dim;
+    for (int64_t i = 0; i < na; ++i)
+        for (int64_t j = 0; j < nb; ++j) {
+            double acc = 0;
+            for (int64_t a = 0; a < dim; ++a)
+                for (int64_t b = 0; b < dim; ++b) {
+                    const double *x = &A[(size_t)(2 * (i * d2 + a * dim + b))], *y = &B[(size_t)(2 * (j * d2 + b * dim + a))];
+                    acc += x[0] * y[0] - x[1] * y[1];
+                }
+            K[(size_t)(i * nb + j)] = acc;
+        }
+    return K;
+}
+
+/* pure states (n x dim of type t) as complex |psi><psi| (n x dim x dim, for hs_ref), each entry
+   rounded to t's precision as qk expands them (float types: to float) */
+static std::vector<double> outer_ref(const std::vector<char> &S, int64_t n, int64_t dim, qk_state_type t)
+{
+    std::vector<double> R((size_t)(2 * n * dim * dim));
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t a = 0; a < dim; ++a)
+            for (int64_t b = 0; b < dim; ++b) {
+                double ar, ai, br, bi;
+                qk__state_amp(S.data() + (size_t)(i * dim * esize(t)), t, a, &ar, &ai);
+                qk__state_amp(S.data() + (size_t)(i * dim * esize(t)), t, b, &br, &bi);
+                const bool f32 = t == QK_STATE_C64 || t == QK_STATE_F32;
+                const double re = ar * br + ai * bi, im = ai * br - ar * bi;
+                R[(size_t)(2 * ((i * dim + a) * dim + b))] = f32 ? (double)(float)re : re;
+                R[(size_t)(2 * ((i * dim + a) * dim + b) + 1)] = f32 ? (double)(float)im : im;
+            }
+    return R;
+}
+
+/* The stated bound of a linear K in precision p at the vectors' qubit count q (docs/states.md,
+   "On the GPU engine"): the plan's error_bound, which the test reads from the plan and checks
+   against qk_precision_error_bound; fp64 is held to 1e-12 against the CPU. */
+static void mixed_host_cases(qk_ctx *cpu, qk_ctx *gpu)
+{
+    struct C { qk_state_type t; int64_t dim, na, nb, pad; int pure_a; } cases[] = {
+        {QK_STATE_C128, 2, 301, 0, 0, 0},  {QK_STATE_C128, 5, 130, 77, 3, 0}, {QK_STATE_C64, 12, 150, 0, 0, 0},
+        {QK_STATE_F64, 7, 90, 133, 0, 0},  {QK_STATE_C128, 32, 140, 0, 0, 0}, {QK_STATE_F32, 9, 65, 40, 2, 0},
+        {QK_STATE_C128, 6, 70, 110, 0, 1}, {QK_STATE_C64, 16, 64, 33, 0, 1},  {QK_STATE_F64, 10, 50, 45, 0, 1},
+    };
+    for (const C &c : cases) {
+        std::vector<double> ra, rb;
+        std::vector<char> a, b;
+        const int64_t ld = c.dim * c.dim + c.pad;
+        if (c.pure_a) { a = rand_states(c.na, c.dim, c.dim, c.t); ra = outer_ref(a, c.na, c.dim, c.t); }
+        else a = rand_dms(c.na, c.dim, ld, c.t, ra);
+        if (c.nb) b = rand_dms(c.nb, c.dim, ld, c.t, rb);
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = c.t; st.dim = c.dim; st.a = a.data(); st.n_a = c.na; st.lda = c.pure_a ? c.dim : ld; st.a_mixed = !c.pure_a;
+        if (c.nb) { st.b = b.data(); st.n_b = c.nb; st.ldb = ld; st.b_mixed = 1; }
+        const bool cplx = c.t == QK_STATE_C128 || c.t == QK_STATE_C64;
+        int q = 1;
+        while (((int64_t)1 << q) < c.dim * c.dim * (cplx ? 2 : 1)) ++q;
+        char what[96];
+        snprintf(what, sizeof what, "mixed type %d dim %lld %s%s", (int)c.t, (long long)c.dim, c.nb ? "K(A,B)" : "K(A,A)",
+                 c.pure_a ? " pure A" : "");
+        std::vector<double> Kc, Kg, Kd = hs_ref(ra, c.na, c.nb ? rb : ra, c.nb ? c.nb : c.na, c.dim);
+        if (!gram_states(cpu, st, QK_PRECISION_FP64, HOST, Kc)) { CHECK(false, "%s: cpu reference failed", what); continue; }
+        CHECK(max_diff(Kc, Kd) <= 1e-12, "%s: the CPU engine vs the definition: %.3g", what, max_diff(Kc, Kd));
+        for (int out = HOST; out <= NPY; ++out) {
+            qk_plan plan;
+            bool ok = gram_states(gpu, st, QK_PRECISION_FP64, (Out)out, Kg, &plan);
+            double e = ok ? max_diff(Kc, Kg) : INFINITY;
+            CHECK(e <= 1e-12, "%s fp64 %s: |gpu - cpu| = %.3g", what, out_name[out], e);
+            CHECK(ok && plan.backend == QK_BACKEND_CUDA && plan.linear == 1 && plan.engine == QK_GPU_CUBLAS && plan.n_qubits == q,
+                  "%s: plan backend %d linear %d engine %d qubits %d (want CUDA, 1, CUBLAS, %d)", what, (int)plan.backend, plan.linear,
+                  (int)plan.engine, plan.n_qubits, q);
+        }
+        const qk_precision precs[] = {QK_PRECISION_FP32, QK_PRECISION_DEFAULT, QK_PRECISION_FP32X3, QK_PRECISION_TF32, QK_PRECISION_FP16};
+        for (qk_precision p : precs) {
+            qk_plan plan;
+            const Out out = p == QK_PRECISION_FP32 ? DEVICE : HOST;
+            bool ok = gram_states(gpu, st, p, out, Kg, &plan);
+            double e = ok ? max_diff(Kc, Kg) : INFINITY;
+            const qk_precision pb = p == QK_PRECISION_DEFAULT ? QK_PRECISION_FP32 : p;
+            CHECK(ok && plan.error_bound == qk_precision_error_bound(pb, q) && e <= plan.error_bound,
+                  "%s %s (%s): |gpu - cpu| = %.3g, bound %.3g (plan %.3g)", what, qk_precision_name(p), ok ? plan.config : "-", e,
+                  qk_precision_error_bound(pb, q), ok ? plan.error_bound : -1.0);
+            CHECK(ok && plan.linear && plan.engine == QK_GPU_CUBLAS && strstr(plan.config, "linear epilogue") &&
+                  (p == QK_PRECISION_DEFAULT ? plan.precision == QK_PRECISION_FP32 : plan.precision == p) &&
+                  ((p == QK_PRECISION_FP32 || p == QK_PRECISION_DEFAULT) || strstr(plan.config, "no tensor cores")),
+                  "%s %s: plan engine %d precision %s config '%s'", what, qk_precision_name(p), ok ? (int)plan.engine : -1,
+                  ok ? qk_precision_name(plan.precision) : "-", ok ? plan.config : "-");
+        }
+    }
+    /* a host matrix that is not Hermitian, and one whose trace is off: named, the output untouched */
+    std::vector<double> r;
+    std::vector<char> a = rand_dms(20, 4, 16, QK_STATE_C128, r);
+    qk_states_desc st;
+    memset(&st, 0, sizeof st);
+    st.type = QK_STATE_C128; st.dim = 4; st.a = a.data(); st.n_a = 20; st.a_mixed = 1;
+    double v;
+    memcpy(&v, a.data() + (size_t)((6 * 16 + 1) * 16), 8);
+    v += 1e-3;
+    memcpy(a.data() + (size_t)((6 * 16 + 1) * 16), &v, 8);
+    std::vector<double> K;
+    CHECK(!gram_states(gpu, st, QK_PRECISION_FP64, HOST, K) && strstr(qk_last_error(), "A[6]") && strstr(qk_last_error(), "Hermitian"),
+          "host non-Hermitian on the GPU context: %s", qk_last_error());
+}
+
+/* Device density matrices: read in place (bitwise the host matrices' GPU K, not copied), checked
+   on the device (trace, Hermiticity, NaN, named by row), normalize by the trace on the device. */
+static void mixed_device_cases(qk_ctx *cpu, qk_ctx *gpu)
+{
+    const qk_state_type types[] = {QK_STATE_C128, QK_STATE_C64, QK_STATE_F64, QK_STATE_F32};
+    for (qk_state_type t : types) {
+        const int64_t dim = 20, na = 180, nb = 70, ld = dim * dim + (t == QK_STATE_F32 ? 2 : 0);
+        const int es = esize(t);
+        std::vector<double> ra, rb;
+        std::vector<char> a = rand_dms(na, dim, ld, t, ra), b = rand_dms(nb, dim, ld, t, rb);
+        void *da = nullptr, *db = nullptr;
+        if (cudaMalloc(&da, a.size()) != cudaSuccess || cudaMalloc(&db, b.size()) != cudaSuccess) { CHECK(false, "cudaMalloc"); return; }
+        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+        cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+        for (int sym = 1; sym >= 0; --sym) {
+            qk_states_desc sh, sd;
+            memset(&sh, 0, sizeof sh);
+            sh.type = t; sh.dim = dim; sh.a = a.data(); sh.n_a = na; sh.lda = ld; sh.a_mixed = 1;
+            if (!sym) { sh.b = b.data(); sh.n_b = nb; sh.ldb = ld; sh.b_mixed = 1; }
+            sd = sh;
+            sd.a = da; sd.b = sym ? nullptr : db; sd.on_device = 1;
+            std::vector<double> Kh, Kd, Kc, K32;
+            gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);   /* the context's pool grown to this job's buffers */
+            int c0 = qk_cuda_test_alloc_count();
+            bool okh = gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);
+            int c1 = qk_cuda_test_alloc_count();
+            bool okd = gram_states(gpu, sd, QK_PRECISION_FP64, DEVICE, Kd);
+            int c2 = qk_cuda_test_alloc_count();
+            CHECK(okh && okd && Kh.size() == Kd.size() && memcmp(Kh.data(), Kd.data(), Kh.size() * 8) == 0,
+                  "mixed type %d %s: device matrices' K differs from host matrices' K (max %.3g)", (int)t, sym ? "K(A,A)" : "K(A,B)",
+                  max_diff(Kh, Kd));
+            /* not copied: a check buffer per side instead of an upload per side (as for pure states) */
+            CHECK(c1 - c0 == c2 - c1, "mixed type %d %s: device acquisitions: host %d, device %d (want equal)", (int)t,
+                  sym ? "K(A,A)" : "K(A,B)", c1 - c0, c2 - c1);
+            gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc);
+            std::vector<double> Kr = hs_ref(ra, na, sym ? ra : rb, sym ? na : nb, dim);
+            CHECK(max_diff(Kc, Kd) <= 1e-12 && max_diff(Kr, Kd) <= 1e-12, "mixed type %d device vs cpu: %.3g, vs the definition %.3g",
+                  (int)t, max_diff(Kc, Kd), max_diff(Kr, Kd));
+            qk_plan plan;
+            bool ok = gram_states(gpu, sd, QK_PRECISION_FP32, CALLBACK, K32, &plan);
+            CHECK(ok && plan.linear && max_diff(Kc, K32) <= plan.error_bound, "mixed type %d fp32 device matrices: %.3g (bound %.3g)",
+                  (int)t, max_diff(Kc, K32), ok ? plan.error_bound : -1.0);
+        }
+        {   /* normalize: matrix 3 scaled by 2.5 (trace 2.5), the same on a host copy for the CPU */
+            std::vector<char> a2 = a;
+            const int scalars = (t == QK_STATE_C128 || t == QK_STATE_C64) ? 2 : 1;
+            const size_t ss = t == QK_STATE_C128 || t == QK_STATE_F64 ? 8 : 4;
+            for (int64_t k = 0; k < dim * dim * scalars; ++k) {
+                char *e = a2.data() + (size_t)(3 * ld * es) + (size_t)k * ss;
+                if (ss == 8) { double v; memcpy(&v, e, 8); v *= 2.5; memcpy(e, &v, 8); }
+                else { float v; memcpy(&v, e, 4); v *= 2.5f; memcpy(e, &v, 4); }
+            }
+            cudaMemcpy(da, a2.data(), a2.size(), cudaMemcpyHostToDevice);
+            qk_states_desc sh, sd;
+            memset(&sh, 0, sizeof sh);
+            sh.type = t; sh.dim = dim; sh.a = a2.data(); sh.n_a = na; sh.lda = ld; sh.a_mixed = 1; sh.normalize = 1;
+            sd = sh; sd.a = da; sd.on_device = 1;
+            qk_states_desc sn = sd;
+            sn.normalize = 0;
+            std::vector<double> Kc, Kd;
+            CHECK(!gram_states(gpu, sn, QK_PRECISION_FP64, HOST, Kd) && strstr(qk_last_error(), "A[3]") && strstr(qk_last_error(), "trace"),
+                  "mixed type %d: a device trace of 2.5 not named: %s", (int)t, qk_last_error());
+            bool ok = gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc) && gram_states(gpu, sd, QK_PRECISION_FP64, HOST, Kd);
+            CHECK(ok && max_diff(Kc, Kd) <= 1e-12, "mixed type %d normalize on the device: %.3g", (int)t, ok ? max_diff(Kc, Kd) : INFINITY);
+            /* not Hermitian on the device: entry (0, 1) of matrix 5 moved by 1e-3 (complex: its real part) */
+            cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+            const size_t off = (size_t)((5 * ld + 1) * es);
+            if (ss == 8) { double v; memcpy(&v, a.data() + off, 8); v += 1e-3; cudaMemcpy((char *)da + off, &v, 8, cudaMemcpyHostToDevice); }
+            else { float v; memcpy(&v, a.data() + off, 4); v += 1e-3f; cudaMemcpy((char *)da + off, &v, 4, cudaMemcpyHostToDevice); }
+            sn.a = da;
+            CHECK(!gram_states(gpu, sn, QK_PRECISION_FP64, HOST, Kd) && strstr(qk_last_error(), "A[5]") && strstr(qk_last_error(), "Hermitian"),
+                  "mixed type %d: a non-Hermitian device matrix not named: %s", (int)t, qk_last_error());
+            /* a NaN on the device (matrix 7, entry (2, 3)) */
+            cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+            double nan = NAN;
+            float nanf = NAN;
+            const size_t o7 = (size_t)((7 * ld + 2 * dim + 3) * es);
+            if (ss == 8) cudaMemcpy((char *)da + o7, &nan, 8, cudaMemcpyHostToDevice);
+            else cudaMemcpy((char *)da + o7, &nanf, 4, cudaMemcpyHostToDevice);
+            CHECK(!gram_states(gpu, sn, QK_PRECISION_FP64, HOST, Kd) && strstr(qk_last_error(), "A[7]") && strstr(qk_last_error(), "NaN"),
+                  "mixed type %d: a device NaN not named: %s", (int)t, qk_last_error());
+        }
+        /* a pure side against device matrices: refused with what to do */
+        {
+            std::vector<char> p = rand_states(10, dim, dim, t);
+            void *dp = nullptr;
+            cudaMalloc(&dp, p.size());
+            cudaMemcpy(dp, p.data(), p.size(), cudaMemcpyHostToDevice);
+            qk_states_desc sd;
+            memset(&sd, 0, sizeof sd);
+            sd.type = t; sd.dim = dim; sd.a = dp; sd.n_a = 10; sd.b = db; sd.n_b = nb; sd.ldb = ld; sd.b_mixed = 1; sd.on_device = 1;
+            std::vector<double> K;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            std::vector<double> out((size_t)(10 * nb));
+            g.out = out.data(); g.out_dtype = QK_F64;
+            CHECK(qk_gram_states(gpu, &sd, &g) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "host states"),
+                  "mixed type %d: pure device states against device matrices: %s", (int)t, qk_last_error());
+            cudaFree(dp);
+        }
+        cudaFree(da);
+        cudaFree(db);
+    }
 }
 
 /* qk's own states (qk_states on the CPU) given to the GPU engine: the map's GPU K */
@@ -686,6 +955,8 @@ int main(int argc, char **argv)
         host_cases(cpu, gpu);
         device_cases(cpu, gpu);
         own_states(cpu, gpu);
+        mixed_host_cases(cpu, gpu);
+        mixed_device_cases(cpu, gpu);
     }
     streamed_cases(cpu);
     if (!only_stream) beyond_memory_case();

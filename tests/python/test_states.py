@@ -155,6 +155,89 @@ class TestQiskitMixed(unittest.TestCase):
         np.testing.assert_allclose(Kpm, peer, atol=1e-12, rtol=0)
 
 
+def _rand_dms(n, dim, dtype=np.complex128):
+    """n random density matrices: mixtures of 2..4 random pure states (purity < 1)."""
+    out = []
+    for _ in range(n):
+        r = int(RNG.integers(2, 5))
+        w = RNG.uniform(0.05, 1.05, size=r)
+        S = _rand_states(r, dim, np.complex128 if np.iscomplexobj(np.zeros(1, dtype)) else np.float64)
+        rho = (S.T * (w / w.sum())) @ S.conj()
+        out.append((rho + rho.conj().T) / 2)
+    return np.array(out).astype(dtype)
+
+
+def _hs(A, B):
+    return np.real(np.einsum("iab,jba->ij", A.astype(np.complex128), B.astype(np.complex128)))
+
+
+class TestMixedGPU(unittest.TestCase):
+    """Density matrices on the GPU engine (K = Tr(rho_i rho_j), the plan's linear epilogue):
+    numpy arrays with device="cuda", CuPy and PyTorch CUDA arrays read in place; skips without a
+    GPU (and each array library's part without that library)."""
+
+    def setUp(self):
+        if not qk.engine()["cuda_devices"]:
+            self.skipTest("no CUDA device")
+
+    def test_numpy_on_gpu(self):
+        for dtype, tol in ((np.complex128, 1e-12), (np.complex64, 1e-12), (np.float64, 1e-12)):
+            A, B = _rand_dms(90, 6, dtype), _rand_dms(40, 6, dtype)
+            nt = 1e-5 if dtype == np.complex64 else None
+            ref = _hs(A, B)
+            Kc = qk.gram_states(A, B, device="cpu", norm_tol=nt)
+            np.testing.assert_allclose(Kc, ref, atol=1e-12, rtol=0)
+            K = qk.gram_states(A, B, device="cuda", precision="fp64", norm_tol=nt)
+            np.testing.assert_allclose(K, Kc, atol=tol, rtol=0)
+            K = qk.gram_states(A, device="cuda", precision="fp64", norm_tol=nt)
+            np.testing.assert_allclose(K, _hs(A, A), atol=tol, rtol=0)
+            # the GPU's default (fp32 for density matrices): inside fp32's stated bound at the
+            # vectors' qubit count (6 or 7 qubits: 3.5e-4, 3.8e-4), far from K^2 (off by ~0.1)
+            K32 = qk.gram_states(A, B, device="cuda", norm_tol=nt)
+            self.assertEqual(K32.dtype, np.float32)
+            np.testing.assert_allclose(K32, Kc, atol=1e-4, rtol=0)
+        # pure states against density matrices (host): <psi|rho|psi>
+        S, R = _rand_states(30, 5), _rand_dms(25, 5)
+        ref = np.real(np.einsum("ia,jab,ib->ij", S.conj(), R, S))
+        np.testing.assert_allclose(qk.gram_states(S, R, device="cuda", precision="fp64"), ref, atol=1e-12, rtol=0)
+        # validation on the GPU context names the row
+        R[4, 0, 1] += 1e-3
+        with self.assertRaisesRegex(ValueError, r"A\[4\].*Hermitian"):
+            qk.gram_states(R, device="cuda")
+
+    def test_cupy(self):
+        try:
+            import cupy as cp
+        except ImportError as e:
+            self.skipTest(f"cupy is not installed ({e})")
+        A, B = _rand_dms(70, 8), _rand_dms(30, 8)
+        Kc = qk.gram_states(A, B, device="cpu")
+        dA, dB = cp.asarray(A), cp.asarray(B)
+        np.testing.assert_allclose(qk.gram_states(dA, dB, precision="fp64"), Kc, atol=1e-12, rtol=0)
+        np.testing.assert_allclose(qk.gram_states(dA, precision="fp64"), _hs(A, A), atol=1e-12, rtol=0)
+        np.testing.assert_allclose(qk.gram_states(dA, dB, normalize=True, precision="fp64"), Kc, atol=1e-12, rtol=0)
+        bad = dA.copy()
+        bad[9, 2, 2] += 0.5    # trace 1.5
+        with self.assertRaisesRegex(ValueError, r"A\[9\].*trace"):
+            qk.gram_states(bad)
+        with self.assertRaises(ValueError):   # not contiguous within a matrix
+            qk.gram_states(dA.transpose(0, 2, 1))
+
+    def test_torch_cuda(self):
+        try:
+            import torch
+        except ImportError as e:
+            self.skipTest(f"torch is not installed ({e})")
+        if not torch.cuda.is_available():
+            self.skipTest("torch has no CUDA")
+        A = _rand_dms(50, 4)
+        tA = torch.from_numpy(A).cuda()
+        np.testing.assert_allclose(qk.gram_states(tA, precision="fp64"), _hs(A, A), atol=1e-12, rtol=0)
+        A32 = A.astype(np.complex64)
+        np.testing.assert_allclose(qk.gram_states(torch.from_numpy(A32).cuda(), precision="fp32", norm_tol=1e-5),
+                                   _hs(A32, A32), atol=1e-4, rtol=0)
+
+
 class TestPennyLane(unittest.TestCase):
     def setUp(self):
         try:

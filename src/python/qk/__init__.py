@@ -367,23 +367,32 @@ _CAI_TYPES = {"<c16": "complex128", "<c8": "complex64", "<f8": "float64", "<f4":
 
 
 def _state_rows(S: Any, name: str) -> Tuple[Any, int, int, int, int, str, bool, bool]:
-    """(keep-alive object, pointer, rows, ld in elements, dim, dtype name, on the device) of a
-    2-D array of states: a CUDA array (``__cuda_array_interface__``: CuPy, PyTorch, Numba) read
-    in place, else numpy (rows with contiguous amplitudes used in place, anything else copied)."""
+    """(keep-alive object, pointer, rows, ld in elements, dim, dtype name, on the device, mixed) of
+    a 2-D array of states or a 3-D array of density matrices: a CUDA array
+    (``__cuda_array_interface__``: CuPy, PyTorch, Numba) read in place, else numpy (rows with
+    contiguous amplitudes used in place, anything else copied)."""
     cai = getattr(S, "__cuda_array_interface__", None)
     if cai is not None:
         shape, typestr = tuple(cai["shape"]), cai["typestr"]
-        if len(shape) != 2:
-            raise ValueError(f"{name}: states must be 2-D (n, dim), got shape {shape}")
+        mixed = len(shape) == 3
+        if mixed and shape[1] != shape[2]:
+            raise ValueError(f"{name}: density matrices must be square, got shape {shape}")
+        if len(shape) not in (2, 3):
+            raise ValueError(f"{name}: states must be 2-D (n, dim) or density matrices (n, dim, dim), got shape {shape}")
         dt = _CAI_TYPES.get(typestr)
         if dt is None:
             raise TypeError(f"{name}: device states must be complex128, complex64, float64 or float32 (got {typestr})")
         isz = np.dtype(dt).itemsize
-        strides = cai.get("strides") or (shape[1] * isz, isz)
-        if shape[1] > 1 and strides[1] != isz or strides[0] % isz != 0 or (shape[0] > 1 and strides[0] < shape[1] * isz):
-            raise ValueError(f"{name}: device states need contiguous rows (strides {strides}); copy them first")
+        # density matrices: rows of dim * dim entries, each matrix contiguous (C order within it)
+        row = shape[1] * shape[2] if mixed else shape[1]
+        strides = cai.get("strides") or ((row * isz, shape[2] * isz, isz) if mixed else (row * isz, isz))
+        inner = (strides[2] == isz or shape[2] == 1) and (strides[1] == shape[2] * isz or shape[1] == 1) if mixed \
+            else (shape[1] == 1 or strides[1] == isz)
+        if not inner or strides[0] % isz != 0 or (shape[0] > 1 and strides[0] < row * isz):
+            raise ValueError(f"{name}: device {'density matrices' if mixed else 'states'} need contiguous rows "
+                             f"(strides {strides}); copy them first")
         ptr = int(cai["data"][0])
-        return S, ptr, int(shape[0]), int(strides[0] // isz) if shape[0] > 1 else int(shape[1]), int(shape[1]), dt, True, False
+        return S, ptr, int(shape[0]), int(strides[0] // isz) if shape[0] > 1 else int(row), int(shape[1]), dt, True, mixed
     if hasattr(S, "detach") and hasattr(S, "numpy"):   # a CPU torch tensor
         S = S.detach().numpy()
     if isinstance(S, np.ma.MaskedArray) and np.ma.is_masked(S):
@@ -420,8 +429,10 @@ def gram_states(A: Any, B: Any = None, device: str = "auto", precision: Optional
     """K[i, j] = |<A[i]|B[j]>|^2 of given statevectors (B=None: K(A, A), symmetric): states a
     simulator made (any gates, noise trajectories), with qk's planner, tiling and precision modes.
     Density matrices, (n, dim, dim) arrays, give the Hilbert-Schmidt kernel Tr(rho_i rho_j) (and
-    <psi|rho|psi> against pure states; CPU engine): Qiskit's ``DensityMatrix(c).data``,
-    PennyLane's ``qml.density_matrix``.
+    <psi|rho|psi> against pure states): Qiskit's ``DensityMatrix(c).data``, PennyLane's
+    ``qml.density_matrix``; on the CPU engine and the GPU engine (fp64 or fp32: the tensor-core
+    modes run fp32 there; CUDA arrays of density matrices read in place; a pure side against a
+    mixed one takes host arrays).
 
     A, B: (n, dim) arrays of states, one per row: complex128, complex64, float64 or float32
         (other numeric dtypes are converted to complex128 / float64); numpy arrays (or CPU
