@@ -895,6 +895,15 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
     const size_t keep = (size_t)(keep_gb * 1073741824.0);
     if (free_b > keep && cudaMalloc(&blocker, free_b - keep) != cudaSuccess) { printf("blocker\n"); exit(2); }
     cudaMemGetInfo(&free_b, &total);
+    {   /* what page-locking the states for a call costs */
+        int locked = 0;
+        double t0 = qk_cuda_wtime();
+        qk_cuda_host_lock(a.data(), a.size(), &locked);
+        double t1 = qk_cuda_wtime();
+        if (locked) qk_cuda_host_unlock(a.data());
+        printf("bench-stream page-locking %.2f GB of states: %.3f s (locked %d), unlocking %.3f s\n", a.size() * 1e-9, t1 - t0, locked,
+               qk_cuda_wtime() - t1);
+    }
     gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
     std::vector<float> K((size_t)(n * n));
     for (int prov = 0; prov < 2; ++prov) {
@@ -917,6 +926,11 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
             double t0 = qk_cuda_wtime();
             if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("host states: %s\n", qk_last_error()); exit(2); }
             t.push_back(qk_cuda_wtime() - t0);
+            qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
+            printf("bench-stream   run %d: %.3f s; engine: %d slabs, compute stream busy %.0f ms, copy-out busy %.0f ms, gram %.0f ms, "
+                   "output %.0f ms, delivery %.0f ms, events %.0f ms\n", r, t.back(), cs.n_slabs, cs.busy_ms[0], cs.busy_ms[1], cs.gram_ms,
+                   cs.output_ms, cs.deliver_ms, cs.wall_ms);
+            fflush(stdout);
         }
         std::sort(t.begin(), t.end());
         const double sec = t[t.size() / 2], bytes = (double)rows[0] * (double)rowb, pairs = 0.5 * (double)n * (double)(n + 1);
