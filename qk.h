@@ -1438,6 +1438,9 @@ typedef struct qk_cuda_stats {
     double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
+    int n_shrinks;              /* times the device ran out of memory and the job restarted on the
+                                   planner's next smaller plan (qk__plan_shrink) */
+    char shrink_why[160];       /* the first of those failures */
 } qk_cuda_stats;
 /* The profiler's entry points the CUDA engine's GPU zones call (qk_prof.h's functions of the
    same names): qk_cuda.cu is compiled once, without the profiler, and records its zones ("qk

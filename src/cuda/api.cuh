@@ -248,6 +248,8 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear (density matrices) runs on the cuBLAS engines "
                                                           "(plan.engine CUBLAS or TC_*), whose epilogue keeps the inner product unsquared");
     int64_t delivered = 0;
+    int shrinks = 0;
+    char why[160] = "";
     const bool real = P.path == QK_PATH_REAL;
     const bool p64 = P.precision == QK_PRECISION_FP64;
     /* Out of device memory: retry from scratch with the planner's next smaller plan (nothing has
@@ -275,7 +277,12 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
             return qk__pipe<typename Ty::T, Ty::CPLX, typename Ty::OutT>(&J).run();
         });
         qk__job_free(&J);
+        if (r == QK_OK && io && io->stats) {
+            io->stats->n_shrinks = shrinks;
+            memcpy(io->stats->shrink_why, why, sizeof why);
+        }
         if (r != QK_ERROR_DEVICE_OUT_OF_MEMORY || delivered > 0 || !qk__plan_shrink(&P)) return r;
+        if (shrinks++ == 0) snprintf(why, sizeof why, "%s", err ? err : "");
     }
 }
 

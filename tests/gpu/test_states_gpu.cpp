@@ -928,8 +928,8 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
             t.push_back(qk_cuda_wtime() - t0);
             qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
             printf("bench-stream   run %d: %.3f s; engine: %d slabs, compute stream busy %.0f ms, copy-out busy %.0f ms, gram %.0f ms, "
-                   "output %.0f ms, delivery %.0f ms, events %.0f ms\n", r, t.back(), cs.n_slabs, cs.busy_ms[0], cs.busy_ms[1], cs.gram_ms,
-                   cs.output_ms, cs.deliver_ms, cs.wall_ms);
+                   "output %.0f ms, delivery %.0f ms, events %.0f ms; %d restarts on a smaller plan%s%s\n", r, t.back(), cs.n_slabs, cs.busy_ms[0],
+                   cs.busy_ms[1], cs.gram_ms, cs.output_ms, cs.deliver_ms, cs.wall_ms, cs.n_shrinks, cs.n_shrinks ? ": " : "", cs.shrink_why);
             fflush(stdout);
         }
         std::sort(t.begin(), t.end());
