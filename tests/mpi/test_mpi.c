@@ -12,7 +12,12 @@
    - given states (qk_gram_mpi_states): complex and real statevectors, density matrices, padded
      rows (padding that differs by rank), normalize: the .npy byte for byte qk_gram_states' in one
      process, the tiles bitwise its K; a NaN or a norm off 1 (on every rank, or on one), states
-     that differ on one rank, a provider: every rank returns the same error naming the row, and no
+     that differ on one rank: every rank returns the same error naming the row, and no file is
+     left;
+   - a state provider on each rank (qk_gram_mpi_states): the same .npy and tiles; each rank asked
+     only for its blocks' rows, and (1 MB blocks) each row as often as its blocks need; a provider
+     that fails, gives a NaN, gives a row unlike the other ranks' or unlike its own first answer,
+     on each rank in turn: every rank returns the same error naming the rank and the rows, no
      file is left.
    QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32);
    the desc's mpi_block_bytes overrides it (fewer tiles, the same K).
