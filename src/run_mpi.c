@@ -273,7 +273,7 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, int64_t di, int64_t nx, int64_t dj
         g.x = X + di * d;
         g.y = ny ? Y + dj * d : NULL;
     }
-    if (sm && (sm->op.q1 & QK__STATE_DEVICE)) {   /* as qk_gram_states: one GPU, the states' */
+    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* as qk_gram_states: one GPU */
         g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
         g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
     }

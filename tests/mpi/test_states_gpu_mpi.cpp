@@ -91,6 +91,20 @@ static double max_diff(const std::vector<double> &a, const std::vector<double> &
     return m;
 }
 
+/* a provider of the host rows a and b (row_bytes of each, ld_bytes apart; buf's rows are ld
+   elements of esize bytes), counting A's rows asked for */
+struct Prov { const char *a, *b; int64_t ld_bytes, row_bytes, esize, n_a, n_b; std::vector<int64_t> asked; };
+static int give_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user)
+{
+    Prov *p = (Prov *)user;
+    if (i0 < 0 || i1 <= i0 || i1 > (side ? p->n_b : p->n_a)) return 1;
+    for (int64_t i = i0; i < i1; ++i) {
+        if (!side) p->asked[(size_t)i]++;
+        memcpy((char *)buf + (size_t)((i - i0) * ld * p->esize), (side ? p->b : p->a) + (size_t)(i * p->ld_bytes), (size_t)p->row_bytes);
+    }
+    return 0;
+}
+
 struct Case { const char *what; qk_state_type t; int64_t dim, ld, na, nb; };
 
 static void run_case(qk_ctx *gpu, int dev, const Case &c, const char *dir)
@@ -192,6 +206,49 @@ static void run_case(qk_ctx *gpu, int dev, const Case &c, const char *dir)
         CHECK((c1 - c0) - (c2 - c1) == copies - 2 * sides,
               "%s, band [%lld, %lld): device acquisitions: host states %d, device states %d (want host - device = %d copies of the "
               "states - %d norms and checksum buffers)", c.what, (long long)r0, (long long)r1, c1 - c0, c2 - c1, copies, 2 * sides);
+    }
+
+    /* the same states through a provider on each rank (the GPU engine fetches its blocks' rows
+       into its page-locked chunks): K as the one-process provider run's, and no rank asked for
+       a row of A before its band (K(A,A)) or outside it (K(A,B)) */
+    {
+        Prov pv = {a.data(), c.nb ? b.data() : nullptr, c.ld * es, c.dim * es, es, c.na, c.nb, std::vector<int64_t>((size_t)c.na, 0)};
+        qk_states_desc sp = sh;
+        sp.a = sp.b = nullptr; sp.lda = sp.ldb = 0;
+        sp.provider = give_rows; sp.provider_user = &pv;
+        std::vector<double> Kp((size_t)(c.na * cols), NAN), K((size_t)(c.na * cols), 0.0);
+        std::vector<int> cnt((size_t)(c.na * cols), 0);
+        memset(&g, 0, sizeof g);
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.out = Kp.data();
+        r = qk_gram_states(gpu, &sp, &g);
+        CHECK(r == QK_OK && max_diff(Kp, Kref) <= 1e-12, "%s: qk_gram_states with a provider: %s (%.3g from the device states' K)", c.what,
+              r == QK_OK ? "ok" : qk_last_error(), max_diff(Kp, Kref));
+        std::fill(pv.asked.begin(), pv.asked.end(), 0);
+        Tiles T = {&K, &cnt, cols, c.nb == 0};
+        memset(&g, 0, sizeof g);
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.output = QK_OUTPUT_CALLBACK; g.tile_fn = on_tile; g.tile_user = &T;
+        g.mpi_block_bytes = (size_t)64 << 10;
+        r = qk_gram_mpi_states(gpu, &sp, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "%s: qk_gram_mpi_states with a provider: %s", c.what, qk_last_error());
+        MPI_Allreduce(MPI_IN_PLACE, K.data(), (int)K.size(), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, cnt.data(), (int)cnt.size(), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        int64_t bad = 0, outside = 0;
+        for (int64_t i = 0; i < c.na; ++i)
+            for (int64_t j = c.nb ? 0 : i; j < cols; ++j) {
+                const size_t k = (size_t)(i * cols + j);
+                if (cnt[k] != 1 || !(fabs(K[k] - Kp[k]) <= 1e-12)) bad++;
+            }
+        qk_schedule_desc sdd;
+        qk_schedule sch;
+        memset(&sdd, 0, sizeof sdd);
+        sdd.n_x = c.na; sdd.n_y = c.nb; sdd.n_workers = size_;
+        if (qk_schedule_make(&sdd, &sch) == QK_OK) {
+            for (int64_t i = 0; i < c.na; ++i)
+                if (pv.asked[(size_t)i] && (i < sch.row0[rank_] || (c.nb && i >= sch.row0[rank_ + 1]))) outside++;
+            qk_schedule_free(&sch);
+        }
+        CHECK(bad == 0 && outside == 0, "%s, %d ranks, a provider: %lld tile entries missing, twice or off the one-process K; %lld rows "
+              "of A asked for outside the rank's blocks", c.what, size_, (long long)bad, (long long)outside);
     }
 
     /* a row that differs on one rank: every rank's error */
