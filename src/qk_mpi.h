@@ -41,14 +41,14 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
                    ldb): every rank checks them as qk_gram_states does (finite, norms or traces
                    within norm_tol of 1, or normalize) and the ranks compare them (a checksum of
                    each row's elements, not its padding);
-     a provider    (CPU engine) each rank's provider is asked only for the rows its blocks need
-                   (K(A,A): its band and the rows right of it; K(A,B): its band of A and all of
-                   B), block by block in chunks, and the rows are checked as they come. It must
-                   give the same row for an index on every rank and request: a row given twice
-                   unlike before is an error, and the ranks compare the hashes of the rows
-                   several were given before the .npy is committed. A provider failure on one
-                   rank is every rank's QK_ERROR_CANCELLED ("rank 1 of 3: qk_gram_mpi_states: the
-                   state provider failed for A rows [9, 29) ...");
+     a provider    (either engine; one GPU a rank) each rank's provider is asked only for the
+                   rows its blocks need (K(A,A): its band and the rows right of it; K(A,B): its
+                   band of A and all of B), block by block in chunks, and the rows are checked
+                   as they come. It must give the same row for an index on every rank and
+                   request: a row given twice unlike before is an error, and the ranks compare
+                   the hashes of the rows several were given before the .npy is committed. A
+                   provider failure on one rank is every rank's QK_ERROR_CANCELLED ("rank 1 of
+                   3: qk_gram_mpi_states: the state provider failed for A rows [9, 29) ...");
      device states on_device, a context on the GPU engine: each rank's pointers on its GPU (its
                    context's first) hold all the states; each rank's engine reads its blocks'
                    rows in place (never copied); checked on the device, compared across ranks by
