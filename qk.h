@@ -1518,6 +1518,13 @@ QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, 
    device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                              size_t err_size);
+/* A checksum of n given device states (qk_gram_mpi_states with on_device: the ranks compare
+   it): the first row_bytes bytes (a multiple of 4) of each row, rows ld doubles apart, as a sum
+   over the rows' 4-byte words of a mix of (word, its index, its row), mod 2^64, so that the
+   order the device adds them in does not change it. Checks that x is device memory of the
+   current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_hash(const void *x, int64_t n, int64_t ld, int64_t row_bytes, uint64_t *hash, char *err,
+                                         size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);
@@ -1631,13 +1638,27 @@ extern "C" {
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
 /* K from given states over the ranks of comm (qk_gram_states' K, qk_gram_mpi's executor;
-   collective: every rank passes the same states and desc, desc->x and desc->y NULL). Host states
-   only (states->a, states->b: statevectors or density matrices, every type, lda / ldb): every rank
-   checks them as qk_gram_states does (finite, norms or traces within norm_tol of 1, or
-   normalize) and the ranks compare them (a checksum of each row's elements, not its padding);
-   a bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
-   On the CPU engine the K is bitwise qk_gram_states' in one process. A provider and device states
-   (on_device) return QK_ERROR_UNSUPPORTED on every rank. Outputs as qk_gram_mpi. */
+   collective: every rank passes the same states and desc, desc->x and desc->y NULL), in one of
+   three forms, the same on every rank (docs/states.md, "Over MPI ranks"):
+     host states   states->a, states->b (statevectors or density matrices, every type, lda /
+                   ldb): every rank checks them as qk_gram_states does (finite, norms or traces
+                   within norm_tol of 1, or normalize) and the ranks compare them (a checksum of
+                   each row's elements, not its padding);
+     a provider    (either engine; one GPU a rank) each rank's provider is asked only for the
+                   rows its blocks need (K(A,A): its band and the rows right of it; K(A,B): its
+                   band of A and all of B), block by block in chunks, and the rows are checked
+                   as they come. It must give the same row for an index on every rank and
+                   request: a row given twice unlike before is an error, and the ranks compare
+                   the hashes of the rows several were given before the .npy is committed. A
+                   provider failure on one rank is every rank's QK_ERROR_CANCELLED ("rank 1 of
+                   3: qk_gram_mpi_states: the state provider failed for A rows [9, 29) ...");
+     device states on_device, a context on the GPU engine: each rank's pointers on its GPU (its
+                   context's first) hold all the states; each rank's engine reads its blocks'
+                   rows in place (never copied); checked on the device, compared across ranks by
+                   a checksum computed there (qk_cuda_state_hash).
+   A bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
+   On the CPU engine the K is bitwise qk_gram_states' in one process; on the GPU engine within
+   the precision's bound (each block is its own qk_gram). Outputs as qk_gram_mpi. */
 QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm);
 #ifdef __cplusplus
 }
@@ -1983,6 +2004,15 @@ typedef struct qk__smap {
     void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
     int64_t ld, chunk;
     const char *fn;         /* the entry point, which begins the messages (qk_gram_states, qk_gram_mpi_states) */
+    /* A provider's tags: the Gram's x tag (&side[0]) asks for rows of side tag_side[0] from row
+       tag_row0[0] on, its y tag (&side[1]) for side tag_side[1] from tag_row0[1] (qk__smap_make:
+       {0, 1} and {0, 0}; qk_gram_mpi_states points them at a sub-job's block of K). rows_fn (when
+       set) sees each chunk the provider gave, after its check, and may fail it (error set). */
+    int tag_side[2];
+    int64_t tag_row0[2];
+    qk_result (*rows_fn)(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes);
+    void *rows_user;
+    qk_result provider_failed;  /* the provider failed, or its rows were bad (the error set) */
 } qk__smap;
 QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
 QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
@@ -4879,18 +4909,21 @@ static int qk__cpu_states_rows(const qk_map *m, const double *x, int64_t n, qk_p
 }
 
 /* Rows [row0, row0 + n) of the data X (desc->x or desc->y, n_features doubles a row) into out.
-   Given states with a provider (qk_gram_states): X is the side's tag, and the rows come from the
-   provider in chunks into the map's buffer, checked, then built as stored rows. */
+   Given states with a provider (qk_gram_states): X is a tag (qk__smap: its side and first row),
+   and the rows come from the provider in chunks into the map's buffer, checked, then built as
+   stored rows. */
 static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, int64_t n, qk_path path, int n_threads,
                                double *out, struct qk__gram_job *job)
 {
     qk__smap *sm;
-    int side;
+    int tag, side;
     int64_t c, stride;
     if (!qk__map_is_states(m) || !(m->ops[0].q1 & QK__STATE_PROVIDER))
         return qk__cpu_states_rows(m, X + row0 * m->n_features, n, path, n_threads, out, job);
     sm = (qk__smap *)(void *)(uintptr_t)(const void *)m;
-    side = (const char *)(const void *)X == &sm->side[1];
+    tag = (const char *)(const void *)X == &sm->side[1];
+    side = sm->tag_side[tag];
+    row0 += sm->tag_row0[tag];   /* the tag's first row (a block of K under qk_gram_mpi_states) */
     stride = qk__row_len(m, path);
     for (c = 0; c < n; c += sm->chunk) {
         const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
@@ -4899,10 +4932,12 @@ static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, i
         r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
         QK_PROF_END("state provider");
         if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "qk_gram_states: the state provider failed for %s rows [%lld, %lld) (nothing was written)",
+            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
                      side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
         else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
+        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0 + c, k, sm->buf, (int64_t)m->n_features * 8);
         if (r != QK_OK) {
+            sm->provider_failed = r;
             if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
             return -1;
         }
@@ -11013,14 +11048,18 @@ QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
     return ctx->spool[k];
 }
 
-/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of side from qk_gram_states'
-   provider (user: its map, a qk__smap), written into dst in chunks of at most the map's chunk
-   rows, and checked as the CPU engine checks them. */
-static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst, void *user)
+/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of the Gram's x (tag 0)
+   or y (tag 1) from qk_gram_states' provider (user: its map, a qk__smap, whose tags give the
+   side and first row: qk_gram_mpi_states points them at a block of K), written into dst in
+   chunks of at most the map's chunk rows, and checked as the CPU engine checks them. */
+static qk_result qk__states_fetch(int tag, int64_t r0, int64_t r1, double *dst, void *user)
 {
-    const qk__smap *sm = (const qk__smap *)user;
+    qk__smap *sm = (qk__smap *)user;
     const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    const int side = sm->tag_side[tag];
     int64_t c;
+    r0 += sm->tag_row0[tag];
+    r1 += sm->tag_row0[tag];
     for (c = r0; c < r1; c += sm->chunk) {
         const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
         char *buf = (char *)dst + (size_t)((c - r0) * rowb);
@@ -11029,10 +11068,14 @@ static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst,
         r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
         QK_PROF_END("state provider");
         if (r != QK_OK)
-            return qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                            side ? "B" : "A", (long long)c, (long long)(c + k));
-        r = qk__states_check(sm, buf, k, rowb, side, c);
-        if (r != QK_OK) return r;
+            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                     side ? "B" : "A", (long long)c, (long long)(c + k));
+        else r = qk__states_check(sm, buf, k, rowb, side, c);
+        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, c, k, buf, rowb);
+        if (r != QK_OK) {
+            sm->provider_failed = r;
+            return r;
+        }
     }
     return QK_OK;
 }
@@ -11687,6 +11730,7 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
     sm.fn = fn;
+    sm.tag_side[1] = 1;
     if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, !ctx ? "ctx" : !states ? "states" : "desc");
     sm.in = *states;
     if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;
@@ -13283,11 +13327,60 @@ static uint64_t qk__hash_rows(const void *x, int64_t n, size_t stride, size_t ro
     return h;
 }
 
+/* A provider's rows on this rank (qk_gram_mpi_states): the hash of each row the provider gave
+   (0: never asked for), A's n_a rows then B's. A row asked for again (another block) must hash
+   the same; after the bands the ranks compare the rows more than one of them asked for. */
+typedef struct qk__mpi_rows {
+    uint64_t *h, *tmp;      /* n hashes; tmp: a piece of them for the comparison */
+    int64_t n_a, n, piece;
+    size_t row_bytes;       /* a row's elements, not its padding */
+} qk__mpi_rows;
+
+/* sm->rows_fn: each chunk the provider gave (checked), hashed row by row */
+static qk_result qk__mpi_rows_seen(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes)
+{
+    qk__mpi_rows *t = (qk__mpi_rows *)user;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const int64_t k = (side ? t->n_a : 0) + row0 + i;
+        uint64_t v = qk__hash(0xcbf29ce484222325ull, (const char *)rows + i * ld_bytes, t->row_bytes);
+        if (v == 0) v = 1;
+        if (t->h[k] == 0) t->h[k] = v;
+        else if (t->h[k] != v)
+            return qk__fail(QK_ERROR_BAD_DATA, "qk_gram_mpi_states: the state provider gave %s[%lld] twice, different each time (it "
+                            "must give the same row for an index, to every request on every rank)", side ? "B" : "A", (long long)(row0 + i));
+    }
+    return QK_OK;
+}
+
+/* Collective, after every rank's band succeeded: the rows that several ranks asked for must be
+   the same on each (the lowest and highest hash of each row over the ranks that asked for it).
+   The same result on every rank (the reductions give every rank the same arrays). */
+static qk_result qk__mpi_rows_agree(MPI_Comm comm, qk__mpi_rows *t)
+{
+    int64_t o, k;
+    for (o = 0; o < t->n; o += t->piece) {
+        const int64_t c = t->n - o < t->piece ? t->n - o : t->piece;
+        for (k = 0; k < c; k++) t->tmp[k] = t->h[o + k] ? t->h[o + k] : UINT64_MAX;
+        MPI_Allreduce(MPI_IN_PLACE, t->tmp, (int)c, MPI_UINT64_T, MPI_MIN, comm);
+        MPI_Allreduce(MPI_IN_PLACE, t->h + o, (int)c, MPI_UINT64_T, MPI_MAX, comm);
+        for (k = 0; k < c; k++)
+            if (t->h[o + k] != 0 && t->tmp[k] != t->h[o + k]) {
+                const int64_t row = o + k;
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi_states: the ranks' state providers gave different rows for %s[%lld] "
+                                "(a provider must give the same row for an index on every rank); nothing was written",
+                                row >= t->n_a ? "B" : "A", (long long)(row >= t->n_a ? row - t->n_a : row));
+            }
+    }
+    return QK_OK;
+}
+
 /* One rank's band of rows. */
 typedef struct qk__mpi_band {
     qk__mpi *m;
     qk_ctx *ctx;
     const qk_map *map;
+    qk__smap *sm;           /* given states (qk_gram_mpi_states), else NULL */
     const qk_gram_desc *desc;
     qk_dtype dt;
     size_t es;
@@ -13362,18 +13455,35 @@ static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, siz
     return QK_OK;
 }
 
-/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
-   else through the caller's tile callback. scale: entries of K per computed pair. */
-static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
-                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
+/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram, of rows X[di ..] and Y[dj ..] (Y is X for
+   symmetric K); ny 0: the symmetric K(X[di .. di + nx)); into out (ld) for NPY, else through the
+   caller's tile callback. scale: entries of K per computed pair. A provider's tags are pointed
+   at the two blocks of rows (qk__smap: side and first row); device states are offset in place. */
+static qk_result qk__mpi_sub(qk__mpi_band *b, int64_t di, int64_t nx, int64_t dj, int64_t ny, void *out, int64_t ld, int64_t scale)
 {
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    const int64_t d = b->map->n_features;
+    qk__smap *sm = b->sm;
     qk_gram_desc g;
     qk_result r;
     memset(&g, 0, sizeof g);
-    g.x = x;
+    if (sm && (sm->op.q1 & QK__STATE_PROVIDER)) {
+        sm->tag_side[0] = 0;
+        sm->tag_row0[0] = di;
+        sm->tag_side[1] = b->symmetric ? 0 : 1;
+        sm->tag_row0[1] = dj;
+        g.x = (const double *)(const void *)&sm->side[0];
+        g.y = ny ? (const double *)(const void *)&sm->side[1] : NULL;
+    } else {
+        g.x = X + di * d;
+        g.y = ny ? Y + dj * d : NULL;
+    }
+    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* as qk_gram_states: one GPU */
+        g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
+        g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
+    }
     g.n_x = nx;
-    g.y = y;
-    g.n_y = y ? ny : 0;
+    g.n_y = ny;
     g.precision = b->desc->precision;
     g.path = b->desc->path;
     g.out_dtype = b->dt;
@@ -13390,9 +13500,10 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     g.progress_user = b;
     b->scale = scale;
     b->di = di;
-    b->dj = dj;
+    b->dj = ny ? dj : di;
     r = qk_gram(b->ctx, b->map, &g);
-    b->done += scale * nx * (y ? ny : nx);
+    b->done += scale * nx * (ny ? ny : nx);
+    if (r != QK_OK && sm && sm->provider_failed) return r;   /* the provider's failure, or its bad rows (detail set) */
     if (r == QK_ERROR_CANCELLED && b->remote_stop) return r;   /* not this rank's failure */
     if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
         return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
@@ -13461,9 +13572,8 @@ static void *qk__mpi_block_write(void *p)
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
-    const int64_t cols = b->cols, d = b->map->n_features;
+    const int64_t cols = b->cols;
     const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
-    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
     qk__mpi_block sw;
@@ -13509,8 +13619,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
             if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
             QK_PROF_BEGIN("mpi block");
-            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
-            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            if (diag) r = qk__mpi_sub(b, a, h, a, 0, u, w, 1);
+            else r = qk__mpi_sub(b, a, h, c0, w, u, w, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
                 qk__thread_join(wt);
@@ -13627,10 +13737,12 @@ static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s
 /* qk_gram_mpi and qk_gram_mpi_states. fn: the entry point's name for its messages. pre: the
    result of what the entry point did alone before (qk_gram_mpi_states: its states' map made and
    checked), decided with the ranks' first check, so that a failure there is every rank's (when
-   pre is not QK_OK, map and desc are not read). sm: given states (NULL for a map), whose rows
-   are compared across ranks without their padding. */
+   pre is not QK_OK, map and desc are not read). sm: given states (NULL for a map): host rows
+   are compared across ranks without their padding; a provider's rows as they come (each rank
+   hashes the rows it was given, and the ranks compare the rows several asked for before the
+   file is committed); device rows by dev_hash (their checksums on each rank's device). */
 static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm, const char *fn, qk_result pre,
-                              const qk__smap *sm)
+                              qk__smap *sm, const uint64_t *dev_hash)
 {
     static const char *sig_names[2][11] = {{"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
                                             "out_dtype", "precision", "no_sync", "the map", "the data X",
@@ -13644,6 +13756,8 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     qk_schedule_desc sd;
     qk_result r = QK_OK, rc;
     qk__mpi_sink snk;
+    qk__mpi_rows rows;
+    const int provider = sm && (sm->op.q1 & QK__STATE_PROVIDER);
     int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
 
@@ -13655,6 +13769,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
     memset(&snk, 0, sizeof snk);
+    memset(&rows, 0, sizeof rows);
     snk.fh = MPI_FILE_NULL;
     MPI_Comm_dup(comm, &m.comm);
     MPI_Comm_rank(m.comm, &m.rank);
@@ -13664,6 +13779,17 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     /* 1. every rank checks the request (data included) */
     if (pre != QK_OK) r = pre;   /* its detail is still the one set */
     else if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    else if (provider) {   /* a hash of each row the provider gives (qk__mpi_rows) */
+        rows.n_a = sm->in.n_a;
+        rows.n = sm->in.n_a + (desc->y ? sm->in.n_b : 0);
+        rows.piece = rows.n < ((int64_t)1 << 22) ? rows.n : ((int64_t)1 << 22);
+        rows.row_bytes = (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim);
+        rows.h = (uint64_t *)qk__calloc((size_t)rows.n, sizeof(uint64_t));
+        rows.tmp = (uint64_t *)qk__malloc(sizeof(uint64_t) * (size_t)rows.piece);
+        if (!rows.h || !rows.tmp) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the hashes of %lld provider rows", fn, (long long)rows.n);
+        sm->rows_fn = qk__mpi_rows_seen;
+        sm->rows_user = &rows;
+    }
     if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
     if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
         r = qk__fail(QK_ERROR_UNSUPPORTED, "%s: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
@@ -13691,8 +13817,14 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         /* a given state's row: its elements (dim, or dim^2 for density matrices), not the padding */
         const size_t row = sm ? (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim)
                               : stride;
-        h[1] = qk__hash_rows(desc->x, desc->n_x, stride, row);
-        h[2] = desc->y ? qk__hash_rows(desc->y, desc->n_y, stride, row) : 0;
+        if (provider) h[1] = h[2] = 0;   /* rows not yet given: compared as they come (qk__mpi_rows_agree) */
+        else if (dev_hash) {
+            h[1] = dev_hash[0];
+            h[2] = desc->y ? dev_hash[1] : 0;
+        } else {
+            h[1] = qk__hash_rows(desc->x, desc->n_x, stride, row);
+            h[2] = desc->y ? qk__hash_rows(desc->y, desc->n_y, stride, row) : 0;
+        }
         h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
         for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
     }
@@ -13716,6 +13848,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     b.m = &m;
     b.ctx = ctx;
     b.map = map;
+    b.sm = sm;
     b.desc = desc;
     b.es = b.dt == QK_F32 ? 4 : 8;
     b.n = desc->n_x;
@@ -13740,6 +13873,9 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
        terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
     if (r != QK_OK && snk.tmp) qk__tmp_discard(snk.tmp);
     rc = qk__mpi_decide(&m, r);
+    /* a provider: the rows several ranks (or blocks) were given are the same everywhere, before
+       the file is committed (the same result on every rank) */
+    if (rc == QK_OK && provider) rc = qk__mpi_rows_agree(m.comm, &rows);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
     if (npy) rc = qk__mpi_sink_close(&m, &b, &snk, rc);
@@ -13747,6 +13883,12 @@ done:
     if (snk.opened) MPI_File_close(&snk.fh);
     if (rc != QK_OK && snk.tmp && m.rank == 0) qk__tmp_discard(snk.tmp);
     QK_FREE(snk.tmp);
+    QK_FREE(rows.h);
+    QK_FREE(rows.tmp);
+    if (sm) {
+        sm->rows_fn = NULL;
+        sm->rows_user = NULL;
+    }
     qk_schedule_free(&sch);
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);
@@ -13755,28 +13897,47 @@ done:
 
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
 {
-    return qk__gram_mpi(ctx, map, desc, comm, "qk_gram_mpi", QK_OK, NULL);
+    return qk__gram_mpi(ctx, map, desc, comm, "qk_gram_mpi", QK_OK, NULL, NULL);
 }
 
-/* Given host states: their map (qk__smap_make, as qk_gram_states makes it; host rows are read in
-   place or packed, and checked on every rank in the first phase), run as a map's Gram is. A
-   provider and device states are refused on every rank: a provider's x is its side's tag and a
-   device pointer cannot be compared across ranks by the host. */
+#if defined(QK_CUDA) && QK_CUDA
+/* Device states: a checksum of each side's rows (their elements, not the padding) on this rank's
+   device, which the ranks compare as they compare host rows; the states are not copied. */
+static qk_result qk__mpi_device_hash(qk_ctx *ctx, const qk__smap *sm, uint64_t h[2])
+{
+    const int64_t nel = sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim;
+    const int64_t row_bytes = (int64_t)qk__state_esize(sm->in.type) * nel;
+    char err[256] = "";
+    qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+    h[0] = h[1] = 0;
+    if (r == QK_OK) r = qk_cuda_state_hash(sm->in.a, sm->in.n_a, sm->map.n_features, row_bytes, &h[0], err, sizeof err);
+    if (r == QK_OK && sm->in.b) r = qk_cuda_state_hash(sm->in.b, sm->in.n_b, sm->map.n_features, row_bytes, &h[1], err, sizeof err);
+    return r == QK_OK ? QK_OK : qk__fail(r, "%s: the device states' checksum: %s", sm->fn, err);
+}
+#endif
+
+/* Given states: their map (qk__smap_make, as qk_gram_states makes it), run as a map's Gram is.
+   Host rows are read in place or packed, and checked on every rank in the first phase; a
+   provider's rows are asked for block by block (the tags of qk__smap point at each sub-job's
+   rows) and checked as they come; device rows are read in place by each rank's GPU engine,
+   checked on the device (qk__smap_make) and compared across ranks by a checksum computed there. */
 QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm)
 {
     qk__smap sm;
     qk_gram_desc g;
     qk_result r;
+    uint64_t dh[2] = {0, 0};
+    int dev = 0;
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
-    if (states && states->provider)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: a state provider is not supported across ranks (give every rank "
-                     "the host states, states->a and states->b; or qk_gram_states in one process)");
-    else if (states && states->on_device)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: device states are not supported across ranks (give every rank "
-                     "the host states; each rank's GPU context copies its blocks' states itself)");
-    else r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
-    r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm);
+    r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
+#if defined(QK_CUDA) && QK_CUDA
+    if (r == QK_OK && sm.in.on_device) {
+        dev = 1;
+        r = qk__mpi_device_hash(ctx, &sm, dh);
+    }
+#endif
+    r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm, dev ? dh : NULL);
     qk__smap_free(&sm);
     return r;
 }

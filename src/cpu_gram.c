@@ -75,18 +75,21 @@ static int qk__cpu_states_rows(const qk_map *m, const double *x, int64_t n, qk_p
 }
 
 /* Rows [row0, row0 + n) of the data X (desc->x or desc->y, n_features doubles a row) into out.
-   Given states with a provider (qk_gram_states): X is the side's tag, and the rows come from the
-   provider in chunks into the map's buffer, checked, then built as stored rows. */
+   Given states with a provider (qk_gram_states): X is a tag (qk__smap: its side and first row),
+   and the rows come from the provider in chunks into the map's buffer, checked, then built as
+   stored rows. */
 static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, int64_t n, qk_path path, int n_threads,
                                double *out, struct qk__gram_job *job)
 {
     qk__smap *sm;
-    int side;
+    int tag, side;
     int64_t c, stride;
     if (!qk__map_is_states(m) || !(m->ops[0].q1 & QK__STATE_PROVIDER))
         return qk__cpu_states_rows(m, X + row0 * m->n_features, n, path, n_threads, out, job);
     sm = (qk__smap *)(void *)(uintptr_t)(const void *)m;
-    side = (const char *)(const void *)X == &sm->side[1];
+    tag = (const char *)(const void *)X == &sm->side[1];
+    side = sm->tag_side[tag];
+    row0 += sm->tag_row0[tag];   /* the tag's first row (a block of K under qk_gram_mpi_states) */
     stride = qk__row_len(m, path);
     for (c = 0; c < n; c += sm->chunk) {
         const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
@@ -95,10 +98,12 @@ static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, i
         r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
         QK_PROF_END("state provider");
         if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "qk_gram_states: the state provider failed for %s rows [%lld, %lld) (nothing was written)",
+            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
                      side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
         else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
+        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0 + c, k, sm->buf, (int64_t)m->n_features * 8);
         if (r != QK_OK) {
+            sm->provider_failed = r;
             if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
             return -1;
         }

@@ -222,6 +222,7 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
     sm.fn = fn;
+    sm.tag_side[1] = 1;
     if (!ctx || !states || !desc) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", fn, !ctx ? "ctx" : !states ? "states" : "desc");
     sm.in = *states;
     if (sm.in.type == QK_STATE_DEFAULT) sm.in.type = QK_STATE_C128;

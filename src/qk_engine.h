@@ -379,6 +379,13 @@ QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, 
    device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                              size_t err_size);
+/* A checksum of n given device states (qk_gram_mpi_states with on_device: the ranks compare
+   it): the first row_bytes bytes (a multiple of 4) of each row, rows ld doubles apart, as a sum
+   over the rows' 4-byte words of a mix of (word, its index, its row), mod 2^64, so that the
+   order the device adds them in does not change it. Checks that x is device memory of the
+   current device. */
+QK_CUDA_DEF qk_result qk_cuda_state_hash(const void *x, int64_t n, int64_t ld, int64_t row_bytes, uint64_t *hash, char *err,
+                                         size_t err_size);
 /* Page-locked host memory (cudaMallocHost), for staging kept by a context. */
 QK_CUDA_DEF qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size);
 QK_CUDA_DEF void qk_cuda_host_free(void *p);

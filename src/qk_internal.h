@@ -332,6 +332,15 @@ typedef struct qk__smap {
     void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
     int64_t ld, chunk;
     const char *fn;         /* the entry point, which begins the messages (qk_gram_states, qk_gram_mpi_states) */
+    /* A provider's tags: the Gram's x tag (&side[0]) asks for rows of side tag_side[0] from row
+       tag_row0[0] on, its y tag (&side[1]) for side tag_side[1] from tag_row0[1] (qk__smap_make:
+       {0, 1} and {0, 0}; qk_gram_mpi_states points them at a sub-job's block of K). rows_fn (when
+       set) sees each chunk the provider gave, after its check, and may fail it (error set). */
+    int tag_side[2];
+    int64_t tag_row0[2];
+    qk_result (*rows_fn)(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes);
+    void *rows_user;
+    qk_result provider_failed;  /* the provider failed, or its rows were bad (the error set) */
 } qk__smap;
 QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
 QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);

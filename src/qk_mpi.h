@@ -35,13 +35,27 @@ extern "C" {
    every rank: ranks that disagree on the sizes, the dtype or the data (a checksum of X and Y). */
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm);
 /* K from given states over the ranks of comm (qk_gram_states' K, qk_gram_mpi's executor;
-   collective: every rank passes the same states and desc, desc->x and desc->y NULL). Host states
-   only (states->a, states->b: statevectors or density matrices, every type, lda / ldb): every rank
-   checks them as qk_gram_states does (finite, norms or traces within norm_tol of 1, or
-   normalize) and the ranks compare them (a checksum of each row's elements, not its padding);
-   a bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
-   On the CPU engine the K is bitwise qk_gram_states' in one process. A provider and device states
-   (on_device) return QK_ERROR_UNSUPPORTED on every rank. Outputs as qk_gram_mpi. */
+   collective: every rank passes the same states and desc, desc->x and desc->y NULL), in one of
+   three forms, the same on every rank (docs/states.md, "Over MPI ranks"):
+     host states   states->a, states->b (statevectors or density matrices, every type, lda /
+                   ldb): every rank checks them as qk_gram_states does (finite, norms or traces
+                   within norm_tol of 1, or normalize) and the ranks compare them (a checksum of
+                   each row's elements, not its padding);
+     a provider    (either engine; one GPU a rank) each rank's provider is asked only for the
+                   rows its blocks need (K(A,A): its band and the rows right of it; K(A,B): its
+                   band of A and all of B), block by block in chunks, and the rows are checked
+                   as they come. It must give the same row for an index on every rank and
+                   request: a row given twice unlike before is an error, and the ranks compare
+                   the hashes of the rows several were given before the .npy is committed. A
+                   provider failure on one rank is every rank's QK_ERROR_CANCELLED ("rank 1 of
+                   3: qk_gram_mpi_states: the state provider failed for A rows [9, 29) ...");
+     device states on_device, a context on the GPU engine: each rank's pointers on its GPU (its
+                   context's first) hold all the states; each rank's engine reads its blocks'
+                   rows in place (never copied); checked on the device, compared across ranks by
+                   a checksum computed there (qk_cuda_state_hash).
+   A bad state is every rank's error, naming the row ("rank 0 of 3: A[5]: amplitude 2 is NaN").
+   On the CPU engine the K is bitwise qk_gram_states' in one process; on the GPU engine within
+   the precision's bound (each block is its own qk_gram). Outputs as qk_gram_mpi. */
 QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm);
 #ifdef __cplusplus
 }

@@ -193,14 +193,18 @@ QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
     return ctx->spool[k];
 }
 
-/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of side from qk_gram_states'
-   provider (user: its map, a qk__smap), written into dst in chunks of at most the map's chunk
-   rows, and checked as the CPU engine checks them. */
-static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst, void *user)
+/* A provider's rows for the GPU engine (qk_cuda_io.fetch): rows [r0, r1) of the Gram's x (tag 0)
+   or y (tag 1) from qk_gram_states' provider (user: its map, a qk__smap, whose tags give the
+   side and first row: qk_gram_mpi_states points them at a block of K), written into dst in
+   chunks of at most the map's chunk rows, and checked as the CPU engine checks them. */
+static qk_result qk__states_fetch(int tag, int64_t r0, int64_t r1, double *dst, void *user)
 {
-    const qk__smap *sm = (const qk__smap *)user;
+    qk__smap *sm = (qk__smap *)user;
     const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    const int side = sm->tag_side[tag];
     int64_t c;
+    r0 += sm->tag_row0[tag];
+    r1 += sm->tag_row0[tag];
     for (c = r0; c < r1; c += sm->chunk) {
         const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
         char *buf = (char *)dst + (size_t)((c - r0) * rowb);
@@ -209,10 +213,14 @@ static qk_result qk__states_fetch(int side, int64_t r0, int64_t r1, double *dst,
         r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
         QK_PROF_END("state provider");
         if (r != QK_OK)
-            return qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                            side ? "B" : "A", (long long)c, (long long)(c + k));
-        r = qk__states_check(sm, buf, k, rowb, side, c);
-        if (r != QK_OK) return r;
+            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                     side ? "B" : "A", (long long)c, (long long)(c + k));
+        else r = qk__states_check(sm, buf, k, rowb, side, c);
+        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, c, k, buf, rowb);
+        if (r != QK_OK) {
+            sm->provider_failed = r;
+            return r;
+        }
     }
     return QK_OK;
 }

@@ -122,11 +122,60 @@ static uint64_t qk__hash_rows(const void *x, int64_t n, size_t stride, size_t ro
     return h;
 }
 
+/* A provider's rows on this rank (qk_gram_mpi_states): the hash of each row the provider gave
+   (0: never asked for), A's n_a rows then B's. A row asked for again (another block) must hash
+   the same; after the bands the ranks compare the rows more than one of them asked for. */
+typedef struct qk__mpi_rows {
+    uint64_t *h, *tmp;      /* n hashes; tmp: a piece of them for the comparison */
+    int64_t n_a, n, piece;
+    size_t row_bytes;       /* a row's elements, not its padding */
+} qk__mpi_rows;
+
+/* sm->rows_fn: each chunk the provider gave (checked), hashed row by row */
+static qk_result qk__mpi_rows_seen(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes)
+{
+    qk__mpi_rows *t = (qk__mpi_rows *)user;
+    int64_t i;
+    for (i = 0; i < n; i++) {
+        const int64_t k = (side ? t->n_a : 0) + row0 + i;
+        uint64_t v = qk__hash(0xcbf29ce484222325ull, (const char *)rows + i * ld_bytes, t->row_bytes);
+        if (v == 0) v = 1;
+        if (t->h[k] == 0) t->h[k] = v;
+        else if (t->h[k] != v)
+            return qk__fail(QK_ERROR_BAD_DATA, "qk_gram_mpi_states: the state provider gave %s[%lld] twice, different each time (it "
+                            "must give the same row for an index, to every request on every rank)", side ? "B" : "A", (long long)(row0 + i));
+    }
+    return QK_OK;
+}
+
+/* Collective, after every rank's band succeeded: the rows that several ranks asked for must be
+   the same on each (the lowest and highest hash of each row over the ranks that asked for it).
+   The same result on every rank (the reductions give every rank the same arrays). */
+static qk_result qk__mpi_rows_agree(MPI_Comm comm, qk__mpi_rows *t)
+{
+    int64_t o, k;
+    for (o = 0; o < t->n; o += t->piece) {
+        const int64_t c = t->n - o < t->piece ? t->n - o : t->piece;
+        for (k = 0; k < c; k++) t->tmp[k] = t->h[o + k] ? t->h[o + k] : UINT64_MAX;
+        MPI_Allreduce(MPI_IN_PLACE, t->tmp, (int)c, MPI_UINT64_T, MPI_MIN, comm);
+        MPI_Allreduce(MPI_IN_PLACE, t->h + o, (int)c, MPI_UINT64_T, MPI_MAX, comm);
+        for (k = 0; k < c; k++)
+            if (t->h[o + k] != 0 && t->tmp[k] != t->h[o + k]) {
+                const int64_t row = o + k;
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi_states: the ranks' state providers gave different rows for %s[%lld] "
+                                "(a provider must give the same row for an index on every rank); nothing was written",
+                                row >= t->n_a ? "B" : "A", (long long)(row >= t->n_a ? row - t->n_a : row));
+            }
+    }
+    return QK_OK;
+}
+
 /* One rank's band of rows. */
 typedef struct qk__mpi_band {
     qk__mpi *m;
     qk_ctx *ctx;
     const qk_map *map;
+    qk__smap *sm;           /* given states (qk_gram_mpi_states), else NULL */
     const qk_gram_desc *desc;
     qk_dtype dt;
     size_t es;
@@ -201,18 +250,35 @@ static qk_result qk__mpi_write(qk__mpi_band *b, uint64_t off, const char *p, siz
     return QK_OK;
 }
 
-/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram: x, y NULL = symmetric; into out (ld) for NPY,
-   else through the caller's tile callback. scale: entries of K per computed pair. */
-static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const double *y, int64_t ny,
-                             void *out, int64_t ld, int64_t di, int64_t dj, int64_t scale)
+/* K[di .. di + nx) x [dj .. dj + ny) with qk_gram, of rows X[di ..] and Y[dj ..] (Y is X for
+   symmetric K); ny 0: the symmetric K(X[di .. di + nx)); into out (ld) for NPY, else through the
+   caller's tile callback. scale: entries of K per computed pair. A provider's tags are pointed
+   at the two blocks of rows (qk__smap: side and first row); device states are offset in place. */
+static qk_result qk__mpi_sub(qk__mpi_band *b, int64_t di, int64_t nx, int64_t dj, int64_t ny, void *out, int64_t ld, int64_t scale)
 {
+    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
+    const int64_t d = b->map->n_features;
+    qk__smap *sm = b->sm;
     qk_gram_desc g;
     qk_result r;
     memset(&g, 0, sizeof g);
-    g.x = x;
+    if (sm && (sm->op.q1 & QK__STATE_PROVIDER)) {
+        sm->tag_side[0] = 0;
+        sm->tag_row0[0] = di;
+        sm->tag_side[1] = b->symmetric ? 0 : 1;
+        sm->tag_row0[1] = dj;
+        g.x = (const double *)(const void *)&sm->side[0];
+        g.y = ny ? (const double *)(const void *)&sm->side[1] : NULL;
+    } else {
+        g.x = X + di * d;
+        g.y = ny ? Y + dj * d : NULL;
+    }
+    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* as qk_gram_states: one GPU */
+        g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
+        g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
+    }
     g.n_x = nx;
-    g.y = y;
-    g.n_y = y ? ny : 0;
+    g.n_y = ny;
     g.precision = b->desc->precision;
     g.path = b->desc->path;
     g.out_dtype = b->dt;
@@ -229,9 +295,10 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, const double *x, int64_t nx, const
     g.progress_user = b;
     b->scale = scale;
     b->di = di;
-    b->dj = dj;
+    b->dj = ny ? dj : di;
     r = qk_gram(b->ctx, b->map, &g);
-    b->done += scale * nx * (y ? ny : nx);
+    b->done += scale * nx * (ny ? ny : nx);
+    if (r != QK_OK && sm && sm->provider_failed) return r;   /* the provider's failure, or its bad rows (detail set) */
     if (r == QK_ERROR_CANCELLED && b->remote_stop) return r;   /* not this rank's failure */
     if (r == QK_ERROR_CANCELLED)   /* qk_gram's detail speaks of its own output, a block here */
         return qk__fail(r, "qk_gram_mpi: cancelled by a %s callback after %lld of this rank's %lld entries of K%s%s%s",
@@ -300,9 +367,8 @@ static void *qk__mpi_block_write(void *p)
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
-    const int64_t cols = b->cols, d = b->map->n_features;
+    const int64_t cols = b->cols;
     const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
-    const double *X = b->desc->x, *Y = b->desc->y ? b->desc->y : b->desc->x;
     int64_t S, C, a, bnd, c0, k = 0;
     char *U[2] = {NULL, NULL}, *tb = NULL;
     qk__mpi_block sw;
@@ -348,8 +414,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             const int64_t w = diag ? h : (cols - c0 < C ? cols - c0 : C);
             if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
             QK_PROF_BEGIN("mpi block");
-            if (diag) r = qk__mpi_sub(b, X + a * d, h, NULL, 0, u, w, a, a, 1);
-            else r = qk__mpi_sub(b, X + a * d, h, Y + c0 * d, w, u, w, a, c0, b->symmetric ? 2 : 1);
+            if (diag) r = qk__mpi_sub(b, a, h, a, 0, u, w, 1);
+            else r = qk__mpi_sub(b, a, h, c0, w, u, w, b->symmetric ? 2 : 1);
             QK_PROF_END("mpi block");
             if (pending) {   /* the previous block's writer */
                 qk__thread_join(wt);
@@ -466,10 +532,12 @@ static qk_result qk__mpi_sink_close(qk__mpi *m, qk__mpi_band *b, qk__mpi_sink *s
 /* qk_gram_mpi and qk_gram_mpi_states. fn: the entry point's name for its messages. pre: the
    result of what the entry point did alone before (qk_gram_mpi_states: its states' map made and
    checked), decided with the ranks' first check, so that a failure there is every rank's (when
-   pre is not QK_OK, map and desc are not read). sm: given states (NULL for a map), whose rows
-   are compared across ranks without their padding. */
+   pre is not QK_OK, map and desc are not read). sm: given states (NULL for a map): host rows
+   are compared across ranks without their padding; a provider's rows as they come (each rank
+   hashes the rows it was given, and the ranks compare the rows several asked for before the
+   file is committed); device rows by dev_hash (their checksums on each rank's device). */
 static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm, const char *fn, qk_result pre,
-                              const qk__smap *sm)
+                              qk__smap *sm, const uint64_t *dev_hash)
 {
     static const char *sig_names[2][11] = {{"n_x", "n_y (K(X,X) or K(X,Y))", "the map's feature count", "output",
                                             "out_dtype", "precision", "no_sync", "the map", "the data X",
@@ -483,6 +551,8 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     qk_schedule_desc sd;
     qk_result r = QK_OK, rc;
     qk__mpi_sink snk;
+    qk__mpi_rows rows;
+    const int provider = sm && (sm->op.q1 & QK__STATE_PROVIDER);
     int inited = 0, finalized = 0, k, npy;
     int64_t sig[11], lo[11], hi[11];
 
@@ -494,6 +564,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     memset(&b, 0, sizeof b);
     memset(&sch, 0, sizeof sch);
     memset(&snk, 0, sizeof snk);
+    memset(&rows, 0, sizeof rows);
     snk.fh = MPI_FILE_NULL;
     MPI_Comm_dup(comm, &m.comm);
     MPI_Comm_rank(m.comm, &m.rank);
@@ -503,6 +574,17 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     /* 1. every rank checks the request (data included) */
     if (pre != QK_OK) r = pre;   /* its detail is still the one set */
     else if (!m.reqs) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory", fn);
+    else if (provider) {   /* a hash of each row the provider gives (qk__mpi_rows) */
+        rows.n_a = sm->in.n_a;
+        rows.n = sm->in.n_a + (desc->y ? sm->in.n_b : 0);
+        rows.piece = rows.n < ((int64_t)1 << 22) ? rows.n : ((int64_t)1 << 22);
+        rows.row_bytes = (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim);
+        rows.h = (uint64_t *)qk__calloc((size_t)rows.n, sizeof(uint64_t));
+        rows.tmp = (uint64_t *)qk__malloc(sizeof(uint64_t) * (size_t)rows.piece);
+        if (!rows.h || !rows.tmp) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the hashes of %lld provider rows", fn, (long long)rows.n);
+        sm->rows_fn = qk__mpi_rows_seen;
+        sm->rows_user = &rows;
+    }
     if (r == QK_OK) r = qk__check_gram(ctx, map, desc);
     if (r == QK_OK && desc->output != QK_OUTPUT_NPY && desc->output != QK_OUTPUT_CALLBACK)
         r = qk__fail(QK_ERROR_UNSUPPORTED, "%s: output %s is not supported across ranks (use QK_OUTPUT_NPY or QK_OUTPUT_CALLBACK)",
@@ -530,8 +612,14 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         /* a given state's row: its elements (dim, or dim^2 for density matrices), not the padding */
         const size_t row = sm ? (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim)
                               : stride;
-        h[1] = qk__hash_rows(desc->x, desc->n_x, stride, row);
-        h[2] = desc->y ? qk__hash_rows(desc->y, desc->n_y, stride, row) : 0;
+        if (provider) h[1] = h[2] = 0;   /* rows not yet given: compared as they come (qk__mpi_rows_agree) */
+        else if (dev_hash) {
+            h[1] = dev_hash[0];
+            h[2] = desc->y ? dev_hash[1] : 0;
+        } else {
+            h[1] = qk__hash_rows(desc->x, desc->n_x, stride, row);
+            h[2] = desc->y ? qk__hash_rows(desc->y, desc->n_y, stride, row) : 0;
+        }
         h[3] = npy ? qk__hash(0xcbf29ce484222325ull, desc->out_path, strlen(desc->out_path)) : 0;
         for (k = 0; k < 4; k++) sig[7 + k] = (int64_t)(h[k] >> 1);   /* non-negative, 63 bits */
     }
@@ -555,6 +643,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     b.m = &m;
     b.ctx = ctx;
     b.map = map;
+    b.sm = sm;
     b.desc = desc;
     b.es = b.dt == QK_F32 ? 4 : 8;
     b.n = desc->n_x;
@@ -579,6 +668,9 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
        terminates this process too: SIGTERM, the caller's progress callback cancels, and here) */
     if (r != QK_OK && snk.tmp) qk__tmp_discard(snk.tmp);
     rc = qk__mpi_decide(&m, r);
+    /* a provider: the rows several ranks (or blocks) were given are the same everywhere, before
+       the file is committed (the same result on every rank) */
+    if (rc == QK_OK && provider) rc = qk__mpi_rows_agree(m.comm, &rows);
 
     /* 6. NPY: sync, close, check that every byte came, rename on rank 0 */
     if (npy) rc = qk__mpi_sink_close(&m, &b, &snk, rc);
@@ -586,6 +678,12 @@ done:
     if (snk.opened) MPI_File_close(&snk.fh);
     if (rc != QK_OK && snk.tmp && m.rank == 0) qk__tmp_discard(snk.tmp);
     QK_FREE(snk.tmp);
+    QK_FREE(rows.h);
+    QK_FREE(rows.tmp);
+    if (sm) {
+        sm->rows_fn = NULL;
+        sm->rows_user = NULL;
+    }
     qk_schedule_free(&sch);
     if (m.comm != MPI_COMM_NULL) MPI_Comm_free(&m.comm);
     QK_FREE(m.reqs);
@@ -594,28 +692,47 @@ done:
 
 QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, MPI_Comm comm)
 {
-    return qk__gram_mpi(ctx, map, desc, comm, "qk_gram_mpi", QK_OK, NULL);
+    return qk__gram_mpi(ctx, map, desc, comm, "qk_gram_mpi", QK_OK, NULL, NULL);
 }
 
-/* Given host states: their map (qk__smap_make, as qk_gram_states makes it; host rows are read in
-   place or packed, and checked on every rank in the first phase), run as a map's Gram is. A
-   provider and device states are refused on every rank: a provider's x is its side's tag and a
-   device pointer cannot be compared across ranks by the host. */
+#if defined(QK_CUDA) && QK_CUDA
+/* Device states: a checksum of each side's rows (their elements, not the padding) on this rank's
+   device, which the ranks compare as they compare host rows; the states are not copied. */
+static qk_result qk__mpi_device_hash(qk_ctx *ctx, const qk__smap *sm, uint64_t h[2])
+{
+    const int64_t nel = sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim;
+    const int64_t row_bytes = (int64_t)qk__state_esize(sm->in.type) * nel;
+    char err[256] = "";
+    qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+    h[0] = h[1] = 0;
+    if (r == QK_OK) r = qk_cuda_state_hash(sm->in.a, sm->in.n_a, sm->map.n_features, row_bytes, &h[0], err, sizeof err);
+    if (r == QK_OK && sm->in.b) r = qk_cuda_state_hash(sm->in.b, sm->in.n_b, sm->map.n_features, row_bytes, &h[1], err, sizeof err);
+    return r == QK_OK ? QK_OK : qk__fail(r, "%s: the device states' checksum: %s", sm->fn, err);
+}
+#endif
+
+/* Given states: their map (qk__smap_make, as qk_gram_states makes it), run as a map's Gram is.
+   Host rows are read in place or packed, and checked on every rank in the first phase; a
+   provider's rows are asked for block by block (the tags of qk__smap point at each sub-job's
+   rows) and checked as they come; device rows are read in place by each rank's GPU engine,
+   checked on the device (qk__smap_make) and compared across ranks by a checksum computed there. */
 QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, const qk_gram_desc *desc, MPI_Comm comm)
 {
     qk__smap sm;
     qk_gram_desc g;
     qk_result r;
+    uint64_t dh[2] = {0, 0};
+    int dev = 0;
     memset(&sm, 0, sizeof sm);
     memset(&g, 0, sizeof g);
-    if (states && states->provider)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: a state provider is not supported across ranks (give every rank "
-                     "the host states, states->a and states->b; or qk_gram_states in one process)");
-    else if (states && states->on_device)
-        r = qk__fail(QK_ERROR_UNSUPPORTED, "qk_gram_mpi_states: device states are not supported across ranks (give every rank "
-                     "the host states; each rank's GPU context copies its blocks' states itself)");
-    else r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
-    r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm);
+    r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
+#if defined(QK_CUDA) && QK_CUDA
+    if (r == QK_OK && sm.in.on_device) {
+        dev = 1;
+        r = qk__mpi_device_hash(ctx, &sm, dh);
+    }
+#endif
+    r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm, dev ? dh : NULL);
     qk__smap_free(&sm);
     return r;
 }

@@ -205,6 +205,68 @@ extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, i
     return QK_OK;
 }
 
+/* qk_cuda_state_hash: each thread adds mixes of its words (splitmix64's finaliser of (word,
+   index in the row) xor a mix of the row), each warp's sum is added to *out: integer sums, so
+   the result does not depend on the order. */
+__device__ __forceinline__ unsigned long long qk__mix64(unsigned long long z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void __launch_bounds__(256) qk__k_state_hash(const unsigned int *__restrict__ x, int64_t n, int64_t ld_words,
+                                                        int64_t row_words, unsigned long long *out)
+{
+    unsigned long long acc = 0;
+    const int64_t total = n * row_words;
+    for (int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / row_words, k = t - i * row_words;
+        const unsigned long long w = ((unsigned long long)x[i * ld_words + k] << 32) | (unsigned long long)(k & 0xffffffff);
+        acc += qk__mix64(w ^ qk__mix64((unsigned long long)i + 0x9e3779b97f4a7c15ull));
+    }
+    for (int o = 16; o > 0; o >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, o);
+    if ((threadIdx.x & 31) == 0) atomicAdd(out, acc);
+}
+
+extern "C" qk_result qk_cuda_state_hash(const void *x, int64_t n, int64_t ld, int64_t row_bytes, uint64_t *hash, char *err,
+                                        size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    cudaPointerAttributes at;
+    int cur = -1;
+    unsigned long long *d = nullptr, h = 0;
+    char msg[160];
+    if (!x || n <= 0 || !hash || row_bytes <= 0 || row_bytes % 4 != 0 || row_bytes > ld * 8)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_hash: bad argument");
+    cudaGetDevice(&cur);
+    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
+        cudaGetLastError();
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
+    }
+    if (at.device != cur) {
+        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+    }
+    const int64_t words = n * (row_bytes / 4);
+    const unsigned blocks = (unsigned)std::min<int64_t>((words + 255) / 256, 4096);
+    QK_CK(cudaMalloc((void **)&d, sizeof *d));
+    cudaError_t ce = cudaMemset(d, 0, sizeof *d);
+    if (ce == cudaSuccess) {
+        qk__k_state_hash<<<blocks, 256>>>((const unsigned int *)x, n, ld * 2, row_bytes / 4, d);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess) ce = cudaMemcpy(&h, d, sizeof h, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "qk__k_state_hash: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    *hash = (uint64_t)h;
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_host_alloc(size_t bytes, void **p, char *err, size_t err_size)
 {
     qk__err e = {err, err_size};

@@ -12,7 +12,12 @@
    - given states (qk_gram_mpi_states): complex and real statevectors, density matrices, padded
      rows (padding that differs by rank), normalize: the .npy byte for byte qk_gram_states' in one
      process, the tiles bitwise its K; a NaN or a norm off 1 (on every rank, or on one), states
-     that differ on one rank, a provider: every rank returns the same error naming the row, and no
+     that differ on one rank: every rank returns the same error naming the row, and no file is
+     left;
+   - a state provider on each rank (qk_gram_mpi_states): the same .npy and tiles; each rank asked
+     only for its blocks' rows, and (1 MB blocks) each row as often as its blocks need; a provider
+     that fails, gives a NaN, gives a row unlike the other ranks' or unlike its own first answer,
+     on each rank in turn: every rank returns the same error naming the rank and the rows, no
      file is left.
    QK_MPI_BLOCK_BYTES is tiny here, so that each rank's band takes many blocks (22 x 23 or 32 x 32);
    the desc's mpi_block_bytes overrides it (fewer tiles, the same K).
@@ -346,6 +351,56 @@ static double *random_states(int64_t n, int64_t dim, int64_t ld, int cplx, int r
     return s;
 }
 
+/* ---- a state provider on each rank ---- */
+/* Gives the rows of host states a and b (nel elements of esize bytes, ld elements apart) and
+   counts, row by row, what this rank asked for. fail_*: the chunk holding that row fails (fail
+   1: the provider returns non-zero; 2: it gives a NaN in the row; 3: it gives the row changed
+   (one amplitude's sign) on this rank only, a provider that disagrees with the other ranks';
+   4: it gives the row changed from its second request on, a provider that is not the same
+   twice). */
+typedef struct prov {
+    const char *a, *b;
+    int64_t nel, ld, esize, n_a, n_b;
+    int64_t *asked[2];      /* per row of A and B: times this rank was given it */
+    int fail, fail_side;
+    int64_t fail_row;
+} prov;
+
+static void prov_init(prov *p, const void *a, int64_t n_a, const void *b, int64_t n_b, int64_t nel, int64_t ld, int64_t esize) {
+    memset(p, 0, sizeof *p);
+    p->a = (const char *)a; p->b = (const char *)b;
+    p->n_a = n_a; p->n_b = n_b; p->nel = nel; p->ld = ld; p->esize = esize;
+    p->asked[0] = (int64_t *)calloc((size_t)n_a, sizeof(int64_t));
+    p->asked[1] = (int64_t *)calloc((size_t)(n_b ? n_b : 1), sizeof(int64_t));
+    p->fail_row = -1;
+}
+
+static void prov_free(prov *p) {
+    free(p->asked[0]);
+    free(p->asked[1]);
+}
+
+static int give_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
+    prov *p = (prov *)user;
+    const char *src = side ? p->b : p->a;
+    int64_t i;
+    if (i0 < 0 || i1 <= i0 || i1 > (side ? p->n_b : p->n_a) || !src) return 1;   /* rows outside the states: a bug */
+    for (i = i0; i < i1; i++) {
+        char *row = (char *)buf + (size_t)((i - i0) * ld * p->esize);
+        p->asked[side][i]++;
+        memcpy(row, src + (size_t)(i * p->ld * p->esize), (size_t)(p->nel * p->esize));
+        if (p->fail && side == p->fail_side && i == p->fail_row) {
+            double v;
+            if (p->fail == 1) return 1;
+            memcpy(&v, row, sizeof v);
+            if (p->fail == 2) v = NAN;
+            if (p->fail == 3 || (p->fail == 4 && p->asked[side][i] > 1)) v = -v;
+            memcpy(row, &v, sizeof v);
+        }
+    }
+    return 0;
+}
+
 /* K from given states over the ranks: the .npy is byte for byte the one qk_gram_states writes in
    one process (rank 0), the tiles bitwise its K. */
 typedef struct scase { const char *what; qk_state_type type; int64_t dim, na, nb, ld; int normalize, mixed; } scase;
@@ -435,6 +490,90 @@ static void check_states_case(const scase *sc, int idx) {
     }
     free(tc.val);
     free(tc.count);
+
+    /* the same states through a provider on each rank, asked for block by block: the .npy byte
+       for byte, the tiles bitwise, and each rank asks only for the rows of its blocks */
+    {
+        const int64_t esize = sc->type == QK_STATE_C128 ? 16 : 8;
+        qk_states_desc sp = st;
+        qk_schedule_desc sd;
+        qk_schedule sch;
+        prov pv;
+        int64_t r0, r1, outside = 0, missed = 0, wrong = 0, s;
+        prov_init(&pv, a, sc->na, b, sc->nb, nel, ld, esize);
+        sp.a = sp.b = NULL; sp.lda = sp.ldb = 0;
+        sp.provider = give_rows; sp.provider_user = &pv;
+        memset(&sd, 0, sizeof sd);
+        sd.n_x = sc->na; sd.n_y = sc->nb; sd.n_workers = size_;
+        CHECK(qk_schedule_make(&sd, &sch) == QK_OK, "states %d: qk_schedule_make: %s", idx, qk_last_error());
+        r0 = sch.row0[rank_]; r1 = sch.row0[rank_ + 1];
+        qk_schedule_free(&sch);
+
+        /* .npy, the small blocks (QK_MPI_BLOCK_BYTES 4 KB: a band in many blocks) */
+        if (rank_ == 0) remove(out_path);
+        MPI_Barrier(MPI_COMM_WORLD);
+        memset(&g, 0, sizeof g);
+        g.output = QK_OUTPUT_NPY; g.out_path = out_path; g.no_sync = 1;
+        r = qk_gram_mpi_states(ctx, &sp, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "states %d (%s): qk_gram_mpi_states npy, a provider: %s", idx, sc->what, qk_last_error());
+        if (rank_ == 0 && r == QK_OK) {
+            size_t la = 0, lb = 0;
+            char *fa = qk_test_read_file(ref_path, &la), *fb = qk_test_read_file(out_path, &lb);
+            CHECK(fa && fb && la == lb && memcmp(fa, fb, la) == 0, "states %d (%s, %d ranks): the MPI .npy from a provider differs from "
+                  "qk_gram_states' (%zu vs %zu bytes)", idx, sc->what, size_, la, lb);
+            free(fa);
+            free(fb);
+        }
+        /* a rank's blocks hold its band's rows x the columns from its band on (K(A,A)) or all
+           columns (K(A,B)): rows of A before its band (K(A,A)) or outside it (K(A,B)) are never
+           asked for; every row of its band is, and for K(A,B) every row of B */
+        for (s = 0; s < sc->na; s++) {
+            const int in_band = s >= r0 && s < r1, needed = in_band || (!sc->nb && r1 > r0 && s >= r1);
+            if (!needed && pv.asked[0][s]) outside++;
+            if (in_band && !pv.asked[0][s]) missed++;
+        }
+        for (s = 0; s < sc->nb; s++)
+            if ((r1 > r0) != (pv.asked[1][s] > 0)) missed++;
+        CHECK(outside == 0 && missed == 0, "states %d (%s, rank %d, band [%lld, %lld)): a provider was asked for %lld rows outside its blocks "
+              "and not for %lld rows of them", idx, sc->what, rank_, (long long)r0, (long long)r1, (long long)outside, (long long)missed);
+
+        /* tiles, blocks of 1 MB: a band is one slab, so a rank's blocks are the diagonal block
+           of its band [r0, r1) and (K(A,A), r1 < n) the rectangle [r0, r1) x [r1, n), or
+           (K(A,B)) the rectangle [r0, r1) x B: each block asks once for its rows and its
+           columns' rows. K(A,A): a band row twice (r1 < n) or once, a row past the band once;
+           K(A,B): a band row once and every row of B once (an empty band: nothing) */
+        memset(pv.asked[0], 0, sizeof(int64_t) * (size_t)sc->na);
+        memset(pv.asked[1], 0, sizeof(int64_t) * (size_t)(sc->nb ? sc->nb : 1));
+        memset(&tc, 0, sizeof tc);
+        tc.n = sc->na; tc.cols = cols; tc.symmetric = sc->nb == 0; tc.dt = QK_F64;
+        tc.val = (double *)calloc((size_t)(sc->na * cols), sizeof(double));
+        tc.count = (int *)calloc((size_t)(sc->na * cols), sizeof(int));
+        memset(&g, 0, sizeof g);
+        g.output = QK_OUTPUT_CALLBACK; g.tile_fn = collect; g.tile_user = &tc; g.mpi_block_bytes = (size_t)1 << 20;
+        r = qk_gram_mpi_states(ctx, &sp, &g, MPI_COMM_WORLD);
+        CHECK(r == QK_OK, "states %d (%s): qk_gram_mpi_states callback, a provider: %s", idx, sc->what, qk_last_error());
+        MPI_Allreduce(MPI_IN_PLACE, tc.val, (int)(sc->na * cols), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        MPI_Allreduce(MPI_IN_PLACE, tc.count, (int)(sc->na * cols), MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+        {
+            int64_t bad = 0;
+            for (i = 0; i < sc->na; i++)
+                for (j = tc.symmetric ? i : 0; j < cols; j++)
+                    if (tc.count[i * cols + j] != 1 || memcmp(&kref[i * cols + j], &tc.val[i * cols + j], sizeof(double)) != 0) bad++;
+            CHECK(bad == 0 && tc.bad_tile == 0, "states %d (%s, %d ranks): a provider's tiles: %lld entries missing, twice or not qk_gram_states'",
+                  idx, sc->what, size_, (long long)bad);
+        }
+        for (s = 0; s < sc->na; s++) {
+            const int64_t want = r1 <= r0 || s < r0 ? 0 : s < r1 ? (!sc->nb && r1 < sc->na ? 2 : 1) : (sc->nb ? 0 : 1);
+            if (pv.asked[0][s] != want) wrong++;
+        }
+        for (s = 0; s < sc->nb; s++)
+            if (pv.asked[1][s] != (r1 > r0 ? 1 : 0)) wrong++;
+        CHECK(wrong == 0, "states %d (%s, rank %d, band [%lld, %lld), 1 MB blocks): %lld rows asked for a number of times other than "
+              "its blocks need", idx, sc->what, rank_, (long long)r0, (long long)r1, (long long)wrong);
+        free(tc.val);
+        free(tc.count);
+        prov_free(&pv);
+    }
     free(kref);
     free(a);
     if (!sc->mixed) free(b);
@@ -450,9 +589,11 @@ static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
     return 1;
 }
 
-static void check_states_failure(int how, int bad, qk_result expect, const char *want, int idx) {
-    static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider",
-                                   "dim 1"};
+static void check_states_failure(int how, int bad, qk_result expect, const char *want, int idx, int64_t fail_row) {
+    static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider that fails on every rank",
+                                   "dim 1", "a provider fails on one rank", "a provider gives NaN on one rank",
+                                   "a provider unlike the other ranks'", "a provider unlike itself"};
+    prov pv;
     qk_ctx *ctx = qk_test_cpu_ctx(1);
     const int64_t n = 29, dim = 8;
     double *a = random_states(n, dim, dim, 1, 0, 71, 0.0), *b = random_states(17, dim, dim, 1, 0, 72, 0.0);
@@ -479,6 +620,15 @@ static void check_states_failure(int how, int bad, qk_result expect, const char 
     if (how == 2 && rank_ == bad) a[2 * (13 * dim + 5) + 1] = NAN;
     if (how == 3 && rank_ == bad) a[2 * (7 * dim + 2)] = -a[2 * (7 * dim + 2)];
     if (how == 4) { st.a = NULL; st.provider = no_rows; }
+    if (how >= 6) {   /* a provider of A's rows that fails on rank `bad` (every rank for bad < 0) */
+        prov_init(&pv, a, n, NULL, 0, dim, dim, 16);
+        st.a = NULL; st.provider = give_rows; st.provider_user = &pv;
+        if (bad < 0 || rank_ == bad) {
+            pv.fail = how - 5;   /* 1 fails, 2 NaN, 3 a row unlike the other ranks', 4 a row unlike its first */
+            pv.fail_side = 0;
+            pv.fail_row = fail_row;
+        }
+    }
     if (how == 5) st.dim = 1;
     memset(&g, 0, sizeof g);
     g.output = QK_OUTPUT_NPY; g.out_path = out_path;
@@ -503,6 +653,7 @@ static void check_states_failure(int how, int bad, qk_result expect, const char 
         free(s);
         CHECK(stray_files(sub, "K.npy", NULL, stray, sizeof stray) == 0, "states failure %d (%s): '%s' was left in %s", idx, names[how], stray, sub);
     }
+    if (how >= 6) prov_free(&pv);
     free(a);
     free(b);
     qk_ctx_destroy(ctx);
@@ -553,17 +704,44 @@ int main(int argc, char **argv) {
 
     for (i = 0; i < (int)(sizeof scases / sizeof scases[0]); i++) check_states_case(&scases[i], i);
     {
-        char w[64];
+        char w[200];
         idx = 0;
-        check_states_failure(0, -1, QK_ERROR_NON_FINITE, "A[13]: amplitude 5 is NaN", idx++);
-        check_states_failure(1, -1, QK_ERROR_BAD_DATA, "B[5]: the state's squared norm is", idx++);
+        char pre[32];
+        qk_schedule_desc sd;
+        qk_schedule sch;
+        check_states_failure(0, -1, QK_ERROR_NON_FINITE, "A[13]: amplitude 5 is NaN", idx++, -1);
+        check_states_failure(1, -1, QK_ERROR_BAD_DATA, "B[5]: the state's squared norm is", idx++, -1);
         for (k = 0; k < size_; k++) {
             snprintf(w, sizeof w, size_ > 1 ? "rank %d of %d: A[13]: amplitude 5 is NaN" : "A[13]", k, size_);
-            check_states_failure(2, k, QK_ERROR_NON_FINITE, w, idx++);
-            if (size_ > 1) check_states_failure(3, k, QK_ERROR_INVALID_ARGUMENT, "disagree on the states A", idx++);
+            check_states_failure(2, k, QK_ERROR_NON_FINITE, w, idx++, -1);
+            if (size_ > 1) check_states_failure(3, k, QK_ERROR_INVALID_ARGUMENT, "disagree on the states A", idx++, -1);
         }
-        check_states_failure(4, -1, QK_ERROR_UNSUPPORTED, "a state provider is not supported across ranks", idx++);
-        check_states_failure(5, -1, QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi_states: dim must be >= 2", idx++);
+        /* a provider (29 states of dim 8, K(A,A)): rank k's band starts at row0[k], which its
+           diagonal block asks for first (its own chunk), the last row every rank asks for */
+        memset(&sd, 0, sizeof sd);
+        sd.n_x = 29; sd.n_workers = size_;
+        CHECK(qk_schedule_make(&sd, &sch) == QK_OK, "qk_schedule_make: %s", qk_last_error());
+        /* failing on every rank: the first rank to fail stops the others (which one is a race) */
+        check_states_failure(4, -1, QK_ERROR_CANCELLED, "qk_gram_mpi_states: the state provider failed for A rows [", idx++, -1);
+        for (k = 0; k < size_; k++) {
+            const long long r0 = (long long)sch.row0[k];
+            snprintf(pre, sizeof pre, size_ > 1 ? "rank %d of %d: " : "", k, size_);
+            snprintf(w, sizeof w, "%sqk_gram_mpi_states: the state provider failed for A rows [%lld, ", pre, r0);
+            check_states_failure(6, k, QK_ERROR_CANCELLED, w, idx++, sch.row0[k]);
+            snprintf(w, sizeof w, "%sA[%lld]: amplitude 0 is NaN", pre, r0);
+            check_states_failure(7, k, QK_ERROR_NON_FINITE, w, idx++, sch.row0[k]);
+            if (size_ > 1) check_states_failure(8, k, QK_ERROR_INVALID_ARGUMENT, "the ranks' state providers gave different rows for A[28] "
+                                                "(a provider must give the same row", idx++, 28);
+            /* a row its blocks ask for twice: the band's first, in its diagonal block and the
+               rectangle right of it (every band but the last of several; one rank's band of 29
+               rows is two slabs of 22 and 7 rows with the 4 KB blocks) */
+            if (size_ == 1 || k < size_ - 1) {
+                snprintf(w, sizeof w, "%sqk_gram_mpi_states: the state provider gave A[%lld] twice, different each time", pre, r0);
+                check_states_failure(9, k, QK_ERROR_BAD_DATA, w, idx++, sch.row0[k]);
+            }
+        }
+        qk_schedule_free(&sch);
+        check_states_failure(5, -1, QK_ERROR_INVALID_ARGUMENT, "qk_gram_mpi_states: dim must be >= 2", idx++, -1);
     }
 
     {
