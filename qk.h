@@ -1428,7 +1428,7 @@ QK_CUDA_DEF qk_result qk_cuda_device_query(int device, qk_device_info *info, cha
 typedef qk_result (*qk_rows_fn)(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user);
 /* Stream-pool figures of one qk_cuda_gram: per-stream busy time (sum of the intervals its
    operations ran, from events) and the wall time from the first to the last event. Stream 0
-   computes (states, Gram), stream 1 copies K to the host. */
+   computes (states, Gram), stream 1 copies K to the host, stream 2 copies given host states in. */
 typedef struct qk_cuda_stats {
     int n_streams;
     int n_slabs;
@@ -1438,6 +1438,8 @@ typedef struct qk_cuda_stats {
     double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
+    double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
+                                   busy_ms[2]: the copy-in stream) */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
                                    planner's next smaller plan (qk__plan_shrink) */
     char shrink_why[160];       /* the first of those failures */
@@ -9992,7 +9994,9 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
            alone), the fp32 cuBLAS engine, more accurate and without operand copies */
         const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
         int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+        /* (given host states in tiles keep slabs of a whole tile: a smaller slab would fetch
+           the column tiles again for each slab, so the fp32 cuBLAS engine runs instead) */
+        while (!slab_tile && s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
             s2 = (s2 + 1) / 2;
         if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
             tc_fallback = 1;
@@ -10016,7 +10020,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
     if (p->engine == QK_GPU_CUBLAS || p->engine == QK_GPU_CUBLAS_3M) {
         int64_t cols = p->bulk_states ? ny : tile;
-        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        while (slab > 64 && !slab_tile && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
     }
     p->tile_m = slab;
@@ -11745,7 +11749,8 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: density matrices of dim %lld are too large", fn, (long long)sm.in.dim);
     nel = mixed ? sm.in.dim * sm.in.dim : sm.in.dim;   /* elements of a sample (a matrix: dim^2) */
     nel_a = sm.in.a_mixed || !mixed ? nel : sm.in.dim;
-    nel_b = sm.in.b_mixed || !mixed ? nel : sm.in.dim;
+    /* K(A,A) has no B side: its rows are A's (a side of one kind: no expansion below) */
+    nel_b = sm.in.b_mixed || !mixed || !(sm.in.b || (sm.in.provider && sm.in.n_b > 0)) ? nel : sm.in.dim;
     vlen = mixed ? nel * (qk__state_complex(sm.in.type) ? 2 : 1) : nel;   /* the engines' vector */
     while (q < 62 && ((int64_t)1 << q) < vlen) q++;
     if (q > QK_MAX_STATE_QUBITS)

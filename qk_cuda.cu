@@ -3669,13 +3669,13 @@ static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
    busy intervals (summed after the final synchronization). */
-enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY };
+enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY, QK__EV_COPYIN };
 static double qk__host_ms(void)
 {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 struct qk__pool {
-    cudaStream_t st[2] = {nullptr, nullptr};
+    cudaStream_t st[3] = {nullptr, nullptr, nullptr};   /* compute, copy-out, copy-in (the job's hs) */
     cudaEvent_t t0 = nullptr;
     std::vector<cudaEvent_t> ev;   /* pairs (begin, end) */
     std::vector<int> ev_stream;
@@ -3963,6 +3963,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     double deliver_ms = 0;
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
     bool streamed = false;               /* given host states copied in as needed (qk__pipe::upload) */
+    double copyin = 0;                   /* bytes upload copied in */
     double enc_ms = 0;
 
     explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
@@ -4030,6 +4031,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             /* bulk: every row on the device, filled by states(); tiles: one tile of raw rows,
                refilled on the copy-in stream while the previous tile's Gram runs */
             QK_CK(cudaStreamCreateWithFlags(&J->hs, cudaStreamNonBlocking));
+            J->pool.st[2] = J->hs;   /* its marks: stream 2 of the stats */
             QK__GZ_STREAM_NAME(J, J->hs, "qk copy-in");
             QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
             QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
@@ -4131,8 +4133,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         const size_t rowb = (size_t)d * sizeof(double);
         if (J->raw_used) QK_CK(cudaStreamWaitEvent(J->hs, J->raw_free, 0));
+        QK_TRY(qk__mark(J, 2, QK__EV_COPYIN));
         QK__GZ_GPU_BEGIN(J, "qk H2D states", J->hs);
         QK__GZ_COUNT(J, "qk H2D state bytes", (double)rowb * (double)cnt);
+        copyin += (double)rowb * (double)cnt;
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
             QK_CK(cudaMemcpyAsync(dev, src, (size_t)cnt * rowb, cudaMemcpyHostToDevice, J->hs));
@@ -4148,6 +4152,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             }
         }
         QK__GZ_GPU_END(J, "qk H2D states", J->hs);
+        QK_TRY(qk__mark(J, 2, QK__EV_COPYIN));
         QK_CK(cudaEventRecord(J->raw_ready, J->hs));
         QK_CK(cudaStreamWaitEvent(cs, J->raw_ready, 0));
         return QK_OK;
@@ -4305,7 +4310,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         qk_cuda_stats st;
         memset(&st, 0, sizeof st);
-        st.n_streams = 2;
+        st.n_streams = streamed ? 3 : 2;
+        st.copyin_bytes = copyin;
         st.n_slabs = (int)n_slabs;
         int first_slab = -1, last_slab = -1, last_any = -1;
         float last_any_ms = -1;

@@ -237,7 +237,8 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: density matrices of dim %lld are too large", fn, (long long)sm.in.dim);
     nel = mixed ? sm.in.dim * sm.in.dim : sm.in.dim;   /* elements of a sample (a matrix: dim^2) */
     nel_a = sm.in.a_mixed || !mixed ? nel : sm.in.dim;
-    nel_b = sm.in.b_mixed || !mixed ? nel : sm.in.dim;
+    /* K(A,A) has no B side: its rows are A's (a side of one kind: no expansion below) */
+    nel_b = sm.in.b_mixed || !mixed || !(sm.in.b || (sm.in.provider && sm.in.n_b > 0)) ? nel : sm.in.dim;
     vlen = mixed ? nel * (qk__state_complex(sm.in.type) ? 2 : 1) : nel;   /* the engines' vector */
     while (q < 62 && ((int64_t)1 << q) < vlen) q++;
     if (q > QK_MAX_STATE_QUBITS)

@@ -484,7 +484,9 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
            alone), the fp32 cuBLAS engine, more accurate and without operand copies */
         const int cx = path == QK_PATH_COMPLEX, q = map->n_qubits;
         int64_t cols = p->bulk_states ? ny : tile, s2 = slab;
-        while (s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
+        /* (given host states in tiles keep slabs of a whole tile: a smaller slab would fetch
+           the column tiles again for each slab, so the fp32 cuBLAS engine runs instead) */
+        while (!slab_tile && s2 > 64 && (s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget)
             s2 = (s2 + 1) / 2;
         if ((s2 < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)s2, (double)cols) > QK__TC_WS_SHARE * budget) {
             tc_fallback = 1;
@@ -508,7 +510,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     }
     if (p->engine == QK_GPU_CUBLAS || p->engine == QK_GPU_CUBLAS_3M) {
         int64_t cols = p->bulk_states ? ny : tile;
-        while (slab > 64 && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
+        while (slab > 64 && !slab_tile && 2.0 * (double)slab * (double)cols * es > 0.25 * budget) slab = (slab + 1) / 2;
         p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * (double)slab * (double)cols * es);
     }
     p->tile_m = slab;

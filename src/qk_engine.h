@@ -289,7 +289,7 @@ QK_CUDA_DEF qk_result qk_cuda_device_query(int device, qk_device_info *info, cha
 typedef qk_result (*qk_rows_fn)(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user);
 /* Stream-pool figures of one qk_cuda_gram: per-stream busy time (sum of the intervals its
    operations ran, from events) and the wall time from the first to the last event. Stream 0
-   computes (states, Gram), stream 1 copies K to the host. */
+   computes (states, Gram), stream 1 copies K to the host, stream 2 copies given host states in. */
 typedef struct qk_cuda_stats {
     int n_streams;
     int n_slabs;
@@ -299,6 +299,8 @@ typedef struct qk_cuda_stats {
     double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
+    double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
+                                   busy_ms[2]: the copy-in stream) */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
                                    planner's next smaller plan (qk__plan_shrink) */
     char shrink_why[160];       /* the first of those failures */

@@ -626,7 +626,19 @@ static void streamed_cases(qk_ctx *cpu)
                   (long long)plan.state_tile);
             double e = ok ? max_diff(Kc, Kg) : INFINITY;
             CHECK(e <= 1e-12, "type %d %s %s: streamed tiles |gpu - cpu| = %.3g", (int)c.t, what, out_name[out], e);
-            if (out == HOST) CHECK(ok && max_diff(Kb, Kg) <= 1e-13, "type %d %s: tiles vs bulk %.3g", (int)c.t, what, max_diff(Kb, Kg));
+            if (out == HOST) {
+                CHECK(ok && max_diff(Kb, Kg) <= 1e-13, "type %d %s: tiles vs bulk %.3g", (int)c.t, what, max_diff(Kb, Kg));
+                /* the bytes copied in: the rows the plan implies, each a stored row (the caller's
+                   ld when whole doubles, else packed to whole doubles) */
+                int64_t rows[2];
+                expected_rows(plan, rows);
+                const int es = esize(c.t);
+                const double rowb = (double)((c.dim + c.pad) * es % 8 == 0 ? (c.dim + c.pad) * es : (c.dim * es + 7) / 8 * 8);
+                const qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
+                CHECK(cs.copyin_bytes == (double)(rows[0] + rows[1]) * rowb && cs.n_streams == 3 && cs.busy_ms[2] > 0,
+                      "type %d %s: %.0f bytes copied in (%d streams, copy-in busy %.3f ms), the plan implies %.0f", (int)c.t, what,
+                      cs.copyin_bytes, cs.n_streams, cs.busy_ms[2], (double)(rows[0] + rows[1]) * rowb);
+            }
         }
         CHECK(!qk_cuda_host_pinned(a.data()), "type %d %s: the caller's states are left page-locked after the call", (int)c.t, what);
         bool ok = gram_states(gpu, st, QK_PRECISION_FP32, HOST, Kg, &plan);
@@ -923,10 +935,18 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
         expected_rows(plan, rows);
         std::vector<double> t;
         for (int r = 0; r < (prov ? 1 : 3); ++r) {   /* the test's provider copies from pageable memory on one thread */
+            qk_plan pr;
+            size_t fr = 0, tt = 0;
+            cudaMemGetInfo(&fr, &tt);
+            qk_plan_states(gpu, &st, &g, &pr);
+            printf("bench-stream   before run %d: %.3f GB free; the plan: budget %.3f GB, tile %lld, slab %lld\n", r, fr * 1e-9,
+                   pr.bytes_budget * 1e-9, (long long)pr.state_tile, (long long)pr.tile_m);
             double t0 = qk_cuda_wtime();
             if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("host states: %s\n", qk_last_error()); exit(2); }
             t.push_back(qk_cuda_wtime() - t0);
             qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
+            printf("bench-stream   run %d: copy-in stream busy %.0f ms for %.1f GB (%.1f GB/s while busy)\n", r, cs.busy_ms[2], cs.copyin_bytes * 1e-9,
+                   cs.copyin_bytes / (cs.busy_ms[2] * 1e-3) * 1e-9);
             printf("bench-stream   run %d: %.3f s; engine: %d slabs, compute stream busy %.0f ms, copy-out busy %.0f ms, gram %.0f ms, "
                    "output %.0f ms, delivery %.0f ms, events %.0f ms; %d restarts on a smaller plan%s%s\n", r, t.back(), cs.n_slabs, cs.busy_ms[0],
                    cs.busy_ms[1], cs.gram_ms, cs.output_ms, cs.deliver_ms, cs.wall_ms, cs.n_shrinks, cs.n_shrinks ? ": " : "", cs.shrink_why);
