@@ -22,7 +22,7 @@
      the all-resident plan, the provider on the GPU (K bit for bit the host states', the rows
      asked for those the plan implies, a failing provider and a bad row named, an existing .npy
      untouched), the caller's states unlocked after the call and page-locked ones left so, and
-     2.1 GB of host states on a GPU with 1.5 GB free ("stream": the streamed cases alone).
+     2.1 GB of host states on a GPU with 1.5 GB free ("stream": the mixed and streamed cases alone).
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
    device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
    keep_gb": host states beyond device memory (bench_stream).
@@ -984,14 +984,14 @@ int main(int argc, char **argv)
         qk_ctx_destroy(cpu);
         return 0;
     }
-    const bool only_stream = argc > 1 && !strcmp(argv[1], "stream");   /* the streamed cases alone (compute-sanitizer) */
+    const bool only_stream = argc > 1 && !strcmp(argv[1], "stream");   /* the streamed and mixed cases (compute-sanitizer) */
     if (!only_stream) {
         host_cases(cpu, gpu);
         device_cases(cpu, gpu);
         own_states(cpu, gpu);
-        mixed_host_cases(cpu, gpu);
-        mixed_device_cases(cpu, gpu);
     }
+    mixed_host_cases(cpu, gpu);
+    mixed_device_cases(cpu, gpu);
     streamed_cases(cpu);
     if (!only_stream) beyond_memory_case();
     qk_ctx_destroy(gpu);
