@@ -3669,17 +3669,19 @@ static qk_result qk__tune_tcf(qk_gpu_engine eng, int cfg, const void *S, int64_t
 
 /* Stream pool: a compute and a copy stream; events around each operation give the per-stream
    busy intervals (summed after the final synchronization). */
-enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY, QK__EV_COPYIN };
+enum qk__ev_tag { QK__EV_STATES, QK__EV_SLAB, QK__EV_COPY };
 static double qk__host_ms(void)
 {
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 struct qk__pool {
-    cudaStream_t st[3] = {nullptr, nullptr, nullptr};   /* compute, copy-out, copy-in (the job's hs) */
+    cudaStream_t st[2] = {nullptr, nullptr};
     cudaEvent_t t0 = nullptr;
     std::vector<cudaEvent_t> ev;   /* pairs (begin, end) */
     std::vector<int> ev_stream;
     std::vector<qk__ev_tag> ev_tag;
+    std::vector<cudaEvent_t> ev_in;   /* the copy-in stream's (begin, end) pairs, kept apart: its
+                                         intervals nest in the compute stream's slabs */
 };
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
@@ -3870,6 +3872,7 @@ static void qk__job_free(qk__job_state *J)
     if (J->raw_free) cudaEventDestroy(J->raw_free);
     if (J->hs) cudaStreamDestroy(J->hs);
     for (auto e : J->pool.ev) cudaEventDestroy(e);
+    for (auto e : J->pool.ev_in) cudaEventDestroy(e);
     if (J->pool.t0) cudaEventDestroy(J->pool.t0);
     if (J->blas && !J->lent) cublasDestroy(J->blas);
     qk__pool_return(J->lent);             /* handed back, its streams synchronised above */
@@ -4031,7 +4034,6 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             /* bulk: every row on the device, filled by states(); tiles: one tile of raw rows,
                refilled on the copy-in stream while the previous tile's Gram runs */
             QK_CK(cudaStreamCreateWithFlags(&J->hs, cudaStreamNonBlocking));
-            J->pool.st[2] = J->hs;   /* its marks: stream 2 of the stats */
             QK__GZ_STREAM_NAME(J, J->hs, "qk copy-in");
             QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
             QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
@@ -4124,6 +4126,16 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
     }
 
+    /* an event on the copy-in stream (stats: its busy time) */
+    qk_result mark_in()
+    {
+        cudaEvent_t e;
+        QK_CK(cudaEventCreate(&e));
+        J->pool.ev_in.push_back(e);
+        QK_CK(cudaEventRecord(e, J->hs));
+        return QK_OK;
+    }
+
     /* Given host states: rows [r0, r0 + cnt) of side (0: x, 1: y) into dev on the copy-in
        stream, from the caller's rows (page-locked by qk.h for the job where it could, so at the
        PCIe rate) or the provider's pinned chunks; the compute stream waits for them. The copy
@@ -4133,7 +4145,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         const size_t rowb = (size_t)d * sizeof(double);
         if (J->raw_used) QK_CK(cudaStreamWaitEvent(J->hs, J->raw_free, 0));
-        QK_TRY(qk__mark(J, 2, QK__EV_COPYIN));
+        QK_TRY(mark_in());
         QK__GZ_GPU_BEGIN(J, "qk H2D states", J->hs);
         QK__GZ_COUNT(J, "qk H2D state bytes", (double)rowb * (double)cnt);
         copyin += (double)rowb * (double)cnt;
@@ -4152,7 +4164,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             }
         }
         QK__GZ_GPU_END(J, "qk H2D states", J->hs);
-        QK_TRY(qk__mark(J, 2, QK__EV_COPYIN));
+        QK_TRY(mark_in());
         QK_CK(cudaEventRecord(J->raw_ready, J->hs));
         QK_CK(cudaStreamWaitEvent(cs, J->raw_ready, 0));
         return QK_OK;
@@ -4331,6 +4343,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaEventElapsedTime(&o, J->pool.ev[first_slab], J->pool.ev[last_any]));
             st.gram_ms = g;
             st.output_ms = std::max(g, o);
+        }
+        for (size_t i = 0; i + 1 < J->pool.ev_in.size(); i += 2) {
+            float ms = 0;
+            QK_CK(cudaEventElapsedTime(&ms, J->pool.ev_in[i], J->pool.ev_in[i + 1]));
+            st.busy_ms[2] += ms;
         }
         st.deliver_ms = deliver_ms;
         st.states_ms += enc_ms;

@@ -580,7 +580,8 @@ static int prov_fn(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
 
 /* Rows the GPU engine asks a provider for under plan (docs/states.md): bulk, every row once;
    state tiles, each slab's rows, then for every column tile of the slab (from the slab's own rows
-   on, for K(A,A)) its rows, except the tile that starts at the slab's first row and fits in it. */
+   on where K(A,A) is mirrored on the device: K there whole, or device output) its rows, except
+   the tile that starts at the slab's first row and fits in it. */
 static void expected_rows(const qk_plan &p, int64_t out[2])
 {
     const int64_t nx = p.n_x, ny = p.n_y;
@@ -590,7 +591,8 @@ static void expected_rows(const qk_plan &p, int64_t out[2])
     for (int64_t i0 = 0; i0 < nx; i0 += slab) {
         const int64_t m = std::min(slab, nx - i0);
         out[0] += m;
-        for (int64_t j0 = p.symmetric ? i0 : 0; j0 < ny; j0 += R) {
+        const bool mirror = p.symmetric && (p.output == QK_OUTPUT_DEVICE || p.k_resident);
+        for (int64_t j0 = mirror ? i0 : 0; j0 < ny; j0 += R) {
             const int64_t nn = std::min(R, ny - j0);
             if (p.symmetric && j0 == i0 && nn <= m) continue;
             out[p.symmetric ? 0 : 1] += nn;
@@ -635,7 +637,8 @@ static void streamed_cases(qk_ctx *cpu)
                 const int es = esize(c.t);
                 const double rowb = (double)((c.dim + c.pad) * es % 8 == 0 ? (c.dim + c.pad) * es : (c.dim * es + 7) / 8 * 8);
                 const qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
-                CHECK(cs.copyin_bytes == (double)(rows[0] + rows[1]) * rowb && cs.n_streams == 3 && cs.busy_ms[2] > 0,
+                CHECK(cs.copyin_bytes == (double)(rows[0] + rows[1]) * rowb && cs.n_streams == 3 && cs.busy_ms[2] > 0 && cs.busy_ms[0] > 0 &&
+                          cs.busy_ms[2] <= cs.wall_ms * 1.001,
                       "type %d %s: %.0f bytes copied in (%d streams, copy-in busy %.3f ms), the plan implies %.0f", (int)c.t, what,
                       cs.copyin_bytes, cs.n_streams, cs.busy_ms[2], (double)(rows[0] + rows[1]) * rowb);
             }
@@ -945,8 +948,11 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
             if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("host states: %s\n", qk_last_error()); exit(2); }
             t.push_back(qk_cuda_wtime() - t0);
             qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
-            printf("bench-stream   run %d: copy-in stream busy %.0f ms for %.1f GB (%.1f GB/s while busy)\n", r, cs.busy_ms[2], cs.copyin_bytes * 1e-9,
-                   cs.copyin_bytes / (cs.busy_ms[2] * 1e-3) * 1e-9);
+            int64_t rr[2];
+            expected_rows(pr, rr);
+            printf("bench-stream   run %d: copy-in stream busy %.0f ms for %.1f GB (%.1f GB/s while busy; the plan implies %.1f GB), "
+                   "%.1f GB/s over the engine's %.0f ms\n", r, cs.busy_ms[2], cs.copyin_bytes * 1e-9, cs.copyin_bytes / (cs.busy_ms[2] * 1e-3) * 1e-9,
+                   (double)rr[0] * (double)rowb * 1e-9, cs.copyin_bytes / (cs.wall_ms * 1e-3) * 1e-9, cs.wall_ms);
             printf("bench-stream   run %d: %.3f s; engine: %d slabs, compute stream busy %.0f ms, copy-out busy %.0f ms, gram %.0f ms, "
                    "output %.0f ms, delivery %.0f ms, events %.0f ms; %d restarts on a smaller plan%s%s\n", r, t.back(), cs.n_slabs, cs.busy_ms[0],
                    cs.busy_ms[1], cs.gram_ms, cs.output_ms, cs.deliver_ms, cs.wall_ms, cs.n_shrinks, cs.n_shrinks ? ": " : "", cs.shrink_why);
