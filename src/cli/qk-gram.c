@@ -927,11 +927,6 @@ static int states_main(const options *o) {
         fail(r, "%s", msg);
         goto done;
     }
-    if ((A.mixed || B.mixed) && o->device == QK_DEVICE_CUDA) {
-        fail(QK_OK, "--device cuda: density matrices run on the CPU engine (docs/states.md); use --device cpu or auto");
-        goto done;
-    }
-    if (A.mixed || B.mixed) oc.device = QK_DEVICE_CPU;   /* auto: the CPU engine, the one that takes them */
 
     /* From here a stop is recorded and the run ends at its first poll (the context and the plan
        may write the autotune cache, whose temporary an exit here would leave). */

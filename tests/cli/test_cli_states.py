@@ -185,7 +185,7 @@ with tempfile.TemporaryDirectory() as d:
                              np.einsum("ia,jab,ib->ij", Vp.conj(), S, Vp).real),
                             ("K(R, psi) (mixed against pure)", ["--states", P("R.npy"), "--states-y", P("V.npy")],
                              np.einsum("jb,iab,ja->ij", Vp, R, Vp.conj()).real)):
-        r = run(*args, "--out", P("K.npy"))   # --device auto: density matrices take the CPU engine
+        r = run(*args, "--out", P("K.npy"), "--device", "cpu")   # fp64 (auto may take a GPU's fp32)
         check(r.returncode == 0, "%s: exit 0: %s" % (what, r.stderr.strip()))
         if r.returncode == 0:
             K = np.load(P("K.npy"))
@@ -193,16 +193,21 @@ with tempfile.TemporaryDirectory() as d:
                   "density matrices %s = Tr(rho sigma) (%.2g)" % (what, np.abs(K - ref).max() if K.shape == ref.shape else -1))
             check("Tr(rho_i rho_j)" in r.stdout, "%s: the output says K is Tr(rho_i rho_j)" % what)
     check((np.diag(tr(R, R)) < 0.95).all(), "the test's mixtures are not pure (purity < 0.95)")
-    r = run("--states", P("R.npy"), "--out", P("K.npy"), "--device", "cuda")
-    check(r.returncode == 1 and "density matrices run on the CPU engine" in r.stderr,
-          "density matrices with --device cuda: exit 1, a clear error: %s" % r.stderr.strip())
+    # on the GPU engine (docs/states.md, "Density matrices on the GPU engine"), where one is present
+    r = run("--states", P("R.npy"), "--out", P("Kg.npy"), "--device", "cuda", "--precision", "fp64", "--quiet")
+    if no_gpu:
+        check(r.returncode != 0 and ("no CUDA engine" in r.stderr or "no CUDA device" in r.stderr),
+              "density matrices with --device cuda and no GPU: refused for the missing GPU: %s" % r.stderr.strip())
+    else:
+        check(r.returncode == 0 and np.abs(np.load(P("Kg.npy")) - tr(R, R)).max() < 1e-12,
+              "density matrices on the GPU engine, fp64: K = Tr(rho sigma) within 1e-12: %s" % r.stderr.strip())
     # a trace off 1: refused, then scaled by --normalize
     R2 = R.copy()
     R2[4] *= 1.5
     np.save(P("R2.npy"), R2)
     r = run("--states", P("R2.npy"), "--out", P("K.npy"))
     check(r.returncode == 1 and "A[4]" in r.stderr and "trace" in r.stderr, "rho with trace 1.5: exit 1 naming A[4]: " + r.stderr.strip())
-    r = run("--states", P("R2.npy"), "--out", P("K.npy"), "--normalize", "--quiet")
+    r = run("--states", P("R2.npy"), "--out", P("K.npy"), "--normalize", "--quiet", "--device", "cpu")
     check(r.returncode == 0 and np.abs(np.load(P("K.npy")) - tr(R, R)).max() < 1e-12, "rho with trace 1.5, --normalize: K = Tr(rho sigma)")
     R2 = R.copy()
     R2[2, 0, 1] += 0.01
