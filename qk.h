@@ -10637,6 +10637,50 @@ QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
     return d;
 }
 
+/* Given host states (qk_gram_states: the data are the states themselves, gigabytes maybe): every
+   row checked as qk_map_check_data checks it, on the context's threads in blocks of rows. Where a
+   block fails, the rows are checked again in order on the calling thread, which names the first
+   bad row (the detail message is per thread). */
+typedef struct qk__scheck {
+    const qk__smap *sm;
+    const double *x;
+    int64_t n, next;
+    int any, side;          /* any: a block failed (the workers stop claiming more) */
+} qk__scheck;
+#define QK__SCHECK_ROWS 256
+static void qk__scheck_work(void *arg, int thread)
+{
+    qk__scheck *j = (qk__scheck *)arg;
+    const int64_t rowb = (int64_t)j->sm->map.n_features * 8;
+    int64_t i0;
+    QK__UNUSED(thread);
+    while (!QK__LOAD(&j->any) && (i0 = QK__FETCH_ADD(&j->next, QK__SCHECK_ROWS)) < j->n) {
+        const int64_t k = j->n - i0 < QK__SCHECK_ROWS ? j->n - i0 : QK__SCHECK_ROWS;
+        if (qk__states_check(j->sm, (const char *)(const void *)j->x + (size_t)(i0 * rowb), k, rowb, j->side, i0) != QK_OK) {
+            QK__STORE(&j->any, 1);
+        }
+    }
+}
+static qk_result qk__check_data(const qk_ctx *ctx, const qk_map *map, const double *x, int64_t n, const char *name)
+{
+    qk__scheck j;
+    int nt;
+    if (!x || n < 4 * QK__SCHECK_ROWS || !qk__map_is_states(map) || (map->ops[0].q1 & (QK__STATE_PROVIDER | QK__STATE_DEVICE)))
+        return qk_map_check_data(map, x, n, name);
+    memset(&j, 0, sizeof j);
+    j.sm = (const qk__smap *)(const void *)map;
+    j.x = x;
+    j.n = n;
+    j.side = strcmp(name, "Y") == 0;
+    nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+    if ((int64_t)nt > n / QK__SCHECK_ROWS) nt = (int)(n / QK__SCHECK_ROWS);
+    qk__parallel(nt, qk__scheck_work, &j);
+    if (!j.any) return QK_OK;
+    /* a block failed; blocks before it may be unchecked (the workers stop claiming): the rows
+       are checked again in order on this thread, whose message names the first bad row */
+    return qk_map_check_data(map, x, n, name);
+}
+
 /* Checks everything about a Gram request that does not depend on the engine. */
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d)
 {
@@ -10665,10 +10709,10 @@ QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk
     cols = d->y ? d->n_y : d->n_x;
     if (d->output == QK_OUTPUT_NPY && d->ld_out != 0 && d->ld_out != cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out has no meaning for output NPY (got %lld)", (long long)d->ld_out);
     if (d->ld_out != 0 && d->ld_out < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: ld_out %lld < columns %lld", (long long)d->ld_out, (long long)cols);
-    r = qk_map_check_data(map, d->x, d->n_x, "X");
+    r = qk__check_data(ctx, map, d->x, d->n_x, "X");
     if (r != QK_OK) return r;
     if (d->y) {
-        r = qk_map_check_data(map, d->y, d->n_y, "Y");
+        r = qk__check_data(ctx, map, d->y, d->n_y, "Y");
         if (r != QK_OK) return r;
     }
     return QK_OK;

@@ -535,6 +535,33 @@ static void validation(qk_ctx *ctx)
     free(a); free(K); free(Kn);
 }
 
+/* Many rows (the check runs on the context's threads in blocks of 256 rows): the first bad row
+   is named, whichever block a thread reached first; A and B alike. */
+static void validation_many(qk_ctx *ctx)
+{
+    const int64_t dim = 8, n = 3000, nb = 1500;
+    double *a = rand_states(n, dim, 0), *b = rand_states(nb, dim, 0), *K = (double *)malloc(sizeof(double) * (size_t)(n * nb));
+    qk_states_desc st;
+    qk_gram_desc g = host_desc(K, nb);
+    qk_result r;
+    memset(&st, 0, sizeof st);
+    st.dim = dim; st.a = a; st.n_a = n; st.b = b; st.n_b = nb;
+    CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "3000 x 1500 good states: %s", qk_last_error());
+    a[2 * (2900 * dim + 1)] *= 1.5;
+    a[2 * (700 * dim + 6)] *= 1.5;
+    r = qk_gram_states(ctx, &st, &g);
+    CHECK(r == QK_ERROR_BAD_DATA && strstr(qk_last_error(), "A[700]"), "bad norms at A[700] and A[2900]: the first named: %d %s", (int)r,
+          qk_last_error());
+    a[2 * (700 * dim + 6)] /= 1.5;
+    r = qk_gram_states(ctx, &st, &g);
+    CHECK(r == QK_ERROR_BAD_DATA && strstr(qk_last_error(), "A[2900]"), "bad norm at A[2900] (the last block): %d %s", (int)r, qk_last_error());
+    a[2 * (2900 * dim + 1)] /= 1.5;
+    b[2 * (1200 * dim + 2) + 1] = NAN;
+    r = qk_gram_states(ctx, &st, &g);
+    CHECK(r == QK_ERROR_NON_FINITE && strstr(qk_last_error(), "B[1200]"), "NaN at B[1200]: %d %s", (int)r, qk_last_error());
+    free(a); free(b); free(K);
+}
+
 int main(void)
 {
     qk_ctx *ctx = qk_test_cpu_ctx(2);
@@ -554,6 +581,7 @@ int main(void)
     provider_cases(ctx);
     mixed_cases(ctx);
     validation(ctx);
+    validation_many(ctx);
     qk_ctx_destroy(ctx);
     printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
     return qk_test_fails ? 1 : 0;
