@@ -3088,10 +3088,9 @@ static qk_result qk__validate_ops(const qk_op *ops, int n_ops, int q, int d, int
             if (o->angle.x0 < 0 || o->angle.x0 >= d || o->angle.x1 < 0 || o->angle.x1 >= d)
                 return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d or x%d out of range [0, %d)", i, o->angle.x0, o->angle.x1, d);
             break;
-        case QK_ARG_WX:
-            if (o->angle.x0 < 0 || o->angle.x0 >= d) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d out of range [0, %d)", i, o->angle.x0, d);
-            /* fall through */
-        case QK_ARG_W:
+        case QK_ARG_WX: case QK_ARG_W:   /* (no fall-through: a comment that says so is gone where nvcc compiles qk.h) */
+            if (o->angle.kind == QK_ARG_WX && (o->angle.x0 < 0 || o->angle.x0 >= d))
+                return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: feature x%d out of range [0, %d)", i, o->angle.x0, d);
             if (o->angle.w < 0 || o->angle.w >= nw) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "op %d: weight w%d out of range [0, %d)", i, o->angle.w, nw);
             break;
         default:
