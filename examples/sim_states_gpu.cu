@@ -237,7 +237,8 @@ int main(int argc, char **argv)
         worst = fmax(worst, fabs(K1[i * n + j] - (re * re + im * im)));
     }
     printf("%lld samples, %d qubits, %d layers, noise p = %.2f, simulated on the GPU\n", (long long)n, q, S.layers, S.p_noise);
-    printf("  device states, read in place: %.3f s for K (fp64)\n", t_dev);
+    printf("  device states, read in place: %.3f s for K (fp64; the context's first call: its streams, cuBLAS handle and buffers "
+           "made here)\n", t_dev);
     printf("  the provider: %.3f s, plan %s (%s), %lld states simulated (%.2f per sample)\n", t_prov,
            plan.bulk_states ? "all states resident" : "state tiles", plan.config, (long long)S.rows_made, (double)S.rows_made / (double)n);
     printf("  the two K: max difference %.3g (%lld of %lld entries bit for bit); K against |<a|b>|^2 of the states on the diagonal and "
