@@ -415,6 +415,26 @@ static void test_parser(void)
         CHECK(qk_map_parse("circuit(qubits=2: rx(0, x5))", 2, &a) == QK_ERROR_INVALID_ARGUMENT, "feature out of range");
         CHECK(qk_map_parse("circuit(qubits=2: rx(0, w0))", 2, &a) == QK_ERROR_INVALID_ARGUMENT, "weight without weights=");
         CHECK(qk_map_parse("circuit(qubits=2: h(2))", 2, &a) == QK_ERROR_INVALID_ARGUMENT, "qubit out of range");
+        {   /* the ops' weight and feature indices (qk_map_make's check of w * x and w angles) */
+            qk_op op;
+            qk_map_desc md;
+            int t;
+            memset(&md, 0, sizeof md);
+            md.type = QK_MAP_CUSTOM; md.n_features = 2; md.n_qubits = 1; md.ops = &op; md.n_ops = 1; md.n_weights = 2;
+            for (t = 0; t < 5; t++) {
+                const int wx = t != 4, x0 = t == 0 ? 2 : t == 1 ? -1 : 1, w = t == 2 ? 2 : t == 3 || t == 4 ? -1 : 0;
+                qk_result r;
+                memset(&op, 0, sizeof op);
+                op.kind = QK_OP_RY; op.angle.kind = wx ? QK_ARG_WX : QK_ARG_W; op.angle.x0 = x0; op.angle.w = w; op.angle.scale = 1.0;
+                r = qk_map_make(&md, &a);
+                CHECK(r == QK_ERROR_INVALID_ARGUMENT && strstr(qk_last_error(), t < 2 ? "feature x" : "weight w"),
+                      "%s with x%d, w%d: %d %s", wx ? "w * x" : "w", x0, w, (int)r, qk_last_error());
+                qk_map_free(a); a = NULL;
+            }
+            op.angle.kind = QK_ARG_WX; op.angle.x0 = 1; op.angle.w = 1;
+            CHECK(qk_map_make(&md, &a) == QK_OK, "w1 * x1: %s", qk_last_error());
+            qk_map_free(a); a = NULL;
+        }
         CHECK(qk_map_parse("zz", 0, &a) == QK_ERROR_INVALID_ARGUMENT, "zero features");
         CHECK(qk_map_parse(NULL, 2, &a) == QK_ERROR_INVALID_ARGUMENT, "NULL spec");
         CHECK(a == NULL, "out set on error");
