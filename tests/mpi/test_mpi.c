@@ -725,7 +725,8 @@ int main(int argc, char **argv) {
         check_states_failure(4, -1, QK_ERROR_CANCELLED, "qk_gram_mpi_states: the state provider failed for A rows [", idx++, -1);
         for (k = 0; k < size_; k++) {
             const long long r0 = (long long)sch.row0[k];
-            snprintf(pre, sizeof pre, size_ > 1 ? "rank %d of %d: " : "", k, size_);
+            if (size_ > 1) snprintf(pre, sizeof pre, "rank %d of %d: ", k, size_);
+            else pre[0] = 0;
             snprintf(w, sizeof w, "%sqk_gram_mpi_states: the state provider failed for A rows [%lld, ", pre, r0);
             check_states_failure(6, k, QK_ERROR_CANCELLED, w, idx++, sch.row0[k]);
             snprintf(w, sizeof w, "%sA[%lld]: amplitude 0 is NaN", pre, r0);
