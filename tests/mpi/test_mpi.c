@@ -706,7 +706,7 @@ int main(int argc, char **argv) {
     {
         char w[200];
         idx = 0;
-        char pre[32];
+        char pre[64];
         qk_schedule_desc sd;
         qk_schedule sch;
         check_states_failure(0, -1, QK_ERROR_NON_FINITE, "A[13]: amplitude 5 is NaN", idx++, -1);
