@@ -1439,7 +1439,8 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
     double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
-                                   busy_ms[2]: the copy-in stream) */
+                                   busy_ms[2]: the copy-in stream); a tile's last row without
+                                   the padding of the caller's ld past its elements */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
                                    planner's next smaller plan (qk__plan_shrink) */
     char shrink_why[160];       /* the first of those failures */
@@ -11943,11 +11944,14 @@ static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const
     if (r == QK_OK && !plan && ctx->desc.device == QK_DEVICE_CUDA && !sm.in.on_device && !sm.in.provider) {
         char err[256];
         if (qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err) == QK_OK) {
+            /* the rows' span: the last row ends at its elements (an ld may pad the others) */
             const size_t rowb = (size_t)sm.map.n_features * 8;
+            const size_t used = (size_t)(sm.op.q1 & QK__STATE_MIXED ? sm.in.dim * sm.in.dim : sm.in.dim) * (size_t)qk__state_esize(sm.in.type);
+            const size_t last = used < rowb ? used : rowb;
             lp[0] = g.x;
             lp[1] = g.y;
-            qk_cuda_host_lock(lp[0], (size_t)g.n_x * rowb, &lock[0]);
-            if (lp[1]) qk_cuda_host_lock(lp[1], (size_t)g.n_y * rowb, &lock[1]);
+            qk_cuda_host_lock(lp[0], (size_t)(g.n_x - 1) * rowb + last, &lock[0]);
+            if (lp[1]) qk_cuda_host_lock(lp[1], (size_t)(g.n_y - 1) * rowb + last, &lock[1]);
         }
     }
 #endif

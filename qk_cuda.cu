@@ -96,6 +96,7 @@
 #include <thread>
 #include <vector>
 #include <algorithm>
+#include <atomic>
 #include "qk.h"
 /* Profiler zones (qk_prof.h's types): this file is compiled once, without the profiler. The
    pipeline's GPU zones, tracked buffers and stream names go through the table qk.h hands over in
@@ -2822,12 +2823,14 @@ __device__ int qk__wgmma_built = 1;
 __device__ int qk__wgmma_built = 0;
 #endif
 /* 1 when device `device` runs the wgmma kernels: compute capability 9.0 and this build holds
-   their sm_90a code (the device image's qk__wgmma_built). Cached per device. */
+   their sm_90a code (the device image's qk__wgmma_built). Cached per device (atomics: the
+   several-GPU workers ask at once; a race only repeats the query). */
 static int qk__wgmma_ok(int device)
 {
-    static int cache[64];   /* 0 unknown, 1 no, 2 yes */
+    static std::atomic<int> cache[64];   /* 0 unknown, 1 no, 2 yes */
     if (device < 0 || device >= 64) return 0;
-    if (cache[device]) return cache[device] == 2;
+    const int known = cache[device].load(std::memory_order_acquire);
+    if (known) return known == 2;
     int cur = -1, ok = 0, flag = 0;
     cudaDeviceProp p;
     if (cudaGetDevice(&cur) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess && p.major == 9 && p.minor == 0 &&
@@ -2836,7 +2839,7 @@ static int qk__wgmma_ok(int device)
         cudaSetDevice(cur);
     }
     cudaGetLastError();
-    cache[device] = ok ? 2 : 1;
+    cache[device].store(ok ? 2 : 1, std::memory_order_release);
     return ok;
 }
 
@@ -3967,6 +3970,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
     bool streamed = false;               /* given host states copied in as needed (qk__pipe::upload) */
     double copyin = 0;                   /* bytes upload copied in */
+    size_t rowu = 0;                     /* bytes of a host row the engine reads (span) */
     double enc_ms = 0;
 
     explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
@@ -3994,6 +3998,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         n_slabs = (nx + slab_rows - 1) / slab_rows;
         k_resident = pl->k_resident;
         dev_out = pl->output == QK_OUTPUT_DEVICE;
+        /* given states read dim (a matrix: dim^2) elements of each row: a caller's ld may pad
+           rows, and the array may end where its last row's elements do */
+        rowu = (size_t)d * sizeof(double);
+        if (qk__map_is_states(map)) {
+            const qk_op &o = map->ops[0];
+            const size_t nel = (size_t)o.angle.x0 * (o.q1 & QK__STATE_MIXED ? (size_t)o.angle.x0 : 1u);
+            rowu = std::min(rowu, nel * (size_t)qk__state_esize(o.q0));
+        }
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
         ldk = dev_out ? ld_out : ny;
@@ -4048,11 +4060,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             }
         } else if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
-            QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+            QK_CK(cudaMemcpyAsync(J->dx, ds->x, span(nx), cudaMemcpyHostToDevice, cs));
         }
         if (!sym && !stream_amp && !J->x_in_place && !streamed) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
-            QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+            QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
         }
         QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
@@ -4136,6 +4148,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return QK_OK;
     }
 
+    /* the bytes of cnt consecutive host rows the engine reads: whole rows, then the last one's
+       used part (never past the end of a caller's array whose ld pads its rows) */
+    size_t span(int64_t cnt) const { return cnt > 0 ? (size_t)(cnt - 1) * (size_t)d * sizeof(double) + rowu : 0; }
+
     /* Given host states: rows [r0, r0 + cnt) of side (0: x, 1: y) into dev on the copy-in
        stream, from the caller's rows (page-locked by qk.h for the job where it could, so at the
        PCIe rate) or the provider's pinned chunks; the compute stream waits for them. The copy
@@ -4147,11 +4163,12 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (J->raw_used) QK_CK(cudaStreamWaitEvent(J->hs, J->raw_free, 0));
         QK_TRY(mark_in());
         QK__GZ_GPU_BEGIN(J, "qk H2D states", J->hs);
-        QK__GZ_COUNT(J, "qk H2D state bytes", (double)rowb * (double)cnt);
-        copyin += (double)rowb * (double)cnt;
+        const double bytes = J->fetch ? (double)rowb * (double)cnt : (double)span(cnt);
+        QK__GZ_COUNT(J, "qk H2D state bytes", bytes);
+        copyin += bytes;
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
-            QK_CK(cudaMemcpyAsync(dev, src, (size_t)cnt * rowb, cudaMemcpyHostToDevice, J->hs));
+            QK_CK(cudaMemcpyAsync(dev, src, span(cnt), cudaMemcpyHostToDevice, J->hs));
         } else {
             for (int64_t c = 0; c < cnt; c += J->fb_rows) {
                 const int64_t k = std::min(J->fb_rows, cnt - c);

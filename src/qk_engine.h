@@ -300,7 +300,8 @@ typedef struct qk_cuda_stats {
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
     double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
-                                   busy_ms[2]: the copy-in stream) */
+                                   busy_ms[2]: the copy-in stream); a tile's last row without
+                                   the padding of the caller's ld past its elements */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
                                    planner's next smaller plan (qk__plan_shrink) */
     char shrink_why[160];       /* the first of those failures */

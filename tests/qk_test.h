@@ -16,6 +16,10 @@
    read), qk_test_write_file and qk_test_write_text (exit 2 where they cannot write),
    qk_test_count_files (names in a directory that contain a string: temporary files left).
 
+   Memory: qk_test_guarded(bytes, &h) (POSIX) gives bytes that end where an inaccessible page
+   begins, so a read past their end faults (a start 8-byte aligned where bytes is a multiple of
+   8); qk_test_guarded_free(h) releases them.
+
    With qk.h: qk_test_cpu_ctx, qk_test_ctx (a device's, the autotuner off), qk_test_read_k (K
    read back from a .npy qk wrote, the file removed), qk_test_op and qk_test_custom (a custom
    map's op, the map of n ops), qk_test_weighted_gates (a circuit of every weighted gate kind),
@@ -39,6 +43,8 @@
 #include <time.h>
 #ifndef _WIN32
 #include <dirent.h>
+#include <sys/mman.h>
+#include <unistd.h>
 #endif
 
 /* the counters live in a function, so that a program that includes this and uses no CHECK
@@ -146,6 +152,28 @@ static inline int qk_test_count_files(const char *dir, const char *sub)
         if (strstr(e->d_name, sub)) n++;
     closedir(d);
     return n;
+}
+#endif
+
+#if !defined(_WIN32) && defined(MAP_ANONYMOUS)
+/* ---- memory (a C file defines _DEFAULT_SOURCE first: MAP_ANONYMOUS is not ISO C's) ---- */
+typedef struct qk_test_guard { void *base; size_t len; } qk_test_guard;
+static inline void *qk_test_guarded(size_t bytes, qk_test_guard *h)
+{
+    const size_t page = (size_t)sysconf(_SC_PAGESIZE), data = (bytes + page - 1) / page * page;
+    char *base = (char *)mmap(NULL, data + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == (char *)MAP_FAILED || mprotect(base + data, page, PROT_NONE) != 0) {
+        printf("qk_test_guarded: cannot map %zu bytes\n", bytes);
+        exit(2);
+    }
+    h->base = base;
+    h->len = data + page;
+    return base + data - bytes;
+}
+static inline void qk_test_guarded_free(qk_test_guard *h)
+{
+    if (h->base) munmap(h->base, h->len);
+    h->base = NULL;
 }
 #endif
 

@@ -311,6 +311,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
     bool streamed = false;               /* given host states copied in as needed (qk__pipe::upload) */
     double copyin = 0;                   /* bytes upload copied in */
+    size_t rowu = 0;                     /* bytes of a host row the engine reads (span) */
     double enc_ms = 0;
 
     explicit qk__pipe(qk__job_state *job) : J(job), E(job->E), pl(job->plan), ds(job->desc), map(job->map)
@@ -338,6 +339,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         n_slabs = (nx + slab_rows - 1) / slab_rows;
         k_resident = pl->k_resident;
         dev_out = pl->output == QK_OUTPUT_DEVICE;
+        /* given states read dim (a matrix: dim^2) elements of each row: a caller's ld may pad
+           rows, and the array may end where its last row's elements do */
+        rowu = (size_t)d * sizeof(double);
+        if (qk__map_is_states(map)) {
+            const qk_op &o = map->ops[0];
+            const size_t nel = (size_t)o.angle.x0 * (o.q1 & QK__STATE_MIXED ? (size_t)o.angle.x0 : 1u);
+            rowu = std::min(rowu, nel * (size_t)qk__state_esize(o.q0));
+        }
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
         ldk = dev_out ? ld_out : ny;
@@ -392,11 +401,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             }
         } else if (!stream_amp) {
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
-            QK_CK(cudaMemcpyAsync(J->dx, ds->x, (size_t)nx * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+            QK_CK(cudaMemcpyAsync(J->dx, ds->x, span(nx), cudaMemcpyHostToDevice, cs));
         }
         if (!sym && !stream_amp && !J->x_in_place && !streamed) {
             QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
-            QK_CK(cudaMemcpyAsync(J->dy, ds->y, (size_t)ny * d * sizeof(double), cudaMemcpyHostToDevice, cs));
+            QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
         }
         QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
@@ -480,6 +489,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return QK_OK;
     }
 
+    /* the bytes of cnt consecutive host rows the engine reads: whole rows, then the last one's
+       used part (never past the end of a caller's array whose ld pads its rows) */
+    size_t span(int64_t cnt) const { return cnt > 0 ? (size_t)(cnt - 1) * (size_t)d * sizeof(double) + rowu : 0; }
+
     /* Given host states: rows [r0, r0 + cnt) of side (0: x, 1: y) into dev on the copy-in
        stream, from the caller's rows (page-locked by qk.h for the job where it could, so at the
        PCIe rate) or the provider's pinned chunks; the compute stream waits for them. The copy
@@ -491,11 +504,12 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (J->raw_used) QK_CK(cudaStreamWaitEvent(J->hs, J->raw_free, 0));
         QK_TRY(mark_in());
         QK__GZ_GPU_BEGIN(J, "qk H2D states", J->hs);
-        QK__GZ_COUNT(J, "qk H2D state bytes", (double)rowb * (double)cnt);
-        copyin += (double)rowb * (double)cnt;
+        const double bytes = J->fetch ? (double)rowb * (double)cnt : (double)span(cnt);
+        QK__GZ_COUNT(J, "qk H2D state bytes", bytes);
+        copyin += bytes;
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
-            QK_CK(cudaMemcpyAsync(dev, src, (size_t)cnt * rowb, cudaMemcpyHostToDevice, J->hs));
+            QK_CK(cudaMemcpyAsync(dev, src, span(cnt), cudaMemcpyHostToDevice, J->hs));
         } else {
             for (int64_t c = 0; c < cnt; c += J->fb_rows) {
                 const int64_t k = std::min(J->fb_rows, cnt - c);

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 #include <algorithm>
+#include <atomic>
 #include "qk.h"
 /* Profiler zones (qk_prof.h's types): this file is compiled once, without the profiler. The
    pipeline's GPU zones, tracked buffers and stream names go through the table qk.h hands over in

@@ -50,12 +50,14 @@ __device__ int qk__wgmma_built = 1;
 __device__ int qk__wgmma_built = 0;
 #endif
 /* 1 when device `device` runs the wgmma kernels: compute capability 9.0 and this build holds
-   their sm_90a code (the device image's qk__wgmma_built). Cached per device. */
+   their sm_90a code (the device image's qk__wgmma_built). Cached per device (atomics: the
+   several-GPU workers ask at once; a race only repeats the query). */
 static int qk__wgmma_ok(int device)
 {
-    static int cache[64];   /* 0 unknown, 1 no, 2 yes */
+    static std::atomic<int> cache[64];   /* 0 unknown, 1 no, 2 yes */
     if (device < 0 || device >= 64) return 0;
-    if (cache[device]) return cache[device] == 2;
+    const int known = cache[device].load(std::memory_order_acquire);
+    if (known) return known == 2;
     int cur = -1, ok = 0, flag = 0;
     cudaDeviceProp p;
     if (cudaGetDevice(&cur) == cudaSuccess && cudaGetDeviceProperties(&p, device) == cudaSuccess && p.major == 9 && p.minor == 0 &&
@@ -64,7 +66,7 @@ static int qk__wgmma_ok(int device)
         cudaSetDevice(cur);
     }
     cudaGetLastError();
-    cache[device] = ok ? 2 : 1;
+    cache[device].store(ok ? 2 : 1, std::memory_order_release);
     return ok;
 }
 

@@ -7,7 +7,10 @@
      here from the definition;
    - the provider: the same K bit for bit, the rows asked for counted against the plan, a
      failing provider and bad rows from it (errors, the output file untouched);
-   - validation: NaN, a norm off 1 (named row), normalize = 1, a zero state, bad arguments. */
+   - validation: NaN, a norm off 1 (named row), normalize = 1, a zero state, bad arguments;
+   - rows whose ld pads them, in an array that ends at the last row's elements (a guard page
+     after it): nothing reads past the end. */
+#define _DEFAULT_SOURCE 1   /* MAP_ANONYMOUS (qk_test_guarded) */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include "../qk_test.h"
@@ -562,6 +565,49 @@ static void validation_many(qk_ctx *ctx)
     free(a); free(b); free(K);
 }
 
+/* Rows ld = dim + pad apart in an array that ends where its last row's dim elements do, an
+   inaccessible page right after: K read in place (aligned rows) equals K from the same states
+   packed, and nothing reads the missing padding (a fault otherwise). */
+static void guarded_states(qk_ctx *ctx, qk_state_type type, int64_t dim, int64_t pad, int64_t na, int64_t nb)
+{
+    const int es = type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8, real = type == QK_STATE_F64 || type == QK_STATE_F32;
+    const int64_t ld = dim + pad, cols = nb ? nb : na;
+    const size_t bytes_a = (size_t)((na - 1) * ld + dim) * (size_t)es, bytes_b = nb ? (size_t)((nb - 1) * ld + dim) * (size_t)es : 0;
+    qk_test_guard ha = {NULL, 0}, hb = {NULL, 0};
+    char *ga = (char *)qk_test_guarded(bytes_a, &ha), *gb = nb ? (char *)qk_test_guarded(bytes_b, &hb) : NULL;
+    double *a = rand_states(na, dim, real), *b = nb ? rand_states(nb, dim, real) : NULL;
+    double *K = (double *)malloc(sizeof(double) * (size_t)(na * cols)), *Kp = (double *)malloc(sizeof(double) * (size_t)(na * cols));
+    qk_states_desc st;
+    qk_gram_desc g = host_desc(K, cols), gp = host_desc(Kp, cols);
+    int64_t i, k;
+    for (i = 0; i < na + nb; i++)
+        for (k = 0; k < dim; k++) {
+            const double *v = i < na ? a + 2 * (i * dim + k) : b + 2 * ((i - na) * dim + k);
+            char *e = i < na ? ga + (size_t)(i * ld + k) * (size_t)es : gb + (size_t)((i - na) * ld + k) * (size_t)es;
+            const float f[2] = {(float)v[0], (float)v[1]};
+            memcpy(e, type == QK_STATE_C64 || type == QK_STATE_F32 ? (const void *)f : (const void *)v, (size_t)es);
+        }
+    memset(&st, 0, sizeof st);
+    st.type = type; st.dim = dim; st.a = ga; st.n_a = na; st.lda = ld; st.b = gb; st.n_b = nb; st.ldb = ld;
+    for (i = 0; i < na * cols; i++) K[i] = Kp[i] = NAN;
+    CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "guarded type %d dim %lld: %s", (int)type, (long long)dim, qk_last_error());
+    /* the same rows packed (ld = dim): the reference */
+    st.lda = st.ldb = dim;
+    {
+        char *pa = (char *)malloc((size_t)(na * dim) * (size_t)es), *pb = nb ? (char *)malloc((size_t)(nb * dim) * (size_t)es) : NULL;
+        for (i = 0; i < na; i++) memcpy(pa + (size_t)(i * dim) * (size_t)es, ga + (size_t)(i * ld) * (size_t)es, (size_t)(dim * es));
+        for (i = 0; i < nb; i++) memcpy(pb + (size_t)(i * dim) * (size_t)es, gb + (size_t)(i * ld) * (size_t)es, (size_t)(dim * es));
+        st.a = pa; st.b = pb;
+        CHECK(qk_gram_states(ctx, &st, &gp) == QK_OK, "packed type %d dim %lld: %s", (int)type, (long long)dim, qk_last_error());
+        free(pa); free(pb);
+    }
+    CHECK(qk_test_max_diff(K, Kp, na * cols) == 0.0, "guarded type %d dim %lld ld %lld: |K - K_packed| = %.3g", (int)type, (long long)dim,
+          (long long)ld, qk_test_max_diff(K, Kp, na * cols));
+    free(a); free(b); free(K); free(Kp);
+    qk_test_guarded_free(&ha);
+    qk_test_guarded_free(&hb);
+}
+
 int main(void)
 {
     qk_ctx *ctx = qk_test_cpu_ctx(2);
@@ -578,6 +624,9 @@ int main(void)
     typed_states(ctx, QK_STATE_F64, 200, 50, 0, 0, 0);
     typed_states(ctx, QK_STATE_F32, 7, 64, 0, 0, 0);       /* 28-byte rows: packed to whole doubles */
     typed_states(ctx, QK_STATE_F32, 128, 30, 20, 1, 1);
+    guarded_states(ctx, QK_STATE_C128, 37, 5, 70, 0);
+    guarded_states(ctx, QK_STATE_F64, 100, 28, 40, 33);
+    guarded_states(ctx, QK_STATE_C64, 64, 6, 50, 0);
     provider_cases(ctx);
     mixed_cases(ctx);
     validation(ctx);

@@ -582,22 +582,27 @@ static int prov_fn(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
    state tiles, each slab's rows, then for every column tile of the slab (from the slab's own rows
    on where K(A,A) is mirrored on the device: K there whole, or device output) its rows, except
    the tile that starts at the slab's first row and fits in it. */
-static void expected_rows(const qk_plan &p, int64_t out[2])
+static void expected_rows(const qk_plan &p, int64_t out[2], int64_t *copies = nullptr)
 {
     const int64_t nx = p.n_x, ny = p.n_y;
+    int64_t nc = 0;
     out[0] = out[1] = 0;
-    if (p.bulk_states) { out[0] = nx; if (!p.symmetric) out[1] = ny; return; }
+    if (copies) *copies = 0;
+    if (p.bulk_states) { out[0] = nx; if (!p.symmetric) out[1] = ny; if (copies) *copies = p.symmetric ? 1 : 2; return; }
     const int64_t R = p.state_tile, slab = std::min<int64_t>(p.tile_m, R);
     for (int64_t i0 = 0; i0 < nx; i0 += slab) {
         const int64_t m = std::min(slab, nx - i0);
         out[0] += m;
+        nc++;
         const bool mirror = p.symmetric && (p.output == QK_OUTPUT_DEVICE || p.k_resident);
         for (int64_t j0 = mirror ? i0 : 0; j0 < ny; j0 += R) {
             const int64_t nn = std::min(R, ny - j0);
             if (p.symmetric && j0 == i0 && nn <= m) continue;
             out[p.symmetric ? 0 : 1] += nn;
+            nc++;
         }
     }
+    if (copies) *copies = nc;
 }
 
 static void streamed_cases(qk_ctx *cpu)
@@ -632,15 +637,17 @@ static void streamed_cases(qk_ctx *cpu)
                 CHECK(ok && max_diff(Kb, Kg) <= 1e-13, "type %d %s: tiles vs bulk %.3g", (int)c.t, what, max_diff(Kb, Kg));
                 /* the bytes copied in: the rows the plan implies, each a stored row (the caller's
                    ld when whole doubles, else packed to whole doubles) */
-                int64_t rows[2];
-                expected_rows(plan, rows);
+                int64_t rows[2], copies = 0;
+                expected_rows(plan, rows, &copies);
                 const int es = esize(c.t);
                 const double rowb = (double)((c.dim + c.pad) * es % 8 == 0 ? (c.dim + c.pad) * es : (c.dim * es + 7) / 8 * 8);
+                /* each copy's last row without the padding past its elements */
+                const double want = (double)(rows[0] + rows[1]) * rowb - (double)copies * (rowb - (double)(c.dim * es));
                 const qk_cuda_stats cs = qk_ctx_cuda_stats(gpu);
-                CHECK(cs.copyin_bytes == (double)(rows[0] + rows[1]) * rowb && cs.n_streams == 3 && cs.busy_ms[2] > 0 && cs.busy_ms[0] > 0 &&
+                CHECK(cs.copyin_bytes == want && cs.n_streams == 3 && cs.busy_ms[2] > 0 && cs.busy_ms[0] > 0 &&
                           cs.busy_ms[2] <= cs.wall_ms * 1.001,
                       "type %d %s: %.0f bytes copied in (%d streams, copy-in busy %.3f ms), the plan implies %.0f", (int)c.t, what,
-                      cs.copyin_bytes, cs.n_streams, cs.busy_ms[2], (double)(rows[0] + rows[1]) * rowb);
+                      cs.copyin_bytes, cs.n_streams, cs.busy_ms[2], want);
             }
         }
         CHECK(!qk_cuda_host_pinned(a.data()), "type %d %s: the caller's states are left page-locked after the call", (int)c.t, what);
@@ -972,6 +979,45 @@ static void bench_stream(int q, int64_t n, double keep_gb, int64_t n_dev)
     cudaFree(blocker);
 }
 
+/* Host rows ld = dim + pad apart in an array that ends where its last row's elements do, an
+   inaccessible page after it: all resident and in streamed tiles, the GPU's K equals the CPU
+   engine's on the same rows (a copy of whole rows would read past the end and fault). */
+static void guarded_cases(qk_ctx *cpu)
+{
+    qk_ctx *big = qk_test_ctx(QK_DEVICE_CUDA, 0), *small = budget_ctx(24e6);
+    struct C { qk_state_type t; int64_t dim, pad, na, nb; } cases[] = {
+        {QK_STATE_C128, 1000, 24, 700, 0}, {QK_STATE_C128, 1024, 6, 650, 300}, {QK_STATE_F64, 2048, 8, 700, 0}, {QK_STATE_C64, 37, 5, 90, 61},
+    };
+    for (const C &c : cases) {
+        const int es = esize(c.t);
+        const int64_t ld = c.dim + c.pad;
+        std::vector<char> a = rand_states(c.na, c.dim, ld, c.t), b = c.nb ? rand_states(c.nb, c.dim, ld, c.t) : std::vector<char>();
+        const size_t ba = (size_t)((c.na - 1) * ld + c.dim) * (size_t)es, bb = c.nb ? (size_t)((c.nb - 1) * ld + c.dim) * (size_t)es : 0;
+        qk_test_guard ha = {nullptr, 0}, hb = {nullptr, 0};
+        char *ga = (char *)qk_test_guarded(ba, &ha), *gb = c.nb ? (char *)qk_test_guarded(bb, &hb) : nullptr;
+        memcpy(ga, a.data(), ba);
+        if (c.nb) memcpy(gb, b.data(), bb);
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = c.t; st.dim = c.dim; st.a = ga; st.n_a = c.na; st.lda = ld;
+        if (c.nb) { st.b = gb; st.n_b = c.nb; st.ldb = ld; }
+        std::vector<double> Kc, Kg;
+        if (!gram_states(cpu, st, QK_PRECISION_FP64, HOST, Kc)) { CHECK(false, "cpu reference failed"); continue; }
+        for (qk_ctx *ctx : {big, small}) {
+            qk_plan plan;
+            bool ok = gram_states(ctx, st, QK_PRECISION_FP64, HOST, Kg, &plan);
+            double e = ok ? max_diff(Kc, Kg) : INFINITY;
+            CHECK(e <= 1e-12, "guarded type %d dim %lld ld %lld %s (%s): |gpu - cpu| = %.3g", (int)c.t, (long long)c.dim, (long long)ld,
+                  c.nb ? "K(A,B)" : "K(A,A)", plan.bulk_states ? "resident" : "tiles", e);
+            if (ctx == small && c.dim >= 1000) CHECK(ok && !plan.bulk_states, "guarded type %d dim %lld: the small budget streams tiles", (int)c.t, (long long)c.dim);
+        }
+        qk_test_guarded_free(&ha);
+        qk_test_guarded_free(&hb);
+    }
+    qk_ctx_destroy(small);
+    qk_ctx_destroy(big);
+}
+
 int main(int argc, char **argv)
 {
     int n_dev = 0;
@@ -999,6 +1045,7 @@ int main(int argc, char **argv)
     mixed_host_cases(cpu, gpu);
     mixed_device_cases(cpu, gpu);
     streamed_cases(cpu);
+    guarded_cases(cpu);
     if (!only_stream) beyond_memory_case();
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
