@@ -799,7 +799,12 @@ static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
 {
     size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
     QK_CK(cudaMalloc((void **)d, bytes));
-    if (!v.empty()) QK_CK(cudaMemcpy(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice));
+    if (!v.empty()) {
+        /* landed before any stream reads it: the legacy stream's cudaMemcpy does not order the
+           engine's non-blocking streams, and from pageable memory it may return before its DMA */
+        QK_CK(cudaMemcpyAsync(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, 0));
+        QK_CK(cudaStreamSynchronize(0));
+    }
     return QK_OK;
 }
 
@@ -5167,7 +5172,10 @@ struct qk__mps_res {
     }
 };
 
-/* Uploads n samples of packed doubles as T2 (fp32: converted on the host in chunks). */
+/* Uploads n samples of packed doubles as T2 (fp32: converted on the host in chunks), on st, the
+   stream whose kernels read them, and waited for: a plain cudaMemcpy runs on the legacy stream,
+   which does not order the job's non-blocking streams, and from pageable memory it may return
+   before its DMA has landed (the kernels then read a half-written slab). */
 template <typename T>
 static qk_result qk__mps_upload(qk__mps_res &R, int role, const double *src, size_t values, void **dst, cudaStream_t st, qk__err *E)
 {
@@ -5182,7 +5190,8 @@ static qk_result qk__mps_upload(qk__mps_res &R, int role, const double *src, siz
     for (size_t o = 0; o < values; o += chunk) {
         const size_t m = std::min(chunk, values - o);
         for (size_t k = 0; k < m; ++k) buf[k] = (float)src[o + k];
-        QK_CK(cudaMemcpy((float *)*dst + o, buf.data(), m * sizeof(float), cudaMemcpyHostToDevice));
+        QK_CK(cudaMemcpyAsync((float *)*dst + o, buf.data(), m * sizeof(float), cudaMemcpyHostToDevice, st));
+        QK_CK(cudaStreamSynchronize(st));   /* buf is refilled next */
     }
     return QK_OK;
 }

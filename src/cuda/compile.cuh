@@ -277,7 +277,12 @@ static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
 {
     size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
     QK_CK(cudaMalloc((void **)d, bytes));
-    if (!v.empty()) QK_CK(cudaMemcpy(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice));
+    if (!v.empty()) {
+        /* landed before any stream reads it: the legacy stream's cudaMemcpy does not order the
+           engine's non-blocking streams, and from pageable memory it may return before its DMA */
+        QK_CK(cudaMemcpyAsync(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, 0));
+        QK_CK(cudaStreamSynchronize(0));
+    }
     return QK_OK;
 }
 

@@ -792,9 +792,30 @@ static void beyond_memory_case()
         bool okp = gram_states(gpu, sp, QK_PRECISION_FP64, HOST, Kp, &pp);
         int64_t want[2];
         expected_rows(pp, want);
-        CHECK(okp && memcmp(K.data(), Kp.data(), K.size() * 8) == 0 && P.rows[0] == want[0],
-              "beyond memory, provider: %s, rows %lld (the plan implies %lld)", okp ? "K differs" : qk_last_error(), (long long)P.rows[0],
-              (long long)want[0]);
+        /* bit for bit on the same plan; where the device's free memory changed between the two
+           calls (other processes on the GPU) the tiles differ, and so do cuBLAS's shapes: then
+           to rounding */
+        const bool same_plan = pp.state_tile == plan.state_tile && pp.tile_m == plan.tile_m;
+        const bool same_k = okp && (same_plan ? memcmp(K.data(), Kp.data(), K.size() * 8) == 0 : max_diff(K, Kp) <= 1e-15);
+        CHECK(same_k && P.rows[0] == want[0], "beyond memory, provider: %s, rows %lld (the plan implies %lld)", okp ? "K differs" : qk_last_error(),
+              (long long)P.rows[0], (long long)want[0]);
+        if (okp && !same_k) {
+            /* where they differ, and which one the definition agrees with */
+            int64_t nd = 0, fi = -1;
+            double md = 0;
+            for (size_t e = 0; e < K.size(); ++e)
+                if (memcmp(&K[e], &Kp[e], 8) != 0) { nd++; if (fi < 0) fi = (int64_t)e; md = std::max(md, fabs(K[e] - Kp[e])); }
+            const int64_t i = fi / n, j = fi % n;
+            double re = 0, im = 0;
+            for (int64_t k = 0; k < dim; ++k) {
+                const double ar = s[2 * (i * dim + k)], ai = s[2 * (i * dim + k) + 1], br = s[2 * (j * dim + k)], bi = s[2 * (j * dim + k) + 1];
+                re += ar * br + ai * bi;
+                im += ar * bi - ai * br;
+            }
+            printf("  %lld entries differ (max %.3g); first K[%lld][%lld]: host %.17g provider %.17g definition %.17g; plans tile %lld/%lld slab %lld/%lld\n",
+                   (long long)nd, md, (long long)i, (long long)j, K[(size_t)fi], Kp[(size_t)fi], re * re + im * im, (long long)plan.state_tile,
+                   (long long)pp.state_tile, (long long)plan.tile_m, (long long)pp.tile_m);
+        }
         printf("beyond memory: %lld states of %.3g GB, %.3g GB free; state tile %lld, %lld rows asked (%.2f per state)\n", (long long)n,
                a.size() * 1e-9, free_b * 1e-9, (long long)plan.state_tile, (long long)P.rows[0], (double)P.rows[0] / (double)n);
     }
