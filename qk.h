@@ -632,8 +632,9 @@ typedef struct qk_states_desc {
     int64_t n_a, lda;
     const void *b;          /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
     int64_t n_b, ldb;
-    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine):
-                               read in place, never copied to the host */
+    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine)
+                               on its first GPU: read in place there, never copied to the host;
+                               its other GPUs copy their parts' rows in from it (docs/states.md) */
     int normalize;          /* 0 (default): each state's norm is checked, |<a|a> - 1| <= norm_tol,
                                an error naming the row otherwise; 1: each state is scaled to norm 1
                                (a zero state is an error) */
@@ -1221,6 +1222,11 @@ enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
    [Re rho | Im rho] (2 dim^2 values; real types: Re rho alone), whose real Gram is
    Tr(rho_i rho_j) for Hermitian rho; the plan's linear flag keeps it unsquared. */
 enum { QK__STATE_MIXED = 8 };
+/* Device states read by a GPU other than the one they live on (several GPUs, qk__mgpu_run: the
+   parts of every GPU but the first): the part's map has QK__STATE_PEER in place of
+   QK__STATE_DEVICE, and the engine treats the rows as streamed host states, copied in by tile
+   from the first GPU's memory (cudaMemcpyDefault: peer to peer where the GPUs allow it). */
+enum { QK__STATE_PEER = 16 };
 static QK__HD inline int qk__state_esize(int type)
 {
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
@@ -1438,7 +1444,8 @@ typedef struct qk_cuda_stats {
     double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
-    double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
+    double copyin_bytes;        /* given host states copied in by tile or from a provider, or
+                                   device states from the first GPU (several GPUs) (stream 2,
                                    busy_ms[2]: the copy-in stream); a tile's last row without
                                    the padding of the caller's ld past its elements */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
@@ -1561,6 +1568,11 @@ QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
    (plan.devices[k]) finished its share, k < the returned count (plan.n_devices; 0 when it ran
    on the CPU engine); at most max values are written. The load balance is max / mean. */
 QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max);
+/* Per GPU of the last qk_gram on ctx: stats[k] the figures of GPU k (plan.devices[k]), those of
+   its last part, with copyin_bytes summed over all its parts (device states on several GPUs:
+   the rows GPU k copied from the first GPU's memory; 0 on the first, which reads them in
+   place). Returns the count as qk_ctx_device_seconds does; at most max are written. */
+QKDEF int qk_ctx_device_stats(const qk_ctx *ctx, qk_cuda_stats *stats, int max);
 /* Makes ordinal the calling thread's current CUDA device (cudaSetDevice); the GPU engine runs
    on the current device. */
 QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size);
@@ -2335,6 +2347,7 @@ QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, in
 QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp);
 QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name);
 QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan);
+QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp, qk_op *op);
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                         const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA
@@ -2362,6 +2375,7 @@ struct qk_ctx {
 #endif
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
+    qk_cuda_stats dev_stats[QK_MAX_DEVICES];   /* several GPUs: each one's (qk_ctx_device_stats) */
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
 };
 
@@ -10168,6 +10182,8 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     for (k = 0; k < use; k++) {
         int64_t part[2][3];
         const int np = qk__mgpu_parts(out, k, part);
+        qk_map pm;
+        qk_op pop;
         int i;
         for (i = 0; i < np; i++) {
             qk_plan_part *pp = &out->parts[out->n_parts];
@@ -10182,7 +10198,7 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
             pp->col0 = part[i][0];
             pp->n_cols = part[i][1] - part[i][0];
             qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
-            r = qk__plan_for_device(&infos[k], vram_fraction, map, &sd, &sp, NULL);
+            r = qk__plan_for_device(&infos[k], vram_fraction, qk__map_for_device(map, k, &pm, &pop), &sd, &sp, NULL);
             if (r == QK_OK) qk__plan_one_device(&sp, 0);
             if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
             if (r != QK_OK) {
@@ -10202,6 +10218,21 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
     return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
+/* The map GPU k of a plan of several devices plans and runs its parts with: the map itself, but
+   for device states (QK__STATE_DEVICE, which live on the first GPU) on any other GPU, a copy
+   (*tmp, its op *op) marked QK__STATE_PEER instead: that GPU copies the rows in from the first
+   GPU's memory by tile as it would host states (and the planner counts the raw rows' buffer),
+   where the first GPU reads them in place. */
+QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp, qk_op *op)
+{
+    if (k == 0 || !qk__map_is_states(map) || !(map->ops[0].q1 & QK__STATE_DEVICE)) return map;
+    *tmp = *map;
+    *op = map->ops[0];
+    op->q1 = (op->q1 & ~QK__STATE_DEVICE) | QK__STATE_PEER;
+    tmp->ops = op;
+    return tmp;
 }
 
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
@@ -10626,6 +10657,14 @@ QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max)
     int k;
     if (!ctx) return 0;
     for (k = 0; seconds && k < ctx->n_dev_last && k < max; k++) seconds[k] = ctx->dev_seconds[k];
+    return ctx->n_dev_last;
+}
+
+QKDEF int qk_ctx_device_stats(const qk_ctx *ctx, qk_cuda_stats *stats, int max)
+{
+    int k;
+    if (!ctx) return 0;
+    for (k = 0; stats && k < ctx->n_dev_last && k < max; k++) stats[k] = ctx->n_dev_last == 1 ? ctx->cuda_stats : ctx->dev_stats[k];
     return ctx->n_dev_last;
 }
 
@@ -11237,7 +11276,7 @@ typedef struct qk__mgpu_dev {
     int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
     int diag, mirror;
     int64_t last;               /* the part's progress reported so far */
-    qk_cuda_stats stats;
+    qk_cuda_stats stats;        /* its last part's, copyin_bytes summed over its parts */
     double seconds;
 } qk__mgpu_dev;
 
@@ -11400,6 +11439,11 @@ static void *qk__mgpu_main(void *p)
     int i, n_parts = 0, done = 0;
     char err[512] = "", nm[32];
     qk_result r;
+    qk_map pm;
+    qk_op pop;
+    /* device states: read in place on the first GPU, copied in from it on the others */
+    const qk_map *map = qk__map_for_device(g->map, v->k, &pm, &pop);
+    double copyin = 0.0;
     for (i = 0; i < plan->n_parts; i++) n_parts += plan->parts[i].device == v->k;
     snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
     QK_PROF_THREAD_NAME(nm);
@@ -11471,7 +11515,11 @@ static void *qk__mgpu_main(void *p)
         v->mirror = pp->mirror;
         v->last = 0;
         err[0] = 0;
-        r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
+        r = qk_cuda_gram(&sp, map, &sd, &io, err, sizeof err);
+        if (r == QK_OK) {
+            copyin += v->stats.copyin_bytes;
+            v->stats.copyin_bytes = copyin;
+        }
         if (r == QK_OK && desc->output == QK_OUTPUT_HOST && v->mirror) r = qk__mgpu_mirror_host(v);
         if (r != QK_OK) {
             if (!err[0]) snprintf(err, sizeof err, "%s", qk__errbuf);
@@ -11545,7 +11593,10 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
-    for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
+    for (k = 0; k < n; k++) {
+        ctx->dev_seconds[k] = v[k].seconds;
+        ctx->dev_stats[k] = v[k].stats;
+    }
     {   /* later calls on this thread run on the context's first GPU, as with one */
         char e2[64];
         (void)qk_cuda_set_device(plan->devices[0], e2, sizeof e2);
@@ -11894,15 +11945,20 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     }
 #if defined(QK_CUDA) && QK_CUDA
     if (sm.in.on_device) {
-        /* checked on the device; one GPU (the context's first, where the states must live) */
+        /* checked on the device, once: on the context's first GPU, where the states must live.
+           Several GPUs split the job as for host states (the first reads the rows in place, the
+           others copy them in from it: qk__map_for_device), except for device output into one
+           buffer (desc->out without out_devices), which one GPU fills as before. */
         char err[256] = "";
         qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
         if (r != QK_OK) return qk__fail(r, "%s: %s", fn, err);
         r = qk__states_check_device(&sm, sm.in.a, sm.in.n_a, sm.map.n_features, 0);
         if (r == QK_OK && sm.in.b) r = qk__states_check_device(&sm, sm.in.b, sm.in.n_b, sm.map.n_features, 1);
         if (r != QK_OK) return r;
-        g.mgpu_min_pairs = INT64_MAX;
-        g.mgpu_host_bound_split = -1;
+        if (desc->output == QK_OUTPUT_DEVICE && !desc->out_devices) {
+            g.mgpu_min_pairs = INT64_MAX;
+            g.mgpu_host_bound_split = -1;
+        }
     }
 #endif
     if (!g.y) g.n_y = 0;
@@ -13530,7 +13586,7 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, int64_t di, int64_t nx, int64_t dj
         g.x = X + di * d;
         g.y = ny ? Y + dj * d : NULL;
     }
-    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* as qk_gram_states: one GPU */
+    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* one GPU per rank (qk_gram_mpi_states, qk__smap_make) */
         g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
         g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
     }
@@ -13987,6 +14043,8 @@ QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, co
     if (r == QK_OK && sm.in.on_device) {
         dev = 1;
         r = qk__mpi_device_hash(ctx, &sm, dh);
+        g.mgpu_min_pairs = INT64_MAX;   /* one GPU per rank (its first, where its states live) */
+        g.mgpu_host_bound_split = -1;
     }
 #endif
     r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm, dev ? dh : NULL);

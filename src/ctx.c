@@ -139,6 +139,14 @@ QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max)
     return ctx->n_dev_last;
 }
 
+QKDEF int qk_ctx_device_stats(const qk_ctx *ctx, qk_cuda_stats *stats, int max)
+{
+    int k;
+    if (!ctx) return 0;
+    for (k = 0; stats && k < ctx->n_dev_last && k < max; k++) stats[k] = ctx->n_dev_last == 1 ? ctx->cuda_stats : ctx->dev_stats[k];
+    return ctx->n_dev_last;
+}
+
 QKDEF qk_ctx_desc qk_ctx_query(const qk_ctx *ctx)
 {
     qk_ctx_desc d;

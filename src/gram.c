@@ -338,15 +338,20 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     }
 #if defined(QK_CUDA) && QK_CUDA
     if (sm.in.on_device) {
-        /* checked on the device; one GPU (the context's first, where the states must live) */
+        /* checked on the device, once: on the context's first GPU, where the states must live.
+           Several GPUs split the job as for host states (the first reads the rows in place, the
+           others copy them in from it: qk__map_for_device), except for device output into one
+           buffer (desc->out without out_devices), which one GPU fills as before. */
         char err[256] = "";
         qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
         if (r != QK_OK) return qk__fail(r, "%s: %s", fn, err);
         r = qk__states_check_device(&sm, sm.in.a, sm.in.n_a, sm.map.n_features, 0);
         if (r == QK_OK && sm.in.b) r = qk__states_check_device(&sm, sm.in.b, sm.in.n_b, sm.map.n_features, 1);
         if (r != QK_OK) return r;
-        g.mgpu_min_pairs = INT64_MAX;
-        g.mgpu_host_bound_split = -1;
+        if (desc->output == QK_OUTPUT_DEVICE && !desc->out_devices) {
+            g.mgpu_min_pairs = INT64_MAX;
+            g.mgpu_host_bound_split = -1;
+        }
     }
 #endif
     if (!g.y) g.n_y = 0;

@@ -658,6 +658,8 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     for (k = 0; k < use; k++) {
         int64_t part[2][3];
         const int np = qk__mgpu_parts(out, k, part);
+        qk_map pm;
+        qk_op pop;
         int i;
         for (i = 0; i < np; i++) {
             qk_plan_part *pp = &out->parts[out->n_parts];
@@ -672,7 +674,7 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
             pp->col0 = part[i][0];
             pp->n_cols = part[i][1] - part[i][0];
             qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
-            r = qk__plan_for_device(&infos[k], vram_fraction, map, &sd, &sp, NULL);
+            r = qk__plan_for_device(&infos[k], vram_fraction, qk__map_for_device(map, k, &pm, &pop), &sd, &sp, NULL);
             if (r == QK_OK) qk__plan_one_device(&sp, 0);
             if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
             if (r != QK_OK) {
@@ -692,6 +694,21 @@ QKDEF qk_result qk_plan_for_devices(const qk_device_info *infos, const int *ordi
                                     const qk_map *map, const qk_gram_desc *desc, qk_plan *out)
 {
     return qk__plan_for_devices(infos, ordinals, n, vram_fraction, map, desc, out, NULL);
+}
+
+/* The map GPU k of a plan of several devices plans and runs its parts with: the map itself, but
+   for device states (QK__STATE_DEVICE, which live on the first GPU) on any other GPU, a copy
+   (*tmp, its op *op) marked QK__STATE_PEER instead: that GPU copies the rows in from the first
+   GPU's memory by tile as it would host states (and the planner counts the raw rows' buffer),
+   where the first GPU reads them in place. */
+QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp, qk_op *op)
+{
+    if (k == 0 || !qk__map_is_states(map) || !(map->ops[0].q1 & QK__STATE_DEVICE)) return map;
+    *tmp = *map;
+    *op = map->ops[0];
+    op->q1 = (op->q1 & ~QK__STATE_DEVICE) | QK__STATE_PEER;
+    tmp->ops = op;
+    return tmp;
 }
 
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and

@@ -426,8 +426,9 @@ typedef struct qk_states_desc {
     int64_t n_a, lda;
     const void *b;          /* NULL: K(A,A), symmetric (computed once per pair, mirrored) */
     int64_t n_b, ldb;
-    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine):
-                               read in place, never copied to the host */
+    int on_device;          /* 1: a and b are CUDA device pointers (a context on the GPU engine)
+                               on its first GPU: read in place there, never copied to the host;
+                               its other GPUs copy their parts' rows in from it (docs/states.md) */
     int normalize;          /* 0 (default): each state's norm is checked, |<a|a> - 1| <= norm_tol,
                                an error naming the row otherwise; 1: each state is scaled to norm 1
                                (a zero state is an error) */

@@ -82,6 +82,11 @@ enum { QK__STATE_NORMALIZE = 1, QK__STATE_PROVIDER = 2, QK__STATE_DEVICE = 4 };
    [Re rho | Im rho] (2 dim^2 values; real types: Re rho alone), whose real Gram is
    Tr(rho_i rho_j) for Hermitian rho; the plan's linear flag keeps it unsquared. */
 enum { QK__STATE_MIXED = 8 };
+/* Device states read by a GPU other than the one they live on (several GPUs, qk__mgpu_run: the
+   parts of every GPU but the first): the part's map has QK__STATE_PEER in place of
+   QK__STATE_DEVICE, and the engine treats the rows as streamed host states, copied in by tile
+   from the first GPU's memory (cudaMemcpyDefault: peer to peer where the GPUs allow it). */
+enum { QK__STATE_PEER = 16 };
 static QK__HD inline int qk__state_esize(int type)
 {
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
@@ -299,7 +304,8 @@ typedef struct qk_cuda_stats {
     double gram_ms;             /* first slab's start to the last slab's end (compute stream) */
     double output_ms;           /* first slab's start to the last D2H's end (= gram_ms on device) */
     double deliver_ms;          /* host time in the rows callback (copy-out, file writes) */
-    double copyin_bytes;        /* given host states copied in by tile or from a provider (stream 2,
+    double copyin_bytes;        /* given host states copied in by tile or from a provider, or
+                                   device states from the first GPU (several GPUs) (stream 2,
                                    busy_ms[2]: the copy-in stream); a tile's last row without
                                    the padding of the caller's ld past its elements */
     int n_shrinks;              /* times the device ran out of memory and the job restarted on the
@@ -422,6 +428,11 @@ QKDEF qk_cuda_stats qk_ctx_cuda_stats(const qk_ctx *ctx);
    (plan.devices[k]) finished its share, k < the returned count (plan.n_devices; 0 when it ran
    on the CPU engine); at most max values are written. The load balance is max / mean. */
 QKDEF int qk_ctx_device_seconds(const qk_ctx *ctx, double *seconds, int max);
+/* Per GPU of the last qk_gram on ctx: stats[k] the figures of GPU k (plan.devices[k]), those of
+   its last part, with copyin_bytes summed over all its parts (device states on several GPUs:
+   the rows GPU k copied from the first GPU's memory; 0 on the first, which reads them in
+   place). Returns the count as qk_ctx_device_seconds does; at most max are written. */
+QKDEF int qk_ctx_device_stats(const qk_ctx *ctx, qk_cuda_stats *stats, int max);
 /* Makes ordinal the calling thread's current CUDA device (cudaSetDevice); the GPU engine runs
    on the current device. */
 QK_CUDA_DEF qk_result qk_cuda_set_device(int ordinal, char *err, size_t err_size);

@@ -660,6 +660,7 @@ QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, in
 QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_name, qk_plan *sp);
 QK__PRIV qk_result qk__plan_part_set(qk_plan *plan, int i, const qk_plan *sp, const char *device_name);
 QK__PRIV qk_result qk__mgpu_check_parts(const qk_plan *plan);
+QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp, qk_op *op);
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
                                         const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #if defined(QK_CUDA) && QK_CUDA
@@ -687,6 +688,7 @@ struct qk_ctx {
 #endif
     int n_dev_last;             /* GPUs of the last qk_gram, and when each finished (seconds) */
     double dev_seconds[QK_MAX_DEVICES];
+    qk_cuda_stats dev_stats[QK_MAX_DEVICES];   /* several GPUs: each one's (qk_ctx_device_stats) */
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
 };
 

@@ -334,7 +334,7 @@ typedef struct qk__mgpu_dev {
     int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
     int diag, mirror;
     int64_t last;               /* the part's progress reported so far */
-    qk_cuda_stats stats;
+    qk_cuda_stats stats;        /* its last part's, copyin_bytes summed over its parts */
     double seconds;
 } qk__mgpu_dev;
 
@@ -497,6 +497,11 @@ static void *qk__mgpu_main(void *p)
     int i, n_parts = 0, done = 0;
     char err[512] = "", nm[32];
     qk_result r;
+    qk_map pm;
+    qk_op pop;
+    /* device states: read in place on the first GPU, copied in from it on the others */
+    const qk_map *map = qk__map_for_device(g->map, v->k, &pm, &pop);
+    double copyin = 0.0;
     for (i = 0; i < plan->n_parts; i++) n_parts += plan->parts[i].device == v->k;
     snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
     QK_PROF_THREAD_NAME(nm);
@@ -568,7 +573,11 @@ static void *qk__mgpu_main(void *p)
         v->mirror = pp->mirror;
         v->last = 0;
         err[0] = 0;
-        r = qk_cuda_gram(&sp, g->map, &sd, &io, err, sizeof err);
+        r = qk_cuda_gram(&sp, map, &sd, &io, err, sizeof err);
+        if (r == QK_OK) {
+            copyin += v->stats.copyin_bytes;
+            v->stats.copyin_bytes = copyin;
+        }
         if (r == QK_OK && desc->output == QK_OUTPUT_HOST && v->mirror) r = qk__mgpu_mirror_host(v);
         if (r != QK_OK) {
             if (!err[0]) snprintf(err, sizeof err, "%s", qk__errbuf);
@@ -642,7 +651,10 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     qk__mutex_destroy(&g.mu);
     ctx->cuda_stats = v[0].stats;
     ctx->n_dev_last = n;
-    for (k = 0; k < n; k++) ctx->dev_seconds[k] = v[k].seconds;
+    for (k = 0; k < n; k++) {
+        ctx->dev_seconds[k] = v[k].seconds;
+        ctx->dev_stats[k] = v[k].stats;
+    }
     {   /* later calls on this thread run on the context's first GPU, as with one */
         char e2[64];
         (void)qk_cuda_set_device(plan->devices[0], e2, sizeof e2);

@@ -192,3 +192,17 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
 #define QK_LAUNCH_CK(kernel) do { cudaError_t c_ = cudaGetLastError(); if (c_ != cudaSuccess) return qk__cuda_fail(E, c_, "launch of " kernel, __LINE__); } while (0)
 #define QK_TRY(expr) do { qk_result r_ = (expr); if (r_ != QK_OK) return r_; } while (0)
 
+/* Lets the current GPU read p's GPU directly (cudaDeviceEnablePeerAccess) where the two can, so
+   that copies from p (cudaMemcpyDefault) go peer to peer; enabled once per pair and process
+   (cudaErrorPeerAccessAlreadyEnabled after that). Never fails: without peer access the same
+   copies go through host memory. */
+static void qk__peer_access(const void *p)
+{
+    cudaPointerAttributes at;
+    int cur = -1, can = 0;
+    if (cudaGetDevice(&cur) == cudaSuccess && cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice &&
+        at.device != cur && cudaDeviceCanAccessPeer(&can, cur, at.device) == cudaSuccess && can)
+        (void)cudaDeviceEnablePeerAccess(at.device, 0);
+    cudaGetLastError();   /* AlreadyEnabled, or any other refusal: cleared */
+}
+

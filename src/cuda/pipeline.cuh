@@ -310,6 +310,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     double deliver_ms = 0;
     bool stream_amp = false;             /* pure amplitude map, bulk states: the H2D encoder */
     bool streamed = false;               /* given host states copied in as needed (qk__pipe::upload) */
+    bool peer = false;                   /* ... or device states of another GPU (QK__STATE_PEER) */
     double copyin = 0;                   /* bytes upload copied in */
     size_t rowu = 0;                     /* bytes of a host row the engine reads (span) */
     double enc_ms = 0;
@@ -357,6 +358,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
            state tile, never all of them at once unless the plan holds them all (bulk); a
            provider's rows (J->fetch) always through upload */
         streamed = J->fetch || (qk__map_is_states(map) && !(map->ops[0].q1 & QK__STATE_DEVICE) && !bulk);
+        /* another GPU's device states (QK__STATE_PEER): copied in by upload, bulk or tiles */
+        peer = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_PEER);
+        streamed = streamed || peer;
     }
 
     qk_result alloc()
@@ -390,6 +394,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK__GZ_STREAM_NAME(J, J->hs, "qk copy-in");
             QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
             QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
+            if (peer) qk__peer_access(ds->x);
             QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
             if (bulk && !sym) QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             if (J->fetch) {
@@ -509,7 +514,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         copyin += bytes;
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
-            QK_CK(cudaMemcpyAsync(dev, src, span(cnt), cudaMemcpyHostToDevice, J->hs));
+            QK_CK(cudaMemcpyAsync(dev, src, span(cnt), peer ? cudaMemcpyDefault : cudaMemcpyHostToDevice, J->hs));
         } else {
             for (int64_t c = 0; c < cnt; c += J->fb_rows) {
                 const int64_t k = std::min(J->fb_rows, cnt - c);

@@ -9,7 +9,9 @@
      band's diagonal block and the rectangle right of it, with its mirror; K(X,Y): the band's
      rows), checked element by element on small odd sizes with QK_MGPU_MIN_PAIRS = 1;
    - a job below QK_MGPU_MIN_PAIRS per GPU stays on one GPU; qk_plan_describe names every GPU's
-     rows; bad device lists are refused. */
+     rows; bad device lists are refused;
+   - device states (on the first GPU): its parts planned reading them in place, the other GPU's
+     as host states copied in (the raw rows' buffer counted; a small card's parts in tiles). */
 #define QK_MGPU_MIN_PAIRS 1   /* small K splits too (the default keeps jobs below ~2^25 pairs per GPU on one) */
 #define QK_MGPU_HOST_BOUND_SPLIT 1   /* the whole-rows split is tested (off by default) */
 #define QK_IMPLEMENTATION
@@ -321,6 +323,76 @@ int main(void)
         g.output = QK_OUTPUT_DEVICE;
         CHECK(qk_plan_for_devices(infos, NULL, 2, 0.85, zz8, &g, &p) == QK_OK && p.n_devices == 2 && !p.dev_full_rows,
               "mgpu_host_bound_split -1 keeps K on the devices split (got %d)", p.n_devices);
+    }
+
+    /* device states (qk_gram_states, on_device = 1: they live on the first GPU) on 2 GPUs: the
+       first GPU's parts are planned reading them in place (no raw rows counted), every other GPU's
+       as host states copied in by tile (qk__map_for_device: QK__STATE_PEER), which counts a
+       buffer of raw rows; on a 100 MB second card those parts go in state tiles. The states map is
+       qk__smap_make's of host states with the device flag set (planning reads no row). */
+    {
+        qk_ctx *cpu = NULL;
+        qk_ctx_desc cd;
+        qk_states_desc st;
+        qk__smap sm;
+        qk_gram_desc g0 = gdesc(NULL, 0, NULL, 0, QK_OUTPUT_HOST), g;
+        qk_map hm, pm;
+        qk_op hop, pop;
+        qk_device_info two[2];
+        int c, q;
+        memset(&cd, 0, sizeof cd);
+        cd.device = QK_DEVICE_CPU;
+        memset(&st, 0, sizeof st);
+        st.dim = 4096; st.a = x; st.n_a = 3000; st.b = x; st.n_b = 2001;
+        CHECK(qk_ctx_create(&cd, &cpu) == QK_OK && qk__smap_make(cpu, &st, &g0, "test", &sm, &g) == QK_OK, "states map: %s", qk_last_error());
+        sm.op.q1 |= QK__STATE_DEVICE;
+        hm = sm.map; hop = sm.op; hop.q1 &= ~QK__STATE_DEVICE; hm.ops = &hop;   /* the same rows as host states */
+        CHECK(qk__map_for_device(&sm.map, 0, &pm, &pop) == &sm.map, "device states: the first GPU's map is not the map itself");
+        CHECK(qk__map_for_device(&sm.map, 1, &pm, &pop) == &pm && pm.ops == &pop && (pop.q1 & QK__STATE_PEER) && !(pop.q1 & QK__STATE_DEVICE) &&
+              pop.kind == sm.op.kind && pop.q0 == sm.op.q0 && pm.n_features == sm.map.n_features, "device states: GPU 1's map is not the peer copy");
+        CHECK(qk__map_for_device(&hm, 1, &pm, &pop) == &hm && qk__map_for_device(zz8, 1, &pm, &pop) == zz8, "a map other than device states copied");
+        two[0] = card(132);
+        two[1] = card(132);
+        for (c = 0; c < 4; c++) {
+            const char *what = c == 0 ? "device states K(A,B) host" : c == 1 ? "device states K(A,A) device" : c == 2 ? "device states K(A,A) npy, 100 MB card" : "device states K(A,B) host, 100 MB card";
+            int tiles1 = 0, bulk0 = 1, differ = 0;
+            g.y = c == 1 || c == 2 ? NULL : g.x;
+            g.n_y = g.y ? st.n_b : 0;
+            g.output = c == 1 ? QK_OUTPUT_DEVICE : c == 2 ? QK_OUTPUT_NPY : QK_OUTPUT_HOST;
+            g.out_path = "K.npy";
+            two[1].free_bytes = c >= 2 ? (size_t)1e8 : two[0].free_bytes;
+            CHECK(qk_plan_for_devices(two, NULL, 2, 0.85, &sm.map, &g, &p) == QK_OK, "%s: %s", what, qk_last_error());
+            CHECK(p.n_devices == 2 && p.n_parts >= 2, "%s: %d devices, %d parts", what, p.n_devices, p.n_parts);
+            check_cover(&p, what);
+            for (q = 0; q < p.n_parts; q++) {
+                const qk_plan_part *pp = &p.parts[q];
+                qk_gram_desc sd;
+                qk_plan rd, rh;
+                qk__mgpu_part_desc(&p, pp, sm.map.n_features, &g, &sd);
+                if (qk_plan_for_device(&two[pp->device], 0.85, &sm.map, &sd, &rd) != QK_OK ||
+                    qk_plan_for_device(&two[pp->device], 0.85, &hm, &sd, &rh) != QK_OK) {
+                    CHECK(0, "%s: part %d: %s", what, q, qk_last_error());
+                    continue;
+                }
+                {   /* the first GPU: in place (the device map's plan); the second: the host states' plan */
+                    const qk_plan *want = pp->device == 0 ? &rd : &rh;
+                    CHECK(pp->bulk_states == want->bulk_states && pp->state_tile == want->state_tile && pp->tile_m == want->tile_m &&
+                          pp->bytes_states == want->bytes_states && pp->bytes_total == want->bytes_total && pp->engine == want->engine,
+                          "%s: part %d on GPU %d: states %d/%lld, %zu bytes; want %s's %d/%lld, %zu bytes", what, q, pp->device, pp->bulk_states,
+                          (long long)pp->state_tile, pp->bytes_states, pp->device == 0 ? "in place" : "copied in", want->bulk_states,
+                          (long long)want->state_tile, want->bytes_states);
+                }
+                if (pp->device == 1) {
+                    differ += rd.bytes_states != rh.bytes_states;
+                    tiles1 += !pp->bulk_states;
+                } else bulk0 &= pp->bulk_states;
+            }
+            CHECK(differ > 0, "%s: the raw rows change no part's bytes on GPU 1 (the test would not see them)", what);
+            CHECK(bulk0 && (c >= 2 ? tiles1 > 0 : tiles1 == 0), "%s: states resident on GPU 0 %d, GPU 1's parts in tiles %d", what, bulk0, tiles1);
+            printf("%-44s %d parts, GPU 1 in tiles: %d\n", what, p.n_parts, tiles1);
+        }
+        qk__smap_free(&sm);
+        qk_ctx_destroy(cpu);
     }
 
     /* bad lists */

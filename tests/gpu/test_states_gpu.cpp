@@ -22,7 +22,10 @@
      the all-resident plan, the provider on the GPU (K bit for bit the host states', the rows
      asked for those the plan implies, a failing provider and a bad row named, an existing .npy
      untouched), the caller's states unlocked after the call and page-locked ones left so, and
-     2.1 GB of host states on a GPU with 1.5 GB free ("stream": the mixed and streamed cases alone).
+     2.1 GB of host states on a GPU with 1.5 GB free ("stream": the mixed and streamed cases alone);
+   - device states on GPU 0 with a context of 2 GPUs (skipped, said so, with one): K bitwise the
+     host states' on the same 2 GPUs, within 1e-12 of the CPU and of one GPU, every output, pure
+     and mixed, resident and in tiles; GPU 0 copies nothing, GPU 1 the rows its plans imply.
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
    device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
    keep_gb": host states beyond device memory (bench_stream).
@@ -740,6 +743,204 @@ static void streamed_cases(qk_ctx *cpu)
     qk_ctx_destroy(gpu);
 }
 
+/* ---- device states on several GPUs (one process) ---- */
+
+/* A context on GPUs 0 .. n-1 (the autotuner off), planning with about budget bytes of each GPU's
+   device memory (0: the default fraction). */
+static qk_ctx *gpus_ctx(int n, double budget)
+{
+    static const int ords[2] = {0, 1};
+    qk_ctx_desc cd;
+    qk_ctx *ctx = nullptr;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CUDA;
+    cd.autotune = -1;
+    cd.cuda_devices = ords;
+    cd.n_cuda_devices = n;
+    if (budget > 0) {
+        size_t free_b = 0, total = 0;
+        cudaSetDevice(0);
+        cudaMemGetInfo(&free_b, &total);
+        cd.vram_fraction = std::min(1.0, budget / (double)free_b);
+    }
+    if (qk_ctx_create(&cd, &ctx) != QK_OK) { printf("ctx: %s\n", qk_last_error()); exit(2); }
+    return ctx;
+}
+
+/* K from st on ctx dealt to every GPU of the context (mgpu_min_pairs 1, the host-bound split
+   on), into *plan (n_devices, parts) as qk_plan_states makes it; DEVICE: one buffer per GPU
+   (out_devices, its band's rows), read back into K (K(A,A): columns from the band on, mirrored) */
+static bool gram_states_mgpu(qk_ctx *ctx, const qk_states_desc &st, qk_precision prec, Out out, std::vector<double> &K, qk_plan *plan)
+{
+    const int64_t rows = st.n_a, cols = st.b ? st.n_b : st.n_a;
+    const bool f32 = prec != QK_PRECISION_FP64, sym = !st.b;
+    const size_t es = f32 ? 4 : 8;
+    qk_gram_desc g;
+    memset(&g, 0, sizeof g);
+    g.precision = prec;
+    g.out_dtype = f32 ? QK_F32 : QK_F64;
+    g.mgpu_min_pairs = 1;
+    g.mgpu_host_bound_split = 1;
+    K.assign((size_t)(rows * cols), NAN);
+    std::vector<char> host((size_t)(rows * cols) * es);
+    void *dev[2] = {nullptr, nullptr};
+    Tiles T = {&K, cols, sym, f32};
+    char path[256];
+    snprintf(path, sizeof path, "states_mgpu_%d.npy", (int)getpid());
+    switch (out) {
+    case HOST: g.output = QK_OUTPUT_HOST; g.out = host.data(); memset(host.data(), 0xff, host.size()); break;
+    case DEVICE: g.output = QK_OUTPUT_DEVICE; break;
+    case CALLBACK: g.output = QK_OUTPUT_CALLBACK; g.tile_fn = on_tile; g.tile_user = &T; break;
+    case NPY: g.output = QK_OUTPUT_NPY; g.out_path = path; g.no_sync = 1; break;
+    }
+    if (out == DEVICE) g.out_devices = dev;   /* filled below; the planner does not read them */
+    if (qk_plan_states(ctx, &st, &g, plan) != QK_OK) { printf("  plan: %s\n", qk_last_error()); return false; }
+    if (out == DEVICE)
+        for (int k = 0; k < plan->n_devices && k < 2; ++k) {
+            const size_t b = (size_t)(plan->dev_row0[k + 1] - plan->dev_row0[k]) * (size_t)cols * es;
+            cudaSetDevice(plan->devices[k]);
+            if (cudaMalloc(&dev[k], std::max<size_t>(b, 1)) != cudaSuccess) return false;
+            cudaMemset(dev[k], 0xff, b);   /* NaN */
+        }
+    cudaSetDevice(0);
+    qk_result r = qk_gram_states(ctx, &st, &g);
+    if (r != QK_OK) printf("  qk_gram_states on %d GPUs (%s): %s\n", plan->n_devices, out_name[out], qk_last_error());
+    if (r == QK_OK && out == HOST)
+        for (int64_t i = 0; i < rows * cols; ++i) K[(size_t)i] = f32 ? (double)((const float *)host.data())[i] : ((const double *)host.data())[i];
+    if (r == QK_OK && out == DEVICE)
+        for (int k = 0; k < plan->n_devices && k < 2; ++k) {
+            const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
+            std::vector<char> h((size_t)((b - a) * cols) * es);
+            cudaSetDevice(plan->devices[k]);
+            cudaMemcpy(h.data(), dev[k], h.size(), cudaMemcpyDeviceToHost);
+            for (int64_t i = a; i < b; ++i)
+                for (int64_t j = sym ? i : 0; j < cols; ++j) {
+                    const size_t o = (size_t)((i - a) * cols + j);
+                    const double v = f32 ? (double)((const float *)h.data())[o] : ((const double *)h.data())[o];
+                    K[(size_t)(i * cols + j)] = v;
+                    if (sym) K[(size_t)(j * cols + i)] = v;
+                }
+        }
+    for (int k = 0; k < 2; ++k) if (dev[k]) { cudaSetDevice(plan->devices[k]); cudaFree(dev[k]); }
+    cudaSetDevice(0);
+    if (r == QK_OK && out == NPY && !qk_test_read_k(path, rows, cols, K.data())) return false;
+    return r == QK_OK;
+}
+
+/* The bytes GPU k copies in under a plan of several GPUs: the rows each of its parts' plans
+   implies (expected_rows), a row of row_bytes each, each copy's last row without the padding
+   past its used_bytes (as streamed_cases counts them). */
+static double mgpu_copyin(const qk_plan &p, int k, double row_bytes, double used_bytes)
+{
+    double b = 0;
+    for (int i = 0; i < p.n_parts; ++i) {
+        if (p.parts[i].device != k) continue;
+        qk_plan sp;
+        int64_t rows[2], copies = 0;
+        qk__plan_part_plan(&p, i, nullptr, &sp);
+        expected_rows(sp, rows, &copies);
+        b += (double)(rows[0] + rows[1]) * row_bytes - (double)copies * (row_bytes - used_bytes);
+    }
+    return b;
+}
+
+/* Device states on GPU 0 with a context of GPUs 0 and 1 (docs/states.md, "Several GPUs"): K on 2
+   GPUs bitwise the same states given from the host on the same 2 GPUs (all resident: the same
+   parts and plans; in tiles within 1e-13),
+   within 1e-12 of the CPU engine and of one GPU in fp64 (fp32: the bound); host, device
+   (out_devices), callback and .npy outputs; K(A,A) and K(A,B); pure states and density
+   matrices; all states resident and state tiles (a small budget). GPU 0 copies nothing
+   (qk_ctx_device_stats: copyin_bytes 0, it reads the rows in place) and GPU 1 copies exactly the
+   rows its parts' plans imply. Device output into one buffer (no out_devices) stays on GPU 0. */
+static void mgpu_device_cases(qk_ctx *cpu, int n_dev)
+{
+    if (n_dev < 2) { printf("device states on several GPUs: %d CUDA device: skipped\n", n_dev); return; }
+    qk_ctx *one = gpus_ctx(1, 0), *two = gpus_ctx(2, 0), *tight = gpus_ctx(2, 24e6);
+    struct C { qk_state_type t; int64_t dim, na, nb, pad; bool mixed; qk_ctx *ctx; const char *name; } cases[] = {
+        {QK_STATE_C128, 2048, 400, 0, 0, false, two, "c128 resident"},
+        {QK_STATE_C128, 2048, 400, 150, 0, false, two, "c128 resident"},
+        {QK_STATE_F32, 2048, 301, 129, 2, false, two, "f32 padded resident"},
+        {QK_STATE_C64, 2048, 700, 0, 0, false, tight, "c64 tiles"},
+        {QK_STATE_C128, 1024, 650, 300, 0, false, tight, "c128 tiles"},
+        {QK_STATE_C128, 20, 180, 0, 0, true, two, "c128 density matrices"},
+        {QK_STATE_F64, 20, 180, 70, 0, true, two, "f64 density matrices"},
+    };
+    for (const C &c : cases) {
+        const int64_t ld = (c.mixed ? c.dim * c.dim : c.dim) + c.pad;
+        std::vector<double> ra, rb;
+        std::vector<char> a = c.mixed ? rand_dms(c.na, c.dim, ld, c.t, ra) : rand_states(c.na, c.dim, ld, c.t), b;
+        if (c.nb) b = c.mixed ? rand_dms(c.nb, c.dim, ld, c.t, rb) : rand_states(c.nb, c.dim, ld, c.t);
+        void *da = nullptr, *db = nullptr;
+        cudaSetDevice(0);
+        if (cudaMalloc(&da, a.size()) != cudaSuccess || (c.nb && cudaMalloc(&db, b.size()) != cudaSuccess)) { CHECK(false, "cudaMalloc"); return; }
+        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+        if (c.nb) cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+        qk_states_desc sh, sd;
+        memset(&sh, 0, sizeof sh);
+        sh.type = c.t; sh.dim = c.dim; sh.a = a.data(); sh.n_a = c.na; sh.lda = ld; sh.a_mixed = c.mixed;
+        if (c.nb) { sh.b = b.data(); sh.n_b = c.nb; sh.ldb = ld; sh.b_mixed = c.mixed; }
+        sd = sh;
+        sd.a = da; sd.b = db; sd.on_device = 1;
+        char what[160];
+        snprintf(what, sizeof what, "2 GPUs %s dim %lld %s", c.name, (long long)c.dim, c.nb ? "K(A,B)" : "K(A,A)");
+        std::vector<double> Kc, K1;
+        const bool okc = gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc);
+        const bool ok1 = gram_states(one, sd, QK_PRECISION_FP64, HOST, K1);
+        CHECK(okc && ok1 && max_diff(Kc, K1) <= 1e-12, "%s: one GPU vs cpu %.3g", what, okc && ok1 ? max_diff(Kc, K1) : INFINITY);
+        const int es = esize(c.t);
+        const double rowb = (double)(ld * es % 8 == 0 ? ld * es : ((c.mixed ? c.dim * c.dim : c.dim) * es + 7) / 8 * 8);
+        for (int out = HOST; out <= NPY; ++out) {
+            std::vector<double> Kd, Kh;
+            qk_plan pd, ph;
+            const bool okd = gram_states_mgpu(c.ctx, sd, QK_PRECISION_FP64, (Out)out, Kd, &pd);
+            qk_cuda_stats cs[2];
+            memset(cs, 0, sizeof cs);
+            const int nd = qk_ctx_device_stats(c.ctx, cs, 2);
+            const bool okh = gram_states_mgpu(c.ctx, sh, QK_PRECISION_FP64, (Out)out, Kh, &ph);
+            CHECK(okd && pd.n_devices == 2 && nd == 2, "%s %s: %s on %d GPUs (%d ran)", what, out_name[out], okd ? "ran" : "failed", pd.n_devices, nd);
+            if (!okd) continue;
+            /* all resident: the same plans on both GPUs, so bitwise; in tiles GPU 0 may tile
+               otherwise (it holds no raw rows), so within 1e-13 as tiles against bulk */
+            CHECK(okh && (c.ctx == two ? memcmp(Kd.data(), Kh.data(), Kd.size() * 8) == 0 : max_diff(Kd, Kh) <= 1e-13),
+                  "%s %s: device states' K differs from host states' K on 2 GPUs (max %.3g)", what, out_name[out], okh ? max_diff(Kd, Kh) : INFINITY);
+            CHECK(max_diff(Kc, Kd) <= 1e-12 && max_diff(K1, Kd) <= 1e-12, "%s %s: vs cpu %.3g, vs one GPU %.3g", what, out_name[out],
+                  max_diff(Kc, Kd), max_diff(K1, Kd));
+            /* GPU 0 reads the rows in place, GPU 1 copies in those its plans imply */
+            const double want1 = mgpu_copyin(pd, 1, rowb, (double)((c.mixed ? c.dim * c.dim : c.dim) * es));
+            CHECK(cs[0].copyin_bytes == 0 && want1 > 0 && cs[1].copyin_bytes == want1 && cs[1].n_streams == 3,
+                  "%s %s: copied in: GPU 0 %.0f bytes (want 0), GPU 1 %.0f (its plans imply %.0f; %d streams)", what, out_name[out],
+                  cs[0].copyin_bytes, cs[1].copyin_bytes, want1, cs[1].n_streams);
+            if (c.ctx == tight && out == HOST) {
+                int tiles = 0;
+                for (int i = 0; i < pd.n_parts; ++i) tiles += pd.parts[i].device == 1 && !pd.parts[i].bulk_states;
+                CHECK(tiles > 0, "%s: GPU 1's parts not in state tiles", what);
+            }
+            printf("ok %-52s %-8s %d parts, GPU 1 copied %.3g MB%s\n", what, out_name[out], pd.n_parts, cs[1].copyin_bytes * 1e-6,
+                   pd.dev_full_rows ? " (whole rows)" : "");
+        }
+        {   /* fp32 within the bound of the vectors' qubits */
+            std::vector<double> K32;
+            qk_plan p32;
+            const bool ok = gram_states_mgpu(c.ctx, sd, QK_PRECISION_FP32, HOST, K32, &p32);
+            CHECK(ok && p32.n_devices == 2 && max_diff(Kc, K32) <= p32.error_bound, "%s fp32: %.3g (bound %.3g)", what,
+                  ok ? max_diff(Kc, K32) : INFINITY, ok ? p32.error_bound : -1.0);
+        }
+        if (!c.mixed && !c.nb && c.ctx == two) {   /* device output into one buffer: GPU 0 alone, as before */
+            std::vector<double> Ko;
+            const bool ok = gram_states(two, sd, QK_PRECISION_FP64, DEVICE, Ko);
+            CHECK(ok && qk_ctx_device_seconds(two, nullptr, 0) == 1 && max_diff(Kc, Ko) <= 1e-12, "%s: device output into one buffer: %s on %d GPUs",
+                  what, ok ? "ran" : qk_last_error(), qk_ctx_device_seconds(two, nullptr, 0));
+        }
+        cudaSetDevice(0);
+        cudaFree(da);
+        if (db) cudaFree(db);
+    }
+    qk_ctx_destroy(tight);
+    qk_ctx_destroy(two);
+    qk_ctx_destroy(one);
+    cudaSetDevice(0);
+}
+
 /* K(A,A) of host states larger than the device's free memory: all but about 1.5 GB of the GPU is
    taken first, then 8000 states of 14 qubits (2.1 GB) go through the GPU engine in state tiles,
    as host states and from a provider. Checked against the definition on 4000 random entries and
@@ -1067,6 +1268,7 @@ int main(int argc, char **argv)
     mixed_device_cases(cpu, gpu);
     streamed_cases(cpu);
     guarded_cases(cpu);
+    if (!only_stream) mgpu_device_cases(cpu, n_dev);   /* skipped (said so) with one GPU */
     if (!only_stream) beyond_memory_case();
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
