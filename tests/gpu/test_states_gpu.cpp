@@ -925,11 +925,22 @@ static void mgpu_device_cases(qk_ctx *cpu, int n_dev)
             CHECK(ok && p32.n_devices == 2 && max_diff(Kc, K32) <= p32.error_bound, "%s fp32: %.3g (bound %.3g)", what,
                   ok ? max_diff(Kc, K32) : INFINITY, ok ? p32.error_bound : -1.0);
         }
-        if (!c.mixed && !c.nb && c.ctx == two) {   /* device output into one buffer: GPU 0 alone, as before */
-            std::vector<double> Ko;
-            const bool ok = gram_states(two, sd, QK_PRECISION_FP64, DEVICE, Ko);
+        if (!c.mixed && !c.nb && c.ctx == two) {   /* device output into one buffer (no out_devices): GPU 0 alone, as before */
+            std::vector<double> Ko((size_t)(c.na * c.na));
+            void *dk = nullptr;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.precision = QK_PRECISION_FP64;
+            g.out_dtype = QK_F64;
+            g.mgpu_min_pairs = 1;   /* would split it */
+            g.output = QK_OUTPUT_DEVICE;
+            cudaMalloc(&dk, Ko.size() * 8);
+            g.out = dk;
+            const bool ok = dk && qk_gram_states(two, &sd, &g) == QK_OK;
+            if (ok) cudaMemcpy(Ko.data(), dk, Ko.size() * 8, cudaMemcpyDeviceToHost);
             CHECK(ok && qk_ctx_device_seconds(two, nullptr, 0) == 1 && max_diff(Kc, Ko) <= 1e-12, "%s: device output into one buffer: %s on %d GPUs",
                   what, ok ? "ran" : qk_last_error(), qk_ctx_device_seconds(two, nullptr, 0));
+            cudaFree(dk);
         }
         cudaSetDevice(0);
         cudaFree(da);
