@@ -28,7 +28,7 @@
      and mixed, resident and in tiles; GPU 0 copies nothing, GPU 1 the rows its plans imply.
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
    device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
-   keep_gb": host states beyond device memory (bench_stream).
+   keep_gb": host states beyond device memory (bench_stream); "mgpu": the several-GPU cases alone.
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <vector>
 #include <string>
@@ -1268,6 +1268,13 @@ int main(int argc, char **argv)
         qk_ctx_destroy(gpu);
         qk_ctx_destroy(cpu);
         return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "mgpu")) {   /* the several-GPU cases alone (compute-sanitizer) */
+        mgpu_device_cases(cpu, n_dev);
+        qk_ctx_destroy(gpu);
+        qk_ctx_destroy(cpu);
+        printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
+        return qk_test_fails ? 1 : 0;
     }
     const bool only_stream = argc > 1 && !strcmp(argv[1], "stream");   /* the streamed and mixed cases (compute-sanitizer) */
     if (!only_stream) {
