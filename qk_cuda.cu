@@ -316,12 +316,16 @@ static qk_result qk__fail_msg(qk__err *e, qk_result r, const char *msg)
    copies go through host memory. */
 static void qk__peer_access(const void *p)
 {
+    /* asked once per pair of devices (a repeated enable is an API error, which sanitizers report);
+       where the caller later disables it, the copies still run, through host memory */
+    static std::atomic<int> asked[64][64];
     cudaPointerAttributes at;
     int cur = -1, can = 0;
     if (cudaGetDevice(&cur) == cudaSuccess && cudaPointerGetAttributes(&at, p) == cudaSuccess && at.type == cudaMemoryTypeDevice &&
-        at.device != cur && cudaDeviceCanAccessPeer(&can, cur, at.device) == cudaSuccess && can)
+        at.device != cur && cur >= 0 && cur < 64 && at.device >= 0 && at.device < 64 && !asked[cur][at.device].exchange(1) &&
+        cudaDeviceCanAccessPeer(&can, cur, at.device) == cudaSuccess && can)
         (void)cudaDeviceEnablePeerAccess(at.device, 0);
-    cudaGetLastError();   /* AlreadyEnabled, or any other refusal: cleared */
+    cudaGetLastError();   /* AlreadyEnabled (by the caller), or any other refusal: cleared */
 }
 
 /* ======================================================================================== */
