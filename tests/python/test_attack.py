@@ -7,7 +7,8 @@ lists), values (NaN, Inf, 1e308, subnormals, data outside a map's domain) and ma
 Every call must either return a Python float in [0, 1] equal to the matrix path's K[0, 0] on the
 same data, or raise TypeError / ValueError with a message; anything else (another exception, a
 crash, a value outside [0, 1], a masked entry used silently) fails. The seed is printed; set
-QK_ATTACK_SEED to replay one run.
+QK_ATTACK_SEED to replay one run. The CPU engine (fp64) answers, also on a GPU host: "auto" would
+take the GPU's fp32-class default there, whose K(x, x) is 1 to fp32's rounding (1 + 2e-7).
 """
 import math
 import os
@@ -67,7 +68,7 @@ def test_per_pair_protocol_under_attack():
                                                                   n if rng.random() < 0.8 else n + 1)
             what = f"#{it} map={m} n={n} x={type(x).__name__}:{np.asarray(x).dtype} y={None if y is None else np.asarray(y).dtype}"
             try:
-                v = qk.Kernel(map=m)(x, y)
+                v = qk.Kernel(map=m, device="cpu")(x, y)
             except (TypeError, ValueError) as e:
                 outcomes[type(e).__name__] += 1
                 if not str(e):
@@ -85,7 +86,7 @@ def test_per_pair_protocol_under_attack():
                 continue
             X2 = np.asarray(x, dtype=np.float64).reshape(1, -1)
             Y2 = X2 if y is None else np.asarray(y, dtype=np.float64).reshape(1, -1)
-            ref = float(qk.Kernel(map=m)(X2, Y2)[0, 0])
+            ref = float(qk.Kernel(map=m, device="cpu")(X2, Y2)[0, 0])
             if abs(ref - v) > 1e-12:
                 bad.append(f"{what}: per-pair K = {v!r}, matrix path {ref!r}")
     print(outcomes)
