@@ -159,40 +159,59 @@ static double qk__wht_scale(int64_t M)
     return ldexp(m & 1 ? 0.70710678118654752440 : 1.0, -(m >> 1));
 }
 /* unnormalised butterflies on bit `bit` over amplitudes [lo, hi); im NULL: a real state */
-static void qk__wht_bit(double *re, double *im, int64_t lo, int64_t hi, int64_t bit)
+/* the butterflies (i, i + bit) for i in [a, a + len), a range of one half-block */
+static void qk__wht_pairs(double *re, double *im, int64_t a, int64_t len, int64_t bit)
 {
-    int64_t i0, i;
+    int64_t i;
     if (!im) {
-        for (i0 = lo; i0 < hi; i0 += 2 * bit)
-            for (i = i0; i < i0 + bit; i++) {
-                double ar = re[i], br = re[i + bit];
-                re[i] = ar + br; re[i + bit] = ar - br;
-            }
+        for (i = a; i < a + len; i++) {
+            double ar = re[i], br = re[i + bit];
+            re[i] = ar + br; re[i + bit] = ar - br;
+        }
         return;
     }
-    for (i0 = lo; i0 < hi; i0 += 2 * bit)
-        for (i = i0; i < i0 + bit; i++) {
-            double ar = re[i], br = re[i + bit], ai = im[i], bi = im[i + bit];
-            re[i] = ar + br; re[i + bit] = ar - br;
-            im[i] = ai + bi; im[i + bit] = ai - bi;
-        }
+    for (i = a; i < a + len; i++) {
+        double ar = re[i], br = re[i + bit], ai = im[i], bi = im[i + bit];
+        re[i] = ar + br; re[i + bit] = ar - br;
+        im[i] = ai + bi; im[i + bit] = ai - bi;
+    }
 }
-static void qk__wht(double *re, double *im, int q, int64_t M)
+static void qk__wht_bit(double *re, double *im, int64_t lo, int64_t hi, int64_t bit)
+{
+    int64_t i0;
+    for (i0 = lo; i0 < hi; i0 += 2 * bit) qk__wht_pairs(re, im, i0, bit, bit);
+}
+/* butterflies between polls in a pass of a high bit (a pass over a large state is tens of ms) */
+#define QK__WHT_CHUNK ((int64_t)1 << 16)
+/* poll (may be NULL): ticked per block and per pass over the state, so that a cancel stops a
+   large transform part way (1: cancelled, the state half transformed) */
+static int qk__wht(double *re, double *im, int q, int64_t M, qk__poll *poll)
 {
     const int64_t D = (int64_t)1 << q, bs = (int64_t)1 << (q < QK__WHT_BLOCK ? q : QK__WHT_BLOCK);
     const double sc = qk__wht_scale(M);
-    int64_t b0, i, bit;
+    int64_t b0, i, bit, low = 0;
+    for (bit = 1; bit < bs; bit <<= 1) low += (M & bit) != 0;
     if (M & (bs - 1)) {
         for (b0 = 0; b0 < D; b0 += bs) {
             for (bit = 1; bit < bs; bit <<= 1)
                 if (M & bit) qk__wht_bit(re, im, b0, b0 + bs, bit);
             for (i = b0; i < b0 + bs; i++) { re[i] *= sc; if (im) im[i] *= sc; }
+            if (poll && qk__poll_tick(poll, (low + 1) * bs)) return 1;
         }
     } else {
         for (i = 0; i < D; i++) { re[i] *= sc; if (im) im[i] *= sc; }
     }
     for (bit = bs; bit < D; bit <<= 1)
-        if (M & bit) qk__wht_bit(re, im, 0, D, bit);
+        if (M & bit) {
+            int64_t s, len;
+            for (b0 = 0; b0 < D; b0 += 2 * bit)
+                for (s = 0; s < bit; s += QK__WHT_CHUNK) {
+                    len = bit - s < QK__WHT_CHUNK ? bit - s : QK__WHT_CHUNK;
+                    qk__wht_pairs(re, im, b0 + s, len, bit);
+                    if (poll && qk__poll_tick(poll, 2 * len)) return 1;
+                }
+        }
+    return 0;
 }
 /* H on the qubits of M applied to |0>: 2^(-|M|/2) at every index inside M */
 static void qk__wht_fresh(double *re, int64_t M)
@@ -252,7 +271,8 @@ static double qk__dd_mod2pi(double hi, double lo)
 }
 
 /* Applies the diagonal ops [k0, k1) (whole ops of qk__diag_len) to the state. */
-static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, double *re, double *im, int q, double *w)
+/* poll (may be NULL): ticked per block of 2^g amplitudes (1: cancelled, the phase half applied) */
+static int qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, double *re, double *im, int q, double *w, qk__poll *poll)
 {
     const double PI = 3.14159265358979323846;
     const int g = q < QK__DIAG_LOW ? q : QK__DIAG_LOW;
@@ -331,7 +351,9 @@ static void qk__diag_run(const qk_map *m, int k0, int k1, const double *theta, d
             ar[l] = fr * xr - fi * xi;
             ai[l] = fr * xi + fi * xr;
         }
+        if (poll && qk__poll_tick(poll, 2 * G)) return 1;
     }
+    return 0;
 }
 
 /* A given state's row (qk_gram_states' map, op o) into re / im (zero-padded past dim by the
@@ -411,10 +433,13 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
            re[0] = 1, the rest 0) the superposition it makes */
         int nh = qk__hrun(m, k, &hm);
         if (nh >= 2) {
-            if (k == 0) qk__wht_fresh(re, hm);
-            else qk__wht(re, imc, q, hm);
+            if (k == 0) {
+                qk__wht_fresh(re, hm);
+                if (poll && qk__poll_tick(poll, (int64_t)nh * D / 4)) return;
+            } else if (qk__wht(re, imc, q, hm, poll)) {
+                return;
+            }
             k += nh - 1;
-            if (poll && qk__poll_tick(poll, (int64_t)nh * D / 4)) return;
             continue;
         }
         while (q >= QK__DIAG_MIN_QUBITS && k1 < m->n_ops && qk__diag_len(m, k1)) {
@@ -426,9 +451,8 @@ QK__PRIV void qk__state1(const qk_map *m, const double *x, double *re, double *i
         }
         if (nd >= 3 && q >= QK__DIAG_MIN_QUBITS && angled) {
             cplx = 1;
-            qk__diag_run(m, k, k1, theta, re, im, q, theta + m->n_ops + 1);
+            if (qk__diag_run(m, k, k1, theta, re, im, q, theta + m->n_ops + 1, poll)) return;
             k = k1 - 1;
-            if (poll && qk__poll_tick(poll, 2 * D)) return;
             continue;
         }
         /* CNOT(a,b) D_b CNOT(a,b) (qk__parity_at; every zz pair is CX P CX) is D's diagonal
