@@ -1232,6 +1232,13 @@ static QK__HD inline int qk__state_esize(int type)
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
 }
 static QK__HD inline int qk__state_complex(int type) { return type == QK_STATE_C128 || type == QK_STATE_C64; }
+/* The bytes of a given state's elements (its op: dim amplitudes, or dim^2 entries of a density
+   matrix), without the padding of a caller's ld past them. */
+static inline size_t qk__state_row_bytes(const qk_op *o)
+{
+    const size_t dim = (size_t)o->angle.x0;
+    return (size_t)qk__state_esize(o->q0) * (o->q1 & QK__STATE_MIXED ? dim * dim : dim);
+}
 /* Amplitude k of a given state's row, as doubles. */
 static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, double *re, double *im)
 {
@@ -12026,7 +12033,7 @@ static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const
         if (qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err) == QK_OK) {
             /* the rows' span: the last row ends at its elements (an ld may pad the others) */
             const size_t rowb = (size_t)sm.map.n_features * 8;
-            const size_t used = (size_t)(sm.op.q1 & QK__STATE_MIXED ? sm.in.dim * sm.in.dim : sm.in.dim) * (size_t)qk__state_esize(sm.in.type);
+            const size_t used = qk__state_row_bytes(&sm.op);
             const size_t last = used < rowb ? used : rowb;
             lp[0] = g.x;
             lp[1] = g.y;
@@ -13915,7 +13922,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         rows.n_a = sm->in.n_a;
         rows.n = sm->in.n_a + (desc->y ? sm->in.n_b : 0);
         rows.piece = rows.n < ((int64_t)1 << 22) ? rows.n : ((int64_t)1 << 22);
-        rows.row_bytes = (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim);
+        rows.row_bytes = qk__state_row_bytes(&sm->op);
         rows.h = (uint64_t *)qk__calloc((size_t)rows.n, sizeof(uint64_t));
         rows.tmp = (uint64_t *)qk__malloc(sizeof(uint64_t) * (size_t)rows.piece);
         if (!rows.h || !rows.tmp) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the hashes of %lld provider rows", fn, (long long)rows.n);
@@ -13947,8 +13954,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         h[0] = qk__hash_map(map);
         const size_t stride = sizeof(double) * (size_t)map->n_features;
         /* a given state's row: its elements (dim, or dim^2 for density matrices), not the padding */
-        const size_t row = sm ? (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim)
-                              : stride;
+        const size_t row = sm ? qk__state_row_bytes(&sm->op) : stride;
         if (provider) h[1] = h[2] = 0;   /* rows not yet given: compared as they come (qk__mpi_rows_agree) */
         else if (dev_hash) {
             h[1] = dev_hash[0];
@@ -14037,8 +14043,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
    device, which the ranks compare as they compare host rows; the states are not copied. */
 static qk_result qk__mpi_device_hash(qk_ctx *ctx, const qk__smap *sm, uint64_t h[2])
 {
-    const int64_t nel = sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim;
-    const int64_t row_bytes = (int64_t)qk__state_esize(sm->in.type) * nel;
+    const int64_t row_bytes = (int64_t)qk__state_row_bytes(&sm->op);
     char err[256] = "";
     qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
     h[0] = h[1] = 0;

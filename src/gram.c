@@ -395,7 +395,7 @@ static qk_result qk__states_run(qk_ctx *ctx, const qk_states_desc *states, const
         if (qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err) == QK_OK) {
             /* the rows' span: the last row ends at its elements (an ld may pad the others) */
             const size_t rowb = (size_t)sm.map.n_features * 8;
-            const size_t used = (size_t)(sm.op.q1 & QK__STATE_MIXED ? sm.in.dim * sm.in.dim : sm.in.dim) * (size_t)qk__state_esize(sm.in.type);
+            const size_t used = qk__state_row_bytes(&sm.op);
             const size_t last = used < rowb ? used : rowb;
             lp[0] = g.x;
             lp[1] = g.y;

@@ -92,6 +92,13 @@ static QK__HD inline int qk__state_esize(int type)
     return type == QK_STATE_C128 ? 16 : type == QK_STATE_F32 ? 4 : 8;
 }
 static QK__HD inline int qk__state_complex(int type) { return type == QK_STATE_C128 || type == QK_STATE_C64; }
+/* The bytes of a given state's elements (its op: dim amplitudes, or dim^2 entries of a density
+   matrix), without the padding of a caller's ld past them. */
+static inline size_t qk__state_row_bytes(const qk_op *o)
+{
+    const size_t dim = (size_t)o->angle.x0;
+    return (size_t)qk__state_esize(o->q0) * (o->q1 & QK__STATE_MIXED ? dim * dim : dim);
+}
 /* Amplitude k of a given state's row, as doubles. */
 static QK__HD inline void qk__state_amp(const void *row, int type, int64_t k, double *re, double *im)
 {

@@ -578,7 +578,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         rows.n_a = sm->in.n_a;
         rows.n = sm->in.n_a + (desc->y ? sm->in.n_b : 0);
         rows.piece = rows.n < ((int64_t)1 << 22) ? rows.n : ((int64_t)1 << 22);
-        rows.row_bytes = (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim);
+        rows.row_bytes = qk__state_row_bytes(&sm->op);
         rows.h = (uint64_t *)qk__calloc((size_t)rows.n, sizeof(uint64_t));
         rows.tmp = (uint64_t *)qk__malloc(sizeof(uint64_t) * (size_t)rows.piece);
         if (!rows.h || !rows.tmp) r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate the hashes of %lld provider rows", fn, (long long)rows.n);
@@ -610,8 +610,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
         h[0] = qk__hash_map(map);
         const size_t stride = sizeof(double) * (size_t)map->n_features;
         /* a given state's row: its elements (dim, or dim^2 for density matrices), not the padding */
-        const size_t row = sm ? (size_t)qk__state_esize(sm->in.type) * (size_t)(sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim)
-                              : stride;
+        const size_t row = sm ? qk__state_row_bytes(&sm->op) : stride;
         if (provider) h[1] = h[2] = 0;   /* rows not yet given: compared as they come (qk__mpi_rows_agree) */
         else if (dev_hash) {
             h[1] = dev_hash[0];
@@ -700,8 +699,7 @@ QKDEF qk_result qk_gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *
    device, which the ranks compare as they compare host rows; the states are not copied. */
 static qk_result qk__mpi_device_hash(qk_ctx *ctx, const qk__smap *sm, uint64_t h[2])
 {
-    const int64_t nel = sm->op.q1 & QK__STATE_MIXED ? sm->in.dim * sm->in.dim : sm->in.dim;
-    const int64_t row_bytes = (int64_t)qk__state_esize(sm->in.type) * nel;
+    const int64_t row_bytes = (int64_t)qk__state_row_bytes(&sm->op);
     char err[256] = "";
     qk_result r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
     h[0] = h[1] = 0;

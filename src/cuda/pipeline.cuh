@@ -343,11 +343,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* given states read dim (a matrix: dim^2) elements of each row: a caller's ld may pad
            rows, and the array may end where its last row's elements do */
         rowu = (size_t)d * sizeof(double);
-        if (qk__map_is_states(map)) {
-            const qk_op &o = map->ops[0];
-            const size_t nel = (size_t)o.angle.x0 * (o.q1 & QK__STATE_MIXED ? (size_t)o.angle.x0 : 1u);
-            rowu = std::min(rowu, nel * (size_t)qk__state_esize(o.q0));
-        }
+        if (qk__map_is_states(map)) rowu = std::min(rowu, qk__state_row_bytes(&map->ops[0]));
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
         ldk = dev_out ? ld_out : ny;
