@@ -1529,12 +1529,20 @@ QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *
 QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                           size_t err_size);
 /* Density matrices given on the device (qk_gram_states with on_device and a_mixed / b_mixed): per
-   matrix of dim x dim entries (rows ld doubles apart), out[2 i] its trace (the real diagonal's
-   sum; NaN when an entry is not finite) and out[2 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
-   (the larger of the real and imaginary parts' differences, as the host check). Checks that x is
-   device memory of the current device. */
+   matrix of dim x dim entries (rows ld doubles apart), out[3 i] its trace (the real diagonal's
+   sum; NaN when an entry is not finite), out[3 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
+   (the larger of the real and imaginary parts' differences, as the host check) and out[3 i + 2]
+   the largest |rho[a][b]|. Checks that x is device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                              size_t err_size);
+/* n pure device states (rows ldx_bytes apart, dim amplitudes of qk_state_type type) as density
+   matrices |psi><psi| in fresh device memory of the current device (*out: n rows of ld_out >=
+   dim^2 elements of type, zero past dim^2; qk_cuda_dev_free frees it), for a pure device side
+   against device matrices (qk_gram_states). Checks that x is device memory of the current device;
+   QK_ERROR_DEVICE_OUT_OF_MEMORY when the matrices do not fit. */
+QK_CUDA_DEF qk_result qk_cuda_state_outer(const void *x, int64_t n, int64_t ldx_bytes, int type, int64_t dim, int64_t ld_out, void **out,
+                                          char *err, size_t err_size);
+QK_CUDA_DEF void qk_cuda_dev_free(void *p);
 /* A checksum of n given device states (qk_gram_mpi_states with on_device: the ranks compare
    it): the first row_bytes bytes (a multiple of 4) of each row, rows ld doubles apart, as a sum
    over the rows' 4-byte words of a mix of (word, its index, its row), mod 2^64, so that the
@@ -2024,6 +2032,7 @@ typedef struct qk__smap {
     char side[2];
     void *buf;              /* provider rows: chunk rows of ld elements */
     void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
+    void *dev_pure;         /* a pure device side against device matrices: it as |psi><psi| on the device */
     int64_t ld, chunk;
     const char *fn;         /* the entry point, which begins the messages (qk_gram_states, qk_gram_mpi_states) */
     /* A provider's tags: the Gram's x tag (&side[0]) asks for rows of side tag_side[0] from row
@@ -3484,16 +3493,17 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     const int64_t dim = sm->in.dim;
     const char *nm = side ? "B" : "A";
     int64_t i, k;
-    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, unit trace */
+    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, positive trace, entries at most it, unit trace */
         for (i = 0; i < n; i++) {
             const void *row = (const char *)rows + i * ld_bytes;
-            double tr = 0.0, re, im, re2, im2;
-            int64_t a, b;
+            double tr = 0.0, re, im, re2, im2, mx = 0.0;
+            int64_t a, b, kmx = 0;
             for (k = 0; k < dim * dim; k++) {
                 qk__state_amp(row, type, k, &re, &im);
                 if (!isfinite(re) || !isfinite(im))
                     return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: entry (%lld, %lld) of the density matrix is %s", nm, (long long)(row0 + i),
                                     (long long)(k / dim), (long long)(k % dim), isnan(re) || isnan(im) ? "NaN" : "Inf");
+                if (re * re + im * im > mx) { mx = re * re + im * im; kmx = k; }
             }
             for (a = 0; a < dim; a++) {
                 for (b = a; b < dim; b++) {
@@ -3513,6 +3523,13 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
                 char v0[40];
                 return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)(row0 + i),
                                 qk__fmt_g(v0, sizeof v0, tr, 17));
+            }
+            if (!(sqrt(mx) <= tr * (1.0 + sm->in.norm_tol))) {
+                char v0[40], v1[40];
+                return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: entry (%lld, %lld) of the density matrix has magnitude %s, more than its "
+                                "trace %s: not a density matrix (a positive matrix's entries are at most its trace)", nm,
+                                (long long)(row0 + i), (long long)(kmx / dim), (long long)(kmx % dim), qk__fmt_g(v0, sizeof v0, sqrt(mx), 6),
+                                qk__fmt_g(v1, sizeof v1, tr, 6));
             }
             if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol)) {
                 char v0[40], v1[40];
@@ -9696,7 +9713,6 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
     /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
        fp32's bound there drops the drift term */
     const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
-    const int lin = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;   /* density matrices: no tensor cores */
     const double drift = ldexp(1.0, q - 24) / 4.0;
     const double t = tol > 0.0 ? tol : qk__default_tol(map->n_qubits, path);
     char g1[32], g2[32];
@@ -9705,7 +9721,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
         const qk_precision m = order[i];
         const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
         const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (lin || path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
@@ -9974,8 +9990,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
     if (linear) {
-        p->engine = QK_GPU_CUBLAS;
-        if (qk__tc_mode(prec)) tc_fallback = 3;
+        /* the cuBLAS real engine, or its tensor-core form (the real Gram of the vectorised
+           matrices, one GEMM a block: qk__tc_products) where the mode runs on the tensor cores;
+           never the fused kernels, whose epilogues square */
+        p->engine = qk__tc_mode(prec) && map->n_qubits >= qk__tc_min_qubits(prec) && map->n_qubits <= QK__TC_MAX_QUBITS
+                        ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        if (qk__tc_mode(prec) && p->engine == QK_GPU_CUBLAS) tc_fallback = map->n_qubits > QK__TC_MAX_QUBITS ? 2 : 3;
     } else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
         p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
@@ -10051,7 +10071,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
             p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
+    if (!linear && qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
@@ -10088,10 +10108,18 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (linear)
-        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s",
+    else if (linear && qk__engine_tc(p->engine))
+        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s, linear epilogue: Tr(rho_i rho_j)",
+                 qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
+    else if (linear) {   /* (at most 95 characters: "...) (fp32x3: no tensor cores, < 7 qubits)") */
+        char why[24] = "workspace";
+        if (tc_fallback == 3) snprintf(why, sizeof why, "< %d qubits", qk__tc_min_qubits(prec));
+        if (tc_fallback == 2) snprintf(why, sizeof why, "> %d qubits", QK__TC_MAX_QUBITS);
+        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s%s%s",
                  prec == QK_PRECISION_FP64 ? "fp64" : "fp32", sym ? "syrk+gemm" : "gemm", tc_fallback ? " (" : "",
-                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": fp32, no tensor cores)" : "");
+                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": no tensor cores, " : "", tc_fallback ? why : "",
+                 tc_fallback ? ")" : "");
+    }
     else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
                  qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",
@@ -11763,18 +11791,19 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* Device states (on_device): their norms computed on the device, checked as host rows are. */
 static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
 {
-    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 2 : 1));
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 3 : 1));
     char err[256] = "";
     qk_result r;
     int64_t i;
     if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %lld norms", sm->fn, (long long)n);
     if (sm->op.q1 & QK__STATE_MIXED) {
-        /* density matrices: trace and Hermiticity per matrix on the device, checked as host ones are */
+        /* density matrices: trace, Hermiticity and largest entry per matrix on the device, checked
+           as host ones are */
         const char *nm = side ? "B" : "A";
         r = qk_cuda_state_dm_check(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
         if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
         for (i = 0; i < n && r == QK_OK; i++) {
-            const double tr = nrm[2 * i], dev = nrm[2 * i + 1];
+            const double tr = nrm[3 * i], dev = nrm[3 * i + 1], mx = nrm[3 * i + 2];
             char v0[40], v1[40];
             if (isnan(tr)) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an entry of the density matrix is NaN or Inf", nm, (long long)i);
             else if (!(dev <= sm->in.norm_tol))
@@ -11784,6 +11813,10 @@ static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int6
             else if (!(tr > DBL_MIN))
                 r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)i,
                              qk__fmt_g(v0, sizeof v0, tr, 17));
+            else if (!(mx <= tr * (1.0 + sm->in.norm_tol)))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: an entry of the density matrix has magnitude %s, more than its trace %s: "
+                             "not a density matrix (a positive matrix's entries are at most its trace)", nm, (long long)i,
+                             qk__fmt_g(v0, sizeof v0, mx, 6), qk__fmt_g(v1, sizeof v1, tr, 6));
             else if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol))
                 r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
                              "(normalize = 1 divides by it)", nm, (long long)i, qk__fmt_g(v0, sizeof v0, tr, 17),
@@ -11882,9 +11915,6 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     if (q > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: %s of dim %lld need%s %d qubits, beyond the state limit %d", fn,
                         mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
-    if (mixed && sm.in.on_device && sm.in.a_mixed != sm.in.b_mixed && sm.in.b)
-        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a pure side against a mixed one takes host states (the pure side is expanded to "
-                        "|psi><psi| on the host); with device states give both sides as density matrices", fn);
     if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
         return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a provider gives rows of one kind (a_mixed == b_mixed)", fn);
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are states->a and states->b)", fn);
@@ -11914,7 +11944,30 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
        (read in place), else packed rows of dim elements rounded up to whole doubles */
     row_elems = (nel * esize + 7) / 8 * 8 / esize;
-    if (!sm.in.provider && nel_a != nel_b) {
+    if (!sm.in.provider && nel_a != nel_b && sm.in.on_device) {
+#if defined(QK_CUDA) && QK_CUDA
+        /* a pure device side against device matrices: the pure side expanded to |psi><psi| on
+           the device (rows as the matrices' ld), then both sides read as device matrices */
+        const int pure_b = nel_b != nel;
+        const void *mat = pure_b ? sm.in.a : sm.in.b, *pure = pure_b ? sm.in.b : sm.in.a;
+        const int64_t ldm = pure_b ? sm.in.lda : sm.in.ldb, ldp = pure_b ? sm.in.ldb : sm.in.lda, np = pure_b ? sm.in.n_b : sm.in.n_a;
+        const int comp = sm.in.type == QK_STATE_C128 || sm.in.type == QK_STATE_F64 ? 8 : 4;   /* bytes of a real or imaginary part */
+        char err[256] = "";
+        qk_result r;
+        if ((ldm * esize) % 8 != 0 || (uintptr_t)mat % 8 != 0)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: device density matrices need 8-byte aligned rows (ld%s * %d bytes)", fn,
+                            pure_b ? "a" : "b", esize);
+        if ((uintptr_t)pure % (uintptr_t)comp != 0)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: %s: device states must be aligned to their elements' %d-byte parts", fn,
+                            pure_b ? "b" : "a", comp);
+        r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r == QK_OK) r = qk_cuda_state_outer(pure, np, ldp * esize, (int)sm.in.type, sm.in.dim, ldm, &sm.dev_pure, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "%s: %s: %s", fn, pure_b ? "b" : "a", err);
+        if (pure_b) { sm.in.b = sm.dev_pure; sm.in.ldb = ldm; sm.in.b_mixed = 1; }
+        else { sm.in.a = sm.dev_pure; sm.in.lda = ldm; sm.in.a_mixed = 1; }
+        row_elems = ldm;
+#endif
+    } else if (!sm.in.provider && nel_a != nel_b) {
         /* a pure side against a mixed one: the pure side expanded to |psi><psi| (both packed) */
         const int pure_b = nel_b != nel;
         pa = pure_b ? qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems)
@@ -12009,6 +12062,10 @@ QK__PRIV void qk__smap_free(qk__smap *sm)
     QK_FREE(sm->pa);
     QK_FREE(sm->pb);
     QK_FREE(sm->buf);
+#if defined(QK_CUDA) && QK_CUDA
+    qk_cuda_dev_free(sm->dev_pure);
+    sm->dev_pure = NULL;
+#endif
 }
 
 /* The Gram of given states' map (plan NULL), or its plan: qk_gram_states, qk_plan_states; and

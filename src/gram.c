@@ -125,18 +125,19 @@ QKDEF qk_result qk_states(qk_ctx *ctx, const qk_map *map, const double *x, int64
 /* Device states (on_device): their norms computed on the device, checked as host rows are. */
 static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int64_t n, int64_t ld_doubles, int side)
 {
-    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 2 : 1));
+    double *nrm = (double *)qk__malloc(sizeof(double) * (size_t)n * ((sm->op.q1 & QK__STATE_MIXED) ? 3 : 1));
     char err[256] = "";
     qk_result r;
     int64_t i;
     if (!nrm) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: cannot allocate %lld norms", sm->fn, (long long)n);
     if (sm->op.q1 & QK__STATE_MIXED) {
-        /* density matrices: trace and Hermiticity per matrix on the device, checked as host ones are */
+        /* density matrices: trace, Hermiticity and largest entry per matrix on the device, checked
+           as host ones are */
         const char *nm = side ? "B" : "A";
         r = qk_cuda_state_dm_check(x, n, ld_doubles, (int)sm->in.type, sm->in.dim, nrm, err, sizeof err);
         if (r != QK_OK) qk__fail(r, "%s: %s: %s", sm->fn, side ? "b" : "a", err);
         for (i = 0; i < n && r == QK_OK; i++) {
-            const double tr = nrm[2 * i], dev = nrm[2 * i + 1];
+            const double tr = nrm[3 * i], dev = nrm[3 * i + 1], mx = nrm[3 * i + 2];
             char v0[40], v1[40];
             if (isnan(tr)) r = qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: an entry of the density matrix is NaN or Inf", nm, (long long)i);
             else if (!(dev <= sm->in.norm_tol))
@@ -146,6 +147,10 @@ static qk_result qk__states_check_device(const qk__smap *sm, const void *x, int6
             else if (!(tr > DBL_MIN))
                 r = qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)i,
                              qk__fmt_g(v0, sizeof v0, tr, 17));
+            else if (!(mx <= tr * (1.0 + sm->in.norm_tol)))
+                r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: an entry of the density matrix has magnitude %s, more than its trace %s: "
+                             "not a density matrix (a positive matrix's entries are at most its trace)", nm, (long long)i,
+                             qk__fmt_g(v0, sizeof v0, mx, 6), qk__fmt_g(v1, sizeof v1, tr, 6));
             else if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol))
                 r = qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: the density matrix's trace is %s, off 1 by more than norm_tol %s "
                              "(normalize = 1 divides by it)", nm, (long long)i, qk__fmt_g(v0, sizeof v0, tr, 17),
@@ -244,9 +249,6 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     if (q > QK_MAX_STATE_QUBITS)
         return qk__fail(QK_ERROR_TOO_MANY_QUBITS, "%s: %s of dim %lld need%s %d qubits, beyond the state limit %d", fn,
                         mixed ? "density matrices" : "states", (long long)sm.in.dim, mixed ? "" : "s", q, QK_MAX_STATE_QUBITS);
-    if (mixed && sm.in.on_device && sm.in.a_mixed != sm.in.b_mixed && sm.in.b)
-        return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a pure side against a mixed one takes host states (the pure side is expanded to "
-                        "|psi><psi| on the host); with device states give both sides as density matrices", fn);
     if (mixed && sm.in.provider && sm.in.a_mixed != sm.in.b_mixed && sm.in.n_b > 0)
         return qk__fail(QK_ERROR_UNSUPPORTED, "%s: a provider gives rows of one kind (a_mixed == b_mixed)", fn);
     if (desc->x || desc->y) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: desc->x and desc->y must be NULL (the states are states->a and states->b)", fn);
@@ -276,7 +278,30 @@ QK__PRIV qk_result qk__smap_make(qk_ctx *ctx, const qk_states_desc *states, cons
     /* a stored row: the caller's ld when its rows are whole doubles apart and a, b are aligned
        (read in place), else packed rows of dim elements rounded up to whole doubles */
     row_elems = (nel * esize + 7) / 8 * 8 / esize;
-    if (!sm.in.provider && nel_a != nel_b) {
+    if (!sm.in.provider && nel_a != nel_b && sm.in.on_device) {
+#if defined(QK_CUDA) && QK_CUDA
+        /* a pure device side against device matrices: the pure side expanded to |psi><psi| on
+           the device (rows as the matrices' ld), then both sides read as device matrices */
+        const int pure_b = nel_b != nel;
+        const void *mat = pure_b ? sm.in.a : sm.in.b, *pure = pure_b ? sm.in.b : sm.in.a;
+        const int64_t ldm = pure_b ? sm.in.lda : sm.in.ldb, ldp = pure_b ? sm.in.ldb : sm.in.lda, np = pure_b ? sm.in.n_b : sm.in.n_a;
+        const int comp = sm.in.type == QK_STATE_C128 || sm.in.type == QK_STATE_F64 ? 8 : 4;   /* bytes of a real or imaginary part */
+        char err[256] = "";
+        qk_result r;
+        if ((ldm * esize) % 8 != 0 || (uintptr_t)mat % 8 != 0)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: device density matrices need 8-byte aligned rows (ld%s * %d bytes)", fn,
+                            pure_b ? "a" : "b", esize);
+        if ((uintptr_t)pure % (uintptr_t)comp != 0)
+            return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: %s: device states must be aligned to their elements' %d-byte parts", fn,
+                            pure_b ? "b" : "a", comp);
+        r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+        if (r == QK_OK) r = qk_cuda_state_outer(pure, np, ldp * esize, (int)sm.in.type, sm.in.dim, ldm, &sm.dev_pure, err, sizeof err);
+        if (r != QK_OK) return qk__fail(r, "%s: %s: %s", fn, pure_b ? "b" : "a", err);
+        if (pure_b) { sm.in.b = sm.dev_pure; sm.in.ldb = ldm; sm.in.b_mixed = 1; }
+        else { sm.in.a = sm.dev_pure; sm.in.lda = ldm; sm.in.a_mixed = 1; }
+        row_elems = ldm;
+#endif
+    } else if (!sm.in.provider && nel_a != nel_b) {
         /* a pure side against a mixed one: the pure side expanded to |psi><psi| (both packed) */
         const int pure_b = nel_b != nel;
         pa = pure_b ? qk__states_pack(sm.in.a, sm.in.n_a, nel, sm.in.lda, esize, row_elems)
@@ -371,6 +396,10 @@ QK__PRIV void qk__smap_free(qk__smap *sm)
     QK_FREE(sm->pa);
     QK_FREE(sm->pb);
     QK_FREE(sm->buf);
+#if defined(QK_CUDA) && QK_CUDA
+    qk_cuda_dev_free(sm->dev_pure);
+    sm->dev_pure = NULL;
+#endif
 }
 
 /* The Gram of given states' map (plan NULL), or its plan: qk_gram_states, qk_plan_states; and

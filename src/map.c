@@ -638,16 +638,17 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     const int64_t dim = sm->in.dim;
     const char *nm = side ? "B" : "A";
     int64_t i, k;
-    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, unit trace */
+    if (sm->op.q1 & QK__STATE_MIXED) {   /* density matrices: finite, Hermitian, positive trace, entries at most it, unit trace */
         for (i = 0; i < n; i++) {
             const void *row = (const char *)rows + i * ld_bytes;
-            double tr = 0.0, re, im, re2, im2;
-            int64_t a, b;
+            double tr = 0.0, re, im, re2, im2, mx = 0.0;
+            int64_t a, b, kmx = 0;
             for (k = 0; k < dim * dim; k++) {
                 qk__state_amp(row, type, k, &re, &im);
                 if (!isfinite(re) || !isfinite(im))
                     return qk__fail(QK_ERROR_NON_FINITE, "%s[%lld]: entry (%lld, %lld) of the density matrix is %s", nm, (long long)(row0 + i),
                                     (long long)(k / dim), (long long)(k % dim), isnan(re) || isnan(im) ? "NaN" : "Inf");
+                if (re * re + im * im > mx) { mx = re * re + im * im; kmx = k; }
             }
             for (a = 0; a < dim; a++) {
                 for (b = a; b < dim; b++) {
@@ -667,6 +668,13 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
                 char v0[40];
                 return qk__fail(QK_ERROR_ZERO_NORM, "%s[%lld]: the density matrix's trace is %s (not positive)", nm, (long long)(row0 + i),
                                 qk__fmt_g(v0, sizeof v0, tr, 17));
+            }
+            if (!(sqrt(mx) <= tr * (1.0 + sm->in.norm_tol))) {
+                char v0[40], v1[40];
+                return qk__fail(QK_ERROR_BAD_DATA, "%s[%lld]: entry (%lld, %lld) of the density matrix has magnitude %s, more than its "
+                                "trace %s: not a density matrix (a positive matrix's entries are at most its trace)", nm,
+                                (long long)(row0 + i), (long long)(kmx / dim), (long long)(kmx % dim), qk__fmt_g(v0, sizeof v0, sqrt(mx), 6),
+                                qk__fmt_g(v1, sizeof v1, tr, 6));
             }
             if ((sm->op.q1 & QK__STATE_NORMALIZE) == 0 && !(fabs(tr - 1.0) <= sm->in.norm_tol)) {
                 char v0[40], v1[40];

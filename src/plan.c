@@ -141,7 +141,6 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
     /* product maps (the analytic path) multiply q per-qubit overlaps: no sum of 2^q products, so
        fp32's bound there drops the drift term */
     const int q = map->n_qubits > 62 ? 62 : map->n_qubits, an = path == QK_PATH_ANALYTIC;
-    const int lin = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;   /* density matrices: no tensor cores */
     const double drift = ldexp(1.0, q - 24) / 4.0;
     const double t = tol > 0.0 ? tol : qk__default_tol(map->n_qubits, path);
     char g1[32], g2[32];
@@ -150,7 +149,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
         const qk_precision m = order[i];
         const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
         const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (lin || path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
@@ -419,8 +418,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     qk__cuda_state_bytes(map, path, t, &st, &sc);
     p->engine = path != QK_PATH_ANALYTIC && map->n_qubits >= QK__BLAS_MIN_QUBITS ? QK_GPU_CUBLAS : QK_GPU_FUSED;
     if (linear) {
-        p->engine = QK_GPU_CUBLAS;
-        if (qk__tc_mode(prec)) tc_fallback = 3;
+        /* the cuBLAS real engine, or its tensor-core form (the real Gram of the vectorised
+           matrices, one GEMM a block: qk__tc_products) where the mode runs on the tensor cores;
+           never the fused kernels, whose epilogues square */
+        p->engine = qk__tc_mode(prec) && map->n_qubits >= qk__tc_min_qubits(prec) && map->n_qubits <= QK__TC_MAX_QUBITS
+                        ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        if (qk__tc_mode(prec) && p->engine == QK_GPU_CUBLAS) tc_fallback = map->n_qubits > QK__TC_MAX_QUBITS ? 2 : 3;
     } else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
         p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
@@ -496,7 +499,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
             p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
+    if (!linear && qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */
@@ -533,10 +536,18 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory, budget %.3g GB",
                         (double)p->bytes_total * 1e-9, budget * 1e-9);
     if (path == QK_PATH_ANALYTIC) snprintf(p->config, sizeof p->config, "analytic 64x64 t4x4 (fixed table)");
-    else if (linear)
-        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s",
+    else if (linear && qk__engine_tc(p->engine))
+        snprintf(p->config, sizeof p->config, "cublas %s tensor cores, real form, %s, linear epilogue: Tr(rho_i rho_j)",
+                 qk_precision_name(prec), sym ? "triangle blocks" : "gemm");
+    else if (linear) {   /* (at most 95 characters: "...) (fp32x3: no tensor cores, < 7 qubits)") */
+        char why[24] = "workspace";
+        if (tc_fallback == 3) snprintf(why, sizeof why, "< %d qubits", qk__tc_min_qubits(prec));
+        if (tc_fallback == 2) snprintf(why, sizeof why, "> %d qubits", QK__TC_MAX_QUBITS);
+        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s%s%s",
                  prec == QK_PRECISION_FP64 ? "fp64" : "fp32", sym ? "syrk+gemm" : "gemm", tc_fallback ? " (" : "",
-                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": fp32, no tensor cores)" : "");
+                 tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": no tensor cores, " : "", tc_fallback ? why : "",
+                 tc_fallback ? ")" : "");
+    }
     else if (qk__engine_tcf(p->engine))
         snprintf(p->config, sizeof p->config, "fused %s tensor cores (%s) %s, |.|^2 in the epilogue (fixed table)",
                  qk_precision_name(prec), p->kernel_cfg == 4 ? "wgmma" : "mma.sync",

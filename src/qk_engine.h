@@ -389,12 +389,20 @@ QK_CUDA_DEF qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *
 QK_CUDA_DEF qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,
                                           size_t err_size);
 /* Density matrices given on the device (qk_gram_states with on_device and a_mixed / b_mixed): per
-   matrix of dim x dim entries (rows ld doubles apart), out[2 i] its trace (the real diagonal's
-   sum; NaN when an entry is not finite) and out[2 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
-   (the larger of the real and imaginary parts' differences, as the host check). Checks that x is
-   device memory of the current device. */
+   matrix of dim x dim entries (rows ld doubles apart), out[3 i] its trace (the real diagonal's
+   sum; NaN when an entry is not finite), out[3 i + 1] the largest |rho[a][b] - conj(rho[b][a])|
+   (the larger of the real and imaginary parts' differences, as the host check) and out[3 i + 2]
+   the largest |rho[a][b]|. Checks that x is device memory of the current device. */
 QK_CUDA_DEF qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                              size_t err_size);
+/* n pure device states (rows ldx_bytes apart, dim amplitudes of qk_state_type type) as density
+   matrices |psi><psi| in fresh device memory of the current device (*out: n rows of ld_out >=
+   dim^2 elements of type, zero past dim^2; qk_cuda_dev_free frees it), for a pure device side
+   against device matrices (qk_gram_states). Checks that x is device memory of the current device;
+   QK_ERROR_DEVICE_OUT_OF_MEMORY when the matrices do not fit. */
+QK_CUDA_DEF qk_result qk_cuda_state_outer(const void *x, int64_t n, int64_t ldx_bytes, int type, int64_t dim, int64_t ld_out, void **out,
+                                          char *err, size_t err_size);
+QK_CUDA_DEF void qk_cuda_dev_free(void *p);
 /* A checksum of n given device states (qk_gram_mpi_states with on_device: the ranks compare
    it): the first row_bytes bytes (a multiple of 4) of each row, rows ld doubles apart, as a sum
    over the rows' 4-byte words of a mix of (word, its index, its row), mod 2^64, so that the

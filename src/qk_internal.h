@@ -330,6 +330,7 @@ typedef struct qk__smap {
     char side[2];
     void *buf;              /* provider rows: chunk rows of ld elements */
     void *pa, *pb;          /* packed copies of a and b (rows not whole doubles apart, or unaligned) */
+    void *dev_pure;         /* a pure device side against device matrices: it as |psi><psi| on the device */
     int64_t ld, chunk;
     const char *fn;         /* the entry point, which begins the messages (qk_gram_states, qk_gram_mpi_states) */
     /* A provider's tags: the Gram's x tag (&side[0]) asks for rows of side tag_side[0] from row

@@ -96,9 +96,10 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
     if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
 }
 
-/* Trace and Hermiticity of given device density matrices (qk_gram_states, on_device, mixed), one
-   block per matrix: out[2 s] the trace (NaN for a matrix with a non-finite entry), out[2 s + 1]
-   the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|). */
+/* Trace, Hermiticity and largest entry of given device density matrices (qk_gram_states,
+   on_device, mixed), one block per matrix: out[3 s] the trace (NaN for a matrix with a non-finite
+   entry), out[3 s + 1] the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|), out[3 s
+   + 2] the largest |rho_ab|. */
 __global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
                                                            double *__restrict__ out)
 {
@@ -109,11 +110,12 @@ __global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__rest
     if (threadIdx.x == 0) bad = 0;
     __syncthreads();
     const double *row = x + s * ld;
-    double tr = 0, dev = 0, re, im, re2, im2;
+    double tr = 0, dev = 0, mx = 0, re, im, re2, im2;
     for (int64_t k = threadIdx.x; k < dim * dim; k += blockDim.x) {
         const int64_t a = k / dim, b = k - a * dim;
         qk__state_amp(row, type, k, &re, &im);
         if (!isfinite(re) || !isfinite(im)) bad = 1;
+        mx = fmax(mx, re * re + im * im);
         if (a == b) tr += re;
         if (b > a) {
             qk__state_amp(row, type, b * dim + a, &re2, &im2);
@@ -128,9 +130,18 @@ __global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__rest
         if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
         __syncthreads();
     }
+    const double hd = red[0];
+    __syncthreads();
+    red[threadIdx.x] = mx;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
+        __syncthreads();
+    }
     if (threadIdx.x == 0) {
-        out[2 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
-        out[2 * s + 1] = red[0];
+        out[3 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
+        out[3 * s + 1] = hd;
+        out[3 * s + 2] = sqrt(red[0]);
     }
 }
 
@@ -162,16 +173,82 @@ extern "C" qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld
     char msg[160];
     if (!x || n <= 0 || !out || dim < 1) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_dm_check: bad argument");
     QK_TRY(qk__states_on_this_device(x, E));
-    QK_CK(cudaMalloc((void **)&d, (size_t)n * 2 * sizeof(double)));
+    QK_CK(cudaMalloc((void **)&d, (size_t)n * 3 * sizeof(double)));
     qk__k_state_dm_check<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
     cudaError_t ce = cudaGetLastError();
-    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 2 * sizeof(double), cudaMemcpyDeviceToHost);
+    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 3 * sizeof(double), cudaMemcpyDeviceToHost);
     cudaFree(d);
     if (ce != cudaSuccess) {
         snprintf(msg, sizeof msg, "qk__k_state_dm_check: %s", cudaGetErrorString(ce));
         return qk__fail_msg(E, QK_ERROR_CUDA, msg);
     }
     return QK_OK;
+}
+
+/* Pure device states as density matrices (qk_gram_states: a pure device side against device
+   matrices): row i of x (ldx_bytes apart, dim amplitudes of type) into row i of out (ld_out
+   elements of type apart) as |psi><psi|, entry (a, b) = psi_a conj(psi_b), the products in double
+   without contraction, then rounded to type, as the host's qk__states_outer. */
+__global__ void __launch_bounds__(256) qk__k_state_outer(const char *__restrict__ x, int64_t n, int64_t ldx_bytes, int type, int64_t dim,
+                                                         char *__restrict__ out, int64_t ld_out)
+{
+    const int es = qk__state_esize(type);
+    const int64_t d2 = dim * dim, total = n * d2;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < total; t += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i = t / d2, k = t - i * d2, a = k / dim, b = k - a * dim;
+        const char *row = x + i * ldx_bytes;
+        double ar, ai, br, bi;
+        qk__state_amp(row, type, a, &ar, &ai);
+        qk__state_amp(row, type, b, &br, &bi);
+        const double re = __dadd_rn(__dmul_rn(ar, br), __dmul_rn(ai, bi)), im = __dsub_rn(__dmul_rn(ai, br), __dmul_rn(ar, bi));
+        char *o = out + (i * ld_out + k) * es;
+        switch (type) {
+        case QK_STATE_C128: ((double *)o)[0] = re; ((double *)o)[1] = im; break;
+        case QK_STATE_C64: ((float *)o)[0] = (float)re; ((float *)o)[1] = (float)im; break;
+        case QK_STATE_F64: *(double *)o = re; break;
+        default: *(float *)o = (float)re; break;
+        }
+    }
+}
+
+extern "C" qk_result qk_cuda_state_outer(const void *x, int64_t n, int64_t ldx_bytes, int type, int64_t dim, int64_t ld_out, void **out,
+                                         char *err, size_t err_size)
+{
+    qk__err e = {err, err_size};
+    qk__err *E = &e;
+    char msg[200];
+    void *d = nullptr;
+    if (!x || n <= 0 || dim < 1 || ld_out < dim * dim || !out) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_outer: bad argument");
+    *out = nullptr;
+    QK_TRY(qk__states_on_this_device(x, E));
+    const size_t bytes = (size_t)n * (size_t)ld_out * (size_t)qk__state_esize(type);
+    cudaError_t ce = cudaMalloc(&d, bytes);
+    if (ce != cudaSuccess) {
+        cudaGetLastError();
+        snprintf(msg, sizeof msg, "cannot allocate %.3g GB of device memory for the pure states as density matrices (%s)", (double)bytes * 1e-9,
+                 cudaGetErrorString(ce));
+        return qk__fail_msg(E, ce == cudaErrorMemoryAllocation ? QK_ERROR_DEVICE_OUT_OF_MEMORY : QK_ERROR_CUDA, msg);
+    }
+    const int64_t total = n * dim * dim;
+    const unsigned g = (unsigned)std::min<int64_t>((total + 255) / 256, (int64_t)1 << 20);
+    ce = cudaMemset(d, 0, bytes);   /* the rows' padding past dim^2 */
+    if (ce == cudaSuccess) {
+        qk__k_state_outer<<<g, 256>>>((const char *)x, n, ldx_bytes, type, dim, (char *)d, ld_out);
+        ce = cudaGetLastError();
+    }
+    if (ce == cudaSuccess) ce = cudaStreamSynchronize(0);   /* done before the engine's streams read it */
+    if (ce != cudaSuccess) {
+        cudaFree(d);
+        snprintf(msg, sizeof msg, "qk__k_state_outer: %s", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    *out = d;
+    return QK_OK;
+}
+
+extern "C" void qk_cuda_dev_free(void *p)
+{
+    if (p) cudaFree(p);
 }
 
 extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *norms, char *err,

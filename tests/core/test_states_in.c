@@ -471,6 +471,16 @@ static void mixed_cases(qk_ctx *ctx)
         for (i = 0; i < 2 * dim * dim; i++) ra[2 * 5 * dim * dim + i] *= 0.5;
         CHECK(fabs(K[5 * na + 7] - tr_prod(ra + 2 * 5 * dim * dim, ra + 2 * 7 * dim * dim, dim)) <= 1e-13, "normalize: K[5][7] = %.17g",
               K[5 * na + 7]);
+        /* Hermitian, trace 1, but not positive: an off-diagonal entry of magnitude past the trace
+           (which no density matrix has, and which would overflow the tensor cores' fp16 operands) */
+        st.normalize = 0;
+        ra[2 * ((3 * dim + 0) * dim + 1)] += 2.0;
+        ra[2 * ((3 * dim + 1) * dim + 0)] += 2.0;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_ERROR_BAD_DATA && strstr(qk_last_error(), "A[3]: entry (") &&
+              strstr(qk_last_error(), "more than its trace"), "an entry past the trace: %s", qk_last_error());
+        ra[2 * ((3 * dim + 0) * dim + 1)] -= 2.0;
+        ra[2 * ((3 * dim + 1) * dim + 0)] -= 2.0;
+        CHECK(qk_gram_states(ctx, &st, &g) == QK_OK, "restored: %s", qk_last_error());
         free(ra); free(rb); free(pa); free(K);
     }
 }

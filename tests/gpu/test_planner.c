@@ -411,10 +411,12 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
 }
 
 /* Density matrices (qk_gram_states with a_mixed / b_mixed) on a GPU: the plan is linear (K = the
-   inner product of the vectorised matrices, not its square) and names the engine that honours it,
-   the cuBLAS real engine with the linear epilogue, at every precision (the tensor-core modes and
-   the fused kernels square: fp32 instead, said in the config), without the autotune; pure states
-   of the same sizes keep their engines (not linear). Several GPUs: every part linear on cuBLAS. */
+   inner product of the vectorised matrices, not its square) and names an engine that honours it:
+   the cuBLAS real engine with the linear epilogue, or its tensor-core form where the mode runs on
+   the tensor cores (fp16 and tf32 from 6 qubits of the vector, fp32x3 from 7; below, fp32, said in
+   the config), never the fused kernels (they square), without the autotune; auto and the default
+   choose among the tensor-core modes as for pure states; pure states of the same sizes keep their
+   engines (not linear). Several GPUs: every part linear on cuBLAS. */
 static void mixed_states(const qk_device_info *cards)
 {
     static double rho[2 * 16 * 16 * 4];
@@ -452,7 +454,6 @@ static void mixed_states(const qk_device_info *cards)
                         qk_plan p;
                         char txt[4096];
                         const int tc = precs[i] == QK_PRECISION_FP32X3 || precs[i] == QK_PRECISION_TF32 || precs[i] == QK_PRECISION_FP16;
-                        const int autom = precs[i] == QK_PRECISION_DEFAULT || precs[i] == QK_PRECISION_AUTO;
                         g.precision = precs[i];
                         g.tol = precs[i] == QK_PRECISION_AUTO ? 1e-2 : 0.0;   /* a tolerance fp16 would meet */
                         if (qk_plan_for_device(&cards[c], 0.85, &sm.map, &g, &p) != QK_OK) {
@@ -465,24 +466,38 @@ static void mixed_states(const qk_device_info *cards)
                                   qk_precision_name(precs[i]), p.linear, p.config);
                             continue;
                         }
-                        CHECK(p.backend == QK_BACKEND_CUDA && p.linear == 1 && p.path == QK_PATH_REAL && p.engine == QK_GPU_CUBLAS,
-                              "%s dim %d %s %s: backend %d linear %d path %d engine %d (want CUDA, 1, real, CUBLAS)", cards[c].name, dim,
-                              sym ? "K(A,A)" : "K(A,B)", qk_precision_name(precs[i]), (int)p.backend, p.linear, (int)p.path, (int)p.engine);
-                        CHECK(strstr(txt, "engine: cublas") && strstr(txt, "linear epilogue: Tr(rho_i rho_j)") &&
-                              strstr(txt, sym ? "syrk+gemm" : "gemm"), "dim %d %s: describe says the linear cuBLAS engine:\n%s", dim,
-                              qk_precision_name(precs[i]), txt);
-                        CHECK(!tc || (p.precision == precs[i] && strstr(p.config, "no tensor cores")),
-                              "dim %d %s: a tensor-core mode runs fp32 and says so: '%s'", dim, qk_precision_name(precs[i]), p.config);
-                        CHECK(!autom || p.precision == QK_PRECISION_FP32, "dim %d %s: auto takes fp32 (no tensor-core mode), got %s", dim,
-                              qk_precision_name(precs[i]), qk_precision_name(p.precision));
+                        {
+                            /* the mode that runs: auto with tol 1e-2 takes fp16 where the tensor cores run
+                               (from 6 qubits; fp32x3 from 7), the default fp32x3 from 7 qubits, else fp32 */
+                            const qk_precision run = precs[i] == QK_PRECISION_AUTO ? (q >= 6 ? QK_PRECISION_FP16 : QK_PRECISION_FP32)
+                                                     : precs[i] == QK_PRECISION_DEFAULT ? (q >= 7 ? QK_PRECISION_FP32X3 : QK_PRECISION_FP32)
+                                                     : precs[i];
+                            const int on_tc = (run == QK_PRECISION_FP32X3 && q >= 7) || ((run == QK_PRECISION_TF32 || run == QK_PRECISION_FP16) && q >= 6);
+                            const qk_gpu_engine want = !on_tc ? QK_GPU_CUBLAS : run == QK_PRECISION_FP16 ? QK_GPU_TC_FP16
+                                                       : run == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : QK_GPU_TC_FP32X3;
+                            CHECK(p.backend == QK_BACKEND_CUDA && p.linear == 1 && p.path == QK_PATH_REAL && p.engine == want && p.precision == run,
+                                  "%s dim %d %s %s: backend %d linear %d path %d engine %d precision %s (want CUDA, 1, real, %d, %s)", cards[c].name,
+                                  dim, sym ? "K(A,A)" : "K(A,B)", qk_precision_name(precs[i]), (int)p.backend, p.linear, (int)p.path,
+                                  (int)p.engine, qk_precision_name(p.precision), (int)want, qk_precision_name(run));
+                            CHECK(strstr(txt, on_tc ? "engine: tc-" : "engine: cublas") && strstr(txt, "linear epilogue: Tr(rho_i rho_j)") &&
+                                  strstr(txt, on_tc ? (sym ? "tensor cores, real form, triangle blocks" : "tensor cores, real form, gemm")
+                                                    : sym ? "syrk+gemm" : "gemm"),
+                                  "dim %d %s: describe says the linear cuBLAS engine:\n%s", dim, qk_precision_name(precs[i]), txt);
+                            CHECK(!tc || on_tc || strstr(p.config, "no tensor cores, < "),
+                                  "dim %d %s: a tensor-core mode below its qubits runs fp32 and says so: '%s'", dim, qk_precision_name(precs[i]), p.config);
+                            CHECK(strlen(p.config) < sizeof p.config - 1, "dim %d %s: config cut short: '%s'", dim, qk_precision_name(precs[i]), p.config);
+                        }
                         CHECK(p.error_bound == qk_precision_error_bound(p.precision, q) && p.error_bound > 0,
                               "dim %d %s: error bound %g (want the mode's at %d qubits)", dim, qk_precision_name(precs[i]), p.error_bound, q);
 #if defined(QK_CUDA) && QK_CUDA
                         /* the autotune (mode 1: tune now) leaves a linear plan as the planner made it, without timing anything */
+                        {
+                        const qk_gpu_engine e0 = p.engine;
                         qk__plan_autotune(&cards[c], 1, "/nonexistent-qk-cache", NULL, NULL, &p);
-                        CHECK(p.engine == QK_GPU_CUBLAS && strstr(p.config, "linear epilogue"),
+                        CHECK(p.engine == e0 && strstr(p.config, "linear epilogue"),
                               "dim %d %s: the autotune leaves a linear plan's engine (engine %d, '%s')", dim, qk_precision_name(precs[i]),
                               (int)p.engine, p.config);
+                        }
 #endif
                     }
                 if (mixed) {   /* two GPUs: every part planned linear on cuBLAS (the part's plan carries plan.linear) */

@@ -14,10 +14,13 @@
    - density matrices (a_mixed / b_mixed, fresh random mixtures of 2..4 random pure states): K =
      Tr(rho_i rho_j) against the CPU engine and the definition, complex128 / complex64 / float64 /
      float32, several dims, K(A,A) and K(A,B), pure A against mixed B, every output, fp64 (1e-12)
-     and fp32 / auto / the tensor-core modes (which run the fp32 engine) within plan.error_bound;
-     the plan says linear, cuBLAS, "linear epilogue"; device matrices read in place (bitwise the
-     host matrices' K, not copied), checked on the device (trace, Hermiticity, NaN named by
-     row), normalize by the trace; a pure device side against device matrices refused;
+     and fp32 / auto / the tensor-core modes (on the tensor cores from 6 qubits of the vector,
+     fp32x3 from 7; fp32 below, said so) within plan.error_bound; the plan says linear, the
+     engine, "linear epilogue"; device matrices read in place (bitwise the host matrices' K, not
+     copied), checked on the device (trace, Hermiticity, NaN, an entry past the trace: named by
+     row), normalize by the trace, the tensor-core modes on them; a pure device side against
+     device matrices both ways round (expanded on the device) against the host states' K, the
+     CPU and the definition, a pure row off norm 1 named, normalize;
    - host states streamed in state tiles (a planner budget of 24 MB) against the CPU engine and
      the all-resident plan, the provider on the GPU (K bit for bit the host states', the rows
      asked for those the plan implies, a failing provider and a bad row named, an existing .npy
@@ -28,7 +31,8 @@
      and mixed, resident and in tiles; GPU 0 copies nothing, GPU 1 the rows its plans imply.
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
    device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
-   keep_gb": host states beyond device memory (bench_stream); "mgpu": the several-GPU cases alone.
+   keep_gb": host states beyond device memory (bench_stream); "bench-mixed": density matrices on
+   the device in every mode (bench_mixed); "mgpu": the several-GPU cases alone.
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <vector>
 #include <string>
@@ -383,15 +387,21 @@ static void mixed_host_cases(qk_ctx *cpu, qk_ctx *gpu)
             const Out out = p == QK_PRECISION_FP32 ? DEVICE : HOST;
             bool ok = gram_states(gpu, st, p, out, Kg, &plan);
             double e = ok ? max_diff(Kc, Kg) : INFINITY;
-            const qk_precision pb = p == QK_PRECISION_DEFAULT ? QK_PRECISION_FP32 : p;
+            /* the mode that runs: the default is fp32x3 from 7 qubits (of the vector), else fp32; the
+               tensor-core modes run on the tensor cores from 6 qubits (fp32x3 from 7), else fp32 */
+            const qk_precision pb = p == QK_PRECISION_DEFAULT ? (q >= 7 ? QK_PRECISION_FP32X3 : QK_PRECISION_FP32) : p;
+            const bool on_tc = (pb == QK_PRECISION_FP32X3 && q >= 7) || ((pb == QK_PRECISION_TF32 || pb == QK_PRECISION_FP16) && q >= 6);
+            const qk_gpu_engine want = !on_tc ? QK_GPU_CUBLAS : pb == QK_PRECISION_FP16 ? QK_GPU_TC_FP16
+                                       : pb == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : QK_GPU_TC_FP32X3;
             CHECK(ok && plan.error_bound == qk_precision_error_bound(pb, q) && e <= plan.error_bound,
                   "%s %s (%s): |gpu - cpu| = %.3g, bound %.3g (plan %.3g)", what, qk_precision_name(p), ok ? plan.config : "-", e,
                   qk_precision_error_bound(pb, q), ok ? plan.error_bound : -1.0);
-            CHECK(ok && plan.linear && plan.engine == QK_GPU_CUBLAS && strstr(plan.config, "linear epilogue") &&
-                  (p == QK_PRECISION_DEFAULT ? plan.precision == QK_PRECISION_FP32 : plan.precision == p) &&
-                  ((p == QK_PRECISION_FP32 || p == QK_PRECISION_DEFAULT) || strstr(plan.config, "no tensor cores")),
-                  "%s %s: plan engine %d precision %s config '%s'", what, qk_precision_name(p), ok ? (int)plan.engine : -1,
-                  ok ? qk_precision_name(plan.precision) : "-", ok ? plan.config : "-");
+            CHECK(ok && plan.linear && plan.engine == want && strstr(plan.config, "linear epilogue") && plan.precision == pb &&
+                  (on_tc ? strstr(plan.config, "tensor cores, real form") != nullptr
+                         : pb == QK_PRECISION_FP32 || strstr(plan.config, "no tensor cores") != nullptr),
+                  "%s %s: plan engine %d (want %d) precision %s config '%s'", what, qk_precision_name(p), ok ? (int)plan.engine : -1,
+                  (int)want, ok ? qk_precision_name(plan.precision) : "-", ok ? plan.config : "-");
+            if (ok && on_tc) printf("  err %s %s: %.3g (bound %.3g)\n", what, qk_precision_name(pb), e, plan.error_bound);
         }
     }
     /* a host matrix that is not Hermitian, and one whose trace is off: named, the output untouched */
@@ -451,6 +461,19 @@ static void mixed_device_cases(qk_ctx *cpu, qk_ctx *gpu)
             bool ok = gram_states(gpu, sd, QK_PRECISION_FP32, CALLBACK, K32, &plan);
             CHECK(ok && plan.linear && max_diff(Kc, K32) <= plan.error_bound, "mixed type %d fp32 device matrices: %.3g (bound %.3g)",
                   (int)t, max_diff(Kc, K32), ok ? plan.error_bound : -1.0);
+            /* the tensor-core modes on device matrices (vectors of 2^10 reals complex, 2^9 real: on
+               the tensor cores), and the default (fp32x3 there), within their bounds */
+            const qk_precision tcp[] = {QK_PRECISION_FP32X3, QK_PRECISION_TF32, QK_PRECISION_FP16, QK_PRECISION_DEFAULT};
+            for (qk_precision p : tcp) {
+                const qk_gpu_engine want = p == QK_PRECISION_FP16 ? QK_GPU_TC_FP16 : p == QK_PRECISION_TF32 ? QK_GPU_TC_TF32 : QK_GPU_TC_FP32X3;
+                ok = gram_states(gpu, sd, p, p == QK_PRECISION_FP16 ? DEVICE : HOST, K32, &plan);
+                const double e = ok ? max_diff(Kc, K32) : INFINITY;
+                CHECK(ok && plan.linear && plan.engine == want && e <= plan.error_bound,
+                      "mixed type %d %s %s device matrices: engine %d (want %d), |K - K_fp64| %.3g (bound %.3g)", (int)t,
+                      sym ? "K(A,A)" : "K(A,B)", qk_precision_name(p), ok ? (int)plan.engine : -1, (int)want, e, ok ? plan.error_bound : -1.0);
+                if (ok) printf("  err mixed device type %d %s %s: %.3g (bound %.3g)\n", (int)t, sym ? "K(A,A)" : "K(A,B)",
+                               qk_precision_name(plan.precision), e, plan.error_bound);
+            }
         }
         {   /* normalize: matrix 3 scaled by 2.5 (trace 2.5), the same on a host copy for the CPU */
             std::vector<char> a2 = a;
@@ -490,23 +513,76 @@ static void mixed_device_cases(qk_ctx *cpu, qk_ctx *gpu)
             else cudaMemcpy((char *)da + o7, &nanf, 4, cudaMemcpyHostToDevice);
             CHECK(!gram_states(gpu, sn, QK_PRECISION_FP64, HOST, Kd) && strstr(qk_last_error(), "A[7]") && strstr(qk_last_error(), "NaN"),
                   "mixed type %d: a device NaN not named: %s", (int)t, qk_last_error());
+            /* Hermitian, trace 1, not positive: entries (0, 1) and (1, 0) of matrix 4 raised by 2
+               (past the trace; fp16 operands would overflow at large dims) */
+            cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+            for (int64_t k : {(int64_t)1, dim}) {
+                const size_t o4 = (size_t)((4 * ld + k) * es);
+                if (ss == 8) { double v; memcpy(&v, a.data() + o4, 8); v += 2.0; cudaMemcpy((char *)da + o4, &v, 8, cudaMemcpyHostToDevice); }
+                else { float v; memcpy(&v, a.data() + o4, 4); v += 2.0f; cudaMemcpy((char *)da + o4, &v, 4, cudaMemcpyHostToDevice); }
+            }
+            CHECK(!gram_states(gpu, sn, QK_PRECISION_FP16, HOST, Kd) && strstr(qk_last_error(), "A[4]") &&
+                  strstr(qk_last_error(), "more than its trace"), "mixed type %d: a device entry past the trace not named: %s", (int)t,
+                  qk_last_error());
         }
-        /* a pure side against device matrices: refused with what to do */
+        /* a pure device side against device matrices, both ways round: the pure side expanded to
+           |psi><psi| on the device, K = <psi|rho|psi>, equal to the host states' K (the same
+           expansion, on the host) and to the definition; the tensor-core modes within their bounds;
+           a pure row off norm 1 named */
         {
-            std::vector<char> p = rand_states(10, dim, dim, t);
+            std::vector<char> p = rand_states(30, dim, dim, t);
+            std::vector<double> rp = outer_ref(p, 30, dim, t);
             void *dp = nullptr;
             cudaMalloc(&dp, p.size());
             cudaMemcpy(dp, p.data(), p.size(), cudaMemcpyHostToDevice);
+            cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+            for (int pure_b = 0; pure_b <= 1; ++pure_b) {
+                qk_states_desc sh, sd;
+                memset(&sh, 0, sizeof sh);
+                sh.type = t; sh.dim = dim;
+                if (!pure_b) { sh.a = p.data(); sh.n_a = 30; sh.lda = dim; sh.b = b.data(); sh.n_b = nb; sh.ldb = ld; sh.b_mixed = 1; }
+                else { sh.a = b.data(); sh.n_a = nb; sh.lda = ld; sh.a_mixed = 1; sh.b = p.data(); sh.n_b = 30; sh.ldb = dim; }
+                sd = sh;
+                sd.a = pure_b ? db : dp; sd.b = pure_b ? dp : db; sd.on_device = 1;
+                const char *way = pure_b ? "K(rho, psi)" : "K(psi, rho)";
+                std::vector<double> Kh, Kd, Kc, Kt;
+                qk_plan plan;
+                bool okh = gram_states(gpu, sh, QK_PRECISION_FP64, HOST, Kh), okd = gram_states(gpu, sd, QK_PRECISION_FP64, DEVICE, Kd, &plan);
+                bool okc = gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc);
+                std::vector<double> Kr = pure_b ? hs_ref(rb, nb, rp, 30, dim) : hs_ref(rp, 30, rb, nb, dim);
+                CHECK(okh && okd && okc && max_diff(Kh, Kd) <= 1e-12 && max_diff(Kc, Kd) <= 1e-12 && max_diff(Kr, Kd) <= 1e-12 && plan.linear,
+                      "mixed type %d %s, pure device side: vs host states %.3g, vs cpu %.3g, vs the definition %.3g (%s)", (int)t, way,
+                      okh && okd ? max_diff(Kh, Kd) : INFINITY, okc && okd ? max_diff(Kc, Kd) : INFINITY, okd ? max_diff(Kr, Kd) : INFINITY,
+                      okd ? "ran" : qk_last_error());
+                for (qk_precision pr : {QK_PRECISION_FP16, QK_PRECISION_FP32X3, QK_PRECISION_FP32}) {
+                    bool ok = gram_states(gpu, sd, pr, pr == QK_PRECISION_FP16 ? NPY : HOST, Kt, &plan);
+                    const double e = ok ? max_diff(Kc, Kt) : INFINITY;
+                    CHECK(ok && e <= plan.error_bound && plan.precision == pr, "mixed type %d %s pure device side %s: %.3g (bound %.3g)", (int)t,
+                          way, qk_precision_name(pr), e, ok ? plan.error_bound : -1.0);
+                }
+            }
+            /* pure row 3 scaled by 2 (norm^2 4: the trace of its |psi><psi|) */
+            std::vector<char> p2 = p;
+            const size_t ss = t == QK_STATE_C128 || t == QK_STATE_F64 ? 8 : 4;
+            const int scalars = (t == QK_STATE_C128 || t == QK_STATE_C64) ? 2 : 1;
+            for (int64_t k = 0; k < dim * scalars; ++k) {
+                char *e = p2.data() + (size_t)(3 * dim * esize(t)) + (size_t)k * ss;
+                if (ss == 8) { double v; memcpy(&v, e, 8); v *= 2.0; memcpy(e, &v, 8); }
+                else { float v; memcpy(&v, e, 4); v *= 2.0f; memcpy(e, &v, 4); }
+            }
+            cudaMemcpy(dp, p2.data(), p2.size(), cudaMemcpyHostToDevice);
             qk_states_desc sd;
             memset(&sd, 0, sizeof sd);
-            sd.type = t; sd.dim = dim; sd.a = dp; sd.n_a = 10; sd.b = db; sd.n_b = nb; sd.ldb = ld; sd.b_mixed = 1; sd.on_device = 1;
+            sd.type = t; sd.dim = dim; sd.a = dp; sd.n_a = 30; sd.lda = dim; sd.b = db; sd.n_b = nb; sd.ldb = ld; sd.b_mixed = 1; sd.on_device = 1;
             std::vector<double> K;
-            qk_gram_desc g;
-            memset(&g, 0, sizeof g);
-            std::vector<double> out((size_t)(10 * nb));
-            g.out = out.data(); g.out_dtype = QK_F64;
-            CHECK(qk_gram_states(gpu, &sd, &g) == QK_ERROR_UNSUPPORTED && strstr(qk_last_error(), "host states"),
-                  "mixed type %d: pure device states against device matrices: %s", (int)t, qk_last_error());
+            CHECK(!gram_states(gpu, sd, QK_PRECISION_FP64, HOST, K) && strstr(qk_last_error(), "A[3]") && strstr(qk_last_error(), "trace"),
+                  "mixed type %d: a pure device row of norm 2 against device matrices not named: %s", (int)t, qk_last_error());
+            sd.normalize = 1;
+            std::vector<double> Kn, Kh;
+            qk_states_desc sh = sd;
+            sh.a = p2.data(); sh.b = b.data(); sh.on_device = 0;
+            bool ok = gram_states(gpu, sd, QK_PRECISION_FP64, HOST, Kn) && gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kh);
+            CHECK(ok && max_diff(Kn, Kh) <= 1e-12, "mixed type %d: normalize with a pure device side: %.3g", (int)t, ok ? max_diff(Kn, Kh) : INFINITY);
             cudaFree(dp);
         }
         cudaFree(da);
@@ -1086,6 +1162,55 @@ static void bench(qk_ctx *cpu, qk_ctx *gpu)
     }
 }
 
+/* Density matrices on the device (docs/benchmarks.md): the Gram phase (gram_ms) of K(A,A) =
+   Tr(rho_i rho_j) in each mode, medians of 5 after a warm-up, K on the device, and each mode's
+   largest |K - K_fp64| with its stated bound. */
+static void bench_mixed(void)
+{
+    const struct { int64_t dim, n; } cs[] = {{16, 16384}, {64, 8192}, {128, 4096}, {256, 2048}};
+    const qk_precision precs[] = {QK_PRECISION_FP64, QK_PRECISION_FP32, QK_PRECISION_FP32X3, QK_PRECISION_TF32, QK_PRECISION_FP16};
+    qk_ctx *gpu = qk_test_ctx(QK_DEVICE_CUDA, 0);
+    for (auto &c : cs) {
+        std::vector<double> ref;
+        std::vector<char> a = rand_dms(c.n, c.dim, c.dim * c.dim, QK_STATE_C128, ref);
+        ref.clear(); ref.shrink_to_fit();
+        void *da = nullptr, *K = nullptr;
+        const size_t kb = (size_t)(c.n * c.n) * 8;
+        if (cudaMalloc(&da, a.size()) != cudaSuccess || cudaMalloc(&K, kb) != cudaSuccess) { printf("cudaMalloc\n"); exit(2); }
+        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+        std::vector<double> K64((size_t)(c.n * c.n)), Kp((size_t)(c.n * c.n));
+        for (qk_precision p : precs) {
+            qk_states_desc st;
+            memset(&st, 0, sizeof st);
+            st.type = QK_STATE_C128; st.dim = c.dim; st.a = da; st.n_a = c.n; st.a_mixed = 1; st.on_device = 1;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.output = QK_OUTPUT_DEVICE; g.out = K; g.out_dtype = QK_F64; g.precision = p;
+            qk_plan plan;
+            if (qk_plan_states(gpu, &st, &g, &plan) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(2); }
+            std::vector<double> t;
+            for (int r = 0; r < 6; ++r) {
+                if (qk_gram_states(gpu, &st, &g) != QK_OK) { printf("states: %s\n", qk_last_error()); exit(2); }
+                if (r) t.push_back(qk_ctx_cuda_stats(gpu).gram_ms);
+            }
+            std::sort(t.begin(), t.end());
+            cudaMemcpy(p == QK_PRECISION_FP64 ? K64.data() : Kp.data(), K, kb, cudaMemcpyDeviceToHost);
+            double e = 0;
+            if (p != QK_PRECISION_FP64)
+                for (int64_t i = 0; i < c.n; ++i)
+                    for (int64_t j = i; j < c.n; ++j) e = std::max(e, fabs(Kp[(size_t)(i * c.n + j)] - K64[(size_t)(i * c.n + j)]));
+            const double pairs = 0.5 * (double)c.n * (double)(c.n + 1), L = 2.0 * (double)(c.dim * c.dim);
+            printf("bench-mixed dim=%lld n=%lld %s: gram phase %.3f ms, %.2f Gpairs/s, %.1f TFLOP/s of the real Gram (2 x %.0f a pair); "
+                   "max |K - K_fp64| %.3g (bound %.3g); engine %s, config '%s'\n", (long long)c.dim, (long long)c.n, qk_precision_name(p),
+                   t[t.size() / 2], pairs / (t[t.size() / 2] * 1e-3) * 1e-9, pairs * 2.0 * L / (t[t.size() / 2] * 1e-3) * 1e-12, L, e,
+                   plan.error_bound, qk__engine_name(plan.engine), plan.config);
+        }
+        cudaFree(da);
+        cudaFree(K);
+    }
+    qk_ctx_destroy(gpu);
+}
+
 /* Host states beyond device memory (docs/benchmarks.md, 'Host states beyond device memory'):
    all but keep_gb of the GPU taken first, then K(A,A) of n host states of q qubits (complex64)
    in state tiles, as host states and from a provider; the bytes that cross PCIe (the rows the
@@ -1261,6 +1386,12 @@ int main(int argc, char **argv)
         bench_stream(atoi(argv[2]), atoll(argv[3]), atof(argv[4]), argc > 5 ? atoll(argv[5]) : 8192);
         qk_ctx_destroy(gpu);
         qk_ctx_destroy(cpu);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bench-mixed")) {
+        qk_ctx_destroy(gpu);
+        qk_ctx_destroy(cpu);
+        bench_mixed();
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "bench")) {

@@ -191,8 +191,9 @@ class TestMixedGPU(unittest.TestCase):
             np.testing.assert_allclose(K, Kc, atol=tol, rtol=0)
             K = qk.gram_states(A, device="cuda", precision="fp64", norm_tol=nt)
             np.testing.assert_allclose(K, _hs(A, A), atol=tol, rtol=0)
-            # the GPU's default (fp32 for density matrices): inside fp32's stated bound at the
-            # vectors' qubit count (6 or 7 qubits: 3.5e-4, 3.8e-4), far from K^2 (off by ~0.1)
+            # the GPU's default (fp32-class: fp32x3 on the tensor cores from 7 qubits of the
+            # vector, complex here; fp32 at 6, real here): inside the stated bound (3.5e-4,
+            # 3.8e-4), far from K^2 (off by ~0.1)
             K32 = qk.gram_states(A, B, device="cuda", norm_tol=nt)
             self.assertEqual(K32.dtype, np.float32)
             np.testing.assert_allclose(K32, Kc, atol=1e-4, rtol=0)
