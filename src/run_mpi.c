@@ -273,10 +273,9 @@ static qk_result qk__mpi_sub(qk__mpi_band *b, int64_t di, int64_t nx, int64_t dj
         g.x = X + di * d;
         g.y = ny ? Y + dj * d : NULL;
     }
-    if (sm && (sm->op.q1 & (QK__STATE_DEVICE | QK__STATE_PROVIDER))) {   /* one GPU per rank (qk_gram_mpi_states, qk__smap_make) */
-        g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
-        g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
-    }
+    /* the caller's split over the rank's GPUs (a provider's desc keeps one GPU: qk__smap_make) */
+    g.mgpu_min_pairs = b->desc->mgpu_min_pairs;
+    g.mgpu_host_bound_split = b->desc->mgpu_host_bound_split;
     g.n_x = nx;
     g.n_y = ny;
     g.precision = b->desc->precision;
@@ -726,10 +725,10 @@ QKDEF qk_result qk_gram_mpi_states(qk_ctx *ctx, const qk_states_desc *states, co
     r = qk__smap_make(ctx, states, desc, "qk_gram_mpi_states", &sm, &g);
 #if defined(QK_CUDA) && QK_CUDA
     if (r == QK_OK && sm.in.on_device) {
+        /* a rank's blocks run on its context's GPUs as one process's job does: the first reads
+           the states in place, the others copy their rows from it (qk__map_for_device) */
         dev = 1;
         r = qk__mpi_device_hash(ctx, &sm, dh);
-        g.mgpu_min_pairs = INT64_MAX;   /* one GPU per rank (its first, where its states live) */
-        g.mgpu_host_bound_split = -1;
     }
 #endif
     r = qk__gram_mpi(ctx, &sm.map, &g, comm, "qk_gram_mpi_states", r, &sm, dev ? dh : NULL);

@@ -32,7 +32,8 @@
    With the argument "bench": the Gram phase (qk_ctx_cuda_stats().gram_ms) of the map path and of
    device states of the same map (docs/benchmarks.md), medians of 5, then exit; "bench-stream q n
    keep_gb": host states beyond device memory (bench_stream); "bench-mixed": density matrices on
-   the device in every mode (bench_mixed); "mgpu": the several-GPU cases alone.
+   the device in every mode (bench_mixed); "bench-mgpu": device states on one GPU and on two
+   (bench_mgpu); "mgpu": the several-GPU cases alone.
    Exit 77 (meson: skipped) when no CUDA device exists. */
 #include <vector>
 #include <string>
@@ -1211,6 +1212,79 @@ static void bench_mixed(void)
     qk_ctx_destroy(gpu);
 }
 
+/* Device states on GPU 0 with a context of one GPU and of two (docs/benchmarks.md): the whole
+   call of K(A,A) into device memory (one buffer on one GPU; out_devices, a band per GPU, on two),
+   medians of 5 after a warm-up, fp32x3; each K checked against the one-GPU K within the bound. */
+static void bench_mgpu(int n_dev)
+{
+    if (n_dev < 2) { printf("bench-mgpu: %d CUDA device: skipped\n", n_dev); return; }
+    const struct { int64_t dim, n; bool mixed; } cs[] = {{256, 32768, false}, {4096, 16384, false}, {65536, 2048, false}, {64, 8192, true}};
+    qk_ctx *one = gpus_ctx(1, 0), *two = gpus_ctx(2, 0);
+    for (auto &c : cs) {
+        std::vector<double> ref;
+        const int64_t ld = c.mixed ? c.dim * c.dim : c.dim;
+        std::vector<char> a = c.mixed ? rand_dms(c.n, c.dim, ld, QK_STATE_C64, ref) : rand_states(c.n, c.dim, ld, QK_STATE_C64);
+        void *da = nullptr;
+        cudaSetDevice(0);
+        if (cudaMalloc(&da, a.size()) != cudaSuccess) { printf("cudaMalloc\n"); exit(2); }
+        cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+        qk_states_desc st;
+        memset(&st, 0, sizeof st);
+        st.type = QK_STATE_C64; st.dim = c.dim; st.a = da; st.n_a = c.n; st.lda = ld; st.a_mixed = c.mixed; st.on_device = 1;
+        double med[2] = {0, 0};
+        std::vector<float> K1((size_t)(c.n * c.n));
+        double err = 0, bound = 0;
+        int parts = 0;
+        for (int k = 0; k < 2; ++k) {
+            qk_ctx *ctx = k ? two : one;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.precision = QK_PRECISION_FP32X3; g.out_dtype = QK_F32; g.output = QK_OUTPUT_DEVICE;
+            g.mgpu_min_pairs = 1;
+            void *dev[2] = {nullptr, nullptr};
+            qk_plan plan;
+            if (k) g.out_devices = dev;
+            if (qk_plan_states(ctx, &st, &g, &plan) != QK_OK) { printf("plan: %s\n", qk_last_error()); exit(2); }
+            for (int d = 0; d < plan.n_devices && d < 2; ++d) {
+                const int64_t rows = k ? plan.dev_row0[d + 1] - plan.dev_row0[d] : c.n;
+                cudaSetDevice(plan.devices[d]);
+                if (cudaMalloc(&dev[d], (size_t)(rows * c.n) * 4) != cudaSuccess) { printf("cudaMalloc K\n"); exit(2); }
+            }
+            cudaSetDevice(0);
+            if (!k) g.out = dev[0];
+            std::vector<double> t;
+            for (int r = 0; r < 6; ++r) {
+                const double t0 = qk_cuda_wtime();
+                if (qk_gram_states(ctx, &st, &g) != QK_OK) { printf("states: %s\n", qk_last_error()); exit(2); }
+                if (r) t.push_back(qk_cuda_wtime() - t0);
+            }
+            std::sort(t.begin(), t.end());
+            med[k] = t[t.size() / 2];
+            if (!k) { cudaMemcpy(K1.data(), dev[0], K1.size() * 4, cudaMemcpyDeviceToHost); bound = plan.error_bound; }
+            else {
+                parts = plan.n_parts;
+                for (int d = 0; d < plan.n_devices && d < 2; ++d) {
+                    const int64_t r0 = plan.dev_row0[d], r1 = plan.dev_row0[d + 1];
+                    std::vector<float> h((size_t)((r1 - r0) * c.n));
+                    cudaSetDevice(plan.devices[d]);
+                    cudaMemcpy(h.data(), dev[d], h.size() * 4, cudaMemcpyDeviceToHost);
+                    for (int64_t i = r0; i < r1; ++i)
+                        for (int64_t j = i; j < c.n; ++j)
+                            err = std::max(err, (double)fabsf(h[(size_t)((i - r0) * c.n + j)] - K1[(size_t)(i * c.n + j)]));
+                }
+            }
+            for (int d = 0; d < 2; ++d) if (dev[d]) { cudaSetDevice(plan.devices[d]); cudaFree(dev[d]); }
+            cudaSetDevice(0);
+        }
+        printf("bench-mgpu %s dim=%lld n=%lld fp32x3 device output: 1 GPU %.3f ms, 2 GPUs %.3f ms (%d parts): %.2fx; "
+               "max |K2 - K1| %.3g (bound %.3g)\n", c.mixed ? "density matrices" : "states", (long long)c.dim, (long long)c.n,
+               med[0] * 1e3, med[1] * 1e3, parts, med[0] / med[1], err, bound);
+        cudaFree(da);
+    }
+    qk_ctx_destroy(one);
+    qk_ctx_destroy(two);
+}
+
 /* Host states beyond device memory (docs/benchmarks.md, 'Host states beyond device memory'):
    all but keep_gb of the GPU taken first, then K(A,A) of n host states of q qubits (complex64)
    in state tiles, as host states and from a provider; the bytes that cross PCIe (the rows the
@@ -1386,6 +1460,12 @@ int main(int argc, char **argv)
         bench_stream(atoi(argv[2]), atoll(argv[3]), atof(argv[4]), argc > 5 ? atoll(argv[5]) : 8192);
         qk_ctx_destroy(gpu);
         qk_ctx_destroy(cpu);
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "bench-mgpu")) {
+        qk_ctx_destroy(gpu);
+        qk_ctx_destroy(cpu);
+        bench_mgpu(n_dev);
         return 0;
     }
     if (argc > 1 && !strcmp(argv[1], "bench-mixed")) {

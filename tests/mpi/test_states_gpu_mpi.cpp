@@ -15,7 +15,10 @@
      per side: the difference of the two runs' acquisitions (the QK_TEST_FAULTS counter) is
      exactly that;
    - a row that differs on one rank (2 ranks): every rank returns QK_ERROR_INVALID_ARGUMENT,
-     "disagree on the states A" (the checksum computed on each device).
+     "disagree on the states A" (the checksum computed on each device);
+   - one rank with a context of two GPUs (where the machine has two): the rank's block runs on
+     both, GPU 0 reading the states in place and GPU 1 copying its rows, K within 1e-12 of one
+     GPU's.
    Exit 77 (skipped) when no CUDA device exists. */
 #include <algorithm>
 #include <vector>
@@ -273,6 +276,65 @@ static void run_case(qk_ctx *gpu, int dev, const Case &c, const char *dir)
     if (db) cudaFree(db);
 }
 
+/* One rank with a context of GPUs 0 and 1, device states on GPU 0: the rank's block runs on both
+   GPUs (GPU 1 copies its rows from GPU 0), K within 1e-12 of one process on one GPU. */
+static void two_gpus(const char *dir)
+{
+    static const int ords[2] = {0, 1};
+    const int64_t na = 700, nb = 260, dim = 512;
+    qk_ctx_desc cd;
+    qk_ctx *one = nullptr, *two = nullptr;
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CUDA;
+    cd.autotune = -1;
+    cd.cuda_device = 0;
+    cd.n_cuda_devices = 1;
+    if (qk_ctx_create(&cd, &one) != QK_OK) { CHECK(false, "ctx: %s", qk_last_error()); return; }
+    cd.cuda_devices = ords;
+    cd.n_cuda_devices = 2;
+    if (qk_ctx_create(&cd, &two) != QK_OK) { CHECK(false, "ctx: %s", qk_last_error()); qk_ctx_destroy(one); return; }
+    std::vector<char> a = rand_states(na, dim, dim, QK_STATE_C128, 2001), b = rand_states(nb, dim, dim, QK_STATE_C128, 2002);
+    void *da = nullptr, *db = nullptr;
+    cudaSetDevice(0);
+    if (cudaMalloc(&da, a.size()) != cudaSuccess || cudaMalloc(&db, b.size()) != cudaSuccess) { CHECK(false, "cudaMalloc"); return; }
+    cudaMemcpy(da, a.data(), a.size(), cudaMemcpyHostToDevice);
+    cudaMemcpy(db, b.data(), b.size(), cudaMemcpyHostToDevice);
+    for (int sym = 1; sym >= 0; --sym) {
+        const int64_t cols = sym ? na : nb;
+        qk_states_desc sd;
+        memset(&sd, 0, sizeof sd);
+        sd.type = QK_STATE_C128; sd.dim = dim; sd.a = da; sd.n_a = na; sd.on_device = 1;
+        if (!sym) { sd.b = db; sd.n_b = nb; }
+        std::vector<double> Kref((size_t)(na * cols), NAN), K((size_t)(na * cols), NAN);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.out = Kref.data();
+        qk_result r = qk_gram_states(one, &sd, &g);
+        CHECK(r == QK_OK, "two GPUs: one GPU's K: %s", qk_last_error());
+        char path[1200];
+        snprintf(path, sizeof path, "%s/states_gpu_mpi_two.npy", dir);
+        memset(&g, 0, sizeof g);
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.output = QK_OUTPUT_NPY; g.out_path = path; g.no_sync = 1;
+        g.mgpu_min_pairs = 1;
+        g.mgpu_host_bound_split = 1;
+        r = qk_gram_mpi_states(two, &sd, &g, MPI_COMM_WORLD);
+        qk_cuda_stats st[2];
+        memset(st, 0, sizeof st);
+        const int nd = qk_ctx_device_stats(two, st, 2);
+        bool ok = r == QK_OK && qk_test_read_k(path, na, cols, K.data());
+        CHECK(ok && max_diff(K, Kref) <= 1e-12, "two GPUs in one rank %s: %s, |K - one GPU's| %.3g", sym ? "K(A,A)" : "K(A,B)",
+              r == QK_OK ? "ran" : qk_last_error(), ok ? max_diff(K, Kref) : INFINITY);
+        CHECK(nd == 2 && st[0].copyin_bytes == 0 && st[1].copyin_bytes > 0,
+              "two GPUs in one rank %s: the rank's block ran on %d GPUs, copy-in %.3g / %.3g bytes (want 2 GPUs, GPU 0 reading in place, "
+              "GPU 1 copying its rows)", sym ? "K(A,A)" : "K(A,B)", nd, (double)st[0].copyin_bytes, (double)st[1].copyin_bytes);
+        remove(path);
+    }
+    cudaFree(da);
+    cudaFree(db);
+    qk_ctx_destroy(one);
+    qk_ctx_destroy(two);
+}
+
 int main(int argc, char **argv)
 {
     int n_dev = 0;
@@ -304,6 +366,8 @@ int main(int argc, char **argv)
     };
     for (const Case &c : cases) run_case(gpu, dev, c, dir);
     qk_ctx_destroy(gpu);
+    if (size_ == 1 && n_dev >= 2) two_gpus(dir);
+    else if (rank_ == 0) printf("two GPUs in one rank: %d ranks on %d GPUs: skipped\n", size_, n_dev);
     int total = 0, checks = 0;
     MPI_Allreduce(&qk_test_fails, &total, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
     MPI_Allreduce(&qk_test_checks, &checks, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
