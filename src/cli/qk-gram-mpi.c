@@ -9,8 +9,10 @@
    file with MPI-IO. The file appears (renamed from a temporary file by rank 0) only when every
    rank succeeded; on any rank's failure no file is left and every rank exits 1. The output
    directory must be on a file system every rank sees. docs/scale.md has the details. --states
-   takes the states themselves (qk_gram_mpi_states; read by rank 0 as qk-gram --states reads
-   them, options.h, and broadcast).
+   takes the states themselves (qk_gram_mpi_states): rank 0 checks the files' headers as
+   qk-gram --states does (options.h, io.c), then each rank reads only the rows its blocks need
+   through a state provider (open_states); Fortran-order files and a pure side against density
+   matrices are read by rank 0 and broadcast (read_bcast_states).
 
    Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, sigaction, access under strict -std=c11 */
@@ -47,7 +49,9 @@ static const char *usage_text =
     "  --out FILE        output .npy, on a file system every rank sees\n"
     "  --states FILE     instead of --map and --x: the states themselves, a .npy of shape\n"
     "                    (n, dim) (statevectors, complex or real) or (n, dim, dim) (density\n"
-    "                    matrices: K = Tr(rho_i rho_j)), read by rank 0; docs/states.md\n"
+    "                    matrices: K = Tr(rho_i rho_j)) on a file system every rank sees;\n"
+    "                    each rank reads only the rows it needs (Fortran order: rank 0\n"
+    "                    reads the file and broadcasts it); docs/states.md\n"
     "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
     "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
     "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
