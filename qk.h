@@ -2044,9 +2044,16 @@ typedef struct qk__smap {
     qk_result (*rows_fn)(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes);
     void *rows_user;
     qk_result provider_failed;  /* the provider failed, or its rows were bad (the error set) */
+    /* Rows the provider already gave (and were checked): rows [cache_row0, cache_row0 + cache_n)
+       of side cache_side, n_features doubles apart; asked rows inside them are copied from here,
+       not asked again (qk_gram_mpi_states keeps a slab's rows for its blocks). NULL: none. */
+    const char *cache;
+    int cache_side;
+    int64_t cache_row0, cache_n;
 } qk__smap;
 QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
 QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
+QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t n, void *buf);
 #endif /* map.c */
 
 /* ---- map_parse.c: the map spec parser ---- */
@@ -3558,6 +3565,30 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     return QK_OK;
 }
 
+/* A provider's rows [row0, row0 + n) of side into buf (n rows of the map's n_features doubles):
+   copied from sm->cache where it holds them all, else asked of the provider (one call: n is at
+   most sm->chunk), checked (qk__states_check) and shown to rows_fn. On failure the error is set
+   and sm->provider_failed holds it. */
+QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t n, void *buf)
+{
+    const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    qk_result r;
+    if (sm->cache && side == sm->cache_side && row0 >= sm->cache_row0 && row0 + n <= sm->cache_row0 + sm->cache_n) {
+        memcpy(buf, sm->cache + (size_t)((row0 - sm->cache_row0) * rowb), (size_t)(n * rowb));
+        return QK_OK;
+    }
+    QK_PROF_BEGIN("state provider");
+    r = sm->in.provider(side, row0, row0 + n, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+    QK_PROF_END("state provider");
+    if (r != QK_OK)
+        qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                 side ? "B" : "A", (long long)row0, (long long)(row0 + n));
+    else r = qk__states_check(sm, buf, n, rowb, side, row0);
+    if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0, n, buf, rowb);
+    if (r != QK_OK) sm->provider_failed = r;
+    return r;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
@@ -4991,17 +5022,8 @@ static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, i
     stride = qk__row_len(m, path);
     for (c = 0; c < n; c += sm->chunk) {
         const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
-        qk_result r;
-        QK_PROF_BEGIN("state provider");
-        r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
-        QK_PROF_END("state provider");
-        if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                     side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
-        else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
-        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0 + c, k, sm->buf, (int64_t)m->n_features * 8);
+        const qk_result r = qk__smap_fetch(sm, side, row0 + c, k, sm->buf);
         if (r != QK_OK) {
-            sm->provider_failed = r;
             if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
             return -1;
         }
@@ -5676,7 +5698,7 @@ static const char *qk__shape_str(char *buf, size_t size, const qk__npy_header *h
 /* Opens path and reads its preamble and header (every .npy reader's first step): *fd_out is left
    at the first data byte, *avail_out holds the bytes after the header, h the parsed header. On
    error nothing is left open. */
-static qk_result qk__npy_open(const char *path, int *fd_out, int64_t *avail_out, qk__npy_header *h) {
+static qk_result qk__npy_open(const char *path, int *fd_out, int64_t *avail_out, qk__npy_header *h, int64_t *off_out) {
     unsigned char pre[12];
     char *hdr = NULL;
     int fd = -1;
@@ -5730,6 +5752,7 @@ static qk_result qk__npy_open(const char *path, int *fd_out, int64_t *avail_out,
     QK_FREE(hdr);
     *fd_out = fd;
     *avail_out = fsize - (int64_t)(plen + hlen);
+    if (off_out) *off_out = (int64_t)(plen + hlen);
     return QK_OK;
 fail:
     QK__RCLOSE(fd);
@@ -5760,7 +5783,7 @@ QKDEF qk_result qk_npy_read(const char *path, qk_array *out) {
     int64_t rows, cols, count;
 
     if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read: path and out must not be NULL");
-    r = qk__npy_open(path, &fd, &avail, &h);
+    r = qk__npy_open(path, &fd, &avail, &h, NULL);
     if (r != QK_OK) return r;
 
     qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
@@ -5887,31 +5910,48 @@ static void qk__npy_state_item(const unsigned char *p, char kind, int size, int 
     }
 }
 
-QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
-    unsigned char *data = NULL;
-    char dsc[48], shp[96];
-    int fd = -1, size = 0, swap, esize, direct, i;
-    int64_t avail, got = 0, n, dim, count, nbytes;
+/* A .npy of states opened and its header checked (qk__npy_states_open): what qk_npy_read_states
+   reads, and what a reader of single rows needs (qk-gram-mpi's state provider reads the rows a
+   rank asks for at data_off + row * row_items * size). */
+typedef struct qk__npy_states {
+    qk_state_type type;     /* the type the items are read as */
+    int64_t n, dim;         /* n states of dim amplitudes (mixed: n dim x dim matrices) */
+    int64_t count;          /* items in the file: n dim, or n dim^2 */
+    int64_t row_items;      /* items of one state: dim, or dim^2 */
+    int64_t data_off;       /* the first data byte */
+    int mixed;              /* 3-D: density matrices */
+    int size, swap;         /* an item's bytes in the file; its byte order is not the host's */
+    int transposed;         /* Fortran order with more than one axis longer than 1: no row is contiguous */
+    int direct;             /* the file's bytes are the elements (no conversion, not transposed) */
+    char kind;              /* 'c', 'f', 'i', 'u', 'b' */
+    char dsc[48], shp[96];  /* the dtype and shape as messages quote them */
+} qk__npy_states;
+
+/* Opens path and checks its header for states (dtype, shape, and a file size that matches the
+   shape exactly), as qk_npy_read_states does; *fd_out is left at the first data byte. On error
+   nothing is left open. */
+static qk_result qk__npy_states_open(const char *path, int *fd_out, qk__npy_states *f) {
+    int fd = -1, size = 0, i, longer;
+    int64_t avail, n, dim, count;
     qk__npy_header h;
-    qk_state_type type;
     qk_result r;
     char order, kind;
     const char *digits;
 
-    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read_states: path and out must not be NULL");
-    r = qk__npy_open(path, &fd, &avail, &h);
+    memset(f, 0, sizeof *f);
+    r = qk__npy_open(path, &fd, &avail, &h, &f->data_off);
     if (r != QK_OK) return r;
-    qk__esc(dsc, sizeof dsc, h.descr, strlen(h.descr), 31);
+    qk__esc(f->dsc, sizeof f->dsc, h.descr, strlen(h.descr), 31);
     order = h.descr[0];
     kind = h.descr[1];
     for (digits = h.descr + 2; *digits >= '0' && *digits <= '9' && size < 100; digits++) size = size * 10 + (*digits - '0');
     if (strchr(h.descr, 'O')) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, dsc);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: object arrays (dtype '%s', pickled Python objects) are not supported", path, f->dsc);
         goto fail;
     }
     if ((kind == 'c' && size == 32) || (kind == 'f' && (size == 16 || size == 12 || size == 10)) || (kind == 'c' && (size == 24 || size == 20))) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is long double, whose layout depends on the machine that wrote it; "
-                     "save S.astype(np.complex128)", path, dsc);
+                     "save S.astype(np.complex128)", path, f->dsc);
         goto fail;
     }
     /* complex128 / complex64 / float64 / float32 kept as they are; float16 read as float32,
@@ -5920,31 +5960,30 @@ QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
         !((kind == 'c' && (size == 16 || size == 8)) || (kind == 'f' && (size == 2 || size == 4 || size == 8)) ||
           ((kind == 'i' || kind == 'u') && (size == 1 || size == 2 || size == 4 || size == 8)) || (kind == 'b' && size == 1))) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: dtype '%s' is not supported for states (qk reads complex128, complex64, float64 and "
-                     "float32 (c16 c8 f8 f4), and float16, integers and bool as real amplitudes, either byte order)", path, dsc);
+                     "float32 (c16 c8 f8 f4), and float16, integers and bool as real amplitudes, either byte order)", path, f->dsc);
         goto fail;
     }
-    type = kind == 'c' ? (size == 16 ? QK_STATE_C128 : QK_STATE_C64) : kind == 'f' && size <= 4 ? QK_STATE_F32 : QK_STATE_F64;
-    esize = qk__state_esize(type);
-    if (h.ndim == 2) snprintf(shp, sizeof shp, "(%lld, %lld)", (long long)h.shape[0], (long long)h.shape[1]);
-    else if (h.ndim == 3) snprintf(shp, sizeof shp, "(%lld, %lld, %lld)", (long long)h.shape[0], (long long)h.shape[1], (long long)h.shape[2]);
-    else if (h.ndim == 1) snprintf(shp, sizeof shp, "(%lld,)", (long long)h.shape[0]);
-    else snprintf(shp, sizeof shp, "(%d dimensions)", h.ndim);
+    f->type = kind == 'c' ? (size == 16 ? QK_STATE_C128 : QK_STATE_C64) : kind == 'f' && size <= 4 ? QK_STATE_F32 : QK_STATE_F64;
+    if (h.ndim == 2) snprintf(f->shp, sizeof f->shp, "(%lld, %lld)", (long long)h.shape[0], (long long)h.shape[1]);
+    else if (h.ndim == 3) snprintf(f->shp, sizeof f->shp, "(%lld, %lld, %lld)", (long long)h.shape[0], (long long)h.shape[1], (long long)h.shape[2]);
+    else if (h.ndim == 1) snprintf(f->shp, sizeof f->shp, "(%lld,)", (long long)h.shape[0]);
+    else snprintf(f->shp, sizeof f->shp, "(%d dimensions)", h.ndim);
     if (h.ndim != 2 && h.ndim != 3) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s: states are 2-D (n_states, dim) or, density matrices, 3-D (n, dim, dim)%s",
-                     path, shp, h.ndim == 1 ? " (for one state, save s.reshape(1, -1))" : "");
+                     path, f->shp, h.ndim == 1 ? " (for one state, save s.reshape(1, -1))" : "");
         goto fail;
     }
     n = h.shape[0];
     dim = h.shape[1];
     if (h.ndim == 3 && h.shape[2] != dim) {
-        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s: density matrices must be square (n, dim, dim)", path, shp);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s: density matrices must be square (n, dim, dim)", path, f->shp);
         goto fail;
     }
     /* n * dim (* dim) items, and their bytes as read and as stored, without overflow */
     count = 0;
     if (dim > 0 && n > 0) {
         if ((h.ndim == 3 && (dim > INT64_MAX / 16 / dim || n > INT64_MAX / 16 / (dim * dim))) || (h.ndim == 2 && n > INT64_MAX / 16 / dim)) {
-            r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, shp);
+            r = qk__fail(QK_ERROR_FORMAT, "%s: shape %s is too large", path, f->shp);
             goto fail;
         }
         count = h.ndim == 3 ? n * dim * dim : n * dim;
@@ -5953,67 +5992,93 @@ QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
        claims 48 GB is "truncated", not an allocation). */
     if ((uint64_t)avail < (uint64_t)count * (uint64_t)size) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: %lld of %llu bytes for shape %s of %s", path, (long long)avail,
-                     (unsigned long long)((uint64_t)count * (uint64_t)size), shp, dsc);
+                     (unsigned long long)((uint64_t)count * (uint64_t)size), f->shp, f->dsc);
         goto fail;
     }
     if ((uint64_t)avail > (uint64_t)count * (uint64_t)size) {
         r = qk__fail(QK_ERROR_FORMAT, "%s: the file holds more data than shape %s of %s needs (%lld bytes, not %llu)", path,
-                     shp, dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
+                     f->shp, f->dsc, (long long)avail, (unsigned long long)((uint64_t)count * (uint64_t)size));
         goto fail;
     }
-    nbytes = count * esize;
+    f->n = n;
+    f->dim = dim;
+    f->count = count;
+    f->row_items = h.ndim == 3 ? dim * dim : dim;
+    f->mixed = h.ndim == 3;
+    f->size = size;
+    f->kind = kind;
+    f->swap = order == '=' || order == '|' ? 0 : ((order == '<') != qk__host_little());
+    /* Fortran order is a transpose unless at most one axis is longer than 1 */
+    for (i = 0, longer = 0; i < h.ndim; i++) longer += h.shape[i] > 1;
+    f->transposed = h.fortran && longer > 1;
+    f->direct = !f->transposed && !f->swap && size == qk__state_esize(f->type) && (kind == 'c' || kind == 'f');
+    *fd_out = fd;
+    return QK_OK;
+fail:
+    QK__RCLOSE(fd);
+    return r;
+}
+
+QKDEF qk_result qk_npy_read_states(const char *path, qk_states_array *out) {
+    unsigned char *data = NULL;
+    int fd = -1, esize;
+    int64_t got = 0, nbytes;
+    qk__npy_states f;
+    qk_result r;
+
+    if (!path || !out) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_npy_read_states: path and out must not be NULL");
+    r = qk__npy_states_open(path, &fd, &f);
+    if (r != QK_OK) return r;
+    esize = qk__state_esize(f.type);
+    nbytes = f.count * esize;
     if ((uint64_t)nbytes >= (uint64_t)SIZE_MAX) {
-        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)count);
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: %lld elements do not fit in memory", path, (long long)f.count);
         goto fail;
     }
     data = (unsigned char *)QK_MALLOC((size_t)(nbytes > 0 ? nbytes : 8));
     if (!data) {
-        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements of %s (%.3g GB)", path, (long long)count,
-                     dsc, (double)nbytes * 1e-9);
+        r = qk__fail(QK_ERROR_OUT_OF_MEMORY, "%s: out of memory for %lld elements of %s (%.3g GB)", path, (long long)f.count,
+                     f.dsc, (double)nbytes * 1e-9);
         goto fail;
     }
-    swap = order == '=' || order == '|' ? 0 : ((order == '<') != qk__host_little());
-    /* Fortran order is a transpose unless at most one axis is longer than 1 */
-    for (i = 0, direct = 0; i < h.ndim; i++) direct += h.shape[i] > 1;
-    direct = (!h.fortran || direct <= 1) && !swap && size == esize && (kind == 'c' || kind == 'f');
-    if (direct) {   /* the file's bytes are the elements */
+    if (f.direct) {   /* the file's bytes are the elements */
         got = qk__read_full(fd, data, (size_t)nbytes);
         if (got < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
     } else {
         /* in 16 KiB chunks, each item converted (byte order, type) to its row-major place */
         unsigned char chunk[16384];
+        const int size = f.size;
         const int64_t per = (int64_t)(sizeof chunk / (size_t)size);
-        const int64_t s0 = n, s1 = dim, s2 = h.ndim == 3 ? dim : 1;
-        const int fort = h.fortran != 0;
+        const int64_t s0 = f.n, s1 = f.dim, s2 = f.mixed ? f.dim : 1;
         int64_t done = 0, k;
-        while (done < count) {
-            const int64_t want = count - done < per ? count - done : per;
+        while (done < f.count) {
+            const int64_t want = f.count - done < per ? f.count - done : per;
             const int64_t g = qk__read_full(fd, chunk, (size_t)(want * size));
             if (g < 0) { r = qk__fail(QK_ERROR_IO, "%s: read error: %s", path, strerror(errno)); goto fail; }
             got += g / size * esize;
             if (g < want * size) break;
             for (k = 0; k < want; k++) {
                 int64_t idx = done + k, c;
-                if (fort) {   /* idx = i0 + s0 (i1 + s1 i2) */
+                if (f.transposed) {   /* idx = i0 + s0 (i1 + s1 i2) */
                     const int64_t i0 = idx % s0, rest = idx / s0;
                     c = (i0 * s1 + rest % s1) * s2 + rest / s1;
                 } else c = idx;
-                qk__npy_state_item(chunk + k * size, kind, size, swap, type, data + (size_t)c * (size_t)esize);
+                qk__npy_state_item(chunk + k * size, f.kind, size, f.swap, f.type, data + (size_t)c * (size_t)esize);
             }
             done += want;
         }
     }
     if (got < nbytes) {   /* the file shrank while it was read */
-        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: the file shrank while it was read (shape %s of %s)", path, shp, dsc);
+        r = qk__fail(QK_ERROR_FORMAT, "%s: truncated data: the file shrank while it was read (shape %s of %s)", path, f.shp, f.dsc);
         goto fail;
     }
-    if ((r = qk__npy_check_end(fd, path, shp, dsc)) != QK_OK) goto fail;
+    if ((r = qk__npy_check_end(fd, path, f.shp, f.dsc)) != QK_OK) goto fail;
     QK__RCLOSE(fd);
     out->data = data;
-    out->type = type;
-    out->n = n;
-    out->dim = dim;
-    out->mixed = h.ndim == 3;
+    out->type = f.type;
+    out->n = f.n;
+    out->dim = f.dim;
+    out->mixed = f.mixed;
     return QK_OK;
 fail:
     QK__RCLOSE(fd);
@@ -11208,20 +11273,8 @@ static qk_result qk__states_fetch(int tag, int64_t r0, int64_t r1, double *dst, 
     r1 += sm->tag_row0[tag];
     for (c = r0; c < r1; c += sm->chunk) {
         const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
-        char *buf = (char *)dst + (size_t)((c - r0) * rowb);
-        qk_result r;
-        QK_PROF_BEGIN("state provider");
-        r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
-        QK_PROF_END("state provider");
-        if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                     side ? "B" : "A", (long long)c, (long long)(c + k));
-        else r = qk__states_check(sm, buf, k, rowb, side, c);
-        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, c, k, buf, rowb);
-        if (r != QK_OK) {
-            sm->provider_failed = r;
-            return r;
-        }
+        const qk_result r = qk__smap_fetch(sm, side, c, k, (char *)dst + (size_t)((c - r0) * rowb));
+        if (r != QK_OK) return r;
     }
     return QK_OK;
 }
@@ -13763,14 +13816,18 @@ static void *qk__mpi_block_write(void *p)
    MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
    check between blocks runs after the writer is joined); else each block is written before the
    next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
-   is the job's). */
+   is the job's). A provider's rows (qk_gram_mpi_states): each slab's rows are asked for once, at
+   the slab's start, and kept for its blocks (sm->cache), where a slab's rows fit the same budget
+   (S rows of the states' stored row, at most mpi_block_bytes more per rank); else, and for the
+   blocks' column rows, each block asks for its rows. */
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols;
     const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
+    qk__smap *sm = b->sm && (b->sm->op.q1 & QK__STATE_PROVIDER) ? b->sm : NULL;
     int64_t S, C, a, bnd, c0, k = 0;
-    char *U[2] = {NULL, NULL}, *tb = NULL;
+    char *U[2] = {NULL, NULL}, *tb = NULL, *cache = NULL;
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
@@ -13803,10 +13860,25 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             goto done;
         }
     }
+    /* a slab's provider rows, kept for its blocks where they fit the budget (an allocation that
+       fails only means that each block asks for its rows) */
+    if (sm && (double)S * (double)sm->map.n_features * 8.0 <= (double)budget)
+        cache = (char *)qk__malloc((size_t)S * (size_t)sm->map.n_features * 8);
     for (a = r0; a < r1 && !stop; a = bnd) {
-        int64_t h;
+        int64_t h, i;
         bnd = r1 - a < S ? r1 : a + S;
         h = bnd - a;
+        if (cache) {   /* the slab's rows, asked for once (in the provider's chunks) */
+            sm->cache = NULL;
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            for (i = 0; i < h && r == QK_OK; i += sm->chunk)
+                r = qk__smap_fetch(sm, 0, a + i, h - i < sm->chunk ? h - i : sm->chunk, cache + (size_t)i * (size_t)sm->map.n_features * 8);
+            if (r != QK_OK) { stop = 1; break; }
+            sm->cache = cache;
+            sm->cache_side = 0;
+            sm->cache_row0 = a;
+            sm->cache_n = h;
+        }
         /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
         for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
             char *u = U[k & 1];
@@ -13843,6 +13915,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
+    if (sm) sm->cache = NULL;
+    QK_FREE(cache);
     if (U[1] != U[0]) QK_FREE(U[1]);
     QK_FREE(U[0]);
     QK_FREE(tb);

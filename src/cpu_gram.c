@@ -93,17 +93,8 @@ static int qk__cpu_states_into(const qk_map *m, const double *X, int64_t row0, i
     stride = qk__row_len(m, path);
     for (c = 0; c < n; c += sm->chunk) {
         const int64_t k = n - c < sm->chunk ? n - c : sm->chunk;
-        qk_result r;
-        QK_PROF_BEGIN("state provider");
-        r = sm->in.provider(side, row0 + c, row0 + c + k, sm->buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
-        QK_PROF_END("state provider");
-        if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                     side ? "B" : "A", (long long)(row0 + c), (long long)(row0 + c + k));
-        else r = qk__states_check(sm, sm->buf, k, (int64_t)m->n_features * 8, side, row0 + c);
-        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0 + c, k, sm->buf, (int64_t)m->n_features * 8);
+        const qk_result r = qk__smap_fetch(sm, side, row0 + c, k, sm->buf);
         if (r != QK_OK) {
-            sm->provider_failed = r;
             if (job) { job->provider_failed = r; QK__STORE(&job->cancel, 1); }
             return -1;
         }

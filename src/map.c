@@ -703,6 +703,30 @@ QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_
     return QK_OK;
 }
 
+/* A provider's rows [row0, row0 + n) of side into buf (n rows of the map's n_features doubles):
+   copied from sm->cache where it holds them all, else asked of the provider (one call: n is at
+   most sm->chunk), checked (qk__states_check) and shown to rows_fn. On failure the error is set
+   and sm->provider_failed holds it. */
+QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t n, void *buf)
+{
+    const int64_t rowb = (int64_t)sm->map.n_features * 8;
+    qk_result r;
+    if (sm->cache && side == sm->cache_side && row0 >= sm->cache_row0 && row0 + n <= sm->cache_row0 + sm->cache_n) {
+        memcpy(buf, sm->cache + (size_t)((row0 - sm->cache_row0) * rowb), (size_t)(n * rowb));
+        return QK_OK;
+    }
+    QK_PROF_BEGIN("state provider");
+    r = sm->in.provider(side, row0, row0 + n, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
+    QK_PROF_END("state provider");
+    if (r != QK_OK)
+        qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
+                 side ? "B" : "A", (long long)row0, (long long)(row0 + n));
+    else r = qk__states_check(sm, buf, n, rowb, side, row0);
+    if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, row0, n, buf, rowb);
+    if (r != QK_OK) sm->provider_failed = r;
+    return r;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;

@@ -342,9 +342,16 @@ typedef struct qk__smap {
     qk_result (*rows_fn)(void *user, int side, int64_t row0, int64_t n, const void *rows, int64_t ld_bytes);
     void *rows_user;
     qk_result provider_failed;  /* the provider failed, or its rows were bad (the error set) */
+    /* Rows the provider already gave (and were checked): rows [cache_row0, cache_row0 + cache_n)
+       of side cache_side, n_features doubles apart; asked rows inside them are copied from here,
+       not asked again (qk_gram_mpi_states keeps a slab's rows for its blocks). NULL: none. */
+    const char *cache;
+    int cache_side;
+    int64_t cache_row0, cache_n;
 } qk__smap;
 QK__PRIV qk_result qk__state_norm_check(const qk__smap *sm, double ss, int side, int64_t row);
 QK__PRIV qk_result qk__states_check(const qk__smap *sm, const void *rows, int64_t n, int64_t ld_bytes, int side, int64_t row0);
+QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t n, void *buf);
 #endif /* map.c */
 
 /* ---- map_parse.c: the map spec parser ---- */

@@ -207,20 +207,8 @@ static qk_result qk__states_fetch(int tag, int64_t r0, int64_t r1, double *dst, 
     r1 += sm->tag_row0[tag];
     for (c = r0; c < r1; c += sm->chunk) {
         const int64_t k = r1 - c < sm->chunk ? r1 - c : sm->chunk;
-        char *buf = (char *)dst + (size_t)((c - r0) * rowb);
-        qk_result r;
-        QK_PROF_BEGIN("state provider");
-        r = sm->in.provider(side, c, c + k, buf, sm->ld, sm->in.provider_user) ? QK_ERROR_CANCELLED : QK_OK;
-        QK_PROF_END("state provider");
-        if (r != QK_OK)
-            qk__fail(QK_ERROR_CANCELLED, "%s: the state provider failed for %s rows [%lld, %lld) (nothing was written)", sm->fn,
-                     side ? "B" : "A", (long long)c, (long long)(c + k));
-        else r = qk__states_check(sm, buf, k, rowb, side, c);
-        if (r == QK_OK && sm->rows_fn) r = sm->rows_fn(sm->rows_user, side, c, k, buf, rowb);
-        if (r != QK_OK) {
-            sm->provider_failed = r;
-            return r;
-        }
+        const qk_result r = qk__smap_fetch(sm, side, c, k, (char *)dst + (size_t)((c - r0) * rowb));
+        if (r != QK_OK) return r;
     }
     return QK_OK;
 }

@@ -362,14 +362,18 @@ static void *qk__mpi_block_write(void *p)
    MPI_THREAD_SERIALIZED or more: only one of the two threads is ever inside MPI, as the failure
    check between blocks runs after the writer is joined); else each block is written before the
    next is computed. Another rank's failure notice stops it (returning QK_OK: that rank's result
-   is the job's). */
+   is the job's). A provider's rows (qk_gram_mpi_states): each slab's rows are asked for once, at
+   the slab's start, and kept for its blocks (sm->cache), where a slab's rows fit the same budget
+   (S rows of the states' stored row, at most mpi_block_bytes more per rank); else, and for the
+   blocks' column rows, each block asks for its rows. */
 static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
 {
     const int npy = b->desc->output == QK_OUTPUT_NPY;
     const int64_t cols = b->cols;
     const size_t es = b->es, budget = b->desc->mpi_block_bytes ? b->desc->mpi_block_bytes : (size_t)(QK_MPI_BLOCK_BYTES);
+    qk__smap *sm = b->sm && (b->sm->op.q1 & QK__STATE_PROVIDER) ? b->sm : NULL;
     int64_t S, C, a, bnd, c0, k = 0;
-    char *U[2] = {NULL, NULL}, *tb = NULL;
+    char *U[2] = {NULL, NULL}, *tb = NULL, *cache = NULL;
     qk__mpi_block sw;
     qk_result r = QK_OK;
     int threaded = 0, pending = 0, level = MPI_THREAD_SINGLE, stop = 0;
@@ -402,10 +406,25 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
             goto done;
         }
     }
+    /* a slab's provider rows, kept for its blocks where they fit the budget (an allocation that
+       fails only means that each block asks for its rows) */
+    if (sm && (double)S * (double)sm->map.n_features * 8.0 <= (double)budget)
+        cache = (char *)qk__malloc((size_t)S * (size_t)sm->map.n_features * 8);
     for (a = r0; a < r1 && !stop; a = bnd) {
-        int64_t h;
+        int64_t h, i;
         bnd = r1 - a < S ? r1 : a + S;
         h = bnd - a;
+        if (cache) {   /* the slab's rows, asked for once (in the provider's chunks) */
+            sm->cache = NULL;
+            if (!pending && qk__mpi_remote_failed(b->m)) { stop = 1; break; }
+            for (i = 0; i < h && r == QK_OK; i += sm->chunk)
+                r = qk__smap_fetch(sm, 0, a + i, h - i < sm->chunk ? h - i : sm->chunk, cache + (size_t)i * (size_t)sm->map.n_features * 8);
+            if (r != QK_OK) { stop = 1; break; }
+            sm->cache = cache;
+            sm->cache_side = 0;
+            sm->cache_row0 = a;
+            sm->cache_n = h;
+        }
         /* the slab's blocks: the diagonal one (symmetric K), then column chunks */
         for (c0 = b->symmetric ? a : 0; c0 < cols && !stop; k++) {
             char *u = U[k & 1];
@@ -442,6 +461,8 @@ static qk_result qk__mpi_run_band(qk__mpi_band *b, int64_t r0, int64_t r1)
         if (sw.r != QK_OK && r == QK_OK) r = qk__fail(sw.r, "%s", sw.err);
     }
 done:
+    if (sm) sm->cache = NULL;
+    QK_FREE(cache);
     if (U[1] != U[0]) QK_FREE(U[1]);
     QK_FREE(U[0]);
     QK_FREE(tb);

@@ -91,6 +91,26 @@ static inline const char *qkcli_state_type_name(qk_state_type t) {
 static inline int qkcli_state_type_double(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_F64; }
 static inline int qkcli_state_type_complex(qk_state_type t) { return t == QK_STATE_C128 || t == QK_STATE_C64; }
 
+/* The shape of a file of states (option opt): at least one state of dim >= 2. Returns 0, or 1
+   with the message in msg. */
+static inline int qkcli_states_shape(const char *opt, const char *path, int64_t n, int64_t dim, int mixed, char *msg, size_t size) {
+    if (n >= 1 && dim >= 2) return 0;
+    snprintf(msg, size, "%s '%s' has shape (%lld, %lld%s%s): it needs at least one state of dim >= 2", opt, qkcli_arg(path), (long long)n,
+             (long long)dim, mixed ? ", " : "", mixed ? "..." : "");
+    return 1;
+}
+
+/* Element k of states of type `from` at src as an element of type `to` at dst (the widening of
+   qkcli_convert_states). */
+static inline void qkcli_convert_elem(const void *src, qk_state_type from, int64_t k, unsigned char *dst, qk_state_type to) {
+    double re, im;
+    qk__state_amp(src, (int)from, k, &re, &im);
+    if (to == QK_STATE_C128) { double v[2] = {re, im}; memcpy(dst, v, 16); }
+    else if (to == QK_STATE_C64) { float v[2] = {(float)re, (float)im}; memcpy(dst, v, 8); }
+    else if (to == QK_STATE_F64) memcpy(dst, &re, 8);
+    else { float v = (float)re; memcpy(dst, &v, 4); }
+}
+
 /* Reads a .npy of states ("A" or "B", option opt): (n, dim) states or (n, dim, dim) density
    matrices, at least one, dim >= 2. Returns 0, or 1 with the message in msg and *r the result
    whose detail (qk_last_error) goes with it (QK_OK: none). */
@@ -106,12 +126,8 @@ static inline int qkcli_read_states(const char *what, const char *opt, const cha
         snprintf(msg, size, "cannot read %s (%s)", what, opt);
         return 1;
     }
-    if (s->n < 1 || s->dim < 2) {
-        long long n = (long long)s->n, dim = (long long)s->dim;
-        int mixed = s->mixed;
+    if (qkcli_states_shape(opt, path, s->n, s->dim, s->mixed, msg, size)) {
         qk_states_array_free(s);
-        snprintf(msg, size, "%s '%s' has shape (%lld, %lld%s%s): it needs at least one state of dim >= 2", opt, qkcli_arg(path), n, dim,
-                 mixed ? ", " : "", mixed ? "..." : "");
         return 1;
     }
     return 0;
@@ -132,14 +148,7 @@ static inline int qkcli_convert_states(qk_states_array *s, qk_state_type to, cha
         snprintf(msg, size, "out of memory converting %lld states to %s", (long long)s->n, qkcli_state_type_name(to));
         return 1;
     }
-    for (k = 0; k < count; k++) {
-        double re, im;
-        qk__state_amp(s->data, (int)s->type, k, &re, &im);
-        if (to == QK_STATE_C128) { double v[2] = {re, im}; memcpy(d + 16 * k, v, 16); }
-        else if (to == QK_STATE_C64) { float v[2] = {(float)re, (float)im}; memcpy(d + 8 * k, v, 8); }
-        else if (to == QK_STATE_F64) memcpy(d + 8 * k, &re, 8);
-        else { float v = (float)re; memcpy(d + 4 * k, &v, 4); }
-    }
+    for (k = 0; k < count; k++) qkcli_convert_elem(s->data, s->type, k, d + (size_t)k * (size_t)es, to);
     QK_FREE(s->data);
     s->data = d;
     s->type = to;
@@ -149,8 +158,9 @@ static inline int qkcli_convert_states(qk_states_array *s, qk_state_type to, cha
 /* A and B (B->n 0: none) as one qk_states_desc: the same dim, one type for both (the wider in
    each respect, complex over real and double over float; a converted side's data is then a
    malloc'ed copy, recorded in conv[0] / conv[1]), --normalize, --norm-tol (0: the library's
-   default, or 1e-5 where float input was widened). Returns 0, or 1 with msg and *r as
-   qkcli_read_states. */
+   default, or 1e-5 where float input was widened). Sides without data (their headers only:
+   qk-gram-mpi's provider reads and widens rows itself) are not converted, and st->a, st->b are
+   NULL. Returns 0, or 1 with msg and *r as qkcli_read_states. */
 static inline int qkcli_states_desc(qk_states_array *A, qk_states_array *B, const char *path_a, const char *path_b, int normalize,
                                     double norm_tol, void *conv[2], qk_states_desc *st, char *msg, size_t size, qk_result *r) {
     const int have_b = B->n > 0;
@@ -167,8 +177,8 @@ static inline int qkcli_states_desc(qk_states_array *A, qk_states_array *B, cons
         int cplx = qkcli_state_type_complex(A->type) || qkcli_state_type_complex(B->type);
         int dbl = qkcli_state_type_double(A->type) || qkcli_state_type_double(B->type);
         type = cplx ? (dbl ? QK_STATE_C128 : QK_STATE_C64) : (dbl ? QK_STATE_F64 : QK_STATE_F32);
-        if (A->type != type) { if (qkcli_convert_states(A, type, msg, size, r)) return 1; conv[0] = A->data; }
-        if (B->type != type) { if (qkcli_convert_states(B, type, msg, size, r)) return 1; conv[1] = B->data; }
+        if (A->type != type && A->data) { if (qkcli_convert_states(A, type, msg, size, r)) return 1; conv[0] = A->data; }
+        if (B->type != type && B->data) { if (qkcli_convert_states(B, type, msg, size, r)) return 1; conv[1] = B->data; }
     }
     memset(st, 0, sizeof *st);
     st->type = type;

@@ -9,8 +9,10 @@
    file with MPI-IO. The file appears (renamed from a temporary file by rank 0) only when every
    rank succeeded; on any rank's failure no file is left and every rank exits 1. The output
    directory must be on a file system every rank sees. docs/scale.md has the details. --states
-   takes the states themselves (qk_gram_mpi_states; read by rank 0 as qk-gram --states reads
-   them, options.h, and broadcast).
+   takes the states themselves (qk_gram_mpi_states): rank 0 checks the files' headers as
+   qk-gram --states does (options.h, io.c), then each rank reads only the rows its blocks need
+   through a state provider (open_states); Fortran-order files and a pure side against density
+   matrices are read by rank 0 and broadcast (read_bcast_states).
 
    Exit status: 0 success, 1 error, 2 bad command line, 130 / 143 / 129 stopped by SIGINT / SIGTERM / SIGHUP. */
 #define _POSIX_C_SOURCE 200809L   /* clock_gettime, sigaction, access under strict -std=c11 */
@@ -47,7 +49,9 @@ static const char *usage_text =
     "  --out FILE        output .npy, on a file system every rank sees\n"
     "  --states FILE     instead of --map and --x: the states themselves, a .npy of shape\n"
     "                    (n, dim) (statevectors, complex or real) or (n, dim, dim) (density\n"
-    "                    matrices: K = Tr(rho_i rho_j)), read by rank 0; docs/states.md\n"
+    "                    matrices: K = Tr(rho_i rho_j)) on a file system every rank sees;\n"
+    "                    each rank reads only the rows it needs (Fortran order: rank 0\n"
+    "                    reads the file and broadcasts it); docs/states.md\n"
     "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
     "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
     "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
@@ -195,6 +199,162 @@ static int read_bcast_states(const options *o, qk_states_array *A, qk_states_arr
     return EXIT_SUCCESS;
 }
 
+/* --states read row by row (the default): every rank opens the .npy file(s) itself and reads
+   only the rows qk asks it for (qk_states_desc.provider: the rows of its blocks of K), at
+   data_off + row * (the file's bytes of a state), converted as qk-gram converts them (byte order,
+   float16 / integers / bool, and the wider dtype of A and B); no rank holds all states. A
+   Fortran-order file (no state's items are contiguous) and a pure side against a mixed one (a
+   provider gives rows of one kind) are read by rank 0 and broadcast instead (read_bcast_states). */
+typedef struct npy_src {
+    int fd;                 /* -1: none */
+    qk__npy_states f;       /* its header (io.c) */
+    const char *path;
+} npy_src;
+
+typedef struct npy_prov {
+    npy_src s[2];           /* A, B */
+    qk_state_type to;       /* the one type of both sides */
+    unsigned char *raw;     /* one state as the file holds it */
+    int64_t rows[2], bytes[2];   /* read so far, per side (QK_GRAM_MPI_TEST_READS) */
+    char err[1024];         /* the provider's failure, this rank's */
+} npy_prov;
+
+#define STATES_BROADCAST 2   /* open_states: read the states with read_bcast_states */
+
+/* n bytes at byte off of fd (retrying EINTR and short reads); the count read (less at the end of
+   the file), or -1 with errno set */
+static int64_t pread_full(int fd, void *buf, size_t n, off_t off) {
+    size_t got = 0;
+    while (got < n) {
+        ssize_t k = pread(fd, (char *)buf + got, n - got < ((size_t)1 << 30) ? n - got : ((size_t)1 << 30), off + (off_t)got);
+        if (k < 0 && errno == EINTR) continue;
+        if (k < 0) return -1;
+        if (k == 0) break;
+        got += (size_t)k;
+    }
+    return (int64_t)got;
+}
+
+/* qk_state_fn: rows [i0, i1) of side into buf (ld elements apart, of type p->to) */
+static int npy_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
+    npy_prov *p = (npy_prov *)user;
+    npy_src *s = &p->s[side];
+    const qk__npy_states *f = &s->f;
+    const int64_t fb = f->row_items * f->size;   /* a state's bytes in the file */
+    const int te = qk__state_esize(p->to);
+    const int as_is = f->direct && p->to == f->type;
+    int64_t i, k;
+    if (s->fd < 0 || i0 < 0 || i1 > f->n || i1 <= i0) {
+        snprintf(p->err, sizeof p->err, "%s rows [%lld, %lld) asked for, outside the file's %lld (internal error)", side ? "B" : "A",
+                 (long long)i0, (long long)i1, (long long)f->n);
+        return 1;
+    }
+    for (i = i0; i < i1; i++) {
+        unsigned char *dst = (unsigned char *)buf + (size_t)((i - i0) * ld) * (size_t)te, *src = as_is ? dst : p->raw;
+        const int64_t at = f->data_off + i * fb, got = pread_full(s->fd, src, (size_t)fb, (off_t)at);
+        if (got != fb) {
+            const int e = errno;
+            snprintf(p->err, sizeof p->err, "%s '%s': cannot read state %lld (%lld bytes at byte %lld): %s", side ? "--states-y" : "--states",
+                     qkcli_arg(s->path), (long long)i, (long long)fb, (long long)at,
+                     got < 0 ? strerror(e) : "the file is shorter than its header says (truncated after it was checked?)");
+            return 1;
+        }
+        p->rows[side]++;
+        p->bytes[side] += got;
+        if (as_is) continue;
+        for (k = 0; k < f->row_items; k++) {   /* the item as qk_npy_read_states reads it, then widened as qkcli_convert_states */
+            unsigned char item[16];
+            if (p->to == f->type) qk__npy_state_item(src + k * f->size, f->kind, f->size, f->swap, f->type, dst + (size_t)k * (size_t)te);
+            else {
+                qk__npy_state_item(src + k * f->size, f->kind, f->size, f->swap, f->type, item);
+                qkcli_convert_elem(item, f->type, 0, dst + (size_t)k * (size_t)te, p->to);
+            }
+        }
+    }
+    return 0;
+}
+
+/* what the ranks compare of a file's header */
+static void head_info(const qk__npy_states *f, int64_t v[11]) {
+    v[0] = f->n; v[1] = f->dim; v[2] = f->mixed; v[3] = (int64_t)f->type; v[4] = f->size; v[5] = f->kind; v[6] = f->swap;
+    v[7] = f->data_off; v[8] = f->direct; v[9] = f->transposed; v[10] = f->row_items;
+}
+
+static void close_states(npy_prov *p) {
+    int k;
+    for (k = 0; k < 2; k++)
+        if (p->s[k].fd >= 0) { close(p->s[k].fd); p->s[k].fd = -1; }
+    free(p->raw);
+    p->raw = NULL;
+}
+
+/* --states for the provider: rank 0 opens A (and B) and checks their headers (as qk-gram reads
+   them: dtype, shape, a file size that matches); the ranks agree on what it found, then every
+   other rank opens the files itself and must find the same headers (a rank that sees another
+   file, or a shorter one, fails the job: every rank exits 1). A and B (their headers: n, dim,
+   mixed; no data) and the desc with the provider in *st. Returns EXIT_SUCCESS, EXIT_FAILURE, or
+   STATES_BROADCAST (a layout not read row by row: nothing is left open). */
+static int open_states(const options *o, npy_prov *p, qk_states_array *A, qk_states_array *B, qk_states_desc *st) {
+    const char *paths[2] = {o->states, o->states_y}, *opts[2] = {"--states", "--states-y"};
+    char msg[1024];
+    void *conv[2] = {NULL, NULL};
+    int64_t info[2][11];
+    int bad = 0, k, broadcast = 0, sides = o->states_y ? 2 : 1;
+    qk_result r = QK_OK;
+    memset(p, 0, sizeof *p);
+    p->s[0].fd = p->s[1].fd = -1;
+    memset(info, 0, sizeof info);
+    for (k = 0; k < sides; k++) p->s[k].path = paths[k];
+    if (g_rank == 0) {
+        for (k = 0; k < sides && !bad; k++) {
+            if (!qkcli_ends_with(paths[k], ".npy")) bad = fail(0, QK_OK, "%s '%s': states are read from a .npy file", opts[k], qkcli_arg(paths[k]));
+            else if ((r = qk__npy_states_open(paths[k], &p->s[k].fd, &p->s[k].f)) != QK_OK) bad = fail(0, r, "cannot read %s (%s)", k ? "B" : "A", opts[k]);
+            else if (qkcli_states_shape(opts[k], paths[k], p->s[k].f.n, p->s[k].f.dim, p->s[k].f.mixed, msg, sizeof msg)) bad = fail(0, QK_OK, "%s", msg);
+        }
+        broadcast = !bad && (p->s[0].f.transposed || (sides == 2 && (p->s[1].f.transposed || p->s[1].f.mixed != p->s[0].f.mixed)));
+        if (getenv("QK_GRAM_MPI_TEST_BROADCAST")) broadcast = !bad;   /* tests: the read-and-broadcast path for any file */
+    }
+    if (any(bad)) { close_states(p); return EXIT_FAILURE; }
+    MPI_Bcast(&broadcast, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    if (broadcast) { close_states(p); return STATES_BROADCAST; }
+    if (g_rank == 0)   /* A and B as rank 0 found them */
+        for (k = 0; k < sides; k++) head_info(&p->s[k].f, info[k]);
+    MPI_Bcast(info, 22, MPI_INT64_T, 0, MPI_COMM_WORLD);
+    if (g_rank != 0) {   /* each rank opens the files itself: they must be the ones rank 0 checked */
+        for (k = 0; k < sides && !bad; k++) {
+            const qk__npy_states *f = &p->s[k].f;
+            int64_t v[11];
+            if ((r = qk__npy_states_open(paths[k], &p->s[k].fd, &p->s[k].f)) != QK_OK) { bad = fail(1, r, "cannot read %s (%s)", k ? "B" : "A", opts[k]); break; }
+            head_info(f, v);
+            if (memcmp(v, info[k], sizeof v) != 0)
+                bad = fail(1, QK_OK, "%s '%s': this rank sees a file unlike rank 0's (shape %s of %s here); every rank must see the same file",
+                           opts[k], qkcli_arg(paths[k]), f->shp, f->dsc);
+        }
+    }
+    if (any(bad)) { close_states(p); return EXIT_FAILURE; }
+    /* the desc, from the headers (qkcli_states_desc: the same checks and type as qk-gram) */
+    memset(A, 0, sizeof *A);
+    memset(B, 0, sizeof *B);
+    A->type = (qk_state_type)info[0][3]; A->n = info[0][0]; A->dim = info[0][1]; A->mixed = (int)info[0][2];
+    if (sides == 2) { B->type = (qk_state_type)info[1][3]; B->n = info[1][0]; B->dim = info[1][1]; B->mixed = (int)info[1][2]; }
+    if (qkcli_states_desc(A, B, o->states, o->states_y, o->normalize, o->norm_tol, conv, st, msg, sizeof msg, &r)) {
+        close_states(p);
+        return fail(0, r, "%s", msg);   /* every rank: the same headers, the same answer */
+    }
+    p->to = st->type;
+    {
+        size_t most = 0;
+        for (k = 0; k < sides; k++)
+            if ((size_t)(p->s[k].f.row_items * p->s[k].f.size) > most) most = (size_t)(p->s[k].f.row_items * p->s[k].f.size);
+        p->raw = (unsigned char *)malloc(most);
+        bad = !p->raw;
+    }
+    if (any(bad)) { close_states(p); return fail(bad, QK_ERROR_OUT_OF_MEMORY, "out of memory for a state's bytes"); }
+    st->provider = npy_rows;
+    st->provider_user = p;
+    return EXIT_SUCCESS;
+}
+
 /* As qk-gram: the output must be a .npy in an existing, writable directory (rank 0 checks). */
 static int check_output_path(const char *out) {
     struct stat st;
@@ -288,6 +448,7 @@ static int run(const options *o) {
     qk_array X, Y, W;
     qk_states_array A, B;
     qk_states_desc st;
+    npy_prov pv;
     void *conv[2] = {NULL, NULL};
     int64_t n_rows, n_cols;
     qk_map *map = NULL;
@@ -296,7 +457,7 @@ static int run(const options *o) {
     qk_gram_desc gd;
     qk_result r;
     MPI_Comm node;
-    int node_rank = 0, node_size = 1, rc = EXIT_FAILURE, bad = 0, dev = -1;
+    int node_rank = 0, node_size = 1, rc = EXIT_FAILURE, bad = 0, dev = -1, whole = 0;
     rank_clock clk;
     double secs, *t_all = NULL;
     struct sigaction sa, old_int, old_term, old_hup;
@@ -306,9 +467,14 @@ static int run(const options *o) {
     memset(&W, 0, sizeof W);
     memset(&A, 0, sizeof A);
     memset(&B, 0, sizeof B);
+    memset(&pv, 0, sizeof pv);
+    pv.s[0].fd = pv.s[1].fd = -1;
     if (any(g_rank == 0 && check_output_path(o->out) != EXIT_SUCCESS)) return EXIT_FAILURE;
     if (o->states) {   /* K from given states: checked by qk_gram_mpi_states on every rank */
-        if (read_bcast_states(o, &A, &B, conv, &st) != EXIT_SUCCESS) goto done;
+        int how = open_states(o, &pv, &A, &B, &st);
+        if (how == EXIT_FAILURE) goto done;
+        if (how == STATES_BROADCAST && read_bcast_states(o, &A, &B, conv, &st) != EXIT_SUCCESS) goto done;
+        whole = how == STATES_BROADCAST;
         if (A.mixed || B.mixed) {
             if (o->device == QK_DEVICE_CUDA) {
                 fail(0, QK_OK, "--device cuda: density matrices run on the CPU engine (docs/states.md); use --device cpu or auto");
@@ -422,6 +588,12 @@ context:
     clk.t0 = qkcli_now();
     r = o->states ? qk_gram_mpi_states(ctx, &st, &gd, MPI_COMM_WORLD) : qk_gram_mpi(ctx, map, &gd, MPI_COMM_WORLD);
     secs = qkcli_now() - clk.t0;
+    if (r != QK_OK && pv.err[0]) fail(1, QK_OK, "%s", pv.err);   /* this rank's provider: what it could not read */
+    if (o->states && getenv("QK_GRAM_MPI_TEST_READS")) {   /* tests: what each rank read of the state files */
+        fprintf(stderr, "qk-gram-mpi: test reads: rank %d of %d: %s, A %lld rows %lld bytes, B %lld rows %lld bytes\n", g_rank, g_size,
+                whole ? "broadcast" : "rows", (long long)pv.rows[0], (long long)pv.bytes[0], (long long)pv.rows[1], (long long)pv.bytes[1]);
+        fflush(stderr);
+    }
     sigaction(SIGINT, &old_int, NULL);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGHUP, &old_hup, NULL);
@@ -473,6 +645,7 @@ done:
     if (conv[1]) { free(conv[1]); B.data = NULL; }
     qk_states_array_free(&A);
     qk_states_array_free(&B);
+    close_states(&pv);
     return rc;
 }
 

@@ -537,13 +537,35 @@ static void check_states_case(const scase *sc, int idx) {
         CHECK(outside == 0 && missed == 0, "states %d (%s, rank %d, band [%lld, %lld)): a provider was asked for %lld rows outside its blocks "
               "and not for %lld rows of them", idx, sc->what, rank_, (long long)r0, (long long)r1, (long long)outside, (long long)missed);
 
+        /* the 4 KB blocks: slabs of 22 rows; where a slab's rows fit the 4 KB (22 stored rows,
+           each dim or dim^2 elements rounded up to whole doubles), each slab asks once for its
+           rows, kept for its blocks, and each block once for its columns' rows. K(A,A): a band
+           row once for its slab and once for each slab of the band above it, a row past the band
+           once for each slab; K(A,B): a band row once, a row of B once for each slab */
+        {
+            const int64_t rowb = (nel * esize + 7) / 8 * 8, S = 22;
+            int64_t slabs_above, slabs = r1 > r0 ? (r1 - r0 + S - 1) / S : 0;
+            if (S * rowb <= 4096) {
+                for (s = 0; s < sc->na; s++) {
+                    slabs_above = s < r0 ? 0 : s >= r1 ? slabs : (s - r0) / S;
+                    if (pv.asked[0][s] != (s >= r0 && s < r1 ? 1 : 0) + (sc->nb ? 0 : slabs_above)) wrong++;
+                }
+                for (s = 0; s < sc->nb; s++)
+                    if (pv.asked[1][s] != slabs) wrong++;
+                CHECK(wrong == 0, "states %d (%s, rank %d, band [%lld, %lld), 4 KB blocks): %lld rows asked for a number of times other "
+                      "than its slabs and blocks need (each slab's rows once)", idx, sc->what, rank_, (long long)r0, (long long)r1, (long long)wrong);
+            }
+        }
+
         /* tiles, blocks of 1 MB: a band is one slab, so a rank's blocks are the diagonal block
            of its band [r0, r1) and (K(A,A), r1 < n) the rectangle [r0, r1) x [r1, n), or
-           (K(A,B)) the rectangle [r0, r1) x B: each block asks once for its rows and its
-           columns' rows. K(A,A): a band row twice (r1 < n) or once, a row past the band once;
-           K(A,B): a band row once and every row of B once (an empty band: nothing) */
+           (K(A,B)) the rectangle [r0, r1) x B: the slab asks once for its rows (kept for both
+           blocks), each block once for its columns' rows. K(A,A): a band row once, a row past
+           the band once; K(A,B): a band row once and every row of B once (an empty band:
+           nothing) */
         memset(pv.asked[0], 0, sizeof(int64_t) * (size_t)sc->na);
         memset(pv.asked[1], 0, sizeof(int64_t) * (size_t)(sc->nb ? sc->nb : 1));
+        wrong = 0;
         memset(&tc, 0, sizeof tc);
         tc.n = sc->na; tc.cols = cols; tc.symmetric = sc->nb == 0; tc.dt = QK_F64;
         tc.val = (double *)calloc((size_t)(sc->na * cols), sizeof(double));
@@ -563,7 +585,7 @@ static void check_states_case(const scase *sc, int idx) {
                   idx, sc->what, size_, (long long)bad);
         }
         for (s = 0; s < sc->na; s++) {
-            const int64_t want = r1 <= r0 || s < r0 ? 0 : s < r1 ? (!sc->nb && r1 < sc->na ? 2 : 1) : (sc->nb ? 0 : 1);
+            const int64_t want = r1 <= r0 || s < r0 ? 0 : s < r1 ? 1 : (sc->nb ? 0 : 1);
             if (pv.asked[0][s] != want) wrong++;
         }
         for (s = 0; s < sc->nb; s++)
@@ -582,7 +604,9 @@ static void check_states_case(const scase *sc, int idx) {
 
 /* A bad state (how: 0 NaN in A on every rank, 1 a norm off 1 in B on every rank, 2 NaN in A on
    rank `bad` only, 3 A that differs on rank `bad`, 4 a provider, 5 dim 1, which the states' map
-   refuses: its message names qk_gram_mpi_states, not qk_gram_states): every rank returns `expect`
+   refuses: its message names qk_gram_mpi_states, not qk_gram_states; 6 to 10 a provider's rows,
+   pv.fail = how - 5, 9 with 64-byte blocks (slabs of 2 rows, blocks of 2 x 4), whose slabs' rows
+   (256 bytes) do not fit them, so that each block asks for its rows, 10 with the 4 KB blocks, whose slabs of 22 rows are kept): every rank returns `expect`
    with the same detail, naming the row; out_path keeps its old content and no file is left. */
 static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void *user) {
     (void)side; (void)i0; (void)i1; (void)buf; (void)ld; (void)user;
@@ -592,7 +616,8 @@ static int no_rows(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
 static void check_states_failure(int how, int bad, qk_result expect, const char *want, int idx, int64_t fail_row) {
     static const char *names[] = {"NaN in A", "a norm off 1 in B", "NaN in A on one rank", "A differs on one rank", "a provider that fails on every rank",
                                    "dim 1", "a provider fails on one rank", "a provider gives NaN on one rank",
-                                   "a provider unlike the other ranks'", "a provider unlike itself"};
+                                   "a provider unlike the other ranks'", "a provider unlike itself (rows asked per block)",
+                                   "a provider unlike itself (a slab's rows kept)"};
     prov pv;
     qk_ctx *ctx = qk_test_cpu_ctx(1);
     const int64_t n = 29, dim = 8;
@@ -624,7 +649,7 @@ static void check_states_failure(int how, int bad, qk_result expect, const char 
         prov_init(&pv, a, n, NULL, 0, dim, dim, 16);
         st.a = NULL; st.provider = give_rows; st.provider_user = &pv;
         if (bad < 0 || rank_ == bad) {
-            pv.fail = how - 5;   /* 1 fails, 2 NaN, 3 a row unlike the other ranks', 4 a row unlike its first */
+            pv.fail = how < 10 ? how - 5 : 4;   /* 1 fails, 2 NaN, 3 a row unlike the other ranks', 4 a row unlike its first */
             pv.fail_side = 0;
             pv.fail_row = fail_row;
         }
@@ -632,6 +657,7 @@ static void check_states_failure(int how, int bad, qk_result expect, const char 
     if (how == 5) st.dim = 1;
     memset(&g, 0, sizeof g);
     g.output = QK_OUTPUT_NPY; g.out_path = out_path;
+    if (how == 9) g.mpi_block_bytes = 64;
     r = qk_gram_mpi_states(ctx, &st, &g, MPI_COMM_WORLD);
     CHECK(r == expect, "states failure %d (%s, rank %d of %d): rank %d returned %s (%s), expected %s", idx, names[how], bad, size_, rank_,
           qk_result_string(r), qk_last_error(), qk_result_string(expect));
@@ -733,12 +759,18 @@ int main(int argc, char **argv) {
             check_states_failure(7, k, QK_ERROR_NON_FINITE, w, idx++, sch.row0[k]);
             if (size_ > 1) check_states_failure(8, k, QK_ERROR_INVALID_ARGUMENT, "the ranks' state providers gave different rows for A[28] "
                                                 "(a provider must give the same row", idx++, 28);
-            /* a row its blocks ask for twice: the band's first, in its diagonal block and the
-               rectangle right of it (every band but the last of several; one rank's band of 29
-               rows is two slabs of 22 and 7 rows with the 4 KB blocks) */
+            /* a row asked for twice. 64-byte blocks (rows not kept): the band's first, in its
+               diagonal block and the rectangle right of it (every band but the last of several).
+               4 KB blocks (a slab's rows kept): the first row of a band's second slab, asked for
+               by the first slab's blocks as a column and by its own slab (a band of more than 22
+               rows: one rank's 29) */
             if (size_ == 1 || k < size_ - 1) {
                 snprintf(w, sizeof w, "%sqk_gram_mpi_states: the state provider gave A[%lld] twice, different each time", pre, r0);
                 check_states_failure(9, k, QK_ERROR_BAD_DATA, w, idx++, sch.row0[k]);
+            }
+            if (sch.row0[k + 1] - sch.row0[k] > 22) {
+                snprintf(w, sizeof w, "%sqk_gram_mpi_states: the state provider gave A[%lld] twice, different each time", pre, r0 + 22);
+                check_states_failure(10, k, QK_ERROR_BAD_DATA, w, idx++, sch.row0[k] + 22);
             }
         }
         qk_schedule_free(&sch);

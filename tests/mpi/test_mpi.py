@@ -191,6 +191,149 @@ for name, opts in (("aa", ["--states", "A.npy"]), ("ab", ["--states", "A.npy", "
         check(rc == 0, "qk-gram-mpi --states %s on %d ranks exited %d: %s" % (name, n, rc, e))
         if rc == 0 and p.returncode == 0:
             check(read(out) == read(ref), "qk-gram-mpi --states %s on %d ranks: K.npy differs from qk-gram's" % (name, n))
+# ---- qk-gram-mpi --states read row by row (each rank opens the files, reads its rows) ----
+def write_npy(path, descr, shape, vals, fortran=False, truncate=0):
+    """a .npy of the row-major values vals (complex as (re, im) pairs) in dtype descr ('<c16',
+    '>c16', '<c8', '<f8', '<f4'), Fortran order if asked (the same array), truncate bytes cut off"""
+    import struct
+    cplx = descr[1] == "c"
+    size = int(descr[2:]) // (2 if cplx else 1)
+    ch = "d" if size == 8 else "f"
+    items = [vals[2 * k:2 * k + 2] for k in range(len(vals) // 2)] if cplx else [[v] for v in vals]
+    if fortran:   # the same array stored column-major: item (i, j[, k]) at i + n (j + d k)
+        idx = []
+        dims = list(shape)
+        for flat in range(len(items)):
+            rest, sub = flat, []
+            for d in dims:
+                sub.append(rest % d)
+                rest //= d
+            c = 0
+            for d, t in zip(dims, sub):
+                c = c * d + t
+            idx.append(c)
+        items = [items[c] for c in idx]
+    hdr = "{'descr': '%s', 'fortran_order': %s, 'shape': (%s), }" % (descr, "True" if fortran else "False",
+                                                                     ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else ""))
+    hdr += " " * (64 - (10 + len(hdr) + 1) % 64) + "\n"
+    data = b"".join(struct.pack(descr[0] + ch * len(t), *t) for t in items)
+    with open(path, "wb") as f:
+        f.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode())
+        f.write(data[:len(data) - truncate])
+
+
+def unit_states(n, dim, seed, cplx):
+    import math
+    rnd = random.Random(seed)
+    vals = []
+    for _ in range(n):
+        v = [rnd.uniform(-1.0, 1.0) for _ in range(2 * dim if cplx else dim)]
+        s = math.sqrt(sum(t * t for t in v))
+        vals += [t / s for t in v]
+    return vals
+
+
+def density(n, dim, seed, cplx):
+    """n density matrices 0.75 |u><u| + 0.25 |v><v| (trace 1, Hermitian), row-major"""
+    vals = []
+    for i in range(n):
+        u = unit_states(2, dim, seed * 1000 + i, cplx)
+        vecs = [[complex(u[o + 2 * k], u[o + 2 * k + 1]) if cplx else u[o + k] for k in range(dim)] for o in (0, 2 * dim if cplx else dim)]
+        for a in range(dim):
+            for b in range(dim):
+                z = sum(w * x[a] * (x[b].conjugate() if cplx else x[b]) for w, x in zip((0.75, 0.25), vecs))
+                vals += [z.real, z.imag] if cplx else [z]
+    return vals
+
+
+def reads(err):
+    """each rank's line of QK_GRAM_MPI_TEST_READS: rank -> (path, A rows, A bytes, B rows, B bytes)"""
+    got = {}
+    for m in re.finditer(r"test reads: rank (\d+) of \d+: (\w+), A (\d+) rows (\d+) bytes, B (\d+) rows (\d+) bytes", err):
+        got[int(m.group(1))] = (m.group(2),) + tuple(int(m.group(k)) for k in range(3, 7))
+    return got
+
+
+rdir = os.path.join(root, "rows")
+os.makedirs(rdir)
+NA, NB, DIM = 37, 19, 8
+files = {
+    "c16.npy": ("<c16", (NA, DIM), unit_states(NA, DIM, 11, True)),
+    "c16be.npy": (">c16", (NA, DIM), unit_states(NA, DIM, 11, True)),        # byte-swapped on the way
+    "c8.npy": ("<c8", (NA, DIM), unit_states(NA, DIM, 12, True)),
+    "f8.npy": ("<f8", (NA, DIM), unit_states(NA, DIM, 13, False)),
+    "f8b.npy": ("<f8", (NB, DIM), unit_states(NB, DIM, 14, False)),
+    "f4b.npy": ("<f4", (NB, DIM), unit_states(NB, DIM, 15, False)),         # widened to complex128 against c16
+    "c8b.npy": ("<c8", (NB, DIM), unit_states(NB, DIM, 16, True)),
+    "rho.npy": ("<f8", (23, 4, 4), density(23, 4, 17, False)),
+    "rhob.npy": ("<f8", (13, 4, 4), density(13, 4, 18, False)),
+    "rhoc.npy": ("<c16", (23, 4, 4), density(23, 4, 19, True)),
+    "psi4.npy": ("<c16", (17, 4), unit_states(17, 4, 20, True)),             # pure against mixed: broadcast
+}
+for name, (descr, shape, vals) in files.items():
+    write_npy(os.path.join(rdir, name), descr, shape, vals)
+descr, shape, vals = files["c16.npy"]
+write_npy(os.path.join(rdir, "c16F.npy"), descr, shape, vals, fortran=True)   # Fortran order: broadcast
+# name, A, B, the path each rank takes (rows: read row by row; broadcast: rank 0 reads, broadcasts)
+rcases = [("c16-aa", "c16.npy", None, "rows"), ("c16-ab-f4", "c16.npy", "f4b.npy", "rows"),
+          ("c16be-aa", "c16be.npy", None, "rows"), ("c8-aa", "c8.npy", None, "rows"),
+          ("c8-ab", "c8.npy", "c8b.npy", "rows"), ("f8-aa", "f8.npy", None, "rows"),
+          ("f8-ab-f4", "f8.npy", "f4b.npy", "rows"), ("rho-aa", "rho.npy", None, "rows"),
+          ("rho-ab", "rho.npy", "rhob.npy", "rows"), ("rhoc-aa", "rhoc.npy", None, "rows"),
+          ("fortran-aa", "c16F.npy", None, "broadcast"), ("psi-rho", "psi4.npy", "rhob.npy", "broadcast")]
+renv = dict(env, QK_GRAM_MPI_TEST_READS="1")
+for name, fa, fb, path in rcases:
+    opts = ["--states", os.path.join(rdir, fa)] + (["--states-y", os.path.join(rdir, fb)] if fb else [])
+    na = files[fa][1][0] if fa in files else NA
+    ref = os.path.join(rdir, name + "-ref.npy")
+    p = subprocess.run([args.qk_gram] + opts + ["--out", ref, "--device", "cpu", "--threads", "1", "--quiet"],
+                       capture_output=True, text=True, timeout=120)
+    check(p.returncode == 0, "qk-gram --states %s exited %d: %s" % (name, p.returncode, p.stderr))
+    for n in (1, 2, 3):
+        for how, e2 in (("", renv), ("-bcast", dict(renv, QK_GRAM_MPI_TEST_BROADCAST="1"))):
+            out = os.path.join(rdir, "%s-%d%s.npy" % (name, n, how))
+            q = subprocess.run([args.mpirun, "-n", str(n)] + extra + [args.qk_gram_mpi] + opts + ["--out", out, "--quiet", "--no-sync"],
+                               capture_output=True, text=True, timeout=180, env=e2)
+            check(q.returncode == 0, "qk-gram-mpi --states %s%s on %d ranks exited %d: %s" % (name, how, n, q.returncode, q.stderr))
+            if q.returncode != 0 or p.returncode != 0:
+                continue
+            check(read(out) == read(ref), "qk-gram-mpi --states %s%s on %d ranks: K.npy differs from qk-gram's" % (name, how, n))
+            got = reads(q.stderr)
+            want_path = "broadcast" if how else path
+            check(sorted(got) == list(range(n)) and all(v[0] == want_path for v in got.values()),
+                  "qk-gram-mpi --states %s%s on %d ranks: the ranks' reads %s, want the %s path on each" % (name, how, n, got, want_path))
+            if want_path != "rows" or sorted(got) != list(range(n)):
+                continue
+            # what the ranks read: each A row once over all ranks for K(A,B) (a band each), the last
+            # rank's band and what lies past it for K(A,A); never all of A on every rank when
+            # n > 1; bytes = rows x a state's bytes in the file
+            a_rows = [got[k][1] for k in range(n)]
+            fd = files[fa]
+            row_bytes = (int(fd[0][2:])) * (fd[1][1] * (fd[1][2] if len(fd[1]) == 3 else 1))
+            check(all(got[k][2] == got[k][1] * row_bytes for k in range(n)),
+                  "qk-gram-mpi --states %s on %d ranks: bytes read are not rows x %d: %s" % (name, n, row_bytes, got))
+            if fb:
+                check(sum(a_rows) == na, "qk-gram-mpi --states %s on %d ranks: A rows read %s, want %d in all (each row once)" % (name, n, a_rows, na))
+            else:
+                check(sum(a_rows) < n * na or n == 1, "qk-gram-mpi --states %s on %d ranks: A rows read %s: every rank read all %d" % (name, n, a_rows, na))
+                check(a_rows[0] == na, "qk-gram-mpi --states %s on %d ranks: rank 0 read %d rows of A, want all %d (its band's columns)" % (name, n, a_rows[0], na))
+            if n > 1:
+                check(a_rows[n - 1] < na, "qk-gram-mpi --states %s on %d ranks: the last rank read all %d rows of A" % (name, n, na))
+
+# a file shorter than its header says, and one longer: exit 1 on every rank, one message, the old K.npy kept
+descr, shape, vals = files["c16.npy"]
+write_npy(os.path.join(rdir, "short.npy"), descr, shape, vals, truncate=24)
+for n in (1, 3):
+    out = os.path.join(rdir, "old.npy")
+    with open(out, "wb") as f:
+        f.write(b"old content\n")
+    rc, o, e = mpirun(n, [args.qk_gram_mpi, "--states", os.path.join(rdir, "c16.npy"), "--states-y", os.path.join(rdir, "short.npy"),
+                          "--out", out, "--quiet"], timeout=120)
+    check(rc == 1 and e.count("error:") == 1 and "truncated data" in e,
+          "qk-gram-mpi --states-y truncated file on %d ranks: exit %d (want 1), stderr:\n%s" % (n, rc, e))
+    check(read(out) == b"old content\n", "qk-gram-mpi, a truncated state file: the old K.npy was changed")
+check(not [f for f in os.listdir(rdir) if ".tmp." in f], "temporary files left in %s" % sorted(os.listdir(rdir)))
+
 rc, o, e = mpirun(3, [args.qk_gram_mpi, "--states", os.path.join(sdir, "Abad.npy"), "--out", os.path.join(sdir, "bad.npy")])
 check(rc == 1 and "A[17]: amplitude 0 is NaN" in e and e.count("error:") == 1,
       "qk-gram-mpi --states, NaN in A[17]: exit %d (want 1), stderr:\n%s" % (rc, e))
