@@ -1597,8 +1597,12 @@ QK_CUDA_DEF double qk_cuda_wtime(void);
 /* qk_gram_vjp on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine, after
    checking the desc): the current device, fp64; real: the map's states are real (one plane: DSYRK /
    DGEMM, else ZHERK / ZGEMM); pool: the context's stream pool (its stream and cuBLAS handle are
-   borrowed; NULL: the call makes its own). grad_w and k_out are written only on success. */
-QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size);
+   borrowed; NULL: the call makes its own); stage: two page-locked host buffers of stage_bytes
+   each (the context's), through which a pageable G and k_out cross (NULL: straight). G is checked
+   on the host while it is copied (QK_ERROR_NON_FINITE names the first entry that is not finite).
+   grad_w and k_out are written only on success. */
+QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, void *const stage[2],
+                                       size_t stage_bytes, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
@@ -2412,6 +2416,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
                                 const qk__mps_prog *mps, qk_cuda_stats *stats);
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
+QK__PRIV int qk__ctx_stage(qk_ctx *ctx, size_t need);
 #endif /* run_cuda.c */
 
 /* ---- gram.c: qk_gram, qk_states, K from given states ---- */
@@ -11250,6 +11255,26 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
+/* The context's two page-locked staging buffers (ctx->stage), grown to at least need bytes each:
+   1 when they hold that much; a failure to grow leaves none (0: the caller copies without them). */
+QK__PRIV int qk__ctx_stage(qk_ctx *ctx, size_t need)
+{
+    char err[256];
+    if (ctx->stage_bytes >= need) return 1;
+    qk_cuda_host_free(ctx->stage[0]);
+    qk_cuda_host_free(ctx->stage[1]);
+    ctx->stage[0] = ctx->stage[1] = NULL;
+    ctx->stage_bytes = 0;
+    if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK && qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
+        ctx->stage_bytes = need;
+    else {
+        qk_cuda_host_free(ctx->stage[0]);
+        qk_cuda_host_free(ctx->stage[1]);
+        ctx->stage[0] = ctx->stage[1] = NULL;
+    }
+    return ctx->stage_bytes >= need;
+}
+
 /* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
    when it cannot be made (the job then makes its own streams, as the pool's absence means). */
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
@@ -11311,17 +11336,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
         size_t need = (size_t)(plan->slab_rows > 0 ? plan->slab_rows : plan->n_x) * (size_t)plan->n_y * d.es;
-        if (ctx->stage_bytes < need) {
-            qk_cuda_host_free(ctx->stage[0]);
-            qk_cuda_host_free(ctx->stage[1]);
-            ctx->stage[0] = ctx->stage[1] = NULL;
-            ctx->stage_bytes = 0;
-            if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK &&
-                qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
-                ctx->stage_bytes = need;
-            err[0] = 0;
-        }
-        if (ctx->stage_bytes >= need) {
+        if (qk__ctx_stage(ctx, need)) {
             io.stage[0] = ctx->stage[0];
             io.stage[1] = ctx->stage[1];
             io.stage_bytes = ctx->stage_bytes;
@@ -12988,19 +13003,24 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (d->ld_g != 0 && d->ld_g < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: ld_g %lld < columns %lld", (long long)d->ld_g, (long long)cols);
     memset(&j, 0, sizeof j);
     j.ld_g = d->ld_g ? d->ld_g : cols;
-    for (i = 0; i < nx; i++)
-        for (c = 0; c < cols; c++)
-            if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
 #if defined(QK_CUDA) && QK_CUDA
     /* the GPU engine (src/cuda/vjp.cuh), the context's first GPU: dL/dw and K; dL/dX (grad_x,
-       grad_y) runs on the CPU engine below (docs/gradients.md) */
+       grad_y) runs on the CPU engine below (docs/gradients.md). G is checked there, on the host
+       threads that copy it into the context's page-locked staging (grown to 32 MB a buffer). */
     if (ctx->desc.device == QK_DEVICE_CUDA && !d->grad_x && !d->grad_y) {
         char err[512] = "";
+        void *none[2] = {NULL, NULL};
+        const size_t need = (size_t)cols * 8 > ((size_t)32 << 20) ? (size_t)cols * 8 : ((size_t)32 << 20);
         r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
-        if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
+        if (r == QK_OK)
+            r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), qk__ctx_stage(ctx, need) ? ctx->stage : none,
+                                 ctx->stage_bytes, err, sizeof err);
         return r == QK_OK ? QK_OK : qk__fail(r, "%s", err[0] ? err : "qk_gram_vjp: the GPU engine failed");
     }
 #endif
+    for (i = 0; i < nx; i++)
+        for (c = 0; c < cols; c++)
+            if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
     D = (int64_t)1 << map->n_qubits;
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;

@@ -5675,7 +5675,7 @@ struct qk__vjp_bufs {
     qk__build_ws ws;
     qk__dprog dp;
     cudaStream_t st = nullptr, st2 = nullptr; /* the products and kernels; G's upload beside them */
-    cudaEvent_t ev = nullptr;
+    cudaEvent_t ev = nullptr, sev[2] = {nullptr, nullptr};   /* staging buffers' DMAs */
     cublasHandle_t blas = nullptr;
     qk_cuda_pool *lent = nullptr;
     bool own_st = false, own_blas = false;
@@ -5692,11 +5692,109 @@ static void qk__vjp_free(qk__vjp_bufs &b)
     qk__dprog_free(&b.dp);
     if (b.own_blas && b.blas) cublasDestroy(b.blas);
     if (b.ev) cudaEventDestroy(b.ev);
+    for (cudaEvent_t e : b.sev) if (e) cudaEventDestroy(e);
     if (b.own_st && b.st) cudaStreamDestroy(b.st);
     if (b.own_st && b.st2) cudaStreamDestroy(b.st2);
     qk__pool_return(b.lent);
     cudaGetLastError();
     b = qk__vjp_bufs();
+}
+
+/* Host rows on up to 8 threads (the copies between pageable memory and pinned staging: one core
+   copies a fraction of what PCIe moves). Each thread runs f(r0, r1) on its share of rows
+   [0, rows), at least 2^20 bytes (min_rows_per rows) a thread. */
+template <typename F>
+static void qk__vjp_par_rows(int64_t rows, int64_t min_rows, F f)
+{
+    const int64_t nt = std::max<int64_t>(1, std::min<int64_t>(8, rows / std::max<int64_t>(1, min_rows)));
+    if (nt <= 1) { f((int64_t)0, rows); return; }
+    std::vector<std::thread> th;
+    for (int64_t t = 1; t < nt; ++t) th.emplace_back([=] { f(rows * t / nt, rows * (t + 1) / nt); });
+    f((int64_t)0, rows / nt);
+    for (auto &x : th) x.join();
+}
+
+/* G (nx x ny doubles, rows ldg apart, the caller's host memory) into dG (rows of ny) on stream
+   st, checking every entry is finite on the way: *bad is the row-major index (row * ny + column)
+   of the first that is not, or -1. Pageable G crosses through the two pinned staging buffers (a
+   chunk of rows copied and checked by up to 8 threads into one while the other's DMA runs: the
+   driver's own pageable path runs at a fraction of the pinned rate, docs/benchmarks.md,
+   "Gradients on the GPU"); page-locked G (or no staging) is copied as it is and checked by the
+   same threads, read-only, while its DMA runs. Returns once the copies are queued and the check
+   is done (the staging's last DMA may still run: its event is ev[0..1]). */
+static qk_result qk__vjp_upload_g(double *dG, const double *g, int64_t nx, int64_t ny, int64_t ldg, void *const stage[2], size_t stage_bytes,
+                                  cudaStream_t st, cudaEvent_t ev[2], int64_t *bad, qk__err *E)
+{
+    const size_t rowb = (size_t)ny * sizeof(double);
+    const int64_t min_rows = std::max<int64_t>(1, (int64_t)(((size_t)1 << 20) / rowb));
+    std::atomic<int64_t> first(INT64_MAX);
+    auto check = [&](const double *src, int64_t ld, int64_t row0, int64_t r0, int64_t r1, double *dst) {
+        int64_t f = INT64_MAX;
+        for (int64_t r = r0; r < r1 && f == INT64_MAX; ++r) {
+            const double *a = src + r * ld;
+            if (dst) memcpy(dst + r * ny, a, rowb);
+            bool ok = true;
+            for (int64_t c = 0; c < ny; ++c) ok &= std::isfinite(a[c]);   /* no branch a column: vectorised */
+            if (!ok)
+                for (int64_t c = 0; c < ny; ++c)
+                    if (!std::isfinite(a[c])) { f = (row0 + r) * ny + c; break; }
+        }
+        int64_t cur = first.load();
+        while (f < cur && !first.compare_exchange_weak(cur, f)) {}
+    };
+    const bool staged = !qk_cuda_host_pinned(g) && stage[0] && stage[1] && stage_bytes >= rowb;
+    if (!staged) {
+        QK_CK(cudaMemcpy2DAsync(dG, rowb, g, (size_t)ldg * sizeof(double), rowb, (size_t)nx, cudaMemcpyHostToDevice, st));
+        qk__vjp_par_rows(nx, min_rows, [&](int64_t r0, int64_t r1) { check(g, ldg, 0, r0, r1, nullptr); });
+    } else {
+        const int64_t chunk = std::min<int64_t>(nx, (int64_t)(stage_bytes / rowb));
+        for (int64_t r0 = 0, k = 0; r0 < nx; r0 += chunk, ++k) {
+            const int64_t rows = std::min(chunk, nx - r0);
+            const int i = (int)(k & 1);
+            if (k >= 2) QK_CK(cudaEventSynchronize(ev[i]));   /* staging i was read by chunk k - 2's DMA */
+            double *sb = (double *)stage[i];
+            qk__vjp_par_rows(rows, min_rows, [&](int64_t a, int64_t b) { check(g + r0 * ldg, ldg, r0, a, b, sb); });
+            if (first.load() != INT64_MAX) break;
+            QK_CK(cudaMemcpyAsync(dG + r0 * ny, sb, (size_t)rows * rowb, cudaMemcpyHostToDevice, st));
+            QK_CK(cudaEventRecord(ev[i], st));
+        }
+    }
+    *bad = first.load() == INT64_MAX ? -1 : first.load();
+    return QK_OK;
+}
+
+/* dK (nx x ny doubles, dense) into the caller's k (same shape), through the pinned staging where
+   k is pageable (each chunk's DMA, then its copy out on up to 8 threads while the next chunk's
+   DMA runs), else straight. Synchronous. */
+static qk_result qk__vjp_download_k(double *k, const double *dK, int64_t nx, int64_t ny, void *const stage[2], size_t stage_bytes,
+                                    cudaStream_t st, cudaEvent_t ev[2], qk__err *E)
+{
+    const size_t rowb = (size_t)ny * sizeof(double);
+    if (qk_cuda_host_pinned(k) || !stage[0] || !stage[1] || stage_bytes < rowb) {
+        QK_CK(cudaMemcpyAsync(k, dK, (size_t)nx * rowb, cudaMemcpyDeviceToHost, st));
+        QK_CK(cudaStreamSynchronize(st));
+        return QK_OK;
+    }
+    const int64_t chunk = std::min<int64_t>(nx, (int64_t)(stage_bytes / rowb)), nck = (nx + chunk - 1) / chunk;
+    const int64_t min_rows = std::max<int64_t>(1, (int64_t)(((size_t)1 << 20) / rowb));
+    for (int64_t k0 = 0; k0 < std::min<int64_t>(2, nck); ++k0) {   /* the first two chunks' DMA */
+        const int64_t r0 = k0 * chunk, rows = std::min(chunk, nx - r0);
+        QK_CK(cudaMemcpyAsync(stage[k0], dK + r0 * ny, (size_t)rows * rowb, cudaMemcpyDeviceToHost, st));
+        QK_CK(cudaEventRecord(ev[k0], st));
+    }
+    for (int64_t c = 0; c < nck; ++c) {
+        const int i = (int)(c & 1);
+        const int64_t r0 = c * chunk, rows = std::min(chunk, nx - r0);
+        QK_CK(cudaEventSynchronize(ev[i]));
+        const double *sb = (const double *)stage[i];
+        qk__vjp_par_rows(rows, min_rows, [&](int64_t a, int64_t b) { memcpy(k + (r0 + a) * ny, sb + a * ny, (size_t)(b - a) * rowb); });
+        if (c + 2 < nck) {   /* staging i is free again: chunk c + 2's DMA */
+            const int64_t r2 = (c + 2) * chunk, rows2 = std::min(chunk, nx - r2);
+            QK_CK(cudaMemcpyAsync(stage[i], dK + r2 * ny, (size_t)rows2 * rowb, cudaMemcpyDeviceToHost, st));
+            QK_CK(cudaEventRecord(ev[i], st));
+        }
+    }
+    return QK_OK;
 }
 
 /* A build's states into out (rows of D: real where real, else complex double). */
@@ -5705,7 +5803,8 @@ static qk_result qk__vjp_states(const qk__prog &pg, qk__vjp_bufs &b, const doubl
     return qk__build_states<double>(pg, b.dp, dx, n, b.ws, out, real, b.st, E);
 }
 
-static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, qk_cuda_pool *pool, qk__vjp_bufs &b, qk__err *E)
+static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, qk_cuda_pool *pool, void *const stage[2], size_t stage_bytes,
+                             qk__vjp_bufs &b, qk__err *E)
 {
     const int64_t nx = d->n_x, ny = d->y ? d->n_y : d->n_x, D = (int64_t)1 << map->n_qubits, R = real ? D : 2 * D;
     const int sym = d->y == nullptr, nw = map->n_weights;
@@ -5784,11 +5883,19 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
                                         (const cuDoubleComplex *)b.A, (int)D, &c0, (cuDoubleComplex *)b.S, (int)ny));
         }
     }
-    /* G's upload on the second stream while the states and S are computed (a pageable copy
-       holds the calling thread; the work queued before it runs meanwhile) */
+    /* G's upload on the second stream, checked on the way, while the states and S are computed
+       (the host copies hold the calling thread; the work queued before them runs meanwhile) */
     QK_CK(cudaMalloc((void **)&b.G, (size_t)nx * ny * sizeof(double)));
-    QK_CK(cudaMemcpy2DAsync(b.G, (size_t)ny * sizeof(double), d->g, (size_t)ldg * sizeof(double), (size_t)ny * sizeof(double), (size_t)nx,
-                            cudaMemcpyHostToDevice, b.st2));
+    QK_CK(cudaEventCreateWithFlags(&b.sev[0], cudaEventDisableTiming));
+    QK_CK(cudaEventCreateWithFlags(&b.sev[1], cudaEventDisableTiming));
+    {
+        int64_t bad = -1;
+        QK_TRY(qk__vjp_upload_g(b.G, d->g, nx, ny, ldg, stage, stage_bytes, b.st2, b.sev, &bad, E));
+        if (bad >= 0) {
+            snprintf(msg, sizeof msg, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)(bad / ny), (long long)(bad % ny));
+            return qk__fail_msg(E, QK_ERROR_NON_FINITE, msg);
+        }
+    }
     QK_CK(cudaEventRecord(b.ev, b.st2));
     QK_CK(cudaStreamWaitEvent(b.st, b.ev, 0));
     QK_CK(cudaStreamSynchronize(b.st)); /* the build scratch goes back (cudaFree would wait anyway) */
@@ -5855,12 +5962,13 @@ static qk_result qk__vjp_run(const qk_map *map, const qk_vjp_desc *d, int real, 
     }
     QK_CK(cudaStreamSynchronize(b.st));
     /* the outputs once nothing can fail: K straight into k_out (the last call), the gradient */
-    if (d->k_out) QK_CK(cudaMemcpy(d->k_out, b.K, (size_t)nx * ny * sizeof(double), cudaMemcpyDeviceToHost));
+    if (d->k_out) QK_TRY(qk__vjp_download_k(d->k_out, b.K, nx, ny, stage, stage_bytes, b.st, b.sev, E));
     if (nw > 0) memcpy(d->grad_w, grad_h.data(), (size_t)nw * sizeof(double));
     return QK_OK;
 }
 
-extern "C" qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size)
+extern "C" qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, void *const stage[2],
+                                      size_t stage_bytes, char *err, size_t err_size)
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
@@ -5873,7 +5981,8 @@ extern "C" qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc
     qk__vjp_bufs b;
     qk_result r;
     try {
-        r = qk__vjp_run(map, desc, real, pool, b, E);
+        void *const none[2] = {nullptr, nullptr};
+        r = qk__vjp_run(map, desc, real, pool, stage ? stage : none, stage ? stage_bytes : 0, b, E);
     } catch (const std::bad_alloc &) {
         r = qk__fail_msg(E, QK_ERROR_OUT_OF_MEMORY, "qk_cuda_gram_vjp: out of host memory");
     }

@@ -457,8 +457,12 @@ QK_CUDA_DEF double qk_cuda_wtime(void);
 /* qk_gram_vjp on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine, after
    checking the desc): the current device, fp64; real: the map's states are real (one plane: DSYRK /
    DGEMM, else ZHERK / ZGEMM); pool: the context's stream pool (its stream and cuBLAS handle are
-   borrowed; NULL: the call makes its own). grad_w and k_out are written only on success. */
-QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, char *err, size_t err_size);
+   borrowed; NULL: the call makes its own); stage: two page-locked host buffers of stage_bytes
+   each (the context's), through which a pageable G and k_out cross (NULL: straight). G is checked
+   on the host while it is copied (QK_ERROR_NON_FINITE names the first entry that is not finite).
+   grad_w and k_out are written only on success. */
+QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, void *const stage[2],
+                                       size_t stage_bytes, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes

@@ -710,6 +710,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
                                 const qk__mps_prog *mps, qk_cuda_stats *stats);
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink);
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k);
+QK__PRIV int qk__ctx_stage(qk_ctx *ctx, size_t need);
 #endif /* run_cuda.c */
 
 /* ---- gram.c: qk_gram, qk_states, K from given states ---- */

@@ -184,6 +184,26 @@ static qk_result qk__mps_cuda(const qk_plan *plan, const qk_map *map, const qk_g
     return r;
 }
 
+/* The context's two page-locked staging buffers (ctx->stage), grown to at least need bytes each:
+   1 when they hold that much; a failure to grow leaves none (0: the caller copies without them). */
+QK__PRIV int qk__ctx_stage(qk_ctx *ctx, size_t need)
+{
+    char err[256];
+    if (ctx->stage_bytes >= need) return 1;
+    qk_cuda_host_free(ctx->stage[0]);
+    qk_cuda_host_free(ctx->stage[1]);
+    ctx->stage[0] = ctx->stage[1] = NULL;
+    ctx->stage_bytes = 0;
+    if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK && qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
+        ctx->stage_bytes = need;
+    else {
+        qk_cuda_host_free(ctx->stage[0]);
+        qk_cuda_host_free(ctx->stage[1]);
+        ctx->stage[0] = ctx->stage[1] = NULL;
+    }
+    return ctx->stage_bytes >= need;
+}
+
 /* The context's stream pool of its k-th GPU (the current one), made on the first job there; NULL
    when it cannot be made (the job then makes its own streams, as the pool's absence means). */
 QK__PRIV qk_cuda_pool *qk__cuda_pool(qk_ctx *ctx, int k)
@@ -245,17 +265,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         /* the context's pinned staging, grown to this plan's slab (a failure here only means the
            engine allocates its own) */
         size_t need = (size_t)(plan->slab_rows > 0 ? plan->slab_rows : plan->n_x) * (size_t)plan->n_y * d.es;
-        if (ctx->stage_bytes < need) {
-            qk_cuda_host_free(ctx->stage[0]);
-            qk_cuda_host_free(ctx->stage[1]);
-            ctx->stage[0] = ctx->stage[1] = NULL;
-            ctx->stage_bytes = 0;
-            if (qk_cuda_host_alloc(need, &ctx->stage[0], err, sizeof err) == QK_OK &&
-                qk_cuda_host_alloc(need, &ctx->stage[1], err, sizeof err) == QK_OK)
-                ctx->stage_bytes = need;
-            err[0] = 0;
-        }
-        if (ctx->stage_bytes >= need) {
+        if (qk__ctx_stage(ctx, need)) {
             io.stage[0] = ctx->stage[0];
             io.stage[1] = ctx->stage[1];
             io.stage_bytes = ctx->stage_bytes;

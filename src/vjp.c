@@ -567,19 +567,24 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (d->ld_g != 0 && d->ld_g < cols) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram_vjp: ld_g %lld < columns %lld", (long long)d->ld_g, (long long)cols);
     memset(&j, 0, sizeof j);
     j.ld_g = d->ld_g ? d->ld_g : cols;
-    for (i = 0; i < nx; i++)
-        for (c = 0; c < cols; c++)
-            if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
 #if defined(QK_CUDA) && QK_CUDA
     /* the GPU engine (src/cuda/vjp.cuh), the context's first GPU: dL/dw and K; dL/dX (grad_x,
-       grad_y) runs on the CPU engine below (docs/gradients.md) */
+       grad_y) runs on the CPU engine below (docs/gradients.md). G is checked there, on the host
+       threads that copy it into the context's page-locked staging (grown to 32 MB a buffer). */
     if (ctx->desc.device == QK_DEVICE_CUDA && !d->grad_x && !d->grad_y) {
         char err[512] = "";
+        void *none[2] = {NULL, NULL};
+        const size_t need = (size_t)cols * 8 > ((size_t)32 << 20) ? (size_t)cols * 8 : ((size_t)32 << 20);
         r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
-        if (r == QK_OK) r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), err, sizeof err);
+        if (r == QK_OK)
+            r = qk_cuda_gram_vjp(map, d, qk__vjp_is_real(map), qk__cuda_pool(ctx, 0), qk__ctx_stage(ctx, need) ? ctx->stage : none,
+                                 ctx->stage_bytes, err, sizeof err);
         return r == QK_OK ? QK_OK : qk__fail(r, "%s", err[0] ? err : "qk_gram_vjp: the GPU engine failed");
     }
 #endif
+    for (i = 0; i < nx; i++)
+        for (c = 0; c < cols; c++)
+            if (!isfinite(d->g[i * j.ld_g + c])) return qk__fail(QK_ERROR_NON_FINITE, "qk_gram_vjp: g[%lld][%lld] is not finite", (long long)i, (long long)c);
     D = (int64_t)1 << map->n_qubits;
     j.real = qk__vjp_is_real(map);   /* real states, S, W, lam: one plane, half the products */
     R = j.real ? D : 2 * D;

@@ -10,6 +10,9 @@
      fp64: max |grad_gpu - grad_cpu| <= 1e-10 max |grad_cpu|, max |K_gpu - K_cpu| <= 1e-12
      (the VJP has no fp32 mode: qk_vjp_desc has no precision, as on the CPU);
    - run to run: the gradient and K bit for bit the same (K(X,X) and K(X,Y), real and complex);
+   - G pageable (through the context's page-locked staging, in chunks) and page-locked (straight),
+     with a padded ld_g, k_out pageable and page-locked: the same bits; a non-finite G entry named
+     (the first in row order, in the first chunk and in the last), grad_w and k_out untouched;
    - a cancel from the progress callback leaves grad_w and k_out untouched;
    - every device acquisition of a call failing in turn (QK_TEST_FAULTS): an error, the outputs
      untouched, and no device memory kept after all of them; a later call succeeds.
@@ -283,6 +286,49 @@ int main(int argc, char **argv)
                 CHECK(same, "%s %s: the GPU gradient or K differs between runs", specs[sp], ny ? "K(X,Y)" : "K(X,X)");
                 qk_map_free(m);
             }
+    }
+    {   /* G through the staging (pageable) and straight (page-locked), with a padded ld_g, k_out
+           pageable and page-locked: the same gradient and K bits; a non-finite G entry named (the
+           first in row order, in a later chunk of rows too), the outputs untouched */
+        qk_map *m = qk_test_parse("hea(layers=2)", 7);
+        rand_weights(m);
+        const int64_t n = 3000, ld = n + 3;   /* 3000 x 3003 doubles: 72 MB, three 32 MB chunks */
+        std::vector<double> x = rand_data(m, n, false), Gp = rand_vec(n * ld, -1, 1), G((size_t)(n * n));
+        for (int64_t i = 0; i < n; ++i) memcpy(&G[(size_t)(i * n)], &Gp[(size_t)(i * ld)], (size_t)n * 8);
+        std::vector<double> g0, K0, gc, Kc;
+        CHECK(vjp(g_gpu, m, x, n, nullptr, 0, G, g0, K0) == QK_OK, "staging: %s", qk_last_error());
+        CHECK(vjp(g_cpu, m, x, n, nullptr, 0, G, gc, Kc) == QK_OK, "staging cpu: %s", qk_last_error());
+        double dk = 0;
+        for (size_t i = 0; i < Kc.size(); ++i) dk = std::max(dk, std::isnan(K0[i]) ? INFINITY : std::fabs(K0[i] - Kc[i]));
+        CHECK(dk <= 1e-12, "staging: K vs the CPU %.3g", dk);
+        for (int pin = 0; pin <= 1; ++pin) {
+            std::vector<double> g1((size_t)m->n_weights, NAN), K1((size_t)(n * n), NAN);
+            if (pin) { cudaHostRegister(Gp.data(), Gp.size() * 8, cudaHostRegisterPortable); cudaHostRegister(K1.data(), K1.size() * 8, cudaHostRegisterPortable); }
+            qk_vjp_desc v;
+            memset(&v, 0, sizeof v);
+            v.x = x.data(); v.n_x = n; v.g = Gp.data(); v.ld_g = ld; v.grad_w = g1.data(); v.k_out = K1.data();
+            CHECK(qk_gram_vjp(g_gpu, m, &v) == QK_OK && !memcmp(g1.data(), g0.data(), g0.size() * 8) && !memcmp(K1.data(), K0.data(), K0.size() * 8),
+                  "G ld %lld %s: another gradient or K than G dense and pageable (%s)", (long long)ld, pin ? "page-locked" : "pageable", qk_last_error());
+            for (int64_t at : {(int64_t)5 * ld + 7, (int64_t)2900 * ld + 11}) {   /* chunk 0; the last chunk */
+                const double keep = Gp[(size_t)at], keep2 = Gp[(size_t)(2950 * ld + 1)];
+                Gp[(size_t)at] = at % 2 ? INFINITY : NAN;
+                if (at > 1000 * ld) Gp[(size_t)(2950 * ld + 1)] = NAN;   /* a later bad entry: the first is named */
+                std::fill(g1.begin(), g1.end(), 7.0);
+                std::fill(K1.begin(), K1.end(), 7.0);
+                const qk_result r = qk_gram_vjp(g_gpu, m, &v);
+                char want[64];
+                snprintf(want, sizeof want, "g[%lld][%lld] is not finite", (long long)(at / ld), (long long)(at % ld));
+                bool untouched = true;
+                for (double e : g1) untouched = untouched && e == 7.0;
+                for (size_t i = 0; i < K1.size() && untouched; i += 997) untouched = K1[i] == 7.0;
+                CHECK(r == QK_ERROR_NON_FINITE && strstr(qk_last_error(), want) && untouched, "%s G, a bad entry at %lld: %d (%s), outputs untouched %d",
+                      pin ? "page-locked" : "pageable", (long long)at, (int)r, qk_last_error(), (int)untouched);
+                Gp[(size_t)at] = keep;
+                Gp[(size_t)(2950 * ld + 1)] = keep2;
+            }
+            if (pin) { cudaHostUnregister(Gp.data()); cudaHostUnregister(K1.data()); }
+        }
+        qk_map_free(m);
     }
     {   /* cancel from the progress callback: outputs untouched */
         qk_map *m = qk_test_parse("hea(layers=2,rot=yz)", 6);
