@@ -123,25 +123,11 @@ __global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__rest
         } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
     }
     const double sum = qk__block_sum256(red, tr);   /* its barriers also publish bad */
-    __syncthreads();
-    red[threadIdx.x] = dev;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
-        __syncthreads();
-    }
-    const double hd = red[0];
-    __syncthreads();
-    red[threadIdx.x] = mx;
-    __syncthreads();
-    for (int h = 128; h > 0; h >>= 1) {
-        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
-        __syncthreads();
-    }
+    const double hd = qk__block_max256(red, dev), m2 = qk__block_max256(red, mx);
     if (threadIdx.x == 0) {
         out[3 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
         out[3 * s + 1] = hd;
-        out[3 * s + 2] = sqrt(red[0]);
+        out[3 * s + 2] = sqrt(m2);
     }
 }
 

@@ -73,6 +73,21 @@ __device__ __forceinline__ double qk__block_sum256(double *red, double v)
     return red[0];
 }
 
+/* The block's largest v (256 threads); red is shared, free again after the call's last barrier. */
+__device__ __forceinline__ double qk__block_max256(double *red, double v)
+{
+    __syncthreads();   /* red's previous use is over */
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int h = 128; h > 0; h >>= 1) {
+        if (threadIdx.x < h) red[threadIdx.x] = fmax(red[threadIdx.x], red[threadIdx.x + h]);
+        __syncthreads();
+    }
+    const double r = red[0];
+    __syncthreads();
+    return r;
+}
+
 __device__ __forceinline__ float qk__tf32_rna(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
