@@ -1571,6 +1571,9 @@ QK_CUDA_DEF void qk_cuda_host_unlock(const void *p);
    concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
 QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
+/* Tests: the bytes of device memory the GPU engine holds now (its cudaMalloc less its cudaFree,
+   the contexts' pools included): a leak check that other processes on the GPU do not disturb. */
+QK_CUDA_DEF size_t qk_cuda_test_live_bytes(void);
 /* Tests: on (1) fills the cuBLAS and tensor-core engines' product buffer (C) with NaN before
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */
@@ -9992,7 +9995,15 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     {
         const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
         const int64_t most = desc->n_x > nb ? desc->n_x : nb;
-        double fit = (budget - scratch) / per;
+        double fit;
+        /* fewer threads where their scratch leaves no room for two states (a small budget on a
+           host of many cores): each thread's scratch is its own */
+        while (p->n_threads > 1 && (budget - scratch) / per < 1.0) {
+            p->n_threads = (p->n_threads + 1) / 2;
+            scratch = qk__cpu_scratch(map, path, es, p->n_threads);
+            p->bytes_workspace = (size_t)scratch;
+        }
+        fit = (budget - scratch) / per;
         int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
         if (R < 1)
             return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "

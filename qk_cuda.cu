@@ -97,6 +97,8 @@
 #include <vector>
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include "qk.h"
 /* Profiler zones (qk_prof.h's types): this file is compiled once, without the profiler. The
    pipeline's GPU zones, tracked buffers and stream names go through the table qk.h hands over in
@@ -234,10 +236,33 @@ static bool qk__fault_hit(void)
     }
     return false;
 }
+/* The engine's live device allocations (cudaMalloc less cudaFree), for leak checks that other
+   processes on the GPU cannot disturb (cudaMemGetInfo's free memory is the whole device's). */
+static std::mutex qk__live_mu;
+static std::unordered_map<void *, size_t> *qk__live_map = nullptr;
+static size_t qk__live_bytes = 0;
 template <typename P> static cudaError_t qk__t_malloc(P **p, size_t n)
 {
     if (qk__fault_hit()) return cudaErrorMemoryAllocation;
-    return cudaMalloc((void **)p, n);
+    const cudaError_t e = cudaMalloc((void **)p, n);
+    if (e == cudaSuccess && *p) {
+        std::lock_guard<std::mutex> g(qk__live_mu);
+        if (!qk__live_map) qk__live_map = new std::unordered_map<void *, size_t>();
+        (*qk__live_map)[(void *)*p] = n;
+        qk__live_bytes += n;
+    }
+    return e;
+}
+static cudaError_t qk__t_free(void *p)
+{
+    if (p) {
+        std::lock_guard<std::mutex> g(qk__live_mu);
+        if (qk__live_map) {
+            auto it = qk__live_map->find(p);
+            if (it != qk__live_map->end()) { qk__live_bytes -= it->second; qk__live_map->erase(it); }
+        }
+    }
+    return cudaFree(p);
 }
 template <typename P> static cudaError_t qk__t_malloc_host(P **p, size_t n)
 {
@@ -256,6 +281,7 @@ static cudaError_t qk__t_event_flags(cudaEvent_t *e, unsigned f)
 }
 static cublasStatus_t qk__t_blas(cublasHandle_t *h) { return qk__fault_hit() ? CUBLAS_STATUS_ALLOC_FAILED : cublasCreate_v2(h); }
 #define cudaMalloc(p, n) qk__t_malloc((p), (n))
+#define cudaFree(p) qk__t_free((void *)(p))
 #define cudaMallocHost(p, n) qk__t_malloc_host((p), (n))
 #define cudaStreamCreateWithFlags(s, f) qk__t_stream((s), (f))
 #define cudaEventCreate(e) qk__t_event((e))
@@ -268,6 +294,11 @@ extern "C" void qk_cuda_test_fail_alloc(int k)
     qk__fault_at = k < 0 ? -k : k;
 }
 extern "C" int qk_cuda_test_alloc_count(void) { return qk__fault_seen; }
+extern "C" size_t qk_cuda_test_live_bytes(void)
+{
+    std::lock_guard<std::mutex> g(qk__live_mu);
+    return qk__live_bytes;
+}
 /* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
 static int qk__poison_gemm = 0;
 extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }

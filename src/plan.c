@@ -350,7 +350,15 @@ QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map
     {
         const double per = 2.0 * row + (desc->output == QK_OUTPUT_NPY ? 2.0 * (double)nb * es + 64.0 * es : 0.0);
         const int64_t most = desc->n_x > nb ? desc->n_x : nb;
-        double fit = (budget - scratch) / per;
+        double fit;
+        /* fewer threads where their scratch leaves no room for two states (a small budget on a
+           host of many cores): each thread's scratch is its own */
+        while (p->n_threads > 1 && (budget - scratch) / per < 1.0) {
+            p->n_threads = (p->n_threads + 1) / 2;
+            scratch = qk__cpu_scratch(map, path, es, p->n_threads);
+            p->bytes_workspace = (size_t)scratch;
+        }
+        fit = (budget - scratch) / per;
         int64_t R = fit >= (double)most ? most : fit >= 1.0 ? (int64_t)fit : 0;
         if (R < 1)
             return qk__fail(QK_ERROR_OUT_OF_MEMORY, "plan: two %d-qubit states need %.0f bytes of host memory (%.3g GB, with %.0f bytes "

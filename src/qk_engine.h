@@ -431,6 +431,9 @@ QK_CUDA_DEF void qk_cuda_host_unlock(const void *p);
    concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_fail_alloc(int k);
 QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
+/* Tests: the bytes of device memory the GPU engine holds now (its cudaMalloc less its cudaFree,
+   the contexts' pools included): a leak check that other processes on the GPU do not disturb. */
+QK_CUDA_DEF size_t qk_cuda_test_live_bytes(void);
 /* Tests: on (1) fills the cuBLAS and tensor-core engines' product buffer (C) with NaN before
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */

@@ -17,6 +17,8 @@
 #include <vector>
 #include <algorithm>
 #include <atomic>
+#include <mutex>
+#include <unordered_map>
 #include "qk.h"
 /* Profiler zones (qk_prof.h's types): this file is compiled once, without the profiler. The
    pipeline's GPU zones, tracked buffers and stream names go through the table qk.h hands over in

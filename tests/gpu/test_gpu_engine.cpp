@@ -1228,6 +1228,7 @@ static void fault_tests()
     size_t free0 = 0, free1 = 0, total = 0;
     cudaDeviceSynchronize();
     cudaMemGetInfo(&free0, &total);
+    const size_t live0 = qk_cuda_test_live_bytes();
     for (const Case &c : cases) {
         qk_map *m = nullptr;
         if (qk_map_parse(c.spec, c.d, &m) != QK_OK) { CHECK(false, "fault: parse %s", c.spec); continue; }
@@ -1327,6 +1328,9 @@ static void fault_tests()
     if (!getenv("QK_TEST_UNDER_SANITIZER"))
         CHECK(free1 + ((size_t)8 << 20) >= free0, "fault: device memory not returned: %.1f MB less free after the fault runs",
               ((double)free0 - (double)free1) / 1048576.0);
+    /* the engine's own count (other processes on the GPU do not move it): every byte back */
+    CHECK(qk_cuda_test_live_bytes() == live0, "fault: the engine holds %zu bytes of device memory after the fault runs, %zu before",
+          qk_cuda_test_live_bytes(), live0);
 }
 
 int main(int argc, char **argv)

@@ -527,6 +527,48 @@ static void mixed_states(const qk_device_info *cards)
     qk_ctx_destroy(cpu);
 }
 
+/* A small host budget on many threads: the CPU plan takes fewer threads where their scratch
+   leaves no room for two states (16 threads' scratch alone is past 2 MB at 9 qubits), instead of
+   failing; K the same bits as a context with its own budget (the CPU engine's sums do not depend
+   on the thread count). */
+static void cpu_threads_budget(void)
+{
+    qk_map *m = NULL;
+    qk_ctx_desc cd;
+    qk_ctx *small = NULL, *big = NULL;
+    qk_gram_desc g;
+    qk_plan p;
+    const int64_t n = 300;
+    double *x = (double *)malloc(sizeof(double) * (size_t)(n * 9)), *K1 = (double *)malloc(sizeof(double) * (size_t)(n * n)),
+           *K2 = (double *)malloc(sizeof(double) * (size_t)(n * n));
+    int64_t i;
+    CHECK(qk_map_parse("zz(reps=2)", 9, &m) == QK_OK && x && K1 && K2, "threads budget: setup");
+    for (i = 0; i < n * 9; i++) x[i] = qk_test_uniform(0, 6.28);
+    memset(&cd, 0, sizeof cd);
+    cd.device = QK_DEVICE_CPU;
+    cd.n_threads = 16;
+    cd.host_memory = (size_t)2 << 20;
+    CHECK(qk_ctx_create(&cd, &small) == QK_OK, "threads budget: ctx %s", qk_last_error());
+    cd.host_memory = 0;
+    cd.n_threads = 2;
+    CHECK(qk_ctx_create(&cd, &big) == QK_OK, "threads budget: ctx %s", qk_last_error());
+    memset(&g, 0, sizeof g);
+    g.x = x; g.n_x = n; g.out_dtype = QK_F64;
+    if (small && big && qk_plan_make(small, m, &g, &p) == QK_OK) {
+        CHECK(p.n_threads >= 1 && p.n_threads < 16 && !p.bulk_states && (double)p.bytes_total <= (double)((size_t)2 << 20),
+              "threads budget: %d threads, bulk %d, %.0f bytes planned of 2 MB", p.n_threads, p.bulk_states, (double)p.bytes_total);
+        g.out = K1;
+        CHECK(qk_gram(small, m, &g) == QK_OK, "threads budget: gram %s", qk_last_error());
+        g.out = K2;
+        CHECK(qk_gram(big, m, &g) == QK_OK, "threads budget: gram %s", qk_last_error());
+        CHECK(!memcmp(K1, K2, sizeof(double) * (size_t)(n * n)), "threads budget: K differs from the unbudgeted context's");
+    } else CHECK(0, "threads budget: plan %s", qk_last_error());
+    qk_ctx_destroy(small);
+    qk_ctx_destroy(big);
+    qk_map_free(m);
+    free(x); free(K1); free(K2);
+}
+
 int main(void)
 {
     qk_device_info cards[3];
@@ -544,6 +586,7 @@ int main(void)
     CHECK(qk_map_parse("hea(layers=2,rot=y)", 12, &hea) == QK_OK, "parse hea");
     qk_map_parse("zz(reps=1,ent=linear)", 31, &zz31); /* local: made (MPS path) */
     if (qk_test_fails) return 1;
+    cpu_threads_budget();
 
     {   /* precision names: the one table, name <-> parse round trip; bad names are errors */
         int k;

@@ -358,9 +358,8 @@ int main(int argc, char **argv)
             std::vector<double> x = rand_data(m, nx, false), y = rand_data(m, ny, false), G = rand_vec(nx * cols, -1, 1), g, K;
             CHECK(vjp(g_gpu, m, x, nx, ny ? &y : nullptr, ny, G, g, K) == QK_OK, "faults warm-up: %s", qk_last_error());
             CHECK(vjp(g_gpu, m, x, nx, ny ? &y : nullptr, ny, G, g, K) == QK_OK, "faults warm-up: %s", qk_last_error());
-            size_t free0 = 0, free1 = 0, tot = 0;
             cudaDeviceSynchronize();
-            cudaMemGetInfo(&free0, &tot);
+            const size_t live0 = qk_cuda_test_live_bytes();
             const int c0 = qk_cuda_test_alloc_count();
             CHECK(vjp(g_gpu, m, x, nx, ny ? &y : nullptr, ny, G, g, K) == QK_OK, "faults count: %s", qk_last_error());
             const int acq = qk_cuda_test_alloc_count() - c0;
@@ -378,8 +377,9 @@ int main(int argc, char **argv)
                 CHECK(untouched, "acquisition %d failing: grad_w or k_out written", k);
             }
             cudaDeviceSynchronize();
-            cudaMemGetInfo(&free1, &tot);
-            CHECK(free1 == free0, "%s: device memory free before the faulted calls %zu, after %zu", ny ? "K(X,Y)" : "K(X,X)", free0, free1);
+            const size_t live1 = qk_cuda_test_live_bytes();
+            CHECK(live1 == live0, "%s: the engine's device memory before the faulted calls %zu bytes, after %zu", ny ? "K(X,Y)" : "K(X,X)",
+                  live0, live1);
             std::vector<double> g2, K2;
             CHECK(vjp(g_gpu, m, x, nx, ny ? &y : nullptr, ny, G, g2, K2) == QK_OK, "after the faults: %s", qk_last_error());
             CHECK(!memcmp(g.data(), g2.data(), sizeof(double) * g.size()), "after the faults: another gradient");
