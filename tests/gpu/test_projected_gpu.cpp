@@ -3,7 +3,7 @@
    explicit partial traces and across its paths: tests/core/test_projected.c). Fresh random data
    every run (seed printed, QK_TEST_SEED to replay).
 
-   - the statevector path: zz (complex), hea real and complex, iqp, a 13-qubit state built in
+   - the statevector path: zz (complex), hea real and complex, iqp, a 14-qubit state built in
      several passes; K(X,X) and K(X,Y), several gammas, f64 and f32 outputs with a padded ld_out:
      max |K_gpu - K_cpu| <= 1e-12 (f32: the same floats but for the last bit of rounding, 1e-6),
      and the padding between rows untouched;
@@ -40,10 +40,10 @@ static std::vector<double> rand_vec(int64_t n, double lo, double hi)
     return v;
 }
 
-/* K (nx x cols, rows ld apart, NaN first) of the projected kernel on ctx; path QK_PATH_AUTO
+/* K (nx x cols, rows ld apart, NaN first) of the projected kernel on ctx; path QK_PATH_DEFAULT (as qk_gram chooses)
    unless given */
 static qk_result proj(qk_ctx *ctx, const qk_map *m, const std::vector<double> &x, int64_t nx, const std::vector<double> *y, int64_t ny,
-                      double gamma, qk_dtype dt, int64_t ld, std::vector<double> &K, qk_path path = QK_PATH_AUTO)
+                      double gamma, qk_dtype dt, int64_t ld, std::vector<double> &K, qk_path path = QK_PATH_DEFAULT)
 {
     qk_gram_desc g;
     K.assign((size_t)(nx * ld), 0.0);
@@ -61,7 +61,7 @@ static double entry(const std::vector<double> &K, qk_dtype dt, int64_t i, int64_
 }
 
 /* GPU against CPU on fresh X (and Y) */
-static void check(const char *spec, int d, int64_t nx, int64_t ny, double gamma, qk_dtype dt, qk_path path = QK_PATH_AUTO)
+static void check(const char *spec, int d, int64_t nx, int64_t ny, double gamma, qk_dtype dt, qk_path path = QK_PATH_DEFAULT)
 {
     qk_map *m = qk_test_parse(spec, d);
     const int64_t cols = ny ? ny : nx, ld = cols + 3;
@@ -94,7 +94,7 @@ static void check(const char *spec, int d, int64_t nx, int64_t ny, double gamma,
 }
 
 /* the same call twice on the GPU: the same bits */
-static void repeat(const char *spec, int d, int64_t nx, int64_t ny, qk_path path = QK_PATH_AUTO)
+static void repeat(const char *spec, int d, int64_t nx, int64_t ny, qk_path path = QK_PATH_DEFAULT)
 {
     qk_map *m = qk_test_parse(spec, d);
     const int64_t cols = ny ? ny : nx;
@@ -230,7 +230,7 @@ int main(int argc, char **argv)
     check("hea(layers=2)", 7, 25, 19, 0.4, QK_F32);
     check("hea(layers=1,rot=yz,ent=cnot)", 8, 21, 0, 0.5, QK_F64); /* complex */
     check("hea(layers=1,rot=yz,ent=cnot)", 8, 21, 13, 0.5, QK_F32);
-    check("zz(reps=2)", 13, 9, 5, 0.3, QK_F64);                   /* a state of several passes */
+    check("zz(reps=2)", 14, 9, 5, 0.3, QK_F64);                   /* fp64 states past one pass (14 qubits) */
     check("zz(reps=2)", 6, 130, 70, 0.7, QK_F64);                 /* K's tiles past one block */
     printf("MPS path:\n");
     check("zz(reps=2,ent=linear)", 10, 23, 0, 0.3, QK_F64, QK_PATH_MPS);
