@@ -602,9 +602,11 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
 /* The projected quantum kernel (Huang et al. 2021): K(x, x') = exp(-gamma sum_k ||rho_k(x) -
    rho_k(x')||_F^2) over the one-qubit reduced density matrices of the map's states; into a host
    buffer (desc: x, y, out, ld_out, out_dtype, path, mps_max_bond; other outputs
-   QK_ERROR_UNSUPPORTED). CPU engine, fp64: entangling maps on the statevector path (up to
+   QK_ERROR_UNSUPPORTED). fp64: entangling maps on the statevector path (up to
    QK_MAX_STATE_QUBITS) or on the MPS path (any qubit count for MPS-able maps; chosen as qk_gram
-   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0. */
+   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0.
+   CPU engine, or the CUDA engine's first GPU for a context on it (the MPS path's MPS built on
+   the host, their environment sweeps and the pairwise kernel on the device). */
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma);
 
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */
@@ -1606,6 +1608,34 @@ QK_CUDA_DEF double qk_cuda_wtime(void);
    grad_w and k_out are written only on success. */
 QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, void *const stage[2],
                                        size_t stage_bytes, char *err, size_t err_size);
+/* qk_gram_projected on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine,
+   after checking the desc and choosing the path as the CPU engine does): the current device,
+   fp64. Each sample's 3q features (rho00, Re rho01, Im rho01 of every qubit's reduced density
+   matrix) come from one of three sources, then K = exp(-2 gamma |f - f'|^2) over pairs on the
+   device, into desc->out (ld_out, out_dtype f64 / f32; written only on success). */
+typedef struct qk_cuda_pq {
+    /* product maps: the features computed on the host (n_x x 3q and, K(X,Y), n_y x 3q) */
+    const double *fx, *fy;
+    /* the MPS path (mps != 0): build(side, r0, r1, &lanes, user) gives samples [r0, r1) of x
+       (side 0) or y (side 1) in the MPS engine's lane layout (groups of nj samples, group
+       doubles each, site s at off[s] of a group, entry (l * 2 + a) * D[s + 1] + r of site s at
+       e * 2 nj, its imaginary part nj later; sample i of a group at lane i); the buffer is the
+       provider's, valid until its next call; a failure returns its error with the message set
+       (by qk.h). Site s is qubit order[s]; D: n_sites + 1 bonds. At most chunk samples a call. */
+    int mps;
+    int n_sites, nj;
+    const int *D, *order;
+    const int64_t *off;
+    int64_t group, chunk;
+    qk_result (*build)(int side, int64_t r0, int64_t r1, const double **lanes, void *user);
+    void *user;
+    /* neither: the statevector path, the map's states built on the device (real: one plane) */
+    int real;
+} qk_cuda_pq;
+/* err empty on a failure: the provider's error (its message already set in qk.h). pool: the
+   context's stream pool (NULL: the call makes its own stream). */
+QK_CUDA_DEF qk_result qk_cuda_gram_projected(const qk_map *map, const qk_gram_desc *desc, double gamma, const qk_cuda_pq *src,
+                                             qk_cuda_pool *pool, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes
@@ -13415,6 +13445,73 @@ static double *qk__pq_features(const qk_map *m, const double *x, int64_t n, int 
     return j.f;
 }
 
+#if defined(QK_CUDA) && QK_CUDA
+/* The GPU engine's projected kernel (src/cuda/projected.cuh), the context's first GPU: the MPS
+   path's MPS built here (the provider below: the CPU path's builder, chunk by chunk, on the
+   context's threads), its sweeps on the device; the statevector path wholly on the device; product
+   maps' features here (cheap: 3q numbers a sample off q 2-vectors), their RBF on the device. */
+typedef struct qk__pq_prov {
+    const qk__mps_prog *p;
+    const qk_map *m;
+    const qk_gram_desc *desc;
+    int nt;
+    double *cur;                /* the last chunk's MPS (lane layout) */
+} qk__pq_prov;
+
+static qk_result qk__pq_build(int side, int64_t r0, int64_t r1, const double **lanes, void *user)
+{
+    qk__pq_prov *v = (qk__pq_prov *)user;
+    const double *x = (side ? v->desc->y : v->desc->x) + r0 * v->m->n_features;
+    QK_FREE(v->cur);
+    v->cur = qk__mps_states(v->p, v->m, x, r1 - r0, v->nt, NULL, NULL, NULL);
+    if (!v->cur) return QK_ERROR_OUT_OF_MEMORY;   /* the error set */
+    *lanes = v->cur;
+    return QK_OK;
+}
+
+static qk_result qk__pq_cuda(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma, const qk__mps_prog *prog, int nt)
+{
+    char err[512] = "";
+    qk_cuda_pq src;
+    qk__pq_prov pv;
+    qk_result r;
+    double *fx = NULL, *fy = NULL;
+    memset(&src, 0, sizeof src);
+    memset(&pv, 0, sizeof pv);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        fx = qk__pq_features(map, desc->x, desc->n_x, nt);
+        if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+        if (!fx || (desc->y && !fy)) {
+            QK_FREE(fx);
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",
+                            (long long)(desc->n_x + (desc->y ? desc->n_y : 0)), map->n_qubits);
+        }
+        src.fx = fx;
+        src.fy = fy;
+    } else if (prog) {
+        pv.p = prog; pv.m = map; pv.desc = desc; pv.nt = nt;
+        src.mps = 1;
+        src.n_sites = prog->q;
+        src.nj = QK__NJ;
+        src.D = prog->D;
+        src.order = prog->order;
+        src.off = prog->off;
+        src.group = prog->group;
+        src.chunk = 512;   /* as the CPU path: host memory O(chunk) in the MPS */
+        src.build = qk__pq_build;
+        src.user = &pv;
+    } else
+        src.real = qk__vjp_is_real(map);
+    r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+    if (r == QK_OK) r = qk_cuda_gram_projected(map, desc, gamma, &src, qk__cuda_pool(ctx, 0), err, sizeof err);
+    QK_FREE(pv.cur);
+    QK_FREE(fx);
+    QK_FREE(fy);
+    if (r == QK_OK) return QK_OK;
+    return err[0] ? qk__fail(r, "%s", err) : r;   /* empty: the provider's error, already set */
+}
+#endif
+
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma)
 {
     qk_result r;
@@ -13441,6 +13538,13 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
     cols = desc->y ? desc->n_y : desc->n_x;
     ld = desc->ld_out ? desc->ld_out : cols;
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+#if defined(QK_CUDA) && QK_CUDA
+    if (ctx->desc.device == QK_DEVICE_CUDA) {
+        r = qk__pq_cuda(ctx, map, desc, gamma, use_mps ? &prog : NULL, nt);
+        qk__mps_prog_free(&prog);
+        return r;
+    }
+#endif
     if (use_mps) {
         fx = (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_x * 3 * q));
         fy = desc->y ? (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_y * 3 * q)) : NULL;

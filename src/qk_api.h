@@ -396,9 +396,11 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
 /* The projected quantum kernel (Huang et al. 2021): K(x, x') = exp(-gamma sum_k ||rho_k(x) -
    rho_k(x')||_F^2) over the one-qubit reduced density matrices of the map's states; into a host
    buffer (desc: x, y, out, ld_out, out_dtype, path, mps_max_bond; other outputs
-   QK_ERROR_UNSUPPORTED). CPU engine, fp64: entangling maps on the statevector path (up to
+   QK_ERROR_UNSUPPORTED). fp64: entangling maps on the statevector path (up to
    QK_MAX_STATE_QUBITS) or on the MPS path (any qubit count for MPS-able maps; chosen as qk_gram
-   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0. */
+   chooses it, or forced with path = QK_PATH_MPS), product maps at any qubit count. gamma > 0.
+   CPU engine, or the CUDA engine's first GPU for a context on it (the MPS path's MPS built on
+   the host, their environment sweeps and the pairwise kernel on the device). */
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma);
 
 /* >>states_in ---- K from given states: a simulator's own statevectors (qk_gram_states) ---- */

@@ -466,6 +466,34 @@ QK_CUDA_DEF double qk_cuda_wtime(void);
    grad_w and k_out are written only on success. */
 QK_CUDA_DEF qk_result qk_cuda_gram_vjp(const qk_map *map, const qk_vjp_desc *desc, int real, qk_cuda_pool *pool, void *const stage[2],
                                        size_t stage_bytes, char *err, size_t err_size);
+/* qk_gram_projected on the GPU engine (qk.h's vjp.c calls it for a context on the CUDA engine,
+   after checking the desc and choosing the path as the CPU engine does): the current device,
+   fp64. Each sample's 3q features (rho00, Re rho01, Im rho01 of every qubit's reduced density
+   matrix) come from one of three sources, then K = exp(-2 gamma |f - f'|^2) over pairs on the
+   device, into desc->out (ld_out, out_dtype f64 / f32; written only on success). */
+typedef struct qk_cuda_pq {
+    /* product maps: the features computed on the host (n_x x 3q and, K(X,Y), n_y x 3q) */
+    const double *fx, *fy;
+    /* the MPS path (mps != 0): build(side, r0, r1, &lanes, user) gives samples [r0, r1) of x
+       (side 0) or y (side 1) in the MPS engine's lane layout (groups of nj samples, group
+       doubles each, site s at off[s] of a group, entry (l * 2 + a) * D[s + 1] + r of site s at
+       e * 2 nj, its imaginary part nj later; sample i of a group at lane i); the buffer is the
+       provider's, valid until its next call; a failure returns its error with the message set
+       (by qk.h). Site s is qubit order[s]; D: n_sites + 1 bonds. At most chunk samples a call. */
+    int mps;
+    int n_sites, nj;
+    const int *D, *order;
+    const int64_t *off;
+    int64_t group, chunk;
+    qk_result (*build)(int side, int64_t r0, int64_t r1, const double **lanes, void *user);
+    void *user;
+    /* neither: the statevector path, the map's states built on the device (real: one plane) */
+    int real;
+} qk_cuda_pq;
+/* err empty on a failure: the provider's error (its message already set in qk.h). pool: the
+   context's stream pool (NULL: the call makes its own stream). */
+QK_CUDA_DEF qk_result qk_cuda_gram_projected(const qk_map *map, const qk_gram_desc *desc, double gamma, const qk_cuda_pq *src,
+                                             qk_cuda_pool *pool, char *err, size_t err_size);
 QK_CUDA_DEF qk_result qk_cuda_states(const qk_map *map, const double *x, int64_t n, qk_precision precision,
                                      double *out, char *err, size_t err_size);
 /* Amplitude encoding of host data into device states: row i of x (n x d doubles, host) becomes

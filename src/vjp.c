@@ -968,6 +968,73 @@ static double *qk__pq_features(const qk_map *m, const double *x, int64_t n, int 
     return j.f;
 }
 
+#if defined(QK_CUDA) && QK_CUDA
+/* The GPU engine's projected kernel (src/cuda/projected.cuh), the context's first GPU: the MPS
+   path's MPS built here (the provider below: the CPU path's builder, chunk by chunk, on the
+   context's threads), its sweeps on the device; the statevector path wholly on the device; product
+   maps' features here (cheap: 3q numbers a sample off q 2-vectors), their RBF on the device. */
+typedef struct qk__pq_prov {
+    const qk__mps_prog *p;
+    const qk_map *m;
+    const qk_gram_desc *desc;
+    int nt;
+    double *cur;                /* the last chunk's MPS (lane layout) */
+} qk__pq_prov;
+
+static qk_result qk__pq_build(int side, int64_t r0, int64_t r1, const double **lanes, void *user)
+{
+    qk__pq_prov *v = (qk__pq_prov *)user;
+    const double *x = (side ? v->desc->y : v->desc->x) + r0 * v->m->n_features;
+    QK_FREE(v->cur);
+    v->cur = qk__mps_states(v->p, v->m, x, r1 - r0, v->nt, NULL, NULL, NULL);
+    if (!v->cur) return QK_ERROR_OUT_OF_MEMORY;   /* the error set */
+    *lanes = v->cur;
+    return QK_OK;
+}
+
+static qk_result qk__pq_cuda(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma, const qk__mps_prog *prog, int nt)
+{
+    char err[512] = "";
+    qk_cuda_pq src;
+    qk__pq_prov pv;
+    qk_result r;
+    double *fx = NULL, *fy = NULL;
+    memset(&src, 0, sizeof src);
+    memset(&pv, 0, sizeof pv);
+    if (map->cls == QK_CLASS_PRODUCT) {
+        fx = qk__pq_features(map, desc->x, desc->n_x, nt);
+        if (fx && desc->y) fy = qk__pq_features(map, desc->y, desc->n_y, nt);
+        if (!fx || (desc->y && !fy)) {
+            QK_FREE(fx);
+            return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_projected: cannot allocate the reduced density matrices (%lld samples x %d qubits)",
+                            (long long)(desc->n_x + (desc->y ? desc->n_y : 0)), map->n_qubits);
+        }
+        src.fx = fx;
+        src.fy = fy;
+    } else if (prog) {
+        pv.p = prog; pv.m = map; pv.desc = desc; pv.nt = nt;
+        src.mps = 1;
+        src.n_sites = prog->q;
+        src.nj = QK__NJ;
+        src.D = prog->D;
+        src.order = prog->order;
+        src.off = prog->off;
+        src.group = prog->group;
+        src.chunk = 512;   /* as the CPU path: host memory O(chunk) in the MPS */
+        src.build = qk__pq_build;
+        src.user = &pv;
+    } else
+        src.real = qk__vjp_is_real(map);
+    r = qk_cuda_set_device(ctx->n_dev > 0 ? ctx->dev_ord[0] : 0, err, sizeof err);
+    if (r == QK_OK) r = qk_cuda_gram_projected(map, desc, gamma, &src, qk__cuda_pool(ctx, 0), err, sizeof err);
+    QK_FREE(pv.cur);
+    QK_FREE(fx);
+    QK_FREE(fy);
+    if (r == QK_OK) return QK_OK;
+    return err[0] ? qk__fail(r, "%s", err) : r;   /* empty: the provider's error, already set */
+}
+#endif
+
 QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, double gamma)
 {
     qk_result r;
@@ -994,6 +1061,13 @@ QKDEF qk_result qk_gram_projected(qk_ctx *ctx, const qk_map *map, const qk_gram_
     cols = desc->y ? desc->n_y : desc->n_x;
     ld = desc->ld_out ? desc->ld_out : cols;
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
+#if defined(QK_CUDA) && QK_CUDA
+    if (ctx->desc.device == QK_DEVICE_CUDA) {
+        r = qk__pq_cuda(ctx, map, desc, gamma, use_mps ? &prog : NULL, nt);
+        qk__mps_prog_free(&prog);
+        return r;
+    }
+#endif
     if (use_mps) {
         fx = (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_x * 3 * q));
         fy = desc->y ? (double *)qk__malloc(sizeof(double) * (size_t)(desc->n_y * 3 * q)) : NULL;

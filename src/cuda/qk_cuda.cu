@@ -82,3 +82,4 @@
 #include "devices.cuh"
 #include "mps.cuh"
 #include "vjp.cuh"
+#include "projected.cuh"
