@@ -288,11 +288,12 @@ static void plans(void)
     CHECK(qk_map_parse("zz(reps=2)", 6, &m) == QK_OK, "parse");
     memset(&g, 0, sizeof g);
     g.x = x; g.n_x = 10;
-    {   /* two 6-qubit states are 2 x 1024 bytes: a budget of the scratch and one state fails */
+    {   /* two 6-qubit states are 2 x 1024 bytes: a budget of one thread's scratch and one state
+           fails (with two threads the plan takes one: below) */
         double K[100];
         size_t sc;
         memset(&cd, 0, sizeof cd);
-        cd.device = QK_DEVICE_CPU; cd.n_threads = 2; cd.host_memory = (size_t)1 << 40;
+        cd.device = QK_DEVICE_CPU; cd.n_threads = 1; cd.host_memory = (size_t)1 << 40;
         CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK, "plan");
         sc = p.bytes_workspace;
         qk_ctx_destroy(c);
@@ -309,6 +310,13 @@ static void plans(void)
         cd.host_memory = sc + 2048 + 100;
         CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK && !p.bulk_states && p.state_tile == 1,
               "a budget of two states: blocks of one sample (%s)", qk_last_error());
+        qk_ctx_destroy(c);
+        /* two threads in the budget of one thread's scratch and two states: the plan takes one
+           thread (a thread's scratch is its own) rather than failing */
+        cd.n_threads = 2;
+        CHECK(qk_ctx_create(&cd, &c) == QK_OK && qk_plan_make(c, m, &g, &p) == QK_OK && p.n_threads == 1 && !p.bulk_states &&
+              p.bytes_total <= cd.host_memory, "two threads, one thread's budget: %d threads, bulk %d, %.0f of %.0f bytes (%s)", p.n_threads,
+              p.bulk_states, (double)p.bytes_total, (double)cd.host_memory, qk_last_error());
         qk_ctx_destroy(c);
     }
     {   /* cancel while tiled: the progress callback stops it, no temporary .npy left */
