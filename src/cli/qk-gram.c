@@ -63,8 +63,9 @@ static const char *usage_text =
     "  --states-y FILE   second set of states: K = K(A, B) (default K(A, A))\n"
     "  --projected       the projected quantum kernel (Huang et al. 2021) instead of the\n"
     "                    fidelity: K = exp(-gamma sum_k ||rho_k(x) - rho_k(y)||_F^2) over the\n"
-    "                    one-qubit reduced density matrices; CPU engine, statevector maps (product\n"
-    "                    maps at any qubit count); docs/cli.md\n"
+    "                    one-qubit reduced density matrices, in fp64 on the CPU or GPU engine\n"
+    "                    (--device; one GPU), the statevector or MPS path (--path; MPS beyond 30\n"
+    "                    qubits), product maps at any qubit count; docs/cli.md\n"
     "  --gamma G         --projected: the bandwidth gamma > 0 (default 1)\n"
     "  --normalize       --states: scale each state to norm 1 (each matrix to trace 1)\n"
     "  --norm-tol T      --states: accepted |<a|a> - 1| (default 1e-9; float32/complex64: 1e-5)\n"
@@ -73,7 +74,8 @@ static const char *usage_text =
     "  --device D        auto (default: CUDA when present, else CPU), cpu, cuda\n"
     "  --gpus LIST       CUDA devices to use: all (default: every visible GPU; a job of at\n"
     "                    least 2^25 pairs per GPU is dealt to them), or ordinals such as 0,1;\n"
-    "                    one ordinal runs on that GPU alone (docs/cli.md)\n"
+    "                    one ordinal runs on that GPU alone (docs/cli.md); --projected: one\n"
+    "                    ordinal or all (the first)\n"
     "  --precision P     fp32 or fp64 (the output dtype follows: float32 / float64), or the\n"
     "                    GPU's tensor-core modes fp32x3 (fp32 accuracy), tf32, fp16 (~1e-3;\n"
     "                    docs/precision.md), or auto: the fastest mode whose stated error bound\n"
@@ -657,12 +659,11 @@ static int check_args(const options *o) {
     if (!o->states && (o->normalize || o->norm_tol > 0.0))
         return usage_error("%s goes with --states", o->normalize ? "--normalize" : "--norm-tol");
     if (o->gamma > 0.0 && !o->projected) return usage_error("--gamma goes with --projected", NULL);
-    if (o->projected) {   /* the projected kernel: the CPU engine, a map's statevectors, K in memory */
+    if (o->projected) {   /* the projected kernel: a map's states (statevector, MPS or product), K in memory */
         if (o->demo || o->states) return usage_error("--projected goes with --map and --x, not %s", o->demo ? "--demo" : "--states");
-        if (o->device == QK_DEVICE_CUDA) return usage_error("--projected runs on the CPU engine (--device cpu or auto)", NULL);
-        if (o->path == QK_PATH_MPS) return usage_error("--projected: the reduced density matrices come from statevectors (no --path mps)", NULL);
         if (o->tol > 0.0) return usage_error("--tol goes with the fidelity kernel's --precision auto, not --projected", NULL);
-        if (o->n_gpus > 0) return usage_error("--gpus goes with the CUDA engine, not --projected", NULL);
+        if (o->n_gpus > 1)
+            return usage_error("--gpus: --projected runs on one GPU (the context's first): give one ordinal, or all (the first visible)", NULL);
     }
     if ((o->profile || o->trace || o->html) && !QK_PROF_ENABLED)
         return usage_error("--profile/--trace/--html: this qk-gram was built without the profiler (QK_PROF_ENABLE)", NULL);
@@ -752,6 +753,26 @@ static int read_job(const options *o, qk_array *X, qk_array *Y, qk_map **map) {
     return read_weights(o->weights, *map, o->quiet);
 }
 
+/* The path qk_gram_projected takes for this map and desc, in words, by its own choice
+   (qk__mps_decide_cpu, as qk_gram's CPU plan chooses; product maps: their qubits' states,
+   whatever --path says). 0 where that choice is an error, which qk_gram_projected then reports. */
+static int projected_path(const qk_map *map, const qk_gram_desc *gd, char *buf, size_t size) {
+    qk__mps_prog prog;
+    int use = 0;
+    if (map->cls == QK_CLASS_PRODUCT) {
+        snprintf(buf, size, "product map (each qubit's state)");
+        return 1;
+    }
+    if (qk__mps_decide_cpu(map, gd, &prog, &use) != QK_OK) return 0;
+    if (use) {
+        snprintf(buf, size, "path mps (bond dimension %d)", prog.chi);
+        qk__mps_prog_free(&prog);
+    } else {
+        snprintf(buf, size, "path statevector");
+    }
+    return 1;
+}
+
 static int projected_main(const options *o) {
     qk_array X, Y;
     qk_map *map = NULL;
@@ -765,7 +786,6 @@ static int projected_main(const options *o) {
     int rc = EXIT_FAILURE, have_y = o->y != NULL;
     int64_t n_cols;
     struct sigaction old_sa[3];
-    options oc = *o;
 
     memset(&X, 0, sizeof X);
     memset(&Y, 0, sizeof Y);
@@ -793,16 +813,23 @@ static int projected_main(const options *o) {
     gd.out = K;
     gd.out_dtype = dtype;
     gd.precision = o->precision;
-    oc.device = QK_DEVICE_CPU;   /* the CPU engine's context: nothing (no autotune cache) an exit could leave */
-    r = make_ctx(&oc, &ctx);
+    gd.path = o->path;
+    r = make_ctx(o, &ctx);   /* as for --map: --device, --gpus (its first GPU), --threads */
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
     if (!o->quiet) {
-        char spec[512];
+        char spec[512], engine[64], path[96];
+        const qk_ctx_desc cq = qk_ctx_query(ctx);
         qk_map_spec(map, spec, sizeof spec);
         printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
         printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
                have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
-        printf("projected quantum kernel, gamma %g: K = exp(-gamma sum_k ||rho_k(x) - rho_k(y)||_F^2), CPU engine, fp64\n", gamma);
+        if (cq.device == QK_DEVICE_CUDA)
+            snprintf(engine, sizeof engine, "CUDA engine on GPU %d", cq.n_cuda_devices > 0 && cq.cuda_devices ? cq.cuda_devices[0] : 0);
+        else
+            snprintf(engine, sizeof engine, "CPU engine");
+        if (projected_path(map, &gd, path, sizeof path))
+            printf("projected quantum kernel, gamma %g: K = exp(-gamma sum_k ||rho_k(x) - rho_k(y)||_F^2), %s, %s, fp64\n",
+                   gamma, engine, path);
     }
     t0 = qkcli_now();
     r = qk_gram_projected(ctx, map, &gd, gamma);

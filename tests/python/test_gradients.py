@@ -1,9 +1,13 @@
 """qk.gram_vjp, qk.alignment, qk.KernelTrainer, qk.projected_gram, qk.sampled, qk.closest_psd, the PSD repairs and
-qk.mitigate_depolarizing_noise (issue 24): the VJP of the alignment against
+qk.mitigate_depolarizing_noise (issue 24); projected_gram's path= and device= (the MPS path at 60 qubits against
+numpy's light-cone partial traces and the qk-gram CLI; the GPU engine against the CPU where a GPU exists): the VJP of the alignment against
 central finite differences through qk.gram (relative 1e-7), for the weights and (data=True) the data, K from the same pass equal to
 qk.gram's, the alignment's dA/dK against finite differences of the alignment, and the trainer:
 the alignment grows, the trained qk.Kernel classifies with an SVC, the result's attributes are
 qiskit-machine-learning QuantumKernelTrainer's. Skips the trainer without scipy/scikit-learn."""
+import os
+import subprocess
+import tempfile
 import unittest
 
 import numpy as np
@@ -130,6 +134,78 @@ class TestProjectedShots(unittest.TestCase):
         np.testing.assert_allclose(np.diag(K), 1.0, atol=1e-12)
         np.testing.assert_allclose(K, K.T, atol=0)
         self.assertTrue(np.all((K > 0) & (K <= 1 + 1e-12)))
+
+    def test_projected_path_option(self):
+        # path="mps" / "statevector" / None at 12 qubits: the same K (1e-12), and numpy's
+        X = RNG.uniform(-1, 1, (10, 12))
+        Y = RNG.uniform(-1, 1, (4, 12))
+        m = qk.FeatureMap("zz(reps=2,ent=linear)", 12)
+        ref = _rdm_ref(m.statevector(X), 12, 0.4, m.statevector(Y))
+        K = {p: qk.projected_gram(X, Y, map=m, gamma=0.4, device="cpu", path=p) for p in (None, "auto", "mps", "statevector")}
+        for p, Kp in K.items():
+            self.assertEqual((Kp.dtype, Kp.shape), (np.float64, (10, 4)), p)
+            np.testing.assert_allclose(Kp, ref, atol=1e-12, rtol=0, err_msg=str(p))
+        np.testing.assert_allclose(K["mps"], K["statevector"], atol=1e-12, rtol=0)
+        np.testing.assert_array_equal(K[None], K["auto"])
+        # a forced path that does not apply: the statevector beyond 30 qubits, the MPS of a dense state
+        with self.assertRaisesRegex(ValueError, "30"):
+            qk.projected_gram(RNG.uniform(-1, 1, (3, 40)), map="zz(reps=2,ent=linear)", device="cpu", path="statevector")
+        with self.assertRaisesRegex(RuntimeError, "mps"):
+            qk.projected_gram(RNG.uniform(0.1, 1, (3, 8)), map="amplitude", device="cpu", path="mps")
+
+    def test_projected_bad_device_and_path(self):
+        X = RNG.uniform(-1, 1, (3, 4))
+        for kw in ({"device": "tpu"}, {"device": ""}, {"device": 1}, {"path": "dense"}, {"path": "mps "}, {"path": 3}):
+            with self.assertRaises(ValueError, msg=str(kw)):
+                qk.projected_gram(X, **kw)
+
+    def test_projected_mps_60_qubits(self):
+        # 60 qubits on the MPS path (no statevector): each qubit's reduced state depends on the
+        # qubits within reps = 2 of it only (a layer's ZZ gates are diagonal and commute), so the
+        # reference is numpy's partial trace of qk's statevector of that 5-qubit window
+        X = RNG.uniform(-1, 1, (7, 60))
+        K = qk.projected_gram(X, map="zz(reps=2,ent=linear)", gamma=0.1, path="mps", device="cpu")
+        np.testing.assert_array_equal(K, qk.projected_gram(X, map="zz(reps=2,ent=linear)", gamma=0.1, device="cpu"))
+        self.assertTrue(np.all(np.isfinite(K)))
+        np.testing.assert_array_equal(K, K.T)
+        np.testing.assert_array_equal(np.diag(K), 1.0)
+        d2 = np.zeros((7, 7))
+        for k in range(60):
+            lo, hi = max(0, k - 2), min(60, k + 3)
+            S = qk.FeatureMap("zz(reps=2,ent=linear)", hi - lo).statevector(X[:, lo:hi])
+            t = S.reshape((7,) + (2,) * (hi - lo))
+            r = np.moveaxis(t, 1 + (hi - 1 - k), 1).reshape(7, 2, -1)   # axis 1 + j: qubit hi - 1 - j
+            rho = r @ r.conj().transpose(0, 2, 1)
+            d2 += np.sum(np.abs(rho[:, None] - rho[None, :]) ** 2, axis=(2, 3))
+        np.testing.assert_allclose(K, np.exp(-0.1 * d2), atol=1e-12, rtol=0)
+        self.assertLess(K.min(), 0.9)
+        # the same K from the command line (qk-gram --projected), where the build made it
+        exe = os.environ.get("QK_GRAM")
+        if not exe or not os.path.exists(exe):
+            raise unittest.SkipTest("QK_GRAM (the qk-gram program) is not set: the CLI comparison is skipped")
+        with tempfile.TemporaryDirectory() as d:
+            np.save(os.path.join(d, "X.npy"), X)
+            subprocess.run([exe, "--projected", "--gamma", "0.1", "--map", "zz(reps=2,ent=linear)", "--x", os.path.join(d, "X.npy"),
+                            "--out", os.path.join(d, "K.npy"), "--device", "cpu", "--quiet"], check=True)
+            np.testing.assert_allclose(np.load(os.path.join(d, "K.npy")), K, atol=1e-14, rtol=0)
+
+    def test_projected_device(self):
+        X = RNG.uniform(-1, 1, (9, 12))
+        Y = RNG.uniform(-1, 1, (5, 12))
+        if not qk.engine()["cuda_devices"]:
+            with self.assertRaisesRegex(RuntimeError, "cuda"):
+                qk.projected_gram(X, device="cuda")
+            np.testing.assert_array_equal(qk.projected_gram(X, Y, device="auto"), qk.projected_gram(X, Y, device="cpu"))
+            raise unittest.SkipTest("no CUDA device: the GPU engine's projected kernel is not compared")
+        cases = [("zz(reps=2)", X, Y, None), ("zz(reps=2,ent=linear)", X, None, "mps"),
+                 ("zz(reps=2,ent=linear)", X, Y, "statevector"), ("angle(rot=y)", X, Y, None),
+                 ("zz(reps=2,ent=linear)", RNG.uniform(-1, 1, (6, 60)), None, None)]
+        for spec, A, B, p in cases:
+            Kc = qk.projected_gram(A, B, map=spec, gamma=0.5, device="cpu", path=p)
+            for dev in ("cuda", "gpu"):
+                Kg = qk.projected_gram(A, B, map=spec, gamma=0.5, device=dev, path=p)
+                self.assertEqual(Kg.dtype, np.float64)
+                np.testing.assert_allclose(Kg, Kc, atol=1e-12, rtol=0, err_msg=f"{spec} {p} {dev}")
 
     def test_shots_and_psd(self):
         X = RNG.uniform(-1, 1, (30, 4))

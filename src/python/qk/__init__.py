@@ -47,6 +47,9 @@ _PRECISIONS = {None: _qk.QK_PRECISION_DEFAULT, "fp32": _qk.QK_PRECISION_FP32,
                "fp32x3": _qk.QK_PRECISION_FP32X3, "fp16": _qk.QK_PRECISION_FP16,
                "auto": _qk.QK_PRECISION_AUTO}
 
+_PATHS = {None: _qk.QK_PATH_DEFAULT, "auto": _qk.QK_PATH_DEFAULT, "mps": _qk.QK_PATH_MPS,
+          "statevector": _qk.QK_PATH_COMPLEX}
+
 MapLike = Union[str, "FeatureMap", Any]   # a spec string, a FeatureMap or a Qiskit QuantumCircuit
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -687,18 +690,33 @@ class KernelTrainer:
 
 
 def projected_gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz(reps=2)",
-                   gamma: float = 1.0, weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None) -> np.ndarray:
+                   gamma: float = 1.0, weights: Optional[npt.ArrayLike] = None, threads: Optional[int] = None,
+                   device: str = "auto", path: Optional[str] = None) -> np.ndarray:
     """The projected quantum kernel (Huang et al., Nat. Commun. 12, 2631 (2021)):
     K(x, x') = exp(-gamma sum_k ||rho_k(x) - rho_k(x')||_F^2) over the one-qubit reduced density
     matrices of the map's states. Unlike the fidelity kernel it does not concentrate exponentially
-    with the qubit count. CPU engine, fp64; entangling maps up to 30 qubits, product maps at any
-    qubit count."""
+    with the qubit count. Returns K as float64 (computed in fp64 on either engine).
+
+    device: ``"auto"`` (CUDA when the engine and a device exist, else CPU), ``"cpu"``, ``"cuda"``
+        (or ``"gpu"``), as for ``gram``; ``"cuda"`` without the CUDA engine or a device is a
+        RuntimeError. The GPU engine runs the projected kernel on its first GPU.
+    path: None (or ``"auto"``): as ``gram`` chooses, the MPS path beyond 30 qubits and where it is
+        cheaper, else the statevector; ``"mps"``: the MPS path (entangling maps with local gates,
+        any qubit count); ``"statevector"``: the statevector (entangling maps up to 30 qubits).
+        Case-insensitive. Product maps take their own path (each qubit's state, any qubit count)
+        whatever ``path`` says.
+    threads: CPU engine threads (default ``get_num_threads()``).
+    Raises ValueError (gamma <= 0, NaN/Inf, shapes, a bad device or path string, too many qubits
+    for the statevector), RuntimeError (no CUDA device for ``device="cuda"``; ``path="mps"`` for a
+    map the MPS path cannot take, e.g. amplitude encoding), MemoryError."""
     Xa = _as_data(X, "X")
     Ya = None if Y is None else _as_data(Y, "Y")
     if Ya is not None and Ya.shape[1] != Xa.shape[1]:
         raise ValueError(f"X has {Xa.shape[1]} features and Y has {Ya.shape[1]}")
+    dev = _option(_DEVICES, device, "device")
+    pth = _option(_PATHS, path, "path")
     m = _resolve_map(map, Xa.shape[1], weights)
-    return _qk._gram_projected(m, Xa, Ya, float(gamma), _threads(threads))
+    return _qk._gram_projected(m, Xa, Ya, float(gamma), _threads(threads), dev, pth)
 
 
 def sampled(K: npt.ArrayLike, shots: int, seed: Optional[int] = None, symmetric: Optional[bool] = None) -> np.ndarray:

@@ -835,39 +835,45 @@ done:
 }
 
 /* ---- projected ---- */
+/* qk_gram_projected into a new float64 array, on a context of (device, threads) as gram's
+   (qkpy_ctx_get: the CPU engine, or the CUDA engine's first GPU), on the path asked for
+   (QK_PATH_DEFAULT: as qk_gram chooses; QK_PATH_MPS; QK_PATH_COMPLEX: the statevector). */
 static PyObject *qkpy_gram_projected(PyObject *mod, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"map", "x", "y", "gamma", "threads", NULL};
+    static char *kwlist[] = {"map", "x", "y", "gamma", "threads", "device", "path", NULL};
     PyObject *mapo, *xo, *yo = Py_None;
     PyArrayObject *x, *y = NULL, *K;
     qkpy_Map *map;
-    qk_ctx_desc cd;
-    qk_ctx *ctx = NULL;
+    qk_ctx *ctx;
     qk_gram_desc g;
     qk_result r;
     npy_intp dims[2];
     double gamma;
-    int threads = 0;
+    int threads = 0, device = QK_DEVICE_CPU, path = QK_PATH_DEFAULT;
     (void)mod;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOd|i:_gram_projected", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &gamma, &threads)) return NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOd|iii:_gram_projected", kwlist, &qkpy_MapType, &mapo, &xo, &yo, &gamma, &threads,
+                                     &device, &path)) return NULL;
     map = (qkpy_Map *)mapo;
     if (qkpy_check_xy(xo, yo, map->map->n_features, &x, &y) < 0) return NULL;
+    if (qkpy_check_device_precision(device, QK_PRECISION_DEFAULT) < 0) return NULL;
+    if (path != QK_PATH_DEFAULT && path != QK_PATH_COMPLEX && path != QK_PATH_MPS)
+        return PyErr_Format(PyExc_ValueError, "unknown path %d (QK_PATH_DEFAULT, QK_PATH_COMPLEX or QK_PATH_MPS)", path);
+    if (threads < 0) return PyErr_Format(PyExc_ValueError, "threads must be >= 1 (got %d)", threads);
     dims[0] = PyArray_DIM(x, 0);
     dims[1] = y ? PyArray_DIM(y, 0) : dims[0];
     K = (PyArrayObject *)PyArray_SimpleNew(2, dims, NPY_DOUBLE);
     if (!K) return NULL;
-    memset(&cd, 0, sizeof cd);
-    cd.device = QK_DEVICE_CPU;
-    cd.n_threads = qkpy_threads_for(threads);
+    threads = qkpy_threads_for(threads);
+    if (!(ctx = qkpy_ctx_get(device, threads))) { Py_DECREF(K); return NULL; }
     memset(&g, 0, sizeof g);
     g.x = (const double *)PyArray_DATA(x); g.n_x = dims[0];
     g.y = y ? (const double *)PyArray_DATA(y) : NULL; g.n_y = y ? dims[1] : 0;
     g.out = PyArray_DATA(K); g.out_dtype = QK_F64;
+    g.path = (qk_path)path;
     Py_BEGIN_ALLOW_THREADS
-    r = qk_ctx_create(&cd, &ctx);
-    if (r == QK_OK) r = qk_gram_projected(ctx, map->map, &g, gamma);
-    qk_ctx_destroy(ctx);
+    r = qk_gram_projected(ctx, map->map, &g, gamma);
     Py_END_ALLOW_THREADS
+    qkpy_ctx_give(ctx, device, threads);
     if (r != QK_OK) { Py_DECREF(K); return qkpy_raise(r); }
     return (PyObject *)K;
 }
@@ -931,7 +937,8 @@ static PyMethodDef qkpy_methods[] = {
     {"_gram_vjp", (PyCFunction)(void (*)(void))qkpy_gram_vjp, METH_VARARGS | METH_KEYWORDS,
      "_gram_vjp(map, x, y, g, threads=0, data=0): (dL/dw, K[, dL/dX[, dL/dY]]) for G = dL/dK (qk_gram_vjp)"},
     {"_gram_projected", (PyCFunction)(void (*)(void))qkpy_gram_projected, METH_VARARGS | METH_KEYWORDS,
-     "_gram_projected(map, x, y, gamma, threads=0): the projected quantum kernel (qk_gram_projected)"},
+     "_gram_projected(map, x, y, gamma, threads=0, device=QK_DEVICE_CPU, path=QK_PATH_DEFAULT): the projected quantum kernel\n"
+     "(qk_gram_projected) as a new float64 array"},
     {"engine", qkpy_engine, METH_NOARGS, "engine(): {'version', 'cuda_engine', 'cuda_devices', 'cpu_isa'}"},
     {"_last_gram_seconds", qkpy_last_gram_seconds, METH_NOARGS, "wall time of the last qk_gram call (benchmarks)"},
     {"get_num_threads", qkpy_py_get_num_threads, METH_NOARGS, "get_num_threads(): the threads of a call that names none (the limit, or all cores)"},
@@ -980,6 +987,7 @@ PyMODINIT_FUNC PyInit__qk(void)
     QKPY_CONST(QK_STATE_F64)
     QKPY_CONST(QK_STATE_F32)
     QKPY_CONST(QK_MAX_STATE_QUBITS)
+    QKPY_CONST(QK_PATH_DEFAULT) QKPY_CONST(QK_PATH_COMPLEX) QKPY_CONST(QK_PATH_MPS)
 #undef QKPY_CONST
     return m;
 }
