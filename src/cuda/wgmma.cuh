@@ -82,30 +82,17 @@ __device__ __forceinline__ void qk__ldsm4(uint32_t addr, uint32_t (&r)[4])
                  : "r"(addr)
                  : "memory");
 }
-__device__ __forceinline__ void qk__wg_fence()
-{
+/* The warpgroup's ordering instructions: the asm on sm_90a, nothing in other builds (where the
+   wgmma kernels are never launched). */
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#define QK__SM90A_ASM(text) asm volatile(text ::: "memory")
+#else
+#define QK__SM90A_ASM(text) ((void)0)
 #endif
-}
-__device__ __forceinline__ void qk__wg_commit()
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void qk__wg_wait0()
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-#endif
-}
-__device__ __forceinline__ void qk__fence_async_smem()
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
+__device__ __forceinline__ void qk__wg_fence() { QK__SM90A_ASM("wgmma.fence.sync.aligned;\n"); }
+__device__ __forceinline__ void qk__wg_commit() { QK__SM90A_ASM("wgmma.commit_group.sync.aligned;\n"); }
+__device__ __forceinline__ void qk__wg_wait0() { QK__SM90A_ASM("wgmma.wait_group.sync.aligned 0;\n"); }
+__device__ __forceinline__ void qk__fence_async_smem() { QK__SM90A_ASM("fence.proxy.async.shared::cta;\n"); }
 /* keeps the compiler from moving accumulator reads or writes across the asynchronous products */
 template <int N> __device__ __forceinline__ void qk__wg_pin(float (&d)[N])
 {
@@ -122,40 +109,33 @@ __device__ __forceinline__ uint64_t qk__wg_desc(uint32_t addr)
 __device__ __forceinline__ uint32_t qk__rot16(uint32_t w) { return __byte_perm(w, 0, 0x1032) ^ 0x80000000u; }
 
 /* d (m64 x N fp32 accumulators, the wgmma D layout) += A (registers: four f16x2, the mma.sync
-   m16n8k16 A layout of the warp's 16 rows) x B (shared memory, descriptor bdesc, K-major). */
-__device__ __forceinline__ void qk__wg_m64n128k16(float (&d)[64], const uint32_t (&a)[4], uint64_t bdesc)
-{
+   m16n8k16 A layout of the warp's 16 rows) x B (shared memory, descriptor bdesc, K-major): one
+   definition for both shapes, NACC = N / 2 accumulators (32 or 64: QK__WG_D<NACC> their operands,
+   QK__WG_OUT<NACC> their constraints), AB the operands of A and bdesc, PRED the scale-d
+   predicate's. */
+#define QK__WG_D32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "  \
+                   "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define QK__WG_D64 QK__WG_D32 ", %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+                   "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define QK__WG_OUT32 QK__WG_F4(0), QK__WG_F4(4), QK__WG_F4(8), QK__WG_F4(12), QK__WG_F4(16), QK__WG_F4(20), QK__WG_F4(24), QK__WG_F4(28)
+#define QK__WG_OUT64 QK__WG_OUT32, QK__WG_F4(32), QK__WG_F4(36), QK__WG_F4(40), QK__WG_F4(44), QK__WG_F4(48), QK__WG_F4(52), \
+                     QK__WG_F4(56), QK__WG_F4(60)
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-                 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-                 "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-                 "}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
-                 : QK__WG_F4(0), QK__WG_F4(4), QK__WG_F4(8), QK__WG_F4(12), QK__WG_F4(16), QK__WG_F4(20), QK__WG_F4(24), QK__WG_F4(28),
-                   QK__WG_F4(32), QK__WG_F4(36), QK__WG_F4(40), QK__WG_F4(44), QK__WG_F4(48), QK__WG_F4(52), QK__WG_F4(56), QK__WG_F4(60)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(1));
+#define QK__WG_MMA_BODY(SHAPE, NACC, AB, PRED)                                                                          \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " PRED ", 0;\n"                                                      \
+                 "wgmma.mma_async.sync.aligned." SHAPE ".f32.f16.f16 {" QK__WG_D##NACC "}, " AB ", p, 1, 1, 0;\n}\n"     \
+                 : QK__WG_OUT##NACC                                                                                      \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(1))
 #else
-    (void)d; (void)a; (void)bdesc;
+#define QK__WG_MMA_BODY(SHAPE, NACC, AB, PRED) ((void)d, (void)a, (void)bdesc)
 #endif
-}
-/* d (m64 x N fp32 accumulators, the wgmma D layout) += A (registers: four f16x2, the mma.sync
-   m16n8k16 A layout of the warp's 16 rows) x B (shared memory, descriptor bdesc, K-major). */
-__device__ __forceinline__ void qk__wg_m64n64k16(float (&d)[32], const uint32_t (&a)[4], uint64_t bdesc)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-                 "}, {%32, %33, %34, %35}, %36, p, 1, 1, 0;\n}\n"
-                 : QK__WG_F4(0), QK__WG_F4(4), QK__WG_F4(8), QK__WG_F4(12), QK__WG_F4(16), QK__WG_F4(20), QK__WG_F4(24), QK__WG_F4(28)
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(bdesc), "n"(1));
-#else
-    (void)d; (void)a; (void)bdesc;
-#endif
-}
+#define QK__WG_MMA_F16(NAME, SHAPE, NACC, AB, PRED)                                                                      \
+    __device__ __forceinline__ void NAME(float(&d)[NACC], const uint32_t(&a)[4], uint64_t bdesc)                        \
+    {                                                                                                                    \
+        QK__WG_MMA_BODY(SHAPE, NACC, AB, PRED);                                                                          \
+    }
+QK__WG_MMA_F16(qk__wg_m64n128k16, "m64n128k16", 64, "{%64, %65, %66, %67}, %68", "%69")
+QK__WG_MMA_F16(qk__wg_m64n64k16, "m64n64k16", 32, "{%32, %33, %34, %35}, %36", "%37")
 
 /* The epilogue of a 64-row warpgroup slice: v = (re^2 + im^2) of accumulator pairs, stored to
    K and its mirror (>>common's qk__store_tile rules: tri writes direct where col + doff >= row
