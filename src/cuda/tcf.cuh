@@ -72,6 +72,17 @@ template <int MODE> __device__ __forceinline__ void qk__rot(const uint32_t *b, u
     }
 }
 __device__ __forceinline__ uint32_t qk__u4(const uint4 &v, int i) { return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w; }
+/* f(i, j, e) over a warp's MI x NI fragments of 4 accumulators each, unrolled (the accumulator
+   arrays' indices stay compile-time constants, so they stay in registers) */
+template <int MI, int NI, typename F> __device__ __forceinline__ void qk__each_frag(F &&f)
+{
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(i, j, e);
+}
 
 
 /* Operand words of rows of W floats (interleaved complex or real states): ldp words per row and
@@ -139,17 +150,12 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
     };
 
     float accr[MI][NI][4], acci[CI][CJ][4], totr[FI][FJ][4], toti[FCI][FCJ][4];
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                accr[i][j][e] = 0.0f;
-                if constexpr (CPLX) acci[i][j][e] = 0.0f;
-                if constexpr (FLUSH) totr[i][j][e] = 0.0f;
-                if constexpr (FLUSH && CPLX) toti[i][j][e] = 0.0f;
-            }
+    qk__each_frag<MI, NI>([&](int i, int j, int e) {
+        accr[i][j][e] = 0.0f;
+        if constexpr (CPLX) acci[i][j][e] = 0.0f;
+        if constexpr (FLUSH) totr[i][j][e] = 0.0f;
+        if constexpr (FLUSH && CPLX) toti[i][j][e] = 0.0f;
+    });
 
 #pragma unroll
     for (int s = 0; s < NS - 1; ++s) {
@@ -207,42 +213,31 @@ qk__k_tcgram(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int
             }
         }
         if constexpr (FLUSH) {
-            if ((kt + 1) % QK__TCF_FLUSH == 0 || kt + 1 == nkt) {
-#pragma unroll
-                for (int i = 0; i < MI; ++i)
-#pragma unroll
-                    for (int j = 0; j < NI; ++j)
-#pragma unroll
-                        for (int e = 0; e < 4; ++e) {
-                            totr[i % FI][j % FJ][e] += accr[i][j][e];
-                            accr[i][j][e] = 0.0f;
-                            if constexpr (CPLX) {
-                                toti[i % FCI][j % FCJ][e] += acci[i % CI][j % CJ][e];
-                                acci[i % CI][j % CJ][e] = 0.0f;
-                            }
-                        }
-            }
+            if ((kt + 1) % QK__TCF_FLUSH == 0 || kt + 1 == nkt)
+                qk__each_frag<MI, NI>([&](int i, int j, int e) {
+                    totr[i % FI][j % FJ][e] += accr[i][j][e];
+                    accr[i][j][e] = 0.0f;
+                    if constexpr (CPLX) {
+                        toti[i % FCI][j % FCJ][e] += acci[i % CI][j % CJ][e];
+                        acci[i % CI][j % CJ][e] = 0.0f;
+                    }
+                });
         }
     }
     qk__cp_wait<0>();
     __syncthreads(); /* every warp is done with the operand buffers */
     OutT *Cs = (OutT *)qk__smem; /* [BM][BN + 1] */
-#pragma unroll
-    for (int i = 0; i < MI; ++i)
-#pragma unroll
-        for (int j = 0; j < NI; ++j)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int r = wm * WM + i * 16 + g + (e >> 1) * 8, c = wn * WN + j * 8 + 2 * t + (e & 1);
-                float re, im = 0.0f;
-                if constexpr (FLUSH) re = totr[i % FI][j % FJ][e] * inv_s2;
-                else re = accr[i][j][e] * inv_s2;
-                if constexpr (CPLX) {
-                    if constexpr (FLUSH) im = toti[i % FCI][j % FCJ][e] * inv_s2;
-                    else im = acci[i % CI][j % CJ][e] * inv_s2;
-                }
-                Cs[r * (BN + 1) + c] = (OutT)(re * re + im * im);
-            }
+    qk__each_frag<MI, NI>([&](int i, int j, int e) {
+        const int r = wm * WM + i * 16 + g + (e >> 1) * 8, c = wn * WN + j * 8 + 2 * t + (e & 1);
+        float re, im = 0.0f;
+        if constexpr (FLUSH) re = totr[i % FI][j % FJ][e] * inv_s2;
+        else re = accr[i][j][e] * inv_s2;
+        if constexpr (CPLX) {
+            if constexpr (FLUSH) im = toti[i % FCI][j % FCJ][e] * inv_s2;
+            else im = acci[i % CI][j % CJ][e] * inv_s2;
+        }
+        Cs[r * (BN + 1) + c] = (OutT)(re * re + im * im);
+    });
     __syncthreads();
     qk__store_tile<OutT, BM, BN, NT>(Cs, row0, col0, m, nn, out, ld, mout, doff, tri, vec);
 }
