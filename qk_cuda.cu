@@ -4506,9 +4506,13 @@ extern "C" void qk_cuda_host_unlock(const void *p)
     cudaGetLastError();
 }
 
-/* Squared norms of given device states (qk_gram_states, on_device), one block per row, NaN for a
-   row with a non-finite amplitude; the rows must be device memory of the current device. */
-__global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+/* The checks of given device states (qk_gram_states, on_device), one block per row; the rows
+   must be device memory of the current device. Pure states (DM false): out[s] the squared norm of
+   row s, NaN for a row with a non-finite amplitude. Density matrices (DM true): out[3 s] the trace
+   (NaN for a matrix with a non-finite entry), out[3 s + 1] the largest max(|Re rho_ab - Re
+   rho_ba|, |Im rho_ab + Im rho_ba|), out[3 s + 2] the largest |rho_ab|. */
+template <bool DM>
+__global__ void __launch_bounds__(256) qk__k_state_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
                                                         double *__restrict__ out)
 {
     __shared__ double red[256];
@@ -4518,53 +4522,38 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
     if (threadIdx.x == 0) bad = 0;
     __syncthreads();
     const double *row = x + s * ld;
-    double acc = 0, re, im;
-    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+    const double nan = __longlong_as_double(0x7ff8000000000000LL);
+    double acc = 0, dev = 0, mx = 0, re, im, re2, im2;
+    for (int64_t k = threadIdx.x; k < (DM ? dim * dim : dim); k += blockDim.x) {
         qk__state_amp(row, type, k, &re, &im);
         if (!isfinite(re) || !isfinite(im)) bad = 1;
-        acc += re * re + im * im;
+        if constexpr (!DM) {
+            acc += re * re + im * im;
+        } else {
+            const int64_t a = k / dim, b = k - a * dim;
+            mx = fmax(mx, re * re + im * im);
+            if (a == b) acc += re;   /* the trace */
+            if (b > a) {
+                qk__state_amp(row, type, b * dim + a, &re2, &im2);
+                dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
+            } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
+        }
     }
     const double sum = qk__block_sum256(red, acc);   /* its barriers also publish bad */
-    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
-}
-
-/* Trace, Hermiticity and largest entry of given device density matrices (qk_gram_states,
-   on_device, mixed), one block per matrix: out[3 s] the trace (NaN for a matrix with a non-finite
-   entry), out[3 s + 1] the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|), out[3 s
-   + 2] the largest |rho_ab|. */
-__global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
-                                                           double *__restrict__ out)
-{
-    __shared__ double red[256];
-    __shared__ int bad;
-    const int64_t s = blockIdx.x;
-    if (s >= n) return;
-    if (threadIdx.x == 0) bad = 0;
-    __syncthreads();
-    const double *row = x + s * ld;
-    double tr = 0, dev = 0, mx = 0, re, im, re2, im2;
-    for (int64_t k = threadIdx.x; k < dim * dim; k += blockDim.x) {
-        const int64_t a = k / dim, b = k - a * dim;
-        qk__state_amp(row, type, k, &re, &im);
-        if (!isfinite(re) || !isfinite(im)) bad = 1;
-        mx = fmax(mx, re * re + im * im);
-        if (a == b) tr += re;
-        if (b > a) {
-            qk__state_amp(row, type, b * dim + a, &re2, &im2);
-            dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
-        } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
-    }
-    const double sum = qk__block_sum256(red, tr);   /* its barriers also publish bad */
-    const double hd = qk__block_max256(red, dev), m2 = qk__block_max256(red, mx);
-    if (threadIdx.x == 0) {
-        out[3 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
-        out[3 * s + 1] = hd;
-        out[3 * s + 2] = sqrt(m2);
+    if constexpr (!DM) {
+        if (threadIdx.x == 0) out[s] = bad ? nan : sum;
+    } else {
+        const double hd = qk__block_max256(red, dev), m2 = qk__block_max256(red, mx);
+        if (threadIdx.x == 0) {
+            out[3 * s] = bad ? nan : sum;
+            out[3 * s + 1] = hd;
+            out[3 * s + 2] = sqrt(m2);
+        }
     }
 }
 
-/* The device pointer checks of qk_cuda_state_norms and qk_cuda_state_dm_check: x is device (or
-   managed) memory of the current device. */
+/* The device pointer checks of qk_cuda_state_norms, qk_cuda_state_dm_check and qk_cuda_state_hash:
+   x is device (or managed) memory of the current device. */
 static qk_result qk__states_on_this_device(const void *x, qk__err *E)
 {
     cudaPointerAttributes at;
@@ -4582,25 +4571,33 @@ static qk_result qk__states_on_this_device(const void *x, qk__err *E)
     return QK_OK;
 }
 
+/* Runs qk__k_state_check<DM> over n rows of x into the host array out (1 or 3 doubles a row). */
+static qk_result qk__state_check_run(bool dm, const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, qk__err *E)
+{
+    const size_t bytes = (size_t)n * (dm ? 3 : 1) * sizeof(double);
+    double *d = nullptr;
+    char msg[160];
+    QK_TRY(qk__states_on_this_device(x, E));
+    QK_CK(cudaMalloc((void **)&d, bytes));
+    if (dm) qk__k_state_check<true><<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    else qk__k_state_check<false><<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, bytes, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "%s: %s", dm ? "qk__k_state_dm_check" : "qk__k_state_norms", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                             size_t err_size)
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    double *d = nullptr;
-    char msg[160];
     if (!x || n <= 0 || !out || dim < 1) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_dm_check: bad argument");
-    QK_TRY(qk__states_on_this_device(x, E));
-    QK_CK(cudaMalloc((void **)&d, (size_t)n * 3 * sizeof(double)));
-    qk__k_state_dm_check<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
-    cudaError_t ce = cudaGetLastError();
-    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 3 * sizeof(double), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    if (ce != cudaSuccess) {
-        snprintf(msg, sizeof msg, "qk__k_state_dm_check: %s", cudaGetErrorString(ce));
-        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
-    }
-    return QK_OK;
+    return qk__state_check_run(true, x, n, ld, type, dim, out, E);
 }
 
 /* Pure device states as density matrices (qk_gram_states: a pure device side against device
@@ -4674,30 +4671,8 @@ extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, i
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    cudaPointerAttributes at;
-    int cur = -1;
-    double *d = nullptr;
     if (!x || n <= 0 || !norms) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_norms: bad argument");
-    cudaGetDevice(&cur);
-    char msg[160];
-    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
-        cudaGetLastError();
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
-    }
-    if (at.device != cur) {
-        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
-    }
-    QK_CK(cudaMalloc((void **)&d, (size_t)n * sizeof(double)));
-    qk__k_state_norms<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
-    cudaError_t ce = cudaGetLastError();
-    if (ce == cudaSuccess) ce = cudaMemcpy(norms, d, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    if (ce != cudaSuccess) {
-        snprintf(msg, sizeof msg, "qk__k_state_norms: %s", cudaGetErrorString(ce));
-        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
-    }
-    return QK_OK;
+    return qk__state_check_run(false, x, n, ld, type, dim, norms, E);
 }
 
 /* qk_cuda_state_hash: each thread adds mixes of its words (splitmix64's finaliser of (word,
@@ -4729,21 +4704,11 @@ extern "C" qk_result qk_cuda_state_hash(const void *x, int64_t n, int64_t ld, in
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    cudaPointerAttributes at;
-    int cur = -1;
     unsigned long long *d = nullptr, h = 0;
     char msg[160];
     if (!x || n <= 0 || !hash || row_bytes <= 0 || row_bytes % 4 != 0 || row_bytes > ld * 8)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_hash: bad argument");
-    cudaGetDevice(&cur);
-    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
-        cudaGetLastError();
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
-    }
-    if (at.device != cur) {
-        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
-    }
+    QK_TRY(qk__states_on_this_device(x, E));
     const int64_t words = n * (row_bytes / 4);
     const unsigned blocks = (unsigned)std::min<int64_t>((words + 255) / 256, 4096);
     QK_CK(cudaMalloc((void **)&d, sizeof *d));
@@ -6060,6 +6025,43 @@ __global__ void __launch_bounds__(256) qk__k_pq_sv(const double *__restrict__ S,
     }
 }
 
+/* The MPS sweeps' pieces (complex numbers as (re, im) pairs of doubles):
+   qk__pq_dot  out = sum_k x[k xs] y[k ys] (CONJ: x[k xs] conj(y[k ys])) over len terms, in order;
+   qk__pq_site the site tensor of one sample from the lane layout (entry e at p + e 2 nj, its
+               imaginary part nj later) into sA, by the block's threads;
+   qk__pq_lmul out[l'][a][r] = sum_l Ls[l][l'] M[l][a][r] (Ls dl x dl, M dl x 2 x dr), by the block. */
+template <bool CONJ>
+__device__ __forceinline__ void qk__pq_dot(const double *x, int xs, const double *y, int ys, int len, double *out)
+{
+    double re = 0.0, im = 0.0;
+    for (int k = 0; k < len; ++k) {
+        const double xr = x[2 * k * xs], xi = x[2 * k * xs + 1], yr = y[2 * k * ys], yi = y[2 * k * ys + 1];
+        if (CONJ) {
+            re += xr * yr + xi * yi;
+            im += xi * yr - xr * yi;
+        } else {
+            re += xr * yr - xi * yi;
+            im += xr * yi + xi * yr;
+        }
+    }
+    out[0] = re;
+    out[1] = im;
+}
+__device__ __forceinline__ void qk__pq_site(double *sA, const double *p, int na, int nj)
+{
+    for (int e = threadIdx.x; e < na; e += QK__PQ_TPB) {
+        sA[2 * e] = p[(int64_t)e * 2 * nj];
+        sA[2 * e + 1] = p[(int64_t)e * 2 * nj + nj];
+    }
+}
+__device__ __forceinline__ void qk__pq_lmul(const double *Ls, const double *M, int dl, int dr, double *out)
+{
+    for (int e = threadIdx.x; e < dl * 2 * dr; e += QK__PQ_TPB) {
+        const int lp = e / (2 * dr), ar = e % (2 * dr);   /* ar = a dr + r */
+        qk__pq_dot<false>(Ls + 2 * lp, dl, M + 2 * ar, 2 * dr, dl, out + 2 * e);
+    }
+}
+
 /* The features of n samples of an MPS chunk (lane layout: sample i in group i / nj at lane
    i % nj; entry e of site s at off[s] + e * 2 nj, its imaginary part nj later) into F (row i).
    Block b takes samples b, b + gridDim.x, ...; its scratch is per_block doubles at
@@ -6085,39 +6087,16 @@ qk__k_pq_mps(const double *__restrict__ lanes, int64_t n, int q, const int *__re
         /* left: L_{s+1}[r][r'] = sum_{l', a} X[l'][a][r] conj(A[l'][a][r']), X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] */
         for (int s = 0; s < q; ++s) {
             const int dl = Dd[s], dr = Dd[s + 1], na = dl * 2 * dr;
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const double *p = g + off[s] + (int64_t)e * 2 * nj;
-                sA[2 * e] = p[0];
-                sA[2 * e + 1] = p[nj];
-            }
+            qk__pq_site(sA, g + off[s], na, nj);
             __syncthreads(); /* sA, and L_s of the last site */
             const double *Ls = L + loff[s];
             double *Ln = L + loff[s + 1];
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int lp = e / (2 * dr), a = (e / dr) % 2, r = e % dr;
-                double xr = 0.0, xi = 0.0;
-                for (int l = 0; l < dl; ++l) {
-                    const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                    const double ar = sA[2 * ((l * 2 + a) * dr + r)], ai = sA[2 * ((l * 2 + a) * dr + r) + 1];
-                    xr += er * ar - ei * ai;
-                    xi += er * ai + ei * ar;
-                }
-                X[2 * e] = xr;
-                X[2 * e + 1] = xi;
-            }
+            qk__pq_lmul(Ls, sA, dl, dr, X);
             __syncthreads();
+            /* (l', a) as one index j = 2 l' + a, X[j][r] conj(A[j][r']) summed over j */
             for (int e = tid; e < dr * dr; e += QK__PQ_TPB) {
                 const int r = e / dr, rp = e % dr;
-                double er = 0.0, ei = 0.0;
-                for (int lp = 0; lp < dl; ++lp)
-                    for (int a = 0; a < 2; ++a) {
-                        const double xr = X[2 * ((lp * 2 + a) * dr + r)], xi = X[2 * ((lp * 2 + a) * dr + r) + 1];
-                        const double ar = sA[2 * ((lp * 2 + a) * dr + rp)], ai = sA[2 * ((lp * 2 + a) * dr + rp) + 1];
-                        er += xr * ar + xi * ai;
-                        ei += xi * ar - xr * ai;
-                    }
-                Ln[2 * e] = er;
-                Ln[2 * e + 1] = ei;
+                qk__pq_dot<true>(X + 2 * r, dr, sA + 2 * rp, dr, 2 * dl, Ln + 2 * e);
             }
             __syncthreads(); /* sA and X are read: the next site may overwrite them */
         }
@@ -6126,66 +6105,26 @@ qk__k_pq_mps(const double *__restrict__ lanes, int64_t n, int q, const int *__re
         for (int s = q - 1; s >= 0; --s) {
             const int dl = Dd[s], dr = Dd[s + 1], na = dl * 2 * dr;
             const double *Ls = L + loff[s];
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const double *p = g + off[s] + (int64_t)e * 2 * nj;
-                sA[2 * e] = p[0];
-                sA[2 * e + 1] = p[nj];
-            }
+            qk__pq_site(sA, g + off[s], na, nj);
             __syncthreads(); /* sA, R */
             /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] */
             for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int l = e / (2 * dr), a = (e / dr) % 2, rp = e % dr;
-                double xr = 0.0, xi = 0.0;
-                for (int r = 0; r < dr; ++r) {
-                    const double ar = sA[2 * ((l * 2 + a) * dr + r)], ai = sA[2 * ((l * 2 + a) * dr + r) + 1];
-                    const double er = R[2 * (r * dr + rp)], ei = R[2 * (r * dr + rp) + 1];
-                    xr += ar * er - ai * ei;
-                    xi += ar * ei + ai * er;
-                }
-                X[2 * e] = xr;
-                X[2 * e + 1] = xi;
+                const int rp = e % dr;
+                qk__pq_dot<false>(sA + 2 * (e - rp), 1, R + 2 * rp, dr, dr, X + 2 * e);
             }
             __syncthreads();
             /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] */
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int lp = e / (2 * dr), a = (e / dr) % 2, rp = e % dr;
-                double wr = 0.0, wi = 0.0;
-                for (int l = 0; l < dl; ++l) {
-                    const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                    const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                    wr += er * xr - ei * xi;
-                    wi += er * xi + ei * xr;
-                }
-                W[2 * e] = wr;
-                W[2 * e + 1] = wi;
-            }
+            qk__pq_lmul(Ls, X, dl, dr, W);
             /* R_s[l][l'] = sum_{a, r'} X[l][a][r'] conj(A[l'][a][r']) (into Rn: R is read no more) */
             for (int e = tid; e < dl * dl; e += QK__PQ_TPB) {
-                const int l = e / dl, lp = e % dl;
-                double er = 0.0, ei = 0.0;
-                for (int a = 0; a < 2; ++a)
-                    for (int rp = 0; rp < dr; ++rp) {
-                        const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                        const double ar = sA[2 * ((lp * 2 + a) * dr + rp)], ai = sA[2 * ((lp * 2 + a) * dr + rp) + 1];
-                        er += xr * ar + xi * ai;
-                        ei += xi * ar - xr * ai;
-                    }
-                Rn[2 * e] = er;
-                Rn[2 * e + 1] = ei;
+                const int l = e / dl, lp = e % dl;   /* (a, r') as one index a dr + r' */
+                qk__pq_dot<true>(X + 4 * l * dr, 1, sA + 4 * lp * dr, 1, 2 * dr, Rn + 2 * e);
             }
             __syncthreads();
             /* rho[a][a'] = sum_{l'} sum_{r'} W[l'][a][r'] conj(A[l'][a'][r']): per (a, a', l') here */
             for (int e = tid; e < 4 * dl; e += QK__PQ_TPB) {
                 const int c = e / dl, lp = e % dl, a = c >> 1, ap = c & 1;
-                double vr = 0.0, vi = 0.0;
-                for (int rp = 0; rp < dr; ++rp) {
-                    const double wr = W[2 * ((lp * 2 + a) * dr + rp)], wi = W[2 * ((lp * 2 + a) * dr + rp) + 1];
-                    const double ar = sA[2 * ((lp * 2 + ap) * dr + rp)], ai = sA[2 * ((lp * 2 + ap) * dr + rp) + 1];
-                    vr += wr * ar + wi * ai;
-                    vi += wi * ar - wr * ai;
-                }
-                part[2 * e] = vr;
-                part[2 * e + 1] = vi;
+                qk__pq_dot<true>(W + 2 * (lp * 2 + a) * dr, 1, sA + 2 * (lp * 2 + ap) * dr, 1, dr, part + 2 * e);
             }
             __syncthreads();
             if (tid == 0) {

@@ -74,9 +74,13 @@ extern "C" void qk_cuda_host_unlock(const void *p)
     cudaGetLastError();
 }
 
-/* Squared norms of given device states (qk_gram_states, on_device), one block per row, NaN for a
-   row with a non-finite amplitude; the rows must be device memory of the current device. */
-__global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
+/* The checks of given device states (qk_gram_states, on_device), one block per row; the rows
+   must be device memory of the current device. Pure states (DM false): out[s] the squared norm of
+   row s, NaN for a row with a non-finite amplitude. Density matrices (DM true): out[3 s] the trace
+   (NaN for a matrix with a non-finite entry), out[3 s + 1] the largest max(|Re rho_ab - Re
+   rho_ba|, |Im rho_ab + Im rho_ba|), out[3 s + 2] the largest |rho_ab|. */
+template <bool DM>
+__global__ void __launch_bounds__(256) qk__k_state_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
                                                         double *__restrict__ out)
 {
     __shared__ double red[256];
@@ -86,53 +90,38 @@ __global__ void __launch_bounds__(256) qk__k_state_norms(const double *__restric
     if (threadIdx.x == 0) bad = 0;
     __syncthreads();
     const double *row = x + s * ld;
-    double acc = 0, re, im;
-    for (int64_t k = threadIdx.x; k < dim; k += blockDim.x) {
+    const double nan = __longlong_as_double(0x7ff8000000000000LL);
+    double acc = 0, dev = 0, mx = 0, re, im, re2, im2;
+    for (int64_t k = threadIdx.x; k < (DM ? dim * dim : dim); k += blockDim.x) {
         qk__state_amp(row, type, k, &re, &im);
         if (!isfinite(re) || !isfinite(im)) bad = 1;
-        acc += re * re + im * im;
+        if constexpr (!DM) {
+            acc += re * re + im * im;
+        } else {
+            const int64_t a = k / dim, b = k - a * dim;
+            mx = fmax(mx, re * re + im * im);
+            if (a == b) acc += re;   /* the trace */
+            if (b > a) {
+                qk__state_amp(row, type, b * dim + a, &re2, &im2);
+                dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
+            } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
+        }
     }
     const double sum = qk__block_sum256(red, acc);   /* its barriers also publish bad */
-    if (threadIdx.x == 0) out[s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
-}
-
-/* Trace, Hermiticity and largest entry of given device density matrices (qk_gram_states,
-   on_device, mixed), one block per matrix: out[3 s] the trace (NaN for a matrix with a non-finite
-   entry), out[3 s + 1] the largest max(|Re rho_ab - Re rho_ba|, |Im rho_ab + Im rho_ba|), out[3 s
-   + 2] the largest |rho_ab|. */
-__global__ void __launch_bounds__(256) qk__k_state_dm_check(const double *__restrict__ x, int64_t n, int64_t ld, int type, int64_t dim,
-                                                           double *__restrict__ out)
-{
-    __shared__ double red[256];
-    __shared__ int bad;
-    const int64_t s = blockIdx.x;
-    if (s >= n) return;
-    if (threadIdx.x == 0) bad = 0;
-    __syncthreads();
-    const double *row = x + s * ld;
-    double tr = 0, dev = 0, mx = 0, re, im, re2, im2;
-    for (int64_t k = threadIdx.x; k < dim * dim; k += blockDim.x) {
-        const int64_t a = k / dim, b = k - a * dim;
-        qk__state_amp(row, type, k, &re, &im);
-        if (!isfinite(re) || !isfinite(im)) bad = 1;
-        mx = fmax(mx, re * re + im * im);
-        if (a == b) tr += re;
-        if (b > a) {
-            qk__state_amp(row, type, b * dim + a, &re2, &im2);
-            dev = fmax(dev, fmax(fabs(re - re2), fabs(im + im2)));
-        } else if (a == b) dev = fmax(dev, fabs(im + im));   /* the diagonal: real */
-    }
-    const double sum = qk__block_sum256(red, tr);   /* its barriers also publish bad */
-    const double hd = qk__block_max256(red, dev), m2 = qk__block_max256(red, mx);
-    if (threadIdx.x == 0) {
-        out[3 * s] = bad ? __longlong_as_double(0x7ff8000000000000LL) : sum;
-        out[3 * s + 1] = hd;
-        out[3 * s + 2] = sqrt(m2);
+    if constexpr (!DM) {
+        if (threadIdx.x == 0) out[s] = bad ? nan : sum;
+    } else {
+        const double hd = qk__block_max256(red, dev), m2 = qk__block_max256(red, mx);
+        if (threadIdx.x == 0) {
+            out[3 * s] = bad ? nan : sum;
+            out[3 * s + 1] = hd;
+            out[3 * s + 2] = sqrt(m2);
+        }
     }
 }
 
-/* The device pointer checks of qk_cuda_state_norms and qk_cuda_state_dm_check: x is device (or
-   managed) memory of the current device. */
+/* The device pointer checks of qk_cuda_state_norms, qk_cuda_state_dm_check and qk_cuda_state_hash:
+   x is device (or managed) memory of the current device. */
 static qk_result qk__states_on_this_device(const void *x, qk__err *E)
 {
     cudaPointerAttributes at;
@@ -150,25 +139,33 @@ static qk_result qk__states_on_this_device(const void *x, qk__err *E)
     return QK_OK;
 }
 
+/* Runs qk__k_state_check<DM> over n rows of x into the host array out (1 or 3 doubles a row). */
+static qk_result qk__state_check_run(bool dm, const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, qk__err *E)
+{
+    const size_t bytes = (size_t)n * (dm ? 3 : 1) * sizeof(double);
+    double *d = nullptr;
+    char msg[160];
+    QK_TRY(qk__states_on_this_device(x, E));
+    QK_CK(cudaMalloc((void **)&d, bytes));
+    if (dm) qk__k_state_check<true><<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    else qk__k_state_check<false><<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
+    cudaError_t ce = cudaGetLastError();
+    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, bytes, cudaMemcpyDeviceToHost);
+    cudaFree(d);
+    if (ce != cudaSuccess) {
+        snprintf(msg, sizeof msg, "%s: %s", dm ? "qk__k_state_dm_check" : "qk__k_state_norms", cudaGetErrorString(ce));
+        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
+    }
+    return QK_OK;
+}
+
 extern "C" qk_result qk_cuda_state_dm_check(const void *x, int64_t n, int64_t ld, int type, int64_t dim, double *out, char *err,
                                             size_t err_size)
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    double *d = nullptr;
-    char msg[160];
     if (!x || n <= 0 || !out || dim < 1) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_dm_check: bad argument");
-    QK_TRY(qk__states_on_this_device(x, E));
-    QK_CK(cudaMalloc((void **)&d, (size_t)n * 3 * sizeof(double)));
-    qk__k_state_dm_check<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
-    cudaError_t ce = cudaGetLastError();
-    if (ce == cudaSuccess) ce = cudaMemcpy(out, d, (size_t)n * 3 * sizeof(double), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    if (ce != cudaSuccess) {
-        snprintf(msg, sizeof msg, "qk__k_state_dm_check: %s", cudaGetErrorString(ce));
-        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
-    }
-    return QK_OK;
+    return qk__state_check_run(true, x, n, ld, type, dim, out, E);
 }
 
 /* Pure device states as density matrices (qk_gram_states: a pure device side against device
@@ -242,30 +239,8 @@ extern "C" qk_result qk_cuda_state_norms(const void *x, int64_t n, int64_t ld, i
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    cudaPointerAttributes at;
-    int cur = -1;
-    double *d = nullptr;
     if (!x || n <= 0 || !norms) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_norms: bad argument");
-    cudaGetDevice(&cur);
-    char msg[160];
-    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
-        cudaGetLastError();
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
-    }
-    if (at.device != cur) {
-        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
-    }
-    QK_CK(cudaMalloc((void **)&d, (size_t)n * sizeof(double)));
-    qk__k_state_norms<<<(unsigned)n, 256>>>((const double *)x, n, ld, type, dim, d);
-    cudaError_t ce = cudaGetLastError();
-    if (ce == cudaSuccess) ce = cudaMemcpy(norms, d, (size_t)n * sizeof(double), cudaMemcpyDeviceToHost);
-    cudaFree(d);
-    if (ce != cudaSuccess) {
-        snprintf(msg, sizeof msg, "qk__k_state_norms: %s", cudaGetErrorString(ce));
-        return qk__fail_msg(E, QK_ERROR_CUDA, msg);
-    }
-    return QK_OK;
+    return qk__state_check_run(false, x, n, ld, type, dim, norms, E);
 }
 
 /* qk_cuda_state_hash: each thread adds mixes of its words (splitmix64's finaliser of (word,
@@ -297,21 +272,11 @@ extern "C" qk_result qk_cuda_state_hash(const void *x, int64_t n, int64_t ld, in
 {
     qk__err e = {err, err_size};
     qk__err *E = &e;
-    cudaPointerAttributes at;
-    int cur = -1;
     unsigned long long *d = nullptr, h = 0;
     char msg[160];
     if (!x || n <= 0 || !hash || row_bytes <= 0 || row_bytes % 4 != 0 || row_bytes > ld * 8)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_state_hash: bad argument");
-    cudaGetDevice(&cur);
-    if (cudaPointerGetAttributes(&at, x) != cudaSuccess || (at.type != cudaMemoryTypeDevice && at.type != cudaMemoryTypeManaged)) {
-        cudaGetLastError();
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "the states are not CUDA device memory (on_device = 1)");
-    }
-    if (at.device != cur) {
-        snprintf(msg, sizeof msg, "the states are on device %d, the engine runs on device %d", at.device, cur);
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
-    }
+    QK_TRY(qk__states_on_this_device(x, E));
     const int64_t words = n * (row_bytes / 4);
     const unsigned blocks = (unsigned)std::min<int64_t>((words + 255) / 256, 4096);
     QK_CK(cudaMalloc((void **)&d, sizeof *d));

@@ -67,6 +67,43 @@ __global__ void __launch_bounds__(256) qk__k_pq_sv(const double *__restrict__ S,
     }
 }
 
+/* The MPS sweeps' pieces (complex numbers as (re, im) pairs of doubles):
+   qk__pq_dot  out = sum_k x[k xs] y[k ys] (CONJ: x[k xs] conj(y[k ys])) over len terms, in order;
+   qk__pq_site the site tensor of one sample from the lane layout (entry e at p + e 2 nj, its
+               imaginary part nj later) into sA, by the block's threads;
+   qk__pq_lmul out[l'][a][r] = sum_l Ls[l][l'] M[l][a][r] (Ls dl x dl, M dl x 2 x dr), by the block. */
+template <bool CONJ>
+__device__ __forceinline__ void qk__pq_dot(const double *x, int xs, const double *y, int ys, int len, double *out)
+{
+    double re = 0.0, im = 0.0;
+    for (int k = 0; k < len; ++k) {
+        const double xr = x[2 * k * xs], xi = x[2 * k * xs + 1], yr = y[2 * k * ys], yi = y[2 * k * ys + 1];
+        if (CONJ) {
+            re += xr * yr + xi * yi;
+            im += xi * yr - xr * yi;
+        } else {
+            re += xr * yr - xi * yi;
+            im += xr * yi + xi * yr;
+        }
+    }
+    out[0] = re;
+    out[1] = im;
+}
+__device__ __forceinline__ void qk__pq_site(double *sA, const double *p, int na, int nj)
+{
+    for (int e = threadIdx.x; e < na; e += QK__PQ_TPB) {
+        sA[2 * e] = p[(int64_t)e * 2 * nj];
+        sA[2 * e + 1] = p[(int64_t)e * 2 * nj + nj];
+    }
+}
+__device__ __forceinline__ void qk__pq_lmul(const double *Ls, const double *M, int dl, int dr, double *out)
+{
+    for (int e = threadIdx.x; e < dl * 2 * dr; e += QK__PQ_TPB) {
+        const int lp = e / (2 * dr), ar = e % (2 * dr);   /* ar = a dr + r */
+        qk__pq_dot<false>(Ls + 2 * lp, dl, M + 2 * ar, 2 * dr, dl, out + 2 * e);
+    }
+}
+
 /* The features of n samples of an MPS chunk (lane layout: sample i in group i / nj at lane
    i % nj; entry e of site s at off[s] + e * 2 nj, its imaginary part nj later) into F (row i).
    Block b takes samples b, b + gridDim.x, ...; its scratch is per_block doubles at
@@ -92,39 +129,16 @@ qk__k_pq_mps(const double *__restrict__ lanes, int64_t n, int q, const int *__re
         /* left: L_{s+1}[r][r'] = sum_{l', a} X[l'][a][r] conj(A[l'][a][r']), X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] */
         for (int s = 0; s < q; ++s) {
             const int dl = Dd[s], dr = Dd[s + 1], na = dl * 2 * dr;
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const double *p = g + off[s] + (int64_t)e * 2 * nj;
-                sA[2 * e] = p[0];
-                sA[2 * e + 1] = p[nj];
-            }
+            qk__pq_site(sA, g + off[s], na, nj);
             __syncthreads(); /* sA, and L_s of the last site */
             const double *Ls = L + loff[s];
             double *Ln = L + loff[s + 1];
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int lp = e / (2 * dr), a = (e / dr) % 2, r = e % dr;
-                double xr = 0.0, xi = 0.0;
-                for (int l = 0; l < dl; ++l) {
-                    const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                    const double ar = sA[2 * ((l * 2 + a) * dr + r)], ai = sA[2 * ((l * 2 + a) * dr + r) + 1];
-                    xr += er * ar - ei * ai;
-                    xi += er * ai + ei * ar;
-                }
-                X[2 * e] = xr;
-                X[2 * e + 1] = xi;
-            }
+            qk__pq_lmul(Ls, sA, dl, dr, X);
             __syncthreads();
+            /* (l', a) as one index j = 2 l' + a, X[j][r] conj(A[j][r']) summed over j */
             for (int e = tid; e < dr * dr; e += QK__PQ_TPB) {
                 const int r = e / dr, rp = e % dr;
-                double er = 0.0, ei = 0.0;
-                for (int lp = 0; lp < dl; ++lp)
-                    for (int a = 0; a < 2; ++a) {
-                        const double xr = X[2 * ((lp * 2 + a) * dr + r)], xi = X[2 * ((lp * 2 + a) * dr + r) + 1];
-                        const double ar = sA[2 * ((lp * 2 + a) * dr + rp)], ai = sA[2 * ((lp * 2 + a) * dr + rp) + 1];
-                        er += xr * ar + xi * ai;
-                        ei += xi * ar - xr * ai;
-                    }
-                Ln[2 * e] = er;
-                Ln[2 * e + 1] = ei;
+                qk__pq_dot<true>(X + 2 * r, dr, sA + 2 * rp, dr, 2 * dl, Ln + 2 * e);
             }
             __syncthreads(); /* sA and X are read: the next site may overwrite them */
         }
@@ -133,66 +147,26 @@ qk__k_pq_mps(const double *__restrict__ lanes, int64_t n, int q, const int *__re
         for (int s = q - 1; s >= 0; --s) {
             const int dl = Dd[s], dr = Dd[s + 1], na = dl * 2 * dr;
             const double *Ls = L + loff[s];
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const double *p = g + off[s] + (int64_t)e * 2 * nj;
-                sA[2 * e] = p[0];
-                sA[2 * e + 1] = p[nj];
-            }
+            qk__pq_site(sA, g + off[s], na, nj);
             __syncthreads(); /* sA, R */
             /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] */
             for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int l = e / (2 * dr), a = (e / dr) % 2, rp = e % dr;
-                double xr = 0.0, xi = 0.0;
-                for (int r = 0; r < dr; ++r) {
-                    const double ar = sA[2 * ((l * 2 + a) * dr + r)], ai = sA[2 * ((l * 2 + a) * dr + r) + 1];
-                    const double er = R[2 * (r * dr + rp)], ei = R[2 * (r * dr + rp) + 1];
-                    xr += ar * er - ai * ei;
-                    xi += ar * ei + ai * er;
-                }
-                X[2 * e] = xr;
-                X[2 * e + 1] = xi;
+                const int rp = e % dr;
+                qk__pq_dot<false>(sA + 2 * (e - rp), 1, R + 2 * rp, dr, dr, X + 2 * e);
             }
             __syncthreads();
             /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] */
-            for (int e = tid; e < na; e += QK__PQ_TPB) {
-                const int lp = e / (2 * dr), a = (e / dr) % 2, rp = e % dr;
-                double wr = 0.0, wi = 0.0;
-                for (int l = 0; l < dl; ++l) {
-                    const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                    const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                    wr += er * xr - ei * xi;
-                    wi += er * xi + ei * xr;
-                }
-                W[2 * e] = wr;
-                W[2 * e + 1] = wi;
-            }
+            qk__pq_lmul(Ls, X, dl, dr, W);
             /* R_s[l][l'] = sum_{a, r'} X[l][a][r'] conj(A[l'][a][r']) (into Rn: R is read no more) */
             for (int e = tid; e < dl * dl; e += QK__PQ_TPB) {
-                const int l = e / dl, lp = e % dl;
-                double er = 0.0, ei = 0.0;
-                for (int a = 0; a < 2; ++a)
-                    for (int rp = 0; rp < dr; ++rp) {
-                        const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                        const double ar = sA[2 * ((lp * 2 + a) * dr + rp)], ai = sA[2 * ((lp * 2 + a) * dr + rp) + 1];
-                        er += xr * ar + xi * ai;
-                        ei += xi * ar - xr * ai;
-                    }
-                Rn[2 * e] = er;
-                Rn[2 * e + 1] = ei;
+                const int l = e / dl, lp = e % dl;   /* (a, r') as one index a dr + r' */
+                qk__pq_dot<true>(X + 4 * l * dr, 1, sA + 4 * lp * dr, 1, 2 * dr, Rn + 2 * e);
             }
             __syncthreads();
             /* rho[a][a'] = sum_{l'} sum_{r'} W[l'][a][r'] conj(A[l'][a'][r']): per (a, a', l') here */
             for (int e = tid; e < 4 * dl; e += QK__PQ_TPB) {
                 const int c = e / dl, lp = e % dl, a = c >> 1, ap = c & 1;
-                double vr = 0.0, vi = 0.0;
-                for (int rp = 0; rp < dr; ++rp) {
-                    const double wr = W[2 * ((lp * 2 + a) * dr + rp)], wi = W[2 * ((lp * 2 + a) * dr + rp) + 1];
-                    const double ar = sA[2 * ((lp * 2 + ap) * dr + rp)], ai = sA[2 * ((lp * 2 + ap) * dr + rp) + 1];
-                    vr += wr * ar + wi * ai;
-                    vi += wi * ar - wr * ai;
-                }
-                part[2 * e] = vr;
-                part[2 * e + 1] = vi;
+                qk__pq_dot<true>(W + 2 * (lp * 2 + a) * dr, 1, sA + 2 * (lp * 2 + ap) * dr, 1, dr, part + 2 * e);
             }
             __syncthreads();
             if (tid == 0) {
