@@ -99,6 +99,34 @@ template <int N> __device__ __forceinline__ void qk__wg_pin(float (&d)[N])
 #pragma unroll
     for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
+template <int N> __device__ __forceinline__ void qk__wg_zero(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i) d[i] = 0.0f;
+}
+/* The byte offset of 16-byte chunk c of row r in 128-byte-swizzled rows (the layout the
+   descriptors name: the chunk index xor the row's low 3 bits). */
+__device__ __forceinline__ uint32_t qk__sw128(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+/* The kernels' cp.async pipeline over stages 0 .. tot - 1 (P = NS - 1 in flight): prime issues
+   the first P stages' loads; advance, before stage s is used, waits for its loads, makes them
+   visible to the wgmma (async) proxy, waits for every warpgroup to be done with stage s - 1 and
+   issues stage s + P's loads. load(s): one stage's loads (cp.async, into slot s % NS). */
+template <int P, typename L> __device__ __forceinline__ void qk__wg_prime(const L &load, int tot)
+{
+#pragma unroll
+    for (int s = 0; s < P; ++s) {
+        if (s < tot) load(s);
+        qk__cp_commit();
+    }
+}
+template <int P, typename L> __device__ __forceinline__ void qk__wg_advance(const L &load, int s, int tot)
+{
+    qk__cp_wait<P - 1>();
+    qk__fence_async_smem();
+    __syncthreads();
+    if (s + P < tot) load(s + P);
+    qk__cp_commit();
+}
 /* shared-memory matrix descriptor: start address, leading byte offset 16 (unused by the
    swizzled K-major layout), 8-row groups 1024 bytes apart, 128-byte swizzle */
 __device__ __forceinline__ uint64_t qk__wg_desc(uint32_t addr)
@@ -188,7 +216,7 @@ __device__ __forceinline__ void qk__wg16_stage(uint32_t As, uint32_t Bs, int aro
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
         const int ch = 2 * kk + ahi;
-        qk__ldsm4(As + arow * 128 + ((ch ^ (arow & 7)) << 4), fa[kk]);
+        qk__ldsm4(As + qk__sw128(arow, ch), fa[kk]);
         if constexpr (CPLX) {
 #pragma unroll
             for (int q = 0; q < 4; ++q) fr[kk][q] = qk__rot16(fa[kk][q]);
@@ -220,8 +248,8 @@ qk__k_wg16(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64
     extern __shared__ __align__(16) unsigned char qk__smem[];
     const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    auto load = [&](int kt, int buf) {
-        const uint32_t st = sbase + buf * ST;
+    auto load = [&](int kt) {
+        const uint32_t st = sbase + (kt % NS) * ST;
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int c = tid + i * 256, r = c >> 3, cc = c & 7;
@@ -229,27 +257,17 @@ qk__k_wg16(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64
             const int lr = isb ? r - BM : r, grow = (isb ? col0 : row0) + lr;
             const bool ok = grow < (isb ? nn : m);
             const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4;
-            qk__cp16s(st + (isb ? TA : 0) + lr * 128 + ((cc ^ (lr & 7)) << 4), gp, ok ? 16 : 0);
+            qk__cp16s(st + (isb ? TA : 0) + qk__sw128(lr, cc), gp, ok ? 16 : 0);
         }
     };
     float ar[64], ai[CPLX ? 64 : 1];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < P; ++s) {
-        if (s < nkt) load(s, s);
-        qk__cp_commit();
-    }
+    qk__wg_zero(ar);
+    qk__wg_zero(ai);
+    qk__wg_prime<P>(load, nkt);
     const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
     for (int kt = 0; kt < nkt; ++kt) {
         qk__wg_wait0();
-        qk__cp_wait<P - 1>();
-        qk__fence_async_smem();
-        __syncthreads();   /* stage kt landed everywhere; every warpgroup is done with stage kt - 1 */
-        if (kt + P < nkt) load(kt + P, (kt + P) % NS);
-        qk__cp_commit();
+        qk__wg_advance<P>(load, kt, nkt);
         const uint32_t As = sbase + (kt % NS) * ST, Bs = As + TA;
         qk__wg16_stage<CPLX>(As, Bs, arow, ahi, ar, ai);
     }
@@ -276,8 +294,8 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
     extern __shared__ __align__(16) unsigned char qk__smem[];
     const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    auto load = [&](int kt, int buf) {
-        const uint32_t st = sbase + buf * ST;
+    auto load = [&](int kt) {
+        const uint32_t st = sbase + (kt % NS) * ST;
 #pragma unroll
         for (int i = 0; i < 12; ++i) {
             const int c = tid + i * 256, r = c >> 3, cc = c & 7;
@@ -286,19 +304,15 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
             const int grow = (isb ? col0 : row0) + lr;
             const bool ok = grow < (isb ? nn : m);
             const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + part * lo_off + (int64_t)kt * 32 + cc * 4;
-            qk__cp16s(st + (isb ? 2 * TA + part * TB : part * TA) + lr * 128 + ((cc ^ (lr & 7)) << 4), gp, ok ? 16 : 0);
+            qk__cp16s(st + (isb ? 2 * TA + part * TB : part * TA) + qk__sw128(lr, cc), gp, ok ? 16 : 0);
         }
     };
     float ar[32], ai[NA], tr[32], ti[NA];
-#pragma unroll
-    for (int i = 0; i < 32; ++i) ar[i] = tr[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < NA; ++i) ai[i] = ti[i] = 0.0f;
-#pragma unroll
-    for (int s = 0; s < P; ++s) {
-        if (s < nkt) load(s, s);
-        qk__cp_commit();
-    }
+    qk__wg_zero(ar);
+    qk__wg_zero(tr);
+    qk__wg_zero(ai);
+    qk__wg_zero(ti);
+    qk__wg_prime<P>(load, nkt);
     const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
     for (int kt = 0; kt < nkt; ++kt) {
         qk__wg_wait0();
@@ -316,17 +330,13 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
                 ai[i] = 0.0f;
             }
         }
-        qk__cp_wait<P - 1>();
-        qk__fence_async_smem();
-        __syncthreads();
-        if (kt + P < nkt) load(kt + P, (kt + P) % NS);
-        qk__cp_commit();
+        qk__wg_advance<P>(load, kt, nkt);
         const uint32_t As = sbase + (kt % NS) * ST, Bs = As + 2 * TA;
         uint32_t fh[4][4], fl[4][4], rh[4][4], rl[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
             const int ch = 2 * kk + ahi;
-            const uint32_t off = arow * 128 + ((ch ^ (arow & 7)) << 4);
+            const uint32_t off = qk__sw128(arow, ch);
             qk__ldsm4(As + off, fh[kk]);
             qk__ldsm4(As + TA + off, fl[kk]);
             if constexpr (CPLX) {
@@ -381,10 +391,8 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
     const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
     const int Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
     float ar[64], ai[CPLX ? 64 : 1];
-#pragma unroll
-    for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
-#pragma unroll
-    for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
+    qk__wg_zero(ar);
+    qk__wg_zero(ai);
     int64_t items = 0;
     for (int p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
     for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
@@ -399,7 +407,7 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
         for (int c = tid; c < BM * 8 * nkt; c += 256) {
             const int kt = c / (BM * 8), r = (c >> 3) % BM, cc = c & 7, grow = row0 + r;
             const bool ok = grow < m;
-            qk__cp16s(sbase + kt * TS + r * 128 + ((cc ^ (r & 7)) << 4), A + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4, ok ? 16 : 0);
+            qk__cp16s(sbase + kt * TS + qk__sw128(r, cc), A + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4, ok ? 16 : 0);
         }
         qk__cp_commit();
         auto loadb = [&](int gs) {
@@ -408,23 +416,15 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
             for (int i = 0; i < 4; ++i) {
                 const int c = tid + i * 256, r = c >> 3, cc = c & 7, grow = tj * BM + r;
                 const bool ok = grow < nn;
-                qk__cp16s(ring + slot * TS + r * 128 + ((cc ^ (r & 7)) << 4), B + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4,
+                qk__cp16s(ring + slot * TS + qk__sw128(r, cc), B + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4,
                           ok ? 16 : 0);
             }
         };
-#pragma unroll
-        for (int s = 0; s < P; ++s) {
-            if (s < tot) loadb(s);
-            qk__cp_commit();
-        }
+        qk__wg_prime<P>(loadb, tot);
         for (int gs = 0; gs < tot; ++gs) {
             const int kt = gs % nkt;
             qk__wg_wait0();
-            qk__cp_wait<P - 1>();
-            qk__fence_async_smem();
-            __syncthreads();
-            if (gs + P < tot) loadb(gs + P);
-            qk__cp_commit();
+            qk__wg_advance<P>(loadb, gs, tot);
             const uint32_t As = sbase + kt * TS, Bs = ring + (gs % NS) * TS;
             qk__wg16_stage<CPLX>(As, Bs, arow, ahi, ar, ai);
             if (kt == nkt - 1) {   /* the tile's last stage: its epilogue, under the next tile's loads */
@@ -435,10 +435,8 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
                 const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
                 qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
                                                     inner, m, nn, out, ld, mout, 0, 1);
-#pragma unroll
-                for (int i = 0; i < 64; ++i) ar[i] = 0.0f;
-#pragma unroll
-                for (int i = 0; i < (CPLX ? 64 : 1); ++i) ai[i] = 0.0f;
+                qk__wg_zero(ar);
+                qk__wg_zero(ai);
             }
         }
     }
