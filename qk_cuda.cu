@@ -2950,6 +2950,22 @@ template <int N> __device__ __forceinline__ void qk__wg_zero(float (&d)[N])
 /* The byte offset of 16-byte chunk c of row r in 128-byte-swizzled rows (the layout the
    descriptors name: the chunk index xor the row's low 3 bits). */
 __device__ __forceinline__ uint32_t qk__sw128(int r, int c) { return (uint32_t)(r * 128 + ((c ^ (r & 7)) << 4)); }
+/* The dynamic shared memory's first 1024-byte boundary (the 128-byte swizzle's alignment). */
+__device__ __forceinline__ uint32_t qk__wg_smem1024()
+{
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    return (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
+}
+/* f(r, cc) for the 16-byte chunks tid, tid + 256, ... (ITEMS of them) of rows of 8 chunks: the
+   block's share of one stage's loads. */
+template <int ITEMS, typename F> __device__ __forceinline__ void qk__wg_each_chunk(int tid, const F &f)
+{
+#pragma unroll
+    for (int i = 0; i < ITEMS; ++i) {
+        const int c = tid + i * 256;
+        f(c >> 3, c & 7);
+    }
+}
 /* The kernels' cp.async pipeline over stages 0 .. tot - 1 (P = NS - 1 in flight): prime issues
    the first P stages' loads; advance, before stage s is used, waits for its loads, makes them
    visible to the wgmma (async) proxy, waits for every warpgroup to be done with stage s - 1 and
@@ -3088,20 +3104,17 @@ qk__k_wg16(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64
     qk__tile_of(tgrid, tyi, txi);
     const int row0 = tyi * BM, col0 = txi * BN;
     if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
+    const uint32_t sbase = qk__wg_smem1024();
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    auto load = [&](int kt) {
+    auto load = [&](int kt) {   /* A's 128 rows, then B's */
         const uint32_t st = sbase + (kt % NS) * ST;
-#pragma unroll
-        for (int i = 0; i < 8; ++i) {
-            const int c = tid + i * 256, r = c >> 3, cc = c & 7;
+        qk__wg_each_chunk<8>(tid, [&](int r, int cc) {
             const bool isb = r >= BM;
             const int lr = isb ? r - BM : r, grow = (isb ? col0 : row0) + lr;
             const bool ok = grow < (isb ? nn : m);
             const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4;
             qk__cp16s(st + (isb ? TA : 0) + qk__sw128(lr, cc), gp, ok ? 16 : 0);
-        }
+        });
     };
     float ar[64], ai[CPLX ? 64 : 1];
     qk__wg_zero(ar);
@@ -3134,21 +3147,18 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
     constexpr int BM = 128, BN = 64, TA = BM * 128, TB = BN * 128, ST = 2 * TA + 2 * TB, P = NS - 1, NA = CPLX ? 32 : 1;
     const int row0 = blockIdx.y * BM, col0 = blockIdx.x * BN;
     if (tri && (int64_t)col0 + BN - 1 + doff < row0) return;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u;
+    const uint32_t sbase = qk__wg_smem1024();
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    auto load = [&](int kt) {
+    auto load = [&](int kt) {   /* A hi, A lo (128 rows each), B hi, B lo (64) */
         const uint32_t st = sbase + (kt % NS) * ST;
-#pragma unroll
-        for (int i = 0; i < 12; ++i) {
-            const int c = tid + i * 256, r = c >> 3, cc = c & 7;
+        qk__wg_each_chunk<12>(tid, [&](int r, int cc) {
             const bool isb = r >= 2 * BM;
             const int rr = isb ? r - 2 * BM : r, part = isb ? rr / BN : rr / BM, lr = isb ? rr % BN : rr % BM;
             const int grow = (isb ? col0 : row0) + lr;
             const bool ok = grow < (isb ? nn : m);
             const uint32_t *gp = (isb ? B : A) + (ok ? (int64_t)grow * ldw : 0) + part * lo_off + (int64_t)kt * 32 + cc * 4;
             qk__cp16s(st + (isb ? 2 * TA + part * TB : part * TA) + qk__sw128(lr, cc), gp, ok ? 16 : 0);
-        }
+        });
     };
     float ar[32], ai[NA], tr[32], ti[NA];
     qk__wg_zero(ar);
@@ -3228,8 +3238,7 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = 128, TS = BM * 128, P = NS - 1;
-    extern __shared__ __align__(16) unsigned char qk__smem[];
-    const uint32_t sbase = (qk__smem_u32(qk__smem) + 1023u) & ~1023u, ring = sbase + nkt * TS;
+    const uint32_t sbase = qk__wg_smem1024(), ring = sbase + nkt * TS;
     const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
     const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
     const int Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
@@ -3255,13 +3264,12 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
         qk__cp_commit();
         auto loadb = [&](int gs) {
             const int tj = j0 + gs / nkt, kt = gs % nkt, slot = gs % NS;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int c = tid + i * 256, r = c >> 3, cc = c & 7, grow = tj * BM + r;
+            qk__wg_each_chunk<4>(tid, [&](int r, int cc) {
+                const int grow = tj * BM + r;
                 const bool ok = grow < nn;
                 qk__cp16s(ring + slot * TS + qk__sw128(r, cc), B + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4,
                           ok ? 16 : 0);
-            }
+            });
         };
         qk__wg_prime<P>(loadb, tot);
         for (int gs = 0; gs < tot; ++gs) {
