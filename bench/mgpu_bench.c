@@ -1,6 +1,7 @@
 /* qk-mgpu-bench: one qk_gram on 1 or several GPUs of this process (issue 9), timed.
 
    usage: qk-mgpu-bench --features F --n N [--map SPEC] [--gpus 0,1] [--output device|npy|host]
+                        [--split yes|no] (qk_gram_desc.mgpu_host_bound_split: 1 / -1; default 0)
                         [--out K.npy] [--reps R] [--precision fp32|fp64] [--label L]
 
    X: N x F uniform in [0, pi] (seed 1). After one warm-up call (autotune cache, CUDA contexts,
@@ -26,7 +27,7 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *spec = "zz(reps=2)", *outp = "/tmp/qk_mgpu_K.npy", *output = "device", *label = "";
-    int F = 8, reps = 3, i, k, gpus[QK_MAX_DEVICES], ng = 0, sync = 0;
+    int F = 8, reps = 3, i, k, gpus[QK_MAX_DEVICES], ng = 0, sync = 0, split = 0;
     long long N = 65536;
     qk_precision prec = QK_PRECISION_FP32;
     qk_ctx_desc cd;
@@ -49,6 +50,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--reps")) reps = atoi(v), i++;
         else if (!strcmp(a, "--label")) label = v, i++;
         else if (!strcmp(a, "--sync")) sync = 1;
+        else if (!strcmp(a, "--split")) { split = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? -1 : 0; i++; }
         else if (!strcmp(a, "--precision")) { prec = !strcmp(v, "fp64") ? QK_PRECISION_FP64 : QK_PRECISION_FP32; i++; }
         else if (!strcmp(a, "--gpus")) {
             const char *c = v;
@@ -78,6 +80,7 @@ int main(int argc, char **argv)
     g.output = !strcmp(output, "npy") ? QK_OUTPUT_NPY : !strcmp(output, "host") ? QK_OUTPUT_HOST : QK_OUTPUT_DEVICE;
     g.out_path = outp;
     g.no_sync = !sync;
+    g.mgpu_host_bound_split = split;
     if ((r = qk_plan_make(ctx, map, &g, &plan)) != QK_OK) { fprintf(stderr, "qk-mgpu-bench: plan: %s\n", qk_last_error()); return 1; }
     qk_plan_describe(&plan, buf, sizeof buf);
     printf("%s", buf);

@@ -259,13 +259,15 @@ set_mgpu()
     tail -3 "$OUT/test_mgpu.log"
     mb=$(bin qk-mgpu-bench)
     rm -f "$OUT/mgpu_bench.jsonl"
-    # label features n output: 1 GPU (--gpus 0) against 2 (--gpus 0,1), median of REPS
-    for c in "zz8_device 8 65536 device" "zz12_device 12 32768 device" "zz8_npy 8 65536 npy" "zz8_host 8 32768 host"; do
+    # label features n output [split]: 1 GPU (--gpus 0) against 2 (--gpus 0,1), median of REPS; split: a
+    # host-bound K(X,X) dealt to both GPUs as full rows (yes) or run on the first (no)
+    for c in "zz8_device 8 65536 device" "zz12_device 12 32768 device" "zz8_npy 8 65536 npy" "zz8_host 8 32768 host" \
+             "zz8_hostsplit 8 32768 host yes" "zz8_hostone 8 32768 host no" "zz12_host 12 16384 host"; do
         set -- $c
         for g in 0 0,1; do
             label=$1_$([ $g = 0 ] && echo 1gpu || echo 2gpu)
             step "bench_$label" 200 "$mb" --label "$label" --gpus $g --features "$2" --n "$3" --output "$4" --reps "${REPS:-5}" \
-                --out "$dir/K_bench.npy" && grep '^json: ' "$OUT/bench_$label.log" | sed 's/^json: //' >>"$OUT/mgpu_bench.jsonl"
+                ${5:+--split "$5"} --out "$dir/K_bench.npy" && grep '^json: ' "$OUT/bench_$label.log" | sed 's/^json: //' >>"$OUT/mgpu_bench.jsonl"
             rm -f "$dir/K_bench.npy"
         done
     done
@@ -289,7 +291,7 @@ set_mgpu()
 import json, os, sys
 rows = [json.loads(l) for l in open(sys.argv[1])] if os.path.exists(sys.argv[1]) else []
 by = {r["label"]: r for r in rows}
-for case in ["zz8_device", "zz12_device", "zz8_npy", "zz8_host"]:
+for case in ["zz8_device", "zz12_device", "zz8_npy", "zz8_host", "zz8_hostsplit", "zz8_hostone", "zz12_host"]:
     a, b = by.get(case + "_1gpu"), by.get(case + "_2gpu")
     if a and b:
         print("%-12s 1 GPU %.4f s, 2 GPUs %.4f s: %.3fx; 2-GPU finish %s, slowest/mean %.4f%s"

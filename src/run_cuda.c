@@ -61,6 +61,24 @@ static void qk__deliver_copy_work(void *p, int thread)
     }
 }
 
+/* m rows of d->cols elements (ld apart) from pinned staging to dst (d->ld_dst apart) on up to
+   d->n_threads threads, one per 8 MB at most. */
+static void qk__deliver_host(qk__deliver *d, char *dst, int64_t m, const void *rows, int64_t ld)
+{
+    const int64_t bytes = m * d->cols * (int64_t)d->es;
+    int nt = d->n_threads;
+    d->dst = dst;
+    d->src = (const char *)rows;
+    d->rows = m;
+    d->ld_src = ld;
+    d->chunk = (int64_t)((4u << 20) / ((size_t)d->cols * d->es)) + 1;   /* ~4 MB per work item */
+    d->next = 0;
+    if ((int64_t)nt > bytes / (8 << 20) + 1) nt = (int)(bytes / (8 << 20) + 1);
+    QK_PROF_BEGIN("host copy-out");
+    qk__parallel(nt, qk__deliver_copy_work, d);
+    QK_PROF_END("host copy-out");
+}
+
 static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
 {
     qk__deliver *d = (qk__deliver *)user;
@@ -77,20 +95,7 @@ static qk_result qk__deliver_rows(int64_t i0, int64_t m, const void *rows, int64
         }
         return QK_OK;
     }
-    {
-        int64_t bytes = m * d->cols * (int64_t)d->es;
-        int nt = d->n_threads;
-        d->dst = (char *)s->out + (size_t)(i0 * d->ld_dst) * d->es;
-        d->src = (const char *)rows;
-        d->rows = m;
-        d->ld_src = ld;
-        d->chunk = (int64_t)((4u << 20) / ((size_t)d->cols * d->es)) + 1;   /* ~4 MB per work item */
-        d->next = 0;
-        if ((int64_t)nt > bytes / (8 << 20) + 1) nt = (int)(bytes / (8 << 20) + 1);
-        QK_PROF_BEGIN("host copy-out");
-        qk__parallel(nt, qk__deliver_copy_work, d);
-        QK_PROF_END("host copy-out");
-    }
+    qk__deliver_host(d, (char *)s->out + (size_t)(i0 * d->ld_dst) * d->es, m, rows, ld);
     return QK_OK;
 }
 
@@ -332,6 +337,7 @@ typedef struct qk__mgpu_dev {
     int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
     int diag, mirror;
     int64_t last;               /* the part's progress reported so far */
+    qk__deliver copy;           /* HOST: slab rows into the caller's buffer on this GPU's share of the host threads */
     qk_cuda_stats stats;        /* its last part's, copyin_bytes summed over its parts */
     double seconds;
 } qk__mgpu_dev;
@@ -457,8 +463,8 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
     int64_t a;
     if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
     if (sink->kind == QK_OUTPUT_HOST) {
-        for (a = 0; a < m; a++)
-            qk__copy_stream((char *)sink->out + (size_t)((gi + a) * g->ld + v->dj) * es, src + (size_t)(a * ld) * es, (size_t)v->w * es);
+        v->copy.cols = v->w;
+        qk__deliver_host(&v->copy, (char *)sink->out + (size_t)(gi * g->ld + v->dj) * es, m, src, ld);
         return QK_OK;
     }
     if (sink->kind == QK_OUTPUT_CALLBACK) {
@@ -621,10 +627,14 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     if (qk__mutex_init(&g.mu) != 0) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram: cannot create a mutex");
     if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = &g.cancel;
     for (k = 0; k < n; k++) {
+        const int nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
         v[k].g = &g;
         v[k].k = k;
         v[k].ord = plan->devices[k];
         v[k].fd = -1;
+        v[k].copy.es = g.es;
+        v[k].copy.ld_dst = g.ld;
+        v[k].copy.n_threads = nt / n > 1 ? nt / n : 1;   /* the host's threads shared between the GPUs */
         started[k] = 0;
         if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
