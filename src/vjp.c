@@ -524,6 +524,19 @@ static int qk__vjp_is_real(const qk_map *m)
     return 1;
 }
 
+/* One side's adjoint vectors (lam or mu), rows x R: out = W0 S + W1 S~ (real states: W0 S), with
+   S, S~ the other side's states (inner rows of R; S~ as qk__vjp_tilde makes it), packed in Pb. */
+static void qk__vjp_adjoint(int nt, int real, int64_t rows, int64_t inner, int64_t R, const double *W0, const double *W1,
+                            const double *S, const double *St, double *Pb, double *out)
+{
+    qk__vpack(nt, S, R, 1, R, inner, QK__VNR, Pb);
+    qk__vgemm(nt, 0, 0, rows, R, inner, W0, Pb, out, R, 0);
+    if (!real) {
+        qk__vpack(nt, St, R, 1, R, inner, QK__VNR, Pb);
+        qk__vgemm(nt, 0, 1, rows, R, inner, W1, Pb, out, R, 0);
+    }
+}
+
 /* rows of [re | im] (D each) into rows of [im | -re] */
 static double *qk__vjp_tilde(const double *S, int64_t n, int64_t D)
 {
@@ -672,22 +685,8 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
     if (j.weights) {
         QK_PROF_BEGIN("vjp adjoint vectors");
         /* lam = Wr B - Wi B~ (real: W B); mu = Wr^T A + Wi^T A~ (real: W^T A) */
-        if (j.sweep_x) {
-            qk__vpack(nt, j.B, R, 1, R, cols, QK__VNR, Pb);
-            qk__vgemm(nt, 0, 0, nx, R, cols, j.Wp[0], Pb, j.L, R, 0);
-            if (!j.real) {
-                qk__vpack(nt, Bt, R, 1, R, cols, QK__VNR, Pb);
-                qk__vgemm(nt, 0, 1, nx, R, cols, j.Wp[1], Pb, j.L, R, 0);
-            }
-        }
-        if (j.sweep_y) {
-            qk__vpack(nt, j.A, R, 1, R, nx, QK__VNR, Pb);
-            qk__vgemm(nt, 0, 0, cols, R, nx, j.Wp[2], Pb, j.M, R, 0);
-            if (!j.real) {
-                qk__vpack(nt, At, R, 1, R, nx, QK__VNR, Pb);
-                qk__vgemm(nt, 0, 1, cols, R, nx, j.Wp[3], Pb, j.M, R, 0);
-            }
-        }
+        if (j.sweep_x) qk__vjp_adjoint(nt, j.real, nx, cols, R, j.Wp[0], j.Wp[1], j.B, Bt, Pb, j.L);
+        if (j.sweep_y) qk__vjp_adjoint(nt, j.real, cols, nx, R, j.Wp[2], j.Wp[3], j.A, At, Pb, j.M);
         QK_PROF_END("vjp adjoint vectors");
         qk__vjp_poll(&j, 0);
         if (j.cancel) goto cancelled;
@@ -803,6 +802,49 @@ typedef struct qk__pq_mps_job {
     int oom;
 } qk__pq_mps_job;
 
+/* Complex sums over arrays of interleaved (re, im) values, element k at p[2k], p[2k + 1], the terms
+   added in the order given, into out[0], out[1]. qk__cdot: sum_{k<n} p[k sp] q[k sq], strides in
+   elements. qk__cdot_conj: sum_{u<nu, v<nv} p[e] conj(q[e]), e = u su + v (u outer). */
+static void qk__cdot(const double *p, int64_t sp, const double *q, int64_t sq, int n, double *out)
+{
+    double re = 0, im = 0;
+    int k;
+    for (k = 0; k < n; k++) {
+        const double pr = p[2 * k * sp], pi = p[2 * k * sp + 1], qr = q[2 * k * sq], qi = q[2 * k * sq + 1];
+        re += pr * qr - pi * qi;
+        im += pr * qi + pi * qr;
+    }
+    out[0] = re;
+    out[1] = im;
+}
+
+static void qk__cdot_conj(const double *p, const double *q, int nu, int64_t su, int nv, double *out)
+{
+    double re = 0, im = 0;
+    int u, v;
+    for (u = 0; u < nu; u++)
+        for (v = 0; v < nv; v++) {
+            const int64_t e = 2 * (u * su + v);
+            re += p[e] * q[e] + p[e + 1] * q[e + 1];
+            im += p[e + 1] * q[e] - p[e] * q[e + 1];
+        }
+    out[0] = re;
+    out[1] = im;
+}
+
+/* Site s's tensor A[l][a][r] of the sample at g (the lane layout: entry e = (l * 2 + a) * D[s+1] + r
+   at g[off[s] + e * 2NJ], its imaginary part NJ further) into A, interleaved. */
+static void qk__pq_site(const qk__mps_prog *p, const double *g, int s, double *A)
+{
+    const int64_t ne = 2 * (int64_t)p->D[s] * p->D[s + 1];
+    const double *t = g + p->off[s];
+    int64_t e;
+    for (e = 0; e < ne; e++) {
+        A[2 * e] = t[e * 2 * QK__NJ];
+        A[2 * e + 1] = t[e * 2 * QK__NJ + QK__NJ];
+    }
+}
+
 static void qk__pq_mps_work(void *arg, int thread)
 {
     qk__pq_mps_job *j = (qk__pq_mps_job *)arg;
@@ -810,105 +852,52 @@ static void qk__pq_mps_work(void *arg, int thread)
     const int q = p->q;
     int dmax = 1, s;
     int64_t i, *loff, tot = 0;
-    double *L, *R, *Rn, *X, *W;
+    double *L, *R, *Rn, *X, *W, *A;
     QK__UNUSED(thread);
     for (s = 0; s <= q; s++) if (p->D[s] > dmax) dmax = p->D[s];
     loff = (int64_t *)qk__malloc(sizeof(int64_t) * (size_t)(q + 1));
     if (!loff) { QK__STORE(&j->oom, 1); return; }
     for (s = 0; s <= q; s++) { loff[s] = tot; tot += 2 * (int64_t)p->D[s] * p->D[s]; }
-    L = (double *)qk__malloc(sizeof(double) * (size_t)(tot + 4 * dmax * dmax + 2 * 2 * 4 * dmax * dmax));
+    /* the left environments, then R and Rn (dmax^2 complex each), X, W and A (2 dmax^2 each) */
+    L = (double *)qk__malloc(sizeof(double) * (size_t)(tot + 16 * dmax * dmax));
     if (!L) { QK_FREE(loff); QK__STORE(&j->oom, 1); return; }
     R = L + tot;
     Rn = R + 2 * dmax * dmax;
     X = Rn + 2 * dmax * dmax;
-    W = X + 2 * 2 * dmax * dmax;
+    W = X + 4 * dmax * dmax;
+    A = W + 4 * dmax * dmax;
     while ((i = QK__FETCH_ADD(&j->next, 1)) < j->n) {
         const double *g = j->lanes + (i / QK__NJ) * p->group + (i % QK__NJ);
         double *f = j->f + i * 3 * q, *sw;
-        int l, lp, a, ap, r, rp;
-        /* A[l][a][r] of site s: re at g[off + e * 2NJ], im at + NJ, e = (l * 2 + a) * D[s+1] + r */
-#define QK__PQA_RE(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ]
-#define QK__PQA_IM(s_, l_, a_, r_) g[p->off[s_] + (((size_t)(l_) * 2 + (a_)) * (size_t)p->D[(s_) + 1] + (size_t)(r_)) * 2 * QK__NJ + QK__NJ]
+        int l, lp, a, ap, r, rp, c;
         L[0] = 1; L[1] = 0;
         for (s = 0; s < q; s++) {   /* L_{s+1}[r][r'] = sum_{l,l',a} L_s[l][l'] A[l][a][r] conj(A[l'][a][r']) */
             const int dl = p->D[s], dr = p->D[s + 1];
             const double *Ls = L + loff[s];
             double *Ln = L + loff[s + 1];
-            /* X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] */
+            qk__pq_site(p, g, s, A);
+            /* X[l'][a][r] = sum_l L_s[l][l'] A[l][a][r] (c = a * dr + r) */
             for (lp = 0; lp < dl; lp++)
-                for (a = 0; a < 2; a++)
-                    for (r = 0; r < dr; r++) {
-                        double xr = 0, xi = 0;
-                        for (l = 0; l < dl; l++) {
-                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
-                            xr += er * ar - ei * ai;
-                            xi += er * ai + ei * ar;
-                        }
-                        X[2 * ((lp * 2 + a) * dr + r)] = xr;
-                        X[2 * ((lp * 2 + a) * dr + r) + 1] = xi;
-                    }
+                for (c = 0; c < 2 * dr; c++) qk__cdot(Ls + 2 * lp, dl, A + 2 * c, 2 * dr, dl, X + 2 * (lp * 2 * dr + c));
+            /* X[l'][a][r] conj(A[l'][a][r']) over (l', a) */
             for (r = 0; r < dr; r++)
-                for (rp = 0; rp < dr; rp++) {
-                    double er = 0, ei = 0;
-                    for (lp = 0; lp < dl; lp++)
-                        for (a = 0; a < 2; a++) {   /* X[l'][a][r] conj(A[l'][a][r']) */
-                            const double xr = X[2 * ((lp * 2 + a) * dr + r)], xi = X[2 * ((lp * 2 + a) * dr + r) + 1];
-                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
-                            er += xr * ar + xi * ai;
-                            ei += xi * ar - xr * ai;
-                        }
-                    Ln[2 * (r * dr + rp)] = er;
-                    Ln[2 * (r * dr + rp) + 1] = ei;
-                }
+                for (rp = 0; rp < dr; rp++) qk__cdot_conj(X + 2 * r, A + 2 * rp, 2 * dl, dr, 1, Ln + 2 * (r * dr + rp));
         }
         R[0] = 1; R[1] = 0;
         for (s = q - 1; s >= 0; s--) {
             const int dl = p->D[s], dr = p->D[s + 1], k = p->order[s];
             const double *Ls = L + loff[s];
             double rho[8], tr;
-            /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] */
-            for (l = 0; l < dl; l++)
-                for (a = 0; a < 2; a++)
-                    for (rp = 0; rp < dr; rp++) {
-                        double xr = 0, xi = 0;
-                        for (r = 0; r < dr; r++) {
-                            const double ar = QK__PQA_RE(s, l, a, r), ai = QK__PQA_IM(s, l, a, r);
-                            const double er = R[2 * (r * dr + rp)], ei = R[2 * (r * dr + rp) + 1];
-                            xr += ar * er - ai * ei;
-                            xi += ar * ei + ai * er;
-                        }
-                        X[2 * ((l * 2 + a) * dr + rp)] = xr;
-                        X[2 * ((l * 2 + a) * dr + rp) + 1] = xi;
-                    }
-            /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] */
+            qk__pq_site(p, g, s, A);
+            /* X[l][a][r'] = sum_r A[l][a][r] R[r][r'] (c = l * 2 + a) */
+            for (c = 0; c < 2 * dl; c++)
+                for (rp = 0; rp < dr; rp++) qk__cdot(A + 2 * c * dr, 1, R + 2 * rp, dr, dr, X + 2 * (c * dr + rp));
+            /* W[l'][a][r'] = sum_l L_s[l][l'] X[l][a][r'] (c = a * dr + r') */
             for (lp = 0; lp < dl; lp++)
-                for (a = 0; a < 2; a++)
-                    for (rp = 0; rp < dr; rp++) {
-                        double wr = 0, wi = 0;
-                        for (l = 0; l < dl; l++) {
-                            const double er = Ls[2 * (l * dl + lp)], ei = Ls[2 * (l * dl + lp) + 1];
-                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                            wr += er * xr - ei * xi;
-                            wi += er * xi + ei * xr;
-                        }
-                        W[2 * ((lp * 2 + a) * dr + rp)] = wr;
-                        W[2 * ((lp * 2 + a) * dr + rp) + 1] = wi;
-                    }
+                for (c = 0; c < 2 * dr; c++) qk__cdot(Ls + 2 * lp, dl, X + 2 * c, 2 * dr, dl, W + 2 * (lp * 2 * dr + c));
             /* rho[a][a'] = sum_{l',r'} W[l'][a][r'] conj(A[l'][a'][r']) */
             for (a = 0; a < 2; a++)
-                for (ap = 0; ap < 2; ap++) {
-                    double vr = 0, vi = 0;
-                    for (lp = 0; lp < dl; lp++)
-                        for (rp = 0; rp < dr; rp++) {
-                            const double wr = W[2 * ((lp * 2 + a) * dr + rp)], wi = W[2 * ((lp * 2 + a) * dr + rp) + 1];
-                            const double ar = QK__PQA_RE(s, lp, ap, rp), ai = QK__PQA_IM(s, lp, ap, rp);
-                            vr += wr * ar + wi * ai;
-                            vi += wi * ar - wr * ai;
-                        }
-                    rho[2 * (a * 2 + ap)] = vr;
-                    rho[2 * (a * 2 + ap) + 1] = vi;
-                }
+                for (ap = 0; ap < 2; ap++) qk__cdot_conj(W + 2 * a * dr, A + 2 * ap * dr, dl, 2 * dr, dr, rho + 2 * (a * 2 + ap));
             tr = rho[0] + rho[6];
             if (!(tr > 0)) tr = 1.0;
             f[3 * k] = rho[0] / tr;
@@ -916,22 +905,9 @@ static void qk__pq_mps_work(void *arg, int thread)
             f[3 * k + 2] = rho[3] / tr;
             /* R_s[l][l'] = sum_{a,r'} X[l][a][r'] conj(A[l'][a][r']) */
             for (l = 0; l < dl; l++)
-                for (lp = 0; lp < dl; lp++) {
-                    double er = 0, ei = 0;
-                    for (a = 0; a < 2; a++)
-                        for (rp = 0; rp < dr; rp++) {
-                            const double xr = X[2 * ((l * 2 + a) * dr + rp)], xi = X[2 * ((l * 2 + a) * dr + rp) + 1];
-                            const double ar = QK__PQA_RE(s, lp, a, rp), ai = QK__PQA_IM(s, lp, a, rp);
-                            er += xr * ar + xi * ai;
-                            ei += xi * ar - xr * ai;
-                        }
-                    Rn[2 * (l * dl + lp)] = er;
-                    Rn[2 * (l * dl + lp) + 1] = ei;
-                }
+                for (lp = 0; lp < dl; lp++) qk__cdot_conj(X + 4 * l * dr, A + 4 * lp * dr, 1, 0, 2 * dr, Rn + 2 * (l * dl + lp));
             sw = R; R = Rn; Rn = sw;
         }
-#undef QK__PQA_RE
-#undef QK__PQA_IM
     }
     QK_FREE(L);
     QK_FREE(loff);

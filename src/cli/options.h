@@ -180,17 +180,12 @@ static inline int qkcli_states_desc(qk_states_array *A, qk_states_array *B, cons
         if (A->type != type && A->data) { if (qkcli_convert_states(A, type, msg, size, r)) return 1; conv[0] = A->data; }
         if (B->type != type && B->data) { if (qkcli_convert_states(B, type, msg, size, r)) return 1; conv[1] = B->data; }
     }
-    memset(st, 0, sizeof *st);
-    st->type = type;
-    st->dim = A->dim;
-    st->a = A->data;
-    st->n_a = A->n;
-    st->a_mixed = A->mixed;
-    st->b = have_b ? B->data : NULL;
-    st->n_b = have_b ? B->n : 0;
-    st->b_mixed = have_b && B->mixed;
-    st->normalize = normalize;
-    st->norm_tol = norm_tol > 0.0 ? norm_tol : float_in ? 1e-5 : 0.0;
+    *st = (qk_states_desc){
+        .type = type, .dim = A->dim,
+        .a = A->data, .n_a = A->n, .a_mixed = A->mixed,
+        .b = have_b ? B->data : NULL, .n_b = have_b ? B->n : 0, .b_mixed = have_b && B->mixed,
+        .normalize = normalize, .norm_tol = norm_tol > 0.0 ? norm_tol : float_in ? 1e-5 : 0.0,
+    };
     return 0;
 }
 

@@ -301,6 +301,12 @@ static int check_prof_outputs(const options *o) {
     return check_prof_output("--html", o->html);
 }
 
+/* --out, then the profiler's outputs */
+static int check_outputs(const options *o) {
+    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
+    return check_prof_outputs(o);
+}
+
 /* ---- progress bar ---- */
 /* Progress on stderr. On a terminal: a bar with pairs/s, GB written and the time left, redrawn
    every 0.1 s once the job has run 0.5 s (short jobs print nothing). --progress (or stderr not
@@ -734,23 +740,46 @@ stopped:
     return 128 + (int)stop_signal;
 }
 
-/* --x (and --y), their feature counts matched, and --map parsed for them with --weights; prints
-   the error itself. What it read is the caller's to free, also after a failure. */
-static int read_job(const options *o, qk_array *X, qk_array *Y, qk_map **map) {
+/* A job on --map: X, Y (no --y: rows 0), the map, the context. */
+typedef struct map_job {
+    qk_array X, Y;
+    qk_map *map;
+    qk_ctx *ctx;
+} map_job;
+
+/* --x (and --y), their feature counts matched, and --map parsed for them with --weights into j
+   (the context not yet made); prints the error itself. What it read is freed by map_job_free,
+   also after a failure. */
+static int read_job(const options *o, map_job *j) {
+    qk_array *X = &j->X, *Y = &j->Y;
     qk_result r;
+    memset(j, 0, sizeof *j);
     if (read_samples("X", o->x, X) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (o->y && read_samples("Y", o->y, Y) != EXIT_SUCCESS) return EXIT_FAILURE;
     if (o->y && Y->cols != X->cols)
         return fail(QK_OK, "feature count mismatch: X ('%s') has %lld features (columns), Y ('%s') has %lld", qkcli_arg(o->x),
                     (long long)X->cols, qkcli_arg(o->y), (long long)Y->cols);
     if (X->cols > 0x7fffffff) return fail(QK_OK, "X has too many features (%lld)", (long long)X->cols);
-    r = qk_map_parse(o->map, (int)X->cols, map);
+    r = qk_map_parse(o->map, (int)X->cols, &j->map);
     if (r != QK_OK) {
         fail(r, "--map '%s'", qkcli_arg(o->map));
         show_spec_column(o->map);
         return EXIT_FAILURE;
     }
-    return read_weights(o->weights, *map, o->quiet);
+    return read_weights(o->weights, j->map, o->quiet);
+}
+
+static void map_job_free(map_job *j) {
+    qk_ctx_destroy(j->ctx);
+    qk_map_free(j->map);
+    qk_array_free(&j->X);
+    qk_array_free(&j->Y);
+}
+
+/* The job's Gram desc: X, Y, --precision and --path (the output and the rest the caller's) */
+static qk_gram_desc map_job_desc(const options *o, const map_job *j) {
+    return (qk_gram_desc){ .x = j->X.data, .n_x = j->X.rows, .y = o->y ? j->Y.data : NULL, .n_y = o->y ? j->Y.rows : 0,
+                           .precision = o->precision, .path = o->path };
 }
 
 /* The path qk_gram_projected takes for this map and desc, in words, by its own choice
@@ -774,9 +803,7 @@ static int projected_path(const qk_map *map, const qk_gram_desc *gd, char *buf, 
 }
 
 static int projected_main(const options *o) {
-    qk_array X, Y;
-    qk_map *map = NULL;
-    qk_ctx *ctx = NULL;
+    map_job job;
     qk_gram_desc gd;
     qk_result r;
     const qk_dtype dtype = o->precision == QK_PRECISION_FP32 ? QK_F32 : QK_F64;
@@ -784,44 +811,37 @@ static int projected_main(const options *o) {
     double t0, secs;
     void *K = NULL;
     int rc = EXIT_FAILURE, have_y = o->y != NULL;
-    int64_t n_cols;
+    int64_t n_rows, n_cols;
     struct sigaction old_sa[3];
 
-    memset(&X, 0, sizeof X);
-    memset(&Y, 0, sizeof Y);
-    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
-    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
     /* Until K is written no output exists: a stop exits at once (stop_exits) with run_gram's line;
        during the write it is recorded, and write_k_npy removes the temporary. */
     stop_notes(o->out);
     stop_exits = 1;
     stop_install(old_sa);
 
-    if (read_job(o, &X, &Y, &map) != EXIT_SUCCESS) goto done;
-    n_cols = have_y ? Y.rows : X.rows;
-    if ((double)X.rows * (double)n_cols * (dtype == QK_F32 ? 4.0 : 8.0) > (double)SIZE_MAX / 2 ||
-        !(K = malloc((size_t)(X.rows * n_cols) * (dtype == QK_F32 ? 4 : 8)))) {
-        fail(QK_ERROR_OUT_OF_MEMORY, "K (%lld x %lld) in memory", (long long)X.rows, (long long)n_cols);
+    if (read_job(o, &job) != EXIT_SUCCESS) goto done;
+    n_rows = job.X.rows;
+    n_cols = have_y ? job.Y.rows : n_rows;
+    if ((double)n_rows * (double)n_cols * (dtype == QK_F32 ? 4.0 : 8.0) > (double)SIZE_MAX / 2 ||
+        !(K = malloc((size_t)(n_rows * n_cols) * (dtype == QK_F32 ? 4 : 8)))) {
+        fail(QK_ERROR_OUT_OF_MEMORY, "K (%lld x %lld) in memory", (long long)n_rows, (long long)n_cols);
         goto done;
     }
-    memset(&gd, 0, sizeof gd);
-    gd.x = X.data;
-    gd.n_x = X.rows;
-    gd.y = have_y ? Y.data : NULL;
-    gd.n_y = have_y ? Y.rows : 0;
+    gd = map_job_desc(o, &job);
     gd.output = QK_OUTPUT_HOST;
     gd.out = K;
     gd.out_dtype = dtype;
-    gd.precision = o->precision;
-    gd.path = o->path;
-    r = make_ctx(o, &ctx);   /* as for --map: --device, --gpus (its first GPU), --threads */
+    r = make_ctx(o, &job.ctx);   /* as for --map: --device, --gpus (its first GPU), --threads */
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
     if (!o->quiet) {
         char spec[512], engine[64], path[96];
-        const qk_ctx_desc cq = qk_ctx_query(ctx);
+        const qk_ctx_desc cq = qk_ctx_query(job.ctx);
+        const qk_map *map = job.map;
         qk_map_spec(map, spec, sizeof spec);
         printf("map:  %s  (%d qubits, %d features, %s)\n", spec, map->n_qubits, map->n_features, qk_map_class_string(map->cls));
-        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
+        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)n_rows, (long long)job.X.cols, have_y ? ", Y " : "",
                have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
         if (cq.device == QK_DEVICE_CUDA)
             snprintf(engine, sizeof engine, "CUDA engine on GPU %d", cq.n_cuda_devices > 0 && cq.cuda_devices ? cq.cuda_devices[0] : 0);
@@ -832,30 +852,25 @@ static int projected_main(const options *o) {
                    gamma, engine, path);
     }
     t0 = qkcli_now();
-    r = qk_gram_projected(ctx, map, &gd, gamma);
+    r = qk_gram_projected(job.ctx, job.map, &gd, gamma);
     secs = qkcli_now() - t0;
     if (r != QK_OK) { fail(r, "projected kernel failed"); goto done; }
     stop_exits = 0;   /* from here a temporary file may exist: a stop is recorded, write_k_npy cleans up */
-    rc = write_k_npy(o, K, dtype, X.rows, n_cols);
+    rc = write_k_npy(o, K, dtype, n_rows, n_cols);
     if (rc == EXIT_SUCCESS && !o->quiet)
-        printf("done: K %lld x %lld (%s) -> %s; %lld pairs in %.3f s\n", (long long)X.rows, (long long)n_cols,
-               dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)(X.rows * n_cols), secs);
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs in %.3f s\n", (long long)n_rows, (long long)n_cols,
+               dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)(n_rows * n_cols), secs);
 done:
     stop_exits = 0;
     stop_restore(old_sa);
     free(K);
-    qk_ctx_destroy(ctx);
-    qk_map_free(map);
-    qk_array_free(&X);
-    qk_array_free(&Y);
+    map_job_free(&job);
     return rc;
 }
 
 /* ---- the main job ---- */
 static int gram_main(const options *o) {
-    qk_array X, Y;
-    qk_map *map = NULL;
-    qk_ctx *ctx = NULL;
+    map_job job;
     qk_gram_desc gd;
     qk_result r;
     qk_dtype dtype = QK_F64;
@@ -863,53 +878,41 @@ static int gram_main(const options *o) {
     int rc = EXIT_FAILURE, have_y = o->y != NULL;
     int64_t n_cols, pairs;
 
-    memset(&X, 0, sizeof X);
-    memset(&Y, 0, sizeof Y);
     /* check_args has seen --map, --x and --out given, --out a .npy and no input */
-    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
-    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
 
-    if (read_job(o, &X, &Y, &map) != EXIT_SUCCESS) goto done;
+    if (read_job(o, &job) != EXIT_SUCCESS) goto done;
     /* Validate the data before allocating K: the detail names the row and column. */
-    r = qk_map_check_data(map, X.data, X.rows, "X");
+    r = qk_map_check_data(job.map, job.X.data, job.X.rows, "X");
     if (r != QK_OK) { fail(r, "bad data in '%s'", qkcli_arg(o->x)); goto done; }
     if (have_y) {
-        r = qk_map_check_data(map, Y.data, Y.rows, "Y");
+        r = qk_map_check_data(job.map, job.Y.data, job.Y.rows, "Y");
         if (r != QK_OK) { fail(r, "bad data in '%s'", qkcli_arg(o->y)); goto done; }
     }
 
-    r = make_ctx(o, &ctx);
+    r = make_ctx(o, &job.ctx);
     if (r != QK_OK) { fail(r, "cannot create the qk context"); goto done; }
 
-    memset(&gd, 0, sizeof gd);
-    gd.x = X.data;
-    gd.n_x = X.rows;
-    gd.y = have_y ? Y.data : NULL;
-    gd.n_y = have_y ? Y.rows : 0;
-    gd.precision = o->precision;
+    gd = map_job_desc(o, &job);
     gd.tol = o->tol;
-    gd.path = o->path;
     if (!o->quiet)
-        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)X.rows, (long long)X.cols, have_y ? ", Y " : "",
+        printf("data: X %s (%lld x %lld)%s%s%s\n", qkcli_arg(o->x), (long long)job.X.rows, (long long)job.X.cols, have_y ? ", Y " : "",
                have_y ? qkcli_arg(o->y) : "", have_y ? "" : ", K = K(X, X) (symmetric)");
-    rc = run_gram(ctx, map, NULL, &gd, o, &dtype, &secs);
+    rc = run_gram(job.ctx, job.map, NULL, &gd, o, &dtype, &secs);
     if (rc != EXIT_SUCCESS) goto done;
     rc = EXIT_FAILURE;
 
-    n_cols = have_y ? Y.rows : X.rows;
+    n_cols = have_y ? job.Y.rows : job.X.rows;
     /* Gpairs/s counts every entry of K, as docs/benchmarks.md and the peers do; the symmetric
        K(X, X) computes the i <= j entries only and mirrors the rest (said in the line). */
-    pairs = X.rows * n_cols;
+    pairs = job.X.rows * n_cols;
     if (!o->quiet)
-        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s, %.3g Gpairs/s\n", (long long)X.rows,
+        printf("done: K %lld x %lld (%s) -> %s; %lld pairs%s in %.3f s, %.3g Gpairs/s\n", (long long)job.X.rows,
                (long long)n_cols, dtype == QK_F32 ? "float32" : "float64", qkcli_arg(o->out), (long long)pairs,
                have_y ? "" : " (i <= j computed, mirrored)", secs, secs > 0 ? (double)pairs / secs * 1e-9 : 0.0);
     rc = EXIT_SUCCESS;
 done:
-    qk_ctx_destroy(ctx);
-    qk_map_free(map);
-    qk_array_free(&X);
-    qk_array_free(&Y);
+    map_job_free(&job);
     return rc;
 }
 
@@ -938,8 +941,7 @@ static int states_main(const options *o) {
 
     memset(&A, 0, sizeof A);
     memset(&B, 0, sizeof B);
-    if (check_output_path(o->out) != EXIT_SUCCESS) return EXIT_FAILURE;
-    if (check_prof_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
+    if (check_outputs(o) != EXIT_SUCCESS) return EXIT_FAILURE;
 
     /* A stop while the states are read (gigabytes, maybe) or converted: no output exists yet,
        so the handler exits at once (stop_exits), with the line run_gram would print. */

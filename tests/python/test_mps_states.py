@@ -161,6 +161,12 @@ class TestGramMps(unittest.TestCase):
             qk.gram_mps([A[0], A[1][:4]], normalize=True, device="cpu")
         with self.assertRaisesRegex(ValueError, "layout"):
             qk.gram_mps(A, layout="rlp")
+        # norm_tol reaches qk: a squared norm 1 + 1e-7 fails the default 1e-9, passes 1e-6
+        m = mps_of_state(dense(random_mps(5, 4)), 5)
+        m[0] = m[0] * np.sqrt(1 + 1e-7)
+        with self.assertRaisesRegex(ValueError, r"A\[0\]: the MPS's squared norm"):
+            qk.gram_mps([m], device="cpu")
+        self.assertLess(abs(qk.gram_mps([m], norm_tol=1e-6, device="cpu")[0, 0] - 1), 1e-6)
 
 
 @unittest.skipUnless(__import__("importlib").util.find_spec("quimb"), "quimb is not installed")

@@ -46,6 +46,9 @@ class TestStates(unittest.TestCase):
         W = np.zeros((70, 50), complex)
         W[:, :40] = A
         np.testing.assert_allclose(qk.gram_states(W[:, :40], B, device="cpu"), K, atol=1e-13, rtol=0)
+        WB = np.zeros((30, 45), complex)
+        WB[:, :40] = B
+        np.testing.assert_allclose(qk.gram_states(A, WB[:, :40], device="cpu"), K, atol=1e-13, rtol=0)
         np.testing.assert_allclose(qk.gram_states(np.asfortranarray(A), B, device="cpu"), K, atol=1e-13, rtol=0)
         # complex64, float64, float32: against the definition on the rounded values
         A64, B64 = A.astype(np.complex64), B.astype(np.complex64)
@@ -70,6 +73,8 @@ class TestStates(unittest.TestCase):
         A[7] *= 1.001
         with self.assertRaisesRegex(ValueError, r"A\[7\]"):
             qk.gram_states(A, device="cpu")
+        K = qk.gram_states(A, device="cpu", norm_tol=0.01)       # |A[7]|^2 = 1.001^2: within 0.01
+        self.assertAlmostEqual(K[7, 7], 1.001 ** 4, delta=1e-12)
         K = qk.gram_states(A, device="cpu", normalize=True)
         np.testing.assert_allclose(np.diag(K), 1.0, atol=1e-14, rtol=0)
         A[3, 2] = np.nan

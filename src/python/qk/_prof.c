@@ -96,49 +96,35 @@ static PyObject *qkpp_new_site(PyObject *self, PyObject *args)
     return PyLong_FromSsize_t(qkpp_n_sites++);
 }
 
-static PyObject *qkpp_begin(PyObject *self, PyObject *h)
+/* begin(handle) / end(handle): a zone of the site opened or closed on this thread */
+static PyObject *qkpp_zone(PyObject *h, int end)
 {
     qk_prof_site *s = qkpp_site(h);
-    (void)self;
     if (!s) return NULL;
-    qk_prof_begin(s);
+    if (end) qk_prof_end(s->name);
+    else qk_prof_begin(s);
     Py_RETURN_NONE;
 }
 
-static PyObject *qkpp_end(PyObject *self, PyObject *h)
-{
-    qk_prof_site *s = qkpp_site(h);
-    (void)self;
-    if (!s) return NULL;
-    qk_prof_end(s->name);
-    Py_RETURN_NONE;
-}
+static PyObject *qkpp_begin(PyObject *self, PyObject *h) { (void)self; return qkpp_zone(h, 0); }
+static PyObject *qkpp_end(PyObject *self, PyObject *h) { (void)self; return qkpp_zone(h, 1); }
 
-static PyObject *qkpp_gpu_begin(PyObject *self, PyObject *args)
+/* gpu_begin(handle, stream) / gpu_end(handle, stream): the same on a CUDA stream (its raw handle) */
+static PyObject *qkpp_gpu_zone(PyObject *args, int end)
 {
     PyObject *h, *st;
     qk_prof_site *s;
     void *stream;
-    (void)self;
     if (!PyArg_ParseTuple(args, "OO", &h, &st) || !(s = qkpp_site(h))) return NULL;
     stream = qkpp_ptr(st);
     if (PyErr_Occurred()) return NULL;
-    qk_prof_gpu_begin(s, stream);
+    if (end) qk_prof_gpu_end(s->name, stream);
+    else qk_prof_gpu_begin(s, stream);
     Py_RETURN_NONE;
 }
 
-static PyObject *qkpp_gpu_end(PyObject *self, PyObject *args)
-{
-    PyObject *h, *st;
-    qk_prof_site *s;
-    void *stream;
-    (void)self;
-    if (!PyArg_ParseTuple(args, "OO", &h, &st) || !(s = qkpp_site(h))) return NULL;
-    stream = qkpp_ptr(st);
-    if (PyErr_Occurred()) return NULL;
-    qk_prof_gpu_end(s->name, stream);
-    Py_RETURN_NONE;
-}
+static PyObject *qkpp_gpu_begin(PyObject *self, PyObject *args) { (void)self; return qkpp_gpu_zone(args, 0); }
+static PyObject *qkpp_gpu_end(PyObject *self, PyObject *args) { (void)self; return qkpp_gpu_zone(args, 1); }
 
 static PyObject *qkpp_counter(PyObject *self, PyObject *args)
 {

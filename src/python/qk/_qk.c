@@ -652,6 +652,34 @@ fail:
     return NULL;
 }
 
+/* K (n_rows x n_cols) from given states or MPS (qk_gram_states of st, qk_gram_mps_states of mps:
+   one of them given) on the context of device and threads: a new float32 / float64 array, or
+   None with out_path (path, a reference this call gives up). */
+static PyObject *qkpy_gram_given(const qk_states_desc *st, const qk_mps_states_desc *mps, int64_t n_rows, int64_t n_cols,
+                                 int device, int precision, int threads, PyObject *path)
+{
+    PyArrayObject *out = NULL;
+    qk_gram_desc g;
+    qk_ctx *ctx;
+    qk_dtype dt;
+    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
+    threads = qkpy_threads_for(threads);
+    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
+    dt = qkpy_out_dtype(ctx, precision);
+    memset(&g, 0, sizeof g);
+    if (qkpy_gram_out(&g, path, n_rows, n_cols, dt, &out) < 0) { qkpy_ctx_give(ctx, device, threads); goto fail; }
+    g.out_dtype = dt;
+    g.precision = (qk_precision)precision;
+    if (qkpy_gram_run(ctx, device, threads, NULL, st, mps, &g, path) < 0) goto fail;
+    Py_XDECREF(path);
+    if (out) return (PyObject *)out;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(out);
+    Py_XDECREF(path);
+    return NULL;
+}
+
 /* ---- gram_states ---- */
 /* K from given states (qk_gram_states): the Python wrapper (qk.gram_states) resolves numpy, CuPy
    and PyTorch arrays to raw pointers, element strides and the state type and keeps them alive
@@ -666,46 +694,19 @@ static PyObject *qkpy_gram_states_raw(PyObject *mod, PyObject *args, PyObject *k
     int type = 0, on_device = 0, device = 0, precision = 0, threads = 0, normalize = 0, a_mixed = 0, b_mixed = 0;
     double norm_tol = 0.0;
     PyObject *path = NULL;
-    PyArrayObject *out = NULL;
     qk_states_desc st;
-    qk_gram_desc g;
-    qk_ctx *ctx;
-    qk_dtype dt;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "KLLKLLLiiiiiid|O&ii:_gram_states", kwlist, &pa, &n_a, &lda, &pb, &n_b, &ldb, &dim, &type,
                                      &on_device, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path,
                                      &a_mixed, &b_mixed))
         return NULL;
-    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
-    threads = qkpy_threads_for(threads);
-    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
-    dt = qkpy_out_dtype(ctx, precision);
-    memset(&st, 0, sizeof st);
-    st.type = (qk_state_type)type;
-    st.dim = dim;
-    st.a = (const void *)(uintptr_t)pa;
-    st.n_a = n_a;
-    st.lda = lda;
-    st.b = pb ? (const void *)(uintptr_t)pb : NULL;
-    st.n_b = pb ? n_b : 0;
-    st.ldb = ldb;
-    st.on_device = on_device;
-    st.normalize = normalize;
-    st.norm_tol = norm_tol;
-    st.a_mixed = a_mixed;
-    st.b_mixed = b_mixed;
-    memset(&g, 0, sizeof g);
-    if (qkpy_gram_out(&g, path, n_a, pb ? n_b : n_a, dt, &out) < 0) { qkpy_ctx_give(ctx, device, threads); goto fail; }
-    g.out_dtype = dt;
-    g.precision = (qk_precision)precision;
-    if (qkpy_gram_run(ctx, device, threads, NULL, &st, NULL, &g, path) < 0) goto fail;
-    Py_XDECREF(path);
-    if (out) return (PyObject *)out;
-    Py_RETURN_NONE;
-fail:
-    Py_XDECREF(out);
-    Py_XDECREF(path);
-    return NULL;
+    st = (qk_states_desc){
+        .type = (qk_state_type)type, .dim = dim,
+        .a = (const void *)(uintptr_t)pa, .n_a = n_a, .lda = lda,
+        .b = pb ? (const void *)(uintptr_t)pb : NULL, .n_b = pb ? n_b : 0, .ldb = ldb,
+        .on_device = on_device, .normalize = normalize, .norm_tol = norm_tol, .a_mixed = a_mixed, .b_mixed = b_mixed,
+    };
+    return qkpy_gram_given(&st, NULL, n_a, pb ? n_b : n_a, device, precision, threads, path);
 }
 
 /* ---- gram_mps ---- */
@@ -722,43 +723,18 @@ static PyObject *qkpy_gram_mps_raw(PyObject *mod, PyObject *args, PyObject *kw)
     int n_sites = 0, type = 0, layout = 0, device = 0, precision = 0, threads = 0, normalize = 0;
     double norm_tol = 0.0;
     PyObject *path = NULL;
-    PyArrayObject *out = NULL;
     qk_mps_states_desc st;
-    qk_gram_desc g;
-    qk_ctx *ctx;
-    qk_dtype dt;
     (void)mod;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "KKLKKLiiiiiiid|O&:_gram_mps", kwlist, &pa, &pab, &n_a, &pb, &pbb, &n_b, &n_sites, &type,
                                      &layout, &device, &precision, &threads, &normalize, &norm_tol, PyUnicode_FSConverter, &path))
         return NULL;
-    if (qkpy_check_device_precision(device, precision) < 0) goto fail;
-    threads = qkpy_threads_for(threads);
-    if (!(ctx = qkpy_ctx_get(device, threads))) goto fail;
-    dt = qkpy_out_dtype(ctx, precision);
-    memset(&st, 0, sizeof st);
-    st.type = (qk_state_type)type;
-    st.layout = (qk_mps_layout)layout;
-    st.n_sites = n_sites;
-    st.a = (const void *const *)(uintptr_t)pa;
-    st.a_bonds = (const int *)(uintptr_t)pab;
-    st.n_a = n_a;
-    st.b = pb ? (const void *const *)(uintptr_t)pb : NULL;
-    st.b_bonds = pb ? (const int *)(uintptr_t)pbb : NULL;
-    st.n_b = pb ? n_b : 0;
-    st.normalize = normalize;
-    st.norm_tol = norm_tol;
-    memset(&g, 0, sizeof g);
-    if (qkpy_gram_out(&g, path, n_a, pb ? n_b : n_a, dt, &out) < 0) { qkpy_ctx_give(ctx, device, threads); goto fail; }
-    g.out_dtype = dt;
-    g.precision = (qk_precision)precision;
-    if (qkpy_gram_run(ctx, device, threads, NULL, NULL, &st, &g, path) < 0) goto fail;
-    Py_XDECREF(path);
-    if (out) return (PyObject *)out;
-    Py_RETURN_NONE;
-fail:
-    Py_XDECREF(out);
-    Py_XDECREF(path);
-    return NULL;
+    st = (qk_mps_states_desc){
+        .type = (qk_state_type)type, .layout = (qk_mps_layout)layout, .n_sites = n_sites,
+        .a = (const void *const *)(uintptr_t)pa, .a_bonds = (const int *)(uintptr_t)pab, .n_a = n_a,
+        .b = pb ? (const void *const *)(uintptr_t)pb : NULL, .b_bonds = pb ? (const int *)(uintptr_t)pbb : NULL,
+        .n_b = pb ? n_b : 0, .normalize = normalize, .norm_tol = norm_tol,
+    };
+    return qkpy_gram_given(NULL, &st, n_a, pb ? n_b : n_a, device, precision, threads, path);
 }
 
 /* ---- gram_vjp ---- */
