@@ -2,6 +2,7 @@
 
    usage: qk-mgpu-bench --features F --n N [--map SPEC] [--gpus 0,1] [--output device|npy|host]
                         [--split yes|no] (qk_gram_desc.mgpu_host_bound_split: 1 / -1; default 0)
+                        [--pinned] (host: K in page-locked memory, cudaMallocHost)
                         [--out K.npy] [--reps R] [--precision fp32|fp64] [--label L]
 
    X: N x F uniform in [0, pi] (seed 1). After one warm-up call (autotune cache, CUDA contexts,
@@ -27,7 +28,7 @@ static int cmp_d(const void *a, const void *b)
 int main(int argc, char **argv)
 {
     const char *spec = "zz(reps=2)", *outp = "/tmp/qk_mgpu_K.npy", *output = "device", *label = "";
-    int F = 8, reps = 3, i, k, gpus[QK_MAX_DEVICES], ng = 0, sync = 0, split = 0;
+    int F = 8, reps = 3, i, k, gpus[QK_MAX_DEVICES], ng = 0, sync = 0, split = 0, pinned = 0;
     long long N = 65536;
     qk_precision prec = QK_PRECISION_FP32;
     qk_ctx_desc cd;
@@ -50,6 +51,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--reps")) reps = atoi(v), i++;
         else if (!strcmp(a, "--label")) label = v, i++;
         else if (!strcmp(a, "--sync")) sync = 1;
+        else if (!strcmp(a, "--pinned")) pinned = 1;
         else if (!strcmp(a, "--split")) { split = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? -1 : 0; i++; }
         else if (!strcmp(a, "--precision")) { prec = !strcmp(v, "fp64") ? QK_PRECISION_FP64 : QK_PRECISION_FP32; i++; }
         else if (!strcmp(a, "--gpus")) {
@@ -96,7 +98,9 @@ int main(int argc, char **argv)
         }
         g.out_devices = dev;
     } else if (g.output == QK_OUTPUT_HOST) {
-        host = malloc((size_t)N * (size_t)N * (plan.out_dtype == QK_F64 ? 8 : 4));
+        const size_t kb = (size_t)N * (size_t)N * (plan.out_dtype == QK_F64 ? 8 : 4);
+        if (pinned) { if (cudaMallocHost(&host, kb) != cudaSuccess) host = NULL; }
+        else host = malloc(kb);
         g.out = host;
         if (!host) { fprintf(stderr, "qk-mgpu-bench: out of host memory\n"); return 1; }
     }
@@ -136,7 +140,8 @@ int main(int argc, char **argv)
     printf("], \"slowest_over_mean\": %.5f, \"device\": \"%s\"}\n", k ? mx / mean : 1.0, plan.device_name);
     for (k = 0; k < QK_MAX_DEVICES; k++) if (dev[k]) cudaFree(dev[k]);
     if (g.output == QK_OUTPUT_NPY) remove(outp);
-    free(host);
+    if (pinned) cudaFreeHost(host);
+    else free(host);
     free(x);
     qk_map_free(map);
     qk_ctx_destroy(ctx);
