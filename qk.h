@@ -79,7 +79,7 @@
                           qk_gram_desc (cpu_slab_bytes, mgpu_min_pairs, ...; 0 there = this
                           default): the CPU engine's streamed slab (128 MB), the pairs per GPU
                           that deal K to several GPUs (2^25), whether a host-bound K(X,X) is
-                          dealt to several GPUs (0), qk_gram_mpi's block buffer (512 MB) and
+                          dealt to several GPUs (0; yes into a page-locked HOST buffer), qk_gram_mpi's block buffer (512 MB) and
                           sync interval (256 MB); docs/api.md, "Tunables"
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before
@@ -558,7 +558,8 @@ typedef struct qk_gram_desc {
     int64_t mgpu_min_pairs;     /* QK_MGPU_MIN_PAIRS (2^25): a context of several GPUs deals K to
                                    as many GPUs as get at least this many pairs each (>= 0) */
     int mgpu_host_bound_split;  /* QK_MGPU_HOST_BOUND_SPLIT (0): 1 deals a host-bound K(X,X) to
-                                   several GPUs too (whole rows), -1 keeps it on the first GPU */
+                                   several GPUs too (whole rows), -1 keeps it on the first GPU;
+                                   0 deals it out where the HOST buffer is page-locked */
     size_t mpi_block_bytes;     /* QK_MPI_BLOCK_BYTES (512 MB): qk_gram_mpi, host bytes of one of
                                    a rank's two block buffers (the size of its sub-jobs) */
     size_t mpi_sync_bytes;      /* QK_MPI_SYNC_BYTES (256 MB): qk_gram_mpi's writer thread syncs
@@ -10307,6 +10308,11 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     minp = desc->mgpu_min_pairs > 0 ? desc->mgpu_min_pairs : (int64_t)(QK_MGPU_MIN_PAIRS);
     if (minp < 1) minp = 1;
     split = desc->mgpu_host_bound_split ? desc->mgpu_host_bound_split > 0 : (QK_MGPU_HOST_BOUND_SPLIT) != 0;
+#if defined(QK_CUDA) && QK_CUDA
+    /* a page-locked HOST buffer takes each GPU's rows straight over its own link (no host copy):
+       a host-bound K(X,X) is dealt out unless the desc says -1 (docs/api.md, "Several GPUs") */
+    if (desc->mgpu_host_bound_split == 0 && desc->output == QK_OUTPUT_HOST && desc->out && qk_cuda_host_pinned(desc->out)) split = 1;
+#endif
     if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
     for (k = 0; k < n; k++) {
         int j;

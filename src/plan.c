@@ -632,6 +632,11 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
     minp = desc->mgpu_min_pairs > 0 ? desc->mgpu_min_pairs : (int64_t)(QK_MGPU_MIN_PAIRS);
     if (minp < 1) minp = 1;
     split = desc->mgpu_host_bound_split ? desc->mgpu_host_bound_split > 0 : (QK_MGPU_HOST_BOUND_SPLIT) != 0;
+#if defined(QK_CUDA) && QK_CUDA
+    /* a page-locked HOST buffer takes each GPU's rows straight over its own link (no host copy):
+       a host-bound K(X,X) is dealt out unless the desc says -1 (docs/api.md, "Several GPUs") */
+    if (desc->mgpu_host_bound_split == 0 && desc->output == QK_OUTPUT_HOST && desc->out && qk_cuda_host_pinned(desc->out)) split = 1;
+#endif
     if (n < 1 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_plan_for_devices: n must be in [1, %d] (got %d)", QK_MAX_DEVICES, n);
     for (k = 0; k < n; k++) {
         int j;

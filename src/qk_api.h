@@ -352,7 +352,8 @@ typedef struct qk_gram_desc {
     int64_t mgpu_min_pairs;     /* QK_MGPU_MIN_PAIRS (2^25): a context of several GPUs deals K to
                                    as many GPUs as get at least this many pairs each (>= 0) */
     int mgpu_host_bound_split;  /* QK_MGPU_HOST_BOUND_SPLIT (0): 1 deals a host-bound K(X,X) to
-                                   several GPUs too (whole rows), -1 keeps it on the first GPU */
+                                   several GPUs too (whole rows), -1 keeps it on the first GPU;
+                                   0 deals it out where the HOST buffer is page-locked */
     size_t mpi_block_bytes;     /* QK_MPI_BLOCK_BYTES (512 MB): qk_gram_mpi, host bytes of one of
                                    a rank's two block buffers (the size of its sub-jobs) */
     size_t mpi_sync_bytes;      /* QK_MPI_SYNC_BYTES (256 MB): qk_gram_mpi's writer thread syncs

@@ -79,7 +79,7 @@
                           qk_gram_desc (cpu_slab_bytes, mgpu_min_pairs, ...; 0 there = this
                           default): the CPU engine's streamed slab (128 MB), the pairs per GPU
                           that deal K to several GPUs (2^25), whether a host-bound K(X,X) is
-                          dealt to several GPUs (0), qk_gram_mpi's block buffer (512 MB) and
+                          dealt to several GPUs (0; yes into a page-locked HOST buffer), qk_gram_mpi's block buffer (512 MB) and
                           sync interval (256 MB); docs/api.md, "Tunables"
      QK_MAX_REPS / QK_MAX_OPS / QK_MAX_WEIGHTS
                           bounds of a map (1024 reps, 2^20 ops, 2^20 weights), checked before

@@ -27,7 +27,6 @@
 #include <unistd.h>
 #include <cuda_runtime.h>
 #define QK_MGPU_MIN_PAIRS 1   /* small K is dealt to both GPUs too */
-#define QK_MGPU_HOST_BOUND_SPLIT 1   /* the whole-rows split is tested (off by default) */
 #define QK_IMPLEMENTATION
 #include "qk.h"
 #include "../qk_test.h"
@@ -117,6 +116,7 @@ static qk_result gpu_gram(qk_ctx *gpu, const qk_map *map, const std::vector<doub
     if (y) { g.y = y->data(); g.n_y = ny; }
     g.precision = prec;
     g.out_dtype = od;
+    g.mgpu_host_bound_split = 1;   /* the whole-rows split is tested for every output (by default only a pinned HOST buffer) */
     K.assign((size_t)(nx * cols), NAN);
     std::vector<unsigned char> host;
     void *pinned = nullptr;
@@ -243,6 +243,48 @@ static void compare_case(qk_ctx *cpu, qk_ctx *gpu, const char *spec, int d, int6
 
 static int cancel_first(int64_t, int64_t, void *) { return 1; }
 
+/* The default for a host-bound K(X,X) (mgpu_host_bound_split 0, QK_MGPU_HOST_BOUND_SPLIT 0): the
+   first GPU alone into a pageable HOST buffer or a .npy file, whole rows on both GPUs into a
+   page-locked HOST buffer (each GPU's own link, no host copy), and -1 keeps even that on one. */
+static void host_bound_default(qk_ctx *gpu)
+{
+    qk_map *map = nullptr;
+    if (qk_map_parse("zz(reps=2)", 5, &map) != QK_OK) { CHECK(0, "map: %s", qk_last_error()); return; }
+    const int64_t n = 257;
+    std::vector<double> x = rand_x(n, 5);
+    std::vector<float> pageable((size_t)(n * n));
+    void *pinned = nullptr;
+    char err[256];
+    if (qk_cuda_host_alloc((size_t)(n * n) * 4, &pinned, err, sizeof err) != QK_OK) { CHECK(0, "pinned: %s", err); qk_map_free(map); return; }
+    qk_gram_desc g;
+    qk_plan p;
+    memset(&g, 0, sizeof g);
+    g.x = x.data(); g.n_x = n; g.precision = QK_PRECISION_FP32; g.out_dtype = QK_F32; g.output = QK_OUTPUT_HOST;
+    g.out = pageable.data();
+    CHECK(qk_plan_make(gpu, map, &g, &p) == QK_OK && p.n_devices == 1, "host-bound K(X,X), pageable HOST: %d GPUs (want 1)", p.n_devices);
+    g.output = QK_OUTPUT_NPY; g.out = nullptr; g.out_path = "/nonexistent/K.npy";
+    CHECK(qk_plan_make(gpu, map, &g, &p) == QK_OK && p.n_devices == 1, "host-bound K(X,X), NPY: %d GPUs (want 1)", p.n_devices);
+    g.output = QK_OUTPUT_HOST; g.out_path = nullptr; g.out = pinned;
+    CHECK(qk_plan_make(gpu, map, &g, &p) == QK_OK && p.n_devices == 2 && p.dev_full_rows,
+          "host-bound K(X,X), pinned HOST: %d GPUs, full rows %d (want 2, 1)", p.n_devices, p.dev_full_rows);
+    memset(pinned, 0xff, (size_t)(n * n) * 4);
+    CHECK(qk_gram(gpu, map, &g) == QK_OK, "pinned HOST on 2 GPUs: %s", qk_last_error());
+    {   /* against the same job on the first GPU alone (-1), within 1e-5 (whole rows against the
+           triangle: other products, fp32) */
+        g.mgpu_host_bound_split = -1;
+        g.out = pageable.data();
+        CHECK(qk_plan_make(gpu, map, &g, &p) == QK_OK && p.n_devices == 1, "mgpu_host_bound_split -1, pageable: %d GPUs (want 1)", p.n_devices);
+        CHECK(qk_gram(gpu, map, &g) == QK_OK, "pageable HOST on 1 GPU: %s", qk_last_error());
+        int64_t bad = 0;
+        for (int64_t i = 0; i < n * n; ++i) bad += !(std::fabs((double)((const float *)pinned)[i] - (double)pageable[i]) <= 1e-5);
+        CHECK(bad == 0, "pinned HOST on 2 GPUs against 1 GPU: %lld entries differ by more than 1e-5", (long long)bad);
+        g.out = pinned;
+        CHECK(qk_plan_make(gpu, map, &g, &p) == QK_OK && p.n_devices == 1, "mgpu_host_bound_split -1, pinned: %d GPUs (want 1)", p.n_devices);
+    }
+    qk_cuda_host_free(pinned);
+    qk_map_free(map);
+}
+
 static void failure_case(qk_ctx *gpu, const char *dir)
 {
     qk_map *map = nullptr;
@@ -255,6 +297,7 @@ static void failure_case(qk_ctx *gpu, const char *dir)
         memset(&g, 0, sizeof g);
         g.x = x.data(); g.n_x = n;
         g.output = QK_OUTPUT_NPY; g.out_path = path.c_str();
+        g.mgpu_host_bound_split = 1;   /* on both GPUs (a .npy K(X,X) runs on the first alone by default) */
         const char *what = kind == 0 ? "GPU 1 fails" : kind == 1 ? "GPU 0 fails" : kind == 2 ? "every GPU allocation fails" : "progress cancels";
         if (kind == 0) qk__mgpu_test_fail = 1;
         if (kind == 1) qk__mgpu_test_fail = 0;
@@ -330,6 +373,7 @@ int main(int argc, char **argv)
     compare_case(cpu, gpu, "zz(reps=1)", 13, 203, 0, QK_PRECISION_FP32, dir);
     compare_case(cpu, gpu, "zz(reps=1)", 13, 203, 97, QK_PRECISION_FP32, dir);
     failure_case(gpu, dir);
+    host_bound_default(gpu);
     qk_ctx_destroy(gpu);
     qk_ctx_destroy(cpu);
     printf("%d checks, %d failures\n", qk_test_checks, qk_test_fails);
