@@ -83,6 +83,13 @@ int main(int argc, char **argv)
     g.out_path = outp;
     g.no_sync = !sync;
     g.mgpu_host_bound_split = split;
+    if (g.output == QK_OUTPUT_HOST) {   /* before planning: the plan reads whether K is page-locked */
+        const size_t kb = (size_t)N * (size_t)N * (prec == QK_PRECISION_FP64 ? 8 : 4);
+        if (pinned) { if (cudaMallocHost(&host, kb) != cudaSuccess) host = NULL; }
+        else host = malloc(kb);
+        g.out = host;
+        if (!host) { fprintf(stderr, "qk-mgpu-bench: out of host memory\n"); return 1; }
+    }
     if ((r = qk_plan_make(ctx, map, &g, &plan)) != QK_OK) { fprintf(stderr, "qk-mgpu-bench: plan: %s\n", qk_last_error()); return 1; }
     qk_plan_describe(&plan, buf, sizeof buf);
     printf("%s", buf);
@@ -97,12 +104,6 @@ int main(int argc, char **argv)
             }
         }
         g.out_devices = dev;
-    } else if (g.output == QK_OUTPUT_HOST) {
-        const size_t kb = (size_t)N * (size_t)N * (plan.out_dtype == QK_F64 ? 8 : 4);
-        if (pinned) { if (cudaMallocHost(&host, kb) != cudaSuccess) host = NULL; }
-        else host = malloc(kb);
-        g.out = host;
-        if (!host) { fprintf(stderr, "qk-mgpu-bench: out of host memory\n"); return 1; }
     }
     for (i = -1; i < reps; i++) {
         double t0 = qk_cuda_wtime();
