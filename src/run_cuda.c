@@ -425,16 +425,26 @@ static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, con
 }
 
 /* The mirror of the finished rectangle in the caller's host buffer: K[dj + c][di + a] =
-   K[di + a][dj + c], in 64 x 64 blocks. */
-static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
+   K[di + a][dj + c], in 64 x 64 blocks, strips of 64 columns dealt to the GPU's share of the host
+   threads (qk__parallel; each strip writes its own rows of K). */
+typedef struct qk__mirror_job {
+    qk__mgpu_dev *v;
+    int64_t next;     /* the next strip of 64 columns */
+    int cancelled;
+} qk__mirror_job;
+
+static void qk__mgpu_mirror_work(void *p, int thread)
 {
+    qk__mirror_job *j = (qk__mirror_job *)p;
+    qk__mgpu_dev *v = j->v;
     qk__mgpu *g = v->g;
     char *K = (char *)g->sink->out;
     const int64_t ld = g->ld;
-    int64_t a0, c0, a, c;
-    for (c0 = 0; c0 < v->w; c0 += 64) {
-        const int64_t c1 = v->w - c0 < 64 ? v->w : c0 + 64;
-        if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+    int64_t b, a0, a, c;
+    QK__UNUSED(thread);
+    while ((b = QK__FETCH_ADD(&j->next, 1)) * 64 < v->w) {
+        const int64_t c0 = b * 64, c1 = v->w - c0 < 64 ? v->w : c0 + 64;
+        if (QK__LOAD(&g->cancel)) { QK__STORE(&j->cancelled, 1); return; }
         for (a0 = 0; a0 < v->h; a0 += 64) {
             const int64_t a1 = v->h - a0 < 64 ? v->h : a0 + 64;
             if (g->es == 4) {
@@ -448,6 +458,21 @@ static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
             }
         }
     }
+}
+
+static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
+{
+    qk__mirror_job j;
+    const int64_t strips = (v->w + 63) / 64;
+    int nt = v->copy.n_threads;
+    if ((int64_t)nt > strips) nt = (int)strips;
+    j.v = v;
+    j.next = 0;
+    j.cancelled = 0;
+    QK_PROF_BEGIN("host mirror");
+    qk__parallel(nt > 0 ? nt : 1, qk__mgpu_mirror_work, &j);
+    QK_PROF_END("host mirror");
+    if (j.cancelled || QK__LOAD(&v->g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
     return QK_OK;
 }
 
