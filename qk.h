@@ -11413,9 +11413,9 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
    in K, and no element is written by two threads (a band's rows from its first row on, and the
    mirror of its rectangle: rows below the band, the band's columns):
      HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
-               into it when it is pinned, else slab rows copied from pinned staging, both
-               on the GPU's share of the host threads); the rectangle's mirror is then
-               transposed on the host from the buffer itself, on those threads too
+               into it when it is pinned, else slab rows copied from pinned staging by the
+               GPU's share of the host threads); the rectangle's mirror is then transposed
+               on the host from the buffer itself, by those threads too
      DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
      CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
      NPY       the sink's temporary file; each thread writes through its own descriptor, the
