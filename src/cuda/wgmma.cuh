@@ -181,9 +181,44 @@ __device__ __forceinline__ uint32_t qk__rot16(uint32_t w) { return __byte_perm(w
 QK__WG_MMA_F16(qk__wg_m64n128k16, "m64n128k16", 64, "{%64, %65, %66, %67}, %68", "%69")
 QK__WG_MMA_F16(qk__wg_m64n64k16, "m64n64k16", 32, "{%32, %33, %34, %35}, %36", "%37")
 
-/* The epilogue of a 64-row warpgroup slice: v = (re^2 + im^2) of accumulator pairs, stored to
-   K and its mirror (>>common's qk__store_tile rules: tri writes direct where col + doff >= row
-   and mirrors where col + doff > row). NJ: 8-column groups of the slice. */
+/* The epilogue of a 64-row warpgroup slice, in two steps. qk__wg_put stores two adjacent entries
+   (row gi, columns gj, gj + 1) of K and their mirror (>>common's qk__store_tile rules: tri writes
+   direct where col + doff >= row and mirrors where col + doff > row; inner: the whole tile inside
+   K, off the diagonal, rows aligned for pair stores). qk__wg_value is one entry's (re^2 + im^2)
+   from the accumulators (element x of the thread's fragment: column group x / 4, row half
+   (x / 2) % 2, column x % 2). */
+template <typename OutT>
+__device__ __forceinline__ void qk__wg_put(float v0, float v1, int gi, int gj, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
+                                           OutT *__restrict__ mout, int64_t doff, int tri)
+{
+    if (inner) {
+        typedef typename qk__vec2<OutT>::t V2;
+        V2 w;
+        w.x = (OutT)v0;
+        w.y = (OutT)v1;
+        *(V2 *)(out + (int64_t)gi * ld + gj) = w;
+        if (mout) {
+            mout[(int64_t)gj * ld + gi] = (OutT)v0;
+            mout[(int64_t)(gj + 1) * ld + gi] = (OutT)v1;
+        }
+        return;
+    }
+    const float v[2] = {v0, v1};
+#pragma unroll
+    for (int e = 0; e < 2; ++e)
+        if (gi < m && gj + e < nn) {
+            if (!tri || gj + e + doff >= gi) out[(int64_t)gi * ld + gj + e] = (OutT)v[e];
+            if (mout && (!tri || gj + e + doff > gi)) mout[(int64_t)(gj + e) * ld + gi] = (OutT)v[e];
+        }
+}
+template <bool CPLX, bool TOT>
+__device__ __forceinline__ float qk__wg_value(const float *ar, const float *ai, const float *tr, const float *ti, float inv_s2, int x)
+{
+    const float re = (TOT ? tr[x] + ar[x] : ar[x]) * inv_s2, im = CPLX ? (TOT ? ti[x] + ai[x] : ai[x]) * inv_s2 : 0.0f;
+    return re * re + im * im;
+}
+/* The whole slice at once (NJ: 8-column groups of the slice; rl, t: the thread's row and column
+   pair in its warp's 16 rows). */
 template <typename OutT, int NJ, bool CPLX, bool TOT>
 __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, const float *tr, const float *ti, float inv_s2, int row0,
                                              int col0, int rl, int t, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
@@ -193,33 +228,23 @@ __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, c
     for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-            const int gi = row0 + rl + h * 8, gj = col0 + j * 8 + 2 * t;
-            OutT v[2];
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int x = j * 4 + h * 2 + e;
-                const float re = (TOT ? tr[x] + ar[x] : ar[x]) * inv_s2, im = CPLX ? (TOT ? ti[x] + ai[x] : ai[x]) * inv_s2 : 0.0f;
-                v[e] = (OutT)(re * re + im * im);
-            }
-            if (inner) {   /* inner: the whole tile inside K, off the diagonal, rows aligned for pair stores */
-                typedef typename qk__vec2<OutT>::t V2;
-                V2 w;
-                w.x = v[0];
-                w.y = v[1];
-                *(V2 *)(out + (int64_t)gi * ld + gj) = w;
-                if (mout) {
-                    mout[(int64_t)gj * ld + gi] = v[0];
-                    mout[(int64_t)(gj + 1) * ld + gi] = v[1];
-                }
-            } else {
-#pragma unroll
-                for (int e = 0; e < 2; ++e)
-                    if (gi < m && gj + e < nn) {
-                        if (!tri || gj + e + doff >= gi) out[(int64_t)gi * ld + gj + e] = v[e];
-                        if (mout && (!tri || gj + e + doff > gi)) mout[(int64_t)(gj + e) * ld + gi] = v[e];
-                    }
-            }
+            const int x = j * 4 + h * 2;
+            qk__wg_put<OutT>(qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x), qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x + 1),
+                             row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, doff, tri);
         }
+}
+/* Column groups [j0, j1) of a slice whose values were taken earlier (v: qk__wg_value of every
+   element), tri with doff 0: the persistent kernel's deferred epilogue. */
+template <typename OutT>
+__device__ __forceinline__ void qk__wg_store_held(const float (&v)[64], int j0, int j1, int row0, int col0, int rl, int t, bool inner,
+                                                  int m, int nn, OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout)
+{
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+        if (j >= j0 && j < j1)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                qk__wg_put<OutT>(v[j * 4 + h * 2], v[j * 4 + h * 2 + 1], row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, 0, 1);
 }
 
 /* One FP16 stage of a warpgroup's products, committed as one group: its warps' A rows (arow: this
