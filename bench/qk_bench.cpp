@@ -5,7 +5,9 @@
    construction (stats.states_ms), the Gram (first slab start to last slab end: gram_ms) and
    the output (to the last D2H: output_ms). Gpairs/s counts all n*n entries of K (as the peer
    does), although K(X,X) computes half of them. bench/qk_bench_report.py joins this JSON with
-   the peer's (run in the same job) and prints the table with ratios and ceilings. */
+   the peer's (run in the same job) and prints the table with ratios and ceilings. --cases roof:
+   issue 26's table in one process, each row with its floor (the write of K or the GEMM rate of
+   what the plan runs, both measured in the job) and its share (roof()). */
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <algorithm>
@@ -93,12 +95,14 @@ struct Row {
     int q; int64_t n;
     double gram_ms, states_ms, output_ms, e2e_ms, busy0, busy1, deliver_ms;
     double max_err = -1, diag_err = -1; /* prec cases: vs an fp64 K (-1: not measured) */
+    std::string roof;                   /* roof cases: the row's roofline fields, JSON (roof_row) */
 };
 
 static std::vector<Row> rows;
 static std::vector<std::string> g_probe_rows;
 static int reps = 3;
 static qk_ctx *g_ctx = nullptr; /* keeps the pinned staging across calls, as a user's context does */
+static qk_plan g_last_plan;      /* the plan run_case ran last (the roof cases read it) */
 
 static const char *prec_name(qk_precision p)
 {
@@ -122,6 +126,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = od; g.output = out; g.precision = prec;
     qk_plan p = plan_for(m, g, blas, slab, cfg);
     p.host_pinned = out == QK_OUTPUT_HOST && pinned_host;
+    g_last_plan = p;
     std::vector<double> gm, sm, om, em, b0, b1, dm;
     for (int r = 0; r < reps + 1; ++r) {
         auto t0 = std::chrono::steady_clock::now();
@@ -290,13 +295,12 @@ static void tc_case(const char *name, const qk_map &m, const std::vector<double>
                 {QK_PRECISION_FP16, 5, 0}, {QK_PRECISION_FP16, 10, 1}, {QK_PRECISION_FP16, 10, 2}, {QK_PRECISION_FP16, 10, 4}});
 }
 
-/* The write floor of an n x n float K in this job: cudaMemsetAsync of the n*n*4 bytes, median of
-   5 after a warm-up (Gpairs/s = n*n / t). */
-static void write_floor(int64_t n)
+/* cudaMemsetAsync of bytes on the device: the median ms of 5 after a warm-up (CUDA events); < 0
+   where the memory is not there */
+static double memset_ms(size_t bytes)
 {
     void *buf = nullptr;
-    const size_t bytes = (size_t)n * n * 4;
-    if (cudaMalloc(&buf, bytes) != cudaSuccess) { printf("write floor: no memory\n"); return; }
+    if (cudaMalloc(&buf, bytes) != cudaSuccess) { cudaGetLastError(); return -1; }
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0); cudaEventCreate(&e1);
     std::vector<double> ms;
@@ -309,15 +313,45 @@ static void write_floor(int64_t n)
         cudaEventElapsedTime(&t, e0, e1);
         if (r) ms.push_back(t);
     }
-    const double t = median(ms);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    cudaFree(buf);
+    return median(ms);
+}
+
+/* The write floor of an n x n float K in this job: cudaMemsetAsync of the n*n*4 bytes, median of
+   5 after a warm-up (Gpairs/s = n*n / t; returned, 0 where it could not be measured). */
+static double write_floor(int64_t n)
+{
+    const size_t bytes = (size_t)n * n * 4;
+    const double t = memset_ms(bytes);
+    if (t <= 0) { printf("write floor: no memory\n"); return 0; }
     printf("write floor n=%lld: cudaMemset of %.2f GB %.3f ms = %.0f GB/s = %.0f Gpairs/s\n", (long long)n, bytes / 1e9, t,
            bytes / (t * 1e6), (double)n * n / (t * 1e6));
     char line[160];
     snprintf(line, sizeof line, "{\"probe\": \"write floor (cudaMemset)\", \"n\": %lld, \"ms\": %.4f, \"Gpairs_s\": %.1f}", (long long)n, t,
              (double)n * n / (t * 1e6));
     g_probe_rows.push_back(line);
-    cudaEventDestroy(e0); cudaEventDestroy(e1);
-    cudaFree(buf);
+    return (double)n * n / (t * 1e6);
+}
+
+/* A and B of an N x N GEMM in type t (bytes each, at least N*N of t): finite values in (-1, 1)
+   (never time on zeros or NaNs) */
+static void fill_operands(void *A, void *B, int N, size_t bytes, cudaDataType_t t)
+{
+    uint64_t r = 0x9e3779b97f4a7c15ull;
+    const size_t cnt = (size_t)N * N * (t == CUDA_C_64F || t == CUDA_C_32F ? 2 : 1);
+    std::vector<unsigned char> hv(bytes);
+    for (size_t i = 0; i < cnt; ++i) {
+        r ^= r << 13; r ^= r >> 7; r ^= r << 17; /* xorshift64 */
+        const double v = (double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0;
+        const unsigned sg = v < 0, m = (unsigned)(r & 0x3ff);
+        if (t == CUDA_R_16F) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 14u << 10 | m);           /* [0.5, 1) */
+        else if (t == CUDA_R_16BF) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 126u << 7 | (m & 0x7f)); /* [0.5, 1) */
+        else if (t == CUDA_R_64F || t == CUDA_C_64F) ((double *)hv.data())[i] = v;
+        else ((float *)hv.data())[i] = (float)v;
+    }
+    cudaMemcpy(A, hv.data(), bytes, cudaMemcpyHostToDevice);
+    cudaMemcpy(B, hv.data(), bytes, cudaMemcpyHostToDevice);
 }
 
 /* Raw cuBLAS rates on this GPU for the compute types the precision modes could use, square
@@ -333,23 +367,7 @@ static void probe()
     if (cudaMalloc(&A, bytes) != cudaSuccess || cudaMalloc(&B, bytes) != cudaSuccess || cudaMalloc(&C, bytes) != cudaSuccess) {
         printf("probe: no memory\n"); return;
     }
-    /* finite operands in (-1, 1) in the probe's format (never time on zeros or NaNs) */
-    auto fill = [&](cudaDataType_t t) {
-        uint64_t r = 0x9e3779b97f4a7c15ull;
-        const size_t cnt = (size_t)N * N * (t == CUDA_C_64F || t == CUDA_C_32F ? 2 : 1);
-        std::vector<unsigned char> hv(bytes);
-        for (size_t i = 0; i < cnt; ++i) {
-            r ^= r << 13; r ^= r >> 7; r ^= r << 17; /* xorshift64 */
-            const double v = (double)(r >> 11) * (2.0 / 9007199254740992.0) - 1.0;
-            const unsigned sg = v < 0, m = (unsigned)(r & 0x3ff);
-            if (t == CUDA_R_16F) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 14u << 10 | m);           /* [0.5, 1) */
-            else if (t == CUDA_R_16BF) ((unsigned short *)hv.data())[i] = (unsigned short)(sg << 15 | 126u << 7 | (m & 0x7f)); /* [0.5, 1) */
-            else if (t == CUDA_R_64F || t == CUDA_C_64F) ((double *)hv.data())[i] = v;
-            else ((float *)hv.data())[i] = (float)v;
-        }
-        cudaMemcpy(A, hv.data(), bytes, cudaMemcpyHostToDevice);
-        cudaMemcpy(B, hv.data(), bytes, cudaMemcpyHostToDevice);
-    };
+    auto fill = [&](cudaDataType_t t) { fill_operands(A, B, N, bytes, t); }; /* in the probe's format */
     cudaEvent_t e0, e1;
     cudaEventCreate(&e0); cudaEventCreate(&e1);
     struct P { const char *name; int kind; cudaDataType_t t; cublasComputeType_t ct; int strategy; double flops_per; };
@@ -416,6 +434,208 @@ static void probe()
     cudaEventDestroy(e0); cudaEventDestroy(e1);
     cudaFree(A); cudaFree(B); cudaFree(C);
     cublasDestroy(h);
+}
+
+/* ---- the roofline of issue 26 (bench/run.sh gpu-bench CASES=roof; docs/benchmarks.md) ----
+   The issue's table in one process: the floors of this GPU, then each row (zz reps=2, K(X,X) on
+   the device, the planned engine of the precision asked for) with its floor and its share. */
+struct Floors {
+    double write_gps[3] = {0, 0, 0}; /* the write of K (write_floor), Gpairs/s at n = 32768, 16384, 4096 */
+    double fp16 = 0, tf32 = 0, fp32 = 0; /* dense TFLOP/s: cuBLAS GEMM fp16 in / fp32 acc, tf32, fp32 (FP32 cores) */
+};
+static const int64_t roof_n[3] = {32768, 16384, 4096};
+
+/* TFLOP/s (2 N^3 / t) of cublasGemmEx A^T B, N^3, operands of type t, fp32 output, compute type
+   ct, the median of 5 after a warm-up (as probe's); 0 where it fails */
+static double gemm_tflops(cublasHandle_t h, int N, cudaDataType_t t, cublasComputeType_t ct, const void *A, const void *B, void *C)
+{
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0); cudaEventCreate(&e1);
+    std::vector<double> ms;
+    const float one = 1, zero = 0;
+    cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
+    for (int r = 0; r < 6 && st == CUBLAS_STATUS_SUCCESS; ++r) {
+        cudaEventRecord(e0, 0);
+        st = cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, N, N, N, &one, A, t, N, B, t, N, &zero, C, CUDA_R_32F, N, ct, CUBLAS_GEMM_DEFAULT);
+        cudaEventRecord(e1, 0);
+        cudaEventSynchronize(e1);
+        float x = 0;
+        cudaEventElapsedTime(&x, e0, e1);
+        if (r) ms.push_back(x);
+    }
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
+    const cudaError_t ce = cudaGetLastError();
+    if (st != CUBLAS_STATUS_SUCCESS || ce != cudaSuccess) { printf("roof gemm: status %d (%s)\n", (int)st, cudaGetErrorString(ce)); return 0; }
+    const double t_ms = median(ms);
+    return t_ms > 0 ? 2.0 * N * N * (double)N / (t_ms * 1e9) : 0;
+}
+
+/* This GPU's floors: the write of K at each n of the rows, and the dense GEMM rates at 8192^3
+   (where cuBLAS reaches the peak; a few ms each). Each is printed and kept in the probe rows. */
+static Floors roof_floors()
+{
+    Floors f;
+    for (int i = 0; i < 3; ++i) f.write_gps[i] = write_floor(roof_n[i]);
+    const int N = 8192;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) { printf("roof: no cublas\n"); return f; }
+    void *A = nullptr, *B = nullptr, *C = nullptr;
+    const size_t bytes = (size_t)N * N * 4;
+    if (cudaMalloc(&A, bytes) != cudaSuccess || cudaMalloc(&B, bytes) != cudaSuccess || cudaMalloc(&C, bytes) != cudaSuccess) {
+        printf("roof: no memory for the GEMM rates\n");
+    } else {
+        struct G { const char *name; cudaDataType_t t; cublasComputeType_t ct; double *out; } gs[] = {
+            {"hgemm fp16 in, fp32 acc", CUDA_R_16F, CUBLAS_COMPUTE_32F, &f.fp16},
+            {"sgemm tf32", CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, &f.tf32},
+            {"sgemm fp32", CUDA_R_32F, CUBLAS_COMPUTE_32F, &f.fp32}};
+        cudaDataType_t filled = CUDA_R_8I;
+        for (auto &g : gs) {
+            if (g.t != filled) { fill_operands(A, B, N, bytes, g.t); filled = g.t; }
+            *g.out = gemm_tflops(h, N, g.t, g.ct, A, B, C);
+            printf("roof floor: %-24s %dx%dx%d %8.1f TFLOP/s = %.1f T multiply-adds/s\n", g.name, N, N, N, *g.out, *g.out / 2);
+            char line[160];
+            snprintf(line, sizeof line, "{\"probe\": \"%s\", \"n\": %d, \"ms\": %.4f, \"tflops\": %.2f}", g.name, N,
+                     *g.out > 0 ? 2.0 * N * N * (double)N / (*g.out * 1e9) : 0.0, *g.out);
+            g_probe_rows.push_back(line);
+        }
+    }
+    cudaFree(A); cudaFree(B); cudaFree(C);
+    cublasDestroy(h);
+    fflush(stdout);
+    return f;
+}
+
+/* What the plan's Gram runs on: the kernel (name), the GEMM rate behind it (TFLOP/s of f, 0: not
+   measured), the products per inner product (fp32x3: three fp16 products) and the bound's name. */
+struct Compute { std::string kernel; double tflops = 0, products = 1; const char *bound = "compute ?"; };
+static Compute plan_compute(const qk_plan &p, const Floors &f)
+{
+    Compute c;
+    const qk_gpu_engine e = p.engine;
+    const int cfg = qk__plan_cfg_runs(&p, e, p.kernel_cfg);
+    const char *en = qk__engine_name(e) ? qk__engine_name(e) : "?";
+    char k[96];
+    if (e == QK_GPU_FUSED) snprintf(k, sizeof k, "fused cfg %d (%s)", cfg, qk__fused_cfg_name(cfg));
+    else if (qk__engine_tcf(e)) snprintf(k, sizeof k, "%s cfg %d (%s)", en, cfg, cfg == 4 ? "wgmma" : "mma.sync");
+    else snprintf(k, sizeof k, "%s (cuBLAS + epilogue)", en);
+    c.kernel = k;
+    /* no fp64 rate measured, and no statevector products off the statevector paths: the write bounds */
+    if (p.precision == QK_PRECISION_FP64 || (p.path != QK_PATH_REAL && p.path != QK_PATH_COMPLEX)) return c;
+    switch (e) {
+    case QK_GPU_FUSED:
+        if (cfg == 8) { c.tflops = f.fp16; c.products = 3; c.bound = "compute fp16 x3"; } /* hi/lo fp16 splits on the tensor cores */
+        else { c.tflops = f.fp32; c.bound = "compute fp32"; }
+        break;
+    case QK_GPU_CUBLAS: c.tflops = f.fp32; c.bound = "compute fp32"; break;
+    case QK_GPU_CUBLAS_3M: c.tflops = f.fp32; c.products = 0.75; c.bound = "compute fp32 (3m)"; break; /* 3 real products of 4 */
+    case QK_GPU_TC_TF32: case QK_GPU_TCF_TF32: c.tflops = f.tf32; c.bound = "compute tf32"; break;
+    case QK_GPU_TC_FP32X3: case QK_GPU_TCF_FP32X3: c.tflops = f.fp16; c.products = 3; c.bound = "compute fp16 x3"; break;
+    case QK_GPU_TC_FP16: case QK_GPU_TCF_FP16: c.tflops = f.fp16; c.bound = "compute fp16"; break;
+    case QK_GPU_TC_BF16: c.tflops = f.fp16; c.bound = "compute bf16 (fp16 rate)"; break;
+    default: break;
+    }
+    return c;
+}
+
+/* The plan's lines naming what it took (qk_plan_describe's engine, config and precision lines),
+   on one line */
+static std::string plan_lines(const qk_plan &p)
+{
+    char buf[8192];
+    qk_plan_describe(&p, buf, sizeof buf);
+    std::string out;
+    for (char *l = strtok(buf, "\n"); l; l = strtok(nullptr, "\n")) {
+        while (*l == ' ') ++l;
+        if (!strncmp(l, "engine:", 7) || !strncmp(l, "config:", 7) || !strncmp(l, "precision:", 10) || !strncmp(l, "K(", 2))
+            out += (out.empty() ? "" : " | ") + std::string(l);
+    }
+    return out;
+}
+
+/* s with the characters JSON would need escaped replaced (quotes, backslashes, controls) */
+static std::string json_safe(std::string s)
+{
+    for (auto &ch : s)
+        if (ch == '"' || ch == '\\' || (unsigned char)ch < 0x20) ch = '\'';
+    return s;
+}
+
+/* One row of the table: K(X,X) on the device in precision prec (the planned engine), its floor
+   min(write, compute) and its share. Compute floor (Gpairs/s of K) = the rate (multiply-adds/s,
+   TFLOP/s / 2) over the multiply-adds per entry of K: complex states of D = 2^q amplitudes need
+   4D real multiply-adds a computed pair (Re and Im of <a|b>), real ones D, K(X,X) computes half
+   of the pairs (2D or D/2 an entry), times the products (fp32x3: 3). states: the state rate
+   against the write of the states (D x 8 bytes each). */
+static void roof_row(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_precision prec, const Floors &f,
+                     double write_gps, bool states)
+{
+    const size_t before = rows.size();
+    if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, prec) != 0 || rows.size() == before) return;
+    Row &r = rows.back();
+    const qk_plan &p = g_last_plan;
+    const Compute c = plan_compute(p, f);
+    const double D = std::ldexp(1.0, m.n_qubits);
+    const bool cplx = p.path == QK_PATH_COMPLEX;
+    const char *asked = prec == QK_PRECISION_DEFAULT ? "default" : prec_name(prec);
+    const std::string pl = plan_lines(p);
+    char js[1024];
+    if (states) {
+        const double t = memset_ms((size_t)n * (size_t)D * 8); /* the states' bytes, complex64 */
+        const double v = r.states_ms > 0 ? n / r.states_ms * 1e3 : 0, fl = t > 0 ? n / t * 1e3 : 0;
+        printf("roof   %2d q n=%6lld states %-6s %-40s %10.0f states/s | floor %10.0f (write of %lld x %.0f x 8 bytes: %.3f ms) | share %5.1f %%\n",
+               m.n_qubits, (long long)n, r.precision.c_str(), c.kernel.c_str(), v, fl, (long long)n, D, t, fl > 0 ? 100 * v / fl : 0.0);
+        snprintf(js, sizeof js, ", \"roof\": \"states\", \"asked\": \"%s\", \"kernel\": \"%s\", \"floor_states_per_s\": %.1f, "
+                 "\"bound\": \"write\", \"share\": %.4f, \"plan\": \"%s\"", asked, json_safe(c.kernel).c_str(), fl, fl > 0 ? v / fl : 0.0,
+                 json_safe(pl).c_str());
+        r.roof = js;
+    } else {
+        const double macs = c.products * (cplx ? 2 * D : D / 2);                 /* per entry of K */
+        const double cf = c.tflops > 0 ? c.tflops * 1e12 / 2 / macs / 1e9 : 0;   /* Gpairs/s; 0: not measured */
+        const double v = r.gram_ms > 0 ? (double)n * n / r.gram_ms / 1e6 : 0;
+        const bool wb = cf <= 0 || (write_gps > 0 && write_gps <= cf);
+        const double fl = wb ? write_gps : cf;
+        const char *bound = wb ? (cf > 0 ? "write" : "write (compute not measured)") : c.bound;
+        printf("roof   %2d q n=%6lld %-7s %-6s %-40s %9.2f Gpairs/s | floor %9.2f (%s; write %.1f, %s %.1f at %.0f multiply-adds an entry) | share %5.1f %%\n",
+               m.n_qubits, (long long)n, asked, r.precision.c_str(), c.kernel.c_str(), v, fl, bound, write_gps, c.bound, cf, macs,
+               fl > 0 ? 100 * v / fl : 0.0);
+        char cfs[32] = "null";
+        if (cf > 0) snprintf(cfs, sizeof cfs, "%.3f", cf);
+        snprintf(js, sizeof js, ", \"roof\": \"gram\", \"asked\": \"%s\", \"kernel\": \"%s\", \"Gpairs_s\": %.4f, \"floor_Gpairs_s\": %.3f, "
+                 "\"write_floor_Gpairs_s\": %.3f, \"compute_floor_Gpairs_s\": %s, \"macs_per_entry\": %.0f, \"bound\": \"%s\", \"share\": %.4f, "
+                 "\"plan\": \"%s\"", asked, json_safe(c.kernel).c_str(), v, fl, write_gps, cfs, macs, bound, fl > 0 ? v / fl : 0.0,
+                 json_safe(pl).c_str());
+        r.roof = js;
+    }
+    printf("   plan: %s\n", pl.c_str());
+    fflush(stdout);
+}
+
+/* The issue's rows: 4 q n=32768 default; 7 q default; 8 q default, fp32x3, fp16; 12 q n=16384
+   fp32x3, fp16; 16 q n=4096 fp32x3, fp16 and the 16-qubit state rate (as zz16 measures it: the
+   fp32 run's states_ms) */
+static void roof(std::mt19937_64 &rng)
+{
+    const int saved = reps;
+    reps = std::max(reps, 3);
+    const Floors f = roof_floors();
+    std::uniform_real_distribution<double> u(0, 1);
+    struct R { int q; int ni; std::vector<qk_precision> modes; } rs[] = {
+        {4, 0, {QK_PRECISION_DEFAULT}},
+        {7, 0, {QK_PRECISION_DEFAULT}},
+        {8, 0, {QK_PRECISION_DEFAULT, QK_PRECISION_FP32X3, QK_PRECISION_FP16}},
+        {12, 1, {QK_PRECISION_FP32X3, QK_PRECISION_FP16}},
+        {16, 2, {QK_PRECISION_FP32X3, QK_PRECISION_FP16}}};
+    for (auto &c : rs) {
+        const int64_t n = roof_n[c.ni];
+        BMap b; build_zz(b, c.q, 2);
+        std::vector<double> x((size_t)n * c.q);
+        for (auto &v : x) v = u(rng) * 2 * M_PI;
+        char name[16];
+        snprintf(name, sizeof name, "roof%d", c.q);
+        for (auto md : c.modes) roof_row(name, b.m, x, n, md, f, f.write_gps[c.ni], false);
+        if (c.q == 16) roof_row(name, b.m, x, n, QK_PRECISION_FP32, f, f.write_gps[c.ni], true);
+    }
+    reps = saved;
 }
 
 int main(int argc, char **argv)
@@ -607,6 +827,7 @@ int main(int argc, char **argv)
             tc_case(c.name, b.m, x, c.n);
         }
     }
+    if (has("roof")) roof(rng);
     if (has("probe")) probe();
     if (json) {
         FILE *f = fopen(json, "w");
@@ -628,10 +849,11 @@ int main(int argc, char **argv)
             if (r.max_err >= 0) snprintf(errs, sizeof errs, ", \"max_err\": %.3e, \"diag_err\": %.3e", r.max_err, r.diag_err);
             fprintf(f, "  {\"case\": \"%s\", \"map\": \"%s\", \"qubits\": %d, \"n\": %lld, \"precision\": \"%s\", \"output\": \"%s\", \"engine\": \"%s\", "
                        "\"gram_ms\": %.4f, \"gram_Gpairs_s\": %.4f, \"output_ms\": %.4f, \"output_Gpairs_s\": %.4f, "
-                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f, \"host_delivery_ms\": %.3f%s}%s\n",
+                       "\"states_ms\": %.4f, \"states_per_s\": %.1f, \"e2e_ms\": %.3f, \"busy_compute_ms\": %.3f, \"busy_copy_ms\": %.3f, \"host_delivery_ms\": %.3f%s%s}%s\n",
                     r.name.c_str(), r.map.c_str(), r.q, (long long)r.n, r.precision.c_str(), r.output.c_str(), r.engine.c_str(), r.gram_ms,
                     r.gram_ms > 0 ? pairs / r.gram_ms / 1e6 : 0.0, r.output_ms, r.output_ms > 0 ? pairs / r.output_ms / 1e6 : 0.0, r.states_ms,
-                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, r.deliver_ms, errs, i + 1 < rows.size() ? "," : "");
+                    r.states_ms > 0 ? r.n / r.states_ms * 1e3 : 0.0, r.e2e_ms, r.busy0, r.busy1, r.deliver_ms, errs, r.roof.c_str(),
+                    i + 1 < rows.size() ? "," : "");
         }
         fprintf(f, " ],\n \"tune\": [\n");
         for (size_t i = 0; i < tune_rows.size(); ++i) fprintf(f, "  %s%s\n", tune_rows[i].c_str(), i + 1 < tune_rows.size() ? "," : "");

@@ -9,9 +9,12 @@
 #
 #   gpu-suite   tests/gpu/test_gpu_engine at QS (3,8,13,16) qubits against the CPU engine, with the
 #               public-API tests (one device, host / device / tiles / .npy outputs, fault paths)
-#   gpu-bench   qk-bench CASES (zz4,zz8,zz12,zz16,tc8,amp16: zz16 is the 16-qubit state rate),
-#               the PyTorch peer (bench/.peer/torch_qk.py, PEER_CASES) in the same job, the joined
-#               table (qk_bench_report.py); the peer at TF32 beside tc8 (torch_prec.py)
+#   gpu-bench   qk-bench CASES (zz4,zz8,zz12,zz16,tc8,amp16: zz16 is the 16-qubit state rate;
+#               roof: issue 26's table, each row with its floor and share, the floors measured in
+#               the job), the PyTorch peer (bench/.peer/torch_qk.py, PEER_CASES: zz at 4, 8, 12,
+#               16 qubits, the roof rows' peers) in the same job, the joined table
+#               (qk_bench_report.py; roofline.md where CASES has roof); the peer at TF32 beside
+#               tc8 (torch_prec.py)
 #   whole-job   qk-gram X.npy -> K.npy, ROWS (zz6:40000,zz8:20000): bench/whole_job.py (wall, peak
 #               RSS, dd floor, bench/.peer/torch_e2e.py in the same job), then each row again under
 #               /usr/bin/time -v
@@ -122,16 +125,21 @@ set_gpu_bench()
     build "$GPU_OPTS" qk-bench
     step bench 300 "$(bin qk-bench)" --json "$OUT/bench.json" --commit "$OUT/commit.txt" \
         --cases "${CASES:-zz4,zz8,zz12,zz16,tc8,amp16}"
-    grep -E "^(zz|tc|amp|hea|host|e2e|small|   ->)" "$OUT/bench.log"
+    grep -E "^(zz|tc|amp|hea|host|e2e|small|roof|write floor|   ->|   plan:)" "$OUT/bench.log"
+    rm -f "$OUT/peer.json"
     if peer torch_qk.py; then
         step peer 200 python3 "$PEER/torch_qk.py" --cases "${PEER_CASES:-zz:4:32768,zz:8:32768,zz:12:16384,zz:16:4096}" \
             --json "$OUT/peer.json"
         tail -6 "$OUT/peer.log"
         step peer_prec 200 python3 bench/torch_prec.py --peer "$PEER" --cases zz:8:32768 --json "$OUT/peer_prec.json"
-        python3 bench/qk_bench_report.py "$OUT/bench.json" "$OUT/peer.json" | tee "$OUT/report.txt"
     else
         echo "no peer in $PEER: qk alone"
     fi
+    # the peer's JSON where it ran (the report reads a missing one as no peer)
+    python3 bench/qk_bench_report.py "$OUT/bench.json" "$OUT/peer.json" | tee "$OUT/report.txt"
+    case ",${CASES:-}," in
+    *,roof,*) python3 bench/qk_bench_report.py --roofline "$OUT/bench.json" "$OUT/peer.json" >"$OUT/roofline.md" ;;
+    esac
 }
 
 set_states_job()
