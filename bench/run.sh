@@ -36,7 +36,7 @@
 #   python-gpu  the Python package with the CUDA engine: tests/python, bench/python_gpu.py (call
 #               overhead vs qk-gram; vs qiskit-machine-learning when wheels were carried in .whl/)
 #
-# Environment: B (build dir), COMMIT (when the tree has no .git), PEER (folder of the peer
+# Environment: B (build dir), COMMIT (when the tree has no .git; else HEAD, +uncommitted where tracked files differ), PEER (folder of the peer
 # scripts, default bench/.peer, else .peer), and the per-set knobs named above.
 # Example (device machine): OUT=/tmp/out bash bench/run.sh gpu-bench
 set -u -o pipefail
@@ -66,7 +66,13 @@ header()  # the job header every run.log starts with
     echo "commit $COMMIT"
     echo "case set $SET, build $B, seed $QK_TEST_SEED, peer $([ -f "$PEER/torch_qk.py" ] && echo "$PEER" || echo none)"
 }
-COMMIT=${COMMIT:-$(git rev-parse HEAD 2>/dev/null || cat bench/commit.txt 2>/dev/null || echo unknown)}
+if [ -z "${COMMIT:-}" ]; then  # a tree with changes to tracked files says so: its figures are not the commit's
+    if COMMIT=$(git rev-parse HEAD 2>/dev/null); then
+        git diff --quiet HEAD -- 2>/dev/null || COMMIT="$COMMIT+uncommitted"
+    else
+        COMMIT=$(cat bench/commit.txt 2>/dev/null || echo unknown)
+    fi
+fi
 echo "$COMMIT" >"$OUT/commit.txt"
 
 build()  # build "MESON OPTIONS" TARGET...: setup $B once, compile the targets; log in build.log
