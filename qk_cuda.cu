@@ -83,6 +83,7 @@
 /* The engine's includes and the profiler's GPU-zone macros: the first thing every operation's file (src/cuda/, .cuh)
    includes, so each operation's file compiles alone (tests/tu_compile.py --cuda), and the top of
    the generated qk_cuda.cu. */
+#include <cuda.h> /* types only (CUtensorMap); the driver's functions are reached through cudaGetDriverEntryPointByVersion */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
@@ -3319,6 +3320,147 @@ qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int6
 #endif
 }
 
+/* The persistent FP16 kernel with its loads through the tensor memory accelerator (WIP, not yet
+   run on a GPU): the same work items, panel and ring as qk__k_wg16p, but one thread issues each
+   stage's load as one 128-row x 32-word box (cp.async.bulk.tensor, the 128-byte swizzle, which is
+   qk__sw128's layout) completing on the slot's "full" mbarrier, and each warpgroup, once its
+   products on a slot are done, arrives on the slot's "empty" mbarrier, which the loading thread
+   waits for before it refills the slot. No stage needs the whole block at a barrier (Nsight
+   Compute: barriers were qk__k_wg16p's first stall, docs/benchmarks.md); the block meets only
+   when an item's panel is replaced. mp: maps of A (m rows of ldw words) and B (nn rows). */
+struct qk__wg_maps {
+    CUtensorMap a, b;
+};
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+__device__ __forceinline__ void qk__mbar_init(uint32_t bar, int count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void qk__mbar_expect_tx(uint32_t bar, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void qk__mbar_arrive(uint32_t bar) { asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory"); }
+__device__ __forceinline__ void qk__mbar_wait(uint32_t bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred p;\nQK_MBAR_WAIT_%=:\nmbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n@!p bra QK_MBAR_WAIT_%=;\n}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+__device__ __forceinline__ void qk__tma_load2d(uint32_t dst, const CUtensorMap *map, int x, int y, uint32_t bar)
+{
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(map), "r"(x), "r"(y), "r"(bar)
+                 : "memory");
+}
+#endif
+template <bool CPLX, typename OutT, int NS>
+__global__ void __launch_bounds__(256, 1)
+qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, float inv_s2, OutT *__restrict__ out, int64_t ld,
+            OutT *__restrict__ mout, int vec, int C)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = 128, TS = BM * 128, P = NS - 2;   /* loads run P stages ahead: a refill waits for the stage two back */
+    const uint32_t sbase = qk__wg_smem1024(), ring = sbase + nkt * TS, bars = ring + NS * TS;
+    const uint32_t afull = bars + 2 * NS * 8;   /* full[s] at bars + 8 s, empty[s] at bars + 8 (NS + s) */
+    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
+    const int Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
+    if (tid == 0) {
+        for (int s = 0; s < NS; ++s) {
+            qk__mbar_init(bars + 8 * s, 1);
+            qk__mbar_init(bars + 8 * (NS + s), 2);   /* one arrival per warpgroup */
+        }
+        qk__mbar_init(afull, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   /* the inits, visible to the copy engine */
+    }
+    __syncthreads();
+    float ar[64], ai[CPLX ? 64 : 1];
+    qk__wg_zero(ar);
+    qk__wg_zero(ai);
+    uint32_t u_load = 0, u_use = 0, n_items = 0;   /* loads issued (thread 0), stages consumed, panels loaded */
+    int64_t items = 0;
+    for (int p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
+    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
+        int p = 0;
+        int64_t rem = it;
+        while (rem >= (Tn - p + C - 1) / C) {
+            rem -= (Tn - p + C - 1) / C;
+            ++p;
+        }
+        const int j0 = p + (int)rem * C, nt = min(C, Tn - j0), row0 = p * BM, tot = nt * nkt;
+        __syncthreads();   /* every warpgroup is done with the last item's panel */
+        auto produce = [&](int gs) {   /* thread 0: stage gs's B box into its ring slot */
+            const uint32_t slot = u_load % NS, full = bars + 8 * slot, empty = bars + 8 * (NS + slot);
+            if (u_load >= (uint32_t)NS) qk__mbar_wait(empty, (u_load / NS - 1) & 1);
+            qk__mbar_expect_tx(full, TS);
+            qk__tma_load2d(ring + slot * TS, &mp.b, (gs % nkt) * 32, (j0 + gs / nkt) * BM, full);
+            ++u_load;
+        };
+        if (tid == 0) {
+            qk__fence_async_smem();   /* the panel's generic-proxy reads (ldmatrix) before the async-proxy writes */
+            qk__mbar_expect_tx(afull, (uint32_t)(nkt * TS));
+            for (int kt = 0; kt < nkt; ++kt) qk__tma_load2d(sbase + kt * TS, &mp.a, kt * 32, row0, afull);
+            for (int gs = 0; gs < P && gs < tot; ++gs) produce(gs);
+        }
+        __syncwarp();   /* warp 0 converged again before the warpgroup's aligned instructions */
+        qk__mbar_wait(afull, n_items & 1);
+        ++n_items;
+        for (int gs = 0; gs < tot; ++gs) {
+            const int kt = gs % nkt;
+            if (tid == 0 && gs + P < tot) produce(gs + P);
+            __syncwarp();
+            const uint32_t slot = u_use % NS;
+            qk__mbar_wait(bars + 8 * slot, (u_use / NS) & 1);
+            qk__wg16_stage<CPLX>(sbase + kt * TS, ring + slot * TS, arow, ahi, ar, ai);
+            qk__wg_wait0();
+            if ((tid & 127) == 0) qk__mbar_arrive(bars + 8 * (NS + slot));   /* this warpgroup is done with the slot */
+            __syncwarp();
+            ++u_use;
+            if (kt == nkt - 1) {
+                qk__wg_pin(ar);
+                if constexpr (CPLX) qk__wg_pin(ai);
+                const int col0 = (j0 + gs / nkt) * BM;
+                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
+                qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
+                                                    inner, m, nn, out, ld, mout, 0, 1);
+                qk__wg_zero(ar);
+                qk__wg_zero(ai);
+            }
+        }
+    }
+#endif
+}
+
+/* cuTensorMapEncodeTiled from the driver the runtime uses (no link to libcuda); null where the
+   driver has none. Looked up once. */
+typedef CUresult (*qk__pfn_encode_tiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
+                                         const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,
+                                         CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+static qk__pfn_encode_tiled qk__tma_encoder()
+{
+    static std::once_flag once;
+    static qk__pfn_encode_tiled fn = nullptr;
+    std::call_once(once, [] {
+        void *p = nullptr;
+        cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = (qk__pfn_encode_tiled)p;
+        cudaGetLastError();
+    });
+    return fn;
+}
+/* The map of rows x ldw 32-bit operand words at base: 32-word x 128-row boxes in the 128-byte
+   swizzle (a stage of qk__k_wg16t), rows past the last read as zeros. */
+static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_t *base, int64_t rows, int64_t ldw)
+{
+    const cuuint64_t dims[2] = {(cuuint64_t)ldw, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ldw * 4};
+    const cuuint32_t box[2] = {32, 128}, step[2] = {1, 1};
+    return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, (void *)base, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
+               CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 /* Launchers (the arguments of qk__launch_tcf_cfg; ldp: words per row and part, a multiple of 32).
    FP16: the persistent kernel for a triangle of short states (qk__k_wg16p), else the triangular
    grid of K(X,X) (qk__tri_grid) where the whole block is one triangle; FP32X3's tiles are not
@@ -3347,6 +3489,18 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
             const int64_t Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
             int64_t items = 0;
             for (int64_t p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
+            if (getenv("QK_WG_TMA")) {   /* WIP: the TMA-fed kernel, chosen by the environment until it is measured */
+                const qk__pfn_encode_tiled enc = qk__tma_encoder();
+                qk__wg_maps mp;
+                if (enc && qk__wg_map(enc, &mp.a, A, m, ldw) && qk__wg_map(enc, &mp.b, B, nn, ldw)) {
+                    const size_t tsmem = (size_t)(nkt + 5) * 16384 + 1024 + 128;
+                    QK_CK(cudaFuncSetAttribute(qk__k_wg16t<CPLX, OutT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
+                    qk__k_wg16t<CPLX, OutT, 5><<<(unsigned)std::min<int64_t>(items, sms), 256, tsmem, st>>>(mp, nkt, (int)m, (int)nn, inv_s2, out, ld,
+                                                                                                         mout, qk__vec_ok(out, mout, ld), C);
+                    QK_LAUNCH_CK("qk__k_wg16t");
+                    return QK_OK;
+                }
+            }
             const size_t psmem = (size_t)(nkt + 4) * 16384 + 1024;
             QK_CK(cudaFuncSetAttribute(qk__k_wg16p<CPLX, OutT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
             qk__k_wg16p<CPLX, OutT, 4><<<(unsigned)std::min<int64_t>(items, sms), 256, psmem, st>>>(A, B, ldw, nkt, (int)m, (int)nn, inv_s2, out, ld,

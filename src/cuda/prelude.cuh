@@ -2,6 +2,7 @@
    includes, so each operation's file compiles alone (tests/tu_compile.py --cuda), and the top of
    the generated qk_cuda.cu. */
 #pragma once
+#include <cuda.h> /* types only (CUtensorMap); the driver's functions are reached through cudaGetDriverEntryPointByVersion */
 #include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <cuda_bf16.h>
