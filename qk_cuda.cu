@@ -2884,7 +2884,7 @@ extern "C" qk_result qk_cuda_amplitude_encode(const double *x, int64_t n, int d,
    (-Dgpu_arch=90 builds it; qk__wgmma_ok says whether this device runs it); elsewhere the kernels
    are empty and the planner never names configuration 4. */
 #define QK__WG_F4(i) "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3])
-/* column tiles per work item of the persistent FP16 kernel (qk__k_wg16p), chosen by measurement
+/* column tiles per work item of the persistent FP16 kernel (qk__k_wg16t), chosen by measurement
    (docs/benchmarks.md, 'Figures behind the code's constants') */
 #define QK__WG_ITEM 8
 
@@ -3253,81 +3253,19 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
 /* FP16, persistent, for the triangle of K(X,X) with short states (nkt <= 8 stages: at most 256
    complex amplitudes, 8 qubits): a block takes work items, a panel of 128 rows p and up to C
    column tiles j >= p of it, keeps the panel's A rows (every stage) resident in shared memory and
-   streams the B tiles through an NS-stage ring that runs ahead across the item's tiles, so the
+   streams the B tiles through an NS-slot ring that runs ahead across the item's tiles, so the
    next tile's first stages load under the current tile's epilogue and the A rows are read once
    per item instead of once per tile. Tm x Tn: tiles of K's rows and columns (m, nn as
-   qk__k_wg16's, tri and doff 0). */
-template <bool CPLX, typename OutT, int NS>
-__global__ void __launch_bounds__(256, 1)
-qk__k_wg16p(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_t ldw, int nkt, int m, int nn, float inv_s2,
-            OutT *__restrict__ out, int64_t ld, OutT *__restrict__ mout, int vec, int C)
-{
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int BM = 128, TS = BM * 128, P = NS - 1;
-    const uint32_t sbase = qk__wg_smem1024(), ring = sbase + nkt * TS;
-    const int tid = threadIdx.x, wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
-    const int arow = wg * 64 + warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
-    const int Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
-    float ar[64], ai[CPLX ? 64 : 1];
-    qk__wg_zero(ar);
-    qk__wg_zero(ai);
-    int64_t items = 0;
-    for (int p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
-    for (int64_t it = blockIdx.x; it < items; it += gridDim.x) {
-        int p = 0;
-        int64_t rem = it;
-        while (rem >= (Tn - p + C - 1) / C) {
-            rem -= (Tn - p + C - 1) / C;
-            ++p;
-        }
-        const int j0 = p + (int)rem * C, nt = min(C, Tn - j0), row0 = p * BM, tot = nt * nkt;
-        __syncthreads();   /* every warpgroup is done with the last item's panel (its tiles ended waiting for their products) */
-        for (int c = tid; c < BM * 8 * nkt; c += 256) {
-            const int kt = c / (BM * 8), r = (c >> 3) % BM, cc = c & 7, grow = row0 + r;
-            const bool ok = grow < m;
-            qk__cp16s(sbase + kt * TS + qk__sw128(r, cc), A + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4, ok ? 16 : 0);
-        }
-        qk__cp_commit();
-        auto loadb = [&](int gs) {
-            const int tj = j0 + gs / nkt, kt = gs % nkt, slot = gs % NS;
-            qk__wg_each_chunk<4>(tid, [&](int r, int cc) {
-                const int grow = tj * BM + r;
-                const bool ok = grow < nn;
-                qk__cp16s(ring + slot * TS + qk__sw128(r, cc), B + (ok ? (int64_t)grow * ldw : 0) + (int64_t)kt * 32 + cc * 4,
-                          ok ? 16 : 0);
-            });
-        };
-        qk__wg_prime<P>(loadb, tot);
-        for (int gs = 0; gs < tot; ++gs) {
-            const int kt = gs % nkt;
-            qk__wg_wait0();
-            qk__wg_advance<P>(loadb, gs, tot);
-            const uint32_t As = sbase + kt * TS, Bs = ring + (gs % NS) * TS;
-            qk__wg16_stage<CPLX>(As, Bs, arow, ahi, ar, ai);
-            if (kt == nkt - 1) {   /* the tile's last stage: its epilogue, under the next tile's loads */
-                qk__wg_wait0();
-                qk__wg_pin(ar);
-                if constexpr (CPLX) qk__wg_pin(ai);
-                const int col0 = (j0 + gs / nkt) * BM;
-                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
-                qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
-                                                    inner, m, nn, out, ld, mout, 0, 1);
-                qk__wg_zero(ar);
-                qk__wg_zero(ai);
-            }
-        }
-    }
-#endif
-}
-
-/* The persistent FP16 kernel with its loads through the tensor memory accelerator (WIP, not yet
-   run on a GPU): the same work items, panel and ring as qk__k_wg16p, but one thread issues each
-   stage's load as one 128-row x 32-word box (cp.async.bulk.tensor, the 128-byte swizzle, which is
-   qk__sw128's layout) completing on the slot's "full" mbarrier, and each warpgroup, once its
-   products on a slot are done, arrives on the slot's "empty" mbarrier, which the loading thread
-   waits for before it refills the slot. No stage needs the whole block at a barrier (Nsight
-   Compute: barriers were qk__k_wg16p's first stall, docs/benchmarks.md); the block meets only
-   when an item's panel is replaced. mp: maps of A (m rows of ldw words) and B (nn rows). */
+   qk__k_wg16's, tri and doff 0).
+   Loads go through the tensor memory accelerator: one thread issues each stage's load as one
+   128-row x 32-word box (cp.async.bulk.tensor, the 128-byte swizzle, which is qk__sw128's
+   layout; rows past the last read as zeros) completing on the slot's "full" mbarrier, and each
+   warpgroup, once its products on a slot are done, arrives on the slot's "empty" mbarrier, which
+   the loading thread waits for before it refills the slot. No stage needs the whole block at a
+   barrier; the block meets only when an item's panel is replaced. Against the same kernel fed by
+   cp.async with a block barrier per stage (barriers were its first stall in Nsight Compute):
+   8 qubits 403 against 339 Gpairs/s, 7 qubits 591 against 519 (H200, docs/benchmarks.md), K bit
+   for bit the same. mp: maps of A (m rows of ldw words) and B (nn rows). */
 struct qk__wg_maps {
     CUtensorMap a, b;
 };
@@ -3462,7 +3400,7 @@ static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_
 }
 
 /* Launchers (the arguments of qk__launch_tcf_cfg; ldp: words per row and part, a multiple of 32).
-   FP16: the persistent kernel for a triangle of short states (qk__k_wg16p), else the triangular
+   FP16: the persistent kernel for a triangle of short states (qk__k_wg16t), else the triangular
    grid of K(X,X) (qk__tri_grid) where the whole block is one triangle; FP32X3's tiles are not
    square and skip the ones below the diagonal. */
 template <bool SPLIT, bool CPLX, typename OutT>
@@ -3489,24 +3427,17 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
             const int64_t Tm = (m + BM - 1) / BM, Tn = (nn + BM - 1) / BM;
             int64_t items = 0;
             for (int64_t p = 0; p < Tm; ++p) items += (Tn - p + C - 1) / C;
-            if (getenv("QK_WG_TMA")) {   /* WIP: the TMA-fed kernel, chosen by the environment until it is measured */
-                const qk__pfn_encode_tiled enc = qk__tma_encoder();
-                qk__wg_maps mp;
-                if (enc && qk__wg_map(enc, &mp.a, A, m, ldw) && qk__wg_map(enc, &mp.b, B, nn, ldw)) {
-                    const size_t tsmem = (size_t)(nkt + 5) * 16384 + 1024 + 128;
-                    QK_CK(cudaFuncSetAttribute(qk__k_wg16t<CPLX, OutT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
-                    qk__k_wg16t<CPLX, OutT, 5><<<(unsigned)std::min<int64_t>(items, sms), 256, tsmem, st>>>(mp, nkt, (int)m, (int)nn, inv_s2, out, ld,
-                                                                                                         mout, qk__vec_ok(out, mout, ld), C);
-                    QK_LAUNCH_CK("qk__k_wg16t");
-                    return QK_OK;
-                }
+            const qk__pfn_encode_tiled enc = qk__tma_encoder();
+            qk__wg_maps mp;
+            if (enc && qk__wg_map(enc, &mp.a, A, m, ldw) && qk__wg_map(enc, &mp.b, B, nn, ldw)) {
+                const size_t tsmem = (size_t)(nkt + 5) * 16384 + 1024 + 128;   /* panel, 5 ring slots, alignment, mbarriers */
+                QK_CK(cudaFuncSetAttribute(qk__k_wg16t<CPLX, OutT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
+                qk__k_wg16t<CPLX, OutT, 5><<<(unsigned)std::min<int64_t>(items, sms), 256, tsmem, st>>>(mp, nkt, (int)m, (int)nn, inv_s2, out, ld,
+                                                                                                     mout, qk__vec_ok(out, mout, ld), C);
+                QK_LAUNCH_CK("qk__k_wg16t");
+                return QK_OK;
             }
-            const size_t psmem = (size_t)(nkt + 4) * 16384 + 1024;
-            QK_CK(cudaFuncSetAttribute(qk__k_wg16p<CPLX, OutT, 4>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)psmem));
-            qk__k_wg16p<CPLX, OutT, 4><<<(unsigned)std::min<int64_t>(items, sms), 256, psmem, st>>>(A, B, ldw, nkt, (int)m, (int)nn, inv_s2, out, ld,
-                                                                                                   mout, qk__vec_ok(out, mout, ld), C);
-            QK_LAUNCH_CK("qk__k_wg16p");
-            return QK_OK;
+            /* no tensor map (a driver without the encoder): the triangular grid below */
         }
     }
     if constexpr (SPLIT) QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
