@@ -1506,6 +1506,18 @@ typedef struct qk_cuda_io {
        or a result that stops the job (the detail set by the callee). NULL: desc->x, desc->y. */
     qk_result (*fetch)(int side, int64_t r0, int64_t r1, double *dst, void *user);
     void *fetch_user;
+    /* The transpose of K as well (a rectangle of K(X,X) whose mirror below the diagonal is this
+       job's too: several GPUs' symmetric parts). A HOST output the plan holds page-locked
+       (plan.host_pinned): mirror_out, K[i][j] of this job goes to mirror_out[j * mirror_ld + i],
+       each slab's transpose made on the device and copied down with the slab (no host copy).
+       A staged output: mrows(i0, m, t, m, mrows_user) after rows(i0, ...), t the transpose of
+       the slab's rows [i0, i0 + m): n_y rows of m entries, t[j * m + a] = K[i0 + a][j] (the
+       same thread and rules as rows; io->stage_bytes then needs two slabs). Both NULL: none;
+       neither takes a DEVICE output or a symmetric plan. */
+    void *mirror_out;
+    int64_t mirror_ld;
+    qk_rows_fn mrows;
+    void *mrows_user;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -10291,6 +10303,28 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
+/* A rectangle whose mirror its GPU delivers to the host (qk_cuda_io.mirror_out / mrows): one
+   slab's transpose more on the device, and each staging slot holds a slab and its transpose.
+   Where the transposed slab leaves the budget, K stops being resident (the ring of two slabs);
+   a plan that still does not fit fails as any other. */
+static qk_result qk__plan_mirror_slab(qk_plan *sp)
+{
+    const double ob = sp->out_dtype == QK_F64 ? 8.0 : 4.0, slab = (double)sp->slab_rows * (double)sp->n_y * ob;
+    if (sp->k_resident && (double)sp->bytes_total + slab > (double)sp->bytes_budget) {
+        sp->bytes_total -= sp->bytes_out;
+        sp->bytes_out = (size_t)(2.0 * slab);
+        sp->bytes_total += sp->bytes_out;
+        sp->k_resident = 0;
+    }
+    sp->bytes_out += (size_t)slab;
+    sp->bytes_total += (size_t)slab;
+    sp->bytes_staging = (size_t)(4.0 * slab);
+    if (sp->bytes_total > sp->bytes_budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory with the transpose of a slab of the "
+                        "rectangle's mirror, budget %.3g GB", (double)sp->bytes_total * 1e-9, (double)sp->bytes_budget * 1e-9);
+    return QK_OK;
+}
+
 /* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
    it; zeroed when the plan is not on the MPS path). */
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
@@ -10375,6 +10409,7 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
             pp->n_cols = part[i][1] - part[i][0];
             qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
             r = qk__plan_for_device(&infos[k], vram_fraction, qk__map_for_device(map, k, &pm, &pop), &sd, &sp, NULL);
+            if (r == QK_OK && pp->mirror && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY)) r = qk__plan_mirror_slab(&sp);
             if (r == QK_OK) qk__plan_one_device(&sp, 0);
             if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
             if (r != QK_OK) {
@@ -11414,12 +11449,13 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
    mirror of its rectangle: rows below the band, the band's columns):
      HOST      the engine writes into the caller's buffer at the part's offset (D2H straight
                into it when it is pinned, else slab rows copied from pinned staging by the
-               GPU's share of the host threads); the rectangle's mirror is then transposed
-               on the host from the buffer itself, by those threads too
+               GPU's share of the host threads); the rectangle's mirror comes from the engine
+               too, each slab's transpose made on the GPU (qk_cuda_io.mirror_out: D2H into
+               its place; staged: qk_cuda_io.mrows, rows of it copied into their place)
      DEVICE    out_devices[k] on GPU k, rows of its band (qk_gram_desc.out_devices)
      CALLBACK  the caller's tiles in K's coordinates, one call at a time (a mutex)
-     NPY       the sink's temporary file; each thread writes through its own descriptor, the
-               row pieces of its slabs and the mirror (64 columns transposed per step); the
+     NPY       the sink's temporary file; each thread writes through its own descriptor the
+               row pieces of its slabs and of their transposes (mrows, as for HOST); the
                writer's syncer is the one-GPU path's, commit and removal qk_gram's
    The first failure (a GPU error, a write error, a cancel) sets a flag that every other thread
    reads before each slab and each write; the job then returns that failure, naming the GPU, and
@@ -11427,6 +11463,7 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 #if defined(QK_CUDA) && QK_CUDA
 static int qk__mgpu_test_fail = -1;  /* tests: this ordinal's thread fails before its last part */
 #ifdef QK_TEST_FAULTS
+static int64_t qk__mgpu_test_slab = 0;   /* tests: > 0, every part runs in slabs of this many rows (K not resident) */
 static qk_plan qk__mgpu_test_ran[QK_MAX_PARTS];   /* tests: the plan each part of the last job ran */
 #endif
 
@@ -11451,8 +11488,6 @@ typedef struct qk__mgpu_dev {
     qk__mgpu *g;
     int k, ord;
     int fd;                     /* NPY: this thread's descriptor of the temporary file */
-    char *tb;                   /* mirror transposition buffer (64 columns x slab rows) */
-    size_t tb_bytes;
     int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
     int diag, mirror;
     int64_t last;               /* the part's progress reported so far */
@@ -11507,94 +11542,6 @@ static int qk__mgpu_progress(int64_t done, int64_t total, void *user)
     return 0;
 }
 
-/* The mirror of m rows of the running rectangle (src, ld) to the file: K[dj + c][gi .. gi + m). */
-static qk_result qk__mgpu_mirror_npy(qk__mgpu_dev *v, int64_t gi, int64_t m, const char *src, int64_t ld)
-{
-    qk__mgpu *g = v->g;
-    const size_t es = g->es;
-    int64_t c0, c, a;
-    if ((size_t)m * 64 * es > v->tb_bytes) {
-        QK_FREE(v->tb);
-        v->tb_bytes = 0;
-        v->tb = (char *)qk__malloc((size_t)m * 64 * es);
-        if (!v->tb) return qk__fail(QK_ERROR_OUT_OF_MEMORY, "out of memory (a %lld x 64 transposition buffer)", (long long)m);
-        v->tb_bytes = (size_t)m * 64 * es;
-    }
-    for (c0 = 0; c0 < v->w; c0 += 64) {
-        const int64_t nc = v->w - c0 < 64 ? v->w - c0 : 64;
-        if (es == 4)
-            for (a = 0; a < m; a++) {
-                const float *s = (const float *)(const void *)(src + (size_t)(a * ld + c0) * es);
-                float *t = (float *)(void *)v->tb;
-                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
-            }
-        else
-            for (a = 0; a < m; a++) {
-                const double *s = (const double *)(const void *)(src + (size_t)(a * ld + c0) * es);
-                double *t = (double *)(void *)v->tb;
-                for (c = 0; c < nc; c++) t[c * m + a] = s[c];
-            }
-        for (c = 0; c < nc; c++) {
-            qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(v->dj + c0 + c) * (uint64_t)g->cols + (uint64_t)gi) * es,
-                                         v->tb + (size_t)(c * m) * es, (size_t)m * es);
-            if (r != QK_OK) return r;
-        }
-    }
-    return QK_OK;
-}
-
-/* The mirror of the finished rectangle in the caller's host buffer: K[dj + c][di + a] =
-   K[di + a][dj + c], in 64 x 64 blocks, strips of 64 columns dealt to the GPU's share of the host
-   threads (qk__parallel; each strip writes its own rows of K). */
-typedef struct qk__mirror_job {
-    qk__mgpu_dev *v;
-    int64_t next;     /* the next strip of 64 columns */
-    int cancelled;
-} qk__mirror_job;
-
-static void qk__mgpu_mirror_work(void *p, int thread)
-{
-    qk__mirror_job *j = (qk__mirror_job *)p;
-    qk__mgpu_dev *v = j->v;
-    qk__mgpu *g = v->g;
-    char *K = (char *)g->sink->out;
-    const int64_t ld = g->ld;
-    int64_t b, a0, a, c;
-    QK__UNUSED(thread);
-    while ((b = QK__FETCH_ADD(&j->next, 1)) * 64 < v->w) {
-        const int64_t c0 = b * 64, c1 = v->w - c0 < 64 ? v->w : c0 + 64;
-        if (QK__LOAD(&g->cancel)) { QK__STORE(&j->cancelled, 1); return; }
-        for (a0 = 0; a0 < v->h; a0 += 64) {
-            const int64_t a1 = v->h - a0 < 64 ? v->h : a0 + 64;
-            if (g->es == 4) {
-                float *k = (float *)(void *)K;
-                for (c = c0; c < c1; c++)
-                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
-            } else {
-                double *k = (double *)(void *)K;
-                for (c = c0; c < c1; c++)
-                    for (a = a0; a < a1; a++) k[(v->dj + c) * ld + v->di + a] = k[(v->di + a) * ld + v->dj + c];
-            }
-        }
-    }
-}
-
-static qk_result qk__mgpu_mirror_host(qk__mgpu_dev *v)
-{
-    qk__mirror_job j;
-    const int64_t strips = (v->w + 63) / 64;
-    int nt = v->copy.n_threads;
-    if ((int64_t)nt > strips) nt = (int)strips;
-    j.v = v;
-    j.next = 0;
-    j.cancelled = 0;
-    QK_PROF_BEGIN("host mirror");
-    qk__parallel(nt > 0 ? nt : 1, qk__mgpu_mirror_work, &j);
-    QK_PROF_END("host mirror");
-    if (j.cancelled || QK__LOAD(&v->g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
-    return QK_OK;
-}
-
 /* The engine's host-side slab rows [i0, i0 + m) of the running part to the caller's output. */
 static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t ld, void *user)
 {
@@ -11631,7 +11578,31 @@ static qk_result qk__mgpu_rows(int64_t i0, int64_t m, const void *rows, int64_t 
                                      src + (size_t)(a * ld) * es, (size_t)v->w * es);
         if (r != QK_OK) return r;
     }
-    return v->mirror ? qk__mgpu_mirror_npy(v, gi, m, src, ld) : QK_OK;
+    return QK_OK;
+}
+
+/* The engine's transpose of the running rectangle's slab rows [i0, i0 + m) (qk_cuda_io.mrows:
+   w rows of m entries, ld apart): the mirror below the diagonal, K[dj + c][di + i0 + a], copied
+   into its place as rows (HOST: on the GPU's share of the host threads; NPY: a write a row). */
+static qk_result qk__mgpu_mrows(int64_t i0, int64_t m, const void *t, int64_t ld, void *user)
+{
+    qk__mgpu_dev *v = (qk__mgpu_dev *)user;
+    qk__mgpu *g = v->g;
+    const size_t es = g->es;
+    const int64_t gi = v->di + i0;
+    int64_t c;
+    if (QK__LOAD(&g->cancel)) return qk__fail(QK_ERROR_CANCELLED, "cancelled");
+    if (g->sink->kind == QK_OUTPUT_HOST) {
+        v->copy.cols = m;
+        qk__deliver_host(&v->copy, (char *)g->sink->out + (size_t)(v->dj * g->ld + gi) * es, v->w, t, ld);
+        return QK_OK;
+    }
+    for (c = 0; c < v->w; c++) {
+        qk_result r = qk__npyw_at_fd(g->w, v->fd, ((uint64_t)(v->dj + c) * (uint64_t)g->cols + (uint64_t)gi) * es,
+                                     (const char *)t + (size_t)(c * ld) * es, (size_t)m * es);
+        if (r != QK_OK) return r;
+    }
+    return QK_OK;
 }
 
 /* One GPU's share: its parts in order, each with the plan the plan carries for it. */
@@ -11689,14 +11660,27 @@ static void *qk__mgpu_main(void *p)
 #ifdef QK_TEST_FAULTS
         memcpy(&qk__mgpu_test_ran[i], &sp, sizeof sp);   /* byte for byte: tests compare with memcmp */
 #endif
+#ifdef QK_TEST_FAULTS
+        if (qk__mgpu_test_slab > 0 && sp.n_x > qk__mgpu_test_slab) {
+            sp.tile_m = sp.slab_rows = qk__mgpu_test_slab;
+            sp.k_resident = 0;
+        }
+#endif
         memset(&io, 0, sizeof io);
         io.rows = qk__mgpu_rows;
         io.rows_user = v;
         io.stats = &v->stats;
         io.prof = QK__PROF_CUDA_HOOKS;
         io.pool = qk__cuda_pool(ctx, v->k);
+        if (pp->mirror && desc->output == QK_OUTPUT_HOST && sp.host_pinned) {   /* the mirror: D2H into its place */
+            io.mirror_out = (char *)desc->out + (size_t)(j0 * g->ld + pp->row0) * g->es;
+            io.mirror_ld = g->ld;
+        } else if (pp->mirror && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY)) {
+            io.mrows = qk__mgpu_mrows;   /* staged: a slab and its transpose per staging slot */
+            io.mrows_user = v;
+        }
         if (desc->output != QK_OUTPUT_DEVICE && !(desc->output == QK_OUTPUT_HOST && sp.host_pinned)) {
-            size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es;
+            size_t need = (size_t)(sp.slab_rows > 0 ? sp.slab_rows : sp.n_x) * (size_t)sp.n_y * g->es * (io.mrows ? 2 : 1);
             if (ctx->dstage_bytes[v->k] < need) {
                 char e2[256];
                 qk_cuda_host_free(ctx->dstage[v->k][0]);
@@ -11726,7 +11710,6 @@ static void *qk__mgpu_main(void *p)
             copyin += v->stats.copyin_bytes;
             v->stats.copyin_bytes = copyin;
         }
-        if (r == QK_OK && desc->output == QK_OUTPUT_HOST && v->mirror) r = qk__mgpu_mirror_host(v);
         if (r != QK_OK) {
             if (!err[0]) snprintf(err, sizeof err, "%s", qk__errbuf);
             qk__mgpu_fail(g, v->ord, r, err, 0);
@@ -11797,7 +11780,6 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
     if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
     for (k = 0; k < n; k++) {
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
-        QK_FREE(v[k].tb);
     }
     if (sink->kind == QK_OUTPUT_NPY) sink->npy.cancel = NULL;   /* g ends here; qk_gram commits or discards */
     qk__mutex_destroy(&g.mu);

@@ -3850,7 +3850,7 @@ struct qk__pool {
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
    cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
-enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_COUNT };
+enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_COUNT };
 struct qk_cuda_pool {
     int device = -1;
     bool lent = false;
@@ -3948,6 +3948,14 @@ struct qk__job_state {
     int64_t fb_rows = 0, n_fb = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     bool own_stage = false;              /* allocated for this job (else the caller's) */
+    /* the transpose as well (qk_cuda_io.mirror_out / mrows): a slab's transpose on the device
+       (Kt, made on the copy stream), and in the second half of each staging slot when staged */
+    void *mirror_out = nullptr;
+    int64_t mirror_ld = 0;
+    qk_rows_fn mrows = nullptr;
+    void *mrows_user = nullptr;
+    void *Kt = nullptr;
+    void *mstage[2] = {nullptr, nullptr};
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
@@ -4019,6 +4027,7 @@ static void qk__job_free(qk__job_state *J)
     if (J->est) cudaStreamSynchronize(J->est);
     if (QK__OWN(J, QK__PB_CW0)) cudaFree(J->Cw[0]);
     if (QK__OWN(J, QK__PB_CW1)) cudaFree(J->Cw[1]);
+    if (QK__OWN(J, QK__PB_KT)) cudaFree(J->Kt);
     if (J->gemm_done) cudaEventDestroy(J->gemm_done);
     for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
     if (J->est && !J->lent) cudaStreamDestroy(J->est);
@@ -4055,6 +4064,40 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
     return QK_OK;
 }
 
+/* The transpose of m x n entries (src, rows lds apart) into dst (n rows of m, ldd apart): 32 x 32
+   tiles through shared memory (a padded row: no bank conflicts), coalesced reads and writes, a
+   grid of at most `blocks` blocks striding over the tiles. A rectangle's mirror (qk_cuda_io.
+   mirror_out / mrows): ~2 x 4 bytes an entry at the HBM rate, well under the entry's PCIe time. */
+template <typename OutT>
+__global__ void __launch_bounds__(256) qk__k_transpose(const OutT *__restrict__ src, int64_t lds, int64_t m, int64_t n, OutT *__restrict__ dst,
+                                                       int64_t ldd)
+{
+    __shared__ OutT t[32][33];
+    const int64_t tn = (n + 31) / 32, tiles = (m + 31) / 32 * tn;
+    for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+        const int64_t r0 = b / tn * 32, c0 = b % tn * 32;
+        for (int y = threadIdx.y; y < 32; y += 8) {
+            const int64_t r = r0 + y, c = c0 + threadIdx.x;
+            if (r < m && c < n) t[y][threadIdx.x] = src[r * lds + c];
+        }
+        __syncthreads();
+        for (int y = threadIdx.y; y < 32; y += 8) {
+            const int64_t c = c0 + y, r = r0 + threadIdx.x;
+            if (r < m && c < n) dst[c * ldd + r] = t[threadIdx.x][y];
+        }
+        __syncthreads();
+    }
+}
+template <typename OutT>
+static qk_result qk__launch_transpose(const OutT *src, int64_t lds, int64_t m, int64_t n, OutT *dst, int64_t ldd, cudaStream_t st, qk__err *E)
+{
+    if (m <= 0 || n <= 0) return QK_OK;
+    const int64_t tiles = (m + 31) / 32 * ((n + 31) / 32);
+    qk__k_transpose<OutT><<<(unsigned)std::min<int64_t>(tiles, 4096), dim3(32, 8), 0, st>>>(src, lds, m, n, dst, ldd);
+    QK_LAUNCH_CK("qk__k_transpose");
+    return QK_OK;
+}
+
 /* One Gram job on the device, read top to bottom (qk__pipe::run):
      alloc     streams, the compiled program, X (and Y) on the device, state buffers and their
                build scratch, the cuBLAS handle and workspace ring
@@ -4063,7 +4106,8 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
      states    bulk state construction (else each slab builds its state tiles)
      slab      slab s of K on the compute stream (upper triangle + mirror where K is whole on
                the device, full rows in the slab ring)
-     ship      its D2H on the copy stream (host outputs)
+     ship      its D2H on the copy stream (host outputs); with the transpose as well
+               (qk_cuda_io.mirror_out / mrows) the slab's transpose, made on the copy stream, too
      deliver   on the host: wait for a shipped slab, hand it to io->rows, report progress; slab
                s-1 is delivered while slab s computes and ships
      stats     per-stream busy time and phase times from the events
@@ -4118,6 +4162,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    bool tmirror;                        /* the transpose as well (J->mirror_out or J->mrows) */
     int linear;                          /* plan.linear: K = <a|b> itself (density matrices), not squared */
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
@@ -4166,6 +4211,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (qk__map_is_states(map)) rowu = std::min(rowu, qk__state_row_bytes(&map->ops[0]));
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
+        tmirror = !dev_out && (J->mirror_out || J->mrows);
         ldk = dev_out ? ld_out : ny;
         /* the planner's rule (qk.h): a pure amplitude map's states come from the streaming
            encoder (qk_cuda_amplitude_encode, at the PCIe bound) */
@@ -4276,15 +4322,19 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
             QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
+        if (tmirror) QK_CK(qk__job_buf(J, QK__PB_KT, &J->Kt, (size_t)slab_rows * ny * sizeof(OutT)));
         if (!dev_out && !pinned_out) {
-            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
-            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= sb) {
+            /* a slab per slot, and its transpose after it when staged */
+            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT), slot = tmirror ? 2 * sb : sb;
+            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= slot) {
                 J->stage[0] = J->io_stage[0];
                 J->stage[1] = J->io_stage[1];
             } else {
                 J->own_stage = true;
-                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], sb));
+                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], slot));
             }
+            if (tmirror)
+                for (int i = 0; i < 2; ++i) J->mstage[i] = (char *)J->stage[i] + sb;
         }
         for (int i = 0; i < 2; ++i) {
             QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
@@ -4467,6 +4517,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         else
             QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                     cudaMemcpyDeviceToHost, xs));
+        if (tmirror) {   /* the slab's transpose: ny rows of m, into K's mirror or the slot's second half */
+            QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, xs, E));
+            QK__GZ_COUNT(J, "qk D2H bytes", (double)rowb * (double)m);
+            if (J->mirror_out)
+                QK_CK(cudaMemcpy2DAsync((OutT *)J->mirror_out + i0, (size_t)J->mirror_ld * sizeof(OutT), J->Kt, (size_t)m * sizeof(OutT),
+                                        (size_t)m * sizeof(OutT), (size_t)ny, cudaMemcpyDeviceToHost, xs));
+            else
+                QK_CK(cudaMemcpyAsync(J->mstage[b], J->Kt, (size_t)m * rowb, cudaMemcpyDeviceToHost, xs));
+        }
         QK__GZ_GPU_END(J, "qk D2H slab", xs);
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
         QK_CK(cudaEventRecord(J->copy_done[b], xs));
@@ -4489,7 +4548,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!pinned_out) {
             /* the callee sets qk's detail message; err stays empty */
             const double h0 = qk__host_ms();
-            const qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            if (r == QK_OK && J->mrows) r = J->mrows(i0, m, J->mstage[b], m, J->mrows_user);
             deliver_ms += qk__host_ms() - h0;
             ++*J->delivered;
             if (r != QK_OK) return r;
@@ -4879,6 +4939,20 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
                  (long long)desc->n_x, (long long)(desc->y ? desc->n_y : desc->n_x), desc->y ? "" : " symmetric", (int)desc->output);
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
     }
+    if (io && (io->mirror_out || io->mrows)) {   /* the transpose as well: a rectangle to the host */
+        const bool pinned = plan->output == QK_OUTPUT_HOST && plan->host_pinned;
+        const char *bad = plan->output == QK_OUTPUT_DEVICE ? "a DEVICE output"
+                          : plan->symmetric                 ? "a symmetric plan (K(X,X) mirrors itself)"
+                          : io->mirror_out && !pinned       ? "mirror_out without a page-locked HOST output (plan.host_pinned)"
+                          : !io->mirror_out && pinned       ? "mrows with a page-locked HOST output (mirror_out takes it)"
+                          : io->mirror_out && io->mirror_ld < plan->n_x ? "mirror_ld below the job's rows"
+                                                                        : nullptr;
+        if (bad) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "qk_cuda_gram: the transposed output (qk_cuda_io.mirror_out / mrows) with %s", bad);
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+        }
+    }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
@@ -4908,6 +4982,10 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.fetch = io ? io->fetch : nullptr;
         J.fetch_user = io ? io->fetch_user : nullptr;
+        J.mirror_out = io ? io->mirror_out : nullptr;
+        J.mirror_ld = io ? io->mirror_ld : 0;
+        J.mrows = io ? io->mrows : nullptr;
+        J.mrows_user = io ? io->mrows_user : nullptr;
         J.delivered = &delivered;
         qk_result r;
         r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {
@@ -5494,6 +5572,9 @@ extern "C" qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *d
     if (!plan || !desc || !mps || !mps->a) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: NULL argument");
     if (mps->n_sites < 1 || mps->chi < 1 || mps->chi > 64 || mps->n_a < 1 || (mps->b && mps->n_b < 1))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: bad MPS shape");
+    if (io && (io->mirror_out || io->mrows))   /* the MPS path runs on one GPU: no rectangle parts */
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: the transposed output (qk_cuda_io.mirror_out / mrows) is "
+                                                          "qk_cuda_gram's only");
     const bool p64 = plan->precision == QK_PRECISION_FP64 || plan->precision == QK_PRECISION_FP32X3;
     const bool o64 = plan->out_dtype == QK_F64;
     if (p64) return o64 ? qk__mps_gram_t<double, double>(plan, desc, mps, io, E) : qk__mps_gram_t<double, float>(plan, desc, mps, io, E);

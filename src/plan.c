@@ -615,6 +615,28 @@ QKDEF qk_result qk_plan_for_device(const qk_device_info *info, double vram_fract
 #define QK_MGPU_HOST_BOUND_SPLIT 0
 #endif
 
+/* A rectangle whose mirror its GPU delivers to the host (qk_cuda_io.mirror_out / mrows): one
+   slab's transpose more on the device, and each staging slot holds a slab and its transpose.
+   Where the transposed slab leaves the budget, K stops being resident (the ring of two slabs);
+   a plan that still does not fit fails as any other. */
+static qk_result qk__plan_mirror_slab(qk_plan *sp)
+{
+    const double ob = sp->out_dtype == QK_F64 ? 8.0 : 4.0, slab = (double)sp->slab_rows * (double)sp->n_y * ob;
+    if (sp->k_resident && (double)sp->bytes_total + slab > (double)sp->bytes_budget) {
+        sp->bytes_total -= sp->bytes_out;
+        sp->bytes_out = (size_t)(2.0 * slab);
+        sp->bytes_total += sp->bytes_out;
+        sp->k_resident = 0;
+    }
+    sp->bytes_out += (size_t)slab;
+    sp->bytes_total += (size_t)slab;
+    sp->bytes_staging = (size_t)(4.0 * slab);
+    if (sp->bytes_total > sp->bytes_budget)
+        return qk__fail(QK_ERROR_DEVICE_OUT_OF_MEMORY, "plan: needs %.3g GB of device memory with the transpose of a slab of the "
+                        "rectangle's mirror, budget %.3g GB", (double)sp->bytes_total * 1e-9, (double)sp->bytes_budget * 1e-9);
+    return QK_OK;
+}
+
 /* qk_plan_for_devices; keep (may be NULL): an MPS plan's program for the engine (the caller frees
    it; zeroed when the plan is not on the MPS path). */
 QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *ordinals, int n, double vram_fraction,
@@ -699,6 +721,7 @@ QK__PRIV qk_result qk__plan_for_devices(const qk_device_info *infos, const int *
             pp->n_cols = part[i][1] - part[i][0];
             qk__mgpu_part_desc(out, pp, map->n_features, desc, &sd);
             r = qk__plan_for_device(&infos[k], vram_fraction, qk__map_for_device(map, k, &pm, &pop), &sd, &sp, NULL);
+            if (r == QK_OK && pp->mirror && (desc->output == QK_OUTPUT_HOST || desc->output == QK_OUTPUT_NPY)) r = qk__plan_mirror_slab(&sp);
             if (r == QK_OK) qk__plan_one_device(&sp, 0);
             if (r == QK_OK) r = qk__plan_part_set(out, out->n_parts, &sp, infos[k].name);
             if (r != QK_OK) {

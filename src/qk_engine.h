@@ -363,6 +363,18 @@ typedef struct qk_cuda_io {
        or a result that stops the job (the detail set by the callee). NULL: desc->x, desc->y. */
     qk_result (*fetch)(int side, int64_t r0, int64_t r1, double *dst, void *user);
     void *fetch_user;
+    /* The transpose of K as well (a rectangle of K(X,X) whose mirror below the diagonal is this
+       job's too: several GPUs' symmetric parts). A HOST output the plan holds page-locked
+       (plan.host_pinned): mirror_out, K[i][j] of this job goes to mirror_out[j * mirror_ld + i],
+       each slab's transpose made on the device and copied down with the slab (no host copy).
+       A staged output: mrows(i0, m, t, m, mrows_user) after rows(i0, ...), t the transpose of
+       the slab's rows [i0, i0 + m): n_y rows of m entries, t[j * m + a] = K[i0 + a][j] (the
+       same thread and rules as rows; io->stage_bytes then needs two slabs). Both NULL: none;
+       neither takes a DEVICE output or a symmetric plan. */
+    void *mirror_out;
+    int64_t mirror_ld;
+    qk_rows_fn mrows;
+    void *mrows_user;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to

@@ -331,6 +331,20 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
                  (long long)desc->n_x, (long long)(desc->y ? desc->n_y : desc->n_x), desc->y ? "" : " symmetric", (int)desc->output);
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
     }
+    if (io && (io->mirror_out || io->mrows)) {   /* the transpose as well: a rectangle to the host */
+        const bool pinned = plan->output == QK_OUTPUT_HOST && plan->host_pinned;
+        const char *bad = plan->output == QK_OUTPUT_DEVICE ? "a DEVICE output"
+                          : plan->symmetric                 ? "a symmetric plan (K(X,X) mirrors itself)"
+                          : io->mirror_out && !pinned       ? "mirror_out without a page-locked HOST output (plan.host_pinned)"
+                          : !io->mirror_out && pinned       ? "mrows with a page-locked HOST output (mirror_out takes it)"
+                          : io->mirror_out && io->mirror_ld < plan->n_x ? "mirror_ld below the job's rows"
+                                                                        : nullptr;
+        if (bad) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "qk_cuda_gram: the transposed output (qk_cuda_io.mirror_out / mrows) with %s", bad);
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+        }
+    }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
@@ -360,6 +374,10 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.io_stage_bytes = io ? io->stage_bytes : 0;
         J.fetch = io ? io->fetch : nullptr;
         J.fetch_user = io ? io->fetch_user : nullptr;
+        J.mirror_out = io ? io->mirror_out : nullptr;
+        J.mirror_ld = io ? io->mirror_ld : 0;
+        J.mrows = io ? io->mrows : nullptr;
+        J.mrows_user = io ? io->mrows_user : nullptr;
         J.delivered = &delivered;
         qk_result r;
         r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {

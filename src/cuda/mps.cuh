@@ -394,6 +394,9 @@ extern "C" qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *d
     if (!plan || !desc || !mps || !mps->a) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: NULL argument");
     if (mps->n_sites < 1 || mps->chi < 1 || mps->chi > 64 || mps->n_a < 1 || (mps->b && mps->n_b < 1))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: bad MPS shape");
+    if (io && (io->mirror_out || io->mrows))   /* the MPS path runs on one GPU: no rectangle parts */
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: the transposed output (qk_cuda_io.mirror_out / mrows) is "
+                                                          "qk_cuda_gram's only");
     const bool p64 = plan->precision == QK_PRECISION_FP64 || plan->precision == QK_PRECISION_FP32X3;
     const bool o64 = plan->out_dtype == QK_F64;
     if (p64) return o64 ? qk__mps_gram_t<double, double>(plan, desc, mps, io, E) : qk__mps_gram_t<double, float>(plan, desc, mps, io, E);

@@ -30,7 +30,7 @@ struct qk__pool {
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
    cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
-enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_COUNT };
+enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_COUNT };
 struct qk_cuda_pool {
     int device = -1;
     bool lent = false;
@@ -128,6 +128,14 @@ struct qk__job_state {
     int64_t fb_rows = 0, n_fb = 0;
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     bool own_stage = false;              /* allocated for this job (else the caller's) */
+    /* the transpose as well (qk_cuda_io.mirror_out / mrows): a slab's transpose on the device
+       (Kt, made on the copy stream), and in the second half of each staging slot when staged */
+    void *mirror_out = nullptr;
+    int64_t mirror_ld = 0;
+    qk_rows_fn mrows = nullptr;
+    void *mrows_user = nullptr;
+    void *Kt = nullptr;
+    void *mstage[2] = {nullptr, nullptr};
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
@@ -199,6 +207,7 @@ static void qk__job_free(qk__job_state *J)
     if (J->est) cudaStreamSynchronize(J->est);
     if (QK__OWN(J, QK__PB_CW0)) cudaFree(J->Cw[0]);
     if (QK__OWN(J, QK__PB_CW1)) cudaFree(J->Cw[1]);
+    if (QK__OWN(J, QK__PB_KT)) cudaFree(J->Kt);
     if (J->gemm_done) cudaEventDestroy(J->gemm_done);
     for (int i = 0; i < 2; ++i) if (J->ep_done[i]) cudaEventDestroy(J->ep_done[i]);
     if (J->est && !J->lent) cudaStreamDestroy(J->est);
@@ -235,6 +244,40 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
     return QK_OK;
 }
 
+/* The transpose of m x n entries (src, rows lds apart) into dst (n rows of m, ldd apart): 32 x 32
+   tiles through shared memory (a padded row: no bank conflicts), coalesced reads and writes, a
+   grid of at most `blocks` blocks striding over the tiles. A rectangle's mirror (qk_cuda_io.
+   mirror_out / mrows): ~2 x 4 bytes an entry at the HBM rate, well under the entry's PCIe time. */
+template <typename OutT>
+__global__ void __launch_bounds__(256) qk__k_transpose(const OutT *__restrict__ src, int64_t lds, int64_t m, int64_t n, OutT *__restrict__ dst,
+                                                       int64_t ldd)
+{
+    __shared__ OutT t[32][33];
+    const int64_t tn = (n + 31) / 32, tiles = (m + 31) / 32 * tn;
+    for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) {
+        const int64_t r0 = b / tn * 32, c0 = b % tn * 32;
+        for (int y = threadIdx.y; y < 32; y += 8) {
+            const int64_t r = r0 + y, c = c0 + threadIdx.x;
+            if (r < m && c < n) t[y][threadIdx.x] = src[r * lds + c];
+        }
+        __syncthreads();
+        for (int y = threadIdx.y; y < 32; y += 8) {
+            const int64_t c = c0 + y, r = r0 + threadIdx.x;
+            if (r < m && c < n) dst[c * ldd + r] = t[threadIdx.x][y];
+        }
+        __syncthreads();
+    }
+}
+template <typename OutT>
+static qk_result qk__launch_transpose(const OutT *src, int64_t lds, int64_t m, int64_t n, OutT *dst, int64_t ldd, cudaStream_t st, qk__err *E)
+{
+    if (m <= 0 || n <= 0) return QK_OK;
+    const int64_t tiles = (m + 31) / 32 * ((n + 31) / 32);
+    qk__k_transpose<OutT><<<(unsigned)std::min<int64_t>(tiles, 4096), dim3(32, 8), 0, st>>>(src, lds, m, n, dst, ldd);
+    QK_LAUNCH_CK("qk__k_transpose");
+    return QK_OK;
+}
+
 /* One Gram job on the device, read top to bottom (qk__pipe::run):
      alloc     streams, the compiled program, X (and Y) on the device, state buffers and their
                build scratch, the cuBLAS handle and workspace ring
@@ -243,7 +286,8 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
      states    bulk state construction (else each slab builds its state tiles)
      slab      slab s of K on the compute stream (upper triangle + mirror where K is whole on
                the device, full rows in the slab ring)
-     ship      its D2H on the copy stream (host outputs)
+     ship      its D2H on the copy stream (host outputs); with the transpose as well
+               (qk_cuda_io.mirror_out / mrows) the slab's transpose, made on the copy stream, too
      deliver   on the host: wait for a shipped slab, hand it to io->rows, report progress; slab
                s-1 is delivered while slab s computes and ships
      stats     per-stream busy time and phase times from the events
@@ -298,6 +342,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     const qk_gram_desc *ds;
     const qk_map *map;
     bool sym, analytic, use_blas, bulk, dev_out, pinned_out, mirror;
+    bool tmirror;                        /* the transpose as well (J->mirror_out or J->mrows) */
     int linear;                          /* plan.linear: K = <a|b> itself (density matrices), not squared */
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
@@ -346,6 +391,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (qk__map_is_states(map)) rowu = std::min(rowu, qk__state_row_bytes(&map->ops[0]));
         pinned_out = pl->output == QK_OUTPUT_HOST && pl->host_pinned;
         mirror = qk__plan_mirror(pl) != 0;
+        tmirror = !dev_out && (J->mirror_out || J->mrows);
         ldk = dev_out ? ld_out : ny;
         /* the planner's rule (qk.h): a pure amplitude map's states come from the streaming
            encoder (qk_cuda_amplitude_encode, at the PCIe bound) */
@@ -456,15 +502,19 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
             QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
+        if (tmirror) QK_CK(qk__job_buf(J, QK__PB_KT, &J->Kt, (size_t)slab_rows * ny * sizeof(OutT)));
         if (!dev_out && !pinned_out) {
-            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT);
-            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= sb) {
+            /* a slab per slot, and its transpose after it when staged */
+            const size_t sb = (size_t)slab_rows * ny * sizeof(OutT), slot = tmirror ? 2 * sb : sb;
+            if (J->io_stage[0] && J->io_stage[1] && J->io_stage_bytes >= slot) {
                 J->stage[0] = J->io_stage[0];
                 J->stage[1] = J->io_stage[1];
             } else {
                 J->own_stage = true;
-                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], sb));
+                for (int i = 0; i < 2; ++i) QK_CK(cudaMallocHost(&J->stage[i], slot));
             }
+            if (tmirror)
+                for (int i = 0; i < 2; ++i) J->mstage[i] = (char *)J->stage[i] + sb;
         }
         for (int i = 0; i < 2; ++i) {
             QK_CK(cudaEventCreateWithFlags(&J->slab_done[i], cudaEventDisableTiming));
@@ -647,6 +697,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         else
             QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                     cudaMemcpyDeviceToHost, xs));
+        if (tmirror) {   /* the slab's transpose: ny rows of m, into K's mirror or the slot's second half */
+            QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, xs, E));
+            QK__GZ_COUNT(J, "qk D2H bytes", (double)rowb * (double)m);
+            if (J->mirror_out)
+                QK_CK(cudaMemcpy2DAsync((OutT *)J->mirror_out + i0, (size_t)J->mirror_ld * sizeof(OutT), J->Kt, (size_t)m * sizeof(OutT),
+                                        (size_t)m * sizeof(OutT), (size_t)ny, cudaMemcpyDeviceToHost, xs));
+            else
+                QK_CK(cudaMemcpyAsync(J->mstage[b], J->Kt, (size_t)m * rowb, cudaMemcpyDeviceToHost, xs));
+        }
         QK__GZ_GPU_END(J, "qk D2H slab", xs);
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
         QK_CK(cudaEventRecord(J->copy_done[b], xs));
@@ -669,7 +728,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!pinned_out) {
             /* the callee sets qk's detail message; err stays empty */
             const double h0 = qk__host_ms();
-            const qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            qk_result r = J->rows(i0, m, J->stage[b], ny, J->rows_user);
+            if (r == QK_OK && J->mrows) r = J->mrows(i0, m, J->mstage[b], m, J->mrows_user);
             deliver_ms += qk__host_ms() - h0;
             ++*J->delivered;
             if (r != QK_OK) return r;

@@ -8,7 +8,8 @@
    Outputs are poisoned (NaN) first; every element of K is checked; the callback's tiles must
    cover the upper triangle exactly once. Two maps: zz on 5 qubits (K(X,X) to HOST / NPY as whole
    rows per GPU: qk_plan.dev_full_rows) and zz on 13 qubits in fp32 (each GPU's diagonal block +
-   the rectangle right of it, mirrored on the host: the other path).
+   the rectangle right of it, whose transpose, the mirror, that GPU delivers: the other path),
+   also in slabs of 16 rows.
    Every job's parts ran the plans the plan carries (plan.parts, planned and autotuned by
    qk_plan_make), which are those that planning each part on its GPU at run time gives
    (check_ran: byte for byte, the budget apart).
@@ -372,6 +373,12 @@ int main(int argc, char **argv)
     /* 13 qubits fp32: symmetric parts + host mirror for HOST and NPY too */
     compare_case(cpu, gpu, "zz(reps=1)", 13, 203, 0, QK_PRECISION_FP32, dir);
     compare_case(cpu, gpu, "zz(reps=1)", 13, 203, 97, QK_PRECISION_FP32, dir);
+    /* ... in slabs of 16 rows (a test seam): the rectangles' transposes at every slab offset, and
+       from the ring of slabs instead of a resident K; fp64 output too */
+    qk__mgpu_test_slab = 16;
+    compare_case(cpu, gpu, "zz(reps=1)", 13, 203, 0, QK_PRECISION_FP32, dir);
+    compare_case(cpu, gpu, "zz(reps=1)", 13, 181, 0, QK_PRECISION_FP64, dir);
+    qk__mgpu_test_slab = 0;
     failure_case(gpu, dir);
     host_bound_default(gpu);
     qk_ctx_destroy(gpu);

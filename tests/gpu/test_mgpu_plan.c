@@ -115,6 +115,7 @@ static void check_cover(const qk_plan *p, const char *what)
    device (the job built here from the part's place in K, not by the library's helper): every
    field of the part, and, through the plan the engine gets (qk__plan_part_plan), the whole
    qk_plan byte for byte. */
+static int n_mirror_parts;   /* parts check_part_plans saw whose GPU delivers a rectangle's transpose */
 static void check_part_plans(const qk_plan *p, const qk_device_info *infos, const qk_map *map, const qk_gram_desc *g, const char *what)
 {
     const int d = map->n_features;
@@ -135,6 +136,21 @@ static void check_part_plans(const qk_plan *p, const qk_device_info *infos, cons
         if (qk_plan_for_device(&infos[pp->device], 0.85, map, &sd, &ref) != QK_OK) {
             CHECK(0, "%s: part %d: qk_plan_for_device: %s", what, q, qk_last_error());
             continue;
+        }
+        if (pp->mirror && (g->output == QK_OUTPUT_HOST || g->output == QK_OUTPUT_NPY)) {
+            /* its GPU delivers the rectangle's transpose too: one transposed slab more on the
+               device (K leaves the device when that does not fit resident), a slab and its
+               transpose in each of the two staging slots */
+            const size_t slab = (size_t)ref.slab_rows * (size_t)ref.n_y * (ref.out_dtype == QK_F64 ? 8 : 4);
+            if (ref.k_resident && ref.bytes_total + slab > ref.bytes_budget) {
+                ref.bytes_total += 2 * slab - ref.bytes_out;
+                ref.bytes_out = 2 * slab;
+                ref.k_resident = 0;
+            }
+            ref.bytes_out += slab;
+            ref.bytes_total += slab;
+            ref.bytes_staging = 4 * slab;
+            n_mirror_parts++;
         }
         CHECK(pp->engine == ref.engine && pp->kernel_cfg == ref.kernel_cfg && strcmp(pp->config, ref.config) == 0,
               "%s: part %d: engine %d cfg %d '%s', qk_plan_for_device %d cfg %d '%s'", what, q, (int)pp->engine, pp->kernel_cfg,
@@ -196,6 +212,61 @@ int main(void)
             check_part_plans(&p, infos, cs[c].m, &g, what);
             printf("%-44s imbalance %.4f (plan %.4f)\n", what, imb, p.dev_imbalance);
         }
+    }
+
+    /* K(X,X) to the host where the pairs cost more than the bytes (13 qubits): each GPU's
+       diagonal block and the rectangle right of it, whose transpose (the mirror) that GPU delivers
+       too; the planner counts the transposed slab on the device, and on a card where it does not
+       fit beside a resident K, K goes out in slabs */
+    {
+        qk_map *zz13 = NULL;
+        qk_device_info tight[2];
+        int c, q, got = 0;
+        CHECK(qk_map_parse("zz(reps=2)", 13, &zz13) == QK_OK, "zz13: %s", qk_last_error());
+        for (c = 0; c < 3 && zz13; c++) {
+            qk_gram_desc g = gdesc(x, 20000, NULL, 0, c == 1 ? QK_OUTPUT_NPY : QK_OUTPUT_HOST);
+            const char *what = c == 0 ? "zz13 K(X,X) host" : c == 1 ? "zz13 K(X,X) npy" : "zz13 K(X,X) host, tight card";
+            tight[0] = card(132);
+            tight[1] = card(132);
+            n_mirror_parts = 0;
+            if (c == 2) {
+                /* the rectangle's card with room for its K resident but not for the transposed slab
+                   beside it: its budget set to the plan's total less half a slab, again until the
+                   planner's own choices (the workspace follows the budget) settle */
+                int it, settled = 0;
+                for (it = 0; it < 12 && !settled; it++) {
+                    CHECK(qk_plan_for_devices(tight, NULL, 2, 0.85, zz13, &g, &p) == QK_OK, "%s: %s", what, qk_last_error());
+                    for (q = 0, settled = 1; q < p.n_parts; q++)
+                        if (p.parts[q].mirror && p.parts[q].k_resident) {
+                            const qk_plan_part *pp = &p.parts[q];
+                            tight[pp->device].free_bytes = (size_t)(((double)pp->bytes_total - 0.5 * (double)pp->slab_rows * (double)pp->n_cols * 4.0) / 0.85);
+                            settled = 0;
+                        }
+                }
+            }
+            CHECK(qk_plan_for_devices(tight, NULL, 2, 0.85, zz13, &g, &p) == QK_OK, "%s: %s", what, qk_last_error());
+            CHECK(p.n_devices == 2 && !p.dev_full_rows && p.n_parts == 3, "%s: %d devices, full rows %d, %d parts (want 2, 0, 3)", what,
+                  p.n_devices, p.dev_full_rows, p.n_parts);
+            check_cover(&p, what);
+            check_part_plans(&p, tight, zz13, &g, what);
+            CHECK(n_mirror_parts == 1, "%s: %d parts deliver a transpose (want 1)", what, n_mirror_parts);
+            for (q = 0; q < p.n_parts; q++)
+                if (p.parts[q].mirror) {
+                    const qk_plan_part *pp = &p.parts[q];
+                    CHECK(pp->bytes_staging == 4 * (size_t)pp->slab_rows * (size_t)pp->n_cols * 4, "%s: staging %zu bytes", what, pp->bytes_staging);
+                    CHECK(c == 2 ? !pp->k_resident : pp->k_resident, "%s: rectangle K resident %d", what, pp->k_resident);
+                    if (c == 2) {   /* ... where its job alone keeps K resident: the transposed slab moved it */
+                        qk_gram_desc sd;
+                        qk_plan alone;
+                        qk__mgpu_part_desc(&p, pp, zz13->n_features, &g, &sd);
+                        CHECK(qk_plan_for_device(&tight[pp->device], 0.85, zz13, &sd, &alone) == QK_OK && alone.k_resident,
+                              "%s: the rectangle's job alone is not resident either (the test does not see the transposed slab)", what);
+                        got += !pp->k_resident;
+                    }
+                }
+        }
+        CHECK(got == 1, "the tight card's rectangle never left residency");
+        qk_map_free(zz13);
     }
 
     /* ordinals as given, and the describe lines */
