@@ -179,6 +179,23 @@ static inline void qk_test_guarded_free(qk_test_guard *h)
 
 /* ---- with qk.h ---- */
 #ifdef QK_H
+/* The plan of a rectangle of K(X,X) on several GPUs whose GPU delivers its transpose (the
+   mirror) to HOST or NPY, from the plan of its job alone (qk_plan_for_device), as the planner's
+   rule states it: one transposed slab more on the device, K no longer resident where that slab
+   does not fit beside it, a slab and its transpose in each of the two staging slots. */
+static inline void qk_test_mirror_slab(qk_plan *p)
+{
+    const size_t slab = (size_t)p->slab_rows * (size_t)p->n_y * (p->out_dtype == QK_F64 ? 8 : 4);
+    if (p->k_resident && p->bytes_total + slab > p->bytes_budget) {
+        p->bytes_total += 2 * slab - p->bytes_out;
+        p->bytes_out = 2 * slab;
+        p->k_resident = 0;
+    }
+    p->bytes_out += slab;
+    p->bytes_total += slab;
+    p->bytes_staging = 4 * slab;
+}
+
 static inline qk_ctx *qk_test_cpu_ctx(int threads)
 {
     qk_ctx_desc cd;

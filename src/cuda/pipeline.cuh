@@ -129,13 +129,14 @@ struct qk__job_state {
     void *stage[2] = {nullptr, nullptr}; /* pinned staging */
     bool own_stage = false;              /* allocated for this job (else the caller's) */
     /* the transpose as well (qk_cuda_io.mirror_out / mrows): a slab's transpose on the device
-       (Kt, made on the copy stream), and in the second half of each staging slot when staged */
+       (Kt, made after the slab on its stream), and in the second half of each staging slot when staged */
     void *mirror_out = nullptr;
     int64_t mirror_ld = 0;
     qk_rows_fn mrows = nullptr;
     void *mrows_user = nullptr;
     void *Kt = nullptr;
     void *mstage[2] = {nullptr, nullptr};
+    cudaEvent_t kt_free = nullptr;       /* Kt's last transpose went down (the next one may overwrite it) */
     cudaEvent_t slab_done[2] = {nullptr, nullptr}, copy_done[2] = {nullptr, nullptr};
 };
 
@@ -221,6 +222,7 @@ static void qk__job_free(qk__job_state *J)
         if (J->fb[i]) cudaFreeHost(J->fb[i]);
         if (J->fb_done[i]) cudaEventDestroy(J->fb_done[i]);
     }
+    if (J->kt_free) cudaEventDestroy(J->kt_free);
     if (J->raw_ready) cudaEventDestroy(J->raw_ready);
     if (J->raw_free) cudaEventDestroy(J->raw_free);
     if (J->hs) cudaStreamDestroy(J->hs);
@@ -287,7 +289,8 @@ static qk_result qk__launch_transpose(const OutT *src, int64_t lds, int64_t m, i
      slab      slab s of K on the compute stream (upper triangle + mirror where K is whole on
                the device, full rows in the slab ring)
      ship      its D2H on the copy stream (host outputs); with the transpose as well
-               (qk_cuda_io.mirror_out / mrows) the slab's transpose, made on the copy stream, too
+               (qk_cuda_io.mirror_out / mrows) the slab's transpose, made where the slab
+               finishes and copied down after it
      deliver   on the host: wait for a shipped slab, hand it to io->rows, report progress; slab
                s-1 is delivered while slab s computes and ships
      stats     per-stream busy time and phase times from the events
@@ -502,7 +505,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
             QK__GZ_TRACK(J, "qk K slab ring", J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT));
         }
-        if (tmirror) QK_CK(qk__job_buf(J, QK__PB_KT, &J->Kt, (size_t)slab_rows * ny * sizeof(OutT)));
+        if (tmirror) {
+            QK_CK(qk__job_buf(J, QK__PB_KT, &J->Kt, (size_t)slab_rows * ny * sizeof(OutT)));
+            QK_CK(cudaEventCreateWithFlags(&J->kt_free, cudaEventDisableTiming));
+        }
         if (!dev_out && !pinned_out) {
             /* a slab per slot, and its transpose after it when staged */
             const size_t sb = (size_t)slab_rows * ny * sizeof(OutT), slot = tmirror ? 2 * sb : sb;
@@ -685,7 +691,12 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
         const int b = (int)(s & 1);
         const size_t rowb = (size_t)ny * sizeof(OutT);
-        QK_CK(cudaEventRecord(J->slab_done[b], J->est ? J->est : cs));
+        cudaStream_t ks = J->est ? J->est : cs;   /* the stream that finishes the slab's entries */
+        if (tmirror) {   /* its transpose, there (~2 x 4 bytes an entry at the HBM rate), once Kt's last one went down */
+            if (s >= 1) QK_CK(cudaStreamWaitEvent(ks, J->kt_free, 0));
+            QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, ks, E));
+        }
+        QK_CK(cudaEventRecord(J->slab_done[b], ks));
         /* staging[b]'s previous slab (s-2) was delivered on the host before slab s was queued */
         QK_CK(cudaStreamWaitEvent(xs, J->slab_done[b], 0));
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));
@@ -697,14 +708,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         else
             QK_CK(cudaMemcpy2DAsync(J->stage[b], rowb, rows_of(s), (size_t)ldk * sizeof(OutT), rowb, (size_t)m,
                                     cudaMemcpyDeviceToHost, xs));
-        if (tmirror) {   /* the slab's transpose: ny rows of m, into K's mirror or the slot's second half */
-            QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, xs, E));
+        if (tmirror) {   /* the slab's transpose (ny rows of m) into K's mirror or the slot's second half */
             QK__GZ_COUNT(J, "qk D2H bytes", (double)rowb * (double)m);
             if (J->mirror_out)
                 QK_CK(cudaMemcpy2DAsync((OutT *)J->mirror_out + i0, (size_t)J->mirror_ld * sizeof(OutT), J->Kt, (size_t)m * sizeof(OutT),
                                         (size_t)m * sizeof(OutT), (size_t)ny, cudaMemcpyDeviceToHost, xs));
             else
                 QK_CK(cudaMemcpyAsync(J->mstage[b], J->Kt, (size_t)m * rowb, cudaMemcpyDeviceToHost, xs));
+            QK_CK(cudaEventRecord(J->kt_free, xs));
         }
         QK__GZ_GPU_END(J, "qk D2H slab", xs);
         QK_TRY(qk__mark(J, 1, QK__EV_COPY));

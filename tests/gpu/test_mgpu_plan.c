@@ -138,18 +138,7 @@ static void check_part_plans(const qk_plan *p, const qk_device_info *infos, cons
             continue;
         }
         if (pp->mirror && (g->output == QK_OUTPUT_HOST || g->output == QK_OUTPUT_NPY)) {
-            /* its GPU delivers the rectangle's transpose too: one transposed slab more on the
-               device (K leaves the device when that does not fit resident), a slab and its
-               transpose in each of the two staging slots */
-            const size_t slab = (size_t)ref.slab_rows * (size_t)ref.n_y * (ref.out_dtype == QK_F64 ? 8 : 4);
-            if (ref.k_resident && ref.bytes_total + slab > ref.bytes_budget) {
-                ref.bytes_total += 2 * slab - ref.bytes_out;
-                ref.bytes_out = 2 * slab;
-                ref.k_resident = 0;
-            }
-            ref.bytes_out += slab;
-            ref.bytes_total += slab;
-            ref.bytes_staging = 4 * slab;
+            qk_test_mirror_slab(&ref);   /* its GPU delivers the rectangle's transpose too */
             n_mirror_parts++;
         }
         CHECK(pp->engine == ref.engine && pp->kernel_cfg == ref.kernel_cfg && strcmp(pp->config, ref.config) == 0,
