@@ -1336,6 +1336,7 @@ static void fault_tests()
 int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
+    setvbuf(stdout, nullptr, _IOLBF, 0);   /* line by line: a run killed by a timeout keeps how far it got */
     qk_test_seed();
     /* QK_TEST_POISON: every cuBLAS-path C poisoned with NaN before its GEMMs (the initcheck run) */
     qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
