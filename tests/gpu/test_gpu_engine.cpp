@@ -1038,6 +1038,138 @@ static int cancel_after(int64_t done, int64_t total, void *user)
     return done > 0 && ++*(int *)user >= 2;
 }
 
+/* The transposed output of qk_cuda_gram (qk_cuda_io.mirror_out / mrows: a rectangle's mirror on
+   several GPUs) on one GPU: K(X,Y) to the host in slabs of 16 rows (the plan's slab set small), its
+   rows through io.rows and its transpose through mrows (staged) or into a page-locked buffer
+   (mirror_out, the plan made for a pinned output); the transpose must be the rows' exactly (the
+   same floats, moved), float32 and float64. Then the refusals: a symmetric plan, a DEVICE output,
+   mirror_out without a page-locked output, mrows with one, a short mirror_ld, the MPS path. */
+struct MirrorRec {
+    std::vector<double> *K, *T;
+    int64_t cols, rows;
+    size_t es;
+};
+static qk_result mirror_rows_cb(int64_t i0, int64_t m, const void *r, int64_t ld, void *u)
+{
+    MirrorRec *c = (MirrorRec *)u;
+    for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < c->cols; ++j)
+            (*c->K)[(size_t)((i0 + a) * c->cols + j)] = c->es == 4 ? ((const float *)r)[a * ld + j] : ((const double *)r)[a * ld + j];
+    return QK_OK;
+}
+static qk_result mirror_t_cb(int64_t i0, int64_t m, const void *t, int64_t ld, void *u)
+{
+    MirrorRec *c = (MirrorRec *)u;
+    for (int64_t j = 0; j < c->cols; ++j)
+        for (int64_t a = 0; a < m; ++a)
+            (*c->T)[(size_t)(j * c->rows + i0 + a)] = c->es == 4 ? ((const float *)t)[j * ld + a] : ((const double *)t)[j * ld + a];
+    return QK_OK;
+}
+static void mirror_io_tests(qk_ctx *gpu)
+{
+    qk_map *m = nullptr;
+    if (qk_map_parse("zz(reps=2)", 5, &m) != QK_OK) { CHECK(false, "mirror io: parse"); return; }
+    const int64_t nx = 101 + (int64_t)(qk_test_rand64() % 40), ny = 67 + (int64_t)(qk_test_rand64() % 30);
+    std::vector<double> x((size_t)nx * 5), y((size_t)ny * 5);
+    for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
+    for (auto &v : y) v = qk_test_uniform(0, 2 * M_PI);
+    char err[512];
+    std::vector<double> ref((size_t)(nx * ny));   /* the CPU engine's K(X,Y), fp64 */
+    {
+        qk_ctx *cpu = qk_test_cpu_ctx(0);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = nx; g.y = y.data(); g.n_y = ny;
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.out = ref.data();
+        CHECK(qk_gram(cpu, m, &g) == QK_OK, "mirror io: cpu: %s", qk_last_error());
+        qk_ctx_destroy(cpu);
+    }
+    for (int f64 = 0; f64 < 2; ++f64)
+        for (int pinned = 0; pinned < 2; ++pinned) {
+            const size_t es = f64 ? 8 : 4;
+            qk_gram_desc g;
+            memset(&g, 0, sizeof g);
+            g.x = x.data(); g.n_x = nx; g.y = y.data(); g.n_y = ny;
+            g.precision = f64 ? QK_PRECISION_FP64 : QK_PRECISION_FP32; g.out_dtype = f64 ? QK_F64 : QK_F32;
+            std::vector<unsigned char> host((size_t)(nx * ny) * es);
+            void *pk = nullptr, *pt = nullptr;
+            if (pinned && (qk_cuda_host_alloc((size_t)(nx * ny) * es, &pk, err, sizeof err) != QK_OK ||
+                           qk_cuda_host_alloc((size_t)(nx * ny) * es, &pt, err, sizeof err) != QK_OK)) { CHECK(false, "mirror io: pinned: %s", err); return; }
+            g.output = QK_OUTPUT_HOST; g.out = pinned ? pk : host.data();
+            qk_plan p;
+            if (qk_plan_make(gpu, m, &g, &p) != QK_OK) { CHECK(false, "mirror io: plan: %s", qk_last_error()); continue; }
+            CHECK(p.host_pinned == pinned, "mirror io: plan.host_pinned %d for a %s buffer", p.host_pinned, pinned ? "page-locked" : "pageable");
+            p.tile_m = p.slab_rows = 16;   /* several slabs, the last one short */
+            p.k_resident = 0;
+            std::vector<double> K((size_t)(nx * ny), NAN), T((size_t)(nx * ny), NAN);
+            MirrorRec rec{&K, &T, ny, nx, es};
+            qk_cuda_io io;
+            memset(&io, 0, sizeof io);
+            io.rows = mirror_rows_cb; io.rows_user = &rec;
+            if (pinned) { io.mirror_out = pt; io.mirror_ld = nx; memset(pt, 0xff, (size_t)(nx * ny) * es); }
+            else { io.mrows = mirror_t_cb; io.mrows_user = &rec; }
+            err[0] = 0;
+            const qk_result r = qk_cuda_gram(&p, m, &g, &io, err, sizeof err);
+            CHECK(r == QK_OK, "mirror io %s %s: %s", f64 ? "f64" : "f32", pinned ? "pinned" : "staged", err);
+            if (pinned)
+                for (int64_t i = 0; i < nx * ny; ++i) {
+                    K[(size_t)i] = es == 4 ? ((const float *)pk)[i] : ((const double *)pk)[i];
+                    T[(size_t)i] = es == 4 ? ((const float *)pt)[i] : ((const double *)pt)[i];
+                }
+            int64_t bad = 0, off = 0;
+            for (int64_t i = 0; i < nx; ++i)
+                for (int64_t j = 0; j < ny; ++j) {
+                    const double k = K[(size_t)(i * ny + j)], t = T[(size_t)(j * nx + i)];
+                    bad += !(k == t);
+                    off += !(std::fabs(k - ref[(size_t)(i * ny + j)]) <= (f64 ? 1e-12 : 1e-4));
+                }
+            CHECK(r != QK_OK || (bad == 0 && off == 0), "mirror io %s %s: %lld transposed entries differ from the rows', %lld rows' entries from the CPU engine's",
+                  f64 ? "f64" : "f32", pinned ? "pinned" : "staged", (long long)bad, (long long)off);
+            if (pinned) {   /* the refusals that need a page-locked plan */
+                io.mirror_ld = nx - 1;
+                CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "mirror_ld"), "short mirror_ld: %s", err);
+                io.mirror_out = nullptr; io.mrows = mirror_t_cb; io.mrows_user = &rec;
+                CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "mrows with a page-locked"), "mrows, pinned: %s", err);
+            } else {
+                io.mrows = nullptr; io.mirror_out = host.data(); io.mirror_ld = nx;
+                CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "without a page-locked"), "mirror_out, pageable: %s", err);
+            }
+            qk_cuda_host_free(pk);
+            qk_cuda_host_free(pt);
+        }
+    {   /* a symmetric plan; a DEVICE output; the MPS path */
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = nx;
+        g.precision = QK_PRECISION_FP32; g.out_dtype = QK_F32;
+        std::vector<float> host((size_t)(nx * nx));
+        g.output = QK_OUTPUT_HOST; g.out = host.data();
+        qk_plan p;
+        qk_cuda_io io;
+        memset(&io, 0, sizeof io);
+        io.mrows = mirror_t_cb;
+        if (qk_plan_make(gpu, m, &g, &p) == QK_OK)
+            CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "symmetric plan"), "K(X,X): %s", err);
+        else CHECK(false, "mirror io: plan: %s", qk_last_error());
+        void *dk = nullptr;
+        g.y = y.data(); g.n_y = ny;
+        g.output = QK_OUTPUT_DEVICE;
+        if (cudaMalloc(&dk, (size_t)(nx * ny) * 4) == cudaSuccess) {
+            g.out = dk;
+            if (qk_plan_make(gpu, m, &g, &p) == QK_OK)
+                CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "a DEVICE output"), "DEVICE: %s", err);
+            else CHECK(false, "mirror io: plan: %s", qk_last_error());
+            cudaFree(dk);
+        } else CHECK(false, "mirror io: cudaMalloc");
+        const double site[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+        qk_cuda_mps mps;
+        memset(&mps, 0, sizeof mps);
+        mps.n_sites = 1; mps.chi = 1; mps.a = site; mps.n_a = 1;
+        CHECK(qk_cuda_mps_gram(&p, &g, &mps, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "qk_cuda_gram's only"), "MPS: %s", err);
+    }
+    qk_map_free(m);
+}
+
 static void stream_tests(qk_ctx *gpu)
 {
     const char *specs[] = {"zz(reps=2)", "hea(layers=2)", "angle(rot=y)"};
@@ -1358,7 +1490,7 @@ int main(int argc, char **argv)
         cd.device = QK_DEVICE_CUDA;
         cd.autotune = -1;
         pool_tests();
-        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); fault_tests(); fp32_same_tests(gpu); }
+        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); mirror_io_tests(gpu); fault_tests(); fp32_same_tests(gpu); }
         else CHECK(false, "cuda context: %s", qk_last_error());
         qk_ctx_destroy(gpu);
     }
