@@ -3262,10 +3262,10 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
    layout; rows past the last read as zeros) completing on the slot's "full" mbarrier, and each
    warpgroup, once its products on a slot are done, arrives on the slot's "empty" mbarrier, which
    the loading thread waits for before it refills the slot. No stage needs the whole block at a
-   barrier; the block meets only when an item's panel is replaced. Against the same kernel fed by
-   cp.async with a block barrier per stage (barriers were its first stall in Nsight Compute):
-   8 qubits 403 against 339 Gpairs/s, 7 qubits 591 against 519 (H200, docs/benchmarks.md), K bit
-   for bit the same. mp: maps of A (m rows of ldw words) and B (nn rows). */
+   barrier; the block meets only when an item's panel is replaced. It replaced the same kernel fed
+   by cp.async with a block barrier per stage, whose first stall the barriers were; K is bit for
+   bit the same (docs/benchmarks.md, "The fp16 kernel fed by TMA"). mp: maps of A (m rows of ldw
+   words) and B (nn rows). */
 struct qk__wg_maps {
     CUtensorMap a, b;
 };
@@ -4069,7 +4069,7 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
 /* The transpose of m x n entries (src, rows lds apart) into dst (n rows of m, ldd apart): 32 x 32
    tiles through shared memory (a padded row: no bank conflicts), coalesced reads and writes, a
    grid of at most `blocks` blocks striding over the tiles. A rectangle's mirror (qk_cuda_io.
-   mirror_out / mrows): ~2 x 4 bytes an entry at the HBM rate, well under the entry's PCIe time. */
+   mirror_out / mrows): two passes over the slab in device memory, against one over PCIe. */
 template <typename OutT>
 __global__ void __launch_bounds__(256) qk__k_transpose(const OutT *__restrict__ src, int64_t lds, int64_t m, int64_t n, OutT *__restrict__ dst,
                                                        int64_t ldd)
@@ -4512,7 +4512,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         const int b = (int)(s & 1);
         const size_t rowb = (size_t)ny * sizeof(OutT);
         cudaStream_t ks = J->est ? J->est : cs;   /* the stream that finishes the slab's entries */
-        if (tmirror) {   /* its transpose, there (~2 x 4 bytes an entry at the HBM rate), once Kt's last one went down */
+        if (tmirror) {   /* its transpose, there, once Kt's last one went down */
             if (s >= 1) QK_CK(cudaStreamWaitEvent(ks, J->kt_free, 0));
             QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, ks, E));
         }

@@ -249,7 +249,7 @@ static qk_result qk__mark(qk__job_state *J, int s, qk__ev_tag tag)
 /* The transpose of m x n entries (src, rows lds apart) into dst (n rows of m, ldd apart): 32 x 32
    tiles through shared memory (a padded row: no bank conflicts), coalesced reads and writes, a
    grid of at most `blocks` blocks striding over the tiles. A rectangle's mirror (qk_cuda_io.
-   mirror_out / mrows): ~2 x 4 bytes an entry at the HBM rate, well under the entry's PCIe time. */
+   mirror_out / mrows): two passes over the slab in device memory, against one over PCIe. */
 template <typename OutT>
 __global__ void __launch_bounds__(256) qk__k_transpose(const OutT *__restrict__ src, int64_t lds, int64_t m, int64_t n, OutT *__restrict__ dst,
                                                        int64_t ldd)
@@ -692,7 +692,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         const int b = (int)(s & 1);
         const size_t rowb = (size_t)ny * sizeof(OutT);
         cudaStream_t ks = J->est ? J->est : cs;   /* the stream that finishes the slab's entries */
-        if (tmirror) {   /* its transpose, there (~2 x 4 bytes an entry at the HBM rate), once Kt's last one went down */
+        if (tmirror) {   /* its transpose, there, once Kt's last one went down */
             if (s >= 1) QK_CK(cudaStreamWaitEvent(ks, J->kt_free, 0));
             QK_TRY(qk__launch_transpose<OutT>(rows_of(s), ldk, m, ny, (OutT *)J->Kt, m, ks, E));
         }

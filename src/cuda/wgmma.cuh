@@ -418,10 +418,10 @@ qk__k_wg3(const uint32_t *__restrict__ A, const uint32_t *__restrict__ B, int64_
    layout; rows past the last read as zeros) completing on the slot's "full" mbarrier, and each
    warpgroup, once its products on a slot are done, arrives on the slot's "empty" mbarrier, which
    the loading thread waits for before it refills the slot. No stage needs the whole block at a
-   barrier; the block meets only when an item's panel is replaced. Against the same kernel fed by
-   cp.async with a block barrier per stage (barriers were its first stall in Nsight Compute):
-   8 qubits 403 against 339 Gpairs/s, 7 qubits 591 against 519 (H200, docs/benchmarks.md), K bit
-   for bit the same. mp: maps of A (m rows of ldw words) and B (nn rows). */
+   barrier; the block meets only when an item's panel is replaced. It replaced the same kernel fed
+   by cp.async with a block barrier per stage, whose first stall the barriers were; K is bit for
+   bit the same (docs/benchmarks.md, "The fp16 kernel fed by TMA"). mp: maps of A (m rows of ldw
+   words) and B (nn rows). */
 struct qk__wg_maps {
     CUtensorMap a, b;
 };
