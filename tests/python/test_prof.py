@@ -97,7 +97,7 @@ def test_steps():
     for i in range(12):
         prof.step(i)
         with prof.zone("every"):
-            spin(0.0005 + 0.0002 * i)  # a planted upward drift
+            spin(0.001 + 0.003 * i)  # a planted upward drift, 3 ms a step: a stall of tens of ms on a busy host cannot turn it
         if i % 3 == 0:
             with prof.zone("sometimes"):
                 spin(0.0003)
