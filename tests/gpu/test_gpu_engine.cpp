@@ -1473,11 +1473,21 @@ int main(int argc, char **argv)
     /* QK_TEST_POISON: every cuBLAS-path C poisoned with NaN before its GEMMs (the initcheck run) */
     qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
-    if (getenv("QK_TEST_ONLY")) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan */
+    if (getenv("QK_TEST_ONLY")) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan, mirror */
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
-        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks or plan", getenv("QK_TEST_ONLY"));
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output alone */
+            qk_ctx *gpu = nullptr;
+            qk_ctx_desc cd;
+            memset(&cd, 0, sizeof cd);
+            cd.device = QK_DEVICE_CUDA;
+            cd.autotune = -1;
+            if (qk_ctx_create(&cd, &gpu) == QK_OK) mirror_io_tests(gpu);
+            else CHECK(false, "cuda context: %s", qk_last_error());
+            qk_ctx_destroy(gpu);
+        }
+        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan or mirror", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
