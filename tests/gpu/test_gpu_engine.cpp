@@ -1491,8 +1491,16 @@ int main(int argc, char **argv)
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
+    /* each part's wall time, printed as it ends: what a short device run spends before the maps */
+    double t_part = qk_cuda_wtime();
+    auto part_done = [&t_part](const char *name) {
+        const double t = qk_cuda_wtime();
+        printf("part %-10s %7.2f s\n", name, t - t_part);
+        t_part = t;
+    };
     amp_encode_tests();
-    if (argc <= 2 || atoi(argv[2]) != 0) api_tests(); /* argv[2] = 0: skip (racecheck runs) */
+    part_done("amp");
+    if (argc <= 2 || atoi(argv[2]) != 0) { api_tests(); part_done("api"); } /* argv[2] = 0: skip (racecheck runs) */
     {
         qk_ctx *gpu = nullptr;
         qk_ctx_desc cd;
@@ -1500,13 +1508,26 @@ int main(int argc, char **argv)
         cd.device = QK_DEVICE_CUDA;
         cd.autotune = -1;
         pool_tests();
-        if (qk_ctx_create(&cd, &gpu) == QK_OK) { stream_tests(gpu); mirror_io_tests(gpu); fault_tests(); fp32_same_tests(gpu); }
+        part_done("pool");
+        if (qk_ctx_create(&cd, &gpu) == QK_OK) {
+            stream_tests(gpu);
+            part_done("stream");
+            mirror_io_tests(gpu);
+            part_done("mirror");
+            fault_tests();
+            part_done("fault");
+            fp32_same_tests(gpu);
+            part_done("fp32same");
+        }
         else CHECK(false, "cuda context: %s", qk_last_error());
         qk_ctx_destroy(gpu);
     }
     tc_block_tests();
+    part_done("tcblocks");
     small_kernel_tests();
+    part_done("small");
     plan_mismatch_tests();
+    part_done("plan");
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
