@@ -580,12 +580,15 @@ static void roof_row(const char *name, const qk_map &m, const std::vector<double
     const std::string pl = plan_lines(p);
     char js[1024];
     if (states) {
+        /* the row names the state kernel, not the Gram engine the plan also carries: one pass in
+           shared memory up to QK__PASS_QUBITS, the structured passes through device memory above */
+        const std::string sk = m.n_qubits <= QK__PASS_QUBITS ? "states: one pass in shared memory" : "states: structured passes";
         const double t = memset_ms((size_t)n * (size_t)D * 8); /* the states' bytes, complex64 */
         const double v = r.states_ms > 0 ? n / r.states_ms * 1e3 : 0, fl = t > 0 ? n / t * 1e3 : 0;
         printf("roof   %2d q n=%6lld states %-6s %-40s %10.0f states/s | floor %10.0f (write of %lld x %.0f x 8 bytes: %.3f ms) | share %5.1f %%\n",
-               m.n_qubits, (long long)n, r.precision.c_str(), c.kernel.c_str(), v, fl, (long long)n, D, t, fl > 0 ? 100 * v / fl : 0.0);
+               m.n_qubits, (long long)n, r.precision.c_str(), sk.c_str(), v, fl, (long long)n, D, t, fl > 0 ? 100 * v / fl : 0.0);
         snprintf(js, sizeof js, ", \"roof\": \"states\", \"asked\": \"%s\", \"kernel\": \"%s\", \"floor_states_per_s\": %.1f, "
-                 "\"bound\": \"write\", \"share\": %.4f, \"plan\": \"%s\"", asked, json_safe(c.kernel).c_str(), fl, fl > 0 ? v / fl : 0.0,
+                 "\"bound\": \"write\", \"share\": %.4f, \"plan\": \"%s\"", asked, json_safe(sk).c_str(), fl, fl > 0 ? v / fl : 0.0,
                  json_safe(pl).c_str());
         r.roof = js;
     } else {
