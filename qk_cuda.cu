@@ -3370,6 +3370,239 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
 #endif
 }
 
+/* FP32X3, persistent and fed by the tensor memory accelerator (2.1x qk__k_wg3 at 8 qubits on the H100), for
+   the triangle of K(X,X) with short states (2 <= nkt <= 8 stages). A work item is a panel of 64
+   rows (rows 64 p ..) and up to QK__WG_ITEM column tiles of 128, the first starting at column
+   64 p (the diagonal); a tile's 128 columns are two 64 x 64 halves, one per warpgroup, each the
+   m64n64k16 products of qk__k_wg3's warpgroups in the same order (per stage lo*hi + hi*lo + hi*hi
+   per k-step, the stage's sums into the round-to-nearest totals), so every entry of K is
+   qk__k_wg3's bit for bit; the block's tile is 64 x 128 instead of 128 x 64. Shared memory: the
+   panel's A rows (hi and lo, every stage: nkt x 16 KB) stay resident for the item, and the tiles'
+   B rows (hi and lo, 128 rows: 32 KB a stage) run through an NS-slot ring.
+
+   Two consumer warpgroups and a producer warpgroup (setmaxnreg: 232 registers a consumer thread,
+   40 a producer's; a ninth warp alone would cap every thread at 168). setmaxnreg.inc takes its
+   registers from the CTA's pool, which holds only what the block was launched with (384 x 168)
+   and what .dec released: the producer's 128 x (168 - 40) = 16384 are exactly the consumers'
+   256 x (232 - 168). (240 / 32 asked for 18432 of 17408: the consumers waited forever.)
+   Thread 256 issues every load, as tensor-map boxes: A 64 rows x 32 words, B 128 x 32, the 128-byte swizzle, which is qk__sw128's
+   layout). Each load completes on an mbarrier: full[slot] for the ring, afull[k] for the panel's
+   stage k. Each consumer warp, once its warpgroup's products on a stage are done
+   (wgmma.wait_group 0), fences its ldmatrix reads against the async proxy and arrives on the
+   slot's empty mbarrier (8 arrivals), and in an item's last tile also on pempty[k]. The producer
+   refills a slot once all 8 warps released it, so the ring runs NS stages ahead across tiles and
+   items, and loads the next item's panel stage k as soon as the current item's last tile is done
+   with it (just before the ring load that waits for the same release). No stage, tile or item
+   needs the block at a barrier; the two warpgroups may drift apart by up to the ring's depth
+   (one's epilogue under the other's products). The producer waits only for releases, which the
+   consumers give after loads it has already issued: no deadlock. mp: maps of A (m rows, 64-row
+   boxes) and B (nn rows, 128-row boxes) over ldw words a row; ldp: words from a row's hi part to
+   its lo part; items: the number of work items (qk__wg3t_items). */
+#define QK__WG3T_BM 64
+#define QK__WG3T_BN 128
+/* column tiles of panel p: from column 64 p to nn */
+__host__ __device__ __forceinline__ int64_t qk__wg3t_tiles(int64_t p, int64_t nn) { return (nn - QK__WG3T_BM * p + QK__WG3T_BN - 1) / QK__WG3T_BN; }
+static int64_t qk__wg3t_items(int64_t m, int64_t nn)
+{
+    int64_t items = 0;
+    for (int64_t p = 0; p * QK__WG3T_BM < m; ++p) items += (qk__wg3t_tiles(p, nn) + QK__WG_ITEM - 1) / QK__WG_ITEM;
+    return items;
+}
+/* A walk over the work items in increasing order: item it's panel p, first tile j0 and tile
+   count nt (base: the first item of panel p). */
+struct qk__wg3t_walk {
+    int base, p;
+};
+__device__ __forceinline__ void qk__wg3t_seek(qk__wg3t_walk &w, int it, int nn, int &j0, int &nt)
+{
+    for (;;) {
+        const int tl = (int)qk__wg3t_tiles(w.p, nn), k = (tl + QK__WG_ITEM - 1) / QK__WG_ITEM;
+        if (it < w.base + k) {
+            j0 = (it - w.base) * QK__WG_ITEM;
+            nt = min(QK__WG_ITEM, tl - j0);
+            return;
+        }
+        w.base += k;
+        ++w.p;
+    }
+}
+/* A position in the block's sequence of stages: item it (the block's ik-th), tile t of nt from
+   j0, k-stage kt; next() steps to the following stage (it >= items: past the last). */
+struct qk__wg3t_pos {
+    qk__wg3t_walk w;
+    int it, ik, j0, nt, t, kt;
+    __device__ __forceinline__ void start(int it0, int nn)
+    {
+        w.base = w.p = 0;
+        it = it0;
+        ik = t = kt = 0;
+        qk__wg3t_seek(w, it, nn, j0, nt);
+    }
+    __device__ __forceinline__ void next(int nkt, int G, int items, int nn)
+    {
+        if (++kt < nkt) return;
+        kt = 0;
+        if (++t < nt) return;
+        t = 0;
+        it += G;
+        ++ik;
+        if (it < items) qk__wg3t_seek(w, it, nn, j0, nt);
+    }
+};
+template <bool CPLX, typename OutT, int NS>
+__global__ void __launch_bounds__(384, 1)
+qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int nn, int items, float inv_s2, OutT *__restrict__ out,
+           int64_t ld, OutT *__restrict__ mout, int vec)
+{
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int BM = QK__WG3T_BM, BN = QK__WG3T_BN, TP = BM * 128, TR = BN * 128, NA = CPLX ? 32 : 1;
+    const uint32_t sbase = qk__wg_smem1024(), ring = sbase + nkt * 2 * TP, bars = ring + NS * 2 * TR;
+    /* full[s] at bars + 8 s, empty[s] at bars + 8 (NS + s), afull[k] at bars + 8 (2 NS + k), pempty[k] at bars + 8 (2 NS + 8 + k) */
+    const uint32_t b_full = bars, b_empty = bars + 8 * NS, b_afull = bars + 16 * NS, b_pempty = bars + 16 * NS + 64;
+    const int tid = threadIdx.x, G = gridDim.x;
+    if (tid == 0) {
+        for (int s = 0; s < NS; ++s) {
+            qk__mbar_init(b_full + 8 * s, 1);
+            qk__mbar_init(b_empty + 8 * s, 8);   /* one arrival per consumer warp */
+        }
+        for (int k = 0; k < nkt; ++k) {
+            qk__mbar_init(b_afull + 8 * k, 1);
+            qk__mbar_init(b_pempty + 8 * k, 8);
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");   /* the inits, visible to the copy engine */
+    }
+    __syncthreads();   /* the block's only barrier */
+    if (tid >= 256) {   /* the producer warpgroup: its registers to the consumers, one thread loads */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (tid != 256) return;
+        auto load_panel = [&](int kt, int p) {   /* panel p's stage kt (hi, lo) into its place, on afull[kt] */
+            const uint32_t dst = sbase + kt * 2 * TP, bar = b_afull + 8 * kt;
+            qk__mbar_expect_tx(bar, 2 * TP);   /* whole boxes: rows past m count too (zeros) */
+            qk__tma_load2d(dst, &mp.a, kt * 32, p * BM, bar);
+            qk__tma_load2d(dst + TP, &mp.a, ldp + kt * 32, p * BM, bar);
+        };
+        qk__wg3t_pos lp, rl;   /* the stage to load (s) and the stage whose release it waits for (s - NS) */
+        lp.start(blockIdx.x, nn);
+        rl = lp;
+        qk__wg3t_walk nw = lp.w;   /* the next item's panel */
+        for (int kt = 0; kt < nkt; ++kt) load_panel(kt, lp.w.p);
+        for (uint32_t s = 0;; ++s) {
+            if (s >= (uint32_t)NS) {
+                if (rl.it >= items) break;   /* every load issued, every panel too */
+                if (rl.t == rl.nt - 1 && rl.it + G < items) {   /* the item's last tile is done with panel stage kt: the next item's */
+                    int j0, nt;
+                    qk__wg3t_seek(nw, rl.it + G, nn, j0, nt);
+                    qk__mbar_wait(b_pempty + 8 * rl.kt, rl.ik & 1);
+                    load_panel(rl.kt, nw.p);
+                }
+                rl.next(nkt, G, items, nn);
+            }
+            if (lp.it < items) {
+                const uint32_t slot = s % NS, full = b_full + 8 * slot;
+                if (s >= (uint32_t)NS) qk__mbar_wait(b_empty + 8 * slot, (s / NS - 1) & 1);
+                const int y = lp.w.p * BM + (lp.j0 + lp.t) * BN, x = lp.kt * 32;
+                qk__mbar_expect_tx(full, 2 * TR);
+                qk__tma_load2d(ring + slot * 2 * TR, &mp.b, x, y, full);
+                qk__tma_load2d(ring + slot * 2 * TR + TR, &mp.b, ldp + x, y, full);
+                lp.next(nkt, G, items, nn);
+            }
+        }
+        return;
+    }
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");   /* the producer's released 16384: see above */
+    const int wg = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+    const int arow = warp * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), ahi = lane >> 4;
+    float ar[32], ai[NA], tr[32], ti[NA];
+    qk__wg_zero(ar);
+    qk__wg_zero(ai);
+    qk__wg_zero(tr);
+    qk__wg_zero(ti);
+    qk__wg3t_walk w = {0, 0};
+    uint32_t u = 0, ik = 0;   /* stages consumed, items begun */
+    for (int it = blockIdx.x; it < items; it += G, ++ik) {
+        int j0, nt;
+        qk__wg3t_seek(w, it, nn, j0, nt);
+        const int row0 = w.p * BM;
+        for (int t = 0; t < nt; ++t) {
+            const int c0 = row0 + (j0 + t) * BN + wg * 64;   /* this warpgroup's 64 columns (past nn: zeros, nothing stored) */
+            for (int kt = 0; kt < nkt; ++kt) {
+                const uint32_t slot = u % NS;
+                if (t == 0) qk__mbar_wait(b_afull + 8 * kt, ik & 1);
+                qk__mbar_wait(b_full + 8 * slot, (u / NS) & 1);
+                __syncwarp();   /* converged before the aligned instructions */
+                {
+                    const uint32_t As = sbase + kt * 2 * TP, Bs = ring + slot * 2 * TR + wg * 64 * 128;
+                    uint32_t fh[4][4], fl[4][4], rh[4][4], rl[4][4];
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {
+                        const uint32_t off = qk__sw128(arow, 2 * kk + ahi);
+                        qk__ldsm4(As + off, fh[kk]);
+                        qk__ldsm4(As + TP + off, fl[kk]);
+                        if constexpr (CPLX) {
+#pragma unroll
+                            for (int q = 0; q < 4; ++q) {
+                                rh[kk][q] = qk__rot16(fh[kk][q]);
+                                rl[kk][q] = qk__rot16(fl[kk][q]);
+                            }
+                        }
+                    }
+                    qk__wg_pin(ar);   /* the zeroed sums as registers before the fence (not constants moved in between the products) */
+                    if constexpr (CPLX) qk__wg_pin(ai);
+                    qk__wg_fence();
+#pragma unroll
+                    for (int kk = 0; kk < 4; ++kk) {
+                        const uint64_t bh = qk__wg_desc(Bs + kk * 32), bl = qk__wg_desc(Bs + TR + kk * 32);
+                        qk__wg_m64n64k16(ar, fl[kk], bh);
+                        qk__wg_m64n64k16(ar, fh[kk], bl);
+                        qk__wg_m64n64k16(ar, fh[kk], bh);
+                        if constexpr (CPLX) {
+                            qk__wg_m64n64k16(ai, rl[kk], bh);
+                            qk__wg_m64n64k16(ai, rh[kk], bl);
+                            qk__wg_m64n64k16(ai, rh[kk], bh);
+                        }
+                    }
+                    qk__wg_commit();
+                    qk__wg_wait0();
+                }
+                qk__wg_pin(ar);
+                if constexpr (CPLX) qk__wg_pin(ai);
+                /* release the stage: this warp's ldmatrix reads ordered before the copy engine's next writes */
+                qk__fence_async_smem();
+                __syncwarp();
+                if (lane == 0) {
+                    qk__mbar_arrive(b_empty + 8 * slot);
+                    if (t == nt - 1) qk__mbar_arrive(b_pempty + 8 * kt);
+                }
+                __syncwarp();
+                ++u;
+                if (kt == nkt - 1) {   /* the tile's epilogue: the totals and the last stage's sums */
+                    int r0e = row0, c0e = c0;
+                    asm volatile("" : "+r"(r0e), "+r"(c0e));   /* the stores' addresses computed here, not hoisted and kept over the stages */
+                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM;
+                    qk__wg_store<OutT, 8, CPLX, true>(ar, ai, tr, ti, inv_s2, r0e, c0e, warp * 16 + (lane >> 2), lane & 3, inner, m, nn, out, ld,
+                                                      mout, 0, 1);
+                    qk__wg_zero(tr);
+                    qk__wg_zero(ti);
+                    qk__wg_zero(ar);
+                    qk__wg_zero(ai);
+                } else {   /* the stage's sums into the round-to-nearest totals */
+#pragma unroll
+                    for (int i = 0; i < 32; ++i) {
+                        tr[i] += ar[i];
+                        ar[i] = 0.0f;
+                    }
+#pragma unroll
+                    for (int i = 0; i < NA; ++i) {
+                        ti[i] += ai[i];
+                        ai[i] = 0.0f;
+                    }
+                }
+            }
+        }
+    }
+#endif
+}
+
 /* cuTensorMapEncodeTiled from the driver the runtime uses (no link to libcuda); null where the
    driver has none. Looked up once. */
 typedef CUresult (*qk__pfn_encode_tiled)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *, const cuuint64_t *,
@@ -3389,12 +3622,12 @@ static qk__pfn_encode_tiled qk__tma_encoder()
     });
     return fn;
 }
-/* The map of rows x ldw 32-bit operand words at base: 32-word x 128-row boxes in the 128-byte
-   swizzle (a stage of qk__k_wg16t), rows past the last read as zeros. */
-static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_t *base, int64_t rows, int64_t ldw)
+/* The map of rows x ldw 32-bit operand words at base: 32-word x box_rows-row boxes (128: a stage
+   of qk__k_wg16t) in the 128-byte swizzle, rows past the last read as zeros. */
+static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_t *base, int64_t rows, int64_t ldw, int box_rows = 128)
 {
     const cuuint64_t dims[2] = {(cuuint64_t)ldw, (cuuint64_t)rows}, strides[1] = {(cuuint64_t)ldw * 4};
-    const cuuint32_t box[2] = {32, 128}, step[2] = {1, 1};
+    const cuuint32_t box[2] = {32, (cuuint32_t)box_rows}, step[2] = {1, 1};
     return enc(map, CU_TENSOR_MAP_DATA_TYPE_UINT32, 2, (void *)base, dims, strides, box, step, CU_TENSOR_MAP_INTERLEAVE_NONE,
                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_128B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
@@ -3440,7 +3673,28 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
             /* no tensor map (a driver without the encoder): the triangular grid below */
         }
     }
-    if constexpr (SPLIT) QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if constexpr (SPLIT) {
+        /* the persistent TMA-fed FP32X3 kernel for the triangle of short states (2 to 8 stages);
+           qk__k_wg3 elsewhere and where the maps cannot be encoded */
+        if (tri && doff == 0 && nn >= m && nn < ((int64_t)1 << 30) && nkt >= 2 && nkt <= 8 && ldp <= 65536 &&
+            qk__wg3t_items(m, nn) <= INT_MAX / 2) {
+            const qk__pfn_encode_tiled enc = qk__tma_encoder();
+            qk__wg_maps mp;
+            if (enc && qk__wg_map(enc, &mp.a, A, m, ldw, QK__WG3T_BM) && qk__wg_map(enc, &mp.b, B, nn, ldw, QK__WG3T_BN)) {
+                constexpr int TNS = 3;   /* 8 stages: 128 KB of panel + 3 x 32 KB of ring */
+                int sms = 0;
+                QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+                const int64_t items = qk__wg3t_items(m, nn);
+                const size_t tsmem = (size_t)nkt * 16384 + (size_t)TNS * 32768 + 1024 + 256;
+                QK_CK(cudaFuncSetAttribute(qk__k_wg3t<CPLX, OutT, TNS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
+                qk__k_wg3t<CPLX, OutT, TNS><<<(unsigned)std::min<int64_t>(items, sms), 384, tsmem, st>>>(mp, (int)ldp, nkt, (int)m, (int)nn, (int)items, inv_s2,
+                                                                                                     out, ld, mout, qk__vec_ok(out, mout, ld));
+                QK_LAUNCH_CK("qk__k_wg3t");
+                return QK_OK;
+            }
+        }
+        QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    }
     else QK_CK(cudaFuncSetAttribute(qk__k_wg16<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     for (int64_t r0 = 0; r0 < m; r0 += (int64_t)65535 * BM) { /* grid.y limit */
         const int64_t mm = std::min<int64_t>(m - r0, (int64_t)65535 * BM);

@@ -31,10 +31,15 @@ static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ?
    MMAs), at 8 qubits only in FP16, from 9 qubits on cuBLAS wins (docs/benchmarks.md, 'Figures
    behind the code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32
    per warp) up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both
-   and cuBLAS per shape. */
+   and cuBLAS per shape. On a device that runs wgmma (configuration 4), FP32X3 too up to 8 qubits:
+   its TMA-fed persistent kernel for the triangle (qk__k_wg3t) is 2.25x cuBLAS + epilogue there
+   (179 against 80 Gpairs/s on the H100, docs/benchmarks.md, 'fp32x3 through TMA, measured'). */
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
-static int qk__tcf_max_qubits(qk_precision p) { return p == QK_PRECISION_FP16 ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS; }
+static int qk__tcf_max_qubits(qk_precision p, int wgmma)
+{
+    return p == QK_PRECISION_FP16 || (wgmma && p == QK_PRECISION_FP32X3) ? QK__TCF_FP16_MAX_QUBITS : QK__TCF_MAX_QUBITS;
+}
 /* the fixed table's configuration of the fused tensor-core kernel: 4 (wgmma) where the device
    runs it, FP16 and FP32X3 (docs/benchmarks.md, 'Figures behind the code's constants'); else 2 up
    to 7 qubits, 1 at 8 */
@@ -507,7 +512,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
             p->bytes_workspace = (size_t)((slab < nx ? 2.0 : 1.0) * qk__blas_ws(p->engine, cx, q, (double)t, (double)slab, (double)cols));
         }
     }
-    if (!linear && qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision)) {
+    if (!linear && qk__engine_tcf_of(p->engine) != QK_GPU_FUSED && map->n_qubits <= qk__tcf_max_qubits(p->precision, info->wgmma)) {
         /* the fused tensor-core kernel (fixed table; the autotune times both): its operands, every
            state once (bulk) or two state tiles, must fit where the cuBLAS engine's did; the larger
            of the two workspaces is counted, so the autotune may pick either */

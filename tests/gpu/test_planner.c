@@ -116,6 +116,17 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             CHECK(qk_map_parse("zz(reps=2)", 7, &z7) == QK_OK && qk_plan_for_device(&w, 0.85, z7, &g, &p) == QK_OK &&
                       p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4,
                   "%s wgmma zz7 fp32x3: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            /* 8 qubits: FP32X3 on the fused kernel's configuration 4 (its TMA triangle) where the
+               device runs wgmma, on cuBLAS + epilogue where it does not */
+            CHECK(qk_plan_for_device(&w, 0.85, zz8, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4,
+                  "%s wgmma zz8 fp32x3: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            CHECK(qk_plan_for_device(d, 0.85, zz8, &g, &p) == QK_OK && p.engine == QK_GPU_TC_FP32X3,
+                  "%s no wgmma zz8 fp32x3: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
+            g.precision = QK_PRECISION_AUTO;   /* the default at 8 qubits: fp32x3, so the same kernel */
+            CHECK(qk_plan_for_device(&w, 0.85, zz8, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 &&
+                      p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4,
+                  "%s wgmma zz8 auto: precision %d engine %d cfg %d", d->name, (int)p.precision, (int)p.engine, p.kernel_cfg);
+            g.precision = QK_PRECISION_FP32X3;
             g.precision = QK_PRECISION_TF32;
             CHECK(qk_plan_for_device(&w, 0.85, z7, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_TF32 && p.kernel_cfg == 2,
                   "%s wgmma zz7 tf32: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
