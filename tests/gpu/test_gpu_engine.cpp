@@ -1267,7 +1267,7 @@ static void pool_tests()
     /* path: the plan's (the amplitude case runs the streaming encoder, the MPS case the MPS
        engine: both borrow the pool's streams and buffers too) */
     struct Case { const char *spec; int d; int64_t n; qk_precision p; qk_output out; int blas; qk_path path; };
-    const Case cases[] = {{"zz(reps=2)", 8, 700, QK_PRECISION_FP32X3, QK_OUTPUT_HOST, 1, QK_PATH_DEFAULT},
+    const Case cases[] = {{"zz(reps=2)", 9, 700, QK_PRECISION_FP32X3, QK_OUTPUT_HOST, 1, QK_PATH_DEFAULT}, /* cuBLAS + epilogue at 9 qubits */
                           {"zz(reps=2)", 9, 500, QK_PRECISION_FP64, QK_OUTPUT_DEVICE, -1, QK_PATH_DEFAULT},
                           {"hea(layers=2)", 6, 400, QK_PRECISION_FP32, QK_OUTPUT_CALLBACK, -1, QK_PATH_DEFAULT},
                           {"amplitude", 60, 600, QK_PRECISION_FP64, QK_OUTPUT_HOST, -1, QK_PATH_REAL},
