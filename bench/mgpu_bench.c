@@ -3,7 +3,7 @@
    usage: qk-mgpu-bench --features F --n N [--map SPEC] [--gpus 0,1] [--output device|npy|host]
                         [--split yes|no] (qk_gram_desc.mgpu_host_bound_split: 1 / -1; default 0)
                         [--pinned] (host: K in page-locked memory, cudaMallocHost)
-                        [--out K.npy] [--reps R] [--precision fp32|fp64] [--label L]
+                        [--out K.npy] [--reps R] [--precision P: fp32 (default), fp64, fp32x3, fp16, auto, ...] [--label L]
 
    X: N x F uniform in [0, pi] (seed 1). After one warm-up call (autotune cache, CUDA contexts,
    pinned staging), R timed calls of qk_gram on a context of the listed GPUs (wall clock around
@@ -53,7 +53,10 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--sync")) sync = 1;
         else if (!strcmp(a, "--pinned")) pinned = 1;
         else if (!strcmp(a, "--split")) { split = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? -1 : 0; i++; }
-        else if (!strcmp(a, "--precision")) { prec = !strcmp(v, "fp64") ? QK_PRECISION_FP64 : QK_PRECISION_FP32; i++; }
+        else if (!strcmp(a, "--precision")) {
+            if (qk_precision_parse(v, &prec) != QK_OK) { fprintf(stderr, "qk-mgpu-bench: %s\n", qk_last_error()); return 2; }
+            i++;
+        }
         else if (!strcmp(a, "--gpus")) {
             const char *c = v;
             i++;
