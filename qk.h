@@ -765,7 +765,9 @@ typedef enum qk_gpu_engine {
 #define QK_MAX_PARTS (2 * QK_MAX_DEVICES)
 typedef struct qk_plan_part {
     int device;                 /* index into qk_plan.devices (not the CUDA ordinal) */
-    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)); 0: a rectangle */
+    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)), or where n_cols > n_rows its
+                                   rows from the diagonal to n (the first n_rows rows of K(X[row0:], X[row0:]));
+                                   0: a rectangle */
     int mirror;                 /* 1: the GPU writes the rectangle's mirror below the diagonal too */
     int64_t row0, n_rows;       /* rows of K */
     int64_t col0, n_cols;       /* columns of K */
@@ -1518,6 +1520,12 @@ typedef struct qk_cuda_io {
     int64_t mirror_ld;
     qk_rows_fn mrows;
     void *mrows_user;
+    /* A symmetric plan's first band_rows rows alone (0: all n_x): rows [0, band_rows) of K(X,X),
+       whole, as the job's first slabs would give them: the diagonal block [0, band_rows)^2 as a
+       triangle and its mirror, the rectangle right of it without one (a GPU's band of K(X,X) on
+       several GPUs in one call: its states and set-up once). Outputs, progress and stats count
+       band_rows rows of n_y. Not with mirror_out / mrows. */
+    int64_t band_rows;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to
@@ -10453,14 +10461,22 @@ QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp,
 
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
-   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
-   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
+   part (the rows' states its columns' first ones): K(X,Y) and full rows one part (all columns);
+   K(X,X) into device buffers or a callback (no rectangle's mirror to deliver) one symmetric part
+   from the diagonal to n, its band of a job over X[a:] (qk_cuda_io.band_rows: the diagonal
+   block a triangle and its mirror, the rectangle right of it without one, one state build and
+   set-up); K(X,X) into host memory or a file the diagonal block and, unless the band ends at n,
+   the rectangle right of it (whose mirror the device writes too). */
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 {
     const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
     int n = 0;
     if (b <= a) return 0;
     if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
+    if (plan->output == QK_OUTPUT_DEVICE || plan->output == QK_OUTPUT_CALLBACK) {
+        part[0][0] = a; part[0][1] = plan->n_x; part[0][2] = 1;
+        return 1;
+    }
     part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
     if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
     return n;
@@ -10468,15 +10484,17 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 
 /* The job of part pp of a plan of several devices as its GPU runs it (the planner plans it with
    this desc, the engine runs it with this desc and its output added): X's rows of the band, Y's
-   columns of the part (y NULL: a diagonal block), the precision and out_dtype the whole plan
-   resolved. d: features per sample. Planning reads no sample, so x may be NULL there. */
+   columns of the part; a symmetric part (y NULL) the job over X's rows of its columns, of which
+   the engine delivers the first n_rows (qk_cuda_io.band_rows where n_cols > n_rows); the
+   precision and out_dtype the whole plan resolved. d: features per sample. Planning reads no
+   sample, so x may be NULL there. */
 QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd)
 {
     static const double none[1] = {0.0};   /* a rectangle's y when the planner got no data */
     const double *Y = desc->y ? desc->y : desc->x;
     memset(sd, 0, sizeof *sd);
     sd->x = desc->x ? desc->x + pp->row0 * d : NULL;
-    sd->n_x = pp->n_rows;
+    sd->n_x = pp->symmetric ? pp->n_cols : pp->n_rows;
     sd->y = pp->symmetric ? NULL : Y ? Y + pp->col0 * d : none;
     sd->n_y = pp->symmetric ? 0 : pp->n_cols;
     sd->precision = plan->precision;
@@ -10500,7 +10518,7 @@ QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_
     sp->out_dtype = plan->out_dtype;
     sp->output = plan->output;
     sp->n_qubits = plan->n_qubits;
-    sp->n_x = pp->n_rows;
+    sp->n_x = pp->symmetric ? pp->n_cols : pp->n_rows;   /* a symmetric part: the job over its columns (a band of its rows) */
     sp->n_y = pp->n_cols;
     sp->symmetric = pp->symmetric;
     sp->bulk_states = pp->bulk_states;
@@ -11129,7 +11147,9 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
         qk__cat(buf, size, &len, "  devices: %d GPUs, one host thread each, rows dealt by pair count (slowest share %lld.%04lld x the mean)%s\n",
                 p->n_devices, (long long)(worst / 10000), (long long)(worst % 10000),
                 !p->symmetric ? "" : p->dev_full_rows ? "; each: whole rows (the host's bytes bind: no mirror on the host)"
-                                                       : "; each: its diagonal block (symmetric) + the rectangle right of it, mirrored");
+                : p->output == QK_OUTPUT_DEVICE || p->output == QK_OUTPUT_CALLBACK
+                    ? "; each: its rows from the diagonal on, one call (the diagonal block mirrored, the rectangle right of it not)"
+                    : "; each: its diagonal block (symmetric) + the rectangle right of it, mirrored");
         for (k = 0; k < p->n_devices; k++) {
             int64_t pc = tot > 0 ? (int64_t)((double)p->dev_pairs[k] * 10000.0 / (double)tot + 0.5) : 0, part[2][3];
             int np = qk__mgpu_parts(p, k, part);
@@ -11142,7 +11162,8 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 if (pp->device != k) continue;
                 qk__cat(buf, size, &len, "      [%lld, %lld) x [%lld, %lld) %s: %s, %s, kernel_cfg %d%s%s%s; states %s",
                         (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0, (long long)(pp->col0 + pp->n_cols),
-                        pp->symmetric ? "diagonal block" : pp->mirror ? "rectangle + mirror" : "rows",
+                        pp->symmetric ? (pp->n_cols > pp->n_rows ? "band from the diagonal" : "diagonal block")
+                                      : pp->mirror ? "rectangle + mirror" : "rows",
                         en ? en : "?", qk_precision_name(p->precision), pp->kernel_cfg,
                         pp->engine == QK_GPU_FUSED ? " (" : "", pp->engine == QK_GPU_FUSED ? qk__fused_cfg_name(pp->kernel_cfg) : "",
                         pp->engine == QK_GPU_FUSED ? ")" : "", pp->bulk_states ? "all resident" : "in tiles");
@@ -11533,7 +11554,10 @@ static int qk__mgpu_progress(int64_t done, int64_t total, void *user)
     QK__UNUSED(total);
     if (QK__LOAD(&g->cancel)) return 1;
     if (g->desc->progress) {
+        /* entries of K the part stands for: a rectangle's twice (its mirror); a band's rows of w
+           (done counts whole rows) its h x h block and twice the rectangle right of it */
         int64_t add = (done - v->last) * (v->mirror ? 2 : 1);
+        if (v->diag && v->w > v->h) add = (done / v->w - v->last / v->w) * (2 * v->w - v->h);
         v->last = done;
         qk__mgpu_lock(g);
         g->done += add;
@@ -11677,6 +11701,7 @@ static void *qk__mgpu_main(void *p)
         io.stats = &v->stats;
         io.prof = QK__PROF_CUDA_HOOKS;
         io.pool = qk__cuda_pool(ctx, v->k);
+        if (pp->symmetric && pp->n_cols > pp->n_rows) io.band_rows = pp->n_rows;   /* a band: one call from the diagonal to n */
         if (pp->mirror && desc->output == QK_OUTPUT_HOST && sp.host_pinned) {   /* the mirror: D2H into its place */
             io.mirror_out = (char *)desc->out + (size_t)(j0 * g->ld + pp->row0) * g->es;
             io.mirror_ld = g->ld;

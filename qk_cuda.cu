@@ -3033,7 +3033,7 @@ QK__WG_MMA_F16(qk__wg_m64n64k16, "m64n64k16", 32, "{%32, %33, %34, %35}, %36", "
    (x / 2) % 2, column x % 2). */
 template <typename OutT>
 __device__ __forceinline__ void qk__wg_put(float v0, float v1, int gi, int gj, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
-                                           OutT *__restrict__ mout, int64_t doff, int tri)
+                                           OutT *__restrict__ mout, int64_t doff, int tri, int mc = INT_MAX)
 {
     if (inner) {
         typedef typename qk__vec2<OutT>::t V2;
@@ -3052,7 +3052,7 @@ __device__ __forceinline__ void qk__wg_put(float v0, float v1, int gi, int gj, b
     for (int e = 0; e < 2; ++e)
         if (gi < m && gj + e < nn) {
             if (!tri || gj + e + doff >= gi) out[(int64_t)gi * ld + gj + e] = (OutT)v[e];
-            if (mout && (!tri || gj + e + doff > gi)) mout[(int64_t)(gj + e) * ld + gi] = (OutT)v[e];
+            if (mout && (!tri || gj + e + doff > gi) && gj + e < mc) mout[(int64_t)(gj + e) * ld + gi] = (OutT)v[e];
         }
 }
 template <bool CPLX, bool TOT>
@@ -3066,7 +3066,7 @@ __device__ __forceinline__ float qk__wg_value(const float *ar, const float *ai, 
 template <typename OutT, int NJ, bool CPLX, bool TOT>
 __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, const float *tr, const float *ti, float inv_s2, int row0,
                                              int col0, int rl, int t, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
-                                             OutT *__restrict__ mout, int64_t doff, int tri)
+                                             OutT *__restrict__ mout, int64_t doff, int tri, int mc = INT_MAX)
 {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
@@ -3074,7 +3074,7 @@ __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, c
         for (int h = 0; h < 2; ++h) {
             const int x = j * 4 + h * 2;
             qk__wg_put<OutT>(qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x), qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x + 1),
-                             row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, doff, tri);
+                             row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, doff, tri, mc);
         }
 }
 /* Column groups [j0, j1) of a slice whose values were taken earlier (v: qk__wg_value of every
@@ -3295,7 +3295,7 @@ __device__ __forceinline__ void qk__tma_load2d(uint32_t dst, const CUtensorMap *
 template <bool CPLX, typename OutT, int NS>
 __global__ void __launch_bounds__(256, 1)
 qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, float inv_s2, OutT *__restrict__ out, int64_t ld,
-            OutT *__restrict__ mout, int vec, int C)
+            OutT *__restrict__ mout, int vec, int C, int mc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = 128, TS = BM * 128, P = NS - 2;   /* loads run P stages ahead: a refill waits for the stage two back */
@@ -3359,9 +3359,10 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
                 qk__wg_pin(ar);
                 if constexpr (CPLX) qk__wg_pin(ai);
                 const int col0 = (j0 + gs / nkt) * BM;
-                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
+                /* mirror of columns < mc only (a band's rows: qk_cuda_io.band_rows); a tile across mc stores entry by entry */
+                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM && (col0 + BM <= mc || col0 >= mc);
                 qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
-                                                    inner, m, nn, out, ld, mout, 0, 1);
+                                                    inner, m, nn, out, ld, col0 < mc ? mout : nullptr, 0, 1, mc);
                 qk__wg_zero(ar);
                 qk__wg_zero(ai);
             }
@@ -3452,7 +3453,7 @@ struct qk__wg3t_pos {
 template <bool CPLX, typename OutT, int NS>
 __global__ void __launch_bounds__(384, 1)
 qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int nn, int items, float inv_s2, OutT *__restrict__ out,
-           int64_t ld, OutT *__restrict__ mout, int vec)
+           int64_t ld, OutT *__restrict__ mout, int vec, int mc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = QK__WG3T_BM, BN = QK__WG3T_BN, TP = BM * 128, TR = BN * 128, NA = CPLX ? 32 : 1;
@@ -3578,9 +3579,10 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
                 if (kt == nkt - 1) {   /* the tile's epilogue: the totals and the last stage's sums */
                     int r0e = row0, c0e = c0;
                     asm volatile("" : "+r"(r0e), "+r"(c0e));   /* the stores' addresses computed here, not hoisted and kept over the stages */
-                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM;
+                    /* mirror of columns < mc only (a band's rows); a half across mc stores entry by entry */
+                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM && (c0e + 64 <= mc || c0e >= mc);
                     qk__wg_store<OutT, 8, CPLX, true>(ar, ai, tr, ti, inv_s2, r0e, c0e, warp * 16 + (lane >> 2), lane & 3, inner, m, nn, out, ld,
-                                                      mout, 0, 1);
+                                                      c0e < mc ? mout : nullptr, 0, 1, mc);
                     qk__wg_zero(tr);
                     qk__wg_zero(ti);
                     qk__wg_zero(ar);
@@ -3638,7 +3640,7 @@ static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_
    square and skip the ones below the diagonal. */
 template <bool SPLIT, bool CPLX, typename OutT>
 static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw, int64_t ldp, int64_t m, int64_t nn, float inv_s2, OutT *out,
-                               int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                               int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E, int64_t mcols = INT64_MAX)
 {
     int dev = 0;
     QK_CK(cudaGetDevice(&dev));
@@ -3666,7 +3668,8 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
                 const size_t tsmem = (size_t)(nkt + 5) * 16384 + 1024 + 128;   /* panel, 5 ring slots, alignment, mbarriers */
                 QK_CK(cudaFuncSetAttribute(qk__k_wg16t<CPLX, OutT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
                 qk__k_wg16t<CPLX, OutT, 5><<<(unsigned)std::min<int64_t>(items, sms), 256, tsmem, st>>>(mp, nkt, (int)m, (int)nn, inv_s2, out, ld,
-                                                                                                     mout, qk__vec_ok(out, mout, ld), C);
+                                                                                                     mout, qk__vec_ok(out, mout, ld), C,
+                                                                                                     (int)std::min(mcols, nn));
                 QK_LAUNCH_CK("qk__k_wg16t");
                 return QK_OK;
             }
@@ -3688,11 +3691,20 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
                 const size_t tsmem = (size_t)nkt * 16384 + (size_t)TNS * 32768 + 1024 + 256;
                 QK_CK(cudaFuncSetAttribute(qk__k_wg3t<CPLX, OutT, TNS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
                 qk__k_wg3t<CPLX, OutT, TNS><<<(unsigned)std::min<int64_t>(items, sms), 384, tsmem, st>>>(mp, (int)ldp, nkt, (int)m, (int)nn, (int)items, inv_s2,
-                                                                                                     out, ld, mout, qk__vec_ok(out, mout, ld));
+                                                                                                     out, ld, mout, qk__vec_ok(out, mout, ld),
+                                                                                                     (int)std::min(mcols, nn));
                 QK_LAUNCH_CK("qk__k_wg3t");
                 return QK_OK;
             }
         }
+    }
+    if (mout && mcols < nn) {
+        /* the grid kernels mirror every column: the columns from mcols on as a second call without one */
+        const int64_t c = std::max<int64_t>(0, mcols);
+        if (c > 0) QK_TRY((qk__launch_wg<SPLIT, CPLX, OutT>(A, B, ldw, ldp, m, c, inv_s2, out, ld, mout, doff, tri, st, E)));
+        return qk__launch_wg<SPLIT, CPLX, OutT>(A, B + c * ldw, ldw, ldp, m, nn - c, inv_s2, out + c, ld, nullptr, doff + c, tri, st, E);
+    }
+    if constexpr (SPLIT) {
         QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
     else QK_CK(cudaFuncSetAttribute(qk__k_wg16<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
@@ -3993,21 +4005,30 @@ static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_
 
 template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
-                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E,
+                                     int64_t mcols = INT64_MAX)
 {
+    /* mcols: the mirror of the first mcols columns only (a band of K(X,X)'s rows); the wgmma
+       launcher keeps it in one launch where its persistent kernels run, the others run the
+       columns from mcols on as a second call without a mirror */
+    if (mout && mcols < nn && qk__tcf_cfg_runs(MODE == QK_GPU_TC_FP32X3 ? QK_GPU_TCF_FP32X3 : MODE == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_TCF_TF32, cfg) != 4) {
+        const int64_t c = std::max<int64_t>(0, mcols);
+        if (c > 0) QK_TRY((qk__launch_tcf_mode<MODE, CPLX, OutT>(cfg, A, B, ldw, nkt, m, c, inv_s2, out, ld, mout, doff, tri, st, E)));
+        return qk__launch_tcf_mode<MODE, CPLX, OutT>(cfg, A, B + c * ldw, ldw, nkt, m, nn - c, inv_s2, out + c, ld, nullptr, doff + c, tri, st, E);
+    }
     /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says (two accumulator sets,
        32 x 32 per warp keeps them in registers), or 4, the wgmma kernel. Its other mma.sync
        configurations are not instantiated (if constexpr: they were unreachable, and each cost
        nvcc a kernel per CPLX x OutT x architecture). */
     if constexpr (MODE == QK_GPU_TC_FP32X3) {
         if (qk__tcf_cfg_runs(QK_GPU_TCF_FP32X3, cfg) == 4)   /* wgmma (>>wgmma) */
-            return qk__launch_wg<true, CPLX, OutT>(A, B, ldw, ldw / 2, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+            return qk__launch_wg<true, CPLX, OutT>(A, B, ldw, ldw / 2, m, nn, inv_s2, out, ld, mout, doff, tri, st, E, mcols);
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
         cfg = qk__tcf_cfg_runs(MODE == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_TCF_TF32, cfg);   /* the planner's rule */
         switch (cfg) {
         case 4:
-            if constexpr (MODE == QK_GPU_TC_FP16) return qk__launch_wg<false, CPLX, OutT>(A, B, ldw, ldw, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+            if constexpr (MODE == QK_GPU_TC_FP16) return qk__launch_wg<false, CPLX, OutT>(A, B, ldw, ldw, m, nn, inv_s2, out, ld, mout, doff, tri, st, E, mcols);
             else return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core configuration 4 (wgmma) serves fp16 and fp32x3 only");
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
@@ -4057,16 +4078,16 @@ static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t
 
 template <bool CPLX, typename OutT>
 static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
-                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E, int64_t mcols = INT64_MAX)
 {
     if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
                             QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
                             "use the cuBLAS engine or fp32x3)");
     switch (G.mode) {
-    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
+    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
+    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
     }
 }
 
@@ -4206,6 +4227,7 @@ struct qk__job_state {
        (Kt, made after the slab on its stream), and in the second half of each staging slot when staged */
     void *mirror_out = nullptr;
     int64_t mirror_ld = 0;
+    int64_t band_rows = 0;               /* qk_cuda_io.band_rows: a symmetric job's first rows alone (0: all) */
     qk_rows_fn mrows = nullptr;
     void *mrows_user = nullptr;
     void *Kt = nullptr;
@@ -4377,7 +4399,8 @@ static qk_result qk__launch_transpose(const OutT *src, int64_t lds, int64_t m, i
    and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
+                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st,
+                              int64_t mcols)
 {
     qk__err *E = J->E;
     if (sizeof(T) != 4 || !qk__engine_tcf(eng))
@@ -4409,7 +4432,7 @@ static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool
             opB = ws + tA * G.ldw;
         }
     }
-    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
+    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E, mcols);
 }
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
@@ -4424,6 +4447,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
+    int64_t rows_out;                    /* rows of K this job delivers: nx, or a symmetric job's band (J->band_rows) */
     size_t es, per_state;
     int k_resident;
     cudaStream_t cs = nullptr, xs = nullptr;
@@ -4459,7 +4483,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         slab_rows = bulk ? slab : std::min(slab, state_tile); /* a slab's states are one tile */
         tA = bulk ? nx : state_tile;
         tB = bulk ? ny : state_tile;
-        n_slabs = (nx + slab_rows - 1) / slab_rows;
+        rows_out = sym && J->band_rows > 0 ? J->band_rows : nx;
+        n_slabs = (rows_out + slab_rows - 1) / slab_rows;
         k_resident = pl->k_resident;
         dev_out = pl->output == QK_OUTPUT_DEVICE;
         /* given states read dim (a matrix: dim^2) elements of each row: a caller's ld may pad
@@ -4572,8 +4597,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
         if (dev_out) Kdev = (OutT *)ds->out;
         else if (k_resident) {
-            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)nx * ny * sizeof(OutT)));
-            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
+            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)rows_out * ny * sizeof(OutT)));
+            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)rows_out * ny * sizeof(OutT));
             Kdev = (OutT *)J->Kd;
         } else {
             QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
@@ -4670,15 +4695,24 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return QK_OK;
     }
 
-    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given */
-    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
+    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given: of the first mcols columns
+       only (a band of K(X,X)'s rows, qk_cuda_io.band_rows). The fused tensor-core engine takes
+       mcols into its launch (its persistent wgmma kernels in one); the others run the columns
+       from mcols on as a second call without a mirror. */
+    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri,
+                   int64_t mcols = INT64_MAX)
     {
         if (m <= 0 || nn <= 0) return QK_OK;
+        if (mo && mcols < nn && !(qk__engine_tcf(engine) && !analytic)) {
+            const int64_t c = std::max<int64_t>(0, mcols);
+            QK_TRY(gram(A, B, m, c, o, ldo, mo, doff, tri));
+            return gram(A, (const char *)B + c * per_state, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
+        }
         if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
         if (qk__engine_tcf(engine))
-            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
+            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs, mcols);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
@@ -4727,7 +4761,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result slab(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
         OutT *base = rows_of(s);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
@@ -4737,18 +4771,20 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(tile(0, i0, m, J->SA)); A = J->SA; }
         const int64_t jstart = mirror ? i0 : 0;
+        /* the mirror stays in the rows this job delivers: a band's columns right of its end go
+           without one (a rectangle, as a K(X,Y) job of those columns would compute it) */
+        const int64_t cut = mirror ? std::min(ny, rows_out) : ny;
         if (bulk) {
             const void *B = (const char *)J->SB + jstart * per_state;
             OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
-            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror));
+            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror, cut - jstart));
         } else {
             for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
                 int64_t nn = std::min(state_tile, ny - j0);
                 const void *B;
                 if (sym && j0 == i0 && nn <= m) B = A; /* A holds only the slab's m rows */
                 else { QK_TRY(tile(sym ? 0 : 1, j0, nn, J->SB)); B = J->SB; }
-                OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
-                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
+                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mirror && j0 < cut ? Kdev + j0 * ldk + i0 : nullptr, j0 - i0, mirror && j0 == i0, cut - j0));
             }
         }
         if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
@@ -4762,7 +4798,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result ship(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         const int b = (int)(s & 1);
         const size_t rowb = (size_t)ny * sizeof(OutT);
         cudaStream_t ks = J->est ? J->est : cs;   /* the stream that finishes the slab's entries */
@@ -4800,14 +4836,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result progress(int64_t m)
     {
         done_pairs += m * ny;
-        if (ds->progress && ds->progress(done_pairs, nx * ny, ds->progress_user))
+        if (ds->progress && ds->progress(done_pairs, rows_out * ny, ds->progress_user))
             return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
         return QK_OK;
     }
 
     qk_result deliver(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         const int b = (int)(s & 1);
         QK_CK(cudaEventSynchronize(J->copy_done[b]));
         if (!pinned_out) {
@@ -4866,7 +4902,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_TRY(states());
         for (int64_t s = 0; s < n_slabs; ++s) {
             QK_TRY(slab(s));
-            if (dev_out) { QK_TRY(progress(std::min(slab_rows, nx - s * slab_rows))); continue; }
+            if (dev_out) { QK_TRY(progress(std::min(slab_rows, rows_out - s * slab_rows))); continue; }
             QK_TRY(ship(s));
             if (s >= 1) QK_TRY(deliver(s - 1)); /* while slab s computes and ships */
         }
@@ -5218,6 +5254,17 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
         }
     }
+    if (io && io->band_rows != 0) {   /* a symmetric job's first rows alone */
+        const char *bad = !plan->symmetric                               ? "a plan of K(X,Y) (the band is K(X,X)'s)"
+                          : io->band_rows < 0 || io->band_rows > plan->n_x ? "band_rows outside [0, n_x]"
+                          : io->mirror_out || io->mrows                  ? "the transposed output (mirror_out / mrows)"
+                                                                         : nullptr;
+        if (bad) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "qk_cuda_gram: the band of rows (qk_cuda_io.band_rows = %lld) with %s", (long long)io->band_rows, bad);
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+        }
+    }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
@@ -5251,6 +5298,7 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.mirror_ld = io ? io->mirror_ld : 0;
         J.mrows = io ? io->mrows : nullptr;
         J.mrows_user = io ? io->mrows_user : nullptr;
+        J.band_rows = io ? io->band_rows : 0;
         J.delivered = &delivered;
         qk_result r;
         r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {
@@ -5840,6 +5888,8 @@ extern "C" qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *d
     if (io && (io->mirror_out || io->mrows))   /* the MPS path runs on one GPU: no rectangle parts */
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: the transposed output (qk_cuda_io.mirror_out / mrows) is "
                                                           "qk_cuda_gram's only");
+    if (io && io->band_rows)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: a band of rows (qk_cuda_io.band_rows) is qk_cuda_gram's only");
     const bool p64 = plan->precision == QK_PRECISION_FP64 || plan->precision == QK_PRECISION_FP32X3;
     const bool o64 = plan->out_dtype == QK_F64;
     if (p64) return o64 ? qk__mps_gram_t<double, double>(plan, desc, mps, io, E) : qk__mps_gram_t<double, float>(plan, desc, mps, io, E);

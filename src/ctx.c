@@ -392,7 +392,9 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
         qk__cat(buf, size, &len, "  devices: %d GPUs, one host thread each, rows dealt by pair count (slowest share %lld.%04lld x the mean)%s\n",
                 p->n_devices, (long long)(worst / 10000), (long long)(worst % 10000),
                 !p->symmetric ? "" : p->dev_full_rows ? "; each: whole rows (the host's bytes bind: no mirror on the host)"
-                                                       : "; each: its diagonal block (symmetric) + the rectangle right of it, mirrored");
+                : p->output == QK_OUTPUT_DEVICE || p->output == QK_OUTPUT_CALLBACK
+                    ? "; each: its rows from the diagonal on, one call (the diagonal block mirrored, the rectangle right of it not)"
+                    : "; each: its diagonal block (symmetric) + the rectangle right of it, mirrored");
         for (k = 0; k < p->n_devices; k++) {
             int64_t pc = tot > 0 ? (int64_t)((double)p->dev_pairs[k] * 10000.0 / (double)tot + 0.5) : 0, part[2][3];
             int np = qk__mgpu_parts(p, k, part);
@@ -405,7 +407,8 @@ QKDEF int qk_plan_describe(const qk_plan *p, char *buf, size_t size)
                 if (pp->device != k) continue;
                 qk__cat(buf, size, &len, "      [%lld, %lld) x [%lld, %lld) %s: %s, %s, kernel_cfg %d%s%s%s; states %s",
                         (long long)pp->row0, (long long)(pp->row0 + pp->n_rows), (long long)pp->col0, (long long)(pp->col0 + pp->n_cols),
-                        pp->symmetric ? "diagonal block" : pp->mirror ? "rectangle + mirror" : "rows",
+                        pp->symmetric ? (pp->n_cols > pp->n_rows ? "band from the diagonal" : "diagonal block")
+                                      : pp->mirror ? "rectangle + mirror" : "rows",
                         en ? en : "?", qk_precision_name(p->precision), pp->kernel_cfg,
                         pp->engine == QK_GPU_FUSED ? " (" : "", pp->engine == QK_GPU_FUSED ? qk__fused_cfg_name(pp->kernel_cfg) : "",
                         pp->engine == QK_GPU_FUSED ? ")" : "", pp->bulk_states ? "all resident" : "in tiles");

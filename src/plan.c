@@ -765,14 +765,22 @@ QK__PRIV const qk_map *qk__map_for_device(const qk_map *map, int k, qk_map *tmp,
 
 /* Device k's parts of K in a plan of several devices: rows [dev_row0[k], dev_row0[k + 1]) and
    columns [part[p][0], part[p][1]) for each part p returned, part[p][2] = 1 for a symmetric
-   diagonal block: K(X,Y) and full rows one part (all columns); K(X,X) the diagonal block and,
-   unless the band ends at n, the rectangle right of it (whose mirror the device writes too). */
+   part (the rows' states its columns' first ones): K(X,Y) and full rows one part (all columns);
+   K(X,X) into device buffers or a callback (no rectangle's mirror to deliver) one symmetric part
+   from the diagonal to n, its band of a job over X[a:] (qk_cuda_io.band_rows: the diagonal
+   block a triangle and its mirror, the rectangle right of it without one, one state build and
+   set-up); K(X,X) into host memory or a file the diagonal block and, unless the band ends at n,
+   the rectangle right of it (whose mirror the device writes too). */
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 {
     const int64_t a = plan->dev_row0[k], b = plan->dev_row0[k + 1];
     int n = 0;
     if (b <= a) return 0;
     if (!plan->symmetric || plan->dev_full_rows) { part[0][0] = 0; part[0][1] = plan->n_y; part[0][2] = 0; return 1; }
+    if (plan->output == QK_OUTPUT_DEVICE || plan->output == QK_OUTPUT_CALLBACK) {
+        part[0][0] = a; part[0][1] = plan->n_x; part[0][2] = 1;
+        return 1;
+    }
     part[n][0] = a; part[n][1] = b; part[n][2] = 1; n++;
     if (b < plan->n_x) { part[n][0] = b; part[n][1] = plan->n_x; part[n][2] = 0; n++; }
     return n;
@@ -780,15 +788,17 @@ QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3])
 
 /* The job of part pp of a plan of several devices as its GPU runs it (the planner plans it with
    this desc, the engine runs it with this desc and its output added): X's rows of the band, Y's
-   columns of the part (y NULL: a diagonal block), the precision and out_dtype the whole plan
-   resolved. d: features per sample. Planning reads no sample, so x may be NULL there. */
+   columns of the part; a symmetric part (y NULL) the job over X's rows of its columns, of which
+   the engine delivers the first n_rows (qk_cuda_io.band_rows where n_cols > n_rows); the
+   precision and out_dtype the whole plan resolved. d: features per sample. Planning reads no
+   sample, so x may be NULL there. */
 QK__PRIV void qk__mgpu_part_desc(const qk_plan *plan, const qk_plan_part *pp, int d, const qk_gram_desc *desc, qk_gram_desc *sd)
 {
     static const double none[1] = {0.0};   /* a rectangle's y when the planner got no data */
     const double *Y = desc->y ? desc->y : desc->x;
     memset(sd, 0, sizeof *sd);
     sd->x = desc->x ? desc->x + pp->row0 * d : NULL;
-    sd->n_x = pp->n_rows;
+    sd->n_x = pp->symmetric ? pp->n_cols : pp->n_rows;
     sd->y = pp->symmetric ? NULL : Y ? Y + pp->col0 * d : none;
     sd->n_y = pp->symmetric ? 0 : pp->n_cols;
     sd->precision = plan->precision;
@@ -812,7 +822,7 @@ QK__PRIV void qk__plan_part_plan(const qk_plan *plan, int i, const char *device_
     sp->out_dtype = plan->out_dtype;
     sp->output = plan->output;
     sp->n_qubits = plan->n_qubits;
-    sp->n_x = pp->n_rows;
+    sp->n_x = pp->symmetric ? pp->n_cols : pp->n_rows;   /* a symmetric part: the job over its columns (a band of its rows) */
     sp->n_y = pp->n_cols;
     sp->symmetric = pp->symmetric;
     sp->bulk_states = pp->bulk_states;

@@ -559,7 +559,9 @@ typedef enum qk_gpu_engine {
 #define QK_MAX_PARTS (2 * QK_MAX_DEVICES)
 typedef struct qk_plan_part {
     int device;                 /* index into qk_plan.devices (not the CUDA ordinal) */
-    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)); 0: a rectangle */
+    int symmetric;              /* 1: the band's diagonal block (K(X_band, X_band)), or where n_cols > n_rows its
+                                   rows from the diagonal to n (the first n_rows rows of K(X[row0:], X[row0:]));
+                                   0: a rectangle */
     int mirror;                 /* 1: the GPU writes the rectangle's mirror below the diagonal too */
     int64_t row0, n_rows;       /* rows of K */
     int64_t col0, n_cols;       /* columns of K */

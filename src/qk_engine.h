@@ -375,6 +375,12 @@ typedef struct qk_cuda_io {
     int64_t mirror_ld;
     qk_rows_fn mrows;
     void *mrows_user;
+    /* A symmetric plan's first band_rows rows alone (0: all n_x): rows [0, band_rows) of K(X,X),
+       whole, as the job's first slabs would give them: the diagonal block [0, band_rows)^2 as a
+       triangle and its mirror, the rectangle right of it without one (a GPU's band of K(X,X) on
+       several GPUs in one call: its states and set-up once). Outputs, progress and stats count
+       band_rows rows of n_y. Not with mirror_out / mrows. */
+    int64_t band_rows;
 } qk_cuda_io;
 /* Runs a planned Gram on the device (plan->backend == QK_BACKEND_CUDA, data already validated by
    qk_gram). On failure writes a detail ("cudaMalloc(...) at qk_cuda.cu:123: out of memory") to

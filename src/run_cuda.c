@@ -375,7 +375,10 @@ static int qk__mgpu_progress(int64_t done, int64_t total, void *user)
     QK__UNUSED(total);
     if (QK__LOAD(&g->cancel)) return 1;
     if (g->desc->progress) {
+        /* entries of K the part stands for: a rectangle's twice (its mirror); a band's rows of w
+           (done counts whole rows) its h x h block and twice the rectangle right of it */
         int64_t add = (done - v->last) * (v->mirror ? 2 : 1);
+        if (v->diag && v->w > v->h) add = (done / v->w - v->last / v->w) * (2 * v->w - v->h);
         v->last = done;
         qk__mgpu_lock(g);
         g->done += add;
@@ -519,6 +522,7 @@ static void *qk__mgpu_main(void *p)
         io.stats = &v->stats;
         io.prof = QK__PROF_CUDA_HOOKS;
         io.pool = qk__cuda_pool(ctx, v->k);
+        if (pp->symmetric && pp->n_cols > pp->n_rows) io.band_rows = pp->n_rows;   /* a band: one call from the diagonal to n */
         if (pp->mirror && desc->output == QK_OUTPUT_HOST && sp.host_pinned) {   /* the mirror: D2H into its place */
             io.mirror_out = (char *)desc->out + (size_t)(j0 * g->ld + pp->row0) * g->es;
             io.mirror_ld = g->ld;

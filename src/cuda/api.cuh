@@ -345,6 +345,17 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
         }
     }
+    if (io && io->band_rows != 0) {   /* a symmetric job's first rows alone */
+        const char *bad = !plan->symmetric                               ? "a plan of K(X,Y) (the band is K(X,X)'s)"
+                          : io->band_rows < 0 || io->band_rows > plan->n_x ? "band_rows outside [0, n_x]"
+                          : io->mirror_out || io->mrows                  ? "the transposed output (mirror_out / mrows)"
+                                                                         : nullptr;
+        if (bad) {
+            char msg[200];
+            snprintf(msg, sizeof msg, "qk_cuda_gram: the band of rows (qk_cuda_io.band_rows = %lld) with %s", (long long)io->band_rows, bad);
+            return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, msg);
+        }
+    }
     qk_plan P = *plan; /* the plan this attempt runs: qk__plan_shrink makes the next one */
     if (qk__plan_engine(&P) == QK_GPU_ENGINE_COUNT)
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.engine is no qk_gpu_engine");
@@ -378,6 +389,7 @@ extern "C" qk_result qk_cuda_gram(const qk_plan *plan, const qk_map *map, const 
         J.mirror_ld = io ? io->mirror_ld : 0;
         J.mrows = io ? io->mrows : nullptr;
         J.mrows_user = io ? io->mrows_user : nullptr;
+        J.band_rows = io ? io->band_rows : 0;
         J.delivered = &delivered;
         qk_result r;
         r = qk__dispatch(p64, !real, P.out_dtype == QK_F64, [&](auto ty) {

@@ -397,6 +397,8 @@ extern "C" qk_result qk_cuda_mps_gram(const qk_plan *plan, const qk_gram_desc *d
     if (io && (io->mirror_out || io->mrows))   /* the MPS path runs on one GPU: no rectangle parts */
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: the transposed output (qk_cuda_io.mirror_out / mrows) is "
                                                           "qk_cuda_gram's only");
+    if (io && io->band_rows)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_mps_gram: a band of rows (qk_cuda_io.band_rows) is qk_cuda_gram's only");
     const bool p64 = plan->precision == QK_PRECISION_FP64 || plan->precision == QK_PRECISION_FP32X3;
     const bool o64 = plan->out_dtype == QK_F64;
     if (p64) return o64 ? qk__mps_gram_t<double, double>(plan, desc, mps, io, E) : qk__mps_gram_t<double, float>(plan, desc, mps, io, E);

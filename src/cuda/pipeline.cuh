@@ -132,6 +132,7 @@ struct qk__job_state {
        (Kt, made after the slab on its stream), and in the second half of each staging slot when staged */
     void *mirror_out = nullptr;
     int64_t mirror_ld = 0;
+    int64_t band_rows = 0;               /* qk_cuda_io.band_rows: a symmetric job's first rows alone (0: all) */
     qk_rows_fn mrows = nullptr;
     void *mrows_user = nullptr;
     void *Kt = nullptr;
@@ -303,7 +304,8 @@ static qk_result qk__launch_transpose(const OutT *src, int64_t lds, int64_t m, i
    and B rows are converted (once when they are the same rows). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool bulk, int64_t tA, int64_t tB, const void *A, const void *B,
-                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st)
+                              int64_t m, int64_t nn, int64_t D, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri, cudaStream_t st,
+                              int64_t mcols)
 {
     qk__err *E = J->E;
     if (sizeof(T) != 4 || !qk__engine_tcf(eng))
@@ -335,7 +337,7 @@ static qk_result qk__gram_tcf(qk__job_state *J, qk_gpu_engine eng, int cfg, bool
             opB = ws + tA * G.ldw;
         }
     }
-    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E);
+    return qk__launch_tcf<CPLX, OutT>(G, cfg, opA, opB, m, nn, o, ldo, mo, doff, tri, st, E, mcols);
 }
 
 template <typename T, bool CPLX, typename OutT> struct qk__pipe {
@@ -350,6 +352,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_gpu_engine engine;                /* the plan's (qk__plan_engine) */
     int q, d;
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
+    int64_t rows_out;                    /* rows of K this job delivers: nx, or a symmetric job's band (J->band_rows) */
     size_t es, per_state;
     int k_resident;
     cudaStream_t cs = nullptr, xs = nullptr;
@@ -385,7 +388,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         slab_rows = bulk ? slab : std::min(slab, state_tile); /* a slab's states are one tile */
         tA = bulk ? nx : state_tile;
         tB = bulk ? ny : state_tile;
-        n_slabs = (nx + slab_rows - 1) / slab_rows;
+        rows_out = sym && J->band_rows > 0 ? J->band_rows : nx;
+        n_slabs = (rows_out + slab_rows - 1) / slab_rows;
         k_resident = pl->k_resident;
         dev_out = pl->output == QK_OUTPUT_DEVICE;
         /* given states read dim (a matrix: dim^2) elements of each row: a caller's ld may pad
@@ -498,8 +502,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: staged output without a rows callback");
         if (dev_out) Kdev = (OutT *)ds->out;
         else if (k_resident) {
-            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)nx * ny * sizeof(OutT)));
-            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)nx * ny * sizeof(OutT));
+            QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)rows_out * ny * sizeof(OutT)));
+            QK__GZ_TRACK(J, "qk K (resident)", J->Kd, (size_t)rows_out * ny * sizeof(OutT));
             Kdev = (OutT *)J->Kd;
         } else {
             QK_CK(qk__job_buf(J, QK__PB_KD, &J->Kd, (size_t)2 * slab_rows * ny * sizeof(OutT)));
@@ -596,15 +600,24 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return QK_OK;
     }
 
-    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given */
-    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri)
+    /* K[A x B] (m x nn) into o (ld ldo), mirror into mo when given: of the first mcols columns
+       only (a band of K(X,X)'s rows, qk_cuda_io.band_rows). The fused tensor-core engine takes
+       mcols into its launch (its persistent wgmma kernels in one); the others run the columns
+       from mcols on as a second call without a mirror. */
+    qk_result gram(const void *A, const void *B, int64_t m, int64_t nn, OutT *o, int64_t ldo, OutT *mo, int64_t doff, int tri,
+                   int64_t mcols = INT64_MAX)
     {
         if (m <= 0 || nn <= 0) return QK_OK;
+        if (mo && mcols < nn && !(qk__engine_tcf(engine) && !analytic)) {
+            const int64_t c = std::max<int64_t>(0, mcols);
+            QK_TRY(gram(A, B, m, c, o, ldo, mo, doff, tri));
+            return gram(A, (const char *)B + c * per_state, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
+        }
         if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
         if (analytic) return qk__launch_product<T, OutT>((const T *)A, (const T *)B, m, nn, q, o, ldo, mo, doff, tri, cs, E);
         if (qk__engine_tcf(engine))
-            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs);
+            return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs, mcols);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
@@ -653,7 +666,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result slab(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         if (!Kdev && s >= 2) QK_CK(cudaStreamWaitEvent(cs, J->copy_done[s & 1], 0)); /* ring slot shipped */
         OutT *base = rows_of(s);
         QK_TRY(qk__mark(J, 0, QK__EV_SLAB));
@@ -663,18 +676,20 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (bulk) A = (const char *)J->SA + i0 * per_state;
         else { QK_TRY(tile(0, i0, m, J->SA)); A = J->SA; }
         const int64_t jstart = mirror ? i0 : 0;
+        /* the mirror stays in the rows this job delivers: a band's columns right of its end go
+           without one (a rectangle, as a K(X,Y) job of those columns would compute it) */
+        const int64_t cut = mirror ? std::min(ny, rows_out) : ny;
         if (bulk) {
             const void *B = (const char *)J->SB + jstart * per_state;
             OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
-            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror));
+            QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror, cut - jstart));
         } else {
             for (int64_t j0 = jstart; j0 < ny; j0 += state_tile) {
                 int64_t nn = std::min(state_tile, ny - j0);
                 const void *B;
                 if (sym && j0 == i0 && nn <= m) B = A; /* A holds only the slab's m rows */
                 else { QK_TRY(tile(sym ? 0 : 1, j0, nn, J->SB)); B = J->SB; }
-                OutT *mo = mirror ? Kdev + j0 * ldk + i0 : nullptr;
-                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mo, j0 - i0, mirror && j0 == i0));
+                QK_TRY(gram(A, B, m, nn, base + j0, ldk, mirror && j0 < cut ? Kdev + j0 * ldk + i0 : nullptr, j0 - i0, mirror && j0 == i0, cut - j0));
             }
         }
         if (J->est && s == n_slabs - 1) { /* the last epilogue ends the compute */
@@ -688,7 +703,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
 
     qk_result ship(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         const int b = (int)(s & 1);
         const size_t rowb = (size_t)ny * sizeof(OutT);
         cudaStream_t ks = J->est ? J->est : cs;   /* the stream that finishes the slab's entries */
@@ -726,14 +741,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     qk_result progress(int64_t m)
     {
         done_pairs += m * ny;
-        if (ds->progress && ds->progress(done_pairs, nx * ny, ds->progress_user))
+        if (ds->progress && ds->progress(done_pairs, rows_out * ny, ds->progress_user))
             return qk__fail_msg(E, QK_ERROR_CANCELLED, "progress callback cancelled the Gram");
         return QK_OK;
     }
 
     qk_result deliver(int64_t s)
     {
-        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, nx - i0);
+        const int64_t i0 = s * slab_rows, m = std::min(slab_rows, rows_out - i0);
         const int b = (int)(s & 1);
         QK_CK(cudaEventSynchronize(J->copy_done[b]));
         if (!pinned_out) {
@@ -792,7 +807,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK_TRY(states());
         for (int64_t s = 0; s < n_slabs; ++s) {
             QK_TRY(slab(s));
-            if (dev_out) { QK_TRY(progress(std::min(slab_rows, nx - s * slab_rows))); continue; }
+            if (dev_out) { QK_TRY(progress(std::min(slab_rows, rows_out - s * slab_rows))); continue; }
             QK_TRY(ship(s));
             if (s >= 1) QK_TRY(deliver(s - 1)); /* while slab s computes and ships */
         }

@@ -278,21 +278,30 @@ static qk_result qk__launch_tcf_cfg(const uint32_t *A, const uint32_t *B, int64_
 
 template <int MODE, bool CPLX, typename OutT>
 static qk_result qk__launch_tcf_mode(int cfg, const uint32_t *A, const uint32_t *B, int64_t ldw, int nkt, int64_t m, int64_t nn,
-                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                                     float inv_s2, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E,
+                                     int64_t mcols = INT64_MAX)
 {
+    /* mcols: the mirror of the first mcols columns only (a band of K(X,X)'s rows); the wgmma
+       launcher keeps it in one launch where its persistent kernels run, the others run the
+       columns from mcols on as a second call without a mirror */
+    if (mout && mcols < nn && qk__tcf_cfg_runs(MODE == QK_GPU_TC_FP32X3 ? QK_GPU_TCF_FP32X3 : MODE == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_TCF_TF32, cfg) != 4) {
+        const int64_t c = std::max<int64_t>(0, mcols);
+        if (c > 0) QK_TRY((qk__launch_tcf_mode<MODE, CPLX, OutT>(cfg, A, B, ldw, nkt, m, c, inv_s2, out, ld, mout, doff, tri, st, E)));
+        return qk__launch_tcf_mode<MODE, CPLX, OutT>(cfg, A, B + c * ldw, ldw, nkt, m, nn - c, inv_s2, out + c, ld, nullptr, doff + c, tri, st, E);
+    }
     /* FP32X3 (MODE QK_GPU_TC_FP32X3) runs configuration 2 whatever cfg says (two accumulator sets,
        32 x 32 per warp keeps them in registers), or 4, the wgmma kernel. Its other mma.sync
        configurations are not instantiated (if constexpr: they were unreachable, and each cost
        nvcc a kernel per CPLX x OutT x architecture). */
     if constexpr (MODE == QK_GPU_TC_FP32X3) {
         if (qk__tcf_cfg_runs(QK_GPU_TCF_FP32X3, cfg) == 4)   /* wgmma (>>wgmma) */
-            return qk__launch_wg<true, CPLX, OutT>(A, B, ldw, ldw / 2, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+            return qk__launch_wg<true, CPLX, OutT>(A, B, ldw, ldw / 2, m, nn, inv_s2, out, ld, mout, doff, tri, st, E, mcols);
         return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
     } else {
         cfg = qk__tcf_cfg_runs(MODE == QK_GPU_TC_FP16 ? QK_GPU_TCF_FP16 : QK_GPU_TCF_TF32, cfg);   /* the planner's rule */
         switch (cfg) {
         case 4:
-            if constexpr (MODE == QK_GPU_TC_FP16) return qk__launch_wg<false, CPLX, OutT>(A, B, ldw, ldw, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
+            if constexpr (MODE == QK_GPU_TC_FP16) return qk__launch_wg<false, CPLX, OutT>(A, B, ldw, ldw, m, nn, inv_s2, out, ld, mout, doff, tri, st, E, mcols);
             else return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core configuration 4 (wgmma) serves fp16 and fp32x3 only");
         case 2: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 64, 2, 2>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
         default: return qk__launch_tcf_cfg<MODE, CPLX, OutT, 128, 2, 4>(A, B, ldw, nkt, m, nn, inv_s2, out, ld, mout, doff, tri, st, E);
@@ -342,16 +351,16 @@ static qk_result qk__tcf_convert(const qk__tcf_geom &G, const void *src, int64_t
 
 template <bool CPLX, typename OutT>
 static qk_result qk__launch_tcf(const qk__tcf_geom &G, int cfg, const uint32_t *A, const uint32_t *B, int64_t m, int64_t nn, OutT *out,
-                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                                int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E, int64_t mcols = INT64_MAX)
 {
     if (G.mode != QK_GPU_TC_FP32X3 && G.W > (CPLX ? 2 : 1) * ((int64_t)1 << QK__TCF_NOFLUSH_MAX_QUBITS))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "fused tensor-core kernel: tf32 and fp16 serve at most "
                             QK__TCF_STR(QK__TCF_NOFLUSH_MAX_QUBITS) " qubits (their accumulation error grows with the state; "
                             "use the cuBLAS engine or fp32x3)");
     switch (G.mode) {
-    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
-    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E);
+    case QK_GPU_TC_TF32: return qk__launch_tcf_mode<QK_GPU_TC_TF32, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
+    case QK_GPU_TC_FP32X3: return qk__launch_tcf_mode<QK_GPU_TC_FP32X3, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
+    default: return qk__launch_tcf_mode<QK_GPU_TC_FP16, CPLX, OutT>(cfg, A, B, G.ldw, G.nkt, m, nn, G.inv_s2, out, ld, mout, doff, tri, st, E, mcols);
     }
 }
 

@@ -189,7 +189,7 @@ QK__WG_MMA_F16(qk__wg_m64n64k16, "m64n64k16", 32, "{%32, %33, %34, %35}, %36", "
    (x / 2) % 2, column x % 2). */
 template <typename OutT>
 __device__ __forceinline__ void qk__wg_put(float v0, float v1, int gi, int gj, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
-                                           OutT *__restrict__ mout, int64_t doff, int tri)
+                                           OutT *__restrict__ mout, int64_t doff, int tri, int mc = INT_MAX)
 {
     if (inner) {
         typedef typename qk__vec2<OutT>::t V2;
@@ -208,7 +208,7 @@ __device__ __forceinline__ void qk__wg_put(float v0, float v1, int gi, int gj, b
     for (int e = 0; e < 2; ++e)
         if (gi < m && gj + e < nn) {
             if (!tri || gj + e + doff >= gi) out[(int64_t)gi * ld + gj + e] = (OutT)v[e];
-            if (mout && (!tri || gj + e + doff > gi)) mout[(int64_t)(gj + e) * ld + gi] = (OutT)v[e];
+            if (mout && (!tri || gj + e + doff > gi) && gj + e < mc) mout[(int64_t)(gj + e) * ld + gi] = (OutT)v[e];
         }
 }
 template <bool CPLX, bool TOT>
@@ -222,7 +222,7 @@ __device__ __forceinline__ float qk__wg_value(const float *ar, const float *ai, 
 template <typename OutT, int NJ, bool CPLX, bool TOT>
 __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, const float *tr, const float *ti, float inv_s2, int row0,
                                              int col0, int rl, int t, bool inner, int m, int nn, OutT *__restrict__ out, int64_t ld,
-                                             OutT *__restrict__ mout, int64_t doff, int tri)
+                                             OutT *__restrict__ mout, int64_t doff, int tri, int mc = INT_MAX)
 {
 #pragma unroll
     for (int j = 0; j < NJ; ++j)
@@ -230,7 +230,7 @@ __device__ __forceinline__ void qk__wg_store(const float *ar, const float *ai, c
         for (int h = 0; h < 2; ++h) {
             const int x = j * 4 + h * 2;
             qk__wg_put<OutT>(qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x), qk__wg_value<CPLX, TOT>(ar, ai, tr, ti, inv_s2, x + 1),
-                             row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, doff, tri);
+                             row0 + rl + h * 8, col0 + j * 8 + 2 * t, inner, m, nn, out, ld, mout, doff, tri, mc);
         }
 }
 /* Column groups [j0, j1) of a slice whose values were taken earlier (v: qk__wg_value of every
@@ -451,7 +451,7 @@ __device__ __forceinline__ void qk__tma_load2d(uint32_t dst, const CUtensorMap *
 template <bool CPLX, typename OutT, int NS>
 __global__ void __launch_bounds__(256, 1)
 qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, float inv_s2, OutT *__restrict__ out, int64_t ld,
-            OutT *__restrict__ mout, int vec, int C)
+            OutT *__restrict__ mout, int vec, int C, int mc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = 128, TS = BM * 128, P = NS - 2;   /* loads run P stages ahead: a refill waits for the stage two back */
@@ -515,9 +515,10 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
                 qk__wg_pin(ar);
                 if constexpr (CPLX) qk__wg_pin(ai);
                 const int col0 = (j0 + gs / nkt) * BM;
-                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM;
+                /* mirror of columns < mc only (a band's rows: qk_cuda_io.band_rows); a tile across mc stores entry by entry */
+                const bool inner = vec && row0 + BM <= m && col0 + BM <= nn && col0 >= row0 + BM && (col0 + BM <= mc || col0 >= mc);
                 qk__wg_store<OutT, 16, CPLX, false>(ar, ai, nullptr, nullptr, inv_s2, row0, col0, wg * 64 + warp * 16 + (lane >> 2), lane & 3,
-                                                    inner, m, nn, out, ld, mout, 0, 1);
+                                                    inner, m, nn, out, ld, col0 < mc ? mout : nullptr, 0, 1, mc);
                 qk__wg_zero(ar);
                 qk__wg_zero(ai);
             }
@@ -608,7 +609,7 @@ struct qk__wg3t_pos {
 template <bool CPLX, typename OutT, int NS>
 __global__ void __launch_bounds__(384, 1)
 qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int nn, int items, float inv_s2, OutT *__restrict__ out,
-           int64_t ld, OutT *__restrict__ mout, int vec)
+           int64_t ld, OutT *__restrict__ mout, int vec, int mc)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = QK__WG3T_BM, BN = QK__WG3T_BN, TP = BM * 128, TR = BN * 128, NA = CPLX ? 32 : 1;
@@ -734,9 +735,10 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
                 if (kt == nkt - 1) {   /* the tile's epilogue: the totals and the last stage's sums */
                     int r0e = row0, c0e = c0;
                     asm volatile("" : "+r"(r0e), "+r"(c0e));   /* the stores' addresses computed here, not hoisted and kept over the stages */
-                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM;
+                    /* mirror of columns < mc only (a band's rows); a half across mc stores entry by entry */
+                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM && (c0e + 64 <= mc || c0e >= mc);
                     qk__wg_store<OutT, 8, CPLX, true>(ar, ai, tr, ti, inv_s2, r0e, c0e, warp * 16 + (lane >> 2), lane & 3, inner, m, nn, out, ld,
-                                                      mout, 0, 1);
+                                                      c0e < mc ? mout : nullptr, 0, 1, mc);
                     qk__wg_zero(tr);
                     qk__wg_zero(ti);
                     qk__wg_zero(ar);
@@ -794,7 +796,7 @@ static bool qk__wg_map(qk__pfn_encode_tiled enc, CUtensorMap *map, const uint32_
    square and skip the ones below the diagonal. */
 template <bool SPLIT, bool CPLX, typename OutT>
 static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw, int64_t ldp, int64_t m, int64_t nn, float inv_s2, OutT *out,
-                               int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
+                               int64_t ld, OutT *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E, int64_t mcols = INT64_MAX)
 {
     int dev = 0;
     QK_CK(cudaGetDevice(&dev));
@@ -822,7 +824,8 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
                 const size_t tsmem = (size_t)(nkt + 5) * 16384 + 1024 + 128;   /* panel, 5 ring slots, alignment, mbarriers */
                 QK_CK(cudaFuncSetAttribute(qk__k_wg16t<CPLX, OutT, 5>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
                 qk__k_wg16t<CPLX, OutT, 5><<<(unsigned)std::min<int64_t>(items, sms), 256, tsmem, st>>>(mp, nkt, (int)m, (int)nn, inv_s2, out, ld,
-                                                                                                     mout, qk__vec_ok(out, mout, ld), C);
+                                                                                                     mout, qk__vec_ok(out, mout, ld), C,
+                                                                                                     (int)std::min(mcols, nn));
                 QK_LAUNCH_CK("qk__k_wg16t");
                 return QK_OK;
             }
@@ -844,11 +847,20 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
                 const size_t tsmem = (size_t)nkt * 16384 + (size_t)TNS * 32768 + 1024 + 256;
                 QK_CK(cudaFuncSetAttribute(qk__k_wg3t<CPLX, OutT, TNS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
                 qk__k_wg3t<CPLX, OutT, TNS><<<(unsigned)std::min<int64_t>(items, sms), 384, tsmem, st>>>(mp, (int)ldp, nkt, (int)m, (int)nn, (int)items, inv_s2,
-                                                                                                     out, ld, mout, qk__vec_ok(out, mout, ld));
+                                                                                                     out, ld, mout, qk__vec_ok(out, mout, ld),
+                                                                                                     (int)std::min(mcols, nn));
                 QK_LAUNCH_CK("qk__k_wg3t");
                 return QK_OK;
             }
         }
+    }
+    if (mout && mcols < nn) {
+        /* the grid kernels mirror every column: the columns from mcols on as a second call without one */
+        const int64_t c = std::max<int64_t>(0, mcols);
+        if (c > 0) QK_TRY((qk__launch_wg<SPLIT, CPLX, OutT>(A, B, ldw, ldp, m, c, inv_s2, out, ld, mout, doff, tri, st, E)));
+        return qk__launch_wg<SPLIT, CPLX, OutT>(A, B + c * ldw, ldw, ldp, m, nn - c, inv_s2, out + c, ld, nullptr, doff + c, tri, st, E);
+    }
+    if constexpr (SPLIT) {
         QK_CK(cudaFuncSetAttribute(qk__k_wg3<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     }
     else QK_CK(cudaFuncSetAttribute(qk__k_wg16<CPLX, OutT, NS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));

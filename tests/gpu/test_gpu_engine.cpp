@@ -1171,6 +1171,136 @@ static void mirror_io_tests(qk_ctx *gpu)
     qk_map_free(m);
 }
 
+/* ---- a band of K(X,X)'s rows in one call (qk_cuda_io.band_rows: a GPU's part on several GPUs):
+   rows [0, h) whole against the CPU engine within the plan's stated bound, for every precision
+   at 7 and 8 qubits (the fused, cuBLAS and tensor-core engines; on an sm_90a build the
+   persistent wgmma kernels, whose mirror stops at the band's end inside a tile), as planned, in slabs of 16 (K not
+   resident: whole rows), and with the states in tiles of 32 too (the band's end inside a tile),
+   into a DEVICE buffer (rows past the band stay as they were) and through the rows callback
+   (no row past the band delivered); then the refusals ---- */
+struct BandRec {
+    std::vector<double> *K;
+    int64_t cols, max_row;
+    size_t es;
+};
+static qk_result band_rows_cb(int64_t i0, int64_t m, const void *r, int64_t ld, void *u)
+{
+    BandRec *c = (BandRec *)u;
+    for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < c->cols; ++j)
+            (*c->K)[(size_t)((i0 + a) * c->cols + j)] = c->es == 4 ? ((const float *)r)[a * ld + j] : ((const double *)r)[a * ld + j];
+    c->max_row = std::max(c->max_row, i0 + m - 1);
+    return QK_OK;
+}
+static void band_io_tests(qk_ctx *gpu, int q)
+{
+    qk_map *m = nullptr;
+    if (qk_map_parse("zz(reps=2)", q, &m) != QK_OK) { CHECK(false, "band io: parse"); return; }
+    const int64_t n = 150 + (int64_t)(qk_test_rand64() % 60);
+    std::vector<double> x((size_t)n * q);
+    for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
+    std::vector<double> ref((size_t)(n * n));   /* the CPU engine's K(X,X), fp64 */
+    {
+        qk_ctx *cpu = qk_test_cpu_ctx(0);
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = n;
+        g.precision = QK_PRECISION_FP64; g.out_dtype = QK_F64; g.out = ref.data();
+        CHECK(qk_gram(cpu, m, &g) == QK_OK, "band io: cpu: %s", qk_last_error());
+        qk_ctx_destroy(cpu);
+    }
+    char err[512];
+    const qk_precision precs[4] = {QK_PRECISION_FP32, QK_PRECISION_FP64, QK_PRECISION_FP32X3, QK_PRECISION_FP16};
+    for (qk_precision pr : precs)
+        for (int variant = 0; variant < 3; ++variant)
+            for (int dev = 0; dev < 2; ++dev) {
+                const int64_t h = 1 + (int64_t)(qk_test_rand64() % (uint64_t)(n - 1));   /* 1 .. n-1 */
+                const size_t es = pr == QK_PRECISION_FP64 ? 8 : 4;
+                char what[160];
+                qk_gram_desc g;
+                memset(&g, 0, sizeof g);
+                g.x = x.data(); g.n_x = n;
+                g.precision = pr; g.out_dtype = es == 8 ? QK_F64 : QK_F32;
+                std::vector<unsigned char> host((size_t)(n * n) * es);
+                for (size_t i = 0; i < host.size() / es; ++i) {   /* NaN: what the job must not write stays NaN */
+                    if (es == 8) ((double *)host.data())[i] = NAN; else ((float *)host.data())[i] = NAN;
+                }
+                void *dk = nullptr;
+                if (dev) {
+                    if (cudaMalloc(&dk, host.size()) != cudaSuccess) { CHECK(false, "band io: cudaMalloc"); continue; }
+                    cudaMemcpy(dk, host.data(), host.size(), cudaMemcpyHostToDevice);
+                    g.output = QK_OUTPUT_DEVICE; g.out = dk;
+                } else { g.output = QK_OUTPUT_HOST; g.out = host.data(); }
+                qk_plan p;
+                if (qk_plan_make(gpu, m, &g, &p) != QK_OK) { CHECK(false, "band io: plan: %s", qk_last_error()); cudaFree(dk); continue; }
+                if (variant >= 1) { p.tile_m = p.slab_rows = 16; p.k_resident = 0; }
+                if (variant == 2) { p.bulk_states = 0; p.state_tile = 32; }
+                snprintf(what, sizeof what, "band io %d q %s %s h=%lld of %lld (engine %d, %s)", q, qk_precision_name(pr), dev ? "device" : "host",
+                         (long long)h, (long long)n, (int)p.engine, variant == 0 ? "as planned" : variant == 1 ? "slabs of 16" : "slabs of 16, state tiles of 32");
+                std::vector<double> K((size_t)(n * n), NAN);
+                BandRec rec{&K, n, -1, es};
+                qk_cuda_io io;
+                memset(&io, 0, sizeof io);
+                io.rows = band_rows_cb; io.rows_user = &rec;
+                io.band_rows = h;
+                err[0] = 0;
+                const qk_result r = qk_cuda_gram(&p, m, &g, &io, err, sizeof err);
+                CHECK(r == QK_OK, "%s: %s", what, err);
+                if (dev) {
+                    cudaMemcpy(host.data(), dk, host.size(), cudaMemcpyDeviceToHost);
+                    for (int64_t i = 0; i < n * n; ++i) K[(size_t)i] = es == 4 ? ((const float *)host.data())[i] : ((const double *)host.data())[i];
+                    cudaFree(dk);
+                } else CHECK(rec.max_row == h - 1, "%s: rows delivered up to %lld", what, (long long)rec.max_row);
+                int64_t off = 0, past = 0;
+                double worst = 0;
+                for (int64_t i = 0; i < n; ++i)
+                    for (int64_t j = 0; j < n; ++j) {
+                        const double k = K[(size_t)(i * n + j)];
+                        if (i >= h) { past += !std::isnan(k); continue; }
+                        const double e = std::fabs(k - ref[(size_t)(i * n + j)]);
+                        off += !(e <= p.error_bound);
+                        if (!(e <= worst)) worst = e;
+                    }
+                CHECK(r != QK_OK || (off == 0 && past == 0), "%s: %lld entries of the band off (worst %.3g, bound %.3g), %lld written past it", what,
+                      (long long)off, worst, p.error_bound, (long long)past);
+            }
+    if (q == 7) {   /* refusals: K(X,Y), a band past n_x or below 0, with the transposed output; the MPS path */
+        qk_gram_desc g;
+        memset(&g, 0, sizeof g);
+        g.x = x.data(); g.n_x = n; g.y = x.data(); g.n_y = n;
+        g.precision = QK_PRECISION_FP32; g.out_dtype = QK_F32;
+        std::vector<float> host((size_t)(n * n));
+        g.output = QK_OUTPUT_HOST; g.out = host.data();
+        std::vector<double> K((size_t)(n * n));
+        BandRec rec{&K, n, -1, 4};
+        qk_plan p;
+        qk_cuda_io io;
+        memset(&io, 0, sizeof io);
+        io.rows = band_rows_cb; io.rows_user = &rec;
+        io.band_rows = 5;
+        if (qk_plan_make(gpu, m, &g, &p) == QK_OK)
+            CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "band_rows") && strstr(err, "K(X,Y)"),
+                  "band of K(X,Y): %s", err);
+        else CHECK(false, "band io: plan: %s", qk_last_error());
+        g.y = nullptr; g.n_y = 0;
+        if (qk_plan_make(gpu, m, &g, &p) == QK_OK) {
+            io.band_rows = n + 1;
+            CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "outside"), "band past n: %s", err);
+            io.band_rows = -1;
+            CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "outside"), "band below 0: %s", err);
+            io.band_rows = 5; io.mrows = mirror_t_cb;
+            CHECK(qk_cuda_gram(&p, m, &g, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "transposed output"), "band with mrows: %s", err);
+            io.mrows = nullptr;
+            const double site[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+            qk_cuda_mps mps;
+            memset(&mps, 0, sizeof mps);
+            mps.n_sites = 1; mps.chi = 1; mps.a = site; mps.n_a = 1;
+            CHECK(qk_cuda_mps_gram(&p, &g, &mps, &io, err, sizeof err) == QK_ERROR_INVALID_ARGUMENT && strstr(err, "band_rows"), "MPS band: %s", err);
+        } else CHECK(false, "band io: plan: %s", qk_last_error());
+    }
+    qk_map_free(m);
+}
+
 static void stream_tests(qk_ctx *gpu)
 {
     const char *specs[] = {"zz(reps=2)", "hea(layers=2)", "angle(rot=y)"};
@@ -1478,17 +1608,17 @@ int main(int argc, char **argv)
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
-        else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output alone */
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output and the band alone */
             qk_ctx *gpu = nullptr;
             qk_ctx_desc cd;
             memset(&cd, 0, sizeof cd);
             cd.device = QK_DEVICE_CUDA;
             cd.autotune = -1;
-            if (qk_ctx_create(&cd, &gpu) == QK_OK) mirror_io_tests(gpu);
+            if (qk_ctx_create(&cd, &gpu) == QK_OK) { mirror_io_tests(gpu); band_io_tests(gpu, 7); band_io_tests(gpu, 8); }
             else CHECK(false, "cuda context: %s", qk_last_error());
             qk_ctx_destroy(gpu);
         }
-        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan or mirror", getenv("QK_TEST_ONLY"));
+        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan or mirror (and band)", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
@@ -1515,6 +1645,9 @@ int main(int argc, char **argv)
             part_done("stream");
             mirror_io_tests(gpu);
             part_done("mirror");
+            band_io_tests(gpu, 7);
+            band_io_tests(gpu, 8);
+            part_done("band");
             fault_tests();
             part_done("fault");
             fp32_same_tests(gpu);

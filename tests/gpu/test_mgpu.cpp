@@ -33,6 +33,18 @@
 #include "../qk_test.h"
 
 struct TileRec { std::vector<double> *K; std::vector<int> *seen; int64_t cols; size_t es; bool sym; };
+/* the progress callback's reports: calls, the last done and total, whether done ever went back */
+struct ProgRec { int calls = 0; int64_t done = -1, total = -1; bool back = false; };
+static int prog_cb(int64_t done, int64_t total, void *user)
+{
+    ProgRec *p = (ProgRec *)user;
+    p->back = p->back || done < p->done;
+    p->calls++;
+    p->done = done;
+    p->total = total;
+    return 0;
+}
+
 static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *tile, int64_t ld, void *user)
 {
     TileRec *t = (TileRec *)user;
@@ -80,7 +92,7 @@ static void check_ran(qk_ctx *gpu, const qk_map *map, const qk_gram_desc *g, con
         qk__plan_part_plan(plan, i, gpu->dev_info[k].name, &carried);
         memset(&sd, 0, sizeof sd);
         sd.x = g->x + pp->row0 * map->n_features;
-        sd.n_x = pp->n_rows;
+        sd.n_x = pp->symmetric ? pp->n_cols : pp->n_rows;   /* a symmetric part: the job over X's rows of its columns (a band of them) */
         if (!pp->symmetric) { sd.y = (g->y ? g->y : g->x) + pp->col0 * map->n_features; sd.n_y = pp->n_cols; }
         sd.precision = plan->precision;
         sd.out_dtype = plan->out_dtype;
@@ -92,7 +104,7 @@ static void check_ran(qk_ctx *gpu, const qk_map *map, const qk_gram_desc *g, con
         qk__plan_autotune(&info, gpu->desc.autotune < 0 ? -1 : 0, gpu->desc.cache_dir, nullptr, nullptr, &ref);
         if (g->output == QK_OUTPUT_HOST) ref.host_pinned = qk_cuda_host_pinned((const char *)g->out + (size_t)(pp->row0 * ld + pp->col0) * es);
         if (pp->mirror && (g->output == QK_OUTPUT_HOST || g->output == QK_OUTPUT_NPY)) qk_test_mirror_slab(&ref);
-        CHECK(ran.backend == QK_BACKEND_CUDA && ran.n_x == pp->n_rows && ran.n_y == pp->n_cols, "%s: part %d did not run", what, i);
+        CHECK(ran.backend == QK_BACKEND_CUDA && ran.n_x == sd.n_x && ran.n_y == pp->n_cols, "%s: part %d did not run", what, i);
         CHECK(ran.engine == pp->engine && ran.kernel_cfg == pp->kernel_cfg && ran.slab_rows == pp->slab_rows && strcmp(ran.config, pp->config) == 0,
               "%s: part %d ran engine %d cfg %d slabs %lld '%s', the plan says %d cfg %d slabs %lld '%s'", what, i, (int)ran.engine, ran.kernel_cfg,
               (long long)ran.slab_rows, ran.config, (int)pp->engine, pp->kernel_cfg, (long long)pp->slab_rows, pp->config);
@@ -148,8 +160,16 @@ static qk_result gpu_gram(qk_ctx *gpu, const qk_map *map, const std::vector<doub
         g.out_devices = dev;
     }
     memset(qk__mgpu_test_ran, 0, sizeof qk__mgpu_test_ran);
+    ProgRec pr;
+    g.progress = prog_cb;
+    g.progress_user = &pr;
     r = qk_gram(gpu, map, &g);
     if (r == QK_OK && plan->n_devices > 1) check_ran(gpu, map, &g, plan, out_name(mode));
+    /* progress counts every entry of K once over the GPUs' parts (a band from the diagonal stands
+       for its block and twice its rectangle, a mirrored rectangle twice) */
+    if (r == QK_OK)
+        CHECK(pr.calls > 0 && !pr.back && pr.total == nx * cols && pr.done == pr.total, "%s: progress %lld of %lld after %d calls%s",
+              out_name(mode), (long long)pr.done, (long long)pr.total, pr.calls, pr.back ? ", went back" : "");
     if (r == QK_OK) {
         if (mode == 0 || mode == 1) {
             const unsigned char *p = mode == 0 ? host.data() : (const unsigned char *)pinned;

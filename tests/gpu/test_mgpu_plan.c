@@ -6,8 +6,9 @@
      sum to all of K's computed pairs, and the slowest device's pairs / SM count is within 5% of
      the mean (the issue's balance target, by pair count);
    - every element of K is written by exactly one device, through its parts (qk__mgpu_parts: the
-     band's diagonal block and the rectangle right of it, with its mirror; K(X,Y): the band's
-     rows), checked element by element on small odd sizes with QK_MGPU_MIN_PAIRS = 1;
+     band's diagonal block and the rectangle right of it, with its mirror; into device buffers or
+     a callback, one part from the diagonal to n, the band of a job over X[a:]; K(X,Y): the
+     band's rows), checked element by element on small odd sizes with QK_MGPU_MIN_PAIRS = 1;
    - a job below QK_MGPU_MIN_PAIRS per GPU stays on one GPU; qk_plan_describe names every GPU's
      rows; bad device lists are refused;
    - device states (on the first GPU): its parts planned reading them in place, the other GPU's
@@ -75,7 +76,9 @@ static double check_split(const qk_plan *p, const qk_device_info *infos, const i
 
 /* every element of K written once: the plan's parts (plan.parts, what the engine runs), rows x
    columns, plus the mirror of the rectangles that carry one (K(X,X) unless whole rows); a device's
-   parts are its band's rows, the diagonal block first, in device order */
+   parts are its band's rows, the diagonal block first, in device order; K(X,X) into device
+   buffers or a callback (no rectangle's mirror to deliver): one symmetric part a device, its rows
+   from the diagonal to n (the band of a job over X[a:], which stands for its mirror too) */
 static void check_cover(const qk_plan *p, const char *what)
 {
     const int64_t nx = p->n_x, ny = p->n_y;
@@ -87,7 +90,11 @@ static void check_cover(const qk_plan *p, const char *what)
         free(c);
         return;
     }
-    CHECK(p->n_parts >= p->n_devices - 1 && p->n_parts <= 2 * p->n_devices, "%s: %d parts on %d devices", what, p->n_parts, p->n_devices);
+    const int band = p->symmetric && !p->dev_full_rows && (p->output == QK_OUTPUT_DEVICE || p->output == QK_OUTPUT_CALLBACK);
+    int rows_on = 0;   /* devices with rows */
+    for (q = 0; q < p->n_devices; q++) rows_on += p->dev_row0[q + 1] > p->dev_row0[q];
+    CHECK(band ? p->n_parts == rows_on : p->n_parts >= rows_on && p->n_parts <= 2 * rows_on, "%s: %d parts on %d devices with rows%s", what,
+          p->n_parts, rows_on, band ? " (one band each)" : "");
     for (q = 0; q < p->n_parts; q++) {
         const qk_plan_part *pp = &p->parts[q];
         const int k = pp->device;
@@ -97,8 +104,10 @@ static void check_cover(const qk_plan *p, const char *what)
         CHECK(pp->row0 == a && pp->n_rows == b - a && b > a, "%s: part %d rows [%lld, +%lld), band [%lld, %lld)", what, q,
               (long long)pp->row0, (long long)pp->n_rows, (long long)a, (long long)b);
         CHECK(pp->mirror == (p->symmetric && !pp->symmetric && !p->dev_full_rows), "%s: part %d mirror %d", what, q, pp->mirror);
-        CHECK(!pp->symmetric || (pp->col0 == a && pp->n_cols == b - a && (q == 0 || p->parts[q - 1].device != k)),
-              "%s: the diagonal part of device %d is not square or not first", what, k);
+        CHECK(!pp->symmetric || (pp->col0 == a && pp->n_cols == (band ? nx - a : b - a) && (q == 0 || p->parts[q - 1].device != k)),
+              "%s: the diagonal part of device %d: columns [%lld, +%lld) (want from %lld to %s), or not first", what, k,
+              (long long)pp->col0, (long long)pp->n_cols, (long long)a, band ? "n" : "its band's end");
+        CHECK(!band || pp->symmetric, "%s: part %d of device %d is not its band from the diagonal", what, q, k);
         for (i = pp->row0; i < pp->row0 + pp->n_rows && i < nx; i++)
             for (j = pp->col0; j < pp->col0 + pp->n_cols && j < ny; j++) {
                 if (pp->symmetric && j < i) continue;   /* the diagonal block: its upper triangle, mirrored */
@@ -126,7 +135,7 @@ static void check_part_plans(const qk_plan *p, const qk_device_info *infos, cons
         qk_plan ref, got;
         memset(&sd, 0, sizeof sd);
         sd.x = g->x + pp->row0 * d;
-        sd.n_x = pp->n_rows;
+        sd.n_x = pp->symmetric ? pp->n_cols : pp->n_rows;   /* a symmetric part: the job over X's rows of its columns */
         if (!pp->symmetric) { sd.y = (g->y ? g->y : g->x) + pp->col0 * d; sd.n_y = pp->n_cols; }
         sd.precision = p->precision;
         sd.out_dtype = p->out_dtype;
@@ -154,7 +163,7 @@ static void check_part_plans(const qk_plan *p, const qk_device_info *infos, cons
               "%s: part %d: bytes differ from qk_plan_for_device's", what, q);
         CHECK(pp->bytes_budget == (size_t)(0.85 * (double)infos[pp->device].free_bytes), "%s: part %d: budget %zu of device %d's memory",
               what, q, pp->bytes_budget, pp->device);
-        CHECK(ref.n_x == pp->n_rows && ref.n_y == pp->n_cols && ref.symmetric == pp->symmetric && ref.path == p->path &&
+        CHECK(ref.n_x == (pp->symmetric ? pp->n_cols : pp->n_rows) && ref.n_y == pp->n_cols && ref.symmetric == pp->symmetric && ref.path == p->path &&
               ref.precision == p->precision && ref.out_dtype == p->out_dtype, "%s: part %d: the job differs", what, q);
         qk__plan_part_plan(p, q, infos[pp->device].name, &got);
         CHECK(memcmp(&got, &ref, sizeof got) == 0, "%s: part %d: the plan the engine gets differs from qk_plan_for_device's", what, q);
@@ -239,6 +248,8 @@ int main(void)
             check_cover(&p, what);
             check_part_plans(&p, tight, zz13, &g, what);
             CHECK(n_mirror_parts == 1, "%s: %d parts deliver a transpose (want 1)", what, n_mirror_parts);
+            qk_plan_describe(&p, buf, sizeof buf);
+            CHECK(strstr(buf, ") diagonal block: ") && strstr(buf, ") rectangle + mirror: "), "%s: describe lacks the part kinds:\n%s", what, buf);
             for (q = 0; q < p.n_parts; q++)
                 if (p.parts[q].mirror) {
                     const qk_plan_part *pp = &p.parts[q];
@@ -283,12 +294,15 @@ int main(void)
         }
         CHECK(p.n_parts == 4, "whole rows on 4 GPUs: %d parts", p.n_parts);
         printf("%s", buf);
-        /* K(X,X) with its diagonal blocks and mirrored rectangles */
+        /* K(X,X) on the devices: each GPU's rows from the diagonal on, one part (one call) */
         g.output = QK_OUTPUT_DEVICE;
         CHECK(qk_plan_for_devices(infos, ords, 4, 0.85, zz8, &g, &p) == QK_OK, "ordinals, device: %s", qk_last_error());
-        CHECK(p.n_parts == 7, "K(X,X) on 4 GPUs: %d parts (4 diagonal blocks, 3 rectangles)", p.n_parts);
+        CHECK(p.n_parts == 4, "K(X,X) on 4 GPUs, device: %d parts (4 bands from the diagonal)", p.n_parts);
+        for (k = 0; k < p.n_parts; k++)
+            CHECK(p.parts[k].symmetric && p.parts[k].col0 == p.dev_row0[k] && p.parts[k].n_cols == 65536 - p.dev_row0[k] &&
+                  p.parts[k].n_rows == p.dev_row0[k + 1] - p.dev_row0[k], "device: part %d is not GPU %d's band from the diagonal", k, k);
         qk_plan_describe(&p, buf, sizeof buf);
-        CHECK(strstr(buf, ") diagonal block: ") && strstr(buf, ") rectangle + mirror: "), "describe lacks the part kinds:\n%s", buf);
+        CHECK(strstr(buf, ") band from the diagonal: ") && strstr(buf, "one call"), "describe lacks the part kind:\n%s", buf);
         check_part_plans(&p, infos, zz8, &g, "ordinals, device");
     }
 

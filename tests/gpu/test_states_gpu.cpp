@@ -662,16 +662,16 @@ static int prov_fn(int side, int64_t i0, int64_t i1, void *buf, int64_t ld, void
    state tiles, each slab's rows, then for every column tile of the slab (from the slab's own rows
    on where K(A,A) is mirrored on the device: K there whole, or device output) its rows, except
    the tile that starts at the slab's first row and fits in it. */
-static void expected_rows(const qk_plan &p, int64_t out[2], int64_t *copies = nullptr)
+static void expected_rows(const qk_plan &p, int64_t out[2], int64_t *copies = nullptr, int64_t band = 0)
 {
-    const int64_t nx = p.n_x, ny = p.n_y;
+    const int64_t nx = p.n_x, ny = p.n_y, rows = band > 0 ? band : nx;   /* band: the rows a symmetric job delivers (qk_cuda_io.band_rows) */
     int64_t nc = 0;
     out[0] = out[1] = 0;
     if (copies) *copies = 0;
     if (p.bulk_states) { out[0] = nx; if (!p.symmetric) out[1] = ny; if (copies) *copies = p.symmetric ? 1 : 2; return; }
     const int64_t R = p.state_tile, slab = std::min<int64_t>(p.tile_m, R);
-    for (int64_t i0 = 0; i0 < nx; i0 += slab) {
-        const int64_t m = std::min(slab, nx - i0);
+    for (int64_t i0 = 0; i0 < rows; i0 += slab) {
+        const int64_t m = std::min(slab, rows - i0);
         out[0] += m;
         nc++;
         const bool mirror = p.symmetric && (p.output == QK_OUTPUT_DEVICE || p.k_resident);
@@ -915,7 +915,8 @@ static double mgpu_copyin(const qk_plan &p, int k, double row_bytes, double used
         qk_plan sp;
         int64_t rows[2], copies = 0;
         qk__plan_part_plan(&p, i, nullptr, &sp);
-        expected_rows(sp, rows, &copies);
+        /* a band from the diagonal (device or callback output): its job's first n_rows rows */
+        expected_rows(sp, rows, &copies, p.parts[i].symmetric && p.parts[i].n_cols > p.parts[i].n_rows ? p.parts[i].n_rows : 0);
         b += (double)(rows[0] + rows[1]) * row_bytes - (double)copies * (row_bytes - used_bytes);
     }
     return b;
