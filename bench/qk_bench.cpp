@@ -1,6 +1,7 @@
 /* qk-bench: the GPU engine's cases of issue 3, timed with CUDA events (warm-up, median).
 
    Usage: qk-bench [--json out.json] [--commit FILE] [--cases a,b,...] [--reps N]
+   (cases also xy6, xy7, xy8: K(X,Y) of 32768 x 32768 on the device, fp32 / the default / fp16)
    Each case runs qk_cuda_gram end to end; the engine's own events split the time into state
    construction (stats.states_ms), the Gram (first slab start to last slab end: gram_ms) and
    the output (to the last D2H: output_ms). Gpairs/s counts all n*n entries of K (as the peer
@@ -109,10 +110,11 @@ static const char *prec_name(qk_precision p)
     return p == QK_PRECISION_FP64 ? "fp64" : p == QK_PRECISION_TF32 ? "tf32" : p == QK_PRECISION_FP32X3 ? "fp32x3" : p == QK_PRECISION_FP16 ? "fp16" : "fp32";
 }
 
-/* keep (device output only): the K buffer is handed back instead of freed */
+/* keep (device output only): the K buffer is handed back instead of freed; y: K(X,Y) of n x n
+   (every entry computed, none mirrored) instead of K(X,X) */
 static int run_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_output out, int blas,
                     int64_t slab, bool pinned_host, bool e2e, int cfg = 0, bool fresh = false,
-                    qk_precision prec = QK_PRECISION_FP32, void **keep = nullptr)
+                    qk_precision prec = QK_PRECISION_FP32, void **keep = nullptr, const std::vector<double> *y = nullptr)
 {
     void *buf = nullptr;
     const qk_dtype od = prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
@@ -124,6 +126,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     qk_gram_desc g;
     memset(&g, 0, sizeof g);
     g.x = x.data(); g.n_x = n; g.out = buf; g.out_dtype = od; g.output = out; g.precision = prec;
+    if (y) { g.y = y->data(); g.n_y = n; }
     qk_plan p = plan_for(m, g, blas, slab, cfg);
     p.host_pinned = out == QK_OUTPUT_HOST && pinned_host;
     g_last_plan = p;
@@ -158,6 +161,7 @@ static int run_case(const char *name, const qk_map &m, const std::vector<double>
     row.engine = qk__engine_name(p.engine) ? qk__engine_name(p.engine) : "?";
     row.precision = prec_name(p.precision); /* what ran: the default / auto name their mode */
     if (blas < 0) row.engine += "(planned)";
+    if (y) row.engine += " K(X,Y)";
     row.engine += " slab=" + std::to_string((long long)p.tile_m);
     if (cfg) row.engine += " cfg=" + std::to_string(cfg);
     if (out == QK_OUTPUT_HOST && !pinned_host && fresh) row.output += "-fresh";
@@ -683,6 +687,21 @@ int main(int argc, char **argv)
         if (c.q < 6) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 0, 0, false, false, 1); /* the 64x64 tile the persistent kernel replaced */
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 2, 0, false, false);
         if (c.q >= 7) run_case(c.name, b.m, x, c.n, QK_OUTPUT_DEVICE, 1, c.n, false, false); /* one slab: no overlap */
+    }
+    for (int q = 6; q <= 8; ++q) {
+        /* K(X,Y) of n x n on the device, Y a copy of X (the diagonal still 1 for the sanity
+           check, no symmetry for the planner to use): the planned fp32 and default (fp32x3) */
+        char name[8];
+        snprintf(name, sizeof name, "xy%d", q);
+        if (!has(name)) continue;
+        BMap b; build_zz(b, q, 2);
+        const int64_t n = 32768;
+        std::vector<double> x((size_t)n * q);
+        for (auto &v : x) v = u(rng) * 2 * M_PI;
+        const std::vector<double> y = x;
+        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP32, nullptr, &y);
+        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_DEFAULT, nullptr, &y);
+        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP16, nullptr, &y);
     }
     if (has("small")) {
         /* the few-qubit kernels, zz reps=2 at 2..6 qubits, n = 32768, K(X,X) on the device: the
