@@ -3372,9 +3372,10 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
 }
 
 /* FP32X3, persistent and fed by the tensor memory accelerator (2.1x qk__k_wg3 at 8 qubits on the H100), for
-   the triangle of K(X,X) with short states (2 <= nkt <= 8 stages). A work item is a panel of 64
-   rows (rows 64 p ..) and up to QK__WG_ITEM column tiles of 128, the first starting at column
-   64 p (the diagonal); a tile's 128 columns are two 64 x 64 halves, one per warpgroup, each the
+   the triangle of K(X,X) (tri) or a rectangle (K(X,Y), tri 0) with short states (2 <= nkt <= 8
+   stages). A work item is a panel of 64 rows (rows 64 p ..) and up to QK__WG_ITEM column tiles
+   of 128, the first starting at column 64 p (the diagonal) in a triangle, at 0 in a rectangle
+   (qk__wg3t_col0); a band's mirror stops at column mc (qk_cuda_io.band_rows); a tile's 128 columns are two 64 x 64 halves, one per warpgroup, each the
    m64n64k16 products of qk__k_wg3's warpgroups in the same order (per stage lo*hi + hi*lo + hi*hi
    per k-step, the stage's sums into the round-to-nearest totals), so every entry of K is
    qk__k_wg3's bit for bit; the block's tile is 64 x 128 instead of 128 x 64. Shared memory: the
@@ -3401,23 +3402,28 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
    its lo part; items: the number of work items (qk__wg3t_items). */
 #define QK__WG3T_BM 64
 #define QK__WG3T_BN 128
-/* column tiles of panel p: from column 64 p to nn */
-__host__ __device__ __forceinline__ int64_t qk__wg3t_tiles(int64_t p, int64_t nn) { return (nn - QK__WG3T_BM * p + QK__WG3T_BN - 1) / QK__WG3T_BN; }
-static int64_t qk__wg3t_items(int64_t m, int64_t nn)
+/* the first column of panel p: its diagonal (64 p) in a triangle, 0 in a rectangle */
+__host__ __device__ __forceinline__ int64_t qk__wg3t_col0(int64_t p, int tri) { return tri ? QK__WG3T_BM * p : 0; }
+/* column tiles of panel p: from its first column to nn */
+__host__ __device__ __forceinline__ int64_t qk__wg3t_tiles(int64_t p, int64_t nn, int tri)
+{
+    return (nn - qk__wg3t_col0(p, tri) + QK__WG3T_BN - 1) / QK__WG3T_BN;
+}
+static int64_t qk__wg3t_items(int64_t m, int64_t nn, int tri)
 {
     int64_t items = 0;
-    for (int64_t p = 0; p * QK__WG3T_BM < m; ++p) items += (qk__wg3t_tiles(p, nn) + QK__WG_ITEM - 1) / QK__WG_ITEM;
+    for (int64_t p = 0; p * QK__WG3T_BM < m; ++p) items += (qk__wg3t_tiles(p, nn, tri) + QK__WG_ITEM - 1) / QK__WG_ITEM;
     return items;
 }
 /* A walk over the work items in increasing order: item it's panel p, first tile j0 and tile
-   count nt (base: the first item of panel p). */
+   count nt (base: the first item of panel p; tri: a triangle's panels, else a rectangle's). */
 struct qk__wg3t_walk {
-    int base, p;
+    int base, p, tri;
 };
 __device__ __forceinline__ void qk__wg3t_seek(qk__wg3t_walk &w, int it, int nn, int &j0, int &nt)
 {
     for (;;) {
-        const int tl = (int)qk__wg3t_tiles(w.p, nn), k = (tl + QK__WG_ITEM - 1) / QK__WG_ITEM;
+        const int tl = (int)qk__wg3t_tiles(w.p, nn, w.tri), k = (tl + QK__WG_ITEM - 1) / QK__WG_ITEM;
         if (it < w.base + k) {
             j0 = (it - w.base) * QK__WG_ITEM;
             nt = min(QK__WG_ITEM, tl - j0);
@@ -3432,9 +3438,10 @@ __device__ __forceinline__ void qk__wg3t_seek(qk__wg3t_walk &w, int it, int nn, 
 struct qk__wg3t_pos {
     qk__wg3t_walk w;
     int it, ik, j0, nt, t, kt;
-    __device__ __forceinline__ void start(int it0, int nn)
+    __device__ __forceinline__ void start(int it0, int nn, int tri)
     {
         w.base = w.p = 0;
+        w.tri = tri;
         it = it0;
         ik = t = kt = 0;
         qk__wg3t_seek(w, it, nn, j0, nt);
@@ -3453,7 +3460,7 @@ struct qk__wg3t_pos {
 template <bool CPLX, typename OutT, int NS>
 __global__ void __launch_bounds__(384, 1)
 qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int nn, int items, float inv_s2, OutT *__restrict__ out,
-           int64_t ld, OutT *__restrict__ mout, int vec, int mc)
+           int64_t ld, OutT *__restrict__ mout, int vec, int mc, int tri)
 {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int BM = QK__WG3T_BM, BN = QK__WG3T_BN, TP = BM * 128, TR = BN * 128, NA = CPLX ? 32 : 1;
@@ -3483,7 +3490,7 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
             qk__tma_load2d(dst + TP, &mp.a, ldp + kt * 32, p * BM, bar);
         };
         qk__wg3t_pos lp, rl;   /* the stage to load (s) and the stage whose release it waits for (s - NS) */
-        lp.start(blockIdx.x, nn);
+        lp.start(blockIdx.x, nn, tri);
         rl = lp;
         qk__wg3t_walk nw = lp.w;   /* the next item's panel */
         for (int kt = 0; kt < nkt; ++kt) load_panel(kt, lp.w.p);
@@ -3501,7 +3508,7 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
             if (lp.it < items) {
                 const uint32_t slot = s % NS, full = b_full + 8 * slot;
                 if (s >= (uint32_t)NS) qk__mbar_wait(b_empty + 8 * slot, (s / NS - 1) & 1);
-                const int y = lp.w.p * BM + (lp.j0 + lp.t) * BN, x = lp.kt * 32;
+                const int y = (int)qk__wg3t_col0(lp.w.p, tri) + (lp.j0 + lp.t) * BN, x = lp.kt * 32;
                 qk__mbar_expect_tx(full, 2 * TR);
                 qk__tma_load2d(ring + slot * 2 * TR, &mp.b, x, y, full);
                 qk__tma_load2d(ring + slot * 2 * TR + TR, &mp.b, ldp + x, y, full);
@@ -3518,14 +3525,14 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
     qk__wg_zero(ai);
     qk__wg_zero(tr);
     qk__wg_zero(ti);
-    qk__wg3t_walk w = {0, 0};
+    qk__wg3t_walk w = {0, 0, tri};
     uint32_t u = 0, ik = 0;   /* stages consumed, items begun */
     for (int it = blockIdx.x; it < items; it += G, ++ik) {
         int j0, nt;
         qk__wg3t_seek(w, it, nn, j0, nt);
         const int row0 = w.p * BM;
         for (int t = 0; t < nt; ++t) {
-            const int c0 = row0 + (j0 + t) * BN + wg * 64;   /* this warpgroup's 64 columns (past nn: zeros, nothing stored) */
+            const int c0 = (int)qk__wg3t_col0(w.p, tri) + (j0 + t) * BN + wg * 64;   /* this warpgroup's 64 columns (past nn: zeros, nothing stored) */
             for (int kt = 0; kt < nkt; ++kt) {
                 const uint32_t slot = u % NS;
                 if (t == 0) qk__mbar_wait(b_afull + 8 * kt, ik & 1);
@@ -3580,9 +3587,9 @@ qk__k_wg3t(const __grid_constant__ qk__wg_maps mp, int ldp, int nkt, int m, int 
                     int r0e = row0, c0e = c0;
                     asm volatile("" : "+r"(r0e), "+r"(c0e));   /* the stores' addresses computed here, not hoisted and kept over the stages */
                     /* mirror of columns < mc only (a band's rows); a half across mc stores entry by entry */
-                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && c0e >= r0e + BM && (c0e + 64 <= mc || c0e >= mc);
+                    const bool inner = vec && r0e + BM <= m && c0e + 64 <= nn && (!tri || c0e >= r0e + BM) && (c0e + 64 <= mc || c0e >= mc);
                     qk__wg_store<OutT, 8, CPLX, true>(ar, ai, tr, ti, inv_s2, r0e, c0e, warp * 16 + (lane >> 2), lane & 3, inner, m, nn, out, ld,
-                                                      c0e < mc ? mout : nullptr, 0, 1, mc);
+                                                      c0e < mc ? mout : nullptr, 0, tri, mc);
                     qk__wg_zero(tr);
                     qk__wg_zero(ti);
                     qk__wg_zero(ar);
@@ -3677,22 +3684,24 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
         }
     }
     if constexpr (SPLIT) {
-        /* the persistent TMA-fed FP32X3 kernel for the triangle of short states (2 to 8 stages);
-           qk__k_wg3 elsewhere and where the maps cannot be encoded */
-        if (tri && doff == 0 && nn >= m && nn < ((int64_t)1 << 30) && nkt >= 2 && nkt <= 8 && ldp <= 65536 &&
-            qk__wg3t_items(m, nn) <= INT_MAX / 2) {
+        /* the persistent TMA-fed FP32X3 kernel for short states (2 to 8 stages): the triangle of
+           K(X,X) (from its diagonal: doff 0) or a rectangle (tri 0: every entry); qk__k_wg3
+           elsewhere and where the maps cannot be encoded */
+        const int wt = tri ? 1 : 0;
+        if ((!tri || (doff == 0 && nn >= m)) && m < ((int64_t)1 << 30) && nn < ((int64_t)1 << 30) && nkt >= 2 && nkt <= 8 &&
+            ldp <= 65536 && qk__wg3t_items(m, nn, wt) <= INT_MAX / 2) {
             const qk__pfn_encode_tiled enc = qk__tma_encoder();
             qk__wg_maps mp;
             if (enc && qk__wg_map(enc, &mp.a, A, m, ldw, QK__WG3T_BM) && qk__wg_map(enc, &mp.b, B, nn, ldw, QK__WG3T_BN)) {
                 constexpr int TNS = 3;   /* 8 stages: 128 KB of panel + 3 x 32 KB of ring */
                 int sms = 0;
                 QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-                const int64_t items = qk__wg3t_items(m, nn);
+                const int64_t items = qk__wg3t_items(m, nn, wt);
                 const size_t tsmem = (size_t)nkt * 16384 + (size_t)TNS * 32768 + 1024 + 256;
                 QK_CK(cudaFuncSetAttribute(qk__k_wg3t<CPLX, OutT, TNS>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)tsmem));
                 qk__k_wg3t<CPLX, OutT, TNS><<<(unsigned)std::min<int64_t>(items, sms), 384, tsmem, st>>>(mp, (int)ldp, nkt, (int)m, (int)nn, (int)items, inv_s2,
                                                                                                      out, ld, mout, qk__vec_ok(out, mout, ld),
-                                                                                                     (int)std::min(mcols, nn));
+                                                                                                     (int)std::min(mcols, nn), wt);
                 QK_LAUNCH_CK("qk__k_wg3t");
                 return QK_OK;
             }
