@@ -1,7 +1,8 @@
 /* qk-bench: the GPU engine's cases of issue 3, timed with CUDA events (warm-up, median).
 
    Usage: qk-bench [--json out.json] [--commit FILE] [--cases a,b,...] [--reps N]
-   (cases also xy6, xy7, xy8: K(X,Y) of 32768 x 32768 on the device, fp32 / the default / fp16)
+   (cases also xy6, xy7, xy8: K(X,Y) of 32768 x 32768 on the device, fp32 / the default / fp16,
+   --xy-modes a subset of fp32,default,fp16)
    Each case runs qk_cuda_gram end to end; the engine's own events split the time into state
    construction (stats.states_ms), the Gram (first slab start to last slab end: gram_ms) and
    the output (to the last D2H: output_ms). Gpairs/s counts all n*n entries of K (as the peer
@@ -649,11 +650,13 @@ int main(int argc, char **argv)
 {
     const char *json = nullptr, *commit_file = nullptr;
     std::string cases = "zz4,zz8,zz12,zz16,hea12,host8,e2e8,amp16,tune";
+    std::string xy_modes = "fp32,default,fp16";   /* --xy-modes: the xy cases' modes, in this order */
     for (int i = 1; i < argc; ++i) {
         if (!strcmp(argv[i], "--json") && i + 1 < argc) json = argv[++i];
         else if (!strcmp(argv[i], "--commit") && i + 1 < argc) commit_file = argv[++i];
         else if (!strcmp(argv[i], "--cases") && i + 1 < argc) cases = argv[++i];
         else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--xy-modes") && i + 1 < argc) xy_modes = argv[++i];
     }
     if (qk_cuda_device_count() <= 0) { printf("qk-bench: no CUDA device\n"); return 77; }
     {
@@ -699,9 +702,10 @@ int main(int argc, char **argv)
         std::vector<double> x((size_t)n * q);
         for (auto &v : x) v = u(rng) * 2 * M_PI;
         const std::vector<double> y = x;
-        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP32, nullptr, &y);
-        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_DEFAULT, nullptr, &y);
-        run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP16, nullptr, &y);
+        auto mode = [&](const char *md) { return ("," + xy_modes + ",").find(std::string(",") + md + ",") != std::string::npos; };
+        if (mode("fp32")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP32, nullptr, &y);
+        if (mode("default")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_DEFAULT, nullptr, &y);
+        if (mode("fp16")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP16, nullptr, &y);
     }
     if (has("small")) {
         /* the few-qubit kernels, zz reps=2 at 2..6 qubits, n = 32768, K(X,X) on the device: the
