@@ -1050,12 +1050,17 @@ struct MirrorRec {
     int64_t cols, rows;
     size_t es;
 };
+/* rows i0 .. i0 + m of a rows callback (float or double, es bytes, ld apart) into K (cols wide) */
+static void rows_into(std::vector<double> &K, int64_t cols, size_t es, int64_t i0, int64_t m, const void *r, int64_t ld)
+{
+    for (int64_t a = 0; a < m; ++a)
+        for (int64_t j = 0; j < cols; ++j)
+            K[(size_t)((i0 + a) * cols + j)] = es == 4 ? ((const float *)r)[a * ld + j] : ((const double *)r)[a * ld + j];
+}
 static qk_result mirror_rows_cb(int64_t i0, int64_t m, const void *r, int64_t ld, void *u)
 {
     MirrorRec *c = (MirrorRec *)u;
-    for (int64_t a = 0; a < m; ++a)
-        for (int64_t j = 0; j < c->cols; ++j)
-            (*c->K)[(size_t)((i0 + a) * c->cols + j)] = c->es == 4 ? ((const float *)r)[a * ld + j] : ((const double *)r)[a * ld + j];
+    rows_into(*c->K, c->cols, c->es, i0, m, r, ld);
     return QK_OK;
 }
 static qk_result mirror_t_cb(int64_t i0, int64_t m, const void *t, int64_t ld, void *u)
@@ -1186,9 +1191,7 @@ struct BandRec {
 static qk_result band_rows_cb(int64_t i0, int64_t m, const void *r, int64_t ld, void *u)
 {
     BandRec *c = (BandRec *)u;
-    for (int64_t a = 0; a < m; ++a)
-        for (int64_t j = 0; j < c->cols; ++j)
-            (*c->K)[(size_t)((i0 + a) * c->cols + j)] = c->es == 4 ? ((const float *)r)[a * ld + j] : ((const double *)r)[a * ld + j];
+    rows_into(*c->K, c->cols, c->es, i0, m, r, ld);
     c->max_row = std::max(c->max_row, i0 + m - 1);
     return QK_OK;
 }
