@@ -32,8 +32,8 @@ static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ?
    behind the code's constants'). Its configuration in the fixed table: 2 (64 x 64 tiles, 32 x 32
    per warp) up to 7 qubits, 1 (128 x 128, 64 x 32 per warp) at 8; the autotune still times both
    and cuBLAS per shape. On a device that runs wgmma (configuration 4), FP32X3 too up to 8 qubits:
-   its TMA-fed persistent kernel for the triangle (qk__k_wg3t) is 2.25x cuBLAS + epilogue there
-   (179 against 80 Gpairs/s on the H100, docs/benchmarks.md, 'fp32x3 through TMA, measured'). */
+   its TMA-fed persistent kernel for the triangle (qk__k_wg3t) is faster than cuBLAS + epilogue
+   there (docs/benchmarks.md, 'fp32x3 through TMA, measured'). */
 #define QK__TCF_MAX_QUBITS 7
 #define QK__TCF_FP16_MAX_QUBITS 8
 static int qk__tcf_max_qubits(qk_precision p, int wgmma)

@@ -527,7 +527,8 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
 #endif
 }
 
-/* FP32X3, persistent and fed by the tensor memory accelerator (2.1x qk__k_wg3 at 8 qubits on the H100), for
+/* FP32X3, persistent and fed by the tensor memory accelerator (docs/benchmarks.md, 'fp32x3 through
+   TMA, measured'), for
    the triangle of K(X,X) (tri) or a rectangle (K(X,Y), tri 0) with short states (2 <= nkt <= 8
    stages). A work item is a panel of 64 rows (rows 64 p ..) and up to QK__WG_ITEM column tiles
    of 128, the first starting at column 64 p (the diagonal) in a triangle, at 0 in a rectangle
