@@ -286,7 +286,7 @@ static void modes_case(const char *name, const qk_map &m, const std::vector<doub
         Row &row = rows.back();
         row.max_err = me; row.diag_err = de;
         printf("   -> %s %s %s: max |K - K_fp64| %.3e (%lld sampled rows), max |K_ii - 1| %.3e (stated bound %.2e)\n", name,
-               row.precision.c_str(), row.engine.c_str(), me, (long long)R, de, qk_precision_error_bound(md.p, m.n_qubits));
+               row.precision.c_str(), row.engine.c_str(), me, (long long)R, de, g_last_plan.error_bound);
         fflush(stdout);
     }
 }
@@ -709,8 +709,9 @@ int main(int argc, char **argv)
     }
     if (has("small")) {
         /* the few-qubit kernels, zz reps=2 at 2..6 qubits, n = 32768, K(X,X) on the device: the
-           plan's choice, the persistent SIMT kernel (7), its tensor-core form (8) and the 64x64
-           tile (1), each against an fp64 K; the write floor in the same job */
+           default's plan, fp32's plan, the persistent SIMT kernel (7), its tensor-core form (8),
+           the 64x64 tile (1) and the TMA fp32x3 kernel (fused tensor-core configuration 4), each
+           against an fp64 K; the write floor in the same job */
         write_floor(32768);
         for (int q = 2; q <= 6; ++q) {
             BMap b; build_zz(b, q, 2);
@@ -718,8 +719,9 @@ int main(int argc, char **argv)
             for (auto &v : x) v = u(rng) * 2 * M_PI;
             char name[16];
             snprintf(name, sizeof name, "small%d", q);
-            std::vector<Mode> md = {{QK_PRECISION_FP32, -1, 0}, {QK_PRECISION_FP32, 0, 8}, {QK_PRECISION_FP32, 0, 1}};
+            std::vector<Mode> md = {{QK_PRECISION_DEFAULT, -1, 0}, {QK_PRECISION_FP32, -1, 0}, {QK_PRECISION_FP32, 0, 8}, {QK_PRECISION_FP32, 0, 1}};
             if (q <= 5) md.push_back({QK_PRECISION_FP32, 0, 7});
+            md.push_back({QK_PRECISION_FP32X3, 9, 4});   /* the TMA fp32x3 kernel (qk__k_wg3t), the default from 5 qubits on wgmma devices */
             modes_case(name, b.m, x, 32768, md);
         }
     }

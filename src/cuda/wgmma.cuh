@@ -529,8 +529,8 @@ qk__k_wg16t(const __grid_constant__ qk__wg_maps mp, int nkt, int m, int nn, floa
 
 /* FP32X3, persistent and fed by the tensor memory accelerator (docs/benchmarks.md, 'fp32x3 through
    TMA, measured'), for
-   the triangle of K(X,X) (tri) or a rectangle (K(X,Y), tri 0) with short states (2 <= nkt <= 8
-   stages). A work item is a panel of 64 rows (rows 64 p ..) and up to QK__WG_ITEM column tiles
+   the triangle of K(X,X) (tri) or a rectangle (K(X,Y), tri 0) with short states (1 <= nkt <= 8
+   stages: from 2 qubits, the words past a state's end zeros). A work item is a panel of 64 rows (rows 64 p ..) and up to QK__WG_ITEM column tiles
    of 128, the first starting at column 64 p (the diagonal) in a triangle, at 0 in a rectangle
    (qk__wg3t_col0); a band's mirror stops at column mc (qk_cuda_io.band_rows); a tile's 128 columns are two 64 x 64 halves, one per warpgroup, each the
    m64n64k16 products of qk__k_wg3's warpgroups in the same order (per stage lo*hi + hi*lo + hi*hi
@@ -841,11 +841,11 @@ static qk_result qk__launch_wg(const uint32_t *A, const uint32_t *B, int64_t ldw
         }
     }
     if constexpr (SPLIT) {
-        /* the persistent TMA-fed FP32X3 kernel for short states (2 to 8 stages): the triangle of
+        /* the persistent TMA-fed FP32X3 kernel for short states (1 to 8 stages): the triangle of
            K(X,X) (from its diagonal: doff 0) or a rectangle (tri 0: every entry); qk__k_wg3
            elsewhere and where the maps cannot be encoded */
         const int wt = tri ? 1 : 0;
-        if ((!tri || (doff == 0 && nn >= m)) && m < ((int64_t)1 << 30) && nn < ((int64_t)1 << 30) && nkt >= 2 && nkt <= 8 &&
+        if ((!tri || (doff == 0 && nn >= m)) && m < ((int64_t)1 << 30) && nn < ((int64_t)1 << 30) && nkt >= 1 && nkt <= 8 &&
             ldp <= 65536 && qk__wg3t_items(m, nn, wt) <= INT_MAX / 2) {
             const qk__pfn_encode_tiled enc = qk__tma_encoder();
             qk__wg_maps mp;
