@@ -2420,7 +2420,7 @@ QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *ma
 
 /* ---- plan.c: the planner ---- */
 #if QK__LAYER >= QK__L_PLAN
-QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, int wgmma, char *note, size_t size);
 QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
                                    qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);
@@ -9720,6 +9720,14 @@ QKDEF qk_result qk_tune_choose(const qk_tune_request *req, char *config, size_t 
    so it starts one qubit later (docs/benchmarks.md, 'Figures behind the code's constants'). */
 #define QK__TC_MIN_QUBITS 6
 static int qk__tc_min_qubits(qk_precision p) { return p == QK_PRECISION_FP32X3 ? QK__TC_MIN_QUBITS + 1 : QK__TC_MIN_QUBITS; }
+/* ... on a device: fp32x3 of complex states from 5 qubits where the TMA-fed wgmma kernel runs
+   (qk__k_wg3t): 1.3-2x the fused fp32 kernel (configuration 8) at 5 and 6 qubits, not faster at
+   4 and below, where configuration 8 stays (docs/benchmarks.md, 'fp32x3 from 5 qubits') */
+#define QK__TC_WG_MIN_QUBITS 5
+static int qk__tc_min_qubits_on(qk_precision p, int wgmma, qk_path path)
+{
+    return p == QK_PRECISION_FP32X3 && wgmma && path == QK_PATH_COMPLEX ? QK__TC_WG_MIN_QUBITS : qk__tc_min_qubits(p);
+}
 #define QK__TC_WS_SHARE 0.45            /* share of the budget the tensor-core workspace may take */
 /* The fused tensor-core kernel (plan.engine TCF_*, qk__engine_tcf_of the cuBLAS one) in the fixed
    table up to this many qubits, per mode: at 6 and 7 qubits it beats the cuBLAS engines in every
@@ -9835,7 +9843,7 @@ static double qk__default_tol(int n_qubits, qk_path path)
                                     : qk_precision_error_bound(QK_PRECISION_FP32X3, q);
 }
 
-QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size)
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, int wgmma, char *note, size_t size)
 {
     static const qk_precision order[5] = {QK_PRECISION_FP16, QK_PRECISION_TF32, QK_PRECISION_FP32X3, QK_PRECISION_FP32,
                                           QK_PRECISION_FP64};
@@ -9850,7 +9858,7 @@ QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double
         const qk_precision m = order[i];
         const int tc = m == QK_PRECISION_FP16 || m == QK_PRECISION_TF32 || m == QK_PRECISION_FP32X3;
         const double b = qk_precision_error_bound(m, q) - (an && m == QK_PRECISION_FP32 ? drift : 0.0);
-        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits(m) || map->n_qubits > 24)) continue;
+        if (tc && (path == QK_PATH_ANALYTIC || map->n_qubits < qk__tc_min_qubits_on(m, wgmma, path) || map->n_qubits > 24)) continue;
         if (b > t) continue;
         if (note) /* numbers with a '.' whatever the locale (the plan text is locale-free) */
             snprintf(note, size, "auto: %s, the fastest mode whose error bound %s meets tol %s%s (%d qubits)", qk_precision_name(m),
@@ -10094,8 +10102,12 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     const int sym = desc->y == NULL;
     const int64_t nx = desc->n_x, ny = sym ? desc->n_x : desc->n_y;
     char note[128] = "";
+    /* density matrices (qk_gram_states, a_mixed / b_mixed): K = a . b itself (plan.linear), on the
+       cuBLAS real engine, whose epilogue keeps the inner product unsquared (docs/states.md) */
+    const int linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
+    /* (the wgmma kernel's few-qubit fp32x3 squares: not for the linear epilogue) */
     const qk_precision prec = desc->precision && desc->precision != QK_PRECISION_AUTO
-                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, note, sizeof note);
+                                  ? desc->precision : qk__auto_precision(map, path, desc->tol, info->wgmma && !linear, note, sizeof note);
     const size_t t = prec == QK_PRECISION_FP64 ? 8 : 4;
     const qk_dtype od = desc->out_dtype ? desc->out_dtype : (prec == QK_PRECISION_FP64 ? QK_F64 : QK_F32);
     const double ob = od == QK_F64 ? 8.0 : 4.0;
@@ -10103,9 +10115,6 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     double st, sc, es, need;
     int64_t slab, tile;
     int tc_fallback = 0, slab_tile = 0;
-    /* density matrices (qk_gram_states, a_mixed / b_mixed): K = a . b itself (plan.linear), on the
-       cuBLAS real engine, whose epilogue keeps the inner product unsquared (docs/states.md) */
-    const int linear = qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_MIXED) != 0;
     memset(p, 0, sizeof *p);
     p->backend = QK_BACKEND_CUDA;
     p->linear = linear;
@@ -10134,7 +10143,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
                         ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (qk__tc_mode(prec) && p->engine == QK_GPU_CUBLAS) tc_fallback = map->n_qubits > QK__TC_MAX_QUBITS ? 2 : 3;
     } else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC) {
-        p->engine = map->n_qubits < qk__tc_min_qubits(prec) ? QK_GPU_FUSED : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
+        p->engine = map->n_qubits < qk__tc_min_qubits_on(prec, info->wgmma, path) ? QK_GPU_FUSED
+                    : map->n_qubits <= QK__TC_MAX_QUBITS ? qk__tc_mode(prec) : QK_GPU_CUBLAS;
         if (p->engine == QK_GPU_CUBLAS) tc_fallback = 2;
     }
     es = (path == QK_PATH_COMPLEX ? 2.0 : 1.0) * (double)t; /* one <a|b> in the cuBLAS workspace */
@@ -10272,7 +10282,7 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
     else if (qk__tc_mode(prec) && path != QK_PATH_ANALYTIC)
         snprintf(p->config, sizeof p->config, "fused %s fp32 (%s: tensor cores do not pay below %d qubits) (fixed table)",
                  qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, 0, path != QK_PATH_REAL, od == QK_F32)),
-                 qk_precision_name(prec), qk__tc_min_qubits(prec));
+                 qk_precision_name(prec), qk__tc_min_qubits_on(prec, info->wgmma, path));
     else snprintf(p->config, sizeof p->config, "fused %s (fixed table)",
                   qk__fused_cfg_name(qk__fused_cfg_fixed(map->n_qubits, prec == QK_PRECISION_FP64, path != QK_PATH_REAL, od == QK_F32)));
     p->kernel_cfg = qk__plan_cfg_runs(p, p->engine, p->kernel_cfg);   /* the fixed table's configuration, named */
@@ -14236,7 +14246,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     b.dt = desc->out_dtype ? desc->out_dtype
          : (qk__prec_f32(desc->precision) ||
             ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
-             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
+             qk__auto_precision(map, qk__path_of(map), desc->tol, 0, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
     sig[0] = desc->n_x;
     sig[1] = desc->y ? desc->n_y : -1;
     sig[2] = map->n_features;

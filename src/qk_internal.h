@@ -660,7 +660,7 @@ QK__PRIV qk_result qk__mps_prog_of(const qk__mps_prog *planned, const qk_map *ma
 
 /* ---- plan.c: the planner ---- */
 #if QK__LAYER >= QK__L_PLAN
-QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, char *note, size_t size);
+QK__PRIV qk_precision qk__auto_precision(const qk_map *map, qk_path path, double tol, int wgmma, char *note, size_t size);
 QK__PRIV qk_result qk__plan_cpu_nt(const qk_device_info *info, const qk_map *map, const qk_gram_desc *desc, int nt, qk_plan *p,
                                    qk__mps_prog *keep);
 QK__PRIV int qk__mgpu_parts(const qk_plan *plan, int k, int64_t part[2][3]);

@@ -617,7 +617,7 @@ static qk_result qk__gram_mpi(qk_ctx *ctx, const qk_map *map, const qk_gram_desc
     b.dt = desc->out_dtype ? desc->out_dtype
          : (qk__prec_f32(desc->precision) ||
             ((desc->precision == QK_PRECISION_DEFAULT || desc->precision == QK_PRECISION_AUTO) && qk_ctx_query(ctx).device == QK_DEVICE_CUDA &&
-             qk__auto_precision(map, qk__path_of(map), desc->tol, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
+             qk__auto_precision(map, qk__path_of(map), desc->tol, 0, NULL, 0) != QK_PRECISION_FP64)) ? QK_F32 : QK_F64;
     sig[0] = desc->n_x;
     sig[1] = desc->y ? desc->n_y : -1;
     sig[2] = map->n_features;

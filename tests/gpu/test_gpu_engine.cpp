@@ -652,6 +652,23 @@ static void small_kernel_tests()
             check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, w[5]);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 2048, 301, 1, 0, w[6]);
         }
+        /* the TMA-fed fp32x3 kernel (qk__k_wg3t; configuration 4 forced), from 5 qubits the
+           default on wgmma devices, at one 32-word stage (2 to 5 qubits: the zero-padded words
+           of short states) and two (6): partial tiles at the last panel's rows and the last
+           tile's columns, n = 644 and 645, ld = n and padded, device and host K */
+        if (wg_ok()) {
+            g_cfg = 4;
+            const int64_t n4 = 644, m4 = 388;   /* (at most the 645 x 391 samples drawn above) */
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 3, "wg3t sym device 645 ld+3");
+            check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 0, "wg3t sym device 645 ld=n");
+            check_gram(t, SA, SB, xa, xb, n4, n4, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 4, "wg3t sym device 644 ld+4");
+            check_gram(t, SA, SB, xa, xb, n4, n4, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 0, "wg3t sym device 644 ld=n");
+            check_gram(t, SA, SB, xa, xb, n4, m4, false, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 0, "wg3t rect 644x388 device");
+            check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_DEVICE, 9, 2048, 0, 1, 1, "wg3t rect 645x391 device");
+            check_gram(t, SA, SB, xa, xb, n4, n4, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_HOST, 9, 300, 0, 1, 0, "wg3t sym 644 slabs 300");
+            check_gram(t, SA, SB, xa, xb, n4, n4, true, QK_PRECISION_FP32X3, QK_F32, QK_OUTPUT_HOST, 9, 2048, 0, 0, 0, "wg3t sym 644 host ring");
+            check_gram(t, SA, SB, xa, xb, n4, n4, true, QK_PRECISION_FP32X3, QK_F64, QK_OUTPUT_HOST, 9, 2048, 0, 1, 0, "wg3t sym 644 f64 out");
+        }
         g_cfg = 0;
         check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, "fixed table sym device");
         printf("persistent few-qubit kernels %-10s %s\n", t.name.c_str(), qk_test_fails == before ? "ok" : "FAILED");
@@ -756,14 +773,15 @@ static void auto_tests(qk_ctx *cpu, qk_ctx *gpu)
 }
 
 /* The GPU default (QK_PRECISION_DEFAULT, tol 0: auto at fp32-class, fp32x3 where the tensor cores
-   apply) on every map family at 7, 8, 12 and 16 qubits: the mode it takes, and its measured error
+   apply: from 7 qubits, from 5 for complex states on wgmma devices) on every map family at 5, 6,
+   7, 8, 12 and 16 qubits: the mode it takes, and its measured error
    against the CPU engine's fp64 K within fp32's own bound, the promise docs/precision.md made for
    the default before it took fp32x3 (and within the plan's stated bound). */
 static void default_precision_tests(qk_ctx *cpu, qk_ctx *gpu)
 {
     static const char *const fam[] = {"zz(reps=2)", "zz(reps=1,ent=linear)", "iqp", "hea(layers=2)", "hea(layers=1,rot=yz)",
                                       "amplitude", "angle", "basis", "circuit"};
-    static const int qs[] = {7, 8, 12, 16};
+    static const int qs[] = {5, 6, 7, 8, 12, 16};
     for (const char *fspec : fam) {
         for (int q : qs) {
             /* circuit: a custom map of every gate kind over q qubits */
@@ -796,7 +814,8 @@ static void default_precision_tests(qk_ctx *cpu, qk_ctx *gpu)
             /* product maps (analytic) and the MPS path (the planner's choice for low-bond maps at
                12-16 qubits) have no tensor-core mode: fp32 */
             const bool product = m->cls == QK_CLASS_PRODUCT, mps = p.path == QK_PATH_MPS;
-            CHECK(p.precision == (product || mps ? QK_PRECISION_FP32 : QK_PRECISION_FP32X3) && strstr(p.precision_note, "default") &&
+            const bool tcq = q >= 7 || (q >= 5 && wg_ok() && p.path == QK_PATH_COMPLEX);   /* fp32x3 on the tensor cores */
+            CHECK(p.precision == (product || mps || !tcq ? QK_PRECISION_FP32 : QK_PRECISION_FP32X3) && strstr(p.precision_note, "default") &&
                   p.error_bound > 0,
                   "default %s q=%d: %s '%s'", fspec, q, qk_precision_name(p.precision), p.precision_note);
             CHECK(qk_gram(gpu, m, &g) == QK_OK, "default %s q=%d: %s", fspec, q, qk_last_error());
@@ -1195,11 +1214,11 @@ static qk_result band_rows_cb(int64_t i0, int64_t m, const void *r, int64_t ld, 
     c->max_row = std::max(c->max_row, i0 + m - 1);
     return QK_OK;
 }
-static void band_io_tests(qk_ctx *gpu, int q)
+static void band_io_tests(qk_ctx *gpu, int q, int64_t nfix = 0)
 {
     qk_map *m = nullptr;
     if (qk_map_parse("zz(reps=2)", q, &m) != QK_OK) { CHECK(false, "band io: parse"); return; }
-    const int64_t n = 150 + (int64_t)(qk_test_rand64() % 60);
+    const int64_t n = nfix > 0 ? nfix : 150 + (int64_t)(qk_test_rand64() % 60);
     std::vector<double> x((size_t)n * q);
     for (auto &v : x) v = qk_test_uniform(0, 2 * M_PI);
     std::vector<double> ref((size_t)(n * n));   /* the CPU engine's K(X,X), fp64 */
@@ -1617,7 +1636,15 @@ int main(int argc, char **argv)
             memset(&cd, 0, sizeof cd);
             cd.device = QK_DEVICE_CUDA;
             cd.autotune = -1;
-            if (qk_ctx_create(&cd, &gpu) == QK_OK) { mirror_io_tests(gpu); band_io_tests(gpu, 7); band_io_tests(gpu, 8); }
+            if (qk_ctx_create(&cd, &gpu) == QK_OK) {
+                mirror_io_tests(gpu);
+                band_io_tests(gpu, 7);
+                band_io_tests(gpu, 8);
+                /* 4 and 5 qubits: the TMA fp32x3 kernel at one stage (fp32x3 asked; the default
+                   from 5 qubits), a band's mirror stopping at its end */
+                band_io_tests(gpu, 4, 196);
+                band_io_tests(gpu, 5, 201);
+            }
             else CHECK(false, "cuda context: %s", qk_last_error());
             qk_ctx_destroy(gpu);
         }
@@ -1650,6 +1677,8 @@ int main(int argc, char **argv)
             part_done("mirror");
             band_io_tests(gpu, 7);
             band_io_tests(gpu, 8);
+            band_io_tests(gpu, 4, 196);
+            band_io_tests(gpu, 5, 201);
             part_done("band");
             fault_tests();
             part_done("fault");

@@ -126,7 +126,30 @@ static void precision_modes(const qk_device_info *cards, const qk_map *zz8, cons
             CHECK(qk_plan_for_device(&w, 0.85, zz8, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 &&
                       p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4,
                   "%s wgmma zz8 auto: precision %d engine %d cfg %d", d->name, (int)p.precision, (int)p.engine, p.kernel_cfg);
-            g.precision = QK_PRECISION_FP32X3;
+            {   /* the few-qubit default: fp32x3 on the TMA kernel from 5 qubits (complex states) where
+                   the device runs wgmma; fp32 on the fused kernels below, on a real map, without wgmma */
+                int fq;
+                for (fq = 2; fq <= 6; ++fq) {
+                    qk_map *zq = NULL, *hq = NULL;
+                    g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
+                    g.precision = QK_PRECISION_AUTO;
+                    CHECK(qk_map_parse("zz(reps=2)", fq, &zq) == QK_OK && qk_plan_for_device(&w, 0.85, zq, &g, &p) == QK_OK &&
+                              (fq >= 5 ? p.precision == QK_PRECISION_FP32X3 && p.engine == QK_GPU_TCF_FP32X3 && p.kernel_cfg == 4
+                                       : p.precision == QK_PRECISION_FP32 && p.engine == QK_GPU_FUSED),
+                          "%s wgmma zz%d auto: precision %d engine %d cfg %d [%s]", d->name, fq, (int)p.precision, (int)p.engine, p.kernel_cfg, (qk_plan_describe(&p, buf, sizeof buf), buf));
+                    CHECK(qk_plan_for_device(d, 0.85, zq, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.engine == QK_GPU_FUSED,
+                          "%s no wgmma zz%d auto: precision %d engine %d", d->name, fq, (int)p.precision, (int)p.engine);
+                    CHECK(qk_map_parse("hea(layers=2,rot=y)", fq, &hq) == QK_OK && qk_plan_for_device(&w, 0.85, hq, &g, &p) == QK_OK &&
+                              p.precision == QK_PRECISION_FP32,
+                          "%s wgmma real hea%d auto: precision %d engine %d", d->name, fq, (int)p.precision, (int)p.engine);
+                    g.precision = QK_PRECISION_FP32;   /* asked for: kept */
+                    CHECK(qk_plan_for_device(&w, 0.85, zq, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32 && p.engine == QK_GPU_FUSED,
+                          "%s wgmma zz%d fp32: precision %d engine %d", d->name, fq, (int)p.precision, (int)p.engine);
+                    qk_map_free(zq);
+                    qk_map_free(hq);
+                }
+            }
+            g = gdesc(32768, 0, QK_OUTPUT_DEVICE);
             g.precision = QK_PRECISION_TF32;
             CHECK(qk_plan_for_device(&w, 0.85, z7, &g, &p) == QK_OK && p.engine == QK_GPU_TCF_TF32 && p.kernel_cfg == 2,
                   "%s wgmma zz7 tf32: engine %d cfg %d", d->name, (int)p.engine, p.kernel_cfg);
@@ -397,7 +420,8 @@ static void auto_precision(const qk_device_info *cards, const qk_map *zz8, const
         CHECK(qk_plan_for_device(d, 0.85, hea, &g, &p) == QK_OK && p.precision == QK_PRECISION_FP32X3 && p.engine == QK_GPU_TC_FP32X3,
               "%s hea auto 1e-3: %s blas %d", d->name, qk_precision_name(p.precision), (int)p.engine);
     }
-    /* 6 qubits: fp32x3 does not run on the tensor cores yet (from 7), so 1e-3 keeps fp32 */
+    /* 6 qubits on these cards (no wgmma): fp32x3 does not run on the tensor cores (from 7; from 5 with
+       wgmma, checked above), so 1e-3 keeps fp32 */
     {
         qk_map *z6 = NULL, *z7 = NULL;
         CHECK(qk_map_parse("zz(reps=2)", 6, &z6) == QK_OK && qk_map_parse("zz(reps=2)", 7, &z7) == QK_OK, "parse zz6/7");

@@ -855,7 +855,7 @@ def gram(X: npt.ArrayLike, Y: Optional[npt.ArrayLike] = None, map: MapLike = "zz
         (or its alias ``"gpu"``, as the CLI's ``--device gpu``); case-insensitive. ``"cuda"`` without
         the CUDA engine or a device is a RuntimeError, never a silent fallback to the CPU.
     precision: None (the engine's default: fp64 on the CPU, ``"auto"`` on the GPU, which at the
-        default ``tol`` is fp32x3 from 7 qubits and fp32 below), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
+        default ``tol`` is fp32x3 from 7 qubits (from 5 for complex states on wgmma devices) and fp32 below), ``"fp32"``, ``"fp64"``, the GPU's tensor-core modes
         ``"fp32x3"`` (fp32 accuracy), ``"tf32"``, ``"fp16"`` (~1e-3), or ``"auto"``: the fastest mode
         whose stated error bound meets ``tol`` (docs/precision.md). The CPU engine accepts every
         mode and computes in fp64.
