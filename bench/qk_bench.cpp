@@ -13,6 +13,7 @@
 #include <cuda_runtime.h>
 #include <cublas_v2.h>
 #include <algorithm>
+#include <thread>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -270,6 +271,16 @@ static void prec_case(const char *name, const qk_map &m, const std::vector<doubl
    fixed table's), each with its error against an fp64 K of the same samples (as prec_case). */
 struct Mode { qk_precision p; int blas, cfg; };
 
+/* Half a second with the GPU idle before a timed row that follows heavy work (the fp64 reference,
+   an fp32x3 row): the software power cap (throttle reason 0x4) otherwise still holds the SM clock
+   down (1905 against 1980 MHz on the H200; the row 4-14% slower: docs/benchmarks.md, 'fp32x3 from
+   5 qubits'). */
+static void settle()
+{
+    cudaDeviceSynchronize();
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+}
+
 /* K(X,X) to the device in each mode, each against an fp64 K of the same samples */
 static void modes_case(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, const std::vector<Mode> &modes)
 {
@@ -278,6 +289,7 @@ static void modes_case(const char *name, const qk_map &m, const std::vector<doub
     if (!fp64_reference(name, m, x, n, R, rref, dref)) return;
     for (auto &md : modes) {
         void *buf = nullptr;
+        settle();
         if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, md.blas, 0, false, false, md.cfg, false, md.p, &buf) != 0 || !buf) continue;
         sample_rows(buf, n, 4, R, rv, dv);
         cudaFree(buf);
@@ -575,6 +587,7 @@ static void roof_row(const char *name, const qk_map &m, const std::vector<double
                      double write_gps, bool states)
 {
     const size_t before = rows.size();
+    settle();
     if (run_case(name, m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, prec) != 0 || rows.size() == before) return;
     Row &r = rows.back();
     const qk_plan &p = g_last_plan;
@@ -704,7 +717,9 @@ int main(int argc, char **argv)
         const std::vector<double> y = x;
         auto mode = [&](const char *md) { return ("," + xy_modes + ",").find(std::string(",") + md + ",") != std::string::npos; };
         if (mode("fp32")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP32, nullptr, &y);
+        settle();
         if (mode("default")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_DEFAULT, nullptr, &y);
+        settle();
         if (mode("fp16")) run_case(name, b.m, x, n, QK_OUTPUT_DEVICE, -1, 0, false, false, 0, false, QK_PRECISION_FP16, nullptr, &y);
     }
     if (has("small")) {
