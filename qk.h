@@ -1601,6 +1601,9 @@ QK_CUDA_DEF size_t qk_cuda_test_live_bytes(void);
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */
 QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
+/* Tests: how many state builds so far ran the fused structured pass (qk__k_states_fz: 14-16
+   qubit complex fp32 states of two structured passes on compute capability 9.0 or later). */
+QK_CUDA_DEF int qk_cuda_test_states_fused(void);
 #endif /* QK_TEST_FAULTS */
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */

@@ -689,7 +689,7 @@ int main(int argc, char **argv)
     auto has = [&](const char *c) { return ("," + cases + ",").find(std::string(",") + c + ",") != std::string::npos; };
     struct ZZ { const char *name; int q; int64_t n; };
     ZZ zz[] = {{"zz2", 2, 32768}, {"zz3", 3, 32768}, {"zz4", 4, 32768}, {"zz5", 5, 32768}, {"zz6", 6, 32768},
-               {"zz7", 7, 32768}, {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz16", 16, 4096}, {"zz20", 20, 256}};
+               {"zz7", 7, 32768}, {"zz8", 8, 32768}, {"zz12", 12, 16384}, {"zz14", 14, 4096}, {"zz15", 15, 4096}, {"zz16", 16, 4096}, {"zz20", 20, 256}};
     for (auto &c : zz) {
         if (!has(c.name)) continue;
         BMap b; build_zz(b, c.q, 2);

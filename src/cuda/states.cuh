@@ -729,6 +729,494 @@ static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, cons
     return QK_OK;
 }
 
+/* The fused structured pass (q = 14, 15, 16; complex or real fp32): the two structured passes of
+   a zz-like program in one kernel. A thread-block cluster of C = 2^(q - 13) blocks holds one state,
+   a chunk of 2^13 amplitudes per block in shared memory. Each block runs the first pass's program
+   on its chunk (the first pass's fixed qubits 13.. = its cluster rank), then writes the chunk
+   straight into the shared memory of the blocks that own it in the second pass (the second pass
+   fixes qubits 13 - c..12, c = q - 13: distributed shared memory, one 256-byte row per warp and
+   register), and after the cluster barrier runs the second pass's program and stores the state
+   once. Against the two launches of qk__k_pass_wht: one global write per amplitude instead of
+   write, read, write; and every shared-memory transpose and the store have compile-time offsets:
+   - the chunk buffer is padded (element r at r + (r >> 5)) instead of XOR-swizzled: padding is
+     additive over disjoint bits, so an access is a per-thread base plus an immediate (the
+     swizzled transposes cost ~6 address instructions per access with the layout a run-time
+     value); every access pattern below is free of bank conflicts (lanes step 1 or 33 elements);
+   - the layouts are the same three (register bits at 8, 0 or 5), the transposes dispatched over
+     the six (from, to) pairs;
+   - the Hadamards' (1/sqrt 2)^m scales are one factor (the host's count over both passes) put on
+     the start (the program is linear), not a multiply per amplitude and transform.
+   The host sends only the canonical pass pair (pass 1: qubits 0..12, starting from the folded
+   product or |0>; pass 2: qubits 0..12-c and 13..q-1) here; QK_STATES_OLD=1 in the environment
+   keeps the two-launch path (A/B). Compute capability 9.0 or later, with a build for it. */
+#define QK__FZ_SH 8448 /* elements of the padded chunk: 8191 + (8191 >> 5) + 1, rounded up */
+
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+__device__ int qk__fz_built = 1;
+#else
+__device__ int qk__fz_built = 0;
+#endif
+
+__device__ __forceinline__ uint32_t qk__fz_pad(uint32_t r) { return r + (r >> 5); }
+/* the padded offset of register slot k in layout LAY (k << LAY's pad; a constant after unrolling) */
+__host__ __device__ constexpr uint32_t qk__fz_k(int lay, int k) { return (uint32_t)((k << lay) + ((k << lay) >> 5)); }
+/* the global qubit of register bit j in the second pass's layout 8 (in-chunk bit 8 + j) */
+__host__ __device__ constexpr uint32_t qk__fz_g2(int cb, int k)
+{
+    uint32_t g = 0;
+    for (int j = 0; j < 5; ++j)
+        if ((k >> j) & 1) g |= 1u << (8 + j < 13 - cb ? 8 + j : 8 + j + cb);
+    return g;
+}
+
+template <int FROM, int TO>
+__device__ __forceinline__ void qk__fz_tr(float2 *sh, float2 (&v)[32], uint32_t t)
+{
+    const uint32_t bf = qk__fz_pad(qk__wht_tpart(t, FROM, 5)), bt = qk__fz_pad(qk__wht_tpart(t, TO, 5));
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 32; ++k) sh[bf + qk__fz_k(FROM, k)] = v[k];
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < 32; ++k) v[k] = sh[bt + qk__fz_k(TO, k)];
+}
+
+/* to layout nw (8, 0 or 5) */
+__device__ __forceinline__ void qk__fz_move(float2 *sh, float2 (&v)[32], uint32_t t, int &cur, int nw)
+{
+    if (cur == nw) return;
+    if (cur == 8) { if (nw == 0) qk__fz_tr<8, 0>(sh, v, t); else qk__fz_tr<8, 5>(sh, v, t); }
+    else if (cur == 0) { if (nw == 8) qk__fz_tr<0, 8>(sh, v, t); else qk__fz_tr<0, 5>(sh, v, t); }
+    else { if (nw == 8) qk__fz_tr<5, 8>(sh, v, t); else qk__fz_tr<5, 0>(sh, v, t); }
+    cur = nw;
+}
+
+/* butterflies on the register bits of MASK (a constant: straight-line code whose results the
+   compiler renames; a run-time test per bit costs a move per value and bit at its merge) */
+template <uint32_t MASK>
+__device__ __forceinline__ void qk__fz_bf(float2 (&v)[32])
+{
+#pragma unroll
+    for (int j = 0; j < 5; ++j) {
+        if (!((MASK >> j) & 1)) continue;
+#pragma unroll
+        for (int k = 0; k < 32; ++k) {
+            if ((k >> j) & 1) continue;
+            const float2 a = v[k], b = v[k | (1 << j)];
+            v[k].x = a.x + b.x; v[k].y = a.y + b.y;
+            v[k | (1 << j)].x = a.x - b.x; v[k | (1 << j)].y = a.y - b.y;
+        }
+    }
+}
+
+/* the pending Hadamards (a mask of in-chunk bits) as one unscaled transform; the register masks
+   of zz and iqp (all five bits; three low or three high) take straight-line code */
+__device__ __forceinline__ void qk__fz_flush(float2 *sh, float2 (&v)[32], uint32_t t, int &cur, uint32_t pend)
+{
+    while (pend) {
+        uint32_t rm = 31u << cur;
+        if (!(pend & rm)) {
+            int best = cur, bc = 0;
+            for (int i = 0; i < 3; ++i) {
+                const int lay = i == 0 ? 8 : i == 1 ? 0 : 5;
+                const int c = __popc(pend & (31u << lay));
+                if (c > bc) { bc = c; best = lay; }
+            }
+            qk__fz_move(sh, v, t, cur, best);
+            rm = 31u << cur;
+        }
+        const uint32_t msk = (pend >> cur) & 31;
+        if (msk == 31) qk__fz_bf<31>(v);
+        else if (msk == 7) qk__fz_bf<7>(v);
+        else if (msk == 28) qk__fz_bf<28>(v);
+        else {
+            if (msk & 1) qk__fz_bf<1>(v);
+            if (msk & 2) qk__fz_bf<2>(v);
+            if (msk & 4) qk__fz_bf<4>(v);
+            if (msk & 8) qk__fz_bf<8>(v);
+            if (msk & 16) qk__fz_bf<16>(v);
+        }
+        pend &= ~rm;
+    }
+}
+
+/* A DIAG on the registers in layout cur: qk__k_pass_wht's phase (the same tables and sums). */
+__device__ __forceinline__ void qk__fz_diag(const qk__pass &p, uint32_t fixed, int cur, uint32_t t, const float *cf,
+                                            int q, float *tb, float2 (&v)[32])
+{
+    typedef float T;
+    constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4;
+    T *W = tb, *Pf = W + L, *TLo = Pf + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
+    auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
+    auto tq = [&](int b) { return p.pos[b < cur ? b : b + RB]; }; /* thread bit -> qubit */
+    __syncthreads(); /* the previous DIAG's readers are done */
+    if (t < L) {
+        const int Q = p.pos[t];
+        T acc = cf[1 + Q];
+        for (int i = 0; i < q - L; ++i) if ((fixed >> p.npos[i]) & 1) acc += dq(p.npos[i], Q);
+        W[t] = acc;
+    } else if (t == L) Pf[0] = qk__phase<T>(fixed, cf, q);
+    __syncthreads();
+    {
+        int e = (int)t;
+        T acc = 0;
+        if (e < 16) {
+            for (int b = 0; b < 4; ++b) {
+                if (!((e >> b) & 1)) continue;
+                acc += W[b < cur ? b : b + RB];
+                for (int b2 = 0; b2 < b; ++b2) if ((e >> b2) & 1) acc += dq(tq(b2), tq(b));
+            }
+            TLo[e] = acc;
+        } else if ((e -= 16) < (1 << NHI)) {
+            for (int i = 0; i < NHI; ++i) {
+                if (!((e >> i) & 1)) continue;
+                acc += W[4 + i < cur ? 4 + i : 4 + i + RB];
+                for (int i2 = 0; i2 < i; ++i2) if ((e >> i2) & 1) acc += dq(tq(4 + i2), tq(4 + i));
+            }
+            THi[e] = acc;
+        } else if ((e -= 1 << NHI) < NHI * 16) {
+            const int i = e >> 4, lo = e & 15;
+            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), tq(4 + i));
+            Y[e] = acc;
+        } else if ((e -= NHI * 16) < RB * 16) {
+            const int j = e >> 4, lo = e & 15;
+            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), p.pos[cur + j]);
+            G[e] = acc;
+        } else if ((e -= RB * 16) < RB << NHI) {
+            const int j = e >> NHI, hi = e & ((1 << NHI) - 1);
+            for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), p.pos[cur + j]);
+            H[e] = acc;
+        }
+    }
+    __syncthreads();
+    const uint32_t tl = t & 15, th = t >> 4;
+    T base = Pf[0] + TLo[tl] + THi[th];
+#pragma unroll
+    for (int i = 0; i < NHI; ++i) base += ((th >> i) & 1) ? Y[i * 16 + tl] : (T)0;
+    T e[RB], dd[RB][RB];
+#pragma unroll
+    for (int j = 0; j < RB; ++j) {
+        e[j] = W[cur + j] + G[j * 16 + tl] + H[(j << NHI) + th];
+#pragma unroll
+        for (int jj = 0; jj < RB; ++jj) if (jj < j) dd[jj][j] = cf[1 + q + p.pos[cur + jj] * q + p.pos[cur + j]];
+    }
+#pragma unroll
+    for (int k = 0; k < R; ++k) {
+        T ph = base, sn, cs;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+            if (!((k >> j) & 1)) continue;
+            ph += e[j];
+#pragma unroll
+            for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
+        }
+        qk__sincos(ph, &sn, &cs);
+        const float2 a = v[k];
+        v[k].x = a.x * cs - a.y * sn;
+        v[k].y = a.x * sn + a.y * cs;
+    }
+}
+
+/* The fused kernel's program, made on the host (qk__fz_plan): per pass, the steps (the Hadamards
+   pending before each DIAG, as a mask of in-chunk bits, then the DIAG's coefficient offset; the
+   last step's offset -1: the pass's end). A grid constant: the kernel reads it from the constant
+   bank instead of walking the instruction list in global memory (a dependent load per
+   instruction: 9 % of the kernel's stall samples at 16 qubits, Nsight Compute). */
+#define QK__FZ_MAXS 8
+struct qk__fz_steps {
+    int n[2];
+    uint32_t pend[2][QK__FZ_MAXS];
+    int off[2][QK__FZ_MAXS];
+};
+
+/* One pass's steps on the registers; pv: the state's params in shared memory */
+__device__ __forceinline__ void qk__fz_run(const qk__pass &p, const qk__fz_steps &st, int pi, uint32_t fixed, int &cur, uint32_t t,
+                                           const float *pv, int q, float2 *sh, float *tb, float2 (&v)[32])
+{
+    for (int si = 0; si < st.n[pi]; ++si) { /* one flush site (each is a copy of the transposes) */
+        qk__fz_flush(sh, v, t, cur, st.pend[pi][si]);
+        const int off = st.off[pi][si];
+        if (off >= 0) qk__fz_diag(p, fixed, cur, t, pv + off, q, tb, v);
+    }
+}
+
+__device__ __forceinline__ void qk__cluster_sync()
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("barrier.cluster.arrive.release.aligned;\n\tbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+#endif
+}
+
+/* CB = q - 13 cross qubits (cluster of 2^CB blocks); sc: the transforms' total scale. Complex
+   output only: the programs it takes (Hadamards and phases) make complex states. */
+template <int CB>
+__global__ void __launch_bounds__(256, 2)
+qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk__pass p2, const __grid_constant__ qk__fz_steps st, int q,
+                const float *__restrict__ params, int P, float sc, void *__restrict__ out)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4, LO = L - CB;
+    extern __shared__ __align__(16) unsigned char qk__smem[];
+    float2 *sh = (float2 *)qk__smem;
+    float *tb = (float *)(sh + QK__FZ_SH); /* the phase tables, then the fold's */
+    float *pv = tb + QK__WHT_TBL + 2 * 64;  /* the state's P params: every table reads them from here */
+    const uint32_t t = threadIdx.x;
+    uint32_t rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+    const int64_t s = blockIdx.x >> CB;
+    const int64_t D = (int64_t)1 << q;
+    const float *ps = params + s * (int64_t)P;
+    for (int i = (int)t; i < P; i += 256) pv[i] = ps[i];
+    __syncthreads();
+    float2 v[R];
+    int cur = 8;
+    uint32_t fixed = 0;
+    for (int i = 0; i < CB; ++i) if ((rank >> i) & 1) fixed |= 1u << p1.npos[i];
+
+    /* start in layout 8: the folded product (qk__k_pass_wht's tables and tree) or |0>, times sc */
+    if (p1.fold >= 0) {
+        const float *u = pv + p1.fold;
+        float2 *UL = (float2 *)(tb + QK__WHT_TBL), *UH = UL + 16, *UF = UH + (1 << NHI);
+        if (t < 16 + (1u << NHI) + 1) {
+            const bool lo = t < 16, hi = !lo && t < 16 + (1u << NHI);
+            const uint32_t e = lo ? t : t - 16;
+            float ar = 1, ai = 0;
+            if (lo || hi)
+                for (int i = 0; i < (lo ? 4 : NHI); ++i) {
+                    const int b = lo ? i : 4 + i, ib = b < cur ? b : b + RB;
+                    const float *uk = u + 4 * p1.pos[ib] + ((e >> i) & 1) * 2;
+                    float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+            else {
+                for (int i = 0; i < q - L; ++i) {
+                    const float *uk = u + 4 * p1.npos[i] + ((fixed >> p1.npos[i]) & 1) * 2;
+                    float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                    ar = br; ai = bi;
+                }
+                ar *= sc; ai *= sc;
+            }
+            float2 z; z.x = ar; z.y = ai;
+            if (lo) UL[e] = z; else if (hi) UH[e] = z; else UF[0] = z;
+        }
+        __syncthreads();
+        const float2 a = UF[0], l = UL[t & 15], h = UH[t >> 4];
+        float2 m;
+        m.x = a.x * l.x - a.y * l.y; m.y = a.x * l.y + a.y * l.x;
+        v[0].x = m.x * h.x - m.y * h.y; v[0].y = m.x * h.y + m.y * h.x;
+        /* the register qubits' vectors: where each has u0 == u1 (zz, iqp: H|0>) every slot is
+           v0 * prod u0 (a uniform branch), else the product tree */
+        bool same = true;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+            const float *u0 = u + 4 * p1.pos[cur + j];
+            same = same && u0[0] == u0[2] && u0[1] == u0[3];
+        }
+        if (same) {
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                const float *u0 = u + 4 * p1.pos[cur + j];
+                const float2 a0 = v[0];
+                v[0].x = a0.x * u0[0] - a0.y * u0[1]; v[0].y = a0.x * u0[1] + a0.y * u0[0];
+            }
+#pragma unroll
+            for (int k = 1; k < R; ++k) v[k] = v[0];
+        } else {
+#pragma unroll
+            for (int j = 0; j < RB; ++j) {
+                const float *u0 = u + 4 * p1.pos[cur + j], *u1 = u0 + 2;
+#pragma unroll
+                for (int k = 0; k < R; ++k) {
+                    if (k >= (1 << j)) continue;
+                    const float2 a0 = v[k];
+                    float2 b, c;
+                    b.x = a0.x * u1[0] - a0.y * u1[1]; b.y = a0.x * u1[1] + a0.y * u1[0];
+                    c.x = a0.x * u0[0] - a0.y * u0[1]; c.y = a0.x * u0[1] + a0.y * u0[0];
+                    v[k | (1 << j)] = b;
+                    v[k] = c;
+                }
+            }
+        }
+    } else {
+        /* pass 1's chunk is qubits 0..12 in order: in-chunk index = global bits */
+        const uint32_t g0 = fixed | qk__wht_tpart(t, cur, RB);
+#pragma unroll
+        for (int k = 0; k < R; ++k) { v[k].x = (g0 | ((uint32_t)k << 8)) == 0 ? sc : 0.f; v[k].y = 0.f; }
+    }
+
+    qk__fz_run(p1, st, 0, fixed, cur, t, pv, q, sh, tb, v);
+    qk__fz_move(sh, v, t, cur, 5);
+
+    /* the exchange, from layout 5: r1 = lane | k << 5 | w << 10 (w = warp) goes to block
+       r1 >> LO at r2 = (r1 & (2^LO - 1)) | rank << LO. The first barrier: every block of the
+       cluster runs and is done reading its chunk buffer; the second: every write has landed. */
+    qk__cluster_sync();
+    {
+        const uint32_t w = t >> 5, lane = t & 31;
+        const uint32_t dst = w >> (3 - CB);
+        const uint32_t r2 = ((w & ((1u << (3 - CB)) - 1)) << 10) | (rank << LO);
+        uint32_t ra;
+        asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(ra) : "r"((uint32_t)__cvta_generic_to_shared(sh)), "r"(dst));
+        ra += 8u * (lane + qk__fz_pad(r2));
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            asm volatile("st.shared::cluster.v2.f32 [%0], {%1, %2};" ::"r"(ra + 8u * qk__fz_k(5, k)), "f"(v[k].x), "f"(v[k].y)
+                         : "memory");
+    }
+    qk__cluster_sync();
+
+    /* pass 2 on this block's chunk (its fixed qubits LO..12 = rank), from layout 8 */
+    uint32_t fixed2 = 0;
+    for (int i = 0; i < CB; ++i) if ((rank >> i) & 1) fixed2 |= 1u << p2.npos[i];
+    cur = 8;
+    {
+        const uint32_t b = qk__fz_pad(t); /* layout 8: in-chunk bits 0..7 = t */
+#pragma unroll
+        for (int k = 0; k < R; ++k) v[k] = sh[b + qk__fz_k(8, k)];
+    }
+    qk__fz_run(p2, st, 1, fixed2, cur, t, pv, q, sh, tb, v);
+    qk__fz_move(sh, v, t, cur, 8);
+
+    /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
+       register), register bit j is in-chunk bit 8 + j */
+    const int64_t gb = s * D + (fixed2 | t);
+#pragma unroll
+    for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
+#endif
+}
+
+/* The pass pair qk__k_states_fz takes: float states of 14..16 qubits in exactly two structured
+   passes, the first over qubits 0..12 from the folded product or |0>, the second over qubits
+   0..12-c and 13..q-1 (c = q - 13), as qk__compile_passes makes them for zz and iqp. */
+/* The fused kernel's steps of pass pi (qk__fz_steps); false when a pass has more than
+   QK__FZ_MAXS of them. */
+static bool qk__fz_plan(const qk__prog &pg, qk__fz_steps *st)
+{
+    memset(st, 0, sizeof *st);
+    for (int pi = 0; pi < 2; ++pi) {
+        const qk__pass &p = pg.passes[pi];
+        uint32_t pend = 0;
+        int n = 0;
+        for (int ii = p.i0; ii <= p.i1; ++ii) {
+            const bool end = ii == p.i1;
+            if (!end && pg.instr[ii].kind == QK__I_GATE) { pend ^= 1u << pg.instr[ii].b0; continue; }
+            if (n == QK__FZ_MAXS) return false;
+            st->pend[pi][n] = pend;
+            st->off[pi][n] = end ? -1 : pg.instr[ii].off;
+            ++n;
+            pend = 0;
+        }
+        st->n[pi] = n;
+    }
+    return true;
+}
+
+/* Params per state the kernel stages in shared memory at most (8 KB: two blocks per SM stay) */
+#define QK__FZ_MAXP 2048
+static size_t qk__fz_smem(int P) { return (size_t)QK__FZ_SH * sizeof(float2) + (QK__WHT_TBL + 2 * 64 + (size_t)P) * sizeof(float); }
+
+static bool qk__fz_fits(const qk__prog &pg)
+{
+    const int q = pg.q;
+    if (q < 14 || q > 16 || pg.passes.size() != 2 || pg.has_amp || pg.P > QK__FZ_MAXP) return false;
+    const qk__pass &a = pg.passes[0], &b = pg.passes[1];
+    if (!qk__pass_is_wht(a, pg) || !qk__pass_is_wht(b, pg) || !a.first || b.first || a.L != 13 || b.L != 13) return false;
+    const int c = q - 13;
+    for (int i = 0; i < 13; ++i) {
+        if (a.pos[i] != i) return false;
+        if (b.pos[i] != (i < 13 - c ? i : i + c)) return false;
+    }
+    for (int i = 0; i < c; ++i)
+        if (a.npos[i] != 13 + i || b.npos[i] != 13 - c + i) return false;
+    qk__fz_steps st;
+    return qk__fz_plan(pg, &st);
+}
+
+template <int CB>
+static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
+                                qk__err *E)
+{
+    const size_t smem = qk__fz_smem(pg.P);
+    auto kf = qk__k_states_fz<CB>;
+    QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    cudaLaunchConfig_t cfg = {};
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1u << CB;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = 1;
+    cfg.gridDim = dim3((unsigned)(n << CB), 1, 1);
+    cfg.blockDim = dim3(256, 1, 1);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = st;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    qk__fz_steps fs;
+    qk__fz_plan(pg, &fs); /* qk__fz_fits checked it */
+    /* the Hadamards' scale (1/sqrt 2)^m: m their count over every flush, put on the start */
+    int m = 0;
+    for (int pi = 0; pi < 2; ++pi)
+        for (int i = 0; i < fs.n[pi]; ++i) m += __builtin_popcount(fs.pend[pi][i]);
+    const float sc = (float)pow(0.5, 0.5 * m);
+    QK_CK(cudaLaunchKernelEx(&cfg, kf, pg.passes[0], pg.passes[1], fs, pg.q, (const float *)ws.params, pg.P, sc, out));
+    QK_LAUNCH_CK("qk__k_states_fz");
+    return QK_OK;
+}
+
+/* 1 when the current device runs qk__k_states_fz: compute capability 9.0 or later, a build with its code
+   (qk__fz_built) and room for a cluster of 8 of its blocks (cudaOccupancyMaxActiveClusters).
+   Cached per device. */
+static int qk__fz_device_ok()
+{
+    static std::atomic<int> cache[64]; /* 0 unknown, 1 no, 2 yes */
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) { cudaGetLastError(); return 0; }
+    const int known = cache[dev].load(std::memory_order_acquire);
+    if (known) return known == 2;
+    int ok = 0, flag = 0, major = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess && major >= 9 &&
+        cudaMemcpyFromSymbol(&flag, qk__fz_built, sizeof flag) == cudaSuccess && flag == 1) {
+        const size_t smem = qk__fz_smem(QK__FZ_MAXP);
+        auto kf = qk__k_states_fz<3>;
+        int nc = 0;
+        cudaLaunchConfig_t cfg = {};
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeClusterDimension;
+        at[0].val.clusterDim.x = 8;
+        at[0].val.clusterDim.y = 1;
+        at[0].val.clusterDim.z = 1;
+        cfg.gridDim = dim3(8, 1, 1);
+        cfg.blockDim = dim3(256, 1, 1);
+        cfg.dynamicSmemBytes = smem;
+        cfg.attrs = at;
+        cfg.numAttrs = 1;
+        ok = cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+             cudaOccupancyMaxActiveClusters(&nc, kf, &cfg) == cudaSuccess && nc > 0;
+    }
+    cudaGetLastError();
+    cache[dev].store(ok ? 2 : 1, std::memory_order_release);
+    return ok;
+}
+
+/* qk__k_states_fz: one cluster of 2^(q - 13) blocks of 256 threads per state (complex float
+   states). Under QK_TEST_FAULTS, qk_cuda_test_states_fused() counts its launches. */
+#ifdef QK_TEST_FAULTS
+static std::atomic<int> qk__fz_launches{0};
+extern "C" int qk_cuda_test_states_fused(void) { return qk__fz_launches.load(); }
+#endif
+static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
+                               qk__err *E)
+{
+#ifdef QK_TEST_FAULTS
+    ++qk__fz_launches;
+#endif
+    switch (pg.q - 13) {
+    case 1: return qk__launch_fz1<1>(pg, n, ws, out, st, E);
+    case 2: return qk__launch_fz1<2>(pg, n, ws, out, st, E);
+    default: return qk__launch_fz1<3>(pg, n, ws, out, st, E);
+    }
+}
+
 /* Given states (qk_gram_states): row s of x (ld doubles apart, dim amplitudes of the state type)
    into the engine's layout, zero-padded to D, scaled to norm 1 where the flags ask (the norm in
    double, one block per row). */
@@ -799,6 +1287,9 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
     const double *ampx = pg.has_amp ? dx : nullptr;
+    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two) */
+    if (sizeof(T) == 4 && !out_real && n <= (int64_t)(INT32_MAX >> 3) && qk__fz_fits(pg) && !getenv("QK_STATES_OLD") && qk__fz_device_ok())
+        return qk__launch_fz(pg, n, ws, out, st, E);
     for (int pi = 0; pi < np; ++pi) {
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;

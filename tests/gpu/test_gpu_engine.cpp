@@ -457,19 +457,37 @@ static void run_map(const TMap &t, bool thorough)
     for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
     for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
 
-    /* states, both precisions */
-    for (int pi = 0; pi < 2; ++pi) {
-        qk_precision prec = pi ? QK_PRECISION_FP64 : QK_PRECISION_FP32;
+    /* states, both precisions; fp32 at 14-16 qubits also through the two launches that the
+       fused structured pass replaces (QK_STATES_OLD=1), and zz must take the fused pass on a
+       device that runs it (compute capability 9.0 or later; iqp's program is one pass: nothing to
+       fuse) */
+    int cc_major = 0, dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev);
+    const bool fz_family = t.name == "zz" || t.name == "zz-linear";
+    for (int pi = 0; pi < 3; ++pi) {
+        const bool old_path = pi == 2;
+        if (old_path && !(q >= 14 && q <= 16)) continue;
+        qk_precision prec = pi == 1 ? QK_PRECISION_FP64 : QK_PRECISION_FP32;
         std::vector<double> got(nx * D * 2, NAN);
         char err[256] = "";
+        if (old_path) setenv("QK_STATES_OLD", "1", 1);
+        const int fz0 = qk_cuda_test_states_fused();
         qk_result r = qk_cuda_states(&t.m, xa.data(), nx, prec, got.data(), err, sizeof err);
+        const int fz = qk_cuda_test_states_fused() - fz0;
+        if (old_path) unsetenv("QK_STATES_OLD");
         CHECK(r == QK_OK, "%s q=%d states: %d %s", t.name.c_str(), q, (int)r, err);
-        double tol = pi ? 1e-10 : 2e-5 * (1 + q / 4.0), maxerr = 0;
+        const bool want_fz = pi == 0 && q >= 14 && q <= 16 && fz_family && cc_major >= 9;
+        if (pi == 0 && q >= 14 && q <= 16) printf("%-12s q=%2d fp32 states: %s\n", t.name.c_str(), q, fz ? "fused structured pass" : "passes");
+        CHECK(want_fz ? fz >= 1 : fz == 0, "%s q=%d states %s: %d fused launches, expected %s", t.name.c_str(), q,
+              old_path ? "fp32 QK_STATES_OLD" : pi ? "fp64" : "fp32", fz, want_fz ? "some" : "none");
+        double tol = pi == 1 ? 1e-10 : 2e-5 * (1 + q / 4.0), maxerr = 0;
         for (size_t i = 0; i < nx * D; ++i) {
             double e = std::abs(cd(got[2 * i], got[2 * i + 1]) - SA[i]);
             if (!(e <= maxerr)) maxerr = std::isnan(e) ? INFINITY : e;
         }
-        CHECK(maxerr <= tol, "%s q=%d states %s: max err %.3g > %.1g", t.name.c_str(), q, pi ? "fp64" : "fp32", maxerr, tol);
+        CHECK(maxerr <= tol, "%s q=%d states %s: max err %.3g > %.1g", t.name.c_str(), q,
+              old_path ? "fp32 (two launches)" : pi ? "fp64" : "fp32", maxerr, tol);
     }
     /* Gram: symmetric and rectangular, both precisions, host output */
     check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, -1, 1024, 0, 1, 0, "sym fp32");
@@ -1626,7 +1644,9 @@ int main(int argc, char **argv)
     /* QK_TEST_POISON: every cuBLAS-path C poisoned with NaN before its GEMMs (the initcheck run) */
     qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
     int qmax = argc > 1 ? atoi(argv[1]) : 20;
-    if (getenv("QK_TEST_ONLY")) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan, mirror */
+    /* QK_TEST_ONLY=maps: the map families at the qubit counts asked, no other part */
+    const bool maps_only = getenv("QK_TEST_ONLY") && !strcmp(getenv("QK_TEST_ONLY"), "maps");
+    if (getenv("QK_TEST_ONLY") && !maps_only) { /* one part (sanitizer runs, mutation checks): small, tcblocks, plan, mirror */
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
@@ -1648,7 +1668,7 @@ int main(int argc, char **argv)
             else CHECK(false, "cuda context: %s", qk_last_error());
             qk_ctx_destroy(gpu);
         }
-        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan or mirror (and band)", getenv("QK_TEST_ONLY"));
+        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan, mirror (and band) or maps", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
@@ -1659,41 +1679,43 @@ int main(int argc, char **argv)
         printf("part %-10s %7.2f s\n", name, t - t_part);
         t_part = t;
     };
-    amp_encode_tests();
-    part_done("amp");
-    if (argc <= 2 || atoi(argv[2]) != 0) { api_tests(); part_done("api"); } /* argv[2] = 0: skip (racecheck runs) */
-    {
-        qk_ctx *gpu = nullptr;
-        qk_ctx_desc cd;
-        memset(&cd, 0, sizeof cd);
-        cd.device = QK_DEVICE_CUDA;
-        cd.autotune = -1;
-        pool_tests();
-        part_done("pool");
-        if (qk_ctx_create(&cd, &gpu) == QK_OK) {
-            stream_tests(gpu);
-            part_done("stream");
-            mirror_io_tests(gpu);
-            part_done("mirror");
-            band_io_tests(gpu, 7);
-            band_io_tests(gpu, 8);
-            band_io_tests(gpu, 4, 196);
-            band_io_tests(gpu, 5, 201);
-            part_done("band");
-            fault_tests();
-            part_done("fault");
-            fp32_same_tests(gpu);
-            part_done("fp32same");
+    if (!maps_only) {
+        amp_encode_tests();
+        part_done("amp");
+        if (argc <= 2 || atoi(argv[2]) != 0) { api_tests(); part_done("api"); } /* argv[2] = 0: skip (racecheck runs) */
+        {
+            qk_ctx *gpu = nullptr;
+            qk_ctx_desc cd;
+            memset(&cd, 0, sizeof cd);
+            cd.device = QK_DEVICE_CUDA;
+            cd.autotune = -1;
+            pool_tests();
+            part_done("pool");
+            if (qk_ctx_create(&cd, &gpu) == QK_OK) {
+                stream_tests(gpu);
+                part_done("stream");
+                mirror_io_tests(gpu);
+                part_done("mirror");
+                band_io_tests(gpu, 7);
+                band_io_tests(gpu, 8);
+                band_io_tests(gpu, 4, 196);
+                band_io_tests(gpu, 5, 201);
+                part_done("band");
+                fault_tests();
+                part_done("fault");
+                fp32_same_tests(gpu);
+                part_done("fp32same");
+            }
+            else CHECK(false, "cuda context: %s", qk_last_error());
+            qk_ctx_destroy(gpu);
         }
-        else CHECK(false, "cuda context: %s", qk_last_error());
-        qk_ctx_destroy(gpu);
+        tc_block_tests();
+        part_done("tcblocks");
+        small_kernel_tests();
+        part_done("small");
+        plan_mismatch_tests();
+        part_done("plan");
     }
-    tc_block_tests();
-    part_done("tcblocks");
-    small_kernel_tests();
-    part_done("small");
-    plan_mismatch_tests();
-    part_done("plan");
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
