@@ -809,22 +809,26 @@ __device__ __forceinline__ void qk__fz_bf(float2 (&v)[32])
     }
 }
 
+/* the layout a flush of pend runs its next butterflies in: cur while it holds pending bits, else
+   the one of 8, 0, 5 (in that order) that holds the most (the host's qk__fz_plan follows it too) */
+__host__ __device__ __forceinline__ int qk__fz_pick(uint32_t pend, int cur)
+{
+    if (pend & (31u << cur)) return cur;
+    int best = cur, bc = 0;
+    for (int i = 0; i < 3; ++i) {
+        const int lay = i == 0 ? 8 : i == 1 ? 0 : 5;
+        const int c = __builtin_popcount(pend & (31u << lay));
+        if (c > bc) { bc = c; best = lay; }
+    }
+    return best;
+}
+
 /* the pending Hadamards (a mask of in-chunk bits) as one unscaled transform; the register masks
    of zz and iqp (all five bits; three low or three high) take straight-line code */
 __device__ __forceinline__ void qk__fz_flush(float2 *sh, float2 (&v)[32], uint32_t t, int &cur, uint32_t pend)
 {
     while (pend) {
-        uint32_t rm = 31u << cur;
-        if (!(pend & rm)) {
-            int best = cur, bc = 0;
-            for (int i = 0; i < 3; ++i) {
-                const int lay = i == 0 ? 8 : i == 1 ? 0 : 5;
-                const int c = __popc(pend & (31u << lay));
-                if (c > bc) { bc = c; best = lay; }
-            }
-            qk__fz_move(sh, v, t, cur, best);
-            rm = 31u << cur;
-        }
+        qk__fz_move(sh, v, t, cur, qk__fz_pick(pend, cur));
         const uint32_t msk = (pend >> cur) & 31;
         if (msk == 31) qk__fz_bf<31>(v);
         else if (msk == 7) qk__fz_bf<7>(v);
@@ -836,30 +840,64 @@ __device__ __forceinline__ void qk__fz_flush(float2 *sh, float2 (&v)[32], uint32
             if (msk & 8) qk__fz_bf<8>(v);
             if (msk & 16) qk__fz_bf<16>(v);
         }
-        pend &= ~rm;
+        pend &= ~(31u << cur);
     }
 }
 
-/* A DIAG on the registers in layout cur: qk__k_pass_wht's phase (the same tables and sums). */
-__device__ __forceinline__ void qk__fz_diag(const qk__pass &p, uint32_t fixed, int cur, uint32_t t, const float *cf,
-                                            int q, float *tb, float2 (&v)[32])
+/* The fused kernel's program, made on the host (qk__fz_plan): per pass, the steps (the Hadamards
+   pending before each DIAG, as a mask of in-chunk bits, then the DIAG's index, -1 at the pass's
+   end) and per DIAG its pass, its coefficients' offset in the params and the register layout it
+   runs in (the host follows qk__fz_flush's choice of layouts). A grid constant: the kernel reads
+   it from the constant bank instead of walking the instruction list in global memory (a dependent
+   load per instruction: 9 % of the kernel's stall samples at 16 qubits, Nsight Compute). */
+#define QK__FZ_MAXS 8
+#define QK__FZ_MAXD 4
+#define QK__FZ_TBL 272 /* floats of one DIAG's tables: W 13, Pf 1, TLo 16, THi 16, Y 64, G 80, H 80 */
+struct qk__fz_steps {
+    int n[2];
+    uint32_t pend[2][QK__FZ_MAXS];
+    int dg[2][QK__FZ_MAXS];
+    int nd;
+    int d_pass[QK__FZ_MAXD], d_off[QK__FZ_MAXD], d_lay[QK__FZ_MAXD];
+    int fold; /* pass 1 starts from the folded product at this offset of the params, or -1: |0> */
+};
+
+/* The global qubit of in-chunk bit r in pass pi (pass 1: r; pass 2: r below 13 - cb, r + cb
+   above) and of the pass's fixed bit i (13 + i; 13 - cb + i): the pass pair qk__fz_fits takes. */
+__host__ __device__ __forceinline__ int qk__fz_pos(int pi, int cb, int r) { return pi == 0 || r < 13 - cb ? r : r + cb; }
+__host__ __device__ __forceinline__ int qk__fz_npos(int pi, int cb, int i) { return (pi == 0 ? 13 : 13 - cb) + i; }
+
+/* Every DIAG's tables at once, before the passes (qk__k_pass_wht builds them per DIAG, three
+   block barriers each): W[r], in-chunk bit r's linear coefficient plus its pairs with the fixed
+   bits; Pf, the fixed bits' phase; TLo / THi, the phase of thread bits 0..3 / 4..7; Y[i][lo], pairs
+   of thread bit 4 + i with bits 0..3; G[j][lo] / H[j][hi], pairs of register bit j with thread
+   bits 0..3 / 4..7. Thread bit b is in-chunk bit b (b < lay) or b + 5 in the DIAG's layout lay. */
+template <int CB>
+__device__ __forceinline__ void qk__fz_tables(const qk__fz_steps &st, uint32_t rank, const float *pv, int q, float *tb, uint32_t t)
 {
-    typedef float T;
-    constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4;
-    T *W = tb, *Pf = W + L, *TLo = Pf + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
-    auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
-    auto tq = [&](int b) { return p.pos[b < cur ? b : b + RB]; }; /* thread bit -> qubit */
-    __syncthreads(); /* the previous DIAG's readers are done */
-    if (t < L) {
-        const int Q = p.pos[t];
-        T acc = cf[1 + Q];
-        for (int i = 0; i < q - L; ++i) if ((fixed >> p.npos[i]) & 1) acc += dq(p.npos[i], Q);
-        W[t] = acc;
-    } else if (t == L) Pf[0] = qk__phase<T>(fixed, cf, q);
+    constexpr int L = 13, RB = 5, NHI = L - RB - 4;
+    for (int job = (int)t; job < 14 * st.nd; job += 256) {
+        const int d = job / 14, e = job % 14, pi = st.d_pass[d];
+        const float *cf = pv + st.d_off[d];
+        float *W = tb + d * QK__FZ_TBL;
+        const uint32_t fixed = rank << qk__fz_npos(pi, CB, 0);
+        if (e < L) {
+            const int Q = qk__fz_pos(pi, CB, e);
+            float acc = cf[1 + Q];
+            for (int i = 0; i < CB; ++i) /* fixed qubits are above every in-chunk qubit of pass 1, between them in pass 2 */
+                if ((rank >> i) & 1) { const int nq = qk__fz_npos(pi, CB, i); acc += cf[1 + q + (nq < Q ? nq * q + Q : Q * q + nq)]; }
+            W[e] = acc;
+        } else W[L] = qk__phase<float>(fixed, cf, q);
+    }
     __syncthreads();
-    {
+    for (int d = 0; d < st.nd; ++d) {
+        const int pi = st.d_pass[d], cur = st.d_lay[d];
+        const float *cf = pv + st.d_off[d];
+        float *W = tb + d * QK__FZ_TBL, *TLo = W + L + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
+        auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
+        auto tq = [&](int b) { return qk__fz_pos(pi, CB, b < cur ? b : b + RB); }; /* thread bit -> qubit */
         int e = (int)t;
-        T acc = 0;
+        float acc = 0;
         if (e < 16) {
             for (int b = 0; b < 4; ++b) {
                 if (!((e >> b) & 1)) continue;
@@ -880,29 +918,42 @@ __device__ __forceinline__ void qk__fz_diag(const qk__pass &p, uint32_t fixed, i
             Y[e] = acc;
         } else if ((e -= NHI * 16) < RB * 16) {
             const int j = e >> 4, lo = e & 15;
-            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), p.pos[cur + j]);
+            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), qk__fz_pos(pi, CB, cur + j));
             G[e] = acc;
         } else if ((e -= RB * 16) < RB << NHI) {
             const int j = e >> NHI, hi = e & ((1 << NHI) - 1);
-            for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), p.pos[cur + j]);
+            for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), qk__fz_pos(pi, CB, cur + j));
             H[e] = acc;
         }
     }
     __syncthreads();
+}
+
+/* DIAG d on the registers (layout st.d_lay[d], which the flush before it brought): qk__k_pass_wht's
+   phase, from the tables qk__fz_tables built; no barrier. */
+template <int CB>
+__device__ __forceinline__ void qk__fz_diag(const qk__fz_steps &st, int d, uint32_t t, const float *pv, int q, const float *tb,
+                                            float2 (&v)[32])
+{
+    constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4;
+    const int pi = st.d_pass[d], cur = st.d_lay[d];
+    const float *cf = pv + st.d_off[d];
+    const float *W = tb + d * QK__FZ_TBL, *TLo = W + L + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
     const uint32_t tl = t & 15, th = t >> 4;
-    T base = Pf[0] + TLo[tl] + THi[th];
+    float base = W[L] + TLo[tl] + THi[th];
 #pragma unroll
-    for (int i = 0; i < NHI; ++i) base += ((th >> i) & 1) ? Y[i * 16 + tl] : (T)0;
-    T e[RB], dd[RB][RB];
+    for (int i = 0; i < NHI; ++i) base += ((th >> i) & 1) ? Y[i * 16 + tl] : 0.f;
+    float e[RB], dd[RB][RB];
 #pragma unroll
     for (int j = 0; j < RB; ++j) {
         e[j] = W[cur + j] + G[j * 16 + tl] + H[(j << NHI) + th];
 #pragma unroll
-        for (int jj = 0; jj < RB; ++jj) if (jj < j) dd[jj][j] = cf[1 + q + p.pos[cur + jj] * q + p.pos[cur + j]];
+        for (int jj = 0; jj < RB; ++jj)
+            if (jj < j) dd[jj][j] = cf[1 + q + qk__fz_pos(pi, CB, cur + jj) * q + qk__fz_pos(pi, CB, cur + j)];
     }
 #pragma unroll
     for (int k = 0; k < R; ++k) {
-        T ph = base, sn, cs;
+        float ph = base, sn, cs;
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
             if (!((k >> j) & 1)) continue;
@@ -917,26 +968,15 @@ __device__ __forceinline__ void qk__fz_diag(const qk__pass &p, uint32_t fixed, i
     }
 }
 
-/* The fused kernel's program, made on the host (qk__fz_plan): per pass, the steps (the Hadamards
-   pending before each DIAG, as a mask of in-chunk bits, then the DIAG's coefficient offset; the
-   last step's offset -1: the pass's end). A grid constant: the kernel reads it from the constant
-   bank instead of walking the instruction list in global memory (a dependent load per
-   instruction: 9 % of the kernel's stall samples at 16 qubits, Nsight Compute). */
-#define QK__FZ_MAXS 8
-struct qk__fz_steps {
-    int n[2];
-    uint32_t pend[2][QK__FZ_MAXS];
-    int off[2][QK__FZ_MAXS];
-};
-
 /* One pass's steps on the registers; pv: the state's params in shared memory */
-__device__ __forceinline__ void qk__fz_run(const qk__pass &p, const qk__fz_steps &st, int pi, uint32_t fixed, int &cur, uint32_t t,
-                                           const float *pv, int q, float2 *sh, float *tb, float2 (&v)[32])
+template <int CB>
+__device__ __forceinline__ void qk__fz_run(const qk__fz_steps &st, int pi, int &cur, uint32_t t, const float *pv, int q, float2 *sh,
+                                           const float *tb, float2 (&v)[32])
 {
     for (int si = 0; si < st.n[pi]; ++si) { /* one flush site (each is a copy of the transposes) */
         qk__fz_flush(sh, v, t, cur, st.pend[pi][si]);
-        const int off = st.off[pi][si];
-        if (off >= 0) qk__fz_diag(p, fixed, cur, t, pv + off, q, tb, v);
+        const int d = st.dg[pi][si];
+        if (d >= 0) qk__fz_diag<CB>(st, d, t, pv, q, tb, v);
     }
 }
 
@@ -948,18 +988,19 @@ __device__ __forceinline__ void qk__cluster_sync()
 }
 
 /* CB = q - 13 cross qubits (cluster of 2^CB blocks); sc: the transforms' total scale. Complex
-   output only: the programs it takes (Hadamards and phases) make complex states. */
+   output only: the programs it takes (Hadamards and phases) make complex states. Shared memory:
+   the padded chunk, the DIAGs' tables, the fold's, the state's P params (qk__fz_smem). */
 template <int CB>
 __global__ void __launch_bounds__(256, 2)
-qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk__pass p2, const __grid_constant__ qk__fz_steps st, int q,
-                const float *__restrict__ params, int P, float sc, void *__restrict__ out)
+qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__restrict__ params, int P, float sc, void *__restrict__ out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4, LO = L - CB;
     extern __shared__ __align__(16) unsigned char qk__smem[];
     float2 *sh = (float2 *)qk__smem;
-    float *tb = (float *)(sh + QK__FZ_SH); /* the phase tables, then the fold's */
-    float *pv = tb + QK__WHT_TBL + 2 * 64;  /* the state's P params: every table reads them from here */
+    float *tb = (float *)(sh + QK__FZ_SH);                 /* the DIAGs' tables */
+    float2 *UL = (float2 *)(tb + QK__FZ_MAXD * QK__FZ_TBL), *UH = UL + 16, *UF = UH + (1 << NHI); /* the fold's */
+    float *pv = tb + QK__FZ_MAXD * QK__FZ_TBL + 2 * 64;     /* the state's P params: every table reads them from here */
     const uint32_t t = threadIdx.x;
     uint32_t rank;
     asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
@@ -968,54 +1009,54 @@ qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk_
     const float *ps = params + s * (int64_t)P;
     for (int i = (int)t; i < P; i += 256) pv[i] = ps[i];
     __syncthreads();
+    const uint32_t fixed = rank << L; /* pass 1: qubits 0..12 in the chunk, 13.. = the rank */
+    const float *u = pv + st.fold;
+    /* the fold's block factors (threads 128..160: beside the tables' first jobs), read after the
+       tables' barriers: prod over qubits of u_Q[bit] for thread bits 0..3, 4..7 and the fixed bits */
+    if (st.fold >= 0 && t >= 128 && t < 128 + 16 + (1u << NHI) + 1) {
+        const uint32_t f = t - 128;
+        const bool lo = f < 16, hi = !lo && f < 16 + (1u << NHI);
+        const uint32_t e = lo ? f : f - 16;
+        float ar = 1, ai = 0;
+        if (lo || hi)
+            for (int i = 0; i < (lo ? 4 : NHI); ++i) {
+                const float *uk = u + 4 * (lo ? i : 4 + i) + ((e >> i) & 1) * 2; /* thread bit b = qubit b in layout 8 */
+                float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                ar = br; ai = bi;
+            }
+        else {
+            for (int i = 0; i < CB; ++i) {
+                const float *uk = u + 4 * (L + i) + ((rank >> i) & 1) * 2;
+                float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
+                ar = br; ai = bi;
+            }
+            ar *= sc; ai *= sc;
+        }
+        float2 z; z.x = ar; z.y = ai;
+        if (lo) UL[e] = z; else if (hi) UH[e] = z; else UF[0] = z;
+    }
+    qk__fz_tables<CB>(st, rank, pv, q, tb, t);
+
+    /* start in layout 8: the folded product or |0>, times sc */
     float2 v[R];
     int cur = 8;
-    uint32_t fixed = 0;
-    for (int i = 0; i < CB; ++i) if ((rank >> i) & 1) fixed |= 1u << p1.npos[i];
-
-    /* start in layout 8: the folded product (qk__k_pass_wht's tables and tree) or |0>, times sc */
-    if (p1.fold >= 0) {
-        const float *u = pv + p1.fold;
-        float2 *UL = (float2 *)(tb + QK__WHT_TBL), *UH = UL + 16, *UF = UH + (1 << NHI);
-        if (t < 16 + (1u << NHI) + 1) {
-            const bool lo = t < 16, hi = !lo && t < 16 + (1u << NHI);
-            const uint32_t e = lo ? t : t - 16;
-            float ar = 1, ai = 0;
-            if (lo || hi)
-                for (int i = 0; i < (lo ? 4 : NHI); ++i) {
-                    const int b = lo ? i : 4 + i, ib = b < cur ? b : b + RB;
-                    const float *uk = u + 4 * p1.pos[ib] + ((e >> i) & 1) * 2;
-                    float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
-                    ar = br; ai = bi;
-                }
-            else {
-                for (int i = 0; i < q - L; ++i) {
-                    const float *uk = u + 4 * p1.npos[i] + ((fixed >> p1.npos[i]) & 1) * 2;
-                    float br = ar * uk[0] - ai * uk[1], bi = ar * uk[1] + ai * uk[0];
-                    ar = br; ai = bi;
-                }
-                ar *= sc; ai *= sc;
-            }
-            float2 z; z.x = ar; z.y = ai;
-            if (lo) UL[e] = z; else if (hi) UH[e] = z; else UF[0] = z;
-        }
-        __syncthreads();
+    if (st.fold >= 0) {
         const float2 a = UF[0], l = UL[t & 15], h = UH[t >> 4];
         float2 m;
         m.x = a.x * l.x - a.y * l.y; m.y = a.x * l.y + a.y * l.x;
         v[0].x = m.x * h.x - m.y * h.y; v[0].y = m.x * h.y + m.y * h.x;
-        /* the register qubits' vectors: where each has u0 == u1 (zz, iqp: H|0>) every slot is
+        /* the register qubits' (8..12) vectors: where each has u0 == u1 (zz: H|0>) every slot is
            v0 * prod u0 (a uniform branch), else the product tree */
         bool same = true;
 #pragma unroll
         for (int j = 0; j < RB; ++j) {
-            const float *u0 = u + 4 * p1.pos[cur + j];
+            const float *u0 = u + 4 * (8 + j);
             same = same && u0[0] == u0[2] && u0[1] == u0[3];
         }
         if (same) {
 #pragma unroll
             for (int j = 0; j < RB; ++j) {
-                const float *u0 = u + 4 * p1.pos[cur + j];
+                const float *u0 = u + 4 * (8 + j);
                 const float2 a0 = v[0];
                 v[0].x = a0.x * u0[0] - a0.y * u0[1]; v[0].y = a0.x * u0[1] + a0.y * u0[0];
             }
@@ -1024,7 +1065,7 @@ qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk_
         } else {
 #pragma unroll
             for (int j = 0; j < RB; ++j) {
-                const float *u0 = u + 4 * p1.pos[cur + j], *u1 = u0 + 2;
+                const float *u0 = u + 4 * (8 + j), *u1 = u0 + 2;
 #pragma unroll
                 for (int k = 0; k < R; ++k) {
                     if (k >= (1 << j)) continue;
@@ -1044,7 +1085,7 @@ qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk_
         for (int k = 0; k < R; ++k) { v[k].x = (g0 | ((uint32_t)k << 8)) == 0 ? sc : 0.f; v[k].y = 0.f; }
     }
 
-    qk__fz_run(p1, st, 0, fixed, cur, t, pv, q, sh, tb, v);
+    qk__fz_run<CB>(st, 0, cur, t, pv, q, sh, tb, v);
     qk__fz_move(sh, v, t, cur, 5);
 
     /* the exchange, from layout 5: r1 = lane | k << 5 | w << 10 (w = warp) goes to block
@@ -1066,15 +1107,14 @@ qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk_
     qk__cluster_sync();
 
     /* pass 2 on this block's chunk (its fixed qubits LO..12 = rank), from layout 8 */
-    uint32_t fixed2 = 0;
-    for (int i = 0; i < CB; ++i) if ((rank >> i) & 1) fixed2 |= 1u << p2.npos[i];
+    const uint32_t fixed2 = rank << LO;
     cur = 8;
     {
         const uint32_t b = qk__fz_pad(t); /* layout 8: in-chunk bits 0..7 = t */
 #pragma unroll
         for (int k = 0; k < R; ++k) v[k] = sh[b + qk__fz_k(8, k)];
     }
-    qk__fz_run(p2, st, 1, fixed2, cur, t, pv, q, sh, tb, v);
+    qk__fz_run<CB>(st, 1, cur, t, pv, q, sh, tb, v);
     qk__fz_move(sh, v, t, cur, 8);
 
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
@@ -1088,23 +1128,32 @@ qk__k_states_fz(const __grid_constant__ qk__pass p1, const __grid_constant__ qk_
 /* The pass pair qk__k_states_fz takes: float states of 14..16 qubits in exactly two structured
    passes, the first over qubits 0..12 from the folded product or |0>, the second over qubits
    0..12-c and 13..q-1 (c = q - 13), as qk__compile_passes makes them for zz and iqp. */
-/* The fused kernel's steps of pass pi (qk__fz_steps); false when a pass has more than
-   QK__FZ_MAXS of them. */
+/* The fused kernel's program (qk__fz_steps) of a pass pair that qk__fz_fits; false when a pass
+   has more than QK__FZ_MAXS steps or the passes more than QK__FZ_MAXD DIAGs. Each DIAG's layout
+   is the one qk__fz_flush leaves before it (qk__fz_pick, the same choice on both sides). */
 static bool qk__fz_plan(const qk__prog &pg, qk__fz_steps *st)
 {
     memset(st, 0, sizeof *st);
+    st->fold = pg.passes[0].fold;
     for (int pi = 0; pi < 2; ++pi) {
         const qk__pass &p = pg.passes[pi];
         uint32_t pend = 0;
-        int n = 0;
+        int n = 0, cur = 8; /* each pass starts in layout 8 */
         for (int ii = p.i0; ii <= p.i1; ++ii) {
             const bool end = ii == p.i1;
             if (!end && pg.instr[ii].kind == QK__I_GATE) { pend ^= 1u << pg.instr[ii].b0; continue; }
             if (n == QK__FZ_MAXS) return false;
             st->pend[pi][n] = pend;
-            st->off[pi][n] = end ? -1 : pg.instr[ii].off;
+            while (pend) { cur = qk__fz_pick(pend, cur); pend &= ~(31u << cur); }
+            st->dg[pi][n] = -1;
+            if (!end) {
+                if (st->nd == QK__FZ_MAXD) return false;
+                st->d_pass[st->nd] = pi;
+                st->d_off[st->nd] = pg.instr[ii].off;
+                st->d_lay[st->nd] = cur;
+                st->dg[pi][n] = st->nd++;
+            }
             ++n;
-            pend = 0;
         }
         st->n[pi] = n;
     }
@@ -1113,7 +1162,10 @@ static bool qk__fz_plan(const qk__prog &pg, qk__fz_steps *st)
 
 /* Params per state the kernel stages in shared memory at most (8 KB: two blocks per SM stay) */
 #define QK__FZ_MAXP 2048
-static size_t qk__fz_smem(int P) { return (size_t)QK__FZ_SH * sizeof(float2) + (QK__WHT_TBL + 2 * 64 + (size_t)P) * sizeof(float); }
+static size_t qk__fz_smem(int P)
+{
+    return (size_t)QK__FZ_SH * sizeof(float2) + ((size_t)QK__FZ_MAXD * QK__FZ_TBL + 2 * 64 + (size_t)P) * sizeof(float);
+}
 
 static bool qk__fz_fits(const qk__prog &pg)
 {
@@ -1158,7 +1210,7 @@ static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_w
     for (int pi = 0; pi < 2; ++pi)
         for (int i = 0; i < fs.n[pi]; ++i) m += __builtin_popcount(fs.pend[pi][i]);
     const float sc = (float)pow(0.5, 0.5 * m);
-    QK_CK(cudaLaunchKernelEx(&cfg, kf, pg.passes[0], pg.passes[1], fs, pg.q, (const float *)ws.params, pg.P, sc, out));
+    QK_CK(cudaLaunchKernelEx(&cfg, kf, fs, pg.q, (const float *)ws.params, pg.P, sc, out));
     QK_LAUNCH_CK("qk__k_states_fz");
     return QK_OK;
 }
