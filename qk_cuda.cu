@@ -1745,6 +1745,7 @@ __device__ __forceinline__ void qk__fz_flush(float2 *sh, float2 (&v)[32], uint32
    load per instruction: 9 % of the kernel's stall samples at 16 qubits, Nsight Compute). */
 #define QK__FZ_MAXS 8
 #define QK__FZ_MAXD 4
+#define QK__FZ_MAXP 2048 /* params per state the kernel stages in shared memory at most (8 KB: two blocks per SM stay) */
 #define QK__FZ_TBL 272 /* floats of one DIAG's tables: W 13, Pf 1, TLo 16, THi 16, Y 64, G 80, H 80 */
 struct qk__fz_steps {
     int n[2];
@@ -1764,60 +1765,81 @@ __host__ __device__ __forceinline__ int qk__fz_npos(int pi, int cb, int i) { ret
    block barriers each): W[r], in-chunk bit r's linear coefficient plus its pairs with the fixed
    bits; Pf, the fixed bits' phase; TLo / THi, the phase of thread bits 0..3 / 4..7; Y[i][lo], pairs
    of thread bit 4 + i with bits 0..3; G[j][lo] / H[j][hi], pairs of register bit j with thread
-   bits 0..3 / 4..7. Thread bit b is in-chunk bit b (b < lay) or b + 5 in the DIAG's layout lay. */
+   bits 0..3 / 4..7. Thread bit b is in-chunk bit b (b < lay) or b + 5 in the DIAG's layout lay.
+   The sums are unrolled with every coefficient loaded and the unset terms selected away: loops
+   over the set bits made each entry a chain of dependent shared-memory loads, and the block
+   waited for its slowest entry (38 % of the kernel's stall samples at 16 qubits). */
 template <int CB>
 __device__ __forceinline__ void qk__fz_tables(const qk__fz_steps &st, uint32_t rank, const float *pv, int q, float *tb, uint32_t t)
 {
-    constexpr int L = 13, RB = 5, NHI = L - RB - 4;
-    for (int job = (int)t; job < 14 * st.nd; job += 256) {
-        const int d = job / 14, e = job % 14, pi = st.d_pass[d];
+    constexpr int L = 13, RB = 5;
+    if ((int)t < 14 * st.nd) {
+        const int d = (int)t / 14, e = (int)t % 14, pi = st.d_pass[d];
         const float *cf = pv + st.d_off[d];
-        float *W = tb + d * QK__FZ_TBL;
-        const uint32_t fixed = rank << qk__fz_npos(pi, CB, 0);
-        if (e < L) {
+        float acc;
+        if (e < L) { /* W[e] */
             const int Q = qk__fz_pos(pi, CB, e);
-            float acc = cf[1 + Q];
-            for (int i = 0; i < CB; ++i) /* fixed qubits are above every in-chunk qubit of pass 1, between them in pass 2 */
-                if ((rank >> i) & 1) { const int nq = qk__fz_npos(pi, CB, i); acc += cf[1 + q + (nq < Q ? nq * q + Q : Q * q + nq)]; }
-            W[e] = acc;
-        } else W[L] = qk__phase<float>(fixed, cf, q);
+            acc = cf[1 + Q];
+#pragma unroll
+            for (int i = 0; i < CB; ++i) {
+                const int nq = qk__fz_npos(pi, CB, i); /* fixed and in-chunk qubits differ */
+                const float x = cf[1 + q + (nq < Q ? nq * q + Q : Q * q + nq)];
+                acc += ((rank >> i) & 1) ? x : 0.f;
+            }
+        } else { /* Pf: the phase of the fixed bits alone (ascending qubits) */
+            acc = cf[0];
+#pragma unroll
+            for (int i = 0; i < CB; ++i) {
+                const int nq = qk__fz_npos(pi, CB, i);
+                float x = cf[1 + nq];
+#pragma unroll
+                for (int i2 = 0; i2 < i; ++i2) {
+                    const float y = cf[1 + q + qk__fz_npos(pi, CB, i2) * q + nq];
+                    x += ((rank >> i2) & 1) ? y : 0.f;
+                }
+                acc += ((rank >> i) & 1) ? x : 0.f;
+            }
+        }
+        tb[d * QK__FZ_TBL + e] = acc;
     }
     __syncthreads();
-    for (int d = 0; d < st.nd; ++d) {
+    /* entry e = t of each DIAG's TLo (0..15), THi (16..31), Y (32..95), G (96..175), H (176..255),
+       stored at 14 + e */
+    const int e = (int)t;
+#pragma unroll
+    for (int d = 0; d < QK__FZ_MAXD; ++d) {
+        if (d >= st.nd) break;
         const int pi = st.d_pass[d], cur = st.d_lay[d];
         const float *cf = pv + st.d_off[d];
-        float *W = tb + d * QK__FZ_TBL, *TLo = W + L + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
+        const float *W = tb + d * QK__FZ_TBL;
         auto dq = [&](int a, int b) { return cf[1 + q + (a < b ? a * q + b : b * q + a)]; };
-        auto tq = [&](int b) { return qk__fz_pos(pi, CB, b < cur ? b : b + RB); }; /* thread bit -> qubit */
-        int e = (int)t;
+        auto ib = [&](int b) { return b < cur ? b : b + RB; }; /* thread bit -> in-chunk bit */
         float acc = 0;
-        if (e < 16) {
+        if (e < 32) {
+            const int b0 = (e >> 4) * 4, m = e & 15; /* TLo: thread bits 0..3; THi: 4..7 */
+#pragma unroll
             for (int b = 0; b < 4; ++b) {
-                if (!((e >> b) & 1)) continue;
-                acc += W[b < cur ? b : b + RB];
-                for (int b2 = 0; b2 < b; ++b2) if ((e >> b2) & 1) acc += dq(tq(b2), tq(b));
+                float x = W[ib(b0 + b)];
+#pragma unroll
+                for (int b2 = 0; b2 < b; ++b2) {
+                    const float y = dq(qk__fz_pos(pi, CB, ib(b0 + b2)), qk__fz_pos(pi, CB, ib(b0 + b)));
+                    x += ((m >> b2) & 1) ? y : 0.f;
+                }
+                acc += ((m >> b) & 1) ? x : 0.f;
             }
-            TLo[e] = acc;
-        } else if ((e -= 16) < (1 << NHI)) {
-            for (int i = 0; i < NHI; ++i) {
-                if (!((e >> i) & 1)) continue;
-                acc += W[4 + i < cur ? 4 + i : 4 + i + RB];
-                for (int i2 = 0; i2 < i; ++i2) if ((e >> i2) & 1) acc += dq(tq(4 + i2), tq(4 + i));
+        } else {
+            /* pairs of four source bits (the set bits of m) with one partner qubit */
+            int b0, m, partner;
+            if (e < 96) { const int f = e - 32; b0 = 0; m = f & 15; partner = qk__fz_pos(pi, CB, ib(4 + (f >> 4))); }
+            else if (e < 176) { const int f = e - 96; b0 = 0; m = f & 15; partner = qk__fz_pos(pi, CB, cur + (f >> 4)); }
+            else { const int f = e - 176; b0 = 4; m = f & 15; partner = qk__fz_pos(pi, CB, cur + (f >> 4)); }
+#pragma unroll
+            for (int b = 0; b < 4; ++b) {
+                const float y = dq(qk__fz_pos(pi, CB, ib(b0 + b)), partner);
+                acc += ((m >> b) & 1) ? y : 0.f;
             }
-            THi[e] = acc;
-        } else if ((e -= 1 << NHI) < NHI * 16) {
-            const int i = e >> 4, lo = e & 15;
-            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), tq(4 + i));
-            Y[e] = acc;
-        } else if ((e -= NHI * 16) < RB * 16) {
-            const int j = e >> 4, lo = e & 15;
-            for (int b = 0; b < 4; ++b) if ((lo >> b) & 1) acc += dq(tq(b), qk__fz_pos(pi, CB, cur + j));
-            G[e] = acc;
-        } else if ((e -= RB * 16) < RB << NHI) {
-            const int j = e >> NHI, hi = e & ((1 << NHI) - 1);
-            for (int i = 0; i < NHI; ++i) if ((hi >> i) & 1) acc += dq(tq(4 + i), qk__fz_pos(pi, CB, cur + j));
-            H[e] = acc;
         }
+        tb[d * QK__FZ_TBL + 14 + e] = acc;
     }
     __syncthreads();
 }
@@ -1900,7 +1922,13 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
     const int64_t s = blockIdx.x >> CB;
     const int64_t D = (int64_t)1 << q;
     const float *ps = params + s * (int64_t)P;
-    for (int i = (int)t; i < P; i += 256) pv[i] = ps[i];
+    { /* P <= QK__FZ_MAXP = 8 x 256: every load in flight before the first store */
+        float r[QK__FZ_MAXP / 256];
+#pragma unroll
+        for (int j = 0; j < QK__FZ_MAXP / 256; ++j) r[j] = (int)t + j * 256 < P ? ps[t + j * 256] : 0.f;
+#pragma unroll
+        for (int j = 0; j < QK__FZ_MAXP / 256; ++j) if ((int)t + j * 256 < P) pv[t + j * 256] = r[j];
+    }
     __syncthreads();
     const uint32_t fixed = rank << L; /* pass 1: qubits 0..12 in the chunk, 13.. = the rank */
     const float *u = pv + st.fold;
@@ -2053,8 +2081,6 @@ static bool qk__fz_plan(const qk__prog &pg, qk__fz_steps *st)
     return true;
 }
 
-/* Params per state the kernel stages in shared memory at most (8 KB: two blocks per SM stay) */
-#define QK__FZ_MAXP 2048
 static size_t qk__fz_smem(int P)
 {
     return (size_t)QK__FZ_SH * sizeof(float2) + ((size_t)QK__FZ_MAXD * QK__FZ_TBL + 2 * 64 + (size_t)P) * sizeof(float);
