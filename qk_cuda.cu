@@ -1273,6 +1273,29 @@ template <int RB> struct qk__wht_gidx {
         return g;
     }
 };
+/* A DIAG's phase on a thread's 2^RB register amplitudes: slot k gets base + sum of e_j over its set
+   register bits j + sum of dd[j'][j] over its pairs of them (k is a compile-time index: a handful
+   of adds per amplitude); the structured passes' shared last step (qk__k_pass_wht, qk__k_states_fz). */
+template <typename T, int RB, typename V>
+__device__ __forceinline__ void qk__wht_phase(T base, const T (&e)[RB], const T (&dd)[RB][RB], V (&v)[1 << RB])
+{
+#pragma unroll
+    for (int k = 0; k < (1 << RB); ++k) {
+        T ph = base, sn, cs;
+#pragma unroll
+        for (int j = 0; j < RB; ++j) {
+            if (!((k >> j) & 1)) continue;
+            ph += e[j];
+#pragma unroll
+            for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
+        }
+        qk__sincos(ph, &sn, &cs);
+        const V a = v[k];
+        v[k].x = a.x * cs - a.y * sn;
+        v[k].y = a.x * sn + a.y * cs;
+    }
+}
+
 /* T values of the structured pass's tables: the phase tables (at most 13 + 1 + 16 + 32 + 5 * 16
    + 5 * 16 + 5 * 32 for RB 4 or 5), then the fold's 16 + 32 + 1 complex */
 #define QK__WHT_TBL 448
@@ -1473,21 +1496,7 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
 #pragma unroll
             for (int jj = 0; jj < RB; ++jj) if (jj < j) dd[jj][j] = cf[1 + q + p.pos[cur + jj] * q + p.pos[cur + j]];
         }
-#pragma unroll
-        for (int k = 0; k < R; ++k) {
-            T ph = base, sn, cs;
-#pragma unroll
-            for (int j = 0; j < RB; ++j) {
-                if (!((k >> j) & 1)) continue;
-                ph += e[j];
-#pragma unroll
-                for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
-            }
-            qk__sincos(ph, &sn, &cs);
-            C a = v[k];
-            v[k].x = a.x * cs - a.y * sn;
-            v[k].y = a.x * sn + a.y * cs;
-        }
+        qk__wht_phase<T, RB>(base, e, dd, v);
     }
     flush(pend);
 
@@ -1850,7 +1859,7 @@ template <int CB>
 __device__ __forceinline__ void qk__fz_diag(const qk__fz_steps &st, int d, uint32_t t, const float *pv, int q, const float *tb,
                                             float2 (&v)[32])
 {
-    constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4;
+    constexpr int L = 13, RB = 5, NHI = L - RB - 4;
     const int pi = st.d_pass[d], cur = st.d_lay[d];
     const float *cf = pv + st.d_off[d];
     const float *W = tb + d * QK__FZ_TBL, *TLo = W + L + 1, *THi = TLo + 16, *Y = THi + (1 << NHI), *G = Y + NHI * 16, *H = G + RB * 16;
@@ -1866,21 +1875,7 @@ __device__ __forceinline__ void qk__fz_diag(const qk__fz_steps &st, int d, uint3
         for (int jj = 0; jj < RB; ++jj)
             if (jj < j) dd[jj][j] = cf[1 + q + qk__fz_pos(pi, CB, cur + jj) * q + qk__fz_pos(pi, CB, cur + j)];
     }
-#pragma unroll
-    for (int k = 0; k < R; ++k) {
-        float ph = base, sn, cs;
-#pragma unroll
-        for (int j = 0; j < RB; ++j) {
-            if (!((k >> j) & 1)) continue;
-            ph += e[j];
-#pragma unroll
-            for (int jj = 0; jj < RB; ++jj) if (jj < j && ((k >> jj) & 1)) ph += dd[jj][j];
-        }
-        qk__sincos(ph, &sn, &cs);
-        const float2 a = v[k];
-        v[k].x = a.x * cs - a.y * sn;
-        v[k].y = a.x * sn + a.y * cs;
-    }
+    qk__wht_phase<float, RB>(base, e, dd, v);
 }
 
 /* One pass's steps on the registers; pv: the state's params in shared memory */
