@@ -1604,6 +1604,12 @@ QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
 /* Tests: how many state builds so far ran the fused structured pass (qk__k_states_fz: 14-16
    qubit complex fp32 states of two structured passes on compute capability 9.0 or later). */
 QK_CUDA_DEF int qk_cuda_test_states_fused(void);
+/* Tests: how many launches so far ran the warp-pipelined few-qubit kernel (qk__k_gram_stw: fused
+   configuration 8 at 4 qubits, complex fp32 states, float K). */
+QK_CUDA_DEF int qk_cuda_test_small_warp(void);
+/* Tests: 1 where fused configuration 8 at 4 qubits takes qk__k_gram_stw by default on the current
+   device (its DRAM bandwidth and occupancy rule), else 0. */
+QK_CUDA_DEF int qk_cuda_test_small_warp_default(void);
 #endif /* QK_TEST_FAULTS */
 /* The GPU engine's figures of the last qk_gram on ctx (zeros when it ran on the CPU engine; on
    several GPUs those of the first). */

@@ -205,6 +205,239 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
     }
 }
 
+/* ---- the warp-pipelined form for 4 qubits (fused configuration 8 at D = 16) ---- */
+/* At 4 qubits K(X,X) is bound by the write of K (4 bytes a pair, every entry). The block form
+   above takes 1.57 ms at n = 32768 on the H100 and on the H200 alike, so it is not the write that
+   sets its time: its four warps meet at three barriers a tile and stage every tile in shared
+   memory. Warps that never wait for each other but load their operands only when they need
+   them wait on those loads instead (docs/benchmarks.md, "The few-qubit kernel in independent
+   warps, tried"). Here each warp runs its own pipeline. It has two private shared-memory stages
+   (8 KB each: 32 A rows and 32 B rows of 128 bytes), and while it computes and stores one tile,
+   cp.async fills the other with its next tile's rows. Warps synchronise only with themselves
+   (__syncwarp); there is no block barrier.
+
+   A block of 4 warps takes a 64 x 64 tile and each warp a 32 x 32 quarter of it. The tiles go in
+   patches of QK__STW_PATCH x QK__STW_PATCH, row by row inside a patch, and the blocks take them in
+   turn. Tiles wholly under the diagonal (tri), and those past K's edge, are skipped. The operands
+   are split as in the block form (hi and lo in fp16, with the scale s) from the fragments read
+   out of the stage.
+
+   The rows and columns are permuted inside a quarter so that each lane ends with a 4 x 8 block of
+   K:
+   - m16 piece i, fragment row g + 8h, is row 4g + 2i + h;
+   - n8 piece j, fragment column nu, is column 16 (j >> 1) + 4 (nu >> 1) + 2 (j & 1) + (nu & 1).
+   Lane (g, t) then holds rows 4g .. 4g + 3 and columns 4t .. 4t + 3 and 16 + 4t .. 16 + 4t + 3.
+   A row store is a 16-byte piece: one warp instruction writes 8 rows x 64 contiguous bytes. A
+   mirror store is the 4 rows of one column: 8 lanes write 128 contiguous bytes. Both are whole
+   32-byte sectors, straight from the accumulators.
+
+   In a stage, 16-byte chunk k of row r sits at chunk k ^ f(r), with f(r) = 2 ((r >> 2) & 3) for
+   the A rows and 2 ((r & 1) | ((r >> 1) & 2)) for the B rows. Each half-warp's fragment reads then
+   meet every bank once: four rows, each a 32-byte pair of chunks.
+
+   Semantics of out / mout / doff / tri are those of qk__k_gram. */
+#define QK__STW_WARPS 4  /* warps a block: a 64 x 64 tile in quarters; warps share no data */
+#define QK__STW_PATCH 16 /* tiles a side of the patch order */
+#define QK__STW_STAGE (64 * 32) /* words of a stage: 32 A and 32 B rows of 16 amplitudes */
+
+__global__ void __launch_bounds__(32 * QK__STW_WARPS, 3)
+qk__k_gram_stw(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out, int64_t ld,
+               float *__restrict__ mout, int64_t doff, int tri, int vec)
+{
+    constexpr int D = 16;
+    constexpr float sc = 4.0f, isc4 = 1.0f / (sc * sc * sc * sc); /* as qk__k_gram_small_tc at D = 16 */
+    extern __shared__ __align__(16) float qk__stw_sm[];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    float *const stage0 = qk__stw_sm + warp * 2 * QK__STW_STAGE;
+    const int Tx = (nn + 63) / 64, Ty = (m + 63) / 64; /* the launcher keeps the patch grid's tiles under 2^31 */
+    const int PX = (Tx + QK__STW_PATCH - 1) / QK__STW_PATCH, PY = (Ty + QK__STW_PATCH - 1) / QK__STW_PATCH;
+    const int total = PX * PY * QK__STW_PATCH * QK__STW_PATCH;
+    /* this warp's quarter of tile L: its first row and column, false where it has nothing to write */
+    auto quarter = [&](int L, int &row0, int &col0) {
+        const int pt = L / (QK__STW_PATCH * QK__STW_PATCH), in = L % (QK__STW_PATCH * QK__STW_PATCH);
+        const int a = (pt / PX) * QK__STW_PATCH + in / QK__STW_PATCH, b = (pt % PX) * QK__STW_PATCH + in % QK__STW_PATCH;
+        row0 = 64 * a + 32 * (warp >> 1);
+        col0 = 64 * b + 32 * (warp & 1);
+        return a < Ty && b < Tx && row0 < m && col0 < nn && !(tri && (int64_t)col0 + 31 + doff < row0);
+    };
+    /* the next tile from L on with work for this warp (total: none) */
+    auto next = [&](int L, int &row0, int &col0) {
+        while (L < total && !quarter(L, row0, col0)) L += gridDim.x;
+        return L;
+    };
+    /* rows of a quarter into stage s: A rows row0 .. row0 + 31, then B rows col0 .. col0 + 31
+       (zeros past m / nn), chunk k of stage row r at chunk k ^ f(r) */
+    auto issue = [&](int row0, int col0, float *s) {
+#pragma unroll
+        for (int e = lane; e < 64 * 8; e += 32) {
+            const int r = e >> 3, k = e & 7, isb = r >> 5, rr = r & 31;
+            const int gr = (isb ? col0 : row0) + rr, lim = isb ? nn : m;
+            const int f = isb ? 2 * ((rr & 1) | ((rr >> 1) & 2)) : 2 * ((rr >> 2) & 3);
+            const float2 *src = (isb ? B : A) + (int64_t)(gr < lim ? gr : lim - 1) * D + 2 * k;
+            qk__cp16(s + r * 32 + 4 * (k ^ f), src, gr < lim ? 16 : 0);
+        }
+    };
+    int row0, col0, nrow0, ncol0;
+    int L = next(blockIdx.x, row0, col0);
+    if (L >= total) return;
+    issue(row0, col0, stage0);
+    qk__cp_commit();
+    for (int buf = 0; L < total; buf ^= 1) {
+        const int Ln = next(L + gridDim.x, nrow0, ncol0);
+        if (Ln < total) issue(nrow0, ncol0, stage0 + (buf ^ 1) * QK__STW_STAGE);
+        qk__cp_commit(); /* (empty past the last tile: wait_group 1 below then means this tile's) */
+        qk__cp_wait<1>();
+        __syncwarp();    /* every lane's chunks of this stage have landed */
+        const float *sa = stage0 + buf * QK__STW_STAGE, *sb = sa + 32 * 32;
+        float cr[2][4][4], ci[2][4][4];
+#pragma unroll
+        for (int i = 0; i < 2; ++i)
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+#pragma unroll
+        for (int ks = 0; ks < 2; ++ks) {
+            uint32_t ah[2][4], al[2][4]; /* A fragments: rows 4g + 2i + (r & 1), amplitudes 8 ks + t + 4 (r >> 1) */
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int rr = 4 * g + 2 * i + (r & 1), c = 8 * ks + t + 4 * (r >> 1);
+                    const float2 u = *(const float2 *)(sa + rr * 32 + 4 * ((c >> 1) ^ (2 * ((rr >> 2) & 3))) + 2 * (c & 1));
+                    qk__f16_split(u, sc, ah[i][r], al[i][r]);
+                }
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                /* B fragment of column nu = g: quarter column 16 (j >> 1) + 4 (g >> 1) + 2 (j & 1) + (g & 1) */
+                const int rr = 16 * (j >> 1) + 4 * (g >> 1) + 2 * (j & 1) + (g & 1), f = 2 * ((rr & 1) | ((rr >> 1) & 2));
+                uint32_t bh[2], bl[2], rh[2], rl[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    const int c = 8 * ks + t + 4 * r;
+                    const float2 v = *(const float2 *)(sb + rr * 32 + 4 * ((c >> 1) ^ f) + 2 * (c & 1));
+                    qk__f16_split(v, sc, bh[r], bl[r]);
+                    rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
+                    rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                }
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    qk__mma_f16(cr[i][j], al[i], bh);
+                    qk__mma_f16(ci[i][j], al[i], rh);
+                    qk__mma_f16(cr[i][j], ah[i], bl);
+                    qk__mma_f16(ci[i][j], ah[i], rl);
+                    qk__mma_f16(cr[i][j], ah[i], bh);
+                    qk__mma_f16(ci[i][j], ah[i], rh);
+                }
+            }
+        }
+        __syncwarp(); /* every lane has read this stage: the next tile but one may fill it */
+        /* kv[x][v][y] = K[row0 + 4g + x][col0 + 16 v + 4t + y] */
+        float kv[4][2][4];
+#pragma unroll
+        for (int x = 0; x < 4; ++x)
+#pragma unroll
+            for (int v = 0; v < 2; ++v)
+#pragma unroll
+                for (int y = 0; y < 4; ++y) {
+                    const int i = x >> 1, j = 2 * v + (y >> 1), e = 2 * (x & 1) + (y & 1);
+                    kv[x][v][y] = (cr[i][j][e] * cr[i][j][e] + ci[i][j][e] * ci[i][j][e]) * isc4;
+                }
+        const bool full = vec && row0 + 32 <= m && col0 + 32 <= nn && (!tri || (int64_t)col0 + doff >= row0 + 32);
+        if (full) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+#pragma unroll
+                for (int v = 0; v < 2; ++v)
+                    __stcs((float4 *)(out + (int64_t)(row0 + 4 * g + x) * ld + col0 + 16 * v + 4 * t),
+                           make_float4(kv[x][v][0], kv[x][v][1], kv[x][v][2], kv[x][v][3]));
+            if (mout)
+#pragma unroll
+                for (int v = 0; v < 2; ++v)
+#pragma unroll
+                    for (int y = 0; y < 4; ++y)
+                        __stcs((float4 *)(mout + (int64_t)(col0 + 16 * v + 4 * t + y) * ld + row0 + 4 * g),
+                               make_float4(kv[0][v][y], kv[1][v][y], kv[2][v][y], kv[3][v][y]));
+        } else {
+#pragma unroll
+            for (int x = 0; x < 4; ++x)
+#pragma unroll
+                for (int v = 0; v < 2; ++v)
+#pragma unroll
+                    for (int y = 0; y < 4; ++y) {
+                        const int gi = row0 + 4 * g + x, gj = col0 + 16 * v + 4 * t + y;
+                        if (gi >= m || gj >= nn) continue;
+                        if (!tri || gj + doff >= gi) out[(int64_t)gi * ld + gj] = kv[x][v][y];
+                        if (mout && (!tri || gj + doff > gi)) mout[(int64_t)gj * ld + gi] = kv[x][v][y];
+                    }
+        }
+        L = Ln;
+        row0 = nrow0;
+        col0 = ncol0;
+    }
+    qk__cp_wait<0>();
+}
+
+/* Under QK_TEST_FAULTS, qk_cuda_test_small_warp() counts qk__k_gram_stw's launches. */
+#ifdef QK_TEST_FAULTS
+static std::atomic<int> qk__stw_launches{0};
+extern "C" int qk_cuda_test_small_warp(void) { return qk__stw_launches.load(); }
+#endif
+/* Where the warp-pipelined form runs by default: devices with 3 of its blocks resident per SM (12
+   warps) and at least QK__STW_MIN_BW bytes/s of peak DRAM bandwidth (2 x memory clock x bus
+   width). Measured at 4 qubits, n = 32768, against the block form in one job: the H200 (4.8 TB/s)
+   1.41-1.43 ms against 1.57-1.58, the H100 (3.35 TB/s) 1.64-1.68 ms against 1.57, where the block
+   form already runs at 84-97% of the write floor (docs/benchmarks.md). Cached per device.
+   QK_STC_WARP=1 takes it wherever it launches, QK_STC_OLD=1 nowhere. */
+#define QK__STW_MIN_BW 4.4e12
+static bool qk__stw_device_ok()
+{
+    static std::atomic<int> cache[64];
+    int dev = -1;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) { cudaGetLastError(); return false; }
+    const int known = cache[dev].load(std::memory_order_acquire);
+    if (known) return known == 2;
+    int clk = 0, bus = 0, per = 0;
+    const size_t smem = (size_t)QK__STW_WARPS * 2 * QK__STW_STAGE * sizeof(float);
+    bool ok = cudaDeviceGetAttribute(&clk, cudaDevAttrMemoryClockRate, dev) == cudaSuccess &&
+              cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, dev) == cudaSuccess &&
+              2.0 * clk * 1e3 * (bus / 8.0) >= QK__STW_MIN_BW &&
+              cudaFuncSetAttribute(qk__k_gram_stw, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) == cudaSuccess &&
+              cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qk__k_gram_stw, 32 * QK__STW_WARPS, smem) == cudaSuccess && per >= 3;
+    cudaGetLastError();
+    cache[dev].store(ok ? 2 : 1, std::memory_order_release);
+    return ok;
+}
+#ifdef QK_TEST_FAULTS
+extern "C" int qk_cuda_test_small_warp_default(void) { return qk__stw_device_ok() ? 1 : 0; }
+#endif
+
+/* qk__k_gram_stw over an m x nn block; QK_ERROR_UNSUPPORTED where its tile numbers would pass
+   2^31 (the block form takes it) */
+static qk_result qk__launch_stw(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld, float *mout,
+                                int64_t doff, int tri, cudaStream_t st, qk__err *E)
+{
+    const int64_t tiles = ((m + 63) / 64) * ((nn + 63) / 64); /* a bound on the blocks with work */
+    if (tiles <= 0) return QK_OK;
+    const int64_t P = 64 * QK__STW_PATCH, patched = ((m + P - 1) / P) * ((nn + P - 1) / P) * QK__STW_PATCH * QK__STW_PATCH;
+    if (patched >= INT32_MAX) return QK_ERROR_UNSUPPORTED;
+    const size_t smem = (size_t)QK__STW_WARPS * 2 * QK__STW_STAGE * sizeof(float);
+    QK_CK(cudaFuncSetAttribute(qk__k_gram_stw, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int dev = 0, sms = 0, per = 0;
+    QK_CK(cudaGetDevice(&dev));
+    QK_CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    QK_CK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per, qk__k_gram_stw, 32 * QK__STW_WARPS, smem));
+    if (per < 1) per = 1;
+    const int64_t grid = std::min<int64_t>(tiles, (int64_t)sms * per);
+#ifdef QK_TEST_FAULTS
+    ++qk__stw_launches;
+#endif
+    qk__k_gram_stw<<<(unsigned)grid, 32 * QK__STW_WARPS, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld));
+    const cudaError_t c = cudaGetLastError();
+    if (c != cudaSuccess) return qk__cuda_fail(E, c, "launch of qk__k_gram_stw", __LINE__);
+    return QK_OK;
+}
+
 template <int D, int BM>
 static qk_result qk__launch_small_tc_d(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld,
                                        float *mout, int64_t doff, int tri, cudaStream_t st, qk__err *E)
@@ -223,6 +456,10 @@ static qk_result qk__launch_small_tc(const void *A, const void *B, int64_t m, in
     if (sizeof(T) != 4 || !CPLX || sizeof(OutT) != 4 || ((uintptr_t)A | (uintptr_t)B) % 16 != 0) return QK_ERROR_UNSUPPORTED;
     const float2 *a = (const float2 *)A, *b = (const float2 *)B;
     float *o = (float *)(void *)out, *mo = (float *)(void *)mout;
+    if (D == 16 && !getenv("QK_STC_OLD") && (getenv("QK_STC_WARP") || qk__stw_device_ok())) { /* 4 qubits: the warp-pipelined form */
+        const qk_result r = qk__launch_stw(a, b, m, nn, o, ld, mo, doff, tri, st, E);
+        if (r != QK_ERROR_UNSUPPORTED) return r;
+    }
     switch (D) {
     case 4: return qk__launch_small_tc_d<4, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);
     case 8: return qk__launch_small_tc_d<8, QK__STC_BM>(a, b, m, nn, o, ld, mo, doff, tri, st, E);

@@ -656,12 +656,20 @@ static void small_kernel_tests()
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
         const int before = qk_test_fails;
-        for (g_cfg = 7; g_cfg <= 8; ++g_cfg) {
+        /* configuration 8 at 4 qubits takes the warp-pipelined form (qk__k_gram_stw) on devices
+           its rule names (pass 8), always under QK_STC_WARP=1 (pass 10), never under QK_STC_OLD=1
+           (pass 9: the block form) */
+        for (int pass = 7; pass <= 10; ++pass) {
+            g_cfg = pass > 8 ? 8 : pass;
             if (g_cfg == 7 && q > 5) continue;
-            char w[7][64];
+            if (pass >= 9 && q != 4) continue;
+            char w[7][80];
             static const char *what[7] = {"sym device ld+3", "sym device ld=n", "rect device", "sym slabs 300",
                                           "sym ring", "rect f64out (falls back)", "sym state tiles 301"};
-            for (int k = 0; k < 7; ++k) snprintf(w[k], sizeof w[k], "small cfg %d %s", g_cfg, what[k]);
+            const char *sw_env = pass == 9 ? "QK_STC_OLD" : pass == 10 ? "QK_STC_WARP" : nullptr;
+            for (int k = 0; k < 7; ++k) snprintf(w[k], sizeof w[k], "small cfg %d%s%s %s", g_cfg, sw_env ? " " : "", sw_env ? sw_env : "", what[k]);
+            if (sw_env) setenv(sw_env, "1", 1);
+            const int sw0 = qk_cuda_test_small_warp();
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 3, w[0]);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 0, w[1]);
             check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_DEVICE, 0, 2048, 0, 1, 1, w[2]);
@@ -669,6 +677,13 @@ static void small_kernel_tests()
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 300, 0, 0, 0, w[4]);
             check_gram(t, SA, SB, xa, xb, nx, ny, false, QK_PRECISION_FP32, QK_F64, QK_OUTPUT_HOST, 0, 2048, 0, 1, 0, w[5]);
             check_gram(t, SA, SB, xa, xb, nx, nx, true, QK_PRECISION_FP32, QK_F32, QK_OUTPUT_HOST, 0, 2048, 301, 1, 0, w[6]);
+            const int sw = qk_cuda_test_small_warp() - sw0;
+            if (sw_env) unsetenv(sw_env);
+            /* every call but the float64 K's runs it (device, slabs, ring, state tiles) */
+            const bool want_sw = q == 4 && (pass == 10 || (pass == 8 && qk_cuda_test_small_warp_default()));
+            CHECK(want_sw ? sw >= 6 : sw == 0, "small cfg %d q=%d %s: %d warp-pipelined launches, expected %s", g_cfg, q,
+                  sw_env ? sw_env : "(default)", sw, want_sw ? "6 or more" : "none");
+            if (pass == 8 && q == 4) printf("configuration 8 at 4 qubits: %s form by default\n", qk_cuda_test_small_warp_default() ? "warp-pipelined" : "block");
         }
         /* the TMA-fed fp32x3 kernel (qk__k_wg3t; configuration 4 forced), from 5 qubits the
            default on wgmma devices, at one 32-word stage (2 to 5 qubits: the zero-padded words
