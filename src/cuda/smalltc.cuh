@@ -54,6 +54,26 @@ __device__ __forceinline__ void qk__f16_split(float2 v, float s, uint32_t &hi, u
     lo = *(const uint32_t *)&l;
 }
 
+/* a B amplitude (re, im) -> its hi and lo words (qk__f16_split) and their turns (im, -re), the
+   operands of Im <a|b> */
+__device__ __forceinline__ void qk__f16_split_b(float2 v, float s, uint32_t &hi, uint32_t &lo, uint32_t &rhi, uint32_t &rlo)
+{
+    qk__f16_split(v, s, hi, lo);
+    rhi = __byte_perm(hi, 0, 0x1032) ^ 0x80000000u;
+    rlo = __byte_perm(lo, 0, 0x1032) ^ 0x80000000u;
+}
+/* one 16 x 8 piece: (cr, ci) += (Re, Im) <a|b> from the split operands, lo*hi + hi*lo + hi*hi */
+__device__ __forceinline__ void qk__mma_c3(float *cr, float *ci, const uint32_t *ah, const uint32_t *al, const uint32_t *bh,
+                                           const uint32_t *bl, const uint32_t *rh, const uint32_t *rl)
+{
+    qk__mma_f16(cr, al, bh);
+    qk__mma_f16(ci, al, rh);
+    qk__mma_f16(cr, ah, bl);
+    qk__mma_f16(ci, ah, rl);
+    qk__mma_f16(cr, ah, bh);
+    qk__mma_f16(ci, ah, rh);
+}
+
 template <int D, int BM>
 __global__ void __launch_bounds__(qk__stc_threads(BM), 65536 / (qk__stc_threads(BM) * 128))
 qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out,
@@ -108,13 +128,7 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
         __syncthreads();
         if (!(tri && (int64_t)col0 + BM - 1 + doff < row0)) { /* block-uniform: a tile under the diagonal is skipped */
             const float *sa = qk__stc_sm + buf * BUF + wr * S, *sb = qk__stc_sm + buf * BUF + (BM + wc) * S;
-            float cr[2][4][4], ci[2][4][4];
-#pragma unroll
-            for (int i = 0; i < 2; ++i)
-#pragma unroll
-                for (int j = 0; j < 4; ++j)
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+            float cr[2][4][4] = {}, ci[2][4][4] = {};
             /* m16n8k16: k slots 2t, 2t + 1 (one register) = (re, im) of amplitude 8 ks + t, slots
                2t + 8, 2t + 9 = amplitude 8 ks + t + 4 (zero past D) */
 #pragma unroll
@@ -136,19 +150,10 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
                     for (int r = 0; r < 2; ++r) { /* b0 (c0, g) b1 (c1, g) */
                         const int c = r ? c1 : c0;
                         const float2 v = c < D ? *(const float2 *)(sb + (8 * j + g) * S + 2 * c) : make_float2(0.f, 0.f);
-                        qk__f16_split(v, sc, bh[r], bl[r]);
-                        rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
-                        rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                        qk__f16_split_b(v, sc, bh[r], bl[r], rh[r], rl[r]);
                     }
 #pragma unroll
-                    for (int i = 0; i < 2; ++i) {
-                        qk__mma_f16(cr[i][j], al[i], bh);
-                        qk__mma_f16(ci[i][j], al[i], rh);
-                        qk__mma_f16(cr[i][j], ah[i], bl);
-                        qk__mma_f16(ci[i][j], ah[i], rl);
-                        qk__mma_f16(cr[i][j], ah[i], bh);
-                        qk__mma_f16(ci[i][j], ah[i], rh);
-                    }
+                    for (int i = 0; i < 2; ++i) qk__mma_c3(cr[i][j], ci[i][j], ah[i], al[i], bh, bl, rh, rl);
                 }
             }
             /* a tile inside K and off the diagonal (block-uniform) is staged in this buffer
@@ -289,13 +294,7 @@ qk__k_gram_stw(const float2 *__restrict__ A, const float2 *__restrict__ B, int m
         qk__cp_wait<1>();
         __syncwarp();    /* every lane's chunks of this stage have landed */
         const float *sa = stage0 + buf * QK__STW_STAGE, *sb = sa + 32 * 32;
-        float cr[2][4][4], ci[2][4][4];
-#pragma unroll
-        for (int i = 0; i < 2; ++i)
-#pragma unroll
-            for (int j = 0; j < 4; ++j)
-#pragma unroll
-                for (int v = 0; v < 4; ++v) { cr[i][j][v] = 0.f; ci[i][j][v] = 0.f; }
+        float cr[2][4][4] = {}, ci[2][4][4] = {};
 #pragma unroll
         for (int ks = 0; ks < 2; ++ks) {
             uint32_t ah[2][4], al[2][4]; /* A fragments: rows 4g + 2i + (r & 1), amplitudes 8 ks + t + 4 (r >> 1) */
@@ -316,19 +315,10 @@ qk__k_gram_stw(const float2 *__restrict__ A, const float2 *__restrict__ B, int m
                 for (int r = 0; r < 2; ++r) {
                     const int c = 8 * ks + t + 4 * r;
                     const float2 v = *(const float2 *)(sb + rr * 32 + 4 * ((c >> 1) ^ f) + 2 * (c & 1));
-                    qk__f16_split(v, sc, bh[r], bl[r]);
-                    rh[r] = __byte_perm(bh[r], 0, 0x1032) ^ 0x80000000u; /* (re, im) -> (im, -re) */
-                    rl[r] = __byte_perm(bl[r], 0, 0x1032) ^ 0x80000000u;
+                    qk__f16_split_b(v, sc, bh[r], bl[r], rh[r], rl[r]);
                 }
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    qk__mma_f16(cr[i][j], al[i], bh);
-                    qk__mma_f16(ci[i][j], al[i], rh);
-                    qk__mma_f16(cr[i][j], ah[i], bl);
-                    qk__mma_f16(ci[i][j], ah[i], rl);
-                    qk__mma_f16(cr[i][j], ah[i], bh);
-                    qk__mma_f16(ci[i][j], ah[i], rh);
-                }
+                for (int i = 0; i < 2; ++i) qk__mma_c3(cr[i][j], ci[i][j], ah[i], al[i], bh, bl, rh, rl);
             }
         }
         __syncwarp(); /* every lane has read this stage: the next tile but one may fill it */
