@@ -211,12 +211,11 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
 }
 
 /* ---- the warp-pipelined form for 4 qubits (fused configuration 8 at D = 16) ---- */
-/* At 4 qubits K(X,X) is bound by the write of K (4 bytes a pair, every entry). The block form
-   above takes 1.57 ms at n = 32768 on the H100 and on the H200 alike, so it is not the write that
-   sets its time: its four warps meet at three barriers a tile and stage every tile in shared
-   memory. Warps that never wait for each other but load their operands only when they need
-   them wait on those loads instead (docs/benchmarks.md, "The few-qubit kernel in independent
-   warps, tried"). Here each warp runs its own pipeline. It has two private shared-memory stages
+/* At 4 qubits K(X,X) is bound by the write of K (4 bytes a pair, every entry), and on the H200
+   the block form above runs well under that write: its four warps meet at three barriers a tile
+   and stage every tile in shared memory. Warps that never wait for each other but load their
+   operands only when they need them wait on those loads instead (docs/benchmarks.md, "The
+   4-qubit Gram in warp-private pipelines"). Here each warp runs its own pipeline. It has two private shared-memory stages
    (8 KB each: 32 A rows and 32 B rows of 128 bytes), and while it computes and stores one tile,
    cp.async fills the other with its next tile's rows. Warps synchronise only with themselves
    (__syncwarp); there is no block barrier.
@@ -375,9 +374,9 @@ extern "C" int qk_cuda_test_small_warp(void) { return qk__stw_launches.load(); }
 #endif
 /* Where the warp-pipelined form runs by default: devices with 3 of its blocks resident per SM (12
    warps) and at least QK__STW_MIN_BW bytes/s of peak DRAM bandwidth (2 x memory clock x bus
-   width). Measured at 4 qubits, n = 32768, against the block form in one job: the H200 (4.8 TB/s)
-   1.41-1.43 ms against 1.57-1.58, the H100 (3.35 TB/s) 1.64-1.68 ms against 1.57, where the block
-   form already runs at 84-97% of the write floor (docs/benchmarks.md). Cached per device.
+   width): the H200 passes and gains from it, the H100 does not and keeps the block form, which
+   there runs close to the write of K (the figures: docs/benchmarks.md, "The 4-qubit Gram in
+   warp-private pipelines"). Cached per device.
    QK_STC_WARP=1 takes it wherever it launches, QK_STC_OLD=1 nowhere. */
 #define QK__STW_MIN_BW 4.4e12
 static bool qk__stw_device_ok()
