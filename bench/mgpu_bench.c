@@ -4,6 +4,8 @@
                         [--split yes|no] (qk_gram_desc.mgpu_host_bound_split: 1 / -1; default 0)
                         [--pinned] (host: K in page-locked memory, cudaMallocHost)
                         [--out K.npy] [--reps R] [--precision P: fp32 (default), fp64, fp32x3, fp16, auto, ...] [--label L]
+                        [--trace T.json] (qk-mgpu-bench-prof, built with the profiler: qk's zones of the
+                        timed calls as a Chrome trace, and the text report on standard output)
 
    X: N x F uniform in [0, pi] (seed 1). After one warm-up call (autotune cache, CUDA contexts,
    pinned staging), R timed calls of qk_gram on a context of the listed GPUs (wall clock around
@@ -13,6 +15,7 @@
    GPUs (out_devices, rows per plan); npy: K streamed to --out (no_sync unless --sync); host: a
    pageable host buffer. */
 #define QK_IMPLEMENTATION
+#define QK_PROF_IMPLEMENTATION    /* qk-mgpu-bench-prof (-DQK_PROF_ENABLE): the profiler's implementation, here (qk.h's rule) */
 #include "qk.h"
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,7 +30,7 @@ static int cmp_d(const void *a, const void *b)
 
 int main(int argc, char **argv)
 {
-    const char *spec = "zz(reps=2)", *outp = "/tmp/qk_mgpu_K.npy", *output = "device", *label = "";
+    const char *spec = "zz(reps=2)", *outp = "/tmp/qk_mgpu_K.npy", *output = "device", *label = "", *trace = NULL;
     int F = 8, reps = 3, i, k, gpus[QK_MAX_DEVICES], ng = 0, sync = 0, split = 0, pinned = 0;
     long long N = 65536;
     qk_precision prec = QK_PRECISION_FP32;
@@ -50,6 +53,7 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--output")) output = v, i++;
         else if (!strcmp(a, "--reps")) reps = atoi(v), i++;
         else if (!strcmp(a, "--label")) label = v, i++;
+        else if (!strcmp(a, "--trace")) trace = v, i++;
         else if (!strcmp(a, "--sync")) sync = 1;
         else if (!strcmp(a, "--pinned")) pinned = 1;
         else if (!strcmp(a, "--split")) { split = !strcmp(v, "yes") ? 1 : !strcmp(v, "no") ? -1 : 0; i++; }
@@ -96,6 +100,17 @@ int main(int argc, char **argv)
     if ((r = qk_plan_make(ctx, map, &g, &plan)) != QK_OK) { fprintf(stderr, "qk-mgpu-bench: plan: %s\n", qk_last_error()); return 1; }
     qk_plan_describe(&plan, buf, sizeof buf);
     printf("%s", buf);
+    {   /* what planning alone costs (qk_gram plans every call): qk_plan_make, median of 9 */
+        double tp[9], t0;
+        qk_plan p2;
+        for (i = 0; i < 9; i++) {
+            t0 = qk_cuda_wtime();
+            if (qk_plan_make(ctx, map, &g, &p2) != QK_OK) { fprintf(stderr, "qk-mgpu-bench: plan: %s\n", qk_last_error()); return 1; }
+            tp[i] = qk_cuda_wtime() - t0;
+        }
+        qsort(tp, 9, sizeof(double), cmp_d);
+        printf("qk_plan_make: median %.3f ms (min %.3f, max %.3f) of 9\n", tp[4] * 1e3, tp[0] * 1e3, tp[8] * 1e3);
+    }
     memset(dev, 0, sizeof dev);
     if (g.output == QK_OUTPUT_DEVICE) {
         for (k = 0; k < plan.n_devices; k++) {
@@ -108,8 +123,12 @@ int main(int argc, char **argv)
         }
         g.out_devices = dev;
     }
+#ifndef QK_PROF_ENABLE
+    if (trace) { fprintf(stderr, "qk-mgpu-bench: --trace needs the profiler build (qk-mgpu-bench-prof)\n"); return 2; }
+#endif
     for (i = -1; i < reps; i++) {
-        double t0 = qk_cuda_wtime();
+        double t0;
+        t0 = qk_cuda_wtime();
         r = qk_gram(ctx, map, &g);
         if (r != QK_OK) { fprintf(stderr, "qk-mgpu-bench: qk_gram: %s: %s\n", qk_result_string(r), qk_last_error()); return 1; }
         if (i >= 0) {
@@ -142,6 +161,11 @@ int main(int argc, char **argv)
     printf("], \"gpu_finish_s\": [");
     for (i = 0; i < k; i++) printf("%s%.6f", i ? ", " : "", best_sec[i]);
     printf("], \"slowest_over_mean\": %.5f, \"device\": \"%s\"}\n", k ? mx / mean : 1.0, plan.device_name);
+    if (trace) {
+        QK_PROF_GPU_COLLECT();
+        if (QK_PROF_WRITE_TRACE(trace) != 0) fprintf(stderr, "qk-mgpu-bench: cannot write %s\n", trace);
+        (void)QK_PROF_REPORT("-");
+    }
     for (k = 0; k < QK_MAX_DEVICES; k++) if (dev[k]) cudaFree(dev[k]);
     if (g.output == QK_OUTPUT_NPY) remove(outp);
     if (pinned) cudaFreeHost(host);

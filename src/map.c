@@ -727,10 +727,39 @@ QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t 
     return r;
 }
 
+/* The largest |v| of cnt doubles by their bit patterns (sign cleared, an IEEE double's order is
+   its bits' order, and Inf / NaN lie above every finite value), in four independent maxima so
+   that no comparison waits on the one before. Returns 1 when every value is finite (*xmax set),
+   0 when one is not. qk_map_check_data's fast path: a Gram call checks all of X before planning,
+   and the row loop's dependent sums cost ~0.5 ms at 32768 x 8 on a server core. */
+static int qk__finite_absmax(const double *x, size_t cnt, double *xmax)
+{
+    const uint64_t mask = 0x7fffffffffffffffull;
+    uint64_t m[4] = {0, 0, 0, 0}, b, top;
+    size_t i, k;
+    for (i = 0; i + 4 <= cnt; i += 4) {
+        for (k = 0; k < 4; k++) {
+            memcpy(&b, x + i + k, sizeof b);
+            b &= mask;
+            m[k] = b > m[k] ? b : m[k];
+        }
+    }
+    for (; i < cnt; i++) {
+        memcpy(&b, x + i, sizeof b);
+        b &= mask;
+        m[0] = b > m[0] ? b : m[0];
+    }
+    top = m[0];
+    for (k = 1; k < 4; k++) top = m[k] > top ? m[k] : top;
+    if (top >= 0x7ff0000000000000ull) return 0;   /* Inf or NaN somewhere */
+    memcpy(xmax, &top, sizeof top);
+    return 1;
+}
+
 QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n, const char *name)
 {
     int64_t i;
-    int j, d, basis = 0, amp = 0, angles = 0, k;
+    int j, d, basis = 0, amp = 0, angles = 0, k, fast;
     double xmax = 0.0;
     if (!name) name = "X";
     if (!map || !x) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "%s: NULL %s", name, map ? "data" : "map");
@@ -747,7 +776,10 @@ QKDEF qk_result qk_map_check_data(const qk_map *map, const double *x, int64_t n,
         if (map->ops[k].kind == QK_OP_AMPLITUDE) amp = 1;
         if (qk__op_has_angle(map->ops[k].kind)) angles = 1;
     }
-    for (i = 0; i < n; i++) {
+    /* ordinary data (every value finite, no basis or amplitude rule): one flat scan; otherwise,
+       or to name the first bad value, the rows one by one */
+    fast = !basis && !amp && qk__finite_absmax(x, (size_t)n * (size_t)d, &xmax);
+    for (i = fast ? n : 0; i < n; i++) {
         const double *row = x + i * d;
         double ss = 0.0;
         char v0[40];

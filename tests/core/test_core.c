@@ -484,6 +484,48 @@ static void test_parser_dup_stray(void)
     }
 }
 
+/* qk_map_check_data's flat scan (every value finite: the largest |x| in one pass; otherwise the
+   rows again, to name the first bad value): a bad value at each position of the scan's groups of
+   four and in its tail (7 x 3 = 21 values), of either sign; the angle bound from the largest |x|,
+   which may be a negative value. */
+static void test_check_data_scan(void)
+{
+    qk_map *zz = qk_test_parse("zz", 3);
+    double x[21], bad[3];
+    char want[64];
+    int i, k, b;
+    bad[0] = NAN; bad[1] = INFINITY; bad[2] = -INFINITY;
+    for (i = 0; i < 21; i++) x[i] = 0.1 * (i + 1) - 1.0;
+    CHECK(qk_map_check_data(zz, x, 7, "X") == QK_OK, "finite data: %s", qk_last_error());
+    for (k = 0; k < 21; k++)
+        for (b = 0; b < 3; b++) {
+            const double keep = x[k];
+            x[k] = bad[b];
+            if (b == 0 && k + 1 < 21) x[20] = NAN;   /* a later bad value too: the first is named */
+            snprintf(want, sizeof want, "X[%d][%d] is %s", k / 3, k % 3, b == 0 ? "NaN" : "Inf");
+            CHECK(qk_map_check_data(zz, x, 7, "X") == QK_ERROR_NON_FINITE && strstr(qk_last_error(), want), "%s: %s", want,
+                  qk_last_error());
+            x[k] = keep;
+            x[20] = 0.1 * 21 - 1.0;
+        }
+    for (k = 0; k < 7; k++) {   /* a row of +-1e160: its pair angles (pi - x_i)(pi - x_j) overflow, found through the bound */
+        double keep[3];
+        memcpy(keep, x + 3 * k, sizeof keep);
+        for (i = 0; i < 3; i++) x[3 * k + i] = k % 2 ? -1e160 : 1e160;
+        snprintf(want, sizeof want, "X row %d", k);
+        CHECK(qk_map_check_data(zz, x, 7, "X") == QK_ERROR_BAD_DATA && strstr(qk_last_error(), want), "row %d of %g: %s", k, x[3 * k],
+              qk_last_error());
+        x[3 * k] = 1.0;
+        CHECK(qk_map_check_data(zz, x, 7, "X") == QK_ERROR_BAD_DATA, "two of 1e160 in row %d: %s", k, qk_last_error());
+        x[3 * k + 1] = 1.0;   /* one large value alone: every angle finite */
+        CHECK(qk_map_check_data(zz, x, 7, "X") == QK_OK, "one of 1e160 in row %d: %s", k, qk_last_error());
+        memcpy(x + 3 * k, keep, sizeof keep);
+    }
+    for (i = 0; i < 21; i++) x[i] = -1e3 * (i + 1);   /* all negative: the bound still clears them */
+    CHECK(qk_map_check_data(zz, x, 7, "X") == QK_OK, "negative data: %s", qk_last_error());
+    qk_map_free(zz);
+}
+
 static void test_bad_input(void)
 {
     qk_ctx *ctx = qk_test_cpu_ctx(0);
@@ -797,6 +839,7 @@ int main(void)
     test_parser_dup_stray();
     test_parity_rule();
     test_bad_input();
+    test_check_data_scan();
     test_weights();
     test_diag_fold();
     test_h_runs();
