@@ -304,8 +304,14 @@ extern "C" size_t qk_cuda_test_live_bytes(void)
 /* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
 static int qk__poison_gemm = 0;
 extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
+/* qk_cuda_test_rows_in_bytes: the bytes of X / Y rows (features or given states) copied into the
+   engine's own device buffers so far (QK__TEST_ROWS_IN at each such copy) */
+static std::atomic<long long> qk__rows_in{0};
+extern "C" long long qk_cuda_test_rows_in_bytes(void) { return qk__rows_in.load(); }
+#define QK__TEST_ROWS_IN(bytes) (qk__rows_in += (long long)(bytes))
 #else
 enum { qk__poison_gemm = 0 };   /* the product build: no poisoning (the branch folds away) */
+#define QK__TEST_ROWS_IN(bytes) ((void)0)
 #endif /* QK_TEST_FAULTS */
 
 /* ---- errors ---- */
@@ -850,6 +856,9 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     return QK_OK;
 }
 
+/* The compiled program on the device: its eight arrays packed into one buffer (each at a
+   16-byte boundary), uploaded with one copy. base: that buffer; owned: allocated here (else a
+   stream pool's, qk__dprog_make's buf). */
 struct qk__dprog {
     qk_angle *ang = nullptr;
     int *op_kind = nullptr;
@@ -858,40 +867,69 @@ struct qk__dprog {
     qk__contrib *con = nullptr;
     double *w = nullptr;
     int *qops = nullptr, *qoff = nullptr;
+    void *base = nullptr;
+    bool owned = false;
 };
 
-template <typename V>
-static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
+/* The packed layout: each array's offset in the buffer, and the buffer's size (at least 16). */
+struct qk__dprog_layout {
+    size_t off[8], sz[8], bytes;
+};
+static qk__dprog_layout qk__dprog_plan(const qk__prog &pg, const qk_map *map)
 {
-    size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
-    QK_CK(cudaMalloc((void **)d, bytes));
-    if (!v.empty()) {
-        /* landed before any stream reads it: the legacy stream's cudaMemcpy does not order the
-           engine's non-blocking streams, and from pageable memory it may return before its DMA */
-        QK_CK(cudaMemcpyAsync(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, 0));
-        QK_CK(cudaStreamSynchronize(0));
+    const size_t sz[8] = {pg.ang.size() * sizeof(qk_angle), pg.op_kind.size() * sizeof(int), pg.instr.size() * sizeof(qk__instr),
+                          pg.jobs.size() * sizeof(qk__job), pg.con.size() * sizeof(qk__contrib), (size_t)map->n_weights * sizeof(double),
+                          pg.qops.size() * sizeof(int), pg.qoff.size() * sizeof(int)};
+    qk__dprog_layout L;
+    size_t at = 0;
+    for (int i = 0; i < 8; ++i) {
+        L.off[i] = at;
+        L.sz[i] = sz[i];
+        at += (sz[i] + 15) & ~(size_t)15;
     }
-    return QK_OK;
+    L.bytes = std::max<size_t>(16, at);
+    return L;
 }
+/* Its size: what a stream pool's buffer for it must hold. */
+static size_t qk__dprog_bytes(const qk__prog &pg, const qk_map *map) { return qk__dprog_plan(pg, map).bytes; }
 
 static void qk__dprog_free(qk__dprog *d)
 {
-    cudaFree(d->ang); cudaFree(d->op_kind); cudaFree(d->instr); cudaFree(d->jobs);
-    cudaFree(d->con); cudaFree(d->w); cudaFree(d->qops); cudaFree(d->qoff);
+    if (d->owned) cudaFree(d->base);
     *d = qk__dprog();
 }
 
-static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E)
+/* Uploads the program. buf: a device buffer of at least qk__dprog_bytes to use (NULL: one is
+   allocated, and qk__dprog_free frees it). st: the stream the copy is ordered on; the copy comes
+   from pageable memory, which cudaMemcpyAsync has staged when it returns, so the host vector may
+   go; with the legacy stream 0 (the default) it is also waited for, since the engine's other
+   (non-blocking) streams are not ordered after stream 0. */
+static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E, void *buf = nullptr,
+                                cudaStream_t st = 0)
 {
-    QK_TRY(qk__upload(pg.ang, &d->ang, E));
-    QK_TRY(qk__upload(pg.op_kind, &d->op_kind, E));
-    QK_TRY(qk__upload(pg.instr, &d->instr, E));
-    QK_TRY(qk__upload(pg.jobs, &d->jobs, E));
-    QK_TRY(qk__upload(pg.con, &d->con, E));
-    std::vector<double> w(map->weights, map->weights + map->n_weights);
-    QK_TRY(qk__upload(w, &d->w, E));
-    QK_TRY(qk__upload(pg.qops, &d->qops, E));
-    QK_TRY(qk__upload(pg.qoff, &d->qoff, E));
+    const qk__dprog_layout L = qk__dprog_plan(pg, map);
+    std::vector<unsigned char> h(L.bytes, 0);
+    const void *src[8] = {pg.ang.data(), pg.op_kind.data(), pg.instr.data(), pg.jobs.data(), pg.con.data(), map->weights,
+                          pg.qops.data(), pg.qoff.data()};
+    for (int i = 0; i < 8; ++i)
+        if (L.sz[i] > 0 && src[i]) memcpy(h.data() + L.off[i], src[i], L.sz[i]);
+    *d = qk__dprog();
+    if (buf) d->base = buf;
+    else {
+        QK_CK(cudaMalloc(&d->base, L.bytes));
+        d->owned = true;
+    }
+    unsigned char *b = (unsigned char *)d->base;
+    d->ang = (qk_angle *)(b + L.off[0]);
+    d->op_kind = (int *)(b + L.off[1]);
+    d->instr = (qk__instr *)(b + L.off[2]);
+    d->jobs = (qk__job *)(b + L.off[3]);
+    d->con = (qk__contrib *)(b + L.off[4]);
+    d->w = (double *)(b + L.off[5]);
+    d->qops = (int *)(b + L.off[6]);
+    d->qoff = (int *)(b + L.off[7]);
+    QK_CK(cudaMemcpyAsync(d->base, h.data(), L.bytes, cudaMemcpyHostToDevice, st));
+    if (st == 0) QK_CK(cudaStreamSynchronize(0));
     return QK_OK;
 }
 
@@ -1058,7 +1096,7 @@ template <typename T, bool OUT_REAL>
 __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q,
                            const T *__restrict__ params, int P, int64_t n,
                            const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
-                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps, int stage)
 {
     extern __shared__ __align__(16) unsigned char qk__smem[];
     typedef qk__cx<T> C;
@@ -1079,6 +1117,16 @@ __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *
     uint32_t fixed = 0;
     for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
     const T *ps = params + (active ? s : 0) * (int64_t)P;
+    if (stage) {
+        /* the state's parameters in shared memory (after the tables): the DIAG tables' phase sums
+           and the gates read them with data-dependent indices, each a dependent load, which from
+           global memory waited for L1 / L2 every time */
+        T *sp = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)spb * TBL + (size_t)ls * P;
+        if (active)
+            for (int k = lt; k < P; k += tps) sp[k] = ps[k];
+        ps = sp;
+        __syncthreads();
+    }
 
     if (p.first && p.fold >= 0) {
         /* The folded leading gates make the start a product state: amplitude(g) =
@@ -1582,7 +1630,9 @@ static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *
 }
 
 /* qk__k_pass: spb states of tps threads per block, one block per (state group, chunk); shared
-   memory holds the spb chunks of 2^L amplitudes and their phase tables. */
+   memory holds the spb chunks of 2^L amplitudes, their phase tables and, where they fit in
+   QK__PASS_STAGE_BYTES, their parameters. */
+#define QK__PASS_STAGE_BYTES ((size_t)16 << 10)
 template <typename T>
 static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
                                  const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
@@ -1591,11 +1641,15 @@ static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk
     const int q = pg.q, N = 1 << p.L;
     const int64_t nchunks = (int64_t)1 << (q - p.L);
     const int64_t groups = (n + spb - 1) / spb;
-    const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    /* the parameters staged in shared memory where they take at most QK__PASS_STAGE_BYTES a block */
+    const size_t pbytes = (size_t)spb * pg.P * sizeof(T);
+    const int stage = pbytes <= QK__PASS_STAGE_BYTES ? 1 : 0;
+    if (stage) smem += pbytes;
     auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
-                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps);
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps, stage);
     QK_LAUNCH_CK("qk__k_pass");
     return QK_OK;
 }
@@ -2260,8 +2314,12 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;
         /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
-           small states share a block so that blocks have at least 128 threads. */
+           small states share a block so that blocks have at least 128 threads. A one-pass
+           program of up to 10 qubits runs a warp per state, four states a block: its DIAG
+           tables and gates are chains of dependent loads a block waits on, and four states in
+           flight per block hide them (the figures: docs/benchmarks.md, "Per-call costs"). */
         int tps = std::max(1, std::min(256, N / 2));
+        if (np == 1 && N <= 1024) tps = std::min(tps, 32);
         int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
         if (np > 1) spb = 1;
         /* multi-pass programs run in place on tmp (the chunks of one pass are disjoint: no block
@@ -4925,15 +4983,16 @@ struct qk__pool {
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
    cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
-enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_COUNT };
+enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_X, QK__PB_Y, QK__PB_PROG, QK__PB_COUNT };
 struct qk_cuda_pool {
     int device = -1;
     bool lent = false;
     cudaStream_t st[3] = {nullptr, nullptr, nullptr};
     cublasHandle_t blas = nullptr;
     void *buf[QK__PB_COUNT] = {};        /* the jobs' device buffers by role (states, build scratch, the
-                                            cuBLAS workspace ring, K's slab ring or resident K), kept
-                                            across calls and grown when a job needs more */
+                                            cuBLAS workspace ring, K's slab ring or resident K, the
+                                            features X and Y, the compiled program), kept across
+                                            calls and grown when a job needs more */
     size_t bytes[QK__PB_COUNT] = {};
 };
 
@@ -5091,7 +5150,10 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
-    if (!J->x_in_place) { cudaFree(J->dx); cudaFree(J->dy); }
+    if (!J->x_in_place) {
+        if (QK__OWN(J, QK__PB_X)) cudaFree(J->dx);
+        if (QK__OWN(J, QK__PB_Y)) cudaFree(J->dy);
+    }
     if (J->SA) QK__GZ_UNTRACK(J, J->SA);
     if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
     if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
@@ -5325,7 +5387,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
             return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
                                                          "parameters than qk__cuda_params budgets (please report the map)");
-        QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
+        {   /* the program: one copy on the compute stream, into the pool's buffer when there is one */
+            void *pb = nullptr;
+            if (J->lent) QK_CK(qk__job_buf(J, QK__PB_PROG, &pb, qk__dprog_bytes(J->pg, map)));
+            QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E, pb, cs));
+        }
         if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_DEVICE)) {
             /* the caller's device states, read in place: never copied, never freed here */
             J->x_in_place = true;
@@ -5339,8 +5405,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
             QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
             if (peer) qk__peer_access(ds->x);
-            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
-            if (bulk && !sym) QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_X, (void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
+            if (bulk && !sym) QK_CK(qk__job_buf(J, QK__PB_Y, (void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             if (J->fetch) {
                 J->fb_rows = std::max<int64_t>(1, std::min<int64_t>((int64_t)(QK__FETCH_BYTES / ((size_t)d * sizeof(double))), std::max(nx, ny)));
                 for (int i = 0; i < 2; ++i) {
@@ -5349,12 +5415,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 }
             }
         } else if (!stream_amp) {
-            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_X, (void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dx, ds->x, span(nx), cudaMemcpyHostToDevice, cs));
+            QK__TEST_ROWS_IN(span(nx));
         }
         if (!sym && !stream_amp && !J->x_in_place && !streamed) {
-            QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_Y, (void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
+            QK__TEST_ROWS_IN(span(ny));
         }
         QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
@@ -5466,6 +5534,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
             QK_CK(cudaMemcpyAsync(dev, src, span(cnt), peer ? cudaMemcpyDefault : cudaMemcpyHostToDevice, J->hs));
+            QK__TEST_ROWS_IN(span(cnt));
         } else {
             for (int64_t c = 0; c < cnt; c += J->fb_rows) {
                 const int64_t k = std::min(J->fb_rows, cnt - c);
@@ -5474,6 +5543,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 J->n_fb++;
                 QK_TRY(J->fetch(side, r0 + c, r0 + c + k, J->fb[b], J->fetch_user));
                 QK_CK(cudaMemcpyAsync(dev + c * d, J->fb[b], (size_t)k * rowb, cudaMemcpyHostToDevice, J->hs));
+                QK__TEST_ROWS_IN((size_t)k * rowb);
                 QK_CK(cudaEventRecord(J->fb_done[b], J->hs));
             }
         }

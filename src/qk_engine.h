@@ -452,6 +452,9 @@ QK_CUDA_DEF int qk_cuda_test_alloc_count(void);
 /* Tests: the bytes of device memory the GPU engine holds now (its cudaMalloc less its cudaFree,
    the contexts' pools included): a leak check that other processes on the GPU do not disturb. */
 QK_CUDA_DEF size_t qk_cuda_test_live_bytes(void);
+/* Tests: the bytes of X / Y rows (features, or given states) the GPU engine has copied into its
+   own device buffers so far; device states read in place add none. */
+QK_CUDA_DEF long long qk_cuda_test_rows_in_bytes(void);
 /* Tests: on (1) fills the cuBLAS and tensor-core engines' product buffer (C) with NaN before
    their GEMMs, so that an entry the epilogue reads but no GEMM wrote shows as NaN in K (the
    sanitizer runs: docs/gpu.md). Not for concurrent use. */

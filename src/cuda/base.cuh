@@ -182,8 +182,14 @@ extern "C" size_t qk_cuda_test_live_bytes(void)
 /* qk_cuda_test_poison_gemm: the cuBLAS paths' C filled with NaN bytes before the products */
 static int qk__poison_gemm = 0;
 extern "C" void qk_cuda_test_poison_gemm(int on) { qk__poison_gemm = on != 0; }
+/* qk_cuda_test_rows_in_bytes: the bytes of X / Y rows (features or given states) copied into the
+   engine's own device buffers so far (QK__TEST_ROWS_IN at each such copy) */
+static std::atomic<long long> qk__rows_in{0};
+extern "C" long long qk_cuda_test_rows_in_bytes(void) { return qk__rows_in.load(); }
+#define QK__TEST_ROWS_IN(bytes) (qk__rows_in += (long long)(bytes))
 #else
 enum { qk__poison_gemm = 0 };   /* the product build: no poisoning (the branch folds away) */
+#define QK__TEST_ROWS_IN(bytes) ((void)0)
 #endif /* QK_TEST_FAULTS */
 
 /* ---- errors ---- */

@@ -262,6 +262,9 @@ static qk_result qk__compile(const qk_map *map, qk__prog *pg, qk__err *E)
     return QK_OK;
 }
 
+/* The compiled program on the device: its eight arrays packed into one buffer (each at a
+   16-byte boundary), uploaded with one copy. base: that buffer; owned: allocated here (else a
+   stream pool's, qk__dprog_make's buf). */
 struct qk__dprog {
     qk_angle *ang = nullptr;
     int *op_kind = nullptr;
@@ -270,40 +273,69 @@ struct qk__dprog {
     qk__contrib *con = nullptr;
     double *w = nullptr;
     int *qops = nullptr, *qoff = nullptr;
+    void *base = nullptr;
+    bool owned = false;
 };
 
-template <typename V>
-static qk_result qk__upload(const std::vector<V> &v, V **d, qk__err *E)
+/* The packed layout: each array's offset in the buffer, and the buffer's size (at least 16). */
+struct qk__dprog_layout {
+    size_t off[8], sz[8], bytes;
+};
+static qk__dprog_layout qk__dprog_plan(const qk__prog &pg, const qk_map *map)
 {
-    size_t bytes = std::max<size_t>(1, v.size()) * sizeof(V);
-    QK_CK(cudaMalloc((void **)d, bytes));
-    if (!v.empty()) {
-        /* landed before any stream reads it: the legacy stream's cudaMemcpy does not order the
-           engine's non-blocking streams, and from pageable memory it may return before its DMA */
-        QK_CK(cudaMemcpyAsync(*d, v.data(), v.size() * sizeof(V), cudaMemcpyHostToDevice, 0));
-        QK_CK(cudaStreamSynchronize(0));
+    const size_t sz[8] = {pg.ang.size() * sizeof(qk_angle), pg.op_kind.size() * sizeof(int), pg.instr.size() * sizeof(qk__instr),
+                          pg.jobs.size() * sizeof(qk__job), pg.con.size() * sizeof(qk__contrib), (size_t)map->n_weights * sizeof(double),
+                          pg.qops.size() * sizeof(int), pg.qoff.size() * sizeof(int)};
+    qk__dprog_layout L;
+    size_t at = 0;
+    for (int i = 0; i < 8; ++i) {
+        L.off[i] = at;
+        L.sz[i] = sz[i];
+        at += (sz[i] + 15) & ~(size_t)15;
     }
-    return QK_OK;
+    L.bytes = std::max<size_t>(16, at);
+    return L;
 }
+/* Its size: what a stream pool's buffer for it must hold. */
+static size_t qk__dprog_bytes(const qk__prog &pg, const qk_map *map) { return qk__dprog_plan(pg, map).bytes; }
 
 static void qk__dprog_free(qk__dprog *d)
 {
-    cudaFree(d->ang); cudaFree(d->op_kind); cudaFree(d->instr); cudaFree(d->jobs);
-    cudaFree(d->con); cudaFree(d->w); cudaFree(d->qops); cudaFree(d->qoff);
+    if (d->owned) cudaFree(d->base);
     *d = qk__dprog();
 }
 
-static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E)
+/* Uploads the program. buf: a device buffer of at least qk__dprog_bytes to use (NULL: one is
+   allocated, and qk__dprog_free frees it). st: the stream the copy is ordered on; the copy comes
+   from pageable memory, which cudaMemcpyAsync has staged when it returns, so the host vector may
+   go; with the legacy stream 0 (the default) it is also waited for, since the engine's other
+   (non-blocking) streams are not ordered after stream 0. */
+static qk_result qk__dprog_make(const qk__prog &pg, const qk_map *map, qk__dprog *d, qk__err *E, void *buf = nullptr,
+                                cudaStream_t st = 0)
 {
-    QK_TRY(qk__upload(pg.ang, &d->ang, E));
-    QK_TRY(qk__upload(pg.op_kind, &d->op_kind, E));
-    QK_TRY(qk__upload(pg.instr, &d->instr, E));
-    QK_TRY(qk__upload(pg.jobs, &d->jobs, E));
-    QK_TRY(qk__upload(pg.con, &d->con, E));
-    std::vector<double> w(map->weights, map->weights + map->n_weights);
-    QK_TRY(qk__upload(w, &d->w, E));
-    QK_TRY(qk__upload(pg.qops, &d->qops, E));
-    QK_TRY(qk__upload(pg.qoff, &d->qoff, E));
+    const qk__dprog_layout L = qk__dprog_plan(pg, map);
+    std::vector<unsigned char> h(L.bytes, 0);
+    const void *src[8] = {pg.ang.data(), pg.op_kind.data(), pg.instr.data(), pg.jobs.data(), pg.con.data(), map->weights,
+                          pg.qops.data(), pg.qoff.data()};
+    for (int i = 0; i < 8; ++i)
+        if (L.sz[i] > 0 && src[i]) memcpy(h.data() + L.off[i], src[i], L.sz[i]);
+    *d = qk__dprog();
+    if (buf) d->base = buf;
+    else {
+        QK_CK(cudaMalloc(&d->base, L.bytes));
+        d->owned = true;
+    }
+    unsigned char *b = (unsigned char *)d->base;
+    d->ang = (qk_angle *)(b + L.off[0]);
+    d->op_kind = (int *)(b + L.off[1]);
+    d->instr = (qk__instr *)(b + L.off[2]);
+    d->jobs = (qk__job *)(b + L.off[3]);
+    d->con = (qk__contrib *)(b + L.off[4]);
+    d->w = (double *)(b + L.off[5]);
+    d->qops = (int *)(b + L.off[6]);
+    d->qoff = (int *)(b + L.off[7]);
+    QK_CK(cudaMemcpyAsync(d->base, h.data(), L.bytes, cudaMemcpyHostToDevice, st));
+    if (st == 0) QK_CK(cudaStreamSynchronize(0));
     return QK_OK;
 }
 

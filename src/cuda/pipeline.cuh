@@ -30,15 +30,16 @@ struct qk__pool {
 
 /* The stream pool a context keeps per GPU (qk_engine.h): st[0] compute, st[1] copy, st[2] the
    cuBLAS epilogue; the cuBLAS handle made on the first job that needs it. */
-enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_COUNT };
+enum { QK__PB_SA, QK__PB_SB, QK__PB_PARAMS, QK__PB_TMP, QK__PB_CW0, QK__PB_CW1, QK__PB_KD, QK__PB_KT, QK__PB_X, QK__PB_Y, QK__PB_PROG, QK__PB_COUNT };
 struct qk_cuda_pool {
     int device = -1;
     bool lent = false;
     cudaStream_t st[3] = {nullptr, nullptr, nullptr};
     cublasHandle_t blas = nullptr;
     void *buf[QK__PB_COUNT] = {};        /* the jobs' device buffers by role (states, build scratch, the
-                                            cuBLAS workspace ring, K's slab ring or resident K), kept
-                                            across calls and grown when a job needs more */
+                                            cuBLAS workspace ring, K's slab ring or resident K, the
+                                            features X and Y, the compiled program), kept across
+                                            calls and grown when a job needs more */
     size_t bytes[QK__PB_COUNT] = {};
 };
 
@@ -196,7 +197,10 @@ static void qk__job_free(qk__job_state *J)
     if (J->pool.st[0]) cudaStreamSynchronize(J->pool.st[0]);
     if (J->pool.st[1]) cudaStreamSynchronize(J->pool.st[1]);
     qk__dprog_free(&J->dp);
-    if (!J->x_in_place) { cudaFree(J->dx); cudaFree(J->dy); }
+    if (!J->x_in_place) {
+        if (QK__OWN(J, QK__PB_X)) cudaFree(J->dx);
+        if (QK__OWN(J, QK__PB_Y)) cudaFree(J->dy);
+    }
     if (J->SA) QK__GZ_UNTRACK(J, J->SA);
     if (J->SB && J->SB != J->SA) QK__GZ_UNTRACK(J, J->SB);
     if (J->Kd && (J->desc->output != QK_OUTPUT_DEVICE || J->Kd != J->desc->out)) QK__GZ_UNTRACK(J, J->Kd);
@@ -430,7 +434,11 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (J->pg.P > qk__cuda_params(map)) /* the planner counted the states' scratch with this budget */
             return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: internal error: the compiled program needs more "
                                                          "parameters than qk__cuda_params budgets (please report the map)");
-        QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E));
+        {   /* the program: one copy on the compute stream, into the pool's buffer when there is one */
+            void *pb = nullptr;
+            if (J->lent) QK_CK(qk__job_buf(J, QK__PB_PROG, &pb, qk__dprog_bytes(J->pg, map)));
+            QK_TRY(qk__dprog_make(J->pg, map, &J->dp, E, pb, cs));
+        }
         if (qk__map_is_states(map) && (map->ops[0].q1 & QK__STATE_DEVICE)) {
             /* the caller's device states, read in place: never copied, never freed here */
             J->x_in_place = true;
@@ -444,8 +452,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaEventCreateWithFlags(&J->raw_ready, cudaEventDisableTiming));
             QK_CK(cudaEventCreateWithFlags(&J->raw_free, cudaEventDisableTiming));
             if (peer) qk__peer_access(ds->x);
-            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
-            if (bulk && !sym) QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_X, (void **)&J->dx, std::max<size_t>(1, (size_t)(bulk ? nx : tA) * d * sizeof(double))));
+            if (bulk && !sym) QK_CK(qk__job_buf(J, QK__PB_Y, (void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             if (J->fetch) {
                 J->fb_rows = std::max<int64_t>(1, std::min<int64_t>((int64_t)(QK__FETCH_BYTES / ((size_t)d * sizeof(double))), std::max(nx, ny)));
                 for (int i = 0; i < 2; ++i) {
@@ -454,12 +462,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 }
             }
         } else if (!stream_amp) {
-            QK_CK(cudaMalloc((void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_X, (void **)&J->dx, std::max<size_t>(1, (size_t)nx * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dx, ds->x, span(nx), cudaMemcpyHostToDevice, cs));
+            QK__TEST_ROWS_IN(span(nx));
         }
         if (!sym && !stream_amp && !J->x_in_place && !streamed) {
-            QK_CK(cudaMalloc((void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
+            QK_CK(qk__job_buf(J, QK__PB_Y, (void **)&J->dy, std::max<size_t>(1, (size_t)ny * d * sizeof(double))));
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
+            QK__TEST_ROWS_IN(span(ny));
         }
         QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
@@ -571,6 +581,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (!J->fetch) {
             const double *src = (side ? ds->y : ds->x) + r0 * d;
             QK_CK(cudaMemcpyAsync(dev, src, span(cnt), peer ? cudaMemcpyDefault : cudaMemcpyHostToDevice, J->hs));
+            QK__TEST_ROWS_IN(span(cnt));
         } else {
             for (int64_t c = 0; c < cnt; c += J->fb_rows) {
                 const int64_t k = std::min(J->fb_rows, cnt - c);
@@ -579,6 +590,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 J->n_fb++;
                 QK_TRY(J->fetch(side, r0 + c, r0 + c + k, J->fb[b], J->fetch_user));
                 QK_CK(cudaMemcpyAsync(dev + c * d, J->fb[b], (size_t)k * rowb, cudaMemcpyHostToDevice, J->hs));
+                QK__TEST_ROWS_IN((size_t)k * rowb);
                 QK_CK(cudaEventRecord(J->fb_done[b], J->hs));
             }
         }

@@ -165,7 +165,7 @@ template <typename T, bool OUT_REAL>
 __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q,
                            const T *__restrict__ params, int P, int64_t n,
                            const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
-                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps)
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps, int stage)
 {
     extern __shared__ __align__(16) unsigned char qk__smem[];
     typedef qk__cx<T> C;
@@ -186,6 +186,16 @@ __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *
     uint32_t fixed = 0;
     for (int i = 0; i < q - p.L; ++i) if ((chunk >> i) & 1) fixed |= 1u << p.npos[i];
     const T *ps = params + (active ? s : 0) * (int64_t)P;
+    if (stage) {
+        /* the state's parameters in shared memory (after the tables): the DIAG tables' phase sums
+           and the gates read them with data-dependent indices, each a dependent load, which from
+           global memory waited for L1 / L2 every time */
+        T *sp = (T *)((C *)qk__smem + (size_t)spb * N) + (size_t)spb * TBL + (size_t)ls * P;
+        if (active)
+            for (int k = lt; k < P; k += tps) sp[k] = ps[k];
+        ps = sp;
+        __syncthreads();
+    }
 
     if (p.first && p.fold >= 0) {
         /* The folded leading gates make the start a product state: amplitude(g) =
@@ -689,7 +699,9 @@ static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *
 }
 
 /* qk__k_pass: spb states of tps threads per block, one block per (state group, chunk); shared
-   memory holds the spb chunks of 2^L amplitudes and their phase tables. */
+   memory holds the spb chunks of 2^L amplitudes, their phase tables and, where they fit in
+   QK__PASS_STAGE_BYTES, their parameters. */
+#define QK__PASS_STAGE_BYTES ((size_t)16 << 10)
 template <typename T>
 static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
                                  const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
@@ -698,11 +710,15 @@ static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk
     const int q = pg.q, N = 1 << p.L;
     const int64_t nchunks = (int64_t)1 << (q - p.L);
     const int64_t groups = (n + spb - 1) / spb;
-    const size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    size_t smem = (size_t)spb * N * sizeof(qk__cx<T>) + (size_t)spb * qk__tbl_size(p.L) * sizeof(T);
+    /* the parameters staged in shared memory where they take at most QK__PASS_STAGE_BYTES a block */
+    const size_t pbytes = (size_t)spb * pg.P * sizeof(T);
+    const int stage = pbytes <= QK__PASS_STAGE_BYTES ? 1 : 0;
+    if (stage) smem += pbytes;
     auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
-                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps);
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps, stage);
     QK_LAUNCH_CK("qk__k_pass");
     return QK_OK;
 }
@@ -1367,8 +1383,12 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;
         /* threads per state: half the amplitudes (one pair per thread per gate), at most 256;
-           small states share a block so that blocks have at least 128 threads. */
+           small states share a block so that blocks have at least 128 threads. A one-pass
+           program of up to 10 qubits runs a warp per state, four states a block: its DIAG
+           tables and gates are chains of dependent loads a block waits on, and four states in
+           flight per block hide them (the figures: docs/benchmarks.md, "Per-call costs"). */
         int tps = std::max(1, std::min(256, N / 2));
+        if (np == 1 && N <= 1024) tps = std::min(tps, 32);
         int spb = (pi == 0 && np == 1) ? std::max(1, 128 / tps) : 1;
         if (np > 1) spb = 1;
         /* multi-pass programs run in place on tmp (the chunks of one pass are disjoint: no block

@@ -7,8 +7,9 @@
      two, K(A,A) and K(A,B), fp64 (|gpu - cpu| <= 1e-12) and every reduced precision within
      qk_precision_error_bound at the states' qubit count; outputs host, device, callback, .npy;
    - device states (on_device = 1): K equal bit for bit to the same states given from the host,
-     and not copied: the engine's resource acquisitions (the QK_TEST_FAULTS counter) are fewer by
-     exactly the x (and y) buffers the host states need; normalize on the device; a NaN on the
+     and not copied: the engine copies none of their rows into its buffers (qk_cuda_test_rows_in_bytes,
+     a QK_TEST_FAULTS counter; the host states' run copies them all) and acquires one norm buffer
+     per side more than the host run (qk_cuda_test_alloc_count); normalize on the device; a NaN on the
      device named by row; a host pointer passed as device memory refused;
    - qk's own states (qk_states of zz) given to the GPU: K within 1e-12 of the map's GPU K;
    - density matrices (a_mixed / b_mixed, fresh random mixtures of 2..4 random pure states): K =
@@ -195,17 +196,22 @@ static void device_cases(qk_ctx *cpu, qk_ctx *gpu)
             std::vector<double> Kh, Kd, Kc;
             gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);   /* the context's pool grown to this job's buffers */
             int c0 = qk_cuda_test_alloc_count();
+            long long b0 = qk_cuda_test_rows_in_bytes();
             bool okh = gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);
             int c1 = qk_cuda_test_alloc_count();
+            long long b1 = qk_cuda_test_rows_in_bytes();
             bool okd = gram_states(gpu, sd, QK_PRECISION_FP64, DEVICE, Kd);
             int c2 = qk_cuda_test_alloc_count();
+            long long b2 = qk_cuda_test_rows_in_bytes();
             CHECK(okh && okd && Kh.size() == Kd.size() && memcmp(Kh.data(), Kd.data(), Kh.size() * 8) == 0,
                   "type %d %s: device states' K differs from host states' K (max %.3g)", (int)t, sym ? "K(A,A)" : "K(A,B)", max_diff(Kh, Kd));
-            /* not copied: the host states' run acquires x (and y) on the device; the device
-               states' run acquires the same less those, plus one buffer of norms per side (the
-               check) -- equal counts; a copy of the device states would add one per side */
-            CHECK(c1 - c0 == c2 - c1, "type %d %s: device acquisitions: host states %d, device states %d (want equal: %d norm "
-                  "buffers instead of %d copies)", (int)t, sym ? "K(A,A)" : "K(A,B)", c1 - c0, c2 - c1, sym ? 1 : 2, sym ? 1 : 2);
+            /* not copied: the host states' run copies its rows into the engine's buffers (the
+               stream pool's, kept across calls), the device states' run copies none; it acquires
+               one buffer of norms per side (the check) that the host run does not */
+            CHECK(b1 - b0 >= (long long)(na - 1) * dim * esize(t) && b2 == b1, "type %d %s: rows copied in: host states %lld bytes, "
+                  "device states %lld (want > 0 and 0)", (int)t, sym ? "K(A,A)" : "K(A,B)", b1 - b0, b2 - b1);
+            CHECK(c2 - c1 == c1 - c0 + (sym ? 1 : 2), "type %d %s: device acquisitions: host states %d, device states %d (want %d "
+                  "norm buffers more)", (int)t, sym ? "K(A,A)" : "K(A,B)", c1 - c0, c2 - c1, sym ? 1 : 2);
             gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc);
             CHECK(max_diff(Kc, Kd) <= 1e-12, "type %d: device states vs cpu: %.3g", (int)t, max_diff(Kc, Kd));
             /* fp32 on device states, within the bound */
@@ -444,16 +450,22 @@ static void mixed_device_cases(qk_ctx *cpu, qk_ctx *gpu)
             std::vector<double> Kh, Kd, Kc, K32;
             gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);   /* the context's pool grown to this job's buffers */
             int c0 = qk_cuda_test_alloc_count();
+            long long b0 = qk_cuda_test_rows_in_bytes();
             bool okh = gram_states(gpu, sh, QK_PRECISION_FP64, DEVICE, Kh);
             int c1 = qk_cuda_test_alloc_count();
+            long long b1 = qk_cuda_test_rows_in_bytes();
             bool okd = gram_states(gpu, sd, QK_PRECISION_FP64, DEVICE, Kd);
             int c2 = qk_cuda_test_alloc_count();
+            long long b2 = qk_cuda_test_rows_in_bytes();
             CHECK(okh && okd && Kh.size() == Kd.size() && memcmp(Kh.data(), Kd.data(), Kh.size() * 8) == 0,
                   "mixed type %d %s: device matrices' K differs from host matrices' K (max %.3g)", (int)t, sym ? "K(A,A)" : "K(A,B)",
                   max_diff(Kh, Kd));
-            /* not copied: a check buffer per side instead of an upload per side (as for pure states) */
-            CHECK(c1 - c0 == c2 - c1, "mixed type %d %s: device acquisitions: host %d, device %d (want equal)", (int)t,
-                  sym ? "K(A,A)" : "K(A,B)", c1 - c0, c2 - c1);
+            /* not copied (as for pure states): the host run copies its rows in, the device run
+               none, and acquires a check buffer per side */
+            CHECK(b1 - b0 >= (long long)(na - 1) * dim * dim * es && b2 == b1, "mixed type %d %s: rows copied in: host %lld bytes, device %lld "
+                  "(want > 0 and 0)", (int)t, sym ? "K(A,A)" : "K(A,B)", b1 - b0, b2 - b1);
+            CHECK(c2 - c1 == c1 - c0 + (sym ? 1 : 2), "mixed type %d %s: device acquisitions: host %d, device %d (want %d more)", (int)t,
+                  sym ? "K(A,A)" : "K(A,B)", c1 - c0, c2 - c1, sym ? 1 : 2);
             gram_states(cpu, sh, QK_PRECISION_FP64, HOST, Kc);
             std::vector<double> Kr = hs_ref(ra, na, sym ? ra : rb, sym ? na : nb, dim);
             CHECK(max_diff(Kc, Kd) <= 1e-12 && max_diff(Kr, Kd) <= 1e-12, "mixed type %d device vs cpu: %.3g, vs the definition %.3g",
