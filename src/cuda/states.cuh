@@ -259,17 +259,45 @@ __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *
                 const T *cf = ps + in_.off;
                 T *TL = tb, *TH = tb + (1 << bl), *Et = TH + (1 << bh);
                 const T qf = qk__phase<T>(fixed, cf, q);
-                for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                if (fixed == 0) {
+                    /* no fixed qubits (a one-pass state): TL[e] = cf0 + the linear terms of e's
+                       bits + the pair terms of its bit pairs, the 7 + 21 coefficients read once
+                       into registers and every entry an unrolled sum over the bl <= 7 bits (pos
+                       ascends, so bit k2 > k1 is the higher qubit); qk__phase walks the set bits
+                       with a dependent load a term, most of the pass's instructions at 8 qubits
+                       (docs/benchmarks.md, "Per-call costs") */
+                    T lin[7], pr[21];
+#pragma unroll
+                    for (int k2 = 0; k2 < 7; ++k2) {
+                        const int u2 = k2 < bl ? p.pos[k2] : 0;   /* in range whatever the compiler hoists */
+                        lin[k2] = k2 < bl ? cf[1 + u2] : (T)0;
+#pragma unroll
+                        for (int k1 = 0; k1 < k2; ++k1)
+                            pr[k2 * (k2 - 1) / 2 + k1] = k2 < bl ? cf[1 + q + u2 + (k2 < bl ? p.pos[k1] : 0) * q] : (T)0;
+                    }
+                    for (int e = lt; e < (1 << bl); e += tps) {
+                        T ph = qf;
+#pragma unroll
+                        for (int k2 = 0; k2 < 7; ++k2) {
+                            T t = lin[k2];
+#pragma unroll
+                            for (int k1 = 0; k1 < k2; ++k1) t += ((e >> k1) & 1) ? pr[k2 * (k2 - 1) / 2 + k1] : (T)0;
+                            ph += ((e >> k2) & 1) ? t : (T)0;
+                        }
+                        TL[e] = ph;
+                    }
+                } else {
+                    for (int e = lt; e < (1 << bl); e += tps) TL[e] = qk__phase<T>(fixed | qk__pdep(e, p), cf, q);
+                }
                 for (int e = lt; e < (1 << bh); e += tps) TH[e] = qk__phase<T>(fixed | qk__pdep((uint32_t)e << bl, p), cf, q) - qf;
                 for (int e = lt; e < (bh << bl); e += tps) {
-                    int j = e >> bl, lo = e & ((1 << bl) - 1);
+                    /* E[j][lo]: lo's pair terms with hi bit j, an unrolled sum of independent loads */
+                    const int j = e >> bl, lo = e & ((1 << bl) - 1);
                     const T *dj = cf + 1 + q + p.pos[bl + j];
                     T acc = 0;
-                    while (lo) {
-                        int i = __ffs(lo) - 1;
-                        lo &= lo - 1;
-                        acc += dj[p.pos[i] * q];
-                    }
+#pragma unroll
+                    for (int i = 0; i < 7; ++i)
+                        if (i < bl && ((lo >> i) & 1)) acc += dj[(i < bl ? p.pos[i] : 0) * q];
                     Et[e] = acc;
                 }
             }
