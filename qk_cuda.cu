@@ -3007,9 +3007,9 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
 }
 
 /* ---- the warp-pipelined form for 4 qubits (fused configuration 8 at D = 16) ---- */
-/* At 4 qubits K(X,X) is bound by the write of K (4 bytes a pair, every entry), and on the H200
-   the block form above runs well under that write: its four warps meet at three barriers a tile
-   and stage every tile in shared memory. Warps that never wait for each other but load their
+/* At 4 qubits K(X,X) is bound by the write of K (every entry written once), and on GPUs with the
+   fastest memory the block form above runs well under that write: its four warps meet at three
+   barriers a tile and stage every tile in shared memory. Warps that never wait for each other but load their
    operands only when they need them wait on those loads instead (docs/benchmarks.md, "The
    4-qubit Gram in warp-private pipelines"). Here each warp runs its own pipeline. It has two private shared-memory stages
    (8 KB each: 32 A rows and 32 B rows of 128 bytes), and while it computes and stores one tile,
@@ -3170,8 +3170,8 @@ extern "C" int qk_cuda_test_small_warp(void) { return qk__stw_launches.load(); }
 #endif
 /* Where the warp-pipelined form runs by default: devices with 3 of its blocks resident per SM (12
    warps) and at least QK__STW_MIN_BW bytes/s of peak DRAM bandwidth (2 x memory clock x bus
-   width): the H200 passes and gains from it, the H100 does not and keeps the block form, which
-   there runs close to the write of K (the figures: docs/benchmarks.md, "The 4-qubit Gram in
+   width); below that bandwidth the block form already runs close to the write of K and keeps the
+   job (which devices pass, and the figures: docs/benchmarks.md, "The 4-qubit Gram in
    warp-private pipelines"). Cached per device.
    QK_STC_WARP=1 takes it wherever it launches, QK_STC_OLD=1 nowhere. */
 #define QK__STW_MIN_BW 4.4e12
