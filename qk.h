@@ -3664,7 +3664,7 @@ QK__PRIV qk_result qk__smap_fetch(qk__smap *sm, int side, int64_t row0, int64_t 
    its bits' order, and Inf / NaN lie above every finite value), in four independent maxima so
    that no comparison waits on the one before. Returns 1 when every value is finite (*xmax set),
    0 when one is not. qk_map_check_data's fast path: a Gram call checks all of X before planning,
-   and the row loop's dependent sums cost ~0.5 ms at 32768 x 8 on a server core. */
+   and the row loop's dependent sums held every call up (docs/benchmarks.md, "Per-call costs"). */
 static int qk__finite_absmax(const double *x, size_t cnt, double *xmax)
 {
     const uint64_t mask = 0x7fffffffffffffffull;

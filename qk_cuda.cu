@@ -1195,8 +1195,7 @@ __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *
                        bits + the pair terms of its bit pairs, the 7 + 21 coefficients read once
                        into registers and every entry an unrolled sum over the bl <= 7 bits (pos
                        ascends, so bit k2 > k1 is the higher qubit); qk__phase walks the set bits
-                       with a dependent load a term, most of the pass's instructions at 8 qubits
-                       (docs/benchmarks.md, "Per-call costs") */
+                       with a dependent load a term (docs/benchmarks.md, "Per-call costs") */
                     T lin[7], pr[21];
 #pragma unroll
                     for (int k2 = 0; k2 < 7; ++k2) {
