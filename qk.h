@@ -1610,6 +1610,10 @@ QK_CUDA_DEF int qk_cuda_test_states_fused(void);
 /* Tests: how many launches so far ran the warp-pipelined few-qubit kernel (qk__k_gram_stw: fused
    configuration 8 at 4 qubits, complex fp32 states, float K). */
 QK_CUDA_DEF int qk_cuda_test_small_warp(void);
+/* Tests: how many slabs so far the cuBLAS tensor-core engines computed in Gauss's form
+   (qk__tc_gauss_products: complex states, every tensor-core engine but TC_FP64, not under
+   QK_TC_4M=1). */
+QK_CUDA_DEF int qk_cuda_test_gauss(void);
 /* Tests: 1 where fused configuration 8 at 4 qubits takes qk__k_gram_stw by default on the current
    device (its DRAM bandwidth and occupancy rule), else 0. */
 QK_CUDA_DEF int qk_cuda_test_small_warp_default(void);
@@ -9812,14 +9816,20 @@ static int qk__blas_ok(qk_precision p, qk_path path, qk_gpu_engine e)
    engines, their operands in real form, W = 2^q (real) or 2^(q+1) (complex) values per state,
    for the rows, the columns and (complex) the rotated columns: TF32 one row of W floats, FP16
    and BF16 W halves, FP32X3 four blocks [hi lo hi hi] of W halves; FP64 real form the rotated
-   columns only (W doubles). */
+   columns only (W doubles). Complex states on the other tensor-core engines take Gauss's form
+   (three planes of C; three operand planes of W / 2 values for the rows and for the columns,
+   four when they are the same rows): the larger of the two is counted. */
 static double qk__blas_ws(qk_gpu_engine e, int cplx, int q, double t, double rows, double cols)
 {
-    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per;
+    double W = ldexp(cplx ? 2.0 : 1.0, q), c = rows * cols * (cplx ? 2.0 : 1.0) * t, per, four, gauss, mx;
     if (!qk__engine_tc(e)) return c;
     if (e == QK_GPU_TC_FP64) return c + 512.0 + (cplx ? cols * W * 8.0 : 0.0);
     per = e == QK_GPU_TC_FP32X3 ? 8.0 * W : e == QK_GPU_TC_TF32 ? 4.0 * W : 2.0 * W;
-    return c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+    four = c + 512.0 + per * (rows + cols * (cplx ? 2.0 : 1.0));
+    if (!cplx) return four;
+    mx = rows > cols ? rows : cols;
+    gauss = c * 1.5 + 512.0 + per / 2.0 * (4.0 * mx > 3.0 * (rows + cols) ? 4.0 * mx : 3.0 * (rows + cols));
+    return gauss > four ? gauss : four;
 }
 
 /* Device bytes of the fused tensor-core engine's operands (plan.engine TCF_*, qk_cuda.cu's
@@ -9869,7 +9879,11 @@ QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
     case QK_PRECISION_FP32X3: ep = 3.0 * ldexp(1.0, -22); break;
     default: return -1.0;
     }
-    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0);
+    /* the operands' term (docs/precision.md): Gauss's product (the cuBLAS engines, complex
+       states) carries e = e_p + 2^-23 (re - im and re + im rounded to fp32 first) on
+       Re (<= e) and Im (<= 3e), so |delta| <= sqrt(10) e */
+    if (ep > 0.0) ep += ldexp(1.0, -23);
+    return 1e-4 * (1.0 + q / 4.0) + ldexp(1.0, n_qubits - 24) / 4.0 + 1e-4 + (ep > 0.0 ? 2.0 * sqrt(10.0) * ep + 10.0 * ep * ep : 0.0);
 }
 
 /* Speed order of the GPU modes (docs/precision.md: fp16 > tf32 > fp32x3 > fp32 > fp64 wherever
@@ -9877,7 +9891,7 @@ QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits)
    is a candidate only where it runs on the tensor cores (qk__tc_min_qubits .. QK__TC_MAX_QUBITS,
    not the analytic path); elsewhere it would run the fp32 engine, which AUTO then names as is. */
 /* The default tolerance of AUTO (tol 0): fp32-class, fp32x3's bound (fp32's plus the hi/lo
-   split's product term, 2.0e-6; its measured error is fp32's, docs/precision.md), so from 7
+   split's operand term, 5.3e-6; its measured error is fp32's, docs/precision.md), so from 7
    qubits the default runs fp32x3 on the tensor cores; product maps (the analytic path: no sum of
    2^q products, no tensor cores) keep fp32's bound without its drift term. */
 static double qk__default_tol(int n_qubits, qk_path path)

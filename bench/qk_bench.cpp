@@ -536,6 +536,10 @@ static Compute plan_compute(const qk_plan &p, const Floors &f)
     else if (qk__engine_tcf(e)) snprintf(k, sizeof k, "%s cfg %d (%s)", en, cfg, cfg == 4 ? "wgmma" : "mma.sync");
     else snprintf(k, sizeof k, "%s (cuBLAS + epilogue)", en);
     c.kernel = k;
+    if (qk__engine_tc(e) && e != QK_GPU_TC_FP64 && p.path == QK_PATH_COMPLEX) {
+        const char *m4 = getenv("QK_TC_4M");
+        if (!(m4 && m4[0] == '1')) c.kernel = std::string(en) + " (cuBLAS Gauss + epilogue)";
+    }
     /* no fp64 rate measured, and no statevector products off the statevector paths: the write bounds */
     if (p.precision == QK_PRECISION_FP64 || (p.path != QK_PATH_REAL && p.path != QK_PATH_COMPLEX)) return c;
     switch (e) {
@@ -550,6 +554,12 @@ static Compute plan_compute(const qk_plan &p, const Floors &f)
     case QK_GPU_TC_FP16: case QK_GPU_TCF_FP16: c.tflops = f.fp16; c.bound = "compute fp16"; break;
     case QK_GPU_TC_BF16: c.tflops = f.fp16; c.bound = "compute bf16 (fp16 rate)"; break;
     default: break;
+    }
+    /* complex states on the cuBLAS tensor-core engines (not fp64): Gauss's three real products of
+       length D where the real form takes two of 2D (src/cuda/blas.cuh; QK_TC_4M=1 keeps the real form) */
+    const char *m4 = getenv("QK_TC_4M");
+    if (qk__engine_tc(e) && e != QK_GPU_TC_FP64 && p.path == QK_PATH_COMPLEX && !(m4 && m4[0] == '1')) {
+        c.products *= 0.75;
     }
     return c;
 }
@@ -581,7 +591,8 @@ static std::string json_safe(std::string s)
    min(write, compute) and its share. Compute floor (Gpairs/s of K) = the rate (multiply-adds/s,
    TFLOP/s / 2) over the multiply-adds per entry of K: complex states of D = 2^q amplitudes need
    4D real multiply-adds a computed pair (Re and Im of <a|b>), real ones D, K(X,X) computes half
-   of the pairs (2D or D/2 an entry), times the products (fp32x3: 3). states: the state rate
+   of the pairs (2D or D/2 an entry), times the products (fp32x3: 3; Gauss's form of the cuBLAS
+   tensor-core engines and CGEMM3M: 3/4 of the real form's, plan_compute). states: the state rate
    against the write of the states (D x 8 bytes each). */
 static void roof_row(const char *name, const qk_map &m, const std::vector<double> &x, int64_t n, qk_precision prec, const Floors &f,
                      double write_gps, bool states)

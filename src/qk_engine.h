@@ -465,6 +465,10 @@ QK_CUDA_DEF int qk_cuda_test_states_fused(void);
 /* Tests: how many launches so far ran the warp-pipelined few-qubit kernel (qk__k_gram_stw: fused
    configuration 8 at 4 qubits, complex fp32 states, float K). */
 QK_CUDA_DEF int qk_cuda_test_small_warp(void);
+/* Tests: how many slabs so far the cuBLAS tensor-core engines computed in Gauss's form
+   (qk__tc_gauss_products: complex states, every tensor-core engine but TC_FP64, not under
+   QK_TC_4M=1). */
+QK_CUDA_DEF int qk_cuda_test_gauss(void);
 /* Tests: 1 where fused configuration 8 at 4 qubits takes qk__k_gram_stw by default on the current
    device (its DRAM bandwidth and occupancy rule), else 0. */
 QK_CUDA_DEF int qk_cuda_test_small_warp_default(void);

@@ -12,7 +12,7 @@
 template <typename T, bool CPLX, typename OutT>
 __global__ void __launch_bounds__(256)
 qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__restrict__ out, int64_t ld,
-               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane, int linear)
+               OutT *__restrict__ mout, int64_t doff, int tri, int vec, int tgrid, int64_t plane, int linear, int g3)
 {
     const int BM = 32, BN = 32;
     int tyi, txi;
@@ -25,7 +25,12 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
         int gi = row0 + r, gj = col0 + c;
         T v = 0;
         if (gi < m && gj < nn && (!tri || gj + doff >= gi)) {
-            if (CPLX && plane) {
+            if (CPLX && plane && g3) {   /* Gauss's three planes (qk__tc_products): T1, T2, T3 */
+                const int64_t o = (int64_t)gi * ldc + gj;
+                const T t1 = Cm[o], t2 = Cm[plane + o], zr = t1 + t2;
+                if (linear) v = zr;   /* T3 is not computed */
+                else { const T zi = Cm[2 * plane + o] - t1 + t2; v = zr * zr + zi * zi; }
+            } else if (CPLX && plane) {
                 const T zr = Cm[(int64_t)gi * ldc + gj], zi = Cm[plane + (int64_t)gi * ldc + gj];
                 v = linear ? zr : zr * zr + zi * zi;
             } else if (CPLX) {
@@ -43,15 +48,16 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
 }
 
 /* qk__k_epilogue: 32 x 32 tiles, 256 threads; a diagonal block of K(X,X) gets the triangular
-   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines). linear: K = Re C. */
+   grid. plane > 0: C is a Re plane then an Im plane (the tensor-core engines), or with g3 the
+   three planes of Gauss's products, Re = T1 + T2 and Im = T3 - T1 + T2. linear: K = Re C. */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
-                                     int tri, int64_t plane, int linear, cudaStream_t st, qk__err *E)
+                                     int tri, int64_t plane, int linear, int g3, cudaStream_t st, qk__err *E)
 {
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
     const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
     qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
-                                                        qk__vec_ok(out, mout, ld), tg, plane, linear);
+                                                        qk__vec_ok(out, mout, ld), tg, plane, linear, g3);
     QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
 }
@@ -65,7 +71,8 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
    short of this (CGEMM with TF32 reached 2.8x FP32 at 12 qubits, SGEMM-TF32 7.8x:
    shared/PERFORMANCE.md), and HERK/SYRK have no tensor-core compute type, so the upper
    triangle of a diagonal block is covered by GEMMs over blocks of rows, each from its diagonal
-   to the right (8 blocks: 56% of the square instead of HERK's 50%).
+   to the right (16 blocks: 53% of the square instead of HERK's 50%). Complex states take
+   Gauss's three products instead (qk__tc_gauss_products) on every engine but TC_FP64.
      TC_TF32   operands rounded to TF32 (nearest), fp32 accumulation on the tensor cores
      TC_FP32X3 operands scaled as FP16 (below), split hi + lo (both fp16: 11 + 11 bits) and laid
                out [hi lo hi hi]: GEMMs over rows of A (blocks 0..2) and rows of B (blocks 1..3)
@@ -116,6 +123,52 @@ qk__k_tc_operand(const T *__restrict__ in, int64_t n, int64_t W, int rot, T scal
     }
 }
 
+/* Gauss's form of the complex product (qk__tc_products, complex states, every tensor-core mode
+   but FP64): rows of D interleaved complex values into planes of D real values, plane p of the
+   set bits of sel (0 re, 1 im, 2 re - im, 3 re + im) written as the j-th plane out (j counts the
+   set bits below p), each pstride values apart; a plane's row is ld values, one row of
+   scale * v rounded to O, or with SPLIT (FP32X3) the four blocks [hi lo hi hi] of qk__k_tc_operand. */
+template <typename O, bool SPLIT>
+__global__ void __launch_bounds__(256)
+qk__k_tc_operand3(const float *__restrict__ in, int64_t n, int64_t D, unsigned sel, float scale, O *__restrict__ out,
+                  int64_t pstride)
+{
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
+        const float2 z = ((const float2 *)in)[e];
+        const float v[4] = {z.x, z.y, z.x - z.y, z.x + z.y};
+        const int64_t r = e / D, k = e - r * D;
+        O *o = out + r * (SPLIT ? 4 * D : D) + k;
+#pragma unroll
+        for (int p = 0; p < 4; ++p) {
+            if (!((sel >> p) & 1u)) continue;
+            const float sv = v[p] * scale;
+            if constexpr (SPLIT) {
+                const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
+                o[0] = hi; o[D] = lo; o[2 * D] = hi; o[3 * D] = hi;
+            } else *o = qk__cvt(sv, (O *)nullptr);
+            o += pstride;
+        }
+    }
+}
+
+static qk_result qk__launch_tc_operand3(qk_gpu_engine mode, const void *src, int64_t rows, int64_t D, unsigned sel, float s16,
+                                        void *dst, int64_t pstride, cudaStream_t st, qk__err *E)
+{
+    const int64_t n = rows * D;
+    const unsigned g = (unsigned)std::min<int64_t>((n + 255) / 256, (int64_t)1 << 20);
+    const float *in = (const float *)src;
+    if (n <= 0) return QK_OK;
+    switch (mode) {
+    case QK_GPU_TC_TF32: qk__k_tc_operand3<float, false><<<g, 256, 0, st>>>(in, n, D, sel, 1.0f, (float *)dst, pstride); break;
+    case QK_GPU_TC_FP32X3: qk__k_tc_operand3<__half, true><<<g, 256, 0, st>>>(in, n, D, sel, s16, (__half *)dst, pstride); break;
+    case QK_GPU_TC_FP16: qk__k_tc_operand3<__half, false><<<g, 256, 0, st>>>(in, n, D, sel, s16, (__half *)dst, pstride); break;
+    case QK_GPU_TC_BF16: qk__k_tc_operand3<__nv_bfloat16, false><<<g, 256, 0, st>>>(in, n, D, sel, s16, (__nv_bfloat16 *)dst, pstride); break;
+    default: return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: Gauss's planes take an fp32 tensor-core engine");
+    }
+    QK_LAUNCH_CK("qk__k_tc_operand3");
+    return QK_OK;
+}
+
 /* qk__k_tc_operand for tensor-core engine mode (QK_GPU_TC_*): rows x W values of src into dst, a grid-stride loop
    of at most 2^20 blocks. */
 static qk_result qk__launch_tc_operand(qk_gpu_engine mode, const void *src, int64_t rows, int64_t W, int rot, float s16, void *dst,
@@ -135,22 +188,104 @@ static qk_result qk__launch_tc_operand(qk_gpu_engine mode, const void *src, int6
     return QK_OK;
 }
 
+/* Complex states on a tensor-core engine other than FP64 take Gauss's three products (below);
+   QK_TC_4M=1 (measurement) keeps the four-product real form. */
+static bool qk__tc_gauss(qk_gpu_engine mode, bool cplx)
+{
+    const char *e = getenv("QK_TC_4M");
+    return cplx && qk__engine_tc(mode) && mode != QK_GPU_TC_FP64 && !(e && e[0] == '1');
+}
+
 template <typename T, bool CPLX>
 static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D)
 {
-    /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes) */
+    /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes): the larger of the
+       real form's (two planes of C; operands for the rows, the columns and the rotated columns)
+       and Gauss's (three planes; three operand planes of D values each for the rows and for the
+       columns, or four for rows that are also the columns) */
     const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
     if (!qk__engine_tc(mode)) return c;
     if (mode == QK_GPU_TC_FP64) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
     const size_t per = mode == QK_GPU_TC_FP32X3 ? 8 * W : mode == QK_GPU_TC_TF32 ? 4 * W : 2 * W;
-    return c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
+    const size_t four = c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
+    if (!CPLX) return four;
+    const size_t r = (size_t)rows, cl = (size_t)cols, mx = std::max(r, cl);
+    const size_t gauss = c / 2 * 3 + 512 + per / 2 * std::max(4 * mx, 3 * (r + cl));
+    return std::max(four, gauss);
 }
 
 
+/* Gauss's form (qk__tc_gauss): with a = ar + i ai and b = br + i bi (D real values each),
+       T1 = ar . br,   T2 = ai . bi,   T3 = (ar - ai) . (br + bi),
+       Re <a|b> = T1 + T2,   Im <a|b> = T3 - T1 + T2,
+   three real products of length D where the real form takes two of length 2D: 3/4 of the
+   multiply-adds, one more plane of C for the epilogue to read. Each product is laid out, split,
+   ordered and chunked as the real form's (FP32X3: [hi lo hi hi] rows, the small products first,
+   hi*hi in chunks of the real form's length). Operands: planes re, im, re - im of the rows of A and
+   re, im, re + im of the rows of B (four planes once when A and B are the same rows); C: the
+   planes T1, T2, T3 (T3 not computed for linear, where K = Re). */
+/* Under QK_TEST_FAULTS, qk_cuda_test_gauss() counts qk__tc_gauss_products' calls. */
+#ifdef QK_TEST_FAULTS
+static std::atomic<int> qk__gauss_calls{0};
+extern "C" int qk_cuda_test_gauss(void) { return qk__gauss_calls.load(); }
+#define QK__TEST_GAUSS() (++qk__gauss_calls)
+#else
+#define QK__TEST_GAUSS() ((void)0)
+#endif
+template <typename T, bool CPLX>
+static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn,
+                                       int D, int q, void *Cw, bool trap, int linear, cudaStream_t st, qk__err *E)
+{
+    const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
+    const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
+    QK__TEST_GAUSS();
+    const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : 2;
+    /* the hi*hi chunks of the real form's length: W / 2 below W = 2048, W / 4 from it on */
+    const int nck = x3 ? (2 * D >= 2048 ? 2 : 1) : 1;
+    const int64_t Dc = (int64_t)D / nck, K0 = x3 ? 2 * (int64_t)D + Dc : D;
+    const float s16 = mode == QK_GPU_TC_TF32 ? 1.0f : ldexpf(1.0f, q / 2);
+    const cudaDataType_t ty = mode == QK_GPU_TC_BF16 ? CUDA_R_16BF : mode == QK_GPU_TC_TF32 ? CUDA_R_32F : CUDA_R_16F;
+    const cublasComputeType_t ct = mode == QK_GPU_TC_TF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    const float a32 = 1.0f / (s16 * s16), b32 = 0.0f, one32 = 1.0f;
+    T *C = (T *)Cw;
+    char *ops = (char *)Cw + ((size_t)m * nn * 3 * sizeof(T) + 255) / 256 * 256;
+    const char *pa[3], *pb[3];
+    if (same) {   /* re, im, re - im, re + im of max(m, nn) rows */
+        const int64_t rb = std::max(m, nn), ps = rb * ld;
+        QK_TRY(qk__launch_tc_operand3(mode, A, rb, D, 0xFu, s16, ops, ps, st, E));
+        for (int t = 0; t < 3; ++t) pa[t] = ops + (size_t)(t * ps) * vb;
+        pb[0] = pa[0]; pb[1] = pa[1]; pb[2] = ops + (size_t)(3 * ps) * vb;
+    } else {      /* B: re, im, re + im; A: re, im, re - im */
+        const int64_t psb = nn * ld, psa = m * ld;
+        char *oa = ops + (size_t)(3 * psb) * vb;
+        QK_TRY(qk__launch_tc_operand3(mode, B, nn, D, 0xBu, s16, ops, psb, st, E));
+        QK_TRY(qk__launch_tc_operand3(mode, A, m, D, 0x7u, s16, oa, psa, st, E));
+        for (int t = 0; t < 3; ++t) { pb[t] = ops + (size_t)(t * psb) * vb; pa[t] = oa + (size_t)(t * psa) * vb; }
+    }
+    auto gemm = [&](int t, int64_t r0, int64_t r1, int64_t c0, int64_t k0, int64_t kk, bool acc) -> qk_result {
+        const void *bp = pb[t] + (size_t)(c0 * ld + offb + k0) * vb;
+        const void *ap = pa[t] + (size_t)(r0 * ld + k0) * vb;
+        QK_BLAS_CK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)(nn - c0), (int)(r1 - r0), (int)kk, &a32, bp, ty, (int)ld, ap, ty,
+                                (int)ld, acc ? &one32 : &b32, C + (size_t)t * m * nn + r0 * nn + c0, CUDA_R_32F, (int)nn, ct,
+                                CUBLAS_GEMM_DEFAULT));
+        return QK_OK;
+    };
+    /* blocks of rows from the diagonal, as the real form's */
+    const int64_t bs = trap ? std::max<int64_t>(512, ((m + 15) / 16 + 255) / 256 * 256) : m;
+    for (int64_t r0 = 0; r0 < m; r0 += bs) {
+        const int64_t r1 = std::min(m, r0 + bs), c0 = trap ? r0 : 0;
+        for (int t = 0; t < (linear ? 2 : 3); ++t) {
+            QK_TRY(gemm(t, r0, r1, c0, 0, K0, false));
+            for (int j = 1; j < nck; ++j) QK_TRY(gemm(t, r0, r1, c0, 2 * (int64_t)D + j * Dc, Dc, true));
+        }
+    }
+    return QK_OK;
+}
+
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
-                                 void *Cw, bool trap, cudaStream_t st, qk__err *E)
+                                 void *Cw, bool trap, int linear, cudaStream_t st, qk__err *E)
 {
     const bool f64 = sizeof(T) == 8;
     if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
@@ -158,6 +293,8 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
     int q = 0;
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
+    if constexpr (CPLX && sizeof(T) == 4)
+        if (qk__tc_gauss(mode, CPLX)) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, st, E);
     const int64_t W = CPLX ? 2 * (int64_t)D : D;
     const bool same = A == B;
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
@@ -204,7 +341,7 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
         return QK_OK;
     };
     /* blocks of rows from the diagonal: 8 of them (256-aligned, at least 512 rows) */
-    const int64_t bs = trap ? std::max<int64_t>(512, ((m + 7) / 8 + 255) / 256 * 256) : m;
+    const int64_t bs = trap ? std::max<int64_t>(512, ((m + 15) / 16 + 255) / 256 * 256) : m;
     for (int64_t r0 = 0; r0 < m; r0 += bs) {
         const int64_t r1 = std::min(m, r0 + bs), c0 = trap ? r0 : 0;
         for (int pl = 0; pl < (CPLX ? 2 : 1); ++pl) {
@@ -232,9 +369,10 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
     const bool tc = qk__engine_tc(mode);
+    const int g3 = tc && qk__tc_gauss(mode, CPLX);   /* three planes of C (qk__tc_gauss_products) */
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
-        QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * es, st));
-    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, st, E)));
+        QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * (g3 ? 3 * sizeof(T) : es), st));
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, linear, st, E)));
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {
         if (CPLX) {
@@ -297,6 +435,6 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
         QK_CK(cudaStreamWaitEvent(est, gemm_done, 0));
         st = est;
     }
-    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, linear, st, E);
+    return qk__launch_epilogue<T, CPLX, OutT>(Cw, m, nn, out, ld, mout, doff, tri, tc && CPLX ? m * nn : 0, linear, g3, st, E);
 }
 

@@ -317,15 +317,20 @@ static int tile_cb(int64_t i0, int64_t j0, int64_t m, int64_t n, const void *til
     return 0;
 }
 
-/* K error bound from rounding the operands of tensor-core engine `blas` (0 for the others):
-   Re and Im of <a|b> each carry at most e_p sum |a_k||b_k| <= e_p (unit states, Cauchy-Schwarz),
-   so |K - K'| <= 2 |<a|b>| |delta| + |delta|^2 <= 2 sqrt(2) e_p (+ e_p^2). */
+/* K error bound from rounding the operands of tensor-core engine `blas` (0 for the others).
+   The fused kernels' real form: Re and Im of <a|b> each carry at most e_p sum |a_k||b_k| <= e_p
+   (unit states, Cauchy-Schwarz), so |K - K'| <= 2 |<a|b>| |delta| + |delta|^2 <= 2 sqrt(2) e_p
+   (+ 2 e_p^2). The cuBLAS engines' Gauss product (T1 + T2, T3 - T1 + T2 with T3 = (ar - ai) .
+   (br + bi), sum |ar - ai||br + bi| <= 2): Re <= e, Im <= 3e, e = e_p + 2^-23 (the fp32 sums
+   re -+ im), |delta| <= sqrt(10) e. */
 static double op_bound(int blas)
 {
-    if (blas >= 8 && blas <= 10) blas -= 5; /* the fused tensor-core kernel: the same operands */
+    const bool fused = blas >= 8 && blas <= 10;
+    if (fused) blas -= 5; /* the fused tensor-core kernel: the same operands */
     const double u = blas == 3 || blas == 5 ? ldexp(1.0, -11) : blas == 6 ? ldexp(1.0, -8) : 0.0;
-    const double ep = blas == 4 ? 3.0 * ldexp(1.0, -22) : 2.0 * u + u * u;
-    return blas >= 3 && blas <= 6 ? 2.0 * sqrt(2.0) * ep + ep * ep : 0.0;
+    const double ep = blas == 4 ? 3.0 * ldexp(1.0, -22) : 2.0 * u + u * u, e = ep + ldexp(1.0, -23);
+    if (!(blas >= 3 && blas <= 6)) return 0.0;
+    return fused ? 2.0 * sqrt(2.0) * ep + 2.0 * ep * ep : 2.0 * sqrt(10.0) * e + 10.0 * e * e;
 }
 static const char *engine_name(qk_precision prec, int blas)
 {
@@ -614,9 +619,24 @@ static void tc_block_tests()
             for (g_cfg = 0; g_cfg <= (c.b >= 8 ? 4 : 0); g_cfg = c.b >= 8 ? tcf_next(g_cfg, 3) : 99) {
                 const qk_dtype od = c.p == QK_PRECISION_FP64 ? QK_F64 : QK_F32;
                 if (getenv("QK_TEST_ONLY")) { printf("tc blocks %s engine %d cfg %d\n", t.name.c_str(), c.b, g_cfg); fflush(stdout); }
-                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, "blocks sym device");
-                check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, "blocks sym slabs 700");
-                check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, "blocks rect");
+                /* complex states on the cuBLAS engines 3..5: Gauss's three products for every slab
+                   (qk_cuda_test_gauss), and again under QK_TC_4M=1 in the real form (none) */
+                for (int m4 = 0; m4 < (!real && c.b >= 3 && c.b <= 5 ? 2 : 1); ++m4) {
+                    if (m4) setenv("QK_TC_4M", "1", 1);
+                    const int g0 = qk_cuda_test_gauss();
+                    char w[3][64];
+                    snprintf(w[0], sizeof w[0], "blocks sym device%s", m4 ? " 4M" : "");
+                    snprintf(w[1], sizeof w[1], "blocks sym slabs 700%s", m4 ? " 4M" : "");
+                    snprintf(w[2], sizeof w[2], "blocks rect%s", m4 ? " 4M" : "");
+                    check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_DEVICE, c.b, 2048, 0, 1, 0, w[0]);
+                    check_gram(t, SA, SB, xa, xb, nx, nx, true, c.p, od, QK_OUTPUT_HOST, c.b, 700, 0, 1, 1, w[1]);
+                    check_gram(t, SA, SB, xa, xb, nx, ny, false, c.p, od, QK_OUTPUT_HOST, c.b, 2048, 0, 1, 0, w[2]);
+                    const int ng = qk_cuda_test_gauss() - g0;
+                    if (m4) unsetenv("QK_TC_4M");
+                    const bool want = !real && c.b >= 3 && c.b <= 5 && !m4;
+                    CHECK(want ? ng >= 3 : ng == 0, "tc blocks %s engine %d%s: %d slabs in Gauss's form, expected %s", t.name.c_str(), c.b,
+                          m4 ? " QK_TC_4M" : "", ng, want ? "3 or more" : "none");
+                }
             }
         /* the cuBLAS paths with their C poisoned (NaN) before the GEMMs: K must stay finite and
            within its bound, i.e. every entry the |.|^2 epilogue reads was written by a GEMM
