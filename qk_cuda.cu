@@ -3338,11 +3338,11 @@ qk__k_epilogue(const T *__restrict__ Cm, int64_t ldc, int m, int nn, OutT *__res
    three planes of Gauss's products, Re = T1 + T2 and Im = T3 - T1 + T2. linear: K = Re C. */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT *out, int64_t ld, OutT *mout, int64_t doff,
-                                     int tri, int64_t plane, int linear, int g3, cudaStream_t st, qk__err *E)
+                                     int tri, int64_t plane, int linear, int g3, cudaStream_t st, qk__err *E, int64_t ldc = -1)
 {
     dim3 grid((unsigned)((nn + 31) / 32), (unsigned)((m + 31) / 32));
     const int tg = (tri && doff == 0 && nn >= m) ? qk__tri_grid(&grid) : 0;
-    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, nn, (int)m, (int)nn, out, ld, mout, doff, tri,
+    qk__k_epilogue<T, CPLX, OutT><<<grid, 256, 0, st>>>((const T *)Cw, ldc < 0 ? nn : ldc, (int)m, (int)nn, out, ld, mout, doff, tri,
                                                         qk__vec_ok(out, mout, ld), tg, plane, linear, g3);
     QK_LAUNCH_CK("qk__k_epilogue");
     return QK_OK;
@@ -3511,6 +3511,13 @@ static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, 
    hi*hi in chunks of the real form's length). Operands: planes re, im, re - im of the rows of A and
    re, im, re + im of the rows of B (four planes once when A and B are the same rows); C: the
    planes T1, T2, T3 (T3 not computed for linear, where K = Re). */
+/* Called by the tensor-core products after each block of rows of a diagonal block (trap): rows
+   [r0, r1), columns [r0, nn) of C are final (qk__launch_blas starts their epilogue). */
+struct qk__blk_done {
+    qk_result (*fn)(void *ctx, int64_t r0, int64_t r1);
+    void *ctx;
+};
+
 /* Under QK_TEST_FAULTS, qk_cuda_test_gauss() counts qk__tc_gauss_products' calls. */
 #ifdef QK_TEST_FAULTS
 static std::atomic<int> qk__gauss_calls{0};
@@ -3521,7 +3528,8 @@ extern "C" int qk_cuda_test_gauss(void) { return qk__gauss_calls.load(); }
 #endif
 template <typename T, bool CPLX>
 static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn,
-                                       int D, int q, void *Cw, bool trap, int linear, cudaStream_t st, qk__err *E)
+                                       int D, int q, void *Cw, bool trap, int linear, qk__blk_done bd, cudaStream_t st,
+                                       qk__err *E)
 {
     const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
     const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
@@ -3565,13 +3573,14 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
             QK_TRY(gemm(t, r0, r1, c0, 0, K0, false));
             for (int j = 1; j < nck; ++j) QK_TRY(gemm(t, r0, r1, c0, 2 * (int64_t)D + j * Dc, Dc, true));
         }
+        if (trap && bd.fn) QK_TRY(bd.fn(bd.ctx, r0, r1));
     }
     return QK_OK;
 }
 
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
-                                 void *Cw, bool trap, int linear, cudaStream_t st, qk__err *E)
+                                 void *Cw, bool trap, int linear, qk__blk_done bd, cudaStream_t st, qk__err *E)
 {
     const bool f64 = sizeof(T) == 8;
     if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
@@ -3580,7 +3589,7 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
     if constexpr (CPLX && sizeof(T) == 4)
-        if (qk__tc_gauss(mode, CPLX)) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, st, E);
+        if (qk__tc_gauss(mode, CPLX)) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E);
     const int64_t W = CPLX ? 2 * (int64_t)D : D;
     const bool same = A == B;
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
@@ -3636,6 +3645,7 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
             QK_TRY(gemm(bop, r0, r1, c0, C, 0, K0, false));
             for (int j = 1; j < nck; ++j) QK_TRY(gemm(bop, r0, r1, c0, C, 2 * W + j * Wc, Wc, true));
         }
+        if (trap && bd.fn) QK_TRY(bd.fn(bd.ctx, r0, r1));
     }
     return QK_OK;
 }
@@ -3658,7 +3668,27 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
     const int g3 = tc && qk__tc_gauss(mode, CPLX);   /* three planes of C (qk__tc_gauss_products) */
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
         QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * (g3 ? 3 * sizeof(T) : es), st));
-    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, tri && doff == 0 && m <= nn, linear, st, E)));
+    /* With an epilogue stream (est), a diagonal block's epilogue runs per block of rows as the
+       tensor-core products finish them, under the next block's GEMMs */
+    const bool trap = tri && doff == 0 && m <= nn, blocked = tc && trap && est && gemm_done;
+    struct Blk {
+        const void *Cw; int64_t m, nn, ld, plane; OutT *out, *mout; int tri, linear, g3;
+        cudaStream_t st, est; cudaEvent_t ev; qk__err *E;
+    } bk = {Cw, m, nn, ld, tc && CPLX ? m * nn : 0, out, mout, tri, linear, g3, st, est, gemm_done, E};
+    qk__blk_done bd = {nullptr, &bk};
+    if (blocked)
+        bd.fn = [](void *c, int64_t r0, int64_t r1) -> qk_result {
+            Blk &b = *(Blk *)c;
+            qk__err *E = b.E;
+            QK_CK(cudaEventRecord(b.ev, b.st));
+            QK_CK(cudaStreamWaitEvent(b.est, b.ev, 0));
+            /* rows [r0, r1), columns [r0, nn): the square from (r0, r0), doff 0, C's rows nn apart */
+            return qk__launch_epilogue<T, CPLX, OutT>((const T *)b.Cw + r0 * b.nn + r0, r1 - r0, b.nn - r0, b.out + r0 * b.ld + r0, b.ld,
+                                                      b.mout ? b.mout + r0 * b.ld + r0 : nullptr, 0, b.tri, b.plane, b.linear, b.g3,
+                                                      b.est, E, b.nn);
+        };
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, bd, st, E)));
+    if (blocked) return QK_OK;
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {
         if (CPLX) {
@@ -5610,8 +5640,12 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 QK_BLAS_CK(cublasCreate(&J->blas));
             }
             QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
-            if (n_slabs > 1) {
+            if (n_slabs > 1)
                 QK_CK(qk__job_buf(J, QK__PB_CW1, &J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+            /* the epilogue stream: the epilogue of one slab under the next slab's GEMMs (two
+               workspace slots), and on the tensor-core engines a diagonal block's epilogue per
+               block of rows under the next block's GEMMs (qk__launch_blas), one slab too */
+            if (n_slabs > 1 || qk__engine_tc(engine)) {
                 if (J->lent) J->est = J->lent->st[2];
                 else QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
@@ -5752,9 +5786,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
             int64_t cn = std::min(tB, nn - c0);
-            const int k = (int)(J->n_blas & 1);
-            void *cw = J->Cw[J->est ? k : 0];
-            if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+            const int two = J->Cw[1] != nullptr, k = two ? (int)(J->n_blas & 1) : 0;
+            void *cw = J->Cw[k];
+            if (J->est && J->n_blas >= (two ? 2 : 1)) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
             QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
                                                     J->gemm_done, linear)));

@@ -492,8 +492,12 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
                 QK_BLAS_CK(cublasCreate(&J->blas));
             }
             QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
-            if (n_slabs > 1) {
+            if (n_slabs > 1)
                 QK_CK(qk__job_buf(J, QK__PB_CW1, &J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+            /* the epilogue stream: the epilogue of one slab under the next slab's GEMMs (two
+               workspace slots), and on the tensor-core engines a diagonal block's epilogue per
+               block of rows under the next block's GEMMs (qk__launch_blas), one slab too */
+            if (n_slabs > 1 || qk__engine_tc(engine)) {
                 if (J->lent) J->est = J->lent->st[2];
                 else QK_CK(cudaStreamCreateWithFlags(&J->est, cudaStreamNonBlocking));
                 QK__GZ_STREAM_NAME(J, J->est, "qk epilogue");
@@ -634,9 +638,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* the workspace holds slab_rows x tB */
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
             int64_t cn = std::min(tB, nn - c0);
-            const int k = (int)(J->n_blas & 1);
-            void *cw = J->Cw[J->est ? k : 0];
-            if (J->est && J->n_blas >= 2) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
+            const int two = J->Cw[1] != nullptr, k = two ? (int)(J->n_blas & 1) : 0;
+            void *cw = J->Cw[k];
+            if (J->est && J->n_blas >= (two ? 2 : 1)) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
             QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
                                                     J->gemm_done, linear)));
