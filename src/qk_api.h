@@ -193,8 +193,9 @@ typedef enum qk_precision {
    mode p at n_qubits (docs/precision.md; the GPU suite holds every mode to it):
        1e-4 (1 + q/4) + 2^(q-24) / 4 + 1e-4 + op(p)
    the fp32 tolerance (float states, the drift of a float sum of 2^q products) plus op, the
-   operand rounding of a tensor-core mode: 2 sqrt(2) e_p + e_p^2, e_p = 2u + u^2 (u = 2^-11
-   TF32 and FP16) or 3 * 2^-22 (FP32X3); FP64 1e-10. DEFAULT, AUTO or a bad value: -1. */
+   operand rounding of a tensor-core mode in Gauss's form of the complex product (the cuBLAS
+   engines): 2 sqrt(10) e + 10 e^2, e = e_p + 2^-23, e_p = 2u + u^2 (u = 2^-11 TF32 and FP16)
+   or 3 * 2^-22 (FP32X3); FP64 1e-10. DEFAULT, AUTO or a bad value: -1. */
 QKDEF double qk_precision_error_bound(qk_precision p, int n_qubits);
 /* A precision's name: "default", "fp32", "fp64", "tf32", "fp32x3", "fp16", "auto"; "?" out of
    range. The one table of names: the CLIs, the Python package, plan descriptions and the autotune
