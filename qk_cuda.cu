@@ -3578,9 +3578,11 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
     return QK_OK;
 }
 
+/* g3: Gauss's form (qk__tc_gauss, read once by the caller, whose epilogue reads the planes these
+   products write) */
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
-                                 void *Cw, bool trap, int linear, qk__blk_done bd, cudaStream_t st, qk__err *E)
+                                 void *Cw, bool trap, int linear, int g3, qk__blk_done bd, cudaStream_t st, qk__err *E)
 {
     const bool f64 = sizeof(T) == 8;
     if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
@@ -3589,7 +3591,7 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
     if constexpr (CPLX && sizeof(T) == 4)
-        if (qk__tc_gauss(mode, CPLX)) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E);
+        if (g3) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E);
     const int64_t W = CPLX ? 2 * (int64_t)D : D;
     const bool same = A == B;
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
@@ -3687,7 +3689,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
                                                       b.mout ? b.mout + r0 * b.ld + r0 : nullptr, 0, b.tri, b.plane, b.linear, b.g3,
                                                       b.est, E, b.nn);
         };
-    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, bd, st, E)));
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, g3, bd, st, E)));
     if (blocked) return QK_OK;
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {
