@@ -3015,12 +3015,9 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
    cp.async fills the other with its next tile's rows. Warps synchronise only with themselves
    (__syncwarp); there is no block barrier.
 
-   A block of 4 warps takes a 64 x 64 tile and each warp a 32 x 32 quarter of it. The tiles with
-   work are numbered row by row (qk__stw_tile: under tri, row a's tiles start at the diagonal's),
-   and the blocks take them in turn; a quarter wholly under the diagonal is skipped by its warp.
-   The numbering holds no tile without work: a walk over every tile of the square that skips those
-   under the diagonal writes K more slowly, even with no products at all (docs/benchmarks.md, "The
-   4-qubit Gram: what the write of both halves allows"). The operands
+   A block of 4 warps takes a 64 x 64 tile and each warp a 32 x 32 quarter of it. The tiles go in
+   patches of QK__STW_PATCH x QK__STW_PATCH, row by row inside a patch, and the blocks take them in
+   turn. Tiles wholly under the diagonal (tri), and those past K's edge, are skipped. The operands
    are split as in the block form (hi and lo in fp16, with the scale s) from the fragments read
    out of the stage.
 
@@ -3039,75 +3036,28 @@ qk__k_gram_small_tc(const float2 *__restrict__ A, const float2 *__restrict__ B, 
 
    Semantics of out / mout / doff / tri are those of qk__k_gram. */
 #define QK__STW_WARPS 4  /* warps a block: a 64 x 64 tile in quarters; warps share no data */
-
-/* The tiles of an m x nn block that hold work, numbered row by row. Tile row a (rows 64a ..) holds
-   columns [bmin(a), tx); under tri, bmin(a) = clamp(a - c, 0, tx) with c = ceil(doff / 64) (the
-   first tile with a column j such that j + doff reaches the tile's first row), else 0. A row
-   past the diagonal's reach may count a last tile whose quarters all skip; none is missed. */
-struct qk__stw_walk {
-    int64_t tx, ty, c, total;
-    int tri;
-};
-/* sum over u in [0, x) of min(u, tx) */
-__host__ __device__ inline int64_t qk__stw_h(int64_t x, int64_t tx)
-{
-    return x <= tx + 1 ? x * (x - 1) / 2 : tx * (tx + 1) / 2 + (x - tx - 1) * tx;
-}
-/* tiles in rows [0, a) */
-__host__ __device__ inline int64_t qk__stw_before(const qk__stw_walk &w, int64_t a)
-{
-    if (!w.tri) return a * w.tx;
-    /* row a' loses clamp(a' - c, 0, tx) tiles: u = a' - c from max(0, -c) to a - 1 - c */
-    const int64_t hi = a - w.c > 0 ? a - w.c : 0, lo = w.c < 0 ? -w.c : 0;
-    return a * w.tx - (qk__stw_h(hi, w.tx) - qk__stw_h(lo, w.tx));
-}
-static qk__stw_walk qk__stw_walk_of(int64_t m, int64_t nn, int64_t doff, int tri)
-{
-    qk__stw_walk w;
-    w.tx = (nn + 63) / 64;
-    w.ty = (m + 63) / 64;
-    w.tri = tri;
-    w.c = doff >= 0 ? (doff + 63) / 64 : -((-doff) / 64); /* ceil(doff / 64) */
-    w.total = qk__stw_before(w, w.ty);
-    return w;
-}
-/* tile L of the numbering: its row a and column b */
-__device__ __forceinline__ void qk__stw_tile(const qk__stw_walk &w, int64_t L, int &a, int &b)
-{
-    if (!w.tri) {
-        a = (int)(L / w.tx);
-        b = (int)(L % w.tx);
-        return;
-    }
-    int64_t lo = 0, hi = w.ty - 1; /* the last row a with before(a) <= L */
-    while (lo < hi) {
-        const int64_t mid = (lo + hi + 1) / 2;
-        if (qk__stw_before(w, mid) <= L) lo = mid;
-        else hi = mid - 1;
-    }
-    const int64_t bmin = lo - w.c < 0 ? 0 : lo - w.c;
-    a = (int)lo;
-    b = (int)(bmin + (L - qk__stw_before(w, lo)));
-}
+#define QK__STW_PATCH 16 /* tiles a side of the patch order */
 #define QK__STW_STAGE (64 * 32) /* words of a stage: 32 A and 32 B rows of 16 amplitudes */
 
 __global__ void __launch_bounds__(32 * QK__STW_WARPS, 3)
 qk__k_gram_stw(const float2 *__restrict__ A, const float2 *__restrict__ B, int m, int nn, float *__restrict__ out, int64_t ld,
-               float *__restrict__ mout, int64_t doff, int tri, int vec, const qk__stw_walk w)
+               float *__restrict__ mout, int64_t doff, int tri, int vec)
 {
     constexpr int D = 16;
     constexpr float sc = 4.0f, isc4 = 1.0f / (sc * sc * sc * sc); /* as qk__k_gram_small_tc at D = 16 */
     extern __shared__ __align__(16) float qk__stw_sm[];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     float *const stage0 = qk__stw_sm + warp * 2 * QK__STW_STAGE;
-    const int total = (int)w.total; /* the launcher keeps it under 2^31 */
+    const int Tx = (nn + 63) / 64, Ty = (m + 63) / 64; /* the launcher keeps the patch grid's tiles under 2^31 */
+    const int PX = (Tx + QK__STW_PATCH - 1) / QK__STW_PATCH, PY = (Ty + QK__STW_PATCH - 1) / QK__STW_PATCH;
+    const int total = PX * PY * QK__STW_PATCH * QK__STW_PATCH;
     /* this warp's quarter of tile L: its first row and column, false where it has nothing to write */
     auto quarter = [&](int L, int &row0, int &col0) {
-        int a, b;
-        qk__stw_tile(w, L, a, b);
+        const int pt = L / (QK__STW_PATCH * QK__STW_PATCH), in = L % (QK__STW_PATCH * QK__STW_PATCH);
+        const int a = (pt / PX) * QK__STW_PATCH + in / QK__STW_PATCH, b = (pt % PX) * QK__STW_PATCH + in % QK__STW_PATCH;
         row0 = 64 * a + 32 * (warp >> 1);
         col0 = 64 * b + 32 * (warp & 1);
-        return row0 < m && col0 < nn && !(tri && (int64_t)col0 + 31 + doff < row0);
+        return a < Ty && b < Tx && row0 < m && col0 < nn && !(tri && (int64_t)col0 + 31 + doff < row0);
     };
     /* the next tile from L on with work for this warp (total: none) */
     auto next = [&](int L, int &row0, int &col0) {
@@ -3251,10 +3201,10 @@ extern "C" int qk_cuda_test_small_warp_default(void) { return qk__stw_device_ok(
 static qk_result qk__launch_stw(const float2 *A, const float2 *B, int64_t m, int64_t nn, float *out, int64_t ld, float *mout,
                                 int64_t doff, int tri, cudaStream_t st, qk__err *E)
 {
-    const qk__stw_walk w = qk__stw_walk_of(m, nn, doff, tri);
-    const int64_t tiles = w.total; /* the tiles with work (a few more where a row's last one skips) */
+    const int64_t tiles = ((m + 63) / 64) * ((nn + 63) / 64); /* a bound on the blocks with work */
     if (tiles <= 0) return QK_OK;
-    if (tiles >= INT32_MAX) return QK_ERROR_UNSUPPORTED;
+    const int64_t P = 64 * QK__STW_PATCH, patched = ((m + P - 1) / P) * ((nn + P - 1) / P) * QK__STW_PATCH * QK__STW_PATCH;
+    if (patched >= INT32_MAX) return QK_ERROR_UNSUPPORTED;
     const size_t smem = (size_t)QK__STW_WARPS * 2 * QK__STW_STAGE * sizeof(float);
     QK_CK(cudaFuncSetAttribute(qk__k_gram_stw, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     int dev = 0, sms = 0, per = 0;
@@ -3266,7 +3216,7 @@ static qk_result qk__launch_stw(const float2 *A, const float2 *B, int64_t m, int
 #ifdef QK_TEST_FAULTS
     ++qk__stw_launches;
 #endif
-    qk__k_gram_stw<<<(unsigned)grid, 32 * QK__STW_WARPS, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld), w);
+    qk__k_gram_stw<<<(unsigned)grid, 32 * QK__STW_WARPS, smem, st>>>(A, B, (int)m, (int)nn, out, ld, mout, doff, tri, qk__vec_ok(out, mout, ld));
     const cudaError_t c = cudaGetLastError();
     if (c != cudaSuccess) return qk__cuda_fail(E, c, "launch of qk__k_gram_stw", __LINE__);
     return QK_OK;
