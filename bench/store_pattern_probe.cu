@@ -33,7 +33,20 @@ __global__ void k_lin(float *out, long long n4)
     }
 }
 
-// MODE 0: triangle tiles, row stores + mirror stores (qk__k_gram_stw's pattern)
+// qk__k_gram_stw's old walk: tile L of a square of T x T tiles in patches of PATCH x PATCH (row by
+// row inside a patch), this warp's 32 x 32 quarter of it; false past K's edge
+template <int PATCH>
+__device__ __forceinline__ bool patch_quarter(int L, int T, int warp, int &row0, int &col0)
+{
+    const int PX = (T + PATCH - 1) / PATCH, pt = L / (PATCH * PATCH), in = L % (PATCH * PATCH);
+    const int a = (pt / PX) * PATCH + in / PATCH, b = (pt % PX) * PATCH + in % PATCH;
+    row0 = 64 * a + 32 * (warp >> 1);
+    col0 = 64 * b + 32 * (warp & 1);
+    return a < T && b < T;
+}
+
+// MODE 0: triangle tiles, row stores + mirror stores (qk__k_gram_stw's pattern: its store
+// addressing, copied on purpose)
 // MODE 1: every tile, row stores only (the full square, no mirror)
 // MODE 2: triangle tiles, row stores only (half of K)
 // MODE 3: triangle tiles, mirror stores only
@@ -41,14 +54,10 @@ template <int MODE, bool CS, int PATCH>
 __global__ void __launch_bounds__(128) k_stw(float *out, int n, int salt)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-    const int T = n / 64, PX = (T + PATCH - 1) / PATCH;
-    const int total = PX * PX * PATCH * PATCH;
+    const int T = n / 64, PX = (T + PATCH - 1) / PATCH, total = PX * PX * PATCH * PATCH;
     for (int L = blockIdx.x; L < total; L += gridDim.x) {
-        const int pt = L / (PATCH * PATCH), in = L % (PATCH * PATCH);
-        const int a = (pt / PX) * PATCH + in / PATCH, b = (pt % PX) * PATCH + in % PATCH;
-        const int row0 = 64 * a + 32 * (warp >> 1), col0 = 64 * b + 32 * (warp & 1);
-        if (a >= T || b >= T) continue;
-        if (MODE != 1 && col0 + 31 < row0) continue;
+        int row0, col0;
+        if (!patch_quarter<PATCH>(L, T, warp, row0, col0) || (MODE != 1 && col0 + 31 < row0)) continue;
         float kv[4][2][4];
 #pragma unroll
         for (int x = 0; x < 4; ++x)
@@ -96,13 +105,10 @@ template <int WHAT, int RS, int MS, int PATCH>
 __global__ void __launch_bounds__(128) k_shape(float *out, int n, int salt)
 {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int T = n / 64, PX = (T + PATCH - 1) / PATCH;
-    const int total = PX * PX * PATCH * PATCH;
+    const int T = n / 64, PX = (T + PATCH - 1) / PATCH, total = PX * PX * PATCH * PATCH;
     for (int L = blockIdx.x; L < total; L += gridDim.x) {
-        const int pt = L / (PATCH * PATCH), in = L % (PATCH * PATCH);
-        const int a = (pt / PX) * PATCH + in / PATCH, b = (pt % PX) * PATCH + in % PATCH;
-        const int row0 = 64 * a + 32 * (warp >> 1), col0 = 64 * b + 32 * (warp & 1);
-        if (a >= T || b >= T || col0 + 31 < row0) continue;
+        int row0, col0;
+        if (!patch_quarter<PATCH>(L, T, warp, row0, col0) || col0 + 31 < row0) continue;
         const float base = (float)((row0 ^ col0) + salt + lane) * 1e-6f;
         if (WHAT != 2) region<RS, true>(out, n, row0, col0, lane, base);
         if (WHAT != 1) region<MS, true>(out, n, col0, row0, lane, base);
