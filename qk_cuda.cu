@@ -459,6 +459,33 @@ __device__ __forceinline__ float qk__tf32_rna(float x)
 {
     return __uint_as_float((__float_as_uint(x) + 0x1000u) & 0xffffe000u);
 }
+/* The tensor-core engines' roundings of an operand value (TF32 round-to-nearest-away, fp16 and
+   bfloat16 to nearest even; double kept) and fp16 back to float. */
+__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
+__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
+__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
+__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
+__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
+/* Gauss's operand planes (qk__tc_gauss_products) of one complex amplitude z: plane p of the set
+   bits of sel (0 re, 1 im, 2 re - im, 3 re + im) as scale * value rounded to O, the j-th set
+   bit's at o + j * pstride; SPLIT (FP32X3): the four blocks [hi lo hi hi], D apart, of
+   qk__k_tc_operand. The operand pass (qk__k_tc_operand3) and the state builder that writes the
+   planes itself (qk__k_states_fz) both store through here, so that both round alike. */
+template <typename O, bool SPLIT>
+__device__ __forceinline__ void qk__gauss_store(float2 z, unsigned sel, float scale, O *o, int64_t D, int64_t pstride)
+{
+    const float v[4] = {z.x, z.y, z.x - z.y, z.x + z.y};
+#pragma unroll
+    for (int p = 0; p < 4; ++p) {
+        if (!((sel >> p) & 1u)) continue;
+        const float sv = v[p] * scale;
+        if constexpr (SPLIT) {
+            const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
+            o[0] = hi; o[D] = lo; o[2 * D] = hi; o[3 * D] = hi;
+        } else *o = qk__cvt(sv, (O *)nullptr);
+        o += pstride;
+    }
+}
 __device__ __forceinline__ void qk__mma_tf32(float *c, const uint32_t *a, const uint32_t *b)
 {
     asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -3380,11 +3407,6 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
      TC_FP64   the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
-__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
-__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
-__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
-__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
 
 /* n values of rows of W (interleaved complex or real states) into an operand of the real-form
    products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
@@ -3420,20 +3442,8 @@ qk__k_tc_operand3(const float *__restrict__ in, int64_t n, int64_t D, unsigned s
                   int64_t pstride)
 {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const float2 z = ((const float2 *)in)[e];
-        const float v[4] = {z.x, z.y, z.x - z.y, z.x + z.y};
         const int64_t r = e / D, k = e - r * D;
-        O *o = out + r * (SPLIT ? 4 * D : D) + k;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            if (!((sel >> p) & 1u)) continue;
-            const float sv = v[p] * scale;
-            if constexpr (SPLIT) {
-                const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
-                o[0] = hi; o[D] = lo; o[2 * D] = hi; o[3 * D] = hi;
-            } else *o = qk__cvt(sv, (O *)nullptr);
-            o += pstride;
-        }
+        qk__gauss_store<O, SPLIT>(((const float2 *)in)[e], sel, scale, out + r * (SPLIT ? 4 * D : D) + k, D, pstride);
     }
 }
 

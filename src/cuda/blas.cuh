@@ -94,11 +94,6 @@ static qk_result qk__launch_epilogue(const void *Cw, int64_t m, int64_t nn, OutT
      TC_FP64   the real form with DGEMM (T double): operands kept, rot(b) copied
    Operands live in the workspace slot after the C planes (qk__blas_ws_bytes). When A and B are
    the same rows (a diagonal block of K(X,X)) they are converted once. */
-__device__ __forceinline__ float qk__cvt(float v, float *) { return qk__tf32_rna(v); }
-__device__ __forceinline__ __half qk__cvt(float v, __half *) { return __float2half_rn(v); }
-__device__ __forceinline__ __nv_bfloat16 qk__cvt(float v, __nv_bfloat16 *) { return __float2bfloat16_rn(v); }
-__device__ __forceinline__ double qk__cvt(double v, double *) { return v; }
-__device__ __forceinline__ float qk__f(__half h) { return __half2float(h); }
 
 /* n values of rows of W (interleaved complex or real states) into an operand of the real-form
    products: v = in[e], or with rot its pair partner rotated, (re, im) -> (im, -re), so that
@@ -134,20 +129,8 @@ qk__k_tc_operand3(const float *__restrict__ in, int64_t n, int64_t D, unsigned s
                   int64_t pstride)
 {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        const float2 z = ((const float2 *)in)[e];
-        const float v[4] = {z.x, z.y, z.x - z.y, z.x + z.y};
         const int64_t r = e / D, k = e - r * D;
-        O *o = out + r * (SPLIT ? 4 * D : D) + k;
-#pragma unroll
-        for (int p = 0; p < 4; ++p) {
-            if (!((sel >> p) & 1u)) continue;
-            const float sv = v[p] * scale;
-            if constexpr (SPLIT) {
-                const O hi = qk__cvt(sv, (O *)nullptr), lo = qk__cvt(sv - qk__f(hi), (O *)nullptr);
-                o[0] = hi; o[D] = lo; o[2 * D] = hi; o[3 * D] = hi;
-            } else *o = qk__cvt(sv, (O *)nullptr);
-            o += pstride;
-        }
+        qk__gauss_store<O, SPLIT>(((const float2 *)in)[e], sel, scale, out + r * (SPLIT ? 4 * D : D) + k, D, pstride);
     }
 }
 
