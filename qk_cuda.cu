@@ -2005,12 +2005,25 @@ __device__ __forceinline__ void qk__cluster_sync()
 #endif
 }
 
+/* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
+   planes of the fp16 (mode 1) or bfloat16 (mode 2) tensor-core engine, as the operand pass
+   (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im, re + im of
+   scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of plane p at
+   p * ps + s * D values from the start (qk__gauss_store). */
+struct qk__planes_out {
+    int mode;
+    float scale;
+    int64_t ps;
+};
+
 /* CB = q - 13 cross qubits (cluster of 2^CB blocks); sc: the transforms' total scale. Complex
-   output only: the programs it takes (Hadamards and phases) make complex states. Shared memory:
-   the padded chunk, the DIAGs' tables, the fold's, the state's P params (qk__fz_smem). */
+   output only: the programs it takes (Hadamards and phases) make complex states, written as
+   po says. Shared memory: the padded chunk, the DIAGs' tables, the fold's, the state's P params
+   (qk__fz_smem). */
 template <int CB>
 __global__ void __launch_bounds__(256, 2)
-qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__restrict__ params, int P, float sc, void *__restrict__ out)
+qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__restrict__ params, int P, float sc,
+                const qk__planes_out po, void *__restrict__ out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4, LO = L - CB;
@@ -2144,8 +2157,17 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
     const int64_t gb = s * D + (fixed2 | t);
+    if (po.mode == 0) {
 #pragma unroll
-    for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
+        for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
+    } else if (po.mode == 1) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) qk__gauss_store<__half, false>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    } else {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            qk__gauss_store<__nv_bfloat16, false>(v[k], 0xFu, po.scale, (__nv_bfloat16 *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    }
 #endif
 }
 
@@ -2207,8 +2229,8 @@ static bool qk__fz_fits(const qk__prog &pg)
 }
 
 template <int CB>
-static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
-                                qk__err *E)
+static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_ws &ws, const qk__planes_out &po, void *out,
+                                cudaStream_t st, qk__err *E)
 {
     const size_t smem = qk__fz_smem(pg.P);
     auto kf = qk__k_states_fz<CB>;
@@ -2232,7 +2254,7 @@ static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_w
     for (int pi = 0; pi < 2; ++pi)
         for (int i = 0; i < fs.n[pi]; ++i) m += __builtin_popcount(fs.pend[pi][i]);
     const float sc = (float)pow(0.5, 0.5 * m);
-    QK_CK(cudaLaunchKernelEx(&cfg, kf, fs, pg.q, (const float *)ws.params, pg.P, sc, out));
+    QK_CK(cudaLaunchKernelEx(&cfg, kf, fs, pg.q, (const float *)ws.params, pg.P, sc, po, out));
     QK_LAUNCH_CK("qk__k_states_fz");
     return QK_OK;
 }
@@ -2273,22 +2295,33 @@ static int qk__fz_device_ok()
 }
 
 /* qk__k_states_fz: one cluster of 2^(q - 13) blocks of 256 threads per state (complex float
-   states). Under QK_TEST_FAULTS, qk_cuda_test_states_fused() counts its launches. */
+   states, or the operand planes po asks). Under QK_TEST_FAULTS, qk_cuda_test_states_fused()
+   counts its launches, qk_cuda_test_planes() those that wrote operand planes. */
 #ifdef QK_TEST_FAULTS
-static std::atomic<int> qk__fz_launches{0};
+static std::atomic<int> qk__fz_launches{0}, qk__fz_plane_launches{0};
 extern "C" int qk_cuda_test_states_fused(void) { return qk__fz_launches.load(); }
+extern "C" int qk_cuda_test_planes(void) { return qk__fz_plane_launches.load(); }
 #endif
-static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
-                               qk__err *E)
+static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, const qk__planes_out &po, void *out,
+                               cudaStream_t st, qk__err *E)
 {
 #ifdef QK_TEST_FAULTS
     ++qk__fz_launches;
+    if (po.mode) ++qk__fz_plane_launches;
 #endif
     switch (pg.q - 13) {
-    case 1: return qk__launch_fz1<1>(pg, n, ws, out, st, E);
-    case 2: return qk__launch_fz1<2>(pg, n, ws, out, st, E);
-    default: return qk__launch_fz1<3>(pg, n, ws, out, st, E);
+    case 1: return qk__launch_fz1<1>(pg, n, ws, po, out, st, E);
+    case 2: return qk__launch_fz1<2>(pg, n, ws, po, out, st, E);
+    default: return qk__launch_fz1<3>(pg, n, ws, po, out, st, E);
     }
+}
+
+/* 1 when qk__build_states builds n states of pg with qk__k_states_fz: float complex states of a
+   program it fits, on a device that runs it (QK_STATES_OLD=1, measurement: never) */
+static bool qk__fz_takes(const qk__prog &pg, int64_t n, bool fp32, bool out_real)
+{
+    return fp32 && !out_real && !pg.states && n <= (int64_t)(INT32_MAX >> 3) && qk__fz_fits(pg) && !getenv("QK_STATES_OLD") &&
+           qk__fz_device_ok();
 }
 
 /* Given states (qk_gram_states): row s of x (ld doubles apart, dim amplitudes of the state type)
@@ -2346,10 +2379,18 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
 }
 
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
+/* po (mode 1 or 2): out receives Gauss's operand planes (qk__planes_out), which only
+   qk__k_states_fz writes: the caller asks for them only where qk__fz_takes said so. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
-                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
+                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E,
+                                  const qk__planes_out *po = nullptr)
 {
+    const qk__planes_out cx = {0, 1.0f, 0};
+    const bool planes = po && po->mode;
+    if (planes && (sizeof(T) != 4 || out_real || pg.states || !qk__fz_fits(pg)))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes asked of a state "
+                                                          "builder that cannot write them (please report the map)");
     if (n <= 0) return QK_OK;
     if (pg.states) {
         qk__k_load_states<T><<<(unsigned)n, 256, 0, st>>>(dx, n, pg.d, pg.st_type, pg.st_flags, pg.st_dim, (int64_t)1 << pg.q, out,
@@ -2361,9 +2402,10 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
     const double *ampx = pg.has_amp ? dx : nullptr;
-    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two) */
-    if (sizeof(T) == 4 && !out_real && n <= (int64_t)(INT32_MAX >> 3) && qk__fz_fits(pg) && !getenv("QK_STATES_OLD") && qk__fz_device_ok())
-        return qk__launch_fz(pg, n, ws, out, st, E);
+    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two); the
+       operand planes were asked where it takes them (the caller read its switch then) */
+    if (planes) return qk__launch_fz(pg, n, ws, *po, out, st, E);
+    if (qk__fz_takes(pg, n, sizeof(T) == 4, out_real)) return qk__launch_fz(pg, n, ws, cx, out, st, E);
     for (int pi = 0; pi < np; ++pi) {
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;
@@ -3492,8 +3534,9 @@ static bool qk__tc_gauss(qk_gpu_engine mode, bool cplx)
     return cplx && qk__engine_tc(mode) && mode != QK_GPU_TC_FP64 && !(e && e[0] == '1');
 }
 
+/* planes: the rows are Gauss's operand planes already (qk__op_planes): the three planes of C only */
 template <typename T, bool CPLX>
-static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D)
+static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D, bool planes = false)
 {
     /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes): the larger of the
        real form's (two planes of C; operands for the rows, the columns and the rotated columns)
@@ -3502,6 +3545,7 @@ static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, 
     const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
     if (!qk__engine_tc(mode)) return c;
+    if (planes && CPLX) return c / 2 * 3 + 512;
     if (mode == QK_GPU_TC_FP64) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
     const size_t per = mode == QK_GPU_TC_FP32X3 ? 8 * W : mode == QK_GPU_TC_TF32 ? 4 * W : 2 * W;
     const size_t four = c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
@@ -3528,6 +3572,13 @@ struct qk__blk_done {
     void *ctx;
 };
 
+/* Rows that are Gauss's operand planes already (the fp16 and bf16 engines; the state builder wrote
+   them, qk__planes_out): A and B point at their rows in plane 0 (re), D values a row; the planes
+   im, re - im, re + im follow psa (A's) and psb (B's) values apart. */
+struct qk__op_planes {
+    int64_t psa, psb;
+};
+
 /* Under QK_TEST_FAULTS, qk_cuda_test_gauss() counts qk__tc_gauss_products' calls. */
 #ifdef QK_TEST_FAULTS
 static std::atomic<int> qk__gauss_calls{0};
@@ -3539,9 +3590,11 @@ extern "C" int qk_cuda_test_gauss(void) { return qk__gauss_calls.load(); }
 template <typename T, bool CPLX>
 static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn,
                                        int D, int q, void *Cw, bool trap, int linear, qk__blk_done bd, cudaStream_t st,
-                                       qk__err *E)
+                                       qk__err *E, const qk__op_planes *pp)
 {
     const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
+    if (pp && mode != QK_GPU_TC_FP16 && mode != QK_GPU_TC_BF16)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to an engine other than fp16 / bf16");
     const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
     QK__TEST_GAUSS();
     const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : 2;
@@ -3555,7 +3608,10 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
     T *C = (T *)Cw;
     char *ops = (char *)Cw + ((size_t)m * nn * 3 * sizeof(T) + 255) / 256 * 256;
     const char *pa[3], *pb[3];
-    if (same) {   /* re, im, re - im, re + im of max(m, nn) rows */
+    if (pp) {     /* A: re, im, re - im; B: re, im, re + im, where the state builder wrote them */
+        for (int t = 0; t < 3; ++t) pa[t] = (const char *)A + (size_t)(t * pp->psa) * vb;
+        pb[0] = (const char *)B; pb[1] = (const char *)B + (size_t)pp->psb * vb; pb[2] = (const char *)B + (size_t)(3 * pp->psb) * vb;
+    } else if (same) {   /* re, im, re - im, re + im of max(m, nn) rows */
         const int64_t rb = std::max(m, nn), ps = rb * ld;
         QK_TRY(qk__launch_tc_operand3(mode, A, rb, D, 0xFu, s16, ops, ps, st, E));
         for (int t = 0; t < 3; ++t) pa[t] = ops + (size_t)(t * ps) * vb;
@@ -3592,7 +3648,8 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
    products write) */
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
-                                 void *Cw, bool trap, int linear, int g3, qk__blk_done bd, cudaStream_t st, qk__err *E)
+                                 void *Cw, bool trap, int linear, int g3, qk__blk_done bd, cudaStream_t st, qk__err *E,
+                                 const qk__op_planes *pp = nullptr)
 {
     const bool f64 = sizeof(T) == 8;
     if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
@@ -3601,7 +3658,8 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
     if constexpr (CPLX && sizeof(T) == 4)
-        if (g3) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E);
+        if (g3) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E, pp);
+    if (pp) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes outside Gauss's form");
     const int64_t W = CPLX ? 2 * (int64_t)D : D;
     const bool same = A == B;
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
@@ -3667,17 +3725,19 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
    and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
    of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). linear
-   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). */
+   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). pp: A and B are
+   Gauss's operand planes already (qk__op_planes; the caller chose Gauss's form). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
                                  cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr,
-                                 int linear = 0)
+                                 int linear = 0, const qk__op_planes *pp = nullptr)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
     const bool tc = qk__engine_tc(mode);
-    const int g3 = tc && qk__tc_gauss(mode, CPLX);   /* three planes of C (qk__tc_gauss_products) */
+    const int g3 = tc && (pp || qk__tc_gauss(mode, CPLX));   /* three planes of C (qk__tc_gauss_products) */
+    if (pp && !tc) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes outside the tensor-core engines");
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
         QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * (g3 ? 3 * sizeof(T) : es), st));
     /* With an epilogue stream (est), a diagonal block's epilogue runs per block of rows as the
@@ -3699,7 +3759,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
                                                       b.mout ? b.mout + r0 * b.ld + r0 : nullptr, 0, b.tri, b.plane, b.linear, b.g3,
                                                       b.est, E, b.nn);
         };
-    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, g3, bd, st, E)));
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, g3, bd, st, E, pp)));
     if (blocked) return QK_OK;
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {
@@ -5518,6 +5578,8 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
     int64_t rows_out;                    /* rows of K this job delivers: nx, or a symmetric job's band (J->band_rows) */
     size_t es, per_state;
+    size_t rowb;                         /* bytes from one state's row to the next in SA / SB */
+    int planes = 0;                      /* SA / SB hold Gauss's operand planes (qk__planes_out mode 1 or 2) */
     int k_resident;
     cudaStream_t cs = nullptr, xs = nullptr;
     OutT *Kdev = nullptr;                /* the caller's device buffer or the resident K */
@@ -5543,6 +5605,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         D = analytic ? 0 : ((int64_t)1 << q);
         es = CPLX ? 2 * sizeof(T) : sizeof(T);
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
+        rowb = per_state;
         engine = qk__plan_engine(pl);
         use_blas = qk__engine_blas(engine) && !analytic;
         linear = pl->linear ? 1 : 0;
@@ -5631,6 +5694,18 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
             QK__TEST_ROWS_IN(span(ny));
         }
+        /* the fp16 / bf16 engines in Gauss's form on bulk states that qk__k_states_fz builds: it
+           writes the operand planes itself (re, im, re - im, re + im at 2 bytes: the bytes of the
+           complex fp32 states), so no Gram call runs the operand pass (QK_TC_PLANES=0,
+           measurement: they do). Decided once here: the Gram calls and the workspace follow it. */
+        if (CPLX && sizeof(T) == 4 && bulk && use_blas && !analytic && !stream_amp && !streamed &&
+            (engine == QK_GPU_TC_FP16 || engine == QK_GPU_TC_BF16) && qk__tc_gauss(engine, true)) {
+            const char *pe = getenv("QK_TC_PLANES");
+            if (!(pe && pe[0] == '0') && qk__fz_takes(J->pg, std::max(nx, ny), true, false)) {
+                planes = engine == QK_GPU_TC_FP16 ? 1 : 2;
+                rowb = (size_t)D * 2;
+            }
+        }
         QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
         QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
         if (sym && bulk) J->SB = J->SA;
@@ -5651,9 +5726,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             } else {
                 QK_BLAS_CK(cublasCreate(&J->blas));
             }
-            QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+            QK_CK(qk__job_buf(J, QK__PB_CW0, &J->Cw[0], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, planes != 0))));
             if (n_slabs > 1)
-                QK_CK(qk__job_buf(J, QK__PB_CW1, &J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D))));
+                QK_CK(qk__job_buf(J, QK__PB_CW1, &J->Cw[1], (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, planes != 0))));
             /* the epilogue stream: the epilogue of one slab under the next slab's GEMMs (two
                workspace slots), and on the tensor-core engines a diagonal block's epilogue per
                block of rows under the next block's GEMMs (qk__launch_blas), one slab too */
@@ -5707,11 +5782,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         return QK_OK;
     }
 
-    /* states (or per-qubit vectors) of rows [r0, r0 + cnt) of src into dst */
+    /* states (or per-qubit vectors) of rows [r0, r0 + cnt) of src into dst; with planes (bulk:
+       every row of a side, r0 = 0) dst's cnt rows as operand planes */
     qk_result build(const double *src, int64_t r0, int64_t cnt, void *dst)
     {
         if (analytic) return qk__launch_qubit_vectors<T>(J->dp, q, src + r0 * d, cnt, d, (T *)dst, cs, E);
-        return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E);
+        /* the scale of qk__tc_gauss_products (2^floor(q/2), q = log2 D) */
+        const qk__planes_out po = {planes, ldexpf(1.0f, q / 2), cnt * D};
+        return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E, planes ? &po : nullptr);
     }
 
     /* an event on the copy-in stream (stats: its busy time) */
@@ -5787,7 +5865,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (mo && mcols < nn && !(qk__engine_tcf(engine) && !analytic)) {
             const int64_t c = std::max<int64_t>(0, mcols);
             QK_TRY(gram(A, B, m, c, o, ldo, mo, doff, tri));
-            return gram(A, (const char *)B + c * per_state, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
+            return gram(A, (const char *)B + c * rowb, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
         }
         if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
@@ -5796,14 +5874,15 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs, mcols);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
+        const qk__op_planes pp = {tA * D, (sym ? tA : tB) * D};
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
             int64_t cn = std::min(tB, nn - c0);
             const int two = J->Cw[1] != nullptr, k = two ? (int)(J->n_blas & 1) : 0;
             void *cw = J->Cw[k];
             if (J->est && J->n_blas >= (two ? 2 : 1)) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
-            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * per_state, m, cn, (int)D, cw,
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * rowb, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
-                                                    J->gemm_done, linear)));
+                                                    J->gemm_done, linear, planes ? &pp : nullptr)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
             J->n_blas++;
         }
@@ -5849,14 +5928,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK__GZ_GPU_BEGIN(J, "qk gram slab", cs);
         QK__GZ_COUNT(J, "qk slabs", 1);
         const void *A;
-        if (bulk) A = (const char *)J->SA + i0 * per_state;
+        if (bulk) A = (const char *)J->SA + i0 * rowb;
         else { QK_TRY(tile(0, i0, m, J->SA)); A = J->SA; }
         const int64_t jstart = mirror ? i0 : 0;
         /* the mirror stays in the rows this job delivers: a band's columns right of its end go
            without one (a rectangle, as a K(X,Y) job of those columns would compute it) */
         const int64_t cut = mirror ? std::min(ny, rows_out) : ny;
         if (bulk) {
-            const void *B = (const char *)J->SB + jstart * per_state;
+            const void *B = (const char *)J->SB + jstart * rowb;
             OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
             QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror, cut - jstart));
         } else {

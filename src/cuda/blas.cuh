@@ -179,8 +179,9 @@ static bool qk__tc_gauss(qk_gpu_engine mode, bool cplx)
     return cplx && qk__engine_tc(mode) && mode != QK_GPU_TC_FP64 && !(e && e[0] == '1');
 }
 
+/* planes: the rows are Gauss's operand planes already (qk__op_planes): the three planes of C only */
 template <typename T, bool CPLX>
-static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D)
+static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, int64_t D, bool planes = false)
 {
     /* keep in step with qk.h's qk__blas_ws (the planner counts these bytes): the larger of the
        real form's (two planes of C; operands for the rows, the columns and the rotated columns)
@@ -189,6 +190,7 @@ static size_t qk__blas_ws_bytes(qk_gpu_engine mode, int64_t rows, int64_t cols, 
     const size_t c = (size_t)rows * (size_t)cols * (CPLX ? 2 : 1) * sizeof(T);
     const size_t W = (size_t)D * (CPLX ? 2 : 1);
     if (!qk__engine_tc(mode)) return c;
+    if (planes && CPLX) return c / 2 * 3 + 512;
     if (mode == QK_GPU_TC_FP64) return c + 512 + (CPLX ? (size_t)cols * W * 8 : 0);
     const size_t per = mode == QK_GPU_TC_FP32X3 ? 8 * W : mode == QK_GPU_TC_TF32 ? 4 * W : 2 * W;
     const size_t four = c + 512 + per * ((size_t)rows + (size_t)cols * (CPLX ? 2 : 1));
@@ -215,6 +217,13 @@ struct qk__blk_done {
     void *ctx;
 };
 
+/* Rows that are Gauss's operand planes already (the fp16 and bf16 engines; the state builder wrote
+   them, qk__planes_out): A and B point at their rows in plane 0 (re), D values a row; the planes
+   im, re - im, re + im follow psa (A's) and psb (B's) values apart. */
+struct qk__op_planes {
+    int64_t psa, psb;
+};
+
 /* Under QK_TEST_FAULTS, qk_cuda_test_gauss() counts qk__tc_gauss_products' calls. */
 #ifdef QK_TEST_FAULTS
 static std::atomic<int> qk__gauss_calls{0};
@@ -226,9 +235,11 @@ extern "C" int qk_cuda_test_gauss(void) { return qk__gauss_calls.load(); }
 template <typename T, bool CPLX>
 static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn,
                                        int D, int q, void *Cw, bool trap, int linear, qk__blk_done bd, cudaStream_t st,
-                                       qk__err *E)
+                                       qk__err *E, const qk__op_planes *pp)
 {
     const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
+    if (pp && mode != QK_GPU_TC_FP16 && mode != QK_GPU_TC_BF16)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to an engine other than fp16 / bf16");
     const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
     QK__TEST_GAUSS();
     const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : 2;
@@ -242,7 +253,10 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
     T *C = (T *)Cw;
     char *ops = (char *)Cw + ((size_t)m * nn * 3 * sizeof(T) + 255) / 256 * 256;
     const char *pa[3], *pb[3];
-    if (same) {   /* re, im, re - im, re + im of max(m, nn) rows */
+    if (pp) {     /* A: re, im, re - im; B: re, im, re + im, where the state builder wrote them */
+        for (int t = 0; t < 3; ++t) pa[t] = (const char *)A + (size_t)(t * pp->psa) * vb;
+        pb[0] = (const char *)B; pb[1] = (const char *)B + (size_t)pp->psb * vb; pb[2] = (const char *)B + (size_t)(3 * pp->psb) * vb;
+    } else if (same) {   /* re, im, re - im, re + im of max(m, nn) rows */
         const int64_t rb = std::max(m, nn), ps = rb * ld;
         QK_TRY(qk__launch_tc_operand3(mode, A, rb, D, 0xFu, s16, ops, ps, st, E));
         for (int t = 0; t < 3; ++t) pa[t] = ops + (size_t)(t * ps) * vb;
@@ -279,7 +293,8 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
    products write) */
 template <typename T, bool CPLX>
 static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
-                                 void *Cw, bool trap, int linear, int g3, qk__blk_done bd, cudaStream_t st, qk__err *E)
+                                 void *Cw, bool trap, int linear, int g3, qk__blk_done bd, cudaStream_t st, qk__err *E,
+                                 const qk__op_planes *pp = nullptr)
 {
     const bool f64 = sizeof(T) == 8;
     if (f64 != (mode == QK_GPU_TC_FP64) || !qk__engine_tc(mode))
@@ -288,7 +303,8 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
     while (((int64_t)1 << q) < D) ++q;
     if (q > QK__TC_MAX_QUBITS) return qk__fail_msg(E, QK_ERROR_UNSUPPORTED, "qk_cuda_gram: tensor-core engines take at most 24 qubits");
     if constexpr (CPLX && sizeof(T) == 4)
-        if (g3) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E);
+        if (g3) return qk__tc_gauss_products<T, CPLX>(h, mode, A, B, m, nn, D, q, Cw, trap, linear, bd, st, E, pp);
+    if (pp) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes outside Gauss's form");
     const int64_t W = CPLX ? 2 * (int64_t)D : D;
     const bool same = A == B;
     const int64_t rb = same ? std::max(m, nn) : nn; /* rows of B converted (the rows of A too when same) */
@@ -354,17 +370,19 @@ static qk_result qk__tc_products(cublasHandle_t h, qk_gpu_engine mode, const voi
    the m x m square is one HERK/SYRK (lower triangle in column-major = j >= i, half the flops)
    and the rest a GEMM; then the fused epilogue. CUBLAS_3M: CGEMM3M (Gauss: 3 real products instead
    of 4) for complex fp32. Modes 3..7: the tensor-core engines above (Re and Im planes). linear
-   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). */
+   (plan.linear): the epilogue writes C itself, not |C|^2 (density matrices). pp: A and B are
+   Gauss's operand planes already (qk__op_planes; the caller chose Gauss's form). */
 template <typename T, bool CPLX, typename OutT>
 static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const void *A, const void *B, int64_t m, int64_t nn, int D,
                                  void *Cw, OutT *out, int64_t ld, OutT *mout, int64_t doff, int tri,
                                  cudaStream_t st, qk__err *E, cudaStream_t est = nullptr, cudaEvent_t gemm_done = nullptr,
-                                 int linear = 0)
+                                 int linear = 0, const qk__op_planes *pp = nullptr)
 {
     QK_BLAS_CK(cublasSetStream(h, st));
     const size_t es = CPLX ? 2 * sizeof(T) : sizeof(T);
     const bool tc = qk__engine_tc(mode);
-    const int g3 = tc && qk__tc_gauss(mode, CPLX);   /* three planes of C (qk__tc_gauss_products) */
+    const int g3 = tc && (pp || qk__tc_gauss(mode, CPLX));   /* three planes of C (qk__tc_gauss_products) */
+    if (pp && !tc) return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes outside the tensor-core engines");
     if (qk__poison_gemm) /* tests: every entry the epilogue reads must come from a GEMM (NaN otherwise) */
         QK_CK(cudaMemsetAsync(Cw, 0xFF, (size_t)m * (size_t)nn * (g3 ? 3 * sizeof(T) : es), st));
     /* With an epilogue stream (est), a diagonal block's epilogue runs per block of rows as the
@@ -386,7 +404,7 @@ static qk_result qk__launch_blas(cublasHandle_t h, qk_gpu_engine mode, const voi
                                                       b.mout ? b.mout + r0 * b.ld + r0 : nullptr, 0, b.tri, b.plane, b.linear, b.g3,
                                                       b.est, E, b.nn);
         };
-    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, g3, bd, st, E)));
+    if (tc) QK_TRY((qk__tc_products<T, CPLX>(h, mode, A, B, m, nn, D, Cw, trap, linear, g3, bd, st, E, pp)));
     if (blocked) return QK_OK;
     int64_t c0 = tc ? nn : 0; /* first column done by GEMM */
     if (!tc && tri && doff == 0 && m <= nn) {

@@ -1047,12 +1047,25 @@ __device__ __forceinline__ void qk__cluster_sync()
 #endif
 }
 
+/* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
+   planes of the fp16 (mode 1) or bfloat16 (mode 2) tensor-core engine, as the operand pass
+   (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im, re + im of
+   scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of plane p at
+   p * ps + s * D values from the start (qk__gauss_store). */
+struct qk__planes_out {
+    int mode;
+    float scale;
+    int64_t ps;
+};
+
 /* CB = q - 13 cross qubits (cluster of 2^CB blocks); sc: the transforms' total scale. Complex
-   output only: the programs it takes (Hadamards and phases) make complex states. Shared memory:
-   the padded chunk, the DIAGs' tables, the fold's, the state's P params (qk__fz_smem). */
+   output only: the programs it takes (Hadamards and phases) make complex states, written as
+   po says. Shared memory: the padded chunk, the DIAGs' tables, the fold's, the state's P params
+   (qk__fz_smem). */
 template <int CB>
 __global__ void __launch_bounds__(256, 2)
-qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__restrict__ params, int P, float sc, void *__restrict__ out)
+qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__restrict__ params, int P, float sc,
+                const qk__planes_out po, void *__restrict__ out)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     constexpr int L = 13, RB = 5, R = 32, NHI = L - RB - 4, LO = L - CB;
@@ -1186,8 +1199,17 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
     const int64_t gb = s * D + (fixed2 | t);
+    if (po.mode == 0) {
 #pragma unroll
-    for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
+        for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
+    } else if (po.mode == 1) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) qk__gauss_store<__half, false>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    } else {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            qk__gauss_store<__nv_bfloat16, false>(v[k], 0xFu, po.scale, (__nv_bfloat16 *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    }
 #endif
 }
 
@@ -1249,8 +1271,8 @@ static bool qk__fz_fits(const qk__prog &pg)
 }
 
 template <int CB>
-static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
-                                qk__err *E)
+static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_ws &ws, const qk__planes_out &po, void *out,
+                                cudaStream_t st, qk__err *E)
 {
     const size_t smem = qk__fz_smem(pg.P);
     auto kf = qk__k_states_fz<CB>;
@@ -1274,7 +1296,7 @@ static qk_result qk__launch_fz1(const qk__prog &pg, int64_t n, const qk__build_w
     for (int pi = 0; pi < 2; ++pi)
         for (int i = 0; i < fs.n[pi]; ++i) m += __builtin_popcount(fs.pend[pi][i]);
     const float sc = (float)pow(0.5, 0.5 * m);
-    QK_CK(cudaLaunchKernelEx(&cfg, kf, fs, pg.q, (const float *)ws.params, pg.P, sc, out));
+    QK_CK(cudaLaunchKernelEx(&cfg, kf, fs, pg.q, (const float *)ws.params, pg.P, sc, po, out));
     QK_LAUNCH_CK("qk__k_states_fz");
     return QK_OK;
 }
@@ -1315,22 +1337,33 @@ static int qk__fz_device_ok()
 }
 
 /* qk__k_states_fz: one cluster of 2^(q - 13) blocks of 256 threads per state (complex float
-   states). Under QK_TEST_FAULTS, qk_cuda_test_states_fused() counts its launches. */
+   states, or the operand planes po asks). Under QK_TEST_FAULTS, qk_cuda_test_states_fused()
+   counts its launches, qk_cuda_test_planes() those that wrote operand planes. */
 #ifdef QK_TEST_FAULTS
-static std::atomic<int> qk__fz_launches{0};
+static std::atomic<int> qk__fz_launches{0}, qk__fz_plane_launches{0};
 extern "C" int qk_cuda_test_states_fused(void) { return qk__fz_launches.load(); }
+extern "C" int qk_cuda_test_planes(void) { return qk__fz_plane_launches.load(); }
 #endif
-static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, void *out, cudaStream_t st,
-                               qk__err *E)
+static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, const qk__planes_out &po, void *out,
+                               cudaStream_t st, qk__err *E)
 {
 #ifdef QK_TEST_FAULTS
     ++qk__fz_launches;
+    if (po.mode) ++qk__fz_plane_launches;
 #endif
     switch (pg.q - 13) {
-    case 1: return qk__launch_fz1<1>(pg, n, ws, out, st, E);
-    case 2: return qk__launch_fz1<2>(pg, n, ws, out, st, E);
-    default: return qk__launch_fz1<3>(pg, n, ws, out, st, E);
+    case 1: return qk__launch_fz1<1>(pg, n, ws, po, out, st, E);
+    case 2: return qk__launch_fz1<2>(pg, n, ws, po, out, st, E);
+    default: return qk__launch_fz1<3>(pg, n, ws, po, out, st, E);
     }
+}
+
+/* 1 when qk__build_states builds n states of pg with qk__k_states_fz: float complex states of a
+   program it fits, on a device that runs it (QK_STATES_OLD=1, measurement: never) */
+static bool qk__fz_takes(const qk__prog &pg, int64_t n, bool fp32, bool out_real)
+{
+    return fp32 && !out_real && !pg.states && n <= (int64_t)(INT32_MAX >> 3) && qk__fz_fits(pg) && !getenv("QK_STATES_OLD") &&
+           qk__fz_device_ok();
 }
 
 /* Given states (qk_gram_states): row s of x (ld doubles apart, dim amplitudes of the state type)
@@ -1388,10 +1421,18 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
 }
 
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
+/* po (mode 1 or 2): out receives Gauss's operand planes (qk__planes_out), which only
+   qk__k_states_fz writes: the caller asks for them only where qk__fz_takes said so. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
-                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E)
+                                  qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E,
+                                  const qk__planes_out *po = nullptr)
 {
+    const qk__planes_out cx = {0, 1.0f, 0};
+    const bool planes = po && po->mode;
+    if (planes && (sizeof(T) != 4 || out_real || pg.states || !qk__fz_fits(pg)))
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes asked of a state "
+                                                          "builder that cannot write them (please report the map)");
     if (n <= 0) return QK_OK;
     if (pg.states) {
         qk__k_load_states<T><<<(unsigned)n, 256, 0, st>>>(dx, n, pg.d, pg.st_type, pg.st_flags, pg.st_dim, (int64_t)1 << pg.q, out,
@@ -1403,9 +1444,10 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
     const double *ampx = pg.has_amp ? dx : nullptr;
-    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two) */
-    if (sizeof(T) == 4 && !out_real && n <= (int64_t)(INT32_MAX >> 3) && qk__fz_fits(pg) && !getenv("QK_STATES_OLD") && qk__fz_device_ok())
-        return qk__launch_fz(pg, n, ws, out, st, E);
+    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two); the
+       operand planes were asked where it takes them (the caller read its switch then) */
+    if (planes) return qk__launch_fz(pg, n, ws, *po, out, st, E);
+    if (qk__fz_takes(pg, n, sizeof(T) == 4, out_real)) return qk__launch_fz(pg, n, ws, cx, out, st, E);
     for (int pi = 0; pi < np; ++pi) {
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;

@@ -377,11 +377,12 @@ static void print_errtab()
             for (auto &me : qe.second) printf("err %s %d %s %.3g\n", eng.first.c_str(), qe.first, me.first.c_str(), me.second);
 }
 
-/* Runs one Gram configuration and compares every entry. */
+/* Runs one Gram configuration and compares every entry (keep: K's bytes as the call left them,
+   padding included, for a comparison of two paths). */
 static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vector<cd> &SB, const std::vector<double> &xa,
                        const std::vector<double> &xb, int64_t nx, int64_t ny, bool sym, qk_precision prec, qk_dtype od,
                        qk_output out, int use_blas, int64_t slab, int64_t state_tile, int resident, int64_t ld_extra,
-                       const char *what)
+                       const char *what, std::vector<unsigned char> *keep = nullptr)
 {
     const size_t D = (size_t)1 << std::min(t.q, 30);
     std::vector<double> ref((size_t)nx * ny);
@@ -425,6 +426,7 @@ static void check_gram(const TMap &t, const std::vector<cd> &SA, const std::vect
     CHECK(r == QK_OK, "%s q=%d %s: qk__plan_run -> %d (%s)", t.name.c_str(), t.q, what, (int)r, err);
     if (r != QK_OK) { if (dptr) cudaFree(dptr); return; }
     if (out == QK_OUTPUT_DEVICE) { cudaMemcpy(host.data(), dptr, host.size(), cudaMemcpyDeviceToHost); cudaFree(dptr); }
+    if (keep) *keep = host;
     const double qf = 1 + t.q / 4.0;
     const double tabs = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-10 : 1e-4 * qf + ldexp(1.0, t.q - 24) / 4 + op_bound(p.engine);
     const double trel = prec == QK_PRECISION_FP64 && od == QK_F64 ? 1e-9 : 1e-4;
@@ -664,6 +666,59 @@ static void tc_block_tests()
    tiles (the 16- and 8-byte store and mirror paths: ld a multiple of 4) and partial ones (n =
    645: 5 full tiles and 5 rows; ld = n + 3 = 648), square and rectangular, device and host
    slabs (slab rows not a multiple of 128: doff), and state tiles of 301 rows. */
+/* The fp16 and bf16 engines' operand planes written by the state builder (qk__k_states_fz: zz at
+   14-16 qubits, bulk states, compute capability 9.0 or later): for a symmetric job on the device,
+   one on the host in slabs of 64 rows (diagonal blocks off the origin, two workspace slots) and a
+   rectangular one, K within its bound of the float64 reference and bitwise equal to the same job
+   with the operand pass (QK_TC_PLANES=0: the same roundings, the same GEMMs); the launches that
+   wrote planes counted (some with them on, where the device runs the kernel; none with them off),
+   and once more with C poisoned. */
+static void planes_tests()
+{
+    int cc_major = 0, dev = 0;
+    cudaGetDevice(&dev);
+    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev);
+    const int before = qk_test_fails;
+    for (int q : {14, 16}) {
+        TMap t = map_zz(q, 2, true);
+        const size_t D = (size_t)1 << q;
+        const int64_t nx = q == 14 ? 150 : 70, ny = q == 14 ? 45 : 21;
+        std::vector<double> xa = rand_x(t, nx), xb = rand_x(t, ny);
+        std::vector<cd> SA(nx * D), SB(ny * D);
+        for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
+        for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
+        for (int b : {5, 6})
+            for (int poison = 0; poison < 2; ++poison) {
+                qk_cuda_test_poison_gemm(poison);
+                for (int c = 0; c < 3; ++c) {
+                    const bool sym = c < 2;
+                    const qk_output out = c == 0 ? QK_OUTPUT_DEVICE : QK_OUTPUT_HOST;
+                    const int64_t slab = c == 1 ? 64 : 2048, nyc = sym ? nx : ny;
+                    std::vector<unsigned char> k[2];
+                    int np[2];
+                    for (int off = 0; off < 2; ++off) {
+                        char w[96];
+                        snprintf(w, sizeof w, "planes %s %s%s%s", b == 5 ? "fp16" : "bf16", c == 0 ? "sym device" : c == 1 ? "sym slabs 64" : "rect",
+                                 poison ? " poisoned C" : "", off ? " QK_TC_PLANES=0" : "");
+                        if (off) setenv("QK_TC_PLANES", "0", 1);
+                        const int p0 = qk_cuda_test_planes();
+                        check_gram(t, SA, SB, xa, xb, nx, nyc, sym, QK_PRECISION_FP16, QK_F32, out, b, slab, 0, 1, 0, w, &k[off]);
+                        np[off] = qk_cuda_test_planes() - p0;
+                        if (off) unsetenv("QK_TC_PLANES");
+                    }
+                    const bool want = cc_major >= 9;
+                    CHECK(want ? np[0] >= 1 : np[0] == 0, "planes q=%d engine %d case %d: %d builds wrote planes, expected %s", q, b, c,
+                          np[0], want ? "some" : "none (no fused state kernel on this device)");
+                    CHECK(np[1] == 0, "planes q=%d engine %d case %d: %d builds wrote planes under QK_TC_PLANES=0", q, b, c, np[1]);
+                    CHECK(k[0].size() == k[1].size() && !memcmp(k[0].data(), k[1].data(), k[0].size()),
+                          "planes q=%d engine %d case %d%s: K differs from the operand pass's", q, b, c, poison ? " (poisoned C)" : "");
+                }
+            }
+    }
+    qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
+    printf("operand planes from the state builder %s\n", qk_test_fails == before ? "ok" : "FAILED");
+}
+
 static void small_kernel_tests()
 {
     for (int q = 2; q <= 6; ++q) {
@@ -1685,6 +1740,7 @@ int main(int argc, char **argv)
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "planes")) planes_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output and the band alone */
             qk_ctx *gpu = nullptr;
             qk_ctx_desc cd;
@@ -1703,7 +1759,7 @@ int main(int argc, char **argv)
             else CHECK(false, "cuda context: %s", qk_last_error());
             qk_ctx_destroy(gpu);
         }
-        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, plan, mirror (and band) or maps", getenv("QK_TEST_ONLY"));
+        else CHECK(false, "QK_TEST_ONLY=%s: small, tcblocks, planes, plan, mirror (and band) or maps", getenv("QK_TEST_ONLY"));
         printf("%d checks, %d failed\n", qk_test_checks, qk_test_fails);
         return qk_test_fails ? 1 : 0;
     }
@@ -1746,6 +1802,8 @@ int main(int argc, char **argv)
         }
         tc_block_tests();
         part_done("tcblocks");
+        planes_tests();
+        part_done("planes");
         small_kernel_tests();
         part_done("small");
         plan_mismatch_tests();
