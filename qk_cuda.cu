@@ -2006,10 +2006,11 @@ __device__ __forceinline__ void qk__cluster_sync()
 }
 
 /* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
-   planes of the fp16 (mode 1) or bfloat16 (mode 2) tensor-core engine, as the operand pass
-   (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im, re + im of
-   scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of plane p at
-   p * ps + s * D values from the start (qk__gauss_store). */
+   planes of the fp16 (mode 1), bfloat16 (mode 2) or fp32x3 (mode 3) tensor-core engine, as the
+   operand pass (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im,
+   re + im of scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of
+   plane p at p * ps + s * R values from the start, R = D (modes 1, 2) or 4D (mode 3: the blocks
+   [hi lo hi hi]) (qk__gauss_store). */
 struct qk__planes_out {
     int mode;
     float scale;
@@ -2156,13 +2157,16 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
 
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
-    const int64_t gb = s * D + (fixed2 | t);
+    const int64_t gb = s * (po.mode == 3 ? 4 * D : D) + (fixed2 | t);
     if (po.mode == 0) {
 #pragma unroll
         for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
     } else if (po.mode == 1) {
 #pragma unroll
         for (int k = 0; k < R; ++k) qk__gauss_store<__half, false>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    } else if (po.mode == 3) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) qk__gauss_store<__half, true>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
     } else {
 #pragma unroll
         for (int k = 0; k < R; ++k)
@@ -3572,9 +3576,10 @@ struct qk__blk_done {
     void *ctx;
 };
 
-/* Rows that are Gauss's operand planes already (the fp16 and bf16 engines; the state builder wrote
-   them, qk__planes_out): A and B point at their rows in plane 0 (re), D values a row; the planes
-   im, re - im, re + im follow psa (A's) and psb (B's) values apart. */
+/* Rows that are Gauss's operand planes already (the fp16, bf16 and fp32x3 engines; the state
+   builder wrote them, qk__planes_out): A and B point at their rows in plane 0 (re), a row of the
+   operand's length (D, fp32x3 4D); the planes im, re - im, re + im follow psa (A's) and psb (B's)
+   values apart. */
 struct qk__op_planes {
     int64_t psa, psb;
 };
@@ -3593,8 +3598,8 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
                                        qk__err *E, const qk__op_planes *pp)
 {
     const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
-    if (pp && mode != QK_GPU_TC_FP16 && mode != QK_GPU_TC_BF16)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to an engine other than fp16 / bf16");
+    if (pp && mode == QK_GPU_TC_TF32)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to the tf32 engine");
     const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
     QK__TEST_GAUSS();
     const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : 2;
@@ -5578,8 +5583,9 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     int64_t nx, ny, D, ld_out, slab_rows, state_tile, tA, tB, n_slabs, ldk;
     int64_t rows_out;                    /* rows of K this job delivers: nx, or a symmetric job's band (J->band_rows) */
     size_t es, per_state;
-    size_t rowb;                         /* bytes from one state's row to the next in SA / SB */
-    int planes = 0;                      /* SA / SB hold Gauss's operand planes (qk__planes_out mode 1 or 2) */
+    size_t srow;                         /* bytes from one state's row to the next in SA / SB */
+    size_t sslot;                        /* bytes a state takes in SA / SB (planes: its rows of the four planes) */
+    int planes = 0;                      /* SA / SB hold Gauss's operand planes (qk__planes_out's mode) */
     int k_resident;
     cudaStream_t cs = nullptr, xs = nullptr;
     OutT *Kdev = nullptr;                /* the caller's device buffer or the resident K */
@@ -5605,7 +5611,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         D = analytic ? 0 : ((int64_t)1 << q);
         es = CPLX ? 2 * sizeof(T) : sizeof(T);
         per_state = analytic ? (size_t)q * 4 * sizeof(T) : (size_t)D * es;
-        rowb = per_state;
+        srow = sslot = per_state;
         engine = qk__plan_engine(pl);
         use_blas = qk__engine_blas(engine) && !analytic;
         linear = pl->linear ? 1 : 0;
@@ -5694,24 +5700,33 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
             QK__TEST_ROWS_IN(span(ny));
         }
-        /* the fp16 / bf16 engines in Gauss's form on bulk states that qk__k_states_fz builds: it
-           writes the operand planes itself (re, im, re - im, re + im at 2 bytes: the bytes of the
-           complex fp32 states), so no Gram call runs the operand pass (QK_TC_PLANES=0,
-           measurement: they do). Decided once here: the Gram calls and the workspace follow it. */
+        /* The fp16, bf16 and fp32x3 engines in Gauss's form on bulk states that qk__k_states_fz
+           builds: it writes the operand planes itself (re, im, re - im, re + im), so no Gram call
+           runs the operand pass (QK_TC_PLANES=0, measurement: they do). fp16 and bf16 planes take
+           the bytes of the complex fp32 states; fp32x3's, rows [hi lo hi hi] of 4D values, four
+           times those, taken only where the workspace's operand room it saves is at least as
+           large (the memory the planner counted bounds the job's still). Decided once here: the
+           Gram calls and the workspace follow it. */
         if (CPLX && sizeof(T) == 4 && bulk && use_blas && !analytic && !stream_amp && !streamed &&
-            (engine == QK_GPU_TC_FP16 || engine == QK_GPU_TC_BF16) && qk__tc_gauss(engine, true)) {
+            (engine == QK_GPU_TC_FP16 || engine == QK_GPU_TC_BF16 || engine == QK_GPU_TC_FP32X3) && qk__tc_gauss(engine, true)) {
             const char *pe = getenv("QK_TC_PLANES");
-            if (!(pe && pe[0] == '0') && qk__fz_takes(J->pg, std::max(nx, ny), true, false)) {
-                planes = engine == QK_GPU_TC_FP16 ? 1 : 2;
-                rowb = (size_t)D * 2;
+            const size_t row = (size_t)D * 2 * (engine == QK_GPU_TC_FP32X3 ? 4 : 1), extra = 4 * row - per_state;
+            const size_t slots = n_slabs > 1 ? 2 : 1;
+            const size_t saved = slots * (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, false) -
+                                          qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, true));
+            if (!(pe && pe[0] == '0') && extra * (size_t)(tA + (sym ? 0 : tB)) <= saved &&
+                qk__fz_takes(J->pg, std::max(nx, ny), true, false)) {
+                planes = engine == QK_GPU_TC_FP16 ? 1 : engine == QK_GPU_TC_BF16 ? 2 : 3;
+                srow = row;
+                sslot = 4 * row;
             }
         }
-        QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * per_state)));
-        QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * per_state);
+        QK_CK(qk__job_buf(J, QK__PB_SA, &J->SA, std::max<size_t>(1, (size_t)tA * sslot)));
+        QK__GZ_TRACK(J, "qk states", J->SA, (size_t)tA * sslot);
         if (sym && bulk) J->SB = J->SA;
         else {
-            QK_CK(qk__job_buf(J, QK__PB_SB, &J->SB, std::max<size_t>(1, (size_t)tB * per_state)));
-            QK__GZ_TRACK(J, "qk states", J->SB, (size_t)tB * per_state);
+            QK_CK(qk__job_buf(J, QK__PB_SB, &J->SB, std::max<size_t>(1, (size_t)tB * sslot)));
+            QK__GZ_TRACK(J, "qk states", J->SB, (size_t)tB * sslot);
         }
         if (!analytic && !stream_amp) {
             int64_t tmax = std::max(tA, tB);
@@ -5788,7 +5803,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
     {
         if (analytic) return qk__launch_qubit_vectors<T>(J->dp, q, src + r0 * d, cnt, d, (T *)dst, cs, E);
         /* the scale of qk__tc_gauss_products (2^floor(q/2), q = log2 D) */
-        const qk__planes_out po = {planes, ldexpf(1.0f, q / 2), cnt * D};
+        const qk__planes_out po = {planes, ldexpf(1.0f, q / 2), cnt * (int64_t)(srow / 2)};
         return qk__build_states<T>(J->pg, J->dp, src + r0 * d, cnt, J->ws, dst, !CPLX, cs, E, planes ? &po : nullptr);
     }
 
@@ -5865,7 +5880,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         if (mo && mcols < nn && !(qk__engine_tcf(engine) && !analytic)) {
             const int64_t c = std::max<int64_t>(0, mcols);
             QK_TRY(gram(A, B, m, c, o, ldo, mo, doff, tri));
-            return gram(A, (const char *)B + c * rowb, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
+            return gram(A, (const char *)B + c * srow, m, nn - c, o + c, ldo, nullptr, doff + c, tri);
         }
         if (linear && (analytic || !use_blas))   /* qk_cuda_gram checks it first; the one epilogue with the flag */
             return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: plan.linear runs on the cuBLAS engines only");
@@ -5874,13 +5889,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             return qk__gram_tcf<T, CPLX, OutT>(J, engine, pl->kernel_cfg, bulk, tA, tB, A, B, m, nn, D, o, ldo, mo, doff, tri, cs, mcols);
         if (!use_blas) return qk__launch_gram<T, CPLX, OutT>(pl->kernel_cfg, A, B, m, nn, (int)D, o, ldo, mo, doff, tri, cs, E);
         /* the workspace holds slab_rows x tB */
-        const qk__op_planes pp = {tA * D, (sym ? tA : tB) * D};
+        const int64_t pv = (int64_t)(srow / 2);   /* values a plane's row */
+        const qk__op_planes pp = {tA * pv, (sym ? tA : tB) * pv};
         for (int64_t c0 = 0; c0 < nn; c0 += tB) {
             int64_t cn = std::min(tB, nn - c0);
             const int two = J->Cw[1] != nullptr, k = two ? (int)(J->n_blas & 1) : 0;
             void *cw = J->Cw[k];
             if (J->est && J->n_blas >= (two ? 2 : 1)) QK_CK(cudaStreamWaitEvent(cs, J->ep_done[k], 0)); /* ring slot free */
-            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * rowb, m, cn, (int)D, cw,
+            QK_TRY((qk__launch_blas<T, CPLX, OutT>(J->blas, engine, A, (const char *)B + c0 * srow, m, cn, (int)D, cw,
                                                     o + c0, ldo, mo ? mo + c0 * ldo : nullptr, doff + c0, tri, cs, E, J->est,
                                                     J->gemm_done, linear, planes ? &pp : nullptr)));
             if (J->est) QK_CK(cudaEventRecord(J->ep_done[k], J->est));
@@ -5928,14 +5944,14 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         QK__GZ_GPU_BEGIN(J, "qk gram slab", cs);
         QK__GZ_COUNT(J, "qk slabs", 1);
         const void *A;
-        if (bulk) A = (const char *)J->SA + i0 * rowb;
+        if (bulk) A = (const char *)J->SA + i0 * srow;
         else { QK_TRY(tile(0, i0, m, J->SA)); A = J->SA; }
         const int64_t jstart = mirror ? i0 : 0;
         /* the mirror stays in the rows this job delivers: a band's columns right of its end go
            without one (a rectangle, as a K(X,Y) job of those columns would compute it) */
         const int64_t cut = mirror ? std::min(ny, rows_out) : ny;
         if (bulk) {
-            const void *B = (const char *)J->SB + jstart * rowb;
+            const void *B = (const char *)J->SB + jstart * srow;
             OutT *mo = mirror ? Kdev + jstart * ldk + i0 : nullptr;
             QK_TRY(gram(A, B, m, ny - jstart, base + jstart, ldk, mo, jstart - i0, mirror, cut - jstart));
         } else {

@@ -217,9 +217,10 @@ struct qk__blk_done {
     void *ctx;
 };
 
-/* Rows that are Gauss's operand planes already (the fp16 and bf16 engines; the state builder wrote
-   them, qk__planes_out): A and B point at their rows in plane 0 (re), D values a row; the planes
-   im, re - im, re + im follow psa (A's) and psb (B's) values apart. */
+/* Rows that are Gauss's operand planes already (the fp16, bf16 and fp32x3 engines; the state
+   builder wrote them, qk__planes_out): A and B point at their rows in plane 0 (re), a row of the
+   operand's length (D, fp32x3 4D); the planes im, re - im, re + im follow psa (A's) and psb (B's)
+   values apart. */
 struct qk__op_planes {
     int64_t psa, psb;
 };
@@ -238,8 +239,8 @@ static qk_result qk__tc_gauss_products(cublasHandle_t h, qk_gpu_engine mode, con
                                        qk__err *E, const qk__op_planes *pp)
 {
     const bool same = A == B, x3 = mode == QK_GPU_TC_FP32X3;
-    if (pp && mode != QK_GPU_TC_FP16 && mode != QK_GPU_TC_BF16)
-        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to an engine other than fp16 / bf16");
+    if (pp && mode == QK_GPU_TC_TF32)
+        return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes given to the tf32 engine");
     const int64_t ld = x3 ? 4 * (int64_t)D : D, offb = x3 ? D : 0;
     QK__TEST_GAUSS();
     const size_t vb = mode == QK_GPU_TC_TF32 ? 4 : 2;

@@ -1048,10 +1048,11 @@ __device__ __forceinline__ void qk__cluster_sync()
 }
 
 /* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
-   planes of the fp16 (mode 1) or bfloat16 (mode 2) tensor-core engine, as the operand pass
-   (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im, re + im of
-   scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of plane p at
-   p * ps + s * D values from the start (qk__gauss_store). */
+   planes of the fp16 (mode 1), bfloat16 (mode 2) or fp32x3 (mode 3) tensor-core engine, as the
+   operand pass (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im,
+   re + im of scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of
+   plane p at p * ps + s * R values from the start, R = D (modes 1, 2) or 4D (mode 3: the blocks
+   [hi lo hi hi]) (qk__gauss_store). */
 struct qk__planes_out {
     int mode;
     float scale;
@@ -1198,13 +1199,16 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
 
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
-    const int64_t gb = s * D + (fixed2 | t);
+    const int64_t gb = s * (po.mode == 3 ? 4 * D : D) + (fixed2 | t);
     if (po.mode == 0) {
 #pragma unroll
         for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
     } else if (po.mode == 1) {
 #pragma unroll
         for (int k = 0; k < R; ++k) qk__gauss_store<__half, false>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+    } else if (po.mode == 3) {
+#pragma unroll
+        for (int k = 0; k < R; ++k) qk__gauss_store<__half, true>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
     } else {
 #pragma unroll
         for (int k = 0; k < R; ++k)
