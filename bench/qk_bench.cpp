@@ -644,9 +644,9 @@ static void roof_row(const char *name, const qk_map &m, const std::vector<double
 
 /* The issue's rows: 4 q n=32768 default; 7 q default; 8 q default, fp32x3, fp16; 12 q n=16384
    fp32x3, fp16; 16 q n=4096 fp32x3, fp16 and the 16-qubit state rate (as zz16 measures it: the
-   fp32 run's states_ms). only_q > 0: that qubit count's rows alone (--cases roof16: an A/B of
-   one row, the floors measured all the same) */
-static void roof(std::mt19937_64 &rng, int only_q = 0)
+   fp32 run's states_ms). qmask: the qubit counts whose rows run (bit q; --cases roof4, roof7,
+   roof8, roof12, roof16 pick some for an A/B, the floors measured all the same) */
+static void roof(std::mt19937_64 &rng, unsigned qmask = ~0u)
 {
     const int saved = reps;
     reps = std::max(reps, 3);
@@ -659,7 +659,7 @@ static void roof(std::mt19937_64 &rng, int only_q = 0)
         {12, 1, {QK_PRECISION_FP32X3, QK_PRECISION_FP16}},
         {16, 2, {QK_PRECISION_FP32X3, QK_PRECISION_FP16}}};
     for (auto &c : rs) {
-        if (only_q > 0 && c.q != only_q) continue;
+        if (!((qmask >> c.q) & 1u)) continue;
         const int64_t n = roof_n[c.ni];
         BMap b; build_zz(b, c.q, 2);
         std::vector<double> x((size_t)n * c.q);
@@ -884,7 +884,12 @@ int main(int argc, char **argv)
         }
     }
     if (has("roof")) roof(rng);
-    if (has("roof16")) roof(rng, 16);
+    else {
+        unsigned qm = 0;
+        for (int q : {4, 7, 8, 12, 16})
+            if (has(("roof" + std::to_string(q)).c_str())) qm |= 1u << q;
+        if (qm) roof(rng, qm);
+    }
     if (has("probe")) probe();
     if (json) {
         FILE *f = fopen(json, "w");
