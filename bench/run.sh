@@ -20,7 +20,7 @@
 #               /usr/bin/time -v
 #   states-job  qk-gram --states A.npy -> K.npy, SROWS (10:40000,14:8000: qubits:n, complex64
 #               states): bench/states_job.py, beside a PyTorch job on the same file (wall, peak RSS)
-#   sanitizers  compute-sanitizer TOOLS (memcheck racecheck initcheck) over PARTS (small tcblocks
+#   sanitizers  compute-sanitizer TOOLS (memcheck racecheck initcheck) over PARTS (small tcblocks planes
 #               plan suite jobs; mirror too, by name): the test_gpu_engine parts, the suite at SAN_QS (3,8), single
 #               qk-gram jobs (13 / 16 qubits, fp32 / fp64); one log per tool and part
 #   cpu-bench   qk-cpu-bench against numpy (bench/cpu_numpy.py), zz reps=2 at 8 qubits n=4096 and
@@ -191,9 +191,9 @@ np.save('/tmp/qk_x16.npy', r.random((6, 16)) * 6.28)"
         # initialisation it sees), and K staying finite and within its bound proves the GEMMs
         # overwrote every entry the epilogue reads (docs/gpu.md, "Sanitizers and cuBLAS")
         if [ "$t" = initcheck ]; then export QK_TEST_POISON=1; else unset QK_TEST_POISON; fi
-        for p in ${PARTS:-small tcblocks plan suite jobs}; do
+        for p in ${PARTS:-small tcblocks planes plan suite jobs}; do
             case $p in
-            small|tcblocks|plan|mirror)  # one part of the GPU suite (QK_TEST_ONLY)
+            small|tcblocks|planes|plan|mirror)  # one part of the GPU suite (QK_TEST_ONLY)
                 # shellcheck disable=SC2086
                 QK_TEST_ONLY=$p step "san-$t-$p" "${TLIM:-240}" compute-sanitizer --tool "$t" $extra --error-exitcode 9 "$tge" ;;
             suite)  # the suite at a fused and a cuBLAS size, API tests skipped (racecheck is slow)
@@ -210,7 +210,7 @@ np.save('/tmp/qk_x16.npy', r.random((6, 16)) * 6.28)"
                     echo "san-$t-jobs $1 $2 rc $pr"
                     [ $pr = 0 ] || FAILED="$FAILED san-$t-jobs-$1-$2"
                 done ;;
-            *) echo "unknown part $p (small tcblocks plan suite jobs)"; FAILED="$FAILED $p" ;;
+            *) echo "unknown part $p (small tcblocks planes plan suite jobs)"; FAILED="$FAILED $p" ;;
             esac
             [ -f "$OUT/san-$t-$p.log" ] && echo "   $(grep -hE 'checks, |ERROR SUMMARY|LEAK SUMMARY|RACECHECK SUMMARY' \
                 "$OUT/san-$t-$p.log" | sort | uniq -c | tr -s ' ' | tr '\n' ';')"
