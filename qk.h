@@ -1608,9 +1608,9 @@ QK_CUDA_DEF void qk_cuda_test_poison_gemm(int on);
 /* Tests: how many state builds so far ran the fused structured pass (qk__k_states_fz: 14-16
    qubit complex fp32 states of two structured passes on compute capability 9.0 or later). */
 QK_CUDA_DEF int qk_cuda_test_states_fused(void);
-/* Tests: how many of those builds wrote the fp16 / bf16 / fp32x3 tensor-core engines' operand
-   planes themselves (Gauss's form, bulk states: no operand pass in the Gram; QK_TC_PLANES=0 turns
-   it off). */
+/* Tests: how many state builds so far wrote the fp16 / bf16 / fp32x3 tensor-core engines' operand
+   planes themselves (Gauss's form, bulk states of a map: no operand pass in the Gram;
+   QK_TC_PLANES=0 turns it off). */
 QK_CUDA_DEF int qk_cuda_test_planes(void);
 /* Tests: how many launches so far ran the warp-pipelined few-qubit kernel (qk__k_gram_stw: fused
    configuration 8 at 4 qubits, complex fp32 states, float K). */

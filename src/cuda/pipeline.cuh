@@ -475,9 +475,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             QK_CK(cudaMemcpyAsync(J->dy, ds->y, span(ny), cudaMemcpyHostToDevice, cs));
             QK__TEST_ROWS_IN(span(ny));
         }
-        /* The fp16, bf16 and fp32x3 engines in Gauss's form on bulk states that qk__k_states_fz
-           builds: it writes the operand planes itself (re, im, re - im, re + im), so no Gram call
-           runs the operand pass (QK_TC_PLANES=0, measurement: they do). fp16 and bf16 planes take
+        /* The fp16, bf16 and fp32x3 engines in Gauss's form on bulk states that a map's program
+           builds (not given states): the state builder writes the operand planes itself (re, im,
+           re - im, re + im), so no Gram call runs the operand pass (QK_TC_PLANES=0, measurement:
+           they do). fp16 and bf16 planes take
            the bytes of the complex fp32 states; fp32x3's, rows [hi lo hi hi] of 4D values, four
            times those, taken only where the workspace's operand room it saves is at least as
            large (the memory the planner counted bounds the job's still). Decided once here: the
@@ -489,8 +490,7 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
             const size_t slots = n_slabs > 1 ? 2 : 1;
             const size_t saved = slots * (qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, false) -
                                           qk__blas_ws_bytes<T, CPLX>(engine, slab_rows, tB, D, true));
-            if (!(pe && pe[0] == '0') && extra * (size_t)(tA + (sym ? 0 : tB)) <= saved &&
-                qk__fz_takes(J->pg, std::max(nx, ny), true, false)) {
+            if (!(pe && pe[0] == '0') && extra * (size_t)(tA + (sym ? 0 : tB)) <= saved && !J->pg.states) {
                 planes = engine == QK_GPU_TC_FP16 ? 1 : engine == QK_GPU_TC_BF16 ? 2 : 3;
                 srow = row;
                 sslot = 4 * row;

@@ -6,6 +6,26 @@
 #include "common.cuh"
 #include "compile.cuh"
 
+/* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
+   planes of the fp16 (mode 1), bfloat16 (mode 2) or fp32x3 (mode 3) tensor-core engine, as the
+   operand pass (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im,
+   re + im of scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of
+   plane p at p * ps + s * R values from the start, R = D (modes 1, 2) or 4D (mode 3: the blocks
+   [hi lo hi hi]) (qk__gauss_store). */
+struct qk__planes_out {
+    int mode;
+    float scale;
+    int64_t ps;
+};
+/* amplitude g = (x, y) of state s (D amplitudes) into po's planes (mode 1..3) */
+__device__ __forceinline__ void qk__planes_put(const qk__planes_out &po, void *out, int64_t s, int64_t D, int64_t g, float x, float y)
+{
+    const float2 z = make_float2(x, y);
+    if (po.mode == 1) qk__gauss_store<__half, false>(z, 0xFu, po.scale, (__half *)out + s * D + g, D, po.ps);
+    else if (po.mode == 2) qk__gauss_store<__nv_bfloat16, false>(z, 0xFu, po.scale, (__nv_bfloat16 *)out + s * D + g, D, po.ps);
+    else qk__gauss_store<__half, true>(z, 0xFu, po.scale, (__half *)out + s * 4 * D + g, D, po.ps);
+}
+
 /* 2x2 matrix of a one-qubit gate (qk__u1, shared with the CPU engine): m00 re, im, m01 re, im,
    m10 re, im, m11 re, im; the identity for BASIS on a 0. */
 __device__ void qk__gate_matrix(int kind, double t, const double *xs, const qk_angle *ang, int op, double *m)
@@ -160,12 +180,13 @@ __device__ __forceinline__ void qk__gate_group(qk__cx<T> *a, int N, int lt, int 
    constant-bank load. */
 /* One pass of the state program over chunks of 2^L amplitudes (see the design comment).
    Block: spb states x tps threads each; grid: (states / spb) * chunks. OUT_REAL writes the real
-   part only (real maps). */
+   part only (real maps); po (float complex states, mode 1..3) the operand planes instead. */
 template <typename T, bool OUT_REAL>
 __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q,
                            const T *__restrict__ params, int P, int64_t n,
                            const double *__restrict__ amp_x, const double *__restrict__ amp_inv, int amp_d,
-                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps, int stage)
+                           const qk__cx<T> *__restrict__ in, void *__restrict__ out, int spb, int tps, int stage,
+                           const qk__planes_out po)
 {
     extern __shared__ __align__(16) unsigned char qk__smem[];
     typedef qk__cx<T> C;
@@ -368,6 +389,7 @@ __global__ void qk__k_pass(const __grid_constant__ qk__pass p, const qk__instr *
         for (int r = lt; r < N; r += tps) {
             uint32_t g = fixed | qk__pdep(r, p);
             if (OUT_REAL) ((T *)out)[s * D + g] = a[r].x;
+            else if (sizeof(T) == 4 && po.mode) qk__planes_put(po, out, s, D, g, (float)a[r].x, (float)a[r].y);
             else ((C *)out)[s * D + g] = a[r];
         }
     }
@@ -447,7 +469,7 @@ __device__ __forceinline__ void qk__wht_phase(T base, const T (&e)[RB], const T 
 template <typename T, int RB, bool OUT_REAL>
 __global__ void __launch_bounds__(1 << (QK__PASS_QUBITS - RB))
 qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__ prog, int q, const T *__restrict__ params, int P,
-               const qk__cx<T> *__restrict__ in, void *__restrict__ out)
+               const qk__cx<T> *__restrict__ in, void *__restrict__ out, const qk__planes_out po)
 {
     constexpr int L = QK__PASS_QUBITS, R = 1 << RB;
     typedef qk__cx<T> C;
@@ -651,6 +673,7 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
     for (int k = 0; k < R; ++k) {
         const uint32_t g = gi(k);
         if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
+        else if (sizeof(T) == 4 && po.mode) qk__planes_put(po, out, s, D, g, (float)v[k].x, (float)v[k].y);
         else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
     }
 }
@@ -732,7 +755,7 @@ static qk_result qk__launch_invnorm(const double *dx, int64_t n, int d, double *
 template <typename T>
 static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n, const double *ampx,
                                  const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real, int spb, int tps,
-                                 cudaStream_t st, qk__err *E)
+                                 const qk__planes_out &po, cudaStream_t st, qk__err *E)
 {
     const int q = pg.q, N = 1 << p.L;
     const int64_t nchunks = (int64_t)1 << (q - p.L);
@@ -745,7 +768,7 @@ static qk_result qk__launch_pass(const qk__pass &p, const qk__prog &pg, const qk
     auto kf = out_real ? qk__k_pass<T, true> : qk__k_pass<T, false>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     kf<<<(unsigned)(groups * nchunks), spb * tps, smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, n, ampx, ws.inv,
-                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps, stage);
+                                                             pg.has_amp ? pg.d : 0, in, out, spb, tps, stage, po);
     QK_LAUNCH_CK("qk__k_pass");
     return QK_OK;
 }
@@ -768,7 +791,7 @@ static bool qk__pass_is_wht(const qk__pass &p, const qk__prog &pg)
 template <typename T>
 static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, const qk__dprog &dp, int64_t n,
                                      const qk__build_ws &ws, const qk__cx<T> *in, void *out, bool out_real,
-                                     cudaStream_t st, qk__err *E)
+                                     const qk__planes_out &po, cudaStream_t st, qk__err *E)
 {
     constexpr int RB = sizeof(T) == 4 ? 5 : 4;
     const int q = pg.q;
@@ -776,7 +799,7 @@ static qk_result qk__launch_pass_wht(const qk__pass &p, const qk__prog &pg, cons
     const size_t smem = ((size_t)1 << p.L) * sizeof(qk__cx<T>) + (QK__WHT_TBL + 2 * 64) * sizeof(T);
     auto kf = out_real ? qk__k_pass_wht<T, RB, true> : qk__k_pass_wht<T, RB, false>;
     QK_CK(cudaFuncSetAttribute(kf, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    kf<<<(unsigned)(n * nchunks), 1u << (p.L - RB), smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, in, out);
+    kf<<<(unsigned)(n * nchunks), 1u << (p.L - RB), smem, st>>>(p, dp.instr, q, (const T *)ws.params, pg.P, in, out, po);
     QK_LAUNCH_CK("qk__k_pass_wht");
     return QK_OK;
 }
@@ -1047,18 +1070,6 @@ __device__ __forceinline__ void qk__cluster_sync()
 #endif
 }
 
-/* What a state builder writes: complex states (mode 0: rows of D float2), or Gauss's operand
-   planes of the fp16 (mode 1), bfloat16 (mode 2) or fp32x3 (mode 3) tensor-core engine, as the
-   operand pass (qk__launch_tc_operand3) makes them from complex states: planes re, im, re - im,
-   re + im of scale * amplitude (scale: the engine's 2^floor(q/2)), ps values apart, row s of
-   plane p at p * ps + s * R values from the start, R = D (modes 1, 2) or 4D (mode 3: the blocks
-   [hi lo hi hi]) (qk__gauss_store). */
-struct qk__planes_out {
-    int mode;
-    float scale;
-    int64_t ps;
-};
-
 /* CB = q - 13 cross qubits (cluster of 2^CB blocks); sc: the transforms' total scale. Complex
    output only: the programs it takes (Hadamards and phases) make complex states, written as
    po says. Shared memory: the padded chunk, the DIAGs' tables, the fold's, the state's P params
@@ -1199,20 +1210,13 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
 
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
-    const int64_t gb = s * (po.mode == 3 ? 4 * D : D) + (fixed2 | t);
+    const int64_t gb = s * D + (fixed2 | t);
     if (po.mode == 0) {
 #pragma unroll
         for (int k = 0; k < R; ++k) __stwb((float2 *)out + gb + qk__fz_g2(CB, k), v[k]); /* st.global: out is device memory */
-    } else if (po.mode == 1) {
-#pragma unroll
-        for (int k = 0; k < R; ++k) qk__gauss_store<__half, false>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
-    } else if (po.mode == 3) {
-#pragma unroll
-        for (int k = 0; k < R; ++k) qk__gauss_store<__half, true>(v[k], 0xFu, po.scale, (__half *)out + gb + qk__fz_g2(CB, k), D, po.ps);
     } else {
 #pragma unroll
-        for (int k = 0; k < R; ++k)
-            qk__gauss_store<__nv_bfloat16, false>(v[k], 0xFu, po.scale, (__nv_bfloat16 *)out + gb + qk__fz_g2(CB, k), D, po.ps);
+        for (int k = 0; k < R; ++k) qk__planes_put(po, out, s, D, (fixed2 | t) + qk__fz_g2(CB, k), v[k].x, v[k].y);
     }
 #endif
 }
@@ -1342,18 +1346,17 @@ static int qk__fz_device_ok()
 
 /* qk__k_states_fz: one cluster of 2^(q - 13) blocks of 256 threads per state (complex float
    states, or the operand planes po asks). Under QK_TEST_FAULTS, qk_cuda_test_states_fused()
-   counts its launches, qk_cuda_test_planes() those that wrote operand planes. */
+   counts its launches, qk_cuda_test_planes() the state builds that wrote operand planes. */
 #ifdef QK_TEST_FAULTS
-static std::atomic<int> qk__fz_launches{0}, qk__fz_plane_launches{0};
+static std::atomic<int> qk__fz_launches{0}, qk__plane_builds{0};
 extern "C" int qk_cuda_test_states_fused(void) { return qk__fz_launches.load(); }
-extern "C" int qk_cuda_test_planes(void) { return qk__fz_plane_launches.load(); }
+extern "C" int qk_cuda_test_planes(void) { return qk__plane_builds.load(); }
 #endif
 static qk_result qk__launch_fz(const qk__prog &pg, int64_t n, const qk__build_ws &ws, const qk__planes_out &po, void *out,
                                cudaStream_t st, qk__err *E)
 {
 #ifdef QK_TEST_FAULTS
     ++qk__fz_launches;
-    if (po.mode) ++qk__fz_plane_launches;
 #endif
     switch (pg.q - 13) {
     case 1: return qk__launch_fz1<1>(pg, n, ws, po, out, st, E);
@@ -1425,8 +1428,8 @@ __global__ void __launch_bounds__(256) qk__k_load_states(const double *__restric
 }
 
 /* Builds n states (x already on the device) into out: complex T or, out_real, T. */
-/* po (mode 1 or 2): out receives Gauss's operand planes (qk__planes_out), which only
-   qk__k_states_fz writes: the caller asks for them only where qk__fz_takes said so. */
+/* po (mode 1..3): out receives Gauss's operand planes (qk__planes_out) in place of complex float
+   states: the fused kernel's store or the last pass's writes them. */
 template <typename T>
 static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const double *dx, int64_t n,
                                   qk__build_ws &ws, void *out, bool out_real, cudaStream_t st, qk__err *E,
@@ -1434,10 +1437,13 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
 {
     const qk__planes_out cx = {0, 1.0f, 0};
     const bool planes = po && po->mode;
-    if (planes && (sizeof(T) != 4 || out_real || pg.states || !qk__fz_fits(pg)))
+    if (planes && (sizeof(T) != 4 || out_real || pg.states))
         return qk__fail_msg(E, QK_ERROR_INVALID_ARGUMENT, "qk_cuda_gram: internal error: operand planes asked of a state "
                                                           "builder that cannot write them (please report the map)");
     if (n <= 0) return QK_OK;
+#ifdef QK_TEST_FAULTS
+    if (planes) ++qk__plane_builds;
+#endif
     if (pg.states) {
         qk__k_load_states<T><<<(unsigned)n, 256, 0, st>>>(dx, n, pg.d, pg.st_type, pg.st_flags, pg.st_dim, (int64_t)1 << pg.q, out,
                                                            out_real ? 1 : 0);
@@ -1448,10 +1454,8 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
     if (pg.has_amp) QK_TRY(qk__launch_invnorm(dx, n, pg.d, ws.inv, st, E));
     const int np = (int)pg.passes.size();
     const double *ampx = pg.has_amp ? dx : nullptr;
-    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two); the
-       operand planes were asked where it takes them (the caller read its switch then) */
-    if (planes) return qk__launch_fz(pg, n, ws, *po, out, st, E);
-    if (qk__fz_takes(pg, n, sizeof(T) == 4, out_real)) return qk__launch_fz(pg, n, ws, cx, out, st, E);
+    /* 14..16 qubits in two structured passes: one fused launch (QK_STATES_OLD=1: the two) */
+    if (qk__fz_takes(pg, n, sizeof(T) == 4, out_real)) return qk__launch_fz(pg, n, ws, planes ? *po : cx, out, st, E);
     for (int pi = 0; pi < np; ++pi) {
         const qk__pass &p = pg.passes[pi];
         const int N = 1 << p.L;
@@ -1469,8 +1473,9 @@ static qk_result qk__build_states(const qk__prog &pg, const qk__dprog &dp, const
         const bool last = pi == np - 1;
         const qk__cx<T> *in = (const qk__cx<T> *)ws.tmp;
         void *o = last ? out : ws.tmp;
-        if (qk__pass_is_wht(p, pg)) QK_TRY(qk__launch_pass_wht<T>(p, pg, dp, n, ws, in, o, last && out_real, st, E));
-        else QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, st, E));
+        const qk__planes_out &lpo = last && planes ? *po : cx;
+        if (qk__pass_is_wht(p, pg)) QK_TRY(qk__launch_pass_wht<T>(p, pg, dp, n, ws, in, o, last && out_real, lpo, st, E));
+        else QK_TRY(qk__launch_pass<T>(p, pg, dp, n, ampx, ws, in, o, last && out_real, spb, tps, lpo, st, E));
     }
     return QK_OK;
 }

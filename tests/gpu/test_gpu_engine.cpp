@@ -666,31 +666,34 @@ static void tc_block_tests()
    tiles (the 16- and 8-byte store and mirror paths: ld a multiple of 4) and partial ones (n =
    645: 5 full tiles and 5 rows; ld = n + 3 = 648), square and rectangular, device and host
    slabs (slab rows not a multiple of 128: doff), and state tiles of 301 rows. */
-/* The fp16, bf16 and fp32x3 engines' operand planes written by the state builder
-   (qk__k_states_fz: zz at 14-16 qubits, bulk states, compute capability 9.0 or later): for a
-   symmetric job on the device, one on the host in slabs of 64 rows (diagonal blocks off the
-   origin, two workspace slots) and two rectangular ones (one slab; slabs of 16 rows), K within
-   its bound of the float64 reference and bitwise equal to the same job with the operand pass
-   (QK_TC_PLANES=0: the same roundings, the same GEMMs); the launches that wrote planes counted:
-   some with them on, where the device runs the kernel, except fp32x3's rectangle in slabs of 16,
-   whose two small workspace slots save less than its planes take (none there); none with them
-   off. At 14 qubits once more with C poisoned. */
+/* The fp16, bf16 and fp32x3 engines' operand planes written by the state builder (bulk states of
+   a map, Gauss's form), through every builder: mix at 10 qubits (the generic pass), zz at 13 (one
+   structured pass), zz at 14 under QK_STATES_OLD=1 (two structured passes: the last one writes
+   them), zz at 14 and 16 (the fused kernel on compute capability 9.0 or later, else the two
+   passes). For a symmetric job on the device, one on the host in slabs of 64 rows (diagonal blocks
+   off the origin, two workspace slots) and two rectangular ones (one slab; slabs of 16 rows): K
+   within its bound of the float64 reference and bitwise equal to the same job with the operand
+   pass (QK_TC_PLANES=0: the same roundings, the same GEMMs); the builds that wrote planes counted:
+   some with them on, except fp32x3's rectangle in slabs of 16, whose two small workspace slots
+   save less than its planes take (none there); none with them off. zz at 14 once more with C
+   poisoned. */
 static void planes_tests()
 {
-    int cc_major = 0, dev = 0;
-    cudaGetDevice(&dev);
-    cudaDeviceGetAttribute(&cc_major, cudaDevAttrComputeCapabilityMajor, dev);
     const int before = qk_test_fails;
-    for (int q : {14, 16}) {
-        TMap t = map_zz(q, 2, true);
+    struct Cfg { int q; bool mix, old, poison; } cfgs[] = {{10, true, false, false}, {13, false, false, false}, {14, false, true, false},
+                                                        {14, false, false, true}, {16, false, false, false}};
+    for (const Cfg &cf : cfgs) {
+        const int q = cf.q;
+        TMap t = cf.mix ? map_mix(q) : map_zz(q, 2, true);
         const size_t D = (size_t)1 << q;
-        const int64_t nx = q == 14 ? 150 : 70, ny = q == 14 ? 45 : 5;
+        const int64_t nx = q <= 14 ? 150 : 70, ny = q <= 14 ? 45 : 5;
         std::vector<double> xa = rand_x(t, nx), xb = rand_x(t, ny);
         std::vector<cd> SA(nx * D), SB(ny * D);
         for (int64_t s = 0; s < nx; ++s) ref_state(t, &xa[s * t.d], &SA[s * D]);
         for (int64_t s = 0; s < ny; ++s) ref_state(t, &xb[s * t.d], &SB[s * D]);
+        if (cf.old) setenv("QK_STATES_OLD", "1", 1);
         for (int b : {5, 6, 4})
-            for (int poison = 0; poison < (q == 14 ? 2 : 1); ++poison) {
+            for (int poison = 0; poison < (cf.poison ? 2 : 1); ++poison) {
                 qk_cuda_test_poison_gemm(poison);
                 const qk_precision prec = b == 4 ? QK_PRECISION_FP32X3 : QK_PRECISION_FP16;
                 const char *en = b == 5 ? "fp16" : b == 6 ? "bf16" : "fp32x3";
@@ -701,23 +704,24 @@ static void planes_tests()
                     std::vector<unsigned char> k[2];
                     int np[2];
                     for (int off = 0; off < 2; ++off) {
-                        char w[96];
-                        snprintf(w, sizeof w, "planes %s %s%s%s", en, c == 0 ? "sym device" : c == 1 ? "sym slabs 64" : c == 2 ? "rect" : "rect slabs 16",
-                                 poison ? " poisoned C" : "", off ? " QK_TC_PLANES=0" : "");
+                        char w[128];
+                        snprintf(w, sizeof w, "planes %s %s%s%s%s", en, c == 0 ? "sym device" : c == 1 ? "sym slabs 64" : c == 2 ? "rect" : "rect slabs 16",
+                                 cf.old ? " QK_STATES_OLD" : "", poison ? " poisoned C" : "", off ? " QK_TC_PLANES=0" : "");
                         if (off) setenv("QK_TC_PLANES", "0", 1);
                         const int p0 = qk_cuda_test_planes();
                         check_gram(t, SA, SB, xa, xb, nx, nyc, sym, prec, QK_F32, out, b, slab, 0, 1, 0, w, &k[off]);
                         np[off] = qk_cuda_test_planes() - p0;
                         if (off) unsetenv("QK_TC_PLANES");
                     }
-                    const bool want = cc_major >= 9 && !(b == 4 && c == 3);
-                    CHECK(want ? np[0] >= 1 : np[0] == 0, "planes q=%d %s case %d: %d builds wrote planes, expected %s", q, en, c, np[0],
-                          want ? "some" : "none");
-                    CHECK(np[1] == 0, "planes q=%d %s case %d: %d builds wrote planes under QK_TC_PLANES=0", q, en, c, np[1]);
+                    const bool want = !(b == 4 && c == 3);
+                    CHECK(want ? np[0] >= 1 : np[0] == 0, "planes %s q=%d %s case %d: %d builds wrote planes, expected %s", t.name.c_str(), q, en,
+                          c, np[0], want ? "some" : "none");
+                    CHECK(np[1] == 0, "planes %s q=%d %s case %d: %d builds wrote planes under QK_TC_PLANES=0", t.name.c_str(), q, en, c, np[1]);
                     CHECK(k[0].size() == k[1].size() && !memcmp(k[0].data(), k[1].data(), k[0].size()),
-                          "planes q=%d %s case %d%s: K differs from the operand pass's", q, en, c, poison ? " (poisoned C)" : "");
+                          "planes %s q=%d %s case %d%s: K differs from the operand pass's", t.name.c_str(), q, en, c, poison ? " (poisoned C)" : "");
                 }
             }
+        if (cf.old) unsetenv("QK_STATES_OLD");
     }
     qk_cuda_test_poison_gemm(getenv("QK_TEST_POISON") != NULL);
     printf("operand planes from the state builder %s\n", qk_test_fails == before ? "ok" : "FAILED");
