@@ -21,6 +21,7 @@
    against qk_gram on a CPU context, for the built-in maps from spec strings. The largest error
    seen per engine, map and qubit count is printed as a table at the end (docs/precision.md).
    Exit 77 (meson: skipped) when no CUDA device exists. */
+#include <algorithm>
 #include <complex>
 #include <vector>
 #include <string>
@@ -676,14 +677,16 @@ static void tc_block_tests()
    pass (QK_TC_PLANES=0: the same roundings, the same GEMMs); the builds that wrote planes counted:
    some with them on, except fp32x3's rectangle in slabs of 16, whose two small workspace slots
    save less than its planes take (none there); none with them off. zz at 14 once more with C
-   poisoned. */
-static void planes_tests()
+   poisoned. only: the qubit counts to run (QK_TEST_ONLY=planes test_gpu_engine QMAX API QLIST), or
+   empty for all. */
+static void planes_tests(const std::vector<int> &only = {})
 {
     const int before = qk_test_fails;
     struct Cfg { int q; bool mix, old, poison; } cfgs[] = {{10, true, false, false}, {13, false, false, false}, {14, false, true, false},
                                                         {14, false, false, true}, {16, false, false, false}};
     for (const Cfg &cf : cfgs) {
         const int q = cf.q;
+        if (!only.empty() && std::find(only.begin(), only.end(), q) == only.end()) continue;
         TMap t = cf.mix ? map_mix(q) : map_zz(q, 2, true);
         const size_t D = (size_t)1 << q;
         const int64_t nx = q <= 14 ? 150 : 70, ny = q <= 14 ? 45 : 5;
@@ -1748,7 +1751,11 @@ int main(int argc, char **argv)
         if (!strcmp(getenv("QK_TEST_ONLY"), "small")) small_kernel_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
-        else if (!strcmp(getenv("QK_TEST_ONLY"), "planes")) planes_tests();
+        else if (!strcmp(getenv("QK_TEST_ONLY"), "planes")) {
+            std::vector<int> only;
+            if (argc > 3) for (const char *p = argv[3]; *p;) { only.push_back(atoi(p)); while (*p && *p != ',') ++p; if (*p) ++p; }
+            planes_tests(only);
+        }
         else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output and the band alone */
             qk_ctx *gpu = nullptr;
             qk_ctx_desc cd;
