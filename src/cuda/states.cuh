@@ -1210,8 +1210,9 @@ qk__k_states_fz(const __grid_constant__ qk__fz_steps st, int q, const float *__r
 
     /* store from layout 8: thread bits are qubits 0..7 (lanes 0..4: 256 bytes per warp and
        register), register bit j is in-chunk bit 8 + j */
-    /* one loop a mode (qk__planes_put's branch inside this unrolled loop cost the fp32x3 planes
-       2.4 ms at 16 qubits, n = 4096, against 1.1 ms more than the complex store) */
+    /* one loop a format: qk__planes_put's switch inside this unrolled loop made the fp32x3 planes
+       slower than the operand pass they replace (docs/benchmarks.md, "Every state builder writes
+       the planes") */
     const int64_t gb = s * (po.mode == 3 ? 4 * D : D) + (fixed2 | t);
     if (po.mode == 0) {
 #pragma unroll
