@@ -478,11 +478,10 @@ template <typename T, bool CPLX, typename OutT> struct qk__pipe {
         /* The fp16, bf16 and fp32x3 engines in Gauss's form on bulk states that a map's program
            builds (not given states): the state builder writes the operand planes itself (re, im,
            re - im, re + im), so no Gram call runs the operand pass (QK_TC_PLANES=0, measurement:
-           they do). fp16 and bf16 planes take
-           the bytes of the complex fp32 states; fp32x3's, rows [hi lo hi hi] of 4D values, four
-           times those, taken only where the workspace's operand room it saves is at least as
-           large (the memory the planner counted bounds the job's still). Decided once here: the
-           Gram calls and the workspace follow it. */
+           they do). fp16 and bf16 planes take the bytes of the complex fp32 states; fp32x3's,
+           rows [hi lo hi hi] of 4D values, four times those, taken only where the workspace's
+           operand room it saves is at least as large (the memory the planner counted bounds the
+           job's still). Decided once here: the Gram calls and the workspace follow it. */
         if (CPLX && sizeof(T) == 4 && bulk && use_blas && !analytic && !stream_amp && !streamed &&
             (engine == QK_GPU_TC_FP16 || engine == QK_GPU_TC_BF16 || engine == QK_GPU_TC_FP32X3) && qk__tc_gauss(engine, true)) {
             const char *pe = getenv("QK_TC_PLANES");
