@@ -1737,6 +1737,14 @@ static void fault_tests()
           qk_cuda_test_live_bytes(), live0);
 }
 
+/* a comma-separated list of qubit counts (argv[3]) */
+static std::vector<int> qubit_list(const char *s)
+{
+    std::vector<int> qs;
+    for (const char *p = s; *p;) { qs.push_back(atoi(p)); while (*p && *p != ',') ++p; if (*p) ++p; }
+    return qs;
+}
+
 int main(int argc, char **argv)
 {
     if (qk_cuda_device_count() <= 0) { printf("no CUDA device: skipped\n"); return 77; }
@@ -1752,9 +1760,7 @@ int main(int argc, char **argv)
         else if (!strcmp(getenv("QK_TEST_ONLY"), "tcblocks")) tc_block_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "plan")) plan_mismatch_tests();
         else if (!strcmp(getenv("QK_TEST_ONLY"), "planes")) {
-            std::vector<int> only;
-            if (argc > 3) for (const char *p = argv[3]; *p;) { only.push_back(atoi(p)); while (*p && *p != ',') ++p; if (*p) ++p; }
-            planes_tests(only);
+            planes_tests(argc > 3 ? qubit_list(argv[3]) : std::vector<int>());
         }
         else if (!strcmp(getenv("QK_TEST_ONLY"), "mirror")) {   /* the transposed output and the band alone */
             qk_ctx *gpu = nullptr;
@@ -1827,7 +1833,7 @@ int main(int argc, char **argv)
     /* argv[3]: a comma-separated list of qubit counts to run instead of 1..qmax (the sanitizer
        runs: e.g. "3,8,14" = one fused, one cuBLAS, one multi-pass state case) */
     std::vector<int> qs;
-    if (argc > 3) { for (const char *p = argv[3]; *p;) { qs.push_back(atoi(p)); while (*p && *p != ',') ++p; if (*p) ++p; } }
+    if (argc > 3) qs = qubit_list(argv[3]);
     else for (int q = 1; q <= qmax; ++q) qs.push_back(q);
     for (int q : qs) {
         bool thorough = q <= 9 || q == 13 || q == 14;
