@@ -669,12 +669,28 @@ qk__k_pass_wht(const __grid_constant__ qk__pass p, const qk__instr *__restrict__
     /* store from a layout with in-chunk bits 0..4 on the lanes */
     if (cur < 5) transpose(LY::at(0));
     const qk__wht_gidx<RB> gi(p, fixed, t, cur);
+    /* one loop a format, as the fused kernel's store (docs/benchmarks.md, "Every state builder
+       writes the planes") */
+    if (OUT_REAL || sizeof(T) != 4 || !po.mode) {
 #pragma unroll
-    for (int k = 0; k < R; ++k) {
-        const uint32_t g = gi(k);
-        if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
-        else if (sizeof(T) == 4 && po.mode) qk__planes_put(po, out, s, D, g, (float)v[k].x, (float)v[k].y);
-        else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
+        for (int k = 0; k < R; ++k) {
+            const uint32_t g = gi(k);
+            if (OUT_REAL) ((T *)out)[s * D + g] = v[k].x;
+            else { V2 w; w.x = v[k].x; w.y = v[k].y; ((V2 *)out)[s * D + g] = w; } /* one 8/16-byte store */
+        }
+    } else if (po.mode == 1) {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            qk__gauss_store<__half, false>(make_float2((float)v[k].x, (float)v[k].y), 0xFu, po.scale, (__half *)out + s * D + gi(k), D, po.ps);
+    } else if (po.mode == 3) {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            qk__gauss_store<__half, true>(make_float2((float)v[k].x, (float)v[k].y), 0xFu, po.scale, (__half *)out + s * 4 * D + gi(k), D, po.ps);
+    } else {
+#pragma unroll
+        for (int k = 0; k < R; ++k)
+            qk__gauss_store<__nv_bfloat16, false>(make_float2((float)v[k].x, (float)v[k].y), 0xFu, po.scale,
+                                                  (__nv_bfloat16 *)out + s * D + gi(k), D, po.ps);
     }
 }
 
