@@ -220,7 +220,8 @@ QK__PRIV void qk__tpool_stop(qk__tpool *t)
     qk__mutex_destroy(&t->mu);
 }
 
-static void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
+/* fn(arg, t) for t = 0..min(n_threads, workers + 1) - 1, thread 0 the caller; returns when all have */
+QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
 {
     qk__mutex_lock(&t->mu);
     t->fn = fn;

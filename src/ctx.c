@@ -108,6 +108,10 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
         qk__tpool_stop(ctx->pool);
         qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
+    if (ctx->gpool) {
+        qk__tpool_stop(ctx->gpool);
+        qk__free_with(&ctx->desc.allocator, ctx->gpool);
+    }
 #if defined(QK_CUDA) && QK_CUDA
     {
         int k;

@@ -453,6 +453,7 @@ enum { QK__ISA_GENERIC = 0, QK__ISA_AVX2 = 1, QK__ISA_AVX512 = 2 };
 QK__PRIV int qk__cpu_isa(void);
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
+QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg);
 #ifndef QK_IMPLEMENTATION
 extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
 #endif
@@ -698,6 +699,7 @@ struct qk_ctx {
     double dev_seconds[QK_MAX_DEVICES];
     qk_cuda_stats dev_stats[QK_MAX_DEVICES];   /* several GPUs: each one's (qk_ctx_device_stats) */
     qk__tpool *pool;            /* started on the first qk_gram (NULL: none, threads per step) */
+    qk__tpool *gpool;           /* several GPUs: the host threads of GPUs 1.., started on the first such job */
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);

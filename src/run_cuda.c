@@ -329,11 +329,14 @@ typedef struct qk__mgpu {
     qk__mutex mu;               /* the caller's callbacks one at a time; the first failure */
     qk_result r;                /* the first failure and its detail */
     char err[sizeof qk__errbuf];
+    struct qk__mgpu_dev *v;     /* the GPUs' shares, n_dev of them */
+    int n_dev, serial;          /* shares [serial, n_dev) run on the calling thread after the first */
 } qk__mgpu;
 
 typedef struct qk__mgpu_dev {
     qk__mgpu *g;
     int k, ord;
+    int caller;                 /* its share runs on the calling thread (not named, qk gpu <ordinal>) */
     int fd;                     /* NPY: this thread's descriptor of the temporary file */
     int64_t di, dj, h, w;       /* the running part: origin in K, rows, columns */
     int diag, mirror;
@@ -473,7 +476,8 @@ static void *qk__mgpu_main(void *p)
     double copyin = 0.0;
     for (i = 0; i < plan->n_parts; i++) n_parts += plan->parts[i].device == v->k;
     snprintf(nm, sizeof nm, "qk gpu %d", v->ord);
-    QK_PROF_THREAD_NAME(nm);
+    if (!v->caller) QK_PROF_THREAD_NAME(nm);
+    QK__UNUSED(nm);
     QK_PROF_BEGIN("qk gpu share");
     r = qk_cuda_set_device(v->ord, err, sizeof err);
     if (r != QK_OK) qk__mgpu_fail(g, v->ord, r, err, 0);
@@ -571,15 +575,31 @@ static void *qk__mgpu_main(void *p)
     return NULL;
 }
 
+/* Share t of the context's GPU pool (qk__tpool_run): the calling thread (t = 0) runs the first
+   GPU's share, then those no worker took; worker t the share of GPU t. */
+static void qk__mgpu_work(void *p, int t)
+{
+    qk__mgpu *g = (qk__mgpu *)p;
+    int k;
+    if (t > 0) {
+        if (t < g->serial) (void)qk__mgpu_main(&g->v[t]);
+        return;
+    }
+    g->v[0].caller = 1;
+    (void)qk__mgpu_main(&g->v[0]);
+    for (k = g->serial; k < g->n_dev; k++) {
+        g->v[k].caller = 1;
+        (void)qk__mgpu_main(&g->v[k]);
+    }
+}
+
 QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *map, const qk_gram_desc *desc, qk__sink *sink)
 {
     qk__mgpu g;
     qk__mgpu_dev v[QK_MAX_DEVICES];
     const int n = plan->n_devices;
-    int k, started[QK_MAX_DEVICES];
+    int k;
     qk_result r = QK_OK;
-    char err[256];
-    qk__thread th[QK_MAX_DEVICES];
     if (n < 2 || n > QK_MAX_DEVICES) return qk__fail(QK_ERROR_INVALID_ARGUMENT, "qk_gram: a plan of %d devices (internal error)", n);
     r = qk__mgpu_check_parts(plan);   /* the plan carries every part's plan: nothing is planned here */
     if (r != QK_OK) return r;
@@ -613,21 +633,26 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         v[k].copy.es = g.es;
         v[k].copy.ld_dst = g.ld;
         v[k].copy.n_threads = nt / n > 1 ? nt / n : 1;   /* the host's threads shared between the GPUs */
-        started[k] = 0;
         if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
-    g.t0 = qk_cuda_wtime();
-    for (k = 0; k < n && r == QK_OK; k++) {
-        if (qk__thread_start(&th[k], qk__mgpu_main, &v[k])) { started[k] = 1; continue; }
-        if (!QK__THREADS) { qk__mgpu_main(&v[k]); continue; }   /* one after the other */
-        snprintf(err, sizeof err, "cannot start its host thread");
-        qk__mgpu_fail(&g, v[k].ord, QK_ERROR_OUT_OF_MEMORY, err, 0);
-        break;
+    /* The GPUs' host threads: the calling thread runs the first GPU's share, the context's GPU
+       pool (started once, one worker a further GPU) the others'. Starting a thread per GPU and
+       call, and joining it, cost a 2-GPU call at 8 qubits a tenth of its time
+       (docs/benchmarks.md, "The GPUs' host threads"). A share no worker takes (threads that
+       could not start, or none: QK_NO_THREADS) runs on the calling thread after the first. */
+    if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
+        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) ctx->gpool = t;
+        else qk__free_with(&ctx->desc.allocator, t);
     }
-    QK__UNUSED(err);
-    QK__UNUSED(started);
-    for (k = 0; k < n; k++)
-        if (started[k]) qk__thread_join(th[k]);
+    g.v = v;
+    g.n_dev = n;
+    g.serial = ctx->gpool ? (ctx->gpool->n_workers + 1 < n ? ctx->gpool->n_workers + 1 : n) : 1;
+    g.t0 = qk_cuda_wtime();
+    if (r == QK_OK) {
+        if (ctx->gpool) qk__tpool_run(ctx->gpool, g.serial, qk__mgpu_work, &g);
+        else qk__mgpu_work(&g, 0);
+    }
     if (r == QK_OK && g.r != QK_OK) r = qk__fail(g.r, "%s", g.err);
     for (k = 0; k < n; k++) {
         if (v[k].fd >= 0) (void)QK__CLOSE(v[k].fd);
