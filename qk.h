@@ -1952,6 +1952,7 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #endif
 #ifndef QK_NO_THREADS
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #endif
 
@@ -1979,6 +1980,7 @@ static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
 static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
 static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline void qk__yield(void) { sched_yield(); }
 static inline qk__thread qk__thread_self(void) { return pthread_self(); }
 static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
 #else
@@ -1995,6 +1997,7 @@ static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
 static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
 static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
 static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__yield(void) {}
 static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
 static inline void qk__thread_join(qk__thread t) { (void)t; }
@@ -2156,7 +2159,8 @@ typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__tpool qk__tpool;
 typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
 struct qk__tpool {
-    int n_workers, quit, want, busy;
+    int n_workers, quit, want, busy;   /* busy: workers still running the step (atomic) */
+    int spin;                          /* the caller's yields, busy read between them, before it blocks */
     unsigned gen;
     qk__work_fn fn;
     void *arg;
@@ -4422,7 +4426,7 @@ static void *qk__tpool_main(void *p)
             qk__mutex_unlock(&t->mu);
             fn(arg, w->index);
             qk__mutex_lock(&t->mu);
-            if (--t->busy == 0) qk__cond_signal(&t->done);
+            if (QK__FETCH_ADD(&t->busy, -1) == 1) qk__cond_signal(&t->done);
         }
     }
     qk__mutex_unlock(&t->mu);
@@ -4467,17 +4471,21 @@ QK__PRIV void qk__tpool_stop(qk__tpool *t)
 /* fn(arg, t) for t = 0..min(n_threads, workers + 1) - 1, thread 0 the caller; returns when all have */
 QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
 {
+    int s;
     qk__mutex_lock(&t->mu);
     t->fn = fn;
     t->arg = arg;
     t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
-    t->busy = t->want - 1;
+    QK__STORE(&t->busy, t->want - 1);
     t->gen++;
     qk__cond_broadcast(&t->go);
     qk__mutex_unlock(&t->mu);
     fn(arg, 0);
+    /* a caller that sleeps on the condition wakes up to a few tenths of a millisecond after the
+       last worker signals; a pool whose steps are that short (several GPUs' shares) yields first */
+    for (s = t->spin; s > 0 && QK__LOAD(&t->busy) > 0; s--) qk__yield();
     qk__mutex_lock(&t->mu);
-    while (t->busy > 0) qk__cond_wait(&t->done, &t->mu);
+    while (QK__LOAD(&t->busy) > 0) qk__cond_wait(&t->done, &t->mu);
     qk__mutex_unlock(&t->mu);
 }
 
@@ -11901,8 +11909,10 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
        could not start, or none: QK_NO_THREADS) runs on the calling thread after the first. */
     if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
         qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) ctx->gpool = t;
-        else qk__free_with(&ctx->desc.allocator, t);
+        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) {
+            t->spin = 4096;   /* the first GPU's thread yields a few ms for the others before it sleeps */
+            ctx->gpool = t;
+        } else qk__free_with(&ctx->desc.allocator, t);
     }
     g.v = v;
     g.n_dev = n;

@@ -178,7 +178,7 @@ static void *qk__tpool_main(void *p)
             qk__mutex_unlock(&t->mu);
             fn(arg, w->index);
             qk__mutex_lock(&t->mu);
-            if (--t->busy == 0) qk__cond_signal(&t->done);
+            if (QK__FETCH_ADD(&t->busy, -1) == 1) qk__cond_signal(&t->done);
         }
     }
     qk__mutex_unlock(&t->mu);
@@ -223,17 +223,21 @@ QK__PRIV void qk__tpool_stop(qk__tpool *t)
 /* fn(arg, t) for t = 0..min(n_threads, workers + 1) - 1, thread 0 the caller; returns when all have */
 QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg)
 {
+    int s;
     qk__mutex_lock(&t->mu);
     t->fn = fn;
     t->arg = arg;
     t->want = n_threads < t->n_workers + 1 ? n_threads : t->n_workers + 1;
-    t->busy = t->want - 1;
+    QK__STORE(&t->busy, t->want - 1);
     t->gen++;
     qk__cond_broadcast(&t->go);
     qk__mutex_unlock(&t->mu);
     fn(arg, 0);
+    /* a caller that sleeps on the condition wakes up to a few tenths of a millisecond after the
+       last worker signals; a pool whose steps are that short (several GPUs' shares) yields first */
+    for (s = t->spin; s > 0 && QK__LOAD(&t->busy) > 0; s--) qk__yield();
     qk__mutex_lock(&t->mu);
-    while (t->busy > 0) qk__cond_wait(&t->done, &t->mu);
+    while (QK__LOAD(&t->busy) > 0) qk__cond_wait(&t->done, &t->mu);
     qk__mutex_unlock(&t->mu);
 }
 

@@ -171,6 +171,7 @@ extern QK__PRIV const qk_cuda_prof_hooks qk__prof_cuda_hooks;
 #endif
 #ifndef QK_NO_THREADS
 #include <pthread.h>
+#include <sched.h>
 #include <unistd.h>
 #endif
 
@@ -198,6 +199,7 @@ static inline void qk__cond_signal(qk__cond *c) { pthread_cond_signal(c); }
 static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
 static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
+static inline void qk__yield(void) { sched_yield(); }
 static inline qk__thread qk__thread_self(void) { return pthread_self(); }
 static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
 #else
@@ -214,6 +216,7 @@ static inline int qk__cond_init(qk__cond *c) { (void)c; return 0; }
 static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
 static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
 static inline void qk__cond_signal(qk__cond *c) { (void)c; }
+static inline void qk__yield(void) {}
 static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
 static inline void qk__thread_join(qk__thread t) { (void)t; }
@@ -375,7 +378,8 @@ typedef void (*qk__work_fn)(void *ctx, int thread);
 typedef struct qk__tpool qk__tpool;
 typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker;
 struct qk__tpool {
-    int n_workers, quit, want, busy;
+    int n_workers, quit, want, busy;   /* busy: workers still running the step (atomic) */
+    int spin;                          /* the caller's yields, busy read between them, before it blocks */
     unsigned gen;
     qk__work_fn fn;
     void *arg;

@@ -642,8 +642,10 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
        could not start, or none: QK_NO_THREADS) runs on the calling thread after the first. */
     if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
         qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) ctx->gpool = t;
-        else qk__free_with(&ctx->desc.allocator, t);
+        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) {
+            t->spin = 4096;   /* the first GPU's thread yields a few ms for the others before it sleeps */
+            ctx->gpool = t;
+        } else qk__free_with(&ctx->desc.allocator, t);
     }
     g.v = v;
     g.n_dev = n;
