@@ -11554,8 +11554,8 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 #endif
 
 /* ---- several GPUs in one process ---- */
-/* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU makes its
-   GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
+/* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU (the
+   calling thread for the first, the context's GPU pool for the others) makes its GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
    all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
    of it), each part with the plan qk_plan.parts carries for it (planned for that GPU's free
    memory and autotuned by qk_plan_make: nothing is planned or tuned here). Parts go to the output at their offsets
@@ -11903,10 +11903,10 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
         if (r == QK_OK && sink->kind == QK_OUTPUT_NPY) r = qk__npyw_fd(&sink->npy, &v[k].fd);
     }
     /* The GPUs' host threads: the calling thread runs the first GPU's share, the context's GPU
-       pool (started once, one worker a further GPU) the others'. Starting a thread per GPU and
-       call, and joining it, cost a 2-GPU call at 8 qubits a tenth of its time
-       (docs/benchmarks.md, "The GPUs' host threads"). A share no worker takes (threads that
-       could not start, or none: QK_NO_THREADS) runs on the calling thread after the first. */
+       pool (started once, one worker a further GPU) the others'. A thread started per GPU and
+       call, and joined, slowed the short 2-GPU calls (docs/benchmarks.md, "The GPUs' host
+       threads"). A share no worker takes (threads that could not start, or none: QK_NO_THREADS)
+       runs on the calling thread after the first. */
     if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
         qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) {
