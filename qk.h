@@ -2488,6 +2488,8 @@ struct qk_ctx {
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
+QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin);
+QK__PRIV qk__tpool *qk__ctx_pool(qk_ctx *ctx);
 QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #endif /* ctx.c */
 
@@ -10940,6 +10942,27 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     return QK_OK;
 }
 
+/* A pool of the context (*slot: qk_ctx.pool, or gpool of several GPUs) of n threads, the
+   caller one of them, started by the first call that needs it; NULL where n < 2 or its threads
+   cannot start (every step then starts its own, or runs on the caller). spin: qk__tpool.spin. */
+QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin)
+{
+    if (!*slot && n > 1) {
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
+        if (t && qk__tpool_start(t, n) == QK_OK) {
+            t->spin = spin;
+            *slot = t;
+        } else qk__free_with(&ctx->desc.allocator, t);
+    }
+    return *slot;
+}
+
+/* The context's pool of CPU threads: every parallel step of its calls runs on it */
+QK__PRIV qk__tpool *qk__ctx_pool(qk_ctx *ctx)
+{
+    return qk__ctx_pool_of(ctx, &ctx->pool, ctx->desc.n_threads, 0);
+}
+
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
@@ -11907,13 +11930,8 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
        call, and joined, slowed the short 2-GPU calls (docs/benchmarks.md, "The GPUs' host
        threads"). A share no worker takes (threads that could not start, or none: QK_NO_THREADS)
        runs on the calling thread after the first. */
-    if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
-        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) {
-            t->spin = 4096;   /* the first GPU's thread yields a few ms for the others before it sleeps */
-            ctx->gpool = t;
-        } else qk__free_with(&ctx->desc.allocator, t);
-    }
+    /* spin: the first GPU's thread yields a few ms for the others before it sleeps */
+    if (r == QK_OK) (void)qk__ctx_pool_of(ctx, &ctx->gpool, ctx->n_dev, 4096);
     g.v = v;
     g.n_dev = n;
     g.serial = ctx->gpool ? (ctx->gpool->n_workers + 1 < n ? ctx->gpool->n_workers + 1 : n) : 1;
@@ -12023,13 +12041,7 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
 {
     qk_result r;
     qk__tpool *outer = qk__cur_pool;
-    if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
-        /* the context's pool, started once; without it every step starts its own threads */
-        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
-        else qk__free_with(&ctx->desc.allocator, t);
-    }
-    if (ctx) qk__cur_pool = ctx->pool;
+    if (ctx) qk__cur_pool = qk__ctx_pool(ctx);   /* started once; without it every step starts its own threads */
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");
@@ -13269,13 +13281,7 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
-    if (!ctx->pool && ctx->desc.n_threads > 1) {
-        /* the context's pool (as qk_gram starts it): every parallel step below runs on it */
-        qk__tpool *tp = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *tp);
-        if (tp && qk__tpool_start(tp, ctx->desc.n_threads) == QK_OK) ctx->pool = tp;
-        else qk__free_with(&ctx->desc.allocator, tp);
-    }
-    qk__cur_pool = ctx->pool;
+    qk__cur_pool = qk__ctx_pool(ctx);   /* as qk_gram: every parallel step below runs on it */
     j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.R = R; j.g = d->g;
     j.progress = d->progress;
     j.progress_user = d->progress_user;

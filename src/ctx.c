@@ -101,6 +101,27 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
     return QK_OK;
 }
 
+/* A pool of the context (*slot: qk_ctx.pool, or gpool of several GPUs) of n threads, the
+   caller one of them, started by the first call that needs it; NULL where n < 2 or its threads
+   cannot start (every step then starts its own, or runs on the caller). spin: qk__tpool.spin. */
+QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin)
+{
+    if (!*slot && n > 1) {
+        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
+        if (t && qk__tpool_start(t, n) == QK_OK) {
+            t->spin = spin;
+            *slot = t;
+        } else qk__free_with(&ctx->desc.allocator, t);
+    }
+    return *slot;
+}
+
+/* The context's pool of CPU threads: every parallel step of its calls runs on it */
+QK__PRIV qk__tpool *qk__ctx_pool(qk_ctx *ctx)
+{
+    return qk__ctx_pool_of(ctx, &ctx->pool, ctx->desc.n_threads, 0);
+}
+
 QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;

@@ -79,13 +79,7 @@ QKDEF qk_result qk_gram(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc
 {
     qk_result r;
     qk__tpool *outer = qk__cur_pool;
-    if (ctx && !ctx->pool && ctx->desc.n_threads > 1) {
-        /* the context's pool, started once; without it every step starts its own threads */
-        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->desc.n_threads) == QK_OK) ctx->pool = t;
-        else qk__free_with(&ctx->desc.allocator, t);
-    }
-    if (ctx) qk__cur_pool = ctx->pool;
+    if (ctx) qk__cur_pool = qk__ctx_pool(ctx);   /* started once; without it every step starts its own threads */
     QK_PROF_BEGIN("qk_gram");
     r = qk__gram(ctx, map, desc);
     QK_PROF_END("qk_gram");

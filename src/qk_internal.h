@@ -707,6 +707,8 @@ struct qk_ctx {
 };
 
 QK__PRIV qk_result qk__check_gram(const qk_ctx *ctx, const qk_map *map, const qk_gram_desc *d);
+QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin);
+QK__PRIV qk__tpool *qk__ctx_pool(qk_ctx *ctx);
 QK__PRIV qk_result qk__plan_make(qk_ctx *ctx, const qk_map *map, const qk_gram_desc *desc, qk_plan *out, qk__mps_prog *keep);
 #endif /* ctx.c */
 

@@ -640,13 +640,8 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
        call, and joined, slowed the short 2-GPU calls (docs/benchmarks.md, "The GPUs' host
        threads"). A share no worker takes (threads that could not start, or none: QK_NO_THREADS)
        runs on the calling thread after the first. */
-    if (r == QK_OK && !ctx->gpool && ctx->n_dev > 1) {
-        qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
-        if (t && qk__tpool_start(t, ctx->n_dev) == QK_OK) {
-            t->spin = 4096;   /* the first GPU's thread yields a few ms for the others before it sleeps */
-            ctx->gpool = t;
-        } else qk__free_with(&ctx->desc.allocator, t);
-    }
+    /* spin: the first GPU's thread yields a few ms for the others before it sleeps */
+    if (r == QK_OK) (void)qk__ctx_pool_of(ctx, &ctx->gpool, ctx->n_dev, 4096);
     g.v = v;
     g.n_dev = n;
     g.serial = ctx->gpool ? (ctx->gpool->n_workers + 1 < n ? ctx->gpool->n_workers + 1 : n) : 1;

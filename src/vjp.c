@@ -623,13 +623,7 @@ QKDEF qk_result qk_gram_vjp(qk_ctx *ctx, const qk_map *map, const qk_vjp_desc *d
         return qk__fail(QK_ERROR_OUT_OF_MEMORY, "qk_gram_vjp: the states, S and the adjoint vectors need %.3g GB, the host budget is %.3g GB "
                         "(the gradient keeps every state resident)", bytes * 1e-9, (double)ctx->desc.host_memory * 1e-9);
     nt = ctx->desc.n_threads > 0 ? ctx->desc.n_threads : qk__ncores();
-    if (!ctx->pool && ctx->desc.n_threads > 1) {
-        /* the context's pool (as qk_gram starts it): every parallel step below runs on it */
-        qk__tpool *tp = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *tp);
-        if (tp && qk__tpool_start(tp, ctx->desc.n_threads) == QK_OK) ctx->pool = tp;
-        else qk__free_with(&ctx->desc.allocator, tp);
-    }
-    qk__cur_pool = ctx->pool;
+    qk__cur_pool = qk__ctx_pool(ctx);   /* as qk_gram: every parallel step below runs on it */
     j.map = map; j.x = d->x; j.y = d->y; j.nx = nx; j.ny = cols; j.D = D; j.R = R; j.g = d->g;
     j.progress = d->progress;
     j.progress_user = d->progress_user;
