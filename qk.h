@@ -1981,6 +1981,7 @@ static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); 
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
 static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
 static inline void qk__yield(void) { sched_yield(); }
+static inline long qk__pid(void) { return (long)getpid(); }
 static inline qk__thread qk__thread_self(void) { return pthread_self(); }
 static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
 #else
@@ -1998,6 +1999,7 @@ static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
 static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
 static inline void qk__cond_signal(qk__cond *c) { (void)c; }
 static inline void qk__yield(void) {}
+static inline long qk__pid(void) { return 0; }
 static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
 static inline void qk__thread_join(qk__thread t) { (void)t; }
@@ -2161,6 +2163,7 @@ typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker
 struct qk__tpool {
     int n_workers, quit, want, busy;   /* busy: workers still running the step (atomic) */
     int spin;                          /* the caller's yields, busy read between them, before it blocks */
+    long pid;                          /* the process that started the workers (qk__tpool_forked) */
     unsigned gen;
     qk__work_fn fn;
     void *arg;
@@ -2239,6 +2242,7 @@ QK__PRIV int qk__cpu_isa(void);
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg);
+QK__PRIV int qk__tpool_forked(const qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
 extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
 #endif
@@ -4448,6 +4452,7 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
         return QK_ERROR_OUT_OF_MEMORY;
     }
     if (n > 256) n = 256;
+    t->pid = qk__pid();
     for (i = 1; i < n; i++) {
         t->w[i - 1].pool = t;
         t->w[i - 1].index = i;
@@ -4455,6 +4460,15 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
         t->n_workers = i;
     }
     return QK_OK;
+}
+
+/* 1: t was started by another process, of which this one is a fork. Its workers stayed there
+   (a fork copies only the calling thread), so a step would wait for them forever, and its mutex
+   may have been held by one of them at the fork: such a pool is neither run nor stopped, only
+   forgotten (qk__ctx_pool_of, qk_ctx_destroy). */
+QK__PRIV int qk__tpool_forked(const qk__tpool *t)
+{
+    return t->pid != qk__pid();
 }
 
 QK__PRIV void qk__tpool_stop(qk__tpool *t)
@@ -10947,6 +10961,10 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
    cannot start (every step then starts its own, or runs on the caller). spin: qk__tpool.spin. */
 QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin)
 {
+    if (*slot && qk__tpool_forked(*slot)) {   /* a forked child: the workers are the parent's; start its own */
+        qk__free_with(&ctx->desc.allocator, *slot);
+        *slot = NULL;
+    }
     if (!*slot && n > 1) {
         qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, n) == QK_OK) {
@@ -10967,11 +10985,11 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
     if (ctx->pool) {
-        qk__tpool_stop(ctx->pool);
+        if (!qk__tpool_forked(ctx->pool)) qk__tpool_stop(ctx->pool);
         qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
     if (ctx->gpool) {
-        qk__tpool_stop(ctx->gpool);
+        if (!qk__tpool_forked(ctx->gpool)) qk__tpool_stop(ctx->gpool);
         qk__free_with(&ctx->desc.allocator, ctx->gpool);
     }
 #if defined(QK_CUDA) && QK_CUDA

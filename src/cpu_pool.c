@@ -198,6 +198,7 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
         return QK_ERROR_OUT_OF_MEMORY;
     }
     if (n > 256) n = 256;
+    t->pid = qk__pid();
     for (i = 1; i < n; i++) {
         t->w[i - 1].pool = t;
         t->w[i - 1].index = i;
@@ -205,6 +206,15 @@ QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n)
         t->n_workers = i;
     }
     return QK_OK;
+}
+
+/* 1: t was started by another process, of which this one is a fork. Its workers stayed there
+   (a fork copies only the calling thread), so a step would wait for them forever, and its mutex
+   may have been held by one of them at the fork: such a pool is neither run nor stopped, only
+   forgotten (qk__ctx_pool_of, qk_ctx_destroy). */
+QK__PRIV int qk__tpool_forked(const qk__tpool *t)
+{
+    return t->pid != qk__pid();
 }
 
 QK__PRIV void qk__tpool_stop(qk__tpool *t)

@@ -106,6 +106,10 @@ QKDEF qk_result qk_ctx_create(const qk_ctx_desc *desc_in, qk_ctx **out)
    cannot start (every step then starts its own, or runs on the caller). spin: qk__tpool.spin. */
 QK__PRIV qk__tpool *qk__ctx_pool_of(qk_ctx *ctx, qk__tpool **slot, int n, int spin)
 {
+    if (*slot && qk__tpool_forked(*slot)) {   /* a forked child: the workers are the parent's; start its own */
+        qk__free_with(&ctx->desc.allocator, *slot);
+        *slot = NULL;
+    }
     if (!*slot && n > 1) {
         qk__tpool *t = (qk__tpool *)qk__alloc_with(&ctx->desc.allocator, sizeof *t);
         if (t && qk__tpool_start(t, n) == QK_OK) {
@@ -126,11 +130,11 @@ QKDEF void qk_ctx_destroy(qk_ctx *ctx)
 {
     if (!ctx) return;
     if (ctx->pool) {
-        qk__tpool_stop(ctx->pool);
+        if (!qk__tpool_forked(ctx->pool)) qk__tpool_stop(ctx->pool);
         qk__free_with(&ctx->desc.allocator, ctx->pool);
     }
     if (ctx->gpool) {
-        qk__tpool_stop(ctx->gpool);
+        if (!qk__tpool_forked(ctx->gpool)) qk__tpool_stop(ctx->gpool);
         qk__free_with(&ctx->desc.allocator, ctx->gpool);
     }
 #if defined(QK_CUDA) && QK_CUDA

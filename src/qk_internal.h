@@ -200,6 +200,7 @@ static inline void qk__cond_broadcast(qk__cond *c) { pthread_cond_broadcast(c); 
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { return pthread_create(t, NULL, fn, arg) == 0; }
 static inline void qk__thread_join(qk__thread t) { pthread_join(t, NULL); }
 static inline void qk__yield(void) { sched_yield(); }
+static inline long qk__pid(void) { return (long)getpid(); }
 static inline qk__thread qk__thread_self(void) { return pthread_self(); }
 static inline int qk__thread_is_self(qk__thread t) { return pthread_equal(pthread_self(), t) != 0; }
 #else
@@ -217,6 +218,7 @@ static inline void qk__cond_destroy(qk__cond *c) { (void)c; }
 static inline void qk__cond_wait(qk__cond *c, qk__mutex *m) { (void)c; (void)m; }
 static inline void qk__cond_signal(qk__cond *c) { (void)c; }
 static inline void qk__yield(void) {}
+static inline long qk__pid(void) { return 0; }
 static inline void qk__cond_broadcast(qk__cond *c) { (void)c; }
 static inline int qk__thread_start(qk__thread *t, void *(*fn)(void *), void *arg) { (void)fn; (void)arg; *t = 0; return 0; }
 static inline void qk__thread_join(qk__thread t) { (void)t; }
@@ -380,6 +382,7 @@ typedef struct qk__tpool_worker { qk__tpool *pool; int index; } qk__tpool_worker
 struct qk__tpool {
     int n_workers, quit, want, busy;   /* busy: workers still running the step (atomic) */
     int spin;                          /* the caller's yields, busy read between them, before it blocks */
+    long pid;                          /* the process that started the workers (qk__tpool_forked) */
     unsigned gen;
     qk__work_fn fn;
     void *arg;
@@ -458,6 +461,7 @@ QK__PRIV int qk__cpu_isa(void);
 QK__PRIV qk_result qk__tpool_start(qk__tpool *t, int n);
 QK__PRIV void qk__tpool_stop(qk__tpool *t);
 QK__PRIV void qk__tpool_run(qk__tpool *t, int n_threads, qk__work_fn fn, void *arg);
+QK__PRIV int qk__tpool_forked(const qk__tpool *t);
 #ifndef QK_IMPLEMENTATION
 extern QK__PRIV QK__TLS qk__tpool *qk__cur_pool;      /* the calling thread's pool (qk_gram sets it) */
 #endif
