@@ -288,7 +288,8 @@ QK__PRIV qk_result qk__cuda_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
 
 /* ---- several GPUs in one process ---- */
 /* A plan with n_devices > 1 (qk_plan_for_devices) runs here: one host thread per GPU (the
-   calling thread for the first, the context's GPU pool for the others) makes its GPU current and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
+   calling thread for the first, the context's GPU pool for the others) makes its GPU current
+   and runs qk_cuda_gram on its parts of K (qk_plan.dev_row0: for K(X,Y) its rows x
    all columns; for K(X,X) the band's diagonal block, a symmetric job, then the rectangle right
    of it), each part with the plan qk_plan.parts carries for it (planned for that GPU's free
    memory and autotuned by qk_plan_make: nothing is planned or tuned here). Parts go to the output at their offsets
@@ -639,8 +640,8 @@ QK__PRIV qk_result qk__mgpu_run(qk_ctx *ctx, const qk_plan *plan, const qk_map *
        pool (started once, one worker a further GPU) the others'. A thread started per GPU and
        call, and joined, slowed the short 2-GPU calls (docs/benchmarks.md, "The GPUs' host
        threads"). A share no worker takes (threads that could not start, or none: QK_NO_THREADS)
-       runs on the calling thread after the first. */
-    /* spin: the first GPU's thread yields a few ms for the others before it sleeps */
+       runs on the calling thread after the first. The pool's spin: the first GPU's thread
+       yields a few ms for the others before it sleeps. */
     if (r == QK_OK) (void)qk__ctx_pool_of(ctx, &ctx->gpool, ctx->n_dev, 4096);
     g.v = v;
     g.n_dev = n;
