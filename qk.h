@@ -10352,7 +10352,8 @@ static qk_result qk__plan_cuda(const qk_device_info *info, double vram_fraction,
         char why[24] = "workspace";
         if (tc_fallback == 3) snprintf(why, sizeof why, "< %d qubits", qk__tc_min_qubits(prec));
         if (tc_fallback == 2) snprintf(why, sizeof why, "> %d qubits", QK__TC_MAX_QUBITS);
-        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%s%s%s%s",
+        /* the precisions bound so that GCC's -Wformat-truncation (-O1, -Os) sees the 96 bytes suffice */
+        snprintf(p->config, sizeof p->config, "cublas %s %s, linear epilogue: Tr(rho_i rho_j)%s%.7s%s%.11s%s",
                  prec == QK_PRECISION_FP64 ? "fp64" : "fp32", sym ? "syrk+gemm" : "gemm", tc_fallback ? " (" : "",
                  tc_fallback ? qk_precision_name(prec) : "", tc_fallback ? ": no tensor cores, " : "", tc_fallback ? why : "",
                  tc_fallback ? ")" : "");
